@@ -1,0 +1,24 @@
+"""What a memory figure is, in words: which NVML figure, or CPU RSS. Every screen says it the same way."""
+
+from __future__ import annotations
+
+MIB = 1024 * 1024
+
+
+def source(backend: str, memory_api: str | None) -> str:
+    if backend == "cpu-rss":
+        return "CPU resident memory (RSS) of the training process tree: no GPU on this machine"
+    if memory_api == "v2":
+        return "NVML v2 'used' (driver-reserved memory excluded, as on the walkthrough's driver)"
+    return "NVML v1 'used' (on R510+ drivers this includes driver-reserved memory)"
+
+
+def occupied_line(memory_bytes: int | None, backend: str) -> str:
+    """The walkthrough's line, `GPU memory occupied: N MB.` (N = bytes // 2**20, as it computes)."""
+    value = "?" if memory_bytes is None else str(memory_bytes // MIB)
+    what = "GPU memory" if backend == "nvml" else "CPU memory (RSS)"
+    return f"{what} occupied: {value} MB."
+
+
+def axis_title(backend: str) -> str:
+    return "GPU memory used (MiB)" if backend == "nvml" else "CPU memory, RSS (MiB)"

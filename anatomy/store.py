@@ -1,0 +1,322 @@
+"""The run store: SQLite in WAL mode, one writer (the collector), any number of readers.
+
+A run can be read while it is written. Times are seconds since the run's start (the monotonic
+clock, shared by all processes of one machine); memory is in bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+DEFAULT_STORE = PROJECT_DIR / "data" / "anatomy.sqlite"
+STORE_ENV = "ANATOMY_STORE"
+
+PHASES = ("baseline", "kernel", "weights", "training")
+STATUSES = ("running", "completed", "failed", "oom", "stopped")
+MIB = 1024 * 1024
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT,
+    created_at REAL NOT NULL,          -- wall clock, seconds since the epoch
+    ended_at REAL,
+    status TEXT NOT NULL,
+    preset TEXT NOT NULL,
+    options TEXT NOT NULL,             -- JSON of RunOptions
+    environment TEXT NOT NULL DEFAULT '{}',
+    backend TEXT NOT NULL,             -- "nvml" or "cpu-rss"
+    memory_api TEXT,                   -- "v2", "v1" (NVML) or "rss"
+    gpu INTEGER NOT NULL DEFAULT 0,    -- the sampled device that trains (NVML index)
+    summary TEXT NOT NULL DEFAULT '{}',
+    error TEXT,
+    samples_sent INTEGER,
+    tags TEXT NOT NULL DEFAULT '',
+    sweep TEXT,
+    worker_pid INTEGER
+);
+CREATE TABLE IF NOT EXISTS samples (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    t REAL NOT NULL,
+    gpu INTEGER NOT NULL,
+    used INTEGER NOT NULL,
+    reserved INTEGER,
+    total INTEGER,
+    util INTEGER
+);
+CREATE INDEX IF NOT EXISTS samples_run ON samples(run_id, gpu, t);
+CREATE TABLE IF NOT EXISTS phases (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    name TEXT NOT NULL,
+    start REAL NOT NULL,   -- the state is reached (the CUDA context is up, the weights are in)
+    end REAL               -- the next step begins: the phase's memory is read here
+);
+CREATE TABLE IF NOT EXISTS steps (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    t REAL NOT NULL,
+    step INTEGER NOT NULL,
+    total INTEGER,
+    loss REAL,
+    allocated INTEGER,
+    reserved INTEGER
+);
+CREATE INDEX IF NOT EXISTS steps_run ON steps(run_id, step);
+CREATE TABLE IF NOT EXISTS messages (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    t REAL NOT NULL,
+    level TEXT NOT NULL,
+    text TEXT NOT NULL
+);
+"""
+
+
+def resolve_path(path: str | os.PathLike | None = None) -> Path:
+    """--store, then $ANATOMY_STORE, then the project's default file."""
+    return Path(path or os.environ.get(STORE_ENV) or DEFAULT_STORE)
+
+
+class Store:
+    def __init__(self, path: str | os.PathLike | None = None):
+        self.path = resolve_path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.connect() as db:
+            db.executescript(SCHEMA)
+
+    @contextmanager
+    def connect(self):
+        db = sqlite3.connect(self.path, timeout=30)
+        db.row_factory = sqlite3.Row
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA foreign_keys=ON")
+        db.execute("PRAGMA synchronous=NORMAL")
+        try:
+            with db:
+                yield db
+        finally:
+            db.close()
+
+    # --- writing (the collector, or the manager before a run starts) ---
+    def create_run(self, options: dict, backend: str, memory_api: str | None, gpu: int,
+                   environment: dict, name: str | None = None, sweep: str | None = None) -> int:
+        with self.connect() as db:
+            cursor = db.execute(
+                "INSERT INTO runs (name, created_at, status, preset, options, environment, backend,"
+                " memory_api, gpu, sweep) VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?)",
+                (name, time.time(), options["preset"], json.dumps(options), json.dumps(environment),
+                 backend, memory_api, gpu, sweep))
+            return int(cursor.lastrowid)
+
+    def update_run(self, run_id: int, **values: Any) -> None:
+        for key in ("options", "environment", "summary"):
+            if key in values and not isinstance(values[key], str):
+                values[key] = json.dumps(values[key])
+        columns = ", ".join(f"{k} = ?" for k in values)
+        with self.connect() as db:
+            db.execute(f"UPDATE runs SET {columns} WHERE id = ?", (*values.values(), run_id))
+
+    def merge_environment(self, run_id: int, extra: dict) -> None:
+        environment = {**self.run(run_id)["environment"], **extra}
+        self.update_run(run_id, environment=environment)
+
+    def finish(self, run_id: int, status: str, error: str | None = None) -> None:
+        assert status in STATUSES
+        self.update_run(run_id, status=status, error=error, ended_at=time.time())
+
+    def write(self, run_id: int, samples: Sequence[tuple] = (), phases: Sequence[tuple] = (),
+              steps: Sequence[tuple] = (), messages: Sequence[tuple] = ()) -> None:
+        """One transaction for a batch of rows (tuples in the tables' column order, sans run_id).
+
+        `phases` are marks in arrival order: ("start", name, t) or ("end", name, t)."""
+        with self.connect() as db:
+            if samples:
+                db.executemany("INSERT INTO samples VALUES (?, ?, ?, ?, ?, ?, ?)",
+                               [(run_id, *s) for s in samples])
+            for edge, name, t in phases:
+                if edge == "start":
+                    db.execute("INSERT INTO phases VALUES (?, ?, ?, NULL)", (run_id, name, t))
+                else:
+                    db.execute("UPDATE phases SET end = ? WHERE run_id = ? AND name = ?",
+                               (t, run_id, name))
+            if steps:
+                db.executemany("INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?, ?)",
+                               [(run_id, *s) for s in steps])
+            if messages:
+                db.executemany("INSERT INTO messages VALUES (?, ?, ?, ?)",
+                               [(run_id, *m) for m in messages])
+
+    def delete_run(self, run_id: int) -> None:
+        with self.connect() as db:
+            db.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+
+    # --- reading ---
+    @staticmethod
+    def _run_row(row: sqlite3.Row) -> dict:
+        run = dict(row)
+        for key in ("options", "environment", "summary"):
+            run[key] = json.loads(run[key] or "{}")
+        run["tags"] = [t for t in (run["tags"] or "").split(",") if t]
+        return run
+
+    def run(self, run_id: int) -> dict | None:
+        with self.connect() as db:
+            row = db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+        return None if row is None else self._run_row(row)
+
+    def runs(self) -> list[dict]:
+        with self.connect() as db:
+            rows = db.execute("SELECT * FROM runs ORDER BY id DESC").fetchall()
+        return [self._run_row(r) for r in rows]
+
+    def latest_running(self) -> dict | None:
+        with self.connect() as db:
+            row = db.execute("SELECT * FROM runs WHERE status = 'running' ORDER BY id DESC"
+                             " LIMIT 1").fetchone()
+        return None if row is None else self._run_row(row)
+
+    def phases(self, run_id: int) -> list[dict]:
+        """[{name, start_s, end_s}] in order; end_s is None while the phase lasts."""
+        with self.connect() as db:
+            rows = db.execute("SELECT name, start, end FROM phases WHERE run_id = ? ORDER BY start",
+                              (run_id,)).fetchall()
+        return [{"name": r["name"], "start_s": r["start"], "end_s": r["end"]} for r in rows]
+
+    def close_phases(self, run_id: int, t: float) -> None:
+        """A worker that died mid-phase: its open phase ends at `t` (its last sample)."""
+        with self.connect() as db:
+            db.execute("UPDATE phases SET end = ? WHERE run_id = ? AND end IS NULL", (t, run_id))
+
+    def samples(self, run_id: int, gpu: int | None = None) -> list[dict]:
+        query = "SELECT t, gpu, used, reserved, total, util FROM samples WHERE run_id = ?"
+        args: tuple = (run_id,)
+        if gpu is not None:
+            query += " AND gpu = ?"
+            args += (gpu,)
+        with self.connect() as db:
+            return [dict(r) for r in db.execute(query + " ORDER BY gpu, t", args)]
+
+    def sample_count(self, run_id: int) -> int:
+        with self.connect() as db:
+            return db.execute("SELECT COUNT(*) FROM samples WHERE run_id = ?",
+                              (run_id,)).fetchone()[0]
+
+    def last_time(self, run_id: int) -> float:
+        with self.connect() as db:
+            return db.execute("SELECT COALESCE(MAX(t), 0) FROM samples WHERE run_id = ?",
+                              (run_id,)).fetchone()[0]
+
+    def gpus(self, run_id: int) -> list[int]:
+        with self.connect() as db:
+            return [r[0] for r in db.execute(
+                "SELECT DISTINCT gpu FROM samples WHERE run_id = ? ORDER BY gpu", (run_id,))]
+
+    def decimated(self, run_id: int, buckets: int = 2000) -> list[dict]:
+        """Per GPU, at most ~2 points per time bucket: the bucket's min and its max, at their own
+        times. Every peak survives, and a run of a million samples draws like a short one."""
+        with self.connect() as db:
+            span = db.execute("SELECT MIN(t), MAX(t), COUNT(*) FROM samples WHERE run_id = ?",
+                              (run_id,)).fetchone()
+            if span[2] == 0:
+                return []
+            start, width = span[0], max((span[1] - span[0]) / buckets, 1e-9)
+            if span[2] <= 2 * buckets * max(1, len(self.gpus(run_id))):
+                rows = db.execute("SELECT t, gpu, used, reserved, total FROM samples"
+                                  " WHERE run_id = ? ORDER BY gpu, t", (run_id,)).fetchall()
+                return [dict(r) for r in rows]
+            points = {}
+            # SQLite fills the bare columns from the row that holds the MIN / MAX.
+            for agg in ("MIN", "MAX"):
+                for r in db.execute(
+                        f"SELECT t, gpu, {agg}(used) AS used, reserved, total FROM samples"
+                        " WHERE run_id = ? GROUP BY gpu, CAST((t - ?) / ? AS INTEGER)",
+                        (run_id, start, width)):
+                    points[(r["gpu"], r["t"])] = dict(r)
+        return [points[k] for k in sorted(points)]
+
+    def steps(self, run_id: int) -> list[dict]:
+        with self.connect() as db:
+            return [dict(r) for r in db.execute(
+                "SELECT t, step, total, loss, allocated, reserved FROM steps WHERE run_id = ?"
+                " ORDER BY t", (run_id,))]
+
+    def last_step(self, run_id: int) -> dict | None:
+        with self.connect() as db:
+            row = db.execute("SELECT t, step, total, loss, allocated, reserved FROM steps"
+                             " WHERE run_id = ? ORDER BY t DESC LIMIT 1", (run_id,)).fetchone()
+        return None if row is None else dict(row)
+
+    def messages(self, run_id: int) -> list[dict]:
+        with self.connect() as db:
+            return [dict(r) for r in db.execute(
+                "SELECT t, level, text FROM messages WHERE run_id = ? ORDER BY t", (run_id,))]
+
+    def memory_before(self, run_id: int, gpu: int, t: float | None) -> int | None:
+        """The last reading of `gpu` before time `t` (the end of a phase); None if there is none."""
+        query = "SELECT used FROM samples WHERE run_id = ? AND gpu = ?"
+        args: tuple = (run_id, gpu)
+        if t is not None:
+            query += " AND t <= ?"
+            args += (t,)
+        with self.connect() as db:
+            row = db.execute(query + " ORDER BY t DESC LIMIT 1", args).fetchone()
+        return None if row is None else row[0]
+
+    def peak(self, run_id: int, gpu: int) -> int | None:
+        with self.connect() as db:
+            return db.execute("SELECT MAX(used) FROM samples WHERE run_id = ? AND gpu = ?",
+                              (run_id, gpu)).fetchone()[0]
+
+
+def report(store: Store, run_id: int) -> dict | None:
+    """Everything `show` prints and the pages display, from one place.
+
+    A phase begins when its state is reached (the tiny tensor is on the GPU, the weights are in)
+    and ends when the next step begins; its memory is the last sample at its end: the figure the
+    walkthrough prints between its steps. `memory_mb` is bytes // 2**20, as it computes it.
+    """
+    run = store.run(run_id)
+    if run is None:
+        return None
+    gpu = run["gpu"]
+    phases = []
+    for span in store.phases(run_id):
+        used = store.memory_before(run_id, gpu, span["end_s"])
+        phases.append({**span, "memory_mb": None if used is None else used // MIB,
+                       "memory_bytes": used})
+    peak = store.peak(run_id, gpu)
+    summary = dict(run["summary"])
+    summary["peak_mb"] = None if peak is None else peak // MIB
+    summary["peak_bytes"] = peak
+    training = next((p for p in phases if p["name"] == "training"), None)
+    summary["memory_mb"] = training["memory_mb"] if training else None
+    summary.setdefault("time_s", None)
+    summary.setdefault("samples_per_second", None)
+    return {
+        "id": run["id"],
+        "name": run["name"],
+        "status": run["status"],
+        "error": run["error"],
+        "preset": run["preset"],
+        "created_at": run["created_at"],
+        "ended_at": run["ended_at"],
+        "options": run["options"],
+        "environment": run["environment"],
+        "backend": run["backend"],
+        "memory_api": run["memory_api"],
+        "gpu": gpu,
+        "tags": run["tags"],
+        "sweep": run["sweep"],
+        "phases": phases,
+        "samples": store.sample_count(run_id),
+        "samples_sent": run["samples_sent"],
+        "steps": len(store.steps(run_id)),
+        "messages": store.messages(run_id),
+        "summary": summary,
+    }
