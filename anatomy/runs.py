@@ -25,6 +25,7 @@ from anatomy.store import Store
 LOCK_DIR = Path(tempfile.gettempdir()) / "anatomy-locks"
 FLUSH_SECONDS = 0.1
 TAIL_SECONDS = 0.3    # the sampler outlives the worker this long, so the end is measured
+SAMPLER_TIMEOUT_SECONDS = 10.0
 STOP_GRACE_SECONDS = 3.0  # SIGTERM, then SIGKILL: the tree is gone well inside 5 s
 
 
@@ -99,7 +100,7 @@ class ActiveRun:
     sampler: mp.Process
     stop_sampler: object
     lock: _DeviceLock
-    queue: object
+    queues: tuple  # (sampler's, worker's)
     worker_pid: object  # shared with the sampler; kept alive here as long as the run is
     thread: threading.Thread | None = None
     stop_requested: bool = False
@@ -145,26 +146,28 @@ class RunManager:
         return active.run_id
 
     def _spawn(self, run_id, options, backend, lock, dwell) -> ActiveRun:
-        queue = self.context.Queue()
+        # One queue each: a worker killed mid-put leaves its queue's lock held for good, and
+        # the sampler, on a queue of its own, must still deliver every sample after that.
+        samples_queue, events_queue = self.context.Queue(), self.context.Queue()
         stop_sampler = self.context.Event()
         worker_pid = self.context.Value("i", 0)
         t0 = time.monotonic()
         sampler_process = self.context.Process(
             target=sampler.run, name=f"anatomy-sampler-{run_id}", daemon=True,
-            args=(queue, stop_sampler, backend, options.sample_rate, t0, worker_pid))
+            args=(samples_queue, stop_sampler, backend, options.sample_rate, t0, worker_pid))
         sampler_process.start()
         if dwell is None:
             dwell = max(0.1, 5.0 / options.sample_rate)
         cuda_device = _cuda_visible_entry(options.gpu) if backend == "nvml" else None
         worker_process = self.context.Process(
             target=worker.main, name=f"anatomy-worker-{run_id}",
-            args=(queue, options.to_dict(), t0, cuda_device, dwell))
+            args=(events_queue, options.to_dict(), t0, cuda_device, dwell))
         worker_process.start()
         worker_pid.value = worker_process.pid
         self.store.update_run(run_id, worker_pid=worker_process.pid)
-        active = ActiveRun(run_id, worker_process, sampler_process, stop_sampler, lock, queue,
-                           worker_pid)
-        active.thread = threading.Thread(target=self._collect, args=(active, queue),
+        active = ActiveRun(run_id, worker_process, sampler_process, stop_sampler, lock,
+                           (samples_queue, events_queue), worker_pid)
+        active.thread = threading.Thread(target=self._collect, args=(active,),
                                          name=f"anatomy-collector-{run_id}", daemon=True)
         with self._guard:
             self.active[run_id] = active
@@ -172,7 +175,7 @@ class RunManager:
         return active
 
     # --- collecting ---
-    def _collect(self, active: ActiveRun, queue) -> None:
+    def _collect(self, active: ActiveRun) -> None:
         run_id = active.run_id
         rows: dict[str, list] = {"samples": [], "phases": [], "steps": [], "messages": []}
         outcome: dict = {"error": None, "summary": None, "sent": None}
@@ -208,11 +211,13 @@ class RunManager:
                 outcome["sent"] = message[1]
 
         try:
+            samples_queue, events_queue = active.queues
             while outcome["sent"] is None:
                 try:
-                    handle(queue.get(timeout=FLUSH_SECONDS))
+                    handle(samples_queue.get(timeout=FLUSH_SECONDS / 2))
                 except queue_module.Empty:
                     pass
+                _drain(events_queue, handle)
                 now = time.monotonic()
                 if now - flushed_at >= FLUSH_SECONDS:
                     flush()
@@ -221,8 +226,11 @@ class RunManager:
                     worker_ended_at = now
                 if worker_ended_at is not None and now - worker_ended_at >= TAIL_SECONDS:
                     active.stop_sampler.set()
-                    if not active.sampler.is_alive() and queue.empty():
+                    if not active.sampler.is_alive() and samples_queue.empty():
                         break  # the sampler died without its last word: keep what came
+                    if now - worker_ended_at > SAMPLER_TIMEOUT_SECONDS:
+                        active.sampler.kill()  # hung: keep what came; samples_sent stays unknown
+            _drain(events_queue, handle)
             flush()
             active.sampler.join(timeout=5)
             self._finish(active, outcome)
@@ -267,7 +275,7 @@ class RunManager:
         if active is None:
             return False
         active.stop_requested = True
-        terminate_tree(active.worker.pid)
+        terminate_tree(active.worker)
         active.done.wait(STOP_GRACE_SECONDS + 5)
         return True
 
@@ -276,21 +284,37 @@ class RunManager:
             self.stop(run_id)
 
 
-def terminate_tree(pid: int, grace: float = STOP_GRACE_SECONDS) -> None:
+def _drain(queue, handle) -> None:
+    while True:
+        try:
+            handle(queue.get_nowait())
+        except queue_module.Empty:
+            return
+
+
+def terminate_tree(process: mp.Process, grace: float = STOP_GRACE_SECONDS) -> None:
+    """SIGTERM the process and its descendants, SIGKILL what is left after `grace` seconds.
+
+    The root is waited for through multiprocessing, not psutil: psutil would reap it, and
+    multiprocessing would then never learn that it ended.
+    """
     try:
-        root = psutil.Process(pid)
-        processes = [*root.children(recursive=True), root]
+        descendants = psutil.Process(process.pid).children(recursive=True)
     except psutil.Error:
-        return
-    for process in processes:
+        descendants = []
+    for child in descendants:
         try:
-            process.terminate()
+            child.terminate()
         except psutil.Error:
             pass
-    _, alive = psutil.wait_procs(processes, timeout=grace)
-    for process in alive:
+    process.terminate()
+    process.join(grace)
+    if process.is_alive():
+        process.kill()
+        process.join(2)
+    _, alive = psutil.wait_procs(descendants, timeout=0.5)
+    for child in alive:
         try:
-            process.kill()
+            child.kill()
         except psutil.Error:
             pass
-    psutil.wait_procs(alive, timeout=2)

@@ -40,7 +40,7 @@ class Reader:
         self.worker_pid = worker_pid  # a multiprocessing.Value, set once the worker has started
         self.gpus = list(range(nvml.device_count())) if backend == "nvml" else [0]
         self._util: dict[int, int | None] = {}
-        self._util_at = 0.0
+        self._util_at = float("-inf")
         if backend == "cpu-rss":
             import psutil
 

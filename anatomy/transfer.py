@@ -22,7 +22,7 @@ def export_runs(store: Store, run_ids: list[int]) -> dict:
         runs.append({
             "run": run,
             "report": report(store, run_id),
-            "phases": [{"name": n, "t": t} for n, t in store.phases(run_id)],
+            "phases": store.phases(run_id),
             "samples": [[s[c] for c in SAMPLE_COLUMNS] for s in store.samples(run_id)],
             "steps": store.steps(run_id),
             "messages": store.messages(run_id),

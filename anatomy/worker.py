@@ -129,33 +129,41 @@ def _make_callback(messenger: _Messenger, use_cuda: bool, inject: tuple[str, int
     from transformers import TrainerCallback
 
     class PhaseCallback(TrainerCallback):
-        """Marks the training phase and reports every step with the allocator's figures."""
+        """Marks the training phase and reports every step with its loss and the allocator's
+        figures. The Trainer logs a step's loss just after on_step_end, so a step is sent from
+        on_log (or, if nothing is logged, at the next step)."""
 
-        loss: float | None = None
+        pending: tuple | None = None
+
+        def _flush(self, loss: float | None = None) -> None:
+            if self.pending is not None:
+                messenger.send("step", (*self.pending, loss, *self.memory))
+                self.pending = None
 
         def on_train_begin(self, args, state, control, **kwargs):
             messenger.begin("training")
 
         def on_train_end(self, args, state, control, **kwargs):
+            self._flush()
             messenger.end("training")
 
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            if logs and "loss" in logs:
-                self.loss = float(logs["loss"])
-
         def on_step_end(self, args, state, control, **kwargs):
-            allocated = reserved = None
-            if use_cuda:
-                allocated, reserved = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
-            messenger.send("step", (messenger.now(), state.global_step, state.max_steps,
-                                    self.loss, allocated, reserved))
+            self._flush()
+            self.pending = (messenger.now(), state.global_step, state.max_steps)
+            self.memory = ((torch.cuda.memory_allocated(), torch.cuda.memory_reserved())
+                           if use_cuda else (None, None))
             if inject and state.global_step >= inject[1]:
+                self._flush()
                 if inject[0] == "oom":
                     raise torch.cuda.OutOfMemoryError(
                         "CUDA out of memory. Tried to allocate 1.00 GiB (injected by "
                         f"{INJECT_ENV} for a test)")
                 if inject[0] == "crash":
                     os._exit(9)  # dies without a word, as a killed worker would
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "loss" in logs:
+                self._flush(float(logs["loss"]))
 
     return PhaseCallback()
 

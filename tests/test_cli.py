@@ -1,0 +1,75 @@
+"""`python -m anatomy`: the documented interface, run as a user would."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def anatomy(*args: str, store) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "anatomy", *args, "--store", str(store)],
+                          capture_output=True, text=True, timeout=180)
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """One real tiny run through the CLI, shared by the read-only commands below."""
+    store = tmp_path_factory.mktemp("cli") / "runs.sqlite"
+    result = anatomy("run", "--dataset-size", "16", "--seq-len", "32", store=store)
+    return store, result
+
+
+def test_run_prints_each_phase_and_the_summary(recorded):
+    _, result = recorded
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    occupied = [line for line in lines if "memory (RSS) occupied:" in line]
+    assert [line.split("(")[-1].rstrip(")") for line in occupied] == \
+        ["baseline", "kernel", "weights", "training"]
+    assert any(line.startswith("Time: ") for line in lines)
+    assert any(line.startswith("Samples/second: ") for line in lines)
+    assert "CPU resident memory (RSS)" in result.stdout  # says what it measures
+
+
+def test_runs_and_show_as_json(recorded):
+    store, _ = recorded
+    runs = json.loads(anatomy("runs", "--json", store=store).stdout)
+    assert runs[0]["status"] == "completed" and runs[0]["preset"] == "tiny"
+    shown = json.loads(anatomy("show", str(runs[0]["id"]), "--json", store=store).stdout)
+    assert shown["backend"] == "cpu-rss"
+    assert [p["name"] for p in shown["phases"]] == ["baseline", "kernel", "weights", "training"]
+    assert all(isinstance(p["memory_mb"], int) and "start_s" in p for p in shown["phases"])
+    assert shown["samples"] > 0
+    assert set(shown["summary"]) >= {"time_s", "samples_per_second", "peak_mb"}
+    assert shown["options"]["seq_len"] == 32
+
+
+def test_export_json_and_csv(recorded, tmp_path):
+    store, _ = recorded
+    out = tmp_path / "run.json"
+    assert anatomy("export", "1", "--format", "json", "--output", str(out), store=store).returncode == 0
+    exported = json.loads(out.read_text())
+    assert exported["version"] == 1 and len(exported["runs"]) == 1
+    text = anatomy("export", "1", "--format", "csv", store=store).stdout
+    rows = list(csv.DictReader(io.StringIO(text)))
+    shown = json.loads(anatomy("show", "1", "--json", store=store).stdout)
+    assert len(rows) == shown["samples"] == len(exported["runs"][0]["samples"])
+
+
+def test_bad_option_is_refused_with_its_range_and_starts_nothing(tmp_path):
+    store = tmp_path / "s.sqlite"
+    result = anatomy("run", "--batch-size", "0", "--seq-len", "9999", store=store)
+    assert result.returncode == 2
+    assert "batch_size: 0 is out of range: 1 to 4096" in result.stderr
+    assert "seq_len" in result.stderr
+    assert json.loads(anatomy("runs", "--json", store=store).stdout) == []
+
+
+def test_unknown_run_is_a_message(tmp_path):
+    result = anatomy("show", "42", store=tmp_path / "s.sqlite")
+    assert result.returncode == 1 and "run 42 is not in" in result.stderr

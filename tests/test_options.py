@@ -1,0 +1,85 @@
+"""Validation of every run option: a message that names the field and its range; nothing starts."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from anatomy.options import FIELDS, RunOptions, defaults_for, validate
+from anatomy.runs import InvalidOptions
+
+
+def test_defaults_fit_the_machine():
+    assert defaults_for(has_gpu=True).preset == "bert-large-uncased"
+    assert defaults_for(has_gpu=False).preset == "tiny"
+    assert defaults_for(True).batch_size == 4 and defaults_for(True).seq_len == 512
+    assert validate(defaults_for(False), gpu_count=0) == {}
+    assert validate(defaults_for(True), gpu_count=1) == {}
+
+
+RANGED = [name for name, f in FIELDS.items() if f.low is not None]
+
+
+@pytest.mark.parametrize("name", RANGED)
+def test_each_number_below_and_above_its_range_is_refused(name):
+    field = FIELDS[name]
+    for value in (field.low - 1, field.high + 1):
+        errors = validate(dataclasses.replace(RunOptions(), **{name: value}), gpu_count=64)
+        assert name in errors
+        assert errors[name].startswith(f"{name}:")
+        assert str(field.low) in errors[name] and str(field.high) in errors[name]
+
+
+@pytest.mark.parametrize("name", RANGED)
+def test_each_number_refuses_a_wrong_type(name):
+    errors = validate(dataclasses.replace(RunOptions(), **{name: "4"}), gpu_count=64)
+    assert "whole number" in errors[name]
+
+
+@pytest.mark.parametrize("name", [n for n, f in FIELDS.items() if f.choices])
+def test_each_choice_refuses_an_unknown_value(name):
+    errors = validate(dataclasses.replace(RunOptions(), **{name: "nonsense"}), gpu_count=1)
+    assert "nonsense" in errors[name]
+    assert all(choice in errors[name] for choice in FIELDS[name].choices)
+
+
+def test_flag_refuses_a_non_boolean():
+    errors = validate(RunOptions(gradient_checkpointing="yes"), gpu_count=0)
+    assert "gradient_checkpointing" in errors
+
+
+def test_max_steps_may_be_unset_but_not_zero():
+    assert "max_steps" not in validate(RunOptions(max_steps=None), 0)
+    assert "max_steps" in validate(RunOptions(max_steps=0), 0)
+
+
+def test_sequence_longer_than_the_preset_positions():
+    errors = validate(RunOptions(preset="tiny", seq_len=513), gpu_count=0)
+    assert "512" in errors["seq_len"]
+
+
+def test_gpu_index_and_precision_follow_the_machine():
+    assert "no GPU" in validate(RunOptions(gpu=1), gpu_count=0)["gpu"]
+    assert "0 to 1" in validate(RunOptions(gpu=2), gpu_count=2)["gpu"]
+    assert "fp16 needs a GPU" in validate(RunOptions(precision="fp16"), gpu_count=0)["precision"]
+    assert validate(RunOptions(precision="bf16"), gpu_count=0) == {}
+
+
+def test_several_wrong_fields_are_all_reported():
+    errors = validate(RunOptions(batch_size=0, optim="lion", seed=-1), gpu_count=0)
+    assert set(errors) == {"batch_size", "optim", "seed"}
+
+
+def test_invalid_options_start_nothing(manager, store):
+    with pytest.raises(InvalidOptions) as raised:
+        manager.start(RunOptions(batch_size=0))
+    assert "batch_size" in raised.value.errors
+    assert store.runs() == []
+    assert manager.active == {}
+
+
+def test_total_steps_follows_the_trainer_arithmetic():
+    assert RunOptions(dataset_size=512, batch_size=4).total_steps() == 128
+    assert RunOptions(dataset_size=512, batch_size=4, grad_accum=4, epochs=2).total_steps() == 64
+    assert RunOptions(max_steps=7).total_steps() == 7

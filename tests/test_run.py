@@ -1,0 +1,101 @@
+"""The real worker end to end on this CPU (tiny preset), and its failure paths: oom, crash, stop."""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+import pytest
+
+from anatomy.options import RunOptions
+from anatomy.runs import DeviceBusy
+from anatomy.store import PHASES, report
+from anatomy.worker import INJECT_ENV
+
+SMALL = dict(preset="tiny", dataset_size=32, seq_len=64, batch_size=4)
+
+
+def _wait_for_phase(store, run_id: int, name: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(p["name"] == name for p in store.phases(run_id)):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"phase {name} never began")
+
+
+def test_tiny_run_records_every_phase_in_order(manager, store):
+    run_id = manager.start(RunOptions(**SMALL))
+    assert manager.wait(run_id, timeout=120) == "completed"
+    rep = report(store, run_id)
+    phases = rep["phases"]
+    assert [p["name"] for p in phases] == list(PHASES)
+    edges = [t for p in phases for t in (p["start_s"], p["end_s"])]
+    assert edges == sorted(edges) and None not in edges
+    # every phase was seen by the sampler, and memory only grew from baseline to training
+    assert all(p["memory_mb"] for p in phases)
+    assert phases[0]["memory_mb"] < phases[1]["memory_mb"] < phases[3]["memory_mb"]
+    assert rep["backend"] == "cpu-rss"
+    assert rep["samples"] > 50
+    assert rep["samples"] == rep["samples_sent"]  # nothing the sampler sent was lost
+    steps = store.steps(run_id)
+    assert [s["step"] for s in steps] == list(range(1, 9))  # 32 / 4 = 8 steps
+    assert all(s["loss"] is not None for s in steps)
+    summary = rep["summary"]
+    assert summary["time_s"] > 0 and summary["samples_per_second"] > 0
+    assert summary["peak_mb"] >= phases[3]["memory_mb"]
+    env = rep["environment"]
+    assert env["torch"] and env["transformers"] and env["parameters"] == 4_386_178
+    assert any("eval_strategy" in m["text"] for m in rep["messages"])
+
+
+def test_second_run_on_the_same_device_is_refused(manager, store):
+    run_id = manager.start(RunOptions(**SMALL))
+    try:
+        with pytest.raises(DeviceBusy, match="another run"):
+            manager.start(RunOptions(**SMALL))
+        assert len(store.runs()) == 1
+    finally:
+        manager.wait(run_id, timeout=120)
+
+
+def test_out_of_memory_keeps_the_error_the_peak_and_the_samples(manager, store, monkeypatch):
+    monkeypatch.setenv(INJECT_ENV, "oom@2")  # on a CPU the failure is injected; the GPU test is real
+    run_id = manager.start(RunOptions(**SMALL))
+    assert manager.wait(run_id, timeout=120) == "oom"
+    rep = report(store, run_id)
+    assert "out of memory" in rep["error"]
+    assert rep["summary"]["peak_mb"] > 0
+    assert rep["samples"] == rep["samples_sent"] > 0
+    assert [s["step"] for s in store.steps(run_id)] == [1, 2]
+    assert rep["phases"][-1]["name"] == "training" and rep["phases"][-1]["end_s"] is not None
+    monkeypatch.delenv(INJECT_ENV)
+    next_run = manager.start(RunOptions(**SMALL))  # the device is free again
+    assert manager.wait(next_run, timeout=120) == "completed"
+
+
+def test_a_crashed_worker_fails_and_keeps_what_it_recorded(manager, store, monkeypatch):
+    monkeypatch.setenv(INJECT_ENV, "crash@3")
+    run_id = manager.start(RunOptions(**SMALL))
+    assert manager.wait(run_id, timeout=120) == "failed"
+    rep = report(store, run_id)
+    assert "exit code 9" in rep["error"]
+    assert rep["samples"] == rep["samples_sent"] > 0
+    assert [p["name"] for p in rep["phases"]] == list(PHASES)
+    assert rep["phases"][-1]["end_s"] is not None  # closed at the last sample
+    assert len(store.steps(run_id)) >= 2
+
+
+def test_stop_ends_the_whole_tree_within_five_seconds(manager, store):
+    run_id = manager.start(RunOptions(**{**SMALL, "max_steps": 100_000}))
+    _wait_for_phase(store, run_id, "training")
+    worker_pid = store.run(run_id)["worker_pid"]
+    tree = [psutil.Process(worker_pid), *psutil.Process(worker_pid).children(recursive=True)]
+    started = time.monotonic()
+    manager.stop(run_id)
+    assert time.monotonic() - started < 5
+    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in tree)
+    rep = report(store, run_id)
+    assert rep["status"] == "stopped"
+    assert rep["samples"] == rep["samples_sent"] > 0
+    assert not manager.is_active(run_id)

@@ -1,0 +1,101 @@
+"""The run store: WAL, readable while written, phases and reports, decimation that keeps peaks."""
+
+from __future__ import annotations
+
+import threading
+
+from anatomy.options import RunOptions
+from anatomy.store import MIB, Store, report
+
+
+def _new_run(store: Store) -> int:
+    return store.create_run(RunOptions().to_dict(), "cpu-rss", "rss", 0, {"gpu_name": None})
+
+
+def test_store_is_in_wal_mode(store):
+    with store.connect() as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_a_run_can_be_read_while_it_is_written(store):
+    run_id = _new_run(store)
+    batches, per_batch = 200, 50
+    errors: list[Exception] = []
+    seen: list[int] = []
+
+    def writer():
+        for b in range(batches):
+            rows = [(b + i / per_batch, 0, b * per_batch + i, None, 10**9, None)
+                    for i in range(per_batch)]
+            store.write(run_id, samples=rows, steps=[(float(b), b, batches, 0.5, None, None)])
+
+    def reader():
+        reader_store = Store(store.path)  # its own connection, as the dashboard's would be
+        try:
+            while thread.is_alive():
+                seen.append(reader_store.sample_count(run_id))
+                report(reader_store, run_id)
+        except Exception as error:  # a locked database would land here
+            errors.append(error)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    read = threading.Thread(target=reader)
+    read.start()
+    thread.join()
+    read.join()
+    assert not errors
+    assert seen == sorted(seen)  # never goes backwards: each batch lands whole
+    assert len(set(seen)) > 2  # the reader saw the run grow
+    assert store.sample_count(run_id) == batches * per_batch
+
+
+def test_report_reads_each_phase_memory_at_its_end(store):
+    run_id = _new_run(store)
+    samples = [(t / 10, 0, int(t) * MIB, None, 1000 * MIB, None) for t in range(100)]
+    store.write(run_id, samples=samples, phases=[
+        ("start", "baseline", 0.0), ("end", "baseline", 1.0), ("start", "kernel", 2.0),
+        ("end", "kernel", 3.05), ("start", "weights", 4.0), ("end", "weights", 5.0),
+        ("start", "training", 6.0)])
+    rep = report(store, run_id)
+    assert [p["name"] for p in rep["phases"]] == ["baseline", "kernel", "weights", "training"]
+    assert [p["memory_mb"] for p in rep["phases"][:3]] == [10, 30, 50]
+    assert rep["phases"][3]["end_s"] is None
+    assert rep["phases"][3]["memory_mb"] == 99  # an open phase: the latest reading
+    store.close_phases(run_id, 9.9)
+    assert report(store, run_id)["phases"][3]["end_s"] == 9.9
+    assert rep["summary"]["peak_mb"] == 99
+    assert rep["samples"] == 100
+
+
+def test_decimation_keeps_every_peak(store):
+    run_id = _new_run(store)
+    n = 200_000
+    spike_at = {777, 123_456, 199_998}
+    rows = [(i / 1000, 0, (10**9 if i in spike_at else 5 * 10**8) + (i % 7), None, None, None)
+            for i in range(n)]
+    store.write(run_id, samples=rows)
+    points = store.decimated(run_id, buckets=500)
+    assert len(points) <= 2 * 500 + 2
+    assert {round(p["t"] * 1000) for p in points if p["used"] >= 10**9} == spike_at
+    assert min(p["used"] for p in points) == 5 * 10**8
+    assert [p["t"] for p in points] == sorted(p["t"] for p in points)
+
+
+def test_delete_removes_every_row(store):
+    run_id = _new_run(store)
+    store.write(run_id, samples=[(0.0, 0, 1, None, None, None)], phases=[("start", "baseline", 0)])
+    store.delete_run(run_id)
+    assert store.run(run_id) is None
+    assert store.sample_count(run_id) == 0
+    assert store.phases(run_id) == []
+
+
+def test_store_path_follows_flag_then_env_then_default(tmp_path, monkeypatch):
+    from anatomy.store import DEFAULT_STORE, STORE_ENV, resolve_path
+
+    monkeypatch.setenv(STORE_ENV, str(tmp_path / "env.sqlite"))
+    assert resolve_path(tmp_path / "flag.sqlite") == tmp_path / "flag.sqlite"
+    assert resolve_path() == tmp_path / "env.sqlite"
+    monkeypatch.delenv(STORE_ENV)
+    assert resolve_path() == DEFAULT_STORE
