@@ -22,7 +22,7 @@ from anatomy import nvml, sampler, worker
 from anatomy.options import RunOptions, validate
 from anatomy.store import Store
 
-LOCK_DIR = Path(tempfile.gettempdir()) / "anatomy-locks"
+LOCK_DIR_ENV = "ANATOMY_LOCK_DIR"  # where the per-device locks live; machine-wide by default
 FLUSH_SECONDS = 0.1
 TAIL_SECONDS = 0.3    # the sampler outlives the worker this long, so the end is measured
 SAMPLER_TIMEOUT_SECONDS = 10.0
@@ -72,8 +72,9 @@ def _cuda_visible_entry(gpu: int) -> str:
 
 class _DeviceLock:
     def __init__(self, key: str):
-        LOCK_DIR.mkdir(parents=True, exist_ok=True)
-        self.path = LOCK_DIR / f"{key}.lock"
+        directory = Path(os.environ.get(LOCK_DIR_ENV) or Path(tempfile.gettempdir()) / "anatomy-locks")
+        directory.mkdir(parents=True, exist_ok=True)
+        self.path = directory / f"{key}.lock"
         self.file = None
 
     def acquire(self) -> bool:
@@ -102,6 +103,7 @@ class ActiveRun:
     lock: _DeviceLock
     queues: tuple  # (sampler's, worker's)
     worker_pid: object  # shared with the sampler; kept alive here as long as the run is
+    t0: float
     thread: threading.Thread | None = None
     stop_requested: bool = False
     done: threading.Event = field(default_factory=threading.Event)
@@ -166,7 +168,7 @@ class RunManager:
         worker_pid.value = worker_process.pid
         self.store.update_run(run_id, worker_pid=worker_process.pid)
         active = ActiveRun(run_id, worker_process, sampler_process, stop_sampler, lock,
-                           (samples_queue, events_queue), worker_pid)
+                           (samples_queue, events_queue), worker_pid, t0)
         active.thread = threading.Thread(target=self._collect, args=(active,),
                                          name=f"anatomy-collector-{run_id}", daemon=True)
         with self._guard:
@@ -233,18 +235,19 @@ class RunManager:
             _drain(events_queue, handle)
             flush()
             active.sampler.join(timeout=5)
-            self._finish(active, outcome)
+            self._finish(active, outcome, (worker_ended_at or time.monotonic()) - active.t0)
         finally:
             active.lock.release()
             with self._guard:
                 self.active.pop(run_id, None)
             active.done.set()
 
-    def _finish(self, active: ActiveRun, outcome: dict) -> None:
+    def _finish(self, active: ActiveRun, outcome: dict, worker_ended: float) -> None:
         run_id = active.run_id
         active.worker.join(timeout=5)
         code = active.worker.exitcode
-        self.store.close_phases(run_id, self.store.last_time(run_id))
+        # A worker killed mid-phase said nothing: its phase ends when the process was seen gone.
+        self.store.close_phases(run_id, worker_ended)
         values = {"samples_sent": outcome["sent"]}
         if outcome["summary"] is not None:
             values["summary"] = outcome["summary"]

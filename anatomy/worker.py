@@ -33,11 +33,15 @@ class _Messenger:
     def now(self) -> float:
         return time.monotonic() - self.t0
 
+    open_phase: str | None = None
+
     def begin(self, name: str) -> None:
         self.queue.put(("phase", name, self.now()))
+        self.open_phase = name
 
     def end(self, name: str) -> None:
         self.queue.put(("phase_end", name, self.now()))
+        self.open_phase = None
 
     def hold(self, name: str) -> None:
         """A state between two steps: begun, held a few sample periods (so the sampler sees it
@@ -227,6 +231,8 @@ def train(queue, options: dict, t0: float, use_cuda: bool, dwell: float) -> int:
         return 0
     except BaseException as error:  # noqa: BLE001 - every failure is reported, then re-judged
         oom = "torch" in sys.modules and _is_oom(error)
+        if messenger.open_phase:  # the phase ends where it failed, before memory is let go
+            messenger.end(messenger.open_phase)
         messenger.send("error", "oom" if oom else "failed",
                        str(error) if oom else traceback.format_exc())
         return EXIT_OOM if oom else EXIT_FAILED

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import functools
 import os
 
@@ -9,8 +12,14 @@ import pytest
 
 from anatomy import nvml
 from anatomy.options import RunOptions
-from anatomy.runs import RunManager
+from anatomy.runs import LOCK_DIR_ENV, RunManager
 from anatomy.store import STORE_ENV, Store
+
+
+def pytest_configure(config):
+    # Device locks of this test session only (its subprocesses inherit it): a dashboard running
+    # beside the tests is not "busy" for them, nor they for it.
+    os.environ[LOCK_DIR_ENV] = tempfile.mkdtemp(prefix="anatomy-test-locks-")
 
 
 @pytest.fixture(autouse=True)
