@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
-
 import functools
 import os
+import tempfile
 
 import pytest
 
