@@ -1,4 +1,4 @@
-"""`python -m anatomy`: run, runs, show, export — the engine, headless."""
+"""`python -m anatomy`: run, predict, runs, show, export — the engine, headless."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from anatomy import measurement, transfer
-from anatomy.options import FIELDS, RunOptions, defaults_for
+from anatomy import measurement, prediction, transfer
+from anatomy.options import FIELDS, RunOptions, defaults_for, validate
 from anatomy.runs import DeviceBusy, InvalidOptions, RunManager, machine
 from anatomy.store import Store, report
 
@@ -120,6 +120,29 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_predict(args: argparse.Namespace) -> int:
+    gpu_count = machine()["gpu_count"]
+    options = options_from_args(args, gpu_count > 0)
+    errors = validate(options, gpu_count)
+    for message in errors.values():
+        print(f"error: {message}", file=sys.stderr)
+    if errors:
+        return 2
+    predicted = prediction.predict(options, device="cuda" if gpu_count else "cpu")
+    if args.json:
+        print(json.dumps(predicted.to_dict(), indent=2))
+        return 0
+    print(f"{options.preset} ({predicted.parameters:,} parameters), batch size "
+          f"{options.batch_size}, sequence length {options.seq_len}, {options.precision}, "
+          f"{options.optim}{', gradient checkpointing' if options.gradient_checkpointing else ''}")
+    rows = [[name.replace("_", " "), f"{value / measurement.MIB:,.1f}",
+             f"{value / predicted.parameters:.2f}"] for name, value in predicted.components().items()]
+    rows.append(["sum of the parts", f"{predicted.sum_of_parts / measurement.MIB:,.1f}", ""])
+    print(_table(rows, ["component", "MB", "bytes/param"]))
+    print(predicted.need_line())
+    return 0
+
+
 def _when(timestamp: float | None) -> str:
     return datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M:%S") if timestamp else ""
 
@@ -226,6 +249,11 @@ def parser() -> argparse.ArgumentParser:
     _add_run_options(run)
     run.add_argument("--store", help=store_help)
     run.set_defaults(func=cmd_run)
+
+    predict = commands.add_parser("predict", help="the memory a run should need, by component")
+    _add_run_options(predict)
+    predict.add_argument("--json", action="store_true", help="bytes, as one JSON object")
+    predict.set_defaults(func=cmd_predict)
 
     runs = commands.add_parser("runs", help="the stored runs")
     runs.add_argument("--json", action="store_true")
