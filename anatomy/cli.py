@@ -9,7 +9,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from anatomy import measurement, prediction, transfer
+from anatomy import components, measurement, prediction, transfer
+from anatomy.operations import OperationProfile, comparison
 from anatomy.options import FIELDS, RunOptions, defaults_for, validate
 from anatomy.runs import DeviceBusy, InvalidOptions, RunManager, machine
 from anatomy.store import Store, report
@@ -22,7 +23,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", choices=f["preset"].choices, help=f["preset"].help +
                         " (default: bert-large-uncased on a GPU, tiny without one)")
     for name in ("batch_size", "seq_len", "dataset_size", "grad_accum", "seed", "sample_rate",
-                 "gpu"):
+                 "gpu", "profile_steps"):
         parser.add_argument("--" + name.replace("_", "-"), type=int, dest=name,
                             help=f"{f[name].help} ({f[name].low} to {f[name].high})")
     steps = parser.add_mutually_exclusive_group()
@@ -216,6 +217,15 @@ def cmd_show(args: argparse.Namespace) -> int:
     if s["time_s"] is not None:
         print(f"Time: {s['time_s']:.2f}\nSamples/second: {s['samples_per_second']:.2f}")
     print(f"peak: {s['peak_mb']} MB   samples: {rep['samples']}   steps: {rep['steps']}")
+    if rep["components"]:
+        parts = rep["components"]
+        print("measured components (MB): " + ", ".join(
+            f"{name}={parts[name] / 2**20:.1f}" for name in components.ORDER if name in parts))
+    if rep["operations"]:
+        profile = OperationProfile.from_dict(rep["operations"])
+        print(f"operation classes ({profile.time_source}, {profile.steps} profiled steps):")
+        print(_table([[r["class"], f"{100 * r['flop_share']:.2f}%", f"{100 * r['time_share']:.1f}%"]
+                      for r in comparison(profile)], ["class", "flop", "time"]))
     if rep["error"]:
         print(f"error: {rep['error']}")
     return 0

@@ -43,6 +43,8 @@ FIELDS: dict[str, Field] = {f.name: f for f in (
     Field("seed", "Seed", "seed for the dummy data and the weights", 0, 2**32 - 1),
     Field("sample_rate", "Sample rate (Hz)", "memory samples per second per GPU", 1, 2000),
     Field("gpu", "GPU index", "which visible GPU trains (0 without a GPU)", 0, 63),
+    Field("profile_steps", "Profile steps",
+          "after training, profile this many steps with torch.profiler (0: off)", 0, 50),
 )}
 
 
@@ -61,6 +63,7 @@ class RunOptions:
     seed: int = 42
     sample_rate: int = 200
     gpu: int = 0
+    profile_steps: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

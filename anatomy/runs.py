@@ -180,7 +180,8 @@ class RunManager:
     def _collect(self, active: ActiveRun) -> None:
         run_id = active.run_id
         rows: dict[str, list] = {"samples": [], "phases": [], "steps": [], "messages": []}
-        outcome: dict = {"error": None, "summary": None, "sent": None}
+        outcome: dict = {"error": None, "summary": None, "sent": None, "components": None,
+                         "operations": None}
         flushed_at = time.monotonic()
         worker_ended_at = None
 
@@ -207,6 +208,8 @@ class RunManager:
                 self.store.merge_environment(run_id, message[1])
             elif kind == "summary":
                 outcome["summary"] = message[1]
+            elif kind in ("components", "operations"):
+                outcome[kind] = message[1]
             elif kind == "error":
                 outcome["error"] = (message[1], message[2])
             elif kind == "sampler_done":
@@ -248,9 +251,11 @@ class RunManager:
         code = active.worker.exitcode
         # A worker killed mid-phase said nothing: its phase ends when the process was seen gone.
         self.store.close_phases(run_id, worker_ended)
-        values = {"samples_sent": outcome["sent"]}
-        if outcome["summary"] is not None:
-            values["summary"] = outcome["summary"]
+        values: dict = {"samples_sent": outcome["sent"]}
+        summary = {**(outcome["summary"] or {}),
+                   **{k: outcome[k] for k in ("components", "operations") if outcome[k]}}
+        if summary:
+            values["summary"] = summary
         self.store.update_run(run_id, **values)
         if active.stop_requested:
             self.store.finish(run_id, "stopped", "stopped by the user")

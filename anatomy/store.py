@@ -15,6 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from anatomy import components
+
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 DEFAULT_STORE = PROJECT_DIR / "data" / "anatomy.sqlite"
 STORE_ENV = "ANATOMY_STORE"
@@ -292,6 +294,8 @@ def report(store: Store, run_id: int) -> dict | None:
                        "memory_bytes": used})
     peak = store.peak(run_id, gpu)
     summary = dict(run["summary"])
+    measured = summary.pop("components", None)
+    operations = summary.pop("operations", None)
     summary["peak_mb"] = None if peak is None else peak // MIB
     summary["peak_bytes"] = peak
     training = next((p for p in phases if p["name"] == "training"), None)
@@ -319,4 +323,7 @@ def report(store: Store, run_id: int) -> dict | None:
         "steps": len(store.steps(run_id)),
         "messages": store.messages(run_id),
         "summary": summary,
+        "components": (None if measured is None
+                       else components.with_nvml(measured, phases, peak, run["backend"])),
+        "operations": operations,
     }

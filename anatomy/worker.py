@@ -9,6 +9,8 @@ Messages it puts on the queue:
   ("step", (t, step, total, loss, allocated, reserved))
   ("environment", {...})        versions, device, attention implementation
   ("message", level, text, t)   things the user should know (e.g. the eval_strategy fallback)
+  ("components", {...})         measured memory components of the first steps (bytes)
+  ("operations", {...})         the operation classes of a profiled step, when asked for
   ("summary", {...})            time_s, samples_per_second, steps, loss
   ("error", status, text)       status "oom" or "failed"
 """
@@ -20,6 +22,8 @@ import sys
 import tempfile
 import time
 import traceback
+
+from anatomy.components import MEASURED_STEPS, ComponentProbe
 
 INJECT_ENV = "ANATOMY_INJECT"  # tests only: "oom@STEP" or "crash@STEP"
 EXIT_OOM = 3
@@ -128,7 +132,8 @@ def _trainer(model, dataset, options: dict, output_dir: str, use_cuda: bool, cal
         return build("no")
 
 
-def _make_callback(messenger: _Messenger, use_cuda: bool, inject: tuple[str, int] | None):
+def _make_callback(messenger: _Messenger, use_cuda: bool, inject: tuple[str, int] | None,
+                   probe: ComponentProbe):
     import torch
     from transformers import TrainerCallback
 
@@ -150,8 +155,25 @@ def _make_callback(messenger: _Messenger, use_cuda: bool, inject: tuple[str, int
         def on_train_end(self, args, state, control, **kwargs):
             self._flush()
             messenger.end("training")
+            self._components()
+
+        def _components(self) -> None:
+            if probe.forwards:  # measured at least one step, and not sent yet
+                probe.close()
+                messenger.send("components", probe.result())
+                probe.forwards = 0
+
+        def on_pre_optimizer_step(self, args, state, control, **kwargs):
+            if state.global_step < MEASURED_STEPS:
+                probe.before_optimizer_step()
+
+        def on_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
+            if state.global_step < MEASURED_STEPS:
+                probe.after_optimizer_step(optimizer)
 
         def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == MEASURED_STEPS:
+                self._components()
             self._flush()
             self.pending = (messenger.now(), state.global_step, state.max_steps)
             self.memory = ((torch.cuda.memory_allocated(), torch.cuda.memory_reserved())
@@ -170,6 +192,19 @@ def _make_callback(messenger: _Messenger, use_cuda: bool, inject: tuple[str, int
                 self._flush(float(logs["loss"]))
 
     return PhaseCallback()
+
+
+def _profile(messenger: _Messenger, model, dataset, trainer, options: dict, device: str) -> None:
+    """Profile a few more steps on one batch, after training (the training phase stays pure)."""
+    from anatomy.operations import profile_steps
+
+    steps = options["profile_steps"]
+    messenger.tell("info", f"profiling {steps} training steps with torch.profiler")
+    batch = dataset[: options["batch_size"]]
+    optimizer = getattr(trainer.optimizer, "optimizer", trainer.optimizer)  # unwrap accelerate's
+    profile = profile_steps(model, batch, steps=steps, device=device, optimizer=optimizer,
+                            precision=options["precision"])
+    messenger.send("operations", profile.to_dict())
 
 
 def _parse_inject() -> tuple[str, int] | None:
@@ -218,10 +253,13 @@ def train(queue, options: dict, t0: float, use_cuda: bool, dwell: float) -> int:
             "attention": getattr(model.config, "_attn_implementation", None),
             "parameters": sum(p.numel() for p in model.parameters()),
         })
+        probe = ComponentProbe(model, use_cuda)
         with tempfile.TemporaryDirectory(prefix="anatomy-") as output_dir:
-            callback = _make_callback(messenger, use_cuda, _parse_inject())
+            callback = _make_callback(messenger, use_cuda, _parse_inject(), probe)
             trainer = _trainer(model, dataset, options, output_dir, use_cuda, callback, messenger)
             result = trainer.train()
+        if options.get("profile_steps"):
+            _profile(messenger, model, dataset, trainer, options, device)
         messenger.send("summary", {
             "time_s": result.metrics["train_runtime"],
             "samples_per_second": result.metrics["train_samples_per_second"],

@@ -47,6 +47,18 @@ def test_tiny_run_records_every_phase_in_order(manager, store):
     env = rep["environment"]
     assert env["torch"] and env["transformers"] and env["parameters"] == 4_386_178
     assert any("eval_strategy" in m["text"] for m in rep["messages"])
+    parts = rep["components"]  # measured on the CPU from tensor sizes and saved tensors
+    assert parts["weights"] == parts["gradients"] == 4 * env["parameters"]
+    assert parts["optimizer_states"] == 8 * env["parameters"]  # AdamW: two fp32 moments
+    assert 0 < parts["activations"] < parts["weights"]
+    assert rep["operations"] is None  # not asked for
+
+
+def test_profiled_run_stores_operation_classes(manager, store):
+    run_id = manager.start(RunOptions(**SMALL, max_steps=2, profile_steps=1))
+    assert manager.wait(run_id, timeout=120) == "completed"
+    classes = report(store, run_id)["operations"]["classes"]
+    assert classes["tensor contraction"]["flops"] > classes["element-wise"]["flops"] > 0
 
 
 def test_second_run_on_the_same_device_is_refused(manager, store):
