@@ -1,0 +1,107 @@
+"""The memory figure, read as a plain Plotly object: traces, phase bands, end-of-phase markers."""
+
+from __future__ import annotations
+
+import time
+
+import plotly.graph_objects as go
+
+from anatomy import figures
+from anatomy.options import RunOptions
+from anatomy.store import MIB, PHASES, report
+
+
+def _figure(store, run_id: int) -> go.Figure:
+    return figures.memory_figure(report(store, run_id), store.decimated(run_id), store.steps(run_id))
+
+
+def _bands(figure: go.Figure) -> dict[str, tuple[float, float]]:
+    return {s.name: (s.x0, s.x1) for s in figure.layout.shapes}
+
+
+def test_a_band_runs_from_the_previous_phase_end_to_its_own_end(store, seed):
+    run_id = seed()
+    assert _bands(_figure(store, run_id)) == {
+        "baseline": (0.0, 1.0), "kernel": (1.0, 3.0), "weights": (3.0, 5.0), "training": (5.0, 9.0)}
+
+
+def test_an_open_phase_reaches_now_and_has_no_marker_yet(store, seed):
+    run_id = seed(status="running", phases_reached=3)
+    figure = _figure(store, run_id)
+    assert list(_bands(figure)) == ["baseline", "kernel", "weights"]
+    assert _bands(figure)["weights"] == (3.0, store.last_time(run_id))
+    labels = [a.text for a in figure.layout.annotations if a.name == "weights"]
+    assert labels == ["<b>weights</b> …"]  # the label says it is still going
+    markers = next(t for t in figure.data if t.name == "end of phase")
+    assert list(markers.x) == [1.0, 3.0]
+
+
+def test_every_band_has_its_phase_colour_and_a_label(store, seed):
+    figure = _figure(store, seed())
+    for shape in figure.layout.shapes:
+        assert shape.fillcolor == figures.PHASE_COLOURS[shape.name]
+        assert shape.layer == "below"
+    assert [a.name for a in figure.layout.annotations if a.name in PHASES] == list(PHASES)
+
+
+def test_markers_show_the_reports_memory_at_each_phase_end(store, seed):
+    run_id = seed()
+    rep = report(store, run_id)
+    figure = _figure(store, run_id)
+    markers = next(t for t in figure.data if t.name == "end of phase")
+    assert list(markers.y) == [p["memory_mb"] for p in rep["phases"]] == [1024, 2048, 3072, 4096]
+    assert list(markers.x) == [p["end_s"] for p in rep["phases"]]
+    assert list(markers.text) == ["1024 MB", "2048 MB", "3072 MB", "4096 MB"]
+    assert "GPU memory occupied: 4096 MB." in markers.hovertext[-1]
+    boxes = [a.text for a in figure.layout.annotations if a.name.startswith("end of ")]
+    assert boxes == [f"<b>{mb} MB</b>" for mb in (1024, 2048, 3072, 4096)]
+
+
+def test_one_webgl_line_per_gpu_the_allocator_and_the_ceiling(store, seed):
+    run_id = seed(gpus=2)
+    figure = _figure(store, run_id)
+    names = [t.name for t in figure.data]
+    assert names == ["GPU 0 (training)", "GPU 1", "torch allocated", "torch reserved",
+                     "GPU 0 total: 141.0 GiB", "end of phase"]
+    assert all(isinstance(t, go.Scattergl) for t in figure.data[:5])
+    assert max(figure.data[0].y) == 4096 and max(figure.data[1].y) == 512
+    reserved = figure.data[3]
+    assert list(reserved.y) == [2048] * 8 and list(reserved.customdata) == list(range(1, 9))
+    ceiling = figure.data[4]
+    assert list(ceiling.y) == [141 * 1024] * 2 and ceiling.visible is True
+    assert figure.layout.yaxis.title.text == "GPU memory used (MiB)"
+
+
+def test_a_cpu_run_has_no_allocator_lines_and_keeps_the_ram_ceiling_in_the_legend(store, seed):
+    figure = _figure(store, seed(backend="cpu-rss"))
+    assert [t.name for t in figure.data] == ["CPU RSS of the training process",
+                                             "RAM total: 141.0 GiB", "end of phase"]
+    assert figure.data[1].visible == "legendonly"  # RAM would flatten the curve to nothing
+    assert figure.layout.yaxis.title.text == "CPU memory, RSS (MiB)"
+
+
+def test_zoom_survives_refreshes_of_one_run_only(store, seed):
+    first, second = seed(), seed()
+    assert _figure(store, first).layout.uirevision == _figure(store, first).layout.uirevision
+    assert _figure(store, first).layout.uirevision != _figure(store, second).layout.uirevision
+
+
+def test_a_run_without_samples_yet_draws_an_empty_chart(store):
+    run_id = store.create_run(RunOptions().to_dict(), "cpu-rss", "rss", 0, {})
+    figure = _figure(store, run_id)
+    assert figure.data == () and figure.layout.shapes == ()
+
+
+def test_a_million_samples_draw_from_a_few_thousand_points_with_the_peak(store):
+    run_id = store.create_run(RunOptions().to_dict(), "nvml", "v2", 0, {})
+    n, peak_at = 1_000_000, 654_321
+    store.write(run_id, samples=[(i / 1000, 0, (9 * MIB if i == peak_at else 5 * MIB) + i % 3 * MIB,
+                                  None, None, None) for i in range(n)])
+    started = time.monotonic()
+    figure = _figure(store, run_id)
+    drawn = time.monotonic() - started
+    curve = figure.data[0]
+    assert len(curve.y) <= 2 * 2000 + 2
+    assert max(curve.y) == 9  # the one spike in a million survives
+    assert curve.x[list(curve.y).index(9)] == peak_at / 1000
+    assert drawn < 5, f"the figure took {drawn:.1f} s"
