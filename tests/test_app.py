@@ -1,0 +1,228 @@
+"""The dashboard's pages through Streamlit's AppTest (no browser), on a store seeded per test,
+and the page logic of anatomy/session.py on its own."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from anatomy import session
+from anatomy.runs import machine
+from anatomy.store import report
+
+TIMEOUT = 30  # the first run of a test process imports plotly and the engine
+NO_GPU = machine()["gpu_count"] == 0
+
+
+def _app(**state) -> AppTest:
+    app = AppTest.from_file("../app.py", default_timeout=TIMEOUT)
+    for key, value in state.items():
+        app.session_state[key] = value
+    return app
+
+
+def _runs_page(**query) -> AppTest:
+    app = _app()
+    for key, value in query.items():
+        app.query_params[key] = value
+    app.switch_page("pages/runs.py").run()
+    assert not app.exception
+    return app
+
+
+def _chart(app: AppTest) -> dict:
+    charts = app.get("plotly_chart")
+    assert len(charts) == 1
+    return json.loads(charts[0].proto.spec)
+
+
+def _errors(app: AppTest) -> list[str]:
+    return [e.value for e in app.error]
+
+
+# --- the Live run page ---
+
+def test_the_live_page_offers_every_run_option_with_the_machines_defaults():
+    app = _app().run()
+    assert not app.exception
+    assert app.title[0].value == "Live run"
+    assert app.number_input(key="option_batch_size").value == 4
+    assert app.selectbox(key="option_preset").value == ("tiny" if NO_GPU else "bert-large-uncased")
+    assert app.number_input(key="option_max_steps").value == 0  # 0: train for the epochs
+    assert app.checkbox(key="option_gradient_checkpointing").value is False
+    assert "No run in progress" in app.info[0].value
+
+
+def test_a_wrong_value_is_named_under_its_field_and_nothing_starts(store):
+    app = _app().run()
+    app.number_input(key="option_batch_size").set_value(0)
+    app.number_input(key="option_sample_rate").set_value(5000)
+    app.button(key="start").click().run()
+    assert not app.exception
+    errors = _errors(app)
+    assert "batch_size: 0 is out of range: 1 to 4096" in errors
+    assert "sample_rate: 5000 is out of range: 1 to 2000" in errors
+    assert "Not started: fix the fields marked above." in errors
+    assert store.runs() == []
+    assert "No run in progress" in app.info[0].value
+
+
+@pytest.mark.skipif(not NO_GPU, reason="fp16 is refused only on a machine without a GPU")
+def test_a_choice_the_machine_cannot_run_is_refused_next_to_it(store):
+    app = _app().run()
+    app.selectbox(key="option_precision").set_value("fp16")
+    app.button(key="start").click().run()
+    assert any(e.startswith("precision: fp16 needs a GPU") for e in _errors(app))
+    assert store.runs() == []
+
+
+def test_the_sidebar_names_what_is_measured():
+    app = _app().run()
+    text = " ".join(m.value for m in app.sidebar.markdown)
+    if NO_GPU:
+        assert "no GPU: measuring CPU memory of the training process" in text
+    else:
+        assert machine()["devices"][0]["name"] in text
+
+
+def test_a_running_run_opens_live_with_its_open_phase(store, seed):
+    run_id = seed(status="running", phases_reached=3)
+    app = _app().run()  # a fresh session: as after a reload, or from another tab
+    assert not app.exception
+    assert app.subheader[0].value.startswith(f"Run {run_id}: bert-large-uncased")
+    metrics = {m.label: m.value for m in app.metric}
+    assert metrics == {"baseline": "1024 MB", "kernel": "2048 MB", "weights (now)": "3072 MB",
+                       "training": "—"}
+    assert app.get("progress")[0].proto.text == "phase weights"
+    chart = _chart(app)
+    assert [s["name"] for s in chart["layout"]["shapes"]] == ["baseline", "kernel", "weights"]
+    # Its worker is not this server's (as with a run from the CLI): no Stop, a word instead.
+    assert "Started by another process (the CLI): stop it there." in [c.value for c in app.caption]
+
+
+def test_a_run_left_running_by_a_dead_server_is_not_shown_live(store, seed):
+    run_id = seed(status="running")
+    store.update_run(run_id, worker_pid=2**22 + 1)  # above pid_max: no such process
+    app = _app().run()
+    assert "No run in progress" in app.info[0].value
+
+
+def test_a_finished_run_shows_the_walkthroughs_summary_and_a_link_to_it(store, seed):
+    run_id = seed()
+    app = _app(live_run=run_id).run()
+    assert not app.exception
+    assert app.success[0].value == "completed: peak 4096 MB"
+    assert app.code[0].value == "Time: 3.21\nSamples/second: 9.97\nGPU memory occupied: 4096 MB."
+    metrics = [(m.label, m.value) for m in app.metric]
+    assert metrics[-1] == ("training", "4096 MB")
+    link = app.get("page_link")[0].proto
+    assert (link.page, link.query_string) == ("runs", f"run={run_id}")
+    chart = _chart(app)
+    assert [s["name"] for s in chart["layout"]["shapes"]] == ["baseline", "kernel", "weights",
+                                                              "training"]
+    assert [t["name"] for t in chart["data"]] == ["GPU 0", "torch allocated", "torch reserved",
+                                                  "GPU 0 total: 141.0 GiB", "end of phase"]
+    assert chart["data"][0]["type"] == "scattergl"
+    assert chart["layout"]["uirevision"] == f"run-{run_id}"
+
+
+def test_an_out_of_memory_run_says_so_with_its_message_and_peak(store, seed):
+    run_id = seed(status="oom", error="CUDA out of memory. Tried to allocate 1.00 GiB")
+    app = _app(live_run=run_id).run()
+    assert _errors(app) == ["out of memory: peak 4096 MB before it failed"]
+    assert app.code[0].value == "CUDA out of memory. Tried to allocate 1.00 GiB"
+
+
+def test_start_a_second_start_refused_while_busy_and_stop(store):
+    from pages import common  # the server's one manager, the one the page started the run with
+
+    app = _app().run()
+    app.number_input(key="option_dataset_size").set_value(100_000)  # long enough to be stopped
+    try:
+        app.button(key="start").click().run()
+        assert not app.exception
+        (run,) = store.runs()
+        assert run["status"] == "running" and run["options"]["dataset_size"] == 100_000
+        assert app.subheader[0].value.startswith(f"Run {run['id']}: ")
+
+        app.button(key="start").click().run()
+        assert _errors(app) == ["Not started: another run is training on this machine: stop it or"
+                                " wait until it ends."]
+        assert len(store.runs()) == 1
+
+        app.button(key="stop").click().run()
+        assert store.run(run["id"])["status"] == "stopped"
+        assert app.warning[0].value.startswith("stopped by the user")
+    finally:
+        common.manager().stop_all()
+
+
+# --- the Runs page ---
+
+def test_the_runs_page_lists_every_stored_run(store, seed):
+    first = seed()
+    second = seed(status="oom", error="CUDA out of memory")
+    app = _runs_page()
+    table = app.dataframe[0].value
+    assert list(table["Run"]) == [second, first]
+    assert list(table["Status"]) == ["oom", "completed"]
+    assert list(table["Peak MB"]) == [4096, 4096]
+    assert list(table["Preset"]) == ["bert-large-uncased"] * 2
+    assert table["Samples/second"].iloc[1] == 9.97
+    assert {"Time", "Batch", "Precision", "Time (s)"} <= set(table.columns)
+
+
+def test_the_runs_page_opens_the_run_in_the_url(store, seed):
+    first, _ = seed(), seed(status="stopped")
+    app = _runs_page(run=str(first))
+    assert app.selectbox(key="runs_select").value == first
+    assert app.subheader[0].value.startswith(f"Run {first}:")
+    assert [s["name"] for s in _chart(app)["layout"]["shapes"]] == ["baseline", "kernel", "weights",
+                                                                    "training"]
+
+
+def test_the_runs_page_without_runs_says_how_to_make_one():
+    app = _runs_page()
+    assert "No runs stored yet" in app.info[0].value
+
+
+def test_deleting_a_run_asks_first(store, seed):
+    keep, doomed = seed(), seed()
+    app = _runs_page(run=str(doomed))
+    app.button(key="delete").click().run()
+    assert store.run(doomed) is not None
+    assert app.warning[0].value.startswith(f"Delete run {doomed} and its")
+    app.button(key="delete_no").click().run()
+    assert store.run(doomed) is not None and not app.warning
+    app.button(key="delete").click().run()
+    app.button(key="delete_yes").click().run()
+    assert store.run(doomed) is None and store.run(keep) is not None
+    assert list(app.dataframe[0].value["Run"]) == [keep]
+
+
+# --- the page logic, without Streamlit ---
+
+def test_form_values_become_run_options_with_max_steps_zero_meaning_epochs():
+    values = {"preset": "tiny", "batch_size": 8, "max_steps": 0, "gradient_checkpointing": True}
+    options = session.options_from_form(values)
+    assert (options.batch_size, options.max_steps, options.gradient_checkpointing) == (8, None, True)
+    assert session.options_from_form({**values, "max_steps": 5}).max_steps == 5
+
+
+def test_phase_metrics_give_each_phase_its_increase(store, seed):
+    metrics = session.phase_metrics(report(store, seed(status="running", phases_reached=3)))
+    assert [(m["name"], m["state"], m["memory_mb"], m["delta_mb"]) for m in metrics] == [
+        ("baseline", "done", 1024, None), ("kernel", "done", 2048, 1024),
+        ("weights", "open", 3072, 1024), ("training", "pending", None, None)]
+
+
+def test_progress_counts_steps_and_the_time_left(store, seed):
+    run_id = seed(status="running")
+    rep = report(store, run_id)
+    assert session.progress(rep, None) == {"step": 0, "total": 8, "fraction": 0.0,
+                                           "seconds_left": None}
+    step = {"t": 8.0, "step": 4, "total": 8}  # training began at 6.0: 0.5 s a step
+    assert session.progress(rep, step) == {"step": 4, "total": 8, "fraction": 0.5,
+                                           "seconds_left": 2.0}
