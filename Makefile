@@ -12,7 +12,12 @@ $(STAMP): requirements.txt requirements-dev.txt
 	$(BIN)/python -m pip install -q -r requirements-dev.txt
 	touch $(STAMP)
 
+# The dashboard, on http://localhost:8501 (.streamlit/config.toml: localhost only).
 run: $(STAMP)
+	$(BIN)/python -m streamlit run app.py
+
+# One run without the dashboard: the same engine, printing each phase's memory.
+cli: $(STAMP)
 	$(BIN)/python -m anatomy run
 
 test: $(STAMP)
