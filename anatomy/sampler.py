@@ -13,23 +13,37 @@ from anatomy import nvml
 
 BATCH_SECONDS = 0.05
 UTIL_SECONDS = 0.1  # NVML's utilisation counter itself only changes every ~1/6 s
+TREE_SECONDS = 0.1
 
 
-def _rss_of_tree(pid: int) -> int | None:
-    import psutil
+class _ProcessTree:
+    """RSS of a process and its descendants. Finding the descendants walks /proc, which costs
+    more than a tick at 1,000 Hz, so the tree is re-listed every TREE_SECONDS, not every tick."""
 
-    try:
-        root = psutil.Process(pid)
-        processes = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return None
-    total = 0
-    for process in processes:
-        try:
-            total += process.memory_info().rss
-        except psutil.Error:
-            pass  # a child that just ended
-    return total
+    def __init__(self, pid: int):
+        import psutil
+
+        self.psutil = psutil
+        self.root = psutil.Process(pid)
+        self.members: list = []
+        self.listed_at = float("-inf")
+
+    def rss(self, t: float) -> int | None:
+        psutil = self.psutil
+        if t - self.listed_at >= TREE_SECONDS:
+            try:
+                self.members = [self.root, *self.root.children(recursive=True)]
+            except psutil.Error:
+                return None
+            self.listed_at = t
+        total = 0
+        for process in self.members:
+            try:
+                total += process.memory_info().rss
+            except psutil.Error:
+                if process is self.root:
+                    return None  # the worker is gone: nothing of it to measure
+        return total
 
 
 class Reader:
@@ -41,6 +55,7 @@ class Reader:
         self.gpus = list(range(nvml.device_count())) if backend == "nvml" else [0]
         self._util: dict[int, int | None] = {}
         self._util_at = float("-inf")
+        self._tree: _ProcessTree | None = None
         if backend == "cpu-rss":
             import psutil
 
@@ -58,10 +73,15 @@ class Reader:
                     rows.append((t, gpu, reading.used, reading.reserved, reading.total,
                                  self._util.get(gpu)))
             return rows
-        pid = self.worker_pid.value if self.worker_pid is not None else 0
-        if not pid:
-            return []  # the worker has not started: nothing of it to measure yet
-        rss = _rss_of_tree(pid)
+        if self._tree is None:
+            pid = self.worker_pid.value if self.worker_pid is not None else 0
+            if not pid:
+                return []  # the worker has not started: nothing of it to measure yet
+            try:
+                self._tree = _ProcessTree(pid)
+            except Exception:  # psutil.NoSuchProcess: it ended before its first sample
+                return []
+        rss = self._tree.rss(t)
         return [] if rss is None else [(t, 0, rss, None, self._ram_total, None)]
 
 

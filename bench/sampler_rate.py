@@ -1,0 +1,66 @@
+"""How many samples per second the sampler sustains, per device, at each asked-for rate.
+
+    python bench/sampler_rate.py [--seconds 3] [--rates 200,1000,2000]
+
+Runs the real sampler process (spawn, real NVML where there is a GPU; else RSS of this process)
+and counts what reaches the queue. Results and the machine go in docs/BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import time
+
+from anatomy import nvml, sampler
+
+
+def measure(rate: int, seconds: float) -> dict:
+    context = mp.get_context("spawn")
+    backend = "nvml" if nvml.available() else "cpu-rss"
+    queue, stop = context.Queue(), context.Event()
+    pid = context.Value("i", os.getpid())
+    t0 = time.monotonic()
+    process = context.Process(target=sampler.run, args=(queue, stop, backend, rate, t0, pid))
+    process.start()
+    rows, batches, sent = [], 0, None
+    deadline = time.monotonic() + seconds
+    while sent is None:
+        if time.monotonic() > deadline:
+            stop.set()
+        try:
+            kind, payload = queue.get(timeout=0.1)
+        except Exception:
+            continue
+        if kind == "samples":
+            rows.extend(payload)
+            batches += 1
+        else:
+            sent = payload
+    process.join()
+    devices = len({r[1] for r in rows}) or 1
+    times = sorted({r[0] for r in rows})
+    span = times[-1] - times[0] if len(times) > 1 else 0
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    return {"backend": backend, "asked_hz": rate, "devices": devices,
+            "achieved_hz_per_device": round((len(times) - 1) / span, 1) if span else None,
+            "max_gap_ms": round(1000 * max(gaps), 2) if gaps else None,
+            "samples": len(rows), "sent": sent, "batches": batches}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--rates", default="200,1000,2000")
+    args = parser.parse_args()
+    print(json.dumps({"machine": platform.node(), "cpus": os.cpu_count(),
+                      "gpu": nvml.device_info(0).name if nvml.available() else None}))
+    for rate in (int(r) for r in args.rates.split(",")):
+        print(json.dumps(measure(rate, args.seconds)))
+
+
+if __name__ == "__main__":
+    main()
