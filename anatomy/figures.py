@@ -28,6 +28,7 @@ OTHER_GPU_COLOURS = ("#7F8C9A", "#A3ACB9", "#5D6D7E", "#C0C7D0")
 ALLOCATED_COLOUR = "#D55E00"
 RESERVED_COLOUR = "#0072B2"
 CEILING_COLOUR = "#8B0000"
+CEILING_SHOWN_FROM = 0.25  # of the total: the ceiling is drawn once the curve comes this close
 LABEL_ROW_PX = 18  # consecutive labels alternate rows: a short phase's label cannot hide the next
 
 
@@ -98,14 +99,16 @@ def memory_figure(report: dict, samples: Sequence[dict], steps: Sequence[dict] =
     totals = [s["total"] for s in by_gpu.get(report["gpu"], []) if s.get("total")]
     if totals and now is not None:
         total = totals[-1]
+        peak = max(s["used"] for s in by_gpu[report["gpu"]])
+        # A ceiling far above the curve would flatten it (an H200's 140 GiB over BERT's 8 GiB, a
+        # machine's RAM over one process): then it waits in the legend, a click away.
+        near = peak >= CEILING_SHOWN_FROM * total
         what = "RAM" if backend == "cpu-rss" else f"GPU {report['gpu']}"
         figure.add_trace(go.Scattergl(
             x=[0, now], y=[total / MIB] * 2, mode="lines",
-            name=f"{what} total: {total / 2**30:.1f} GiB",
+            name=f"{what} total: {total / 2**30:.1f} GiB" + ("" if near else " (click to show)"),
             line={"color": CEILING_COLOUR, "width": 1, "dash": "dashdot"},
-            # A machine's RAM dwarfs one process's RSS: the ceiling waits in the legend on a CPU.
-            visible="legendonly" if backend == "cpu-rss" else True,
-            hoverinfo="name"))
+            visible=True if near else "legendonly", hoverinfo="name"))
 
     ended = [p for p in report["phases"] if p["end_s"] is not None and p["memory_mb"] is not None]
     if ended:

@@ -123,7 +123,7 @@ def test_a_finished_run_shows_the_walkthroughs_summary_and_a_link_to_it(store, s
     assert [s["name"] for s in chart["layout"]["shapes"]] == ["baseline", "kernel", "weights",
                                                               "training"]
     assert [t["name"] for t in chart["data"]] == ["GPU 0", "torch allocated", "torch reserved",
-                                                  "GPU 0 total: 141.0 GiB", "end of phase"]
+                                                  "GPU 0 total: 141.0 GiB (click to show)", "end of phase"]
     assert chart["data"][0]["type"] == "scattergl"
     assert chart["layout"]["uirevision"] == f"run-{run_id}"
 

@@ -10,6 +10,8 @@ from anatomy import figures
 from anatomy.options import RunOptions
 from anatomy.store import MIB, PHASES, report
 
+GIB = 1024 * MIB
+
 
 def _figure(store, run_id: int) -> go.Figure:
     return figures.memory_figure(report(store, run_id), store.decimated(run_id), store.steps(run_id))
@@ -62,21 +64,28 @@ def test_one_webgl_line_per_gpu_the_allocator_and_the_ceiling(store, seed):
     figure = _figure(store, run_id)
     names = [t.name for t in figure.data]
     assert names == ["GPU 0 (training)", "GPU 1", "torch allocated", "torch reserved",
-                     "GPU 0 total: 141.0 GiB", "end of phase"]
+                     "GPU 0 total: 141.0 GiB (click to show)", "end of phase"]
     assert all(isinstance(t, go.Scattergl) for t in figure.data[:5])
     assert max(figure.data[0].y) == 4096 and max(figure.data[1].y) == 512
     reserved = figure.data[3]
     assert list(reserved.y) == [2048] * 8 and list(reserved.customdata) == list(range(1, 9))
     ceiling = figure.data[4]
-    assert list(ceiling.y) == [141 * 1024] * 2 and ceiling.visible is True
+    assert list(ceiling.y) == [141 * 1024] * 2
+    assert ceiling.visible == "legendonly"  # 4 GiB under 141: drawn, it would flatten the curve
     assert figure.layout.yaxis.title.text == "GPU memory used (MiB)"
 
 
-def test_a_cpu_run_has_no_allocator_lines_and_keeps_the_ram_ceiling_in_the_legend(store, seed):
+def test_the_ceiling_is_drawn_once_the_curve_comes_close(store, seed):
+    run_id = seed()
+    store.write(run_id, samples=[(9.5, 0, 40 * GIB, None, 141 * GIB, None)])
+    ceiling = next(t for t in _figure(store, run_id).data if "total" in t.name)
+    assert ceiling.name == "GPU 0 total: 141.0 GiB" and ceiling.visible is True
+
+
+def test_a_cpu_run_has_no_allocator_lines(store, seed):
     figure = _figure(store, seed(backend="cpu-rss"))
     assert [t.name for t in figure.data] == ["CPU RSS of the training process",
-                                             "RAM total: 141.0 GiB", "end of phase"]
-    assert figure.data[1].visible == "legendonly"  # RAM would flatten the curve to nothing
+                                             "RAM total: 141.0 GiB (click to show)", "end of phase"]
     assert figure.layout.yaxis.title.text == "CPU memory, RSS (MiB)"
 
 
