@@ -115,6 +115,22 @@ class RunManager:
         self.context = mp.get_context("spawn")  # never fork after torch/CUDA is loaded
         self.active: dict[int, ActiveRun] = {}
         self._guard = threading.Lock()
+        self.close_orphans()
+
+    def close_orphans(self) -> list[int]:
+        """Runs still marked running whose worker is gone (the server or CLI that ran them
+        ended first) become failed, keeping what they recorded. Returns their ids."""
+        closed = []
+        for run in self.store.runs():
+            if run["status"] != "running" or run["id"] in self.active:
+                continue
+            if _alive(run["worker_pid"]):
+                continue  # another process on this machine is running it
+            self.store.close_phases(run["id"], self.store.last_time(run["id"]))
+            self.store.finish(run["id"], "failed", "the process that ran it ended before the run "
+                              "finished (the dashboard or CLI was stopped)")
+            closed.append(run["id"])
+        return closed
 
     # --- starting ---
     def start(self, options: RunOptions, name: str | None = None, sweep: str | None = None,
@@ -290,6 +306,15 @@ class RunManager:
     def stop_all(self) -> None:
         for run_id in list(self.active):
             self.stop(run_id)
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _drain(queue, handle) -> None:

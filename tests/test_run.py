@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import psutil
@@ -111,3 +112,19 @@ def test_stop_ends_the_whole_tree_within_five_seconds(manager, store):
     assert rep["status"] == "stopped"
     assert rep["samples"] == rep["samples_sent"] > 0
     assert not manager.is_active(run_id)
+
+
+def test_runs_left_running_by_a_dead_process_become_failed(store):
+    from anatomy.runs import RunManager
+
+    orphan = store.create_run(RunOptions().to_dict(), "cpu-rss", "rss", 0, {})
+    store.write(orphan, samples=[(0.5, 0, 10, None, None, None)],
+                phases=[("start", "baseline", 0.1)])
+    store.update_run(orphan, worker_pid=2**22 + 12345)  # above Linux's pid_max: never a process
+    alive = store.create_run(RunOptions().to_dict(), "cpu-rss", "rss", 0, {})
+    store.update_run(alive, worker_pid=os.getpid())  # a live process: someone else's run
+    RunManager(store)
+    run = store.run(orphan)
+    assert run["status"] == "failed" and "ended before the run finished" in run["error"]
+    assert store.phases(orphan)[0]["end_s"] == 0.5  # kept, and closed at its last sample
+    assert store.run(alive)["status"] == "running"
