@@ -1,19 +1,24 @@
-"""`python -m anatomy`: run, predict, runs, show, export — the engine, headless."""
+"""`python -m anatomy`: run, predict, sweep, runs, show, rename, tag, delete, export, import —
+the engine, headless."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sqlite3
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
+from typing import TextIO
 
-from anatomy import components, measurement, prediction, transfer
+from anatomy import components, measurement, prediction, session, transfer
 from anatomy.operations import OperationProfile, comparison
 from anatomy.options import FIELDS, RunOptions, defaults_for, validate
 from anatomy.runs import DeviceBusy, InvalidOptions, RunManager, machine
-from anatomy.store import Store, report
+from anatomy.store import STATUSES, Store, report
+from anatomy.sweep import Sweep, SweepEvent, grid, parse_vary
 
 POLL_SECONDS = 0.2
 
@@ -154,10 +159,12 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
     return "\n".join(lines)
 
 
-def run_rows(store: Store) -> list[dict]:
-    """One row per stored run: the list the CLI prints and the Runs page shows."""
+def run_rows(store: Store, tag: str | None = None, preset: str | None = None,
+             status: str | None = None) -> list[dict]:
+    """One row per stored run (those with the tag, preset and status given): the list the CLI
+    prints and the Runs page shows."""
     rows = []
-    for run in store.runs():
+    for run in store.find_runs(tag=tag, preset=preset, status=status):
         rep = report(store, run["id"])
         o = run["options"]
         rows.append({
@@ -174,19 +181,81 @@ def run_rows(store: Store) -> list[dict]:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    rows = run_rows(Store(args.store))
+    filters = {"tag": args.tag, "preset": args.preset, "status": args.status}
+    rows = run_rows(Store(args.store), **filters)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     if not rows:
-        print("no runs stored yet: start one with `python -m anatomy run`")
+        chosen = ", ".join(f"{k} {v}" for k, v in filters.items() if v is not None)
+        print(f"no stored run has {chosen}" if chosen else
+              "no runs stored yet: start one with `python -m anatomy run`")
         return 0
-    header = ["id", "created", "status", "preset", "batch", "prec", "peak MB", "Time", "Samples/s"]
+    header = ["id", "created", "status", "preset", "batch", "prec", "peak MB", "Time", "Samples/s",
+              "tags", "name"]
     body = [[r["id"], r["created"], r["status"], r["preset"], r["batch_size"], r["precision"],
              r["peak_mb"] if r["peak_mb"] is not None else "",
              f"{r['time_s']:.2f}" if r["time_s"] else "",
-             f"{r['samples_per_second']:.2f}" if r["samples_per_second"] else ""] for r in rows]
+             f"{r['samples_per_second']:.2f}" if r["samples_per_second"] else "",
+             ",".join(r["tags"]), r["name"] or ""] for r in rows]
     print(_table(body, header))
+    return 0
+
+
+def _run_or_error(store: Store, run_id: int) -> dict | None:
+    run = store.run(run_id)
+    if run is None:
+        print(f"error: run {run_id} is not in {store.path}", file=sys.stderr)
+    return run
+
+
+def cmd_rename(args: argparse.Namespace) -> int:
+    store = Store(args.store)
+    if _run_or_error(store, args.run_id) is None:
+        return 1
+    store.rename_run(args.run_id, args.name.strip() or None)
+    print(f"run {args.run_id}: {store.run(args.run_id)['name'] or '(no name)'}")
+    return 0
+
+
+def cmd_tag(args: argparse.Namespace) -> int:
+    store = Store(args.store)
+    run = _run_or_error(store, args.run_id)
+    if run is None:
+        return 1
+    if args.remove:
+        tags = [t for t in run["tags"] if t not in {x.strip() for x in args.tags}]
+    else:
+        tags = run["tags"] + args.tags
+    try:
+        store.set_tags(args.run_id, tags)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"run {args.run_id} tags: {', '.join(store.run(args.run_id)['tags']) or '(none)'}")
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    store = Store(args.store)
+    run = _run_or_error(store, args.run_id)
+    if run is None:
+        return 1
+    if session.is_live(run, RunManager(store)):
+        print(f"error: run {args.run_id} is still running: stop it first", file=sys.stderr)
+        return 2
+    if not args.yes:
+        if not sys.stdin.isatty():
+            print("error: deleting cannot be undone: confirm with --yes (no terminal to ask on)",
+                  file=sys.stderr)
+            return 2
+        samples = store.sample_count(args.run_id)
+        what = f"run {args.run_id} ({run['preset']}, {run['status']}, {samples} samples)"
+        if input(f"Delete {what}? This cannot be undone. [y/N] ").strip().lower() not in ("y", "yes"):
+            print("not deleted")
+            return 1
+    store.delete_run(args.run_id)
+    print(f"deleted run {args.run_id}")
     return 0
 
 
@@ -236,6 +305,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     try:
         if args.format == "json":
             text = json.dumps(transfer.export_runs(store, args.run_ids), default=str)
+        elif args.format == "html":
+            text = transfer.runs_html(store, args.run_ids)
         else:
             text = transfer.samples_csv(store, args.run_ids)
     except KeyError as error:
@@ -246,6 +317,104 @@ def cmd_export(args: argparse.Namespace) -> int:
         print(f"wrote {args.output}")
     else:
         sys.stdout.write(text)
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    try:
+        data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+    except OSError as error:
+        print(f"error: cannot read {args.file}: {error.strerror}", file=sys.stderr)
+        return 1
+    store = Store(args.store)
+    try:
+        run_ids = transfer.import_runs(store, data)
+    except transfer.ImportRefused as error:
+        print(f"error: {args.file} is refused, nothing was imported: {error}", file=sys.stderr)
+        return 2
+    except sqlite3.Error as error:
+        print(f"error: writing to {store.path} failed, nothing was imported: {error}",
+              file=sys.stderr)
+        return 1
+    for run_id in run_ids:
+        print(run_id)
+    return 0
+
+
+def _values_text(values: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in values.items())
+
+
+def _sweep_printer(sweep: Sweep, out: TextIO) -> Callable[[SweepEvent], None]:
+    told: list[SweepEvent] = []
+
+    def tell(event: SweepEvent) -> None:
+        if not told:  # here, not after start(): the sweep's thread may speak first
+            print(f"sweep {sweep.id}: {sweep.name}, {len(sweep.planned)} runs planned"
+                  f"{' (then doubling batch size until out of memory)' if sweep.until_oom else ''}",
+                  file=out, flush=True)
+        told.append(event)
+        where = f"[{event.index}/{event.planned}{'+' if sweep.until_oom else ''}]"
+        if event.kind == "start":
+            print(f"{where} run {event.run_id}: {_values_text(event.values)} …", file=out, flush=True)
+        elif event.kind == "end":
+            s = report(sweep.store, event.run_id)["summary"]
+            speed = (f", {s['samples_per_second']:.2f} samples/s, {s['time_s']:.2f} s"
+                     if s["samples_per_second"] is not None else "")
+            print(f"{where} run {event.run_id}: {_values_text(event.values)} → {event.status}, "
+                  f"peak {s['peak_mb']} MB{speed}", file=out, flush=True)
+        else:
+            print(f"skipped {_values_text(event.values)}: a smaller batch size ran out of memory",
+                  file=out, flush=True)
+    return tell
+
+
+def _print_grid(result: dict) -> None:
+    names = list(result["vary"])
+    rows = [[r["run"], *(r["values"][n] for n in names), r["status"],
+             r["peak_mb"] if r["peak_mb"] is not None else "",
+             f"{r['samples_per_second']:.2f}" if r["samples_per_second"] is not None else "",
+             f"{r['time_s']:.2f}" if r["time_s"] is not None else ""] for r in result["runs"]]
+    print(_table(rows, ["run", *names, "status", "peak MB", "Samples/s", "Time"]))
+    fitting = result["largest_fitting"]
+    if isinstance(fitting, dict):
+        other = next(n for n in names if n != "batch_size")
+        print("largest batch size that fit: " + "; ".join(
+            f"{other}={value}: {size if size is not None else 'none'}" for value, size in fitting.items()))
+    elif "batch_size" in names:
+        print(f"largest batch size that fit: {fitting if fitting is not None else 'none'}")
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    store = Store(args.store)
+    info = machine()
+    base = options_from_args(args, info["gpu_count"] > 0)
+    try:
+        sweep = Sweep(RunManager(store), base, parse_vary(args.vary), args.until_oom, args.name,
+                      info["gpu_count"])
+    except InvalidOptions as error:
+        for message in error.errors.values():
+            print(f"error: {message}", file=sys.stderr)
+        return 2
+    # with --json, stdout holds the JSON alone
+    sweep.on_event = _sweep_printer(sweep, sys.stderr if args.json else sys.stdout)
+    sweep_id = sweep.start()
+    try:
+        while sweep.wait(POLL_SECONDS) is None:
+            pass
+    except KeyboardInterrupt:
+        print("\nstopping the sweep…", file=sys.stderr)
+        sweep.stop()
+        sweep.wait()
+    result = grid(store, sweep_id)
+    if args.json:
+        print(json.dumps({"sweep": sweep_id, "runs": result["runs"],
+                          "largest_fitting": result["largest_fitting"]}, indent=2))
+    else:
+        _print_grid(result)
+    if sweep.status != "completed":
+        print(f"sweep {sweep.status}{': ' + sweep.error if sweep.error else ''}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -267,6 +436,9 @@ def parser() -> argparse.ArgumentParser:
 
     runs = commands.add_parser("runs", help="the stored runs")
     runs.add_argument("--json", action="store_true")
+    runs.add_argument("--tag", help="only runs with this tag")
+    runs.add_argument("--preset", help="only runs of this preset")
+    runs.add_argument("--status", choices=STATUSES, help="only runs that ended so (or still run)")
     runs.add_argument("--store", help=store_help)
     runs.set_defaults(func=cmd_runs)
 
@@ -278,10 +450,51 @@ def parser() -> argparse.ArgumentParser:
 
     export = commands.add_parser("export", help="runs as JSON (everything) or CSV (samples)")
     export.add_argument("run_ids", type=int, nargs="+", metavar="RUN_ID")
-    export.add_argument("--format", choices=("json", "csv"), required=True)
+    export.add_argument("--format", choices=("json", "csv", "html"), required=True,
+                        help="json: everything, to import elsewhere; csv: the samples; "
+                             "html: the memory charts, a standalone page")
     export.add_argument("--output", help="file to write (default: standard output)")
     export.add_argument("--store", help=store_help)
     export.set_defaults(func=cmd_export)
+
+    load = commands.add_parser("import", help="runs from an exported JSON file, under new ids")
+    load.add_argument("file", metavar="FILE", help="the file `export --format json` wrote (- reads"
+                      " standard input)")
+    load.add_argument("--store", help=store_help)
+    load.set_defaults(func=cmd_import)
+
+    sweep = commands.add_parser("sweep", help="runs one after another, one or two options varied")
+    _add_run_options(sweep)
+    sweep.add_argument("--vary", action="append", required=True, metavar="OPTION=V1,V2,…",
+                       help="an option and its values, e.g. batch-size=1,2,4 or precision=fp32,bf16"
+                            " or gradient-checkpointing=off,on (once or twice)")
+    sweep.add_argument("--until-oom", action="store_true",
+                       help="with --vary batch-size: keep doubling past the list until a run is out"
+                            " of memory")
+    sweep.add_argument("--name", help="the sweep's name (default: what it varies)")
+    sweep.add_argument("--json", action="store_true",
+                       help="print the grid as one JSON object (progress goes to stderr)")
+    sweep.add_argument("--store", help=store_help)
+    sweep.set_defaults(func=cmd_sweep)
+
+    rename = commands.add_parser("rename", help="name a run (an empty name removes it)")
+    rename.add_argument("run_id", type=int, metavar="RUN_ID")
+    rename.add_argument("name", metavar="NAME")
+    rename.add_argument("--store", help=store_help)
+    rename.set_defaults(func=cmd_rename)
+
+    tag = commands.add_parser("tag", help="add tags to a run, or remove them")
+    tag.add_argument("run_id", type=int, metavar="RUN_ID")
+    tag.add_argument("tags", nargs="+", metavar="TAG")
+    tag.add_argument("--remove", action="store_true", help="remove these tags instead")
+    tag.add_argument("--store", help=store_help)
+    tag.set_defaults(func=cmd_tag)
+
+    delete = commands.add_parser("delete", help="delete a run and all it recorded")
+    delete.add_argument("run_id", type=int, metavar="RUN_ID")
+    delete.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    delete.add_argument("--store", help=store_help)
+    delete.set_defaults(func=cmd_delete)
     return root
 
 

@@ -10,6 +10,7 @@ import json
 import os
 import sqlite3
 import time
+import uuid
 from collections.abc import Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -76,6 +77,21 @@ CREATE TABLE IF NOT EXISTS messages (
     t REAL NOT NULL,
     level TEXT NOT NULL,
     text TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS sweeps (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    key TEXT NOT NULL UNIQUE,   -- what runs.sweep holds: unique across stores, so a run imported
+                                -- from another machine never joins a local sweep of the same id
+    name TEXT,
+    created_at REAL NOT NULL,
+    ended_at REAL,
+    base TEXT NOT NULL,         -- JSON of the base RunOptions
+    vary TEXT NOT NULL,         -- JSON {option: [values]}, as planned
+    until_oom INTEGER NOT NULL DEFAULT 0,
+    planned INTEGER NOT NULL,   -- runs in the plan; an until-oom ladder may add more
+    skipped INTEGER NOT NULL DEFAULT 0,  -- planned runs dropped after an oom in their ladder
+    status TEXT NOT NULL,       -- running, completed, stopped, failed
+    error TEXT
 );
 """
 
@@ -158,6 +174,87 @@ class Store:
         with self.connect() as db:
             db.execute("DELETE FROM runs WHERE id = ?", (run_id,))
 
+    def rename_run(self, run_id: int, name: str | None) -> bool:
+        """False when there is no such run."""
+        with self.connect() as db:
+            return db.execute("UPDATE runs SET name = ? WHERE id = ?", (name, run_id)).rowcount > 0
+
+    def set_tags(self, run_id: int, tags: Sequence[str]) -> bool:
+        """Replace the run's tags (blank ones dropped, duplicates once); False when there is no
+        such run. The column is comma-separated, so a tag cannot hold a comma."""
+        clean = list(dict.fromkeys(t.strip() for t in tags if t.strip()))
+        bad = [t for t in clean if "," in t]
+        if bad:
+            raise ValueError(f"a tag cannot contain a comma: {bad[0]!r}")
+        with self.connect() as db:
+            return db.execute("UPDATE runs SET tags = ? WHERE id = ?",
+                              (",".join(clean), run_id)).rowcount > 0
+
+    def add_runs(self, records: Sequence[dict]) -> list[int]:
+        """Whole runs from elsewhere (an import), in one transaction: all of them or none.
+
+        Each record: `run` (the runs columns, options / environment / summary as dicts, tags as a
+        list), `samples` and `steps` (tuples in their tables' column order, sans run_id),
+        `phases` ((name, start, end)) and `messages` ((t, level, text))."""
+        ids = []
+        with self.connect() as db:
+            for record in records:
+                run = record["run"]
+                cursor = db.execute(
+                    "INSERT INTO runs (name, created_at, ended_at, status, preset, options,"
+                    " environment, backend, memory_api, gpu, summary, error, samples_sent, tags,"
+                    " sweep) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (run["name"], run["created_at"], run["ended_at"], run["status"],
+                     run["options"]["preset"], json.dumps(run["options"]),
+                     json.dumps(run["environment"]), run["backend"], run["memory_api"], run["gpu"],
+                     json.dumps(run["summary"]), run["error"], run["samples_sent"],
+                     ",".join(run["tags"]), run["sweep"]))
+                run_id = int(cursor.lastrowid)
+                db.executemany("INSERT INTO samples VALUES (?, ?, ?, ?, ?, ?, ?)",
+                               [(run_id, *s) for s in record["samples"]])
+                db.executemany("INSERT INTO phases VALUES (?, ?, ?, ?)",
+                               [(run_id, *p) for p in record["phases"]])
+                db.executemany("INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?, ?)",
+                               [(run_id, *s) for s in record["steps"]])
+                db.executemany("INSERT INTO messages VALUES (?, ?, ?, ?)",
+                               [(run_id, *m) for m in record["messages"]])
+                ids.append(run_id)
+        return ids
+
+    # --- sweeps (the sweep runner writes; the pages read progress from here) ---
+    def create_sweep(self, name: str | None, base: dict, vary: dict, until_oom: bool,
+                     planned: int) -> int:
+        with self.connect() as db:
+            cursor = db.execute(
+                "INSERT INTO sweeps (key, name, created_at, base, vary, until_oom, planned, status)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, 'running')",
+                (uuid.uuid4().hex, name, time.time(), json.dumps(base), json.dumps(vary),
+                 int(until_oom), planned))
+            return int(cursor.lastrowid)
+
+    def update_sweep(self, sweep_id: int, **values: Any) -> None:
+        columns = ", ".join(f"{k} = ?" for k in values)
+        with self.connect() as db:
+            db.execute(f"UPDATE sweeps SET {columns} WHERE id = ?", (*values.values(), sweep_id))
+
+    @staticmethod
+    def _sweep_row(row: sqlite3.Row) -> dict:
+        sweep = dict(row)
+        sweep["base"] = json.loads(sweep["base"])
+        sweep["vary"] = json.loads(sweep["vary"])
+        sweep["until_oom"] = bool(sweep["until_oom"])
+        return sweep
+
+    def sweep(self, sweep_id: int) -> dict | None:
+        with self.connect() as db:
+            row = db.execute("SELECT * FROM sweeps WHERE id = ?", (sweep_id,)).fetchone()
+        return None if row is None else self._sweep_row(row)
+
+    def sweeps(self) -> list[dict]:
+        with self.connect() as db:
+            rows = db.execute("SELECT * FROM sweeps ORDER BY id DESC").fetchall()
+        return [self._sweep_row(r) for r in rows]
+
     # --- reading ---
     @staticmethod
     def _run_row(row: sqlite3.Row) -> dict:
@@ -175,6 +272,22 @@ class Store:
     def runs(self) -> list[dict]:
         with self.connect() as db:
             rows = db.execute("SELECT * FROM runs ORDER BY id DESC").fetchall()
+        return [self._run_row(r) for r in rows]
+
+    def find_runs(self, tag: str | None = None, preset: str | None = None,
+                  status: str | None = None, sweep: str | None = None) -> list[dict]:
+        """`runs()` narrowed to those with the tag, preset, status and sweep key given."""
+        query, args = "SELECT * FROM runs WHERE 1", []
+        if tag is not None:
+            # whole tags only: "a" must not match "ab"
+            query += " AND instr(',' || tags || ',', ',' || ? || ',') > 0"
+            args.append(tag)
+        for column, value in (("preset", preset), ("status", status), ("sweep", sweep)):
+            if value is not None:
+                query += f" AND {column} = ?"
+                args.append(value)
+        with self.connect() as db:
+            rows = db.execute(query + " ORDER BY id DESC", args).fetchall()
         return [self._run_row(r) for r in rows]
 
     def latest_running(self) -> dict | None:

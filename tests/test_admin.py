@@ -1,0 +1,124 @@
+"""Rename, tag, filter and delete runs: through the CLI, as a user would, and the Runs page's rows."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from anatomy.cli import main, run_rows
+from anatomy.options import RunOptions
+
+
+@pytest.fixture
+def runs(store, seed):
+    """Three runs: bert-large completed, bert-large out of memory, tiny completed."""
+    large = seed()
+    oom = seed(status="oom", error="CUDA out of memory")
+    tiny = store.create_run(RunOptions(preset="tiny").to_dict(), "cpu-rss", "rss", 0, {})
+    store.finish(tiny, "completed")
+    return large, oom, tiny
+
+
+def cli(store, *args: str) -> int:
+    return main([*args, "--store", str(store.path)])
+
+
+def listed(store, capsys, *filters: str) -> list[int]:
+    capsys.readouterr()
+    assert cli(store, "runs", "--json", *filters) == 0
+    return [row["id"] for row in json.loads(capsys.readouterr().out)]
+
+
+def test_rename_names_a_run_and_an_empty_name_removes_it(store, runs, capsys):
+    large, _, _ = runs
+    assert cli(store, "rename", str(large), "walkthrough, batch 4") == 0
+    assert capsys.readouterr().out == f"run {large}: walkthrough, batch 4\n"
+    assert store.run(large)["name"] == "walkthrough, batch 4"
+    assert next(r for r in run_rows(store) if r["id"] == large)["name"] == "walkthrough, batch 4"
+    assert cli(store, "rename", str(large), "") == 0
+    assert store.run(large)["name"] is None
+
+
+def test_tags_are_added_removed_and_filtered(store, runs, capsys):
+    large, oom, tiny = runs
+    assert cli(store, "tag", str(large), "h200", "baseline") == 0
+    assert cli(store, "tag", str(oom), "h200", "h200") == 0
+    assert cli(store, "tag", str(tiny), "h2") == 0
+    assert store.run(large)["tags"] == ["h200", "baseline"] and store.run(oom)["tags"] == ["h200"]
+    assert listed(store, capsys, "--tag", "h200") == [oom, large]
+    assert listed(store, capsys, "--tag", "h2") == [tiny]  # whole tags: h2 is not h200
+    assert cli(store, "tag", str(large), "baseline", "--remove") == 0
+    assert capsys.readouterr().out.endswith(f"run {large} tags: h200\n")
+    assert listed(store, capsys, "--tag", "baseline") == []
+
+
+def test_a_tag_with_a_comma_is_refused(store, runs, capsys):
+    assert cli(store, "tag", str(runs[0]), "a,b") == 2
+    assert "a tag cannot contain a comma: 'a,b'" in capsys.readouterr().err
+    assert store.run(runs[0])["tags"] == []
+
+
+def test_runs_filter_by_preset_and_status_and_together(store, runs, capsys):
+    large, oom, tiny = runs
+    store.set_tags(oom, ["h200"])
+    assert listed(store, capsys, "--preset", "bert-large-uncased") == [oom, large]
+    assert listed(store, capsys, "--status", "completed") == [tiny, large]
+    both = ("--preset", "bert-large-uncased", "--status", "oom", "--tag", "h200")
+    assert listed(store, capsys, *both) == [oom]
+    # the Runs page's keyword arguments, and its callers that pass none
+    assert [r["id"] for r in run_rows(store, preset="tiny")] == [tiny]
+    assert [r["id"] for r in run_rows(store)] == [tiny, oom, large]
+    assert cli(store, "runs", "--status", "stopped") == 0
+    assert "no stored run has status stopped" in capsys.readouterr().out
+
+
+def test_the_table_shows_tags_and_names(store, runs, capsys):
+    store.rename_run(runs[0], "walkthrough")
+    store.set_tags(runs[0], ["h200"])
+    capsys.readouterr()
+    assert cli(store, "runs") == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith(f"{runs[0]} "))
+    assert line.rstrip().endswith("h200  walkthrough")
+
+
+def test_delete_with_yes_removes_the_run_and_its_rows(store, runs, capsys):
+    large, oom, tiny = runs
+    assert cli(store, "delete", str(oom), "--yes") == 0
+    assert capsys.readouterr().out == f"deleted run {oom}\n"
+    assert store.run(oom) is None and store.sample_count(oom) == 0
+    assert [r["id"] for r in run_rows(store)] == [tiny, large]
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("answer, deleted", [("y\n", True), ("yes\n", True), ("n\n", False), ("\n", False)])
+def test_delete_asks_on_a_terminal(store, runs, capsys, monkeypatch, answer, deleted):
+    monkeypatch.setattr("sys.stdin", Terminal(answer))
+    assert cli(store, "delete", str(runs[1])) == (0 if deleted else 1)
+    assert f"Delete run {runs[1]} (bert-large-uncased, oom, 91 samples)?" in capsys.readouterr().out
+    assert (store.run(runs[1]) is None) is deleted
+
+
+def test_delete_without_a_terminal_needs_yes(store, runs, capsys, monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.StringIO("y\n"))
+    assert cli(store, "delete", str(runs[1])) == 2
+    assert "confirm with --yes" in capsys.readouterr().err
+    assert store.run(runs[1]) is not None
+
+
+def test_a_running_run_is_not_deleted(store, seed, capsys):
+    live = seed(status="running")  # its worker is this very process: alive
+    assert cli(store, "delete", str(live), "--yes") == 2
+    assert "still running: stop it first" in capsys.readouterr().err
+    assert store.run(live) is not None
+
+
+@pytest.mark.parametrize("command", [["rename", "42", "x"], ["tag", "42", "x"], ["delete", "42", "--yes"]])
+def test_an_unknown_run_is_a_message(store, capsys, command):
+    assert cli(store, *command) == 1
+    assert "run 42 is not in" in capsys.readouterr().err

@@ -1,0 +1,211 @@
+"""Sweeps: the plan, the batch-size ladder (with a scripted manager), stop, the grid; and one real
+tiny sweep through the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from anatomy.options import RunOptions
+from anatomy.runs import DeviceBusy, InvalidOptions
+from anatomy.store import MIB, Store
+from anatomy.sweep import Sweep, grid, parse_vary, plan
+
+BASE = RunOptions(preset="tiny", seq_len=32, dataset_size=16)
+
+
+class ScriptedManager:
+    """RunManager's interface as a sweep uses it (start, wait, stop), without training: each run
+    is written to a real store and ends at once with the status `outcome(options)` gives, or,
+    for "hold", keeps running until it is stopped."""
+
+    def __init__(self, store: Store, outcome):
+        self.store, self.outcome = store, outcome
+        self.started: list[RunOptions] = []
+        self.stopped: list[int] = []
+        self._ended: dict[int, threading.Event] = {}
+
+    def start(self, options: RunOptions, name: str | None = None, sweep: str | None = None) -> int:
+        run_id = self.store.create_run(options.to_dict(), "cpu-rss", "rss", 0, {}, name=name,
+                                       sweep=sweep)
+        self.started.append(options)
+        self._ended[run_id] = threading.Event()
+        status = self.outcome(options)
+        if status != "hold":
+            self._end(run_id, options, status)
+        return run_id
+
+    def _end(self, run_id: int, options: RunOptions, status: str) -> None:
+        self.store.write(run_id, samples=[(0.0, 0, 100 * MIB, None, None, None),
+                                          (1.0, 0, (100 + options.batch_size) * MIB, None, None, None)])
+        if status == "completed":
+            self.store.update_run(run_id, summary={"time_s": 2.0,
+                                                   "samples_per_second": 8.0 * options.batch_size})
+        self.store.finish(run_id, status)
+        self._ended[run_id].set()
+
+    def wait(self, run_id: int, timeout: float | None = None) -> str:
+        self._ended[run_id].wait(timeout)
+        return self.store.run(run_id)["status"]
+
+    def stop(self, run_id: int) -> bool:
+        self.stopped.append(run_id)
+        options = RunOptions.from_dict(self.store.run(run_id)["options"])
+        self._end(run_id, options, "stopped")
+        return True
+
+
+def oom_above(limit: int, fp32_factor: int = 1):
+    def outcome(options: RunOptions) -> str:
+        factor = fp32_factor if options.precision == "fp32" else 1
+        return "oom" if options.batch_size * factor > limit else "completed"
+    return outcome
+
+
+def test_plan_is_the_product_with_a_ladder_per_value_of_the_other_option():
+    planned = plan(BASE, {"batch_size": [4, 1, 2, 2], "precision": ["fp32", "bf16"]}, gpu_count=0)
+    assert [(o.precision, o.batch_size) for o in planned] == [
+        ("fp32", 1), ("fp32", 2), ("fp32", 4), ("bf16", 1), ("bf16", 2), ("bf16", 4)]
+    assert all(o.seq_len == 32 and o.preset == "tiny" for o in planned)
+
+
+@pytest.mark.parametrize("vary, until_oom, message", [
+    ({"batch_size": [2, 0]}, False, "batch_size: 0 is out of range: 1 to 4096"),
+    ({"precision": ["fp32", "fp16"]}, False, "precision: fp16 needs a GPU"),
+    ({"seq_len": [32, 1024]}, False, "seq_len: 1024 is out of range: 1 to 512"),
+    ({"precision": ["fp32", "bf16"]}, True, "until_oom: needs batch_size among the varied options"),
+    ({}, False, "vary: choose one or two options to vary"),
+    ({"batch_size": [1], "precision": ["bf16"], "optim": ["sgd"]}, False, "vary: at most 2 options"),
+    ({"batch_size": []}, False, "batch_size: no values to try"),
+    ({"colour": ["red"]}, False, "colour: not an option"),
+])
+def test_a_wrong_plan_is_refused_before_anything_starts(vary, until_oom, message, store):
+    manager = ScriptedManager(store, oom_above(10**6))
+    with pytest.raises(InvalidOptions) as refused:
+        Sweep(manager, BASE, vary, until_oom, gpu_count=0)
+    assert any(message in m for m in refused.value.errors.values()), refused.value.errors
+    assert manager.started == [] and store.sweeps() == []
+
+
+def test_vary_is_parsed_by_each_options_type():
+    assert parse_vary(["batch-size=1,2, 4", "gradient-checkpointing=off,ON,true,false"]) == {
+        "batch_size": [1, 2, 4], "gradient_checkpointing": [False, True, True, False]}
+    assert parse_vary(["optim=sgd,adafactor"]) == {"optim": ["sgd", "adafactor"]}
+    with pytest.raises(InvalidOptions) as refused:
+        parse_vary(["batch-size=1,two", "gradient-checkpointing=maybe", "colour=red", "seq-len",
+                    "grad-accum=1", "grad_accum=2"])
+    assert list(refused.value.errors.values()) == [
+        "batch-size: 'two' is not a whole number",
+        "gradient-checkpointing: 'maybe' is not on, off, true or false",
+        "--vary colour=red: 'colour' is not an option (one of preset, batch-size, seq-len, "
+        "dataset-size, epochs, max-steps, precision, gradient-checkpointing, grad-accum, optim, "
+        "seed, sample-rate, gpu, profile-steps)",
+        "--vary seq-len: write OPTION=V1,V2,… (e.g. batch-size=1,2,4)",
+        "--vary grad_accum=2: grad_accum is varied twice"]
+
+
+def test_until_oom_doubles_past_the_list_until_a_run_is_out_of_memory(store):
+    manager = ScriptedManager(store, oom_above(16))
+    events = []
+    sweep = Sweep(manager, BASE, {"batch_size": [1, 2]}, until_oom=True, gpu_count=0,
+                  on_event=events.append)
+    assert sweep.run() == "completed"
+    assert [o.batch_size for o in manager.started] == [1, 2, 4, 8, 16, 32]
+    result = grid(Store(store.path), sweep.id)  # the store alone: what a page reads
+    assert [(r["values"]["batch_size"], r["status"]) for r in result["runs"]] == [
+        (1, "completed"), (2, "completed"), (4, "completed"), (8, "completed"),
+        (16, "completed"), (32, "oom")]
+    assert result["largest_fitting"] == 16
+    assert result["status"] == "completed" and result["planned"] == 2 and result["until_oom"]
+    assert result["runs"][2]["peak_mb"] == 104 and result["runs"][2]["samples_per_second"] == 32.0
+    assert all(run["sweep"] == store.sweep(sweep.id)["key"] for run in store.runs())
+    assert [(e.kind, e.index) for e in events[:3]] == [("start", 1), ("end", 1), ("start", 2)]
+
+
+def test_until_oom_ends_at_the_largest_batch_size_an_option_accepts(store):
+    manager = ScriptedManager(store, oom_above(10**6))
+    assert Sweep(manager, BASE, {"batch_size": [1024]}, until_oom=True, gpu_count=0).run() == "completed"
+    assert [o.batch_size for o in manager.started] == [1024, 2048, 4096]
+
+
+def test_the_first_oom_of_a_ladder_skips_its_larger_batch_sizes(store):
+    # fp32 needs twice the memory of bf16 here: its ladder ends at 8, bf16's at 16
+    manager = ScriptedManager(store, oom_above(8, fp32_factor=2))
+    events = []
+    sweep = Sweep(manager, BASE, {"precision": ["fp32", "bf16"], "batch_size": [2, 4, 8, 16, 32]},
+                  gpu_count=0, on_event=events.append)
+    assert sweep.run() == "completed"
+    assert [(o.precision, o.batch_size) for o in manager.started] == [
+        ("fp32", 2), ("fp32", 4), ("fp32", 8), ("bf16", 2), ("bf16", 4), ("bf16", 8), ("bf16", 16)]
+    assert [e.values for e in events if e.kind == "skip"] == [
+        {"precision": "fp32", "batch_size": 16}, {"precision": "fp32", "batch_size": 32},
+        {"precision": "bf16", "batch_size": 32}]
+    result = grid(store, sweep.id)
+    assert result["largest_fitting"] == {"fp32": 4, "bf16": 8}
+    assert result["skipped"] == 3 and result["planned"] == 10
+
+
+def test_a_failed_run_is_a_result_not_the_end_of_its_ladder(store):
+    manager = ScriptedManager(store, lambda o: "failed" if o.batch_size == 2 else "completed")
+    sweep = Sweep(manager, BASE, {"batch_size": [1, 2, 4]}, gpu_count=0)
+    assert sweep.run() == "completed"
+    assert [r["status"] for r in grid(store, sweep.id)["runs"]] == ["completed", "failed", "completed"]
+    assert grid(store, sweep.id)["largest_fitting"] == 4
+
+
+def test_without_batch_size_every_combination_runs_and_nothing_fits_or_not(store):
+    manager = ScriptedManager(store, lambda o: "oom" if o.gradient_checkpointing is False else "completed")
+    sweep = Sweep(manager, BASE, {"gradient_checkpointing": [False, True], "grad_accum": [1, 2]},
+                  gpu_count=0)
+    assert sweep.run() == "completed"
+    assert len(manager.started) == 4
+    assert grid(store, sweep.id)["largest_fitting"] is None
+
+
+def test_stop_stops_the_current_run_and_drops_the_rest(store):
+    manager = ScriptedManager(store, lambda o: "hold")
+    sweep = Sweep(manager, BASE, {"batch_size": [1, 2, 4]}, until_oom=True, gpu_count=0)
+    sweep_id = sweep.start()
+    deadline = time.monotonic() + 10
+    while not manager.started and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert store.sweep(sweep_id)["status"] == "running"  # what a page sees meanwhile
+    sweep.stop()
+    assert sweep.wait(10) == "stopped"
+    assert len(manager.started) == 1 and manager.stopped == [store.runs()[0]["id"]]
+    assert [r["status"] for r in grid(store, sweep_id)["runs"]] == ["stopped"]
+    assert store.sweep(sweep_id)["status"] == "stopped" and store.sweep(sweep_id)["ended_at"]
+
+
+def test_a_busy_device_fails_the_sweep_and_says_why(store):
+    class Busy(ScriptedManager):
+        def start(self, options, name=None, sweep=None):
+            raise DeviceBusy("another run is training on this machine: stop it or wait until it ends")
+
+    sweep = Sweep(Busy(store, None), BASE, {"batch_size": [1, 2]}, gpu_count=0)
+    assert sweep.run() == "failed"
+    assert "another run is training" in store.sweep(sweep.id)["error"]
+
+
+def test_a_tiny_cpu_sweep_runs_to_the_end(tmp_path):
+    """The real manager and worker: two tiny runs through `python -m anatomy sweep`."""
+    store = tmp_path / "sweep.sqlite"
+    result = subprocess.run(
+        [sys.executable, "-m", "anatomy", "sweep", "--preset", "tiny", "--dataset-size", "16",
+         "--seq-len", "32", "--vary", "batch-size=2,4", "--json", "--store", str(store)],
+        capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr
+    printed = json.loads(result.stdout)
+    assert [(r["values"], r["status"]) for r in printed["runs"]] == [
+        ({"batch_size": 2}, "completed"), ({"batch_size": 4}, "completed")]
+    assert all(r["peak_mb"] > 0 and r["samples_per_second"] > 0 for r in printed["runs"])
+    assert printed["largest_fitting"] == 4
+    assert "[2/2] run" in result.stderr and "→ completed" in result.stderr  # progress lines
+    runs = Store(store).runs()
+    assert {r["sweep"] for r in runs} == {Store(store).sweep(printed["sweep"])["key"]}
+    assert Store(store).sweep(printed["sweep"])["status"] == "completed"

@@ -1,0 +1,220 @@
+"""Moving runs: export → import keeps everything; a wrong file is refused whole, with its reason."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from anatomy import transfer
+from anatomy.cli import main
+from anatomy.store import Store, report
+from tests.conftest import seed_run
+
+MARK = 987654321012  # a number found once in a file, replaced by text json.dumps cannot write
+
+
+@pytest.fixture
+def source(tmp_path) -> tuple[Store, list[int]]:
+    """Three runs as they come out of real use: completed (two GPUs, named, tagged, a message,
+    from a sweep), out of memory, and still running."""
+    store = Store(tmp_path / "source.sqlite")
+    done = seed_run(store, gpus=2)
+    store.write(done, messages=[(0.5, "warning", "eval_strategy 'no'")])
+    store.rename_run(done, "walkthrough")
+    store.set_tags(done, ["h200", "baseline"])
+    store.update_run(done, sweep="abc123")
+    oom = seed_run(store, status="oom", error="CUDA out of memory. Tried to allocate 1.00 GiB")
+    running = seed_run(store, status="running")
+    return store, [done, oom, running]
+
+
+@pytest.fixture
+def target(tmp_path) -> Store:
+    """A store that holds a run already, so imported runs get ids of their own."""
+    store = Store(tmp_path / "target.sqlite")
+    seed_run(store)
+    return store
+
+
+def exported(store: Store, run_ids: list[int]) -> str:
+    return json.dumps(transfer.export_runs(store, run_ids), default=str)  # as `export` writes it
+
+
+def contents(store: Store) -> list:
+    """Everything a store holds, to prove a refused import changed nothing."""
+    with store.connect() as db:
+        return [[tuple(row) for row in db.execute(f"SELECT * FROM {table}")]
+                for table in ("runs", "samples", "phases", "steps", "messages")]
+
+
+def without_id(rep: dict) -> dict:
+    return {k: v for k, v in rep.items() if k != "id"}
+
+
+def test_round_trip_keeps_every_sample_phase_step_and_number(source, target):
+    store, ids = source
+    new_ids = transfer.import_runs(target, exported(store, ids).encode())
+    assert new_ids == [i + 1 for i in ids]  # new ids, after the target's own run
+    for old, new in zip(ids, new_ids):
+        assert target.samples(new) == store.samples(old)
+        assert target.steps(new) == store.steps(old)
+        assert target.messages(new) == store.messages(old)
+    done, oom, running = zip(ids, new_ids)
+    for old, new in (done, oom):
+        assert target.phases(new) == store.phases(old)
+        # the same chart and numbers: phases' memory, peak, summary, options, tags, sweep, name
+        assert without_id(report(target, new)) == without_id(report(store, old))
+    assert report(target, done[1])["phases"][0]["memory_mb"] == 1024
+    assert target.run(done[1])["tags"] == ["h200", "baseline"]
+
+
+def test_a_run_exported_while_running_is_imported_as_stopped(source, target):
+    store, ids = source
+    (new,) = transfer.import_runs(target, exported(store, ids[2:]))
+    rep, was = report(target, new), report(store, ids[2])
+    assert rep["status"] == "stopped" and "still running on its machine" in rep["error"]
+    last_sample = max(s["t"] for s in store.samples(ids[2]))
+    assert rep["phases"][-1]["end_s"] == last_sample  # the open phase ends where recording did
+    assert rep["summary"]["peak_mb"] == was["summary"]["peak_mb"]
+    assert target.run(new)["worker_pid"] is None  # another machine's pid means nothing here
+
+
+def test_the_cli_exports_several_runs_and_import_prints_the_new_ids(source, target, tmp_path):
+    store, ids = source
+    path = tmp_path / "runs.json"
+    assert main(["export", *map(str, ids[:2]), "--format", "json", "--output", str(path),
+                 "--store", str(store.path)]) == 0
+    result = subprocess.run([sys.executable, "-m", "anatomy", "import", str(path),
+                             "--store", str(target.path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    new_ids = [int(line) for line in result.stdout.split()]
+    assert len(new_ids) == 2 and [target.run(i)["status"] for i in new_ids] == ["completed", "oom"]
+
+
+def test_the_cli_refuses_a_bad_file_on_stderr_and_imports_nothing(source, target, tmp_path):
+    store, ids = source
+    path = tmp_path / "cut.json"
+    path.write_text(exported(store, ids)[:5000])
+    before = contents(target)
+    result = subprocess.run([sys.executable, "-m", "anatomy", "import", str(path),
+                             "--store", str(target.path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and result.stdout == ""
+    assert "refused, nothing was imported: the file is truncated" in result.stderr
+    assert contents(target) == before
+
+
+def _edit(change):
+    """A bad file: the exported dict changed by `change`, then written as JSON text."""
+    def make(text: str) -> str:
+        data = json.loads(text)
+        change(data)
+        return json.dumps(data).replace(str(MARK), "1e400")
+    return make
+
+
+def _set(path: tuple, value):
+    def change(data):
+        node = data
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = value
+    return _edit(change)
+
+
+BAD_FILES = {
+    "empty": (lambda text: "", "the file is empty"),
+    "blank": (lambda text: "\n  \n", "the file is empty"),
+    "truncated": (lambda text: text[: len(text) // 2], "the file is truncated: its JSON stops early"),
+    "not json": (lambda text: "schema: anatomy.runs\n", "the file is not valid JSON: Expecting value"
+                 " at line 1, column 1"),
+    "foreign object": (lambda text: '{"name": "left-pad", "version": "1.3.0"}',
+                       "not an anatomy export: there is no \"schema\" (its keys: 'name', 'version')"),
+    "foreign array": (lambda text: "[1, 2, 3]", "not an anatomy export: the file holds a JSON list"),
+    "other schema": (_set(("schema",), "chrome.trace"), "schema: 'chrome.trace' is not an anatomy"
+                     " export (expected 'anatomy.runs')"),
+    "newer version": (_set(("version",), 2), "version: the file is schema version 2; this anatomy"
+                      " reads version 1 (a newer anatomy wrote it: upgrade this one)"),
+    "no version": (_edit(lambda d: d.pop("version")), "version: the file is schema version None"),
+    "no runs": (_set(("runs",), []), "runs: the file holds no run"),
+    "huge memory": (_set(("runs", 0, "samples", 12, 2), MARK), "runs[0].samples[12][2]: memory"
+                    " must be a whole number of bytes from 0 to 2**50, got 1e400"),
+    "memory beyond 2**50": (_set(("runs", 0, "samples", 3, 4), 2**50 + 1), "runs[0].samples[3][4]:"
+                            " memory must be a whole number of bytes from 0 to 2**50, got 1125899906842625"),
+    "negative memory": (_set(("runs", 1, "steps", 0, "allocated"), -1), "runs[1].steps[0].allocated:"
+                        " memory must be a whole number of bytes from 0 to 2**50, got -1"),
+    "integer beyond int64": (_set(("runs", 0, "steps", 2, "step"), 2**64), "runs[0].steps[2].step:"
+                             " must be a whole number from 0 to 9223372036854775807,"
+                             " got 18446744073709551616"),
+    "huge time": (_set(("runs", 0, "phases", 1, "end_s"), MARK), "runs[0].phases[1].end_s: time must"
+                  " be a finite number of seconds from 0 to 1,000,000,000, got 1e400"),
+    "NaN time": (_set(("runs", 0, "samples", 3, 0), float("nan")), "runs[0].samples[3][0]: time must"
+                 " be a finite number of seconds from 0 to 1,000,000,000, got NaN"),
+    "NaN loss": (_set(("runs", 0, "steps", 1, "loss"), float("nan")), "runs[0].steps[1].loss: must be"
+                 " a finite number, got NaN"),
+    "infinite summary": (_set(("runs", 0, "run", "summary", "time_s"), float("inf")),
+                         "runs[0].run.summary.time_s: must be a finite number, got Infinity"),
+    "text for a number": (_set(("runs", 0, "run", "options", "batch_size"), "4"),
+                          "runs[0].run.options: batch_size: must be a whole number from 1 to 4096,"
+                          " got '4'"),
+    "sample not a row": (_set(("runs", 0, "samples", 0), {"t": 0}), "runs[0].samples[0]: a sample is"
+                         " [t, gpu, used, reserved, total, util], got {'t': 0}"),
+    "samples not a list": (_set(("runs", 0, "samples"), "many"), "runs[0].samples: must be a JSON"
+                           " array, got str 'many'"),
+    "unknown phase": (_set(("runs", 0, "phases", 2, "name"), "warmup"), "runs[0].phases[2].name:"
+                      " 'warmup' is not one of baseline, kernel, weights, training"),
+    "unknown status": (_set(("runs", 1, "run", "status"), "exploded"), "runs[1].run.status:"
+                       " 'exploded' is not one of running, completed, failed, oom, stopped"),
+    "missing options": (_edit(lambda d: d["runs"][0]["run"]["options"].pop("seq_len")),
+                        "runs[0].run.options: is missing 'seq_len'"),
+    "a comma in a tag": (_set(("runs", 0, "run", "tags"), ["a,b"]), "runs[0].run.tags[0]: a tag is"
+                         " text without commas, got 'a,b'"),
+    "the second run bad": (_set(("runs", 1, "samples", 5, 1), -3), "runs[1].samples[5][1]: must be a"
+                           " whole number from 0 to 63, got -3"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_FILES)
+def test_a_bad_file_is_refused_with_what_and_where_and_changes_nothing(case, source, target):
+    store, ids = source
+    make, message = BAD_FILES[case]
+    before = contents(target)
+    with pytest.raises(transfer.ImportRefused) as refused:
+        transfer.import_runs(target, make(exported(store, ids)).encode())
+    assert message in str(refused.value)
+    assert contents(target) == before
+
+
+def test_a_parsed_dict_with_nan_is_refused_too(source, target):
+    store, ids = source
+    data = transfer.export_runs(store, ids[:1])
+    data["runs"][0]["samples"][7][2] = float("nan")
+    with pytest.raises(transfer.ImportRefused, match=r"runs\[0\]\.samples\[7\]\[2\]: memory .* got nan"):
+        transfer.import_runs(target, data)
+
+
+def test_a_failure_while_writing_leaves_nothing_half_imported(source, target):
+    store, ids = source
+    before = contents(target)
+    second_id = max(r["id"] for r in target.runs()) + 2
+    with target.connect() as db:  # the disk fills up while the second run's samples go in
+        db.execute(f"CREATE TRIGGER fail BEFORE INSERT ON samples WHEN NEW.run_id = {second_id}"
+                   " BEGIN SELECT RAISE(ABORT, 'disk full (injected)'); END")
+    with pytest.raises(sqlite3.IntegrityError, match="injected"):
+        transfer.import_runs(target, exported(store, ids))
+    assert contents(target) == before
+
+
+def test_export_html_is_a_standalone_page_of_each_runs_chart(source, tmp_path):
+    store, ids = source
+    path = tmp_path / "runs.html"
+    assert main(["export", str(ids[0]), str(ids[1]), "--format", "html", "--output", str(path),
+                 "--store", str(store.path)]) == 0
+    page = path.read_text()
+    assert page.startswith("<!DOCTYPE html>")
+    assert page.count("plotly.js v") == 1  # the library once, inside: it opens offline
+    assert page.count('class="plotly-graph-div"') == 2
+    assert f"Run {ids[0]}: walkthrough" in page and f"Run {ids[1]} " in page
