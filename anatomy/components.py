@@ -9,8 +9,8 @@ steps it reads tensor sizes and the caching allocator at the moments that matter
 - activations: memory held between the end of the forward pass and the start of the backward
   pass (the allocator's growth over the forward pass on a GPU; on a CPU, where torch keeps no
   allocator statistics, the unique storages autograd saved for the backward pass);
-- temporary: the allocator's peak over the first steps beyond the fullest of those moments
-  (workspaces and transient buffers);
+- temporary: what the allocator's peak holds beyond the components that can be alive together
+  (`rest_of_peak`: workspaces, the optimizer's scratch, transient buffers of the backward pass);
 - allocator_cache: memory the caching allocator reserved but did not hand out at its peak;
 - peak_allocated / peak_reserved: the allocator's own peaks.
 
@@ -119,13 +119,21 @@ class ComponentProbe:
         if self.use_cuda:
             cuda = self.torch.cuda
             peak_allocated, peak_reserved = cuda.max_memory_allocated(), cuda.max_memory_reserved()
-            fullest = max(self.moments.values(), default=0)
-            values.update(temporary=max(0, peak_allocated - fullest),
-                          allocator_cache=peak_reserved - peak_allocated,
+            values.update(allocator_cache=peak_reserved - peak_allocated,
                           peak_allocated=peak_allocated, peak_reserved=peak_reserved)
             values["moments"] = dict(self.moments)
         values["steps_measured"] = MEASURED_STEPS
         return values
+
+
+def rest_of_peak(parts: dict, peak: int) -> int:
+    """The peak beyond the components alive at it. Activations and gradients are never all alive
+    at once (activations are freed in the backward pass as gradients appear), so the peak holds
+    weights + optimizer states + the larger of the two. The same arithmetic serves the measured
+    and the predicted side, so the two can be compared."""
+    steady = (parts.get("weights", 0) + parts.get("optimizer_states", 0)
+              + max(parts.get("activations", 0), parts.get("gradients", 0)))
+    return max(0, peak - steady)
 
 
 def with_nvml(measured: dict, phases: list[dict], peak: int | None, backend: str) -> dict:
@@ -133,6 +141,8 @@ def with_nvml(measured: dict, phases: list[dict], peak: int | None, backend: str
     (kernel phase − baseline) and, at the training phase's peak, what PyTorch's allocator does
     not hold (lazily loaded kernels, library workspaces outside the allocator)."""
     out = dict(measured)
+    if "peak_allocated" in out:  # computed when read, so every stored run uses today's arithmetic
+        out["temporary"] = rest_of_peak(out, out["peak_allocated"])
     memory = {p["name"]: p.get("memory_bytes") for p in phases}
     if backend == "nvml" and memory.get("kernel") is not None and memory.get("baseline") is not None:
         out["context"] = memory["kernel"] - memory["baseline"]

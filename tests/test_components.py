@@ -1,0 +1,36 @@
+"""The measured components' arithmetic: the rest of the peak, and what only NVML's samples know."""
+
+from __future__ import annotations
+
+from anatomy.components import rest_of_peak, with_nvml
+
+MIB = 2**20
+PARTS = {"weights": 1000 * MIB, "gradients": 1000 * MIB, "optimizer_states": 2000 * MIB}
+
+
+def test_rest_of_peak_at_the_start_of_the_backward_pass():
+    parts = {**PARTS, "activations": 3000 * MIB}  # activations outweigh the gradients
+    assert rest_of_peak(parts, 6100 * MIB) == 100 * MIB
+
+
+def test_rest_of_peak_at_the_optimizer_step():
+    parts = {**PARTS, "activations": 200 * MIB}  # checkpointing: gradients outweigh activations
+    assert rest_of_peak(parts, 5300 * MIB) == 1300 * MIB
+
+
+def test_with_nvml_adds_context_non_torch_and_peak():
+    phases = [{"name": "baseline", "memory_bytes": 0}, {"name": "kernel", "memory_bytes": 500 * MIB}]
+    measured = {**PARTS, "activations": 3000 * MIB, "peak_allocated": 6100 * MIB,
+                "peak_reserved": 6700 * MIB}
+    out = with_nvml(measured, phases, peak=7400 * MIB, backend="nvml")
+    assert out["context"] == 500 * MIB
+    assert out["non_torch"] == 200 * MIB  # 7400 - 500 context - 6700 reserved
+    assert out["temporary"] == 100 * MIB
+    assert out["peak"] == 7400 * MIB
+
+
+def test_cpu_runs_get_no_context():
+    phases = [{"name": "baseline", "memory_bytes": 100 * MIB}, {"name": "kernel", "memory_bytes": 300 * MIB}]
+    out = with_nvml({**PARTS}, phases, peak=600 * MIB, backend="cpu-rss")
+    assert "context" not in out and "temporary" not in out
+    assert out["peak"] == 500 * MIB  # RSS above the baseline
