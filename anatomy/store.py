@@ -7,6 +7,7 @@ clock, shared by all processes of one machine); memory is in bytes.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sqlite3
 import time
@@ -56,6 +57,16 @@ CREATE TABLE IF NOT EXISTS samples (
     util INTEGER
 );
 CREATE INDEX IF NOT EXISTS samples_run ON samples(run_id, gpu, t);
+-- Each 0.1 s of samples as its min and max (kept as samples arrive): long runs draw from here.
+CREATE TABLE IF NOT EXISTS sample_buckets (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    gpu INTEGER NOT NULL,
+    bucket INTEGER NOT NULL,           -- floor(t / BUCKET_SECONDS)
+    t_min REAL NOT NULL, used_min INTEGER NOT NULL,
+    t_max REAL NOT NULL, used_max INTEGER NOT NULL,
+    reserved INTEGER, total INTEGER,
+    PRIMARY KEY (run_id, gpu, bucket)
+);
 CREATE TABLE IF NOT EXISTS phases (
     run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
     name TEXT NOT NULL,
@@ -94,6 +105,39 @@ CREATE TABLE IF NOT EXISTS sweeps (
     error TEXT
 );
 """
+
+
+BUCKET_SECONDS = 0.1
+
+
+def _insert_samples(db: sqlite3.Connection, run_id: int, samples: Sequence[Sequence]) -> None:
+    """The samples, and their 0.1 s buckets' min and max."""
+    db.executemany("INSERT INTO samples VALUES (?, ?, ?, ?, ?, ?, ?)",
+                   [(run_id, *s) for s in samples])
+    _merge_buckets(db, run_id, samples)
+
+
+def _merge_buckets(db: sqlite3.Connection, run_id: int, samples: Sequence[Sequence]) -> None:
+    """Fold samples into their buckets' min and max (merged with what a bucket already holds)."""
+    buckets: dict[tuple[int, int], list] = {}
+    for t, gpu, used, reserved, total, _ in samples:
+        key = (gpu, math.floor(t / BUCKET_SECONDS))
+        bucket = buckets.get(key)
+        if bucket is None:
+            buckets[key] = [t, used, t, used, reserved, total]
+        else:
+            if used < bucket[1]:
+                bucket[0:2] = t, used
+            if used > bucket[3]:
+                bucket[2:4] = t, used
+    db.executemany(
+        "INSERT INTO sample_buckets VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT (run_id, gpu, bucket) DO UPDATE SET"
+        " t_min = CASE WHEN excluded.used_min < used_min THEN excluded.t_min ELSE t_min END,"
+        " used_min = MIN(used_min, excluded.used_min),"
+        " t_max = CASE WHEN excluded.used_max > used_max THEN excluded.t_max ELSE t_max END,"
+        " used_max = MAX(used_max, excluded.used_max)",
+        [(run_id, gpu, index, *values) for (gpu, index), values in buckets.items()])
 
 
 def resolve_path(path: str | os.PathLike | None = None) -> Path:
@@ -155,8 +199,7 @@ class Store:
         `phases` are marks in arrival order: ("start", name, t) or ("end", name, t)."""
         with self.connect() as db:
             if samples:
-                db.executemany("INSERT INTO samples VALUES (?, ?, ?, ?, ?, ?, ?)",
-                               [(run_id, *s) for s in samples])
+                _insert_samples(db, run_id, samples)
             for edge, name, t in phases:
                 if edge == "start":
                     db.execute("INSERT INTO phases VALUES (?, ?, ?, NULL)", (run_id, name, t))
@@ -210,8 +253,7 @@ class Store:
                      json.dumps(run["summary"]), run["error"], run["samples_sent"],
                      ",".join(run["tags"]), run["sweep"]))
                 run_id = int(cursor.lastrowid)
-                db.executemany("INSERT INTO samples VALUES (?, ?, ?, ?, ?, ?, ?)",
-                               [(run_id, *s) for s in record["samples"]])
+                _insert_samples(db, run_id, record["samples"])
                 db.executemany("INSERT INTO phases VALUES (?, ?, ?, ?)",
                                [(run_id, *p) for p in record["phases"]])
                 db.executemany("INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -334,26 +376,42 @@ class Store:
 
     def decimated(self, run_id: int, buckets: int = 2000) -> list[dict]:
         """Per GPU, at most ~2 points per time bucket: the bucket's min and its max, at their own
-        times. Every peak survives, and a run of a million samples draws like a short one."""
+        times. Every peak survives, and a run of a million samples draws like a short one: it
+        is read from the 0.1 s min/max buckets the store keeps, not from the samples."""
         with self.connect() as db:
-            span = db.execute("SELECT MIN(t), MAX(t), COUNT(*) FROM samples WHERE run_id = ?",
-                              (run_id,)).fetchone()
+            span = db.execute("SELECT MIN(t_min), MAX(t_max), COUNT(*) FROM sample_buckets"
+                              " WHERE run_id = ?", (run_id,)).fetchone()
             if span[2] == 0:
-                return []
+                if not self._backfill_buckets(db, run_id):
+                    return []
+                span = db.execute("SELECT MIN(t_min), MAX(t_max), COUNT(*) FROM sample_buckets"
+                                  " WHERE run_id = ?", (run_id,)).fetchone()
             start, width = span[0], max((span[1] - span[0]) / buckets, 1e-9)
-            if span[2] <= 2 * buckets * max(1, len(self.gpus(run_id))):
+            if span[2] <= buckets * max(1, len(self.gpus(run_id))):
                 rows = db.execute("SELECT t, gpu, used, reserved, total FROM samples"
                                   " WHERE run_id = ? ORDER BY gpu, t", (run_id,)).fetchall()
                 return [dict(r) for r in rows]
             points = {}
             # SQLite fills the bare columns from the row that holds the MIN / MAX.
-            for agg in ("MIN", "MAX"):
+            for t, used, agg in (("t_min", "used_min", "MIN"), ("t_max", "used_max", "MAX")):
                 for r in db.execute(
-                        f"SELECT t, gpu, {agg}(used) AS used, reserved, total FROM samples"
-                        " WHERE run_id = ? GROUP BY gpu, CAST((t - ?) / ? AS INTEGER)",
-                        (run_id, start, width)):
+                        f"SELECT {t} AS t, gpu, {agg}({used}) AS used, reserved, total"
+                        " FROM sample_buckets WHERE run_id = ?"
+                        f" GROUP BY gpu, CAST(({t} - ?) / ? AS INTEGER)", (run_id, start, width)):
                     points[(r["gpu"], r["t"])] = dict(r)
         return [points[k] for k in sorted(points)]
+
+    @staticmethod
+    def _backfill_buckets(db: sqlite3.Connection, run_id: int) -> bool:
+        """Buckets for a run stored before they existed; False when it has no samples."""
+        cursor = db.execute("SELECT t, gpu, used, reserved, total, util FROM samples"
+                            " WHERE run_id = ?", (run_id,))
+        found = False
+        while rows := cursor.fetchmany(100_000):
+            _merge_buckets(db, run_id, [tuple(r) for r in rows])
+            found = True
+        db.commit()
+        return found
 
     def steps(self, run_id: int) -> list[dict]:
         with self.connect() as db:

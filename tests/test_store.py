@@ -99,3 +99,15 @@ def test_store_path_follows_flag_then_env_then_default(tmp_path, monkeypatch):
     assert resolve_path() == tmp_path / "env.sqlite"
     monkeypatch.delenv(STORE_ENV)
     assert resolve_path() == DEFAULT_STORE
+
+
+def test_runs_stored_before_the_buckets_existed_still_decimate(store):
+    run_id = _new_run(store)
+    rows = [(i / 1000, 0, 5 * 10**8 + (10**9 if i == 4242 else 0), None, None, None)
+            for i in range(20_000)]
+    store.write(run_id, samples=rows)
+    with store.connect() as db:
+        db.execute("DELETE FROM sample_buckets")  # as a store written by an older anatomy
+    points = store.decimated(run_id, buckets=100)
+    assert max(p["used"] for p in points) == 15 * 10**8
+    assert len(points) <= 2 * 100 + 2
