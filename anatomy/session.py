@@ -9,7 +9,8 @@ from typing import Any
 import psutil
 
 from anatomy import measurement
-from anatomy.options import FIELDS, RunOptions
+from anatomy.options import FIELDS, RunOptions, validate
+from anatomy.prediction import predict
 from anatomy.runs import RunManager
 from anatomy.store import PHASES, Store
 
@@ -118,3 +119,23 @@ def status_line(report: dict) -> str:
         "failed": f"failed: {peak_text}",
         "stopped": f"stopped by the user: {peak_text}",
     }.get(report["status"], report["status"])
+
+
+def memory_forecast(options: RunOptions, machine: dict) -> dict:
+    """What the run form says before a run starts: the predicted need, and a warning when it is
+    more than the device holds. Invalid options get no forecast (the form shows their errors)."""
+    if validate(options, machine["gpu_count"]):
+        return {"line": None, "warning": None}
+    on_gpu = machine["backend"] == "nvml"
+    forecast = predict(options, device="cuda" if on_gpu else "cpu")
+    if on_gpu:
+        total = machine["devices"][options.gpu]["total"]
+        where = f"GPU {options.gpu}'s {total / 2**30:.1f} GiB"
+    else:
+        total = machine["ram_total"]
+        where = f"this machine's {total / 2**30:.1f} GiB of RAM"
+    warning = None
+    if forecast.peak > total:
+        warning = (f"predicted peak {forecast.peak / 2**30:.1f} GiB is more than {where}: "
+                   "this run will most likely end out of memory")
+    return {"line": forecast.need_line(), "warning": warning}

@@ -28,10 +28,23 @@ def _key(name: str) -> str:
     return f"option_{name}"
 
 
+def _form_options():
+    return session.options_from_form({name: st.session_state[_key(name)] for name in FIELDS})
+
+
+def _sentence(text: str) -> str:
+    return text[0].upper() + text[1:] + "."
+
+
+def _forecast() -> None:
+    """The form's second button: what these options should need, without starting anything."""
+    st.session_state["forecast"] = session.memory_forecast(_form_options(), common.device())
+
+
 def _start() -> None:
     """The form's submit: the engine validates; a refusal is kept for the fields to show."""
-    values = {name: st.session_state[_key(name)] for name in FIELDS}
-    options = session.options_from_form(values)
+    options = _form_options()
+    st.session_state["forecast"] = session.memory_forecast(options, common.device())
     st.session_state.pop("start_refused", None)
     st.session_state["option_errors"] = {}
     try:
@@ -73,7 +86,16 @@ def options_form(has_gpu: bool, expanded: bool) -> None:
             with column:
                 for name in names:
                     _field(name, defaults[name])
-        st.form_submit_button("Start", type="primary", on_click=_start, key="start")
+        start, check = st.columns([1, 6])
+        start.form_submit_button("Start", type="primary", on_click=_start, key="start")
+        check.form_submit_button("Predict memory", on_click=_forecast, key="predict",
+                                 help="what these options should need, from the model config "
+                                      "alone (docs/PREDICTION.md); starts nothing")
+    forecast = st.session_state.get("forecast") or {}
+    if forecast.get("line"):
+        st.info(_sentence(forecast["line"]), icon=":material/memory:")
+    if forecast.get("warning"):
+        st.warning(_sentence(forecast["warning"]))
     refused = st.session_state.get("start_refused")
     if refused:
         st.error(f"Not started: {refused}.")

@@ -1,0 +1,34 @@
+"""The run form's memory forecast: the prediction before anything starts, and its warning."""
+
+from __future__ import annotations
+
+from streamlit.testing.v1 import AppTest
+
+from anatomy.options import RunOptions
+from anatomy.session import memory_forecast
+
+H200 = {"backend": "nvml", "gpu_count": 1, "devices": [{"total": 140 * 2**30}]}
+
+
+def test_the_walkthrough_run_fits_an_h200():
+    forecast = memory_forecast(RunOptions(preset="bert-large-uncased", batch_size=4), H200)
+    assert forecast["line"].startswith("this run should need about 7.0 GB of GPU memory")
+    assert forecast["warning"] is None
+
+
+def test_a_batch_too_large_for_the_gpu_is_warned():
+    forecast = memory_forecast(RunOptions(preset="bert-large-uncased", batch_size=256), H200)
+    assert "more than GPU 0's 140.0 GiB" in forecast["warning"]
+
+
+def test_wrong_options_get_no_forecast():
+    assert memory_forecast(RunOptions(batch_size=0), H200) == {"line": None, "warning": None}
+
+
+def test_predict_memory_on_the_form_starts_nothing(store):
+    app = AppTest.from_file("../app.py", default_timeout=30).run()
+    app.button(key="predict").click().run()
+    assert not app.exception
+    assert any(info.value.startswith("This run should need about") and "MB of CPU memory"
+               in info.value for info in app.info)
+    assert store.runs() == []
