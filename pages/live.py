@@ -160,6 +160,9 @@ def main() -> None:
     st.title("Live run")
     st.caption("The four moments of Hugging Face's *Model training anatomy*: baseline, CUDA kernels, "
                "weights, training. Start a run and watch each one appear.")
+    asked = st.query_params.get("run")
+    if asked and asked.isdigit() and common.store().run(int(asked)) is not None:
+        st.session_state["live_run"] = int(asked)  # ?run=ID: this page's view of a stored run
     run_id = st.session_state.get("live_run")
     if run_id is None or common.store().run(run_id) is None:
         running = session.live_run(common.store(), common.manager())

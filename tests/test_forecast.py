@@ -1,4 +1,4 @@
-"""The run form's memory forecast: the prediction before anything starts, and its warning."""
+"""The Live page's additions: the memory forecast before a run, and a stored run shown by its id."""
 
 from __future__ import annotations
 
@@ -32,3 +32,12 @@ def test_predict_memory_on_the_form_starts_nothing(store):
     assert any(info.value.startswith("This run should need about") and "MB of CPU memory"
                in info.value for info in app.info)
     assert store.runs() == []
+
+
+def test_the_live_page_shows_a_stored_run_by_its_id(store, seed):
+    run_id = seed()
+    app = AppTest.from_file("../app.py", default_timeout=30)
+    app.query_params["run"] = str(run_id)
+    app.run()
+    assert not app.exception
+    assert app.subheader[0].value.startswith(f"Run {run_id}:")
