@@ -100,6 +100,13 @@ def _handle(index: int):
     return _lib.nvmlDeviceGetHandleByIndex(index)
 
 
+def _device(index: int):
+    """The handle of GPU `index`, or None without NVML or without such a GPU."""
+    if not init():
+        return None
+    return _optional(_handle, index)
+
+
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -114,11 +121,8 @@ def _optional(call, *args) -> Any:
 
 def memory(index: int) -> Memory | None:
     """Memory of GPU `index`: v2 where the driver has it (reserved separated), else v1."""
-    if not init():
-        return None
-    try:
-        handle = _handle(index)
-    except Exception:
+    handle = _device(index)
+    if handle is None:
         return None
     version = getattr(_lib, "nvmlMemory_v2", None)
     if version is not None:
@@ -143,11 +147,8 @@ def utilization(index: int) -> int | None:
 
 
 def device_info(index: int) -> DeviceInfo | None:
-    if not init():
-        return None
-    try:
-        handle = _handle(index)
-    except Exception:
+    handle = _device(index)
+    if handle is None:
         return None
     reading = memory(index)
     name = _optional(_lib.nvmlDeviceGetName, handle)
