@@ -3,11 +3,15 @@ summary. Not a page itself: app.py lists the pages, and this module is imported 
 
 from __future__ import annotations
 
+import threading
+
 import streamlit as st
 
 from anatomy import figures, measurement, session
+from anatomy.options import FIELDS, RunOptions
 from anatomy.runs import RunManager, machine
 from anatomy.store import Store, resolve_path
+from anatomy.sweep import Sweep
 
 RUNS_PAGE = "pages/runs.py"
 
@@ -86,3 +90,66 @@ def outcome(rep: dict) -> None:
         st.code("\n".join(lines), language=None)
     for message in rep["messages"]:
         st.caption(f"{message['level']}: {message['text']}")
+
+
+def option_widget(name: str, default, key: str, label: str | None = None) -> None:
+    """One run option as the Live page's form draws it: a choice, a flag or a number. No min/max
+    on numbers: Streamlit would silently put a wrong value back; the engine judges instead."""
+    field = FIELDS[name]
+    label = label or field.label
+    if field.choices is not None:
+        st.selectbox(label, field.choices, index=field.choices.index(default), key=key,
+                     help=field.help)
+    elif field.low is None:
+        st.checkbox(label, value=default, key=key, help=field.help)
+    elif name == "max_steps":
+        st.number_input(label, value=default or 0, step=1, key=key,
+                        help=f"{field.help}; 0 trains for the epochs ({field.low} to {field.high})")
+    else:
+        st.number_input(label, value=default, step=1, key=key,
+                        help=f"{field.help} ({field.low} to {field.high})")
+
+
+class SweepBusy(RuntimeError):
+    """A sweep is already running on this server."""
+
+
+class SweepSlot:
+    """The server's sweep: one at a time, run by a thread of its own (never a page's), which
+    writes only to the store. Pages read its progress from the store and call `stop`."""
+
+    def __init__(self) -> None:
+        self.sweep: Sweep | None = None
+        self._lock = threading.Lock()
+
+    def start(self, base: RunOptions, vary: dict[str, list], until_oom: bool) -> int:
+        """The sweep's id; InvalidOptions when its plan is wrong, SweepBusy while one runs."""
+        with self._lock:
+            if self.running():
+                raise SweepBusy(f"sweep {self.sweep.id} is still running: stop it or wait until "
+                                "it ends")
+            sweep = Sweep(manager(), base, vary, until_oom, gpu_count=device()["gpu_count"])
+            sweep.start()
+            self.sweep = sweep
+            return sweep.id
+
+    def running(self) -> bool:
+        return self.sweep is not None and self.sweep.is_alive()
+
+    def running_id(self) -> int | None:
+        return self.sweep.id if self.running() else None
+
+    def stop(self) -> None:
+        sweep = self.sweep
+        if sweep is not None:
+            sweep.stop()
+            sweep.wait(timeout=30)
+
+
+@st.cache_resource(show_spinner=False)
+def _sweeps(store_path: str) -> SweepSlot:
+    return SweepSlot()
+
+
+def sweeps() -> SweepSlot:
+    return _sweeps(str(resolve_path()))

@@ -1,7 +1,342 @@
-"""Compare: a place for runs side by side (a later issue fills it)."""
+"""Compare: stored runs side by side, sweeps of one or two options, and moving runs between
+machines (export, import)."""
 
+from __future__ import annotations
+
+import json
+
+import pandas as pd
 import streamlit as st
 
-st.title("Compare")
-st.info("coming: compare runs side by side (batch size, precision, gradient checkpointing, "
-        "gradient accumulation, optimizer, model)")
+from anatomy import compare, figures, session, transfer
+from anatomy.options import FIELDS, defaults_for
+from anatomy.runs import InvalidOptions
+from anatomy.store import PHASES, report
+from anatomy.sweep import LADDER, grid, parse_value
+from pages import common
+
+REFRESH_SECONDS = 1.0
+# What a sweep may vary, and the values the form suggests for each.
+VARIABLE = ("batch_size", "precision", "gradient_checkpointing", "grad_accum", "optim", "seq_len",
+            "preset")
+SUGGESTED = {"batch_size": "1,2,4,8", "grad_accum": "1,2,4", "seq_len": "128,256,512"}
+DIFFERS_COLOUR = "background-color: #FFF3CD"
+
+
+# --- choosing runs ---
+
+def _labels(db) -> dict[int, str]:
+    return {run["id"]: (f"{run['id']}: {run['name'] + ' · ' if run['name'] else ''}"
+                        f"{run['preset']}, batch {run['options'].get('batch_size')}, "
+                        f"{run['options'].get('precision')} — {run['status']}")
+            for run in db.runs()}
+
+
+def _choose(ids: list[int]) -> None:
+    """?runs=1,2 picks the runs (a shared URL, a sweep's "compare"); else the two latest."""
+    wanted = [i for i in compare.parse_ids(st.query_params.get("runs")) if i in ids]
+    if wanted:
+        st.session_state["compare_runs"] = wanted
+    chosen = [i for i in st.session_state.get("compare_runs", []) if i in ids]
+    st.session_state["compare_runs"] = chosen if chosen or "compare_runs" in st.session_state \
+        else ids[:2]
+
+
+def _to_url() -> None:
+    st.query_params["runs"] = ",".join(map(str, st.session_state["compare_runs"]))
+
+
+def _show_runs(run_ids: list[int]) -> None:
+    st.session_state["compare_runs"] = list(run_ids)
+    st.query_params["runs"] = ",".join(map(str, run_ids))
+
+
+# --- the comparison ---
+
+def _styled(rows: list[dict]) -> pd.io.formats.style.Styler:
+    table = pd.DataFrame(rows).set_index("what")
+    return table.style.apply(
+        lambda row: [DIFFERS_COLOUR if row[""] == "≠" else ""] * len(row), axis=1)
+
+
+def _export(reports: list[dict], overlay) -> None:
+    db = common.store()
+    ids = [r["id"] for r in reports]
+    name = "runs-" + "-".join(map(str, ids))
+    st.markdown("**Take these runs elsewhere**")
+    columns = st.columns(4)
+    columns[0].download_button(
+        "This comparison (HTML)", key="download_comparison", on_click="ignore",
+        data=lambda: overlay.to_html(include_plotlyjs=True, full_html=True),
+        file_name=f"anatomy-compare-{name}.html", mime="text/html", icon=":material/download:",
+        help="the overlaid curves as a standalone page (plotly inside it: opens offline)")
+    columns[1].download_button(
+        "Each run's chart (HTML)", key="download_html", on_click="ignore",
+        data=lambda: transfer.runs_html(db, ids), file_name=f"anatomy-{name}.html",
+        mime="text/html", icon=":material/download:",
+        help="every chosen run's memory chart, as the dashboard draws it, on one standalone page")
+    columns[2].download_button(
+        "Runs (JSON)", key="download_json", on_click="ignore",
+        data=lambda: json.dumps(transfer.export_runs(db, ids)), file_name=f"anatomy-{name}.json",
+        mime="application/json", icon=":material/download:",
+        help="every recorded row of the runs, with a schema version: Import reads it back")
+    columns[3].download_button(
+        "Samples (CSV)", key="download_csv", on_click="ignore",
+        data=lambda: transfer.samples_csv(db, ids), file_name=f"anatomy-{name}-samples.csv",
+        mime="text/csv", icon=":material/download:")
+
+
+def comparison(run_ids: list[int]) -> None:
+    db = common.store()
+    reports = [report(db, run_id) for run_id in run_ids]
+    left, right = st.columns(2)
+    phase = left.selectbox("Align the curves where this phase begins", PHASES,
+                           index=PHASES.index("training"), key="compare_phase")
+    reference = right.selectbox("Reference run (differences are to this run)", run_ids,
+                                format_func=lambda i: f"Run {i}", key="compare_reference")
+    samples = {r["id"]: db.decimated(r["id"]) for r in reports}
+
+    st.subheader("Memory over time, aligned")
+    overlay = figures.overlay_figure(reports, samples, phase)
+    st.plotly_chart(overlay, key="compare_overlay", config={"displaylogo": False})
+    missing = [r["id"] for r in reports if compare.phase_start(r, phase) is None]
+    if missing:
+        st.warning(f"Not drawn: {', '.join(f'run {i}' for i in missing)} never reached the "
+                   f"{phase} phase.")
+    st.caption(f"Time 0 is where each run's {phase} phase began; a marker is the memory at a "
+               "phase's end, in that phase's colour. Backends: " + ", ".join(
+                   sorted({r["backend"] for r in reports})) + ".")
+    st.plotly_chart(figures.small_multiples_figure(reports, samples, phase),
+                    key="compare_multiples", config={"displaylogo": False})
+
+    st.subheader("What each phase added")
+    st.plotly_chart(figures.memory_bars_figure(reports), key="compare_bars",
+                    config={"displaylogo": False})
+    st.caption("CUDA context = kernel phase − baseline, weights = weights phase − kernel phase, "
+               "training = training end − weights phase. Runs with measured components split the "
+               "training increase into what the allocator's peak holds: the optimizer states, the "
+               "larger of activations and gradients (the two are never all there at once), "
+               "temporary buffers and the allocator's cache; the rest is outside PyTorch's "
+               "allocator. Hover a part for how it was computed. The diamond is the run's peak.")
+
+    st.subheader("Side by side")
+    differing = compare.differing_options(reports)
+    if differing:
+        st.markdown("Options that differ (≠, highlighted): **" + ", ".join(
+            FIELDS[name].label for name in differing) + "**")
+    else:
+        st.markdown("The runs have the same options.")
+    st.dataframe(_styled(compare.side_by_side(reports)), key="compare_table", height="content",
+                 column_config={"_index": st.column_config.Column(width=220),
+                                "": st.column_config.Column(width=30)})
+    st.markdown(f"**Difference to run {reference}**")
+    st.dataframe(pd.DataFrame(compare.differences(reports, reference)).set_index("what"),
+                 key="compare_differences", height="content",
+                 column_config={"_index": st.column_config.Column(width=220)})
+    _export(reports, overlay)
+
+
+# --- sweeps ---
+
+def _vary_values(name: str, has_gpu: bool) -> list:
+    field = FIELDS[name]
+    key = f"sweep_values_{name}"
+    if field.choices is not None or field.low is None:
+        choices = field.choices or ("off", "on")
+        default = [c for c in choices if has_gpu or c != "fp16"]
+        chosen = st.multiselect(f"{field.label}: values", choices, default=default, key=key)
+        return [parse_value(name, c) for c in chosen]
+    text = st.text_input(f"{field.label}: values", SUGGESTED.get(name, ""), key=key,
+                         help="comma-separated, e.g. 1,2,4,8")
+    return [parse_value(name, word) for word in text.split(",") if word.strip()]
+
+
+def _sweep_form() -> None:
+    has_gpu = common.device()["gpu_count"] > 0
+    defaults = defaults_for(has_gpu).to_dict()
+    slot = common.sweeps()
+    with st.expander("Base configuration", icon=":material/tune:"):
+        names = list(FIELDS)
+        for column, chunk in zip(st.columns(3), (names[0::3], names[1::3], names[2::3])):
+            with column:
+                for name in chunk:
+                    common.option_widget(name, defaults[name], f"sweep_option_{name}")
+    varied = st.multiselect("Vary (one or two options)", VARIABLE, default=["batch_size"],
+                            max_selections=2, format_func=lambda n: FIELDS[n].label,
+                            key="sweep_vary")
+    vary, errors = {}, []
+    for name in varied:
+        try:
+            vary[name] = _vary_values(name, has_gpu)
+        except ValueError as error:
+            errors.append(str(error))
+    until_oom = st.checkbox("Keep doubling the batch size until a run is out of memory",
+                            key="sweep_until_oom", disabled=LADDER not in varied,
+                            help="batch sizes run smallest first; at a batch size's first "
+                                 "out-of-memory run the larger ones are skipped")
+    busy = slot.running()
+    if st.button("Start the sweep", key="sweep_start", type="primary", disabled=busy,
+                 icon=":material/play_arrow:", help="a sweep is running" if busy else None):
+        values = {name: st.session_state[f"sweep_option_{name}"] for name in names}
+        base = session.options_from_form(values)
+        if not errors:
+            try:
+                st.session_state["sweep_shown"] = slot.start(base, vary,
+                                                             until_oom and LADDER in vary)
+            except InvalidOptions as error:
+                errors.extend(error.errors.values())
+            except common.SweepBusy as error:
+                errors.append(str(error))
+        st.session_state["sweep_errors"] = errors
+        if not errors:
+            st.rerun()
+    for message in st.session_state.get("sweep_errors", []):
+        st.error(message)
+
+
+@st.fragment(run_every=REFRESH_SECONDS)
+def sweep_progress(sweep_id: int) -> None:
+    """Read from the store every second; when the sweep ends, the page reruns into its grid."""
+    result = grid(common.store(), sweep_id)
+    if result["status"] != "running":
+        st.rerun(scope="app")
+    finished = sum(r["status"] != "running" for r in result["runs"])
+    total = max(result["planned"] - result["skipped"], len(result["runs"]))
+    current = next((r for r in result["runs"] if r["status"] == "running"), None)
+    text = f"{finished} of {total} runs done"
+    if current:
+        text += " · now run {}: {}".format(current["run"], ", ".join(
+            f"{FIELDS[k].label.lower()} {v}" for k, v in current["values"].items()))
+    if result["until_oom"]:
+        text += " · doubling until out of memory"
+    progress, stop = st.columns([6, 1], vertical_alignment="bottom")
+    progress.progress(min(1.0, finished / total) if total else 0.0, text=text)
+    if stop.button("Stop", key="sweep_stop", icon=":material/stop:", width="stretch",
+                   help="stops the current run and drops the rest"):
+        with st.spinner("stopping the current run…"):
+            common.sweeps().stop()
+        st.rerun(scope="app")
+    _sweep_table(result)
+
+
+def _sweep_table(result: dict) -> None:
+    names = list(result["vary"])
+    st.dataframe([{"Run": r["run"], **{FIELDS[n].label: r["values"][n] for n in names},
+                   "Status": r["status"], "Peak MB": r["peak_mb"],
+                   "Samples/second": r["samples_per_second"], "Time (s)": r["time_s"]}
+                  for r in result["runs"]], hide_index=True, key=f"sweep_runs_{result['sweep']}",
+                 column_config={"Samples/second": st.column_config.NumberColumn(format="%.2f"),
+                                "Time (s)": st.column_config.NumberColumn(format="%.2f")})
+
+
+def _largest_fitting_text(result: dict) -> str | None:
+    largest = result["largest_fitting"]
+    if LADDER not in result["vary"]:
+        return None
+    if not isinstance(largest, dict):
+        return ("Largest batch size that fit: **none** (no run completed)" if largest is None
+                else f"Largest batch size that fit: **{largest}**")
+    other = FIELDS[next(n for n in result["vary"] if n != LADDER)].label.lower()
+    return "Largest batch size that fit: " + "; ".join(
+        f"{other} {value}: **{'none' if size is None else size}**"
+        for value, size in largest.items())
+
+
+def sweep_results(sweep_id: int) -> None:
+    result = grid(common.store(), sweep_id)
+    status = result["status"]
+    line = (f"Sweep {sweep_id} ({result['name']}): {status}, {len(result['runs'])} runs"
+            + (f", {result['skipped']} skipped after an out-of-memory run" if result["skipped"]
+               else ""))
+    {"completed": st.success, "stopped": st.warning}.get(status, st.error)(line)
+    if result["error"]:
+        st.code(result["error"], language=None)
+    text = _largest_fitting_text(result)
+    if text:
+        st.markdown(text)
+    if result["runs"]:
+        left, right = st.columns(2)
+        left.plotly_chart(figures.sweep_figure(result, "peak_mb"), key="sweep_peak",
+                          config={"displaylogo": False})
+        right.plotly_chart(figures.sweep_figure(result, "samples_per_second"), key="sweep_speed",
+                           config={"displaylogo": False})
+        _sweep_table(result)
+        ids = [r["run"] for r in result["runs"]]
+        st.button("Compare these runs", key="sweep_compare", on_click=_show_runs, args=(ids,),
+                  icon=":material/compare_arrows:",
+                  help="puts them in the runs chosen above, in the Compare runs tab")
+
+
+def sweeps_section() -> None:
+    st.caption("One base configuration, one or two options varied; the runs queue and run one "
+               "after another, each stored as a normal run tagged with its sweep.")
+    slot = common.sweeps()
+    _sweep_form()
+    running = slot.running_id()
+    if running is not None:
+        st.subheader(f"Sweep {running} running")
+        sweep_progress(running)
+        return
+    stored = common.store().sweeps()
+    if not stored:
+        return
+    ids = [s["id"] for s in stored]
+    if st.session_state.get("sweep_shown") not in ids:
+        st.session_state["sweep_shown"] = ids[0]
+    names = {s["id"]: f"{s['id']}: {s['name']} — {s['status']}" for s in stored}
+    chosen = st.selectbox("Sweep", ids, format_func=names.get, key="sweep_shown")
+    sweep_results(chosen)
+
+
+# --- import ---
+
+def import_section() -> None:
+    st.caption("A JSON file exported here or with `python -m anatomy export RUN_ID … --format "
+               "json`, from this machine or another. The file is checked whole first: a wrong, "
+               "truncated or foreign file is refused and nothing of it is stored.")
+    upload = st.file_uploader("Import runs (JSON)", type=["json"], key="import_file")
+    done = st.session_state.setdefault("imported_files", {})
+    if upload is not None and upload.file_id not in done:
+        try:
+            done[upload.file_id] = ("imported", transfer.import_runs(common.store(),
+                                                                     upload.getvalue()))
+        except transfer.ImportRefused as error:
+            done[upload.file_id] = ("refused", str(error))
+    if upload is None:
+        return
+    outcome, detail = done[upload.file_id]
+    if outcome == "refused":
+        st.error(f"Not imported: {detail}. Nothing was stored.")
+        return
+    runs = ", ".join(map(str, detail))
+    st.success(f"Imported {upload.name}: run{'s' if len(detail) > 1 else ''} {runs}.")
+    st.button("Compare them", key="import_compare", on_click=_show_runs, args=(detail,),
+              disabled=len(detail) < 2, icon=":material/compare_arrows:")
+
+
+def main() -> None:
+    st.title("Compare")
+    db = common.store()
+    labels = _labels(db)
+    runs_tab, sweep_tab, import_tab = st.tabs(["Compare runs", "Sweep", "Import"])
+    with import_tab:
+        import_section()
+        labels = _labels(db)  # with what was just imported
+    with runs_tab:
+        if len(labels) < 2:
+            st.info("Comparing needs two stored runs: start them on the Live run page, run a "
+                    "sweep, or import some.")
+        else:
+            ids = list(labels)
+            _choose(ids)
+            chosen = st.multiselect("Runs", ids, format_func=labels.get, key="compare_runs",
+                                    on_change=_to_url, placeholder="choose two or more runs")
+            if len(chosen) < 2:
+                st.info("Choose two or more runs to compare.")
+            else:
+                comparison(chosen)
+    with sweep_tab:
+        sweeps_section()
+
+
+main()

@@ -1,0 +1,302 @@
+"""The Compare page: runs side by side (alignment, differing options, differences to a reference),
+sweeps and import, through AppTest on seeded stores; its logic and figures without Streamlit."""
+
+from __future__ import annotations
+
+import json
+
+import plotly.graph_objects as go
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from anatomy import compare, figures, transfer
+from anatomy.options import RunOptions
+from anatomy.store import MIB, report
+from tests.conftest import GIB_BYTES, seed_run
+
+TIMEOUT = 30
+GIB = GIB_BYTES
+
+
+def _with_options(store, run_id: int, **changes) -> int:
+    store.update_run(run_id, options={**store.run(run_id)["options"], **changes})
+    return run_id
+
+
+def _run_training_from(store, start: float, batch_size: int = 4) -> int:
+    """A completed run whose training phase begins at `start` (seed_run's begins at 6.0)."""
+    options = {**RunOptions(preset="bert-large-uncased", batch_size=batch_size).to_dict(),
+               "max_steps": 8}
+    run_id = store.create_run(options, "nvml", "v2", 0, {"gpu_name": "NVIDIA H200",
+                                                        "gpu_total": 141 * GIB})
+    ends = {"baseline": 1.0, "kernel": 2.0, "weights": start - 0.5, "training": start + 3.0}
+    starts = {"baseline": 0.1, "kernel": 1.5, "weights": 2.5, "training": start}
+    samples = [(i / 10, 0, (3 if i / 10 < start else 5) * GIB, None, 141 * GIB, None)
+               for i in range(int((start + 3.0) * 10) + 1)]
+    marks = [m for name in ends for m in (("start", name, starts[name]), ("end", name, ends[name]))]
+    store.write(run_id, samples=samples, phases=marks)
+    store.update_run(run_id, summary={"time_s": 3.0, "samples_per_second": 10.0})
+    store.finish(run_id, "completed")
+    return run_id
+
+
+def _page(**query) -> AppTest:
+    app = AppTest.from_file("../app.py", default_timeout=TIMEOUT)
+    for key, value in query.items():
+        app.query_params[key] = value
+    app.switch_page("pages/compare.py").run()
+    assert not app.exception, app.exception
+    return app
+
+
+def _chart(app: AppTest, key: str) -> dict:
+    (chart,) = [c for c in app.get("plotly_chart") if c.proto.id.endswith(f"-{key}")]
+    return json.loads(chart.proto.spec)
+
+
+# Dataframes carry no key in AppTest: the Compare runs tab's two tables come first, in this order.
+TABLES = ("compare_table", "compare_differences")
+
+
+def _table(app: AppTest, name: str):
+    return app.dataframe[TABLES.index(name)].value
+
+
+# --- the page ---
+
+def test_two_runs_differing_in_batch_size_side_by_side(store, seed):
+    small = seed()
+    large = _with_options(store, seed(), batch_size=8)
+    store.write(large, samples=[(9.5, 0, 6 * GIB, None, 141 * GIB, None)])  # a higher peak
+    app = _page(runs=f"{small},{large}")
+    assert app.multiselect(key="compare_runs").value == [small, large]
+
+    table = _table(app, "compare_table")
+    assert list(table.columns) == ["", f"Run {small}", f"Run {large}"]
+    assert table.loc["Batch size"].tolist() == ["≠", "4", "8"]
+    flagged = table.index[table[""] == "≠"].tolist()
+    assert flagged == ["Batch size"]  # nothing else differs
+    assert table.loc["peak (MB)"].tolist() == ["", "4,096", "6,144"]
+    assert any("Options that differ" in m.value and "Batch size" in m.value for m in app.markdown)
+
+    differences = _table(app, "compare_differences")
+    assert differences.loc["peak (MB)"].tolist() == ["reference", "+2,048 MB (+50.0%)"]
+    assert differences.loc["training (MB)"].tolist() == ["reference", "+0 MB (+0.0%)"]
+
+    app.selectbox(key="compare_reference").set_value(large).run()
+    differences = _table(app, "compare_differences")
+    assert differences.loc["peak (MB)"].tolist() == ["-2,048 MB (-33.3%)", "reference"]
+
+
+def test_the_overlay_aligns_every_run_at_the_chosen_phase(store):
+    early, late = _run_training_from(store, 4.0), _run_training_from(store, 7.0)
+    app = _page(runs=f"{early},{late}")
+    chart = _chart(app, "compare_overlay")
+    curves = [t for t in chart["data"] if t["type"] == "scattergl"]
+    assert [c["meta"] for c in curves] == [{"run": early, "shift": 4.0},
+                                           {"run": late, "shift": 7.0}]
+    for curve in curves:
+        # Training begins where memory steps from 3 to 5 GiB: at x = 0 in both runs.
+        xs, ys = _numbers(curve["x"]), _numbers(curve["y"])
+        first_high = next(x for x, y in zip(xs, ys) if y == 5 * 1024)
+        assert first_high == pytest.approx(0.0)
+    assert chart["layout"]["xaxis"]["title"]["text"] == "seconds since the training phase began"
+
+    app.selectbox(key="compare_phase").set_value("kernel").run()
+    chart = _chart(app, "compare_overlay")
+    assert [t["meta"]["shift"] for t in chart["data"] if t["type"] == "scattergl"] == [1.5, 1.5]
+
+
+def test_small_multiples_share_one_y_axis_and_bars_stack_each_run(store, seed):
+    first, second = seed(), seed()
+    app = _page(runs=f"{first},{second}")
+    multiples = _chart(app, "compare_multiples")
+    layout = multiples["layout"]
+    assert layout["yaxis2"]["matches"] == "y"  # one scale for all panels
+    assert [a["text"] for a in layout["annotations"]][:2] == [
+        f"Run {first} · bert-large-uncased · bs 4 · fp32", f"Run {second} · bert-large-uncased · bs 4 · fp32"]
+
+    bars = _chart(app, "compare_bars")
+    stacked = {t["name"]: _numbers(t["y"]) for t in bars["data"] if t["type"] == "bar"}
+    assert stacked == {"CUDA context": [1024, 1024], "weights": [1024, 1024],
+                       "training": [1024, 1024]}
+    peak = next(t for t in bars["data"] if t["name"] == "peak")
+    assert _numbers(peak["y"]) == [4096, 4096]
+    assert bars["layout"]["barmode"] == "stack"
+
+
+def test_fewer_than_two_runs_asks_for_more(store, seed):
+    seed()
+    app = _page()
+    assert "Comparing needs two stored runs" in app.info[0].value
+    seed()
+    app = _page()
+    app.multiselect(key="compare_runs").set_value([]).run()
+    assert "Choose two or more runs to compare." in [i.value for i in app.info]
+
+
+def test_an_exported_file_imports_once_and_a_truncated_one_is_refused(store, seed):
+    exported = json.dumps(transfer.export_runs(store, [seed()])).encode()
+    app = _page()
+    app.file_uploader(key="import_file").set_value(("runs.json", exported, "application/json"))
+    app.run()
+    assert not app.exception
+    assert [s.value for s in app.success] == ["Imported runs.json: run 2."]
+    app.run()  # a rerun with the same file still there imports nothing more
+    assert len(store.runs()) == 2
+    assert report(store, 2)["summary"]["peak_mb"] == 4096
+
+    app.file_uploader(key="import_file").set_value(("cut.json", exported[:100], "application/json"))
+    app.run()
+    (error,) = [e.value for e in app.error]
+    assert error.startswith("Not imported: the file is truncated") and "Nothing was stored" in error
+    assert len(store.runs()) == 2
+
+
+def test_a_finished_sweep_shows_its_grid_and_the_largest_batch_size(store):
+    sweep_id = store.create_sweep("batch_size on bert-large-uncased",
+                                  RunOptions(preset="bert-large-uncased").to_dict(),
+                                  {"batch_size": [4, 8, 16]}, False, 3)
+    key = store.sweep(sweep_id)["key"]
+    for size, status in ((4, "completed"), (8, "completed"), (16, "oom")):
+        run_id = _with_options(store, seed_run(store, status=status), batch_size=size)
+        store.update_run(run_id, sweep=key)
+    store.update_sweep(sweep_id, status="completed")
+    app = _page()
+    assert app.selectbox(key="sweep_shown").value == sweep_id
+    assert any("Largest batch size that fit: **8**" in m.value for m in app.markdown)
+    peak = _chart(app, "sweep_peak")["data"][0]
+    assert peak["x"] == ["4", "8", "16"]
+    assert peak["text"] == [["4,096 MB", "4,096 MB", "oom"]]
+
+
+def test_a_running_sweep_shows_its_progress_read_from_the_store(store, seed):
+    from pages import common  # the server's sweep slot, where the page finds the running sweep
+
+    sweep_id = store.create_sweep("batch_size on bert-large-uncased",
+                                  RunOptions(preset="bert-large-uncased").to_dict(),
+                                  {"batch_size": [1, 2, 4]}, False, 3)
+    key = store.sweep(sweep_id)["key"]
+    done = _with_options(store, seed(), batch_size=1)
+    running = _with_options(store, seed(status="running"), batch_size=2)
+    for run_id in (done, running):
+        store.update_run(run_id, sweep=key)
+
+    class Running:  # the runner's thread, as the page sees it: alive, with its sweep's id
+        id = sweep_id
+
+        def is_alive(self) -> bool:
+            return True
+
+    slot = common.sweeps()
+    slot.sweep = Running()
+    try:
+        app = _page()
+    finally:
+        slot.sweep = None
+    assert f"Sweep {sweep_id} running" in [s.value for s in app.subheader]
+    (progress,) = app.get("progress")
+    assert progress.proto.text == f"1 of 3 runs done · now run {running}: batch size 2"
+    assert app.button(key="sweep_start").disabled
+    assert app.button(key="sweep_stop")
+
+
+def test_a_sweep_with_a_wrong_value_is_refused_before_it_starts(store):
+    app = _page()
+    app.text_input(key="sweep_values_batch_size").set_value("1,two").run()
+    app.button(key="sweep_start").click().run()
+    assert not app.exception
+    assert "batch-size: 'two' is not a whole number" in [e.value for e in app.error]
+    assert store.sweeps() == []
+
+
+# --- the logic, without Streamlit ---
+
+def test_differing_options_count_defaults_of_options_added_later(store, seed):
+    old = seed()
+    options = store.run(old)["options"]
+    del options["profile_steps"]  # recorded before the option existed: it ran with 0
+    store.update_run(old, options=options)
+    new = seed()
+    reports = [report(store, old), report(store, new)]
+    assert compare.differing_options(reports) == []
+    _with_options(store, new, precision="bf16", gradient_checkpointing=True)
+    assert compare.differing_options([report(store, old), report(store, new)]) == [
+        "precision", "gradient_checkpointing"]
+
+
+def test_difference_in_megabytes_and_percent():
+    assert compare.difference(150, 100) == {"absolute": 50, "percent": 50.0}
+    assert compare.difference(0, 0) == {"absolute": 0, "percent": None}  # no % of nothing
+    assert compare.difference(None, 100) == {"absolute": None, "percent": None}
+
+
+def test_ids_from_the_url():
+    assert compare.parse_ids("3, 1,x,3,,2") == [3, 1, 2]
+    assert compare.parse_ids(None) == []
+
+
+def test_measured_components_split_the_training_increase(store, seed):
+    run_id = seed()
+    summary = store.run(run_id)["summary"]
+    components = {"weights": 100 * MIB, "gradients": 100 * MIB, "optimizer_states": 200 * MIB,
+                  "activations": 300 * MIB, "peak_allocated": 650 * MIB,
+                  "peak_reserved": 700 * MIB, "allocator_cache": 50 * MIB}
+    store.update_run(run_id, summary={**summary, "components": components})
+    parts = {p["part"]: p["bytes"] // MIB for p in compare.memory_parts(report(store, run_id))}
+    # The training increase (1,024 MB) is what the allocator's peak holds plus the rest:
+    # states, the larger of activations and gradients, temporary (650 − 100 − 200 − 300).
+    assert parts == {"CUDA context": 1024, "weights": 1024, "optimizer states": 200,
+                     "activations": 300, "temporary": 50, "allocator cache": 50,
+                     "the rest": 1024 - 600}
+
+
+def test_an_out_of_memory_run_adds_no_negative_part(store, seed):
+    run_id = seed(status="oom")
+    # Its memory was freed as it failed, before the training phase's end was marked.
+    store.write(run_id, samples=[(9.5, 0, 0, None, 141 * GIB, None)],
+                phases=[("end", "training", 9.5)])
+    training = next(p for p in compare.memory_parts(report(store, run_id))
+                    if p["part"] == "training")
+    assert training["bytes"] == 0 and "oom" in training["note"]
+
+
+def test_the_bars_keep_one_order_and_show_the_total_once_near(store, seed):
+    plain = seed()
+    split = seed()
+    summary = store.run(split)["summary"]
+    store.update_run(split, summary={**summary, "components": {
+        "weights": 10 * MIB, "gradients": 30 * MIB, "optimizer_states": 20 * MIB,
+        "activations": 5 * MIB}})
+    store.merge_environment(plain, {"gpu_total": 141 * GIB})
+    figure = figures.memory_bars_figure([report(store, plain), report(store, split)])
+    assert [t.name for t in figure.data] == [
+        "CUDA context", "weights", "training", "optimizer states", "gradients", "the rest", "peak",
+        "device total (click to show)"]
+    assert figure.data[-1].visible == "legendonly"  # 4 GiB under 141 GiB
+
+
+def test_the_sweep_heatmap_puts_batch_size_across_and_the_other_option_down():
+    result = {"vary": {"precision": ["fp32", "bf16"], "batch_size": [1, 2]}, "runs": [
+        {"values": {"precision": "fp32", "batch_size": 1}, "status": "completed",
+         "peak_mb": 100, "samples_per_second": 5.0},
+        {"values": {"precision": "fp32", "batch_size": 2}, "status": "oom",
+         "peak_mb": 999, "samples_per_second": None},
+        {"values": {"precision": "bf16", "batch_size": 1}, "status": "completed",
+         "peak_mb": 80, "samples_per_second": 9.0}]}
+    heatmap = figures.sweep_figure(result, "samples_per_second").data[0]
+    assert isinstance(heatmap, go.Heatmap)
+    assert list(heatmap.x) == ["1", "2"] and list(heatmap.y) == ["fp32", "bf16"]
+    assert [list(row) for row in heatmap.z] == [[5.0, None], [9.0, None]]
+    assert [list(row) for row in heatmap.text] == [["5.00/s", "oom"], ["9.00/s", "not run"]]
+
+
+def _numbers(values) -> list[float]:
+    """A trace's numbers as the page sent them: plain lists, or numpy's binary typed arrays."""
+    if isinstance(values, dict):
+        import base64
+
+        import numpy as np
+
+        return np.frombuffer(base64.b64decode(values["bdata"]), dtype=values["dtype"]).tolist()
+    return list(values)
