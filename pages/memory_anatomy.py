@@ -1,7 +1,170 @@
-"""Anatomy: a place for what the memory of a run is made of (a later issue fills it)."""
+"""Anatomy: what one run's training memory is made of, measured next to predicted, and where its
+time goes by operation class."""
+
+from __future__ import annotations
 
 import streamlit as st
 
-st.title("Anatomy")
-st.info("coming: the anatomy of a run's memory (weights, gradients, optimizer states, "
-        "activations, temporary buffers) and of its operations")
+from anatomy import breakdown, figures
+from anatomy.operations import PAPER_CITATION, OperationProfile, comparison
+from anatomy.prediction import WALKTHROUGH_BYTES_PER_PARAMETER
+from anatomy.store import MIB, report
+from pages import common
+
+CHART = {"displaylogo": False}
+MB = st.column_config.NumberColumn(format="%.1f")
+
+
+def _choose(ids: list[int]) -> None:
+    """?run=ID picks the run; else the latest."""
+    wanted = st.query_params.get("run")
+    if wanted and wanted.isdigit() and int(wanted) in ids:
+        st.session_state["anatomy_run"] = int(wanted)
+    if st.session_state.get("anatomy_run") not in ids:
+        st.session_state["anatomy_run"] = ids[0]
+
+
+def _to_url() -> None:
+    st.query_params["run"] = str(st.session_state["anatomy_run"])
+
+
+def _mb(value: int | None) -> float | None:
+    return None if value is None else value / MIB
+
+
+def measured_and_predicted(rep: dict, prediction) -> None:
+    st.subheader("Measured next to predicted")
+    st.plotly_chart(figures.anatomy_waterfall_figure(breakdown.waterfall(rep, prediction)),
+                    key="anatomy_waterfall", config=CHART)
+    if rep["backend"] == "nvml":
+        st.caption("Each part adds to the one before; *all parts* is their sum, which no moment "
+                   "of a step reaches; *never held at once* takes away what is freed before the "
+                   "rest arrives (the smaller of activations and gradients), leaving the **tensor "
+                   "peak**. The predicted peak is that tensor "
+                   "peak (compare it with the allocator's measured peak); NVML's peak adds the "
+                   "CUDA context, the allocator's cache and memory outside PyTorch. The CUDA "
+                   "context is not predicted: both sides start from the measured one.")
+    else:
+        st.caption("Each part adds to the one before; *all at once* is their sum. On a CPU there "
+                   "is no allocator to read a tensor peak from: the measured side goes on to the "
+                   "peak RSS over the baseline, which adds torch's libraries and the Python "
+                   "process.")
+    rows = breakdown.component_rows(rep, prediction)
+    st.dataframe([{"Component": r["component"], "Measured (MB)": _mb(r["measured"]),
+                   "Predicted (MB)": _mb(r["predicted"]), "Error (%)": r["error_percent"],
+                   "Note": r["note"]} for r in rows],
+                 hide_index=True, key="anatomy_components", height="content",
+                 column_config={"Measured (MB)": MB, "Predicted (MB)": MB,
+                                "Error (%)": st.column_config.NumberColumn(format="%+.1f%%"),
+                                "Note": st.column_config.TextColumn(width="large")})
+    st.caption("Error = (predicted − measured) / measured. MB = 2²⁰ bytes. docs/PREDICTION.md "
+               "states every formula of the prediction and where it comes from.")
+
+
+def peak_section(rep: dict, prediction) -> None:
+    st.subheader("Why the peak is less than the sum of the parts")
+    st.markdown(breakdown.peak_explanation(rep, prediction))
+    rows = breakdown.moment_rows(rep, prediction)
+    all_parts = breakdown.sum_of_parts(breakdown.predicted_components(prediction))
+    st.plotly_chart(figures.moments_figure(rows, all_parts), key="anatomy_moments", config=CHART)
+    measured = any(r["measured"] is not None for r in rows)
+    st.caption("Tensor memory at each moment of a step after the first (the optimizer states "
+               "exist then). " + ("Measured: the allocator at the end of the forward pass, before "
+                                  "the optimizer step and after it (its temporaries freed)."
+                                  if measured else "Measured moments come from the allocator: "
+                                  "GPU runs with measured components only."))
+
+
+def bytes_per_parameter(rep: dict, prediction) -> None:
+    st.subheader("Bytes per parameter")
+    count = breakdown.parameters(rep, prediction)
+    rows = breakdown.bytes_per_parameter_rows(rep, prediction)
+    st.dataframe([{"Component": r["component"], "This run (measured)": r["measured"],
+                   "Predicted": r["predicted"], "The walkthrough": r["walkthrough"]}
+                  for r in rows], hide_index=True, key="anatomy_bytes_per_parameter",
+                 column_config={k: st.column_config.NumberColumn(format="%.2f")
+                                for k in ("This run (measured)", "Predicted", "The walkthrough")})
+    st.caption(f"{count:,} parameters. The walkthrough's figures: " + "; ".join(
+        f"{name}: {value:g}" for name, value in WALKTHROUGH_BYTES_PER_PARAMETER.items())
+        + ". Under fp16/bf16 the Trainer keeps the weights in fp32 and autocast makes the 16-bit"
+          " copies in each forward pass, so they show up in the activations, not the weights.")
+
+
+def first_steps(rep: dict) -> None:
+    st.subheader("The first steps of training")
+    db = common.store()
+    steps = db.steps(rep["id"])
+    if not any(p["name"] == "training" for p in rep["phases"]):
+        st.info("This run never reached the training phase.")
+        return
+    st.plotly_chart(figures.first_steps_figure(rep, db.samples(rep["id"], rep["gpu"]), steps),
+                    key="anatomy_first_steps", config=CHART)
+    st.caption("Step 1 builds what the rest of training keeps: its forward pass makes the "
+               "activations, its backward pass frees them as the gradients appear, and its "
+               "optimizer step creates the optimizer states (AdamW: two fp32 tensors a "
+               "parameter). From step 2 on the memory repeats. A dotted line is the end of a "
+               "step as the Trainer reports it."
+               + (" The caching allocator keeps what it reserved, so NVML's curve rises and "
+                  "stays up." if rep["backend"] == "nvml" else ""))
+
+
+def operations(rep: dict) -> None:
+    st.subheader("Where the time goes: operation classes")
+    if not rep["operations"]:
+        st.info("This run was not profiled. Start a run with the run option **Profile steps** set "
+                "to a few steps (or `python -m anatomy run --profile-steps 3`): after training, "
+                "torch.profiler profiles that many steps and every operator is put in a class.")
+        return
+    profile = OperationProfile.from_dict(rep["operations"])
+    st.plotly_chart(figures.operations_figure(comparison(profile)), key="anatomy_operations",
+                    config=CHART)
+    st.markdown(breakdown.operations_explanation(profile, rep["options"]["precision"]))
+    st.caption(f"{profile.steps} profiled steps, forward and backward passes; time is "
+               f"{profile.time_source}. Optimizer step (clipping and optimizer.step(), kept "
+               f"apart): {profile.optimizer.time_us / 1000 / max(1, profile.steps):,.1f} ms a "
+               f"step. Paper: {PAPER_CITATION}")
+    st.markdown("**Top operators by time**")
+    st.dataframe([{"Operator": o["name"], "Class": o["class"], "Time (ms)": o["time_us"] / 1000,
+                   "GFLOP": o["flops"] / 1e9, "Calls": o["count"]} for o in profile.top(10)],
+                 hide_index=True, key="anatomy_top_operators",
+                 column_config={"Time (ms)": st.column_config.NumberColumn(format="%.2f"),
+                                "GFLOP": st.column_config.NumberColumn(format="%.3f")})
+
+
+def main() -> None:
+    st.title("Anatomy")
+    st.caption("Where one run's training memory goes, component by component, measured next to "
+               "what the model config and the options predict; and where its time goes.")
+    db = common.store()
+    runs = db.runs()
+    if not runs:
+        st.info("No runs stored yet: start one on the Live run page, or with "
+                "`python -m anatomy run`.")
+        return
+    ids = [run["id"] for run in runs]
+    labels = {run["id"]: f"{run['id']}: {run['preset']}, batch {run['options'].get('batch_size')}"
+                         f", {run['options'].get('precision')} — {run['status']}" for run in runs}
+    _choose(ids)
+    run_id = st.selectbox("Run", ids, format_func=labels.get, key="anatomy_run",
+                          on_change=_to_url)
+    rep = report(db, run_id)
+    st.subheader(common.run_title(rep))
+    prediction = breakdown.prediction_for(rep)
+    if rep["backend"] == "cpu-rss":
+        st.info("A CPU run: there is no CUDA context and no caching allocator. Activations are "
+                "measured from the tensors autograd saved for the backward pass, and the peak is "
+                "the RSS of the training process, which includes torch's libraries and Python.")
+    if rep["status"] == "running":
+        st.info("In progress: the measured components are stored when the run ends. Until then, "
+                "the prediction alone.")
+    elif rep["components"] is None:
+        st.info("No measured components for this run (recorded before they were measured, or it "
+                "ended before its first optimizer step): the prediction alone.")
+    measured_and_predicted(rep, prediction)
+    peak_section(rep, prediction)
+    bytes_per_parameter(rep, prediction)
+    first_steps(rep)
+    operations(rep)
+
+
+main()

@@ -1,0 +1,220 @@
+"""The Anatomy page: measured next to predicted, the peak below the sum of the parts, bytes per
+parameter, the first steps and the operation classes, through AppTest on seeded runs; and
+anatomy/breakdown.py and its figures without Streamlit."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from anatomy import breakdown, figures
+from anatomy.operations import CLASSES, ClassTotals, OperationProfile
+from anatomy.store import MIB, report
+
+TIMEOUT = 30
+
+
+def _measured_like(prediction, activations_off: float = 0.01) -> dict:
+    """Components as the worker stores them on a GPU: the prediction's, activations 1% higher."""
+    peak = prediction.peak + 2 * MIB
+    return {"weights": prediction.weights, "gradients": prediction.gradients,
+            "optimizer_states": prediction.optimizer_states,
+            "activations": round(prediction.activations * (1 + activations_off)),
+            "peak_allocated": peak, "peak_reserved": peak + 600 * MIB,
+            "allocator_cache": 600 * MIB,
+            "moments": {"end of forward": prediction.moments["forward pass"] + MIB,
+                        "end of backward": prediction.moments["end of the backward pass"] - MIB,
+                        "after optimizer step": prediction.weights + prediction.gradients
+                        + prediction.optimizer_states},
+            "steps_measured": 3}
+
+
+def _profile(device: str = "cuda") -> dict:
+    shares = {CLASSES[0]: (900.0, 10**12), CLASSES[1]: (40.0, 10**9), CLASSES[2]: (30.0, 10**8),
+              CLASSES[3]: (30.0, 0)}
+    classes = {k: ClassTotals(time_us=t, flops=f, count=10) for k, (t, f) in shares.items()}
+    operators = [{"name": f"aten::op{i}", "class": CLASSES[i % 4], "time_us": 100.0 - i,
+                  "flops": 0, "count": 1} for i in range(12)]
+    return OperationProfile(device, "GPU kernel time (self)", 3, classes, operators,
+                            ClassTotals(time_us=21.0)).to_dict()
+
+
+@pytest.fixture
+def measured_run(store, seed):
+    """A GPU run of bert-large (batch 4, 512 tokens) with measured components and a profile."""
+    run_id = seed()
+    prediction = breakdown.prediction_for(report(store, run_id))
+    store.merge_environment(run_id, {"parameters": prediction.parameters})
+    summary = store.run(run_id)["summary"]
+    store.update_run(run_id, summary={**summary, "components": _measured_like(prediction),
+                                      "operations": _profile()})
+    return run_id
+
+
+def _page(**query) -> AppTest:
+    app = AppTest.from_file("../app.py", default_timeout=TIMEOUT)
+    for key, value in query.items():
+        app.query_params[key] = value
+    app.switch_page("pages/memory_anatomy.py").run()
+    assert not app.exception, app.exception
+    return app
+
+
+def _chart(app: AppTest, key: str) -> dict:
+    (chart,) = [c for c in app.get("plotly_chart") if c.proto.id.endswith(f"-{key}")]
+    return json.loads(chart.proto.spec)
+
+
+# The page's tables, in the order it draws them.
+TABLES = ("components", "bytes_per_parameter", "top_operators")
+
+
+def _table(app: AppTest, name: str):
+    return app.dataframe[TABLES.index(name)].value
+
+
+# --- the page ---
+
+def test_measured_next_to_predicted_with_the_error_of_each_component(store, seed, measured_run):
+    seed()  # a later run: the URL still picks the measured one
+    app = _page(run=str(measured_run))
+    assert app.selectbox(key="anatomy_run").value == measured_run
+    table = _table(app, "components").set_index("Component")
+    assert list(table.index) == [
+        "CUDA context", "weights", "gradients", "optimizer states", "activations",
+        "temporary buffers", "sum of the parts", "peak (tensors)", "allocator cache",
+        "outside PyTorch", "peak (NVML, over the baseline)"]
+    assert table.loc["weights", "Error (%)"] == 0
+    assert table.loc["optimizer states", "Measured (MB)"] == pytest.approx(2556.9, abs=0.1)
+    assert table.loc["activations", "Error (%)"] == pytest.approx(-100 * 0.01 / 1.01, abs=1e-3)
+    assert table.loc["peak (tensors)", "Predicted (MB)"] == pytest.approx(7156.4, abs=0.1)
+    assert table.loc["CUDA context", "Measured (MB)"] == 1024  # seeded: kernel − baseline
+    assert pd.isna(table.loc["CUDA context", "Predicted (MB)"])  # not predicted
+
+    sides = {t["name"]: t for t in _chart(app, "anatomy_waterfall")["data"]}
+    assert set(sides) == {"measured", "predicted"}
+    measured = dict(zip(sides["measured"]["x"], sides["measured"]["y"]))
+    # Activations outweigh gradients: the gradients are what the peak never holds with them.
+    assert measured["never held at once"] == pytest.approx(-1278.47, abs=0.01)
+    assert sides["measured"]["x"][-1] == "peak (NVML)"
+    assert sides["predicted"]["x"][-1] == "context + tensor peak"
+
+
+def test_the_page_says_why_the_peak_is_below_the_sum_of_the_parts(store, measured_run):
+    app = _page(run=str(measured_run))
+    words = " ".join(m.value for m in app.markdown)
+    assert "no moment of a step holds them all" in words
+    assert "at the start of the backward pass" in words
+    moments = _chart(app, "anatomy_moments")
+    bars = {t["name"]: t for t in moments["data"]}
+    assert bars["predicted"]["x"] == ["end of the forward pass", "start of the backward pass",
+                                      "end of the backward pass", "optimizer step"]
+    assert bars["measured"]["y"][1] is None  # not a moment the worker reads
+    line = moments["layout"]["shapes"][0]
+    assert line["y0"] > max(bars["predicted"]["y"])  # no moment reaches the sum of the parts
+
+
+def test_bytes_per_parameter_next_to_the_walkthroughs(store, measured_run):
+    table = _table(_page(run=str(measured_run)), "bytes_per_parameter").set_index("Component")
+    assert table["This run (measured)"].tolist() == [4.0, 4.0, 8.0, 16.0]
+    assert table["The walkthrough"].tolist() == [4.0, 4.0, 8.0, 16.0]
+
+
+def test_the_first_steps_are_marked_on_the_curve(store, measured_run):
+    chart = _chart(_page(run=str(measured_run)), "anatomy_first_steps")
+    lines = [s["x0"] for s in chart["layout"]["shapes"]]
+    assert lines == [6.0, 6.4, 6.8, pytest.approx(7.2)]  # training begins, steps 1-3 end
+    texts = [a["text"] for a in chart["layout"]["annotations"]]
+    assert "gradients appear in the first backward pass" in texts
+    assert "optimizer states after the first optimizer step" in texts
+    assert chart["layout"]["xaxis"]["range"][1] < 9.0  # zoomed on the first steps
+
+
+def test_operation_classes_next_to_the_papers_and_the_top_operators(store, measured_run):
+    app = _page(run=str(measured_run))
+    chart = _chart(app, "anatomy_operations")
+    names = {t["name"] for t in chart["data"]}
+    assert names == {"this run", "Ivanov et al. (BERT, PyTorch)"}
+    assert len(_table(app, "top_operators")) == 10
+    words = " ".join(m.value for m in app.markdown)
+    assert "fused attention kernel" in words and "90% of the time" in words
+    assert any("Data Movement Is All You Need" in c.value for c in app.caption)
+
+
+def test_a_run_without_components_or_profile_says_how_to_get_them(store, seed):
+    run_id = seed()
+    app = _page(run=str(run_id))
+    infos = " ".join(i.value for i in app.info)
+    assert "No measured components" in infos
+    assert "Profile steps" in infos and "--profile-steps" in infos
+    table = _table(app, "components").set_index("Component")
+    assert table.loc["CUDA context", "Measured (MB)"] == 1024  # the phases still tell it
+    assert table.loc["weights", "Predicted (MB)"] == pytest.approx(1278.5, abs=0.1)
+
+
+def test_a_cpu_run_says_what_its_figures_are(store, seed):
+    run_id = seed(backend="cpu-rss")
+    prediction = breakdown.prediction_for(report(store, run_id))
+    summary = store.run(run_id)["summary"]
+    store.update_run(run_id, summary={**summary, "components": {
+        "weights": prediction.weights, "gradients": prediction.gradients,
+        "optimizer_states": prediction.optimizer_states, "activations": prediction.activations}})
+    app = _page(run=str(run_id))
+    infos = " ".join(i.value for i in app.info)
+    assert "A CPU run" in infos and "autograd saved" in infos and "RSS" in infos
+    table = _table(app, "components").set_index("Component")
+    assert "CUDA context" not in table.index
+    assert table.loc["sum of the parts", "Error (%)"] == 0  # like with like: no temporary
+    assert table.loc["peak (RSS, over the baseline)", "Measured (MB)"] == 3072
+
+
+def test_no_runs_yet():
+    assert "No runs stored yet" in _page().info[0].value
+
+
+# --- the logic, without Streamlit ---
+
+def test_the_predicted_temporary_uses_the_measured_arithmetic(store, measured_run):
+    rep = report(store, measured_run)
+    prediction = breakdown.prediction_for(rep)
+    predicted = breakdown.predicted_components(prediction)
+    # The peak is weights + states + the larger of activations and gradients + the rest.
+    assert predicted["temporary"] == prediction.peak - (
+        prediction.weights + prediction.optimizer_states + prediction.activations)
+    rows = {r["component"]: r for r in breakdown.component_rows(rep, prediction)}
+    assert rows["temporary buffers"]["measured"] == rep["components"]["temporary"]
+    assert rows["sum of the parts"]["predicted"] == breakdown.sum_of_parts(predicted)
+
+
+def test_with_checkpointing_the_activations_are_what_the_peak_never_holds(store, seed):
+    run_id = seed()
+    store.update_run(run_id, options={**store.run(run_id)["options"],
+                                      "gradient_checkpointing": True})
+    rep = report(store, run_id)
+    prediction = breakdown.prediction_for(rep)
+    steps = dict((label, value) for label, _, value in breakdown.waterfall(rep, prediction)[
+        "predicted"])
+    assert steps["never held at once"] == -prediction.activations
+    assert "at the optimizer step" in breakdown.peak_explanation(rep, prediction)
+
+
+def test_what_the_operation_shares_mean_on_each_device():
+    gpu = OperationProfile.from_dict(_profile("cuda"))
+    assert "without tensor cores" in breakdown.operations_explanation(gpu, "fp32")
+    assert "without tensor cores" not in breakdown.operations_explanation(gpu, "bf16")
+    cpu = OperationProfile.from_dict({**_profile("cpu"), "device": "cpu"})
+    assert breakdown.operations_explanation(cpu, "fp32").startswith("On a CPU")
+
+
+def test_the_waterfall_figure_keeps_one_order_for_both_sides(store, measured_run):
+    rep = report(store, measured_run)
+    figure = figures.anatomy_waterfall_figure(
+        breakdown.waterfall(rep, breakdown.prediction_for(rep)))
+    order = list(figure.layout.xaxis.categoryarray)
+    assert order[:3] == ["CUDA context", "weights", "gradients"]
+    assert order.index("context + all parts") < order.index("never held at once") < order.index(
+        "context + tensor peak") < order.index("peak (NVML)")
+    assert figure.layout.waterfallmode == "group"
