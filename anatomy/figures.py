@@ -341,14 +341,14 @@ def sweep_figure(result: dict, metric: str = "peak_mb") -> go.Figure:
         value = run[metric]
         if run["status"] == "completed" and value is not None:
             z[i][j] = value
-            text[i][j] = f"{value:,.0f} MB" if metric == "peak_mb" else f"{value:,.2f}/s"
+            text[i][j] = f"{value:,.0f}" if metric == "peak_mb" else f"{value:,.2f}"
         else:
             text[i][j] = run["status"]
     title = "peak memory (MB)" if metric == "peak_mb" else "samples/second"
     figure = go.Figure(go.Heatmap(
         x=[str(x) for x in xs], y=[str(y) if down else "" for y in ys], z=z, text=text,
         texttemplate="%{text}", colorscale="Viridis" if metric == "peak_mb" else "Cividis",
-        colorbar={"title": {"text": title}}, hoverongaps=True,
+        hoverongaps=True,
         hovertemplate=f"{across} %{{x}}" + (f"<br>{down} %{{y}}" if down else "")
         + "<br>%{text}<extra></extra>"))
     figure.update_layout(

@@ -255,11 +255,10 @@ def sweep_results(sweep_id: int) -> None:
     if text:
         st.markdown(text)
     if result["runs"]:
-        left, right = st.columns(2)
-        left.plotly_chart(figures.sweep_figure(result, "peak_mb"), key="sweep_peak",
-                          config={"displaylogo": False})
-        right.plotly_chart(figures.sweep_figure(result, "samples_per_second"), key="sweep_speed",
-                           config={"displaylogo": False})
+        st.plotly_chart(figures.sweep_figure(result, "peak_mb"), key="sweep_peak",
+                        config={"displaylogo": False})
+        st.plotly_chart(figures.sweep_figure(result, "samples_per_second"), key="sweep_speed",
+                        config={"displaylogo": False})
         _sweep_table(result)
         ids = [r["run"] for r in result["runs"]]
         st.button("Compare these runs", key="sweep_compare", on_click=_show_runs, args=(ids,),

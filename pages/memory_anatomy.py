@@ -55,7 +55,7 @@ def measured_and_predicted(rep: dict, prediction) -> None:
                    "Note": r["note"]} for r in rows],
                  hide_index=True, key="anatomy_components", height="content",
                  column_config={"Measured (MB)": MB, "Predicted (MB)": MB,
-                                "Error (%)": st.column_config.NumberColumn(format="%+.1f%%"),
+                                "Error (%)": st.column_config.NumberColumn(format="%+.2f%%"),
                                 "Note": st.column_config.TextColumn(width="large")})
     st.caption("Error = (predicted − measured) / measured. MB = 2²⁰ bytes. docs/PREDICTION.md "
                "states every formula of the prediction and where it comes from.")
