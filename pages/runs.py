@@ -1,4 +1,5 @@
-"""Runs: every stored run as a table; one run's chart and summary; deleting a run."""
+"""Runs: every stored run as a table, filtered by tag, preset and status; one run's chart and
+summary; naming, tagging and deleting a run."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from anatomy.cli import run_rows
 from anatomy.store import report
 from pages import common
 
+ANY = "any"
 COLUMNS = {  # run_rows() key: the table's heading
-    "id": "Run", "created": "Time", "preset": "Preset", "batch_size": "Batch",
+    "id": "Run", "name": "Name", "tags": "Tags", "created": "Time", "preset": "Preset", "batch_size": "Batch",
     "seq_len": "Seq len", "precision": "Precision", "gradient_checkpointing": "Checkpointing",
     "grad_accum": "Accum", "optim": "Optimizer", "status": "Status", "peak_mb": "Peak MB",
     "time_s": "Time (s)", "samples_per_second": "Samples/second",
@@ -35,6 +37,39 @@ def _choose(ids: list[int]) -> None:
 
 def _to_url() -> None:
     st.query_params["run"] = str(st.session_state["runs_select"])
+
+
+def _filters(db) -> dict:
+    """Tag, preset and status to narrow the list to ("any": not narrowed), from what is stored."""
+    runs = db.runs()
+    choices = {"tag": sorted({tag for run in runs for tag in run["tags"]}),
+               "preset": sorted({run["preset"] for run in runs}),
+               "status": sorted({run["status"] for run in runs})}
+    chosen = {}
+    for column, (name, values) in zip(st.columns(3), choices.items()):
+        value = column.selectbox(name.capitalize(), [ANY, *values], key=f"runs_filter_{name}")
+        chosen[name] = None if value == ANY else value
+    return chosen
+
+
+def _save_labels(run_id: int) -> None:
+    db = common.store()
+    name = st.session_state[f"run_name_{run_id}"].strip()
+    db.rename_run(run_id, name or None)
+    db.set_tags(run_id, st.session_state[f"run_tags_{run_id}"].split(","))
+    st.toast(f"Run {run_id} saved")
+
+
+def _label_controls(rep: dict) -> None:
+    run_id = rep["id"]
+    with st.form(f"run_labels_{run_id}", border=False):
+        name, tags, save = st.columns([3, 3, 1], vertical_alignment="bottom")
+        name.text_input("Name", rep["name"] or "", key=f"run_name_{run_id}",
+                        placeholder="a name for this run")
+        tags.text_input("Tags", ", ".join(rep["tags"]), key=f"run_tags_{run_id}",
+                        placeholder="comma-separated, e.g. baseline, h200")
+        save.form_submit_button("Save", on_click=_save_labels, args=(run_id,),
+                                icon=":material/label:")
 
 
 def _delete_controls(rep: dict) -> None:
@@ -64,14 +99,18 @@ def _delete_controls(rep: dict) -> None:
 def main() -> None:
     st.title("Runs")
     db = common.store()
-    rows = run_rows(db)
-    if not rows:
+    if not db.runs():
         st.info("No runs stored yet: start one on the Live run page, or with `python -m anatomy run`.")
+        return
+    rows = run_rows(db, **_filters(db))
+    if not rows:
+        st.info("No stored run matches these filters.")
         return
     runs_table(rows)
 
     ids = [row["id"] for row in rows]
-    labels = {row["id"]: f"{row['id']}: {row['preset']}, batch {row['batch_size']}, "
+    labels = {row["id"]: f"{row['id']}: {row['name'] + ' · ' if row['name'] else ''}"
+                         f"{row['preset']}, batch {row['batch_size']}, "
                          f"{row['precision']} — {row['status']} ({row['created']})" for row in rows}
     _choose(ids)
     run_id = st.selectbox("Run", ids, format_func=labels.get, key="runs_select", on_change=_to_url)
@@ -83,6 +122,7 @@ def main() -> None:
     else:
         common.outcome(rep)
     common.memory_chart(rep)
+    _label_controls(rep)
     with st.expander("Options and environment"):
         st.json({"options": rep["options"], "environment": rep["environment"],
                  "phases": rep["phases"], "samples": rep["samples"],
