@@ -310,7 +310,8 @@ def import_section() -> None:
     runs = ", ".join(map(str, detail))
     st.success(f"Imported {upload.name}: run{'s' if len(detail) > 1 else ''} {runs}.")
     st.button("Compare them", key="import_compare", on_click=_show_runs, args=(detail,),
-              disabled=len(detail) < 2, icon=":material/compare_arrows:")
+              disabled=len(detail) < 2, icon=":material/compare_arrows:",
+              help="puts them in the runs chosen in the Compare runs tab")
 
 
 def main() -> None:

@@ -3,8 +3,11 @@ summary; naming, tagging and deleting a run."""
 
 from __future__ import annotations
 
+import json
+
 import streamlit as st
 
+from anatomy import transfer
 from anatomy.cli import run_rows
 from anatomy.store import report
 from pages import common
@@ -72,6 +75,23 @@ def _label_controls(rep: dict) -> None:
                                 icon=":material/label:")
 
 
+def _downloads(run_id: int) -> None:
+    """The run's chart as a standalone page, and the run as an export file (made on the click)."""
+    db = common.store()
+    chart, export = st.columns(2)
+    chart.download_button(
+        "Chart (HTML)", key="download_chart", on_click="ignore", icon=":material/download:",
+        data=lambda: transfer.runs_html(db, [run_id]), file_name=f"anatomy-run-{run_id}.html",
+        mime="text/html", help="this chart on a standalone page: plotly is inside it, it opens "
+                               "offline")
+    export.download_button(
+        "Run (JSON)", key="download_run", on_click="ignore", icon=":material/download:",
+        data=lambda: json.dumps(transfer.export_runs(db, [run_id])),
+        file_name=f"anatomy-run-{run_id}.json", mime="application/json",
+        help="every recorded row of the run: the Compare page's Import, or `python -m anatomy "
+             "import`, reads it back on another machine")
+
+
 def _delete_controls(rep: dict) -> None:
     run_id = rep["id"]
     manager = common.manager()
@@ -122,6 +142,7 @@ def main() -> None:
     else:
         common.outcome(rep)
     common.memory_chart(rep)
+    _downloads(rep["id"])
     _label_controls(rep)
     with st.expander("Options and environment"):
         st.json({"options": rep["options"], "environment": rep["environment"],

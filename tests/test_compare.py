@@ -83,6 +83,9 @@ def test_two_runs_differing_in_batch_size_side_by_side(store, seed):
     assert differences.loc["peak (MB)"].tolist() == ["reference", "+2,048 MB (+50.0%)"]
     assert differences.loc["training (MB)"].tolist() == ["reference", "+0 MB (+0.0%)"]
 
+    assert [b.proto.label for b in app.get("download_button")] == [
+        "This comparison (HTML)", "Each run's chart (HTML)", "Runs (JSON)", "Samples (CSV)"]
+
     app.selectbox(key="compare_reference").set_value(large).run()
     differences = _table(app, "compare_differences")
     assert differences.loc["peak (MB)"].tolist() == ["-2,048 MB (-33.3%)", "reference"]

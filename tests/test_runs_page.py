@@ -52,3 +52,10 @@ def test_a_run_is_named_and_tagged_from_the_page(store, seed):
     app.text_input(key=f"run_name_{run_id}").set_value("  ")
     app.button(key=f"FormSubmitter:run_labels_{run_id}-Save").click().run()
     assert store.run(run_id)["name"] is None  # an empty name removes it
+
+
+def test_a_runs_chart_and_its_export_are_a_click_away(store, seed):
+    run_id = seed()
+    app = _page(run=str(run_id))
+    labels = [b.proto.label for b in app.get("download_button")]
+    assert labels == ["Chart (HTML)", "Run (JSON)"]
