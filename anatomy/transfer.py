@@ -127,6 +127,27 @@ def _refuse(where: str, what: str) -> ImportRefused:
     return ImportRefused(f"{where}: {what}")
 
 
+def _stops_early(text: str) -> bool:
+    """Whether the text ends inside a string or with a bracket still open: a cut file, whatever
+    the token the cut landed in (the parser's own message then names that token)."""
+    depth, in_string, escaped = 0, False, False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth -= 1
+    return in_string or depth > 0
+
+
 def _parse(data: dict | bytes | str) -> Any:
     if isinstance(data, dict):
         return data
@@ -142,7 +163,7 @@ def _parse(data: dict | bytes | str) -> Any:
         return json.loads(data, parse_float=_json_float, parse_constant=_Unreadable)
     except json.JSONDecodeError as error:
         where = f"line {error.lineno}, column {error.colno} (character {error.pos} of {len(data)})"
-        if error.pos >= len(data.rstrip()) or error.msg.startswith("Unterminated"):
+        if _stops_early(data):
             raise ImportRefused(f"the file is truncated: its JSON stops early, at {where}") from None
         raise ImportRefused(f"the file is not valid JSON: {error.msg} at {where}") from None
     except ValueError as error:  # an integer of more digits than Python converts

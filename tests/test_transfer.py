@@ -218,3 +218,12 @@ def test_export_html_is_a_standalone_page_of_each_runs_chart(source, tmp_path):
     assert page.count("plotly.js v") == 1  # the library once, inside: it opens offline
     assert page.count('class="plotly-graph-div"') == 2
     assert f"Run {ids[0]}: walkthrough" in page and f"Run {ids[1]} " in page
+
+
+def test_a_file_cut_anywhere_is_called_truncated(store, tmp_path):
+    """Every cut of a real export, whatever token it lands in (a number, a key, a string)."""
+    text = json.dumps({"schema": "anatomy.runs", "version": 1,
+                       "runs": [{"run": {"name": 'a "b" [c] {d} \\', "t": 0.5, "x": [1.25, -3e-7, None]}}]})
+    for cut in range(1, len(text) - 1):
+        with pytest.raises(transfer.ImportRefused, match="the file is truncated"):
+            transfer.import_runs(store, text[:cut])
