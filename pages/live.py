@@ -56,21 +56,7 @@ def _start() -> None:
 
 
 def _field(name: str, default) -> None:
-    field = FIELDS[name]
-    key = _key(name)
-    if field.choices is not None:
-        st.selectbox(field.label, field.choices, index=field.choices.index(default), key=key,
-                     help=field.help)
-    elif field.low is None:
-        st.checkbox(field.label, value=default, key=key, help=field.help)
-    elif name == "max_steps":
-        st.number_input(field.label, value=default or 0, step=1, key=key,
-                        help=f"{field.help}; 0 trains for the epochs ({field.low} to {field.high})")
-    else:
-        # No min/max on the widget: Streamlit would silently put a wrong value back; the engine
-        # judges instead and says what is wrong, under the field.
-        st.number_input(field.label, value=default, step=1, key=key,
-                        help=f"{field.help} ({field.low} to {field.high})")
+    common.option_widget(name, default, _key(name))
     error = st.session_state.get("option_errors", {}).get(name)
     if error:
         st.error(error)
