@@ -8,7 +8,6 @@ The measured side is `report()["components"]` (anatomy/components.py); the predi
 
 from __future__ import annotations
 
-from anatomy.components import rest_of_peak
 from anatomy.operations import CONTRACTION, ELEMENTWISE, NORMALIZATION, OTHER, PAPER_SHARES
 from anatomy.options import RunOptions
 from anatomy.prediction import Prediction, predict, walkthrough_bytes_per_parameter
@@ -65,12 +64,8 @@ def measured_components(report: dict) -> dict:
 
 
 def predicted_components(prediction: Prediction) -> dict[str, int]:
-    """The prediction's components with `temporary` as the measured side computes it: the peak
-    beyond the weights, the optimizer states and the larger of activations and gradients
-    (`components.rest_of_peak`), so the two sides compare like with like."""
-    values = prediction.components()
-    values["temporary"] = rest_of_peak(values, prediction.peak)
-    return values
+    """The prediction's components; its `temporary` is computed as the measured side's is."""
+    return prediction.components()
 
 
 def sum_of_parts(values: dict) -> int | None:

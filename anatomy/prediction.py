@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from anatomy.components import rest_of_peak
 from anatomy.options import RunOptions
 from anatomy.presets import PRESETS, parameter_count
 
@@ -47,11 +48,19 @@ class Prediction:
     gradients: int
     optimizer_states: int
     activations: int  # held from the end of the forward pass to the start of the backward pass
-    temporary: int  # cuBLAS workspaces + the largest transient buffers of a step
+    transient: int  # cuBLAS workspaces + the largest transient buffers of a step
     peak: int  # the fullest moment of a step: less than the sum of the parts
     peak_at: str  # that moment: forward pass, start / end of the backward pass, optimizer step
     device: str  # "cuda" or "cpu": which kernels the figures assume
     moments: dict[str, int]  # memory at each moment of a step that could be the peak
+
+    @property
+    def temporary(self) -> int:
+        """What the peak holds beyond the components alive at it, by the arithmetic the measured
+        side uses (`components.rest_of_peak`), so the two compare like with like."""
+        return rest_of_peak(
+            {name: getattr(self, name)
+             for name in ("weights", "gradients", "optimizer_states", "activations")}, self.peak)
 
     @property
     def sum_of_parts(self) -> int:
@@ -287,8 +296,8 @@ def predict(options: RunOptions, config: dict | None = None, *, device: str = "c
         "optimizer step": held + gradients + step_temporary,
     }
     peak_at = max(moments, key=moments.__getitem__)
-    temporary = workspace + max(recomputed + act.backward_buffers, step_temporary)
+    transient = workspace + max(recomputed + act.backward_buffers, step_temporary)
     return Prediction(
         parameters=parameters, weights=weights, gradients=gradients, optimizer_states=states,
-        activations=activations, temporary=temporary, peak=moments[peak_at], peak_at=peak_at,
+        activations=activations, transient=transient, peak=moments[peak_at], peak_at=peak_at,
         device=device, moments=moments)
