@@ -119,7 +119,8 @@ class RunManager:
 
     def close_orphans(self) -> list[int]:
         """Runs still marked running whose worker is gone (the server or CLI that ran them
-        ended first) become failed, keeping what they recorded. Returns their ids."""
+        ended first) become failed, keeping what they recorded; so do such sweeps. Returns the
+        runs' ids."""
         closed = []
         for run in self.store.runs():
             if run["status"] != "running" or run["id"] in self.active:
@@ -130,6 +131,10 @@ class RunManager:
             self.store.finish(run["id"], "failed", "the process that ran it ended before the run "
                               "finished (the dashboard or CLI was stopped)")
             closed.append(run["id"])
+        for sweep in self.store.sweeps():
+            if sweep["status"] == "running" and not _alive(sweep.get("pid")):
+                self.store.update_sweep(sweep["id"], status="failed", ended_at=time.time(),
+                                        error="the process that ran it ended before the sweep did")
         return closed
 
     # --- starting ---

@@ -102,7 +102,8 @@ CREATE TABLE IF NOT EXISTS sweeps (
     planned INTEGER NOT NULL,   -- runs in the plan; an until-oom ladder may add more
     skipped INTEGER NOT NULL DEFAULT 0,  -- planned runs dropped after an oom in their ladder
     status TEXT NOT NULL,       -- running, completed, stopped, failed
-    error TEXT
+    error TEXT,
+    pid INTEGER                 -- the process running it: a sweep whose process ended is over
 );
 """
 
@@ -140,6 +141,10 @@ def _merge_buckets(db: sqlite3.Connection, run_id: int, samples: Sequence[Sequen
         [(run_id, gpu, index, *values) for (gpu, index), values in buckets.items()])
 
 
+# Columns added after the first release of the schema, as (table, column, type).
+ADDED_COLUMNS = (("sweeps", "pid", "INTEGER"),)
+
+
 def resolve_path(path: str | os.PathLike | None = None) -> Path:
     """--store, then $ANATOMY_STORE, then the project's default file."""
     return Path(path or os.environ.get(STORE_ENV) or DEFAULT_STORE)
@@ -151,6 +156,9 @@ class Store:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.connect() as db:
             db.executescript(SCHEMA)
+            for table, column, kind in ADDED_COLUMNS:  # files written before the column existed
+                if column not in {r["name"] for r in db.execute(f"PRAGMA table_info({table})")}:
+                    db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
     @contextmanager
     def connect(self):
@@ -268,10 +276,10 @@ class Store:
                      planned: int) -> int:
         with self.connect() as db:
             cursor = db.execute(
-                "INSERT INTO sweeps (key, name, created_at, base, vary, until_oom, planned, status)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, 'running')",
+                "INSERT INTO sweeps (key, name, created_at, base, vary, until_oom, planned, status,"
+                " pid) VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?)",
                 (uuid.uuid4().hex, name, time.time(), json.dumps(base), json.dumps(vary),
-                 int(until_oom), planned))
+                 int(until_oom), planned, os.getpid()))
             return int(cursor.lastrowid)
 
     def update_sweep(self, sweep_id: int, **values: Any) -> None:

@@ -111,3 +111,17 @@ def test_runs_stored_before_the_buckets_existed_still_decimate(store):
     points = store.decimated(run_id, buckets=100)
     assert max(p["used"] for p in points) == 15 * 10**8
     assert len(points) <= 2 * 100 + 2
+
+
+def test_a_store_written_before_a_column_existed_gains_it(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "old.sqlite"
+    with sqlite3.connect(path) as db:  # the sweeps table as the first release wrote it
+        db.execute("CREATE TABLE sweeps (id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL"
+                   " UNIQUE, name TEXT, created_at REAL NOT NULL, ended_at REAL, base TEXT NOT NULL,"
+                   " vary TEXT NOT NULL, until_oom INTEGER NOT NULL DEFAULT 0, planned INTEGER"
+                   " NOT NULL, skipped INTEGER NOT NULL DEFAULT 0, status TEXT NOT NULL, error TEXT)")
+    store = Store(path)
+    sweep_id = store.create_sweep(None, RunOptions().to_dict(), {"batch_size": [1]}, False, 1)
+    assert store.sweep(sweep_id)["pid"] is not None
