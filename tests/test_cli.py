@@ -10,6 +10,10 @@ import sys
 
 import pytest
 
+from anatomy.runs import machine
+
+ON_GPU = machine()["backend"] == "nvml"  # the same tests pass on a GPU machine, measuring NVML
+
 
 def anatomy(*args: str, store) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "anatomy", *args, "--store", str(store)],
@@ -20,7 +24,8 @@ def anatomy(*args: str, store) -> subprocess.CompletedProcess:
 def recorded(tmp_path_factory):
     """One real tiny run through the CLI, shared by the read-only commands below."""
     store = tmp_path_factory.mktemp("cli") / "runs.sqlite"
-    result = anatomy("run", "--dataset-size", "16", "--seq-len", "32", store=store)
+    result = anatomy("run", "--preset", "tiny", "--dataset-size", "16", "--seq-len", "32",
+                     store=store)
     return store, result
 
 
@@ -28,12 +33,13 @@ def test_run_prints_each_phase_and_the_summary(recorded):
     _, result = recorded
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    occupied = [line for line in lines if "memory (RSS) occupied:" in line]
+    what = "GPU memory occupied:" if ON_GPU else "CPU memory (RSS) occupied:"
+    occupied = [line for line in lines if line.startswith(what)]
     assert [line.split("(")[-1].rstrip(")") for line in occupied] == \
         ["baseline", "kernel", "weights", "training"]
     assert any(line.startswith("Time: ") for line in lines)
     assert any(line.startswith("Samples/second: ") for line in lines)
-    assert "CPU resident memory (RSS)" in result.stdout  # says what it measures
+    assert ("NVML" if ON_GPU else "CPU resident memory (RSS)") in result.stdout  # what it measures
 
 
 def test_runs_and_show_as_json(recorded):
@@ -41,7 +47,7 @@ def test_runs_and_show_as_json(recorded):
     runs = json.loads(anatomy("runs", "--json", store=store).stdout)
     assert runs[0]["status"] == "completed" and runs[0]["preset"] == "tiny"
     shown = json.loads(anatomy("show", str(runs[0]["id"]), "--json", store=store).stdout)
-    assert shown["backend"] == "cpu-rss"
+    assert shown["backend"] == ("nvml" if ON_GPU else "cpu-rss")
     assert [p["name"] for p in shown["phases"]] == ["baseline", "kernel", "weights", "training"]
     assert all(isinstance(p["memory_mb"], int) and "start_s" in p for p in shown["phases"])
     assert shown["samples"] > 0

@@ -9,7 +9,7 @@ import psutil
 import pytest
 
 from anatomy.options import RunOptions
-from anatomy.runs import DeviceBusy
+from anatomy.runs import DeviceBusy, machine
 from anatomy.store import PHASES, report
 from anatomy.worker import INJECT_ENV
 
@@ -34,9 +34,9 @@ def test_tiny_run_records_every_phase_in_order(manager, store):
     edges = [t for p in phases for t in (p["start_s"], p["end_s"])]
     assert edges == sorted(edges) and None not in edges
     # every phase was seen by the sampler, and memory only grew from baseline to training
-    assert all(p["memory_mb"] for p in phases)
+    assert all(p["memory_mb"] is not None for p in phases)
     assert phases[0]["memory_mb"] < phases[1]["memory_mb"] < phases[3]["memory_mb"]
-    assert rep["backend"] == "cpu-rss"
+    assert rep["backend"] == machine()["backend"]  # cpu-rss here; nvml on a GPU machine
     assert rep["samples"] > 50
     assert rep["samples"] == rep["samples_sent"]  # nothing the sampler sent was lost
     steps = store.steps(run_id)
