@@ -395,7 +395,9 @@ class Store:
                 span = db.execute("SELECT MIN(t_min), MAX(t_max), COUNT(*) FROM sample_buckets"
                                   " WHERE run_id = ?", (run_id,)).fetchone()
             start, width = span[0], max((span[1] - span[0]) / buckets, 1e-9)
-            if span[2] <= buckets * max(1, len(self.gpus(run_id))):
+            gpus = db.execute("SELECT COUNT(DISTINCT gpu) FROM sample_buckets WHERE run_id = ?",
+                              (run_id,)).fetchone()[0]
+            if self.sample_count(run_id) <= 2 * buckets * gpus:
                 rows = db.execute("SELECT t, gpu, used, reserved, total FROM samples"
                                   " WHERE run_id = ? ORDER BY gpu, t", (run_id,)).fetchall()
                 return [dict(r) for r in rows]
