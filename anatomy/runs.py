@@ -10,9 +10,11 @@ import fcntl
 import multiprocessing as mp
 import os
 import queue as queue_module
+import sys
 import tempfile
 import threading
 import time
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -178,14 +180,14 @@ class RunManager:
         sampler_process = self.context.Process(
             target=sampler.run, name=f"anatomy-sampler-{run_id}", daemon=True,
             args=(samples_queue, stop_sampler, backend, options.sample_rate, t0, worker_pid))
-        sampler_process.start()
+        _start_clean(sampler_process)
         if dwell is None:
             dwell = max(0.1, 5.0 / options.sample_rate)
         cuda_device = _cuda_visible_entry(options.gpu) if backend == "nvml" else None
         worker_process = self.context.Process(
             target=worker.main, name=f"anatomy-worker-{run_id}",
             args=(events_queue, options.to_dict(), t0, cuda_device, dwell))
-        worker_process.start()
+        _start_clean(worker_process)
         worker_pid.value = worker_process.pid
         self.store.update_run(run_id, worker_pid=worker_process.pid)
         active = ActiveRun(run_id, worker_process, sampler_process, stop_sampler, lock,
@@ -311,6 +313,27 @@ class RunManager:
     def stop_all(self) -> None:
         for run_id in list(self.active):
             self.stop(run_id)
+
+
+_MAIN_SWAP = threading.Lock()
+
+
+def _start_clean(process: mp.Process) -> None:
+    """Start a spawned process without re-importing the caller's main module in it.
+
+    Spawn re-runs the parent's `__main__` in every child (as `__mp_main__`): a script without an
+    `if __name__ == "__main__":` guard would start runs from inside its own worker, and under
+    `python -m streamlit` every child imports Streamlit first (+40 MB of RSS in a CPU baseline,
+    seconds of start-up). Our targets live in importable modules and need none of it, so the
+    main module is hidden while the child's preparation data is written.
+    """
+    with _MAIN_SWAP:
+        main = sys.modules["__main__"]
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
+            process.start()
+        finally:
+            sys.modules["__main__"] = main
 
 
 def _alive(pid: int | None) -> bool:

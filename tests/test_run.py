@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -140,3 +141,23 @@ def test_a_sweep_whose_process_ended_is_over(store):
     assert store.sweep(sweep_id)["status"] == "failed"
     assert "ended before the sweep did" in store.sweep(sweep_id)["error"]
     assert store.sweep(ours)["status"] == "running"  # this process runs it
+
+
+def test_a_script_without_a_main_guard_can_start_runs(tmp_path):
+    """Spawned children do not re-run the caller's script (nor import Streamlit under it)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "plain.py"
+    script.write_text(
+        "from anatomy.options import RunOptions\n"
+        "from anatomy.runs import RunManager\n"
+        "from anatomy.store import Store\n"
+        f"manager = RunManager(Store({str(tmp_path / 'plain.sqlite')!r}))\n"
+        "run_id = manager.start(RunOptions(preset='tiny', dataset_size=8, seq_len=16))\n"
+        "print('status', manager.wait(run_id, 120))\n")
+    project = str(Path(__file__).resolve().parent.parent)
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                            timeout=180, env={**os.environ, "PYTHONPATH": project})
+    assert result.stdout.count("status") == 1, result.stderr
+    assert "status completed" in result.stdout
