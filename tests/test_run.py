@@ -52,7 +52,7 @@ def test_tiny_run_records_every_phase_in_order(manager, store):
     parts = rep["components"]  # measured on the CPU from tensor sizes and saved tensors
     assert parts["weights"] == parts["gradients"] == 4 * env["parameters"]
     assert parts["optimizer_states"] == 8 * env["parameters"]  # AdamW: two fp32 moments
-    assert 0 < parts["activations"] < parts["weights"]
+    assert parts["activations"] > 0
     assert rep["operations"] is None  # not asked for
 
 
