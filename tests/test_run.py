@@ -158,6 +158,7 @@ def test_a_script_without_a_main_guard_can_start_runs(tmp_path):
         "print('status', manager.wait(run_id, 120))\n")
     project = str(Path(__file__).resolve().parent.parent)
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                            timeout=180, env={**os.environ, "PYTHONPATH": project})
+                            timeout=180, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                filter(None, (project, os.environ.get("PYTHONPATH"))))})
     assert result.stdout.count("status") == 1, result.stderr
     assert "status completed" in result.stdout
