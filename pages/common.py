@@ -153,3 +153,18 @@ def _sweeps(store_path: str) -> SweepSlot:
 
 def sweeps() -> SweepSlot:
     return _sweeps(str(resolve_path()))
+
+
+def choose_run_from_url(ids: list[int], key: str) -> None:
+    """?run=ID picks the run of the selectbox stored under `key` (a link from another page, or a
+    shared URL); without one, or for an unknown id, the latest run."""
+    wanted = st.query_params.get("run")
+    if wanted and wanted.isdigit() and int(wanted) in ids:
+        st.session_state[key] = int(wanted)
+    if st.session_state.get(key) not in ids:
+        st.session_state[key] = ids[0]
+
+
+def run_to_url(key: str) -> None:
+    """The selectbox's run back into ?run=, so the URL always names what is shown."""
+    st.query_params["run"] = str(st.session_state[key])

@@ -15,19 +15,6 @@ CHART = {"displaylogo": False}
 MB = st.column_config.NumberColumn(format="%.1f")
 
 
-def _choose(ids: list[int]) -> None:
-    """?run=ID picks the run; else the latest."""
-    wanted = st.query_params.get("run")
-    if wanted and wanted.isdigit() and int(wanted) in ids:
-        st.session_state["anatomy_run"] = int(wanted)
-    if st.session_state.get("anatomy_run") not in ids:
-        st.session_state["anatomy_run"] = ids[0]
-
-
-def _to_url() -> None:
-    st.query_params["run"] = str(st.session_state["anatomy_run"])
-
-
 def _mb(value: int | None) -> float | None:
     return None if value is None else value / MIB
 
@@ -144,9 +131,9 @@ def main() -> None:
     ids = [run["id"] for run in runs]
     labels = {run["id"]: f"{run['id']}: {run['preset']}, batch {run['options'].get('batch_size')}"
                          f", {run['options'].get('precision')} — {run['status']}" for run in runs}
-    _choose(ids)
+    common.choose_run_from_url(ids, "anatomy_run")
     run_id = st.selectbox("Run", ids, format_func=labels.get, key="anatomy_run",
-                          on_change=_to_url)
+                          on_change=common.run_to_url, args=("anatomy_run",))
     rep = report(db, run_id)
     st.subheader(common.run_title(rep))
     prediction = breakdown.prediction_for(rep)

@@ -29,19 +29,6 @@ def runs_table(rows: list[dict]) -> None:
                                 "Run": st.column_config.NumberColumn(format="%d")})
 
 
-def _choose(ids: list[int]) -> None:
-    """?run=ID picks the run (a link from the Live page, or a shared URL); else the latest."""
-    wanted = st.query_params.get("run")
-    if wanted and wanted.isdigit() and int(wanted) in ids:
-        st.session_state["runs_select"] = int(wanted)
-    if st.session_state.get("runs_select") not in ids:
-        st.session_state["runs_select"] = ids[0]
-
-
-def _to_url() -> None:
-    st.query_params["run"] = str(st.session_state["runs_select"])
-
-
 def _filters(db) -> dict:
     """Tag, preset and status to narrow the list to ("any": not narrowed), from what is stored."""
     runs = db.runs()
@@ -132,8 +119,9 @@ def main() -> None:
     labels = {row["id"]: f"{row['id']}: {row['name'] + ' · ' if row['name'] else ''}"
                          f"{row['preset']}, batch {row['batch_size']}, "
                          f"{row['precision']} — {row['status']} ({row['created']})" for row in rows}
-    _choose(ids)
-    run_id = st.selectbox("Run", ids, format_func=labels.get, key="runs_select", on_change=_to_url)
+    common.choose_run_from_url(ids, "runs_select")
+    run_id = st.selectbox("Run", ids, format_func=labels.get, key="runs_select",
+                          on_change=common.run_to_url, args=("runs_select",))
 
     rep = report(db, run_id)
     st.subheader(common.run_title(rep))
