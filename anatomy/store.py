@@ -429,6 +429,10 @@ class Store:
                 "SELECT t, step, total, loss, allocated, reserved FROM steps WHERE run_id = ?"
                 " ORDER BY t", (run_id,))]
 
+    def step_count(self, run_id: int) -> int:
+        with self.connect() as db:
+            return db.execute("SELECT COUNT(*) FROM steps WHERE run_id = ?", (run_id,)).fetchone()[0]
+
     def last_step(self, run_id: int) -> dict | None:
         with self.connect() as db:
             row = db.execute("SELECT t, step, total, loss, allocated, reserved FROM steps"
@@ -501,7 +505,7 @@ def report(store: Store, run_id: int) -> dict | None:
         "phases": phases,
         "samples": store.sample_count(run_id),
         "samples_sent": run["samples_sent"],
-        "steps": len(store.steps(run_id)),
+        "steps": store.step_count(run_id),
         "messages": store.messages(run_id),
         "summary": summary,
         "components": (None if measured is None
