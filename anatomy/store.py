@@ -456,9 +456,15 @@ class Store:
         return None if row is None else row[0]
 
     def peak(self, run_id: int, gpu: int) -> int | None:
+        """The highest reading, from the buckets' maxima (the live page asks every second);
+        from the samples for a run stored before the buckets existed."""
         with self.connect() as db:
-            return db.execute("SELECT MAX(used) FROM samples WHERE run_id = ? AND gpu = ?",
-                              (run_id, gpu)).fetchone()[0]
+            peak = db.execute("SELECT MAX(used_max) FROM sample_buckets WHERE run_id = ? AND"
+                              " gpu = ?", (run_id, gpu)).fetchone()[0]
+            if peak is None:
+                peak = db.execute("SELECT MAX(used) FROM samples WHERE run_id = ? AND gpu = ?",
+                                  (run_id, gpu)).fetchone()[0]
+        return peak
 
 
 def report(store: Store, run_id: int) -> dict | None:
