@@ -47,6 +47,11 @@ def _start() -> None:
     st.session_state["forecast"] = session.memory_forecast(options, common.device())
     st.session_state.pop("start_refused", None)
     st.session_state["option_errors"] = {}
+    sweep = common.sweeps().running_id()
+    if sweep is not None:  # between two of its runs the device is free, but promised to it
+        st.session_state["start_refused"] = (f"sweep {sweep} is using the device: stop it on the "
+                                             "Compare page or wait until it ends")
+        return
     try:
         st.session_state["live_run"] = common.manager().start(options)
     except InvalidOptions as error:

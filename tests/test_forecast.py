@@ -41,3 +41,13 @@ def test_the_live_page_shows_a_stored_run_by_its_id(store, seed):
     app.run()
     assert not app.exception
     assert app.subheader[0].value.startswith(f"Run {run_id}:")
+
+
+def test_start_is_refused_while_a_sweep_runs(store, monkeypatch):
+    from pages import common
+
+    monkeypatch.setattr(common.SweepSlot, "running_id", lambda self: 7)
+    app = AppTest.from_file("../app.py", default_timeout=30).run()
+    app.button(key="start").click().run()
+    assert any("sweep 7 is using the device" in e.value for e in app.error)
+    assert store.runs() == []
