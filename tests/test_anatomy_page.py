@@ -4,8 +4,6 @@ anatomy/breakdown.py and its figures without Streamlit."""
 
 from __future__ import annotations
 
-import json
-
 import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -13,8 +11,7 @@ from streamlit.testing.v1 import AppTest
 from anatomy import breakdown, figures
 from anatomy.operations import CLASSES, ClassTotals, OperationProfile
 from anatomy.store import MIB, report
-
-TIMEOUT = 30
+from tests.apptest import chart_spec, open_page
 
 
 def _measured_like(prediction, activations_off: float = 0.01) -> dict:
@@ -55,17 +52,7 @@ def measured_run(store, seed):
 
 
 def _page(**query) -> AppTest:
-    app = AppTest.from_file("../app.py", default_timeout=TIMEOUT)
-    for key, value in query.items():
-        app.query_params[key] = value
-    app.switch_page("pages/memory_anatomy.py").run()
-    assert not app.exception, app.exception
-    return app
-
-
-def _chart(app: AppTest, key: str) -> dict:
-    (chart,) = [c for c in app.get("plotly_chart") if c.proto.id.endswith(f"-{key}")]
-    return json.loads(chart.proto.spec)
+    return open_page("pages/memory_anatomy.py", **query)
 
 
 # The page's tables, in the order it draws them.
@@ -94,7 +81,7 @@ def test_measured_next_to_predicted_with_the_error_of_each_component(store, seed
     assert table.loc["CUDA context", "Measured (MB)"] == 1024  # seeded: kernel − baseline
     assert pd.isna(table.loc["CUDA context", "Predicted (MB)"])  # not predicted
 
-    sides = {t["name"]: t for t in _chart(app, "anatomy_waterfall")["data"]}
+    sides = {t["name"]: t for t in chart_spec(app, "anatomy_waterfall")["data"]}
     assert set(sides) == {"measured", "predicted"}
     measured = dict(zip(sides["measured"]["x"], sides["measured"]["y"]))
     # Activations outweigh gradients: the gradients are what the peak never holds with them.
@@ -108,7 +95,7 @@ def test_the_page_says_why_the_peak_is_below_the_sum_of_the_parts(store, measure
     words = " ".join(m.value for m in app.markdown)
     assert "no moment of a step holds them all" in words
     assert "at the start of the backward pass" in words
-    moments = _chart(app, "anatomy_moments")
+    moments = chart_spec(app, "anatomy_moments")
     bars = {t["name"]: t for t in moments["data"]}
     assert bars["predicted"]["x"] == ["end of the forward pass", "start of the backward pass",
                                       "end of the backward pass", "optimizer step"]
@@ -124,7 +111,7 @@ def test_bytes_per_parameter_next_to_the_walkthroughs(store, measured_run):
 
 
 def test_the_first_steps_are_marked_on_the_curve(store, measured_run):
-    chart = _chart(_page(run=str(measured_run)), "anatomy_first_steps")
+    chart = chart_spec(_page(run=str(measured_run)), "anatomy_first_steps")
     lines = [s["x0"] for s in chart["layout"]["shapes"]]
     assert lines == [6.0, 6.4, 6.8, pytest.approx(7.2)]  # training begins, steps 1-3 end
     texts = [a["text"] for a in chart["layout"]["annotations"]]
@@ -135,7 +122,7 @@ def test_the_first_steps_are_marked_on_the_curve(store, measured_run):
 
 def test_operation_classes_next_to_the_papers_and_the_top_operators(store, measured_run):
     app = _page(run=str(measured_run))
-    chart = _chart(app, "anatomy_operations")
+    chart = chart_spec(app, "anatomy_operations")
     names = {t["name"] for t in chart["data"]}
     assert names == {"this run", "Ivanov et al. (BERT, PyTorch)"}
     assert len(_table(app, "top_operators")) == 10

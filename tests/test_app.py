@@ -11,6 +11,7 @@ from streamlit.testing.v1 import AppTest
 from anatomy import session
 from anatomy.runs import machine
 from anatomy.store import report
+from tests.apptest import open_page
 
 TIMEOUT = 30  # the first run of a test process imports plotly and the engine
 NO_GPU = machine()["gpu_count"] == 0
@@ -24,12 +25,7 @@ def _app(**state) -> AppTest:
 
 
 def _runs_page(**query) -> AppTest:
-    app = _app()
-    for key, value in query.items():
-        app.query_params[key] = value
-    app.switch_page("pages/runs.py").run()
-    assert not app.exception
-    return app
+    return open_page("pages/runs.py", **query)
 
 
 def _chart(app: AppTest) -> dict:

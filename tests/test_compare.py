@@ -12,9 +12,9 @@ from streamlit.testing.v1 import AppTest
 from anatomy import compare, figures, transfer
 from anatomy.options import RunOptions
 from anatomy.store import MIB, report
+from tests.apptest import chart_spec, open_page
 from tests.conftest import GIB_BYTES, seed_run
 
-TIMEOUT = 30
 GIB = GIB_BYTES
 
 
@@ -41,17 +41,7 @@ def _run_training_from(store, start: float, batch_size: int = 4) -> int:
 
 
 def _page(**query) -> AppTest:
-    app = AppTest.from_file("../app.py", default_timeout=TIMEOUT)
-    for key, value in query.items():
-        app.query_params[key] = value
-    app.switch_page("pages/compare.py").run()
-    assert not app.exception, app.exception
-    return app
-
-
-def _chart(app: AppTest, key: str) -> dict:
-    (chart,) = [c for c in app.get("plotly_chart") if c.proto.id.endswith(f"-{key}")]
-    return json.loads(chart.proto.spec)
+    return open_page("pages/compare.py", **query)
 
 
 # Dataframes carry no key in AppTest: the Compare runs tab's two tables come first, in this order.
@@ -94,7 +84,7 @@ def test_two_runs_differing_in_batch_size_side_by_side(store, seed):
 def test_the_overlay_aligns_every_run_at_the_chosen_phase(store):
     early, late = _run_training_from(store, 4.0), _run_training_from(store, 7.0)
     app = _page(runs=f"{early},{late}")
-    chart = _chart(app, "compare_overlay")
+    chart = chart_spec(app, "compare_overlay")
     curves = [t for t in chart["data"] if t["type"] == "scattergl"]
     assert [c["meta"] for c in curves] == [{"run": early, "shift": 4.0},
                                            {"run": late, "shift": 7.0}]
@@ -106,20 +96,20 @@ def test_the_overlay_aligns_every_run_at_the_chosen_phase(store):
     assert chart["layout"]["xaxis"]["title"]["text"] == "seconds since the training phase began"
 
     app.selectbox(key="compare_phase").set_value("kernel").run()
-    chart = _chart(app, "compare_overlay")
+    chart = chart_spec(app, "compare_overlay")
     assert [t["meta"]["shift"] for t in chart["data"] if t["type"] == "scattergl"] == [1.5, 1.5]
 
 
 def test_small_multiples_share_one_y_axis_and_bars_stack_each_run(store, seed):
     first, second = seed(), seed()
     app = _page(runs=f"{first},{second}")
-    multiples = _chart(app, "compare_multiples")
+    multiples = chart_spec(app, "compare_multiples")
     layout = multiples["layout"]
     assert layout["yaxis2"]["matches"] == "y"  # one scale for all panels
     assert [a["text"] for a in layout["annotations"]][:2] == [
         f"Run {first} · bert-large-uncased · bs 4 · fp32", f"Run {second} · bert-large-uncased · bs 4 · fp32"]
 
-    bars = _chart(app, "compare_bars")
+    bars = chart_spec(app, "compare_bars")
     stacked = {t["name"]: _numbers(t["y"]) for t in bars["data"] if t["type"] == "bar"}
     assert stacked == {"CUDA context": [1024, 1024], "weights": [1024, 1024],
                        "training": [1024, 1024]}
@@ -168,7 +158,7 @@ def test_a_finished_sweep_shows_its_grid_and_the_largest_batch_size(store):
     app = _page()
     assert app.selectbox(key="sweep_shown").value == sweep_id
     assert any("Largest batch size that fit: **8**" in m.value for m in app.markdown)
-    peak = _chart(app, "sweep_peak")["data"][0]
+    peak = chart_spec(app, "sweep_peak")["data"][0]
     assert peak["x"] == ["4", "8", "16"]
     assert peak["text"] == [["4,096", "4,096", "oom"]]
 

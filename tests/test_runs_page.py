@@ -5,16 +5,11 @@ from __future__ import annotations
 
 from streamlit.testing.v1 import AppTest
 
-TIMEOUT = 30
+from tests.apptest import open_page
 
 
 def _page(**query) -> AppTest:
-    app = AppTest.from_file("../app.py", default_timeout=TIMEOUT)
-    for key, value in query.items():
-        app.query_params[key] = value
-    app.switch_page("pages/runs.py").run()
-    assert not app.exception, app.exception
-    return app
+    return open_page("pages/runs.py", **query)
 
 
 def test_the_list_filters_by_tag_preset_and_status(store, seed):
