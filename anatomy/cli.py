@@ -9,16 +9,20 @@ import sqlite3
 import sys
 import time
 from collections.abc import Callable
-from datetime import datetime
+from dataclasses import asdict
 from pathlib import Path
 from typing import TextIO
 
-from anatomy import components, measurement, prediction, session, transfer
-from anatomy.operations import OperationProfile, comparison
-from anatomy.options import FIELDS, RunOptions, defaults_for, validate
-from anatomy.runs import DeviceBusy, InvalidOptions, RunManager, machine
-from anatomy.store import STATUSES, Store, report
-from anatomy.sweep import Sweep, SweepEvent, grid, parse_vary
+from anatomy.analysis import components, prediction, transfer
+from anatomy.analysis.operations import comparison
+from anatomy.analysis.options import FIELDS, InvalidOptions, RunOptions, defaults_for, validate
+from anatomy.analysis.report import RunReport, report, run_rows, when
+from anatomy.analysis.sweeps import SweepGrid, grid, parse_vary
+from anatomy.engine.manager import DeviceBusy, RunManager, is_live, machine
+from anatomy.engine.sweep import Sweep, SweepEvent
+from anatomy.store import STATUSES, Store
+from anatomy.units import MIB
+from anatomy.views import text
 
 POLL_SECONDS = 0.2
 
@@ -60,8 +64,7 @@ def _progress(step: int, total: int, started: float, width: int = 30) -> str:
 
 def cmd_run(args: argparse.Namespace) -> int:
     store = Store(args.store)
-    info = machine()
-    options = options_from_args(args, info["gpu_count"] > 0)
+    options = options_from_args(args, machine().has_gpu)
     manager = RunManager(store)
     try:
         run_id = manager.start(options)
@@ -72,10 +75,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     except DeviceBusy as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    run = store.run(run_id)
+    rep = report(store, run_id)
     print(f"run {run_id}: {options.preset}, batch size {options.batch_size}, "
-          f"{options.precision}, {run['environment'].get('gpu_name') or 'CPU'}")
-    print(f"measuring: {measurement.source(run['backend'], run['memory_api'])}")
+          f"{options.precision}, {rep.device_name}")
+    print(f"measuring: {text.source(rep.backend, rep.memory_api)}")
     printed: set[str] = set()
     tty = sys.stderr.isatty()
     train_started = None
@@ -84,21 +87,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         while True:
             active = manager.is_active(run_id)
             rep = report(store, run_id)
-            for phase in rep["phases"]:
-                if phase["end_s"] is not None and phase["name"] not in printed:
-                    printed.add(phase["name"])
-                    if phase["name"] == "training":
+            for phase in rep.phases:
+                if phase.done and phase.name not in printed:
+                    printed.add(phase.name)
+                    if phase.name == "training":
                         if tty:
                             print(file=sys.stderr)
                         continue  # the walkthrough prints it with the summary
-                    line = measurement.occupied_line(phase["memory_bytes"], rep["backend"])
-                    print(f"{line}  ({phase['name']})", flush=True)
-                if phase["name"] == "training" and phase["end_s"] is None:
+                    line = text.occupied_line(phase.memory_bytes, rep.backend)
+                    print(f"{line}  ({phase.name})", flush=True)
+                if phase.name == "training" and not phase.done:
                     train_started = train_started or time.monotonic()
                     step = store.last_step(run_id)
                     now = time.monotonic()
                     if step and (tty or now - last_progress > 5):
-                        line = _progress(step["step"], step["total"], train_started)
+                        line = _progress(step.step, step.total, train_started)
                         print(line if tty else line.strip(), end="" if tty else "\n",
                               file=sys.stderr, flush=True)
                         last_progress = now
@@ -109,25 +112,24 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("\nstopping…", file=sys.stderr)
         manager.stop(run_id)
     rep = report(store, run_id)
-    for message in rep["messages"]:
-        print(f"{message['level']}: {message['text']}", file=sys.stderr)
-    summary = rep["summary"]
-    if rep["status"] == "completed":
-        print(f"Time: {summary['time_s']:.2f}")
-        print(f"Samples/second: {summary['samples_per_second']:.2f}")
-    training = next((p for p in rep["phases"] if p["name"] == "training"), None)
-    if training:
-        print(f"{measurement.occupied_line(training['memory_bytes'], rep['backend'])}  (training)")
-    print(f"peak: {summary['peak_mb']} MB; status: {rep['status']}; "
-          f"{rep['samples']} samples stored in {store.path} as run {run_id}")
-    if rep["status"] != "completed":
-        print(f"{rep['status']}: {rep['error']}", file=sys.stderr)
+    for message in rep.messages:
+        print(f"{message.level}: {message.text}", file=sys.stderr)
+    summary = rep.summary
+    if rep.status == "completed":
+        print(f"Time: {summary.time_s:.2f}")
+        print(f"Samples/second: {summary.samples_per_second:.2f}")
+    if rep.training:
+        print(f"{text.occupied_line(rep.training.memory_bytes, rep.backend)}  (training)")
+    print(f"peak: {summary.peak_mb} MB; status: {rep.status}; "
+          f"{rep.samples} samples stored in {store.path} as run {run_id}")
+    if rep.status != "completed":
+        print(f"{rep.status}: {rep.error}", file=sys.stderr)
         return 1
     return 0
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    gpu_count = machine()["gpu_count"]
+    gpu_count = machine().gpu_count
     options = options_from_args(args, gpu_count > 0)
     errors = validate(options, gpu_count)
     for message in errors.values():
@@ -141,16 +143,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
     print(f"{options.preset} ({predicted.parameters:,} parameters), batch size "
           f"{options.batch_size}, sequence length {options.seq_len}, {options.precision}, "
           f"{options.optim}{', gradient checkpointing' if options.gradient_checkpointing else ''}")
-    rows = [[name.replace("_", " "), f"{value / measurement.MIB:,.1f}",
+    rows = [[name.replace("_", " "), f"{value / MIB:,.1f}",
              f"{value / predicted.parameters:.2f}"] for name, value in predicted.components().items()]
-    rows.append(["sum of the parts", f"{predicted.sum_of_parts / measurement.MIB:,.1f}", ""])
+    rows.append(["sum of the parts", f"{predicted.sum_of_parts / MIB:,.1f}", ""])
     print(_table(rows, ["component", "MB", "bytes/param"]))
     print(predicted.need_line())
     return 0
-
-
-def _when(timestamp: float | None) -> str:
-    return datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M:%S") if timestamp else ""
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
@@ -159,32 +157,11 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
     return "\n".join(lines)
 
 
-def run_rows(store: Store, tag: str | None = None, preset: str | None = None,
-             status: str | None = None) -> list[dict]:
-    """One row per stored run (those with the tag, preset and status given): the list the CLI
-    prints and the Runs page shows."""
-    rows = []
-    for run in store.find_runs(tag=tag, preset=preset, status=status):
-        rep = report(store, run["id"])
-        o = run["options"]
-        rows.append({
-            "id": run["id"], "name": run["name"], "created": _when(run["created_at"]),
-            "status": run["status"], "preset": run["preset"], "batch_size": o.get("batch_size"),
-            "seq_len": o.get("seq_len"), "precision": o.get("precision"),
-            "gradient_checkpointing": o.get("gradient_checkpointing"),
-            "grad_accum": o.get("grad_accum"), "optim": o.get("optim"),
-            "backend": run["backend"], "tags": run["tags"], "sweep": run["sweep"],
-            "peak_mb": rep["summary"]["peak_mb"], "time_s": rep["summary"]["time_s"],
-            "samples_per_second": rep["summary"]["samples_per_second"],
-        })
-    return rows
-
-
 def cmd_runs(args: argparse.Namespace) -> int:
     filters = {"tag": args.tag, "preset": args.preset, "status": args.status}
     rows = run_rows(Store(args.store), **filters)
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps([asdict(r) for r in rows], indent=2))
         return 0
     if not rows:
         chosen = ", ".join(f"{k} {v}" for k, v in filters.items() if v is not None)
@@ -193,16 +170,16 @@ def cmd_runs(args: argparse.Namespace) -> int:
         return 0
     header = ["id", "created", "status", "preset", "batch", "prec", "peak MB", "Time", "Samples/s",
               "tags", "name"]
-    body = [[r["id"], r["created"], r["status"], r["preset"], r["batch_size"], r["precision"],
-             r["peak_mb"] if r["peak_mb"] is not None else "",
-             f"{r['time_s']:.2f}" if r["time_s"] else "",
-             f"{r['samples_per_second']:.2f}" if r["samples_per_second"] else "",
-             ",".join(r["tags"]), r["name"] or ""] for r in rows]
+    body = [[r.id, r.created, r.status, r.preset, r.batch_size, r.precision,
+             r.peak_mb if r.peak_mb is not None else "",
+             f"{r.time_s:.2f}" if r.time_s else "",
+             f"{r.samples_per_second:.2f}" if r.samples_per_second else "",
+             ",".join(r.tags), r.name or ""] for r in rows]
     print(_table(body, header))
     return 0
 
 
-def _run_or_error(store: Store, run_id: int) -> dict | None:
+def _run_or_error(store: Store, run_id: int):
     run = store.run(run_id)
     if run is None:
         print(f"error: run {run_id} is not in {store.path}", file=sys.stderr)
@@ -214,7 +191,7 @@ def cmd_rename(args: argparse.Namespace) -> int:
     if _run_or_error(store, args.run_id) is None:
         return 1
     store.rename_run(args.run_id, args.name.strip() or None)
-    print(f"run {args.run_id}: {store.run(args.run_id)['name'] or '(no name)'}")
+    print(f"run {args.run_id}: {store.run(args.run_id).name or '(no name)'}")
     return 0
 
 
@@ -224,15 +201,15 @@ def cmd_tag(args: argparse.Namespace) -> int:
     if run is None:
         return 1
     if args.remove:
-        tags = [t for t in run["tags"] if t not in {x.strip() for x in args.tags}]
+        tags = [t for t in run.tags if t not in {x.strip() for x in args.tags}]
     else:
-        tags = run["tags"] + args.tags
+        tags = [*run.tags, *args.tags]
     try:
         store.set_tags(args.run_id, tags)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    print(f"run {args.run_id} tags: {', '.join(store.run(args.run_id)['tags']) or '(none)'}")
+    print(f"run {args.run_id} tags: {', '.join(store.run(args.run_id).tags) or '(none)'}")
     return 0
 
 
@@ -241,7 +218,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
     run = _run_or_error(store, args.run_id)
     if run is None:
         return 1
-    if session.is_live(run, RunManager(store)):
+    if is_live(run, RunManager(store)):
         print(f"error: run {args.run_id} is still running: stop it first", file=sys.stderr)
         return 2
     if not args.yes:
@@ -250,7 +227,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return 2
         samples = store.sample_count(args.run_id)
-        what = f"run {args.run_id} ({run['preset']}, {run['status']}, {samples} samples)"
+        what = f"run {args.run_id} ({run.preset}, {run.status}, {samples} samples)"
         if input(f"Delete {what}? This cannot be undone. [y/N] ").strip().lower() not in ("y", "yes"):
             print("not deleted")
             return 1
@@ -259,7 +236,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
     return 0
 
 
-def _report_or_error(store: Store, run_id: int) -> dict | None:
+def _report_or_error(store: Store, run_id: int) -> RunReport | None:
     rep = report(store, run_id)
     if rep is None:
         print(f"error: run {run_id} is not in {store.path}", file=sys.stderr)
@@ -272,31 +249,32 @@ def cmd_show(args: argparse.Namespace) -> int:
     if rep is None:
         return 1
     if args.json:
-        print(json.dumps(rep, indent=2, default=str))
+        print(json.dumps(rep.to_dict(), indent=2, default=str))
         return 0
-    env = rep["environment"]
-    print(f"run {rep['id']}  status: {rep['status']}  created: {_when(rep['created_at'])}")
-    print(f"device: {env.get('gpu_name') or 'CPU'}  driver: {env.get('driver') or '-'}  "
+    env = rep.environment
+    print(f"run {rep.id}  status: {rep.status}  created: {when(rep.created_at)}")
+    print(f"device: {rep.device_name}  driver: {env.get('driver') or '-'}  "
           f"torch: {env.get('torch', '-')}  transformers: {env.get('transformers', '-')}")
-    print(f"measuring: {measurement.source(rep['backend'], rep['memory_api'])}")
-    print("options: " + ", ".join(f"{k}={v}" for k, v in rep["options"].items()))
-    print(_table([[p["name"], f"{p['start_s']:.2f}", p["memory_mb"]] for p in rep["phases"]],
+    print(f"measuring: {text.source(rep.backend, rep.memory_api)}")
+    print("options: " + ", ".join(f"{k}={v}" for k, v in rep.stored_options.items()))
+    print(_table([[p.name, f"{p.start_s:.2f}", p.memory_mb] for p in rep.phases],
                  ["phase", "start s", "memory at end (MB)"]))
-    s = rep["summary"]
-    if s["time_s"] is not None:
-        print(f"Time: {s['time_s']:.2f}\nSamples/second: {s['samples_per_second']:.2f}")
-    print(f"peak: {s['peak_mb']} MB   samples: {rep['samples']}   steps: {rep['steps']}")
-    if rep["components"]:
-        parts = rep["components"]
+    s = rep.summary
+    if s.time_s is not None:
+        print(f"Time: {s.time_s:.2f}\nSamples/second: {s.samples_per_second:.2f}")
+    print(f"peak: {s.peak_mb} MB   samples: {rep.samples}   steps: {rep.steps}")
+    if rep.components:
+        parts = rep.components
         print("measured components (MB): " + ", ".join(
-            f"{name}={parts[name] / 2**20:.1f}" for name in components.ORDER if name in parts))
-    if rep["operations"]:
-        profile = OperationProfile.from_dict(rep["operations"])
+            f"{name}={parts.get(name) / MIB:.1f}" for name in components.ORDER
+            if parts.get(name) is not None))
+    if rep.operations:
+        profile = rep.operations
         print(f"operation classes ({profile.time_source}, {profile.steps} profiled steps):")
-        print(_table([[r["class"], f"{100 * r['flop_share']:.2f}%", f"{100 * r['time_share']:.1f}%"]
+        print(_table([[r.kind, f"{100 * r.flop_share:.2f}%", f"{100 * r.time_share:.1f}%"]
                       for r in comparison(profile)], ["class", "flop", "time"]))
-    if rep["error"]:
-        print(f"error: {rep['error']}")
+    if rep.error:
+        print(f"error: {rep.error}")
     return 0
 
 
@@ -304,19 +282,21 @@ def cmd_export(args: argparse.Namespace) -> int:
     store = Store(args.store)
     try:
         if args.format == "json":
-            text = json.dumps(transfer.export_runs(store, args.run_ids), default=str)
+            content = json.dumps(transfer.export_runs(store, args.run_ids), default=str)
         elif args.format == "html":
-            text = transfer.runs_html(store, args.run_ids)
+            from anatomy.views import export  # plotly loads for this export only
+
+            content = export.runs_html(store, args.run_ids)
         else:
-            text = transfer.samples_csv(store, args.run_ids)
+            content = transfer.samples_csv(store, args.run_ids)
     except KeyError as error:
         print(f"error: {error.args[0]}", file=sys.stderr)
         return 1
     if args.output:
-        Path(args.output).write_text(text)
+        Path(args.output).write_text(content)
         print(f"wrote {args.output}")
     else:
-        sys.stdout.write(text)
+        sys.stdout.write(content)
     return 0
 
 
@@ -358,25 +338,25 @@ def _sweep_printer(sweep: Sweep, out: TextIO) -> Callable[[SweepEvent], None]:
         if event.kind == "start":
             print(f"{where} run {event.run_id}: {_values_text(event.values)} …", file=out, flush=True)
         elif event.kind == "end":
-            s = report(sweep.store, event.run_id)["summary"]
-            speed = (f", {s['samples_per_second']:.2f} samples/s, {s['time_s']:.2f} s"
-                     if s["samples_per_second"] is not None else "")
+            s = report(sweep.store, event.run_id).summary
+            speed = (f", {s.samples_per_second:.2f} samples/s, {s.time_s:.2f} s"
+                     if s.samples_per_second is not None else "")
             print(f"{where} run {event.run_id}: {_values_text(event.values)} → {event.status}, "
-                  f"peak {s['peak_mb']} MB{speed}", file=out, flush=True)
+                  f"peak {s.peak_mb} MB{speed}", file=out, flush=True)
         else:
             print(f"skipped {_values_text(event.values)}: a smaller batch size ran out of memory",
                   file=out, flush=True)
     return tell
 
 
-def _print_grid(result: dict) -> None:
-    names = list(result["vary"])
-    rows = [[r["run"], *(r["values"][n] for n in names), r["status"],
-             r["peak_mb"] if r["peak_mb"] is not None else "",
-             f"{r['samples_per_second']:.2f}" if r["samples_per_second"] is not None else "",
-             f"{r['time_s']:.2f}" if r["time_s"] is not None else ""] for r in result["runs"]]
+def _print_grid(result: SweepGrid) -> None:
+    names = list(result.vary)
+    rows = [[r.run, *(r.values[n] for n in names), r.status,
+             r.peak_mb if r.peak_mb is not None else "",
+             f"{r.samples_per_second:.2f}" if r.samples_per_second is not None else "",
+             f"{r.time_s:.2f}" if r.time_s is not None else ""] for r in result.runs]
     print(_table(rows, ["run", *names, "status", "peak MB", "Samples/s", "Time"]))
-    fitting = result["largest_fitting"]
+    fitting = result.largest_fitting
     if isinstance(fitting, dict):
         other = next(n for n in names if n != "batch_size")
         print("largest batch size that fit: " + "; ".join(
@@ -388,17 +368,21 @@ def _print_grid(result: dict) -> None:
 def cmd_sweep(args: argparse.Namespace) -> int:
     store = Store(args.store)
     info = machine()
-    base = options_from_args(args, info["gpu_count"] > 0)
+    base = options_from_args(args, info.has_gpu)
     try:
         sweep = Sweep(RunManager(store), base, parse_vary(args.vary), args.until_oom, args.name,
-                      info["gpu_count"])
+                      info.gpu_count)
     except InvalidOptions as error:
         for message in error.errors.values():
             print(f"error: {message}", file=sys.stderr)
         return 2
     # with --json, stdout holds the JSON alone
     sweep.on_event = _sweep_printer(sweep, sys.stderr if args.json else sys.stdout)
-    sweep_id = sweep.start()
+    try:
+        sweep_id = sweep.start()
+    except DeviceBusy as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     try:
         while sweep.wait(POLL_SECONDS) is None:
             pass
@@ -408,8 +392,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         sweep.wait()
     result = grid(store, sweep_id)
     if args.json:
-        print(json.dumps({"sweep": sweep_id, "runs": result["runs"],
-                          "largest_fitting": result["largest_fitting"]}, indent=2))
+        print(json.dumps(result.to_dict(), indent=2))
     else:
         _print_grid(result)
     if sweep.status != "completed":

@@ -7,11 +7,13 @@ import threading
 
 import streamlit as st
 
-from anatomy import figures, measurement, session
-from anatomy.options import FIELDS, RunOptions
-from anatomy.runs import RunManager, machine
+from anatomy.analysis.machine import Machine
+from anatomy.analysis.options import FIELDS, RunOptions
+from anatomy.analysis.report import RunReport
+from anatomy.engine.manager import RunManager, machine
+from anatomy.engine.sweep import Sweep
 from anatomy.store import Store, resolve_path
-from anatomy.sweep import Sweep
+from anatomy.views import figures, session, text
 
 RUNS_PAGE = "pages/runs.py"
 
@@ -32,8 +34,8 @@ def store() -> Store:
 
 
 @st.cache_resource(show_spinner=False)
-def device() -> dict:
-    """The machine as `anatomy.runs.machine()` sees it: asked once per server (NVML calls)."""
+def device() -> Machine:
+    """The machine as the engine sees it: asked once per server (NVML calls)."""
     return machine()
 
 
@@ -41,55 +43,43 @@ def sidebar_device() -> None:
     info = device()
     with st.sidebar:
         st.subheader("Device")
-        if info["backend"] == "nvml":
-            for gpu in info["devices"]:
-                st.markdown(f"**GPU {gpu['index']}: {gpu['name']}**  \n"
-                            f"{gpu['total'] / 2**30:.1f} GiB total")
-            st.caption(f"driver {info['driver']} · CUDA {info['cuda_driver']} · "
-                       f"NVML memory API {info['memory_api']}")
+        if info.has_gpu:
+            for gpu in info.devices:
+                st.markdown(f"**GPU {gpu.index}: {gpu.name}**  \n"
+                            f"{gpu.total / 2**30:.1f} GiB total")
+            st.caption(f"driver {info.driver} · CUDA {info.cuda_driver} · "
+                       f"NVML memory API {info.memory_api}")
         else:
             st.markdown("**no GPU: measuring CPU memory of the training process**")
-            st.caption(f"{info['ram_total'] / 2**30:.1f} GiB RAM · {info['why_no_gpu']}")
-        st.caption("Measures " + measurement.source(info["backend"], info["memory_api"]))
+            st.caption(f"{info.ram_total / 2**30:.1f} GiB RAM · {info.why_no_gpu}")
+        st.caption("Measures " + text.source(info.backend, info.memory_api))
 
 
-def run_title(rep: dict) -> str:
-    o = rep["options"]
-    device_name = rep["environment"].get("gpu_name") or "CPU"
-    extras = [o["precision"]]
-    if o.get("gradient_checkpointing"):
-        extras.append("gradient checkpointing")
-    if o.get("grad_accum", 1) > 1:
-        extras.append(f"accumulation {o['grad_accum']}")
-    return (f"Run {rep['id']}: {rep['preset']}, batch size {o['batch_size']}, seq len {o['seq_len']}"
-            f", {', '.join(extras)} on {device_name}")
-
-
-def memory_chart(rep: dict, now: float | None = None) -> None:
+def memory_chart(rep: RunReport, now: float | None = None) -> None:
     db = store()
-    figure = figures.memory_figure(rep, db.decimated(rep["id"]), db.steps(rep["id"]), now)
-    st.plotly_chart(figure, key=f"memory-{rep['id']}", config={"displaylogo": False})
-    st.caption("Shows " + measurement.source(rep["backend"], rep["memory_api"]) +
+    figure = figures.memory_figure(rep, db.decimated(rep.id), db.steps(rep.id), now)
+    st.plotly_chart(figure, key=f"memory-{rep.id}", config={"displaylogo": False})
+    st.caption("Shows " + text.source(rep.backend, rep.memory_api) +
                ". A band runs from the end of the phase before to the end of its own phase; its"
                " marker is the memory at that end, the walkthrough's figure.")
 
 
-def outcome(rep: dict) -> None:
+def outcome(rep: RunReport) -> None:
     """How a finished run ended, and its summary as the walkthrough prints it."""
     line = session.status_line(rep)
-    if rep["status"] == "completed":
+    if rep.status == "completed":
         st.success(line)
-    elif rep["status"] == "stopped":
+    elif rep.status == "stopped":
         st.warning(line)
     else:
         st.error(line)
-        if rep["error"]:
-            st.code(rep["error"], language=None)
+        if rep.error:
+            st.code(rep.error, language=None)
     lines = session.summary_lines(rep)
     if lines:
         st.code("\n".join(lines), language=None)
-    for message in rep["messages"]:
-        st.caption(f"{message['level']}: {message['text']}")
+    for message in rep.messages:
+        st.caption(f"{message.level}: {message.text}")
 
 
 def option_widget(name: str, default, key: str, label: str | None = None) -> None:
@@ -110,25 +100,20 @@ def option_widget(name: str, default, key: str, label: str | None = None) -> Non
                         help=f"{field.help} ({field.low} to {field.high})")
 
 
-class SweepBusy(RuntimeError):
-    """A sweep is already running on this server."""
-
-
 class SweepSlot:
-    """The server's sweep: one at a time, run by a thread of its own (never a page's), which
-    writes only to the store. Pages read its progress from the store and call `stop`."""
+    """The server's latest sweep, run by a thread of its own (never a page's), which writes only
+    to the store. Pages read its progress from the store and call `stop`. The engine keeps the
+    device for it: another sweep or run on that device is refused as busy."""
 
     def __init__(self) -> None:
         self.sweep: Sweep | None = None
         self._lock = threading.Lock()
 
     def start(self, base: RunOptions, vary: dict[str, list], until_oom: bool) -> int:
-        """The sweep's id; InvalidOptions when its plan is wrong, SweepBusy while one runs."""
+        """The sweep's id; InvalidOptions when its plan is wrong, DeviceBusy when its device is
+        taken (by a run or a sweep, from this server or another process)."""
         with self._lock:
-            if self.running():
-                raise SweepBusy(f"sweep {self.sweep.id} is still running: stop it or wait until "
-                                "it ends")
-            sweep = Sweep(manager(), base, vary, until_oom, gpu_count=device()["gpu_count"])
+            sweep = Sweep(manager(), base, vary, until_oom, gpu_count=device().gpu_count)
             sweep.start()
             self.sweep = sweep
             return sweep.id

@@ -8,11 +8,12 @@ import json
 import pandas as pd
 import streamlit as st
 
-from anatomy import compare, figures, session, transfer
-from anatomy.options import FIELDS, defaults_for
-from anatomy.runs import InvalidOptions
-from anatomy.store import PHASES, report
-from anatomy.sweep import LADDER, grid, parse_value
+from anatomy.analysis import compare, transfer
+from anatomy.analysis.options import FIELDS, InvalidOptions, defaults_for
+from anatomy.analysis.report import PHASES, RunReport, report
+from anatomy.analysis.sweeps import LADDER, SweepGrid, grid, parse_value
+from anatomy.engine.manager import DeviceBusy
+from anatomy.views import export, figures, session
 from pages import common
 
 REFRESH_SECONDS = 1.0
@@ -26,9 +27,9 @@ DIFFERS_COLOUR = "background-color: #FFF3CD"
 # --- choosing runs ---
 
 def _labels(db) -> dict[int, str]:
-    return {run["id"]: (f"{run['id']}: {run['name'] + ' · ' if run['name'] else ''}"
-                        f"{run['preset']}, batch {run['options'].get('batch_size')}, "
-                        f"{run['options'].get('precision')} — {run['status']}")
+    return {run.id: (f"{run.id}: {run.name + ' · ' if run.name else ''}"
+                     f"{run.preset}, batch {run.options.get('batch_size')}, "
+                     f"{run.options.get('precision')} — {run.status}")
             for run in db.runs()}
 
 
@@ -59,9 +60,9 @@ def _styled(rows: list[dict]) -> pd.io.formats.style.Styler:
         lambda row: [DIFFERS_COLOUR if row[""] == "≠" else ""] * len(row), axis=1)
 
 
-def _export(reports: list[dict], overlay) -> None:
+def _export(reports: list[RunReport], overlay) -> None:
     db = common.store()
-    ids = [r["id"] for r in reports]
+    ids = [r.id for r in reports]
     name = "runs-" + "-".join(map(str, ids))
     st.markdown("**Take these runs elsewhere**")
     columns = st.columns(4)
@@ -72,7 +73,7 @@ def _export(reports: list[dict], overlay) -> None:
         help="the overlaid curves as a standalone page (plotly inside it: opens offline)")
     columns[1].download_button(
         "Each run's chart (HTML)", key="download_html", on_click="ignore",
-        data=lambda: transfer.runs_html(db, ids), file_name=f"anatomy-{name}.html",
+        data=lambda: export.runs_html(db, ids), file_name=f"anatomy-{name}.html",
         mime="text/html", icon=":material/download:",
         help="every chosen run's memory chart, as the dashboard draws it, on one standalone page")
     columns[2].download_button(
@@ -94,18 +95,18 @@ def comparison(run_ids: list[int]) -> None:
                            index=PHASES.index("training"), key="compare_phase")
     reference = right.selectbox("Reference run (differences are to this run)", run_ids,
                                 format_func=lambda i: f"Run {i}", key="compare_reference")
-    samples = {r["id"]: db.decimated(r["id"]) for r in reports}
+    samples = {r.id: db.decimated(r.id) for r in reports}
 
     st.subheader("Memory over time, aligned")
     overlay = figures.overlay_figure(reports, samples, phase)
     st.plotly_chart(overlay, key="compare_overlay", config={"displaylogo": False})
-    missing = [r["id"] for r in reports if compare.phase_start(r, phase) is None]
+    missing = [r.id for r in reports if compare.phase_start(r, phase) is None]
     if missing:
         st.warning(f"Not drawn: {', '.join(f'run {i}' for i in missing)} never reached the "
                    f"{phase} phase.")
     st.caption(f"Time 0 is where each run's {phase} phase began; a marker is the memory at a "
                "phase's end, in that phase's colour. Backends: " + ", ".join(
-                   sorted({r["backend"] for r in reports})) + ".")
+                   sorted({r.backend for r in reports})) + ".")
     st.plotly_chart(figures.small_multiples_figure(reports, samples, phase),
                     key="compare_multiples", config={"displaylogo": False})
 
@@ -152,7 +153,7 @@ def _vary_values(name: str, has_gpu: bool) -> list:
 
 
 def _sweep_form() -> None:
-    has_gpu = common.device()["gpu_count"] > 0
+    has_gpu = common.device().has_gpu
     defaults = defaults_for(has_gpu).to_dict()
     slot = common.sweeps()
     with st.expander("Base configuration", icon=":material/tune:"):
@@ -185,7 +186,7 @@ def _sweep_form() -> None:
                                                              until_oom and LADDER in vary)
             except InvalidOptions as error:
                 errors.extend(error.errors.values())
-            except common.SweepBusy as error:
+            except DeviceBusy as error:
                 errors.append(str(error))
         st.session_state["sweep_errors"] = errors
         if not errors:
@@ -198,16 +199,16 @@ def _sweep_form() -> None:
 def sweep_progress(sweep_id: int) -> None:
     """Read from the store every second; when the sweep ends, the page reruns into its grid."""
     result = grid(common.store(), sweep_id)
-    if result["status"] != "running":
+    if result.status != "running":
         st.rerun(scope="app")
-    finished = sum(r["status"] != "running" for r in result["runs"])
-    total = max(result["planned"] - result["skipped"], len(result["runs"]))
-    current = next((r for r in result["runs"] if r["status"] == "running"), None)
+    finished = sum(r.status != "running" for r in result.runs)
+    total = max(result.planned - result.skipped, len(result.runs))
+    current = next((r for r in result.runs if r.status == "running"), None)
     text = f"{finished} of {total} runs done"
     if current:
-        text += " · now run {}: {}".format(current["run"], ", ".join(
-            f"{FIELDS[k].label.lower()} {v}" for k, v in current["values"].items()))
-    if result["until_oom"]:
+        text += " · now run {}: {}".format(current.run, ", ".join(
+            f"{FIELDS[k].label.lower()} {v}" for k, v in current.values.items()))
+    if result.until_oom:
         text += " · doubling until out of memory"
     progress, stop = st.columns([6, 1], vertical_alignment="bottom")
     progress.progress(min(1.0, finished / total) if total else 0.0, text=text)
@@ -219,24 +220,24 @@ def sweep_progress(sweep_id: int) -> None:
     _sweep_table(result)
 
 
-def _sweep_table(result: dict) -> None:
-    names = list(result["vary"])
-    st.dataframe([{"Run": r["run"], **{FIELDS[n].label: r["values"][n] for n in names},
-                   "Status": r["status"], "Peak MB": r["peak_mb"],
-                   "Samples/second": r["samples_per_second"], "Time (s)": r["time_s"]}
-                  for r in result["runs"]], hide_index=True, key=f"sweep_runs_{result['sweep']}",
+def _sweep_table(result: SweepGrid) -> None:
+    names = list(result.vary)
+    st.dataframe([{"Run": r.run, **{FIELDS[n].label: r.values[n] for n in names},
+                   "Status": r.status, "Peak MB": r.peak_mb,
+                   "Samples/second": r.samples_per_second, "Time (s)": r.time_s}
+                  for r in result.runs], hide_index=True, key=f"sweep_runs_{result.sweep}",
                  column_config={"Samples/second": st.column_config.NumberColumn(format="%.2f"),
                                 "Time (s)": st.column_config.NumberColumn(format="%.2f")})
 
 
-def _largest_fitting_text(result: dict) -> str | None:
-    largest = result["largest_fitting"]
-    if LADDER not in result["vary"]:
+def _largest_fitting_text(result: SweepGrid) -> str | None:
+    largest = result.largest_fitting
+    if LADDER not in result.vary:
         return None
     if not isinstance(largest, dict):
         return ("Largest batch size that fit: **none** (no run completed)" if largest is None
                 else f"Largest batch size that fit: **{largest}**")
-    other = FIELDS[next(n for n in result["vary"] if n != LADDER)].label.lower()
+    other = FIELDS[next(n for n in result.vary if n != LADDER)].label.lower()
     return "Largest batch size that fit: " + "; ".join(
         f"{other} {value}: **{'none' if size is None else size}**"
         for value, size in largest.items())
@@ -244,23 +245,23 @@ def _largest_fitting_text(result: dict) -> str | None:
 
 def sweep_results(sweep_id: int) -> None:
     result = grid(common.store(), sweep_id)
-    status = result["status"]
-    line = (f"Sweep {sweep_id} ({result['name']}): {status}, {len(result['runs'])} runs"
-            + (f", {result['skipped']} skipped after an out-of-memory run" if result["skipped"]
+    status = result.status
+    line = (f"Sweep {sweep_id} ({result.name}): {status}, {len(result.runs)} runs"
+            + (f", {result.skipped} skipped after an out-of-memory run" if result.skipped
                else ""))
     {"completed": st.success, "stopped": st.warning}.get(status, st.error)(line)
-    if result["error"]:
-        st.code(result["error"], language=None)
+    if result.error:
+        st.code(result.error, language=None)
     text = _largest_fitting_text(result)
     if text:
         st.markdown(text)
-    if result["runs"]:
+    if result.runs:
         st.plotly_chart(figures.sweep_figure(result, "peak_mb"), key="sweep_peak",
                         config={"displaylogo": False})
         st.plotly_chart(figures.sweep_figure(result, "samples_per_second"), key="sweep_speed",
                         config={"displaylogo": False})
         _sweep_table(result)
-        ids = [r["run"] for r in result["runs"]]
+        ids = [r.run for r in result.runs]
         st.button("Compare these runs", key="sweep_compare", on_click=_show_runs, args=(ids,),
                   icon=":material/compare_arrows:",
                   help="puts them in the runs chosen above, in the Compare runs tab")
@@ -279,10 +280,10 @@ def sweeps_section() -> None:
     stored = common.store().sweeps()
     if not stored:
         return
-    ids = [s["id"] for s in stored]
+    ids = [s.id for s in stored]
     if st.session_state.get("sweep_shown") not in ids:
         st.session_state["sweep_shown"] = ids[0]
-    names = {s["id"]: f"{s['id']}: {s['name']} — {s['status']}" for s in stored}
+    names = {s.id: f"{s.id}: {s.name} — {s.status}" for s in stored}
     chosen = st.selectbox("Sweep", ids, format_func=names.get, key="sweep_shown")
     sweep_results(chosen)
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import streamlit as st
 
-from anatomy import session
-from anatomy.options import FIELDS, defaults_for
-from anatomy.runs import DeviceBusy, InvalidOptions
-from anatomy.store import report
+from anatomy.analysis.options import FIELDS, InvalidOptions, defaults_for
+from anatomy.analysis.report import RunReport, report
+from anatomy.engine.manager import DeviceBusy, live_run
+from anatomy.views import session
 from pages import common
 
 REFRESH_SECONDS = 1.0
@@ -47,11 +47,6 @@ def _start() -> None:
     st.session_state["forecast"] = session.memory_forecast(options, common.device())
     st.session_state.pop("start_refused", None)
     st.session_state["option_errors"] = {}
-    sweep = common.sweeps().running_id()
-    if sweep is not None:  # between two of its runs the device is free, but promised to it
-        st.session_state["start_refused"] = (f"sweep {sweep} is using the device: stop it on the "
-                                             "Compare page or wait until it ends")
-        return
     try:
         st.session_state["live_run"] = common.manager().start(options)
     except InvalidOptions as error:
@@ -82,11 +77,11 @@ def options_form(has_gpu: bool, expanded: bool) -> None:
         check.form_submit_button("Predict memory", on_click=_forecast, key="predict",
                                  help="what these options should need, from the model config "
                                       "alone (docs/PREDICTION.md); starts nothing")
-    forecast = st.session_state.get("forecast") or {}
-    if forecast.get("line"):
-        st.info(_sentence(forecast["line"]), icon=":material/memory:")
-    if forecast.get("warning"):
-        st.warning(_sentence(forecast["warning"]))
+    forecast = st.session_state.get("forecast")
+    if forecast is not None and forecast.line:
+        st.info(_sentence(forecast.line), icon=":material/memory:")
+    if forecast is not None and forecast.warning:
+        st.warning(_sentence(forecast.warning))
     refused = st.session_state.get("start_refused")
     if refused:
         st.error(f"Not started: {refused}.")
@@ -94,23 +89,23 @@ def options_form(has_gpu: bool, expanded: bool) -> None:
         st.error("Not started: fix the fields marked above.")
 
 
-def _phase_metrics(rep: dict) -> None:
+def _phase_metrics(rep: RunReport) -> None:
     for column, metric in zip(st.columns(4), session.phase_metrics(rep)):
-        label = metric["name"] + (" (now)" if metric["state"] == "open" else "")
-        value = "—" if metric["memory_mb"] is None else f"{metric['memory_mb']} MB"
-        delta = None if metric["delta_mb"] is None else f"{metric['delta_mb']:+d} MB"
-        column.metric(label, value, delta, delta_color="off", border=metric["state"] == "open")
+        label = metric.name + (" (now)" if metric.state == "open" else "")
+        value = "—" if metric.memory_mb is None else f"{metric.memory_mb} MB"
+        delta = None if metric.delta_mb is None else f"{metric.delta_mb:+d} MB"
+        column.metric(label, value, delta, delta_color="off", border=metric.state == "open")
 
 
-def _progress(rep: dict) -> None:
-    done = session.progress(rep, common.store().last_step(rep["id"]))
+def _progress(rep: RunReport) -> None:
+    done = session.progress(rep, common.store().last_step(rep.id))
     if session.stage(rep) == "phase training":
-        left = ("time left: measuring…" if done["seconds_left"] is None
-                else f"time left: {done['seconds_left']:.0f} s")
-        text = f"training: step {done['step']} / {done['total']} · {left}"
+        left = ("time left: measuring…" if done.seconds_left is None
+                else f"time left: {done.seconds_left:.0f} s")
+        text = f"training: step {done.step} / {done.total} · {left}"
     else:
         text = session.stage(rep)
-    st.progress(done["fraction"], text=text)
+    st.progress(done.fraction, text=text)
 
 
 @st.fragment(run_every=REFRESH_SECONDS)
@@ -119,9 +114,9 @@ def live_view(run_id: int) -> None:
     into the finished view, which does not refresh."""
     db = common.store()
     rep = report(db, run_id)
-    if rep["status"] != "running":
+    if rep.status != "running":
         st.rerun(scope="app")
-    st.subheader(common.run_title(rep))
+    st.subheader(rep.title())
     _phase_metrics(rep)
     progress, stop = st.columns([6, 1], vertical_alignment="bottom")
     with progress:
@@ -139,7 +134,7 @@ def live_view(run_id: int) -> None:
 
 def finished_view(run_id: int) -> None:
     rep = report(common.store(), run_id)
-    st.subheader(common.run_title(rep))
+    st.subheader(rep.title())
     _phase_metrics(rep)
     common.outcome(rep)
     common.memory_chart(rep)
@@ -156,13 +151,13 @@ def main() -> None:
         st.session_state["live_run"] = int(asked)  # ?run=ID: this page's view of a stored run
     run_id = st.session_state.get("live_run")
     if run_id is None or common.store().run(run_id) is None:
-        running = session.live_run(common.store(), common.manager())
-        run_id = running["id"] if running else None
+        running = live_run(common.store(), common.manager())
+        run_id = running.id if running else None
         # This tab follows the run to its end, though it did not start it (a reload, another tab).
         st.session_state["live_run"] = run_id
-    running = run_id is not None and common.store().run(run_id)["status"] == "running"
+    running = run_id is not None and common.store().run(run_id).status == "running"
     # The chart is what people came for: while a run is shown, the options fold away.
-    options_form(common.device()["gpu_count"] > 0, expanded=run_id is None)
+    options_form(common.device().has_gpu, expanded=run_id is None)
     if run_id is None:
         st.info("No run in progress. Start one above; stored runs are on the Runs page.")
     elif running:

@@ -5,25 +5,23 @@ from __future__ import annotations
 
 import streamlit as st
 
-from anatomy import breakdown, figures
-from anatomy.operations import PAPER_CITATION, OperationProfile, comparison
-from anatomy.prediction import WALKTHROUGH_BYTES_PER_PARAMETER
-from anatomy.store import MIB, report
+from anatomy.analysis import breakdown
+from anatomy.analysis.operations import PAPER_CITATION, comparison
+from anatomy.analysis.prediction import WALKTHROUGH_BYTES_PER_PARAMETER
+from anatomy.analysis.report import RunReport, report
+from anatomy.units import mib_float
+from anatomy.views import figures
 from pages import common
 
 CHART = {"displaylogo": False}
 MB = st.column_config.NumberColumn(format="%.1f")
 
 
-def _mb(value: int | None) -> float | None:
-    return None if value is None else value / MIB
-
-
-def measured_and_predicted(rep: dict, prediction) -> None:
+def measured_and_predicted(rep: RunReport, prediction) -> None:
     st.subheader("Measured next to predicted")
     st.plotly_chart(figures.anatomy_waterfall_figure(breakdown.waterfall(rep, prediction)),
                     key="anatomy_waterfall", config=CHART)
-    if rep["backend"] == "nvml":
+    if rep.on_gpu:
         st.caption("Each part adds to the one before; *all parts* is their sum, which no moment "
                    "of a step reaches; *never held at once* takes away what is freed before the "
                    "rest arrives (the smaller of activations and gradients), leaving the **tensor "
@@ -37,9 +35,9 @@ def measured_and_predicted(rep: dict, prediction) -> None:
                    "peak RSS over the baseline, which adds torch's libraries and the Python "
                    "process.")
     rows = breakdown.component_rows(rep, prediction)
-    st.dataframe([{"Component": r["component"], "Measured (MB)": _mb(r["measured"]),
-                   "Predicted (MB)": _mb(r["predicted"]), "Error (%)": r["error_percent"],
-                   "Note": r["note"]} for r in rows],
+    st.dataframe([{"Component": r.component, "Measured (MB)": mib_float(r.measured),
+                   "Predicted (MB)": mib_float(r.predicted), "Error (%)": r.error_percent,
+                   "Note": r.note} for r in rows],
                  hide_index=True, key="anatomy_components", height="content",
                  column_config={"Measured (MB)": MB, "Predicted (MB)": MB,
                                 "Error (%)": st.column_config.NumberColumn(format="%+.2f%%"),
@@ -48,13 +46,13 @@ def measured_and_predicted(rep: dict, prediction) -> None:
                "states every formula of the prediction and where it comes from.")
 
 
-def peak_section(rep: dict, prediction) -> None:
+def peak_section(rep: RunReport, prediction) -> None:
     st.subheader("Why the peak is less than the sum of the parts")
     st.markdown(breakdown.peak_explanation(rep, prediction))
     rows = breakdown.moment_rows(rep, prediction)
-    all_parts = breakdown.sum_of_parts(breakdown.predicted_components(prediction))
+    all_parts = prediction.as_components().sum_of()
     st.plotly_chart(figures.moments_figure(rows, all_parts), key="anatomy_moments", config=CHART)
-    measured = any(r["measured"] is not None for r in rows)
+    measured = any(r.measured is not None for r in rows)
     st.caption("Tensor memory at each moment of a step after the first (the optimizer states "
                "exist then). " + ("Measured: the allocator at the end of the forward pass, before "
                                   "the optimizer step and after it (its temporaries freed)."
@@ -62,12 +60,12 @@ def peak_section(rep: dict, prediction) -> None:
                                   "GPU runs with measured components only."))
 
 
-def bytes_per_parameter(rep: dict, prediction) -> None:
+def bytes_per_parameter(rep: RunReport, prediction) -> None:
     st.subheader("Bytes per parameter")
     count = breakdown.parameters(rep, prediction)
     rows = breakdown.bytes_per_parameter_rows(rep, prediction)
-    st.dataframe([{"Component": r["component"], "This run (measured)": r["measured"],
-                   "Predicted": r["predicted"], "The walkthrough": r["walkthrough"]}
+    st.dataframe([{"Component": r.component, "This run (measured)": r.measured,
+                   "Predicted": r.predicted, "The walkthrough": r.walkthrough}
                   for r in rows], hide_index=True, key="anatomy_bytes_per_parameter",
                  column_config={k: st.column_config.NumberColumn(format="%.2f")
                                 for k in ("This run (measured)", "Predicted", "The walkthrough")})
@@ -77,14 +75,14 @@ def bytes_per_parameter(rep: dict, prediction) -> None:
           " copies in each forward pass, so they show up in the activations, not the weights.")
 
 
-def first_steps(rep: dict) -> None:
+def first_steps(rep: RunReport) -> None:
     st.subheader("The first steps of training")
     db = common.store()
-    steps = db.steps(rep["id"])
-    if not any(p["name"] == "training" for p in rep["phases"]):
+    steps = db.steps(rep.id)
+    if rep.training is None:
         st.info("This run never reached the training phase.")
         return
-    st.plotly_chart(figures.first_steps_figure(rep, db.samples(rep["id"], rep["gpu"]), steps),
+    st.plotly_chart(figures.first_steps_figure(rep, db.samples(rep.id, rep.gpu), steps),
                     key="anatomy_first_steps", config=CHART)
     st.caption("Step 1 builds what the rest of training keeps: its forward pass makes the "
                "activations, its backward pass frees them as the gradients appear, and its "
@@ -92,20 +90,20 @@ def first_steps(rep: dict) -> None:
                "parameter). From step 2 on the memory repeats. A dotted line is the end of a "
                "step as the Trainer reports it."
                + (" The caching allocator keeps what it reserved, so NVML's curve rises and "
-                  "stays up." if rep["backend"] == "nvml" else ""))
+                  "stays up." if rep.on_gpu else ""))
 
 
-def operations(rep: dict) -> None:
+def operations(rep: RunReport) -> None:
     st.subheader("Where the time goes: operation classes")
-    if not rep["operations"]:
+    if not rep.operations:
         st.info("This run was not profiled. Start a run with the run option **Profile steps** set "
                 "to a few steps (or `python -m anatomy run --profile-steps 3`): after training, "
                 "torch.profiler profiles that many steps and every operator is put in a class.")
         return
-    profile = OperationProfile.from_dict(rep["operations"])
+    profile = rep.operations
     st.plotly_chart(figures.operations_figure(comparison(profile)), key="anatomy_operations",
                     config=CHART)
-    st.markdown(breakdown.operations_explanation(profile, rep["options"]["precision"]))
+    st.markdown(breakdown.operations_explanation(profile, rep.options.precision))
     st.caption(f"{profile.steps} profiled steps, forward and backward passes; time is "
                f"{profile.time_source}. Optimizer step (clipping and optimizer.step(), kept "
                f"apart): {profile.optimizer.time_us / 1000 / max(1, profile.steps):,.1f} ms a "
@@ -128,23 +126,23 @@ def main() -> None:
         st.info("No runs stored yet: start one on the Live run page, or with "
                 "`python -m anatomy run`.")
         return
-    ids = [run["id"] for run in runs]
-    labels = {run["id"]: f"{run['id']}: {run['preset']}, batch {run['options'].get('batch_size')}"
-                         f", {run['options'].get('precision')} — {run['status']}" for run in runs}
+    ids = [run.id for run in runs]
+    labels = {run.id: f"{run.id}: {run.preset}, batch {run.options.get('batch_size')}"
+                      f", {run.options.get('precision')} — {run.status}" for run in runs}
     common.choose_run_from_url(ids, "anatomy_run")
     run_id = st.selectbox("Run", ids, format_func=labels.get, key="anatomy_run",
                           on_change=common.run_to_url, args=("anatomy_run",))
     rep = report(db, run_id)
-    st.subheader(common.run_title(rep))
+    st.subheader(rep.title())
     prediction = breakdown.prediction_for(rep)
-    if rep["backend"] == "cpu-rss":
+    if not rep.on_gpu:
         st.info("A CPU run: there is no CUDA context and no caching allocator. Activations are "
                 "measured from the tensors autograd saved for the backward pass, and the peak is "
                 "the RSS of the training process, which includes torch's libraries and Python.")
-    if rep["status"] == "running":
+    if rep.status == "running":
         st.info("In progress: the measured components are stored when the run ends. Until then, "
                 "the prediction alone.")
-    elif rep["components"] is None:
+    elif rep.components is None:
         st.info("No measured components for this run (recorded before they were measured, or it "
                 "ended before its first optimizer step): the prediction alone.")
     measured_and_predicted(rep, prediction)

@@ -7,9 +7,9 @@ import json
 
 import streamlit as st
 
-from anatomy import transfer
-from anatomy.cli import run_rows
-from anatomy.store import report
+from anatomy.analysis import transfer
+from anatomy.analysis.report import RunListing, RunReport, report, run_rows
+from anatomy.views import export
 from pages import common
 
 ANY = "any"
@@ -21,8 +21,8 @@ COLUMNS = {  # run_rows() key: the table's heading
 }
 
 
-def runs_table(rows: list[dict]) -> None:
-    st.dataframe([{heading: row[key] for key, heading in COLUMNS.items()} for row in rows],
+def runs_table(rows: list[RunListing]) -> None:
+    st.dataframe([{heading: getattr(row, key) for key, heading in COLUMNS.items()} for row in rows],
                  hide_index=True, key="runs_table",
                  column_config={"Time (s)": st.column_config.NumberColumn(format="%.2f"),
                                 "Samples/second": st.column_config.NumberColumn(format="%.2f"),
@@ -32,9 +32,9 @@ def runs_table(rows: list[dict]) -> None:
 def _filters(db) -> dict:
     """Tag, preset and status to narrow the list to ("any": not narrowed), from what is stored."""
     runs = db.runs()
-    choices = {"tag": sorted({tag for run in runs for tag in run["tags"]}),
-               "preset": sorted({run["preset"] for run in runs}),
-               "status": sorted({run["status"] for run in runs})}
+    choices = {"tag": sorted({tag for run in runs for tag in run.tags}),
+               "preset": sorted({run.preset for run in runs}),
+               "status": sorted({run.status for run in runs})}
     chosen = {}
     for column, (name, values) in zip(st.columns(3), choices.items()):
         value = column.selectbox(name.capitalize(), [ANY, *values], key=f"runs_filter_{name}")
@@ -50,13 +50,13 @@ def _save_labels(run_id: int) -> None:
     st.toast(f"Run {run_id} saved")
 
 
-def _label_controls(rep: dict) -> None:
-    run_id = rep["id"]
+def _label_controls(rep: RunReport) -> None:
+    run_id = rep.id
     with st.form(f"run_labels_{run_id}", border=False):
         name, tags, save = st.columns([3, 3, 1], vertical_alignment="bottom")
-        name.text_input("Name", rep["name"] or "", key=f"run_name_{run_id}",
+        name.text_input("Name", rep.name or "", key=f"run_name_{run_id}",
                         placeholder="a name for this run")
-        tags.text_input("Tags", ", ".join(rep["tags"]), key=f"run_tags_{run_id}",
+        tags.text_input("Tags", ", ".join(rep.tags), key=f"run_tags_{run_id}",
                         placeholder="comma-separated, e.g. baseline, h200")
         save.form_submit_button("Save", on_click=_save_labels, args=(run_id,),
                                 icon=":material/label:")
@@ -65,13 +65,13 @@ def _label_controls(rep: dict) -> None:
 def _downloads(run_id: int) -> None:
     """The run's chart as a standalone page, and the run as an export file (made on the click)."""
     db = common.store()
-    chart, export = st.columns(2)
+    chart, run_file = st.columns(2)
     chart.download_button(
         "Chart (HTML)", key="download_chart", on_click="ignore", icon=":material/download:",
-        data=lambda: transfer.runs_html(db, [run_id]), file_name=f"anatomy-run-{run_id}.html",
+        data=lambda: export.runs_html(db, [run_id]), file_name=f"anatomy-run-{run_id}.html",
         mime="text/html", help="this chart on a standalone page: plotly is inside it, it opens "
                                "offline")
-    export.download_button(
+    run_file.download_button(
         "Run (JSON)", key="download_run", on_click="ignore", icon=":material/download:",
         data=lambda: json.dumps(transfer.export_runs(db, [run_id])),
         file_name=f"anatomy-run-{run_id}.json", mime="application/json",
@@ -79,11 +79,11 @@ def _downloads(run_id: int) -> None:
              "import`, reads it back on another machine")
 
 
-def _delete_controls(rep: dict) -> None:
-    run_id = rep["id"]
+def _delete_controls(rep: RunReport) -> None:
+    run_id = rep.id
     manager = common.manager()
     if st.session_state.get("confirm_delete") == run_id:
-        st.warning(f"Delete run {run_id} and its {rep['samples']} samples? This cannot be undone.")
+        st.warning(f"Delete run {run_id} and its {rep.samples} samples? This cannot be undone.")
         yes, no = st.columns([1, 6])
         if yes.button("Yes, delete", key="delete_yes", type="primary"):
             common.store().delete_run(run_id)
@@ -115,27 +115,27 @@ def main() -> None:
         return
     runs_table(rows)
 
-    ids = [row["id"] for row in rows]
-    labels = {row["id"]: f"{row['id']}: {row['name'] + ' · ' if row['name'] else ''}"
-                         f"{row['preset']}, batch {row['batch_size']}, "
-                         f"{row['precision']} — {row['status']} ({row['created']})" for row in rows}
+    ids = [row.id for row in rows]
+    labels = {row.id: f"{row.id}: {row.name + ' · ' if row.name else ''}"
+                      f"{row.preset}, batch {row.batch_size}, "
+                      f"{row.precision} — {row.status} ({row.created})" for row in rows}
     common.choose_run_from_url(ids, "runs_select")
     run_id = st.selectbox("Run", ids, format_func=labels.get, key="runs_select",
                           on_change=common.run_to_url, args=("runs_select",))
 
     rep = report(db, run_id)
-    st.subheader(common.run_title(rep))
-    if rep["status"] == "running":
+    st.subheader(rep.title())
+    if rep.status == "running":
         st.info("In progress: the Live run page shows it as it happens.")
     else:
         common.outcome(rep)
     common.memory_chart(rep)
-    _downloads(rep["id"])
+    _downloads(rep.id)
     _label_controls(rep)
     with st.expander("Options and environment"):
-        st.json({"options": rep["options"], "environment": rep["environment"],
-                 "phases": rep["phases"], "samples": rep["samples"],
-                 "samples_sent": rep["samples_sent"], "steps": rep["steps"]}, expanded=False)
+        shown = rep.to_dict()
+        st.json({key: shown[key] for key in ("options", "environment", "phases", "samples",
+                                             "samples_sent", "steps")}, expanded=False)
     _delete_controls(rep)
 
 

@@ -9,11 +9,19 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from anatomy.presets import PRESETS, default_preset
+from anatomy.analysis.models import PRESETS, default_preset
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 # Trainer `optim` names that need no package beyond the requirements.
 OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adafactor", "sgd", "adagrad", "rmsprop")
+
+
+class InvalidOptions(ValueError):
+    """Options refused before anything starts: one message per wrong field, by field name."""
+
+    def __init__(self, errors: dict[str, str]):
+        super().__init__("; ".join(errors.values()))
+        self.errors = errors
 
 
 @dataclass(frozen=True)
@@ -107,7 +115,8 @@ def _check(field: Field, value: Any) -> str | None:
 
 
 def validate(options: RunOptions, gpu_count: int) -> dict[str, str]:
-    """Messages by field name for every wrong value; empty when the run may start."""
+    """Messages by field name for every wrong value; empty when the run may start. `gpu_count` is
+    the number of GPUs a run can use here: those CUDA_VISIBLE_DEVICES leaves visible."""
     errors: dict[str, str] = {}
     for name, field in FIELDS.items():
         value = getattr(options, name)

@@ -2,18 +2,29 @@
 component, the waterfall from the CUDA context to the peak, the moments of a step, the bytes per
 parameter next to the walkthrough's, and what the operation classes mean on this device.
 
-The measured side is `report()["components"]` (anatomy/components.py); the predicted side is
-`predict()` (anatomy/prediction.py) for the run's own options, on the run's kind of device.
+The measured side is the report's components (anatomy/analysis/components.py); the predicted
+side is `predict()` (anatomy/analysis/prediction.py) for the run's own options, on the run's kind of
+device.
 """
 
 from __future__ import annotations
 
-from anatomy.operations import CONTRACTION, ELEMENTWISE, NORMALIZATION, OTHER, PAPER_SHARES
-from anatomy.options import RunOptions
-from anatomy.prediction import Prediction, predict, walkthrough_bytes_per_parameter
-from anatomy.store import MIB
+from dataclasses import replace
+from typing import NamedTuple
 
-TENSOR_PARTS = ("weights", "gradients", "optimizer_states", "activations", "temporary")
+from anatomy.analysis.components import TENSOR_PARTS, Components
+from anatomy.analysis.operations import (
+    CONTRACTION,
+    ELEMENTWISE,
+    NORMALIZATION,
+    OTHER,
+    PAPER_SHARES,
+    OperationProfile,
+)
+from anatomy.analysis.prediction import Prediction, predict, walkthrough_bytes_per_parameter
+from anatomy.analysis.report import RunReport
+from anatomy.units import MIB
+
 LABELS = {
     "context": "CUDA context",
     "weights": "weights",
@@ -39,38 +50,51 @@ MOMENTS = (
 )
 
 
-def prediction_for(report: dict) -> Prediction:
+class ComponentRow(NamedTuple):
+    component: str
+    measured: int | None  # bytes; None: not measured
+    predicted: int | None  # bytes; None: not predicted
+    error_percent: float | None  # (predicted − measured) / measured
+    note: str
+
+
+class MomentRow(NamedTuple):
+    moment: str
+    predicted: int | None
+    measured: int | None
+
+
+class BytesPerParameterRow(NamedTuple):
+    component: str
+    measured: float | None
+    predicted: float | None
+    walkthrough: float | None
+
+
+def prediction_for(report: RunReport) -> Prediction:
     """The prediction for the run's own options, with the kernels of the device it ran on."""
-    device = "cuda" if report["backend"] == "nvml" else "cpu"
-    return predict(RunOptions.from_dict(report["options"]), device=device)
+    return predict(report.options, device="cuda" if report.on_gpu else "cpu")
 
 
-def parameters(report: dict, prediction: Prediction) -> int:
+def parameters(report: RunReport, prediction: Prediction) -> int:
     """The model's parameters as the worker counted them; the preset's count for older runs."""
-    return report["environment"].get("parameters") or prediction.parameters
+    return report.parameters or prediction.parameters
 
 
-def measured_components(report: dict) -> dict:
+def measured_components(report: RunReport) -> Components:
     """The run's measured components; for a GPU run recorded without them, what its phases alone
     tell: the CUDA context (kernel − baseline) and NVML's peak over the baseline."""
-    values = dict(report["components"] or {})
-    if report["backend"] == "nvml" and not values:
-        memory = {p["name"]: p["memory_bytes"] for p in report["phases"] if p["end_s"] is not None}
-        if memory.get("kernel") is not None and memory.get("baseline") is not None:
-            values["context"] = memory["kernel"] - memory["baseline"]
-        if report["summary"]["peak_bytes"] is not None and memory.get("baseline") is not None:
-            values["peak"] = report["summary"]["peak_bytes"] - memory["baseline"]
+    if report.components is not None:
+        return report.components
+    values = Components()
+    memory = report.phase_memory()
+    baseline, kernel, peak = memory["baseline"], memory["kernel"], report.summary.peak_bytes
+    if report.on_gpu and baseline is not None:
+        if kernel is not None:
+            values = replace(values, context=kernel - baseline)
+        if peak is not None:
+            values = replace(values, peak=peak - baseline)
     return values
-
-
-def predicted_components(prediction: Prediction) -> dict[str, int]:
-    """The prediction's components; its `temporary` is computed as the measured side's is."""
-    return prediction.components()
-
-
-def sum_of_parts(values: dict) -> int | None:
-    """The walkthrough's arithmetic: every tensor component at once (None if one is missing)."""
-    return _sum_of_parts(values)
 
 
 def _error(measured: int | None, predicted: int | None) -> float | None:
@@ -79,25 +103,18 @@ def _error(measured: int | None, predicted: int | None) -> float | None:
     return (predicted - measured) / measured * 100
 
 
-def _sum_of_parts(values: dict, parts: tuple[str, ...] = TENSOR_PARTS) -> int | None:
-    found = [values.get(name) for name in parts]
-    return None if any(v is None for v in found) else sum(found)
-
-
-def component_rows(report: dict, prediction: Prediction) -> list[dict]:
-    """One row per component: `component`, `measured` and `predicted` bytes (None: not measured or
-    not predicted), `error_percent` ((predicted − measured) / measured) and a `note`."""
+def component_rows(report: RunReport, prediction: Prediction) -> list[ComponentRow]:
+    """One row per component, measured next to predicted."""
     measured = measured_components(report)
-    on_gpu = report["backend"] == "nvml"
-    predicted = predicted_components(prediction)
+    on_gpu = report.on_gpu
+    predicted = prediction.as_components()
     rows = []
 
     def row(name: str, m: int | None, p: int | None, note: str = "") -> None:
-        rows.append({"component": name, "measured": m, "predicted": p,
-                     "error_percent": _error(m, p), "note": note})
+        rows.append(ComponentRow(name, m, p, _error(m, p), note))
 
     if on_gpu:
-        row("CUDA context", measured.get("context"), None,
+        row("CUDA context", measured.context, None,
             "not predicted: the kernel phase − the baseline")
     for name in TENSOR_PARTS:
         note = ""
@@ -106,44 +123,45 @@ def component_rows(report: dict, prediction: Prediction) -> list[dict]:
         elif name == "temporary":
             note = ("the peak beyond weights, optimizer states and the larger of activations "
                     "and gradients" if on_gpu else "not measured on a CPU")
-        row(LABELS[name], measured.get(name), predicted[name], note)
-    if measured and measured.get("temporary") is None:
+        row(LABELS[name], measured.get(name), predicted.get(name), note)
+    if measured.weights is not None and measured.temporary is None:
         # Like with like: without measured temporaries, the sums leave them out on both sides.
         four = TENSOR_PARTS[:4]
-        row("sum of the parts", _sum_of_parts(measured, four), _sum_of_parts(predicted, four),
+        row("sum of the parts", measured.sum_of(four), predicted.sum_of(four),
             "weights + gradients + optimizer states + activations, all at once: never reached")
     else:
-        row("sum of the parts", _sum_of_parts(measured), _sum_of_parts(predicted),
+        row("sum of the parts", measured.sum_of(), predicted.sum_of(),
             "every part at once: never reached")
-    row("peak (tensors)", measured.get("peak_allocated"), prediction.peak,
+    row("peak (tensors)", measured.peak_allocated, prediction.peak,
         f"the allocator's peak; predicted at the {prediction.peak_at}" if on_gpu else
         "the CPU keeps no allocator statistics: not measured")
     if on_gpu:
-        row("allocator cache", measured.get("allocator_cache"), None,
+        row("allocator cache", measured.allocator_cache, None,
             "not predicted: reserved − allocated at the allocator's peak")
-        row("outside PyTorch", measured.get("non_torch"), None,
+        row("outside PyTorch", measured.non_torch, None,
             "not predicted: NVML's peak − the context − reserved")
-        row("peak (NVML, over the baseline)", measured.get("peak"), None,
+        row("peak (NVML, over the baseline)", measured.peak, None,
             "context + tensors + allocator cache + outside PyTorch")
     else:
-        row("peak (RSS, over the baseline)", measured.get("peak"), None,
+        row("peak (RSS, over the baseline)", measured.peak, None,
             "includes torch's libraries and the Python process: not predicted")
     return rows
 
 
-def waterfall(report: dict, prediction: Prediction) -> dict[str, list[tuple[str, str, int]]]:
+def waterfall(report: RunReport, prediction: Prediction
+              ) -> dict[str, list[tuple[str, str, int]]]:
     """The steps from the CUDA context to the peak, per side ("measured", "predicted"): (label,
     "relative" or "total", bytes), in the order of `WATERFALL_ORDER`. Each side adds its parts,
     then takes away what is never held at once to reach the tensor peak; a GPU run's measured
     side goes on to NVML's peak."""
     measured = measured_components(report)
-    on_gpu = report["backend"] == "nvml"
+    on_gpu = report.on_gpu
     sides: dict[str, list[tuple[str, str, int]]] = {}
-    context = measured.get("context") if on_gpu else None
+    context = measured.context if on_gpu else None
 
-    def climb(values: dict, peak: int | None) -> list[tuple[str, str, int]]:
+    def climb(values: Components, peak: int | None) -> list[tuple[str, str, int]]:
         steps = [] if context is None else [(LABELS["context"], "relative", context)]
-        steps += [(LABELS[n], "relative", values[n]) for n in TENSOR_PARTS
+        steps += [(LABELS[n], "relative", values.get(n)) for n in TENSOR_PARTS
                   if values.get(n) is not None]
         steps.append((ALL_AT_ONCE[context is not None], "total", 0))
         if peak is not None:
@@ -152,24 +170,24 @@ def waterfall(report: dict, prediction: Prediction) -> dict[str, list[tuple[str,
             steps.append((TENSOR_PEAK[context is not None], "total", 0))
         return steps
 
-    if _sum_of_parts(measured, TENSOR_PARTS[:4]) is not None:
-        steps = climb(measured, measured.get("peak_allocated"))
+    if measured.sum_of(TENSOR_PARTS[:4]) is not None:
+        steps = climb(measured, measured.peak_allocated)
         # A CPU run's RSS peak adds torch's libraries and Python: hundreds of MB that would
         # dwarf the parts, so it stays in the table.
-        if on_gpu and "peak_allocated" in measured and measured.get("peak") is not None:
-            steps += [(LABELS["allocator_cache"], "relative", measured.get("allocator_cache", 0)),
-                      (LABELS["non_torch"], "relative", measured.get("non_torch", 0)),
+        if on_gpu and measured.peak_allocated is not None and measured.peak is not None:
+            steps += [(LABELS["allocator_cache"], "relative", measured.allocator_cache or 0),
+                      (LABELS["non_torch"], "relative", measured.non_torch or 0),
                       ("peak (NVML)", "total", 0)]
         sides["measured"] = steps
-    sides["predicted"] = climb(predicted_components(prediction), prediction.peak)
+    sides["predicted"] = climb(prediction.as_components(), prediction.peak)
     return sides
 
 
-def moment_rows(report: dict, prediction: Prediction) -> list[dict]:
+def moment_rows(report: RunReport, prediction: Prediction) -> list[MomentRow]:
     """Memory at each moment of a step (after the first), predicted and, on a GPU, measured."""
-    measured = (report["components"] or {}).get("moments") or {}
-    return [{"moment": label, "predicted": prediction.moments.get(predicted),
-             "measured": measured.get(measured_key) if measured_key else None}
+    measured = (report.components.moments if report.components else None) or {}
+    return [MomentRow(label, prediction.moments.get(predicted),
+                      measured.get(measured_key) if measured_key else None)
             for label, predicted, measured_key in MOMENTS]
 
 
@@ -177,41 +195,46 @@ def _mb(value: float) -> str:
     return f"{value / MIB:,.0f} MB"
 
 
-def peak_explanation(report: dict, prediction: Prediction) -> str:
+def peak_explanation(report: RunReport, prediction: Prediction) -> str:
     """Why the peak is less than the sum of the parts, in this run's numbers."""
     measured = measured_components(report)
-    predicted = predicted_components(prediction)
-    text = (f"Added up, the parts come to {_mb(_sum_of_parts(predicted))} (predicted), but no "
+    all_parts = prediction.as_components().sum_of()
+    text = (f"Added up, the parts come to {_mb(all_parts)} (predicted), but no "
             f"moment of a step holds them all. The activations ({_mb(prediction.activations)}) "
             "are held from the forward pass into the backward pass and freed layer by layer as "
             f"the gradients ({_mb(prediction.gradients)}) appear, so the peak holds only the "
             f"larger of the two: {_mb(prediction.peak)}, at the {prediction.peak_at}.")
-    if measured.get("peak_allocated") is not None and _sum_of_parts(measured) is not None:
-        text += (f" Measured: the parts add up to {_mb(_sum_of_parts(measured))}; the allocator's "
-                 f"peak was {_mb(measured['peak_allocated'])}.")
+    if measured.peak_allocated is not None and measured.sum_of() is not None:
+        text += (f" Measured: the parts add up to {_mb(measured.sum_of())}; the allocator's "
+                 f"peak was {_mb(measured.peak_allocated)}.")
     return text
 
 
-def bytes_per_parameter_rows(report: dict, prediction: Prediction) -> list[dict]:
+def bytes_per_parameter_rows(report: RunReport, prediction: Prediction
+                             ) -> list[BytesPerParameterRow]:
     """Weights, gradients, optimizer states (and their sum) per parameter: measured, predicted,
     and the walkthrough's figure for this run's precision and optimizer."""
-    measured = report["components"] or {}
+    measured = report.components or Components()
     count = parameters(report, prediction)
-    walkthrough = walkthrough_bytes_per_parameter(RunOptions.from_dict(report["options"]))
+    walkthrough = walkthrough_bytes_per_parameter(report.options)
     rows = []
     for name in ("weights", "gradients", "optimizer_states"):
         value = measured.get(name)
-        rows.append({"component": LABELS[name],
-                     "measured": None if value is None else value / count,
-                     "predicted": getattr(prediction, name) / prediction.parameters,
-                     "walkthrough": walkthrough[name]})
-    total = {key: (None if any(r[key] is None for r in rows) else sum(r[key] for r in rows))
-             for key in ("measured", "predicted", "walkthrough")}
-    rows.append({"component": "weights + gradients + optimizer states", **total})
+        rows.append(BytesPerParameterRow(
+            LABELS[name], None if value is None else value / count,
+            getattr(prediction, name) / prediction.parameters, walkthrough[name]))
+
+    def total(values: list[float | None]) -> float | None:
+        return None if any(v is None for v in values) else sum(values)
+
+    rows.append(BytesPerParameterRow("weights + gradients + optimizer states",
+                                     total([r.measured for r in rows]),
+                                     total([r.predicted for r in rows]),
+                                     total([r.walkthrough for r in rows])))
     return rows
 
 
-def operations_explanation(profile, precision: str) -> str:
+def operations_explanation(profile: OperationProfile, precision: str) -> str:
     """What the difference to the paper's shares means on the device the run was profiled on."""
     time = profile.time_shares()
     contraction = time.get(CONTRACTION, 0.0) * 100

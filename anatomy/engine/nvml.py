@@ -7,7 +7,6 @@ module) with a fake, at this boundary only; everything above it runs for real.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,15 +59,6 @@ def init() -> bool:
         return False
     _state.update(initialised=True, error=None)
     return True
-
-
-def shutdown() -> None:
-    if _state["initialised"]:
-        try:
-            _lib.nvmlShutdown()
-        except Exception:
-            pass  # shutting down: nothing left to tell anyone
-        _state["initialised"] = False
 
 
 def reset() -> None:
@@ -175,13 +165,3 @@ def cuda_driver_version() -> str | None:
         return None
     value = _optional(_lib.nvmlSystemGetCudaDriverVersion)
     return None if value is None else f"{value // 1000}.{value % 1000 // 10}"
-
-
-def visible_index(gpu: int) -> int:
-    """NVML's index for torch's GPU `gpu`: NVML ignores CUDA_VISIBLE_DEVICES, torch does not."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
-    if visible:
-        entries = [e.strip() for e in visible.split(",")]
-        if gpu < len(entries) and entries[gpu].isdigit():
-            return int(entries[gpu])
-    return gpu

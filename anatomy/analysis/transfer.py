@@ -1,5 +1,5 @@
-"""Moving runs between stores: a self-describing JSON file (with a schema version), CSV samples, and
-a chart as a standalone HTML page.
+"""Moving runs between stores: a self-describing JSON file (with a schema version) and CSV samples
+(a chart as a standalone HTML page is views/export.py's).
 
 An import is judged whole before anything is written: a wrong, truncated or foreign file is
 refused with a message that says what is wrong and where, and an accepted one lands in one
@@ -9,14 +9,25 @@ transaction, so nothing half-imported stays.
 from __future__ import annotations
 
 import csv
-import html
 import io
 import json
 import math
+from dataclasses import asdict, replace
 from typing import Any
 
-from anatomy.options import FIELDS, RunOptions, validate
-from anatomy.store import PHASES, STATUSES, Store, report
+from anatomy.analysis.options import FIELDS, RunOptions, validate
+from anatomy.analysis.report import report
+from anatomy.store import (
+    PHASES,
+    STATUSES,
+    Message,
+    PhaseSpan,
+    RunRecord,
+    RunRow,
+    Sample,
+    Step,
+    Store,
+)
 
 SCHEMA = "anatomy.runs"
 SCHEMA_VERSION = 1
@@ -45,12 +56,12 @@ def export_runs(store: Store, run_ids: list[int]) -> dict:
         if run is None:
             raise KeyError(f"run {run_id} is not in {store.path}")
         runs.append({
-            "run": run,
-            "report": report(store, run_id),
-            "phases": store.phases(run_id),
-            "samples": [[s[c] for c in SAMPLE_COLUMNS] for s in store.samples(run_id)],
-            "steps": store.steps(run_id),
-            "messages": store.messages(run_id),
+            "run": {**asdict(run), "tags": list(run.tags)},
+            "report": report(store, run_id, run).to_dict(),
+            "phases": [p._asdict() for p in store.phases(run_id)],
+            "samples": [list(s) for s in store.samples(run_id)],
+            "steps": [s._asdict() for s in store.steps(run_id)],
+            "messages": [m._asdict() for m in store.messages(run_id)],
         })
     return {"schema": SCHEMA, "version": SCHEMA_VERSION, "sample_columns": list(SAMPLE_COLUMNS),
             "runs": runs}
@@ -64,34 +75,8 @@ def samples_csv(store: Store, run_ids: list[int]) -> str:
         if store.run(run_id) is None:
             raise KeyError(f"run {run_id} is not in {store.path}")
         for sample in store.samples(run_id):
-            writer.writerow((run_id, *(sample[c] for c in SAMPLE_COLUMNS)))
+            writer.writerow((run_id, *sample))
     return out.getvalue()
-
-
-def runs_html(store: Store, run_ids: list[int]) -> str:
-    """Each run's memory chart, as the dashboard draws it, on one standalone page (plotly.js is
-    inside it, so it opens offline)."""
-    # plotly loads with this export only, not with every CLI command
-    from anatomy import figures
-
-    reports = []
-    for run_id in run_ids:
-        rep = report(store, run_id)
-        if rep is None:
-            raise KeyError(f"run {run_id} is not in {store.path}")
-        reports.append(rep)
-    charts = []
-    for index, rep in enumerate(reports):
-        figure = figures.memory_figure(rep, store.decimated(rep["id"]), store.steps(rep["id"]))
-        o = rep["options"]
-        figure.update_layout(title={"text": html.escape(
-            f"Run {rep['id']}{': ' + rep['name'] if rep['name'] else ''} — {rep['preset']}, "
-            f"batch size {o['batch_size']}, seq len {o['seq_len']}, {o['precision']}, "
-            f"{rep['status']}, peak {rep['summary']['peak_mb']} MB")})
-        charts.append(figure.to_html(full_html=False, include_plotlyjs=index == 0))
-    title = html.escape("anatomy: runs " + ", ".join(str(r["id"]) for r in reports))
-    return (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{title}</title></head>\n'
-            f"<body>\n{''.join(charts)}\n</body></html>\n")
 
 
 # --- import ---
@@ -284,58 +269,63 @@ def _tags(value: Any, where: str) -> list[str]:
     return value
 
 
-def _run_row(value: Any, where: str) -> dict:
+def _run_row(value: Any, where: str) -> RunRow:
     run = _object(value, where, ("created_at", "status", "options", "backend", "gpu"))
-    return {
-        "name": _text(run.get("name"), f"{where}.name"),
-        "created_at": _seconds(run["created_at"], f"{where}.created_at", MAX_EPOCH),
-        "ended_at": _seconds(run.get("ended_at"), f"{where}.ended_at", MAX_EPOCH, optional=True),
-        "status": _choice(run["status"], f"{where}.status", STATUSES),
-        "options": _options(run["options"], f"{where}.options"),
-        "environment": _plain(_object(run.get("environment", {}), f"{where}.environment"),
-                              f"{where}.environment"),
-        "backend": _choice(run["backend"], f"{where}.backend", BACKENDS),
-        "memory_api": _choice(run.get("memory_api"), f"{where}.memory_api", MEMORY_APIS,
-                              optional=True),
-        "gpu": _int(run["gpu"], f"{where}.gpu", 0, FIELDS["gpu"].high),
-        "summary": _summary(run.get("summary", {}), f"{where}.summary"),
-        "error": _text(run.get("error"), f"{where}.error"),
-        "samples_sent": _int(run.get("samples_sent"), f"{where}.samples_sent", optional=True),
-        "tags": _tags(run.get("tags", []), f"{where}.tags"),
-        "sweep": _text(run.get("sweep"), f"{where}.sweep"),
-    }
+    options = _options(run["options"], f"{where}.options")
+    return RunRow(
+        id=0,  # the store gives it a new one
+        name=_text(run.get("name"), f"{where}.name"),
+        created_at=_seconds(run["created_at"], f"{where}.created_at", MAX_EPOCH),
+        ended_at=_seconds(run.get("ended_at"), f"{where}.ended_at", MAX_EPOCH, optional=True),
+        status=_choice(run["status"], f"{where}.status", STATUSES),
+        preset=options["preset"],
+        options=options,
+        environment=_plain(_object(run.get("environment", {}), f"{where}.environment"),
+                           f"{where}.environment"),
+        backend=_choice(run["backend"], f"{where}.backend", BACKENDS),
+        memory_api=_choice(run.get("memory_api"), f"{where}.memory_api", MEMORY_APIS,
+                           optional=True),
+        gpu=_int(run["gpu"], f"{where}.gpu", 0, FIELDS["gpu"].high),
+        summary=_summary(run.get("summary", {}), f"{where}.summary"),
+        error=_text(run.get("error"), f"{where}.error"),
+        samples_sent=_int(run.get("samples_sent"), f"{where}.samples_sent", optional=True),
+        tags=tuple(_tags(run.get("tags", []), f"{where}.tags")),
+        sweep=_text(run.get("sweep"), f"{where}.sweep"),
+        worker_pid=None,
+    )
 
 
-def _samples(value: Any, where: str) -> list[tuple]:
+def _samples(value: Any, where: str) -> list[Sample]:
     rows = []
     for j, sample in enumerate(_array(value, where)):
         here = f"{where}[{j}]"
         if not isinstance(sample, list) or len(sample) != len(SAMPLE_COLUMNS):
             raise _refuse(here, f"a sample is [{', '.join(SAMPLE_COLUMNS)}], got {_shown(sample)}")
         t, gpu, used, reserved, total, util = sample
-        rows.append((_seconds(t, f"{here}[0]"), _int(gpu, f"{here}[1]", 0, FIELDS["gpu"].high),
-                     _memory(used, f"{here}[2]", optional=False), _memory(reserved, f"{here}[3]"),
-                     _memory(total, f"{here}[4]"), _int(util, f"{here}[5]", 0, 100, optional=True)))
+        rows.append(Sample(
+            _seconds(t, f"{here}[0]"), _int(gpu, f"{here}[1]", 0, FIELDS["gpu"].high),
+            _memory(used, f"{here}[2]", optional=False), _memory(reserved, f"{here}[3]"),
+            _memory(total, f"{here}[4]"), _int(util, f"{here}[5]", 0, 100, optional=True)))
     return rows
 
 
-def _phases(value: Any, where: str) -> list[tuple]:
+def _phases(value: Any, where: str) -> list[PhaseSpan]:
     rows = []
     for j, phase in enumerate(_array(value, where)):
         here = f"{where}[{j}]"
         phase = _object(phase, here, ("name", "start_s", "end_s"))
         name = _choice(phase["name"], f"{here}.name", PHASES)
-        if any(row[0] == name for row in rows):
+        if any(row.name == name for row in rows):
             raise _refuse(f"{here}.name", f"the {name} phase appears twice")
         start = _seconds(phase["start_s"], f"{here}.start_s")
         end = _seconds(phase["end_s"], f"{here}.end_s", optional=True)
         if end is not None and end < start:
             raise _refuse(f"{here}.end_s", f"the phase ends ({end}) before it starts ({start})")
-        rows.append((name, start, end))
+        rows.append(PhaseSpan(name, start, end))
     return rows
 
 
-def _steps(value: Any, where: str) -> list[tuple]:
+def _steps(value: Any, where: str) -> list[Step]:
     rows = []
     for j, step in enumerate(_array(value, where)):
         here = f"{where}[{j}]"
@@ -343,42 +333,43 @@ def _steps(value: Any, where: str) -> list[tuple]:
         loss = step.get("loss")
         if loss is not None and not _is_number(loss):
             raise _refuse(f"{here}.loss", f"must be a finite number, got {_shown(loss)}")
-        rows.append((_seconds(step["t"], f"{here}.t"), _int(step["step"], f"{here}.step"),
-                     _int(step.get("total"), f"{here}.total", optional=True), loss,
-                     _memory(step.get("allocated"), f"{here}.allocated"),
-                     _memory(step.get("reserved"), f"{here}.reserved")))
+        rows.append(Step(_seconds(step["t"], f"{here}.t"), _int(step["step"], f"{here}.step"),
+                         _int(step.get("total"), f"{here}.total", optional=True), loss,
+                         _memory(step.get("allocated"), f"{here}.allocated"),
+                         _memory(step.get("reserved"), f"{here}.reserved")))
     return rows
 
 
-def _messages(value: Any, where: str) -> list[tuple]:
+def _messages(value: Any, where: str) -> list[Message]:
     rows = []
     for j, message in enumerate(_array(value, where)):
         here = f"{where}[{j}]"
         message = _object(message, here, ("t", "level", "text"))
-        rows.append((_seconds(message["t"], f"{here}.t"),
-                     _text(message["level"], f"{here}.level", optional=False),
-                     _text(message["text"], f"{here}.text", optional=False)))
+        rows.append(Message(_seconds(message["t"], f"{here}.t"),
+                            _text(message["level"], f"{here}.level", optional=False),
+                            _text(message["text"], f"{here}.text", optional=False)))
     return rows
 
 
-def _record(value: Any, where: str) -> dict:
+def _record(value: Any, where: str) -> RunRecord:
     entry = _object(value, where, ("run", "phases", "samples"))
-    record = {
-        "run": _run_row(entry["run"], f"{where}.run"),
-        "samples": _samples(entry["samples"], f"{where}.samples"),
-        "phases": _phases(entry["phases"], f"{where}.phases"),
-        "steps": _steps(entry.get("steps", []), f"{where}.steps"),
-        "messages": _messages(entry.get("messages", []), f"{where}.messages"),
-    }
-    run = record["run"]
-    if run["status"] == "running":
+    record = RunRecord(
+        run=_run_row(entry["run"], f"{where}.run"),
+        samples=_samples(entry["samples"], f"{where}.samples"),
+        phases=_phases(entry["phases"], f"{where}.phases"),
+        steps=_steps(entry.get("steps", []), f"{where}.steps"),
+        messages=_messages(entry.get("messages", []), f"{where}.messages"),
+    )
+    if record.run.status == "running":
         # Exported mid-run: here nothing will ever finish it. It ends where its recording ends.
-        run["status"] = "stopped"
-        run["error"] = ("still running on its machine when it was exported: imported as stopped,"
-                        " with what had been recorded by then")
-        last = max((s[0] for s in record["samples"]), default=0.0)
-        record["phases"] = [(name, start, max(start, last) if end is None else end)
-                            for name, start, end in record["phases"]]
+        last = max((sample.t for sample in record.samples), default=0.0)
+        record = replace(
+            record,
+            run=replace(record.run, status="stopped", error=(
+                "still running on its machine when it was exported: imported as stopped, with "
+                "what had been recorded by then")),
+            phases=[p if p.end_s is not None else p._replace(end_s=max(p.start_s, last))
+                    for p in record.phases])
     return record
 
 
@@ -407,7 +398,7 @@ def _header(data: Any) -> list:
     return runs
 
 
-def read_export(data: dict | bytes | str) -> list[dict]:
+def read_export(data: dict | bytes | str) -> list[RunRecord]:
     """The runs of an export file, checked and ready for `Store.add_runs`; ImportRefused if any
     part of the file is wrong."""
     return [_record(entry, f"runs[{i}]") for i, entry in enumerate(_header(_parse(data)))]

@@ -14,18 +14,106 @@ import time
 import uuid
 from collections.abc import Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from anatomy import components
-
-PROJECT_DIR = Path(__file__).resolve().parent.parent
+PROJECT_DIR = Path(__file__).resolve().parent.parent.parent
 DEFAULT_STORE = PROJECT_DIR / "data" / "anatomy.sqlite"
 STORE_ENV = "ANATOMY_STORE"
 
 PHASES = ("baseline", "kernel", "weights", "training")
 STATUSES = ("running", "completed", "failed", "oom", "stopped")
-MIB = 1024 * 1024
+
+
+# --- the rows, as readers get them: read by name, never by position or string key ---
+
+class Sample(NamedTuple):
+    """One reading of one device: the sampler sends these, the store keeps them as they are."""
+    t: float  # seconds since the run's start
+    gpu: int  # the device's NVML index (0 for a CPU run's RSS)
+    used: int  # bytes
+    reserved: int | None  # NVML v2's driver reservation
+    total: int | None
+    util: int | None  # percent
+
+
+class Step(NamedTuple):
+    t: float
+    step: int
+    total: int | None
+    loss: float | None
+    allocated: int | None  # torch's allocator at the step's end (GPU runs)
+    reserved: int | None
+
+
+class Message(NamedTuple):
+    t: float
+    level: str
+    text: str
+
+
+class PhaseMark(NamedTuple):
+    """A phase's start or end as it happens: the collector writes these in arrival order."""
+    edge: str  # "start" or "end"
+    name: str
+    t: float
+
+
+class PhaseSpan(NamedTuple):
+    """A phase as stored: end_s is None while it lasts."""
+    name: str
+    start_s: float
+    end_s: float | None
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """A run's own row: what it is and how it ended, without its samples."""
+    id: int
+    name: str | None
+    created_at: float
+    ended_at: float | None
+    status: str
+    preset: str
+    options: dict[str, Any]
+    environment: dict[str, Any]
+    backend: str  # "nvml" or "cpu-rss"
+    memory_api: str | None
+    gpu: int
+    summary: dict[str, Any]
+    error: str | None
+    samples_sent: int | None
+    tags: tuple[str, ...]
+    sweep: str | None
+    worker_pid: int | None
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A whole run as an import brings it: its row and everything it recorded."""
+    run: RunRow
+    samples: Sequence[Sample]
+    phases: Sequence[PhaseSpan]
+    steps: Sequence[Step]
+    messages: Sequence[Message]
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    id: int
+    key: str
+    name: str | None
+    created_at: float
+    ended_at: float | None
+    base: dict[str, Any]
+    vary: dict[str, list]
+    until_oom: bool
+    planned: int
+    skipped: int
+    status: str
+    error: str | None
+    pid: int | None
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -111,14 +199,14 @@ CREATE TABLE IF NOT EXISTS sweeps (
 BUCKET_SECONDS = 0.1
 
 
-def _insert_samples(db: sqlite3.Connection, run_id: int, samples: Sequence[Sequence]) -> None:
+def _insert_samples(db: sqlite3.Connection, run_id: int, samples: Sequence[Sample]) -> None:
     """The samples, and their 0.1 s buckets' min and max."""
     db.executemany("INSERT INTO samples VALUES (?, ?, ?, ?, ?, ?, ?)",
                    [(run_id, *s) for s in samples])
     _merge_buckets(db, run_id, samples)
 
 
-def _merge_buckets(db: sqlite3.Connection, run_id: int, samples: Sequence[Sequence]) -> None:
+def _merge_buckets(db: sqlite3.Connection, run_id: int, samples: Sequence[Sample]) -> None:
     """Fold samples into their buckets' min and max (merged with what a bucket already holds)."""
     buckets: dict[tuple[int, int], list] = {}
     for t, gpu, used, reserved, total, _ in samples:
@@ -193,27 +281,26 @@ class Store:
             db.execute(f"UPDATE runs SET {columns} WHERE id = ?", (*values.values(), run_id))
 
     def merge_environment(self, run_id: int, extra: dict) -> None:
-        environment = {**self.run(run_id)["environment"], **extra}
+        environment = {**self.run(run_id).environment, **extra}
         self.update_run(run_id, environment=environment)
 
     def finish(self, run_id: int, status: str, error: str | None = None) -> None:
         assert status in STATUSES
         self.update_run(run_id, status=status, error=error, ended_at=time.time())
 
-    def write(self, run_id: int, samples: Sequence[tuple] = (), phases: Sequence[tuple] = (),
-              steps: Sequence[tuple] = (), messages: Sequence[tuple] = ()) -> None:
-        """One transaction for a batch of rows (tuples in the tables' column order, sans run_id).
-
-        `phases` are marks in arrival order: ("start", name, t) or ("end", name, t)."""
+    def write(self, run_id: int, samples: Sequence[Sample] = (), phases: Sequence[PhaseMark] = (),
+              steps: Sequence[Step] = (), messages: Sequence[Message] = ()) -> None:
+        """One transaction for a batch of rows; `phases` are marks in arrival order."""
         with self.connect() as db:
             if samples:
                 _insert_samples(db, run_id, samples)
-            for edge, name, t in phases:
-                if edge == "start":
-                    db.execute("INSERT INTO phases VALUES (?, ?, ?, NULL)", (run_id, name, t))
+            for mark in phases:
+                if mark.edge == "start":
+                    db.execute("INSERT INTO phases VALUES (?, ?, ?, NULL)",
+                               (run_id, mark.name, mark.t))
                 else:
                     db.execute("UPDATE phases SET end = ? WHERE run_id = ? AND name = ?",
-                               (t, run_id, name))
+                               (mark.t, run_id, mark.name))
             if steps:
                 db.executemany("INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?, ?)",
                                [(run_id, *s) for s in steps])
@@ -241,33 +328,29 @@ class Store:
             return db.execute("UPDATE runs SET tags = ? WHERE id = ?",
                               (",".join(clean), run_id)).rowcount > 0
 
-    def add_runs(self, records: Sequence[dict]) -> list[int]:
-        """Whole runs from elsewhere (an import), in one transaction: all of them or none.
-
-        Each record: `run` (the runs columns, options / environment / summary as dicts, tags as a
-        list), `samples` and `steps` (tuples in their tables' column order, sans run_id),
-        `phases` ((name, start, end)) and `messages` ((t, level, text))."""
+    def add_runs(self, records: Sequence[RunRecord]) -> list[int]:
+        """Whole runs from elsewhere (an import), in one transaction: all of them or none. Each
+        gets a new id (the record's own is not kept)."""
         ids = []
         with self.connect() as db:
             for record in records:
-                run = record["run"]
+                run = record.run
                 cursor = db.execute(
                     "INSERT INTO runs (name, created_at, ended_at, status, preset, options,"
                     " environment, backend, memory_api, gpu, summary, error, samples_sent, tags,"
                     " sweep) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (run["name"], run["created_at"], run["ended_at"], run["status"],
-                     run["options"]["preset"], json.dumps(run["options"]),
-                     json.dumps(run["environment"]), run["backend"], run["memory_api"], run["gpu"],
-                     json.dumps(run["summary"]), run["error"], run["samples_sent"],
-                     ",".join(run["tags"]), run["sweep"]))
+                    (run.name, run.created_at, run.ended_at, run.status, run.preset,
+                     json.dumps(run.options), json.dumps(run.environment), run.backend,
+                     run.memory_api, run.gpu, json.dumps(run.summary), run.error, run.samples_sent,
+                     ",".join(run.tags), run.sweep))
                 run_id = int(cursor.lastrowid)
-                _insert_samples(db, run_id, record["samples"])
+                _insert_samples(db, run_id, record.samples)
                 db.executemany("INSERT INTO phases VALUES (?, ?, ?, ?)",
-                               [(run_id, *p) for p in record["phases"]])
+                               [(run_id, *p) for p in record.phases])
                 db.executemany("INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?, ?)",
-                               [(run_id, *s) for s in record["steps"]])
+                               [(run_id, *s) for s in record.steps])
                 db.executemany("INSERT INTO messages VALUES (?, ?, ?, ?)",
-                               [(run_id, *m) for m in record["messages"]])
+                               [(run_id, *m) for m in record.messages])
                 ids.append(run_id)
         return ids
 
@@ -288,44 +371,43 @@ class Store:
             db.execute(f"UPDATE sweeps SET {columns} WHERE id = ?", (*values.values(), sweep_id))
 
     @staticmethod
-    def _sweep_row(row: sqlite3.Row) -> dict:
-        sweep = dict(row)
-        sweep["base"] = json.loads(sweep["base"])
-        sweep["vary"] = json.loads(sweep["vary"])
-        sweep["until_oom"] = bool(sweep["until_oom"])
-        return sweep
+    def _sweep_row(row: sqlite3.Row) -> SweepRow:
+        values = dict(row)
+        values.update(base=json.loads(values["base"]), vary=json.loads(values["vary"]),
+                      until_oom=bool(values["until_oom"]))
+        return SweepRow(**values)
 
-    def sweep(self, sweep_id: int) -> dict | None:
+    def sweep(self, sweep_id: int) -> SweepRow | None:
         with self.connect() as db:
             row = db.execute("SELECT * FROM sweeps WHERE id = ?", (sweep_id,)).fetchone()
         return None if row is None else self._sweep_row(row)
 
-    def sweeps(self) -> list[dict]:
+    def sweeps(self) -> list[SweepRow]:
         with self.connect() as db:
             rows = db.execute("SELECT * FROM sweeps ORDER BY id DESC").fetchall()
         return [self._sweep_row(r) for r in rows]
 
     # --- reading ---
     @staticmethod
-    def _run_row(row: sqlite3.Row) -> dict:
-        run = dict(row)
+    def _run_row(row: sqlite3.Row) -> RunRow:
+        values = dict(row)
         for key in ("options", "environment", "summary"):
-            run[key] = json.loads(run[key] or "{}")
-        run["tags"] = [t for t in (run["tags"] or "").split(",") if t]
-        return run
+            values[key] = json.loads(values[key] or "{}")
+        values["tags"] = tuple(t for t in (values["tags"] or "").split(",") if t)
+        return RunRow(**values)
 
-    def run(self, run_id: int) -> dict | None:
+    def run(self, run_id: int) -> RunRow | None:
         with self.connect() as db:
             row = db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
         return None if row is None else self._run_row(row)
 
-    def runs(self) -> list[dict]:
+    def runs(self) -> list[RunRow]:
         with self.connect() as db:
             rows = db.execute("SELECT * FROM runs ORDER BY id DESC").fetchall()
         return [self._run_row(r) for r in rows]
 
     def find_runs(self, tag: str | None = None, preset: str | None = None,
-                  status: str | None = None, sweep: str | None = None) -> list[dict]:
+                  status: str | None = None, sweep: str | None = None) -> list[RunRow]:
         """`runs()` narrowed to those with the tag, preset, status and sweep key given."""
         query, args = "SELECT * FROM runs WHERE 1", []
         if tag is not None:
@@ -340,32 +422,32 @@ class Store:
             rows = db.execute(query + " ORDER BY id DESC", args).fetchall()
         return [self._run_row(r) for r in rows]
 
-    def latest_running(self) -> dict | None:
+    def latest_running(self) -> RunRow | None:
         with self.connect() as db:
             row = db.execute("SELECT * FROM runs WHERE status = 'running' ORDER BY id DESC"
                              " LIMIT 1").fetchone()
         return None if row is None else self._run_row(row)
 
-    def phases(self, run_id: int) -> list[dict]:
-        """[{name, start_s, end_s}] in order; end_s is None while the phase lasts."""
+    def phases(self, run_id: int) -> list[PhaseSpan]:
+        """The phases in order; end_s is None while a phase lasts."""
         with self.connect() as db:
             rows = db.execute("SELECT name, start, end FROM phases WHERE run_id = ? ORDER BY start",
                               (run_id,)).fetchall()
-        return [{"name": r["name"], "start_s": r["start"], "end_s": r["end"]} for r in rows]
+        return [PhaseSpan(*r) for r in rows]
 
     def close_phases(self, run_id: int, t: float) -> None:
         """A worker that died mid-phase: its open phase ends at `t` (its last sample)."""
         with self.connect() as db:
             db.execute("UPDATE phases SET end = ? WHERE run_id = ? AND end IS NULL", (t, run_id))
 
-    def samples(self, run_id: int, gpu: int | None = None) -> list[dict]:
+    def samples(self, run_id: int, gpu: int | None = None) -> list[Sample]:
         query = "SELECT t, gpu, used, reserved, total, util FROM samples WHERE run_id = ?"
         args: tuple = (run_id,)
         if gpu is not None:
             query += " AND gpu = ?"
             args += (gpu,)
         with self.connect() as db:
-            return [dict(r) for r in db.execute(query + " ORDER BY gpu, t", args)]
+            return [Sample(*r) for r in db.execute(query + " ORDER BY gpu, t", args)]
 
     def sample_count(self, run_id: int) -> int:
         with self.connect() as db:
@@ -377,12 +459,7 @@ class Store:
             return db.execute("SELECT COALESCE(MAX(t), 0) FROM samples WHERE run_id = ?",
                               (run_id,)).fetchone()[0]
 
-    def gpus(self, run_id: int) -> list[int]:
-        with self.connect() as db:
-            return [r[0] for r in db.execute(
-                "SELECT DISTINCT gpu FROM samples WHERE run_id = ? ORDER BY gpu", (run_id,))]
-
-    def decimated(self, run_id: int, buckets: int = 2000) -> list[dict]:
+    def decimated(self, run_id: int, buckets: int = 2000) -> list[Sample]:
         """Per GPU, at most ~2 points per time bucket: the bucket's min and its max, at their own
         times. Every peak survives, and a run of a million samples draws like a short one: it
         is read from the 0.1 s min/max buckets the store keeps, not from the samples."""
@@ -398,17 +475,18 @@ class Store:
             gpus = db.execute("SELECT COUNT(DISTINCT gpu) FROM sample_buckets WHERE run_id = ?",
                               (run_id,)).fetchone()[0]
             if self.sample_count(run_id) <= 2 * buckets * gpus:
-                rows = db.execute("SELECT t, gpu, used, reserved, total FROM samples"
+                rows = db.execute("SELECT t, gpu, used, reserved, total, util FROM samples"
                                   " WHERE run_id = ? ORDER BY gpu, t", (run_id,)).fetchall()
-                return [dict(r) for r in rows]
+                return [Sample(*r) for r in rows]
             points = {}
             # SQLite fills the bare columns from the row that holds the MIN / MAX.
             for t, used, agg in (("t_min", "used_min", "MIN"), ("t_max", "used_max", "MAX")):
                 for r in db.execute(
-                        f"SELECT {t} AS t, gpu, {agg}({used}) AS used, reserved, total"
+                        f"SELECT {t} AS t, gpu, {agg}({used}) AS used, reserved, total, NULL"
                         " FROM sample_buckets WHERE run_id = ?"
                         f" GROUP BY gpu, CAST(({t} - ?) / ? AS INTEGER)", (run_id, start, width)):
-                    points[(r["gpu"], r["t"])] = dict(r)
+                    sample = Sample(*r)
+                    points[(sample.gpu, sample.t)] = sample
         return [points[k] for k in sorted(points)]
 
     @staticmethod
@@ -423,9 +501,9 @@ class Store:
         db.commit()
         return found
 
-    def steps(self, run_id: int) -> list[dict]:
+    def steps(self, run_id: int) -> list[Step]:
         with self.connect() as db:
-            return [dict(r) for r in db.execute(
+            return [Step(*r) for r in db.execute(
                 "SELECT t, step, total, loss, allocated, reserved FROM steps WHERE run_id = ?"
                 " ORDER BY t", (run_id,))]
 
@@ -433,15 +511,15 @@ class Store:
         with self.connect() as db:
             return db.execute("SELECT COUNT(*) FROM steps WHERE run_id = ?", (run_id,)).fetchone()[0]
 
-    def last_step(self, run_id: int) -> dict | None:
+    def last_step(self, run_id: int) -> Step | None:
         with self.connect() as db:
             row = db.execute("SELECT t, step, total, loss, allocated, reserved FROM steps"
                              " WHERE run_id = ? ORDER BY t DESC LIMIT 1", (run_id,)).fetchone()
-        return None if row is None else dict(row)
+        return None if row is None else Step(*row)
 
-    def messages(self, run_id: int) -> list[dict]:
+    def messages(self, run_id: int) -> list[Message]:
         with self.connect() as db:
-            return [dict(r) for r in db.execute(
+            return [Message(*r) for r in db.execute(
                 "SELECT t, level, text FROM messages WHERE run_id = ? ORDER BY t", (run_id,))]
 
     def memory_before(self, run_id: int, gpu: int, t: float | None) -> int | None:
@@ -465,56 +543,3 @@ class Store:
                 peak = db.execute("SELECT MAX(used) FROM samples WHERE run_id = ? AND gpu = ?",
                                   (run_id, gpu)).fetchone()[0]
         return peak
-
-
-def report(store: Store, run_id: int) -> dict | None:
-    """Everything `show` prints and the pages display, from one place.
-
-    A phase begins when its state is reached (the tiny tensor is on the GPU, the weights are in)
-    and ends when the next step begins; its memory is the last sample at its end: the figure the
-    walkthrough prints between its steps. `memory_mb` is bytes // 2**20, as it computes it.
-    """
-    run = store.run(run_id)
-    if run is None:
-        return None
-    gpu = run["gpu"]
-    phases = []
-    for span in store.phases(run_id):
-        used = store.memory_before(run_id, gpu, span["end_s"])
-        phases.append({**span, "memory_mb": None if used is None else used // MIB,
-                       "memory_bytes": used})
-    peak = store.peak(run_id, gpu)
-    summary = dict(run["summary"])
-    measured = summary.pop("components", None)
-    operations = summary.pop("operations", None)
-    summary["peak_mb"] = None if peak is None else peak // MIB
-    summary["peak_bytes"] = peak
-    training = next((p for p in phases if p["name"] == "training"), None)
-    summary["memory_mb"] = training["memory_mb"] if training else None
-    summary.setdefault("time_s", None)
-    summary.setdefault("samples_per_second", None)
-    return {
-        "id": run["id"],
-        "name": run["name"],
-        "status": run["status"],
-        "error": run["error"],
-        "preset": run["preset"],
-        "created_at": run["created_at"],
-        "ended_at": run["ended_at"],
-        "options": run["options"],
-        "environment": run["environment"],
-        "backend": run["backend"],
-        "memory_api": run["memory_api"],
-        "gpu": gpu,
-        "tags": run["tags"],
-        "sweep": run["sweep"],
-        "phases": phases,
-        "samples": store.sample_count(run_id),
-        "samples_sent": run["samples_sent"],
-        "steps": store.step_count(run_id),
-        "messages": store.messages(run_id),
-        "summary": summary,
-        "components": (None if measured is None
-                       else components.with_nvml(measured, phases, peak, run["backend"])),
-        "operations": operations,
-    }

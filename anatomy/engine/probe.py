@@ -1,28 +1,14 @@
-"""Measured memory components of a training run: where the training phase's memory goes.
+"""The component probe: over the first steps of training it reads tensor sizes and the caching
+allocator at the moments that matter (anatomy/analysis/components.py names the components).
 
-The worker attaches a `ComponentProbe` to the model and the Trainer's callbacks; over the first
-steps it reads tensor sizes and the caching allocator at the moments that matter:
-
-- weights: bytes of the parameters;
-- gradients: bytes of the `.grad` tensors just before the first optimizer step;
-- optimizer_states: bytes of the optimizer's state tensors just after it;
-- activations: memory held between the end of the forward pass and the start of the backward
-  pass (the allocator's growth over the forward pass on a GPU; on a CPU, where torch keeps no
-  allocator statistics, the unique storages autograd saved for the backward pass);
-- temporary: what the allocator's peak holds beyond the components that can be alive together
-  (`rest_of_peak`: workspaces, the optimizer's scratch, transient buffers of the backward pass);
-- allocator_cache: memory the caching allocator reserved but did not hand out at its peak;
-- peak_allocated / peak_reserved: the allocator's own peaks.
-
-The CUDA context and the non-PyTorch rest come from the NVML samples (`with_nvml`).
-Importing this module imports no torch: the CLI and the pages read stored components.
+It runs inside the training process and imports torch when it is built.
 """
 
 from __future__ import annotations
 
-MEASURED_STEPS = 3  # step 1 creates the optimizer's states; steps 2-3 are the steady state
-ORDER = ("context", "weights", "gradients", "optimizer_states", "activations", "temporary",
-         "allocator_cache", "non_torch", "peak")
+from anatomy.analysis.components import MEASURED_STEPS
+
+__all__ = ["MEASURED_STEPS", "ComponentProbe", "optimizer_state_bytes"]
 
 
 def _tensor_bytes(tensors) -> int:
@@ -125,30 +111,3 @@ class ComponentProbe:
             values["moments"] = dict(self.moments)
         values["steps_measured"] = MEASURED_STEPS
         return values
-
-
-def rest_of_peak(parts: dict, peak: int) -> int:
-    """The peak beyond the components alive at it. Activations and gradients are never all alive
-    at once (activations are freed in the backward pass as gradients appear), so the peak holds
-    weights + optimizer states + the larger of the two. The same arithmetic serves the measured
-    and the predicted side, so the two can be compared."""
-    steady = (parts.get("weights", 0) + parts.get("optimizer_states", 0)
-              + max(parts.get("activations", 0), parts.get("gradients", 0)))
-    return max(0, peak - steady)
-
-
-def with_nvml(measured: dict, phases: list[dict], peak: int | None, backend: str) -> dict:
-    """The measured components completed with what only the samples know: the CUDA context
-    (kernel phase − baseline) and, at the training phase's peak, what PyTorch's allocator does
-    not hold (lazily loaded kernels, library workspaces outside the allocator)."""
-    out = dict(measured)
-    if "peak_allocated" in out:  # computed when read, so every stored run uses today's arithmetic
-        out["temporary"] = rest_of_peak(out, out["peak_allocated"])
-    memory = {p["name"]: p.get("memory_bytes") for p in phases}
-    if backend == "nvml" and memory.get("kernel") is not None and memory.get("baseline") is not None:
-        out["context"] = memory["kernel"] - memory["baseline"]
-        if peak is not None and "peak_reserved" in out:
-            out["non_torch"] = max(0, peak - memory["kernel"] - out["peak_reserved"])
-    if peak is not None and memory.get("baseline") is not None:
-        out["peak"] = peak - memory["baseline"]
-    return out

@@ -1,8 +1,9 @@
-"""What a memory figure is, in words: which NVML figure, or CPU RSS. Every screen says it the same way."""
+"""What a memory figure is, in words: which NVML figure, or CPU RSS. Every screen (the pages, the
+CLI, an exported chart) says it the same way."""
 
 from __future__ import annotations
 
-MIB = 1024 * 1024
+from anatomy.units import MIB
 
 
 def source(backend: str, memory_api: str | None) -> str:

@@ -1,15 +1,18 @@
-"""The sampler process: memory of every visible GPU (NVML), or of the worker's process tree (RSS).
+"""The sampler process: memory of the GPUs a run can use (NVML), or of the worker's process tree
+(RSS).
 
 It starts before the worker, so the baseline is measured, and stops after it, so the end is too.
-Samples go out in batches: ("samples", [(t, gpu, used, reserved, total, util), ...]); the last
-message is ("sampler_done", count_sent), so the store can prove it lost nothing.
+Samples go out in batches (`protocol.Samples`); the last message is `protocol.SamplerDone` with
+the count sent, so the store can prove it lost nothing.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
-from anatomy import nvml
+from anatomy.engine import nvml
+from anatomy.engine.protocol import Sample, SamplerDone, Samples
 
 BATCH_SECONDS = 0.05
 UTIL_SECONDS = 0.1  # NVML's utilisation counter itself only changes every ~1/6 s
@@ -49,10 +52,10 @@ class _ProcessTree:
 class Reader:
     """One tick's readings, NVML or RSS; the same object is used by tests without a process."""
 
-    def __init__(self, backend: str, worker_pid=None):
+    def __init__(self, backend: str, gpus: Sequence[int] = (0,), worker_pid=None):
         self.backend = backend
         self.worker_pid = worker_pid  # a multiprocessing.Value, set once the worker has started
-        self.gpus = list(range(nvml.device_count())) if backend == "nvml" else [0]
+        self.gpus = list(gpus) if backend == "nvml" else [0]  # NVML indices
         self._util: dict[int, int | None] = {}
         self._util_at = float("-inf")
         self._tree: _ProcessTree | None = None
@@ -61,7 +64,7 @@ class Reader:
 
             self._ram_total = psutil.virtual_memory().total
 
-    def read(self, t: float) -> list[tuple]:
+    def read(self, t: float) -> list[Sample]:
         if self.backend == "nvml":
             if t - self._util_at >= UTIL_SECONDS:
                 self._util = {g: nvml.utilization(g) for g in self.gpus}
@@ -70,8 +73,8 @@ class Reader:
             for gpu in self.gpus:
                 reading = nvml.memory(gpu)
                 if reading is not None:
-                    rows.append((t, gpu, reading.used, reading.reserved, reading.total,
-                                 self._util.get(gpu)))
+                    rows.append(Sample(t, gpu, reading.used, reading.reserved, reading.total,
+                                       self._util.get(gpu)))
             return rows
         if self._tree is None:
             pid = self.worker_pid.value if self.worker_pid is not None else 0
@@ -82,14 +85,15 @@ class Reader:
             except Exception:  # psutil.NoSuchProcess: it ended before its first sample
                 return []
         rss = self._tree.rss(t)
-        return [] if rss is None else [(t, 0, rss, None, self._ram_total, None)]
+        return [] if rss is None else [Sample(t, 0, rss, None, self._ram_total, None)]
 
 
-def run(queue, stop, backend: str, rate: float, t0: float, worker_pid=None) -> None:
-    """Process target: sample at `rate` Hz per device until `stop` is set."""
-    reader = Reader(backend, worker_pid)
+def run(queue, stop, backend: str, rate: float, t0: float, gpus: Sequence[int] = (0,),
+        worker_pid=None) -> None:
+    """Process target: sample the devices `gpus` (NVML indices) at `rate` Hz until `stop` is set."""
+    reader = Reader(backend, gpus, worker_pid)
     period = 1.0 / rate
-    batch: list[tuple] = []
+    batch: list[Sample] = []
     sent = 0
     flushed_at = time.monotonic()
     next_tick = flushed_at
@@ -98,7 +102,7 @@ def run(queue, stop, backend: str, rate: float, t0: float, worker_pid=None) -> N
         now = time.monotonic()
         batch.extend(reader.read(now - t0))
         if batch and (stopping or now - flushed_at >= BATCH_SECONDS):
-            queue.put(("samples", batch))
+            queue.put(Samples(batch))
             sent += len(batch)
             batch = []
             flushed_at = now
@@ -110,4 +114,4 @@ def run(queue, stop, backend: str, rate: float, t0: float, worker_pid=None) -> N
             time.sleep(delay)
         elif delay < -10 * period:
             next_tick = time.monotonic()  # fell far behind (a stalled machine): don't burst
-    queue.put(("sampler_done", sent))
+    queue.put(SamplerDone(sent))

@@ -15,9 +15,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from anatomy.components import rest_of_peak
-from anatomy.options import RunOptions
-from anatomy.presets import PRESETS, parameter_count
+from anatomy.analysis.components import Components, rest_of_peak
+from anatomy.analysis.models import PRESETS, parameter_count
+from anatomy.analysis.options import RunOptions
+from anatomy.units import size_text
 
 FP32 = 4
 HALF = 2
@@ -48,7 +49,6 @@ class Prediction:
     gradients: int
     optimizer_states: int
     activations: int  # held from the end of the forward pass to the start of the backward pass
-    transient: int  # cuBLAS workspaces + the largest transient buffers of a step
     peak: int  # the fullest moment of a step: less than the sum of the parts
     peak_at: str  # that moment: forward pass, start / end of the backward pass, optimizer step
     device: str  # "cuda" or "cpu": which kernels the figures assume
@@ -58,9 +58,8 @@ class Prediction:
     def temporary(self) -> int:
         """What the peak holds beyond the components alive at it, by the arithmetic the measured
         side uses (`components.rest_of_peak`), so the two compare like with like."""
-        return rest_of_peak(
-            {name: getattr(self, name)
-             for name in ("weights", "gradients", "optimizer_states", "activations")}, self.peak)
+        return rest_of_peak(self.weights, self.optimizer_states, self.activations,
+                            self.gradients, self.peak)
 
     @property
     def sum_of_parts(self) -> int:
@@ -72,6 +71,12 @@ class Prediction:
     def components(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in COMPONENTS}
 
+    def as_components(self) -> Components:
+        """The predicted parts in the measured side's shape, to be read the same way."""
+        return Components(weights=self.weights, gradients=self.gradients,
+                          optimizer_states=self.optimizer_states, activations=self.activations,
+                          temporary=self.temporary)
+
     def bytes_per_parameter(self) -> dict[str, float]:
         """This prediction in the walkthrough's unit, for the components it gives one for."""
         per = {name: getattr(self, name) / self.parameters
@@ -81,8 +86,7 @@ class Prediction:
 
     def need_line(self) -> str:
         """The sentence the CLI and the run form show."""
-        size = (f"{self.peak / 2**30:.1f} GB" if self.peak >= 2**30
-                else f"{self.peak / 2**20:.0f} MB")
+        size = size_text(self.peak)
         if self.device == "cuda":
             return (f"this run should need about {size} of GPU memory (peak: {self.peak_at}), "
                     "plus the CUDA context and the allocator's cache")
@@ -296,8 +300,7 @@ def predict(options: RunOptions, config: dict | None = None, *, device: str = "c
         "optimizer step": held + gradients + step_temporary,
     }
     peak_at = max(moments, key=moments.__getitem__)
-    transient = workspace + max(recomputed + act.backward_buffers, step_temporary)
     return Prediction(
         parameters=parameters, weights=weights, gradients=gradients, optimizer_states=states,
-        activations=activations, transient=transient, peak=moments[peak_at], peak_at=peak_at,
+        activations=activations, peak=moments[peak_at], peak_at=peak_at,
         device=device, moments=moments)

@@ -5,7 +5,8 @@ cites: tensor contractions (matrix products: linear layers, attention), statisti
 (softmax, layer norm: a reduction, then a map) and element-wise operators (biases, dropout,
 activations, residuals). Everything else (copies, views, allocation, embedding lookups) is
 "other". `classify` puts one aten operator name in a class, from the table below and then by
-pattern; `profile_steps` profiles training steps with torch.profiler and adds up each class.
+pattern; `aggregate` adds up each class from torch.profiler's events (the worker profiles with
+anatomy/engine/profiler.py).
 
 Importing this module imports no torch: the dashboard reads stored profiles without it.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
+from typing import NamedTuple
 
 CONTRACTION = "tensor contraction"
 NORMALIZATION = "statistical normalization"
@@ -172,12 +174,22 @@ def _shares(values: dict[str, float]) -> dict[str, float]:
     return {k: (v / total if total else 0.0) for k, v in values.items()}
 
 
-def comparison(profile: OperationProfile) -> list[dict]:
+class ClassShare(NamedTuple):
+    """One operation class: this run's shares of flop and time next to the paper's (None for
+    "other", which the paper does not give)."""
+    kind: str
+    flop_share: float
+    time_share: float
+    paper_flop_share: float | None
+    paper_time_share: float | None
+
+
+def comparison(profile: OperationProfile) -> list[ClassShare]:
     """One row per class: this run's shares of flop and time next to the paper's."""
     flop, time = profile.flop_shares(), profile.time_shares()
-    return [{"class": kind, "flop_share": flop.get(kind, 0.0), "time_share": time.get(kind, 0.0),
-             "paper_flop_share": PAPER_SHARES.get(kind, {}).get("flop"),
-             "paper_time_share": PAPER_SHARES.get(kind, {}).get("runtime")} for kind in CLASSES]
+    return [ClassShare(kind, flop.get(kind, 0.0), time.get(kind, 0.0),
+                       PAPER_SHARES.get(kind, {}).get("flop"),
+                       PAPER_SHARES.get(kind, {}).get("runtime")) for kind in CLASSES]
 
 
 def _numel(shape) -> int:
@@ -263,43 +275,3 @@ def aggregate(events, device: str, steps: int) -> OperationProfile:
         operators=[{"name": name, "class": classify(name), **asdict(totals)}
                    for name, totals in ranked],
         optimizer=optimizer)
-
-
-def profile_steps(model, batch: dict, steps: int = 1, device: str = "cpu", *, optimizer=None,
-                  precision: str = "fp32", warmup: int = 1) -> OperationProfile:
-    """Profile `steps` training steps (forward, backward, clip, optimizer step) of `model`.
-
-    The model must already be on `device`; `batch` (tensors by argument name, labels included)
-    is moved there. Without `optimizer`, AdamW with the Trainer's defaults (lr 5e-5, no weight
-    decay). fp16/bf16 run the forward pass under autocast, as the Trainer does (fp16 without a
-    loss scaler: a few steps' timing does not need one). `warmup` steps run unprofiled first:
-    the optimizer's states and cuBLAS's handles are created there, not in what is measured.
-    """
-    import torch
-    from torch.profiler import ProfilerActivity, profile, record_function
-
-    on_gpu = torch.device(device).type == "cuda"
-    batch = {k: v.to(device) for k, v in batch.items()}
-    model.train()
-    if optimizer is None:
-        optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5, weight_decay=0.0)
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
-
-    def step() -> None:
-        with torch.autocast(torch.device(device).type, dtype=dtype, enabled=dtype is not None):
-            loss = model(**batch).loss
-        loss.backward()
-        with record_function(OPTIMIZER_RANGE):
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # the Trainer's max_grad_norm
-            optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    for _ in range(warmup):
-        step()
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
-    with profile(activities=activities, with_flops=True, record_shapes=True) as prof:
-        for _ in range(steps):
-            step()
-        if on_gpu:
-            torch.cuda.synchronize()
-    return aggregate(prof.events(), "cuda" if on_gpu else "cpu", steps)
