@@ -23,8 +23,10 @@ cli: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+# ruff, and the layers and import rules of pyproject.toml's [tool.importlinter] (docs/ARCHITECTURE.md).
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports --no-cache
 
 clean:
 	rm -rf $(VENV) .pytest_cache

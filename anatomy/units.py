@@ -17,6 +17,11 @@ def mib_float(value: float | None) -> float | None:
     return None if value is None else value / MIB
 
 
+def mb_text(value: float) -> str:
+    """A size in whole MB with thousands separated: "6,456 MB"."""
+    return f"{value / MIB:,.0f} MB"
+
+
 def size_text(value: float) -> str:
     """A size in words, in the walkthrough's units (GB = 2**30 bytes): "1.2 GB" from 1 GB up,
     else "345 MB"."""

@@ -10,8 +10,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from anatomy.options import RunOptions
-from anatomy.store import Store
+from anatomy.analysis.options import RunOptions
+from anatomy.store import Sample, Store
 
 
 def main() -> None:
@@ -23,8 +23,9 @@ def main() -> None:
         run_id = store.create_run(RunOptions().to_dict(), "nvml", "v2", 0, {})
         chunk = 100_000
         for start in range(0, args.samples, chunk):
-            store.write(run_id, samples=[(i / 200, 0, 10**9 + (i * 7919) % 10**8, 0, 10**11, None)
-                                         for i in range(start, min(args.samples, start + chunk))])
+            store.write(run_id, samples=[
+                Sample(i / 200, 0, 10**9 + (i * 7919) % 10**8, 0, 10**11, None)
+                for i in range(start, min(args.samples, start + chunk))])
         for attempt in range(3):
             began = time.perf_counter()
             points = store.decimated(run_id)

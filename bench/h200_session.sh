@@ -4,6 +4,7 @@
 set -u
 out=${OUT:-/tmp/anatomy-out}; mkdir -p "$out"
 export ANATOMY_STORE=$out/h200.sqlite PYTHONUNBUFFERED=1
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}  # bench/*.py import anatomy from the checkout
 python3 bench/sampler_rate.py --seconds 2 --rates 200,1000,2000 > "$out/sampler.jsonl"
 # Measured components (first 3 steps) and operation classes, bert-large at batch size 4.
 for args in "--precision fp32 --profile-steps 3" "--precision fp32 --gradient-checkpointing" \

@@ -15,16 +15,20 @@ import os
 import platform
 import time
 
-from anatomy import nvml, sampler
+from anatomy.analysis.machine import Machine
+from anatomy.engine import protocol, sampler
+from anatomy.engine.devices import machine
 
 
-def measure(rate: int, seconds: float) -> dict:
+def measure(info: Machine, rate: int, seconds: float) -> dict:
     context = mp.get_context("spawn")
-    backend = "nvml" if nvml.available() else "cpu-rss"
+    backend = info.backend
+    gpus = [d.nvml_index for d in info.devices] or [0]  # every GPU a run can use (NVML indices)
     queue, stop = context.Queue(), context.Event()
     pid = context.Value("i", os.getpid())
     t0 = time.monotonic()
-    process = context.Process(target=sampler.run, args=(queue, stop, backend, rate, t0, pid))
+    process = context.Process(target=sampler.run,
+                              args=(queue, stop, backend, rate, t0, gpus, pid))
     process.start()
     rows, batches, sent = [], 0, None
     deadline = time.monotonic() + seconds
@@ -32,17 +36,17 @@ def measure(rate: int, seconds: float) -> dict:
         if time.monotonic() > deadline:
             stop.set()
         try:
-            kind, payload = queue.get(timeout=0.1)
+            message = queue.get(timeout=0.1)
         except Exception:
             continue
-        if kind == "samples":
-            rows.extend(payload)
+        if isinstance(message, protocol.Samples):
+            rows.extend(message.samples)
             batches += 1
-        else:
-            sent = payload
+        elif isinstance(message, protocol.SamplerDone):
+            sent = message.sent
     process.join()
-    devices = len({r[1] for r in rows}) or 1
-    times = sorted({r[0] for r in rows})
+    devices = len({r.gpu for r in rows}) or 1
+    times = sorted({r.t for r in rows})
     span = times[-1] - times[0] if len(times) > 1 else 0
     gaps = [b - a for a, b in zip(times, times[1:])]
     return {"backend": backend, "asked_hz": rate, "devices": devices,
@@ -56,10 +60,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--rates", default="200,1000,2000")
     args = parser.parse_args()
+    info = machine()
     print(json.dumps({"machine": platform.node(), "cpus": os.cpu_count(),
-                      "gpu": nvml.device_info(0).name if nvml.available() else None}))
+                      "gpu": info.devices[0].name if info.has_gpu else None}))
     for rate in (int(r) for r in args.rates.split(",")):
-        print(json.dumps(measure(rate, args.seconds)))
+        print(json.dumps(measure(info, rate, args.seconds)))
 
 
 if __name__ == "__main__":

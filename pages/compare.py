@@ -13,7 +13,7 @@ from anatomy.analysis.options import FIELDS, InvalidOptions, defaults_for
 from anatomy.analysis.report import PHASES, RunReport, report
 from anatomy.analysis.sweeps import LADDER, SweepGrid, grid, parse_value
 from anatomy.engine.manager import DeviceBusy
-from anatomy.views import export, figures, session
+from anatomy.views import export, figures, session, text
 from pages import common
 
 REFRESH_SECONDS = 1.0
@@ -27,10 +27,7 @@ DIFFERS_COLOUR = "background-color: #FFF3CD"
 # --- choosing runs ---
 
 def _labels(db) -> dict[int, str]:
-    return {run.id: (f"{run.id}: {run.name + ' · ' if run.name else ''}"
-                     f"{run.preset}, batch {run.options.get('batch_size')}, "
-                     f"{run.options.get('precision')} — {run.status}")
-            for run in db.runs()}
+    return {run.id: text.run_choice(run) for run in db.runs()}
 
 
 def _choose(ids: list[int]) -> None:

@@ -10,7 +10,7 @@ from anatomy.analysis.operations import PAPER_CITATION, comparison
 from anatomy.analysis.prediction import WALKTHROUGH_BYTES_PER_PARAMETER
 from anatomy.analysis.report import RunReport, report
 from anatomy.units import mib_float
-from anatomy.views import figures
+from anatomy.views import figures, text
 from pages import common
 
 CHART = {"displaylogo": False}
@@ -127,8 +127,7 @@ def main() -> None:
                 "`python -m anatomy run`.")
         return
     ids = [run.id for run in runs]
-    labels = {run.id: f"{run.id}: {run.preset}, batch {run.options.get('batch_size')}"
-                      f", {run.options.get('precision')} — {run.status}" for run in runs}
+    labels = {run.id: text.run_choice(run) for run in runs}
     common.choose_run_from_url(ids, "anatomy_run")
     run_id = st.selectbox("Run", ids, format_func=labels.get, key="anatomy_run",
                           on_change=common.run_to_url, args=("anatomy_run",))

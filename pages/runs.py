@@ -9,7 +9,7 @@ import streamlit as st
 
 from anatomy.analysis import transfer
 from anatomy.analysis.report import RunListing, RunReport, report, run_rows
-from anatomy.views import export
+from anatomy.views import export, text
 from pages import common
 
 ANY = "any"
@@ -109,16 +109,15 @@ def main() -> None:
     if not db.runs():
         st.info("No runs stored yet: start one on the Live run page, or with `python -m anatomy run`.")
         return
-    rows = run_rows(db, **_filters(db))
+    filters = _filters(db)
+    rows = run_rows(db, **filters)
     if not rows:
         st.info("No stored run matches these filters.")
         return
     runs_table(rows)
 
     ids = [row.id for row in rows]
-    labels = {row.id: f"{row.id}: {row.name + ' · ' if row.name else ''}"
-                      f"{row.preset}, batch {row.batch_size}, "
-                      f"{row.precision} — {row.status} ({row.created})" for row in rows}
+    labels = {run.id: text.run_choice(run) for run in db.find_runs(**filters)}
     common.choose_run_from_url(ids, "runs_select")
     run_id = st.selectbox("Run", ids, format_func=labels.get, key="runs_select",
                           on_change=common.run_to_url, args=("runs_select",))

@@ -8,10 +8,10 @@ import tempfile
 
 import pytest
 
-from anatomy import nvml
-from anatomy.options import RunOptions
-from anatomy.runs import LOCK_DIR_ENV, RunManager
-from anatomy.store import STORE_ENV, Store
+from anatomy.analysis.options import RunOptions
+from anatomy.engine import nvml
+from anatomy.engine.manager import LOCK_DIR_ENV, RunManager
+from anatomy.store import STORE_ENV, PhaseMark, Sample, Step, Store
 
 
 def pytest_configure(config):
@@ -66,15 +66,15 @@ def seed_run(store: Store, status: str = "completed", backend: str = "nvml", gpu
         level = next((k + 1 for k, end in enumerate(ends) if t <= end), len(ends))
         for gpu in range(gpus):
             used = level * GIB_BYTES if gpu == 0 else GIB_BYTES // 2
-            samples.append((t, gpu, used, None, 141 * GIB_BYTES, None))
+            samples.append(Sample(t, gpu, used, None, 141 * GIB_BYTES, None))
     marks = []
     for name, start, end in zip(("baseline", "kernel", "weights", "training"),
                                 (0.1, 2.0, 4.0, 6.0), ends):
-        marks.append(("start", name, start))
+        marks.append(PhaseMark("start", name, start))
         if status != "running" or end != ends[-1]:
-            marks.append(("end", name, end))
+            marks.append(PhaseMark("end", name, end))
     on_gpu = backend == "nvml"
-    steps = [(6.0 + k * 0.4, k, 8, 1.0 / k, k * 10**8 if on_gpu else None,
+    steps = [Step(6.0 + k * 0.4, k, 8, 1.0 / k, k * 10**8 if on_gpu else None,
               2 * GIB_BYTES if on_gpu else None) for k in range(1, 9)] if phases_reached == 4 else []
     store.write(run_id, samples=samples, phases=marks, steps=steps)
     if status == "running":

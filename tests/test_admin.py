@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from anatomy.cli import main, run_rows
-from anatomy.options import RunOptions
+from anatomy.analysis.options import RunOptions
+from anatomy.analysis.report import run_rows
+from anatomy.cli import main
 
 
 @pytest.fixture
@@ -35,10 +36,10 @@ def test_rename_names_a_run_and_an_empty_name_removes_it(store, runs, capsys):
     large, _, _ = runs
     assert cli(store, "rename", str(large), "walkthrough, batch 4") == 0
     assert capsys.readouterr().out == f"run {large}: walkthrough, batch 4\n"
-    assert store.run(large)["name"] == "walkthrough, batch 4"
-    assert next(r for r in run_rows(store) if r["id"] == large)["name"] == "walkthrough, batch 4"
+    assert store.run(large).name == "walkthrough, batch 4"
+    assert next(r for r in run_rows(store) if r.id == large).name == "walkthrough, batch 4"
     assert cli(store, "rename", str(large), "") == 0
-    assert store.run(large)["name"] is None
+    assert store.run(large).name is None
 
 
 def test_tags_are_added_removed_and_filtered(store, runs, capsys):
@@ -46,7 +47,7 @@ def test_tags_are_added_removed_and_filtered(store, runs, capsys):
     assert cli(store, "tag", str(large), "h200", "baseline") == 0
     assert cli(store, "tag", str(oom), "h200", "h200") == 0
     assert cli(store, "tag", str(tiny), "h2") == 0
-    assert store.run(large)["tags"] == ["h200", "baseline"] and store.run(oom)["tags"] == ["h200"]
+    assert store.run(large).tags == ("h200", "baseline") and store.run(oom).tags == ("h200",)
     assert listed(store, capsys, "--tag", "h200") == [oom, large]
     assert listed(store, capsys, "--tag", "h2") == [tiny]  # whole tags: h2 is not h200
     assert cli(store, "tag", str(large), "baseline", "--remove") == 0
@@ -57,7 +58,7 @@ def test_tags_are_added_removed_and_filtered(store, runs, capsys):
 def test_a_tag_with_a_comma_is_refused(store, runs, capsys):
     assert cli(store, "tag", str(runs[0]), "a,b") == 2
     assert "a tag cannot contain a comma: 'a,b'" in capsys.readouterr().err
-    assert store.run(runs[0])["tags"] == []
+    assert store.run(runs[0]).tags == ()
 
 
 def test_runs_filter_by_preset_and_status_and_together(store, runs, capsys):
@@ -68,8 +69,8 @@ def test_runs_filter_by_preset_and_status_and_together(store, runs, capsys):
     both = ("--preset", "bert-large-uncased", "--status", "oom", "--tag", "h200")
     assert listed(store, capsys, *both) == [oom]
     # the Runs page's keyword arguments, and its callers that pass none
-    assert [r["id"] for r in run_rows(store, preset="tiny")] == [tiny]
-    assert [r["id"] for r in run_rows(store)] == [tiny, oom, large]
+    assert [r.id for r in run_rows(store, preset="tiny")] == [tiny]
+    assert [r.id for r in run_rows(store)] == [tiny, oom, large]
     assert cli(store, "runs", "--status", "stopped") == 0
     assert "no stored run has status stopped" in capsys.readouterr().out
 
@@ -88,7 +89,7 @@ def test_delete_with_yes_removes_the_run_and_its_rows(store, runs, capsys):
     assert cli(store, "delete", str(oom), "--yes") == 0
     assert capsys.readouterr().out == f"deleted run {oom}\n"
     assert store.run(oom) is None and store.sample_count(oom) == 0
-    assert [r["id"] for r in run_rows(store)] == [tiny, large]
+    assert [r.id for r in run_rows(store)] == [tiny, large]
 
 
 class Terminal(io.StringIO):

@@ -1,6 +1,6 @@
 """The Anatomy page: measured next to predicted, the peak below the sum of the parts, bytes per
 parameter, the first steps and the operation classes, through AppTest on seeded runs; and
-anatomy/breakdown.py and its figures without Streamlit."""
+anatomy/analysis/breakdown.py and its figures without Streamlit."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from anatomy import breakdown, figures
-from anatomy.operations import CLASSES, ClassTotals, OperationProfile
-from anatomy.store import MIB, report
+from anatomy.analysis import breakdown
+from anatomy.analysis.operations import CLASSES, ClassTotals, OperationProfile
+from anatomy.analysis.report import report
+from anatomy.units import MIB
+from anatomy.views import figures
 from tests.apptest import chart_spec, open_page
 
 
@@ -45,7 +47,7 @@ def measured_run(store, seed):
     run_id = seed()
     prediction = breakdown.prediction_for(report(store, run_id))
     store.merge_environment(run_id, {"parameters": prediction.parameters})
-    summary = store.run(run_id)["summary"]
+    summary = store.run(run_id).summary
     store.update_run(run_id, summary={**summary, "components": _measured_like(prediction),
                                       "operations": _profile()})
     return run_id
@@ -145,7 +147,7 @@ def test_a_run_without_components_or_profile_says_how_to_get_them(store, seed):
 def test_a_cpu_run_says_what_its_figures_are(store, seed):
     run_id = seed(backend="cpu-rss")
     prediction = breakdown.prediction_for(report(store, run_id))
-    summary = store.run(run_id)["summary"]
+    summary = store.run(run_id).summary
     store.update_run(run_id, summary={**summary, "components": {
         "weights": prediction.weights, "gradients": prediction.gradients,
         "optimizer_states": prediction.optimizer_states, "activations": prediction.activations}})
@@ -167,18 +169,18 @@ def test_no_runs_yet():
 def test_the_predicted_temporary_uses_the_measured_arithmetic(store, measured_run):
     rep = report(store, measured_run)
     prediction = breakdown.prediction_for(rep)
-    predicted = breakdown.predicted_components(prediction)
+    predicted = prediction.as_components()
     # The peak is weights + states + the larger of activations and gradients + the rest.
-    assert predicted["temporary"] == prediction.peak - (
+    assert predicted.temporary == prediction.peak - (
         prediction.weights + prediction.optimizer_states + prediction.activations)
-    rows = {r["component"]: r for r in breakdown.component_rows(rep, prediction)}
-    assert rows["temporary buffers"]["measured"] == rep["components"]["temporary"]
-    assert rows["sum of the parts"]["predicted"] == breakdown.sum_of_parts(predicted)
+    rows = {r.component: r for r in breakdown.component_rows(rep, prediction)}
+    assert rows["temporary buffers"].measured == rep.components.temporary
+    assert rows["sum of the parts"].predicted == predicted.sum_of()
 
 
 def test_with_checkpointing_the_activations_are_what_the_peak_never_holds(store, seed):
     run_id = seed()
-    store.update_run(run_id, options={**store.run(run_id)["options"],
+    store.update_run(run_id, options={**store.run(run_id).options,
                                       "gradient_checkpointing": True})
     rep = report(store, run_id)
     prediction = breakdown.prediction_for(rep)

@@ -1,20 +1,23 @@
 """The dashboard's pages through Streamlit's AppTest (no browser), on a store seeded per test,
-and the page logic of anatomy/session.py on its own."""
+and the page logic of anatomy/views/session.py on its own."""
 
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from anatomy import session
-from anatomy.runs import machine
-from anatomy.store import report
+from anatomy.analysis.report import report
+from anatomy.engine.devices import machine
+from anatomy.store import Step
+from anatomy.views import session
+from anatomy.views.session import PhaseMetric, Progress
 from tests.apptest import open_page
 
 TIMEOUT = 30  # the first run of a test process imports plotly and the engine
-NO_GPU = machine()["gpu_count"] == 0
+NO_GPU = machine().gpu_count == 0
 
 
 def _app(**state) -> AppTest:
@@ -80,7 +83,7 @@ def test_the_sidebar_names_what_is_measured():
     if NO_GPU:
         assert "no GPU: measuring CPU memory of the training process" in text
     else:
-        assert machine()["devices"][0]["name"] in text
+        assert machine().devices[0].name in text
 
 
 def test_a_running_run_opens_live_with_its_open_phase(store, seed):
@@ -140,16 +143,16 @@ def test_start_a_second_start_refused_while_busy_and_stop(store):
         app.button(key="start").click().run()
         assert not app.exception
         (run,) = store.runs()
-        assert run["status"] == "running" and run["options"]["dataset_size"] == 100_000
-        assert app.subheader[0].value.startswith(f"Run {run['id']}: ")
+        assert run.status == "running" and run.options["dataset_size"] == 100_000
+        assert app.subheader[0].value.startswith(f"Run {run.id}: ")
 
         app.button(key="start").click().run()
-        assert _errors(app) == ["Not started: another run is training on this machine: stop it or"
-                                " wait until it ends."]
+        device = "this machine" if NO_GPU else "GPU 0"
+        assert _errors(app) == [f"Not started: {device} is busy: run {run.id} (pid {os.getpid()})."]
         assert len(store.runs()) == 1
 
         app.button(key="stop").click().run()
-        assert store.run(run["id"])["status"] == "stopped"
+        assert store.run(run.id).status == "stopped"
         assert app.warning[0].value.startswith("stopped by the user")
     finally:
         common.manager().stop_all()
@@ -209,16 +212,17 @@ def test_form_values_become_run_options_with_max_steps_zero_meaning_epochs():
 
 def test_phase_metrics_give_each_phase_its_increase(store, seed):
     metrics = session.phase_metrics(report(store, seed(status="running", phases_reached=3)))
-    assert [(m["name"], m["state"], m["memory_mb"], m["delta_mb"]) for m in metrics] == [
-        ("baseline", "done", 1024, None), ("kernel", "done", 2048, 1024),
-        ("weights", "open", 3072, 1024), ("training", "pending", None, None)]
+    assert metrics == [
+        PhaseMetric("baseline", "done", 1024, None), PhaseMetric("kernel", "done", 2048, 1024),
+        PhaseMetric("weights", "open", 3072, 1024), PhaseMetric("training", "pending", None, None)]
 
 
 def test_progress_counts_steps_and_the_time_left(store, seed):
     run_id = seed(status="running")
     rep = report(store, run_id)
-    assert session.progress(rep, None) == {"step": 0, "total": 8, "fraction": 0.0,
-                                           "seconds_left": None}
-    step = {"t": 8.0, "step": 4, "total": 8}  # training began at 6.0: 0.5 s a step
-    assert session.progress(rep, step) == {"step": 4, "total": 8, "fraction": 0.5,
-                                           "seconds_left": 2.0}
+    assert session.progress(rep, None) == Progress(step=0, total=8, fraction=0.0,
+                                                   seconds_left=None)
+    step = Step(t=8.0, step=4, total=8, loss=None, allocated=None, reserved=None)
+    # training began at 6.0: 0.5 s a step
+    assert session.progress(rep, step) == Progress(step=4, total=8, fraction=0.5,
+                                                   seconds_left=2.0)

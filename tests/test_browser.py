@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from anatomy import session
-from anatomy.store import Store, report
+from anatomy.analysis.report import report
+from anatomy.store import Store
+from anatomy.views import session
 
 pytestmark = pytest.mark.browser
 
@@ -110,9 +111,9 @@ def test_a_run_started_from_the_form_shows_its_phases_live_and_its_summary(serve
     assert drawn["bands"] == ["baseline", "kernel", "weights", "training"]
     assert sum(label.endswith(" MB</b>") for label in drawn["labels"]) == 4  # one marker a phase
     (run,) = store.runs()
-    assert run["status"] == "completed"
-    assert store.sample_count(run["id"]) == run["samples_sent"]  # the reload lost nothing
-    assert shown_summary.strip().splitlines() == session.summary_lines(report(store, run["id"]))
+    assert run.status == "completed"
+    assert store.sample_count(run.id) == run.samples_sent  # the reload lost nothing
+    assert shown_summary.strip().splitlines() == session.summary_lines(report(store, run.id))
     log.seek(0)
     server_log = log.read()
     assert "Traceback" not in server_log and "Error" not in server_log, server_log

@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from anatomy.runs import machine
+from anatomy.engine.devices import machine
 
-ON_GPU = machine()["backend"] == "nvml"  # the same tests pass on a GPU machine, measuring NVML
+ON_GPU = machine().backend == "nvml"  # the same tests pass on a GPU machine, measuring NVML
 
 
 def anatomy(*args: str, store) -> subprocess.CompletedProcess:

@@ -9,9 +9,13 @@ import plotly.graph_objects as go
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from anatomy import compare, figures, transfer
-from anatomy.options import RunOptions
-from anatomy.store import MIB, report
+from anatomy.analysis import compare, transfer
+from anatomy.analysis.options import RunOptions
+from anatomy.analysis.report import report
+from anatomy.analysis.sweeps import SweepGrid, SweepRun
+from anatomy.store import PhaseMark, Sample
+from anatomy.units import MIB
+from anatomy.views import figures
 from tests.apptest import chart_spec, open_page
 from tests.conftest import GIB_BYTES, seed_run
 
@@ -19,7 +23,7 @@ GIB = GIB_BYTES
 
 
 def _with_options(store, run_id: int, **changes) -> int:
-    store.update_run(run_id, options={**store.run(run_id)["options"], **changes})
+    store.update_run(run_id, options={**store.run(run_id).options, **changes})
     return run_id
 
 
@@ -31,9 +35,10 @@ def _run_training_from(store, start: float, batch_size: int = 4) -> int:
                                                         "gpu_total": 141 * GIB})
     ends = {"baseline": 1.0, "kernel": 2.0, "weights": start - 0.5, "training": start + 3.0}
     starts = {"baseline": 0.1, "kernel": 1.5, "weights": 2.5, "training": start}
-    samples = [(i / 10, 0, (3 if i / 10 < start else 5) * GIB, None, 141 * GIB, None)
+    samples = [Sample(i / 10, 0, (3 if i / 10 < start else 5) * GIB, None, 141 * GIB, None)
                for i in range(int((start + 3.0) * 10) + 1)]
-    marks = [m for name in ends for m in (("start", name, starts[name]), ("end", name, ends[name]))]
+    marks = [m for name in ends
+             for m in (PhaseMark("start", name, starts[name]), PhaseMark("end", name, ends[name]))]
     store.write(run_id, samples=samples, phases=marks)
     store.update_run(run_id, summary={"time_s": 3.0, "samples_per_second": 10.0})
     store.finish(run_id, "completed")
@@ -57,7 +62,7 @@ def _table(app: AppTest, name: str):
 def test_two_runs_differing_in_batch_size_side_by_side(store, seed):
     small = seed()
     large = _with_options(store, seed(), batch_size=8)
-    store.write(large, samples=[(9.5, 0, 6 * GIB, None, 141 * GIB, None)])  # a higher peak
+    store.write(large, samples=[Sample(9.5, 0, 6 * GIB, None, 141 * GIB, None)])  # a higher peak
     app = _page(runs=f"{small},{large}")
     assert app.multiselect(key="compare_runs").value == [small, large]
 
@@ -137,7 +142,7 @@ def test_an_exported_file_imports_once_and_a_truncated_one_is_refused(store, see
     assert [s.value for s in app.success] == ["Imported runs.json: run 2."]
     app.run()  # a rerun with the same file still there imports nothing more
     assert len(store.runs()) == 2
-    assert report(store, 2)["summary"]["peak_mb"] == 4096
+    assert report(store, 2).summary.peak_mb == 4096
 
     app.file_uploader(key="import_file").set_value(("cut.json", exported[:100], "application/json"))
     app.run()
@@ -150,7 +155,7 @@ def test_a_finished_sweep_shows_its_grid_and_the_largest_batch_size(store):
     sweep_id = store.create_sweep("batch_size on bert-large-uncased",
                                   RunOptions(preset="bert-large-uncased").to_dict(),
                                   {"batch_size": [4, 8, 16]}, False, 3)
-    key = store.sweep(sweep_id)["key"]
+    key = store.sweep(sweep_id).key
     for size, status in ((4, "completed"), (8, "completed"), (16, "oom")):
         run_id = _with_options(store, seed_run(store, status=status), batch_size=size)
         store.update_run(run_id, sweep=key)
@@ -169,7 +174,7 @@ def test_a_running_sweep_shows_its_progress_read_from_the_store(store, seed):
     sweep_id = store.create_sweep("batch_size on bert-large-uncased",
                                   RunOptions(preset="bert-large-uncased").to_dict(),
                                   {"batch_size": [1, 2, 4]}, False, 3)
-    key = store.sweep(sweep_id)["key"]
+    key = store.sweep(sweep_id).key
     done = _with_options(store, seed(), batch_size=1)
     running = _with_options(store, seed(status="running"), batch_size=2)
     for run_id in (done, running):
@@ -207,7 +212,7 @@ def test_a_sweep_with_a_wrong_value_is_refused_before_it_starts(store):
 
 def test_differing_options_count_defaults_of_options_added_later(store, seed):
     old = seed()
-    options = store.run(old)["options"]
+    options = dict(store.run(old).options)
     del options["profile_steps"]  # recorded before the option existed: it ran with 0
     store.update_run(old, options=options)
     new = seed()
@@ -219,9 +224,9 @@ def test_differing_options_count_defaults_of_options_added_later(store, seed):
 
 
 def test_difference_in_megabytes_and_percent():
-    assert compare.difference(150, 100) == {"absolute": 50, "percent": 50.0}
-    assert compare.difference(0, 0) == {"absolute": 0, "percent": None}  # no % of nothing
-    assert compare.difference(None, 100) == {"absolute": None, "percent": None}
+    assert compare.difference(150, 100) == compare.Difference(absolute=50, percent=50.0)
+    assert compare.difference(0, 0) == compare.Difference(absolute=0, percent=None)  # no % of 0
+    assert compare.difference(None, 100) == compare.Difference(absolute=None, percent=None)
 
 
 def test_ids_from_the_url():
@@ -231,12 +236,12 @@ def test_ids_from_the_url():
 
 def test_measured_components_split_the_training_increase(store, seed):
     run_id = seed()
-    summary = store.run(run_id)["summary"]
+    summary = store.run(run_id).summary
     components = {"weights": 100 * MIB, "gradients": 100 * MIB, "optimizer_states": 200 * MIB,
                   "activations": 300 * MIB, "peak_allocated": 650 * MIB,
                   "peak_reserved": 700 * MIB, "allocator_cache": 50 * MIB}
     store.update_run(run_id, summary={**summary, "components": components})
-    parts = {p["part"]: p["bytes"] // MIB for p in compare.memory_parts(report(store, run_id))}
+    parts = {p.part: p.bytes // MIB for p in compare.memory_parts(report(store, run_id))}
     # The training increase (1,024 MB) is what the allocator's peak holds plus the rest:
     # states, the larger of activations and gradients, temporary (650 − 100 − 200 − 300).
     assert parts == {"CUDA context": 1024, "weights": 1024, "optimizer states": 200,
@@ -247,17 +252,17 @@ def test_measured_components_split_the_training_increase(store, seed):
 def test_an_out_of_memory_run_adds_no_negative_part(store, seed):
     run_id = seed(status="oom")
     # Its memory was freed as it failed, before the training phase's end was marked.
-    store.write(run_id, samples=[(9.5, 0, 0, None, 141 * GIB, None)],
-                phases=[("end", "training", 9.5)])
+    store.write(run_id, samples=[Sample(9.5, 0, 0, None, 141 * GIB, None)],
+                phases=[PhaseMark("end", "training", 9.5)])
     training = next(p for p in compare.memory_parts(report(store, run_id))
-                    if p["part"] == "training")
-    assert training["bytes"] == 0 and "oom" in training["note"]
+                    if p.part == "training")
+    assert training.bytes == 0 and "oom" in training.note
 
 
 def test_the_bars_keep_one_order_and_show_the_total_once_near(store, seed):
     plain = seed()
     split = seed()
-    summary = store.run(split)["summary"]
+    summary = store.run(split).summary
     store.update_run(split, summary={**summary, "components": {
         "weights": 10 * MIB, "gradients": 30 * MIB, "optimizer_states": 20 * MIB,
         "activations": 5 * MIB}})
@@ -270,13 +275,12 @@ def test_the_bars_keep_one_order_and_show_the_total_once_near(store, seed):
 
 
 def test_the_sweep_heatmap_puts_batch_size_across_and_the_other_option_down():
-    result = {"vary": {"precision": ["fp32", "bf16"], "batch_size": [1, 2]}, "runs": [
-        {"values": {"precision": "fp32", "batch_size": 1}, "status": "completed",
-         "peak_mb": 100, "samples_per_second": 5.0},
-        {"values": {"precision": "fp32", "batch_size": 2}, "status": "oom",
-         "peak_mb": 999, "samples_per_second": None},
-        {"values": {"precision": "bf16", "batch_size": 1}, "status": "completed",
-         "peak_mb": 80, "samples_per_second": 9.0}]}
+    runs = [SweepRun(1, {"precision": "fp32", "batch_size": 1}, "completed", 100, 5.0, 1.0),
+            SweepRun(2, {"precision": "fp32", "batch_size": 2}, "oom", 999, None, None),
+            SweepRun(3, {"precision": "bf16", "batch_size": 1}, "completed", 80, 9.0, 1.0)]
+    result = SweepGrid(sweep=1, name=None, status="completed", error=None,
+                       vary={"precision": ["fp32", "bf16"], "batch_size": [1, 2]}, until_oom=False,
+                       planned=4, skipped=1, runs=runs, largest_fitting={"fp32": 1, "bf16": 1})
     heatmap = figures.sweep_figure(result, "samples_per_second").data[0]
     assert isinstance(heatmap, go.Heatmap)
     assert list(heatmap.x) == ["1", "2"] and list(heatmap.y) == ["fp32", "bf16"]

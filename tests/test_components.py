@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from anatomy.components import rest_of_peak, with_nvml
+from anatomy.analysis.components import Components, rest_of_peak, with_nvml
 
 MIB = 2**20
 PARTS = {"weights": 1000 * MIB, "gradients": 1000 * MIB, "optimizer_states": 2000 * MIB}
@@ -10,27 +10,28 @@ PARTS = {"weights": 1000 * MIB, "gradients": 1000 * MIB, "optimizer_states": 200
 
 def test_rest_of_peak_at_the_start_of_the_backward_pass():
     parts = {**PARTS, "activations": 3000 * MIB}  # activations outweigh the gradients
-    assert rest_of_peak(parts, 6100 * MIB) == 100 * MIB
+    assert rest_of_peak(**parts, peak=6100 * MIB) == 100 * MIB
 
 
 def test_rest_of_peak_at_the_optimizer_step():
     parts = {**PARTS, "activations": 200 * MIB}  # checkpointing: gradients outweigh activations
-    assert rest_of_peak(parts, 5300 * MIB) == 1300 * MIB
+    assert rest_of_peak(**parts, peak=5300 * MIB) == 1300 * MIB
 
 
 def test_with_nvml_adds_context_non_torch_and_peak():
-    phases = [{"name": "baseline", "memory_bytes": 0}, {"name": "kernel", "memory_bytes": 500 * MIB}]
-    measured = {**PARTS, "activations": 3000 * MIB, "peak_allocated": 6100 * MIB,
-                "peak_reserved": 6700 * MIB}
-    out = with_nvml(measured, phases, peak=7400 * MIB, backend="nvml")
-    assert out["context"] == 500 * MIB
-    assert out["non_torch"] == 200 * MIB  # 7400 - 500 context - 6700 reserved
-    assert out["temporary"] == 100 * MIB
-    assert out["peak"] == 7400 * MIB
+    memory = {"baseline": 0, "kernel": 500 * MIB}
+    measured = Components(**PARTS, activations=3000 * MIB, peak_allocated=6100 * MIB,
+                          peak_reserved=6700 * MIB)
+    out = with_nvml(measured, memory, peak=7400 * MIB, backend="nvml")
+    assert out.context == 500 * MIB
+    assert out.non_torch == 200 * MIB  # 7400 - 500 context - 6700 reserved
+    assert out.temporary == 100 * MIB
+    assert out.peak == 7400 * MIB
 
 
 def test_cpu_runs_get_no_context():
-    phases = [{"name": "baseline", "memory_bytes": 100 * MIB}, {"name": "kernel", "memory_bytes": 300 * MIB}]
-    out = with_nvml({**PARTS}, phases, peak=600 * MIB, backend="cpu-rss")
-    assert "context" not in out and "temporary" not in out
-    assert out["peak"] == 500 * MIB  # RSS above the baseline
+    memory = {"baseline": 100 * MIB, "kernel": 300 * MIB}
+    out = with_nvml(Components(**PARTS), memory, peak=600 * MIB, backend="cpu-rss")
+    assert out.context is None and out.temporary is None
+    assert "context" not in out.to_dict() and "temporary" not in out.to_dict()
+    assert out.peak == 500 * MIB  # RSS above the baseline

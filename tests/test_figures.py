@@ -6,9 +6,11 @@ import time
 
 import plotly.graph_objects as go
 
-from anatomy import figures
-from anatomy.options import RunOptions
-from anatomy.store import MIB, PHASES, report
+from anatomy.analysis.options import RunOptions
+from anatomy.analysis.report import report
+from anatomy.store import PHASES, Sample
+from anatomy.units import MIB
+from anatomy.views import figures
 
 GIB = 1024 * MIB
 
@@ -51,8 +53,8 @@ def test_markers_show_the_reports_memory_at_each_phase_end(store, seed):
     rep = report(store, run_id)
     figure = _figure(store, run_id)
     markers = next(t for t in figure.data if t.name == "end of phase")
-    assert list(markers.y) == [p["memory_mb"] for p in rep["phases"]] == [1024, 2048, 3072, 4096]
-    assert list(markers.x) == [p["end_s"] for p in rep["phases"]]
+    assert list(markers.y) == [p.memory_mb for p in rep.phases] == [1024, 2048, 3072, 4096]
+    assert list(markers.x) == [p.end_s for p in rep.phases]
     assert list(markers.text) == ["1024 MB", "2048 MB", "3072 MB", "4096 MB"]
     assert "GPU memory occupied: 4096 MB." in markers.hovertext[-1]
     boxes = [a.text for a in figure.layout.annotations if a.name.startswith("end of ")]
@@ -77,7 +79,7 @@ def test_one_webgl_line_per_gpu_the_allocator_and_the_ceiling(store, seed):
 
 def test_the_ceiling_is_drawn_once_the_curve_comes_close(store, seed):
     run_id = seed()
-    store.write(run_id, samples=[(9.5, 0, 40 * GIB, None, 141 * GIB, None)])
+    store.write(run_id, samples=[Sample(9.5, 0, 40 * GIB, None, 141 * GIB, None)])
     ceiling = next(t for t in _figure(store, run_id).data if "total" in t.name)
     assert ceiling.name == "GPU 0 total: 141.0 GiB" and ceiling.visible is True
 
@@ -104,8 +106,9 @@ def test_a_run_without_samples_yet_draws_an_empty_chart(store):
 def test_a_million_samples_draw_from_a_few_thousand_points_with_the_peak(store):
     run_id = store.create_run(RunOptions().to_dict(), "nvml", "v2", 0, {})
     n, peak_at = 1_000_000, 654_321
-    store.write(run_id, samples=[(i / 1000, 0, (9 * MIB if i == peak_at else 5 * MIB) + i % 3 * MIB,
-                                  None, None, None) for i in range(n)])
+    store.write(run_id, samples=[Sample(i / 1000, 0,
+                                        (9 * MIB if i == peak_at else 5 * MIB) + i % 3 * MIB,
+                                        None, None, None) for i in range(n)])
     started = time.monotonic()
     figure = _figure(store, run_id)
     drawn = time.monotonic() - started

@@ -2,27 +2,33 @@
 
 from __future__ import annotations
 
+import os
+
 from streamlit.testing.v1 import AppTest
 
-from anatomy.options import RunOptions
-from anatomy.session import memory_forecast
+from anatomy.analysis.machine import Device, Machine
+from anatomy.analysis.options import RunOptions, defaults_for
+from anatomy.views.session import Forecast, memory_forecast
 
-H200 = {"backend": "nvml", "gpu_count": 1, "devices": [{"total": 140 * 2**30}]}
+H200 = Machine(backend="nvml", memory_api="v2",
+               devices=(Device(index=0, nvml_index=0, name="NVIDIA H200", uuid=None,
+                               total=140 * 2**30, memory_api="v2"),),
+               driver=None, cuda_driver=None, ram_total=2 * 2**40, why_no_gpu=None)
 
 
 def test_the_walkthrough_run_fits_an_h200():
     forecast = memory_forecast(RunOptions(preset="bert-large-uncased", batch_size=4), H200)
-    assert forecast["line"].startswith("this run should need about 7.0 GB of GPU memory")
-    assert forecast["warning"] is None
+    assert forecast.line.startswith("this run should need about 7.0 GB of GPU memory")
+    assert forecast.warning is None
 
 
 def test_a_batch_too_large_for_the_gpu_is_warned():
     forecast = memory_forecast(RunOptions(preset="bert-large-uncased", batch_size=256), H200)
-    assert "more than GPU 0's 140.0 GiB" in forecast["warning"]
+    assert "more than GPU 0's 140.0 GiB" in forecast.warning
 
 
 def test_wrong_options_get_no_forecast():
-    assert memory_forecast(RunOptions(batch_size=0), H200) == {"line": None, "warning": None}
+    assert memory_forecast(RunOptions(batch_size=0), H200) == Forecast(line=None, warning=None)
 
 
 def test_predict_memory_on_the_form_starts_nothing(store):
@@ -43,11 +49,18 @@ def test_the_live_page_shows_a_stored_run_by_its_id(store, seed):
     assert app.subheader[0].value.startswith(f"Run {run_id}:")
 
 
-def test_start_is_refused_while_a_sweep_runs(store, monkeypatch):
+def test_start_is_refused_while_a_sweep_holds_the_device(store):
     from pages import common
 
-    monkeypatch.setattr(common.SweepSlot, "running_id", lambda self: 7)
-    app = AppTest.from_file("../app.py", default_timeout=30).run()
-    app.button(key="start").click().run()
-    assert any("sweep 7 is using the device" in e.value for e in app.error)
+    # What a sweep does for its whole length (engine/sweep.py): the device's lock, in its name.
+    lock = common.manager().reserve(defaults_for(common.device().has_gpu), "a sweep")
+    lock.describe(f"sweep 7 (pid {os.getpid()})")
+    try:
+        app = AppTest.from_file("../app.py", default_timeout=30).run()
+        app.button(key="start").click().run()
+    finally:
+        lock.release()
+    assert not app.exception
+    assert any(e.value.startswith("Not started: ") and f"is busy: sweep 7 (pid {os.getpid()})"
+               in e.value for e in app.error), [e.value for e in app.error]
     assert store.runs() == []

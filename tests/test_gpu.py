@@ -9,9 +9,12 @@ import time
 
 import pytest
 
-from anatomy import nvml
-from anatomy.options import RunOptions
-from anatomy.store import MIB, PHASES, report
+from anatomy.analysis.options import RunOptions
+from anatomy.analysis.report import report
+from anatomy.engine import nvml
+from anatomy.engine.devices import machine
+from anatomy.store import PHASES
+from anatomy.units import MIB
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu,
@@ -24,36 +27,36 @@ def test_walkthrough_run_records_four_phases(manager, store):
     run_id = manager.start(RunOptions(preset="bert-large-uncased", batch_size=4))
     assert manager.wait(run_id, timeout=900) == "completed"
     rep = report(store, run_id)
-    assert rep["backend"] == "nvml"
-    assert [p["name"] for p in rep["phases"]] == list(PHASES)
-    baseline, kernel, weights, training = (p["memory_bytes"] for p in rep["phases"])
+    assert rep.backend == "nvml"
+    assert [p.name for p in rep.phases] == list(PHASES)
+    baseline, kernel, weights, training = (p.memory_bytes for p in rep.phases)
     assert kernel - baseline > 100 * MIB  # the CUDA context
     weights_bytes = weights - kernel
     assert abs(weights_bytes - 4 * BERT_LARGE_PARAMETERS) < 0.05 * 4 * BERT_LARGE_PARAMETERS
     assert training > weights
-    assert rep["summary"]["samples_per_second"] > 0
-    assert rep["samples"] == rep["samples_sent"]
+    assert rep.summary.samples_per_second > 0
+    assert rep.samples == rep.samples_sent
     steps = store.steps(run_id)
-    assert len(steps) == 128 and all(s["allocated"] and s["reserved"] for s in steps)
+    assert len(steps) == 128 and all(s.allocated and s.reserved for s in steps)
 
 
 def test_real_out_of_memory_then_the_next_run_works(manager, store):
     run_id = manager.start(RunOptions(preset="bert-large-uncased", batch_size=2048, max_steps=2))
     assert manager.wait(run_id, timeout=600) == "oom"
     rep = report(store, run_id)
-    assert "out of memory" in rep["error"].lower()
-    total = store.samples(run_id)[-1]["total"]
-    assert rep["summary"]["peak_bytes"] > 0.5 * total
+    assert "out of memory" in rep.error.lower()
+    total = store.samples(run_id)[-1].total
+    assert rep.summary.peak_bytes > 0.5 * total
     next_run = manager.start(RunOptions(preset="bert-base-uncased", batch_size=4, max_steps=5))
     assert manager.wait(next_run, timeout=600) == "completed"
 
 
 def test_stop_frees_the_gpu(manager, store):
-    gpu = nvml.visible_index(0)
+    gpu = machine().devices[0].nvml_index  # NVML's index of torch's GPU 0
     before = nvml.memory(gpu).used
     run_id = manager.start(RunOptions(preset="bert-large-uncased", batch_size=4, max_steps=100_000))
     deadline = time.monotonic() + 300
-    while not any(p["name"] == "training" for p in store.phases(run_id)):
+    while not any(p.name == "training" for p in store.phases(run_id)):
         assert time.monotonic() < deadline
         time.sleep(0.1)
     time.sleep(2)
@@ -61,7 +64,7 @@ def test_stop_frees_the_gpu(manager, store):
     started = time.monotonic()
     manager.stop(run_id)
     assert time.monotonic() - started < 5
-    assert store.run(run_id)["status"] == "stopped"
+    assert store.run(run_id).status == "stopped"
     deadline = time.monotonic() + 5
     while nvml.memory(gpu).used > before + 64 * MIB and time.monotonic() < deadline:
         time.sleep(0.1)

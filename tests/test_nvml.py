@@ -5,7 +5,7 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-from anatomy import nvml, runs
+from anatomy.engine import devices, nvml
 from tests.fake_nvml import GIB, FakePynvml
 
 
@@ -74,26 +74,34 @@ def test_no_package_is_a_message(fresh_nvml):
     assert "nvidia-ml-py" in nvml.status()
 
 
-def test_machine_reports_nvml_backend_from_the_wrapper(fake):
+def test_machine_reports_nvml_backend_from_the_wrapper(fake, monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     fake(gpus=2, v2=False)
-    info = runs.machine()
-    assert info["backend"] == "nvml"
-    assert info["memory_api"] == "v1"
-    assert info["gpu_count"] == 2
-    assert info["devices"][1]["name"] == "NVIDIA H200"
+    info = devices.machine()
+    assert info.backend == "nvml"
+    assert info.memory_api == "v1"
+    assert info.gpu_count == 2
+    assert info.devices[1].name == "NVIDIA H200"
 
 
 def test_machine_without_nvml_measures_cpu_rss(fake):
     fake(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
-    info = runs.machine()
-    assert info["backend"] == "cpu-rss"
-    assert info["gpu_count"] == 0
-    assert "Shared Library Not Found" in info["why_no_gpu"]
+    info = devices.machine()
+    assert info.backend == "cpu-rss"
+    assert info.gpu_count == 0
+    assert "Shared Library Not Found" in info.why_no_gpu
 
 
-def test_visible_index_follows_cuda_visible_devices(monkeypatch):
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
-    assert nvml.visible_index(0) == 3
-    assert nvml.visible_index(1) == 1
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
-    assert nvml.visible_index(1) == 1
+def test_visible_index_follows_cuda_visible_devices():
+    uuids = [None] * 4
+    assert devices.visible_indices("3,1", uuids) == [3, 1]  # torch's 0 is NVML's 3
+    assert devices.visible_indices(None, uuids) == [0, 1, 2, 3]  # unset: every GPU
+    assert devices.visible_indices("", uuids) == []  # empty: none
+
+
+def test_machine_keeps_the_visible_gpus_in_torchs_order(fake):
+    fake(gpus=4)
+    info = devices.machine({"CUDA_VISIBLE_DEVICES": "3,1"})
+    assert [(d.index, d.nvml_index) for d in info.devices] == [(0, 3), (1, 1)]
+    hidden = devices.machine({"CUDA_VISIBLE_DEVICES": ""})
+    assert hidden.backend == "cpu-rss" and "leaves no GPU visible" in hidden.why_no_gpu

@@ -9,7 +9,8 @@ import sys
 import pytest
 import torch
 
-from anatomy.operations import (
+from anatomy.analysis.models import build_model
+from anatomy.analysis.operations import (
     CLASSES,
     CONTRACTION,
     ELEMENTWISE,
@@ -21,9 +22,8 @@ from anatomy.operations import (
     OperationProfile,
     classify,
     comparison,
-    profile_steps,
 )
-from anatomy.presets import build_model
+from anatomy.engine.profiler import profile_steps
 
 TABLE = {
     CONTRACTION: ["mm", "addmm", "bmm", "baddbmm", "matmul", "linear",
@@ -111,11 +111,11 @@ def test_profile_round_trips_through_json(profiled):
     again = OperationProfile.from_dict(json.loads(json.dumps(profiled.to_dict())))
     assert again == profiled
     rows = comparison(again)
-    assert [row["class"] for row in rows] == list(CLASSES)
-    assert rows[0]["paper_time_share"] == PAPER_SHARES[CONTRACTION]["runtime"]
+    assert [row.kind for row in rows] == list(CLASSES)
+    assert rows[0].paper_time_share == PAPER_SHARES[CONTRACTION]["runtime"]
 
 
 def test_importing_the_module_loads_no_torch():
-    code = "import sys, anatomy.operations; print('torch' in sys.modules)"
+    code = "import sys, anatomy.analysis.operations; print('torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "False", result.stderr

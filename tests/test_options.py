@@ -6,8 +6,7 @@ import dataclasses
 
 import pytest
 
-from anatomy.options import FIELDS, RunOptions, defaults_for, validate
-from anatomy.runs import InvalidOptions
+from anatomy.analysis.options import FIELDS, InvalidOptions, RunOptions, defaults_for, validate
 
 
 def test_defaults_fit_the_machine():

@@ -12,15 +12,15 @@ import pytest
 import torch
 from transformers import AutoModelForSequenceClassification, BertConfig, Trainer, TrainingArguments
 
-from anatomy.options import RunOptions
-from anatomy.prediction import (
+from anatomy.analysis.models import PRESETS, build_model, parameter_count
+from anatomy.analysis.options import RunOptions
+from anatomy.analysis.prediction import (
     WALKTHROUGH_BYTES_PER_PARAMETER,
     optimizer_state_bytes,
     parameter_shapes,
     predict,
     walkthrough_bytes_per_parameter,
 )
-from anatomy.presets import PRESETS, build_model, parameter_count
 
 LARGE = "bert-large-uncased"
 MIB = 2**20
@@ -164,7 +164,7 @@ def test_bytes_per_parameter_next_to_the_walkthrough():
 
 
 def test_importing_the_module_loads_no_torch():
-    code = "import sys, anatomy.prediction; print('torch' in sys.modules)"
+    code = "import sys, anatomy.analysis.prediction; print('torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "False", result.stderr
 

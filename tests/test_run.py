@@ -9,10 +9,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from anatomy.options import RunOptions
-from anatomy.runs import DeviceBusy, machine
-from anatomy.store import PHASES, report
-from anatomy.worker import INJECT_ENV
+from anatomy.analysis.options import RunOptions
+from anatomy.analysis.report import report
+from anatomy.engine.callbacks import INJECT_ENV
+from anatomy.engine.manager import DeviceBusy, RunManager, machine
+from anatomy.store import PHASES, PhaseMark, Sample
 
 SMALL = dict(preset="tiny", dataset_size=32, seq_len=64, batch_size=4)
 
@@ -20,7 +21,7 @@ SMALL = dict(preset="tiny", dataset_size=32, seq_len=64, batch_size=4)
 def _wait_for_phase(store, run_id: int, name: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if any(p["name"] == name for p in store.phases(run_id)):
+        if any(p.name == name for p in store.phases(run_id)):
             return
         time.sleep(0.05)
     raise AssertionError(f"phase {name} never began")
@@ -30,43 +31,44 @@ def test_tiny_run_records_every_phase_in_order(manager, store):
     run_id = manager.start(RunOptions(**SMALL))
     assert manager.wait(run_id, timeout=120) == "completed"
     rep = report(store, run_id)
-    phases = rep["phases"]
-    assert [p["name"] for p in phases] == list(PHASES)
-    edges = [t for p in phases for t in (p["start_s"], p["end_s"])]
+    phases = rep.phases
+    assert [p.name for p in phases] == list(PHASES)
+    edges = [t for p in phases for t in (p.start_s, p.end_s)]
     assert edges == sorted(edges) and None not in edges
     # every phase was seen by the sampler, and memory only grew from baseline to training
-    assert all(p["memory_mb"] is not None for p in phases)
-    assert phases[0]["memory_mb"] < phases[1]["memory_mb"] < phases[3]["memory_mb"]
-    assert rep["backend"] == machine()["backend"]  # cpu-rss here; nvml on a GPU machine
-    assert rep["samples"] > 50
-    assert rep["samples"] == rep["samples_sent"]  # nothing the sampler sent was lost
+    assert all(p.memory_mb is not None for p in phases)
+    assert phases[0].memory_mb < phases[1].memory_mb < phases[3].memory_mb
+    assert rep.backend == machine().backend  # cpu-rss here; nvml on a GPU machine
+    assert rep.samples > 50
+    assert rep.samples == rep.samples_sent  # nothing the sampler sent was lost
     steps = store.steps(run_id)
-    assert [s["step"] for s in steps] == list(range(1, 9))  # 32 / 4 = 8 steps
-    assert all(s["loss"] is not None for s in steps)
-    summary = rep["summary"]
-    assert summary["time_s"] > 0 and summary["samples_per_second"] > 0
-    assert summary["peak_mb"] >= phases[3]["memory_mb"]
-    env = rep["environment"]
+    assert [s.step for s in steps] == list(range(1, 9))  # 32 / 4 = 8 steps
+    assert all(s.loss is not None for s in steps)
+    summary = rep.summary
+    assert summary.time_s > 0 and summary.samples_per_second > 0
+    assert summary.peak_mb >= phases[3].memory_mb
+    env = rep.environment
     assert env["torch"] and env["transformers"] and env["parameters"] == 4_386_178
-    assert any("eval_strategy" in m["text"] for m in rep["messages"])
-    parts = rep["components"]  # measured on the CPU from tensor sizes and saved tensors
-    assert parts["weights"] == parts["gradients"] == 4 * env["parameters"]
-    assert parts["optimizer_states"] == 8 * env["parameters"]  # AdamW: two fp32 moments
-    assert parts["activations"] > 0
-    assert rep["operations"] is None  # not asked for
+    assert rep.parameters == env["parameters"]
+    assert any("eval_strategy" in m.text for m in rep.messages)
+    parts = rep.components  # measured on the CPU from tensor sizes and saved tensors
+    assert parts.weights == parts.gradients == 4 * env["parameters"]
+    assert parts.optimizer_states == 8 * env["parameters"]  # AdamW: two fp32 moments
+    assert parts.activations > 0
+    assert rep.operations is None  # not asked for
 
 
 def test_profiled_run_stores_operation_classes(manager, store):
     run_id = manager.start(RunOptions(**SMALL, max_steps=2, profile_steps=1))
     assert manager.wait(run_id, timeout=120) == "completed"
-    classes = report(store, run_id)["operations"]["classes"]
-    assert classes["tensor contraction"]["flops"] > classes["element-wise"]["flops"] > 0
+    classes = report(store, run_id).operations.classes
+    assert classes["tensor contraction"].flops > classes["element-wise"].flops > 0
 
 
 def test_second_run_on_the_same_device_is_refused(manager, store):
     run_id = manager.start(RunOptions(**SMALL))
     try:
-        with pytest.raises(DeviceBusy, match="another run"):
+        with pytest.raises(DeviceBusy, match=rf"is busy: run {run_id} \(pid {os.getpid()}\)"):
             manager.start(RunOptions(**SMALL))
         assert len(store.runs()) == 1
     finally:
@@ -78,11 +80,11 @@ def test_out_of_memory_keeps_the_error_the_peak_and_the_samples(manager, store, 
     run_id = manager.start(RunOptions(**SMALL))
     assert manager.wait(run_id, timeout=120) == "oom"
     rep = report(store, run_id)
-    assert "out of memory" in rep["error"]
-    assert rep["summary"]["peak_mb"] > 0
-    assert rep["samples"] == rep["samples_sent"] > 0
-    assert [s["step"] for s in store.steps(run_id)] == [1, 2]
-    assert rep["phases"][-1]["name"] == "training" and rep["phases"][-1]["end_s"] is not None
+    assert "out of memory" in rep.error
+    assert rep.summary.peak_mb > 0
+    assert rep.samples == rep.samples_sent > 0
+    assert [s.step for s in store.steps(run_id)] == [1, 2]
+    assert rep.phases[-1].name == "training" and rep.phases[-1].end_s is not None
     monkeypatch.delenv(INJECT_ENV)
     next_run = manager.start(RunOptions(**SMALL))  # the device is free again
     assert manager.wait(next_run, timeout=120) == "completed"
@@ -93,54 +95,50 @@ def test_a_crashed_worker_fails_and_keeps_what_it_recorded(manager, store, monke
     run_id = manager.start(RunOptions(**SMALL))
     assert manager.wait(run_id, timeout=120) == "failed"
     rep = report(store, run_id)
-    assert "exit code 9" in rep["error"]
-    assert rep["samples"] == rep["samples_sent"] > 0
-    assert [p["name"] for p in rep["phases"]] == list(PHASES)
-    assert rep["phases"][-1]["end_s"] is not None  # closed at the last sample
+    assert "exit code 9" in rep.error
+    assert rep.samples == rep.samples_sent > 0
+    assert [p.name for p in rep.phases] == list(PHASES)
+    assert rep.phases[-1].end_s is not None  # closed at the last sample
     assert len(store.steps(run_id)) >= 2
 
 
 def test_stop_ends_the_whole_tree_within_five_seconds(manager, store):
     run_id = manager.start(RunOptions(**{**SMALL, "max_steps": 100_000}))
     _wait_for_phase(store, run_id, "training")
-    worker_pid = store.run(run_id)["worker_pid"]
+    worker_pid = store.run(run_id).worker_pid
     tree = [psutil.Process(worker_pid), *psutil.Process(worker_pid).children(recursive=True)]
     started = time.monotonic()
     manager.stop(run_id)
     assert time.monotonic() - started < 5
     assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in tree)
     rep = report(store, run_id)
-    assert rep["status"] == "stopped"
-    assert rep["samples"] == rep["samples_sent"] > 0
+    assert rep.status == "stopped"
+    assert rep.samples == rep.samples_sent > 0
     assert not manager.is_active(run_id)
 
 
 def test_runs_left_running_by_a_dead_process_become_failed(store):
-    from anatomy.runs import RunManager
-
     orphan = store.create_run(RunOptions().to_dict(), "cpu-rss", "rss", 0, {})
-    store.write(orphan, samples=[(0.5, 0, 10, None, None, None)],
-                phases=[("start", "baseline", 0.1)])
+    store.write(orphan, samples=[Sample(0.5, 0, 10, None, None, None)],
+                phases=[PhaseMark("start", "baseline", 0.1)])
     store.update_run(orphan, worker_pid=2**22 + 12345)  # above Linux's pid_max: never a process
     alive = store.create_run(RunOptions().to_dict(), "cpu-rss", "rss", 0, {})
     store.update_run(alive, worker_pid=os.getpid())  # a live process: someone else's run
     RunManager(store)
     run = store.run(orphan)
-    assert run["status"] == "failed" and "ended before the run finished" in run["error"]
-    assert store.phases(orphan)[0]["end_s"] == 0.5  # kept, and closed at its last sample
-    assert store.run(alive)["status"] == "running"
+    assert run.status == "failed" and "ended before the run finished" in run.error
+    assert store.phases(orphan)[0].end_s == 0.5  # kept, and closed at its last sample
+    assert store.run(alive).status == "running"
 
 
 def test_a_sweep_whose_process_ended_is_over(store):
-    from anatomy.runs import RunManager
-
     sweep_id = store.create_sweep("s", RunOptions().to_dict(), {"batch_size": [1, 2]}, False, 2)
     ours = store.create_sweep("t", RunOptions().to_dict(), {"batch_size": [1, 2]}, False, 2)
     store.update_sweep(sweep_id, pid=2**22 + 12345)  # above Linux's pid_max: never a process
     RunManager(store)
-    assert store.sweep(sweep_id)["status"] == "failed"
-    assert "ended before the sweep did" in store.sweep(sweep_id)["error"]
-    assert store.sweep(ours)["status"] == "running"  # this process runs it
+    assert store.sweep(sweep_id).status == "failed"
+    assert "ended before the sweep did" in store.sweep(sweep_id).error
+    assert store.sweep(ours).status == "running"  # this process runs it
 
 
 def test_a_script_without_a_main_guard_can_start_runs(tmp_path):
@@ -150,8 +148,8 @@ def test_a_script_without_a_main_guard_can_start_runs(tmp_path):
 
     script = tmp_path / "plain.py"
     script.write_text(
-        "from anatomy.options import RunOptions\n"
-        "from anatomy.runs import RunManager\n"
+        "from anatomy.analysis.options import RunOptions\n"
+        "from anatomy.engine.manager import RunManager\n"
         "from anatomy.store import Store\n"
         f"manager = RunManager(Store({str(tmp_path / 'plain.sqlite')!r}))\n"
         "run_id = manager.start(RunOptions(preset='tiny', dataset_size=8, seq_len=16))\n"

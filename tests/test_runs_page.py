@@ -39,14 +39,14 @@ def test_a_run_is_named_and_tagged_from_the_page(store, seed):
     app.button(key=f"FormSubmitter:run_labels_{run_id}-Save").click().run()
     assert not app.exception
     run = store.run(run_id)
-    assert (run["name"], run["tags"]) == ("walkthrough, fp32", ["baseline", "h200"])
+    assert (run.name, run.tags) == ("walkthrough, fp32", ("baseline", "h200"))
     table = app.dataframe[0].value
     assert table["Name"].tolist() == ["walkthrough, fp32"]
     assert list(table["Tags"].iloc[0]) == ["baseline", "h200"]
 
     app.text_input(key=f"run_name_{run_id}").set_value("  ")
     app.button(key=f"FormSubmitter:run_labels_{run_id}-Save").click().run()
-    assert store.run(run_id)["name"] is None  # an empty name removes it
+    assert store.run(run_id).name is None  # an empty name removes it
 
 
 def test_a_runs_chart_and_its_export_are_a_click_away(store, seed):

@@ -11,26 +11,28 @@ from multiprocessing import Value
 import psutil
 import pytest
 
-from anatomy import nvml, sampler
+from anatomy.engine import nvml, protocol, sampler
 from tests.fake_nvml import GIB, FakePynvml
 
 
-def _drain(q: queue.Queue) -> tuple[list[list[tuple]], int | None]:
+def _drain(q: queue.Queue) -> tuple[list[list[protocol.Sample]], int | None]:
     batches, done = [], None
     while not q.empty():
-        kind, payload = q.get()
-        if kind == "samples":
-            batches.append(payload)
-        elif kind == "sampler_done":
-            done = payload
+        message = q.get()
+        if isinstance(message, protocol.Samples):
+            batches.append(message.samples)
+        elif isinstance(message, protocol.SamplerDone):
+            done = message.sent
+        else:
+            raise AssertionError(f"the sampler sent {message!r}")
     return batches, done
 
 
-def _sample_for(seconds: float, backend: str, rate: int, pid=None):
+def _sample_for(seconds: float, backend: str, rate: int, pid=None, gpus=(0,)):
     q: queue.Queue = queue.Queue()
     stop = threading.Event()
     t0 = time.monotonic()
-    thread = threading.Thread(target=sampler.run, args=(q, stop, backend, rate, t0, pid))
+    thread = threading.Thread(target=sampler.run, args=(q, stop, backend, rate, t0, gpus, pid))
     thread.start()
     time.sleep(seconds)
     stop.set()
@@ -40,17 +42,17 @@ def _sample_for(seconds: float, backend: str, rate: int, pid=None):
 
 def test_rss_reader_measures_the_process_tree():
     pid = Value("i", os.getpid())
-    rows = sampler.Reader("cpu-rss", pid).read(1.5)
+    rows = sampler.Reader("cpu-rss", worker_pid=pid).read(1.5)
     assert len(rows) == 1
-    t, gpu, used, reserved, total, util = rows[0]
-    assert (t, gpu, reserved, util) == (1.5, 0, None, None)
+    row = rows[0]
+    assert (row.t, row.gpu, row.reserved, row.util) == (1.5, 0, None, None)
     own = psutil.Process().memory_info().rss
-    assert own * 0.8 <= used  # the tree holds at least this process
-    assert total == psutil.virtual_memory().total
+    assert own * 0.8 <= row.used  # the tree holds at least this process
+    assert row.total == psutil.virtual_memory().total
 
 
 def test_rss_reader_waits_for_the_worker():
-    assert sampler.Reader("cpu-rss", Value("i", 0)).read(0.0) == []
+    assert sampler.Reader("cpu-rss", worker_pid=Value("i", 0)).read(0.0) == []
 
 
 def test_rss_sampler_batches_and_counts_what_it_sent():
@@ -58,19 +60,26 @@ def test_rss_sampler_batches_and_counts_what_it_sent():
     sent = sum(len(b) for b in batches)
     assert done == sent > 0
     assert len(batches) < sent  # batched, not one message a sample
-    times = [row[0] for batch in batches for row in batch]
+    times = [row.t for batch in batches for row in batch]
     assert times == sorted(times)
 
 
 def test_nvml_sampler_reads_every_gpu(fresh_nvml):
     nvml._lib = FakePynvml(gpus=2, used=5 * GIB)
     nvml.reset()
-    batches, done = _sample_for(0.3, "nvml", 200)
+    batches, done = _sample_for(0.3, "nvml", 200, gpus=(0, 1))
     rows = [row for batch in batches for row in batch]
     assert done == len(rows)
-    assert {row[1] for row in rows} == {0, 1}
-    t, gpu, used, reserved, total, util = rows[0]
-    assert (used, reserved, total, util) == (5 * GIB, 615 * 2**20, 141 * GIB, 37)
+    assert {row.gpu for row in rows} == {0, 1}
+    row = rows[0]
+    assert (row.used, row.reserved, row.total, row.util) == (5 * GIB, 615 * 2**20, 141 * GIB, 37)
+
+
+def test_nvml_sampler_reads_only_the_gpus_it_is_given(fresh_nvml):
+    nvml._lib = FakePynvml(gpus=4)
+    nvml.reset()
+    batches, _ = _sample_for(0.2, "nvml", 100, gpus=(3, 1))
+    assert {row.gpu for batch in batches for row in batch} == {3, 1}  # NVML's indices
 
 
 def test_nvml_sampler_with_v1_driver_and_no_utilisation(fresh_nvml):
@@ -78,7 +87,7 @@ def test_nvml_sampler_with_v1_driver_and_no_utilisation(fresh_nvml):
     nvml.reset()
     batches, _ = _sample_for(0.2, "nvml", 100)
     row = batches[0][0]
-    assert row[3] is None and row[5] is None  # reserved unknown on v1, utilisation unsupported
+    assert row.reserved is None and row.util is None  # unknown on v1, utilisation unsupported
 
 
 @pytest.mark.parametrize("rate", [1, 1000])

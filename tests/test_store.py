@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import threading
 
-from anatomy.options import RunOptions
-from anatomy.store import MIB, Store, report
+from anatomy.analysis.options import RunOptions
+from anatomy.analysis.report import report
+from anatomy.store import PhaseMark, Sample, Step, Store
+from anatomy.units import MIB
 
 
 def _new_run(store: Store) -> int:
@@ -25,9 +27,9 @@ def test_a_run_can_be_read_while_it_is_written(store):
 
     def writer():
         for b in range(batches):
-            rows = [(b + i / per_batch, 0, b * per_batch + i, None, 10**9, None)
+            rows = [Sample(b + i / per_batch, 0, b * per_batch + i, None, 10**9, None)
                     for i in range(per_batch)]
-            store.write(run_id, samples=rows, steps=[(float(b), b, batches, 0.5, None, None)])
+            store.write(run_id, samples=rows, steps=[Step(float(b), b, batches, 0.5, None, None)])
 
     def reader():
         reader_store = Store(store.path)  # its own connection, as the dashboard's would be
@@ -52,39 +54,41 @@ def test_a_run_can_be_read_while_it_is_written(store):
 
 def test_report_reads_each_phase_memory_at_its_end(store):
     run_id = _new_run(store)
-    samples = [(t / 10, 0, int(t) * MIB, None, 1000 * MIB, None) for t in range(100)]
+    samples = [Sample(t / 10, 0, int(t) * MIB, None, 1000 * MIB, None) for t in range(100)]
     store.write(run_id, samples=samples, phases=[
-        ("start", "baseline", 0.0), ("end", "baseline", 1.0), ("start", "kernel", 2.0),
-        ("end", "kernel", 3.05), ("start", "weights", 4.0), ("end", "weights", 5.0),
-        ("start", "training", 6.0)])
+        PhaseMark("start", "baseline", 0.0), PhaseMark("end", "baseline", 1.0),
+        PhaseMark("start", "kernel", 2.0), PhaseMark("end", "kernel", 3.05),
+        PhaseMark("start", "weights", 4.0), PhaseMark("end", "weights", 5.0),
+        PhaseMark("start", "training", 6.0)])
     rep = report(store, run_id)
-    assert [p["name"] for p in rep["phases"]] == ["baseline", "kernel", "weights", "training"]
-    assert [p["memory_mb"] for p in rep["phases"][:3]] == [10, 30, 50]
-    assert rep["phases"][3]["end_s"] is None
-    assert rep["phases"][3]["memory_mb"] == 99  # an open phase: the latest reading
+    assert [p.name for p in rep.phases] == ["baseline", "kernel", "weights", "training"]
+    assert [p.memory_mb for p in rep.phases[:3]] == [10, 30, 50]
+    assert rep.phases[3].end_s is None
+    assert rep.phases[3].memory_mb == 99  # an open phase: the latest reading
     store.close_phases(run_id, 9.9)
-    assert report(store, run_id)["phases"][3]["end_s"] == 9.9
-    assert rep["summary"]["peak_mb"] == 99
-    assert rep["samples"] == 100
+    assert report(store, run_id).phases[3].end_s == 9.9
+    assert rep.summary.peak_mb == 99
+    assert rep.samples == 100
 
 
 def test_decimation_keeps_every_peak(store):
     run_id = _new_run(store)
     n = 200_000
     spike_at = {777, 123_456, 199_998}
-    rows = [(i / 1000, 0, (10**9 if i in spike_at else 5 * 10**8) + (i % 7), None, None, None)
-            for i in range(n)]
+    rows = [Sample(i / 1000, 0, (10**9 if i in spike_at else 5 * 10**8) + (i % 7), None, None,
+                   None) for i in range(n)]
     store.write(run_id, samples=rows)
     points = store.decimated(run_id, buckets=500)
     assert len(points) <= 2 * 500 + 2
-    assert {round(p["t"] * 1000) for p in points if p["used"] >= 10**9} == spike_at
-    assert min(p["used"] for p in points) == 5 * 10**8
-    assert [p["t"] for p in points] == sorted(p["t"] for p in points)
+    assert {round(p.t * 1000) for p in points if p.used >= 10**9} == spike_at
+    assert min(p.used for p in points) == 5 * 10**8
+    assert [p.t for p in points] == sorted(p.t for p in points)
 
 
 def test_delete_removes_every_row(store):
     run_id = _new_run(store)
-    store.write(run_id, samples=[(0.0, 0, 1, None, None, None)], phases=[("start", "baseline", 0)])
+    store.write(run_id, samples=[Sample(0.0, 0, 1, None, None, None)],
+                phases=[PhaseMark("start", "baseline", 0)])
     store.delete_run(run_id)
     assert store.run(run_id) is None
     assert store.sample_count(run_id) == 0
@@ -92,7 +96,8 @@ def test_delete_removes_every_row(store):
 
 
 def test_store_path_follows_flag_then_env_then_default(tmp_path, monkeypatch):
-    from anatomy.store import DEFAULT_STORE, STORE_ENV, resolve_path
+    from anatomy.store import STORE_ENV, resolve_path
+    from anatomy.store.database import DEFAULT_STORE
 
     monkeypatch.setenv(STORE_ENV, str(tmp_path / "env.sqlite"))
     assert resolve_path(tmp_path / "flag.sqlite") == tmp_path / "flag.sqlite"
@@ -103,14 +108,14 @@ def test_store_path_follows_flag_then_env_then_default(tmp_path, monkeypatch):
 
 def test_runs_stored_before_the_buckets_existed_still_decimate(store):
     run_id = _new_run(store)
-    rows = [(i / 1000, 0, 5 * 10**8 + (10**9 if i == 4242 else 0), None, None, None)
+    rows = [Sample(i / 1000, 0, 5 * 10**8 + (10**9 if i == 4242 else 0), None, None, None)
             for i in range(20_000)]
     store.write(run_id, samples=rows)
     with store.connect() as db:
         db.execute("DELETE FROM sample_buckets")  # as a store written by an older anatomy
     assert store.peak(run_id, 0) == 15 * 10**8  # read from the samples then
     points = store.decimated(run_id, buckets=100)
-    assert max(p["used"] for p in points) == 15 * 10**8
+    assert max(p.used for p in points) == 15 * 10**8
     assert len(points) <= 2 * 100 + 2
 
 
@@ -125,4 +130,4 @@ def test_a_store_written_before_a_column_existed_gains_it(tmp_path):
                    " NOT NULL, skipped INTEGER NOT NULL DEFAULT 0, status TEXT NOT NULL, error TEXT)")
     store = Store(path)
     sweep_id = store.create_sweep(None, RunOptions().to_dict(), {"batch_size": [1]}, False, 1)
-    assert store.sweep(sweep_id)["pid"] is not None
+    assert store.sweep(sweep_id).pid is not None

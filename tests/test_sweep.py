@@ -11,26 +11,55 @@ import time
 
 import pytest
 
-from anatomy.options import RunOptions
-from anatomy.runs import DeviceBusy, InvalidOptions
-from anatomy.store import MIB, Store
-from anatomy.sweep import Sweep, grid, parse_vary, plan
+from anatomy.analysis.options import InvalidOptions, RunOptions
+from anatomy.analysis.sweeps import grid, parse_vary, plan
+from anatomy.engine.manager import DeviceBusy, RunManager
+from anatomy.engine.sweep import Sweep
+from anatomy.store import Sample, Store
+from anatomy.units import MIB
 
 BASE = RunOptions(preset="tiny", seq_len=32, dataset_size=16)
 
 
+class Reservation:
+    """A device held for a sweep, as RunManager.reserve gives one (its lock), without a lock file."""
+
+    def __init__(self, key: str, holder: str):
+        self.key, self.holder, self.held = key, holder, True
+
+    def describe(self, text: str) -> None:
+        assert self.held, "described after it was released"
+        self.holder = text
+
+    def release(self) -> None:
+        self.held = False
+
+
 class ScriptedManager:
-    """RunManager's interface as a sweep uses it (start, wait, stop), without training: each run
-    is written to a real store and ends at once with the status `outcome(options)` gives, or,
-    for "hold", keeps running until it is stopped."""
+    """RunManager's interface as a sweep uses it (device_key, reserve, start, wait, stop), without
+    training: each run is written to a real store and ends at once with the status
+    `outcome(options)` gives, or, for "hold", keeps running until it is stopped. Every run must be
+    started with the sweep's reservation of its device."""
 
     def __init__(self, store: Store, outcome):
         self.store, self.outcome = store, outcome
         self.started: list[RunOptions] = []
         self.stopped: list[int] = []
+        self.reservations: list[Reservation] = []
         self._ended: dict[int, threading.Event] = {}
 
-    def start(self, options: RunOptions, name: str | None = None, sweep: str | None = None) -> int:
+    def device_key(self, options: RunOptions) -> str:
+        return "cpu"  # a machine without a GPU: one device
+
+    def reserve(self, options: RunOptions, holder: str) -> Reservation:
+        reservation = Reservation(self.device_key(options), holder)
+        self.reservations.append(reservation)
+        return reservation
+
+    def start(self, options: RunOptions, name: str | None = None, sweep: str | None = None,
+              reservation: Reservation | None = None) -> int:
+        assert reservation is not None and reservation.held, "a sweep's run without its device"
+        assert reservation.key == self.device_key(options)
         run_id = self.store.create_run(options.to_dict(), "cpu-rss", "rss", 0, {}, name=name,
                                        sweep=sweep)
         self.started.append(options)
@@ -41,8 +70,9 @@ class ScriptedManager:
         return run_id
 
     def _end(self, run_id: int, options: RunOptions, status: str) -> None:
-        self.store.write(run_id, samples=[(0.0, 0, 100 * MIB, None, None, None),
-                                          (1.0, 0, (100 + options.batch_size) * MIB, None, None, None)])
+        self.store.write(run_id, samples=[
+            Sample(0.0, 0, 100 * MIB, None, None, None),
+            Sample(1.0, 0, (100 + options.batch_size) * MIB, None, None, None)])
         if status == "completed":
             self.store.update_run(run_id, summary={"time_s": 2.0,
                                                    "samples_per_second": 8.0 * options.batch_size})
@@ -51,11 +81,11 @@ class ScriptedManager:
 
     def wait(self, run_id: int, timeout: float | None = None) -> str:
         self._ended[run_id].wait(timeout)
-        return self.store.run(run_id)["status"]
+        return self.store.run(run_id).status
 
     def stop(self, run_id: int) -> bool:
         self.stopped.append(run_id)
-        options = RunOptions.from_dict(self.store.run(run_id)["options"])
+        options = RunOptions.from_dict(self.store.run(run_id).options)
         self._end(run_id, options, "stopped")
         return True
 
@@ -68,7 +98,8 @@ def oom_above(limit: int, fp32_factor: int = 1):
 
 
 def test_plan_is_the_product_with_a_ladder_per_value_of_the_other_option():
-    planned = plan(BASE, {"batch_size": [4, 1, 2, 2], "precision": ["fp32", "bf16"]}, gpu_count=0)
+    planned = plan(BASE, {"batch_size": [4, 1, 2, 2], "precision": ["fp32", "bf16"]},
+                   until_oom=False, gpu_count=0)
     assert [(o.precision, o.batch_size) for o in planned] == [
         ("fp32", 1), ("fp32", 2), ("fp32", 4), ("bf16", 1), ("bf16", 2), ("bf16", 4)]
     assert all(o.seq_len == 32 and o.preset == "tiny" for o in planned)
@@ -90,6 +121,7 @@ def test_a_wrong_plan_is_refused_before_anything_starts(vary, until_oom, message
         Sweep(manager, BASE, vary, until_oom, gpu_count=0)
     assert any(message in m for m in refused.value.errors.values()), refused.value.errors
     assert manager.started == [] and store.sweeps() == []
+    assert manager.reservations == []  # no device taken either
 
 
 def test_vary_is_parsed_by_each_options_type():
@@ -117,14 +149,18 @@ def test_until_oom_doubles_past_the_list_until_a_run_is_out_of_memory(store):
     assert sweep.run() == "completed"
     assert [o.batch_size for o in manager.started] == [1, 2, 4, 8, 16, 32]
     result = grid(Store(store.path), sweep.id)  # the store alone: what a page reads
-    assert [(r["values"]["batch_size"], r["status"]) for r in result["runs"]] == [
+    assert [(r.values["batch_size"], r.status) for r in result.runs] == [
         (1, "completed"), (2, "completed"), (4, "completed"), (8, "completed"),
         (16, "completed"), (32, "oom")]
-    assert result["largest_fitting"] == 16
-    assert result["status"] == "completed" and result["planned"] == 2 and result["until_oom"]
-    assert result["runs"][2]["peak_mb"] == 104 and result["runs"][2]["samples_per_second"] == 32.0
-    assert all(run["sweep"] == store.sweep(sweep.id)["key"] for run in store.runs())
+    assert result.largest_fitting == 16
+    assert result.status == "completed" and result.planned == 2 and result.until_oom
+    assert result.runs[2].peak_mb == 104 and result.runs[2].samples_per_second == 32.0
+    assert all(run.sweep == store.sweep(sweep.id).key for run in store.runs())
     assert [(e.kind, e.index) for e in events[:3]] == [("start", 1), ("end", 1), ("start", 2)]
+    # The device was held for the whole sweep, in its name, and given back at its end.
+    (reservation,) = manager.reservations
+    assert reservation.holder.startswith(f"sweep {sweep.id} (pid ")
+    assert not reservation.held
 
 
 def test_until_oom_ends_at_the_largest_batch_size_an_option_accepts(store):
@@ -146,16 +182,16 @@ def test_the_first_oom_of_a_ladder_skips_its_larger_batch_sizes(store):
         {"precision": "fp32", "batch_size": 16}, {"precision": "fp32", "batch_size": 32},
         {"precision": "bf16", "batch_size": 32}]
     result = grid(store, sweep.id)
-    assert result["largest_fitting"] == {"fp32": 4, "bf16": 8}
-    assert result["skipped"] == 3 and result["planned"] == 10
+    assert result.largest_fitting == {"fp32": 4, "bf16": 8}
+    assert result.skipped == 3 and result.planned == 10
 
 
 def test_a_failed_run_is_a_result_not_the_end_of_its_ladder(store):
     manager = ScriptedManager(store, lambda o: "failed" if o.batch_size == 2 else "completed")
     sweep = Sweep(manager, BASE, {"batch_size": [1, 2, 4]}, gpu_count=0)
     assert sweep.run() == "completed"
-    assert [r["status"] for r in grid(store, sweep.id)["runs"]] == ["completed", "failed", "completed"]
-    assert grid(store, sweep.id)["largest_fitting"] == 4
+    assert [r.status for r in grid(store, sweep.id).runs] == ["completed", "failed", "completed"]
+    assert grid(store, sweep.id).largest_fitting == 4
 
 
 def test_without_batch_size_every_combination_runs_and_nothing_fits_or_not(store):
@@ -164,7 +200,7 @@ def test_without_batch_size_every_combination_runs_and_nothing_fits_or_not(store
                   gpu_count=0)
     assert sweep.run() == "completed"
     assert len(manager.started) == 4
-    assert grid(store, sweep.id)["largest_fitting"] is None
+    assert grid(store, sweep.id).largest_fitting is None
 
 
 def test_stop_stops_the_current_run_and_drops_the_rest(store):
@@ -174,22 +210,73 @@ def test_stop_stops_the_current_run_and_drops_the_rest(store):
     deadline = time.monotonic() + 10
     while not manager.started and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert store.sweep(sweep_id)["status"] == "running"  # what a page sees meanwhile
+    assert store.sweep(sweep_id).status == "running"  # what a page sees meanwhile
     sweep.stop()
     assert sweep.wait(10) == "stopped"
-    assert len(manager.started) == 1 and manager.stopped == [store.runs()[0]["id"]]
-    assert [r["status"] for r in grid(store, sweep_id)["runs"]] == ["stopped"]
-    assert store.sweep(sweep_id)["status"] == "stopped" and store.sweep(sweep_id)["ended_at"]
+    assert len(manager.started) == 1 and manager.stopped == [store.runs()[0].id]
+    assert [r.status for r in grid(store, sweep_id).runs] == ["stopped"]
+    assert store.sweep(sweep_id).status == "stopped" and store.sweep(sweep_id).ended_at
+    assert not manager.reservations[0].held  # a stopped sweep gives its device back
 
 
 def test_a_busy_device_fails_the_sweep_and_says_why(store):
     class Busy(ScriptedManager):
-        def start(self, options, name=None, sweep=None):
+        def start(self, options, name=None, sweep=None, reservation=None):
             raise DeviceBusy("another run is training on this machine: stop it or wait until it ends")
 
-    sweep = Sweep(Busy(store, None), BASE, {"batch_size": [1, 2]}, gpu_count=0)
+    manager = Busy(store, None)
+    sweep = Sweep(manager, BASE, {"batch_size": [1, 2]}, gpu_count=0)
     assert sweep.run() == "failed"
-    assert "another run is training" in store.sweep(sweep.id)["error"]
+    assert "another run is training" in store.sweep(sweep.id).error
+    assert not manager.reservations[0].held
+
+
+def test_a_device_taken_before_the_sweep_starts_records_nothing(store):
+    class Taken(ScriptedManager):
+        def reserve(self, options, holder):
+            raise DeviceBusy("this machine is busy: run 3 (pid 42)")
+
+    manager = Taken(store, oom_above(10**6))
+    sweep = Sweep(manager, BASE, {"batch_size": [1, 2]}, gpu_count=0)
+    with pytest.raises(DeviceBusy, match="busy: run 3"):
+        sweep.run()
+    assert manager.started == [] and store.sweeps() == []
+
+
+def test_a_sweep_holds_its_device_between_its_runs(store):
+    """The device's real lock: while the sweep lasts, a run or another sweep on that device is
+    refused, naming the sweep; once it has ended, a run may start."""
+    real = RunManager(store)
+
+    class Locking(ScriptedManager):  # the real lock, scripted runs
+        def device_key(self, options):
+            return real.device_key(options)
+
+        def reserve(self, options, holder):
+            lock = real.reserve(options, holder)
+            self.reservations.append(lock)
+            return lock
+
+    manager = Locking(store, lambda o: "hold")
+    sweep = Sweep(manager, BASE, {"batch_size": [1, 2]}, gpu_count=0)
+    sweep_id = sweep.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not manager.started and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with pytest.raises(DeviceBusy, match=rf"is busy: sweep {sweep_id} \(pid \d+\)"):
+            real.start(BASE)
+        second = Sweep(Locking(store, lambda o: "completed"), BASE, {"batch_size": [4]},
+                       gpu_count=0)
+        with pytest.raises(DeviceBusy, match=rf"is busy: sweep {sweep_id} "):
+            second.run()
+        assert [s.id for s in store.sweeps()] == [sweep_id]  # the refused one left no trace
+    finally:
+        sweep.stop()
+        assert sweep.wait(10) == "stopped"
+    assert not manager.reservations[0].held
+    again = Locking(store, lambda o: "completed")
+    assert Sweep(again, BASE, {"batch_size": [4]}, gpu_count=0).run() == "completed"
 
 
 def test_a_tiny_cpu_sweep_runs_to_the_end(tmp_path):
@@ -207,5 +294,5 @@ def test_a_tiny_cpu_sweep_runs_to_the_end(tmp_path):
     assert printed["largest_fitting"] == 4
     assert "[2/2] run" in result.stderr and "→ completed" in result.stderr  # progress lines
     runs = Store(store).runs()
-    assert {r["sweep"] for r in runs} == {Store(store).sweep(printed["sweep"])["key"]}
-    assert Store(store).sweep(printed["sweep"])["status"] == "completed"
+    assert {r.sweep for r in runs} == {Store(store).sweep(printed["sweep"]).key}
+    assert Store(store).sweep(printed["sweep"]).status == "completed"

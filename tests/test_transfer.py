@@ -9,9 +9,10 @@ import sys
 
 import pytest
 
-from anatomy import transfer
+from anatomy.analysis import transfer
+from anatomy.analysis.report import RunReport, report
 from anatomy.cli import main
-from anatomy.store import Store, report
+from anatomy.store import Message, Store
 from tests.conftest import seed_run
 
 MARK = 987654321012  # a number found once in a file, replaced by text json.dumps cannot write
@@ -23,7 +24,7 @@ def source(tmp_path) -> tuple[Store, list[int]]:
     from a sweep), out of memory, and still running."""
     store = Store(tmp_path / "source.sqlite")
     done = seed_run(store, gpus=2)
-    store.write(done, messages=[(0.5, "warning", "eval_strategy 'no'")])
+    store.write(done, messages=[Message(0.5, "warning", "eval_strategy 'no'")])
     store.rename_run(done, "walkthrough")
     store.set_tags(done, ["h200", "baseline"])
     store.update_run(done, sweep="abc123")
@@ -51,8 +52,8 @@ def contents(store: Store) -> list:
                 for table in ("runs", "samples", "phases", "steps", "messages")]
 
 
-def without_id(rep: dict) -> dict:
-    return {k: v for k, v in rep.items() if k != "id"}
+def without_id(rep: RunReport) -> dict:
+    return {k: v for k, v in rep.to_dict().items() if k != "id"}
 
 
 def test_round_trip_keeps_every_sample_phase_step_and_number(source, target):
@@ -68,19 +69,19 @@ def test_round_trip_keeps_every_sample_phase_step_and_number(source, target):
         assert target.phases(new) == store.phases(old)
         # the same chart and numbers: phases' memory, peak, summary, options, tags, sweep, name
         assert without_id(report(target, new)) == without_id(report(store, old))
-    assert report(target, done[1])["phases"][0]["memory_mb"] == 1024
-    assert target.run(done[1])["tags"] == ["h200", "baseline"]
+    assert report(target, done[1]).phases[0].memory_mb == 1024
+    assert target.run(done[1]).tags == ("h200", "baseline")
 
 
 def test_a_run_exported_while_running_is_imported_as_stopped(source, target):
     store, ids = source
     (new,) = transfer.import_runs(target, exported(store, ids[2:]))
     rep, was = report(target, new), report(store, ids[2])
-    assert rep["status"] == "stopped" and "still running on its machine" in rep["error"]
-    last_sample = max(s["t"] for s in store.samples(ids[2]))
-    assert rep["phases"][-1]["end_s"] == last_sample  # the open phase ends where recording did
-    assert rep["summary"]["peak_mb"] == was["summary"]["peak_mb"]
-    assert target.run(new)["worker_pid"] is None  # another machine's pid means nothing here
+    assert rep.status == "stopped" and "still running on its machine" in rep.error
+    last_sample = max(s.t for s in store.samples(ids[2]))
+    assert rep.phases[-1].end_s == last_sample  # the open phase ends where recording did
+    assert rep.summary.peak_mb == was.summary.peak_mb
+    assert target.run(new).worker_pid is None  # another machine's pid means nothing here
 
 
 def test_the_cli_exports_several_runs_and_import_prints_the_new_ids(source, target, tmp_path):
@@ -92,7 +93,7 @@ def test_the_cli_exports_several_runs_and_import_prints_the_new_ids(source, targ
                              "--store", str(target.path)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     new_ids = [int(line) for line in result.stdout.split()]
-    assert len(new_ids) == 2 and [target.run(i)["status"] for i in new_ids] == ["completed", "oom"]
+    assert len(new_ids) == 2 and [target.run(i).status for i in new_ids] == ["completed", "oom"]
 
 
 def test_the_cli_refuses_a_bad_file_on_stderr_and_imports_nothing(source, target, tmp_path):
@@ -199,7 +200,7 @@ def test_a_parsed_dict_with_nan_is_refused_too(source, target):
 def test_a_failure_while_writing_leaves_nothing_half_imported(source, target):
     store, ids = source
     before = contents(target)
-    second_id = max(r["id"] for r in target.runs()) + 2
+    second_id = max(r.id for r in target.runs()) + 2
     with target.connect() as db:  # the disk fills up while the second run's samples go in
         db.execute(f"CREATE TRIGGER fail BEFORE INSERT ON samples WHEN NEW.run_id = {second_id}"
                    " BEGIN SELECT RAISE(ABORT, 'disk full (injected)'); END")

@@ -23,7 +23,7 @@ from anatomy.analysis.operations import (
 )
 from anatomy.analysis.prediction import Prediction, predict, walkthrough_bytes_per_parameter
 from anatomy.analysis.report import RunReport
-from anatomy.units import MIB
+from anatomy.units import mb_text as _mb
 
 LABELS = {
     "context": "CUDA context",
@@ -189,10 +189,6 @@ def moment_rows(report: RunReport, prediction: Prediction) -> list[MomentRow]:
     return [MomentRow(label, prediction.moments.get(predicted),
                       measured.get(measured_key) if measured_key else None)
             for label, predicted, measured_key in MOMENTS]
-
-
-def _mb(value: float) -> str:
-    return f"{value / MIB:,.0f} MB"
 
 
 def peak_explanation(report: RunReport, prediction: Prediction) -> str:

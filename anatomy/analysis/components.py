@@ -49,18 +49,26 @@ class Components:
     non_torch: int | None = None  # NVML's peak beyond the context and the allocator's reserve
     peak: int | None = None  # the sampled peak over the baseline
     extra: Mapping[str, Any] = field(default_factory=dict)  # what a newer anatomy stored
+    stored_order: tuple[str, ...] = field(default=(), compare=False)  # the keys as stored
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> Components:
-        known = {f.name for f in fields(cls)} - {"extra"}
+        known = {f.name for f in fields(cls)} - {"extra", "stored_order"}
         return cls(**{k: v for k, v in values.items() if k in known},
-                   extra={k: v for k, v in values.items() if k not in known})
+                   extra={k: v for k, v in values.items() if k not in known},
+                   stored_order=tuple(values))
 
     def to_dict(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
-        out = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in out.items()
-               if v is not None}
-        return {**out, **self.extra}
+        """As stored (in the stored order), then what was computed when it was read, in the
+        order it is computed: a stored run prints as it always did."""
+        names = [f.name for f in fields(self) if f.name not in ("extra", "stored_order")]
+        order = [*self.stored_order, *(n for n in names if n not in self.stored_order)]
+        out = {}
+        for name in order:
+            value = self.extra.get(name) if name in self.extra else getattr(self, name, None)
+            if value is not None:
+                out[name] = dict(value) if isinstance(value, Mapping) else value
+        return out
 
     def get(self, name: str) -> int | None:
         """A component by its name (ORDER's words), for tables that list them in turn."""

@@ -342,12 +342,12 @@ def _steps(value: Any, where: str) -> list[Step]:
 
 def _messages(value: Any, where: str) -> list[Message]:
     rows = []
-    for j, message in enumerate(_array(value, where)):
+    for j, note in enumerate(_array(value, where)):
         here = f"{where}[{j}]"
-        message = _object(message, here, ("t", "level", "text"))
-        rows.append(Message(_seconds(message["t"], f"{here}.t"),
-                            _text(message["level"], f"{here}.level", optional=False),
-                            _text(message["text"], f"{here}.text", optional=False)))
+        note = _object(note, here, ("t", "level", "text"))
+        rows.append(Message(_seconds(note["t"], f"{here}.t"),
+                            _text(note["level"], f"{here}.level", optional=False),
+                            _text(note["text"], f"{here}.text", optional=False)))
     return rows
 
 

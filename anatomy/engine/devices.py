@@ -50,11 +50,13 @@ def machine(environ: Mapping[str, str] = os.environ) -> Machine:
     """This machine's backend and the GPUs a run can use (NVML), or its RAM (no GPU)."""
     ram = psutil.virtual_memory().total
     if nvml.available():
-        found = [nvml.device_info(i) for i in range(nvml.device_count())]
-        infos = [d for d in found if d is not None]
-        visible = visible_indices(environ.get(VISIBLE_ENV), [d.uuid for d in infos])
+        infos = [nvml.device_info(i) for i in range(nvml.device_count())]
+        visible = visible_indices(environ.get(VISIBLE_ENV), [d.uuid if d else None for d in infos])
+        # A GPU NVML cannot describe is still one CUDA counts: it keeps its place in the order.
         devices = tuple(Device(index=k, nvml_index=i, name=infos[i].name, uuid=infos[i].uuid,
                                total=infos[i].total, memory_api=infos[i].memory_api)
+                        if infos[i] else Device(index=k, nvml_index=i, name=f"GPU {i}", uuid=None,
+                                                total=0, memory_api="none")
                         for k, i in enumerate(visible))
         if devices:
             return Machine(backend="nvml", memory_api=devices[0].memory_api, devices=devices,

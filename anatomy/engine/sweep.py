@@ -107,12 +107,12 @@ class Sweep:
         try:
             for options in by_device.values():
                 self._reservations.append(self.manager.reserve(options, holder))
+            self.id = self.store.create_sweep(self.name, self.base.to_dict(), self.vary,
+                                              self.until_oom, len(self.planned))
+            self.key = self.store.sweep(self.id).key
         except BaseException:
             self._release()
             raise
-        self.id = self.store.create_sweep(self.name, self.base.to_dict(), self.vary,
-                                          self.until_oom, len(self.planned))
-        self.key = self.store.sweep(self.id).key
         for lock in self._reservations:
             lock.describe(f"sweep {self.id} (pid {os.getpid()})")
 

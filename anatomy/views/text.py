@@ -3,6 +3,9 @@ CLI, an exported chart) says it the same way."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
+from anatomy.store import RunRow
 from anatomy.units import MIB
 
 
@@ -19,6 +22,16 @@ def occupied_line(memory_bytes: int | None, backend: str) -> str:
     value = "?" if memory_bytes is None else str(memory_bytes // MIB)
     what = "GPU memory" if backend == "nvml" else "CPU memory (RSS)"
     return f"{what} occupied: {value} MB."
+
+
+def run_choice(run: RunRow) -> str:
+    """A run in a picker: its id and name, model, batch size, precision, device, how it ended and
+    when it started."""
+    o = run.options
+    device = run.environment.get("gpu_name") or "CPU"
+    started = datetime.fromtimestamp(run.created_at).strftime("%Y-%m-%d %H:%M")
+    return (f"{run.id}: {run.name + ' · ' if run.name else ''}{run.preset}, batch "
+            f"{o.get('batch_size')}, {o.get('precision')} on {device} — {run.status} ({started})")
 
 
 def axis_title(backend: str) -> str:

@@ -1,0 +1,1 @@
+"""Development tools: checks run by `make lint`, not part of the anatomy package."""
