@@ -9,7 +9,7 @@ steps.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -106,6 +106,23 @@ class RunReport:
     summary: Summary
     components: Components | None
     operations: OperationProfile | None
+    source: Mapping[str, Any] = field(default_factory=dict)  # RunRow.source: who started it
+
+    @property
+    def started_by_anatomy(self) -> bool:
+        """Its own worker trained (`anatomy run`, the dashboard, a sweep): every option is known.
+        Otherwise a user's script or command trained, and only the options it reported are."""
+        return not self.source
+
+    @property
+    def origin(self) -> str:
+        """Where the run came from, in words."""
+        kind = self.source.get("kind")
+        if kind == "watch":
+            return "anatomy watch -- " + " ".join(self.source.get("command", []))
+        if kind == "script":
+            return f"script {self.source.get('script') or '(interactive)'}"
+        return "anatomy"
 
     @property
     def options(self) -> RunOptions:
@@ -177,6 +194,8 @@ class RunReport:
             "summary": self.summary.to_dict(),
             "components": None if self.components is None else self.components.to_dict(),
             "operations": None if self.operations is None else self.operations.to_dict(),
+            # Runs of anatomy's own worker print as they always did.
+            **({"source": dict(self.source)} if self.source else {}),
         }
 
 
@@ -206,7 +225,8 @@ def report(store: Store, run_id: int, run: RunRow | None = None) -> RunReport | 
         messages=tuple(store.messages(run_id)), summary=summary,
         components=(None if measured is None else
                     with_nvml(Components.from_dict(measured), memory, peak, run.backend)),
-        operations=None if operations is None else OperationProfile.from_dict(operations))
+        operations=None if operations is None else OperationProfile.from_dict(operations),
+        source=run.source)
 
 
 @dataclass(frozen=True)

@@ -292,6 +292,7 @@ def _run_row(value: Any, where: str) -> RunRow:
         tags=tuple(_tags(run.get("tags", []), f"{where}.tags")),
         sweep=_text(run.get("sweep"), f"{where}.sweep"),
         worker_pid=None,
+        source=_plain(_object(run.get("source", {}), f"{where}.source"), f"{where}.source"),
     )
 
 

@@ -23,15 +23,15 @@ import psutil
 
 from anatomy.analysis.machine import Machine
 from anatomy.analysis.options import InvalidOptions, RunOptions, validate
-from anatomy.engine import protocol, sampler, worker
+from anatomy.engine import sampler, worker
+from anatomy.engine.collector import FLUSH_SECONDS, Collector
 from anatomy.engine.devices import machine
-from anatomy.store import Message, PhaseMark, RunRow, Sample, Step, Store
+from anatomy.store import RunRow, Store
 
 __all__ = ["DeviceBusy", "DeviceLock", "InvalidOptions", "RunManager", "is_live", "live_run",
            "machine"]
 
 LOCK_DIR_ENV = "ANATOMY_LOCK_DIR"  # where the per-device locks live; machine-wide by default
-FLUSH_SECONDS = 0.1
 TAIL_SECONDS = 0.3    # the sampler outlives the worker this long, so the end is measured
 SAMPLER_TIMEOUT_SECONDS = 10.0
 STOP_GRACE_SECONDS = 3.0  # SIGTERM, then SIGKILL: the tree is gone well inside 5 s
@@ -113,32 +113,6 @@ class ActiveRun:
     thread: threading.Thread | None = None
     stop_requested: bool = False
     done: threading.Event = field(default_factory=threading.Event)
-
-
-@dataclass
-class Outcome:
-    """What the collector learnt besides the rows it wrote."""
-    failure: protocol.Failure | None = None
-    summary: dict | None = None
-    components: dict | None = None
-    operations: dict | None = None
-    samples_sent: int | None = None
-
-
-@dataclass
-class Rows:
-    """Rows waiting for the next write, in arrival order."""
-    samples: list[Sample] = field(default_factory=list)
-    phases: list[PhaseMark] = field(default_factory=list)
-    steps: list[Step] = field(default_factory=list)
-    messages: list[Message] = field(default_factory=list)
-
-    def __bool__(self) -> bool:
-        return bool(self.samples or self.phases or self.steps or self.messages)
-
-    def clear(self) -> None:
-        for rows in (self.samples, self.phases, self.steps, self.messages):
-            rows.clear()
 
 
 class RunManager:
@@ -263,52 +237,17 @@ class RunManager:
     # --- collecting ---
     def _collect(self, active: ActiveRun) -> None:
         run_id = active.run_id
-        rows = Rows()
-        outcome = Outcome()
-        flushed_at = time.monotonic()
+        collector = Collector(self.store, run_id)
         worker_ended_at = None
-
-        def flush():
-            if rows:
-                self.store.write(run_id, samples=rows.samples, phases=rows.phases,
-                                 steps=rows.steps, messages=rows.messages)
-                rows.clear()
-
-        def handle(message):
-            match message:
-                case protocol.Samples(samples=samples):
-                    rows.samples.extend(samples)
-                case protocol.Phase(mark=mark):
-                    rows.phases.append(mark)
-                case protocol.StepReport(step=step):
-                    rows.steps.append(step)
-                case protocol.Note(message=note):
-                    rows.messages.append(note)
-                case protocol.Environment(values=values):
-                    flush()
-                    self.store.merge_environment(run_id, values)
-                case protocol.TrainingSummary(values=values):
-                    outcome.summary = values
-                case protocol.ComponentsMeasured(values=values):
-                    outcome.components = values
-                case protocol.OperationsProfiled(values=values):
-                    outcome.operations = values
-                case protocol.Failure():
-                    outcome.failure = message
-                case protocol.SamplerDone(sent=sent):
-                    outcome.samples_sent = sent
-
         try:
-            while outcome.samples_sent is None:
+            while collector.outcome.samples_sent is None:
                 try:
-                    handle(active.sampler_queue.get(timeout=FLUSH_SECONDS / 2))
+                    collector.handle(active.sampler_queue.get(timeout=FLUSH_SECONDS / 2))
                 except queue_module.Empty:
                     pass
-                _drain(active.worker_queue, handle)
+                collector.drain(active.worker_queue)
+                collector.flush_when_due()
                 now = time.monotonic()
-                if now - flushed_at >= FLUSH_SECONDS:
-                    flush()
-                    flushed_at = now
                 if worker_ended_at is None and not active.worker.is_alive():
                     worker_ended_at = now
                 if worker_ended_at is not None and now - worker_ended_at >= TAIL_SECONDS:
@@ -317,10 +256,10 @@ class RunManager:
                         break  # the sampler died without its last word: keep what came
                     if now - worker_ended_at > SAMPLER_TIMEOUT_SECONDS:
                         active.sampler.kill()  # hung: keep what came; samples_sent stays unknown
-            _drain(active.worker_queue, handle)
-            flush()
+            collector.drain(active.worker_queue)
+            collector.flush()
             active.sampler.join(timeout=5)
-            self._finish(active, outcome, (worker_ended_at or time.monotonic()) - active.t0)
+            self._finish(active, collector, (worker_ended_at or time.monotonic()) - active.t0)
         finally:
             if active.owns_lock:
                 active.lock.release()
@@ -328,18 +267,15 @@ class RunManager:
                 self.active.pop(run_id, None)
             active.done.set()
 
-    def _finish(self, active: ActiveRun, outcome: Outcome, worker_ended: float) -> None:
+    def _finish(self, active: ActiveRun, collector: Collector, worker_ended: float) -> None:
         run_id = active.run_id
+        outcome = collector.outcome
         active.worker.join(timeout=5)
         code = active.worker.exitcode
         # A worker killed mid-phase said nothing: its phase ends when the process was seen gone.
         self.store.close_phases(run_id, worker_ended)
         values: dict = {"samples_sent": outcome.samples_sent}
-        summary = dict(outcome.summary or {})
-        if outcome.components:
-            summary["components"] = outcome.components
-        if outcome.operations:
-            summary["operations"] = outcome.operations
+        summary = collector.summary_values()
         if summary:
             values["summary"] = summary
         self.store.update_run(run_id, **values)
@@ -420,14 +356,6 @@ def _alive(pid: int | None) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
-
-
-def _drain(queue, handle) -> None:
-    while True:
-        try:
-            handle(queue.get_nowait())
-        except queue_module.Empty:
-            return
 
 
 def terminate_tree(process: mp.Process, grace: float = STOP_GRACE_SECONDS) -> None:

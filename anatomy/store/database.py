@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -87,6 +87,10 @@ class RunRow:
     tags: tuple[str, ...]
     sweep: str | None
     worker_pid: int | None
+    # Who started it: {} for anatomy's own worker (`anatomy run`, the dashboard, a sweep);
+    # {"kind": "script", "script": …} for a user's script (the callback or the phase API);
+    # {"kind": "watch", "command": […]} for `anatomy watch -- COMMAND`; with "host", "cwd".
+    source: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -133,7 +137,8 @@ CREATE TABLE IF NOT EXISTS runs (
     samples_sent INTEGER,
     tags TEXT NOT NULL DEFAULT '',
     sweep TEXT,
-    worker_pid INTEGER
+    worker_pid INTEGER,                -- the training process (a user's script for attached runs)
+    source TEXT NOT NULL DEFAULT '{}'  -- JSON: who started it (see RunRow.source)
 );
 CREATE TABLE IF NOT EXISTS samples (
     run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
@@ -230,7 +235,8 @@ def _merge_buckets(db: sqlite3.Connection, run_id: int, samples: Sequence[Sample
 
 
 # Columns added after the first release of the schema, as (table, column, type).
-ADDED_COLUMNS = (("sweeps", "pid", "INTEGER"),)
+ADDED_COLUMNS = (("sweeps", "pid", "INTEGER"),
+                 ("runs", "source", "TEXT NOT NULL DEFAULT '{}'"))
 
 
 def resolve_path(path: str | os.PathLike | None = None) -> Path:
@@ -263,17 +269,21 @@ class Store:
 
     # --- writing (the collector, or the manager before a run starts) ---
     def create_run(self, options: dict, backend: str, memory_api: str | None, gpu: int,
-                   environment: dict, name: str | None = None, sweep: str | None = None) -> int:
+                   environment: dict, name: str | None = None, sweep: str | None = None,
+                   source: dict | None = None, preset: str | None = None) -> int:
+        """A new run, "running"; `preset` is the model's name as lists show it (default: the
+        options' preset)."""
         with self.connect() as db:
             cursor = db.execute(
                 "INSERT INTO runs (name, created_at, status, preset, options, environment, backend,"
-                " memory_api, gpu, sweep) VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?)",
-                (name, time.time(), options["preset"], json.dumps(options), json.dumps(environment),
-                 backend, memory_api, gpu, sweep))
+                " memory_api, gpu, sweep, source) VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?)",
+                (name, time.time(), preset or options["preset"], json.dumps(options),
+                 json.dumps(environment), backend, memory_api, gpu, sweep,
+                 json.dumps(source or {})))
             return int(cursor.lastrowid)
 
     def update_run(self, run_id: int, **values: Any) -> None:
-        for key in ("options", "environment", "summary"):
+        for key in ("options", "environment", "summary", "source"):
             if key in values and not isinstance(values[key], str):
                 values[key] = json.dumps(values[key])
         columns = ", ".join(f"{k} = ?" for k in values)
@@ -338,11 +348,11 @@ class Store:
                 cursor = db.execute(
                     "INSERT INTO runs (name, created_at, ended_at, status, preset, options,"
                     " environment, backend, memory_api, gpu, summary, error, samples_sent, tags,"
-                    " sweep) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " sweep, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (run.name, run.created_at, run.ended_at, run.status, run.preset,
                      json.dumps(run.options), json.dumps(run.environment), run.backend,
                      run.memory_api, run.gpu, json.dumps(run.summary), run.error, run.samples_sent,
-                     ",".join(run.tags), run.sweep))
+                     ",".join(run.tags), run.sweep, json.dumps(run.source)))
                 run_id = int(cursor.lastrowid)
                 _insert_samples(db, run_id, record.samples)
                 db.executemany("INSERT INTO phases VALUES (?, ?, ?, ?)",
@@ -391,7 +401,7 @@ class Store:
     @staticmethod
     def _run_row(row: sqlite3.Row) -> RunRow:
         values = dict(row)
-        for key in ("options", "environment", "summary"):
+        for key in ("options", "environment", "summary", "source"):
             values[key] = json.loads(values[key] or "{}")
         values["tags"] = tuple(t for t in (values["tags"] or "").split(",") if t)
         return RunRow(**values)

@@ -1,0 +1,193 @@
+"""Runs side by side, computed without Streamlit: alignment at a phase, the options that differ,
+the memory each run's phases added, and the differences to a reference run.
+
+Every figure comes from a `RunReport`: the Compare page, its charts and the tests read these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from anatomy.analysis.components import Components
+from anatomy.analysis.options import FIELDS
+from anatomy.analysis.report import PHASES, RunReport
+from anatomy.units import MIB, mib
+
+# Bottom to top in a run's bar; activations and gradients share a slot (a bar has one of them).
+PART_ORDER = ("CUDA context", "torch loaded", "weights", "training", "optimizer states",
+              "activations", "gradients", "temporary", "allocator cache", "the rest")
+
+
+class Part(NamedTuple):
+    """One part of a run's bar: its name, its bytes (never negative) and how it was computed."""
+    part: str
+    bytes: int
+    note: str
+
+
+class Difference(NamedTuple):
+    absolute: float | None
+    percent: float | None  # of the reference; None where it is 0 or missing
+
+
+def phase_start(report: RunReport, phase: str) -> float | None:
+    """When `phase` began, in seconds since the run started; None if the run never reached it."""
+    reading = report.phase(phase)
+    return None if reading is None else reading.start_s
+
+
+def differing_options(reports: Sequence[RunReport]) -> list[str]:
+    """The run options (in the form's order) whose values are not the same in every run."""
+    return [name for name in FIELDS
+            if len({repr(getattr(r.options, name)) for r in reports}) > 1]
+
+
+def memory_parts(report: RunReport) -> list[Part]:
+    """The bar of one run: what each step of the walkthrough added, bottom to top.
+
+    CUDA context (kernel − baseline), weights (weights − kernel), then the training phase's
+    increase (training end − weights). With measured components the increase is split into what
+    the peak holds (`_training_split`) and the rest (memory outside PyTorch's allocator, or on a
+    CPU the process's own). Each part: `part` (its name), `bytes` (never negative) and `note`
+    (how it was computed, for the hover)."""
+    memory = report.phase_memory()
+    on_gpu = report.on_gpu
+    parts = []
+    steps = (("kernel", "baseline", "CUDA context" if on_gpu else "torch loaded",
+              "kernel phase − baseline"),
+             ("weights", "kernel", "weights", "weights phase − kernel phase"))
+    for phase, before, name, note in steps:
+        if memory[phase] is not None and memory[before] is not None:
+            parts.append(Part(name, max(0, memory[phase] - memory[before]), note))
+    if memory["training"] is None or memory["weights"] is None:
+        return parts
+    increase = memory["training"] - memory["weights"]
+    if increase < 0:  # an out-of-memory run: the end reading is after its memory was freed
+        parts.append(Part("training", 0, f"training end − weights phase: {increase // MIB:+d} MB"
+                          f" (the run {report.status}; its peak is the marker)"))
+        return parts
+    split = _training_split(report.components) if report.components else None
+    if split is None:
+        parts.append(Part("training", increase, "training end − weights phase"))
+        return parts
+    rest = increase - sum(part.bytes for part in split)
+    parts += [part._replace(bytes=max(0, part.bytes)) for part in split]
+    parts.append(Part("the rest", max(0, rest),
+                      "training increase − the parts below it: memory outside PyTorch's allocator"
+                      if rest >= 0 else
+                      f"the parts add up to {-rest // MIB} MB more than the increase"))
+    return parts
+
+
+def _training_split(c: Components) -> list[Part] | None:
+    """The training increase as the allocator's peak holds it: the optimizer states, the larger
+    of activations and gradients (the two are never all held at once), the temporary buffers
+    beyond those, and the allocator's cache."""
+    if c.optimizer_states is None or c.activations is None or c.gradients is None:
+        return None
+    larger = "activations" if c.activations >= c.gradients else "gradients"
+    smaller = "gradients" if larger == "activations" else "activations"
+    parts = [Part("optimizer states", c.optimizer_states,
+                  "measured: the optimizer's state tensors after the first step"),
+             Part(larger, c.get(larger), f"measured; larger than the {smaller} "
+                  f"({c.get(smaller) // MIB:,} MB), which are never all held at the same time")]
+    if c.temporary is not None:
+        parts.append(Part("temporary", c.temporary,
+                          "measured: the allocator's peak beyond the weights, states and " + larger))
+    if c.allocator_cache is not None:
+        parts.append(Part("allocator cache", c.allocator_cache,
+                          "measured: reserved − allocated at the allocator's peak"))
+    return parts
+
+
+def _text(value) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, float):
+        return f"{value:,.2f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def column(report: RunReport) -> str:
+    return f"Run {report.id}"
+
+
+# The results rows of the side-by-side table and of the differences: (heading, unit, value).
+def _results(report: RunReport) -> list[tuple[str, str, float | None]]:
+    memory = report.phase_memory()
+    summary = report.summary
+    return [("Time (s)", "s", summary.time_s),
+            ("Samples/second", "", summary.samples_per_second),
+            *((f"{name} (MB)", "MB", mib(memory[name])) for name in PHASES),
+            ("peak (MB)", "MB", summary.peak_mb)]
+
+
+def side_by_side(reports: Sequence[RunReport]) -> list[dict]:
+    """The table with one column per run: the device, the status, every option (those that differ
+    marked "≠" in the `differs` column), then Time, Samples/second, the memory at the end of each
+    phase and the peak. Values are text, formatted as the rest of the dashboard writes them."""
+    differing = set(differing_options(reports))
+    rows = []
+
+    def row(what: str, values: list, differs: bool = False) -> None:
+        rows.append({"": "≠" if differs else "", "what": what,
+                     **{column(r): _text(v) for r, v in zip(reports, values)}})
+
+    devices = [r.device_name for r in reports]
+    row("device", devices, len(set(devices)) > 1)
+    row("status", [r.status for r in reports])
+    for name, field in FIELDS.items():
+        row(field.label, [getattr(r.options, name) for r in reports], name in differing)
+    for index, (heading, _, _) in enumerate(_results(reports[0])):
+        row(heading, [_results(r)[index][2] for r in reports])
+    return rows
+
+
+def difference(value: float | None, reference: float | None) -> Difference:
+    """`value` − `reference`, absolute and in % of the reference (None where either is missing,
+    or the reference is 0)."""
+    if value is None or reference is None:
+        return Difference(None, None)
+    return Difference(value - reference,
+                      (value - reference) / reference * 100 if reference else None)
+
+
+def _difference_text(diff: Difference, unit: str) -> str:
+    if diff.absolute is None:
+        return "—"
+    text = (f"{diff.absolute:+,d}" if isinstance(diff.absolute, int)
+            else f"{diff.absolute:+,.2f}")
+    text += f" {unit}" if unit else ""
+    if diff.percent is not None:
+        text += f" ({diff.percent:+.1f}%)"
+    return text
+
+
+def differences(reports: Sequence[RunReport], reference_id: int) -> list[dict]:
+    """One row per result (Time, Samples/second, each phase's memory, the peak), one column per
+    run: its difference to the reference run, absolute and in %, as text ("+1,024 MB (+33.3%)")."""
+    reference = next(r for r in reports if r.id == reference_id)
+    base = _results(reference)
+    rows = []
+    for index, (heading, unit, ref_value) in enumerate(base):
+        row = {"what": heading}
+        for r in reports:
+            row[column(r)] = ("reference" if r.id == reference_id else
+                              _difference_text(difference(_results(r)[index][2], ref_value), unit))
+        rows.append(row)
+    return rows
+
+
+def parse_ids(text: str | None) -> list[int]:
+    """`?runs=1,2,3` as ids, in order, each once; anything else in it is ignored."""
+    ids = []
+    for word in (text or "").split(","):
+        word = word.strip()
+        if word.isdigit() and int(word) not in ids:
+            ids.append(int(word))
+    return ids

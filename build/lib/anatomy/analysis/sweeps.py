@@ -1,0 +1,178 @@
+"""Sweeps on paper: one base configuration, one or two options varied. `plan` checks every planned
+option set before anything starts; `grid` turns a sweep's stored runs into the table of peak
+memory, speed and the largest batch size that fit. The engine's `Sweep` (anatomy/engine/sweep.py)
+runs a plan.
+
+Batch sizes form a ladder: they run smallest first, and at a ladder's first out-of-memory run its
+larger batch sizes are skipped (they would not fit either). With `until_oom`, a ladder that runs
+out of planned sizes keeps doubling until a run is out of memory.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from anatomy.analysis.options import FIELDS, InvalidOptions, RunOptions, validate
+from anatomy.analysis.report import report
+from anatomy.store import Store
+
+LADDER = "batch_size"
+MAX_VARIED = 2
+FLAG_WORDS = {"on": True, "true": True, "yes": True, "1": True,
+              "off": False, "false": False, "no": False, "0": False}
+
+
+def parse_value(name: str, text: str) -> Any:
+    """One value of an option as typed (`--vary`): flags take on/off/true/false, numbers whole
+    numbers, choices their names (checked against their range by `plan`)."""
+    field = FIELDS[name]
+    text = text.strip()
+    dashed = name.replace("_", "-")
+    if field.choices is not None:
+        return text
+    if field.low is None:
+        if text.lower() not in FLAG_WORDS:
+            raise ValueError(f"{dashed}: {text!r} is not on, off, true or false")
+        return FLAG_WORDS[text.lower()]
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{dashed}: {text!r} is not a whole number") from None
+
+
+def parse_vary(specs: list[str]) -> dict[str, list]:
+    """`["batch-size=1,2,4", "precision=fp32,bf16"]` -> {"batch_size": [1, 2, 4], ...}.
+
+    InvalidOptions with a message per wrong spec."""
+    vary: dict[str, list] = {}
+    errors: dict[str, str] = {}
+    for spec in specs:
+        option, equals, values = spec.partition("=")
+        name = option.strip().replace("-", "_")
+        if not equals or not values.strip():
+            errors[spec] = f"--vary {spec}: write OPTION=V1,V2,… (e.g. batch-size=1,2,4)"
+        elif name not in FIELDS:
+            errors[spec] = (f"--vary {spec}: {option.strip()!r} is not an option (one of "
+                            f"{', '.join(n.replace('_', '-') for n in FIELDS)})")
+        elif name in vary:
+            errors[spec] = f"--vary {spec}: {option.strip()} is varied twice"
+        else:
+            try:
+                vary[name] = [parse_value(name, v) for v in values.split(",") if v.strip()]
+            except ValueError as error:
+                errors[spec] = str(error)
+    if errors:
+        raise InvalidOptions(errors)
+    return vary
+
+
+def plan(base: RunOptions, vary: dict[str, list], until_oom: bool, gpu_count: int
+         ) -> list[RunOptions]:
+    """Every run of the sweep (the cartesian product of the varied values), each checked as a run
+    would be: InvalidOptions, with one message per wrong option, before anything starts."""
+    errors: dict[str, str] = {}
+    if not vary:
+        errors["vary"] = "vary: choose one or two options to vary"
+    elif len(vary) > MAX_VARIED:
+        errors["vary"] = f"vary: at most {MAX_VARIED} options, got {len(vary)}: {', '.join(vary)}"
+    for name, values in vary.items():
+        if name not in FIELDS:
+            errors[name] = f"{name}: not an option (one of {', '.join(FIELDS)})"
+        elif not values:
+            errors[name] = f"{name}: no values to try"
+    if until_oom and LADDER not in vary:
+        errors["until_oom"] = "until_oom: needs batch_size among the varied options (its ladder)"
+    if errors:
+        raise InvalidOptions(errors)
+    vary = ordered(vary)
+    planned = [replace(base, **dict(zip(vary, values)))
+               for values in itertools.product(*vary.values())]
+    for options in planned:
+        for name, message in validate(options, gpu_count).items():
+            errors.setdefault(name, message)
+    if errors:
+        raise InvalidOptions(errors)
+    return planned
+
+
+def ladders(planned: list[RunOptions]) -> list[list[RunOptions]]:
+    """Consecutive runs that differ only in batch size (one run each when it is not varied)."""
+    return [list(group) for _, group in
+            itertools.groupby(planned, key=lambda options: replace(options, batch_size=1))]
+
+
+def ordered(vary: dict[str, list]) -> dict[str, list]:
+    """Each option's values once; batch sizes smallest first (a ladder climbs); the ladder's
+    option last, so each value of the other option gets a whole ladder."""
+    out = {name: list(dict.fromkeys(values)) for name, values in vary.items()}
+    if LADDER in out:
+        sizes = out.pop(LADDER)
+        out[LADDER] = sorted(sizes) if all(type(v) is int for v in sizes) else sizes
+    return out
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    """One run of a sweep as its grid shows it."""
+    run: int
+    values: dict[str, Any]  # the varied options' values
+    status: str
+    peak_mb: int | None
+    samples_per_second: float | None
+    time_s: float | None
+
+
+@dataclass(frozen=True)
+class SweepGrid:
+    """A sweep's progress and results, from the store alone."""
+    sweep: int
+    name: str | None
+    status: str
+    error: str | None
+    vary: dict[str, list]
+    until_oom: bool
+    planned: int
+    skipped: int
+    runs: list[SweepRun]  # oldest first
+    # The largest batch size that completed: per value of the other varied option when there are
+    # two; None when batch size is not varied.
+    largest_fitting: int | dict | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """What `sweep --json` prints."""
+        return {"sweep": self.sweep, "runs": [asdict(r) for r in self.runs],
+                "largest_fitting": self.largest_fitting}
+
+
+def grid(store: Store, sweep_id: int) -> SweepGrid:
+    """A sweep's progress and results, from the store alone."""
+    sweep = store.sweep(sweep_id)
+    if sweep is None:
+        raise KeyError(f"sweep {sweep_id} is not in {store.path}")
+    runs = []
+    for run in reversed(store.find_runs(sweep=sweep.key)):
+        summary = report(store, run.id, run).summary
+        runs.append(SweepRun(run=run.id, values={n: run.options.get(n) for n in sweep.vary},
+                             status=run.status, peak_mb=summary.peak_mb,
+                             samples_per_second=summary.samples_per_second,
+                             time_s=summary.time_s))
+    return SweepGrid(sweep=sweep.id, name=sweep.name, status=sweep.status, error=sweep.error,
+                     vary=sweep.vary, until_oom=sweep.until_oom, planned=sweep.planned,
+                     skipped=sweep.skipped, runs=runs,
+                     largest_fitting=largest_fitting(sweep.vary, runs))
+
+
+def largest_fitting(vary: dict[str, list], runs: list[SweepRun]) -> int | dict | None:
+    if LADDER not in vary:
+        return None
+    other = next((name for name in vary if name != LADDER), None)
+
+    def largest(rows: list[SweepRun]) -> int | None:
+        return max((r.values[LADDER] for r in rows if r.status == "completed"), default=None)
+
+    if other is None:
+        return largest(runs)
+    return {value: largest([r for r in runs if r.values[other] == value])
+            for value in vary[other]}

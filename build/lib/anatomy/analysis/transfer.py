@@ -1,0 +1,410 @@
+"""Moving runs between stores: a self-describing JSON file (with a schema version) and CSV samples
+(a chart as a standalone HTML page is views/export.py's).
+
+An import is judged whole before anything is written: a wrong, truncated or foreign file is
+refused with a message that says what is wrong and where, and an accepted one lands in one
+transaction, so nothing half-imported stays.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from dataclasses import asdict, replace
+from typing import Any
+
+from anatomy.analysis.options import FIELDS, RunOptions, validate
+from anatomy.analysis.report import report
+from anatomy.store import (
+    PHASES,
+    STATUSES,
+    Message,
+    PhaseSpan,
+    RunRecord,
+    RunRow,
+    Sample,
+    Step,
+    Store,
+)
+
+SCHEMA = "anatomy.runs"
+SCHEMA_VERSION = 1
+SAMPLE_COLUMNS = ("t", "gpu", "used", "reserved", "total", "util")
+
+MAX_MEMORY = 2**50  # a pebibyte: far above any device, so a larger figure is a broken file
+MAX_INTEGER = 2**63 - 1  # SQLite's INTEGER
+MAX_SECONDS = 1e9  # since the run's start: three decades
+MAX_EPOCH = 1e11  # wall clock, seconds since 1970: the year 5138
+BACKENDS = ("nvml", "cpu-rss")
+MEMORY_APIS = ("v2", "v1", "rss")
+# Version 1's options. An option added later is absent from older files: the run ran with its
+# default, so it takes the default; one of these missing means a broken file.
+V1_OPTIONS = ("preset", "batch_size", "seq_len", "dataset_size", "epochs", "max_steps", "precision",
+              "gradient_checkpointing", "grad_accum", "optim", "seed", "sample_rate", "gpu")
+# An exported run's machine is not this one: its GPU index is judged against the most GPUs a
+# machine may have, and fp16 is accepted as it would be on a GPU.
+ANY_GPU_COUNT = FIELDS["gpu"].high + 1
+
+
+def export_runs(store: Store, run_ids: list[int]) -> dict:
+    """Every recorded row of the runs, plus the report (what `show` prints) for the reader's sake."""
+    runs = []
+    for run_id in run_ids:
+        run = store.run(run_id)
+        if run is None:
+            raise KeyError(f"run {run_id} is not in {store.path}")
+        runs.append({
+            "run": {**asdict(run), "tags": list(run.tags)},
+            "report": report(store, run_id, run).to_dict(),
+            "phases": [p._asdict() for p in store.phases(run_id)],
+            "samples": [list(s) for s in store.samples(run_id)],
+            "steps": [s._asdict() for s in store.steps(run_id)],
+            "messages": [m._asdict() for m in store.messages(run_id)],
+        })
+    return {"schema": SCHEMA, "version": SCHEMA_VERSION, "sample_columns": list(SAMPLE_COLUMNS),
+            "runs": runs}
+
+
+def samples_csv(store: Store, run_ids: list[int]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(("run_id", *SAMPLE_COLUMNS))
+    for run_id in run_ids:
+        if store.run(run_id) is None:
+            raise KeyError(f"run {run_id} is not in {store.path}")
+        for sample in store.samples(run_id):
+            writer.writerow((run_id, *sample))
+    return out.getvalue()
+
+
+# --- import ---
+
+class ImportRefused(ValueError):
+    """A file that cannot be imported; the message says what is wrong and where."""
+
+
+class _Unreadable:
+    """A JSON number that is no finite float (1e400, NaN, Infinity): kept as written, so the
+    message quotes the file and no value check ever passes it."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def _json_float(text: str) -> float | _Unreadable:
+    value = float(text)
+    return value if math.isfinite(value) else _Unreadable(text)
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**30:
+        return f"an integer of {len(str(abs(value)))} digits"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _refuse(where: str, what: str) -> ImportRefused:
+    return ImportRefused(f"{where}: {what}")
+
+
+def _stops_early(text: str) -> bool:
+    """Whether the text ends inside a string or with a bracket still open: a cut file, whatever
+    the token the cut landed in (the parser's own message then names that token)."""
+    depth, in_string, escaped = 0, False, False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth -= 1
+    return in_string or depth > 0
+
+
+def _parse(data: dict | bytes | str) -> Any:
+    if isinstance(data, dict):
+        return data
+    if isinstance(data, bytes):
+        try:
+            data = data.decode("utf-8-sig")
+        except UnicodeDecodeError as error:
+            raise ImportRefused(f"the file is not UTF-8 text (byte {error.start}): "
+                                "not an anatomy export") from None
+    if not data.strip():
+        raise ImportRefused("the file is empty")
+    try:
+        return json.loads(data, parse_float=_json_float, parse_constant=_Unreadable)
+    except json.JSONDecodeError as error:
+        where = f"line {error.lineno}, column {error.colno} (character {error.pos} of {len(data)})"
+        if _stops_early(data):
+            raise ImportRefused(f"the file is truncated: its JSON stops early, at {where}") from None
+        raise ImportRefused(f"the file is not valid JSON: {error.msg} at {where}") from None
+    except ValueError as error:  # an integer of more digits than Python converts
+        raise ImportRefused(f"the file holds a number it cannot read: {error}") from None
+    except RecursionError:
+        raise ImportRefused("the file's JSON is nested too deeply to be an anatomy export") from None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+def _int(value: Any, where: str, low: int = 0, high: int = MAX_INTEGER,
+         optional: bool = False) -> int | None:
+    if value is None and optional:
+        return None
+    if not _is_int(value) or not low <= value <= high:
+        raise _refuse(where, f"must be a whole number from {low} to {high}, got {_shown(value)}")
+    return value
+
+
+def _memory(value: Any, where: str, optional: bool = True) -> int | None:
+    if value is None and optional:
+        return None
+    if not _is_int(value) or not 0 <= value <= MAX_MEMORY:
+        raise _refuse(where, "memory must be a whole number of bytes from 0 to 2**50, got "
+                      + _shown(value))
+    return value
+
+
+def _seconds(value: Any, where: str, high: float = MAX_SECONDS, optional: bool = False
+             ) -> float | None:
+    if value is None and optional:
+        return None
+    if not _is_number(value) or not 0 <= value <= high:
+        raise _refuse(where, f"time must be a finite number of seconds from 0 to {high:,.0f}, got "
+                      + _shown(value))
+    return value
+
+
+def _text(value: Any, where: str, optional: bool = True) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise _refuse(where, f"must be text, got {_shown(value)}")
+    return value
+
+
+def _choice(value: Any, where: str, choices: tuple, optional: bool = False) -> Any:
+    if value is None and optional:
+        return None
+    if value not in choices:
+        raise _refuse(where, f"{_shown(value)} is not one of {', '.join(map(str, choices))}")
+    return value
+
+
+def _object(value: Any, where: str, required: tuple[str, ...] = ()) -> dict:
+    if not isinstance(value, dict):
+        raise _refuse(where, f"must be a JSON object, got {type(value).__name__} {_shown(value)}")
+    missing = [key for key in required if key not in value]
+    if missing:
+        raise _refuse(where, f"is missing {', '.join(repr(k) for k in missing)}")
+    return value
+
+
+def _array(value: Any, where: str) -> list:
+    if not isinstance(value, list):
+        raise _refuse(where, f"must be a JSON array, got {type(value).__name__} {_shown(value)}")
+    return value
+
+
+def _plain(value: Any, where: str) -> Any:
+    """Free-form JSON (environment, summary): any shape, but only numbers SQLite and JSON keep."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _plain(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _plain(item, f"{where}[{index}]")
+    elif _is_int(value):
+        _int(value, where, -MAX_INTEGER - 1)
+    elif isinstance(value, float) or isinstance(value, _Unreadable):
+        if not _is_number(value):
+            raise _refuse(where, f"must be a finite number, got {_shown(value)}")
+    elif not (value is None or isinstance(value, (str, bool))):
+        raise _refuse(where, f"is not JSON: {_shown(value)}")
+    return value
+
+
+def _options(value: Any, where: str) -> dict:
+    value = _object(value, where, V1_OPTIONS)
+    options = RunOptions.from_dict(value)
+    errors = validate(options, ANY_GPU_COUNT)
+    if errors:
+        raise _refuse(where, next(iter(errors.values())))
+    _plain(value, where)  # the options this anatomy does not know
+    return {**value, **options.to_dict()}
+
+
+def _summary(value: Any, where: str) -> dict:
+    value = _plain(_object(value, where), where)
+    for key in ("time_s", "samples_per_second"):
+        if value.get(key) is not None and not (_is_number(value[key]) and value[key] >= 0):
+            raise _refuse(f"{where}.{key}", "must be a finite number from 0, got "
+                          + _shown(value[key]))
+    return value
+
+
+def _tags(value: Any, where: str) -> list[str]:
+    for index, tag in enumerate(_array(value, where)):
+        if not isinstance(tag, str) or not tag.strip() or "," in tag:
+            raise _refuse(f"{where}[{index}]", f"a tag is text without commas, got {_shown(tag)}")
+    return value
+
+
+def _run_row(value: Any, where: str) -> RunRow:
+    run = _object(value, where, ("created_at", "status", "options", "backend", "gpu"))
+    options = _options(run["options"], f"{where}.options")
+    return RunRow(
+        id=0,  # the store gives it a new one
+        name=_text(run.get("name"), f"{where}.name"),
+        created_at=_seconds(run["created_at"], f"{where}.created_at", MAX_EPOCH),
+        ended_at=_seconds(run.get("ended_at"), f"{where}.ended_at", MAX_EPOCH, optional=True),
+        status=_choice(run["status"], f"{where}.status", STATUSES),
+        preset=options["preset"],
+        options=options,
+        environment=_plain(_object(run.get("environment", {}), f"{where}.environment"),
+                           f"{where}.environment"),
+        backend=_choice(run["backend"], f"{where}.backend", BACKENDS),
+        memory_api=_choice(run.get("memory_api"), f"{where}.memory_api", MEMORY_APIS,
+                           optional=True),
+        gpu=_int(run["gpu"], f"{where}.gpu", 0, FIELDS["gpu"].high),
+        summary=_summary(run.get("summary", {}), f"{where}.summary"),
+        error=_text(run.get("error"), f"{where}.error"),
+        samples_sent=_int(run.get("samples_sent"), f"{where}.samples_sent", optional=True),
+        tags=tuple(_tags(run.get("tags", []), f"{where}.tags")),
+        sweep=_text(run.get("sweep"), f"{where}.sweep"),
+        worker_pid=None,
+        source=_plain(_object(run.get("source", {}), f"{where}.source"), f"{where}.source"),
+    )
+
+
+def _samples(value: Any, where: str) -> list[Sample]:
+    rows = []
+    for j, sample in enumerate(_array(value, where)):
+        here = f"{where}[{j}]"
+        if not isinstance(sample, list) or len(sample) != len(SAMPLE_COLUMNS):
+            raise _refuse(here, f"a sample is [{', '.join(SAMPLE_COLUMNS)}], got {_shown(sample)}")
+        t, gpu, used, reserved, total, util = sample
+        rows.append(Sample(
+            _seconds(t, f"{here}[0]"), _int(gpu, f"{here}[1]", 0, FIELDS["gpu"].high),
+            _memory(used, f"{here}[2]", optional=False), _memory(reserved, f"{here}[3]"),
+            _memory(total, f"{here}[4]"), _int(util, f"{here}[5]", 0, 100, optional=True)))
+    return rows
+
+
+def _phases(value: Any, where: str) -> list[PhaseSpan]:
+    rows = []
+    for j, phase in enumerate(_array(value, where)):
+        here = f"{where}[{j}]"
+        phase = _object(phase, here, ("name", "start_s", "end_s"))
+        name = _choice(phase["name"], f"{here}.name", PHASES)
+        if any(row.name == name for row in rows):
+            raise _refuse(f"{here}.name", f"the {name} phase appears twice")
+        start = _seconds(phase["start_s"], f"{here}.start_s")
+        end = _seconds(phase["end_s"], f"{here}.end_s", optional=True)
+        if end is not None and end < start:
+            raise _refuse(f"{here}.end_s", f"the phase ends ({end}) before it starts ({start})")
+        rows.append(PhaseSpan(name, start, end))
+    return rows
+
+
+def _steps(value: Any, where: str) -> list[Step]:
+    rows = []
+    for j, step in enumerate(_array(value, where)):
+        here = f"{where}[{j}]"
+        step = _object(step, here, ("t", "step"))
+        loss = step.get("loss")
+        if loss is not None and not _is_number(loss):
+            raise _refuse(f"{here}.loss", f"must be a finite number, got {_shown(loss)}")
+        rows.append(Step(_seconds(step["t"], f"{here}.t"), _int(step["step"], f"{here}.step"),
+                         _int(step.get("total"), f"{here}.total", optional=True), loss,
+                         _memory(step.get("allocated"), f"{here}.allocated"),
+                         _memory(step.get("reserved"), f"{here}.reserved")))
+    return rows
+
+
+def _messages(value: Any, where: str) -> list[Message]:
+    rows = []
+    for j, note in enumerate(_array(value, where)):
+        here = f"{where}[{j}]"
+        note = _object(note, here, ("t", "level", "text"))
+        rows.append(Message(_seconds(note["t"], f"{here}.t"),
+                            _text(note["level"], f"{here}.level", optional=False),
+                            _text(note["text"], f"{here}.text", optional=False)))
+    return rows
+
+
+def _record(value: Any, where: str) -> RunRecord:
+    entry = _object(value, where, ("run", "phases", "samples"))
+    record = RunRecord(
+        run=_run_row(entry["run"], f"{where}.run"),
+        samples=_samples(entry["samples"], f"{where}.samples"),
+        phases=_phases(entry["phases"], f"{where}.phases"),
+        steps=_steps(entry.get("steps", []), f"{where}.steps"),
+        messages=_messages(entry.get("messages", []), f"{where}.messages"),
+    )
+    if record.run.status == "running":
+        # Exported mid-run: here nothing will ever finish it. It ends where its recording ends.
+        last = max((sample.t for sample in record.samples), default=0.0)
+        record = replace(
+            record,
+            run=replace(record.run, status="stopped", error=(
+                "still running on its machine when it was exported: imported as stopped, with "
+                "what had been recorded by then")),
+            phases=[p if p.end_s is not None else p._replace(end_s=max(p.start_s, last))
+                    for p in record.phases])
+    return record
+
+
+def _header(data: Any) -> list:
+    if not isinstance(data, dict):
+        raise ImportRefused(f"not an anatomy export: the file holds a JSON {type(data).__name__},"
+                            f" not an object with \"schema\": \"{SCHEMA}\"")
+    if "schema" not in data:
+        keys = ", ".join(repr(k) for k in list(data)[:6]) or "none"
+        raise ImportRefused(f"not an anatomy export: there is no \"schema\" (its keys: {keys})")
+    if data["schema"] != SCHEMA:
+        raise _refuse("schema", f"{_shown(data['schema'])} is not an anatomy export "
+                      f"(expected {SCHEMA!r})")
+    version = data.get("version")
+    if version != SCHEMA_VERSION or not _is_int(version):
+        newer = (" (a newer anatomy wrote it: upgrade this one)"
+                 if _is_int(version) and version > SCHEMA_VERSION else "")
+        raise _refuse("version", f"the file is schema version {_shown(version)}; this anatomy "
+                      f"reads version {SCHEMA_VERSION}{newer}")
+    if data.get("sample_columns") != list(SAMPLE_COLUMNS):
+        raise _refuse("sample_columns", f"expected {list(SAMPLE_COLUMNS)}, got "
+                      f"{_shown(data.get('sample_columns'))}")
+    runs = _array(data.get("runs"), "runs")
+    if not runs:
+        raise _refuse("runs", "the file holds no run")
+    return runs
+
+
+def read_export(data: dict | bytes | str) -> list[RunRecord]:
+    """The runs of an export file, checked and ready for `Store.add_runs`; ImportRefused if any
+    part of the file is wrong."""
+    return [_record(entry, f"runs[{i}]") for i, entry in enumerate(_header(_parse(data)))]
+
+
+def import_runs(store: Store, data: dict | bytes | str) -> list[int]:
+    """Every run of an export file, under new ids, in one transaction: all of them or none."""
+    return store.add_runs(read_export(data))

@@ -1,0 +1,486 @@
+"""`python -m anatomy`: run, predict, sweep, runs, show, rename, tag, delete, export, import —
+the engine, headless."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import TextIO
+
+from anatomy.analysis import components, prediction, transfer
+from anatomy.analysis.operations import comparison
+from anatomy.analysis.options import FIELDS, InvalidOptions, RunOptions, defaults_for, validate
+from anatomy.analysis.report import RunReport, report, run_rows, when
+from anatomy.analysis.sweeps import SweepGrid, grid, parse_vary
+from anatomy.engine.manager import DeviceBusy, RunManager, is_live, machine
+from anatomy.engine.sweep import Sweep, SweepEvent
+from anatomy.store import STATUSES, Store
+from anatomy.units import MIB
+from anatomy.views import text
+
+POLL_SECONDS = 0.2
+
+
+def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    f = FIELDS
+    parser.add_argument("--preset", choices=f["preset"].choices, help=f["preset"].help +
+                        " (default: bert-large-uncased on a GPU, tiny without one)")
+    for name in ("batch_size", "seq_len", "dataset_size", "grad_accum", "seed", "sample_rate",
+                 "gpu", "profile_steps"):
+        parser.add_argument("--" + name.replace("_", "-"), type=int, dest=name,
+                            help=f"{f[name].help} ({f[name].low} to {f[name].high})")
+    steps = parser.add_mutually_exclusive_group()
+    steps.add_argument("--epochs", type=int, help=f["epochs"].help)
+    steps.add_argument("--max-steps", type=int, dest="max_steps", help=f["max_steps"].help)
+    parser.add_argument("--precision", choices=f["precision"].choices, help=f["precision"].help)
+    parser.add_argument("--gradient-checkpointing", action="store_true", default=None,
+                        help=f["gradient_checkpointing"].help)
+    parser.add_argument("--optim", help=f"{f['optim'].help}: {', '.join(f['optim'].choices)}")
+
+
+def options_from_args(args: argparse.Namespace, has_gpu: bool) -> RunOptions:
+    values = defaults_for(has_gpu).to_dict()
+    for name in FIELDS:
+        value = getattr(args, name, None)
+        if value is not None:
+            values[name] = value
+    return RunOptions.from_dict(values)
+
+
+def _progress(step: int, total: int, started: float, width: int = 30) -> str:
+    done = min(1.0, step / total) if total else 0.0
+    elapsed = time.monotonic() - started
+    left = elapsed / step * (total - step) if step else None
+    bar = "#" * int(done * width) + "-" * (width - int(done * width))
+    eta = f"{left:5.0f} s left" if left is not None else "   ?  s left"
+    return f"\rtraining [{bar}] {step}/{total} steps, {eta}"
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    store = Store(args.store)
+    options = options_from_args(args, machine().has_gpu)
+    manager = RunManager(store)
+    try:
+        run_id = manager.start(options)
+    except InvalidOptions as error:
+        for message in error.errors.values():
+            print(f"error: {message}", file=sys.stderr)
+        return 2
+    except DeviceBusy as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    rep = report(store, run_id)
+    print(f"run {run_id}: {options.preset}, batch size {options.batch_size}, "
+          f"{options.precision}, {rep.device_name}")
+    print(f"measuring: {text.source(rep.backend, rep.memory_api)}")
+    printed: set[str] = set()
+    tty = sys.stderr.isatty()
+    train_started = None
+    last_progress = 0.0
+    try:
+        while True:
+            active = manager.is_active(run_id)
+            rep = report(store, run_id)
+            for phase in rep.phases:
+                if phase.done and phase.name not in printed:
+                    printed.add(phase.name)
+                    if phase.name == "training":
+                        if tty:
+                            print(file=sys.stderr)
+                        continue  # the walkthrough prints it with the summary
+                    line = text.occupied_line(phase.memory_bytes, rep.backend)
+                    print(f"{line}  ({phase.name})", flush=True)
+                if phase.name == "training" and not phase.done:
+                    train_started = train_started or time.monotonic()
+                    step = store.last_step(run_id)
+                    now = time.monotonic()
+                    if step and (tty or now - last_progress > 5):
+                        line = _progress(step.step, step.total, train_started)
+                        print(line if tty else line.strip(), end="" if tty else "\n",
+                              file=sys.stderr, flush=True)
+                        last_progress = now
+            if not active:
+                break
+            time.sleep(POLL_SECONDS)
+    except KeyboardInterrupt:
+        print("\nstopping…", file=sys.stderr)
+        manager.stop(run_id)
+    rep = report(store, run_id)
+    for message in rep.messages:
+        print(f"{message.level}: {message.text}", file=sys.stderr)
+    summary = rep.summary
+    if rep.status == "completed":
+        print(f"Time: {summary.time_s:.2f}")
+        print(f"Samples/second: {summary.samples_per_second:.2f}")
+    if rep.training:
+        print(f"{text.occupied_line(rep.training.memory_bytes, rep.backend)}  (training)")
+    print(f"peak: {summary.peak_mb} MB; status: {rep.status}; "
+          f"{rep.samples} samples stored in {store.path} as run {run_id}")
+    if rep.status != "completed":
+        print(f"{rep.status}: {rep.error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    gpu_count = machine().gpu_count
+    options = options_from_args(args, gpu_count > 0)
+    errors = validate(options, gpu_count)
+    for message in errors.values():
+        print(f"error: {message}", file=sys.stderr)
+    if errors:
+        return 2
+    predicted = prediction.predict(options, device="cuda" if gpu_count else "cpu")
+    if args.json:
+        print(json.dumps(predicted.to_dict(), indent=2))
+        return 0
+    print(f"{options.preset} ({predicted.parameters:,} parameters), batch size "
+          f"{options.batch_size}, sequence length {options.seq_len}, {options.precision}, "
+          f"{options.optim}{', gradient checkpointing' if options.gradient_checkpointing else ''}")
+    rows = [[name.replace("_", " "), f"{value / MIB:,.1f}",
+             f"{value / predicted.parameters:.2f}"] for name, value in predicted.components().items()]
+    rows.append(["sum of the parts", f"{predicted.sum_of_parts / MIB:,.1f}", ""])
+    print(_table(rows, ["component", "MB", "bytes/param"]))
+    print(predicted.need_line())
+    return 0
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(x)) for x in column) for column in zip(header, *rows)]
+    lines = ["  ".join(str(x).ljust(w) for x, w in zip(line, widths)) for line in [header, *rows]]
+    return "\n".join(lines)
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    filters = {"tag": args.tag, "preset": args.preset, "status": args.status}
+    rows = run_rows(Store(args.store), **filters)
+    if args.json:
+        print(json.dumps([asdict(r) for r in rows], indent=2))
+        return 0
+    if not rows:
+        chosen = ", ".join(f"{k} {v}" for k, v in filters.items() if v is not None)
+        print(f"no stored run has {chosen}" if chosen else
+              "no runs stored yet: start one with `python -m anatomy run`")
+        return 0
+    header = ["id", "created", "status", "preset", "batch", "prec", "peak MB", "Time", "Samples/s",
+              "tags", "name"]
+    body = [[r.id, r.created, r.status, r.preset, r.batch_size, r.precision,
+             r.peak_mb if r.peak_mb is not None else "",
+             f"{r.time_s:.2f}" if r.time_s else "",
+             f"{r.samples_per_second:.2f}" if r.samples_per_second else "",
+             ",".join(r.tags), r.name or ""] for r in rows]
+    print(_table(body, header))
+    return 0
+
+
+def _run_or_error(store: Store, run_id: int):
+    run = store.run(run_id)
+    if run is None:
+        print(f"error: run {run_id} is not in {store.path}", file=sys.stderr)
+    return run
+
+
+def cmd_rename(args: argparse.Namespace) -> int:
+    store = Store(args.store)
+    if _run_or_error(store, args.run_id) is None:
+        return 1
+    store.rename_run(args.run_id, args.name.strip() or None)
+    print(f"run {args.run_id}: {store.run(args.run_id).name or '(no name)'}")
+    return 0
+
+
+def cmd_tag(args: argparse.Namespace) -> int:
+    store = Store(args.store)
+    run = _run_or_error(store, args.run_id)
+    if run is None:
+        return 1
+    if args.remove:
+        tags = [t for t in run.tags if t not in {x.strip() for x in args.tags}]
+    else:
+        tags = [*run.tags, *args.tags]
+    try:
+        store.set_tags(args.run_id, tags)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"run {args.run_id} tags: {', '.join(store.run(args.run_id).tags) or '(none)'}")
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    store = Store(args.store)
+    run = _run_or_error(store, args.run_id)
+    if run is None:
+        return 1
+    if is_live(run, RunManager(store)):
+        print(f"error: run {args.run_id} is still running: stop it first", file=sys.stderr)
+        return 2
+    if not args.yes:
+        if not sys.stdin.isatty():
+            print("error: deleting cannot be undone: confirm with --yes (no terminal to ask on)",
+                  file=sys.stderr)
+            return 2
+        samples = store.sample_count(args.run_id)
+        what = f"run {args.run_id} ({run.preset}, {run.status}, {samples} samples)"
+        if input(f"Delete {what}? This cannot be undone. [y/N] ").strip().lower() not in ("y", "yes"):
+            print("not deleted")
+            return 1
+    store.delete_run(args.run_id)
+    print(f"deleted run {args.run_id}")
+    return 0
+
+
+def _report_or_error(store: Store, run_id: int) -> RunReport | None:
+    rep = report(store, run_id)
+    if rep is None:
+        print(f"error: run {run_id} is not in {store.path}", file=sys.stderr)
+    return rep
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    store = Store(args.store)
+    rep = _report_or_error(store, args.run_id)
+    if rep is None:
+        return 1
+    if args.json:
+        print(json.dumps(rep.to_dict(), indent=2, default=str))
+        return 0
+    env = rep.environment
+    print(f"run {rep.id}  status: {rep.status}  created: {when(rep.created_at)}")
+    print(f"device: {rep.device_name}  driver: {env.get('driver') or '-'}  "
+          f"torch: {env.get('torch', '-')}  transformers: {env.get('transformers', '-')}")
+    print(f"measuring: {text.source(rep.backend, rep.memory_api)}")
+    print("options: " + ", ".join(f"{k}={v}" for k, v in rep.stored_options.items()))
+    print(_table([[p.name, f"{p.start_s:.2f}", p.memory_mb] for p in rep.phases],
+                 ["phase", "start s", "memory at end (MB)"]))
+    s = rep.summary
+    if s.time_s is not None:
+        print(f"Time: {s.time_s:.2f}\nSamples/second: {s.samples_per_second:.2f}")
+    print(f"peak: {s.peak_mb} MB   samples: {rep.samples}   steps: {rep.steps}")
+    if rep.components:
+        parts = rep.components
+        print("measured components (MB): " + ", ".join(
+            f"{name}={parts.get(name) / MIB:.1f}" for name in components.ORDER
+            if parts.get(name) is not None))
+    if rep.operations:
+        profile = rep.operations
+        print(f"operation classes ({profile.time_source}, {profile.steps} profiled steps):")
+        print(_table([[r.kind, f"{100 * r.flop_share:.2f}%", f"{100 * r.time_share:.1f}%"]
+                      for r in comparison(profile)], ["class", "flop", "time"]))
+    if rep.error:
+        print(f"error: {rep.error}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    store = Store(args.store)
+    try:
+        if args.format == "json":
+            content = json.dumps(transfer.export_runs(store, args.run_ids), default=str)
+        elif args.format == "html":
+            from anatomy.views import export  # plotly loads for this export only
+
+            content = export.runs_html(store, args.run_ids)
+        else:
+            content = transfer.samples_csv(store, args.run_ids)
+    except KeyError as error:
+        print(f"error: {error.args[0]}", file=sys.stderr)
+        return 1
+    if args.output:
+        Path(args.output).write_text(content)
+        print(f"wrote {args.output}")
+    else:
+        sys.stdout.write(content)
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    try:
+        data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+    except OSError as error:
+        print(f"error: cannot read {args.file}: {error.strerror}", file=sys.stderr)
+        return 1
+    store = Store(args.store)
+    try:
+        run_ids = transfer.import_runs(store, data)
+    except transfer.ImportRefused as error:
+        print(f"error: {args.file} is refused, nothing was imported: {error}", file=sys.stderr)
+        return 2
+    except sqlite3.Error as error:
+        print(f"error: writing to {store.path} failed, nothing was imported: {error}",
+              file=sys.stderr)
+        return 1
+    for run_id in run_ids:
+        print(run_id)
+    return 0
+
+
+def _values_text(values: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in values.items())
+
+
+def _sweep_printer(sweep: Sweep, out: TextIO) -> Callable[[SweepEvent], None]:
+    told: list[SweepEvent] = []
+
+    def tell(event: SweepEvent) -> None:
+        if not told:  # here, not after start(): the sweep's thread may speak first
+            print(f"sweep {sweep.id}: {sweep.name}, {len(sweep.planned)} runs planned"
+                  f"{' (then doubling batch size until out of memory)' if sweep.until_oom else ''}",
+                  file=out, flush=True)
+        told.append(event)
+        where = f"[{event.index}/{event.planned}{'+' if sweep.until_oom else ''}]"
+        if event.kind == "start":
+            print(f"{where} run {event.run_id}: {_values_text(event.values)} …", file=out, flush=True)
+        elif event.kind == "end":
+            s = report(sweep.store, event.run_id).summary
+            speed = (f", {s.samples_per_second:.2f} samples/s, {s.time_s:.2f} s"
+                     if s.samples_per_second is not None else "")
+            print(f"{where} run {event.run_id}: {_values_text(event.values)} → {event.status}, "
+                  f"peak {s.peak_mb} MB{speed}", file=out, flush=True)
+        else:
+            print(f"skipped {_values_text(event.values)}: a smaller batch size ran out of memory",
+                  file=out, flush=True)
+    return tell
+
+
+def _print_grid(result: SweepGrid) -> None:
+    names = list(result.vary)
+    rows = [[r.run, *(r.values[n] for n in names), r.status,
+             r.peak_mb if r.peak_mb is not None else "",
+             f"{r.samples_per_second:.2f}" if r.samples_per_second is not None else "",
+             f"{r.time_s:.2f}" if r.time_s is not None else ""] for r in result.runs]
+    print(_table(rows, ["run", *names, "status", "peak MB", "Samples/s", "Time"]))
+    fitting = result.largest_fitting
+    if isinstance(fitting, dict):
+        other = next(n for n in names if n != "batch_size")
+        print("largest batch size that fit: " + "; ".join(
+            f"{other}={value}: {size if size is not None else 'none'}" for value, size in fitting.items()))
+    elif "batch_size" in names:
+        print(f"largest batch size that fit: {fitting if fitting is not None else 'none'}")
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    store = Store(args.store)
+    info = machine()
+    base = options_from_args(args, info.has_gpu)
+    try:
+        sweep = Sweep(RunManager(store), base, parse_vary(args.vary), args.until_oom, args.name,
+                      info.gpu_count)
+    except InvalidOptions as error:
+        for message in error.errors.values():
+            print(f"error: {message}", file=sys.stderr)
+        return 2
+    # with --json, stdout holds the JSON alone
+    sweep.on_event = _sweep_printer(sweep, sys.stderr if args.json else sys.stdout)
+    try:
+        sweep_id = sweep.start()
+    except DeviceBusy as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    try:
+        while sweep.wait(POLL_SECONDS) is None:
+            pass
+    except KeyboardInterrupt:
+        print("\nstopping the sweep…", file=sys.stderr)
+        sweep.stop()
+        sweep.wait()
+    result = grid(store, sweep_id)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        _print_grid(result)
+    if sweep.status != "completed":
+        print(f"sweep {sweep.status}{': ' + sweep.error if sweep.error else ''}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog="python -m anatomy",
+                                   description="GPU memory during model training, phase by phase")
+    commands = root.add_subparsers(dest="command", required=True)
+    store_help = "the run store (default: $ANATOMY_STORE, then data/anatomy.sqlite)"
+
+    run = commands.add_parser("run", help="train once, printing memory at the end of each phase")
+    _add_run_options(run)
+    run.add_argument("--store", help=store_help)
+    run.set_defaults(func=cmd_run)
+
+    predict = commands.add_parser("predict", help="the memory a run should need, by component")
+    _add_run_options(predict)
+    predict.add_argument("--json", action="store_true", help="bytes, as one JSON object")
+    predict.set_defaults(func=cmd_predict)
+
+    runs = commands.add_parser("runs", help="the stored runs")
+    runs.add_argument("--json", action="store_true")
+    runs.add_argument("--tag", help="only runs with this tag")
+    runs.add_argument("--preset", help="only runs of this preset")
+    runs.add_argument("--status", choices=STATUSES, help="only runs that ended so (or still run)")
+    runs.add_argument("--store", help=store_help)
+    runs.set_defaults(func=cmd_runs)
+
+    show = commands.add_parser("show", help="one run: options, phases, summary")
+    show.add_argument("run_id", type=int)
+    show.add_argument("--json", action="store_true")
+    show.add_argument("--store", help=store_help)
+    show.set_defaults(func=cmd_show)
+
+    export = commands.add_parser("export", help="runs as JSON (everything) or CSV (samples)")
+    export.add_argument("run_ids", type=int, nargs="+", metavar="RUN_ID")
+    export.add_argument("--format", choices=("json", "csv", "html"), required=True,
+                        help="json: everything, to import elsewhere; csv: the samples; "
+                             "html: the memory charts, a standalone page")
+    export.add_argument("--output", help="file to write (default: standard output)")
+    export.add_argument("--store", help=store_help)
+    export.set_defaults(func=cmd_export)
+
+    load = commands.add_parser("import", help="runs from an exported JSON file, under new ids")
+    load.add_argument("file", metavar="FILE", help="the file `export --format json` wrote (- reads"
+                      " standard input)")
+    load.add_argument("--store", help=store_help)
+    load.set_defaults(func=cmd_import)
+
+    sweep = commands.add_parser("sweep", help="runs one after another, one or two options varied")
+    _add_run_options(sweep)
+    sweep.add_argument("--vary", action="append", required=True, metavar="OPTION=V1,V2,…",
+                       help="an option and its values, e.g. batch-size=1,2,4 or precision=fp32,bf16"
+                            " or gradient-checkpointing=off,on (once or twice)")
+    sweep.add_argument("--until-oom", action="store_true",
+                       help="with --vary batch-size: keep doubling past the list until a run is out"
+                            " of memory")
+    sweep.add_argument("--name", help="the sweep's name (default: what it varies)")
+    sweep.add_argument("--json", action="store_true",
+                       help="print the grid as one JSON object (progress goes to stderr)")
+    sweep.add_argument("--store", help=store_help)
+    sweep.set_defaults(func=cmd_sweep)
+
+    rename = commands.add_parser("rename", help="name a run (an empty name removes it)")
+    rename.add_argument("run_id", type=int, metavar="RUN_ID")
+    rename.add_argument("name", metavar="NAME")
+    rename.add_argument("--store", help=store_help)
+    rename.set_defaults(func=cmd_rename)
+
+    tag = commands.add_parser("tag", help="add tags to a run, or remove them")
+    tag.add_argument("run_id", type=int, metavar="RUN_ID")
+    tag.add_argument("tags", nargs="+", metavar="TAG")
+    tag.add_argument("--remove", action="store_true", help="remove these tags instead")
+    tag.add_argument("--store", help=store_help)
+    tag.set_defaults(func=cmd_tag)
+
+    delete = commands.add_parser("delete", help="delete a run and all it recorded")
+    delete.add_argument("run_id", type=int, metavar="RUN_ID")
+    delete.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    delete.add_argument("--store", help=store_help)
+    delete.set_defaults(func=cmd_delete)
+    return root
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    return args.func(args)

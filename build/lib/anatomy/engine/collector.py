@@ -1,0 +1,107 @@
+"""The collector: one run's messages, from any of its senders, written into the store in batches.
+
+Used by the manager for its own worker, by a user's process for a run it records itself (the
+phase API, the Trainer callback) and by `anatomy watch` for a command's processes. Messages are
+the protocol's (engine/protocol.py); rows wait here until the next flush, so the store sees one
+transaction per FLUSH_SECONDS.
+"""
+
+from __future__ import annotations
+
+import queue as queue_module
+import time
+from dataclasses import dataclass, field
+
+from anatomy.engine import protocol
+from anatomy.store import Message, PhaseMark, Sample, Step, Store
+
+FLUSH_SECONDS = 0.1
+
+
+@dataclass
+class Outcome:
+    """What the collector learnt besides the rows it wrote."""
+    failure: protocol.Failure | None = None
+    summary: dict | None = None
+    components: dict | None = None
+    operations: dict | None = None
+    samples_sent: int | None = None
+    last_step: Step | None = None
+
+
+@dataclass
+class Rows:
+    """Rows waiting for the next write, in arrival order."""
+    samples: list[Sample] = field(default_factory=list)
+    phases: list[PhaseMark] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+    messages: list[Message] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.samples or self.phases or self.steps or self.messages)
+
+    def clear(self) -> None:
+        for rows in (self.samples, self.phases, self.steps, self.messages):
+            rows.clear()
+
+
+class Collector:
+    def __init__(self, store: Store, run_id: int):
+        self.store, self.run_id = store, run_id
+        self.rows = Rows()
+        self.outcome = Outcome()
+        self._flushed_at = time.monotonic()
+
+    def handle(self, message) -> None:
+        match message:
+            case protocol.Samples(samples=samples):
+                self.rows.samples.extend(samples)
+            case protocol.Phase(mark=mark):
+                self.rows.phases.append(mark)
+            case protocol.StepReport(step=step):
+                self.rows.steps.append(step)
+                self.outcome.last_step = step
+            case protocol.Note(message=note):
+                self.rows.messages.append(note)
+            case protocol.Environment(values=values):
+                self.flush()
+                self.store.merge_environment(self.run_id, values)
+            case protocol.TrainingSummary(values=values):
+                self.outcome.summary = values
+            case protocol.ComponentsMeasured(values=values):
+                self.outcome.components = values
+            case protocol.OperationsProfiled(values=values):
+                self.outcome.operations = values
+            case protocol.Failure():
+                self.outcome.failure = message
+            case protocol.SamplerDone(sent=sent):
+                self.outcome.samples_sent = sent
+
+    def drain(self, source) -> None:
+        """Every message waiting on `source` (a queue), without blocking."""
+        while True:
+            try:
+                self.handle(source.get_nowait())
+            except queue_module.Empty:
+                return
+
+    def flush(self) -> None:
+        if self.rows:
+            self.store.write(self.run_id, samples=self.rows.samples, phases=self.rows.phases,
+                             steps=self.rows.steps, messages=self.rows.messages)
+            self.rows.clear()
+        self._flushed_at = time.monotonic()
+
+    def flush_when_due(self) -> None:
+        if time.monotonic() - self._flushed_at >= FLUSH_SECONDS:
+            self.flush()
+
+    def summary_values(self) -> dict:
+        """What the run's `summary` column keeps: the Trainer's figures, the components measured
+        and the profile, where they came."""
+        summary = dict(self.outcome.summary or {})
+        if self.outcome.components:
+            summary["components"] = self.outcome.components
+        if self.outcome.operations:
+            summary["operations"] = self.outcome.operations
+        return summary

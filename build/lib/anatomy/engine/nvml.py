@@ -1,0 +1,167 @@
+"""The one module that talks to NVML. Every NVML error becomes a plain value or a clear message.
+
+Callers never see an NVMLError: a field the driver does not support is None, a missing driver or
+library makes `available()` false and `status()` say why. Tests replace `_lib` (the pynvml
+module) with a fake, at this boundary only; everything above it runs for real.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+try:  # nvidia-ml-py provides the `pynvml` module
+    import pynvml as _lib
+except ImportError:  # pragma: no cover - it is in requirements.txt
+    _lib = None
+
+_state: dict[str, Any] = {"initialised": False, "error": None}
+
+
+@dataclass(frozen=True)
+class Memory:
+    """One reading of one GPU's memory, in bytes.
+
+    `used` is v2's used (driver-reserved memory excluded) when `api == "v2"`, else v1's used,
+    which on R510+ drivers includes the driver's reservation.
+    """
+
+    used: int
+    total: int
+    reserved: int | None
+    api: str  # "v2" or "v1"
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    index: int
+    name: str
+    uuid: str | None
+    total: int
+    memory_api: str
+
+
+def _message(error: Exception) -> str:
+    return f"NVML: {error}"
+
+
+def init() -> bool:
+    """Start NVML once per process; false (with `status()` saying why) when it cannot."""
+    if _state["initialised"]:
+        return True
+    if _lib is None:
+        _state["error"] = "NVML: the nvidia-ml-py package is not installed"
+        return False
+    try:
+        _lib.nvmlInit()
+    except Exception as error:  # NVMLError or OSError when libnvidia-ml.so is absent
+        _state["error"] = _message(error)
+        return False
+    _state.update(initialised=True, error=None)
+    return True
+
+
+def reset() -> None:
+    """Forget the init state (tests swap `_lib`)."""
+    _state.update(initialised=False, error=None)
+
+
+def available() -> bool:
+    return init() and device_count() > 0
+
+
+def status() -> str:
+    """Why NVML is not there, in words, or "ok"."""
+    if init():
+        return "ok" if device_count() > 0 else "NVML: no GPU found"
+    return _state["error"] or "NVML: not initialised"
+
+
+def device_count() -> int:
+    if not init():
+        return 0
+    try:
+        return int(_lib.nvmlDeviceGetCount())
+    except Exception:
+        return 0
+
+
+def _handle(index: int):
+    return _lib.nvmlDeviceGetHandleByIndex(index)
+
+
+def _device(index: int):
+    """The handle of GPU `index`, or None without NVML or without such a GPU."""
+    if not init():
+        return None
+    return _optional(_handle, index)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _optional(call, *args) -> Any:
+    """A value the driver may not support: None instead of an error."""
+    try:
+        return call(*args)
+    except Exception:
+        return None
+
+
+def memory(index: int) -> Memory | None:
+    """Memory of GPU `index`: v2 where the driver has it (reserved separated), else v1."""
+    handle = _device(index)
+    if handle is None:
+        return None
+    version = getattr(_lib, "nvmlMemory_v2", None)
+    if version is not None:
+        try:
+            info = _lib.nvmlDeviceGetMemoryInfo(handle, version=version)
+            return Memory(int(info.used), int(info.total), int(info.reserved), "v2")
+        except Exception:
+            pass  # older driver: no nvmlDeviceGetMemoryInfo_v2, fall back to v1
+    try:
+        info = _lib.nvmlDeviceGetMemoryInfo(handle)
+        return Memory(int(info.used), int(info.total), None, "v1")
+    except Exception:
+        return None
+
+
+def utilization(index: int) -> int | None:
+    """GPU utilisation in percent, or None where not supported."""
+    if not init():
+        return None
+    rates = _optional(lambda: _lib.nvmlDeviceGetUtilizationRates(_handle(index)))
+    return None if rates is None else int(rates.gpu)
+
+
+def device_info(index: int) -> DeviceInfo | None:
+    handle = _device(index)
+    if handle is None:
+        return None
+    reading = memory(index)
+    name = _optional(_lib.nvmlDeviceGetName, handle)
+    uuid = _optional(_lib.nvmlDeviceGetUUID, handle)
+    return DeviceInfo(
+        index=index,
+        name=_text(name) if name is not None else f"GPU {index}",
+        uuid=_text(uuid) if uuid is not None else None,
+        total=reading.total if reading else 0,
+        memory_api=reading.api if reading else "none",
+    )
+
+
+def driver_version() -> str | None:
+    if not init():
+        return None
+    value = _optional(_lib.nvmlSystemGetDriverVersion)
+    return None if value is None else _text(value)
+
+
+def cuda_driver_version() -> str | None:
+    """The CUDA version the driver supports, as "12.4"."""
+    if not init():
+        return None
+    value = _optional(_lib.nvmlSystemGetCudaDriverVersion)
+    return None if value is None else f"{value // 1000}.{value % 1000 // 10}"

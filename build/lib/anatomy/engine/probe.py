@@ -1,0 +1,113 @@
+"""The component probe: over the first steps of training it reads tensor sizes and the caching
+allocator at the moments that matter (anatomy/analysis/components.py names the components).
+
+It runs inside the training process and imports torch when it is built.
+"""
+
+from __future__ import annotations
+
+from anatomy.analysis.components import MEASURED_STEPS
+
+__all__ = ["MEASURED_STEPS", "ComponentProbe", "optimizer_state_bytes"]
+
+
+def _tensor_bytes(tensors) -> int:
+    """Bytes of distinct storages: views and shared weights are counted once."""
+    seen: dict[int, int] = {}
+    for tensor in tensors:
+        storage = tensor.untyped_storage()
+        seen[storage.data_ptr()] = storage.nbytes()
+    return sum(seen.values())
+
+
+def optimizer_state_bytes(optimizer) -> int:
+    import torch
+
+    return _tensor_bytes(value for state in optimizer.state.values() for value in state.values()
+                         if isinstance(value, torch.Tensor) and value.numel() > 1)
+
+
+class ComponentProbe:
+    """Hooks on the model plus callback entry points; `result()` gives bytes by component."""
+
+    def __init__(self, model, use_cuda: bool):
+        import torch
+
+        self.torch, self.model, self.use_cuda = torch, model, use_cuda
+        self.values: dict[str, int] = {"weights": _tensor_bytes(model.parameters())}
+        self.moments: dict[str, int] = {}
+        self.forwards = 0
+        self._before = 0
+        self._saved: dict[int, int] = {}
+        self._saving = None
+        self._handles = [model.register_forward_pre_hook(self._forward_begins),
+                         model.register_forward_hook(self._forward_ends)]
+        if use_cuda:
+            torch.cuda.reset_peak_memory_stats()
+
+    def _allocated(self) -> int:
+        return self.torch.cuda.memory_allocated() if self.use_cuda else 0
+
+    def _forward_begins(self, module, args):
+        if not module.training:
+            return
+        self._before = self._allocated()
+        if not self.use_cuda:
+            self._saved = {}
+
+            def pack(tensor):
+                storage = tensor.untyped_storage()
+                self._saved[storage.data_ptr()] = storage.nbytes()
+                return tensor
+
+            self._saving = self.torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
+            self._saving.__enter__()
+
+    def _forward_ends(self, module, args, output):
+        if not module.training:
+            return
+        self.forwards += 1
+        if self.use_cuda:
+            held = self._allocated() - self._before
+            self.moments["end of forward"] = self._allocated()
+        else:
+            self._saving.__exit__(None, None, None)
+            self._saving = None
+            parameters = {p.untyped_storage().data_ptr() for p in self.model.parameters()}
+            held = sum(size for ptr, size in self._saved.items() if ptr not in parameters)
+        # The latest forward pass, not the largest: the first one also allocates cuBLAS's
+        # workspace (32 MiB on Hopper), which is not an activation and stays for good.
+        self.values["activations"] = held
+
+    def before_optimizer_step(self) -> None:
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        self.values["gradients"] = max(self.values.get("gradients", 0), _tensor_bytes(grads))
+        if self.use_cuda:
+            self.moments["end of backward"] = max(self.moments.get("end of backward", 0),
+                                                  self._allocated())
+
+    def after_optimizer_step(self, optimizer) -> None:
+        if optimizer is not None:
+            self.values["optimizer_states"] = optimizer_state_bytes(optimizer)
+        if self.use_cuda:
+            self.moments["after optimizer step"] = max(
+                self.moments.get("after optimizer step", 0), self._allocated())
+
+    def close(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        if self._saving is not None:
+            self._saving.__exit__(None, None, None)
+            self._saving = None
+
+    def result(self) -> dict[str, int]:
+        values = dict(self.values)
+        if self.use_cuda:
+            cuda = self.torch.cuda
+            peak_allocated, peak_reserved = cuda.max_memory_allocated(), cuda.max_memory_reserved()
+            values.update(allocator_cache=peak_reserved - peak_allocated,
+                          peak_allocated=peak_allocated, peak_reserved=peak_reserved)
+            values["moments"] = dict(self.moments)
+        values["steps_measured"] = MEASURED_STEPS
+        return values

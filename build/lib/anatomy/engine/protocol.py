@@ -1,0 +1,113 @@
+"""What travels on a run's queues, from the sampler and the training processes to the collector.
+
+Every message is a typed record read by name. Each says who sent it (`Source`: the rank of the
+training process and its pid; the sampler is rank None), because a run can have several
+senders: the sampler, and one training process per GPU. Samples are the store's own rows, so the
+collector writes them as they come.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from anatomy.store import Message, PhaseMark, Sample, Step
+
+__all__ = ["SAMPLER", "ComponentsMeasured", "Environment", "Failure", "Message", "Note",
+           "OperationsProfiled", "Phase", "PhaseMark", "Sample", "SamplerDone", "Samples", "Source",
+           "Step", "StepReport", "TrainingSummary"]
+
+
+@dataclass(frozen=True)
+class Source:
+    """Who sent a message: a training process (its rank, 0 for a single process) or the sampler
+    (rank None); its pid; the device it trains on (torch's index), if any."""
+
+    rank: int | None = 0
+    pid: int = field(default_factory=os.getpid)
+    device: int | None = None
+
+
+SAMPLER = Source(rank=None)
+
+
+@dataclass(frozen=True)
+class Samples:
+    """A batch of readings, every device's, in the order they were taken."""
+
+    samples: list[Sample]
+    source: Source = SAMPLER
+
+
+@dataclass(frozen=True)
+class SamplerDone:
+    """The sampler's last word: how many samples it sent, so the store can prove it lost none."""
+
+    sent: int
+    source: Source = SAMPLER
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A phase begins (its state is reached) or ends (the next step begins)."""
+
+    mark: PhaseMark
+    source: Source
+
+
+@dataclass(frozen=True)
+class StepReport:
+    """An optimizer step has ended: its loss and the allocator's figures."""
+
+    step: Step
+    source: Source
+
+
+@dataclass(frozen=True)
+class Environment:
+    """Versions, device and model facts, merged into the run's environment."""
+
+    values: dict[str, Any]
+    source: Source
+
+
+@dataclass(frozen=True)
+class Note:
+    """Something the user should know (shown with the run)."""
+
+    message: Message
+    source: Source
+
+
+@dataclass(frozen=True)
+class ComponentsMeasured:
+    """Measured memory components of the first steps, in bytes (analysis/components.py)."""
+
+    values: dict[str, Any]
+    source: Source
+
+
+@dataclass(frozen=True)
+class OperationsProfiled:
+    """The operation classes of profiled steps (analysis/operations.py's OperationProfile)."""
+
+    values: dict[str, Any]
+    source: Source
+
+
+@dataclass(frozen=True)
+class TrainingSummary:
+    """The Trainer's figures at the end: time_s, samples_per_second, steps, loss."""
+
+    values: dict[str, Any]
+    source: Source
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The training failed: status "oom" or "failed", and the error."""
+
+    status: str
+    text: str
+    source: Source

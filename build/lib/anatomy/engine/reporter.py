@@ -1,0 +1,63 @@
+"""The training side's voice: phase marks, steps and findings, as protocol messages on the run's
+queue, each stamped with the run's clock and the sender's `Source`.
+
+Imports no torch: the worker marks its baseline with it before torch is loaded.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from anatomy.engine import protocol
+from anatomy.store import Message, PhaseMark, Step
+
+
+class Reporter:
+    """Sends a run's events. `t0` is the run's start on the monotonic clock (shared by every
+    process of the machine); `dwell` is how long a state between two steps is held."""
+
+    def __init__(self, queue, t0: float, dwell: float = 0.0,
+                 source: protocol.Source | None = None):
+        self.queue, self.t0, self.dwell = queue, t0, dwell
+        self.source = source or protocol.Source()
+        self.open_phase: str | None = None
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def begin(self, name: str) -> None:
+        self.queue.put(protocol.Phase(PhaseMark("start", name, self.now()), self.source))
+        self.open_phase = name
+
+    def end(self, name: str) -> None:
+        self.queue.put(protocol.Phase(PhaseMark("end", name, self.now()), self.source))
+        self.open_phase = None
+
+    def hold(self, name: str) -> None:
+        """A state between two steps: begun, held a few sample periods (so the sampler sees it
+        even on a tiny model), ended as the next step begins."""
+        self.begin(name)
+        time.sleep(self.dwell)
+        self.end(name)
+
+    def step(self, step: Step) -> None:
+        self.queue.put(protocol.StepReport(step, self.source))
+
+    def tell(self, level: str, text: str) -> None:
+        self.queue.put(protocol.Note(Message(self.now(), level, text), self.source))
+
+    def environment(self, values: dict[str, Any]) -> None:
+        self.queue.put(protocol.Environment(values, self.source))
+
+    def components(self, values: dict[str, Any]) -> None:
+        self.queue.put(protocol.ComponentsMeasured(values, self.source))
+
+    def operations(self, values: dict[str, Any]) -> None:
+        self.queue.put(protocol.OperationsProfiled(values, self.source))
+
+    def summary(self, values: dict[str, Any]) -> None:
+        self.queue.put(protocol.TrainingSummary(values, self.source))
+
+    def failure(self, status: str, text: str) -> None:
+        self.queue.put(protocol.Failure(status, text, self.source))

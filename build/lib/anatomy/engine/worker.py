@@ -1,0 +1,193 @@
+"""The training worker: the walkthrough's steps, each phase marked as it begins and as it ends.
+
+Runs in a spawned process (never forked). It imports torch only after the baseline mark, so the
+baseline is measured before any CUDA call (without a GPU: before torch is loaded). Everything it
+says goes on its queue as protocol messages (engine/protocol.py), through a `Reporter`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+import traceback
+
+from anatomy.engine.reporter import Reporter
+
+EXIT_OOM = 3
+EXIT_FAILED = 1
+
+
+def _dummy_dataset(options: dict):
+    """The walkthrough's dataset: random token ids in [100, 30000), binary labels."""
+    import numpy as np
+    from datasets import Dataset
+
+    rng = np.random.default_rng(options["seed"])
+    size, length = options["dataset_size"], options["seq_len"]
+    data = {
+        "input_ids": rng.integers(100, 30000, (size, length)),
+        "labels": rng.integers(0, 2, (size,)),
+    }
+    return Dataset.from_dict(data)  # set_format("pt") imports torch: the caller does it later
+
+
+def _is_oom(error: BaseException) -> bool:
+    import torch
+
+    if isinstance(error, (torch.cuda.OutOfMemoryError, MemoryError)):
+        return True
+    text = str(error)
+    return "out of memory" in text.lower() or "can't allocate memory" in text
+
+
+def _training_arguments(options: dict, output_dir: str, use_cuda: bool, eval_strategy: str):
+    from transformers import TrainingArguments
+
+    # transformers 5.2x renamed gradient_checkpointing; older 5.x only knows the old name.
+    checkpointing = ("activation_checkpointing"
+                     if "activation_checkpointing" in TrainingArguments.__dataclass_fields__
+                     else "gradient_checkpointing")
+    return TrainingArguments(
+        # The walkthrough's default_args:
+        output_dir=output_dir, eval_strategy=eval_strategy, num_train_epochs=options["epochs"],
+        log_level="error", report_to="none",
+        # The run's options:
+        per_device_train_batch_size=options["batch_size"],
+        gradient_accumulation_steps=options["grad_accum"],
+        **{checkpointing: options["gradient_checkpointing"]},
+        fp16=options["precision"] == "fp16", bf16=options["precision"] == "bf16",
+        optim=options["optim"], seed=options["seed"],
+        max_steps=options["max_steps"] if options["max_steps"] is not None else -1,
+        # Ours: no checkpoints (the walkthrough's 128 steps never reach save_steps=500 either),
+        # our own progress bar, and a loss every step for the chart.
+        save_strategy="no", disable_tqdm=True, logging_steps=1, use_cpu=not use_cuda,
+    )
+
+
+def _trainer(model, dataset, options: dict, output_dir: str, use_cuda: bool, callbacks: list,
+             reporter: Reporter):
+    """The walkthrough's Trainer; eval_strategy "no" where transformers refuses "steps"."""
+    from transformers import Trainer
+    from transformers.trainer_callback import PrinterCallback
+
+    def build(eval_strategy: str):
+        arguments = _training_arguments(options, output_dir, use_cuda, eval_strategy)
+        trainer = Trainer(model=model, args=arguments, train_dataset=dataset, callbacks=callbacks)
+        trainer.remove_callback(PrinterCallback)  # it prints every step's log; we draw our own
+        return trainer
+
+    try:
+        return build("steps")
+    except ValueError as error:
+        if "eval" not in str(error).lower():
+            raise
+        reporter.tell("warning",
+                       "eval_strategy 'steps' needs an evaluation dataset and the walkthrough "
+                       "trains without one; this transformers version refuses that, so the run "
+                       "uses eval_strategy 'no' (nothing is evaluated either way)")
+        return build("no")
+
+
+def _profile(reporter: Reporter, model, dataset, trainer, options: dict, device: str) -> None:
+    """Profile a few more steps on one batch, after training (the training phase stays pure)."""
+    from anatomy.engine.profiler import profile_steps
+
+    steps = options["profile_steps"]
+    reporter.tell("info", f"profiling {steps} training steps with torch.profiler")
+    batch = dataset[: options["batch_size"]]
+    optimizer = getattr(trainer.optimizer, "optimizer", trainer.optimizer)  # unwrap accelerate's
+    profile = profile_steps(model, batch, steps=steps, device=device, optimizer=optimizer,
+                            precision=options["precision"])
+    reporter.operations(profile.to_dict())
+
+
+def _callbacks(reporter: Reporter, model, use_cuda: bool) -> list:
+    """The worker's Trainer callbacks (engine/callbacks.py), in the order they run."""
+    from anatomy.engine.callbacks import (
+        ComponentProbing,
+        FaultInjection,
+        PhaseMarks,
+        StepReports,
+    )
+    from anatomy.engine.probe import ComponentProbe
+
+    steps = StepReports(reporter, use_cuda)
+    callbacks = [steps, PhaseMarks(reporter),
+                 ComponentProbing(reporter, ComponentProbe(model, use_cuda))]
+    fault = FaultInjection.from_environment(steps)
+    return callbacks + ([fault] if fault else [])
+
+
+def train(queue, options: dict, t0: float, use_cuda: bool, dwell: float) -> int:
+    reporter = Reporter(queue, t0, dwell)
+    reporter.begin("baseline")
+    try:
+        dataset = _dummy_dataset(options)
+        time.sleep(dwell)
+        reporter.end("baseline")
+
+        import torch  # the kernel phase: torch's runtime (and on a GPU the CUDA context) loads
+
+        device = "cuda" if use_cuda else "cpu"
+        torch.ones((1, 1)).to(device)
+        if use_cuda:
+            torch.cuda.synchronize()
+        dataset.set_format("pt")  # host memory only; here so a CPU baseline holds no torch
+        reporter.hold("kernel")
+
+        import transformers
+        from transformers import logging
+
+        from anatomy.analysis.models import build_model
+
+        logging.set_verbosity_error()
+        model, weights_source = build_model(options["preset"])
+        model = model.to(device)
+        if use_cuda:
+            torch.cuda.synchronize()
+        reporter.hold("weights")
+
+        reporter.environment({
+            "torch": torch.__version__,
+            "torch_cuda": torch.version.cuda,
+            "transformers": transformers.__version__,
+            "device_name": torch.cuda.get_device_name(0) if use_cuda else "CPU",
+            "weights": weights_source,
+            "attention": getattr(model.config, "_attn_implementation", None),
+            "parameters": sum(p.numel() for p in model.parameters()),
+        })
+        callbacks = _callbacks(reporter, model, use_cuda)
+        with tempfile.TemporaryDirectory(prefix="anatomy-") as output_dir:
+            trainer = _trainer(model, dataset, options, output_dir, use_cuda, callbacks, reporter)
+            result = trainer.train()
+        if options.get("profile_steps"):
+            _profile(reporter, model, dataset, trainer, options, device)
+        reporter.summary({
+            "time_s": result.metrics["train_runtime"],
+            "samples_per_second": result.metrics["train_samples_per_second"],
+            "steps": result.global_step,
+            "loss": result.training_loss,
+        })
+        return 0
+    except BaseException as error:  # noqa: BLE001 - every failure is reported, then re-judged
+        oom = "torch" in sys.modules and _is_oom(error)
+        if reporter.open_phase:  # the phase ends where it failed, before memory is let go
+            reporter.end(reporter.open_phase)
+        reporter.failure("oom" if oom else "failed", str(error) if oom else traceback.format_exc())
+        return EXIT_OOM if oom else EXIT_FAILED
+
+
+def main(queue, options: dict, t0: float, cuda_device: str | None, dwell: float) -> None:
+    """Process target. `cuda_device` is the CUDA_VISIBLE_DEVICES entry to train on, or None."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the Hub is never needed: configs ship here
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if cuda_device is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = cuda_device  # before torch: cuda:0 is our GPU
+    else:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    code = train(queue, options, t0, cuda_device is not None, dwell)
+    queue.close()
+    queue.join_thread()  # everything we said reaches the collector before the exit status does
+    sys.exit(code)

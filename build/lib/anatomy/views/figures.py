@@ -1,0 +1,519 @@
+"""Plotly figures of a run, built from store rows and `RunReport`s: no Streamlit, no browser.
+
+The pages only pass these figures to `st.plotly_chart`; the tests read them as plain objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import cycle
+from typing import NamedTuple
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from anatomy.analysis import breakdown, compare
+from anatomy.analysis.operations import ClassShare
+from anatomy.analysis.report import PhaseReading, RunReport
+from anatomy.analysis.sweeps import SweepGrid
+from anatomy.store import Sample, Step
+from anatomy.units import MIB
+from anatomy.views import text as words
+
+# The one place for phase colours (Okabe-Ito: told apart by colour-blind eyes too). Bands are drawn
+# at BAND_OPACITY over a light background, so the dark curve and the labels stay readable on them.
+PHASE_COLOURS = {
+    "baseline": "#56B4E9",
+    "kernel": "#CC79A7",
+    "weights": "#E69F00",
+    "training": "#009E73",
+}
+BAND_OPACITY = 0.22
+CURVE_COLOUR = "#1B2A41"
+OTHER_GPU_COLOURS = ("#7F8C9A", "#A3ACB9", "#5D6D7E", "#C0C7D0")
+ALLOCATED_COLOUR = "#D55E00"
+RESERVED_COLOUR = "#0072B2"
+CEILING_COLOUR = "#8B0000"
+CEILING_SHOWN_FROM = 0.25  # of the total: the ceiling is drawn once the curve comes this close
+LABEL_ROW_PX = 18  # consecutive labels alternate rows: a short phase's label cannot hide the next
+
+
+def phase_colour(name: str) -> str:
+    return PHASE_COLOURS.get(name, "#BBBBBB")
+
+
+class Band(NamedTuple):
+    """Where a phase's band lies on the time axis."""
+    name: str
+    x0: float
+    x1: float
+    open: bool  # the phase still lasts
+
+
+def phase_bands(phases: Sequence[PhaseReading], now: float | None) -> list[Band]:
+    """Where each phase's band lies: from the previous phase's end (0 for the first) to its own end,
+    or to `now` while it lasts. The rise between two states (torch loading, the model loading) is
+    therefore inside the band of the state it leads to."""
+    bands = []
+    previous_end = 0.0
+    for phase in phases:
+        end = phase.end_s
+        if end is None:
+            end = max(now if now is not None else phase.start_s, phase.start_s)
+        bands.append(Band(phase.name, previous_end, end, not phase.done))
+        previous_end = end
+    return bands
+
+
+def _column(rows: Sequence[tuple], key: str, scale: float = 1.0) -> np.ndarray:
+    # numpy arrays reach the browser as binary typed arrays, a far smaller message than JSON
+    # numbers on every refresh. (Importing numpy here, with this module, also keeps two sessions
+    # from racing to import it halfway inside plotly's serialiser.)
+    return np.fromiter((getattr(r, key) for r in rows), dtype=float, count=len(rows)) / scale
+
+
+def memory_figure(report: RunReport, samples: Sequence[Sample], steps: Sequence[Step] = (),
+                  now: float | None = None) -> go.Figure:
+    """Memory over time for one run: a line per GPU, phase bands, the end-of-phase markers, the
+    torch allocator's lines where the worker reported them, and the device's total as a ceiling.
+
+    `samples` are store rows (`Store.decimated` keeps every peak); `now` is the time the open phase
+    has reached (default: the last sample)."""
+    backend = report.backend
+    if now is None and samples:
+        now = max(s.t for s in samples)
+    figure = go.Figure()
+
+    by_gpu: dict[int, list[Sample]] = {}
+    for sample in samples:
+        by_gpu.setdefault(sample.gpu, []).append(sample)
+    others = cycle(OTHER_GPU_COLOURS)
+    for gpu, rows in sorted(by_gpu.items()):
+        trains = gpu == report.gpu
+        name = ("CPU RSS of the training process" if backend == "cpu-rss"
+                else f"GPU {gpu}" + (" (training)" if trains and len(by_gpu) > 1 else ""))
+        figure.add_trace(go.Scattergl(
+            x=_column(rows, "t"), y=_column(rows, "used", MIB), name=name,
+            mode="lines", line={"color": CURVE_COLOUR if trains else next(others),
+                                "width": 2 if trains else 1.2},
+            hovertemplate="%{x:.2f} s<br>%{y:.0f} MiB<extra>" + name + "</extra>"))
+
+    allocator = [s for s in steps if s.allocated is not None]
+    for key, label, colour, dash in (("allocated", "torch allocated", ALLOCATED_COLOUR, "dot"),
+                                     ("reserved", "torch reserved", RESERVED_COLOUR, "dash")):
+        points = [s for s in allocator if getattr(s, key) is not None]
+        if points:
+            figure.add_trace(go.Scattergl(
+                x=_column(points, "t"), y=_column(points, key, MIB), name=label,
+                mode="lines", line={"color": colour, "width": 1.5, "dash": dash},
+                hovertemplate="step %{customdata}<br>%{y:.0f} MiB<extra>" + label + "</extra>",
+                customdata=[s.step for s in points]))
+
+    totals = [s.total for s in by_gpu.get(report.gpu, []) if s.total]
+    if totals and now is not None:
+        total = totals[-1]
+        peak = max(s.used for s in by_gpu[report.gpu])
+        # A ceiling far above the curve would flatten it (an H200's 140 GiB over BERT's 8 GiB, a
+        # machine's RAM over one process): then it waits in the legend, a click away.
+        near = peak >= CEILING_SHOWN_FROM * total
+        what = "RAM" if backend == "cpu-rss" else f"GPU {report.gpu}"
+        figure.add_trace(go.Scattergl(
+            x=[0, now], y=[total / MIB] * 2, mode="lines",
+            name=f"{what} total: {total / 2**30:.1f} GiB" + ("" if near else " (click to show)"),
+            line={"color": CEILING_COLOUR, "width": 1, "dash": "dashdot"},
+            visible=True if near else "legendonly", hoverinfo="name"))
+
+    ended = [p for p in report.phases if p.done and p.memory_mb is not None]
+    if ended:
+        figure.add_trace(go.Scatter(
+            x=[p.end_s for p in ended], y=[p.memory_mb for p in ended],
+            name="end of phase", mode="markers", cliponaxis=False,
+            text=[f"{p.memory_mb} MB" for p in ended],
+            marker={"size": 10, "color": [phase_colour(p.name) for p in ended],
+                    "line": {"width": 1.5, "color": CURVE_COLOUR}},
+            hovertext=[f"{words.occupied_line(p.memory_bytes, backend)} ({p.name})"
+                       for p in ended],
+            hoverinfo="text"))
+    for phase in ended:
+        # A boxed label with an arrow: readable over a noisy curve and a coloured band alike.
+        figure.add_annotation(name=f"end of {phase.name}", x=phase.end_s,
+                              y=phase.memory_mb, text=f"<b>{phase.memory_mb} MB</b>",
+                              showarrow=True, arrowhead=0, ax=-28, ay=-26,
+                              bgcolor="rgba(255,255,255,0.85)", bordercolor=phase_colour(phase.name),
+                              borderwidth=1.5, font={"color": CURVE_COLOUR, "size": 12})
+
+    for row, band in enumerate(phase_bands(report.phases, now)):
+        colour = phase_colour(band.name)
+        figure.add_shape(type="rect", name=band.name, xref="x", yref="paper",
+                         x0=band.x0, x1=band.x1, y0=0, y1=1, layer="below",
+                         fillcolor=colour, opacity=BAND_OPACITY, line={"width": 0})
+        figure.add_annotation(name=band.name, x=band.x0, xref="x", y=1, yref="paper",
+                              xanchor="left", yanchor="top", yshift=-LABEL_ROW_PX * (row % 2),
+                              text=f"<b>{band.name}</b>" + (" …" if band.open else ""),
+                              showarrow=False, font={"color": CURVE_COLOUR, "size": 12},
+                              bgcolor=colour)
+
+    figure.update_layout(
+        uirevision=f"run-{report.id}",  # zoom and legend clicks survive each refresh
+        height=440, margin={"l": 10, "r": 10, "t": 30, "b": 10},
+        xaxis={"title": {"text": "seconds since the run started"}, "rangemode": "tozero"},
+        yaxis={"title": {"text": words.axis_title(backend)}, "rangemode": "tozero"},
+        legend={"orientation": "h", "yanchor": "top", "y": -0.18, "x": 0},
+        hovermode="closest", plot_bgcolor="white")
+    return figure
+
+
+# --- several runs side by side (the Compare page) ---
+
+# Runs told apart by colour (Okabe-Ito again, in an order where neighbours differ most).
+RUN_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000",
+               "#F0E442")
+PART_COLOURS = {
+    "CUDA context": PHASE_COLOURS["kernel"],
+    "torch loaded": PHASE_COLOURS["kernel"],
+    "weights": PHASE_COLOURS["weights"],
+    "training": PHASE_COLOURS["training"],
+    "optimizer states": "#0072B2",
+    "gradients": "#D55E00",
+    "activations": "#009E73",
+    "temporary": "#F0E442",
+    "temporary buffers": "#F0E442",
+    "allocator cache": "#7F8C9A",
+    "outside PyTorch": "#C0C7D0",
+    "the rest": "#C0C7D0",
+}
+
+
+def _part_colour(name: str) -> str:
+    if name.startswith("activations"):
+        return PART_COLOURS["activations"]
+    if name.startswith("gradients"):
+        return PART_COLOURS["gradients"]
+    return PART_COLOURS.get(name, "#BBBBBB")
+
+
+def _memory_axis_title(reports: Sequence[RunReport]) -> str:
+    backends = {r.backend for r in reports}
+    if len(backends) == 1:
+        return words.axis_title(backends.pop())
+    return "memory used (MiB): GPU runs NVML, CPU runs RSS"
+
+
+def _training_rows(report: RunReport, samples: Sequence[Sample]) -> list[Sample]:
+    return [s for s in samples if s.gpu == report.gpu]
+
+
+def overlay_figure(reports: Sequence[RunReport], samples_by_run: dict[int, Sequence[Sample]],
+                   phase: str = "training") -> go.Figure:
+    """Each run's memory (its training GPU, or its RSS) on one chart, shifted so that `phase`
+    begins at 0 in every run: x = t − that phase's start. A run that never reached the phase is
+    left out (the page says which). Each trace's `meta` holds its run id and its shift."""
+    figure = go.Figure()
+    for colour, rep in zip(cycle(RUN_COLOURS), reports):
+        start = compare.phase_start(rep, phase)
+        if start is None:
+            continue
+        rows = _training_rows(rep, samples_by_run.get(rep.id, ()))
+        label = rep.label()
+        figure.add_trace(go.Scattergl(
+            x=_column(rows, "t") - start, y=_column(rows, "used", MIB), name=label, mode="lines",
+            line={"color": colour, "width": 2}, meta={"run": rep.id, "shift": start},
+            hovertemplate="%{x:+.2f} s<br>%{y:.0f} MiB<extra>" + label + "</extra>"))
+        ended = [p for p in rep.phases if p.done and p.memory_mb is not None]
+        figure.add_trace(go.Scatter(
+            x=[p.end_s - start for p in ended], y=[p.memory_mb for p in ended],
+            mode="markers", name=f"{label}: end of phase", showlegend=False,
+            marker={"size": 8, "color": [phase_colour(p.name) for p in ended],
+                    "line": {"width": 1.5, "color": colour}},
+            hovertext=[f"{label}<br>end of {p.name}: {p.memory_mb} MB" for p in ended],
+            hoverinfo="text"))
+    figure.add_vline(x=0, line={"color": phase_colour(phase), "width": 2, "dash": "dash"},
+                     annotation_text=f"<b>{phase} begins</b>", annotation_position="top right",
+                     annotation_bgcolor=phase_colour(phase), annotation_font_color=CURVE_COLOUR)
+    figure.update_layout(
+        height=420, margin={"l": 10, "r": 10, "t": 30, "b": 10}, plot_bgcolor="white",
+        xaxis={"title": {"text": f"seconds since the {phase} phase began"}, "zeroline": False},
+        yaxis={"title": {"text": _memory_axis_title(reports)}, "rangemode": "tozero"},
+        legend={"orientation": "h", "yanchor": "top", "y": -0.18, "x": 0},
+        hovermode="closest")
+    return figure
+
+
+SMALL_MULTIPLES_COLUMNS = 3
+
+
+def small_multiples_figure(reports: Sequence[RunReport],
+                           samples_by_run: dict[int, Sequence[Sample]],
+                           phase: str = "training") -> go.Figure:
+    """One panel per run, side by side (three to a row), with one y axis for all: the same
+    alignment as `overlay_figure`, each panel with its run's phase bands."""
+    columns = min(len(reports), SMALL_MULTIPLES_COLUMNS)
+    rows = -(-len(reports) // columns)
+    titles = []
+    for rep in reports:
+        aligned = compare.phase_start(rep, phase) is not None
+        titles.append(rep.label() + ("" if aligned else f" (no {phase} phase)"))
+    figure = make_subplots(rows=rows, cols=columns, shared_yaxes="all", subplot_titles=titles,
+                           horizontal_spacing=0.03, vertical_spacing=0.12)
+    for index, (colour, rep) in enumerate(zip(cycle(RUN_COLOURS), reports)):
+        row, col = index // columns + 1, index % columns + 1
+        start = compare.phase_start(rep, phase) or 0.0
+        points = _training_rows(rep, samples_by_run.get(rep.id, ()))
+        figure.add_trace(go.Scattergl(
+            x=_column(points, "t") - start, y=_column(points, "used", MIB), mode="lines",
+            name=rep.label(), showlegend=False, line={"color": colour, "width": 1.8},
+            meta={"run": rep.id, "shift": start},
+            hovertemplate="%{x:+.2f} s<br>%{y:.0f} MiB<extra>Run " + str(rep.id) + "</extra>"),
+            row=row, col=col)
+        now = max((s.t for s in points), default=None)
+        for band in phase_bands(rep.phases, now):
+            figure.add_vrect(x0=band.x0 - start, x1=band.x1 - start, row=row, col=col,
+                             fillcolor=phase_colour(band.name), opacity=BAND_OPACITY,
+                             line_width=0, layer="below", name=band.name)
+    figure.update_yaxes(rangemode="tozero")
+    figure.update_yaxes(title_text=_memory_axis_title(reports), col=1)
+    figure.update_xaxes(title_text=f"s since {phase} began", row=rows)
+    figure.update_annotations(font_size=12)
+    figure.update_layout(height=300 * rows + 40, margin={"l": 10, "r": 10, "t": 40, "b": 10},
+                         plot_bgcolor="white", hovermode="closest")
+    return figure
+
+
+def memory_bars_figure(reports: Sequence[RunReport]) -> go.Figure:
+    """A stacked bar per run (`compare.memory_parts`): the CUDA context, the weights, the training
+    phase's increase (split into its measured components where the run has them); its peak as a
+    marker, and its device's total as a line (a click away in the legend while far above)."""
+    parts = {rep.id: compare.memory_parts(rep) for rep in reports}
+    found = {p.part for rep in reports for p in parts[rep.id]}
+    names = [name for name in compare.PART_ORDER if name in found]
+    positions = {rep.id: index for index, rep in enumerate(reports)}
+    figure = go.Figure()
+    for name in names:
+        xs, ys, notes = [], [], []
+        for rep in reports:
+            for part in parts[rep.id]:
+                if part.part == name:
+                    xs.append(positions[rep.id])
+                    ys.append(part.bytes / MIB)
+                    notes.append(part.note)
+        figure.add_trace(go.Bar(
+            x=xs, y=ys, name=name, marker={"color": _part_colour(name)}, customdata=notes,
+            hovertemplate="%{y:,.0f} MiB<br>%{customdata}<extra>" + name + "</extra>"))
+    peaks = [(positions[r.id], r.summary.peak_mb) for r in reports
+             if r.summary.peak_mb is not None]
+    if peaks:
+        figure.add_trace(go.Scatter(
+            x=[x for x, _ in peaks], y=[y for _, y in peaks], name="peak", mode="markers+text",
+            text=[f"peak {y:,} MB" for _, y in peaks], textposition="top center",
+            cliponaxis=False, marker={"symbol": "diamond", "size": 12, "color": CURVE_COLOUR},
+            hovertemplate="peak %{y:,} MB<extra></extra>"))
+    totals = []
+    for rep in reports:
+        total = rep.device_total
+        if total:
+            totals.append((positions[rep.id], total / MIB, rep))
+    if totals:
+        near = any((r.summary.peak_mb or 0) >= CEILING_SHOWN_FROM * t for _, t, r in totals)
+        xs, ys = [], []
+        for x, total, _ in totals:
+            xs += [x - 0.45, x + 0.45, None]
+            ys += [total, total, None]
+        figure.add_trace(go.Scatter(
+            x=xs, y=ys, mode="lines", name="device total" + ("" if near else " (click to show)"),
+            line={"color": CEILING_COLOUR, "width": 2, "dash": "dashdot"},
+            visible=True if near else "legendonly", hovertemplate="total %{y:,.0f} MiB<extra></extra>"))
+    figure.update_layout(
+        barmode="stack", height=440, margin={"l": 10, "r": 10, "t": 30, "b": 10},
+        plot_bgcolor="white", hovermode="closest",
+        xaxis={"tickmode": "array", "tickvals": list(positions.values()),
+               "ticktext": [r.label().replace(" · ", "<br>", 1) for r in reports]},
+        yaxis={"title": {"text": _memory_axis_title(reports)}, "rangemode": "tozero"},
+        legend={"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0, "traceorder": "normal"})
+    return figure
+
+
+def sweep_figure(result: SweepGrid, metric: str = "peak_mb") -> go.Figure:
+    """A sweep's grid (`analysis.sweeps.grid`) as a heatmap of `metric` ("peak_mb" or
+    "samples_per_second"): batch size (or the one varied option) across, the other varied option
+    down; a cell that did not complete says how it ended."""
+    names = list(result.vary)
+    across = "batch_size" if "batch_size" in names else names[0]
+    down = next((n for n in names if n != across), None)
+
+    def values(name: str) -> list:
+        seen = list(result.vary[name]) + [r.values[name] for r in result.runs]
+        return list(dict.fromkeys(seen))
+
+    xs = values(across)
+    ys = values(down) if down else [None]
+    z = [[None] * len(xs) for _ in ys]
+    cells = [["not run"] * len(xs) for _ in ys]
+    for run in result.runs:
+        i = ys.index(run.values[down]) if down else 0
+        j = xs.index(run.values[across])
+        value = getattr(run, metric)
+        if run.status == "completed" and value is not None:
+            z[i][j] = value
+            cells[i][j] = f"{value:,.0f}" if metric == "peak_mb" else f"{value:,.2f}"
+        else:
+            cells[i][j] = run.status
+    title = "peak memory (MB)" if metric == "peak_mb" else "samples/second"
+    figure = go.Figure(go.Heatmap(
+        x=[str(x) for x in xs], y=[str(y) if down else "" for y in ys], z=z, text=cells,
+        texttemplate="%{text}", colorscale="Viridis" if metric == "peak_mb" else "Cividis",
+        hoverongaps=True,
+        hovertemplate=f"{across} %{{x}}" + (f"<br>{down} %{{y}}" if down else "")
+        + "<br>%{text}<extra></extra>"))
+    figure.update_layout(
+        height=160 + 60 * len(ys), margin={"l": 10, "r": 10, "t": 40, "b": 10},
+        title={"text": title},
+        xaxis={"title": {"text": across.replace("_", " ")}, "type": "category"},
+        yaxis={"title": {"text": down.replace("_", " ") if down else ""}, "type": "category"})
+    return figure
+
+
+# --- one run taken apart (the Anatomy page) ---
+
+def anatomy_waterfall_figure(sides: dict[str, list[tuple[str, str, int]]]) -> go.Figure:
+    """`breakdown.waterfall` as grouped waterfalls, measured next to predicted: each part adds,
+    "all at once" is their sum, "never held at once" takes away what a step never holds together,
+    leaving the peak."""
+    colours = {"measured": CURVE_COLOUR, "predicted": "#0072B2"}
+    labels = [label for steps in sides.values() for label, _, _ in steps]
+    order = [label for label in breakdown.WATERFALL_ORDER if label in labels]
+    figure = go.Figure()
+    for side, steps in sides.items():
+        figure.add_trace(go.Waterfall(
+            name=side, x=[label for label, _, _ in steps], measure=[m for _, m, _ in steps],
+            y=[value / MIB for _, _, value in steps], textposition="outside",
+            # The totals only: the parts' figures are in the table below, and side by side
+            # their labels would collide.
+            texttemplate=["%{final:,.0f}" if measure == "total" else "" for _, measure, _
+                          in steps], textfont={"size": 11},
+            increasing={"marker": {"color": colours.get(side, "#888888")}},
+            decreasing={"marker": {"color": "#D55E00"}},
+            totals={"marker": {"color": "#7F8C9A"}},
+            connector={"line": {"color": "#BBBBBB", "width": 1}},
+            hovertemplate="%{x}: %{y:+,.0f} MiB (running total %{final:,.0f})"
+                          f"<extra>{side}</extra>"))
+    figure.update_layout(
+        waterfallmode="group", height=460, margin={"l": 10, "r": 10, "t": 30, "b": 10},
+        plot_bgcolor="white", yaxis={"title": {"text": "MiB"}, "rangemode": "tozero"},
+        xaxis={"categoryorder": "array", "categoryarray": order},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "x": 0})
+    return figure
+
+
+def moments_figure(rows: Sequence[breakdown.MomentRow], sum_of_parts: int) -> go.Figure:
+    """Memory at each moment of a step (`breakdown.moment_rows`), predicted and measured, under
+    the line of the sum of the parts: no moment reaches it."""
+    labels = [r.moment for r in rows]
+    figure = go.Figure()
+    for key, colour in (("predicted", "#0072B2"), ("measured", CURVE_COLOUR)):
+        values = [None if getattr(r, key) is None else getattr(r, key) / MIB for r in rows]
+        if any(v is not None for v in values):
+            figure.add_trace(go.Bar(
+                x=labels, y=values, name=key, marker={"color": colour},
+                text=[None if v is None else f"{v:,.0f}" for v in values], textposition="outside",
+                hovertemplate="%{x}: %{y:,.0f} MiB<extra>" + key + "</extra>"))
+    figure.add_hline(y=sum_of_parts / MIB, line={"color": "#D55E00", "dash": "dash", "width": 1.5},
+                     annotation_text=f"sum of the parts (predicted): {sum_of_parts / MIB:,.0f} MiB",
+                     annotation_position="top left")
+    figure.update_layout(
+        barmode="group", height=380, margin={"l": 10, "r": 10, "t": 30, "b": 10},
+        plot_bgcolor="white", yaxis={"title": {"text": "tensor memory (MiB)"},
+                                     "rangemode": "tozero"},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0})
+    return figure
+
+
+FIRST_STEPS = 3
+
+
+def first_steps_window(report: RunReport, steps: Sequence[Step], count: int = FIRST_STEPS
+                       ) -> tuple[float, float] | None:
+    """The stretch of time the first-steps chart shows: a little before the training phase
+    begins to a little after step `count` ends (None without a training phase)."""
+    training = report.training
+    if training is None:
+        return None
+    start = training.start_s
+    first = [s for s in steps if s.step <= count]
+    end = first[-1].t if first else (training.end_s or start + 1.0)
+    margin = max(0.05, 0.25 * (end - start))
+    return start - margin, end + margin
+
+
+def first_steps_figure(report: RunReport, samples: Sequence[Sample], steps: Sequence[Step],
+                       count: int = FIRST_STEPS) -> go.Figure:
+    """The training phase's first `count` steps up close: the memory curve, a line where each
+    step ends (from the worker's step marks), and the moments the walkthrough names: the
+    gradients appear in step 1's backward pass, the optimizer states in its optimizer step."""
+    window = first_steps_window(report, steps, count)
+    figure = go.Figure()
+    if window is None:
+        return figure
+    x0, x1 = window
+    rows = [s for s in _training_rows(report, samples) if x0 <= s.t <= x1]
+    figure.add_trace(go.Scattergl(
+        x=_column(rows, "t"), y=_column(rows, "used", MIB), mode="lines+markers",
+        name="CPU RSS" if report.backend == "cpu-rss" else f"GPU {report.gpu}",
+        line={"color": CURVE_COLOUR, "width": 2}, marker={"size": 3},
+        hovertemplate="%{x:.3f} s<br>%{y:.0f} MiB<extra></extra>"))
+    marked = [s for s in steps if s.step <= count]
+    allocated = [s for s in marked if s.allocated is not None]
+    if allocated:
+        figure.add_trace(go.Scatter(
+            x=[s.t for s in allocated], y=[s.allocated / MIB for s in allocated],
+            mode="markers", name="torch allocated at the step's end",
+            marker={"color": ALLOCATED_COLOUR, "size": 9, "symbol": "x"}))
+    figure.add_vline(x=report.training.start_s, line={"color": PHASE_COLOURS["training"], "width": 2},
+                     annotation_text="<b>training begins</b>", annotation_position="top left",
+                     annotation_bgcolor=PHASE_COLOURS["training"],
+                     annotation_font_color=CURVE_COLOUR)
+    for step in marked:
+        figure.add_vline(x=step.t, line={"color": "#555555", "width": 1, "dash": "dot"},
+                         annotation_text=f"step {step.step} ends",
+                         annotation_position="bottom right", annotation_font_size=11)
+    if marked:
+        first = marked[0].t
+        # Beside step 1's end, low on the chart: memory has risen by then, so the curve is
+        # above them.
+        for row, text in enumerate(("gradients appear in the first backward pass",
+                                    "optimizer states after the first optimizer step")):
+            figure.add_annotation(x=first, xref="x", y=0.3 - 0.13 * row, yref="paper",
+                                  text=text, showarrow=True, arrowhead=2, ax=40, ay=0,
+                                  xanchor="left", bgcolor="rgba(255,255,255,0.9)",
+                                  bordercolor=PHASE_COLOURS["training"], borderwidth=1,
+                                  font={"size": 12, "color": CURVE_COLOUR})
+    figure.update_layout(
+        height=400, margin={"l": 10, "r": 10, "t": 30, "b": 10}, plot_bgcolor="white",
+        xaxis={"title": {"text": "seconds since the run started"}, "range": [x0, x1]},
+        yaxis={"title": {"text": words.axis_title(report.backend)}},
+        legend={"orientation": "h", "yanchor": "top", "y": -0.18, "x": 0}, hovermode="closest")
+    return figure
+
+
+def operations_figure(rows: Sequence[ClassShare]) -> go.Figure:
+    """`operations.comparison` as two panels, the share of FLOPs and the share of time per
+    operation class: this run next to the paper's BERT figures (none for "other")."""
+    figure = make_subplots(rows=1, cols=2, subplot_titles=("share of FLOPs", "share of time"),
+                           shared_yaxes=True, horizontal_spacing=0.04)
+    classes = [r.kind.replace(" ", "<br>", 1) for r in rows]
+    for col, (ours, papers) in enumerate((("flop_share", "paper_flop_share"),
+                                          ("time_share", "paper_time_share")), start=1):
+        for key, name, colour in ((ours, "this run", CURVE_COLOUR),
+                                  (papers, "Ivanov et al. (BERT, PyTorch)", "#E69F00")):
+            values = [None if getattr(r, key) is None else getattr(r, key) * 100 for r in rows]
+            figure.add_trace(go.Bar(
+                x=classes, y=values, name=name, marker={"color": colour}, showlegend=col == 1,
+                legendgroup=name, text=[None if v is None else f"{v:.1f}%" for v in values],
+                textposition="outside", cliponaxis=False,
+                hovertemplate="%{x}: %{y:.2f}%<extra>" + name + "</extra>"), row=1, col=col)
+    figure.update_yaxes(title_text="%", range=[0, 112], col=1)
+    figure.update_xaxes(tickangle=0)
+    figure.update_layout(barmode="group", height=380, plot_bgcolor="white",
+                         margin={"l": 10, "r": 10, "t": 40, "b": 10},
+                         legend={"orientation": "h", "yanchor": "top", "y": -0.15, "x": 0})
+    return figure

@@ -1,0 +1,137 @@
+"""What the dashboard shows about a run, computed without Streamlit: the form's values as
+RunOptions, the phase metrics, the progress, the run's state in words, and the summary as the
+walkthrough prints it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from anatomy.analysis.machine import Machine
+from anatomy.analysis.options import FIELDS, RunOptions, validate
+from anatomy.analysis.prediction import predict
+from anatomy.analysis.report import PHASES, RunReport
+from anatomy.store import Step
+from anatomy.views import text
+
+
+def options_from_form(values: dict[str, Any]) -> RunOptions:
+    """The form's widget values as RunOptions; max steps 0 means "train for the epochs"."""
+    chosen = {name: values[name] for name in FIELDS if name in values}
+    if not chosen.get("max_steps"):
+        chosen["max_steps"] = None
+    return RunOptions.from_dict(chosen)
+
+
+class PhaseMetric(NamedTuple):
+    name: str
+    state: str  # "done", "open" (it lasts) or "pending" (not reached)
+    memory_mb: int | None  # at its end, or the latest reading while it lasts
+    delta_mb: int | None  # over the previous phase
+
+
+def phase_metrics(report: RunReport) -> list[PhaseMetric]:
+    """One entry per walkthrough phase: its memory, the increase over the previous phase, and
+    whether it is done, open or still to come."""
+    metrics = []
+    previous_mb = None
+    for name in PHASES:
+        phase = report.phase(name)
+        if phase is None:
+            metrics.append(PhaseMetric(name, "pending", None, None))
+            continue
+        memory_mb = phase.memory_mb
+        delta = None if memory_mb is None or previous_mb is None else memory_mb - previous_mb
+        metrics.append(PhaseMetric(name, "done" if phase.done else "open", memory_mb, delta))
+        previous_mb = memory_mb
+    return metrics
+
+
+# What the worker does after each phase ends, until the next begins: the curve rises here.
+TRANSITIONS = {
+    None: "starting the sampler and the training process",
+    "baseline": "loading torch and the CUDA context",
+    "kernel": "loading the model's weights",
+    "weights": "building the Trainer",
+    "training": "finishing",
+}
+
+
+def stage(report: RunReport) -> str:
+    """Where the run is: in a phase, or in the transition after one (while the memory rises)."""
+    if not report.phases:
+        return TRANSITIONS[None]
+    last = report.phases[-1]
+    if not last.done:
+        return f"phase {last.name}"
+    return f"{TRANSITIONS[last.name]} (after {last.name})"
+
+
+class Progress(NamedTuple):
+    step: int
+    total: int
+    fraction: float
+    seconds_left: float | None  # None until a step has been timed
+
+
+def progress(report: RunReport, last_step: Step | None) -> Progress:
+    """Training progress. Total steps come from the Trainer once it reports, else the options."""
+    total = (last_step.total if last_step else None) or report.options.total_steps()
+    step = last_step.step if last_step else 0
+    training = report.training
+    seconds_left = None
+    if last_step and step and training is not None:
+        per_step = (last_step.t - training.start_s) / step
+        seconds_left = max(0.0, per_step * (total - step))
+    return Progress(step, total, min(1.0, step / total) if total else 0.0, seconds_left)
+
+
+def summary_lines(report: RunReport) -> list[str]:
+    """The walkthrough's `print_summary`: Time, Samples/second, then memory occupied."""
+    summary = report.summary
+    lines = []
+    if summary.time_s is not None:
+        lines.append(f"Time: {summary.time_s:.2f}")
+    if summary.samples_per_second is not None:
+        lines.append(f"Samples/second: {summary.samples_per_second:.2f}")
+    training = report.training
+    if training is not None and training.done:
+        lines.append(text.occupied_line(training.memory_bytes, report.backend))
+    return lines
+
+
+def status_line(report: RunReport) -> str:
+    """How the run ended, in one line (the error's own text is shown apart: it can be long)."""
+    peak = report.summary.peak_mb
+    peak_text = f"peak {peak} MB" if peak is not None else "no memory sample"
+    return {
+        "running": "running",
+        "completed": f"completed: {peak_text}",
+        "oom": f"out of memory: {peak_text} before it failed",
+        "failed": f"failed: {peak_text}",
+        "stopped": f"stopped by the user: {peak_text}",
+    }.get(report.status, report.status)
+
+
+class Forecast(NamedTuple):
+    line: str | None  # what the run should need; None for options with errors
+    warning: str | None  # when that is more than the device holds
+
+
+def memory_forecast(options: RunOptions, machine: Machine) -> Forecast:
+    """What the run form says before a run starts: the predicted need, and a warning when it is
+    more than the device holds. Invalid options get no forecast (the form shows their errors)."""
+    if validate(options, machine.gpu_count):
+        return Forecast(None, None)
+    forecast = predict(options, device="cuda" if machine.has_gpu else "cpu")
+    if machine.has_gpu:
+        total = machine.devices[options.gpu].total
+        where = f"GPU {options.gpu}'s {total / 2**30:.1f} GiB"
+    else:
+        total = machine.ram_total
+        where = f"this machine's {total / 2**30:.1f} GiB of RAM"
+    warning = None
+    if forecast.peak > total:
+        warning = (f"predicted peak {forecast.peak / 2**30:.1f} GiB is more than {where}: "
+                   "this run will most likely end out of memory")
+    return Forecast(forecast.need_line(), warning)

@@ -1,0 +1,38 @@
+"""What a memory figure is, in words: which NVML figure, or CPU RSS. Every screen (the pages, the
+CLI, an exported chart) says it the same way."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from anatomy.store import RunRow
+from anatomy.units import MIB
+
+
+def source(backend: str, memory_api: str | None) -> str:
+    if backend == "cpu-rss":
+        return "CPU resident memory (RSS) of the training process tree: no GPU on this machine"
+    if memory_api == "v2":
+        return "NVML v2 'used' (driver-reserved memory excluded, as on the walkthrough's driver)"
+    return "NVML v1 'used' (on R510+ drivers this includes driver-reserved memory)"
+
+
+def occupied_line(memory_bytes: int | None, backend: str) -> str:
+    """The walkthrough's line, `GPU memory occupied: N MB.` (N = bytes // 2**20, as it computes)."""
+    value = "?" if memory_bytes is None else str(memory_bytes // MIB)
+    what = "GPU memory" if backend == "nvml" else "CPU memory (RSS)"
+    return f"{what} occupied: {value} MB."
+
+
+def run_choice(run: RunRow) -> str:
+    """A run in a picker: its id and name, model, batch size, precision, device, how it ended and
+    when it started."""
+    o = run.options
+    device = run.environment.get("gpu_name") or "CPU"
+    started = datetime.fromtimestamp(run.created_at).strftime("%Y-%m-%d %H:%M")
+    return (f"{run.id}: {run.name + ' · ' if run.name else ''}{run.preset}, batch "
+            f"{o.get('batch_size')}, {o.get('precision')} on {device} — {run.status} ({started})")
+
+
+def axis_title(backend: str) -> str:
+    return "GPU memory used (MiB)" if backend == "nvml" else "CPU memory, RSS (MiB)"
