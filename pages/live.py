@@ -128,7 +128,7 @@ def live_view(run_id: int) -> None:
                 manager.stop(run_id)
             st.rerun(scope="app")
     else:
-        progress.caption("Started by another process (the CLI): stop it there.")
+        progress.caption(f"Started by another process ({rep.origin}): stop it there.")
     common.memory_chart(rep, db.last_time(run_id))
 
 

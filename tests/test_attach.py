@@ -1,0 +1,158 @@
+"""Runs anatomy did not start: a user's Trainer with the callback, a plain loop with the phase
+API, and `anatomy watch -- COMMAND` — each a real process on this CPU, recorded into a store."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from anatomy.analysis.report import report
+from anatomy.store import PHASES, Store
+
+PROJECT = Path(__file__).resolve().parent.parent
+EXAMPLES = PROJECT / "examples"
+SMALL = ["--steps", "3", "--seq-len", "16", "--batch-size", "4"]
+
+
+def _env(store: Store) -> dict:
+    return {**os.environ, "ANATOMY_STORE": str(store.path), "PYTHONPATH": os.pathsep.join(
+        filter(None, (str(PROJECT), os.environ.get("PYTHONPATH"))))}
+
+
+def _python(store: Store, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=PROJECT, env=_env(store))
+
+
+def _only_run(store: Store):
+    runs = store.runs()
+    assert len(runs) == 1, [(r.id, r.source) for r in runs]
+    return report(store, runs[0].id)
+
+
+def _assert_recorded_walkthrough(rep) -> None:
+    assert rep.status == "completed", rep.error
+    assert [p.name for p in rep.phases] == list(PHASES)
+    assert all(p.done and p.memory_bytes for p in rep.phases)
+    assert rep.samples == rep.samples_sent > 0  # the sampler lost nothing
+
+
+def test_the_plain_loop_records_its_phases_and_steps_with_the_phase_api(store):
+    result = _python(store, str(EXAMPLES / "plain_loop.py"), *SMALL)
+    assert result.returncode == 0, result.stderr
+    rep = _only_run(store)
+    _assert_recorded_walkthrough(rep)
+    assert rep.source["kind"] == "script" and rep.source["script"].endswith("plain_loop.py")
+    assert [(s.step, s.total) for s in store.steps(rep.id)] == [(1, 3), (2, 3), (3, 3)]
+    assert all(s.loss is not None for s in store.steps(rep.id))
+    assert rep.title().endswith(f"({rep.origin})") and "plain_loop.py" in rep.title()
+
+
+def test_the_trainer_callback_records_phases_steps_and_components(store):
+    result = _python(store, str(EXAMPLES / "trainer_script.py"), *SMALL)
+    assert result.returncode == 0, result.stderr
+    rep = _only_run(store)
+    _assert_recorded_walkthrough(rep)
+    assert rep.steps == 3 and rep.summary.time_s > 0 and rep.summary.samples_per_second > 0
+    assert rep.stored_options["batch_size"] == 4 and rep.stored_options["precision"] == "fp32"
+    parameters = rep.environment["parameters"]
+    assert rep.components.weights == rep.components.gradients == 4 * parameters
+    assert rep.components.optimizer_states == 8 * parameters  # AdamW: two fp32 moments
+    assert rep.preset == rep.environment["model_name"]
+
+
+def test_watch_joins_the_phases_the_command_marks(store):
+    result = _python(store, "-m", "anatomy", "watch", "--", sys.executable,
+                      str(EXAMPLES / "plain_loop.py"), *SMALL)
+    assert result.returncode == 0, result.stderr
+    rep = _only_run(store)  # the script joined the watch's run: it did not start its own
+    _assert_recorded_walkthrough(rep)
+    assert rep.source["kind"] == "watch" and rep.source["command"][-len(SMALL):] == SMALL
+    assert rep.steps == 3
+    assert "occupied" in result.stderr and "status: completed" in result.stderr
+
+
+def test_watch_of_a_command_that_marks_nothing_has_one_process_phase(store):
+    result = _python(store, "-m", "anatomy", "watch", "--", sys.executable, "-c",
+                      "import time; x = bytearray(50 * 2**20); time.sleep(1)")
+    assert result.returncode == 0, result.stderr
+    rep = _only_run(store)
+    assert rep.status == "completed"
+    assert [p.name for p in rep.phases] == ["process"] and rep.phases[0].done
+    assert rep.summary.peak_bytes > 50 * 2**20  # the command's own RSS, bytearray included
+    assert rep.samples == rep.samples_sent > 0
+
+
+def test_watch_of_a_command_that_fails_keeps_its_exit_code_and_output(store):
+    result = _python(store, "-m", "anatomy", "watch", "--", sys.executable, "-c",
+                      "import sys; print('something broke', file=sys.stderr); sys.exit(3)")
+    assert result.returncode == 3
+    rep = _only_run(store)
+    assert rep.status == "failed"
+    assert "exited with code 3" in rep.error and "something broke" in rep.error
+
+
+def test_watch_calls_a_command_that_printed_cuda_out_of_memory_oom(store):
+    result = _python(store, "-m", "anatomy", "watch", "--", sys.executable, "-c",
+                      "import sys; print('torch.OutOfMemoryError: CUDA out of memory. Tried to "
+                      "allocate 2.00 GiB', file=sys.stderr); sys.exit(1)")
+    assert result.returncode == 1
+    assert _only_run(store).status == "oom"
+
+
+def test_watch_refuses_what_it_cannot_run_and_records_nothing(store):
+    result = _python(store, "-m", "anatomy", "watch", "--", "no-such-command-anywhere")
+    assert result.returncode == 2 and "cannot run 'no-such-command-anywhere'" in result.stderr
+    result = _python(store, "-m", "anatomy", "watch")
+    assert result.returncode == 2 and "no command" in result.stderr
+    assert store.runs() == []
+
+
+def test_ctrl_c_stops_the_watched_command_keeps_the_record_and_leaves_no_process(store):
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "anatomy", "watch", "--", sys.executable, "-c",
+         "import time\nwhile True: time.sleep(0.1)"],
+        cwd=PROJECT, env=_env(store), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        start_new_session=True)  # its own process group: "the terminal" the test presses Ctrl-C in
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (store.runs() and store.runs()[0].worker_pid):
+        time.sleep(0.2)
+    assert store.runs(), "the watch never recorded its run"
+    time.sleep(2)  # some samples
+    family = [psutil.Process(watcher.pid), *psutil.Process(watcher.pid).children(recursive=True)]
+    os.killpg(watcher.pid, signal.SIGINT)
+    assert watcher.wait(60) == 130
+    rep = _only_run(store)
+    assert rep.status == "stopped"
+    assert rep.samples == rep.samples_sent > 0
+    time.sleep(1)
+    left = [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not left, left
+
+
+def test_an_error_inside_the_phase_api_fails_the_run_with_the_error(store):
+    script = ("import anatomy\n"
+              "with anatomy.start(kernel=False) as run:\n"
+              "    run.phase('training')\n"
+              "    raise RuntimeError('the loss went NaN')\n")
+    result = _python(store, "-c", script)
+    assert result.returncode == 1 and "the loss went NaN" in result.stderr
+    rep = _only_run(store)
+    assert rep.status == "failed" and "RuntimeError: the loss went NaN" in rep.error
+    assert [p.name for p in rep.phases] == ["baseline", "training"]
+    assert all(p.done for p in rep.phases)
+
+
+@pytest.mark.parametrize("rate", [0, 5000])
+def test_the_phase_api_refuses_a_sample_rate_out_of_range(rate):
+    import anatomy
+
+    with pytest.raises(ValueError, match="sample_rate"):
+        anatomy.start(sample_rate=rate)
