@@ -8,3 +8,20 @@ worker's baseline phase must begin before torch is loaded.
 """
 
 __version__ = "0.1.0"
+
+# The API for the user's own training, loaded on first use: `import anatomy` stays free of torch.
+_EXPORTS = {
+    "start": "anatomy.engine.attach",
+    "current": "anatomy.engine.attach",
+    "Run": "anatomy.engine.attach",
+    "AnatomyCallback": "anatomy.engine.callbacks",
+}
+__all__ = ["AnatomyCallback", "Run", "current", "start"]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'anatomy' has no attribute {name!r}")

@@ -18,6 +18,7 @@ from anatomy.analysis.operations import comparison
 from anatomy.analysis.options import FIELDS, InvalidOptions, RunOptions, defaults_for, validate
 from anatomy.analysis.report import RunReport, report, run_rows, when
 from anatomy.analysis.sweeps import SweepGrid, grid, parse_vary
+from anatomy.engine import watch
 from anatomy.engine.manager import DeviceBusy, RunManager, is_live, machine
 from anatomy.engine.sweep import Sweep, SweepEvent
 from anatomy.store import STATUSES, Store
@@ -170,7 +171,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         return 0
     header = ["id", "created", "status", "preset", "batch", "prec", "peak MB", "Time", "Samples/s",
               "tags", "name"]
-    body = [[r.id, r.created, r.status, r.preset, r.batch_size, r.precision,
+    body = [[r.id, r.created, r.status, r.preset, r.batch_size or "", r.precision or "",
              r.peak_mb if r.peak_mb is not None else "",
              f"{r.time_s:.2f}" if r.time_s else "",
              f"{r.samples_per_second:.2f}" if r.samples_per_second else "",
@@ -256,7 +257,10 @@ def cmd_show(args: argparse.Namespace) -> int:
     print(f"device: {rep.device_name}  driver: {env.get('driver') or '-'}  "
           f"torch: {env.get('torch', '-')}  transformers: {env.get('transformers', '-')}")
     print(f"measuring: {text.source(rep.backend, rep.memory_api)}")
-    print("options: " + ", ".join(f"{k}={v}" for k, v in rep.stored_options.items()))
+    if not rep.started_by_anatomy:
+        print(f"started by: {rep.origin}")
+    print("options: " + (", ".join(f"{k}={v}" for k, v in rep.stored_options.items())
+                         or "(not reported)"))
     print(_table([[p.name, f"{p.start_s:.2f}", p.memory_mb] for p in rep.phases],
                  ["phase", "start s", "memory at end (MB)"]))
     s = rep.summary
@@ -401,9 +405,20 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_watch(args: argparse.Namespace) -> int:
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    info = machine()
+    try:
+        return watch.watch(command, Store(args.store), info, gpus=args.gpus, name=args.name,
+                           sample_rate=args.sample_rate)
+    except watch.WatchRefused as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
 def parser() -> argparse.ArgumentParser:
-    root = argparse.ArgumentParser(prog="python -m anatomy",
-                                   description="GPU memory during model training, phase by phase")
+    root = argparse.ArgumentParser(prog="anatomy", description="GPU memory during model training, "
+                                   "phase by phase (also: python -m anatomy)")
     commands = root.add_subparsers(dest="command", required=True)
     store_help = "the run store (default: $ANATOMY_STORE, then data/anatomy.sqlite)"
 
@@ -459,6 +474,22 @@ def parser() -> argparse.ArgumentParser:
                        help="print the grid as one JSON object (progress goes to stderr)")
     sweep.add_argument("--store", help=store_help)
     sweep.set_defaults(func=cmd_sweep)
+
+    watched = commands.add_parser(
+        "watch", help="any command's GPU memory as a run: anatomy watch -- python train.py",
+        description="Runs COMMAND and records the memory of the GPUs it can use (without a GPU: "
+                    "the RSS of its processes). Where the command records itself (the Trainer "
+                    "callback or anatomy.start()), its phases and steps join this run; else the "
+                    "run has one 'process' phase. Exits with the command's exit code (130 after "
+                    "Ctrl-C, which stops the command and keeps the record).")
+    watched.add_argument("--name", help="the run's name (default: the command)")
+    watched.add_argument("--sample-rate", type=int, default=200, dest="sample_rate",
+                         help="samples per second per GPU (1 to 2000, default 200)")
+    watched.add_argument("--gpus", help="the visible GPUs to sample, e.g. 0,1 (default: all); "
+                                        "the command's own CUDA_VISIBLE_DEVICES is left as is")
+    watched.add_argument("--store", help=store_help)
+    watched.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ARGS…")
+    watched.set_defaults(func=cmd_watch)
 
     rename = commands.add_parser("rename", help="name a run (an empty name removes it)")
     rename.add_argument("run_id", type=int, metavar="RUN_ID")

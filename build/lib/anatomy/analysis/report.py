@@ -159,26 +159,39 @@ class RunReport:
         """The model's parameters as the worker counted them (None for runs that predate it)."""
         return self.environment.get("parameters")
 
+    def _known(self, name: str) -> Any:
+        """An option as the run knows it: every option of anatomy's own runs; of a user's
+        training only those it reported (None for the rest: never a default it did not use)."""
+        if self.started_by_anatomy:
+            return getattr(self.options, name)
+        return self.stored_options.get(name)
+
     def label(self) -> str:
         """The run in a few words: a legend entry, a list's line."""
-        o = self.options
-        words = [f"Run {self.id}", self.preset, f"bs {o.batch_size}", o.precision]
-        if o.gradient_checkpointing:
+        batch, precision = self._known("batch_size"), self._known("precision")
+        words = [f"Run {self.id}", self.preset]
+        words += [f"bs {batch}"] if batch is not None else []
+        words += [precision] if precision else []
+        if self._known("gradient_checkpointing"):
             words.append("ckpt")
-        if o.grad_accum > 1:
-            words.append(f"accum {o.grad_accum}")
+        if (self._known("grad_accum") or 1) > 1:
+            words.append(f"accum {self._known('grad_accum')}")
         return " · ".join(words)
 
     def title(self) -> str:
         """The run in a sentence: a page's heading."""
-        o = self.options
-        extras = [o.precision]
-        if o.gradient_checkpointing:
+        parts = [self.preset]
+        if self._known("batch_size") is not None:
+            parts.append(f"batch size {self._known('batch_size')}")
+        if self._known("seq_len") is not None:
+            parts.append(f"seq len {self._known('seq_len')}")
+        extras = [self._known("precision")] if self._known("precision") else []
+        if self._known("gradient_checkpointing"):
             extras.append("gradient checkpointing")
-        if o.grad_accum > 1:
-            extras.append(f"accumulation {o.grad_accum}")
-        return (f"Run {self.id}: {self.preset}, batch size {o.batch_size}, seq len {o.seq_len}, "
-                f"{', '.join(extras)} on {self.device_name}")
+        if (self._known("grad_accum") or 1) > 1:
+            extras.append(f"accumulation {self._known('grad_accum')}")
+        where = "" if self.started_by_anatomy else f" ({self.origin})"
+        return f"Run {self.id}: {', '.join(parts + extras)} on {self.device_name}{where}"
 
     def to_dict(self) -> dict[str, Any]:
         """The report as `show --json` prints it and an export carries it."""

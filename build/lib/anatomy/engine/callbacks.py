@@ -9,6 +9,7 @@ are what a user's own Trainer gets. Each reports through a `Reporter`.
 
 from __future__ import annotations
 
+import json
 import os
 
 import torch
@@ -117,3 +118,97 @@ class FaultInjection(TrainerCallback):
                 "test)")
         if self.kind == "crash":
             os._exit(9)
+
+
+class AnatomyCallback(TrainerCallback):
+    """Records a Hugging Face Trainer's training with anatomy: `Trainer(...,
+    callbacks=[AnatomyCallback()])`.
+
+    It joins the run `anatomy.start()` began (which saw the baseline and the CUDA context), or
+    the one `anatomy watch` runs the script in, else starts one itself. It marks the weights
+    phase when the Trainer is built (the model is on its device), the training phase from
+    on_train_begin to on_train_end, reports every step with its loss, runs the component probe
+    over the first steps, and ends the run it started when training ends (an error that escapes
+    `train()` ends it as failed or oom). It adds no synchronisation: the allocator's figures are
+    host-side counters."""
+
+    def __init__(self, name: str | None = None, *, sample_rate: int = 200, store=None,
+                 probe: bool = True):
+        from anatomy.engine import attach
+
+        joined = attach.current()
+        self.run = joined or attach.start(name, sample_rate=sample_rate, store=store,
+                                          kernel=False, baseline=False)
+        self.owns_run = joined is None and not self.run.watched
+        self.probe = probe
+        self._callbacks: list[TrainerCallback] = []
+
+    def on_init_end(self, args, state, control, model=None, **kwargs):
+        facts = _training_facts(args, model)
+        self.run.describe(**facts)
+        self.run.reporter.described(facts["training_arguments"], facts.get("model_name"))
+        if model is not None and self.run.reporter.open_phase != "training":
+            self.run.phase("weights")
+        use_cuda = torch.cuda.is_available() and args.device.type == "cuda"
+        steps = StepReports(self.run.reporter, use_cuda)
+        self._callbacks = [steps, PhaseMarks(self.run.reporter)]
+        if self.probe and model is not None:
+            self._callbacks.append(ComponentProbing(self.run.reporter,
+                                                    ComponentProbe(model, use_cuda)))
+
+    def _each(self, event: str, *args, **kwargs) -> None:
+        for callback in self._callbacks:
+            getattr(callback, event)(*args, **kwargs)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self.run.reporter.open_phase:  # e.g. a phase the user's script opened
+            self.run.reporter.end(self.run.reporter.open_phase)
+        self._each("on_train_begin", args, state, control, **kwargs)
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        self._each("on_pre_optimizer_step", args, state, control, **kwargs)
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        self._each("on_optimizer_step", args, state, control, **kwargs)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self._each("on_step_end", args, state, control, **kwargs)
+
+    def on_log(self, args, state, control, **kwargs):
+        self._each("on_log", args, state, control, **kwargs)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self._each("on_train_end", args, state, control, **kwargs)
+        runtime = next((entry.get("train_runtime") for entry in reversed(state.log_history)
+                        if "train_runtime" in entry), None)
+        self.run.reporter.summary({"steps": state.global_step, "time_s": runtime, **{
+            key: value for entry in state.log_history[-1:] for key, value in (
+                ("samples_per_second", entry.get("train_samples_per_second")),
+                ("loss", entry.get("train_loss")))}})
+        if self.owns_run:
+            self.run.end()
+
+
+def _training_facts(args, model) -> dict:
+    """What the run's environment keeps of the user's training: the options anatomy knows by
+    name (from TrainingArguments), and the model."""
+    precision = "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32"
+    checkpointing = getattr(args, "gradient_checkpointing", None)
+    if checkpointing is None:
+        checkpointing = getattr(args, "activation_checkpointing", False)
+    facts = {"training_arguments": {
+        "batch_size": args.per_device_train_batch_size,
+        "grad_accum": args.gradient_accumulation_steps, "precision": precision,
+        "gradient_checkpointing": bool(checkpointing), "optim": str(getattr(args.optim, "value",
+                                                                            args.optim)),
+        "seed": args.seed, "max_steps": args.max_steps if args.max_steps > 0 else None,
+        "epochs": args.num_train_epochs}, "world_size": args.world_size}
+    if model is not None:
+        config = getattr(model, "config", None)
+        facts.update(
+            model_class=type(model).__name__,
+            model_name=getattr(config, "name_or_path", None) or type(model).__name__,
+            parameters=sum(p.numel() for p in model.parameters()),
+            trainable_parameters=sum(p.numel() for p in model.parameters() if p.requires_grad),
+            model_config=json.loads(config.to_json_string()) if config is not None else None)
+    return facts

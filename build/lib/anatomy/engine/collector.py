@@ -66,6 +66,9 @@ class Collector:
             case protocol.Environment(values=values):
                 self.flush()
                 self.store.merge_environment(self.run_id, values)
+            case protocol.Described(options=options, model=model):
+                self.store.update_run(self.run_id, options=options,
+                                      **({"preset": model} if model else {}))
             case protocol.TrainingSummary(values=values):
                 self.outcome.summary = values
             case protocol.ComponentsMeasured(values=values):

@@ -211,7 +211,7 @@ class RunManager:
             target=sampler.run, name=f"anatomy-sampler-{run_id}", daemon=True,
             args=(sampler_queue, stop_sampler, info.backend, options.sample_rate, t0, gpus,
                   worker_pid))
-        _start_clean(sampler_process)
+        start_clean(sampler_process)
         if dwell is None:
             dwell = max(0.1, 5.0 / options.sample_rate)
         cuda_device = None
@@ -222,7 +222,7 @@ class RunManager:
         worker_process = self.context.Process(
             target=worker.main, name=f"anatomy-worker-{run_id}",
             args=(worker_queue, options.to_dict(), t0, cuda_device, dwell))
-        _start_clean(worker_process)
+        start_clean(worker_process)
         worker_pid.value = worker_process.pid
         self.store.update_run(run_id, worker_pid=worker_process.pid)
         active = ActiveRun(run_id, worker_process, sampler_process, stop_sampler, lock, owns_lock,
@@ -331,7 +331,7 @@ def live_run(store: Store, manager: RunManager) -> RunRow | None:
 _MAIN_SWAP = threading.Lock()
 
 
-def _start_clean(process: mp.Process) -> None:
+def start_clean(process: mp.Process) -> None:
     """Start a spawned process without re-importing the caller's main module in it.
 
     Spawn re-runs the parent's `__main__` in every child (as `__mp_main__`): a script without an

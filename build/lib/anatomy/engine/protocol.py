@@ -14,7 +14,7 @@ from typing import Any
 
 from anatomy.store import Message, PhaseMark, Sample, Step
 
-__all__ = ["SAMPLER", "ComponentsMeasured", "Environment", "Failure", "Message", "Note",
+__all__ = ["SAMPLER", "ComponentsMeasured", "Described", "Environment", "Failure", "Message", "Note",
            "OperationsProfiled", "Phase", "PhaseMark", "Sample", "SamplerDone", "Samples", "Source",
            "Step", "StepReport", "TrainingSummary"]
 
@@ -69,6 +69,16 @@ class Environment:
     """Versions, device and model facts, merged into the run's environment."""
 
     values: dict[str, Any]
+    source: Source
+
+
+@dataclass(frozen=True)
+class Described:
+    """What a user's training is, as far as it is known: run options by anatomy's names (those
+    it could read), and the model's name for lists."""
+
+    options: dict[str, Any]
+    model: str | None
     source: Source
 
 

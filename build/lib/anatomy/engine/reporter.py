@@ -50,6 +50,9 @@ class Reporter:
     def environment(self, values: dict[str, Any]) -> None:
         self.queue.put(protocol.Environment(values, self.source))
 
+    def described(self, options: dict[str, Any], model: str | None) -> None:
+        self.queue.put(protocol.Described(options, model, self.source))
+
     def components(self, values: dict[str, Any]) -> None:
         self.queue.put(protocol.ComponentsMeasured(values, self.source))
 

@@ -8,6 +8,8 @@ the count sent, so the store can prove it lost nothing.
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Sequence
 
@@ -28,6 +30,7 @@ class _ProcessTree:
 
         self.psutil = psutil
         self.root = psutil.Process(pid)
+        self.own_pid = os.getpid()
         self.members: list = []
         self.listed_at = float("-inf")
 
@@ -35,7 +38,10 @@ class _ProcessTree:
         psutil = self.psutil
         if t - self.listed_at >= TREE_SECONDS:
             try:
-                self.members = [self.root, *self.root.children(recursive=True)]
+                # Not the sampler itself: a user's process that records its own run is the
+                # sampler's parent, and its tree would otherwise hold the sampler too.
+                self.members = [self.root, *(p for p in self.root.children(recursive=True)
+                                             if p.pid != self.own_pid)]
             except psutil.Error:
                 return None
             self.listed_at = t
@@ -91,6 +97,9 @@ class Reader:
 def run(queue, stop, backend: str, rate: float, t0: float, gpus: Sequence[int] = (0,),
         worker_pid=None) -> None:
     """Process target: sample the devices `gpus` (NVML indices) at `rate` Hz until `stop` is set."""
+    # Ctrl-C at a terminal reaches the whole process group; the sampler stops when its run says
+    # so (`stop`), after the end has been measured, and then sends its count.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     reader = Reader(backend, gpus, worker_pid)
     period = 1.0 / rate
     batch: list[Sample] = []

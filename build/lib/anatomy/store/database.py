@@ -19,8 +19,19 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent.parent
-DEFAULT_STORE = PROJECT_DIR / "data" / "anatomy.sqlite"
 STORE_ENV = "ANATOMY_STORE"
+
+
+def _default_store() -> Path:
+    """data/anatomy.sqlite in a clone of the repository (what `make run` reads); for an installed
+    package, the user's data directory (XDG), never site-packages."""
+    if (PROJECT_DIR / "pyproject.toml").is_file():
+        return PROJECT_DIR / "data" / "anatomy.sqlite"
+    data = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return data / "anatomy" / "anatomy.sqlite"
+
+
+DEFAULT_STORE = _default_store()
 
 PHASES = ("baseline", "kernel", "weights", "training")
 STATUSES = ("running", "completed", "failed", "oom", "stopped")
