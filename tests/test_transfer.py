@@ -157,7 +157,7 @@ BAD_FILES = {
     "NaN loss": (_set(("runs", 0, "steps", 1, "loss"), float("nan")), "runs[0].steps[1].loss: must be"
                  " a finite number, got NaN"),
     "infinite summary": (_set(("runs", 0, "run", "summary", "time_s"), float("inf")),
-                         "runs[0].run.summary.time_s: must be a finite number, got Infinity"),
+                         "runs[0].run.summary.time_s: must be a finite number from 0, got Infinity"),
     "text for a number": (_set(("runs", 0, "run", "options", "batch_size"), "4"),
                           "runs[0].run.options: batch_size: must be a whole number from 1 to 4096,"
                           " got '4'"),

@@ -13,6 +13,7 @@ import tempfile
 import time
 import traceback
 
+from anatomy.engine.lifeline import Lifeline
 from anatomy.engine.reporter import Reporter
 
 EXIT_OOM = 3
@@ -179,8 +180,12 @@ def train(queue, options: dict, t0: float, use_cuda: bool, dwell: float) -> int:
         return EXIT_OOM if oom else EXIT_FAILED
 
 
-def main(queue, options: dict, t0: float, cuda_device: str | None, dwell: float) -> None:
-    """Process target. `cuda_device` is the CUDA_VISIBLE_DEVICES entry to train on, or None."""
+def main(queue, options: dict, t0: float, cuda_device: str | None, dwell: float,
+         lifeline: Lifeline | None = None) -> None:
+    """Process target. `cuda_device` is the CUDA_VISIBLE_DEVICES entry to train on, or None;
+    `lifeline` ties it to the manager (its own process group, dies with its parent)."""
+    if lifeline is not None:
+        lifeline.attach()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the Hub is never needed: configs ship here
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if cuda_device is not None:
