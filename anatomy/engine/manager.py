@@ -202,6 +202,7 @@ class RunManager:
                 continue
             if _alive(run.worker_pid):
                 continue  # another process on this machine is running it
+            self.store.free_reserve(run.id)
             try:
                 self.store.close_phases(run.id, self.store.last_time(run.id))
                 self.store.finish(run.id, "failed", "its processes ended before the run finished:"
@@ -320,6 +321,7 @@ class RunManager:
                                          name=f"anatomy-collector-{run_id}", daemon=True)
         with self._guard:
             self.active[run_id] = active
+        self.store.reserve(run_id)
         try:
             self.store.update_run(run_id, worker_pid=worker_process.pid)
         except sqlite3.Error:
@@ -338,6 +340,7 @@ class RunManager:
             self._follow(active, outcome)
             ending = self._ending(active, outcome)
         except Exception as error:  # noqa: BLE001 - the run must end, and say why, whatever it was
+            self.store.free_reserve(active.run_id)  # room to record it, if the disk is full
             self._end_processes(active)
             if isinstance(error, sqlite3.Error):
                 problem = why(error)
@@ -349,6 +352,7 @@ class RunManager:
         outcome.phases_end = active.stop_at if active.stop_at is not None else outcome.worker_seen
         try:
             self._record(active.run_id, outcome, ending)
+            self.store.free_reserve(active.run_id)
         finally:
             if active.owns_lock:
                 active.lock.release()
@@ -398,6 +402,7 @@ class RunManager:
                 handle(active.sampler_queue.get(timeout=FLUSH_SECONDS / 2))
             except queue_module.Empty:
                 pass
+            _drain(active.sampler_queue, handle)  # all of it: a loaded machine must not lag
             _drain(active.worker_queue, handle)
             now = time.monotonic()
             if now - flushed_at >= FLUSH_SECONDS:

@@ -151,7 +151,9 @@ def train(queue, options: dict, t0: float, use_cuda: bool, dwell: float) -> int:
         reporter.hold("weights")
 
         reporter.environment({
-            "torch": torch.__version__,
+            # str(): torch's version is a TorchVersion, and unpickling one imports torch in the
+            # collector's process (seconds of stall, hundreds of MB in the CLI or the server).
+            "torch": str(torch.__version__),
             "torch_cuda": torch.version.cuda,
             "transformers": transformers.__version__,
             "device_name": torch.cuda.get_device_name(0) if use_cuda else "CPU",

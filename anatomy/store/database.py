@@ -216,6 +216,7 @@ SIGNATURES = {
 
 
 BUCKET_SECONDS = 0.1
+RESERVE_BYTES = 256 * 1024  # a run's end takes a few WAL frames of 4 KiB: room for dozens
 
 
 def _insert_samples(db: sqlite3.Connection, run_id: int, samples: Sequence[Sample]) -> None:
@@ -274,7 +275,7 @@ def why(error: sqlite3.Error) -> str:
     """SQLite's error in words a user acts on."""
     name = getattr(error, "sqlite_errorname", "") or ""
     if name == "SQLITE_FULL":
-        return f"the disk is full, or the store's size limit is reached ({error})"
+        return f"the disk is full (SQLite: {error})"
     if name.startswith("SQLITE_READONLY"):
         return f"it cannot be written: the file or its directory is read-only ({error})"
     if name.startswith("SQLITE_CANTOPEN"):
@@ -334,7 +335,8 @@ class Store:
     def _open_read_only(self) -> None:
         try:
             with self.connect() as db:
-                self._check(db)
+                if not self._check(db):  # an empty file, or one whose schema is being written
+                    raise StoreMissing(self.path, "no store there yet (the file holds no table)")
         except sqlite3.OperationalError as error:
             if getattr(error, "sqlite_errorname", "") != "SQLITE_CANTOPEN" or self._immutable:
                 raise store_error(self.path, error) from None
@@ -344,9 +346,9 @@ class Store:
         except sqlite3.Error as error:
             raise store_error(self.path, error) from None
 
-    def _check(self, db: sqlite3.Connection) -> None:
+    def _check(self, db: sqlite3.Connection) -> list[str]:
         """Refuse another program's database: anatomy's has no tables yet, or ours by name and
-        columns."""
+        columns. Its tables."""
         tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'"
                                            " AND name NOT LIKE 'sqlite_%'")]
         ours = [t for t in tables if t in SIGNATURES]
@@ -356,6 +358,7 @@ class Store:
             shown = ", ".join(tables[:5]) + (", …" if len(tables) > 5 else "")
             raise StoreError(self.path, f"it is not an anatomy store: it holds another program's"
                              f" tables ({shown})")
+        return tables
 
     @contextmanager
     def connect(self):
@@ -375,6 +378,25 @@ class Store:
                 yield db
         finally:
             db.close()
+
+    # --- room to record a run's end on a full disk ---
+    def _reserve_path(self, run_id: int) -> Path:
+        return self.path.with_name(f"{self.path.name}-reserve-{run_id}")
+
+    def reserve(self, run_id: int) -> None:
+        """Hold RESERVE_BYTES beside the store while the run lasts: if the disk fills, freeing
+        them leaves room to record how the run ended. Without room for it, nothing is held."""
+        try:
+            with open(self._reserve_path(run_id), "wb", buffering=0) as out:
+                out.write(os.urandom(RESERVE_BYTES))  # random: a compressing file system keeps it
+        except OSError:
+            self.free_reserve(run_id)
+
+    def free_reserve(self, run_id: int) -> None:
+        try:
+            self._reserve_path(run_id).unlink(missing_ok=True)
+        except OSError:
+            pass
 
     def identity(self) -> str | None:
         """The store's random id (None for a read-only store written before ids existed)."""
