@@ -376,7 +376,9 @@ def cmd_show(args: argparse.Namespace) -> int:
                  ["phase", "start s", "memory at end (MB)"]))
     s = rep.summary
     if s.time_s is not None:
-        print(f"Time: {s.time_s:.2f}\nSamples/second: {s.samples_per_second:.2f}")
+        print(f"Time: {s.time_s:.2f}")
+    if s.samples_per_second is not None:
+        print(f"Samples/second: {s.samples_per_second:.2f}")
     print(f"peak: {s.peak_mb} MB   samples: {rep.samples}   steps: {rep.steps}")
     if rep.components:
         parts = rep.components

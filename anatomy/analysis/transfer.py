@@ -16,7 +16,7 @@ import socket
 from dataclasses import asdict, replace
 from typing import Any
 
-from anatomy.analysis.options import FIELDS, RunOptions, validate
+from anatomy.analysis.options import FIELDS, RunOptions, shown, validate
 from anatomy.analysis.report import report
 from anatomy.store import (
     PHASES,
@@ -126,13 +126,6 @@ def _json_float(text: str) -> float | _Unreadable:
     return value if math.isfinite(value) else _Unreadable(text)
 
 
-def _shown(value: Any) -> str:
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**30:
-        return f"an integer of {len(str(abs(value)))} digits"
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def _refuse(where: str, what: str) -> ImportRefused:
     return ImportRefused(f"{where}: {what}")
 
@@ -196,7 +189,7 @@ def _int(value: Any, where: str, low: int = 0, high: int = MAX_INTEGER,
     if value is None and optional:
         return None
     if not _is_int(value) or not low <= value <= high:
-        raise _refuse(where, f"must be a whole number from {low} to {high}, got {_shown(value)}")
+        raise _refuse(where, f"must be a whole number from {low} to {high}, got {shown(value)}")
     return value
 
 
@@ -205,7 +198,7 @@ def _memory(value: Any, where: str, optional: bool = True) -> int | None:
         return None
     if not _is_int(value) or not 0 <= value <= MAX_MEMORY:
         raise _refuse(where, "memory must be a whole number of bytes from 0 to 2**50, got "
-                      + _shown(value))
+                      + shown(value))
     return value
 
 
@@ -215,7 +208,7 @@ def _seconds(value: Any, where: str, high: float = MAX_SECONDS, optional: bool =
         return None
     if not _is_number(value) or not 0 <= value <= high:
         raise _refuse(where, f"time must be a finite number of seconds from 0 to {high:,.0f}, got "
-                      + _shown(value))
+                      + shown(value))
     return value
 
 
@@ -233,7 +226,7 @@ def _text(value: Any, where: str, optional: bool = True) -> str | None:
     if value is None and optional:
         return None
     if not isinstance(value, str):
-        raise _refuse(where, f"must be text, got {_shown(value)}")
+        raise _refuse(where, f"must be text, got {shown(value)}")
     return _encodable(value, where)
 
 
@@ -242,7 +235,7 @@ def _number(value: Any, where: str, optional: bool = True) -> float | None:
     if value is None and optional:
         return None
     if not _is_number(value) or value < 0:
-        raise _refuse(where, f"must be a finite number from 0, got {_shown(value)}")
+        raise _refuse(where, f"must be a finite number from 0, got {shown(value)}")
     return value
 
 
@@ -250,13 +243,13 @@ def _choice(value: Any, where: str, choices: tuple, optional: bool = False) -> A
     if value is None and optional:
         return None
     if value not in choices:
-        raise _refuse(where, f"{_shown(value)} is not one of {', '.join(map(str, choices))}")
+        raise _refuse(where, f"{shown(value)} is not one of {', '.join(map(str, choices))}")
     return value
 
 
 def _object(value: Any, where: str, required: tuple[str, ...] = ()) -> dict:
     if not isinstance(value, dict):
-        raise _refuse(where, f"must be a JSON object, got {type(value).__name__} {_shown(value)}")
+        raise _refuse(where, f"must be a JSON object, got {type(value).__name__} {shown(value)}")
     missing = [key for key in required if key not in value]
     if missing:
         raise _refuse(where, f"is missing {', '.join(repr(k) for k in missing)}")
@@ -265,7 +258,7 @@ def _object(value: Any, where: str, required: tuple[str, ...] = ()) -> dict:
 
 def _array(value: Any, where: str) -> list:
     if not isinstance(value, list):
-        raise _refuse(where, f"must be a JSON array, got {type(value).__name__} {_shown(value)}")
+        raise _refuse(where, f"must be a JSON array, got {type(value).__name__} {shown(value)}")
     return value
 
 
@@ -282,11 +275,11 @@ def _plain(value: Any, where: str) -> Any:
         _int(value, where, -MAX_INTEGER - 1)
     elif isinstance(value, float) or isinstance(value, _Unreadable):
         if not _is_number(value):
-            raise _refuse(where, f"must be a finite number, got {_shown(value)}")
+            raise _refuse(where, f"must be a finite number, got {shown(value)}")
     elif isinstance(value, str):
         _encodable(value, where)
     elif not (value is None or isinstance(value, bool)):
-        raise _refuse(where, f"is not JSON: {_shown(value)}")
+        raise _refuse(where, f"is not JSON: {shown(value)}")
     return value
 
 
@@ -341,7 +334,7 @@ def _class_totals(value: Any, where: str) -> dict:
     value = _object(value, where, ("time_us", "flops", "count"))
     extra = [key for key in value if key not in ("time_us", "flops", "count")]
     if extra:
-        raise _refuse(where, f"unknown key {_shown(extra[0])}: totals are time_us, flops, count")
+        raise _refuse(where, f"unknown key {shown(extra[0])}: totals are time_us, flops, count")
     _number(value["time_us"], f"{where}.time_us", optional=False)
     _int(value["flops"], f"{where}.flops")
     _int(value["count"], f"{where}.count")
@@ -377,7 +370,7 @@ def _operations(value: Any, where: str) -> dict | None:
 
 def _loss(value: Any, where: str) -> float | None:
     if value is not None and not _is_number(value):
-        raise _refuse(where, f"must be a finite number, got {_shown(value)}")
+        raise _refuse(where, f"must be a finite number, got {shown(value)}")
     return value
 
 
@@ -403,7 +396,7 @@ def _options(value: Any, where: str) -> dict:
 def _tags(value: Any, where: str) -> list[str]:
     for index, tag in enumerate(_array(value, where)):
         if not isinstance(tag, str) or not tag.strip() or "," in tag:
-            raise _refuse(f"{where}[{index}]", f"a tag is text without commas, got {_shown(tag)}")
+            raise _refuse(f"{where}[{index}]", f"a tag is text without commas, got {shown(tag)}")
         _encodable(tag, f"{where}[{index}]")
     return value
 
@@ -448,7 +441,7 @@ def _samples(value: Any, where: str) -> list[Sample]:
     for j, sample in enumerate(_array(value, where)):
         here = f"{where}[{j}]"
         if not isinstance(sample, list) or len(sample) != len(SAMPLE_COLUMNS):
-            raise _refuse(here, f"a sample is [{', '.join(SAMPLE_COLUMNS)}], got {_shown(sample)}")
+            raise _refuse(here, f"a sample is [{', '.join(SAMPLE_COLUMNS)}], got {shown(sample)}")
         t, gpu, used, reserved, total, util = sample
         rows.append(Sample(
             _seconds(t, f"{here}[0]"), _int(gpu, f"{here}[1]", 0, FIELDS["gpu"].high),
@@ -531,17 +524,17 @@ def _header(data: Any) -> list:
         keys = ", ".join(repr(k) for k in list(data)[:6]) or "none"
         raise ImportRefused(f"not an anatomy export: there is no \"schema\" (its keys: {keys})")
     if data["schema"] != SCHEMA:
-        raise _refuse("schema", f"{_shown(data['schema'])} is not an anatomy export "
+        raise _refuse("schema", f"{shown(data['schema'])} is not an anatomy export "
                       f"(expected {SCHEMA!r})")
     version = data.get("version")
     if version != SCHEMA_VERSION or not _is_int(version):
         newer = (" (a newer anatomy wrote it: upgrade this one)"
                  if _is_int(version) and version > SCHEMA_VERSION else "")
-        raise _refuse("version", f"the file is schema version {_shown(version)}; this anatomy "
+        raise _refuse("version", f"the file is schema version {shown(version)}; this anatomy "
                       f"reads version {SCHEMA_VERSION}{newer}")
     if data.get("sample_columns") != list(SAMPLE_COLUMNS):
         raise _refuse("sample_columns", f"expected {list(SAMPLE_COLUMNS)}, got "
-                      f"{_shown(data.get('sample_columns'))}")
+                      f"{shown(data.get('sample_columns'))}")
     runs = _array(data.get("runs"), "runs")
     if not runs:
         raise _refuse("runs", "the file holds no run")
