@@ -114,3 +114,26 @@ def test_a_zombie_workers_memory_is_not_read_as_0(tmp_path):
     finally:
         child.wait()
     assert reader.read(2.0) == []  # and once it is gone altogether
+
+
+def test_a_sampler_that_fails_says_why_with_its_count(monkeypatch, fresh_nvml):
+    nvml._lib = FakePynvml()
+    nvml.reset()
+    reads = []
+
+    def read(self, t):
+        reads.append(t)
+        if len(reads) > 20:
+            raise RuntimeError("NVML went away")
+        return [protocol.Sample(t, 0, 1, None, None, None)]
+
+    monkeypatch.setattr(sampler.Reader, "read", read)
+    q: queue.Queue = queue.Queue()
+    sampler.run(q, threading.Event(), "nvml", 1000, time.monotonic())
+    messages = []
+    while not q.empty():
+        messages.append(q.get())
+    done = messages[-1]
+    assert isinstance(done, protocol.SamplerDone)
+    assert done.ended_by == "an error: RuntimeError: NVML went away"
+    assert done.sent == sum(len(m.samples) for m in messages[:-1]) == 20

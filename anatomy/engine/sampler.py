@@ -156,4 +156,7 @@ def run(queue, stop, backend: str, rate: float, t0: float, gpus: Sequence[int] =
                 next_tick = time.monotonic()  # fell far behind (a stalled machine): don't burst
     except Exception:  # noqa: BLE001 - the collector is told why the samples stop here
         ended_by = "an error: " + traceback.format_exc(limit=3).strip().splitlines()[-1]
+        if batch:  # what was read before it is kept
+            queue.put(Samples(batch))
+            sent += len(batch)
     queue.put(SamplerDone(sent, ended_by))
