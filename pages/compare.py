@@ -292,16 +292,26 @@ def import_section() -> None:
                "json`, from this machine or another. The file is checked whole first: a wrong, "
                "truncated or foreign file is refused and nothing of it is stored.")
     upload = st.file_uploader("Import runs (JSON)", type=["json"], key="import_file")
+    copy = st.checkbox("Import runs that are here already again, as copies", key="import_copy",
+                       help="each imported run records where it came from, so the same file "
+                            "imported twice is noticed; tick this to add them once more")
     done = st.session_state.setdefault("imported_files", {})
-    if upload is not None and upload.file_id not in done:
-        try:
-            done[upload.file_id] = ("imported", transfer.import_runs(common.store(),
-                                                                     upload.getvalue()))
-        except transfer.ImportRefused as error:
-            done[upload.file_id] = ("refused", str(error))
     if upload is None:
         return
-    outcome, detail = done[upload.file_id]
+    key = (upload.file_id, copy)  # ticking "as copies" after a refusal imports the file then
+    if key not in done:
+        try:
+            done[key] = ("imported", transfer.import_runs(common.store(), upload.getvalue(),
+                                                          copy=copy))
+        except transfer.AlreadyImported as error:
+            done[key] = ("here already", str(error))
+        except transfer.ImportRefused as error:
+            done[key] = ("refused", str(error))
+    outcome, detail = done[key]
+    if outcome == "here already":
+        st.warning(f"Not imported: {detail}. Nothing was stored; tick “as copies” to import them "
+                   "again.")
+        return
     if outcome == "refused":
         st.error(f"Not imported: {detail}. Nothing was stored.")
         return

@@ -13,7 +13,7 @@ from anatomy.analysis import compare, transfer
 from anatomy.analysis.options import RunOptions
 from anatomy.analysis.report import report
 from anatomy.analysis.sweeps import SweepGrid, SweepRun
-from anatomy.store import PhaseMark, Sample
+from anatomy.store import PhaseMark, Sample, Store
 from anatomy.units import MIB
 from anatomy.views import figures
 from tests.apptest import chart_spec, open_page
@@ -133,8 +133,10 @@ def test_fewer_than_two_runs_asks_for_more(store, seed):
     assert "Choose two or more runs to compare." in [i.value for i in app.info]
 
 
-def test_an_exported_file_imports_once_and_a_truncated_one_is_refused(store, seed):
-    exported = json.dumps(transfer.export_runs(store, [seed()])).encode()
+def test_an_exported_file_imports_once_and_a_truncated_one_is_refused(store, seed, tmp_path):
+    elsewhere = Store(tmp_path / "elsewhere.sqlite")
+    exported = json.dumps(transfer.export_runs(elsewhere, [seed_run(elsewhere)])).encode()
+    seed()
     app = _page()
     app.file_uploader(key="import_file").set_value(("runs.json", exported, "application/json"))
     app.run()
@@ -149,6 +151,21 @@ def test_an_exported_file_imports_once_and_a_truncated_one_is_refused(store, see
     (error,) = [e.value for e in app.error]
     assert error.startswith("Not imported: the file is truncated") and "Nothing was stored" in error
     assert len(store.runs()) == 2
+
+
+def test_a_file_imported_again_is_refused_until_copies_are_asked_for(store, seed, tmp_path):
+    elsewhere = Store(tmp_path / "elsewhere.sqlite")
+    exported = json.dumps(transfer.export_runs(elsewhere, [seed_run(elsewhere)])).encode()
+    transfer.import_runs(store, exported)  # imported once already: run 1 here
+    app = _page()
+    app.file_uploader(key="import_file").set_value(("again.json", exported, "application/json"))
+    app.run()
+    (warning,) = [w.value for w in app.warning]
+    assert "is already imported as run 1" in warning and "Nothing was stored" in warning
+    assert len(store.runs()) == 1
+    app.checkbox(key="import_copy").check().run()
+    assert [s.value for s in app.success] == ["Imported again.json: run 2."]
+    assert store.run(2).origin == store.run(1).origin  # the copy says where it came from too
 
 
 def test_a_finished_sweep_shows_its_grid_and_the_largest_batch_size(store):

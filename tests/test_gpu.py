@@ -1,19 +1,26 @@
-"""On a real GPU (the GPU machine): the walkthrough's run, a real out-of-memory, and stop.
+"""On a real GPU (the GPU machine): the walkthrough's run, a real out-of-memory in the first step
+and in a later one, stop, and kill -9 of a run mid-step.
 
 Skipped without CUDA. Run there with `python -m pytest -m gpu`.
 """
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
+import psutil
 import pytest
 
 from anatomy.analysis.options import RunOptions
 from anatomy.analysis.report import report
 from anatomy.engine import nvml
 from anatomy.engine.devices import machine
-from anatomy.store import PHASES
+from anatomy.engine.manager import DeviceLock, RunManager, device_key
+from anatomy.store import PHASES, Store
 from anatomy.units import MIB
 
 torch = pytest.importorskip("torch")
@@ -40,15 +47,97 @@ def test_walkthrough_run_records_four_phases(manager, store):
     assert len(steps) == 128 and all(s.allocated and s.reserved for s in steps)
 
 
-def test_real_out_of_memory_then_the_next_run_works(manager, store):
+def test_real_out_of_memory_in_the_first_step_then_the_next_run_works(manager, store):
     run_id = manager.start(RunOptions(preset="bert-large-uncased", batch_size=2048, max_steps=2))
     assert manager.wait(run_id, timeout=600) == "oom"
     rep = report(store, run_id)
     assert "out of memory" in rep.error.lower()
+    assert store.steps(run_id) == []  # the first step never ended
+    assert rep.samples == rep.samples_sent
+    assert rep.training.done and rep.training.memory_bytes > rep.phase("weights").memory_bytes
     total = store.samples(run_id)[-1].total
     assert rep.summary.peak_bytes > 0.5 * total
     next_run = manager.start(RunOptions(preset="bert-base-uncased", batch_size=4, max_steps=5))
     assert manager.wait(next_run, timeout=600) == "completed"
+
+
+def _training_steps(store, run_id: int, steps: int, timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    while store.step_count(run_id) < steps:
+        assert time.monotonic() < deadline, f"run {run_id} never reached step {steps}"
+        assert store.run(run_id).status == "running", store.run(run_id).error
+        time.sleep(0.2)
+
+
+def test_real_out_of_memory_in_a_later_step(manager, store, monkeypatch):
+    """The device fills while the run trains (another process takes what is free): the next
+    allocation of a step fails for real. Without its cache, the allocator asks CUDA every step."""
+    monkeypatch.setenv("PYTORCH_NO_CUDA_MEMORY_CACHING", "1")  # inherited by the worker
+    run_id = manager.start(RunOptions(preset="bert-base-uncased", batch_size=8, seq_len=128,
+                                      max_steps=100_000))
+    _training_steps(store, run_id, 3)
+    uuid = machine().devices[0].uuid
+    index = next((i for i in range(torch.cuda.device_count())
+                  if uuid and f"GPU-{torch.cuda.get_device_properties(i).uuid}" == uuid), 0)
+    with torch.cuda.device(index):
+        hog = None
+        for _ in range(20):  # the worker's own use moves between and within steps: try again
+            free, _ = torch.cuda.mem_get_info()
+            try:
+                hog = torch.empty(free - 32 * MIB, dtype=torch.uint8, device="cuda")
+                break
+            except torch.cuda.OutOfMemoryError:
+                time.sleep(0.05)
+        assert hog is not None, "could not take the GPU's free memory"
+        try:
+            assert manager.wait(run_id, timeout=300) == "oom"
+        finally:
+            del hog
+            torch.cuda.empty_cache()
+    rep = report(store, run_id)
+    assert "out of memory" in rep.error.lower()
+    assert rep.steps >= 3  # a later step, not the first
+    assert rep.samples == rep.samples_sent
+    assert rep.training.done
+
+
+def test_kill_9_of_a_run_mid_step_frees_the_gpu_within_seconds(tmp_path):
+    """`python -m anatomy run` killed with -9 while it trains: its worker dies with it, the GPU's
+    memory is given back within seconds, the device is free, and the next start closes the run."""
+    gpu = machine().devices[0].nvml_index
+    before = nvml.memory(gpu).used
+    path = tmp_path / "killed.sqlite"
+    cli = subprocess.Popen([sys.executable, "-m", "anatomy", "run", "--preset",
+                            "bert-large-uncased", "--batch-size", "4", "--max-steps", "100000",
+                            "--store", str(path)], cwd=Path(__file__).resolve().parent.parent,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           start_new_session=True)
+    try:
+        deadline = time.monotonic() + 600
+        while not (path.exists() and Store(path).step_count(1) >= 3):
+            assert time.monotonic() < deadline and cli.poll() is None
+            time.sleep(0.2)
+        assert nvml.memory(gpu).used > before + 1024 * MIB
+        tree = psutil.Process(cli.pid).children(recursive=True)
+        cli.send_signal(signal.SIGKILL)
+        cli.wait(30)
+        started = time.monotonic()
+        while nvml.memory(gpu).used > before + 64 * MIB and time.monotonic() - started < 10:
+            time.sleep(0.1)
+        freed_after = time.monotonic() - started
+        assert nvml.memory(gpu).used <= before + 64 * MIB, "the GPU's memory is still held"
+        assert freed_after < 5
+        _, alive = psutil.wait_procs(tree, timeout=10)
+        assert [p for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
+    finally:
+        cli.kill()
+    lock = DeviceLock(device_key(RunOptions(), machine()))
+    assert lock.acquire("test")
+    lock.release()
+    store = Store(path)
+    RunManager(store)
+    rep = report(store, 1)
+    assert rep.status == "failed" and rep.training.done and rep.steps >= 3
 
 
 def test_stop_frees_the_gpu(manager, store):

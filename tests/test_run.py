@@ -153,10 +153,14 @@ def test_a_script_without_a_main_guard_can_start_runs(tmp_path):
         "from anatomy.store import Store\n"
         f"manager = RunManager(Store({str(tmp_path / 'plain.sqlite')!r}))\n"
         "run_id = manager.start(RunOptions(preset='tiny', dataset_size=8, seq_len=16))\n"
-        "print('status', manager.wait(run_id, 120))\n")
+        "print('status', manager.wait(run_id, 120))\n"
+        "import sys\n"
+        "print('torch loaded here:', 'torch' in sys.modules)\n")
     project = str(Path(__file__).resolve().parent.parent)
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                             timeout=180, env={**os.environ, "PYTHONPATH": os.pathsep.join(
                                 filter(None, (project, os.environ.get("PYTHONPATH"))))})
     assert result.stdout.count("status") == 1, result.stderr
     assert "status completed" in result.stdout
+    # Nothing the worker sends makes its reader load torch (a TorchVersion would).
+    assert "torch loaded here: False" in result.stdout

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -157,7 +158,7 @@ BAD_FILES = {
     "NaN loss": (_set(("runs", 0, "steps", 1, "loss"), float("nan")), "runs[0].steps[1].loss: must be"
                  " a finite number, got NaN"),
     "infinite summary": (_set(("runs", 0, "run", "summary", "time_s"), float("inf")),
-                         "runs[0].run.summary.time_s: must be a finite number, got Infinity"),
+                         "runs[0].run.summary.time_s: must be a finite number from 0, got Infinity"),
     "text for a number": (_set(("runs", 0, "run", "options", "batch_size"), "4"),
                           "runs[0].run.options: batch_size: must be a whole number from 1 to 4096,"
                           " got '4'"),
@@ -175,6 +176,49 @@ BAD_FILES = {
                          " text without commas, got 'a,b'"),
     "the second run bad": (_set(("runs", 1, "samples", 5, 1), -3), "runs[1].samples[5][1]: must be a"
                            " whole number from 0 to 63, got -3"),
+    # What `show` and the Anatomy page read, checked by type (issue 9: they raised afterwards).
+    "text for a component": (_set(("runs", 0, "run", "summary", "components"), {"weights": "x"}),
+                             "runs[0].run.summary.components.weights: memory must be a whole"
+                             " number of bytes from 0 to 2**50, got 'x'"),
+    "a component's moments": (_set(("runs", 0, "run", "summary", "components"),
+                                   {"moments": {"after forward": -5}}),
+                              "runs[0].run.summary.components.moments.after forward: memory must"
+                              " be a whole number of bytes"),
+    "operations without a profile": (_set(("runs", 0, "run", "summary", "operations"),
+                                          {"steps": "x"}),
+                                     "runs[0].run.summary.operations: is missing 'device',"
+                                     " 'time_source', 'classes', 'operators', 'optimizer'"),
+    "text for profiled steps": (_set(("runs", 0, "run", "summary", "operations"),
+                                     {"device": "cpu", "time_source": "CPU self time",
+                                      "steps": "x", "classes": {}, "operators": [],
+                                      "optimizer": {"time_us": 0, "flops": 0, "count": 0}}),
+                                "runs[0].run.summary.operations.steps: must be a whole number from"
+                                " 0 to 9223372036854775807, got 'x'"),
+    "a class's totals": (_set(("runs", 0, "run", "summary", "operations"),
+                              {"device": "cpu", "time_source": "CPU self time", "steps": 1,
+                               "classes": {"element-wise": {"time_us": 1.5, "flops": 2}},
+                               "operators": [], "optimizer": {"time_us": 0, "flops": 0,
+                                                              "count": 0}}),
+                         "runs[0].run.summary.operations.classes.element-wise: is missing"
+                         " 'count'"),
+    "text for steps in the summary": (_set(("runs", 0, "run", "summary", "steps"), "8"),
+                                      "runs[0].run.summary.steps: must be a whole number"),
+    "text for the GPU's memory": (_set(("runs", 0, "run", "environment", "gpu_total"), "141 GB"),
+                                  "runs[0].run.environment.gpu_total: memory must be a whole"
+                                  " number of bytes"),
+    "a number for the GPU's name": (_set(("runs", 0, "run", "environment", "gpu_name"), 7),
+                                    "runs[0].run.environment.gpu_name: must be text, got 7"),
+    "a lone surrogate in a name": (_set(("runs", 0, "run", "name"), "\ud800"),
+                                   "runs[0].run.name: holds '\\ud800', half of a UTF-16 pair,"
+                                   " which is not text that can be stored"),
+    "a lone surrogate in a tag": (_set(("runs", 0, "run", "tags"), ["ok", "x\udfff"]),
+                                  "runs[0].run.tags[1]: holds '\\udfff'"),
+    "a lone surrogate in a key": (_set(("runs", 0, "run", "environment", "\ud83d"), 1),
+                                  "runs[0].run.environment (a key): holds '\\ud83d'"),
+    "a lone surrogate in a message": (_set(("runs", 0, "messages", 0, "text"), "a\ud800b"),
+                                      "runs[0].messages[0].text: holds '\\ud800'"),
+    "an origin's run id": (_set(("runs", 0, "run", "origin"), {"run": "7"}),
+                           "runs[0].run.origin.run: must be a whole number"),
 }
 
 
@@ -228,3 +272,66 @@ def test_a_file_cut_anywhere_is_called_truncated(store, tmp_path):
     for cut in range(1, len(text) - 1):
         with pytest.raises(transfer.ImportRefused, match="the file is truncated"):
             transfer.import_runs(store, text[:cut])
+
+
+# --- a run imported twice (issue 13, item 9) ---
+
+def test_a_run_records_where_it_came_from_and_a_second_import_is_refused(source, target):
+    store, ids = source
+    text = exported(store, ids[:2])
+    first = transfer.import_runs(target, text)
+    origin = target.run(first[0]).origin
+    assert origin == {"store": store.identity(), "host": socket.gethostname(),
+                      "path": str(store.path), "run": ids[0],
+                      "created_at": store.run(ids[0]).created_at}
+    before = contents(target)
+    with pytest.raises(transfer.AlreadyImported) as refused:
+        transfer.import_runs(target, text)
+    assert str(refused.value) == (
+        f"runs[0] (run {ids[0]} of {store.path} on {socket.gethostname()}) is already imported as"
+        f" run {first[0]}; runs[1] (run {ids[1]} of {store.path} on {socket.gethostname()}) is"
+        f" already imported as run {first[1]}")
+    assert contents(target) == before
+    copies = transfer.import_runs(target, text, copy=True)  # asked for: copies, origin and all
+    assert copies == [first[1] + 1, first[1] + 2]
+    assert [target.run(i).origin for i in copies] == [target.run(i).origin for i in first]
+
+
+def test_a_run_keeps_its_first_origin_through_another_store(source, target, tmp_path):
+    store, ids = source
+    (moved,) = transfer.import_runs(target, exported(store, ids[:1]))
+    third = Store(tmp_path / "third.sqlite")
+    transfer.import_runs(third, exported(target, [moved]))  # re-exported from where it landed
+    assert third.run(1).origin["store"] == store.identity()
+    with pytest.raises(transfer.AlreadyImported, match=f"is already imported as run {moved}"):
+        transfer.import_runs(target, exported(third, [1]))  # the same run, by another road
+
+
+def test_a_run_brought_back_to_its_own_store_is_refused(source):
+    store, ids = source
+    with pytest.raises(transfer.AlreadyImported, match=f"is run {ids[0]} of this store already"):
+        transfer.import_runs(store, exported(store, ids[:1]))
+
+
+def test_a_file_written_before_exports_named_their_store_is_known_again_too(source, target):
+    store, ids = source
+    data = json.loads(exported(store, ids[:1]))
+    del data["origin"]  # as anatomy wrote exports before
+    transfer.import_runs(target, json.dumps(data))
+    with pytest.raises(transfer.AlreadyImported):
+        transfer.import_runs(target, json.dumps(data))
+
+
+def test_the_cli_refuses_a_second_import_and_imports_copies_when_asked(source, target, tmp_path):
+    store, ids = source
+    path = tmp_path / "runs.json"
+    path.write_text(exported(store, ids[:1]))
+    args = [sys.executable, "-m", "anatomy", "import", str(path), "--store", str(target.path)]
+    assert subprocess.run(args, capture_output=True, text=True, timeout=60).returncode == 0
+    again = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 2 and again.stdout == ""
+    assert again.stderr.startswith(f"error: {path}: runs[0] (run {ids[0]} of {store.path}")
+    assert again.stderr.rstrip().endswith("already imported as run 2; nothing was imported"
+                                          " (--copy imports it again)")
+    copied = subprocess.run(args + ["--copy"], capture_output=True, text=True, timeout=60)
+    assert copied.returncode == 0 and copied.stdout.split() == ["3"]

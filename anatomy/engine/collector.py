@@ -20,13 +20,32 @@ FLUSH_SECONDS = 0.1
 
 @dataclass
 class Outcome:
-    """What the collector learnt besides the rows it wrote."""
+    """What the collector learnt besides the rows it wrote, and what whoever follows the run's
+    processes learnt about them."""
     failure: protocol.Failure | None = None
     summary: dict | None = None
     components: dict | None = None
     operations: dict | None = None
     samples_sent: int | None = None
+    sampler_ended_by: str | None = None  # what the sampler said ended it, besides the manager
     last_step: Step | None = None
+    sampler_lost: str | None = None  # the sampler ended while training went on: why and when
+    worker_seen: float = 0.0  # the run's clock when the worker was last seen alive
+    worker_ended: float | None = None  # when it was first seen gone
+    # Where a phase the worker did not end (stopped, killed) ends: where the worker was last
+    # known to hold its memory — the stop, or the last time it was seen alive — never at a
+    # sample of its exit, when the memory is already being given back.
+    phases_end: float = 0.0
+
+    def summary_values(self) -> dict:
+        """What the run's `summary` column keeps: the Trainer's figures, the components measured
+        and the profile, where they came."""
+        summary = dict(self.summary or {})
+        if self.components:
+            summary["components"] = self.components
+        if self.operations:
+            summary["operations"] = self.operations
+        return summary
 
 
 @dataclass
@@ -46,10 +65,10 @@ class Rows:
 
 
 class Collector:
-    def __init__(self, store: Store, run_id: int):
+    def __init__(self, store: Store, run_id: int, outcome: Outcome | None = None):
         self.store, self.run_id = store, run_id
         self.rows = Rows()
-        self.outcome = Outcome()
+        self.outcome = outcome or Outcome()
         self._flushed_at = time.monotonic()
 
     def handle(self, message) -> None:
@@ -77,11 +96,13 @@ class Collector:
                 self.outcome.operations = values
             case protocol.Failure():
                 self.outcome.failure = message
-            case protocol.SamplerDone(sent=sent):
+            case protocol.SamplerDone(sent=sent, ended_by=ended_by):
                 self.outcome.samples_sent = sent
+                self.outcome.sampler_ended_by = ended_by
 
     def drain(self, source) -> None:
-        """Every message waiting on `source` (a queue), without blocking."""
+        """Every message waiting on `source` (a queue), without blocking: all of it, so a loaded
+        machine never lags behind."""
         while True:
             try:
                 self.handle(source.get_nowait())
@@ -100,11 +121,4 @@ class Collector:
             self.flush()
 
     def summary_values(self) -> dict:
-        """What the run's `summary` column keeps: the Trainer's figures, the components measured
-        and the profile, where they came."""
-        summary = dict(self.outcome.summary or {})
-        if self.outcome.components:
-            summary["components"] = self.outcome.components
-        if self.outcome.operations:
-            summary["operations"] = self.outcome.operations
-        return summary
+        return self.outcome.summary_values()

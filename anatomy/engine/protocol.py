@@ -42,9 +42,11 @@ class Samples:
 
 @dataclass(frozen=True)
 class SamplerDone:
-    """The sampler's last word: how many samples it sent, so the store can prove it lost none."""
+    """The sampler's last word: how many samples it sent, so the store can prove it lost none;
+    and what ended it when the manager did not ("SIGTERM", "an error: …"), else None."""
 
     sent: int
+    ended_by: str | None = None
     source: Source = SAMPLER
 
 

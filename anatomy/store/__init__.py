@@ -12,9 +12,12 @@ from anatomy.store.database import (
     Sample,
     Step,
     Store,
+    StoreError,
+    StoreMissing,
     SweepRow,
     resolve_path,
 )
 
 __all__ = ["PHASES", "STATUSES", "STORE_ENV", "Message", "PhaseMark", "PhaseSpan", "RunRecord",
-           "RunRow", "Sample", "Step", "Store", "SweepRow", "resolve_path"]
+           "RunRow", "Sample", "Step", "Store", "StoreError", "StoreMissing", "SweepRow",
+           "resolve_path"]

@@ -109,8 +109,15 @@ def status_line(report: RunReport) -> str:
         "completed": f"completed: {peak_text}",
         "oom": f"out of memory: {peak_text} before it failed",
         "failed": f"failed: {peak_text}",
-        "stopped": f"stopped by the user: {peak_text}",
+        # who stopped it: the user, a signal to the CLI (SIGTERM, SIGHUP, Ctrl-C)
+        "stopped": f"{_stop_words(report.error)}: {peak_text}",
     }.get(report.status, report.status)
+
+
+def _stop_words(error: str | None) -> str:
+    if error and error.startswith("stopped") and "\n" not in error and len(error) < 120:
+        return error
+    return "stopped"
 
 
 class Forecast(NamedTuple):

@@ -1,0 +1,597 @@
+"""Faults a long run meets, each done for real on this CPU: the death of any of its processes
+(kill -9, SIGTERM, SIGHUP, Ctrl-C to the process group) in the phase where it matters, a full
+disk, a server restart with a run in flight, and stores that cannot be used. Each asserts what
+was stored, that nothing the sampler sent was lost where it lived (`samples == samples_sent`),
+and that no process of the run is left (psutil over its tree).
+
+docs/RELIABILITY.md lists them, one row each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import psutil
+import pytest
+
+from anatomy import cli
+from anatomy.analysis import transfer
+from anatomy.analysis.options import RunOptions
+from anatomy.analysis.report import report
+from anatomy.engine.devices import machine
+from anatomy.engine.lifeline import Lifeline, launch
+from anatomy.engine.manager import DeviceLock, RunManager, device_key
+from anatomy.store import RunRow, Store, StoreMissing
+from tests.conftest import seed_run
+
+PROJECT = Path(__file__).resolve().parent.parent
+# A run long enough to be interrupted: it never ends on its own within a test.
+ENDLESS = ("--preset", "tiny", "--seq-len", "16", "--dataset-size", "64", "--max-steps", "100000")
+GONE_SECONDS = 15  # a process of the run dies within this (stop's grace, on a loaded machine)
+PHASE_SECONDS = 180  # a tiny run reaches training within this, however loaded the machine
+
+
+# --- helpers ---
+
+def _left(processes: list[psutil.Process], timeout: float = GONE_SECONDS) -> list[psutil.Process]:
+    """Those of `processes` still running after `timeout` (a zombie counts as gone: it holds no
+    memory, no device and no lock)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = []
+        for process in processes:
+            try:
+                if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(process)
+            except psutil.Error:
+                pass
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.1)
+
+
+def _named(processes: list[psutil.Process], name: str) -> psutil.Process:
+    (found,) = [p for p in processes if _name(p) == name]
+    return found
+
+
+def _name(process: psutil.Process) -> str | None:
+    try:
+        return process.name()
+    except psutil.Error:
+        return None
+
+
+def _training(store_path: Path, run_id: int = 1, steps: int = 2) -> RunRow:
+    """Wait until the run trains and has taken `steps` steps; its row."""
+    deadline = time.monotonic() + PHASE_SECONDS
+    while time.monotonic() < deadline:
+        try:
+            store = Store(store_path, read_only=True)
+            if store.run(run_id) and store.step_count(run_id) >= steps:
+                return store.run(run_id)
+        except StoreMissing:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"run {run_id} never reached step {steps} of training")
+
+
+class CliRun:
+    """`python -m anatomy run` as a terminal starts it: a job with a process group of its own."""
+
+    def __init__(self, store_path: Path, *options: str):
+        self.store_path = store_path
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "anatomy", "run", *(options or ENDLESS), "--store",
+             str(store_path)], cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, start_new_session=True)
+        self.out = self.err = ""
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def tree(self) -> list[psutil.Process]:
+        return psutil.Process(self.pid).children(recursive=True)
+
+    def training(self) -> list[psutil.Process]:
+        """Wait until it trains; its processes then (sampler, worker, resource tracker)."""
+        _training(self.store_path)
+        return self.tree()
+
+    def finish(self, timeout: float = 60) -> int:
+        self.out, self.err = self.process.communicate(timeout=timeout)
+        return self.process.returncode
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.communicate()
+
+
+@pytest.fixture
+def cli_run(tmp_path):
+    """Start CliRuns; whatever a failed test leaves is killed."""
+    runs: list[CliRun] = []
+
+    def start(*options: str) -> CliRun:
+        run = CliRun(tmp_path / f"runs{len(runs)}.sqlite", *options)
+        runs.append(run)
+        return run
+
+    yield start
+    for run in runs:
+        tree = run.tree() if run.process.poll() is None else []
+        run.kill()
+        for process in tree:
+            try:
+                process.kill()
+            except psutil.Error:
+                pass
+
+
+def _stored(store_path: Path, run_id: int = 1):
+    return report(Store(store_path, read_only=True), run_id)
+
+
+# --- the CLI's processes ---
+
+def test_kill_9_of_the_cli_ends_its_processes_frees_the_device_and_the_next_start_closes_it(cli_run):
+    """The issue's `kill -9 $!`: no orphan trains or samples on, the device is free at once, and
+    the next manager to start closes the run as failed with what it recorded."""
+    run = cli_run()
+    tree = run.training()
+    assert {"anatomy-worker", "anatomy-sampler"} <= {_name(p) for p in tree}
+    run.process.send_signal(signal.SIGKILL)
+    run.finish()
+    assert _left(tree) == []
+    lock = DeviceLock(device_key(RunOptions(preset="tiny"), machine()))  # the run's device
+    assert lock.acquire("test"), lock.holder()
+    lock.release()
+    store = Store(run.store_path)
+    assert store.run(1).status == "running"  # nobody was left to say otherwise
+    assert RunManager(store).close_orphans() == [] and store.run(1).status == "failed"
+    rep = report(store, 1)
+    assert "ended before the run finished" in rep.error
+    assert rep.samples > 0 and rep.steps >= 2  # what it recorded is kept
+    weights, training = rep.phase("weights"), rep.training
+    assert training.done and training.memory_bytes > weights.memory_bytes  # never 0 MB
+
+
+def test_kill_9_of_the_cli_while_it_starts_its_processes_leaves_none(cli_run):
+    """The race the parent-death signal has: the parent dies before its child asked for it."""
+    run = cli_run()
+    deadline = time.monotonic() + PHASE_SECONDS
+    seen: list[psutil.Process] = []
+    while not any(_name(p) == "anatomy-sampler" for p in seen):
+        assert time.monotonic() < deadline and run.process.poll() is None, run.finish()
+        seen = run.tree()
+    started = psutil.Process(run.pid).create_time()
+    run.process.send_signal(signal.SIGKILL)
+    run.finish()
+    time.sleep(0.5)  # a child being launched when the CLI died has named itself by now
+    adopted = [p for p in psutil.process_iter(["name", "create_time"])
+               if p.info["name"] in ("anatomy-worker", "anatomy-sampler")
+               and p.info["create_time"] >= started]
+    assert _left([*seen, *adopted]) == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_or_sighup_to_the_cli_is_a_stop(cli_run, sig):
+    """A scheduler's SIGTERM, a closed terminal's SIGHUP: the run is stopped and recorded as such,
+    with every sample, and the CLI says so with 128 + the signal's number."""
+    run = cli_run()
+    tree = run.training()
+    run.process.send_signal(sig)
+    assert run.finish() == 128 + sig
+    assert _left(tree) == []
+    rep = _stored(run.store_path)
+    assert rep.status == "stopped" and sig.name in rep.error
+    assert rep.samples == rep.samples_sent > 0
+    assert rep.training.memory_bytes > rep.phase("weights").memory_bytes
+    assert "Traceback" not in run.err
+
+
+def test_ctrl_c_to_the_process_group_is_a_clean_stop(cli_run):
+    """A terminal's Ctrl-C signals the whole foreground group: only the CLI takes it, and turns it
+    into a Stop; the sampler lives to send its count."""
+    run = cli_run()
+    tree = run.training()
+    os.killpg(run.pid, signal.SIGINT)
+    assert run.finish() == 130
+    assert _left(tree) == []
+    rep = _stored(run.store_path)
+    assert rep.status == "stopped" and "Ctrl-C" in rep.error
+    assert rep.samples == rep.samples_sent > 0
+    assert "Traceback" not in run.err and "KeyboardInterrupt" not in run.err
+    assert "stopping (SIGINT)" in run.err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_a_killed_worker_fails_the_run_and_its_last_phase_keeps_real_memory(cli_run, sig):
+    """The worker killed mid-step: failed, saying how, with every sample; the training phase
+    reads the worker's last real memory, not the 0 MB of its zombie."""
+    run = cli_run()
+    tree = run.training()
+    _named(tree, "anatomy-worker").send_signal(sig)
+    assert run.finish() == 1
+    assert _left(tree) == []
+    rep = _stored(run.store_path)
+    assert rep.status == "failed" and f"killed by {sig.name}" in rep.error
+    assert rep.samples == rep.samples_sent > 0
+    assert rep.training.done
+    assert rep.training.memory_bytes > rep.phase("weights").memory_bytes
+    assert "0 MB" not in run.out
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_a_dead_sampler_ends_the_run_as_failed_not_completed_with_a_hole(cli_run, sig):
+    run = cli_run()
+    tree = run.training()
+    _named(tree, "anatomy-sampler").send_signal(sig)
+    assert run.finish() == 1
+    assert _left(tree) == []
+    rep = _stored(run.store_path)
+    assert rep.status == "failed"
+    assert "the memory sampler" in rep.error and "while training went on" in rep.error
+    assert ("was killed by SIGKILL" if sig == signal.SIGKILL else "stopped (SIGTERM)") in rep.error
+    if sig == signal.SIGTERM:  # it lived to send its count: nothing it sent was lost
+        assert rep.samples == rep.samples_sent > 0
+    assert "the memory sampler" in run.err
+
+
+# --- a server restart with a run in flight ---
+
+SERVER = """
+import sys, threading, time
+from anatomy.analysis.options import RunOptions
+from anatomy.engine.manager import RunManager
+from anatomy.store import Store
+
+manager = RunManager(Store(sys.argv[1]))
+# Started from a thread that ends at once, as a dashboard page's script thread does.
+starter = threading.Thread(target=manager.start, args=(RunOptions(
+    preset="tiny", seq_len=16, dataset_size=64, max_steps=100000),))
+starter.start()
+starter.join()
+print("started", flush=True)
+time.sleep(3600)
+"""
+
+
+def test_a_server_killed_with_a_run_in_flight_leaves_no_process_and_its_restart_closes_the_run(
+        tmp_path):
+    store_path = tmp_path / "server.sqlite"
+    server = subprocess.Popen([sys.executable, "-c", textwrap.dedent(SERVER), str(store_path)],
+                              cwd=PROJECT, stdout=subprocess.PIPE, text=True)
+    try:
+        _training(store_path, steps=3)  # it trains on after the thread that started it ended
+        tree = psutil.Process(server.pid).children(recursive=True)
+        server.kill()
+        server.wait(30)
+        assert _left(tree) == []
+    finally:
+        server.kill()
+    store = Store(store_path)
+    manager = RunManager(store)  # the restarted server's manager
+    assert store.run(1).status == "failed"
+    rep = report(store, 1)
+    assert rep.samples > 0 and rep.training.done and rep.training.memory_bytes > 0
+    assert not manager.is_active(1)
+
+
+def test_the_dashboard_closes_a_run_its_dead_server_left_running(store, seed):
+    from tests.apptest import open_page
+
+    run_id = seed(status="running")
+    store.update_run(run_id, worker_pid=2**22 + 1)  # above pid_max: no such process
+    app = open_page("pages/live.py")
+    assert "No run in progress" in app.info[0].value
+    assert store.run(run_id).status == "failed"
+
+
+# --- the device lock outlives a dead manager as long as a process of the run lives ---
+
+def _hold(lifeline: Lifeline, ready, seconds: float) -> None:
+    lifeline.attach()
+    ready.set()
+    time.sleep(seconds)
+
+
+def test_the_device_lock_is_held_by_the_runs_processes_until_the_last_one_ends():
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    lock = DeviceLock("test-shared")
+    assert lock.acquire("a test")
+    ready = context.Event()
+    child = context.Process(target=_hold, args=(Lifeline("anatomy-test", lock.fileno()), ready,
+                                                60))
+    launch(child)
+    try:
+        assert ready.wait(60)
+        lock.release()  # the manager is gone; its child holds the device on
+        assert not DeviceLock("test-shared").acquire("another run")
+    finally:
+        child.kill()
+        child.join(10)
+    other = DeviceLock("test-shared")
+    assert other.acquire("another run")
+    other.release()
+
+
+# --- a full disk ---
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 64 MB tmpfs (as root, where mount works): a disk that really fills."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs",
+                                            str(mount)], capture_output=True).returncode:
+        pytest.skip("a tmpfs needs root and mount; the page-limit test stands in")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def _fill(disk: Path, name: str = "filler") -> Path:
+    """Take every byte left on `disk`."""
+    filler = disk / name
+    with open(filler, "wb", buffering=0) as out:  # unbuffered: closing has nothing left to write
+        for size in (65536, 1):
+            try:
+                while True:
+                    out.write(b"\0" * size)
+            except OSError:
+                pass
+    return filler
+
+
+def test_a_full_disk_mid_run_stops_the_run_and_records_why(cli_run, small_disk):
+    """A real ENOSPC: the store's file system fills while the run trains. The room the run held
+    in reserve beside the store is what its ending is written into."""
+    run = CliRun(small_disk / "runs.sqlite")
+    try:
+        tree = run.training()
+        assert (small_disk / "runs.sqlite-reserve-1").stat().st_size == 256 * 1024
+        with sqlite3.connect(run.store_path, timeout=30) as db:  # no WAL slack left to write into
+            while db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]:
+                time.sleep(0.05)
+        filler = _fill(small_disk)
+        assert run.finish(timeout=120) == 1
+        assert _left(tree) == []
+        assert "could not be written (the disk is full" in run.err and "Traceback" not in run.err
+        rep = _stored(run.store_path)
+        assert rep.status == "failed" and "the disk is full" in rep.error
+        assert "the run was stopped at" in rep.error
+        assert rep.samples > 0 and rep.training.done
+        assert rep.training.memory_bytes > rep.phase("weights").memory_bytes
+        # While it is full, a later run is refused in one line (no traceback from close_orphans).
+        more = _fill(small_disk, "more")
+        later = subprocess.run([sys.executable, "-m", "anatomy", "run", "--max-steps", "1",
+                                "--store", str(run.store_path)], cwd=PROJECT, capture_output=True,
+                               text=True, timeout=120)
+        assert later.returncode == 1 and later.stderr.count("\n") == 1, later.stderr
+        assert later.stderr.startswith(f"error: the store {run.store_path}: the disk is full")
+        filler.unlink()
+        more.unlink()
+        assert RunManager(Store(run.store_path)).close_orphans() == []  # room again: all is well
+        assert not [p for p in small_disk.iterdir() if "reserve" in p.name]  # given back
+    finally:
+        run.kill()
+
+
+class SizeLimitedStore(Store):
+    """SQLite's own size limit (`PRAGMA max_page_count`) on every connection: a genuine
+    SQLITE_FULL where no small file system can be mounted."""
+
+    pages: int | None = None
+
+    @contextmanager
+    def connect(self):
+        with super().connect() as db:
+            if SizeLimitedStore.pages is not None:
+                db.execute(f"PRAGMA max_page_count = {SizeLimitedStore.pages}")
+            yield db
+
+
+def test_a_store_that_fills_mid_run_stops_the_run_and_records_why(tmp_path, monkeypatch, capsys):
+    """The same through SQLite's size limit, the CLI in this process: the reason is recorded."""
+    store_path = tmp_path / "limited.sqlite"
+    monkeypatch.setattr(cli, "Store", SizeLimitedStore)
+    monkeypatch.setattr(SizeLimitedStore, "pages", None)
+
+    tree: list[psutil.Process] = []
+
+    def fill():
+        _training(store_path)
+        tree.extend(p for p in psutil.Process().children(recursive=True)
+                    if _name(p) in ("anatomy-worker", "anatomy-sampler"))
+        with sqlite3.connect(store_path) as db:
+            SizeLimitedStore.pages = db.execute("PRAGMA page_count").fetchone()[0]
+
+    threading.Thread(target=fill, daemon=True).start()
+    code = cli.main(["run", *ENDLESS, "--store", str(store_path)])
+    err = capsys.readouterr().err
+    assert len(tree) == 2
+    assert code == 1
+    assert "could not be written (the disk is full" in err
+    assert _left(tree) == []
+    SizeLimitedStore.pages = None
+    rep = report(Store(store_path), 1)
+    assert rep.status == "failed" and "the disk is full" in rep.error
+    assert "the run was stopped at" in rep.error
+    assert rep.samples > 0 and rep.training.done and rep.training.memory_bytes > 0
+
+
+# --- stores that cannot be used ---
+
+def _main(capsys, *args: str) -> tuple[int, str, str]:
+    code = cli.main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _one_line(err: str) -> str:
+    assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err, err
+    return err
+
+
+def _foreign_sqlite(path: Path) -> bytes:
+    with sqlite3.connect(path) as db:  # another program's database (MLflow's has "runs" too)
+        db.execute("CREATE TABLE runs (run_uuid TEXT, name TEXT)")
+        db.execute("CREATE TABLE metrics (key TEXT, value REAL)")
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("command", [("runs",), ("show", "1"), ("export", "1", "--format", "json"),
+                                     ("tag", "1", "x"), ("import", "{file}"),
+                                     ("run", "--max-steps", "1")])
+def test_another_programs_sqlite_file_is_refused_and_left_as_it_was(tmp_path, capsys, command):
+    path = tmp_path / "mlflow.db"
+    before = _foreign_sqlite(path)
+    exported = tmp_path.parent / f"{tmp_path.name}-export.json"
+    exported.write_text(json.dumps(transfer.export_runs(*_one_run(tmp_path.parent))))
+    command = [part.format(file=exported) for part in command]
+    code, _, err = _main(capsys, *command, "--store", str(path))
+    assert code == 2
+    assert _one_line(err) == (f"error: the store {path}: it is not an anatomy store: it holds "
+                              "another program's tables (runs, metrics)\n")
+    assert path.read_bytes() == before  # no tables added, no journal mode changed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mlflow.db"]
+
+
+def _one_run(folder: Path) -> tuple[Store, list[int]]:
+    store = Store(folder / "one-run.sqlite")
+    return store, [seed_run(store)]
+
+
+@pytest.mark.parametrize("make, reason", [
+    (lambda p: p.write_bytes(os.urandom(4096)), "it is not an SQLite database"),
+    (lambda p: p.write_bytes(b"SQLite format 3\0" + b"\xff" * 4000), "it is not an SQLite database"),
+    (lambda p: p.mkdir(), "it is a directory, not a store file"),
+])
+def test_a_file_that_is_no_store_is_named_with_the_reason(tmp_path, capsys, make, reason):
+    path = tmp_path / "store.sqlite"
+    make(path)
+    for command in (("runs",), ("show", "1"), ("run", "--max-steps", "1")):
+        code, _, err = _main(capsys, *command, "--store", str(path))
+        assert code == 2, err
+        assert _one_line(err).startswith(f"error: the store {path}: {reason}")
+
+
+def test_a_damaged_store_is_named_with_the_reason(store, seed, capsys):
+    seed()
+    data = bytearray(store.path.read_bytes())
+    data[4096:] = b"\xff" * (len(data) - 4096)  # every page after the schema's
+    store.path.write_bytes(bytes(data))
+    for command in (("runs",), ("show", "1")):
+        code, _, err = _main(capsys, *command, "--store", str(store.path))
+        assert code in (1, 2)
+        assert _one_line(err).startswith(f"error: the store {store.path}: the file is corrupt")
+
+
+@pytest.fixture
+def read_only_media(tmp_path):
+    """A directory nothing can write (a read-only tmpfs as root; permissions otherwise)."""
+    folder = tmp_path / "media"
+    folder.mkdir()
+    if os.geteuid() != 0:
+        yield folder, lambda: folder.chmod(0o555)
+        folder.chmod(0o755)
+        return
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(folder)],
+                      capture_output=True).returncode:
+        pytest.skip("root without mount: no read-only media to make")
+
+    def freeze():
+        subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True)
+
+    yield folder, freeze
+    subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def test_a_store_on_read_only_media_lists_shows_and_exports_but_refuses_writes(read_only_media,
+                                                                               capsys):
+    folder, freeze = read_only_media
+    path = folder / "runs.sqlite"
+    run_id = seed_run(Store(path))
+    freeze()
+    assert sorted(p.name for p in folder.iterdir()) == ["runs.sqlite"]  # no -wal, no -shm
+    code, out, _ = _main(capsys, "runs", "--store", str(path))
+    assert code == 0 and "completed" in out
+    code, out, _ = _main(capsys, "show", str(run_id), "--store", str(path))
+    assert code == 0 and "peak: 4096 MB" in out
+    code, out, _ = _main(capsys, "export", str(run_id), "--format", "csv", "--store", str(path))
+    assert code == 0 and out.startswith("run_id,t,gpu")
+    code, _, err = _main(capsys, "tag", str(run_id), "x", "--store", str(path))
+    assert code == 2 and "cannot be" in _one_line(err)
+
+
+def test_read_only_commands_write_nothing_to_a_store(store, seed, capsys):
+    run_id = seed()
+    with sqlite3.connect(store.path) as db:
+        db.execute("PRAGMA journal_mode=DELETE")  # as another tool might have left it
+    before = store.path.read_bytes()
+    for command in (("runs",), ("show", str(run_id)), ("export", str(run_id), "--format", "json")):
+        assert _main(capsys, *command, "--store", str(store.path))[0] == 0
+    assert store.path.read_bytes() == before
+    with sqlite3.connect(store.path) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+
+
+def test_an_empty_store_path_is_refused(capsys):
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["runs", "--store", ""])
+    assert exited.value.code == 2
+    assert "argument --store: an empty path names no store" in capsys.readouterr().err
+
+
+# --- one-line errors ---
+
+@pytest.mark.parametrize("command", ["show", "tag", "rename", "delete", "export"])
+def test_a_run_id_beyond_sqlites_range_is_refused_in_a_line(capsys, command):
+    extra = {"tag": ["x"], "rename": ["x"], "export": ["--format", "json"]}.get(command, [])
+    with pytest.raises(SystemExit) as exited:
+        cli.main([command, "9223372036854775808", *extra])
+    assert exited.value.code == 2
+    assert ("9223372036854775808 is out of range for a run id: 1 to 9223372036854775807"
+            in capsys.readouterr().err)
+
+
+def test_an_export_to_a_folder_that_does_not_exist_is_refused_before_any_work(store, seed,
+                                                                              capsys):
+    run_id = seed()
+    code, _, err = _main(capsys, "export", str(run_id), "--format", "html", "--output",
+                         "/nonexistent/x.html", "--store", str(store.path))
+    assert code == 2
+    assert _one_line(err) == ("error: cannot write /nonexistent/x.html: its directory "
+                              "/nonexistent does not exist\n")
+
+
+def test_runs_piped_to_head_ends_quietly(store):
+    for _ in range(200):  # more than a pipe holds (64 KiB), so the writer meets the closed end
+        store.create_run(RunOptions().to_dict(), "cpu-rss", "rss", 0, {})
+    result = subprocess.run(f"{sys.executable} -m anatomy runs --json --store {store.path}"
+                            " | head -2", shell=True, cwd=PROJECT, capture_output=True, text=True,
+                            timeout=120)
+    assert len(result.stdout.splitlines()) == 2
+    assert result.stderr == ""  # no BrokenPipeError, no "Exception ignored"
+
+
+def test_the_exit_statuses_are_in_every_commands_help(capsys):
+    for command in ([], ["run"], ["import"]):
+        with pytest.raises(SystemExit):
+            cli.main([*command, "--help"])
+        text = capsys.readouterr().out
+        assert "exit status:" in text and "130: Ctrl-C" in text and "141" in text
