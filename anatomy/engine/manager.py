@@ -25,7 +25,17 @@ from anatomy.analysis.machine import Machine
 from anatomy.analysis.options import InvalidOptions, RunOptions, validate
 from anatomy.engine import protocol, sampler, worker
 from anatomy.engine.devices import machine
-from anatomy.store import Message, PhaseMark, RunRow, Sample, Step, Store
+from anatomy.store import (
+    GpuProcess,
+    GpuStatus,
+    HostStatus,
+    Message,
+    PhaseMark,
+    RunRow,
+    Sample,
+    Step,
+    Store,
+)
 
 __all__ = ["DeviceBusy", "DeviceLock", "InvalidOptions", "RunManager", "is_live", "live_run",
            "machine"]
@@ -132,12 +142,19 @@ class Rows:
     phases: list[PhaseMark] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
     messages: list[Message] = field(default_factory=list)
+    hosts: list[HostStatus] = field(default_factory=list)
+    gpus: list[GpuStatus] = field(default_factory=list)
+    processes: list[GpuProcess] = field(default_factory=list)
+
+    def _all(self) -> tuple[list, ...]:
+        return (self.samples, self.phases, self.steps, self.messages, self.hosts, self.gpus,
+                self.processes)
 
     def __bool__(self) -> bool:
-        return bool(self.samples or self.phases or self.steps or self.messages)
+        return any(self._all())
 
     def clear(self) -> None:
-        for rows in (self.samples, self.phases, self.steps, self.messages):
+        for rows in self._all():
             rows.clear()
 
 
@@ -271,13 +288,18 @@ class RunManager:
         def flush():
             if rows:
                 self.store.write(run_id, samples=rows.samples, phases=rows.phases,
-                                 steps=rows.steps, messages=rows.messages)
+                                 steps=rows.steps, messages=rows.messages, hosts=rows.hosts,
+                                 gpus=rows.gpus, processes=rows.processes)
                 rows.clear()
 
         def handle(message):
             match message:
                 case protocol.Samples(samples=samples):
                     rows.samples.extend(samples)
+                case protocol.DeviceStatus(host=host, gpus=gpus, processes=processes):
+                    rows.hosts.append(host)
+                    rows.gpus.extend(gpus)
+                    rows.processes.extend(processes)
                 case protocol.Phase(mark=mark):
                     rows.phases.append(mark)
                 case protocol.StepReport(step=step):
@@ -362,6 +384,11 @@ class RunManager:
 
     def is_active(self, run_id: int) -> bool:
         return run_id in self.active
+
+    def stopping(self, run_id: int) -> bool:
+        """Stop was asked for this run, and it has not ended yet."""
+        active = self.active.get(run_id)
+        return active is not None and active.stop_requested
 
     def stop(self, run_id: int) -> bool:
         """End the worker's whole process tree: SIGTERM, then SIGKILL after a grace period."""

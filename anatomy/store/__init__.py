@@ -2,8 +2,13 @@
 
 from anatomy.store.database import (
     PHASES,
+    PROFILING,
+    SPANS,
     STATUSES,
     STORE_ENV,
+    GpuProcess,
+    GpuStatus,
+    HostStatus,
     Message,
     PhaseMark,
     PhaseSpan,
@@ -16,5 +21,7 @@ from anatomy.store.database import (
     resolve_path,
 )
 
-__all__ = ["PHASES", "STATUSES", "STORE_ENV", "Message", "PhaseMark", "PhaseSpan", "RunRecord",
-           "RunRow", "Sample", "Step", "Store", "SweepRow", "resolve_path"]
+__all__ = ["PHASES", "PROFILING", "SPANS", "STATUSES", "STORE_ENV", "GpuProcess", "GpuStatus",
+           "HostStatus", "Message", "PhaseMark",
+           "PhaseSpan", "RunRecord", "RunRow", "Sample", "Step", "Store", "SweepRow",
+           "resolve_path"]
