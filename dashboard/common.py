@@ -43,17 +43,35 @@ def device() -> Machine:
     return machine()
 
 
+def run_app() -> None:
+    """app.py: the page's frame (title, icon, the sidebar's links and device), then the page."""
+    st.set_page_config(page_title="Model training anatomy", page_icon=str(ICON), layout="wide")
+    pages = [
+        st.Page("pages/live.py", title="Live run", icon=":material/monitoring:", default=True),
+        st.Page(RUNS_PAGE, title="Runs", icon=":material/table_rows:"),
+        st.Page(COMPARE_PAGE, title="Compare", icon=":material/compare_arrows:"),
+        st.Page("pages/memory_anatomy.py", title="Anatomy", icon=":material/stacked_bar_chart:",
+                url_path="anatomy"),
+    ]
+    # The sidebar draws its own links (`sidebar`): Streamlit's automatic list is switched off in
+    # .streamlit/config.toml, so a fresh server never lists the files of pages/.
+    page = st.navigation(pages, position="hidden")
+    sidebar(pages)
+    page.run()
+
+
 def through_app() -> None:
     """Every page calls this first. Because a pages/ folder sits next to app.py, a fresh server
     starts in Streamlit's old multipage mode, in which the first request (say /runs) runs the page
     file by itself, without app.py's navigation and sidebar, until st.navigation is first called.
-    Leave that mode as st.navigation itself does, and run again through app.py, before anything
-    is drawn."""
+    Then this run goes through app.py here and now (st.navigation leaves that mode for good, and
+    runs this page inside the frame), and the page's own run stops: the first render already
+    has the app's navigation."""
     from streamlit.runtime.pages_manager import PagesManager
 
     if PagesManager.uses_pages_directory:
-        PagesManager.uses_pages_directory = False
-        st.rerun()
+        run_app()
+        st.stop()
 
 
 def sidebar(pages: list) -> None:

@@ -50,7 +50,7 @@ def test_the_live_page_shows_a_stored_run_by_its_id(store, seed):
 
 
 def test_start_is_refused_while_a_sweep_holds_the_device(store):
-    from pages import common
+    from dashboard import common
 
     # What a sweep does for its whole length (engine/sweep.py): the device's lock, in its name.
     lock = common.manager().reserve(defaults_for(common.device().has_gpu), "a sweep")
