@@ -278,14 +278,18 @@ def choose_run_from_url(ids: list[int], key: str) -> None:
     URL) when it is among `ids`, else the one chosen before, else the latest. An id that is not
     among them is said, and the URL is rewritten to name the run shown."""
     wanted = st.query_params.get("run")
-    if wanted is not None and wanted != str(st.session_state.get(key)):
+    shown = st.session_state.get(key)
+    if wanted is not None and wanted != str(shown):
         if wanted.isdigit() and int(wanted) in ids:
             st.session_state[key] = int(wanted)
         else:
             stored = wanted.isdigit() and store().run(int(wanted)) is not None
-            shown = st.session_state.get(key) if st.session_state.get(key) in ids else ids[0]
-            st.warning(text.missing_run(wanted, shown, filtered=stored),
+            instead = shown if shown in ids else ids[0]
+            st.warning(text.missing_run(wanted, instead, filtered=stored),
                        icon=":material/search_off:")
+    elif shown is not None and shown not in ids and store().run(shown) is not None:
+        st.warning(text.missing_run(str(shown), ids[0], filtered=True),
+                   icon=":material/filter_alt:")  # the filters left the run shown out
     if st.session_state.get(key) not in ids:
         st.session_state[key] = ids[0]
     st.query_params["run"] = str(st.session_state[key])

@@ -226,3 +226,10 @@ def test_the_waterfall_figure_keeps_one_order_for_both_sides(store, measured_run
     assert order.index("context + all parts") < order.index("never held at once") < order.index(
         "context + tensor peak") < order.index("peak (NVML)")
     assert figure.layout.waterfallmode == "group"
+
+
+def test_a_run_that_is_not_stored_is_said(store, seed):
+    run_id = seed()
+    app = _page(run="99999")
+    assert [w.value for w in app.warning] == [f"Run 99999 not found: showing run {run_id}."]
+    assert app.query_params["run"] == str(run_id)

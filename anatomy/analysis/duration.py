@@ -79,10 +79,18 @@ def _step_time(run: RunRow) -> float | None:
 
 def estimate(store: Store, options: RunOptions, backend: str, device_name: str | None
              ) -> DurationEstimate:
-    """The estimate for a run with `options` on this device (`backend`, and the GPU's name)."""
+    """The estimate for a run with `options` on this device (`backend`, and the GPU's name),
+    from the completed runs of its model stored here."""
+    runs = store.find_runs(preset=options.preset, status="completed")
+    return estimate_from(runs, options, backend, device_name, store)
+
+
+def estimate_from(runs: list[RunRow], options: RunOptions, backend: str, device_name: str | None,
+                  store: Store | None = None) -> DurationEstimate:
+    """`estimate` from these runs (newest first); `store` gives a run's training start."""
     steps = options.total_steps()
     alike = []
-    for run in store.find_runs(preset=options.preset, status="completed"):
+    for run in runs:
         if run.backend != backend or run.environment.get("gpu_name") != device_name:
             continue
         step_s = _step_time(run)
@@ -93,7 +101,8 @@ def estimate(store: Store, options: RunOptions, backend: str, device_name: str |
     exact = [a for a in alike if _tokens(a[1]) == _tokens(options)]
     if exact or alike:
         run, ran, step_s = (exact or alike)[0]
-        training = next((p for p in store.phases(run.id) if p.name == "training"), None)
+        training = next((p for p in (store.phases(run.id) if store else ())
+                         if p.name == "training"), None)
         scale = _tokens(options) / _tokens(ran)
         basis = (f"run {run.id}, the same options" if scale == 1 else
                  f"run {run.id}, batch size {ran.batch_size} × seq len {ran.seq_len}, scaled by "
