@@ -96,16 +96,22 @@ def _export(reports: list[RunReport], overlay) -> None:
 def comparison(run_ids: list[int]) -> None:
     db = common.store()
     reports = [report(db, run_id) for run_id in run_ids]
-    left, right = st.columns(2)
+    left, middle, right = st.columns([2, 2, 3], vertical_alignment="bottom")
     phase = left.selectbox("Align the curves where this phase begins", PHASES,
                            index=PHASES.index("training"), key="compare_phase")
+    with middle:
+        span = st.segmented_control("Show", ["whole runs", "training only"], default="whole runs",
+                                    required=True, key="compare_span",
+                                    help="training only: the x axis holds the training phases "
+                                         "(zoom out with a double click)")
     reference = right.selectbox("Reference run (differences are to this run)", run_ids,
                                 format_func=lambda i: f"Run {i}", key="compare_reference")
+    training_only = span == "training only"
     samples = {r.id: db.decimated(r.id) for r in reports}
     labels = compare.run_labels(reports)  # each run by exactly what differs
 
     st.subheader("Memory over time, aligned")
-    overlay = figures.overlay_figure(reports, samples, phase, labels)
+    overlay = figures.overlay_figure(reports, samples, phase, labels, training_only)
     st.plotly_chart(overlay, key="compare_overlay", config={"displaylogo": False})
     missing = [r.id for r in reports if compare.phase_start(r, phase) is None]
     if missing:
@@ -114,7 +120,8 @@ def comparison(run_ids: list[int]) -> None:
     st.caption(f"Time 0 is where each run's {phase} phase began; a marker is the memory at a "
                "phase's end, in that phase's colour. Backends: " + ", ".join(
                    sorted({r.backend for r in reports})) + ".")
-    st.plotly_chart(figures.small_multiples_figure(reports, samples, phase, labels),
+    st.plotly_chart(figures.small_multiples_figure(reports, samples, phase, labels,
+                                                   training_only),
                     key="compare_multiples", config={"displaylogo": False})
 
     st.subheader("Loss and time a step")

@@ -130,12 +130,13 @@ def _progress(rep: RunReport) -> None:
     done = session.progress(rep, common.store().last_step(rep.id))
     if session.stage(rep) == "phase training":
         if done.seconds_left is not None:
-            left = f"time left: {done.seconds_left:.0f} s"
+            left = f"time left: {duration.words(done.seconds_left)}"
         else:  # before the first step: the estimate made before the start
             estimate = duration.estimate(common.store(), rep.options, rep.backend,
                                          rep.environment.get("gpu_name"))
             left = ("time left: measuring…" if estimate.step_s is None else
-                    f"time left: about {estimate.steps * estimate.step_s:.0f} s (estimated)")
+                    f"time left: about {duration.words(estimate.steps * estimate.step_s)} "
+                    "(estimated before the first step)")
         text = f"training: step {done.step} / {done.total} · {left}"
     else:
         text = session.stage(rep)

@@ -23,10 +23,15 @@ COLUMNS = {  # RunListing field: the table's heading. What tells runs apart come
 }
 
 
+def _cell(row: RunListing, key: str):
+    value = getattr(row, key)
+    return value.removeprefix("NVIDIA ") if key == "device" else value  # a narrow column
+
+
 def runs_table(rows: list[RunListing]) -> list[int]:
     """The table (click a heading to sort); the ids of the rows selected in it."""
     event = st.dataframe(
-        [{heading: getattr(row, key) for key, heading in COLUMNS.items()} for row in rows],
+        [{heading: _cell(row, key) for key, heading in COLUMNS.items()} for row in rows],
         hide_index=True, key="runs_table", on_select="rerun", selection_mode="multi-row",
         column_config={"Time (s)": st.column_config.NumberColumn(format="%.2f"),
                        "Samples/s": st.column_config.NumberColumn(format="%.2f"),

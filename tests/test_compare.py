@@ -352,3 +352,15 @@ def test_two_varied_options_colour_from_zero():
                        planned=2, skipped=0, runs=runs, largest_fitting={"fp32": 1, "bf16": 1})
     heatmap = figures.sweep_figure(result, "peak_mb").data[0]
     assert heatmap.zmin == 0  # 554 and 559 MB get nearly the same colour, as they should
+
+
+def test_training_only_zooms_every_panel_on_the_training_phases(store):
+    early, late = _run_training_from(store, 4.0), _run_training_from(store, 7.0)
+    app = _page(runs=f"{early},{late}")
+    assert "range" not in chart_spec(app, "compare_overlay")["layout"]["xaxis"]
+    app.segmented_control(key="compare_span").set_value("training only").run()
+    # Both trainings last 3 s from their aligned start: 0 to 3 s, a little margin either side.
+    overlay = chart_spec(app, "compare_overlay")["layout"]["xaxis"]["range"]
+    assert overlay == pytest.approx([-0.09, 3.09])
+    multiples = chart_spec(app, "compare_multiples")["layout"]
+    assert multiples["xaxis"]["range"] == multiples["xaxis2"]["range"] == overlay

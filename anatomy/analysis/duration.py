@@ -17,19 +17,23 @@ from anatomy.store import RunRow, Store
 
 
 class Reference(NamedTuple):
-    """A run measured once: seconds per optimizer step of `tokens` tokens, and seconds before
-    its training began."""
-    step_s: float
-    tokens: int
+    """A model's time a step on one kind of device, measured: a fixed part (the Trainer's own
+    work, the optimizer step) and a part per token trained; and the seconds before training."""
+    step_s: float  # the fixed part
+    token_s: float  # seconds per token of a step (batch size × seq len × accumulation)
     setup_s: float
     where: str
 
+    def step(self, tokens: int) -> float:
+        return self.step_s + self.token_s * tokens
 
-# (preset, backend): measured with the default options of each (docs/BENCHMARKS.md, "Run time").
+
+# (preset, backend): docs/BENCHMARKS.md, "Run time", says how each was measured.
 REFERENCES = {
-    ("tiny", "cpu-rss"): Reference(0.062, 4 * 128, 9.0, "a tiny run on the 2-core development VM"),
-    ("bert-large-uncased", "nvml"): Reference(0.120, 4 * 512, 18.4,
-                                              "the walkthrough's run on an H200"),
+    ("tiny", "cpu-rss"): Reference(0.73, 6.7e-4, 14.0,
+                                   "tiny runs on the 2-core development VM, under load"),
+    ("bert-large-uncased", "nvml"): Reference(0.067, 2.6e-5, 18.4,
+                                              "bert-large runs on an H200"),
 }
 # Options that change the time a step beyond its token count: only a run with the same values
 # is scaled from.
@@ -54,12 +58,13 @@ class DurationEstimate:
         if self.step_s is None:
             return (f"{self.steps} steps; no run of this model was measured on this device yet: "
                     "the first steps will tell how long it takes")
-        return (f"about {_duration(self.total_s)}: {self.steps} steps × {self.step_s:.3g} s a "
-                f"step ({self.basis}), plus {_duration(self.setup_s or 0.0)} to load torch and "
+        return (f"about {words(self.total_s)}: {self.steps} steps × {self.step_s:.3g} s a "
+                f"step ({self.basis}), plus {words(self.setup_s or 0.0)} to load torch and "
                 "the model; refined from the run's own steps once it trains")
 
 
-def _duration(seconds: float) -> str:
+def words(seconds: float) -> str:
+    """A duration as the form and the progress bar say it."""
     if seconds < 90:
         return f"{seconds:.0f} s"
     if seconds < 5400:
@@ -98,21 +103,21 @@ def estimate_from(runs: list[RunRow], options: RunOptions, backend: str, device_
         if step_s is None or any(getattr(ran, n) != getattr(options, n) for n in SAME_KIND):
             continue
         alike.append((run, ran, step_s))
+    reference = REFERENCES.get((options.preset, backend))
     exact = [a for a in alike if _tokens(a[1]) == _tokens(options)]
     if exact or alike:
         run, ran, step_s = (exact or alike)[0]
         training = next((p for p in (store.phases(run.id) if store else ())
                          if p.name == "training"), None)
-        scale = _tokens(options) / _tokens(ran)
-        basis = (f"run {run.id}, the same options" if scale == 1 else
-                 f"run {run.id}, batch size {ran.batch_size} × seq len {ran.seq_len}, scaled by "
-                 "the tokens a step trains")
+        # Scaled as the reference's fixed and per-token parts say; without one, by the tokens.
+        scale = (reference.step(_tokens(options)) / reference.step(_tokens(ran)) if reference
+                 else _tokens(options) / _tokens(ran))
+        basis = (f"run {run.id}, the same options" if _tokens(ran) == _tokens(options) else
+                 f"run {run.id}, batch size {ran.batch_size} × seq len {ran.seq_len}, scaled to "
+                 "this step's tokens")
         return DurationEstimate(steps, step_s * scale, training.start_s if training else None,
                                 basis)
-    reference = REFERENCES.get((options.preset, backend))
     if reference is None:
         return DurationEstimate(steps, None, None, "")
-    scale = _tokens(options) / reference.tokens
-    return DurationEstimate(steps, reference.step_s * scale, reference.setup_s,
-                            reference.where + ("" if scale == 1 else ", scaled by the tokens a "
-                                               "step trains"))
+    return DurationEstimate(steps, reference.step(_tokens(options)), reference.setup_s,
+                            reference.where)

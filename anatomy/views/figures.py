@@ -207,11 +207,14 @@ def memory_figure(report: RunReport, samples: Sequence[Sample], steps: Sequence[
             hovertext=[f"{words.occupied_line(p.memory_bytes, backend)} ({p.name})"
                        for p in ended],
             hoverinfo="text"))
+    top = max((s.used for s in samples), default=0) / MIB
     for phase in ended:
-        # A boxed label with an arrow: readable over a noisy curve and a coloured band alike.
+        # A boxed label with an arrow: readable over a noisy curve and a coloured band alike;
+        # below the curve near the top, where the band labels are.
         figure.add_annotation(name=f"end of {phase.name}", x=float(x_of([phase.end_s])[0]),
                               y=phase.memory_mb, text=f"<b>{phase.memory_mb} MB</b>",
-                              showarrow=True, arrowhead=0, ax=-28, ay=-26,
+                              showarrow=True, arrowhead=0, ax=-28,
+                              ay=26 if phase.memory_mb > 0.7 * top else -26,
                               bgcolor="rgba(255,255,255,0.85)", bordercolor=phase_colour(phase.name),
                               borderwidth=1.5, font={"color": CURVE_COLOUR, "size": 12})
 
@@ -344,8 +347,26 @@ def _labels(reports: Sequence[RunReport], labels: dict[int, str] | None) -> dict
     return labels or compare.run_labels(reports)
 
 
+def training_range(reports: Sequence[RunReport], phase: str) -> list[float] | None:
+    """The x range that holds every run's training phase, each shifted as the overlay shifts it
+    (its `phase` begins at 0): the "training only" zoom of the Compare page."""
+    spans = []
+    for rep in reports:
+        start, training = compare.phase_start(rep, phase), rep.training
+        if start is None or training is None:
+            continue
+        end = training.end_s if training.end_s is not None else training.start_s
+        spans.append((training.start_s - start, end - start))
+    if not spans:
+        return None
+    low, high = min(a for a, _ in spans), max(b for _, b in spans)
+    margin = max(0.05, 0.03 * (high - low))
+    return [low - margin, high + margin]
+
+
 def overlay_figure(reports: Sequence[RunReport], samples_by_run: dict[int, Sequence[Sample]],
-                   phase: str = "training", labels: dict[int, str] | None = None) -> go.Figure:
+                   phase: str = "training", labels: dict[int, str] | None = None,
+                   training_only: bool = False) -> go.Figure:
     """Each run's memory (its training GPU, or its RSS) on one chart, shifted so that `phase`
     begins at 0 in every run: x = t − that phase's start. A run that never reached the phase is
     left out (the page says which). Each trace's `meta` holds its run id and its shift. `labels`
@@ -373,9 +394,12 @@ def overlay_figure(reports: Sequence[RunReport], samples_by_run: dict[int, Seque
     figure.add_vline(x=0, line={"color": phase_colour(phase), "width": 2, "dash": "dash"},
                      annotation_text=f"<b>{phase} begins</b>", annotation_position="top right",
                      annotation_bgcolor=phase_colour(phase), annotation_font_color=CURVE_COLOUR)
+    xaxis = {"title": {"text": f"seconds since the {phase} phase began"}, "zeroline": False}
+    if training_only and training_range(reports, phase) is not None:
+        xaxis["range"] = training_range(reports, phase)
     figure.update_layout(
         height=420, margin={"l": 10, "r": 10, "t": 30, "b": 10}, plot_bgcolor="white",
-        xaxis={"title": {"text": f"seconds since the {phase} phase began"}, "zeroline": False},
+        xaxis=xaxis,
         yaxis={"title": {"text": _memory_axis_title(reports)}, "rangemode": "tozero"},
         legend={"orientation": "h", "yanchor": "top", "y": -0.18, "x": 0},
         hovermode="closest")
@@ -387,8 +411,8 @@ SMALL_MULTIPLES_COLUMNS = 3
 
 def small_multiples_figure(reports: Sequence[RunReport],
                            samples_by_run: dict[int, Sequence[Sample]],
-                           phase: str = "training", labels: dict[int, str] | None = None
-                           ) -> go.Figure:
+                           phase: str = "training", labels: dict[int, str] | None = None,
+                           training_only: bool = False) -> go.Figure:
     """One panel per run, side by side (three to a row), with one x range and one y range for
     all: the same alignment as `overlay_figure`, each panel with its run's phase bands."""
     labels = _labels(reports, labels)
@@ -420,6 +444,8 @@ def small_multiples_figure(reports: Sequence[RunReport],
     figure.update_yaxes(title_text=_memory_axis_title(reports), col=1)
     figure.update_xaxes(title_text=f"s since {phase} began", row=rows)
     figure.update_xaxes(showticklabels=True)  # shared: every panel keeps its own tick labels
+    if training_only and training_range(reports, phase) is not None:
+        figure.update_xaxes(range=training_range(reports, phase))
     figure.update_annotations(font_size=12)
     figure.update_layout(height=300 * rows + 40, margin={"l": 10, "r": 10, "t": 40, "b": 10},
                          plot_bgcolor="white", hovermode="closest")
@@ -472,12 +498,14 @@ def memory_bars_figure(reports: Sequence[RunReport], labels: dict[int, str] | No
             line={"color": CEILING_COLOUR, "width": 2, "dash": "dashdot"},
             visible=True if near else "legendonly", hovertemplate="total %{y:,.0f} MiB<extra></extra>"))
     figure.update_layout(
-        barmode="stack", height=440, margin={"l": 10, "r": 10, "t": 30, "b": 10},
+        barmode="stack", height=480, margin={"l": 10, "r": 10, "t": 70, "b": 10},
         plot_bgcolor="white", hovermode="closest",
         xaxis={"tickmode": "array", "tickvals": list(positions.values()),
                "ticktext": [labels[r.id].replace(" · ", "<br>") for r in reports]},
         yaxis={"title": {"text": _memory_axis_title(reports)}, "rangemode": "tozero"},
-        legend={"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0, "traceorder": "normal"})
+        # Above the bars: below, it would meet tick labels of any number of lines.
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.08, "x": 0,
+                "traceorder": "normal"})
     return figure
 
 
@@ -493,9 +521,9 @@ def steps_overlay_figure(reports: Sequence[RunReport], steps_by_run: dict[int, S
         if steps:
             _steps_traces(figure, rep, steps, colour, labels[rep.id], show_legend=True)
     figure.update_xaxes(title_text="training step", row=2, col=1)
-    figure.update_layout(height=440, margin={"l": 10, "r": 10, "t": 30, "b": 10},
+    figure.update_layout(height=460, margin={"l": 10, "r": 10, "t": 60, "b": 10},
                          plot_bgcolor="white", hovermode="x unified",
-                         legend={"orientation": "h", "yanchor": "top", "y": -0.12, "x": 0})
+                         legend={"orientation": "h", "yanchor": "bottom", "y": 1.06, "x": 0})
     return figure
 
 
@@ -526,8 +554,9 @@ def efficiency_figure(rows: Sequence[RunListing]) -> go.Figure:
                           "samples/s, peak %{y:,} MB<extra>%{fullData.name}</extra>"))
     figure.update_layout(
         height=380, margin={"l": 10, "r": 10, "t": 30, "b": 10}, plot_bgcolor="white",
-        xaxis={"title": {"text": "samples/second (the Trainer's)"}, "rangemode": "tozero"},
-        yaxis={"title": {"text": "peak memory (MB)"}, "rangemode": "tozero"},
+        xaxis={"title": {"text": "samples/second (the Trainer's)"}, "rangemode": "tozero",
+               "automargin": True},
+        yaxis={"title": {"text": "peak memory (MB)"}, "rangemode": "tozero", "automargin": True},
         legend={"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0}, hovermode="closest")
     return figure
 
@@ -747,13 +776,15 @@ def first_steps_figure(report: RunReport, samples: Sequence[Sample], steps: Sequ
         notes = [(marked[0].t, "after step 1: the gradients and the optimizer states exist")]
         if len(marked) > 1:
             notes.append((marked[-1].t, "from step 2 on, the memory repeats"))
-        for x, label in notes:
+        for index, (x, label) in enumerate(notes):
             y = float(np.interp(x, times, used))
-            # The text sits towards the middle of the chart, and below the curve where it is high.
+            # The text sits towards the middle of the chart, and below the curve where it is
+            # high; the earlier note one line further, so that two notes never meet.
             leftwards = x > (x0 + x1) / 2
+            away = 45 + 40 * (len(notes) - 1 - index)
             figure.add_annotation(
                 x=x, y=y, text=label, showarrow=True, arrowhead=2, arrowcolor=CURVE_COLOUR,
-                ax=-50 if leftwards else 50, ay=50 if y > (low + high) / 2 else -50,
+                ax=-50 if leftwards else 50, ay=away if y > (low + high) / 2 else -away,
                 xanchor="right" if leftwards else "left", bgcolor="rgba(255,255,255,0.9)",
                 bordercolor=PHASE_COLOURS["training"], borderwidth=1,
                 font={"size": 12, "color": CURVE_COLOUR})
