@@ -66,6 +66,21 @@ def _to_chart(page, url: str) -> float:
     return time.monotonic() - started
 
 
+NEW_CHART = """() => [...document.querySelectorAll('.js-plotly-plot')].some(
+  p => !p.dataset.seen && p._fullLayout && p.querySelector('.main-svg'))"""
+
+
+def _by_link(page, name: str) -> float:
+    """In a tab already open: a click on the sidebar's link to another page, to its first chart
+    (a new one: those on screen before the click are marked)."""
+    page.evaluate("() => document.querySelectorAll('.js-plotly-plot')"
+                  ".forEach(p => p.dataset.seen = '1')")
+    started = time.monotonic()
+    page.locator("[data-testid=stSidebar]").get_by_text(name, exact=True).click()
+    page.wait_for_function(NEW_CHART, timeout=120_000, polling=50)
+    return time.monotonic() - started
+
+
 def _stop_feedback(page, url: str) -> float:
     """Start a long tiny CPU run from the form, then seconds from the Stop click to the first
     visible word of it (a 'stopping' note, or the stopped status)."""
@@ -88,6 +103,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--project", type=Path, default=Path(__file__).resolve().parent.parent)
     parser.add_argument("--no-stop", action="store_true", help="skip the Stop measurement")
+    parser.add_argument("--stop-only", action="store_true", help="only the Stop measurement")
+    parser.add_argument("--links", action="store_true",
+                        help="also: the sidebar's links in an open tab (app.py's own links)")
     args = parser.parse_args()
 
     from playwright.sync_api import sync_playwright
@@ -98,16 +116,19 @@ def main() -> None:
         cold: dict[str, list[float]] = {name: [] for name in PAGES}
         warm: dict[str, list[float]] = {name: [] for name in PAGES}
         first_after_start, stops, webgl = [], [], 0
+        links: dict[str, list[float]] = {name: [] for name in ("Runs", "Anatomy", "Compare")}
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
             for _ in range(args.repeats):
                 server, url = _serve(args.project, store)
                 try:
-                    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-                    page = context.new_page()
-                    first_after_start.append(_to_chart(page, url + PAGES["Runs"]))
-                    context.close()
-                    for name, path in PAGES.items():
+                    pages = {} if args.stop_only else PAGES
+                    if pages:
+                        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+                        page = context.new_page()
+                        first_after_start.append(_to_chart(page, url + PAGES["Runs"]))
+                        context.close()
+                    for name, path in pages.items():
                         context = browser.new_context(viewport={"width": 1400, "height": 1000})
                         page = context.new_page()
                         cold[name].append(_to_chart(page, url + path))  # an empty cache
@@ -117,6 +138,15 @@ def main() -> None:
                         if name.startswith("Compare"):
                             page.wait_for_timeout(1000)
                             webgl = max(webgl, page.evaluate(WEBGL))
+                        context.close()
+                    if args.links and not args.stop_only:
+                        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+                        page = context.new_page()
+                        _to_chart(page, url + PAGES["Live (stored run)"])
+                        for name in links:
+                            links[name].append(_by_link(page, name))
+                            print(f"link to {name}: {links[name][-1]:.2f} s", file=sys.stderr,
+                                  flush=True)
                         context.close()
                     if not args.no_stop:
                         context = browser.new_context(viewport={"width": 1400, "height": 1000})
@@ -143,9 +173,14 @@ def main() -> None:
                 f"{max(values):.2f}, n={len(values)})")
 
     print(f"project: {args.project}; load average {os.getloadavg()[0]:.2f}")
-    print(f"first request after the server started (Runs): {spread(first_after_start)}")
+    if first_after_start:
+        print(f"first request after the server started (Runs): {spread(first_after_start)}")
     for name in PAGES:
-        print(f"{name}: new tab {spread(cold[name])}; same tab again {spread(warm[name])}")
+        if cold[name]:
+            print(f"{name}: new tab {spread(cold[name])}; same tab again {spread(warm[name])}")
+    for name, values in links.items():
+        if values:
+            print(f"sidebar link to {name} in an open tab: {spread(values)}")
     if stops:
         print(f"Stop to visible feedback: {spread(stops)}")
     print(f"WebGL canvases on the Compare page: {webgl}")

@@ -208,18 +208,21 @@ def memory_figure(report: RunReport, samples: Sequence[Sample], steps: Sequence[
                        for p in ended],
             hoverinfo="text"))
     top = max((s.used for s in samples), default=0) / MIB
-    for phase in ended:
+    # Shapes and annotations are set once, as lists: added one by one, plotly validates the
+    # whole list again each time (a fifth of a live refresh).
+    annotations = [
         # A boxed label with an arrow: readable over a noisy curve and a coloured band alike;
         # below the curve near the top, where the band labels are.
-        figure.add_annotation(name=f"end of {phase.name}", x=float(x_of([phase.end_s])[0]),
-                              y=phase.memory_mb, text=f"<b>{phase.memory_mb} MB</b>",
-                              showarrow=True, arrowhead=0, ax=-28,
-                              ay=26 if phase.memory_mb > 0.7 * top else -26,
-                              bgcolor="rgba(255,255,255,0.85)", bordercolor=phase_colour(phase.name),
-                              borderwidth=1.5, font={"color": CURVE_COLOUR, "size": 12})
-
+        {"name": f"end of {phase.name}", "x": float(x_of([phase.end_s])[0]),
+         "y": phase.memory_mb, "text": f"<b>{phase.memory_mb} MB</b>", "showarrow": True,
+         "arrowhead": 0, "ax": -28, "ay": 26 if phase.memory_mb > 0.7 * top else -26,
+         "bgcolor": "rgba(255,255,255,0.85)", "bordercolor": phase_colour(phase.name),
+         "borderwidth": 1.5, "font": {"color": CURVE_COLOUR, "size": 12}}
+        for phase in ended]
+    shapes: list[dict] = []
     if by_step is None:
-        _bands(figure, report, now, window if axis == "training" else None)
+        _bands(shapes, annotations, report, now, window if axis == "training" else None)
+    figure.update_layout(shapes=shapes, annotations=annotations)
 
     x_title = {"run": "seconds since the run started",
                "training": "seconds since the run started (zoomed on training: double-click "
@@ -238,7 +241,7 @@ def memory_figure(report: RunReport, samples: Sequence[Sample], steps: Sequence[
     return figure
 
 
-def _bands(figure: go.Figure, report: RunReport, now: float | None,
+def _bands(shapes: list[dict], annotations: list[dict], report: RunReport, now: float | None,
            window: tuple[float, float] | None) -> None:
     """The phase bands with their labels (rows chosen so that no two overlap), and the profiling
     stretch's band, which the run's peak leaves out."""
@@ -257,13 +260,13 @@ def _bands(figure: go.Figure, report: RunReport, now: float | None,
                       x1 - x0)
     for band, label, row in zip(bands, texts, rows):
         colour = PROFILING_COLOUR if band.name == "profiling" else phase_colour(band.name)
-        figure.add_shape(type="rect", name=band.name, xref="x", yref="paper",
-                         x0=band.x0, x1=band.x1, y0=0, y1=1, layer="below",
-                         fillcolor=colour, opacity=BAND_OPACITY, line={"width": 0})
-        figure.add_annotation(name=band.name, x=band.x0, xref="x", y=1, yref="paper",
-                              xanchor="left", yanchor="top", yshift=-LABEL_ROW_PX * row,
-                              text=label, showarrow=False,
-                              font={"color": CURVE_COLOUR, "size": 12}, bgcolor=colour)
+        shapes.append({"type": "rect", "name": band.name, "xref": "x", "yref": "paper",
+                       "x0": band.x0, "x1": band.x1, "y0": 0, "y1": 1, "layer": "below",
+                       "fillcolor": colour, "opacity": BAND_OPACITY, "line": {"width": 0}})
+        annotations.append({"name": band.name, "x": band.x0, "xref": "x", "y": 1,
+                            "yref": "paper", "xanchor": "left", "yanchor": "top",
+                            "yshift": -LABEL_ROW_PX * row, "text": label, "showarrow": False,
+                            "font": {"color": CURVE_COLOUR, "size": 12}, "bgcolor": colour})
 
 
 def steps_figure(report: RunReport, steps: Sequence[Step]) -> go.Figure:
@@ -425,6 +428,7 @@ def small_multiples_figure(reports: Sequence[RunReport],
     figure = make_subplots(rows=rows, cols=columns, shared_yaxes="all", shared_xaxes="all",
                            subplot_titles=titles,
                            horizontal_spacing=0.03, vertical_spacing=0.12)
+    shapes: list[dict] = []
     for index, (colour, rep) in enumerate(zip(cycle(RUN_COLOURS), reports)):
         row, col = index // columns + 1, index % columns + 1
         start = compare.phase_start(rep, phase) or 0.0
@@ -436,10 +440,13 @@ def small_multiples_figure(reports: Sequence[RunReport],
             hovertemplate="%{x:+.2f} s<br>%{y:.0f} MiB<extra>Run " + str(rep.id) + "</extra>"),
             row=row, col=col)
         now = max((s.t for s in points), default=None)
-        for band in phase_bands(rep.phases, now):
-            figure.add_vrect(x0=band.x0 - start, x1=band.x1 - start, row=row, col=col,
-                             fillcolor=phase_colour(band.name), opacity=BAND_OPACITY,
-                             line_width=0, layer="below", name=band.name)
+        axis = "" if index == 0 else str(index + 1)  # make_subplots numbers them row by row
+        shapes += [{"type": "rect", "xref": f"x{axis}", "yref": f"y{axis} domain",
+                    "x0": band.x0 - start, "x1": band.x1 - start, "y0": 0, "y1": 1,
+                    "fillcolor": phase_colour(band.name), "opacity": BAND_OPACITY,
+                    "line": {"width": 0}, "layer": "below", "name": band.name}
+                   for band in phase_bands(rep.phases, now)]
+    figure.update_layout(shapes=shapes)  # once: added one by one, each re-validates them all
     figure.update_yaxes(rangemode="tozero")
     figure.update_yaxes(title_text=_memory_axis_title(reports), col=1)
     figure.update_xaxes(title_text=f"s since {phase} began", row=rows)
