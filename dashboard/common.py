@@ -126,9 +126,30 @@ def axis_choice(key: str) -> str:
     return chosen or "run"
 
 
+# A run's charts, one at a time: each chart a live page draws is redrawn every second, by the
+# server and by the browser (hidden tabs are drawn too), and a busy machine answers Stop later.
+VIEWS = {"memory": "Memory", "steps": "Loss and step time", "device": "Device"}
+
+
+def run_charts(rep: RunReport, key: str, now: float | None = None, live: bool = False) -> None:
+    """The run's memory, its loss and step time, or its device panel, as chosen."""
+    with st.container(horizontal=True, vertical_alignment="bottom", gap="large"):
+        view = st.segmented_control("Show", list(VIEWS), format_func=VIEWS.get, default="memory",
+                                    required=True, key=f"{key}_view") or "memory"
+        axis = axis_choice(f"{key}_axis") if view == "memory" else "run"
+    if view == "memory":
+        memory_chart(rep, now, axis)
+    elif view == "steps":
+        steps_chart(rep)
+    else:
+        device_panel(rep, live=live)
+
+
 def memory_chart(rep: RunReport, now: float | None = None, axis: str = "run") -> None:
     db = store()
-    figure = figures.memory_figure(rep, db.decimated(rep.id), db.steps(rep.id), now, axis)
+    # 1,000 buckets: a min and a max each, two points a pixel column of the widest chart.
+    figure = figures.memory_figure(rep, db.decimated(rep.id, buckets=1000), db.steps(rep.id),
+                                   now, axis)
     st.plotly_chart(figure, key=f"memory-{rep.id}", config=CHART)
     st.caption("Shows " + text.source(rep.backend, rep.memory_api) +
                ". A band runs from the end of the phase before to the end of its own phase; its"
@@ -141,6 +162,7 @@ def steps_chart(rep: RunReport) -> None:
     """Loss and time a step against the training steps (nothing before the first step)."""
     steps = store().steps(rep.id)
     if not steps:
+        st.info("No training step recorded yet.")
         return
     st.plotly_chart(figures.steps_figure(rep, steps), key=f"steps-{rep.id}", config=CHART)
     st.caption("The Trainer's loss at each step (logged every step) and the time each step took,"

@@ -143,19 +143,12 @@ def _progress(rep: RunReport) -> None:
     st.progress(done.fraction, text=text)
 
 
-@st.fragment(run_every=REFRESH_SECONDS)
-def live_view(run_id: int) -> None:
-    """Redrawn every REFRESH_SECONDS from the store alone; when the run ends, the whole page reruns
-    into the finished view, which does not refresh."""
-    db = common.store()
-    rep = report(db, run_id)
-    if rep.status != "running":
-        st.rerun(scope="app")
-    st.subheader(rep.title())
-    _phase_metrics(rep)
+def _controls(run_id: int, progress) -> None:
+    """Stop, or what it is doing. Drawn before the store is read (a Stop click's answer is the
+    first thing this refresh sends); `progress` is the slot beside it, filled later."""
     manager = common.manager()
     with st.container(horizontal=True, vertical_alignment="bottom"):
-        _progress(rep)
+        progress.append(st.empty())
         if common.stopping(run_id):
             st.button("Stopping…", key="stop", icon=":material/hourglass_top:", disabled=True)
         elif manager.is_active(run_id):
@@ -167,14 +160,25 @@ def live_view(run_id: int) -> None:
                    icon=":material/stop_circle:")
     elif not manager.is_active(run_id):
         st.caption("Started by another process (the CLI): stop it there.")
-    memory, training = st.tabs(["Memory", "Loss and step time"])
-    with memory:
-        axis = common.axis_choice("live_axis")
-        common.memory_chart(rep, db.last_time(run_id), axis)
-    with training:
-        common.steps_chart(rep)
-    with st.expander("Device", expanded=True, icon=":material/developer_board:"):
-        common.device_panel(rep, live=True)
+
+
+@st.fragment(run_every=REFRESH_SECONDS)
+def live_view(run_id: int) -> None:
+    """Redrawn every REFRESH_SECONDS from the store alone; when the run ends, the whole page reruns
+    into the finished view, which does not refresh."""
+    db = common.store()
+    if db.run(run_id).status != "running":
+        st.rerun(scope="app")
+    heading, metrics = st.empty(), st.container()
+    progress: list = []
+    _controls(run_id, progress)
+    rep = report(db, run_id)
+    heading.subheader(rep.title())
+    with metrics:
+        _phase_metrics(rep)
+    with progress[0].container():
+        _progress(rep)
+    common.run_charts(rep, "live", now=db.last_time(run_id), live=True)
 
 
 def finished_view(run_id: int) -> None:
@@ -182,13 +186,7 @@ def finished_view(run_id: int) -> None:
     st.subheader(rep.title())
     _phase_metrics(rep)
     common.outcome(rep)
-    memory, training, device = st.tabs(["Memory", "Loss and step time", "Device"])
-    with memory:
-        common.memory_chart(rep, axis=common.axis_choice("live_axis"))
-    with training:
-        common.steps_chart(rep)
-    with device:
-        common.device_panel(rep, live=False)
+    common.run_charts(rep, "live")
     st.page_link(common.RUNS_PAGE, label=f"Run {run_id} on the Runs page",
                  query_params={"run": str(run_id)}, icon=":material/table_rows:")
 

@@ -167,13 +167,7 @@ def main() -> None:
         st.info("In progress: the Live run page shows it as it happens.")
     else:
         common.outcome(rep)
-    memory, training, device = st.tabs(["Memory", "Loss and step time", "Device"])
-    with memory:
-        common.memory_chart(rep, axis=common.axis_choice("runs_axis"))
-    with training:
-        common.steps_chart(rep)
-    with device:
-        common.device_panel(rep, live=False)
+    common.run_charts(rep, "runs")
     _downloads(rep.id)
     _label_controls(rep)
     with st.expander("Options and environment"):

@@ -10,7 +10,7 @@ from streamlit.testing.v1 import AppTest
 
 from anatomy.analysis.report import report
 from anatomy.engine.devices import machine
-from anatomy.store import Step
+from anatomy.store import GpuProcess, GpuStatus, HostStatus, Step
 from anatomy.views import session
 from anatomy.views.session import PhaseMetric, Progress
 from tests.apptest import chart_spec, open_page
@@ -234,3 +234,52 @@ def test_progress_counts_steps_and_the_time_left(store, seed):
     # training began at 6.0: 0.5 s a step
     assert session.progress(rep, step) == Progress(step=4, total=8, fraction=0.5,
                                                    seconds_left=2.0)
+
+
+# --- a run's charts, one at a time, and the device panel ---
+
+def _with_device_readings(store, run_id: int) -> None:
+    """What the sampler stores every 0.5 s on an H200: the host, the GPU, and two processes on
+    it, the run's own (its worker's pid) and someone else's."""
+    store.update_run(run_id, worker_pid=store.run(run_id).worker_pid or 4242)
+    worker = store.run(run_id).worker_pid
+    for k in range(19):
+        t = k / 2
+        store.write(run_id, hosts=[HostStatus(t, 10.0 + k, 12 * 2**30, 125 * 2**30)],
+                    gpus=[GpuStatus(t, 0, 90 + k % 5, 400.0 + k, 700.0, 40 + k // 3)],
+                    processes=[GpuProcess(t, 0, worker, "python", 4 * 2**30),
+                               GpuProcess(t, 0, 999, "jupyter", 2**30)])
+
+
+def test_a_finished_run_shows_one_chart_at_a_time(store, seed):
+    run_id = seed()
+    _with_device_readings(store, run_id)
+    app = _runs_page(run=str(run_id))
+    charts = [c.proto.id for c in app.get("plotly_chart")]
+    assert any(c.endswith(f"-memory-{run_id}") for c in charts)
+    assert not any(f"steps-{run_id}" in c or "device_history" in c for c in charts)
+    app.segmented_control(key="runs_view").set_value("steps").run()
+    assert chart_spec(app, f"steps-{run_id}")["data"][0]["name"] == "loss"
+    app.segmented_control(key="runs_view").set_value("device").run()
+    device = chart_spec(app, f"device_history_{run_id}")
+    titles = [a["text"] for a in device["layout"]["annotations"]]
+    assert titles == ["GPU utilisation (%)", "power (W)", "temperature (°C)",
+                      "host CPU, all cores (%)", "host RAM used (GiB)"]
+    table = app.dataframe[-1].value
+    assert list(table["PID"]) == [4242, 999]  # every process on the GPU, not only the run's
+    assert list(table["Run"]) == ["this run", ""]
+
+
+def test_a_live_run_shows_the_device_as_nvitop_does(store, seed):
+    run_id = seed(status="running", phases_reached=3)
+    _with_device_readings(store, run_id)
+    app = _app().run()
+    app.segmented_control(key="live_view").set_value("device").run()
+    assert not app.exception
+    metrics = {m.label: m.value for m in app.metric}
+    assert metrics["GPU utilisation"] == "93 %"  # the last reading
+    assert metrics["Power"] == "418 / 700 W"
+    assert metrics["Temperature"] == "46 °C"
+    assert metrics["Memory"] == "3.0 / 141.0 GiB"  # the last sample
+    assert metrics["CPU (all cores)"] == "28 %" and metrics["RAM"] == "12.0 / 125.0 GiB"
+    assert list(app.dataframe[-1].value["Process"]) == ["python", "jupyter"]
