@@ -18,8 +18,9 @@ from anatomy.views import figures, session, text
 
 RUNS_PAGE = "pages/runs.py"
 COMPARE_PAGE = "pages/compare.py"
-ICON = Path(__file__).with_name("icon.png")  # served by this server: a favicon fetched from a CDN
-#                                             fails offline
+# The favicon, served by this server: a material icon as page_icon is fetched from
+# fonts.gstatic.com, which fails offline.
+ICON = Path(__file__).with_name("icon.png")
 
 
 @st.cache_resource(show_spinner=False)
