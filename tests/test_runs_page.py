@@ -126,3 +126,10 @@ def test_yes_delete_is_not_the_green_of_start(store, seed):
     assert app.button(key="delete_yes").proto.type != "primary"  # primary is the theme's green
     from dashboard.common import STYLE
     assert ".st-key-delete_yes button { background-color: #B3261E" in STYLE
+
+
+def test_every_run_picker_names_the_device_first(store, seed):
+    gpu, cpu = seed(), seed(backend="cpu-rss")
+    app = _page()
+    labels = app.selectbox(key="runs_select").options
+    assert labels[0].startswith(f"{cpu} · CPU · ") and labels[1].startswith(f"{gpu} · NVIDIA H200 · ")

@@ -27,13 +27,13 @@ def occupied_line(memory_bytes: int | None, backend: str) -> str:
 
 
 def run_choice(run: RunRow) -> str:
-    """A run in a picker: its id and name, model, batch size, precision, device, how it ended and
-    when it started."""
+    """A run in a picker: its id, the device it ran on (first: H200 and CPU runs must not look
+    alike), its name, model, batch size, precision, how it ended and when it started."""
     o = run.options
     device = run.environment.get("gpu_name") or "CPU"
     started = datetime.fromtimestamp(run.created_at).strftime("%Y-%m-%d %H:%M")
-    return (f"{run.id}: {run.name + ' · ' if run.name else ''}{run.preset}, batch "
-            f"{o.get('batch_size')}, {o.get('precision')} on {device} — {run.status} ({started})")
+    return (f"{run.id} · {device} · {run.name + ' · ' if run.name else ''}{run.preset}, batch "
+            f"{o.get('batch_size')}, {o.get('precision')} — {run.status} ({started})")
 
 
 def axis_title(backend: str) -> str:
