@@ -60,13 +60,13 @@ def _charts_drawn(page, count: int = 1) -> None:
     page.wait_for_timeout(SETTLE_MS)
 
 
-def _shot(page, path: Path, full: bool = True) -> None:
-    """The page; `full`: all of it (Streamlit scrolls inside its main block, so the window is
-    made as tall as that block first)."""
+def _shot(page, path: Path, full: bool = True, most: int = 6000) -> None:
+    """The page; `full`: all of it, up to `most` pixels (Streamlit scrolls inside its main
+    block, so the window is made as tall as that block first)."""
     if full:
         height = page.evaluate("() => document.querySelector('[data-testid=stMain]')"
                                ".scrollHeight")
-        page.set_viewport_size({"width": 1400, "height": min(6000, height + 40)})
+        page.set_viewport_size({"width": 1400, "height": min(most, height + 40)})
         page.wait_for_timeout(SETTLE_MS)
     page.screenshot(path=path)
     page.set_viewport_size({"width": 1400, "height": 1000})
@@ -97,19 +97,25 @@ def main() -> None:
                 page.goto(f"{url}/?run=1")
                 _charts_drawn(page)
                 _shot(page, args.out / "live-gpu-h200.png")
+                page.get_by_role("radio", name="Device").click()
+                page.get_by_text("Processes on the GPU").wait_for(timeout=60_000)
+                _charts_drawn(page)
+                _shot(page, args.out / "device-gpu-h200.png", most=1700)
                 page.goto(f"{url}/runs?run=1")
                 _charts_drawn(page, 2)
-                _shot(page, args.out / "runs-gpu-h200.png", full=False)
+                _shot(page, args.out / "runs-gpu-h200.png", most=1500)
                 page.goto(f"{url}/compare?runs=1,2,3,4")
                 _charts_drawn(page, 4)
-                _shot(page, args.out / "compare.png")
+                _shot(page, args.out / "compare.png", most=2300)
                 page.goto(f"{url}/anatomy?run=1")
                 _charts_drawn(page, 3)
                 _shot(page, args.out / "anatomy.png")
                 page.goto(f"{url}/compare?runs=1,2")
                 page.get_by_role("tab", name="Sweep").click()
                 _charts_drawn(page)
-                page.get_by_text("Largest batch size").scroll_into_view_if_needed()
+                page.get_by_text("Largest batch size").evaluate(
+                    "e => e.scrollIntoView({block: 'start'})")
+                page.wait_for_timeout(SETTLE_MS)
                 _shot(page, args.out / "sweep.png", full=False)
                 if not args.no_cpu_run:
                     _cpu_run(page, url, args.out)

@@ -528,9 +528,9 @@ def steps_overlay_figure(reports: Sequence[RunReport], steps_by_run: dict[int, S
         if steps:
             _steps_traces(figure, rep, steps, colour, labels[rep.id], show_legend=True)
     figure.update_xaxes(title_text="training step", row=2, col=1)
-    figure.update_layout(height=460, margin={"l": 10, "r": 10, "t": 60, "b": 10},
+    figure.update_layout(height=480, margin={"l": 10, "r": 10, "t": 80, "b": 10},
                          plot_bgcolor="white", hovermode="x unified",
-                         legend={"orientation": "h", "yanchor": "bottom", "y": 1.06, "x": 0})
+                         legend={"orientation": "h", "yanchor": "bottom", "y": 1.1, "x": 0})
     return figure
 
 
@@ -559,11 +559,15 @@ def efficiency_figure(rows: Sequence[RunListing]) -> go.Figure:
             hovertemplate="run %{customdata[0]}: %{customdata[1]}, batch %{text}, seq "
                           "%{customdata[2]}, checkpointing %{customdata[3]}<br>%{x:.2f} "
                           "samples/s, peak %{y:,} MB<extra>%{fullData.name}</extra>"))
+    peaks = [r.peak_mb for r in done]
+    # A batch-size ladder spans two orders of magnitude: on a linear axis its small sizes merge.
+    wide = bool(peaks) and max(peaks) > 10 * max(1, min(peaks))
     figure.update_layout(
         height=380, margin={"l": 10, "r": 10, "t": 30, "b": 10}, plot_bgcolor="white",
         xaxis={"title": {"text": "samples/second (the Trainer's)"}, "rangemode": "tozero",
                "automargin": True},
-        yaxis={"title": {"text": "peak memory (MB)"}, "rangemode": "tozero", "automargin": True},
+        yaxis={"title": {"text": "peak memory (MB)" + (", log scale" if wide else "")},
+               "type": "log" if wide else "linear", "automargin": True},
         legend={"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0}, hovermode="closest")
     return figure
 
@@ -590,7 +594,7 @@ def device_figure(hosts: Sequence[HostStatus], gpus: Sequence[GpuStatus]) -> go.
             panels.append((title, lines))
     panels.append(("host CPU, all cores (%)", [("CPU", list(hosts), "cpu_percent")]))
     panels.append(("host RAM used (GiB)", [("RAM", list(hosts), "ram_used")]))
-    figure = make_subplots(rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.04,
+    figure = make_subplots(rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.07,
                            subplot_titles=[title for title, _ in panels])
     colours = cycle(RUN_COLOURS)
     for row, (_, lines) in enumerate(panels, start=1):
@@ -604,7 +608,7 @@ def device_figure(hosts: Sequence[HostStatus], gpus: Sequence[GpuStatus]) -> go.
                 hovertemplate="%{x:.1f} s: %{y:.1f}<extra>" + name + "</extra>"), row=row, col=1)
     figure.update_yaxes(rangemode="tozero")
     figure.update_xaxes(title_text="seconds since the run started", row=len(panels), col=1)
-    figure.update_layout(height=130 * len(panels) + 60, plot_bgcolor="white",
+    figure.update_layout(height=150 * len(panels) + 60, plot_bgcolor="white",
                          margin={"l": 10, "r": 10, "t": 30, "b": 10}, hovermode="x unified")
     return figure
 
