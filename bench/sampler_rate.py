@@ -30,7 +30,7 @@ def measure(info: Machine, rate: int, seconds: float) -> dict:
     process = context.Process(target=sampler.run,
                               args=(queue, stop, backend, rate, t0, gpus, pid))
     process.start()
-    rows, batches, sent = [], 0, None
+    rows, batches, sent, statuses = [], 0, None, 0
     deadline = time.monotonic() + seconds
     while sent is None:
         if time.monotonic() > deadline:
@@ -42,6 +42,8 @@ def measure(info: Machine, rate: int, seconds: float) -> dict:
         if isinstance(message, protocol.Samples):
             rows.extend(message.samples)
             batches += 1
+        elif isinstance(message, getattr(protocol, "DeviceStatus", ())):
+            statuses += 1  # the device panel's readings, every sampler.STATUS_SECONDS
         elif isinstance(message, protocol.SamplerDone):
             sent = message.sent
     process.join()
@@ -52,7 +54,8 @@ def measure(info: Machine, rate: int, seconds: float) -> dict:
     return {"backend": backend, "asked_hz": rate, "devices": devices,
             "achieved_hz_per_device": round((len(times) - 1) / span, 1) if span else None,
             "max_gap_ms": round(1000 * max(gaps), 2) if gaps else None,
-            "samples": len(rows), "sent": sent, "batches": batches}
+            "p99_gap_ms": round(1000 * sorted(gaps)[int(0.99 * len(gaps))], 2) if gaps else None,
+            "samples": len(rows), "sent": sent, "batches": batches, "device_statuses": statuses}
 
 
 def main() -> None:

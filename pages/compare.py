@@ -14,7 +14,7 @@ from anatomy.analysis.report import PHASES, RunReport, report
 from anatomy.analysis.sweeps import LADDER, SweepGrid, grid, parse_value
 from anatomy.engine.manager import DeviceBusy
 from anatomy.views import export, figures, session, text
-from pages import common
+from dashboard import common
 
 REFRESH_SECONDS = 1.0
 # What a sweep may vary, and the values the form suggests for each.
@@ -31,13 +31,21 @@ def _labels(db) -> dict[int, str]:
 
 
 def _choose(ids: list[int]) -> None:
-    """?runs=1,2 picks the runs (a shared URL, a sweep's "compare"); else the two latest."""
-    wanted = [i for i in compare.parse_ids(st.query_params.get("runs")) if i in ids]
-    if wanted:
-        st.session_state["compare_runs"] = wanted
+    """?runs=1,2 picks the runs (a shared URL, a sweep's "compare"); else the two latest. Ids that
+    are not stored are said; the URL is rewritten to name the runs shown."""
+    asked = st.query_params.get("runs")
+    if asked is not None and asked != ",".join(map(str, st.session_state.get("compare_runs", []))):
+        wanted = [i for i in compare.parse_ids(asked) if i in ids]
+        if wanted:
+            st.session_state["compare_runs"] = wanted
+        missing = [w.strip() for w in asked.split(",")
+                   if w.strip() and not (w.strip().isdigit() and int(w.strip()) in ids)]
+        if missing:
+            st.warning(text.missing_runs(missing), icon=":material/search_off:")
     chosen = [i for i in st.session_state.get("compare_runs", []) if i in ids]
     st.session_state["compare_runs"] = chosen if chosen or "compare_runs" in st.session_state \
         else ids[:2]
+    _to_url()
 
 
 def _to_url() -> None:
@@ -65,7 +73,8 @@ def _export(reports: list[RunReport], overlay) -> None:
     columns = st.columns(4)
     columns[0].download_button(
         "This comparison (HTML)", key="download_comparison", on_click="ignore",
-        data=lambda: overlay.to_html(include_plotlyjs=True, full_html=True),
+        data=lambda: export.figure_html(overlay, "Memory over time, aligned: runs " + ", ".join(
+            map(str, ids))),
         file_name=f"anatomy-compare-{name}.html", mime="text/html", icon=":material/download:",
         help="the overlaid curves as a standalone page (plotly inside it: opens offline)")
     columns[1].download_button(
@@ -87,15 +96,22 @@ def _export(reports: list[RunReport], overlay) -> None:
 def comparison(run_ids: list[int]) -> None:
     db = common.store()
     reports = [report(db, run_id) for run_id in run_ids]
-    left, right = st.columns(2)
+    left, middle, right = st.columns([2, 2, 3], vertical_alignment="bottom")
     phase = left.selectbox("Align the curves where this phase begins", PHASES,
                            index=PHASES.index("training"), key="compare_phase")
+    with middle:
+        span = st.segmented_control("Show", ["whole runs", "training only"], default="whole runs",
+                                    required=True, key="compare_span",
+                                    help="training only: the x axis holds the training phases "
+                                         "(zoom out with a double click)")
     reference = right.selectbox("Reference run (differences are to this run)", run_ids,
                                 format_func=lambda i: f"Run {i}", key="compare_reference")
+    training_only = span == "training only"
     samples = {r.id: db.decimated(r.id) for r in reports}
+    labels = compare.run_labels(reports)  # each run by exactly what differs
 
     st.subheader("Memory over time, aligned")
-    overlay = figures.overlay_figure(reports, samples, phase)
+    overlay = figures.overlay_figure(reports, samples, phase, labels, training_only)
     st.plotly_chart(overlay, key="compare_overlay", config={"displaylogo": False})
     missing = [r.id for r in reports if compare.phase_start(r, phase) is None]
     if missing:
@@ -104,11 +120,23 @@ def comparison(run_ids: list[int]) -> None:
     st.caption(f"Time 0 is where each run's {phase} phase began; a marker is the memory at a "
                "phase's end, in that phase's colour. Backends: " + ", ".join(
                    sorted({r.backend for r in reports})) + ".")
-    st.plotly_chart(figures.small_multiples_figure(reports, samples, phase),
+    st.plotly_chart(figures.small_multiples_figure(reports, samples, phase, labels,
+                                                   training_only),
                     key="compare_multiples", config={"displaylogo": False})
 
+    st.subheader("Loss and time a step")
+    steps = {r.id: db.steps(r.id) for r in reports}
+    if any(steps.values()):
+        st.plotly_chart(figures.steps_overlay_figure(reports, steps, labels),
+                        key="compare_steps", config={"displaylogo": False})
+        st.caption("Against the training step: each run's loss as the Trainer logged it, and the "
+                   "time each step took from the end of the one before (step 1 holds the "
+                   "Trainer's setup).")
+    else:
+        st.caption("No training step recorded in these runs.")
+
     st.subheader("What each phase added")
-    st.plotly_chart(figures.memory_bars_figure(reports), key="compare_bars",
+    st.plotly_chart(figures.memory_bars_figure(reports, labels), key="compare_bars",
                     config={"displaylogo": False})
     st.caption("CUDA context = kernel phase − baseline, weights = weights phase − kernel phase, "
                "training = training end − weights phase. Runs with measured components split the "
@@ -227,19 +255,6 @@ def _sweep_table(result: SweepGrid) -> None:
                                 "Time (s)": st.column_config.NumberColumn(format="%.2f")})
 
 
-def _largest_fitting_text(result: SweepGrid) -> str | None:
-    largest = result.largest_fitting
-    if LADDER not in result.vary:
-        return None
-    if not isinstance(largest, dict):
-        return ("Largest batch size that fit: **none** (no run completed)" if largest is None
-                else f"Largest batch size that fit: **{largest}**")
-    other = FIELDS[next(n for n in result.vary if n != LADDER)].label.lower()
-    return "Largest batch size that fit: " + "; ".join(
-        f"{other} {value}: **{'none' if size is None else size}**"
-        for value, size in largest.items())
-
-
 def sweep_results(sweep_id: int) -> None:
     result = grid(common.store(), sweep_id)
     status = result.status
@@ -249,9 +264,9 @@ def sweep_results(sweep_id: int) -> None:
     {"completed": st.success, "stopped": st.warning}.get(status, st.error)(line)
     if result.error:
         st.code(result.error, language=None)
-    text = _largest_fitting_text(result)
-    if text:
-        st.markdown(text)
+    line = text.largest_fitting(result)
+    if line:
+        st.markdown(line)
     if result.runs:
         st.plotly_chart(figures.sweep_figure(result, "peak_mb"), key="sweep_peak",
                         config={"displaylogo": False})
@@ -323,6 +338,7 @@ def import_section() -> None:
 
 
 def main() -> None:
+    common.through_app()
     st.title("Compare")
     db = common.store()
     labels = _labels(db)

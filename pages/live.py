@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import streamlit as st
 
-from anatomy.analysis.options import FIELDS, InvalidOptions, defaults_for
-from anatomy.analysis.report import RunReport, report
-from anatomy.engine.manager import DeviceBusy, live_run
-from anatomy.views import session
-from pages import common
+from anatomy.analysis import duration
+from anatomy.analysis.options import FIELDS, InvalidOptions, defaults_for, validate
+from anatomy.analysis.report import RunReport, report, started_by
+from anatomy.engine.manager import STOP_GRACE_SECONDS, DeviceBusy, live_run
+from anatomy.views import session, text
+from dashboard import common
 
 REFRESH_SECONDS = 1.0
 # The form's columns: the model and the data, the training, then every other field in FIELDS
@@ -36,23 +37,41 @@ def _sentence(text: str) -> str:
     return text[0].upper() + text[1:] + "."
 
 
+def _state() -> tuple[int | None, str | None]:
+    """The run this tab shows and its status: a forecast holds while they do not change."""
+    run_id = st.session_state.get("live_run")
+    run = common.store().run(run_id) if run_id is not None else None
+    return (run_id, run.status if run else None)
+
+
 def _forecast() -> None:
-    """The form's second button: what these options should need, without starting anything."""
-    st.session_state["forecast"] = session.memory_forecast(_form_options(), common.device())
+    """The form's second button: what these options should need and how long they should take,
+    without starting anything. The fields are judged again, so a fixed field's error goes."""
+    options = _form_options()
+    st.session_state["forecast"] = session.run_forecast(options, common.device(), common.store())
+    st.session_state["forecast_for"] = _state()
+    st.session_state.pop("start_refused", None)
+    st.session_state["option_errors"] = validate(options, common.device().gpu_count)
+    st.session_state["errors_from"] = "predict"
 
 
 def _start() -> None:
     """The form's submit: the engine validates; a refusal is kept for the fields to show."""
     options = _form_options()
-    st.session_state["forecast"] = session.memory_forecast(options, common.device())
+    st.session_state["forecast"] = session.run_forecast(options, common.device(), common.store())
     st.session_state.pop("start_refused", None)
     st.session_state["option_errors"] = {}
+    st.session_state["errors_from"] = "start"
     try:
-        st.session_state["live_run"] = common.manager().start(options)
+        run_id = common.manager().start(options)
     except InvalidOptions as error:
         st.session_state["option_errors"] = error.errors
     except DeviceBusy as error:
         st.session_state["start_refused"] = str(error)
+    else:
+        st.session_state["live_run"] = run_id
+        st.query_params["run"] = str(run_id)
+    st.session_state["forecast_for"] = _state()
 
 
 def _field(name: str, default) -> None:
@@ -72,40 +91,76 @@ def options_form(has_gpu: bool, expanded: bool) -> None:
             with column:
                 for name in names:
                     _field(name, defaults[name])
-        start, check = st.columns([1, 6])
-        start.form_submit_button("Start", type="primary", on_click=_start, key="start")
-        check.form_submit_button("Predict memory", on_click=_forecast, key="predict",
-                                 help="what these options should need, from the model config "
-                                      "alone (docs/PREDICTION.md); starts nothing")
+        with st.container(horizontal=True):
+            st.form_submit_button("Start", type="primary", on_click=_start, key="start",
+                                  icon=":material/play_arrow:")
+            st.form_submit_button("Predict memory and time", on_click=_forecast, key="predict",
+                                  help="what these options should need, from the model config "
+                                       "alone (docs/PREDICTION.md), and how long they should "
+                                       "take, from the runs stored here; starts nothing")
+    # A forecast belongs to the moment it was made: it goes once the run shown has changed (a
+    # run it was made for has ended, another run is shown).
     forecast = st.session_state.get("forecast")
-    if forecast is not None and forecast.line:
-        st.info(_sentence(forecast.line), icon=":material/memory:")
-    if forecast is not None and forecast.warning:
-        st.warning(_sentence(forecast.warning))
+    if forecast is not None and st.session_state.get("forecast_for") == _state():
+        if forecast.line:
+            st.info(_sentence(forecast.line), icon=":material/memory:")
+        if forecast.duration:
+            st.info(_sentence(forecast.duration), icon=":material/timer:")
+        if forecast.warning:
+            st.warning(_sentence(forecast.warning))
     refused = st.session_state.get("start_refused")
     if refused:
         st.error(f"Not started: {refused}.")
     elif st.session_state.get("option_errors"):
-        st.error("Not started: fix the fields marked above.")
+        st.error("Not started: fix the fields marked above."
+                 if st.session_state.get("errors_from") == "start"
+                 else "Fix the fields marked above.")
 
 
 def _phase_metrics(rep: RunReport) -> None:
-    for column, metric in zip(st.columns(4), session.phase_metrics(rep)):
-        label = metric.name + (" (now)" if metric.state == "open" else "")
-        value = "—" if metric.memory_mb is None else f"{metric.memory_mb} MB"
-        delta = None if metric.delta_mb is None else f"{metric.delta_mb:+d} MB"
-        column.metric(label, value, delta, delta_color="off", border=metric.state == "open")
+    with st.container(horizontal=True):
+        for metric in session.phase_metrics(rep):
+            label = metric.name + (" (now)" if metric.state == "open" else "")
+            value = "—" if metric.memory_mb is None else f"{metric.memory_mb} MB"
+            delta = None if metric.delta_mb is None else f"{metric.delta_mb:+d} MB"
+            st.metric(label, value, delta, delta_color="off", border=metric.state == "open")
 
 
 def _progress(rep: RunReport) -> None:
     done = session.progress(rep, common.store().last_step(rep.id))
     if session.stage(rep) == "phase training":
-        left = ("time left: measuring…" if done.seconds_left is None
-                else f"time left: {done.seconds_left:.0f} s")
+        if done.seconds_left is not None:
+            left = f"time left: {duration.words(done.seconds_left)}"
+        else:  # before the first step: the estimate made before the start
+            estimate = duration.estimate(common.store(), rep.options, rep.backend,
+                                         rep.environment.get("gpu_name"))
+            left = ("time left: measuring…" if estimate.step_s is None else
+                    f"time left: about {duration.words(estimate.steps * estimate.step_s)} "
+                    "(estimated before the first step)")
         text = f"training: step {done.step} / {done.total} · {left}"
     else:
         text = session.stage(rep)
     st.progress(done.fraction, text=text)
+
+
+def _controls(run_id: int, progress) -> None:
+    """Stop, or what it is doing. Drawn before the store is read (a Stop click's answer is the
+    first thing this refresh sends); `progress` is the slot beside it, filled later."""
+    manager = common.manager()
+    with st.container(horizontal=True, vertical_alignment="bottom"):
+        progress.append(st.empty())
+        if common.stopping(run_id):
+            st.button("Stopping…", key="stop", icon=":material/hourglass_top:", disabled=True)
+        elif manager.is_active(run_id):
+            st.button("Stop", key="stop", icon=":material/stop:", on_click=common.request_stop,
+                      args=(run_id,))
+    if common.stopping(run_id):
+        st.warning("Stopping: the training process is told to end (SIGTERM; SIGKILL after "
+                   f"{STOP_GRACE_SECONDS:.0f} s). What it recorded is kept.",
+                   icon=":material/stop_circle:")
+    elif not manager.is_active(run_id):
+        origin = started_by(common.store().run(run_id).source)
+        st.caption(f"Started by another process ({origin}): stop it there.")
 
 
 @st.fragment(run_every=REFRESH_SECONDS)
@@ -113,23 +168,18 @@ def live_view(run_id: int) -> None:
     """Redrawn every REFRESH_SECONDS from the store alone; when the run ends, the whole page reruns
     into the finished view, which does not refresh."""
     db = common.store()
-    rep = report(db, run_id)
-    if rep.status != "running":
+    if db.run(run_id).status != "running":
         st.rerun(scope="app")
-    st.subheader(rep.title())
-    _phase_metrics(rep)
-    progress, stop = st.columns([6, 1], vertical_alignment="bottom")
-    with progress:
+    heading, metrics = st.empty(), st.container()
+    progress: list = []
+    _controls(run_id, progress)
+    rep = report(db, run_id)
+    heading.subheader(rep.title())
+    with metrics:
+        _phase_metrics(rep)
+    with progress[0].container():
         _progress(rep)
-    manager = common.manager()
-    if manager.is_active(run_id):
-        if stop.button("Stop", key="stop", icon=":material/stop:", width="stretch"):
-            with st.spinner("stopping the training process…"):
-                manager.stop(run_id)
-            st.rerun(scope="app")
-    else:
-        progress.caption(f"Started by another process ({rep.origin}): stop it there.")
-    common.memory_chart(rep, db.last_time(run_id))
+    common.run_charts(rep, "live", now=db.last_time(run_id), live=True)
 
 
 def finished_view(run_id: int) -> None:
@@ -137,24 +187,47 @@ def finished_view(run_id: int) -> None:
     st.subheader(rep.title())
     _phase_metrics(rep)
     common.outcome(rep)
-    common.memory_chart(rep)
+    common.run_charts(rep, "live")
     st.page_link(common.RUNS_PAGE, label=f"Run {run_id} on the Runs page",
                  query_params={"run": str(run_id)}, icon=":material/table_rows:")
 
 
+def _shown_run() -> int | None:
+    """The run this page shows: ?run=ID (a stored run, by its link), else the run in progress,
+    else the one this tab showed last. An id that is not stored is said; the URL is rewritten to
+    name the run shown."""
+    db = common.store()
+    asked = st.query_params.get("run")
+    missing = None
+    if asked is not None and asked != str(st.session_state.get("live_run")):
+        if asked.isdigit() and db.run(int(asked)) is not None:
+            st.session_state["live_run"] = int(asked)
+        else:
+            missing = asked
+    if asked is None or missing is not None:
+        # This tab follows the run in progress, though it did not start it (a reload, another
+        # tab, a run from the CLI).
+        running = live_run(db, common.manager())
+        if running is not None:
+            st.session_state["live_run"] = running.id
+    run_id = st.session_state.get("live_run")
+    if run_id is not None and db.run(run_id) is None:
+        run_id = st.session_state["live_run"] = None  # deleted meanwhile
+    if missing is not None:
+        st.warning(text.missing_run(missing, run_id), icon=":material/search_off:")
+    if run_id is None:
+        st.query_params.pop("run", None)
+    else:
+        st.query_params["run"] = str(run_id)
+    return run_id
+
+
 def main() -> None:
+    common.through_app()
     st.title("Live run")
     st.caption("The four moments of Hugging Face's *Model training anatomy*: baseline, CUDA kernels, "
                "weights, training. Start a run and watch each one appear.")
-    asked = st.query_params.get("run")
-    if asked and asked.isdigit() and common.store().run(int(asked)) is not None:
-        st.session_state["live_run"] = int(asked)  # ?run=ID: this page's view of a stored run
-    run_id = st.session_state.get("live_run")
-    if run_id is None or common.store().run(run_id) is None:
-        running = live_run(common.store(), common.manager())
-        run_id = running.id if running else None
-        # This tab follows the run to its end, though it did not start it (a reload, another tab).
-        st.session_state["live_run"] = run_id
+    run_id = _shown_run()
     running = run_id is not None and common.store().run(run_id).status == "running"
     # The chart is what people came for: while a run is shown, the options fold away.
     options_form(common.device().has_gpu, expanded=run_id is None)

@@ -11,7 +11,7 @@ from anatomy.analysis.prediction import WALKTHROUGH_BYTES_PER_PARAMETER
 from anatomy.analysis.report import RunReport, report
 from anatomy.units import mib_float
 from anatomy.views import figures, text
-from pages import common
+from dashboard import common
 
 CHART = {"displaylogo": False}
 MB = st.column_config.NumberColumn(format="%.1f")
@@ -54,8 +54,11 @@ def peak_section(rep: RunReport, prediction) -> None:
     st.plotly_chart(figures.moments_figure(rows, all_parts), key="anatomy_moments", config=CHART)
     measured = any(r.measured is not None for r in rows)
     st.caption("Tensor memory at each moment of a step after the first (the optimizer states "
-               "exist then). " + ("Measured: the allocator at the end of the forward pass, before "
-                                  "the optimizer step and after it (its temporaries freed)."
+               "exist then). " + ("Measured: the allocator at the end of the forward pass, at the "
+                                  "end of the backward pass (before the optimizer step) and after "
+                                  "the optimizer step, its temporaries freed. *During* the step "
+                                  "only the prediction has a figure: it adds the step's "
+                                  "temporaries, which is why it is higher than *after* it."
                                   if measured else "Measured moments come from the allocator: "
                                   "GPU runs with measured components only."))
 
@@ -117,6 +120,7 @@ def operations(rep: RunReport) -> None:
 
 
 def main() -> None:
+    common.through_app()
     st.title("Anatomy")
     st.caption("Where one run's training memory goes, component by component, measured next to "
                "what the model config and the options predict; and where its time goes.")

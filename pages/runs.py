@@ -1,5 +1,6 @@
-"""Runs: every stored run as a table, filtered by tag, preset and status; one run's chart and
-summary; naming, tagging and deleting a run."""
+"""Runs: every stored run as a table (device and key numbers first; sort, select, compare),
+filtered by tag, preset and status; peak memory against speed over the runs; one run's charts
+and summary; naming, tagging and deleting a run."""
 
 from __future__ import annotations
 
@@ -9,24 +10,50 @@ import streamlit as st
 
 from anatomy.analysis import transfer
 from anatomy.analysis.report import RunListing, RunReport, report, run_rows
-from anatomy.views import export, text
-from pages import common
+from anatomy.views import export, figures, text
+from dashboard import common
 
 ANY = "any"
-COLUMNS = {  # run_rows() key: the table's heading
-    "id": "Run", "name": "Name", "tags": "Tags", "created": "Time", "preset": "Preset", "batch_size": "Batch",
-    "seq_len": "Seq len", "precision": "Precision", "gradient_checkpointing": "Checkpointing",
-    "grad_accum": "Accum", "optim": "Optimizer", "status": "Status", "peak_mb": "Peak MB",
-    "time_s": "Time (s)", "samples_per_second": "Samples/second",
+COLUMNS = {  # RunListing field: the table's heading. What tells runs apart comes first.
+    "id": "Run", "device": "Device", "status": "Status", "peak_mb": "Peak MB",
+    "samples_per_second": "Samples/s", "time_s": "Time (s)", "preset": "Preset",
+    "batch_size": "Batch", "seq_len": "Seq len", "precision": "Precision",
+    "gradient_checkpointing": "Checkpointing", "grad_accum": "Accum", "optim": "Optimizer",
+    "name": "Name", "tags": "Tags", "created": "Started",
 }
 
 
-def runs_table(rows: list[RunListing]) -> None:
-    st.dataframe([{heading: getattr(row, key) for key, heading in COLUMNS.items()} for row in rows],
-                 hide_index=True, key="runs_table",
-                 column_config={"Time (s)": st.column_config.NumberColumn(format="%.2f"),
-                                "Samples/second": st.column_config.NumberColumn(format="%.2f"),
-                                "Run": st.column_config.NumberColumn(format="%d")})
+def _cell(row: RunListing, key: str):
+    value = getattr(row, key)
+    return value.removeprefix("NVIDIA ") if key == "device" else value  # a narrow column
+
+
+def runs_table(rows: list[RunListing]) -> list[int]:
+    """The table (click a heading to sort); the ids of the rows selected in it."""
+    event = st.dataframe(
+        [{heading: _cell(row, key) for key, heading in COLUMNS.items()} for row in rows],
+        hide_index=True, key="runs_table", on_select="rerun", selection_mode="multi-row",
+        column_config={"Time (s)": st.column_config.NumberColumn(format="%.2f"),
+                       "Samples/s": st.column_config.NumberColumn(format="%.2f"),
+                       "Peak MB": st.column_config.NumberColumn(format="%d"),
+                       "Run": st.column_config.NumberColumn(format="%d", width="small"),
+                       "Device": st.column_config.TextColumn(width="small")})
+    return [rows[i].id for i in event.selection.rows]
+
+
+def _selected(ids: list[int]) -> None:
+    """One row newly selected: it becomes the run shown below. Two or more: Compare selected."""
+    if ids != st.session_state.get("runs_selected"):
+        st.session_state["runs_selected"] = ids
+        if len(ids) == 1:
+            st.query_params["run"] = str(ids[0])
+    with st.container(horizontal=True, vertical_alignment="center"):
+        if st.button("Compare selected", key="compare_selected", icon=":material/compare_arrows:",
+                     disabled=len(ids) < 2, help="select two or more rows of the table"):
+            st.switch_page(common.COMPARE_PAGE, query_params={"runs": ",".join(map(str, ids))})
+        st.caption(f"{len(ids)} selected" if ids else
+                   "Select rows (the boxes at their left) to compare them; one row shows it "
+                   "below.")
 
 
 def _filters(db) -> dict:
@@ -84,15 +111,19 @@ def _delete_controls(rep: RunReport) -> None:
     manager = common.manager()
     if st.session_state.get("confirm_delete") == run_id:
         st.warning(f"Delete run {run_id} and its {rep.samples} samples? This cannot be undone.")
-        yes, no = st.columns([1, 6])
-        if yes.button("Yes, delete", key="delete_yes", type="primary"):
+        with st.container(horizontal=True):
+            # Red (common.STYLE), not the green of Start: this one cannot be undone.
+            confirmed = st.button("Yes, delete", key="delete_yes",
+                                  icon=":material/delete_forever:")
+            cancelled = st.button("Cancel", key="delete_no")
+        if confirmed:
             common.store().delete_run(run_id)
             st.session_state.pop("confirm_delete")
             st.session_state.pop("runs_select", None)
             st.query_params.pop("run", None)
             st.toast(f"Run {run_id} deleted")
             st.rerun()
-        if no.button("Cancel", key="delete_no"):
+        if cancelled:
             st.session_state.pop("confirm_delete")
             st.rerun()
     elif st.button(f"Delete run {run_id}…", key="delete", icon=":material/delete:",
@@ -104,6 +135,7 @@ def _delete_controls(rep: RunReport) -> None:
 
 
 def main() -> None:
+    common.through_app()
     st.title("Runs")
     db = common.store()
     if not db.runs():
@@ -114,7 +146,14 @@ def main() -> None:
     if not rows:
         st.info("No stored run matches these filters.")
         return
-    runs_table(rows)
+    _selected(runs_table(rows))
+    with st.expander("Peak memory against speed", icon=":material/scatter_plot:",
+                     expanded=len(rows) > 2):
+        st.plotly_chart(figures.efficiency_figure(rows), key="runs_efficiency",
+                        config=common.CHART)
+        st.caption("A point per completed run of the list above: colour for the precision, shape "
+                   "for the device, its batch size beside it. Down and to the right is more "
+                   "samples a second for less memory.")
 
     ids = [row.id for row in rows]
     labels = {run.id: text.run_choice(run) for run in db.find_runs(**filters)}
@@ -128,7 +167,7 @@ def main() -> None:
         st.info("In progress: the Live run page shows it as it happens.")
     else:
         common.outcome(rep)
-    common.memory_chart(rep)
+    common.run_charts(rep, "runs")
     _downloads(rep.id)
     _label_controls(rep)
     with st.expander("Options and environment"):

@@ -15,11 +15,18 @@ GIB = 1024**3
 class FakePynvml:
     NVMLError = pynvml.NVMLError
 
+    NVML_TEMPERATURE_GPU = pynvml.NVML_TEMPERATURE_GPU
+
     def __init__(self, gpus: int = 1, v2: bool = True, utilization: bool = True,
                  init_error: int | None = None, used: int = 2 * GIB, reserved: int = 615 * 2**20,
-                 total: int = 141 * GIB, bindings_have_v2: bool = True):
+                 total: int = 141 * GIB, bindings_have_v2: bool = True, sensors: bool = True,
+                 processes: dict[int, int | None] | None = None):
         self.gpus, self.v2, self.has_utilization = gpus, v2, utilization
         self.init_error = init_error
+        # Power, temperature and the process list: a consumer GPU or a VM may support none.
+        self.sensors = sensors
+        # pid: GPU memory (None: the driver does not say), as nvidia-smi lists them.
+        self.running = {4242: 3 * GIB, 777: None} if processes is None else processes
         self.used, self.reserved, self.total = used, reserved, total
         if bindings_have_v2:
             self.nvmlMemory_v2 = pynvml.nvmlMemory_v2
@@ -65,3 +72,25 @@ class FakePynvml:
 
     def nvmlSystemGetCudaDriverVersion(self):
         return 13000
+
+    def _sensor(self, value):
+        if not self.sensors:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return value
+
+    def nvmlDeviceGetPowerUsage(self, handle):
+        return self._sensor(412_345)  # mW
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle):
+        return self._sensor(700_000)
+
+    def nvmlDeviceGetTemperature(self, handle, sensor):
+        assert sensor == pynvml.NVML_TEMPERATURE_GPU
+        return self._sensor(54)
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle):
+        return self._sensor([SimpleNamespace(pid=pid, usedGpuMemory=used)
+                             for pid, used in self.running.items()])
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle):
+        return self._sensor([])

@@ -10,6 +10,7 @@ from streamlit.testing.v1 import AppTest
 
 from anatomy.analysis import breakdown
 from anatomy.analysis.operations import CLASSES, ClassTotals, OperationProfile
+from anatomy.analysis.prediction import CUBLAS_WORKSPACES
 from anatomy.analysis.report import report
 from anatomy.units import MIB
 from anatomy.views import figures
@@ -26,8 +27,9 @@ def _measured_like(prediction, activations_off: float = 0.01) -> dict:
             "allocator_cache": 600 * MIB,
             "moments": {"end of forward": prediction.moments["forward pass"] + MIB,
                         "end of backward": prediction.moments["end of the backward pass"] - MIB,
+                        # as on the H200: the two cuBLAS workspaces stay after the step
                         "after optimizer step": prediction.weights + prediction.gradients
-                        + prediction.optimizer_states},
+                        + prediction.optimizer_states + CUBLAS_WORKSPACES},
             "steps_measured": 3}
 
 
@@ -100,8 +102,17 @@ def test_the_page_says_why_the_peak_is_below_the_sum_of_the_parts(store, measure
     moments = chart_spec(app, "anatomy_moments")
     bars = {t["name"]: t for t in moments["data"]}
     assert bars["predicted"]["x"] == ["end of the forward pass", "start of the backward pass",
-                                      "end of the backward pass", "optimizer step"]
-    assert bars["measured"]["y"][1] is None  # not a moment the worker reads
+                                      "end of the backward pass", "during the optimizer step",
+                                      "after the optimizer step"]
+    measured = dict(zip(bars["measured"]["x"], bars["measured"]["y"]))
+    predicted = dict(zip(bars["predicted"]["x"], bars["predicted"]["y"]))
+    assert measured["start of the backward pass"] is None  # not a moment the worker reads
+    # The worker reads the allocator after the step, its temporaries freed: that reading stands
+    # beside the prediction for the same moment, never beside the one during the step.
+    assert measured["during the optimizer step"] is None
+    assert measured["after the optimizer step"] == pytest.approx(
+        predicted["after the optimizer step"], rel=0.01)
+    assert predicted["during the optimizer step"] > predicted["after the optimizer step"]
     line = moments["layout"]["shapes"][0]
     assert line["y0"] > max(bars["predicted"]["y"])  # no moment reaches the sum of the parts
 
@@ -116,9 +127,17 @@ def test_the_first_steps_are_marked_on_the_curve(store, measured_run):
     chart = chart_spec(_page(run=str(measured_run)), "anatomy_first_steps")
     lines = [s["x0"] for s in chart["layout"]["shapes"]]
     assert lines == [6.0, 6.4, 6.8, pytest.approx(7.2)]  # training begins, steps 1-3 end
-    texts = [a["text"] for a in chart["layout"]["annotations"]]
-    assert "gradients appear in the first backward pass" in texts
-    assert "optimizer states after the first optimizer step" in texts
+    notes = {a["text"]: a for a in chart["layout"]["annotations"] if a.get("showarrow")}
+    assert set(notes) == {"after step 1: the gradients and the optimizer states exist",
+                          "from step 2 on, the memory repeats"}
+    for note in notes.values():  # every arrow ends on the curve, none in empty space
+        assert note["y"] == 4096 and note["x"] in (6.4, pytest.approx(7.2))
+    # The note at the right of the chart opens to the left: nothing is cut at the edge.
+    right = notes["from step 2 on, the memory repeats"]
+    assert right["ax"] < 0 and right["xanchor"] == "right"
+    labels = [a for a in chart["layout"]["annotations"] if not a.get("showarrow")]
+    assert [a["text"] for a in labels] == ["training begins", "step 1 ends", "step 2 ends",
+                                           "step 3 ends"]
     assert chart["layout"]["xaxis"]["range"][1] < 9.0  # zoomed on the first steps
 
 
@@ -207,3 +226,10 @@ def test_the_waterfall_figure_keeps_one_order_for_both_sides(store, measured_run
     assert order.index("context + all parts") < order.index("never held at once") < order.index(
         "context + tensor peak") < order.index("peak (NVML)")
     assert figure.layout.waterfallmode == "group"
+
+
+def test_a_run_that_is_not_stored_is_said(store, seed):
+    run_id = seed()
+    app = _page(run="99999")
+    assert [w.value for w in app.warning] == [f"Run 99999 not found: showing run {run_id}."]
+    assert app.query_params["run"] == str(run_id)

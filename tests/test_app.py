@@ -3,7 +3,6 @@ and the page logic of anatomy/views/session.py on its own."""
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
@@ -11,10 +10,10 @@ from streamlit.testing.v1 import AppTest
 
 from anatomy.analysis.report import report
 from anatomy.engine.devices import machine
-from anatomy.store import Step
+from anatomy.store import GpuProcess, GpuStatus, HostStatus, Step
 from anatomy.views import session
 from anatomy.views.session import PhaseMetric, Progress
-from tests.apptest import open_page
+from tests.apptest import chart_spec, open_page
 
 TIMEOUT = 30  # the first run of a test process imports plotly and the engine
 NO_GPU = machine().gpu_count == 0
@@ -31,10 +30,9 @@ def _runs_page(**query) -> AppTest:
     return open_page("pages/runs.py", **query)
 
 
-def _chart(app: AppTest) -> dict:
-    charts = app.get("plotly_chart")
-    assert len(charts) == 1
-    return json.loads(charts[0].proto.spec)
+def _chart(app: AppTest, run_id: int) -> dict:
+    """The run's memory chart."""
+    return chart_spec(app, f"memory-{run_id}")
 
 
 def _errors(app: AppTest) -> list[str]:
@@ -95,7 +93,7 @@ def test_a_running_run_opens_live_with_its_open_phase(store, seed):
     assert metrics == {"baseline": "1024 MB", "kernel": "2048 MB", "weights (now)": "3072 MB",
                        "training": "—"}
     assert app.get("progress")[0].proto.text == "phase weights"
-    chart = _chart(app)
+    chart = _chart(app, run_id)
     assert [s["name"] for s in chart["layout"]["shapes"]] == ["baseline", "kernel", "weights"]
     # Its worker is not this server's (as with a run from the CLI): no Stop, a word instead.
     assert "Started by another process (the CLI): stop it there." in [c.value for c in app.caption]
@@ -118,13 +116,14 @@ def test_a_finished_run_shows_the_walkthroughs_summary_and_a_link_to_it(store, s
     assert metrics[-1] == ("training", "4096 MB")
     link = app.get("page_link")[0].proto
     assert (link.page, link.query_string) == ("runs", f"run={run_id}")
-    chart = _chart(app)
+    chart = _chart(app, run_id)
     assert [s["name"] for s in chart["layout"]["shapes"]] == ["baseline", "kernel", "weights",
                                                               "training"]
     assert [t["name"] for t in chart["data"]] == ["GPU 0", "torch allocated", "torch reserved",
                                                   "GPU 0 total: 141.0 GiB (click to show)", "end of phase"]
-    assert chart["data"][0]["type"] == "scattergl"
-    assert chart["layout"]["uirevision"] == f"run-{run_id}"
+    assert chart["data"][0]["type"] == "scatter"  # SVG: no WebGL context per chart
+    assert chart["layout"]["uirevision"] == f"run-{run_id}-run"
+    assert app.query_params["run"] == str(run_id)  # the URL names the run shown
 
 
 def test_an_out_of_memory_run_says_so_with_its_message_and_peak(store, seed):
@@ -135,7 +134,7 @@ def test_an_out_of_memory_run_says_so_with_its_message_and_peak(store, seed):
 
 
 def test_start_a_second_start_refused_while_busy_and_stop(store):
-    from pages import common  # the server's one manager, the one the page started the run with
+    from dashboard import common  # the server's one manager, the one the page started the run with
 
     app = _app().run()
     app.number_input(key="option_dataset_size").set_value(100_000)  # long enough to be stopped
@@ -151,8 +150,13 @@ def test_start_a_second_start_refused_while_busy_and_stop(store):
         assert _errors(app) == [f"Not started: {device} is busy: run {run.id} (pid {os.getpid()})."]
         assert len(store.runs()) == 1
 
+        # Stop answers at once; the stop itself (SIGTERM, grace, the last rows) runs on a thread.
         app.button(key="stop").click().run()
-        assert store.run(run.id).status == "stopped"
+        assert app.button(key="stop").label == "Stopping…" and app.button(key="stop").disabled
+        assert any(w.value.startswith("Stopping: the training process is told to end")
+                   for w in app.warning)
+        assert common.manager().wait(run.id, timeout=30) == "stopped"
+        app.run()
         assert app.warning[0].value.startswith("stopped by the user")
     finally:
         common.manager().stop_all()
@@ -165,12 +169,16 @@ def test_the_runs_page_lists_every_stored_run(store, seed):
     second = seed(status="oom", error="CUDA out of memory")
     app = _runs_page()
     table = app.dataframe[0].value
+    # What tells runs apart comes first: at 1,400 px the table is cut after a dozen columns.
+    assert list(table.columns[:6]) == ["Run", "Device", "Status", "Peak MB", "Samples/s",
+                                       "Time (s)"]
     assert list(table["Run"]) == [second, first]
+    assert list(table["Device"]) == ["H200"] * 2
     assert list(table["Status"]) == ["oom", "completed"]
     assert list(table["Peak MB"]) == [4096, 4096]
     assert list(table["Preset"]) == ["bert-large-uncased"] * 2
-    assert table["Samples/second"].iloc[1] == 9.97
-    assert {"Time", "Batch", "Precision", "Time (s)"} <= set(table.columns)
+    assert table["Samples/s"].iloc[1] == 9.97
+    assert {"Started", "Batch", "Precision", "Time (s)"} <= set(table.columns)
 
 
 def test_the_runs_page_opens_the_run_in_the_url(store, seed):
@@ -178,8 +186,8 @@ def test_the_runs_page_opens_the_run_in_the_url(store, seed):
     app = _runs_page(run=str(first))
     assert app.selectbox(key="runs_select").value == first
     assert app.subheader[0].value.startswith(f"Run {first}:")
-    assert [s["name"] for s in _chart(app)["layout"]["shapes"]] == ["baseline", "kernel", "weights",
-                                                                    "training"]
+    assert [s["name"] for s in _chart(app, first)["layout"]["shapes"]] == [
+        "baseline", "kernel", "weights", "training"]
 
 
 def test_the_runs_page_without_runs_says_how_to_make_one():
@@ -226,3 +234,52 @@ def test_progress_counts_steps_and_the_time_left(store, seed):
     # training began at 6.0: 0.5 s a step
     assert session.progress(rep, step) == Progress(step=4, total=8, fraction=0.5,
                                                    seconds_left=2.0)
+
+
+# --- a run's charts, one at a time, and the device panel ---
+
+def _with_device_readings(store, run_id: int) -> None:
+    """What the sampler stores every 0.5 s on an H200: the host, the GPU, and two processes on
+    it, the run's own (its worker's pid) and someone else's."""
+    store.update_run(run_id, worker_pid=store.run(run_id).worker_pid or 4242)
+    worker = store.run(run_id).worker_pid
+    for k in range(19):
+        t = k / 2
+        store.write(run_id, hosts=[HostStatus(t, 10.0 + k, 12 * 2**30, 125 * 2**30)],
+                    gpus=[GpuStatus(t, 0, 90 + k % 5, 400.0 + k, 700.0, 40 + k // 3)],
+                    processes=[GpuProcess(t, 0, worker, "python", 4 * 2**30),
+                               GpuProcess(t, 0, 999, "jupyter", 2**30)])
+
+
+def test_a_finished_run_shows_one_chart_at_a_time(store, seed):
+    run_id = seed()
+    _with_device_readings(store, run_id)
+    app = _runs_page(run=str(run_id))
+    charts = [c.proto.id for c in app.get("plotly_chart")]
+    assert any(c.endswith(f"-memory-{run_id}") for c in charts)
+    assert not any(f"steps-{run_id}" in c or "device_history" in c for c in charts)
+    app.segmented_control(key="runs_view").set_value("steps").run()
+    assert chart_spec(app, f"steps-{run_id}")["data"][0]["name"] == "loss"
+    app.segmented_control(key="runs_view").set_value("device").run()
+    device = chart_spec(app, f"device_history_{run_id}")
+    titles = [a["text"] for a in device["layout"]["annotations"]]
+    assert titles == ["GPU utilisation (%)", "power (W)", "temperature (°C)",
+                      "host CPU, all cores (%)", "host RAM used (GiB)"]
+    table = app.dataframe[-1].value
+    assert list(table["PID"]) == [4242, 999]  # every process on the GPU, not only the run's
+    assert list(table["Run"]) == ["this run", ""]
+
+
+def test_a_live_run_shows_the_device_as_nvitop_does(store, seed):
+    run_id = seed(status="running", phases_reached=3)
+    _with_device_readings(store, run_id)
+    app = _app().run()
+    app.segmented_control(key="live_view").set_value("device").run()
+    assert not app.exception
+    metrics = {m.label: m.value for m in app.metric}
+    assert metrics["GPU utilisation"] == "93 %"  # the last reading
+    assert metrics["Power"] == "418 / 700 W"
+    assert metrics["Temperature"] == "46 °C"
+    assert metrics["Memory"] == "3.0 / 141.0 GiB"  # the last sample
+    assert metrics["CPU (all cores)"] == "28 %" and metrics["RAM"] == "12.0 / 125.0 GiB"
+    assert list(app.dataframe[-1].value["Process"]) == ["python", "jupyter"]

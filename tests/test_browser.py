@@ -1,5 +1,8 @@
-"""The dashboard end to end: `streamlit run app.py`, headless Chromium, a real tiny CPU run started
-from the form, watched until its four phases and its summary are on screen."""
+"""The dashboard end to end: `streamlit run app.py` and headless Chromium. A real tiny CPU run
+started from the form and watched to its summary; one stopped from the page; and what a newcomer
+saw on GPU-like stored runs (tools/demo_store.py): the app's own navigation on a fresh server's
+first request, every asset served locally, no WebGL, nothing cut or overlapping at 1,000 px, an
+exported chart that holds its labels."""
 
 from __future__ import annotations
 
@@ -15,9 +18,12 @@ import pytest
 
 from anatomy.analysis.report import report
 from anatomy.store import Store
-from anatomy.views import session
+from anatomy.views import export, session
+from tools import demo_store
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.skipif(
+    not Path("/usr/bin/chromium").exists(),
+    reason="needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)")]
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -25,6 +31,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 PROJECT = Path(__file__).resolve().parent.parent
 ARTIFACTS = PROJECT / "test-artifacts"
 RUN_SECONDS = 120  # a tiny CPU run takes ~15 s on two cores; CI machines can be slower
+NARROW = {"width": 1000, "height": 900}  # a laptop's window with the sidebar open
 
 
 def _free_port() -> int:
@@ -33,12 +40,11 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-@pytest.fixture
-def server(tmp_path):
-    """The app as `make run` serves it, on its own port and its own store."""
+def _serve(tmp_path: Path, store_path: Path):
+    """The app as `make run` serves it, on its own port and store."""
     port = _free_port()
     log = (tmp_path / "server.log").open("w+")
-    env = {**os.environ, "ANATOMY_STORE": str(tmp_path / "anatomy.sqlite")}
+    env = {**os.environ, "ANATOMY_STORE": str(store_path)}
     process = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
          "--server.headless", "true"], cwd=PROJECT, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -55,10 +61,49 @@ def server(tmp_path):
             log.seek(0)
             pytest.fail(f"streamlit did not start:\n{log.read()}")
         time.sleep(0.3)
-    yield url, Store(env["ANATOMY_STORE"]), log
+    return process, url, log
+
+
+def _stop(process: subprocess.Popen, log) -> str:
     process.terminate()
-    process.wait(timeout=20)
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    log.seek(0)
+    text = log.read()
     log.close()
+    return text
+
+
+@pytest.fixture
+def server(tmp_path):
+    """The app on an empty store."""
+    process, url, log = _serve(tmp_path, tmp_path / "anatomy.sqlite")
+    yield url, Store(tmp_path / "anatomy.sqlite"), log
+    _stop(process, log)
+
+
+@pytest.fixture
+def gpu_runs(tmp_path):
+    """A fresh server on the H200 runs of docs/data (tools/demo_store.py), no request served
+    yet. Yields the url, the store and the server's log."""
+    store = demo_store.build(tmp_path / "anatomy.sqlite", sweep=False)
+    process, url, log = _serve(tmp_path, store.path)
+    yield url, store, log
+    _stop(process, log)
+
+
+@pytest.fixture
+def chromium():
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
 
 
 # Plotly keeps the drawn figure on its element: read the bands and markers the browser shows.
@@ -70,43 +115,67 @@ PHASES_DRAWN = """() => {
     labels: plot._fullLayout.annotations.map(a => a.text),
   };
 }"""
+CHARTS_DRAWN = """(count) => { const plots = document.querySelectorAll('.js-plotly-plot');
+  return plots.length >= count && [...plots].every(p => p._fullLayout); }"""
+# Every text annotation of every chart as drawn: its box, and the box of its chart's SVG.
+ANNOTATION_BOXES = """() => [...document.querySelectorAll('.js-plotly-plot')].map(plot => {
+  const frame = plot.querySelector('.main-svg').getBoundingClientRect();
+  const boxes = [...plot.querySelectorAll('g.annotation')].map(a => {
+    const r = a.querySelector('.annotation-text-g').getBoundingClientRect();
+    return {text: a.textContent, left: r.left, right: r.right, top: r.top, bottom: r.bottom};
+  });
+  return {frame: {left: frame.left, right: frame.right, top: frame.top, bottom: frame.bottom},
+          boxes: boxes.filter(b => b.right > b.left)};
+})"""
+# Elements whose text is cut (an ellipsis: wider inside than shown).
+CUT = """(selector) => [...document.querySelectorAll(selector)]
+  .filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.textContent)"""
 
 
-@pytest.mark.skipif(not CHROMIUM.exists(),
-                    reason="needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)")
-def test_a_run_started_from_the_form_shows_its_phases_live_and_its_summary(server):
-    from playwright.sync_api import expect, sync_playwright
+def _overlaps(chart: dict) -> list[tuple[str, str]]:
+    boxes = chart["boxes"]
+    return [(a["text"], b["text"]) for i, a in enumerate(boxes) for b in boxes[i + 1:]
+            if a["left"] < b["right"] - 1 and b["left"] < a["right"] - 1
+            and a["top"] < b["bottom"] - 1 and b["top"] < a["bottom"] - 1]
 
+
+def _outside(chart: dict) -> list[str]:
+    frame = chart["frame"]
+    return [b["text"] for b in chart["boxes"]
+            if b["left"] < frame["left"] - 1 or b["right"] > frame["right"] + 1]
+
+
+def test_a_run_started_from_the_form_shows_its_phases_live_and_its_summary(server, chromium):
     url, store, log = server
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1500})
-        try:
-            page.goto(url)
-            expect(page.get_by_text("No run in progress")).to_be_visible(timeout=30_000)
-            page.get_by_role("spinbutton", name="Dataset size", exact=True).fill("64")
-            page.get_by_role("spinbutton", name="Sequence length", exact=True).fill("128")
-            page.get_by_role("spinbutton", name="Sample rate (Hz)", exact=True).fill("50")
-            page.get_by_role("button", name="Start").click()
+    page = chromium.new_page(viewport={"width": 1400, "height": 1500})
+    page.goto(url)
+    from playwright.sync_api import expect
 
-            # Live: the bands appear as the phases begin. Reload mid-run: nothing is lost.
-            page.wait_for_function(
-                f"(() => {{ const d = ({PHASES_DRAWN})(); return d && d.bands.length >= 2; }})",
-                timeout=RUN_SECONDS * 1000)
-            page.screenshot(path=ARTIFACTS / "live-cpu-running.png")
-            page.reload()
+    expect(page.get_by_text("No run in progress")).to_be_visible(timeout=30_000)
+    page.get_by_role("spinbutton", name="Dataset size", exact=True).fill("64")
+    page.get_by_role("spinbutton", name="Sequence length", exact=True).fill("128")
+    page.get_by_role("spinbutton", name="Sample rate (Hz)", exact=True).fill("50")
+    page.get_by_role("button", name="Predict memory and time").click()
+    expect(page.get_by_text("steps ×").first).to_be_visible(timeout=30_000)  # before Start
+    page.get_by_role("button", name="Start", exact=True).click()
 
-            expect(page.get_by_text("Samples/second:")).to_be_visible(timeout=RUN_SECONDS * 1000)
-            page.wait_for_function(
-                f"(() => {{ const d = ({PHASES_DRAWN})(); return d && d.bands.length == 4; }})",
-                timeout=30_000)
-            drawn = page.evaluate(PHASES_DRAWN)
-            shown_summary = page.locator("code", has_text="Samples/second:").inner_text()
-            page.wait_for_timeout(500)  # let the last frame of the chart settle for the picture
-            page.screenshot(path=ARTIFACTS / "live-cpu.png", full_page=True)
-        finally:
-            browser.close()
+    # Live: the bands appear as the phases begin. Reload mid-run: nothing is lost.
+    page.wait_for_function(
+        f"(() => {{ const d = ({PHASES_DRAWN})(); return d && d.bands.length >= 2; }})",
+        timeout=RUN_SECONDS * 1000)
+    page.screenshot(path=ARTIFACTS / "live-cpu-running.png")
+    page.reload()
+
+    expect(page.get_by_text("Samples/second:")).to_be_visible(timeout=RUN_SECONDS * 1000)
+    page.wait_for_function(
+        f"(() => {{ const d = ({PHASES_DRAWN})(); return d && d.bands.length == 4; }})",
+        timeout=30_000)
+    drawn = page.evaluate(PHASES_DRAWN)
+    shown_summary = page.locator("code", has_text="Samples/second:").inner_text()
+    # The forecast belonged to the run before it ended: it has gone.
+    assert page.get_by_text("steps ×").count() == 0
+    page.wait_for_timeout(500)  # let the last frame of the chart settle for the picture
+    page.screenshot(path=ARTIFACTS / "live-cpu.png", full_page=True)
 
     assert drawn["bands"] == ["baseline", "kernel", "weights", "training"]
     assert sum(label.endswith(" MB</b>") for label in drawn["labels"]) == 4  # one marker a phase
@@ -114,6 +183,106 @@ def test_a_run_started_from_the_form_shows_its_phases_live_and_its_summary(serve
     assert run.status == "completed"
     assert store.sample_count(run.id) == run.samples_sent  # the reload lost nothing
     assert shown_summary.strip().splitlines() == session.summary_lines(report(store, run.id))
-    log.seek(0)
-    server_log = log.read()
+    assert store.host_status(run.id)  # the device panel's readings were taken too
+    server_log = _stop_log(log)
     assert "Traceback" not in server_log and "Error" not in server_log, server_log
+
+
+def _stop_log(log) -> str:
+    log.seek(0)
+    return log.read()
+
+
+def test_stop_answers_at_once_and_nothing_is_cut_at_1000_px(server, chromium):
+    from playwright.sync_api import expect
+
+    url, store, log = server
+    page = chromium.new_page(viewport=NARROW)
+    page.goto(url)
+    page.get_by_role("spinbutton", name="Dataset size", exact=True).fill("100000")
+    page.get_by_role("spinbutton", name="Sequence length", exact=True).fill("32")
+    page.get_by_role("button", name="Start", exact=True).click()
+    expect(page.get_by_text("training: step").first).to_be_visible(timeout=RUN_SECONDS * 1000)
+    expect(page.get_by_text("training (now)")).to_be_visible(timeout=60_000)
+    page.wait_for_timeout(1500)  # the device panel's sparklines, a refresh later
+    cut = page.evaluate(CUT, "[data-testid=stMetricValue] div, button p")
+    page.screenshot(path=ARTIFACTS / "live-cpu-1000px.png")
+    assert cut == [], f"cut at 1,000 px: {cut}"
+
+    page.get_by_role("button", name="Stop", exact=True).click()
+    # The page answers before the process has ended (timings: bench/dashboard_latency.py).
+    expect(page.get_by_role("button", name="Stopping…")).to_be_visible(timeout=10_000)
+    expect(page.get_by_text("stopped by the user")).to_be_visible(timeout=60_000)
+    (run,) = store.runs()
+    assert run.status == "stopped"
+    assert "Traceback" not in _stop_log(log)
+
+
+def test_a_fresh_servers_first_page_has_the_apps_navigation_and_fetches_nothing_elsewhere(
+        gpu_runs, chromium):
+    url, store, log = gpu_runs
+    page = chromium.new_page(viewport={"width": 1400, "height": 1000})
+    elsewhere = []
+    page.on("request", lambda request: elsewhere.append(request.url)
+            if not request.url.startswith((url, "data:", "blob:")) else None)
+    page.goto(f"{url}/runs?run=1")  # the server's very first request, and not "/"
+    page.wait_for_function(CHARTS_DRAWN, arg=2, timeout=120_000)
+    page.wait_for_timeout(1000)
+    links = page.locator("[data-testid=stSidebar] [data-testid=stPageLink]").all_inner_texts()
+    favicon = page.evaluate("() => document.querySelector('link[rel~=icon]').href")
+    canvases = page.evaluate("() => document.querySelectorAll('canvas.gl-canvas').length")
+    page.screenshot(path=ARTIFACTS / "first-request-runs.png")
+
+    assert [link.split("\n")[-1] for link in links] == ["Live run", "Runs", "Compare", "Anatomy"]
+    assert page.locator("[data-testid=stSidebarNav]").count() == 0  # Streamlit's own list
+    assert page.get_by_text("common", exact=True).count() == 0
+    assert page.get_by_role("heading", name="Runs").count() == 1
+    assert elsewhere == [], f"fetched from elsewhere: {elsewhere}"
+    assert favicon.startswith(url)
+    assert canvases == 0  # SVG charts: no WebGL context
+
+    page.goto(f"{url}/compare?runs=1,2,3,4")
+    page.wait_for_function(CHARTS_DRAWN, arg=4, timeout=120_000)
+    assert page.evaluate("() => document.querySelectorAll('canvas.gl-canvas').length") == 0
+    assert elsewhere == []
+    assert "Traceback" not in _stop_log(log)
+
+
+def test_at_1000_px_no_label_overlaps_another_or_leaves_its_chart(gpu_runs, chromium):
+    url, store, log = gpu_runs
+    page = chromium.new_page(viewport=NARROW)
+    problems = {}
+    for path, charts in (("/runs?run=1", 2), ("/anatomy?run=1", 4), ("/?run=3", 1)):
+        page.goto(url + path)
+        page.wait_for_function(CHARTS_DRAWN, arg=charts, timeout=120_000)
+        page.wait_for_timeout(1000)
+        for index, chart in enumerate(page.evaluate(ANNOTATION_BOXES)):
+            found = _overlaps(chart) + [(text, "edge") for text in _outside(chart)]
+            if found:
+                problems[f"{path} chart {index}"] = found
+        cut = page.evaluate(CUT, "[data-testid=stMetricValue] div")
+        if cut:
+            problems[f"{path} metrics"] = cut
+        page.screenshot(path=ARTIFACTS / f"narrow{path.split('?')[0].replace('/', '-')}.png",
+                        full_page=True)
+    assert problems == {}
+
+
+def test_an_exported_chart_keeps_its_title_and_tick_labels_on_the_page(gpu_runs, chromium,
+                                                                       tmp_path):
+    url, store, log = gpu_runs
+    exported = tmp_path / "run-1.html"
+    exported.write_text(export.runs_html(store, [1]))
+    page = chromium.new_page(viewport={"width": 1000, "height": 800})
+    page.goto(exported.as_uri())
+    page.wait_for_function(CHARTS_DRAWN, arg=1, timeout=60_000)
+    boxes = page.evaluate("""() => {
+      const box = e => { const r = e.getBoundingClientRect();
+                         return {left: r.left, right: r.right, top: r.top, bottom: r.bottom}; };
+      return {title: box(document.querySelector('.gtitle')),
+              ticks: [...document.querySelectorAll('.ytick text')].map(box)}; }""")
+    page.screenshot(path=ARTIFACTS / "exported-chart.png")
+    assert boxes["ticks"] and all(t["left"] >= 0 for t in boxes["ticks"])  # none cut
+    title = boxes["title"]
+    assert all(title["bottom"] <= t["top"] or title["left"] >= t["right"]
+               for t in boxes["ticks"])  # the title is above them, not on them

@@ -90,7 +90,7 @@ def test_the_overlay_aligns_every_run_at_the_chosen_phase(store):
     early, late = _run_training_from(store, 4.0), _run_training_from(store, 7.0)
     app = _page(runs=f"{early},{late}")
     chart = chart_spec(app, "compare_overlay")
-    curves = [t for t in chart["data"] if t["type"] == "scattergl"]
+    curves = [t for t in chart["data"] if t.get("mode") == "lines"]
     assert [c["meta"] for c in curves] == [{"run": early, "shift": 4.0},
                                            {"run": late, "shift": 7.0}]
     for curve in curves:
@@ -102,7 +102,7 @@ def test_the_overlay_aligns_every_run_at_the_chosen_phase(store):
 
     app.selectbox(key="compare_phase").set_value("kernel").run()
     chart = chart_spec(app, "compare_overlay")
-    assert [t["meta"]["shift"] for t in chart["data"] if t["type"] == "scattergl"] == [1.5, 1.5]
+    assert [t["meta"]["shift"] for t in chart["data"] if t.get("mode") == "lines"] == [1.5, 1.5]
 
 
 def test_small_multiples_share_one_y_axis_and_bars_stack_each_run(store, seed):
@@ -111,8 +111,9 @@ def test_small_multiples_share_one_y_axis_and_bars_stack_each_run(store, seed):
     multiples = chart_spec(app, "compare_multiples")
     layout = multiples["layout"]
     assert layout["yaxis2"]["matches"] == "y"  # one scale for all panels
-    assert [a["text"] for a in layout["annotations"]][:2] == [
-        f"Run {first} · bert-large-uncased · bs 4 · fp32", f"Run {second} · bert-large-uncased · bs 4 · fp32"]
+    assert layout["xaxis2"]["matches"] == "x"  # and one time range
+    # Nothing differs between the two: each is its id alone.
+    assert [a["text"] for a in layout["annotations"]][:2] == [f"Run {first}", f"Run {second}"]
 
     bars = chart_spec(app, "compare_bars")
     stacked = {t["name"]: _numbers(t["y"]) for t in bars["data"] if t["type"] == "bar"}
@@ -181,12 +182,13 @@ def test_a_finished_sweep_shows_its_grid_and_the_largest_batch_size(store):
     assert app.selectbox(key="sweep_shown").value == sweep_id
     assert any("Largest batch size that fit: **8**" in m.value for m in app.markdown)
     peak = chart_spec(app, "sweep_peak")["data"][0]
+    assert peak["type"] == "bar"  # one option varied: bars from 0, not a heatmap's colours
     assert peak["x"] == ["4", "8", "16"]
-    assert peak["text"] == [["4,096", "4,096", "oom"]]
+    assert peak["text"] == ["4,096", "4,096", "oom"]
 
 
 def test_a_running_sweep_shows_its_progress_read_from_the_store(store, seed):
-    from pages import common  # the server's sweep slot, where the page finds the running sweep
+    from dashboard import common  # the server's sweep slot, where the page finds the running sweep
 
     sweep_id = store.create_sweep("batch_size on bert-large-uncased",
                                   RunOptions(preset="bert-large-uncased").to_dict(),
@@ -314,3 +316,68 @@ def _numbers(values) -> list[float]:
 
         return np.frombuffer(base64.b64decode(values["bdata"]), dtype=values["dtype"]).tolist()
     return list(values)
+
+
+def test_labels_name_exactly_the_options_that_differ(store, seed):
+    plain = seed()
+    other = _with_options(store, seed(), seq_len=256, optim="adafactor")
+    app = _page(runs=f"{plain},{other}")
+    expected = [f"Run {plain} · seq 512 · adamw_torch", f"Run {other} · seq 256 · adafactor"]
+    overlay = chart_spec(app, "compare_overlay")
+    assert [t["name"] for t in overlay["data"] if t.get("mode") == "lines"] == expected
+    multiples = chart_spec(app, "compare_multiples")
+    assert [a["text"] for a in multiples["layout"]["annotations"]][:2] == expected
+    bars = chart_spec(app, "compare_bars")
+    assert bars["layout"]["xaxis"]["ticktext"] == [e.replace(" · ", "<br>") for e in expected]
+    steps = chart_spec(app, "compare_steps")
+    assert [t["name"] for t in steps["data"] if t.get("showlegend")] == expected
+
+
+def test_runs_on_different_devices_say_so(store, seed):
+    gpu, cpu = seed(), seed(backend="cpu-rss")
+    labels = compare.run_labels([report(store, gpu), report(store, cpu)])
+    assert labels == {gpu: f"Run {gpu} · NVIDIA H200", cpu: f"Run {cpu} · CPU"}
+
+
+def test_ids_in_the_url_that_are_not_stored_are_said(store, seed):
+    first, second = seed(), seed()
+    app = _page(runs=f"{first},99999,{second},abc")
+    assert [w.value for w in app.warning] == ["Runs 99999, abc not found: left out of the "
+                                              "comparison."]
+    assert app.multiselect(key="compare_runs").value == [first, second]
+    assert app.query_params["runs"] == f"{first},{second}"
+
+
+def test_a_sweep_in_which_nothing_ran_out_of_memory_says_so(store):
+    sweep_id = store.create_sweep("batch_size on bert-large-uncased",
+                                  RunOptions(preset="bert-large-uncased").to_dict(),
+                                  {"batch_size": [1, 2]}, False, 2)
+    key = store.sweep(sweep_id).key
+    for size in (1, 2):
+        store.update_run(_with_options(store, seed_run(store), batch_size=size), sweep=key)
+    store.update_sweep(sweep_id, status="completed")
+    app = _page()
+    assert any("all fitted; the largest tried was **2**" in m.value for m in app.markdown)
+    assert not any("Largest batch size that fit: **2**" in m.value for m in app.markdown)
+
+
+def test_two_varied_options_colour_from_zero():
+    runs = [SweepRun(1, {"precision": "fp32", "batch_size": 1}, "completed", 554, 5.0, 1.0),
+            SweepRun(2, {"precision": "bf16", "batch_size": 1}, "completed", 559, 9.0, 1.0)]
+    result = SweepGrid(sweep=1, name=None, status="completed", error=None,
+                       vary={"precision": ["fp32", "bf16"], "batch_size": [1]}, until_oom=False,
+                       planned=2, skipped=0, runs=runs, largest_fitting={"fp32": 1, "bf16": 1})
+    heatmap = figures.sweep_figure(result, "peak_mb").data[0]
+    assert heatmap.zmin == 0  # 554 and 559 MB get nearly the same colour, as they should
+
+
+def test_training_only_zooms_every_panel_on_the_training_phases(store):
+    early, late = _run_training_from(store, 4.0), _run_training_from(store, 7.0)
+    app = _page(runs=f"{early},{late}")
+    assert "range" not in chart_spec(app, "compare_overlay")["layout"]["xaxis"]
+    app.segmented_control(key="compare_span").set_value("training only").run()
+    # Both trainings last 3 s from their aligned start: 0 to 3 s, a little margin either side.
+    overlay = chart_spec(app, "compare_overlay")["layout"]["xaxis"]["range"]
+    assert overlay == pytest.approx([-0.09, 3.09])
+    multiples = chart_spec(app, "compare_multiples")["layout"]
+    assert multiples["xaxis"]["range"] == multiples["xaxis2"]["range"] == overlay

@@ -5,10 +5,11 @@ from __future__ import annotations
 import time
 
 import plotly.graph_objects as go
+import pytest
 
 from anatomy.analysis.options import RunOptions
 from anatomy.analysis.report import report
-from anatomy.store import PHASES, Sample
+from anatomy.store import PHASES, PhaseMark, Sample, Step
 from anatomy.units import MIB
 from anatomy.views import figures
 
@@ -61,13 +62,14 @@ def test_markers_show_the_reports_memory_at_each_phase_end(store, seed):
     assert boxes == [f"<b>{mb} MB</b>" for mb in (1024, 2048, 3072, 4096)]
 
 
-def test_one_webgl_line_per_gpu_the_allocator_and_the_ceiling(store, seed):
+def test_one_svg_line_per_gpu_the_allocator_and_the_ceiling(store, seed):
     run_id = seed(gpus=2)
     figure = _figure(store, run_id)
     names = [t.name for t in figure.data]
     assert names == ["GPU 0 (training)", "GPU 1", "torch allocated", "torch reserved",
                      "GPU 0 total: 141.0 GiB (click to show)", "end of phase"]
-    assert all(isinstance(t, go.Scattergl) for t in figure.data[:5])
+    # SVG: a browser has a few WebGL contexts, and a live page redraws every second.
+    assert all(type(t) is go.Scatter for t in figure.data)
     assert max(figure.data[0].y) == 4096 and max(figure.data[1].y) == 512
     reserved = figure.data[3]
     assert list(reserved.y) == [2048] * 8 and list(reserved.customdata) == list(range(1, 9))
@@ -117,3 +119,85 @@ def test_a_million_samples_draw_from_a_few_thousand_points_with_the_peak(store):
     assert max(curve.y) == 9  # the one spike in a million survives
     assert curve.x[list(curve.y).index(9)] == peak_at / 1000
     assert drawn < 5, f"the figure took {drawn:.1f} s"
+
+
+def test_labels_that_would_overlap_take_another_row():
+    # 10 px a character at 1 x-unit a px: "baseline" needs 8 × 7.2 + 8 ≈ 66 units.
+    assert figures.label_rows([0, 100, 200], ["baseline", "kernel", "weights"], 560) == [0, 0, 0]
+    assert figures.label_rows([0, 10, 20, 300], ["baseline", "kernel", "weights", "training"],
+                              560) == [0, 1, 2, 0]
+    assert figures.label_rows([0, 70, 90], ["baseline", "kernel", "weights"], 560) == [0, 0, 1]
+
+
+def test_a_long_run_keeps_its_short_phases_labels_apart(store):
+    """The bands of a run whose training is long: three short phases in its first seconds
+    ("ba|weights" overlapped); then zoomed on training, and against its steps."""
+    run_id = store.create_run(RunOptions().to_dict(), "nvml", "v2", 0, {})
+    marks = [PhaseMark(edge, name, t) for name, start, end in
+             (("baseline", 0.1, 0.5), ("kernel", 1.0, 1.2), ("weights", 2.0, 2.2),
+              ("training", 2.5, 300.0)) for edge, t in (("start", start), ("end", end))]
+    store.write(run_id, samples=[Sample(i / 10, 0, (1 + i // 1000) * GIB, None, None, None)
+                                 for i in range(3001)], phases=marks,
+                steps=[Step(2.5 + k * 2.975, k, 100, 1.0 / k, None, None)
+                       for k in range(1, 101)])
+    rep = report(store, run_id)
+    figure = figures.memory_figure(rep, store.decimated(run_id), store.steps(run_id))
+    labels = [a for a in figure.layout.annotations if a.name in PHASES]
+    assert [a.yshift or 0 for a in labels] == [0, -18, -36, -54]  # all start in 2.2 s of 300
+
+    zoomed = figures.memory_figure(rep, store.decimated(run_id), store.steps(run_id),
+                                   axis="training")
+    assert zoomed.layout.xaxis.range[0] == pytest.approx(2.5 - 0.03 * 297.5)
+    assert zoomed.layout.xaxis.range[1] > 300.0
+    assert zoomed.layout.uirevision != figure.layout.uirevision  # a new axis, a new zoom
+
+    by_step = figures.memory_figure(rep, store.decimated(run_id), store.steps(run_id),
+                                    axis="step")
+    curve = by_step.data[0]
+    assert min(curve.x) == 0 and max(curve.x) == 100  # training only, step 0 to 100
+    assert by_step.layout.xaxis.title.text == "training step"
+    assert by_step.layout.shapes == ()  # one phase: no bands
+
+
+def test_the_step_axis_waits_for_the_first_step(store, seed):
+    run_id = seed(status="running", phases_reached=3)
+    figure = figures.memory_figure(report(store, run_id), store.decimated(run_id), [],
+                                   axis="step")
+    assert figure.layout.xaxis.title.text.startswith("seconds")  # no step yet: seconds
+
+
+def test_loss_and_step_time_per_step(store, seed):
+    run_id = seed()
+    figure = figures.steps_figure(report(store, run_id), store.steps(run_id))
+    loss, times = figure.data
+    assert list(loss.x) == list(range(1, 9)) and loss.y[0] == 1.0 and loss.y[-1] == 1 / 8
+    # Step k ends at 6.0 + 0.4 k; training began at 6.0: every step took 0.4 s.
+    assert list(times.y) == pytest.approx([0.4] * 8)
+    assert figure.layout.xaxis2.title.text == "training step"
+
+
+def test_the_profiling_stretch_is_drawn_and_left_out_of_the_peak(store, seed):
+    run_id = seed()
+    # torch.profiler after training: 5 GiB for a moment, more than training ever held.
+    store.write(run_id, samples=[Sample(9.2 + i / 100, 0, 5 * GIB, None, 141 * GIB, None)
+                                 for i in range(20)],
+                phases=[PhaseMark("start", "profiling", 9.15), PhaseMark("end", "profiling", 9.5)])
+    rep = report(store, run_id)
+    assert rep.summary.peak_mb == 4096  # not 5120
+    assert [p.name for p in rep.phases] == list(PHASES)  # the walkthrough's four only
+    assert (rep.profiling.start_s, rep.profiling.end_s) == (9.15, 9.5)
+    assert rep.to_dict()["profiling"]["memory_mb"] == 5120
+    figure = _figure(store, run_id)
+    assert _bands(figure)["profiling"] == (9.15, 9.5)
+    label = next(a for a in figure.layout.annotations if a.name == "profiling")
+    assert "not in the peak" in label.text
+
+
+def test_a_peak_before_a_moment_reads_the_bucket_it_cuts_exactly(store):
+    run_id = store.create_run(RunOptions().to_dict(), "nvml", "v2", 0, {})
+    store.write(run_id, samples=[Sample(1.01, 0, 7, None, None, None),
+                                 Sample(1.04, 0, 9, None, None, None),
+                                 Sample(1.06, 0, 99, None, None, None)])
+    assert store.peak(run_id, 0) == 99
+    assert store.peak(run_id, 0, before=1.05) == 9  # 1.0-1.1 is one bucket, cut at 1.05
+    assert store.peak(run_id, 0, before=1.0) is None

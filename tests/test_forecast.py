@@ -1,13 +1,20 @@
-"""The Live page's additions: the memory forecast before a run, and a stored run shown by its id."""
+"""The Live page's additions: the memory and time forecast before a run, what it says while and
+after, and a stored run shown by its id."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
+from anatomy.analysis import duration
 from anatomy.analysis.machine import Device, Machine
 from anatomy.analysis.options import RunOptions, defaults_for
+from anatomy.analysis.report import report
+from anatomy.store import PhaseMark
+from anatomy.views import session
 from anatomy.views.session import Forecast, memory_forecast
 
 H200 = Machine(backend="nvml", memory_api="v2",
@@ -50,7 +57,7 @@ def test_the_live_page_shows_a_stored_run_by_its_id(store, seed):
 
 
 def test_start_is_refused_while_a_sweep_holds_the_device(store):
-    from pages import common
+    from dashboard import common
 
     # What a sweep does for its whole length (engine/sweep.py): the device's lock, in its name.
     lock = common.manager().reserve(defaults_for(common.device().has_gpu), "a sweep")
@@ -64,3 +71,80 @@ def test_start_is_refused_while_a_sweep_holds_the_device(store):
     assert any(e.value.startswith("Not started: ") and f"is busy: sweep 7 (pid {os.getpid()})"
                in e.value for e in app.error), [e.value for e in app.error]
     assert store.runs() == []
+
+
+# --- how long a run should take (analysis/duration.py), before it starts ---
+
+def test_without_a_stored_run_the_estimate_comes_from_the_reference_run():
+    options = defaults_for(False)  # tiny, batch 4, seq 128, 512 samples: 128 steps
+    estimate = duration.estimate_from([], options, "cpu-rss", None)
+    reference = duration.REFERENCES[("tiny", "cpu-rss")]
+    step = reference.step_s + reference.token_s * 4 * 128
+    assert estimate.steps == 128 and estimate.step_s == pytest.approx(step)
+    assert estimate.total_s == pytest.approx(reference.setup_s + 128 * step)
+    assert "2-core development VM" in estimate.line() and "min" in estimate.line()
+    longer = duration.estimate_from([], replace(options, seq_len=256), "cpu-rss", None)
+    assert step < longer.step_s < 2 * step  # twice the tokens, the same fixed part
+
+
+def test_a_stored_run_of_the_same_model_times_the_next_one(store, seed):
+    run_id = seed(backend="cpu-rss")  # bert-large: 8 steps in 3.21 s, training from 6.0 s
+    options = replace(report(store, run_id).options, batch_size=8)
+    estimate = duration.estimate(store, options, "cpu-rss", None)
+    assert estimate.step_s == pytest.approx(3.21 / 8 * 2)  # no reference: twice the tokens
+    assert estimate.setup_s == 6.0
+    assert f"run {run_id}, batch size 4 × seq len 512, scaled" in estimate.line()
+    same = duration.estimate(store, report(store, run_id).options, "cpu-rss", None)
+    assert same.step_s == pytest.approx(3.21 / 8) and "the same options" in same.line()
+    # Another device's run says nothing about this one: the reference run does.
+    gpu = duration.estimate(store, options, "nvml", "NVIDIA H200")
+    assert "(bert-large runs on an H200)" in gpu.line()
+    unknown = duration.estimate(store, replace(options, preset="bert-base-uncased"), "cpu-rss",
+                                None)
+    assert unknown.total_s is None and "the first steps will tell" in unknown.line()
+
+
+def test_predict_shows_the_time_and_the_errors_of_the_fields_as_they_are_now(store):
+    app = AppTest.from_file("../app.py", default_timeout=30).run()
+    app.number_input(key="option_batch_size").set_value(0)
+    app.button(key="predict").click().run()
+    errors = [e.value for e in app.error]
+    assert "batch_size: 0 is out of range: 1 to 4096" in errors
+    assert "Fix the fields marked above." in errors  # Predict starts nothing: no "Not started"
+    app.number_input(key="option_batch_size").set_value(4)
+    app.button(key="predict").click().run()
+    assert not app.error  # the fixed field's error is gone
+    assert any(i.value.startswith("About ") and " steps × " in i.value for i in app.info)
+    assert store.runs() == []
+
+
+def test_a_forecast_goes_when_the_run_it_was_made_for_ends(store, seed):
+    run_id = seed(status="running")  # live: its worker is this process
+    app = AppTest.from_file("../app.py", default_timeout=30).run()
+    app.button(key="predict").click().run()
+    assert any(i.value.startswith("This run should need about") for i in app.info)
+    store.finish(run_id, "completed")
+    app.run()
+    assert not any(i.value.startswith("This run should need about") for i in app.info)
+
+
+def test_a_cpu_run_never_speaks_of_a_cuda_context(store, seed):
+    run_id = seed(backend="cpu-rss", status="running", phases_reached=1)
+    store.write(run_id, phases=[PhaseMark("end", "baseline", 1.0)])
+    assert session.stage(report(store, run_id)) == "loading torch (after baseline)"
+    gpu = seed(status="running", phases_reached=1)
+    store.write(gpu, phases=[PhaseMark("end", "baseline", 1.0)])
+    assert session.stage(report(store, gpu)) == "loading torch and the CUDA context (after baseline)"
+
+
+def test_the_live_page_says_a_run_is_not_found_and_names_what_it_shows(store, seed):
+    app = AppTest.from_file("../app.py", default_timeout=30)
+    app.query_params["run"] = "99999"
+    app.run()
+    assert [w.value for w in app.warning] == ["Run 99999 not found."]
+    assert "run" not in app.query_params  # nothing shown, nothing named
+    run_id = seed()
+    app = AppTest.from_file("../app.py", default_timeout=30)
+    app.query_params["run"] = str(run_id)
+    app.run()
+    assert not app.warning and app.query_params["run"] == str(run_id)

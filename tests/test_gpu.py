@@ -158,3 +158,30 @@ def test_stop_frees_the_gpu(manager, store):
     while nvml.memory(gpu).used > before + 64 * MIB and time.monotonic() < deadline:
         time.sleep(0.1)
     assert nvml.memory(gpu).used <= before + 64 * MIB  # no GPU memory stays held
+
+
+def test_the_device_panel_reads_the_gpu_as_nvitop_does(manager, store):
+    """Real NVML: utilisation, power and temperature while training, and the run's own process
+    among every process on the GPU, with the memory the driver charges to it; and a profiled
+    run's peak that leaves the profiler's steps out."""
+    run_id = manager.start(RunOptions(preset="bert-large-uncased", batch_size=4, max_steps=40,
+                                      profile_steps=3))
+    assert manager.wait(run_id, timeout=900) == "completed"
+    rep = report(store, run_id)
+    gpu = rep.gpu
+    training = [s for s in store.gpu_status(run_id)
+                if s.gpu == gpu and rep.training.start_s <= s.t <= rep.training.end_s]
+    assert training, "no device reading during training"
+    assert max(s.util for s in training) > 50  # the GPU was busy
+    assert all(s.power_w > 0 and s.power_limit_w >= s.power_w for s in training)
+    assert all(0 < s.temperature_c < 110 for s in training)
+    listed = [p for p in store.gpu_processes(run_id, at=rep.training.end_s) if p.gpu == gpu]
+    assert listed and max(p.used or 0 for p in listed) > 1024 * MIB
+    if any(p.name is not None for p in listed):  # NVML's pids are this namespace's (no container)
+        assert store.run(run_id).worker_pid in {p.pid for p in listed}
+    hosts = store.host_status(run_id)
+    assert hosts and all(0 < h.ram_used < h.ram_total for h in hosts)
+    # torch.profiler after training: marked, and not in the peak.
+    assert rep.profiling.done and rep.profiling.start_s >= rep.training.end_s
+    before = [s.used for s in store.samples(run_id, gpu) if s.t < rep.profiling.start_s]
+    assert rep.summary.peak_bytes == max(before)

@@ -105,3 +105,23 @@ def test_machine_keeps_the_visible_gpus_in_torchs_order(fake):
     assert [(d.index, d.nvml_index) for d in info.devices] == [(0, 3), (1, 1)]
     hidden = devices.machine({"CUDA_VISIBLE_DEVICES": ""})
     assert hidden.backend == "cpu-rss" and "leaves no GPU visible" in hidden.why_no_gpu
+
+
+def test_power_temperature_and_every_process_on_the_gpu(fake):
+    fake(processes={4242: 3 * GIB, 777: None, 31: 2**20})
+    assert nvml.power(0) == 412.345 and nvml.power_limit(0) == 700.0
+    assert nvml.temperature(0) == 54
+    assert nvml.processes(0) == [nvml.ProcessUse(4242, 3 * GIB), nvml.ProcessUse(777, None),
+                                 nvml.ProcessUse(31, 2**20)]  # None: the driver does not say
+
+
+def test_a_gpu_without_sensors_answers_none(fake):
+    fake(sensors=False)
+    assert nvml.power(0) is None and nvml.power_limit(0) is None
+    assert nvml.temperature(0) is None and nvml.processes(0) is None
+    assert nvml.power(7) is None and nvml.processes(7) is None  # no such GPU: None too
+
+
+def test_no_driver_answers_none_for_the_panel_too(fake):
+    fake(init_error=pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+    assert (nvml.power(0), nvml.temperature(0), nvml.processes(0)) == (None, None, None)

@@ -73,7 +73,7 @@ def test_every_option_as_command_line_text_is_accepted_or_refused_in_a_line(name
         assert exited.code == 2
         error = capsys.readouterr().err.strip().splitlines()[-1]
         _one_line(error)
-        assert error.startswith("python -m anatomy run: error: ")
+        assert error.startswith("anatomy run: error: ")
         return
     options = cli.options_from_args(args, has_gpu=False)
     for message in validate(options, 0).values():

@@ -56,13 +56,23 @@ def test_tiny_run_records_every_phase_in_order(manager, store):
     assert parts.optimizer_states == 8 * env["parameters"]  # AdamW: two fp32 moments
     assert parts.activations > 0
     assert rep.operations is None  # not asked for
+    assert rep.profiling is None
+    # The device panel's readings, taken by the same sampler every 0.5 s from start to end.
+    hosts = store.host_status(run_id)
+    assert len(hosts) >= 2 and all(0 < h.ram_used < h.ram_total for h in hosts)
+    assert hosts[-1].t - hosts[0].t >= phases[3].start_s - phases[0].end_s
 
 
 def test_profiled_run_stores_operation_classes(manager, store):
     run_id = manager.start(RunOptions(**SMALL, max_steps=2, profile_steps=1))
     assert manager.wait(run_id, timeout=120) == "completed"
-    classes = report(store, run_id).operations.classes
+    rep = report(store, run_id)
+    classes = rep.operations.classes
     assert classes["tensor contraction"].flops > classes["element-wise"].flops > 0
+    # The profiler's steps are marked after training, and the run's peak leaves them out.
+    assert rep.profiling.done and rep.profiling.start_s >= rep.training.end_s
+    before = [s.used for s in store.samples(run_id) if s.t < rep.profiling.start_s]
+    assert rep.summary.peak_bytes == max(before)
 
 
 def test_second_run_on_the_same_device_is_refused(manager, store):

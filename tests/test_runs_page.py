@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from streamlit.testing.v1 import AppTest
 
-from tests.apptest import open_page
+from tests.apptest import chart_spec, open_page
 
 
 def _page(**query) -> AppTest:
@@ -54,3 +54,82 @@ def test_a_runs_chart_and_its_export_are_a_click_away(store, seed):
     app = _page(run=str(run_id))
     labels = [b.proto.label for b in app.get("download_button")]
     assert labels == ["Chart (HTML)", "Run (JSON)"]
+
+
+def test_a_run_id_that_is_not_stored_is_said_and_the_url_names_the_run_shown(store, seed):
+    first, deleted, last = seed(), seed(), seed()
+    store.delete_run(deleted)
+    for asked, said in ((str(deleted), f"Run {deleted} not found: showing run {last}."),
+                        ("99999", f"Run 99999 not found: showing run {last}."),
+                        ("abc", f"'abc' is not a run id: showing run {last}.")):
+        app = _page(run=asked)
+        assert [w.value for w in app.warning] == [said]
+        assert app.selectbox(key="runs_select").value == last
+        assert app.query_params["run"] == str(last)  # the URL names what is shown
+    app = _page(run=str(first))
+    assert not app.warning and app.query_params["run"] == str(first)
+
+
+def test_after_a_filter_the_url_names_the_run_shown(store, seed):
+    kept, failed = seed(), seed(status="oom")
+    app = _page(run=str(kept))
+    app.selectbox(key="runs_filter_status").set_value("oom").run()
+    assert [w.value for w in app.warning] == [
+        f"Run {kept} is not among the runs these filters keep: showing run {failed}."]
+    assert app.query_params["run"] == str(failed)
+    app.run()  # said once: the URL already names the run shown
+    assert not app.warning
+
+
+def test_selected_rows_are_compared_in_one_click(store, seed):
+    first, _, third = seed(), seed(), seed()
+    app = _page()
+    assert app.button(key="compare_selected").disabled
+    app.session_state["runs_table"] = {"selection": {"rows": [0, 2], "columns": [], "cells": []}}
+    app.run()
+    assert not app.button(key="compare_selected").disabled
+    app.button(key="compare_selected").click().run()
+    assert not app.exception
+    assert app.title[0].value == "Compare"
+    assert app.multiselect(key="compare_runs").value == [third, first]
+
+
+def test_one_selected_row_is_the_run_shown(store, seed):
+    first, second = seed(), seed()
+    app = _page()
+    assert app.selectbox(key="runs_select").value == second
+    app.session_state["runs_table"] = {"selection": {"rows": [1], "columns": [], "cells": []}}
+    app.run()
+    assert app.selectbox(key="runs_select").value == first
+    assert app.query_params["run"] == str(first)
+
+
+def test_peak_memory_against_speed_over_the_runs(store, seed):
+    fast = seed()
+    bf16 = seed()
+    store.update_run(bf16, options={**store.run(bf16).options, "precision": "bf16",
+                                    "batch_size": 8})
+    seed(status="oom")  # no speed: not a point
+    chart = chart_spec(_page(), "runs_efficiency")
+    points = {t["name"]: t for t in chart["data"]}
+    assert set(points) == {"fp32 · NVIDIA H200", "bf16 · NVIDIA H200"}
+    assert points["bf16 · NVIDIA H200"]["text"] == ["bs 8"]
+    assert points["fp32 · NVIDIA H200"]["x"] == [9.97] and points["fp32 · NVIDIA H200"]["y"] == [
+        4096]
+    assert fast != bf16
+
+
+def test_yes_delete_is_not_the_green_of_start(store, seed):
+    run_id = seed()
+    app = _page(run=str(run_id))
+    app.button(key="delete").click().run()
+    assert app.button(key="delete_yes").proto.type != "primary"  # primary is the theme's green
+    from dashboard.common import STYLE
+    assert ".st-key-delete_yes button { background-color: #B3261E" in STYLE
+
+
+def test_every_run_picker_names_the_device_first(store, seed):
+    gpu, cpu = seed(), seed(backend="cpu-rss")
+    app = _page()
+    labels = app.selectbox(key="runs_select").options
+    assert labels[0].startswith(f"{cpu} · CPU · ") and labels[1].startswith(f"{gpu} · NVIDIA H200 · ")

@@ -16,13 +16,18 @@ import pytest
 from anatomy.engine import nvml, protocol, sampler
 from tests.fake_nvml import GIB, FakePynvml
 
+STATUSES: list[protocol.DeviceStatus] = []  # the device panel's readings of the last _drain
+
 
 def _drain(q: queue.Queue) -> tuple[list[list[protocol.Sample]], int | None]:
     batches, done = [], None
+    STATUSES.clear()
     while not q.empty():
         message = q.get()
         if isinstance(message, protocol.Samples):
             batches.append(message.samples)
+        elif isinstance(message, protocol.DeviceStatus):
+            STATUSES.append(message)
         elif isinstance(message, protocol.SamplerDone):
             done = message.sent
         else:
@@ -136,4 +141,27 @@ def test_a_sampler_that_fails_says_why_with_its_count(monkeypatch, fresh_nvml):
     done = messages[-1]
     assert isinstance(done, protocol.SamplerDone)
     assert done.ended_by == "an error: RuntimeError: NVML went away"
-    assert done.sent == sum(len(m.samples) for m in messages[:-1]) == 20
+    assert done.sent == sum(len(m.samples) for m in messages[:-1]
+                            if isinstance(m, protocol.Samples)) == 20
+
+
+def test_the_device_panel_is_read_a_few_times_a_second_beside_the_samples(fresh_nvml):
+    nvml._lib = FakePynvml(gpus=2, processes={os.getpid(): 3 * GIB, 2**22 + 1: None})
+    nvml.reset()
+    batches, done = _sample_for(1.2, "nvml", 200, gpus=(0, 1))
+    assert done == sum(len(b) for b in batches) > 100  # the samples are all there, as before
+    assert 2 <= len(STATUSES) <= 4  # every STATUS_SECONDS, not every tick
+    status = STATUSES[-1]
+    assert [(g.gpu, g.util, g.power_w, g.power_limit_w, g.temperature_c) for g in status.gpus] == [
+        (0, 37, 412.345, 700.0, 54), (1, 37, 412.345, 700.0, 54)]
+    # Every process on each GPU, named where this machine can see it.
+    assert {(p.gpu, p.pid, p.name, p.used) for p in status.processes} == {
+        (gpu, os.getpid(), psutil.Process().name(), 3 * GIB) for gpu in (0, 1)} | {
+        (gpu, 2**22 + 1, None, None) for gpu in (0, 1)}
+    assert 0 < status.host.ram_used < status.host.ram_total == psutil.virtual_memory().total
+    assert status.host.cpu_percent is not None
+
+
+def test_without_a_gpu_the_panel_is_the_host_alone():
+    _sample_for(0.7, "cpu-rss", 100, Value("i", os.getpid()))
+    assert STATUSES and all(s.gpus == [] and s.processes == [] for s in STATUSES)

@@ -6,7 +6,7 @@ import threading
 
 from anatomy.analysis.options import RunOptions
 from anatomy.analysis.report import report
-from anatomy.store import PhaseMark, Sample, Step, Store
+from anatomy.store import GpuProcess, GpuStatus, HostStatus, PhaseMark, Sample, Step, Store
 from anatomy.units import MIB
 
 
@@ -131,3 +131,22 @@ def test_a_store_written_before_a_column_existed_gains_it(tmp_path):
     store = Store(path)
     sweep_id = store.create_sweep(None, RunOptions().to_dict(), {"batch_size": [1]}, False, 1)
     assert store.sweep(sweep_id).pid is not None
+
+
+def test_the_device_panels_readings_are_kept_and_go_with_their_run(store):
+    run_id = store.create_run({"preset": "tiny"}, "nvml", "v2", 0, {})
+    other = store.create_run({"preset": "tiny"}, "nvml", "v2", 0, {})
+    for t in (0.5, 1.0):
+        store.write(run_id, hosts=[HostStatus(t, 12.5, 3 * 2**30, 16 * 2**30)],
+                    gpus=[GpuStatus(t, 0, 97, 412.3, 700.0, 54), GpuStatus(t, 1, 0, None, None,
+                                                                          None)],
+                    processes=[GpuProcess(t, 0, 4242, "python", 8 * 2**30),
+                               GpuProcess(t, 0, 777, None, None)])
+    assert [h.t for h in store.host_status(run_id)] == [0.5, 1.0]
+    assert store.host_status(run_id, since=0.9) == [HostStatus(1.0, 12.5, 3 * 2**30, 16 * 2**30)]
+    assert store.gpu_status(run_id)[0] == GpuStatus(0.5, 0, 97, 412.3, 700.0, 54)
+    assert [p.pid for p in store.gpu_processes(run_id)] == [4242, 777]  # the latest, biggest first
+    assert {p.t for p in store.gpu_processes(run_id, at=0.7)} == {0.5}
+    assert store.host_status(other) == [] and store.gpu_processes(other) == []
+    store.delete_run(run_id)
+    assert store.host_status(run_id) == [] and store.gpu_status(run_id) == []

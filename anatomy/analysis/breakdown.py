@@ -21,7 +21,12 @@ from anatomy.analysis.operations import (
     PAPER_SHARES,
     OperationProfile,
 )
-from anatomy.analysis.prediction import Prediction, predict, walkthrough_bytes_per_parameter
+from anatomy.analysis.prediction import (
+    CUBLAS_WORKSPACES,
+    Prediction,
+    predict,
+    walkthrough_bytes_per_parameter,
+)
 from anatomy.analysis.report import RunReport
 from anatomy.units import mb_text as _mb
 
@@ -41,12 +46,17 @@ TENSOR_PEAK = {False: "peak (tensors)", True: "context + tensor peak"}
 WATERFALL_ORDER = (LABELS["context"], *(LABELS[n] for n in TENSOR_PARTS), *ALL_AT_ONCE.values(),
                    "never held at once", *TENSOR_PEAK.values(), LABELS["allocator_cache"],
                    LABELS["non_torch"], "peak (NVML)")
-# The predicted moments of a step, in step order, and the measured moment read at the same place.
+# The moments of a step, in step order: the predicted moment and the measured one read at the
+# same place (None: that side has no figure for it). The worker reads the allocator after the
+# optimizer step, its temporaries freed; the prediction's "optimizer step" is during it, with
+# them: two moments, each beside its own kind.
+AFTER_THE_STEP = "after the optimizer step"
 MOMENTS = (
     ("end of the forward pass", "forward pass", "end of forward"),
     ("start of the backward pass", "start of the backward pass", None),
     ("end of the backward pass", "end of the backward pass", "end of backward"),
-    ("optimizer step", "optimizer step", "after optimizer step"),
+    ("during the optimizer step", "optimizer step", None),
+    (AFTER_THE_STEP, None, "after optimizer step"),
 )
 
 
@@ -183,12 +193,24 @@ def waterfall(report: RunReport, prediction: Prediction
     return sides
 
 
+def after_the_step(prediction: Prediction) -> int:
+    """What a step holds once its optimizer step is over (the moment the worker measures): the
+    weights, the gradients, the optimizer states and, on a GPU, cuBLAS's workspaces; the step's
+    temporaries are freed."""
+    workspace = CUBLAS_WORKSPACES if prediction.device == "cuda" else 0
+    return (prediction.weights + prediction.gradients + prediction.optimizer_states + workspace)
+
+
 def moment_rows(report: RunReport, prediction: Prediction) -> list[MomentRow]:
-    """Memory at each moment of a step (after the first), predicted and, on a GPU, measured."""
+    """Memory at each moment of a step (after the first), predicted and, on a GPU, measured; each
+    moment compares like with like (`MOMENTS`)."""
     measured = (report.components.moments if report.components else None) or {}
-    return [MomentRow(label, prediction.moments.get(predicted),
-                      measured.get(measured_key) if measured_key else None)
-            for label, predicted, measured_key in MOMENTS]
+    rows = []
+    for label, predicted, measured_key in MOMENTS:
+        value = (after_the_step(prediction) if label == AFTER_THE_STEP
+                 else prediction.moments.get(predicted))
+        rows.append(MomentRow(label, value, measured.get(measured_key) if measured_key else None))
+    return rows
 
 
 def peak_explanation(report: RunReport, prediction: Prediction) -> str:

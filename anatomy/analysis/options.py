@@ -94,7 +94,8 @@ CPU_SEQ_LEN = 128  # the walkthrough's 512 makes a CPU demo take minutes; 128 ta
 
 def defaults_for(has_gpu: bool) -> RunOptions:
     """Defaults that fit the machine: the walkthrough's run on a GPU (bert-large, batch size 4,
-    512 × 512); on a CPU the tiny BERT on sequences of 128, a demo that ends within a minute."""
+    512 × 512); on a CPU the tiny BERT on sequences of 128, a demo of a minute or a few on a busy
+    machine (the form says how long before Start: analysis/duration.py)."""
     if has_gpu:
         return RunOptions(preset=default_preset(True))
     return RunOptions(preset=default_preset(False), seq_len=CPU_SEQ_LEN)

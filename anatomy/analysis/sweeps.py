@@ -140,6 +140,19 @@ class SweepGrid:
     # two; None when batch size is not varied.
     largest_fitting: int | dict | None
 
+    def ran_out(self, value: Any = None) -> bool:
+        """Whether a batch size ran out of memory (of the ladder for `value` of the other varied
+        option, when there are two)."""
+        other = next((name for name in self.vary if name != LADDER), None)
+        return any(r.status == "oom" for r in self.runs
+                   if other is None or r.values.get(other) == value)
+
+    def largest_tried(self, value: Any = None) -> int | None:
+        """The largest batch size that ran (of the ladder for `value`, when there are two)."""
+        other = next((name for name in self.vary if name != LADDER), None)
+        return max((r.values[LADDER] for r in self.runs
+                    if other is None or r.values.get(other) == value), default=None)
+
     def to_dict(self) -> dict[str, Any]:
         """What `sweep --json` prints."""
         return {"sweep": self.sweep, "runs": [asdict(r) for r in self.runs],

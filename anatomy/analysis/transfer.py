@@ -19,7 +19,7 @@ from typing import Any
 from anatomy.analysis.options import FIELDS, RunOptions, shown, validate
 from anatomy.analysis.report import report
 from anatomy.store import (
-    PHASES,
+    SPANS,
     STATUSES,
     Message,
     PhaseSpan,
@@ -456,7 +456,7 @@ def _phases(value: Any, where: str) -> list[PhaseSpan]:
     for j, phase in enumerate(_array(value, where)):
         here = f"{where}[{j}]"
         phase = _object(phase, here, ("name", "start_s", "end_s"))
-        name = _choice(phase["name"], f"{here}.name", PHASES)
+        name = _choice(phase["name"], f"{here}.name", SPANS)
         if any(row.name == name for row in rows):
             raise _refuse(f"{here}.name", f"the {name} phase appears twice")
         start = _seconds(phase["start_s"], f"{here}.start_s")

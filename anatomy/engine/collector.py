@@ -13,7 +13,16 @@ import time
 from dataclasses import dataclass, field
 
 from anatomy.engine import protocol
-from anatomy.store import Message, PhaseMark, Sample, Step, Store
+from anatomy.store import (
+    GpuProcess,
+    GpuStatus,
+    HostStatus,
+    Message,
+    PhaseMark,
+    Sample,
+    Step,
+    Store,
+)
 
 FLUSH_SECONDS = 0.1
 
@@ -55,12 +64,19 @@ class Rows:
     phases: list[PhaseMark] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
     messages: list[Message] = field(default_factory=list)
+    hosts: list[HostStatus] = field(default_factory=list)
+    gpus: list[GpuStatus] = field(default_factory=list)
+    processes: list[GpuProcess] = field(default_factory=list)
+
+    def _all(self) -> tuple[list, ...]:
+        return (self.samples, self.phases, self.steps, self.messages, self.hosts, self.gpus,
+                self.processes)
 
     def __bool__(self) -> bool:
-        return bool(self.samples or self.phases or self.steps or self.messages)
+        return any(self._all())
 
     def clear(self) -> None:
-        for rows in (self.samples, self.phases, self.steps, self.messages):
+        for rows in self._all():
             rows.clear()
 
 
@@ -75,6 +91,10 @@ class Collector:
         match message:
             case protocol.Samples(samples=samples):
                 self.rows.samples.extend(samples)
+            case protocol.DeviceStatus(host=host, gpus=gpus, processes=processes):
+                self.rows.hosts.append(host)
+                self.rows.gpus.extend(gpus)
+                self.rows.processes.extend(processes)
             case protocol.Phase(mark=mark):
                 self.rows.phases.append(mark)
             case protocol.StepReport(step=step):
@@ -111,8 +131,10 @@ class Collector:
 
     def flush(self) -> None:
         if self.rows:
-            self.store.write(self.run_id, samples=self.rows.samples, phases=self.rows.phases,
-                             steps=self.rows.steps, messages=self.rows.messages)
+            rows = self.rows
+            self.store.write(self.run_id, samples=rows.samples, phases=rows.phases,
+                             steps=rows.steps, messages=rows.messages, hosts=rows.hosts,
+                             gpus=rows.gpus, processes=rows.processes)
             self.rows.clear()
         self._flushed_at = time.monotonic()
 

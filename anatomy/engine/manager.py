@@ -453,6 +453,11 @@ class RunManager:
     def is_active(self, run_id: int) -> bool:
         return run_id in self.active
 
+    def stopping(self, run_id: int) -> bool:
+        """Stop was asked for this run, and it has not ended yet."""
+        active = self.active.get(run_id)
+        return active is not None and active.stop_requested
+
     def request_stop(self, run_id: int, reason: str = "stopped by the user") -> bool:
         """Mark the run as stopping, at once (safe in a signal handler): whatever ends its
         processes from now on, it ends "stopped", and its phases end here. `stop` does the

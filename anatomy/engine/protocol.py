@@ -12,9 +12,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from anatomy.store import Message, PhaseMark, Sample, Step
+from anatomy.store import GpuProcess, GpuStatus, HostStatus, Message, PhaseMark, Sample, Step
 
-__all__ = ["SAMPLER", "ComponentsMeasured", "Described", "Environment", "Failure", "Message", "Note",
+__all__ = ["SAMPLER", "ComponentsMeasured", "Described", "DeviceStatus", "Environment",
+           "Failure", "GpuProcess", "GpuStatus", "HostStatus", "Message", "Note",
            "OperationsProfiled", "Phase", "PhaseMark", "Sample", "SamplerDone", "Samples", "Source",
            "Step", "StepReport", "TrainingSummary"]
 
@@ -37,6 +38,17 @@ class Samples:
     """A batch of readings, every device's, in the order they were taken."""
 
     samples: list[Sample]
+    source: Source = SAMPLER
+
+
+@dataclass(frozen=True)
+class DeviceStatus:
+    """The device panel's reading, a few times a second: the host's CPU and RAM, each GPU's
+    utilisation, power and temperature, and every process on a GPU (not only this run's)."""
+
+    host: HostStatus
+    gpus: list[GpuStatus]
+    processes: list[GpuProcess]
     source: Source = SAMPLER
 
 

@@ -8,6 +8,9 @@ the count sent, so the store can prove it lost nothing.
 As a process it ignores Ctrl-C and hang-ups (the CLI decides what they mean: a Stop); SIGTERM
 ends it cleanly, count sent, unless its parent is gone — then nobody reads it, and it kills the
 worker's process group before it goes (engine/lifeline.py).
+
+Every STATUS_SECONDS it also reads what nvitop shows (`protocol.DeviceStatus`): a few NVML and
+/proc calls, far slower than memory.
 """
 
 from __future__ import annotations
@@ -21,11 +24,20 @@ from collections.abc import Sequence
 
 from anatomy.engine import nvml
 from anatomy.engine.lifeline import Lifeline, signal_group
-from anatomy.engine.protocol import Sample, SamplerDone, Samples
+from anatomy.engine.protocol import (
+    DeviceStatus,
+    GpuProcess,
+    GpuStatus,
+    HostStatus,
+    Sample,
+    SamplerDone,
+    Samples,
+)
 
 BATCH_SECONDS = 0.05
 UTIL_SECONDS = 0.1  # NVML's utilisation counter itself only changes every ~1/6 s
 TREE_SECONDS = 0.1
+STATUS_SECONDS = 0.5  # the device panel: nvitop's own refresh is 2 s; a live chart wants more
 
 
 class _ProcessTree:
@@ -105,6 +117,43 @@ class Reader:
         return [] if rss is None else [Sample(t, 0, rss, None, self._ram_total, None)]
 
 
+class StatusReader:
+    """The device panel's readings: the host's CPU and RAM, and on a GPU machine each GPU's
+    utilisation, power and temperature and the processes on it, named by psutil."""
+
+    def __init__(self, backend: str, gpus: Sequence[int] = (0,)):
+        import psutil
+
+        self.psutil = psutil
+        self.gpus = list(gpus) if backend == "nvml" else []
+        self.names: dict[int, str | None] = {}
+        self.read_at = float("-inf")
+        psutil.cpu_percent(None)  # the first call starts the interval the next one measures
+
+    def due(self, t: float) -> bool:
+        return t - self.read_at >= STATUS_SECONDS
+
+    def _name(self, pid: int) -> str | None:
+        if pid not in self.names:
+            try:
+                self.names[pid] = self.psutil.Process(pid).name()
+            except self.psutil.Error:
+                self.names[pid] = None  # another container's, or already gone
+        return self.names[pid]
+
+    def read(self, t: float) -> DeviceStatus:
+        self.read_at = t
+        ram = self.psutil.virtual_memory()
+        host = HostStatus(t, self.psutil.cpu_percent(None), ram.total - ram.available, ram.total)
+        gpus, processes = [], []
+        for gpu in self.gpus:
+            gpus.append(GpuStatus(t, gpu, nvml.utilization(gpu), nvml.power(gpu),
+                                  nvml.power_limit(gpu), nvml.temperature(gpu)))
+            processes += [GpuProcess(t, gpu, p.pid, self._name(p.pid), p.used)
+                          for p in nvml.processes(gpu) or ()]
+        return DeviceStatus(host, gpus, processes)
+
+
 def _as_process(lifeline: Lifeline, worker_pid) -> threading.Event:
     """The sampler's own signals, once it is a process of its own; the event is set by a SIGTERM
     (a stop from outside: finish as if told)."""
@@ -135,6 +184,7 @@ def run(queue, stop, backend: str, rate: float, t0: float, gpus: Sequence[int] =
     ended_by = None
     try:
         reader = Reader(backend, gpus, worker_pid)
+        status = StatusReader(backend, gpus)
         flushed_at = time.monotonic()
         next_tick = flushed_at
         while True:
@@ -143,6 +193,8 @@ def run(queue, stop, backend: str, rate: float, t0: float, gpus: Sequence[int] =
             stopping = stop.is_set() or ended_by is not None
             now = time.monotonic()
             batch.extend(reader.read(now - t0))
+            if status.due(now - t0):
+                queue.put(status.read(now - t0))
             if batch and (stopping or now - flushed_at >= BATCH_SECONDS):
                 queue.put(Samples(batch))
                 sent += len(batch)

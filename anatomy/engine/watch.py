@@ -32,10 +32,9 @@ from anatomy.engine import attach, protocol, sampler
 from anatomy.engine.collector import FLUSH_SECONDS, Collector
 from anatomy.engine.lifeline import Lifeline, launch
 from anatomy.engine.manager import TAIL_SECONDS, terminate_tree
-from anatomy.store import PhaseMark, Store
+from anatomy.store import PROCESS, PhaseMark, Store
 from anatomy.units import mib
 
-PROCESS_PHASE = "process"  # the one phase of a command that marks none
 READY = "sampling"  # told to each process that connects, once the sampler measures it
 STOP_GRACE_SECONDS = 10.0  # after Ctrl-C the command may save and exit on its own
 PROGRESS_SECONDS = 1.0
@@ -206,8 +205,8 @@ class Watch:
             self._finish_sampling(samples, stop_sampler, sampler_process)
             listener.close()
         if not self.marked_phases:
-            self.store.write(run_id, phases=[PhaseMark("start", PROCESS_PHASE, started),
-                                             PhaseMark("end", PROCESS_PHASE, ended)])
+            self.store.write(run_id, phases=[PhaseMark("start", PROCESS, started),
+                                             PhaseMark("end", PROCESS, ended)])
         self.store.close_phases(run_id, ended)
         self._print_progress(out)
         self._record_end(run_id, code, output)

@@ -35,6 +35,11 @@ def _default_store() -> Path:
 DEFAULT_STORE = _default_store()
 
 PHASES = ("baseline", "kernel", "weights", "training")
+# A stretch marked like a phase but outside the walkthrough's four: torch.profiler's steps after
+# training. The run's peak leaves it out (the training never held that memory).
+PROFILING = "profiling"
+PROCESS = "process"  # the one phase of a watched command that marks none of its own
+SPANS = (*PHASES, PROFILING, PROCESS)
 STATUSES = ("running", "completed", "failed", "oom", "stopped")
 
 
@@ -63,6 +68,34 @@ class Message(NamedTuple):
     t: float
     level: str
     text: str
+
+
+class HostStatus(NamedTuple):
+    """The machine at one moment, as nvitop's host panel shows it."""
+    t: float
+    cpu_percent: float | None  # of all cores together, since the reading before
+    ram_used: int  # bytes: total − available
+    ram_total: int
+
+
+class GpuStatus(NamedTuple):
+    """One GPU at one moment, beside its memory (which the samples hold): None where the driver
+    does not support the figure."""
+    t: float
+    gpu: int  # NVML index
+    util: int | None  # percent of the time a kernel ran
+    power_w: float | None
+    power_limit_w: float | None
+    temperature_c: int | None
+
+
+class GpuProcess(NamedTuple):
+    """A process with a context on a GPU at one moment: this run's, or anyone else's."""
+    t: float
+    gpu: int
+    pid: int
+    name: str | None  # None: not visible from here (another container)
+    used: int | None  # bytes; None where the driver does not say
 
 
 class PhaseMark(NamedTuple):
@@ -198,6 +231,35 @@ CREATE TABLE IF NOT EXISTS messages (
     level TEXT NOT NULL,
     text TEXT NOT NULL
 );
+-- The device panel (a few readings a second, beside the samples): the host, each GPU, and every
+-- process on a GPU.
+CREATE TABLE IF NOT EXISTS host_status (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    t REAL NOT NULL,
+    cpu_percent REAL,
+    ram_used INTEGER NOT NULL,
+    ram_total INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS host_status_run ON host_status(run_id, t);
+CREATE TABLE IF NOT EXISTS gpu_status (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    t REAL NOT NULL,
+    gpu INTEGER NOT NULL,
+    util INTEGER,
+    power_w REAL,
+    power_limit_w REAL,
+    temperature_c INTEGER
+);
+CREATE INDEX IF NOT EXISTS gpu_status_run ON gpu_status(run_id, t);
+CREATE TABLE IF NOT EXISTS gpu_processes (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    t REAL NOT NULL,
+    gpu INTEGER NOT NULL,
+    pid INTEGER NOT NULL,
+    name TEXT,
+    used INTEGER
+);
+CREATE INDEX IF NOT EXISTS gpu_processes_run ON gpu_processes(run_id, t);
 CREATE TABLE IF NOT EXISTS sweeps (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     key TEXT NOT NULL UNIQUE,   -- what runs.sweep holds: unique across stores, so a run imported
@@ -456,9 +518,17 @@ class Store:
         self.update_run(run_id, status=status, error=error, ended_at=time.time())
 
     def write(self, run_id: int, samples: Sequence[Sample] = (), phases: Sequence[PhaseMark] = (),
-              steps: Sequence[Step] = (), messages: Sequence[Message] = ()) -> None:
+              steps: Sequence[Step] = (), messages: Sequence[Message] = (),
+              hosts: Sequence[HostStatus] = (), gpus: Sequence[GpuStatus] = (),
+              processes: Sequence[GpuProcess] = ()) -> None:
         """One transaction for a batch of rows; `phases` are marks in arrival order."""
         with self.connect() as db:
+            for table, rows in (("host_status", hosts), ("gpu_status", gpus),
+                                ("gpu_processes", processes)):
+                if rows:
+                    marks = ", ".join("?" * (len(rows[0]) + 1))
+                    db.executemany(f"INSERT INTO {table} VALUES ({marks})",
+                                   [(run_id, *r) for r in rows])
             if samples:
                 _insert_samples(db, run_id, samples)
             for mark in phases:
@@ -625,6 +695,14 @@ class Store:
             return db.execute("SELECT COUNT(*) FROM samples WHERE run_id = ?",
                               (run_id,)).fetchone()[0]
 
+    def latest_samples(self, run_id: int) -> list[Sample]:
+        """Each device's last sample."""
+        with self.connect() as db:
+            # SQLite fills the bare columns from the row that holds the MAX.
+            return [Sample(*r) for r in db.execute(
+                "SELECT MAX(t), gpu, used, reserved, total, util FROM samples WHERE run_id = ?"
+                " GROUP BY gpu ORDER BY gpu", (run_id,))]
+
     def last_time(self, run_id: int) -> float:
         with self.connect() as db:
             return db.execute("SELECT COALESCE(MAX(t), 0) FROM samples WHERE run_id = ?",
@@ -692,6 +770,29 @@ class Store:
                              " WHERE run_id = ? ORDER BY t DESC LIMIT 1", (run_id,)).fetchone()
         return None if row is None else Step(*row)
 
+    def host_status(self, run_id: int, since: float = 0.0) -> list[HostStatus]:
+        with self.connect() as db:
+            return [HostStatus(*r) for r in db.execute(
+                "SELECT t, cpu_percent, ram_used, ram_total FROM host_status WHERE run_id = ?"
+                " AND t >= ? ORDER BY t", (run_id, since))]
+
+    def gpu_status(self, run_id: int, since: float = 0.0) -> list[GpuStatus]:
+        with self.connect() as db:
+            return [GpuStatus(*r) for r in db.execute(
+                "SELECT t, gpu, util, power_w, power_limit_w, temperature_c FROM gpu_status"
+                " WHERE run_id = ? AND t >= ? ORDER BY gpu, t", (run_id, since))]
+
+    def gpu_processes(self, run_id: int, at: float | None = None) -> list[GpuProcess]:
+        """The processes on the GPUs at the last reading (at or before `at`, if given)."""
+        with self.connect() as db:
+            last = db.execute("SELECT MAX(t) FROM gpu_processes WHERE run_id = ? AND t <= ?",
+                              (run_id, math.inf if at is None else at)).fetchone()[0]
+            if last is None:
+                return []
+            return [GpuProcess(*r) for r in db.execute(
+                "SELECT t, gpu, pid, name, used FROM gpu_processes WHERE run_id = ? AND t = ?"
+                " ORDER BY gpu, used DESC", (run_id, last))]
+
     def messages(self, run_id: int) -> list[Message]:
         with self.connect() as db:
             return [Message(*r) for r in db.execute(
@@ -708,13 +809,21 @@ class Store:
             row = db.execute(query + " ORDER BY t DESC LIMIT 1", args).fetchone()
         return None if row is None else row[0]
 
-    def peak(self, run_id: int, gpu: int) -> int | None:
-        """The highest reading, from the buckets' maxima (the live page asks every second);
-        from the samples for a run stored before the buckets existed."""
+    def peak(self, run_id: int, gpu: int, before: float | None = None) -> int | None:
+        """The highest reading (of those taken before time `before`, if given): from the buckets'
+        maxima (the live page asks every second), the samples of the bucket `before` cuts
+        through, and the samples for a run stored before the buckets existed."""
+        edge = math.inf if before is None else math.floor(before / BUCKET_SECONDS)
         with self.connect() as db:
             peak = db.execute("SELECT MAX(used_max) FROM sample_buckets WHERE run_id = ? AND"
-                              " gpu = ?", (run_id, gpu)).fetchone()[0]
+                              " gpu = ? AND bucket < ?", (run_id, gpu, edge)).fetchone()[0]
+            if before is not None:
+                cut = db.execute("SELECT MAX(used) FROM samples WHERE run_id = ? AND gpu = ? AND"
+                                 " t >= ? AND t < ?", (run_id, gpu, edge * BUCKET_SECONDS,
+                                                       before)).fetchone()[0]
+                peak = max((p for p in (peak, cut) if p is not None), default=None)
             if peak is None:
-                peak = db.execute("SELECT MAX(used) FROM samples WHERE run_id = ? AND gpu = ?",
-                                  (run_id, gpu)).fetchone()[0]
+                peak = db.execute("SELECT MAX(used) FROM samples WHERE run_id = ? AND gpu = ?"
+                                  " AND t < ?", (run_id, gpu, math.inf if before is None
+                                                 else before)).fetchone()[0]
         return peak

@@ -4,9 +4,31 @@ from __future__ import annotations
 
 import html
 
+import plotly.graph_objects as go
+
 from anatomy.analysis.report import report
 from anatomy.store import Store
 from anatomy.views import figures
+
+# In the dashboard Streamlit's theme makes room for the axes' tick labels; a standalone page
+# has plotly's defaults alone: room for the title above and the ticks beside, made here.
+STANDALONE_MARGIN = {"l": 80, "r": 30, "t": 90, "b": 70}
+
+
+def standalone(figure: go.Figure, title: str | None = None) -> go.Figure:
+    """`figure` fitted for a page of its own: margins that hold its title and tick labels."""
+    figure.update_layout(margin=STANDALONE_MARGIN, font={"family": "sans-serif"})
+    figure.update_xaxes(automargin=True)
+    figure.update_yaxes(automargin=True)
+    if title is not None:
+        figure.update_layout(title={"text": title, "x": 0, "xref": "paper", "y": 0.98,
+                                    "yanchor": "top", "font": {"size": 15}})
+    return figure
+
+
+def figure_html(figure: go.Figure, title: str | None = None) -> str:
+    """One figure as a standalone page (plotly.js inside it: it opens offline)."""
+    return standalone(figure, title).to_html(include_plotlyjs=True, full_html=True)
 
 
 def runs_html(store: Store, run_ids: list[int]) -> str:
@@ -22,10 +44,11 @@ def runs_html(store: Store, run_ids: list[int]) -> str:
     for index, rep in enumerate(reports):
         figure = figures.memory_figure(rep, store.decimated(rep.id), store.steps(rep.id))
         o = rep.options
-        figure.update_layout(title={"text": html.escape(
+        standalone(figure, html.escape(
             f"Run {rep.id}{': ' + rep.name if rep.name else ''} — {rep.preset}, "
-            f"batch size {o.batch_size}, seq len {o.seq_len}, {o.precision}, "
-            f"{rep.status}, peak {rep.summary.peak_mb} MB")})
+            f"batch size {o.batch_size}, seq len {o.seq_len}, {o.precision} on "
+            f"{rep.device_name}, {rep.status}, peak {rep.summary.peak_mb} MB"))
+        figure.update_layout(height=520)
         charts.append(figure.to_html(full_html=False, include_plotlyjs=index == 0))
     title = html.escape("anatomy: runs " + ", ".join(str(r.id) for r in reports))
     return (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{title}</title></head>\n'

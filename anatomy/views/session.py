@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from anatomy.analysis import duration
 from anatomy.analysis.machine import Machine
 from anatomy.analysis.options import FIELDS, RunOptions, validate
 from anatomy.analysis.prediction import predict
 from anatomy.analysis.report import PHASES, RunReport
-from anatomy.store import Step
+from anatomy.store import GpuStatus, HostStatus, Step, Store
 from anatomy.views import text
 
 
@@ -55,16 +56,21 @@ TRANSITIONS = {
     "weights": "building the Trainer",
     "training": "finishing",
 }
+CPU_TRANSITIONS = {**TRANSITIONS, "baseline": "loading torch"}  # no CUDA context to create
 
 
 def stage(report: RunReport) -> str:
     """Where the run is: in a phase, or in the transition after one (while the memory rises)."""
+    transitions = TRANSITIONS if report.on_gpu else CPU_TRANSITIONS
+    if report.profiling is not None and not report.profiling.done:
+        return (f"profiling {report.options.profile_steps} steps with torch.profiler (after "
+                "training; not part of the run's peak)")
     if not report.phases:
-        return TRANSITIONS[None]
+        return transitions[None]
     last = report.phases[-1]
     if not last.done:
         return f"phase {last.name}"
-    return f"{TRANSITIONS[last.name]} (after {last.name})"
+    return f"{transitions[last.name]} (after {last.name})"
 
 
 class Progress(NamedTuple):
@@ -123,6 +129,7 @@ def _stop_words(error: str | None) -> str:
 class Forecast(NamedTuple):
     line: str | None  # what the run should need; None for options with errors
     warning: str | None  # when that is more than the device holds
+    duration: str | None = None  # how long it should take (`run_forecast`)
 
 
 def memory_forecast(options: RunOptions, machine: Machine) -> Forecast:
@@ -142,3 +149,96 @@ def memory_forecast(options: RunOptions, machine: Machine) -> Forecast:
         warning = (f"predicted peak {forecast.peak / 2**30:.1f} GiB is more than {where}: "
                    "this run will most likely end out of memory")
     return Forecast(forecast.need_line(), warning)
+
+
+def run_forecast(options: RunOptions, machine: Machine, store: Store) -> Forecast:
+    """What the run form says before a run starts: the memory it should need and how long it
+    should take (from the runs stored here, `analysis.duration`)."""
+    memory = memory_forecast(options, machine)
+    if memory.line is None:
+        return memory
+    device_name = machine.devices[options.gpu].name if machine.has_gpu else None
+    estimate = duration.estimate(store, options, machine.backend, device_name)
+    return memory._replace(duration=estimate.line())
+
+
+# --- the device panel (what nvitop shows), from the readings the run's sampler stored ---
+
+STATUS_CAPTION = ("Read by the run's own sampler every 0.5 s, beside the memory samples: NVML for "
+                  "each GPU's utilisation, power, temperature and processes (every process with "
+                  "a context on the GPU, this run's or not), psutil for the host (CPU over all "
+                  "cores; RAM used = total − available). A process of another container has no "
+                  "name here.")
+
+
+class PanelMetric(NamedTuple):
+    label: str
+    value: str
+    history: list[float] | None  # the window's readings, oldest first (a sparkline)
+
+
+class GpuLine(NamedTuple):
+    gpu: int
+    metrics: list[PanelMetric]
+
+
+class ProcessLine(NamedTuple):
+    gpu: int
+    pid: int
+    name: str | None
+    used: int | None  # bytes
+    ours: bool  # this run's training process
+
+
+class DevicePanel(NamedTuple):
+    gpus: list[GpuLine]
+    host: list[PanelMetric]
+    processes: list[ProcessLine]
+    hosts: list[HostStatus]  # every reading in the window, for a chart
+    gpu_readings: list[GpuStatus]
+    caption: str
+
+
+def _gib(value: int | None) -> str:
+    return "—" if value is None else f"{value / 2**30:.1f}"
+
+
+def _metric(label: str, rows: list, key: str, text_of) -> PanelMetric:
+    values = [getattr(r, key) for r in rows if getattr(r, key) is not None]
+    latest = rows[-1] if rows else None
+    return PanelMetric(label, "—" if latest is None or getattr(latest, key) is None
+                       else text_of(latest), values or None)
+
+
+def device_panel(store: Store, report: RunReport, window_s: float | None) -> DevicePanel | None:
+    """The device panel of a run: the last `window_s` seconds of readings (None: the whole run),
+    the latest of each as the metric's value; the processes on the GPUs at the last reading (for
+    a finished run: at the end of training). None when the run has no readings."""
+    end = store.last_time(report.id)
+    since = 0.0 if window_s is None else max(0.0, end - window_s)
+    hosts = store.host_status(report.id, since)
+    if not hosts:
+        return None
+    readings = store.gpu_status(report.id, since)
+    latest = {s.gpu: s for s in store.latest_samples(report.id)}
+    lines = []
+    for gpu in sorted({r.gpu for r in readings}):
+        rows = [r for r in readings if r.gpu == gpu]
+        sample = latest.get(gpu)
+        lines.append(GpuLine(gpu, [
+            _metric("GPU utilisation", rows, "util", lambda r: f"{r.util} %"),
+            _metric("Power", rows, "power_w", lambda r: f"{r.power_w:.0f}" + (
+                "" if r.power_limit_w is None else f" / {r.power_limit_w:.0f}") + " W"),
+            _metric("Temperature", rows, "temperature_c", lambda r: f"{r.temperature_c} °C"),
+            PanelMetric("Memory", "—" if sample is None else
+                        f"{_gib(sample.used)} / {_gib(sample.total)} GiB", None)]))
+    host = [_metric("CPU (all cores)", hosts, "cpu_percent", lambda r: f"{r.cpu_percent:.0f} %"),
+            PanelMetric("RAM", f"{_gib(hosts[-1].ram_used)} / {_gib(hosts[-1].ram_total)} GiB",
+                        [h.ram_used / 2**30 for h in hosts])]
+    at = None
+    if window_s is None and report.training is not None and report.training.done:
+        at = report.training.end_s
+    worker = store.run(report.id).worker_pid
+    processes = [ProcessLine(p.gpu, p.pid, p.name, p.used, p.pid == worker)
+                 for p in store.gpu_processes(report.id, at)]
+    return DevicePanel(lines, host, processes, hosts, readings, STATUS_CAPTION)

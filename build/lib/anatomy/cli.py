@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sqlite3
 import sys
 import time
@@ -21,11 +23,66 @@ from anatomy.analysis.sweeps import SweepGrid, grid, parse_vary
 from anatomy.engine import watch
 from anatomy.engine.manager import DeviceBusy, RunManager, is_live, machine
 from anatomy.engine.sweep import Sweep, SweepEvent
-from anatomy.store import STATUSES, Store
+from anatomy.store import STATUSES, Store, StoreError, StoreMissing, resolve_path
+from anatomy.store.database import why
 from anatomy.units import MIB
 from anatomy.views import text
 
 POLL_SECONDS = 0.2
+MAX_RUN_ID = 2**63 - 1  # SQLite's INTEGER
+
+EXIT_CODES = """exit status:
+  0    done (a run: completed)
+  1    the run failed, ran out of memory or could not be recorded (a full disk); a command
+       failed (no such run, a file or store that cannot be written)
+  2    refused before anything started: bad options or arguments, a file or store that is not
+       anatomy's, an import refused, or the device is busy
+  128+N  stopped by signal N (130: Ctrl-C, 143: SIGTERM, 129: SIGHUP): the run is recorded as
+       stopped, with everything measured until then
+  141  the output was closed early (a pipe to head): nothing more is printed"""
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class StopSignals:
+    """While a run or sweep trains: Ctrl-C, SIGTERM and SIGHUP each ask for a Stop — as the
+    dashboard's button does — instead of killing the CLI and leaving its processes. `on_stop` is
+    called in the handler (it must only mark the stop); the loop does the stopping."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self.on_stop: Callable[[], None] | None = None
+        self._saved: dict = {}
+
+    def _handle(self, signum, frame) -> None:
+        if self.received is None:
+            self.received = signum
+        if self.on_stop is not None:
+            self.on_stop()
+
+    def __enter__(self) -> StopSignals:
+        for sig in STOP_SIGNALS:
+            self._saved[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._saved.items():
+            signal.signal(sig, handler)
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.received).name
+
+    def exit_code(self) -> int:
+        return 128 + self.received
+
+
+def _say(*args, **kwargs) -> None:
+    """Print, unless the terminal is gone (a hang-up): the run is recorded either way."""
+    try:
+        print(*args, **kwargs)
+    except OSError:
+        pass
 
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -63,68 +120,111 @@ def _progress(step: int, total: int, started: float, width: int = 30) -> str:
     return f"\rtraining [{bar}] {step}/{total} steps, {eta}"
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    store = Store(args.store)
-    options = options_from_args(args, machine().has_gpu)
-    manager = RunManager(store)
-    try:
-        run_id = manager.start(options)
-    except InvalidOptions as error:
-        for message in error.errors.values():
-            print(f"error: {message}", file=sys.stderr)
-        return 2
-    except DeviceBusy as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    rep = report(store, run_id)
-    print(f"run {run_id}: {options.preset}, batch size {options.batch_size}, "
-          f"{options.precision}, {rep.device_name}")
-    print(f"measuring: {text.source(rep.backend, rep.memory_api)}")
+def _refused(error: InvalidOptions) -> int:
+    for message in error.errors.values():
+        print(f"error: {message}", file=sys.stderr)
+    return 2
+
+
+def _follow(manager: RunManager, store: Store, run_id: int, signals: StopSignals) -> None:
+    """Print each phase's memory as it ends and the training's progress, until the run is over
+    or a signal asks for a stop."""
     printed: set[str] = set()
     tty = sys.stderr.isatty()
     train_started = None
     last_progress = 0.0
-    try:
-        while True:
-            active = manager.is_active(run_id)
+    while signals.received is None:
+        active = manager.is_active(run_id)
+        rep = report(store, run_id)
+        for phase in rep.phases:
+            if phase.done and phase.name not in printed:
+                printed.add(phase.name)
+                if phase.name == "training":
+                    if tty:
+                        print(file=sys.stderr)
+                    continue  # the walkthrough prints it with the summary
+                line = text.occupied_line(phase.memory_bytes, rep.backend)
+                print(f"{line}  ({phase.name})", flush=True)
+            if phase.name == "training" and not phase.done:
+                train_started = train_started or time.monotonic()
+                step = store.last_step(run_id)
+                now = time.monotonic()
+                if step and (tty or now - last_progress > 5):
+                    line = _progress(step.step, step.total, train_started)
+                    print(line if tty else line.strip(), end="" if tty else "\n",
+                          file=sys.stderr, flush=True)
+                    last_progress = now
+        if not active:
+            return
+        time.sleep(POLL_SECONDS)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    info = machine()
+    options = options_from_args(args, info.has_gpu)
+    errors = validate(options, info.gpu_count)
+    if errors:
+        return _refused(InvalidOptions(errors))
+    store = Store(args.store)
+    manager = RunManager(store)
+    with StopSignals() as signals:
+        try:
+            run_id = manager.start(options)
+        except InvalidOptions as error:
+            return _refused(error)
+        except DeviceBusy as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        signals.on_stop = lambda: manager.request_stop(run_id, _stopped_by(signals))
+        if signals.received is not None:  # it came while the run started
+            signals.on_stop()
+        reason = "stopped: the command that followed it failed"
+        try:
             rep = report(store, run_id)
-            for phase in rep.phases:
-                if phase.done and phase.name not in printed:
-                    printed.add(phase.name)
-                    if phase.name == "training":
-                        if tty:
-                            print(file=sys.stderr)
-                        continue  # the walkthrough prints it with the summary
-                    line = text.occupied_line(phase.memory_bytes, rep.backend)
-                    print(f"{line}  ({phase.name})", flush=True)
-                if phase.name == "training" and not phase.done:
-                    train_started = train_started or time.monotonic()
-                    step = store.last_step(run_id)
-                    now = time.monotonic()
-                    if step and (tty or now - last_progress > 5):
-                        line = _progress(step.step, step.total, train_started)
-                        print(line if tty else line.strip(), end="" if tty else "\n",
-                              file=sys.stderr, flush=True)
-                        last_progress = now
-            if not active:
-                break
-            time.sleep(POLL_SECONDS)
-    except KeyboardInterrupt:
-        print("\nstopping…", file=sys.stderr)
-        manager.stop(run_id)
+            print(f"run {run_id}: {options.preset}, batch size {options.batch_size}, "
+                  f"{options.precision}, {rep.device_name}")
+            print(f"measuring: {text.source(rep.backend, rep.memory_api)}")
+            _follow(manager, store, run_id, signals)
+        except OSError:  # the terminal or the pipe it printed to is gone
+            reason = "stopped: its output was closed (the terminal or the pipe it printed to)"
+        finally:  # a signal, a closed terminal, an error: the run never goes on unattended
+            if manager.is_active(run_id):
+                if signals.received is not None:
+                    reason = _stopped_by(signals)
+                    _say(f"\nstopping ({signals.name})…", file=sys.stderr)
+                manager.stop(run_id, reason)
+    try:
+        code = _outcome(manager, store, run_id)
+    except OSError:  # nowhere to print to: the run is recorded all the same
+        code = 1
+    return signals.exit_code() if signals.received is not None else code
+
+
+def _stopped_by(signals: StopSignals) -> str:
+    words = {signal.SIGINT: "Ctrl-C (SIGINT)", signal.SIGTERM: "SIGTERM",
+             signal.SIGHUP: "SIGHUP: its terminal was closed"}
+    return f"stopped by {words.get(signals.received, signals.name)}"
+
+
+def _outcome(manager: RunManager, store: Store, run_id: int) -> int:
+    """Print how the run ended, the walkthrough's way; its exit status."""
     rep = report(store, run_id)
+    status, error = rep.status, rep.error
+    ending = manager.ending(run_id)
+    if ending is not None and not ending.recorded:  # the store could not take it (full disk)
+        status, error = ending.status, ending.error + " (not recorded yet: the store is full)"
     for message in rep.messages:
         print(f"{message.level}: {message.text}", file=sys.stderr)
     summary = rep.summary
-    if rep.status == "completed":
+    if status == "completed":
         print(f"Time: {summary.time_s:.2f}")
         print(f"Samples/second: {summary.samples_per_second:.2f}")
     if rep.training:
         print(f"{text.occupied_line(rep.training.memory_bytes, rep.backend)}  (training)")
-    print(f"peak: {summary.peak_mb} MB; status: {rep.status}; "
+    print(f"peak: {summary.peak_mb} MB; status: {status}; "
           f"{rep.samples} samples stored in {store.path} as run {run_id}")
-    if rep.status != "completed":
-        print(f"{rep.status}: {rep.error}", file=sys.stderr)
+    if status != "completed":
+        print(f"{status}: {error}", file=sys.stderr)
         return 1
     return 0
 
@@ -158,9 +258,19 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
     return "\n".join(lines)
 
 
+def _reading(path: str | None) -> Store | None:
+    """The store opened read-only (nothing written, whatever the file); None when there is none
+    yet."""
+    try:
+        return Store(path, read_only=True)
+    except StoreMissing:
+        return None
+
+
 def cmd_runs(args: argparse.Namespace) -> int:
     filters = {"tag": args.tag, "preset": args.preset, "status": args.status}
-    rows = run_rows(Store(args.store), **filters)
+    store = _reading(args.store)
+    rows = [] if store is None else run_rows(store, **filters)
     if args.json:
         print(json.dumps([asdict(r) for r in rows], indent=2))
         return 0
@@ -237,15 +347,20 @@ def cmd_delete(args: argparse.Namespace) -> int:
     return 0
 
 
-def _report_or_error(store: Store, run_id: int) -> RunReport | None:
-    rep = report(store, run_id)
+def _report_or_error(store: Store | None, run_id: int) -> RunReport | None:
+    rep = None if store is None else report(store, run_id)
     if rep is None:
-        print(f"error: run {run_id} is not in {store.path}", file=sys.stderr)
+        where = store.path if store is not None else f"{resolve_path(None)} (no store there yet)"
+        print(f"error: run {run_id} is not in {where}", file=sys.stderr)
     return rep
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    store = Store(args.store)
+    store = _reading(args.store)
+    if store is None:
+        print(f"error: run {args.run_id} is not in {resolve_path(args.store)} (no store there"
+              " yet)", file=sys.stderr)
+        return 1
     rep = _report_or_error(store, args.run_id)
     if rep is None:
         return 1
@@ -265,7 +380,9 @@ def cmd_show(args: argparse.Namespace) -> int:
                  ["phase", "start s", "memory at end (MB)"]))
     s = rep.summary
     if s.time_s is not None:
-        print(f"Time: {s.time_s:.2f}\nSamples/second: {s.samples_per_second:.2f}")
+        print(f"Time: {s.time_s:.2f}")
+    if s.samples_per_second is not None:
+        print(f"Samples/second: {s.samples_per_second:.2f}")
     print(f"peak: {s.peak_mb} MB   samples: {rep.samples}   steps: {rep.steps}")
     if rep.components:
         parts = rep.components
@@ -282,8 +399,29 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _unwritable(path: Path) -> str | None:
+    """Why `path` cannot be written, judged before any work; None when it can."""
+    if path.is_dir():
+        return "it is a directory"
+    folder = path.absolute().parent
+    if not folder.is_dir():
+        return f"its directory {folder} does not exist"
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        return "it cannot be written here (permissions, or read-only media)"
+    return None
+
+
 def cmd_export(args: argparse.Namespace) -> int:
-    store = Store(args.store)
+    if args.output:
+        problem = _unwritable(Path(args.output))
+        if problem:
+            print(f"error: cannot write {args.output}: {problem}", file=sys.stderr)
+            return 2
+    store = _reading(args.store)
+    if store is None:
+        print(f"error: run {args.run_ids[0]} is not in {resolve_path(args.store)} (no store there"
+              " yet)", file=sys.stderr)
+        return 1
     try:
         if args.format == "json":
             content = json.dumps(transfer.export_runs(store, args.run_ids), default=str)
@@ -297,7 +435,11 @@ def cmd_export(args: argparse.Namespace) -> int:
         print(f"error: {error.args[0]}", file=sys.stderr)
         return 1
     if args.output:
-        Path(args.output).write_text(content)
+        try:
+            Path(args.output).write_text(content)
+        except OSError as error:
+            print(f"error: cannot write {args.output}: {error.strerror}", file=sys.stderr)
+            return 1
         print(f"wrote {args.output}")
     else:
         sys.stdout.write(content)
@@ -312,12 +454,16 @@ def cmd_import(args: argparse.Namespace) -> int:
         return 1
     store = Store(args.store)
     try:
-        run_ids = transfer.import_runs(store, data)
+        run_ids = transfer.import_runs(store, data, copy=args.copy)
+    except transfer.AlreadyImported as error:
+        print(f"error: {args.file}: {error}; nothing was imported (--copy imports "
+              f"{'them' if len(error.found) > 1 else 'it'} again)", file=sys.stderr)
+        return 2
     except transfer.ImportRefused as error:
         print(f"error: {args.file} is refused, nothing was imported: {error}", file=sys.stderr)
         return 2
     except sqlite3.Error as error:
-        print(f"error: writing to {store.path} failed, nothing was imported: {error}",
+        print(f"error: writing to {store.path} failed, nothing was imported: {why(error)}",
               file=sys.stderr)
         return 1
     for run_id in run_ids:
@@ -370,9 +516,9 @@ def _print_grid(result: SweepGrid) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    store = Store(args.store)
     info = machine()
     base = options_from_args(args, info.has_gpu)
+    store = Store(args.store)
     try:
         sweep = Sweep(RunManager(store), base, parse_vary(args.vary), args.until_oom, args.name,
                       info.gpu_count)
@@ -382,18 +528,21 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return 2
     # with --json, stdout holds the JSON alone
     sweep.on_event = _sweep_printer(sweep, sys.stderr if args.json else sys.stdout)
-    try:
-        sweep_id = sweep.start()
-    except DeviceBusy as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    try:
-        while sweep.wait(POLL_SECONDS) is None:
-            pass
-    except KeyboardInterrupt:
-        print("\nstopping the sweep…", file=sys.stderr)
-        sweep.stop()
-        sweep.wait()
+    with StopSignals() as signals:
+        try:
+            sweep_id = sweep.start()
+        except DeviceBusy as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        try:
+            while signals.received is None and sweep.wait(POLL_SECONDS) is None:
+                pass
+        finally:  # a signal, a closed terminal: the sweep never goes on unattended
+            if sweep.status is None:
+                _say(f"\nstopping the sweep{f' ({signals.name})' if signals.received else ''}…",
+                     file=sys.stderr)
+                sweep.stop()
+                sweep.wait()
     result = grid(store, sweep_id)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
@@ -401,7 +550,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         _print_grid(result)
     if sweep.status != "completed":
         print(f"sweep {sweep.status}{': ' + sweep.error if sweep.error else ''}", file=sys.stderr)
-        return 1
+        return signals.exit_code() if signals.received is not None else 1
     return 0
 
 
@@ -416,15 +565,41 @@ def cmd_watch(args: argparse.Namespace) -> int:
         return 2
 
 
+def _store_path(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path names no store: give a file, or leave "
+                                         "--store out for $ANATOMY_STORE or data/anatomy.sqlite")
+    return text
+
+
+def _run_id(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a run id (a whole number)") from None
+    if not 1 <= value <= MAX_RUN_ID:
+        raise argparse.ArgumentTypeError(f"{text} is out of range for a run id: 1 to {MAX_RUN_ID}")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with the exit statuses under every command's --help."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("epilog", EXIT_CODES)
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
 def parser() -> argparse.ArgumentParser:
-    root = argparse.ArgumentParser(prog="anatomy", description="GPU memory during model training, "
-                                   "phase by phase (also: python -m anatomy)")
-    commands = root.add_subparsers(dest="command", required=True)
+    root = _Parser(prog="anatomy", description="GPU memory during model training, phase "
+                   "by phase (also: python -m anatomy)")
+    commands = root.add_subparsers(dest="command", required=True, parser_class=_Parser)
     store_help = "the run store (default: $ANATOMY_STORE, then data/anatomy.sqlite)"
 
     run = commands.add_parser("run", help="train once, printing memory at the end of each phase")
     _add_run_options(run)
-    run.add_argument("--store", help=store_help)
+    run.add_argument("--store", type=_store_path, help=store_help)
     run.set_defaults(func=cmd_run)
 
     predict = commands.add_parser("predict", help="the memory a run should need, by component")
@@ -437,28 +612,31 @@ def parser() -> argparse.ArgumentParser:
     runs.add_argument("--tag", help="only runs with this tag")
     runs.add_argument("--preset", help="only runs of this preset")
     runs.add_argument("--status", choices=STATUSES, help="only runs that ended so (or still run)")
-    runs.add_argument("--store", help=store_help)
+    runs.add_argument("--store", type=_store_path, help=store_help)
     runs.set_defaults(func=cmd_runs)
 
     show = commands.add_parser("show", help="one run: options, phases, summary")
-    show.add_argument("run_id", type=int)
+    show.add_argument("run_id", type=_run_id, metavar="RUN_ID")
     show.add_argument("--json", action="store_true")
-    show.add_argument("--store", help=store_help)
+    show.add_argument("--store", type=_store_path, help=store_help)
     show.set_defaults(func=cmd_show)
 
     export = commands.add_parser("export", help="runs as JSON (everything) or CSV (samples)")
-    export.add_argument("run_ids", type=int, nargs="+", metavar="RUN_ID")
+    export.add_argument("run_ids", type=_run_id, nargs="+", metavar="RUN_ID")
     export.add_argument("--format", choices=("json", "csv", "html"), required=True,
                         help="json: everything, to import elsewhere; csv: the samples; "
                              "html: the memory charts, a standalone page")
     export.add_argument("--output", help="file to write (default: standard output)")
-    export.add_argument("--store", help=store_help)
+    export.add_argument("--store", type=_store_path, help=store_help)
     export.set_defaults(func=cmd_export)
 
     load = commands.add_parser("import", help="runs from an exported JSON file, under new ids")
     load.add_argument("file", metavar="FILE", help="the file `export --format json` wrote (- reads"
                       " standard input)")
-    load.add_argument("--store", help=store_help)
+    load.add_argument("--copy", action="store_true",
+                      help="import runs this store holds already (imported before, or recorded"
+                           " here) once more, as copies")
+    load.add_argument("--store", type=_store_path, help=store_help)
     load.set_defaults(func=cmd_import)
 
     sweep = commands.add_parser("sweep", help="runs one after another, one or two options varied")
@@ -472,7 +650,7 @@ def parser() -> argparse.ArgumentParser:
     sweep.add_argument("--name", help="the sweep's name (default: what it varies)")
     sweep.add_argument("--json", action="store_true",
                        help="print the grid as one JSON object (progress goes to stderr)")
-    sweep.add_argument("--store", help=store_help)
+    sweep.add_argument("--store", type=_store_path, help=store_help)
     sweep.set_defaults(func=cmd_sweep)
 
     watched = commands.add_parser(
@@ -492,26 +670,40 @@ def parser() -> argparse.ArgumentParser:
     watched.set_defaults(func=cmd_watch)
 
     rename = commands.add_parser("rename", help="name a run (an empty name removes it)")
-    rename.add_argument("run_id", type=int, metavar="RUN_ID")
+    rename.add_argument("run_id", type=_run_id, metavar="RUN_ID")
     rename.add_argument("name", metavar="NAME")
-    rename.add_argument("--store", help=store_help)
+    rename.add_argument("--store", type=_store_path, help=store_help)
     rename.set_defaults(func=cmd_rename)
 
     tag = commands.add_parser("tag", help="add tags to a run, or remove them")
-    tag.add_argument("run_id", type=int, metavar="RUN_ID")
+    tag.add_argument("run_id", type=_run_id, metavar="RUN_ID")
     tag.add_argument("tags", nargs="+", metavar="TAG")
     tag.add_argument("--remove", action="store_true", help="remove these tags instead")
-    tag.add_argument("--store", help=store_help)
+    tag.add_argument("--store", type=_store_path, help=store_help)
     tag.set_defaults(func=cmd_tag)
 
     delete = commands.add_parser("delete", help="delete a run and all it recorded")
-    delete.add_argument("run_id", type=int, metavar="RUN_ID")
+    delete.add_argument("run_id", type=_run_id, metavar="RUN_ID")
     delete.add_argument("--yes", action="store_true", help="do not ask for confirmation")
-    delete.add_argument("--store", help=store_help)
+    delete.add_argument("--store", type=_store_path, help=store_help)
     delete.set_defaults(func=cmd_delete)
     return root
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command's exit status (EXIT_CODES); every error is one line on stderr."""
     args = parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except StoreError as error:
+        print(f"error: the store {error}", file=sys.stderr)
+        return 1 if error.full else 2
+    except sqlite3.Error as error:
+        print(f"error: the store {resolve_path(getattr(args, 'store', None))}: {why(error)}",
+              file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        # The reader left (`runs | head`): say nothing more, and let Python's exit say nothing
+        # either (its final flush would fail on the same pipe).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141

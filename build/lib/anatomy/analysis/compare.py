@@ -43,6 +43,41 @@ def differing_options(reports: Sequence[RunReport]) -> list[str]:
             if len({repr(getattr(r.options, name)) for r in reports}) > 1]
 
 
+# How an option reads in a run's label, where it differs between the runs compared.
+LABEL_WORDS = {
+    "preset": "{}", "batch_size": "bs {}", "seq_len": "seq {}", "dataset_size": "{} samples",
+    "epochs": "{} epochs", "max_steps": "{} steps", "precision": "{}",
+    "gradient_checkpointing": "ckpt {}", "grad_accum": "accum {}", "optim": "{}",
+    "seed": "seed {}", "sample_rate": "{} Hz", "gpu": "GPU {}", "profile_steps": "profile {}",
+}
+
+
+def _label_word(name: str, value) -> str:
+    if name == "max_steps" and value is None:
+        return "by epochs"
+    if isinstance(value, bool):
+        value = "on" if value else "off"
+    return LABEL_WORDS.get(name, name + " {}").format(value)
+
+
+def run_labels(reports: Sequence[RunReport]) -> dict[int, str]:
+    """Each run's label in a comparison: its id, then exactly what differs between the runs (the
+    differing options, and the device where the runs ran on different ones); "Run 3 · seq 256 ·
+    adafactor". A run alone gets its usual label."""
+    if len(reports) < 2:
+        return {r.id: r.label() for r in reports}
+    differing = differing_options(reports)
+    devices = len({r.device_name for r in reports}) > 1
+    labels = {}
+    for r in reports:
+        words = [f"Run {r.id}"]
+        if devices:
+            words.append(r.device_name)
+        words += [_label_word(name, getattr(r.options, name)) for name in differing]
+        labels[r.id] = " · ".join(words)
+    return labels
+
+
 def memory_parts(report: RunReport) -> list[Part]:
     """The bar of one run: what each step of the walkthrough added, bottom to top.
 

@@ -94,23 +94,35 @@ CPU_SEQ_LEN = 128  # the walkthrough's 512 makes a CPU demo take minutes; 128 ta
 
 def defaults_for(has_gpu: bool) -> RunOptions:
     """Defaults that fit the machine: the walkthrough's run on a GPU (bert-large, batch size 4,
-    512 × 512); on a CPU the tiny BERT on sequences of 128, a demo that ends within a minute."""
+    512 × 512); on a CPU the tiny BERT on sequences of 128, a demo of a minute or a few on a busy
+    machine (the form says how long before Start: analysis/duration.py)."""
     if has_gpu:
         return RunOptions(preset=default_preset(True))
     return RunOptions(preset=default_preset(False), seq_len=CPU_SEQ_LEN)
 
 
+def shown(value: Any) -> str:
+    """A value as a message quotes it: on one line, and short (an integer of thousands of digits
+    cannot even be written out in full)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**30:
+        return f"an integer of {len(str(abs(value)))} digits" if abs(value) < 10**4000 else \
+            "an integer of thousands of digits"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _check(field: Field, value: Any) -> str | None:
     if field.choices is not None:
-        if value not in field.choices:
-            return f"{field.name}: {value!r} is not one of {', '.join(field.choices)}"
+        if not isinstance(value, str) or value not in field.choices:
+            return f"{field.name}: {shown(value)} is not one of {', '.join(field.choices)}"
         return None
     if field.low is None:  # a flag
         return None if isinstance(value, bool) else f"{field.name}: must be true or false"
     if isinstance(value, bool) or not isinstance(value, int):
-        return f"{field.name}: must be a whole number from {field.low} to {field.high}, got {value!r}"
+        return (f"{field.name}: must be a whole number from {field.low} to {field.high}, got "
+                f"{shown(value)}")
     if not field.low <= value <= field.high:
-        return f"{field.name}: {value} is out of range: {field.low} to {field.high}"
+        return f"{field.name}: {shown(value)} is out of range: {field.low} to {field.high}"
     return None
 
 

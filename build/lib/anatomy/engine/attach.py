@@ -23,6 +23,7 @@ import atexit
 import multiprocessing as mp
 import os
 import queue as queue_module
+import signal
 import socket
 import sys
 import threading
@@ -34,7 +35,8 @@ from typing import Any
 from anatomy.engine import protocol, sampler
 from anatomy.engine.collector import FLUSH_SECONDS, Collector
 from anatomy.engine.devices import machine
-from anatomy.engine.manager import TAIL_SECONDS, start_clean
+from anatomy.engine.lifeline import Lifeline, launch
+from anatomy.engine.manager import TAIL_SECONDS
 from anatomy.engine.reporter import Reporter
 from anatomy.store import Step, Store
 
@@ -116,8 +118,9 @@ class _LocalRecording:
         self.sampler = self.context.Process(
             target=sampler.run, name=f"anatomy-sampler-{self.run_id}", daemon=True,
             args=(self.samples, self.stop_sampler, info.backend, sample_rate, t0,
-                  [d.nvml_index for d in devices], worker_pid))
-        start_clean(self.sampler)
+                  [d.nvml_index for d in devices], worker_pid,
+                  Lifeline("anatomy-sampler", death_signal=signal.SIGTERM)))
+        launch(self.sampler)
         self.collector = Collector(store, self.run_id)
         self.first_sample = threading.Event()
         self.closing = threading.Event()
@@ -177,6 +180,10 @@ class _WatchLink:
 
     def __init__(self, address: str, key: str):
         self.connection = Client(address, family="AF_UNIX", authkey=bytes.fromhex(key))
+        # The watch answers once its sampler measures this process: the first phase has a
+        # reading then.
+        if self.connection.poll(FIRST_SAMPLE_TIMEOUT):
+            self.connection.recv()
         self.lock = threading.Lock()
         self.run_id = int(os.environ.get(RUN_ID_ENV, "0") or 0)
 

@@ -13,20 +13,48 @@ import time
 from dataclasses import dataclass, field
 
 from anatomy.engine import protocol
-from anatomy.store import Message, PhaseMark, Sample, Step, Store
+from anatomy.store import (
+    GpuProcess,
+    GpuStatus,
+    HostStatus,
+    Message,
+    PhaseMark,
+    Sample,
+    Step,
+    Store,
+)
 
 FLUSH_SECONDS = 0.1
 
 
 @dataclass
 class Outcome:
-    """What the collector learnt besides the rows it wrote."""
+    """What the collector learnt besides the rows it wrote, and what whoever follows the run's
+    processes learnt about them."""
     failure: protocol.Failure | None = None
     summary: dict | None = None
     components: dict | None = None
     operations: dict | None = None
     samples_sent: int | None = None
+    sampler_ended_by: str | None = None  # what the sampler said ended it, besides the manager
     last_step: Step | None = None
+    sampler_lost: str | None = None  # the sampler ended while training went on: why and when
+    worker_seen: float = 0.0  # the run's clock when the worker was last seen alive
+    worker_ended: float | None = None  # when it was first seen gone
+    # Where a phase the worker did not end (stopped, killed) ends: where the worker was last
+    # known to hold its memory — the stop, or the last time it was seen alive — never at a
+    # sample of its exit, when the memory is already being given back.
+    phases_end: float = 0.0
+
+    def summary_values(self) -> dict:
+        """What the run's `summary` column keeps: the Trainer's figures, the components measured
+        and the profile, where they came."""
+        summary = dict(self.summary or {})
+        if self.components:
+            summary["components"] = self.components
+        if self.operations:
+            summary["operations"] = self.operations
+        return summary
 
 
 @dataclass
@@ -36,26 +64,37 @@ class Rows:
     phases: list[PhaseMark] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
     messages: list[Message] = field(default_factory=list)
+    hosts: list[HostStatus] = field(default_factory=list)
+    gpus: list[GpuStatus] = field(default_factory=list)
+    processes: list[GpuProcess] = field(default_factory=list)
+
+    def _all(self) -> tuple[list, ...]:
+        return (self.samples, self.phases, self.steps, self.messages, self.hosts, self.gpus,
+                self.processes)
 
     def __bool__(self) -> bool:
-        return bool(self.samples or self.phases or self.steps or self.messages)
+        return any(self._all())
 
     def clear(self) -> None:
-        for rows in (self.samples, self.phases, self.steps, self.messages):
+        for rows in self._all():
             rows.clear()
 
 
 class Collector:
-    def __init__(self, store: Store, run_id: int):
+    def __init__(self, store: Store, run_id: int, outcome: Outcome | None = None):
         self.store, self.run_id = store, run_id
         self.rows = Rows()
-        self.outcome = Outcome()
+        self.outcome = outcome or Outcome()
         self._flushed_at = time.monotonic()
 
     def handle(self, message) -> None:
         match message:
             case protocol.Samples(samples=samples):
                 self.rows.samples.extend(samples)
+            case protocol.DeviceStatus(host=host, gpus=gpus, processes=processes):
+                self.rows.hosts.append(host)
+                self.rows.gpus.extend(gpus)
+                self.rows.processes.extend(processes)
             case protocol.Phase(mark=mark):
                 self.rows.phases.append(mark)
             case protocol.StepReport(step=step):
@@ -77,11 +116,13 @@ class Collector:
                 self.outcome.operations = values
             case protocol.Failure():
                 self.outcome.failure = message
-            case protocol.SamplerDone(sent=sent):
+            case protocol.SamplerDone(sent=sent, ended_by=ended_by):
                 self.outcome.samples_sent = sent
+                self.outcome.sampler_ended_by = ended_by
 
     def drain(self, source) -> None:
-        """Every message waiting on `source` (a queue), without blocking."""
+        """Every message waiting on `source` (a queue), without blocking: all of it, so a loaded
+        machine never lags behind."""
         while True:
             try:
                 self.handle(source.get_nowait())
@@ -90,8 +131,10 @@ class Collector:
 
     def flush(self) -> None:
         if self.rows:
-            self.store.write(self.run_id, samples=self.rows.samples, phases=self.rows.phases,
-                             steps=self.rows.steps, messages=self.rows.messages)
+            rows = self.rows
+            self.store.write(self.run_id, samples=rows.samples, phases=rows.phases,
+                             steps=rows.steps, messages=rows.messages, hosts=rows.hosts,
+                             gpus=rows.gpus, processes=rows.processes)
             self.rows.clear()
         self._flushed_at = time.monotonic()
 
@@ -100,11 +143,4 @@ class Collector:
             self.flush()
 
     def summary_values(self) -> dict:
-        """What the run's `summary` column keeps: the Trainer's figures, the components measured
-        and the profile, where they came."""
-        summary = dict(self.outcome.summary or {})
-        if self.outcome.components:
-            summary["components"] = self.outcome.components
-        if self.outcome.operations:
-            summary["operations"] = self.outcome.operations
-        return summary
+        return self.outcome.summary_values()

@@ -11,11 +11,11 @@ import fcntl
 import multiprocessing as mp
 import os
 import queue as queue_module
-import sys
+import signal
+import sqlite3
 import tempfile
 import threading
 import time
-import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,17 +24,23 @@ import psutil
 from anatomy.analysis.machine import Machine
 from anatomy.analysis.options import InvalidOptions, RunOptions, validate
 from anatomy.engine import sampler, worker
-from anatomy.engine.collector import FLUSH_SECONDS, Collector
+from anatomy.engine.collector import FLUSH_SECONDS, Collector, Outcome
 from anatomy.engine.devices import machine
+from anatomy.engine.lifeline import Lifeline, launch, signal_group
 from anatomy.store import RunRow, Store
+from anatomy.store.database import store_error, why
 
-__all__ = ["DeviceBusy", "DeviceLock", "InvalidOptions", "RunManager", "is_live", "live_run",
-           "machine"]
+__all__ = ["DeviceBusy", "DeviceLock", "Ending", "InvalidOptions", "RunManager", "is_live",
+           "live_run", "machine"]
 
 LOCK_DIR_ENV = "ANATOMY_LOCK_DIR"  # where the per-device locks live; machine-wide by default
 TAIL_SECONDS = 0.3    # the sampler outlives the worker this long, so the end is measured
 SAMPLER_TIMEOUT_SECONDS = 10.0
 STOP_GRACE_SECONDS = 3.0  # SIGTERM, then SIGKILL: the tree is gone well inside 5 s
+# A sampler that ends on its own may be part of a stop that reaches every process at once (a
+# scheduler's SIGTERM to the job): the stop is waited for this long before the run is failed.
+SAMPLER_GRACE_SECONDS = 1.0
+RECORD_TRIES = 3  # a run's ending is written at once, or retried in the background
 
 
 class DeviceBusy(RuntimeError):
@@ -63,7 +69,11 @@ class DeviceLock:
         self.file = None
 
     def acquire(self, holder: str) -> bool:
-        self.file = open(self.path, "a+")
+        try:
+            self.file = open(self.path, "a+")
+        except OSError as error:
+            raise DeviceBusy(f"the device lock {self.path} cannot be opened: {error.strerror}"
+                             ) from None
         try:
             fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -91,11 +101,24 @@ class DeviceLock:
     def held(self) -> bool:
         return self.file is not None
 
+    def fileno(self) -> int:
+        return self.file.fileno()
+
     def release(self) -> None:
+        """Let go of our share. Never LOCK_UN: the run's processes share this open file (and its
+        flock) and may outlive us; the lock ends when the last descriptor on it closes."""
         if self.file is not None:
-            fcntl.flock(self.file, fcntl.LOCK_UN)
             self.file.close()
             self.file = None
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How a run ended, as its collector decided: what the store gets, and what a caller is told
+    even when the store cannot take it (a full disk)."""
+    status: str
+    error: str | None = None
+    recorded: bool = True
 
 
 @dataclass
@@ -112,7 +135,13 @@ class ActiveRun:
     t0: float
     thread: threading.Thread | None = None
     stop_requested: bool = False
+    stop_reason: str = "stopped by the user"
+    stop_at: float | None = None  # the run's clock when the stop was asked for
+    stopping: threading.Lock = field(default_factory=threading.Lock)  # one stop at a time
     done: threading.Event = field(default_factory=threading.Event)
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
 
 
 class RunManager:
@@ -120,27 +149,42 @@ class RunManager:
         self.store = store or Store()
         self.context = mp.get_context("spawn")  # never fork after torch/CUDA is loaded
         self.active: dict[int, ActiveRun] = {}
+        self.endings: dict[int, Ending] = {}  # how this manager's runs ended, recorded or not
         self._guard = threading.Lock()
         self.close_orphans()
 
     def close_orphans(self) -> list[int]:
-        """Runs still marked running whose worker is gone (the server or CLI that ran them
-        ended first) become failed, keeping what they recorded; so do such sweeps. Returns the
-        runs' ids."""
+        """Runs still marked running whose processes are gone (the server or CLI that ran them
+        was killed or stopped first) become failed, keeping what they recorded; so do such
+        sweeps. Returns the runs' ids. A store that cannot be written now (a full disk) is left
+        as it is: the next manager tries again."""
         closed = []
-        for run in self.store.runs():
+        try:
+            runs = self.store.runs()
+        except sqlite3.Error:
+            return closed
+        for run in runs:
             if run.status != "running" or run.id in self.active:
                 continue
             if _alive(run.worker_pid):
                 continue  # another process on this machine is running it
-            self.store.close_phases(run.id, self.store.last_time(run.id))
-            self.store.finish(run.id, "failed", "the process that ran it ended before the run "
-                              "finished (the dashboard or CLI was stopped)")
+            self.store.free_reserve(run.id)
+            try:
+                self.store.close_phases(run.id, self.store.last_time(run.id))
+                self.store.finish(run.id, "failed", "its processes ended before the run finished:"
+                                  " the CLI or dashboard that ran it was killed or stopped; what"
+                                  " it recorded is kept")
+            except sqlite3.Error:
+                continue
             closed.append(run.id)
-        for sweep in self.store.sweeps():
-            if sweep.status == "running" and not _alive(sweep.pid):
-                self.store.update_sweep(sweep.id, status="failed", ended_at=time.time(),
-                                        error="the process that ran it ended before the sweep did")
+        try:
+            for sweep in self.store.sweeps():
+                if sweep.status == "running" and not _alive(sweep.pid):
+                    self.store.update_sweep(sweep.id, status="failed", ended_at=time.time(),
+                                            error="the process that ran it ended before the sweep"
+                                                  " did")
+        except sqlite3.Error:
+            pass
         return closed
 
     # --- reserving a device (sweeps) ---
@@ -164,7 +208,8 @@ class RunManager:
               dwell: float | None = None, reservation: DeviceLock | None = None) -> int:
         """Validate, take the device (or use the `reservation` a sweep holds), record the run
         and start its processes; the run's id. Nothing starts when the options are wrong
-        (InvalidOptions) or the device is taken (DeviceBusy)."""
+        (InvalidOptions), the device is taken (DeviceBusy) or the store cannot take the run
+        (StoreError)."""
         info = machine()
         errors = validate(options, info.gpu_count)
         if errors:
@@ -185,8 +230,13 @@ class RunManager:
             environment.update(gpu_name=device.name, gpu_total=device.total, gpu_uuid=device.uuid)
         else:
             environment.update(gpu_name=None, ram_total=info.ram_total, why_no_gpu=info.why_no_gpu)
-        run_id = self.store.create_run(options.to_dict(), info.backend, info.memory_api,
-                                       gpu_nvml, environment, name=name, sweep=sweep)
+        try:
+            run_id = self.store.create_run(options.to_dict(), info.backend, info.memory_api,
+                                           gpu_nvml, environment, name=name, sweep=sweep)
+        except sqlite3.Error as error:
+            if lock is not reservation:
+                lock.release()
+            raise store_error(self.store.path, error) from None
         if lock is not reservation:
             lock.describe(f"run {run_id} (pid {os.getpid()})")
         try:
@@ -207,11 +257,13 @@ class RunManager:
         worker_pid = self.context.Value("i", 0)
         t0 = time.monotonic()
         gpus = [d.nvml_index for d in info.devices]
+        # Both children hold the device lock with us and die with us (engine/lifeline.py).
         sampler_process = self.context.Process(
             target=sampler.run, name=f"anatomy-sampler-{run_id}", daemon=True,
             args=(sampler_queue, stop_sampler, info.backend, options.sample_rate, t0, gpus,
-                  worker_pid))
-        start_clean(sampler_process)
+                  worker_pid, Lifeline("anatomy-sampler", lock.fileno(),
+                                       death_signal=signal.SIGTERM)))
+        launch(sampler_process)
         if dwell is None:
             dwell = max(0.1, 5.0 / options.sample_rate)
         cuda_device = None
@@ -221,91 +273,211 @@ class RunManager:
             cuda_device = device.uuid or str(device.nvml_index)
         worker_process = self.context.Process(
             target=worker.main, name=f"anatomy-worker-{run_id}",
-            args=(worker_queue, options.to_dict(), t0, cuda_device, dwell))
-        start_clean(worker_process)
+            args=(worker_queue, options.to_dict(), t0, cuda_device, dwell,
+                  Lifeline("anatomy-worker", lock.fileno(), own_group=True)))
+        try:
+            launch(worker_process)
+        except BaseException:
+            sampler_process.kill()
+            raise
         worker_pid.value = worker_process.pid
-        self.store.update_run(run_id, worker_pid=worker_process.pid)
         active = ActiveRun(run_id, worker_process, sampler_process, stop_sampler, lock, owns_lock,
                            sampler_queue, worker_queue, worker_pid, t0)
         active.thread = threading.Thread(target=self._collect, args=(active,),
                                          name=f"anatomy-collector-{run_id}", daemon=True)
         with self._guard:
             self.active[run_id] = active
+        self.store.reserve(run_id)
+        try:
+            self.store.update_run(run_id, worker_pid=worker_process.pid)
+        except sqlite3.Error:
+            pass  # the collector meets the same store and ends the run, saying why
         active.thread.start()
         return active
 
     # --- collecting ---
     def _collect(self, active: ActiveRun) -> None:
-        run_id = active.run_id
-        collector = Collector(self.store, run_id)
-        worker_ended_at = None
+        """Drain both queues into the store until the run is over, watching both processes; then
+        decide and record how it ended. Whatever stops the collector (a full disk, a store that
+        fails) stops the run's processes too, and the reason is recorded when the store can take
+        it."""
+        outcome = Outcome()
         try:
-            while collector.outcome.samples_sent is None:
-                try:
-                    collector.handle(active.sampler_queue.get(timeout=FLUSH_SECONDS / 2))
-                except queue_module.Empty:
-                    pass
-                collector.drain(active.worker_queue)
-                collector.flush_when_due()
-                now = time.monotonic()
-                if worker_ended_at is None and not active.worker.is_alive():
-                    worker_ended_at = now
-                if worker_ended_at is not None and now - worker_ended_at >= TAIL_SECONDS:
-                    active.stop_sampler.set()
-                    if not active.sampler.is_alive() and active.sampler_queue.empty():
-                        break  # the sampler died without its last word: keep what came
-                    if now - worker_ended_at > SAMPLER_TIMEOUT_SECONDS:
-                        active.sampler.kill()  # hung: keep what came; samples_sent stays unknown
-            collector.drain(active.worker_queue)
-            collector.flush()
-            active.sampler.join(timeout=5)
-            self._finish(active, collector, (worker_ended_at or time.monotonic()) - active.t0)
+            self._follow(active, outcome)
+            ending = self._ending(active, outcome)
+        except Exception as error:  # noqa: BLE001 - the run must end, and say why, whatever it was
+            self.store.free_reserve(active.run_id)  # room to record it, if the disk is full
+            self._end_processes(active)
+            if isinstance(error, sqlite3.Error):
+                problem = why(error)
+            else:
+                problem = f"{type(error).__name__}: {error}"
+            ending = Ending("failed", f"the store {self.store.path} could not be written"
+                            f" ({problem}); the run was stopped at {active.now():.1f} s and what"
+                            " was written before is kept")
+        outcome.phases_end = active.stop_at if active.stop_at is not None else outcome.worker_seen
+        try:
+            self._record(active.run_id, outcome, ending)
+            self.store.free_reserve(active.run_id)
         finally:
             if active.owns_lock:
                 active.lock.release()
             with self._guard:
-                self.active.pop(run_id, None)
+                self.active.pop(active.run_id, None)
             active.done.set()
 
-    def _finish(self, active: ActiveRun, collector: Collector, worker_ended: float) -> None:
-        run_id = active.run_id
-        outcome = collector.outcome
+    def _follow(self, active: ActiveRun, outcome: Outcome) -> None:
+        collector = Collector(self.store, active.run_id, outcome)
+        handle = collector.handle
+        sampler_over_at = None
+
+        while True:
+            try:
+                handle(active.sampler_queue.get(timeout=FLUSH_SECONDS / 2))
+            except queue_module.Empty:
+                pass
+            collector.drain(active.sampler_queue)  # all of it: a loaded machine must not lag
+            collector.drain(active.worker_queue)
+            collector.flush_when_due()
+            now = time.monotonic()
+            if outcome.worker_ended is None:
+                if active.worker.is_alive():
+                    outcome.worker_seen = active.now()
+                else:
+                    outcome.worker_ended = active.now()
+            sampler_over = outcome.samples_sent is not None or (
+                not active.sampler.is_alive() and active.sampler_queue.empty())
+            if sampler_over and sampler_over_at is None:
+                sampler_over_at = now
+            if outcome.worker_ended is None:
+                # Training goes on without its sampler: unless a stop is on its way, the run is
+                # stopped here rather than completed with a hole in its samples.
+                if (sampler_over_at is not None and not active.stop_requested
+                        and now - sampler_over_at >= SAMPLER_GRACE_SECONDS):
+                    outcome.sampler_lost = self._sampler_lost(active, outcome, sampler_over_at)
+                    self._end_processes(active)
+                continue
+            if outcome.samples_sent is not None:
+                break
+            since_worker = active.now() - outcome.worker_ended
+            if since_worker >= TAIL_SECONDS:
+                active.stop_sampler.set()
+                if sampler_over:
+                    break  # the sampler died without its last word: keep what came
+                if since_worker > SAMPLER_TIMEOUT_SECONDS:
+                    active.sampler.kill()  # hung: keep what came; samples_sent stays unknown
+        collector.drain(active.worker_queue)
+        collector.flush()
+        active.sampler.join(timeout=5)
         active.worker.join(timeout=5)
+
+    def _sampler_lost(self, active: ActiveRun, outcome: Outcome, over_at: float) -> str:
+        when = over_at - active.t0
+        if outcome.sampler_ended_by is not None:
+            what = f"stopped ({outcome.sampler_ended_by})"
+        else:
+            what = _death(active.sampler.exitcode, "died")
+        return (f"the memory sampler {what} at {when:.1f} s while training went on: the run was"
+                " stopped there, so its samples have no hole; what was recorded until then is"
+                " kept")
+
+    def _ending(self, active: ActiveRun, outcome: Outcome) -> Ending:
         code = active.worker.exitcode
-        # A worker killed mid-phase said nothing: its phase ends when the process was seen gone.
-        self.store.close_phases(run_id, worker_ended)
+        if active.stop_requested:
+            return Ending("stopped", active.stop_reason)
+        if outcome.sampler_lost is not None:
+            return Ending("failed", outcome.sampler_lost)
+        if outcome.failure is not None:
+            return Ending(outcome.failure.status, outcome.failure.text)
+        if code == 0 and outcome.summary is not None:
+            return Ending("completed")
+        return Ending("failed", f"the training worker {_death(code, 'ended')} before it finished"
+                      " (killed or crashed)")
+
+    def _record(self, run_id: int, outcome: Outcome, ending: Ending) -> None:
+        """Write the ending now, or keep it and retry in the background (the disk may free up)."""
+        for attempt in range(RECORD_TRIES):
+            try:
+                self._write_ending(run_id, outcome, ending)
+                self.endings[run_id] = ending
+                return
+            except sqlite3.Error:
+                time.sleep(0.3 * (attempt + 1))
+        self.endings[run_id] = Ending(ending.status, ending.error, recorded=False)
+        threading.Thread(target=self._record_later, args=(run_id, outcome, ending),
+                         name=f"anatomy-record-{run_id}", daemon=True).start()
+
+    def _record_later(self, run_id: int, outcome: Outcome, ending: Ending) -> None:
+        while True:
+            time.sleep(2.0)
+            try:
+                self._write_ending(run_id, outcome, ending)
+            except sqlite3.Error:
+                continue
+            self.endings[run_id] = ending
+            return
+
+    def _write_ending(self, run_id: int, outcome: Outcome, ending: Ending) -> None:
+        self.store.close_phases(run_id, outcome.phases_end)
         values: dict = {"samples_sent": outcome.samples_sent}
-        summary = collector.summary_values()
+        summary = outcome.summary_values()
         if summary:
             values["summary"] = summary
         self.store.update_run(run_id, **values)
-        if active.stop_requested:
-            self.store.finish(run_id, "stopped", "stopped by the user")
-        elif outcome.failure is not None:
-            self.store.finish(run_id, outcome.failure.status, outcome.failure.text)
-        elif code == 0 and outcome.summary is not None:
-            self.store.finish(run_id, "completed")
-        else:
-            self.store.finish(run_id, "failed", f"the training worker ended with exit code {code}"
-                              " before it finished (killed or crashed)")
+        self.store.finish(run_id, ending.status, ending.error)
+
+    def _end_processes(self, active: ActiveRun) -> None:
+        """The worker's whole group, then the sampler (its count no longer matters)."""
+        with active.stopping:
+            terminate_tree(active.worker)
+        active.stop_sampler.set()
+        active.sampler.join(TAIL_SECONDS + 1)
+        if active.sampler.is_alive():
+            active.sampler.kill()
+            active.sampler.join(2)
 
     # --- waiting and stopping ---
     def wait(self, run_id: int, timeout: float | None = None) -> str:
         active = self.active.get(run_id)
         if active is not None:
             active.done.wait(timeout)
+        ending = self.endings.get(run_id)
+        if ending is not None and not ending.recorded:
+            return ending.status  # the store could not take it (yet)
         return self.store.run(run_id).status
+
+    def ending(self, run_id: int) -> Ending | None:
+        """How this manager's run ended (None while it runs, or if another process ran it)."""
+        return self.endings.get(run_id)
 
     def is_active(self, run_id: int) -> bool:
         return run_id in self.active
 
-    def stop(self, run_id: int) -> bool:
-        """End the worker's whole process tree: SIGTERM, then SIGKILL after a grace period."""
+    def stopping(self, run_id: int) -> bool:
+        """Stop was asked for this run, and it has not ended yet."""
+        active = self.active.get(run_id)
+        return active is not None and active.stop_requested
+
+    def request_stop(self, run_id: int, reason: str = "stopped by the user") -> bool:
+        """Mark the run as stopping, at once (safe in a signal handler): whatever ends its
+        processes from now on, it ends "stopped", and its phases end here. `stop` does the
+        stopping."""
         active = self.active.get(run_id)
         if active is None:
             return False
-        active.stop_requested = True
-        terminate_tree(active.worker)
+        if not active.stop_requested:
+            active.stop_at = active.now()
+            active.stop_reason = reason
+            active.stop_requested = True
+        return True
+
+    def stop(self, run_id: int, reason: str = "stopped by the user") -> bool:
+        """End the worker's whole process tree: SIGTERM, then SIGKILL after a grace period."""
+        active = self.active.get(run_id)
+        if not self.request_stop(run_id, reason):
+            return False
+        with active.stopping:
+            terminate_tree(active.worker)
         active.done.wait(STOP_GRACE_SECONDS + 5)
         return True
 
@@ -328,25 +500,16 @@ def live_run(store: Store, manager: RunManager) -> RunRow | None:
     return run if run is not None and is_live(run, manager) else None
 
 
-_MAIN_SWAP = threading.Lock()
-
-
-def start_clean(process: mp.Process) -> None:
-    """Start a spawned process without re-importing the caller's main module in it.
-
-    Spawn re-runs the parent's `__main__` in every child (as `__mp_main__`): a script without an
-    `if __name__ == "__main__":` guard would start runs from inside its own worker, and under
-    `python -m streamlit` every child imports Streamlit first (+40 MB of RSS in a CPU baseline,
-    seconds of start-up). Our targets live in importable modules and need none of it, so the
-    main module is hidden while the child's preparation data is written.
-    """
-    with _MAIN_SWAP:
-        main = sys.modules["__main__"]
-        sys.modules["__main__"] = types.ModuleType("__main__")
+def _death(code: int | None, verb: str) -> str:
+    """How a process ended, in words: "was killed by SIGKILL", "ended with exit code 9"."""
+    if code is None:
+        return "did not end"
+    if code < 0:
         try:
-            process.start()
-        finally:
-            sys.modules["__main__"] = main
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"{verb} with exit code {code}"
 
 
 def _alive(pid: int | None) -> bool:
@@ -358,25 +521,30 @@ def _alive(pid: int | None) -> bool:
         return False
 
 
+
 def terminate_tree(process: mp.Process, grace: float = STOP_GRACE_SECONDS) -> None:
-    """SIGTERM the process and its descendants, SIGKILL what is left after `grace` seconds.
+    """SIGTERM the process's group (it leads one: the worker) and every descendant, SIGKILL what
+    is left after `grace` seconds.
 
     The root is waited for through multiprocessing, not psutil: psutil would reap it, and
     multiprocessing would then never learn that it ended.
     """
+    if process.pid is None:
+        return
     try:
         descendants = psutil.Process(process.pid).children(recursive=True)
     except psutil.Error:
         descendants = []
-    for child in descendants:
+    if process.exitcode is None:
+        signal_group(process.pid, signal.SIGTERM)
+    for child in descendants:  # those that left its group too
         try:
             child.terminate()
         except psutil.Error:
             pass
-    process.terminate()
     process.join(grace)
-    if process.is_alive():
-        process.kill()
+    if process.exitcode is None:
+        signal_group(process.pid, signal.SIGKILL)
         process.join(2)
     _, alive = psutil.wait_procs(descendants, timeout=0.5)
     for child in alive:

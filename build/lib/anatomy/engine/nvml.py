@@ -165,3 +165,58 @@ def cuda_driver_version() -> str | None:
         return None
     value = _optional(_lib.nvmlSystemGetCudaDriverVersion)
     return None if value is None else f"{value // 1000}.{value % 1000 // 10}"
+
+
+# --- what nvitop shows beside memory (the live device panel, read a few times a second) ---
+
+@dataclass(frozen=True)
+class ProcessUse:
+    """A process with a context on a GPU: its pid and the GPU memory the driver charges to it."""
+    pid: int
+    used: int | None  # bytes; None where the driver does not say (Windows WDDM, some containers)
+
+
+def _milliwatts(call, index: int) -> float | None:
+    if not init():
+        return None
+    value = _optional(lambda: call(_handle(index)))
+    return None if value is None else value / 1000
+
+
+def power(index: int) -> float | None:
+    """Power draw of GPU `index` in watts, or None where not supported."""
+    return _milliwatts(lambda handle: _lib.nvmlDeviceGetPowerUsage(handle), index)
+
+
+def power_limit(index: int) -> float | None:
+    """The power limit the driver enforces on GPU `index`, in watts, or None."""
+    return _milliwatts(lambda handle: _lib.nvmlDeviceGetEnforcedPowerLimit(handle), index)
+
+
+def temperature(index: int) -> int | None:
+    """The GPU die's temperature in °C, or None where not supported."""
+    if not init():
+        return None
+    value = _optional(lambda: _lib.nvmlDeviceGetTemperature(_handle(index),
+                                                            _lib.NVML_TEMPERATURE_GPU))
+    return None if value is None else int(value)
+
+
+def processes(index: int) -> list[ProcessUse] | None:
+    """Every process with a compute or graphics context on GPU `index` (each once), with its
+    memory: this run's and anyone else's. None where the driver does not list them."""
+    if not init():
+        return None
+    found: dict[int, ProcessUse] = {}
+    listed = False
+    for call in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+        rows = _optional(lambda name=call: getattr(_lib, name)(_handle(index)))
+        if rows is None:
+            continue
+        listed = True
+        for row in rows:
+            used = getattr(row, "usedGpuMemory", None)
+            known = found.get(int(row.pid))
+            total = None if used is None else int(used) + ((known.used or 0) if known else 0)
+            found[int(row.pid)] = ProcessUse(int(row.pid), total)
+    return list(found.values()) if listed else None

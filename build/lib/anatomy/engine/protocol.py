@@ -12,9 +12,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from anatomy.store import Message, PhaseMark, Sample, Step
+from anatomy.store import GpuProcess, GpuStatus, HostStatus, Message, PhaseMark, Sample, Step
 
-__all__ = ["SAMPLER", "ComponentsMeasured", "Described", "Environment", "Failure", "Message", "Note",
+__all__ = ["SAMPLER", "ComponentsMeasured", "Described", "DeviceStatus", "Environment",
+           "Failure", "GpuProcess", "GpuStatus", "HostStatus", "Message", "Note",
            "OperationsProfiled", "Phase", "PhaseMark", "Sample", "SamplerDone", "Samples", "Source",
            "Step", "StepReport", "TrainingSummary"]
 
@@ -41,10 +42,23 @@ class Samples:
 
 
 @dataclass(frozen=True)
+class DeviceStatus:
+    """The device panel's reading, a few times a second: the host's CPU and RAM, each GPU's
+    utilisation, power and temperature, and every process on a GPU (not only this run's)."""
+
+    host: HostStatus
+    gpus: list[GpuStatus]
+    processes: list[GpuProcess]
+    source: Source = SAMPLER
+
+
+@dataclass(frozen=True)
 class SamplerDone:
-    """The sampler's last word: how many samples it sent, so the store can prove it lost none."""
+    """The sampler's last word: how many samples it sent, so the store can prove it lost none;
+    and what ended it when the manager did not ("SIGTERM", "an error: …"), else None."""
 
     sent: int
+    ended_by: str | None = None
     source: Source = SAMPLER
 
 

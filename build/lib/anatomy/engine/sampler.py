@@ -4,21 +4,40 @@
 It starts before the worker, so the baseline is measured, and stops after it, so the end is too.
 Samples go out in batches (`protocol.Samples`); the last message is `protocol.SamplerDone` with
 the count sent, so the store can prove it lost nothing.
+
+As a process it ignores Ctrl-C and hang-ups (the CLI decides what they mean: a Stop); SIGTERM
+ends it cleanly, count sent, unless its parent is gone — then nobody reads it, and it kills the
+worker's process group before it goes (engine/lifeline.py).
+
+Every STATUS_SECONDS it also reads what nvitop shows (`protocol.DeviceStatus`): a few NVML and
+/proc calls, far slower than memory.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
+import traceback
 from collections.abc import Sequence
 
 from anatomy.engine import nvml
-from anatomy.engine.protocol import Sample, SamplerDone, Samples
+from anatomy.engine.lifeline import Lifeline, signal_group
+from anatomy.engine.protocol import (
+    DeviceStatus,
+    GpuProcess,
+    GpuStatus,
+    HostStatus,
+    Sample,
+    SamplerDone,
+    Samples,
+)
 
 BATCH_SECONDS = 0.05
 UTIL_SECONDS = 0.1  # NVML's utilisation counter itself only changes every ~1/6 s
 TREE_SECONDS = 0.1
+STATUS_SECONDS = 0.5  # the device panel: nvitop's own refresh is 2 s; a live chart wants more
 
 
 class _ProcessTree:
@@ -48,10 +67,14 @@ class _ProcessTree:
         total = 0
         for process in self.members:
             try:
-                total += process.memory_info().rss
+                rss = process.memory_info().rss
             except psutil.Error:
-                if process is self.root:
-                    return None  # the worker is gone: nothing of it to measure
+                rss = 0
+            if process is self.root and rss == 0:
+                # The worker is gone, or a zombie (whose RSS reads 0): nothing of it to measure.
+                # Its last phase keeps the last real figure instead of a 0 MB that never was.
+                return None
+            total += rss
         return total
 
 
@@ -94,33 +117,102 @@ class Reader:
         return [] if rss is None else [Sample(t, 0, rss, None, self._ram_total, None)]
 
 
-def run(queue, stop, backend: str, rate: float, t0: float, gpus: Sequence[int] = (0,),
-        worker_pid=None) -> None:
-    """Process target: sample the devices `gpus` (NVML indices) at `rate` Hz until `stop` is set."""
-    # Ctrl-C at a terminal reaches the whole process group; the sampler stops when its run says
-    # so (`stop`), after the end has been measured, and then sends its count.
+class StatusReader:
+    """The device panel's readings: the host's CPU and RAM, and on a GPU machine each GPU's
+    utilisation, power and temperature and the processes on it, named by psutil."""
+
+    def __init__(self, backend: str, gpus: Sequence[int] = (0,)):
+        import psutil
+
+        self.psutil = psutil
+        self.gpus = list(gpus) if backend == "nvml" else []
+        self.names: dict[int, str | None] = {}
+        self.read_at = float("-inf")
+        psutil.cpu_percent(None)  # the first call starts the interval the next one measures
+
+    def due(self, t: float) -> bool:
+        return t - self.read_at >= STATUS_SECONDS
+
+    def _name(self, pid: int) -> str | None:
+        if pid not in self.names:
+            try:
+                self.names[pid] = self.psutil.Process(pid).name()
+            except self.psutil.Error:
+                self.names[pid] = None  # another container's, or already gone
+        return self.names[pid]
+
+    def read(self, t: float) -> DeviceStatus:
+        self.read_at = t
+        ram = self.psutil.virtual_memory()
+        host = HostStatus(t, self.psutil.cpu_percent(None), ram.total - ram.available, ram.total)
+        gpus, processes = [], []
+        for gpu in self.gpus:
+            gpus.append(GpuStatus(t, gpu, nvml.utilization(gpu), nvml.power(gpu),
+                                  nvml.power_limit(gpu), nvml.temperature(gpu)))
+            processes += [GpuProcess(t, gpu, p.pid, self._name(p.pid), p.used)
+                          for p in nvml.processes(gpu) or ()]
+        return DeviceStatus(host, gpus, processes)
+
+
+def _as_process(lifeline: Lifeline, worker_pid) -> threading.Event:
+    """The sampler's own signals, once it is a process of its own; the event is set by a SIGTERM
+    (a stop from outside: finish as if told)."""
+    signalled = threading.Event()
+
+    def on_term(signum, frame):
+        if lifeline.parent_gone():  # the manager died: the worker's group goes with it
+            if worker_pid is not None and worker_pid.value:
+                signal_group(worker_pid.value, signal.SIGKILL)
+            os._exit(0)
+        signalled.set()
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    reader = Reader(backend, gpus, worker_pid)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, on_term)
+    lifeline.attach()
+    return signalled
+
+
+def run(queue, stop, backend: str, rate: float, t0: float, gpus: Sequence[int] = (0,),
+        worker_pid=None, lifeline: Lifeline | None = None) -> None:
+    """Process target: sample the devices `gpus` (NVML indices) at `rate` Hz until `stop` is set.
+    `lifeline` is given when it runs as a process of its own (tests run it in a thread)."""
+    signalled = _as_process(lifeline, worker_pid) if lifeline is not None else None
     period = 1.0 / rate
     batch: list[Sample] = []
     sent = 0
-    flushed_at = time.monotonic()
-    next_tick = flushed_at
-    while True:
-        stopping = stop.is_set()
-        now = time.monotonic()
-        batch.extend(reader.read(now - t0))
-        if batch and (stopping or now - flushed_at >= BATCH_SECONDS):
+    ended_by = None
+    try:
+        reader = Reader(backend, gpus, worker_pid)
+        status = StatusReader(backend, gpus)
+        flushed_at = time.monotonic()
+        next_tick = flushed_at
+        while True:
+            if signalled is not None and signalled.is_set():
+                ended_by = "SIGTERM"
+            stopping = stop.is_set() or ended_by is not None
+            now = time.monotonic()
+            batch.extend(reader.read(now - t0))
+            if status.due(now - t0):
+                queue.put(status.read(now - t0))
+            if batch and (stopping or now - flushed_at >= BATCH_SECONDS):
+                queue.put(Samples(batch))
+                sent += len(batch)
+                batch = []
+                flushed_at = now
+            if stopping:
+                break
+            if lifeline is not None and lifeline.parent_gone():  # where no signal says so
+                os.kill(os.getpid(), signal.SIGTERM)
+            next_tick += period
+            delay = next_tick - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            elif delay < -10 * period:
+                next_tick = time.monotonic()  # fell far behind (a stalled machine): don't burst
+    except Exception:  # noqa: BLE001 - the collector is told why the samples stop here
+        ended_by = "an error: " + traceback.format_exc(limit=3).strip().splitlines()[-1]
+        if batch:  # what was read before it is kept
             queue.put(Samples(batch))
             sent += len(batch)
-            batch = []
-            flushed_at = now
-        if stopping:
-            break
-        next_tick += period
-        delay = next_tick - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-        elif delay < -10 * period:
-            next_tick = time.monotonic()  # fell far behind (a stalled machine): don't burst
-    queue.put(SamplerDone(sent))
+    queue.put(SamplerDone(sent, ended_by))

@@ -30,11 +30,12 @@ from typing import TextIO
 from anatomy.analysis.machine import Device, Machine
 from anatomy.engine import attach, protocol, sampler
 from anatomy.engine.collector import FLUSH_SECONDS, Collector
-from anatomy.engine.manager import TAIL_SECONDS, start_clean, terminate_tree
-from anatomy.store import PhaseMark, Store
+from anatomy.engine.lifeline import Lifeline, launch
+from anatomy.engine.manager import TAIL_SECONDS, terminate_tree
+from anatomy.store import PROCESS, PhaseMark, Store
 from anatomy.units import mib
 
-PROCESS_PHASE = "process"  # the one phase of a command that marks none
+READY = "sampling"  # told to each process that connects, once the sampler measures it
 STOP_GRACE_SECONDS = 10.0  # after Ctrl-C the command may save and exit on its own
 PROGRESS_SECONDS = 1.0
 OOM_WORDS = ("out of memory", "outofmemoryerror")
@@ -92,6 +93,7 @@ class Watch:
         self.events: queue_module.Queue = queue_module.Queue()
         self.marked_phases = False
         self.interrupted = False
+        self.sampling = threading.Event()  # the sampler has measured the command
         self.run_id: int | None = None
         self._ended: list[PhaseMark] = []  # phase ends not printed yet
         self._shown_step: int | None = None
@@ -115,6 +117,13 @@ class Watch:
 
     def _receive(self, connection) -> None:
         with connection:
+            # A process that records itself marks its baseline first thing: it waits until the
+            # sampler has measured it once (attach._WatchLink), so that phase has a reading.
+            self.sampling.wait(attach.FIRST_SAMPLE_TIMEOUT)
+            try:
+                connection.send(READY)
+            except OSError:
+                return
             while True:
                 try:
                     self.events.put(connection.recv())
@@ -160,8 +169,9 @@ class Watch:
         sampler_process = self.context.Process(
             target=sampler.run, name=f"anatomy-sampler-{run_id}", daemon=True,
             args=(samples, stop_sampler, info.backend, self.sample_rate, t0,
-                  [d.nvml_index for d in devices], child_pid))
-        start_clean(sampler_process)
+                  [d.nvml_index for d in devices], child_pid,
+                  Lifeline("anatomy-sampler", death_signal=signal.SIGTERM)))
+        launch(sampler_process)
         output = _Output()
         with tempfile.TemporaryDirectory(prefix="anatomy-watch-") as directory:
             listener, key = self._listen(directory)
@@ -195,8 +205,8 @@ class Watch:
             self._finish_sampling(samples, stop_sampler, sampler_process)
             listener.close()
         if not self.marked_phases:
-            self.store.write(run_id, phases=[PhaseMark("start", PROCESS_PHASE, started),
-                                             PhaseMark("end", PROCESS_PHASE, ended)])
+            self.store.write(run_id, phases=[PhaseMark("start", PROCESS, started),
+                                             PhaseMark("end", PROCESS, ended)])
         self.store.close_phases(run_id, ended)
         self._print_progress(out)
         self._record_end(run_id, code, output)
@@ -206,9 +216,13 @@ class Watch:
     def _pump(self, samples) -> None:
         collector = self.collector
         try:
-            collector.handle(samples.get(timeout=FLUSH_SECONDS / 2))
+            message = samples.get(timeout=FLUSH_SECONDS / 2)
         except queue_module.Empty:
-            pass
+            message = None
+        if message is not None:
+            collector.handle(message)
+            if isinstance(message, protocol.Samples) and message.samples:
+                self.sampling.set()
         while True:
             try:
                 message = self.events.get_nowait()
@@ -219,44 +233,47 @@ class Watch:
         collector.flush_when_due()
 
     def _follow(self, child: subprocess.Popen, samples, out: TextIO) -> int:
-        """Collect until the command exits; Ctrl-C (or SIGTERM / SIGHUP to us) stops it."""
-        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
+        """Collect until the command exits. Ctrl-C, SIGTERM or SIGHUP to us stop it: the signal
+        handler only raises a flag, so a write to the store is never cut in half (and a batch of
+        samples never written twice)."""
+        asked: list[int] = []
+        watched = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+        previous = {sig: signal.getsignal(sig) for sig in watched}
 
-        def as_interrupt(signum, frame):
-            raise KeyboardInterrupt
+        def on_signal(signum, frame):
+            asked.append(signum)
 
-        for sig in previous:
-            signal.signal(sig, as_interrupt)
+        for sig in watched:
+            signal.signal(sig, on_signal)
         shown_at = 0.0
+        stop_by = None
         try:
             while child.poll() is None:
-                try:
-                    self._pump(samples)
-                    if time.monotonic() - shown_at >= PROGRESS_SECONDS:
-                        self._print_progress(out)
-                        shown_at = time.monotonic()
-                except KeyboardInterrupt:
-                    self._stop(child, out)
+                self._pump(samples)
+                if asked and stop_by is None:
+                    stop_by = self._stop(child, asked[0], out)
+                if stop_by is not None and time.monotonic() > stop_by:
+                    terminate_tree(_Popened(child))  # it did not exit on its own: end its tree
+                if time.monotonic() - shown_at >= PROGRESS_SECONDS:
+                    self._print_progress(out)
+                    shown_at = time.monotonic()
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         return child.returncode
 
-    def _stop(self, child: subprocess.Popen, out: TextIO) -> None:
-        """The command had Ctrl-C too (one terminal, one process group) or gets SIGINT now; it
-        may exit on its own within STOP_GRACE_SECONDS, else its whole tree is ended."""
-        if self.interrupted:
-            return
+    def _stop(self, child: subprocess.Popen, signum: int, out: TextIO) -> float:
+        """Ask the command to stop; the time after which its whole tree is ended instead. At a
+        terminal Ctrl-C reached the command too (one process group); a SIGTERM or SIGHUP to us
+        is passed on as the Ctrl-C it stands for."""
         self.interrupted = True
         print("\nstopping the command…", file=out, flush=True)
-        try:
-            child.send_signal(signal.SIGINT)
-        except ProcessLookupError:
-            return
-        try:
-            child.wait(STOP_GRACE_SECONDS)
-        except subprocess.TimeoutExpired:
-            terminate_tree(_Popened(child))
+        if signum != signal.SIGINT:
+            try:
+                child.send_signal(signal.SIGINT)
+            except ProcessLookupError:
+                pass
+        return time.monotonic() + STOP_GRACE_SECONDS
 
     def _finish_sampling(self, samples, stop_sampler, sampler_process) -> None:
         deadline = time.monotonic() + TAIL_SECONDS

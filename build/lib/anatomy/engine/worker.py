@@ -13,6 +13,7 @@ import tempfile
 import time
 import traceback
 
+from anatomy.engine.lifeline import Lifeline
 from anatomy.engine.reporter import Reporter
 
 EXIT_OOM = 3
@@ -96,10 +97,13 @@ def _profile(reporter: Reporter, model, dataset, trainer, options: dict, device:
 
     steps = options["profile_steps"]
     reporter.tell("info", f"profiling {steps} training steps with torch.profiler")
+    # Marked, so that the run's peak leaves the profiler's own buffers out and the chart names them.
+    reporter.begin("profiling")
     batch = dataset[: options["batch_size"]]
     optimizer = getattr(trainer.optimizer, "optimizer", trainer.optimizer)  # unwrap accelerate's
     profile = profile_steps(model, batch, steps=steps, device=device, optimizer=optimizer,
                             precision=options["precision"])
+    reporter.end("profiling")
     reporter.operations(profile.to_dict())
 
 
@@ -150,7 +154,9 @@ def train(queue, options: dict, t0: float, use_cuda: bool, dwell: float) -> int:
         reporter.hold("weights")
 
         reporter.environment({
-            "torch": torch.__version__,
+            # str(): torch's version is a TorchVersion, and unpickling one imports torch in the
+            # collector's process (seconds of stall, hundreds of MB in the CLI or the server).
+            "torch": str(torch.__version__),
             "torch_cuda": torch.version.cuda,
             "transformers": transformers.__version__,
             "device_name": torch.cuda.get_device_name(0) if use_cuda else "CPU",
@@ -179,8 +185,12 @@ def train(queue, options: dict, t0: float, use_cuda: bool, dwell: float) -> int:
         return EXIT_OOM if oom else EXIT_FAILED
 
 
-def main(queue, options: dict, t0: float, cuda_device: str | None, dwell: float) -> None:
-    """Process target. `cuda_device` is the CUDA_VISIBLE_DEVICES entry to train on, or None."""
+def main(queue, options: dict, t0: float, cuda_device: str | None, dwell: float,
+         lifeline: Lifeline | None = None) -> None:
+    """Process target. `cuda_device` is the CUDA_VISIBLE_DEVICES entry to train on, or None;
+    `lifeline` ties it to the manager (its own process group, dies with its parent)."""
+    if lifeline is not None:
+        lifeline.attach()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the Hub is never needed: configs ship here
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if cuda_device is not None:

@@ -2,8 +2,14 @@
 
 from anatomy.store.database import (
     PHASES,
+    PROCESS,
+    PROFILING,
+    SPANS,
     STATUSES,
     STORE_ENV,
+    GpuProcess,
+    GpuStatus,
+    HostStatus,
     Message,
     PhaseMark,
     PhaseSpan,
@@ -12,9 +18,13 @@ from anatomy.store.database import (
     Sample,
     Step,
     Store,
+    StoreError,
+    StoreMissing,
     SweepRow,
     resolve_path,
 )
 
-__all__ = ["PHASES", "STATUSES", "STORE_ENV", "Message", "PhaseMark", "PhaseSpan", "RunRecord",
-           "RunRow", "Sample", "Step", "Store", "SweepRow", "resolve_path"]
+__all__ = ["PHASES", "PROCESS", "PROFILING", "SPANS", "STATUSES", "STORE_ENV", "GpuProcess", "GpuStatus",
+           "HostStatus", "Message", "PhaseMark", "PhaseSpan", "RunRecord", "RunRow", "Sample",
+           "Step", "Store", "StoreError", "StoreMissing", "SweepRow",
+           "resolve_path"]

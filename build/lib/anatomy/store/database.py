@@ -11,6 +11,7 @@ import math
 import os
 import sqlite3
 import time
+import urllib.parse
 import uuid
 from collections.abc import Sequence
 from contextlib import contextmanager
@@ -34,6 +35,11 @@ def _default_store() -> Path:
 DEFAULT_STORE = _default_store()
 
 PHASES = ("baseline", "kernel", "weights", "training")
+# A stretch marked like a phase but outside the walkthrough's four: torch.profiler's steps after
+# training. The run's peak leaves it out (the training never held that memory).
+PROFILING = "profiling"
+PROCESS = "process"  # the one phase of a watched command that marks none of its own
+SPANS = (*PHASES, PROFILING, PROCESS)
 STATUSES = ("running", "completed", "failed", "oom", "stopped")
 
 
@@ -62,6 +68,34 @@ class Message(NamedTuple):
     t: float
     level: str
     text: str
+
+
+class HostStatus(NamedTuple):
+    """The machine at one moment, as nvitop's host panel shows it."""
+    t: float
+    cpu_percent: float | None  # of all cores together, since the reading before
+    ram_used: int  # bytes: total − available
+    ram_total: int
+
+
+class GpuStatus(NamedTuple):
+    """One GPU at one moment, beside its memory (which the samples hold): None where the driver
+    does not support the figure."""
+    t: float
+    gpu: int  # NVML index
+    util: int | None  # percent of the time a kernel ran
+    power_w: float | None
+    power_limit_w: float | None
+    temperature_c: int | None
+
+
+class GpuProcess(NamedTuple):
+    """A process with a context on a GPU at one moment: this run's, or anyone else's."""
+    t: float
+    gpu: int
+    pid: int
+    name: str | None  # None: not visible from here (another container)
+    used: int | None  # bytes; None where the driver does not say
 
 
 class PhaseMark(NamedTuple):
@@ -102,6 +136,9 @@ class RunRow:
     # {"kind": "script", "script": …} for a user's script (the callback or the phase API);
     # {"kind": "watch", "command": […]} for `anatomy watch -- COMMAND`; with "host", "cwd".
     source: dict[str, Any] = field(default_factory=dict)
+    # Where an imported run came from: {"store": the exporting store's id, "host", "path", "run":
+    # its id there, "created_at"}; None for a run recorded here.
+    origin: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -149,7 +186,8 @@ CREATE TABLE IF NOT EXISTS runs (
     tags TEXT NOT NULL DEFAULT '',
     sweep TEXT,
     worker_pid INTEGER,                -- the training process (a user's script for attached runs)
-    source TEXT NOT NULL DEFAULT '{}'  -- JSON: who started it (see RunRow.source)
+    source TEXT NOT NULL DEFAULT '{}', -- JSON: who started it (RunRow.source)
+    origin TEXT                        -- JSON: where an imported run came from (RunRow.origin)
 );
 CREATE TABLE IF NOT EXISTS samples (
     run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
@@ -193,6 +231,35 @@ CREATE TABLE IF NOT EXISTS messages (
     level TEXT NOT NULL,
     text TEXT NOT NULL
 );
+-- The device panel (a few readings a second, beside the samples): the host, each GPU, and every
+-- process on a GPU.
+CREATE TABLE IF NOT EXISTS host_status (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    t REAL NOT NULL,
+    cpu_percent REAL,
+    ram_used INTEGER NOT NULL,
+    ram_total INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS host_status_run ON host_status(run_id, t);
+CREATE TABLE IF NOT EXISTS gpu_status (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    t REAL NOT NULL,
+    gpu INTEGER NOT NULL,
+    util INTEGER,
+    power_w REAL,
+    power_limit_w REAL,
+    temperature_c INTEGER
+);
+CREATE INDEX IF NOT EXISTS gpu_status_run ON gpu_status(run_id, t);
+CREATE TABLE IF NOT EXISTS gpu_processes (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    t REAL NOT NULL,
+    gpu INTEGER NOT NULL,
+    pid INTEGER NOT NULL,
+    name TEXT,
+    used INTEGER
+);
+CREATE INDEX IF NOT EXISTS gpu_processes_run ON gpu_processes(run_id, t);
 CREATE TABLE IF NOT EXISTS sweeps (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     key TEXT NOT NULL UNIQUE,   -- what runs.sweep holds: unique across stores, so a run imported
@@ -209,10 +276,25 @@ CREATE TABLE IF NOT EXISTS sweeps (
     error TEXT,
     pid INTEGER                 -- the process running it: a sweep whose process ended is over
 );
+-- The store's own facts: "id", a random name that an export carries, so an import knows which
+-- store a run came from.
+CREATE TABLE IF NOT EXISTS store_info (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
 """
+
+# Columns that make a table anatomy's: a file whose tables of these names lack them is another
+# program's (MLflow's store has a "runs" table too).
+SIGNATURES = {
+    "runs": {"id", "status", "preset", "options", "backend"},
+    "samples": {"run_id", "t", "gpu", "used"},
+    "sweeps": {"key", "base", "vary", "planned"},
+}
 
 
 BUCKET_SECONDS = 0.1
+RESERVE_BYTES = 256 * 1024  # a run's end takes a few WAL frames of 4 KiB: room for dozens
 
 
 def _insert_samples(db: sqlite3.Connection, run_id: int, samples: Sequence[Sample]) -> None:
@@ -246,8 +328,8 @@ def _merge_buckets(db: sqlite3.Connection, run_id: int, samples: Sequence[Sample
 
 
 # Columns added after the first release of the schema, as (table, column, type).
-ADDED_COLUMNS = (("sweeps", "pid", "INTEGER"),
-                 ("runs", "source", "TEXT NOT NULL DEFAULT '{}'"))
+ADDED_COLUMNS = (("sweeps", "pid", "INTEGER"), ("runs", "source", "TEXT NOT NULL DEFAULT '{}'"),
+                 ("runs", "origin", "TEXT"))
 
 
 def resolve_path(path: str | os.PathLike | None = None) -> Path:
@@ -255,28 +337,154 @@ def resolve_path(path: str | os.PathLike | None = None) -> Path:
     return Path(path or os.environ.get(STORE_ENV) or DEFAULT_STORE)
 
 
+class StoreError(RuntimeError):
+    """The store cannot be used: one line that names its path and the reason. `full` when the
+    disk (or the store's size limit) is full."""
+
+    def __init__(self, path: Path, reason: str, full: bool = False):
+        super().__init__(f"{path}: {reason}")
+        self.path, self.reason, self.full = path, reason, full
+
+
+class StoreMissing(StoreError):
+    """A read-only open of a store that does not exist (yet): nothing recorded there."""
+
+
+def why(error: sqlite3.Error) -> str:
+    """SQLite's error in words a user acts on."""
+    name = getattr(error, "sqlite_errorname", "") or ""
+    if name == "SQLITE_FULL":
+        return f"the disk is full (SQLite: {error})"
+    if name.startswith("SQLITE_READONLY"):
+        return f"it cannot be written: the file or its directory is read-only ({error})"
+    if name.startswith("SQLITE_CANTOPEN"):
+        return f"it cannot be opened: check that it is a file in a writable directory ({error})"
+    if name == "SQLITE_NOTADB":
+        return "it is not an SQLite database (another kind of file?)"
+    if name.startswith("SQLITE_CORRUPT"):
+        return f"the file is corrupt ({error})"
+    if name.startswith("SQLITE_BUSY") or name.startswith("SQLITE_LOCKED"):
+        return f"another process holds it locked ({error})"
+    return str(error)
+
+
+def store_error(path: Path, error: sqlite3.Error) -> StoreError:
+    return StoreError(path, why(error), full=getattr(error, "sqlite_errorname", "") == "SQLITE_FULL")
+
+
 class Store:
-    def __init__(self, path: str | os.PathLike | None = None):
+    """A run store. `read_only` opens it without writing anything (no schema, no journal mode),
+    as `runs`, `show` and `export` do: a store on read-only media lists, and another program's
+    SQLite file stays as it was. StoreError (one line: the path and why) when the file cannot be
+    opened or is not anatomy's; StoreMissing for a read-only open of a file that does not exist."""
+
+    def __init__(self, path: str | os.PathLike | None = None, read_only: bool = False):
         self.path = resolve_path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.connect() as db:
-            db.executescript(SCHEMA)
-            for table, column, kind in ADDED_COLUMNS:  # files written before the column existed
-                if column not in {r["name"] for r in db.execute(f"PRAGMA table_info({table})")}:
-                    db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+        self.read_only = read_only
+        self._immutable = False  # read-only media: SQLite cannot make the WAL's index beside it
+        if self.path.is_dir():
+            raise StoreError(self.path, "it is a directory, not a store file")
+        if read_only:
+            if not self.path.exists():
+                raise StoreMissing(self.path, "no store there yet")
+            self._open_read_only()
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise StoreError(self.path, f"its directory cannot be made: {error.strerror}") from None
+        try:
+            check = sqlite3.connect(self.path, timeout=30)  # before any pragma changes the file
+            try:
+                self._check(check)
+            finally:
+                check.close()
+            with self.connect() as db:
+                db.executescript(SCHEMA)
+                columns = {}
+                for table, column, kind in ADDED_COLUMNS:  # files written before the column existed
+                    known = columns.setdefault(table, {r["name"] for r in
+                                                       db.execute(f"PRAGMA table_info({table})")})
+                    if column not in known:
+                        db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+                db.execute("INSERT OR IGNORE INTO store_info VALUES ('id', ?)", (uuid.uuid4().hex,))
+        except sqlite3.Error as error:
+            raise store_error(self.path, error) from None
+
+    def _open_read_only(self) -> None:
+        try:
+            with self.connect() as db:
+                if not self._check(db):  # an empty file, or one whose schema is being written
+                    raise StoreMissing(self.path, "no store there yet (the file holds no table)")
+        except sqlite3.OperationalError as error:
+            if getattr(error, "sqlite_errorname", "") != "SQLITE_CANTOPEN" or self._immutable:
+                raise store_error(self.path, error) from None
+            # A WAL store on read-only media: readable only as immutable (nothing can write it)
+            self._immutable = True
+            self._open_read_only()
+        except sqlite3.Error as error:
+            raise store_error(self.path, error) from None
+
+    def _check(self, db: sqlite3.Connection) -> list[str]:
+        """Refuse another program's database: anatomy's has no tables yet, or ours by name and
+        columns. Its tables."""
+        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'"
+                                           " AND name NOT LIKE 'sqlite_%'")]
+        ours = [t for t in tables if t in SIGNATURES]
+        foreign = [t for t in ours if not SIGNATURES[t] <=
+                   {r[1] for r in db.execute(f"PRAGMA table_info({t})")}]
+        if (tables and not ours) or foreign:
+            shown = ", ".join(tables[:5]) + (", …" if len(tables) > 5 else "")
+            raise StoreError(self.path, f"it is not an anatomy store: it holds another program's"
+                             f" tables ({shown})")
+        return tables
 
     @contextmanager
     def connect(self):
-        db = sqlite3.connect(self.path, timeout=30)
+        if self.read_only:
+            uri = "file:" + urllib.parse.quote(str(self.path.absolute())) + "?mode=ro"
+            db = sqlite3.connect(uri + ("&immutable=1" if self._immutable else ""), uri=True,
+                                 timeout=30)
+        else:
+            db = sqlite3.connect(self.path, timeout=30)
         db.row_factory = sqlite3.Row
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA foreign_keys=ON")
-        db.execute("PRAGMA synchronous=NORMAL")
         try:
+            if not self.read_only:
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("PRAGMA foreign_keys=ON")
             with db:
                 yield db
         finally:
             db.close()
+
+    # --- room to record a run's end on a full disk ---
+    def _reserve_path(self, run_id: int) -> Path:
+        return self.path.with_name(f"{self.path.name}-reserve-{run_id}")
+
+    def reserve(self, run_id: int) -> None:
+        """Hold RESERVE_BYTES beside the store while the run lasts: if the disk fills, freeing
+        them leaves room to record how the run ended. Without room for it, nothing is held."""
+        try:
+            with open(self._reserve_path(run_id), "wb", buffering=0) as out:
+                out.write(os.urandom(RESERVE_BYTES))  # random: a compressing file system keeps it
+        except OSError:
+            self.free_reserve(run_id)
+
+    def free_reserve(self, run_id: int) -> None:
+        try:
+            self._reserve_path(run_id).unlink(missing_ok=True)
+        except OSError:
+            pass
+
+    def identity(self) -> str | None:
+        """The store's random id (None for a read-only store written before ids existed)."""
+        with self.connect() as db:
+            try:
+                row = db.execute("SELECT value FROM store_info WHERE key = 'id'").fetchone()
+            except sqlite3.OperationalError:
+                return None
+        return None if row is None else row[0]
 
     # --- writing (the collector, or the manager before a run starts) ---
     def create_run(self, options: dict, backend: str, memory_api: str | None, gpu: int,
@@ -310,9 +518,17 @@ class Store:
         self.update_run(run_id, status=status, error=error, ended_at=time.time())
 
     def write(self, run_id: int, samples: Sequence[Sample] = (), phases: Sequence[PhaseMark] = (),
-              steps: Sequence[Step] = (), messages: Sequence[Message] = ()) -> None:
+              steps: Sequence[Step] = (), messages: Sequence[Message] = (),
+              hosts: Sequence[HostStatus] = (), gpus: Sequence[GpuStatus] = (),
+              processes: Sequence[GpuProcess] = ()) -> None:
         """One transaction for a batch of rows; `phases` are marks in arrival order."""
         with self.connect() as db:
+            for table, rows in (("host_status", hosts), ("gpu_status", gpus),
+                                ("gpu_processes", processes)):
+                if rows:
+                    marks = ", ".join("?" * (len(rows[0]) + 1))
+                    db.executemany(f"INSERT INTO {table} VALUES ({marks})",
+                                   [(run_id, *r) for r in rows])
             if samples:
                 _insert_samples(db, run_id, samples)
             for mark in phases:
@@ -359,11 +575,13 @@ class Store:
                 cursor = db.execute(
                     "INSERT INTO runs (name, created_at, ended_at, status, preset, options,"
                     " environment, backend, memory_api, gpu, summary, error, samples_sent, tags,"
-                    " sweep, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " sweep, source, origin) VALUES"
+                    " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (run.name, run.created_at, run.ended_at, run.status, run.preset,
                      json.dumps(run.options), json.dumps(run.environment), run.backend,
                      run.memory_api, run.gpu, json.dumps(run.summary), run.error, run.samples_sent,
-                     ",".join(run.tags), run.sweep, json.dumps(run.source)))
+                     ",".join(run.tags), run.sweep, json.dumps(run.source),
+                     None if run.origin is None else json.dumps(run.origin)))
                 run_id = int(cursor.lastrowid)
                 _insert_samples(db, run_id, record.samples)
                 db.executemany("INSERT INTO phases VALUES (?, ?, ?, ?)",
@@ -393,7 +611,7 @@ class Store:
 
     @staticmethod
     def _sweep_row(row: sqlite3.Row) -> SweepRow:
-        values = dict(row)
+        values = {"pid": None, **dict(row)}  # a read-only store may predate the column
         values.update(base=json.loads(values["base"]), vary=json.loads(values["vary"]),
                       until_oom=bool(values["until_oom"]))
         return SweepRow(**values)
@@ -411,9 +629,11 @@ class Store:
     # --- reading ---
     @staticmethod
     def _run_row(row: sqlite3.Row) -> RunRow:
-        values = dict(row)
+        # A read-only store may predate the columns added since.
+        values = {"origin": None, "source": "{}", **dict(row)}
         for key in ("options", "environment", "summary", "source"):
             values[key] = json.loads(values[key] or "{}")
+        values["origin"] = json.loads(values["origin"]) if values["origin"] else None
         values["tags"] = tuple(t for t in (values["tags"] or "").split(",") if t)
         return RunRow(**values)
 
@@ -475,6 +695,14 @@ class Store:
             return db.execute("SELECT COUNT(*) FROM samples WHERE run_id = ?",
                               (run_id,)).fetchone()[0]
 
+    def latest_samples(self, run_id: int) -> list[Sample]:
+        """Each device's last sample."""
+        with self.connect() as db:
+            # SQLite fills the bare columns from the row that holds the MAX.
+            return [Sample(*r) for r in db.execute(
+                "SELECT MAX(t), gpu, used, reserved, total, util FROM samples WHERE run_id = ?"
+                " GROUP BY gpu ORDER BY gpu", (run_id,))]
+
     def last_time(self, run_id: int) -> float:
         with self.connect() as db:
             return db.execute("SELECT COALESCE(MAX(t), 0) FROM samples WHERE run_id = ?",
@@ -488,6 +716,10 @@ class Store:
             span = db.execute("SELECT MIN(t_min), MAX(t_max), COUNT(*) FROM sample_buckets"
                               " WHERE run_id = ?", (run_id,)).fetchone()
             if span[2] == 0:
+                if self.read_only:  # a run stored before the buckets existed, read as it is
+                    return [Sample(*r) for r in db.execute(
+                        "SELECT t, gpu, used, reserved, total, util FROM samples WHERE run_id = ?"
+                        " ORDER BY gpu, t", (run_id,))]
                 if not self._backfill_buckets(db, run_id):
                     return []
                 span = db.execute("SELECT MIN(t_min), MAX(t_max), COUNT(*) FROM sample_buckets"
@@ -538,6 +770,29 @@ class Store:
                              " WHERE run_id = ? ORDER BY t DESC LIMIT 1", (run_id,)).fetchone()
         return None if row is None else Step(*row)
 
+    def host_status(self, run_id: int, since: float = 0.0) -> list[HostStatus]:
+        with self.connect() as db:
+            return [HostStatus(*r) for r in db.execute(
+                "SELECT t, cpu_percent, ram_used, ram_total FROM host_status WHERE run_id = ?"
+                " AND t >= ? ORDER BY t", (run_id, since))]
+
+    def gpu_status(self, run_id: int, since: float = 0.0) -> list[GpuStatus]:
+        with self.connect() as db:
+            return [GpuStatus(*r) for r in db.execute(
+                "SELECT t, gpu, util, power_w, power_limit_w, temperature_c FROM gpu_status"
+                " WHERE run_id = ? AND t >= ? ORDER BY gpu, t", (run_id, since))]
+
+    def gpu_processes(self, run_id: int, at: float | None = None) -> list[GpuProcess]:
+        """The processes on the GPUs at the last reading (at or before `at`, if given)."""
+        with self.connect() as db:
+            last = db.execute("SELECT MAX(t) FROM gpu_processes WHERE run_id = ? AND t <= ?",
+                              (run_id, math.inf if at is None else at)).fetchone()[0]
+            if last is None:
+                return []
+            return [GpuProcess(*r) for r in db.execute(
+                "SELECT t, gpu, pid, name, used FROM gpu_processes WHERE run_id = ? AND t = ?"
+                " ORDER BY gpu, used DESC", (run_id, last))]
+
     def messages(self, run_id: int) -> list[Message]:
         with self.connect() as db:
             return [Message(*r) for r in db.execute(
@@ -554,13 +809,21 @@ class Store:
             row = db.execute(query + " ORDER BY t DESC LIMIT 1", args).fetchone()
         return None if row is None else row[0]
 
-    def peak(self, run_id: int, gpu: int) -> int | None:
-        """The highest reading, from the buckets' maxima (the live page asks every second);
-        from the samples for a run stored before the buckets existed."""
+    def peak(self, run_id: int, gpu: int, before: float | None = None) -> int | None:
+        """The highest reading (of those taken before time `before`, if given): from the buckets'
+        maxima (the live page asks every second), the samples of the bucket `before` cuts
+        through, and the samples for a run stored before the buckets existed."""
+        edge = math.inf if before is None else math.floor(before / BUCKET_SECONDS)
         with self.connect() as db:
             peak = db.execute("SELECT MAX(used_max) FROM sample_buckets WHERE run_id = ? AND"
-                              " gpu = ?", (run_id, gpu)).fetchone()[0]
+                              " gpu = ? AND bucket < ?", (run_id, gpu, edge)).fetchone()[0]
+            if before is not None:
+                cut = db.execute("SELECT MAX(used) FROM samples WHERE run_id = ? AND gpu = ? AND"
+                                 " t >= ? AND t < ?", (run_id, gpu, edge * BUCKET_SECONDS,
+                                                       before)).fetchone()[0]
+                peak = max((p for p in (peak, cut) if p is not None), default=None)
             if peak is None:
-                peak = db.execute("SELECT MAX(used) FROM samples WHERE run_id = ? AND gpu = ?",
-                                  (run_id, gpu)).fetchone()[0]
+                peak = db.execute("SELECT MAX(used) FROM samples WHERE run_id = ? AND gpu = ?"
+                                  " AND t < ?", (run_id, gpu, math.inf if before is None
+                                                 else before)).fetchone()[0]
         return peak

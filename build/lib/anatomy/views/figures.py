@@ -15,9 +15,9 @@ from plotly.subplots import make_subplots
 
 from anatomy.analysis import breakdown, compare
 from anatomy.analysis.operations import ClassShare
-from anatomy.analysis.report import PhaseReading, RunReport
+from anatomy.analysis.report import PhaseReading, RunListing, RunReport
 from anatomy.analysis.sweeps import SweepGrid
-from anatomy.store import Sample, Step
+from anatomy.store import GpuStatus, HostStatus, Sample, Step
 from anatomy.units import MIB
 from anatomy.views import text as words
 
@@ -35,8 +35,16 @@ OTHER_GPU_COLOURS = ("#7F8C9A", "#A3ACB9", "#5D6D7E", "#C0C7D0")
 ALLOCATED_COLOUR = "#D55E00"
 RESERVED_COLOUR = "#0072B2"
 CEILING_COLOUR = "#8B0000"
+PROFILING_COLOUR = "#7F8C9A"
 CEILING_SHOWN_FROM = 0.25  # of the total: the ceiling is drawn once the curve comes this close
-LABEL_ROW_PX = 18  # consecutive labels alternate rows: a short phase's label cannot hide the next
+LABEL_ROW_PX = 18  # a label that would overlap the one before it goes one row lower
+# Labels are placed before the browser knows the chart's width: assume the narrowest it is drawn
+# at (a 1,000 px window with the sidebar open), so they never overlap where it is wider.
+ASSUMED_PLOT_PX = 560
+CHAR_PX = 7.2  # a bold 12 px Source Sans character, on average
+# The x axes a run's memory can be drawn on: the whole run in seconds, its training phase in
+# seconds, or its training steps.
+AXES = ("run", "training", "step")
 
 
 def phase_colour(name: str) -> str:
@@ -66,6 +74,24 @@ def phase_bands(phases: Sequence[PhaseReading], now: float | None) -> list[Band]
     return bands
 
 
+def label_rows(starts: Sequence[float], texts: Sequence[str], span: float,
+               plot_px: float = ASSUMED_PLOT_PX) -> list[int]:
+    """A row for each label that starts at x = `starts[i]` (left-aligned), so that no two labels
+    in one row overlap: the first row whose last label ends before this one begins."""
+    ends: list[float] = []  # where each row's last label ends, in x units
+    rows = []
+    per_px = span / plot_px if span > 0 else 0.0
+    for x, label in zip(starts, texts):
+        width = (len(label) * CHAR_PX + 8) * per_px
+        row = next((r for r, end in enumerate(ends) if end <= x), len(ends))
+        if row == len(ends):
+            ends.append(x + width)
+        else:
+            ends[row] = x + width
+        rows.append(row)
+    return rows
+
+
 def _column(rows: Sequence[tuple], key: str, scale: float = 1.0) -> np.ndarray:
     # numpy arrays reach the browser as binary typed arrays, a far smaller message than JSON
     # numbers on every refresh. (Importing numpy here, with this module, also keeps two sessions
@@ -73,39 +99,82 @@ def _column(rows: Sequence[tuple], key: str, scale: float = 1.0) -> np.ndarray:
     return np.fromiter((getattr(r, key) for r in rows), dtype=float, count=len(rows)) / scale
 
 
+def step_position(report: RunReport, steps: Sequence[Step]):
+    """t (seconds since the run started) -> training step, as a fraction: 0 where training began,
+    k where step k ended, linear in between. None before the first step ends."""
+    training = report.training
+    if training is None or not steps:
+        return None
+    times = np.array([training.start_s, *(s.t for s in steps)])
+    numbers = np.array([0.0, *(float(s.step) for s in steps)])
+
+    def position(t: np.ndarray) -> np.ndarray:
+        return np.interp(t, times, numbers)
+    return position
+
+
+def training_window(report: RunReport, now: float | None) -> tuple[float, float] | None:
+    """The training phase's stretch of time, a little margin either side (None before it)."""
+    training = report.training
+    if training is None:
+        return None
+    end = training.end_s if training.end_s is not None else max(now or training.start_s,
+                                                                training.start_s)
+    margin = max(0.05, 0.03 * (end - training.start_s))
+    return training.start_s - margin, end + margin
+
+
 def memory_figure(report: RunReport, samples: Sequence[Sample], steps: Sequence[Step] = (),
-                  now: float | None = None) -> go.Figure:
+                  now: float | None = None, axis: str = "run") -> go.Figure:
     """Memory over time for one run: a line per GPU, phase bands, the end-of-phase markers, the
     torch allocator's lines where the worker reported them, and the device's total as a ceiling.
 
     `samples` are store rows (`Store.decimated` keeps every peak); `now` is the time the open phase
-    has reached (default: the last sample)."""
+    has reached (default: the last sample). `axis` (one of AXES): "run" draws the whole run in
+    seconds; "training" the same, zoomed on the training phase (zoom out to see the rest); "step"
+    draws the training phase alone against its steps (x = the step, fractions between two ends)."""
     backend = report.backend
     if now is None and samples:
         now = max(s.t for s in samples)
-    figure = go.Figure()
+    by_step = step_position(report, steps) if axis == "step" else None
+    if axis == "step" and by_step is None:
+        axis = "training"  # no step has ended yet: seconds until one has
+    window = training_window(report, now)
+    if axis == "step":
+        first = report.training.start_s
+        last = report.training.end_s if report.training.done else steps[-1].t
+        samples = [s for s in samples if first <= s.t <= last]
+        steps = [s for s in steps if s.t <= last]
 
+    def x_of(values) -> np.ndarray:
+        values = np.asarray(values, dtype=float)
+        return by_step(values) if by_step is not None else values
+
+    figure = go.Figure()
     by_gpu: dict[int, list[Sample]] = {}
     for sample in samples:
         by_gpu.setdefault(sample.gpu, []).append(sample)
     others = cycle(OTHER_GPU_COLOURS)
+    x_hover = "step %{x:.2f}" if by_step is not None else "%{x:.2f} s"
     for gpu, rows in sorted(by_gpu.items()):
         trains = gpu == report.gpu
         name = ("CPU RSS of the training process" if backend == "cpu-rss"
                 else f"GPU {gpu}" + (" (training)" if trains and len(by_gpu) > 1 else ""))
-        figure.add_trace(go.Scattergl(
-            x=_column(rows, "t"), y=_column(rows, "used", MIB), name=name,
+        # SVG, not WebGL: a decimated curve is a few thousand points, and every WebGL chart holds
+        # one of the browser's few GL contexts (a live page redraws every second).
+        figure.add_trace(go.Scatter(
+            x=x_of(_column(rows, "t")), y=_column(rows, "used", MIB), name=name,
             mode="lines", line={"color": CURVE_COLOUR if trains else next(others),
                                 "width": 2 if trains else 1.2},
-            hovertemplate="%{x:.2f} s<br>%{y:.0f} MiB<extra>" + name + "</extra>"))
+            hovertemplate=x_hover + "<br>%{y:.0f} MiB<extra>" + name + "</extra>"))
 
     allocator = [s for s in steps if s.allocated is not None]
     for key, label, colour, dash in (("allocated", "torch allocated", ALLOCATED_COLOUR, "dot"),
                                      ("reserved", "torch reserved", RESERVED_COLOUR, "dash")):
         points = [s for s in allocator if getattr(s, key) is not None]
         if points:
-            figure.add_trace(go.Scattergl(
-                x=_column(points, "t"), y=_column(points, key, MIB), name=label,
+            figure.add_trace(go.Scatter(
+                x=x_of(_column(points, "t")), y=_column(points, key, MIB), name=label,
                 mode="lines", line={"color": colour, "width": 1.5, "dash": dash},
                 hovertemplate="step %{customdata}<br>%{y:.0f} MiB<extra>" + label + "</extra>",
                 customdata=[s.step for s in points]))
@@ -118,16 +187,19 @@ def memory_figure(report: RunReport, samples: Sequence[Sample], steps: Sequence[
         # machine's RAM over one process): then it waits in the legend, a click away.
         near = peak >= CEILING_SHOWN_FROM * total
         what = "RAM" if backend == "cpu-rss" else f"GPU {report.gpu}"
-        figure.add_trace(go.Scattergl(
-            x=[0, now], y=[total / MIB] * 2, mode="lines",
+        ends = [0.0, now] if by_step is None else [0.0, float(steps[-1].step)]
+        figure.add_trace(go.Scatter(
+            x=ends, y=[total / MIB] * 2, mode="lines",
             name=f"{what} total: {total / 2**30:.1f} GiB" + ("" if near else " (click to show)"),
             line={"color": CEILING_COLOUR, "width": 1, "dash": "dashdot"},
             visible=True if near else "legendonly", hoverinfo="name"))
 
     ended = [p for p in report.phases if p.done and p.memory_mb is not None]
+    if by_step is not None:
+        ended = [p for p in ended if p.name == "training"]
     if ended:
         figure.add_trace(go.Scatter(
-            x=[p.end_s for p in ended], y=[p.memory_mb for p in ended],
+            x=x_of([p.end_s for p in ended]), y=[p.memory_mb for p in ended],
             name="end of phase", mode="markers", cliponaxis=False,
             text=[f"{p.memory_mb} MB" for p in ended],
             marker={"size": 10, "color": [phase_colour(p.name) for p in ended],
@@ -135,33 +207,103 @@ def memory_figure(report: RunReport, samples: Sequence[Sample], steps: Sequence[
             hovertext=[f"{words.occupied_line(p.memory_bytes, backend)} ({p.name})"
                        for p in ended],
             hoverinfo="text"))
-    for phase in ended:
-        # A boxed label with an arrow: readable over a noisy curve and a coloured band alike.
-        figure.add_annotation(name=f"end of {phase.name}", x=phase.end_s,
-                              y=phase.memory_mb, text=f"<b>{phase.memory_mb} MB</b>",
-                              showarrow=True, arrowhead=0, ax=-28, ay=-26,
-                              bgcolor="rgba(255,255,255,0.85)", bordercolor=phase_colour(phase.name),
-                              borderwidth=1.5, font={"color": CURVE_COLOUR, "size": 12})
+    top = max((s.used for s in samples), default=0) / MIB
+    # Shapes and annotations are set once, as lists: added one by one, plotly validates the
+    # whole list again each time (a fifth of a live refresh).
+    annotations = [
+        # A boxed label with an arrow: readable over a noisy curve and a coloured band alike;
+        # below the curve near the top, where the band labels are.
+        {"name": f"end of {phase.name}", "x": float(x_of([phase.end_s])[0]),
+         "y": phase.memory_mb, "text": f"<b>{phase.memory_mb} MB</b>", "showarrow": True,
+         "arrowhead": 0, "ax": -28, "ay": 26 if phase.memory_mb > 0.7 * top else -26,
+         "bgcolor": "rgba(255,255,255,0.85)", "bordercolor": phase_colour(phase.name),
+         "borderwidth": 1.5, "font": {"color": CURVE_COLOUR, "size": 12}}
+        for phase in ended]
+    shapes: list[dict] = []
+    if by_step is None:
+        _bands(shapes, annotations, report, now, window if axis == "training" else None)
+    figure.update_layout(shapes=shapes, annotations=annotations)
 
-    for row, band in enumerate(phase_bands(report.phases, now)):
-        colour = phase_colour(band.name)
-        figure.add_shape(type="rect", name=band.name, xref="x", yref="paper",
-                         x0=band.x0, x1=band.x1, y0=0, y1=1, layer="below",
-                         fillcolor=colour, opacity=BAND_OPACITY, line={"width": 0})
-        figure.add_annotation(name=band.name, x=band.x0, xref="x", y=1, yref="paper",
-                              xanchor="left", yanchor="top", yshift=-LABEL_ROW_PX * (row % 2),
-                              text=f"<b>{band.name}</b>" + (" …" if band.open else ""),
-                              showarrow=False, font={"color": CURVE_COLOUR, "size": 12},
-                              bgcolor=colour)
-
+    x_title = {"run": "seconds since the run started",
+               "training": "seconds since the run started (zoomed on training: double-click "
+                           "for the whole run)",
+               "step": "training step"}[axis]
+    xaxis: dict = {"title": {"text": x_title}, "rangemode": "tozero"}
+    if axis == "training" and window is not None:
+        xaxis["range"] = list(window)
     figure.update_layout(
-        uirevision=f"run-{report.id}",  # zoom and legend clicks survive each refresh
+        uirevision=f"run-{report.id}-{axis}",  # zoom and legend clicks survive each refresh
         height=440, margin={"l": 10, "r": 10, "t": 30, "b": 10},
-        xaxis={"title": {"text": "seconds since the run started"}, "rangemode": "tozero"},
+        xaxis=xaxis,
         yaxis={"title": {"text": words.axis_title(backend)}, "rangemode": "tozero"},
         legend={"orientation": "h", "yanchor": "top", "y": -0.18, "x": 0},
         hovermode="closest", plot_bgcolor="white")
     return figure
+
+
+def _bands(shapes: list[dict], annotations: list[dict], report: RunReport, now: float | None,
+           window: tuple[float, float] | None) -> None:
+    """The phase bands with their labels (rows chosen so that no two overlap), and the profiling
+    stretch's band, which the run's peak leaves out."""
+    bands = phase_bands(report.phases, now)
+    profiling = report.profiling
+    if profiling is not None:
+        end = profiling.end_s if profiling.end_s is not None else max(now or 0, profiling.start_s)
+        bands.append(Band("profiling", profiling.start_s, end, not profiling.done))
+    if not bands:
+        return
+    names = ["profiling: not in the peak" if b.name == "profiling" else b.name for b in bands]
+    texts = [f"<b>{name}</b>" + (" …" if b.open else "") for name, b in zip(names, bands)]
+    x0, x1 = window if window is not None else (0.0, max(b.x1 for b in bands))
+    starts = [max(b.x0, x0) for b in bands]
+    rows = label_rows(starts, [n + (" …" if b.open else "") for n, b in zip(names, bands)],
+                      x1 - x0)
+    for band, label, row in zip(bands, texts, rows):
+        colour = PROFILING_COLOUR if band.name == "profiling" else phase_colour(band.name)
+        shapes.append({"type": "rect", "name": band.name, "xref": "x", "yref": "paper",
+                       "x0": band.x0, "x1": band.x1, "y0": 0, "y1": 1, "layer": "below",
+                       "fillcolor": colour, "opacity": BAND_OPACITY, "line": {"width": 0}})
+        annotations.append({"name": band.name, "x": band.x0, "xref": "x", "y": 1,
+                            "yref": "paper", "xanchor": "left", "yanchor": "top",
+                            "yshift": -LABEL_ROW_PX * row, "text": label, "showarrow": False,
+                            "font": {"color": CURVE_COLOUR, "size": 12}, "bgcolor": colour})
+
+
+def steps_figure(report: RunReport, steps: Sequence[Step]) -> go.Figure:
+    """Loss and time of each training step, one above the other on one step axis: what W&B and
+    TensorBoard draw first. A step's time runs from the previous step's end (step 1: from the
+    training phase's start, so it includes the Trainer's first-step setup)."""
+    figure = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                           subplot_titles=("loss", "time a step (s)"))
+    _steps_traces(figure, report, steps, CURVE_COLOUR, "loss", show_legend=False)
+    figure.update_xaxes(title_text="training step", row=2, col=1)
+    figure.update_layout(height=360, margin={"l": 10, "r": 10, "t": 30, "b": 10},
+                         plot_bgcolor="white", hovermode="x unified", showlegend=False,
+                         uirevision=f"steps-{report.id}")
+    return figure
+
+
+def step_times(report: RunReport, steps: Sequence[Step]) -> np.ndarray:
+    """Seconds each step took: from the previous step's end (step 1: from training's start)."""
+    training = report.training
+    if training is None or not steps:
+        return np.array([])
+    ends = _column(steps, "t")
+    return np.diff(np.concatenate([[training.start_s], ends]))
+
+
+def _steps_traces(figure: go.Figure, report: RunReport, steps: Sequence[Step], colour: str,
+                  name: str, show_legend: bool) -> None:
+    numbers = _column(steps, "step")
+    losses = [s for s in steps if s.loss is not None]
+    figure.add_trace(go.Scatter(
+        x=_column(losses, "step"), y=_column(losses, "loss"), mode="lines+markers", name=name,
+        legendgroup=name, showlegend=show_legend, line={"color": colour, "width": 1.8},
+        marker={"size": 4}, hovertemplate="%{y:.4f}<extra>" + name + "</extra>"), row=1, col=1)
+    figure.add_trace(go.Scatter(
+        x=numbers, y=step_times(report, steps), mode="lines+markers", name=name,
+        legendgroup=name, showlegend=False, line={"color": colour, "width": 1.8},
+        marker={"size": 4}, hovertemplate="%{y:.3f} s<extra>" + name + "</extra>"), row=2, col=1)
 
 
 # --- several runs side by side (the Compare page) ---
@@ -204,19 +346,43 @@ def _training_rows(report: RunReport, samples: Sequence[Sample]) -> list[Sample]
     return [s for s in samples if s.gpu == report.gpu]
 
 
+def _labels(reports: Sequence[RunReport], labels: dict[int, str] | None) -> dict[int, str]:
+    return labels or compare.run_labels(reports)
+
+
+def training_range(reports: Sequence[RunReport], phase: str) -> list[float] | None:
+    """The x range that holds every run's training phase, each shifted as the overlay shifts it
+    (its `phase` begins at 0): the "training only" zoom of the Compare page."""
+    spans = []
+    for rep in reports:
+        start, training = compare.phase_start(rep, phase), rep.training
+        if start is None or training is None:
+            continue
+        end = training.end_s if training.end_s is not None else training.start_s
+        spans.append((training.start_s - start, end - start))
+    if not spans:
+        return None
+    low, high = min(a for a, _ in spans), max(b for _, b in spans)
+    margin = max(0.05, 0.03 * (high - low))
+    return [low - margin, high + margin]
+
+
 def overlay_figure(reports: Sequence[RunReport], samples_by_run: dict[int, Sequence[Sample]],
-                   phase: str = "training") -> go.Figure:
+                   phase: str = "training", labels: dict[int, str] | None = None,
+                   training_only: bool = False) -> go.Figure:
     """Each run's memory (its training GPU, or its RSS) on one chart, shifted so that `phase`
     begins at 0 in every run: x = t − that phase's start. A run that never reached the phase is
-    left out (the page says which). Each trace's `meta` holds its run id and its shift."""
+    left out (the page says which). Each trace's `meta` holds its run id and its shift. `labels`
+    name the runs (default: `compare.run_labels`, the options that differ)."""
+    labels = _labels(reports, labels)
     figure = go.Figure()
     for colour, rep in zip(cycle(RUN_COLOURS), reports):
         start = compare.phase_start(rep, phase)
         if start is None:
             continue
         rows = _training_rows(rep, samples_by_run.get(rep.id, ()))
-        label = rep.label()
-        figure.add_trace(go.Scattergl(
+        label = labels[rep.id]
+        figure.add_trace(go.Scatter(
             x=_column(rows, "t") - start, y=_column(rows, "used", MIB), name=label, mode="lines",
             line={"color": colour, "width": 2}, meta={"run": rep.id, "shift": start},
             hovertemplate="%{x:+.2f} s<br>%{y:.0f} MiB<extra>" + label + "</extra>"))
@@ -231,9 +397,12 @@ def overlay_figure(reports: Sequence[RunReport], samples_by_run: dict[int, Seque
     figure.add_vline(x=0, line={"color": phase_colour(phase), "width": 2, "dash": "dash"},
                      annotation_text=f"<b>{phase} begins</b>", annotation_position="top right",
                      annotation_bgcolor=phase_colour(phase), annotation_font_color=CURVE_COLOUR)
+    xaxis = {"title": {"text": f"seconds since the {phase} phase began"}, "zeroline": False}
+    if training_only and training_range(reports, phase) is not None:
+        xaxis["range"] = training_range(reports, phase)
     figure.update_layout(
         height=420, margin={"l": 10, "r": 10, "t": 30, "b": 10}, plot_bgcolor="white",
-        xaxis={"title": {"text": f"seconds since the {phase} phase began"}, "zeroline": False},
+        xaxis=xaxis,
         yaxis={"title": {"text": _memory_axis_title(reports)}, "rangemode": "tozero"},
         legend={"orientation": "h", "yanchor": "top", "y": -0.18, "x": 0},
         hovermode="closest")
@@ -245,45 +414,57 @@ SMALL_MULTIPLES_COLUMNS = 3
 
 def small_multiples_figure(reports: Sequence[RunReport],
                            samples_by_run: dict[int, Sequence[Sample]],
-                           phase: str = "training") -> go.Figure:
-    """One panel per run, side by side (three to a row), with one y axis for all: the same
-    alignment as `overlay_figure`, each panel with its run's phase bands."""
+                           phase: str = "training", labels: dict[int, str] | None = None,
+                           training_only: bool = False) -> go.Figure:
+    """One panel per run, side by side (three to a row), with one x range and one y range for
+    all: the same alignment as `overlay_figure`, each panel with its run's phase bands."""
+    labels = _labels(reports, labels)
     columns = min(len(reports), SMALL_MULTIPLES_COLUMNS)
     rows = -(-len(reports) // columns)
     titles = []
     for rep in reports:
         aligned = compare.phase_start(rep, phase) is not None
-        titles.append(rep.label() + ("" if aligned else f" (no {phase} phase)"))
-    figure = make_subplots(rows=rows, cols=columns, shared_yaxes="all", subplot_titles=titles,
+        titles.append(labels[rep.id] + ("" if aligned else f" (no {phase} phase)"))
+    figure = make_subplots(rows=rows, cols=columns, shared_yaxes="all", shared_xaxes="all",
+                           subplot_titles=titles,
                            horizontal_spacing=0.03, vertical_spacing=0.12)
+    shapes: list[dict] = []
     for index, (colour, rep) in enumerate(zip(cycle(RUN_COLOURS), reports)):
         row, col = index // columns + 1, index % columns + 1
         start = compare.phase_start(rep, phase) or 0.0
         points = _training_rows(rep, samples_by_run.get(rep.id, ()))
-        figure.add_trace(go.Scattergl(
+        figure.add_trace(go.Scatter(
             x=_column(points, "t") - start, y=_column(points, "used", MIB), mode="lines",
-            name=rep.label(), showlegend=False, line={"color": colour, "width": 1.8},
+            name=labels[rep.id], showlegend=False, line={"color": colour, "width": 1.8},
             meta={"run": rep.id, "shift": start},
             hovertemplate="%{x:+.2f} s<br>%{y:.0f} MiB<extra>Run " + str(rep.id) + "</extra>"),
             row=row, col=col)
         now = max((s.t for s in points), default=None)
-        for band in phase_bands(rep.phases, now):
-            figure.add_vrect(x0=band.x0 - start, x1=band.x1 - start, row=row, col=col,
-                             fillcolor=phase_colour(band.name), opacity=BAND_OPACITY,
-                             line_width=0, layer="below", name=band.name)
+        axis = "" if index == 0 else str(index + 1)  # make_subplots numbers them row by row
+        shapes += [{"type": "rect", "xref": f"x{axis}", "yref": f"y{axis} domain",
+                    "x0": band.x0 - start, "x1": band.x1 - start, "y0": 0, "y1": 1,
+                    "fillcolor": phase_colour(band.name), "opacity": BAND_OPACITY,
+                    "line": {"width": 0}, "layer": "below", "name": band.name}
+                   for band in phase_bands(rep.phases, now)]
+    figure.update_layout(shapes=shapes)  # once: added one by one, each re-validates them all
     figure.update_yaxes(rangemode="tozero")
     figure.update_yaxes(title_text=_memory_axis_title(reports), col=1)
     figure.update_xaxes(title_text=f"s since {phase} began", row=rows)
+    figure.update_xaxes(showticklabels=True)  # shared: every panel keeps its own tick labels
+    if training_only and training_range(reports, phase) is not None:
+        figure.update_xaxes(range=training_range(reports, phase))
     figure.update_annotations(font_size=12)
     figure.update_layout(height=300 * rows + 40, margin={"l": 10, "r": 10, "t": 40, "b": 10},
                          plot_bgcolor="white", hovermode="closest")
     return figure
 
 
-def memory_bars_figure(reports: Sequence[RunReport]) -> go.Figure:
+def memory_bars_figure(reports: Sequence[RunReport], labels: dict[int, str] | None = None
+                       ) -> go.Figure:
     """A stacked bar per run (`compare.memory_parts`): the CUDA context, the weights, the training
     phase's increase (split into its measured components where the run has them); its peak as a
     marker, and its device's total as a line (a click away in the legend while far above)."""
+    labels = _labels(reports, labels)
     parts = {rep.id: compare.memory_parts(rep) for rep in reports}
     found = {p.part for rep in reports for p in parts[rep.id]}
     names = [name for name in compare.PART_ORDER if name in found]
@@ -324,19 +505,118 @@ def memory_bars_figure(reports: Sequence[RunReport]) -> go.Figure:
             line={"color": CEILING_COLOUR, "width": 2, "dash": "dashdot"},
             visible=True if near else "legendonly", hovertemplate="total %{y:,.0f} MiB<extra></extra>"))
     figure.update_layout(
-        barmode="stack", height=440, margin={"l": 10, "r": 10, "t": 30, "b": 10},
+        barmode="stack", height=480, margin={"l": 10, "r": 10, "t": 70, "b": 10},
         plot_bgcolor="white", hovermode="closest",
         xaxis={"tickmode": "array", "tickvals": list(positions.values()),
-               "ticktext": [r.label().replace(" · ", "<br>", 1) for r in reports]},
+               "ticktext": [labels[r.id].replace(" · ", "<br>") for r in reports]},
         yaxis={"title": {"text": _memory_axis_title(reports)}, "rangemode": "tozero"},
-        legend={"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0, "traceorder": "normal"})
+        # Above the bars: below, it would meet tick labels of any number of lines.
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.08, "x": 0,
+                "traceorder": "normal"})
+    return figure
+
+
+def steps_overlay_figure(reports: Sequence[RunReport], steps_by_run: dict[int, Sequence[Step]],
+                         labels: dict[int, str] | None = None) -> go.Figure:
+    """Each run's loss and time a step against its training steps, one colour per run (the same
+    as in the memory overlay)."""
+    labels = _labels(reports, labels)
+    figure = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                           subplot_titles=("loss", "time a step (s)"))
+    for colour, rep in zip(cycle(RUN_COLOURS), reports):
+        steps = steps_by_run.get(rep.id, ())
+        if steps:
+            _steps_traces(figure, rep, steps, colour, labels[rep.id], show_legend=True)
+    figure.update_xaxes(title_text="training step", row=2, col=1)
+    figure.update_layout(height=480, margin={"l": 10, "r": 10, "t": 80, "b": 10},
+                         plot_bgcolor="white", hovermode="x unified",
+                         legend={"orientation": "h", "yanchor": "bottom", "y": 1.1, "x": 0})
+    return figure
+
+
+PRECISION_COLOURS = {"fp32": "#0072B2", "bf16": "#009E73", "fp16": "#D55E00"}
+DEVICE_SYMBOLS = ("circle", "diamond", "square", "triangle-up", "x")
+
+
+def efficiency_figure(rows: Sequence[RunListing]) -> go.Figure:
+    """Peak memory against samples/second, a point per completed run: colour for the precision,
+    shape for the device, the batch size written beside it. Up and to the left costs memory
+    without speed; the frontier down and to the right is where to choose."""
+    figure = go.Figure()
+    done = [r for r in rows if r.peak_mb is not None and r.samples_per_second is not None]
+    devices = list(dict.fromkeys(r.device for r in done))
+    for (precision, device), group in _grouped(done):
+        figure.add_trace(go.Scatter(
+            x=[r.samples_per_second for r in group], y=[r.peak_mb for r in group],
+            mode="markers+text", name=f"{precision} · {device}",
+            text=[f"bs {r.batch_size}" for r in group], textposition="middle right",
+            cliponaxis=False,
+            marker={"size": 11, "color": PRECISION_COLOURS.get(precision, "#7F8C9A"),
+                    "symbol": DEVICE_SYMBOLS[devices.index(device) % len(DEVICE_SYMBOLS)],
+                    "line": {"width": 1, "color": "white"}},
+            customdata=[[r.id, r.preset, r.seq_len, "on" if r.gradient_checkpointing else "off"]
+                        for r in group],
+            hovertemplate="run %{customdata[0]}: %{customdata[1]}, batch %{text}, seq "
+                          "%{customdata[2]}, checkpointing %{customdata[3]}<br>%{x:.2f} "
+                          "samples/s, peak %{y:,} MB<extra>%{fullData.name}</extra>"))
+    peaks = [r.peak_mb for r in done]
+    # A batch-size ladder spans two orders of magnitude: on a linear axis its small sizes merge.
+    wide = bool(peaks) and max(peaks) > 10 * max(1, min(peaks))
+    figure.update_layout(
+        height=380, margin={"l": 10, "r": 10, "t": 30, "b": 10}, plot_bgcolor="white",
+        xaxis={"title": {"text": "samples/second (the Trainer's)"}, "rangemode": "tozero",
+               "automargin": True},
+        yaxis={"title": {"text": "peak memory (MB)" + (", log scale" if wide else "")},
+               "type": "log" if wide else "linear", "automargin": True},
+        legend={"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0}, hovermode="closest")
+    return figure
+
+
+def _grouped(rows: Sequence[RunListing]) -> list[tuple[tuple[str, str], list[RunListing]]]:
+    groups: dict[tuple[str, str], list[RunListing]] = {}
+    for row in rows:
+        groups.setdefault((row.precision or "?", row.device), []).append(row)
+    return list(groups.items())
+
+
+def device_figure(hosts: Sequence[HostStatus], gpus: Sequence[GpuStatus]) -> go.Figure:
+    """The device panel over a run, one panel a figure on one time axis: each GPU's utilisation,
+    power and temperature (where the driver gave them), then the host's CPU and RAM."""
+    panels: list[tuple[str, list[tuple[str, Sequence, str]]]] = []
+    by_gpu: dict[int, list[GpuStatus]] = {}
+    for reading in gpus:
+        by_gpu.setdefault(reading.gpu, []).append(reading)
+    for key, title in (("util", "GPU utilisation (%)"), ("power_w", "power (W)"),
+                       ("temperature_c", "temperature (°C)")):
+        lines = [(f"GPU {gpu}", [r for r in rows if getattr(r, key) is not None], key)
+                 for gpu, rows in sorted(by_gpu.items())]
+        if any(points for _, points, _ in lines):
+            panels.append((title, lines))
+    panels.append(("host CPU, all cores (%)", [("CPU", list(hosts), "cpu_percent")]))
+    panels.append(("host RAM used (GiB)", [("RAM", list(hosts), "ram_used")]))
+    figure = make_subplots(rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.07,
+                           subplot_titles=[title for title, _ in panels])
+    colours = cycle(RUN_COLOURS)
+    for row, (_, lines) in enumerate(panels, start=1):
+        for name, points, key in lines:
+            scale = 2**30 if key == "ram_used" else 1
+            values = [None if getattr(p, key) is None else getattr(p, key) / scale
+                      for p in points]
+            figure.add_trace(go.Scatter(
+                x=[p.t for p in points], y=values, mode="lines", name=name, showlegend=False,
+                line={"color": next(colours), "width": 1.5},
+                hovertemplate="%{x:.1f} s: %{y:.1f}<extra>" + name + "</extra>"), row=row, col=1)
+    figure.update_yaxes(rangemode="tozero")
+    figure.update_xaxes(title_text="seconds since the run started", row=len(panels), col=1)
+    figure.update_layout(height=150 * len(panels) + 60, plot_bgcolor="white",
+                         margin={"l": 10, "r": 10, "t": 30, "b": 10}, hovermode="x unified")
     return figure
 
 
 def sweep_figure(result: SweepGrid, metric: str = "peak_mb") -> go.Figure:
-    """A sweep's grid (`analysis.sweeps.grid`) as a heatmap of `metric` ("peak_mb" or
-    "samples_per_second"): batch size (or the one varied option) across, the other varied option
-    down; a cell that did not complete says how it ended."""
+    """A sweep's grid (`analysis.sweeps.grid`) for `metric` ("peak_mb" or "samples_per_second"):
+    one varied option as bars, two as a heatmap with batch size (or the first option) across and
+    the other down; a run that did not complete says how it ended."""
     names = list(result.vary)
     across = "batch_size" if "batch_size" in names else names[0]
     down = next((n for n in names if n != across), None)
@@ -359,17 +639,36 @@ def sweep_figure(result: SweepGrid, metric: str = "peak_mb") -> go.Figure:
         else:
             cells[i][j] = run.status
     title = "peak memory (MB)" if metric == "peak_mb" else "samples/second"
+    if down is None:
+        return _sweep_bars(xs, z[0], cells[0], across, title)
+    # The colour scale starts at 0, as a bar would: 554 and 559 MB look alike, as they are.
     figure = go.Figure(go.Heatmap(
-        x=[str(x) for x in xs], y=[str(y) if down else "" for y in ys], z=z, text=cells,
+        x=[str(x) for x in xs], y=[str(y) for y in ys], z=z, text=cells,
         texttemplate="%{text}", colorscale="Viridis" if metric == "peak_mb" else "Cividis",
-        hoverongaps=True,
-        hovertemplate=f"{across} %{{x}}" + (f"<br>{down} %{{y}}" if down else "")
-        + "<br>%{text}<extra></extra>"))
+        zmin=0, hoverongaps=True, colorbar={"title": {"text": title}},
+        hovertemplate=f"{across} %{{x}}<br>{down} %{{y}}<br>%{{text}}<extra></extra>"))
     figure.update_layout(
         height=160 + 60 * len(ys), margin={"l": 10, "r": 10, "t": 40, "b": 10},
         title={"text": title},
         xaxis={"title": {"text": across.replace("_", " ")}, "type": "category"},
-        yaxis={"title": {"text": down.replace("_", " ") if down else ""}, "type": "category"})
+        yaxis={"title": {"text": down.replace("_", " ")}, "type": "category"})
+    return figure
+
+
+def _sweep_bars(xs: list, values: list, cells: list[str], across: str, title: str) -> go.Figure:
+    """A sweep of one option: a bar per value from 0 (a heatmap's colours would make 554 and
+    559 MB look far apart); a run that did not complete is named where its bar would be."""
+    labels = [str(x) for x in xs]
+    figure = go.Figure(go.Bar(
+        x=labels, y=[0 if v is None else v for v in values], text=cells, textposition="outside",
+        cliponaxis=False, marker={"color": [CURVE_COLOUR if v is not None else "#D55E00"
+                                            for v in values]},
+        hovertemplate=f"{across.replace('_', ' ')} %{{x}}<br>%{{text}}<extra></extra>"))
+    figure.update_layout(
+        height=300, margin={"l": 10, "r": 10, "t": 40, "b": 10}, title={"text": title},
+        plot_bgcolor="white", xaxis={"title": {"text": across.replace("_", " ")},
+                                     "type": "category"},
+        yaxis={"title": {"text": title}, "rangemode": "tozero"})
     return figure
 
 
@@ -448,16 +747,19 @@ def first_steps_window(report: RunReport, steps: Sequence[Step], count: int = FI
 def first_steps_figure(report: RunReport, samples: Sequence[Sample], steps: Sequence[Step],
                        count: int = FIRST_STEPS) -> go.Figure:
     """The training phase's first `count` steps up close: the memory curve, a line where each
-    step ends (from the worker's step marks), and the moments the walkthrough names: the
-    gradients appear in step 1's backward pass, the optimizer states in its optimizer step."""
+    step ends (from the worker's step marks), and two notes whose arrows end on the curve: after
+    step 1 the gradients and the optimizer states exist, and from step 2 on the memory repeats.
+    Labels never overlap (`label_rows`) and notes lean towards the middle of the chart, so none
+    is cut at an edge."""
     window = first_steps_window(report, steps, count)
     figure = go.Figure()
     if window is None:
         return figure
     x0, x1 = window
     rows = [s for s in _training_rows(report, samples) if x0 <= s.t <= x1]
-    figure.add_trace(go.Scattergl(
-        x=_column(rows, "t"), y=_column(rows, "used", MIB), mode="lines+markers",
+    times, used = _column(rows, "t"), _column(rows, "used", MIB)
+    figure.add_trace(go.Scatter(
+        x=times, y=used, mode="lines+markers",
         name="CPU RSS" if report.backend == "cpu-rss" else f"GPU {report.gpu}",
         line={"color": CURVE_COLOUR, "width": 2}, marker={"size": 3},
         hovertemplate="%{x:.3f} s<br>%{y:.0f} MiB<extra></extra>"))
@@ -468,25 +770,35 @@ def first_steps_figure(report: RunReport, samples: Sequence[Sample], steps: Sequ
             x=[s.t for s in allocated], y=[s.allocated / MIB for s in allocated],
             mode="markers", name="torch allocated at the step's end",
             marker={"color": ALLOCATED_COLOUR, "size": 9, "symbol": "x"}))
-    figure.add_vline(x=report.training.start_s, line={"color": PHASE_COLOURS["training"], "width": 2},
-                     annotation_text="<b>training begins</b>", annotation_position="top left",
-                     annotation_bgcolor=PHASE_COLOURS["training"],
-                     annotation_font_color=CURVE_COLOUR)
+    start = report.training.start_s
+    figure.add_vline(x=start, line={"color": PHASE_COLOURS["training"], "width": 2})
+    texts = ["training begins", *(f"step {s.step} ends" for s in marked)]
+    places = [start, *(s.t for s in marked)]
+    for row, (x, label) in zip(label_rows(places, texts, x1 - x0), zip(places, texts)):
+        figure.add_annotation(x=x, xref="x", y=1, yref="paper", xanchor="left", yanchor="top",
+                              yshift=-LABEL_ROW_PX * row, text=label, showarrow=False,
+                              font={"size": 11, "color": CURVE_COLOUR},
+                              bgcolor=PHASE_COLOURS["training"] if x == start
+                              else "rgba(255,255,255,0.85)")
     for step in marked:
-        figure.add_vline(x=step.t, line={"color": "#555555", "width": 1, "dash": "dot"},
-                         annotation_text=f"step {step.step} ends",
-                         annotation_position="bottom right", annotation_font_size=11)
-    if marked:
-        first = marked[0].t
-        # Beside step 1's end, low on the chart: memory has risen by then, so the curve is
-        # above them.
-        for row, text in enumerate(("gradients appear in the first backward pass",
-                                    "optimizer states after the first optimizer step")):
-            figure.add_annotation(x=first, xref="x", y=0.3 - 0.13 * row, yref="paper",
-                                  text=text, showarrow=True, arrowhead=2, ax=40, ay=0,
-                                  xanchor="left", bgcolor="rgba(255,255,255,0.9)",
-                                  bordercolor=PHASE_COLOURS["training"], borderwidth=1,
-                                  font={"size": 12, "color": CURVE_COLOUR})
+        figure.add_vline(x=step.t, line={"color": "#555555", "width": 1, "dash": "dot"})
+    if marked and len(times):
+        low, high = float(used.min()), float(used.max())
+        notes = [(marked[0].t, "after step 1: the gradients and the optimizer states exist")]
+        if len(marked) > 1:
+            notes.append((marked[-1].t, "from step 2 on, the memory repeats"))
+        for index, (x, label) in enumerate(notes):
+            y = float(np.interp(x, times, used))
+            # The text sits towards the middle of the chart, and below the curve where it is
+            # high; the earlier note one line further, so that two notes never meet.
+            leftwards = x > (x0 + x1) / 2
+            away = 45 + 40 * (len(notes) - 1 - index)
+            figure.add_annotation(
+                x=x, y=y, text=label, showarrow=True, arrowhead=2, arrowcolor=CURVE_COLOUR,
+                ax=-50 if leftwards else 50, ay=away if y > (low + high) / 2 else -away,
+                xanchor="right" if leftwards else "left", bgcolor="rgba(255,255,255,0.9)",
+                bordercolor=PHASE_COLOURS["training"], borderwidth=1,
+                font={"size": 12, "color": CURVE_COLOUR})
     figure.update_layout(
         height=400, margin={"l": 10, "r": 10, "t": 30, "b": 10}, plot_bgcolor="white",
         xaxis={"title": {"text": "seconds since the run started"}, "range": [x0, x1]},

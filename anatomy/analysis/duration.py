@@ -1,0 +1,123 @@
+"""How long a run should take, before it starts: its steps × a measured time a step, plus the
+time before training begins (loading torch and the model).
+
+The time a step comes from the most alike run stored on this kind of device (the same options
+if there is one, else the same model scaled by the tokens a step trains), else from a reference
+run measured on a machine named here. The live page replaces the estimate with the run's own
+steps as soon as it has some (`views.session.progress`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from anatomy.analysis.options import RunOptions
+from anatomy.store import RunRow, Store
+
+
+class Reference(NamedTuple):
+    """A model's time a step on one kind of device, measured: a fixed part (the Trainer's own
+    work, the optimizer step) and a part per token trained; and the seconds before training."""
+    step_s: float  # the fixed part
+    token_s: float  # seconds per token of a step (batch size × seq len × accumulation)
+    setup_s: float
+    where: str
+
+    def step(self, tokens: int) -> float:
+        return self.step_s + self.token_s * tokens
+
+
+# (preset, backend): docs/BENCHMARKS.md, "Run time", says how each was measured.
+REFERENCES = {
+    ("tiny", "cpu-rss"): Reference(0.73, 6.7e-4, 14.0,
+                                   "tiny runs on the 2-core development VM, under load"),
+    ("bert-large-uncased", "nvml"): Reference(0.067, 2.6e-5, 18.4,
+                                              "bert-large runs on an H200"),
+}
+# Options that change the time a step beyond its token count: only a run with the same values
+# is scaled from.
+SAME_KIND = ("precision", "gradient_checkpointing", "optim")
+
+
+@dataclass(frozen=True)
+class DurationEstimate:
+    steps: int
+    step_s: float | None  # None: nothing measured to go on
+    setup_s: float | None
+    basis: str  # what the time a step was measured on, in words
+
+    @property
+    def total_s(self) -> float | None:
+        if self.step_s is None:
+            return None
+        return (self.setup_s or 0.0) + self.steps * self.step_s
+
+    def line(self) -> str:
+        """The sentence the run form shows."""
+        if self.step_s is None:
+            return (f"{self.steps} steps; no run of this model was measured on this device yet: "
+                    "the first steps will tell how long it takes")
+        return (f"about {words(self.total_s)}: {self.steps} steps × {self.step_s:.3g} s a "
+                f"step ({self.basis}), plus {words(self.setup_s or 0.0)} to load torch and "
+                "the model; refined from the run's own steps once it trains")
+
+
+def words(seconds: float) -> str:
+    """A duration as the form and the progress bar say it."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _tokens(options: RunOptions) -> int:
+    return options.batch_size * options.seq_len * options.grad_accum
+
+
+def _step_time(run: RunRow) -> float | None:
+    summary = run.summary
+    time_s, steps = summary.get("time_s"), summary.get("steps")
+    return time_s / steps if time_s and steps else None
+
+
+def estimate(store: Store, options: RunOptions, backend: str, device_name: str | None
+             ) -> DurationEstimate:
+    """The estimate for a run with `options` on this device (`backend`, and the GPU's name),
+    from the completed runs of its model stored here."""
+    runs = store.find_runs(preset=options.preset, status="completed")
+    return estimate_from(runs, options, backend, device_name, store)
+
+
+def estimate_from(runs: list[RunRow], options: RunOptions, backend: str, device_name: str | None,
+                  store: Store | None = None) -> DurationEstimate:
+    """`estimate` from these runs (newest first); `store` gives a run's training start."""
+    steps = options.total_steps()
+    alike = []
+    for run in runs:
+        if run.backend != backend or run.environment.get("gpu_name") != device_name:
+            continue
+        step_s = _step_time(run)
+        ran = RunOptions.from_dict(run.options)
+        if step_s is None or any(getattr(ran, n) != getattr(options, n) for n in SAME_KIND):
+            continue
+        alike.append((run, ran, step_s))
+    reference = REFERENCES.get((options.preset, backend))
+    exact = [a for a in alike if _tokens(a[1]) == _tokens(options)]
+    if exact or alike:
+        run, ran, step_s = (exact or alike)[0]
+        training = next((p for p in (store.phases(run.id) if store else ())
+                         if p.name == "training"), None)
+        # Scaled as the reference's fixed and per-token parts say; without one, by the tokens.
+        scale = (reference.step(_tokens(options)) / reference.step(_tokens(ran)) if reference
+                 else _tokens(options) / _tokens(ran))
+        basis = (f"run {run.id}, the same options" if _tokens(ran) == _tokens(options) else
+                 f"run {run.id}, batch size {ran.batch_size} × seq len {ran.seq_len}, scaled to "
+                 "this step's tokens")
+        return DurationEstimate(steps, step_s * scale, training.start_s if training else None,
+                                basis)
+    if reference is None:
+        return DurationEstimate(steps, None, None, "")
+    return DurationEstimate(steps, reference.step(_tokens(options)), reference.setup_s,
+                            reference.where)

@@ -1,0 +1,190 @@
+"""How quickly the dashboard answers in a browser: navigation to the first chart of each page on a
+stored run, and Stop to visible feedback on a live run. Headless Chromium (Debian's) through
+Playwright against a real `streamlit run app.py`, on a store of GPU-like runs (tools/demo_store.py).
+
+    PYTHONPATH=. .venv/bin/python bench/dashboard_latency.py [--repeats 3] [--project DIR]
+
+--project runs another checkout's app.py (the same store and browser), to compare before/after.
+Results: docs/BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from tools import demo_store
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+PAGES = {"Runs": "/runs?run=1", "Anatomy": "/anatomy?run=1", "Compare": "/compare?runs=1,2,3,4",
+         "Live (stored run)": "/?run=1"}
+CHART_DRAWN = """() => { const p = document.querySelector('.js-plotly-plot');
+  return !!(p && p._fullLayout && p.querySelector('.main-svg')); }"""
+WEBGL = "() => document.querySelectorAll('canvas.gl-canvas, .gl-container canvas').length"
+
+
+def _port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("localhost", 0))
+        return probe.getsockname()[1]
+
+
+def _serve(project: Path, store: Path) -> tuple[subprocess.Popen, str]:
+    port = _port()
+    # Device locks of its own: a run elsewhere on the machine does not make this one "busy".
+    env = {**os.environ, "ANATOMY_STORE": str(store), "PYTHONPATH": str(project),
+           "ANATOMY_LOCK_DIR": str(store.parent / "locks")}
+    process = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py",
+                                "--server.port", str(port), "--server.headless", "true"],
+                               cwd=project, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    url = f"http://localhost:{port}"
+    for _ in range(300):
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2):
+                return process, url
+        except OSError:
+            time.sleep(0.2)
+    process.kill()
+    raise SystemExit("streamlit did not start")
+
+
+def _to_chart(page, url: str) -> float:
+    started = time.monotonic()
+    page.goto(url)
+    page.wait_for_function(CHART_DRAWN, timeout=120_000, polling=50)
+    return time.monotonic() - started
+
+
+NEW_CHART = """() => [...document.querySelectorAll('.js-plotly-plot')].some(
+  p => !p.dataset.seen && p._fullLayout && p.querySelector('.main-svg'))"""
+
+
+def _by_link(page, name: str) -> float:
+    """In a tab already open: a click on the sidebar's link to another page, to its first chart
+    (a new one: those on screen before the click are marked)."""
+    page.evaluate("() => document.querySelectorAll('.js-plotly-plot')"
+                  ".forEach(p => p.dataset.seen = '1')")
+    started = time.monotonic()
+    page.locator("[data-testid=stSidebar]").get_by_text(name, exact=True).click()
+    page.wait_for_function(NEW_CHART, timeout=120_000, polling=50)
+    return time.monotonic() - started
+
+
+def _stop_feedback(page, url: str) -> float:
+    """Start a long tiny CPU run from the form, then seconds from the Stop click to the first
+    visible word of it (a 'stopping' note, or the stopped status)."""
+    page.goto(url)
+    page.get_by_role("spinbutton", name="Dataset size", exact=True).fill("100000")
+    page.get_by_role("spinbutton", name="Sequence length", exact=True).fill("32")
+    page.get_by_role("button", name="Start", exact=True).click()
+    stop = page.get_by_role("button", name="Stop")
+    stop.wait_for(timeout=120_000)
+    page.get_by_text("training: step").first.wait_for(timeout=180_000)
+    started = time.monotonic()
+    stop.click()
+    page.wait_for_function("""() => /[Ss]topping|stopped by the user/.test(
+        document.querySelector('[data-testid=stMain]').innerText)""", timeout=60_000, polling=50)
+    return time.monotonic() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--project", type=Path, default=Path(__file__).resolve().parent.parent)
+    parser.add_argument("--no-stop", action="store_true", help="skip the Stop measurement")
+    parser.add_argument("--stop-only", action="store_true", help="only the Stop measurement")
+    parser.add_argument("--links", action="store_true",
+                        help="also: the sidebar's links in an open tab (app.py's own links)")
+    args = parser.parse_args()
+
+    from playwright.sync_api import sync_playwright
+
+    with tempfile.TemporaryDirectory() as folder:
+        store = Path(folder) / "anatomy.sqlite"
+        demo_store.build(store)
+        cold: dict[str, list[float]] = {name: [] for name in PAGES}
+        warm: dict[str, list[float]] = {name: [] for name in PAGES}
+        first_after_start, stops, webgl = [], [], 0
+        links: dict[str, list[float]] = {name: [] for name in ("Runs", "Anatomy", "Compare")}
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            for _ in range(args.repeats):
+                server, url = _serve(args.project, store)
+                try:
+                    pages = {} if args.stop_only else PAGES
+                    if pages:
+                        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+                        page = context.new_page()
+                        first_after_start.append(_to_chart(page, url + PAGES["Runs"]))
+                        context.close()
+                    for name, path in pages.items():
+                        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+                        page = context.new_page()
+                        cold[name].append(_to_chart(page, url + path))  # an empty cache
+                        warm[name].append(_to_chart(page, url + path))  # the same tab again
+                        print(f"{name}: {cold[name][-1]:.2f} s, again {warm[name][-1]:.2f} s",
+                              file=sys.stderr, flush=True)
+                        if name.startswith("Compare"):
+                            page.wait_for_timeout(1000)
+                            webgl = max(webgl, page.evaluate(WEBGL))
+                        context.close()
+                    if args.links and not args.stop_only:
+                        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+                        page = context.new_page()
+                        _to_chart(page, url + PAGES["Live (stored run)"])
+                        for name in links:
+                            links[name].append(_by_link(page, name))
+                            print(f"link to {name}: {links[name][-1]:.2f} s", file=sys.stderr,
+                                  flush=True)
+                        context.close()
+                    if not args.no_stop:
+                        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+                        page = context.new_page()
+                        try:
+                            stops.append(_stop_feedback(page, url))
+                        except Exception:
+                            page.screenshot(path=Path(folder).parent / "stop-failed.png",
+                                            full_page=True)
+                            raise
+                        print(f"Stop: {stops[-1]:.2f} s", file=sys.stderr, flush=True)
+                        context.close()
+                finally:
+                    server.terminate()
+                    try:
+                        server.wait(timeout=30)
+                    except subprocess.TimeoutExpired:
+                        server.kill()
+                        server.wait()
+            browser.close()
+
+    def spread(values: list[float]) -> str:
+        return (f"{statistics.median(values):.2f} s (min {min(values):.2f}, max "
+                f"{max(values):.2f}, n={len(values)})")
+
+    print(f"project: {args.project}; load average {os.getloadavg()[0]:.2f}")
+    if first_after_start:
+        print(f"first request after the server started (Runs): {spread(first_after_start)}")
+    for name in PAGES:
+        if cold[name]:
+            print(f"{name}: new tab {spread(cold[name])}; same tab again {spread(warm[name])}")
+    for name, values in links.items():
+        if values:
+            print(f"sidebar link to {name} in an open tab: {spread(values)}")
+    if stops:
+        print(f"Stop to visible feedback: {spread(stops)}")
+    print(f"WebGL canvases on the Compare page: {webgl}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+"""What ties a run's processes to the process that started them, so that none outlives it.
+
+- **Parent-death signal**: each child asks Linux (`prctl(PR_SET_PDEATHSIG)`) for a signal the
+  moment its parent ends — the worker SIGKILL, the sampler SIGTERM, on which it kills the worker's
+  whole process group and exits. Where prctl is not available a watchdog thread polls the
+  parent's pid. Either way a child whose parent died before the signal was set ends at once.
+- **One long-lived launching thread** (`launch`): the kernel sends that signal when the *thread*
+  that started the child ends, and a dashboard page's script thread ends after every rerun.
+- **The worker leads a process group of its own**: Ctrl-C at a terminal (SIGINT to the
+  foreground group) does not reach it — the CLI turns it into a Stop — and a stop ends it with
+  every descendant at once (`signal_group`).
+- **The device lock travels**: the lock file's descriptor is inherited by the children, so the
+  `flock` is shared and the device stays taken while any process of the run lives, even when the
+  manager died first; it is released when the last of them ends.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import ctypes
+import os
+import signal
+import sys
+import threading
+import time
+import types
+from multiprocessing import reduction
+
+PR_SET_PDEATHSIG = 1
+PR_SET_NAME = 15
+WATCH_SECONDS = 0.5  # the watchdog's period, where prctl is not available
+
+
+def _prctl(option: int, value) -> bool:
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(option, value, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+class Lifeline:
+    """Handed to a child process with its arguments; the child calls `attach()` first thing.
+
+    `lock_fd` is the device lock's file descriptor in the parent: pickled for a spawned child as
+    multiprocessing's `DupFd`, it arrives as the same open file, holding the same flock."""
+
+    def __init__(self, name: str, lock_fd: int | None = None, own_group: bool = False,
+                 death_signal: int = signal.SIGKILL):
+        self.name = name
+        self.parent = os.getpid()
+        self.lock_fd = lock_fd
+        self.own_group = own_group
+        self.death_signal = death_signal
+
+    def __reduce__(self):
+        fd = None if self.lock_fd is None else reduction.DupFd(self.lock_fd)
+        return _rebuild, (self.name, self.parent, fd, self.own_group, self.death_signal)
+
+    def parent_gone(self) -> bool:
+        return os.getppid() != self.parent
+
+    def attach(self) -> None:
+        """In the child: lead a group if asked, take the name, and die with the parent."""
+        if self.own_group:
+            os.setpgid(0, 0)
+        _prctl(PR_SET_NAME, self.name.encode()[:15])  # what ps and top show
+        if not _prctl(PR_SET_PDEATHSIG, int(self.death_signal)):
+            threading.Thread(target=self._watch, name="anatomy-lifeline", daemon=True).start()
+        if self.parent_gone():  # the parent ended before the signal was asked for
+            self._die()
+
+    def _watch(self) -> None:
+        while not self.parent_gone():
+            time.sleep(WATCH_SECONDS)
+        self._die()
+
+    def _die(self) -> None:
+        if self.own_group:
+            signal_group(os.getpid(), self.death_signal)
+        else:
+            os.kill(os.getpid(), self.death_signal)
+
+
+def _rebuild(name, parent, fd, own_group, death_signal) -> Lifeline:
+    lifeline = Lifeline.__new__(Lifeline)
+    lifeline.name, lifeline.parent, lifeline.own_group = name, parent, own_group
+    lifeline.death_signal = death_signal
+    lifeline.lock_fd = None if fd is None else fd.detach()  # kept open for the process's life
+    return lifeline
+
+
+def signal_group(pid: int, sig: int) -> None:
+    """`sig` to the process group that `pid` leads (itself and its descendants), or to `pid`
+    alone when it leads none (yet). Only a live process's group is signalled: a group id is a
+    pid, and a pid that ended may come back as someone else's."""
+    try:
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+_MAIN_SWAP = threading.Lock()
+
+
+def _start_clean(process) -> None:
+    """Start a spawned process without re-importing the caller's main module in it.
+
+    Spawn re-runs the parent's `__main__` in every child (as `__mp_main__`): a script without an
+    `if __name__ == "__main__":` guard would start runs from inside its own worker, and under
+    `python -m streamlit` every child imports Streamlit first (+40 MB of RSS in a CPU baseline,
+    seconds of start-up). Our targets live in importable modules and need none of it, so the
+    main module is hidden while the child's preparation data is written.
+    """
+    with _MAIN_SWAP:
+        main = sys.modules["__main__"]
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
+            process.start()
+        finally:
+            sys.modules["__main__"] = main
+
+
+# One thread for the process's life starts every child: the parent-death signal follows the
+# thread that started a child, not the process.
+_LAUNCHER = concurrent.futures.ThreadPoolExecutor(max_workers=1,
+                                                  thread_name_prefix="anatomy-launcher")
+
+
+def launch(process) -> None:
+    """Start `process` (a spawn-context Process) from the launching thread, main module hidden."""
+    _LAUNCHER.submit(_start_clean, process).result()

@@ -1,0 +1,323 @@
+"""What every page shares: the one run manager of the server, the sidebar, the device, and a
+run's chart and summary. Not a page itself: app.py lists the pages, and they import this module."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import streamlit as st
+
+from anatomy.analysis.machine import Machine
+from anatomy.analysis.options import FIELDS, RunOptions
+from anatomy.analysis.report import RunReport
+from anatomy.engine.manager import RunManager, machine
+from anatomy.engine.sweep import Sweep
+from anatomy.store import Store, resolve_path
+from anatomy.views import figures, session, text
+
+RUNS_PAGE = "pages/runs.py"
+COMPARE_PAGE = "pages/compare.py"
+# The favicon, served by this server: a material icon as page_icon is fetched from
+# fonts.gstatic.com, which fails offline.
+ICON = Path(__file__).with_name("icon.png")
+
+
+@st.cache_resource(show_spinner=False)
+def _manager(store_path: str) -> RunManager:
+    # One per server and store: its collector threads and processes outlive every page, tab and
+    # rerun, so closing the tab neither stops nor loses a run.
+    return RunManager(Store(store_path))
+
+
+def manager() -> RunManager:
+    return _manager(str(resolve_path()))
+
+
+def store() -> Store:
+    return manager().store
+
+
+@st.cache_resource(show_spinner=False)
+def device() -> Machine:
+    """The machine as the engine sees it: asked once per server (NVML calls)."""
+    return machine()
+
+
+def run_app() -> None:
+    """app.py: the page's frame (title, icon, the sidebar's links and device), then the page."""
+    st.set_page_config(page_title="Model training anatomy", page_icon=str(ICON), layout="wide")
+    pages = [
+        st.Page("pages/live.py", title="Live run", icon=":material/monitoring:", default=True),
+        st.Page(RUNS_PAGE, title="Runs", icon=":material/table_rows:"),
+        st.Page(COMPARE_PAGE, title="Compare", icon=":material/compare_arrows:"),
+        st.Page("pages/memory_anatomy.py", title="Anatomy", icon=":material/stacked_bar_chart:",
+                url_path="anatomy"),
+    ]
+    # The sidebar draws its own links (`sidebar`): Streamlit's automatic list is switched off in
+    # .streamlit/config.toml, so a fresh server never lists the files of pages/.
+    page = st.navigation(pages, position="hidden")
+    sidebar(pages)
+    page.run()
+
+
+def through_app() -> None:
+    """Every page calls this first. Because a pages/ folder sits next to app.py, a fresh server
+    starts in Streamlit's old multipage mode, in which the first request (say /runs) runs the page
+    file by itself, without app.py's navigation and sidebar, until st.navigation is first called.
+    Then this run goes through app.py here and now (st.navigation leaves that mode for good, and
+    runs this page inside the frame), and the page's own run stops: the first render already
+    has the app's navigation."""
+    from streamlit.runtime.pages_manager import PagesManager
+
+    if PagesManager.uses_pages_directory:
+        run_app()
+        st.stop()
+
+
+def sidebar(pages: list) -> None:
+    """The app's own navigation, then the machine serving the page."""
+    style()
+    with st.sidebar:
+        for page in pages:
+            st.page_link(page)
+        st.divider()
+    sidebar_device()
+
+
+def sidebar_device() -> None:
+    info = device()
+    with st.sidebar:
+        st.subheader("Device")
+        if info.has_gpu:
+            for gpu in info.devices:
+                st.markdown(f"**GPU {gpu.index}: {gpu.name}**  \n"
+                            f"{gpu.total / 2**30:.1f} GiB total")
+            st.caption(f"driver {info.driver} · CUDA {info.cuda_driver} · "
+                       f"NVML memory API {info.memory_api}")
+        else:
+            st.markdown("**no GPU: measuring CPU memory of the training process**")
+            st.caption(f"{info.ram_total / 2**30:.1f} GiB RAM · {info.why_no_gpu}")
+        st.caption("Measures " + text.source(info.backend, info.memory_api))
+
+
+# The memory chart's x axis (figures.AXES), as the segmented control names it.
+AXIS_NAMES = {"run": "Whole run (s)", "training": "Training (s)", "step": "Training steps"}
+CHART = {"displaylogo": False}
+# Streamlit's defaults, fitted to a narrow window: a metric's value shrinks with the window
+# instead of being cut ("541…"), and a long button label never wraps into an ellipsis.
+STYLE = """<style>
+[data-testid="stMetricValue"] > div { font-size: clamp(1.25rem, 2.4vw, 2.25rem); }
+.st-key-delete_yes button { background-color: #B3261E; border-color: #B3261E; color: white; }
+.st-key-delete_yes button:hover { background-color: #8C1D18; border-color: #8C1D18;
+                                  color: white; }
+</style>"""
+
+
+def style() -> None:
+    st.html(STYLE)
+
+
+def axis_choice(key: str) -> str:
+    """The memory chart's x axis: the whole run, its training phase, or its training steps."""
+    chosen = st.segmented_control("Memory against", list(AXIS_NAMES), format_func=AXIS_NAMES.get,
+                                  default="run", key=key, required=True,
+                                  help="training steps: the training phase against its optimizer "
+                                       "steps; the same x axis as the loss and step-time charts")
+    return chosen or "run"
+
+
+# A run's charts, one at a time: each chart a live page draws is redrawn every second, by the
+# server and by the browser (hidden tabs are drawn too), and a busy machine answers Stop later.
+VIEWS = {"memory": "Memory", "steps": "Loss and step time", "device": "Device"}
+
+
+def run_charts(rep: RunReport, key: str, now: float | None = None, live: bool = False) -> None:
+    """The run's memory, its loss and step time, or its device panel, as chosen."""
+    with st.container(horizontal=True, vertical_alignment="bottom", gap="large"):
+        view = st.segmented_control("Show", list(VIEWS), format_func=VIEWS.get, default="memory",
+                                    required=True, key=f"{key}_view") or "memory"
+        axis = axis_choice(f"{key}_axis") if view == "memory" else "run"
+    if view == "memory":
+        memory_chart(rep, now, axis)
+    elif view == "steps":
+        steps_chart(rep)
+    else:
+        device_panel(rep, live=live)
+
+
+def memory_chart(rep: RunReport, now: float | None = None, axis: str = "run") -> None:
+    db = store()
+    # 1,000 buckets: a min and a max each, two points a pixel column of the widest chart.
+    figure = figures.memory_figure(rep, db.decimated(rep.id, buckets=1000), db.steps(rep.id),
+                                   now, axis)
+    st.plotly_chart(figure, key=f"memory-{rep.id}", config=CHART)
+    st.caption("Shows " + text.source(rep.backend, rep.memory_api) +
+               ". A band runs from the end of the phase before to the end of its own phase; its"
+               " marker is the memory at that end, the walkthrough's figure."
+               + (" The grey band is torch.profiler's steps after training: the run's peak "
+                  "leaves them out." if rep.profiling is not None else ""))
+
+
+def steps_chart(rep: RunReport) -> None:
+    """Loss and time a step against the training steps (nothing before the first step)."""
+    steps = store().steps(rep.id)
+    if not steps:
+        st.info("No training step recorded yet.")
+        return
+    st.plotly_chart(figures.steps_figure(rep, steps), key=f"steps-{rep.id}", config=CHART)
+    st.caption("The Trainer's loss at each step (logged every step) and the time each step took,"
+               " from the end of the one before; step 1 also holds the Trainer's first-step "
+               "setup.")
+
+
+def device_panel(rep: RunReport, live: bool) -> None:
+    """What nvitop shows, from the readings the run's sampler stored a few times a second: each
+    GPU's utilisation, power and temperature, the host's CPU and RAM, and every process on the
+    GPUs (not only this run's). Live: the latest reading, the last minute as sparklines; a
+    finished run: those figures over the whole run, and the processes at the end of training."""
+    panel = session.device_panel(store(), rep, window_s=60.0 if live else None)
+    if panel is None:
+        st.caption("No device readings stored for this run (recorded before the device panel "
+                   "existed, or imported).")
+        return
+    if live:
+        for line in panel.gpus:
+            _metrics(f"GPU {line.gpu} · {rep.device_name}", line.metrics)
+        _metrics("Host", panel.host)
+    else:
+        st.plotly_chart(figures.device_figure(panel.hosts, panel.gpu_readings),
+                        key=f"device_history_{rep.id}", config=CHART)
+    if panel.processes:
+        st.markdown("**Processes on the GPU" + ("" if live else ", at the end of training")
+                    + "**")
+        st.dataframe([{"GPU": p.gpu, "PID": p.pid, "Process": p.name or "(not visible here)",
+                       "GPU memory (MiB)": None if p.used is None else p.used / 2**20,
+                       "Run": "this run" if p.ours else ""} for p in panel.processes],
+                     hide_index=True, key=f"device_processes_{rep.id}",
+                     column_config={"GPU memory (MiB)": st.column_config.NumberColumn(
+                         format="%.0f")})
+    st.caption(panel.caption)
+
+
+def _metrics(title: str, metrics: list[session.PanelMetric]) -> None:
+    st.markdown(f"**{title}**")
+    with st.container(horizontal=True):
+        for metric in metrics:
+            st.metric(metric.label, metric.value, border=True, width=170,
+                      chart_data=metric.history, chart_type="area")
+
+
+def request_stop(run_id: int) -> None:
+    """Stop's callback: the stop runs on a thread of its own (SIGTERM, the grace period, the
+    collector's last rows take seconds), so the page says "stopping" at once."""
+    st.session_state["stopping"] = run_id
+    threading.Thread(target=manager().stop, args=(run_id,), name=f"anatomy-stop-{run_id}",
+                     daemon=True).start()
+
+
+def stopping(run_id: int) -> bool:
+    return st.session_state.get("stopping") == run_id or manager().stopping(run_id)
+
+
+def outcome(rep: RunReport) -> None:
+    """How a finished run ended, and its summary as the walkthrough prints it."""
+    line = session.status_line(rep)
+    if rep.status == "completed":
+        st.success(line)
+    elif rep.status == "stopped":
+        st.warning(line)
+    else:
+        st.error(line)
+        if rep.error:
+            st.code(rep.error, language=None)
+    lines = session.summary_lines(rep)
+    if lines:
+        st.code("\n".join(lines), language=None)
+    for message in rep.messages:
+        st.caption(f"{message.level}: {message.text}")
+
+
+def option_widget(name: str, default, key: str, label: str | None = None) -> None:
+    """One run option as the Live page's form draws it: a choice, a flag or a number. No min/max
+    on numbers: Streamlit would silently put a wrong value back; the engine judges instead."""
+    field = FIELDS[name]
+    label = label or field.label
+    if field.choices is not None:
+        st.selectbox(label, field.choices, index=field.choices.index(default), key=key,
+                     help=field.help)
+    elif field.low is None:
+        st.checkbox(label, value=default, key=key, help=field.help)
+    elif name == "max_steps":
+        st.number_input(label, value=default or 0, step=1, key=key,
+                        help=f"{field.help}; 0 trains for the epochs ({field.low} to {field.high})")
+    else:
+        st.number_input(label, value=default, step=1, key=key,
+                        help=f"{field.help} ({field.low} to {field.high})")
+
+
+class SweepSlot:
+    """The server's latest sweep, run by a thread of its own (never a page's), which writes only
+    to the store. Pages read its progress from the store and call `stop`. The engine keeps the
+    device for it: another sweep or run on that device is refused as busy."""
+
+    def __init__(self) -> None:
+        self.sweep: Sweep | None = None
+        self._lock = threading.Lock()
+
+    def start(self, base: RunOptions, vary: dict[str, list], until_oom: bool) -> int:
+        """The sweep's id; InvalidOptions when its plan is wrong, DeviceBusy when its device is
+        taken (by a run or a sweep, from this server or another process)."""
+        with self._lock:
+            sweep = Sweep(manager(), base, vary, until_oom, gpu_count=device().gpu_count)
+            sweep.start()
+            self.sweep = sweep
+            return sweep.id
+
+    def running(self) -> bool:
+        return self.sweep is not None and self.sweep.is_alive()
+
+    def running_id(self) -> int | None:
+        return self.sweep.id if self.running() else None
+
+    def stop(self) -> None:
+        sweep = self.sweep
+        if sweep is not None:
+            sweep.stop()
+            sweep.wait(timeout=30)
+
+
+@st.cache_resource(show_spinner=False)
+def _sweeps(store_path: str) -> SweepSlot:
+    return SweepSlot()
+
+
+def sweeps() -> SweepSlot:
+    return _sweeps(str(resolve_path()))
+
+
+def choose_run_from_url(ids: list[int], key: str) -> None:
+    """The run of the selectbox stored under `key`: ?run=ID (a link from another page, a shared
+    URL) when it is among `ids`, else the one chosen before, else the latest. An id that is not
+    among them is said, and the URL is rewritten to name the run shown."""
+    wanted = st.query_params.get("run")
+    shown = st.session_state.get(key)
+    if wanted is not None and wanted != str(shown):
+        if wanted.isdigit() and int(wanted) in ids:
+            st.session_state[key] = int(wanted)
+        else:
+            stored = wanted.isdigit() and store().run(int(wanted)) is not None
+            instead = shown if shown in ids else ids[0]
+            st.warning(text.missing_run(wanted, instead, filtered=stored),
+                       icon=":material/search_off:")
+    elif shown is not None and shown not in ids and store().run(shown) is not None:
+        st.warning(text.missing_run(str(shown), ids[0], filtered=True),
+                   icon=":material/filter_alt:")  # the filters left the run shown out
+    if st.session_state.get(key) not in ids:
+        st.session_state[key] = ids[0]
+    st.query_params["run"] = str(st.session_state[key])
+
+
+def run_to_url(key: str) -> None:
+    """The selectbox's run back into ?run=, so the URL always names what is shown."""
+    st.query_params["run"] = str(st.session_state[key])

@@ -1,0 +1,149 @@
+"""The README's screenshots: the dashboard in headless Chromium (Playwright), on a store of runs.
+
+    PYTHONPATH=. .venv/bin/python -m tools.screenshots [--runs FILE.json] [--out docs/screenshots]
+
+Without --runs the store is tools/demo_store.py's: the H200 runs of docs/data, rebuilt (their
+phase figures, summaries and components are recorded; the curves between, each step's time and
+loss, and the device panel are seeded). With --runs, the runs of an export file (`python -m
+anatomy export … --format json`, real runs from a GPU) are imported first and shown instead.
+A tiny CPU run is recorded for real first, from the Live page's form, for its two pictures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from anatomy.analysis import transfer
+from anatomy.store import Store
+from tools import demo_store
+
+PROJECT = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+SETTLE_MS = 1500  # the last chart's transitions
+
+
+def _serve(store: Path) -> tuple[subprocess.Popen, str]:
+    with socket.socket() as probe:
+        probe.bind(("localhost", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "ANATOMY_STORE": str(store), "ANATOMY_LOCK_DIR": str(store.parent)}
+    server = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py",
+                               "--server.port", str(port), "--server.headless", "true"],
+                              cwd=PROJECT, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    url = f"http://localhost:{port}"
+    for _ in range(300):
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2):
+                return server, url
+        except OSError:
+            time.sleep(0.2)
+    server.kill()
+    raise SystemExit("streamlit did not start")
+
+
+def _charts_drawn(page, count: int = 1) -> None:
+    page.wait_for_function(
+        f"""() => {{ const plots = document.querySelectorAll('.js-plotly-plot');
+            return plots.length >= {count} && [...plots].every(p => p._fullLayout); }}""",
+        timeout=120_000)
+    page.wait_for_timeout(SETTLE_MS)
+
+
+def _shot(page, path: Path, full: bool = True, most: int = 6000) -> None:
+    """The page; `full`: all of it, up to `most` pixels (Streamlit scrolls inside its main
+    block, so the window is made as tall as that block first)."""
+    if full:
+        height = page.evaluate("() => document.querySelector('[data-testid=stMain]')"
+                               ".scrollHeight")
+        page.set_viewport_size({"width": 1400, "height": min(most, height + 40)})
+        page.wait_for_timeout(SETTLE_MS)
+    page.screenshot(path=path)
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    print(f"wrote {path}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=Path, help="an export file of real runs to show instead")
+    parser.add_argument("--out", type=Path, default=PROJECT / "docs" / "screenshots")
+    parser.add_argument("--no-cpu-run", action="store_true", help="skip the live CPU run")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    from playwright.sync_api import sync_playwright
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "anatomy.sqlite"
+        if args.runs:
+            transfer.import_runs(Store(path), args.runs.read_bytes())
+        else:
+            demo_store.build(path)
+        server, url = _serve(path)
+        try:
+            with sync_playwright() as playwright:
+                browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                page.goto(f"{url}/?run=1")
+                _charts_drawn(page)
+                _shot(page, args.out / "live-gpu-h200.png")
+                page.get_by_role("radio", name="Device").click()
+                page.get_by_text("Processes on the GPU").wait_for(timeout=60_000)
+                _charts_drawn(page)
+                _shot(page, args.out / "device-gpu-h200.png", most=1700)
+                page.goto(f"{url}/runs?run=1")
+                _charts_drawn(page, 2)
+                _shot(page, args.out / "runs-gpu-h200.png", most=1500)
+                page.goto(f"{url}/compare?runs=1,2,3,4")
+                _charts_drawn(page, 4)
+                _shot(page, args.out / "compare.png", most=2300)
+                page.goto(f"{url}/anatomy?run=1")
+                _charts_drawn(page, 3)
+                _shot(page, args.out / "anatomy.png")
+                page.goto(f"{url}/compare?runs=1,2")
+                page.get_by_role("tab", name="Sweep").click()
+                _charts_drawn(page)
+                page.get_by_text("Largest batch size").evaluate(
+                    "e => e.scrollIntoView({block: 'start'})")
+                page.wait_for_timeout(SETTLE_MS)
+                _shot(page, args.out / "sweep.png", full=False)
+                if not args.no_cpu_run:
+                    _cpu_run(page, url, args.out)
+                browser.close()
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+
+
+def _cpu_run(page, url: str, out: Path) -> None:
+    """A real tiny run from the form: once while it trains, once finished."""
+    page.goto(url)
+    page.get_by_role("spinbutton", name="Dataset size", exact=True).fill("256")
+    page.get_by_role("button", name="Predict memory and time").click()
+    page.get_by_text("steps ×").first.wait_for(timeout=60_000)
+    page.get_by_role("button", name="Start", exact=True).click()
+    page.get_by_text("training: step").first.wait_for(timeout=300_000)
+    page.wait_for_function("() => /step ([3-9]|\\d\\d+) \\//.test(document.body.innerText)",
+                           timeout=300_000)
+    page.wait_for_timeout(SETTLE_MS)
+    _shot(page, out / "live-cpu-running.png")
+    page.get_by_text("Samples/second:").wait_for(timeout=600_000)
+    _charts_drawn(page)
+    _shot(page, out / "live-cpu.png")
+
+
+if __name__ == "__main__":
+    main()
