@@ -4,6 +4,7 @@
 def main() -> None:
     import streamlit as st
 
+    from anatomy.store import StoreError
     from pages import common
 
     st.set_page_config(page_title="Model training anatomy", page_icon=":material/memory:",
@@ -16,6 +17,11 @@ def main() -> None:
                 url_path="anatomy"),
     ])
     common.sidebar_device()
+    try:
+        common.manager()  # opens the store, and closes runs a dead server left running
+    except StoreError as error:  # not a store, unreadable, read-only: one line, not a traceback
+        st.error(f"The run store cannot be used: {error}. Point ANATOMY_STORE at another file.")
+        st.stop()
     page.run()
 
 

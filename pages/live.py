@@ -7,6 +7,7 @@ import streamlit as st
 from anatomy.analysis.options import FIELDS, InvalidOptions, defaults_for
 from anatomy.analysis.report import RunReport, report
 from anatomy.engine.manager import DeviceBusy, live_run
+from anatomy.store import StoreError
 from anatomy.views import session
 from pages import common
 
@@ -53,6 +54,8 @@ def _start() -> None:
         st.session_state["option_errors"] = error.errors
     except DeviceBusy as error:
         st.session_state["start_refused"] = str(error)
+    except StoreError as error:  # a full disk: said in one line, nothing started
+        st.session_state["start_refused"] = f"the store {error}"
 
 
 def _field(name: str, default) -> None:

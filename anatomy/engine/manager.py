@@ -421,6 +421,7 @@ class RunManager:
                 # Training goes on without its sampler: unless a stop is on its way, the run is
                 # stopped here rather than completed with a hole in its samples.
                 if (sampler_over_at is not None and not active.stop_requested
+                        and outcome.sampler_lost is None
                         and now - sampler_over_at >= SAMPLER_GRACE_SECONDS):
                     outcome.sampler_lost = self._sampler_lost(active, outcome, sampler_over_at)
                     self._end_processes(active)
