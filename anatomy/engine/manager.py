@@ -155,10 +155,11 @@ class Outcome:
     sampler_ended_by: str | None = None  # what the sampler said ended it, besides the manager
     sampler_lost: str | None = None  # the sampler ended while training went on: why and when
     worker_seen: float = 0.0  # the run's clock when the worker was last seen alive
+    worker_left: float | None = None  # the sampler's last tick before the worker began to exit
     worker_ended: float | None = None  # when it was first seen gone
     # Where a phase the worker did not end (stopped, killed) ends: where the worker was last
-    # known to hold its memory — the stop, or the last time it was seen alive — never at a
-    # sample of its exit, when the memory is already being given back.
+    # known to hold its memory — the stop, or the sampler's last tick before it began to exit —
+    # never at a sample of its exit, when the memory is already being given back.
     phases_end: float = 0.0
 
 
@@ -349,7 +350,10 @@ class RunManager:
             ending = Ending("failed", f"the store {self.store.path} could not be written"
                             f" ({problem}); the run was stopped at {active.now():.1f} s and what"
                             " was written before is kept")
-        outcome.phases_end = active.stop_at if active.stop_at is not None else outcome.worker_seen
+        if active.stop_at is not None:
+            outcome.phases_end = active.stop_at
+        else:
+            outcome.phases_end = min(outcome.worker_seen, outcome.worker_left or float("inf"))
         try:
             self._record(active.run_id, outcome, ending)
             self.store.free_reserve(active.run_id)
@@ -393,6 +397,8 @@ class RunManager:
                     outcome.operations = values
                 case protocol.Failure():
                     outcome.failure = message
+                case protocol.WorkerLeft(t=t):
+                    outcome.worker_left = t
                 case protocol.SamplerDone(sent=sent, ended_by=ended_by):
                     outcome.samples_sent = sent
                     outcome.sampler_ended_by = ended_by
