@@ -13,7 +13,7 @@ from anatomy.analysis.options import FIELDS, RunOptions
 from anatomy.analysis.report import RunReport
 from anatomy.engine.manager import RunManager, machine
 from anatomy.engine.sweep import Sweep
-from anatomy.store import Store, resolve_path
+from anatomy.store import Store, StoreError, resolve_path
 from anatomy.views import figures, session, text
 
 RUNS_PAGE = "pages/runs.py"
@@ -58,6 +58,11 @@ def run_app() -> None:
     # .streamlit/config.toml, so a fresh server never lists the files of pages/.
     page = st.navigation(pages, position="hidden")
     sidebar(pages)
+    try:
+        manager()  # opens the store, and closes runs a dead server left running
+    except StoreError as error:  # not a store, unreadable, read-only: one line, not a traceback
+        st.error(f"The run store cannot be used: {error}. Point ANATOMY_STORE at another file.")
+        st.stop()
     page.run()
 
 

@@ -8,6 +8,7 @@ from anatomy.analysis import duration
 from anatomy.analysis.options import FIELDS, InvalidOptions, defaults_for, validate
 from anatomy.analysis.report import RunReport, report, started_by
 from anatomy.engine.manager import STOP_GRACE_SECONDS, DeviceBusy, live_run
+from anatomy.store import StoreError
 from anatomy.views import session, text
 from dashboard import common
 
@@ -68,6 +69,8 @@ def _start() -> None:
         st.session_state["option_errors"] = error.errors
     except DeviceBusy as error:
         st.session_state["start_refused"] = str(error)
+    except StoreError as error:  # a full disk: said in one line, nothing started
+        st.session_state["start_refused"] = f"the store {error}"
     else:
         st.session_state["live_run"] = run_id
         st.query_params["run"] = str(run_id)

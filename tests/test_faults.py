@@ -61,6 +61,16 @@ def _left(processes: list[psutil.Process], timeout: float = GONE_SECONDS) -> lis
         time.sleep(0.1)
 
 
+def _kill_all(processes: list[psutil.Process]) -> None:
+    """Kill what a failed test left: by pid, only processes it started (psutil refuses a pid that
+    now names another process)."""
+    for process in processes:
+        try:
+            process.kill()
+        except psutil.Error:
+            pass
+
+
 def _named(processes: list[psutil.Process], name: str) -> psutil.Process:
     (found,) = [p for p in processes if _name(p) == name]
     return found
@@ -97,13 +107,19 @@ class CliRun:
              str(store_path)], cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, start_new_session=True)
         self.out = self.err = ""
+        self.seen: list[psutil.Process] = []  # every process of it seen, for the cleanup
 
     @property
     def pid(self) -> int:
         return self.process.pid
 
     def tree(self) -> list[psutil.Process]:
-        return psutil.Process(self.pid).children(recursive=True)
+        try:
+            tree = psutil.Process(self.pid).children(recursive=True)
+        except psutil.Error:
+            return []
+        self.seen += tree
+        return tree
 
     def training(self) -> list[psutil.Process]:
         """Wait until it trains; its processes then (sampler, worker, resource tracker)."""
@@ -111,13 +127,25 @@ class CliRun:
         return self.tree()
 
     def finish(self, timeout: float = 60) -> int:
-        self.out, self.err = self.process.communicate(timeout=timeout)
+        """Its exit status, once it has ended (its output: `out`, `err`). A process it left
+        behind would hold its output open: the wait ends at `timeout` all the same."""
+        self.process.wait(timeout)
+        try:
+            self.out, self.err = self.process.communicate(timeout=5)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("the CLI ended, but a process it started still holds its"
+                                 " output open") from None
         return self.process.returncode
 
     def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.communicate()
+        """The CLI and every process of it ever seen (by pid: only what this test started)."""
+        self.tree()
+        self.process.kill()
+        _kill_all(self.seen)
+        try:
+            self.process.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
 
 
 @pytest.fixture
@@ -131,14 +159,8 @@ def cli_run(tmp_path):
         return run
 
     yield start
-    for run in runs:
-        tree = run.tree() if run.process.poll() is None else []
+    for run in runs:  # a failed test leaves nothing behind either
         run.kill()
-        for process in tree:
-            try:
-                process.kill()
-            except psutil.Error:
-                pass
 
 
 def _stored(store_path: Path, run_id: int = 1):
@@ -201,21 +223,25 @@ def test_sigterm_or_sighup_to_the_cli_is_a_stop(cli_run, sig):
     assert rep.samples == rep.samples_sent > 0
     assert rep.training.memory_bytes > rep.phase("weights").memory_bytes
     assert "Traceback" not in run.err
+    assert "leaked semaphore" not in run.err  # the worker's progress bars hold no named lock
 
 
-def test_ctrl_c_to_the_process_group_is_a_clean_stop(cli_run):
-    """A terminal's Ctrl-C signals the whole foreground group: only the CLI takes it, and turns it
-    into a Stop; the sampler lives to send its count."""
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_to_the_whole_process_group_is_a_clean_stop(cli_run, sig):
+    """A terminal's Ctrl-C signals the whole foreground group, as a scheduler's SIGTERM to the
+    job may: the CLI turns it into a Stop, the worker (a group of its own) is stopped by it, and
+    the sampler finishes to send its count."""
     run = cli_run()
     tree = run.training()
-    os.killpg(run.pid, signal.SIGINT)
-    assert run.finish() == 130
+    os.killpg(run.pid, sig)
+    assert run.finish() == 128 + sig
     assert _left(tree) == []
     rep = _stored(run.store_path)
-    assert rep.status == "stopped" and "Ctrl-C" in rep.error
+    assert rep.status == "stopped"
+    assert ("Ctrl-C" if sig == signal.SIGINT else "SIGTERM") in rep.error
     assert rep.samples == rep.samples_sent > 0
     assert "Traceback" not in run.err and "KeyboardInterrupt" not in run.err
-    assert "stopping (SIGINT)" in run.err
+    assert f"stopping ({sig.name})" in run.err
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
@@ -228,11 +254,11 @@ def test_a_killed_worker_fails_the_run_and_its_last_phase_keeps_real_memory(cli_
     assert run.finish() == 1
     assert _left(tree) == []
     rep = _stored(run.store_path)
+    assert rep.training.done
+    assert rep.training.memory_bytes > rep.phase("weights").memory_bytes  # not its zombie's 0
+    assert not re.search(r"(?<![\d,])0 MB", run.out)  # a zero, not the end of "530 MB"
     assert rep.status == "failed" and f"killed by {sig.name}" in rep.error
     assert rep.samples == rep.samples_sent > 0
-    assert rep.training.done
-    assert rep.training.memory_bytes > rep.phase("weights").memory_bytes
-    assert not re.search(r"(?<![\d,])0 MB", run.out)  # a zero, not the end of "530 MB"
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
@@ -275,6 +301,7 @@ def test_a_server_killed_with_a_run_in_flight_leaves_no_process_and_its_restart_
     store_path = tmp_path / "server.sqlite"
     server = subprocess.Popen([sys.executable, "-c", textwrap.dedent(SERVER), str(store_path)],
                               cwd=PROJECT, stdout=subprocess.PIPE, text=True)
+    tree: list[psutil.Process] = []
     try:
         _training(store_path, steps=3)  # it trains on after the thread that started it ended
         tree = psutil.Process(server.pid).children(recursive=True)
@@ -283,6 +310,7 @@ def test_a_server_killed_with_a_run_in_flight_leaves_no_process_and_its_restart_
         assert _left(tree) == []
     finally:
         server.kill()
+        _kill_all(tree)
     store = Store(store_path)
     manager = RunManager(store)  # the restarted server's manager
     assert store.run(1).status == "failed"
@@ -358,7 +386,7 @@ def _fill(disk: Path, name: str = "filler") -> Path:
     return filler
 
 
-def test_a_full_disk_mid_run_stops_the_run_and_records_why(cli_run, small_disk):
+def test_a_full_disk_mid_run_stops_the_run_and_records_why(small_disk):
     """A real ENOSPC: the store's file system fills while the run trains. The room the run held
     in reserve beside the store is what its ending is written into."""
     run = CliRun(small_disk / "runs.sqlite")
@@ -422,12 +450,15 @@ def test_a_store_that_fills_mid_run_stops_the_run_and_records_why(tmp_path, monk
             SizeLimitedStore.pages = db.execute("PRAGMA page_count").fetchone()[0]
 
     threading.Thread(target=fill, daemon=True).start()
-    code = cli.main(["run", *ENDLESS, "--store", str(store_path)])
-    err = capsys.readouterr().err
-    assert len(tree) == 2
-    assert code == 1
-    assert "could not be written (the disk is full" in err
-    assert _left(tree) == []
+    try:
+        code = cli.main(["run", *ENDLESS, "--store", str(store_path)])
+        err = capsys.readouterr().err
+        assert len(tree) == 2
+        assert code == 1
+        assert "could not be written (the disk is full" in err
+        assert _left(tree) == []
+    finally:
+        _kill_all(tree)
     SizeLimitedStore.pages = None
     rep = report(Store(store_path), 1)
     assert rep.status == "failed" and "the disk is full" in rep.error
@@ -596,3 +627,18 @@ def test_the_exit_statuses_are_in_every_commands_help(capsys):
             cli.main([*command, "--help"])
         text = capsys.readouterr().out
         assert "exit status:" in text and "130: Ctrl-C" in text and "141" in text
+
+
+def test_the_dashboard_names_a_store_it_cannot_use_in_a_line(tmp_path, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from tests.apptest import TIMEOUT
+
+    path = tmp_path / "mlflow.db"
+    _foreign_sqlite(path)
+    monkeypatch.setenv("ANATOMY_STORE", str(path))
+    app = AppTest.from_file("../app.py", default_timeout=TIMEOUT).run()
+    assert not app.exception
+    assert [e.value for e in app.error] == [
+        f"The run store cannot be used: {path}: it is not an anatomy store: it holds another"
+        " program's tables (runs, metrics). Point ANATOMY_STORE at another file."]

@@ -40,10 +40,11 @@ class Outcome:
     last_step: Step | None = None
     sampler_lost: str | None = None  # the sampler ended while training went on: why and when
     worker_seen: float = 0.0  # the run's clock when the worker was last seen alive
+    worker_left: float | None = None  # the sampler's last tick before the worker began to exit
     worker_ended: float | None = None  # when it was first seen gone
     # Where a phase the worker did not end (stopped, killed) ends: where the worker was last
-    # known to hold its memory — the stop, or the last time it was seen alive — never at a
-    # sample of its exit, when the memory is already being given back.
+    # known to hold its memory — the stop, or the sampler's last tick before it began to exit —
+    # never at a sample of its exit, when the memory is already being given back.
     phases_end: float = 0.0
 
     def summary_values(self) -> dict:
@@ -116,6 +117,8 @@ class Collector:
                 self.outcome.operations = values
             case protocol.Failure():
                 self.outcome.failure = message
+            case protocol.WorkerLeft(t=t):
+                self.outcome.worker_left = t
             case protocol.SamplerDone(sent=sent, ended_by=ended_by):
                 self.outcome.samples_sent = sent
                 self.outcome.sampler_ended_by = ended_by

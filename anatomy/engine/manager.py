@@ -315,7 +315,10 @@ class RunManager:
             ending = Ending("failed", f"the store {self.store.path} could not be written"
                             f" ({problem}); the run was stopped at {active.now():.1f} s and what"
                             " was written before is kept")
-        outcome.phases_end = active.stop_at if active.stop_at is not None else outcome.worker_seen
+        if active.stop_at is not None:
+            outcome.phases_end = active.stop_at
+        else:
+            outcome.phases_end = min(outcome.worker_seen, outcome.worker_left or float("inf"))
         try:
             self._record(active.run_id, outcome, ending)
             self.store.free_reserve(active.run_id)
@@ -353,6 +356,7 @@ class RunManager:
                 # Training goes on without its sampler: unless a stop is on its way, the run is
                 # stopped here rather than completed with a hole in its samples.
                 if (sampler_over_at is not None and not active.stop_requested
+                        and outcome.sampler_lost is None
                         and now - sampler_over_at >= SAMPLER_GRACE_SECONDS):
                     outcome.sampler_lost = self._sampler_lost(active, outcome, sampler_over_at)
                     self._end_processes(active)

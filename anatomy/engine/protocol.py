@@ -17,7 +17,7 @@ from anatomy.store import GpuProcess, GpuStatus, HostStatus, Message, PhaseMark,
 __all__ = ["SAMPLER", "ComponentsMeasured", "Described", "DeviceStatus", "Environment",
            "Failure", "GpuProcess", "GpuStatus", "HostStatus", "Message", "Note",
            "OperationsProfiled", "Phase", "PhaseMark", "Sample", "SamplerDone", "Samples", "Source",
-           "Step", "StepReport", "TrainingSummary"]
+           "Step", "StepReport", "TrainingSummary", "WorkerLeft"]
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,15 @@ class SamplerDone:
 
     sent: int
     ended_by: str | None = None
+    source: Source = SAMPLER
+
+
+@dataclass(frozen=True)
+class WorkerLeft:
+    """The training process began to exit (killed, crashed or done) after `t`, the last time the
+    sampler saw it whole: a phase it left open ends there, before its memory was given back."""
+
+    t: float
     source: Source = SAMPLER
 
 

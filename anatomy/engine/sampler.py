@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -32,12 +33,33 @@ from anatomy.engine.protocol import (
     Sample,
     SamplerDone,
     Samples,
+    WorkerLeft,
 )
 
 BATCH_SECONDS = 0.05
 UTIL_SECONDS = 0.1  # NVML's utilisation counter itself only changes every ~1/6 s
 TREE_SECONDS = 0.1
 STATUS_SECONDS = 0.5  # the device panel: nvitop's own refresh is 2 s; a live chart wants more
+
+PF_EXITING = 0x4  # Linux's task flag: set as a process begins to exit, before its memory goes
+
+
+def _exiting(pid: int) -> bool:
+    """Whether the process has begun to exit (or is gone): from then on it gives its memory back,
+    so what is read of it is no longer what it held."""
+    if sys.platform.startswith("linux"):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()  # after "pid (comm)"
+        except OSError:
+            return True
+        return bool(int(fields[6]) & PF_EXITING)  # the 9th field: flags
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
 
 
 class _ProcessTree:
@@ -88,13 +110,28 @@ class Reader:
         self._util: dict[int, int | None] = {}
         self._util_at = float("-inf")
         self._tree: _ProcessTree | None = None
+        self.worker_left: float | None = None  # the last tick the worker was whole, once it exits
+        self._whole_at: float | None = None
         if backend == "cpu-rss":
             import psutil
 
             self._ram_total = psutil.virtual_memory().total
 
+    def _watch_worker(self, t: float) -> bool:
+        """Whether the worker is whole at `t`; the first tick it is not, `worker_left` is set to
+        the tick before."""
+        pid = self.worker_pid.value if self.worker_pid is not None else 0
+        if not pid or self.worker_left is not None:
+            return bool(pid) and self.worker_left is None
+        if _exiting(pid):
+            self.worker_left = self._whole_at if self._whole_at is not None else t
+            return False
+        self._whole_at = t
+        return True
+
     def read(self, t: float) -> list[Sample]:
-        if self.backend == "nvml":
+        whole = self._watch_worker(t)
+        if self.backend == "nvml":  # the device's memory: read before, during and after the worker
             if t - self._util_at >= UTIL_SECONDS:
                 self._util = {g: nvml.utilization(g) for g in self.gpus}
                 self._util_at = t
@@ -105,10 +142,10 @@ class Reader:
                     rows.append(Sample(t, gpu, reading.used, reading.reserved, reading.total,
                                        self._util.get(gpu)))
             return rows
+        if not whole:
+            return []  # not started yet, or exiting: nothing of it to measure (not a 0 MB)
         if self._tree is None:
-            pid = self.worker_pid.value if self.worker_pid is not None else 0
-            if not pid:
-                return []  # the worker has not started: nothing of it to measure yet
+            pid = self.worker_pid.value
             try:
                 self._tree = _ProcessTree(pid)
             except Exception:  # psutil.NoSuchProcess: it ended before its first sample
@@ -182,6 +219,7 @@ def run(queue, stop, backend: str, rate: float, t0: float, gpus: Sequence[int] =
     batch: list[Sample] = []
     sent = 0
     ended_by = None
+    told_left = False
     try:
         reader = Reader(backend, gpus, worker_pid)
         status = StatusReader(backend, gpus)
@@ -195,6 +233,9 @@ def run(queue, stop, backend: str, rate: float, t0: float, gpus: Sequence[int] =
             batch.extend(reader.read(now - t0))
             if status.due(now - t0):
                 queue.put(status.read(now - t0))
+            if reader.worker_left is not None and not told_left:
+                queue.put(WorkerLeft(reader.worker_left))
+                told_left = True
             if batch and (stopping or now - flushed_at >= BATCH_SECONDS):
                 queue.put(Samples(batch))
                 sent += len(batch)

@@ -20,6 +20,17 @@ EXIT_OOM = 3
 EXIT_FAILED = 1
 
 
+def _progress_bars_lock() -> None:
+    """tqdm guards its bars with a multiprocessing lock, here a named semaphore that a killed
+    worker cannot unlink (the resource tracker then warns when the CLI exits). The worker's bars
+    are its own: a thread lock does."""
+    import threading
+
+    from tqdm import tqdm
+
+    tqdm.set_lock(threading.RLock())
+
+
 def _dummy_dataset(options: dict):
     """The walkthrough's dataset: random token ids in [100, 30000), binary labels."""
     import numpy as np
@@ -128,6 +139,7 @@ def train(queue, options: dict, t0: float, use_cuda: bool, dwell: float) -> int:
     reporter = Reporter(queue, t0, dwell)
     reporter.begin("baseline")
     try:
+        _progress_bars_lock()
         dataset = _dummy_dataset(options)
         time.sleep(dwell)
         reporter.end("baseline")
