@@ -14,7 +14,7 @@ REFRESH_SECONDS = 1.0
 # The form's columns: the model and the data, the training, then every other field in FIELDS
 # order, so that a field added to the engine shows up in the form by itself.
 FIRST_COLUMNS = (
-    ("preset", "batch_size", "seq_len", "dataset_size"),
+    ("model", "batch_size", "seq_len", "dataset_size"),
     ("epochs", "max_steps", "precision", "optim", "grad_accum"),
 )
 
@@ -38,7 +38,15 @@ def _sentence(text: str) -> str:
 
 def _forecast() -> None:
     """The form's second button: what these options should need, without starting anything."""
-    st.session_state["forecast"] = session.memory_forecast(_form_options(), common.device())
+    with st.spinner("tracing the training step on fake tensors…"):
+        st.session_state["forecast"] = session.memory_forecast(_form_options(), common.device())
+
+
+def _what_fits() -> None:
+    """The form's third button: the largest batch size predicted to fit, without running."""
+    with st.spinner("tracing the training step at two batch sizes…"):
+        st.session_state["forecast"] = session.batch_size_forecast(_form_options(),
+                                                                   common.device())
 
 
 def _start() -> None:
@@ -72,11 +80,14 @@ def options_form(has_gpu: bool, expanded: bool) -> None:
             with column:
                 for name in names:
                     _field(name, defaults[name])
-        start, check = st.columns([1, 6])
+        start, check, fits = st.columns([1, 2, 4])
         start.form_submit_button("Start", type="primary", on_click=_start, key="start")
         check.form_submit_button("Predict memory", on_click=_forecast, key="predict",
                                  help="what these options should need, from the model config "
                                       "alone (docs/PREDICTION.md); starts nothing")
+        fits.form_submit_button("What fits?", on_click=_what_fits, key="what_fits",
+                                help="the largest batch size predicted to fit this device, the "
+                                     "other options as they are; starts nothing")
     forecast = st.session_state.get("forecast")
     if forecast is not None and forecast.line:
         st.info(_sentence(forecast.line), icon=":material/memory:")

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from anatomy.analysis.components import Components, with_nvml
+from anatomy.analysis.models import display_name
 from anatomy.analysis.operations import OperationProfile
 from anatomy.analysis.options import RunOptions
 from anatomy.store import PHASES, Message, RunRow, Store
@@ -150,6 +151,8 @@ class RunReport:
             words.append("ckpt")
         if o.grad_accum > 1:
             words.append(f"accum {o.grad_accum}")
+        if o.lora:
+            words.append(f"LoRA r{o.lora_rank}")
         return " · ".join(words)
 
     def title(self) -> str:
@@ -160,6 +163,8 @@ class RunReport:
             extras.append("gradient checkpointing")
         if o.grad_accum > 1:
             extras.append(f"accumulation {o.grad_accum}")
+        if o.lora:
+            extras.append(f"LoRA rank {o.lora_rank}")
         return (f"Run {self.id}: {self.preset}, batch size {o.batch_size}, seq len {o.seq_len}, "
                 f"{', '.join(extras)} on {self.device_name}")
 
@@ -198,7 +203,8 @@ def report(store: Store, run_id: int, run: RunRow | None = None) -> RunReport | 
                       memory_bytes=training.memory_bytes if training else None, stored=stored)
     memory = {p.name: p.memory_bytes for p in phases}
     return RunReport(
-        id=run.id, name=run.name, status=run.status, error=run.error, preset=run.preset,
+        id=run.id, name=run.name, status=run.status, error=run.error,
+        preset=display_name(run.preset),
         created_at=run.created_at, ended_at=run.ended_at, stored_options=run.options,
         environment=run.environment, backend=run.backend, memory_api=run.memory_api, gpu=run.gpu,
         tags=run.tags, sweep=run.sweep, phases=phases, samples=store.sample_count(run_id),
@@ -247,7 +253,8 @@ def run_rows(store: Store, tag: str | None = None, preset: str | None = None,
         o = run.options
         rows.append(RunListing(
             id=run.id, name=run.name, created=when(run.created_at), status=run.status,
-            preset=run.preset, batch_size=o.get("batch_size"), seq_len=o.get("seq_len"),
+            preset=display_name(run.preset), batch_size=o.get("batch_size"),
+            seq_len=o.get("seq_len"),
             precision=o.get("precision"), gradient_checkpointing=o.get("gradient_checkpointing"),
             grad_accum=o.get("grad_accum"), optim=o.get("optim"), backend=run.backend,
             tags=list(run.tags), sweep=run.sweep, peak_mb=summary.peak_mb, time_s=summary.time_s,

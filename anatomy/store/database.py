@@ -268,7 +268,8 @@ class Store:
             cursor = db.execute(
                 "INSERT INTO runs (name, created_at, status, preset, options, environment, backend,"
                 " memory_api, gpu, sweep) VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?)",
-                (name, time.time(), options["preset"], json.dumps(options), json.dumps(environment),
+                (name, time.time(), options.get("model", options.get("preset")), json.dumps(options),
+                 json.dumps(environment),
                  backend, memory_api, gpu, sweep))
             return int(cursor.lastrowid)
 
