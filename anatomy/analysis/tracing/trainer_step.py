@@ -208,10 +208,13 @@ class TrainerStep:
         self.model.zero_grad(set_to_none=True)
         self.on_mark("gradients freed")
 
-    def run(self, steps: int) -> None:
-        """Whole steps, as the Trainer runs them (the tests' real reference)."""
+    def run(self, steps: int, on_step: Callable[[int], None] | None = None) -> None:
+        """Whole steps, as the Trainer runs them (the tests' real reference); `on_step(n)` is
+        told each step's number as it begins."""
         batches = None
-        for _ in range(steps):
+        for number in range(1, steps + 1):
+            if on_step is not None:
+                on_step(number)
             previous = batches  # the Trainer's list of the last step's batches goes when the
             batches, items = self.batches()  # next one is fetched
             del previous
