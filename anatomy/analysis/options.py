@@ -95,7 +95,7 @@ class RunOptions:
 
     @property
     def lora(self) -> bool:
-        return self.lora_rank > 0
+        return isinstance(self.lora_rank, int) and self.lora_rank > 0
 
     def lora_target_list(self) -> tuple[str, ...]:
         return tuple(t.strip() for t in self.lora_targets.split(",") if t.strip())
@@ -174,6 +174,13 @@ def validate(options: RunOptions, gpu_count: int, *, resolve_model: bool = True)
         message = _check(field, value)
         if message:
             errors[name] = message
+    if "lora_targets" not in errors and options.lora_targets.strip():
+        wrong = [t for t in options.lora_targets.split(",") if not _TARGET.match(t.strip())]
+        if wrong:
+            errors["lora_targets"] = (f"lora_targets: {wrong[0].strip()!r} is not a module name "
+                                      "(comma-separated names such as q_proj,v_proj)")
+        elif not options.lora and "lora_rank" not in errors:
+            errors["lora_targets"] = "lora_targets: set a LoRA rank too (--lora-rank R)"
     if resolve_model and "model" not in errors:
         try:
             spec = models.resolve(options.model)
@@ -192,13 +199,6 @@ def validate(options: RunOptions, gpu_count: int, *, resolve_model: bool = True)
                         f"lora_targets: {', '.join(unknown)} is not a module of "
                         f"{spec.display_name} (its linear layers: "
                         f"{', '.join(models.linear_module_names(spec))})")
-    if "lora_targets" not in errors and options.lora_targets.strip():
-        wrong = [t for t in options.lora_targets.split(",") if not _TARGET.match(t.strip())]
-        if wrong:
-            errors["lora_targets"] = (f"lora_targets: {wrong[0].strip()!r} is not a module name "
-                                      "(comma-separated names such as q_proj,v_proj)")
-        elif not options.lora and "lora_rank" not in errors:
-            errors["lora_targets"] = "lora_targets: set a LoRA rank too (--lora-rank R)"
     if "gpu" not in errors:
         if gpu_count == 0 and options.gpu != 0:
             errors["gpu"] = f"gpu: {options.gpu} is out of range: this machine has no GPU (use 0)"
