@@ -222,7 +222,7 @@ def peak_explanation(report: RunReport, prediction: Prediction) -> str:
             f"moment of a step holds them all. The activations ({_mb(prediction.activations)}) "
             "are held from the forward pass into the backward pass and freed layer by layer as "
             f"the gradients ({_mb(prediction.gradients)}) appear, so the peak holds only the "
-            f"larger of the two: {_mb(prediction.peak)}, at the {prediction.peak_at}.")
+            f"larger of the two: {_mb(prediction.peak)}, in the {prediction.peak_at}.")
     if measured.peak_allocated is not None and measured.sum_of() is not None:
         text += (f" Measured: the parts add up to {_mb(measured.sum_of())}; the allocator's "
                  f"peak was {_mb(measured.peak_allocated)}.")

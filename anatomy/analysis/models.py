@@ -402,7 +402,7 @@ def _cached_weights(spec: ModelSpec) -> bool:
                             "pytorch_model.bin"))
 
 
-def build_model(spec: ModelSpec, device: str | None = None, *, lora_rank: int = 0,
+def build_model(spec: ModelSpec | str, device: str | None = None, *, lora_rank: int = 0,
                 lora_targets: tuple[str, ...] = (), pretrained: bool = True):
     """The model with its task's head, on `device`, and where its weights came from.
 
@@ -416,6 +416,8 @@ def build_model(spec: ModelSpec, device: str | None = None, *, lora_rank: int = 
     """
     import torch
 
+    if isinstance(spec, str):  # a model as a run names it
+        spec = resolve(spec)
     head = _head_class(spec.task)
     config = transformers_config(spec)
     source = "random (from config)"
