@@ -8,7 +8,7 @@ from streamlit.testing.v1 import AppTest
 
 from anatomy.analysis.machine import Device, Machine
 from anatomy.analysis.options import RunOptions, defaults_for
-from anatomy.views.session import Forecast, memory_forecast
+from anatomy.views.session import Forecast, batch_size_forecast, memory_forecast
 
 H200 = Machine(backend="nvml", memory_api="v2",
                devices=(Device(index=0, nvml_index=0, name="NVIDIA H200", uuid=None,
@@ -64,3 +64,20 @@ def test_start_is_refused_while_a_sweep_holds_the_device(store):
     assert any(e.value.startswith("Not started: ") and f"is busy: sweep 7 (pid {os.getpid()})"
                in e.value for e in app.error), [e.value for e in app.error]
     assert store.runs() == []
+
+
+def test_what_fits_on_the_form_starts_nothing(store):
+    app = AppTest.from_file("../app.py", default_timeout=120).run()
+    app.selectbox(key="option_model").set_value("tiny-gpt2")
+    app.number_input(key="option_seq_len").set_value(16)
+    app.button(key="what_fits").click().run()
+    assert not app.exception
+    assert any(info.value.startswith("Largest batch size predicted to fit this machine's")
+               for info in app.info), [i.value for i in app.info]
+    assert store.runs() == []
+
+
+def test_the_largest_batch_size_for_the_machines_gpu():
+    forecast = batch_size_forecast(RunOptions(model="tiny-gpt2", seq_len=16), H200)
+    assert forecast.line.startswith("largest batch size predicted to fit GPU 0's 140.0 GiB: ")
+    assert forecast.warning is None
