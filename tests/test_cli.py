@@ -118,3 +118,17 @@ def test_a_bad_model_is_one_line_and_starts_nothing(tmp_path):
             f"error: model: {tmp_path.name}: hidden size 66 is not divisible by the 4 attention "
             "heads"]
     assert json.loads(anatomy("runs", "--json", store=tmp_path / "s.sqlite").stdout) == []
+
+
+def test_a_sweep_from_the_prediction_runs_that_size_and_the_next():
+    from anatomy.analysis.machine import Machine
+    from anatomy.analysis.options import RunOptions
+    from anatomy.analysis.prediction import CPU_PROCESS_BYTES
+    from anatomy.cli import _predicted_ladder
+
+    small = Machine(backend="cpu-rss", memory_api="rss", devices=(), driver=None,
+                    cuda_driver=None, ram_total=CPU_PROCESS_BYTES + 64 * 2**20, why_no_gpu="x")
+    vary, said = _predicted_ladder(RunOptions(model="tiny-gpt2", seq_len=64), small)
+    first, second = vary["batch_size"]
+    assert second == first + 1 and first >= 2
+    assert said == f"predicted to fit: batch size {first}; confirming with {first} and {second}"

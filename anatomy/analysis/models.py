@@ -338,7 +338,7 @@ def unknown_lora_targets(spec: ModelSpec, targets: tuple[str, ...]) -> list[str]
     return [t for t in targets if t.split(".")[-1] not in known]
 
 
-def lora_targets(spec: ModelSpec, chosen: tuple[str, ...] = ()) -> tuple[str, ...] | None:
+def lora_target_modules(spec: ModelSpec, chosen: tuple[str, ...] = ()) -> tuple[str, ...] | None:
     """The modules LoRA wraps: the chosen ones, else the model type's default; None lets peft
     pick from its own table."""
     return chosen or LORA_DEFAULT_TARGETS.get(spec.model_type)
@@ -445,7 +445,7 @@ def apply_lora(model, spec: ModelSpec, rank: int, targets: tuple[str, ...] = ())
 
     task_type = {SEQUENCE_CLASSIFICATION: TaskType.SEQ_CLS, CAUSAL_LM: TaskType.CAUSAL_LM
                  }.get(spec.task)
-    config = LoraConfig(r=rank, target_modules=list(lora_targets(spec, targets) or []) or None,
+    config = LoraConfig(r=rank, target_modules=list(lora_target_modules(spec, targets) or []) or None,
                         task_type=task_type,
                         modules_to_save=["classifier"] if spec.task == IMAGE_CLASSIFICATION
                         else None)

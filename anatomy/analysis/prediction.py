@@ -76,7 +76,6 @@ class Prediction:
     attention_kernels: tuple[str, ...] = ()  # the attention kernels a forward pass calls (CUDA)
     lora: bool = False
     steps: int = MEASURED_STEPS
-    extra: dict = field(default_factory=dict)
 
     @property
     def nvml_peak(self) -> int | None:

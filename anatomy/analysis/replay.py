@@ -52,7 +52,6 @@ class Recording:
     optimizer_state_bytes: int
     attention_kernels: tuple[str, ...] = ()
     max_tid: int = 0
-    notes: list[str] = field(default_factory=list)
 
     def segment(self, name: str) -> list[tuple]:
         start, end = self.segments.get(name, (0, 0))

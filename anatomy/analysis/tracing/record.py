@@ -32,9 +32,6 @@ from anatomy.analysis.tracing.cuda import CudaKernels
 from anatomy.analysis.tracing.tracker import LiveTensors, Timeline
 from anatomy.analysis.tracing.trainer_step import StepOptions, TrainerStep
 
-SEGMENTS = ("weights", "setup", "batches", "first micro-batch", "later micro-batch",
-            "first optimizer step", "optimizer step")
-
 
 def _distinct_bytes(tensors) -> int:
     seen = {}
@@ -118,12 +115,15 @@ def record(spec: ModelSpec, options: StepOptions, *, kernels: str = "cuda",
 
     collecting = gc.isenabled()
     gc.disable()
+    gc.collect()
+    gc.freeze()  # what exists now is no garbage: the collections below scan the trace's objects
     try:
         with warnings.catch_warnings():  # peft's and transformers' advice is for real runs
             warnings.simplefilter("ignore")
             return _record(spec, options, kernels, calibration, steps, lora_rank, lora_targets,
                            timeline, tracker, segment, segments)
     finally:
+        gc.unfreeze()
         if collecting:
             gc.enable()
 

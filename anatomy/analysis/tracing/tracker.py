@@ -109,12 +109,6 @@ class LiveTensors(TorchDispatchMode):
             return None
         return self._tids.get(tensor.untyped_storage())
 
-    def forget(self) -> None:
-        """Stop following every storage (their later frees are not recorded)."""
-        with self._lock:
-            self._refs.clear()
-            self._tids = WeakIdKeyDictionary()
-
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         for tensor in tree_leaves(out):
