@@ -338,12 +338,15 @@ def sdpa_table() -> dict[str, str]:
                                     for _ in range(2))
                             attn_mask = (torch.zeros(128, 128, device="cuda", dtype=dtype)
                                          if mask else None)
-                            choice = torch._fused_sdp_choice(
-                                q, k, v, attn_mask, 0.1 if dropout else 0.0, causal,
-                                enable_gqa=gqa)
+                            try:
+                                choice = SDPBackend(torch._fused_sdp_choice(
+                                    q, k, v, attn_mask, 0.1 if dropout else 0.0, causal,
+                                    enable_gqa=gqa))
+                            except (RuntimeError, ValueError):  # no fused kernel takes it
+                                choice = SDPBackend.MATH
                             key = sdpa_signature(str(dtype).removeprefix("torch."), head_dim,
                                                  causal, mask, dropout, gqa, True)
-                            table[key] = names.get(SDPBackend(choice), "math")
+                            table[key] = names.get(choice, "math")
     return table
 
 
