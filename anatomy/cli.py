@@ -15,7 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TextIO
 
-from anatomy.analysis import components, prediction, transfer
+from anatomy.analysis import components, device_constants, models, prediction, transfer
 from anatomy.analysis.operations import comparison
 from anatomy.analysis.options import FIELDS, InvalidOptions, RunOptions, defaults_for, validate
 from anatomy.analysis.report import RunReport, report, run_rows, when
@@ -87,10 +87,13 @@ def _say(*args, **kwargs) -> None:
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
     f = FIELDS
-    parser.add_argument("--preset", choices=f["preset"].choices, help=f["preset"].help +
-                        " (default: bert-large-uncased on a GPU, tiny without one)")
+    model = parser.add_mutually_exclusive_group()
+    model.add_argument("--model", dest="model", metavar="NAME|PATH|HUB_ID",
+                       help=f["model"].help + f" (presets: {', '.join(f['model'].choices)}; "
+                       "default: bert-large-uncased on a GPU, tiny without one)")
+    model.add_argument("--preset", dest="model", metavar="NAME", help="the same as --model")
     for name in ("batch_size", "seq_len", "dataset_size", "grad_accum", "seed", "sample_rate",
-                 "gpu", "profile_steps"):
+                 "gpu", "profile_steps", "lora_rank"):
         parser.add_argument("--" + name.replace("_", "-"), type=int, dest=name,
                             help=f"{f[name].help} ({f[name].low} to {f[name].high})")
     steps = parser.add_mutually_exclusive_group()
@@ -100,6 +103,8 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gradient-checkpointing", action="store_true", default=None,
                         help=f["gradient_checkpointing"].help)
     parser.add_argument("--optim", help=f"{f['optim'].help}: {', '.join(f['optim'].choices)}")
+    parser.add_argument("--lora-targets", dest="lora_targets", nargs="+", metavar="MODULE",
+                        help=f["lora_targets"].help + " (with --lora-rank)")
 
 
 def options_from_args(args: argparse.Namespace, has_gpu: bool) -> RunOptions:
@@ -108,6 +113,8 @@ def options_from_args(args: argparse.Namespace, has_gpu: bool) -> RunOptions:
         value = getattr(args, name, None)
         if value is not None:
             values[name] = value
+    if isinstance(values.get("lora_targets"), list):  # --lora-targets q_proj v_proj, or q,v
+        values["lora_targets"] = ",".join(t.strip(",") for t in values["lora_targets"])
     return RunOptions.from_dict(values)
 
 
@@ -181,7 +188,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         reason = "stopped: the command that followed it failed"
         try:
             rep = report(store, run_id)
-            print(f"run {run_id}: {options.preset}, batch size {options.batch_size}, "
+            print(f"run {run_id}: {models.display_name(options.model)}, batch size "
+                  f"{options.batch_size}, "
                   f"{options.precision}, {rep.device_name}")
             print(f"measuring: {text.source(rep.backend, rep.memory_api)}")
             _follow(manager, store, run_id, signals)
@@ -229,27 +237,83 @@ def _outcome(manager: RunManager, store: Store, run_id: int) -> int:
     return 0
 
 
+def _prediction_target(args: argparse.Namespace, info) -> tuple[str, str | None, int]:
+    """The device kind a prediction assumes, the GPU model whose constants it takes, and the
+    memory that device has: this machine's, unless --device / --gpu-model say otherwise."""
+    device = args.device or ("cuda" if info.has_gpu else "cpu")
+    if device == "cpu":
+        return device, None, info.ram_total
+    gpu = info.devices[args.gpu or 0] if info.has_gpu and (args.gpu or 0) < info.gpu_count \
+        else None
+    name = args.gpu_model or (gpu.name if gpu else None)
+    constants = device_constants.load(name)
+    total = gpu.total if gpu and gpu.name == (name or gpu.name) else constants.total_bytes
+    return device, name or constants.device, total
+
+
 def cmd_predict(args: argparse.Namespace) -> int:
-    gpu_count = machine().gpu_count
-    options = options_from_args(args, gpu_count > 0)
-    errors = validate(options, gpu_count)
+    info = machine()
+    options = options_from_args(args, info.gpu_count > 0)
+    device, gpu_name, total = _prediction_target(args, info)
+    # A prediction for another machine's GPU is judged as that GPU would judge it.
+    errors = validate(options, max(info.gpu_count, 1 if device == "cuda" else 0))
     for message in errors.values():
         print(f"error: {message}", file=sys.stderr)
     if errors:
         return 2
-    predicted = prediction.predict(options, device="cuda" if gpu_count else "cpu")
+    try:
+        if args.max_batch_size:
+            return _print_batch_fit(options, device, gpu_name, total, args.json)
+        predicted = prediction.predict(options, device=device, gpu_name=gpu_name)
+    except prediction.PredictionError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps(predicted.to_dict(), indent=2))
         return 0
-    print(f"{options.preset} ({predicted.parameters:,} parameters), batch size "
-          f"{options.batch_size}, sequence length {options.seq_len}, {options.precision}, "
-          f"{options.optim}{', gradient checkpointing' if options.gradient_checkpointing else ''}")
+    print(_run_words(options, predicted))
+    if device == "cuda":
+        print(f"kernels and constants: {predicted.gpu}"
+              f"{'' if predicted.calibrated else ' (not calibrated: docs/MEASUREMENTS.md figures)'}"
+              f"; attention: {', '.join(sorted(set(predicted.attention_kernels))) or 'none'}")
     rows = [[name.replace("_", " "), f"{value / MIB:,.1f}",
              f"{value / predicted.parameters:.2f}"] for name, value in predicted.components().items()]
     rows.append(["sum of the parts", f"{predicted.sum_of_parts / MIB:,.1f}", ""])
+    if device == "cuda":
+        rows += [["allocator reserve (peak)", f"{predicted.peak_reserved / MIB:,.1f}", ""],
+                 ["CUDA context", f"{predicted.context / MIB:,.1f}", ""],
+                 ["outside PyTorch", f"{predicted.outside / MIB:,.1f}", ""],
+                 ["NVML peak", f"{predicted.nvml_peak / MIB:,.1f}", ""]]
     print(_table(rows, ["component", "MB", "bytes/param"]))
     print(predicted.need_line())
     return 0
+
+
+def _run_words(options: RunOptions, predicted) -> str:
+    spec = models.resolve(options.model)
+    shape = (f"images {spec.image_size}×{spec.image_size}" if spec.task == models.IMAGE_CLASSIFICATION
+             else f"sequence length {options.seq_len}")
+    lora = (f", LoRA rank {options.lora_rank} ({predicted.trainable_parameters:,} trainable)"
+            if options.lora else "")
+    return (f"{spec.display_name} ({predicted.parameters:,} parameters, {spec.task}), batch size "
+            f"{options.batch_size}, {shape}, {options.precision}, {options.optim}"
+            f"{', gradient checkpointing' if options.gradient_checkpointing else ''}"
+            f"{f', accumulation {options.grad_accum}' if options.grad_accum > 1 else ''}{lora}")
+
+
+def _print_batch_fit(options: RunOptions, device: str, gpu_name: str | None, total: int,
+                     as_json: bool) -> int:
+    fit = prediction.max_batch_size(options, device=device, total=total, gpu_name=gpu_name)
+    where = (f"{gpu_name} ({total / 2**30:.1f} GiB)" if device == "cuda"
+             else f"this machine's RAM ({total / 2**30:.1f} GiB)")
+    if as_json:
+        print(json.dumps({"max_batch_size": fit.batch_size, "capacity": fit.capacity,
+                          "peak": fit.peak_at_fit, "device": device, "gpu": gpu_name,
+                          "total": total, "tried": list(fit.searched),
+                          "linear": not fit.exact}, indent=2))
+    else:
+        print(fit.line(where))
+    return 0 if fit.batch_size is not None else 1
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
@@ -279,7 +343,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         print(f"no stored run has {chosen}" if chosen else
               "no runs stored yet: start one with `python -m anatomy run`")
         return 0
-    header = ["id", "created", "status", "preset", "batch", "prec", "peak MB", "Time", "Samples/s",
+    header = ["id", "created", "status", "model", "batch", "prec", "peak MB", "Time", "Samples/s",
               "tags", "name"]
     body = [[r.id, r.created, r.status, r.preset, r.batch_size or "", r.precision or "",
              r.peak_mb if r.peak_mb is not None else "",
@@ -515,13 +579,43 @@ def _print_grid(result: SweepGrid) -> None:
         print(f"largest batch size that fit: {fitting if fitting is not None else 'none'}")
 
 
+def _predicted_ladder(base: RunOptions, info) -> tuple[dict[str, list], str]:
+    """--from-prediction: the batch size predicted to fit and the next one, to be confirmed by
+    two runs (the first should fit, the second not) instead of a doubling ladder."""
+    errors = validate(base, info.gpu_count)
+    if errors:
+        raise InvalidOptions(errors)
+    device = "cuda" if info.has_gpu else "cpu"
+    gpu = info.devices[base.gpu] if info.has_gpu else None
+    try:
+        fit = prediction.max_batch_size(base, device=device,
+                                        total=gpu.total if gpu else info.ram_total,
+                                        gpu_name=gpu.name if gpu else None)
+    except prediction.PredictionError as error:
+        raise InvalidOptions({"model": str(error)}) from None
+    if fit.batch_size is None:
+        raise InvalidOptions({"batch_size": "batch_size: not even 1 is predicted to fit"})
+    size = fit.batch_size
+    return {"batch_size": [size, size + 1] if size < FIELDS["batch_size"].high else [size]}, \
+        f"predicted to fit: batch size {size}; confirming with {size} and {size + 1}"
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     info = machine()
     base = options_from_args(args, info.has_gpu)
     store = Store(args.store)
     try:
-        sweep = Sweep(RunManager(store), base, parse_vary(args.vary), args.until_oom, args.name,
-                      info.gpu_count)
+        if args.from_prediction:
+            if args.vary:
+                raise InvalidOptions({"vary": "--from-prediction picks the batch sizes: drop "
+                                              "--vary"})
+            vary, said = _predicted_ladder(base, info)
+            print(said, file=sys.stderr if args.json else sys.stdout, flush=True)
+        elif not args.vary:
+            raise InvalidOptions({"vary": "give --vary OPTION=V1,V2,… (or --from-prediction)"})
+        else:
+            vary = parse_vary(args.vary)
+        sweep = Sweep(RunManager(store), base, vary, args.until_oom, args.name, info.gpu_count)
     except InvalidOptions as error:
         for message in error.errors.values():
             print(f"error: {message}", file=sys.stderr)
@@ -605,12 +699,20 @@ def parser() -> argparse.ArgumentParser:
     predict = commands.add_parser("predict", help="the memory a run should need, by component")
     _add_run_options(predict)
     predict.add_argument("--json", action="store_true", help="bytes, as one JSON object")
+    predict.add_argument("--max-batch-size", action="store_true",
+                         help="the largest batch size predicted to fit the device, instead")
+    predict.add_argument("--device", choices=prediction.DEVICES,
+                         help="the kernels and allocator to assume (default: this machine's)")
+    predict.add_argument("--gpu-model", metavar="NAME",
+                         help="the GPU whose calibrated constants to use, e.g. 'NVIDIA H200' "
+                              "(default: this machine's GPU)")
     predict.set_defaults(func=cmd_predict)
 
     runs = commands.add_parser("runs", help="the stored runs")
     runs.add_argument("--json", action="store_true")
     runs.add_argument("--tag", help="only runs with this tag")
-    runs.add_argument("--preset", help="only runs of this preset")
+    runs.add_argument("--model", "--preset", dest="preset", metavar="MODEL",
+                      help="only runs of this model (as the run named it)")
     runs.add_argument("--status", choices=STATUSES, help="only runs that ended so (or still run)")
     runs.add_argument("--store", type=_store_path, help=store_help)
     runs.set_defaults(func=cmd_runs)
@@ -641,12 +743,15 @@ def parser() -> argparse.ArgumentParser:
 
     sweep = commands.add_parser("sweep", help="runs one after another, one or two options varied")
     _add_run_options(sweep)
-    sweep.add_argument("--vary", action="append", required=True, metavar="OPTION=V1,V2,…",
+    sweep.add_argument("--vary", action="append", metavar="OPTION=V1,V2,…",
                        help="an option and its values, e.g. batch-size=1,2,4 or precision=fp32,bf16"
                             " or gradient-checkpointing=off,on (once or twice)")
     sweep.add_argument("--until-oom", action="store_true",
                        help="with --vary batch-size: keep doubling past the list until a run is out"
                             " of memory")
+    sweep.add_argument("--from-prediction", action="store_true",
+                       help="run the batch size predicted to fit and the next one (with "
+                            "--until-oom: keep doubling if that one fits too)")
     sweep.add_argument("--name", help="the sweep's name (default: what it varies)")
     sweep.add_argument("--json", action="store_true",
                        help="print the grid as one JSON object (progress goes to stderr)")

@@ -248,7 +248,13 @@ def option_widget(name: str, default, key: str, label: str | None = None) -> Non
     on numbers: Streamlit would silently put a wrong value back; the engine judges instead."""
     field = FIELDS[name]
     label = label or field.label
-    if field.choices is not None:
+    if field.free_text and field.choices is not None:  # a list to pick from, or type a path
+        choices = list(field.choices) + ([default] if default not in field.choices else [])
+        st.selectbox(label, choices, index=choices.index(default), key=key, help=field.help,
+                     accept_new_options=True)
+    elif field.free_text:
+        st.text_input(label, value=default, key=key, help=field.help)
+    elif field.choices is not None:
         st.selectbox(label, field.choices, index=field.choices.index(default), key=key,
                      help=field.help)
     elif field.low is None:

@@ -19,7 +19,7 @@ from dashboard import common
 REFRESH_SECONDS = 1.0
 # What a sweep may vary, and the values the form suggests for each.
 VARIABLE = ("batch_size", "precision", "gradient_checkpointing", "grad_accum", "optim", "seq_len",
-            "preset")
+            "model")
 SUGGESTED = {"batch_size": "1,2,4,8", "grad_accum": "1,2,4", "seq_len": "128,256,512"}
 DIFFERS_COLOUR = "background-color: #FFF3CD"
 

@@ -16,7 +16,7 @@ REFRESH_SECONDS = 1.0
 # The form's columns: the model and the data, the training, then every other field in FIELDS
 # order, so that a field added to the engine shows up in the form by itself.
 FIRST_COLUMNS = (
-    ("preset", "batch_size", "seq_len", "dataset_size"),
+    ("model", "batch_size", "seq_len", "dataset_size"),
     ("epochs", "max_steps", "precision", "optim", "grad_accum"),
 )
 
@@ -49,11 +49,21 @@ def _forecast() -> None:
     """The form's second button: what these options should need and how long they should take,
     without starting anything. The fields are judged again, so a fixed field's error goes."""
     options = _form_options()
-    st.session_state["forecast"] = session.run_forecast(options, common.device(), common.store())
+    with st.spinner("tracing the training step on fake tensors…"):
+        st.session_state["forecast"] = session.run_forecast(options, common.device(),
+                                                            common.store())
     st.session_state["forecast_for"] = _state()
     st.session_state.pop("start_refused", None)
     st.session_state["option_errors"] = validate(options, common.device().gpu_count)
     st.session_state["errors_from"] = "predict"
+
+
+def _what_fits() -> None:
+    """The form's third button: the largest batch size predicted to fit, without running."""
+    with st.spinner("tracing the training step at two batch sizes…"):
+        st.session_state["forecast"] = session.batch_size_forecast(_form_options(),
+                                                                   common.device())
+    st.session_state["forecast_for"] = _state()
 
 
 def _start() -> None:
@@ -101,6 +111,9 @@ def options_form(has_gpu: bool, expanded: bool) -> None:
                                   help="what these options should need, from the model config "
                                        "alone (docs/PREDICTION.md), and how long they should "
                                        "take, from the runs stored here; starts nothing")
+            st.form_submit_button("What fits?", on_click=_what_fits, key="what_fits",
+                                  help="the largest batch size predicted to fit this device, the "
+                                       "other options as they are; starts nothing")
     # A forecast belongs to the moment it was made: it goes once the run shown has changed (a
     # run it was made for has ended, another run is shown).
     forecast = st.session_state.get("forecast")

@@ -27,8 +27,8 @@ def measured_and_predicted(rep: RunReport, prediction) -> None:
                    "rest arrives (the smaller of activations and gradients), leaving the **tensor "
                    "peak**. The predicted peak is that tensor "
                    "peak (compare it with the allocator's measured peak); NVML's peak adds the "
-                   "CUDA context, the allocator's cache and memory outside PyTorch. The CUDA "
-                   "context is not predicted: both sides start from the measured one.")
+                   "CUDA context, the allocator's cache and memory outside PyTorch, predicted "
+                   "from the caching allocator's simulation and the GPU's calibrated constants.")
     else:
         st.caption("Each part adds to the one before; *all at once* is their sum. On a CPU there "
                    "is no allocator to read a tensor peak from: the measured side goes on to the "
@@ -137,7 +137,8 @@ def main() -> None:
                           on_change=common.run_to_url, args=("anatomy_run",))
     rep = report(db, run_id)
     st.subheader(rep.title())
-    prediction = breakdown.prediction_for(rep)
+    with st.spinner("predicting: the training step on fake tensors…"):
+        prediction = breakdown.prediction_for(rep)
     if not rep.on_gpu:
         st.info("A CPU run: there is no CUDA context and no caching allocator. Activations are "
                 "measured from the tensors autograd saved for the backward pass, and the peak is "
@@ -148,9 +149,13 @@ def main() -> None:
     elif rep.components is None:
         st.info("No measured components for this run (recorded before they were measured, or it "
                 "ended before its first optimizer step): the prediction alone.")
-    measured_and_predicted(rep, prediction)
-    peak_section(rep, prediction)
-    bytes_per_parameter(rep, prediction)
+    if prediction is None:
+        st.warning(f"No prediction: this run's model ({rep.preset}) cannot be built on this "
+                   "machine (a config file that stayed where the run was recorded).")
+    else:
+        measured_and_predicted(rep, prediction)
+        peak_section(rep, prediction)
+        bytes_per_parameter(rep, prediction)
     first_steps(rep)
     operations(rep)
 

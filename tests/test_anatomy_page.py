@@ -4,13 +4,11 @@ anatomy/analysis/breakdown.py and its figures without Streamlit."""
 
 from __future__ import annotations
 
-import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from anatomy.analysis import breakdown
 from anatomy.analysis.operations import CLASSES, ClassTotals, OperationProfile
-from anatomy.analysis.prediction import CUBLAS_WORKSPACES
 from anatomy.analysis.report import report
 from anatomy.units import MIB
 from anatomy.views import figures
@@ -25,11 +23,9 @@ def _measured_like(prediction, activations_off: float = 0.01) -> dict:
             "activations": round(prediction.activations * (1 + activations_off)),
             "peak_allocated": peak, "peak_reserved": peak + 600 * MIB,
             "allocator_cache": 600 * MIB,
-            "moments": {"end of forward": prediction.moments["forward pass"] + MIB,
-                        "end of backward": prediction.moments["end of the backward pass"] - MIB,
-                        # as on the H200: the two cuBLAS workspaces stay after the step
-                        "after optimizer step": prediction.weights + prediction.gradients
-                        + prediction.optimizer_states + CUBLAS_WORKSPACES},
+            "moments": {"end of forward": prediction.marks["end of forward"] + MIB,
+                        "end of backward": prediction.marks["end of backward"] - MIB,
+                        "after optimizer step": prediction.marks["after optimizer step"]},
             "steps_measured": 3}
 
 
@@ -81,9 +77,12 @@ def test_measured_next_to_predicted_with_the_error_of_each_component(store, seed
     assert table.loc["weights", "Error (%)"] == 0
     assert table.loc["optimizer states", "Measured (MB)"] == pytest.approx(2556.9, abs=0.1)
     assert table.loc["activations", "Error (%)"] == pytest.approx(-100 * 0.01 / 1.01, abs=1e-3)
-    assert table.loc["peak (tensors)", "Predicted (MB)"] == pytest.approx(7156.4, abs=0.1)
+    # the traced prediction (no H200 calibration in the repo: docs/MEASUREMENTS.md's figures)
+    assert table.loc["peak (tensors)", "Predicted (MB)"] == pytest.approx(7141.8, abs=0.1)
     assert table.loc["CUDA context", "Measured (MB)"] == 1024  # seeded: kernel − baseline
-    assert pd.isna(table.loc["CUDA context", "Predicted (MB)"])  # not predicted
+    assert table.loc["CUDA context", "Predicted (MB)"] == 529  # the GPU's constant
+    assert table.loc["peak (NVML, over the baseline)", "Predicted (MB)"] > \
+        table.loc["peak (tensors)", "Predicted (MB)"] + 529
 
     sides = {t["name"]: t for t in chart_spec(app, "anatomy_waterfall")["data"]}
     assert set(sides) == {"measured", "predicted"}
@@ -91,28 +90,19 @@ def test_measured_next_to_predicted_with_the_error_of_each_component(store, seed
     # Activations outweigh gradients: the gradients are what the peak never holds with them.
     assert measured["never held at once"] == pytest.approx(-1278.47, abs=0.01)
     assert sides["measured"]["x"][-1] == "peak (NVML)"
-    assert sides["predicted"]["x"][-1] == "context + tensor peak"
+    assert sides["predicted"]["x"][-1] == "peak (NVML)"  # predicted from context to NVML too
 
 
 def test_the_page_says_why_the_peak_is_below_the_sum_of_the_parts(store, measured_run):
     app = _page(run=str(measured_run))
     words = " ".join(m.value for m in app.markdown)
     assert "no moment of a step holds them all" in words
-    assert "at the start of the backward pass" in words
+    assert "in the backward pass" in words
     moments = chart_spec(app, "anatomy_moments")
     bars = {t["name"]: t for t in moments["data"]}
-    assert bars["predicted"]["x"] == ["end of the forward pass", "start of the backward pass",
-                                      "end of the backward pass", "during the optimizer step",
-                                      "after the optimizer step"]
-    measured = dict(zip(bars["measured"]["x"], bars["measured"]["y"]))
-    predicted = dict(zip(bars["predicted"]["x"], bars["predicted"]["y"]))
-    assert measured["start of the backward pass"] is None  # not a moment the worker reads
-    # The worker reads the allocator after the step, its temporaries freed: that reading stands
-    # beside the prediction for the same moment, never beside the one during the step.
-    assert measured["during the optimizer step"] is None
-    assert measured["after the optimizer step"] == pytest.approx(
-        predicted["after the optimizer step"], rel=0.01)
-    assert predicted["during the optimizer step"] > predicted["after the optimizer step"]
+    assert bars["predicted"]["x"] == ["end of the forward pass", "end of the backward pass",
+                                      "after the optimizer step", "peak (backward pass)"]
+    assert None not in bars["measured"]["y"]  # every moment the probe reads, and the peak
     line = moments["layout"]["shapes"][0]
     assert line["y0"] > max(bars["predicted"]["y"])  # no moment reaches the sum of the parts
 
@@ -206,7 +196,7 @@ def test_with_checkpointing_the_activations_are_what_the_peak_never_holds(store,
     steps = dict((label, value) for label, _, value in breakdown.waterfall(rep, prediction)[
         "predicted"])
     assert steps["never held at once"] == -prediction.activations
-    assert "at the optimizer step" in breakdown.peak_explanation(rep, prediction)
+    assert "in the optimizer step" in breakdown.peak_explanation(rep, prediction)
 
 
 def test_what_the_operation_shares_mean_on_each_device():

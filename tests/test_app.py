@@ -46,7 +46,7 @@ def test_the_live_page_offers_every_run_option_with_the_machines_defaults():
     assert not app.exception
     assert app.title[0].value == "Live run"
     assert app.number_input(key="option_batch_size").value == 4
-    assert app.selectbox(key="option_preset").value == ("tiny" if NO_GPU else "bert-large-uncased")
+    assert app.selectbox(key="option_model").value == ("tiny" if NO_GPU else "bert-large-uncased")
     assert app.number_input(key="option_max_steps").value == 0  # 0: train for the epochs
     assert app.checkbox(key="option_gradient_checkpointing").value is False
     assert "No run in progress" in app.info[0].value

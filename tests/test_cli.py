@@ -79,3 +79,56 @@ def test_bad_option_is_refused_with_its_range_and_starts_nothing(tmp_path):
 def test_unknown_run_is_a_message(tmp_path):
     result = anatomy("show", "42", store=tmp_path / "s.sqlite")
     assert result.returncode == 1 and "run 42 is not in" in result.stderr
+
+
+def predict(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "anatomy", "predict", *args],
+                          capture_output=True, text=True, timeout=180)
+
+
+def test_predict_any_model_for_a_gpu_from_this_machine():
+    result = predict("--model", "tiny-vit", "--device", "cuda", "--gpu-model", "NVIDIA H200",
+                     "--lora-rank", "4", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["device"] == "cuda" and data["gpu"] == "NVIDIA H200"
+    assert data["trainable_parameters"] < data["parameters"]
+    assert data["nvml_peak"] == data["context"] + data["peak_reserved"] + data["outside"]
+    assert data["components"]["peak"] <= data["peak_reserved"]
+
+
+def test_predict_the_largest_batch_size():
+    result = predict("--model", "tiny-gpt2", "--seq-len", "16", "--device", "cuda",
+                     "--max-batch-size", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert 2 <= data["max_batch_size"] <= 4096 and data["peak"] <= data["capacity"]
+    words = predict("--model", "tiny-gpt2", "--seq-len", "16", "--device", "cuda",
+                    "--max-batch-size")
+    assert words.stdout.startswith("largest batch size predicted to fit NVIDIA H200")
+
+
+def test_a_bad_model_is_one_line_and_starts_nothing(tmp_path):
+    bad = tmp_path / "config.json"
+    bad.write_text('{"model_type": "llama", "hidden_size": 66, "num_attention_heads": 4}')
+    for result in (anatomy("run", "--model", str(tmp_path), store=tmp_path / "s.sqlite"),
+                   predict("--model", str(tmp_path))):
+        assert result.returncode == 2
+        assert result.stderr.strip().splitlines() == [
+            f"error: model: {tmp_path.name}: hidden size 66 is not divisible by the 4 attention "
+            "heads"]
+    assert json.loads(anatomy("runs", "--json", store=tmp_path / "s.sqlite").stdout) == []
+
+
+def test_a_sweep_from_the_prediction_runs_that_size_and_the_next():
+    from anatomy.analysis.machine import Machine
+    from anatomy.analysis.options import RunOptions
+    from anatomy.analysis.prediction import CPU_PROCESS_BYTES
+    from anatomy.cli import _predicted_ladder
+
+    small = Machine(backend="cpu-rss", memory_api="rss", devices=(), driver=None,
+                    cuda_driver=None, ram_total=CPU_PROCESS_BYTES + 64 * 2**20, why_no_gpu="x")
+    vary, said = _predicted_ladder(RunOptions(model="tiny-gpt2", seq_len=64), small)
+    first, second = vary["batch_size"]
+    assert second == first + 1 and first >= 2
+    assert said == f"predicted to fit: batch size {first}; confirming with {first} and {second}"

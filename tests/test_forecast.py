@@ -15,7 +15,7 @@ from anatomy.analysis.options import RunOptions, defaults_for
 from anatomy.analysis.report import report
 from anatomy.store import PhaseMark
 from anatomy.views import session
-from anatomy.views.session import Forecast, memory_forecast
+from anatomy.views.session import Forecast, batch_size_forecast, memory_forecast
 
 H200 = Machine(backend="nvml", memory_api="v2",
                devices=(Device(index=0, nvml_index=0, name="NVIDIA H200", uuid=None,
@@ -148,3 +148,20 @@ def test_the_live_page_says_a_run_is_not_found_and_names_what_it_shows(store, se
     app.query_params["run"] = str(run_id)
     app.run()
     assert not app.warning and app.query_params["run"] == str(run_id)
+
+
+def test_what_fits_on_the_form_starts_nothing(store):
+    app = AppTest.from_file("../app.py", default_timeout=120).run()
+    app.selectbox(key="option_model").set_value("tiny-gpt2")
+    app.number_input(key="option_seq_len").set_value(16)
+    app.button(key="what_fits").click().run()
+    assert not app.exception
+    assert any(info.value.startswith("Largest batch size predicted to fit this machine's")
+               for info in app.info), [i.value for i in app.info]
+    assert store.runs() == []
+
+
+def test_the_largest_batch_size_for_the_machines_gpu():
+    forecast = batch_size_forecast(RunOptions(model="tiny-gpt2", seq_len=16), H200)
+    assert forecast.line.startswith("largest batch size predicted to fit GPU 0's 140.0 GiB: ")
+    assert forecast.warning is None

@@ -188,3 +188,37 @@ def test_the_device_panel_reads_the_gpu_as_nvitop_does(manager, store):
     assert rep.profiling.done and rep.profiling.start_s >= rep.training.end_s
     before = [s.used for s in store.samples(run_id, gpu) if s.t < rep.profiling.start_s]
     assert rep.summary.peak_bytes == max(before)
+
+
+TINYLLAMA_PARAMETERS = 1_100_048_384
+
+
+def test_a_1b_model_is_on_the_gpu_within_15_seconds(manager, store):
+    """Random weights made on the device: the weights phase of TinyLlama 1.1B in seconds, holding
+    what the weights take (4 bytes a parameter, and the allocator's rounding)."""
+    run_id = manager.start(RunOptions(model="tinyllama-1.1b", batch_size=1, seq_len=128,
+                                      max_steps=1))
+    assert manager.wait(run_id, timeout=600) == "completed"
+    rep = report(store, run_id)
+    kernel, weights = rep.phase("kernel"), rep.phase("weights")
+    assert weights.start_s - kernel.end_s < 15  # building the model on the GPU
+    held = weights.memory_bytes - kernel.memory_bytes
+    assert 4 * TINYLLAMA_PARAMETERS <= held < 4 * TINYLLAMA_PARAMETERS + 256 * MIB
+    assert rep.components.weights == 4 * TINYLLAMA_PARAMETERS
+
+
+@pytest.mark.parametrize("model", ["gpt2", "vit-base-patch16-224"])
+def test_measured_next_to_predicted_on_the_gpu(manager, store, model):
+    """The run's measured components next to the traced prediction with this GPU's constants:
+    weights, gradients and states exact, the allocator's peak within 3%."""
+    from anatomy.analysis.prediction import predict
+
+    options = RunOptions(model=model, batch_size=8, seq_len=256, precision="bf16", max_steps=3)
+    run_id = manager.start(options)
+    assert manager.wait(run_id, timeout=600) == "completed"
+    rep = report(store, run_id)
+    predicted = predict(options, device="cuda", gpu_name=rep.environment["gpu_name"])
+    parts = rep.components
+    assert (parts.weights, parts.gradients, parts.optimizer_states) == \
+        (predicted.weights, predicted.gradients, predicted.optimizer_states)
+    assert predicted.peak == pytest.approx(parts.peak_allocated, rel=0.03)

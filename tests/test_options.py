@@ -10,8 +10,8 @@ from anatomy.analysis.options import FIELDS, InvalidOptions, RunOptions, default
 
 
 def test_defaults_fit_the_machine():
-    assert defaults_for(has_gpu=True).preset == "bert-large-uncased"
-    assert defaults_for(has_gpu=False).preset == "tiny"
+    assert defaults_for(has_gpu=True).model == "bert-large-uncased"
+    assert defaults_for(has_gpu=False).model == "tiny"
     assert defaults_for(True).batch_size == 4 and defaults_for(True).seq_len == 512
     assert validate(defaults_for(False), gpu_count=0) == {}
     assert validate(defaults_for(True), gpu_count=1) == {}
@@ -53,8 +53,14 @@ def test_max_steps_may_be_unset_but_not_zero():
     assert "max_steps" in validate(RunOptions(max_steps=0), 0)
 
 
+def test_runs_stored_with_a_preset_read_as_their_model():
+    assert RunOptions(preset="gpt2").model == "gpt2" == RunOptions(model="gpt2").preset
+    assert RunOptions.from_dict({"preset": "bert-base-uncased"}).model == "bert-base-uncased"
+    assert "preset" not in RunOptions().to_dict() and RunOptions().to_dict()["model"] == "tiny"
+
+
 def test_sequence_longer_than_the_preset_positions():
-    errors = validate(RunOptions(preset="tiny", seq_len=513), gpu_count=0)
+    errors = validate(RunOptions(model="tiny", seq_len=513), gpu_count=0)
     assert "512" in errors["seq_len"]
 
 

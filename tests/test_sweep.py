@@ -108,7 +108,7 @@ def test_plan_is_the_product_with_a_ladder_per_value_of_the_other_option():
 @pytest.mark.parametrize("vary, until_oom, message", [
     ({"batch_size": [2, 0]}, False, "batch_size: 0 is out of range: 1 to 4096"),
     ({"precision": ["fp32", "fp16"]}, False, "precision: fp16 needs a GPU"),
-    ({"seq_len": [32, 1024]}, False, "seq_len: 1024 is out of range: 1 to 512"),
+    ({"seq_len": [32, 1024]}, False, "seq_len: 1024 is out of range for tiny: 1 to 512"),
     ({"precision": ["fp32", "bf16"]}, True, "until_oom: needs batch_size among the varied options"),
     ({}, False, "vary: choose one or two options to vary"),
     ({"batch_size": [1], "precision": ["bf16"], "optim": ["sgd"]}, False, "vary: at most 2 options"),
@@ -134,9 +134,9 @@ def test_vary_is_parsed_by_each_options_type():
     assert list(refused.value.errors.values()) == [
         "batch-size: 'two' is not a whole number",
         "gradient-checkpointing: 'maybe' is not on, off, true or false",
-        "--vary colour=red: 'colour' is not an option (one of preset, batch-size, seq-len, "
+        "--vary colour=red: 'colour' is not an option (one of model, batch-size, seq-len, "
         "dataset-size, epochs, max-steps, precision, gradient-checkpointing, grad-accum, optim, "
-        "seed, sample-rate, gpu, profile-steps)",
+        "seed, sample-rate, gpu, profile-steps, lora-rank, lora-targets)",
         "--vary seq-len: write OPTION=V1,V2,… (e.g. batch-size=1,2,4)",
         "--vary grad_accum=2: grad_accum is varied twice"]
 

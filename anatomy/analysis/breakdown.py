@@ -4,7 +4,8 @@ parameter next to the walkthrough's, and what the operation classes mean on this
 
 The measured side is the report's components (anatomy/analysis/components.py); the predicted
 side is `predict()` (anatomy/analysis/prediction.py) for the run's own options, on the run's kind of
-device.
+device (a GPU run: its GPU model's calibrated constants, for the CUDA context, the allocator and
+NVML's figure).
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from anatomy.analysis.operations import (
     OperationProfile,
 )
 from anatomy.analysis.prediction import (
-    CUBLAS_WORKSPACES,
     Prediction,
+    PredictionError,
     predict,
     walkthrough_bytes_per_parameter,
 )
@@ -46,17 +47,11 @@ TENSOR_PEAK = {False: "peak (tensors)", True: "context + tensor peak"}
 WATERFALL_ORDER = (LABELS["context"], *(LABELS[n] for n in TENSOR_PARTS), *ALL_AT_ONCE.values(),
                    "never held at once", *TENSOR_PEAK.values(), LABELS["allocator_cache"],
                    LABELS["non_torch"], "peak (NVML)")
-# The moments of a step, in step order: the predicted moment and the measured one read at the
-# same place (None: that side has no figure for it). The worker reads the allocator after the
-# optimizer step, its temporaries freed; the prediction's "optimizer step" is during it, with
-# them: two moments, each beside its own kind.
-AFTER_THE_STEP = "after the optimizer step"
+# The moments the probe reads the allocator at (its names), in step order.
 MOMENTS = (
-    ("end of the forward pass", "forward pass", "end of forward"),
-    ("start of the backward pass", "start of the backward pass", None),
-    ("end of the backward pass", "end of the backward pass", "end of backward"),
-    ("during the optimizer step", "optimizer step", None),
-    (AFTER_THE_STEP, None, "after optimizer step"),
+    ("end of the forward pass", "end of forward"),
+    ("end of the backward pass", "end of backward"),
+    ("after the optimizer step", "after optimizer step"),
 )
 
 
@@ -81,9 +76,15 @@ class BytesPerParameterRow(NamedTuple):
     walkthrough: float | None
 
 
-def prediction_for(report: RunReport) -> Prediction:
-    """The prediction for the run's own options, with the kernels of the device it ran on."""
-    return predict(report.options, device="cuda" if report.on_gpu else "cpu")
+def prediction_for(report: RunReport) -> Prediction | None:
+    """The prediction for the run's own options, with the kernels of the device it ran on (and
+    that GPU model's constants); None when the run's model cannot be built here (a config file
+    that stayed on the machine the run came from)."""
+    try:
+        return predict(report.options, device="cuda" if report.on_gpu else "cpu",
+                       gpu_name=report.environment.get("gpu_name"))
+    except PredictionError:
+        return None
 
 
 def parameters(report: RunReport, prediction: Prediction) -> int:
@@ -124,8 +125,8 @@ def component_rows(report: RunReport, prediction: Prediction) -> list[ComponentR
         rows.append(ComponentRow(name, m, p, _error(m, p), note))
 
     if on_gpu:
-        row("CUDA context", measured.context, None,
-            "not predicted: the kernel phase − the baseline")
+        row("CUDA context", measured.context, prediction.context,
+            "measured: the kernel phase − the baseline; predicted: the GPU's calibration")
     for name in TENSOR_PARTS:
         note = ""
         if name == "activations" and not on_gpu:
@@ -143,14 +144,15 @@ def component_rows(report: RunReport, prediction: Prediction) -> list[ComponentR
         row("sum of the parts", measured.sum_of(), predicted.sum_of(),
             "every part at once: never reached")
     row("peak (tensors)", measured.peak_allocated, prediction.peak,
-        f"the allocator's peak; predicted at the {prediction.peak_at}" if on_gpu else
+        f"the allocator's peak; predicted in the {prediction.peak_at}" if on_gpu else
         "the CPU keeps no allocator statistics: not measured")
     if on_gpu:
-        row("allocator cache", measured.allocator_cache, None,
-            "not predicted: reserved − allocated at the allocator's peak")
-        row("outside PyTorch", measured.non_torch, None,
-            "not predicted: NVML's peak − the context − reserved")
-        row("peak (NVML, over the baseline)", measured.peak, None,
+        row("allocator cache", measured.allocator_cache, prediction.allocator_cache,
+            "reserved − allocated at the allocator's peak (predicted: the caching allocator "
+            "simulated)")
+        row("outside PyTorch", measured.non_torch, prediction.outside,
+            "NVML's peak − the context − reserved (predicted: the GPU's calibration)")
+        row("peak (NVML, over the baseline)", measured.peak, prediction.nvml_peak,
             "context + tensors + allocator cache + outside PyTorch")
     else:
         row("peak (RSS, over the baseline)", measured.peak, None,
@@ -167,9 +169,9 @@ def waterfall(report: RunReport, prediction: Prediction
     measured = measured_components(report)
     on_gpu = report.on_gpu
     sides: dict[str, list[tuple[str, str, int]]] = {}
-    context = measured.context if on_gpu else None
 
-    def climb(values: Components, peak: int | None) -> list[tuple[str, str, int]]:
+    def climb(values: Components, peak: int | None, context: int | None
+              ) -> list[tuple[str, str, int]]:
         steps = [] if context is None else [(LABELS["context"], "relative", context)]
         steps += [(LABELS[n], "relative", values.get(n)) for n in TENSOR_PARTS
                   if values.get(n) is not None]
@@ -181,7 +183,7 @@ def waterfall(report: RunReport, prediction: Prediction
         return steps
 
     if measured.sum_of(TENSOR_PARTS[:4]) is not None:
-        steps = climb(measured, measured.peak_allocated)
+        steps = climb(measured, measured.peak_allocated, measured.context if on_gpu else None)
         # A CPU run's RSS peak adds torch's libraries and Python: hundreds of MB that would
         # dwarf the parts, so it stays in the table.
         if on_gpu and measured.peak_allocated is not None and measured.peak is not None:
@@ -189,27 +191,26 @@ def waterfall(report: RunReport, prediction: Prediction
                       (LABELS["non_torch"], "relative", measured.non_torch or 0),
                       ("peak (NVML)", "total", 0)]
         sides["measured"] = steps
-    sides["predicted"] = climb(prediction.as_components(), prediction.peak)
+    # The predicted side climbs from the predicted context to the predicted NVML figure.
+    context = prediction.context if on_gpu else None
+    predicted = climb(prediction.as_components(), prediction.peak, context)
+    if on_gpu and prediction.nvml_peak is not None:
+        predicted += [(LABELS["allocator_cache"], "relative", prediction.allocator_cache),
+                      (LABELS["non_torch"], "relative", prediction.outside or 0),
+                      ("peak (NVML)", "total", 0)]
+    sides["predicted"] = predicted
     return sides
 
 
-def after_the_step(prediction: Prediction) -> int:
-    """What a step holds once its optimizer step is over (the moment the worker measures): the
-    weights, the gradients, the optimizer states and, on a GPU, cuBLAS's workspaces; the step's
-    temporaries are freed."""
-    workspace = CUBLAS_WORKSPACES if prediction.device == "cuda" else 0
-    return (prediction.weights + prediction.gradients + prediction.optimizer_states + workspace)
-
-
 def moment_rows(report: RunReport, prediction: Prediction) -> list[MomentRow]:
-    """Memory at each moment of a step (after the first), predicted and, on a GPU, measured; each
-    moment compares like with like (`MOMENTS`)."""
-    measured = (report.components.moments if report.components else None) or {}
-    rows = []
-    for label, predicted, measured_key in MOMENTS:
-        value = (after_the_step(prediction) if label == AFTER_THE_STEP
-                 else prediction.moments.get(predicted))
-        rows.append(MomentRow(label, value, measured.get(measured_key) if measured_key else None))
+    """The allocator where the probe reads it (the latest forward pass, the fullest step before
+    and after the optimizer), predicted and, on a GPU, measured; then the step's peak."""
+    components = report.components
+    measured = (components.moments if components else None) or {}
+    rows = [MomentRow(label, prediction.marks.get(key), measured.get(key))
+            for label, key in MOMENTS]
+    rows.append(MomentRow(f"peak ({prediction.peak_at})", prediction.peak,
+                          components.peak_allocated if components else None))
     return rows
 
 
@@ -221,7 +222,7 @@ def peak_explanation(report: RunReport, prediction: Prediction) -> str:
             f"moment of a step holds them all. The activations ({_mb(prediction.activations)}) "
             "are held from the forward pass into the backward pass and freed layer by layer as "
             f"the gradients ({_mb(prediction.gradients)}) appear, so the peak holds only the "
-            f"larger of the two: {_mb(prediction.peak)}, at the {prediction.peak_at}.")
+            f"larger of the two: {_mb(prediction.peak)}, in the {prediction.peak_at}.")
     if measured.peak_allocated is not None and measured.sum_of() is not None:
         text += (f" Measured: the parts add up to {_mb(measured.sum_of())}; the allocator's "
                  f"peak was {_mb(measured.peak_allocated)}.")

@@ -1,15 +1,17 @@
 """Run options: one table of fields (type, range, help) that the CLI, the form and validation share.
 
 Everything is checked before anything starts: `validate` returns one message per wrong field,
-naming the field and the range it accepts.
+naming the field and the range it accepts, and the model's own limits (its longest sequence).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from anatomy.analysis.models import PRESETS, default_preset
+from anatomy.analysis import models
+from anatomy.analysis.models import IMAGE_CLASSIFICATION, PRESETS, ModelError, default_preset
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 # Trainer `optim` names that need no package beyond the requirements.
@@ -32,14 +34,19 @@ class Field:
     low: int | None = None
     high: int | None = None
     choices: tuple[str, ...] | None = None
+    free_text: bool = False  # text: `choices` are suggestions (the form lists them), not a limit
+
+    @property
+    def is_flag(self) -> bool:
+        return self.low is None and self.choices is None and not self.free_text
 
 
 FIELDS: dict[str, Field] = {f.name: f for f in (
-    Field("preset", "Model preset", "model config shipped in the repo",
-          choices=tuple(PRESETS)),
+    Field("model", "Model", "a shipped preset, a path to a config.json or a model folder, or a Hub"
+          " id in the local cache", choices=tuple(PRESETS), free_text=True),
     Field("batch_size", "Batch size", "per_device_train_batch_size", 1, 4096),
-    Field("seq_len", "Sequence length", "tokens per sequence (at most the preset's 512 positions)",
-          1, 512),
+    Field("seq_len", "Sequence length", "tokens per sequence, at most the model's positions "
+          "(image models take their config's image size instead)", 1, 1_048_576),
     Field("dataset_size", "Dataset size", "random sequences in the dummy dataset", 1, 10_000_000),
     Field("epochs", "Epochs", "num_train_epochs (ignored when max steps is set)", 1, 1000),
     Field("max_steps", "Max steps", "optimizer steps; overrides epochs when set", 1, 10_000_000),
@@ -53,12 +60,18 @@ FIELDS: dict[str, Field] = {f.name: f for f in (
     Field("gpu", "GPU index", "which visible GPU trains (0 without a GPU)", 0, 63),
     Field("profile_steps", "Profile steps",
           "after training, profile this many steps with torch.profiler (0: off)", 0, 50),
+    Field("lora_rank", "LoRA rank", "train LoRA adapters of this rank instead of every weight "
+          "(peft; 0: full fine-tuning)", 0, 4096),
+    Field("lora_targets", "LoRA targets", "comma-separated module names the adapters wrap (empty:"
+          " the architecture's default, e.g. q_proj,v_proj)", free_text=True),
 )}
+# A module name as peft matches it: letters, digits, underscores and dots.
+_TARGET = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 
 
 @dataclass(frozen=True)
 class RunOptions:
-    preset: str = "tiny"
+    model: str = "tiny"  # called `preset` before other models came: see __init__ below
     batch_size: int = 4
     seq_len: int = 512
     dataset_size: int = 512
@@ -72,6 +85,20 @@ class RunOptions:
     sample_rate: int = 200
     gpu: int = 0
     profile_steps: int = 0
+    lora_rank: int = 0
+    lora_targets: str = ""
+
+    @property
+    def preset(self) -> str:
+        """The model option's old name (runs stored before other models came say "preset")."""
+        return self.model
+
+    @property
+    def lora(self) -> bool:
+        return isinstance(self.lora_rank, int) and self.lora_rank > 0
+
+    def lora_target_list(self) -> tuple[str, ...]:
+        return tuple(t.strip() for t in self.lora_targets.split(",") if t.strip())
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -79,7 +106,11 @@ class RunOptions:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunOptions:
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        values = {k: v for k, v in data.items() if k in known}
+        if "model" not in values and "preset" in data:  # stored before `model` replaced `preset`
+            values["model"] = data["preset"]
+        return cls(**values)
+
 
     def total_steps(self) -> int:
         """Optimizer steps the Trainer will take (its own arithmetic, without a dataloader)."""
@@ -87,6 +118,20 @@ class RunOptions:
             return self.max_steps
         batches = -(-self.dataset_size // self.batch_size)
         return max(1, batches // self.grad_accum) * self.epochs
+
+
+_dataclass_init = RunOptions.__init__
+
+
+def _init(self, *args, preset: str | None = None, **kwargs) -> None:
+    """RunOptions(preset=NAME) still means RunOptions(model=NAME): callers and stored runs from
+    before other models came keep working."""
+    if preset is not None:
+        kwargs.setdefault("model", preset)
+    _dataclass_init(self, *args, **kwargs)
+
+
+RunOptions.__init__ = _init
 
 
 CPU_SEQ_LEN = 128  # the walkthrough's 512 makes a CPU demo take minutes; 128 takes seconds
@@ -97,8 +142,8 @@ def defaults_for(has_gpu: bool) -> RunOptions:
     512 × 512); on a CPU the tiny BERT on sequences of 128, a demo of a minute or a few on a busy
     machine (the form says how long before Start: analysis/duration.py)."""
     if has_gpu:
-        return RunOptions(preset=default_preset(True))
-    return RunOptions(preset=default_preset(False), seq_len=CPU_SEQ_LEN)
+        return RunOptions(model=default_preset(True))
+    return RunOptions(model=default_preset(False), seq_len=CPU_SEQ_LEN)
 
 
 def shown(value: Any) -> str:
@@ -112,6 +157,8 @@ def shown(value: Any) -> str:
 
 
 def _check(field: Field, value: Any) -> str | None:
+    if field.free_text:
+        return None if isinstance(value, str) else f"{field.name}: must be text, got {value!r}"
     if field.choices is not None:
         if not isinstance(value, str) or value not in field.choices:
             return f"{field.name}: {shown(value)} is not one of {', '.join(field.choices)}"
@@ -126,9 +173,11 @@ def _check(field: Field, value: Any) -> str | None:
     return None
 
 
-def validate(options: RunOptions, gpu_count: int) -> dict[str, str]:
+def validate(options: RunOptions, gpu_count: int, *, resolve_model: bool = True) -> dict[str, str]:
     """Messages by field name for every wrong value; empty when the run may start. `gpu_count` is
-    the number of GPUs a run can use here: those CUDA_VISIBLE_DEVICES leaves visible."""
+    the number of GPUs a run can use here: those CUDA_VISIBLE_DEVICES leaves visible.
+    `resolve_model=False` judges the options alone, not whether this machine has the model (an
+    imported run may name a config file that stayed on another machine)."""
     errors: dict[str, str] = {}
     for name, field in FIELDS.items():
         value = getattr(options, name)
@@ -137,11 +186,31 @@ def validate(options: RunOptions, gpu_count: int) -> dict[str, str]:
         message = _check(field, value)
         if message:
             errors[name] = message
-    if "preset" not in errors and "seq_len" not in errors:
-        positions = PRESETS[options.preset].config_dict()["max_position_embeddings"]
-        if options.seq_len > positions:
-            errors["seq_len"] = (f"seq_len: {options.seq_len} is out of range for {options.preset}:"
-                                 f" 1 to {positions}")
+    if "lora_targets" not in errors and options.lora_targets.strip():
+        wrong = [t for t in options.lora_targets.split(",") if not _TARGET.match(t.strip())]
+        if wrong:
+            errors["lora_targets"] = (f"lora_targets: {wrong[0].strip()!r} is not a module name "
+                                      "(comma-separated names such as q_proj,v_proj)")
+        elif not options.lora and "lora_rank" not in errors:
+            errors["lora_targets"] = "lora_targets: set a LoRA rank too (--lora-rank R)"
+    if resolve_model and "model" not in errors:
+        try:
+            spec = models.resolve(options.model)
+        except ModelError as error:
+            errors["model"] = str(error)
+        else:
+            positions = spec.max_positions
+            if "seq_len" not in errors and spec.task != IMAGE_CLASSIFICATION and positions \
+                    and options.seq_len > positions:
+                errors["seq_len"] = (f"seq_len: {options.seq_len} is out of range for "
+                                     f"{spec.display_name}: 1 to {positions}")
+            if "lora_targets" not in errors and options.lora and options.lora_target_list():
+                unknown = models.unknown_lora_targets(spec, options.lora_target_list())
+                if unknown:
+                    errors["lora_targets"] = (
+                        f"lora_targets: {', '.join(unknown)} is not a module of "
+                        f"{spec.display_name} (its linear layers: "
+                        f"{', '.join(models.linear_module_names(spec))})")
     if "gpu" not in errors:
         if gpu_count == 0 and options.gpu != 0:
             errors["gpu"] = f"gpu: {options.gpu} is out of range: this machine has no GPU (use 0)"

@@ -1,31 +1,30 @@
-"""Predicted training memory, component by component, from the model config and the run options.
+"""Predicted training memory, component by component, for any model: the training step's
+operators run on fake tensors (no memory), their storages followed as they are made and freed,
+and the allocator's view of that simulated. No formula per model family.
 
-Runs before anything starts (the CLI's `predict`, the run form), so it imports no torch. Every
-figure is in bytes of tensors the caching allocator hands out; the CUDA context, the allocator's
-cache and its rounding are not predicted (the context is measured in the kernel phase).
-docs/PREDICTION.md states each formula and where it comes from.
+`predict(options, device=...)` records the run (anatomy/analysis/tracing/record.py: the model
+built on the meta device, one of each part of the Trainer's step on fake tensors, with CUDA's
+kernels where the device is "cuda"), replays it for the steps the probe measures
+(anatomy/analysis/replay.py), and reads the same figures the probe and the allocator report:
+weights, gradients, optimizer states, activations, the allocator's peak and reserve, and on a
+GPU the NVML figure (the CUDA context + the reserve + what lives outside PyTorch, from the
+device's calibration: anatomy/analysis/device_constants.py). docs/PREDICTION.md states every
+modelled effect and constant.
 
-The model is the BertForSequenceClassification that `presets.build_model` builds, trained the way
-the worker trains it: the Trainer's defaults (weight decay 0, max_grad_norm 1, gradients set to
-None by zero_grad), autocast for fp16/bf16 (weights stay fp32), PyTorch's SDPA attention.
+Importing this module imports no torch: the tracing does, when a prediction is made.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
-from anatomy.analysis.components import Components, rest_of_peak
-from anatomy.analysis.models import PRESETS, parameter_count
+from anatomy.analysis import device_constants, models, replay
+from anatomy.analysis.components import MEASURED_STEPS, Components, rest_of_peak
+from anatomy.analysis.device_constants import DeviceCalibration
 from anatomy.analysis.options import RunOptions
 from anatomy.units import size_text
-
-FP32 = 4
-HALF = 2
-NUM_LABELS = 2  # the worker's dummy dataset has binary labels
-# PyTorch's default cuBLAS workspace on Hopper and newer is 32 MiB a handle (8 MiB before); the
-# forward pass and the autograd thread each use a handle, both through the caching allocator.
-CUBLAS_WORKSPACES = 2 * 32 * 2**20
 
 # The walkthrough's bytes per parameter ("Model training anatomy", Anatomy of Model's Memory),
 # shown beside what a run predicts and measures.
@@ -40,19 +39,55 @@ WALKTHROUGH_BYTES_PER_PARAMETER: dict[str, float] = {
 }
 
 COMPONENTS = ("weights", "gradients", "optimizer_states", "activations", "temporary", "peak")
+DEVICES = ("cuda", "cpu")
+# A CPU run's tensors share the machine with the process itself (Python, torch, transformers):
+# what a CPU run may fill is the RAM less this much.
+CPU_PROCESS_BYTES = 2 * 2**30
+BATCH_SIZE_LIMIT = 4096  # the batch_size option's range
+# Sizes are linear in the batch size from 2 on: at 1 some reshapes are views (a dimension of
+# size 1 leaves a tensor contiguous) that copy from 2 on.
+LINEAR_FROM = 2
+
+
+class PredictionError(ValueError):
+    """A run that cannot be predicted (its model cannot be built), in one line."""
 
 
 @dataclass(frozen=True)
 class Prediction:
     parameters: int
-    weights: int
-    gradients: int
+    trainable_parameters: int
+    weights: int  # bytes of the parameters' storages
+    gradients: int  # of the .grad tensors (the trainable parameters' only)
     optimizer_states: int
-    activations: int  # held from the end of the forward pass to the start of the backward pass
-    peak: int  # the fullest moment of a step: less than the sum of the parts
-    peak_at: str  # that moment: forward pass, start / end of the backward pass, optimizer step
-    device: str  # "cuda" or "cpu": which kernels the figures assume
-    moments: dict[str, int]  # memory at each moment of a step that could be the peak
+    activations: int  # allocated at the end of the forward pass over its start (the probe's)
+    peak: int  # the allocator's peak over the measured steps (CPU: the live tensors' peak)
+    peak_at: str  # the stretch of a step the peak falls in: forward pass, backward pass, ...
+    device: str  # "cuda" or "cpu": which kernels and allocator the figures assume
+    moments: dict[str, int]  # the fullest moment of each stretch of a step, from step 2 on
+    marks: dict[str, int] = field(default_factory=dict)  # allocated where the probe reads it
+    peak_reserved: int = 0  # the caching allocator's reserve at its peak (CUDA)
+    weights_allocated: int = 0  # the weights phase, as the allocator holds it
+    weights_reserved: int = 0
+    context: int | None = None  # the CUDA context (calibrated)
+    outside: int | None = None  # NVML beyond the context and the reserve (calibrated)
+    gpu: str | None = None  # the GPU model whose constants were used
+    calibrated: bool = False  # False: DEFAULT's constants, not measured for this GPU
+    attention_kernels: tuple[str, ...] = ()  # the attention kernels a forward pass calls (CUDA)
+    lora: bool = False
+    steps: int = MEASURED_STEPS
+
+    @property
+    def nvml_peak(self) -> int | None:
+        """What nvidia-smi should show at the peak: the context, the allocator's reserve, and
+        what lives outside PyTorch."""
+        if self.device != "cuda" or self.context is None:
+            return None
+        return self.context + self.peak_reserved + (self.outside or 0)
+
+    @property
+    def allocator_cache(self) -> int:
+        return max(0, self.peak_reserved - self.peak) if self.device == "cuda" else 0
 
     @property
     def temporary(self) -> int:
@@ -75,7 +110,10 @@ class Prediction:
         """The predicted parts in the measured side's shape, to be read the same way."""
         return Components(weights=self.weights, gradients=self.gradients,
                           optimizer_states=self.optimizer_states, activations=self.activations,
-                          temporary=self.temporary)
+                          temporary=self.temporary, peak_allocated=self.peak,
+                          peak_reserved=self.peak_reserved if self.device == "cuda" else None,
+                          allocator_cache=self.allocator_cache if self.device == "cuda" else None,
+                          context=self.context, non_torch=self.outside, peak=self.nvml_peak)
 
     def bytes_per_parameter(self) -> dict[str, float]:
         """This prediction in the walkthrough's unit, for the components it gives one for."""
@@ -88,219 +126,232 @@ class Prediction:
         """The sentence the CLI and the run form show."""
         size = size_text(self.peak)
         if self.device == "cuda":
-            return (f"this run should need about {size} of GPU memory (peak: {self.peak_at}), "
-                    "plus the CUDA context and the allocator's cache")
+            nvml = self.nvml_peak
+            return (f"this run should need about {size} of GPU memory for tensors (peak: "
+                    f"{self.peak_at}), {size_text(nvml)} as nvidia-smi counts it (CUDA context"
+                    " and the allocator's cache included)")
         return (f"this run should need about {size} of CPU memory for tensors (peak: "
                 f"{self.peak_at}), plus the Python process itself")
 
     def to_dict(self) -> dict:
-        return {"parameters": self.parameters, "components": self.components(),
-                "sum_of_parts": self.sum_of_parts, "peak_at": self.peak_at, "moments": self.moments,
-                "device": self.device}
+        out = {"parameters": self.parameters, "trainable_parameters": self.trainable_parameters,
+               "components": self.components(), "sum_of_parts": self.sum_of_parts,
+               "peak_at": self.peak_at, "moments": self.moments, "device": self.device,
+               "steps": self.steps}
+        if self.device == "cuda":
+            out.update(peak_reserved=self.peak_reserved, allocator_cache=self.allocator_cache,
+                       context=self.context, outside=self.outside, nvml_peak=self.nvml_peak,
+                       gpu=self.gpu, calibrated=self.calibrated,
+                       attention_kernels=sorted(set(self.attention_kernels)))
+        return out
 
 
 def walkthrough_bytes_per_parameter(options: RunOptions) -> dict[str, float | None]:
     """The walkthrough's figure for this run's weights, gradients and optimizer states; None where
-    it gives none (Adafactor, Adagrad, RMSprop, and the Trainer's momentum-less SGD)."""
+    it gives none (Adafactor, Adagrad, RMSprop, the Trainer's momentum-less SGD, and LoRA, which
+    trains a fraction of the parameters)."""
+    if options.lora:
+        return {"weights": 4.0 if options.precision == "fp32" else 6.0, "gradients": None,
+                "optimizer_states": None}
     states = {"adamw_torch": 8.0, "adamw_torch_fused": 8.0}.get(options.optim)
     return {"weights": 4.0 if options.precision == "fp32" else 6.0, "gradients": 4.0,
             "optimizer_states": states}
 
 
-@dataclass(frozen=True)
-class _Bert:
-    """The sizes of a BERT config that memory depends on."""
+# --- recording (cached: the Anatomy page and the form ask again and again) ---
 
-    hidden: int
-    layers: int
-    heads: int
-    intermediate: int
-    vocab: int
-    positions: int
-    token_types: int
-
-    @classmethod
-    def from_config(cls, config: dict) -> _Bert:
-        return cls(config["hidden_size"], config["num_hidden_layers"],
-                   config["num_attention_heads"], config["intermediate_size"],
-                   config["vocab_size"], config["max_position_embeddings"],
-                   config["type_vocab_size"])
+def _shape_of(options: RunOptions) -> RunOptions:
+    """The options as far as memory depends on them: the rest set to their defaults, so one
+    recording serves every run that differs only in them."""
+    keep = ("model", "batch_size", "seq_len", "precision", "gradient_checkpointing",
+            "grad_accum", "optim", "lora_rank", "lora_targets")
+    default = RunOptions()
+    return replace(default, **{name: getattr(options, name) for name in keep})
 
 
-def parameter_shapes(config: dict, num_labels: int = NUM_LABELS) -> list[tuple[int, ...]]:
-    """Shapes of BertForSequenceClassification's parameters, in the model's order.
-
-    Adafactor's states depend on the shapes, not only on the count; the tests check these
-    against the built model.
-    """
-    m = _Bert.from_config(config)
-    h, i = m.hidden, m.intermediate
-    embeddings = [(m.vocab, h), (m.positions, h), (m.token_types, h), (h,), (h,)]
-    layer = [(h, h), (h,)] * 4 + [(h,), (h,), (i, h), (i,), (h, i), (h,), (h,), (h,)]
-    head = [(h, h), (h,), (num_labels, h), (num_labels,)]
-    return embeddings + layer * m.layers + head
+def _recording(shape: RunOptions, device: str, calibration: DeviceCalibration | None,
+               steps: int) -> replay.Recording:
+    key = None if calibration is None else json.dumps(calibration.to_dict(), sort_keys=True)
+    return _cached_recording(shape, device, key, steps)
 
 
-def optimizer_state_bytes(optim: str, shapes: list[tuple[int, ...]]) -> int:
-    """Bytes of the optimizer's state tensors (fp32, as the gradients are) with the Trainer's
-    defaults. Per-parameter step counters and Adafactor's RMS scalar (4 bytes a tensor) are left
-    out: a few kB."""
-    parameters = sum(math.prod(s) for s in shapes)
-    if optim in ("adamw_torch", "adamw_torch_fused"):
-        return 2 * FP32 * parameters  # exp_avg and exp_avg_sq
-    if optim in ("adagrad", "rmsprop"):
-        # Adagrad's sum; RMSprop's square_avg (the Trainer passes momentum=0, centered=False,
-        # so there is no momentum_buffer or grad_avg).
-        return FP32 * parameters
-    if optim == "sgd":
-        return 0  # the Trainer's SGD has momentum 0: torch keeps no momentum_buffer
-    if optim == "adafactor":
-        # Factored second moment: a row and a column vector for every matrix, the full tensor
-        # for vectors; no first moment (the Trainer leaves beta1=None).
-        return FP32 * sum(s[0] + s[1] if len(s) == 2 else math.prod(s) for s in shapes)
-    raise ValueError(f"no state model for optimizer {optim!r}")
+@lru_cache(maxsize=16)
+def _cached_recording(shape: RunOptions, device: str, calibration_key: str | None,
+                      steps: int) -> replay.Recording:
+    from anatomy.analysis.tracing.record import record
+    from anatomy.analysis.tracing.trainer_step import StepOptions
+
+    calibration = (None if calibration_key is None else
+                   DeviceCalibration.from_dict(json.loads(calibration_key)))
+    try:
+        spec = models.resolve(shape.model)
+    except models.ModelError as error:
+        raise PredictionError(str(error)) from None
+    seq_len = shape.seq_len if spec.task != models.IMAGE_CLASSIFICATION else 0
+    step = StepOptions(shape.precision, shape.gradient_checkpointing, shape.grad_accum,
+                       shape.optim, shape.batch_size, seq_len)
+    try:
+        return record(spec, step, kernels=device, calibration=calibration, steps=steps,
+                      lora_rank=shape.lora_rank, lora_targets=shape.lora_target_list())
+    except models.ModelError as error:
+        raise PredictionError(str(error)) from None
 
 
-def optimizer_step_temporary(optim: str, shapes: list[tuple[int, ...]], device: str) -> int:
-    """Transient bytes inside optimizer.step().
-
-    On CUDA torch's optimizers default to foreach kernels, which work on every tensor at once:
-    AdamW and RMSprop take the square root of all second moments (one fp32 copy of the
-    parameters), Adagrad that and the scaled gradients (two); the fused AdamW and plain SGD need
-    none. On the CPU they loop over tensors, so only the largest tensor's temporaries are alive at
-    a time. Adafactor (transformers') always loops: update and its negation, two copies of the
-    largest tensor.
-    """
-    largest = FP32 * max(math.prod(s) for s in shapes)
-    if optim in ("sgd", "adamw_torch_fused"):
-        return 0
-    if optim == "adafactor":
-        return 2 * largest
-    if device == "cuda":
-        copies = 2 if optim == "adagrad" else 1
-        return copies * FP32 * sum(math.prod(s) for s in shapes)
-    return 2 * largest if optim == "adamw_torch" else largest
+def calibration_for(device: str, gpu_name: str | None) -> DeviceCalibration | None:
+    return device_constants.load(gpu_name) if device == "cuda" else None
 
 
-def _linear_weight_parameters(m: _Bert, num_labels: int = NUM_LABELS) -> int:
-    """Weights of the Linear layers: the ones autocast casts to 16 bits (embeddings and LayerNorm
-    stay fp32)."""
-    per_layer = 4 * m.hidden * m.hidden + 2 * m.hidden * m.intermediate
-    return m.layers * per_layer + m.hidden * m.hidden + num_labels * m.hidden
+def steps_measured(options: RunOptions) -> int:
+    """The steps the probe measures: MEASURED_STEPS, or fewer when the run is shorter."""
+    return max(1, min(MEASURED_STEPS, options.total_steps()))
 
 
-@dataclass(frozen=True)
-class _Activations:
-    per_layer: int  # what one encoder layer saves for its backward pass
-    embeddings: int
-    head: int
-    layer_input: int  # what gradient checkpointing keeps of a layer: its input
-    weight_copies_per_layer: int  # autocast's 16-bit copies of one layer's Linear weights
-    weight_copies: int  # of every Linear weight
-    backward_buffers: int  # gradient buffers alive while the last layer is back-propagated
-
-
-def _activations(m: _Bert, options: RunOptions, device: str) -> _Activations:
-    """Korthikanti et al. (2022), section 4.1, itemised for this BERT and these kernels.
-
-    e: bytes of an activation element (2 under autocast). The residual stream and LayerNorm
-    inputs stay fp32 under autocast (layer_norm autocasts to fp32, the residual adds promote).
-    """
-    s, b, h, a, i = options.seq_len, options.batch_size, m.hidden, m.heads, m.intermediate
-    mixed = options.precision != "fp32"
-    e = HALF if mixed else FP32
-    sbh, sbi = s * b * h, s * b * i
-    # CUDA's dropout keeps a bool mask (1 byte); the CPU's multiplies by a mask of the input's dtype.
-    mask = 1 if device == "cuda" else e
-    if device == "cuda":
-        # SDPA's flash / memory-efficient kernels keep q, k, v, the output and one fp32
-        # log-sum-exp a row: no s×s matrix (the dropout mask is regenerated from the RNG seed).
-        attention_element = e
-        attention_matrices = FP32 * a * s * b
-    else:
-        # The CPU runs SDPA's math path (fused CPU kernels take no dropout) in fp32 even under
-        # autocast: softmax output, dropout mask and dropout output, s×s a head (the 5as²b term).
-        attention_element = FP32
-        attention_matrices = 3 * FP32 * a * s * s * b
-    per_layer = (
-        (3 if mixed else 1) * e * sbh  # Q/K/V Linear inputs: autocast casts the input per Linear
-        + 3 * attention_element * sbh  # q, k, v kept by attention
-        + attention_matrices
-        + e * sbh  # attention output projection's input (shares SDPA's output on CUDA)
-        + 2 * mask * sbh  # two hidden dropout masks
-        + 2 * FP32 * sbh  # two LayerNorm inputs
-        + e * sbh  # intermediate Linear's input
-        + 2 * e * sbi  # GELU's input and the output Linear's input
-    )
-    embeddings = FP32 * sbh + (1 if device == "cuda" else FP32) * sbh  # LayerNorm input, mask
-    # In fp32 the pooler's first-token slice is a view that keeps the last hidden state alive;
-    # under autocast the pooler keeps a 16-bit copy of the slice instead (b·h: negligible).
-    head = 0 if mixed else FP32 * sbh
-    layer_weights = 4 * h * h + 2 * h * i
-    return _Activations(
-        per_layer=per_layer, embeddings=embeddings, head=head, layer_input=FP32 * sbh,
-        weight_copies_per_layer=HALF * layer_weights if mixed else 0,
-        weight_copies=HALF * _linear_weight_parameters(m) if mixed else 0,
-        # The output Linear's input gradient, two residual-stream gradients and the first weight
-        # gradients (pooler, output Linear). An allowance, not an itemisation: it matched the
-        # H200 measurement of bert-large within a few MB, fp32 and bf16 alike.
-        backward_buffers=FP32 * (sbi + 2 * sbh) + FP32 * (h * i + h * h))
-
-
-def predict(options: RunOptions, config: dict | None = None, *, device: str = "cuda") -> Prediction:
-    """Predicted memory of a training run with these options.
-
-    `device` picks the kernels the figures assume: "cuda" (fused attention, foreach optimizers,
-    bool dropout masks, cuBLAS workspaces) or "cpu" (SDPA's math path, per-tensor optimizer
-    loops, float masks).
-    """
-    if device not in ("cuda", "cpu"):
+def predict(options: RunOptions, *, device: str = "cuda", gpu_name: str | None = None,
+            calibration: DeviceCalibration | None = None) -> Prediction:
+    """Predicted memory of a training run with these options, on `device`'s kernels and
+    allocator ("cuda" or "cpu"); `gpu_name` picks the calibrated constants ("NVIDIA H200").
+    PredictionError when the model cannot be built."""
+    if device not in DEVICES:
         raise ValueError(f"device must be 'cuda' or 'cpu', got {device!r}")
-    config = config if config is not None else PRESETS[options.preset].config_dict()
-    m = _Bert.from_config(config)
-    shapes = parameter_shapes(config)
-    parameters = parameter_count(config, NUM_LABELS)
+    if device == "cuda" and calibration is None:
+        calibration = calibration_for(device, gpu_name)
+    steps = steps_measured(options)
+    recording = _recording(_shape_of(options), device, calibration, steps)
+    measured = replay.measure(replay.stream(recording, steps, options.grad_accum),
+                              cuda=device == "cuda")
+    return _prediction(recording, measured, options, device, calibration, steps)
 
-    # Weights stay fp32 under autocast (the Trainer's fp16/bf16); the 16-bit copies the walkthrough
-    # counts as 2 more bytes a parameter are made in each forward pass and held by autograd until
-    # the backward pass, so they are predicted with the activations.
-    weights = FP32 * parameters
-    gradients = FP32 * parameters  # .grad of fp32 weights is fp32, under autocast too
-    states = optimizer_state_bytes(options.optim, shapes)
-    embedding_gradients = FP32 * sum(math.prod(s) for s in shapes[:5])  # the last to appear
 
-    act = _activations(m, options, device)
-    last_layer = act.per_layer + act.weight_copies_per_layer
-    forward_extra = 0
-    if options.gradient_checkpointing:
-        # Each BertLayer is checkpointed (non-reentrant): only its input is kept. The backward
-        # pass recomputes one layer at a time; the forward pass holds autocast's weight copies
-        # until autocast exits, and only then frees them (nothing saved them).
-        activations = m.layers * act.layer_input + act.embeddings + act.head
-        recomputed = last_layer
-        forward_extra = act.weight_copies
-    else:
-        activations = m.layers * act.per_layer + act.embeddings + act.head + act.weight_copies
-        recomputed = 0
-    first_layer = last_layer + act.embeddings + (act.layer_input if recomputed else 0)
-    step_temporary = optimizer_step_temporary(options.optim, shapes, device)
-    workspace = CUBLAS_WORKSPACES if device == "cuda" else 0
-    # Gradients are set to None after every optimizer step, so the first micro-batch runs
-    # without them; with accumulation the later ones run with all of them.
-    held_gradients = gradients if options.grad_accum > 1 else 0
-    held = weights + states + workspace
-
-    moments = {
-        "forward pass": held + held_gradients + activations + forward_extra,
-        "start of the backward pass": (held + held_gradients + activations + recomputed
-                                       + act.backward_buffers),
-        # Every gradient but the embeddings' exists; the first layer's activations are left.
-        "end of the backward pass": held + gradients - embedding_gradients + first_layer
-        + act.backward_buffers,
-        "optimizer step": held + gradients + step_temporary,
-    }
-    peak_at = max(moments, key=moments.__getitem__)
+def _prediction(recording: replay.Recording, measured: replay.Measurement, options: RunOptions,
+                device: str, calibration: DeviceCalibration | None, steps: int) -> Prediction:
+    cuda = device == "cuda"
     return Prediction(
-        parameters=parameters, weights=weights, gradients=gradients, optimizer_states=states,
-        activations=activations, peak=moments[peak_at], peak_at=peak_at,
-        device=device, moments=moments)
+        parameters=recording.parameters, trainable_parameters=recording.trainable_parameters,
+        weights=recording.weights_bytes, gradients=recording.gradient_bytes,
+        optimizer_states=recording.optimizer_state_bytes,
+        activations=measured.activations(steps),
+        peak=measured.peak_allocated, peak_at=measured.peak_stretch, device=device,
+        moments=dict(measured.peaks_by_stretch), marks=probe_marks(measured, steps),
+        peak_reserved=measured.peak_reserved,
+        weights_allocated=measured.weights_allocated, weights_reserved=measured.weights_reserved,
+        context=calibration.context_bytes if cuda and calibration else None,
+        outside=calibration.outside_bytes if cuda and calibration else None,
+        gpu=calibration.device if cuda and calibration else None,
+        calibrated=bool(cuda and calibration and calibration.fitted),
+        attention_kernels=recording.attention_kernels, lora=options.lora, steps=steps)
+
+
+# The probe's readings (engine/probe.py): the latest end of a forward pass, and the largest
+# reading before and after each optimizer step, over the measured steps.
+PROBE_MARKS = {"end of forward": "forward ends", "end of backward": "before optimizer step",
+               "after optimizer step": "after optimizer step"}
+
+
+def probe_marks(measured: replay.Measurement, steps: int) -> dict[str, int]:
+    out = {"end of forward": measured.at_marks.get((steps, "forward ends"), 0)}
+    for name in ("end of backward", "after optimizer step"):
+        out[name] = max((value for (step, label), value in measured.at_marks.items()
+                         if label == PROBE_MARKS[name]), default=0)
+    return out
+
+
+# --- what fits ---
+
+@dataclass(frozen=True)
+class BatchFit:
+    """The largest batch size predicted to fit, and what it was judged against."""
+    batch_size: int | None  # None: not even 1 fits
+    capacity: int  # bytes the run may fill (the allocator's on a GPU, tensors' on a CPU)
+    device: str
+    peak_at_fit: int | None  # the predicted peak (allocated) at that batch size
+    searched: tuple[int, ...]  # the batch sizes tried, in order
+    exact: bool  # False: sizes taken as linear in the batch size from two recordings
+
+    def line(self, where: str) -> str:
+        if self.batch_size is None:
+            return f"not even batch size 1 is predicted to fit {where}"
+        return (f"largest batch size predicted to fit {where}: {self.batch_size} (peak "
+                f"{size_text(self.peak_at_fit)} of {size_text(self.capacity)})")
+
+
+def capacity_for(device: str, total: int, calibration: DeviceCalibration | None) -> int:
+    """What a run's tensors may take: a GPU's memory less the CUDA context and what lives outside
+    PyTorch (the allocator may reserve the rest); a CPU's RAM less the process itself."""
+    if device == "cuda":
+        return total - (calibration.context_bytes + calibration.outside_bytes if calibration
+                        else 0)
+    return total - CPU_PROCESS_BYTES
+
+
+def _linear_recording(one: replay.Recording, two: replay.Recording, batch: int
+                      ) -> replay.Recording | None:
+    """The recording at `batch` from those at batch sizes LINEAR_FROM and LINEAR_FROM + 1, when
+    both took the same operators (every size is then linear in the batch size); None when they
+    did not. The setup is the second's: the first recording in a process also makes torch's
+    one-time scalars."""
+    if set(one.segments) != set(two.segments):
+        return None
+    events = list(two.events)
+    for name, (start, end) in two.segments.items():
+        if name == "setup":
+            continue
+        first = one.segment(name)
+        if len(first) != end - start:
+            return None
+        for i, (a, b) in enumerate(zip(first, events[start:end]), start):
+            if a[0] != b[0]:
+                return None
+            if a[0] == replay.ALLOC:
+                events[i] = (b[0], b[1], a[2] + (b[2] - a[2]) * (batch - LINEAR_FROM))
+    return replace(two, events=events)
+
+
+def max_batch_size(options: RunOptions, *, device: str = "cuda", total: int,
+                   gpu_name: str | None = None,
+                   calibration: DeviceCalibration | None = None) -> BatchFit:
+    """The largest batch size (1 to BATCH_SIZE_LIMIT) whose run is predicted to fit `total`
+    bytes of device memory, other options unchanged. Two recordings (batch sizes 2 and 3: the
+    others are linear in them; batch size 1 is recorded when 2 does not fit); each size is judged
+    by replaying the run through the caching allocator with the device's capacity, which
+    releases its cache before giving up, as torch's does."""
+    if device == "cuda" and calibration is None:
+        calibration = calibration_for(device, gpu_name)
+    capacity = capacity_for(device, total, calibration)
+    steps = steps_measured(options)
+    shape = _shape_of(options)
+    one = _recording(replace(shape, batch_size=LINEAR_FROM), device, calibration, steps)
+    two = _recording(replace(shape, batch_size=LINEAR_FROM + 1), device, calibration, steps)
+    linear = False
+    tried: list[int] = []
+    peaks: dict[int, int] = {}
+
+    def fits(batch: int) -> bool:
+        nonlocal linear
+        tried.append(batch)
+        recording = {LINEAR_FROM: one, LINEAR_FROM + 1: two}.get(batch)
+        if recording is None and batch > LINEAR_FROM:
+            recording = _linear_recording(one, two, batch)
+            linear = linear or recording is not None
+        if recording is None:  # batch size 1, or operators that change with the batch size
+            recording = _recording(replace(shape, batch_size=batch), device, calibration, steps)
+        measured = replay.measure(replay.stream(recording, steps, options.grad_accum),
+                                  cuda=device == "cuda", capacity=capacity)
+        if measured.out_of_memory or measured.peak_allocated > capacity:
+            return False
+        peaks[batch] = measured.peak_allocated
+        return True
+
+    if not fits(LINEAR_FROM):
+        fitting = 1 if fits(1) else None
+        return BatchFit(fitting, capacity, device, peaks.get(1), tuple(tried), True)
+    low, high = LINEAR_FROM, 2 * LINEAR_FROM
+    while high <= BATCH_SIZE_LIMIT and fits(high):
+        low, high = high, high * 2
+    high = min(high, BATCH_SIZE_LIMIT + 1)
+    while high - low > 1:
+        middle = (low + high) // 2
+        if fits(middle):
+            low = middle
+        else:
+            high = middle
+    return BatchFit(low, capacity, device, peaks.get(low), tuple(tried), not linear)

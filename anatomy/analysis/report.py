@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from anatomy.analysis.components import Components, with_nvml
+from anatomy.analysis.models import display_name
 from anatomy.analysis.operations import OperationProfile
 from anatomy.analysis.options import RunOptions
 from anatomy.store import PHASES, PROFILING, Message, RunRow, Store
@@ -182,6 +183,8 @@ class RunReport:
             words.append("ckpt")
         if (self._known("grad_accum") or 1) > 1:
             words.append(f"accum {self._known('grad_accum')}")
+        if self._known("lora_rank"):
+            words.append(f"LoRA r{self._known('lora_rank')}")
         return " · ".join(words)
 
     def title(self) -> str:
@@ -196,6 +199,8 @@ class RunReport:
             extras.append("gradient checkpointing")
         if (self._known("grad_accum") or 1) > 1:
             extras.append(f"accumulation {self._known('grad_accum')}")
+        if self._known("lora_rank"):
+            extras.append(f"LoRA rank {self._known('lora_rank')}")
         where = "" if self.started_by_anatomy else f" ({self.origin})"
         return f"Run {self.id}: {', '.join(parts + extras)} on {self.device_name}{where}"
 
@@ -240,7 +245,8 @@ def report(store: Store, run_id: int, run: RunRow | None = None) -> RunReport | 
                       memory_bytes=training.memory_bytes if training else None, stored=stored)
     memory = {p.name: p.memory_bytes for p in phases}
     return RunReport(
-        id=run.id, name=run.name, status=run.status, error=run.error, preset=run.preset,
+        id=run.id, name=run.name, status=run.status, error=run.error,
+        preset=display_name(run.preset),
         created_at=run.created_at, ended_at=run.ended_at, stored_options=run.options,
         environment=run.environment, backend=run.backend, memory_api=run.memory_api, gpu=run.gpu,
         tags=run.tags, sweep=run.sweep, phases=phases, profiling=profiling,
@@ -292,7 +298,8 @@ def run_rows(store: Store, tag: str | None = None, preset: str | None = None,
         o = run.options
         rows.append(RunListing(
             id=run.id, name=run.name, created=when(run.created_at), status=run.status,
-            preset=run.preset, batch_size=o.get("batch_size"), seq_len=o.get("seq_len"),
+            preset=display_name(run.preset), batch_size=o.get("batch_size"),
+            seq_len=o.get("seq_len"),
             precision=o.get("precision"), gradient_checkpointing=o.get("gradient_checkpointing"),
             grad_accum=o.get("grad_accum"), optim=o.get("optim"), backend=run.backend,
             device=run.environment.get("gpu_name") or "CPU", tags=list(run.tags), sweep=run.sweep,

@@ -30,9 +30,9 @@ def parse_value(name: str, text: str) -> Any:
     field = FIELDS[name]
     text = text.strip()
     dashed = name.replace("_", "-")
-    if field.choices is not None:
+    if field.choices is not None or field.free_text:
         return text
-    if field.low is None:
+    if field.is_flag:
         if text.lower() not in FLAG_WORDS:
             raise ValueError(f"{dashed}: {text!r} is not on, off, true or false")
         return FLAG_WORDS[text.lower()]

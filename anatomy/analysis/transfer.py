@@ -41,9 +41,11 @@ MAX_EPOCH = 1e11  # wall clock, seconds since 1970: the year 5138
 BACKENDS = ("nvml", "cpu-rss")
 MEMORY_APIS = ("v2", "v1", "rss")
 # Version 1's options. An option added later is absent from older files: the run ran with its
-# default, so it takes the default; one of these missing means a broken file.
-V1_OPTIONS = ("preset", "batch_size", "seq_len", "dataset_size", "epochs", "max_steps", "precision",
+# default, so it takes the default; one of these missing means a broken file. The model was
+# called "preset" until other models came: either name will do.
+V1_OPTIONS = ("batch_size", "seq_len", "dataset_size", "epochs", "max_steps", "precision",
               "gradient_checkpointing", "grad_accum", "optim", "seed", "sample_rate", "gpu")
+MODEL_KEYS = ("model", "preset")
 # An exported run's machine is not this one: its GPU index is judged against the most GPUs a
 # machine may have, and fp16 is accepted as it would be on a GPU.
 ANY_GPU_COUNT = FIELDS["gpu"].high + 1
@@ -383,8 +385,11 @@ SUMMARY = {
 
 def _options(value: Any, where: str) -> dict:
     value = _object(value, where, V1_OPTIONS)
+    if not any(key in value for key in MODEL_KEYS):
+        raise _refuse(where, "has no model (\"model\" or \"preset\")")
     options = RunOptions.from_dict(value)
-    errors = validate(options, ANY_GPU_COUNT)
+    # The model's config may have stayed on the machine the run came from: judged as text only.
+    errors = validate(options, ANY_GPU_COUNT, resolve_model=False)
     if errors:
         raise _refuse(where, next(iter(errors.values())))
     _plain(value, where)  # the options this anatomy does not know
@@ -419,7 +424,7 @@ def _run_row(value: Any, where: str) -> RunRow:
         created_at=_seconds(run["created_at"], f"{where}.created_at", MAX_EPOCH),
         ended_at=_seconds(run.get("ended_at"), f"{where}.ended_at", MAX_EPOCH, optional=True),
         status=_choice(run["status"], f"{where}.status", STATUSES),
-        preset=options["preset"],
+        preset=options["model"],
         options=options,
         environment=_known(run.get("environment", {}), f"{where}.environment", ENVIRONMENT),
         backend=_choice(run["backend"], f"{where}.backend", BACKENDS),

@@ -13,6 +13,9 @@ import tempfile
 import time
 import traceback
 
+from anatomy.analysis import models
+from anatomy.analysis.models import ModelSpec
+from anatomy.analysis.options import RunOptions
 from anatomy.engine.lifeline import Lifeline
 from anatomy.engine.reporter import Reporter
 
@@ -31,18 +34,11 @@ def _progress_bars_lock() -> None:
     tqdm.set_lock(threading.RLock())
 
 
-def _dummy_dataset(options: dict):
-    """The walkthrough's dataset: random token ids in [100, 30000), binary labels."""
-    import numpy as np
-    from datasets import Dataset
+def _dummy_dataset(options: RunOptions, spec: ModelSpec):
+    """The walkthrough's random data, shaped for the model's head (engine/dataset.py)."""
+    from anatomy.engine.dataset import DummyDataset
 
-    rng = np.random.default_rng(options["seed"])
-    size, length = options["dataset_size"], options["seq_len"]
-    data = {
-        "input_ids": rng.integers(100, 30000, (size, length)),
-        "labels": rng.integers(0, 2, (size,)),
-    }
-    return Dataset.from_dict(data)  # set_format("pt") imports torch: the caller does it later
+    return DummyDataset(spec, options.dataset_size, options.seq_len, options.seed)
 
 
 def _is_oom(error: BaseException) -> bool:
@@ -110,7 +106,7 @@ def _profile(reporter: Reporter, model, dataset, trainer, options: dict, device:
     reporter.tell("info", f"profiling {steps} training steps with torch.profiler")
     # Marked, so that the run's peak leaves the profiler's own buffers out and the chart names them.
     reporter.begin("profiling")
-    batch = dataset[: options["batch_size"]]
+    batch = dataset.batch(options["batch_size"])
     optimizer = getattr(trainer.optimizer, "optimizer", trainer.optimizer)  # unwrap accelerate's
     profile = profile_steps(model, batch, steps=steps, device=device, optimizer=optimizer,
                             precision=options["precision"])
@@ -140,7 +136,9 @@ def train(queue, options: dict, t0: float, use_cuda: bool, dwell: float) -> int:
     reporter.begin("baseline")
     try:
         _progress_bars_lock()
-        dataset = _dummy_dataset(options)
+        run = RunOptions.from_dict(options)
+        spec = models.resolve(run.model)
+        dataset = _dummy_dataset(run, spec)
         time.sleep(dwell)
         reporter.end("baseline")
 
@@ -150,17 +148,16 @@ def train(queue, options: dict, t0: float, use_cuda: bool, dwell: float) -> int:
         torch.ones((1, 1)).to(device)
         if use_cuda:
             torch.cuda.synchronize()
-        dataset.set_format("pt")  # host memory only; here so a CPU baseline holds no torch
         reporter.hold("kernel")
 
         import transformers
         from transformers import logging
 
-        from anatomy.analysis.models import build_model
-
         logging.set_verbosity_error()
-        model, weights_source = build_model(options["preset"])
-        model = model.to(device)
+        # Built on the device itself: random weights made there (a 1 B model in seconds), no
+        # copy through the host.
+        model, weights_source = models.build_model(spec, device, lora_rank=run.lora_rank,
+                                                   lora_targets=run.lora_target_list())
         if use_cuda:
             torch.cuda.synchronize()
         reporter.hold("weights")
@@ -175,6 +172,10 @@ def train(queue, options: dict, t0: float, use_cuda: bool, dwell: float) -> int:
             "weights": weights_source,
             "attention": getattr(model.config, "_attn_implementation", None),
             "parameters": sum(p.numel() for p in model.parameters()),
+            "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
+            "model": spec.display_name,
+            "model_source": spec.source,
+            "task": spec.task,
         })
         callbacks = _callbacks(reporter, model, use_cuda)
         with tempfile.TemporaryDirectory(prefix="anatomy-") as output_dir:

@@ -496,8 +496,8 @@ class Store:
             cursor = db.execute(
                 "INSERT INTO runs (name, created_at, status, preset, options, environment, backend,"
                 " memory_api, gpu, sweep, source) VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?)",
-                (name, time.time(), preset or options["preset"], json.dumps(options),
-                 json.dumps(environment), backend, memory_api, gpu, sweep,
+                (name, time.time(), preset or options.get("model", options.get("preset")),
+                 json.dumps(options), json.dumps(environment), backend, memory_api, gpu, sweep,
                  json.dumps(source or {})))
             return int(cursor.lastrowid)
 

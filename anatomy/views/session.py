@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 from anatomy.analysis import duration
 from anatomy.analysis.machine import Machine
 from anatomy.analysis.options import FIELDS, RunOptions, validate
-from anatomy.analysis.prediction import predict
+from anatomy.analysis.prediction import PredictionError, max_batch_size, predict
 from anatomy.analysis.report import PHASES, RunReport
 from anatomy.store import GpuStatus, HostStatus, Step, Store
 from anatomy.views import text
@@ -128,8 +128,17 @@ def _stop_words(error: str | None) -> str:
 
 class Forecast(NamedTuple):
     line: str | None  # what the run should need; None for options with errors
-    warning: str | None  # when that is more than the device holds
+    warning: str | None  # when that is more than the device holds, or it cannot be predicted
     duration: str | None = None  # how long it should take (`run_forecast`)
+
+
+def _target(options: RunOptions, machine: Machine) -> tuple[str, str | None, int, str]:
+    """The device kind, the GPU model (its calibrated constants), its memory, and its words."""
+    if machine.has_gpu:
+        gpu = machine.devices[options.gpu]
+        return "cuda", gpu.name, gpu.total, f"GPU {options.gpu}'s {gpu.total / 2**30:.1f} GiB"
+    return "cpu", None, machine.ram_total, \
+        f"this machine's {machine.ram_total / 2**30:.1f} GiB of RAM"
 
 
 def memory_forecast(options: RunOptions, machine: Machine) -> Forecast:
@@ -137,16 +146,15 @@ def memory_forecast(options: RunOptions, machine: Machine) -> Forecast:
     more than the device holds. Invalid options get no forecast (the form shows their errors)."""
     if validate(options, machine.gpu_count):
         return Forecast(None, None)
-    forecast = predict(options, device="cuda" if machine.has_gpu else "cpu")
-    if machine.has_gpu:
-        total = machine.devices[options.gpu].total
-        where = f"GPU {options.gpu}'s {total / 2**30:.1f} GiB"
-    else:
-        total = machine.ram_total
-        where = f"this machine's {total / 2**30:.1f} GiB of RAM"
+    device, gpu_name, total, where = _target(options, machine)
+    try:
+        forecast = predict(options, device=device, gpu_name=gpu_name)
+    except PredictionError as error:
+        return Forecast(None, f"cannot predict this run: {error}")
+    need = forecast.nvml_peak if device == "cuda" else forecast.peak
     warning = None
-    if forecast.peak > total:
-        warning = (f"predicted peak {forecast.peak / 2**30:.1f} GiB is more than {where}: "
+    if need > total:
+        warning = (f"predicted peak {need / 2**30:.1f} GiB is more than {where}: "
                    "this run will most likely end out of memory")
     return Forecast(forecast.need_line(), warning)
 
@@ -242,3 +250,17 @@ def device_panel(store: Store, report: RunReport, window_s: float | None) -> Dev
     processes = [ProcessLine(p.gpu, p.pid, p.name, p.used, p.pid == worker)
                  for p in store.gpu_processes(report.id, at)]
     return DevicePanel(lines, host, processes, hosts, readings, STATUS_CAPTION)
+
+
+def batch_size_forecast(options: RunOptions, machine: Machine) -> Forecast:
+    """The form's "What fits?": the largest batch size predicted to fit the chosen device."""
+    if validate(options, machine.gpu_count):
+        return Forecast(None, None)
+    device, gpu_name, total, where = _target(options, machine)
+    try:
+        fit = max_batch_size(options, device=device, total=total, gpu_name=gpu_name)
+    except PredictionError as error:
+        return Forecast(None, f"cannot predict this run: {error}")
+    if fit.batch_size is None:
+        return Forecast(None, fit.line(where))
+    return Forecast(fit.line(where), None)

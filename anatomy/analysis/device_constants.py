@@ -1,0 +1,115 @@
+"""What the prediction must know about a GPU that no CPU can tell: constants measured on that GPU
+by `bench/prediction_grid.py --calibrate` on a named calibration set (never on the grid the
+prediction is judged on), one JSON file per device model in anatomy/analysis/calibration/.
+
+- `workspace_forward_bytes`, `workspace_backward_bytes`: cuBLAS's workspace, allocated through
+  the caching allocator by the first matrix product of the forward pass (main thread) and of the
+  backward pass (autograd's thread); kept for the life of the process;
+- `sdpa_backends`: which scaled-dot-product-attention kernel torch picks on this GPU, by
+  attention signature (dtype, head size, causal, mask, dropout, grouped-query, gradients),
+  queried from torch itself (`torch._fused_sdp_choice`) on the GPU;
+- `attention_backward_bytes_per_element`: scratch a backward attention kernel allocates beside
+  its outputs, per element of the query (measured: the allocator's peak inside the kernel);
+- `context_bytes`: the CUDA context, as NVML sees it (the kernel phase over the baseline);
+- `outside_bytes`: what NVML counts beyond the context and the caching allocator's reserve at
+  the peak (kernels loaded lazily while training, library handles);
+- `total_bytes`: the device's memory (what a run may fill).
+
+Without a file for a device, `DEFAULT` holds the H200 figures of docs/MEASUREMENTS.md (measured
+before calibration existed) and says so wherever it is used. Imports no torch.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+CALIBRATION_DIR = Path(__file__).parent / "calibration"
+MIB = 2**20
+BACKENDS = ("flash", "efficient", "cudnn", "math")
+
+
+def sdpa_signature(dtype: str, head_dim: int, is_causal: bool, mask: bool, dropout: bool,
+                   gqa: bool, grad: bool) -> str:
+    """The attention call as the kernel choice depends on it, e.g. "bfloat16 d64 causal nomask
+    nodrop gqa grad"."""
+    return " ".join((dtype, f"d{head_dim}", "causal" if is_causal else "full",
+                     "mask" if mask else "nomask", "dropout" if dropout else "nodrop",
+                     "gqa" if gqa else "mha", "grad" if grad else "nograd"))
+
+
+def fallback_backend(signature: str) -> str:
+    """torch's choice on a Hopper GPU for a signature the calibration did not query: flash for
+    16-bit inputs without a mask and head size ≤ 256; memory-efficient for the rest, which takes
+    no grouped-query attention: those go to the math kernel."""
+    dtype, head, _, mask, _, gqa, _ = signature.split()
+    head_dim = int(head[1:])
+    if dtype in ("float16", "bfloat16") and mask == "nomask" and head_dim <= 256:
+        return "flash"
+    if gqa == "gqa":
+        return "math"
+    return "efficient"
+
+
+def device_slug(name: str) -> str:
+    """"NVIDIA H200" -> "nvidia-h200": the calibration file's name."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "gpu"
+
+
+@dataclass(frozen=True)
+class DeviceCalibration:
+    device: str
+    source: str  # how the figures were obtained: the command, the date, the versions
+    workspace_forward_bytes: int
+    workspace_backward_bytes: int
+    context_bytes: int
+    outside_bytes: int
+    total_bytes: int
+    sdpa_backends: dict[str, str] = field(default_factory=dict)
+    attention_backward_bytes_per_element: dict[str, float] = field(default_factory=dict)
+    calibration_set: tuple[str, ...] = ()  # the configurations the constants were fitted on
+    fitted: bool = False  # False: DEFAULT's figures, not measured for this device
+
+    def sdpa_backend(self, signature: str) -> str:
+        return self.sdpa_backends.get(signature) or fallback_backend(signature)
+
+    def attention_backward_bytes(self, backend: str, query_elements: int) -> int:
+        return int(self.attention_backward_bytes_per_element.get(backend, 0.0) * query_elements)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["calibration_set"] = list(self.calibration_set)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DeviceCalibration:
+        known = set(cls.__dataclass_fields__)
+        values = {k: v for k, v in data.items() if k in known}
+        values["calibration_set"] = tuple(values.get("calibration_set", ()))
+        return cls(**values)
+
+    def save(self, directory: Path = CALIBRATION_DIR) -> Path:
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"{device_slug(self.device)}.json"
+        path.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+        return path
+
+
+# The H200 of docs/MEASUREMENTS.md (torch 2.11): context 528.8 MiB (kernel phase), 222-250 MiB
+# outside the allocator at the peak, cuBLAS's 32 MiB a handle (Hopper's default workspace).
+DEFAULT = DeviceCalibration(
+    device="NVIDIA H200", source="docs/MEASUREMENTS.md (bert-large, torch 2.11): not calibrated",
+    workspace_forward_bytes=32 * MIB, workspace_backward_bytes=32 * MIB,
+    context_bytes=529 * MIB, outside_bytes=250 * MIB, total_bytes=143_771 * MIB)
+
+
+def load(device_name: str | None, directory: Path = CALIBRATION_DIR) -> DeviceCalibration:
+    """The device's calibration; DEFAULT (fitted=False) when it has none."""
+    if device_name:
+        path = directory / f"{device_slug(device_name)}.json"
+        if path.is_file():
+            return DeviceCalibration.from_dict(json.loads(path.read_text()))
+    return DEFAULT

@@ -1,0 +1,223 @@
+"""CUDA's kernels, for a step traced on a machine without CUDA.
+
+The fake tensors of a trace are CPU tensors (a fake CUDA tensor needs CUDA's device guard, which a
+CPU build of torch lacks), so the operators that run CPU code where CUDA would run other code are
+replaced here by what CUDA runs. Each difference is named; the constants measured on a GPU come
+from the device's calibration (anatomy/analysis/device_constants.py):
+
+- **autocast**: the CPU's autocast lists differ from CUDA's. The CPU's run as they are (the
+  linear layers, matmuls and losses are on both); the operators CUDA autocasts to fp32 and the
+  CPU does not (layer_norm, group_norm, softmax and log_softmax, exp/log/pow/rsqrt and their
+  kin, sum/cumsum/prod and norms) get their fp32 inputs here, and the few CUDA casts to 16 bits
+  that the CPU lacks (einsum, addmv, addr, mv) their 16-bit ones (`CUDA_FP32`,
+  `CUDA_LOWER_PRECISION`; torch 2.13's aten/src/ATen/autocast_mode.h);
+- **scaled dot-product attention**: CUDA picks flash, memory-efficient, cuDNN or the math
+  kernel by dtype, head size, mask, dropout and grouped-query attention; the choice is the
+  calibrated device's (`DeviceCalibration.sdpa_backend`, queried from torch on that GPU), and the
+  chosen kernel's own operator runs, so its saved tensors and log-sum-exp buffers are the
+  kernel's. The math kernel is written out (its fp32 upcast of 16-bit inputs, its s×s matrices);
+- **dropout**: CUDA's fused kernel keeps a 1-byte mask where the CPU keeps one of the input's
+  dtype (`native_dropout`);
+- **cuBLAS workspaces**: the first matrix product of the forward pass (main thread) and of the
+  backward pass (autograd's device thread) each allocate their handle's workspace through the
+  caching allocator, for the life of the process;
+- **attention backward buffers**: the flash / efficient / cuDNN backward kernels allocate
+  scratch (flash's fp32 dq accumulator, cuDNN's workspace) beside their outputs, freed when they
+  return: bytes per element of the query, calibrated per kernel;
+- **optimizers** pick torch's multi-tensor (foreach) kernels on CUDA tensors by themselves, and
+  `clip_grad_norm_` too (trainer_step.py's `foreach=True`); the fused AdamW kernel is its own
+  operator on either device.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import nullcontext
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+from anatomy.analysis.device_constants import DeviceCalibration, sdpa_signature
+from anatomy.analysis.tracing.tracker import LiveTensors
+
+aten = torch.ops.aten
+
+# Operators CUDA's autocast runs in fp32 and the CPU's leaves alone (policies fp32 and
+# fp32_set_opt_dtype of autocast_mode.h), as the Python functions that reach them.
+CUDA_FP32 = frozenset({
+    F.layer_norm, F.group_norm, F.softplus, F.cosine_similarity, F.softmax, F.log_softmax,
+    torch.softmax, torch.log_softmax, torch.Tensor.softmax, torch.Tensor.log_softmax,
+    torch.exp, torch.Tensor.exp, torch.log, torch.Tensor.log, torch.log2, torch.log10,
+    torch.log1p, torch.expm1, torch.reciprocal, torch.Tensor.reciprocal, torch.rsqrt,
+    torch.Tensor.rsqrt, torch.pow, torch.Tensor.pow, torch.Tensor.__pow__, torch.acos,
+    torch.asin, torch.cosh, torch.sinh, torch.tan, torch.erfinv, torch.logsumexp,
+    torch.Tensor.logsumexp, torch.cumsum, torch.Tensor.cumsum, torch.cumprod, torch.prod,
+    torch.Tensor.prod, torch.sum, torch.Tensor.sum, torch.linalg.vector_norm, torch.norm,
+    torch.Tensor.norm, torch.renorm, torch.dist, torch.cdist,
+})
+# Reductions whose CUDA autocast passes dtype=float32 rather than casting the input.
+_SET_OPT_DTYPE = frozenset({torch.sum, torch.Tensor.sum, torch.cumsum, torch.Tensor.cumsum,
+                            torch.cumprod, torch.prod, torch.Tensor.prod, F.softmax,
+                            F.log_softmax, torch.softmax, torch.log_softmax,
+                            torch.Tensor.softmax, torch.Tensor.log_softmax})
+# Products CUDA's autocast runs in 16 bits and the CPU's does not.
+CUDA_LOWER_PRECISION = frozenset({torch.einsum, torch.addmv, torch.addr, torch.mv,
+                                  torch.Tensor.mv, torch.chain_matmul, torch.linalg.multi_dot})
+# The operators that call cuBLAS (after decomposition, as the tracker sees them).
+GEMM_OPS = frozenset({aten.mm.default, aten.addmm.default, aten.bmm.default,
+                      aten.baddbmm.default, aten.addbmm.default, aten.mv.default,
+                      aten.addmv.default, aten.addr.default, aten._addmm_activation.default})
+ATTENTION_BACKWARD = {
+    aten._scaled_dot_product_flash_attention_backward.default: "flash",
+    aten._scaled_dot_product_efficient_attention_backward.default: "efficient",
+    aten._scaled_dot_product_cudnn_attention_backward.default: "cudnn",
+}
+LOWER_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def _cast_floats(value, dtype, only_from=None):
+    if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype != dtype \
+            and (only_from is None or value.dtype in only_from):
+        return value.to(dtype)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_cast_floats(v, dtype, only_from) for v in value)
+    return value
+
+
+class CudaKernels(TorchFunctionMode):
+    """Replaces, during a trace, what the CPU would run by what CUDA runs (the module's list).
+    `tracker` receives the allocations CUDA kernels make beside their outputs."""
+
+    def __init__(self, calibration: DeviceCalibration, tracker: LiveTensors):
+        super().__init__()
+        self.calibration = calibration
+        self.tracker = tracker
+        self.workspaces: set[str] = set()
+        tracker.on_op = self._after_op
+        self.sdpa_calls: list[str] = []  # the kernel of each attention call, for the report
+
+    # --- Python-level functions ---
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.scaled_dot_product_attention:
+            return self._attention(*args, **kwargs)
+        if func is F.dropout:
+            return self._dropout(*args, **kwargs)
+        if torch.is_autocast_enabled("cpu"):
+            dtype = torch.get_autocast_dtype("cpu")
+            if func in CUDA_FP32:
+                if func in _SET_OPT_DTYPE and "dtype" not in kwargs and _any_lower(args):
+                    kwargs = {**kwargs, "dtype": torch.float32}
+                elif func not in _SET_OPT_DTYPE:
+                    args = _cast_floats(args, torch.float32, LOWER_PRECISION)
+            elif func in CUDA_LOWER_PRECISION:
+                args = _cast_floats(args, dtype)
+        return func(*args, **kwargs)
+
+    def _dropout(self, input, p=0.5, training=True, inplace=False):
+        if not training or p == 0.0:
+            return input
+        if p == 1.0:
+            return input * 0.0
+        # CUDA's fused kernel: the output and a bool mask, the mask saved for the backward pass.
+        return torch.native_dropout(input, p, True)[0]
+
+    def _attention(self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+                   scale=None, enable_gqa=False):
+        if torch.is_autocast_enabled("cpu"):  # scaled_dot_product_attention is a 16-bit op
+            dtype = torch.get_autocast_dtype("cpu")
+            query, key, value = (_cast_floats(t, dtype) for t in (query, key, value))
+        grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
+        signature = sdpa_signature(str(query.dtype).removeprefix("torch."), query.shape[-1],
+                                   is_causal, attn_mask is not None, dropout_p > 0,
+                                   enable_gqa and key.shape[-3] != query.shape[-3], grad)
+        backend = self.calibration.sdpa_backend(signature)
+        self.sdpa_calls.append(backend)
+        # The kernel runs as CUDA's autocast runs a listed operator: with autocast off inside.
+        with torch.autocast("cpu", enabled=False):
+            return self._kernel(backend, query, key, value, attn_mask, dropout_p, is_causal,
+                                scale, enable_gqa, grad)
+
+    @staticmethod
+    def _kernel(backend, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
+                grad):
+        if backend == "flash":
+            return aten._scaled_dot_product_flash_attention(
+                query, key, value, dropout_p, is_causal, False, scale=scale)[0]
+        if backend == "efficient":
+            return aten._scaled_dot_product_efficient_attention(
+                query, key, value, attn_mask, grad, dropout_p, is_causal, scale=scale)[0]
+        if backend == "cudnn":
+            return aten._scaled_dot_product_cudnn_attention(
+                query, key, value, attn_mask, grad, dropout_p, is_causal, False,
+                scale=scale)[0]
+        return _math_attention(query, key, value, attn_mask, dropout_p, is_causal, scale,
+                               enable_gqa)
+
+    def recomputation(self):
+        """Contexts for activation checkpointing's `context_fn`: the forward pass already runs
+        in this mode; the recomputation runs inside the backward pass, which a TorchFunctionMode
+        does not follow (Tensor.backward is a torch function: it runs with its modes off)."""
+        return nullcontext(), _Entered(self)
+
+    # --- what kernels allocate beside their outputs (called by the tracker after each op) ---
+    def _after_op(self, func, out) -> None:
+        if func in GEMM_OPS:
+            thread = "backward" if torch._C._current_autograd_node() is not None else "forward"
+            if thread not in self.workspaces:
+                self.workspaces.add(thread)
+                size = (self.calibration.workspace_backward_bytes if thread == "backward"
+                        else self.calibration.workspace_forward_bytes)
+                if size:
+                    self.tracker.timeline.persistent.add(self.tracker.timeline.alloc(size))
+        elif func in ATTENTION_BACKWARD:
+            grad_query = out[0]
+            size = self.calibration.attention_backward_bytes(ATTENTION_BACKWARD[func],
+                                                             grad_query.numel())
+            if size:
+                tid = self.tracker.timeline.alloc(size)
+                self.tracker.timeline.free(tid)
+
+
+class _Entered:
+    def __init__(self, mode: CudaKernels):
+        self.mode = mode
+
+    def __enter__(self):
+        self.mode.__enter__()
+
+    def __exit__(self, *exc):
+        self.mode.__exit__(*exc)
+
+
+def _any_lower(args) -> bool:
+    return any(isinstance(a, torch.Tensor) and a.dtype in LOWER_PRECISION for a in args)
+
+
+def _math_attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):
+    """torch's `_scaled_dot_product_attention_math` as CUDA runs it: 16-bit inputs upcast to
+    fp32 (torch keeps allow_fp16_bf16_reduction_math_sdp off), both factors scaled by the square
+    root of the scale, the causal mask as an additive float matrix, the kernel's dropout."""
+    origin = query.dtype
+    if origin in LOWER_PRECISION:
+        query, key, value = query.float(), key.float(), value.float()
+    factor = math.sqrt(scale if scale is not None else 1.0 / math.sqrt(query.shape[-1]))
+    query = query * factor
+    if is_causal:
+        length, source = query.shape[-2], key.shape[-2]
+        causal = torch.ones(length, source, dtype=torch.bool, device=query.device).tril()
+        attn_mask = torch.where(causal.logical_not(), float("-inf"), 0.0).to(query.dtype)
+    elif attn_mask is not None and attn_mask.dtype == torch.bool:
+        attn_mask = torch.where(attn_mask.logical_not(), float("-inf"), 0.0).to(query.dtype)
+    if enable_gqa and key.shape[-3] != query.shape[-3]:
+        groups = query.shape[-3] // key.shape[-3]
+        key = key.repeat_interleave(groups, -3)
+        value = value.repeat_interleave(groups, -3)
+    attn = torch.matmul(query, key.transpose(-2, -1) * factor)
+    if attn_mask is not None:
+        attn = attn + attn_mask
+    attn = torch.softmax(attn, -1)
+    if dropout_p > 0.0:
+        attn = torch.native_dropout(attn, dropout_p, True)[0]
+    return torch.matmul(attn, value).to(origin)

@@ -1,0 +1,203 @@
+"""Recording a run's training without its memory: the model built on the meta device, then the
+Trainer's step on fake tensors, each part of the step traced once.
+
+A recording (anatomy/analysis/replay.py's `Recording`) holds the timeline in segments, each traced
+once because every repetition of it allocates and frees the same storages (the replay lays them
+out for as many steps and micro-batches as a run takes):
+
+- `weights`: building the model (and LoRA's adapters), as the worker builds it;
+- `setup`: what the Trainer makes before the first step (checkpointing hooks, the optimizer with
+  the states some optimizers create at once, fp16's loss scaler);
+- `batches`: the step's micro-batches, fetched before the first runs;
+- `first micro-batch`: forward and backward without gradients (set to None after each step);
+- `later micro-batch`: the same with the gradients there to accumulate into (accumulation only);
+- `first optimizer step`: clipping, the step that creates the optimizer's states, zero_grad;
+- `optimizer step`: the same once the states exist.
+"""
+
+from __future__ import annotations
+
+import gc
+import warnings
+from contextlib import ExitStack, contextmanager
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+from anatomy.analysis import models
+from anatomy.analysis.device_constants import DeviceCalibration
+from anatomy.analysis.models import ModelSpec
+from anatomy.analysis.replay import Recording
+from anatomy.analysis.tracing.cuda import CudaKernels
+from anatomy.analysis.tracing.tracker import LiveTensors, Timeline
+from anatomy.analysis.tracing.trainer_step import StepOptions, TrainerStep
+
+
+def _distinct_bytes(tensors) -> int:
+    seen = {}
+    for tensor in tensors:
+        storage = tensor.untyped_storage()
+        seen[id(storage)] = (storage, storage.nbytes())
+    return sum(size for _, size in seen.values())
+
+
+def to_fake(model, mode: FakeTensorMode, device: str = "cpu") -> None:
+    """Meta parameters and buffers become fake ones on `device`, sharing their storages (so a
+    tracker that followed the meta build knows them) and their ties."""
+    made: dict[int, torch.Tensor] = {}
+    target = torch.device(device)
+    for module in model.modules():
+        for name, param in list(module._parameters.items()):
+            if param is None:
+                continue
+            if id(param) not in made:
+                fake = FakeTensor(mode, param.detach(), target)
+                made[id(param)] = torch.nn.Parameter(fake, requires_grad=param.requires_grad)
+            module._parameters[name] = made[id(param)]
+        for name, buffer in list(module._buffers.items()):
+            if buffer is None:
+                continue
+            if id(buffer) not in made:
+                made[id(buffer)] = FakeTensor(mode, buffer, target)
+            module._buffers[name] = made[id(buffer)]
+
+
+@contextmanager
+def real_data_answers():
+    """transformers skips two data-dependent checks on fake tensors and takes a more general path
+    than the real run does; here they run their operators and give the answer the dummy data
+    gives: no packed sequences (positions count up in every row), no padding token at either end
+    of a sequence (ids start at 100)."""
+    from transformers import masking_utils, modeling_utils
+
+    def find_packed_sequence_indices(position_ids):
+        first = position_ids[:, :1] - 1
+        diff = torch.diff(position_ids, prepend=first, dim=-1)
+        packed = (diff != 1).cumsum(-1)
+        (packed[:, -1] == 0).all()
+        return None
+
+    def warn_if_padding_and_no_attention_mask(self, input_ids, attention_mask):
+        if attention_mask is not None or self.config.pad_token_id is None:
+            return
+        (input_ids[:, [-1, 0]] == self.config.pad_token_id).any()
+
+    saved = (masking_utils.find_packed_sequence_indices,
+             modeling_utils.PreTrainedModel.warn_if_padding_and_no_attention_mask)
+    masking_utils.find_packed_sequence_indices = find_packed_sequence_indices
+    modeling_utils.PreTrainedModel.warn_if_padding_and_no_attention_mask = \
+        warn_if_padding_and_no_attention_mask
+    try:
+        yield
+    finally:
+        (masking_utils.find_packed_sequence_indices,
+         modeling_utils.PreTrainedModel.warn_if_padding_and_no_attention_mask) = saved
+
+
+def record(spec: ModelSpec, options: StepOptions, *, kernels: str = "cuda",
+           calibration: DeviceCalibration | None = None, steps: int = 2, lora_rank: int = 0,
+           lora_targets: tuple[str, ...] = ()) -> Recording:
+    """Trace the run's build and one of each segment of its steps; `kernels` "cuda" (the CUDA
+    emulation, with `calibration`'s constants) or "cpu"."""
+    from transformers import logging
+
+    logging.set_verbosity_error()
+    timeline = Timeline()
+    tracker = LiveTensors(timeline, device="meta")
+    segments: dict[str, tuple[int, int]] = {}
+
+    def segment(name: str, start: int) -> None:
+        # Storages in reference cycles go when the garbage collector runs: here, at the end of
+        # each segment (the real run's collector runs every few hundred objects), so that two
+        # recordings of a run are the same events in the same order.
+        gc.collect()
+        segments[name] = (start, len(timeline.events))
+
+    collecting = gc.isenabled()
+    gc.disable()
+    gc.collect()
+    gc.freeze()  # what exists now is no garbage: the collections below scan the trace's objects
+    try:
+        with warnings.catch_warnings():  # peft's and transformers' advice is for real runs
+            warnings.simplefilter("ignore")
+            return _record(spec, options, kernels, calibration, steps, lora_rank, lora_targets,
+                           timeline, tracker, segment, segments)
+    finally:
+        gc.unfreeze()
+        if collecting:
+            gc.enable()
+
+
+def _record(spec, options, kernels, calibration, steps, lora_rank, lora_targets, timeline,
+            tracker, segment, segments) -> Recording:
+    with real_data_answers():
+        start = 0
+        with tracker:
+            model, _ = models.build_model(spec, "meta", lora_rank=lora_rank,
+                                          lora_targets=lora_targets, pretrained=False)
+        segment("weights", start)
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        parameters = sum(p.numel() for p in model.parameters())
+        weights_bytes = _distinct_bytes(model.parameters())
+
+        mode = FakeTensorMode(allow_non_fake_inputs=False)
+        to_fake(model, mode)
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        tracker.device = "cpu"
+        cuda = CudaKernels(calibration, tracker) if kernels == "cuda" else None
+        with ExitStack() as stack:
+            stack.enter_context(mode)
+            if cuda is not None:
+                stack.enter_context(cuda)
+            stack.enter_context(tracker)
+
+            start = len(timeline.events)
+            step = TrainerStep(model, spec, options, device="cpu", foreach=cuda is not None,
+                               on_mark=timeline.mark,
+                               checkpoint_context=cuda.recomputation if cuda else None)
+            segment("setup", start)
+
+            start = len(timeline.events)
+            batches, items = step.batches()
+            segment("batches", start)
+            batch_tids = [tracker.storage_tid(t) for b in batches for t in b.values()]
+
+            start = len(timeline.events)
+            step.micro_batch(batches[0], items)
+            segment("first micro-batch", start)
+            grads_first = {i: tracker.storage_tid(p.grad) for i, p in enumerate(trainable)
+                           if p.grad is not None}
+            if options.grad_accum > 1:
+                start = len(timeline.events)
+                step.micro_batch(batches[1], items)
+                segment("later micro-batch", start)
+            gradient_bytes = _distinct_bytes(p.grad for p in trainable if p.grad is not None)
+
+            start = len(timeline.events)
+            step.optimizer_step()
+            segment("first optimizer step", start)
+            state_bytes = _distinct_bytes(
+                v for state in step.optimizer.state.values() for v in state.values()
+                if isinstance(v, torch.Tensor) and v.numel() > 1)
+
+            grads_later: dict[int, int] = {}
+            if steps > 1:
+                # The gradients a later step's backward pass makes (the replay lays out their
+                # allocations), here without events, for the optimizer step to use and free.
+                with torch.no_grad():
+                    for i in grads_first:
+                        trainable[i].grad = torch.empty_like(trainable[i])
+                        grads_later[i] = tracker.adopt(trainable[i].grad)
+                start = len(timeline.events)
+                step.optimizer_step()
+                segment("optimizer step", start)
+        del batches, items, step
+
+    return Recording(
+        events=timeline.events, persistent=set(timeline.persistent), segments=segments,
+        grads_first=grads_first, grads_later=grads_later, batch_tids=batch_tids,
+        parameters=parameters, trainable_parameters=sum(p.numel() for p in trainable),
+        weights_bytes=weights_bytes, gradient_bytes=gradient_bytes,
+        optimizer_state_bytes=state_bytes,
+        attention_kernels=tuple(cuda.sdpa_calls) if cuda is not None else (),
+        max_tid=timeline._next)

@@ -1,0 +1,118 @@
+"""The live-tensor tracker: a TorchDispatchMode that sees every tensor an operator returns, and
+learns when its storage is freed from a weak reference on that storage.
+
+On real tensors it measures what is alive (the true live-tensor peak of a CPU step); on fake
+tensors (FakeTensorMode) it follows the same step without the memory. Either way it writes a
+`Timeline`: allocations and frees of storages, in order, and named marks between them. The
+caching allocator's view of those events is anatomy/analysis/allocator.py's.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from dataclasses import dataclass, field
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+from torch.utils.weak import WeakIdKeyDictionary
+
+ALLOC, FREE, MARK = 0, 1, 2
+
+
+@dataclass
+class Timeline:
+    """Events in the order they happened: (ALLOC, tid, bytes), (FREE, tid, 0), (MARK, 0, label).
+
+    `tid` names one storage for its whole life; `persistent` holds the tids allocated once for
+    the process (cuBLAS workspaces) that a replayed step must not allocate again."""
+
+    events: list[tuple] = field(default_factory=list)
+    persistent: set[int] = field(default_factory=set)
+    _next: int = 0
+
+    def new_tid(self) -> int:
+        self._next += 1
+        return self._next
+
+    def alloc(self, size: int) -> int:
+        tid = self.new_tid()
+        self.events.append((ALLOC, tid, size))
+        return tid
+
+    def free(self, tid: int) -> None:
+        self.events.append((FREE, tid, 0))
+
+    def mark(self, label: str) -> None:
+        self.events.append((MARK, 0, label))
+
+    def live_bytes(self) -> int:
+        live: dict[int, int] = {}
+        for kind, tid, size in self.events:
+            if kind == ALLOC:
+                live[tid] = size
+            elif kind == FREE:
+                live.pop(tid, None)
+        return sum(live.values())
+
+
+class LiveTensors(TorchDispatchMode):
+    """Records the storages of every operator's outputs on `device` (a device type: "cpu"), and
+    their frees, in `timeline`. `track` registers tensors made before the mode was entered
+    (weights built elsewhere); `storage_tid` finds a tensor's storage among the recorded ones.
+
+    `on_op(func, outputs)`, when set, is called after every operator (the CUDA emulation uses it
+    to add what CUDA kernels allocate beside their outputs)."""
+
+    def __init__(self, timeline: Timeline | None = None, device: str = "cpu"):
+        super().__init__()
+        self.timeline = timeline if timeline is not None else Timeline()
+        self.device = device  # the device type followed; a model built on "meta" then "cpu"
+        self._tids: WeakIdKeyDictionary = WeakIdKeyDictionary()
+        self._refs: dict[int, weakref.ref] = {}
+        self._lock = threading.Lock()
+        self.on_op = None
+
+    # --- recording ---
+    def track(self, tensor) -> int | None:
+        """The storage's tid, registering it (as allocated now) when it is new."""
+        if not isinstance(tensor, torch.Tensor) or tensor.device.type != self.device:
+            return None
+        storage = tensor.untyped_storage()
+        tid = self._tids.get(storage)
+        if tid is not None:
+            return tid
+        with self._lock:
+            tid = self.timeline.alloc(storage.nbytes())
+            self._tids[storage] = tid
+            self._refs[tid] = weakref.ref(storage, lambda _, tid=tid: self._freed(tid))
+        return tid
+
+    def adopt(self, tensor) -> int:
+        """Follow a storage made outside the recorded events (its allocation is accounted for
+        elsewhere): a new tid, and its free recorded when it comes."""
+        storage = tensor.untyped_storage()
+        with self._lock:
+            tid = self.timeline.new_tid()
+            self._tids[storage] = tid
+            self._refs[tid] = weakref.ref(storage, lambda _, tid=tid: self._freed(tid))
+        return tid
+
+    def _freed(self, tid: int) -> None:
+        with self._lock:
+            if self._refs.pop(tid, None) is not None:
+                self.timeline.free(tid)
+
+    def storage_tid(self, tensor) -> int | None:
+        if not isinstance(tensor, torch.Tensor):
+            return None
+        return self._tids.get(tensor.untyped_storage())
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for tensor in tree_leaves(out):
+            self.track(tensor)
+        if self.on_op is not None:
+            self.on_op(func, out)
+        return out

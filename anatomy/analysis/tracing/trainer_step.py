@@ -1,0 +1,223 @@
+"""The Trainer's training step, as its memory sees it: the same model, the same optimizer with the
+same parameter groups, the same autocast and the same order of frees, without the Trainer's
+dataloader, logging and callbacks (which hold only a few scalars).
+
+What it mirrors (transformers 5.23, accelerate 1.15):
+- `Trainer._prepare_for_training`: activation checkpointing through the model's own
+  `activation_checkpointing_enable()` (non-reentrant; input gradients for text models);
+- `Trainer.create_optimizer`: two parameter groups (weight decay / none, by
+  `get_decay_parameter_names`), the class and arguments `get_optimizer_cls_and_kwargs` picks;
+- `Trainer.get_batch_samples`: the step's micro-batches on the device before the first one runs,
+  and `num_items_in_batch` when the model takes loss keyword arguments;
+- `Trainer.training_step`: the forward pass under accelerate's wrapper (autocast, then the
+  outputs converted to fp32), the model's outputs dropped before the backward pass, the loss
+  divided for accumulation, `accelerator.backward` (the fp16 loss scaler's scaling);
+- the optimizer step: the scaler's unscaling (fp16), `clip_grad_norm_(max_norm=1.0)`,
+  `optimizer.step()`, `model.zero_grad()` (gradients set to None).
+
+The same code runs on real tensors (the tests measure a real CPU step with it) and on fake ones
+(the prediction). `kernels` says which device's kernels the fake tensors stand for; the CUDA ones
+that differ are anatomy/analysis/tracing/cuda.py's.
+"""
+
+from __future__ import annotations
+
+import inspect
+import tempfile
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import torch
+
+from anatomy.analysis.models import CAUSAL_LM, IMAGE_CLASSIFICATION, ModelSpec, token_range
+
+MAX_GRAD_NORM = 1.0  # TrainingArguments' default
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+FP16_INIT_SCALE = 2.0**16  # torch.amp.GradScaler's default
+
+
+@dataclass(frozen=True)
+class StepOptions:
+    """What shapes a step's memory, from the run options."""
+    precision: str
+    gradient_checkpointing: bool
+    grad_accum: int
+    optim: str
+    batch_size: int
+    seq_len: int
+
+
+def enable_checkpointing(model, context_fn: Callable | None = None) -> None:
+    """As `Trainer._prepare_for_training` does it (every layer, not offloaded, non-reentrant).
+    `context_fn` (torch.utils.checkpoint's) only wraps the recomputation in the trace's modes."""
+    kwargs = None if context_fn is None else {"use_reentrant": False, "context_fn": context_fn}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs,
+                                              every_n_layers=1, offload=False)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
+def training_arguments(optim: str):
+    """TrainingArguments as far as the optimizer's class and arguments depend on them."""
+    from transformers import TrainingArguments
+
+    return TrainingArguments(output_dir=tempfile.gettempdir(), optim=optim, use_cpu=True,
+                             report_to="none")
+
+
+def make_optimizer(model, optim: str, foreach: bool | None = None) -> torch.optim.Optimizer:
+    """The Trainer's optimizer: its parameter groups, class and arguments. `foreach=True` forces
+    torch's multi-tensor kernels, which torch picks by itself for CUDA tensors only."""
+    from transformers import Trainer
+
+    decay = set(Trainer.get_decay_parameter_names(None, model))
+    groups = [
+        {"params": [p for n, p in model.named_parameters() if n in decay and p.requires_grad],
+         "weight_decay": 0.0},  # TrainingArguments' default weight decay
+        {"params": [p for n, p in model.named_parameters() if n not in decay and p.requires_grad],
+         "weight_decay": 0.0},
+    ]
+    cls, kwargs = Trainer.get_optimizer_cls_and_kwargs(training_arguments(optim), model)
+    kwargs = dict(kwargs)
+    if foreach and not kwargs.get("fused") and "foreach" in inspect.signature(cls).parameters:
+        kwargs["foreach"] = True
+    return cls(groups, **kwargs)
+
+
+def accepts_loss_kwargs(model) -> bool:
+    """Trainer.__init__'s test: the model says so, or its forward takes **kwargs."""
+    if hasattr(model, "accepts_loss_kwargs"):
+        return bool(model.accepts_loss_kwargs)
+    return any(p.kind == inspect.Parameter.VAR_KEYWORD
+               for p in inspect.signature(model.forward).parameters.values())
+
+
+def make_batch(spec: ModelSpec, batch_size: int, seq_len: int, device: str = "cpu") -> dict:
+    """One micro-batch as the collator hands it to the model: separate tensors (a causal LM's
+    labels are a copy of its input ids, as collated from the dataset's two columns)."""
+    if spec.task == IMAGE_CLASSIFICATION:
+        size = spec.image_size
+        return {"pixel_values": torch.randn(batch_size, spec.num_channels, size, size,
+                                            device=device),
+                "labels": torch.randint(0, spec.num_labels, (batch_size,), device=device)}
+    low, high = token_range(spec)
+    ids = torch.randint(low, high, (batch_size, seq_len), device=device)
+    if spec.task == CAUSAL_LM:
+        return {"input_ids": ids, "labels": ids.clone()}
+    return {"input_ids": ids, "labels": torch.randint(0, spec.num_labels, (batch_size,),
+                                                      device=device)}
+
+
+def items_in_batch(spec: ModelSpec, batches: list[dict]):
+    """`Trainer._get_num_items_in_batch`: labels that count (a causal LM's shifted by one)."""
+    labels = [b["labels"][..., 1:] if spec.task == CAUSAL_LM else b["labels"] for b in batches]
+    return sum(label.ne(-100).sum() for label in labels)
+
+
+class LossScaler:
+    """torch.amp.GradScaler's memory for fp16: two scalars on the device, the scaled loss, and
+    an in-place unscaling of the gradients. (The real scaler turns itself off where CUDA is not
+    available, which is where the fake CUDA step runs.)"""
+
+    def __init__(self, device: str = "cpu"):
+        self.scale = torch.full((), FP16_INIT_SCALE, dtype=torch.float32, device=device)
+        self.growth_tracker = torch.full((), 0, dtype=torch.int32, device=device)
+
+    def scaled(self, loss):
+        return loss * self.scale
+
+    def unscale_(self, optimizer) -> None:
+        inv_scale = self.scale.double().reciprocal().float()
+        found_inf = torch.full((), 0.0, dtype=torch.float32, device=self.scale.device)
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"]
+                 if p.grad is not None]
+        torch._foreach_mul_(grads, inv_scale)
+        del found_inf
+
+
+class TrainerStep:
+    """One model set up as the Trainer sets it up, and its step in parts (so a trace can tell
+    them apart): `micro_batch` (forward + backward) and `optimizer_step`.
+
+    `autocast` makes the forward pass's autocast context (torch.autocast on `device` unless
+    given); `on_mark(label)` is told the moments the probe reads; `checkpoint_context` is
+    activation checkpointing's context_fn (the CUDA emulation's, for the recomputation)."""
+
+    def __init__(self, model, spec: ModelSpec, options: StepOptions, *, device: str = "cpu",
+                 foreach: bool | None = None, autocast: Callable | None = None,
+                 on_mark: Callable[[str], None] | None = None,
+                 checkpoint_context: Callable | None = None):
+        self.model, self.spec, self.options, self.device = model, spec, options, device
+        self.on_mark = on_mark or (lambda label: None)
+        if options.gradient_checkpointing:
+            enable_checkpointing(model, checkpoint_context)
+        model.train()
+        dtype = AUTOCAST_DTYPES.get(options.precision)
+        if dtype is None:
+            self.autocast = nullcontext
+        elif autocast is not None:
+            self.autocast = lambda: autocast(dtype)
+        else:
+            self.autocast = lambda: torch.autocast(device, dtype=dtype)
+        self.optimizer = make_optimizer(model, options.optim, foreach)
+        self.foreach = foreach
+        self.loss_kwargs = accepts_loss_kwargs(model)
+        self.scaler = LossScaler(device) if options.precision == "fp16" else None
+
+    def batches(self) -> tuple[list[dict], object]:
+        """The step's micro-batches and their item count, fetched before the first one runs."""
+        o = self.options
+        batches = [make_batch(self.spec, o.batch_size, o.seq_len, self.device)
+                   for _ in range(o.grad_accum)]
+        items = items_in_batch(self.spec, batches) if self.loss_kwargs else None
+        return batches, items
+
+    def _loss(self, inputs: dict, items) -> torch.Tensor:
+        from accelerate.utils.operations import convert_to_fp32
+
+        kwargs = {"num_items_in_batch": items} if self.loss_kwargs and items is not None else {}
+        self.on_mark("forward begins")
+        with self.autocast():
+            outputs = self.model(**inputs, **kwargs)
+        if self.options.precision != "fp32":
+            outputs = convert_to_fp32(outputs)  # accelerate's wrapper around the forward pass
+        self.on_mark("forward ends")
+        return outputs["loss"]  # the outputs go with this frame, before the backward pass
+
+    def micro_batch(self, inputs: dict, items) -> None:
+        loss = self._loss(inputs, items)
+        if not (self.loss_kwargs and items is not None):
+            loss = loss / self.options.grad_accum
+        if self.scaler is not None:
+            loss = self.scaler.scaled(loss)
+        loss.backward()
+        del loss
+        self.on_mark("backward ends")
+
+    def optimizer_step(self) -> None:
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+        parameters = [p for p in self.model.parameters() if p.grad is not None]
+        torch.nn.utils.clip_grad_norm_(parameters, MAX_GRAD_NORM, foreach=self.foreach)
+        del parameters
+        self.on_mark("before optimizer step")
+        self.optimizer.step()
+        self.on_mark("after optimizer step")
+        self.model.zero_grad(set_to_none=True)
+        self.on_mark("gradients freed")
+
+    def run(self, steps: int, on_step: Callable[[int], None] | None = None) -> None:
+        """Whole steps, as the Trainer runs them (the tests' real reference); `on_step(n)` is
+        told each step's number as it begins."""
+        batches = None
+        for number in range(1, steps + 1):
+            if on_step is not None:
+                on_step(number)
+            previous = batches  # the Trainer's list of the last step's batches goes when the
+            batches, items = self.batches()  # next one is fetched
+            del previous
+            for inputs in batches:
+                self.micro_batch(inputs, items)
+            self.optimizer_step()

@@ -1,0 +1,62 @@
+"""A tiny version of every architecture, end to end through the real worker on this CPU: built
+from its config, trained with its task's head and dummy data, measured by the probe; the
+measured weights, gradients and optimizer states are the prediction's."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from anatomy.analysis.models import PRESETS
+from anatomy.analysis.options import RunOptions
+from anatomy.analysis.prediction import predict
+from anatomy.analysis.report import report
+from anatomy.engine.manager import machine
+
+ON_GPU = machine().has_gpu
+RUNS = [
+    dict(model="tiny"),
+    dict(model="tiny-gpt2"),
+    dict(model="tiny-llama", lora_rank=4),
+    dict(model="tiny-qwen2", precision="bf16", gradient_checkpointing=True),
+    dict(model="tiny-vit", lora_rank=4, optim="sgd"),
+]
+
+
+@pytest.mark.parametrize("changes", RUNS, ids=lambda c: c["model"])
+def test_every_architecture_trains_and_matches_its_prediction(manager, store, changes):
+    options = RunOptions(**{**dict(batch_size=2, seq_len=16, dataset_size=6, max_steps=3),
+                            **changes})
+    run_id = manager.start(options)
+    assert manager.wait(run_id, timeout=300) == "completed", report(store, run_id).error
+    rep = report(store, run_id)
+    predicted = predict(options, device="cuda" if ON_GPU else "cpu",
+                        gpu_name=rep.environment.get("gpu_name"))
+    assert rep.preset == options.model
+    assert rep.environment["parameters"] == predicted.parameters
+    assert rep.environment["trainable_parameters"] == predicted.trainable_parameters
+    parts = rep.components
+    assert parts.weights == predicted.weights
+    assert parts.gradients == predicted.gradients
+    assert parts.optimizer_states == predicted.optimizer_states
+    if options.lora:
+        assert predicted.trainable_parameters < predicted.parameters / 10
+
+
+def test_a_config_file_runs_and_is_listed_by_its_folder(tmp_path, store):
+    folder = tmp_path / "my-gpt"
+    folder.mkdir()
+    (folder / "config.json").write_text(PRESETS["tiny-gpt2"].config_path.read_text())
+    result = subprocess.run(
+        [sys.executable, "-m", "anatomy", "run", "--model", str(folder), "--seq-len", "16",
+         "--batch-size", "2", "--dataset-size", "4", "--max-steps", "2", "--store",
+         str(store.path)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("run 1: my-gpt, batch size 2")
+    runs = json.loads(subprocess.run([sys.executable, "-m", "anatomy", "runs", "--json",
+                                      "--store", str(store.path)], capture_output=True,
+                                     text=True, timeout=60).stdout)
+    assert runs[0]["preset"] == "my-gpt"
