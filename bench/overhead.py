@@ -28,17 +28,19 @@ TRAIN = HERE / "overhead_train.py"
 PLAIN_VARIANTS = "walkthrough,callback200,callback1000,defaults,defaults-log1,defaults-adamw"
 
 
-def run_round(output: Path, args: argparse.Namespace) -> None:
+def run_round(output: Path, args: argparse.Namespace, round_: int) -> None:
     common = [str(TRAIN), "--output", str(output), "--repeats", str(args.repeats),
               "--steps", str(args.steps), "--warmup", str(args.warmup)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         filter(None, (str(HERE.parent), os.environ.get("PYTHONPATH"))))}
-    runs = [[sys.executable, *common, "--variants", PLAIN_VARIANTS, "--label", "plain"]]
+    runs = [[sys.executable, *common, "--variants", args.variants, "--label", "plain"]]
     for rate in (1000, 200):
         runs.append([sys.executable, "-m", "anatomy", "watch", "--sample-rate", str(rate),
                      "--name", f"overhead watch {rate}", "--", sys.executable, *common,
                      "--variants", "walkthrough", "--label", f"watch{rate}"])
-    for command in runs:
+    # Every process is a fresh start (its own CUDA context, clocks, autotuning): the plain process
+    # and the watched ones swap places every other round, so neither always runs first.
+    for command in (runs if round_ % 2 == 0 else runs[::-1]):
         subprocess.run(command, check=True, env=env)
 
 
@@ -68,12 +70,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--output", type=Path, default=Path("overhead.jsonl"))
+    parser.add_argument("--variants", default=PLAIN_VARIANTS,
+                        help="of the plain process (bench/overhead_train.py's names)")
     parser.add_argument("--table-only", action="store_true", help="summarise --output")
     args = parser.parse_args()
     if not args.table_only:
         for round_ in range(args.rounds):
             print(f"round {round_ + 1} of {args.rounds}", file=sys.stderr, flush=True)
-            run_round(args.output, args)
+            run_round(args.output, args, round_)
     records = [json.loads(line) for line in args.output.read_text().splitlines() if line]
     print(table(records))
 

@@ -277,12 +277,16 @@ def _train(config: Config, sampler: NvmlPeak, baseline: int, context: int, start
 # --- calibration: the device's own facts, then the calibration set ---
 
 def device_facts(sampler: NvmlPeak, baseline: int) -> dict:
-    """The CUDA context (NVML after the first tensor, as the worker's kernel phase), cuBLAS's
-    workspaces (the allocator around the first matrix products, forward and backward), which
-    attention kernel torch picks per signature, and each kernel's backward scratch."""
+    """The CUDA context (NVML after the first tensor and the initialisers' kernels, as the
+    worker's kernel phase), cuBLAS's workspaces (the allocator around the first matrix products,
+    forward and backward), which attention kernel torch picks per signature, and each kernel's
+    backward scratch."""
     import torch
 
+    from anatomy.engine.worker import load_initialisers
+
     torch.ones((1, 1)).to("cuda")
+    load_initialisers("cuda")
     torch.cuda.synchronize()
     sampler.settle(0.3)
     context = sampler.read() - baseline
@@ -588,7 +592,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.calibrate:
         context = calibrate(out_dir, sampler, baseline, gpu, log).context_bytes
     else:  # the context comes with the first tensor, as in a run's kernel phase
+        from anatomy.engine.worker import load_initialisers
+
         torch.ones((1, 1)).to("cuda")
+        load_initialisers("cuda")
         torch.cuda.synchronize()
         sampler.settle(0.3)
         context = sampler.read() - baseline

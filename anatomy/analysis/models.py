@@ -435,12 +435,6 @@ def build_model(spec: ModelSpec | str, device: str | None = None, *, lora_rank: 
             model = head.from_config(config, dtype=torch.float32)
     if lora_rank:
         model = apply_lora(model, spec, lora_rank, lora_targets)
-    if device is not None and torch.device(device).type == "cuda":
-        # Initialising on the device leaves its temporaries in the allocator's cache (bert-large:
-        # +107 MB in NVML's figure). The walkthrough copies finished weights to the GPU, so its
-        # weights phase holds the weights alone; training starts from an emptied cache either
-        # way (accelerate's free_memory), so this changes only the weights phase's reading.
-        torch.cuda.empty_cache()
     return model, source
 
 

@@ -125,9 +125,10 @@ _dataclass_init = RunOptions.__init__
 
 def _init(self, *args, preset: str | None = None, **kwargs) -> None:
     """RunOptions(preset=NAME) still means RunOptions(model=NAME): callers and stored runs from
-    before other models came keep working."""
+    before other models came keep working. `preset` wins over `model`: `dataclasses.replace(
+    options, preset=NAME)` passes the old model along with it."""
     if preset is not None:
-        kwargs.setdefault("model", preset)
+        kwargs["model"] = preset
     _dataclass_init(self, *args, **kwargs)
 
 

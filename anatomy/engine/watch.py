@@ -10,6 +10,7 @@ memory" in what it printed, and from Ctrl-C (stopped).
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import queue as queue_module
@@ -93,6 +94,7 @@ class Watch:
         self.events: queue_module.Queue = queue_module.Queue()
         self.marked_phases = False
         self.interrupted = False
+        self.asked: list[int] = []  # the signals that stop the command, as they came
         self.sampling = threading.Event()  # the sampler has measured the command
         self.run_id: int | None = None
         self._ended: list[PhaseMark] = []  # phase ends not printed yet
@@ -145,6 +147,10 @@ class Watch:
     def run(self, out: TextIO = sys.stderr) -> int:
         """Run the command to its end; the exit code to give back (the command's own, 130
         after Ctrl-C)."""
+        with self._signals_as_flags():
+            return self._run(out)
+
+    def _run(self, out: TextIO) -> int:
         info, devices = self.info, self.devices
         environment = {"driver": info.driver, "cuda_driver": info.cuda_driver,
                        "gpu_count": info.gpu_count, "host": socket.gethostname(),
@@ -233,34 +239,38 @@ class Watch:
         collector.flush_when_due()
 
     def _follow(self, child: subprocess.Popen, samples, out: TextIO) -> int:
-        """Collect until the command exits. Ctrl-C, SIGTERM or SIGHUP to us stop it: the signal
-        handler only raises a flag, so a write to the store is never cut in half (and a batch of
-        samples never written twice)."""
-        asked: list[int] = []
-        watched = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-        previous = {sig: signal.getsignal(sig) for sig in watched}
-
-        def on_signal(signum, frame):
-            asked.append(signum)
-
-        for sig in watched:
-            signal.signal(sig, on_signal)
+        """Collect until the command exits. Ctrl-C, SIGTERM or SIGHUP to us stop it (the flags
+        `_signals_as_flags` raises)."""
         shown_at = 0.0
         stop_by = None
+        while child.poll() is None:
+            self._pump(samples)
+            if self.asked and stop_by is None:
+                stop_by = self._stop(child, self.asked[0], out)
+            if stop_by is not None and time.monotonic() > stop_by:
+                terminate_tree(_Popened(child))  # it did not exit on its own: end its tree
+            if time.monotonic() - shown_at >= PROGRESS_SECONDS:
+                self._print_progress(out)
+                shown_at = time.monotonic()
+        if self.asked and not self.interrupted:
+            # At a terminal the same Ctrl-C reached the command, which may end before we look.
+            self._stop(child, self.asked[0], out)
+        return child.returncode
+
+    @contextlib.contextmanager
+    def _signals_as_flags(self):
+        """While the command runs and its record is written, Ctrl-C, SIGTERM and SIGHUP only
+        raise a flag (`asked`): a write to the store is never cut in half, a batch of samples
+        never written twice, and a signal that lands as the command ends is still a stop."""
+        watched = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+        previous = {sig: signal.getsignal(sig) for sig in watched}
+        for sig in watched:
+            signal.signal(sig, lambda signum, frame: self.asked.append(signum))
         try:
-            while child.poll() is None:
-                self._pump(samples)
-                if asked and stop_by is None:
-                    stop_by = self._stop(child, asked[0], out)
-                if stop_by is not None and time.monotonic() > stop_by:
-                    terminate_tree(_Popened(child))  # it did not exit on its own: end its tree
-                if time.monotonic() - shown_at >= PROGRESS_SECONDS:
-                    self._print_progress(out)
-                    shown_at = time.monotonic()
+            yield
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-        return child.returncode
 
     def _stop(self, child: subprocess.Popen, signum: int, out: TextIO) -> float:
         """Ask the command to stop; the time after which its whole tree is ended instead. At a
