@@ -6,7 +6,7 @@
 `anatomy.start()` at the top sees the baseline and the CUDA context; `AnatomyCallback` marks the
 weights (when the Trainer is built) and the training phase, reports every step and measures the
 components of the first steps. The model is a tiny BERT built from its config (random weights)
-on random data: small enough for a CPU. Pass --model PATH for another config.json.
+on random data: small enough for a CPU (--layers changes its depth).
 """
 
 import argparse
@@ -17,6 +17,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=20)
 parser.add_argument("--batch-size", type=int, default=8)
 parser.add_argument("--seq-len", type=int, default=64)
+parser.add_argument("--layers", type=int, default=2)
 args = parser.parse_args()
 
 anatomy.start(name="Trainer: tiny BERT")  # before the model: baseline, then the CUDA context
@@ -30,7 +31,7 @@ from transformers import (  # noqa: E402
     TrainingArguments,
 )
 
-config = BertConfig(hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+config = BertConfig(hidden_size=128, num_hidden_layers=args.layers, num_attention_heads=2,
                     intermediate_size=512, vocab_size=30522, max_position_embeddings=512)
 model = BertForSequenceClassification(config)
 rng = np.random.default_rng(0)

@@ -151,7 +151,10 @@ def main() -> None:
                 "ended before its first optimizer step): the prediction alone.")
     if prediction is None:
         st.warning(f"No prediction: this run's model ({rep.preset}) cannot be built on this "
-                   "machine (a config file that stayed where the run was recorded).")
+                   "machine (a config file that stayed where the run was recorded, or a model "
+                   "whose config the run did not record).")
+    elif not rep.started_by_anatomy:
+        st.caption(breakdown.user_run_basis(rep))
     else:
         measured_and_predicted(rep, prediction)
         peak_section(rep, prediction)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from anatomy.analysis import breakdown
+from anatomy.analysis import breakdown, device_constants
 from anatomy.analysis.operations import CLASSES, ClassTotals, OperationProfile
 from anatomy.analysis.report import report
 from anatomy.units import MIB
@@ -77,12 +77,13 @@ def test_measured_next_to_predicted_with_the_error_of_each_component(store, seed
     assert table.loc["weights", "Error (%)"] == 0
     assert table.loc["optimizer states", "Measured (MB)"] == pytest.approx(2556.9, abs=0.1)
     assert table.loc["activations", "Error (%)"] == pytest.approx(-100 * 0.01 / 1.01, abs=1e-3)
-    # the traced prediction (no H200 calibration in the repo: docs/MEASUREMENTS.md's figures)
-    assert table.loc["peak (tensors)", "Predicted (MB)"] == pytest.approx(7141.8, abs=0.1)
+    # the traced prediction with the H200's calibration (calibration/nvidia-h200.json)
+    assert table.loc["peak (tensors)", "Predicted (MB)"] == pytest.approx(7143.8, abs=0.1)
     assert table.loc["CUDA context", "Measured (MB)"] == 1024  # seeded: kernel − baseline
-    assert table.loc["CUDA context", "Predicted (MB)"] == 529  # the GPU's constant
+    context = device_constants.load("NVIDIA H200").context_bytes / MIB  # the GPU's constant
+    assert table.loc["CUDA context", "Predicted (MB)"] == pytest.approx(context, abs=0.05)
     assert table.loc["peak (NVML, over the baseline)", "Predicted (MB)"] > \
-        table.loc["peak (tensors)", "Predicted (MB)"] + 529
+        table.loc["peak (tensors)", "Predicted (MB)"] + context
 
     sides = {t["name"]: t for t in chart_spec(app, "anatomy_waterfall")["data"]}
     assert set(sides) == {"measured", "predicted"}

@@ -13,6 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from anatomy.analysis import breakdown
 from anatomy.analysis.report import report
 from anatomy.store import PHASES, Store
 
@@ -56,7 +57,8 @@ def test_the_plain_loop_records_its_phases_and_steps_with_the_phase_api(store):
 
 
 def test_the_trainer_callback_records_phases_steps_and_components(store):
-    result = _python(store, str(EXAMPLES / "trainer_script.py"), *SMALL)
+    # Three layers: not the shape of anatomy's own tiny preset, so its prediction is the user's.
+    result = _python(store, str(EXAMPLES / "trainer_script.py"), *SMALL, "--layers", "3")
     assert result.returncode == 0, result.stderr
     rep = _only_run(store)
     _assert_recorded_walkthrough(rep)
@@ -66,6 +68,13 @@ def test_the_trainer_callback_records_phases_steps_and_components(store):
     assert rep.components.weights == rep.components.gradients == 4 * parameters
     assert rep.components.optimizer_states == 8 * parameters  # AdamW: two fp32 moments
     assert rep.preset == rep.environment["model_name"]
+    # What a prediction needs was recorded: the model's config and the training set's shape; the
+    # Anatomy page predicts the user's model from them (not a preset of anatomy's own).
+    assert rep.stored_options["seq_len"] == 16
+    prediction = breakdown.prediction_for(rep)
+    assert prediction.parameters == parameters
+    assert prediction.as_components().weights == rep.components.weights
+    assert "sequence length 16 (the training set's first example)" in breakdown.user_run_basis(rep)
 
 
 def test_watch_joins_the_phases_the_command_marks(store):

@@ -10,7 +10,10 @@ NVML's figure).
 
 from __future__ import annotations
 
+import json
+import tempfile
 from dataclasses import replace
+from pathlib import Path
 from typing import NamedTuple
 
 from anatomy.analysis.components import TENSOR_PARTS, Components
@@ -79,12 +82,38 @@ class BytesPerParameterRow(NamedTuple):
 def prediction_for(report: RunReport) -> Prediction | None:
     """The prediction for the run's own options, with the kernels of the device it ran on (and
     that GPU model's constants); None when the run's model cannot be built here (a config file
-    that stayed on the machine the run came from)."""
-    try:
-        return predict(report.options, device="cuda" if report.on_gpu else "cpu",
-                       gpu_name=report.environment.get("gpu_name"))
-    except PredictionError:
-        return None
+    that stayed on the machine the run came from, a user's model whose config was not recorded,
+    an architecture the tracing cannot run)."""
+    options = report.options
+    with tempfile.TemporaryDirectory(prefix="anatomy-model-") as folder:
+        if not report.started_by_anatomy:
+            # A user's training (callback, phase API, watch): its model is the config the
+            # callback recorded, not a preset; without one there is nothing to predict.
+            config = report.environment.get("model_config")
+            if not isinstance(config, dict):
+                return None
+            path = Path(folder) / "config.json"
+            path.write_text(json.dumps(config))
+            options = replace(options, model=str(path))
+        try:
+            return predict(options, device="cuda" if report.on_gpu else "cpu",
+                           gpu_name=report.environment.get("gpu_name"))
+        except PredictionError:
+            return None
+
+
+def user_run_basis(report: RunReport) -> str:
+    """What a prediction for a user's own training was made from, in words."""
+    options, stored = report.options, report.stored_options
+    config = report.environment.get("model_config") or {}
+    length = ("" if "vocab_size" not in config else  # images: their size is in the config
+              f", sequence length {options.seq_len} (the training set's first example)"
+              if "seq_len" in stored else
+              f", sequence length {options.seq_len} assumed (the training set could not be read)")
+    lora = f", LoRA rank {options.lora_rank}" if options.lora else ""
+    return (f"Predicted from what the run recorded: the model's config, batch size "
+            f"{options.batch_size}, {options.precision}, {options.optim}{lora}{length}; on "
+            "random data of that shape, as anatomy's own runs train.")
 
 
 def parameters(report: RunReport, prediction: Prediction) -> int:

@@ -142,11 +142,13 @@ class AnatomyCallback(TrainerCallback):
         self.owns_run = joined is None and not self.run.watched
         self.probe = probe
         self._callbacks: list[TrainerCallback] = []
+        self._described: tuple[dict, str | None] | None = None  # the options on_init_end read
 
     def on_init_end(self, args, state, control, model=None, **kwargs):
         facts = _training_facts(args, model)
         self.run.describe(**facts)
-        self.run.reporter.described(facts["training_arguments"], facts.get("model_name"))
+        self._described = (facts["training_arguments"], facts.get("model_name"))
+        self.run.reporter.described(*self._described)
         if model is not None and self.run.reporter.open_phase != "training":
             self.run.phase("weights")
         use_cuda = torch.cuda.is_available() and args.device.type == "cuda"
@@ -163,6 +165,10 @@ class AnatomyCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         if self.run.reporter.open_phase:  # e.g. a phase the user's script opened
             self.run.reporter.end(self.run.reporter.open_phase)
+        length = _sequence_length(kwargs.get("train_dataloader"))
+        if length is not None and self._described is not None:
+            arguments, model_name = self._described
+            self.run.reporter.described({**arguments, "seq_len": length}, model_name)
         self._each("on_train_begin", args, state, control, **kwargs)
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
@@ -205,10 +211,42 @@ def _training_facts(args, model) -> dict:
         "epochs": args.num_train_epochs}, "world_size": args.world_size}
     if model is not None:
         config = getattr(model, "config", None)
+        # peft wraps the user's model: the architecture is the base model's, the rank the adapters'
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        model_config = json.loads(config.to_json_string()) if config is not None else None
+        if model_config is not None and not model_config.get("architectures"):
+            model_config["architectures"] = [type(base).__name__]  # the head a prediction builds
+        facts["training_arguments"].update(_lora_options(model))
         facts.update(
-            model_class=type(model).__name__,
-            model_name=getattr(config, "name_or_path", None) or type(model).__name__,
+            model_class=type(base).__name__,
+            model_name=getattr(config, "name_or_path", None) or type(base).__name__,
             parameters=sum(p.numel() for p in model.parameters()),
             trainable_parameters=sum(p.numel() for p in model.parameters() if p.requires_grad),
-            model_config=json.loads(config.to_json_string()) if config is not None else None)
+            model_config=model_config)
     return facts
+
+
+def _lora_options(model) -> dict:
+    """A peft LoRA model's rank and target modules, by anatomy's option names; {} otherwise (or
+    where the targets are a pattern rather than module names)."""
+    adapters = getattr(model, "peft_config", None)
+    adapter = next(iter(adapters.values()), None) if isinstance(adapters, dict) else None
+    rank = getattr(adapter, "r", None)
+    if not isinstance(rank, int) or rank <= 0:
+        return {}
+    targets = getattr(adapter, "target_modules", None)
+    names = sorted(targets) if isinstance(targets, (set, list, tuple)) else []
+    return {"lora_rank": rank, "lora_targets": ",".join(names)}
+
+
+def _sequence_length(dataloader) -> int | None:
+    """The tokens of the training set's first example, where the set can be indexed: the
+    sequence length a prediction needs, which TrainingArguments do not say. Reads one example;
+    draws no batch (the training's order and randomness are untouched). With padding per batch
+    it is the first example's own length."""
+    try:
+        ids = dataloader.dataset[0]["input_ids"]
+        length = len(ids)
+    except Exception:  # noqa: BLE001 - an iterable or custom dataset: the length stays unknown
+        return None
+    return length if isinstance(length, int) and length > 0 else None
