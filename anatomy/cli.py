@@ -93,13 +93,16 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
                        "default: bert-large-uncased on a GPU, tiny without one)")
     model.add_argument("--preset", dest="model", metavar="NAME", help="the same as --model")
     for name in ("batch_size", "seq_len", "dataset_size", "grad_accum", "seed", "sample_rate",
-                 "gpu", "profile_steps", "lora_rank"):
+                 "gpu", "profile_steps", "lora_rank", "processes"):
         parser.add_argument("--" + name.replace("_", "-"), type=int, dest=name,
                             help=f"{f[name].help} ({f[name].low} to {f[name].high})")
     steps = parser.add_mutually_exclusive_group()
     steps.add_argument("--epochs", type=int, help=f["epochs"].help)
     steps.add_argument("--max-steps", type=int, dest="max_steps", help=f["max_steps"].help)
     parser.add_argument("--precision", choices=f["precision"].choices, help=f["precision"].help)
+    parser.add_argument("--gpus", metavar="I,J", help=f["gpus"].help)
+    parser.add_argument("--strategy", choices=f["strategy"].choices,
+                        help=f["strategy"].help + " (default ddp)")
     parser.add_argument("--gradient-checkpointing", action="store_true", default=None,
                         help=f["gradient_checkpointing"].help)
     parser.add_argument("--optim", help=f"{f['optim'].help}: {', '.join(f['optim'].choices)}")

@@ -95,7 +95,8 @@ class ComponentProbing(TrainerCallback):
 
 class FaultInjection(TrainerCallback):
     """Tests only: from step N on, raise CUDA's out-of-memory error ("oom@N") or die without a
-    word as a killed process would ("crash@N"), after that step has been reported."""
+    word as a killed process would ("crash@N"), after that step has been reported. "oom@N:R"
+    faults only the training process of rank R (of several)."""
 
     def __init__(self, kind: str, step: int, steps: StepReports):
         self.kind, self.step, self.steps = kind, step, steps
@@ -105,7 +106,10 @@ class FaultInjection(TrainerCallback):
         value = os.environ.get(INJECT_ENV)
         if not value:
             return None
-        kind, _, step = value.partition("@")
+        kind, _, where = value.partition("@")
+        step, _, rank = where.partition(":")
+        if rank and rank != os.environ.get("RANK", "0"):
+            return None
         return cls(kind, int(step or 1), steps)
 
     def on_step_end(self, args, state, control, **kwargs):
