@@ -1,0 +1,132 @@
+"""Several training processes through accelerate (issue 12), on this CPU: two gloo ranks of the
+tiny model through the real CLI and manager; a fault on one rank; a stop; the options; the
+store's rank columns on old files."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+import psutil
+import pytest
+
+from anatomy.analysis.options import RunOptions, validate
+from anatomy.analysis.report import report
+from anatomy.cli import main
+from anatomy.engine.callbacks import INJECT_ENV
+from anatomy.store import PhaseMark, Step, Store
+
+SMALL = dict(model="tiny", dataset_size=32, seq_len=32, batch_size=2, processes=2)
+RANK_PHASES = ["kernel", "weights", "training"]
+
+
+def _tree_while_training(store: Store, run_id: int, timeout: float = 120) -> list[psutil.Process]:
+    """The worker and every process under it, once both ranks train."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if {p.rank for p in store.phases(run_id, None) if p.name == "training"} == {0, 1}:
+            pid = store.run(run_id).worker_pid
+            root = psutil.Process(pid)
+            return [root, *root.children(recursive=True)]
+        time.sleep(0.05)
+    raise AssertionError("the two ranks never began training")
+
+
+def _alive(processes: list[psutil.Process]) -> list[psutil.Process]:
+    return [p for p in processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_two_cpu_processes_through_the_cli_record_both_ranks(store, capsys):
+    code = main(["run", "--model", "tiny", "--processes", "2", "--max-steps", "3",
+                 "--dataset-size", "32", "--seq-len", "32", "--batch-size", "2",
+                 "--store", str(store.path)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    run_id = store.runs()[-1].id
+    rep = report(store, run_id)
+    assert rep.status == "completed"
+    assert rep.world_size == 2 and rep.strategy == "ddp" and rep.gpus == ()
+    assert store.ranks(run_id) == [0, 1]
+    assert [p.name for p in rep.phases] == ["baseline", *RANK_PHASES]  # rank 0's, as always
+    assert [p.name for p in rep.ranks[1].phases] == RANK_PHASES  # the baseline is the worker's
+    for rank in (0, 1):
+        assert [s.step for s in store.steps(run_id, rank)] == [1, 2, 3]
+        assert rep.ranks[rank].phase("training").done
+        assert rep.ranks[rank].peak_bytes > 0
+        parts = rep.ranks[rank].components
+        assert parts.weights == parts.gradients == 4 * rep.parameters  # DDP: all of it, each
+    assert rep.summary.samples_per_second > 0  # the Trainer's: both ranks' samples
+    shown = rep.to_dict()
+    assert shown["world_size"] == 2 and [r["rank"] for r in shown["ranks"]] == [0, 1]
+    assert rep.samples == rep.samples_sent > 0
+    # Nothing of the run is left: the worker, the launcher's ranks, the sampler.
+    left = [p for p in psutil.Process().children(recursive=True)
+            if "resource_tracker" not in " ".join(p.cmdline())]
+    assert _alive(left) == []
+
+
+def test_a_fault_on_one_rank_ends_the_run_and_every_rank(manager, store, monkeypatch):
+    monkeypatch.setenv(INJECT_ENV, "oom@2:1")  # rank 1 runs out of memory at step 2
+    run_id = manager.start(RunOptions(**SMALL, max_steps=50))
+    tree = _tree_while_training(store, run_id)
+    assert len(tree) >= 3  # the worker and its two ranks
+    assert manager.wait(run_id, timeout=120) == "oom"
+    rep = report(store, run_id)
+    assert rep.error.startswith("rank 1: ") and "out of memory" in rep.error
+    assert all(p.end_s is not None for p in store.phases(run_id, None))
+    assert _alive(tree) == []
+
+
+def test_stop_ends_every_rank(manager, store):
+    run_id = manager.start(RunOptions(**SMALL, max_steps=100_000))
+    tree = _tree_while_training(store, run_id)
+    started = time.monotonic()
+    manager.stop(run_id)
+    assert time.monotonic() - started < 8
+    assert _alive(tree) == []
+    assert report(store, run_id).status == "stopped"
+
+
+@pytest.mark.parametrize("values, gpus, field, words", [
+    ({"gpus": "0,0"}, 2, "gpus", "named twice"),
+    ({"gpus": "0,2"}, 2, "gpus", "out of range: 0 to 1"),
+    ({"gpus": "0,x"}, 2, "gpus", "not a GPU index"),
+    ({"gpus": "0,1"}, 0, "gpus", "no GPU"),
+    ({"processes": 2}, 1, "processes", "--gpus 0,1"),
+    ({"gpus": "0,1", "processes": 3}, 2, "processes", "does not match"),
+    ({"strategy": "fsdp"}, 1, "strategy", "several processes"),
+    ({"strategy": "fsdp", "processes": 2}, 0, "strategy", "needs GPUs"),
+    ({"processes": 2, "profile_steps": 2}, 0, "profile_steps", "single process"),
+    ({"strategy": "zero"}, 2, "strategy", "not one of ddp, fsdp"),
+])
+def test_several_processes_are_validated_in_one_line(values, gpus, field, words):
+    errors = validate(RunOptions(**values), gpus, resolve_model=False)
+    assert words in errors[field] and "\n" not in errors[field]
+
+
+def test_world_size_and_gpus_of_the_options():
+    assert RunOptions().world_size == 1 and not RunOptions().distributed
+    assert RunOptions(gpu=1).gpu_list() == (1,)
+    options = RunOptions(gpus="1, 0", strategy="fsdp")
+    assert options.gpu_list() == (1, 0) and options.world_size == 2 and options.distributed
+    assert RunOptions(processes=3).world_size == 3
+    assert validate(RunOptions(gpus="0,1", strategy="fsdp"), 2, resolve_model=False) == {}
+
+
+def test_a_store_written_before_ranks_gains_them(tmp_path):
+    path = tmp_path / "old.sqlite"
+    Store(path)
+    with sqlite3.connect(path) as db:  # as a store of before issue 12 looked
+        for table in ("phases", "steps"):
+            db.execute(f"ALTER TABLE {table} DROP COLUMN rank")
+    old = Store(path, read_only=True)  # read as it is: every row is rank 0's
+    assert old.phases(1) == [] and old.steps(1, None) == [] and old.ranks(1) == [0]
+    run_id = Store(path).create_run({"model": "tiny"}, "cpu-rss", "rss", 0, {})  # migrates
+    fresh = Store(path)
+    fresh.write(run_id, phases=[PhaseMark("start", "kernel", 1.0, rank=1),
+                                PhaseMark("end", "kernel", 2.0, rank=1),
+                                PhaseMark("start", "kernel", 1.5)],
+                steps=[Step(3.0, 1, 2, 0.5, None, None, rank=1)])
+    assert [(p.rank, p.end_s) for p in fresh.phases(run_id, None)] == [(1, 2.0), (0, None)]
+    assert fresh.steps(run_id) == [] and fresh.steps(run_id, 1)[0].rank == 1
+    assert fresh.ranks(run_id) == [0, 1]
