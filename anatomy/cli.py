@@ -456,6 +456,13 @@ def cmd_show(args: argparse.Namespace) -> int:
         print("measured components (MB): " + ", ".join(
             f"{name}={parts.get(name) / MIB:.1f}" for name in components.ORDER
             if parts.get(name) is not None))
+    if rep.ranks:
+        print(f"{rep.world_size} processes ({rep.strategy}); each rank's memory at its phases' ends"
+              + ("" if rep.on_gpu else " (the CPU: all ranks' RSS together)") + ":")
+        names = ["kernel", "weights", "training"]
+        print(_table([[r.label(), *[(r.phase(n).memory_mb if r.phase(n) else None)
+                                     for n in names], r.peak_mb] for r in rep.ranks],
+                     ["rank", *[f"{n} (MB)" for n in names], "peak (MB)"]))
     if rep.operations:
         profile = rep.operations
         print(f"operation classes ({profile.time_source}, {profile.steps} profiled steps):")

@@ -201,11 +201,13 @@ def _check(field: Field, value: Any) -> str | None:
     return None
 
 
-def validate(options: RunOptions, gpu_count: int, *, resolve_model: bool = True) -> dict[str, str]:
+def validate(options: RunOptions, gpu_count: int, *, resolve_model: bool = True,
+             here: bool = True) -> dict[str, str]:
     """Messages by field name for every wrong value; empty when the run may start. `gpu_count` is
     the number of GPUs a run can use here: those CUDA_VISIBLE_DEVICES leaves visible.
     `resolve_model=False` judges the options alone, not whether this machine has the model (an
-    imported run may name a config file that stayed on another machine)."""
+    imported run may name a config file that stayed on another machine); `here=False` leaves
+    out what depends on this machine's kind (CPU processes, FSDP's GPUs: an imported run)."""
     errors: dict[str, str] = {}
     for name, field in FIELDS.items():
         value = getattr(options, name)
@@ -244,14 +246,14 @@ def validate(options: RunOptions, gpu_count: int, *, resolve_model: bool = True)
             errors["gpu"] = f"gpu: {options.gpu} is out of range: this machine has no GPU (use 0)"
         elif gpu_count and options.gpu >= gpu_count:
             errors["gpu"] = f"gpu: {options.gpu} is out of range: 0 to {gpu_count - 1}"
-    errors.update(_process_errors(options, gpu_count, errors))
+    errors.update(_process_errors(options, gpu_count, errors, here))
     if gpu_count == 0 and options.precision == "fp16" and "precision" not in errors:
         errors["precision"] = "precision: fp16 needs a GPU; this machine has none (use fp32 or bf16)"
     return errors
 
 
-def _process_errors(options: RunOptions, gpu_count: int, errors: dict[str, str]
-                    ) -> dict[str, str]:
+def _process_errors(options: RunOptions, gpu_count: int, errors: dict[str, str],
+                    here: bool = True) -> dict[str, str]:
     """Several processes: GPUs named once each and visible; CPU ranks only without a GPU; FSDP
     with several GPU processes; what one process alone does (profiling) kept to one."""
     found: dict[str, str] = {}
@@ -263,14 +265,14 @@ def _process_errors(options: RunOptions, gpu_count: int, errors: dict[str, str]
             found["gpus"] = f"gpus: {entry!r} is not a GPU index (comma-separated, e.g. 0,1)"
         elif entries.count(entry) > 1:
             found["gpus"] = f"gpus: GPU {entry} is named twice"
-        elif gpu_count == 0:
+        elif gpu_count == 0 and here:
             found["gpus"] = ("gpus: this machine has no GPU (without one, --processes N trains"
                              " on N CPU processes)")
-        elif int(entry) >= gpu_count:
+        elif gpu_count and int(entry) >= gpu_count:
             found["gpus"] = f"gpus: {entry} is out of range: 0 to {gpu_count - 1}"
         if found:
             return found
-    if options.processes > 1:
+    if options.processes > 1 and here:
         if gpu_count and len(entries) > 1 and options.processes != len(entries):
             found["processes"] = (f"processes: {options.processes} does not match the "
                                   f"{len(entries)} GPUs of --gpus: one process per GPU (leave"
@@ -283,7 +285,7 @@ def _process_errors(options: RunOptions, gpu_count: int, errors: dict[str, str]
         if world < 2:
             found["strategy"] = ("strategy: fsdp shards across several processes: give --gpus"
                                  " 0,1")
-        elif gpu_count == 0:
+        elif gpu_count == 0 and here:
             found["strategy"] = ("strategy: fsdp needs GPUs: accelerate's FSDP runs on GPU"
                                  " ranks only (CPU ranks train with ddp)")
     if world > 1 and isinstance(options.profile_steps, int) and options.profile_steps > 0 \
