@@ -259,7 +259,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
     options = options_from_args(args, info.gpu_count > 0)
     device, gpu_name, total = _prediction_target(args, info)
     # A prediction for another machine's GPU is judged as that GPU would judge it.
-    errors = validate(options, max(info.gpu_count, 1 if device == "cuda" else 0))
+    # Several GPUs (--gpus 0,1) are judged as a machine with that many would judge them.
+    gpus = max(info.gpu_count, (options.world_size if options.gpus.strip() else 1)
+               if device == "cuda" else 0)
+    errors = validate(options, gpus, here=info.has_gpu or device == "cpu")
     for message in errors.values():
         print(f"error: {message}", file=sys.stderr)
     if errors:
@@ -268,13 +271,23 @@ def cmd_predict(args: argparse.Namespace) -> int:
         if args.max_batch_size:
             return _print_batch_fit(options, device, gpu_name, total, args.json)
         predicted = prediction.predict(options, device=device, gpu_name=gpu_name)
+        ranks = (prediction.predict_ranks(options, device=device, gpu_name=gpu_name)
+                 if options.distributed else None)
     except prediction.PredictionError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(predicted.to_dict(), indent=2))
+        out = predicted.to_dict()
+        if ranks is not None:  # each rank's, beside the single process's
+            out["ranks"] = ranks.to_dict()
+        print(json.dumps(out, indent=2))
         return 0
     print(_run_words(options, predicted))
+    if ranks is not None:
+        print(ranks.line())
+        print("  per rank (MB): " + ", ".join(
+            f"{name.replace('_', ' ')} {value / MIB:,.1f}"
+            for name, value in ranks.components().items() if value))
     if device == "cuda":
         print(f"kernels and constants: {predicted.gpu}"
               f"{'' if predicted.calibrated else ' (not calibrated: docs/MEASUREMENTS.md figures)'}"

@@ -130,3 +130,52 @@ def test_a_store_written_before_ranks_gains_them(tmp_path):
     assert [(p.rank, p.end_s) for p in fresh.phases(run_id, None)] == [(1, 2.0), (0, None)]
     assert fresh.steps(run_id) == [] and fresh.steps(run_id, 1)[0].rank == 1
     assert fresh.ranks(run_id) == [0, 1]
+
+
+# --- each rank's predicted memory: the arithmetic ---
+
+def _alone(peak_at: str = "backward pass"):
+    from anatomy.analysis.prediction import Prediction
+
+    return Prediction(parameters=1000, trainable_parameters=1000, weights=4000, gradients=4000,
+                      optimizer_states=8000, activations=3000, peak=20000, peak_at=peak_at,
+                      device="cuda", moments={})
+
+
+def test_a_ddp_rank_is_the_single_process_plus_one_copy_of_the_gradients():
+    from anatomy.analysis.prediction import rank_prediction
+
+    rank = rank_prediction(_alone(), "ddp", 2)
+    assert rank.buckets == 4000 and rank.peak == 20000 + 4000
+    assert (rank.weights, rank.gradients, rank.optimizer_states) == (4000, 4000, 8000)
+    assert rank.nvml_peak is None  # NCCL's own memory not calibrated: no NVML figure
+    assert "not calibrated" in rank.line()
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_fsdp_shards_sum_to_the_whole_and_buffers_are_the_units_in_flight(world):
+    from anatomy.analysis.prediction import rank_prediction, shard_bytes
+
+    rows = ((30, 40), (7, 4), (1, 8))  # (first dimension, bytes per row)
+    whole = sum(first * per for first, per in rows)
+    assert shard_bytes(rows, 1) == whole
+    assert whole <= world * shard_bytes(rows, world) < whole + world * sum(p for _, p in rows)
+    alone = _alone()
+    rank = rank_prediction(alone, "fsdp", world, root=500, largest_unit=700)
+    assert abs(world * rank.weights - alone.weights) <= world
+    assert abs(world * rank.optimizer_states - alone.optimizer_states) <= world
+    assert rank.all_gather == 500 + 2 * 700 and rank.reduce_scatter == 700
+    sharded = (alone.weights + alone.gradients + alone.optimizer_states) * (1 - 1 / world)
+    assert rank.peak == pytest.approx(alone.peak - sharded + 500 + 1400 + 700, abs=world)
+    assert rank.activations == alone.activations  # a rank's own batch
+
+
+def test_predict_shows_each_rank_with_several_processes(capsys):
+    assert main(["predict", "--model", "tiny", "--processes", "2", "--seq-len", "32",
+                 "--json"]) == 0
+    import json
+
+    out = json.loads(capsys.readouterr().out)
+    ranks = out["ranks"]
+    assert ranks["strategy"] == "ddp" and ranks["world_size"] == 2
+    assert ranks["components"]["ddp_buckets"] == out["components"]["gradients"]
