@@ -179,3 +179,10 @@ def test_predict_shows_each_rank_with_several_processes(capsys):
     ranks = out["ranks"]
     assert ranks["strategy"] == "ddp" and ranks["world_size"] == 2
     assert ranks["components"]["ddp_buckets"] == out["components"]["gradients"]
+
+
+def test_scaling_efficiency_is_computed_in_one_place():
+    from anatomy.analysis.compare import scaling_efficiency
+
+    assert scaling_efficiency(180.0, 100.0, 2) == pytest.approx(0.9)
+    assert scaling_efficiency(None, 100.0, 2) is None and scaling_efficiency(90.0, None, 2) is None
