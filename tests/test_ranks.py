@@ -186,3 +186,59 @@ def test_scaling_efficiency_is_computed_in_one_place():
 
     assert scaling_efficiency(180.0, 100.0, 2) == pytest.approx(0.9)
     assert scaling_efficiency(None, 100.0, 2) is None and scaling_efficiency(90.0, None, 2) is None
+
+
+# --- a user's own launch of several processes: every rank joins `anatomy watch`'s run ---
+
+RANK_SCRIPT = """
+import anatomy
+run = anatomy.start(kernel=False)
+run.phase("weights")
+run.phase("training")
+run.step(0.5, total=2)
+run.step(0.4, total=2)
+run.end()
+"""
+LAUNCHER = """
+import os, subprocess, sys
+children = [subprocess.Popen([sys.executable, "-c", sys.argv[1]],
+                             env={**os.environ, "RANK": str(r), "LOCAL_RANK": str(r),
+                                  "WORLD_SIZE": "2"}) for r in range(2)]
+sys.exit(max(child.wait() for child in children))
+"""
+
+
+def _launch(store: Store, *watch: str):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    project = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "ANATOMY_STORE": str(store.path),
+           "PYTHONPATH": os.pathsep.join(filter(None, (str(project),
+                                                       os.environ.get("PYTHONPATH"))))}
+    command = [*watch, sys.executable, "-c", LAUNCHER, RANK_SCRIPT]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=project,
+                          env=env)
+
+
+def test_watch_of_a_launch_keeps_every_rank_in_one_run(store):
+    import sys
+
+    result = _launch(store, sys.executable, "-m", "anatomy", "watch", "--")
+    assert result.returncode == 0, result.stderr
+    [run] = store.runs()
+    rep = report(store, run.id)
+    assert rep.status == "completed" and rep.world_size == 2
+    assert store.ranks(run.id) == [0, 1]
+    for rank in (0, 1):
+        assert [s.step for s in store.steps(run.id, rank)] == [1, 2]
+        assert {p.name for p in store.phases(run.id, rank)} >= {"weights", "training"}
+
+
+def test_without_watch_rank_0_records_and_the_others_stay_silent(store):
+    result = _launch(store)
+    assert result.returncode == 0, result.stderr
+    [run] = store.runs()  # one run, not one per rank
+    assert store.ranks(run.id) == [0] and len(store.steps(run.id)) == 2
