@@ -44,9 +44,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def rank_words(rank: int, use_cuda: bool, local_rank: int | None = None) -> str:
-    """A rank as errors name it: "rank 1 (GPU 1)", or "rank 1" on the CPU."""
-    return f"rank {rank} (GPU {local_rank if local_rank is not None else rank})" if use_cuda \
+def rank_words(rank: int, use_cuda: bool, run: RunOptions) -> str:
+    """A rank as errors name it: "rank 1 (GPU 3)" (the GPU as --gpus names it), or "rank 1" on
+    the CPU."""
+    gpus = run.gpu_list()
+    return f"rank {rank} (GPU {gpus[rank] if rank < len(gpus) else rank})" if use_cuda \
         else f"rank {rank}"
 
 
@@ -63,7 +65,7 @@ def _rank(queue, reporter_args: tuple, run: RunOptions, spec: ModelSpec, dataset
                         protocol.Source(rank=rank, device=local if use_cuda else None))
     code = _guarded(reporter, lambda: _train(reporter, run, spec, dataset, options, use_cuda,
                                              local),
-                    who=rank_words(rank, use_cuda, local))
+                    who=rank_words(rank, use_cuda, run))
     queue.close()
     queue.join_thread()  # what it said is in the pipe before the launcher sees it exit
     if code:
@@ -130,7 +132,7 @@ def launch_ranks(reporter: Reporter, run: RunOptions, spec: ModelSpec, dataset, 
         if failed is not None and failed[1].exitcode not in (EXIT_OOM, EXIT_FAILED):
             # It died without a word (killed, os._exit): say which one.
             rank, failure = failed
-            reporter.failure("failed", f"{rank_words(rank, use_cuda)} ended with exit code"
+            reporter.failure("failed", f"{rank_words(rank, use_cuda, run)} ended with exit code"
                              f" {failure.exitcode} (killed or crashed); the launcher ended the"
                              " other ranks")
         return EXIT_OOM if EXIT_OOM in codes else EXIT_FAILED
