@@ -242,3 +242,42 @@ def test_without_watch_rank_0_records_and_the_others_stay_silent(store):
     assert result.returncode == 0, result.stderr
     [run] = store.runs()  # one run, not one per rank
     assert store.ranks(run.id) == [0] and len(store.steps(run.id)) == 2
+
+
+# --- a stored run of two GPUs, read back: report, figure, Compare, Anatomy ---
+
+def _two_gpu_run(store: Store, world: int, rate: float) -> int:
+    from anatomy.store import Sample
+
+    options = RunOptions(model="tiny", batch_size=4, **({"gpus": "0,1"} if world > 1 else {}))
+    env = {"gpu_name": "NVIDIA H200", **({"world_size": 2, "strategy": "ddp", "gpus": [0, 1]}
+                                         if world > 1 else {})}
+    run_id = store.create_run(options.to_dict(), "nvml", "v2", 0, env)
+    marks, samples = [], []
+    for rank in range(world):
+        for i, name in enumerate(["kernel", "weights", "training"]):
+            marks += [PhaseMark("start", name, 1.0 + i, rank), PhaseMark("end", name, 1.9 + i, rank)]
+        samples += [Sample(1.5 + i, rank, (1000 + 100 * i + 10 * rank) * 2**20, None, None, None)
+                    for i in range(3)]
+    store.write(run_id, samples=samples, phases=marks)
+    store.update_run(run_id, summary={"samples_per_second": rate, "time_s": 1.0, "steps": 1},
+                     status="completed")
+    return run_id
+
+
+def test_a_two_gpu_run_reads_back_per_gpu(store):
+    from anatomy.analysis.compare import side_by_side
+    from anatomy.views.figures import memory_figure
+
+    one, two = _two_gpu_run(store, 1, 100.0), _two_gpu_run(store, 2, 190.0)
+    rep = report(store, two)
+    assert rep.world_size == 2 and rep.gpus == (0, 1)
+    assert [r.label() for r in rep.ranks] == ["GPU 0 (rank 0)", "GPU 1 (rank 1)"]
+    assert rep.gpu_peaks() == {0: 1200 * 2**20, 1: 1210 * 2**20}
+    names = [t.name for t in memory_figure(rep, store.samples(two)).data]
+    assert "GPU 0 (rank 0)" in names and "GPU 1 (rank 1)" in names
+    assert "end of phase, GPU 1 (rank 1)" in names
+    rows = {r["what"]: r for r in side_by_side([report(store, one), rep])}
+    assert rows["scaling efficiency"][f"Run {two}"] == "95%"
+    assert rows["peak per GPU (MB)"][f"Run {two}"] == "GPU 0: 1,200 · GPU 1: 1,210"
+    assert "world_size" not in report(store, one).to_dict()  # one process prints as before
