@@ -126,12 +126,15 @@ def launch_ranks(reporter: Reporter, run: RunOptions, spec: ModelSpec, dataset, 
                               num_processes=world, master_addr="127.0.0.1",
                               use_port=str(_free_port()))
     except (ChildFailedError, RuntimeError) as error:
-        forwarder.stop()
-        codes = [f.exitcode for f in getattr(error, "failures", {}).values()]
-        failed = next(iter(getattr(error, "failures", {}).items()), None)
-        if failed is not None and failed[1].exitcode not in (EXIT_OOM, EXIT_FAILED):
-            # It died without a word (killed, os._exit): say which one.
-            rank, failure = failed
+        forwarder.stop()  # every rank's last words reach the run before the worker's own
+        failures = getattr(error, "failures", {})
+        codes = [f.exitcode for f in failures.values()]
+        if not failures:  # the launch itself failed (a rendezvous, a port)
+            reporter.failure("failed", f"accelerate's launcher failed: {error}")
+        elif not any(code in (EXIT_OOM, EXIT_FAILED) for code in codes):
+            # No rank said why (killed, os._exit): name the first to end.
+            rank, failure = (error.get_first_failure() if hasattr(error, "get_first_failure")
+                             else next(iter(failures.items())))
             reporter.failure("failed", f"{rank_words(rank, use_cuda, run)} ended with exit code"
                              f" {failure.exitcode} (killed or crashed); the launcher ended the"
                              " other ranks")
