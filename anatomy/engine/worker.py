@@ -195,6 +195,11 @@ def _train(reporter: Reporter, run: RunOptions, spec: ModelSpec, dataset, option
     callbacks = _callbacks(reporter, model, use_cuda)
     with tempfile.TemporaryDirectory(prefix="anatomy-") as output_dir:
         trainer = _trainer(model, dataset, options, output_dir, use_cuda, callbacks, reporter)
+        if run.distributed and not reporter.source.rank:  # how accelerate shares the work
+            plugin = getattr(trainer.accelerator.state, "fsdp_plugin", None)
+            reporter.environment({
+                "distributed_type": str(trainer.accelerator.distributed_type),
+                "fsdp_version": getattr(plugin, "fsdp_version", None) if plugin else None})
         result = trainer.train()
     if options.get("profile_steps"):
         _profile(reporter, model, dataset, trainer, options, device)
