@@ -281,3 +281,51 @@ def test_a_two_gpu_run_reads_back_per_gpu(store):
     assert rows["scaling efficiency"][f"Run {two}"] == "95%"
     assert rows["peak per GPU (MB)"][f"Run {two}"] == "GPU 0: 1,200 · GPU 1: 1,210"
     assert "world_size" not in report(store, one).to_dict()  # one process prints as before
+
+
+def _hold(lifeline, seconds: float) -> None:
+    lifeline.attach()
+    time.sleep(seconds)
+
+
+def test_the_worker_of_several_gpus_holds_every_gpus_lock(tmp_path, monkeypatch):
+    """The worker inherits the locks of all its GPUs (a tuple of descriptors): they stay taken
+    while it lives, even when the manager let go of its own copies."""
+    import multiprocessing as mp
+
+    from anatomy.engine.lifeline import Lifeline, launch
+    from anatomy.engine.manager import LOCK_DIR_ENV, DeviceLock
+
+    monkeypatch.setenv(LOCK_DIR_ENV, str(tmp_path))
+    locks = [DeviceLock("gpu0"), DeviceLock("gpu1")]
+    assert all(lock.acquire("test") for lock in locks)
+    child = mp.get_context("spawn").Process(
+        target=_hold, args=(Lifeline("anatomy-test", tuple(lk.fileno() for lk in locks)), 30))
+    launch(child)
+    try:
+        for lock in locks:
+            lock.release()
+        time.sleep(0.5)
+        assert not DeviceLock("gpu0").acquire("other") and not DeviceLock("gpu1").acquire("x")
+    finally:
+        child.kill()
+        child.join(5)
+    assert DeviceLock("gpu1").acquire("free again")
+
+
+def test_several_gpus_are_taken_all_or_none(store, fresh_nvml, monkeypatch, tmp_path):
+    """A run on GPUs 0 and 1 is refused, with nothing recorded and no lock kept, when GPU 1 is
+    busy (fake NVML: two GPUs)."""
+    from anatomy.engine import nvml
+    from anatomy.engine.manager import LOCK_DIR_ENV, DeviceBusy, DeviceLock, RunManager
+    from tests.fake_nvml import FakePynvml
+
+    monkeypatch.setenv(LOCK_DIR_ENV, str(tmp_path))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    nvml._lib = FakePynvml(gpus=2)
+    busy = DeviceLock("gpu1")
+    assert busy.acquire("another run")
+    with pytest.raises(DeviceBusy, match="GPU 1 is busy: another run"):
+        RunManager(store).start(RunOptions(model="tiny", gpus="0,1"))
+    assert store.runs() == []
+    assert DeviceLock("gpu0").acquire("free")  # GPU 0's lock was given back
