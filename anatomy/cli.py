@@ -93,13 +93,16 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
                        "default: bert-large-uncased on a GPU, tiny without one)")
     model.add_argument("--preset", dest="model", metavar="NAME", help="the same as --model")
     for name in ("batch_size", "seq_len", "dataset_size", "grad_accum", "seed", "sample_rate",
-                 "gpu", "profile_steps", "lora_rank"):
+                 "gpu", "profile_steps", "lora_rank", "processes"):
         parser.add_argument("--" + name.replace("_", "-"), type=int, dest=name,
                             help=f"{f[name].help} ({f[name].low} to {f[name].high})")
     steps = parser.add_mutually_exclusive_group()
     steps.add_argument("--epochs", type=int, help=f["epochs"].help)
     steps.add_argument("--max-steps", type=int, dest="max_steps", help=f["max_steps"].help)
     parser.add_argument("--precision", choices=f["precision"].choices, help=f["precision"].help)
+    parser.add_argument("--gpus", metavar="I,J", help=f["gpus"].help)
+    parser.add_argument("--strategy", choices=f["strategy"].choices,
+                        help=f["strategy"].help + " (default ddp)")
     parser.add_argument("--gradient-checkpointing", action="store_true", default=None,
                         help=f["gradient_checkpointing"].help)
     parser.add_argument("--optim", help=f"{f['optim'].help}: {', '.join(f['optim'].choices)}")
@@ -256,7 +259,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
     options = options_from_args(args, info.gpu_count > 0)
     device, gpu_name, total = _prediction_target(args, info)
     # A prediction for another machine's GPU is judged as that GPU would judge it.
-    errors = validate(options, max(info.gpu_count, 1 if device == "cuda" else 0))
+    # Several GPUs (--gpus 0,1) are judged as a machine with that many would judge them.
+    gpus = max(info.gpu_count, (options.world_size if options.gpus.strip() else 1)
+               if device == "cuda" else 0)
+    errors = validate(options, gpus, here=info.has_gpu or device == "cpu")
     for message in errors.values():
         print(f"error: {message}", file=sys.stderr)
     if errors:
@@ -265,13 +271,23 @@ def cmd_predict(args: argparse.Namespace) -> int:
         if args.max_batch_size:
             return _print_batch_fit(options, device, gpu_name, total, args.json)
         predicted = prediction.predict(options, device=device, gpu_name=gpu_name)
+        ranks = (prediction.predict_ranks(options, device=device, gpu_name=gpu_name)
+                 if options.distributed else None)
     except prediction.PredictionError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(predicted.to_dict(), indent=2))
+        out = predicted.to_dict()
+        if ranks is not None:  # each rank's, beside the single process's
+            out["ranks"] = ranks.to_dict()
+        print(json.dumps(out, indent=2))
         return 0
     print(_run_words(options, predicted))
+    if ranks is not None:
+        print(ranks.line())
+        print("  per rank (MB): " + ", ".join(
+            f"{name.replace('_', ' ')} {value / MIB:,.1f}"
+            for name, value in ranks.components().items() if value))
     if device == "cuda":
         print(f"kernels and constants: {predicted.gpu}"
               f"{'' if predicted.calibrated else ' (not calibrated: docs/MEASUREMENTS.md figures)'}"
@@ -453,6 +469,13 @@ def cmd_show(args: argparse.Namespace) -> int:
         print("measured components (MB): " + ", ".join(
             f"{name}={parts.get(name) / MIB:.1f}" for name in components.ORDER
             if parts.get(name) is not None))
+    if rep.ranks:
+        print(f"{rep.world_size} processes ({rep.strategy}); each rank's memory at its phases' ends"
+              + ("" if rep.on_gpu else " (the CPU: all ranks' RSS together)") + ":")
+        names = ["kernel", "weights", "training"]
+        print(_table([[r.label(), *[(r.phase(n).memory_mb if r.phase(n) else None)
+                                     for n in names], r.peak_mb] for r in rep.ranks],
+                     ["rank", *[f"{n} (MB)" for n in names], "peak (MB)"]))
     if rep.operations:
         profile = rep.operations
         print(f"operation classes ({profile.time_source}, {profile.steps} profiled steps):")

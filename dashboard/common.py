@@ -248,6 +248,11 @@ def option_widget(name: str, default, key: str, label: str | None = None) -> Non
     on numbers: Streamlit would silently put a wrong value back; the engine judges instead."""
     field = FIELDS[name]
     label = label or field.label
+    if name == "gpus":  # several GPUs (issue 12): pick them; none or one is a single-GPU run
+        chosen = [int(g) for g in str(default).split(",") if g.strip().isdigit()]
+        st.multiselect(label, list(range(device().gpu_count)), default=chosen, key=key,
+                       help=field.help, format_func=lambda g: f"GPU {g}")
+        return
     if field.free_text and field.choices is not None:  # a list to pick from, or type a path
         choices = list(field.choices) + ([default] if default not in field.choices else [])
         st.selectbox(label, choices, index=choices.index(default), key=key, help=field.help,

@@ -31,7 +31,16 @@ def _key(name: str) -> str:
 
 
 def _form_options():
-    return session.options_from_form({name: st.session_state[_key(name)] for name in FIELDS})
+    return session.options_from_form({name: st.session_state[_key(name)] for name in FIELDS
+                                      if _key(name) in st.session_state})
+
+
+def _drawn(name: str) -> bool:
+    """Several processes' options where they apply: GPUs and strategy with two GPUs or more,
+    CPU processes and strategy without a GPU."""
+    info = common.device()
+    return {"gpus": info.gpu_count > 1, "processes": not info.has_gpu,
+            "strategy": info.gpu_count > 1 or not info.has_gpu}.get(name, True)
 
 
 def _sentence(text: str) -> str:
@@ -103,7 +112,8 @@ def options_form(has_gpu: bool, expanded: bool) -> None:
         for column, names in zip(st.columns(len(layout)), layout):
             with column:
                 for name in names:
-                    _field(name, defaults[name])
+                    if _drawn(name):
+                        _field(name, defaults[name])
         with st.container(horizontal=True):
             st.form_submit_button("Start", type="primary", on_click=_start, key="start",
                                   icon=":material/play_arrow:")

@@ -119,6 +119,17 @@ def operations(rep: RunReport) -> None:
                                 "GFLOP": st.column_config.NumberColumn(format="%.3f")})
 
 
+def per_gpu(rep: RunReport) -> None:
+    """Several processes (issue 12): each GPU measured next to its rank's prediction."""
+    st.subheader(f"Per GPU: {rep.world_size} processes, {rep.strategy}")
+    with st.spinner("predicting each rank…"):
+        predicted = breakdown.rank_prediction_for(rep)
+    if predicted is not None:
+        st.caption(predicted.line())
+    st.dataframe([row._asdict() for row in breakdown.rank_rows(rep, predicted)],
+                 hide_index=True)
+
+
 def main() -> None:
     common.through_app()
     st.title("Anatomy")
@@ -159,6 +170,8 @@ def main() -> None:
         measured_and_predicted(rep, prediction)
         peak_section(rep, prediction)
         bytes_per_parameter(rep, prediction)
+    if rep.world_size > 1:
+        per_gpu(rep)
     first_steps(rep)
     operations(rep)
 

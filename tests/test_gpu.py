@@ -222,3 +222,30 @@ def test_measured_next_to_predicted_on_the_gpu(manager, store, model):
     assert (parts.weights, parts.gradients, parts.optimizer_states) == \
         (predicted.weights, predicted.gradients, predicted.optimizer_states)
     assert predicted.peak == pytest.approx(parts.peak_allocated, rel=0.03)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
+                    reason="needs two CUDA GPUs")
+def test_two_gpus_through_accelerate_ddp(manager, store, monkeypatch):
+    """Issue 12: bert-base on GPUs 0 and 1, DDP through accelerate; each rank's phases on its
+    own GPU, each GPU's memory sampled, nothing left running."""
+    monkeypatch.setenv("NCCL_NVLS_ENABLE", "0")  # NVLink multicast off (the GPU machine's notes)
+    run_id = manager.start(RunOptions(preset="bert-base-uncased", batch_size=4, max_steps=10,
+                                      gpus="0,1", strategy="ddp"))
+    assert manager.wait(run_id, timeout=600) == "completed", store.run(run_id).error
+    rep = report(store, run_id)
+    assert rep.world_size == 2 and rep.strategy == "ddp" and len(set(rep.gpus)) == 2
+    assert [r.rank for r in rep.ranks] == [0, 1]
+    params = rep.parameters
+    for r in rep.ranks:
+        kernel, weights = r.phase("kernel").memory_bytes, r.phase("weights").memory_bytes
+        assert kernel > 100 * MIB  # its own CUDA context, on its own GPU
+        assert abs((weights - kernel) - 4 * params) < 0.1 * 4 * params
+        assert r.peak_bytes > weights and r.components is not None
+        assert [s.step for s in store.steps(run_id, r.rank)] == list(range(1, 11))
+    assert set(rep.gpu_peaks()) == set(rep.gpus)
+    assert rep.summary.samples_per_second > 0
+    assert rep.samples == rep.samples_sent
+    left = [p for p in psutil.Process().children(recursive=True)
+            if "resource_tracker" not in " ".join(p.cmdline())]
+    assert [p for p in left if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []

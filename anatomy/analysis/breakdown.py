@@ -28,7 +28,9 @@ from anatomy.analysis.operations import (
 from anatomy.analysis.prediction import (
     Prediction,
     PredictionError,
+    RankPrediction,
     predict,
+    predict_ranks,
     walkthrough_bytes_per_parameter,
 )
 from anatomy.analysis.report import RunReport
@@ -318,3 +320,62 @@ def operations_explanation(profile: OperationProfile, precision: str) -> str:
                  + (": under autocast mostly the casts between fp32 and 16 bits, since the weights"
                     " stay fp32." if precision != "fp32" else "."))
     return text
+
+
+# --- several processes (issue 12): each GPU measured next to its rank's prediction ---
+
+class RankRow(NamedTuple):
+    """One component of one rank: measured on its GPU, predicted for its rank (MB text)."""
+    gpu: str  # "GPU 1 (rank 1)"
+    component: str
+    measured: str
+    predicted: str
+
+
+def rank_prediction_for(report: RunReport) -> RankPrediction | None:
+    """Each rank's prediction for a run of several processes; None for one process, or when the
+    model cannot be built here."""
+    if report.world_size < 2:
+        return None
+    options = replace(report.options, strategy=report.strategy or "ddp")
+    if not options.distributed:  # a run whose options did not say (the user's own script)
+        options = replace(options, processes=report.world_size)
+    try:
+        return predict_ranks(options, device="cuda" if report.on_gpu else "cpu",
+                             gpu_name=report.environment.get("gpu_name"))
+    except PredictionError:
+        return None
+
+
+def rank_rows(report: RunReport, predicted: RankPrediction | None) -> list[RankRow]:
+    """Per GPU: weights, gradients, optimizer states, activations (the probe's, on that rank),
+    the strategy's buffers (predicted only), the allocator's peak and NVML's peak."""
+    rows = []
+    for rank in report.ranks:
+        parts = rank.components or Components()
+        guess = {} if predicted is None else predicted.components()
+
+        def add(name: str, measured, predicted_value, rank=rank) -> None:
+            rows.append(RankRow(rank.label(), name, _mb_or_dash(measured),
+                                _mb_or_dash(predicted_value)))
+
+        for name in ("weights", "gradients", "optimizer_states", "activations"):
+            add(name.replace("_", " "), getattr(parts, name), guess.get(name))
+        if predicted is not None and predicted.communication:
+            what = ("DDP's gradient buckets" if predicted.strategy == "ddp"
+                    else "FSDP's all-gather and reduce-scatter buffers")
+            add(what + " (in the peak)", None, predicted.communication)
+        add("allocator's peak", parts.peak_allocated, guess.get("peak"))
+        if not report.on_gpu:  # the sampler's RSS is the whole tree's: no figure per rank
+            rows.append(RankRow(rank.label(), "peak RSS (every rank together)",
+                                _mb_or_dash(rank.peak_bytes), "—"))
+            continue
+        nvml = None if predicted is None else predicted.nvml_peak
+        rows.append(RankRow(rank.label(), "peak as NVML counts it", _mb_or_dash(rank.peak_bytes),
+                            _mb(nvml) if nvml is not None else
+                            ("NCCL's memory not calibrated" if predicted is not None else "—")))
+    return rows
+
+
+def _mb_or_dash(value: int | None) -> str:
+    return "—" if value is None else _mb(value)

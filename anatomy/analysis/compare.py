@@ -49,12 +49,15 @@ LABEL_WORDS = {
     "epochs": "{} epochs", "max_steps": "{} steps", "precision": "{}",
     "gradient_checkpointing": "ckpt {}", "grad_accum": "accum {}", "optim": "{}",
     "seed": "seed {}", "sample_rate": "{} Hz", "gpu": "GPU {}", "profile_steps": "profile {}",
+    "gpus": "GPUs {}", "processes": "{} processes", "strategy": "{}",
 }
 
 
 def _label_word(name: str, value) -> str:
     if name == "max_steps" and value is None:
         return "by epochs"
+    if name == "gpus" and not value:
+        return "1 GPU"
     if isinstance(value, bool):
         value = "on" if value else "off"
     return LABEL_WORDS.get(name, name + " {}").format(value)
@@ -180,7 +183,57 @@ def side_by_side(reports: Sequence[RunReport]) -> list[dict]:
         row(field.label, [getattr(r.options, name) for r in reports], name in differing)
     for index, (heading, _, _) in enumerate(_results(reports[0])):
         row(heading, [_results(r)[index][2] for r in reports])
+    if any(r.world_size > 1 for r in reports):  # 1 vs N processes (issue 12)
+        row("processes", [r.world_size for r in reports])
+        row("peak per GPU (MB)", [per_gpu_peaks_text(r) for r in reports])
+        efficiency = scaling_efficiencies(reports)
+        row("scaling efficiency", [None if efficiency.get(r.id) is None
+                                   else f"{efficiency[r.id]:.0%}" for r in reports])
     return rows
+
+
+def scaling_efficiency(rate: float | None, single_rate: float | None, processes: int
+                       ) -> float | None:
+    """N-process samples/s ÷ (N × 1-process samples/s): 1.0 is perfect scaling. The Trainer's
+    samples/s of a run of several processes already counts every rank's samples. None where a
+    figure is missing."""
+    if rate is None or not single_rate or processes < 1:
+        return None
+    return rate / (processes * single_rate)
+
+
+def _same_work(a: RunReport, b: RunReport) -> bool:
+    """Two runs that differ only in how many processes share the work: the same model, per-device
+    batch, sequence, precision and memory options."""
+    keys = ("model", "batch_size", "seq_len", "precision", "gradient_checkpointing",
+            "grad_accum", "optim", "lora_rank")
+    return a.device_name == b.device_name and all(
+        getattr(a.options, k) == getattr(b.options, k) for k in keys)
+
+
+def scaling_efficiencies(reports: Sequence[RunReport]) -> dict[int, float | None]:
+    """Each run of several processes against a single-process run of the same per-device work
+    among `reports` (the latest such); runs of one process are 1.0 against themselves."""
+    out: dict[int, float | None] = {}
+    for r in reports:
+        if r.world_size == 1:
+            out[r.id] = 1.0 if r.summary.samples_per_second else None
+            continue
+        single = [s for s in reports if s.world_size == 1 and _same_work(s, r)]
+        base = max(single, key=lambda s: s.id) if single else None
+        out[r.id] = scaling_efficiency(r.summary.samples_per_second,
+                                       base.summary.samples_per_second if base else None,
+                                       r.world_size)
+    return out
+
+
+def per_gpu_peaks_text(report: RunReport) -> str:
+    """Each GPU's peak: "GPU 0: 12,345 · GPU 1: 12,400" (MB); the CPU's one figure for CPU
+    processes (their RSS together)."""
+    peaks = report.gpu_peaks()
+    if not peaks:
+        return _text(report.summary.peak_mb)
+    return " · ".join(f"GPU {gpu}: {_text(mib(peak))}" for gpu, peak in peaks.items())
 
 
 def difference(value: float | None, reference: float | None) -> Difference:

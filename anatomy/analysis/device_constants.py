@@ -72,6 +72,9 @@ class DeviceCalibration:
     attention_backward_bytes_per_element: dict[str, float] = field(default_factory=dict)
     calibration_set: tuple[str, ...] = ()  # the configurations the constants were fitted on
     fitted: bool = False  # False: DEFAULT's figures, not measured for this device
+    # NCCL's own memory on each GPU of several (its buffers, streams, the communicator), outside
+    # PyTorch's allocator: seen by NVML only. None until measured on this device (issue 12).
+    nccl_bytes: int | None = None
 
     def sdpa_backend(self, signature: str) -> str:
         return self.sdpa_backends.get(signature) or fallback_backend(signature)

@@ -14,6 +14,7 @@ from anatomy.analysis import models
 from anatomy.analysis.models import IMAGE_CLASSIFICATION, PRESETS, ModelError, default_preset
 
 PRECISIONS = ("fp32", "fp16", "bf16")
+STRATEGIES = ("ddp", "fsdp")  # how several training processes share the work (accelerate's)
 # Trainer `optim` names that need no package beyond the requirements.
 OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adafactor", "sgd", "adagrad", "rmsprop")
 
@@ -58,6 +59,14 @@ FIELDS: dict[str, Field] = {f.name: f for f in (
     Field("seed", "Seed", "seed for the dummy data and the weights", 0, 2**32 - 1),
     Field("sample_rate", "Sample rate (Hz)", "memory samples per second per GPU", 1, 2000),
     Field("gpu", "GPU index", "which visible GPU trains (0 without a GPU)", 0, 63),
+    Field("gpus", "GPUs", "several visible GPUs that train together, comma-separated (0,1): one"
+          " process per GPU, launched through accelerate; empty: the one GPU of --gpu",
+          free_text=True),
+    Field("processes", "Processes", "training processes on a machine without a GPU (CPU ranks"
+          " over gloo, launched through accelerate); with GPUs name them with --gpus", 1, 64),
+    Field("strategy", "Strategy", "how several processes share the training: ddp (each holds the"
+          " whole model) or fsdp (parameters, gradients, optimizer states sharded; GPUs only)",
+          choices=STRATEGIES),
     Field("profile_steps", "Profile steps",
           "after training, profile this many steps with torch.profiler (0: off)", 0, 50),
     Field("lora_rank", "LoRA rank", "train LoRA adapters of this rank instead of every weight "
@@ -84,6 +93,9 @@ class RunOptions:
     seed: int = 42
     sample_rate: int = 200
     gpu: int = 0
+    gpus: str = ""  # "0,1": several GPUs, one process each (issue 12); "": the one of `gpu`
+    processes: int = 1  # training processes without a GPU (CPU ranks over gloo)
+    strategy: str = "ddp"  # with several processes: "ddp" or "fsdp"
     profile_steps: int = 0
     lora_rank: int = 0
     lora_targets: str = ""
@@ -99,6 +111,22 @@ class RunOptions:
 
     def lora_target_list(self) -> tuple[str, ...]:
         return tuple(t.strip() for t in self.lora_targets.split(",") if t.strip())
+
+    def gpu_list(self) -> tuple[int, ...]:
+        """The visible GPUs (torch's indices) it trains on: those of `gpus`, else `gpu` alone.
+        Only for validated options."""
+        entries = [e.strip() for e in self.gpus.split(",") if e.strip()]
+        return tuple(int(e) for e in entries) if entries else (self.gpu,)
+
+    @property
+    def world_size(self) -> int:
+        """Training processes: one per GPU of `gpus`, else `processes` (1: a single process)."""
+        gpus = [e for e in str(self.gpus).split(",") if e.strip()]
+        return len(gpus) if len(gpus) > 1 else self.processes
+
+    @property
+    def distributed(self) -> bool:
+        return isinstance(self.world_size, int) and self.world_size > 1
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -174,11 +202,13 @@ def _check(field: Field, value: Any) -> str | None:
     return None
 
 
-def validate(options: RunOptions, gpu_count: int, *, resolve_model: bool = True) -> dict[str, str]:
+def validate(options: RunOptions, gpu_count: int, *, resolve_model: bool = True,
+             here: bool = True) -> dict[str, str]:
     """Messages by field name for every wrong value; empty when the run may start. `gpu_count` is
     the number of GPUs a run can use here: those CUDA_VISIBLE_DEVICES leaves visible.
     `resolve_model=False` judges the options alone, not whether this machine has the model (an
-    imported run may name a config file that stayed on another machine)."""
+    imported run may name a config file that stayed on another machine); `here=False` leaves
+    out what depends on this machine's kind (CPU processes, FSDP's GPUs: an imported run)."""
     errors: dict[str, str] = {}
     for name, field in FIELDS.items():
         value = getattr(options, name)
@@ -217,6 +247,49 @@ def validate(options: RunOptions, gpu_count: int, *, resolve_model: bool = True)
             errors["gpu"] = f"gpu: {options.gpu} is out of range: this machine has no GPU (use 0)"
         elif gpu_count and options.gpu >= gpu_count:
             errors["gpu"] = f"gpu: {options.gpu} is out of range: 0 to {gpu_count - 1}"
+    errors.update(_process_errors(options, gpu_count, errors, here))
     if gpu_count == 0 and options.precision == "fp16" and "precision" not in errors:
         errors["precision"] = "precision: fp16 needs a GPU; this machine has none (use fp32 or bf16)"
     return errors
+
+
+def _process_errors(options: RunOptions, gpu_count: int, errors: dict[str, str],
+                    here: bool = True) -> dict[str, str]:
+    """Several processes: GPUs named once each and visible; CPU ranks only without a GPU; FSDP
+    with several GPU processes; what one process alone does (profiling) kept to one."""
+    found: dict[str, str] = {}
+    if "gpus" in errors or "processes" in errors or "strategy" in errors:
+        return found
+    entries = [e.strip() for e in options.gpus.split(",") if e.strip()]
+    for entry in entries:
+        if not entry.isdigit():
+            found["gpus"] = f"gpus: {entry!r} is not a GPU index (comma-separated, e.g. 0,1)"
+        elif entries.count(entry) > 1:
+            found["gpus"] = f"gpus: GPU {entry} is named twice"
+        elif gpu_count == 0 and here:
+            found["gpus"] = ("gpus: this machine has no GPU (without one, --processes N trains"
+                             " on N CPU processes)")
+        elif gpu_count and int(entry) >= gpu_count:
+            found["gpus"] = f"gpus: {entry} is out of range: 0 to {gpu_count - 1}"
+        if found:
+            return found
+    if options.processes > 1 and here:
+        if gpu_count and len(entries) > 1 and options.processes != len(entries):
+            found["processes"] = (f"processes: {options.processes} does not match the "
+                                  f"{len(entries)} GPUs of --gpus: one process per GPU (leave"
+                                  " --processes out)")
+        elif gpu_count and len(entries) <= 1:
+            found["processes"] = ("processes: CPU processes are for a machine without a GPU;"
+                                  " here name the GPUs: --gpus 0,1")
+    world = len(entries) if len(entries) > 1 else options.processes
+    if options.strategy == "fsdp":
+        if world < 2:
+            found["strategy"] = ("strategy: fsdp shards across several processes: give --gpus"
+                                 " 0,1")
+        elif gpu_count == 0 and here:
+            found["strategy"] = ("strategy: fsdp needs GPUs: accelerate's FSDP runs on GPU"
+                                 " ranks only (CPU ranks train with ddp)")
+    if world > 1 and isinstance(options.profile_steps, int) and options.profile_steps > 0 \
+            and "profile_steps" not in errors:
+        found["profile_steps"] = "profile_steps: profiling is for a single process (use 0)"
+    return found

@@ -355,3 +355,133 @@ def max_batch_size(options: RunOptions, *, device: str = "cuda", total: int,
         else:
             high = middle
     return BatchFit(low, capacity, device, peaks.get(low), tuple(tried), not linear)
+
+
+# --- several processes (issue 12): each rank's memory under DDP and FSDP ---
+
+# torch.nn.parallel.DistributedDataParallel's defaults, as the Trainer leaves them: gradients
+# are copied into flat bucket tensors (gradient_as_bucket_view=False) of bucket_cap_mb=25 MiB,
+# the first bucket 1 MiB (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES).
+DDP_BUCKET_BYTES = 25 * 2**20
+DDP_FIRST_BUCKET_BYTES = 2**20
+FSDP_UNITS_IN_FLIGHT = 2  # the layer computed and the one prefetched (FSDP2's default)
+
+
+@dataclass(frozen=True)
+class RankPrediction:
+    """One rank's predicted memory with `world_size` processes: the single-process prediction
+    (`alone`) changed by the strategy. Components in bytes, per rank.
+
+    DDP: every rank holds all of the model states, plus the reducer's buckets (one more copy of
+    the trainable gradients, in their dtype). FSDP (full shard): parameters, gradients and
+    optimizer states are split across the ranks (a parameter's first dimension padded to a
+    multiple of the world size), plus the all-gather buffers of the units in flight (the root's,
+    unsharded from the forward to the backward, and two layers': the one computed and the one
+    prefetched) and the reduce-scatter buffer of the largest unit's gradient. Activations are a
+    rank's own batch's: unchanged. NCCL's own memory (its buffers and streams, outside PyTorch's
+    allocator, seen only by NVML) is the device calibration's `nccl_bytes`, None where it was
+    never measured."""
+
+    strategy: str
+    world_size: int
+    alone: Prediction
+    weights: int
+    gradients: int
+    optimizer_states: int
+    activations: int
+    buckets: int  # DDP's reducer buckets
+    all_gather: int  # FSDP: unsharded parameters of the units in flight
+    reduce_scatter: int  # FSDP: the unsharded gradient of the unit being reduced
+    peak: int  # the allocator's peak on one rank
+    nccl: int | None  # NVML only; None: not calibrated
+
+    @property
+    def communication(self) -> int:
+        """What the strategy adds inside PyTorch's allocator: buckets, or FSDP's buffers."""
+        return self.buckets + self.all_gather + self.reduce_scatter
+
+    @property
+    def nvml_peak(self) -> int | None:
+        """What NVML should show on each GPU at the peak: the single process's figure moved by
+        the change of the allocator's peak, plus NCCL's own (None: not calibrated)."""
+        alone = self.alone.nvml_peak
+        if alone is None or self.nccl is None:
+            return None
+        return alone + (self.peak - self.alone.peak) + self.nccl
+
+    def components(self) -> dict[str, int]:
+        return {"weights": self.weights, "gradients": self.gradients,
+                "optimizer_states": self.optimizer_states, "activations": self.activations,
+                "ddp_buckets": self.buckets, "fsdp_all_gather": self.all_gather,
+                "fsdp_reduce_scatter": self.reduce_scatter, "peak": self.peak}
+
+    def to_dict(self) -> dict:
+        return {"strategy": self.strategy, "world_size": self.world_size,
+                "components": self.components(), "nccl": self.nccl,
+                "nccl_calibrated": self.nccl is not None, "nvml_peak": self.nvml_peak}
+
+    def line(self) -> str:
+        nccl = ("NCCL's own memory: not calibrated" if self.nccl is None else
+                f"NCCL's own {size_text(self.nccl)}")
+        return (f"each of the {self.world_size} ranks ({self.strategy}) should need about "
+                f"{size_text(self.peak)} for tensors (one process: {size_text(self.alone.peak)});"
+                f" {nccl}")
+
+
+def shard_bytes(rows: tuple[tuple[int, int], ...], world_size: int) -> int:
+    """One rank's share of parameters of these (first dimension, bytes per row): FSDP2 splits
+    each on dim 0, padded to a multiple of the world size."""
+    return sum(-(-first // world_size) * per_row for first, per_row in rows)
+
+
+def rank_prediction(alone: Prediction, strategy: str, world_size: int, *, root: int = 0,
+                    largest_unit: int = 0, shard_of_weights: int | None = None,
+                    nccl: int | None = None) -> RankPrediction:
+    """The arithmetic of one rank (no torch): `alone` is the single-process prediction; for
+    FSDP the root unit's and the largest wrapped unit's parameter bytes, and one rank's share
+    of the weights (padding included; weights / N without it)."""
+    if world_size < 2:
+        raise ValueError("several processes: world_size >= 2")
+    if strategy == "ddp":
+        trainable = alone.gradients  # the trainable parameters' gradients, in their dtype
+        buckets = trainable
+        return RankPrediction(strategy, world_size, alone, alone.weights, alone.gradients,
+                              alone.optimizer_states, alone.activations, buckets, 0, 0,
+                              alone.peak + buckets, nccl)
+    if strategy != "fsdp":
+        raise ValueError(f"strategy must be ddp or fsdp, got {strategy!r}")
+    ratio = (shard_of_weights / alone.weights if shard_of_weights and alone.weights
+             else 1 / world_size)
+    weights = round(alone.weights * ratio)
+    gradients = round(alone.gradients * ratio)
+    states = round(alone.optimizer_states * ratio)
+    all_gather = root + FSDP_UNITS_IN_FLIGHT * largest_unit
+    reduce_scatter = max(root, largest_unit)
+    saved = (alone.weights - weights) + (alone.optimizer_states - states)
+    if "forward" not in alone.peak_at:  # gradients are alive at the peak
+        saved += alone.gradients - gradients
+    else:
+        reduce_scatter = 0  # no gradient is reduced during the forward pass
+    peak = max(0, alone.peak - saved) + all_gather + reduce_scatter
+    return RankPrediction(strategy, world_size, alone, weights, gradients, states,
+                          alone.activations, 0, all_gather, reduce_scatter, peak, nccl)
+
+
+def predict_ranks(options: RunOptions, *, device: str = "cuda", gpu_name: str | None = None,
+                  calibration: DeviceCalibration | None = None) -> RankPrediction:
+    """Each rank's predicted memory for a run of several processes (`options.world_size`,
+    `options.strategy`): the single-process prediction of the same per-device batch, then the
+    strategy's arithmetic (`rank_prediction`)."""
+    if device == "cuda" and calibration is None:
+        calibration = calibration_for(device, gpu_name)
+    alone = predict(options, device=device, calibration=calibration)
+    nccl = calibration.nccl_bytes if device == "cuda" and calibration else None
+    if options.strategy != "fsdp":
+        return rank_prediction(alone, "ddp", options.world_size, nccl=nccl)
+    from anatomy.analysis.tracing.units import units
+
+    found = units(options.model, options.lora_rank, options.lora_target_list())
+    return rank_prediction(alone, "fsdp", options.world_size, root=found.root,
+                           largest_unit=found.largest,
+                           shard_of_weights=shard_bytes(found.rows, options.world_size),
+                           nccl=nccl)

@@ -20,8 +20,8 @@ from anatomy.analysis.options import RunOptions
 from anatomy.store import PHASES, PROFILING, Message, RunRow, Store
 from anatomy.units import mib
 
-__all__ = ["PHASES", "PhaseReading", "RunListing", "RunReport", "Summary", "report", "run_rows",
-           "when"]
+__all__ = ["PHASES", "PhaseReading", "RankReading", "RunListing", "RunReport", "Summary",
+           "report", "run_rows", "when"]
 
 TRAINING = "training"
 
@@ -56,6 +56,36 @@ class PhaseReading:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "start_s": self.start_s, "end_s": self.end_s,
                 "memory_mb": self.memory_mb, "memory_bytes": self.memory_bytes}
+
+
+@dataclass(frozen=True)
+class RankReading:
+    """One training process of several (issue 12): its phases, with its GPU's memory (NVML) at
+    each phase's end and at its peak, and its measured components. On the CPU the sampler reads
+    the RSS of the whole process tree: every rank's memory is the same one figure, all ranks
+    together (`gpu` None)."""
+
+    rank: int
+    gpu: int | None  # the GPU it trained on (NVML index); None for a CPU rank
+    phases: tuple[PhaseReading, ...]
+    peak_bytes: int | None  # the highest sample of its GPU (of the tree on the CPU)
+    components: Components | None
+
+    @property
+    def peak_mb(self) -> int | None:
+        return mib(self.peak_bytes)
+
+    def phase(self, name: str) -> PhaseReading | None:
+        return next((p for p in self.phases if p.name == name), None)
+
+    def label(self) -> str:
+        return f"GPU {self.gpu} (rank {self.rank})" if self.gpu is not None else \
+            f"rank {self.rank}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rank": self.rank, "gpu": self.gpu, "phases": [p.to_dict() for p in self.phases],
+                "peak_mb": self.peak_mb, "peak_bytes": self.peak_bytes,
+                "components": None if self.components is None else self.components.to_dict()}
 
 
 @dataclass(frozen=True)
@@ -119,6 +149,31 @@ class RunReport:
     components: Components | None
     operations: OperationProfile | None
     source: Mapping[str, Any] = field(default_factory=dict)  # RunRow.source: who started it
+    # Several training processes (issue 12): each one's phases, GPU and memory; () for one.
+    ranks: tuple[RankReading, ...] = ()
+
+    @property
+    def world_size(self) -> int:
+        """Training processes: 1, or the ranks of a run on several GPUs (or CPU processes)."""
+        return int(self.environment.get("world_size") or max(1, len(self.ranks)))
+
+    @property
+    def strategy(self) -> str | None:
+        """How several processes shared the training ("ddp", "fsdp"); None for one process."""
+        return self.environment.get("strategy") if self.world_size > 1 else None
+
+    @property
+    def gpus(self) -> tuple[int, ...]:
+        """The GPUs it trained on (NVML indices), rank by rank; () on the CPU."""
+        if not self.on_gpu:
+            return ()
+        return tuple(self.environment.get("gpus") or (self.gpu,))
+
+    def gpu_peaks(self) -> dict[int, int | None]:
+        """Each GPU's peak (bytes), by NVML index: the run's GPU alone for one process."""
+        if self.ranks and self.on_gpu:
+            return {r.gpu: r.peak_bytes for r in self.ranks if r.gpu is not None}
+        return {self.gpu: self.summary.peak_bytes} if self.on_gpu else {}
 
     @property
     def started_by_anatomy(self) -> bool:
@@ -221,6 +276,10 @@ class RunReport:
             "operations": None if self.operations is None else self.operations.to_dict(),
             # Runs of anatomy's own worker print as they always did.
             **({"source": dict(self.source)} if self.source else {}),
+            # So do runs of one process: the ranks are said only where there are several.
+            **({"world_size": self.world_size, "strategy": self.strategy,
+                "gpus": list(self.gpus), "ranks": [r.to_dict() for r in self.ranks]}
+               if self.world_size > 1 else {}),
         }
 
 
@@ -239,6 +298,7 @@ def report(store: Store, run_id: int, run: RunRow | None = None) -> RunReport | 
     stored = dict(run.summary)
     measured = stored.pop("components", None)
     operations = stored.pop("operations", None)
+    rank_components = stored.pop("rank_components", {})
     training = next((p for p in phases if p.name == TRAINING), None)
     summary = Summary(time_s=stored.get("time_s"),
                       samples_per_second=stored.get("samples_per_second"), peak_bytes=peak,
@@ -256,7 +316,36 @@ def report(store: Store, run_id: int, run: RunRow | None = None) -> RunReport | 
         components=(None if measured is None else
                     with_nvml(Components.from_dict(measured), memory, peak, run.backend)),
         operations=None if operations is None else OperationProfile.from_dict(operations),
-        source=run.source)
+        source=run.source,
+        ranks=_ranks(store, run, measured, rank_components, profiling))
+
+
+def _ranks(store: Store, run: RunRow, measured: dict | None, rank_components: dict,
+           profiling: PhaseReading | None) -> tuple[RankReading, ...]:
+    """Each rank's reading, for a run of several training processes; () for one."""
+    if int(run.environment.get("world_size") or 1) <= 1:
+        return ()
+    gpus = run.environment.get("gpus") or []
+    on_gpu = run.backend == "nvml"
+    before = profiling.start_s if profiling else None
+    out = []
+    for rank in store.ranks(run.id):
+        gpu = gpus[rank] if on_gpu and rank < len(gpus) else None
+        device = gpu if gpu is not None else run.gpu  # the CPU: the tree's RSS
+        phases = tuple(PhaseReading(span.name, span.start_s, span.end_s,
+                                    store.memory_before(run.id, device, span.end_s))
+                       for span in store.phases(run.id, rank) if span.name != PROFILING)
+        peak = store.peak(run.id, device, before=before)
+        values = measured if rank == 0 else rank_components.get(str(rank))
+        memory = {p.name: p.memory_bytes for p in phases}
+        if "baseline" not in memory:  # the worker's, before the ranks began: rank 0 has it
+            memory["baseline"] = store.memory_before(
+                run.id, device, next((s.end_s for s in store.phases(run.id, 0)
+                                      if s.name == "baseline"), None))
+        components = (None if values is None else
+                      with_nvml(Components.from_dict(values), memory, peak, run.backend))
+        out.append(RankReading(rank, gpu, phases, peak, components))
+    return tuple(out)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,10 @@ MAX_VARIED = 2
 FLAG_WORDS = {"on": True, "true": True, "yes": True, "1": True,
               "off": False, "false": False, "no": False, "0": False}
 
+# What a sweep may vary: every option but the GPU list (its commas are the values' separator;
+# a sweep of 1 vs 2 GPUs is two runs, compared side by side).
+VARIABLE = tuple(name for name in FIELDS if name != "gpus")
+
 
 def parse_value(name: str, text: str) -> Any:
     """One value of an option as typed (`--vary`): flags take on/off/true/false, numbers whole
@@ -53,9 +57,9 @@ def parse_vary(specs: list[str]) -> dict[str, list]:
         name = option.strip().replace("-", "_")
         if not equals or not values.strip():
             errors[spec] = f"--vary {spec}: write OPTION=V1,V2,… (e.g. batch-size=1,2,4)"
-        elif name not in FIELDS:
+        elif name not in VARIABLE:
             errors[spec] = (f"--vary {spec}: {option.strip()!r} is not an option (one of "
-                            f"{', '.join(n.replace('_', '-') for n in FIELDS)})")
+                            f"{', '.join(n.replace('_', '-') for n in VARIABLE)})")
         elif name in vary:
             errors[spec] = f"--vary {spec}: {option.strip()} is varied twice"
         else:
@@ -78,8 +82,8 @@ def plan(base: RunOptions, vary: dict[str, list], until_oom: bool, gpu_count: in
     elif len(vary) > MAX_VARIED:
         errors["vary"] = f"vary: at most {MAX_VARIED} options, got {len(vary)}: {', '.join(vary)}"
     for name, values in vary.items():
-        if name not in FIELDS:
-            errors[name] = f"{name}: not an option (one of {', '.join(FIELDS)})"
+        if name not in VARIABLE:
+            errors[name] = f"{name}: not an option (one of {', '.join(VARIABLE)})"
         elif not values:
             errors[name] = f"{name}: no values to try"
     if until_oom and LADDER not in vary:

@@ -61,15 +61,22 @@ def export_runs(store: Store, run_ids: list[int]) -> dict:
         runs.append({
             "run": {**asdict(run), "tags": list(run.tags)},
             "report": report(store, run_id, run).to_dict(),
-            "phases": [p._asdict() for p in store.phases(run_id)],
+            # Every rank's (issue 12); a row says its rank only where it is not 0.
+            "phases": [_ranked(p._asdict()) for p in store.phases(run_id, None)],
             "samples": [list(s) for s in store.samples(run_id)],
-            "steps": [s._asdict() for s in store.steps(run_id)],
+            "steps": [_ranked(s._asdict()) for s in store.steps(run_id, None)],
             "messages": [m._asdict() for m in store.messages(run_id)],
         })
     # Where these runs come from: an import records it with each run and knows them again.
     origin = {"store": store.identity(), "host": socket.gethostname(), "path": str(store.path)}
     return {"schema": SCHEMA, "version": SCHEMA_VERSION, "sample_columns": list(SAMPLE_COLUMNS),
             "origin": origin, "runs": runs}
+
+
+def _ranked(row: dict) -> dict:
+    """A phase or step as exported: "rank" only for ranks other than 0 (a file of one process
+    reads as before)."""
+    return row if row.get("rank") else {k: v for k, v in row.items() if k != "rank"}
 
 
 def samples_csv(store: Store, run_ids: list[int]) -> str:
@@ -380,7 +387,12 @@ SUMMARY = {
     "time_s": _number, "samples_per_second": _number, "steps": _count, "loss": _loss,
     "components": lambda value, where: None if value is None else _known(value, where, COMPONENTS),
     "operations": _operations,
+    # Several processes: ranks 1… components, by rank (rank 0's are "components").
+    "rank_components": lambda value, where: {
+        str(_int(int(k) if str(k).isdigit() else k, f"{where}.{k}", high=MAX_RANK)):
+            _known(v, f"{where}.{k}", COMPONENTS) for k, v in _object(value, where).items()},
 }
+MAX_RANK = 65_535
 
 
 def _options(value: Any, where: str) -> dict:
@@ -389,7 +401,7 @@ def _options(value: Any, where: str) -> dict:
         raise _refuse(where, "has no model (\"model\" or \"preset\")")
     options = RunOptions.from_dict(value)
     # The model's config may have stayed on the machine the run came from: judged as text only.
-    errors = validate(options, ANY_GPU_COUNT, resolve_model=False)
+    errors = validate(options, ANY_GPU_COUNT, resolve_model=False, here=False)
     if errors:
         raise _refuse(where, next(iter(errors.values())))
     _plain(value, where)  # the options this anatomy does not know
@@ -462,13 +474,14 @@ def _phases(value: Any, where: str) -> list[PhaseSpan]:
         here = f"{where}[{j}]"
         phase = _object(phase, here, ("name", "start_s", "end_s"))
         name = _choice(phase["name"], f"{here}.name", SPANS)
-        if any(row.name == name for row in rows):
+        rank = _int(phase.get("rank", 0), f"{here}.rank", high=MAX_RANK)
+        if any(row.name == name and row.rank == rank for row in rows):
             raise _refuse(f"{here}.name", f"the {name} phase appears twice")
         start = _seconds(phase["start_s"], f"{here}.start_s")
         end = _seconds(phase["end_s"], f"{here}.end_s", optional=True)
         if end is not None and end < start:
             raise _refuse(f"{here}.end_s", f"the phase ends ({end}) before it starts ({start})")
-        rows.append(PhaseSpan(name, start, end))
+        rows.append(PhaseSpan(name, start, end, rank))
     return rows
 
 
@@ -481,7 +494,8 @@ def _steps(value: Any, where: str) -> list[Step]:
         rows.append(Step(_seconds(step["t"], f"{here}.t"), _int(step["step"], f"{here}.step"),
                          _int(step.get("total"), f"{here}.total", optional=True), loss,
                          _memory(step.get("allocated"), f"{here}.allocated"),
-                         _memory(step.get("reserved"), f"{here}.reserved")))
+                         _memory(step.get("reserved"), f"{here}.reserved"),
+                         _int(step.get("rank", 0), f"{here}.rank", high=MAX_RANK)))
     return rows
 
 

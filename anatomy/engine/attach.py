@@ -72,6 +72,12 @@ def _rank() -> int:
     return 0
 
 
+def _local_rank() -> int | None:
+    """This process's LOCAL_RANK under a launcher (its GPU among the visible ones); None alone."""
+    value = os.environ.get("LOCAL_RANK", "")
+    return int(value) if value.isdigit() else None
+
+
 def _allocator() -> tuple[int | None, int | None]:
     """torch's allocator figures, where this process uses CUDA already (never initialises it)."""
     torch = sys.modules.get("torch")
@@ -201,13 +207,29 @@ class _WatchLink:
             self.connection.close()
 
 
+class _Unrecorded:
+    """A rank other than 0 of a launch without `anatomy watch` (torchrun, accelerate launch):
+    rank 0 records the run (its sampler follows every visible GPU); this rank says nothing.
+    Under `anatomy watch` every rank joins the one run instead."""
+
+    run_id = None
+
+    def put(self, message) -> None:
+        pass
+
+    def close(self, status: str, error: str | None, t_end: float) -> None:
+        pass
+
+
 class Run:
     """A run recorded from the training process itself: phases, steps, notes, its end."""
 
-    def __init__(self, link: _LocalRecording | _WatchLink, t0: float, dwell: float):
+    def __init__(self, link: _LocalRecording | _WatchLink | _Unrecorded, t0: float,
+                 dwell: float):
         self.link = link
         self.id = link.run_id
-        self.reporter = Reporter(link, t0, dwell, protocol.Source(rank=_rank()))
+        self.reporter = Reporter(link, t0, dwell, protocol.Source(rank=_rank(),
+                                                                  device=_local_rank()))
         self.ended = False
         self.steps = 0
         self._lock = threading.Lock()
@@ -294,7 +316,11 @@ def start(name: str | None = None, *, sample_rate: int = DEFAULT_SAMPLE_RATE,
         address = os.environ.get(WATCH_ENV)
         if address:
             t0 = float(os.environ.get(T0_ENV) or time.monotonic())
-            link: _LocalRecording | _WatchLink = _WatchLink(address, os.environ[WATCH_KEY_ENV])
+            link: _LocalRecording | _WatchLink | _Unrecorded = _WatchLink(
+                address, os.environ[WATCH_KEY_ENV])
+        elif _rank() and int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+            t0 = time.monotonic()
+            link = _Unrecorded()  # rank 0 records the run; see _Unrecorded
         else:
             t0 = time.monotonic()
             link = _LocalRecording(Store(store), name, sample_rate, gpus, t0)
@@ -314,8 +340,10 @@ def _load_kernel(run: Run) -> None:
     import torch
 
     if torch.cuda.is_available():
-        torch.ones((1, 1)).to("cuda")
-        torch.cuda.synchronize()
+        local = _local_rank()  # a rank of several: its own GPU's context, never GPU 0's
+        device = "cuda" if local is None else f"cuda:{local}"
+        torch.ones((1, 1)).to(device)
+        torch.cuda.synchronize(device)
     run.phase("kernel")
 
 

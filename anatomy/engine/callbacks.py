@@ -77,25 +77,45 @@ class ComponentProbing(TrainerCallback):
             self.reporter.components(self.probe.result())
             self.probe.forwards = 0
 
+    def _safely(self, reading) -> None:
+        """A reading of the probe; one that fails (a tensor kind it does not know, such as a
+        wrapper a sharding strategy makes) ends the probe, said once, never the training."""
+        if self.failed:
+            return
+        try:
+            reading()
+        except Exception as error:  # noqa: BLE001 - the training matters more than a reading
+            self.failed = True
+            self.probe.forwards = 0
+            try:
+                self.probe.close()
+            except Exception:  # noqa: BLE001
+                pass
+            self.reporter.tell("warning", f"the component probe stopped: {type(error).__name__}:"
+                               f" {error}; the run goes on without measured components")
+
+    failed = False
+
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
         if state.global_step < MEASURED_STEPS:
-            self.probe.before_optimizer_step()
+            self._safely(self.probe.before_optimizer_step)
 
     def on_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
         if state.global_step < MEASURED_STEPS:
-            self.probe.after_optimizer_step(optimizer)
+            self._safely(lambda: self.probe.after_optimizer_step(optimizer))
 
     def on_step_end(self, args, state, control, **kwargs):
         if state.global_step == MEASURED_STEPS:
-            self._report()
+            self._safely(self._report)
 
     def on_train_end(self, args, state, control, **kwargs):
-        self._report()
+        self._safely(self._report)
 
 
 class FaultInjection(TrainerCallback):
     """Tests only: from step N on, raise CUDA's out-of-memory error ("oom@N") or die without a
-    word as a killed process would ("crash@N"), after that step has been reported."""
+    word as a killed process would ("crash@N"), after that step has been reported. "oom@N:R"
+    faults only the training process of rank R (of several)."""
 
     def __init__(self, kind: str, step: int, steps: StepReports):
         self.kind, self.step, self.steps = kind, step, steps
@@ -105,7 +125,10 @@ class FaultInjection(TrainerCallback):
         value = os.environ.get(INJECT_ENV)
         if not value:
             return None
-        kind, _, step = value.partition("@")
+        kind, _, where = value.partition("@")
+        step, _, rank = where.partition(":")
+        if rank and rank != os.environ.get("RANK", "0"):
+            return None
         return cls(kind, int(step or 1), steps)
 
     def on_step_end(self, args, state, control, **kwargs):

@@ -35,6 +35,7 @@ class Outcome:
     summary: dict | None = None
     components: dict | None = None
     operations: dict | None = None
+    rank_components: dict[str, dict] = field(default_factory=dict)  # ranks 1…: by rank
     samples_sent: int | None = None
     sampler_ended_by: str | None = None  # what the sampler said ended it, besides the manager
     last_step: Step | None = None
@@ -55,6 +56,8 @@ class Outcome:
             summary["components"] = self.components
         if self.operations:
             summary["operations"] = self.operations
+        if self.rank_components:
+            summary["rank_components"] = self.rank_components
         return summary
 
 
@@ -96,11 +99,13 @@ class Collector:
                 self.rows.hosts.append(host)
                 self.rows.gpus.extend(gpus)
                 self.rows.processes.extend(processes)
-            case protocol.Phase(mark=mark):
-                self.rows.phases.append(mark)
-            case protocol.StepReport(step=step):
+            case protocol.Phase(mark=mark, source=source):
+                self.rows.phases.append(mark._replace(rank=source.rank or 0))
+            case protocol.StepReport(step=step, source=source):
+                step = step._replace(rank=source.rank or 0)
                 self.rows.steps.append(step)
-                self.outcome.last_step = step
+                if step.rank == 0:
+                    self.outcome.last_step = step
             case protocol.Note(message=note):
                 self.rows.messages.append(note)
             case protocol.Environment(values=values):
@@ -109,14 +114,22 @@ class Collector:
             case protocol.Described(options=options, model=model):
                 self.store.update_run(self.run_id, options=options,
                                       **({"preset": model} if model else {}))
-            case protocol.TrainingSummary(values=values):
-                self.outcome.summary = values
-            case protocol.ComponentsMeasured(values=values):
-                self.outcome.components = values
+            case protocol.TrainingSummary(values=values, source=source):
+                if not source.rank:  # the run's figures: rank 0's (every rank says the same)
+                    self.outcome.summary = values
+            case protocol.ComponentsMeasured(values=values, source=source):
+                if source.rank:  # another rank of several: kept beside rank 0's, by rank
+                    self.outcome.rank_components[str(source.rank)] = values
+                else:
+                    self.outcome.components = values
             case protocol.OperationsProfiled(values=values):
                 self.outcome.operations = values
-            case protocol.Failure():
-                self.outcome.failure = message
+            case protocol.Failure(source=source):
+                # Of several ranks, the first to fail is the cause: the others fail after it
+                # (a collective whose peer is gone) or are ended by the launcher.
+                first = self.outcome.failure
+                if first is None or first.source.rank == source.rank:
+                    self.outcome.failure = message
             case protocol.WorkerLeft(t=t):
                 self.outcome.worker_left = t
             case protocol.SamplerDone(sent=sent, ended_by=ended_by):

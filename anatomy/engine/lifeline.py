@@ -44,11 +44,12 @@ def _prctl(option: int, value) -> bool:
 class Lifeline:
     """Handed to a child process with its arguments; the child calls `attach()` first thing.
 
-    `lock_fd` is the device lock's file descriptor in the parent: pickled for a spawned child as
-    multiprocessing's `DupFd`, it arrives as the same open file, holding the same flock."""
+    `lock_fd` is the device lock's file descriptor in the parent (or a tuple of them: a run on
+    several GPUs holds one lock each): pickled for a spawned child as multiprocessing's `DupFd`,
+    it arrives as the same open file, holding the same flock."""
 
-    def __init__(self, name: str, lock_fd: int | None = None, own_group: bool = False,
-                 death_signal: int = signal.SIGKILL):
+    def __init__(self, name: str, lock_fd: int | tuple[int, ...] | None = None,
+                 own_group: bool = False, death_signal: int = signal.SIGKILL):
         self.name = name
         self.parent = os.getpid()
         self.lock_fd = lock_fd
@@ -56,7 +57,12 @@ class Lifeline:
         self.death_signal = death_signal
 
     def __reduce__(self):
-        fd = None if self.lock_fd is None else reduction.DupFd(self.lock_fd)
+        if self.lock_fd is None:
+            fd = None
+        elif isinstance(self.lock_fd, tuple):
+            fd = tuple(reduction.DupFd(f) for f in self.lock_fd)
+        else:
+            fd = reduction.DupFd(self.lock_fd)
         return _rebuild, (self.name, self.parent, fd, self.own_group, self.death_signal)
 
     def parent_gone(self) -> bool:
@@ -88,8 +94,27 @@ def _rebuild(name, parent, fd, own_group, death_signal) -> Lifeline:
     lifeline = Lifeline.__new__(Lifeline)
     lifeline.name, lifeline.parent, lifeline.own_group = name, parent, own_group
     lifeline.death_signal = death_signal
-    lifeline.lock_fd = None if fd is None else fd.detach()  # kept open for the process's life
+    # Kept open for the process's life.
+    if fd is None:
+        lifeline.lock_fd = None
+    elif isinstance(fd, tuple):
+        lifeline.lock_fd = tuple(f.detach() for f in fd)
+    else:
+        lifeline.lock_fd = fd.detach()
     return lifeline
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """In a process forked by a launcher (a rank of several): `sig` when its parent ends. A fork
+    does not inherit the parent-death signal; without prctl, a watchdog thread."""
+    parent = os.getppid()
+    if not _prctl(PR_SET_PDEATHSIG, int(sig)):
+        def watch() -> None:
+            while os.getppid() == parent:
+                time.sleep(WATCH_SECONDS)
+            os.kill(os.getpid(), sig)
+
+        threading.Thread(target=watch, name="anatomy-lifeline", daemon=True).start()
 
 
 def signal_group(pid: int, sig: int) -> None:

@@ -48,13 +48,25 @@ class DeviceBusy(RuntimeError):
 
 
 def device_key(options: RunOptions, info: Machine) -> str:
-    """The lock a run with these options takes: its GPU's (by NVML index, which every process
-    agrees on whatever its CUDA_VISIBLE_DEVICES), or the machine's without a GPU."""
-    return f"gpu{info.devices[options.gpu].nvml_index}" if info.has_gpu else "cpu"
+    """The lock a run with these options takes: its (first) GPU's (by NVML index, which every
+    process agrees on whatever its CUDA_VISIBLE_DEVICES), or the machine's without a GPU."""
+    return device_keys(options, info)[0]
 
 
-def device_words(options: RunOptions, info: Machine) -> str:
-    return f"GPU {options.gpu}" if info.has_gpu else "this machine"
+def device_keys(options: RunOptions, info: Machine) -> list[str]:
+    """Every lock a run takes: one per GPU it trains on (several with --gpus)."""
+    if not info.has_gpu:
+        return ["cpu"]
+    return [f"gpu{info.devices[g].nvml_index}" for g in options.gpu_list()]
+
+
+def device_words(options: RunOptions, info: Machine, key: str | None = None) -> str:
+    if not info.has_gpu:
+        return "this machine"
+    gpus = options.gpu_list()
+    if key is not None:
+        gpus = tuple(g for g in gpus if f"gpu{info.devices[g].nvml_index}" == key) or gpus
+    return f"GPU {gpus[0]}"
 
 
 class DeviceLock:
@@ -134,6 +146,7 @@ class ActiveRun:
     worker_pid: object  # shared with the sampler; kept alive here as long as the run is
     t0: float
     thread: threading.Thread | None = None
+    more_locks: list[DeviceLock] = field(default_factory=list)  # the other GPUs' (--gpus)
     stop_requested: bool = False
     stop_reason: str = "stopped by the user"
     stop_at: float | None = None  # the run's clock when the stop was asked for
@@ -221,35 +234,69 @@ class RunManager:
             lock = DeviceLock(key)
             if not lock.acquire(f"run by pid {os.getpid()}"):
                 raise DeviceBusy(f"{device_words(options, info)} is busy: {lock.holder()}")
+        try:
+            more = self._more_locks(options, info, key, f"run by pid {os.getpid()}")
+        except DeviceBusy:
+            if lock is not reservation:
+                lock.release()
+            raise
         environment = {"driver": info.driver, "cuda_driver": info.cuda_driver,
                        "gpu_count": info.gpu_count}
         gpu_nvml = 0
         if info.has_gpu:
-            device = info.devices[options.gpu]
+            device = info.devices[options.gpu_list()[0]]
             gpu_nvml = device.nvml_index
             environment.update(gpu_name=device.name, gpu_total=device.total, gpu_uuid=device.uuid)
         else:
             environment.update(gpu_name=None, ram_total=info.ram_total, why_no_gpu=info.why_no_gpu)
+        if options.distributed:  # several processes: which GPUs (NVML), and how they share
+            environment.update(world_size=options.world_size, strategy=options.strategy,
+                               gpus=[info.devices[g].nvml_index for g in options.gpu_list()]
+                               if info.has_gpu else [])
         try:
             run_id = self.store.create_run(options.to_dict(), info.backend, info.memory_api,
                                            gpu_nvml, environment, name=name, sweep=sweep)
         except sqlite3.Error as error:
             if lock is not reservation:
                 lock.release()
+            for other in more:
+                other.release()
             raise store_error(self.store.path, error) from None
         if lock is not reservation:
             lock.describe(f"run {run_id} (pid {os.getpid()})")
+        for other in more:
+            other.describe(f"run {run_id} (pid {os.getpid()})")
         try:
-            self._spawn(run_id, options, info, lock, lock is not reservation, dwell)
+            self._spawn(run_id, options, info, lock, lock is not reservation, dwell, more)
         except BaseException as error:
             if lock is not reservation:
                 lock.release()
+            for other in more:
+                other.release()
             self.store.finish(run_id, "failed", f"could not start the run: {error}")
             raise
         return run_id
 
+    @staticmethod
+    def _more_locks(options: RunOptions, info: Machine, first: str, holder: str
+                    ) -> list[DeviceLock]:
+        """The locks of a run's other GPUs (--gpus 0,1), all or none: DeviceBusy names the
+        first that is taken."""
+        taken: list[DeviceLock] = []
+        for key in device_keys(options, info):
+            if key == first:
+                continue
+            lock = DeviceLock(key)
+            if not lock.acquire(holder):
+                for other in taken:
+                    other.release()
+                raise DeviceBusy(f"{device_words(options, info, key)} is busy: {lock.holder()}")
+            taken.append(lock)
+        return taken
+
     def _spawn(self, run_id: int, options: RunOptions, info: Machine, lock: DeviceLock,
-               owns_lock: bool, dwell: float | None) -> ActiveRun:
+               owns_lock: bool, dwell: float | None, more_locks: list[DeviceLock] | None = None
+               ) -> ActiveRun:
         # One queue each: a worker killed mid-put leaves its queue's lock held for good, and
         # the sampler, on a queue of its own, must still deliver every sample after that.
         sampler_queue, worker_queue = self.context.Queue(), self.context.Queue()
@@ -269,12 +316,16 @@ class RunManager:
         cuda_device = None
         if info.has_gpu:
             # By UUID where NVML gives one: CUDA may number the GPUs in another order than NVML.
-            device = info.devices[options.gpu]
-            cuda_device = device.uuid or str(device.nvml_index)
+            # Several GPUs: all of them, in --gpus order (rank r trains on cuda:r).
+            cuda_device = ",".join(info.devices[g].uuid or str(info.devices[g].nvml_index)
+                                   for g in options.gpu_list())
+        more_locks = more_locks or []
+        fds = (lock.fileno(), *(m.fileno() for m in more_locks))
         worker_process = self.context.Process(
             target=worker.main, name=f"anatomy-worker-{run_id}",
             args=(worker_queue, options.to_dict(), t0, cuda_device, dwell,
-                  Lifeline("anatomy-worker", lock.fileno(), own_group=True)))
+                  Lifeline("anatomy-worker", fds if more_locks else lock.fileno(),
+                           own_group=True)))
         try:
             launch(worker_process)
         except BaseException:
@@ -282,7 +333,7 @@ class RunManager:
             raise
         worker_pid.value = worker_process.pid
         active = ActiveRun(run_id, worker_process, sampler_process, stop_sampler, lock, owns_lock,
-                           sampler_queue, worker_queue, worker_pid, t0)
+                           sampler_queue, worker_queue, worker_pid, t0, more_locks=more_locks)
         active.thread = threading.Thread(target=self._collect, args=(active,),
                                          name=f"anatomy-collector-{run_id}", daemon=True)
         with self._guard:
@@ -325,6 +376,8 @@ class RunManager:
         finally:
             if active.owns_lock:
                 active.lock.release()
+            for other in active.more_locks:
+                other.release()
             with self._guard:
                 self.active.pop(active.run_id, None)
             active.done.set()

@@ -11,11 +11,18 @@ from anatomy.analysis.components import MEASURED_STEPS
 __all__ = ["MEASURED_STEPS", "ComponentProbe", "optimizer_state_bytes"]
 
 
+def _local(tensor):
+    """The tensor this process holds: an FSDP2 parameter, gradient or optimizer state is a
+    DTensor whose storage is its local shard (issue 12)."""
+    return getattr(tensor, "_local_tensor", tensor)
+
+
 def _tensor_bytes(tensors) -> int:
-    """Bytes of distinct storages: views and shared weights are counted once."""
+    """Bytes of distinct storages: views and shared weights are counted once (of a sharded
+    tensor, this rank's shard)."""
     seen: dict[int, int] = {}
     for tensor in tensors:
-        storage = tensor.untyped_storage()
+        storage = _local(tensor).untyped_storage()
         seen[storage.data_ptr()] = storage.nbytes()
     return sum(seen.values())
 
@@ -56,7 +63,7 @@ class ComponentProbe:
             self._saved = {}
 
             def pack(tensor):
-                storage = tensor.untyped_storage()
+                storage = _local(tensor).untyped_storage()
                 self._saved[storage.data_ptr()] = storage.nbytes()
                 return tensor
 
@@ -73,7 +80,8 @@ class ComponentProbe:
         else:
             self._saving.__exit__(None, None, None)
             self._saving = None
-            parameters = {p.untyped_storage().data_ptr() for p in self.model.parameters()}
+            parameters = {_local(p).untyped_storage().data_ptr()
+                          for p in self.model.parameters()}
             held = sum(size for ptr, size in self._saved.items() if ptr not in parameters)
         # The latest forward pass, not the largest: the first one also allocates cuBLAS's
         # workspace (32 MiB on Hopper), which is not an activation and stays for good.

@@ -98,6 +98,7 @@ class Watch:
         self.sampling = threading.Event()  # the sampler has measured the command
         self.run_id: int | None = None
         self._ended: list[PhaseMark] = []  # phase ends not printed yet
+        self.ranks: dict[int, int] = {0: 0}  # rank -> its local rank (several processes)
         self._shown_step: int | None = None
 
     # --- the socket the command's processes report through ---
@@ -133,15 +134,31 @@ class Watch:
                     return
 
     def _keep(self, message) -> bool:
-        """Phase marks and steps of the first rank only: the phases table holds one set."""
+        """Every rank's phase marks and steps, each stored with its rank (issue 12); the first
+        word of a rank other than 0 makes the run one of several processes (its GPU: the rank's
+        LOCAL_RANK among the command's visible GPUs). Only rank 0's phase ends are printed."""
         if isinstance(message, (protocol.Phase, protocol.StepReport)):
-            if message.source.rank not in (0, None):
-                return False
+            rank = message.source.rank or 0
+            if rank and rank not in self.ranks:
+                self._join(rank, message.source.device)
             if isinstance(message, protocol.Phase):
                 self.marked_phases = True
-                if message.mark.edge == "end":
+                if message.mark.edge == "end" and not rank:
                     self._ended.append(message.mark)
         return True
+
+    def _join(self, rank: int, local: int | None) -> None:
+        """A rank of several has joined: the run's world size and each rank's GPU, as known."""
+        self.ranks[rank] = local if local is not None else rank
+        world = max(self.ranks) + 1
+        values: dict = {"world_size": world}
+        if self.devices:
+            gpus = [self.devices[min(self.ranks.get(r, r), len(self.devices) - 1)].nvml_index
+                    for r in range(world)]
+            values["gpus"] = gpus
+        if self.collector is not None and self.run_id is not None:
+            self.collector.flush()
+            self.store.merge_environment(self.run_id, values)
 
     # --- running ---
     def run(self, out: TextIO = sys.stderr) -> int:

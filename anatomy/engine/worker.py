@@ -50,6 +50,21 @@ def _is_oom(error: BaseException) -> bool:
     return "out of memory" in text.lower() or "can't allocate memory" in text
 
 
+def _sharding(options: dict) -> dict:
+    """TrainingArguments for several processes: FSDP's full sharding through accelerate's FSDP
+    plugin (the Trainer builds it), each transformer layer its own unit; DDP needs nothing (the
+    Trainer wraps the model when WORLD_SIZE > 1)."""
+    if options.get("strategy") != "fsdp" or not RunOptions.from_dict(options).distributed:
+        return {}
+    from transformers import TrainingArguments
+
+    # transformers >= 5.20 takes fsdp=True and everything in fsdp_config; before, the string.
+    new_api = "const" in TrainingArguments.__dataclass_fields__["fsdp"].metadata
+    return {"fsdp": True if new_api else "full_shard auto_wrap",
+            "fsdp_config": {"auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+                            **({"reshard_after_forward": True} if new_api else {})}}
+
+
 def _training_arguments(options: dict, output_dir: str, use_cuda: bool, eval_strategy: str):
     from transformers import TrainingArguments
 
@@ -71,6 +86,7 @@ def _training_arguments(options: dict, output_dir: str, use_cuda: bool, eval_str
         # Ours: no checkpoints (the walkthrough's 128 steps never reach save_steps=500 either),
         # our own progress bar, and a loss every step for the chart.
         save_strategy="no", disable_tqdm=True, logging_steps=1, use_cpu=not use_cuda,
+        **_sharding(options),
     )
 
 
@@ -91,10 +107,11 @@ def _trainer(model, dataset, options: dict, output_dir: str, use_cuda: bool, cal
     except ValueError as error:
         if "eval" not in str(error).lower():
             raise
-        reporter.tell("warning",
-                       "eval_strategy 'steps' needs an evaluation dataset and the walkthrough "
-                       "trains without one; this transformers version refuses that, so the run "
-                       "uses eval_strategy 'no' (nothing is evaluated either way)")
+        if not reporter.source.rank:  # once per run, not once per rank
+            reporter.tell("warning",
+                          "eval_strategy 'steps' needs an evaluation dataset and the walkthrough "
+                          "trains without one; this transformers version refuses that, so the "
+                          "run uses eval_strategy 'no' (nothing is evaluated either way)")
         return build("no")
 
 
@@ -148,72 +165,105 @@ def load_initialisers(device: str) -> None:
     del probe
 
 
-def train(queue, options: dict, t0: float, use_cuda: bool, dwell: float) -> int:
-    reporter = Reporter(queue, t0, dwell)
-    reporter.begin("baseline")
-    try:
-        _progress_bars_lock()
-        run = RunOptions.from_dict(options)
-        spec = models.resolve(run.model)
-        dataset = _dummy_dataset(run, spec)
-        time.sleep(dwell)
-        reporter.end("baseline")
+def _train(reporter: Reporter, run: RunOptions, spec: ModelSpec, dataset, options: dict,
+           use_cuda: bool, local_rank: int | None = None) -> int:
+    """The kernel, weights and training phases of one training process (a rank of several, or
+    the only one); 0 when it trained."""
+    import torch  # the kernel phase: torch's runtime (and on a GPU the CUDA context) loads
 
-        import torch  # the kernel phase: torch's runtime (and on a GPU the CUDA context) loads
+    device = "cuda" if use_cuda else "cpu"
+    if use_cuda and local_rank is not None:  # a rank of several: its own GPU (cuda:LOCAL_RANK)
+        torch.cuda.set_device(local_rank)
+        device = f"cuda:{local_rank}"
+    torch.ones((1, 1)).to(device)
+    if use_cuda:
+        load_initialisers(device)
+        torch.cuda.synchronize()
+    reporter.hold("kernel")
 
-        device = "cuda" if use_cuda else "cpu"
-        torch.ones((1, 1)).to(device)
-        if use_cuda:
-            load_initialisers(device)
-            torch.cuda.synchronize()
-        reporter.hold("kernel")
+    import transformers
+    from transformers import logging
 
-        import transformers
-        from transformers import logging
+    logging.set_verbosity_error()
+    # Built on the device itself: random weights made there (a 1 B model in seconds), no
+    # copy through the host.
+    model, weights_source = models.build_model(spec, device, lora_rank=run.lora_rank,
+                                               lora_targets=run.lora_target_list())
+    if use_cuda:
+        torch.cuda.synchronize()
+    reporter.hold("weights")
 
-        logging.set_verbosity_error()
-        # Built on the device itself: random weights made there (a 1 B model in seconds), no
-        # copy through the host.
-        model, weights_source = models.build_model(spec, device, lora_rank=run.lora_rank,
-                                                   lora_targets=run.lora_target_list())
-        if use_cuda:
-            torch.cuda.synchronize()
-        reporter.hold("weights")
-
+    if reporter.source.rank in (0, None):  # one environment per run: rank 0's
         reporter.environment({
             # str(): torch's version is a TorchVersion, and unpickling one imports torch in the
             # collector's process (seconds of stall, hundreds of MB in the CLI or the server).
             "torch": str(torch.__version__),
             "torch_cuda": torch.version.cuda,
             "transformers": transformers.__version__,
-            "device_name": torch.cuda.get_device_name(0) if use_cuda else "CPU",
+            "device_name": torch.cuda.get_device_name(device) if use_cuda else "CPU",
             "weights": weights_source,
             "attention": getattr(model.config, "_attn_implementation", None),
             "parameters": sum(p.numel() for p in model.parameters()),
-            "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
+            "trainable_parameters": sum(p.numel() for p in model.parameters()
+                                        if p.requires_grad),
             "model": spec.display_name,
             "model_source": spec.source,
             "task": spec.task,
         })
-        callbacks = _callbacks(reporter, model, use_cuda)
-        with tempfile.TemporaryDirectory(prefix="anatomy-") as output_dir:
-            trainer = _trainer(model, dataset, options, output_dir, use_cuda, callbacks, reporter)
-            result = trainer.train()
-        if options.get("profile_steps"):
-            _profile(reporter, model, dataset, trainer, options, device)
-        reporter.summary({
-            "time_s": result.metrics["train_runtime"],
-            "samples_per_second": result.metrics["train_samples_per_second"],
-            "steps": result.global_step,
-            "loss": result.training_loss,
-        })
-        return 0
+    callbacks = _callbacks(reporter, model, use_cuda)
+    with tempfile.TemporaryDirectory(prefix="anatomy-") as output_dir:
+        trainer = _trainer(model, dataset, options, output_dir, use_cuda, callbacks, reporter)
+        if run.distributed and not reporter.source.rank:  # how accelerate shares the work
+            plugin = getattr(trainer.accelerator.state, "fsdp_plugin", None)
+            reporter.environment({
+                "distributed_type": str(trainer.accelerator.distributed_type),
+                "fsdp_version": getattr(plugin, "fsdp_version", None) if plugin else None})
+        result = trainer.train()
+    if options.get("profile_steps"):
+        _profile(reporter, model, dataset, trainer, options, device)
+    reporter.summary({
+        # The Trainer's samples/s counts every rank's samples (its batch size is per device
+        # times the world size): the run's global throughput, the same on every rank.
+        "time_s": result.metrics["train_runtime"],
+        "samples_per_second": result.metrics["train_samples_per_second"],
+        "steps": result.global_step,
+        "loss": result.training_loss,
+    })
+    return 0
+
+
+def _guarded(reporter: Reporter, work, who: str = "") -> int:
+    """Run `work()`; a failure is reported (the open phase ended where it failed, before memory
+    is let go) and becomes the exit status. `who` names a rank of several in the error."""
+    try:
+        return work()
     except BaseException as error:  # noqa: BLE001 - every failure is reported, then re-judged
         oom = "torch" in sys.modules and _is_oom(error)
-        if reporter.open_phase:  # the phase ends where it failed, before memory is let go
+        if reporter.open_phase:
             reporter.end(reporter.open_phase)
-        reporter.failure("oom" if oom else "failed", str(error) if oom else traceback.format_exc())
+        text = str(error) if oom else traceback.format_exc()
+        reporter.failure("oom" if oom else "failed", f"{who}: {text}" if who else text)
         return EXIT_OOM if oom else EXIT_FAILED
+
+
+def train(queue, options: dict, t0: float, use_cuda: bool, dwell: float) -> int:
+    reporter = Reporter(queue, t0, dwell)
+    reporter.begin("baseline")
+
+    def work() -> int:
+        _progress_bars_lock()
+        run = RunOptions.from_dict(options)
+        spec = models.resolve(run.model)
+        dataset = _dummy_dataset(run, spec)
+        time.sleep(dwell)
+        reporter.end("baseline")
+        if run.distributed:
+            from anatomy.engine.ranks import launch_ranks
+
+            return launch_ranks(reporter, run, spec, dataset, options, use_cuda)
+        return _train(reporter, run, spec, dataset, options, use_cuda)
+
+    return _guarded(reporter, work)
 
 
 def main(queue, options: dict, t0: float, cuda_device: str | None, dwell: float,

@@ -62,6 +62,7 @@ class Step(NamedTuple):
     loss: float | None
     allocated: int | None  # torch's allocator at the step's end (GPU runs)
     reserved: int | None
+    rank: int = 0  # the training process that took it (0 for a single process)
 
 
 class Message(NamedTuple):
@@ -103,6 +104,7 @@ class PhaseMark(NamedTuple):
     edge: str  # "start" or "end"
     name: str
     t: float
+    rank: int = 0  # the training process it is about (0 for a single process)
 
 
 class PhaseSpan(NamedTuple):
@@ -110,6 +112,7 @@ class PhaseSpan(NamedTuple):
     name: str
     start_s: float
     end_s: float | None
+    rank: int = 0
 
 
 @dataclass(frozen=True)
@@ -329,7 +332,14 @@ def _merge_buckets(db: sqlite3.Connection, run_id: int, samples: Sequence[Sample
 
 # Columns added after the first release of the schema, as (table, column, type).
 ADDED_COLUMNS = (("sweeps", "pid", "INTEGER"), ("runs", "source", "TEXT NOT NULL DEFAULT '{}'"),
-                 ("runs", "origin", "TEXT"))
+                 ("runs", "origin", "TEXT"),
+                 # Several training processes (issue 12): each phase and step names its rank.
+                 ("phases", "rank", "INTEGER NOT NULL DEFAULT 0"),
+                 ("steps", "rank", "INTEGER NOT NULL DEFAULT 0"))
+
+
+STEP_INSERT = ("INSERT INTO steps (run_id, t, step, total, loss, allocated, reserved, rank)"
+               " VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
 
 
 def resolve_path(path: str | os.PathLike | None = None) -> Path:
@@ -533,14 +543,13 @@ class Store:
                 _insert_samples(db, run_id, samples)
             for mark in phases:
                 if mark.edge == "start":
-                    db.execute("INSERT INTO phases VALUES (?, ?, ?, NULL)",
-                               (run_id, mark.name, mark.t))
+                    db.execute("INSERT INTO phases (run_id, name, start, end, rank)"
+                               " VALUES (?, ?, ?, NULL, ?)", (run_id, mark.name, mark.t, mark.rank))
                 else:
-                    db.execute("UPDATE phases SET end = ? WHERE run_id = ? AND name = ?",
-                               (mark.t, run_id, mark.name))
+                    db.execute("UPDATE phases SET end = ? WHERE run_id = ? AND name = ?"
+                               " AND rank = ?", (mark.t, run_id, mark.name, mark.rank))
             if steps:
-                db.executemany("INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?, ?)",
-                               [(run_id, *s) for s in steps])
+                db.executemany(STEP_INSERT, [(run_id, *s) for s in steps])
             if messages:
                 db.executemany("INSERT INTO messages VALUES (?, ?, ?, ?)",
                                [(run_id, *m) for m in messages])
@@ -584,10 +593,9 @@ class Store:
                      None if run.origin is None else json.dumps(run.origin)))
                 run_id = int(cursor.lastrowid)
                 _insert_samples(db, run_id, record.samples)
-                db.executemany("INSERT INTO phases VALUES (?, ?, ?, ?)",
-                               [(run_id, *p) for p in record.phases])
-                db.executemany("INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?, ?)",
-                               [(run_id, *s) for s in record.steps])
+                db.executemany("INSERT INTO phases (run_id, name, start, end, rank)"
+                               " VALUES (?, ?, ?, ?, ?)", [(run_id, *p) for p in record.phases])
+                db.executemany(STEP_INSERT, [(run_id, *s) for s in record.steps])
                 db.executemany("INSERT INTO messages VALUES (?, ?, ?, ?)",
                                [(run_id, *m) for m in record.messages])
                 ids.append(run_id)
@@ -669,12 +677,41 @@ class Store:
                              " LIMIT 1").fetchone()
         return None if row is None else self._run_row(row)
 
-    def phases(self, run_id: int) -> list[PhaseSpan]:
-        """The phases in order; end_s is None while a phase lasts."""
+    def _ranked(self, db: sqlite3.Connection, table: str) -> bool:
+        """Whether `table` has its `rank` column: a store opened read-only is not migrated, and
+        one written before several processes existed has none (every row is rank 0's)."""
+        known = self.__dict__.setdefault("_rank_columns", {})
+        if table not in known:
+            known[table] = "rank" in {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
+        return known[table]
+
+    def _rank_clause(self, db: sqlite3.Connection, table: str, rank: int | None
+                     ) -> tuple[str, str, tuple]:
+        """(the rank column to select, the condition, its argument) for rows of `rank` (None:
+        every rank's)."""
+        if not self._ranked(db, table):
+            return "0", ("" if rank in (None, 0) else " AND 0"), ()
+        if rank is None:
+            return "rank", "", ()
+        return "rank", " AND rank = ?", (rank,)
+
+    def phases(self, run_id: int, rank: int | None = 0) -> list[PhaseSpan]:
+        """The phases of one training process (rank 0: the only one of most runs; None: every
+        rank's) in order; end_s is None while a phase lasts."""
         with self.connect() as db:
-            rows = db.execute("SELECT name, start, end FROM phases WHERE run_id = ? ORDER BY start",
-                              (run_id,)).fetchall()
+            column, where, args = self._rank_clause(db, "phases", rank)
+            rows = db.execute(f"SELECT name, start, end, {column} FROM phases WHERE run_id = ?"
+                              f"{where} ORDER BY start", (run_id, *args)).fetchall()
         return [PhaseSpan(*r) for r in rows]
+
+    def ranks(self, run_id: int) -> list[int]:
+        """The training processes that marked a phase or reported a step ([0] for one)."""
+        with self.connect() as db:
+            if not self._ranked(db, "phases"):
+                return [0]
+            rows = db.execute("SELECT rank FROM phases WHERE run_id = ? UNION SELECT rank FROM"
+                              " steps WHERE run_id = ? ORDER BY rank", (run_id, run_id)).fetchall()
+        return [r[0] for r in rows] or [0]
 
     def close_phases(self, run_id: int, t: float) -> None:
         """A worker that died mid-phase: its open phase ends at `t` (its last sample)."""
@@ -754,20 +791,26 @@ class Store:
         db.commit()
         return found
 
-    def steps(self, run_id: int) -> list[Step]:
+    def steps(self, run_id: int, rank: int | None = 0) -> list[Step]:
+        """One training process's steps (rank 0's by default; None: every rank's)."""
         with self.connect() as db:
+            column, where, args = self._rank_clause(db, "steps", rank)
             return [Step(*r) for r in db.execute(
-                "SELECT t, step, total, loss, allocated, reserved FROM steps WHERE run_id = ?"
-                " ORDER BY t", (run_id,))]
+                f"SELECT t, step, total, loss, allocated, reserved, {column} FROM steps"
+                f" WHERE run_id = ?{where} ORDER BY t", (run_id, *args))]
 
-    def step_count(self, run_id: int) -> int:
+    def step_count(self, run_id: int, rank: int | None = 0) -> int:
         with self.connect() as db:
-            return db.execute("SELECT COUNT(*) FROM steps WHERE run_id = ?", (run_id,)).fetchone()[0]
+            _, where, args = self._rank_clause(db, "steps", rank)
+            return db.execute(f"SELECT COUNT(*) FROM steps WHERE run_id = ?{where}",
+                              (run_id, *args)).fetchone()[0]
 
-    def last_step(self, run_id: int) -> Step | None:
+    def last_step(self, run_id: int, rank: int | None = 0) -> Step | None:
         with self.connect() as db:
-            row = db.execute("SELECT t, step, total, loss, allocated, reserved FROM steps"
-                             " WHERE run_id = ? ORDER BY t DESC LIMIT 1", (run_id,)).fetchone()
+            column, where, args = self._rank_clause(db, "steps", rank)
+            row = db.execute(f"SELECT t, step, total, loss, allocated, reserved, {column}"
+                             f" FROM steps WHERE run_id = ?{where} ORDER BY t DESC LIMIT 1",
+                             (run_id, *args)).fetchone()
         return None if row is None else Step(*row)
 
     def host_status(self, run_id: int, since: float = 0.0) -> list[HostStatus]:

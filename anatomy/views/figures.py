@@ -152,19 +152,28 @@ def memory_figure(report: RunReport, samples: Sequence[Sample], steps: Sequence[
 
     figure = go.Figure()
     by_gpu: dict[int, list[Sample]] = {}
+    # Several GPUs (issue 12): one line per GPU the run trains on, named by its rank; the
+    # machine's other GPUs are not the run's.
+    rank_of = {r.gpu: r.rank for r in report.ranks if r.gpu is not None}
     for sample in samples:
-        by_gpu.setdefault(sample.gpu, []).append(sample)
+        if not rank_of or sample.gpu in rank_of:
+            by_gpu.setdefault(sample.gpu, []).append(sample)
     others = cycle(OTHER_GPU_COLOURS)
     x_hover = "step %{x:.2f}" if by_step is not None else "%{x:.2f} s"
     for gpu, rows in sorted(by_gpu.items()):
-        trains = gpu == report.gpu
-        name = ("CPU RSS of the training process" if backend == "cpu-rss"
-                else f"GPU {gpu}" + (" (training)" if trains and len(by_gpu) > 1 else ""))
+        trains = gpu == report.gpu or gpu in rank_of
+        if backend == "cpu-rss":
+            name = ("CPU RSS of the training processes" if report.ranks
+                    else "CPU RSS of the training process")
+        elif gpu in rank_of:
+            name = f"GPU {gpu} (rank {rank_of[gpu]})"
+        else:
+            name = f"GPU {gpu}" + (" (training)" if trains and len(by_gpu) > 1 else "")
         # SVG, not WebGL: a decimated curve is a few thousand points, and every WebGL chart holds
         # one of the browser's few GL contexts (a live page redraws every second).
         figure.add_trace(go.Scatter(
             x=x_of(_column(rows, "t")), y=_column(rows, "used", MIB), name=name,
-            mode="lines", line={"color": CURVE_COLOUR if trains else next(others),
+            mode="lines", line={"color": CURVE_COLOUR if gpu == report.gpu else next(others),
                                 "width": 2 if trains else 1.2},
             hovertemplate=x_hover + "<br>%{y:.0f} MiB<extra>" + name + "</extra>"))
 
@@ -207,6 +216,7 @@ def memory_figure(report: RunReport, samples: Sequence[Sample], steps: Sequence[
             hovertext=[f"{words.occupied_line(p.memory_bytes, backend)} ({p.name})"
                        for p in ended],
             hoverinfo="text"))
+    _other_ranks_ends(figure, report, x_of, by_step is not None)
     top = max((s.used for s in samples), default=0) / MIB
     # Shapes and annotations are set once, as lists: added one by one, plotly validates the
     # whole list again each time (a fifth of a live refresh).
@@ -239,6 +249,25 @@ def memory_figure(report: RunReport, samples: Sequence[Sample], steps: Sequence[
         legend={"orientation": "h", "yanchor": "top", "y": -0.18, "x": 0},
         hovermode="closest", plot_bgcolor="white")
     return figure
+
+
+def _other_ranks_ends(figure: go.Figure, report: RunReport, x_of, by_step: bool) -> None:
+    """The phase ends of ranks other than 0 (whose phases the bands show), on their own GPU's
+    line: where a rank's phase ends apart from rank 0's, the marker stands apart."""
+    for rank in report.ranks[1:]:
+        ended = [p for p in rank.phases if p.done and p.memory_mb is not None]
+        if by_step:
+            ended = [p for p in ended if p.name == "training"]
+        if not ended:
+            continue
+        figure.add_trace(go.Scatter(
+            x=x_of([p.end_s for p in ended]), y=[p.memory_mb for p in ended],
+            name=f"end of phase, {rank.label()}", mode="markers", cliponaxis=False,
+            marker={"size": 9, "symbol": "diamond",
+                    "color": [phase_colour(p.name) for p in ended],
+                    "line": {"width": 1.5, "color": CURVE_COLOUR}},
+            hovertext=[f"{rank.label()}: {p.name} ends at {p.memory_mb} MB" for p in ended],
+            hoverinfo="text"))
 
 
 def _bands(shapes: list[dict], annotations: list[dict], report: RunReport, now: float | None,

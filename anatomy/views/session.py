@@ -19,6 +19,8 @@ from anatomy.views import text
 def options_from_form(values: dict[str, Any]) -> RunOptions:
     """The form's widget values as RunOptions; max steps 0 means "train for the epochs"."""
     chosen = {name: values[name] for name in FIELDS if name in values}
+    if isinstance(chosen.get("gpus"), (list, tuple)):  # the GPU multiselect: [0, 1] -> "0,1"
+        chosen["gpus"] = ",".join(str(g) for g in chosen["gpus"])
     if not chosen.get("max_steps"):
         chosen["max_steps"] = None
     return RunOptions.from_dict(chosen)
@@ -99,10 +101,15 @@ def summary_lines(report: RunReport) -> list[str]:
     if summary.time_s is not None:
         lines.append(f"Time: {summary.time_s:.2f}")
     if summary.samples_per_second is not None:
-        lines.append(f"Samples/second: {summary.samples_per_second:.2f}")
+        every = " (all ranks together)" if report.world_size > 1 else ""
+        lines.append(f"Samples/second: {summary.samples_per_second:.2f}{every}")
     training = report.training
     if training is not None and training.done:
         lines.append(text.occupied_line(training.memory_bytes, report.backend))
+    if report.world_size > 1:  # several processes (issue 12): each GPU's peak
+        lines.append(f"{report.world_size} processes, {report.strategy}")
+        lines += [f"{rank.label()}: peak {rank.peak_mb} MB" for rank in report.ranks
+                  if rank.gpu is not None]
     return lines
 
 

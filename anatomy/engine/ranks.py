@@ -1,0 +1,150 @@
+"""Several training processes on one machine, started through accelerate (issue 12).
+
+The worker has measured the baseline (before torch loads); it then starts one process per GPU
+(`--gpus 0,1`) or per CPU rank (`--processes N`, gloo) with accelerate's `notebook_launcher`:
+torch's elastic agent, inside the worker, forks the ranks (so no CUDA context may exist in the
+worker yet: it has none), sets RANK / LOCAL_RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT, and,
+when one rank fails, terminates the others (SIGTERM, then SIGKILL) and raises `ChildFailedError`.
+Every rank runs the worker's own phases (kernel, weights, training) on its device, and reports
+them tagged with its rank (`Source(rank, pid, device)`).
+
+What ties the ranks to the run:
+- they are forked into the worker's process group, so a stop (the manager signals the group)
+  ends every rank with the worker;
+- each asks for SIGKILL when its parent (the worker, where the elastic agent runs) ends;
+- each rank writes on a queue of its own, which a thread of the worker forwards to the run's
+  queue: a rank killed in the middle of a message (the launcher ends the siblings of one that
+  failed) can then only break its own queue, never the collector's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import multiprocessing as mp
+import os
+import queue as queue_module
+import signal
+import socket
+import sys
+import threading
+
+from anatomy.analysis.models import ModelSpec
+from anatomy.analysis.options import RunOptions
+from anatomy.engine import protocol
+from anatomy.engine.lifeline import die_with_parent
+from anatomy.engine.reporter import Reporter
+
+FORWARD_SECONDS = 0.02
+
+
+def _free_port() -> int:
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rank_words(rank: int, use_cuda: bool, run: RunOptions) -> str:
+    """A rank as errors name it: "rank 1 (GPU 3)" (the GPU as --gpus names it), or "rank 1" on
+    the CPU."""
+    gpus = run.gpu_list()
+    return f"rank {rank} (GPU {gpus[rank] if rank < len(gpus) else rank})" if use_cuda \
+        else f"rank {rank}"
+
+
+def _rank(queue, reporter_args: tuple, run: RunOptions, spec: ModelSpec, dataset,
+          options: dict, use_cuda: bool) -> None:
+    """One rank: the worker's phases on its device; exits with the worker's status."""
+    from anatomy.engine.worker import _guarded, _train
+
+    die_with_parent(signal.SIGKILL)
+    rank = int(os.environ.get("RANK", "0"))
+    local = int(os.environ.get("LOCAL_RANK", str(rank)))
+    t0, dwell = reporter_args
+    reporter = Reporter(queue, t0, dwell,
+                        protocol.Source(rank=rank, device=local if use_cuda else None))
+    code = _guarded(reporter, lambda: _train(reporter, run, spec, dataset, options, use_cuda,
+                                             local),
+                    who=rank_words(rank, use_cuda, run))
+    queue.close()
+    queue.join_thread()  # what it said is in the pipe before the launcher sees it exit
+    if code:
+        sys.exit(code)
+
+
+class _Forwarder:
+    """A thread of the worker: every rank's queue into the run's, until told to stop."""
+
+    def __init__(self, queues: list, target):
+        self.queues, self.target = queues, target
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="anatomy-ranks", daemon=True)
+        self.thread.start()
+
+    def _drain(self) -> None:
+        for q in self.queues:
+            while True:
+                try:
+                    self.target.put(q.get_nowait())
+                except queue_module.Empty:
+                    break
+                except (EOFError, OSError, ValueError):  # a rank killed mid-message
+                    break
+
+    def _run(self) -> None:
+        while not self.done.wait(FORWARD_SECONDS):
+            self._drain()
+        self._drain()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self.done.set()
+        self.thread.join(timeout)
+
+
+def launch_ranks(reporter: Reporter, run: RunOptions, spec: ModelSpec, dataset, options: dict,
+                 use_cuda: bool) -> int:
+    """Train on `run.world_size` processes through accelerate; the worker's exit status (0, or
+    the first failing rank's: EXIT_OOM when a rank ran out of memory)."""
+    from accelerate import notebook_launcher
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    from anatomy.engine.worker import EXIT_FAILED, EXIT_OOM
+
+    world = run.world_size
+    what = f"{world} GPUs" if use_cuda else f"{world} CPU processes (gloo)"
+    reporter.tell("info", f"training on {what} with {run.strategy.upper()}, launched through"
+                  " accelerate")
+    fork = mp.get_context("fork")
+    queues = [fork.Queue() for _ in range(world)]
+    forwarder = _Forwarder(queues, reporter.queue)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # accelerate's own default, without its warning
+    try:
+        # accelerate prints "Launching training on N CUDAs." even for CPU ranks: not ours to say.
+        with contextlib.redirect_stdout(io.StringIO()):
+            notebook_launcher(_dispatch, args=(queues, (reporter.t0, reporter.dwell), run,
+                                               spec, dataset, options, use_cuda),
+                              num_processes=world, master_addr="127.0.0.1",
+                              use_port=str(_free_port()))
+    except (ChildFailedError, RuntimeError) as error:
+        forwarder.stop()  # every rank's last words reach the run before the worker's own
+        failures = getattr(error, "failures", {})
+        codes = [f.exitcode for f in failures.values()]
+        if not failures:  # the launch itself failed (a rendezvous, a port)
+            reporter.failure("failed", f"accelerate's launcher failed: {error}")
+        elif not any(code in (EXIT_OOM, EXIT_FAILED) for code in codes):
+            # No rank said why (killed, os._exit): name the first to end.
+            rank, failure = (error.get_first_failure() if hasattr(error, "get_first_failure")
+                             else next(iter(failures.items())))
+            reporter.failure("failed", f"{rank_words(rank, use_cuda, run)} ended with exit code"
+                             f" {failure.exitcode} (killed or crashed); the launcher ended the"
+                             " other ranks")
+        return EXIT_OOM if EXIT_OOM in codes else EXIT_FAILED
+    forwarder.stop()
+    return 0
+
+
+def _dispatch(queues: list, reporter_args: tuple, run: RunOptions, spec: ModelSpec, dataset,
+              options: dict, use_cuda: bool) -> None:
+    """The launcher's entry point in each rank: the rank's own queue, then its training."""
+    own = queues[int(os.environ.get("LOCAL_RANK", "0"))]
+    _rank(own, reporter_args, run, spec, dataset, options, use_cuda)

@@ -1,0 +1,213 @@
+"""One host, several GPUs (issue 12): 1 GPU, 2 × DDP and 2 × FSDP at one per-device batch size,
+measured through the real CLI (`anatomy run --gpus 0,1 --strategy …`) into a store, each beside
+its prediction per rank.
+
+    NCCL_NVLS_ENABLE=0 python bench/scaling.py --out /tmp/scaling            # the full set
+    NCCL_NVLS_ENABLE=0 python bench/scaling.py --out /tmp/scaling --quick    # <= 8 min, 2 H200s
+    python bench/scaling.py --report /tmp/scaling/scaling.json               # the tables again
+
+Per run and per GPU: the memory NVML shows at the end of the kernel, weights and training phases
+and at the peak, the allocator's peak (the probe's, per rank), the predicted allocator peak and
+NVML peak per rank (NVML: only where NCCL's own memory is calibrated), the global samples/s and
+the scaling efficiency = N-GPU samples/s ÷ (N × 1-GPU samples/s). Writes DIR/scaling.json and
+DIR/scaling.md (the table of docs/SCALING.md); the runs stay in DIR/scaling.sqlite (open it with
+`ANATOMY_STORE=DIR/scaling.sqlite make run`: Live, Compare and Anatomy show them).
+
+NVLink multicast (NVLS) stays off: NCCL_NVLS_ENABLE=0 is set for the runs whatever the caller's
+environment says (the GPU machine's notes: it is not supported there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from anatomy.analysis import prediction  # noqa: E402
+from anatomy.analysis.compare import scaling_efficiency  # noqa: E402
+from anatomy.analysis.options import RunOptions  # noqa: E402
+from anatomy.analysis.report import report  # noqa: E402
+from anatomy.store import Store  # noqa: E402
+
+MIB = 2**20
+MODELS = ("bert-large-uncased", "tinyllama-1.1b")
+SETUPS = (("1 GPU", None, 1), ("2 x DDP", "ddp", 2), ("2 x FSDP", "fsdp", 2))
+
+
+def _mb(value) -> float | None:
+    return None if value is None else round(value / MIB, 1)
+
+
+def _options(model: str, strategy: str | None, world: int, args) -> RunOptions:
+    extra = {} if strategy is None else {"gpus": ",".join(str(g) for g in range(world)),
+                                        "strategy": strategy}
+    return RunOptions(model=model, batch_size=args.batch_size, seq_len=args.seq_len,
+                      precision=args.precision, max_steps=args.steps,
+                      dataset_size=args.batch_size * world * args.steps, **extra)
+
+
+def _cli_args(options: RunOptions, store: Path) -> list[str]:
+    out = ["--model", options.model, "--batch-size", str(options.batch_size), "--seq-len",
+           str(options.seq_len), "--precision", options.precision, "--max-steps",
+           str(options.max_steps), "--dataset-size", str(options.dataset_size),
+           "--store", str(store)]
+    if options.distributed:
+        out += ["--gpus", options.gpus, "--strategy", options.strategy]
+    return out
+
+
+def _predicted(options: RunOptions, gpu_name: str | None) -> dict:
+    alone = prediction.predict(options, device="cuda", gpu_name=gpu_name)
+    out = {"allocator_peak": alone.peak, "nvml_peak": alone.nvml_peak,
+           "components": alone.components()}
+    if options.distributed:
+        ranks = prediction.predict_ranks(options, device="cuda", gpu_name=gpu_name)
+        out = {"allocator_peak": ranks.peak, "nvml_peak": ranks.nvml_peak,
+               "components": ranks.components(), "nccl_calibrated": ranks.nccl is not None}
+    return out
+
+
+def _measured(store: Store, run_id: int) -> dict:
+    rep = report(store, run_id)
+    gpus = []
+    readings = rep.ranks or ()
+    if not readings:  # one process: the run's own phases on its GPU
+        parts = rep.components
+        gpus.append({"gpu": rep.gpu, "rank": 0,
+                     **{f"{p.name}_mb": p.memory_mb for p in rep.phases},
+                     "nvml_peak_mb": rep.summary.peak_mb,
+                     "allocator_peak_mb": _mb(parts.peak_allocated if parts else None)})
+    for r in readings:
+        parts = r.components
+        gpus.append({"gpu": r.gpu, "rank": r.rank,
+                     **{f"{p.name}_mb": p.memory_mb for p in r.phases},
+                     "nvml_peak_mb": r.peak_mb,
+                     "allocator_peak_mb": _mb(parts.peak_allocated if parts else None)})
+    return {"run": run_id, "status": rep.status, "error": rep.error,
+            "samples_per_second": rep.summary.samples_per_second, "gpus": gpus,
+            "device": rep.device_name, "environment": {k: rep.environment.get(k) for k in
+                                                       ("torch", "transformers", "driver")}}
+
+
+def run_all(args) -> list[dict]:
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    store_path = Path(args.store or out_dir / "scaling.sqlite")
+    env = {**os.environ, "NCCL_NVLS_ENABLE": "0", "PYTHONUNBUFFERED": "1",
+           "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    results = []
+    for model in args.models.split(","):
+        for label, strategy, world in SETUPS:
+            options = _options(model, strategy, world, args)
+            started = time.monotonic()
+            entry = {"model": model, "setup": label, "world_size": world,
+                     "strategy": strategy or "-", "batch_size": args.batch_size,
+                     "precision": args.precision, "steps": args.steps}
+            try:
+                entry["predicted"] = _predicted(options, args.gpu_model)
+            except Exception as error:  # noqa: BLE001 - a prediction that fails is said
+                entry["predicted"] = {"error": f"{type(error).__name__}: {error}"}
+            before = {r.id for r in Store(store_path).runs()}
+            done = subprocess.run([sys.executable, "-m", "anatomy", "run",
+                                   *_cli_args(options, store_path)], env=env, cwd=ROOT,
+                                  capture_output=True, text=True, timeout=args.run_timeout)
+            entry["exit_code"] = done.returncode
+            entry["output_tail"] = (done.stdout + done.stderr)[-1500:]
+            store = Store(store_path)
+            new = sorted({r.id for r in store.runs()} - before)
+            if new:
+                entry["measured"] = _measured(store, new[-1])
+            entry["wall_s"] = round(time.monotonic() - started, 1)
+            results.append(entry)
+            print(f"{model} {label}: exit {done.returncode}, {entry['wall_s']} s", flush=True)
+            _write(results, out_dir)
+    return results
+
+
+def _efficiency(results: list[dict]) -> None:
+    """Scaling efficiency of each N-GPU entry against its model's 1-GPU entry."""
+    for entry in results:
+        single = next((e for e in results if e["model"] == entry["model"]
+                       and e["world_size"] == 1 and e.get("measured")), None)
+        rate = (entry.get("measured") or {}).get("samples_per_second")
+        one = (single or {}).get("measured", {}).get("samples_per_second")
+        entry["scaling_efficiency"] = scaling_efficiency(rate, one, entry["world_size"])
+
+
+def markdown(results: list[dict]) -> str:
+    _efficiency(results)
+    lines = ["| model | setup | GPU (rank) | kernel MB | weights MB | training MB | NVML peak MB"
+             " | predicted NVML MB | allocator peak MB | predicted allocator MB | samples/s |"
+             " scaling eff. |",
+             "|" + "---|" * 12]
+    for e in results:
+        measured, predicted = e.get("measured") or {}, e.get("predicted") or {}
+        gpus = measured.get("gpus") or [{}]
+        for i, g in enumerate(gpus):
+            first = i == 0
+            eff = e.get("scaling_efficiency")
+            lines.append(
+                f"| {e['model'] if first else ''} | {e['setup'] if first else ''} | "
+                f"{g.get('gpu', '-')} ({g.get('rank', '-')}) | {g.get('kernel_mb', '-')} | "
+                f"{g.get('weights_mb', '-')} | {g.get('training_mb', '-')} | "
+                f"{g.get('nvml_peak_mb', '-')} | "
+                f"{_mb(predicted.get('nvml_peak')) or 'not calibrated'} | "
+                f"{g.get('allocator_peak_mb', '-')} | {_mb(predicted.get('allocator_peak'))} | "
+                f"{measured.get('samples_per_second', '-') if first else ''} | "
+                f"{(f'{eff:.0%}' if eff is not None else '-') if first else ''} |")
+        if measured.get("status") not in (None, "completed"):
+            lines.append(f"| | | {measured['status']}: {str(measured.get('error'))[:120]} |"
+                         + " |" * 9)
+    return "\n".join(lines) + "\n"
+
+
+def _write(results: list[dict], out_dir: Path) -> None:
+    text = markdown(results)
+    (out_dir / "scaling.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    (out_dir / "scaling.md").write_text(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=os.environ.get("OUT", "/tmp/anatomy-scaling"))
+    parser.add_argument("--store", help="the store the runs go to (default OUT/scaling.sqlite)")
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--batch-size", type=int, default=8, help="per device")
+    parser.add_argument("--seq-len", type=int, default=512)
+    parser.add_argument("--precision", default="bf16", choices=("fp32", "fp16", "bf16"))
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--gpu-model", help="the calibration to predict with (default: GPU 0's)")
+    parser.add_argument("--quick", action="store_true",
+                        help="10 steps a run: the six runs in <= 8 min on two H200s")
+    parser.add_argument("--run-timeout", type=int, default=600)
+    parser.add_argument("--report", metavar="JSON", help="print the table of a finished set")
+    args = parser.parse_args(argv)
+    if args.report:
+        print(markdown(json.loads(Path(args.report).read_text())), end="")
+        return 0
+    if args.quick:
+        args.steps, args.run_timeout = 10, 150
+    if args.gpu_model is None:
+        from anatomy.engine.devices import machine
+
+        info = machine()
+        if info.gpu_count < 2:
+            print(f"error: needs two GPUs; this machine has {info.gpu_count}", file=sys.stderr)
+            return 2
+        args.gpu_model = info.devices[0].name
+    results = run_all(args)
+    _efficiency(results)
+    _write(results, Path(args.out))
+    print(markdown(results), end="")
+    return 0 if all(e.get("exit_code") == 0 for e in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,331 @@
+"""Several training processes through accelerate (issue 12), on this CPU: two gloo ranks of the
+tiny model through the real CLI and manager; a fault on one rank; a stop; the options; the
+store's rank columns on old files."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+import psutil
+import pytest
+
+from anatomy.analysis.options import RunOptions, validate
+from anatomy.analysis.report import report
+from anatomy.cli import main
+from anatomy.engine.callbacks import INJECT_ENV
+from anatomy.store import PhaseMark, Step, Store
+
+SMALL = dict(model="tiny", dataset_size=32, seq_len=32, batch_size=2, processes=2)
+RANK_PHASES = ["kernel", "weights", "training"]
+
+
+def _tree_while_training(store: Store, run_id: int, timeout: float = 120) -> list[psutil.Process]:
+    """The worker and every process under it, once both ranks train."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if {p.rank for p in store.phases(run_id, None) if p.name == "training"} == {0, 1}:
+            pid = store.run(run_id).worker_pid
+            root = psutil.Process(pid)
+            return [root, *root.children(recursive=True)]
+        time.sleep(0.05)
+    raise AssertionError("the two ranks never began training")
+
+
+def _alive(processes: list[psutil.Process]) -> list[psutil.Process]:
+    return [p for p in processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_two_cpu_processes_through_the_cli_record_both_ranks(store, capsys):
+    code = main(["run", "--model", "tiny", "--processes", "2", "--max-steps", "3",
+                 "--dataset-size", "32", "--seq-len", "32", "--batch-size", "2",
+                 "--store", str(store.path)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    run_id = store.runs()[-1].id
+    rep = report(store, run_id)
+    assert rep.status == "completed"
+    assert rep.world_size == 2 and rep.strategy == "ddp" and rep.gpus == ()
+    assert store.ranks(run_id) == [0, 1]
+    assert [p.name for p in rep.phases] == ["baseline", *RANK_PHASES]  # rank 0's, as always
+    assert [p.name for p in rep.ranks[1].phases] == RANK_PHASES  # the baseline is the worker's
+    for rank in (0, 1):
+        assert [s.step for s in store.steps(run_id, rank)] == [1, 2, 3]
+        assert rep.ranks[rank].phase("training").done
+        assert rep.ranks[rank].peak_bytes > 0
+        parts = rep.ranks[rank].components
+        assert parts.weights == parts.gradients == 4 * rep.parameters  # DDP: all of it, each
+    assert rep.summary.samples_per_second > 0  # the Trainer's: both ranks' samples
+    shown = rep.to_dict()
+    assert shown["world_size"] == 2 and [r["rank"] for r in shown["ranks"]] == [0, 1]
+    assert rep.samples == rep.samples_sent > 0
+    # Nothing of the run is left: the worker, the launcher's ranks, the sampler.
+    left = [p for p in psutil.Process().children(recursive=True)
+            if "resource_tracker" not in " ".join(p.cmdline())]
+    assert _alive(left) == []
+
+
+def test_a_fault_on_one_rank_ends_the_run_and_every_rank(manager, store, monkeypatch):
+    monkeypatch.setenv(INJECT_ENV, "oom@2:1")  # rank 1 runs out of memory at step 2
+    run_id = manager.start(RunOptions(**SMALL, max_steps=50))
+    tree = _tree_while_training(store, run_id)
+    assert len(tree) >= 3  # the worker and its two ranks
+    assert manager.wait(run_id, timeout=120) == "oom"
+    rep = report(store, run_id)
+    assert rep.error.startswith("rank 1: ") and "out of memory" in rep.error
+    assert all(p.end_s is not None for p in store.phases(run_id, None))
+    assert _alive(tree) == []
+
+
+def test_stop_ends_every_rank(manager, store):
+    run_id = manager.start(RunOptions(**SMALL, max_steps=100_000))
+    tree = _tree_while_training(store, run_id)
+    started = time.monotonic()
+    manager.stop(run_id)
+    assert time.monotonic() - started < 8
+    assert _alive(tree) == []
+    assert report(store, run_id).status == "stopped"
+
+
+@pytest.mark.parametrize("values, gpus, field, words", [
+    ({"gpus": "0,0"}, 2, "gpus", "named twice"),
+    ({"gpus": "0,2"}, 2, "gpus", "out of range: 0 to 1"),
+    ({"gpus": "0,x"}, 2, "gpus", "not a GPU index"),
+    ({"gpus": "0,1"}, 0, "gpus", "no GPU"),
+    ({"processes": 2}, 1, "processes", "--gpus 0,1"),
+    ({"gpus": "0,1", "processes": 3}, 2, "processes", "does not match"),
+    ({"strategy": "fsdp"}, 1, "strategy", "several processes"),
+    ({"strategy": "fsdp", "processes": 2}, 0, "strategy", "needs GPUs"),
+    ({"processes": 2, "profile_steps": 2}, 0, "profile_steps", "single process"),
+    ({"strategy": "zero"}, 2, "strategy", "not one of ddp, fsdp"),
+])
+def test_several_processes_are_validated_in_one_line(values, gpus, field, words):
+    errors = validate(RunOptions(**values), gpus, resolve_model=False)
+    assert words in errors[field] and "\n" not in errors[field]
+
+
+def test_world_size_and_gpus_of_the_options():
+    assert RunOptions().world_size == 1 and not RunOptions().distributed
+    assert RunOptions(gpu=1).gpu_list() == (1,)
+    options = RunOptions(gpus="1, 0", strategy="fsdp")
+    assert options.gpu_list() == (1, 0) and options.world_size == 2 and options.distributed
+    assert RunOptions(processes=3).world_size == 3
+    assert validate(RunOptions(gpus="0,1", strategy="fsdp"), 2, resolve_model=False) == {}
+
+
+def test_a_store_written_before_ranks_gains_them(tmp_path):
+    path = tmp_path / "old.sqlite"
+    Store(path)
+    with sqlite3.connect(path) as db:  # as a store of before issue 12 looked
+        for table in ("phases", "steps"):
+            db.execute(f"ALTER TABLE {table} DROP COLUMN rank")
+    old = Store(path, read_only=True)  # read as it is: every row is rank 0's
+    assert old.phases(1) == [] and old.steps(1, None) == [] and old.ranks(1) == [0]
+    run_id = Store(path).create_run({"model": "tiny"}, "cpu-rss", "rss", 0, {})  # migrates
+    fresh = Store(path)
+    fresh.write(run_id, phases=[PhaseMark("start", "kernel", 1.0, rank=1),
+                                PhaseMark("end", "kernel", 2.0, rank=1),
+                                PhaseMark("start", "kernel", 1.5)],
+                steps=[Step(3.0, 1, 2, 0.5, None, None, rank=1)])
+    assert [(p.rank, p.end_s) for p in fresh.phases(run_id, None)] == [(1, 2.0), (0, None)]
+    assert fresh.steps(run_id) == [] and fresh.steps(run_id, 1)[0].rank == 1
+    assert fresh.ranks(run_id) == [0, 1]
+
+
+# --- each rank's predicted memory: the arithmetic ---
+
+def _alone(peak_at: str = "backward pass"):
+    from anatomy.analysis.prediction import Prediction
+
+    return Prediction(parameters=1000, trainable_parameters=1000, weights=4000, gradients=4000,
+                      optimizer_states=8000, activations=3000, peak=20000, peak_at=peak_at,
+                      device="cuda", moments={})
+
+
+def test_a_ddp_rank_is_the_single_process_plus_one_copy_of_the_gradients():
+    from anatomy.analysis.prediction import rank_prediction
+
+    rank = rank_prediction(_alone(), "ddp", 2)
+    assert rank.buckets == 4000 and rank.peak == 20000 + 4000
+    assert (rank.weights, rank.gradients, rank.optimizer_states) == (4000, 4000, 8000)
+    assert rank.nvml_peak is None  # NCCL's own memory not calibrated: no NVML figure
+    assert "not calibrated" in rank.line()
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_fsdp_shards_sum_to_the_whole_and_buffers_are_the_units_in_flight(world):
+    from anatomy.analysis.prediction import rank_prediction, shard_bytes
+
+    rows = ((30, 40), (7, 4), (1, 8))  # (first dimension, bytes per row)
+    whole = sum(first * per for first, per in rows)
+    assert shard_bytes(rows, 1) == whole
+    assert whole <= world * shard_bytes(rows, world) < whole + world * sum(p for _, p in rows)
+    alone = _alone()
+    rank = rank_prediction(alone, "fsdp", world, root=500, largest_unit=700)
+    assert abs(world * rank.weights - alone.weights) <= world
+    assert abs(world * rank.optimizer_states - alone.optimizer_states) <= world
+    assert rank.all_gather == 500 + 2 * 700 and rank.reduce_scatter == 700
+    sharded = (alone.weights + alone.gradients + alone.optimizer_states) * (1 - 1 / world)
+    assert rank.peak == pytest.approx(alone.peak - sharded + 500 + 1400 + 700, abs=world)
+    assert rank.activations == alone.activations  # a rank's own batch
+
+
+def test_predict_shows_each_rank_with_several_processes(capsys):
+    assert main(["predict", "--model", "tiny", "--processes", "2", "--seq-len", "32",
+                 "--json"]) == 0
+    import json
+
+    out = json.loads(capsys.readouterr().out)
+    ranks = out["ranks"]
+    assert ranks["strategy"] == "ddp" and ranks["world_size"] == 2
+    assert ranks["components"]["ddp_buckets"] == out["components"]["gradients"]
+
+
+def test_scaling_efficiency_is_computed_in_one_place():
+    from anatomy.analysis.compare import scaling_efficiency
+
+    assert scaling_efficiency(180.0, 100.0, 2) == pytest.approx(0.9)
+    assert scaling_efficiency(None, 100.0, 2) is None and scaling_efficiency(90.0, None, 2) is None
+
+
+# --- a user's own launch of several processes: every rank joins `anatomy watch`'s run ---
+
+RANK_SCRIPT = """
+import anatomy
+run = anatomy.start(kernel=False)
+run.phase("weights")
+run.phase("training")
+run.step(0.5, total=2)
+run.step(0.4, total=2)
+run.end()
+"""
+LAUNCHER = """
+import os, subprocess, sys
+children = [subprocess.Popen([sys.executable, "-c", sys.argv[1]],
+                             env={**os.environ, "RANK": str(r), "LOCAL_RANK": str(r),
+                                  "WORLD_SIZE": "2"}) for r in range(2)]
+sys.exit(max(child.wait() for child in children))
+"""
+
+
+def _launch(store: Store, *watch: str):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    project = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "ANATOMY_STORE": str(store.path),
+           "PYTHONPATH": os.pathsep.join(filter(None, (str(project),
+                                                       os.environ.get("PYTHONPATH"))))}
+    command = [*watch, sys.executable, "-c", LAUNCHER, RANK_SCRIPT]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=project,
+                          env=env)
+
+
+def test_watch_of_a_launch_keeps_every_rank_in_one_run(store):
+    import sys
+
+    result = _launch(store, sys.executable, "-m", "anatomy", "watch", "--")
+    assert result.returncode == 0, result.stderr
+    [run] = store.runs()
+    rep = report(store, run.id)
+    assert rep.status == "completed" and rep.world_size == 2
+    assert store.ranks(run.id) == [0, 1]
+    for rank in (0, 1):
+        assert [s.step for s in store.steps(run.id, rank)] == [1, 2]
+        assert {p.name for p in store.phases(run.id, rank)} >= {"weights", "training"}
+
+
+def test_without_watch_rank_0_records_and_the_others_stay_silent(store):
+    result = _launch(store)
+    assert result.returncode == 0, result.stderr
+    [run] = store.runs()  # one run, not one per rank
+    assert store.ranks(run.id) == [0] and len(store.steps(run.id)) == 2
+
+
+# --- a stored run of two GPUs, read back: report, figure, Compare, Anatomy ---
+
+def _two_gpu_run(store: Store, world: int, rate: float) -> int:
+    from anatomy.store import Sample
+
+    options = RunOptions(model="tiny", batch_size=4, **({"gpus": "0,1"} if world > 1 else {}))
+    env = {"gpu_name": "NVIDIA H200", **({"world_size": 2, "strategy": "ddp", "gpus": [0, 1]}
+                                         if world > 1 else {})}
+    run_id = store.create_run(options.to_dict(), "nvml", "v2", 0, env)
+    marks, samples = [], []
+    for rank in range(world):
+        for i, name in enumerate(["kernel", "weights", "training"]):
+            marks += [PhaseMark("start", name, 1.0 + i, rank), PhaseMark("end", name, 1.9 + i, rank)]
+        samples += [Sample(1.5 + i, rank, (1000 + 100 * i + 10 * rank) * 2**20, None, None, None)
+                    for i in range(3)]
+    store.write(run_id, samples=samples, phases=marks)
+    store.update_run(run_id, summary={"samples_per_second": rate, "time_s": 1.0, "steps": 1},
+                     status="completed")
+    return run_id
+
+
+def test_a_two_gpu_run_reads_back_per_gpu(store):
+    from anatomy.analysis.compare import side_by_side
+    from anatomy.views.figures import memory_figure
+
+    one, two = _two_gpu_run(store, 1, 100.0), _two_gpu_run(store, 2, 190.0)
+    rep = report(store, two)
+    assert rep.world_size == 2 and rep.gpus == (0, 1)
+    assert [r.label() for r in rep.ranks] == ["GPU 0 (rank 0)", "GPU 1 (rank 1)"]
+    assert rep.gpu_peaks() == {0: 1200 * 2**20, 1: 1210 * 2**20}
+    names = [t.name for t in memory_figure(rep, store.samples(two)).data]
+    assert "GPU 0 (rank 0)" in names and "GPU 1 (rank 1)" in names
+    assert "end of phase, GPU 1 (rank 1)" in names
+    rows = {r["what"]: r for r in side_by_side([report(store, one), rep])}
+    assert rows["scaling efficiency"][f"Run {two}"] == "95%"
+    assert rows["peak per GPU (MB)"][f"Run {two}"] == "GPU 0: 1,200 · GPU 1: 1,210"
+    assert "world_size" not in report(store, one).to_dict()  # one process prints as before
+
+
+def _hold(lifeline, seconds: float) -> None:
+    lifeline.attach()
+    time.sleep(seconds)
+
+
+def test_the_worker_of_several_gpus_holds_every_gpus_lock(tmp_path, monkeypatch):
+    """The worker inherits the locks of all its GPUs (a tuple of descriptors): they stay taken
+    while it lives, even when the manager let go of its own copies."""
+    import multiprocessing as mp
+
+    from anatomy.engine.lifeline import Lifeline, launch
+    from anatomy.engine.manager import LOCK_DIR_ENV, DeviceLock
+
+    monkeypatch.setenv(LOCK_DIR_ENV, str(tmp_path))
+    locks = [DeviceLock("gpu0"), DeviceLock("gpu1")]
+    assert all(lock.acquire("test") for lock in locks)
+    child = mp.get_context("spawn").Process(
+        target=_hold, args=(Lifeline("anatomy-test", tuple(lk.fileno() for lk in locks)), 30))
+    launch(child)
+    try:
+        for lock in locks:
+            lock.release()
+        time.sleep(0.5)
+        assert not DeviceLock("gpu0").acquire("other") and not DeviceLock("gpu1").acquire("x")
+    finally:
+        child.kill()
+        child.join(5)
+    assert DeviceLock("gpu1").acquire("free again")
+
+
+def test_several_gpus_are_taken_all_or_none(store, fresh_nvml, monkeypatch, tmp_path):
+    """A run on GPUs 0 and 1 is refused, with nothing recorded and no lock kept, when GPU 1 is
+    busy (fake NVML: two GPUs)."""
+    from anatomy.engine import nvml
+    from anatomy.engine.manager import LOCK_DIR_ENV, DeviceBusy, DeviceLock, RunManager
+    from tests.fake_nvml import FakePynvml
+
+    monkeypatch.setenv(LOCK_DIR_ENV, str(tmp_path))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    nvml._lib = FakePynvml(gpus=2)
+    busy = DeviceLock("gpu1")
+    assert busy.acquire("another run")
+    with pytest.raises(DeviceBusy, match="GPU 1 is busy: another run"):
+        RunManager(store).start(RunOptions(model="tiny", gpus="0,1"))
+    assert store.runs() == []
+    assert DeviceLock("gpu0").acquire("free")  # GPU 0's lock was given back
