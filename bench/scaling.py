@@ -91,7 +91,8 @@ def _measured(store: Store, run_id: int) -> dict:
                      "nvml_peak_mb": r.peak_mb,
                      "allocator_peak_mb": _mb(parts.peak_allocated if parts else None)})
     return {"run": run_id, "status": rep.status, "error": rep.error,
-            "samples_per_second": rep.summary.samples_per_second, "gpus": gpus,
+            "samples_per_second": rep.summary.samples_per_second,
+            "steady_samples_per_second": rep.summary.steady_samples_per_second, "gpus": gpus,
             "device": rep.device_name, "environment": {k: rep.environment.get(k) for k in
                                                        ("torch", "transformers", "driver")}}
 
@@ -136,15 +137,18 @@ def _efficiency(results: list[dict]) -> None:
     for entry in results:
         single = next((e for e in results if e["model"] == entry["model"]
                        and e["world_size"] == 1 and e.get("measured")), None)
-        rate = (entry.get("measured") or {}).get("samples_per_second")
-        one = (single or {}).get("measured", {}).get("samples_per_second")
+        # The steady rates (after the first steps): in a short run the first step's one-time
+        # costs would decide the Trainer's figure (report.steady_rate).
+        key = "steady_samples_per_second"
+        rate = (entry.get("measured") or {}).get(key)
+        one = (single or {}).get("measured", {}).get(key)
         entry["scaling_efficiency"] = scaling_efficiency(rate, one, entry["world_size"])
 
 
 def markdown(results: list[dict]) -> str:
     _efficiency(results)
     lines = ["| model | setup | GPU (rank) | kernel MB | weights MB | training MB | NVML peak MB"
-             " | predicted NVML MB | allocator peak MB | predicted allocator MB | samples/s |"
+             " | predicted NVML MB | allocator peak MB | predicted allocator MB | samples/s (steady) |"
              " scaling eff. |",
              "|" + "---|" * 12]
     for e in results:
@@ -160,12 +164,17 @@ def markdown(results: list[dict]) -> str:
                 f"{g.get('nvml_peak_mb', '-')} | "
                 f"{_mb(predicted.get('nvml_peak')) or 'not calibrated'} | "
                 f"{g.get('allocator_peak_mb', '-')} | {_mb(predicted.get('allocator_peak'))} | "
-                f"{measured.get('samples_per_second', '-') if first else ''} | "
+                f"{_rate(measured) if first else ''} | "
                 f"{(f'{eff:.0%}' if eff is not None else '-') if first else ''} |")
         if measured.get("status") not in (None, "completed"):
             lines.append(f"| | | {measured['status']}: {str(measured.get('error'))[:120]} |"
                          + " |" * 9)
     return "\n".join(lines) + "\n"
+
+
+def _rate(measured: dict) -> str:
+    steady = measured.get("steady_samples_per_second")
+    return "-" if steady is None else f"{steady:.1f}"
 
 
 def _write(results: list[dict], out_dir: Path) -> None:

@@ -181,6 +181,31 @@ def test_predict_shows_each_rank_with_several_processes(capsys):
     assert ranks["components"]["ddp_buckets"] == out["components"]["gradients"]
 
 
+def test_the_steady_rate_leaves_out_the_first_steps_and_counts_every_rank():
+    from anatomy.analysis.report import steady_rate
+
+    # Step 1 ends after 3 s of one-time costs; steps 2-6 take 0.1 s each.
+    steps = [Step(3.0 + 0.1 * (n - 1), n, 6, None, None, None) for n in range(1, 7)]
+    options, two = {"batch_size": 4, "grad_accum": 1}, {"world_size": 2}
+    # From the end of step 3 (after the probe's steps) to the end of step 6: 3 steps, 8 samples
+    # each across the two ranks, in 0.3 s.
+    assert steady_rate(steps, options, two) == pytest.approx(3 * 4 * 2 / 0.3)
+    assert steady_rate(steps, {**options, "grad_accum": 2}, {}) == pytest.approx(3 * 8 / 0.3)
+    assert steady_rate(steps[:3], options, two) is None  # nothing after the first steps
+    assert steady_rate(steps, {}, two) is None  # a batch nobody said
+
+
+def test_fsdp_units_are_the_layers_never_what_holds_the_input_embeddings():
+    from anatomy.analysis import models
+    from anatomy.engine.worker import _unit_classes
+
+    bert, _ = models.build_model("tiny", "cpu")
+    assert "BertEmbeddings" in bert._no_split_modules  # transformers lists it; accelerate
+    assert _unit_classes(bert) == ["BertLayer"]        # would shard its embeddings twice
+    llama, _ = models.build_model("tiny-llama", "cpu")
+    assert _unit_classes(llama) == ["LlamaDecoderLayer"]
+
+
 def test_scaling_efficiency_is_computed_in_one_place():
     from anatomy.analysis.compare import scaling_efficiency
 

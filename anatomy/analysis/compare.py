@@ -194,9 +194,9 @@ def side_by_side(reports: Sequence[RunReport]) -> list[dict]:
 
 def scaling_efficiency(rate: float | None, single_rate: float | None, processes: int
                        ) -> float | None:
-    """N-process samples/s ÷ (N × 1-process samples/s): 1.0 is perfect scaling. The Trainer's
-    samples/s of a run of several processes already counts every rank's samples. None where a
-    figure is missing."""
+    """N-process samples/s ÷ (N × 1-process samples/s): 1.0 is perfect scaling. Both rates count
+    every rank's samples (the Trainer's own figure does; so does `report.steady_rate`). None
+    where a figure is missing."""
     if rate is None or not single_rate or processes < 1:
         return None
     return rate / (processes * single_rate)
@@ -217,14 +217,22 @@ def scaling_efficiencies(reports: Sequence[RunReport]) -> dict[int, float | None
     out: dict[int, float | None] = {}
     for r in reports:
         if r.world_size == 1:
-            out[r.id] = 1.0 if r.summary.samples_per_second else None
+            out[r.id] = 1.0 if _rates(r, r)[0] else None
             continue
         single = [s for s in reports if s.world_size == 1 and _same_work(s, r)]
         base = max(single, key=lambda s: s.id) if single else None
-        out[r.id] = scaling_efficiency(r.summary.samples_per_second,
-                                       base.summary.samples_per_second if base else None,
-                                       r.world_size)
+        rate, single_rate = _rates(r, base) if base else (None, None)
+        out[r.id] = scaling_efficiency(rate, single_rate, r.world_size)
     return out
+
+
+def _rates(run: RunReport, single: RunReport) -> tuple[float | None, float | None]:
+    """The two runs' samples/s, measured alike: the steady figures (after the first steps) where
+    both have them, else the Trainer's own (whole training, first steps included)."""
+    a, b = run.summary, single.summary
+    if a.steady_samples_per_second and b.steady_samples_per_second:
+        return a.steady_samples_per_second, b.steady_samples_per_second
+    return a.samples_per_second, b.samples_per_second
 
 
 def per_gpu_peaks_text(report: RunReport) -> str:

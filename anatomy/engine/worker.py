@@ -50,7 +50,7 @@ def _is_oom(error: BaseException) -> bool:
     return "out of memory" in text.lower() or "can't allocate memory" in text
 
 
-def _sharding(options: dict) -> dict:
+def _sharding(options: dict, model=None) -> dict:
     """TrainingArguments for several processes: FSDP's full sharding through accelerate's FSDP
     plugin (the Trainer builds it), each transformer layer its own unit; DDP needs nothing (the
     Trainer wraps the model when WORLD_SIZE > 1)."""
@@ -60,12 +60,31 @@ def _sharding(options: dict) -> dict:
 
     # transformers >= 5.20 takes fsdp=True and everything in fsdp_config; before, the string.
     new_api = "const" in TrainingArguments.__dataclass_fields__["fsdp"].metadata
+    layers = _unit_classes(model) if model is not None else []
     return {"fsdp": True if new_api else "full_shard auto_wrap",
             "fsdp_config": {"auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+                            **({"transformer_layer_cls_to_wrap": layers} if layers else {}),
                             **({"reshard_after_forward": True} if new_api else {})}}
 
 
-def _training_arguments(options: dict, output_dir: str, use_cuda: bool, eval_strategy: str):
+def _unit_classes(model) -> list[str]:
+    """The classes FSDP makes its units of: the model's own `_no_split_modules` (transformers'
+    names for its layers) less any that holds the input embeddings. accelerate (1.15) shards the
+    input embeddings as a unit of their own after the layers, and a module already inside a unit
+    fails there (BERT lists BertEmbeddings: "value was None when it should not be", seen on two
+    H200s with torch 2.11)."""
+    names = set(getattr(model, "_no_split_modules", None) or ())
+    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    keep = set()
+    for module in model.modules():
+        name = type(module).__name__
+        if name in names and not any(inner is embeddings for inner in module.modules()):
+            keep.add(name)
+    return sorted(keep)
+
+
+def _training_arguments(options: dict, output_dir: str, use_cuda: bool, eval_strategy: str,
+                        model=None):
     from transformers import TrainingArguments
 
     # transformers 5.2x renamed gradient_checkpointing; older 5.x only knows the old name.
@@ -86,7 +105,7 @@ def _training_arguments(options: dict, output_dir: str, use_cuda: bool, eval_str
         # Ours: no checkpoints (the walkthrough's 128 steps never reach save_steps=500 either),
         # our own progress bar, and a loss every step for the chart.
         save_strategy="no", disable_tqdm=True, logging_steps=1, use_cpu=not use_cuda,
-        **_sharding(options),
+        **_sharding(options, model),
     )
 
 
@@ -97,7 +116,7 @@ def _trainer(model, dataset, options: dict, output_dir: str, use_cuda: bool, cal
     from transformers.trainer_callback import PrinterCallback
 
     def build(eval_strategy: str):
-        arguments = _training_arguments(options, output_dir, use_cuda, eval_strategy)
+        arguments = _training_arguments(options, output_dir, use_cuda, eval_strategy, model)
         trainer = Trainer(model=model, args=arguments, train_dataset=dataset, callbacks=callbacks)
         trainer.remove_callback(PrinterCallback)  # it prints every step's log; we draw our own
         return trainer
