@@ -182,6 +182,7 @@ def load_initialisers(device: str) -> None:
                        torch.nn.init.xavier_uniform_, torch.nn.init.kaiming_uniform_):
         initialise(probe)
     del probe
+    torch.cuda.empty_cache()  # the probe's block: the kernel phase holds no tensor memory
 
 
 def _train(reporter: Reporter, run: RunOptions, spec: ModelSpec, dataset, options: dict,
