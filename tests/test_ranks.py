@@ -291,7 +291,7 @@ def _two_gpu_run(store: Store, world: int, rate: float) -> int:
 
 
 def test_a_two_gpu_run_reads_back_per_gpu(store):
-    from anatomy.analysis.compare import side_by_side
+    from anatomy.analysis.compare import run_labels, side_by_side
     from anatomy.views.figures import memory_figure
 
     one, two = _two_gpu_run(store, 1, 100.0), _two_gpu_run(store, 2, 190.0)
@@ -305,6 +305,10 @@ def test_a_two_gpu_run_reads_back_per_gpu(store):
     rows = {r["what"]: r for r in side_by_side([report(store, one), rep])}
     assert rows["scaling efficiency"][f"Run {two}"] == "95%"
     assert rows["peak per GPU (MB)"][f"Run {two}"] == "GPU 0: 1,200 · GPU 1: 1,210"
+    # One process has no strategy (its stored default "ddp" would read as one in every label).
+    assert rows["Strategy"][f"Run {one}"] == "—" and rows["Strategy"][f"Run {two}"] == "ddp"
+    labels = run_labels([report(store, one), rep])
+    assert labels[one] == f"Run {one} · 1 GPU" and labels[two] == f"Run {two} · GPUs 0,1 · ddp"
     assert "world_size" not in report(store, one).to_dict()  # one process prints as before
 
 

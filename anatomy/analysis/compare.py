@@ -40,7 +40,15 @@ def phase_start(report: RunReport, phase: str) -> float | None:
 def differing_options(reports: Sequence[RunReport]) -> list[str]:
     """The run options (in the form's order) whose values are not the same in every run."""
     return [name for name in FIELDS
-            if len({repr(getattr(r.options, name)) for r in reports}) > 1]
+            if len({repr(option(r, name)) for r in reports}) > 1]
+
+
+def option(report: RunReport, name: str):
+    """A run's option as a comparison shows it: the strategy of a single process is none (the
+    default "ddp" it stores shares nothing)."""
+    if name == "strategy" and report.world_size <= 1:
+        return None
+    return getattr(report.options, name)
 
 
 # How an option reads in a run's label, where it differs between the runs compared.
@@ -58,6 +66,8 @@ def _label_word(name: str, value) -> str:
         return "by epochs"
     if name == "gpus" and not value:
         return "1 GPU"
+    if name == "strategy" and value is None:
+        return ""  # one process: "1 GPU" (or its device) says it
     if isinstance(value, bool):
         value = "on" if value else "off"
     return LABEL_WORDS.get(name, name + " {}").format(value)
@@ -76,7 +86,7 @@ def run_labels(reports: Sequence[RunReport]) -> dict[int, str]:
         words = [f"Run {r.id}"]
         if devices:
             words.append(r.device_name)
-        words += [_label_word(name, getattr(r.options, name)) for name in differing]
+        words += [w for w in (_label_word(name, option(r, name)) for name in differing) if w]
         labels[r.id] = " · ".join(words)
     return labels
 
@@ -180,7 +190,7 @@ def side_by_side(reports: Sequence[RunReport]) -> list[dict]:
     row("device", devices, len(set(devices)) > 1)
     row("status", [r.status for r in reports])
     for name, field in FIELDS.items():
-        row(field.label, [getattr(r.options, name) for r in reports], name in differing)
+        row(field.label, [option(r, name) for r in reports], name in differing)
     for index, (heading, _, _) in enumerate(_results(reports[0])):
         row(heading, [_results(r)[index][2] for r in reports])
     if any(r.world_size > 1 for r in reports):  # 1 vs N processes (issue 12)
