@@ -26,6 +26,11 @@ __all__ = ["PHASES", "PhaseReading", "RankReading", "RunListing", "RunReport", "
 TRAINING = "training"
 
 
+# `RunRow.source["kind"]` of a run a user's training made (watch, or a script's anatomy.start /
+# AnatomyCallback); any other source is anatomy's own worker.
+USER_KINDS = ("watch", "script")
+
+
 def started_by(source: Mapping[str, Any]) -> str:
     """Who started a run (`RunRow.source`), in words."""
     kind = source.get("kind")
@@ -182,7 +187,7 @@ class RunReport:
     def started_by_anatomy(self) -> bool:
         """Its own worker trained (`anatomy run`, the dashboard, a sweep): every option is known.
         Otherwise a user's script or command trained, and only the options it reported are."""
-        return not self.source
+        return self.source.get("kind") not in USER_KINDS
 
     @property
     def origin(self) -> str:
