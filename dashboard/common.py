@@ -51,7 +51,11 @@ def run_app() -> None:
         st.Page("pages/live.py", title="Live run", icon=":material/monitoring:", default=True),
         st.Page(RUNS_PAGE, title="Runs", icon=":material/table_rows:"),
         st.Page(COMPARE_PAGE, title="Compare", icon=":material/compare_arrows:"),
-        st.Page("pages/memory_anatomy.py", title="Anatomy", icon=":material/stacked_bar_chart:",
+        # "_anatomy.py": Streamlit names a pages/ file by its name less leading digits and
+        # underscores, and a fresh server's first request checks the URL against those names
+        # ("Page not found" for /anatomy when the file was memory_anatomy.py); "anatomy.py" would
+        # shadow the package where a page runs as the main script (AppTest puts pages/ on sys.path).
+        st.Page("pages/_anatomy.py", title="Anatomy", icon=":material/stacked_bar_chart:",
                 url_path="anatomy"),
     ]
     # The sidebar draws its own links (`sidebar`): Streamlit's automatic list is switched off in

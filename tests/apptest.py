@@ -12,7 +12,7 @@ TIMEOUT = 30  # the first run of a test process imports plotly and the engine
 def open_page(page: str, **query: str) -> AppTest:
     """app.py run, then `page` (e.g. "pages/runs.py") with the given query parameters, as a link
     opens it. The first run registers app.py's pages (st.navigation), so that the switch finds
-    a page by its own URL path ("anatomy" for pages/memory_anatomy.py)."""
+    a page by its own URL path ("anatomy" for pages/_anatomy.py)."""
     app = AppTest.from_file("../app.py", default_timeout=TIMEOUT).run()
     app.query_params.clear()
     for key, value in query.items():

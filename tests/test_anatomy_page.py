@@ -52,7 +52,7 @@ def measured_run(store, seed):
 
 
 def _page(**query) -> AppTest:
-    return open_page("pages/memory_anatomy.py", **query)
+    return open_page("pages/_anatomy.py", **query)
 
 
 # The page's tables, in the order it draws them.

@@ -248,6 +248,19 @@ def test_a_fresh_servers_first_page_has_the_apps_navigation_and_fetches_nothing_
     assert "Traceback" not in _stop_log(log)
 
 
+def test_a_fresh_servers_first_request_for_a_shared_anatomy_link_finds_its_page(gpu_runs,
+                                                                                   chromium):
+    url, store, log = gpu_runs
+    page = chromium.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(f"{url}/anatomy?run=1")  # the server's very first request
+    page.wait_for_function(CHARTS_DRAWN, arg=2, timeout=120_000)
+    page.wait_for_timeout(1000)
+    page.screenshot(path=ARTIFACTS / "first-request-anatomy.png")
+    assert page.get_by_text("Page not found").count() == 0
+    assert page.get_by_role("heading", name="Anatomy").count() == 1
+    assert page.url.startswith(f"{url}/anatomy")
+
+
 def test_at_1000_px_no_label_overlaps_another_or_leaves_its_chart(gpu_runs, chromium):
     url, store, log = gpu_runs
     page = chromium.new_page(viewport=NARROW)
