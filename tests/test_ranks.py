@@ -304,6 +304,7 @@ def test_a_two_gpu_run_reads_back_per_gpu(store):
     assert "end of phase, GPU 1 (rank 1)" in names
     rows = {r["what"]: r for r in side_by_side([report(store, one), rep])}
     assert rows["scaling efficiency"][f"Run {two}"] == "95%"
+    assert rows["samples/s after the first steps"][f"Run {two}"] == "—"  # no steps stored
     assert rows["peak per GPU (MB)"][f"Run {two}"] == "GPU 0: 1,200 · GPU 1: 1,210"
     # One process has no strategy (its stored default "ddp" would read as one in every label).
     assert rows["Strategy"][f"Run {one}"] == "—" and rows["Strategy"][f"Run {two}"] == "ddp"

@@ -196,6 +196,11 @@ def side_by_side(reports: Sequence[RunReport]) -> list[dict]:
     if any(r.world_size > 1 for r in reports):  # 1 vs N processes (issue 12)
         row("processes", [r.world_size for r in reports])
         row("peak per GPU (MB)", [per_gpu_peaks_text(r) for r in reports])
+        # What the efficiency is computed from (the Trainer's Samples/second above includes the
+        # first step's one-time costs).
+        row("samples/s after the first steps",
+            [None if r.summary.steady_samples_per_second is None
+             else round(r.summary.steady_samples_per_second, 2) for r in reports])
         efficiency = scaling_efficiencies(reports)
         row("scaling efficiency", [None if efficiency.get(r.id) is None
                                    else f"{efficiency[r.id]:.0%}" for r in reports])
