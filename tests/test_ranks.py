@@ -152,6 +152,27 @@ def test_a_ddp_rank_is_the_single_process_plus_one_copy_of_the_gradients():
     assert "not calibrated" in rank.line()
 
 
+def test_a_rank_reads_as_one_process_prediction_of_its_own_figures():
+    """The Anatomy page reads a rank's measured components against `as_prediction()`."""
+    from dataclasses import replace
+
+    from anatomy.analysis.prediction import rank_prediction
+
+    alone = replace(_alone(), moments={"forward pass": 15000, "backward pass": 20000},
+                    peak_reserved=21000, context=500, outside=200)
+    rank = rank_prediction(alone, "ddp", 2, nccl=900)
+    one = rank.as_prediction()
+    assert (one.weights, one.gradients, one.optimizer_states) == (4000, 4000, 8000)
+    assert one.peak == 24000 and max(one.moments.values()) == one.peak  # buckets all along
+    assert one.nvml_peak == rank.nvml_peak == 500 + 21000 + 4000 + 200 + 900
+    assert one.temporary == alone.temporary + 4000  # the buckets: beyond the components
+    uncalibrated = rank_prediction(alone, "ddp", 2).as_prediction()
+    assert uncalibrated.nvml_peak is None  # never an NVML figure without NCCL's memory
+    fsdp = rank_prediction(alone, "fsdp", 2, root=100, largest_unit=300).as_prediction()
+    assert (fsdp.weights, fsdp.optimizer_states) == (2000, 4000)
+    assert fsdp.peak == rank_prediction(alone, "fsdp", 2, root=100, largest_unit=300).peak
+
+
 @pytest.mark.parametrize("world", [2, 3, 4])
 def test_fsdp_shards_sum_to_the_whole_and_buffers_are_the_units_in_flight(world):
     from anatomy.analysis.prediction import rank_prediction, shard_bytes

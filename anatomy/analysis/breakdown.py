@@ -97,9 +97,12 @@ def prediction_for(report: RunReport) -> Prediction | None:
             path = Path(folder) / "config.json"
             path.write_text(json.dumps(config))
             options = replace(options, model=str(path))
+        device, gpu_name = "cuda" if report.on_gpu else "cpu", report.environment.get("gpu_name")
         try:
-            return predict(options, device="cuda" if report.on_gpu else "cpu",
-                           gpu_name=report.environment.get("gpu_name"))
+            if report.world_size > 1 and options.distributed:
+                # A rank of several: its own shares and buffers (rank 0's GPU is the one shown).
+                return predict_ranks(options, device=device, gpu_name=gpu_name).as_prediction()
+            return predict(options, device=device, gpu_name=gpu_name)
         except PredictionError:
             return None
 

@@ -409,6 +409,22 @@ class RankPrediction:
             return None
         return alone + (self.peak - self.alone.peak) + self.nccl
 
+    def as_prediction(self) -> Prediction:
+        """One rank's prediction in a single process's shape, so that a rank's measured
+        components are read against it as any run's are: its own weights, gradients and states;
+        its peak and every moment of a step moved by what the strategy changes (DDP's buckets live
+        throughout a step); the reserve moved alike; NCCL's memory outside PyTorch, and no NVML
+        figure while it is not calibrated."""
+        alone, delta = self.alone, self.peak - self.alone.peak
+        calibrated = self.nccl is not None
+        return replace(
+            alone, weights=self.weights, gradients=self.gradients,
+            optimizer_states=self.optimizer_states, activations=self.activations, peak=self.peak,
+            moments={k: v + delta for k, v in alone.moments.items()},
+            peak_reserved=alone.peak_reserved + delta if alone.peak_reserved else 0,
+            context=alone.context if calibrated else None,
+            outside=(alone.outside or 0) + self.nccl if calibrated else None)
+
     def components(self) -> dict[str, int]:
         return {"weights": self.weights, "gradients": self.gradients,
                 "optimizer_states": self.optimizer_states, "activations": self.activations,
