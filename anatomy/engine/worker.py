@@ -170,10 +170,10 @@ def _callbacks(reporter: Reporter, model, use_cuda: bool) -> list:
 def load_initialisers(device: str) -> None:
     """Load the kernels that initialise weights, in the kernel phase where kernels belong. CUDA
     loads a kernel's module on its first launch (torch's default, CUDA_MODULE_LOADING=LAZY), and
-    the weights are made on the device: without this, the random initialisers' modules (bert-large:
-    102 MiB in NVML's figure) would land in the weights phase, which the walkthrough reads as the
-    weights alone (it copies finished weights, which needs no such kernels). The calibration
-    (bench/prediction_grid.py) measures the context the same way."""
+    the weights are made on the device: without this, the random initialisers' modules (about
+    90 MiB of NVML's figure on an H200) would land in the weights phase, which the walkthrough
+    reads as the weights alone (it copies finished weights, which needs no such kernels). The
+    calibration (bench/prediction_grid.py) measures the context the same way."""
     import torch
 
     probe = torch.empty((16, 16), device=device)
