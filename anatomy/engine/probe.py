@@ -88,6 +88,9 @@ class ComponentProbe:
         self.values["activations"] = held
 
     def before_optimizer_step(self) -> None:
+        # The weights as training holds them: FSDP shards them when training starts, after the
+        # probe was made (a rank then holds its local shards); elsewhere they are unchanged.
+        self.values["weights"] = _tensor_bytes(self.model.parameters())
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
         self.values["gradients"] = max(self.values.get("gradients", 0), _tensor_bytes(grads))
         if self.use_cuda:
