@@ -313,6 +313,7 @@ def _two_gpu_run(store: Store, world: int, rate: float) -> int:
 
 def test_a_two_gpu_run_reads_back_per_gpu(store):
     from anatomy.analysis.compare import run_labels, side_by_side
+    from anatomy.analysis.report import run_rows
     from anatomy.views.figures import memory_figure
 
     one, two = _two_gpu_run(store, 1, 100.0), _two_gpu_run(store, 2, 190.0)
@@ -332,6 +333,8 @@ def test_a_two_gpu_run_reads_back_per_gpu(store):
     labels = run_labels([report(store, one), rep])
     assert labels[one] == f"Run {one} · 1 GPU" and labels[two] == f"Run {two} · GPUs 0,1 · ddp"
     assert "world_size" not in report(store, one).to_dict()  # one process prints as before
+    devices = {row.id: row.device for row in run_rows(store)}  # the Runs page's device column
+    assert devices == {one: "NVIDIA H200", two: "2 × NVIDIA H200 (ddp)"}
 
 
 def _hold(lifeline, seconds: float) -> None:

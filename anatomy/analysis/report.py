@@ -391,7 +391,7 @@ class RunListing:
     grad_accum: int | None
     optim: str | None
     backend: str
-    device: str  # the GPU's name, or "CPU"
+    device: str  # the GPU's name, or "CPU"; "2 × NVIDIA H200 (ddp)" for several processes
     tags: list[str]
     sweep: str | None
     peak_mb: int | None
@@ -409,15 +409,19 @@ def run_rows(store: Store, tag: str | None = None, preset: str | None = None,
     """One line per stored run (those with the tag, preset and status given), newest first."""
     rows = []
     for run in store.find_runs(tag=tag, preset=preset, status=status):
-        summary = report(store, run.id, run).summary
+        rep = report(store, run.id, run)
+        summary = rep.summary
         o = run.options
+        device = run.environment.get("gpu_name") or "CPU"
+        if rep.world_size > 1:  # several processes: another class of run than one GPU's
+            device = f"{rep.world_size} × {device} ({rep.strategy or 'ddp'})"
         rows.append(RunListing(
             id=run.id, name=run.name, created=when(run.created_at), status=run.status,
             preset=display_name(run.preset), batch_size=o.get("batch_size"),
             seq_len=o.get("seq_len"),
             precision=o.get("precision"), gradient_checkpointing=o.get("gradient_checkpointing"),
             grad_accum=o.get("grad_accum"), optim=o.get("optim"), backend=run.backend,
-            device=run.environment.get("gpu_name") or "CPU", tags=list(run.tags), sweep=run.sweep,
+            device=device, tags=list(run.tags), sweep=run.sweep,
             peak_mb=summary.peak_mb, time_s=summary.time_s,
             samples_per_second=summary.samples_per_second))
     return rows
