@@ -12,51 +12,21 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 from tools import demo_store
+from tools.browser import ARGS, CHROMIUM, serve
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 PAGES = {"Runs": "/runs?run=1", "Anatomy": "/anatomy?run=1", "Compare": "/compare?runs=1,2,3,4",
          "Live (stored run)": "/?run=1"}
 CHART_DRAWN = """() => { const p = document.querySelector('.js-plotly-plot');
   return !!(p && p._fullLayout && p.querySelector('.main-svg')); }"""
 WEBGL = "() => document.querySelectorAll('canvas.gl-canvas, .gl-container canvas').length"
-
-
-def _port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("localhost", 0))
-        return probe.getsockname()[1]
-
-
-def _serve(project: Path, store: Path) -> tuple[subprocess.Popen, str]:
-    port = _port()
-    # Device locks of its own: a run elsewhere on the machine does not make this one "busy".
-    env = {**os.environ, "ANATOMY_STORE": str(store), "PYTHONPATH": str(project),
-           "ANATOMY_LOCK_DIR": str(store.parent / "locks")}
-    process = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py",
-                                "--server.port", str(port), "--server.headless", "true"],
-                               cwd=project, env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
-    url = f"http://localhost:{port}"
-    for _ in range(300):
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2):
-                return process, url
-        except OSError:
-            time.sleep(0.2)
-    process.kill()
-    raise SystemExit("streamlit did not start")
 
 
 def _to_chart(page, url: str) -> float:
@@ -120,7 +90,7 @@ def main() -> None:
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
             for _ in range(args.repeats):
-                server, url = _serve(args.project, store)
+                server, url = serve(store, args.project, store.parent / "locks")
                 try:
                     pages = {} if args.stop_only else PAGES
                     if pages:

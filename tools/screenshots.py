@@ -12,44 +12,17 @@ A tiny CPU run is recorded for real first, from the Live page's form, for its tw
 from __future__ import annotations
 
 import argparse
-import os
-import socket
 import subprocess
-import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
 from anatomy.analysis import transfer
 from anatomy.store import Store
 from tools import demo_store
+from tools.browser import ARGS, CHROMIUM, serve
 
 PROJECT = Path(__file__).resolve().parent.parent
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SETTLE_MS = 1500  # the last chart's transitions
-
-
-def _serve(store: Path) -> tuple[subprocess.Popen, str]:
-    with socket.socket() as probe:
-        probe.bind(("localhost", 0))
-        port = probe.getsockname()[1]
-    env = {**os.environ, "ANATOMY_STORE": str(store), "ANATOMY_LOCK_DIR": str(store.parent)}
-    server = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py",
-                               "--server.port", str(port), "--server.headless", "true"],
-                              cwd=PROJECT, env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
-    url = f"http://localhost:{port}"
-    for _ in range(300):
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2):
-                return server, url
-        except OSError:
-            time.sleep(0.2)
-    server.kill()
-    raise SystemExit("streamlit did not start")
 
 
 def _charts_drawn(page, count: int = 1) -> None:
@@ -89,7 +62,7 @@ def main() -> None:
             transfer.import_runs(Store(path), args.runs.read_bytes())
         else:
             demo_store.build(path)
-        server, url = _serve(path)
+        server, url = serve(path)
         try:
             with sync_playwright() as playwright:
                 browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
