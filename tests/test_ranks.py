@@ -202,18 +202,23 @@ def test_predict_shows_each_rank_with_several_processes(capsys):
     assert ranks["components"]["ddp_buckets"] == out["components"]["gradients"]
 
 
-def test_the_steady_rate_leaves_out_the_first_steps_and_counts_every_rank():
+def test_the_steady_rate_leaves_out_the_first_steps_and_counts_every_rank(store):
+    from anatomy.analysis.components import MEASURED_STEPS
     from anatomy.analysis.report import steady_rate
 
     # Step 1 ends after 3 s of one-time costs; steps 2-6 take 0.1 s each.
     steps = [Step(3.0 + 0.1 * (n - 1), n, 6, None, None, None) for n in range(1, 7)]
+    run, short = (store.create_run({"model": "tiny"}, "nvml", "v2", 0, {}) for _ in range(2))
+    store.write(run, steps=steps)
+    store.write(short, steps=steps[:3])
+    span, short_span = (store.step_span(r, MEASURED_STEPS) for r in (run, short))
     options, two = {"batch_size": 4, "grad_accum": 1}, {"world_size": 2}
     # From the end of step 3 (after the probe's steps) to the end of step 6: 3 steps, 8 samples
     # each across the two ranks, in 0.3 s.
-    assert steady_rate(steps, options, two) == pytest.approx(3 * 4 * 2 / 0.3)
-    assert steady_rate(steps, {**options, "grad_accum": 2}, {}) == pytest.approx(3 * 8 / 0.3)
-    assert steady_rate(steps[:3], options, two) is None  # nothing after the first steps
-    assert steady_rate(steps, {}, two) is None  # a batch nobody said
+    assert steady_rate(span, options, two) == pytest.approx(3 * 4 * 2 / 0.3)
+    assert steady_rate(span, {**options, "grad_accum": 2}, {}) == pytest.approx(3 * 8 / 0.3)
+    assert steady_rate(short_span, options, two) is None  # nothing after the first steps
+    assert steady_rate(span, {}, two) is None  # a batch nobody said
 
 
 def test_fsdp_units_are_the_layers_never_what_holds_the_input_embeddings():

@@ -8,7 +8,7 @@ steps.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -291,20 +291,21 @@ class RunReport:
         }
 
 
-def steady_rate(steps: Sequence[Step], options: Mapping[str, Any],
+def steady_rate(span: tuple[Step, Step] | None, options: Mapping[str, Any],
                 environment: Mapping[str, Any]) -> float | None:
-    """Samples a second over the steps after the first MEASURED_STEPS (the first step's one-time
-    costs — kernels chosen, memory first reserved — and the component probe's synchronised
-    steps left out), every process's samples counted; None without enough steps or a known
-    batch. The Trainer's own figure averages over the whole training, so in a short run its
-    first step decides it (bert-large, 10 steps on an H200: 2.2 s of 2.9)."""
+    """Samples a second from the end of step MEASURED_STEPS to the end of the last step (`span`,
+    `Store.step_span`): the first step's one-time costs — kernels chosen, memory first reserved —
+    and the component probe's synchronised steps left out, every process's samples counted; None
+    without enough steps or a known batch. The Trainer's own figure averages over the whole
+    training, so in a short run its first step decides it (bert-large, 10 steps on an H200: 2.2 s
+    of 2.9)."""
     batch = options.get("batch_size")
-    after = [s for s in steps if s.step >= MEASURED_STEPS]
-    if not isinstance(batch, int) or len(after) < 2 or after[-1].t <= after[0].t:
+    if not isinstance(batch, int) or span is None or span[1].t <= span[0].t:
         return None
+    first, last = span
     processes = int(environment.get("world_size") or 1)
-    samples = (after[-1].step - after[0].step) * batch * int(options.get("grad_accum") or 1)
-    return samples * processes / (after[-1].t - after[0].t)
+    samples = (last.step - first.step) * batch * int(options.get("grad_accum") or 1)
+    return samples * processes / (last.t - first.t)
 
 
 def report(store: Store, run_id: int, run: RunRow | None = None) -> RunReport | None:
@@ -327,8 +328,8 @@ def report(store: Store, run_id: int, run: RunRow | None = None) -> RunReport | 
     summary = Summary(time_s=stored.get("time_s"),
                       samples_per_second=stored.get("samples_per_second"), peak_bytes=peak,
                       memory_bytes=training.memory_bytes if training else None, stored=stored,
-                      steady_samples_per_second=steady_rate(store.steps(run_id), run.options,
-                                                            run.environment))
+                      steady_samples_per_second=steady_rate(
+                          store.step_span(run_id, MEASURED_STEPS), run.options, run.environment))
     memory = {p.name: p.memory_bytes for p in phases}
     return RunReport(
         id=run.id, name=run.name, status=run.status, error=run.error,

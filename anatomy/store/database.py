@@ -799,6 +799,17 @@ class Store:
                 f"SELECT t, step, total, loss, allocated, reserved, {column} FROM steps"
                 f" WHERE run_id = ?{where} ORDER BY t", (run_id, *args))]
 
+    def step_span(self, run_id: int, first_step: int, rank: int = 0) -> tuple[Step, Step] | None:
+        """One process's first step numbered `first_step` or later and its last step (two rows,
+        however long the run); None without such steps."""
+        with self.connect() as db:
+            column, where, args = self._rank_clause(db, "steps", rank)
+            query = (f"SELECT t, step, total, loss, allocated, reserved, {column} FROM steps"
+                     f" WHERE run_id = ? AND step >= ?{where} ORDER BY t")
+            first = db.execute(query + " LIMIT 1", (run_id, first_step, *args)).fetchone()
+            last = db.execute(query + " DESC LIMIT 1", (run_id, first_step, *args)).fetchone()
+        return None if first is None else (Step(*first), Step(*last))
+
     def step_count(self, run_id: int, rank: int | None = 0) -> int:
         with self.connect() as db:
             _, where, args = self._rank_clause(db, "steps", rank)
