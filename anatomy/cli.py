@@ -15,9 +15,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TextIO
 
-from anatomy.analysis import components, device_constants, models, prediction, transfer
+from anatomy.analysis import components, models, prediction, transfer
 from anatomy.analysis.operations import comparison
 from anatomy.analysis.options import FIELDS, InvalidOptions, RunOptions, defaults_for, validate
+from anatomy.analysis.prediction import device_constants
 from anatomy.analysis.report import RunReport, report, run_rows, when
 from anatomy.analysis.sweeps import SweepGrid, grid, parse_vary
 from anatomy.engine import watch

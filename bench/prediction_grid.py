@@ -1,7 +1,7 @@
 """The prediction against a GPU: device constants fitted on a calibration set, then a grid of
 configurations the constants never saw, each predicted first, then run.
 
-    python bench/prediction_grid.py --calibrate                  # constants -> anatomy/analysis/calibration/
+    python bench/prediction_grid.py --calibrate                  # constants -> prediction/calibration/
     python bench/prediction_grid.py --grid                       # the grid + the largest batch sizes
     python bench/prediction_grid.py --calibrate --grid --budget-s 560 --out DIR   # both, one call
     python bench/prediction_grid.py --grid --quick               # 40 configurations, smaller shapes
@@ -41,10 +41,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from anatomy.analysis import device_constants, models  # noqa: E402
+from anatomy.analysis import models  # noqa: E402
 from anatomy.analysis.components import MEASURED_STEPS  # noqa: E402
-from anatomy.analysis.device_constants import DeviceCalibration, sdpa_signature  # noqa: E402
 from anatomy.analysis.options import RunOptions  # noqa: E402
+from anatomy.analysis.prediction import device_constants  # noqa: E402
+from anatomy.analysis.prediction.device_constants import DeviceCalibration, sdpa_signature  # noqa: E402
 
 MIB = 2**20
 STEPS = MEASURED_STEPS  # the probe's steps: the prediction replays the same ones

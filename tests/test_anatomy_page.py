@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from anatomy.analysis import breakdown, device_constants
+from anatomy.analysis import breakdown
 from anatomy.analysis.operations import CLASSES, ClassTotals, OperationProfile
+from anatomy.analysis.prediction import device_constants
 from anatomy.analysis.report import report
 from anatomy.units import MIB
 from anatomy.views import figures

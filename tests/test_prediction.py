@@ -11,19 +11,21 @@ import dataclasses
 import pytest
 import torch
 
-from anatomy.analysis import models, prediction, replay
-from anatomy.analysis.device_constants import DEFAULT, sdpa_signature
+from anatomy.analysis import models
 from anatomy.analysis.options import RunOptions
 from anatomy.analysis.prediction import (
     WALKTHROUGH_BYTES_PER_PARAMETER,
     Prediction,
     max_batch_size,
+    memory,
     predict,
+    replay,
     walkthrough_bytes_per_parameter,
 )
-from anatomy.analysis.tracing.record import record
-from anatomy.analysis.tracing.tracker import LiveTensors, Timeline
-from anatomy.analysis.tracing.trainer_step import StepOptions, TrainerStep
+from anatomy.analysis.prediction.device_constants import DEFAULT, sdpa_signature
+from anatomy.analysis.prediction.tracing.record import record
+from anatomy.analysis.prediction.tracing.tracker import LiveTensors, Timeline
+from anatomy.analysis.prediction.tracing.trainer_step import StepOptions, TrainerStep
 
 MIB = 2**20
 TINY = ("tiny", "tiny-gpt2", "tiny-llama", "tiny-qwen2", "tiny-vit")
@@ -156,8 +158,8 @@ def test_the_largest_batch_size_fits_and_the_next_does_not():
     assert 2 < fit.batch_size < 4096 and not fit.exact  # sizes between were taken as linear
 
     def replayed(batch: int) -> replay.Measurement:  # recorded at that very batch size
-        shape = prediction._shape_of(dataclasses.replace(options, batch_size=batch))
-        recording = prediction._recording(shape, "cuda", small, 3)
+        shape = memory._shape_of(dataclasses.replace(options, batch_size=batch))
+        recording = memory._recording(shape, "cuda", small, 3)
         return replay.measure(replay.stream(recording, 3, 1), cuda=True, capacity=fit.capacity)
 
     assert not replayed(fit.batch_size).out_of_memory

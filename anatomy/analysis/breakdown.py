@@ -3,7 +3,7 @@ component, the waterfall from the CUDA context to the peak, the moments of a ste
 parameter next to the walkthrough's, and what the operation classes mean on this device.
 
 The measured side is the report's components (anatomy/analysis/components.py); the predicted
-side is `predict()` (anatomy/analysis/prediction.py) for the run's own options, on the run's kind of
+side is `predict()` (anatomy/analysis/prediction/memory.py) for the run's own options, on the run's kind of
 device (a GPU run: its GPU model's calibrated constants, for the CUDA context, the allocator and
 NVML's figure).
 """

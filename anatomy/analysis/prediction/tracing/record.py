@@ -1,7 +1,7 @@
 """Recording a run's training without its memory: the model built on the meta device, then the
 Trainer's step on fake tensors, each part of the step traced once.
 
-A recording (anatomy/analysis/replay.py's `Recording`) holds the timeline in segments, each traced
+A recording (prediction/replay.py's `Recording`) holds the timeline in segments, each traced
 once because every repetition of it allocates and frees the same storages (the replay lays them
 out for as many steps and micro-batches as a run takes):
 
@@ -25,12 +25,12 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from anatomy.analysis import models
-from anatomy.analysis.device_constants import DeviceCalibration
 from anatomy.analysis.models import ModelSpec
-from anatomy.analysis.replay import Recording
-from anatomy.analysis.tracing.cuda import CudaKernels
-from anatomy.analysis.tracing.tracker import LiveTensors, Timeline
-from anatomy.analysis.tracing.trainer_step import StepOptions, TrainerStep
+from anatomy.analysis.prediction.device_constants import DeviceCalibration
+from anatomy.analysis.prediction.replay import Recording
+from anatomy.analysis.prediction.tracing.cuda import CudaKernels
+from anatomy.analysis.prediction.tracing.tracker import LiveTensors, Timeline
+from anatomy.analysis.prediction.tracing.trainer_step import StepOptions, TrainerStep
 
 
 def _distinct_bytes(tensors) -> int:

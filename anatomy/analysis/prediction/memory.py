@@ -2,14 +2,13 @@
 operators run on fake tensors (no memory), their storages followed as they are made and freed,
 and the allocator's view of that simulated. No formula per model family.
 
-`predict(options, device=...)` records the run (anatomy/analysis/tracing/record.py: the model
-built on the meta device, one of each part of the Trainer's step on fake tensors, with CUDA's
-kernels where the device is "cuda"), replays it for the steps the probe measures
-(anatomy/analysis/replay.py), and reads the same figures the probe and the allocator report:
-weights, gradients, optimizer states, activations, the allocator's peak and reserve, and on a
-GPU the NVML figure (the CUDA context + the reserve + what lives outside PyTorch, from the
-device's calibration: anatomy/analysis/device_constants.py). docs/PREDICTION.md states every
-modelled effect and constant.
+`predict(options, device=...)` records the run (tracing/record.py: the model built on the meta
+device, one of each part of the Trainer's step on fake tensors, with CUDA's kernels where the
+device is "cuda"), replays it for the steps the probe measures (replay.py), and reads the same
+figures the probe and the allocator report: weights, gradients, optimizer states, activations,
+the allocator's peak and reserve, and on a GPU the NVML figure (the CUDA context + the reserve +
+what lives outside PyTorch, from the device's calibration: device_constants.py).
+docs/PREDICTION.md states every modelled effect and constant.
 
 Importing this module imports no torch: the tracing does, when a prediction is made.
 """
@@ -20,10 +19,11 @@ import json
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
-from anatomy.analysis import device_constants, models, replay
+from anatomy.analysis import models
 from anatomy.analysis.components import MEASURED_STEPS, Components, rest_of_peak
-from anatomy.analysis.device_constants import DeviceCalibration
 from anatomy.analysis.options import RunOptions
+from anatomy.analysis.prediction import device_constants, replay
+from anatomy.analysis.prediction.device_constants import DeviceCalibration
 from anatomy.units import size_text
 
 # The walkthrough's bytes per parameter ("Model training anatomy", Anatomy of Model's Memory),
@@ -178,8 +178,8 @@ def _recording(shape: RunOptions, device: str, calibration: DeviceCalibration | 
 @lru_cache(maxsize=16)
 def _cached_recording(shape: RunOptions, device: str, calibration_key: str | None,
                       steps: int) -> replay.Recording:
-    from anatomy.analysis.tracing.record import record
-    from anatomy.analysis.tracing.trainer_step import StepOptions
+    from anatomy.analysis.prediction.tracing.record import record
+    from anatomy.analysis.prediction.tracing.trainer_step import StepOptions
 
     calibration = (None if calibration_key is None else
                    DeviceCalibration.from_dict(json.loads(calibration_key)))
@@ -494,7 +494,7 @@ def predict_ranks(options: RunOptions, *, device: str = "cuda", gpu_name: str | 
     nccl = calibration.nccl_bytes if device == "cuda" and calibration else None
     if options.strategy != "fsdp":
         return rank_prediction(alone, "ddp", options.world_size, nccl=nccl)
-    from anatomy.analysis.tracing.units import units
+    from anatomy.analysis.prediction.tracing.units import units
 
     found = units(options.model, options.lora_rank, options.lora_target_list())
     return rank_prediction(alone, "fsdp", options.world_size, root=found.root,

@@ -1,6 +1,6 @@
 """What the prediction must know about a GPU that no CPU can tell: constants measured on that GPU
 by `bench/prediction_grid.py --calibrate` on a named calibration set (never on the grid the
-prediction is judged on), one JSON file per device model in anatomy/analysis/calibration/.
+prediction is judged on), one JSON file per device model in prediction/calibration/.
 
 - `workspace_forward_bytes`, `workspace_backward_bytes`: cuBLAS's workspace, allocated through
   the caching allocator by the first matrix product of the forward pass (main thread) and of the

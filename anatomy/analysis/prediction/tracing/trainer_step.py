@@ -17,7 +17,7 @@ What it mirrors (transformers 5.23, accelerate 1.15):
 
 The same code runs on real tensors (the tests measure a real CPU step with it) and on fake ones
 (the prediction). `kernels` says which device's kernels the fake tensors stand for; the CUDA ones
-that differ are anatomy/analysis/tracing/cuda.py's.
+that differ are prediction/tracing/cuda.py's.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ learns when its storage is freed from a weak reference on that storage.
 On real tensors it measures what is alive (the true live-tensor peak of a CPU step); on fake
 tensors (FakeTensorMode) it follows the same step without the memory. Either way it writes a
 `Timeline`: allocations and frees of storages, in order, and named marks between them. The
-caching allocator's view of those events is anatomy/analysis/allocator.py's.
+caching allocator's view of those events is prediction/allocator.py's.
 """
 
 from __future__ import annotations

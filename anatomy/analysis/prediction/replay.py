@@ -1,5 +1,5 @@
 """A traced run laid out for as many steps and micro-batches as it takes, and what the allocator
-makes of it. Pure Python: the recording (anatomy/analysis/tracing/record.py) is plain data.
+makes of it. Pure Python: the recording (prediction/tracing/record.py) is plain data.
 
 The Trainer's run, in the order its memory sees it:
 
@@ -11,7 +11,7 @@ The Trainer's run, in the order its memory sees it:
 Each recorded segment is copied with fresh storage ids; a copy's frees of storages from outside
 it follow the run: the optimizer step frees that step's gradients, the cuBLAS workspaces
 (persistent) are made once. On "cuda" the allocator is the caching allocator's simulation
-(anatomy/analysis/allocator.py); on "cpu" there is none: every figure is exact tensor bytes.
+(prediction/allocator.py); on "cpu" there is none: every figure is exact tensor bytes.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from anatomy.analysis.allocator import CachingAllocator, OutOfMemory
+from anatomy.analysis.prediction.allocator import CachingAllocator, OutOfMemory
 
 ALLOC, FREE, MARK = 0, 1, 2
 EMPTY_CACHE = "empty_cache"

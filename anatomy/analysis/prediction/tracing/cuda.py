@@ -3,7 +3,7 @@
 The fake tensors of a trace are CPU tensors (a fake CUDA tensor needs CUDA's device guard, which a
 CPU build of torch lacks), so the operators that run CPU code where CUDA would run other code are
 replaced here by what CUDA runs. Each difference is named; the constants measured on a GPU come
-from the device's calibration (anatomy/analysis/device_constants.py):
+from the device's calibration (prediction/device_constants.py):
 
 - **autocast**: the CPU's autocast lists differ from CUDA's. The CPU's run as they are (the
   linear layers, matmuls and losses are on both); the operators CUDA autocasts to fp32 and the
@@ -38,8 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from anatomy.analysis.device_constants import DeviceCalibration, sdpa_signature
-from anatomy.analysis.tracing.tracker import LiveTensors
+from anatomy.analysis.prediction.device_constants import DeviceCalibration, sdpa_signature
+from anatomy.analysis.prediction.tracing.tracker import LiveTensors
 
 aten = torch.ops.aten
 

@@ -1,0 +1,38 @@
+"""Training memory predicted before anything runs, for any model: the training step's operators
+followed on fake tensors (`tracing/`), laid out step by step (`replay`), through PyTorch's caching
+allocator simulated (`allocator`), with the device's calibrated constants (`device_constants`,
+`calibration/<gpu>.json`); `memory` reads the components, the peaks, each rank's share and the
+largest batch from that. docs/PREDICTION.md states every modelled effect and constant.
+
+What readers use is named here. Importing the package imports no torch: the tracing does, inside
+the functions that predict.
+"""
+
+from anatomy.analysis.prediction.memory import (
+    BATCH_SIZE_LIMIT,
+    COMPONENTS,
+    CPU_PROCESS_BYTES,
+    DEVICES,
+    WALKTHROUGH_BYTES_PER_PARAMETER,
+    BatchFit,
+    Prediction,
+    PredictionError,
+    RankPrediction,
+    calibration_for,
+    capacity_for,
+    max_batch_size,
+    predict,
+    predict_ranks,
+    rank_prediction,
+    shard_bytes,
+    steps_measured,
+    walkthrough_bytes_per_parameter,
+)
+
+__all__ = [
+    "BATCH_SIZE_LIMIT", "COMPONENTS", "CPU_PROCESS_BYTES", "DEVICES",
+    "WALKTHROUGH_BYTES_PER_PARAMETER", "BatchFit", "Prediction", "PredictionError",
+    "RankPrediction", "calibration_for", "capacity_for", "max_batch_size", "predict",
+    "predict_ranks", "rank_prediction", "shard_bytes", "steps_measured",
+    "walkthrough_bytes_per_parameter",
+]
