@@ -14,7 +14,9 @@ from anatomy.analysis.report import RunReport
 from anatomy.engine.manager import RunManager, machine
 from anatomy.engine.sweep import Sweep
 from anatomy.store import Store, StoreError, resolve_path
-from anatomy.views import figures, session, text
+from anatomy.views import live as live_view
+from anatomy.views import text
+from anatomy.views.figures import live as live_figures
 
 RUNS_PAGE = "pages/runs.py"
 COMPARE_PAGE = "pages/compare.py"
@@ -110,7 +112,7 @@ def sidebar_device() -> None:
         st.caption("Measures " + text.source(info.backend, info.memory_api))
 
 
-# The memory chart's x axis (figures.AXES), as the segmented control names it.
+# The memory chart's x axis (anatomy/views/figures/live.py AXES), as the segmented control names it.
 AXIS_NAMES = {"run": "Whole run (s)", "training": "Training (s)", "step": "Training steps"}
 CHART = {"displaylogo": False}
 # Streamlit's defaults, fitted to a narrow window: a metric's value shrinks with the window
@@ -158,7 +160,7 @@ def run_charts(rep: RunReport, key: str, now: float | None = None, live: bool = 
 def memory_chart(rep: RunReport, now: float | None = None, axis: str = "run") -> None:
     db = store()
     # 1,000 buckets: a min and a max each, two points a pixel column of the widest chart.
-    figure = figures.memory_figure(rep, db.decimated(rep.id, buckets=1000), db.steps(rep.id),
+    figure = live_figures.memory_figure(rep, db.decimated(rep.id, buckets=1000), db.steps(rep.id),
                                    now, axis)
     st.plotly_chart(figure, key=f"memory-{rep.id}", config=CHART)
     st.caption("Shows " + text.source(rep.backend, rep.memory_api) +
@@ -174,7 +176,7 @@ def steps_chart(rep: RunReport) -> None:
     if not steps:
         st.info("No training step recorded yet.")
         return
-    st.plotly_chart(figures.steps_figure(rep, steps), key=f"steps-{rep.id}", config=CHART)
+    st.plotly_chart(live_figures.steps_figure(rep, steps), key=f"steps-{rep.id}", config=CHART)
     st.caption("The Trainer's loss at each step (logged every step) and the time each step took,"
                " from the end of the one before; step 1 also holds the Trainer's first-step "
                "setup.")
@@ -185,7 +187,7 @@ def device_panel(rep: RunReport, live: bool) -> None:
     GPU's utilisation, power and temperature, the host's CPU and RAM, and every process on the
     GPUs (not only this run's). Live: the latest reading, the last minute as sparklines; a
     finished run: those figures over the whole run, and the processes at the end of training."""
-    panel = session.device_panel(store(), rep, window_s=60.0 if live else None)
+    panel = live_view.device_panel(store(), rep, window_s=60.0 if live else None)
     if panel is None:
         st.caption("No device readings stored for this run (recorded before the device panel "
                    "existed, or imported).")
@@ -195,7 +197,7 @@ def device_panel(rep: RunReport, live: bool) -> None:
             _metrics(f"GPU {line.gpu} · {rep.device_name}", line.metrics)
         _metrics("Host", panel.host)
     else:
-        st.plotly_chart(figures.device_figure(panel.hosts, panel.gpu_readings),
+        st.plotly_chart(live_figures.device_figure(panel.hosts, panel.gpu_readings),
                         key=f"device_history_{rep.id}", config=CHART)
     if panel.processes:
         st.markdown("**Processes on the GPU" + ("" if live else ", at the end of training")
@@ -209,7 +211,7 @@ def device_panel(rep: RunReport, live: bool) -> None:
     st.caption(panel.caption)
 
 
-def _metrics(title: str, metrics: list[session.PanelMetric]) -> None:
+def _metrics(title: str, metrics: list[live_view.PanelMetric]) -> None:
     st.markdown(f"**{title}**")
     with st.container(horizontal=True):
         for metric in metrics:
@@ -231,7 +233,7 @@ def stopping(run_id: int) -> bool:
 
 def outcome(rep: RunReport) -> None:
     """How a finished run ended, and its summary as the walkthrough prints it."""
-    line = session.status_line(rep)
+    line = live_view.status_line(rep)
     if rep.status == "completed":
         st.success(line)
     elif rep.status == "stopped":
@@ -240,7 +242,7 @@ def outcome(rep: RunReport) -> None:
         st.error(line)
         if rep.error:
             st.code(rep.error, language=None)
-    lines = session.summary_lines(rep)
+    lines = live_view.summary_lines(rep)
     if lines:
         st.code("\n".join(lines), language=None)
     for message in rep.messages:

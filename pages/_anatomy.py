@@ -10,7 +10,9 @@ from anatomy.analysis.operations import PAPER_CITATION, comparison
 from anatomy.analysis.prediction import WALKTHROUGH_BYTES_PER_PARAMETER
 from anatomy.analysis.report import RunReport, report
 from anatomy.units import mib_float
-from anatomy.views import figures, text
+from anatomy.views import anatomy as view
+from anatomy.views import text
+from anatomy.views.figures import anatomy as figures
 from dashboard import common
 
 CHART = {"displaylogo": False}
@@ -19,7 +21,7 @@ MB = st.column_config.NumberColumn(format="%.1f")
 
 def measured_and_predicted(rep: RunReport, prediction) -> None:
     st.subheader("Measured next to predicted")
-    st.plotly_chart(figures.anatomy_waterfall_figure(breakdown.waterfall(rep, prediction)),
+    st.plotly_chart(figures.anatomy_waterfall_figure(view.waterfall(rep, prediction)),
                     key="anatomy_waterfall", config=CHART)
     if rep.on_gpu:
         st.caption("Each part adds to the one before; *all parts* is their sum, which no moment "
@@ -34,7 +36,7 @@ def measured_and_predicted(rep: RunReport, prediction) -> None:
                    "is no allocator to read a tensor peak from: the measured side goes on to the "
                    "peak RSS over the baseline, which adds torch's libraries and the Python "
                    "process.")
-    rows = breakdown.component_rows(rep, prediction)
+    rows = view.component_rows(rep, prediction)
     st.dataframe([{"Component": r.component, "Measured (MB)": mib_float(r.measured),
                    "Predicted (MB)": mib_float(r.predicted), "Error (%)": r.error_percent,
                    "Note": r.note} for r in rows],
@@ -48,8 +50,8 @@ def measured_and_predicted(rep: RunReport, prediction) -> None:
 
 def peak_section(rep: RunReport, prediction) -> None:
     st.subheader("Why the peak is less than the sum of the parts")
-    st.markdown(breakdown.peak_explanation(rep, prediction))
-    rows = breakdown.moment_rows(rep, prediction)
+    st.markdown(view.peak_explanation(rep, prediction))
+    rows = view.moment_rows(rep, prediction)
     all_parts = prediction.as_components().sum_of()
     st.plotly_chart(figures.moments_figure(rows, all_parts), key="anatomy_moments", config=CHART)
     measured = any(r.measured is not None for r in rows)
@@ -66,7 +68,7 @@ def peak_section(rep: RunReport, prediction) -> None:
 def bytes_per_parameter(rep: RunReport, prediction) -> None:
     st.subheader("Bytes per parameter")
     count = breakdown.parameters(rep, prediction)
-    rows = breakdown.bytes_per_parameter_rows(rep, prediction)
+    rows = view.bytes_per_parameter_rows(rep, prediction)
     st.dataframe([{"Component": r.component, "This run (measured)": r.measured,
                    "Predicted": r.predicted, "The walkthrough": r.walkthrough}
                   for r in rows], hide_index=True, key="anatomy_bytes_per_parameter",
@@ -106,7 +108,7 @@ def operations(rep: RunReport) -> None:
     profile = rep.operations
     st.plotly_chart(figures.operations_figure(comparison(profile)), key="anatomy_operations",
                     config=CHART)
-    st.markdown(breakdown.operations_explanation(profile, rep.options.precision))
+    st.markdown(view.operations_explanation(profile, rep.options.precision))
     st.caption(f"{profile.steps} profiled steps, forward and backward passes; time is "
                f"{profile.time_source}. Optimizer step (clipping and optimizer.step(), kept "
                f"apart): {profile.optimizer.time_us / 1000 / max(1, profile.steps):,.1f} ms a "
@@ -126,7 +128,7 @@ def per_gpu(rep: RunReport) -> None:
         predicted = breakdown.rank_prediction_for(rep)
     if predicted is not None:
         st.caption(predicted.line())
-    st.dataframe([row._asdict() for row in breakdown.rank_rows(rep, predicted)],
+    st.dataframe([row._asdict() for row in view.rank_rows(rep, predicted)],
                  hide_index=True)
 
 
@@ -165,7 +167,7 @@ def main() -> None:
                    "machine (a config file that stayed where the run was recorded, or a model "
                    "whose config the run did not record).")
     elif not rep.started_by_anatomy:
-        st.caption(breakdown.user_run_basis(rep))
+        st.caption(view.user_run_basis(rep))
     else:
         measured_and_predicted(rep, prediction)
         peak_section(rep, prediction)

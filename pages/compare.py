@@ -8,12 +8,17 @@ import json
 import pandas as pd
 import streamlit as st
 
-from anatomy.analysis import compare, transfer
+from anatomy.analysis import transfer
+from anatomy.analysis.compare import differing_options, phase_start
 from anatomy.analysis.options import FIELDS, InvalidOptions, defaults_for
 from anatomy.analysis.report import PHASES, RunReport, report
 from anatomy.analysis.sweeps import LADDER, SweepGrid, grid, parse_value
 from anatomy.engine.manager import DeviceBusy
-from anatomy.views import export, figures, session, text
+from anatomy.views import compare as view
+from anatomy.views import export, text
+from anatomy.views.figures import compare as figures
+from anatomy.views.live import options_from_form
+from anatomy.views.style import DIFFERS_BACKGROUND
 from dashboard import common
 
 REFRESH_SECONDS = 1.0
@@ -21,7 +26,6 @@ REFRESH_SECONDS = 1.0
 VARIABLE = ("batch_size", "precision", "gradient_checkpointing", "grad_accum", "optim", "seq_len",
             "model")
 SUGGESTED = {"batch_size": "1,2,4,8", "grad_accum": "1,2,4", "seq_len": "128,256,512"}
-DIFFERS_COLOUR = "background-color: #FFF3CD"
 
 
 # --- choosing runs ---
@@ -35,13 +39,13 @@ def _choose(ids: list[int]) -> None:
     are not stored are said; the URL is rewritten to name the runs shown."""
     asked = st.query_params.get("runs")
     if asked is not None and asked != ",".join(map(str, st.session_state.get("compare_runs", []))):
-        wanted = [i for i in compare.parse_ids(asked) if i in ids]
+        wanted = [i for i in view.parse_ids(asked) if i in ids]
         if wanted:
             st.session_state["compare_runs"] = wanted
         missing = [w.strip() for w in asked.split(",")
                    if w.strip() and not (w.strip().isdigit() and int(w.strip()) in ids)]
         if missing:
-            st.warning(text.missing_runs(missing), icon=":material/search_off:")
+            st.warning(view.missing_runs(missing), icon=":material/search_off:")
     chosen = [i for i in st.session_state.get("compare_runs", []) if i in ids]
     st.session_state["compare_runs"] = chosen if chosen or "compare_runs" in st.session_state \
         else ids[:2]
@@ -62,7 +66,8 @@ def _show_runs(run_ids: list[int]) -> None:
 def _styled(rows: list[dict]) -> pd.io.formats.style.Styler:
     table = pd.DataFrame(rows).set_index("what")
     return table.style.apply(
-        lambda row: [DIFFERS_COLOUR if row[""] == "≠" else ""] * len(row), axis=1)
+        lambda row: [f"background-color: {DIFFERS_BACKGROUND}" if row[""] == view.DIFFERS
+                     else ""] * len(row), axis=1)
 
 
 def _export(reports: list[RunReport], overlay) -> None:
@@ -108,12 +113,12 @@ def comparison(run_ids: list[int]) -> None:
                                 format_func=lambda i: f"Run {i}", key="compare_reference")
     training_only = span == "training only"
     samples = {r.id: db.decimated(r.id) for r in reports}
-    labels = compare.run_labels(reports)  # each run by exactly what differs
+    labels = view.run_labels(reports)  # each run by exactly what differs
 
     st.subheader("Memory over time, aligned")
     overlay = figures.overlay_figure(reports, samples, phase, labels, training_only)
     st.plotly_chart(overlay, key="compare_overlay", config={"displaylogo": False})
-    missing = [r.id for r in reports if compare.phase_start(r, phase) is None]
+    missing = [r.id for r in reports if phase_start(r, phase) is None]
     if missing:
         st.warning(f"Not drawn: {', '.join(f'run {i}' for i in missing)} never reached the "
                    f"{phase} phase.")
@@ -146,17 +151,17 @@ def comparison(run_ids: list[int]) -> None:
                "allocator. Hover a part for how it was computed. The diamond is the run's peak.")
 
     st.subheader("Side by side")
-    differing = compare.differing_options(reports)
+    differing = differing_options(reports)
     if differing:
         st.markdown("Options that differ (≠, highlighted): **" + ", ".join(
             FIELDS[name].label for name in differing) + "**")
     else:
         st.markdown("The runs have the same options.")
-    st.dataframe(_styled(compare.side_by_side(reports)), key="compare_table", height="content",
+    st.dataframe(_styled(view.side_by_side(reports)), key="compare_table", height="content",
                  column_config={"_index": st.column_config.Column(width=220),
                                 "": st.column_config.Column(width=30)})
     st.markdown(f"**Difference to run {reference}**")
-    st.dataframe(pd.DataFrame(compare.differences(reports, reference)).set_index("what"),
+    st.dataframe(pd.DataFrame(view.differences(reports, reference)).set_index("what"),
                  key="compare_differences", height="content",
                  column_config={"_index": st.column_config.Column(width=220)})
     _export(reports, overlay)
@@ -204,7 +209,7 @@ def _sweep_form() -> None:
     if st.button("Start the sweep", key="sweep_start", type="primary", disabled=busy,
                  icon=":material/play_arrow:", help="a sweep is running" if busy else None):
         values = {name: st.session_state[f"sweep_option_{name}"] for name in names}
-        base = session.options_from_form(values)
+        base = options_from_form(values)
         if not errors:
             try:
                 st.session_state["sweep_shown"] = slot.start(base, vary,
@@ -264,7 +269,7 @@ def sweep_results(sweep_id: int) -> None:
     {"completed": st.success, "stopped": st.warning}.get(status, st.error)(line)
     if result.error:
         st.code(result.error, language=None)
-    line = text.largest_fitting(result)
+    line = view.largest_fitting(result)
     if line:
         st.markdown(line)
     if result.runs:

@@ -9,7 +9,8 @@ from anatomy.analysis.options import FIELDS, InvalidOptions, defaults_for, valid
 from anatomy.analysis.report import RunReport, report, started_by
 from anatomy.engine.manager import STOP_GRACE_SECONDS, DeviceBusy, live_run
 from anatomy.store import StoreError
-from anatomy.views import session, text
+from anatomy.views import live as view
+from anatomy.views import text
 from dashboard import common
 
 REFRESH_SECONDS = 1.0
@@ -31,7 +32,7 @@ def _key(name: str) -> str:
 
 
 def _form_options():
-    return session.options_from_form({name: st.session_state[_key(name)] for name in FIELDS
+    return view.options_from_form({name: st.session_state[_key(name)] for name in FIELDS
                                       if _key(name) in st.session_state})
 
 
@@ -59,7 +60,7 @@ def _forecast() -> None:
     without starting anything. The fields are judged again, so a fixed field's error goes."""
     options = _form_options()
     with st.spinner("tracing the training step on fake tensors…"):
-        st.session_state["forecast"] = session.run_forecast(options, common.device(),
+        st.session_state["forecast"] = view.run_forecast(options, common.device(),
                                                             common.store())
     st.session_state["forecast_for"] = _state()
     st.session_state.pop("start_refused", None)
@@ -70,7 +71,7 @@ def _forecast() -> None:
 def _what_fits() -> None:
     """The form's third button: the largest batch size predicted to fit, without running."""
     with st.spinner("tracing the training step at two batch sizes…"):
-        st.session_state["forecast"] = session.batch_size_forecast(_form_options(),
+        st.session_state["forecast"] = view.batch_size_forecast(_form_options(),
                                                                    common.device())
     st.session_state["forecast_for"] = _state()
 
@@ -78,7 +79,7 @@ def _what_fits() -> None:
 def _start() -> None:
     """The form's submit: the engine validates; a refusal is kept for the fields to show."""
     options = _form_options()
-    st.session_state["forecast"] = session.run_forecast(options, common.device(), common.store())
+    st.session_state["forecast"] = view.run_forecast(options, common.device(), common.store())
     st.session_state.pop("start_refused", None)
     st.session_state["option_errors"] = {}
     st.session_state["errors_from"] = "start"
@@ -145,7 +146,7 @@ def options_form(has_gpu: bool, expanded: bool) -> None:
 
 def _phase_metrics(rep: RunReport) -> None:
     with st.container(horizontal=True):
-        for metric in session.phase_metrics(rep):
+        for metric in view.phase_metrics(rep):
             label = metric.name + (" (now)" if metric.state == "open" else "")
             value = "—" if metric.memory_mb is None else f"{metric.memory_mb} MB"
             delta = None if metric.delta_mb is None else f"{metric.delta_mb:+d} MB"
@@ -153,8 +154,8 @@ def _phase_metrics(rep: RunReport) -> None:
 
 
 def _progress(rep: RunReport) -> None:
-    done = session.progress(rep, common.store().last_step(rep.id))
-    if session.stage(rep) == "phase training":
+    done = view.progress(rep, common.store().last_step(rep.id))
+    if view.stage(rep) == "phase training":
         if done.seconds_left is not None:
             left = f"time left: {duration.words(done.seconds_left)}"
         else:  # before the first step: the estimate made before the start
@@ -165,7 +166,7 @@ def _progress(rep: RunReport) -> None:
                     "(estimated before the first step)")
         text = f"training: step {done.step} / {done.total} · {left}"
     else:
-        text = session.stage(rep)
+        text = view.stage(rep)
     st.progress(done.fraction, text=text)
 
 

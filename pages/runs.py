@@ -10,28 +10,18 @@ import streamlit as st
 
 from anatomy.analysis import transfer
 from anatomy.analysis.report import RunListing, RunReport, report, run_rows
-from anatomy.views import export, figures, text
+from anatomy.views import export, text
+from anatomy.views import runs as view
+from anatomy.views.figures import runs as figures
 from dashboard import common
 
 ANY = "any"
-COLUMNS = {  # RunListing field: the table's heading. What tells runs apart comes first.
-    "id": "Run", "device": "Device", "status": "Status", "peak_mb": "Peak MB",
-    "samples_per_second": "Samples/s", "time_s": "Time (s)", "preset": "Preset",
-    "batch_size": "Batch", "seq_len": "Seq len", "precision": "Precision",
-    "gradient_checkpointing": "Checkpointing", "grad_accum": "Accum", "optim": "Optimizer",
-    "name": "Name", "tags": "Tags", "created": "Started",
-}
-
-
-def _cell(row: RunListing, key: str):
-    value = getattr(row, key)
-    return value.removeprefix("NVIDIA ") if key == "device" else value  # a narrow column
 
 
 def runs_table(rows: list[RunListing]) -> list[int]:
     """The table (click a heading to sort); the ids of the rows selected in it."""
     event = st.dataframe(
-        [{heading: _cell(row, key) for key, heading in COLUMNS.items()} for row in rows],
+        view.table(rows),
         hide_index=True, key="runs_table", on_select="rerun", selection_mode="multi-row",
         column_config={"Time (s)": st.column_config.NumberColumn(format="%.2f"),
                        "Samples/s": st.column_config.NumberColumn(format="%.2f"),

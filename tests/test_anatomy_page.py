@@ -1,6 +1,6 @@
 """The Anatomy page: measured next to predicted, the peak below the sum of the parts, bytes per
 parameter, the first steps and the operation classes, through AppTest on seeded runs; and
-anatomy/analysis/breakdown.py and its figures without Streamlit."""
+anatomy/views/anatomy.py and its figures without Streamlit."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from anatomy.analysis.operations import CLASSES, ClassTotals, OperationProfile
 from anatomy.analysis.prediction import device_constants
 from anatomy.analysis.report import report
 from anatomy.units import MIB
-from anatomy.views import figures
+from anatomy.views import anatomy as view
+from anatomy.views.figures import anatomy as figures
 from tests.apptest import chart_spec, open_page
 
 
@@ -184,7 +185,7 @@ def test_the_predicted_temporary_uses_the_measured_arithmetic(store, measured_ru
     # The peak is weights + states + the larger of activations and gradients + the rest.
     assert predicted.temporary == prediction.peak - (
         prediction.weights + prediction.optimizer_states + prediction.activations)
-    rows = {r.component: r for r in breakdown.component_rows(rep, prediction)}
+    rows = {r.component: r for r in view.component_rows(rep, prediction)}
     assert rows["temporary buffers"].measured == rep.components.temporary
     assert rows["sum of the parts"].predicted == predicted.sum_of()
 
@@ -195,24 +196,24 @@ def test_with_checkpointing_the_activations_are_what_the_peak_never_holds(store,
                                       "gradient_checkpointing": True})
     rep = report(store, run_id)
     prediction = breakdown.prediction_for(rep)
-    steps = dict((label, value) for label, _, value in breakdown.waterfall(rep, prediction)[
+    steps = dict((label, value) for label, _, value in view.waterfall(rep, prediction)[
         "predicted"])
     assert steps["never held at once"] == -prediction.activations
-    assert "in the optimizer step" in breakdown.peak_explanation(rep, prediction)
+    assert "in the optimizer step" in view.peak_explanation(rep, prediction)
 
 
 def test_what_the_operation_shares_mean_on_each_device():
     gpu = OperationProfile.from_dict(_profile("cuda"))
-    assert "without tensor cores" in breakdown.operations_explanation(gpu, "fp32")
-    assert "without tensor cores" not in breakdown.operations_explanation(gpu, "bf16")
+    assert "without tensor cores" in view.operations_explanation(gpu, "fp32")
+    assert "without tensor cores" not in view.operations_explanation(gpu, "bf16")
     cpu = OperationProfile.from_dict({**_profile("cpu"), "device": "cpu"})
-    assert breakdown.operations_explanation(cpu, "fp32").startswith("On a CPU")
+    assert view.operations_explanation(cpu, "fp32").startswith("On a CPU")
 
 
 def test_the_waterfall_figure_keeps_one_order_for_both_sides(store, measured_run):
     rep = report(store, measured_run)
     figure = figures.anatomy_waterfall_figure(
-        breakdown.waterfall(rep, breakdown.prediction_for(rep)))
+        view.waterfall(rep, breakdown.prediction_for(rep)))
     order = list(figure.layout.xaxis.categoryarray)
     assert order[:3] == ["CUDA context", "weights", "gradients"]
     assert order.index("context + all parts") < order.index("never held at once") < order.index(

@@ -1,5 +1,5 @@
 """The dashboard's pages through Streamlit's AppTest (no browser), on a store seeded per test,
-and the page logic of anatomy/views/session.py on its own."""
+and the page logic of anatomy/views/live.py on its own."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from streamlit.testing.v1 import AppTest
 from anatomy.analysis.report import report
 from anatomy.engine.devices import machine
 from anatomy.store import GpuProcess, GpuStatus, HostStatus, Step
-from anatomy.views import session
-from anatomy.views.session import PhaseMetric, Progress
+from anatomy.views import live
+from anatomy.views.live import PhaseMetric, Progress
 from tests.apptest import chart_spec, open_page
 
 TIMEOUT = 30  # the first run of a test process imports plotly and the engine
@@ -213,13 +213,13 @@ def test_deleting_a_run_asks_first(store, seed):
 
 def test_form_values_become_run_options_with_max_steps_zero_meaning_epochs():
     values = {"preset": "tiny", "batch_size": 8, "max_steps": 0, "gradient_checkpointing": True}
-    options = session.options_from_form(values)
+    options = live.options_from_form(values)
     assert (options.batch_size, options.max_steps, options.gradient_checkpointing) == (8, None, True)
-    assert session.options_from_form({**values, "max_steps": 5}).max_steps == 5
+    assert live.options_from_form({**values, "max_steps": 5}).max_steps == 5
 
 
 def test_phase_metrics_give_each_phase_its_increase(store, seed):
-    metrics = session.phase_metrics(report(store, seed(status="running", phases_reached=3)))
+    metrics = live.phase_metrics(report(store, seed(status="running", phases_reached=3)))
     assert metrics == [
         PhaseMetric("baseline", "done", 1024, None), PhaseMetric("kernel", "done", 2048, 1024),
         PhaseMetric("weights", "open", 3072, 1024), PhaseMetric("training", "pending", None, None)]
@@ -228,11 +228,11 @@ def test_phase_metrics_give_each_phase_its_increase(store, seed):
 def test_progress_counts_steps_and_the_time_left(store, seed):
     run_id = seed(status="running")
     rep = report(store, run_id)
-    assert session.progress(rep, None) == Progress(step=0, total=8, fraction=0.0,
+    assert live.progress(rep, None) == Progress(step=0, total=8, fraction=0.0,
                                                    seconds_left=None)
     step = Step(t=8.0, step=4, total=8, loss=None, allocated=None, reserved=None)
     # training began at 6.0: 0.5 s a step
-    assert session.progress(rep, step) == Progress(step=4, total=8, fraction=0.5,
+    assert live.progress(rep, step) == Progress(step=4, total=8, fraction=0.5,
                                                    seconds_left=2.0)
 
 

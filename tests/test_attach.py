@@ -16,6 +16,7 @@ import pytest
 from anatomy.analysis import breakdown
 from anatomy.analysis.report import report
 from anatomy.store import PHASES, Store
+from anatomy.views.anatomy import user_run_basis
 
 PROJECT = Path(__file__).resolve().parent.parent
 EXAMPLES = PROJECT / "examples"
@@ -74,7 +75,7 @@ def test_the_trainer_callback_records_phases_steps_and_components(store):
     prediction = breakdown.prediction_for(rep)
     assert prediction.parameters == parameters
     assert prediction.as_components().weights == rep.components.weights
-    assert "sequence length 16 (the training set's first example)" in breakdown.user_run_basis(rep)
+    assert "sequence length 16 (the training set's first example)" in user_run_basis(rep)
 
 
 def test_watch_joins_the_phases_the_command_marks(store):

@@ -18,7 +18,8 @@ import pytest
 
 from anatomy.analysis.report import report
 from anatomy.store import Store
-from anatomy.views import export, session
+from anatomy.views import export
+from anatomy.views.live import summary_lines
 from tools import demo_store
 
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(
@@ -182,7 +183,7 @@ def test_a_run_started_from_the_form_shows_its_phases_live_and_its_summary(serve
     (run,) = store.runs()
     assert run.status == "completed"
     assert store.sample_count(run.id) == run.samples_sent  # the reload lost nothing
-    assert shown_summary.strip().splitlines() == session.summary_lines(report(store, run.id))
+    assert shown_summary.strip().splitlines() == summary_lines(report(store, run.id))
     assert store.host_status(run.id)  # the device panel's readings were taken too
     server_log = _stop_log(log)
     assert "Traceback" not in server_log and "Error" not in server_log, server_log

@@ -15,7 +15,8 @@ from anatomy.analysis.report import report
 from anatomy.analysis.sweeps import SweepGrid, SweepRun
 from anatomy.store import PhaseMark, Sample, Store
 from anatomy.units import MIB
-from anatomy.views import figures
+from anatomy.views import compare as view
+from anatomy.views.figures import compare as figures
 from tests.apptest import chart_spec, open_page
 from tests.conftest import GIB_BYTES, seed_run
 
@@ -249,8 +250,8 @@ def test_difference_in_megabytes_and_percent():
 
 
 def test_ids_from_the_url():
-    assert compare.parse_ids("3, 1,x,3,,2") == [3, 1, 2]
-    assert compare.parse_ids(None) == []
+    assert view.parse_ids("3, 1,x,3,,2") == [3, 1, 2]
+    assert view.parse_ids(None) == []
 
 
 def test_measured_components_split_the_training_increase(store, seed):
@@ -335,7 +336,7 @@ def test_labels_name_exactly_the_options_that_differ(store, seed):
 
 def test_runs_on_different_devices_say_so(store, seed):
     gpu, cpu = seed(), seed(backend="cpu-rss")
-    labels = compare.run_labels([report(store, gpu), report(store, cpu)])
+    labels = view.run_labels([report(store, gpu), report(store, cpu)])
     assert labels == {gpu: f"Run {gpu} · NVIDIA H200", cpu: f"Run {cpu} · CPU"}
 
 

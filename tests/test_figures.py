@@ -11,13 +11,14 @@ from anatomy.analysis.options import RunOptions
 from anatomy.analysis.report import report
 from anatomy.store import PHASES, PhaseMark, Sample, Step
 from anatomy.units import MIB
-from anatomy.views import figures
+from anatomy.views import style
+from anatomy.views.figures import layout, live
 
 GIB = 1024 * MIB
 
 
 def _figure(store, run_id: int) -> go.Figure:
-    return figures.memory_figure(report(store, run_id), store.decimated(run_id), store.steps(run_id))
+    return live.memory_figure(report(store, run_id), store.decimated(run_id), store.steps(run_id))
 
 
 def _bands(figure: go.Figure) -> dict[str, tuple[float, float]]:
@@ -44,7 +45,7 @@ def test_an_open_phase_reaches_now_and_has_no_marker_yet(store, seed):
 def test_every_band_has_its_phase_colour_and_a_label(store, seed):
     figure = _figure(store, seed())
     for shape in figure.layout.shapes:
-        assert shape.fillcolor == figures.PHASE_COLOURS[shape.name]
+        assert shape.fillcolor == style.PHASE_COLOURS[shape.name]
         assert shape.layer == "below"
     assert [a.name for a in figure.layout.annotations if a.name in PHASES] == list(PHASES)
 
@@ -123,10 +124,10 @@ def test_a_million_samples_draw_from_a_few_thousand_points_with_the_peak(store):
 
 def test_labels_that_would_overlap_take_another_row():
     # 10 px a character at 1 x-unit a px: "baseline" needs 8 × 7.2 + 8 ≈ 66 units.
-    assert figures.label_rows([0, 100, 200], ["baseline", "kernel", "weights"], 560) == [0, 0, 0]
-    assert figures.label_rows([0, 10, 20, 300], ["baseline", "kernel", "weights", "training"],
+    assert layout.label_rows([0, 100, 200], ["baseline", "kernel", "weights"], 560) == [0, 0, 0]
+    assert layout.label_rows([0, 10, 20, 300], ["baseline", "kernel", "weights", "training"],
                               560) == [0, 1, 2, 0]
-    assert figures.label_rows([0, 70, 90], ["baseline", "kernel", "weights"], 560) == [0, 0, 1]
+    assert layout.label_rows([0, 70, 90], ["baseline", "kernel", "weights"], 560) == [0, 0, 1]
 
 
 def test_a_long_run_keeps_its_short_phases_labels_apart(store):
@@ -141,17 +142,17 @@ def test_a_long_run_keeps_its_short_phases_labels_apart(store):
                 steps=[Step(2.5 + k * 2.975, k, 100, 1.0 / k, None, None)
                        for k in range(1, 101)])
     rep = report(store, run_id)
-    figure = figures.memory_figure(rep, store.decimated(run_id), store.steps(run_id))
+    figure = live.memory_figure(rep, store.decimated(run_id), store.steps(run_id))
     labels = [a for a in figure.layout.annotations if a.name in PHASES]
     assert [a.yshift or 0 for a in labels] == [0, -18, -36, -54]  # all start in 2.2 s of 300
 
-    zoomed = figures.memory_figure(rep, store.decimated(run_id), store.steps(run_id),
+    zoomed = live.memory_figure(rep, store.decimated(run_id), store.steps(run_id),
                                    axis="training")
     assert zoomed.layout.xaxis.range[0] == pytest.approx(2.5 - 0.03 * 297.5)
     assert zoomed.layout.xaxis.range[1] > 300.0
     assert zoomed.layout.uirevision != figure.layout.uirevision  # a new axis, a new zoom
 
-    by_step = figures.memory_figure(rep, store.decimated(run_id), store.steps(run_id),
+    by_step = live.memory_figure(rep, store.decimated(run_id), store.steps(run_id),
                                     axis="step")
     curve = by_step.data[0]
     assert min(curve.x) == 0 and max(curve.x) == 100  # training only, step 0 to 100
@@ -161,14 +162,14 @@ def test_a_long_run_keeps_its_short_phases_labels_apart(store):
 
 def test_the_step_axis_waits_for_the_first_step(store, seed):
     run_id = seed(status="running", phases_reached=3)
-    figure = figures.memory_figure(report(store, run_id), store.decimated(run_id), [],
+    figure = live.memory_figure(report(store, run_id), store.decimated(run_id), [],
                                    axis="step")
     assert figure.layout.xaxis.title.text.startswith("seconds")  # no step yet: seconds
 
 
 def test_loss_and_step_time_per_step(store, seed):
     run_id = seed()
-    figure = figures.steps_figure(report(store, run_id), store.steps(run_id))
+    figure = live.steps_figure(report(store, run_id), store.steps(run_id))
     loss, times = figure.data
     assert list(loss.x) == list(range(1, 9)) and loss.y[0] == 1.0 and loss.y[-1] == 1 / 8
     # Step k ends at 6.0 + 0.4 k; training began at 6.0: every step took 0.4 s.

@@ -14,8 +14,8 @@ from anatomy.analysis.machine import Device, Machine
 from anatomy.analysis.options import RunOptions, defaults_for
 from anatomy.analysis.report import report
 from anatomy.store import PhaseMark
-from anatomy.views import session
-from anatomy.views.session import Forecast, batch_size_forecast, memory_forecast
+from anatomy.views import live
+from anatomy.views.live import Forecast, batch_size_forecast, memory_forecast
 
 H200 = Machine(backend="nvml", memory_api="v2",
                devices=(Device(index=0, nvml_index=0, name="NVIDIA H200", uuid=None,
@@ -131,10 +131,10 @@ def test_a_forecast_goes_when_the_run_it_was_made_for_ends(store, seed):
 def test_a_cpu_run_never_speaks_of_a_cuda_context(store, seed):
     run_id = seed(backend="cpu-rss", status="running", phases_reached=1)
     store.write(run_id, phases=[PhaseMark("end", "baseline", 1.0)])
-    assert session.stage(report(store, run_id)) == "loading torch (after baseline)"
+    assert live.stage(report(store, run_id)) == "loading torch (after baseline)"
     gpu = seed(status="running", phases_reached=1)
     store.write(gpu, phases=[PhaseMark("end", "baseline", 1.0)])
-    assert session.stage(report(store, gpu)) == "loading torch and the CUDA context (after baseline)"
+    assert live.stage(report(store, gpu)) == "loading torch and the CUDA context (after baseline)"
 
 
 def test_the_live_page_says_a_run_is_not_found_and_names_what_it_shows(store, seed):

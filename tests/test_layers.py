@@ -42,7 +42,9 @@ class Model:
 
 
 def test_the_cli_views_and_analysis_load_without_torch_or_streamlit():
-    modules = ["anatomy.cli", "anatomy.views.figures", "anatomy.views.session",
+    modules = ["anatomy.cli", "anatomy.views.figures.live", "anatomy.views.figures.compare",
+               "anatomy.views.figures.runs", "anatomy.views.figures.anatomy", "anatomy.views.live",
+               "anatomy.views.compare", "anatomy.views.anatomy", "anatomy.views.runs",
                "anatomy.views.export", "anatomy.analysis.breakdown", "anatomy.analysis.transfer",
                "anatomy.analysis.sweeps", "anatomy.engine.manager", "anatomy.engine.sweep"]
     probe = (f"import sys; import {', '.join(modules)}; "

@@ -26,7 +26,10 @@ from anatomy.analysis.operations import comparison
 from anatomy.analysis.options import FIELDS, RunOptions, validate
 from anatomy.analysis.report import report
 from anatomy.store import Store
-from anatomy.views import figures, session
+from anatomy.views import anatomy as anatomy_view
+from anatomy.views import live
+from anatomy.views.figures import anatomy as anatomy_figures
+from anatomy.views.figures import live as live_figures
 from tests.conftest import seed_run
 
 SETTINGS = settings(max_examples=150, deadline=None, derandomize=True,
@@ -148,20 +151,20 @@ def _reads(store: Store, run_id: int) -> None:
     with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
         for command in (["show", str(run_id)], ["show", str(run_id), "--json"], ["runs"]):
             assert cli.main([*command, "--store", str(store.path)]) == 0, quiet.getvalue()
-    session.summary_lines(rep)
-    session.status_line(rep)
-    session.phase_metrics(rep)
-    figures.memory_figure(rep, store.decimated(run_id), store.steps(run_id))
-    figures.first_steps_figure(rep, store.samples(run_id, rep.gpu), store.steps(run_id))
+    live.summary_lines(rep)
+    live.status_line(rep)
+    live.phase_metrics(rep)
+    live_figures.memory_figure(rep, store.decimated(run_id), store.steps(run_id))
+    anatomy_figures.first_steps_figure(rep, store.samples(run_id, rep.gpu), store.steps(run_id))
     prediction = breakdown.prediction_for(rep)
-    breakdown.component_rows(rep, prediction)
-    figures.anatomy_waterfall_figure(breakdown.waterfall(rep, prediction))
-    breakdown.peak_explanation(rep, prediction)
-    figures.moments_figure(breakdown.moment_rows(rep, prediction), 0)
-    breakdown.bytes_per_parameter_rows(rep, prediction)
+    anatomy_view.component_rows(rep, prediction)
+    anatomy_figures.anatomy_waterfall_figure(anatomy_view.waterfall(rep, prediction))
+    anatomy_view.peak_explanation(rep, prediction)
+    anatomy_figures.moments_figure(anatomy_view.moment_rows(rep, prediction), 0)
+    anatomy_view.bytes_per_parameter_rows(rep, prediction)
     if rep.operations is not None:
-        figures.operations_figure(comparison(rep.operations))
-        breakdown.operations_explanation(rep.operations, rep.options.precision)
+        anatomy_figures.operations_figure(comparison(rep.operations))
+        anatomy_view.operations_explanation(rep.operations, rep.options.precision)
     transfer.export_runs(store, [run_id])
 
 

@@ -317,9 +317,9 @@ def _two_gpu_run(store: Store, world: int, rate: float) -> int:
 
 
 def test_a_two_gpu_run_reads_back_per_gpu(store):
-    from anatomy.analysis.compare import run_labels, side_by_side
     from anatomy.analysis.report import run_rows
-    from anatomy.views.figures import memory_figure
+    from anatomy.views.compare import run_labels, side_by_side
+    from anatomy.views.figures.live import memory_figure
 
     one, two = _two_gpu_run(store, 1, 100.0), _two_gpu_run(store, 2, 190.0)
     rep = report(store, two)

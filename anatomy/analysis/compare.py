@@ -1,7 +1,8 @@
 """Runs side by side, computed without Streamlit: alignment at a phase, the options that differ,
-the memory each run's phases added, and the differences to a reference run.
+the memory each run's phases added, scaling efficiency, and the differences to a reference run.
 
-Every figure comes from a `RunReport`: the Compare page, its charts and the tests read these.
+Every figure comes from a `RunReport`; the Compare page's words and tables are
+anatomy/views/compare.py, its charts anatomy/views/figures/compare.py.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from typing import NamedTuple
 
 from anatomy.analysis.components import Components
 from anatomy.analysis.options import FIELDS
-from anatomy.analysis.report import PHASES, RunReport
-from anatomy.units import MIB, mib
+from anatomy.analysis.report import RunReport
+from anatomy.units import MIB
 
 # Bottom to top in a run's bar; activations and gradients share a slot (a bar has one of them).
 PART_ORDER = ("CUDA context", "torch loaded", "weights", "training", "optimizer states",
@@ -49,46 +50,6 @@ def option(report: RunReport, name: str):
     if name == "strategy" and report.world_size <= 1:
         return None
     return getattr(report.options, name)
-
-
-# How an option reads in a run's label, where it differs between the runs compared.
-LABEL_WORDS = {
-    "preset": "{}", "batch_size": "bs {}", "seq_len": "seq {}", "dataset_size": "{} samples",
-    "epochs": "{} epochs", "max_steps": "{} steps", "precision": "{}",
-    "gradient_checkpointing": "ckpt {}", "grad_accum": "accum {}", "optim": "{}",
-    "seed": "seed {}", "sample_rate": "{} Hz", "gpu": "GPU {}", "profile_steps": "profile {}",
-    "gpus": "GPUs {}", "processes": "{} processes", "strategy": "{}",
-}
-
-
-def _label_word(name: str, value) -> str:
-    if name == "max_steps" and value is None:
-        return "by epochs"
-    if name == "gpus" and not value:
-        return "1 GPU"
-    if name == "strategy" and value is None:
-        return ""  # one process: "1 GPU" (or its device) says it
-    if isinstance(value, bool):
-        value = "on" if value else "off"
-    return LABEL_WORDS.get(name, name + " {}").format(value)
-
-
-def run_labels(reports: Sequence[RunReport]) -> dict[int, str]:
-    """Each run's label in a comparison: its id, then exactly what differs between the runs (the
-    differing options, and the device where the runs ran on different ones); "Run 3 · seq 256 ·
-    adafactor". A run alone gets its usual label."""
-    if len(reports) < 2:
-        return {r.id: r.label() for r in reports}
-    differing = differing_options(reports)
-    devices = len({r.device_name for r in reports}) > 1
-    labels = {}
-    for r in reports:
-        words = [f"Run {r.id}"]
-        if devices:
-            words.append(r.device_name)
-        words += [w for w in (_label_word(name, option(r, name)) for name in differing) if w]
-        labels[r.id] = " · ".join(words)
-    return labels
 
 
 def memory_parts(report: RunReport) -> list[Part]:
@@ -149,64 +110,6 @@ def _training_split(c: Components) -> list[Part] | None:
     return parts
 
 
-def _text(value) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    if isinstance(value, float):
-        return f"{value:,.2f}"
-    if isinstance(value, int):
-        return f"{value:,}"
-    return str(value)
-
-
-def column(report: RunReport) -> str:
-    return f"Run {report.id}"
-
-
-# The results rows of the side-by-side table and of the differences: (heading, unit, value).
-def _results(report: RunReport) -> list[tuple[str, str, float | None]]:
-    memory = report.phase_memory()
-    summary = report.summary
-    return [("Time (s)", "s", summary.time_s),
-            ("Samples/second", "", summary.samples_per_second),
-            *((f"{name} (MB)", "MB", mib(memory[name])) for name in PHASES),
-            ("peak (MB)", "MB", summary.peak_mb)]
-
-
-def side_by_side(reports: Sequence[RunReport]) -> list[dict]:
-    """The table with one column per run: the device, the status, every option (those that differ
-    marked "≠" in the `differs` column), then Time, Samples/second, the memory at the end of each
-    phase and the peak. Values are text, formatted as the rest of the dashboard writes them."""
-    differing = set(differing_options(reports))
-    rows = []
-
-    def row(what: str, values: list, differs: bool = False) -> None:
-        rows.append({"": "≠" if differs else "", "what": what,
-                     **{column(r): _text(v) for r, v in zip(reports, values)}})
-
-    devices = [r.device_name for r in reports]
-    row("device", devices, len(set(devices)) > 1)
-    row("status", [r.status for r in reports])
-    for name, field in FIELDS.items():
-        row(field.label, [option(r, name) for r in reports], name in differing)
-    for index, (heading, _, _) in enumerate(_results(reports[0])):
-        row(heading, [_results(r)[index][2] for r in reports])
-    if any(r.world_size > 1 for r in reports):  # 1 vs N processes (issue 12)
-        row("processes", [r.world_size for r in reports])
-        row("peak per GPU (MB)", [per_gpu_peaks_text(r) for r in reports])
-        # What the efficiency is computed from (the Trainer's Samples/second above includes the
-        # first step's one-time costs).
-        row("samples/s after the first steps",
-            [None if r.summary.steady_samples_per_second is None
-             else round(r.summary.steady_samples_per_second, 2) for r in reports])
-        efficiency = scaling_efficiencies(reports)
-        row("scaling efficiency", [None if efficiency.get(r.id) is None
-                                   else f"{efficiency[r.id]:.0%}" for r in reports])
-    return rows
-
-
 def scaling_efficiency(rate: float | None, single_rate: float | None, processes: int
                        ) -> float | None:
     """N-process samples/s ÷ (N × 1-process samples/s): 1.0 is perfect scaling. Both rates count
@@ -250,15 +153,6 @@ def _rates(run: RunReport, single: RunReport) -> tuple[float | None, float | Non
     return a.samples_per_second, b.samples_per_second
 
 
-def per_gpu_peaks_text(report: RunReport) -> str:
-    """Each GPU's peak: "GPU 0: 12,345 · GPU 1: 12,400" (MB); the CPU's one figure for CPU
-    processes (their RSS together)."""
-    peaks = report.gpu_peaks()
-    if not peaks:
-        return _text(report.summary.peak_mb)
-    return " · ".join(f"GPU {gpu}: {_text(mib(peak))}" for gpu, peak in peaks.items())
-
-
 def difference(value: float | None, reference: float | None) -> Difference:
     """`value` − `reference`, absolute and in % of the reference (None where either is missing,
     or the reference is 0)."""
@@ -266,39 +160,3 @@ def difference(value: float | None, reference: float | None) -> Difference:
         return Difference(None, None)
     return Difference(value - reference,
                       (value - reference) / reference * 100 if reference else None)
-
-
-def _difference_text(diff: Difference, unit: str) -> str:
-    if diff.absolute is None:
-        return "—"
-    text = (f"{diff.absolute:+,d}" if isinstance(diff.absolute, int)
-            else f"{diff.absolute:+,.2f}")
-    text += f" {unit}" if unit else ""
-    if diff.percent is not None:
-        text += f" ({diff.percent:+.1f}%)"
-    return text
-
-
-def differences(reports: Sequence[RunReport], reference_id: int) -> list[dict]:
-    """One row per result (Time, Samples/second, each phase's memory, the peak), one column per
-    run: its difference to the reference run, absolute and in %, as text ("+1,024 MB (+33.3%)")."""
-    reference = next(r for r in reports if r.id == reference_id)
-    base = _results(reference)
-    rows = []
-    for index, (heading, unit, ref_value) in enumerate(base):
-        row = {"what": heading}
-        for r in reports:
-            row[column(r)] = ("reference" if r.id == reference_id else
-                              _difference_text(difference(_results(r)[index][2], ref_value), unit))
-        rows.append(row)
-    return rows
-
-
-def parse_ids(text: str | None) -> list[int]:
-    """`?runs=1,2,3` as ids, in order, each once; anything else in it is ignored."""
-    ids = []
-    for word in (text or "").split(","):
-        word = word.strip()
-        if word.isdigit() and int(word) not in ids:
-            ids.append(int(word))
-    return ids

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from anatomy.analysis.options import FIELDS
-from anatomy.analysis.sweeps import LADDER, SweepGrid
 from anatomy.store import RunRow
 from anatomy.units import MIB
 
@@ -47,32 +45,3 @@ def missing_run(wanted: str, shown: int | None, filtered: bool = False) -> str:
         return f"Run {wanted} is not among the runs these filters keep: showing run {shown}."
     what = f"Run {wanted} not found" if wanted.isdigit() else f"{wanted!r} is not a run id"
     return what + ("." if shown is None else f": showing run {shown}.")
-
-
-def missing_runs(words: list[str]) -> str:
-    """What the Compare page says of ids in its URL that are not stored runs."""
-    return (f"Run{'s' if len(words) > 1 else ''} {', '.join(words)} not found: left out of the "
-            "comparison.")
-
-
-def _fitting(grid: SweepGrid, size: int | None, value=None) -> str:
-    """The ladder's answer: what fitted, and whether anything did not."""
-    if grid.ran_out(value):
-        return "**none** (no run completed)" if size is None else f"**{size}**"
-    tried = grid.largest_tried(value)
-    if size is None:
-        return "**none** (no run completed)" if tried is not None else "no run yet"
-    return f"all fitted; the largest tried was **{tried}**"
-
-
-def largest_fitting(grid: SweepGrid) -> str | None:
-    """The sweep's answer to "what is the largest batch size that fits?", or None when batch size
-    is not varied. Without an out-of-memory run, the largest that fit is only the largest tried."""
-    if LADDER not in grid.vary:
-        return None
-    largest = grid.largest_fitting
-    if not isinstance(largest, dict):
-        return "Largest batch size that fit: " + _fitting(grid, largest)
-    other = FIELDS[next(n for n in grid.vary if n != LADDER)].label.lower()
-    return "Largest batch size that fit: " + "; ".join(
-        f"{other} {value}: {_fitting(grid, size, value)}" for value, size in largest.items())

@@ -1,6 +1,7 @@
-"""What the dashboard shows about a run, computed without Streamlit: the form's values as
-RunOptions, the phase metrics, the progress, the run's state in words, and the summary as the
-walkthrough prints it.
+"""The Live page's logic, computed without Streamlit: the form's values as RunOptions, what a run
+should need and take before it starts (the forecast), the phase metrics, the progress, the run's
+state in words, the summary as the walkthrough prints it, and the device panel (also drawn for a
+stored run on the Runs page).
 """
 
 from __future__ import annotations

@@ -1,0 +1,186 @@
+"""One run taken apart, as the Anatomy page draws it: measured next to predicted as waterfalls,
+the moments of a step, the first steps of training up close, and where the time goes by class of
+operation next to the paper's."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from anatomy.analysis.operations import ClassShare
+from anatomy.analysis.report import RunReport
+from anatomy.store import Sample, Step
+from anatomy.units import MIB
+from anatomy.views import text as words
+from anatomy.views.anatomy import WATERFALL_ORDER, MomentRow, WaterfallStep
+from anatomy.views.figures.layout import LABEL_ROW_PX, column, label_rows, training_rows
+from anatomy.views.style import (
+    ALLOCATED_COLOUR,
+    CURVE_COLOUR,
+    FAILED_COLOUR,
+    NEUTRAL_COLOUR,
+    PAPER_COLOUR,
+    PHASE_COLOURS,
+    PREDICTED_COLOUR,
+    TOTAL_COLOUR,
+)
+
+
+def anatomy_waterfall_figure(sides: dict[str, list[WaterfallStep]]) -> go.Figure:
+    """`views.anatomy.waterfall` as grouped waterfalls, measured next to predicted: each part adds,
+    "all at once" is their sum, "never held at once" takes away what a step never holds together,
+    leaving the peak."""
+    colours = {"measured": CURVE_COLOUR, "predicted": PREDICTED_COLOUR}
+    labels = {step.label for steps in sides.values() for step in steps}
+    order = [label for label in WATERFALL_ORDER if label in labels]
+    figure = go.Figure()
+    for side, steps in sides.items():
+        figure.add_trace(go.Waterfall(
+            name=side, x=[step.label for step in steps], measure=[step.measure for step in steps],
+            y=[step.bytes / MIB for step in steps], textposition="outside",
+            # The totals only: the parts' figures are in the table below, and side by side
+            # their labels would collide.
+            texttemplate=["%{final:,.0f}" if step.measure == "total" else "" for step in steps],
+            textfont={"size": 11},
+            increasing={"marker": {"color": colours.get(side, NEUTRAL_COLOUR)}},
+            decreasing={"marker": {"color": FAILED_COLOUR}},
+            totals={"marker": {"color": TOTAL_COLOUR}},
+            connector={"line": {"color": NEUTRAL_COLOUR, "width": 1}},
+            hovertemplate="%{x}: %{y:+,.0f} MiB (running total %{final:,.0f})"
+                          f"<extra>{side}</extra>"))
+    figure.update_layout(
+        waterfallmode="group", height=460, margin={"l": 10, "r": 10, "t": 30, "b": 10},
+        plot_bgcolor="white", yaxis={"title": {"text": "MiB"}, "rangemode": "tozero"},
+        xaxis={"categoryorder": "array", "categoryarray": order},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "x": 0})
+    return figure
+
+
+def moments_figure(rows: Sequence[MomentRow], sum_of_parts: int) -> go.Figure:
+    """Memory at each moment of a step (`views.anatomy.moment_rows`), predicted and measured, under
+    the line of the sum of the parts: no moment reaches it."""
+    labels = [r.moment for r in rows]
+    figure = go.Figure()
+    for key, colour in (("predicted", PREDICTED_COLOUR), ("measured", CURVE_COLOUR)):
+        values = [None if getattr(r, key) is None else getattr(r, key) / MIB for r in rows]
+        if any(v is not None for v in values):
+            figure.add_trace(go.Bar(
+                x=labels, y=values, name=key, marker={"color": colour},
+                text=[None if v is None else f"{v:,.0f}" for v in values], textposition="outside",
+                hovertemplate="%{x}: %{y:,.0f} MiB<extra>" + key + "</extra>"))
+    figure.add_hline(y=sum_of_parts / MIB, line={"color": FAILED_COLOUR, "dash": "dash", "width": 1.5},
+                     annotation_text=f"sum of the parts (predicted): {sum_of_parts / MIB:,.0f} MiB",
+                     annotation_position="top left")
+    figure.update_layout(
+        barmode="group", height=380, margin={"l": 10, "r": 10, "t": 30, "b": 10},
+        plot_bgcolor="white", yaxis={"title": {"text": "tensor memory (MiB)"},
+                                     "rangemode": "tozero"},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0})
+    return figure
+
+
+FIRST_STEPS = 3
+
+
+def first_steps_window(report: RunReport, steps: Sequence[Step], count: int = FIRST_STEPS
+                       ) -> tuple[float, float] | None:
+    """The stretch of time the first-steps chart shows: a little before the training phase
+    begins to a little after step `count` ends (None without a training phase)."""
+    training = report.training
+    if training is None:
+        return None
+    start = training.start_s
+    first = [s for s in steps if s.step <= count]
+    end = first[-1].t if first else (training.end_s or start + 1.0)
+    margin = max(0.05, 0.25 * (end - start))
+    return start - margin, end + margin
+
+
+def first_steps_figure(report: RunReport, samples: Sequence[Sample], steps: Sequence[Step],
+                       count: int = FIRST_STEPS) -> go.Figure:
+    """The training phase's first `count` steps up close: the memory curve, a line where each
+    step ends (from the worker's step marks), and two notes whose arrows end on the curve: after
+    step 1 the gradients and the optimizer states exist, and from step 2 on the memory repeats.
+    Labels never overlap (`label_rows`) and notes lean towards the middle of the chart, so none
+    is cut at an edge."""
+    window = first_steps_window(report, steps, count)
+    figure = go.Figure()
+    if window is None:
+        return figure
+    x0, x1 = window
+    rows = [s for s in training_rows(report, samples) if x0 <= s.t <= x1]
+    times, used = column(rows, "t"), column(rows, "used", MIB)
+    figure.add_trace(go.Scatter(
+        x=times, y=used, mode="lines+markers",
+        name="CPU RSS" if report.backend == "cpu-rss" else f"GPU {report.gpu}",
+        line={"color": CURVE_COLOUR, "width": 2}, marker={"size": 3},
+        hovertemplate="%{x:.3f} s<br>%{y:.0f} MiB<extra></extra>"))
+    marked = [s for s in steps if s.step <= count]
+    allocated = [s for s in marked if s.allocated is not None]
+    if allocated:
+        figure.add_trace(go.Scatter(
+            x=[s.t for s in allocated], y=[s.allocated / MIB for s in allocated],
+            mode="markers", name="torch allocated at the step's end",
+            marker={"color": ALLOCATED_COLOUR, "size": 9, "symbol": "x"}))
+    start = report.training.start_s
+    figure.add_vline(x=start, line={"color": PHASE_COLOURS["training"], "width": 2})
+    texts = ["training begins", *(f"step {s.step} ends" for s in marked)]
+    places = [start, *(s.t for s in marked)]
+    for row, (x, label) in zip(label_rows(places, texts, x1 - x0), zip(places, texts)):
+        figure.add_annotation(x=x, xref="x", y=1, yref="paper", xanchor="left", yanchor="top",
+                              yshift=-LABEL_ROW_PX * row, text=label, showarrow=False,
+                              font={"size": 11, "color": CURVE_COLOUR},
+                              bgcolor=PHASE_COLOURS["training"] if x == start
+                              else "rgba(255,255,255,0.85)")
+    for step in marked:
+        figure.add_vline(x=step.t, line={"color": "#555555", "width": 1, "dash": "dot"})
+    if marked and len(times):
+        low, high = float(used.min()), float(used.max())
+        notes = [(marked[0].t, "after step 1: the gradients and the optimizer states exist")]
+        if len(marked) > 1:
+            notes.append((marked[-1].t, "from step 2 on, the memory repeats"))
+        for index, (x, label) in enumerate(notes):
+            y = float(np.interp(x, times, used))
+            # The text sits towards the middle of the chart, and below the curve where it is
+            # high; the earlier note one line further, so that two notes never meet.
+            leftwards = x > (x0 + x1) / 2
+            away = 45 + 40 * (len(notes) - 1 - index)
+            figure.add_annotation(
+                x=x, y=y, text=label, showarrow=True, arrowhead=2, arrowcolor=CURVE_COLOUR,
+                ax=-50 if leftwards else 50, ay=away if y > (low + high) / 2 else -away,
+                xanchor="right" if leftwards else "left", bgcolor="rgba(255,255,255,0.9)",
+                bordercolor=PHASE_COLOURS["training"], borderwidth=1,
+                font={"size": 12, "color": CURVE_COLOUR})
+    figure.update_layout(
+        height=400, margin={"l": 10, "r": 10, "t": 30, "b": 10}, plot_bgcolor="white",
+        xaxis={"title": {"text": "seconds since the run started"}, "range": [x0, x1]},
+        yaxis={"title": {"text": words.axis_title(report.backend)}},
+        legend={"orientation": "h", "yanchor": "top", "y": -0.18, "x": 0}, hovermode="closest")
+    return figure
+
+
+def operations_figure(rows: Sequence[ClassShare]) -> go.Figure:
+    """`operations.comparison` as two panels, the share of FLOPs and the share of time per
+    operation class: this run next to the paper's BERT figures (none for "other")."""
+    figure = make_subplots(rows=1, cols=2, subplot_titles=("share of FLOPs", "share of time"),
+                           shared_yaxes=True, horizontal_spacing=0.04)
+    classes = [r.kind.replace(" ", "<br>", 1) for r in rows]
+    for col, (ours, papers) in enumerate((("flop_share", "paper_flop_share"),
+                                          ("time_share", "paper_time_share")), start=1):
+        for key, name, colour in ((ours, "this run", CURVE_COLOUR),
+                                  (papers, "Ivanov et al. (BERT, PyTorch)", PAPER_COLOUR)):
+            values = [None if getattr(r, key) is None else getattr(r, key) * 100 for r in rows]
+            figure.add_trace(go.Bar(
+                x=classes, y=values, name=name, marker={"color": colour}, showlegend=col == 1,
+                legendgroup=name, text=[None if v is None else f"{v:.1f}%" for v in values],
+                textposition="outside", cliponaxis=False,
+                hovertemplate="%{x}: %{y:.2f}%<extra>" + name + "</extra>"), row=1, col=col)
+    figure.update_yaxes(title_text="%", range=[0, 112], col=1)
+    figure.update_xaxes(tickangle=0)
+    figure.update_layout(barmode="group", height=380, plot_bgcolor="white",
+                         margin={"l": 10, "r": 10, "t": 40, "b": 10},
+                         legend={"orientation": "h", "yanchor": "top", "y": -0.15, "x": 0})
+    return figure

@@ -1,0 +1,23 @@
+"""The Runs page's table, computed without Streamlit: its columns, what tells runs apart first."""
+
+from __future__ import annotations
+
+from anatomy.analysis.report import RunListing
+
+COLUMNS = {  # RunListing field: the table's heading. What tells runs apart comes first.
+    "id": "Run", "device": "Device", "status": "Status", "peak_mb": "Peak MB",
+    "samples_per_second": "Samples/s", "time_s": "Time (s)", "preset": "Preset",
+    "batch_size": "Batch", "seq_len": "Seq len", "precision": "Precision",
+    "gradient_checkpointing": "Checkpointing", "grad_accum": "Accum", "optim": "Optimizer",
+    "name": "Name", "tags": "Tags", "created": "Started",
+}
+
+
+def _cell(row: RunListing, key: str):
+    value = getattr(row, key)
+    return value.removeprefix("NVIDIA ") if key == "device" else value  # a narrow column
+
+
+def table(rows: list[RunListing]) -> list[dict]:
+    """One dict a run, keyed by the table's headings, in COLUMNS' order."""
+    return [{heading: _cell(row, key) for key, heading in COLUMNS.items()} for row in rows]

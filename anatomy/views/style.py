@@ -1,0 +1,70 @@
+"""How the screens tell things apart: the colours of phases, runs, parts and precisions, and the
+names of the measured components. One place for each, so that a phase is the same colour on
+every chart of every page."""
+
+from __future__ import annotations
+
+# Okabe-Ito throughout: told apart by colour-blind eyes too. Bands are drawn at BAND_OPACITY over
+# a light background, so the dark curve and the labels stay readable on them.
+PHASE_COLOURS = {
+    "baseline": "#56B4E9",
+    "kernel": "#CC79A7",
+    "weights": "#E69F00",
+    "training": "#009E73",
+}
+BAND_OPACITY = 0.22
+CURVE_COLOUR = "#1B2A41"  # the run's own curve, and "measured" beside a prediction
+PREDICTED_COLOUR = "#0072B2"
+FAILED_COLOUR = "#D55E00"  # what went down or did not complete
+OTHER_GPU_COLOURS = ("#7F8C9A", "#A3ACB9", "#5D6D7E", "#C0C7D0")
+ALLOCATED_COLOUR = "#D55E00"
+RESERVED_COLOUR = "#0072B2"
+CEILING_COLOUR = "#8B0000"
+PROFILING_COLOUR = "#7F8C9A"
+TOTAL_COLOUR = "#7F8C9A"
+PAPER_COLOUR = "#E69F00"
+NEUTRAL_COLOUR = "#BBBBBB"  # a phase or part without a colour of its own; connectors
+# Runs told apart by colour, in an order where neighbours differ most.
+RUN_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000",
+               "#F0E442")
+PART_COLOURS = {
+    "CUDA context": PHASE_COLOURS["kernel"],
+    "torch loaded": PHASE_COLOURS["kernel"],
+    "weights": PHASE_COLOURS["weights"],
+    "training": PHASE_COLOURS["training"],
+    "optimizer states": "#0072B2",
+    "gradients": "#D55E00",
+    "activations": "#009E73",
+    "temporary": "#F0E442",
+    "temporary buffers": "#F0E442",
+    "allocator cache": "#7F8C9A",
+    "outside PyTorch": "#C0C7D0",
+    "the rest": "#C0C7D0",
+}
+PRECISION_COLOURS = {"fp32": "#0072B2", "bf16": "#009E73", "fp16": "#D55E00"}
+# A table row whose values differ between the runs compared.
+DIFFERS_BACKGROUND = "#FFF3CD"
+
+# The measured components (anatomy/analysis/components.py) as the pages name them.
+COMPONENT_LABELS = {
+    "context": "CUDA context",
+    "weights": "weights",
+    "gradients": "gradients",
+    "optimizer_states": "optimizer states",
+    "activations": "activations",
+    "temporary": "temporary buffers",
+    "allocator_cache": "allocator cache",
+    "non_torch": "outside PyTorch",
+}
+
+
+def phase_colour(name: str) -> str:
+    return PHASE_COLOURS.get(name, NEUTRAL_COLOUR)
+
+
+def part_colour(name: str) -> str:
+    """A part of a run's bar; "activations (…)" and "gradients (…)" take their component's."""
+    for component in ("activations", "gradients"):
+        if name.startswith(component):
+            return PART_COLOURS[component]
+    return PART_COLOURS.get(name, NEUTRAL_COLOUR)
