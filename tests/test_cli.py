@@ -124,7 +124,7 @@ def test_a_sweep_from_the_prediction_runs_that_size_and_the_next():
     from anatomy.analysis.machine import Machine
     from anatomy.analysis.options import RunOptions
     from anatomy.analysis.prediction import CPU_PROCESS_BYTES
-    from anatomy.cli import _predicted_ladder
+    from anatomy.cli.sweep import _predicted_ladder
 
     small = Machine(backend="cpu-rss", memory_api="rss", devices=(), driver=None,
                     cuda_driver=None, ram_total=CPU_PROCESS_BYTES + 64 * 2**20, why_no_gpu="x")

@@ -437,7 +437,7 @@ class SizeLimitedStore(Store):
 def test_a_store_that_fills_mid_run_stops_the_run_and_records_why(tmp_path, monkeypatch, capsys):
     """The same through SQLite's size limit, the CLI in this process: the reason is recorded."""
     store_path = tmp_path / "limited.sqlite"
-    monkeypatch.setattr(cli, "Store", SizeLimitedStore)
+    monkeypatch.setattr(cli.run, "Store", SizeLimitedStore)
     monkeypatch.setattr(SizeLimitedStore, "pages", None)
 
     tree: list[psutil.Process] = []

@@ -78,7 +78,7 @@ def test_every_option_as_command_line_text_is_accepted_or_refused_in_a_line(name
         _one_line(error)
         assert error.startswith("anatomy run: error: ")
         return
-    options = cli.options_from_args(args, has_gpu=False)
+    options = cli.arguments.options_from_args(args, has_gpu=False)
     for message in validate(options, 0).values():
         _one_line(message)
 

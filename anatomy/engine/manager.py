@@ -27,8 +27,7 @@ from anatomy.engine import sampler, worker
 from anatomy.engine.collector import FLUSH_SECONDS, Collector, Outcome
 from anatomy.engine.devices import machine
 from anatomy.engine.lifeline import Lifeline, launch, signal_group
-from anatomy.store import RunRow, Store
-from anatomy.store.database import store_error, why
+from anatomy.store import RunRow, Store, store_error, why
 
 __all__ = ["DeviceBusy", "DeviceLock", "Ending", "InvalidOptions", "RunManager", "is_live",
            "live_run", "machine"]

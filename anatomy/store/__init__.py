@@ -1,12 +1,16 @@
-"""The run store: SQLite, its rows as typed records. Imports nothing else of anatomy."""
+"""The run store: SQLite, its rows as typed records. Imports nothing else of anatomy.
 
-from anatomy.store.database import (
+`rows` (the typed rows), `schema` (tables and migrations), `errors` (why a store cannot be used),
+`database` (the Store)."""
+
+from anatomy.store.database import DEFAULT_STORE, STORE_ENV, Store, resolve_path
+from anatomy.store.errors import StoreError, StoreMissing, store_error, why
+from anatomy.store.rows import (
     PHASES,
     PROCESS,
     PROFILING,
     SPANS,
     STATUSES,
-    STORE_ENV,
     GpuProcess,
     GpuStatus,
     HostStatus,
@@ -17,14 +21,10 @@ from anatomy.store.database import (
     RunRow,
     Sample,
     Step,
-    Store,
-    StoreError,
-    StoreMissing,
     SweepRow,
-    resolve_path,
 )
 
-__all__ = ["PHASES", "PROCESS", "PROFILING", "SPANS", "STATUSES", "STORE_ENV", "GpuProcess", "GpuStatus",
-           "HostStatus", "Message", "PhaseMark", "PhaseSpan", "RunRecord", "RunRow", "Sample",
-           "Step", "Store", "StoreError", "StoreMissing", "SweepRow",
-           "resolve_path"]
+__all__ = ["DEFAULT_STORE", "PHASES", "PROCESS", "PROFILING", "SPANS", "STATUSES", "STORE_ENV",
+           "GpuProcess", "GpuStatus", "HostStatus", "Message", "PhaseMark", "PhaseSpan",
+           "RunRecord", "RunRow", "Sample", "Step", "Store", "StoreError", "StoreMissing",
+           "SweepRow", "resolve_path", "store_error", "why"]

@@ -1,4 +1,4 @@
-"""The run store: SQLite in WAL mode, one writer (the collector), any number of readers.
+"""The Store: SQLite in WAL mode, one writer (the collector), any number of readers.
 
 A run can be read while it is written. Times are seconds since the run's start (the monotonic
 clock, shared by all processes of one machine); memory is in bytes.
@@ -15,9 +15,25 @@ import urllib.parse
 import uuid
 from collections.abc import Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
+
+from anatomy.store import schema
+from anatomy.store.errors import StoreError, StoreMissing, store_error
+from anatomy.store.rows import (
+    STATUSES,
+    GpuProcess,
+    GpuStatus,
+    HostStatus,
+    Message,
+    PhaseMark,
+    PhaseSpan,
+    RunRecord,
+    RunRow,
+    Sample,
+    Step,
+    SweepRow,
+)
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent.parent
 STORE_ENV = "ANATOMY_STORE"
@@ -33,267 +49,6 @@ def _default_store() -> Path:
 
 
 DEFAULT_STORE = _default_store()
-
-PHASES = ("baseline", "kernel", "weights", "training")
-# A stretch marked like a phase but outside the walkthrough's four: torch.profiler's steps after
-# training. The run's peak leaves it out (the training never held that memory).
-PROFILING = "profiling"
-PROCESS = "process"  # the one phase of a watched command that marks none of its own
-SPANS = (*PHASES, PROFILING, PROCESS)
-STATUSES = ("running", "completed", "failed", "oom", "stopped")
-
-
-# --- the rows, as readers get them: read by name, never by position or string key ---
-
-class Sample(NamedTuple):
-    """One reading of one device: the sampler sends these, the store keeps them as they are."""
-    t: float  # seconds since the run's start
-    gpu: int  # the device's NVML index (0 for a CPU run's RSS)
-    used: int  # bytes
-    reserved: int | None  # NVML v2's driver reservation
-    total: int | None
-    util: int | None  # percent
-
-
-class Step(NamedTuple):
-    t: float
-    step: int
-    total: int | None
-    loss: float | None
-    allocated: int | None  # torch's allocator at the step's end (GPU runs)
-    reserved: int | None
-    rank: int = 0  # the training process that took it (0 for a single process)
-
-
-class Message(NamedTuple):
-    t: float
-    level: str
-    text: str
-
-
-class HostStatus(NamedTuple):
-    """The machine at one moment, as nvitop's host panel shows it."""
-    t: float
-    cpu_percent: float | None  # of all cores together, since the reading before
-    ram_used: int  # bytes: total − available
-    ram_total: int
-
-
-class GpuStatus(NamedTuple):
-    """One GPU at one moment, beside its memory (which the samples hold): None where the driver
-    does not support the figure."""
-    t: float
-    gpu: int  # NVML index
-    util: int | None  # percent of the time a kernel ran
-    power_w: float | None
-    power_limit_w: float | None
-    temperature_c: int | None
-
-
-class GpuProcess(NamedTuple):
-    """A process with a context on a GPU at one moment: this run's, or anyone else's."""
-    t: float
-    gpu: int
-    pid: int
-    name: str | None  # None: not visible from here (another container)
-    used: int | None  # bytes; None where the driver does not say
-
-
-class PhaseMark(NamedTuple):
-    """A phase's start or end as it happens: the collector writes these in arrival order."""
-    edge: str  # "start" or "end"
-    name: str
-    t: float
-    rank: int = 0  # the training process it is about (0 for a single process)
-
-
-class PhaseSpan(NamedTuple):
-    """A phase as stored: end_s is None while it lasts."""
-    name: str
-    start_s: float
-    end_s: float | None
-    rank: int = 0
-
-
-@dataclass(frozen=True)
-class RunRow:
-    """A run's own row: what it is and how it ended, without its samples."""
-    id: int
-    name: str | None
-    created_at: float
-    ended_at: float | None
-    status: str
-    preset: str
-    options: dict[str, Any]
-    environment: dict[str, Any]
-    backend: str  # "nvml" or "cpu-rss"
-    memory_api: str | None
-    gpu: int
-    summary: dict[str, Any]
-    error: str | None
-    samples_sent: int | None
-    tags: tuple[str, ...]
-    sweep: str | None
-    worker_pid: int | None
-    # Who started it: {} for anatomy's own worker (`anatomy run`, the dashboard, a sweep);
-    # {"kind": "script", "script": …} for a user's script (the callback or the phase API);
-    # {"kind": "watch", "command": […]} for `anatomy watch -- COMMAND`; with "host", "cwd".
-    source: dict[str, Any] = field(default_factory=dict)
-    # Where an imported run came from: {"store": the exporting store's id, "host", "path", "run":
-    # its id there, "created_at"}; None for a run recorded here.
-    origin: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class RunRecord:
-    """A whole run as an import brings it: its row and everything it recorded."""
-    run: RunRow
-    samples: Sequence[Sample]
-    phases: Sequence[PhaseSpan]
-    steps: Sequence[Step]
-    messages: Sequence[Message]
-
-
-@dataclass(frozen=True)
-class SweepRow:
-    id: int
-    key: str
-    name: str | None
-    created_at: float
-    ended_at: float | None
-    base: dict[str, Any]
-    vary: dict[str, list]
-    until_oom: bool
-    planned: int
-    skipped: int
-    status: str
-    error: str | None
-    pid: int | None
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    name TEXT,
-    created_at REAL NOT NULL,          -- wall clock, seconds since the epoch
-    ended_at REAL,
-    status TEXT NOT NULL,
-    preset TEXT NOT NULL,
-    options TEXT NOT NULL,             -- JSON of RunOptions
-    environment TEXT NOT NULL DEFAULT '{}',
-    backend TEXT NOT NULL,             -- "nvml" or "cpu-rss"
-    memory_api TEXT,                   -- "v2", "v1" (NVML) or "rss"
-    gpu INTEGER NOT NULL DEFAULT 0,    -- the sampled device that trains (NVML index)
-    summary TEXT NOT NULL DEFAULT '{}',
-    error TEXT,
-    samples_sent INTEGER,
-    tags TEXT NOT NULL DEFAULT '',
-    sweep TEXT,
-    worker_pid INTEGER,                -- the training process (a user's script for attached runs)
-    source TEXT NOT NULL DEFAULT '{}', -- JSON: who started it (RunRow.source)
-    origin TEXT                        -- JSON: where an imported run came from (RunRow.origin)
-);
-CREATE TABLE IF NOT EXISTS samples (
-    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-    t REAL NOT NULL,
-    gpu INTEGER NOT NULL,
-    used INTEGER NOT NULL,
-    reserved INTEGER,
-    total INTEGER,
-    util INTEGER
-);
-CREATE INDEX IF NOT EXISTS samples_run ON samples(run_id, gpu, t);
--- Each 0.1 s of samples as its min and max (kept as samples arrive): long runs draw from here.
-CREATE TABLE IF NOT EXISTS sample_buckets (
-    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-    gpu INTEGER NOT NULL,
-    bucket INTEGER NOT NULL,           -- floor(t / BUCKET_SECONDS)
-    t_min REAL NOT NULL, used_min INTEGER NOT NULL,
-    t_max REAL NOT NULL, used_max INTEGER NOT NULL,
-    reserved INTEGER, total INTEGER,
-    PRIMARY KEY (run_id, gpu, bucket)
-);
-CREATE TABLE IF NOT EXISTS phases (
-    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-    name TEXT NOT NULL,
-    start REAL NOT NULL,   -- the state is reached (the CUDA context is up, the weights are in)
-    end REAL               -- the next step begins: the phase's memory is read here
-);
-CREATE TABLE IF NOT EXISTS steps (
-    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-    t REAL NOT NULL,
-    step INTEGER NOT NULL,
-    total INTEGER,
-    loss REAL,
-    allocated INTEGER,
-    reserved INTEGER
-);
-CREATE INDEX IF NOT EXISTS steps_run ON steps(run_id, step);
-CREATE TABLE IF NOT EXISTS messages (
-    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-    t REAL NOT NULL,
-    level TEXT NOT NULL,
-    text TEXT NOT NULL
-);
--- The device panel (a few readings a second, beside the samples): the host, each GPU, and every
--- process on a GPU.
-CREATE TABLE IF NOT EXISTS host_status (
-    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-    t REAL NOT NULL,
-    cpu_percent REAL,
-    ram_used INTEGER NOT NULL,
-    ram_total INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS host_status_run ON host_status(run_id, t);
-CREATE TABLE IF NOT EXISTS gpu_status (
-    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-    t REAL NOT NULL,
-    gpu INTEGER NOT NULL,
-    util INTEGER,
-    power_w REAL,
-    power_limit_w REAL,
-    temperature_c INTEGER
-);
-CREATE INDEX IF NOT EXISTS gpu_status_run ON gpu_status(run_id, t);
-CREATE TABLE IF NOT EXISTS gpu_processes (
-    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-    t REAL NOT NULL,
-    gpu INTEGER NOT NULL,
-    pid INTEGER NOT NULL,
-    name TEXT,
-    used INTEGER
-);
-CREATE INDEX IF NOT EXISTS gpu_processes_run ON gpu_processes(run_id, t);
-CREATE TABLE IF NOT EXISTS sweeps (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    key TEXT NOT NULL UNIQUE,   -- what runs.sweep holds: unique across stores, so a run imported
-                                -- from another machine never joins a local sweep of the same id
-    name TEXT,
-    created_at REAL NOT NULL,
-    ended_at REAL,
-    base TEXT NOT NULL,         -- JSON of the base RunOptions
-    vary TEXT NOT NULL,         -- JSON {option: [values]}, as planned
-    until_oom INTEGER NOT NULL DEFAULT 0,
-    planned INTEGER NOT NULL,   -- runs in the plan; an until-oom ladder may add more
-    skipped INTEGER NOT NULL DEFAULT 0,  -- planned runs dropped after an oom in their ladder
-    status TEXT NOT NULL,       -- running, completed, stopped, failed
-    error TEXT,
-    pid INTEGER                 -- the process running it: a sweep whose process ended is over
-);
--- The store's own facts: "id", a random name that an export carries, so an import knows which
--- store a run came from.
-CREATE TABLE IF NOT EXISTS store_info (
-    key TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
-"""
-
-# Columns that make a table anatomy's: a file whose tables of these names lack them is another
-# program's (MLflow's store has a "runs" table too).
-SIGNATURES = {
-    "runs": {"id", "status", "preset", "options", "backend"},
-    "samples": {"run_id", "t", "gpu", "used"},
-    "sweeps": {"key", "base", "vary", "planned"},
-}
 
 
 BUCKET_SECONDS = 0.1
@@ -329,15 +84,6 @@ def _merge_buckets(db: sqlite3.Connection, run_id: int, samples: Sequence[Sample
         " used_max = MAX(used_max, excluded.used_max)",
         [(run_id, gpu, index, *values) for (gpu, index), values in buckets.items()])
 
-
-# Columns added after the first release of the schema, as (table, column, type).
-ADDED_COLUMNS = (("sweeps", "pid", "INTEGER"), ("runs", "source", "TEXT NOT NULL DEFAULT '{}'"),
-                 ("runs", "origin", "TEXT"),
-                 # Several training processes (issue 12): each phase and step names its rank.
-                 ("phases", "rank", "INTEGER NOT NULL DEFAULT 0"),
-                 ("steps", "rank", "INTEGER NOT NULL DEFAULT 0"))
-
-
 STEP_INSERT = ("INSERT INTO steps (run_id, t, step, total, loss, allocated, reserved, rank)"
                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
 
@@ -345,41 +91,6 @@ STEP_INSERT = ("INSERT INTO steps (run_id, t, step, total, loss, allocated, rese
 def resolve_path(path: str | os.PathLike | None = None) -> Path:
     """--store, then $ANATOMY_STORE, then the project's default file."""
     return Path(path or os.environ.get(STORE_ENV) or DEFAULT_STORE)
-
-
-class StoreError(RuntimeError):
-    """The store cannot be used: one line that names its path and the reason. `full` when the
-    disk (or the store's size limit) is full."""
-
-    def __init__(self, path: Path, reason: str, full: bool = False):
-        super().__init__(f"{path}: {reason}")
-        self.path, self.reason, self.full = path, reason, full
-
-
-class StoreMissing(StoreError):
-    """A read-only open of a store that does not exist (yet): nothing recorded there."""
-
-
-def why(error: sqlite3.Error) -> str:
-    """SQLite's error in words a user acts on."""
-    name = getattr(error, "sqlite_errorname", "") or ""
-    if name == "SQLITE_FULL":
-        return f"the disk is full (SQLite: {error})"
-    if name.startswith("SQLITE_READONLY"):
-        return f"it cannot be written: the file or its directory is read-only ({error})"
-    if name.startswith("SQLITE_CANTOPEN"):
-        return f"it cannot be opened: check that it is a file in a writable directory ({error})"
-    if name == "SQLITE_NOTADB":
-        return "it is not an SQLite database (another kind of file?)"
-    if name.startswith("SQLITE_CORRUPT"):
-        return f"the file is corrupt ({error})"
-    if name.startswith("SQLITE_BUSY") or name.startswith("SQLITE_LOCKED"):
-        return f"another process holds it locked ({error})"
-    return str(error)
-
-
-def store_error(path: Path, error: sqlite3.Error) -> StoreError:
-    return StoreError(path, why(error), full=getattr(error, "sqlite_errorname", "") == "SQLITE_FULL")
 
 
 class Store:
@@ -406,25 +117,18 @@ class Store:
         try:
             check = sqlite3.connect(self.path, timeout=30)  # before any pragma changes the file
             try:
-                self._check(check)
+                schema.check(check, self.path)
             finally:
                 check.close()
             with self.connect() as db:
-                db.executescript(SCHEMA)
-                columns = {}
-                for table, column, kind in ADDED_COLUMNS:  # files written before the column existed
-                    known = columns.setdefault(table, {r["name"] for r in
-                                                       db.execute(f"PRAGMA table_info({table})")})
-                    if column not in known:
-                        db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
-                db.execute("INSERT OR IGNORE INTO store_info VALUES ('id', ?)", (uuid.uuid4().hex,))
+                schema.migrate(db)
         except sqlite3.Error as error:
             raise store_error(self.path, error) from None
 
     def _open_read_only(self) -> None:
         try:
             with self.connect() as db:
-                if not self._check(db):  # an empty file, or one whose schema is being written
+                if not schema.check(db, self.path):  # an empty file, or one whose schema is being written
                     raise StoreMissing(self.path, "no store there yet (the file holds no table)")
         except sqlite3.OperationalError as error:
             if getattr(error, "sqlite_errorname", "") != "SQLITE_CANTOPEN" or self._immutable:
@@ -434,20 +138,6 @@ class Store:
             self._open_read_only()
         except sqlite3.Error as error:
             raise store_error(self.path, error) from None
-
-    def _check(self, db: sqlite3.Connection) -> list[str]:
-        """Refuse another program's database: anatomy's has no tables yet, or ours by name and
-        columns. Its tables."""
-        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'"
-                                           " AND name NOT LIKE 'sqlite_%'")]
-        ours = [t for t in tables if t in SIGNATURES]
-        foreign = [t for t in ours if not SIGNATURES[t] <=
-                   {r[1] for r in db.execute(f"PRAGMA table_info({t})")}]
-        if (tables and not ours) or foreign:
-            shown = ", ".join(tables[:5]) + (", …" if len(tables) > 5 else "")
-            raise StoreError(self.path, f"it is not an anatomy store: it holds another program's"
-                             f" tables ({shown})")
-        return tables
 
     @contextmanager
     def connect(self):

@@ -1,0 +1,83 @@
+"""The arguments several commands share: a run's options, the store, a run id, and the exit
+statuses under every --help."""
+
+from __future__ import annotations
+
+import argparse
+
+from anatomy.analysis.options import FIELDS, RunOptions, defaults_for
+
+MAX_RUN_ID = 2**63 - 1  # SQLite's INTEGER
+STORE_HELP = "the run store (default: $ANATOMY_STORE, then data/anatomy.sqlite)"
+
+EXIT_CODES = """exit status:
+  0    done (a run: completed)
+  1    the run failed, ran out of memory or could not be recorded (a full disk); a command
+       failed (no such run, a file or store that cannot be written)
+  2    refused before anything started: bad options or arguments, a file or store that is not
+       anatomy's, an import refused, or the device is busy
+  128+N  stopped by signal N (130: Ctrl-C, 143: SIGTERM, 129: SIGHUP): the run is recorded as
+       stopped, with everything measured until then
+  141  the output was closed early (a pipe to head): nothing more is printed"""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with the exit statuses under every command's --help."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("epilog", EXIT_CODES)
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    f = FIELDS
+    model = parser.add_mutually_exclusive_group()
+    model.add_argument("--model", dest="model", metavar="NAME|PATH|HUB_ID",
+                       help=f["model"].help + f" (presets: {', '.join(f['model'].choices)}; "
+                       "default: bert-large-uncased on a GPU, tiny without one)")
+    model.add_argument("--preset", dest="model", metavar="NAME", help="the same as --model")
+    for name in ("batch_size", "seq_len", "dataset_size", "grad_accum", "seed", "sample_rate",
+                 "gpu", "profile_steps", "lora_rank", "processes"):
+        parser.add_argument("--" + name.replace("_", "-"), type=int, dest=name,
+                            help=f"{f[name].help} ({f[name].low} to {f[name].high})")
+    steps = parser.add_mutually_exclusive_group()
+    steps.add_argument("--epochs", type=int, help=f["epochs"].help)
+    steps.add_argument("--max-steps", type=int, dest="max_steps", help=f["max_steps"].help)
+    parser.add_argument("--precision", choices=f["precision"].choices, help=f["precision"].help)
+    parser.add_argument("--gpus", metavar="I,J", help=f["gpus"].help)
+    parser.add_argument("--strategy", choices=f["strategy"].choices,
+                        help=f["strategy"].help + " (default ddp)")
+    parser.add_argument("--gradient-checkpointing", action="store_true", default=None,
+                        help=f["gradient_checkpointing"].help)
+    parser.add_argument("--optim", help=f"{f['optim'].help}: {', '.join(f['optim'].choices)}")
+    parser.add_argument("--lora-targets", dest="lora_targets", nargs="+", metavar="MODULE",
+                        help=f["lora_targets"].help + " (with --lora-rank)")
+
+
+def options_from_args(args: argparse.Namespace, has_gpu: bool) -> RunOptions:
+    values = defaults_for(has_gpu).to_dict()
+    for name in FIELDS:
+        value = getattr(args, name, None)
+        if value is not None:
+            values[name] = value
+    if isinstance(values.get("lora_targets"), list):  # --lora-targets q_proj v_proj, or q,v
+        values["lora_targets"] = ",".join(t.strip(",") for t in values["lora_targets"])
+    return RunOptions.from_dict(values)
+
+
+def store_path(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path names no store: give a file, or leave "
+                                         "--store out for $ANATOMY_STORE or data/anatomy.sqlite")
+    return text
+
+
+def run_id(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a run id (a whole number)") from None
+    if not 1 <= value <= MAX_RUN_ID:
+        raise argparse.ArgumentTypeError(f"{text} is out of range for a run id: 1 to {MAX_RUN_ID}")
+    return value

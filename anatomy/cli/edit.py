@@ -1,0 +1,82 @@
+"""`anatomy rename`, `tag` and `delete`: a stored run named, tagged or deleted."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from anatomy.cli.arguments import STORE_HELP, run_id, store_path
+from anatomy.cli.stores import run_or_error
+from anatomy.engine.manager import RunManager, is_live
+from anatomy.store import Store
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    rename = commands.add_parser("rename", help="name a run (an empty name removes it)")
+    rename.add_argument("run_id", type=run_id, metavar="RUN_ID")
+    rename.add_argument("name", metavar="NAME")
+    rename.add_argument("--store", type=store_path, help=STORE_HELP)
+    rename.set_defaults(func=cmd_rename)
+
+    tag = commands.add_parser("tag", help="add tags to a run, or remove them")
+    tag.add_argument("run_id", type=run_id, metavar="RUN_ID")
+    tag.add_argument("tags", nargs="+", metavar="TAG")
+    tag.add_argument("--remove", action="store_true", help="remove these tags instead")
+    tag.add_argument("--store", type=store_path, help=STORE_HELP)
+    tag.set_defaults(func=cmd_tag)
+
+    delete = commands.add_parser("delete", help="delete a run and all it recorded")
+    delete.add_argument("run_id", type=run_id, metavar="RUN_ID")
+    delete.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    delete.add_argument("--store", type=store_path, help=STORE_HELP)
+    delete.set_defaults(func=cmd_delete)
+
+
+def cmd_rename(args: argparse.Namespace) -> int:
+    store = Store(args.store)
+    if run_or_error(store, args.run_id) is None:
+        return 1
+    store.rename_run(args.run_id, args.name.strip() or None)
+    print(f"run {args.run_id}: {store.run(args.run_id).name or '(no name)'}")
+    return 0
+
+
+def cmd_tag(args: argparse.Namespace) -> int:
+    store = Store(args.store)
+    run = run_or_error(store, args.run_id)
+    if run is None:
+        return 1
+    if args.remove:
+        tags = [t for t in run.tags if t not in {x.strip() for x in args.tags}]
+    else:
+        tags = [*run.tags, *args.tags]
+    try:
+        store.set_tags(args.run_id, tags)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"run {args.run_id} tags: {', '.join(store.run(args.run_id).tags) or '(none)'}")
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    store = Store(args.store)
+    run = run_or_error(store, args.run_id)
+    if run is None:
+        return 1
+    if is_live(run, RunManager(store)):
+        print(f"error: run {args.run_id} is still running: stop it first", file=sys.stderr)
+        return 2
+    if not args.yes:
+        if not sys.stdin.isatty():
+            print("error: deleting cannot be undone: confirm with --yes (no terminal to ask on)",
+                  file=sys.stderr)
+            return 2
+        samples = store.sample_count(args.run_id)
+        what = f"run {args.run_id} ({run.preset}, {run.status}, {samples} samples)"
+        if input(f"Delete {what}? This cannot be undone. [y/N] ").strip().lower() not in ("y", "yes"):
+            print("not deleted")
+            return 1
+    store.delete_run(args.run_id)
+    print(f"deleted run {args.run_id}")
+    return 0

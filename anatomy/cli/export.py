@@ -1,0 +1,72 @@
+"""`anatomy export`: runs as JSON (everything), CSV (the samples) or HTML (the charts)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from anatomy.analysis import transfer
+from anatomy.cli.arguments import STORE_HELP, run_id, store_path
+from anatomy.cli.stores import reading
+from anatomy.store import resolve_path
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    export = commands.add_parser("export", help="runs as JSON (everything) or CSV (samples)")
+    export.add_argument("run_ids", type=run_id, nargs="+", metavar="RUN_ID")
+    export.add_argument("--format", choices=("json", "csv", "html"), required=True,
+                        help="json: everything, to import elsewhere; csv: the samples; "
+                             "html: the memory charts, a standalone page")
+    export.add_argument("--output", help="file to write (default: standard output)")
+    export.add_argument("--store", type=store_path, help=STORE_HELP)
+    export.set_defaults(func=cmd_export)
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why `path` cannot be written, judged before any work; None when it can."""
+    if path.is_dir():
+        return "it is a directory"
+    folder = path.absolute().parent
+    if not folder.is_dir():
+        return f"its directory {folder} does not exist"
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        return "it cannot be written here (permissions, or read-only media)"
+    return None
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    if args.output:
+        problem = _unwritable(Path(args.output))
+        if problem:
+            print(f"error: cannot write {args.output}: {problem}", file=sys.stderr)
+            return 2
+    store = reading(args.store)
+    if store is None:
+        print(f"error: run {args.run_ids[0]} is not in {resolve_path(args.store)} (no store there"
+              " yet)", file=sys.stderr)
+        return 1
+    try:
+        if args.format == "json":
+            content = json.dumps(transfer.export_runs(store, args.run_ids), default=str)
+        elif args.format == "html":
+            from anatomy.views import export  # plotly loads for this export only
+
+            content = export.runs_html(store, args.run_ids)
+        else:
+            content = transfer.samples_csv(store, args.run_ids)
+    except KeyError as error:
+        print(f"error: {error.args[0]}", file=sys.stderr)
+        return 1
+    if args.output:
+        try:
+            Path(args.output).write_text(content)
+        except OSError as error:
+            print(f"error: cannot write {args.output}: {error.strerror}", file=sys.stderr)
+            return 1
+        print(f"wrote {args.output}")
+    else:
+        sys.stdout.write(content)
+    return 0

@@ -1,0 +1,48 @@
+"""`anatomy import`: runs from an exported JSON file, under new ids, all or nothing."""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import sys
+from pathlib import Path
+
+from anatomy.analysis import transfer
+from anatomy.cli.arguments import STORE_HELP, store_path
+from anatomy.store import Store, why
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    load = commands.add_parser("import", help="runs from an exported JSON file, under new ids")
+    load.add_argument("file", metavar="FILE", help="the file `export --format json` wrote (- reads"
+                      " standard input)")
+    load.add_argument("--copy", action="store_true",
+                      help="import runs this store holds already (imported before, or recorded"
+                           " here) once more, as copies")
+    load.add_argument("--store", type=store_path, help=STORE_HELP)
+    load.set_defaults(func=cmd_import)
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    try:
+        data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+    except OSError as error:
+        print(f"error: cannot read {args.file}: {error.strerror}", file=sys.stderr)
+        return 1
+    store = Store(args.store)
+    try:
+        run_ids = transfer.import_runs(store, data, copy=args.copy)
+    except transfer.AlreadyImported as error:
+        print(f"error: {args.file}: {error}; nothing was imported (--copy imports "
+              f"{'them' if len(error.found) > 1 else 'it'} again)", file=sys.stderr)
+        return 2
+    except transfer.ImportRefused as error:
+        print(f"error: {args.file} is refused, nothing was imported: {error}", file=sys.stderr)
+        return 2
+    except sqlite3.Error as error:
+        print(f"error: writing to {store.path} failed, nothing was imported: {why(error)}",
+              file=sys.stderr)
+        return 1
+    for run_id in run_ids:
+        print(run_id)
+    return 0

@@ -1,0 +1,121 @@
+"""`anatomy predict`: the memory a run should need, by component, before it runs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from anatomy.analysis import models, prediction
+from anatomy.analysis.options import RunOptions, validate
+from anatomy.analysis.prediction import device_constants
+from anatomy.cli.arguments import add_run_options, options_from_args
+from anatomy.cli.render import table
+from anatomy.engine.manager import machine
+from anatomy.units import MIB
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    predict = commands.add_parser("predict", help="the memory a run should need, by component")
+    add_run_options(predict)
+    predict.add_argument("--json", action="store_true", help="bytes, as one JSON object")
+    predict.add_argument("--max-batch-size", action="store_true",
+                         help="the largest batch size predicted to fit the device, instead")
+    predict.add_argument("--device", choices=prediction.DEVICES,
+                         help="the kernels and allocator to assume (default: this machine's)")
+    predict.add_argument("--gpu-model", metavar="NAME",
+                         help="the GPU whose calibrated constants to use, e.g. 'NVIDIA H200' "
+                              "(default: this machine's GPU)")
+    predict.set_defaults(func=cmd_predict)
+
+
+def _prediction_target(args: argparse.Namespace, info) -> tuple[str, str | None, int]:
+    """The device kind a prediction assumes, the GPU model whose constants it takes, and the
+    memory that device has: this machine's, unless --device / --gpu-model say otherwise."""
+    device = args.device or ("cuda" if info.has_gpu else "cpu")
+    if device == "cpu":
+        return device, None, info.ram_total
+    gpu = info.devices[args.gpu or 0] if info.has_gpu and (args.gpu or 0) < info.gpu_count \
+        else None
+    name = args.gpu_model or (gpu.name if gpu else None)
+    constants = device_constants.load(name)
+    total = gpu.total if gpu and gpu.name == (name or gpu.name) else constants.total_bytes
+    return device, name or constants.device, total
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    info = machine()
+    options = options_from_args(args, info.gpu_count > 0)
+    device, gpu_name, total = _prediction_target(args, info)
+    # A prediction for another machine's GPU is judged as that GPU would judge it.
+    # Several GPUs (--gpus 0,1) are judged as a machine with that many would judge them.
+    gpus = max(info.gpu_count, (options.world_size if options.gpus.strip() else 1)
+               if device == "cuda" else 0)
+    errors = validate(options, gpus, here=info.has_gpu or device == "cpu")
+    for message in errors.values():
+        print(f"error: {message}", file=sys.stderr)
+    if errors:
+        return 2
+    try:
+        if args.max_batch_size:
+            return _print_batch_fit(options, device, gpu_name, total, args.json)
+        predicted = prediction.predict(options, device=device, gpu_name=gpu_name)
+        ranks = (prediction.predict_ranks(options, device=device, gpu_name=gpu_name)
+                 if options.distributed else None)
+    except prediction.PredictionError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if args.json:
+        out = predicted.to_dict()
+        if ranks is not None:  # each rank's, beside the single process's
+            out["ranks"] = ranks.to_dict()
+        print(json.dumps(out, indent=2))
+        return 0
+    print(_run_words(options, predicted))
+    if ranks is not None:
+        print(ranks.line())
+        print("  per rank (MB): " + ", ".join(
+            f"{name.replace('_', ' ')} {value / MIB:,.1f}"
+            for name, value in ranks.components().items() if value))
+    if device == "cuda":
+        print(f"kernels and constants: {predicted.gpu}"
+              f"{'' if predicted.calibrated else ' (not calibrated: docs/MEASUREMENTS.md figures)'}"
+              f"; attention: {', '.join(sorted(set(predicted.attention_kernels))) or 'none'}")
+    rows = [[name.replace("_", " "), f"{value / MIB:,.1f}",
+             f"{value / predicted.parameters:.2f}"] for name, value in predicted.components().items()]
+    rows.append(["sum of the parts", f"{predicted.sum_of_parts / MIB:,.1f}", ""])
+    if device == "cuda":
+        rows += [["allocator reserve (peak)", f"{predicted.peak_reserved / MIB:,.1f}", ""],
+                 ["CUDA context", f"{predicted.context / MIB:,.1f}", ""],
+                 ["outside PyTorch", f"{predicted.outside / MIB:,.1f}", ""],
+                 ["NVML peak", f"{predicted.nvml_peak / MIB:,.1f}", ""]]
+    print(table(rows, ["component", "MB", "bytes/param"]))
+    print(predicted.need_line())
+    return 0
+
+
+def _run_words(options: RunOptions, predicted) -> str:
+    spec = models.resolve(options.model)
+    shape = (f"images {spec.image_size}×{spec.image_size}" if spec.task == models.IMAGE_CLASSIFICATION
+             else f"sequence length {options.seq_len}")
+    lora = (f", LoRA rank {options.lora_rank} ({predicted.trainable_parameters:,} trainable)"
+            if options.lora else "")
+    return (f"{spec.display_name} ({predicted.parameters:,} parameters, {spec.task}), batch size "
+            f"{options.batch_size}, {shape}, {options.precision}, {options.optim}"
+            f"{', gradient checkpointing' if options.gradient_checkpointing else ''}"
+            f"{f', accumulation {options.grad_accum}' if options.grad_accum > 1 else ''}{lora}")
+
+
+def _print_batch_fit(options: RunOptions, device: str, gpu_name: str | None, total: int,
+                     as_json: bool) -> int:
+    fit = prediction.max_batch_size(options, device=device, total=total, gpu_name=gpu_name)
+    where = (f"{gpu_name} ({total / 2**30:.1f} GiB)" if device == "cuda"
+             else f"this machine's RAM ({total / 2**30:.1f} GiB)")
+    if as_json:
+        print(json.dumps({"max_batch_size": fit.batch_size, "capacity": fit.capacity,
+                          "peak": fit.peak_at_fit, "device": device, "gpu": gpu_name,
+                          "total": total, "tried": list(fit.searched),
+                          "linear": not fit.exact}, indent=2))
+    else:
+        print(fit.line(where))
+    return 0 if fit.batch_size is not None else 1

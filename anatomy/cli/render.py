@@ -1,0 +1,29 @@
+"""What several commands print the same way: tables, refusals, and lines that outlive a closed
+terminal."""
+
+from __future__ import annotations
+
+import sys
+
+from anatomy.analysis.options import InvalidOptions
+
+
+def say(*args, **kwargs) -> None:
+    """Print, unless the terminal is gone (a hang-up): the run is recorded either way."""
+    try:
+        print(*args, **kwargs)
+    except OSError:
+        pass
+
+
+def refused(error: InvalidOptions) -> int:
+    """Each refused option on a line of its own; the exit status of a refusal."""
+    for message in error.errors.values():
+        print(f"error: {message}", file=sys.stderr)
+    return 2
+
+
+def table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(x)) for x in column) for column in zip(header, *rows)]
+    lines = ["  ".join(str(x).ljust(w) for x, w in zip(line, widths)) for line in [header, *rows]]
+    return "\n".join(lines)

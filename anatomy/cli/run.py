@@ -1,0 +1,131 @@
+"""`anatomy run`: train once, printing memory at the end of each phase."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from anatomy.analysis import models
+from anatomy.analysis.options import InvalidOptions, validate
+from anatomy.analysis.report import report
+from anatomy.cli.arguments import STORE_HELP, add_run_options, options_from_args, store_path
+from anatomy.cli.render import refused, say
+from anatomy.cli.signals import POLL_SECONDS, StopSignals
+from anatomy.engine.manager import DeviceBusy, RunManager, machine
+from anatomy.store import Store
+from anatomy.views import text
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    run = commands.add_parser("run", help="train once, printing memory at the end of each phase")
+    add_run_options(run)
+    run.add_argument("--store", type=store_path, help=STORE_HELP)
+    run.set_defaults(func=cmd_run)
+
+
+def _progress(step: int, total: int, started: float, width: int = 30) -> str:
+    done = min(1.0, step / total) if total else 0.0
+    elapsed = time.monotonic() - started
+    left = elapsed / step * (total - step) if step else None
+    bar = "#" * int(done * width) + "-" * (width - int(done * width))
+    eta = f"{left:5.0f} s left" if left is not None else "   ?  s left"
+    return f"\rtraining [{bar}] {step}/{total} steps, {eta}"
+
+
+def _follow(manager: RunManager, store: Store, run_id: int, signals: StopSignals) -> None:
+    """Print each phase's memory as it ends and the training's progress, until the run is over
+    or a signal asks for a stop."""
+    printed: set[str] = set()
+    tty = sys.stderr.isatty()
+    train_started = None
+    last_progress = 0.0
+    while signals.received is None:
+        active = manager.is_active(run_id)
+        rep = report(store, run_id)
+        for phase in rep.phases:
+            if phase.done and phase.name not in printed:
+                printed.add(phase.name)
+                if phase.name == "training":
+                    if tty:
+                        print(file=sys.stderr)
+                    continue  # the walkthrough prints it with the summary
+                line = text.occupied_line(phase.memory_bytes, rep.backend)
+                print(f"{line}  ({phase.name})", flush=True)
+            if phase.name == "training" and not phase.done:
+                train_started = train_started or time.monotonic()
+                step = store.last_step(run_id)
+                now = time.monotonic()
+                if step and (tty or now - last_progress > 5):
+                    line = _progress(step.step, step.total, train_started)
+                    print(line if tty else line.strip(), end="" if tty else "\n",
+                          file=sys.stderr, flush=True)
+                    last_progress = now
+        if not active:
+            return
+        time.sleep(POLL_SECONDS)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    info = machine()
+    options = options_from_args(args, info.has_gpu)
+    errors = validate(options, info.gpu_count)
+    if errors:
+        return refused(InvalidOptions(errors))
+    store = Store(args.store)
+    manager = RunManager(store)
+    with StopSignals() as signals:
+        try:
+            run_id = manager.start(options)
+        except InvalidOptions as error:
+            return refused(error)
+        except DeviceBusy as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        signals.on_stop = lambda: manager.request_stop(run_id, signals.reason())
+        if signals.received is not None:  # it came while the run started
+            signals.on_stop()
+        reason = "stopped: the command that followed it failed"
+        try:
+            rep = report(store, run_id)
+            print(f"run {run_id}: {models.display_name(options.model)}, batch size "
+                  f"{options.batch_size}, "
+                  f"{options.precision}, {rep.device_name}")
+            print(f"measuring: {text.source(rep.backend, rep.memory_api)}")
+            _follow(manager, store, run_id, signals)
+        except OSError:  # the terminal or the pipe it printed to is gone
+            reason = "stopped: its output was closed (the terminal or the pipe it printed to)"
+        finally:  # a signal, a closed terminal, an error: the run never goes on unattended
+            if manager.is_active(run_id):
+                if signals.received is not None:
+                    reason = signals.reason()
+                    say(f"\nstopping ({signals.name})…", file=sys.stderr)
+                manager.stop(run_id, reason)
+    try:
+        code = _outcome(manager, store, run_id)
+    except OSError:  # nowhere to print to: the run is recorded all the same
+        code = 1
+    return signals.exit_code() if signals.received is not None else code
+
+
+def _outcome(manager: RunManager, store: Store, run_id: int) -> int:
+    """Print how the run ended, the walkthrough's way; its exit status."""
+    rep = report(store, run_id)
+    status, error = rep.status, rep.error
+    ending = manager.ending(run_id)
+    if ending is not None and not ending.recorded:  # the store could not take it (full disk)
+        status, error = ending.status, ending.error + " (not recorded yet: the store is full)"
+    for message in rep.messages:
+        print(f"{message.level}: {message.text}", file=sys.stderr)
+    summary = rep.summary
+    if status == "completed":
+        print(f"Time: {summary.time_s:.2f}")
+        print(f"Samples/second: {summary.samples_per_second:.2f}")
+    if rep.training:
+        print(f"{text.occupied_line(rep.training.memory_bytes, rep.backend)}  (training)")
+    print(f"peak: {summary.peak_mb} MB; status: {status}; "
+          f"{rep.samples} samples stored in {store.path} as run {run_id}")
+    if status != "completed":
+        print(f"{status}: {error}", file=sys.stderr)
+        return 1
+    return 0

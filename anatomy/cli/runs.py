@@ -1,0 +1,47 @@
+"""`anatomy runs`: the stored runs, as a table or JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+
+from anatomy.analysis.report import run_rows
+from anatomy.cli.arguments import STORE_HELP, store_path
+from anatomy.cli.render import table
+from anatomy.cli.stores import reading
+from anatomy.store import STATUSES
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    runs = commands.add_parser("runs", help="the stored runs")
+    runs.add_argument("--json", action="store_true")
+    runs.add_argument("--tag", help="only runs with this tag")
+    runs.add_argument("--model", "--preset", dest="preset", metavar="MODEL",
+                      help="only runs of this model (as the run named it)")
+    runs.add_argument("--status", choices=STATUSES, help="only runs that ended so (or still run)")
+    runs.add_argument("--store", type=store_path, help=STORE_HELP)
+    runs.set_defaults(func=cmd_runs)
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    filters = {"tag": args.tag, "preset": args.preset, "status": args.status}
+    store = reading(args.store)
+    rows = [] if store is None else run_rows(store, **filters)
+    if args.json:
+        print(json.dumps([asdict(r) for r in rows], indent=2))
+        return 0
+    if not rows:
+        chosen = ", ".join(f"{k} {v}" for k, v in filters.items() if v is not None)
+        print(f"no stored run has {chosen}" if chosen else
+              "no runs stored yet: start one with `python -m anatomy run`")
+        return 0
+    header = ["id", "created", "status", "model", "batch", "prec", "peak MB", "Time", "Samples/s",
+              "tags", "name"]
+    body = [[r.id, r.created, r.status, r.preset, r.batch_size or "", r.precision or "",
+             r.peak_mb if r.peak_mb is not None else "",
+             f"{r.time_s:.2f}" if r.time_s else "",
+             f"{r.samples_per_second:.2f}" if r.samples_per_second else "",
+             ",".join(r.tags), r.name or ""] for r in rows]
+    print(table(body, header))
+    return 0

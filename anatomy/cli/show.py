@@ -1,0 +1,76 @@
+"""`anatomy show`: one run — options, phases, summary, its ranks and operations."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from anatomy.analysis import components
+from anatomy.analysis.operations import comparison
+from anatomy.analysis.report import when
+from anatomy.cli.arguments import STORE_HELP, run_id, store_path
+from anatomy.cli.render import table
+from anatomy.cli.stores import reading, report_or_error
+from anatomy.store import resolve_path
+from anatomy.units import MIB
+from anatomy.views import text
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    show = commands.add_parser("show", help="one run: options, phases, summary")
+    show.add_argument("run_id", type=run_id, metavar="RUN_ID")
+    show.add_argument("--json", action="store_true")
+    show.add_argument("--store", type=store_path, help=STORE_HELP)
+    show.set_defaults(func=cmd_show)
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    store = reading(args.store)
+    if store is None:
+        print(f"error: run {args.run_id} is not in {resolve_path(args.store)} (no store there"
+              " yet)", file=sys.stderr)
+        return 1
+    rep = report_or_error(store, args.run_id)
+    if rep is None:
+        return 1
+    if args.json:
+        print(json.dumps(rep.to_dict(), indent=2, default=str))
+        return 0
+    env = rep.environment
+    print(f"run {rep.id}  status: {rep.status}  created: {when(rep.created_at)}")
+    print(f"device: {rep.device_name}  driver: {env.get('driver') or '-'}  "
+          f"torch: {env.get('torch', '-')}  transformers: {env.get('transformers', '-')}")
+    print(f"measuring: {text.source(rep.backend, rep.memory_api)}")
+    if not rep.started_by_anatomy:
+        print(f"started by: {rep.origin}")
+    print("options: " + (", ".join(f"{k}={v}" for k, v in rep.stored_options.items())
+                         or "(not reported)"))
+    print(table([[p.name, f"{p.start_s:.2f}", p.memory_mb] for p in rep.phases],
+                 ["phase", "start s", "memory at end (MB)"]))
+    s = rep.summary
+    if s.time_s is not None:
+        print(f"Time: {s.time_s:.2f}")
+    if s.samples_per_second is not None:
+        print(f"Samples/second: {s.samples_per_second:.2f}")
+    print(f"peak: {s.peak_mb} MB   samples: {rep.samples}   steps: {rep.steps}")
+    if rep.components:
+        parts = rep.components
+        print("measured components (MB): " + ", ".join(
+            f"{name}={parts.get(name) / MIB:.1f}" for name in components.ORDER
+            if parts.get(name) is not None))
+    if rep.ranks:
+        print(f"{rep.world_size} processes ({rep.strategy}); each rank's memory at its phases' ends"
+              + ("" if rep.on_gpu else " (the CPU: all ranks' RSS together)") + ":")
+        names = ["kernel", "weights", "training"]
+        print(table([[r.label(), *[(r.phase(n).memory_mb if r.phase(n) else None)
+                                     for n in names], r.peak_mb] for r in rep.ranks],
+                     ["rank", *[f"{n} (MB)" for n in names], "peak (MB)"]))
+    if rep.operations:
+        profile = rep.operations
+        print(f"operation classes ({profile.time_source}, {profile.steps} profiled steps):")
+        print(table([[r.kind, f"{100 * r.flop_share:.2f}%", f"{100 * r.time_share:.1f}%"]
+                      for r in comparison(profile)], ["class", "flop", "time"]))
+    if rep.error:
+        print(f"error: {rep.error}")
+    return 0

@@ -1,0 +1,48 @@
+"""Ctrl-C, SIGTERM and SIGHUP while a run or a sweep trains: a Stop, not a dead CLI."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+POLL_SECONDS = 0.2  # how often a command that follows a run or a sweep looks again
+
+
+class StopSignals:
+    """While a run or sweep trains: Ctrl-C, SIGTERM and SIGHUP each ask for a Stop — as the
+    dashboard's button does — instead of killing the CLI and leaving its processes. `on_stop` is
+    called in the handler (it must only mark the stop); the loop does the stopping."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self.on_stop: Callable[[], None] | None = None
+        self._saved: dict = {}
+
+    def _handle(self, signum, frame) -> None:
+        if self.received is None:
+            self.received = signum
+        if self.on_stop is not None:
+            self.on_stop()
+
+    def __enter__(self) -> StopSignals:
+        for sig in STOP_SIGNALS:
+            self._saved[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._saved.items():
+            signal.signal(sig, handler)
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.received).name
+
+    def exit_code(self) -> int:
+        return 128 + self.received
+
+    def reason(self) -> str:
+        """Why the run stopped, as it is recorded."""
+        words = {signal.SIGINT: "Ctrl-C (SIGINT)", signal.SIGTERM: "SIGTERM",
+                 signal.SIGHUP: "SIGHUP: its terminal was closed"}
+        return f"stopped by {words.get(self.received, self.name)}"

@@ -1,0 +1,32 @@
+"""The store a command reads, and the one line when the run it names is not there."""
+
+from __future__ import annotations
+
+import sys
+
+from anatomy.analysis.report import RunReport, report
+from anatomy.store import RunRow, Store, StoreMissing, resolve_path
+
+
+def reading(path: str | None) -> Store | None:
+    """The store opened read-only (nothing written, whatever the file); None when there is none
+    yet."""
+    try:
+        return Store(path, read_only=True)
+    except StoreMissing:
+        return None
+
+
+def run_or_error(store: Store, run_id: int) -> RunRow | None:
+    run = store.run(run_id)
+    if run is None:
+        print(f"error: run {run_id} is not in {store.path}", file=sys.stderr)
+    return run
+
+
+def report_or_error(store: Store | None, run_id: int) -> RunReport | None:
+    rep = None if store is None else report(store, run_id)
+    if rep is None:
+        where = store.path if store is not None else f"{resolve_path(None)} (no store there yet)"
+        print(f"error: run {run_id} is not in {where}", file=sys.stderr)
+    return rep

@@ -1,0 +1,150 @@
+"""`anatomy sweep`: runs one after another, one or two options varied, as a grid."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from typing import TextIO
+
+from anatomy.analysis import prediction
+from anatomy.analysis.options import FIELDS, InvalidOptions, RunOptions, validate
+from anatomy.analysis.report import report
+from anatomy.analysis.sweeps import SweepGrid, grid, parse_vary
+from anatomy.cli.arguments import STORE_HELP, add_run_options, options_from_args, store_path
+from anatomy.cli.render import refused, say, table
+from anatomy.cli.signals import POLL_SECONDS, StopSignals
+from anatomy.engine.manager import DeviceBusy, RunManager, machine
+from anatomy.engine.sweep import Sweep, SweepEvent
+from anatomy.store import Store
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    sweep = commands.add_parser("sweep", help="runs one after another, one or two options varied")
+    add_run_options(sweep)
+    sweep.add_argument("--vary", action="append", metavar="OPTION=V1,V2,…",
+                       help="an option and its values, e.g. batch-size=1,2,4 or precision=fp32,bf16"
+                            " or gradient-checkpointing=off,on (once or twice)")
+    sweep.add_argument("--until-oom", action="store_true",
+                       help="with --vary batch-size: keep doubling past the list until a run is out"
+                            " of memory")
+    sweep.add_argument("--from-prediction", action="store_true",
+                       help="run the batch size predicted to fit and the next one (with "
+                            "--until-oom: keep doubling if that one fits too)")
+    sweep.add_argument("--name", help="the sweep's name (default: what it varies)")
+    sweep.add_argument("--json", action="store_true",
+                       help="print the grid as one JSON object (progress goes to stderr)")
+    sweep.add_argument("--store", type=store_path, help=STORE_HELP)
+    sweep.set_defaults(func=cmd_sweep)
+
+
+def _values_text(values: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in values.items())
+
+
+def _sweep_printer(sweep: Sweep, out: TextIO) -> Callable[[SweepEvent], None]:
+    told: list[SweepEvent] = []
+
+    def tell(event: SweepEvent) -> None:
+        if not told:  # here, not after start(): the sweep's thread may speak first
+            print(f"sweep {sweep.id}: {sweep.name}, {len(sweep.planned)} runs planned"
+                  f"{' (then doubling batch size until out of memory)' if sweep.until_oom else ''}",
+                  file=out, flush=True)
+        told.append(event)
+        where = f"[{event.index}/{event.planned}{'+' if sweep.until_oom else ''}]"
+        if event.kind == "start":
+            print(f"{where} run {event.run_id}: {_values_text(event.values)} …", file=out, flush=True)
+        elif event.kind == "end":
+            s = report(sweep.store, event.run_id).summary
+            speed = (f", {s.samples_per_second:.2f} samples/s, {s.time_s:.2f} s"
+                     if s.samples_per_second is not None else "")
+            print(f"{where} run {event.run_id}: {_values_text(event.values)} → {event.status}, "
+                  f"peak {s.peak_mb} MB{speed}", file=out, flush=True)
+        else:
+            print(f"skipped {_values_text(event.values)}: a smaller batch size ran out of memory",
+                  file=out, flush=True)
+    return tell
+
+
+def _print_grid(result: SweepGrid) -> None:
+    names = list(result.vary)
+    rows = [[r.run, *(r.values[n] for n in names), r.status,
+             r.peak_mb if r.peak_mb is not None else "",
+             f"{r.samples_per_second:.2f}" if r.samples_per_second is not None else "",
+             f"{r.time_s:.2f}" if r.time_s is not None else ""] for r in result.runs]
+    print(table(rows, ["run", *names, "status", "peak MB", "Samples/s", "Time"]))
+    fitting = result.largest_fitting
+    if isinstance(fitting, dict):
+        other = next(n for n in names if n != "batch_size")
+        print("largest batch size that fit: " + "; ".join(
+            f"{other}={value}: {size if size is not None else 'none'}" for value, size in fitting.items()))
+    elif "batch_size" in names:
+        print(f"largest batch size that fit: {fitting if fitting is not None else 'none'}")
+
+
+def _predicted_ladder(base: RunOptions, info) -> tuple[dict[str, list], str]:
+    """--from-prediction: the batch size predicted to fit and the next one, to be confirmed by
+    two runs (the first should fit, the second not) instead of a doubling ladder."""
+    errors = validate(base, info.gpu_count)
+    if errors:
+        raise InvalidOptions(errors)
+    device = "cuda" if info.has_gpu else "cpu"
+    gpu = info.devices[base.gpu] if info.has_gpu else None
+    try:
+        fit = prediction.max_batch_size(base, device=device,
+                                        total=gpu.total if gpu else info.ram_total,
+                                        gpu_name=gpu.name if gpu else None)
+    except prediction.PredictionError as error:
+        raise InvalidOptions({"model": str(error)}) from None
+    if fit.batch_size is None:
+        raise InvalidOptions({"batch_size": "batch_size: not even 1 is predicted to fit"})
+    size = fit.batch_size
+    return {"batch_size": [size, size + 1] if size < FIELDS["batch_size"].high else [size]}, \
+        f"predicted to fit: batch size {size}; confirming with {size} and {size + 1}"
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    info = machine()
+    base = options_from_args(args, info.has_gpu)
+    store = Store(args.store)
+    try:
+        if args.from_prediction:
+            if args.vary:
+                raise InvalidOptions({"vary": "--from-prediction picks the batch sizes: drop "
+                                              "--vary"})
+            vary, said = _predicted_ladder(base, info)
+            print(said, file=sys.stderr if args.json else sys.stdout, flush=True)
+        elif not args.vary:
+            raise InvalidOptions({"vary": "give --vary OPTION=V1,V2,… (or --from-prediction)"})
+        else:
+            vary = parse_vary(args.vary)
+        sweep = Sweep(RunManager(store), base, vary, args.until_oom, args.name, info.gpu_count)
+    except InvalidOptions as error:
+        return refused(error)
+    # with --json, stdout holds the JSON alone
+    sweep.on_event = _sweep_printer(sweep, sys.stderr if args.json else sys.stdout)
+    with StopSignals() as signals:
+        try:
+            sweep_id = sweep.start()
+        except DeviceBusy as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        try:
+            while signals.received is None and sweep.wait(POLL_SECONDS) is None:
+                pass
+        finally:  # a signal, a closed terminal: the sweep never goes on unattended
+            if sweep.status is None:
+                say(f"\nstopping the sweep{f' ({signals.name})' if signals.received else ''}…",
+                     file=sys.stderr)
+                sweep.stop()
+                sweep.wait()
+    result = grid(store, sweep_id)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        _print_grid(result)
+    if sweep.status != "completed":
+        print(f"sweep {sweep.status}{': ' + sweep.error if sweep.error else ''}", file=sys.stderr)
+        return signals.exit_code() if signals.received is not None else 1
+    return 0
