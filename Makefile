@@ -14,7 +14,7 @@ $(STAMP): requirements.txt requirements-dev.txt
 
 # The dashboard, on http://localhost:8501 (.streamlit/config.toml: localhost only).
 run: $(STAMP)
-	$(BIN)/python -m streamlit run app.py
+	$(BIN)/python -m streamlit run anatomy/dashboard/app.py
 
 # One run without the dashboard: the same engine, printing each phase's memory.
 cli: $(STAMP)

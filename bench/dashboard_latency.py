@@ -1,10 +1,11 @@
 """How quickly the dashboard answers in a browser: navigation to the first chart of each page on a
 stored run, and Stop to visible feedback on a live run. Headless Chromium (Debian's) through
-Playwright against a real `streamlit run app.py`, on a store of GPU-like runs (tools/demo_store.py).
+Playwright against a real dashboard server (tools/browser.py), on a store of GPU-like runs
+(tools/demo_store.py).
 
     PYTHONPATH=. .venv/bin/python bench/dashboard_latency.py [--repeats 3] [--project DIR]
 
---project runs another checkout's app.py (the same store and browser), to compare before/after.
+--project runs another checkout's dashboard (the same store and browser), to compare before/after.
 Results: docs/BENCHMARKS.md.
 """
 
@@ -75,7 +76,7 @@ def main() -> None:
     parser.add_argument("--no-stop", action="store_true", help="skip the Stop measurement")
     parser.add_argument("--stop-only", action="store_true", help="only the Stop measurement")
     parser.add_argument("--links", action="store_true",
-                        help="also: the sidebar's links in an open tab (app.py's own links)")
+                        help="also: the sidebar's links in an open tab (the app's navigation)")
     args = parser.parse_args()
 
     from playwright.sync_api import sync_playwright

@@ -6,14 +6,17 @@ import json
 
 from streamlit.testing.v1 import AppTest
 
+from anatomy.dashboard import ENTRY
+
 TIMEOUT = 30  # the first run of a test process imports plotly and the engine
+APP = str(ENTRY)  # the file `anatomy dashboard` runs
 
 
 def open_page(page: str, **query: str) -> AppTest:
-    """app.py run, then `page` (e.g. "pages/runs.py") with the given query parameters, as a link
-    opens it. The first run registers app.py's pages (st.navigation), so that the switch finds
-    a page by its own URL path ("anatomy" for pages/_anatomy.py)."""
-    app = AppTest.from_file("../app.py", default_timeout=TIMEOUT).run()
+    """The app run, then `page` (e.g. "screens/runs.py", relative to the entry) with the given
+    query parameters, as a link opens it. The first run registers the app's pages
+    (st.navigation), so that the switch finds a page by its URL path."""
+    app = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
     app.query_params.clear()
     for key, value in query.items():
         app.query_params[key] = value

@@ -54,7 +54,7 @@ def measured_run(store, seed):
 
 
 def _page(**query) -> AppTest:
-    return open_page("pages/_anatomy.py", **query)
+    return open_page("screens/anatomy.py", **query)
 
 
 # The page's tables, in the order it draws them.

@@ -13,21 +13,21 @@ from anatomy.engine.devices import machine
 from anatomy.store import GpuProcess, GpuStatus, HostStatus, Step
 from anatomy.views import live
 from anatomy.views.live import PhaseMetric, Progress
-from tests.apptest import chart_spec, open_page
+from tests.apptest import APP, chart_spec, open_page
 
 TIMEOUT = 30  # the first run of a test process imports plotly and the engine
 NO_GPU = machine().gpu_count == 0
 
 
 def _app(**state) -> AppTest:
-    app = AppTest.from_file("../app.py", default_timeout=TIMEOUT)
+    app = AppTest.from_file(APP, default_timeout=TIMEOUT)
     for key, value in state.items():
         app.session_state[key] = value
     return app
 
 
 def _runs_page(**query) -> AppTest:
-    return open_page("pages/runs.py", **query)
+    return open_page("screens/runs.py", **query)
 
 
 def _chart(app: AppTest, run_id: int) -> dict:
@@ -134,7 +134,7 @@ def test_an_out_of_memory_run_says_so_with_its_message_and_peak(store, seed):
 
 
 def test_start_a_second_start_refused_while_busy_and_stop(store):
-    from dashboard import common  # the server's one manager, the one the page started the run with
+    from anatomy.dashboard import server  # the server's one manager, the one the page started the run with
 
     app = _app().run()
     app.number_input(key="option_dataset_size").set_value(100_000)  # long enough to be stopped
@@ -155,11 +155,11 @@ def test_start_a_second_start_refused_while_busy_and_stop(store):
         assert app.button(key="stop").label == "Stopping…" and app.button(key="stop").disabled
         assert any(w.value.startswith("Stopping: the training process is told to end")
                    for w in app.warning)
-        assert common.manager().wait(run.id, timeout=30) == "stopped"
+        assert server.manager().wait(run.id, timeout=30) == "stopped"
         app.run()
         assert app.warning[0].value.startswith("stopped by the user")
     finally:
-        common.manager().stop_all()
+        server.manager().stop_all()
 
 
 # --- the Runs page ---

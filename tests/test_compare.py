@@ -47,7 +47,7 @@ def _run_training_from(store, start: float, batch_size: int = 4) -> int:
 
 
 def _page(**query) -> AppTest:
-    return open_page("pages/compare.py", **query)
+    return open_page("screens/compare.py", **query)
 
 
 # Dataframes carry no key in AppTest: the Compare runs tab's two tables come first, in this order.
@@ -189,7 +189,7 @@ def test_a_finished_sweep_shows_its_grid_and_the_largest_batch_size(store):
 
 
 def test_a_running_sweep_shows_its_progress_read_from_the_store(store, seed):
-    from dashboard import common  # the server's sweep slot, where the page finds the running sweep
+    from anatomy.dashboard import server  # the server's sweep slot, where the page finds the running sweep
 
     sweep_id = store.create_sweep("batch_size on bert-large-uncased",
                                   RunOptions(preset="bert-large-uncased").to_dict(),
@@ -206,7 +206,7 @@ def test_a_running_sweep_shows_its_progress_read_from_the_store(store, seed):
         def is_alive(self) -> bool:
             return True
 
-    slot = common.sweeps()
+    slot = server.sweeps()
     slot.sweep = Running()
     try:
         app = _page()

@@ -324,7 +324,7 @@ def test_the_dashboard_closes_a_run_its_dead_server_left_running(store, seed):
 
     run_id = seed(status="running")
     store.update_run(run_id, worker_pid=2**22 + 1)  # above pid_max: no such process
-    app = open_page("pages/live.py")
+    app = open_page("screens/live.py")
     assert "No run in progress" in app.info[0].value
     assert store.run(run_id).status == "failed"
 
@@ -632,12 +632,12 @@ def test_the_exit_statuses_are_in_every_commands_help(capsys):
 def test_the_dashboard_names_a_store_it_cannot_use_in_a_line(tmp_path, monkeypatch):
     from streamlit.testing.v1 import AppTest
 
-    from tests.apptest import TIMEOUT
+    from tests.apptest import APP, TIMEOUT
 
     path = tmp_path / "mlflow.db"
     _foreign_sqlite(path)
     monkeypatch.setenv("ANATOMY_STORE", str(path))
-    app = AppTest.from_file("../app.py", default_timeout=TIMEOUT).run()
+    app = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
     assert not app.exception
     assert [e.value for e in app.error] == [
         f"The run store cannot be used: {path}: it is not an anatomy store: it holds another"

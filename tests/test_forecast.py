@@ -16,6 +16,7 @@ from anatomy.analysis.report import report
 from anatomy.store import PhaseMark
 from anatomy.views import live
 from anatomy.views.live import Forecast, batch_size_forecast, memory_forecast
+from tests.apptest import APP
 
 H200 = Machine(backend="nvml", memory_api="v2",
                devices=(Device(index=0, nvml_index=0, name="NVIDIA H200", uuid=None,
@@ -39,7 +40,7 @@ def test_wrong_options_get_no_forecast():
 
 
 def test_predict_memory_on_the_form_starts_nothing(store):
-    app = AppTest.from_file("../app.py", default_timeout=30).run()
+    app = AppTest.from_file(APP, default_timeout=30).run()
     app.button(key="predict").click().run()
     assert not app.exception
     assert any(info.value.startswith("This run should need about") and "MB of CPU memory"
@@ -49,7 +50,7 @@ def test_predict_memory_on_the_form_starts_nothing(store):
 
 def test_the_live_page_shows_a_stored_run_by_its_id(store, seed):
     run_id = seed()
-    app = AppTest.from_file("../app.py", default_timeout=30)
+    app = AppTest.from_file(APP, default_timeout=30)
     app.query_params["run"] = str(run_id)
     app.run()
     assert not app.exception
@@ -57,13 +58,13 @@ def test_the_live_page_shows_a_stored_run_by_its_id(store, seed):
 
 
 def test_start_is_refused_while_a_sweep_holds_the_device(store):
-    from dashboard import common
+    from anatomy.dashboard import server
 
     # What a sweep does for its whole length (engine/sweep.py): the device's lock, in its name.
-    lock = common.manager().reserve(defaults_for(common.device().has_gpu), "a sweep")
+    lock = server.manager().reserve(defaults_for(server.device().has_gpu), "a sweep")
     lock.describe(f"sweep 7 (pid {os.getpid()})")
     try:
-        app = AppTest.from_file("../app.py", default_timeout=30).run()
+        app = AppTest.from_file(APP, default_timeout=30).run()
         app.button(key="start").click().run()
     finally:
         lock.release()
@@ -105,7 +106,7 @@ def test_a_stored_run_of_the_same_model_times_the_next_one(store, seed):
 
 
 def test_predict_shows_the_time_and_the_errors_of_the_fields_as_they_are_now(store):
-    app = AppTest.from_file("../app.py", default_timeout=30).run()
+    app = AppTest.from_file(APP, default_timeout=30).run()
     app.number_input(key="option_batch_size").set_value(0)
     app.button(key="predict").click().run()
     errors = [e.value for e in app.error]
@@ -120,7 +121,7 @@ def test_predict_shows_the_time_and_the_errors_of_the_fields_as_they_are_now(sto
 
 def test_a_forecast_goes_when_the_run_it_was_made_for_ends(store, seed):
     run_id = seed(status="running")  # live: its worker is this process
-    app = AppTest.from_file("../app.py", default_timeout=30).run()
+    app = AppTest.from_file(APP, default_timeout=30).run()
     app.button(key="predict").click().run()
     assert any(i.value.startswith("This run should need about") for i in app.info)
     store.finish(run_id, "completed")
@@ -138,20 +139,20 @@ def test_a_cpu_run_never_speaks_of_a_cuda_context(store, seed):
 
 
 def test_the_live_page_says_a_run_is_not_found_and_names_what_it_shows(store, seed):
-    app = AppTest.from_file("../app.py", default_timeout=30)
+    app = AppTest.from_file(APP, default_timeout=30)
     app.query_params["run"] = "99999"
     app.run()
     assert [w.value for w in app.warning] == ["Run 99999 not found."]
     assert "run" not in app.query_params  # nothing shown, nothing named
     run_id = seed()
-    app = AppTest.from_file("../app.py", default_timeout=30)
+    app = AppTest.from_file(APP, default_timeout=30)
     app.query_params["run"] = str(run_id)
     app.run()
     assert not app.warning and app.query_params["run"] == str(run_id)
 
 
 def test_what_fits_on_the_form_starts_nothing(store):
-    app = AppTest.from_file("../app.py", default_timeout=120).run()
+    app = AppTest.from_file(APP, default_timeout=120).run()
     app.selectbox(key="option_model").set_value("tiny-gpt2")
     app.number_input(key="option_seq_len").set_value(16)
     app.button(key="what_fits").click().run()

@@ -9,7 +9,7 @@ from tests.apptest import chart_spec, open_page
 
 
 def _page(**query) -> AppTest:
-    return open_page("pages/runs.py", **query)
+    return open_page("screens/runs.py", **query)
 
 
 def test_the_list_filters_by_tag_preset_and_status(store, seed):
@@ -124,7 +124,7 @@ def test_yes_delete_is_not_the_green_of_start(store, seed):
     app = _page(run=str(run_id))
     app.button(key="delete").click().run()
     assert app.button(key="delete_yes").proto.type != "primary"  # primary is the theme's green
-    from dashboard.common import STYLE
+    from anatomy.dashboard.widgets import STYLE
     assert ".st-key-delete_yes button { background-color: #B3261E" in STYLE
 
 

@@ -25,13 +25,15 @@ def free_port() -> int:
 
 def serve(store: Path, project: Path = PROJECT, lock_dir: Path | None = None
           ) -> tuple[subprocess.Popen, str]:
-    """`streamlit run app.py` of `project` over `store`, once it answers its health check. Device
-    locks of its own (`lock_dir`, by default beside the store): a run elsewhere on the machine
-    does not make this one "busy"."""
+    """The dashboard of `project` over `store`, once it answers its health check. Device locks of
+    its own (`lock_dir`, by default beside the store): a run elsewhere on the machine does not
+    make this one "busy". A checkout from before the dashboard moved into the package serves its
+    app.py, so that the bench compares before and after."""
     port = free_port()
     env = {**os.environ, "ANATOMY_STORE": str(store), "PYTHONPATH": str(project),
            "ANATOMY_LOCK_DIR": str(lock_dir or store.parent)}
-    process = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py",
+    entry = "app.py" if (project / "app.py").exists() else "anatomy/dashboard/app.py"
+    process = subprocess.Popen([sys.executable, "-m", "streamlit", "run", entry,
                                 "--server.port", str(port), "--server.headless", "true"],
                                cwd=project, env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)

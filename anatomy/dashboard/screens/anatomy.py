@@ -9,11 +9,11 @@ from anatomy.analysis import breakdown
 from anatomy.analysis.operations import PAPER_CITATION, comparison
 from anatomy.analysis.prediction import WALKTHROUGH_BYTES_PER_PARAMETER
 from anatomy.analysis.report import RunReport, report
+from anatomy.dashboard import links, server
 from anatomy.units import mib_float
 from anatomy.views import anatomy as view
 from anatomy.views import text
 from anatomy.views.figures import anatomy as figures
-from dashboard import common
 
 CHART = {"displaylogo": False}
 MB = st.column_config.NumberColumn(format="%.1f")
@@ -82,7 +82,7 @@ def bytes_per_parameter(rep: RunReport, prediction) -> None:
 
 def first_steps(rep: RunReport) -> None:
     st.subheader("The first steps of training")
-    db = common.store()
+    db = server.store()
     steps = db.steps(rep.id)
     if rep.training is None:
         st.info("This run never reached the training phase.")
@@ -133,11 +133,10 @@ def per_gpu(rep: RunReport) -> None:
 
 
 def main() -> None:
-    common.through_app()
     st.title("Anatomy")
     st.caption("Where one run's training memory goes, component by component, measured next to "
                "what the model config and the options predict; and where its time goes.")
-    db = common.store()
+    db = server.store()
     runs = db.runs()
     if not runs:
         st.info("No runs stored yet: start one on the Live run page, or with "
@@ -145,9 +144,9 @@ def main() -> None:
         return
     ids = [run.id for run in runs]
     labels = {run.id: text.run_choice(run) for run in runs}
-    common.choose_run_from_url(ids, "anatomy_run")
+    links.choose_run_from_url(ids, "anatomy_run")
     run_id = st.selectbox("Run", ids, format_func=labels.get, key="anatomy_run",
-                          on_change=common.run_to_url, args=("anatomy_run",))
+                          on_change=links.run_to_url, args=("anatomy_run",))
     rep = report(db, run_id)
     st.subheader(rep.title())
     with st.spinner("predicting: the training step on fake tensors…"):

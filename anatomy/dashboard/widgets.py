@@ -1,103 +1,22 @@
-"""What every page shares: the one run manager of the server, the sidebar, the device, and a
-run's chart and summary. Not a page itself: app.py lists the pages, and they import this module."""
+"""What several pages draw alike: the sidebar's device, a run's charts (memory, loss and step
+time, the device panel), how a run ended, one run option's widget, and Stop."""
 
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 
 import streamlit as st
 
-from anatomy.analysis.machine import Machine
-from anatomy.analysis.options import FIELDS, RunOptions
+from anatomy.analysis.options import FIELDS
 from anatomy.analysis.report import RunReport
-from anatomy.engine.manager import RunManager, machine
-from anatomy.engine.sweep import Sweep
-from anatomy.store import Store, StoreError, resolve_path
+from anatomy.dashboard import server
 from anatomy.views import live as live_view
 from anatomy.views import text
 from anatomy.views.figures import live as live_figures
 
-RUNS_PAGE = "pages/runs.py"
-COMPARE_PAGE = "pages/compare.py"
-# The favicon, served by this server: a material icon as page_icon is fetched from
-# fonts.gstatic.com, which fails offline.
-ICON = Path(__file__).with_name("icon.png")
-
-
-@st.cache_resource(show_spinner=False)
-def _manager(store_path: str) -> RunManager:
-    # One per server and store: its collector threads and processes outlive every page, tab and
-    # rerun, so closing the tab neither stops nor loses a run.
-    return RunManager(Store(store_path))
-
-
-def manager() -> RunManager:
-    return _manager(str(resolve_path()))
-
-
-def store() -> Store:
-    return manager().store
-
-
-@st.cache_resource(show_spinner=False)
-def device() -> Machine:
-    """The machine as the engine sees it: asked once per server (NVML calls)."""
-    return machine()
-
-
-def run_app() -> None:
-    """app.py: the page's frame (title, icon, the sidebar's links and device), then the page."""
-    st.set_page_config(page_title="Model training anatomy", page_icon=str(ICON), layout="wide")
-    pages = [
-        st.Page("pages/live.py", title="Live run", icon=":material/monitoring:", default=True),
-        st.Page(RUNS_PAGE, title="Runs", icon=":material/table_rows:"),
-        st.Page(COMPARE_PAGE, title="Compare", icon=":material/compare_arrows:"),
-        # "_anatomy.py": Streamlit names a pages/ file by its name less leading digits and
-        # underscores, and a fresh server's first request checks the URL against those names
-        # ("Page not found" for /anatomy when the file was memory_anatomy.py); "anatomy.py" would
-        # shadow the package where a page runs as the main script (AppTest puts pages/ on sys.path).
-        st.Page("pages/_anatomy.py", title="Anatomy", icon=":material/stacked_bar_chart:",
-                url_path="anatomy"),
-    ]
-    # The sidebar draws its own links (`sidebar`): Streamlit's automatic list is switched off in
-    # .streamlit/config.toml, so a fresh server never lists the files of pages/.
-    page = st.navigation(pages, position="hidden")
-    sidebar(pages)
-    try:
-        manager()  # opens the store, and closes runs a dead server left running
-    except StoreError as error:  # not a store, unreadable, read-only: one line, not a traceback
-        st.error(f"The run store cannot be used: {error}. Point ANATOMY_STORE at another file.")
-        st.stop()
-    page.run()
-
-
-def through_app() -> None:
-    """Every page calls this first. Because a pages/ folder sits next to app.py, a fresh server
-    starts in Streamlit's old multipage mode, in which the first request (say /runs) runs the page
-    file by itself, without app.py's navigation and sidebar, until st.navigation is first called.
-    Then this run goes through app.py here and now (st.navigation leaves that mode for good, and
-    runs this page inside the frame), and the page's own run stops: the first render already
-    has the app's navigation."""
-    from streamlit.runtime.pages_manager import PagesManager
-
-    if PagesManager.uses_pages_directory:
-        run_app()
-        st.stop()
-
-
-def sidebar(pages: list) -> None:
-    """The app's own navigation, then the machine serving the page."""
-    style()
-    with st.sidebar:
-        for page in pages:
-            st.page_link(page)
-        st.divider()
-    sidebar_device()
-
 
 def sidebar_device() -> None:
-    info = device()
+    info = server.device()
     with st.sidebar:
         st.subheader("Device")
         if info.has_gpu:
@@ -112,7 +31,7 @@ def sidebar_device() -> None:
         st.caption("Measures " + text.source(info.backend, info.memory_api))
 
 
-# The memory chart's x axis (anatomy/views/figures/live.py AXES), as the segmented control names it.
+# The memory chart's x axes (views/figures/live.py AXES), as the segmented control names them.
 AXIS_NAMES = {"run": "Whole run (s)", "training": "Training (s)", "step": "Training steps"}
 CHART = {"displaylogo": False}
 # Streamlit's defaults, fitted to a narrow window: a metric's value shrinks with the window
@@ -158,7 +77,7 @@ def run_charts(rep: RunReport, key: str, now: float | None = None, live: bool = 
 
 
 def memory_chart(rep: RunReport, now: float | None = None, axis: str = "run") -> None:
-    db = store()
+    db = server.store()
     # 1,000 buckets: a min and a max each, two points a pixel column of the widest chart.
     figure = live_figures.memory_figure(rep, db.decimated(rep.id, buckets=1000), db.steps(rep.id),
                                    now, axis)
@@ -172,7 +91,7 @@ def memory_chart(rep: RunReport, now: float | None = None, axis: str = "run") ->
 
 def steps_chart(rep: RunReport) -> None:
     """Loss and time a step against the training steps (nothing before the first step)."""
-    steps = store().steps(rep.id)
+    steps = server.store().steps(rep.id)
     if not steps:
         st.info("No training step recorded yet.")
         return
@@ -187,7 +106,7 @@ def device_panel(rep: RunReport, live: bool) -> None:
     GPU's utilisation, power and temperature, the host's CPU and RAM, and every process on the
     GPUs (not only this run's). Live: the latest reading, the last minute as sparklines; a
     finished run: those figures over the whole run, and the processes at the end of training."""
-    panel = live_view.device_panel(store(), rep, window_s=60.0 if live else None)
+    panel = live_view.device_panel(server.store(), rep, window_s=60.0 if live else None)
     if panel is None:
         st.caption("No device readings stored for this run (recorded before the device panel "
                    "existed, or imported).")
@@ -223,12 +142,12 @@ def request_stop(run_id: int) -> None:
     """Stop's callback: the stop runs on a thread of its own (SIGTERM, the grace period, the
     collector's last rows take seconds), so the page says "stopping" at once."""
     st.session_state["stopping"] = run_id
-    threading.Thread(target=manager().stop, args=(run_id,), name=f"anatomy-stop-{run_id}",
+    threading.Thread(target=server.manager().stop, args=(run_id,), name=f"anatomy-stop-{run_id}",
                      daemon=True).start()
 
 
 def stopping(run_id: int) -> bool:
-    return st.session_state.get("stopping") == run_id or manager().stopping(run_id)
+    return st.session_state.get("stopping") == run_id or server.manager().stopping(run_id)
 
 
 def outcome(rep: RunReport) -> None:
@@ -256,7 +175,7 @@ def option_widget(name: str, default, key: str, label: str | None = None) -> Non
     label = label or field.label
     if name == "gpus":  # several GPUs (issue 12): pick them; none or one is a single-GPU run
         chosen = [int(g) for g in str(default).split(",") if g.strip().isdigit()]
-        st.multiselect(label, list(range(device().gpu_count)), default=chosen, key=key,
+        st.multiselect(label, list(range(server.device().gpu_count)), default=chosen, key=key,
                        help=field.help, format_func=lambda g: f"GPU {g}")
         return
     if field.free_text and field.choices is not None:  # a list to pick from, or type a path
@@ -277,69 +196,3 @@ def option_widget(name: str, default, key: str, label: str | None = None) -> Non
         st.number_input(label, value=default, step=1, key=key,
                         help=f"{field.help} ({field.low} to {field.high})")
 
-
-class SweepSlot:
-    """The server's latest sweep, run by a thread of its own (never a page's), which writes only
-    to the store. Pages read its progress from the store and call `stop`. The engine keeps the
-    device for it: another sweep or run on that device is refused as busy."""
-
-    def __init__(self) -> None:
-        self.sweep: Sweep | None = None
-        self._lock = threading.Lock()
-
-    def start(self, base: RunOptions, vary: dict[str, list], until_oom: bool) -> int:
-        """The sweep's id; InvalidOptions when its plan is wrong, DeviceBusy when its device is
-        taken (by a run or a sweep, from this server or another process)."""
-        with self._lock:
-            sweep = Sweep(manager(), base, vary, until_oom, gpu_count=device().gpu_count)
-            sweep.start()
-            self.sweep = sweep
-            return sweep.id
-
-    def running(self) -> bool:
-        return self.sweep is not None and self.sweep.is_alive()
-
-    def running_id(self) -> int | None:
-        return self.sweep.id if self.running() else None
-
-    def stop(self) -> None:
-        sweep = self.sweep
-        if sweep is not None:
-            sweep.stop()
-            sweep.wait(timeout=30)
-
-
-@st.cache_resource(show_spinner=False)
-def _sweeps(store_path: str) -> SweepSlot:
-    return SweepSlot()
-
-
-def sweeps() -> SweepSlot:
-    return _sweeps(str(resolve_path()))
-
-
-def choose_run_from_url(ids: list[int], key: str) -> None:
-    """The run of the selectbox stored under `key`: ?run=ID (a link from another page, a shared
-    URL) when it is among `ids`, else the one chosen before, else the latest. An id that is not
-    among them is said, and the URL is rewritten to name the run shown."""
-    wanted = st.query_params.get("run")
-    shown = st.session_state.get(key)
-    if wanted is not None and wanted != str(shown):
-        if wanted.isdigit() and int(wanted) in ids:
-            st.session_state[key] = int(wanted)
-        else:
-            stored = wanted.isdigit() and store().run(int(wanted)) is not None
-            instead = shown if shown in ids else ids[0]
-            st.warning(text.missing_run(wanted, instead, filtered=stored),
-                       icon=":material/search_off:")
-    elif shown is not None and shown not in ids and store().run(shown) is not None:
-        st.warning(text.missing_run(str(shown), ids[0], filtered=True),
-                   icon=":material/filter_alt:")  # the filters left the run shown out
-    if st.session_state.get(key) not in ids:
-        st.session_state[key] = ids[0]
-    st.query_params["run"] = str(st.session_state[key])
-
-
-def run_to_url(key: str) -> None:
-    """The selectbox's run back into ?run=, so the URL always names what is shown."""
-    st.query_params["run"] = str(st.session_state[key])

@@ -10,10 +10,10 @@ import streamlit as st
 
 from anatomy.analysis import transfer
 from anatomy.analysis.report import RunListing, RunReport, report, run_rows
+from anatomy.dashboard import links, server, widgets
 from anatomy.views import export, text
 from anatomy.views import runs as view
 from anatomy.views.figures import runs as figures
-from dashboard import common
 
 ANY = "any"
 
@@ -40,7 +40,7 @@ def _selected(ids: list[int]) -> None:
     with st.container(horizontal=True, vertical_alignment="center"):
         if st.button("Compare selected", key="compare_selected", icon=":material/compare_arrows:",
                      disabled=len(ids) < 2, help="select two or more rows of the table"):
-            st.switch_page(common.COMPARE_PAGE, query_params={"runs": ",".join(map(str, ids))})
+            st.switch_page(links.COMPARE_PAGE, query_params={"runs": ",".join(map(str, ids))})
         st.caption(f"{len(ids)} selected" if ids else
                    "Select rows (the boxes at their left) to compare them; one row shows it "
                    "below.")
@@ -60,7 +60,7 @@ def _filters(db) -> dict:
 
 
 def _save_labels(run_id: int) -> None:
-    db = common.store()
+    db = server.store()
     name = st.session_state[f"run_name_{run_id}"].strip()
     db.rename_run(run_id, name or None)
     db.set_tags(run_id, st.session_state[f"run_tags_{run_id}"].split(","))
@@ -81,7 +81,7 @@ def _label_controls(rep: RunReport) -> None:
 
 def _downloads(run_id: int) -> None:
     """The run's chart as a standalone page, and the run as an export file (made on the click)."""
-    db = common.store()
+    db = server.store()
     chart, run_file = st.columns(2)
     chart.download_button(
         "Chart (HTML)", key="download_chart", on_click="ignore", icon=":material/download:",
@@ -98,16 +98,16 @@ def _downloads(run_id: int) -> None:
 
 def _delete_controls(rep: RunReport) -> None:
     run_id = rep.id
-    manager = common.manager()
+    manager = server.manager()
     if st.session_state.get("confirm_delete") == run_id:
         st.warning(f"Delete run {run_id} and its {rep.samples} samples? This cannot be undone.")
         with st.container(horizontal=True):
-            # Red (common.STYLE), not the green of Start: this one cannot be undone.
+            # Red (widgets.STYLE), not the green of Start: this one cannot be undone.
             confirmed = st.button("Yes, delete", key="delete_yes",
                                   icon=":material/delete_forever:")
             cancelled = st.button("Cancel", key="delete_no")
         if confirmed:
-            common.store().delete_run(run_id)
+            server.store().delete_run(run_id)
             st.session_state.pop("confirm_delete")
             st.session_state.pop("runs_select", None)
             st.query_params.pop("run", None)
@@ -125,9 +125,8 @@ def _delete_controls(rep: RunReport) -> None:
 
 
 def main() -> None:
-    common.through_app()
     st.title("Runs")
-    db = common.store()
+    db = server.store()
     if not db.runs():
         st.info("No runs stored yet: start one on the Live run page, or with `python -m anatomy run`.")
         return
@@ -140,24 +139,24 @@ def main() -> None:
     with st.expander("Peak memory against speed", icon=":material/scatter_plot:",
                      expanded=len(rows) > 2):
         st.plotly_chart(figures.efficiency_figure(rows), key="runs_efficiency",
-                        config=common.CHART)
+                        config=widgets.CHART)
         st.caption("A point per completed run of the list above: colour for the precision, shape "
                    "for the device, its batch size beside it. Down and to the right is more "
                    "samples a second for less memory.")
 
     ids = [row.id for row in rows]
     labels = {run.id: text.run_choice(run) for run in db.find_runs(**filters)}
-    common.choose_run_from_url(ids, "runs_select")
+    links.choose_run_from_url(ids, "runs_select")
     run_id = st.selectbox("Run", ids, format_func=labels.get, key="runs_select",
-                          on_change=common.run_to_url, args=("runs_select",))
+                          on_change=links.run_to_url, args=("runs_select",))
 
     rep = report(db, run_id)
     st.subheader(rep.title())
     if rep.status == "running":
         st.info("In progress: the Live run page shows it as it happens.")
     else:
-        common.outcome(rep)
-    common.run_charts(rep, "runs")
+        widgets.outcome(rep)
+    widgets.run_charts(rep, "runs")
     _downloads(rep.id)
     _label_controls(rep)
     with st.expander("Options and environment"):

@@ -7,11 +7,11 @@ import streamlit as st
 from anatomy.analysis import duration
 from anatomy.analysis.options import FIELDS, InvalidOptions, defaults_for, validate
 from anatomy.analysis.report import RunReport, report, started_by
+from anatomy.dashboard import links, server, widgets
 from anatomy.engine.manager import STOP_GRACE_SECONDS, DeviceBusy, live_run
 from anatomy.store import StoreError
 from anatomy.views import live as view
 from anatomy.views import text
-from dashboard import common
 
 REFRESH_SECONDS = 1.0
 # The form's columns: the model and the data, the training, then every other field in FIELDS
@@ -39,7 +39,7 @@ def _form_options():
 def _drawn(name: str) -> bool:
     """Several processes' options where they apply: GPUs and strategy with two GPUs or more,
     CPU processes and strategy without a GPU."""
-    info = common.device()
+    info = server.device()
     return {"gpus": info.gpu_count > 1, "processes": not info.has_gpu,
             "strategy": info.gpu_count > 1 or not info.has_gpu}.get(name, True)
 
@@ -51,7 +51,7 @@ def _sentence(text: str) -> str:
 def _state() -> tuple[int | None, str | None]:
     """The run this tab shows and its status: a forecast holds while they do not change."""
     run_id = st.session_state.get("live_run")
-    run = common.store().run(run_id) if run_id is not None else None
+    run = server.store().run(run_id) if run_id is not None else None
     return (run_id, run.status if run else None)
 
 
@@ -60,11 +60,11 @@ def _forecast() -> None:
     without starting anything. The fields are judged again, so a fixed field's error goes."""
     options = _form_options()
     with st.spinner("tracing the training step on fake tensors…"):
-        st.session_state["forecast"] = view.run_forecast(options, common.device(),
-                                                            common.store())
+        st.session_state["forecast"] = view.run_forecast(options, server.device(),
+                                                            server.store())
     st.session_state["forecast_for"] = _state()
     st.session_state.pop("start_refused", None)
-    st.session_state["option_errors"] = validate(options, common.device().gpu_count)
+    st.session_state["option_errors"] = validate(options, server.device().gpu_count)
     st.session_state["errors_from"] = "predict"
 
 
@@ -72,19 +72,19 @@ def _what_fits() -> None:
     """The form's third button: the largest batch size predicted to fit, without running."""
     with st.spinner("tracing the training step at two batch sizes…"):
         st.session_state["forecast"] = view.batch_size_forecast(_form_options(),
-                                                                   common.device())
+                                                                   server.device())
     st.session_state["forecast_for"] = _state()
 
 
 def _start() -> None:
     """The form's submit: the engine validates; a refusal is kept for the fields to show."""
     options = _form_options()
-    st.session_state["forecast"] = view.run_forecast(options, common.device(), common.store())
+    st.session_state["forecast"] = view.run_forecast(options, server.device(), server.store())
     st.session_state.pop("start_refused", None)
     st.session_state["option_errors"] = {}
     st.session_state["errors_from"] = "start"
     try:
-        run_id = common.manager().start(options)
+        run_id = server.manager().start(options)
     except InvalidOptions as error:
         st.session_state["option_errors"] = error.errors
     except DeviceBusy as error:
@@ -98,7 +98,7 @@ def _start() -> None:
 
 
 def _field(name: str, default) -> None:
-    common.option_widget(name, default, _key(name))
+    widgets.option_widget(name, default, _key(name))
     error = st.session_state.get("option_errors", {}).get(name)
     if error:
         st.error(error)
@@ -154,12 +154,12 @@ def _phase_metrics(rep: RunReport) -> None:
 
 
 def _progress(rep: RunReport) -> None:
-    done = view.progress(rep, common.store().last_step(rep.id))
+    done = view.progress(rep, server.store().last_step(rep.id))
     if view.stage(rep) == "phase training":
         if done.seconds_left is not None:
             left = f"time left: {duration.words(done.seconds_left)}"
         else:  # before the first step: the estimate made before the start
-            estimate = duration.estimate(common.store(), rep.options, rep.backend,
+            estimate = duration.estimate(server.store(), rep.options, rep.backend,
                                          rep.environment.get("gpu_name"))
             left = ("time left: measuring…" if estimate.step_s is None else
                     f"time left: about {duration.words(estimate.steps * estimate.step_s)} "
@@ -173,20 +173,20 @@ def _progress(rep: RunReport) -> None:
 def _controls(run_id: int, progress) -> None:
     """Stop, or what it is doing. Drawn before the store is read (a Stop click's answer is the
     first thing this refresh sends); `progress` is the slot beside it, filled later."""
-    manager = common.manager()
+    manager = server.manager()
     with st.container(horizontal=True, vertical_alignment="bottom"):
         progress.append(st.empty())
-        if common.stopping(run_id):
+        if widgets.stopping(run_id):
             st.button("Stopping…", key="stop", icon=":material/hourglass_top:", disabled=True)
         elif manager.is_active(run_id):
-            st.button("Stop", key="stop", icon=":material/stop:", on_click=common.request_stop,
+            st.button("Stop", key="stop", icon=":material/stop:", on_click=widgets.request_stop,
                       args=(run_id,))
-    if common.stopping(run_id):
+    if widgets.stopping(run_id):
         st.warning("Stopping: the training process is told to end (SIGTERM; SIGKILL after "
                    f"{STOP_GRACE_SECONDS:.0f} s). What it recorded is kept.",
                    icon=":material/stop_circle:")
     elif not manager.is_active(run_id):
-        origin = started_by(common.store().run(run_id).source)
+        origin = started_by(server.store().run(run_id).source)
         st.caption(f"Started by another process ({origin}): stop it there.")
 
 
@@ -194,7 +194,7 @@ def _controls(run_id: int, progress) -> None:
 def live_view(run_id: int) -> None:
     """Redrawn every REFRESH_SECONDS from the store alone; when the run ends, the whole page reruns
     into the finished view, which does not refresh."""
-    db = common.store()
+    db = server.store()
     if db.run(run_id).status != "running":
         st.rerun(scope="app")
     heading, metrics = st.empty(), st.container()
@@ -206,16 +206,16 @@ def live_view(run_id: int) -> None:
         _phase_metrics(rep)
     with progress[0].container():
         _progress(rep)
-    common.run_charts(rep, "live", now=db.last_time(run_id), live=True)
+    widgets.run_charts(rep, "live", now=db.last_time(run_id), live=True)
 
 
 def finished_view(run_id: int) -> None:
-    rep = report(common.store(), run_id)
+    rep = report(server.store(), run_id)
     st.subheader(rep.title())
     _phase_metrics(rep)
-    common.outcome(rep)
-    common.run_charts(rep, "live")
-    st.page_link(common.RUNS_PAGE, label=f"Run {run_id} on the Runs page",
+    widgets.outcome(rep)
+    widgets.run_charts(rep, "live")
+    st.page_link(links.RUNS_PAGE, label=f"Run {run_id} on the Runs page",
                  query_params={"run": str(run_id)}, icon=":material/table_rows:")
 
 
@@ -223,7 +223,7 @@ def _shown_run() -> int | None:
     """The run this page shows: ?run=ID (a stored run, by its link), else the run in progress,
     else the one this tab showed last. An id that is not stored is said; the URL is rewritten to
     name the run shown."""
-    db = common.store()
+    db = server.store()
     asked = st.query_params.get("run")
     missing = None
     if asked is not None and asked != str(st.session_state.get("live_run")):
@@ -234,7 +234,7 @@ def _shown_run() -> int | None:
     if asked is None or missing is not None:
         # This tab follows the run in progress, though it did not start it (a reload, another
         # tab, a run from the CLI).
-        running = live_run(db, common.manager())
+        running = live_run(db, server.manager())
         if running is not None:
             st.session_state["live_run"] = running.id
     run_id = st.session_state.get("live_run")
@@ -250,14 +250,13 @@ def _shown_run() -> int | None:
 
 
 def main() -> None:
-    common.through_app()
     st.title("Live run")
     st.caption("The four moments of Hugging Face's *Model training anatomy*: baseline, CUDA kernels, "
                "weights, training. Start a run and watch each one appear.")
     run_id = _shown_run()
-    running = run_id is not None and common.store().run(run_id).status == "running"
+    running = run_id is not None and server.store().run(run_id).status == "running"
     # The chart is what people came for: while a run is shown, the options fold away.
-    options_form(common.device().has_gpu, expanded=run_id is None)
+    options_form(server.device().has_gpu, expanded=run_id is None)
     if run_id is None:
         st.info("No run in progress. Start one above; stored runs are on the Runs page.")
     elif running:

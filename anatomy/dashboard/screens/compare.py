@@ -13,13 +13,13 @@ from anatomy.analysis.compare import differing_options, phase_start
 from anatomy.analysis.options import FIELDS, InvalidOptions, defaults_for
 from anatomy.analysis.report import PHASES, RunReport, report
 from anatomy.analysis.sweeps import LADDER, SweepGrid, grid, parse_value
+from anatomy.dashboard import server, widgets
 from anatomy.engine.manager import DeviceBusy
 from anatomy.views import compare as view
 from anatomy.views import export, text
 from anatomy.views.figures import compare as figures
 from anatomy.views.live import options_from_form
 from anatomy.views.style import DIFFERS_BACKGROUND
-from dashboard import common
 
 REFRESH_SECONDS = 1.0
 # What a sweep may vary, and the values the form suggests for each.
@@ -71,7 +71,7 @@ def _styled(rows: list[dict]) -> pd.io.formats.style.Styler:
 
 
 def _export(reports: list[RunReport], overlay) -> None:
-    db = common.store()
+    db = server.store()
     ids = [r.id for r in reports]
     name = "runs-" + "-".join(map(str, ids))
     st.markdown("**Take these runs elsewhere**")
@@ -99,7 +99,7 @@ def _export(reports: list[RunReport], overlay) -> None:
 
 
 def comparison(run_ids: list[int]) -> None:
-    db = common.store()
+    db = server.store()
     reports = [report(db, run_id) for run_id in run_ids]
     left, middle, right = st.columns([2, 2, 3], vertical_alignment="bottom")
     phase = left.selectbox("Align the curves where this phase begins", PHASES,
@@ -183,15 +183,15 @@ def _vary_values(name: str, has_gpu: bool) -> list:
 
 
 def _sweep_form() -> None:
-    has_gpu = common.device().has_gpu
+    has_gpu = server.device().has_gpu
     defaults = defaults_for(has_gpu).to_dict()
-    slot = common.sweeps()
+    slot = server.sweeps()
     with st.expander("Base configuration", icon=":material/tune:"):
         names = list(FIELDS)
         for column, chunk in zip(st.columns(3), (names[0::3], names[1::3], names[2::3])):
             with column:
                 for name in chunk:
-                    common.option_widget(name, defaults[name], f"sweep_option_{name}")
+                    widgets.option_widget(name, defaults[name], f"sweep_option_{name}")
     varied = st.multiselect("Vary (one or two options)", VARIABLE, default=["batch_size"],
                             max_selections=2, format_func=lambda n: FIELDS[n].label,
                             key="sweep_vary")
@@ -228,7 +228,7 @@ def _sweep_form() -> None:
 @st.fragment(run_every=REFRESH_SECONDS)
 def sweep_progress(sweep_id: int) -> None:
     """Read from the store every second; when the sweep ends, the page reruns into its grid."""
-    result = grid(common.store(), sweep_id)
+    result = grid(server.store(), sweep_id)
     if result.status != "running":
         st.rerun(scope="app")
     finished = sum(r.status != "running" for r in result.runs)
@@ -245,7 +245,7 @@ def sweep_progress(sweep_id: int) -> None:
     if stop.button("Stop", key="sweep_stop", icon=":material/stop:", width="stretch",
                    help="stops the current run and drops the rest"):
         with st.spinner("stopping the current run…"):
-            common.sweeps().stop()
+            server.sweeps().stop()
         st.rerun(scope="app")
     _sweep_table(result)
 
@@ -261,7 +261,7 @@ def _sweep_table(result: SweepGrid) -> None:
 
 
 def sweep_results(sweep_id: int) -> None:
-    result = grid(common.store(), sweep_id)
+    result = grid(server.store(), sweep_id)
     status = result.status
     line = (f"Sweep {sweep_id} ({result.name}): {status}, {len(result.runs)} runs"
             + (f", {result.skipped} skipped after an out-of-memory run" if result.skipped
@@ -287,14 +287,14 @@ def sweep_results(sweep_id: int) -> None:
 def sweeps_section() -> None:
     st.caption("One base configuration, one or two options varied; the runs queue and run one "
                "after another, each stored as a normal run tagged with its sweep.")
-    slot = common.sweeps()
+    slot = server.sweeps()
     _sweep_form()
     running = slot.running_id()
     if running is not None:
         st.subheader(f"Sweep {running} running")
         sweep_progress(running)
         return
-    stored = common.store().sweeps()
+    stored = server.store().sweeps()
     if not stored:
         return
     ids = [s.id for s in stored]
@@ -321,7 +321,7 @@ def import_section() -> None:
     key = (upload.file_id, copy)  # ticking "as copies" after a refusal imports the file then
     if key not in done:
         try:
-            done[key] = ("imported", transfer.import_runs(common.store(), upload.getvalue(),
+            done[key] = ("imported", transfer.import_runs(server.store(), upload.getvalue(),
                                                           copy=copy))
         except transfer.AlreadyImported as error:
             done[key] = ("here already", str(error))
@@ -343,9 +343,8 @@ def import_section() -> None:
 
 
 def main() -> None:
-    common.through_app()
     st.title("Compare")
-    db = common.store()
+    db = server.store()
     labels = _labels(db)
     runs_tab, sweep_tab, import_tab = st.tabs(["Compare runs", "Sweep", "Import"])
     with import_tab:

@@ -1,0 +1,30 @@
+"""The dashboard's entry, run by Streamlit (`anatomy dashboard`): the page's frame — title, icon,
+the navigation among the pages of screens/, the machine in the sidebar — then the page asked for
+(/, /runs, /compare, /anatomy: also as a fresh server's first request)."""
+
+from pathlib import Path
+
+import streamlit as st
+
+from anatomy.dashboard import links, server, widgets
+from anatomy.store import StoreError
+
+# The favicon, a file served by this server: a material icon as page_icon is fetched from
+# fonts.gstatic.com, which fails offline.
+ICON = Path(__file__).with_name("icon.png")
+
+st.set_page_config(page_title="Model training anatomy", page_icon=str(ICON), layout="wide")
+page = st.navigation([
+    st.Page(links.LIVE_PAGE, title="Live run", icon=":material/monitoring:", default=True),
+    st.Page(links.RUNS_PAGE, title="Runs", icon=":material/table_rows:"),
+    st.Page(links.COMPARE_PAGE, title="Compare", icon=":material/compare_arrows:"),
+    st.Page(links.ANATOMY_PAGE, title="Anatomy", icon=":material/stacked_bar_chart:"),
+])
+widgets.style()
+widgets.sidebar_device()
+try:
+    server.manager()  # opens the store, and closes runs a dead server left running
+except StoreError as error:  # not a store, unreadable, read-only: one line, not a traceback
+    st.error(f"The run store cannot be used: {error}. Point ANATOMY_STORE at another file.")
+    st.stop()
+page.run()
