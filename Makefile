@@ -12,9 +12,9 @@ $(STAMP): requirements.txt requirements-dev.txt
 	$(BIN)/python -m pip install -q -r requirements-dev.txt
 	touch $(STAMP)
 
-# The dashboard, on http://localhost:8501 (.streamlit/config.toml: localhost only).
+# The dashboard, on http://localhost:8501 (this machine only; `anatomy dashboard --help`).
 run: $(STAMP)
-	$(BIN)/python -m streamlit run anatomy/dashboard/app.py
+	$(BIN)/python -m anatomy dashboard
 
 # One run without the dashboard: the same engine, printing each phase's memory.
 cli: $(STAMP)

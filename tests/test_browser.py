@@ -1,4 +1,4 @@
-"""The dashboard end to end: `streamlit run app.py` and headless Chromium. A real tiny CPU run
+"""The dashboard end to end: `anatomy dashboard` and headless Chromium. A real tiny CPU run
 started from the form and watched to its summary; one stopped from the page; and what a newcomer
 saw on GPU-like stored runs (tools/demo_store.py): the app's own navigation on a fresh server's
 first request, every asset served locally, no WebGL, nothing cut or overlapping at 1,000 px, an
@@ -6,7 +6,6 @@ exported chart that holds its labels."""
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -45,10 +44,9 @@ def _serve(tmp_path: Path, store_path: Path):
     """The app as `make run` serves it, on its own port and store."""
     port = _free_port()
     log = (tmp_path / "server.log").open("w+")
-    env = {**os.environ, "ANATOMY_STORE": str(store_path)}
     process = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "anatomy/dashboard/app.py", "--server.port", str(port),
-         "--server.headless", "true"], cwd=PROJECT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        [sys.executable, "-m", "anatomy", "dashboard", "--port", str(port), "--store",
+         str(store_path)], cwd=PROJECT, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://localhost:{port}"
     deadline = time.monotonic() + 60
     while True:

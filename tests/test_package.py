@@ -43,6 +43,18 @@ def test_pip_install_gives_the_cli_and_the_callback_without_streamlit(tmp_path):
                             cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == "True"  # the engine's environment has no Streamlit
+    # The dashboard ships in the package (its pages and icon), and says what it lacks here.
+    dashboard = subprocess.run([str(env_dir / "bin" / "anatomy"), "dashboard"],
+                               capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert dashboard.returncode == 2
+    (line,) = dashboard.stderr.splitlines()
+    assert line.startswith("error: the dashboard needs streamlit")
+    assert line.endswith('pip install "anatomy[dashboard]"')
+    shipped = subprocess.run([python, "-c", "import anatomy.dashboard as d\n"
+                              "for p in d.ENTRY.parent.rglob('*'): print(p.name)"],
+                             capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert {"app.py", "icon.png", "live.py", "runs.py", "compare.py", "anatomy.py"} <= set(
+        shipped.stdout.split()), shipped.stderr
 
 
 def test_importing_anatomy_loads_neither_torch_nor_the_callback():

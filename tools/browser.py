@@ -27,14 +27,15 @@ def serve(store: Path, project: Path = PROJECT, lock_dir: Path | None = None
           ) -> tuple[subprocess.Popen, str]:
     """The dashboard of `project` over `store`, once it answers its health check. Device locks of
     its own (`lock_dir`, by default beside the store): a run elsewhere on the machine does not
-    make this one "busy". A checkout from before the dashboard moved into the package serves its
-    app.py, so that the bench compares before and after."""
+    make this one "busy". A checkout from before `anatomy dashboard` serves its app.py, so that
+    the bench compares before and after."""
     port = free_port()
     env = {**os.environ, "ANATOMY_STORE": str(store), "PYTHONPATH": str(project),
            "ANATOMY_LOCK_DIR": str(lock_dir or store.parent)}
-    entry = "app.py" if (project / "app.py").exists() else "anatomy/dashboard/app.py"
-    process = subprocess.Popen([sys.executable, "-m", "streamlit", "run", entry,
-                                "--server.port", str(port), "--server.headless", "true"],
+    command = (["-m", "streamlit", "run", "app.py", "--server.headless", "true",
+                "--server.port", str(port)] if (project / "app.py").exists() else
+               ["-m", "anatomy", "dashboard", "--port", str(port), "--store", str(store)])
+    process = subprocess.Popen([sys.executable, *command],
                                cwd=project, env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     url = f"http://localhost:{port}"

@@ -7,12 +7,12 @@ import os
 import sqlite3
 import sys
 
-from anatomy.cli import edit, export, import_, predict, run, runs, show, sweep, watch
+from anatomy.cli import dashboard, edit, export, import_, predict, run, runs, show, sweep, watch
 from anatomy.cli.arguments import Parser
 from anatomy.store import StoreError, resolve_path, why
 
 # In the order --help lists them.
-COMMANDS = (run, predict, runs, show, export, import_, sweep, watch, edit)
+COMMANDS = (run, predict, runs, show, export, import_, sweep, watch, edit, dashboard)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -1,0 +1,88 @@
+"""`anatomy dashboard`: the dashboard over a store, started as `tensorboard`, `mlflow ui` or
+`aim up` start theirs. This process becomes Streamlit's own CLI (`python -m streamlit run`) on
+the packaged entry file; the store goes to it through the environment, the server's settings as
+Streamlit's flags, so that it serves the same wherever it is started from."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import socket
+import sys
+
+from anatomy.cli.arguments import STORE_HELP, store_path
+from anatomy.dashboard import ENTRY
+from anatomy.store import STORE_ENV, Store, resolve_path
+
+# What `pip install "anatomy[dashboard]"` adds (pyproject.toml's extra).
+NEEDS = ("streamlit", "plotly", "pandas")
+DEFAULT_PORT = 8501  # Streamlit's own
+SETTINGS = {
+    "server.headless": "true",  # no browser opened on the serving machine, no e-mail prompt
+    # The folder served from may hold a virtualenv: watching it floods inotify on small machines.
+    "server.fileWatcherType": "none",
+    "client.toolbarMode": "minimal",
+    "browser.gatherUsageStats": "false",
+    # Light, so the phase bands (views/style.py) stay readable under a dark curve.
+    "theme.base": "light",
+    "theme.primaryColor": "#009E73",
+}
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    dashboard = commands.add_parser(
+        "dashboard", help="serve the dashboard (needs the dashboard extra)",
+        description="Serve the dashboard over the run store until Ctrl-C: Live run, Runs,\n"
+                    "Compare, Anatomy. Needs pip install \"anatomy[dashboard]\". There is no\n"
+                    "authentication: whoever reaches the port can start, stop and delete runs.")
+    dashboard.add_argument("--port", type=port_number, default=DEFAULT_PORT,
+                           help=f"the port to serve on (default: {DEFAULT_PORT})")
+    dashboard.add_argument("--host", default="localhost",
+                           help="the address to serve on (default: localhost, this machine only; "
+                                "0.0.0.0: every interface)")
+    dashboard.add_argument("--store", type=store_path, help=STORE_HELP)
+    dashboard.set_defaults(func=cmd_dashboard)
+
+
+def port_number(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (1 to 65535)")
+    return int(text)
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    missing = [name for name in NEEDS if importlib.util.find_spec(name) is None]
+    if missing:
+        print(f"error: the dashboard needs {', '.join(missing)}: pip install "
+              '"anatomy[dashboard]"', file=sys.stderr)
+        return 2
+    path = resolve_path(args.store).absolute()
+    Store(path)  # made if missing; one that is not anatomy's, or not writable, is refused here
+    refusal = _unservable(args.host, args.port)
+    if refusal:
+        print(f"error: cannot serve on {args.host}:{args.port}: {refusal}", file=sys.stderr)
+        return 2
+    shown = "localhost" if args.host in ("0.0.0.0", "::") else args.host
+    print(f"anatomy dashboard: http://{shown}:{args.port} · store {path}", flush=True)
+    command = [sys.executable, "-m", "streamlit", "run", str(ENTRY),
+               "--server.address", args.host, "--server.port", str(args.port),
+               *(f"--{key}={value}" for key, value in SETTINGS.items())]
+    # exec, not a child: Ctrl-C and a SIGTERM reach the server itself, and nothing outlives it.
+    os.execve(sys.executable, command, {**os.environ, STORE_ENV: str(path)})
+
+
+def _unservable(host: str, port: int) -> str | None:
+    """Why `host`:`port` cannot be served on (an unknown address, a port taken), or None."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as error:
+        return f"unknown address ({error.strerror})"
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server will
+        try:
+            probe.bind(address)
+        except OSError as error:
+            return error.strerror or str(error)
+    return None

@@ -1,0 +1,104 @@
+"""`anatomy dashboard`: what it refuses in one line before anything serves, and a real server
+started by it from another directory over the store it names (the browser tests drive the pages
+of a server started the same way)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+
+from anatomy import cli
+from anatomy.store import Store
+
+PROJECT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def never_served(monkeypatch):
+    """The command becomes the server by exec: a refusal that failed would replace pytest."""
+    def exec_refused(*args):
+        raise AssertionError(f"the server was started: {args[1]}")
+    monkeypatch.setattr(os, "execve", exec_refused)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("localhost", 0))
+        return probe.getsockname()[1]
+
+
+def test_without_streamlit_it_says_what_to_install_in_one_line(never_served, monkeypatch, capsys,
+                                                               tmp_path):
+    monkeypatch.setitem(sys.modules, "streamlit", None)  # as Python marks a module not there
+    store = tmp_path / "runs.sqlite"
+    assert cli.main(["dashboard", "--store", str(store)]) == 2
+    assert capsys.readouterr().err == \
+        'error: the dashboard needs streamlit: pip install "anatomy[dashboard]"\n'
+    assert not store.exists()  # nothing made
+
+
+def test_a_file_that_is_not_a_store_is_refused_in_one_line(never_served, capsys, tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a database\n")
+    assert cli.main(["dashboard", "--store", str(notes), "--port", str(_free_port())]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: the store {notes}: ")
+    assert notes.read_text() == "not a database\n"
+
+
+def test_a_port_in_use_is_refused_in_one_line(never_served, capsys, tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("localhost", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code = cli.main(["dashboard", "--port", str(port), "--store", str(tmp_path / "s.sqlite")])
+    assert code == 2
+    assert capsys.readouterr().err == \
+        f"error: cannot serve on localhost:{port}: Address already in use\n"
+
+
+@pytest.mark.parametrize("port", ["0", "65536", "http"])
+def test_a_port_out_of_range_is_refused_by_the_parser(never_served, capsys, port):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["dashboard", "--port", port])
+    assert exit_.value.code == 2
+    assert f"argument --port: {port!r} is not a port (1 to 65535)" in capsys.readouterr().err
+
+
+def test_it_serves_the_store_it_names_from_any_directory_and_ends_with_its_server(tmp_path):
+    store, port = tmp_path / "elsewhere" / "runs.sqlite", _free_port()
+    env = {**os.environ, "PYTHONPATH": str(PROJECT)}  # the package, as installed
+    env.pop("ANATOMY_STORE", None)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "anatomy", "dashboard", "--port", str(port), "--store", str(store)],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        first = server.stdout.readline().strip()
+        assert first == f"anatomy dashboard: http://localhost:{port} · store {store}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://localhost:{port}/_stcore/health",
+                                            timeout=2) as answer:
+                    assert answer.status == 200
+                    break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, first
+                time.sleep(0.3)
+        # The command became the server (exec): its pid serves, and the store is its own.
+        serving = psutil.Process(server.pid)
+        assert "streamlit" in " ".join(serving.cmdline())
+        assert serving.environ()["ANATOMY_STORE"] == str(store)
+        assert Store(store, read_only=True).runs() == []  # made, and anatomy's
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert not psutil.pid_exists(server.pid)
