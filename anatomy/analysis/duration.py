@@ -4,7 +4,7 @@ time before training begins (loading torch and the model).
 The time a step comes from the most alike run stored on this kind of device (the same options
 if there is one, else the same model scaled by the tokens a step trains), else from a reference
 run measured on a machine named here. The live page replaces the estimate with the run's own
-steps as soon as it has some (`views.session.progress`).
+steps as soon as it has some (`views.live.progress`).
 """
 
 from __future__ import annotations

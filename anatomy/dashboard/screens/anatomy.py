@@ -9,20 +9,19 @@ from anatomy.analysis import breakdown
 from anatomy.analysis.operations import PAPER_CITATION, comparison
 from anatomy.analysis.prediction import WALKTHROUGH_BYTES_PER_PARAMETER
 from anatomy.analysis.report import RunReport, report
-from anatomy.dashboard import links, server
+from anatomy.dashboard import links, server, widgets
 from anatomy.units import mib_float
 from anatomy.views import anatomy as view
 from anatomy.views import text
 from anatomy.views.figures import anatomy as figures
 
-CHART = {"displaylogo": False}
 MB = st.column_config.NumberColumn(format="%.1f")
 
 
 def measured_and_predicted(rep: RunReport, prediction) -> None:
     st.subheader("Measured next to predicted")
     st.plotly_chart(figures.anatomy_waterfall_figure(view.waterfall(rep, prediction)),
-                    key="anatomy_waterfall", config=CHART)
+                    key="anatomy_waterfall", config=widgets.CHART)
     if rep.on_gpu:
         st.caption("Each part adds to the one before; *all parts* is their sum, which no moment "
                    "of a step reaches; *never held at once* takes away what is freed before the "
@@ -53,7 +52,7 @@ def peak_section(rep: RunReport, prediction) -> None:
     st.markdown(view.peak_explanation(rep, prediction))
     rows = view.moment_rows(rep, prediction)
     all_parts = prediction.as_components().sum_of()
-    st.plotly_chart(figures.moments_figure(rows, all_parts), key="anatomy_moments", config=CHART)
+    st.plotly_chart(figures.moments_figure(rows, all_parts), key="anatomy_moments", config=widgets.CHART)
     measured = any(r.measured is not None for r in rows)
     st.caption("Tensor memory at each moment of a step after the first (the optimizer states "
                "exist then). " + ("Measured: the allocator at the end of the forward pass, at the "
@@ -88,7 +87,7 @@ def first_steps(rep: RunReport) -> None:
         st.info("This run never reached the training phase.")
         return
     st.plotly_chart(figures.first_steps_figure(rep, db.samples(rep.id, rep.gpu), steps),
-                    key="anatomy_first_steps", config=CHART)
+                    key="anatomy_first_steps", config=widgets.CHART)
     st.caption("Step 1 builds what the rest of training keeps: its forward pass makes the "
                "activations, its backward pass frees them as the gradients appear, and its "
                "optimizer step creates the optimizer states (AdamW: two fp32 tensors a "
@@ -107,7 +106,7 @@ def operations(rep: RunReport) -> None:
         return
     profile = rep.operations
     st.plotly_chart(figures.operations_figure(comparison(profile)), key="anatomy_operations",
-                    config=CHART)
+                    config=widgets.CHART)
     st.markdown(view.operations_explanation(profile, rep.options.precision))
     st.caption(f"{profile.steps} profiled steps, forward and backward passes; time is "
                f"{profile.time_source}. Optimizer step (clipping and optimizer.step(), kept "

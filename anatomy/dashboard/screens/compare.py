@@ -117,7 +117,7 @@ def comparison(run_ids: list[int]) -> None:
 
     st.subheader("Memory over time, aligned")
     overlay = figures.overlay_figure(reports, samples, phase, labels, training_only)
-    st.plotly_chart(overlay, key="compare_overlay", config={"displaylogo": False})
+    st.plotly_chart(overlay, key="compare_overlay", config=widgets.CHART)
     missing = [r.id for r in reports if phase_start(r, phase) is None]
     if missing:
         st.warning(f"Not drawn: {', '.join(f'run {i}' for i in missing)} never reached the "
@@ -127,13 +127,13 @@ def comparison(run_ids: list[int]) -> None:
                    sorted({r.backend for r in reports})) + ".")
     st.plotly_chart(figures.small_multiples_figure(reports, samples, phase, labels,
                                                    training_only),
-                    key="compare_multiples", config={"displaylogo": False})
+                    key="compare_multiples", config=widgets.CHART)
 
     st.subheader("Loss and time a step")
     steps = {r.id: db.steps(r.id) for r in reports}
     if any(steps.values()):
         st.plotly_chart(figures.steps_overlay_figure(reports, steps, labels),
-                        key="compare_steps", config={"displaylogo": False})
+                        key="compare_steps", config=widgets.CHART)
         st.caption("Against the training step: each run's loss as the Trainer logged it, and the "
                    "time each step took from the end of the one before (step 1 holds the "
                    "Trainer's setup).")
@@ -142,7 +142,7 @@ def comparison(run_ids: list[int]) -> None:
 
     st.subheader("What each phase added")
     st.plotly_chart(figures.memory_bars_figure(reports, labels), key="compare_bars",
-                    config={"displaylogo": False})
+                    config=widgets.CHART)
     st.caption("CUDA context = kernel phase − baseline, weights = weights phase − kernel phase, "
                "training = training end − weights phase. Runs with measured components split the "
                "training increase into what the allocator's peak holds: the optimizer states, the "
@@ -274,9 +274,9 @@ def sweep_results(sweep_id: int) -> None:
         st.markdown(line)
     if result.runs:
         st.plotly_chart(figures.sweep_figure(result, "peak_mb"), key="sweep_peak",
-                        config={"displaylogo": False})
+                        config=widgets.CHART)
         st.plotly_chart(figures.sweep_figure(result, "samples_per_second"), key="sweep_speed",
-                        config={"displaylogo": False})
+                        config=widgets.CHART)
         _sweep_table(result)
         ids = [r.run for r in result.runs]
         st.button("Compare these runs", key="sweep_compare", on_click=_show_runs, args=(ids,),
