@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run cli test lint gpu-test clean
+.PHONY: run cli check test lint gpu-test clean
 
 $(STAMP): requirements.txt requirements-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,6 +20,11 @@ run: $(STAMP)
 cli: $(STAMP)
 	$(BIN)/python -m anatomy run
 
+# The unit tier (tests/unit/: in-process, no process started), for the edit loop.
+check: $(STAMP)
+	$(BIN)/python -m pytest -q tests/unit
+
+# Everything: the unit tier and tests/e2e/ (the worker, the CLI, Streamlit, Chromium, pip install).
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 

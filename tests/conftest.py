@@ -1,27 +1,164 @@
-"""Shared fixtures. Every test gets its own store file, so nothing touches data/."""
+"""What every test shares: the tiers, each test's own store, the tiny run, the seeded runs.
+
+tests/unit/ runs in this process only: a test there that starts a process fails (it belongs in
+tests/e2e/). tests/e2e/ starts real processes (the worker, the sampler, the CLI, Streamlit,
+Chromium); its tests carry the `e2e` marker. At the end of the session no process that a test
+started may be left (`_no_process_outlives_the_session`)."""
 
 from __future__ import annotations
 
 import functools
+import json
+import multiprocessing.process
 import os
+import subprocess
 import tempfile
+import time
+from pathlib import Path
 
+import psutil
 import pytest
 
-from anatomy.analysis.options import RunOptions
+from anatomy.analysis import transfer
+from anatomy.analysis.options import FIELDS, RunOptions
 from anatomy.engine import nvml
 from anatomy.engine.manager import LOCK_DIR_ENV, RunManager
-from anatomy.store import STORE_ENV, PhaseMark, Sample, Step, Store
+from anatomy.store import STORE_ENV, Message, PhaseMark, Sample, Step, Store
 
+PROJECT = Path(__file__).resolve().parent.parent
+TIERS = ("unit", "e2e")
+# Set in every process the session starts (they inherit it): how the last check finds them.
+SESSION_ENV = "ANATOMY_TEST_SESSION"
+
+# The smallest real run: the tiny BERT, 4 steps of 4 sequences of 32 tokens, seconds on a CPU.
+# Tests that need more say so: `dataclasses.replace(TINY, max_steps=100_000)`.
+TINY = RunOptions(model="tiny", batch_size=4, seq_len=32, dataset_size=16)
+
+
+def flags(options: RunOptions) -> list[str]:
+    """`options` as the CLI's flags (`anatomy run …`): the model and its sizes always, every other
+    field where it differs from RunOptions' default."""
+    default = RunOptions()
+    out = []
+    for name in FIELDS:
+        value = getattr(options, name)
+        if name not in ("model", "batch_size", "seq_len", "dataset_size") and \
+                value == getattr(default, name):
+            continue
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            out += [flag] if value else []
+        elif name == "lora_targets":
+            out += [flag, *options.lora_target_list()]
+        else:
+            out += [flag, str(value)]
+    return out
+
+
+# --- the tiers ---
 
 def pytest_configure(config):
     # Device locks of this test session only (its subprocesses inherit it): a dashboard running
     # beside the tests is not "busy" for them, nor they for it.
     os.environ[LOCK_DIR_ENV] = tempfile.mkdtemp(prefix="anatomy-test-locks-")
+    os.environ.setdefault(SESSION_ENV, f"{os.getpid()}-{time.time_ns()}")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test lives in a tier; those of tests/e2e/ are marked `e2e` (`-m "not e2e"`)."""
+    outside = []
+    for item in items:
+        tier = _tier(item)
+        if tier == "e2e":
+            item.add_marker(pytest.mark.e2e)
+        elif tier is None:
+            outside.append(item.nodeid)
+    if outside:
+        raise pytest.UsageError("tests outside tests/unit/ and tests/e2e/ (CONTRIBUTING.md says "
+                                "which tier a test goes in): " + ", ".join(outside))
+
+
+def _tier(item) -> str | None:
+    parts = Path(item.path).resolve().relative_to(PROJECT).parts
+    return parts[1] if len(parts) > 2 and parts[0] == "tests" and parts[1] in TIERS else None
 
 
 @pytest.fixture(autouse=True)
+def _unit_tests_start_no_process(request, monkeypatch):
+    """A unit test runs in this process: starting one is a test of the e2e tier."""
+    if _tier(request.node) != "unit":
+        return
+
+    def refuse(what):
+        def started(*args, **kwargs):
+            raise AssertionError(f"a unit test started a process ({what}): move it to tests/e2e/")
+        return started
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse("subprocess"))
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", refuse("multiprocessing"))
+
+
+def _ours(process: psutil.Process, session: str) -> bool:
+    try:
+        return process.environ().get(SESSION_ENV) == session
+    except psutil.Error:
+        return False
+
+
+def _left_behind(session: str) -> list[psutil.Process]:
+    """Processes of this session still alive: those that carry its mark, but not this one, what
+    what runs it, nor Python's resource tracker (it ends with its owner)."""
+    me = psutil.Process()
+    mine = {me.pid, *(p.pid for p in me.parents())}
+    left = []
+    for process in psutil.process_iter():
+        if process.pid in mine or not _ours(process, session):
+            continue
+        try:
+            if process.status() == psutil.STATUS_ZOMBIE or \
+                    "resource_tracker" in " ".join(process.cmdline()):
+                continue
+        except psutil.Error:
+            continue
+        left.append(process)
+    return left
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    """No process a test started outlives the session (checked once, where the session began).
+    Those left are named, then killed by pid, so that the next session starts clean."""
+    if hasattr(session.config, "workerinput"):
+        return  # a pytest-xdist worker: the controller checks after every worker has ended
+    mark = os.environ.get(SESSION_ENV, "")
+    if not mark.startswith(f"{os.getpid()}-"):
+        return  # this session was started by another one's test: that one checks
+    deadline = time.monotonic() + 10  # a process ending as the last test ends gets its time
+    while (left := _left_behind(mark)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if not left:
+        return
+    names = []
+    for process in left:
+        try:
+            names.append(f"{process.pid} {' '.join(process.cmdline())[:160]}")
+            process.kill()
+        except psutil.Error:
+            pass
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter:
+        reporter.ensure_newline()
+        reporter.write_line("processes left behind by the tests (now killed):", red=True)
+        for name in names:
+            reporter.write_line(f"  {name}", red=True)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# --- each test's own store, and what goes in it ---
+
+@pytest.fixture(autouse=True)
 def _own_store(tmp_path, monkeypatch):
+    """Every test gets its own store file, so nothing touches data/."""
     monkeypatch.setenv(STORE_ENV, str(tmp_path / "anatomy.sqlite"))
 
 
@@ -35,6 +172,12 @@ def manager(store):
     manager = RunManager(store)
     yield manager
     manager.stop_all()
+
+
+@pytest.fixture
+def tiny() -> RunOptions:
+    """The tiny run's options (TINY): `dataclasses.replace(tiny, …)` for a variation."""
+    return TINY
 
 
 @pytest.fixture
@@ -91,3 +234,40 @@ def seed_run(store: Store, status: str = "completed", backend: str = "nvml", gpu
 def seed(store):
     """seed(**kwargs) -> run id: `seed_run` on this test's store."""
     return functools.partial(seed_run, store)
+
+
+# --- runs moving between stores (export, import) ---
+
+@pytest.fixture
+def source(tmp_path) -> tuple[Store, list[int]]:
+    """Three runs as they come out of real use: completed (two GPUs, named, tagged, a message,
+    from a sweep), out of memory, and still running."""
+    store = Store(tmp_path / "source.sqlite")
+    done = seed_run(store, gpus=2)
+    store.write(done, messages=[Message(0.5, "warning", "eval_strategy 'no'")])
+    store.rename_run(done, "walkthrough")
+    store.set_tags(done, ["h200", "baseline"])
+    store.update_run(done, sweep="abc123")
+    oom = seed_run(store, status="oom", error="CUDA out of memory. Tried to allocate 1.00 GiB")
+    running = seed_run(store, status="running")
+    return store, [done, oom, running]
+
+
+@pytest.fixture
+def target(tmp_path) -> Store:
+    """A store that holds a run already, so imported runs get ids of their own."""
+    store = Store(tmp_path / "target.sqlite")
+    seed_run(store)
+    return store
+
+
+def exported(store: Store, run_ids: list[int]) -> str:
+    return json.dumps(transfer.export_runs(store, run_ids), default=str)  # as `export` writes it
+
+
+def contents(store: Store) -> list:
+    """Everything a store holds, to prove a refused import changed nothing."""
+    with store.connect() as db:
+        return [[tuple(row) for row in db.execute(f"SELECT * FROM {table}")]
+                for table in ("runs", "samples", "phases", "steps", "messages")]
+

@@ -8,17 +8,15 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import psutil
-import pytest
 
 from anatomy.analysis import breakdown
 from anatomy.analysis.report import report
 from anatomy.store import PHASES, Store
 from anatomy.views.anatomy import user_run_basis
+from tests.conftest import PROJECT
 
-PROJECT = Path(__file__).resolve().parent.parent
 EXAMPLES = PROJECT / "examples"
 SMALL = ["--steps", "3", "--seq-len", "16", "--batch-size", "4"]
 
@@ -160,9 +158,3 @@ def test_an_error_inside_the_phase_api_fails_the_run_with_the_error(store):
     assert all(p.done for p in rep.phases)
 
 
-@pytest.mark.parametrize("rate", [0, 5000])
-def test_the_phase_api_refuses_a_sample_rate_out_of_range(rate):
-    import anatomy
-
-    with pytest.raises(ValueError, match="sample_rate"):
-        anatomy.start(sample_rate=rate)

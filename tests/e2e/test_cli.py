@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from anatomy.engine.devices import machine
+from tests.conftest import TINY, flags
 
 ON_GPU = machine().backend == "nvml"  # the same tests pass on a GPU machine, measuring NVML
 
@@ -24,8 +25,7 @@ def anatomy(*args: str, store) -> subprocess.CompletedProcess:
 def recorded(tmp_path_factory):
     """One real tiny run through the CLI, shared by the read-only commands below."""
     store = tmp_path_factory.mktemp("cli") / "runs.sqlite"
-    result = anatomy("run", "--preset", "tiny", "--dataset-size", "16", "--seq-len", "32",
-                     store=store)
+    result = anatomy("run", *flags(TINY), store=store)
     return store, result
 
 
@@ -52,7 +52,7 @@ def test_runs_and_show_as_json(recorded):
     assert all(isinstance(p["memory_mb"], int) and "start_s" in p for p in shown["phases"])
     assert shown["samples"] > 0
     assert set(shown["summary"]) >= {"time_s", "samples_per_second", "peak_mb"}
-    assert shown["options"]["seq_len"] == 32
+    assert shown["options"]["seq_len"] == TINY.seq_len
 
 
 def test_export_json_and_csv(recorded, tmp_path):

@@ -19,6 +19,7 @@ from anatomy.analysis.report import report
 from anatomy.store import Store
 from anatomy.views import export
 from anatomy.views.live import summary_lines
+from tests.conftest import PROJECT
 from tools import demo_store
 
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(
@@ -28,7 +29,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.skipif(
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-PROJECT = Path(__file__).resolve().parent.parent
 ARTIFACTS = PROJECT / "test-artifacts"
 RUN_SECONDS = 120  # a tiny CPU run takes ~15 s on two cores; CI machines can be slower
 NARROW = {"width": 1000, "height": 900}  # a laptop's window with the sidebar open

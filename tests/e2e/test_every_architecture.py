@@ -7,14 +7,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
 from anatomy.analysis.models import PRESETS
-from anatomy.analysis.options import RunOptions
 from anatomy.analysis.prediction import predict
 from anatomy.analysis.report import report
 from anatomy.engine.manager import machine
+from tests.conftest import TINY, flags
 
 ON_GPU = machine().has_gpu
 RUNS = [
@@ -28,8 +29,7 @@ RUNS = [
 
 @pytest.mark.parametrize("changes", RUNS, ids=lambda c: c["model"])
 def test_every_architecture_trains_and_matches_its_prediction(manager, store, changes):
-    options = RunOptions(**{**dict(batch_size=2, seq_len=16, dataset_size=6, max_steps=3),
-                            **changes})
+    options = replace(TINY, max_steps=3, **changes)
     run_id = manager.start(options)
     assert manager.wait(run_id, timeout=300) == "completed", report(store, run_id).error
     rep = report(store, run_id)
@@ -46,16 +46,15 @@ def test_every_architecture_trains_and_matches_its_prediction(manager, store, ch
         assert predicted.trainable_parameters < predicted.parameters / 10
 
 
-def test_a_config_file_runs_and_is_listed_by_its_folder(tmp_path, store):
+def test_a_config_file_runs_and_is_listed_by_its_folder(tmp_path, store, tiny):
     folder = tmp_path / "my-gpt"
     folder.mkdir()
     (folder / "config.json").write_text(PRESETS["tiny-gpt2"].config_path.read_text())
     result = subprocess.run(
-        [sys.executable, "-m", "anatomy", "run", "--model", str(folder), "--seq-len", "16",
-         "--batch-size", "2", "--dataset-size", "4", "--max-steps", "2", "--store",
-         str(store.path)], capture_output=True, text=True, timeout=300)
+        [sys.executable, "-m", "anatomy", "run", *flags(replace(tiny, model=str(folder), max_steps=2)),
+         "--store", str(store.path)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("run 1: my-gpt, batch size 2")
+    assert result.stdout.startswith(f"run 1: my-gpt, batch size {tiny.batch_size}")
     runs = json.loads(subprocess.run([sys.executable, "-m", "anatomy", "runs", "--json",
                                       "--store", str(store.path)], capture_output=True,
                                      text=True, timeout=60).stdout)

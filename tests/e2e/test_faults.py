@@ -1,6 +1,7 @@
 """Faults a long run meets, each done for real on this CPU: the death of any of its processes
 (kill -9, SIGTERM, SIGHUP, Ctrl-C to the process group) in the phase where it matters, a full
-disk, a server restart with a run in flight, and stores that cannot be used. Each asserts what
+disk, a server restart with a run in flight, a store on read-only media, `runs | head`. (Stores
+that cannot be used, in this process: tests/unit/test_store_faults.py.) Each asserts what
 was stored, that nothing the sampler sent was lost where it lived (`samples == samples_sent`),
 and that no process of the run is left (psutil over its tree).
 
@@ -9,7 +10,6 @@ docs/RELIABILITY.md lists them, one row each.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -20,24 +20,23 @@ import textwrap
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
 import pytest
 
 from anatomy import cli
-from anatomy.analysis import transfer
 from anatomy.analysis.options import RunOptions
 from anatomy.analysis.report import report
 from anatomy.engine.devices import machine
 from anatomy.engine.lifeline import Lifeline, launch
 from anatomy.engine.manager import DeviceLock, RunManager, device_key
 from anatomy.store import RunRow, Store, StoreMissing
-from tests.conftest import seed_run
+from tests.conftest import PROJECT, TINY, flags, seed_run
 
-PROJECT = Path(__file__).resolve().parent.parent
 # A run long enough to be interrupted: it never ends on its own within a test.
-ENDLESS = ("--preset", "tiny", "--seq-len", "16", "--dataset-size", "64", "--max-steps", "100000")
+ENDLESS = tuple(flags(replace(TINY, max_steps=100_000)))
 GONE_SECONDS = 15  # a process of the run dies within this (stop's grace, on a loaded machine)
 PHASE_SECONDS = 180  # a tiny run reaches training within this, however loaded the machine
 
@@ -319,15 +318,6 @@ def test_a_server_killed_with_a_run_in_flight_leaves_no_process_and_its_restart_
     assert not manager.is_active(1)
 
 
-def test_the_dashboard_closes_a_run_its_dead_server_left_running(store, seed):
-    from tests.apptest import open_page
-
-    run_id = seed(status="running")
-    store.update_run(run_id, worker_pid=2**22 + 1)  # above pid_max: no such process
-    app = open_page("screens/live.py")
-    assert "No run in progress" in app.info[0].value
-    assert store.run(run_id).status == "failed"
-
 
 # --- the device lock outlives a dead manager as long as a process of the run lives ---
 
@@ -468,70 +458,6 @@ def test_a_store_that_fills_mid_run_stops_the_run_and_records_why(tmp_path, monk
 
 # --- stores that cannot be used ---
 
-def _main(capsys, *args: str) -> tuple[int, str, str]:
-    code = cli.main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def _one_line(err: str) -> str:
-    assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err, err
-    return err
-
-
-def _foreign_sqlite(path: Path) -> bytes:
-    with sqlite3.connect(path) as db:  # another program's database (MLflow's has "runs" too)
-        db.execute("CREATE TABLE runs (run_uuid TEXT, name TEXT)")
-        db.execute("CREATE TABLE metrics (key TEXT, value REAL)")
-    return path.read_bytes()
-
-
-@pytest.mark.parametrize("command", [("runs",), ("show", "1"), ("export", "1", "--format", "json"),
-                                     ("tag", "1", "x"), ("import", "{file}"),
-                                     ("run", "--max-steps", "1")])
-def test_another_programs_sqlite_file_is_refused_and_left_as_it_was(tmp_path, capsys, command):
-    path = tmp_path / "mlflow.db"
-    before = _foreign_sqlite(path)
-    exported = tmp_path.parent / f"{tmp_path.name}-export.json"
-    exported.write_text(json.dumps(transfer.export_runs(*_one_run(tmp_path.parent))))
-    command = [part.format(file=exported) for part in command]
-    code, _, err = _main(capsys, *command, "--store", str(path))
-    assert code == 2
-    assert _one_line(err) == (f"error: the store {path}: it is not an anatomy store: it holds "
-                              "another program's tables (runs, metrics)\n")
-    assert path.read_bytes() == before  # no tables added, no journal mode changed
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["mlflow.db"]
-
-
-def _one_run(folder: Path) -> tuple[Store, list[int]]:
-    store = Store(folder / "one-run.sqlite")
-    return store, [seed_run(store)]
-
-
-@pytest.mark.parametrize("make, reason", [
-    (lambda p: p.write_bytes(os.urandom(4096)), "it is not an SQLite database"),
-    (lambda p: p.write_bytes(b"SQLite format 3\0" + b"\xff" * 4000), "it is not an SQLite database"),
-    (lambda p: p.mkdir(), "it is a directory, not a store file"),
-])
-def test_a_file_that_is_no_store_is_named_with_the_reason(tmp_path, capsys, make, reason):
-    path = tmp_path / "store.sqlite"
-    make(path)
-    for command in (("runs",), ("show", "1"), ("run", "--max-steps", "1")):
-        code, _, err = _main(capsys, *command, "--store", str(path))
-        assert code == 2, err
-        assert _one_line(err).startswith(f"error: the store {path}: {reason}")
-
-
-def test_a_damaged_store_is_named_with_the_reason(store, seed, capsys):
-    seed()
-    data = bytearray(store.path.read_bytes())
-    data[4096:] = b"\xff" * (len(data) - 4096)  # every page after the schema's
-    store.path.write_bytes(bytes(data))
-    for command in (("runs",), ("show", "1")):
-        code, _, err = _main(capsys, *command, "--store", str(store.path))
-        assert code in (1, 2)
-        assert _one_line(err).startswith(f"error: the store {store.path}: the file is corrupt")
-
 
 @pytest.fixture
 def read_only_media(tmp_path):
@@ -570,45 +496,8 @@ def test_a_store_on_read_only_media_lists_shows_and_exports_but_refuses_writes(r
     assert code == 2 and "cannot be" in _one_line(err)
 
 
-def test_read_only_commands_write_nothing_to_a_store(store, seed, capsys):
-    run_id = seed()
-    with sqlite3.connect(store.path) as db:
-        db.execute("PRAGMA journal_mode=DELETE")  # as another tool might have left it
-    before = store.path.read_bytes()
-    for command in (("runs",), ("show", str(run_id)), ("export", str(run_id), "--format", "json")):
-        assert _main(capsys, *command, "--store", str(store.path))[0] == 0
-    assert store.path.read_bytes() == before
-    with sqlite3.connect(store.path) as db:
-        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
-
-
-def test_an_empty_store_path_is_refused(capsys):
-    with pytest.raises(SystemExit) as exited:
-        cli.main(["runs", "--store", ""])
-    assert exited.value.code == 2
-    assert "argument --store: an empty path names no store" in capsys.readouterr().err
-
 
 # --- one-line errors ---
-
-@pytest.mark.parametrize("command", ["show", "tag", "rename", "delete", "export"])
-def test_a_run_id_beyond_sqlites_range_is_refused_in_a_line(capsys, command):
-    extra = {"tag": ["x"], "rename": ["x"], "export": ["--format", "json"]}.get(command, [])
-    with pytest.raises(SystemExit) as exited:
-        cli.main([command, "9223372036854775808", *extra])
-    assert exited.value.code == 2
-    assert ("9223372036854775808 is out of range for a run id: 1 to 9223372036854775807"
-            in capsys.readouterr().err)
-
-
-def test_an_export_to_a_folder_that_does_not_exist_is_refused_before_any_work(store, seed,
-                                                                              capsys):
-    run_id = seed()
-    code, _, err = _main(capsys, "export", str(run_id), "--format", "html", "--output",
-                         "/nonexistent/x.html", "--store", str(store.path))
-    assert code == 2
-    assert _one_line(err) == ("error: cannot write /nonexistent/x.html: its directory "
-                              "/nonexistent does not exist\n")
 
 
 def test_runs_piped_to_head_ends_quietly(store):
@@ -621,24 +510,12 @@ def test_runs_piped_to_head_ends_quietly(store):
     assert result.stderr == ""  # no BrokenPipeError, no "Exception ignored"
 
 
-def test_the_exit_statuses_are_in_every_commands_help(capsys):
-    for command in ([], ["run"], ["import"]):
-        with pytest.raises(SystemExit):
-            cli.main([*command, "--help"])
-        text = capsys.readouterr().out
-        assert "exit status:" in text and "130: Ctrl-C" in text and "141" in text
+def _main(capsys, *args: str) -> tuple[int, str, str]:
+    code = cli.main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
 
 
-def test_the_dashboard_names_a_store_it_cannot_use_in_a_line(tmp_path, monkeypatch):
-    from streamlit.testing.v1 import AppTest
-
-    from tests.apptest import APP, TIMEOUT
-
-    path = tmp_path / "mlflow.db"
-    _foreign_sqlite(path)
-    monkeypatch.setenv("ANATOMY_STORE", str(path))
-    app = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
-    assert not app.exception
-    assert [e.value for e in app.error] == [
-        f"The run store cannot be used: {path}: it is not an anatomy store: it holds another"
-        " program's tables (runs, metrics). Point ANATOMY_STORE at another file."]
+def _one_line(err: str) -> str:
+    assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err, err
+    return err

@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import psutil
 import pytest
@@ -22,6 +21,7 @@ from anatomy.engine.devices import machine
 from anatomy.engine.manager import DeviceLock, RunManager, device_key
 from anatomy.store import PHASES, Store
 from anatomy.units import MIB
+from tests.conftest import PROJECT
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu,
@@ -109,7 +109,7 @@ def test_kill_9_of_a_run_mid_step_frees_the_gpu_within_seconds(tmp_path):
     path = tmp_path / "killed.sqlite"
     cli = subprocess.Popen([sys.executable, "-m", "anatomy", "run", "--preset",
                             "bert-large-uncased", "--batch-size", "4", "--max-steps", "100000",
-                            "--store", str(path)], cwd=Path(__file__).resolve().parent.parent,
+                            "--store", str(path)], cwd=PROJECT,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                            start_new_session=True)
     try:

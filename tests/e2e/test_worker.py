@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
+from dataclasses import replace
 
 import psutil
 import pytest
 
-from anatomy.analysis.options import RunOptions
 from anatomy.analysis.report import report
 from anatomy.engine.callbacks import INJECT_ENV
-from anatomy.engine.manager import DeviceBusy, RunManager, machine
-from anatomy.store import PHASES, PhaseMark, Sample
-
-SMALL = dict(preset="tiny", dataset_size=32, seq_len=64, batch_size=4)
+from anatomy.engine.manager import DeviceBusy, machine
+from anatomy.store import PHASES
+from tests.conftest import PROJECT, TINY
 
 
 def _wait_for_phase(store, run_id: int, name: str, timeout: float = 60) -> None:
@@ -27,8 +25,8 @@ def _wait_for_phase(store, run_id: int, name: str, timeout: float = 60) -> None:
     raise AssertionError(f"phase {name} never began")
 
 
-def test_tiny_run_records_every_phase_in_order(manager, store):
-    run_id = manager.start(RunOptions(**SMALL))
+def test_tiny_run_records_every_phase_in_order(manager, store, tiny):
+    run_id = manager.start(tiny)
     assert manager.wait(run_id, timeout=120) == "completed"
     rep = report(store, run_id)
     phases = rep.phases
@@ -42,7 +40,7 @@ def test_tiny_run_records_every_phase_in_order(manager, store):
     assert rep.samples > 50
     assert rep.samples == rep.samples_sent  # nothing the sampler sent was lost
     steps = store.steps(run_id)
-    assert [s.step for s in steps] == list(range(1, 9))  # 32 / 4 = 8 steps
+    assert [s.step for s in steps] == [1, 2, 3, 4]  # 16 sequences / 4 = 4 steps
     assert all(s.loss is not None for s in steps)
     summary = rep.summary
     assert summary.time_s > 0 and summary.samples_per_second > 0
@@ -63,8 +61,8 @@ def test_tiny_run_records_every_phase_in_order(manager, store):
     assert hosts[-1].t - hosts[0].t >= phases[3].start_s - phases[0].end_s
 
 
-def test_profiled_run_stores_operation_classes(manager, store):
-    run_id = manager.start(RunOptions(**SMALL, max_steps=2, profile_steps=1))
+def test_profiled_run_stores_operation_classes(manager, store, tiny):
+    run_id = manager.start(replace(tiny, max_steps=2, profile_steps=1))
     assert manager.wait(run_id, timeout=120) == "completed"
     rep = report(store, run_id)
     classes = rep.operations.classes
@@ -75,19 +73,20 @@ def test_profiled_run_stores_operation_classes(manager, store):
     assert rep.summary.peak_bytes == max(before)
 
 
-def test_second_run_on_the_same_device_is_refused(manager, store):
-    run_id = manager.start(RunOptions(**SMALL))
+def test_second_run_on_the_same_device_is_refused(manager, store, tiny):
+    run_id = manager.start(tiny)
     try:
         with pytest.raises(DeviceBusy, match=rf"is busy: run {run_id} \(pid {os.getpid()}\)"):
-            manager.start(RunOptions(**SMALL))
+            manager.start(tiny)
         assert len(store.runs()) == 1
     finally:
         manager.wait(run_id, timeout=120)
 
 
-def test_out_of_memory_keeps_the_error_the_peak_and_the_samples(manager, store, monkeypatch):
+def test_out_of_memory_keeps_the_error_the_peak_and_the_samples(manager, store, monkeypatch,
+                                                                tiny):
     monkeypatch.setenv(INJECT_ENV, "oom@2")  # on a CPU the failure is injected; the GPU test is real
-    run_id = manager.start(RunOptions(**SMALL))
+    run_id = manager.start(tiny)
     assert manager.wait(run_id, timeout=120) == "oom"
     rep = report(store, run_id)
     assert "out of memory" in rep.error
@@ -96,13 +95,13 @@ def test_out_of_memory_keeps_the_error_the_peak_and_the_samples(manager, store, 
     assert [s.step for s in store.steps(run_id)] == [1, 2]
     assert rep.phases[-1].name == "training" and rep.phases[-1].end_s is not None
     monkeypatch.delenv(INJECT_ENV)
-    next_run = manager.start(RunOptions(**SMALL))  # the device is free again
+    next_run = manager.start(tiny)  # the device is free again
     assert manager.wait(next_run, timeout=120) == "completed"
 
 
-def test_a_crashed_worker_fails_and_keeps_what_it_recorded(manager, store, monkeypatch):
+def test_a_crashed_worker_fails_and_keeps_what_it_recorded(manager, store, monkeypatch, tiny):
     monkeypatch.setenv(INJECT_ENV, "crash@3")
-    run_id = manager.start(RunOptions(**SMALL))
+    run_id = manager.start(tiny)
     assert manager.wait(run_id, timeout=120) == "failed"
     rep = report(store, run_id)
     assert "exit code 9" in rep.error
@@ -112,8 +111,8 @@ def test_a_crashed_worker_fails_and_keeps_what_it_recorded(manager, store, monke
     assert len(store.steps(run_id)) >= 2
 
 
-def test_stop_ends_the_whole_tree_within_five_seconds(manager, store):
-    run_id = manager.start(RunOptions(**{**SMALL, "max_steps": 100_000}))
+def test_stop_ends_the_whole_tree_within_five_seconds(manager, store, tiny):
+    run_id = manager.start(replace(tiny, max_steps=100_000))
     _wait_for_phase(store, run_id, "training")
     worker_pid = store.run(run_id).worker_pid
     tree = [psutil.Process(worker_pid), *psutil.Process(worker_pid).children(recursive=True)]
@@ -127,29 +126,6 @@ def test_stop_ends_the_whole_tree_within_five_seconds(manager, store):
     assert not manager.is_active(run_id)
 
 
-def test_runs_left_running_by_a_dead_process_become_failed(store):
-    orphan = store.create_run(RunOptions().to_dict(), "cpu-rss", "rss", 0, {})
-    store.write(orphan, samples=[Sample(0.5, 0, 10, None, None, None)],
-                phases=[PhaseMark("start", "baseline", 0.1)])
-    store.update_run(orphan, worker_pid=2**22 + 12345)  # above Linux's pid_max: never a process
-    alive = store.create_run(RunOptions().to_dict(), "cpu-rss", "rss", 0, {})
-    store.update_run(alive, worker_pid=os.getpid())  # a live process: someone else's run
-    RunManager(store)
-    run = store.run(orphan)
-    assert run.status == "failed" and "ended before the run finished" in run.error
-    assert store.phases(orphan)[0].end_s == 0.5  # kept, and closed at its last sample
-    assert store.run(alive).status == "running"
-
-
-def test_a_sweep_whose_process_ended_is_over(store):
-    sweep_id = store.create_sweep("s", RunOptions().to_dict(), {"batch_size": [1, 2]}, False, 2)
-    ours = store.create_sweep("t", RunOptions().to_dict(), {"batch_size": [1, 2]}, False, 2)
-    store.update_sweep(sweep_id, pid=2**22 + 12345)  # above Linux's pid_max: never a process
-    RunManager(store)
-    assert store.sweep(sweep_id).status == "failed"
-    assert "ended before the sweep did" in store.sweep(sweep_id).error
-    assert store.sweep(ours).status == "running"  # this process runs it
-
 
 def test_a_script_without_a_main_guard_can_start_runs(tmp_path):
     """Spawned children do not re-run the caller's script (nor import Streamlit under it)."""
@@ -162,11 +138,11 @@ def test_a_script_without_a_main_guard_can_start_runs(tmp_path):
         "from anatomy.engine.manager import RunManager\n"
         "from anatomy.store import Store\n"
         f"manager = RunManager(Store({str(tmp_path / 'plain.sqlite')!r}))\n"
-        "run_id = manager.start(RunOptions(preset='tiny', dataset_size=8, seq_len=16))\n"
+        f"run_id = manager.start(RunOptions(**{TINY.to_dict()!r}))\n"
         "print('status', manager.wait(run_id, 120))\n"
         "import sys\n"
         "print('torch loaded here:', 'torch' in sys.modules)\n")
-    project = str(Path(__file__).resolve().parent.parent)
+    project = str(PROJECT)
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                             timeout=180, env={**os.environ, "PYTHONPATH": os.pathsep.join(
                                 filter(None, (project, os.environ.get("PYTHONPATH"))))})

@@ -1,19 +1,16 @@
 """The layers' rules, as behaviour: the contract tool tells module-level imports from lazy ones,
-and importing everything outside the engine loads neither torch nor Streamlit."""
+and the headless contract names every part of anatomy but the dashboard. (What importing each
+layer loads, in a fresh interpreter: tests/e2e/test_imports.py.)"""
 
 from __future__ import annotations
 
 import pkgutil
-import subprocess
-import sys
-from pathlib import Path
 
 import tomllib
 
 import anatomy
+from tests.conftest import PROJECT
 from tools.import_contracts import module_level_imports
-
-PROJECT = Path(__file__).resolve().parent.parent
 
 
 def test_only_imports_that_run_at_import_time_count():
@@ -44,20 +41,6 @@ class Model:
     assert [package for _, package in module_level_imports(source)] == [
         "json", "torch", "numpy", "transformers", "accelerate", "typing", "datasets"]
 
-
-def test_the_cli_views_and_analysis_load_without_torch_or_streamlit():
-    modules = ["anatomy.cli", "anatomy.views.figures.live", "anatomy.views.figures.compare",
-               "anatomy.views.figures.runs", "anatomy.views.figures.anatomy", "anatomy.views.live",
-               "anatomy.views.compare", "anatomy.views.anatomy", "anatomy.views.runs",
-               "anatomy.views.export", "anatomy.analysis.breakdown", "anatomy.analysis.transfer",
-               "anatomy.analysis.sweeps", "anatomy.engine.manager", "anatomy.engine.sweep",
-               "anatomy.dashboard"]  # the package names its entry file without Streamlit
-    probe = (f"import sys; import {', '.join(modules)}; "
-             "print(sorted(m for m in ('torch', 'transformers', 'streamlit') if m in sys.modules))")
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                            cwd=PROJECT, timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]"
 
 
 def test_the_headless_contract_holds_every_part_of_anatomy_but_the_dashboard():

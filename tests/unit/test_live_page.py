@@ -1,9 +1,8 @@
-"""The dashboard's pages through Streamlit's AppTest (no browser), on a store seeded per test,
-and the page logic of anatomy/views/live.py on its own."""
+"""The Live page (and the Runs page's list) through Streamlit's AppTest (no browser), on a store
+seeded per test, and the page logic of anatomy/views/live.py on its own. (A real run started
+from the page: tests/e2e/test_live_page_run.py.)"""
 
 from __future__ import annotations
-
-import os
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -132,34 +131,6 @@ def test_an_out_of_memory_run_says_so_with_its_message_and_peak(store, seed):
     assert _errors(app) == ["out of memory: peak 4096 MB before it failed"]
     assert app.code[0].value == "CUDA out of memory. Tried to allocate 1.00 GiB"
 
-
-def test_start_a_second_start_refused_while_busy_and_stop(store):
-    from anatomy.dashboard import server  # the server's one manager, the one the page started the run with
-
-    app = _app().run()
-    app.number_input(key="option_dataset_size").set_value(100_000)  # long enough to be stopped
-    try:
-        app.button(key="start").click().run()
-        assert not app.exception
-        (run,) = store.runs()
-        assert run.status == "running" and run.options["dataset_size"] == 100_000
-        assert app.subheader[0].value.startswith(f"Run {run.id}: ")
-
-        app.button(key="start").click().run()
-        device = "this machine" if NO_GPU else "GPU 0"
-        assert _errors(app) == [f"Not started: {device} is busy: run {run.id} (pid {os.getpid()})."]
-        assert len(store.runs()) == 1
-
-        # Stop answers at once; the stop itself (SIGTERM, grace, the last rows) runs on a thread.
-        app.button(key="stop").click().run()
-        assert app.button(key="stop").label == "Stopping…" and app.button(key="stop").disabled
-        assert any(w.value.startswith("Stopping: the training process is told to end")
-                   for w in app.warning)
-        assert server.manager().wait(run.id, timeout=30) == "stopped"
-        app.run()
-        assert app.warning[0].value.startswith("stopped by the user")
-    finally:
-        server.manager().stop_all()
 
 
 # --- the Runs page ---

@@ -1,5 +1,5 @@
 """The Runs page's admin: filtering the list by tag, preset and status; naming and tagging a run
-(deleting is in test_app.py)."""
+(deleting is in test_live_page.py)."""
 
 from __future__ import annotations
 

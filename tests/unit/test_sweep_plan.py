@@ -1,11 +1,8 @@
-"""Sweeps: the plan, the batch-size ladder (with a scripted manager), stop, the grid; and one real
-tiny sweep through the CLI."""
+"""Sweeps: the plan, the batch-size ladder (with a scripted manager), stop, the grid, the device's
+real lock held between runs. (Real tiny sweeps: tests/e2e/test_sweep.py.)"""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import threading
 import time
 
@@ -17,8 +14,7 @@ from anatomy.engine.manager import DeviceBusy, RunManager
 from anatomy.engine.sweep import Sweep
 from anatomy.store import Sample, Store
 from anatomy.units import MIB
-
-BASE = RunOptions(preset="tiny", seq_len=32, dataset_size=16)
+from tests.conftest import TINY
 
 
 class Reservation:
@@ -98,7 +94,7 @@ def oom_above(limit: int, fp32_factor: int = 1):
 
 
 def test_plan_is_the_product_with_a_ladder_per_value_of_the_other_option():
-    planned = plan(BASE, {"batch_size": [4, 1, 2, 2], "precision": ["fp32", "bf16"]},
+    planned = plan(TINY, {"batch_size": [4, 1, 2, 2], "precision": ["fp32", "bf16"]},
                    until_oom=False, gpu_count=0)
     assert [(o.precision, o.batch_size) for o in planned] == [
         ("fp32", 1), ("fp32", 2), ("fp32", 4), ("bf16", 1), ("bf16", 2), ("bf16", 4)]
@@ -118,7 +114,7 @@ def test_plan_is_the_product_with_a_ladder_per_value_of_the_other_option():
 def test_a_wrong_plan_is_refused_before_anything_starts(vary, until_oom, message, store):
     manager = ScriptedManager(store, oom_above(10**6))
     with pytest.raises(InvalidOptions) as refused:
-        Sweep(manager, BASE, vary, until_oom, gpu_count=0)
+        Sweep(manager, TINY, vary, until_oom, gpu_count=0)
     assert any(message in m for m in refused.value.errors.values()), refused.value.errors
     assert manager.started == [] and store.sweeps() == []
     assert manager.reservations == []  # no device taken either
@@ -144,7 +140,7 @@ def test_vary_is_parsed_by_each_options_type():
 def test_until_oom_doubles_past_the_list_until_a_run_is_out_of_memory(store):
     manager = ScriptedManager(store, oom_above(16))
     events = []
-    sweep = Sweep(manager, BASE, {"batch_size": [1, 2]}, until_oom=True, gpu_count=0,
+    sweep = Sweep(manager, TINY, {"batch_size": [1, 2]}, until_oom=True, gpu_count=0,
                   on_event=events.append)
     assert sweep.run() == "completed"
     assert [o.batch_size for o in manager.started] == [1, 2, 4, 8, 16, 32]
@@ -165,7 +161,7 @@ def test_until_oom_doubles_past_the_list_until_a_run_is_out_of_memory(store):
 
 def test_until_oom_ends_at_the_largest_batch_size_an_option_accepts(store):
     manager = ScriptedManager(store, oom_above(10**6))
-    assert Sweep(manager, BASE, {"batch_size": [1024]}, until_oom=True, gpu_count=0).run() == "completed"
+    assert Sweep(manager, TINY, {"batch_size": [1024]}, until_oom=True, gpu_count=0).run() == "completed"
     assert [o.batch_size for o in manager.started] == [1024, 2048, 4096]
 
 
@@ -173,7 +169,7 @@ def test_the_first_oom_of_a_ladder_skips_its_larger_batch_sizes(store):
     # fp32 needs twice the memory of bf16 here: its ladder ends at 8, bf16's at 16
     manager = ScriptedManager(store, oom_above(8, fp32_factor=2))
     events = []
-    sweep = Sweep(manager, BASE, {"precision": ["fp32", "bf16"], "batch_size": [2, 4, 8, 16, 32]},
+    sweep = Sweep(manager, TINY, {"precision": ["fp32", "bf16"], "batch_size": [2, 4, 8, 16, 32]},
                   gpu_count=0, on_event=events.append)
     assert sweep.run() == "completed"
     assert [(o.precision, o.batch_size) for o in manager.started] == [
@@ -188,7 +184,7 @@ def test_the_first_oom_of_a_ladder_skips_its_larger_batch_sizes(store):
 
 def test_a_failed_run_is_a_result_not_the_end_of_its_ladder(store):
     manager = ScriptedManager(store, lambda o: "failed" if o.batch_size == 2 else "completed")
-    sweep = Sweep(manager, BASE, {"batch_size": [1, 2, 4]}, gpu_count=0)
+    sweep = Sweep(manager, TINY, {"batch_size": [1, 2, 4]}, gpu_count=0)
     assert sweep.run() == "completed"
     assert [r.status for r in grid(store, sweep.id).runs] == ["completed", "failed", "completed"]
     assert grid(store, sweep.id).largest_fitting == 4
@@ -196,7 +192,7 @@ def test_a_failed_run_is_a_result_not_the_end_of_its_ladder(store):
 
 def test_without_batch_size_every_combination_runs_and_nothing_fits_or_not(store):
     manager = ScriptedManager(store, lambda o: "oom" if o.gradient_checkpointing is False else "completed")
-    sweep = Sweep(manager, BASE, {"gradient_checkpointing": [False, True], "grad_accum": [1, 2]},
+    sweep = Sweep(manager, TINY, {"gradient_checkpointing": [False, True], "grad_accum": [1, 2]},
                   gpu_count=0)
     assert sweep.run() == "completed"
     assert len(manager.started) == 4
@@ -205,7 +201,7 @@ def test_without_batch_size_every_combination_runs_and_nothing_fits_or_not(store
 
 def test_stop_stops_the_current_run_and_drops_the_rest(store):
     manager = ScriptedManager(store, lambda o: "hold")
-    sweep = Sweep(manager, BASE, {"batch_size": [1, 2, 4]}, until_oom=True, gpu_count=0)
+    sweep = Sweep(manager, TINY, {"batch_size": [1, 2, 4]}, until_oom=True, gpu_count=0)
     sweep_id = sweep.start()
     deadline = time.monotonic() + 10
     while not manager.started and time.monotonic() < deadline:
@@ -225,7 +221,7 @@ def test_a_busy_device_fails_the_sweep_and_says_why(store):
             raise DeviceBusy("another run is training on this machine: stop it or wait until it ends")
 
     manager = Busy(store, None)
-    sweep = Sweep(manager, BASE, {"batch_size": [1, 2]}, gpu_count=0)
+    sweep = Sweep(manager, TINY, {"batch_size": [1, 2]}, gpu_count=0)
     assert sweep.run() == "failed"
     assert "another run is training" in store.sweep(sweep.id).error
     assert not manager.reservations[0].held
@@ -237,7 +233,7 @@ def test_a_device_taken_before_the_sweep_starts_records_nothing(store):
             raise DeviceBusy("this machine is busy: run 3 (pid 42)")
 
     manager = Taken(store, oom_above(10**6))
-    sweep = Sweep(manager, BASE, {"batch_size": [1, 2]}, gpu_count=0)
+    sweep = Sweep(manager, TINY, {"batch_size": [1, 2]}, gpu_count=0)
     with pytest.raises(DeviceBusy, match="busy: run 3"):
         sweep.run()
     assert manager.started == [] and store.sweeps() == []
@@ -258,15 +254,15 @@ def test_a_sweep_holds_its_device_between_its_runs(store):
             return lock
 
     manager = Locking(store, lambda o: "hold")
-    sweep = Sweep(manager, BASE, {"batch_size": [1, 2]}, gpu_count=0)
+    sweep = Sweep(manager, TINY, {"batch_size": [1, 2]}, gpu_count=0)
     sweep_id = sweep.start()
     try:
         deadline = time.monotonic() + 10
         while not manager.started and time.monotonic() < deadline:
             time.sleep(0.01)
         with pytest.raises(DeviceBusy, match=rf"is busy: sweep {sweep_id} \(pid \d+\)"):
-            real.start(BASE)
-        second = Sweep(Locking(store, lambda o: "completed"), BASE, {"batch_size": [4]},
+            real.start(TINY)
+        second = Sweep(Locking(store, lambda o: "completed"), TINY, {"batch_size": [4]},
                        gpu_count=0)
         with pytest.raises(DeviceBusy, match=rf"is busy: sweep {sweep_id} "):
             second.run()
@@ -276,23 +272,6 @@ def test_a_sweep_holds_its_device_between_its_runs(store):
         assert sweep.wait(10) == "stopped"
     assert not manager.reservations[0].held
     again = Locking(store, lambda o: "completed")
-    assert Sweep(again, BASE, {"batch_size": [4]}, gpu_count=0).run() == "completed"
+    assert Sweep(again, TINY, {"batch_size": [4]}, gpu_count=0).run() == "completed"
 
 
-def test_a_tiny_cpu_sweep_runs_to_the_end(tmp_path):
-    """The real manager and worker: two tiny runs through `python -m anatomy sweep`."""
-    store = tmp_path / "sweep.sqlite"
-    result = subprocess.run(
-        [sys.executable, "-m", "anatomy", "sweep", "--preset", "tiny", "--dataset-size", "16",
-         "--seq-len", "32", "--vary", "batch-size=2,4", "--json", "--store", str(store)],
-        capture_output=True, text=True, timeout=180)
-    assert result.returncode == 0, result.stderr
-    printed = json.loads(result.stdout)
-    assert [(r["values"], r["status"]) for r in printed["runs"]] == [
-        ({"batch_size": 2}, "completed"), ({"batch_size": 4}, "completed")]
-    assert all(r["peak_mb"] > 0 and r["samples_per_second"] > 0 for r in printed["runs"])
-    assert printed["largest_fitting"] == 4
-    assert "[2/2] run" in result.stderr and "→ completed" in result.stderr  # progress lines
-    runs = Store(store).runs()
-    assert {r.sweep for r in runs} == {Store(store).sweep(printed["sweep"]).key}
-    assert Store(store).sweep(printed["sweep"]).status == "completed"

@@ -1,56 +1,21 @@
-"""Moving runs: export → import keeps everything; a wrong file is refused whole, with its reason."""
+"""Moving runs: export → import keeps everything; a wrong file is refused whole, with its reason.
+(The CLI's export and import as a subprocess: tests/e2e/test_cli_transfer.py.)"""
 
 from __future__ import annotations
 
 import json
 import socket
 import sqlite3
-import subprocess
-import sys
 
 import pytest
 
 from anatomy.analysis import transfer
 from anatomy.analysis.report import RunReport, report
 from anatomy.cli import main
-from anatomy.store import Message, Store
-from tests.conftest import seed_run
+from anatomy.store import Store
+from tests.conftest import contents, exported
 
 MARK = 987654321012  # a number found once in a file, replaced by text json.dumps cannot write
-
-
-@pytest.fixture
-def source(tmp_path) -> tuple[Store, list[int]]:
-    """Three runs as they come out of real use: completed (two GPUs, named, tagged, a message,
-    from a sweep), out of memory, and still running."""
-    store = Store(tmp_path / "source.sqlite")
-    done = seed_run(store, gpus=2)
-    store.write(done, messages=[Message(0.5, "warning", "eval_strategy 'no'")])
-    store.rename_run(done, "walkthrough")
-    store.set_tags(done, ["h200", "baseline"])
-    store.update_run(done, sweep="abc123")
-    oom = seed_run(store, status="oom", error="CUDA out of memory. Tried to allocate 1.00 GiB")
-    running = seed_run(store, status="running")
-    return store, [done, oom, running]
-
-
-@pytest.fixture
-def target(tmp_path) -> Store:
-    """A store that holds a run already, so imported runs get ids of their own."""
-    store = Store(tmp_path / "target.sqlite")
-    seed_run(store)
-    return store
-
-
-def exported(store: Store, run_ids: list[int]) -> str:
-    return json.dumps(transfer.export_runs(store, run_ids), default=str)  # as `export` writes it
-
-
-def contents(store: Store) -> list:
-    """Everything a store holds, to prove a refused import changed nothing."""
-    with store.connect() as db:
-        return [[tuple(row) for row in db.execute(f"SELECT * FROM {table}")]
-                for table in ("runs", "samples", "phases", "steps", "messages")]
 
 
 def without_id(rep: RunReport) -> dict:
@@ -84,29 +49,6 @@ def test_a_run_exported_while_running_is_imported_as_stopped(source, target):
     assert rep.summary.peak_mb == was.summary.peak_mb
     assert target.run(new).worker_pid is None  # another machine's pid means nothing here
 
-
-def test_the_cli_exports_several_runs_and_import_prints_the_new_ids(source, target, tmp_path):
-    store, ids = source
-    path = tmp_path / "runs.json"
-    assert main(["export", *map(str, ids[:2]), "--format", "json", "--output", str(path),
-                 "--store", str(store.path)]) == 0
-    result = subprocess.run([sys.executable, "-m", "anatomy", "import", str(path),
-                             "--store", str(target.path)], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    new_ids = [int(line) for line in result.stdout.split()]
-    assert len(new_ids) == 2 and [target.run(i).status for i in new_ids] == ["completed", "oom"]
-
-
-def test_the_cli_refuses_a_bad_file_on_stderr_and_imports_nothing(source, target, tmp_path):
-    store, ids = source
-    path = tmp_path / "cut.json"
-    path.write_text(exported(store, ids)[:5000])
-    before = contents(target)
-    result = subprocess.run([sys.executable, "-m", "anatomy", "import", str(path),
-                             "--store", str(target.path)], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 2 and result.stdout == ""
-    assert "refused, nothing was imported: the file is truncated" in result.stderr
-    assert contents(target) == before
 
 
 def _edit(change):
@@ -322,16 +264,3 @@ def test_a_file_written_before_exports_named_their_store_is_known_again_too(sour
         transfer.import_runs(target, json.dumps(data))
 
 
-def test_the_cli_refuses_a_second_import_and_imports_copies_when_asked(source, target, tmp_path):
-    store, ids = source
-    path = tmp_path / "runs.json"
-    path.write_text(exported(store, ids[:1]))
-    args = [sys.executable, "-m", "anatomy", "import", str(path), "--store", str(target.path)]
-    assert subprocess.run(args, capture_output=True, text=True, timeout=60).returncode == 0
-    again = subprocess.run(args, capture_output=True, text=True, timeout=60)
-    assert again.returncode == 2 and again.stdout == ""
-    assert again.stderr.startswith(f"error: {path}: runs[0] (run {ids[0]} of {store.path}")
-    assert again.stderr.rstrip().endswith("already imported as run 2; nothing was imported"
-                                          " (--copy imports it again)")
-    copied = subprocess.run(args + ["--copy"], capture_output=True, text=True, timeout=60)
-    assert copied.returncode == 0 and copied.stdout.split() == ["3"]

@@ -1,0 +1,170 @@
+"""Several training processes through accelerate (issue 12), on this CPU: two gloo ranks of the
+tiny model through the real CLI and manager; a fault on one rank; a stop; a user's own launch of
+several processes under `anatomy watch`; the locks a worker of several GPUs inherits."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import replace
+
+import psutil
+
+from anatomy.analysis.report import report
+from anatomy.cli import main
+from anatomy.engine.callbacks import INJECT_ENV
+from anatomy.store import Store
+from tests.conftest import PROJECT, TINY, flags
+
+TWO = replace(TINY, processes=2, batch_size=2)  # two CPU ranks of the tiny run
+
+
+RANK_PHASES = ["kernel", "weights", "training"]
+
+
+def _tree_while_training(store: Store, run_id: int, timeout: float = 120) -> list[psutil.Process]:
+    """The worker and every process under it, once both ranks train."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if {p.rank for p in store.phases(run_id, None) if p.name == "training"} == {0, 1}:
+            pid = store.run(run_id).worker_pid
+            root = psutil.Process(pid)
+            return [root, *root.children(recursive=True)]
+        time.sleep(0.05)
+    raise AssertionError("the two ranks never began training")
+
+
+def _alive(processes: list[psutil.Process]) -> list[psutil.Process]:
+    return [p for p in processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_two_cpu_processes_through_the_cli_record_both_ranks(store, capsys):
+    code = main(["run", *flags(replace(TWO, max_steps=3)), "--store", str(store.path)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    run_id = store.runs()[-1].id
+    rep = report(store, run_id)
+    assert rep.status == "completed"
+    assert rep.world_size == 2 and rep.strategy == "ddp" and rep.gpus == ()
+    assert store.ranks(run_id) == [0, 1]
+    assert [p.name for p in rep.phases] == ["baseline", *RANK_PHASES]  # rank 0's, as always
+    assert [p.name for p in rep.ranks[1].phases] == RANK_PHASES  # the baseline is the worker's
+    for rank in (0, 1):
+        assert [s.step for s in store.steps(run_id, rank)] == [1, 2, 3]
+        assert rep.ranks[rank].phase("training").done
+        assert rep.ranks[rank].peak_bytes > 0
+        parts = rep.ranks[rank].components
+        assert parts.weights == parts.gradients == 4 * rep.parameters  # DDP: all of it, each
+    assert rep.summary.samples_per_second > 0  # the Trainer's: both ranks' samples
+    shown = rep.to_dict()
+    assert shown["world_size"] == 2 and [r["rank"] for r in shown["ranks"]] == [0, 1]
+    assert rep.samples == rep.samples_sent > 0
+    # Nothing of the run is left: the worker, the launcher's ranks, the sampler.
+    left = [p for p in psutil.Process().children(recursive=True)
+            if "resource_tracker" not in " ".join(p.cmdline())]
+    assert _alive(left) == []
+
+
+def test_a_fault_on_one_rank_ends_the_run_and_every_rank(manager, store, monkeypatch):
+    monkeypatch.setenv(INJECT_ENV, "oom@2:1")  # rank 1 runs out of memory at step 2
+    run_id = manager.start(replace(TWO, max_steps=50))
+    tree = _tree_while_training(store, run_id)
+    assert len(tree) >= 3  # the worker and its two ranks
+    assert manager.wait(run_id, timeout=120) == "oom"
+    rep = report(store, run_id)
+    assert rep.error.startswith("rank 1: ") and "out of memory" in rep.error
+    assert all(p.end_s is not None for p in store.phases(run_id, None))
+    assert _alive(tree) == []
+
+
+def test_stop_ends_every_rank(manager, store):
+    run_id = manager.start(replace(TWO, max_steps=100_000))
+    tree = _tree_while_training(store, run_id)
+    started = time.monotonic()
+    manager.stop(run_id)
+    assert time.monotonic() - started < 8
+    assert _alive(tree) == []
+    assert report(store, run_id).status == "stopped"
+
+
+RANK_SCRIPT = """
+import anatomy
+run = anatomy.start(kernel=False)
+run.phase("weights")
+run.phase("training")
+run.step(0.5, total=2)
+run.step(0.4, total=2)
+run.end()
+"""
+
+
+LAUNCHER = """
+import os, subprocess, sys
+children = [subprocess.Popen([sys.executable, "-c", sys.argv[1]],
+                             env={**os.environ, "RANK": str(r), "LOCAL_RANK": str(r),
+                                  "WORLD_SIZE": "2"}) for r in range(2)]
+sys.exit(max(child.wait() for child in children))
+"""
+
+
+def _launch(store: Store, *watch: str):
+    project = PROJECT
+    env = {**os.environ, "ANATOMY_STORE": str(store.path),
+           "PYTHONPATH": os.pathsep.join(filter(None, (str(project),
+                                                       os.environ.get("PYTHONPATH"))))}
+    command = [*watch, sys.executable, "-c", LAUNCHER, RANK_SCRIPT]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=project,
+                          env=env)
+
+
+def test_watch_of_a_launch_keeps_every_rank_in_one_run(store):
+    import sys
+
+    result = _launch(store, sys.executable, "-m", "anatomy", "watch", "--")
+    assert result.returncode == 0, result.stderr
+    [run] = store.runs()
+    rep = report(store, run.id)
+    assert rep.status == "completed" and rep.world_size == 2
+    assert store.ranks(run.id) == [0, 1]
+    for rank in (0, 1):
+        assert [s.step for s in store.steps(run.id, rank)] == [1, 2]
+        assert {p.name for p in store.phases(run.id, rank)} >= {"weights", "training"}
+
+
+def test_without_watch_rank_0_records_and_the_others_stay_silent(store):
+    result = _launch(store)
+    assert result.returncode == 0, result.stderr
+    [run] = store.runs()  # one run, not one per rank
+    assert store.ranks(run.id) == [0] and len(store.steps(run.id)) == 2
+
+
+def _hold(lifeline, seconds: float) -> None:
+    lifeline.attach()
+    time.sleep(seconds)
+
+
+def test_the_worker_of_several_gpus_holds_every_gpus_lock(tmp_path, monkeypatch):
+    """The worker inherits the locks of all its GPUs (a tuple of descriptors): they stay taken
+    while it lives, even when the manager let go of its own copies."""
+    import multiprocessing as mp
+
+    from anatomy.engine.lifeline import Lifeline, launch
+    from anatomy.engine.manager import LOCK_DIR_ENV, DeviceLock
+
+    monkeypatch.setenv(LOCK_DIR_ENV, str(tmp_path))
+    locks = [DeviceLock("gpu0"), DeviceLock("gpu1")]
+    assert all(lock.acquire("test") for lock in locks)
+    child = mp.get_context("spawn").Process(
+        target=_hold, args=(Lifeline("anatomy-test", tuple(lk.fileno() for lk in locks)), 30))
+    launch(child)
+    try:
+        for lock in locks:
+            lock.release()
+        time.sleep(0.5)
+        assert not DeviceLock("gpu0").acquire("other") and not DeviceLock("gpu1").acquire("x")
+    finally:
+        child.kill()
+        child.join(5)
+    assert DeviceLock("gpu1").acquire("free again")

@@ -1,0 +1,155 @@
+"""Stores that cannot be used, in this process: another program's SQLite file, a file that is no
+store, a damaged one, read-only commands that write nothing; the CLI's one-line errors; the
+dashboard's line for a store it cannot use, and a run its dead server left running. (The faults
+of a run's processes, and read-only media, are in tests/e2e/test_faults.py.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from anatomy import cli
+from anatomy.analysis import transfer
+from anatomy.store import Store
+from tests.conftest import seed_run
+
+
+def test_the_dashboard_closes_a_run_its_dead_server_left_running(store, seed):
+    from tests.apptest import open_page
+
+    run_id = seed(status="running")
+    store.update_run(run_id, worker_pid=2**22 + 1)  # above pid_max: no such process
+    app = open_page("screens/live.py")
+    assert "No run in progress" in app.info[0].value
+    assert store.run(run_id).status == "failed"
+
+
+def _main(capsys, *args: str) -> tuple[int, str, str]:
+    code = cli.main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _one_line(err: str) -> str:
+    assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err, err
+    return err
+
+
+def _foreign_sqlite(path: Path) -> bytes:
+    with sqlite3.connect(path) as db:  # another program's database (MLflow's has "runs" too)
+        db.execute("CREATE TABLE runs (run_uuid TEXT, name TEXT)")
+        db.execute("CREATE TABLE metrics (key TEXT, value REAL)")
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("command", [("runs",), ("show", "1"), ("export", "1", "--format", "json"),
+                                     ("tag", "1", "x"), ("import", "{file}"),
+                                     ("run", "--max-steps", "1")])
+def test_another_programs_sqlite_file_is_refused_and_left_as_it_was(tmp_path, capsys, command):
+    path = tmp_path / "mlflow.db"
+    before = _foreign_sqlite(path)
+    exported = tmp_path.parent / f"{tmp_path.name}-export.json"
+    exported.write_text(json.dumps(transfer.export_runs(*_one_run(tmp_path.parent))))
+    command = [part.format(file=exported) for part in command]
+    code, _, err = _main(capsys, *command, "--store", str(path))
+    assert code == 2
+    assert _one_line(err) == (f"error: the store {path}: it is not an anatomy store: it holds "
+                              "another program's tables (runs, metrics)\n")
+    assert path.read_bytes() == before  # no tables added, no journal mode changed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mlflow.db"]
+
+
+def _one_run(folder: Path) -> tuple[Store, list[int]]:
+    store = Store(folder / "one-run.sqlite")
+    return store, [seed_run(store)]
+
+
+@pytest.mark.parametrize("make, reason", [
+    (lambda p: p.write_bytes(os.urandom(4096)), "it is not an SQLite database"),
+    (lambda p: p.write_bytes(b"SQLite format 3\0" + b"\xff" * 4000), "it is not an SQLite database"),
+    (lambda p: p.mkdir(), "it is a directory, not a store file"),
+])
+def test_a_file_that_is_no_store_is_named_with_the_reason(tmp_path, capsys, make, reason):
+    path = tmp_path / "store.sqlite"
+    make(path)
+    for command in (("runs",), ("show", "1"), ("run", "--max-steps", "1")):
+        code, _, err = _main(capsys, *command, "--store", str(path))
+        assert code == 2, err
+        assert _one_line(err).startswith(f"error: the store {path}: {reason}")
+
+
+def test_a_damaged_store_is_named_with_the_reason(store, seed, capsys):
+    seed()
+    data = bytearray(store.path.read_bytes())
+    data[4096:] = b"\xff" * (len(data) - 4096)  # every page after the schema's
+    store.path.write_bytes(bytes(data))
+    for command in (("runs",), ("show", "1")):
+        code, _, err = _main(capsys, *command, "--store", str(store.path))
+        assert code in (1, 2)
+        assert _one_line(err).startswith(f"error: the store {store.path}: the file is corrupt")
+
+
+def test_read_only_commands_write_nothing_to_a_store(store, seed, capsys):
+    run_id = seed()
+    with sqlite3.connect(store.path) as db:
+        db.execute("PRAGMA journal_mode=DELETE")  # as another tool might have left it
+    before = store.path.read_bytes()
+    for command in (("runs",), ("show", str(run_id)), ("export", str(run_id), "--format", "json")):
+        assert _main(capsys, *command, "--store", str(store.path))[0] == 0
+    assert store.path.read_bytes() == before
+    with sqlite3.connect(store.path) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+
+
+def test_an_empty_store_path_is_refused(capsys):
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["runs", "--store", ""])
+    assert exited.value.code == 2
+    assert "argument --store: an empty path names no store" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["show", "tag", "rename", "delete", "export"])
+def test_a_run_id_beyond_sqlites_range_is_refused_in_a_line(capsys, command):
+    extra = {"tag": ["x"], "rename": ["x"], "export": ["--format", "json"]}.get(command, [])
+    with pytest.raises(SystemExit) as exited:
+        cli.main([command, "9223372036854775808", *extra])
+    assert exited.value.code == 2
+    assert ("9223372036854775808 is out of range for a run id: 1 to 9223372036854775807"
+            in capsys.readouterr().err)
+
+
+def test_an_export_to_a_folder_that_does_not_exist_is_refused_before_any_work(store, seed,
+                                                                              capsys):
+    run_id = seed()
+    code, _, err = _main(capsys, "export", str(run_id), "--format", "html", "--output",
+                         "/nonexistent/x.html", "--store", str(store.path))
+    assert code == 2
+    assert _one_line(err) == ("error: cannot write /nonexistent/x.html: its directory "
+                              "/nonexistent does not exist\n")
+
+
+def test_the_exit_statuses_are_in_every_commands_help(capsys):
+    for command in ([], ["run"], ["import"]):
+        with pytest.raises(SystemExit):
+            cli.main([*command, "--help"])
+        text = capsys.readouterr().out
+        assert "exit status:" in text and "130: Ctrl-C" in text and "141" in text
+
+
+def test_the_dashboard_names_a_store_it_cannot_use_in_a_line(tmp_path, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from tests.apptest import APP, TIMEOUT
+
+    path = tmp_path / "mlflow.db"
+    _foreign_sqlite(path)
+    monkeypatch.setenv("ANATOMY_STORE", str(path))
+    app = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    assert not app.exception
+    assert [e.value for e in app.error] == [
+        f"The run store cannot be used: {path}: it is not an anatomy store: it holds another"
+        " program's tables (runs, metrics). Point ANATOMY_STORE at another file."]
