@@ -1,0 +1,53 @@
+"""`anatomy dashboard`: a real server started by it from another directory over the store it names
+(the browser tests drive the pages of a server started the same way)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import psutil
+
+from anatomy.store import Store
+from tests.conftest import PROJECT
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("localhost", 0))
+        return probe.getsockname()[1]
+
+
+def test_it_serves_the_store_it_names_from_any_directory_and_ends_with_its_server(tmp_path):
+    store, port = tmp_path / "elsewhere" / "runs.sqlite", _free_port()
+    env = {**os.environ, "PYTHONPATH": str(PROJECT)}  # the package, as installed
+    env.pop("ANATOMY_STORE", None)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "anatomy", "dashboard", "--port", str(port), "--store", str(store)],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        first = server.stdout.readline().strip()
+        assert first == f"anatomy dashboard: http://localhost:{port} · store {store}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://localhost:{port}/_stcore/health",
+                                            timeout=2) as answer:
+                    assert answer.status == 200
+                    break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, first
+                time.sleep(0.3)
+        # The command became the server (exec): its pid serves, and the store is its own.
+        serving = psutil.Process(server.pid)
+        assert "streamlit" in " ".join(serving.cmdline())
+        assert serving.environ()["ANATOMY_STORE"] == str(store)
+        assert Store(store, read_only=True).runs() == []  # made, and anatomy's
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert not psutil.pid_exists(server.pid)
