@@ -4,11 +4,13 @@ statuses under every --help."""
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 
 from anatomy.analysis.options import FIELDS, RunOptions, defaults_for
+from anatomy.store import STORE_ENV, default_store
 
 MAX_RUN_ID = 2**63 - 1  # SQLite's INTEGER
-STORE_HELP = "the run store (default: $ANATOMY_STORE, then data/anatomy.sqlite)"
 
 EXIT_CODES = """exit status:
   0    done (a run: completed)
@@ -66,10 +68,26 @@ def options_from_args(args: argparse.Namespace, has_gpu: bool) -> RunOptions:
     return RunOptions.from_dict(values)
 
 
+def add_store_option(parser: argparse.ArgumentParser) -> None:
+    """--store, its help saying the file the command would use without it."""
+    parser.add_argument("--store", type=store_path, help=f"the run store (default: {_default()})")
+
+
+def _default() -> str:
+    """Where runs go without --store, as this process sees it (%% for argparse's formatting)."""
+    home, fallback = str(Path.home()), str(default_store())
+    if fallback.startswith(home + os.sep):
+        fallback = "~" + fallback[len(home):]
+    chosen = os.environ.get(STORE_ENV)
+    text = (f"${STORE_ENV}, now {chosen}; without it {fallback}" if chosen else
+            f"${STORE_ENV} if set, else {fallback}")
+    return text.replace("%", "%%")
+
+
 def store_path(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError("an empty path names no store: give a file, or leave "
-                                         "--store out for $ANATOMY_STORE or data/anatomy.sqlite")
+                                         f"--store out for the default ({_default()})")
     return text
 
 

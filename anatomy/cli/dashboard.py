@@ -11,7 +11,7 @@ import os
 import socket
 import sys
 
-from anatomy.cli.arguments import STORE_HELP, store_path
+from anatomy.cli.arguments import add_store_option
 from anatomy.dashboard import ENTRY
 from anatomy.store import STORE_ENV, Store, resolve_path
 
@@ -41,7 +41,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     dashboard.add_argument("--host", default="localhost",
                            help="the address to serve on (default: localhost, this machine only; "
                                 "0.0.0.0: every interface)")
-    dashboard.add_argument("--store", type=store_path, help=STORE_HELP)
+    add_store_option(dashboard)
     dashboard.set_defaults(func=cmd_dashboard)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from anatomy.cli.arguments import STORE_HELP, run_id, store_path
+from anatomy.cli.arguments import add_store_option, run_id
 from anatomy.cli.stores import run_or_error
 from anatomy.engine.manager import RunManager, is_live
 from anatomy.store import Store
@@ -15,20 +15,20 @@ def register(commands: argparse._SubParsersAction) -> None:
     rename = commands.add_parser("rename", help="name a run (an empty name removes it)")
     rename.add_argument("run_id", type=run_id, metavar="RUN_ID")
     rename.add_argument("name", metavar="NAME")
-    rename.add_argument("--store", type=store_path, help=STORE_HELP)
+    add_store_option(rename)
     rename.set_defaults(func=cmd_rename)
 
     tag = commands.add_parser("tag", help="add tags to a run, or remove them")
     tag.add_argument("run_id", type=run_id, metavar="RUN_ID")
     tag.add_argument("tags", nargs="+", metavar="TAG")
     tag.add_argument("--remove", action="store_true", help="remove these tags instead")
-    tag.add_argument("--store", type=store_path, help=STORE_HELP)
+    add_store_option(tag)
     tag.set_defaults(func=cmd_tag)
 
     delete = commands.add_parser("delete", help="delete a run and all it recorded")
     delete.add_argument("run_id", type=run_id, metavar="RUN_ID")
     delete.add_argument("--yes", action="store_true", help="do not ask for confirmation")
-    delete.add_argument("--store", type=store_path, help=STORE_HELP)
+    add_store_option(delete)
     delete.set_defaults(func=cmd_delete)
 
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from anatomy.analysis import transfer
-from anatomy.cli.arguments import STORE_HELP, run_id, store_path
+from anatomy.cli.arguments import add_store_option, run_id
 from anatomy.cli.stores import reading
 from anatomy.store import resolve_path
 
@@ -21,7 +21,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                         help="json: everything, to import elsewhere; csv: the samples; "
                              "html: the memory charts, a standalone page")
     export.add_argument("--output", help="file to write (default: standard output)")
-    export.add_argument("--store", type=store_path, help=STORE_HELP)
+    add_store_option(export)
     export.set_defaults(func=cmd_export)
 
 
@@ -52,8 +52,14 @@ def cmd_export(args: argparse.Namespace) -> int:
         if args.format == "json":
             content = json.dumps(transfer.export_runs(store, args.run_ids), default=str)
         elif args.format == "html":
-            from anatomy.views import export  # plotly loads for this export only
-
+            try:
+                from anatomy.views import export  # plotly loads for this export only
+            except ModuleNotFoundError as error:
+                if error.name != "plotly" and not (error.name or "").startswith("plotly."):
+                    raise
+                print('error: the HTML export draws with plotly: pip install "anatomy[dashboard]"',
+                      file=sys.stderr)
+                return 2
             content = export.runs_html(store, args.run_ids)
         else:
             content = transfer.samples_csv(store, args.run_ids)

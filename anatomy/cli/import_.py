@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from anatomy.analysis import transfer
-from anatomy.cli.arguments import STORE_HELP, store_path
+from anatomy.cli.arguments import add_store_option
 from anatomy.store import Store, why
 
 
@@ -19,7 +19,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     load.add_argument("--copy", action="store_true",
                       help="import runs this store holds already (imported before, or recorded"
                            " here) once more, as copies")
-    load.add_argument("--store", type=store_path, help=STORE_HELP)
+    add_store_option(load)
     load.set_defaults(func=cmd_import)
 
 

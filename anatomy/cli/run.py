@@ -9,7 +9,7 @@ import time
 from anatomy.analysis import models
 from anatomy.analysis.options import InvalidOptions, validate
 from anatomy.analysis.report import report
-from anatomy.cli.arguments import STORE_HELP, add_run_options, options_from_args, store_path
+from anatomy.cli.arguments import add_run_options, add_store_option, options_from_args
 from anatomy.cli.render import refused, say
 from anatomy.cli.signals import POLL_SECONDS, StopSignals
 from anatomy.engine.manager import DeviceBusy, RunManager, machine
@@ -20,7 +20,7 @@ from anatomy.views import text
 def register(commands: argparse._SubParsersAction) -> None:
     run = commands.add_parser("run", help="train once, printing memory at the end of each phase")
     add_run_options(run)
-    run.add_argument("--store", type=store_path, help=STORE_HELP)
+    add_store_option(run)
     run.set_defaults(func=cmd_run)
 
 
@@ -92,6 +92,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                   f"{options.batch_size}, "
                   f"{options.precision}, {rep.device_name}")
             print(f"measuring: {text.source(rep.backend, rep.memory_api)}")
+            print(f"store: {store.path}", flush=True)
             _follow(manager, store, run_id, signals)
         except OSError:  # the terminal or the pipe it printed to is gone
             reason = "stopped: its output was closed (the terminal or the pipe it printed to)"

@@ -7,7 +7,7 @@ import json
 from dataclasses import asdict
 
 from anatomy.analysis.report import run_rows
-from anatomy.cli.arguments import STORE_HELP, store_path
+from anatomy.cli.arguments import add_store_option
 from anatomy.cli.render import table
 from anatomy.cli.stores import reading
 from anatomy.store import STATUSES
@@ -20,7 +20,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     runs.add_argument("--model", "--preset", dest="preset", metavar="MODEL",
                       help="only runs of this model (as the run named it)")
     runs.add_argument("--status", choices=STATUSES, help="only runs that ended so (or still run)")
-    runs.add_argument("--store", type=store_path, help=STORE_HELP)
+    add_store_option(runs)
     runs.set_defaults(func=cmd_runs)
 
 

@@ -9,7 +9,7 @@ import sys
 from anatomy.analysis import components
 from anatomy.analysis.operations import comparison
 from anatomy.analysis.report import when
-from anatomy.cli.arguments import STORE_HELP, run_id, store_path
+from anatomy.cli.arguments import add_store_option, run_id
 from anatomy.cli.render import table
 from anatomy.cli.stores import reading, report_or_error
 from anatomy.store import resolve_path
@@ -21,7 +21,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     show = commands.add_parser("show", help="one run: options, phases, summary")
     show.add_argument("run_id", type=run_id, metavar="RUN_ID")
     show.add_argument("--json", action="store_true")
-    show.add_argument("--store", type=store_path, help=STORE_HELP)
+    add_store_option(show)
     show.set_defaults(func=cmd_show)
 
 

@@ -12,7 +12,7 @@ from anatomy.analysis import prediction
 from anatomy.analysis.options import FIELDS, InvalidOptions, RunOptions, validate
 from anatomy.analysis.report import report
 from anatomy.analysis.sweeps import SweepGrid, grid, parse_vary
-from anatomy.cli.arguments import STORE_HELP, add_run_options, options_from_args, store_path
+from anatomy.cli.arguments import add_run_options, add_store_option, options_from_args
 from anatomy.cli.render import refused, say, table
 from anatomy.cli.signals import POLL_SECONDS, StopSignals
 from anatomy.engine.manager import DeviceBusy, RunManager, machine
@@ -35,7 +35,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     sweep.add_argument("--name", help="the sweep's name (default: what it varies)")
     sweep.add_argument("--json", action="store_true",
                        help="print the grid as one JSON object (progress goes to stderr)")
-    sweep.add_argument("--store", type=store_path, help=STORE_HELP)
+    add_store_option(sweep)
     sweep.set_defaults(func=cmd_sweep)
 
 

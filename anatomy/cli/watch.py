@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from anatomy.cli.arguments import STORE_HELP
+from anatomy.cli.arguments import add_store_option
 from anatomy.engine import watch
 from anatomy.engine.manager import machine
 from anatomy.store import Store
@@ -24,7 +24,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                          help="samples per second per GPU (1 to 2000, default 200)")
     watched.add_argument("--gpus", help="the visible GPUs to sample, e.g. 0,1 (default: all); "
                                         "the command's own CUDA_VISIBLE_DEVICES is left as is")
-    watched.add_argument("--store", help=STORE_HELP)
+    add_store_option(watched)
     watched.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ARGS…")
     watched.set_defaults(func=cmd_watch)
 

@@ -3,7 +3,7 @@
 `rows` (the typed rows), `schema` (tables and migrations), `errors` (why a store cannot be used),
 `database` (the Store)."""
 
-from anatomy.store.database import DEFAULT_STORE, STORE_ENV, Store, resolve_path
+from anatomy.store.database import STORE_ENV, Store, default_store, resolve_path
 from anatomy.store.errors import StoreError, StoreMissing, store_error, why
 from anatomy.store.rows import (
     PHASES,
@@ -24,7 +24,7 @@ from anatomy.store.rows import (
     SweepRow,
 )
 
-__all__ = ["DEFAULT_STORE", "PHASES", "PROCESS", "PROFILING", "SPANS", "STATUSES", "STORE_ENV",
+__all__ = ["PHASES", "PROCESS", "PROFILING", "SPANS", "STATUSES", "STORE_ENV",
            "GpuProcess", "GpuStatus", "HostStatus", "Message", "PhaseMark", "PhaseSpan",
            "RunRecord", "RunRow", "Sample", "Step", "Store", "StoreError", "StoreMissing",
-           "SweepRow", "resolve_path", "store_error", "why"]
+           "SweepRow", "default_store", "resolve_path", "store_error", "why"]

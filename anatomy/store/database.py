@@ -35,20 +35,16 @@ from anatomy.store.rows import (
     SweepRow,
 )
 
-PROJECT_DIR = Path(__file__).resolve().parent.parent.parent
 STORE_ENV = "ANATOMY_STORE"
 
 
-def _default_store() -> Path:
-    """data/anatomy.sqlite in a clone of the repository (what `make run` reads); for an installed
-    package, the user's data directory (XDG), never site-packages."""
-    if (PROJECT_DIR / "pyproject.toml").is_file():
-        return PROJECT_DIR / "data" / "anatomy.sqlite"
-    data = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
-    return data / "anatomy" / "anatomy.sqlite"
-
-
-DEFAULT_STORE = _default_store()
+def default_store() -> Path:
+    """The one store every front shares when neither --store nor $ANATOMY_STORE names one: the
+    user's data directory (XDG), so that a clone, an installed package, a user's script and the
+    dashboard find the same runs whatever their working directory."""
+    data = os.environ.get("XDG_DATA_HOME", "")
+    base = Path(data) if os.path.isabs(data) else Path.home() / ".local" / "share"
+    return base / "anatomy" / "anatomy.sqlite"
 
 
 BUCKET_SECONDS = 0.1
@@ -89,8 +85,8 @@ STEP_INSERT = ("INSERT INTO steps (run_id, t, step, total, loss, allocated, rese
 
 
 def resolve_path(path: str | os.PathLike | None = None) -> Path:
-    """--store, then $ANATOMY_STORE, then the project's default file."""
-    return Path(path or os.environ.get(STORE_ENV) or DEFAULT_STORE)
+    """--store, then $ANATOMY_STORE, then the user's default store."""
+    return Path(path or os.environ.get(STORE_ENV) or default_store())
 
 
 class Store:

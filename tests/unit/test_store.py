@@ -96,14 +96,28 @@ def test_delete_removes_every_row(store):
 
 
 def test_store_path_follows_flag_then_env_then_default(tmp_path, monkeypatch):
-    from anatomy.store import STORE_ENV, resolve_path
-    from anatomy.store.database import DEFAULT_STORE
+    from anatomy.store import STORE_ENV, default_store, resolve_path
 
     monkeypatch.setenv(STORE_ENV, str(tmp_path / "env.sqlite"))
     assert resolve_path(tmp_path / "flag.sqlite") == tmp_path / "flag.sqlite"
     assert resolve_path() == tmp_path / "env.sqlite"
     monkeypatch.delenv(STORE_ENV)
-    assert resolve_path() == DEFAULT_STORE
+    assert resolve_path() == default_store()
+
+
+def test_one_default_store_for_the_clone_the_installed_package_scripts_and_the_dashboard(
+        tmp_path, monkeypatch):
+    """Without --store or $ANATOMY_STORE every front finds the same file, the user's data
+    directory, wherever anatomy is imported from (this clone too) and whatever the working
+    directory: a run a script records shows on the dashboard started anywhere else."""
+    from anatomy.store import STORE_ENV, resolve_path
+
+    monkeypatch.delenv(STORE_ENV)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    assert resolve_path() == tmp_path / "data" / "anatomy" / "anatomy.sqlite"
+    monkeypatch.delenv("XDG_DATA_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert resolve_path() == tmp_path / "home" / ".local" / "share" / "anatomy" / "anatomy.sqlite"
 
 
 def test_runs_stored_before_the_buckets_existed_still_decimate(store):
