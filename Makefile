@@ -6,10 +6,13 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run cli check test lint gpu-test clean
 
-$(STAMP): requirements.txt requirements-dev.txt
+# The pinned requirements, then the package itself, editable: `.venv/bin/anatomy` and
+# `.venv/bin/python examples/plain_loop.py` run this clone's code from anywhere.
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -r requirements-dev.txt
+	$(BIN)/python -m pip install -q -e .
 	touch $(STAMP)
 
 # The dashboard, on http://localhost:8501 (this machine only; `anatomy dashboard --help`).

@@ -1,14 +1,19 @@
 """The package installs where a user trains: `pip install .` into a fresh virtualenv (with the
-torch that is already there), the console script, the callback and the phase API, and no
-Streamlit unless the dashboard extra is asked for."""
+torch that is already there), the console script, the callback, the phase API and LoRA, and no
+Streamlit unless the dashboard extra is asked for; and a clone's `make` virtualenv holds it, so
+the CLI and the examples run from the clone."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 import venv
+from pathlib import Path
 
 import pytest
 
+from anatomy.store import Store
 from tests.conftest import PROJECT
 
 
@@ -54,5 +59,24 @@ def test_pip_install_gives_the_cli_and_the_callback_without_streamlit(tmp_path):
                              capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert {"app.py", "icon.png", "live.py", "runs.py", "compare.py", "anatomy.py"} <= set(
         shipped.stdout.split()), shipped.stderr
+    # LoRA is peft's: a dependency of the package, not of the clone's requirements alone.
+    lora = subprocess.run([str(env_dir / "bin" / "anatomy"), "predict", "--model", "tiny",
+                           "--lora-rank", "8", "--device", "cpu", "--json"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert lora.returncode == 0 and "Traceback" not in lora.stderr, lora.stderr[-3000:]
 
 
+def test_the_clones_virtualenv_runs_the_cli_and_the_examples_without_a_path_set(tmp_path):
+    """`make`'s virtualenv holds the package (editable): its `anatomy` watches
+    `.venv/bin/python examples/plain_loop.py` from the clone, no PYTHONPATH set (a script's own
+    folder, examples/, is what Python puts first on its path)."""
+    binaries = Path(sys.executable).parent
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["ANATOMY_STORE"] = str(tmp_path / "anatomy.sqlite")
+    result = subprocess.run(
+        [str(binaries / "anatomy"), "watch", "--", str(binaries / "python"),
+         "examples/plain_loop.py", "--steps", "2", "--seq-len", "16", "--batch-size", "2"],
+        capture_output=True, text=True, timeout=600, cwd=PROJECT, env=env)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    runs = Store(tmp_path / "anatomy.sqlite").runs()
+    assert [run.status for run in runs] == ["completed"]
