@@ -12,11 +12,12 @@ TIMEOUT = 30  # the first run of a test process imports plotly and the engine
 APP = str(ENTRY)  # the file `anatomy dashboard` runs
 
 
-def open_page(page: str, **query: str) -> AppTest:
+def open_page(page: str, timeout: float = TIMEOUT, **query: str) -> AppTest:
     """The app run, then `page` (e.g. "screens/runs.py", relative to the entry) with the given
     query parameters, as a link opens it. The first run registers the app's pages
-    (st.navigation), so that the switch finds a page by its URL path."""
-    app = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    (st.navigation), so that the switch finds a page by its URL path. `timeout`: seconds a run of
+    the page may take (a page that predicts traces a training step)."""
+    app = AppTest.from_file(APP, default_timeout=timeout).run()
     app.query_params.clear()
     for key, value in query.items():
         app.query_params[key] = value

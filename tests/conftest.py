@@ -236,6 +236,82 @@ def seed(store):
     return functools.partial(seed_run, store)
 
 
+# A user's own model: the tiny preset's shape with three layers and a classification head, as the
+# callback records a model's config (not a preset of anatomy's own).
+USERS_MODEL = {**json.loads((PROJECT / "anatomy" / "analysis" / "configs" / "tiny.json")
+                            .read_text()),
+               "num_hidden_layers": 3, "architectures": ["BertForSequenceClassification"]}
+USERS_PARAMETERS = 4_584_450  # BertForSequenceClassification(BertConfig(**USERS_MODEL))
+USERS_SHAPES = ("trainer", "phase api", "command")
+
+
+def seed_users_run(store: Store, shape: str = "trainer", name: str | None = None,
+                   status: str = "completed") -> int:
+    """A run a user's own training recorded on a CPU, as the collector writes one:
+
+    - "trainer": a Trainer script with `AnatomyCallback()` only (the callback started the run): the
+      weights and training phases, 8 steps with their loss, what TrainingArguments said, the
+      model's config, the Trainer's figures and the components the callback measured;
+    - "phase api": a plain loop with `anatomy.start(name=…)`, `run.phase(…)`, `run.step(loss=…)`:
+      the four phases and 8 steps, no option and no model reported;
+    - "command": `anatomy watch -- python train.py` of a script that marks nothing: one "process"
+      phase, nothing else.
+
+    Memory climbs 300, 400, 500, 700 MB as the phases end at 1, 3, 5 and 9 s."""
+    assert shape in USERS_SHAPES
+    environment = {"gpu_name": None, "gpu_count": 0, "ram_total": 24 * GIB_BYTES, "host": "laptop"}
+    options: dict = {}
+    if shape == "trainer":
+        options = {"batch_size": 8, "grad_accum": 1, "precision": "fp32",
+                   "gradient_checkpointing": False, "optim": "adamw_torch_fused", "seed": 42,
+                   "max_steps": None, "epochs": 1, "seq_len": 64}
+        environment.update(training_arguments={k: v for k, v in options.items() if k != "seq_len"},
+                           world_size=1, model_class="BertForSequenceClassification",
+                           model_name="BertForSequenceClassification", model_config=USERS_MODEL,
+                           parameters=USERS_PARAMETERS, trainable_parameters=USERS_PARAMETERS)
+    source = ({"kind": "watch", "command": ["python", "train.py"], "cwd": "/home/user/project"}
+              if shape == "command" else
+              {"kind": "script", "script": "/home/user/project/train.py", "argv": ["train.py"],
+               "cwd": "/home/user/project"})
+    preset = "BertForSequenceClassification" if shape == "trainer" else (
+        "python train.py" if shape == "command" else "train.py")
+    run_id = store.create_run(options, "cpu-rss", "rss", 0, environment, name=name,
+                              source=source, preset=preset)
+    spans = {"trainer": (("weights", 2.0, 5.0), ("training", 6.0, 9.0)),
+             "phase api": (("baseline", 0.1, 1.0), ("kernel", 2.0, 3.0), ("weights", 4.0, 5.0),
+                           ("training", 6.0, 9.0)),
+             "command": (("process", 0.0, 9.0),)}[shape]
+    levels = (300, 400, 500, 700)
+    samples = [Sample(i / 10, 0, levels[min(3, int(i / 10 / 2.3))] * 2**20, None, None, None)
+               for i in range(91)]
+    marks = [mark for name_, start, end in spans for mark in (
+        PhaseMark("start", name_, start),
+        *((PhaseMark("end", name_, end),) if status != "running" or end != 9.0 else ()))]
+    steps = [] if shape == "command" else [Step(6.0 + k * 0.3, k, 8, 1.0 / k, None, None)
+                                           for k in range(1, 9)]
+    store.write(run_id, samples=samples, phases=marks, steps=steps)
+    if status == "running":
+        store.update_run(run_id, worker_pid=os.getpid())
+        return run_id
+    store.update_run(run_id, samples_sent=len(samples))
+    if shape == "trainer":  # the Trainer's figures, and the components the callback measured
+        store.update_run(run_id, summary={
+            "steps": 8, "time_s": 2.4, "samples_per_second": 26.7, "loss": 0.69, "components": {
+                "weights": 4 * USERS_PARAMETERS, "gradients": 4 * USERS_PARAMETERS,
+                "optimizer_states": 8 * USERS_PARAMETERS, "activations": 30 * 2**20,
+                "steps_measured": 3}})
+    elif shape == "command":
+        store.update_run(run_id, summary={"exit_code": 0})
+    store.finish(run_id, status)
+    return run_id
+
+
+@pytest.fixture
+def seed_users(store):
+    """seed_users(shape, **kwargs) -> run id: `seed_users_run` on this test's store."""
+    return functools.partial(seed_users_run, store)
+
+
 # --- runs moving between stores (export, import) ---
 
 @pytest.fixture

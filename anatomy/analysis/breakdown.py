@@ -13,6 +13,7 @@ import json
 import tempfile
 from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 
 from anatomy.analysis.components import Components
 from anatomy.analysis.prediction import (
@@ -25,11 +26,18 @@ from anatomy.analysis.prediction import (
 from anatomy.analysis.report import RunReport
 
 
-def prediction_for(report: RunReport) -> Prediction | None:
+class NoPrediction(NamedTuple):
+    """Why a run has no prediction, in words that end a sentence beginning "No prediction: "."""
+
+    reason: str
+
+
+def predicted(report: RunReport) -> Prediction | NoPrediction:
     """The prediction for the run's own options, with the kernels of the device it ran on (and
-    that GPU model's constants); None when the run's model cannot be built here (a config file
-    that stayed on the machine the run came from, a user's model whose config was not recorded,
-    an architecture the tracing cannot run)."""
+    that GPU model's constants); or why there is none: a user's training that recorded no model
+    (the phase API, a command watched without the callback), a model that cannot be built here
+    (a config file that stayed on the machine the run came from, an architecture the tracing
+    cannot run)."""
     options = report.options
     with tempfile.TemporaryDirectory(prefix="anatomy-model-") as folder:
         if not report.started_by_anatomy:
@@ -37,7 +45,7 @@ def prediction_for(report: RunReport) -> Prediction | None:
             # callback recorded, not a preset; without one there is nothing to predict.
             config = report.environment.get("model_config")
             if not isinstance(config, dict):
-                return None
+                return NoPrediction(_no_model(report))
             path = Path(folder) / "config.json"
             path.write_text(json.dumps(config))
             options = replace(options, model=str(path))
@@ -47,8 +55,24 @@ def prediction_for(report: RunReport) -> Prediction | None:
                 # A rank of several: its own shares and buffers (rank 0's GPU is the one shown).
                 return predict_ranks(options, device=device, gpu_name=gpu_name).as_prediction()
             return predict(options, device=device, gpu_name=gpu_name)
-        except PredictionError:
-            return None
+        except PredictionError as error:
+            return NoPrediction(f"this run's model ({report.preset}) cannot be built on this "
+                                f"machine: {error}")
+
+
+def _no_model(report: RunReport) -> str:
+    """Why a user's training left nothing to predict from: how it was recorded."""
+    if report.source.get("kind") == "watch":
+        return ("the command was watched without anatomy's callback, so the run recorded no "
+                "model (a Trainer with callbacks=[anatomy.AnatomyCallback()] records its config)")
+    return ("the phase API records no model (a Trainer with callbacks=[anatomy.AnatomyCallback()] "
+            "records its config)")
+
+
+def prediction_for(report: RunReport) -> Prediction | None:
+    """`predicted`, None where there is no prediction."""
+    result = predicted(report)
+    return None if isinstance(result, NoPrediction) else result
 
 
 def parameters(report: RunReport, prediction: Prediction) -> int:

@@ -54,7 +54,8 @@ def measured_run(store, seed):
 
 
 def _page(**query) -> AppTest:
-    return open_page("screens/anatomy.py", **query)
+    # The page traces a training step to predict it: seconds, minutes on a loaded machine.
+    return open_page("screens/anatomy.py", timeout=300, **query)
 
 
 # The page's tables, in the order it draws them.
@@ -226,3 +227,30 @@ def test_a_run_that_is_not_stored_is_said(store, seed):
     app = _page(run="99999")
     assert [w.value for w in app.warning] == [f"Run 99999 not found: showing run {run_id}."]
     assert app.query_params["run"] == str(run_id)
+
+
+# --- a user's own training ---
+
+def test_a_users_trainer_run_shows_measured_next_to_predicted(store, seed_users):
+    """The page used to stop after the line saying what the prediction was made from: no chart,
+    no table, no error, although the callback had measured the components."""
+    run_id = seed_users("trainer")
+    app = _page(run=str(run_id))
+    assert not app.warning, [w.value for w in app.warning]
+    assert "Measured next to predicted" in [h.value for h in app.subheader]
+    assert any(c.value.startswith("Predicted from what the run recorded") for c in app.caption)
+    table = _table(app, "components").set_index("Component")
+    assert table.loc["weights", "Measured (MB)"] == table.loc["weights", "Predicted (MB)"]
+    assert table.loc["activations", "Measured (MB)"] == 30
+    sides = {t["name"] for t in chart_spec(app, "anatomy_waterfall")["data"]}
+    assert sides == {"measured", "predicted"}
+
+
+@pytest.mark.parametrize("shape, why", [
+    ("phase api", "the phase API"), ("command", "watched without anatomy's callback")])
+def test_a_users_run_without_a_model_says_in_one_line_why_there_is_no_prediction(
+        store, seed_users, shape, why):
+    app = _page(run=str(seed_users(shape)))
+    (warning,) = [w.value for w in app.warning]
+    assert why in warning and "\n" not in warning
+    assert "cannot be built on this machine" not in warning  # the model was never recorded

@@ -149,7 +149,7 @@ def main() -> None:
     rep = report(db, run_id)
     st.subheader(rep.title())
     with st.spinner("predicting: the training step on fake tensors…"):
-        prediction = breakdown.prediction_for(rep)
+        prediction = breakdown.predicted(rep)
     if not rep.on_gpu:
         st.info("A CPU run: there is no CUDA context and no caching allocator. Activations are "
                 "measured from the tensors autograd saved for the backward pass, and the peak is "
@@ -160,13 +160,11 @@ def main() -> None:
     elif rep.components is None:
         st.info("No measured components for this run (recorded before they were measured, or it "
                 "ended before its first optimizer step): the prediction alone.")
-    if prediction is None:
-        st.warning(f"No prediction: this run's model ({rep.preset}) cannot be built on this "
-                   "machine (a config file that stayed where the run was recorded, or a model "
-                   "whose config the run did not record).")
-    elif not rep.started_by_anatomy:
-        st.caption(view.user_run_basis(rep))
+    if isinstance(prediction, breakdown.NoPrediction):
+        st.warning(f"No prediction: {prediction.reason}.")
     else:
+        if not rep.started_by_anatomy:
+            st.caption(view.user_run_basis(rep))
         measured_and_predicted(rep, prediction)
         peak_section(rep, prediction)
         bytes_per_parameter(rep, prediction)
