@@ -1,0 +1,164 @@
+"""Installed where people train: `pip install <clone>[dashboard]` into a fresh virtualenv outside
+the clone, a user's own Trainer script with the callback run from another directory, then
+`anatomy dashboard`: the run is listed and its Anatomy page shows measured next to predicted.
+
+The virtualenv sees this environment's libraries through a .pth file, as `--system-site-packages`
+would show a system's (torch, transformers, Streamlit: nothing is downloaded); anatomy itself is
+built from the clone and installed into it, and every command runs from a folder of its own, with
+no PYTHONPATH and no $ANATOMY_STORE: the one default store is what joins them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sysconfig
+import time
+import urllib.request
+import venv
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import PROJECT
+from tools.browser import ARGS, CHROMIUM, free_port
+
+pytestmark = [pytest.mark.packaging, pytest.mark.browser, pytest.mark.skipif(
+    not Path(CHROMIUM).exists(),
+    reason="needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)")]
+
+ARTIFACTS = PROJECT / "test-artifacts"
+NARROW = {"width": 1000, "height": 900}
+
+# A user's script: a tiny BERT from its config, examples of 16 to 120 tokens padded per batch by
+# the user's own collator, anatomy's callback and nothing else of anatomy.
+TRAINER_SCRIPT = '''
+import random
+
+import torch
+from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
+
+import anatomy
+
+random.seed(0)
+lengths = [16] + [random.randint(16, 120) for _ in range(23)]
+examples = [{"input_ids": [random.randint(5, 999) for _ in range(n)], "labels": n % 2}
+            for n in lengths]
+
+
+def pad(batch):
+    longest = max(len(e["input_ids"]) for e in batch)
+    ids = torch.zeros(len(batch), longest, dtype=torch.long)
+    mask = torch.zeros(len(batch), longest, dtype=torch.long)
+    for row, example in enumerate(batch):
+        ids[row, :len(example["input_ids"])] = torch.tensor(example["input_ids"])
+        mask[row, :len(example["input_ids"])] = 1
+    return {"input_ids": ids, "attention_mask": mask,
+            "labels": torch.tensor([e["labels"] for e in batch])}
+
+
+config = BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                    intermediate_size=256, vocab_size=1000, max_position_embeddings=128)
+arguments = TrainingArguments(output_dir="out", per_device_train_batch_size=8,
+                              num_train_epochs=1, logging_steps=1, report_to="none",
+                              save_strategy="no", disable_tqdm=True, use_cpu=True)
+trainer = Trainer(model=BertForSequenceClassification(config), args=arguments,
+                  train_dataset=examples, data_collator=pad,
+                  callbacks=[anatomy.AnatomyCallback()])
+trainer.train()
+'''
+
+
+@pytest.fixture
+def installed(tmp_path) -> tuple[Path, dict]:
+    """A fresh virtualenv with `pip install <clone>[dashboard]` done, and the environment its
+    commands run in (their own data directory, hence their own default store)."""
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    target = subprocess.run([str(env_dir / "bin" / "python"), "-c",
+                             "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    # After the virtualenv's own site-packages: what pip installs there comes first.
+    (Path(target) / "this-environment.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ANATOMY_STORE")}
+    env["XDG_DATA_HOME"] = str(tmp_path / "home-data")
+    result = subprocess.run([str(env_dir / "bin" / "python"), "-m", "pip", "install", "-q",
+                             f"{PROJECT}[dashboard]"], capture_output=True, text=True,
+                            timeout=900, cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    where = subprocess.run([str(env_dir / "bin" / "python"), "-c",
+                            "import anatomy; print(anatomy.__file__)"], capture_output=True,
+                           text=True, cwd=tmp_path, env=env)
+    assert where.stdout.startswith(target), where  # the installed copy, not the clone's
+    return env_dir / "bin", env
+
+
+@pytest.fixture
+def chromium():
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield browser
+        browser.close()
+
+
+def _dashboard(binaries: Path, env: dict, folder: Path):
+    """`anatomy dashboard` as the user types it (no --store), from `folder`."""
+    port = free_port()
+    log = (folder / "dashboard.log").open("w+")
+    process = subprocess.Popen([str(binaries / "anatomy"), "dashboard", "--port", str(port)],
+                               cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://localhost:{port}"
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2):
+                return process, url, log
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                log.seek(0)
+                pytest.fail(f"the dashboard did not start:\n{log.read()}")
+            time.sleep(0.3)
+
+
+@pytest.mark.timeout(1800)
+def test_a_users_trainer_run_shows_measured_next_to_predicted_on_the_installed_dashboard(
+        tmp_path, installed, chromium):
+    binaries, env = installed
+    script_folder = tmp_path / "my-project"
+    script_folder.mkdir()
+    (script_folder / "train.py").write_text(TRAINER_SCRIPT)
+    trained = subprocess.run([str(binaries / "python"), "train.py"], capture_output=True,
+                             text=True, timeout=900, cwd=script_folder, env=env)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    store = Path(env["XDG_DATA_HOME"]) / "anatomy" / "anatomy.sqlite"
+    assert store.is_file()  # the one default store
+
+    elsewhere = tmp_path / "somewhere-else"
+    elsewhere.mkdir()
+    process, url, log = _dashboard(binaries, env, elsewhere)
+    try:
+        log.seek(0)
+        assert f"store {store}" in log.read()  # it says which store it reads
+        page = chromium.new_page(viewport=NARROW)
+        page.goto(f"{url}/runs")
+        page.get_by_text("train.py").first.wait_for(timeout=120_000)  # the run is listed
+
+        page.goto(f"{url}/anatomy?run=1")
+        page.get_by_text("Measured next to predicted").wait_for(timeout=300_000)
+        page.wait_for_function("() => [...document.querySelectorAll('.js-plotly-plot')]"
+                               ".some(p => p._fullLayout)", timeout=120_000)
+        sides = page.evaluate("""() => [...document.querySelectorAll('.js-plotly-plot')]
+            .flatMap(p => p.data.filter(t => t.type === 'waterfall').map(t => t.name))""")
+        assert sorted(set(sides)) == ["measured", "predicted"]
+        page.screenshot(path=str(ARTIFACTS / "installed-anatomy-page.png"), full_page=True)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
