@@ -1,10 +1,11 @@
 """How long a run should take, before it starts: its steps × a measured time a step, plus the
 time before training begins (loading torch and the model).
 
-The time a step comes from the most alike run stored on this kind of device (the same options
-if there is one, else the same model scaled by the tokens a step trains), else from a reference
-run measured on a machine named here. The live page replaces the estimate with the run's own
-steps as soon as it has some (`views.live.progress`).
+The time a step comes from the most alike run stored on this kind of device with as many
+training processes (the same options if there is one, else the same model scaled by the tokens a
+step trains; the estimate names every option in which it differs), else from a reference run of
+the model measured on a named kind of machine. The live page replaces the estimate with the run's
+own steps as soon as it has some (`views.live.progress`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from anatomy.analysis.options import RunOptions
+from anatomy.analysis.options import FIELDS, RunOptions
 from anatomy.store import RunRow, Store
 
 
@@ -22,7 +23,7 @@ class Reference(NamedTuple):
     step_s: float  # the fixed part
     token_s: float  # seconds per token of a step (batch size × seq len × accumulation)
     setup_s: float
-    where: str
+    where: str  # what was measured, in the words of someone who never saw that machine
 
     def step(self, tokens: int) -> float:
         return self.step_s + self.token_s * tokens
@@ -31,13 +32,16 @@ class Reference(NamedTuple):
 # (preset, backend): docs/BENCHMARKS.md, "Run time", says how each was measured.
 REFERENCES = {
     ("tiny", "cpu-rss"): Reference(0.73, 6.7e-4, 14.0,
-                                   "tiny runs on the 2-core development VM, under load"),
+                                   "the tiny model measured on a busy 2-core CPU without a GPU; "
+                                   "no run of it is stored here yet"),
     ("bert-large-uncased", "nvml"): Reference(0.067, 2.6e-5, 18.4,
-                                              "bert-large runs on an H200"),
+                                              "bert-large measured on an NVIDIA H200; no run of "
+                                              "it is stored here yet"),
 }
 # Options that change the time a step beyond its token count: only a run with the same values
-# is scaled from.
-SAME_KIND = ("precision", "gradient_checkpointing", "optim")
+# (and as many training processes) is scaled from.
+SAME_KIND = ("precision", "gradient_checkpointing", "optim", "strategy", "lora_rank",
+             "lora_targets")
 
 
 @dataclass(frozen=True)
@@ -100,24 +104,53 @@ def estimate_from(runs: list[RunRow], options: RunOptions, backend: str, device_
             continue
         step_s = _step_time(run)
         ran = RunOptions.from_dict(run.options)
-        if step_s is None or any(getattr(ran, n) != getattr(options, n) for n in SAME_KIND):
+        if step_s is None or ran.world_size != options.world_size or \
+                any(getattr(ran, n) != getattr(options, n) for n in SAME_KIND):
             continue
         alike.append((run, ran, step_s))
     reference = REFERENCES.get((options.preset, backend))
-    exact = [a for a in alike if _tokens(a[1]) == _tokens(options)]
-    if exact or alike:
-        run, ran, step_s = (exact or alike)[0]
+    if alike:
+        # The same options first, then the same tokens a step, then the newest.
+        run, ran, step_s = min(alike, key=lambda a: (bool(_differences(a[1], options)),
+                                                     _tokens(a[1]) != _tokens(options)))
         training = next((p for p in (store.phases(run.id) if store else ())
                          if p.name == "training"), None)
         # Scaled as the reference's fixed and per-token parts say; without one, by the tokens.
         scale = (reference.step(_tokens(options)) / reference.step(_tokens(ran)) if reference
                  else _tokens(options) / _tokens(ran))
-        basis = (f"run {run.id}, the same options" if _tokens(ran) == _tokens(options) else
-                 f"run {run.id}, batch size {ran.batch_size} × seq len {ran.seq_len}, scaled to "
-                 "this step's tokens")
         return DurationEstimate(steps, step_s * scale, training.start_s if training else None,
-                                basis)
+                                _basis(run.id, ran, options))
     if reference is None:
         return DurationEstimate(steps, None, None, "")
-    return DurationEstimate(steps, reference.step(_tokens(options)), reference.setup_s,
-                            reference.where)
+    # The references trained one process: several on the same machine share it.
+    where = reference.where + ("" if options.world_size == 1 else
+                               f"; one process there, {options.world_size} here")
+    return DurationEstimate(steps, reference.step(_tokens(options)), reference.setup_s, where)
+
+
+def _differences(ran: RunOptions, options: RunOptions) -> list[str]:
+    """The options in which a stored run differs from this one, in words: "dataset size 32 (here
+    512)". Its sampling and its GPU's index are left out: neither changes how long it trains."""
+    found = []
+    for name, field in FIELDS.items():
+        if name in ("sample_rate", "gpu", "gpus"):  # gpus: the world size is the same
+            continue
+        theirs, ours = getattr(ran, name), getattr(options, name)
+        if theirs != ours:
+            found.append(f"{field.label.lower()} {_value(theirs)} (here {_value(ours)})")
+    return found
+
+
+def _value(value) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return "not set" if value is None or value == "" else str(value)
+
+
+def _basis(run_id: int, ran: RunOptions, options: RunOptions) -> str:
+    """What the time a step was measured on: the stored run, and how it differs from this one."""
+    differences = _differences(ran, options)
+    if not differences:
+        return f"run {run_id}, the same options"
+    scaled = ", scaled to this step's tokens" if _tokens(ran) != _tokens(options) else ""
+    return f"run {run_id}, which had {', '.join(differences)}{scaled}"

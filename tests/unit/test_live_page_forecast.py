@@ -35,6 +35,23 @@ def test_a_batch_too_large_for_the_gpu_is_warned():
     assert "more than GPU 0's 140.0 GiB" in forecast.warning
 
 
+CPU = Machine(backend="cpu-rss", memory_api=None, devices=(), driver=None, cuda_driver=None,
+              ram_total=24 * 2**30, why_no_gpu="NVML: NVML Shared Library Not Found")
+
+
+def test_several_cpu_processes_are_forecast_per_process_with_their_share_of_the_steps(store):
+    """The form's Predict ignored Processes: the same memory and "128 steps" as one process,
+    while each of the two ranks ran 64."""
+    one = defaults_for(False)  # tiny, 512 sequences of 128, batch 4: 128 steps
+    alone = live.run_forecast(one, CPU, store)
+    two = live.run_forecast(replace(one, processes=2), CPU, store)
+    assert alone.line.startswith("this run should need about")
+    assert two.line.startswith("each of the 2 processes (ddp) should need about")
+    assert "together, plus each process itself" in two.line and "NCCL" not in two.line
+    assert "128 steps" in alone.duration and "64 steps" in two.duration
+    assert "one process there, 2 here" in two.duration  # the reference trained one
+
+
 def test_wrong_options_get_no_forecast():
     assert memory_forecast(RunOptions(batch_size=0), H200) == Forecast(line=None, warning=None)
 
@@ -83,7 +100,9 @@ def test_without_a_stored_run_the_estimate_comes_from_the_reference_run():
     step = reference.step_s + reference.token_s * 4 * 128
     assert estimate.steps == 128 and estimate.step_s == pytest.approx(step)
     assert estimate.total_s == pytest.approx(reference.setup_s + 128 * step)
-    assert "2-core development VM" in estimate.line() and "min" in estimate.line()
+    assert "(the tiny model measured on a busy 2-core CPU without a GPU; no run of it is stored " \
+        "here yet)" in estimate.line() and "min" in estimate.line()
+    assert "VM" not in estimate.line()  # a machine the user never heard of
     longer = duration.estimate_from([], replace(options, seq_len=256), "cpu-rss", None)
     assert step < longer.step_s < 2 * step  # twice the tokens, the same fixed part
 
@@ -94,15 +113,39 @@ def test_a_stored_run_of_the_same_model_times_the_next_one(store, seed):
     estimate = duration.estimate(store, options, "cpu-rss", None)
     assert estimate.step_s == pytest.approx(3.21 / 8 * 2)  # no reference: twice the tokens
     assert estimate.setup_s == 6.0
-    assert f"run {run_id}, batch size 4 × seq len 512, scaled" in estimate.line()
+    assert f"run {run_id}, which had batch size 4 (here 8), scaled to this step's tokens" in \
+        estimate.line()
     same = duration.estimate(store, report(store, run_id).options, "cpu-rss", None)
     assert same.step_s == pytest.approx(3.21 / 8) and "the same options" in same.line()
     # Another device's run says nothing about this one: the reference run does.
     gpu = duration.estimate(store, options, "nvml", "NVIDIA H200")
-    assert "(bert-large runs on an H200)" in gpu.line()
+    assert "(bert-large measured on an NVIDIA H200; no run of it is stored here yet)" in \
+        gpu.line()
     unknown = duration.estimate(store, replace(options, preset="bert-base-uncased"), "cpu-rss",
                                 None)
     assert unknown.total_s is None and "the first steps will tell" in unknown.line()
+
+
+def test_the_estimate_is_made_from_a_run_of_as_many_processes_and_names_how_it_differs(store,
+                                                                                     seed):
+    """A 2-process run is no basis for one process; a run of other steps or data is said to
+    differ, never called "the same options"."""
+    run_id = seed(backend="cpu-rss")  # bert-large, max_steps 8: 8 steps in 3.21 s
+    ran = report(store, run_id).options
+    two = duration.estimate(store, replace(ran, processes=2), "cpu-rss", None)
+    assert two.step_s is None and f"run {run_id}" not in two.line()  # nothing alike stored
+    longer = duration.estimate(store, replace(ran, max_steps=100, dataset_size=64), "cpu-rss",
+                               None)
+    assert longer.step_s == pytest.approx(3.21 / 8)  # the steps' count leaves a step's time
+    assert f"run {run_id}, which had dataset size 512 (here 64), max steps 8 (here 100)" in \
+        longer.line()
+    assert "the same options" not in longer.line()
+    mine = store.create_run({**ran.to_dict(), "processes": 2}, "cpu-rss", "rss", 0,
+                            {"gpu_name": None, "world_size": 2})
+    store.update_run(mine, summary={"time_s": 8.0, "steps": 8})
+    store.finish(mine, "completed")
+    both = duration.estimate(store, replace(ran, processes=2), "cpu-rss", None)
+    assert both.step_s == pytest.approx(1.0) and f"(run {mine}, the same options)" in both.line()
 
 
 def test_predict_shows_the_time_and_the_errors_of_the_fields_as_they_are_now(store):
