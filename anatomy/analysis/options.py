@@ -141,10 +141,13 @@ class RunOptions:
 
 
     def total_steps(self) -> int:
-        """Optimizer steps the Trainer will take (its own arithmetic, without a dataloader)."""
+        """Optimizer steps the Trainer will take (its own arithmetic, without a dataloader): with
+        several processes each takes its share of the batches (accelerate's even split), and
+        every process takes that many steps."""
         if self.max_steps is not None:
             return self.max_steps
-        batches = -(-self.dataset_size // self.batch_size)
+        world = self.world_size if isinstance(self.world_size, int) else 1
+        batches = -(-self.dataset_size // (self.batch_size * max(1, world)))
         return max(1, batches // self.grad_accum) * self.epochs
 
 

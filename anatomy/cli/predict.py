@@ -90,7 +90,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
                  ["outside PyTorch", f"{predicted.outside / MIB:,.1f}", ""],
                  ["NVML peak", f"{predicted.nvml_peak / MIB:,.1f}", ""]]
     print(table(rows, ["component", "MB", "bytes/param"]))
-    print(predicted.need_line())
+    print((ranks or predicted).need_line())
     return 0
 
 

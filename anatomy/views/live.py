@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 from anatomy.analysis import duration
 from anatomy.analysis.machine import Machine
 from anatomy.analysis.options import FIELDS, RunOptions, validate
-from anatomy.analysis.prediction import PredictionError, max_batch_size, predict
+from anatomy.analysis.prediction import PredictionError, max_batch_size, predict, predict_ranks
 from anatomy.analysis.report import PHASES, RunReport
 from anatomy.store import GpuStatus, HostStatus, Step, Store
 from anatomy.views import text
@@ -156,10 +156,13 @@ def memory_forecast(options: RunOptions, machine: Machine) -> Forecast:
         return Forecast(None, None)
     device, gpu_name, total, where = _target(options, machine)
     try:
-        forecast = predict(options, device=device, gpu_name=gpu_name)
+        forecast = (predict_ranks(options, device=device, gpu_name=gpu_name)
+                    if options.distributed else predict(options, device=device, gpu_name=gpu_name))
     except PredictionError as error:
         return Forecast(None, f"cannot predict this run: {error}")
-    need = forecast.nvml_peak if device == "cuda" else forecast.peak
+    # A GPU holds one process's figure; a CPU's RAM holds every process's.
+    need = ((forecast.nvml_peak or forecast.peak) if device == "cuda" else
+            forecast.peak * options.world_size)
     warning = None
     if need > total:
         warning = (f"predicted peak {need / 2**30:.1f} GiB is more than {where}: "

@@ -88,3 +88,7 @@ def test_total_steps_follows_the_trainer_arithmetic():
     assert RunOptions(dataset_size=512, batch_size=4).total_steps() == 128
     assert RunOptions(dataset_size=512, batch_size=4, grad_accum=4, epochs=2).total_steps() == 64
     assert RunOptions(max_steps=7).total_steps() == 7
+    # Several processes share the data: each rank runs 64 of the 128 batches (each took 64 steps;
+    # the form said 128).
+    assert RunOptions(dataset_size=512, batch_size=4, processes=2).total_steps() == 64
+    assert RunOptions(dataset_size=512, batch_size=4, gpus="0,1,2").total_steps() == 43

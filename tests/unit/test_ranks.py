@@ -237,3 +237,18 @@ def test_several_gpus_are_taken_all_or_none(store, fresh_nvml, monkeypatch, tmp_
         RunManager(store).start(RunOptions(model="tiny", gpus="0,1"))
     assert store.runs() == []
     assert DeviceLock("gpu0").acquire("free")  # GPU 0's lock was given back
+
+
+def test_predict_for_cpu_processes_ends_on_each_ones_need_not_a_single_processs(capsys):
+    """`predict --processes 2` said "each of the 2 ranks should need about 113 MB" and then "this
+    run should need about 97 MB" (one process's): it ends on each process's need, and a CPU's
+    processes talk over gloo, not NCCL."""
+    from anatomy import cli
+
+    assert cli.main(["predict", "--model", "tiny", "--processes", "2", "--device", "cpu",
+                     "--seq-len", "32"]) == 0
+    out = capsys.readouterr().out
+    lines = out.strip().splitlines()
+    assert lines[1].startswith("each of the 2 processes (ddp) should need about")
+    assert lines[-1].startswith("each of the 2 processes (ddp) should need about")
+    assert "this run should need" not in out and "NCCL" not in out

@@ -437,11 +437,26 @@ class RankPrediction:
                 "nccl_calibrated": self.nccl is not None, "nvml_peak": self.nvml_peak}
 
     def line(self) -> str:
-        nccl = ("NCCL's own memory: not calibrated" if self.nccl is None else
-                f"NCCL's own {size_text(self.nccl)}")
-        return (f"each of the {self.world_size} ranks ({self.strategy}) should need about "
-                f"{size_text(self.peak)} for tensors (one process: {size_text(self.alone.peak)});"
-                f" {nccl}")
+        """Each rank's tensors beside one process's; on GPUs, NCCL's own memory (gloo's, on a CPU,
+        is the process's)."""
+        nccl = ("" if self.alone.device != "cuda" else "; NCCL's own memory: not calibrated"
+                if self.nccl is None else f"; NCCL's own {size_text(self.nccl)}")
+        return (f"each of the {self.world_size} processes ({self.strategy}) should need about "
+                f"{size_text(self.peak)} for tensors (one process alone: "
+                f"{size_text(self.alone.peak)}){nccl}")
+
+    def need_line(self) -> str:
+        """`Prediction.need_line` for several processes: what each needs, which is what one GPU
+        holds; on a CPU the processes share the RAM, so together too."""
+        size, at = size_text(self.peak), self.alone.peak_at
+        if self.alone.device == "cuda":
+            nvml = (f", {size_text(self.nvml_peak)} as nvidia-smi counts it" if self.nvml_peak
+                    is not None else " (NCCL's own memory not calibrated: no nvidia-smi figure)")
+            return (f"each of the {self.world_size} GPUs ({self.strategy}) should need about "
+                    f"{size} of GPU memory for tensors (peak: {at}){nvml}")
+        return (f"each of the {self.world_size} processes ({self.strategy}) should need about "
+                f"{size} of CPU memory for tensors (peak: {at}), "
+                f"{size_text(self.peak * self.world_size)} together, plus each process itself")
 
 
 def shard_bytes(rows: tuple[tuple[int, int], ...], world_size: int) -> int:
