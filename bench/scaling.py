@@ -93,8 +93,9 @@ def _measured(store: Store, run_id: int) -> dict:
     return {"run": run_id, "status": rep.status, "error": rep.error,
             "samples_per_second": rep.summary.samples_per_second,
             "steady_samples_per_second": rep.summary.steady_samples_per_second, "gpus": gpus,
-            "device": rep.device_name, "environment": {k: rep.environment.get(k) for k in
-                                                       ("torch", "transformers", "driver")}}
+            "device": rep.device_name, "environment": {
+                "torch": rep.environment.torch, "transformers": rep.environment.transformers,
+                "driver": rep.environment.driver}}
 
 
 def run_all(args) -> list[dict]:

@@ -25,6 +25,7 @@ from anatomy.store import (
     HostStatus,
     Message,
     PhaseMark,
+    RunFacts,
     Sample,
     Step,
     Store,
@@ -116,7 +117,7 @@ def _add_run(store: Store, shown: dict, rng: random.Random) -> int:
     profiling = shown["options"].get("profile_steps") and shown["operations"] is not None
     end = training_end + (1.5 if profiling else 0.0) + 0.4
     points = _curve(phases, end)
-    total = shown["environment"]["gpu_total"]
+    total = RunFacts.from_dict(shown["environment"]).gpu_total
     samples = [Sample(t, shown["gpu"], used, 615 * MIB, total, None) for t, used in points]
     marks = []
     for phase in phases:

@@ -24,6 +24,7 @@ from anatomy.analysis.prediction import (
     predict_ranks,
 )
 from anatomy.analysis.report import RunReport
+from anatomy.vocabulary import SourceKind
 
 
 class NoPrediction(NamedTuple):
@@ -43,13 +44,13 @@ def predicted(report: RunReport) -> Prediction | NoPrediction:
         if not report.started_by_anatomy:
             # A user's training (callback, phase API, watch): its model is the config the
             # callback recorded, not a preset; without one there is nothing to predict.
-            config = report.environment.get("model_config")
-            if not isinstance(config, dict):
+            config = report.environment.model_config
+            if config is None:
                 return NoPrediction(_no_model(report))
             path = Path(folder) / "config.json"
             path.write_text(json.dumps(config))
             options = replace(options, model=str(path))
-        device, gpu_name = "cuda" if report.on_gpu else "cpu", report.environment.get("gpu_name")
+        device, gpu_name = "cuda" if report.on_gpu else "cpu", report.environment.gpu_name
         try:
             if report.world_size > 1 and options.distributed:
                 # A rank of several: its own shares and buffers (rank 0's GPU is the one shown).
@@ -62,7 +63,7 @@ def predicted(report: RunReport) -> Prediction | NoPrediction:
 
 def _no_model(report: RunReport) -> str:
     """Why a user's training left nothing to predict from: how it was recorded."""
-    if report.source.get("kind") == "watch":
+    if report.source.kind == SourceKind.WATCH:
         return ("the command was watched without anatomy's callback, so the run recorded no "
                 "model (a Trainer with callbacks=[anatomy.AnatomyCallback()] records its config)")
     return ("the phase API records no model (a Trainer with callbacks=[anatomy.AnatomyCallback()] "
@@ -113,7 +114,7 @@ def rank_prediction_for(report: RunReport) -> RankPrediction | None:
         options = replace(options, processes=report.world_size)
     try:
         return predict_ranks(options, device="cuda" if report.on_gpu else "cpu",
-                             gpu_name=report.environment.get("gpu_name"))
+                             gpu_name=report.environment.gpu_name)
     except PredictionError:
         return None
 

@@ -21,63 +21,15 @@ Importing this module imports no torch: the CLI and the pages read stored compon
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from dataclasses import replace
+
+from anatomy.store import Components
+from anatomy.vocabulary import TENSOR_PARTS, Backend, Part, Phase
+
+__all__ = ["MEASURED_STEPS", "ORDER", "TENSOR_PARTS", "Components", "rest_of_peak", "with_nvml"]
 
 MEASURED_STEPS = 3  # step 1 creates the optimizer's states; steps 2-3 are the steady state
-ORDER = ("context", "weights", "gradients", "optimizer_states", "activations", "temporary",
-         "allocator_cache", "non_torch", "peak")
-TENSOR_PARTS = ("weights", "gradients", "optimizer_states", "activations", "temporary")
-
-
-@dataclass(frozen=True)
-class Components:
-    """Bytes by component; None where this run did not measure one. Fields in the order a stored
-    run's JSON lists them."""
-
-    weights: int | None = None
-    activations: int | None = None
-    gradients: int | None = None
-    optimizer_states: int | None = None
-    temporary: int | None = None
-    allocator_cache: int | None = None
-    peak_allocated: int | None = None
-    peak_reserved: int | None = None
-    moments: Mapping[str, int] | None = None  # the allocator at named moments of a step (GPU)
-    steps_measured: int | None = None
-    context: int | None = None  # the CUDA context: kernel phase − baseline (NVML)
-    non_torch: int | None = None  # NVML's peak beyond the context and the allocator's reserve
-    peak: int | None = None  # the sampled peak over the baseline
-    extra: Mapping[str, Any] = field(default_factory=dict)  # what a newer anatomy stored
-    stored_order: tuple[str, ...] = field(default=(), compare=False)  # the keys as stored
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> Components:
-        known = {f.name for f in fields(cls)} - {"extra", "stored_order"}
-        return cls(**{k: v for k, v in values.items() if k in known},
-                   extra={k: v for k, v in values.items() if k not in known},
-                   stored_order=tuple(values))
-
-    def to_dict(self) -> dict[str, Any]:
-        """As stored (in the stored order), then what was computed when it was read, in the
-        order it is computed: a stored run prints as it always did."""
-        names = [f.name for f in fields(self) if f.name not in ("extra", "stored_order")]
-        order = [*self.stored_order, *(n for n in names if n not in self.stored_order)]
-        out = {}
-        for name in order:
-            value = self.extra.get(name) if name in self.extra else getattr(self, name, None)
-            if value is not None:
-                out[name] = dict(value) if isinstance(value, Mapping) else value
-        return out
-
-    def get(self, name: str) -> int | None:
-        """A component by its name (ORDER's words), for tables that list them in turn."""
-        return getattr(self, name)
-
-    def sum_of(self, names: tuple[str, ...] = TENSOR_PARTS) -> int | None:
-        """The walkthrough's arithmetic: these parts all at once (None if one is missing)."""
-        found = [self.get(name) for name in names]
-        return None if any(v is None for v in found) else sum(found)
+ORDER = tuple(Part)  # as tables list them
 
 
 def rest_of_peak(weights: int, optimizer_states: int, activations: int, gradients: int,
@@ -90,7 +42,7 @@ def rest_of_peak(weights: int, optimizer_states: int, activations: int, gradient
 
 
 def with_nvml(measured: Components, memory: Mapping[str, int | None], peak: int | None,
-              backend: str) -> Components:
+              backend: Backend) -> Components:
     """The measured components completed with what only the samples know: the CUDA context
     (kernel phase − baseline) and, at the training phase's peak, what PyTorch's allocator does
     not hold (lazily loaded kernels, library workspaces outside the allocator). `memory` is the
@@ -100,8 +52,8 @@ def with_nvml(measured: Components, memory: Mapping[str, int | None], peak: int 
         out = replace(out, temporary=rest_of_peak(
             out.weights or 0, out.optimizer_states or 0, out.activations or 0, out.gradients or 0,
             out.peak_allocated))
-    kernel, baseline = memory.get("kernel"), memory.get("baseline")
-    if backend == "nvml" and kernel is not None and baseline is not None:
+    kernel, baseline = memory.get(Phase.KERNEL), memory.get(Phase.BASELINE)
+    if backend == Backend.NVML and kernel is not None and baseline is not None:
         out = replace(out, context=kernel - baseline)
         if peak is not None and out.peak_reserved is not None:
             out = replace(out, non_torch=max(0, peak - kernel - out.peak_reserved))

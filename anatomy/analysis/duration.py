@@ -81,8 +81,7 @@ def _tokens(options: RunOptions) -> int:
 
 
 def _step_time(run: RunRow) -> float | None:
-    summary = run.summary
-    time_s, steps = summary.get("time_s"), summary.get("steps")
+    time_s, steps = run.summary.time_s, run.summary.steps
     return time_s / steps if time_s and steps else None
 
 
@@ -100,7 +99,7 @@ def estimate_from(runs: list[RunRow], options: RunOptions, backend: str, device_
     steps = options.total_steps()
     alike = []
     for run in runs:
-        if run.backend != backend or run.environment.get("gpu_name") != device_name:
+        if run.backend != backend or run.environment.gpu_name != device_name:
             continue
         step_s = _step_time(run)
         ran = RunOptions.from_dict(run.options)

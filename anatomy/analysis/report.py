@@ -17,28 +17,12 @@ from anatomy.analysis.components import MEASURED_STEPS, Components, with_nvml
 from anatomy.analysis.models import display_name
 from anatomy.analysis.operations import OperationProfile
 from anatomy.analysis.options import RunOptions
-from anatomy.store import PHASES, PROFILING, Message, RunRow, Step, Store
+from anatomy.store import Message, RunFacts, RunRow, RunSource, Step, Store, TrainingSummary
 from anatomy.units import mib
+from anatomy.vocabulary import PHASES, Backend, MemoryApi, Phase, Status, Strategy
 
 __all__ = ["PHASES", "PhaseReading", "RankReading", "RunListing", "RunReport", "Summary",
            "report", "run_rows", "when"]
-
-TRAINING = "training"
-
-
-# `RunRow.source["kind"]` of a run a user's training made (watch, or a script's anatomy.start /
-# AnatomyCallback); any other source is anatomy's own worker.
-USER_KINDS = ("watch", "script")
-
-
-def started_by(source: Mapping[str, Any]) -> str:
-    """Who started a run (`RunRow.source`), in words."""
-    kind = source.get("kind")
-    if kind == "watch":
-        return "anatomy watch -- " + " ".join(source.get("command", []))
-    if kind == "script":
-        return f"script {source.get('script') or '(interactive)'}"
-    return "the CLI"  # anatomy's own worker, started by another process than this one
 
 
 @dataclass(frozen=True)
@@ -102,7 +86,7 @@ class Summary:
     samples_per_second: float | None
     peak_bytes: int | None  # the highest sample of the training device (profiling left out)
     memory_bytes: int | None  # at the end of the training phase
-    stored: Mapping[str, Any]  # the summary as the worker stored it (its own keys, in order)
+    trained: TrainingSummary  # the summary as the worker stored it
     # Samples a second once the first steps are done (`steady_rate`); not in to_dict (show --json
     # keeps its schema): derived from the steps, which every export carries.
     steady_samples_per_second: float | None = None
@@ -117,15 +101,15 @@ class Summary:
 
     @property
     def steps(self) -> int | None:
-        return self.stored.get("steps")
+        return self.trained.steps
 
     @property
     def loss(self) -> float | None:
-        return self.stored.get("loss")
+        return self.trained.loss
 
     def to_dict(self) -> dict[str, Any]:
-        out = {**self.stored, "peak_mb": self.peak_mb, "peak_bytes": self.peak_bytes,
-               "memory_mb": self.memory_mb}
+        out = {**self.trained.trainer_figures(), "peak_mb": self.peak_mb,
+               "peak_bytes": self.peak_bytes, "memory_mb": self.memory_mb}
         out.setdefault("time_s", None)
         out.setdefault("samples_per_second", None)
         return out
@@ -135,15 +119,15 @@ class Summary:
 class RunReport:
     id: int
     name: str | None
-    status: str
+    status: Status
     error: str | None
     preset: str
     created_at: float
     ended_at: float | None
     stored_options: Mapping[str, Any]  # as stored, options this anatomy does not know included
-    environment: Mapping[str, Any]  # versions, device, driver: free-form, as recorded
-    backend: str  # "nvml" or "cpu-rss"
-    memory_api: str | None
+    environment: RunFacts  # versions, device, driver, model, as recorded
+    backend: Backend
+    memory_api: MemoryApi | None
     gpu: int  # the device that trains (NVML index)
     tags: tuple[str, ...]
     sweep: str | None
@@ -156,26 +140,26 @@ class RunReport:
     summary: Summary
     components: Components | None
     operations: OperationProfile | None
-    source: Mapping[str, Any] = field(default_factory=dict)  # RunRow.source: who started it
+    source: RunSource = field(default_factory=RunSource)  # who started it
     # Several training processes (issue 12): each one's phases, GPU and memory; () for one.
     ranks: tuple[RankReading, ...] = ()
 
     @property
     def world_size(self) -> int:
         """Training processes: 1, or the ranks of a run on several GPUs (or CPU processes)."""
-        return int(self.environment.get("world_size") or max(1, len(self.ranks)))
+        return self.environment.world_size or max(1, len(self.ranks))
 
     @property
-    def strategy(self) -> str | None:
-        """How several processes shared the training ("ddp", "fsdp"); None for one process."""
-        return self.environment.get("strategy") if self.world_size > 1 else None
+    def strategy(self) -> Strategy | None:
+        """How several processes shared the training; None for one process."""
+        return self.environment.strategy if self.world_size > 1 else None
 
     @property
     def gpus(self) -> tuple[int, ...]:
         """The GPUs it trained on (NVML indices), rank by rank; () on the CPU."""
         if not self.on_gpu:
             return ()
-        return tuple(self.environment.get("gpus") or (self.gpu,))
+        return self.environment.gpus or (self.gpu,)
 
     def gpu_peaks(self) -> dict[int, int | None]:
         """Each GPU's peak (bytes), by NVML index: the run's GPU alone for one process."""
@@ -187,12 +171,12 @@ class RunReport:
     def started_by_anatomy(self) -> bool:
         """Its own worker trained (`anatomy run`, the dashboard, a sweep): every option is known.
         Otherwise a user's script or command trained, and only the options it reported are."""
-        return self.source.get("kind") not in USER_KINDS
+        return not self.source.by_user
 
     @property
     def origin(self) -> str:
         """Where the run came from, in words."""
-        return started_by(self.source)
+        return self.source.words()
 
     @property
     def options(self) -> RunOptions:
@@ -201,14 +185,14 @@ class RunReport:
 
     @property
     def on_gpu(self) -> bool:
-        return self.backend == "nvml"
+        return self.backend == Backend.NVML
 
     def phase(self, name: str) -> PhaseReading | None:
         return next((p for p in self.phases if p.name == name), None)
 
     @property
     def training(self) -> PhaseReading | None:
-        return self.phase(TRAINING)
+        return self.phase(Phase.TRAINING)
 
     def phase_memory(self) -> dict[str, int | None]:
         """Bytes at the end of each walkthrough phase (None: not reached, or no sample)."""
@@ -217,17 +201,17 @@ class RunReport:
 
     @property
     def device_name(self) -> str:
-        return self.environment.get("gpu_name") or "CPU"
+        return self.environment.device
 
     @property
     def device_total(self) -> int | None:
         """The training device's memory (a CPU run: the machine's RAM)."""
-        return self.environment.get("gpu_total") or self.environment.get("ram_total")
+        return self.environment.device_total
 
     @property
     def parameters(self) -> int | None:
         """The model's parameters as the worker counted them (None for runs that predate it)."""
-        return self.environment.get("parameters")
+        return self.environment.parameters
 
     def _known(self, name: str) -> Any:
         """An option as the run knows it: every option of anatomy's own runs; of a user's
@@ -272,7 +256,7 @@ class RunReport:
         return {
             "id": self.id, "name": self.name, "status": self.status, "error": self.error,
             "preset": self.preset, "created_at": self.created_at, "ended_at": self.ended_at,
-            "options": dict(self.stored_options), "environment": dict(self.environment),
+            "options": dict(self.stored_options), "environment": self.environment.to_dict(),
             "backend": self.backend, "memory_api": self.memory_api, "gpu": self.gpu,
             "tags": list(self.tags), "sweep": self.sweep,
             "phases": [p.to_dict() for p in self.phases],
@@ -283,7 +267,7 @@ class RunReport:
             "components": None if self.components is None else self.components.to_dict(),
             "operations": None if self.operations is None else self.operations.to_dict(),
             # Runs of anatomy's own worker print as they always did.
-            **({"source": dict(self.source)} if self.source else {}),
+            **({"source": source} if (source := self.source.to_dict()) else {}),
             # So do runs of one process: the ranks are said only where there are several.
             **({"world_size": self.world_size, "strategy": self.strategy,
                 "gpus": list(self.gpus), "ranks": [r.to_dict() for r in self.ranks]}
@@ -291,20 +275,18 @@ class RunReport:
         }
 
 
-def steady_rate(span: tuple[Step, Step] | None, options: Mapping[str, Any],
-                environment: Mapping[str, Any]) -> float | None:
+def steady_rate(span: tuple[Step, Step] | None, batch: Any, grad_accum: int | None,
+                processes: int) -> float | None:
     """Samples a second from the end of step MEASURED_STEPS to the end of the last step (`span`,
     `Store.step_span`): the first step's one-time costs — kernels chosen, memory first reserved —
     and the component probe's synchronised steps left out, every process's samples counted; None
-    without enough steps or a known batch. The Trainer's own figure averages over the whole
-    training, so in a short run its first step decides it (bert-large, 10 steps on an H200: 2.2 s
-    of 2.9)."""
-    batch = options.get("batch_size")
+    without enough steps or a known batch (a user's run may not say it). The Trainer's own
+    figure averages over the whole training, so in a short run its first step decides it
+    (bert-large, 10 steps on an H200: 2.2 s of 2.9)."""
     if not isinstance(batch, int) or span is None or span[1].t <= span[0].t:
         return None
     first, last = span
-    processes = int(environment.get("world_size") or 1)
-    samples = (last.step - first.step) * batch * int(options.get("grad_accum") or 1)
+    samples = (last.step - first.step) * batch * (grad_accum or 1)
     return samples * processes / (last.t - first.t)
 
 
@@ -316,21 +298,18 @@ def report(store: Store, run_id: int, run: RunRow | None = None) -> RunReport | 
     spans = [PhaseReading(span.name, span.start_s, span.end_s,
                           store.memory_before(run_id, run.gpu, span.end_s))
              for span in store.phases(run_id)]
-    phases = tuple(p for p in spans if p.name != PROFILING)  # the walkthrough's, or "process"
-    profiling = next((p for p in spans if p.name == PROFILING), None)
+    phases = tuple(p for p in spans if p.name != Phase.PROFILING)  # the walkthrough's, or PROCESS
+    profiling = next((p for p in spans if p.name == Phase.PROFILING), None)
     # The profiler's own buffers are no memory the training needed (638 vs 540 MB on a CPU).
     peak = store.peak(run_id, run.gpu, before=profiling.start_s if profiling else None)
-    stored = dict(run.summary)
-    measured = stored.pop("components", None)
-    operations = stored.pop("operations", None)
-    rank_components = stored.pop("rank_components", {})
-    training = next((p for p in phases if p.name == TRAINING), None)
-    summary = Summary(time_s=stored.get("time_s"),
-                      samples_per_second=stored.get("samples_per_second"), peak_bytes=peak,
-                      memory_bytes=training.memory_bytes if training else None, stored=stored,
-                      steady_samples_per_second=steady_rate(
-                          store.step_span(run_id, MEASURED_STEPS), run.options, run.environment))
+    trained = run.summary
+    training = next((p for p in phases if p.name == Phase.TRAINING), None)
     memory = {p.name: p.memory_bytes for p in phases}
+    summary = Summary(time_s=trained.time_s, samples_per_second=trained.samples_per_second,
+                      peak_bytes=peak, memory_bytes=training.memory_bytes if training else None,
+                      trained=trained, steady_samples_per_second=steady_rate(
+                          store.step_span(run_id, MEASURED_STEPS), known_option(run, "batch_size"),
+                          known_option(run, "grad_accum"), run.environment.world_size or 1))
     return RunReport(
         id=run.id, name=run.name, status=run.status, error=run.error,
         preset=display_name(run.preset),
@@ -340,20 +319,30 @@ def report(store: Store, run_id: int, run: RunRow | None = None) -> RunReport | 
         samples=store.sample_count(run_id),
         samples_sent=run.samples_sent, steps=store.step_count(run_id),
         messages=tuple(store.messages(run_id)), summary=summary,
-        components=(None if measured is None else
-                    with_nvml(Components.from_dict(measured), memory, peak, run.backend)),
-        operations=None if operations is None else OperationProfile.from_dict(operations),
+        components=(None if trained.components is None else
+                    with_nvml(trained.components, memory, peak, run.backend)),
+        operations=(None if trained.operations is None else
+                    OperationProfile.from_dict(trained.operations)),
         source=run.source,
-        ranks=_ranks(store, run, measured, rank_components, profiling))
+        ranks=_ranks(store, run, profiling))
 
 
-def _ranks(store: Store, run: RunRow, measured: dict | None, rank_components: dict,
-           profiling: PhaseReading | None) -> tuple[RankReading, ...]:
+def known_option(run: RunRow, name: str) -> Any:
+    """An option as the run knows it: every option of anatomy's own runs (those added since
+    take their defaults: it ran with them); of a user's training only those it reported (None
+    for the rest: never a default it did not use)."""
+    if run.source.by_user:
+        return run.options.get(name)
+    return getattr(RunOptions.from_dict(run.options), name)
+
+
+def _ranks(store: Store, run: RunRow, profiling: PhaseReading | None) -> tuple[RankReading, ...]:
     """Each rank's reading, for a run of several training processes; () for one."""
-    if int(run.environment.get("world_size") or 1) <= 1:
+    if (run.environment.world_size or 1) <= 1:
         return ()
-    gpus = run.environment.get("gpus") or []
-    on_gpu = run.backend == "nvml"
+    gpus = run.environment.gpus or ()
+    on_gpu = run.backend == Backend.NVML
+    rank_components = run.summary.rank_components or {}
     before = profiling.start_s if profiling else None
     out = []
     for rank in store.ranks(run.id):
@@ -361,16 +350,16 @@ def _ranks(store: Store, run: RunRow, measured: dict | None, rank_components: di
         device = gpu if gpu is not None else run.gpu  # the CPU: the tree's RSS
         phases = tuple(PhaseReading(span.name, span.start_s, span.end_s,
                                     store.memory_before(run.id, device, span.end_s))
-                       for span in store.phases(run.id, rank) if span.name != PROFILING)
+                       for span in store.phases(run.id, rank) if span.name != Phase.PROFILING)
         peak = store.peak(run.id, device, before=before)
-        values = measured if rank == 0 else rank_components.get(str(rank))
+        values = run.summary.components if rank == 0 else rank_components.get(rank)
         memory = {p.name: p.memory_bytes for p in phases}
-        if "baseline" not in memory:  # the worker's, before the ranks began: rank 0 has it
-            memory["baseline"] = store.memory_before(
+        if Phase.BASELINE not in memory:  # the worker's, before the ranks began: rank 0 has it
+            memory[Phase.BASELINE] = store.memory_before(
                 run.id, device, next((s.end_s for s in store.phases(run.id, 0)
-                                      if s.name == "baseline"), None))
+                                      if s.name == Phase.BASELINE), None))
         components = (None if values is None else
-                      with_nvml(Components.from_dict(values), memory, peak, run.backend))
+                      with_nvml(values, memory, peak, run.backend))
         out.append(RankReading(rank, gpu, phases, peak, components))
     return tuple(out)
 
@@ -383,7 +372,7 @@ class RunListing:
     id: int
     name: str | None
     created: str  # local time, "YYYY-MM-DD HH:MM:SS"
-    status: str
+    status: Status
     preset: str
     batch_size: int | None
     seq_len: int | None
@@ -391,7 +380,7 @@ class RunListing:
     gradient_checkpointing: bool | None
     grad_accum: int | None
     optim: str | None
-    backend: str
+    backend: Backend
     device: str  # the GPU's name, or "CPU"; "2 × NVIDIA H200 (ddp)" for several processes
     tags: list[str]
     sweep: str | None
@@ -412,16 +401,15 @@ def run_rows(store: Store, tag: str | None = None, preset: str | None = None,
     for run in store.find_runs(tag=tag, preset=preset, status=status):
         rep = report(store, run.id, run)
         summary = rep.summary
-        o = run.options
-        device = run.environment.get("gpu_name") or "CPU"
+        device = rep.device_name
         if rep.world_size > 1:  # several processes: another class of run than one GPU's
-            device = f"{rep.world_size} × {device} ({rep.strategy or 'ddp'})"
+            device = f"{rep.world_size} × {device} ({rep.strategy or Strategy.DDP})"
         rows.append(RunListing(
             id=run.id, name=run.name, created=when(run.created_at), status=run.status,
-            preset=display_name(run.preset), batch_size=o.get("batch_size"),
-            seq_len=o.get("seq_len"),
-            precision=o.get("precision"), gradient_checkpointing=o.get("gradient_checkpointing"),
-            grad_accum=o.get("grad_accum"), optim=o.get("optim"), backend=run.backend,
+            preset=display_name(run.preset), batch_size=known_option(run, "batch_size"),
+            seq_len=known_option(run, "seq_len"), precision=known_option(run, "precision"),
+            gradient_checkpointing=known_option(run, "gradient_checkpointing"),
+            grad_accum=known_option(run, "grad_accum"), optim=known_option(run, "optim"), backend=run.backend,
             device=device, tags=list(run.tags), sweep=run.sweep,
             peak_mb=summary.peak_mb, time_s=summary.time_s,
             samples_per_second=summary.samples_per_second))

@@ -39,8 +39,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         return 0
     env = rep.environment
     print(f"run {rep.id}  status: {rep.status}  created: {when(rep.created_at)}")
-    print(f"device: {rep.device_name}  driver: {env.get('driver') or '-'}  "
-          f"torch: {env.get('torch', '-')}  transformers: {env.get('transformers', '-')}")
+    print(f"device: {rep.device_name}  driver: {env.driver or '-'}  "
+          f"torch: {env.torch or '-'}  transformers: {env.transformers or '-'}")
     print(f"measuring: {text.source(rep.backend, rep.memory_api)}")
     if not rep.started_by_anatomy:
         print(f"started by: {rep.origin}")

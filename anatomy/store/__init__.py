@@ -1,14 +1,20 @@
 """The run store: SQLite, its rows as typed records. Imports nothing else of anatomy.
 
-`rows` (the typed rows), `schema` (tables and migrations), `errors` (why a store cannot be used),
-`database` (the Store)."""
+`rows` (the typed rows), `facts` (the typed records of a run's JSON columns: RunFacts,
+TrainingSummary, RunSource, Origin), `checks` (what a stored value must be), `schema` (tables and
+migrations), `errors` (why a store cannot be used), `database` (the Store)."""
 
 from anatomy.store.database import STORE_ENV, Store, default_store, resolve_path
 from anatomy.store.errors import StoreError, StoreMissing, store_error, why
+from anatomy.store.facts import (
+    Components,
+    Origin,
+    RunFacts,
+    RunSource,
+    TrainingArguments,
+    TrainingSummary,
+)
 from anatomy.store.rows import (
-    PHASES,
-    PROCESS,
-    PROFILING,
     SPANS,
     STATUSES,
     GpuProcess,
@@ -23,8 +29,12 @@ from anatomy.store.rows import (
     Step,
     SweepRow,
 )
+from anatomy.vocabulary import PHASES, Phase
 
-__all__ = ["PHASES", "PROCESS", "PROFILING", "SPANS", "STATUSES", "STORE_ENV",
+PROFILING, PROCESS = Phase.PROFILING, Phase.PROCESS
+
+__all__ = ["Components", "Origin", "RunFacts", "RunSource", "TrainingArguments",
+           "TrainingSummary", "PHASES", "PROCESS", "PROFILING", "SPANS", "STATUSES", "STORE_ENV",
            "GpuProcess", "GpuStatus", "HostStatus", "Message", "PhaseMark", "PhaseSpan",
            "RunRecord", "RunRow", "Sample", "Step", "Store", "StoreError", "StoreMissing",
            "SweepRow", "default_store", "resolve_path", "store_error", "why"]

@@ -13,13 +13,14 @@ import sqlite3
 import time
 import urllib.parse
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from anatomy.store import schema
 from anatomy.store.errors import StoreError, StoreMissing, store_error
+from anatomy.store.facts import Origin, Record, RunFacts, RunSource, TrainingSummary
 from anatomy.store.rows import (
     STATUSES,
     GpuProcess,
@@ -34,6 +35,7 @@ from anatomy.store.rows import (
     Step,
     SweepRow,
 )
+from anatomy.vocabulary import Backend, MemoryApi, Name, Status
 
 STORE_ENV = "ANATOMY_STORE"
 
@@ -79,6 +81,19 @@ def _merge_buckets(db: sqlite3.Connection, run_id: int, samples: Sequence[Sample
         " t_max = CASE WHEN excluded.used_max > used_max THEN excluded.t_max ELSE t_max END,"
         " used_max = MAX(used_max, excluded.used_max)",
         [(run_id, gpu, index, *values) for (gpu, index), values in buckets.items()])
+
+def _json(value: Record | Mapping) -> str:
+    """A record (or, from a writer that still gives one, a dict) as its column's JSON."""
+    return json.dumps(value.to_dict() if isinstance(value, Record) else value)
+
+
+E = TypeVar("E", bound=Name)
+
+
+def _member(kind: type[E], value: str | None) -> E | str | None:
+    """A stored name as its enum member; a name this anatomy does not know stays as stored."""
+    return kind._value2member_map_.get(value, value) if value is not None else None
+
 
 STEP_INSERT = ("INSERT INTO steps (run_id, t, step, total, loss, allocated, reserved, rank)"
                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
@@ -183,33 +198,38 @@ class Store:
         return None if row is None else row[0]
 
     # --- writing (the collector, or the manager before a run starts) ---
-    def create_run(self, options: dict, backend: str, memory_api: str | None, gpu: int,
-                   environment: dict, name: str | None = None, sweep: str | None = None,
-                   source: dict | None = None, preset: str | None = None) -> int:
-        """A new run, "running"; `preset` is the model's name as lists show it (default: the
+    def create_run(self, options: dict, backend: Backend, memory_api: MemoryApi | None, gpu: int,
+                   environment: RunFacts | Mapping, name: str | None = None,
+                   sweep: str | None = None, source: RunSource | Mapping | None = None,
+                   preset: str | None = None) -> int:
+        """A new run, running; `preset` is the model's name as lists show it (default: the
         options' preset)."""
         with self.connect() as db:
             cursor = db.execute(
                 "INSERT INTO runs (name, created_at, status, preset, options, environment, backend,"
-                " memory_api, gpu, sweep, source) VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?)",
-                (name, time.time(), preset or options.get("model", options.get("preset")),
-                 json.dumps(options), json.dumps(environment), backend, memory_api, gpu, sweep,
-                 json.dumps(source or {})))
+                " memory_api, gpu, sweep, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (name, time.time(), Status.RUNNING, preset or options.get("model",
+                                                                          options.get("preset")),
+                 json.dumps(options), _json(environment), backend, memory_api, gpu, sweep,
+                 _json(source or {})))
             return int(cursor.lastrowid)
 
     def update_run(self, run_id: int, **values: Any) -> None:
         for key in ("options", "environment", "summary", "source"):
             if key in values and not isinstance(values[key], str):
-                values[key] = json.dumps(values[key])
+                values[key] = _json(values[key])
         columns = ", ".join(f"{k} = ?" for k in values)
         with self.connect() as db:
             db.execute(f"UPDATE runs SET {columns} WHERE id = ?", (*values.values(), run_id))
 
-    def merge_environment(self, run_id: int, extra: dict) -> None:
-        environment = {**self.run(run_id).environment, **extra}
-        self.update_run(run_id, environment=environment)
+    def merge_environment(self, run_id: int, extra: RunFacts | Mapping) -> None:
+        """The run's facts with `extra`'s over them (facts reported later: the worker's torch
+        and model, a watched command's ranks)."""
+        if not isinstance(extra, RunFacts):
+            extra = RunFacts.from_dict(extra, strict=False)
+        self.update_run(run_id, environment=self.run(run_id).environment.merged(extra))
 
-    def finish(self, run_id: int, status: str, error: str | None = None) -> None:
+    def finish(self, run_id: int, status: Status, error: str | None = None) -> None:
         assert status in STATUSES
         self.update_run(run_id, status=status, error=error, ended_at=time.time())
 
@@ -273,10 +293,10 @@ class Store:
                     " sweep, source, origin) VALUES"
                     " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (run.name, run.created_at, run.ended_at, run.status, run.preset,
-                     json.dumps(run.options), json.dumps(run.environment), run.backend,
-                     run.memory_api, run.gpu, json.dumps(run.summary), run.error, run.samples_sent,
-                     ",".join(run.tags), run.sweep, json.dumps(run.source),
-                     None if run.origin is None else json.dumps(run.origin)))
+                     json.dumps(run.options), _json(run.environment), run.backend,
+                     run.memory_api, run.gpu, _json(run.summary), run.error, run.samples_sent,
+                     ",".join(run.tags), run.sweep, _json(run.source),
+                     None if run.origin is None else _json(run.origin)))
                 run_id = int(cursor.lastrowid)
                 _insert_samples(db, run_id, record.samples)
                 db.executemany("INSERT INTO phases (run_id, name, start, end, rank)"
@@ -293,9 +313,9 @@ class Store:
         with self.connect() as db:
             cursor = db.execute(
                 "INSERT INTO sweeps (key, name, created_at, base, vary, until_oom, planned, status,"
-                " pid) VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?)",
+                " pid) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (uuid.uuid4().hex, name, time.time(), json.dumps(base), json.dumps(vary),
-                 int(until_oom), planned, os.getpid()))
+                 int(until_oom), planned, Status.RUNNING, os.getpid()))
             return int(cursor.lastrowid)
 
     def update_sweep(self, sweep_id: int, **values: Any) -> None:
@@ -307,7 +327,7 @@ class Store:
     def _sweep_row(row: sqlite3.Row) -> SweepRow:
         values = {"pid": None, **dict(row)}  # a read-only store may predate the column
         values.update(base=json.loads(values["base"]), vary=json.loads(values["vary"]),
-                      until_oom=bool(values["until_oom"]))
+                      until_oom=bool(values["until_oom"]), status=_member(Status, values["status"]))
         return SweepRow(**values)
 
     def sweep(self, sweep_id: int) -> SweepRow | None:
@@ -323,12 +343,19 @@ class Store:
     # --- reading ---
     @staticmethod
     def _run_row(row: sqlite3.Row) -> RunRow:
-        # A read-only store may predate the columns added since.
+        # A read-only store may predate the columns added since. What the store wrote is read
+        # leniently: a value that fails its check stays as stored, unseen by readers.
         values = {"origin": None, "source": "{}", **dict(row)}
-        for key in ("options", "environment", "summary", "source"):
-            values[key] = json.loads(values[key] or "{}")
-        values["origin"] = json.loads(values["origin"]) if values["origin"] else None
+        values["options"] = json.loads(values["options"] or "{}")
+        for key, kind in (("environment", RunFacts), ("summary", TrainingSummary),
+                          ("source", RunSource)):
+            values[key] = kind.from_dict(json.loads(values[key] or "{}"), strict=False)
+        values["origin"] = (Origin.from_dict(json.loads(values["origin"]), strict=False)
+                            if values["origin"] else None)
         values["tags"] = tuple(t for t in (values["tags"] or "").split(",") if t)
+        values["status"] = _member(Status, values["status"])
+        values["backend"] = _member(Backend, values["backend"])
+        values["memory_api"] = _member(MemoryApi, values["memory_api"])
         return RunRow(**values)
 
     def run(self, run_id: int) -> RunRow | None:
@@ -359,8 +386,8 @@ class Store:
 
     def latest_running(self) -> RunRow | None:
         with self.connect() as db:
-            row = db.execute("SELECT * FROM runs WHERE status = 'running' ORDER BY id DESC"
-                             " LIMIT 1").fetchone()
+            row = db.execute("SELECT * FROM runs WHERE status = ? ORDER BY id DESC LIMIT 1",
+                             (Status.RUNNING,)).fetchone()
         return None if row is None else self._run_row(row)
 
     def _ranked(self, db: sqlite3.Connection, table: str) -> bool:

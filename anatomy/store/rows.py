@@ -4,16 +4,15 @@ or string key. Times are seconds since the run's start; memory is in bytes."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
 
-PHASES = ("baseline", "kernel", "weights", "training")
-# A stretch marked like a phase but outside the walkthrough's four: torch.profiler's steps after
-# training. The run's peak leaves it out (the training never held that memory).
-PROFILING = "profiling"
-PROCESS = "process"  # the one phase of a watched command that marks none of its own
-SPANS = (*PHASES, PROFILING, PROCESS)
-STATUSES = ("running", "completed", "failed", "oom", "stopped")
+from anatomy.store.facts import Origin, RunFacts, RunSource, TrainingSummary
+from anatomy.vocabulary import Backend, MemoryApi, Phase, Status
+
+# Every stretch a run may mark, and every status (vocabulary.py).
+SPANS = tuple(Phase)
+STATUSES = tuple(Status)
 
 
 class Sample(NamedTuple):
@@ -93,26 +92,29 @@ class RunRow:
     name: str | None
     created_at: float
     ended_at: float | None
-    status: str
+    status: Status
     preset: str
-    options: dict[str, Any]
-    environment: dict[str, Any]
-    backend: str  # "nvml" or "cpu-rss"
-    memory_api: str | None
+    options: dict[str, Any]  # the RunOptions it ran with, as stored (a user's run: those it reported)
+    environment: RunFacts
+    backend: Backend
+    memory_api: MemoryApi | None
     gpu: int
-    summary: dict[str, Any]
+    summary: TrainingSummary
     error: str | None
     samples_sent: int | None
     tags: tuple[str, ...]
     sweep: str | None
     worker_pid: int | None
-    # Who started it: {} for anatomy's own worker (`anatomy run`, the dashboard, a sweep);
-    # {"kind": "script", "script": …} for a user's script (the callback or the phase API);
-    # {"kind": "watch", "command": […]} for `anatomy watch -- COMMAND`; with "host", "cwd".
-    source: dict[str, Any] = field(default_factory=dict)
-    # Where an imported run came from: {"store": the exporting store's id, "host", "path", "run":
-    # its id there, "created_at"}; None for a run recorded here.
-    origin: dict[str, Any] | None = None
+    source: RunSource = field(default_factory=RunSource)  # who started it
+    origin: Origin | None = None  # where an imported run came from; None: recorded here
+
+    def to_dict(self) -> dict[str, Any]:
+        """The row as an export carries it: every column, the facts as they are stored."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out.update(environment=self.environment.to_dict(), summary=self.summary.to_dict(),
+                   source=self.source.to_dict(), tags=list(self.tags),
+                   origin=None if self.origin is None else self.origin.to_dict())
+        return out
 
 
 @dataclass(frozen=True)
@@ -137,6 +139,6 @@ class SweepRow:
     until_oom: bool
     planned: int
     skipped: int
-    status: str
+    status: Status
     error: str | None
     pid: int | None

@@ -74,7 +74,7 @@ class BytesPerParameterRow(NamedTuple):
 def user_run_basis(report: RunReport) -> str:
     """What a prediction for a user's own training was made from, in words."""
     options, stored = report.options, report.stored_options
-    config = report.environment.get("model_config") or {}
+    config = report.environment.model_config or {}
     length = ("" if "vocab_size" not in config else  # images: their size is in the config
               f", sequence length {options.seq_len} (the training set's first example)"
               if "seq_len" in stored else

@@ -5,37 +5,38 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from anatomy.analysis.report import known_option
 from anatomy.store import RunRow
 from anatomy.units import MIB
+from anatomy.vocabulary import Backend, MemoryApi
 
 
-def source(backend: str, memory_api: str | None) -> str:
-    if backend == "cpu-rss":
+def source(backend: Backend, memory_api: MemoryApi | None) -> str:
+    if backend == Backend.CPU_RSS:
         return "CPU resident memory (RSS) of the training process tree: no GPU on this machine"
-    if memory_api == "v2":
+    if memory_api == MemoryApi.V2:
         return "NVML v2 'used' (driver-reserved memory excluded, as on the walkthrough's driver)"
     return "NVML v1 'used' (on R510+ drivers this includes driver-reserved memory)"
 
 
-def occupied_line(memory_bytes: int | None, backend: str) -> str:
+def occupied_line(memory_bytes: int | None, backend: Backend) -> str:
     """The walkthrough's line, `GPU memory occupied: N MB.` (N = bytes // 2**20, as it computes)."""
     value = "?" if memory_bytes is None else str(memory_bytes // MIB)
-    what = "GPU memory" if backend == "nvml" else "CPU memory (RSS)"
+    what = "GPU memory" if backend == Backend.NVML else "CPU memory (RSS)"
     return f"{what} occupied: {value} MB."
 
 
 def run_choice(run: RunRow) -> str:
     """A run in a picker: its id, the device it ran on (first: H200 and CPU runs must not look
     alike), its name, model, batch size, precision, how it ended and when it started."""
-    o = run.options
-    device = run.environment.get("gpu_name") or "CPU"
     started = datetime.fromtimestamp(run.created_at).strftime("%Y-%m-%d %H:%M")
-    return (f"{run.id} · {device} · {run.name + ' · ' if run.name else ''}{run.preset}, batch "
-            f"{o.get('batch_size')}, {o.get('precision')} — {run.status} ({started})")
+    return (f"{run.id} · {run.environment.device} · {run.name + ' · ' if run.name else ''}"
+            f"{run.preset}, batch {known_option(run, 'batch_size')}, "
+            f"{known_option(run, 'precision')} — {run.status} ({started})")
 
 
-def axis_title(backend: str) -> str:
-    return "GPU memory used (MiB)" if backend == "nvml" else "CPU memory, RSS (MiB)"
+def axis_title(backend: Backend) -> str:
+    return "GPU memory used (MiB)" if backend == Backend.NVML else "CPU memory, RSS (MiB)"
 
 
 def missing_run(wanted: str, shown: int | None, filtered: bool = False) -> str:

@@ -49,7 +49,7 @@ def test_the_plain_loop_records_its_phases_and_steps_with_the_phase_api(store):
     assert result.returncode == 0, result.stderr
     rep = _only_run(store)
     _assert_recorded_walkthrough(rep)
-    assert rep.source["kind"] == "script" and rep.source["script"].endswith("plain_loop.py")
+    assert rep.source.kind == "script" and rep.source.script.endswith("plain_loop.py")
     assert [(s.step, s.total) for s in store.steps(rep.id)] == [(1, 3), (2, 3), (3, 3)]
     assert all(s.loss is not None for s in store.steps(rep.id))
     assert rep.title().endswith(f"({rep.origin})") and "plain_loop.py" in rep.title()
@@ -63,10 +63,10 @@ def test_the_trainer_callback_records_phases_steps_and_components(store):
     _assert_recorded_walkthrough(rep)
     assert rep.steps == 3 and rep.summary.time_s > 0 and rep.summary.samples_per_second > 0
     assert rep.stored_options["batch_size"] == 4 and rep.stored_options["precision"] == "fp32"
-    parameters = rep.environment["parameters"]
+    parameters = rep.environment.parameters
     assert rep.components.weights == rep.components.gradients == 4 * parameters
     assert rep.components.optimizer_states == 8 * parameters  # AdamW: two fp32 moments
-    assert rep.preset == rep.environment["model_name"]
+    assert rep.preset == rep.environment.model_name
     # What a prediction needs was recorded: the model's config and the training set's shape; the
     # Anatomy page predicts the user's model from them (not a preset of anatomy's own).
     assert rep.stored_options["seq_len"] == 16
@@ -82,7 +82,7 @@ def test_watch_joins_the_phases_the_command_marks(store):
     assert result.returncode == 0, result.stderr
     rep = _only_run(store)  # the script joined the watch's run: it did not start its own
     _assert_recorded_walkthrough(rep)
-    assert rep.source["kind"] == "watch" and rep.source["command"][-len(SMALL):] == SMALL
+    assert rep.source.kind == "watch" and list(rep.source.command[-len(SMALL):]) == SMALL
     assert rep.steps == 3
     assert "occupied" in result.stderr and "status: completed" in result.stderr
 

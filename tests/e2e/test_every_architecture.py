@@ -34,10 +34,10 @@ def test_every_architecture_trains_and_matches_its_prediction(manager, store, ch
     assert manager.wait(run_id, timeout=300) == "completed", report(store, run_id).error
     rep = report(store, run_id)
     predicted = predict(options, device="cuda" if ON_GPU else "cpu",
-                        gpu_name=rep.environment.get("gpu_name"))
+                        gpu_name=rep.environment.gpu_name)
     assert rep.preset == options.model
-    assert rep.environment["parameters"] == predicted.parameters
-    assert rep.environment["trainable_parameters"] == predicted.trainable_parameters
+    assert rep.environment.parameters == predicted.parameters
+    assert rep.environment.trainable_parameters == predicted.trainable_parameters
     parts = rep.components
     assert parts.weights == predicted.weights
     assert parts.gradients == predicted.gradients

@@ -217,7 +217,7 @@ def test_measured_next_to_predicted_on_the_gpu(manager, store, model):
     run_id = manager.start(options)
     assert manager.wait(run_id, timeout=600) == "completed"
     rep = report(store, run_id)
-    predicted = predict(options, device="cuda", gpu_name=rep.environment["gpu_name"])
+    predicted = predict(options, device="cuda", gpu_name=rep.environment.gpu_name)
     parts = rep.components
     assert (parts.weights, parts.gradients, parts.optimizer_states) == \
         (predicted.weights, predicted.gradients, predicted.optimizer_states)

@@ -46,12 +46,12 @@ def test_tiny_run_records_every_phase_in_order(manager, store, tiny):
     assert summary.time_s > 0 and summary.samples_per_second > 0
     assert summary.peak_mb >= phases[3].memory_mb
     env = rep.environment
-    assert env["torch"] and env["transformers"] and env["parameters"] == 4_386_178
-    assert rep.parameters == env["parameters"]
+    assert env.torch and env.transformers and env.parameters == 4_386_178
+    assert rep.parameters == env.parameters
     assert any("eval_strategy" in m.text for m in rep.messages)
     parts = rep.components  # measured on the CPU from tensor sizes and saved tensors
-    assert parts.weights == parts.gradients == 4 * env["parameters"]
-    assert parts.optimizer_states == 8 * env["parameters"]  # AdamW: two fp32 moments
+    assert parts.weights == parts.gradients == 4 * env.parameters
+    assert parts.optimizer_states == 8 * env.parameters  # AdamW: two fp32 moments
     assert parts.activations > 0
     assert rep.operations is None  # not asked for
     assert rep.profiling is None

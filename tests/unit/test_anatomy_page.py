@@ -48,7 +48,7 @@ def measured_run(store, seed):
     prediction = breakdown.prediction_for(report(store, run_id))
     store.merge_environment(run_id, {"parameters": prediction.parameters})
     summary = store.run(run_id).summary
-    store.update_run(run_id, summary={**summary, "components": _measured_like(prediction),
+    store.update_run(run_id, summary={**summary.to_dict(), "components": _measured_like(prediction),
                                       "operations": _profile()})
     return run_id
 
@@ -161,7 +161,7 @@ def test_a_cpu_run_says_what_its_figures_are(store, seed):
     run_id = seed(backend="cpu-rss")
     prediction = breakdown.prediction_for(report(store, run_id))
     summary = store.run(run_id).summary
-    store.update_run(run_id, summary={**summary, "components": {
+    store.update_run(run_id, summary={**summary.to_dict(), "components": {
         "weights": prediction.weights, "gradients": prediction.gradients,
         "optimizer_states": prediction.optimizer_states, "activations": prediction.activations}})
     app = _page(run=str(run_id))

@@ -260,7 +260,7 @@ def test_measured_components_split_the_training_increase(store, seed):
     components = {"weights": 100 * MIB, "gradients": 100 * MIB, "optimizer_states": 200 * MIB,
                   "activations": 300 * MIB, "peak_allocated": 650 * MIB,
                   "peak_reserved": 700 * MIB, "allocator_cache": 50 * MIB}
-    store.update_run(run_id, summary={**summary, "components": components})
+    store.update_run(run_id, summary={**summary.to_dict(), "components": components})
     parts = {p.part: p.bytes // MIB for p in compare.memory_parts(report(store, run_id))}
     # The training increase (1,024 MB) is what the allocator's peak holds plus the rest:
     # states, the larger of activations and gradients, temporary (650 − 100 − 200 − 300).
@@ -283,7 +283,7 @@ def test_the_bars_keep_one_order_and_show_the_total_once_near(store, seed):
     plain = seed()
     split = seed()
     summary = store.run(split).summary
-    store.update_run(split, summary={**summary, "components": {
+    store.update_run(split, summary={**summary.to_dict(), "components": {
         "weights": 10 * MIB, "gradients": 30 * MIB, "optimizer_states": 20 * MIB,
         "activations": 5 * MIB}})
     store.merge_environment(plain, {"gpu_total": 141 * GIB})

@@ -100,7 +100,7 @@ def exported(tmp_path_factory) -> dict:
     store.rename_run(run_id, "walkthrough")
     store.set_tags(run_id, ["h200"])
     run = store.run(run_id)
-    store.update_run(run_id, summary={**run.summary, "loss": 0.69, "components": {
+    store.update_run(run_id, summary={**run.summary.to_dict(), "loss": 0.69, "components": {
         "weights": 1338, "activations": 2000, "gradients": 1338, "optimizer_states": 2676,
         "allocator_cache": 10, "peak_allocated": 6000, "peak_reserved": 6100,
         "moments": {"after forward": 5000}, "steps_measured": 3}, "operations": {

@@ -13,7 +13,8 @@ from anatomy.analysis import transfer
 from anatomy.analysis.report import RunReport, report
 from anatomy.cli import main
 from anatomy.store import Store
-from tests.conftest import contents, exported
+from tests.apptest import open_page
+from tests.conftest import contents, exported, seed_run
 
 MARK = 987654321012  # a number found once in a file, replaced by text json.dumps cannot write
 
@@ -175,6 +176,29 @@ def test_a_bad_file_is_refused_with_what_and_where_and_changes_nothing(case, sou
     assert contents(target) == before
 
 
+@pytest.mark.parametrize("world_size", ["two", [2], {"a": 1}], ids=["text", "list", "object"])
+def test_a_world_size_that_is_no_number_is_refused_in_one_line_and_the_store_stays_readable(
+        world_size, source, store, tmp_path, capsys):
+    """The import builds the run's facts as their types: a value of the wrong type is refused at
+    the door, so `runs`, `show`, `export` and the Runs page never meet it."""
+    origin, ids = source
+    data = transfer.export_runs(origin, ids[:1])
+    data["runs"][0]["run"]["environment"]["world_size"] = world_size
+    path = tmp_path / "two.json"
+    path.write_text(json.dumps(data))
+    assert main(["import", str(path), "--store", str(store.path)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"error: {path} is refused, nothing was imported: runs[0].run.environment"
+                   f".world_size: must be a whole number from 1 to 65536, got {world_size!r}\n")
+    kept = seed_run(store)
+    for command in (["runs"], ["runs", "--json"], ["show", str(kept)], ["show", str(kept), "--json"],
+                    ["export", str(kept), "--format", "json"]):
+        assert main([*command, "--store", str(store.path)]) == 0, command
+    capsys.readouterr()
+    page = open_page("screens/runs.py")
+    assert list(page.dataframe[0].value["Run"]) == [kept]
+
+
 def test_a_parsed_dict_with_nan_is_refused_too(source, target):
     store, ids = source
     data = transfer.export_runs(store, ids[:1])
@@ -223,9 +247,9 @@ def test_a_run_records_where_it_came_from_and_a_second_import_is_refused(source,
     text = exported(store, ids[:2])
     first = transfer.import_runs(target, text)
     origin = target.run(first[0]).origin
-    assert origin == {"store": store.identity(), "host": socket.gethostname(),
-                      "path": str(store.path), "run": ids[0],
-                      "created_at": store.run(ids[0]).created_at}
+    assert origin.to_dict() == {"store": store.identity(), "host": socket.gethostname(),
+                                "path": str(store.path), "run": ids[0],
+                                "created_at": store.run(ids[0]).created_at}
     before = contents(target)
     with pytest.raises(transfer.AlreadyImported) as refused:
         transfer.import_runs(target, text)
@@ -244,7 +268,7 @@ def test_a_run_keeps_its_first_origin_through_another_store(source, target, tmp_
     (moved,) = transfer.import_runs(target, exported(store, ids[:1]))
     third = Store(tmp_path / "third.sqlite")
     transfer.import_runs(third, exported(target, [moved]))  # re-exported from where it landed
-    assert third.run(1).origin["store"] == store.identity()
+    assert third.run(1).origin.store == store.identity()
     with pytest.raises(transfer.AlreadyImported, match=f"is already imported as run {moved}"):
         transfer.import_runs(target, exported(third, [1]))  # the same run, by another road
 

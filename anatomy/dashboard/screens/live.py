@@ -6,7 +6,7 @@ import streamlit as st
 
 from anatomy.analysis import duration
 from anatomy.analysis.options import FIELDS, InvalidOptions, defaults_for, validate
-from anatomy.analysis.report import RunReport, report, started_by
+from anatomy.analysis.report import RunReport, report
 from anatomy.dashboard import links, server, widgets
 from anatomy.engine.manager import STOP_GRACE_SECONDS, DeviceBusy, live_run
 from anatomy.store import StoreError
@@ -160,7 +160,7 @@ def _progress(rep: RunReport) -> None:
             left = f"time left: {duration.words(done.seconds_left)}"
         else:  # before the first step: the estimate made before the start
             estimate = duration.estimate(server.store(), rep.options, rep.backend,
-                                         rep.environment.get("gpu_name"))
+                                         rep.environment.gpu_name)
             left = ("time left: measuring…" if estimate.step_s is None else
                     f"time left: about {duration.words(estimate.steps * estimate.step_s)} "
                     "(estimated before the first step)")
@@ -186,7 +186,7 @@ def _controls(run_id: int, progress) -> None:
                    f"{STOP_GRACE_SECONDS:.0f} s). What it recorded is kept.",
                    icon=":material/stop_circle:")
     elif not manager.is_active(run_id):
-        origin = started_by(server.store().run(run_id).source)
+        origin = server.store().run(run_id).source.words()
         st.caption(f"Started by another process ({origin}): stop it there.")
 
 

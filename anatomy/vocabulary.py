@@ -1,0 +1,115 @@
+"""The names a run's things go by, as types: its status, its phases, the parts its memory is made
+of, the moments of a step, its precision, strategy and backend, and who started it.
+
+Each is a `str` enum (as PyTorch's mem_tracker names memory categories and accelerate names its
+distributed types): a member is its stored string (`Status.COMPLETED == "completed"`, JSON and
+SQLite keep the same text as before), so stored runs read as they always did. Display words and
+colours are dicts keyed by these members (views/style.py). Imported by every layer, importing
+nothing.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Name(str, Enum):
+    """A member prints, formats and compares as its value, as Python 3.11's StrEnum does (this
+    anatomy runs on 3.10 too)."""
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+    @classmethod
+    def values(cls) -> tuple[str, ...]:
+        return tuple(member.value for member in cls)
+
+
+class Status(Name):
+    """How a run (or a sweep) stands: running, or how it ended."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    OOM = "oom"  # ran out of the device's memory
+    STOPPED = "stopped"
+
+
+class Phase(Name):
+    """A stretch of a run, from the state reached to the next step's start (docs/ARCHITECTURE.md:
+    Phases)."""
+
+    BASELINE = "baseline"
+    KERNEL = "kernel"
+    WEIGHTS = "weights"
+    TRAINING = "training"
+    # Marked like a phase but outside the walkthrough's four: torch.profiler's steps after
+    # training. The run's peak leaves it out (the training never held that memory).
+    PROFILING = "profiling"
+    PROCESS = "process"  # the one phase of a watched command that marks none of its own
+
+
+# The walkthrough's four, in order.
+PHASES = (Phase.BASELINE, Phase.KERNEL, Phase.WEIGHTS, Phase.TRAINING)
+
+
+class Part(Name):
+    """A component of a run's memory (analysis/components.py says how each is measured)."""
+
+    CONTEXT = "context"  # the CUDA context: kernel phase − baseline (NVML)
+    WEIGHTS = "weights"
+    GRADIENTS = "gradients"
+    OPTIMIZER_STATES = "optimizer_states"
+    ACTIVATIONS = "activations"
+    TEMPORARY = "temporary"
+    ALLOCATOR_CACHE = "allocator_cache"
+    NON_TORCH = "non_torch"  # NVML's peak beyond the context and the allocator's reserve
+    PEAK = "peak"  # the sampled peak over the baseline
+
+
+# The parts that are tensors: the walkthrough adds these up.
+TENSOR_PARTS = (Part.WEIGHTS, Part.GRADIENTS, Part.OPTIMIZER_STATES, Part.ACTIVATIONS,
+                Part.TEMPORARY)
+
+
+class Moment(Name):
+    """A moment of a training step at which the probe reads the allocator."""
+
+    END_OF_FORWARD = "end of forward"
+    END_OF_BACKWARD = "end of backward"
+    AFTER_OPTIMIZER_STEP = "after optimizer step"
+
+
+class Precision(Name):
+    FP32 = "fp32"
+    FP16 = "fp16"
+    BF16 = "bf16"
+
+
+class Strategy(Name):
+    """How several training processes share the work (accelerate's)."""
+
+    DDP = "ddp"  # each holds the whole model
+    FSDP = "fsdp"  # parameters, gradients and optimizer states sharded
+
+
+class Backend(Name):
+    """What measures a run's memory."""
+
+    NVML = "nvml"  # the GPUs' memory, from the driver
+    CPU_RSS = "cpu-rss"  # without a GPU: the resident memory of the training's processes
+
+
+class MemoryApi(Name):
+    """Which figure the backend reads."""
+
+    V2 = "v2"  # NVML's v2 memory info: the driver's reservation apart
+    V1 = "v1"
+    RSS = "rss"
+
+
+class SourceKind(Name):
+    """Who trained a run that anatomy's own worker did not."""
+
+    SCRIPT = "script"  # a user's script: the Trainer callback or the phase API
+    WATCH = "watch"  # a command under `anatomy watch`
