@@ -174,7 +174,8 @@ def _parse(data: dict | bytes | str) -> Any:
         raise ImportRefused("the file's JSON is nested too deeply to be an anatomy export") from None
 
 
-def _options(value: Any, where: str) -> dict:
+def _options(value: Any, where: str) -> tuple[dict, RunOptions]:
+    """The options as they will be stored (those this anatomy does not know kept), and read."""
     value = obj(value, where, V1_OPTIONS)
     if not any(key in value for key in MODEL_KEYS):
         raise InvalidValue(where, "has no model (\"model\" or \"preset\")")
@@ -184,7 +185,7 @@ def _options(value: Any, where: str) -> dict:
     if errors:
         raise InvalidValue(where, next(iter(errors.values())))
     plain(value, where)  # the options this anatomy does not know
-    return {**value, **options.to_dict()}
+    return {**value, **options.to_dict()}, options
 
 
 def _tags(value: Any, where: str) -> list[str]:
@@ -206,7 +207,7 @@ def _run_row(value: Any, where: str) -> RunRow:
     """The run's row, its facts built as the types they are: a value of the wrong type is
     refused here, with its place, and no reader ever sees it."""
     run = obj(value, where, ("created_at", "status", "options", "backend", "gpu"))
-    options = _options(run["options"], f"{where}.options")
+    options, known = _options(run["options"], f"{where}.options")
     origin = run.get("origin")
     return RunRow(
         id=0,  # the store gives it a new one
@@ -214,7 +215,7 @@ def _run_row(value: Any, where: str) -> RunRow:
         created_at=seconds(run["created_at"], f"{where}.created_at", MAX_EPOCH),
         ended_at=seconds(run.get("ended_at"), f"{where}.ended_at", MAX_EPOCH, optional=True),
         status=_required(Status, run["status"], f"{where}.status"),
-        preset=options["model"],
+        preset=known.model,
         options=options,
         environment=RunFacts.from_dict(run.get("environment", {}), f"{where}.environment"),
         backend=_required(Backend, run["backend"], f"{where}.backend"),
