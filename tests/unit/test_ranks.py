@@ -143,13 +143,12 @@ def test_the_steady_rate_leaves_out_the_first_steps_and_counts_every_rank(store)
     store.write(run, steps=steps)
     store.write(short, steps=steps[:3])
     span, short_span = (store.step_span(r, MEASURED_STEPS) for r in (run, short))
-    options, two = {"batch_size": 4, "grad_accum": 1}, {"world_size": 2}
     # From the end of step 3 (after the probe's steps) to the end of step 6: 3 steps, 8 samples
     # each across the two ranks, in 0.3 s.
-    assert steady_rate(span, options, two) == pytest.approx(3 * 4 * 2 / 0.3)
-    assert steady_rate(span, {**options, "grad_accum": 2}, {}) == pytest.approx(3 * 8 / 0.3)
-    assert steady_rate(short_span, options, two) is None  # nothing after the first steps
-    assert steady_rate(span, {}, two) is None  # a batch nobody said
+    assert steady_rate(span, 4, 1, 2) == pytest.approx(3 * 4 * 2 / 0.3)
+    assert steady_rate(span, 4, 2, 1) == pytest.approx(3 * 8 / 0.3)
+    assert steady_rate(short_span, 4, 1, 2) is None  # nothing after the first steps
+    assert steady_rate(span, None, None, 2) is None  # a batch nobody said
 
 
 def test_fsdp_units_are_the_layers_never_what_holds_the_input_embeddings():
