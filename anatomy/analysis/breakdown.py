@@ -24,7 +24,7 @@ from anatomy.analysis.prediction import (
     predict_ranks,
 )
 from anatomy.analysis.report import RunReport
-from anatomy.vocabulary import SourceKind
+from anatomy.vocabulary import Phase, SourceKind
 
 
 class NoPrediction(NamedTuple):
@@ -88,7 +88,7 @@ def measured_components(report: RunReport) -> Components:
         return report.components
     values = Components()
     memory = report.phase_memory()
-    baseline, kernel, peak = memory["baseline"], memory["kernel"], report.summary.peak_bytes
+    baseline, kernel, peak = memory[Phase.BASELINE], memory[Phase.KERNEL], report.summary.peak_bytes
     if report.on_gpu and baseline is not None:
         if kernel is not None:
             values = replace(values, context=kernel - baseline)

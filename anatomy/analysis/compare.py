@@ -14,9 +14,10 @@ from anatomy.analysis.components import Components
 from anatomy.analysis.options import FIELDS
 from anatomy.analysis.report import RunReport
 from anatomy.units import MIB
+from anatomy.vocabulary import Phase
 
 # Bottom to top in a run's bar; activations and gradients share a slot (a bar has one of them).
-PART_ORDER = ("CUDA context", "torch loaded", "weights", "training", "optimizer states",
+PART_ORDER = ("CUDA context", "torch loaded", Phase.WEIGHTS, Phase.TRAINING, "optimizer states",
               "activations", "gradients", "temporary", "allocator cache", "the rest")
 
 
@@ -63,22 +64,22 @@ def memory_parts(report: RunReport) -> list[Part]:
     memory = report.phase_memory()
     on_gpu = report.on_gpu
     parts = []
-    steps = (("kernel", "baseline", "CUDA context" if on_gpu else "torch loaded",
+    steps = ((Phase.KERNEL, Phase.BASELINE, "CUDA context" if on_gpu else "torch loaded",
               "kernel phase − baseline"),
-             ("weights", "kernel", "weights", "weights phase − kernel phase"))
+             (Phase.WEIGHTS, Phase.KERNEL, Phase.WEIGHTS, "weights phase − kernel phase"))
     for phase, before, name, note in steps:
         if memory[phase] is not None and memory[before] is not None:
             parts.append(Part(name, max(0, memory[phase] - memory[before]), note))
-    if memory["training"] is None or memory["weights"] is None:
+    if memory[Phase.TRAINING] is None or memory[Phase.WEIGHTS] is None:
         return parts
-    increase = memory["training"] - memory["weights"]
+    increase = memory[Phase.TRAINING] - memory[Phase.WEIGHTS]
     if increase < 0:  # an out-of-memory run: the end reading is after its memory was freed
-        parts.append(Part("training", 0, f"training end − weights phase: {increase // MIB:+d} MB"
+        parts.append(Part(Phase.TRAINING, 0, f"training end − weights phase: {increase // MIB:+d} MB"
                           f" (the run {report.status}; its peak is the marker)"))
         return parts
     split = _training_split(report.components) if report.components else None
     if split is None:
-        parts.append(Part("training", increase, "training end − weights phase"))
+        parts.append(Part(Phase.TRAINING, increase, "training end − weights phase"))
         return parts
     rest = increase - sum(part.bytes for part in split)
     parts += [part._replace(bytes=max(0, part.bytes)) for part in split]

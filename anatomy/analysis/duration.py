@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 from anatomy.analysis.options import FIELDS, RunOptions
 from anatomy.store import RunRow, Store
+from anatomy.vocabulary import Phase, Status
 
 
 class Reference(NamedTuple):
@@ -89,7 +90,7 @@ def estimate(store: Store, options: RunOptions, backend: str, device_name: str |
              ) -> DurationEstimate:
     """The estimate for a run with `options` on this device (`backend`, and the GPU's name),
     from the completed runs of its model stored here."""
-    runs = store.find_runs(preset=options.preset, status="completed")
+    runs = store.find_runs(preset=options.preset, status=Status.COMPLETED)
     return estimate_from(runs, options, backend, device_name, store)
 
 
@@ -113,7 +114,7 @@ def estimate_from(runs: list[RunRow], options: RunOptions, backend: str, device_
         run, ran, step_s = min(alike, key=lambda a: (bool(_differences(a[1], options)),
                                                      _tokens(a[1]) != _tokens(options)))
         training = next((p for p in (store.phases(run.id) if store else ())
-                         if p.name == "training"), None)
+                         if p.name == Phase.TRAINING), None)
         # Scaled as the reference's fixed and per-token parts say; without one, by the tokens.
         scale = (reference.step(_tokens(options)) / reference.step(_tokens(ran)) if reference
                  else _tokens(options) / _tokens(ran))

@@ -260,7 +260,7 @@ class RunReport:
             "backend": self.backend, "memory_api": self.memory_api, "gpu": self.gpu,
             "tags": list(self.tags), "sweep": self.sweep,
             "phases": [p.to_dict() for p in self.phases],
-            **({} if self.profiling is None else {"profiling": self.profiling.to_dict()}),
+            **({} if self.profiling is None else {Phase.PROFILING.value: self.profiling.to_dict()}),
             "samples": self.samples, "samples_sent": self.samples_sent, "steps": self.steps,
             "messages": [m._asdict() for m in self.messages],
             "summary": self.summary.to_dict(),

@@ -17,6 +17,7 @@ from typing import Any
 from anatomy.analysis.options import FIELDS, InvalidOptions, RunOptions, validate
 from anatomy.analysis.report import report
 from anatomy.store import Store
+from anatomy.vocabulary import Status
 
 LADDER = "batch_size"
 MAX_VARIED = 2
@@ -148,7 +149,7 @@ class SweepGrid:
         """Whether a batch size ran out of memory (of the ladder for `value` of the other varied
         option, when there are two)."""
         other = next((name for name in self.vary if name != LADDER), None)
-        return any(r.status == "oom" for r in self.runs
+        return any(r.status == Status.OOM for r in self.runs
                    if other is None or r.values.get(other) == value)
 
     def largest_tried(self, value: Any = None) -> int | None:
@@ -187,7 +188,7 @@ def largest_fitting(vary: dict[str, list], runs: list[SweepRun]) -> int | dict |
     other = next((name for name in vary if name != LADDER), None)
 
     def largest(rows: list[SweepRun]) -> int | None:
-        return max((r.values[LADDER] for r in rows if r.status == "completed"), default=None)
+        return max((r.values[LADDER] for r in rows if r.status == Status.COMPLETED), default=None)
 
     if other is None:
         return largest(runs)

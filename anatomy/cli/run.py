@@ -15,6 +15,7 @@ from anatomy.cli.signals import POLL_SECONDS, StopSignals
 from anatomy.engine.manager import DeviceBusy, RunManager, machine
 from anatomy.store import Store
 from anatomy.views import text
+from anatomy.vocabulary import Phase, Status
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -46,13 +47,13 @@ def _follow(manager: RunManager, store: Store, run_id: int, signals: StopSignals
         for phase in rep.phases:
             if phase.done and phase.name not in printed:
                 printed.add(phase.name)
-                if phase.name == "training":
+                if phase.name == Phase.TRAINING:
                     if tty:
                         print(file=sys.stderr)
                     continue  # the walkthrough prints it with the summary
                 line = text.occupied_line(phase.memory_bytes, rep.backend)
                 print(f"{line}  ({phase.name})", flush=True)
-            if phase.name == "training" and not phase.done:
+            if phase.name == Phase.TRAINING and not phase.done:
                 train_started = train_started or time.monotonic()
                 step = store.last_step(run_id)
                 now = time.monotonic()
@@ -119,14 +120,14 @@ def _outcome(manager: RunManager, store: Store, run_id: int) -> int:
     for message in rep.messages:
         print(f"{message.level}: {message.text}", file=sys.stderr)
     summary = rep.summary
-    if status == "completed":
+    if status == Status.COMPLETED:
         print(f"Time: {summary.time_s:.2f}")
         print(f"Samples/second: {summary.samples_per_second:.2f}")
     if rep.training:
         print(f"{text.occupied_line(rep.training.memory_bytes, rep.backend)}  (training)")
     print(f"peak: {summary.peak_mb} MB; status: {status}; "
           f"{rep.samples} samples stored in {store.path} as run {run_id}")
-    if status != "completed":
+    if status != Status.COMPLETED:
         print(f"{status}: {error}", file=sys.stderr)
         return 1
     return 0

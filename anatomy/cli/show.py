@@ -15,6 +15,7 @@ from anatomy.cli.stores import reading, report_or_error
 from anatomy.store import resolve_path
 from anatomy.units import MIB
 from anatomy.views import text
+from anatomy.vocabulary import Phase
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -62,7 +63,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if rep.ranks:
         print(f"{rep.world_size} processes ({rep.strategy}); each rank's memory at its phases' ends"
               + ("" if rep.on_gpu else " (the CPU: all ranks' RSS together)") + ":")
-        names = ["kernel", "weights", "training"]
+        names = [Phase.KERNEL, Phase.WEIGHTS, Phase.TRAINING]
         print(table([[r.label(), *[(r.phase(n).memory_mb if r.phase(n) else None)
                                      for n in names], r.peak_mb] for r in rep.ranks],
                      ["rank", *[f"{n} (MB)" for n in names], "peak (MB)"]))

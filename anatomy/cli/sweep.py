@@ -18,6 +18,7 @@ from anatomy.cli.signals import POLL_SECONDS, StopSignals
 from anatomy.engine.manager import DeviceBusy, RunManager, machine
 from anatomy.engine.sweep import Sweep, SweepEvent
 from anatomy.store import Store
+from anatomy.vocabulary import Status
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -144,7 +145,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(json.dumps(result.to_dict(), indent=2))
     else:
         _print_grid(result)
-    if sweep.status != "completed":
+    if sweep.status != Status.COMPLETED:
         print(f"sweep {sweep.status}{': ' + sweep.error if sweep.error else ''}", file=sys.stderr)
         return signals.exit_code() if signals.received is not None else 1
     return 0

@@ -9,6 +9,7 @@ from anatomy.cli.arguments import add_store_option
 from anatomy.engine import watch
 from anatomy.engine.manager import machine
 from anatomy.store import Store
+from anatomy.vocabulary import Phase
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -17,7 +18,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         description="Runs COMMAND and records the memory of the GPUs it can use (without a GPU: "
                     "the RSS of its processes). Where the command records itself (the Trainer "
                     "callback or anatomy.start()), its phases and steps join this run; else the "
-                    "run has one 'process' phase. Exits with the command's exit code (130 after "
+                    f"run has one '{Phase.PROCESS}' phase. Exits with the command's exit code (130 after "
                     "Ctrl-C, which stops the command and keeps the record).")
     watched.add_argument("--name", help="the run's name (default: the command)")
     watched.add_argument("--sample-rate", type=int, default=200, dest="sample_rate",

@@ -13,6 +13,7 @@ from anatomy.dashboard import server
 from anatomy.views import live as live_view
 from anatomy.views import text
 from anatomy.views.figures import live as live_figures
+from anatomy.vocabulary import Phase, Status
 
 
 def sidebar_device() -> None:
@@ -32,7 +33,7 @@ def sidebar_device() -> None:
 
 
 # The memory chart's x axes (views/figures/live.py AXES), as the segmented control names them.
-AXIS_NAMES = {"run": "Whole run (s)", "training": "Training (s)", "step": "Training steps"}
+AXIS_NAMES = {"run": "Whole run (s)", Phase.TRAINING: "Training (s)", "step": "Training steps"}
 CHART = {"displaylogo": False}
 # Streamlit's defaults, fitted to a narrow window: a metric's value shrinks with the window
 # instead of being cut ("541…"), and a long button label never wraps into an ellipsis.
@@ -153,9 +154,9 @@ def stopping(run_id: int) -> bool:
 def outcome(rep: RunReport) -> None:
     """How a finished run ended, and its summary as the walkthrough prints it."""
     line = live_view.status_line(rep)
-    if rep.status == "completed":
+    if rep.status == Status.COMPLETED:
         st.success(line)
-    elif rep.status == "stopped":
+    elif rep.status == Status.STOPPED:
         st.warning(line)
     else:
         st.error(line)

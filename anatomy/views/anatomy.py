@@ -29,13 +29,14 @@ from anatomy.analysis.prediction import (
 from anatomy.analysis.report import RunReport
 from anatomy.units import mb_text
 from anatomy.views.style import COMPONENT_LABELS as LABELS
+from anatomy.vocabulary import Part
 
 # The totals say what they add up: with the measured CUDA context below the parts, or without.
 ALL_AT_ONCE = {False: "all at once", True: "context + all parts"}
 TENSOR_PEAK = {False: "peak (tensors)", True: "context + tensor peak"}
-WATERFALL_ORDER = (LABELS["context"], *(LABELS[n] for n in TENSOR_PARTS), *ALL_AT_ONCE.values(),
-                   "never held at once", *TENSOR_PEAK.values(), LABELS["allocator_cache"],
-                   LABELS["non_torch"], "peak (NVML)")
+WATERFALL_ORDER = (LABELS[Part.CONTEXT], *(LABELS[n] for n in TENSOR_PARTS), *ALL_AT_ONCE.values(),
+                   "never held at once", *TENSOR_PEAK.values(), LABELS[Part.ALLOCATOR_CACHE],
+                   LABELS[Part.NON_TORCH], "peak (NVML)")
 # The moments the probe reads the allocator at (its names), in step order.
 MOMENTS = (
     ("end of the forward pass", "end of forward"),
@@ -141,7 +142,7 @@ def waterfall(report: RunReport, prediction: Prediction) -> dict[str, list[Water
     sides: dict[str, list[WaterfallStep]] = {}
 
     def climb(values: Components, peak: int | None, context: int | None) -> list[WaterfallStep]:
-        steps = [] if context is None else [WaterfallStep(LABELS["context"], "relative", context)]
+        steps = [] if context is None else [WaterfallStep(LABELS[Part.CONTEXT], "relative", context)]
         steps += [WaterfallStep(LABELS[n], "relative", values.get(n)) for n in TENSOR_PARTS
                   if values.get(n) is not None]
         steps.append(WaterfallStep(ALL_AT_ONCE[context is not None], "total", 0))
@@ -156,18 +157,18 @@ def waterfall(report: RunReport, prediction: Prediction) -> dict[str, list[Water
         # A CPU run's RSS peak adds torch's libraries and Python: hundreds of MB that would
         # dwarf the parts, so it stays in the table.
         if on_gpu and measured.peak_allocated is not None and measured.peak is not None:
-            steps += [WaterfallStep(LABELS["allocator_cache"], "relative",
+            steps += [WaterfallStep(LABELS[Part.ALLOCATOR_CACHE], "relative",
                                     measured.allocator_cache or 0),
-                      WaterfallStep(LABELS["non_torch"], "relative", measured.non_torch or 0),
+                      WaterfallStep(LABELS[Part.NON_TORCH], "relative", measured.non_torch or 0),
                       WaterfallStep("peak (NVML)", "total", 0)]
         sides["measured"] = steps
     # The predicted side climbs from the predicted context to the predicted NVML figure.
     context = prediction.context if on_gpu else None
     predicted = climb(prediction.as_components(), prediction.peak, context)
     if on_gpu and prediction.nvml_peak is not None:
-        predicted += [WaterfallStep(LABELS["allocator_cache"], "relative",
+        predicted += [WaterfallStep(LABELS[Part.ALLOCATOR_CACHE], "relative",
                                     prediction.allocator_cache),
-                      WaterfallStep(LABELS["non_torch"], "relative", prediction.outside or 0),
+                      WaterfallStep(LABELS[Part.NON_TORCH], "relative", prediction.outside or 0),
                       WaterfallStep("peak (NVML)", "total", 0)]
     sides["predicted"] = predicted
     return sides
@@ -208,7 +209,7 @@ def bytes_per_parameter_rows(report: RunReport, prediction: Prediction
     count = parameters(report, prediction)
     walkthrough = walkthrough_bytes_per_parameter(report.options)
     rows = []
-    for name in ("weights", "gradients", "optimizer_states"):
+    for name in (Part.WEIGHTS, Part.GRADIENTS, Part.OPTIMIZER_STATES):
         value = measured.get(name)
         rows.append(BytesPerParameterRow(
             LABELS[name], None if value is None else value / count,
@@ -284,7 +285,7 @@ def rank_rows(report: RunReport, predicted: RankPrediction | None) -> list[RankR
             rows.append(RankRow(rank.label(), name, _mb_or_dash(measured),
                                 _mb_or_dash(predicted_value)))
 
-        for name in ("weights", "gradients", "optimizer_states", "activations"):
+        for name in (Part.WEIGHTS, Part.GRADIENTS, Part.OPTIMIZER_STATES, Part.ACTIVATIONS):
             add(name.replace("_", " "), getattr(parts, name), guess.get(name))
         if predicted is not None and predicted.communication:
             what = ("DDP's gradient buckets" if predicted.strategy == "ddp"

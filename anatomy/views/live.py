@@ -15,6 +15,7 @@ from anatomy.analysis.prediction import PredictionError, max_batch_size, predict
 from anatomy.analysis.report import PHASES, RunReport
 from anatomy.store import GpuStatus, HostStatus, Step, Store
 from anatomy.views import text
+from anatomy.vocabulary import Phase, Status
 
 
 def options_from_form(values: dict[str, Any]) -> RunOptions:
@@ -54,12 +55,12 @@ def phase_metrics(report: RunReport) -> list[PhaseMetric]:
 # What the worker does after each phase ends, until the next begins: the curve rises here.
 TRANSITIONS = {
     None: "starting the sampler and the training process",
-    "baseline": "loading torch and the CUDA context",
-    "kernel": "loading the model's weights",
-    "weights": "building the Trainer",
-    "training": "finishing",
+    Phase.BASELINE: "loading torch and the CUDA context",
+    Phase.KERNEL: "loading the model's weights",
+    Phase.WEIGHTS: "building the Trainer",
+    Phase.TRAINING: "finishing",
 }
-CPU_TRANSITIONS = {**TRANSITIONS, "baseline": "loading torch"}  # no CUDA context to create
+CPU_TRANSITIONS = {**TRANSITIONS, Phase.BASELINE: "loading torch"}  # no CUDA context to create
 
 
 def stage(report: RunReport) -> str:
@@ -119,19 +120,19 @@ def status_line(report: RunReport) -> str:
     peak = report.summary.peak_mb
     peak_text = f"peak {peak} MB" if peak is not None else "no memory sample"
     return {
-        "running": "running",
-        "completed": f"completed: {peak_text}",
-        "oom": f"out of memory: {peak_text} before it failed",
-        "failed": f"failed: {peak_text}",
+        Status.RUNNING: Status.RUNNING.value,
+        Status.COMPLETED: f"completed: {peak_text}",
+        Status.OOM: f"out of memory: {peak_text} before it failed",
+        Status.FAILED: f"failed: {peak_text}",
         # who stopped it: the user, a signal to the CLI (SIGTERM, SIGHUP, Ctrl-C)
-        "stopped": f"{_stop_words(report.error)}: {peak_text}",
+        Status.STOPPED: f"{_stop_words(report.error)}: {peak_text}",
     }.get(report.status, report.status)
 
 
 def _stop_words(error: str | None) -> str:
-    if error and error.startswith("stopped") and "\n" not in error and len(error) < 120:
+    if error and error.startswith(Status.STOPPED) and "\n" not in error and len(error) < 120:
         return error
-    return "stopped"
+    return Status.STOPPED.value
 
 
 class Forecast(NamedTuple):

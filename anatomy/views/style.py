@@ -4,13 +4,15 @@ every chart of every page."""
 
 from __future__ import annotations
 
+from anatomy.vocabulary import Part, Phase, Precision
+
 # Okabe-Ito throughout: told apart by colour-blind eyes too. Bands are drawn at BAND_OPACITY over
 # a light background, so the dark curve and the labels stay readable on them.
 PHASE_COLOURS = {
-    "baseline": "#56B4E9",
-    "kernel": "#CC79A7",
-    "weights": "#E69F00",
-    "training": "#009E73",
+    Phase.BASELINE: "#56B4E9",
+    Phase.KERNEL: "#CC79A7",
+    Phase.WEIGHTS: "#E69F00",
+    Phase.TRAINING: "#009E73",
 }
 BAND_OPACITY = 0.22
 CURVE_COLOUR = "#1B2A41"  # the run's own curve, and "measured" beside a prediction
@@ -28,10 +30,10 @@ NEUTRAL_COLOUR = "#BBBBBB"  # a phase or part without a colour of its own; conne
 RUN_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000",
                "#F0E442")
 PART_COLOURS = {
-    "CUDA context": PHASE_COLOURS["kernel"],
-    "torch loaded": PHASE_COLOURS["kernel"],
-    "weights": PHASE_COLOURS["weights"],
-    "training": PHASE_COLOURS["training"],
+    "CUDA context": PHASE_COLOURS[Phase.KERNEL],
+    "torch loaded": PHASE_COLOURS[Phase.KERNEL],
+    Phase.WEIGHTS: PHASE_COLOURS[Phase.WEIGHTS],
+    Phase.TRAINING: PHASE_COLOURS[Phase.TRAINING],
     "optimizer states": "#0072B2",
     "gradients": "#D55E00",
     "activations": "#009E73",
@@ -41,20 +43,17 @@ PART_COLOURS = {
     "outside PyTorch": "#C0C7D0",
     "the rest": "#C0C7D0",
 }
-PRECISION_COLOURS = {"fp32": "#0072B2", "bf16": "#009E73", "fp16": "#D55E00"}
+PRECISION_COLOURS = {Precision.FP32: "#0072B2", Precision.BF16: "#009E73", Precision.FP16: "#D55E00"}
 # A table row whose values differ between the runs compared.
 DIFFERS_BACKGROUND = "#FFF3CD"
 
-# The measured components (anatomy/analysis/components.py) as the pages name them.
+# The measured components (anatomy/analysis/components.py) as the pages name them: their own
+# names in words, but for these.
 COMPONENT_LABELS = {
-    "context": "CUDA context",
-    "weights": "weights",
-    "gradients": "gradients",
-    "optimizer_states": "optimizer states",
-    "activations": "activations",
-    "temporary": "temporary buffers",
-    "allocator_cache": "allocator cache",
-    "non_torch": "outside PyTorch",
+    **{part: part.value.replace("_", " ") for part in Part},
+    Part.CONTEXT: "CUDA context",
+    Part.TEMPORARY: "temporary buffers",
+    Part.NON_TORCH: "outside PyTorch",
 }
 
 

@@ -25,6 +25,7 @@ from anatomy.analysis.options import RunOptions
 from anatomy.analysis.prediction import device_constants, replay
 from anatomy.analysis.prediction.device_constants import DeviceCalibration
 from anatomy.units import size_text
+from anatomy.vocabulary import Part, Precision
 
 # The walkthrough's bytes per parameter ("Model training anatomy", Anatomy of Model's Memory),
 # shown beside what a run predicts and measures.
@@ -38,7 +39,8 @@ WALKTHROUGH_BYTES_PER_PARAMETER: dict[str, float] = {
     "mixed precision AdamW, all three (plus activations)": 18,
 }
 
-COMPONENTS = ("weights", "gradients", "optimizer_states", "activations", "temporary", "peak")
+COMPONENTS = (Part.WEIGHTS, Part.GRADIENTS, Part.OPTIMIZER_STATES, Part.ACTIVATIONS, Part.TEMPORARY,
+              Part.PEAK)
 DEVICES = ("cuda", "cpu")
 # A CPU run's tensors share the machine with the process itself (Python, torch, transformers):
 # what a CPU run may fill is the RAM less this much.
@@ -118,7 +120,7 @@ class Prediction:
     def bytes_per_parameter(self) -> dict[str, float]:
         """This prediction in the walkthrough's unit, for the components it gives one for."""
         per = {name: getattr(self, name) / self.parameters
-               for name in ("weights", "gradients", "optimizer_states")}
+               for name in (Part.WEIGHTS, Part.GRADIENTS, Part.OPTIMIZER_STATES)}
         per["weights + gradients + optimizer states"] = sum(per.values())
         return per
 
@@ -151,11 +153,11 @@ def walkthrough_bytes_per_parameter(options: RunOptions) -> dict[str, float | No
     it gives none (Adafactor, Adagrad, RMSprop, the Trainer's momentum-less SGD, and LoRA, which
     trains a fraction of the parameters)."""
     if options.lora:
-        return {"weights": 4.0 if options.precision == "fp32" else 6.0, "gradients": None,
-                "optimizer_states": None}
+        return {Part.WEIGHTS: 4.0 if options.precision == Precision.FP32 else 6.0,
+                Part.GRADIENTS: None, Part.OPTIMIZER_STATES: None}
     states = {"adamw_torch": 8.0, "adamw_torch_fused": 8.0}.get(options.optim)
-    return {"weights": 4.0 if options.precision == "fp32" else 6.0, "gradients": 4.0,
-            "optimizer_states": states}
+    return {Part.WEIGHTS: 4.0 if options.precision == Precision.FP32 else 6.0,
+            Part.GRADIENTS: 4.0, Part.OPTIMIZER_STATES: states}
 
 
 # --- recording (cached: the Anatomy page and the form ask again and again) ---
@@ -426,8 +428,9 @@ class RankPrediction:
             outside=(alone.outside or 0) + self.nccl if calibrated else None)
 
     def components(self) -> dict[str, int]:
-        return {"weights": self.weights, "gradients": self.gradients,
-                "optimizer_states": self.optimizer_states, "activations": self.activations,
+        return {Part.WEIGHTS.value: self.weights, Part.GRADIENTS.value: self.gradients,
+                Part.OPTIMIZER_STATES.value: self.optimizer_states,
+                Part.ACTIVATIONS.value: self.activations,
                 "ddp_buckets": self.buckets, "fsdp_all_gather": self.all_gather,
                 "fsdp_reduce_scatter": self.reduce_scatter, "peak": self.peak}
 

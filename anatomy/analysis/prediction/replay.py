@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from anatomy.analysis.prediction.allocator import CachingAllocator, OutOfMemory
+from anatomy.vocabulary import Phase
 
 ALLOC, FREE, MARK = 0, 1, 2
 EMPTY_CACHE = "empty_cache"
@@ -88,8 +89,8 @@ class _Copier:
 def stream(rec: Recording, steps: int, grad_accum: int) -> Iterator[tuple]:
     """The whole run's events; marks are (MARK, step, label)."""
     copier = _Copier(rec.max_tid + 1)
-    yield from rec.segment("weights")
-    yield (MARK, 0, "weights")
+    yield from rec.segment(Phase.WEIGHTS)
+    yield (MARK, 0, Phase.WEIGHTS)
     yield (MARK, 0, EMPTY_CACHE)
     yield from rec.segment("setup")
     yield (MARK, 0, TRAINING_BEGINS)
@@ -184,7 +185,7 @@ def measure(events, cuda: bool, capacity: int | None = None) -> Measurement:
                 allocated -= sizes.pop(tid, 0)
         else:
             step = tid
-            if value == "weights":
+            if value == Phase.WEIGHTS:
                 result.weights_allocated = allocated
                 result.weights_reserved = allocator.stats.reserved if allocator else allocated
                 peak = allocated

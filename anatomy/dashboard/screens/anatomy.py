@@ -14,6 +14,7 @@ from anatomy.units import mib_float
 from anatomy.views import anatomy as view
 from anatomy.views import text
 from anatomy.views.figures import anatomy as figures
+from anatomy.vocabulary import Status
 
 MB = st.column_config.NumberColumn(format="%.1f")
 
@@ -154,7 +155,7 @@ def main() -> None:
         st.info("A CPU run: there is no CUDA context and no caching allocator. Activations are "
                 "measured from the tensors autograd saved for the backward pass, and the peak is "
                 "the RSS of the training process, which includes torch's libraries and Python.")
-    if rep.status == "running":
+    if rep.status == Status.RUNNING:
         st.info("In progress: the measured components are stored when the run ends. Until then, "
                 "the prediction alone.")
     elif rep.components is None:

@@ -20,6 +20,7 @@ from anatomy.views import export, text
 from anatomy.views.figures import compare as figures
 from anatomy.views.live import options_from_form
 from anatomy.views.style import DIFFERS_BACKGROUND
+from anatomy.vocabulary import Phase, Status
 
 REFRESH_SECONDS = 1.0
 # What a sweep may vary, and the values the form suggests for each.
@@ -103,7 +104,7 @@ def comparison(run_ids: list[int]) -> None:
     reports = [report(db, run_id) for run_id in run_ids]
     left, middle, right = st.columns([2, 2, 3], vertical_alignment="bottom")
     phase = left.selectbox("Align the curves where this phase begins", PHASES,
-                           index=PHASES.index("training"), key="compare_phase")
+                           index=PHASES.index(Phase.TRAINING), key="compare_phase")
     with middle:
         span = st.segmented_control("Show", ["whole runs", "training only"], default="whole runs",
                                     required=True, key="compare_span",
@@ -229,11 +230,11 @@ def _sweep_form() -> None:
 def sweep_progress(sweep_id: int) -> None:
     """Read from the store every second; when the sweep ends, the page reruns into its grid."""
     result = grid(server.store(), sweep_id)
-    if result.status != "running":
+    if result.status != Status.RUNNING:
         st.rerun(scope="app")
-    finished = sum(r.status != "running" for r in result.runs)
+    finished = sum(r.status != Status.RUNNING for r in result.runs)
     total = max(result.planned - result.skipped, len(result.runs))
-    current = next((r for r in result.runs if r.status == "running"), None)
+    current = next((r for r in result.runs if r.status == Status.RUNNING), None)
     text = f"{finished} of {total} runs done"
     if current:
         text += " · now run {}: {}".format(current.run, ", ".join(
@@ -266,7 +267,7 @@ def sweep_results(sweep_id: int) -> None:
     line = (f"Sweep {sweep_id} ({result.name}): {status}, {len(result.runs)} runs"
             + (f", {result.skipped} skipped after an out-of-memory run" if result.skipped
                else ""))
-    {"completed": st.success, "stopped": st.warning}.get(status, st.error)(line)
+    {Status.COMPLETED: st.success, Status.STOPPED: st.warning}.get(status, st.error)(line)
     if result.error:
         st.code(result.error, language=None)
     line = view.largest_fitting(result)

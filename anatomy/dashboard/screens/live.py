@@ -12,6 +12,7 @@ from anatomy.engine.manager import STOP_GRACE_SECONDS, DeviceBusy, live_run
 from anatomy.store import StoreError
 from anatomy.views import live as view
 from anatomy.views import text
+from anatomy.vocabulary import Status
 
 REFRESH_SECONDS = 1.0
 # The form's columns: the model and the data, the training, then every other field in FIELDS
@@ -195,7 +196,7 @@ def live_view(run_id: int) -> None:
     """Redrawn every REFRESH_SECONDS from the store alone; when the run ends, the whole page reruns
     into the finished view, which does not refresh."""
     db = server.store()
-    if db.run(run_id).status != "running":
+    if db.run(run_id).status != Status.RUNNING:
         st.rerun(scope="app")
     heading, metrics = st.empty(), st.container()
     progress: list = []
@@ -254,7 +255,7 @@ def main() -> None:
     st.caption("The four moments of Hugging Face's *Model training anatomy*: baseline, CUDA kernels, "
                "weights, training. Start a run and watch each one appear.")
     run_id = _shown_run()
-    running = run_id is not None and server.store().run(run_id).status == "running"
+    running = run_id is not None and server.store().run(run_id).status == Status.RUNNING
     # The chart is what people came for: while a run is shown, the options fold away.
     options_form(server.device().has_gpu, expanded=run_id is None)
     if run_id is None:

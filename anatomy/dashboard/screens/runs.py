@@ -14,6 +14,7 @@ from anatomy.dashboard import links, server, widgets
 from anatomy.views import export, text
 from anatomy.views import runs as view
 from anatomy.views.figures import runs as figures
+from anatomy.vocabulary import Status
 
 ANY = "any"
 
@@ -152,7 +153,7 @@ def main() -> None:
 
     rep = report(db, run_id)
     st.subheader(rep.title())
-    if rep.status == "running":
+    if rep.status == Status.RUNNING:
         st.info("In progress: the Live run page shows it as it happens.")
     else:
         widgets.outcome(rep)

@@ -27,6 +27,7 @@ from anatomy.views.style import (
     PREDICTED_COLOUR,
     TOTAL_COLOUR,
 )
+from anatomy.vocabulary import Phase
 
 
 def anatomy_waterfall_figure(sides: dict[str, list[WaterfallStep]]) -> go.Figure:
@@ -126,14 +127,14 @@ def first_steps_figure(report: RunReport, samples: Sequence[Sample], steps: Sequ
             mode="markers", name="torch allocated at the step's end",
             marker={"color": ALLOCATED_COLOUR, "size": 9, "symbol": "x"}))
     start = report.training.start_s
-    figure.add_vline(x=start, line={"color": PHASE_COLOURS["training"], "width": 2})
+    figure.add_vline(x=start, line={"color": PHASE_COLOURS[Phase.TRAINING], "width": 2})
     texts = ["training begins", *(f"step {s.step} ends" for s in marked)]
     places = [start, *(s.t for s in marked)]
     for row, (x, label) in zip(label_rows(places, texts, x1 - x0), zip(places, texts)):
         figure.add_annotation(x=x, xref="x", y=1, yref="paper", xanchor="left", yanchor="top",
                               yshift=-LABEL_ROW_PX * row, text=label, showarrow=False,
                               font={"size": 11, "color": CURVE_COLOUR},
-                              bgcolor=PHASE_COLOURS["training"] if x == start
+                              bgcolor=PHASE_COLOURS[Phase.TRAINING] if x == start
                               else "rgba(255,255,255,0.85)")
     for step in marked:
         figure.add_vline(x=step.t, line={"color": "#555555", "width": 1, "dash": "dot"})
@@ -152,7 +153,7 @@ def first_steps_figure(report: RunReport, samples: Sequence[Sample], steps: Sequ
                 x=x, y=y, text=label, showarrow=True, arrowhead=2, arrowcolor=CURVE_COLOUR,
                 ax=-50 if leftwards else 50, ay=away if y > (low + high) / 2 else -away,
                 xanchor="right" if leftwards else "left", bgcolor="rgba(255,255,255,0.9)",
-                bordercolor=PHASE_COLOURS["training"], borderwidth=1,
+                bordercolor=PHASE_COLOURS[Phase.TRAINING], borderwidth=1,
                 font={"size": 12, "color": CURVE_COLOUR})
     figure.update_layout(
         height=400, margin={"l": 10, "r": 10, "t": 30, "b": 10}, plot_bgcolor="white",

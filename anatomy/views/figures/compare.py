@@ -27,6 +27,7 @@ from anatomy.views.style import (
     part_colour,
     phase_colour,
 )
+from anatomy.vocabulary import Phase, Status
 
 
 def _memory_axis_title(reports: Sequence[RunReport]) -> str:
@@ -59,7 +60,7 @@ def training_range(reports: Sequence[RunReport], phase: str) -> list[float] | No
 
 
 def overlay_figure(reports: Sequence[RunReport], samples_by_run: dict[int, Sequence[Sample]],
-                   phase: str = "training", labels: dict[int, str] | None = None,
+                   phase: str = Phase.TRAINING, labels: dict[int, str] | None = None,
                    training_only: bool = False) -> go.Figure:
     """Each run's memory (its training GPU, or its RSS) on one chart, shifted so that `phase`
     begins at 0 in every run: x = t − that phase's start. A run that never reached the phase is
@@ -105,7 +106,7 @@ SMALL_MULTIPLES_COLUMNS = 3
 
 def small_multiples_figure(reports: Sequence[RunReport],
                            samples_by_run: dict[int, Sequence[Sample]],
-                           phase: str = "training", labels: dict[int, str] | None = None,
+                           phase: str = Phase.TRAINING, labels: dict[int, str] | None = None,
                            training_only: bool = False) -> go.Figure:
     """One panel per run, side by side (three to a row), with one x range and one y range for
     all: the same alignment as `overlay_figure`, each panel with its run's phase bands."""
@@ -245,7 +246,7 @@ def sweep_figure(result: SweepGrid, metric: str = "peak_mb") -> go.Figure:
         i = ys.index(run.values[down]) if down else 0
         j = xs.index(run.values[across])
         value = getattr(run, metric)
-        if run.status == "completed" and value is not None:
+        if run.status == Status.COMPLETED and value is not None:
             z[i][j] = value
             cells[i][j] = f"{value:,.0f}" if metric == "peak_mb" else f"{value:,.2f}"
         else:

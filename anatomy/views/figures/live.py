@@ -34,11 +34,12 @@ from anatomy.views.style import (
     RUN_COLOURS,
     phase_colour,
 )
+from anatomy.vocabulary import Phase
 
 CEILING_SHOWN_FROM = 0.25  # of the total: the ceiling is drawn once the curve comes this close
 # The x axes a run's memory can be drawn on: the whole run in seconds, its training phase in
 # seconds, or its training steps.
-AXES = ("run", "training", "step")
+AXES = ("run", Phase.TRAINING, "step")
 
 
 def step_position(report: RunReport, steps: Sequence[Step]):
@@ -73,14 +74,14 @@ def memory_figure(report: RunReport, samples: Sequence[Sample], steps: Sequence[
 
     `samples` are store rows (`Store.decimated` keeps every peak); `now` is the time the open phase
     has reached (default: the last sample). `axis` (one of AXES): "run" draws the whole run in
-    seconds; "training" the same, zoomed on the training phase (zoom out to see the rest); "step"
+    seconds; Phase.TRAINING the same, zoomed on the training phase (zoom out to see the rest); "step"
     draws the training phase alone against its steps (x = the step, fractions between two ends)."""
     backend = report.backend
     if now is None and samples:
         now = max(s.t for s in samples)
     by_step = step_position(report, steps) if axis == "step" else None
     if axis == "step" and by_step is None:
-        axis = "training"  # no step has ended yet: seconds until one has
+        axis = Phase.TRAINING  # no step has ended yet: seconds until one has
     window = training_window(report, now)
     if axis == "step":
         first = report.training.start_s
@@ -147,7 +148,7 @@ def memory_figure(report: RunReport, samples: Sequence[Sample], steps: Sequence[
 
     ended = [p for p in report.phases if p.done and p.memory_mb is not None]
     if by_step is not None:
-        ended = [p for p in ended if p.name == "training"]
+        ended = [p for p in ended if p.name == Phase.TRAINING]
     if ended:
         figure.add_trace(go.Scatter(
             x=x_of([p.end_s for p in ended]), y=[p.memory_mb for p in ended],
@@ -173,15 +174,15 @@ def memory_figure(report: RunReport, samples: Sequence[Sample], steps: Sequence[
         for phase in ended]
     shapes: list[dict] = []
     if by_step is None:
-        _bands(shapes, annotations, report, now, window if axis == "training" else None)
+        _bands(shapes, annotations, report, now, window if axis == Phase.TRAINING else None)
     figure.update_layout(shapes=shapes, annotations=annotations)
 
     x_title = {"run": "seconds since the run started",
-               "training": "seconds since the run started (zoomed on training: double-click "
+               Phase.TRAINING: "seconds since the run started (zoomed on training: double-click "
                            "for the whole run)",
                "step": "training step"}[axis]
     xaxis: dict = {"title": {"text": x_title}, "rangemode": "tozero"}
-    if axis == "training" and window is not None:
+    if axis == Phase.TRAINING and window is not None:
         xaxis["range"] = list(window)
     figure.update_layout(
         uirevision=f"run-{report.id}-{axis}",  # zoom and legend clicks survive each refresh
@@ -199,7 +200,7 @@ def _other_ranks_ends(figure: go.Figure, report: RunReport, x_of, by_step: bool)
     for rank in report.ranks[1:]:
         ended = [p for p in rank.phases if p.done and p.memory_mb is not None]
         if by_step:
-            ended = [p for p in ended if p.name == "training"]
+            ended = [p for p in ended if p.name == Phase.TRAINING]
         if not ended:
             continue
         figure.add_trace(go.Scatter(
@@ -220,17 +221,17 @@ def _bands(shapes: list[dict], annotations: list[dict], report: RunReport, now: 
     profiling = report.profiling
     if profiling is not None:
         end = profiling.end_s if profiling.end_s is not None else max(now or 0, profiling.start_s)
-        bands.append(Band("profiling", profiling.start_s, end, not profiling.done))
+        bands.append(Band(Phase.PROFILING, profiling.start_s, end, not profiling.done))
     if not bands:
         return
-    names = ["profiling: not in the peak" if b.name == "profiling" else b.name for b in bands]
+    names = ["profiling: not in the peak" if b.name == Phase.PROFILING else b.name for b in bands]
     texts = [f"<b>{name}</b>" + (" …" if b.open else "") for name, b in zip(names, bands)]
     x0, x1 = window if window is not None else (0.0, max(b.x1 for b in bands))
     starts = [max(b.x0, x0) for b in bands]
     rows = label_rows(starts, [n + (" …" if b.open else "") for n, b in zip(names, bands)],
                       x1 - x0)
     for band, label, row in zip(bands, texts, rows):
-        colour = PROFILING_COLOUR if band.name == "profiling" else phase_colour(band.name)
+        colour = PROFILING_COLOUR if band.name == Phase.PROFILING else phase_colour(band.name)
         shapes.append({"type": "rect", "name": band.name, "xref": "x", "yref": "paper",
                        "x0": band.x0, "x1": band.x1, "y0": 0, "y1": 1, "layer": "below",
                        "fillcolor": colour, "opacity": BAND_OPACITY, "line": {"width": 0}})

@@ -31,6 +31,7 @@ from anatomy.analysis.prediction.replay import Recording
 from anatomy.analysis.prediction.tracing.cuda import CudaKernels
 from anatomy.analysis.prediction.tracing.tracker import LiveTensors, Timeline
 from anatomy.analysis.prediction.tracing.trainer_step import StepOptions, TrainerStep
+from anatomy.vocabulary import Phase
 
 
 def _distinct_bytes(tensors) -> int:
@@ -135,7 +136,7 @@ def _record(spec, options, kernels, calibration, steps, lora_rank, lora_targets,
         with tracker:
             model, _ = models.build_model(spec, "meta", lora_rank=lora_rank,
                                           lora_targets=lora_targets, pretrained=False)
-        segment("weights", start)
+        segment(Phase.WEIGHTS, start)
         trainable = [p for p in model.parameters() if p.requires_grad]
         parameters = sum(p.numel() for p in model.parameters())
         weights_bytes = _distinct_bytes(model.parameters())
