@@ -1,0 +1,78 @@
+"""A run's facts as typed records: what the store's JSON columns hold comes back key for key, a
+value of the wrong type is refused where it is built strictly (an import) and kept out of every
+reader's way where the store reads its own rows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from anatomy.analysis.report import report, run_rows
+from anatomy.cli import main
+from anatomy.store import RunFacts, TrainingSummary
+from anatomy.store.checks import InvalidValue
+from anatomy.vocabulary import Phase, Status, Strategy
+from tests.conftest import seed_run
+
+DATA = Path(__file__).resolve().parent.parent.parent / "docs" / "data"
+SHOWN = sorted(p for p in DATA.glob("h200-*.json") if "sweep" not in p.name)
+
+
+@pytest.mark.parametrize("path", SHOWN, ids=lambda p: p.name)
+def test_stored_facts_come_back_key_for_key_in_their_order(path):
+    shown = json.loads(path.read_text())
+    environment = RunFacts.from_dict(shown["environment"], "environment")
+    assert json.dumps(environment.to_dict()) == json.dumps(shown["environment"])
+    assert environment.gpu_name == "NVIDIA H200" and environment.parameters > 0
+    trainer = {k: v for k, v in shown["summary"].items()
+               if k not in ("peak_mb", "peak_bytes", "memory_mb")}
+    assert json.dumps(TrainingSummary.from_dict(trainer).to_dict()) == json.dumps(trainer)
+
+
+def test_a_key_this_anatomy_does_not_know_is_kept_and_a_stored_null_stays():
+    stored = {"driver": "580.159.04", "cuda_driver": None, "newer_fact": {"a": [1, 2]}}
+    facts = RunFacts.from_dict(stored)
+    assert facts.to_dict() == stored and list(facts.to_dict()) == list(stored)
+    assert facts.driver == "580.159.04" and facts.cuda_driver is None
+
+
+def test_facts_reported_later_merge_as_a_dict_update_would():
+    first = RunFacts.from_dict({"driver": "1", "gpu_name": None, "ram_total": 8})
+    later = RunFacts(torch="2.13.0", driver="2", world_size=2, strategy=Strategy.FSDP)
+    merged = first.merged(later)
+    assert merged.to_dict() == {"driver": "2", "gpu_name": None, "ram_total": 8,
+                                "world_size": 2, "strategy": "fsdp", "torch": "2.13.0"}
+    assert merged.strategy is Strategy.FSDP and merged.device == "CPU"
+
+
+@pytest.mark.parametrize("value", ["two", [2], {"a": 1}, 0, True, 2.0])
+def test_a_world_size_that_is_no_whole_number_from_1_is_refused_with_its_place(value):
+    with pytest.raises(InvalidValue) as refused:
+        RunFacts.from_dict({"world_size": value}, "runs[0].run.environment")
+    assert str(refused.value).startswith("runs[0].run.environment.world_size: must be a whole "
+                                         "number from 1 to 65536, got ")
+
+
+def test_a_wrong_value_an_older_import_stored_is_kept_out_of_every_readers_way(store, capsys):
+    """A store written before imports built these types may hold one: it lists, shows and
+    exports as before, the value read as unknown (one process) and printed as stored."""
+    run_id = seed_run(store)
+    with store.connect() as db:
+        db.execute("UPDATE runs SET environment = ? WHERE id = ?",
+                   (json.dumps({"gpu_name": "NVIDIA H200", "world_size": "two"}), run_id))
+    run = store.run(run_id)
+    assert run.environment.world_size is None and run.environment.gpu_name == "NVIDIA H200"
+    rep = report(store, run_id)
+    assert rep.world_size == 1 and rep.to_dict()["environment"]["world_size"] == "two"
+    assert [row.device for row in run_rows(store)] == ["NVIDIA H200"]
+    for command in (["runs"], ["show", str(run_id)], ["export", str(run_id), "--format", "json"]):
+        assert main([*command, "--store", str(store.path)]) == 0, command
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_name_is_its_stored_string():
+    assert Status.COMPLETED == "completed" and f"{Phase.TRAINING}" == "training"
+    assert json.dumps({Phase.KERNEL: Status.OOM}) == '{"kernel": "oom"}'
+    assert Status("stopped") is Status.STOPPED
