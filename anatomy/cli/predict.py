@@ -113,7 +113,9 @@ def _print_batch_fit(options: RunOptions, device: str, gpu_name: str | None, tot
              else f"this machine's RAM ({total / 2**30:.1f} GiB)")
     if as_json:
         print(json.dumps({"max_batch_size": fit.batch_size, "capacity": fit.capacity,
-                          "peak": fit.peak_at_fit, "device": device, "gpu": gpu_name,
+                          "peak": fit.peak_at_fit, "may_fit": fit.may_fit,
+                          "peak_at_may_fit": fit.peak_at_may_fit, "at_limit": fit.at_limit,
+                          "limit": fit.limit, "device": device, "gpu": gpu_name,
                           "total": total, "tried": list(fit.searched),
                           "linear": not fit.exact}, indent=2))
     else:

@@ -15,11 +15,13 @@ from anatomy.analysis.prediction.memory import (
     DEVICES,
     WALKTHROUGH_BYTES_PER_PARAMETER,
     BatchFit,
+    BatchSizes,
     Prediction,
     PredictionError,
     RankPrediction,
     calibration_for,
     capacity_for,
+    edge_need,
     max_batch_size,
     predict,
     predict_ranks,
@@ -31,8 +33,8 @@ from anatomy.analysis.prediction.memory import (
 
 __all__ = [
     "BATCH_SIZE_LIMIT", "COMPONENTS", "CPU_PROCESS_BYTES", "DEVICES",
-    "WALKTHROUGH_BYTES_PER_PARAMETER", "BatchFit", "Prediction", "PredictionError",
-    "RankPrediction", "calibration_for", "capacity_for", "max_batch_size", "predict",
+    "WALKTHROUGH_BYTES_PER_PARAMETER", "BatchFit", "BatchSizes", "Prediction", "PredictionError",
+    "RankPrediction", "calibration_for", "capacity_for", "edge_need", "max_batch_size", "predict",
     "predict_ranks", "rank_prediction", "shard_bytes", "steps_measured",
     "walkthrough_bytes_per_parameter",
 ]

@@ -9,11 +9,21 @@ prediction is judged on), one JSON file per device model in prediction/calibrati
   attention signature (dtype, head size, causal, mask, dropout, grouped-query, gradients),
   queried from torch itself (`torch._fused_sdp_choice`) on the GPU;
 - `attention_backward_bytes_per_element`: scratch a backward attention kernel allocates beside
-  its outputs, per element of the query (measured: the allocator's peak inside the kernel);
+  its outputs, per element of the query (measured: the allocator's peak inside the kernel), by
+  kernel ("cudnn"), and for grouped-query attention where it differs ("cudnn gqa");
 - `context_bytes`: the CUDA context, as NVML sees it (the kernel phase over the baseline);
 - `outside_bytes`: what NVML counts beyond the context and the caching allocator's reserve at
   the peak (kernels loaded lazily while training, library handles);
-- `total_bytes`: the device's memory (what a run may fill).
+- `total_bytes`: the device's memory as NVML counts it;
+- `usable_bytes`: what CUDA lets a process allocate (`cudaMemGetInfo`'s total): NVML's total
+  less the memory the driver keeps for itself (615 MiB on an H200);
+- `fragmentation_allowance`, `fragmentation_allowance_least`: near its capacity the caching
+  allocator cannot use all of its free memory (free blocks inside segments that other blocks
+  keep reserved); a run is taken to fit when its allocated peak plus `fragmentation_allowance`
+  times its largest single request fits the capacity, and may fit when the same with
+  `fragmentation_allowance_least` does. Fitted on runs at the capacity's edge
+  (`edge_fitting_set`): the smallest factor above every run that ran out of memory, the
+  smallest that any run that fitted had.
 
 Without a file for a device, `DEFAULT` holds the H200 figures of docs/MEASUREMENTS.md (measured
 before calibration existed) and says so wherever it is used. Imports no torch.
@@ -75,16 +85,32 @@ class DeviceCalibration:
     # NCCL's own memory on each GPU of several (its buffers, streams, the communicator), outside
     # PyTorch's allocator: seen by NVML only. None until measured on this device (issue 12).
     nccl_bytes: int | None = None
+    usable_bytes: int | None = None  # None: total_bytes less DEFAULT's share for the driver
+    fragmentation_allowance: float = 1.0
+    fragmentation_allowance_least: float = 0.0
+    edge_fitting_set: tuple[str, ...] = ()
+
+    def usable(self, total: int) -> int:
+        """What a process may allocate on a device of `total` bytes (NVML's): this device's
+        measured share, or DEFAULT's where it was not measured."""
+        known = self if self.usable_bytes else DEFAULT
+        return round(total * known.usable_bytes / known.total_bytes)
 
     def sdpa_backend(self, signature: str) -> str:
         return self.sdpa_backends.get(signature) or fallback_backend(signature)
 
-    def attention_backward_bytes(self, backend: str, query_elements: int) -> int:
-        return int(self.attention_backward_bytes_per_element.get(backend, 0.0) * query_elements)
+    def attention_backward_bytes(self, backend: str, query_elements: int, gqa: bool = False
+                                 ) -> int:
+        """A backward kernel's scratch; grouped-query attention's own figure where measured."""
+        per = self.attention_backward_bytes_per_element
+        ratio = per.get(f"{backend} gqa", per.get(backend, 0.0)) if gqa else \
+            per.get(backend, 0.0)
+        return int(ratio * query_elements)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["calibration_set"] = list(self.calibration_set)
+        out["edge_fitting_set"] = list(self.edge_fitting_set)
         return out
 
     @classmethod
@@ -92,6 +118,7 @@ class DeviceCalibration:
         known = set(cls.__dataclass_fields__)
         values = {k: v for k, v in data.items() if k in known}
         values["calibration_set"] = tuple(values.get("calibration_set", ()))
+        values["edge_fitting_set"] = tuple(values.get("edge_fitting_set", ()))
         return cls(**values)
 
     def save(self, directory: Path = CALIBRATION_DIR) -> Path:
@@ -102,11 +129,14 @@ class DeviceCalibration:
 
 
 # The H200 of docs/MEASUREMENTS.md (torch 2.11): context 528.8 MiB (kernel phase), 222-250 MiB
-# outside the allocator at the peak, cuBLAS's 32 MiB a handle (Hopper's default workspace).
+# outside the allocator at the peak, cuBLAS's 32 MiB a handle (Hopper's default workspace);
+# NVML's 143,771 MiB of which the driver keeps 644,939,776 B (CUDA's "total capacity of
+# 139.80 GiB"). A whole largest request lost to fragmentation at the edge: the safe side.
 DEFAULT = DeviceCalibration(
     device="NVIDIA H200", source="docs/MEASUREMENTS.md (bert-large, torch 2.11): not calibrated",
     workspace_forward_bytes=32 * MIB, workspace_backward_bytes=32 * MIB,
-    context_bytes=529 * MIB, outside_bytes=250 * MIB, total_bytes=143_771 * MIB)
+    context_bytes=529 * MIB, outside_bytes=250 * MIB, total_bytes=143_771 * MIB,
+    usable_bytes=143_771 * MIB - 644_939_776)
 
 
 def load(device_name: str | None, directory: Path = CALIBRATION_DIR) -> DeviceCalibration:

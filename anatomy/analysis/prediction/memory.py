@@ -261,27 +261,64 @@ def probe_marks(measured: replay.Measurement, steps: int) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class BatchFit:
-    """The largest batch size predicted to fit, and what it was judged against."""
+    """The largest batch size predicted to fit, how sure, and what it was judged against.
+
+    On a GPU a size fits when its allocated peak plus the calibrated fragmentation allowance
+    (a fraction of its largest single request: free memory the caching allocator cannot use
+    near its capacity) fits the capacity; `may_fit` is the largest that fits with the least
+    allowance any run of the fitting set needed: sizes between may run out of memory."""
     batch_size: int | None  # None: not even 1 fits
     capacity: int  # bytes the run may fill (the allocator's on a GPU, tensors' on a CPU)
     device: str
     peak_at_fit: int | None  # the predicted peak (allocated) at that batch size
     searched: tuple[int, ...]  # the batch sizes tried, in order
     exact: bool  # False: sizes taken as linear in the batch size from two recordings
+    may_fit: int | None = None  # the largest that may fit (>= batch_size)
+    peak_at_may_fit: int | None = None
+    limit: int = BATCH_SIZE_LIMIT  # the batch size option's largest value
+
+    @property
+    def at_limit(self) -> bool:
+        """The search stopped at the option's limit: larger batches were not tried."""
+        return self.batch_size is not None and self.batch_size >= self.limit
+
+    @property
+    def uncertain(self) -> bool:
+        """Larger sizes than `batch_size` fit with the least allowance: they may not."""
+        return bool(self.may_fit) and self.may_fit > (self.batch_size or 0)
+
+    def size_text(self) -> str:
+        return f"≥ {self.limit}" if self.at_limit else str(self.batch_size)
+
+    def margin(self) -> float | None:
+        """How close `may_fit`'s peak comes to the capacity, as a fraction of it."""
+        if not self.may_fit or self.peak_at_may_fit is None:
+            return None
+        return (self.capacity - self.peak_at_may_fit) / self.capacity
 
     def line(self, where: str) -> str:
         if self.batch_size is None:
+            if self.may_fit:
+                return (f"not even batch size 1 is sure to fit {where}; {self.may_fit} may "
+                        f"(within {self.margin():.1%} of capacity)")
             return f"not even batch size 1 is predicted to fit {where}"
-        return (f"largest batch size predicted to fit {where}: {self.batch_size} (peak "
+        text = (f"largest batch size predicted to fit {where}: {self.size_text()} (peak "
                 f"{size_text(self.peak_at_fit)} of {size_text(self.capacity)})")
+        if self.at_limit:
+            return text + "; the batch size option's limit: larger sizes were not tried"
+        if self.uncertain:
+            text += f"; {self.may_fit} is within {self.margin():.1%} of capacity — may not"
+        return text
 
 
 def capacity_for(device: str, total: int, calibration: DeviceCalibration | None) -> int:
-    """What a run's tensors may take: a GPU's memory less the CUDA context and what lives outside
-    PyTorch (the allocator may reserve the rest); a CPU's RAM less the process itself."""
+    """What a run's tensors may take: on a GPU, what CUDA lets a process allocate (NVML's total
+    less the driver's own share) less the CUDA context and what lives outside PyTorch (the
+    allocator may reserve the rest); on a CPU, the RAM less the process itself."""
     if device == "cuda":
-        return total - (calibration.context_bytes + calibration.outside_bytes if calibration
-                        else 0)
+        known = calibration or device_constants.DEFAULT
+        return known.usable(total) - (calibration.context_bytes + calibration.outside_bytes
+                                      if calibration else 0)
     return total - CPU_PROCESS_BYTES
 
 
@@ -308,55 +345,93 @@ def _linear_recording(one: replay.Recording, two: replay.Recording, batch: int
     return replace(two, events=events)
 
 
+def edge_need(measured: replay.Measurement, allowance: float) -> int:
+    """What a run needs of the capacity with this fragmentation allowance: its allocated peak
+    plus `allowance` times its largest single request."""
+    return measured.peak_allocated + round(allowance * measured.largest_request)
+
+
+class BatchSizes:
+    """A run's memory at any batch size, other options unchanged: two recordings (batch sizes 2
+    and 3: the others are linear in them; a size whose operators differ, or 1, is recorded on
+    its own), each size replayed through the caching allocator once (`measure`)."""
+
+    def __init__(self, options: RunOptions, device: str,
+                 calibration: DeviceCalibration | None):
+        self.options, self.device, self.calibration = options, device, calibration
+        self.steps = steps_measured(options)
+        self.shape = _shape_of(options)
+        self.linear = False  # some size was taken as linear in the batch size
+        self.tried: list[int] = []
+        self._measured: dict[int, replay.Measurement] = {}
+        self._recorded = {batch: self._record(batch) for batch in (LINEAR_FROM, LINEAR_FROM + 1)}
+
+    def _record(self, batch: int) -> replay.Recording:
+        return _recording(replace(self.shape, batch_size=batch), self.device, self.calibration,
+                          self.steps)
+
+    def measure(self, batch: int) -> replay.Measurement:
+        if batch not in self._measured:
+            self.tried.append(batch)
+            recording = self._recorded.get(batch)
+            if recording is None and batch > LINEAR_FROM:
+                recording = _linear_recording(self._recorded[LINEAR_FROM],
+                                              self._recorded[LINEAR_FROM + 1], batch)
+                self.linear = self.linear or recording is not None
+            if recording is None:  # batch size 1, or operators that change with the batch size
+                recording = self._record(batch)
+            self._measured[batch] = replay.measure(
+                replay.stream(recording, self.steps, self.options.grad_accum),
+                cuda=self.device == "cuda")
+        return self._measured[batch]
+
+    def peak(self, batch: int | None) -> int | None:
+        return self._measured[batch].peak_allocated if batch in self._measured else None
+
+
 def max_batch_size(options: RunOptions, *, device: str = "cuda", total: int,
                    gpu_name: str | None = None,
                    calibration: DeviceCalibration | None = None) -> BatchFit:
     """The largest batch size (1 to BATCH_SIZE_LIMIT) whose run is predicted to fit `total`
-    bytes of device memory, other options unchanged. Two recordings (batch sizes 2 and 3: the
-    others are linear in them; batch size 1 is recorded when 2 does not fit); each size is judged
-    by replaying the run through the caching allocator with the device's capacity, which
-    releases its cache before giving up, as torch's does."""
+    bytes of device memory, other options unchanged, and the largest that may fit: each size's
+    allocated peak and largest request (`BatchSizes`) judged against the capacity with the
+    device's fragmentation allowances (on a CPU, exact bytes against the RAM)."""
     if device == "cuda" and calibration is None:
         calibration = calibration_for(device, gpu_name)
     capacity = capacity_for(device, total, calibration)
-    steps = steps_measured(options)
-    shape = _shape_of(options)
-    one = _recording(replace(shape, batch_size=LINEAR_FROM), device, calibration, steps)
-    two = _recording(replace(shape, batch_size=LINEAR_FROM + 1), device, calibration, steps)
-    linear = False
-    tried: list[int] = []
-    peaks: dict[int, int] = {}
+    constants = calibration or device_constants.DEFAULT
+    sure, least = ((constants.fragmentation_allowance, constants.fragmentation_allowance_least)
+                   if device == "cuda" else (0.0, 0.0))
+    sizes = BatchSizes(options, device, calibration)
 
-    def fits(batch: int) -> bool:
-        nonlocal linear
-        tried.append(batch)
-        recording = {LINEAR_FROM: one, LINEAR_FROM + 1: two}.get(batch)
-        if recording is None and batch > LINEAR_FROM:
-            recording = _linear_recording(one, two, batch)
-            linear = linear or recording is not None
-        if recording is None:  # batch size 1, or operators that change with the batch size
-            recording = _recording(replace(shape, batch_size=batch), device, calibration, steps)
-        measured = replay.measure(replay.stream(recording, steps, options.grad_accum),
-                                  cuda=device == "cuda", capacity=capacity)
-        if measured.out_of_memory or measured.peak_allocated > capacity:
-            return False
-        peaks[batch] = measured.peak_allocated
-        return True
+    def fits(batch: int, allowance: float) -> bool:
+        return edge_need(sizes.measure(batch), allowance) <= capacity
 
-    if not fits(LINEAR_FROM):
-        fitting = 1 if fits(1) else None
-        return BatchFit(fitting, capacity, device, peaks.get(1), tuple(tried), True)
-    low, high = LINEAR_FROM, 2 * LINEAR_FROM
-    while high <= BATCH_SIZE_LIMIT and fits(high):
-        low, high = high, high * 2
-    high = min(high, BATCH_SIZE_LIMIT + 1)
+    # The largest that may fit: doubling from LINEAR_FROM, then bisection.
+    if fits(LINEAR_FROM, least):
+        low, high = LINEAR_FROM, 2 * LINEAR_FROM
+        while high <= BATCH_SIZE_LIMIT and fits(high, least):
+            low, high = high, high * 2
+        high = min(high, BATCH_SIZE_LIMIT + 1)
+    else:
+        low, high = 0, LINEAR_FROM
+    may = _bisect(low, high, lambda batch: fits(batch, least))
+    # The largest sure to fit: no larger than that.
+    fit = may if not may or sure <= least else _bisect(
+        0, may + 1, lambda batch: fits(batch, sure))
+    return BatchFit(fit or None, capacity, device, sizes.peak(fit), tuple(sizes.tried),
+                    not sizes.linear, may_fit=may or None, peak_at_may_fit=sizes.peak(may))
+
+
+def _bisect(low: int, high: int, fits) -> int:
+    """The largest size in [low, high) that fits, `low` fitting (0: none known) and `high` not."""
     while high - low > 1:
         middle = (low + high) // 2
         if fits(middle):
             low = middle
         else:
             high = middle
-    return BatchFit(low, capacity, device, peaks.get(low), tuple(tried), not linear)
+    return low
 
 
 # --- several processes (issue 12): each rank's memory under DDP and FSDP ---

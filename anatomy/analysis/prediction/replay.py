@@ -137,6 +137,7 @@ class Measurement:
     at_marks: dict[tuple[int, str], int] = field(default_factory=dict)  # allocated at each mark
     peaks_by_stretch: dict[str, int] = field(default_factory=dict)  # from step 2 on
     final_allocated: int = 0
+    largest_request: int = 0  # the largest single allocation once training begins
     out_of_memory: bool = False
 
     def activations(self, step: int) -> int:
@@ -158,6 +159,8 @@ def measure(events, cuda: bool, capacity: int | None = None) -> Measurement:
     peak = 0
     for kind, tid, value in events:
         if kind == ALLOC:
+            if in_training and value > result.largest_request:
+                result.largest_request = value
             if allocator is not None:
                 try:
                     live[tid] = allocator.malloc(value)

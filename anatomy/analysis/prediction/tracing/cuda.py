@@ -172,9 +172,10 @@ class CudaKernels(TorchFunctionMode):
                 if size:
                     self.tracker.timeline.persistent.add(self.tracker.timeline.alloc(size))
         elif func in ATTENTION_BACKWARD:
-            grad_query = out[0]
-            size = self.calibration.attention_backward_bytes(ATTENTION_BACKWARD[func],
-                                                             grad_query.numel())
+            grad_query, grad_key = out[0], out[1]
+            size = self.calibration.attention_backward_bytes(
+                ATTENTION_BACKWARD[func], grad_query.numel(),
+                gqa=grad_key.shape[-3] != grad_query.shape[-3])
             if size:
                 tid = self.tracker.timeline.alloc(size)
                 self.tracker.timeline.free(tid)
