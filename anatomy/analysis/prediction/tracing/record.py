@@ -100,7 +100,9 @@ def record(spec: ModelSpec, options: StepOptions, *, kernels: str = "cuda",
            lora_targets: tuple[str, ...] = ()) -> Recording:
     """Trace the run's build and one of each segment of its steps; `kernels` "cuda" (the CUDA
     emulation, with `calibration`'s constants) or "cpu"."""
-    from transformers import logging
+    # Imported before the trace: importing the Trainer (and peft with it) makes module-level
+    # tensors, which a trace would record in the first recording of a process only.
+    from transformers import Trainer, logging  # noqa: F401
 
     logging.set_verbosity_error()
     timeline = Timeline()
