@@ -403,16 +403,20 @@ def _cached_weights(spec: ModelSpec) -> bool:
 
 
 def build_model(spec: ModelSpec | str, device: str | None = None, *, lora_rank: int = 0,
-                lora_targets: tuple[str, ...] = (), pretrained: bool = True):
+                lora_targets: tuple[str, ...] = (), pretrained: bool = True,
+                initialise: bool = True):
     """The model with its task's head, on `device`, and where its weights came from.
 
-    Random weights are made on the device itself (`torch.device` as the default device): no copy
-    on the host first, so a 1 B-parameter model's weights phase takes seconds, and the device
-    holds what it would hold after a copy. Weights are fp32 whatever the config's torch_dtype:
-    the Trainer keeps fp32 weights and autocasts (fp16/bf16). With `lora_rank`, peft wraps the
-    target modules with adapters and freezes everything else (a classifier's new head trains
-    too). Imports transformers (and torch) lazily: callers in the worker decide when that cost
-    (and memory) lands.
+    Random weights are made on the device itself: no copy on the host first, so a 1 B-parameter
+    model's weights phase takes seconds, and the device holds what it would hold after a copy.
+    With `initialise=False` they are only allocated there, as a copy would allocate them (the
+    model built on the meta device, then `materialise`), with no kernel run: `initialise(model)`
+    gives them their random values later (CUDA loads the initialisers' kernels then, not while
+    the weights are read). Weights are fp32 whatever the config's torch_dtype: the Trainer keeps
+    fp32 weights and autocasts (fp16/bf16). With `lora_rank`, peft wraps the target modules with
+    adapters and freezes everything else (a classifier's new head trains too). Imports
+    transformers (and torch) lazily: callers in the worker decide when that cost (and memory)
+    lands.
     """
     import torch
 
@@ -430,12 +434,58 @@ def build_model(spec: ModelSpec | str, device: str | None = None, *, lora_rank: 
             source = "pretrained (local cache)"
         except (OSError, ValueError):
             model = None  # not usable offline: random weights take the same memory
+    deferred = model is None and not initialise and device not in (None, "meta")
     if model is None:
-        with torch.device(device) if device is not None else nullcontext():
+        where = "meta" if deferred else device
+        with torch.device(where) if where is not None else nullcontext():
             model = head.from_config(config, dtype=torch.float32)
     if lora_rank:
         model = apply_lora(model, spec, lora_rank, lora_targets)
+    if deferred:
+        materialise(model, device)
     return model, source
+
+
+def materialise(module, device: str) -> None:
+    """Storage on `device` for a model built on the meta device, allocated as `module.to(device)`
+    would allocate it (children first, then each module's own parameters and buffers; a
+    parameter shared by two modules once, a buffer once per module holding it), without running
+    a kernel: the values are undefined until `initialise`."""
+    import torch
+
+    target = torch.device(device)
+    made: dict[int, torch.nn.Parameter] = {}  # a meta parameter's storage on the device
+
+    def visit(current) -> None:
+        for child in current.children():
+            visit(child)
+        for name, param in current._parameters.items():
+            if param is not None and param.device != target:
+                if id(param) not in made:
+                    made[id(param)] = torch.nn.Parameter(
+                        torch.empty_like(param, device=target), param.requires_grad)
+                current._parameters[name] = made[id(param)]
+        for name, buffer in current._buffers.items():
+            if buffer is not None and buffer.device != target:
+                current._buffers[name] = torch.empty_like(buffer, device=target)
+
+    visit(module)
+
+
+def initialise(model) -> None:
+    """The random values transformers and peft give a model they build, for one whose storage
+    `materialise` made: every module's own initialisation (buffers too: positions, rotary
+    frequencies), the ties, then LoRA's adapters as peft starts them."""
+    import torch
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    with torch.no_grad():
+        base.init_weights()
+        for module in model.modules():
+            if hasattr(module, "reset_lora_parameters") and hasattr(module, "lora_A"):
+                for adapter in module.lora_A:
+                    module.reset_lora_parameters(
+                        adapter, model.peft_config[adapter].init_lora_weights)
 
 
 def apply_lora(model, spec: ModelSpec, rank: int, targets: tuple[str, ...] = ()):
