@@ -1,54 +1,70 @@
-"""The prediction against a GPU: device constants fitted on a calibration set, then a grid of
-configurations the constants never saw, each predicted first, then run.
+"""The prediction against a GPU, in parts, each configuration predicted on the CPU first, then
+run in a fresh process (its own CUDA context, as a user's run): the device's constants, a grid
+of models the prediction never saw (allocator and NVML peaks), the largest batch size predicted
+then confirmed at the capacity's edge, and the walkthrough's four figures next to its own script.
 
-    python bench/prediction_grid.py --calibrate                  # constants -> prediction/calibration/
-    python bench/prediction_grid.py --grid                       # the grid + the largest batch sizes
-    python bench/prediction_grid.py --calibrate --grid --budget-s 560 --out DIR   # both, one call
-    python bench/prediction_grid.py --grid --quick               # 40 configurations, smaller shapes
-    python bench/prediction_grid.py --report DIR/prediction-grid.jsonl           # the tables again
-    python bench/prediction_grid.py --grid --dry-run             # the plan and its time estimate
+    python bench/prediction_grid.py --parts calibrate,grid,walkthrough --out DIR --budget-s 530
+    python bench/prediction_grid.py --parts edge,fits --out DIR --budget-s 530
+    python bench/prediction_grid.py --parts ... --resume OLD.jsonl   # skip what OLD recorded
+    python bench/prediction_grid.py --parts edge                     # CPU only: refit the edge
+    python bench/prediction_grid.py --report DIR/prediction-grid.jsonl   # the tables again
+    python bench/prediction_grid.py --dry-run [--parts ...]          # the plan and its time
+    python bench/prediction_grid.py --device cpu --quick --out DIR   # every part on tiny models
 
-Everything runs in this one process on GPU 0 (build the model on the device, the Trainer for a
-few steps exactly as the worker sets it up, read the allocator's peaks and NVML, free,
-empty_cache, next); the predictions run meanwhile on the CPU in a pool of processes that never
-touch CUDA, each finished before its configuration runs. An out-of-memory configuration is
-recorded as such and the next one runs. Results are appended to DIR/prediction-grid.jsonl as
-they come and DIR/prediction-grid.md is rewritten after each, so a grid cut short by the time
-limit still gives its table. `--budget-s` stops starting new work when the next item would not
-end in time.
+Parts:
+- calibrate: the device's facts (context, what CUDA lets a process allocate, cuBLAS's
+  workspaces, the attention kernel per signature and its backward scratch) and the calibration
+  set's runs (NVML beyond the context and the allocator's reserve): the constants, written to
+  anatomy/analysis/prediction/calibration/<gpu>.json and DIR/<gpu>.json;
+- grid: GRID's configurations (models of bench/models/, their published configurations),
+  predicted, then run STEPS steps: components, allocator peak and reserve, NVML peak;
+- edge: the fragmentation allowances fitted on the runs at the capacity's edge of FITTING_SET
+  (docs/data/prediction-grid.jsonl: the previous session's largest batch sizes, other models
+  than FITS'), recomputed with the prediction as it is now (CPU only, written to the
+  calibration file);
+- fits: FITS' largest batch sizes predicted (`max_batch_size`), then run at that size and the
+  next (the one after when the next fits too; the one before when it does not fit), each run
+  recording the allocator's state and CUDA's free memory at its end or at its out-of-memory;
+- walkthrough: `python -m anatomy run` (the walkthrough's run) and bench/walkthrough_script.py
+  (its own procedure, nothing of anatomy), their baseline, kernel, weights and training figures.
 
-The calibration set (CALIBRATION) and the grid (grid()) share no configuration; docs/PREDICTION.md
-names both and holds the table.
+Results are appended to DIR/prediction-grid.jsonl as they come and DIR/prediction-grid.md is
+rewritten after each, so a session cut short still gives its tables. `--budget-s` starts nothing
+that would end after it. The predictions run in a pool of CPU processes that never touch CUDA.
+The calibration set, the edge's fitting set and the grids share no configuration (asserted).
 """
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import gc
 import json
 import multiprocessing
 import os
 import platform
 import statistics
+import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(ROOT), str(HERE)]
 
 from anatomy.analysis import models  # noqa: E402
 from anatomy.analysis.components import MEASURED_STEPS  # noqa: E402
 from anatomy.analysis.options import RunOptions  # noqa: E402
 from anatomy.analysis.prediction import device_constants  # noqa: E402
-from anatomy.analysis.prediction.device_constants import DeviceCalibration, sdpa_signature  # noqa: E402
+from anatomy.analysis.prediction.device_constants import DeviceCalibration  # noqa: E402
 
 MIB = 2**20
 STEPS = MEASURED_STEPS  # the probe's steps: the prediction replays the same ones
+MODELS = "bench/models"
+FITTING_SET = ROOT / "docs" / "data" / "prediction-grid.jsonl"
+RUN_TIMEOUT_S = 240  # one fresh process: build, STEPS steps at the largest batch, exit
 
 
 @dataclass(frozen=True)
@@ -66,12 +82,17 @@ class Config:
         return RunOptions(model=self.model, precision=self.precision,
                           gradient_checkpointing=self.checkpointing, lora_rank=self.lora_rank,
                           batch_size=self.batch_size, seq_len=self.seq_len, optim=self.optim,
-                          grad_accum=self.grad_accum, max_steps=STEPS, dataset_size=10**6)
+                          grad_accum=self.grad_accum, max_steps=STEPS,
+                          dataset_size=max(64, self.batch_size * self.grad_accum * STEPS))
+
+    def run_options(self) -> dict:
+        """The options as the fresh process rebuilds them (RunOptions' fields)."""
+        return asdict(self.options())
 
     @property
     def label(self) -> str:
-        words = [self.model, self.precision, f"b{self.batch_size}"]
-        if models.resolve(self.model).task != models.IMAGE_CLASSIFICATION:
+        words = [models.display_name(self.model), self.precision, f"b{self.batch_size}"]
+        if not _is_image(self.model):
             words.append(f"s{self.seq_len}")
         words.append(self.optim)
         if self.checkpointing:
@@ -82,9 +103,27 @@ class Config:
             words.append(f"accum{self.grad_accum}")
         return " ".join(words)
 
+    @property
+    def family(self) -> str:
+        """The configuration without its batch size: what a largest-batch check is about."""
+        return self.label.replace(f" b{self.batch_size}", "")
+
+
+def _is_image(model: str) -> bool:
+    try:
+        return models.resolve(model).task == models.IMAGE_CLASSIFICATION
+    except models.ModelError:  # a config this version refuses: its architecture still says
+        path = ROOT / model
+        return path.is_file() and \
+            models.task_of(json.loads(path.read_text())) == models.IMAGE_CLASSIFICATION
+
+
+def bench_model(name: str) -> str:
+    return f"{MODELS}/{name}.json"
+
 
 # The calibration set: what the device constants are fitted on (NVML's memory outside PyTorch;
-# the rest are read from the device itself). No configuration of the grid is among them.
+# the rest are read from the device itself). No configuration of the grids is among them.
 CALIBRATION = (
     Config("bert-large-uncased", "fp32", batch_size=4, seq_len=512),
     Config("gpt2", "bf16", True, batch_size=12, seq_len=512, optim="adagrad"),
@@ -92,84 +131,150 @@ CALIBRATION = (
     Config("vit-base-patch16-224", "bf16", batch_size=48, optim="rmsprop"),
 )
 
-# The grid's models and their two shapes (batch size, sequence length): small, then longer.
-SHAPES = {
-    "bert-base-uncased": ((16, 128), (8, 512)),
-    "gpt2": ((8, 256), (4, 1024)),
-    "tinyllama-1.1b": ((4, 256), (2, 1024)),
-    "qwen2-0.5b": ((4, 256), (2, 1024)),
-    "vit-base-patch16-224": ((32, 0), (64, 0)),
+DECODERS = ("llama-3.2-1b", "qwen2.5-1.5b", "smollm2-360m", "falcon-rw-1b", "bloom-560m",
+            "qwen3-moe-shaped")
+ENCODERS = ("electra-large", "modernbert-base")
+VISION = ("deit-base", "efficientnet-b0", "regnet-y-040")
+SEQ2SEQ = ("flan-t5-small", "opus-mt-en-de")
+# Per family, rows that between them vary precision, checkpointing, LoRA or full fine-tuning,
+# shape, optimizer and accumulation: (precision, checkpointing, LoRA rank, batch size, sequence
+# length, optimizer, accumulation).
+ROWS = {
+    DECODERS: (("bf16", False, 0, 4, 512, "adamw_torch", 1),
+               ("fp32", True, 0, 2, 1024, "adafactor", 1),
+               ("bf16", False, 16, 8, 512, "adamw_torch", 2)),
+    ENCODERS: (("bf16", False, 0, 16, 512, "adamw_torch", 1),
+               ("fp32", False, 0, 8, 512, "adamw_torch_fused", 1),
+               ("fp16", True, 0, 16, 256, "sgd", 1)),
+    VISION: (("bf16", False, 0, 64, 0, "adamw_torch", 1),
+             ("fp32", False, 0, 32, 0, "rmsprop", 1),
+             ("bf16", False, 0, 64, 0, "adagrad", 2)),
+    SEQ2SEQ: (("bf16", False, 0, 16, 256, "adamw_torch", 1),
+              ("fp32", False, 0, 8, 512, "adafactor", 1)),
 }
-QUICK_SHAPES = {
-    "bert-base-uncased": ((8, 128), (4, 256)),
-    "gpt2": ((4, 128), (2, 512)),
-    "tinyllama-1.1b": ((2, 128), (1, 512)),
-    "qwen2-0.5b": ((2, 128), (1, 512)),
-    "vit-base-patch16-224": ((16, 0), (32, 0)),
-}
-# Per model, nine rows that between them vary everything: precision, checkpointing, LoRA or
-# full, shape, optimizer, accumulation. (shape index, precision, checkpointing, LoRA, optim,
-# accumulation)
-ROWS = (
-    (0, "fp32", False, 0, "adamw_torch", 1),
-    (1, "bf16", False, 0, "adamw_torch", 1),
-    (0, "fp16", False, 0, "adamw_torch_fused", 1),
-    (1, "bf16", True, 0, "adafactor", 1),
-    (1, "fp32", True, 0, "sgd", 1),
-    (1, "bf16", False, 8, "adamw_torch", 1),
-    (0, "fp16", True, 8, "adamw_torch", 1),
-    (0, "fp32", False, 8, "rmsprop", 2),
-    (0, "bf16", False, 0, "adagrad", 2),
-)
-# The largest batch size, predicted then run: each model × precision at one sequence length.
-BATCH_SEQ_LEN = {"bert-base-uncased": 512, "gpt2": 1024, "tinyllama-1.1b": 1024,
-                 "qwen2-0.5b": 1024, "vit-base-patch16-224": 0}
+LARGE = (Config(bench_model("llama-2-7b"), "bf16", True, 16, batch_size=4, seq_len=1024),
+         Config(bench_model("mistral-7b"), "bf16", False, 16, batch_size=2, seq_len=1024))
+
+# The largest batch size, predicted then confirmed: models none of whose runs the edge was
+# fitted on, decoders at 1,024 tokens, encoders and sequence-to-sequence at 512 or 256.
+FITS = tuple(Config(bench_model(name), precision, ckpt, lora, 1, seq or 512, optim) for
+             name, precision, ckpt, lora, seq, optim in (
+                 ("smollm2-360m", "bf16", False, 0, 1024, "adamw_torch"),
+                 ("smollm2-360m", "fp32", False, 0, 1024, "adamw_torch"),
+                 ("llama-3.2-1b", "bf16", False, 0, 1024, "adamw_torch"),
+                 ("llama-3.2-1b", "bf16", False, 16, 1024, "adamw_torch"),
+                 ("qwen2.5-1.5b", "bf16", False, 0, 1024, "adamw_torch"),
+                 ("qwen2.5-1.5b", "fp32", True, 0, 2048, "adafactor"),
+                 ("falcon-rw-1b", "bf16", False, 0, 1024, "adamw_torch"),
+                 ("falcon-rw-1b", "fp16", True, 0, 1024, "adamw_torch_fused"),
+                 ("bloom-560m", "bf16", False, 0, 1024, "adamw_torch"),
+                 ("bloom-560m", "fp32", False, 0, 512, "rmsprop"),
+                 ("electra-large", "bf16", False, 0, 512, "adamw_torch"),
+                 ("electra-large", "fp32", False, 0, 512, "adafactor"),
+                 ("modernbert-base", "bf16", False, 0, 1024, "adamw_torch"),
+                 ("modernbert-base", "fp32", False, 0, 512, "sgd"),
+                 ("deit-base", "bf16", False, 0, 0, "adamw_torch"),
+                 ("deit-base", "fp32", False, 0, 0, "adamw_torch"),
+                 ("efficientnet-b0", "bf16", False, 0, 0, "adamw_torch"),
+                 ("regnet-y-040", "fp32", False, 0, 0, "sgd"),
+                 ("qwen3-moe-shaped", "bf16", False, 0, 1024, "adamw_torch"),
+                 ("flan-t5-small", "bf16", False, 0, 512, "adamw_torch"),
+                 ("opus-mt-en-de", "bf16", False, 0, 256, "adamw_torch"),
+                 ("opus-mt-en-de", "fp32", False, 0, 512, "adafactor"),
+                 ("llama-2-7b", "bf16", True, 16, 1024, "adamw_torch"),
+                 ("mistral-7b", "bf16", False, 16, 1024, "adamw_torch"),
+             ))
+
+# --device cpu: every part on tiny models, to run the whole script where there is no GPU.
+CPU_CALIBRATION = (Config("tiny", "fp32", batch_size=2, seq_len=32),)
+CPU_GRID = (Config("tiny-gpt2", "fp32", batch_size=2, seq_len=32),
+            Config("tiny-llama", "bf16", True, 4, batch_size=2, seq_len=32, optim="sgd"))
+CPU_FITS = (Config("tiny-gpt2", "fp32", batch_size=1, seq_len=16),)
 
 
-def grid(quick: bool) -> list[Config]:
-    shapes = QUICK_SHAPES if quick else SHAPES
-    rows = ROWS[:8] if quick else ROWS
+def grid(quick: bool = False) -> list[Config]:
     out = []
-    for model, pair in shapes.items():
-        for shape, precision, ckpt, lora, optim, accum in rows:
-            batch, seq = pair[shape]
-            out.append(Config(model, precision, ckpt, lora, batch, seq or 512, optim, accum))
-    assert not set(out) & set(CALIBRATION)
+    for names, rows in ROWS.items():
+        for name in names:
+            for precision, ckpt, lora, batch, seq, optim, accum in rows[:2] if quick else rows:
+                out.append(Config(bench_model(name), precision, ckpt, lora, batch, seq or 512,
+                                  optim, accum))
+    out += LARGE
     return out
 
 
-def batch_pairs(quick: bool) -> list[Config]:
-    precisions = ("bf16", "fp32", "fp16")
-    pairs = [Config(model, precision, batch_size=1, seq_len=seq or 512)
-             for precision in precisions for model, seq in BATCH_SEQ_LEN.items()]
-    return pairs[:10] if quick else pairs
+def plan(device: str, quick: bool) -> tuple[tuple[Config, ...], list[Config], tuple[Config, ...]]:
+    """The calibration set, the grid and the largest-batch configurations for this device."""
+    if device == "cpu":
+        return CPU_CALIBRATION, list(CPU_GRID), CPU_FITS
+    configs = grid(quick)
+    fits = FITS[:12] if quick else FITS
+    families = {c.family for c in CALIBRATION}
+    assert not families & {c.family for c in configs} and not set(CALIBRATION) & set(configs)
+    assert not {c.model for c in fits} & set(fitting_models()), "the edge was fitted on these"
+    return CALIBRATION, configs, fits
 
 
-# --- predictions: a pool of CPU processes that never see the GPU ---
+def fitting_models() -> list[str]:
+    return sorted({row["config"]["model"] for row in _rows(FITTING_SET)
+                   if row.get("kind") == "batch"})
+
+
+# --- the CPU side: predictions in processes that never see the GPU ---
 
 def _no_cuda() -> None:
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 
-def predict_one(config: Config, gpu_name: str) -> dict:
-    from anatomy.analysis.prediction import predict
+def predict_one(config: Config, gpu_name: str | None, device: str) -> dict:
+    from anatomy.analysis.prediction import PredictionError, predict
 
     started = time.monotonic()
-    p = predict(config.options(), device="cuda", gpu_name=gpu_name)
+    try:
+        p = predict(config.options(), device=device, gpu_name=gpu_name)
+    except PredictionError as error:
+        return {"refused": str(error), "seconds": round(time.monotonic() - started, 2)}
     return {**p.to_dict(), "peak_reserved": p.peak_reserved, "marks": p.marks,
+            "weights_allocated": p.weights_allocated, "weights_reserved": p.weights_reserved,
             "seconds": round(time.monotonic() - started, 2)}
 
 
-def predict_fit(config: Config, gpu_name: str, total: int) -> dict:
-    from anatomy.analysis.prediction import max_batch_size
+def predict_fit(config: Config, gpu_name: str | None, device: str, total: int) -> dict:
+    """The largest batch size predicted to fit, and each size around it as the edge sees it
+    (allocated peak, largest request): what a refit of the edge needs from this run."""
+    from anatomy.analysis.prediction import BatchSizes, PredictionError, max_batch_size
+    from anatomy.analysis.prediction.memory import calibration_for
 
     started = time.monotonic()
-    fit = max_batch_size(config.options(), device="cuda", total=total, gpu_name=gpu_name)
-    return {"batch_size": fit.batch_size, "capacity": fit.capacity, "peak": fit.peak_at_fit,
-            "tried": list(fit.searched), "seconds": round(time.monotonic() - started, 2)}
+    options = config.options()
+    try:
+        fit = max_batch_size(options, device=device, total=total, gpu_name=gpu_name)
+    except PredictionError as error:
+        return {"refused": str(error), "seconds": round(time.monotonic() - started, 2)}
+    sizes = BatchSizes(options, device, calibration_for(device, gpu_name))
+    around = {b for b in (fit.batch_size, fit.may_fit) if b for b in (b - 1, b, b + 1, b + 2)
+              if 1 <= b <= fit.limit}
+    need = {str(b): _need(sizes.measure(b)) for b in sorted(around)}
+    return {"batch_size": fit.batch_size, "may_fit": fit.may_fit, "capacity": fit.capacity,
+            "peak": fit.peak_at_fit, "at_limit": fit.at_limit, "line": fit.line("the GPU"),
+            "tried": list(fit.searched), "need": need,
+            "seconds": round(time.monotonic() - started, 2)}
 
 
-# --- the GPU side ---
+def edge_point(config: Config, batch: int, gpu_name: str | None) -> dict:
+    """A batch size of a run at the capacity's edge, as the prediction sees it now."""
+    from anatomy.analysis.prediction import BatchSizes
+    from anatomy.analysis.prediction.memory import calibration_for
+
+    sizes = BatchSizes(config.options(), "cuda", calibration_for("cuda", gpu_name))
+    return _need(sizes.measure(batch))
+
+
+def _need(measured) -> dict:
+    return {"peak": measured.peak_allocated, "largest": measured.largest_request}
+
+
+# --- the GPU side: fresh processes, NVML sampled from here ---
 
 class NvmlPeak:
     """NVML's `used` for the training GPU, sampled every millisecond or so in a thread: the
@@ -199,244 +304,421 @@ class NvmlPeak:
         self.current = self.read()
         self.peak = self.current
 
-    def settle(self, seconds: float = 0.05) -> int:
-        time.sleep(seconds)
-        return self.peak
-
     def close(self) -> None:
         self._stop.set()
 
 
-class _Components:
-    """The reporter the probe callback reports to: keeps what it says."""
+def _child(conn, name: str, args: tuple) -> None:
+    import gpu_child
 
-    def __init__(self):
-        self.values: dict | None = None
-
-    def components(self, values: dict) -> None:
-        self.values = values
-
-
-def run_config(config: Config, sampler: NvmlPeak, baseline: int, context: int) -> dict:
-    """Build, train STEPS steps as the worker does, read the figures, free. OOM is a result."""
-    import torch
-
-    started = time.monotonic()
     try:
-        result = _train(config, sampler, baseline, context, started)
-    except torch.cuda.OutOfMemoryError as error:
-        result = {"status": "oom", "error": str(error).splitlines()[0][:200]}
-    except RuntimeError as error:
-        if "out of memory" not in str(error).lower():
-            raise
-        result = {"status": "oom", "error": str(error).splitlines()[0][:200]}
-    # The model, the Trainer and their tensors went with _train's frame (and the error's).
-    gc.collect()
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
-    result["seconds"] = round(time.monotonic() - started, 2)
-    return result
+        conn.send(getattr(gpu_child, name)(*args))
+    except BaseException as error:  # noqa: BLE001 - the parent records what went wrong
+        conn.send({"status": "failed", "error": f"{type(error).__name__}: {str(error)[:300]}"})
+    finally:
+        conn.close()
 
 
-def _train(config: Config, sampler: NvmlPeak, baseline: int, context: int, started: float
-           ) -> dict:
-    import torch
-    from accelerate.state import AcceleratorState
-    from transformers import Trainer, logging
+class Fresh:
+    """Runs bench/gpu_child.py's functions each in a process of its own, forked from a server
+    that imported torch and transformers but never touched CUDA: a fresh CUDA context each time,
+    in a fraction of a second. NVML's peak over the process's life is added (`nvml_peak`, over
+    the baseline)."""
 
-    from anatomy.engine.callbacks import ComponentProbing
-    from anatomy.engine.dataset import DummyDataset
-    from anatomy.engine.probe import ComponentProbe
-    from anatomy.engine.worker import _training_arguments
+    def __init__(self, sampler: NvmlPeak | None, baseline: int):
+        self.sampler, self.baseline = sampler, baseline
+        self.context = multiprocessing.get_context("forkserver")
+        self.context.set_forkserver_preload(["torch", "transformers", "accelerate", "peft",
+                                             "gpu_child"])
 
-    logging.set_verbosity_error()
-    options = config.options()
-    spec = models.resolve(config.model)
-    AcceleratorState._reset_state(True)  # a new Trainer may take another precision
-    model, _ = models.build_model(spec, "cuda", lora_rank=options.lora_rank,
-                                  lora_targets=options.lora_target_list())
-    torch.cuda.synchronize()
-    result: dict = {"status": "completed", "build_s": round(time.monotonic() - started, 2),
-                    "weights_allocated": torch.cuda.memory_allocated()}
-    captured = _Components()
-    probe = ComponentProbe(model, use_cuda=True)  # resets the allocator's peaks, as the worker
-    sampler.reset()
-    with tempfile.TemporaryDirectory() as output_dir:
-        args = _training_arguments(options.to_dict(), output_dir, True, "no")
-        dataset = DummyDataset(spec, options.dataset_size, options.seq_len, options.seed)
-        trainer = Trainer(model=model, args=args, train_dataset=dataset,
-                          callbacks=[ComponentProbing(captured, probe)])
-        trainer.train()
-        torch.cuda.synchronize()
-    measured = dict(captured.values or probe.result())
-    measured["nvml_peak"] = sampler.settle() - baseline
-    measured["context"] = context
-    result["measured"] = measured
-    return result
-
-
-# --- calibration: the device's own facts, then the calibration set ---
-
-def device_facts(sampler: NvmlPeak, baseline: int) -> dict:
-    """The CUDA context (NVML after the first tensor and the initialisers' kernels, as the
-    worker's kernel phase), cuBLAS's workspaces (the allocator around the first matrix products,
-    forward and backward), which attention kernel torch picks per signature, and each kernel's
-    backward scratch."""
-    import torch
-
-    from anatomy.engine.worker import load_initialisers
-
-    torch.ones((1, 1)).to("cuda")
-    load_initialisers("cuda")
-    torch.cuda.synchronize()
-    sampler.settle(0.3)
-    context = sampler.read() - baseline
-    x = torch.randn(64, 64, device="cuda", requires_grad=True)
-    w = torch.randn(64, 64, device="cuda", requires_grad=True)
-    bias = torch.zeros(64, device="cuda")
-    before = torch.cuda.memory_allocated()
-    hidden = torch.nn.functional.linear(x, w, bias)  # addmm (cuBLASLt with its bias epilogue)
-    y = hidden @ w  # mm
-    torch.cuda.synchronize()
-    forward = torch.cuda.memory_allocated() - before - _bytes(hidden) - _bytes(y)
-    before = torch.cuda.memory_allocated()
-    y.sum().backward()  # the autograd thread's first matrix products
-    torch.cuda.synchronize()
-    backward = torch.cuda.memory_allocated() - before - _bytes(x.grad) - _bytes(w.grad)
-    del x, w, bias, hidden, y
-    return {"context_bytes": int(context), "workspace_forward_bytes": _block(forward),
-            "workspace_backward_bytes": _block(backward), "sdpa_backends": sdpa_table(),
-            "attention_backward_bytes_per_element": attention_scratch()}
-
-
-def _bytes(tensor, count: int = 1) -> int:
-    return count * -(-tensor.untyped_storage().nbytes() // 512) * 512
-
-
-def _block(size: int) -> int:
-    """A workspace is a whole number of MiB: what is left of small tensors' rounding is not."""
-    return max(0, round(size / MIB) * MIB)
-
-
-def sdpa_table() -> dict[str, str]:
-    """torch's own choice (`torch._fused_sdp_choice`) for every signature the shipped models and
-    their precisions make, with the layout the models hand over (heads transposed)."""
-    import torch
-    from torch.nn.attention import SDPBackend
-
-    names = {SDPBackend.FLASH_ATTENTION: "flash", SDPBackend.EFFICIENT_ATTENTION: "efficient",
-             SDPBackend.CUDNN_ATTENTION: "cudnn", SDPBackend.MATH: "math"}
-    table = {}
-    for dtype in (torch.float32, torch.float16, torch.bfloat16):
-        for head_dim in (16, 32, 64, 128):
-            for causal in (False, True):
-                for mask in (False, True):
-                    for dropout in (False, True):
-                        for gqa in (False, True):
-                            if causal and mask:
-                                continue
-                            q = torch.randn(2, 128, 8, head_dim, device="cuda", dtype=dtype
-                                            ).transpose(1, 2).requires_grad_()
-                            heads = 2 if gqa else 8
-                            k, v = (torch.randn(2, 128, heads, head_dim, device="cuda",
-                                                dtype=dtype).transpose(1, 2).requires_grad_()
-                                    for _ in range(2))
-                            attn_mask = (torch.zeros(128, 128, device="cuda", dtype=dtype)
-                                         if mask else None)
-                            try:
-                                choice = SDPBackend(torch._fused_sdp_choice(
-                                    q, k, v, attn_mask, 0.1 if dropout else 0.0, causal,
-                                    enable_gqa=gqa))
-                            except (RuntimeError, ValueError):  # no fused kernel takes it
-                                choice = SDPBackend.MATH
-                            key = sdpa_signature(str(dtype).removeprefix("torch."), head_dim,
-                                                 causal, mask, dropout, gqa, True)
-                            table[key] = names.get(choice, "math")
-    return table
-
-
-def attention_scratch() -> dict[str, float]:
-    """Bytes a backward attention kernel allocates beyond the gradients it returns, per element
-    of the query: the allocator's peak inside the backward pass of one attention call through
-    that kernel (torch.nn.attention.sdpa_kernel), with the layout the models hand over, at two
-    sizes (the larger ratio kept)."""
-    import torch
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    kernels = {"flash": (SDPBackend.FLASH_ATTENTION, torch.bfloat16),
-               "efficient": (SDPBackend.EFFICIENT_ATTENTION, torch.float32),
-               "cudnn": (SDPBackend.CUDNN_ATTENTION, torch.bfloat16)}
-    out = {}
-    for name, (backend, dtype) in kernels.items():
-        ratios = []
-        for batch, seq in ((2, 512), (4, 1024)):
+    def run(self, name: str, *args, timeout: float = RUN_TIMEOUT_S) -> dict:
+        receive, send = self.context.Pipe(duplex=False)
+        process = self.context.Process(target=_child, args=(send, name, args), daemon=True)
+        if self.sampler:
+            self.sampler.reset()
+        started = time.monotonic()
+        process.start()
+        send.close()
+        result = None
+        if receive.poll(timeout):
             try:
-                bases = [torch.randn(batch, seq, 8, 64, device="cuda", dtype=dtype,
-                                     requires_grad=True) for _ in range(3)]
-                q, k, v = (b.transpose(1, 2) for b in bases)
-                with sdpa_kernel([backend]):
-                    attention = F.scaled_dot_product_attention(q, k, v)
-                grad = torch.randn(batch, seq, 8, 64, device="cuda", dtype=dtype).transpose(1, 2)
-                torch.cuda.synchronize()
-                torch.cuda.reset_peak_memory_stats()
-                before = torch.cuda.memory_allocated()
-                attention.backward(grad)
-                torch.cuda.synchronize()
-                grads = sum(_bytes(b.grad) for b in bases)
-                scratch = torch.cuda.max_memory_allocated() - before - grads
-                ratios.append(max(0, scratch) / q.numel())
-                del bases, q, k, v, attention, grad
-            except Exception as error:  # noqa: BLE001 - a kernel this GPU lacks: no scratch
-                print(f"  {name} backward: not measured ({type(error).__name__}: "
-                      f"{str(error)[:80]})", flush=True)
-                break
-            finally:
-                torch.cuda.empty_cache()
-        if ratios:
-            out[name] = round(max(ratios), 4)
-    return out
+                result = receive.recv()
+            except EOFError:
+                result = None
+        process.join(10)
+        if process.is_alive():
+            process.kill()
+            process.join()
+        if result is None:
+            result = {"status": "timeout" if time.monotonic() - started >= timeout else
+                      "crashed", "exit_code": process.exitcode}
+        if self.sampler:
+            time.sleep(0.05)
+            result["nvml_peak"] = self.sampler.peak - self.baseline
+        result.setdefault("wall_s", round(time.monotonic() - started, 2))
+        return result
 
 
-def calibrate(out_dir: Path, sampler: NvmlPeak, baseline: int, gpu, log) -> DeviceCalibration:
+# --- the session ---
+
+class Session:
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.started = time.monotonic()
+        self.device = args.device
+        self.out = Path(args.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.path = self.out / "prediction-grid.jsonl"
+        self.done: dict[tuple[str, str], dict] = {}
+        for resumed in args.resume or ():
+            for row in _rows(Path(resumed)):
+                if row.get("kind") in ("grid", "fits", "calibration", "walkthrough"):
+                    self.done[(row["kind"], row.get("label", ""))] = row
+        self.path.write_text("")
+        self.gpu = None
+        self.sampler = None
+        self.baseline = 0
+        self.pool = None
+        self.fresh = None
+        self.spent: dict[str, list[float]] = {}
+
+    def log(self, text: str) -> None:
+        print(f"[{time.monotonic() - self.started:6.1f} s] {text}", flush=True)
+
+    def left(self) -> float:
+        budget = self.args.budget_s
+        return float("inf") if budget is None else budget - (time.monotonic() - self.started)
+
+    def affordable(self, kind: str, default: float) -> bool:
+        spent = self.spent.get(kind, [])
+        expected = statistics.mean(spent[-5:]) if spent else default
+        return self.left() > expected
+
+    def took(self, kind: str, seconds: float) -> None:
+        self.spent.setdefault(kind, []).append(seconds)
+
+    def record(self, row: dict) -> None:
+        with self.path.open("a") as file:
+            file.write(json.dumps(row) + "\n")
+        (self.out / "prediction-grid.md").write_text(report(_rows(self.path)))
+
+    def resumed(self, kind: str, label: str) -> bool:
+        """A row an earlier session recorded: copied here, not run again."""
+        row = self.done.get((kind, label))
+        if row is not None:
+            self.record(row)
+        return row is not None
+
+    def start(self) -> None:
+        if self.device == "cuda":
+            from anatomy.engine.devices import machine
+
+            info = machine()
+            if not info.has_gpu:
+                raise SystemExit("error: no GPU here (NVML sees none); run with --device cpu")
+            self.gpu = info.devices[0]
+            self.sampler = NvmlPeak(self.gpu.nvml_index)
+            time.sleep(0.3)
+            self.baseline = self.sampler.read()  # before any process of ours touches CUDA
+        self.fresh = Fresh(self.sampler, self.baseline)
+        self.pool = concurrent.futures.ProcessPoolExecutor(
+            max_workers=self.args.jobs, mp_context=multiprocessing.get_context("spawn"),
+            initializer=_no_cuda)
+
+    @property
+    def gpu_name(self) -> str | None:
+        return self.gpu.name if self.gpu else None
+
+    @property
+    def nvml_index(self) -> int | None:
+        return self.gpu.nvml_index if self.gpu else None
+
+    @property
+    def total(self) -> int:
+        return self.gpu.total if self.gpu else self.args.cpu_total_mib * MIB
+
+    def header(self) -> None:
+        import peft
+        import torch
+        import transformers
+
+        constants = device_constants.load(self.gpu_name)
+        self.record({"kind": "header", "gpu": self.gpu_name or "CPU", "device": self.device,
+                     "torch": torch.__version__, "transformers": transformers.__version__,
+                     "peft": peft.__version__, "python": platform.python_version(),
+                     "total": self.total, "baseline": self.baseline,
+                     "calibration": constants.source,
+                     "calibration_set": list(constants.calibration_set),
+                     "edge_fitting_set": list(constants.edge_fitting_set),
+                     "fragmentation_allowance": constants.fragmentation_allowance,
+                     "fragmentation_allowance_least": constants.fragmentation_allowance_least})
+
+    def close(self) -> None:
+        if self.pool:
+            self.pool.shutdown(cancel_futures=True)
+        if self.sampler:
+            self.sampler.close()
+
+
+def run_config(session: Session, config: Config) -> dict:
+    return session.fresh.run("train", config.run_options(), session.device,
+                             session.nvml_index, session.baseline)
+
+
+# --- the parts ---
+
+def calibrate(session: Session) -> DeviceCalibration:
     import torch
     import transformers
 
-    facts = device_facts(sampler, baseline)
-    log(f"context {facts['context_bytes'] / MIB:.0f} MiB, cuBLAS workspaces "
-        f"{facts['workspace_forward_bytes'] / MIB:.0f} + "
-        f"{facts['workspace_backward_bytes'] / MIB:.0f} MiB, attention kernels "
-        f"{sorted(set(facts['sdpa_backends'].values()))}, backward scratch "
-        f"{facts['attention_backward_bytes_per_element']}")
+    calibration, _, _ = plan(session.device, session.args.quick)
+    if session.device == "cuda":
+        facts = session.fresh.run("device_facts", session.nvml_index, session.baseline)
+        attention = session.fresh.run("attention_facts")
+        for result in (facts, attention):
+            if result.get("status") in ("failed", "crashed", "timeout"):
+                raise SystemExit(f"error: the device's facts: {result}")
+            result.pop("nvml_peak", None)
+            result.pop("wall_s", None)
+        facts.update(sdpa_backends=attention["sdpa_backends"],
+                     attention_backward_bytes_per_element=attention[
+                         "attention_backward_bytes_per_element"])
+    else:  # the CPU has none of these: DEFAULT's, so the rest of the part runs
+        d = device_constants.DEFAULT
+        facts = {"context_bytes": d.context_bytes, "usable_bytes": d.usable_bytes,
+                 "workspace_forward_bytes": d.workspace_forward_bytes,
+                 "workspace_backward_bytes": d.workspace_backward_bytes, "sdpa_backends": {},
+                 "attention_backward_bytes_per_element": {}}
+    session.log(f"context {facts['context_bytes'] / MIB:.0f} MiB, usable "
+                f"{facts['usable_bytes'] / MIB:,.0f} MiB, cuBLAS workspaces "
+                f"{facts['workspace_forward_bytes'] / MIB:.0f} + "
+                f"{facts['workspace_backward_bytes'] / MIB:.0f} MiB, attention kernels "
+                f"{sorted(set(facts['sdpa_backends'].values()))}, backward scratch "
+                f"{facts['attention_backward_bytes_per_element']}")
     outside = []
-    for config in CALIBRATION:
-        result = run_config(config, sampler, baseline, facts["context_bytes"])
-        record(out_dir, {"kind": "calibration", "config": asdict(config), **result})
-        if result["status"] == "completed":
+    for config in calibration:
+        result = run_config(session, config)
+        session.record({"kind": "calibration", "label": config.label, "config": asdict(config),
+                        **result})
+        if result["status"] == "completed" and result.get("nvml_peak") is not None:
             m = result["measured"]
-            outside.append(m["nvml_peak"] - facts["context_bytes"] - m["peak_reserved"])
-            log(f"calibration {config.label}: NVML {m['nvml_peak'] / MIB:,.0f} MiB, outside "
-                f"PyTorch {outside[-1] / MIB:,.0f} MiB ({result['seconds']:.1f} s)")
+            outside.append(result["nvml_peak"] - facts["context_bytes"] - m["peak_reserved"])
+            session.log(f"calibration {config.label}: NVML {result['nvml_peak'] / MIB:,.0f} MiB,"
+                        f" outside PyTorch {outside[-1] / MIB:,.0f} MiB, ceiling "
+                        f"{result['memory']['ceiling'] / MIB:,.0f} MiB ({result['wall_s']} s)")
         else:
-            log(f"calibration {config.label}: {result['status']}")
-    calibration = DeviceCalibration(
-        device=gpu.name, total_bytes=gpu.total, fitted=True,
+            session.log(f"calibration {config.label}: {result['status']}")
+    known = device_constants.load(session.gpu_name)
+    constants = DeviceCalibration(
+        device=session.gpu_name or "CPU", total_bytes=session.total, fitted=True,
         # the most NVML held outside PyTorch in the calibration set: the safe side of it
         outside_bytes=int(max(outside)) if outside else device_constants.DEFAULT.outside_bytes,
-        calibration_set=tuple(c.label for c in CALIBRATION),
-        source=(f"bench/prediction_grid.py --calibrate, {time.strftime('%Y-%m-%d')}, torch "
-                f"{torch.__version__}, transformers {transformers.__version__}"),
-        **facts)
-    path = calibration.save()
-    log(f"wrote {path}")
-    return calibration
+        calibration_set=tuple(c.label for c in calibration),
+        source=(f"bench/prediction_grid.py --parts calibrate, {time.strftime('%Y-%m-%d')}, "
+                f"torch {torch.__version__}, transformers {transformers.__version__}"),
+        # what the edge was fitted on stays until the edge part fits it again
+        fragmentation_allowance=known.fragmentation_allowance,
+        fragmentation_allowance_least=known.fragmentation_allowance_least,
+        edge_fitting_set=known.edge_fitting_set, nccl_bytes=known.nccl_bytes, **facts)
+    save(session, constants)
+    return constants
 
 
-# --- results ---
+def save(session: Session, constants: DeviceCalibration) -> None:
+    """Where the predictions of this session read it, and in DIR for the repository."""
+    if session.device == "cuda":
+        session.log(f"wrote {constants.save()} and {constants.save(session.out)}")
+    else:
+        session.log(f"calibration on the CPU: {constants.save(session.out)} only")
 
-def record(out_dir: Path, row: dict) -> None:
-    with (out_dir / "prediction-grid.jsonl").open("a") as file:
-        file.write(json.dumps(row) + "\n")
+
+def run_grid(session: Session) -> None:
+    _, configs, _ = plan(session.device, session.args.quick)
+    todo = [c for c in configs if not session.resumed("grid", c.label)]
+    predictions = {c: session.pool.submit(predict_one, c, session.gpu_name, session.device)
+                   for c in todo}
+    for index, config in enumerate(todo, 1):
+        if not session.affordable("grid", 8.0):
+            session.log(f"budget reached: {len(todo) - index + 1} grid configurations not run")
+            return
+        predicted = predictions[config].result()  # predicted first, then run
+        if "refused" in predicted:
+            session.record({"kind": "grid", "label": config.label, "config": asdict(config),
+                            "status": "refused", "predicted": predicted})
+            session.log(f"[{index}/{len(todo)}] {config.label}: refused: {predicted['refused']}")
+            continue
+        result = run_config(session, config)
+        session.took("grid", result["wall_s"])
+        session.record({"kind": "grid", "label": config.label, "config": asdict(config),
+                        "predicted": predicted, **result})
+        if result["status"] == "completed":
+            m = result["measured"]
+            session.log(
+                f"[{index}/{len(todo)}] {config.label}: peak predicted "
+                f"{_mib(predicted['components']['peak'])} / measured "
+                f"{_mib(m.get('peak_allocated'))} MiB "
+                f"({_pct(_error(predicted['components']['peak'], m.get('peak_allocated')))}), NVML "
+                f"{(predicted.get('nvml_peak') or 0) / MIB:,.0f} / "
+                f"{(result.get('nvml_peak') or 0) / MIB:,.0f} MiB ({result['wall_s']} s, "
+                f"predicted in {predicted['seconds']} s)")
+        else:
+            session.log(f"[{index}/{len(todo)}] {config.label}: {result['status']} "
+                        f"{result.get('error', '')}")
+
+
+def fit_edge(session: Session) -> None:
+    """The fragmentation allowances from the runs at the capacity's edge of FITTING_SET, each
+    size recomputed as the prediction sees it now: the smallest factor of the largest request
+    above every one that ran out of memory (plus 0.05), and the smallest any that fitted had."""
+    points = edge_runs(_rows(Path(session.args.fitting_set)))
+    gpu_name = session.gpu_name or "NVIDIA H200"
+    futures = [(p, session.pool.submit(edge_point, Config(**p["config"]), p["batch_size"],
+                                       gpu_name)) for p in points]
+    failed, fitted = [], []
+    for point, future in futures:
+        need = future.result()
+        ratio = (point["ceiling"] - need["peak"]) / need["largest"]
+        (fitted if point["status"] == "completed" else failed).append(ratio)
+        session.log(f"edge {Config(**point['config']).family} b{point['batch_size']}: "
+                    f"{point['status']}, headroom {(point['ceiling'] - need['peak']) / MIB:,.0f}"
+                    f" MiB = {ratio:.2f} x the largest request ({need['largest'] / MIB:,.0f} MiB)")
+    known = device_constants.load(gpu_name)
+    sure = round(max(failed) + 0.05, 2) if failed else known.fragmentation_allowance
+    least = round(min(fitted), 2) if fitted else 0.0
+    constants = replace(known, fragmentation_allowance=max(sure, least, 0.0),
+                        fragmentation_allowance_least=max(0.0, min(least, sure)),
+                        edge_fitting_set=tuple(sorted({Config(**p["config"]).family
+                                                       for p in points})))
+    session.log(f"fragmentation allowance: sure {constants.fragmentation_allowance}, least "
+                f"{constants.fragmentation_allowance_least} ({len(failed)} out of memory, "
+                f"{len(fitted)} fitted)")
+    session.record({"kind": "edge", "fragmentation_allowance": constants.fragmentation_allowance,
+                    "fragmentation_allowance_least": constants.fragmentation_allowance_least,
+                    "points": len(points), "fitting_set": list(constants.edge_fitting_set)})
+    if session.device == "cuda" or session.args.write_calibration:
+        session.log(f"wrote {constants.save()}")
+    constants.save(session.out)
+
+
+def edge_runs(rows: list[dict]) -> list[dict]:
+    """Every run of a largest-batch check in `rows`: its configuration, batch size, outcome and
+    the allocator's ceiling then (measured, or for the first sessions' records that lack it:
+    what CUDA lets a process have less the context and what lived outside PyTorch then)."""
+    header = next((r for r in rows if r.get("kind") == "header"), {})
+    usable = device_constants.load(header.get("gpu")).usable(
+        header.get("total") or device_constants.DEFAULT.total_bytes)
+    completed = [r for r in rows if r.get("kind") == "grid" and r.get("status") == "completed"]
+
+    def reading(row: dict, name: str) -> int | None:  # the first session kept them in measured
+        return row.get(name, row.get("measured", {}).get(name))
+
+    context = max((reading(r, "context") or 0 for r in completed), default=0)
+    outside = max((reading(r, "nvml_peak") - reading(r, "context")
+                   - r["measured"]["peak_reserved"] for r in completed
+                   if reading(r, "nvml_peak") and reading(r, "context")), default=0)
+    points = []
+    for row in rows:
+        if row.get("kind") == "batch":  # the first session: statuses only
+            for batch, status in row["runs"]:
+                points.append({"config": row["config"], "batch_size": batch, "status": status,
+                               "ceiling": usable - context - outside})
+        elif row.get("kind") == "fits":
+            for run in row["runs"]:
+                if run.get("memory", {}).get("ceiling"):
+                    points.append({"config": row["config"], "batch_size": run["batch_size"],
+                                   "status": run["status"], "ceiling": run["memory"]["ceiling"]})
+    return points
+
+
+def run_fits(session: Session) -> None:
+    _, _, fits = plan(session.device, session.args.quick)
+    todo = [c for c in fits if not session.resumed("fits", c.family)]
+    predictions = {c: session.pool.submit(predict_fit, c, session.gpu_name, session.device,
+                                          session.total) for c in todo}
+    for index, config in enumerate(todo, 1):
+        if not session.affordable("fits", 30.0):
+            session.log(f"budget reached: {len(todo) - index + 1} largest-batch checks not run")
+            return
+        started = time.monotonic()
+        predicted = predictions[config].result()
+        if "refused" in predicted:
+            session.record({"kind": "fits", "label": config.family, "config": asdict(config),
+                            "prediction": predicted, "runs": [], "verdict": "refused"})
+            session.log(f"largest batch, {config.family}: refused: {predicted['refused']}")
+            continue
+        runs, verdict = confirm(session, config, predicted)
+        session.took("fits", time.monotonic() - started)
+        session.record({"kind": "fits", "label": config.family, "config": asdict(config),
+                        "prediction": predicted, "runs": runs, "verdict": verdict})
+        session.log(f"[{index}/{len(todo)}] largest batch, {config.family}: predicted "
+                    f"{predicted['batch_size']} (may {predicted['may_fit']}); runs "
+                    f"{[(r['batch_size'], r['status']) for r in runs]}: {verdict}")
+
+
+def confirm(session: Session, config: Config, predicted: dict) -> tuple[list[dict], str]:
+    """Runs at the predicted size and around it, in fresh processes: equal (it fits, the next
+    does not), one below, below, above (it does not fit; the size before is run too), or at the
+    option's limit (it fits)."""
+    size = predicted["batch_size"]
+    runs: list[dict] = []
+
+    def run(batch: int) -> str:
+        result = run_config(session, replace(config, batch_size=batch))
+        need = predicted["need"].get(str(batch))
+        runs.append({"batch_size": batch, "need": need, **result})
+        return result["status"]
+
+    if size is None:
+        return runs, "above" if run(1) == "completed" else "equal"
+    if run(size) != "completed":
+        if size > 1:
+            run(size - 1)
+        return runs, "above"
+    if predicted["at_limit"]:
+        return runs, "limit"
+    if run(size + 1) != "completed":
+        return runs, "equal"
+    return runs, "one below" if run(size + 2) != "completed" else "below"
+
+
+def walkthrough(session: Session) -> None:
+    """The walkthrough's run as anatomy records it, and its own procedure in a plain script."""
+    if session.resumed("walkthrough", "walkthrough"):
+        return
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))}
+    store = session.out / "walkthrough.sqlite"
+    cpu = session.device == "cpu"
+    run = [sys.executable, "-m", "anatomy", "run", "--store", str(store)]
+    run += ["--preset", "tiny", "--max-steps", "3"] if cpu else []
+    started = time.monotonic()
+    done = subprocess.run(run, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+    session.log(f"anatomy run: exit {done.returncode} in {time.monotonic() - started:.1f} s")
+    shown = subprocess.run([sys.executable, "-m", "anatomy", "show", "1", "--json", "--store",
+                            str(store)], cwd=ROOT, env=env, capture_output=True, text=True)
+    phases = {}
+    if shown.returncode == 0:
+        phases = {p["name"]: p["memory_bytes"] for p in json.loads(shown.stdout)["phases"]}
+    script = [sys.executable, str(HERE / "walkthrough_script.py")]
+    script += ["--config", str(ROOT / "anatomy/analysis/configs/tiny.json"), "--max-steps", "3",
+               "--device", "cpu"] if cpu else []
+    started = time.monotonic()
+    own = subprocess.run(script, cwd=ROOT, capture_output=True, text=True, timeout=400)
+    session.log(f"the walkthrough's script: exit {own.returncode} in "
+                f"{time.monotonic() - started:.1f} s")
+    figures = json.loads(own.stdout.strip().splitlines()[-1]) if own.returncode == 0 else {}
+    session.record({"kind": "walkthrough", "label": "walkthrough", "anatomy": phases,
+                    "anatomy_exit": done.returncode, "anatomy_output": done.stdout[-3000:],
+                    "anatomy_error": done.stderr[-2000:], "script": figures,
+                    "script_exit": own.returncode, "script_error": own.stderr[-2000:]})
+
+
+# --- the tables ---
+
+def _rows(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def _error(predicted, measured) -> float | None:
@@ -453,22 +735,37 @@ def _pct(value) -> str:
     return "" if value is None else f"{value:+.2f}%"
 
 
+def _percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
 def report(rows: list[dict]) -> str:
-    """The markdown for docs/PREDICTION.md from the recorded rows (a partial grid included)."""
+    """The markdown for docs/PREDICTION.md from the recorded rows (a partial session included)."""
     header = next((r for r in rows if r.get("kind") == "header"), {})
-    grid_rows = [r for r in rows if r.get("kind") == "grid"]
     lines = [f"GPU: {header.get('gpu', '?')}; torch {header.get('torch', '?')}, transformers "
              f"{header.get('transformers', '?')}, peft {header.get('peft', '?')}; constants: "
-             f"{header.get('calibration', '?')}.", "",
-             "| configuration | weights | gradients | states | activations | peak predicted / "
+             f"{header.get('calibration', '?')}; fragmentation allowance "
+             f"{header.get('fragmentation_allowance', '?')} (least "
+             f"{header.get('fragmentation_allowance_least', '?')}).", ""]
+    lines += _grid_table([r for r in rows if r.get("kind") == "grid"])
+    lines += _fits_table([r for r in rows if r.get("kind") == "fits"])
+    lines += _walkthrough_table(next((r for r in rows if r.get("kind") == "walkthrough"), None))
+    return "\n".join(lines) + "\n"
+
+
+def _grid_table(rows: list[dict]) -> list[str]:
+    if not rows:
+        return []
+    lines = ["| configuration | weights | gradients | states | activations | peak predicted / "
              "measured (MiB) | error | reserved pred. / meas. | NVML pred. / meas. (MiB) |",
              "|---|---|---|---|---|---|---|---|---|"]
     errors, nvml_ok, nvml_rows, under = [], 0, 0, []
-    for row in grid_rows:
-        config, p, m = row["config"], row.get("predicted", {}), row.get("measured")
-        label = Config(**config).label
+    for row in rows:
+        config, p, m = Config(**row["config"]), row.get("predicted", {}), row.get("measured")
         if row["status"] != "completed" or not m:
-            lines.append(f"| {label} | | | | | {row['status']} | | | |")
+            why = p.get("refused") or row.get("error", "")
+            lines.append(f"| {config.label} | | | | | {row['status']} {why[:80]} | | | |")
             continue
         c = p["components"]
 
@@ -476,203 +773,160 @@ def report(rows: list[dict]) -> str:
             exact = "=" if c[name] == measured_value else _mib(measured_value)
             return f"{_mib(c[name])} / {exact}"
 
-        error = _error(c["peak"], m["peak_allocated"])
-        errors.append(error)
-        if error < 0:
-            under.append((error, label))
-        nvml_error = p.get("nvml_peak", 0) - m["nvml_peak"]
-        nvml_rows += 1
-        if abs(nvml_error) <= max(0.03 * m["nvml_peak"], 300 * MIB):
-            nvml_ok += 1
+        error = _error(c["peak"], m.get("peak_allocated"))  # None on the CPU: no allocator
+        if error is not None:
+            errors.append(error)
+            if error < 0:
+                under.append((error, config.label))
+        nvml = row.get("nvml_peak")
+        nvml_error = None if nvml is None or p.get("nvml_peak") is None else p["nvml_peak"] - nvml
+        if nvml_error is not None:
+            nvml_rows += 1
+            nvml_ok += abs(nvml_error) <= max(0.03 * nvml, 300 * MIB)
         lines.append(
-            f"| {label} | {cell('weights', m.get('weights'))} | "
+            f"| {config.label} | {cell('weights', m.get('weights'))} | "
             f"{cell('gradients', m.get('gradients'))} | "
             f"{cell('optimizer_states', m.get('optimizer_states'))} | "
             f"{_mib(c['activations'])} / {_mib(m.get('activations'))} | "
-            f"{_mib(c['peak'])} / {_mib(m['peak_allocated'])} | {_pct(error)} | "
+            f"{_mib(c['peak'])} / {_mib(m.get('peak_allocated'))} | {_pct(error)} | "
             f"{_mib(p.get('peak_reserved'))} / {_mib(m.get('peak_reserved'))} | "
-            f"{_mib(p.get('nvml_peak'))} / {_mib(m['nvml_peak'])} ({nvml_error / MIB:+,.0f}) |")
+            f"{_mib(p.get('nvml_peak'))} / {_mib(nvml)}"
+            + ("" if nvml_error is None else f" ({nvml_error / MIB:+,.0f})") + " |")
     if errors:
         absolute = sorted(abs(e) for e in errors)
-        p95 = absolute[min(len(absolute) - 1, round(0.95 * (len(absolute) - 1)))]
         worst = min(under) if under else None
-        lines += ["", f"{len(errors)} configurations completed of {len(grid_rows)} run. "
-                  f"Allocator peak: median |error| {statistics.median(absolute):.2f}%, 95th "
-                  f"percentile {p95:.2f}%, largest |error| {absolute[-1]:.2f}%; worst "
-                  "under-prediction " + (f"{worst[0]:+.2f}% ({worst[1]})" if worst else "none") +
-                  f". NVML peak within 3% or 300 MiB: {nvml_ok} of {nvml_rows}."]
-    fits = [r for r in rows if r.get("kind") == "batch"]
-    if fits:
-        lines += ["", "| model, precision | predicted largest batch size | runs | verdict |",
-                  "|---|---|---|---|"]
-        verdicts = []
-        for row in fits:
-            config = Config(**row["config"])
-            runs = ", ".join(f"{b}: {s}" for b, s in row["runs"])
-            verdicts.append(row["verdict"])
-            lines.append(f"| {config.model}, {config.precision} | {row['predicted']} | {runs} | "
-                         f"{row['verdict']} |")
-        good = sum(v in ("equal", "one below") for v in verdicts)
-        lines += ["", f"Predicted largest batch size equal to the runs' or one below: {good} of "
-                  f"{len(verdicts)} pairs; above: {sum(v == 'above' for v in verdicts)}."]
-    return "\n".join(lines) + "\n"
+        lines += ["", f"{len(errors)} configurations completed of {len(rows)}. Allocator peak: "
+                  f"median |error| {statistics.median(absolute):.2f}% (target ≤ 0.5%), 95th "
+                  f"percentile {_percentile(absolute, 0.95):.2f}% (≤ 2%), largest "
+                  f"{absolute[-1]:.2f}% (≤ 3%), above 3%: {sum(e > 3 for e in absolute)}; "
+                  "worst under-prediction "
+                  + (f"{worst[0]:+.2f}% ({worst[1]})" if worst else "none")
+                  + f". NVML peak within 3% or 300 MiB: {nvml_ok} of {nvml_rows} (target ≥ 95%)."]
+    return lines + [""]
 
 
-def write_report(out_dir: Path) -> None:
-    path = out_dir / "prediction-grid.jsonl"
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    (out_dir / "prediction-grid.md").write_text(report(rows))
+def _fits_table(rows: list[dict]) -> list[str]:
+    if not rows:
+        return []
+    lines = ["| configuration | predicted (may) | runs: status, allocator ceiling (MiB) | "
+             "verdict |", "|---|---|---|---|"]
+    verdicts = []
+    for row in rows:
+        p = row["prediction"]
+        runs = "; ".join(
+            f"{r['batch_size']}: {r['status']}"
+            + (f", {_mib(r['memory']['ceiling'])}" if r.get("memory", {}).get("ceiling") else "")
+            for r in row["runs"])
+        size = p.get("batch_size")
+        shown = p.get("refused", "")[:60] if "refused" in p else (
+            f"{'≥ ' if p.get('at_limit') else ''}{size} ({p.get('may_fit')})")
+        verdicts.append(row["verdict"])
+        lines.append(f"| {row['label']} | {shown} | {runs} | {row['verdict']} |")
+    judged = [v for v in verdicts if v != "refused"]
+    good = sum(v in ("equal", "one below", "limit") for v in judged)
+    lines += ["", f"Predicted largest batch size equal to the largest that ran, or one below: "
+              f"{good} of {len(judged)} (target ≥ 95%); above: "
+              f"{sum(v == 'above' for v in judged)} (target 0); below by more than one: "
+              f"{sum(v == 'below' for v in judged)}; refused: {len(verdicts) - len(judged)}.", ""]
+    return lines
 
 
-# --- the whole session ---
+def _walkthrough_table(row: dict | None) -> list[str]:
+    if not row:
+        return []
+    ours, script = row["anatomy"], row["script"]
+    lines = ["| phase | anatomy run (MB) | the walkthrough's script (MB) | difference |",
+             "|---|---|---|---|"]
+    for phase in ("baseline", "kernel", "weights", "training"):
+        a = ours.get(phase)
+        s = (script.get(phase) or {}).get("used")
+        base = (script.get("baseline") or {}).get("used", 0)
+        s = None if s is None else s - base
+        diff = "" if a is None or s is None else f"{(a - s) // MIB:+,} MB" + (
+            f" ({(a - s) / s:+.2%})" if s else "")
+        lines.append(f"| {phase} | {'' if a is None else f'{a // MIB:,}'} | "
+                     f"{'' if s is None else f'{s // MIB:,}'} | {diff} |")
+    return lines + [""]
 
-def estimate(configs: list[Config], pairs: list[Config]) -> float:
-    """Seconds on an H200, roughly: a configuration builds and runs three steps in a few
-    seconds; a largest-batch-size check runs two or three configurations near the memory's
-    limit."""
-    per_model = {"tinyllama-1.1b": 6.0, "qwen2-0.5b": 5.0}
-    grid_s = sum(per_model.get(c.model, 3.5) for c in configs)
-    return 25 + grid_s + 22 * len(pairs)
+
+# --- the plan ---
+
+def estimate(parts: set[str], device: str, quick: bool) -> float:
+    """Seconds on an H200, roughly: a fresh process builds and runs STEPS steps in 4-8 s; a
+    largest-batch check runs two or three near the memory's limit."""
+    calibration, configs, fits = plan(device, quick)
+    seconds = 10.0
+    seconds += (40 + 8 * len(calibration)) if "calibrate" in parts else 0
+    seconds += 6.0 * len(configs) if "grid" in parts else 0
+    seconds += 40 if "edge" in parts else 0
+    seconds += 25.0 * len(fits) if "fits" in parts else 0
+    seconds += 70 if "walkthrough" in parts else 0
+    return seconds
+
+
+PARTS = ("calibrate", "grid", "edge", "fits", "walkthrough")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calibrate", action="store_true", help="fit the device constants")
-    parser.add_argument("--grid", action="store_true", help="run the grid (the default)")
-    parser.add_argument("--quick", action="store_true", help="40 configurations, smaller shapes")
-    parser.add_argument("--no-batch-sizes", action="store_true",
-                        help="skip the largest-batch-size checks")
+    parser.add_argument("--parts", default="calibrate,grid,walkthrough",
+                        help=f"comma-separated, in this order: {','.join(PARTS)}")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--quick", action="store_true", help="fewer configurations")
     parser.add_argument("--budget-s", type=float, default=None,
                         help="start nothing that would end after this many seconds")
-    parser.add_argument("--out", default=str(ROOT / "docs" / "data"),
-                        help="folder for prediction-grid.jsonl and prediction-grid.md")
+    parser.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "docs" / "data"),
+                        help="folder for prediction-grid.jsonl, .md and the calibration")
+    parser.add_argument("--resume", nargs="*", metavar="JSONL",
+                        help="rows of earlier sessions: what they recorded is not run again")
     parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 2),
                         help="CPU processes for the predictions")
+    parser.add_argument("--cpu-total-mib", type=int, default=3072,
+                        help="--device cpu: the memory the largest batch sizes are judged on")
+    parser.add_argument("--fitting-set", default=str(FITTING_SET),
+                        help="edge: the recorded runs at the capacity's edge it is fitted on")
+    parser.add_argument("--write-calibration", action="store_true",
+                        help="edge on the CPU: write the repository's calibration file too")
     parser.add_argument("--report", metavar="JSONL", help="only write the tables from a run")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and stop")
     args = parser.parse_args(argv)
-    started = time.monotonic()
-
-    def log(text: str) -> None:
-        print(f"[{time.monotonic() - started:6.1f} s] {text}", flush=True)
-
     if args.report:
         path = Path(args.report)
-        write_report(path.parent)
+        (path.parent / "prediction-grid.md").write_text(report(_rows(path)))
         print((path.parent / "prediction-grid.md").read_text())
         return 0
-    run_grid = args.grid or not args.calibrate
-    configs = grid(args.quick) if run_grid else []
-    pairs = [] if args.no_batch_sizes or not run_grid else batch_pairs(args.quick)
-    log(f"plan: {'calibration (' + str(len(CALIBRATION)) + ' runs), ' if args.calibrate else ''}"
-        f"{len(configs)} grid configurations, {len(pairs)} largest-batch-size checks; about "
-        f"{estimate(configs, pairs) + (60 if args.calibrate else 0):.0f} s on an H200")
+    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    unknown = set(parts) - set(PARTS)
+    if unknown:
+        parser.error(f"unknown parts: {', '.join(sorted(unknown))} (known: {', '.join(PARTS)})")
+    calibration, configs, fits = plan(args.device, args.quick)
+    print(f"plan: {', '.join(parts)} on {args.device}: calibration {len(calibration)} runs, "
+          f"grid {len(configs)}, largest batch sizes {len(fits)}; about "
+          f"{estimate(set(parts), args.device, args.quick):.0f} s on an H200", flush=True)
     if args.dry_run:
-        for config in configs:
-            print("  ", config.label)
+        for config in (configs if "grid" in parts else []):
+            print("   grid", config.label)
+        for config in (fits if "fits" in parts else []):
+            print("   fits", config.family)
         return 0
-    out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "prediction-grid.jsonl").write_text("") if run_grid else None
-
-    from anatomy.engine.devices import machine
-
-    info = machine()
-    if not info.has_gpu:
-        print("error: no GPU here (NVML sees none); this benchmark runs on one", file=sys.stderr)
-        return 2
-    gpu = info.devices[0]
-    sampler = NvmlPeak(gpu.nvml_index)
-    sampler.settle(0.3)
-    baseline = sampler.read()  # before this process touches CUDA
-
-    import peft
-    import torch
-    import transformers
-
-    if args.calibrate:
-        context = calibrate(out_dir, sampler, baseline, gpu, log).context_bytes
-    else:  # the context comes with the first tensor, as in a run's kernel phase
-        from anatomy.engine.worker import load_initialisers
-
-        torch.ones((1, 1)).to("cuda")
-        load_initialisers("cuda")
-        torch.cuda.synchronize()
-        sampler.settle(0.3)
-        context = sampler.read() - baseline
-    constants = device_constants.load(gpu.name)
-    record(out_dir, {"kind": "header", "gpu": gpu.name, "torch": torch.__version__,
-                     "transformers": transformers.__version__, "peft": peft.__version__,
-                     "python": platform.python_version(), "calibration": constants.source,
-                     "calibration_set": list(constants.calibration_set)})
-    if not run_grid:
-        sampler.close()
-        return 0
-
-    pool = concurrent.futures.ProcessPoolExecutor(
-        max_workers=args.jobs, mp_context=multiprocessing.get_context("spawn"),
-        initializer=_no_cuda)
-    predictions = {c: pool.submit(predict_one, c, gpu.name) for c in configs}
-    fits = {c: pool.submit(predict_fit, c, gpu.name, gpu.total) for c in pairs}
-    spent: list[float] = []
-    for index, config in enumerate(configs, 1):
-        expected = statistics.mean(spent[-5:]) if spent else 6.0
-        if args.budget_s and time.monotonic() - started + expected > args.budget_s:
-            log(f"budget reached: {len(configs) - index + 1} configurations not run")
-            break
-        predicted = predictions[config].result()  # predicted first, then run
-        result = run_config(config, sampler, baseline, context)
-        spent.append(result["seconds"])
-        record(out_dir, {"kind": "grid", "config": asdict(config), "predicted": predicted,
-                         **result})
-        write_report(out_dir)
-        if result["status"] == "completed":
-            m = result["measured"]
-            log(f"[{index}/{len(configs)}] {config.label}: peak predicted "
-                f"{predicted['components']['peak'] / MIB:,.0f} / measured "
-                f"{m['peak_allocated'] / MIB:,.0f} MiB "
-                f"({_pct(_error(predicted['components']['peak'], m['peak_allocated']))}), NVML "
-                f"{predicted.get('nvml_peak', 0) / MIB:,.0f} / {m['nvml_peak'] / MIB:,.0f} MiB "
-                f"({result['seconds']:.1f} s, predicted in {predicted['seconds']:.1f} s)")
-        else:
-            log(f"[{index}/{len(configs)}] {config.label}: {result['status']}")
-    for config in pairs:
-        if args.budget_s and time.monotonic() - started + 25 > args.budget_s:
-            log("budget reached: largest-batch-size checks stop here")
-            break
-        fit = fits[config].result()
-        size = fit["batch_size"]
-        runs: list[tuple[int, str]] = []
-        if size is None:
-            runs.append((1, run_config(replace(config, batch_size=1), sampler, baseline,
-                                       context)["status"]))
-            verdict = "above" if runs[-1][1] == "completed" else "equal"
-        else:
-            at = run_config(replace(config, batch_size=size), sampler, baseline, context)
-            runs.append((size, at["status"]))
-            if at["status"] != "completed":
-                verdict = "above"
-            else:
-                beyond = run_config(replace(config, batch_size=size + 1), sampler, baseline,
-                                    context)
-                runs.append((size + 1, beyond["status"]))
-                if beyond["status"] != "completed":
-                    verdict = "equal"
-                else:
-                    further = run_config(replace(config, batch_size=size + 2), sampler,
-                                         baseline, context)
-                    runs.append((size + 2, further["status"]))
-                    verdict = "one below" if further["status"] != "completed" else "below"
-        record(out_dir, {"kind": "batch", "config": asdict(config), "predicted": size,
-                         "prediction": fit, "runs": runs, "verdict": verdict})
-        write_report(out_dir)
-        log(f"largest batch size, {config.model} {config.precision}: predicted {size}; runs "
-            f"{runs}: {verdict}")
-    pool.shutdown(cancel_futures=True)
-    sampler.close()
-    write_report(out_dir)
-    log(f"done: {out_dir / 'prediction-grid.md'}")
-    print((out_dir / "prediction-grid.md").read_text())
+    session = Session(args)
+    try:
+        session.start()
+        if "calibrate" in parts:
+            calibrate(session)
+        session.header()
+        if "edge" in parts:
+            fit_edge(session)
+        if "grid" in parts:
+            run_grid(session)
+        if "fits" in parts:
+            run_fits(session)
+        if "walkthrough" in parts:
+            walkthrough(session)
+    finally:
+        session.close()
+    session.log(f"done: {session.out / 'prediction-grid.md'}")
+    print((session.out / "prediction-grid.md").read_text())
     return 0
 
 
