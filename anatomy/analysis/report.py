@@ -17,7 +17,16 @@ from anatomy.analysis.components import MEASURED_STEPS, Components, with_nvml
 from anatomy.analysis.models import display_name
 from anatomy.analysis.operations import OperationProfile
 from anatomy.analysis.options import RunOptions
-from anatomy.store import Message, RunFacts, RunRow, RunSource, Step, Store, TrainingSummary
+from anatomy.store import (
+    Message,
+    RunFacts,
+    RunRow,
+    RunSource,
+    Step,
+    Store,
+    TrainingSummary,
+    device_key,
+)
 from anatomy.units import mib
 from anatomy.vocabulary import PHASES, Backend, MemoryApi, Phase, Status, Strategy
 
@@ -55,10 +64,13 @@ class RankReading:
     together (`gpu` None)."""
 
     rank: int
-    gpu: int | None  # the GPU it trained on (NVML index); None for a CPU rank
+    gpu: int | None  # the GPU it trained on (NVML index on its host); None for a CPU rank
     phases: tuple[PhaseReading, ...]
     peak_bytes: int | None  # the highest sample of its GPU (of the tree on the CPU)
     components: Components | None
+    # A run on several hosts (issue 21): the host it ran on; None for a run of one host.
+    host: str | None = None
+    device: int = 0  # the device its samples are stored under (`store.device_key`)
 
     @property
     def peak_mb(self) -> int | None:
@@ -67,14 +79,24 @@ class RankReading:
     def phase(self, name: str) -> PhaseReading | None:
         return next((p for p in self.phases if p.name == name), None)
 
+    def place(self) -> str | None:
+        """Where it ran: "GPU 3", "node-1 · GPU 3" on a run of several hosts, "node-1" for a
+        CPU rank there; None for a CPU rank of one host."""
+        gpu = None if self.gpu is None else f"GPU {self.gpu}"
+        return " · ".join(w for w in (self.host, gpu) if w is not None) or None
+
     def label(self) -> str:
-        return f"GPU {self.gpu} (rank {self.rank})" if self.gpu is not None else \
-            f"rank {self.rank}"
+        """"GPU 3 (rank 3)", "node-1 · GPU 3 (rank 11)"; "rank 1" on the CPU."""
+        place = self.place()
+        if self.gpu is None:
+            return f"{place} · rank {self.rank}" if place else f"rank {self.rank}"
+        return f"{place} (rank {self.rank})"
 
     def to_dict(self) -> dict[str, Any]:
         return {"rank": self.rank, "gpu": self.gpu, "phases": [p.to_dict() for p in self.phases],
                 "peak_mb": self.peak_mb, "peak_bytes": self.peak_bytes,
-                "components": None if self.components is None else self.components.to_dict()}
+                "components": None if self.components is None else self.components.to_dict(),
+                **({} if self.host is None else {"host": self.host})}
 
 
 @dataclass(frozen=True)
@@ -161,10 +183,16 @@ class RunReport:
             return ()
         return self.environment.gpus or (self.gpu,)
 
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        """The hosts of a run on several (issue 21), in the order they joined; () for one."""
+        return self.environment.hosts or ()
+
     def gpu_peaks(self) -> dict[int, int | None]:
-        """Each GPU's peak (bytes), by NVML index: the run's GPU alone for one process."""
+        """Each GPU's peak (bytes), by the device its samples are stored under (its NVML index
+        on a run of one host): the run's GPU alone for one process."""
         if self.ranks and self.on_gpu:
-            return {r.gpu: r.peak_bytes for r in self.ranks if r.gpu is not None}
+            return {r.device: r.peak_bytes for r in self.ranks if r.gpu is not None}
         return {self.gpu: self.summary.peak_bytes} if self.on_gpu else {}
 
     @property
@@ -213,7 +241,7 @@ class RunReport:
         """The model's parameters as the worker counted them (None for runs that predate it)."""
         return self.environment.parameters
 
-    def _known(self, name: str) -> Any:
+    def known(self, name: str) -> Any:
         """An option as the run knows it: every option of anatomy's own runs; of a user's
         training only those it reported (None for the rest: never a default it did not use)."""
         if self.started_by_anatomy:
@@ -222,32 +250,32 @@ class RunReport:
 
     def label(self) -> str:
         """The run in a few words: a legend entry, a list's line."""
-        batch, precision = self._known("batch_size"), self._known("precision")
+        batch, precision = self.known("batch_size"), self.known("precision")
         words = [f"Run {self.id}", self.preset]
         words += [f"bs {batch}"] if batch is not None else []
         words += [precision] if precision else []
-        if self._known("gradient_checkpointing"):
+        if self.known("gradient_checkpointing"):
             words.append("ckpt")
-        if (self._known("grad_accum") or 1) > 1:
-            words.append(f"accum {self._known('grad_accum')}")
-        if self._known("lora_rank"):
-            words.append(f"LoRA r{self._known('lora_rank')}")
+        if (self.known("grad_accum") or 1) > 1:
+            words.append(f"accum {self.known('grad_accum')}")
+        if self.known("lora_rank"):
+            words.append(f"LoRA r{self.known('lora_rank')}")
         return " · ".join(words)
 
     def title(self) -> str:
         """The run in a sentence: a page's heading."""
         parts = [self.preset]
-        if self._known("batch_size") is not None:
-            parts.append(f"batch size {self._known('batch_size')}")
-        if self._known("seq_len") is not None:
-            parts.append(f"seq len {self._known('seq_len')}")
-        extras = [self._known("precision")] if self._known("precision") else []
-        if self._known("gradient_checkpointing"):
+        if self.known("batch_size") is not None:
+            parts.append(f"batch size {self.known('batch_size')}")
+        if self.known("seq_len") is not None:
+            parts.append(f"seq len {self.known('seq_len')}")
+        extras = [self.known("precision")] if self.known("precision") else []
+        if self.known("gradient_checkpointing"):
             extras.append("gradient checkpointing")
-        if (self._known("grad_accum") or 1) > 1:
-            extras.append(f"accumulation {self._known('grad_accum')}")
-        if self._known("lora_rank"):
-            extras.append(f"LoRA rank {self._known('lora_rank')}")
+        if (self.known("grad_accum") or 1) > 1:
+            extras.append(f"accumulation {self.known('grad_accum')}")
+        if self.known("lora_rank"):
+            extras.append(f"LoRA rank {self.known('lora_rank')}")
         where = "" if self.started_by_anatomy else f" ({self.origin})"
         return f"Run {self.id}: {', '.join(parts + extras)} on {self.device_name}{where}"
 
@@ -341,26 +369,43 @@ def _ranks(store: Store, run: RunRow, profiling: PhaseReading | None) -> tuple[R
     if (run.environment.world_size or 1) <= 1:
         return ()
     gpus = run.environment.gpus or ()
+    # Several hosts (issue 21): each rank's host, by its index in the run's hosts.
+    hosts = run.environment.hosts or ()
+    rank_hosts = run.environment.rank_hosts or ()
     on_gpu = run.backend == Backend.NVML
     rank_components = run.summary.rank_components or {}
-    before = profiling.start_s if profiling else None
-    out = []
+    spans: dict[int, list] = {}
+    for span in store.phases(run.id, None):  # every rank's at once: a run may have 64
+        if span.name != Phase.PROFILING:
+            spans.setdefault(span.rank, []).append(span)
+    baseline_end = next((s.end_s for s in spans.get(0, []) if s.name == Phase.BASELINE), None)
+    where = {}
     for rank in store.ranks(run.id):
         gpu = gpus[rank] if on_gpu and rank < len(gpus) else None
-        device = gpu if gpu is not None else run.gpu  # the CPU: the tree's RSS
-        phases = tuple(PhaseReading(span.name, span.start_s, span.end_s,
-                                    store.memory_before(run.id, device, span.end_s))
-                       for span in store.phases(run.id, rank) if span.name != Phase.PROFILING)
-        peak = store.peak(run.id, device, before=before)
+        host = rank_hosts[rank] if rank < len(rank_hosts) else 0
+        # The CPU: its host's tree's RSS.
+        where[rank] = (gpu, host, device_key(host, gpu if gpu is not None else run.gpu))
+    # The memory at each rank's phase ends, and at the worker's baseline (rank 0 has it).
+    points = [(device, span.end_s) for rank, (_, _, device) in where.items()
+              for span in spans.get(rank, [])]
+    points += [(device, baseline_end) for _, _, device in where.values()]
+    readings = iter(store.readings_before(run.id, points))
+    ends = {rank: [next(readings) for _ in spans.get(rank, [])] for rank in where}
+    baselines = {rank: next(readings) for rank in where}
+    peaks = store.peaks(run.id, sorted({device for _, _, device in where.values()}),
+                        before=profiling.start_s if profiling else None)
+    out = []
+    for rank, (gpu, host, device) in where.items():
+        phases = tuple(PhaseReading(span.name, span.start_s, span.end_s, memory)
+                       for span, memory in zip(spans.get(rank, []), ends[rank]))
         values = run.summary.components if rank == 0 else rank_components.get(rank)
         memory = {p.name: p.memory_bytes for p in phases}
-        if Phase.BASELINE not in memory:  # the worker's, before the ranks began: rank 0 has it
-            memory[Phase.BASELINE] = store.memory_before(
-                run.id, device, next((s.end_s for s in store.phases(run.id, 0)
-                                      if s.name == Phase.BASELINE), None))
+        memory.setdefault(Phase.BASELINE, baselines[rank])  # the worker's, before the ranks
         components = (None if values is None else
-                      with_nvml(values, memory, peak, run.backend))
-        out.append(RankReading(rank, gpu, phases, peak, components))
+                      with_nvml(values, memory, peaks[device], run.backend))
+        out.append(RankReading(rank, gpu, phases, peaks[device], components,
+                               hosts[host] if host < len(hosts) and len(hosts) > 1 else None,
+                               device))
     return tuple(out)
 
 

@@ -10,8 +10,10 @@ import streamlit as st
 from anatomy.analysis.options import FIELDS
 from anatomy.analysis.report import RunReport
 from anatomy.dashboard import server
+from anatomy.views import gpus as gpus_view
 from anatomy.views import live as live_view
 from anatomy.views import text
+from anatomy.views.figures import gpus as gpu_figures
 from anatomy.views.figures import live as live_figures
 from anatomy.vocabulary import Phase, Status
 
@@ -60,17 +62,22 @@ def axis_choice(key: str) -> str:
 
 # A run's charts, one at a time: each chart a live page draws is redrawn every second, by the
 # server and by the browser (hidden tabs are drawn too), and a busy machine answers Stop later.
-VIEWS = {"memory": "Memory", "steps": "Loss and step time", "device": "Device"}
+VIEWS = {"memory": "Memory", "gpus": "Per GPU", "steps": "Loss and step time",
+         "device": "Device"}
 
 
 def run_charts(rep: RunReport, key: str, now: float | None = None, live: bool = False) -> None:
-    """The run's memory, its loss and step time, or its device panel, as chosen."""
+    """The run's memory, each of its GPUs (a run of several), its loss and step time, or its
+    device panel, as chosen."""
+    views = [v for v in VIEWS if v != "gpus" or rep.world_size > 1]
     with st.container(horizontal=True, vertical_alignment="bottom", gap="large"):
-        view = st.segmented_control("Show", list(VIEWS), format_func=VIEWS.get, default="memory",
+        view = st.segmented_control("Show", views, format_func=VIEWS.get, default="memory",
                                     required=True, key=f"{key}_view") or "memory"
         axis = axis_choice(f"{key}_axis") if view == "memory" else "run"
     if view == "memory":
         memory_chart(rep, now, axis)
+    elif view == "gpus":
+        per_gpu(rep, now)
     elif view == "steps":
         steps_chart(rep)
     else:
@@ -79,15 +86,42 @@ def run_charts(rep: RunReport, key: str, now: float | None = None, live: bool = 
 
 def memory_chart(rep: RunReport, now: float | None = None, axis: str = "run") -> None:
     db = server.store()
-    # 1,000 buckets: a min and a max each, two points a pixel column of the widest chart.
-    figure = live_figures.memory_figure(rep, db.decimated(rep.id, buckets=1000), db.steps(rep.id),
-                                   now, axis)
+    figure = gpu_figures.memory_chart(rep, db.decimated(rep.id, gpu_figures.buckets(rep)),
+                                      db.steps(rep.id), now, axis)
     st.plotly_chart(figure, key=f"memory-{rep.id}", config=CHART)
     st.caption("Shows " + text.source(rep.backend, rep.memory_api) +
-               ". A band runs from the end of the phase before to the end of its own phase; its"
-               " marker is the memory at that end, the walkthrough's figure."
+               (f". {rep.world_size} GPUs: a panel per host, rank 0's phase bands in each"
+                if gpu_figures.many(rep) else
+                ". A band runs from the end of the phase before to the end of its own phase; its"
+                " marker is the memory at that end, the walkthrough's figure.")
                + (" The grey band is torch.profiler's steps after training: the run's peak "
                   "leaves them out." if rep.profiling is not None else ""))
+
+
+def per_gpu(rep: RunReport, now: float | None = None) -> None:
+    """A run of several processes, GPU by GPU: the heat strip, the spread of the peaks and the
+    GPUs that stand out, a row per GPU."""
+    db = server.store()
+    rows = gpus_view.gpu_rows(db, rep)
+    spread = gpus_view.spread_line(rep)
+    if spread:
+        st.markdown(spread)
+    for line in gpus_view.standouts(rep):
+        st.warning(line, icon=":material/warning:")
+    st.plotly_chart(gpu_figures.heat_strip(rep, db.decimated(rep.id, gpu_figures.buckets(rep)),
+                                           now), key=f"gpus-{rep.id}", config=CHART)
+    st.caption("A row per GPU, time across: the colour is the GPU's highest reading in each "
+               "stretch of time, " + ("as a fraction of its memory" if rep.on_gpu else
+                                      "in MiB (the RSS of the host's processes)")
+               + ". A row unlike the others is a GPU that fills first or starts late.")
+    st.dataframe([{"GPU": r.gpu, "rank": r.rank, "peak (MB)": r.peak_mb,
+                   **{f"{name} (MB)": mb for name, mb in r.phase_mb.items()},
+                   "training began (s)": r.training_start_s,
+                   "samples/s (this rank's, after the first steps)": r.samples_per_second}
+                  for r in rows], hide_index=True, key=f"gpu-table-{rep.id}",
+                 column_config={"training began (s)": st.column_config.NumberColumn(
+                     format="%.2f"), "samples/s (this rank's, after the first steps)":
+                     st.column_config.NumberColumn(format="%.1f")})
 
 
 def steps_chart(rep: RunReport) -> None:

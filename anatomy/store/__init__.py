@@ -15,6 +15,7 @@ from anatomy.store.facts import (
     TrainingSummary,
 )
 from anatomy.store.rows import (
+    HOST_STRIDE,
     SPANS,
     STATUSES,
     GpuProcess,
@@ -28,12 +29,13 @@ from anatomy.store.rows import (
     Sample,
     Step,
     SweepRow,
+    device_key,
 )
 from anatomy.vocabulary import PHASES, Phase
 
 PROFILING, PROCESS = Phase.PROFILING, Phase.PROCESS
 
-__all__ = ["Components", "Origin", "RunFacts", "RunSource", "TrainingArguments",
+__all__ = ["HOST_STRIDE", "device_key", "Components", "Origin", "RunFacts", "RunSource", "TrainingArguments",
            "TrainingSummary", "PHASES", "PROCESS", "PROFILING", "SPANS", "STATUSES", "STORE_ENV",
            "GpuProcess", "GpuStatus", "HostStatus", "Message", "PhaseMark", "PhaseSpan",
            "RunRecord", "RunRow", "Sample", "Step", "Store", "StoreError", "StoreMissing",

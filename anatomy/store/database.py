@@ -458,10 +458,13 @@ class Store:
             return db.execute("SELECT COALESCE(MAX(t), 0) FROM samples WHERE run_id = ?",
                               (run_id,)).fetchone()[0]
 
-    def decimated(self, run_id: int, buckets: int = 2000) -> list[Sample]:
-        """Per GPU, at most ~2 points per time bucket: the bucket's min and its max, at their own
-        times. Every peak survives, and a run of a million samples draws like a short one: it
-        is read from the 0.1 s min/max buckets the store keeps, not from the samples."""
+    def decimated(self, run_id: int, buckets: int = 2000, gpu: int | None = None
+                  ) -> list[Sample]:
+        """Per GPU (`gpu` alone, if given), at most ~2 points per time bucket: the bucket's min
+        and its max, at their own times. Every peak survives, and a run of a million samples
+        draws like a short one: it is read from the 0.1 s min/max buckets the store keeps, not
+        from the samples."""
+        only, args = ("", ()) if gpu is None else (" AND gpu = ?", (gpu,))
         with self.connect() as db:
             span = db.execute("SELECT MIN(t_min), MAX(t_max), COUNT(*) FROM sample_buckets"
                               " WHERE run_id = ?", (run_id,)).fetchone()
@@ -469,25 +472,28 @@ class Store:
                 if self.read_only:  # a run stored before the buckets existed, read as it is
                     return [Sample(*r) for r in db.execute(
                         "SELECT t, gpu, used, reserved, total, util FROM samples WHERE run_id = ?"
-                        " ORDER BY gpu, t", (run_id,))]
+                        f"{only} ORDER BY gpu, t", (run_id, *args))]
                 if not self._backfill_buckets(db, run_id):
                     return []
                 span = db.execute("SELECT MIN(t_min), MAX(t_max), COUNT(*) FROM sample_buckets"
                                   " WHERE run_id = ?", (run_id,)).fetchone()
             start, width = span[0], max((span[1] - span[0]) / buckets, 1e-9)
-            gpus = db.execute("SELECT COUNT(DISTINCT gpu) FROM sample_buckets WHERE run_id = ?",
-                              (run_id,)).fetchone()[0]
-            if self.sample_count(run_id) <= 2 * buckets * gpus:
+            gpus, count = db.execute("SELECT COUNT(DISTINCT gpu), SUM(n) FROM (SELECT gpu,"
+                                     " COUNT(*) AS n FROM samples WHERE run_id = ?"
+                                     f"{only} GROUP BY gpu)", (run_id, *args)).fetchone()
+            if (count or 0) <= 2 * buckets * max(1, gpus):
                 rows = db.execute("SELECT t, gpu, used, reserved, total, util FROM samples"
-                                  " WHERE run_id = ? ORDER BY gpu, t", (run_id,)).fetchall()
+                                  f" WHERE run_id = ?{only} ORDER BY gpu, t",
+                                  (run_id, *args)).fetchall()
                 return [Sample(*r) for r in rows]
             points = {}
             # SQLite fills the bare columns from the row that holds the MIN / MAX.
             for t, used, agg in (("t_min", "used_min", "MIN"), ("t_max", "used_max", "MAX")):
                 for r in db.execute(
                         f"SELECT {t} AS t, gpu, {agg}({used}) AS used, reserved, total, NULL"
-                        " FROM sample_buckets WHERE run_id = ?"
-                        f" GROUP BY gpu, CAST(({t} - ?) / ? AS INTEGER)", (run_id, start, width)):
+                        f" FROM sample_buckets WHERE run_id = ?{only}"
+                        f" GROUP BY gpu, CAST(({t} - ?) / ? AS INTEGER)",
+                        (run_id, *args, start, width)):
                     sample = Sample(*r)
                     points[(sample.gpu, sample.t)] = sample
         return [points[k] for k in sorted(points)]
@@ -522,6 +528,17 @@ class Store:
             first = db.execute(query + " LIMIT 1", (run_id, first_step, *args)).fetchone()
             last = db.execute(query + " DESC LIMIT 1", (run_id, first_step, *args)).fetchone()
         return None if first is None else (Step(*first), Step(*last))
+
+    def step_spans(self, run_id: int, first_step: int) -> dict[int, tuple[Step, Step]]:
+        """`step_span` of every rank, by rank, in one connection."""
+        with self.connect() as db:
+            column, _, _ = self._rank_clause(db, "steps", None)
+            # SQLite fills the bare columns from the row that holds the MIN / MAX.
+            ends = [{row[6]: Step(*row[:7]) for row in db.execute(
+                f"SELECT t, step, total, loss, allocated, reserved, {column}, {agg}(t) FROM steps"
+                f" WHERE run_id = ? AND step >= ? GROUP BY {column}", (run_id, first_step))}
+                for agg in ("MIN", "MAX")]
+        return {rank: (first, ends[1][rank]) for rank, first in ends[0].items()}
 
     def step_count(self, run_id: int, rank: int | None = 0) -> int:
         with self.connect() as db:
@@ -567,30 +584,44 @@ class Store:
 
     def memory_before(self, run_id: int, gpu: int, t: float | None) -> int | None:
         """The last reading of `gpu` before time `t` (the end of a phase); None if there is none."""
-        query = "SELECT used FROM samples WHERE run_id = ? AND gpu = ?"
-        args: tuple = (run_id, gpu)
-        if t is not None:
-            query += " AND t <= ?"
-            args += (t,)
+        return self.readings_before(run_id, [(gpu, t)])[0]
+
+    def readings_before(self, run_id: int, points: Sequence[tuple[int, float | None]]
+                        ) -> list[int | None]:
+        """`memory_before` of each (device, time) point, in one connection: a run of 64 ranks
+        has hundreds of phase ends."""
+        out = []
         with self.connect() as db:
-            row = db.execute(query + " ORDER BY t DESC LIMIT 1", args).fetchone()
-        return None if row is None else row[0]
+            for gpu, t in points:
+                row = db.execute("SELECT used FROM samples WHERE run_id = ? AND gpu = ? AND t <= ?"
+                                 " ORDER BY t DESC LIMIT 1",
+                                 (run_id, gpu, math.inf if t is None else t)).fetchone()
+                out.append(None if row is None else row[0])
+        return out
 
     def peak(self, run_id: int, gpu: int, before: float | None = None) -> int | None:
         """The highest reading (of those taken before time `before`, if given): from the buckets'
         maxima (the live page asks every second), the samples of the bucket `before` cuts
         through, and the samples for a run stored before the buckets existed."""
+        return self.peaks(run_id, [gpu], before)[gpu]
+
+    def peaks(self, run_id: int, gpus: Sequence[int], before: float | None = None
+              ) -> dict[int, int | None]:
+        """`peak` of each device, in one connection."""
         edge = math.inf if before is None else math.floor(before / BUCKET_SECONDS)
+        out = {}
         with self.connect() as db:
-            peak = db.execute("SELECT MAX(used_max) FROM sample_buckets WHERE run_id = ? AND"
-                              " gpu = ? AND bucket < ?", (run_id, gpu, edge)).fetchone()[0]
-            if before is not None:
-                cut = db.execute("SELECT MAX(used) FROM samples WHERE run_id = ? AND gpu = ? AND"
-                                 " t >= ? AND t < ?", (run_id, gpu, edge * BUCKET_SECONDS,
-                                                       before)).fetchone()[0]
-                peak = max((p for p in (peak, cut) if p is not None), default=None)
-            if peak is None:
-                peak = db.execute("SELECT MAX(used) FROM samples WHERE run_id = ? AND gpu = ?"
-                                  " AND t < ?", (run_id, gpu, math.inf if before is None
-                                                 else before)).fetchone()[0]
-        return peak
+            for gpu in gpus:
+                peak = db.execute("SELECT MAX(used_max) FROM sample_buckets WHERE run_id = ? AND"
+                                  " gpu = ? AND bucket < ?", (run_id, gpu, edge)).fetchone()[0]
+                if before is not None:
+                    cut = db.execute("SELECT MAX(used) FROM samples WHERE run_id = ? AND gpu = ?"
+                                     " AND t >= ? AND t < ?", (run_id, gpu, edge * BUCKET_SECONDS,
+                                                               before)).fetchone()[0]
+                    peak = max((p for p in (peak, cut) if p is not None), default=None)
+                if peak is None:
+                    peak = db.execute("SELECT MAX(used) FROM samples WHERE run_id = ? AND gpu = ?"
+                                      " AND t < ?", (run_id, gpu, math.inf if before is None
+                                                     else before)).fetchone()[0]
+                out[gpu] = peak
+        return out

@@ -126,6 +126,13 @@ class TrainingArguments(Record):
     lora_targets: str | None = fact(checks.text)
 
 
+def _names(value: Any, where: str) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    return tuple(checks.text(item, f"{where}[{i}]", optional=False)
+                 for i, item in enumerate(checks.array(value, where)))
+
+
 def _world_size(value: Any, where: str) -> int | None:
     return checks.whole(value, where, 1, MAX_RANK + 1, optional=True)
 
@@ -149,6 +156,10 @@ class RunFacts(Record):
     world_size: int | None = fact(_world_size)  # training processes (None: one)
     strategy: Strategy | None = fact(checks.member(Strategy))
     gpus: tuple[int, ...] | None = fact(checks.wholes(0, MAX_GPUS - 1))  # rank by rank, NVML's
+    # A run across hosts (issue 21): its hosts in the order they joined, and each rank's host
+    # (its index among them), rank by rank; None for a run of one host.
+    hosts: tuple[str, ...] | None = fact(_names)
+    rank_hosts: tuple[int, ...] | None = fact(checks.wholes(0, MAX_RANK))
     torch: str | None = fact(checks.text)
     torch_cuda: str | None = fact(checks.text)
     transformers: str | None = fact(checks.text)

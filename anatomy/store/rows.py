@@ -15,10 +15,23 @@ SPANS = tuple(Phase)
 STATUSES = tuple(Status)
 
 
+# A run on several hosts (issue 21) stores each host's devices under a number of the run's own:
+# the first host's GPU i as i (its NVML index, as a run of one host stores it), the k-th host's
+# as k × HOST_STRIDE + i (a host has far fewer GPUs). The samples, their buckets and the device
+# panel key by that number as they always did; the run's facts name its hosts.
+HOST_STRIDE = 1000
+
+
+def device_key(host: int, gpu: int) -> int:
+    """The number a run stores device `gpu` (NVML index; 0 for the RSS) of its `host`-th host
+    under."""
+    return host * HOST_STRIDE + gpu
+
+
 class Sample(NamedTuple):
     """One reading of one device: the sampler sends these, the store keeps them as they are."""
     t: float  # seconds since the run's start
-    gpu: int  # the device's NVML index (0 for a CPU run's RSS)
+    gpu: int  # the device's NVML index (0 for a CPU run's RSS); on a later host, `device_key`
     used: int  # bytes
     reserved: int | None  # NVML v2's driver reservation
     total: int | None

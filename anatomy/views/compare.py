@@ -22,6 +22,7 @@ from anatomy.analysis.options import FIELDS
 from anatomy.analysis.report import PHASES, RunReport
 from anatomy.analysis.sweeps import LADDER, SweepGrid
 from anatomy.units import mib
+from anatomy.views import gpus
 
 DIFFERS = "≠"  # the mark of a row whose values differ between the runs
 
@@ -124,12 +125,9 @@ def side_by_side(reports: Sequence[RunReport]) -> list[dict]:
 
 
 def per_gpu_peaks_text(report: RunReport) -> str:
-    """Each GPU's peak: "GPU 0: 12,345 · GPU 1: 12,400" (MB); the CPU's one figure for CPU
-    processes (their RSS together)."""
-    peaks = report.gpu_peaks()
-    if not peaks:
-        return _text(report.summary.peak_mb)
-    return " · ".join(f"GPU {gpu}: {_text(mib(peak))}" for gpu, peak in peaks.items())
+    """Each GPU's peak: "GPU 0: 12,345 · GPU 1: 12,400" (MB), their spread beyond eight GPUs;
+    the CPU's one figure for CPU processes (their RSS together)."""
+    return gpus.peaks_text(report) or _text(report.summary.peak_mb)
 
 
 def _difference_text(diff: Difference, unit: str) -> str:

@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 
 from anatomy.analysis.report import report
 from anatomy.store import Store
-from anatomy.views.figures.live import memory_figure
+from anatomy.views.figures.gpus import buckets, memory_chart
 
 # In the dashboard Streamlit's theme makes room for the axes' tick labels; a standalone page
 # has plotly's defaults alone: room for the title above and the ticks beside, made here.
@@ -42,7 +42,7 @@ def runs_html(store: Store, run_ids: list[int]) -> str:
         reports.append(rep)
     charts = []
     for index, rep in enumerate(reports):
-        figure = memory_figure(rep, store.decimated(rep.id), store.steps(rep.id))
+        figure = memory_chart(rep, store.decimated(rep.id, buckets(rep, 2000)), store.steps(rep.id))
         o = rep.options
         standalone(figure, html.escape(
             f"Run {rep.id}{': ' + rep.name if rep.name else ''} — {rep.preset}, "

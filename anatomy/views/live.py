@@ -14,7 +14,7 @@ from anatomy.analysis.options import FIELDS, RunOptions, validate
 from anatomy.analysis.prediction import PredictionError, max_batch_size, predict, predict_ranks
 from anatomy.analysis.report import PHASES, RunReport
 from anatomy.store import GpuStatus, HostStatus, Step, Store
-from anatomy.views import text
+from anatomy.views import gpus, text
 from anatomy.vocabulary import Phase, Status
 
 
@@ -108,10 +108,13 @@ def summary_lines(report: RunReport) -> list[str]:
     training = report.training
     if training is not None and training.done:
         lines.append(text.occupied_line(training.memory_bytes, report.backend))
-    if report.world_size > 1:  # several processes (issue 12): each GPU's peak
+    if report.world_size > 1:  # several processes (issue 12): each GPU's peak, or their spread
         lines.append(f"{report.world_size} processes, {report.strategy}")
-        lines += [f"{rank.label()}: peak {rank.peak_mb} MB" for rank in report.ranks
-                  if rank.gpu is not None]
+        on_gpus = [rank for rank in report.ranks if rank.gpu is not None]
+        if len(on_gpus) > gpus.LISTED_AT_MOST:
+            lines.append(gpus.spread_line(report))
+        else:
+            lines += [f"{rank.label()}: peak {rank.peak_mb} MB" for rank in on_gpus]
     return lines
 
 

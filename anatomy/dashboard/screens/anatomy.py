@@ -12,6 +12,7 @@ from anatomy.analysis.report import RunReport, report
 from anatomy.dashboard import links, server, widgets
 from anatomy.units import mib_float
 from anatomy.views import anatomy as view
+from anatomy.views import gpus as gpus_view
 from anatomy.views import text
 from anatomy.views.figures import anatomy as figures
 from anatomy.vocabulary import Status
@@ -128,8 +129,13 @@ def per_gpu(rep: RunReport) -> None:
         predicted = breakdown.rank_prediction_for(rep)
     if predicted is not None:
         st.caption(predicted.line())
+    spread = gpus_view.spread_line(rep)
+    if spread:
+        st.markdown(spread)
+    for line in gpus_view.standouts(rep):
+        st.warning(line, icon=":material/warning:")
     st.dataframe([row._asdict() for row in view.rank_rows(rep, predicted)],
-                 hide_index=True)
+                 hide_index=True, key="anatomy_per_gpu")
 
 
 def main() -> None:

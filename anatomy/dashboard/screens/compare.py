@@ -113,7 +113,7 @@ def comparison(run_ids: list[int]) -> None:
     reference = right.selectbox("Reference run (differences are to this run)", run_ids,
                                 format_func=lambda i: f"Run {i}", key="compare_reference")
     training_only = span == "training only"
-    samples = {r.id: db.decimated(r.id) for r in reports}
+    samples = {r.id: db.decimated(r.id, gpu=r.gpu) for r in reports}  # the training GPU's
     labels = view.run_labels(reports)  # each run by exactly what differs
 
     st.subheader("Memory over time, aligned")
