@@ -6,6 +6,7 @@ this CPU: tests/e2e/test_several_processes.py.)"""
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import replace
 
 import pytest
 
@@ -99,27 +100,43 @@ def test_a_rank_reads_as_one_process_prediction_of_its_own_figures():
     assert one.temporary == alone.temporary + 4000  # the buckets: beyond the components
     uncalibrated = rank_prediction(alone, "ddp", 2).as_prediction()
     assert uncalibrated.nvml_peak is None  # never an NVML figure without NCCL's memory
-    fsdp = rank_prediction(alone, "fsdp", 2, root=100, largest_unit=300).as_prediction()
-    assert (fsdp.weights, fsdp.optimizer_states) == (2000, 4000)
-    assert fsdp.peak == rank_prediction(alone, "fsdp", 2, root=100, largest_unit=300).peak
 
 
-@pytest.mark.parametrize("world", [2, 3, 4])
-def test_fsdp_shards_sum_to_the_whole_and_buffers_are_the_units_in_flight(world):
-    from anatomy.analysis.prediction import rank_prediction, shard_bytes
+def _gathered_most(recording) -> int:
+    """The most bytes of FSDP's all-gather buffers alive at once in a traced step."""
+    from anatomy.analysis.prediction import replay
 
-    rows = ((30, 40), (7, 4), (1, 8))  # (first dimension, bytes per row)
-    whole = sum(first * per for first, per in rows)
-    assert shard_bytes(rows, 1) == whole
-    assert whole <= world * shard_bytes(rows, world) < whole + world * sum(p for _, p in rows)
-    alone = _alone()
-    rank = rank_prediction(alone, "fsdp", world, root=500, largest_unit=700)
-    assert abs(world * rank.weights - alone.weights) <= world
-    assert abs(world * rank.optimizer_states - alone.optimizer_states) <= world
-    assert rank.all_gather == 500 + 2 * 700 and rank.reduce_scatter == 700
-    sharded = (alone.weights + alone.gradients + alone.optimizer_states) * (1 - 1 / world)
-    assert rank.peak == pytest.approx(alone.peak - sharded + 500 + 1400 + 700, abs=world)
-    assert rank.activations == alone.activations  # a rank's own batch
+    live, most = {}, 0
+    gathered = recording.fsdp_buffers["gathered"]
+    for kind, tid, size in recording.events[recording.segments["batches"][0]:]:
+        if kind == replay.ALLOC and tid in gathered:
+            live[tid] = size
+        elif kind == replay.FREE:
+            live.pop(tid, None)
+        most = max(most, sum(live.values()))
+    return most
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_an_fsdp_rank_holds_its_shards_and_gathers_in_the_mixed_precision(world):
+    """FSDP2 traced (tracing/fsdp.py): a rank's weights, gradients and states are a 1/N shard
+    (each parameter padded to a multiple of N on its first dimension), and with bf16 its
+    all-gathers carry 16-bit parameters: half the fp32 run's buffers."""
+    from anatomy.analysis.prediction import predict, predict_ranks
+    from anatomy.analysis.prediction.memory import _recording, _shape_of
+
+    options = RunOptions(model="tiny-llama", batch_size=2, seq_len=16, processes=world,
+                         strategy="fsdp")
+    rank = predict_ranks(options, device="cpu")
+    alone = predict(options, device="cpu")
+    assert alone.weights <= world * rank.weights < alone.weights + world * 64 * 1024
+    assert world * rank.gradients == world * rank.weights  # fp32 gradients of fp32 shards
+    assert rank.optimizer_states == 2 * rank.weights  # AdamW's two moments, sharded
+    assert rank.peak < alone.peak and rank.as_prediction().peak == rank.peak
+    gathered = {precision: _gathered_most(_recording(
+        _shape_of(replace(options, precision=precision)), "cpu", None, 1, fsdp_world=world))
+        for precision in ("fp32", "bf16")}
+    assert gathered["bf16"] * 2 == gathered["fp32"] > 0
 
 
 def test_predict_shows_each_rank_with_several_processes(capsys):
@@ -153,7 +170,7 @@ def test_the_steady_rate_leaves_out_the_first_steps_and_counts_every_rank(store)
 
 def test_fsdp_units_are_the_layers_never_what_holds_the_input_embeddings():
     from anatomy.analysis import models
-    from anatomy.engine.worker import _unit_classes
+    from anatomy.analysis.prediction.tracing.fsdp import unit_classes as _unit_classes
 
     bert, _ = models.build_model("tiny", "cpu")
     assert "BertEmbeddings" in bert._no_split_modules  # transformers lists it; accelerate

@@ -26,7 +26,6 @@ from anatomy.analysis.prediction.memory import (
     predict,
     predict_ranks,
     rank_prediction,
-    shard_bytes,
     steps_measured,
     walkthrough_bytes_per_parameter,
 )
@@ -35,6 +34,6 @@ __all__ = [
     "BATCH_SIZE_LIMIT", "COMPONENTS", "CPU_PROCESS_BYTES", "DEVICES",
     "WALKTHROUGH_BYTES_PER_PARAMETER", "BatchFit", "BatchSizes", "Prediction", "PredictionError",
     "RankPrediction", "calibration_for", "capacity_for", "edge_need", "max_batch_size", "predict",
-    "predict_ranks", "rank_prediction", "shard_bytes", "steps_measured",
+    "predict_ranks", "rank_prediction", "steps_measured",
     "walkthrough_bytes_per_parameter",
 ]

@@ -172,14 +172,14 @@ def _shape_of(options: RunOptions) -> RunOptions:
 
 
 def _recording(shape: RunOptions, device: str, calibration: DeviceCalibration | None,
-               steps: int) -> replay.Recording:
+               steps: int, fsdp_world: int = 0) -> replay.Recording:
     key = None if calibration is None else json.dumps(calibration.to_dict(), sort_keys=True)
-    return _cached_recording(shape, device, key, steps)
+    return _cached_recording(shape, device, key, steps, fsdp_world)
 
 
 @lru_cache(maxsize=16)
 def _cached_recording(shape: RunOptions, device: str, calibration_key: str | None,
-                      steps: int) -> replay.Recording:
+                      steps: int, fsdp_world: int = 0) -> replay.Recording:
     from anatomy.analysis.prediction.tracing.record import record
     from anatomy.analysis.prediction.tracing.trainer_step import StepOptions
 
@@ -194,7 +194,8 @@ def _cached_recording(shape: RunOptions, device: str, calibration_key: str | Non
                        shape.optim, shape.batch_size, seq_len)
     try:
         return record(spec, step, kernels=device, calibration=calibration, steps=steps,
-                      lora_rank=shape.lora_rank, lora_targets=shape.lora_target_list())
+                      lora_rank=shape.lora_rank, lora_targets=shape.lora_target_list(),
+                      fsdp_world=fsdp_world)
     except models.ModelError as error:
         raise PredictionError(str(error)) from None
 
@@ -441,23 +442,23 @@ def _bisect(low: int, high: int, fits) -> int:
 # the first bucket 1 MiB (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES).
 DDP_BUCKET_BYTES = 25 * 2**20
 DDP_FIRST_BUCKET_BYTES = 2**20
-FSDP_UNITS_IN_FLIGHT = 2  # the layer computed and the one prefetched (FSDP2's default)
 
 
 @dataclass(frozen=True)
 class RankPrediction:
-    """One rank's predicted memory with `world_size` processes: the single-process prediction
-    (`alone`) changed by the strategy. Components in bytes, per rank.
+    """One rank's predicted memory with `world_size` processes. Components in bytes, per rank.
 
-    DDP: every rank holds all of the model states, plus the reducer's buckets (one more copy of
-    the trainable gradients, in their dtype). FSDP (full shard): parameters, gradients and
-    optimizer states are split across the ranks (a parameter's first dimension padded to a
-    multiple of the world size), plus the all-gather buffers of the units in flight (the root's,
-    unsharded from the forward to the backward, and two layers': the one computed and the one
-    prefetched) and the reduce-scatter buffer of the largest unit's gradient. Activations are a
-    rank's own batch's: unchanged. NCCL's own memory (its buffers and streams, outside PyTorch's
-    allocator, seen only by NVML) is the device calibration's `nccl_bytes`, None where it was
-    never measured."""
+    DDP: the single-process prediction (`alone`) plus the reducer's buckets (one more copy of the
+    trainable gradients, in their dtype), every rank holding all of the model states. FSDP (full
+    shard, FSDP2 as accelerate drives it): rank 0's own step traced with torch's FSDP on a fake
+    process group (`traced`; tracing/fsdp.py): its shards of the parameters, gradients and
+    optimizer states, and the buffers of FSDP's collectives as torch makes them — `all_gather`
+    (the all-gathers' outputs and the unsharded parameters copied out of them, in the mixed
+    precision's dtype) and `reduce_scatter` (the unsharded gradients' input and the shard's
+    output), as much of each as is alive at the rank's live-tensor peak. Activations are a
+    rank's own batch's. NCCL's own memory (its buffers and streams, outside PyTorch's allocator,
+    seen only by NVML) is the device calibration's `nccl_bytes`, None where it was never
+    measured."""
 
     strategy: str
     world_size: int
@@ -467,10 +468,11 @@ class RankPrediction:
     optimizer_states: int
     activations: int
     buckets: int  # DDP's reducer buckets
-    all_gather: int  # FSDP: unsharded parameters of the units in flight
-    reduce_scatter: int  # FSDP: the unsharded gradient of the unit being reduced
+    all_gather: int  # FSDP: all-gather buffers and unsharded parameters alive at the peak
+    reduce_scatter: int  # FSDP: reduce-scatter buffers alive at the peak
     peak: int  # the allocator's peak on one rank
     nccl: int | None  # NVML only; None: not calibrated
+    traced: Prediction | None = None  # FSDP: the rank's own step, traced
 
     @property
     def communication(self) -> int:
@@ -479,28 +481,31 @@ class RankPrediction:
 
     @property
     def nvml_peak(self) -> int | None:
-        """What NVML should show on each GPU at the peak: the single process's figure moved by
-        the change of the allocator's peak, plus NCCL's own (None: not calibrated)."""
-        alone = self.alone.nvml_peak
-        if alone is None or self.nccl is None:
+        """What NVML should show on each GPU at the peak: the process's figure (the traced
+        rank's, or the single process's moved by the change of the allocator's peak), plus
+        NCCL's own (None: not calibrated)."""
+        base = self.traced or self.alone
+        if base.nvml_peak is None or self.nccl is None:
             return None
-        return alone + (self.peak - self.alone.peak) + self.nccl
+        return base.nvml_peak + (self.peak - base.peak) + self.nccl
 
     def as_prediction(self) -> Prediction:
         """One rank's prediction in a single process's shape, so that a rank's measured
         components are read against it as any run's are: its own weights, gradients and states;
-        its peak and every moment of a step moved by what the strategy changes (DDP's buckets live
-        throughout a step); the reserve moved alike; NCCL's memory outside PyTorch, and no NVML
+        its peak and every moment of a step (the traced rank's, or the single process's moved by
+        DDP's buckets, alive throughout a step); NCCL's memory outside PyTorch, and no NVML
         figure while it is not calibrated."""
-        alone, delta = self.alone, self.peak - self.alone.peak
         calibrated = self.nccl is not None
-        return replace(
-            alone, weights=self.weights, gradients=self.gradients,
-            optimizer_states=self.optimizer_states, activations=self.activations, peak=self.peak,
-            moments={k: v + delta for k, v in alone.moments.items()},
-            peak_reserved=alone.peak_reserved + delta if alone.peak_reserved else 0,
-            context=alone.context if calibrated else None,
-            outside=(alone.outside or 0) + self.nccl if calibrated else None)
+        base = self.traced
+        if base is None:
+            alone, delta = self.alone, self.peak - self.alone.peak
+            base = replace(
+                alone, weights=self.weights, gradients=self.gradients,
+                optimizer_states=self.optimizer_states, activations=self.activations,
+                peak=self.peak, moments={k: v + delta for k, v in alone.moments.items()},
+                peak_reserved=alone.peak_reserved + delta if alone.peak_reserved else 0)
+        return replace(base, context=base.context if calibrated else None,
+                       outside=(base.outside or 0) + self.nccl if calibrated else None)
 
     def components(self) -> dict[str, int]:
         return {Part.WEIGHTS.value: self.weights, Part.GRADIENTS.value: self.gradients,
@@ -537,60 +542,58 @@ class RankPrediction:
                 f"{size_text(self.peak * self.world_size)} together, plus each process itself")
 
 
-def shard_bytes(rows: tuple[tuple[int, int], ...], world_size: int) -> int:
-    """One rank's share of parameters of these (first dimension, bytes per row): FSDP2 splits
-    each on dim 0, padded to a multiple of the world size."""
-    return sum(-(-first // world_size) * per_row for first, per_row in rows)
-
-
-def rank_prediction(alone: Prediction, strategy: str, world_size: int, *, root: int = 0,
-                    largest_unit: int = 0, shard_of_weights: int | None = None,
+def rank_prediction(alone: Prediction, strategy: str, world_size: int, *,
                     nccl: int | None = None) -> RankPrediction:
-    """The arithmetic of one rank (no torch): `alone` is the single-process prediction; for
-    FSDP the root unit's and the largest wrapped unit's parameter bytes, and one rank's share
-    of the weights (padding included; weights / N without it)."""
+    """A DDP rank (no torch): `alone` is the single-process prediction."""
     if world_size < 2:
         raise ValueError("several processes: world_size >= 2")
-    if strategy == "ddp":
-        trainable = alone.gradients  # the trainable parameters' gradients, in their dtype
-        buckets = trainable
-        return RankPrediction(strategy, world_size, alone, alone.weights, alone.gradients,
-                              alone.optimizer_states, alone.activations, buckets, 0, 0,
-                              alone.peak + buckets, nccl)
-    if strategy != "fsdp":
-        raise ValueError(f"strategy must be ddp or fsdp, got {strategy!r}")
-    ratio = (shard_of_weights / alone.weights if shard_of_weights and alone.weights
-             else 1 / world_size)
-    weights = round(alone.weights * ratio)
-    gradients = round(alone.gradients * ratio)
-    states = round(alone.optimizer_states * ratio)
-    all_gather = root + FSDP_UNITS_IN_FLIGHT * largest_unit
-    reduce_scatter = max(root, largest_unit)
-    saved = (alone.weights - weights) + (alone.optimizer_states - states)
-    if "forward" not in alone.peak_at:  # gradients are alive at the peak
-        saved += alone.gradients - gradients
-    else:
-        reduce_scatter = 0  # no gradient is reduced during the forward pass
-    peak = max(0, alone.peak - saved) + all_gather + reduce_scatter
-    return RankPrediction(strategy, world_size, alone, weights, gradients, states,
-                          alone.activations, 0, all_gather, reduce_scatter, peak, nccl)
+    if strategy != "ddp":
+        raise ValueError(f"the arithmetic is DDP's; FSDP's rank is traced (predict_ranks), got "
+                         f"{strategy!r}")
+    buckets = alone.gradients  # the trainable parameters' gradients, in their dtype
+    return RankPrediction(strategy, world_size, alone, alone.weights, alone.gradients,
+                          alone.optimizer_states, alone.activations, buckets, 0, 0,
+                          alone.peak + buckets, nccl)
+
+
+def alive_at_peak(events: list[tuple], kinds: dict[str, frozenset[int]]) -> dict[str, int]:
+    """Bytes of each kind's storages alive at the events' live-tensor peak (the first moment
+    the most bytes are alive)."""
+    live: dict[int, int] = {}
+    total = peak = 0
+    at_peak: dict[str, int] = {kind: 0 for kind in kinds}
+    for kind, tid, size in events:
+        if kind == replay.ALLOC:
+            live[tid] = size
+            total += size
+        elif kind == replay.FREE:
+            total -= live.pop(tid, 0)
+        if total > peak:
+            peak = total
+            at_peak = {name: sum(live.get(t, 0) for t in tids) for name, tids in kinds.items()}
+    return at_peak
 
 
 def predict_ranks(options: RunOptions, *, device: str = "cuda", gpu_name: str | None = None,
                   calibration: DeviceCalibration | None = None) -> RankPrediction:
     """Each rank's predicted memory for a run of several processes (`options.world_size`,
-    `options.strategy`): the single-process prediction of the same per-device batch, then the
-    strategy's arithmetic (`rank_prediction`)."""
+    `options.strategy`): DDP from the single-process prediction of the same per-device batch
+    (`rank_prediction`); FSDP from rank 0's own step, traced (`RankPrediction`)."""
     if device == "cuda" and calibration is None:
         calibration = calibration_for(device, gpu_name)
     alone = predict(options, device=device, calibration=calibration)
     nccl = calibration.nccl_bytes if device == "cuda" and calibration else None
     if options.strategy != "fsdp":
         return rank_prediction(alone, "ddp", options.world_size, nccl=nccl)
-    from anatomy.analysis.prediction.tracing.units import units
-
-    found = units(options.model, options.lora_rank, options.lora_target_list())
-    return rank_prediction(alone, "fsdp", options.world_size, root=found.root,
-                           largest_unit=found.largest,
-                           shard_of_weights=shard_bytes(found.rows, options.world_size),
-                           nccl=nccl)
+    steps = steps_measured(options)
+    recording = _recording(_shape_of(options), device, calibration, steps,
+                           fsdp_world=options.world_size)
+    measured = replay.measure(replay.stream(recording, steps, options.grad_accum),
+                              cuda=device == "cuda")
+    traced = _prediction(recording, measured, options, device, calibration, steps)
+    step_begins = recording.segments["batches"][0]  # the step's, not the sharding's peak
+    buffers = alive_at_peak(recording.events[step_begins:], recording.fsdp_buffers)
+    return RankPrediction("fsdp", options.world_size, alone, traced.weights, traced.gradients,
+                          traced.optimizer_states, traced.activations, 0,
+                          buffers.get("gathered", 0), buffers.get("reduced", 0), traced.peak,
+                          nccl, traced)

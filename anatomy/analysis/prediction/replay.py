@@ -53,6 +53,8 @@ class Recording:
     optimizer_state_bytes: int
     attention_kernels: tuple[str, ...] = ()
     max_tid: int = 0
+    # An FSDP rank's trace (tracing/fsdp.py): the storages of its collectives, by kind.
+    fsdp_buffers: dict[str, frozenset[int]] = field(default_factory=dict)
 
     def segment(self, name: str) -> list[tuple]:
         start, end = self.segments.get(name, (0, 0))

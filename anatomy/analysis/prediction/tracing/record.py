@@ -20,6 +20,7 @@ from __future__ import annotations
 import gc
 import warnings
 from contextlib import ExitStack, contextmanager
+from dataclasses import replace
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
@@ -97,9 +98,10 @@ def real_data_answers():
 
 def record(spec: ModelSpec, options: StepOptions, *, kernels: str = "cuda",
            calibration: DeviceCalibration | None = None, steps: int = 2, lora_rank: int = 0,
-           lora_targets: tuple[str, ...] = ()) -> Recording:
+           lora_targets: tuple[str, ...] = (), fsdp_world: int = 0) -> Recording:
     """Trace the run's build and one of each segment of its steps; `kernels` "cuda" (the CUDA
-    emulation, with `calibration`'s constants) or "cpu"."""
+    emulation, with `calibration`'s constants) or "cpu". `fsdp_world` > 0: the step of rank 0
+    of that many under FSDP2 (tracing/fsdp.py; weights, gradients and states its shards)."""
     # Imported before the trace: importing the Trainer (and peft with it) makes module-level
     # tensors, which a trace would record in the first recording of a process only.
     from transformers import Trainer, logging  # noqa: F401
@@ -123,8 +125,16 @@ def record(spec: ModelSpec, options: StepOptions, *, kernels: str = "cuda",
     try:
         with warnings.catch_warnings():  # peft's and transformers' advice is for real runs
             warnings.simplefilter("ignore")
-            return _record(spec, options, kernels, calibration, steps, lora_rank, lora_targets,
-                           timeline, tracker, segment, segments)
+            if not fsdp_world:
+                return _record(spec, options, kernels, calibration, steps, lora_rank,
+                               lora_targets, timeline, tracker, segment, segments)
+            from anatomy.analysis.prediction.tracing import fsdp
+
+            with fsdp.fake_group(fsdp_world) as mesh, fsdp.following(tracker) as buffers:
+                recording = _record(spec, options, kernels, calibration, steps, lora_rank,
+                                    lora_targets, timeline, tracker, segment, segments, mesh)
+                return replace(recording, fsdp_buffers={
+                    kind: buffers.tids(kind) for kind in ("gathered", "reduced")})
     finally:
         gc.unfreeze()
         if collecting:
@@ -132,20 +142,20 @@ def record(spec: ModelSpec, options: StepOptions, *, kernels: str = "cuda",
 
 
 def _record(spec, options, kernels, calibration, steps, lora_rank, lora_targets, timeline,
-            tracker, segment, segments) -> Recording:
+            tracker, segment, segments, mesh=None) -> Recording:
+    from anatomy.analysis.prediction.tracing.fsdp import local, shard
+
     with real_data_answers():
         start = 0
         with tracker:
             model, _ = models.build_model(spec, "meta", lora_rank=lora_rank,
                                           lora_targets=lora_targets, pretrained=False)
         segment(Phase.WEIGHTS, start)
-        trainable = [p for p in model.parameters() if p.requires_grad]
         parameters = sum(p.numel() for p in model.parameters())
         weights_bytes = _distinct_bytes(model.parameters())
 
         mode = FakeTensorMode(allow_non_fake_inputs=False)
         to_fake(model, mode)
-        trainable = [p for p in model.parameters() if p.requires_grad]
         tracker.device = "cpu"
         cuda = CudaKernels(calibration, tracker) if kernels == "cuda" else None
         with ExitStack() as stack:
@@ -157,8 +167,13 @@ def _record(spec, options, kernels, calibration, steps, lora_rank, lora_targets,
             start = len(timeline.events)
             step = TrainerStep(model, spec, options, device="cpu", foreach=cuda is not None,
                                on_mark=timeline.mark,
-                               checkpoint_context=cuda.recomputation if cuda else None)
+                               checkpoint_context=cuda.recomputation if cuda else None,
+                               prepare=None if mesh is None else
+                               lambda m: shard(m, options.precision, mesh))
             segment("setup", start)
+            trainable = [p for p in model.parameters() if p.requires_grad]
+            if mesh is not None:  # a rank holds its shards from here on
+                weights_bytes = _distinct_bytes(local(p) for p in model.parameters())
 
             start = len(timeline.events)
             batches, items = step.batches()
@@ -168,19 +183,20 @@ def _record(spec, options, kernels, calibration, steps, lora_rank, lora_targets,
             start = len(timeline.events)
             step.micro_batch(batches[0], items)
             segment("first micro-batch", start)
-            grads_first = {i: tracker.storage_tid(p.grad) for i, p in enumerate(trainable)
+            grads_first = {i: tracker.storage_tid(local(p.grad)) for i, p in enumerate(trainable)
                            if p.grad is not None}
             if options.grad_accum > 1:
                 start = len(timeline.events)
                 step.micro_batch(batches[1], items)
                 segment("later micro-batch", start)
-            gradient_bytes = _distinct_bytes(p.grad for p in trainable if p.grad is not None)
+            gradient_bytes = _distinct_bytes(local(p.grad) for p in trainable
+                                             if p.grad is not None)
 
             start = len(timeline.events)
             step.optimizer_step()
             segment("first optimizer step", start)
             state_bytes = _distinct_bytes(
-                v for state in step.optimizer.state.values() for v in state.values()
+                local(v) for state in step.optimizer.state.values() for v in state.values()
                 if isinstance(v, torch.Tensor) and v.numel() > 1)
 
             grads_later: dict[int, int] = {}
@@ -190,7 +206,7 @@ def _record(spec, options, kernels, calibration, steps, lora_rank, lora_targets,
                 with torch.no_grad():
                     for i in grads_first:
                         trainable[i].grad = torch.empty_like(trainable[i])
-                        grads_later[i] = tracker.adopt(trainable[i].grad)
+                        grads_later[i] = tracker.adopt(local(trainable[i].grad))
                 start = len(timeline.events)
                 step.optimizer_step()
                 segment("optimizer step", start)

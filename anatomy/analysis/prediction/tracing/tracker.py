@@ -14,7 +14,7 @@ import weakref
 from dataclasses import dataclass, field
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_leaves
 from torch.utils.weak import WeakIdKeyDictionary
 
@@ -99,6 +99,21 @@ class LiveTensors(TorchDispatchMode):
             self._refs[tid] = weakref.ref(storage, lambda _, tid=tid: self._freed(tid))
         return tid
 
+    def resized(self, tensor) -> None:
+        """A storage resized in place (FSDP2 frees and refills its unsharded parameters so, out
+        of any operator's sight): the bytes it held are freed, and those it holds now allocated
+        under a new tid, which its end frees."""
+        if not isinstance(tensor, torch.Tensor) or tensor.device.type != self.device:
+            return
+        storage = tensor.untyped_storage()
+        with self._lock:
+            held = self._tids.get(storage)
+            if held is not None and self._refs.pop(held, None) is not None:
+                self.timeline.free(held)
+            tid = self.timeline.alloc(storage.nbytes())
+            self._tids[storage] = tid
+            self._refs[tid] = weakref.ref(storage, lambda _, tid=tid: self._freed(tid))
+
     def _freed(self, tid: int) -> None:
         with self._lock:
             if self._refs.pop(tid, None) is not None:
@@ -111,8 +126,20 @@ class LiveTensors(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        for tensor in tree_leaves(out):
+        for tensor in _holding_memory(out):
             self.track(tensor)
         if self.on_op is not None:
             self.on_op(func, out)
         return out
+
+
+def _holding_memory(out):
+    """The tensors of an operator's outputs that hold memory: a wrapper subclass's inner ones (a
+    DTensor's local shard: FSDP2's parameters, gradients and optimizer states), not the
+    wrapper, whose storage is a stand-in of the global size."""
+    for tensor in tree_leaves(out):
+        if is_traceable_wrapper_subclass(tensor):
+            names, _ = tensor.__tensor_flatten__()
+            yield from _holding_memory([getattr(tensor, name) for name in names])
+        else:
+            yield tensor

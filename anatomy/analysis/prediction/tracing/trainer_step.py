@@ -143,17 +143,21 @@ class TrainerStep:
 
     `autocast` makes the forward pass's autocast context (torch.autocast on `device` unless
     given); `on_mark(label)` is told the moments the probe reads; `checkpoint_context` is
-    activation checkpointing's context_fn (the CUDA emulation's, for the recomputation)."""
+    activation checkpointing's context_fn (the CUDA emulation's, for the recomputation);
+    `prepare(model)` wraps the model for several processes (FSDP) before the optimizer is made."""
 
     def __init__(self, model, spec: ModelSpec, options: StepOptions, *, device: str = "cpu",
                  foreach: bool | None = None, autocast: Callable | None = None,
                  on_mark: Callable[[str], None] | None = None,
-                 checkpoint_context: Callable | None = None):
+                 checkpoint_context: Callable | None = None,
+                 prepare: Callable | None = None):
         self.model, self.spec, self.options, self.device = model, spec, options, device
         self.on_mark = on_mark or (lambda label: None)
         if options.gradient_checkpointing:
             enable_checkpointing(model, checkpoint_context)
         model.train()
+        if prepare is not None:  # accelerate's prepare: FSDP shards the model before the
+            prepare(model)  # Trainer makes its optimizer (tracing/fsdp.py)
         dtype = AUTOCAST_DTYPES.get(options.precision)
         if dtype is None:
             self.autocast = nullcontext

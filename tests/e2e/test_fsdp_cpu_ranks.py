@@ -1,0 +1,118 @@
+"""FSDP2 predicted per rank = measured per rank, without a GPU (issue 21): two real CPU ranks
+over gloo shard the model with accelerate's `fsdp2_prepare_model` and train two steps, every
+storage followed by the prediction's live-tensor tracker; the prediction traces rank 0 of two on
+fake tensors with torch's fake process group. The Trainer cannot take this path on CPU ranks
+(accelerate 1.15 gives FSDP to GPU ranks only: AcceleratorState makes a CPU run MULTI_CPU), so
+the ranks run the prediction's own TrainerStep — the Trainer's step, without its loop — on the
+same model and step."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import socket
+
+import pytest
+
+from anatomy.analysis import models
+from anatomy.analysis.prediction import replay
+from anatomy.analysis.prediction.tracing.trainer_step import StepOptions
+
+STEPS = 2
+WORLD = 2
+TOLERANCE = 1024  # bytes: the single-process check's (tests/unit/test_prediction.py)
+# (model, precision, checkpointing, accumulation): a layer model and a decoder, fp32 and bf16
+# (bf16: FSDP all-gathers 16-bit parameters and reduce-scatters 16-bit gradients).
+CASES = [("tiny", "fp32", False, 1), ("tiny-llama", "bf16", True, 2)]
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def measured_rank(rank: int, port: int, name: str, options: StepOptions, out) -> None:
+    """One real rank: the model built whole, sharded, two steps, its true live-tensor figures
+    sent back as (rank, peak, weights at the end of the build, activations)."""
+    import torch
+    import torch.distributed as dist
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    from anatomy.analysis.prediction.tracing import fsdp
+    from anatomy.analysis.prediction.tracing.tracker import LiveTensors, Timeline
+    from anatomy.analysis.prediction.tracing.trainer_step import TrainerStep
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    # gloo reduce-scatters by all-reducing a copy of the input (one more unsharded gradient
+    # buffer, seen on these ranks); NCCL, which the prediction is for, and the fake group make
+    # none. What the backend makes inside its own call is left out here.
+    collective = dist.reduce_scatter_single
+
+    def unseen(*args, **kwargs):
+        with _disable_current_modes():
+            return collective(*args, **kwargs)
+    dist.reduce_scatter_single = unseen
+    try:
+        spec = models.resolve(name)
+        timeline = Timeline()
+        tracker = LiveTensors(timeline)
+        torch.manual_seed(0)
+        with tracker:
+            model, _ = models.build_model(spec, "cpu", pretrained=False)
+        timeline.mark("weights")
+        timeline.mark(replay.TRAINING_BEGINS)
+        step = [0]
+
+        def mark(label: str) -> None:
+            timeline.events.append((replay.MARK, step[0], label))
+
+        def begin(number: int) -> None:
+            step[0] = number
+            mark("batches")
+
+        device_mesh = fsdp.mesh("cpu")
+        with tracker, fsdp.following(tracker):
+            TrainerStep(model, spec, options, device="cpu", on_mark=mark,
+                        prepare=lambda m: fsdp.shard(m, options.precision, device_mesh)
+                        ).run(STEPS, begin)
+        measured = replay.measure(timeline.events, cuda=False)
+        out.put((rank, measured.peak_allocated, measured.weights_allocated,
+                 measured.activations(STEPS)))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
+def test_fsdp_ranks_on_the_cpu_are_predicted_to_the_byte(case):
+    from anatomy.analysis.prediction.tracing.record import record
+
+    name, precision, checkpointing, accumulation = case
+    options = StepOptions(precision, checkpointing, accumulation, "adamw_torch", 2, 16)
+    context = multiprocessing.get_context("spawn")
+    out = context.Queue()
+    port = _port()
+    ranks = [context.Process(target=measured_rank, args=(r, port, name, options, out))
+             for r in range(WORLD)]
+    for process in ranks:
+        process.start()
+    try:
+        measured = sorted(out.get(timeout=600) for _ in ranks)
+    finally:
+        for process in ranks:
+            process.join(timeout=60)
+            if process.is_alive():
+                process.kill()
+    assert [p.exitcode for p in ranks] == [0] * WORLD
+
+    recording = record(models.resolve(name), options, kernels="cpu", steps=STEPS,
+                       fsdp_world=WORLD)
+    predicted = replay.measure(replay.stream(recording, STEPS, accumulation), cuda=False)
+    training = predicted.peak_allocated - predicted.weights_allocated
+    for rank, peak, weights, activations in measured:
+        assert training == pytest.approx(peak - weights, abs=TOLERANCE), f"rank {rank}"
+        assert predicted.activations(STEPS) == pytest.approx(activations, abs=TOLERANCE)
+    # A rank holds a shard: less than one process's whole training.
+    alone = record(models.resolve(name), options, kernels="cpu", steps=STEPS)
+    assert recording.weights_bytes < alone.weights_bytes
