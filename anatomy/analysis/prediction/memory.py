@@ -531,7 +531,7 @@ class RankPrediction:
     def need_line(self) -> str:
         """`Prediction.need_line` for several processes: what each needs, which is what one GPU
         holds; on a CPU the processes share the RAM, so together too."""
-        size, at = size_text(self.peak), self.alone.peak_at
+        size, at = size_text(self.peak), (self.traced or self.alone).peak_at
         if self.alone.device == "cuda":
             nvml = (f", {size_text(self.nvml_peak)} as nvidia-smi counts it" if self.nvml_peak
                     is not None else " (NCCL's own memory not calibrated: no nvidia-smi figure)")
