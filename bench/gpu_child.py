@@ -113,13 +113,13 @@ def _train(config: dict, device: str, nvml_index: int | None, baseline: int,
     from anatomy.analysis.options import RunOptions
     from anatomy.engine.callbacks import ComponentProbing
     from anatomy.engine.probe import ComponentProbe
-    from anatomy.engine.worker import _dummy_dataset, _training_arguments
+    from anatomy.engine.training import dummy_dataset, training_arguments
 
     logging.set_verbosity_error()
     cuda = device == "cuda"
     options = RunOptions(**config)
     spec = models.resolve(options.model)
-    dataset = _dummy_dataset(options, spec)
+    dataset = dummy_dataset(options, spec)
     torch.ones((1, 1)).to(device)  # the kernel phase: the CUDA context
     if cuda:
         torch.cuda.synchronize()
@@ -138,7 +138,7 @@ def _train(config: dict, device: str, nvml_index: int | None, baseline: int,
     reporter = _Reporter()
     probe = ComponentProbe(model, use_cuda=cuda)  # resets the allocator's peaks, as the worker
     with tempfile.TemporaryDirectory() as output_dir:
-        args = _training_arguments(options.to_dict(), output_dir, cuda, "no")
+        args = training_arguments(options.to_dict(), output_dir, cuda, "no")
         trainer = Trainer(model=model, args=args, train_dataset=dataset,
                           callbacks=[ComponentProbing(reporter, probe)])
         trainer.remove_callback(PrinterCallback)  # as the worker: no line per step

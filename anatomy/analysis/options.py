@@ -264,6 +264,9 @@ def _process_errors(options: RunOptions, gpu_count: int, errors: dict[str, str],
     if "gpus" in errors or "processes" in errors or "strategy" in errors:
         return found
     entries = [e.strip() for e in options.gpus.split(",") if e.strip()]
+    if options.gpus.strip() and len(entries) < len(options.gpus.split(",")):
+        return {"gpus": f"gpus: {options.gpus!r} has an empty entry: name each GPU once,"
+                        " comma-separated (e.g. 0,1)"}
     for entry in entries:
         if not entry.isdigit():
             found["gpus"] = f"gpus: {entry!r} is not a GPU index (comma-separated, e.g. 0,1)"

@@ -323,9 +323,8 @@ def report(store: Store, run_id: int, run: RunRow | None = None) -> RunReport | 
     run = run or store.run(run_id)
     if run is None:
         return None
-    spans = [PhaseReading(span.name, span.start_s, span.end_s,
-                          store.memory_before(run_id, run.gpu, span.end_s))
-             for span in store.phases(run_id)]
+    spans = [PhaseReading(span.name, span.start_s, end, store.memory_before(run_id, run.gpu, end))
+             for span, end in _ends(store, run, store.phases(run_id))]
     phases = tuple(p for p in spans if p.name != Phase.PROFILING)  # the walkthrough's, or PROCESS
     profiling = next((p for p in spans if p.name == Phase.PROFILING), None)
     # The profiler's own buffers are no memory the training needed (638 vs 540 MB on a CPU).
@@ -364,6 +363,17 @@ def known_option(run: RunRow, name: str) -> Any:
     return getattr(RunOptions.from_dict(run.options), name)
 
 
+def _ends(store: Store, run: RunRow, spans: list) -> list[tuple]:
+    """Each phase with where it ends: a run that ended without a word (store/liveness.py) left
+    its last phase open, and it is read as ending at the run's last sample, as the next manager
+    will write it."""
+    if run.status == Status.RUNNING or all(span.end_s is not None for span in spans):
+        return [(span, span.end_s) for span in spans]
+    last = store.last_time(run.id)
+    return [(span, span.end_s if span.end_s is not None else max(span.start_s, last))
+            for span in spans]
+
+
 def _ranks(store: Store, run: RunRow, profiling: PhaseReading | None) -> tuple[RankReading, ...]:
     """Each rank's reading, for a run of several training processes; () for one."""
     if (run.environment.world_size or 1) <= 1:
@@ -375,9 +385,10 @@ def _ranks(store: Store, run: RunRow, profiling: PhaseReading | None) -> tuple[R
     on_gpu = run.backend == Backend.NVML
     rank_components = run.summary.rank_components or {}
     spans: dict[int, list] = {}
-    for span in store.phases(run.id, None):  # every rank's at once: a run may have 64
+    # Every rank's at once (a run may have 64), each ended where readers read it (_ends).
+    for span, end in _ends(store, run, store.phases(run.id, None)):
         if span.name != Phase.PROFILING:
-            spans.setdefault(span.rank, []).append(span)
+            spans.setdefault(span.rank, []).append(span._replace(end_s=end))
     baseline_end = next((s.end_s for s in spans.get(0, []) if s.name == Phase.BASELINE), None)
     where = {}
     for rank in store.ranks(run.id):

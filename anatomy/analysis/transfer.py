@@ -304,15 +304,14 @@ def _record(value: Any, where: str, source: Origin) -> RunRecord:
     )
     if record.run.status == Status.RUNNING:
         # Exported mid-run: here nothing will ever finish it. It ends where its recording ends.
-        last = max((sample.t for sample in record.samples), default=0.0)
-        record = replace(
-            record,
-            run=replace(record.run, status=Status.STOPPED, error=(
-                "still running on its machine when it was exported: imported as stopped, with "
-                "what had been recorded by then")),
-            phases=[p if p.end_s is not None else p._replace(end_s=max(p.start_s, last))
-                    for p in record.phases])
-    return record
+        record = replace(record, run=replace(record.run, status=Status.STOPPED, error=(
+            "still running on its machine when it was exported: imported as stopped, with "
+            "what had been recorded by then")))
+    # Every imported run is over: a phase left open (a run that ended without a word) ends at
+    # its last sample.
+    last = max((sample.t for sample in record.samples), default=0.0)
+    return replace(record, phases=[p if p.end_s is not None else p._replace(end_s=max(p.start_s, last))
+                                   for p in record.phases])
 
 
 def _header(data: Any) -> list:

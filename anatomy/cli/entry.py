@@ -9,7 +9,7 @@ import sys
 
 from anatomy.cli import dashboard, edit, export, import_, predict, run, runs, show, sweep, watch
 from anatomy.cli.arguments import Parser
-from anatomy.store import StoreError, resolve_path, why
+from anatomy.store import StoreError, resolve_path, store_error
 
 # In the order --help lists them.
 COMMANDS = (run, predict, runs, show, export, import_, sweep, watch, edit, dashboard)
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: the store {error}", file=sys.stderr)
         return 1 if error.full else 2
     except sqlite3.Error as error:
-        print(f"error: the store {resolve_path(getattr(args, 'store', None))}: {why(error)}",
+        print(f"error: the store {store_error(resolve_path(getattr(args, 'store', None)), error)}",
               file=sys.stderr)
         return 1
     except BrokenPipeError:

@@ -44,6 +44,11 @@ def _prediction_target(args: argparse.Namespace, info) -> tuple[str, str | None,
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
+    if args.gpu_model is not None and not device_constants.is_calibrated(args.gpu_model):
+        print(f"error: --gpu-model: {args.gpu_model!r} has no calibrated constants; calibrated:"
+              f" {', '.join(repr(name) for name in device_constants.calibrated())}",
+              file=sys.stderr)
+        return 2
     info = machine()
     options = options_from_args(args, info.gpu_count > 0)
     device, gpu_name, total = _prediction_target(args, info)

@@ -18,8 +18,9 @@ def register(commands: argparse._SubParsersAction) -> None:
         description="Runs COMMAND and records the memory of the GPUs it can use (without a GPU: "
                     "the RSS of its processes). Where the command records itself (the Trainer "
                     "callback or anatomy.start()), its phases and steps join this run; else the "
-                    f"run has one '{Phase.PROCESS}' phase. Exits with the command's exit code (130 after "
-                    "Ctrl-C, which stops the command and keeps the record).")
+                    f"run has one '{Phase.PROCESS}' phase. Exits with the command's exit status "
+                    "(128+N when signal N killed it), or 128+N when signal N stopped the watch "
+                    "(130: Ctrl-C, which stops the command and keeps the record).")
     watched.add_argument("--name", help="the run's name (default: the command)")
     watched.add_argument("--sample-rate", type=int, default=200, dest="sample_rate",
                          help="samples per second per GPU (1 to 2000, default 200)")

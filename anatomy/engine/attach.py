@@ -7,11 +7,14 @@ callback stands on.
     for batch in data: ...; run.step(loss=loss.item())
     run.end()                                  # or: with anatomy.start() as run: ...
 
-A run started here samples with the same sampler process as anatomy's own runs and is written
-to the same store (--store rules: $ANATOMY_STORE, else the default) by a collector thread in
-this process. Under `anatomy watch -- COMMAND` nothing is started here: the run is the watch's,
-found through the environment it set (WATCH_ENV), and this process's marks travel to it over a
-local socket.
+A run started here is recorded by this process, through the same recording as anatomy's own
+runs (engine/recording.py: the sampler process, a collector thread, the store by --store's rules:
+$ANATOMY_STORE, else the default). Under `anatomy watch -- COMMAND` nothing is started here: the
+run is the watch's, found through the environment it set (engine/link.py), and this process's
+marks travel to it over a local socket.
+
+How the script ends is how the run ends: completed, an error (failed, or oom for torch's
+out-of-memory error), Ctrl-C or a SIGTERM (stopped), `sys.exit(1)` (failed): engine/exits.py.
 
 Nothing here imports torch: memory figures of torch's allocator are read only where the user's
 process has imported torch already.
@@ -20,11 +23,7 @@ process has imported torch already.
 from __future__ import annotations
 
 import atexit
-import multiprocessing as mp
 import os
-import queue as queue_module
-import signal
-import socket
 import sys
 import threading
 import time
@@ -32,35 +31,22 @@ from collections.abc import Sequence
 from multiprocessing.connection import Client
 from typing import Any
 
-from anatomy.engine import protocol, sampler
-from anatomy.engine.collector import FLUSH_SECONDS, Collector
+from anatomy.engine import link as watch_link
+from anatomy.engine import protocol
 from anatomy.engine.devices import machine
-from anatomy.engine.lifeline import Lifeline, launch
-from anatomy.engine.manager import TAIL_SECONDS
+from anatomy.engine.endings import Ending, stopped_by
+from anatomy.engine.exits import ExitWatch, ending_of, on_stop_signals
+from anatomy.engine.locks import DeviceLock, gpu_key
+from anatomy.engine.recording import FIRST_SAMPLE_TIMEOUT, Recording, environment_facts
 from anatomy.engine.reporter import Reporter
 from anatomy.store import Step, Store
 
-# Set by `anatomy watch` for the command it runs: where its collector listens, the key to connect
-# with, the run's id and the run's clock (time.monotonic() at its start: one clock per machine).
-WATCH_ENV = "ANATOMY_WATCH"
-WATCH_KEY_ENV = "ANATOMY_WATCH_KEY"
-RUN_ID_ENV = "ANATOMY_RUN_ID"
-T0_ENV = "ANATOMY_T0"
-
 DEFAULT_SAMPLE_RATE = 200
-FIRST_SAMPLE_TIMEOUT = 30.0  # a sampler's process starts in ~1 s; a loaded machine may take longer
+STOP_WAIT_SECONDS = 10.0  # a signal's stop waits this long for the ending to be written
 
 _current: Run | None = None
 _current_lock = threading.Lock()
-
-
-def is_oom(error: BaseException) -> bool:
-    """CUDA's (or the host's) out-of-memory error, whatever raised it."""
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(error, torch.cuda.OutOfMemoryError):
-        return True
-    text = str(error).lower()
-    return isinstance(error, MemoryError) or "out of memory" in text
+_exits: ExitWatch | None = None
 
 
 def _rank() -> int:
@@ -92,117 +78,134 @@ def _script() -> str | None:
     return os.path.abspath(path) if path else None
 
 
+def _warn(text: str) -> None:
+    """A word to the user's terminal, as their script prints."""
+    try:
+        print(f"anatomy: {text}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass  # no terminal left
+
+
+class _ThisProcess:
+    """The user's own process, as its recording follows it: it trains until its run ends, and is
+    never ended by the recording."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.closed = False
+
+    def exit_code(self) -> int | None:
+        return 0 if self.closed else None
+
+    def end(self, grace: float) -> None:
+        pass
+
+
 class _LocalRecording:
-    """A run of this process: its row in the store, a sampler process and a collector thread."""
+    """A run of this process, recorded here: engine/recording.py, driven by the phase API. The
+    GPUs it samples are locked as anatomy's own runs lock them, where they are free; a GPU
+    another run holds is recorded all the same, with a warning on the run."""
 
     def __init__(self, store: Store, name: str | None, sample_rate: int,
                  gpus: Sequence[int] | None, t0: float):
         info = machine()
-        self.store = store
-        self.t0 = t0
-        self.context = mp.get_context("spawn")
         devices = info.devices if gpus is None else [info.devices[i] for i in gpus]
-        environment = {"driver": info.driver, "cuda_driver": info.cuda_driver,
-                       "gpu_count": info.gpu_count, "host": socket.gethostname()}
-        if devices:
-            environment.update(gpu_name=devices[0].name, gpu_total=devices[0].total,
-                               gpu_uuid=devices[0].uuid)
-        else:
-            environment.update(gpu_name=None, ram_total=info.ram_total, why_no_gpu=info.why_no_gpu)
+        locks, busy = [], []
+        for device in devices:
+            lock = DeviceLock(gpu_key(device.nvml_index))
+            if lock.acquire(f"a script (pid {os.getpid()})"):
+                locks.append(lock)
+            else:
+                busy.append(f"GPU {device.index} is also used by {lock.holder()}: its samples"
+                            " include that run's memory")
+        self.locks = locks
+        self.ending: Ending | None = None
+        self.this = _ThisProcess()
+        self.recording = Recording(store, info.backend, [d.nvml_index for d in devices],
+                                   sample_rate, owns_training=False, t0=t0,
+                                   lock_fds=tuple(lock.fileno() for lock in locks),
+                                   decide=lambda outcome, code: self.ending, tell=_warn)
         script = _script()
-        label = os.path.basename(script) if script else "python"
-        self.run_id = store.create_run(
-            {}, info.backend, info.memory_api, devices[0].nvml_index if devices else 0,
-            environment, name=name, preset=label,
-            source={"kind": "script", "script": script, "argv": list(sys.argv),
-                    "cwd": os.getcwd(), "host": socket.gethostname()})
-        store.update_run(self.run_id, worker_pid=os.getpid())
-        self.events: queue_module.Queue = queue_module.Queue()
-        self.samples = self.context.Queue()
-        self.stop_sampler = self.context.Event()
-        worker_pid = self.context.Value("i", os.getpid())
-        self.sampler = self.context.Process(
-            target=sampler.run, name=f"anatomy-sampler-{self.run_id}", daemon=True,
-            args=(self.samples, self.stop_sampler, info.backend, sample_rate, t0,
-                  [d.nvml_index for d in devices], worker_pid,
-                  Lifeline("anatomy-sampler", death_signal=signal.SIGTERM)))
-        launch(self.sampler)
-        self.collector = Collector(store, self.run_id)
-        self.first_sample = threading.Event()
-        self.closing = threading.Event()
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._collect, name=f"anatomy-collector-{self.run_id}",
-                                       daemon=True)
-        self.thread.start()
-        if not self.first_sample.wait(FIRST_SAMPLE_TIMEOUT):
-            self.events.put(protocol.Note(protocol.Message(
+        try:
+            self.run_id = self.recording.create_run(
+                {}, info, devices[0].nvml_index if devices else 0,
+                environment_facts(info, devices), name=name,
+                preset=os.path.basename(script) if script else "python",
+                source={"kind": "script", "script": script, "argv": list(sys.argv),
+                        "cwd": os.getcwd(), "host": environment_facts(info, ())["host"]})
+        except BaseException:
+            self._release()
+            raise
+        for lock in locks:
+            lock.describe(f"run {self.run_id} (a script, pid {os.getpid()})")
+        self.recording.finished.append(self._release)
+        for words in busy:
+            self.put(protocol.Note(protocol.Message(0.0, "warning", words), protocol.Source()))
+            _warn(f"run {self.run_id}: {words}")
+        self.recording.start_sampler()
+        self.recording.follow(self.this)
+        if not self.recording.sampling.wait(FIRST_SAMPLE_TIMEOUT):
+            self.put(protocol.Note(protocol.Message(
                 time.monotonic() - t0, "warning", "the sampler took longer than "
                 f"{FIRST_SAMPLE_TIMEOUT:.0f} s to start: the first phase may have no sample"),
                 protocol.Source()))
 
+    def _release(self) -> None:
+        for lock in self.locks:
+            lock.release()
+        self.locks = []
+
     def put(self, message) -> None:
-        self.events.put(message)
+        self.recording.events.put(message)
 
-    def _collect(self) -> None:
-        collector = self.collector
-        closing_at = None
-        while collector.outcome.samples_sent is None:
-            try:
-                collector.handle(self.samples.get(timeout=FLUSH_SECONDS / 2))
-            except queue_module.Empty:
-                pass
-            if collector.rows.samples:
-                self.first_sample.set()
-            collector.drain(self.events)
-            collector.flush_when_due()
-            if self.closing.is_set():
-                closing_at = closing_at or time.monotonic()
-                if time.monotonic() - closing_at >= TAIL_SECONDS:
-                    self.stop_sampler.set()
-                if not self.sampler.is_alive() and self.samples.empty():
-                    break  # the sampler died without its last word: keep what came
-        collector.drain(self.events)
-        collector.flush()
-        self.done.set()
+    def stop(self, reason: str) -> None:
+        """A stop from a signal: nothing but flags, safe in a handler."""
+        self.recording.request_stop(reason)
 
-    def close(self, status: str, error: str | None, t_end: float) -> None:
-        self.closing.set()
-        self.done.wait(TAIL_SECONDS + 15)
-        self.sampler.join(timeout=5)
-        if self.sampler.is_alive():
-            self.sampler.kill()
-        store = self.store
-        store.close_phases(self.run_id, t_end)
-        values: dict[str, Any] = {"samples_sent": self.collector.outcome.samples_sent}
-        summary = self.collector.summary_values()
-        if summary:
-            values["summary"] = summary
-        store.update_run(self.run_id, **values)
-        store.finish(self.run_id, status, error)
+    def close(self, ending: Ending) -> None:
+        self.ending = ending
+        self.this.closed = True
+        self.recording.wait()
+        final = self.recording.ending
+        if final is not None and not final.recorded:
+            _warn(f"run {self.run_id} {final.status}: {final.error} (not recorded: the store"
+                  f" {self.recording.store.path} cannot be written)")
 
 
 class _WatchLink:
     """This process's side of `anatomy watch`: its messages go to the watch's collector."""
 
     def __init__(self, address: str, key: str):
-        self.connection = Client(address, family="AF_UNIX", authkey=bytes.fromhex(key))
+        self.connection = Client(watch_link.socket_address(address), family="AF_UNIX",
+                                 authkey=bytes.fromhex(key))
+        self.run_id = None
         # The watch answers once its sampler measures this process: the first phase has a
         # reading then.
         if self.connection.poll(FIRST_SAMPLE_TIMEOUT):
-            self.connection.recv()
+            ready = self.connection.recv()
+            self.run_id = getattr(ready, "run_id", None)
         self.lock = threading.Lock()
-        self.run_id = int(os.environ.get(RUN_ID_ENV, "0") or 0)
 
-    def put(self, message) -> None:
-        with self.lock:
-            try:
-                self.connection.send(message)
-            except OSError:
-                pass  # the watch is gone: the training goes on unrecorded
+    def put(self, message, wait: float = -1) -> None:
+        """Send; `wait` bounds the wait for the link (a signal's handler must not wait on a
+        lock the code it interrupted holds)."""
+        if not self.lock.acquire(timeout=wait):
+            return
+        try:
+            self.connection.send(message)
+        except OSError:
+            pass  # the watch is gone: the training goes on unrecorded
+        finally:
+            self.lock.release()
 
-    def close(self, status: str, error: str | None, t_end: float) -> None:
-        if status in ("failed", "oom"):
-            self.put(protocol.Failure(status, error or status, protocol.Source(_rank())))
+    def stop(self, reason: str) -> None:
+        """Tell the watch this process was stopped (a signal to it, not to the watch)."""
+        self.put(protocol.Failure("stopped", reason, protocol.Source(_rank())), wait=1.0)
+
+    def close(self, ending: Ending) -> None:
+        if ending.status != "completed":
+            self.put(protocol.Failure(ending.status, ending.error or ending.status,
+                                      protocol.Source(_rank())))
         with self.lock:
             self.connection.close()
 
@@ -217,7 +220,10 @@ class _Unrecorded:
     def put(self, message) -> None:
         pass
 
-    def close(self, status: str, error: str | None, t_end: float) -> None:
+    def stop(self, reason: str) -> None:
+        pass
+
+    def close(self, ending: Ending) -> None:
         pass
 
 
@@ -265,22 +271,34 @@ class Run:
         self.reporter.environment(environment)
 
     def end(self, error: BaseException | str | None = None) -> None:
-        """Close the run: completed, or failed / oom / stopped by `error`."""
+        """Close the run: completed, or as `error` says (an exception: failed, oom for torch's
+        out-of-memory error, stopped for Ctrl-C; SystemExit by its code; a text: failed)."""
+        self._end(ending_of(error))
+
+    def _end(self, ending: Ending) -> None:
         with self._lock:
             if self.ended:
                 return
             self.ended = True
-        if isinstance(error, KeyboardInterrupt):
-            status, text = "stopped", "interrupted (Ctrl-C)"
-        elif isinstance(error, BaseException):
-            status, text = ("oom" if is_oom(error) else "failed"), f"{type(error).__name__}: {error}"
-        elif error is not None:
-            status, text = "failed", str(error)
-        else:
-            status, text = "completed", None
         if self.reporter.open_phase:
             self.reporter.end(self.reporter.open_phase)
-        self.link.close(status, text, self.reporter.now())
+        self.link.close(ending)
+        self._forget()
+
+    def _stop(self, signum: int) -> None:
+        """A SIGTERM or SIGHUP to the script (in its handler): the run ends stopped, without a
+        lock or a queue the interrupted code may hold; its phases end at the stop."""
+        reason = stopped_by(signum)
+        self.link.stop(reason)
+        if not self.ended:
+            self.ended = True
+            if isinstance(self.link, _LocalRecording):
+                self.link.ending = Ending("stopped", reason)
+                self.link.this.closed = True
+        if isinstance(self.link, _LocalRecording):
+            self.link.recording.wait(STOP_WAIT_SECONDS)
+
+    def _forget(self) -> None:
         global _current
         with _current_lock:
             if _current is self:
@@ -313,11 +331,11 @@ def start(name: str | None = None, *, sample_rate: int = DEFAULT_SAMPLE_RATE,
         if not 1 <= sample_rate <= 2000:
             raise ValueError(f"sample_rate: {sample_rate} is out of range: 1 to 2000")
         dwell = max(0.1, 5.0 / sample_rate)
-        address = os.environ.get(WATCH_ENV)
+        address = os.environ.get(watch_link.WATCH_ENV)
         if address:
-            t0 = float(os.environ.get(T0_ENV) or time.monotonic())
+            t0 = float(os.environ.get(watch_link.T0_ENV) or time.monotonic())
             link: _LocalRecording | _WatchLink | _Unrecorded = _WatchLink(
-                address, os.environ[WATCH_KEY_ENV])
+                address, os.environ[watch_link.WATCH_KEY_ENV])
         elif _rank() and int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
             t0 = time.monotonic()
             link = _Unrecorded()  # rank 0 records the run; see _Unrecorded
@@ -348,8 +366,10 @@ def _load_kernel(run: Run) -> None:
 
 
 def _install_exit_hooks(run: Run) -> None:
-    """An uncaught error ends the run as failed (or oom), with the error; the end of the process
-    ends a run left open as completed."""
+    """How the script ends ends the run it left open (engine/exits.py): an uncaught error
+    (sys.excepthook), SIGTERM or SIGHUP (a stop), and the process's end (atexit: completed, or
+    the exit it made)."""
+    global _exits
     previous = sys.excepthook
 
     def hook(kind, error, traceback):
@@ -358,9 +378,18 @@ def _install_exit_hooks(run: Run) -> None:
         previous(kind, error, traceback)
 
     sys.excepthook = hook
+    if _exits is None:
+        _exits = ExitWatch()
+        on_stop_signals(_stop_current)
 
     def at_exit() -> None:
         if not run.ended:
-            run.end()
+            run._end(_exits.ending())
 
     atexit.register(at_exit)
+
+
+def _stop_current(signum: int) -> None:
+    run = _current
+    if run is not None:
+        run._stop(signum)

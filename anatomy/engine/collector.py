@@ -1,9 +1,9 @@
 """The collector: one run's messages, from any of its senders, written into the store in batches.
 
-Used by the manager for its own worker, by a user's process for a run it records itself (the
-phase API, the Trainer callback) and by `anatomy watch` for a command's processes. Messages are
-the protocol's (engine/protocol.py); rows wait here until the next flush, so the store sees one
-transaction per FLUSH_SECONDS.
+The recording (engine/recording.py) drives it for every front: the manager's worker, a user's
+process that records itself (the phase API, the Trainer callback), `anatomy watch`'s command.
+Messages are the protocol's (engine/protocol.py); rows wait here until the next flush, so the
+store sees one transaction per FLUSH_SECONDS.
 """
 
 from __future__ import annotations
@@ -89,12 +89,14 @@ class Collector:
         self.store, self.run_id = store, run_id
         self.rows = Rows()
         self.outcome = outcome or Outcome()
+        self.sampled = False  # a sample has come
         self._flushed_at = time.monotonic()
 
     def handle(self, message) -> None:
         match message:
             case protocol.Samples(samples=samples):
                 self.rows.samples.extend(samples)
+                self.sampled = self.sampled or bool(samples)
             case protocol.DeviceStatus(host=host, gpus=gpus, processes=processes):
                 self.rows.hosts.append(host)
                 self.rows.gpus.extend(gpus)

@@ -16,9 +16,9 @@
 
 from __future__ import annotations
 
-import concurrent.futures
 import ctypes
 import os
+import queue as queue_module
 import signal
 import sys
 import threading
@@ -151,12 +151,43 @@ def _start_clean(process) -> None:
             sys.modules["__main__"] = main
 
 
-# One thread for the process's life starts every child: the parent-death signal follows the
-# thread that started a child, not the process.
-_LAUNCHER = concurrent.futures.ThreadPoolExecutor(max_workers=1,
-                                                  thread_name_prefix="anatomy-launcher")
+class _Launcher:
+    """One thread for the process's life starts every child: the parent-death signal follows the
+    thread that started a child, not the process. A daemon thread: Python joins its other
+    threads when the process begins to exit (before its atexit handlers, where a script's run is
+    still being ended), and the children must not take that for their parent's death."""
+
+    def __init__(self) -> None:
+        self._jobs: queue_module.SimpleQueue = queue_module.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._guard = threading.Lock()
+
+    def _serve(self) -> None:
+        while True:
+            job, done = self._jobs.get()
+            try:
+                job()
+            except BaseException as error:  # noqa: BLE001 - handed back to the caller
+                done.error = error
+            done.set()
+
+    def run(self, job) -> None:
+        with self._guard:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._serve, name="anatomy-launcher",
+                                                daemon=True)
+                self._thread.start()
+        done = threading.Event()
+        done.error = None
+        self._jobs.put((job, done))
+        done.wait()
+        if done.error is not None:
+            raise done.error
+
+
+_LAUNCHER = _Launcher()
 
 
 def launch(process) -> None:
     """Start `process` (a spawn-context Process) from the launching thread, main module hidden."""
-    _LAUNCHER.submit(_start_clean, process).result()
+    _LAUNCHER.run(lambda: _start_clean(process))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import multiprocessing as mp
 import os
 import queue as queue_module
@@ -32,10 +33,13 @@ import threading
 from anatomy.analysis.models import ModelSpec
 from anatomy.analysis.options import RunOptions
 from anatomy.engine import protocol
+from anatomy.engine.endings import death
 from anatomy.engine.lifeline import die_with_parent
 from anatomy.engine.reporter import Reporter
+from anatomy.engine.training import EXIT_FAILED, EXIT_OOM, guarded, train_phases
 
 FORWARD_SECONDS = 0.02
+QUIET_LOGGERS = ("torch.distributed.elastic", "torch.multiprocessing")
 
 
 def _free_port() -> int:
@@ -55,17 +59,15 @@ def rank_words(rank: int, use_cuda: bool, run: RunOptions) -> str:
 def _rank(queue, reporter_args: tuple, run: RunOptions, spec: ModelSpec, dataset,
           options: dict, use_cuda: bool) -> None:
     """One rank: the worker's phases on its device; exits with the worker's status."""
-    from anatomy.engine.worker import _guarded, _train
-
     die_with_parent(signal.SIGKILL)
     rank = int(os.environ.get("RANK", "0"))
     local = int(os.environ.get("LOCAL_RANK", str(rank)))
     t0, dwell = reporter_args
     reporter = Reporter(queue, t0, dwell,
                         protocol.Source(rank=rank, device=local if use_cuda else None))
-    code = _guarded(reporter, lambda: _train(reporter, run, spec, dataset, options, use_cuda,
-                                             local),
-                    who=rank_words(rank, use_cuda, run))
+    code = guarded(reporter, lambda: train_phases(reporter, run, spec, dataset, options, use_cuda,
+                                                  local),
+                   who=rank_words(rank, use_cuda, run))
     queue.close()
     queue.join_thread()  # what it said is in the pipe before the launcher sees it exit
     if code:
@@ -101,14 +103,23 @@ class _Forwarder:
         self.thread.join(timeout)
 
 
+def _quiet_launcher() -> None:
+    """The elastic agent logs a rank's end with its traceback on the terminal; the run says it
+    in one line instead. Each of its modules sets its logger's own level: each is quietened."""
+    import torch.distributed.elastic.multiprocessing.api  # noqa: F401 - its loggers exist then
+    import torch.multiprocessing.spawn  # noqa: F401
+
+    for name, logger in list(logging.root.manager.loggerDict.items()):
+        if name.startswith(QUIET_LOGGERS) and isinstance(logger, logging.Logger):
+            logger.setLevel(logging.CRITICAL)
+
+
 def launch_ranks(reporter: Reporter, run: RunOptions, spec: ModelSpec, dataset, options: dict,
                  use_cuda: bool) -> int:
     """Train on `run.world_size` processes through accelerate; the worker's exit status (0, or
     the first failing rank's: EXIT_OOM when a rank ran out of memory)."""
     from accelerate import notebook_launcher
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-
-    from anatomy.engine.worker import EXIT_FAILED, EXIT_OOM
 
     world = run.world_size
     what = f"{world} GPUs" if use_cuda else f"{world} CPU processes (gloo)"
@@ -118,6 +129,7 @@ def launch_ranks(reporter: Reporter, run: RunOptions, spec: ModelSpec, dataset, 
     queues = [fork.Queue() for _ in range(world)]
     forwarder = _Forwarder(queues, reporter.queue)
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # accelerate's own default, without its warning
+    _quiet_launcher()
     try:
         # accelerate prints "Launching training on N CUDAs." even for CPU ranks: not ours to say.
         with contextlib.redirect_stdout(io.StringIO()):
@@ -135,9 +147,8 @@ def launch_ranks(reporter: Reporter, run: RunOptions, spec: ModelSpec, dataset, 
             # No rank said why (killed, os._exit): name the first to end.
             rank, failure = (error.get_first_failure() if hasattr(error, "get_first_failure")
                              else next(iter(failures.items())))
-            reporter.failure("failed", f"{rank_words(rank, use_cuda, run)} ended with exit code"
-                             f" {failure.exitcode} (killed or crashed); the launcher ended the"
-                             " other ranks")
+            reporter.failure("failed", f"{rank_words(rank, use_cuda, run)} {death(failure.exitcode)}"
+                             " (killed or crashed); the launcher ended the other ranks")
         return EXIT_OOM if EXIT_OOM in codes else EXIT_FAILED
     forwarder.stop()
     return 0

@@ -5,9 +5,10 @@ It starts before the worker, so the baseline is measured, and stops after it, so
 Samples go out in batches (`protocol.Samples`); the last message is `protocol.SamplerDone` with
 the count sent, so the store can prove it lost nothing.
 
-As a process it ignores Ctrl-C and hang-ups (the CLI decides what they mean: a Stop); SIGTERM
+As a process it ignores Ctrl-C and hang-ups (the front decides what they mean: a Stop); SIGTERM
 ends it cleanly, count sent, unless its parent is gone — then nobody reads it, and it kills the
-worker's process group before it goes (engine/lifeline.py).
+training its parent started (anatomy's worker, a watched command: its group and its whole tree)
+before it goes (engine/lifeline.py).
 
 Every STATUS_SECONDS it also reads what nvitop shows (`protocol.DeviceStatus`): a few NVML and
 /proc calls, far slower than memory.
@@ -25,6 +26,7 @@ from collections.abc import Sequence
 
 from anatomy.engine import nvml
 from anatomy.engine.lifeline import Lifeline, signal_group
+from anatomy.engine.processes import LIST_SECONDS, Tree
 from anatomy.engine.protocol import (
     DeviceStatus,
     GpuProcess,
@@ -41,6 +43,7 @@ UTIL_SECONDS = 0.1  # NVML's utilisation counter itself only changes every ~1/6 
 TREE_SECONDS = 0.1
 STATUS_SECONDS = 0.5  # the device panel: nvitop's own refresh is 2 s; a live chart wants more
 
+PARENT_WAIT_SECONDS = 0.5  # a SIGTERM from a dying parent, told from one from outside
 PF_EXITING = 0x4  # Linux's task flag: set as a process begins to exit, before its memory goes
 
 
@@ -191,15 +194,58 @@ class StatusReader:
         return DeviceStatus(host, gpus, processes)
 
 
-def _as_process(lifeline: Lifeline, worker_pid) -> threading.Event:
+class _Training:
+    """The training the sampler's parent started (anatomy's worker, a watched command), listed as
+    it runs: when the parent dies, nobody reads the sampler, and it ends all of it — the
+    processes the training left too, no longer under it once it has died (a command killed by
+    its own broken pipe when the watch died). A user's own process, the parent itself, is never
+    the sampler's to end."""
+
+    def __init__(self, worker_pid, lifeline: Lifeline):
+        self.worker_pid, self.lifeline = worker_pid, lifeline
+        self.tree: Tree | None = None
+        self.listed_at = float("-inf")
+
+    def _pid(self) -> int:
+        pid = self.worker_pid.value if self.worker_pid is not None else 0
+        return pid if pid != self.lifeline.parent else 0
+
+    def refresh(self, now: float) -> None:
+        pid = self._pid()
+        if pid and now - self.listed_at >= LIST_SECONDS:
+            if self.tree is None or self.tree.pid != pid:
+                self.tree = Tree(pid)
+            self.tree.refresh()
+            self.listed_at = now
+
+    def kill(self) -> None:
+        pid = self._pid()
+        if pid:
+            (self.tree if self.tree is not None and self.tree.pid == pid else Tree(pid)).kill()
+            signal_group(pid, signal.SIGKILL)
+
+
+def _parent_dying(lifeline: Lifeline, wait: float = PARENT_WAIT_SECONDS) -> bool:
+    """Whether the parent is gone or going. The parent-death signal is sent as the *thread*
+    that started this process ends, which in a dying process can come a moment before the
+    process itself is gone: it is waited for that long."""
+    deadline = time.monotonic() + wait
+    while True:
+        if lifeline.parent_gone() or _exiting(lifeline.parent):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+
+
+def _as_process(lifeline: Lifeline, training: _Training) -> threading.Event:
     """The sampler's own signals, once it is a process of its own; the event is set by a SIGTERM
     (a stop from outside: finish as if told)."""
     signalled = threading.Event()
 
     def on_term(signum, frame):
-        if lifeline.parent_gone():  # the manager died: the worker's group goes with it
-            if worker_pid is not None and worker_pid.value:
-                signal_group(worker_pid.value, signal.SIGKILL)
+        if _parent_dying(lifeline):  # whoever recorded died: the training it started goes too
+            training.kill()
             os._exit(0)
         signalled.set()
 
@@ -214,7 +260,8 @@ def run(queue, stop, backend: str, rate: float, t0: float, gpus: Sequence[int] =
         worker_pid=None, lifeline: Lifeline | None = None) -> None:
     """Process target: sample the devices `gpus` (NVML indices) at `rate` Hz until `stop` is set.
     `lifeline` is given when it runs as a process of its own (tests run it in a thread)."""
-    signalled = _as_process(lifeline, worker_pid) if lifeline is not None else None
+    training = _Training(worker_pid, lifeline) if lifeline is not None else None
+    signalled = _as_process(lifeline, training) if lifeline is not None else None
     period = 1.0 / rate
     batch: list[Sample] = []
     sent = 0
@@ -243,6 +290,8 @@ def run(queue, stop, backend: str, rate: float, t0: float, gpus: Sequence[int] =
                 flushed_at = now
             if stopping:
                 break
+            if training is not None:
+                training.refresh(now)
             if lifeline is not None and lifeline.parent_gone():  # where no signal says so
                 os.kill(os.getpid(), signal.SIGTERM)
             next_tick += period

@@ -1,65 +1,129 @@
 """`anatomy watch -- COMMAND`: any command's GPU memory, recorded as a run.
 
-The command runs as a child, untouched but for a few environment variables: the sampler samples
-the GPUs it can use (or, without a GPU, the RSS of its process tree), and where the command
-records itself (the Trainer callback, the phase API) its phase marks and steps reach this
-process's collector over a local socket (attach.WATCH_ENV). A command that marks nothing gets one
-"process" phase, from its start to its exit. The status comes from the exit code, from "out of
-memory" in what it printed, and from Ctrl-C (stopped).
+The command runs as a child, untouched but for a few environment variables, and drives the same
+recording as every run (engine/recording.py): the sampler samples the GPUs it can use (or, without
+a GPU, the RSS of its process tree), and where the command records itself (the Trainer callback,
+the phase API) its phase marks and steps reach the recording over a local socket
+(engine/link.py). A command that marks nothing gets one "process" phase, from its start to its
+exit. The GPUs watched are locked as anatomy's own runs lock them.
+
+How it ends: the command's exit code (0 completed, else failed; `oom` only for torch's own
+out-of-memory error in what it printed), the signal that killed it ("killed by SIGKILL"), or a
+stop — Ctrl-C, SIGTERM or SIGHUP to the watch — passed on to the command, whose whole tree is
+ended if it has not exited STOP_GRACE_SECONDS later. The watch exits with the command's status
+(128 + N for signal N), or 128 + N for the signal that stopped the watch itself.
 """
 
 from __future__ import annotations
 
+import codecs
 import contextlib
-import multiprocessing as mp
 import os
 import queue as queue_module
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from multiprocessing.connection import Listener
 from typing import TextIO
 
 from anatomy.analysis.machine import Device, Machine
-from anatomy.engine import attach, protocol, sampler
-from anatomy.engine.collector import FLUSH_SECONDS, Collector
-from anatomy.engine.lifeline import Lifeline, launch
-from anatomy.engine.manager import TAIL_SECONDS, terminate_tree
-from anatomy.store import PROCESS, PhaseMark, Store
+from anatomy.engine import link, protocol
+from anatomy.engine.collector import Outcome
+from anatomy.engine.endings import Ending, death, exit_status, oom_in, shell_death, stopped_by
+from anatomy.engine.locks import DeviceBusy, gpu_key, take_all
+from anatomy.engine.processes import LIST_SECONDS, Tree, end_tree
+from anatomy.engine.recording import FIRST_SAMPLE_TIMEOUT, Recording, environment_facts
+from anatomy.store import PROCESS, PhaseMark, Store, StoreError
 from anatomy.units import mib
 
-READY = "sampling"  # told to each process that connects, once the sampler measures it
-STOP_GRACE_SECONDS = 10.0  # after Ctrl-C the command may save and exit on its own
+STOP_GRACE_SECONDS = 10.0  # after a stop the command may save and exit on its own
+KILL_GRACE_SECONDS = 3.0   # then its tree gets SIGTERM, and SIGKILL this long after
 PROGRESS_SECONDS = 1.0
-OOM_WORDS = ("out of memory", "outofmemoryerror")
+TAIL_BYTES = 8192  # what is kept of the command's output, for the error: its last lines
+OOM_OVERLAP = 128  # bytes of the previous output searched again, for a message cut in two
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class WatchRefused(ValueError):
-    """Bad input to `watch`: nothing was started."""
+    """Bad input to `watch`: nothing was started, nothing recorded."""
 
 
-@dataclass
 class _Output:
-    """What the command printed, passed through to our terminal and scanned for an OOM."""
-    oom: bool = False
-    tail: list[str] = field(default_factory=list)
+    """What the command prints, passed through to our terminal as it comes (progress bars'
+    `\\r` included), with its last few KB kept for the error and searched for torch's
+    out-of-memory error."""
 
-    def tee(self, stream, out: TextIO) -> None:
-        for raw in iter(stream.readline, b""):
-            text = raw.decode(errors="replace")
-            out.write(text)
-            out.flush()
-            if any(word in text.lower() for word in OOM_WORDS):
-                self.oom = True
-            self.tail = (self.tail + [text.rstrip()])[-20:]
+    def __init__(self) -> None:
+        self.tail = b""
+        self.oom = False
+        self._lock = threading.Lock()
+
+    def tee(self, stream, target: TextIO) -> None:
+        raw = getattr(target, "buffer", None)
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        passing = True
+        fd = stream.fileno()
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            if passing:  # once our terminal is gone the output is still drained, or it blocks
+                try:
+                    if raw is not None:
+                        raw.write(chunk)
+                        raw.flush()
+                    else:
+                        target.write(decoder.decode(chunk))
+                        target.flush()
+                except (OSError, ValueError):
+                    passing = False
+            with self._lock:
+                seen = self.tail[-OOM_OVERLAP:] + chunk
+                self.oom = self.oom or oom_in(seen.decode(errors="replace"))
+                self.tail = (self.tail + chunk)[-TAIL_BYTES:]
+
+    def last_lines(self, count: int = 10) -> str:
+        with self._lock:
+            text = self.tail.decode(errors="replace")
+        lines = [line.rstrip() for line in text.replace("\r", "\n").split("\n")]
+        return "\n".join([line for line in lines if line.strip()][-count:])
+
+
+class _Command:
+    """The command, a child process, as the recording follows it. The processes under it are
+    listed while it runs, so that those it leaves behind when it ends (orphans, no longer under
+    it) are found and ended too."""
+
+    def __init__(self, child: subprocess.Popen):
+        self.child, self.pid = child, child.pid
+        self.tree = Tree(child.pid)
+        self._listed_at = float("-inf")
+
+    def exit_code(self) -> int | None:
+        code = self.child.poll()
+        if code is None and time.monotonic() - self._listed_at >= LIST_SECONDS:
+            self.tree.refresh()
+            self._listed_at = time.monotonic()
+        return code
+
+    def end_left(self) -> None:
+        """What the command left running when it ended."""
+        self.tree.end_left(KILL_GRACE_SECONDS)
+
+    def end(self, grace: float) -> None:
+        end_tree(self.pid, lambda: self.child.poll() is not None, self._wait, grace)
+
+    def _wait(self, seconds: float) -> None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.child.wait(seconds)
 
 
 def choose_devices(info: Machine, gpus: str | None) -> list[Device]:
@@ -72,8 +136,36 @@ def choose_devices(info: Machine, gpus: str | None) -> list[Device]:
         if not word.isdigit() or int(word) >= info.gpu_count:
             visible = f"0 to {info.gpu_count - 1}" if info.gpu_count else "none: no GPU here"
             raise WatchRefused(f"--gpus: {word!r} is not a visible GPU ({visible})")
-        chosen.append(info.devices[int(word)])
+        if info.devices[int(word)] not in chosen:
+            chosen.append(info.devices[int(word)])
     return chosen
+
+
+def why_not_runnable(program: str) -> str | None:
+    """Why `program` cannot be run, as exec would find it: not on the PATH, or a script whose
+    interpreter (its `#!` line) is missing. None when it looks runnable."""
+    path = shutil.which(program)
+    if path is None:
+        return "no such command or not executable"
+    try:
+        with open(path, "rb") as script:
+            head = script.read(512)
+    except OSError:
+        return None  # exec will say
+    if not head.startswith(b"#!"):
+        return None
+    line = head[2:].split(b"\n", 1)[0].decode(errors="replace").strip()
+    words = line.split()
+    if not words:
+        return "its first line '#!' names no interpreter"
+    interpreter = words[0]
+    if not (os.path.isfile(interpreter) and os.access(interpreter, os.X_OK)):
+        return f"its interpreter {interpreter} (#!{line}) does not exist or cannot run"
+    if os.path.basename(interpreter) == "env":
+        program = next((w for w in words[1:] if not w.startswith("-") and "=" not in w), None)
+        if program is not None and shutil.which(program) is None:
+            return f"its interpreter {program} (#!{line}) is not on the PATH"
+    return None
 
 
 class Watch:
@@ -84,29 +176,29 @@ class Watch:
                                "train.py")
         if not 1 <= sample_rate <= 2000:
             raise WatchRefused(f"--sample-rate: {sample_rate} is out of range: 1 to 2000")
-        if shutil.which(command[0]) is None:
-            raise WatchRefused(f"cannot run {command[0]!r}: no such command or not executable")
+        problem = why_not_runnable(command[0])
+        if problem is not None:
+            raise WatchRefused(f"cannot run {command[0]!r}: {problem}")
         self.command = list(command)
         self.store, self.info, self.devices = store, info, devices
         self.name, self.sample_rate = name, sample_rate
-        self.context = mp.get_context("spawn")
-        self.collector: Collector | None = None
-        self.events: queue_module.Queue = queue_module.Queue()
+        self.recording: Recording | None = None
+        self.output = _Output()
         self.marked_phases = False
-        self.interrupted = False
         self.asked: list[int] = []  # the signals that stop the command, as they came
-        self.sampling = threading.Event()  # the sampler has measured the command
-        self.run_id: int | None = None
-        self._ended: list[PhaseMark] = []  # phase ends not printed yet
+        self.started = 0.0  # the run's clock when the command started
+        self._ended: queue_module.SimpleQueue = queue_module.SimpleQueue()  # phase ends to print
         self.ranks: dict[int, int] = {0: 0}  # rank -> its local rank (several processes)
         self._shown_step: int | None = None
 
     # --- the socket the command's processes report through ---
-    def _listen(self, directory: str) -> tuple[Listener, str]:
+    def _listen(self) -> tuple[Listener, str, str]:
         key = secrets.token_bytes(16)
-        listener = Listener(os.path.join(directory, "watch.sock"), family="AF_UNIX", authkey=key)
-        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
-        return listener, key.hex()
+        address = link.new_address()
+        listener = Listener(link.socket_address(address), family="AF_UNIX", authkey=key)
+        threading.Thread(target=self._accept, args=(listener,), name="anatomy-watch-accept",
+                         daemon=True).start()
+        return listener, address, key.hex()
 
     def _accept(self, listener: Listener) -> None:
         while True:
@@ -122,18 +214,18 @@ class Watch:
         with connection:
             # A process that records itself marks its baseline first thing: it waits until the
             # sampler has measured it once (attach._WatchLink), so that phase has a reading.
-            self.sampling.wait(attach.FIRST_SAMPLE_TIMEOUT)
+            self.recording.sampling.wait(FIRST_SAMPLE_TIMEOUT)
             try:
-                connection.send(READY)
+                connection.send(link.Ready(self.recording.run_id))
             except OSError:
                 return
             while True:
                 try:
-                    self.events.put(connection.recv())
+                    self.recording.events.put(connection.recv())
                 except (EOFError, OSError):
                     return
 
-    def _keep(self, message) -> bool:
+    def _observe(self, message) -> None:
         """Every rank's phase marks and steps, each stored with its rank (issue 12); the first
         word of a rank other than 0 makes the run one of several processes (its GPU: the rank's
         LOCAL_RANK among the command's visible GPUs). Only rank 0's phase ends are printed."""
@@ -144,8 +236,7 @@ class Watch:
             if isinstance(message, protocol.Phase):
                 self.marked_phases = True
                 if message.mark.edge == "end" and not rank:
-                    self._ended.append(message.mark)
-        return True
+                    self._ended.put(message.mark)
 
     def _join(self, rank: int, local: int | None) -> None:
         """A rank of several has joined: the run's world size and each rank's GPU, as known."""
@@ -156,216 +247,228 @@ class Watch:
             gpus = [self.devices[min(self.ranks.get(r, r), len(self.devices) - 1)].nvml_index
                     for r in range(world)]
             values["gpus"] = gpus
-        if self.collector is not None and self.run_id is not None:
-            self.collector.flush()
-            self.store.merge_environment(self.run_id, values)
+        recording = self.recording
+        recording.collector.flush()
+        self.store.merge_environment(recording.run_id, values)
+
+    def _decide(self, outcome: Outcome, code: int | None) -> Ending:
+        """How the command ended, when the watch did not stop it: what it said (the phase API's
+        error), else its exit."""
+        recording = self.recording
+        recording.summary_extra = {"exit_code": code}
+        if not self.marked_phases:  # one phase: the command's life, ended with the others
+            recording.collector.handle(protocol.Phase(PhaseMark("start", PROCESS, self.started),
+                                                      protocol.Source()))
+            recording.collector.flush()
+        if outcome.failure is not None:
+            return Ending(outcome.failure.status, outcome.failure.text)
+        if code == 0:
+            return Ending("completed")
+        last = self.output.last_lines()
+        printed = f":\n{last}" if last else ""
+        if self.output.oom:
+            return Ending("oom", f"the command ran out of memory ({death(code, 'exited')})"
+                          + printed)
+        if code is not None and code < 0:
+            return Ending("failed", f"the command {death(code)}" + printed)
+        return Ending("failed", f"the command exited with code {code}{shell_death(code or 0)}"
+                      + printed)
 
     # --- running ---
     def run(self, out: TextIO = sys.stderr) -> int:
-        """Run the command to its end; the exit code to give back (the command's own, 130
-        after Ctrl-C)."""
+        """Run the command to its end; the exit status to give back (the command's own, 128 + N
+        for a signal)."""
         with self._signals_as_flags():
             return self._run(out)
 
     def _run(self, out: TextIO) -> int:
         info, devices = self.info, self.devices
-        environment = {"driver": info.driver, "cuda_driver": info.cuda_driver,
-                       "gpu_count": info.gpu_count, "host": socket.gethostname(),
-                       "gpus_sampled": [d.index for d in devices]}
-        if devices:
-            environment.update(gpu_name=devices[0].name, gpu_total=devices[0].total,
-                               gpu_uuid=devices[0].uuid)
-        else:
-            environment.update(gpu_name=None, ram_total=info.ram_total, why_no_gpu=info.why_no_gpu)
-        run_id = self.store.create_run(
-            {}, info.backend, info.memory_api, devices[0].nvml_index if devices else 0,
-            environment, name=self.name or " ".join(self.command),
-            preset=_label(self.command),
-            source={"kind": "watch", "command": self.command, "cwd": os.getcwd(),
-                    "host": socket.gethostname()})
-        self.collector = Collector(self.store, run_id)
-        self.run_id = run_id
-        t0 = time.monotonic()
-        samples = self.context.Queue()
-        stop_sampler = self.context.Event()
-        child_pid = self.context.Value("i", 0)
-        sampler_process = self.context.Process(
-            target=sampler.run, name=f"anatomy-sampler-{run_id}", daemon=True,
-            args=(samples, stop_sampler, info.backend, self.sample_rate, t0,
-                  [d.nvml_index for d in devices], child_pid,
-                  Lifeline("anatomy-sampler", death_signal=signal.SIGTERM)))
-        launch(sampler_process)
-        output = _Output()
-        with tempfile.TemporaryDirectory(prefix="anatomy-watch-") as directory:
-            listener, key = self._listen(directory)
-            env = {**os.environ, attach.WATCH_ENV: listener.address, attach.WATCH_KEY_ENV: key,
-                   attach.RUN_ID_ENV: str(run_id), attach.T0_ENV: repr(t0),
-                   "ANATOMY_STORE": str(self.store.path), "PYTHONUNBUFFERED": "1"}
-            started = time.monotonic() - t0
-            try:
-                child = subprocess.Popen(self.command, env=env, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE)
-            except OSError as error:
-                stop_sampler.set()
-                sampler_process.join(timeout=5)
-                self.store.finish(run_id, "failed", f"could not start {self.command[0]!r}: "
-                                  f"{error.strerror or error}")
-                listener.close()
-                raise WatchRefused(f"cannot run {self.command[0]!r}: {error.strerror or error}") \
-                    from None
-            child_pid.value = child.pid
-            self.store.update_run(run_id, worker_pid=child.pid)
-            print(f"run {run_id}: watching {' '.join(self.command)} (pid {child.pid}) on "
-                  f"{', '.join(d.name for d in devices) or 'the CPU (RSS)'}", file=out, flush=True)
-            tees = [threading.Thread(target=output.tee, args=(stream, target), daemon=True)
-                    for stream, target in ((child.stdout, sys.stdout), (child.stderr, sys.stderr))]
-            for tee in tees:
-                tee.start()
-            code = self._follow(child, samples, out)
-            ended = time.monotonic() - t0
-            for tee in tees:
-                tee.join(timeout=5)
-            self._finish_sampling(samples, stop_sampler, sampler_process)
-            listener.close()
-        if not self.marked_phases:
-            self.store.write(run_id, phases=[PhaseMark("start", PROCESS, started),
-                                             PhaseMark("end", PROCESS, ended)])
-        self.store.close_phases(run_id, ended)
-        self._print_progress(out)
-        self._record_end(run_id, code, output)
-        self._print_end(run_id, out)
-        return 130 if self.interrupted else code
-
-    def _pump(self, samples) -> None:
-        collector = self.collector
+        words = {gpu_key(d.nvml_index): f"GPU {d.index}" for d in devices}
         try:
-            message = samples.get(timeout=FLUSH_SECONDS / 2)
-        except queue_module.Empty:
-            message = None
-        if message is not None:
-            collector.handle(message)
-            if isinstance(message, protocol.Samples) and message.samples:
-                self.sampling.set()
-        while True:
-            try:
-                message = self.events.get_nowait()
-            except queue_module.Empty:
-                break
-            if self._keep(message):
-                collector.handle(message)
-        collector.flush_when_due()
+            locks = take_all(list(words), f"a watch (pid {os.getpid()})", words.get)
+        except DeviceBusy as error:
+            raise WatchRefused(str(error)) from None
+        fds = tuple(lock.fileno() for lock in locks)
+        recording = self.recording = Recording(
+            self.store, info.backend, [d.nvml_index for d in devices], self.sample_rate,
+            owns_training=False, lock_fds=fds, decide=self._decide, observe=self._observe,
+            tell=lambda text: _say(f"anatomy: {text}", out))
+        recording.finished.append(lambda: _release(locks))
+        recording.start_sampler()
+        listener, address, key = self._listen()
+        env = {**os.environ, link.WATCH_ENV: address, link.WATCH_KEY_ENV: key,
+               link.T0_ENV: repr(recording.t0), "ANATOMY_STORE": str(self.store.path),
+               "PYTHONUNBUFFERED": "1"}
+        self.started = recording.now()
+        try:
+            # The device locks travel with the command too: they stay taken while it lives.
+            child = subprocess.Popen(self.command, env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, pass_fds=fds)
+        except OSError as error:
+            self._give_up(recording, listener, locks)
+            raise WatchRefused(f"cannot run {self.command[0]!r}: {error.strerror or error}"
+                               ) from None
+        command = _Command(child)
+        try:
+            run_id = recording.create_run(
+                {}, info, devices[0].nvml_index if devices else 0,
+                {**environment_facts(info, devices), "gpus_sampled": [d.index for d in devices]},
+                name=self.name or " ".join(self.command), preset=_label(self.command),
+                source={"kind": "watch", "command": self.command, "cwd": os.getcwd(),
+                        "host": environment_facts(info, ())["host"]})
+        except StoreError:
+            command.end(KILL_GRACE_SECONDS)
+            self._give_up(recording, listener, locks)
+            raise
+        for lock in locks:
+            lock.describe(f"run {run_id} (a watch, pid {os.getpid()})")
+        recording.follow(command)
+        _say(f"run {run_id}: watching {' '.join(self.command)} (pid {child.pid}) on "
+             f"{', '.join(d.name for d in devices) or 'the CPU (RSS)'}", out)
+        tees = [threading.Thread(target=self.output.tee, args=(stream, target), daemon=True)
+                for stream, target in ((child.stdout, sys.stdout), (child.stderr, sys.stderr))]
+        for tee in tees:
+            tee.start()
+        self._follow(command, out)
+        command.end_left()
+        for tee in tees:
+            tee.join(timeout=5)
+        listener.close()
+        self._print_progress(out)
+        self._print_end(out)
+        if self.asked:
+            return 128 + self.asked[0]
+        return exit_status(child.returncode)
 
-    def _follow(self, child: subprocess.Popen, samples, out: TextIO) -> int:
-        """Collect until the command exits. Ctrl-C, SIGTERM or SIGHUP to us stop it (the flags
-        `_signals_as_flags` raises)."""
+    def _give_up(self, recording: Recording, listener: Listener, locks: list) -> None:
+        recording.abandon()
+        listener.close()
+        _release(locks)
+
+    def _follow(self, command: _Command, out: TextIO) -> None:
+        """Until the command has exited and its recording ended: the stop a signal asks for
+        (`_signals_as_flags`), its tree ended when it outlives the grace, progress printed."""
+        recording = self.recording
         shown_at = 0.0
-        stop_by = None
-        while child.poll() is None:
-            self._pump(samples)
-            if self.asked and stop_by is None:
-                stop_by = self._stop(child, self.asked[0], out)
-            if stop_by is not None and time.monotonic() > stop_by:
-                terminate_tree(_Popened(child))  # it did not exit on its own: end its tree
+        end_at = None
+        while command.exit_code() is None or not recording.done.is_set():
+            recording.done.wait(0.1)
+            if self.asked and end_at is None:
+                end_at = self._stop(command, self.asked[0], out)
+            if end_at is not None and time.monotonic() > end_at and command.exit_code() is None:
+                end_at = float("inf")
+                _say(f"anatomy: the command did not exit {STOP_GRACE_SECONDS:.0f} s after the"
+                     " stop: ending its processes", out)
+                recording.end_training(KILL_GRACE_SECONDS)
             if time.monotonic() - shown_at >= PROGRESS_SECONDS:
                 self._print_progress(out)
                 shown_at = time.monotonic()
-        if self.asked and not self.interrupted:
-            # At a terminal the same Ctrl-C reached the command, which may end before we look.
-            self._stop(child, self.asked[0], out)
-        return child.returncode
 
     @contextlib.contextmanager
     def _signals_as_flags(self):
         """While the command runs and its record is written, Ctrl-C, SIGTERM and SIGHUP only
-        raise a flag (`asked`): a write to the store is never cut in half, a batch of samples
-        never written twice, and a signal that lands as the command ends is still a stop."""
-        watched = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-        previous = {sig: signal.getsignal(sig) for sig in watched}
-        for sig in watched:
-            signal.signal(sig, lambda signum, frame: self.asked.append(signum))
+        raise a flag (`asked`) and mark the stop: a write to the store is never cut in half, and
+        a signal that lands as the command ends is still a stop."""
+        previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+
+        def handle(signum, frame) -> None:
+            self.asked.append(signum)
+            if self.recording is not None:
+                self.recording.request_stop(stopped_by(self.asked[0]))
+
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, handle)
         try:
             yield
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
-    def _stop(self, child: subprocess.Popen, signum: int, out: TextIO) -> float:
-        """Ask the command to stop; the time after which its whole tree is ended instead. At a
-        terminal Ctrl-C reached the command too (one process group); a SIGTERM or SIGHUP to us
-        is passed on as the Ctrl-C it stands for."""
-        self.interrupted = True
-        print("\nstopping the command…", file=out, flush=True)
-        if signum != signal.SIGINT:
-            try:
-                child.send_signal(signal.SIGINT)
-            except ProcessLookupError:
-                pass
+    def _stop(self, command: _Command, signum: int, out: TextIO) -> float:
+        """Pass the stop on to the command; the time after which its whole tree is ended
+        instead. A terminal's Ctrl-C reached the command itself (the terminal signals its
+        foreground group, the command's too); any other signal is passed on as it came."""
+        self.recording.request_stop(stopped_by(signum))
+        _say(f"\nanatomy: stopping the command ({signal.Signals(signum).name})…", out)
+        reached = signum == signal.SIGINT and _foreground_of_a_terminal()
+        if not reached and command.exit_code() is None:
+            with contextlib.suppress(ProcessLookupError):
+                command.child.send_signal(signum)
         return time.monotonic() + STOP_GRACE_SECONDS
-
-    def _finish_sampling(self, samples, stop_sampler, sampler_process) -> None:
-        deadline = time.monotonic() + TAIL_SECONDS
-        while time.monotonic() < deadline:
-            self._pump(samples)
-        stop_sampler.set()
-        give_up = time.monotonic() + 10
-        while self.collector.outcome.samples_sent is None and time.monotonic() < give_up:
-            self._pump(samples)
-            if not sampler_process.is_alive() and samples.empty():
-                break
-        self._pump(samples)
-        self.collector.flush()
-        sampler_process.join(timeout=5)
-        if sampler_process.is_alive():
-            sampler_process.kill()
-
-    def _record_end(self, run_id: int, code: int, output: _Output) -> None:
-        outcome = self.collector.outcome
-        values: dict = {"samples_sent": outcome.samples_sent, "summary": {
-            **self.collector.summary_values(), "exit_code": code}}
-        self.store.update_run(run_id, **values)
-        if self.interrupted:
-            self.store.finish(run_id, "stopped", "stopped by the user (Ctrl-C)")
-        elif outcome.failure is not None:
-            self.store.finish(run_id, outcome.failure.status, outcome.failure.text)
-        elif code != 0 and output.oom:
-            self.store.finish(run_id, "oom", "\n".join(output.tail[-10:]))
-        elif code != 0:
-            last = "\n".join(output.tail[-10:])
-            self.store.finish(run_id, "failed", f"the command exited with code {code}"
-                              + (f":\n{last}" if last else ""))
-        else:
-            self.store.finish(run_id, "completed")
 
     # --- the terminal ---
     def _print_progress(self, out: TextIO) -> None:
         """Each phase's memory as it ends (the walkthrough's line, a line per GPU), and the
         latest step when it changed."""
-        if self._ended:
-            self.collector.flush()
-        for mark in self._ended:
+        recording = self.recording
+        while True:
+            try:
+                mark = self._ended.get_nowait()
+            except queue_module.Empty:
+                break
             for device in self.devices or [None]:
-                used = self.store.memory_before(self.run_id, device.nvml_index if device else 0,
-                                                mark.t)
+                try:
+                    used = self.store.memory_before(recording.run_id,
+                                                    device.nvml_index if device else 0, mark.t)
+                except Exception:  # noqa: BLE001 - a store that cannot be read: a "?"
+                    used = None
                 what = f"GPU {device.index} memory" if device else "CPU memory (RSS)"
-                print(f"{what} occupied: {mib(used) if used is not None else '?'} MB."
-                      f"  ({mark.name})", file=out, flush=True)
-        self._ended.clear()
-        step = self.collector.outcome.last_step
+                _say(f"{what} occupied: {mib(used) if used is not None else '?'} MB."
+                     f"  ({mark.name})", out)
+        step = recording.outcome.last_step
         if step is not None and step.step != self._shown_step:
             self._shown_step = step.step
             total = f"/{step.total}" if step.total else ""
             loss = f", loss {step.loss:.4f}" if step.loss is not None else ""
-            print(f"  step {step.step}{total}{loss}", file=out, flush=True)
+            _say(f"  step {step.step}{total}{loss}", out)
 
-    def _print_end(self, run_id: int, out: TextIO) -> None:
-        run = self.store.run(run_id)
-        for device in self.devices or [None]:
-            gpu = device.nvml_index if device else 0
-            peak = self.store.peak(run_id, gpu)
-            where = f"GPU {device.index} ({device.name})" if device else "CPU (RSS)"
-            print(f"{where}: peak {mib(peak)} MB", file=out)
-        print(f"status: {run.status}; {self.store.sample_count(run_id)} samples stored in "
-              f"{self.store.path} as run {run_id}", file=out, flush=True)
+    def _print_end(self, out: TextIO) -> None:
+        recording = self.recording
+        run_id, ending = recording.run_id, recording.ending
+        try:
+            for device in self.devices or [None]:
+                peak = self.store.peak(run_id, device.nvml_index if device else 0)
+                where = f"GPU {device.index} ({device.name})" if device else "CPU (RSS)"
+                _say(f"{where}: peak {mib(peak) if peak is not None else '?'} MB", out)
+            samples = f"{self.store.sample_count(run_id)} samples"
+        except Exception:  # noqa: BLE001 - the store is gone or full: say what is known
+            samples = "its samples"
+        if ending is None:
+            _say(f"run {run_id}: not recorded", out)
+            return
+        kept = "" if ending.recorded else " (not recorded: the store cannot be written)"
+        _say(f"status: {ending.status}{kept}; {samples} stored in {self.store.path} as run"
+             f" {run_id}", out)
+        if ending.status != "completed" and ending.error:
+            _say(f"{ending.status}: {ending.error.splitlines()[0]}", out)
+
+
+def _foreground_of_a_terminal() -> bool:
+    """Whether the watch (and so its command) is its terminal's foreground process group: where
+    a Ctrl-C reaches both."""
+    try:
+        tty = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
+    except OSError:
+        return False  # no terminal
+    try:
+        return os.tcgetpgrp(tty) == os.getpgrp()
+    except OSError:
+        return False
+    finally:
+        os.close(tty)
+
+
+def _release(locks: list) -> None:
+    for lock in locks:
+        lock.release()
+
+
+def _say(text: str, out: TextIO) -> None:
+    """Print, unless the terminal is gone (a hang-up): the run is recorded either way."""
+    try:
+        print(text, file=out, flush=True)
+    except (OSError, ValueError):
+        pass
 
 
 def _label(command: list[str]) -> str:
@@ -374,29 +477,6 @@ def _label(command: list[str]) -> str:
     return script or os.path.basename(command[0])
 
 
-class _Popened:
-    """A Popen seen as terminate_tree expects a multiprocessing process."""
-
-    def __init__(self, child: subprocess.Popen):
-        self.child, self.pid = child, child.pid
-
-    def terminate(self) -> None:
-        self.child.terminate()
-
-    def kill(self) -> None:
-        self.child.kill()
-
-    def join(self, timeout: float | None = None) -> None:
-        try:
-            self.child.wait(timeout)
-        except subprocess.TimeoutExpired:
-            pass
-
-    def is_alive(self) -> bool:
-        return self.child.poll() is None
-
-
 def watch(command: Sequence[str], store: Store, info: Machine, gpus: str | None = None,
           name: str | None = None, sample_rate: int = 200, out: TextIO = sys.stderr) -> int:
     return Watch(command, store, info, choose_devices(info, gpus), name, sample_rate).run(out)
-

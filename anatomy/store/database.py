@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from anatomy.store import schema
 from anatomy.store.errors import StoreError, StoreMissing, store_error
 from anatomy.store.facts import Origin, Record, RunFacts, RunSource, TrainingSummary
+from anatomy.store.liveness import Recorder, as_seen, is_alive
 from anatomy.store.rows import (
     STATUSES,
     GpuProcess,
@@ -157,7 +158,9 @@ class Store:
             db = sqlite3.connect(uri + ("&immutable=1" if self._immutable else ""), uri=True,
                                  timeout=30)
         else:
-            db = sqlite3.connect(self.path, timeout=30)
+            # Never made again here: a store deleted while in use is gone, not an empty new one.
+            uri = "file:" + urllib.parse.quote(str(self.path.absolute())) + "?mode=rw"
+            db = sqlite3.connect(uri, uri=True, timeout=30)
         db.row_factory = sqlite3.Row
         try:
             if not self.read_only:
@@ -201,21 +204,25 @@ class Store:
     def create_run(self, options: dict, backend: Backend, memory_api: MemoryApi | None, gpu: int,
                    environment: RunFacts | Mapping, name: str | None = None,
                    sweep: str | None = None, source: RunSource | Mapping | None = None,
-                   preset: str | None = None) -> int:
+                   preset: str | None = None, recorder: Recorder | None = None) -> int:
         """A new run, running; `preset` is the model's name as lists show it (default: the
-        options' preset)."""
+        options' preset); `recorder` the process that records it (default: this one)."""
+        recorder = recorder or Recorder.here()
         with self.connect() as db:
             cursor = db.execute(
                 "INSERT INTO runs (name, created_at, status, preset, options, environment, backend,"
-                " memory_api, gpu, sweep, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " memory_api, gpu, sweep, source, recorder)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (name, time.time(), Status.RUNNING, preset or options.get("model",
                                                                           options.get("preset")),
                  json.dumps(options), _json(environment), backend, memory_api, gpu, sweep,
-                 _json(source or {})))
+                 _json(source or {}), json.dumps(recorder.to_dict())))
             return int(cursor.lastrowid)
 
     def update_run(self, run_id: int, **values: Any) -> None:
-        for key in ("options", "environment", "summary", "source"):
+        if isinstance(values.get("recorder"), Recorder):
+            values["recorder"] = values["recorder"].to_dict()
+        for key in ("options", "environment", "summary", "source", "recorder"):
             if key in values and not isinstance(values[key], str):
                 values[key] = _json(values[key])
         columns = ", ".join(f"{k} = ?" for k in values)
@@ -342,31 +349,36 @@ class Store:
 
     # --- reading ---
     @staticmethod
-    def _run_row(row: sqlite3.Row) -> RunRow:
+    def _run_row(row: sqlite3.Row, as_recorded: bool = False) -> RunRow:
+        """The row as readers see it (store/liveness.py: a run whose processes are gone has
+        ended), or `as_recorded`, as it is written."""
         # A read-only store may predate the columns added since. What the store wrote is read
         # leniently: a value that fails its check stays as stored, unseen by readers.
-        values = {"origin": None, "source": "{}", **dict(row)}
+        values = {"origin": None, "source": "{}", "recorder": None, **dict(row)}
         values["options"] = json.loads(values["options"] or "{}")
         for key, kind in (("environment", RunFacts), ("summary", TrainingSummary),
                           ("source", RunSource)):
             values[key] = kind.from_dict(json.loads(values[key] or "{}"), strict=False)
         values["origin"] = (Origin.from_dict(json.loads(values["origin"]), strict=False)
                             if values["origin"] else None)
+        values["recorder"] = Recorder.from_dict(json.loads(values["recorder"] or "null"))
         values["tags"] = tuple(t for t in (values["tags"] or "").split(",") if t)
         values["status"] = _member(Status, values["status"])
         values["backend"] = _member(Backend, values["backend"])
         values["memory_api"] = _member(MemoryApi, values["memory_api"])
-        return RunRow(**values)
+        run = RunRow(**values)
+        return run if as_recorded else as_seen(run)
 
-    def run(self, run_id: int) -> RunRow | None:
+    def run(self, run_id: int, as_recorded: bool = False) -> RunRow | None:
+        """The run, as readers see it (or `as_recorded`: as it is written)."""
         with self.connect() as db:
             row = db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
-        return None if row is None else self._run_row(row)
+        return None if row is None else self._run_row(row, as_recorded)
 
-    def runs(self) -> list[RunRow]:
+    def runs(self, as_recorded: bool = False) -> list[RunRow]:
         with self.connect() as db:
             rows = db.execute("SELECT * FROM runs ORDER BY id DESC").fetchall()
-        return [self._run_row(r) for r in rows]
+        return [self._run_row(r, as_recorded) for r in rows]
 
     def find_runs(self, tag: str | None = None, preset: str | None = None,
                   status: str | None = None, sweep: str | None = None) -> list[RunRow]:
@@ -376,19 +388,24 @@ class Store:
             # whole tags only: "a" must not match "ab"
             query += " AND instr(',' || tags || ',', ',' || ? || ',') > 0"
             args.append(tag)
-        for column, value in (("preset", preset), ("status", status), ("sweep", sweep)):
+        for column, value in (("preset", preset), ("sweep", sweep)):
             if value is not None:
                 query += f" AND {column} = ?"
                 args.append(value)
+        if status is not None:  # as readers see it: a "running" run may have ended unsaid
+            query += " AND status IN (?, ?)"
+            args += [status, Status.RUNNING]
         with self.connect() as db:
             rows = db.execute(query + " ORDER BY id DESC", args).fetchall()
-        return [self._run_row(r) for r in rows]
+        runs = [self._run_row(r) for r in rows]
+        return runs if status is None else [r for r in runs if r.status == status]
 
     def latest_running(self) -> RunRow | None:
+        """The newest run that is being recorded still."""
         with self.connect() as db:
-            row = db.execute("SELECT * FROM runs WHERE status = ? ORDER BY id DESC LIMIT 1",
-                             (Status.RUNNING,)).fetchone()
-        return None if row is None else self._run_row(row)
+            rows = db.execute("SELECT * FROM runs WHERE status = ? ORDER BY id DESC",
+                              (Status.RUNNING,)).fetchall()
+        return next((run for run in map(self._run_row, rows) if is_alive(run)), None)
 
     def _ranked(self, db: sqlite3.Connection, table: str) -> bool:
         """Whether `table` has its `rank` column: a store opened read-only is not migrated, and
@@ -426,10 +443,13 @@ class Store:
                               " steps WHERE run_id = ? ORDER BY rank", (run_id, run_id)).fetchall()
         return [r[0] for r in rows] or [0]
 
-    def close_phases(self, run_id: int, t: float) -> None:
-        """A worker that died mid-phase: its open phase ends at `t` (its last sample)."""
+    def close_phases(self, run_id: int, t: float, rank: int | None = None) -> None:
+        """A worker that died mid-phase: its open phases (one rank's, or every rank's) end at
+        `t` (its last sample)."""
         with self.connect() as db:
-            db.execute("UPDATE phases SET end = ? WHERE run_id = ? AND end IS NULL", (t, run_id))
+            _, where, args = self._rank_clause(db, "phases", rank)
+            db.execute(f"UPDATE phases SET end = ? WHERE run_id = ? AND end IS NULL{where}",
+                       (t, run_id, *args))
 
     def samples(self, run_id: int, gpu: int | None = None) -> list[Sample]:
         query = "SELECT t, gpu, used, reserved, total, util FROM samples WHERE run_id = ?"

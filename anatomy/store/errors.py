@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -37,5 +38,23 @@ def why(error: sqlite3.Error) -> str:
     return str(error)
 
 
+FULL_BELOW_BYTES = 64 * 1024  # a file system with less than this free is full to SQLite
+
+
 def store_error(path: Path, error: sqlite3.Error) -> StoreError:
-    return StoreError(path, why(error), full=getattr(error, "sqlite_errorname", "") == "SQLITE_FULL")
+    """The error as one line about the store at `path`: what SQLite's own words hide is told
+    from the file system — a store deleted while in use, a disk I/O error that is a full disk
+    (a reader that cannot make its WAL index)."""
+    name = getattr(error, "sqlite_errorname", "") or ""
+    if name.startswith("SQLITE_CANTOPEN") and not path.exists() and path.parent.is_dir():
+        return StoreError(path, "it is gone: the file was deleted or moved while in use")
+    full = name == "SQLITE_FULL" or (name.startswith("SQLITE_IOERR") and _disk_full(path))
+    return StoreError(path, f"the disk is full (SQLite: {error})" if full else why(error),
+                      full=full)
+
+
+def _disk_full(path: Path) -> bool:
+    try:
+        return shutil.disk_usage(path.parent).free < FULL_BELOW_BYTES
+    except OSError:
+        return False

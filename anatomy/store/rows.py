@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
 
 from anatomy.store.facts import Origin, RunFacts, RunSource, TrainingSummary
+from anatomy.store.liveness import Recorder
 from anatomy.vocabulary import Backend, MemoryApi, Phase, Status
 
 # Every stretch a run may mark, and every status (vocabulary.py).
@@ -120,10 +121,14 @@ class RunRow:
     worker_pid: int | None
     source: RunSource = field(default_factory=RunSource)  # who started it
     origin: Origin | None = None  # where an imported run came from; None: recorded here
+    # The process that records it and writes its ending (store/liveness.py); None for an
+    # imported run or one stored before recorders were kept.
+    recorder: Recorder | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The row as an export carries it: every column, the facts as they are stored."""
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        """The row as an export carries it: every column, the facts as they are stored; not its
+        recorder, a process of this machine that nothing elsewhere can use."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "recorder"}
         out.update(environment=self.environment.to_dict(), summary=self.summary.to_dict(),
                    source=self.source.to_dict(), tags=list(self.tags),
                    origin=None if self.origin is None else self.origin.to_dict())

@@ -29,7 +29,8 @@ CREATE TABLE IF NOT EXISTS runs (
     sweep TEXT,
     worker_pid INTEGER,                -- the training process (a user's script for attached runs)
     source TEXT NOT NULL DEFAULT '{}', -- JSON: who started it (RunRow.source)
-    origin TEXT                        -- JSON: where an imported run came from (RunRow.origin)
+    origin TEXT,                       -- JSON: where an imported run came from (RunRow.origin)
+    recorder TEXT                      -- JSON: the process recording it (RunRow.recorder)
 );
 CREATE TABLE IF NOT EXISTS samples (
     run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
@@ -137,7 +138,7 @@ SIGNATURES = {
 
 # Columns added after the first release of the schema, as (table, column, type).
 ADDED_COLUMNS = (("sweeps", "pid", "INTEGER"), ("runs", "source", "TEXT NOT NULL DEFAULT '{}'"),
-                 ("runs", "origin", "TEXT"),
+                 ("runs", "origin", "TEXT"), ("runs", "recorder", "TEXT"),
                  # Several training processes (issue 12): each phase and step names its rank.
                  ("phases", "rank", "INTEGER NOT NULL DEFAULT 0"),
                  ("steps", "rank", "INTEGER NOT NULL DEFAULT 0"))

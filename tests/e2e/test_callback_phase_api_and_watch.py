@@ -10,6 +10,7 @@ import sys
 import time
 
 import psutil
+import pytest
 
 from anatomy.analysis import breakdown
 from anatomy.analysis.report import report
@@ -107,12 +108,17 @@ def test_watch_of_a_command_that_fails_keeps_its_exit_code_and_output(store):
     assert "exited with code 3" in rep.error and "something broke" in rep.error
 
 
-def test_watch_calls_a_command_that_printed_cuda_out_of_memory_oom(store):
+@pytest.mark.parametrize("printed, status", [
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "oom"),
+    ("RuntimeError: [enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate"
+     " memory: you tried to allocate 8 GB", "oom"),
+    ("checking for out of memory conditions: none", "failed"),
+])
+def test_watch_calls_oom_only_torchs_out_of_memory_error(store, printed, status):
     result = _python(store, "-m", "anatomy", "watch", "--", sys.executable, "-c",
-                      "import sys; print('torch.OutOfMemoryError: CUDA out of memory. Tried to "
-                      "allocate 2.00 GiB', file=sys.stderr); sys.exit(1)")
+                     f"import sys; print({printed!r}, file=sys.stderr); sys.exit(1)")
     assert result.returncode == 1
-    assert _only_run(store).status == "oom"
+    assert _only_run(store).status == status
 
 
 def test_watch_refuses_what_it_cannot_run_and_records_nothing(store):

@@ -135,3 +135,11 @@ def test_a_sweep_from_the_prediction_runs_that_size_and_the_next():
     first, second = vary["batch_size"]
     assert second == first + 1 and first >= 2
     assert said == f"predicted to fit: batch size {first}; confirming with {first} and {second}"
+
+
+def test_predict_refuses_a_gpu_model_without_constants_naming_those_calibrated():
+    result = subprocess.run([sys.executable, "-m", "anatomy", "predict", "--gpu-model", "nope"],
+                            capture_output=True, text=True, timeout=180)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.count("\n") == 1 and "'nope'" in result.stderr
+    assert "'NVIDIA H200'" in result.stderr  # the calibrated models, by name

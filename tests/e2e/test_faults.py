@@ -33,6 +33,7 @@ from anatomy.engine.devices import machine
 from anatomy.engine.lifeline import Lifeline, launch
 from anatomy.engine.manager import DeviceLock, RunManager, device_key
 from anatomy.store import RunRow, Store, StoreMissing
+from anatomy.store.liveness import ENDED_WITHOUT_A_WORD
 from tests.conftest import PROJECT, TINY, flags, seed_run
 
 # A run long enough to be interrupted: it never ends on its own within a test.
@@ -181,10 +182,11 @@ def test_kill_9_of_the_cli_ends_its_processes_frees_the_device_and_the_next_star
     assert lock.acquire("test"), lock.holder()
     lock.release()
     store = Store(run.store_path)
-    assert store.run(1).status == "running"  # nobody was left to say otherwise
-    assert RunManager(store).close_orphans() == [] and store.run(1).status == "failed"
+    assert store.run(1, as_recorded=True).status == "running"  # nobody was left to write it
+    assert store.run(1).status == "failed"  # but every reader sees it ended
+    assert RunManager(store).close_orphans() == [] and store.run(1, as_recorded=True).status == "failed"
     rep = report(store, 1)
-    assert "ended before the run finished" in rep.error
+    assert rep.error == ENDED_WITHOUT_A_WORD
     assert rep.samples > 0 and rep.steps >= 2  # what it recorded is kept
     weights, training = rep.phase("weights"), rep.training
     assert training.done and training.memory_bytes > weights.memory_bytes  # never 0 MB

@@ -79,6 +79,32 @@ def test_a_fault_on_one_rank_ends_the_run_and_every_rank(manager, store, monkeyp
     assert _alive(tree) == []
 
 
+def test_a_rank_killed_with_kill_9_fails_the_run_in_one_line_read_at_its_last_step(store):
+    """torch's elastic agent logs the dead rank with a traceback: the terminal gets the run's one
+    line instead; the rank's training phase is read at its last step, not at the run's end."""
+    cli = subprocess.Popen([sys.executable, "-m", "anatomy", "run",
+                            *flags(replace(TWO, max_steps=100_000)), "--store", str(store.path)],
+                           cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not (store.runs() and store.step_count(1, 1) >= 3):
+            assert time.monotonic() < deadline and cli.poll() is None, cli.communicate()
+            time.sleep(0.2)
+        tree = psutil.Process(store.run(1).worker_pid).children(recursive=True)
+        ranks = sorted((p for p in tree if p.name() == "anatomy-worker"), key=lambda p: p.pid)
+        ranks[1].kill()  # forked in rank order: the second is rank 1
+        _, err = cli.communicate(timeout=120)
+    finally:
+        cli.kill()
+    assert cli.returncode == 1
+    assert "Traceback" not in err, err
+    rep = report(store, 1)
+    assert rep.status == "failed" and "rank 1 was killed by SIGKILL" in rep.error
+    training = next(p for p in store.phases(1, 1) if p.name == "training")
+    assert training.end_s == store.last_step(1, 1).t
+
+
 def test_stop_ends_every_rank(manager, store):
     run_id = manager.start(replace(TWO, max_steps=100_000))
     tree = _tree_while_training(store, run_id)

@@ -4,12 +4,16 @@ from the page: tests/e2e/test_live_page_run.py.)"""
 
 from __future__ import annotations
 
+import socket
+import time
+
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from anatomy.analysis.report import report
 from anatomy.engine.devices import machine
 from anatomy.store import GpuProcess, GpuStatus, HostStatus, Step
+from anatomy.store.liveness import Recorder
 from anatomy.views import live
 from anatomy.views.live import PhaseMetric, Progress
 from tests.apptest import APP, chart_spec, open_page
@@ -100,7 +104,7 @@ def test_a_running_run_opens_live_with_its_open_phase(store, seed):
 
 def test_a_run_left_running_by_a_dead_server_is_not_shown_live(store, seed):
     run_id = seed(status="running")
-    store.update_run(run_id, worker_pid=2**22 + 1)  # above pid_max: no such process
+    store.update_run(run_id, recorder=Recorder(2**22 + 1, time.time(), socket.gethostname()))
     app = _app().run()
     assert "No run in progress" in app.info[0].value
 

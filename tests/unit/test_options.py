@@ -92,3 +92,9 @@ def test_total_steps_follows_the_trainer_arithmetic():
     # the form said 128).
     assert RunOptions(dataset_size=512, batch_size=4, processes=2).total_steps() == 64
     assert RunOptions(dataset_size=512, batch_size=4, gpus="0,1,2").total_steps() == 43
+
+
+@pytest.mark.parametrize("gpus", [",,", "0,,1", "0,"])
+def test_gpus_with_an_empty_entry_are_refused_in_a_line(gpus):
+    errors = validate(RunOptions(gpus=gpus), 2)
+    assert list(errors) == ["gpus"] and "empty entry" in errors["gpus"]

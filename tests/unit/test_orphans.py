@@ -2,23 +2,25 @@
 
 from __future__ import annotations
 
-import os
+import socket
+import time
 
 from anatomy.analysis.options import RunOptions
 from anatomy.engine.manager import RunManager
 from anatomy.store import PhaseMark, Sample
+from anatomy.store.liveness import ENDED_WITHOUT_A_WORD, Recorder
 
 
 def test_runs_left_running_by_a_dead_process_become_failed(store):
-    orphan = store.create_run(RunOptions().to_dict(), "cpu-rss", "rss", 0, {})
+    gone = Recorder(2**22 + 12345, time.time(), socket.gethostname())  # above Linux's pid_max
+    orphan = store.create_run(RunOptions().to_dict(), "cpu-rss", "rss", 0, {}, recorder=gone)
     store.write(orphan, samples=[Sample(0.5, 0, 10, None, None, None)],
                 phases=[PhaseMark("start", "baseline", 0.1)])
-    store.update_run(orphan, worker_pid=2**22 + 12345)  # above Linux's pid_max: never a process
-    alive = store.create_run(RunOptions().to_dict(), "cpu-rss", "rss", 0, {})
-    store.update_run(alive, worker_pid=os.getpid())  # a live process: someone else's run
+    alive = store.create_run(RunOptions().to_dict(), "cpu-rss", "rss", 0, {})  # this process's
+    assert store.run(orphan, as_recorded=True).status == "running"
     RunManager(store)
-    run = store.run(orphan)
-    assert run.status == "failed" and "ended before the run finished" in run.error
+    run = store.run(orphan, as_recorded=True)
+    assert run.status == "failed" and run.error == ENDED_WITHOUT_A_WORD
     assert store.phases(orphan)[0].end_s == 0.5  # kept, and closed at its last sample
     assert store.run(alive).status == "running"
 

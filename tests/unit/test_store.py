@@ -7,6 +7,7 @@ import threading
 from anatomy.analysis.options import RunOptions
 from anatomy.analysis.report import report
 from anatomy.store import GpuProcess, GpuStatus, HostStatus, PhaseMark, Sample, Step, Store
+from anatomy.store.liveness import ENDED_WITHOUT_A_WORD, Recorder
 from anatomy.units import MIB
 
 
@@ -164,3 +165,30 @@ def test_the_device_panels_readings_are_kept_and_go_with_their_run(store):
     assert store.host_status(other) == [] and store.gpu_processes(other) == []
     store.delete_run(run_id)
     assert store.host_status(run_id) == [] and store.gpu_status(run_id) == []
+
+
+def test_a_run_whose_recorder_is_gone_reads_as_ended_and_nothing_is_written(store):
+    """The one liveness answer (store/liveness.py): the recorder's pid, its start time (a pid
+    that came back as another process is not it) and its host (another's cannot be seen)."""
+    here = Recorder.here()
+    cases = {
+        "alive": here,
+        "gone": Recorder(2**22 + 7, here.started, here.host),  # above pid_max
+        "pid reused": Recorder(here.pid, here.started - 3600, here.host),
+        "another host": Recorder(2**22 + 7, here.started, here.host + "-elsewhere"),
+    }
+    ids = {name: store.create_run(RunOptions().to_dict(), "cpu-rss", "rss", 0, {},
+                                  recorder=recorder) for name, recorder in cases.items()}
+    store.write(ids["gone"], samples=[Sample(0.5, 0, 10, None, None, None)],
+                phases=[PhaseMark("start", "baseline", 0.1)])
+    before = store.path.read_bytes()
+    seen = {name: store.run(run_id) for name, run_id in ids.items()}
+    assert {name: run.status for name, run in seen.items()} == {
+        "alive": "running", "gone": "failed", "pid reused": "failed", "another host": "running"}
+    assert seen["gone"].error == ENDED_WITHOUT_A_WORD
+    assert [r.id for r in store.find_runs(status="running")] == [ids["another host"], ids["alive"]]
+    assert ids["gone"] in [r.id for r in store.find_runs(status="failed")]
+    assert store.latest_running().id == ids["another host"]
+    assert report(store, ids["gone"]).phase("baseline").done  # read as ending at its last sample
+    assert store.run(ids["gone"], as_recorded=True).status == "running"  # nothing was written
+    assert store.path.read_bytes() == before

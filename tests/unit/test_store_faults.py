@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ import pytest
 from anatomy import cli
 from anatomy.analysis import transfer
 from anatomy.store import Store
+from anatomy.store.liveness import Recorder
 from tests.conftest import seed_run
 
 
@@ -22,10 +25,11 @@ def test_the_dashboard_closes_a_run_its_dead_server_left_running(store, seed):
     from tests.apptest import open_page
 
     run_id = seed(status="running")
-    store.update_run(run_id, worker_pid=2**22 + 1)  # above pid_max: no such process
+    store.update_run(run_id, recorder=Recorder(2**22 + 1, time.time(), socket.gethostname()))
+    assert store.run(run_id).status == "failed"  # every reader sees it ended, at once
     app = open_page("screens/live.py")
     assert "No run in progress" in app.info[0].value
-    assert store.run(run_id).status == "failed"
+    assert store.run(run_id, as_recorded=True).status == "failed"  # the page's manager wrote it
 
 
 def _main(capsys, *args: str) -> tuple[int, str, str]:

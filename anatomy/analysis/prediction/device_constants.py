@@ -146,3 +146,13 @@ def load(device_name: str | None, directory: Path = CALIBRATION_DIR) -> DeviceCa
         if path.is_file():
             return DeviceCalibration.from_dict(json.loads(path.read_text()))
     return DEFAULT
+
+
+def calibrated(directory: Path = CALIBRATION_DIR) -> list[str]:
+    """The GPU models with calibrated constants, by name."""
+    return sorted(json.loads(path.read_text()).get("device", path.stem)
+                  for path in directory.glob("*.json"))
+
+
+def is_calibrated(device_name: str, directory: Path = CALIBRATION_DIR) -> bool:
+    return (directory / f"{device_slug(device_name)}.json").is_file()

@@ -1,0 +1,90 @@
+"""How a run ends, in words and numbers, the same from every front: a process's exit in words
+("was killed by SIGKILL"), the exit status a front gives back (128 + N for signal N), a stop's
+reason, and torch's out-of-memory error told apart from any mention of the words.
+
+Imports no torch: a process that never loaded it raised no torch error.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import sys
+from dataclasses import dataclass
+
+# Torch's own out-of-memory errors as they are printed: its exception's name (torch 2.5+:
+# torch.OutOfMemoryError; before: torch.cuda.OutOfMemoryError), CUDA's and the caching
+# allocator's message, the CPU allocator's, and a CUDA call's cudaErrorMemoryAllocation.
+OOM_TEXT = re.compile(
+    r"torch(?:\.cuda)?\.OutOfMemoryError"
+    r"|\b(?:CUDA|HIP|MPS backend) out of memory\b"
+    r"|CUDA error: out of memory"
+    r"|DefaultCPUAllocator: can't allocate memory")
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How a run ended: what the store gets, and what a caller is told even when the store
+    cannot take it (a full disk): `recorded` is False then."""
+    status: str
+    error: str | None = None
+    recorded: bool = True
+
+
+def is_oom(error: BaseException) -> bool:
+    """Torch's out-of-memory error (CUDA's, or its CPU allocator's), or Python's MemoryError
+    (the host's): nothing else, whatever its message says."""
+    if isinstance(error, MemoryError):
+        return True
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(error, torch.cuda.OutOfMemoryError):
+        return True
+    return isinstance(error, RuntimeError) and OOM_TEXT.search(str(error)) is not None
+
+
+def oom_in(text: str) -> bool:
+    """Whether printed output holds torch's out-of-memory error."""
+    return OOM_TEXT.search(text) is not None
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def death(code: int | None, verb: str = "ended") -> str:
+    """How a process ended, in words, from its exit code as multiprocessing and subprocess give
+    it (-N: killed by signal N): "was killed by SIGKILL", "ended with exit code 3"."""
+    if code is None:
+        return "did not end"
+    if code < 0:
+        return f"was killed by {signal_name(-code)}"
+    return f"{verb} with exit code {code}"
+
+
+def shell_death(code: int) -> str:
+    """A shell's way of saying that its child was killed (exit code 128 + N), in words; "" for
+    any other code."""
+    if 128 < code < 128 + 65:
+        try:
+            return f" (a shell's way of saying its child was killed by {signal.Signals(code - 128).name})"
+        except ValueError:
+            return ""
+    return ""
+
+
+def exit_status(code: int) -> int:
+    """The exit status to give back for a process's exit code: 128 + N for signal N, as a shell
+    gives it."""
+    return 128 - code if code < 0 else code
+
+
+STOP_WORDS = {signal.SIGINT: "Ctrl-C (SIGINT)", signal.SIGTERM: "SIGTERM",
+              signal.SIGHUP: "SIGHUP: its terminal was closed"}
+
+
+def stopped_by(signum: int) -> str:
+    """A stop's reason for a signal: "stopped by SIGTERM", "stopped by Ctrl-C (SIGINT)"."""
+    return f"stopped by {STOP_WORDS.get(signum, signal_name(signum))}"

@@ -1,0 +1,115 @@
+"""How a user's script ends, as the phase API learns it, for a run the script left open.
+
+An uncaught error reaches `sys.excepthook`, and Ctrl-C is one (KeyboardInterrupt). But
+`sys.exit(1)` and `raise SystemExit("fatal")` skip the hook, and the atexit handler that ends the
+run learns nothing of them: Python keeps no trace of the exit it is making. So the exits are
+watched where they are made — `sys.exit`, and the `SystemExit` name scripts raise — and the
+script's own frame says whether it ended by one (its last instruction a return, or not). A
+SIGTERM or SIGHUP, whose default kills the process with no atexit at all, is ended here as a stop
+when the script has no handler of its own: the run is recorded, then the signal does what it
+would have done.
+"""
+
+from __future__ import annotations
+
+import builtins
+import dis
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from types import FrameType
+
+from anatomy.engine.endings import Ending, is_oom, stopped_by
+
+RETURNS = {dis.opmap[name] for name in ("RETURN_VALUE", "RETURN_CONST") if name in dis.opmap}
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+_UNKNOWN = object()
+
+
+def ending_of(error: BaseException | str | None) -> Ending:
+    """How a run ends when the script ends so: by nothing (completed), an error, Ctrl-C, an
+    exit."""
+    if error is None:
+        return Ending("completed")
+    if isinstance(error, KeyboardInterrupt):
+        return Ending("stopped", stopped_by(signal.SIGINT))
+    if isinstance(error, SystemExit):
+        return exit_ending(error.code)
+    if isinstance(error, BaseException):
+        return Ending("oom" if is_oom(error) else "failed", f"{type(error).__name__}: {error}")
+    return Ending("failed", str(error))
+
+
+def exit_ending(code: object) -> Ending:
+    """The ending of `sys.exit(code)`: Python's exit status is 0 for None and 0, the number for
+    another int, 1 (the text printed) for anything else."""
+    if code is None or code == 0:
+        return Ending("completed")
+    if isinstance(code, int):
+        return Ending("failed", f"the script exited with code {code} (sys.exit)")
+    return Ending("failed", f"the script exited with code 1: {code}")
+
+
+class ExitWatch:
+    """Watches the script's exits while it runs; `ending()` says how it ended, at exit."""
+
+    def __init__(self) -> None:
+        self.frame = _script_frame()
+        self.code: object = _UNKNOWN
+        watch = self
+
+        original_exit = sys.exit
+
+        def exit(status: object = None) -> None:  # noqa: A001 - sys.exit's own name
+            watch.code = status
+            original_exit(status)
+
+        class SystemExit(builtins.SystemExit):  # noqa: A001 - the name a `raise` looks up
+            def __init__(self, *args):
+                super().__init__(*args)
+                watch.code = self.code
+
+        SystemExit.__module__, SystemExit.__qualname__ = "builtins", "SystemExit"  # as the built-in
+        sys.exit = exit
+        builtins.SystemExit = SystemExit
+
+    def ending(self) -> Ending:
+        """At exit: completed when the script ran to its end, else the exit it made."""
+        frame = self.frame
+        if frame is None or frame.f_code.co_code[frame.f_lasti] in RETURNS:
+            return Ending("completed")
+        if self.code is _UNKNOWN:
+            return Ending("failed", "the script ended by SystemExit (its code unknown)")
+        return exit_ending(self.code)
+
+
+def _script_frame() -> FrameType | None:
+    """The frame of the script `python` runs (`__main__`'s module code), if it runs one."""
+    main = sys.modules.get("__main__")
+    frame, found = sys._getframe(), None
+    while frame is not None:
+        if main is not None and frame.f_globals is vars(main) and frame.f_code.co_name == "<module>":
+            found = frame
+        frame = frame.f_back
+    return found
+
+
+def on_stop_signals(stop: Callable[[int], None]) -> None:
+    """SIGTERM and SIGHUP, where the script leaves them to their default (ending the process
+    unrecorded), call `stop(signum)` first and then end the process as the default would. Only
+    the main thread can set handlers; elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def handle(signum, frame) -> None:
+        try:
+            stop(signum)
+        finally:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+    for signum in STOP_SIGNALS:
+        if signal.getsignal(signum) is signal.SIG_DFL:
+            signal.signal(signum, handle)

@@ -1,0 +1,135 @@
+"""Ending a process and everything under it: its process group where it leads one, and its tree
+walked to the leaves (psutil) — never the direct child alone, whose children would run on.
+
+The root of a tree is a child of ours that its owner (multiprocessing, subprocess) must reap to
+learn its exit code: it is signalled here but waited for through the owner (`wait`), never by
+psutil, which would reap it first.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable
+
+import psutil
+
+from anatomy.engine.lifeline import signal_group
+
+KILL_WAIT_SECONDS = 2.0
+LIST_SECONDS = 0.5  # how often a followed tree is listed
+FREEZE_ROUNDS = 10  # the tree is walked again until no new process appears (a fork bomb ends)
+
+
+def descendants(pid: int) -> list[psutil.Process]:
+    """Every live process under `pid`, nearest first; [] when it is gone."""
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def kill_tree(pid: int, root: bool = True, known: list[psutil.Process] = ()) -> None:
+    """SIGKILL every process under `pid` (and `pid` itself with `root`), and those of `known`
+    (found earlier, perhaps no longer under it). Each is frozen first (SIGSTOP), so that none
+    starts another meanwhile, and the tree is walked again until no new one appears."""
+    frozen: dict[int, psutil.Process] = {}
+    found = [*known, *descendants(pid)]
+    if root:
+        try:
+            found.insert(0, psutil.Process(pid))
+        except psutil.Error:
+            pass
+    for _ in range(FREEZE_ROUNDS):
+        new = [p for p in found if p.pid not in frozen and alive(p)]
+        if not new:
+            break
+        for process in new:
+            try:
+                process.suspend()
+            except psutil.Error:
+                pass
+            frozen[process.pid] = process
+        found = [d for p in new for d in _children(p)]
+    for process in frozen.values():
+        try:
+            process.kill()
+        except psutil.Error:
+            pass
+
+
+def _children(process: psutil.Process) -> list[psutil.Process]:
+    try:
+        return process.children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def end_tree(pid: int, exited: Callable[[], bool], wait: Callable[[float], None],
+             grace: float) -> None:
+    """SIGTERM to `pid`'s group (where it leads one) and to every process under it; after `grace`
+    seconds SIGKILL to whatever of the tree is left, found again to its leaves. `exited` says
+    whether the root has ended and `wait(seconds)` waits for it, both through its owner."""
+    known = descendants(pid)  # before the root ends: its orphans are no longer under it then
+    if not exited():
+        signal_group(pid, signal.SIGTERM)
+    for process in known:
+        try:
+            process.terminate()
+        except psutil.Error:
+            pass
+    deadline = time.monotonic() + grace
+    wait(grace)
+    psutil.wait_procs([p for p in known if alive(p)],
+                      timeout=max(0.0, deadline - time.monotonic()))
+    if not exited():
+        signal_group(pid, signal.SIGKILL)
+        kill_tree(pid, known=known)
+        wait(KILL_WAIT_SECONDS)
+    else:
+        kill_tree(pid, root=False, known=known)
+
+
+class Tree:
+    """A process and those under it, listed while it runs (`refresh`), so that the ones it leaves
+    when it ends — orphans, no longer under it — are still known and can be ended too."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.known: list[psutil.Process] = []
+
+    def refresh(self) -> None:
+        listed = descendants(self.pid)
+        pids = {p.pid for p in listed}
+        self.known = listed + [p for p in self.known if p.pid not in pids and alive(p)]
+
+    def kill(self) -> None:
+        """SIGKILL to it and everything of it, listed now or before."""
+        kill_tree(self.pid, known=self.known)
+
+    def end_left(self, grace: float) -> None:
+        """Its root has ended: what it left (SIGTERM, SIGKILL after `grace` seconds)."""
+        end_left(self.known, grace)
+
+
+def end_left(known: list[psutil.Process], grace: float) -> None:
+    """End what is left of `known` (the tree of a process that has ended: its orphans, found
+    while it lived): SIGTERM, then SIGKILL after `grace` seconds to each and all under it."""
+    left = [p for p in known if alive(p)]
+    if not left:
+        return
+    for process in left:
+        try:
+            process.terminate()
+        except psutil.Error:
+            pass
+    _, still = psutil.wait_procs(left, timeout=grace)
+    for process in still:
+        kill_tree(process.pid, root=False, known=[process])

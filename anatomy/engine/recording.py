@@ -1,0 +1,440 @@
+"""The recording of one run, whoever trains: its row and environment facts, the sampler process,
+the collector that drains the queues into the store, the sampler's tail, the ending with its
+retries, the disk reserve, and what happens when the recording itself fails.
+
+Every front drives this one recording and differs only in who trains and how the run ends:
+
+- `RunManager` (the dashboard, `anatomy run`, a sweep): anatomy's own worker process, which the
+  recording *owns*: when the recording fails (a full disk, a dead sampler) it stops the worker;
+- `anatomy watch -- COMMAND`: the user's command, a child process;
+- `anatomy.start()` and the Trainer callback: the user's own process, which records itself.
+
+The user's training is never ended by a failure of the recording: the run is recorded as failed
+(saying why and when) and the training goes on, unrecorded. Each front tells the recording how
+its run ended (`decide`); a stop, a lost sampler and a store that cannot be written are decided
+here, the same for all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import multiprocessing.queues
+import queue as queue_module
+import signal
+import socket
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from anatomy.analysis.machine import Device, Machine
+from anatomy.engine import sampler
+from anatomy.engine.collector import FLUSH_SECONDS, Collector, Outcome
+from anatomy.engine.endings import Ending, death
+from anatomy.engine.lifeline import Lifeline, launch
+from anatomy.engine.processes import end_tree
+from anatomy.store import Store, store_error
+from anatomy.store.liveness import ENDED_WITHOUT_A_WORD, is_alive
+
+TAIL_SECONDS = 0.3    # the sampler outlives the training this long, so the end is measured
+SAMPLER_TIMEOUT_SECONDS = 10.0
+# A sampler that ends on its own may be part of a stop that reaches every process at once (a
+# scheduler's SIGTERM to the job): the stop is waited for this long before the run is failed.
+SAMPLER_GRACE_SECONDS = 1.0
+STOP_GRACE_SECONDS = 3.0  # SIGTERM, then SIGKILL: anatomy's worker is gone well inside 5 s
+RECORD_TRIES = 3  # a run's ending is written at once, or retried in the background
+RETRY_SECONDS = 2.0
+FIRST_SAMPLE_TIMEOUT = 30.0  # a sampler's process starts in ~1 s; a loaded machine may take longer
+
+
+def environment_facts(info: Machine, devices: Sequence[Device]) -> dict[str, Any]:
+    """What every run's environment says of the machine: the driver, the host, and the (first)
+    GPU it trains on — or, without one, the RAM and why there is no GPU."""
+    facts: dict[str, Any] = {"driver": info.driver, "cuda_driver": info.cuda_driver,
+                             "gpu_count": info.gpu_count, "host": socket.gethostname()}
+    if devices:
+        facts.update(gpu_name=devices[0].name, gpu_total=devices[0].total,
+                     gpu_uuid=devices[0].uuid)
+    else:
+        facts.update(gpu_name=None, ram_total=info.ram_total, why_no_gpu=info.why_no_gpu)
+    return facts
+
+
+class Training(Protocol):
+    """The process that trains, as the recording follows it."""
+
+    pid: int
+
+    def exit_code(self) -> int | None:
+        """None while it trains; then its exit code (-N: killed by signal N)."""
+
+    def end(self, grace: float) -> None:
+        """End it and everything under it: SIGTERM, SIGKILL after `grace` seconds."""
+
+
+class WorkerProcess:
+    """Anatomy's own worker, a multiprocessing child that leads a process group."""
+
+    def __init__(self, process: mp.Process):
+        self.process, self.pid = process, process.pid
+
+    def exit_code(self) -> int | None:
+        return self.process.exitcode  # polls: multiprocessing reaps it and keeps the code
+
+    def end(self, grace: float) -> None:
+        end_tree(self.pid, lambda: self.process.exitcode is not None, self.process.join, grace)
+
+
+class Recording:
+    """One run's recording. In order: `start_sampler()` (the baseline is measured before the
+    training starts), `create_run()` (its row), `follow(training)` (the collector thread, until
+    the training has ended and the sampler has had its tail); `done` is set once the ending is
+    written (or, on a full disk, kept and retried: `ending.recorded` is False).
+
+    `owns_training`: the training exists only for this run (anatomy's worker): whatever stops
+    the recording stops it too. `events` is the queue the training's messages come on.
+    `decide(outcome, exit_code)` says how the run ended when it was neither stopped nor lost;
+    `observe(message)` sees each of the training's messages before it is stored; `tell(text)`
+    is told at once when the recording is lost while the training goes on."""
+
+    def __init__(self, store: Store, backend: str, gpus: Sequence[int], sample_rate: float, *,
+                 owns_training: bool, events=None, lock_fds: tuple[int, ...] = (),
+                 t0: float | None = None,
+                 decide: Callable[[Outcome, int | None], Ending] | None = None,
+                 observe: Callable[[Any], None] | None = None,
+                 tell: Callable[[str], None] | None = None):
+        self.store, self.backend, self.gpus = store, backend, list(gpus)
+        self.sample_rate, self.owns_training, self.lock_fds = sample_rate, owns_training, lock_fds
+        self.context = mp.get_context("spawn")  # never fork after torch/CUDA is loaded
+        self.t0 = time.monotonic() if t0 is None else t0
+        # One queue each: a worker killed mid-put leaves its queue's lock held for good, and the
+        # sampler, on a queue of its own, must still deliver every sample after that.
+        self.samples = self.context.Queue()
+        self.events = events if events is not None else queue_module.Queue()
+        self.stop_sampler = self.context.Event()
+        self.training_pid = self.context.Value("i", 0)  # shared with the sampler
+        self.decide = decide or _completed_unless_failed
+        self.observe, self.tell = observe, tell
+        self.sampler: mp.Process | None = None
+        self.training: Training | None = None
+        self.run_id: int | None = None
+        self.collector: Collector | None = None
+        self.outcome = Outcome()
+        self.exit_code: int | None = None
+        self.summary_extra: dict[str, Any] = {}
+        self.stop_reason: str | None = None
+        self.stop_at: float | None = None  # the run's clock when the stop was asked for
+        self.lost_at: float | None = None  # the recording was lost here, the training going on
+        self.ending: Ending | None = None
+        self.sampling = threading.Event()  # the sampler has measured once
+        self.done = threading.Event()
+        self.finished: list[Callable[[], None]] = []  # called once the run has ended
+        self._stopping = threading.Lock()  # one ending of the training's tree at a time
+        self._early: list = []  # what the sampler said before the collector began
+        self._thread: threading.Thread | None = None
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    # --- starting ---
+    def start_sampler(self) -> None:
+        """The sampler process: it holds the device locks with us and dies with us
+        (engine/lifeline.py)."""
+        lock = self.lock_fds if len(self.lock_fds) > 1 else (self.lock_fds[0] if self.lock_fds
+                                                              else None)
+        self.sampler = self.context.Process(
+            target=sampler.run, name="anatomy-sampler", daemon=True,
+            args=(self.samples, self.stop_sampler, self.backend, self.sample_rate, self.t0,
+                  self.gpus, self.training_pid,
+                  Lifeline("anatomy-sampler", lock, death_signal=signal.SIGTERM)))
+        launch(self.sampler)
+        # The training starts once the sampler reads (its first word: the device panel's), so
+        # that its start is measured, however long a loaded machine takes to start a process.
+        try:
+            self._early.append(self.samples.get(timeout=FIRST_SAMPLE_TIMEOUT))
+        except queue_module.Empty:
+            pass  # the collector finds out what became of it
+
+    def create_run(self, options: dict, info: Machine, gpu: int, environment: dict, *,
+                   name: str | None = None, sweep: str | None = None,
+                   source: dict | None = None, preset: str | None = None) -> int:
+        """The run's row ("running", recorded by this process) and room for its ending on a
+        full disk. StoreError when the store cannot take it."""
+        try:
+            self.run_id = self.store.create_run(options, info.backend, info.memory_api, gpu,
+                                                environment, name=name, sweep=sweep,
+                                                source=source, preset=preset)
+        except sqlite3.Error as error:
+            raise store_error(self.store.path, error) from None
+        self.store.reserve(self.run_id)
+        self.collector = Collector(self.store, self.run_id, self.outcome)
+        return self.run_id
+
+    def follow(self, training: Training) -> None:
+        """Collect in a thread of its own until `training` has ended."""
+        self.training = training
+        self.training_pid.value = training.pid
+        try:
+            self.store.update_run(self.run_id, worker_pid=training.pid)
+        except sqlite3.Error:
+            pass  # the collector meets the same store and ends the run, saying why
+        self._thread = threading.Thread(target=self._collect, name=f"anatomy-collector-{self.run_id}",
+                                        daemon=True)
+        self._thread.start()
+
+    def abandon(self, reason: str | None = None) -> None:
+        """Nothing trains after all (it could not be started): the sampler goes, and a run
+        already created ends failed, saying `reason`."""
+        if self.sampler is not None:
+            self.stop_sampler.set()
+            self.sampler.join(5)
+            if self.sampler.is_alive():
+                self.sampler.kill()
+        if self.run_id is not None and reason is not None:
+            self.store.free_reserve(self.run_id)
+            with contextlib.suppress(sqlite3.Error):
+                self.store.finish(self.run_id, "failed", reason)
+
+    # --- stopping ---
+    def request_stop(self, reason: str) -> None:
+        """Mark the run as stopping, at once (safe in a signal handler): whatever ends the
+        training from now on, the run ends "stopped", and its phases end here."""
+        if self.stop_reason is None:
+            self.stop_at = self.now()
+            self.stop_reason = reason
+
+    def end_training(self, grace: float = STOP_GRACE_SECONDS) -> None:
+        """End the training's whole tree: SIGTERM, then SIGKILL after `grace` seconds."""
+        if self.training is not None:
+            with self._stopping:
+                self.training.end(grace)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self.done.wait(timeout)
+
+    # --- collecting ---
+    def _collect(self) -> None:
+        """Drain both queues into the store until the run is over, then decide and record how it
+        ended. Whatever stops the collector (a full disk, a store that is gone) stops the
+        recording, and the reason is recorded when the store can take it."""
+        try:
+            self._follow()
+            ending = self._decided()
+        except Exception as error:  # noqa: BLE001 - the run must end, and say why, whatever it was
+            ending = self._lost(error)
+        outcome = self.outcome
+        if self.stop_at is not None:
+            outcome.phases_end = self.stop_at
+        elif self.lost_at is not None and outcome.worker_ended is None:
+            outcome.phases_end = self.lost_at
+        else:
+            outcome.phases_end = min(outcome.worker_seen, outcome.worker_left or float("inf"))
+        try:
+            self._record(ending)
+            self.store.free_reserve(self.run_id)
+        finally:
+            self._let_go()
+            for finished in self.finished:
+                finished()
+            self.done.set()
+
+    def _let_go(self) -> None:
+        """The queue and the flags shared with the run's processes, let go now that they are
+        gone: their semaphores are unlinked here, not at an exit that may never come (a script
+        ended by a signal leaves them to the resource tracker, which warns of leaks)."""
+        for shared in (self.samples, self.events):
+            if isinstance(shared, mp.queues.Queue):
+                shared.close()
+        self.samples = self.stop_sampler = self.training_pid = None
+        if isinstance(self.events, mp.queues.Queue):
+            self.events = queue_module.Queue()
+
+    def _drain_events(self) -> None:
+        while True:
+            try:
+                message = self.events.get_nowait()
+            except queue_module.Empty:
+                return
+            if self.observe is not None:
+                self.observe(message)
+            self.collector.handle(message)
+
+    def _follow(self) -> None:
+        collector, outcome = self.collector, self.outcome
+        sampler_over_at = None
+        for message in self._early:
+            collector.handle(message)
+        while True:
+            try:
+                collector.handle(self.samples.get(timeout=FLUSH_SECONDS / 2))
+            except queue_module.Empty:
+                pass
+            collector.drain(self.samples)  # all of it: a loaded machine must not lag
+            self._drain_events()
+            collector.flush_when_due()
+            if collector.sampled and not self.sampling.is_set():
+                self.sampling.set()
+            now = time.monotonic()
+            if outcome.worker_ended is None:
+                code = self.training.exit_code()
+                if code is None:
+                    outcome.worker_seen = self.now()
+                else:
+                    outcome.worker_ended, self.exit_code = self.now(), code
+            sampler_over = outcome.samples_sent is not None or (
+                not self.sampler.is_alive() and self.samples.empty())
+            if sampler_over and sampler_over_at is None:
+                sampler_over_at = now
+            if outcome.worker_ended is None:
+                # Training goes on without its sampler: unless a stop is on its way, the run
+                # ends here rather than completed with a hole in its samples.
+                if (sampler_over_at is not None and self.stop_reason is None
+                        and outcome.sampler_lost is None
+                        and now - sampler_over_at >= SAMPLER_GRACE_SECONDS):
+                    outcome.sampler_lost = self._sampler_lost(sampler_over_at)
+                    if not self.owns_training:
+                        self.lost_at = sampler_over_at - self.t0
+                        self._say(outcome.sampler_lost)
+                        break
+                    self._end_processes()
+                continue
+            if outcome.samples_sent is not None:
+                break
+            since_training = self.now() - outcome.worker_ended
+            if since_training >= TAIL_SECONDS:
+                self.stop_sampler.set()
+                if sampler_over:
+                    break  # the sampler died without its last word: keep what came
+                if since_training > SAMPLER_TIMEOUT_SECONDS:
+                    self.sampler.kill()  # hung: keep what came; samples_sent stays unknown
+        self._drain_events()
+        collector.flush()
+        self.sampler.join(timeout=5)
+
+    def _sampler_lost(self, over_at: float) -> str:
+        when = over_at - self.t0
+        if self.outcome.sampler_ended_by is not None:
+            what = f"stopped ({self.outcome.sampler_ended_by})"
+        else:
+            what = death(self.sampler.exitcode, "died")
+        if self.owns_training:
+            return (f"the memory sampler {what} at {when:.1f} s while training went on: the run"
+                    " was stopped there, so its samples have no hole; what was recorded until"
+                    " then is kept")
+        return (f"the memory sampler {what} at {when:.1f} s while training went on: the"
+                " recording stopped there and the training went on unrecorded; what was"
+                " recorded until then is kept")
+
+    def _decided(self) -> Ending:
+        if self.stop_reason is not None:
+            return Ending("stopped", self.stop_reason)
+        if self.outcome.sampler_lost is not None:
+            return Ending("failed", self.outcome.sampler_lost)
+        return self.decide(self.outcome, self.exit_code)
+
+    def _lost(self, error: Exception) -> Ending:
+        """The collector failed (the store cannot be written): the recording ends here."""
+        self.store.free_reserve(self.run_id)  # room to record it, if the disk is full
+        problem = (store_error(self.store.path, error).reason if isinstance(error, sqlite3.Error)
+                   else f"{type(error).__name__}: {error}")
+        if self.owns_training:
+            self._end_processes()
+            text = (f"the store {self.store.path} could not be written ({problem}); the run was"
+                    f" stopped at {self.now():.1f} s and what was written before is kept")
+        else:
+            self.lost_at = self.now()
+            self._end_sampler()
+            text = (f"the store {self.store.path} could not be written ({problem}); the"
+                    f" recording stopped at {self.lost_at:.1f} s and the training went on"
+                    " unrecorded; what was written before is kept")
+            self._say(text)
+        return Ending("failed", text)
+
+    def _say(self, text: str) -> None:
+        if self.tell is not None:
+            self.tell(f"run {self.run_id}: {text}")
+
+    def _end_processes(self) -> None:
+        """The training's whole tree, then the sampler (its count no longer matters)."""
+        self.end_training()
+        self._end_sampler()
+
+    def _end_sampler(self) -> None:
+        self.stop_sampler.set()
+        self.sampler.join(TAIL_SECONDS + 1)
+        if self.sampler.is_alive():
+            self.sampler.kill()
+            self.sampler.join(2)
+
+    # --- the ending ---
+    def _record(self, ending: Ending) -> None:
+        """Write the ending now, or keep it and retry in the background (the disk may free up):
+        `ending.recorded` says which."""
+        for attempt in range(RECORD_TRIES):
+            try:
+                self._write_ending(ending)
+                self.ending = ending
+                return
+            except sqlite3.Error:
+                time.sleep(0.3 * (attempt + 1))
+        self.ending = Ending(ending.status, ending.error, recorded=False)
+        threading.Thread(target=self._record_later, args=(ending,),
+                         name=f"anatomy-record-{self.run_id}", daemon=True).start()
+
+    def _record_later(self, ending: Ending) -> None:
+        while True:
+            time.sleep(RETRY_SECONDS)
+            try:
+                self._write_ending(ending)
+            except sqlite3.Error:
+                continue
+            self.ending = ending
+            return
+
+    def _write_ending(self, ending: Ending) -> None:
+        store, end = self.store, self.outcome.phases_end
+        ranks = store.ranks(self.run_id)
+        if len(ranks) > 1:  # a rank that died early (killed) holds its memory until its last step
+            for rank in ranks:
+                last = store.last_step(self.run_id, rank)
+                if last is not None and last.t < end:
+                    store.close_phases(self.run_id, last.t, rank)
+        store.close_phases(self.run_id, end)
+        values: dict[str, Any] = {"samples_sent": self.outcome.samples_sent}
+        summary = {**self.outcome.summary_values(), **self.summary_extra}
+        if summary:
+            values["summary"] = summary
+        self.store.update_run(self.run_id, **values)
+        self.store.finish(self.run_id, ending.status, ending.error)
+
+
+def _completed_unless_failed(outcome: Outcome, code: int | None) -> Ending:
+    if outcome.failure is not None:
+        return Ending(outcome.failure.status, outcome.failure.text)
+    return Ending("completed")
+
+
+def end_orphans(store: Store, ours: Sequence[int] = ()) -> list[int]:
+    """Write the ending readers already show (store/liveness.py) for the runs still marked
+    running whose recorder is gone (killed, or stopped before it could write it): failed,
+    keeping what they recorded, their open phases ended at their last sample. `ours`: runs
+    this process records. The runs' ids; a store that cannot be written now (a full disk) is
+    left as it is, for the next try."""
+    closed = []
+    try:
+        runs = store.runs(as_recorded=True)
+    except sqlite3.Error:
+        return closed
+    for run in runs:
+        if run.status != "running" or run.id in ours or is_alive(run):
+            continue
+        store.free_reserve(run.id)
+        try:
+            store.close_phases(run.id, store.last_time(run.id))
+            store.finish(run.id, "failed", ENDED_WITHOUT_A_WORD)
+        except sqlite3.Error:
+            continue
+        closed.append(run.id)
+    return closed

@@ -1,0 +1,255 @@
+"""The training of one process: the walkthrough's kernel, weights and training phases on its
+device, each marked as it begins and as it ends, through a `Reporter`.
+
+The worker (engine/worker.py) runs it in its own process; a run of several processes runs it in
+each rank (engine/ranks.py). It imports torch inside its functions only: the worker measures its
+baseline before torch is loaded.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import traceback
+
+from anatomy.analysis import models
+from anatomy.analysis.models import ModelSpec
+from anatomy.analysis.options import RunOptions
+from anatomy.engine.endings import is_oom
+from anatomy.engine.reporter import Reporter
+
+EXIT_OOM = 3
+EXIT_FAILED = 1
+
+
+def progress_bars_lock() -> None:
+    """tqdm guards its bars with a multiprocessing lock, here a named semaphore that a killed
+    worker cannot unlink (the resource tracker then warns when the CLI exits). The worker's bars
+    are its own: a thread lock does."""
+    import threading
+
+    from tqdm import tqdm
+
+    tqdm.set_lock(threading.RLock())
+
+
+def dummy_dataset(options: RunOptions, spec: ModelSpec):
+    """The walkthrough's random data, shaped for the model's head (engine/dataset.py)."""
+    from anatomy.engine.dataset import DummyDataset
+
+    return DummyDataset(spec, options.dataset_size, options.seq_len, options.seed)
+
+
+def _sharding(options: dict, model=None) -> dict:
+    """TrainingArguments for several processes: FSDP's full sharding through accelerate's FSDP
+    plugin (the Trainer builds it), each transformer layer its own unit; DDP needs nothing (the
+    Trainer wraps the model when WORLD_SIZE > 1)."""
+    if options.get("strategy") != "fsdp" or not RunOptions.from_dict(options).distributed:
+        return {}
+    from transformers import TrainingArguments
+
+    # transformers >= 5.20 takes fsdp=True and everything in fsdp_config; before, the string.
+    new_api = "const" in TrainingArguments.__dataclass_fields__["fsdp"].metadata
+    layers = unit_classes(model) if model is not None else []
+    return {"fsdp": True if new_api else "full_shard auto_wrap",
+            "fsdp_config": {"auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+                            **({"transformer_layer_cls_to_wrap": layers} if layers else {}),
+                            **({"reshard_after_forward": True} if new_api else {})}}
+
+
+def unit_classes(model) -> list[str]:
+    """The classes FSDP makes its units of: the model's own `_no_split_modules` (transformers'
+    names for its layers) less any that holds the input embeddings. accelerate (1.15) shards the
+    input embeddings as a unit of their own after the layers, and a module already inside a unit
+    fails there (BERT lists BertEmbeddings: "value was None when it should not be", seen on two
+    H200s with torch 2.11)."""
+    names = set(getattr(model, "_no_split_modules", None) or ())
+    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    keep = set()
+    for module in model.modules():
+        name = type(module).__name__
+        if name in names and not any(inner is embeddings for inner in module.modules()):
+            keep.add(name)
+    return sorted(keep)
+
+
+def training_arguments(options: dict, output_dir: str, use_cuda: bool, eval_strategy: str,
+                        model=None):
+    from transformers import TrainingArguments
+
+    # transformers 5.2x renamed gradient_checkpointing; older 5.x only knows the old name.
+    checkpointing = ("activation_checkpointing"
+                     if "activation_checkpointing" in TrainingArguments.__dataclass_fields__
+                     else "gradient_checkpointing")
+    return TrainingArguments(
+        # The walkthrough's default_args:
+        output_dir=output_dir, eval_strategy=eval_strategy, num_train_epochs=options["epochs"],
+        log_level="error", report_to="none",
+        # The run's options:
+        per_device_train_batch_size=options["batch_size"],
+        gradient_accumulation_steps=options["grad_accum"],
+        **{checkpointing: options["gradient_checkpointing"]},
+        fp16=options["precision"] == "fp16", bf16=options["precision"] == "bf16",
+        optim=options["optim"], seed=options["seed"],
+        max_steps=options["max_steps"] if options["max_steps"] is not None else -1,
+        # Ours: no checkpoints (the walkthrough's 128 steps never reach save_steps=500 either),
+        # our own progress bar, and a loss every step for the chart.
+        save_strategy="no", disable_tqdm=True, logging_steps=1, use_cpu=not use_cuda,
+        **_sharding(options, model),
+    )
+
+
+def _trainer(model, dataset, options: dict, output_dir: str, use_cuda: bool, callbacks: list,
+             reporter: Reporter):
+    """The walkthrough's Trainer; eval_strategy "no" where transformers refuses "steps"."""
+    from transformers import Trainer
+    from transformers.trainer_callback import PrinterCallback
+
+    def build(eval_strategy: str):
+        arguments = training_arguments(options, output_dir, use_cuda, eval_strategy, model)
+        trainer = Trainer(model=model, args=arguments, train_dataset=dataset, callbacks=callbacks)
+        trainer.remove_callback(PrinterCallback)  # it prints every step's log; we draw our own
+        return trainer
+
+    try:
+        return build("steps")
+    except ValueError as error:
+        if "eval" not in str(error).lower():
+            raise
+        if not reporter.source.rank:  # once per run, not once per rank
+            reporter.tell("warning",
+                          "eval_strategy 'steps' needs an evaluation dataset and the walkthrough "
+                          "trains without one; this transformers version refuses that, so the "
+                          "run uses eval_strategy 'no' (nothing is evaluated either way)")
+        return build("no")
+
+
+def _profile(reporter: Reporter, model, dataset, trainer, options: dict, device: str) -> None:
+    """Profile a few more steps on one batch, after training (the training phase stays pure)."""
+    from anatomy.engine.profiler import profile_steps
+
+    steps = options["profile_steps"]
+    reporter.tell("info", f"profiling {steps} training steps with torch.profiler")
+    # Marked, so that the run's peak leaves the profiler's own buffers out and the chart names them.
+    reporter.begin("profiling")
+    batch = dataset.batch(options["batch_size"])
+    optimizer = getattr(trainer.optimizer, "optimizer", trainer.optimizer)  # unwrap accelerate's
+    profile = profile_steps(model, batch, steps=steps, device=device, optimizer=optimizer,
+                            precision=options["precision"])
+    reporter.end("profiling")
+    reporter.operations(profile.to_dict())
+
+
+def _callbacks(reporter: Reporter, model, use_cuda: bool) -> list:
+    """The worker's Trainer callbacks (engine/callbacks.py), in the order they run."""
+    from anatomy.engine.callbacks import (
+        ComponentProbing,
+        FaultInjection,
+        PhaseMarks,
+        StepReports,
+    )
+    from anatomy.engine.probe import ComponentProbe
+
+    steps = StepReports(reporter, use_cuda)
+    callbacks = [steps, PhaseMarks(reporter),
+                 ComponentProbing(reporter, ComponentProbe(model, use_cuda))]
+    fault = FaultInjection.from_environment(steps)
+    return callbacks + ([fault] if fault else [])
+
+
+def load_initialisers(device: str) -> None:
+    """Load the kernels that initialise weights, in the kernel phase where kernels belong. CUDA
+    loads a kernel's module on its first launch (torch's default, CUDA_MODULE_LOADING=LAZY), and
+    the weights are made on the device: without this, the random initialisers' modules (about
+    90 MiB of NVML's figure on an H200) would land in the weights phase, which the walkthrough
+    reads as the weights alone (it copies finished weights, which needs no such kernels). The
+    calibration (bench/prediction_grid.py) measures the context the same way."""
+    import torch
+
+    probe = torch.empty((16, 16), device=device)
+    for initialise in (torch.nn.init.normal_, torch.nn.init.uniform_, torch.nn.init.zeros_,
+                       torch.nn.init.ones_, torch.nn.init.trunc_normal_,
+                       torch.nn.init.xavier_uniform_, torch.nn.init.kaiming_uniform_):
+        initialise(probe)
+    del probe
+    torch.cuda.empty_cache()  # the probe's block: the kernel phase holds no tensor memory
+
+
+def train_phases(reporter: Reporter, run: RunOptions, spec: ModelSpec, dataset, options: dict,
+           use_cuda: bool, local_rank: int | None = None) -> int:
+    """The kernel, weights and training phases of one training process (a rank of several, or
+    the only one); 0 when it trained."""
+    import torch  # the kernel phase: torch's runtime (and on a GPU the CUDA context) loads
+
+    device = "cuda" if use_cuda else "cpu"
+    if use_cuda and local_rank is not None:  # a rank of several: its own GPU (cuda:LOCAL_RANK)
+        torch.cuda.set_device(local_rank)
+        device = f"cuda:{local_rank}"
+    torch.ones((1, 1)).to(device)
+    if use_cuda:
+        load_initialisers(device)
+        torch.cuda.synchronize()
+    reporter.hold("kernel")
+
+    import transformers
+    from transformers import logging
+
+    logging.set_verbosity_error()
+    # Built on the device itself: random weights made there (a 1 B model in seconds), no
+    # copy through the host.
+    model, weights_source = models.build_model(spec, device, lora_rank=run.lora_rank,
+                                               lora_targets=run.lora_target_list())
+    if use_cuda:
+        torch.cuda.synchronize()
+    reporter.hold("weights")
+
+    if reporter.source.rank in (0, None):  # one environment per run: rank 0's
+        reporter.environment({
+            # str(): torch's version is a TorchVersion, and unpickling one imports torch in the
+            # collector's process (seconds of stall, hundreds of MB in the CLI or the server).
+            "torch": str(torch.__version__),
+            "torch_cuda": torch.version.cuda,
+            "transformers": transformers.__version__,
+            "device_name": torch.cuda.get_device_name(device) if use_cuda else "CPU",
+            "weights": weights_source,
+            "attention": getattr(model.config, "_attn_implementation", None),
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "trainable_parameters": sum(p.numel() for p in model.parameters()
+                                        if p.requires_grad),
+            "model": spec.display_name,
+            "model_source": spec.source,
+            "task": spec.task,
+        })
+    callbacks = _callbacks(reporter, model, use_cuda)
+    with tempfile.TemporaryDirectory(prefix="anatomy-") as output_dir:
+        trainer = _trainer(model, dataset, options, output_dir, use_cuda, callbacks, reporter)
+        if run.distributed and not reporter.source.rank:  # how accelerate shares the work
+            plugin = getattr(trainer.accelerator.state, "fsdp_plugin", None)
+            reporter.environment({
+                "distributed_type": str(trainer.accelerator.distributed_type),
+                "fsdp_version": getattr(plugin, "fsdp_version", None) if plugin else None})
+        result = trainer.train()
+    if options.get("profile_steps"):
+        _profile(reporter, model, dataset, trainer, options, device)
+    reporter.summary({
+        # The Trainer's samples/s counts every rank's samples (its batch size is per device
+        # times the world size): the run's global throughput, the same on every rank.
+        "time_s": result.metrics["train_runtime"],
+        "samples_per_second": result.metrics["train_samples_per_second"],
+        "steps": result.global_step,
+        "loss": result.training_loss,
+    })
+    return 0
+
+
+def guarded(reporter: Reporter, work, who: str = "") -> int:
+    """Run `work()`; a failure is reported (the open phase ended where it failed, before memory
+    is let go) and becomes the exit status. `who` names a rank of several in the error."""
+    try:
+        return work()
+    except BaseException as error:  # noqa: BLE001 - every failure is reported, then re-judged
+        oom = is_oom(error)
+        if reporter.open_phase:
+            reporter.end(reporter.open_phase)
+        text = str(error) if oom else traceback.format_exc()
+        reporter.failure("oom" if oom else "failed", f"{who}: {text}" if who else text)
+        return EXIT_OOM if oom else EXIT_FAILED

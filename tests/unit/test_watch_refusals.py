@@ -1,0 +1,35 @@
+"""`anatomy watch` refusals, before anything starts: a GPU another run holds (fake NVML: the
+GPUs), an empty --gpus entry."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from anatomy.engine import nvml
+from anatomy.engine.devices import machine
+from anatomy.engine.locks import LOCK_DIR_ENV, DeviceLock
+from anatomy.engine.watch import WatchRefused, choose_devices, watch
+from tests.fake_nvml import FakePynvml
+
+
+def test_a_gpu_another_run_holds_is_refused_and_nothing_is_recorded(store, fresh_nvml,
+                                                                     monkeypatch, tmp_path):
+    monkeypatch.setenv(LOCK_DIR_ENV, str(tmp_path))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    nvml._lib = FakePynvml(gpus=2)
+    busy = DeviceLock("gpu1")
+    assert busy.acquire("run 5 (pid 123)")
+    with pytest.raises(WatchRefused, match=r"GPU 1 is busy: run 5 \(pid 123\)"):
+        watch([sys.executable, "-c", "pass"], store, machine())
+    assert store.runs() == []
+    assert DeviceLock("gpu0").acquire("free")  # GPU 0's lock was given back
+
+
+@pytest.mark.parametrize("gpus", [",,", "0,,1", "x"])
+def test_gpus_that_name_no_visible_gpu_are_refused(fresh_nvml, monkeypatch, gpus):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    nvml._lib = FakePynvml(gpus=2)
+    with pytest.raises(WatchRefused, match="is not a visible GPU"):
+        choose_devices(machine(), gpus)
