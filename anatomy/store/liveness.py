@@ -14,14 +14,11 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 import psutil
 
 from anatomy.vocabulary import Status
-
-if TYPE_CHECKING:
-    from anatomy.store.rows import RunRow
 
 ENDED_WITHOUT_A_WORD = "ended without a word (its processes are gone); what it recorded is kept"
 START_TOLERANCE_SECONDS = 1.0  # psutil's start times of one process agree well within this
@@ -73,7 +70,19 @@ def _alive(pid: int | None, started: float | None = None) -> bool:
         return False
 
 
-def is_alive(run: RunRow) -> bool:
+class _Run(Protocol):
+    """What liveness reads of a run's row (store/rows.py's RunRow, which names its recorder)."""
+
+    status: str
+    origin: object
+    recorder: Recorder | None
+    worker_pid: int | None
+
+
+R = TypeVar("R", bound=_Run)
+
+
+def is_alive(run: _Run) -> bool:
     """Whether `run`, "running" as stored, is being recorded still: its recorder lives. A run
     stored before recorders were kept has only its training process's pid to go by."""
     if run.status != Status.RUNNING or run.origin is not None:
@@ -83,7 +92,7 @@ def is_alive(run: RunRow) -> bool:
     return _alive(run.worker_pid)
 
 
-def as_seen(run: RunRow) -> RunRow:
+def as_seen(run: R) -> R:
     """The run as readers show it: a "running" run whose processes are gone has ended (failed,
     without a word). The store is not touched."""
     if run.status == Status.RUNNING and not is_alive(run):
