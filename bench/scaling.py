@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -153,7 +154,7 @@ def run_all(args) -> list[dict]:
     runs = plan(args)
     results = []
     workers = max(1, min(len(runs), (os.cpu_count() or 2) // 4))
-    with ProcessPoolExecutor(workers) as pool:
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         predicted = [pool.submit(_predicted, options, args.gpu_model) for _, options, _ in runs]
         for (model, options, label), prediction_done in zip(runs, predicted):
             started = time.monotonic()
@@ -263,14 +264,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu-model", help="the calibration to predict with (default: GPU 0's)")
     parser.add_argument("--quick", action="store_true",
                         help="10 steps a run: the set in <= 7 min on two H200s")
-    parser.add_argument("--run-timeout", type=int, default=600)
+    parser.add_argument("--run-timeout", type=int, help="seconds a run may take (600; --quick 150)")
     parser.add_argument("--report", metavar="JSON", help="print the table of a finished set")
     args = parser.parse_args(argv)
     if args.report:
         print(markdown(json.loads(Path(args.report).read_text())), end="")
         return 0
     if args.quick:
-        args.steps, args.run_timeout = 10, 150
+        args.steps = 10
+    if args.run_timeout is None:
+        args.run_timeout = 150 if args.quick else 600
     if args.gpu_model is None:
         from anatomy.engine.devices import machine
 
