@@ -49,27 +49,11 @@ def _sharding(options: dict, model=None) -> dict:
 
     # transformers >= 5.20 takes fsdp=True and everything in fsdp_config; before, the string.
     new_api = "const" in TrainingArguments.__dataclass_fields__["fsdp"].metadata
-    layers = unit_classes(model) if model is not None else []
+    layers = models.fsdp_unit_classes(model) if model is not None else []
     return {"fsdp": True if new_api else "full_shard auto_wrap",
             "fsdp_config": {"auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
                             **({"transformer_layer_cls_to_wrap": layers} if layers else {}),
                             **({"reshard_after_forward": True} if new_api else {})}}
-
-
-def unit_classes(model) -> list[str]:
-    """The classes FSDP makes its units of: the model's own `_no_split_modules` (transformers'
-    names for its layers) less any that holds the input embeddings. accelerate (1.15) shards the
-    input embeddings as a unit of their own after the layers, and a module already inside a unit
-    fails there (BERT lists BertEmbeddings: "value was None when it should not be", seen on two
-    H200s with torch 2.11)."""
-    names = set(getattr(model, "_no_split_modules", None) or ())
-    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-    keep = set()
-    for module in model.modules():
-        name = type(module).__name__
-        if name in names and not any(inner is embeddings for inner in module.modules()):
-            keep.add(name)
-    return sorted(keep)
 
 
 def training_arguments(options: dict, output_dir: str, use_cuda: bool, eval_strategy: str,

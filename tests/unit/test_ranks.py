@@ -170,13 +170,12 @@ def test_the_steady_rate_leaves_out_the_first_steps_and_counts_every_rank(store)
 
 def test_fsdp_units_are_the_layers_never_what_holds_the_input_embeddings():
     from anatomy.analysis import models
-    from anatomy.analysis.prediction.tracing.fsdp import unit_classes as _unit_classes
 
     bert, _ = models.build_model("tiny", "cpu")
     assert "BertEmbeddings" in bert._no_split_modules  # transformers lists it; accelerate
-    assert _unit_classes(bert) == ["BertLayer"]        # would shard its embeddings twice
+    assert models.fsdp_unit_classes(bert) == ["BertLayer"]  # would shard its embeddings twice
     llama, _ = models.build_model("tiny-llama", "cpu")
-    assert _unit_classes(llama) == ["LlamaDecoderLayer"]
+    assert models.fsdp_unit_classes(llama) == ["LlamaDecoderLayer"]
 
 
 def test_scaling_efficiency_is_computed_in_one_place():

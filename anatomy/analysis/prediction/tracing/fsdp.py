@@ -4,7 +4,7 @@ buffer FSDP makes is counted as torch makes it rather than modelled beside it.
 
 - **The units and their options** are accelerate's: `fsdp2_prepare_model` (accelerate 1.15) is
   called with the plugin the Trainer builds for the worker's fsdp_config — each class of
-  `unit_classes` a unit, the input embeddings and the tail (final norm, output embeddings) their
+  `models.fsdp_unit_classes` a unit, the input embeddings and the tail (final norm, output embeddings) their
   own, reshard after forward (the root and the tail keep theirs), mixed precision as the run's
   (`FullyShardedDataParallelPlugin.set_mixed_precision`: param_dtype = reduce_dtype =
   output_dtype = bf16 or fp16).
@@ -26,23 +26,9 @@ from types import SimpleNamespace
 import torch
 import torch.distributed as dist
 
+from anatomy.analysis import models
+
 MESH_DIM = "dp_shard"  # accelerate's name for the FSDP dimension of its device mesh
-
-
-def unit_classes(model) -> list[str]:
-    """The classes FSDP makes its units of: the model's own `_no_split_modules` (transformers'
-    names for its layers) less any that holds the input embeddings. accelerate (1.15) shards the
-    input embeddings as a unit of their own after the layers, and a module already inside a unit
-    fails there (BERT lists BertEmbeddings: "value was None when it should not be", seen on two
-    H200s with torch 2.11)."""
-    names = set(getattr(model, "_no_split_modules", None) or ())
-    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-    keep = set()
-    for module in model.modules():
-        name = type(module).__name__
-        if name in names and not any(inner is embeddings for inner in module.modules()):
-            keep.add(name)
-    return sorted(keep)
 
 
 def mesh(device: str = "cpu"):
@@ -59,7 +45,7 @@ def shard(model, precision: str, device_mesh) -> None:
     from accelerate.utils import FullyShardedDataParallelPlugin
     from accelerate.utils.fsdp_utils import fsdp2_prepare_model
 
-    layers = unit_classes(model)
+    layers = models.fsdp_unit_classes(model)
     plugin = FullyShardedDataParallelPlugin(
         fsdp_version=2, auto_wrap_policy="transformer_based_wrap", reshard_after_forward=True,
         **({"transformer_cls_names_to_wrap": layers} if layers else {}))
