@@ -29,6 +29,7 @@ from anatomy.analysis.prediction import (
 from anatomy.analysis.report import RunReport
 from anatomy.units import mb_text
 from anatomy.views.style import COMPONENT_LABELS as LABELS
+from anatomy.views.style import MOMENT_LABELS
 from anatomy.vocabulary import Part
 
 # The totals say what they add up: with the measured CUDA context below the parts, or without.
@@ -37,12 +38,6 @@ TENSOR_PEAK = {False: "peak (tensors)", True: "context + tensor peak"}
 WATERFALL_ORDER = (LABELS[Part.CONTEXT], *(LABELS[n] for n in TENSOR_PARTS), *ALL_AT_ONCE.values(),
                    "never held at once", *TENSOR_PEAK.values(), LABELS[Part.ALLOCATOR_CACHE],
                    LABELS[Part.NON_TORCH], "peak (NVML)")
-# The moments the probe reads the allocator at (its names), in step order.
-MOMENTS = (
-    ("end of the forward pass", "end of forward"),
-    ("end of the backward pass", "end of backward"),
-    ("after the optimizer step", "after optimizer step"),
-)
 
 
 class ComponentRow(NamedTuple):
@@ -179,8 +174,8 @@ def moment_rows(report: RunReport, prediction: Prediction) -> list[MomentRow]:
     and after the optimizer), predicted and, on a GPU, measured; then the step's peak."""
     components = report.components
     measured = (components.moments if components else None) or {}
-    rows = [MomentRow(label, prediction.marks.get(key), measured.get(key))
-            for label, key in MOMENTS]
+    rows = [MomentRow(label, prediction.marks.get(moment), measured.get(moment))
+            for moment, label in MOMENT_LABELS.items()]
     rows.append(MomentRow(f"peak ({prediction.peak_at})", prediction.peak,
                           components.peak_allocated if components else None))
     return rows

@@ -4,7 +4,7 @@ every chart of every page."""
 
 from __future__ import annotations
 
-from anatomy.vocabulary import Part, Phase, Precision
+from anatomy.vocabulary import Moment, Part, Phase, Precision
 
 # Okabe-Ito throughout: told apart by colour-blind eyes too. Bands are drawn at BAND_OPACITY over
 # a light background, so the dark curve and the labels stay readable on them.
@@ -46,6 +46,13 @@ PART_COLOURS = {
 PRECISION_COLOURS = {Precision.FP32: "#0072B2", Precision.BF16: "#009E73", Precision.FP16: "#D55E00"}
 # A table row whose values differ between the runs compared.
 DIFFERS_BACKGROUND = "#FFF3CD"
+
+# The moments of a step the probe reads the allocator at, in step order, as the pages name them.
+MOMENT_LABELS = {
+    Moment.END_OF_FORWARD: "end of the forward pass",
+    Moment.END_OF_BACKWARD: "end of the backward pass",
+    Moment.AFTER_OPTIMIZER_STEP: "after the optimizer step",
+}
 
 # The measured components (anatomy/analysis/components.py) as the pages name them: their own
 # names in words, but for these.

@@ -25,7 +25,7 @@ from anatomy.analysis.options import RunOptions
 from anatomy.analysis.prediction import device_constants, replay
 from anatomy.analysis.prediction.device_constants import DeviceCalibration
 from anatomy.units import size_text
-from anatomy.vocabulary import Part, Precision
+from anatomy.vocabulary import Moment, Part, Precision
 
 # The walkthrough's bytes per parameter ("Model training anatomy", Anatomy of Model's Memory),
 # shown beside what a run predicts and measures.
@@ -246,13 +246,14 @@ def _prediction(recording: replay.Recording, measured: replay.Measurement, optio
 
 # The probe's readings (engine/probe.py): the latest end of a forward pass, and the largest
 # reading before and after each optimizer step, over the measured steps.
-PROBE_MARKS = {"end of forward": "forward ends", "end of backward": "before optimizer step",
-               "after optimizer step": "after optimizer step"}
+PROBE_MARKS = {Moment.END_OF_FORWARD: "forward ends",
+               Moment.END_OF_BACKWARD: "before optimizer step",
+               Moment.AFTER_OPTIMIZER_STEP: "after optimizer step"}
 
 
-def probe_marks(measured: replay.Measurement, steps: int) -> dict[str, int]:
-    out = {"end of forward": measured.at_marks.get((steps, "forward ends"), 0)}
-    for name in ("end of backward", "after optimizer step"):
+def probe_marks(measured: replay.Measurement, steps: int) -> dict[Moment, int]:
+    out = {Moment.END_OF_FORWARD: measured.at_marks.get((steps, "forward ends"), 0)}
+    for name in (Moment.END_OF_BACKWARD, Moment.AFTER_OPTIMIZER_STEP):
         out[name] = max((value for (step, label), value in measured.at_marks.items()
                          if label == PROBE_MARKS[name]), default=0)
     return out
