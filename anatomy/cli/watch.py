@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from anatomy.cli.arguments import add_store_option
-from anatomy.engine import watch
+from anatomy.engine import hosts, joined, watch
 from anatomy.engine.manager import machine
 from anatomy.store import Store
 from anatomy.vocabulary import Phase
@@ -26,6 +26,11 @@ def register(commands: argparse._SubParsersAction) -> None:
                          help="samples per second per GPU (1 to 2000, default 200)")
     watched.add_argument("--gpus", help="the visible GPUs to sample, e.g. 0,1 (default: all); "
                                         "the command's own CUDA_VISIBLE_DEVICES is left as is")
+    watched.add_argument("--join", metavar="HOST:PORT",
+                         help="ranks on several hosts, one run: give every host's watch the same "
+                              "address (as torchrun's --rdzv-endpoint) and the same key in "
+                              f"{hosts.JOIN_KEY_ENV}; the watch on HOST records the run, the "
+                              "others send it their GPUs' samples, phases and steps")
     add_store_option(watched)
     watched.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ARGS…")
     watched.set_defaults(func=cmd_watch)
@@ -35,8 +40,24 @@ def cmd_watch(args: argparse.Namespace) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     info = machine()
     try:
-        return watch.watch(command, Store(args.store), info, gpus=args.gpus, name=args.name,
-                           sample_rate=args.sample_rate)
-    except watch.WatchRefused as error:
+        if args.join is None:
+            return watch.watch(command, Store(args.store), info, gpus=args.gpus, name=args.name,
+                               sample_rate=args.sample_rate)
+        return _joining(command, info, args)
+    except (watch.WatchRefused, hosts.JoinRefused) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+
+
+def _joining(command: list[str], info, args: argparse.Namespace) -> int:
+    """One host of a run on several (issue 21): the run's host where this one can listen on
+    --join's address, else one that joins it there."""
+    address, key = hosts.join_address(args.join), hosts.join_key()
+    devices = watch.choose_devices(info, args.gpus)
+    # The command is checked before anything listens or connects.
+    watched = watch.Watch(command, Store(args.store), info, devices, args.name, args.sample_rate)
+    listener = hosts.listen(address, key)
+    if listener is not None:
+        watched.hosts_listener = listener
+        return watched.run()
+    return joined.Joined(watched, address, key).run()

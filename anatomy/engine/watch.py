@@ -23,6 +23,7 @@ import queue as queue_module
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -32,7 +33,7 @@ from multiprocessing.connection import Listener
 from typing import TextIO
 
 from anatomy.analysis.machine import Device, Machine
-from anatomy.engine import link, protocol
+from anatomy.engine import hosts, link, protocol
 from anatomy.engine.collector import Outcome
 from anatomy.engine.endings import Ending, death, exit_status, oom_in, shell_death, stopped_by
 from anatomy.engine.locks import DeviceBusy, gpu_key, take_all
@@ -170,7 +171,7 @@ def why_not_runnable(program: str) -> str | None:
 
 class Watch:
     def __init__(self, command: Sequence[str], store: Store, info: Machine, devices: list[Device],
-                 name: str | None = None, sample_rate: int = 200):
+                 name: str | None = None, sample_rate: int = 200, hosts_listener=None):
         if not command:
             raise WatchRefused("no command: write it after `--`, e.g. anatomy watch -- python "
                                "train.py")
@@ -190,6 +191,9 @@ class Watch:
         self._ended: queue_module.SimpleQueue = queue_module.SimpleQueue()  # phase ends to print
         self.ranks: dict[int, int] = {0: 0}  # rank -> its local rank (several processes)
         self._shown_step: int | None = None
+        # Ranks on several hosts (issue 21, engine/hosts.py): where the others join this run.
+        self.hosts_listener = hosts_listener
+        self.hosts: hosts.Hosts | None = None
 
     # --- the socket the command's processes report through ---
     def _listen(self) -> tuple[Listener, str, str]:
@@ -239,17 +243,58 @@ class Watch:
                     self._ended.put(message.mark)
 
     def _join(self, rank: int, local: int | None) -> None:
-        """A rank of several has joined: the run's world size and each rank's GPU, as known."""
+        """A rank of several has joined: the run's world size and each rank's GPU, as known (and
+        each rank's host, on several)."""
         self.ranks[rank] = local if local is not None else rank
         world = max(self.ranks) + 1
         values: dict = {"world_size": world}
-        if self.devices:
+        if self.hosts is not None:
+            values = hosts.places({r: self._place(r) for r in self.ranks}, self.hosts.names)
+        elif self.devices:
             gpus = [self.devices[min(self.ranks.get(r, r), len(self.devices) - 1)].nvml_index
                     for r in range(world)]
             values["gpus"] = gpus
         recording = self.recording
         recording.collector.flush()
         self.store.merge_environment(recording.run_id, values)
+
+    def _place(self, rank: int) -> tuple[int, int | None]:
+        """A rank's host (0: this one) and GPU (NVML index there; None on the CPU)."""
+        if self.hosts is not None and rank in self.hosts.rank_places:
+            return self.hosts.rank_places[rank]
+        local = self.ranks.get(rank, rank)
+        return 0, (self.devices[min(local, len(self.devices) - 1)].nvml_index
+                   if self.devices else None)
+
+    def _host_joined(self) -> None:
+        self.store.merge_environment(self.recording.run_id, {"hosts": self.hosts.names})
+
+    def _host_lost(self, member) -> None:
+        """A joined host is gone: the run fails naming it (`_decide`), and every other host's
+        command is ended, here too (its ranks' peer is gone: they could only hang)."""
+        self.hosts.stop_all(f"host {member.name} was lost")
+        threading.Thread(target=self.recording.end_training, args=(KILL_GRACE_SECONDS,),
+                         name="anatomy-host-lost", daemon=True).start()
+
+    def _count_hosts(self) -> None:
+        """The run's samples_sent is every host's sampler's count (unknown where one never
+        came: a host lost)."""
+        local, joined = self.recording.outcome.samples_sent, self.hosts.samples_sent()
+        with contextlib.suppress(Exception):
+            self.store.update_run(self.recording.run_id, samples_sent=None
+                                  if local is None or joined is None else local + joined)
+
+    def _hosts_ending(self) -> Ending | None:
+        """How the run ended because of another host: one lost, or one whose command failed."""
+        lost = self.hosts.lost()
+        if lost is not None:
+            return Ending("failed", f"host {lost.name} was lost: {lost.lost}; the commands"
+                          " of the other hosts were ended")
+        failed = self.hosts.failed()
+        if failed is not None:
+            member, why = failed
+            return Ending("failed", f"host {member.name}: {why}")
+        return None
 
     def _decide(self, outcome: Outcome, code: int | None) -> Ending:
         """How the command ended, when the watch did not stop it: what it said (the phase API's
@@ -260,6 +305,9 @@ class Watch:
             recording.collector.handle(protocol.Phase(PhaseMark("start", PROCESS, self.started),
                                                       protocol.Source()))
             recording.collector.flush()
+        # A host lost is the cause: the ranks elsewhere fail after it (a peer gone) or are ended.
+        if self.hosts is not None and (ending := self._hosts_ending()) is not None:
+            return ending
         if outcome.failure is not None:
             return Ending(outcome.failure.status, outcome.failure.text)
         if code == 0:
@@ -322,7 +370,16 @@ class Watch:
             raise
         for lock in locks:
             lock.describe(f"run {run_id} (a watch, pid {os.getpid()})")
-        recording.follow(command)
+        training = command
+        if self.hosts_listener is not None:  # the run's host: the others join here
+            self.hosts = hosts.Hosts(self.hosts_listener, socket.gethostname(), recording.t0,
+                                     recording.samples, recording.events,
+                                     on_lost=self._host_lost, on_join=self._host_joined)
+            self.store.merge_environment(run_id, {"hosts": self.hosts.names})
+            self.hosts.start(run_id)
+            training = hosts.AllHosts(command, self.hosts)
+            recording.finished.append(self._count_hosts)
+        recording.follow(training)
         _say(f"run {run_id}: watching {' '.join(self.command)} (pid {child.pid}) on "
              f"{', '.join(d.name for d in devices) or 'the CPU (RSS)'}", out)
         tees = [threading.Thread(target=self.output.tee, args=(stream, target), daemon=True)
@@ -334,6 +391,8 @@ class Watch:
         for tee in tees:
             tee.join(timeout=5)
         listener.close()
+        if self.hosts is not None:
+            self.hosts.close()
         self._print_progress(out)
         self._print_end(out)
         if self.asked:
@@ -390,6 +449,8 @@ class Watch:
         foreground group, the command's too); any other signal is passed on as it came."""
         self.recording.request_stop(stopped_by(signum))
         _say(f"\nanatomy: stopping the command ({signal.Signals(signum).name})…", out)
+        if self.hosts is not None:
+            self.hosts.stop_all(f"the run was stopped on its host ({signal.Signals(signum).name})")
         reached = signum == signal.SIGINT and _foreground_of_a_terminal()
         if not reached and command.exit_code() is None:
             with contextlib.suppress(ProcessLookupError):
@@ -478,5 +539,9 @@ def _label(command: list[str]) -> str:
 
 
 def watch(command: Sequence[str], store: Store, info: Machine, gpus: str | None = None,
-          name: str | None = None, sample_rate: int = 200, out: TextIO = sys.stderr) -> int:
-    return Watch(command, store, info, choose_devices(info, gpus), name, sample_rate).run(out)
+          name: str | None = None, sample_rate: int = 200, out: TextIO = sys.stderr,
+          hosts_listener=None) -> int:
+    """`anatomy watch`; with `hosts_listener` (issue 21) the run's host of a run on several,
+    which the others join there (engine/hosts.py; a joining host: engine/joined.py)."""
+    return Watch(command, store, info, choose_devices(info, gpus), name, sample_rate,
+                 hosts_listener).run(out)

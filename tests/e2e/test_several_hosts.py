@@ -1,0 +1,128 @@
+"""Ranks on several hosts, one run (issue 21), with two "hosts" on this machine: two `anatomy
+watch --join` processes, each running one node of `torchrun --nnodes 2` (CPU ranks over gloo,
+each marking its phases and steps with the phase API). The first watch listens on the join
+address and records the run; the second joins it over TCP. The run holds both hosts' ranks; a
+host that dies mid-run fails the run with its name, and nothing is left running."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from anatomy.analysis.report import report
+from anatomy.store import HOST_STRIDE, Store
+from tests.conftest import PROJECT
+
+SCRIPT = """
+import sys, time
+import anatomy
+steps = int(sys.argv[1])
+run = anatomy.start(kernel=False)
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo")
+run.phase("weights")
+x = torch.ones(4096)
+run.phase("training")
+for step in range(1, steps + 1):
+    dist.all_reduce(x)
+    time.sleep(0.2)
+    run.step(0.5, total=steps)
+run.end()
+dist.destroy_process_group()
+"""
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _hosts(store: Store, tmp_path, steps: int) -> list[subprocess.Popen]:
+    """Two watches, node 0 first (it listens: the run's host), each in a session of its own, as
+    on a machine of its own."""
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    join, master = f"127.0.0.1:{_port()}", str(_port())
+    env = {**os.environ, "ANATOMY_STORE": str(store.path), "ANATOMY_JOIN_KEY": "a shared key",
+           "PYTHONPATH": os.pathsep.join(filter(None, (str(PROJECT),
+                                                       os.environ.get("PYTHONPATH"))))}
+    watches = []
+    for node in (0, 1):
+        command = [sys.executable, "-m", "anatomy", "watch", "--join", join, "--",
+                   sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
+                   "--node-rank", str(node), "--nproc-per-node", "1", "--master-addr",
+                   "127.0.0.1", "--master-port", master, str(script), str(steps)]
+        watches.append(subprocess.Popen(command, env=env, cwd=PROJECT, start_new_session=True,
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        text=True))
+        time.sleep(1.0)  # node 0's watch listens first
+    return watches
+
+
+def _tree(process: subprocess.Popen) -> list[psutil.Process]:
+    try:
+        root = psutil.Process(process.pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _alive(processes: list[psutil.Process]) -> list[psutil.Process]:
+    return [p for p in processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_two_hosts_end_in_one_run_with_every_ranks_phases_and_steps(store, tmp_path):
+    watches = _hosts(store, tmp_path, steps=4)
+    outputs = [w.communicate(timeout=400)[0] for w in watches]
+    assert [w.returncode for w in watches] == [0, 0], outputs
+    assert "this host joined it (host 1)" in outputs[1]
+    [run] = store.runs()  # one run, recorded on the run's host
+    rep = report(store, run.id)
+    assert rep.status == "completed" and rep.world_size == 2, rep.error
+    assert len(rep.hosts) == 2 and rep.environment.rank_hosts == (0, 1)
+    for rank in (0, 1):
+        assert [s.step for s in store.steps(run.id, rank)] == [1, 2, 3, 4]
+        assert [p.name for p in store.phases(run.id, rank)] == ["baseline", "weights",
+                                                                "training"]
+    # Each host's own samples, its device apart; every sample each sampler sent is stored.
+    assert {s.gpu for s in store.samples(run.id)} == {0, HOST_STRIDE}
+    assert [r.device for r in rep.ranks] == [0, HOST_STRIDE]
+    assert rep.samples == rep.samples_sent > 0
+    # The joined host's times are on the run's clock: its training overlaps the run's host's.
+    training = [next(p for p in r.phases if p.name == "training") for r in rep.ranks]
+    assert abs(training[0].start_s - training[1].start_s) < 5.0
+
+
+def test_a_host_that_dies_fails_the_run_with_its_name_and_nothing_is_left(store, tmp_path):
+    watches = _hosts(store, tmp_path, steps=10_000)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:  # both ranks train
+        runs = store.runs()
+        if runs and all(store.last_step(runs[0].id, r) for r in (0, 1)):
+            break
+        time.sleep(0.5)
+    else:
+        pytest.fail("the ranks never trained")
+    everything = [p for w in watches for p in _tree(w)]
+    joined = watches[1]
+    os.killpg(joined.pid, signal.SIGKILL)  # the host dies: its watch and all it ran
+    output = watches[0].communicate(timeout=120)[0]
+    joined.wait(timeout=30)
+    assert watches[0].returncode != 0, output
+    rep = report(store, store.runs()[0].id)
+    name = rep.hosts[1]
+    assert rep.status == "failed" and f"host {name} was lost" in rep.error, rep.error
+    assert f"host {name} was lost" in output
+    deadline = time.monotonic() + 30
+    while _alive(everything) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _alive(everything) == []
