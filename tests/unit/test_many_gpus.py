@@ -86,3 +86,16 @@ def test_the_spread_and_the_heat_strip_read_the_peaks(store):
     top = max(max(v for v in row if v == v) for row in grid)  # NaN: a bin without a sample
     assert top == pytest.approx(found.high / many_gpus.H200_TOTAL)
     assert figures.many(rep) and not figures.many(report(store, _run(store, 8)))
+
+
+def test_a_run_of_two_hosts_draws_each_hosts_gpus_as_their_own_lines(store):
+    """2 hosts × 2 GPUs (GPU 0 and 1 on each): four lines, each named by its host, though the
+    hosts' GPUs share their NVML indices."""
+    from anatomy.views.figures import live
+
+    run_id = many_gpus.add_run(store, 2, 2, rate=10.0, training_s=3.0, model="tiny", seq_len=32)
+    rep = report(store, run_id)
+    names = [t.name for t in live.memory_figure(rep, store.decimated(run_id)).data
+             if t.name.startswith("node-")]
+    assert names == ["node-0 · GPU 0 (rank 0)", "node-0 · GPU 1 (rank 1)",
+                     "node-1 · GPU 0 (rank 2)", "node-1 · GPU 1 (rank 3)"]

@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from anatomy.analysis.report import RunReport
-from anatomy.store import GpuStatus, HostStatus, Sample, Step
+from anatomy.store import HOST_STRIDE, GpuStatus, HostStatus, Sample, Step
 from anatomy.units import MIB
 from anatomy.views import text as words
 from anatomy.views.figures.layout import (
@@ -97,7 +97,8 @@ def memory_figure(report: RunReport, samples: Sequence[Sample], steps: Sequence[
     by_gpu: dict[int, list[Sample]] = {}
     # Several GPUs (issue 12): one line per GPU the run trains on, named by its rank; the
     # machine's other GPUs are not the run's.
-    rank_of = {r.gpu: r.rank for r in report.ranks if r.gpu is not None}
+    # On several hosts a GPU is the device its samples are stored under (store.device_key).
+    rank_of = {r.device: r for r in report.ranks if r.gpu is not None}
     for sample in samples:
         if not rank_of or sample.gpu in rank_of:
             by_gpu.setdefault(sample.gpu, []).append(sample)
@@ -108,8 +109,10 @@ def memory_figure(report: RunReport, samples: Sequence[Sample], steps: Sequence[
         if backend == "cpu-rss":
             name = ("CPU RSS of the training processes" if report.ranks
                     else "CPU RSS of the training process")
+            if len(report.hosts) > 1:  # a line per host: each host's own processes
+                name = f"{report.hosts[min(gpu // HOST_STRIDE, len(report.hosts) - 1)]}: {name}"
         elif gpu in rank_of:
-            name = f"GPU {gpu} (rank {rank_of[gpu]})"
+            name = rank_of[gpu].label()
         else:
             name = f"GPU {gpu}" + (" (training)" if trains and len(by_gpu) > 1 else "")
         # SVG, not WebGL: a decimated curve is a few thousand points, and every WebGL chart holds
