@@ -1,9 +1,10 @@
 """How quickly the dashboard answers in a browser: navigation to the first chart of each page on a
-stored run, and Stop to visible feedback on a live run. Headless Chromium (Debian's) through
-Playwright against a real dashboard server (tools/browser.py), on a store of GPU-like runs
-(tools/demo_store.py).
+stored run, Stop to visible feedback on a live run, and (--during-run) a fresh tab's first chart
+while a run trains. Headless Chromium (Debian's) through Playwright against a real dashboard server
+(tools/browser.py), on a store of GPU-like runs (tools/demo_store.py).
 
     PYTHONPATH=. .venv/bin/python bench/dashboard_latency.py [--repeats 3] [--project DIR]
+    PYTHONPATH=. .venv/bin/python bench/dashboard_latency.py --during-run [--repeats 5]
 
 --project runs another checkout's dashboard (the same store and browser), to compare before/after.
 Results: docs/BENCHMARKS.md.
@@ -69,6 +70,84 @@ def _stop_feedback(page, url: str) -> float:
     return time.monotonic() - started
 
 
+def _train_in_background(store: Path, project: Path) -> subprocess.Popen:
+    """A long tiny CPU run started from the CLI (as from another terminal), once it trains."""
+    env = {**os.environ, "PYTHONPATH": str(project), "ANATOMY_LOCK_DIR": str(store.parent / "locks")}
+    process = subprocess.Popen([sys.executable, "-m", "anatomy", "run", "--model", "tiny",
+                                "--dataset-size", "100000", "--seq-len", "32", "--store",
+                                str(store)], cwd=project, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    from anatomy.store import Store
+
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        runs = [run for run in Store(store).runs() if run.status == "running"]
+        if runs and Store(store).last_step(runs[0].id) is not None:
+            return process
+        time.sleep(1)
+    process.kill()
+    raise SystemExit("the background run did not reach its first step")
+
+
+def during_run(browser, store: Path, project: Path, repeats: int) -> dict[str, list[float]]:
+    """A fresh tab's first chart while a run trains: the Live page (the run in progress) and the
+    Runs page, in a browser that has opened the dashboard before (a new tab: its cache warm) and
+    in a new browser profile (nothing cached)."""
+    found: dict[str, list[float]] = {"Live, new tab": [], "Live, new profile": [],
+                                     "Live (a stored run), new tab": [], "Runs, new tab": []}
+    cpu: dict[str, list[float]] = {name: [] for name in found}
+    run = _train_in_background(store, project)
+    server, url = serve(store, project, store.parent / "locks")
+    try:
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        _to_chart(context.new_page(), url + PAGES["Runs"])  # the browser has seen the app once
+        for _ in range(repeats):
+            for name, path, fresh in (("Live, new tab", "/", False),
+                                      ("Live, new profile", "/", True),
+                                      ("Live (a stored run), new tab", PAGES["Live (stored run)"],
+                                       False),
+                                      ("Runs, new tab", PAGES["Runs"], False)):
+                owner = browser.new_context(viewport={"width": 1400, "height": 1000}) \
+                    if fresh else context
+                page = owner.new_page()
+                before = _cpu_seconds(browser, server)
+                found[name].append(_to_chart(page, url + path))
+                # The CPU the browser's renderers and the server spent to that chart: what a busy
+                # machine stretches into the seconds above, and what a quiet one would take.
+                renderers, served = (after - earlier for after, earlier in
+                                     zip(_cpu_seconds(browser, server), before))
+                cpu[name].append(renderers + served)
+                print(f"during a run, {name}: {found[name][-1]:.2f} s (CPU: the browser's "
+                      f"renderers {renderers:.2f} s, the server {served:.2f} s)", file=sys.stderr,
+                      flush=True)
+                page.close()
+                if fresh:
+                    owner.close()
+        context.close()
+    finally:
+        for process in (server, run):
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+    return {**found, **{f"{name} (CPU seconds)": values for name, values in cpu.items()}}
+
+
+def _cpu_seconds(browser, server: subprocess.Popen) -> tuple[float, float]:
+    """CPU seconds so far of the browser's renderer processes (Chromium's own count) and of the
+    dashboard's server process."""
+    import psutil
+
+    session = browser.new_browser_cdp_session()
+    processes = session.send("SystemInfo.getProcessInfo")["processInfo"]
+    session.detach()
+    renderers = sum(p["cpuTime"] for p in processes if p["type"] == "renderer")
+    times = psutil.Process(server.pid).cpu_times()
+    return renderers, times.user + times.system
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -77,13 +156,31 @@ def main() -> None:
     parser.add_argument("--stop-only", action="store_true", help="only the Stop measurement")
     parser.add_argument("--links", action="store_true",
                         help="also: the sidebar's links in an open tab (the app's navigation)")
+    parser.add_argument("--during-run", action="store_true",
+                        help="only: a fresh tab's first chart while a tiny CPU run trains")
     args = parser.parse_args()
 
     from playwright.sync_api import sync_playwright
 
+    def spread(values: list[float]) -> str:
+        return (f"{statistics.median(values):.2f} s (min {min(values):.2f}, max "
+                f"{max(values):.2f}, n={len(values)})")
+
     with tempfile.TemporaryDirectory() as folder:
         store = Path(folder) / "anatomy.sqlite"
         demo_store.build(store)
+        if args.during_run:
+            with sync_playwright() as playwright:
+                browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+                found = during_run(browser, store, args.project, args.repeats)
+                browser.close()
+            print(f"project: {args.project}; load average {os.getloadavg()[0]:.2f}")
+            for name, values in found.items():
+                what = "CPU to the first chart" if name.endswith("(CPU seconds)") else \
+                    "first chart"
+                print(f"during a run, {name.removesuffix(' (CPU seconds)')}: {what} "
+                      f"{spread(values)}")
+            return
         cold: dict[str, list[float]] = {name: [] for name in PAGES}
         warm: dict[str, list[float]] = {name: [] for name in PAGES}
         first_after_start, stops, webgl = [], [], 0
@@ -138,10 +235,6 @@ def main() -> None:
                         server.kill()
                         server.wait()
             browser.close()
-
-    def spread(values: list[float]) -> str:
-        return (f"{statistics.median(values):.2f} s (min {min(values):.2f}, max "
-                f"{max(values):.2f}, n={len(values)})")
 
     print(f"project: {args.project}; load average {os.getloadavg()[0]:.2f}")
     if first_after_start:
