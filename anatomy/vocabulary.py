@@ -113,3 +113,12 @@ class SourceKind(Name):
 
     SCRIPT = "script"  # a user's script: the Trainer callback or the phase API
     WATCH = "watch"  # a command under `anatomy watch`
+
+
+class Recorder(Name):
+    """What marked a run's phases and reported its steps: how much the run can know."""
+
+    WORKER = "worker"  # anatomy's own (`anatomy run`, the form, a sweep): every option
+    CALLBACK = "callback"  # a user's Trainer with AnatomyCallback: its arguments and model
+    PHASE_API = "phase api"  # a user's loop with anatomy.start(): phases and steps, no model
+    COMMAND = "command"  # a command under `anatomy watch` that marked nothing: its memory alone

@@ -97,6 +97,40 @@ def measured_components(report: RunReport) -> Components:
     return values
 
 
+class CpuPeak(NamedTuple):
+    """A CPU run's RSS peak as far as a prediction reaches: the tensors' peak (predicted) on top
+    of what the process held before training beyond its weights (measured at the end of the
+    weights phase: the interpreter, torch's libraries, the data; never predicted). Bytes, over
+    `over` (the baseline's RSS where the run measured one, else 0: the RSS itself)."""
+
+    before_training: int  # measured: the weights phase's RSS less the weights, less `over`
+    tensors: int  # predicted: the tensors' peak (the weights included)
+    over: int
+
+    @property
+    def peak(self) -> int:
+        return self.before_training + self.tensors
+
+
+def cpu_peak(report: RunReport, prediction: Prediction) -> CpuPeak | None:
+    """The predicted RSS peak of a CPU run, on the axis of its measured curve; None on a GPU or
+    before its weights phase ended."""
+    memory = report.phase_memory()
+    if report.on_gpu or memory[Phase.WEIGHTS] is None:
+        return None
+    measured = report.components.weights if report.components else None
+    weights = measured if measured is not None else prediction.weights
+    over = memory[Phase.BASELINE] or 0
+    return CpuPeak(memory[Phase.WEIGHTS] - weights - over, prediction.peak, over)
+
+
+def measured_peak(report: RunReport) -> int | None:
+    """The sampled peak as the table shows it: over the baseline where the run measured one."""
+    peak = report.summary.peak_bytes
+    baseline = report.phase_memory()[Phase.BASELINE]
+    return None if peak is None else peak - (baseline or 0)
+
+
 def error_percent(measured: int | None, predicted: int | None) -> float | None:
     """(predicted − measured) / measured, in %; None where either is missing or measured is 0."""
     if measured is None or predicted is None or measured == 0:

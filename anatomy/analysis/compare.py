@@ -46,11 +46,12 @@ def differing_options(reports: Sequence[RunReport]) -> list[str]:
 
 
 def option(report: RunReport, name: str):
-    """A run's option as a comparison shows it: the strategy of a single process is none (the
+    """A run's option as a comparison shows it: as the run knows it (None for what a user's
+    training did not report: never a default), and no strategy for a single process (the
     default "ddp" it stores shares nothing)."""
     if name == "strategy" and report.world_size <= 1:
         return None
-    return getattr(report.options, name)
+    return report.known(name)
 
 
 def memory_parts(report: RunReport) -> list[Part]:

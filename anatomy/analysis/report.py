@@ -28,7 +28,7 @@ from anatomy.store import (
     device_key,
 )
 from anatomy.units import mib
-from anatomy.vocabulary import PHASES, Backend, MemoryApi, Phase, Status, Strategy
+from anatomy.vocabulary import PHASES, Backend, MemoryApi, Phase, Recorder, Status, Strategy
 
 __all__ = ["PHASES", "PhaseReading", "RankReading", "RunListing", "RunReport", "Summary",
            "report", "run_rows", "when"]
@@ -202,6 +202,17 @@ class RunReport:
         return not self.source.by_user
 
     @property
+    def recorder(self) -> Recorder:
+        """What marked its phases and reported its steps (what the run can know)."""
+        if self.started_by_anatomy:
+            return Recorder.WORKER
+        if self.environment.training_arguments is not None:  # the callback's description
+            return Recorder.CALLBACK
+        if any(p.name != Phase.PROCESS for p in self.phases) or self.steps:
+            return Recorder.PHASE_API
+        return Recorder.COMMAND
+
+    @property
     def origin(self) -> str:
         """Where the run came from, in words."""
         return self.source.words()
@@ -242,16 +253,16 @@ class RunReport:
         return self.environment.parameters
 
     def known(self, name: str) -> Any:
-        """An option as the run knows it: every option of anatomy's own runs; of a user's
-        training only those it reported (None for the rest: never a default it did not use)."""
-        if self.started_by_anatomy:
-            return getattr(self.options, name)
-        return self.stored_options.get(name)
+        """An option as the run knows it (`known_option`): never a default a user's training did
+        not report."""
+        return _known(self.source, self.stored_options, self.environment, name)
 
     def label(self) -> str:
         """The run in a few words: a legend entry, a list's line."""
         batch, precision = self.known("batch_size"), self.known("precision")
-        words = [f"Run {self.id}", self.preset]
+        # A user's run that recorded no model: its script or command, unless it has a name.
+        model = self.model or (None if self.name else self.preset)
+        words = [f"Run {self.id}", *(w for w in (self.name, model) if w)]
         words += [f"bs {batch}"] if batch is not None else []
         words += [precision] if precision else []
         if self.known("gradient_checkpointing"):
@@ -263,8 +274,8 @@ class RunReport:
         return " · ".join(words)
 
     def title(self) -> str:
-        """The run in a sentence: a page's heading."""
-        parts = [self.preset]
+        """The run in a sentence: a page's heading. The user's name for it comes first."""
+        parts = [self.model] if self.model else []
         if self.known("batch_size") is not None:
             parts.append(f"batch size {self.known('batch_size')}")
         if self.known("seq_len") is not None:
@@ -276,8 +287,18 @@ class RunReport:
             extras.append(f"accumulation {self.known('grad_accum')}")
         if self.known("lora_rank"):
             extras.append(f"LoRA rank {self.known('lora_rank')}")
-        where = "" if self.started_by_anatomy else f" ({self.origin})"
-        return f"Run {self.id}: {', '.join(parts + extras)} on {self.device_name}{where}"
+        where = "" if self.started_by_anatomy else f" ({self.source.short_words()})"
+        what = ", ".join(str(p) for p in parts + extras)
+        named = f"Run {self.id}: {self.name}" if self.name else f"Run {self.id}"
+        if what:
+            named += f" — {what}" if self.name else f": {what}"
+        return f"{named} on {self.device_name}{where}"
+
+    @property
+    def model(self) -> str | None:
+        """The model as the run names it: a preset or a config of anatomy's own runs; the model
+        class the callback recorded of a user's training (None where nothing recorded it)."""
+        return display_name(self.known("model")) if self.known("model") else None
 
     def to_dict(self) -> dict[str, Any]:
         """The report as `show --json` prints it and an export carries it."""
@@ -357,10 +378,17 @@ def report(store: Store, run_id: int, run: RunRow | None = None) -> RunReport | 
 def known_option(run: RunRow, name: str) -> Any:
     """An option as the run knows it: every option of anatomy's own runs (those added since
     take their defaults: it ran with them); of a user's training only those it reported (None
-    for the rest: never a default it did not use)."""
-    if run.source.by_user:
-        return run.options.get(name)
-    return getattr(RunOptions.from_dict(run.options), name)
+    for the rest: never a default it did not use), and its model by the class the callback
+    recorded."""
+    return _known(run.source, run.options, run.environment, name)
+
+
+def _known(source: RunSource, options: Mapping[str, Any], facts: RunFacts, name: str) -> Any:
+    if not source.by_user:
+        return getattr(RunOptions.from_dict(dict(options)), name)
+    if name == "model":
+        return options.get("model") or facts.model_name
+    return options.get(name)
 
 
 def _ends(store: Store, run: RunRow, spans: list) -> list[tuple]:
@@ -429,7 +457,7 @@ class RunListing:
     name: str | None
     created: str  # local time, "YYYY-MM-DD HH:MM:SS"
     status: Status
-    preset: str
+    preset: str  # the model of anatomy's own runs; a user's model, or its script or command
     batch_size: int | None
     seq_len: int | None
     precision: str | None
@@ -443,6 +471,10 @@ class RunListing:
     peak_mb: int | None
     time_s: float | None
     samples_per_second: float | None
+    model: str | None = None  # as the run names it (None: a user's training recorded none)
+    processes: int = 1  # training processes
+    lora_rank: int | None = None  # None: a user's training did not say
+    source: str = ""  # who started it: "" for anatomy's own worker, else its few words
 
 
 def when(timestamp: float | None) -> str:
@@ -468,5 +500,7 @@ def run_rows(store: Store, tag: str | None = None, preset: str | None = None,
             grad_accum=known_option(run, "grad_accum"), optim=known_option(run, "optim"), backend=run.backend,
             device=device, tags=list(run.tags), sweep=run.sweep,
             peak_mb=summary.peak_mb, time_s=summary.time_s,
-            samples_per_second=summary.samples_per_second))
+            samples_per_second=summary.samples_per_second, model=rep.model,
+            processes=rep.world_size, lora_rank=known_option(run, "lora_rank"),
+            source="" if rep.started_by_anatomy else rep.source.short_words()))
     return rows

@@ -24,6 +24,8 @@ def refused(error: InvalidOptions) -> int:
 
 
 def table(rows: list[list[str]], header: list[str]) -> str:
+    """Columns aligned; a missing value ("None") shows as "-"."""
+    rows = [["-" if x is None else x for x in row] for row in rows]
     widths = [max(len(str(x)) for x in column) for column in zip(header, *rows)]
     lines = ["  ".join(str(x).ljust(w) for x, w in zip(line, widths)) for line in [header, *rows]]
     return "\n".join(lines)

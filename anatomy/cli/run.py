@@ -121,7 +121,7 @@ def _outcome(manager: RunManager, store: Store, run_id: int) -> int:
         print(f"{message.level}: {message.text}", file=sys.stderr)
     summary = rep.summary
     if status == Status.COMPLETED:
-        print(f"Time: {summary.time_s:.2f}")
+        print(f"Time: {summary.time_s:.2f} s")
         print(f"Samples/second: {summary.samples_per_second:.2f}")
     if rep.training:
         print(f"{text.occupied_line(rep.training.memory_bytes, rep.backend)}  (training)")

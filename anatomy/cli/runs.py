@@ -36,7 +36,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         print(f"no stored run has {chosen}" if chosen else
               "no runs stored yet: start one with `python -m anatomy run`")
         return 0
-    header = ["id", "created", "status", "model", "batch", "prec", "peak MB", "Time", "Samples/s",
+    header = ["id", "created", "status", "model", "batch", "prec", "peak MB", "Time (s)", "Samples/s",
               "tags", "name"]
     body = [[r.id, r.created, r.status, r.preset, r.batch_size or "", r.precision or "",
              r.peak_mb if r.peak_mb is not None else "",

@@ -45,13 +45,13 @@ def cmd_show(args: argparse.Namespace) -> int:
     print(f"measuring: {text.source(rep.backend, rep.memory_api)}")
     if not rep.started_by_anatomy:
         print(f"started by: {rep.origin}")
-    print("options: " + (", ".join(f"{k}={v}" for k, v in rep.stored_options.items())
-                         or "(not reported)"))
+    print("options: " + (", ".join(f"{k}={v}" for k, v in rep.stored_options.items()
+                                   if v is not None) or "(not reported)"))
     print(table([[p.name, f"{p.start_s:.2f}", p.memory_mb] for p in rep.phases],
                  ["phase", "start s", "memory at end (MB)"]))
     s = rep.summary
     if s.time_s is not None:
-        print(f"Time: {s.time_s:.2f}")
+        print(f"Time: {s.time_s:.2f} s")
     if s.samples_per_second is not None:
         print(f"Samples/second: {s.samples_per_second:.2f}")
     print(f"peak: {s.peak_mb} MB   samples: {rep.samples}   steps: {rep.steps}")

@@ -74,7 +74,7 @@ def _print_grid(result: SweepGrid) -> None:
              r.peak_mb if r.peak_mb is not None else "",
              f"{r.samples_per_second:.2f}" if r.samples_per_second is not None else "",
              f"{r.time_s:.2f}" if r.time_s is not None else ""] for r in result.runs]
-    print(table(rows, ["run", *names, "status", "peak MB", "Samples/s", "Time"]))
+    print(table(rows, ["run", *names, "status", "peak MB", "Samples/s", "Time (s)"]))
     fitting = result.largest_fitting
     if isinstance(fitting, dict):
         other = next(n for n in names if n != "batch_size")

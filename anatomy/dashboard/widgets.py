@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 
+import pandas as pd
 import streamlit as st
 
 from anatomy.analysis.options import FIELDS
@@ -49,6 +50,37 @@ STYLE = """<style>
 
 def style() -> None:
     st.html(STYLE)
+
+
+MISSING = "—"  # what a table shows where a run has no value (Streamlit's own word is "None")
+# A text column as wide as its longest text (Streamlit's own sizing reads a few rows, and cut
+# "2 × CPU (ddp)"): the table's font, 14 px, is about 7.5 px a character.
+CHAR_PX, PADDING_PX, WIDEST_PX = 7.5, 28, 640
+
+
+def table(data, column_config: dict | None = None, **kwargs):
+    """st.dataframe, a missing value shown as MISSING, each text column wide enough for its
+    texts (a column configured with a width keeps it)."""
+    config = dict(column_config or {})
+    for name, width in _text_widths(data).items():
+        if config.get(name) is None:
+            config[name] = st.column_config.Column(width=width)
+    return st.dataframe(data, placeholder=MISSING, column_config=config, **kwargs)
+
+
+def _text_widths(data) -> dict[str, int]:
+    styled = getattr(data, "data", None)  # a pandas Styler's frame
+    frame = styled if isinstance(styled, pd.DataFrame) else pd.DataFrame(data)
+    columns = {str(name): list(frame[name]) for name in frame.columns}
+    if not isinstance(frame.index, pd.RangeIndex):  # a table set_index'ed: its row names
+        columns["_index"] = [*frame.index, frame.index.name or ""]
+    widths = {}
+    for name, values in columns.items():
+        texts = [v for v in values if isinstance(v, str)]
+        if texts:
+            longest = max(len(text) for text in [*texts, "" if name == "_index" else name])
+            widths[name] = min(WIDEST_PX, round(PADDING_PX + CHAR_PX * longest))
+    return widths
 
 
 def axis_choice(key: str) -> str:
@@ -114,7 +146,7 @@ def per_gpu(rep: RunReport, now: float | None = None) -> None:
                "stretch of time, " + ("as a fraction of its memory" if rep.on_gpu else
                                       "in MiB (the RSS of the host's processes)")
                + ". A row unlike the others is a GPU that fills first or starts late.")
-    st.dataframe([{"GPU": r.gpu, "rank": r.rank, "peak (MB)": r.peak_mb,
+    table([{"GPU": r.gpu, "rank": r.rank, "peak (MB)": r.peak_mb,
                    **{f"{name} (MB)": mb for name, mb in r.phase_mb.items()},
                    "training began (s)": r.training_start_s,
                    "samples/s (this rank's, after the first steps)": r.samples_per_second}
@@ -128,12 +160,10 @@ def steps_chart(rep: RunReport) -> None:
     """Loss and time a step against the training steps (nothing before the first step)."""
     steps = server.store().steps(rep.id)
     if not steps:
-        st.info("No training step recorded yet.")
+        st.info(text.no_steps(rep))
         return
     st.plotly_chart(live_figures.steps_figure(rep, steps), key=f"steps-{rep.id}", config=CHART)
-    st.caption("The Trainer's loss at each step (logged every step) and the time each step took,"
-               " from the end of the one before; step 1 also holds the Trainer's first-step "
-               "setup.")
+    st.caption(text.steps_caption(rep))
 
 
 def device_panel(rep: RunReport, live: bool) -> None:
@@ -156,7 +186,7 @@ def device_panel(rep: RunReport, live: bool) -> None:
     if panel.processes:
         st.markdown("**Processes on the GPU" + ("" if live else ", at the end of training")
                     + "**")
-        st.dataframe([{"GPU": p.gpu, "PID": p.pid, "Process": p.name or "(not visible here)",
+        table([{"GPU": p.gpu, "PID": p.pid, "Process": p.name or "(not visible here)",
                        "GPU memory (MiB)": None if p.used is None else p.used / 2**20,
                        "Run": "this run" if p.ours else ""} for p in panel.processes],
                      hide_index=True, key=f"device_processes_{rep.id}",

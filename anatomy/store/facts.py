@@ -12,6 +12,7 @@ a stored run prints as it always did (as transformers' TrainerState round-trips 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from enum import Enum
@@ -341,6 +342,15 @@ class RunSource(Record):
         if self.kind == SourceKind.SCRIPT:
             return f"script {self.script or '(interactive)'}"
         return "the CLI"  # anatomy's own worker, started by another process than this one
+
+    def short_words(self) -> str:
+        """`words` with the script and the program by their file names: a heading's words."""
+        if self.kind == SourceKind.WATCH and self.command:
+            return "anatomy watch -- " + " ".join((os.path.basename(self.command[0]),
+                                                   *self.command[1:]))
+        if self.kind == SourceKind.SCRIPT and self.script:
+            return f"script {os.path.basename(self.script)}"
+        return self.words()
 
 
 @dataclass(frozen=True)

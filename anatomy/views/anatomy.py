@@ -11,7 +11,13 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from anatomy.analysis.breakdown import error_percent, measured_components, parameters
+from anatomy.analysis.breakdown import (
+    cpu_peak,
+    error_percent,
+    measured_components,
+    measured_peak,
+    parameters,
+)
 from anatomy.analysis.components import TENSOR_PARTS, Components
 from anatomy.analysis.operations import (
     CONTRACTION,
@@ -30,14 +36,18 @@ from anatomy.analysis.report import RunReport
 from anatomy.units import mb_text
 from anatomy.views.style import COMPONENT_LABELS as LABELS
 from anatomy.views.style import MOMENT_LABELS
-from anatomy.vocabulary import Part
+from anatomy.vocabulary import Part, Phase, Recorder
 
 # The totals say what they add up: with the measured CUDA context below the parts, or without.
 ALL_AT_ONCE = {False: "all at once", True: "context + all parts"}
 TENSOR_PEAK = {False: "peak (tensors)", True: "context + tensor peak"}
+# A CPU run's RSS beyond its tensors: the interpreter, torch's libraries, the data (measured
+# before training on the predicted side: no prediction covers it).
+BEYOND_TENSORS = "the process beyond its tensors"
 WATERFALL_ORDER = (LABELS[Part.CONTEXT], *(LABELS[n] for n in TENSOR_PARTS), *ALL_AT_ONCE.values(),
                    "never held at once", *TENSOR_PEAK.values(), LABELS[Part.ALLOCATOR_CACHE],
-                   LABELS[Part.NON_TORCH], "peak (NVML)")
+                   LABELS[Part.NON_TORCH], "peak (NVML)", BEYOND_TENSORS,
+                   "peak (RSS, over the baseline)", "peak (RSS)")
 
 
 class ComponentRow(NamedTuple):
@@ -81,6 +91,57 @@ def user_run_basis(report: RunReport) -> str:
             "random data of that shape, as anatomy's own runs train.")
 
 
+def no_components(report: RunReport) -> str:
+    """Why a run has no measured components, for the way it was recorded."""
+    return {
+        Recorder.WORKER: "No measured components for this run (recorded before they were "
+                         "measured, or it ended before its first optimizer step): the prediction "
+                         "alone.",
+        Recorder.CALLBACK: "No measured components: the callback measures them over the first "
+                           "optimizer steps, and this run ended before its first.",
+        Recorder.PHASE_API: "No measured components: the phase API marks phases and steps, it "
+                            "does not look inside the model (a Trainer with "
+                            "anatomy.AnatomyCallback() measures them).",
+        Recorder.COMMAND: "No measured components: a watched command is measured from outside, "
+                          "its memory alone (a Trainer with anatomy.AnatomyCallback() measures "
+                          "them).",
+    }[report.recorder]
+
+
+def no_training(report: RunReport) -> str:
+    """Why a run's first steps cannot be shown."""
+    if report.recorder == Recorder.COMMAND:
+        return ("A watched command that marks no phases has no training phase to show: its "
+                "memory is on the Runs page.")
+    return "This run never reached the training phase."
+
+
+def not_profiled(report: RunReport) -> str:
+    """How to get the operation classes a run does not have."""
+    if report.started_by_anatomy:
+        return ("This run was not profiled. Start a run with the run option **Profile steps** set "
+                "to a few steps (or `anatomy run --profile-steps 3`): after training, "
+                "torch.profiler profiles that many steps and every operator is put in a class.")
+    return ("Only anatomy's own runs are profiled (the run option **Profile steps**, or "
+            "`anatomy run --profile-steps 3`): a user's training is not.")
+
+
+# The component table's notes in full, by whether the run was on a GPU.
+NOTES = {
+    True: "the CUDA context is measured as the kernel phase − the baseline and predicted by the "
+          "GPU's calibrated constants; temporary buffers are the allocator's peak beyond the "
+          "weights, the optimizer states and the larger of activations and gradients; the "
+          "allocator cache is reserved − allocated at the allocator's peak, predicted by "
+          "simulating PyTorch's caching allocator; outside PyTorch is NVML's peak − the context − "
+          "reserved, predicted by the calibration.",
+    False: "activations are measured as the tensors autograd saved in a forward pass; the CPU "
+           "keeps no allocator statistics, so temporary buffers and the tensors' peak are "
+           "predicted only; the RSS peak's prediction adds, to the tensors' predicted peak, what "
+           "the process held before training beyond its weights (the interpreter, torch's "
+           "libraries, the data: measured at the weights phase's end, never predicted).",
+}
+
+
 def component_rows(report: RunReport, prediction: Prediction) -> list[ComponentRow]:
     """One row per component, measured next to predicted."""
     measured = measured_components(report)
@@ -93,20 +154,20 @@ def component_rows(report: RunReport, prediction: Prediction) -> list[ComponentR
 
     if on_gpu:
         row("CUDA context", measured.context, prediction.context,
-            "measured: the kernel phase − the baseline; predicted: the GPU's calibration")
+            "kernel phase − baseline; predicted: calibrated")
     for name in TENSOR_PARTS:
         note = ""
         if name == "activations" and not on_gpu:
-            note = "measured: the storages autograd saved in a forward pass"
+            note = "what autograd saved in a forward pass"
         elif name == "temporary":
-            note = ("the peak beyond weights, optimizer states and the larger of activations "
-                    "and gradients" if on_gpu else "not measured on a CPU")
+            note = ("the peak beyond the parts it holds" if on_gpu else
+                    "not measured on a CPU")
         row(LABELS[name], measured.get(name), predicted.get(name), note)
     if measured.weights is not None and measured.temporary is None:
         # Like with like: without measured temporaries, the sums leave them out on both sides.
         four = TENSOR_PARTS[:4]
         row("sum of the parts", measured.sum_of(four), predicted.sum_of(four),
-            "weights + gradients + optimizer states + activations, all at once: never reached")
+            "the four above at once: never reached")
     else:
         row("sum of the parts", measured.sum_of(), predicted.sum_of(),
             "every part at once: never reached")
@@ -115,16 +176,24 @@ def component_rows(report: RunReport, prediction: Prediction) -> list[ComponentR
         "the CPU keeps no allocator statistics: not measured")
     if on_gpu:
         row("allocator cache", measured.allocator_cache, prediction.allocator_cache,
-            "reserved − allocated at the allocator's peak (predicted: the caching allocator "
-            "simulated)")
+            "reserved − allocated at the peak (simulated)")
         row("outside PyTorch", measured.non_torch, prediction.outside,
-            "NVML's peak − the context − reserved (predicted: the GPU's calibration)")
+            "NVML's peak − context − reserved; calibrated")
         row("peak (NVML, over the baseline)", measured.peak, prediction.nvml_peak,
             "context + tensors + allocator cache + outside PyTorch")
     else:
-        row("peak (RSS, over the baseline)", measured.peak, None,
-            "includes torch's libraries and the Python process: not predicted")
+        expected = cpu_peak(report, prediction)
+        row(rss_peak_label(report), measured_peak(report),
+            None if expected is None else expected.peak,
+            "tensors' peak + the process (not predicted)")
     return rows
+
+
+def rss_peak_label(report: RunReport) -> str:
+    """The RSS peak's name in the table and the waterfall: over the baseline where there is one
+    (a callback started without anatomy.start() measured none)."""
+    return ("peak (RSS, over the baseline)" if report.phase_memory()[Phase.BASELINE] is not None
+            else "peak (RSS)")
 
 
 def waterfall(report: RunReport, prediction: Prediction) -> dict[str, list[WaterfallStep]]:
@@ -149,13 +218,16 @@ def waterfall(report: RunReport, prediction: Prediction) -> dict[str, list[Water
 
     if measured.sum_of(TENSOR_PARTS[:4]) is not None:
         steps = climb(measured, measured.peak_allocated, measured.context if on_gpu else None)
-        # A CPU run's RSS peak adds torch's libraries and Python: hundreds of MB that would
-        # dwarf the parts, so it stays in the table.
         if on_gpu and measured.peak_allocated is not None and measured.peak is not None:
             steps += [WaterfallStep(LABELS[Part.ALLOCATOR_CACHE], "relative",
                                     measured.allocator_cache or 0),
                       WaterfallStep(LABELS[Part.NON_TORCH], "relative", measured.non_torch or 0),
                       WaterfallStep("peak (NVML)", "total", 0)]
+        peak = measured_peak(report)
+        if not on_gpu and peak is not None:  # on to the RSS peak, as the table says it
+            steps += [WaterfallStep(BEYOND_TENSORS, "relative",
+                                    peak - sum(s.bytes for s in steps if s.measure == "relative")),
+                      WaterfallStep(rss_peak_label(report), "total", 0)]
         sides["measured"] = steps
     # The predicted side climbs from the predicted context to the predicted NVML figure.
     context = prediction.context if on_gpu else None
@@ -165,6 +237,10 @@ def waterfall(report: RunReport, prediction: Prediction) -> dict[str, list[Water
                                     prediction.allocator_cache),
                       WaterfallStep(LABELS[Part.NON_TORCH], "relative", prediction.outside or 0),
                       WaterfallStep("peak (NVML)", "total", 0)]
+    expected = cpu_peak(report, prediction)
+    if expected is not None:  # the process before training: measured, as the table says
+        predicted += [WaterfallStep(BEYOND_TENSORS, "relative", expected.before_training),
+                      WaterfallStep(rss_peak_label(report), "total", 0)]
     sides["predicted"] = predicted
     return sides
 

@@ -28,24 +28,30 @@ DIFFERS = "≠"  # the mark of a row whose values differ between the runs
 
 # How an option reads in a run's label, where it differs between the runs compared.
 LABEL_WORDS = {
-    "preset": "{}", "batch_size": "bs {}", "seq_len": "seq {}", "dataset_size": "{} samples",
-    "epochs": "{} epochs", "max_steps": "{} steps", "precision": "{}",
-    "gradient_checkpointing": "ckpt {}", "grad_accum": "accum {}", "optim": "{}",
-    "seed": "seed {}", "sample_rate": "{} Hz", "gpu": "GPU {}", "profile_steps": "profile {}",
-    "gpus": "GPUs {}", "processes": "{} processes", "strategy": "{}",
+    "model": "{}", "batch_size": "bs {}", "seq_len": "seq {}", "dataset_size": "{} samples",
+    "max_steps": "{} steps", "precision": "{}", "gradient_checkpointing": "ckpt {}",
+    "grad_accum": "accum {}", "optim": "{}", "seed": "seed {}", "sample_rate": "{} Hz",
+    "gpu": "GPU {}", "profile_steps": "profile {}", "gpus": "GPUs {}", "strategy": "{}",
+    "lora_rank": "LoRA r{}", "lora_targets": "LoRA {}",
 }
 
 
-def _label_word(name: str, value) -> str:
-    if name == "max_steps" and value is None:
+def _label_word(report: RunReport, name: str, value) -> str:
+    """How an option that differs reads in a run's label; "" where the run has nothing to say
+    (a user's training that did not report it, a single process's strategy)."""
+    if name == "max_steps" and value is None and report.started_by_anatomy:
         return "by epochs"
-    if name == "gpus" and not value:
+    if name == "gpus" and not value and report.started_by_anatomy:
         return "1 GPU"
-    if name == "strategy" and value is None:
-        return ""  # one process: "1 GPU" (or its device) says it
+    if value is None or value == "":
+        return ""
+    if name == "epochs":
+        return f"{value} epoch{'s' if value != 1 else ''}"
+    if name == "processes":
+        return f"{value} process{'es' if value != 1 else ''}"
     if isinstance(value, bool):
         value = "on" if value else "off"
-    return LABEL_WORDS.get(name, name + " {}").format(value)
+    return LABEL_WORDS.get(name, FIELDS[name].label.lower() + " {}").format(value)
 
 
 def run_labels(reports: Sequence[RunReport]) -> dict[int, str]:
@@ -58,10 +64,10 @@ def run_labels(reports: Sequence[RunReport]) -> dict[int, str]:
     devices = len({r.device_name for r in reports}) > 1
     labels = {}
     for r in reports:
-        words = [f"Run {r.id}"]
+        words = [f"Run {r.id}"] + ([r.name] if r.name else [])  # the user's name for it
         if devices:
             words.append(r.device_name)
-        words += [w for w in (_label_word(name, option(r, name)) for name in differing) if w]
+        words += [w for w in (_label_word(r, name, option(r, name)) for name in differing) if w]
         labels[r.id] = " · ".join(words)
     return labels
 

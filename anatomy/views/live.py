@@ -15,6 +15,7 @@ from anatomy.analysis.prediction import PredictionError, max_batch_size, predict
 from anatomy.analysis.report import PHASES, RunReport
 from anatomy.store import GpuStatus, HostStatus, Step, Store
 from anatomy.views import gpus, text
+from anatomy.views.style import phase_name
 from anatomy.vocabulary import Phase, Status
 
 
@@ -29,7 +30,7 @@ def options_from_form(values: dict[str, Any]) -> RunOptions:
 
 
 class PhaseMetric(NamedTuple):
-    name: str
+    name: str  # as the screens name it (style.phase_name)
     state: str  # "done", "open" (it lasts) or "pending" (not reached)
     memory_mb: int | None  # at its end, or the latest reading while it lasts
     delta_mb: int | None  # over the previous phase
@@ -43,11 +44,12 @@ def phase_metrics(report: RunReport) -> list[PhaseMetric]:
     for name in PHASES:
         phase = report.phase(name)
         if phase is None:
-            metrics.append(PhaseMetric(name, "pending", None, None))
+            metrics.append(PhaseMetric(phase_name(name, report.on_gpu), "pending", None, None))
             continue
         memory_mb = phase.memory_mb
         delta = None if memory_mb is None or previous_mb is None else memory_mb - previous_mb
-        metrics.append(PhaseMetric(name, "done" if phase.done else "open", memory_mb, delta))
+        metrics.append(PhaseMetric(phase_name(name, report.on_gpu),
+                                   "done" if phase.done else "open", memory_mb, delta))
         previous_mb = memory_mb
     return metrics
 
@@ -101,7 +103,7 @@ def summary_lines(report: RunReport) -> list[str]:
     summary = report.summary
     lines = []
     if summary.time_s is not None:
-        lines.append(f"Time: {summary.time_s:.2f}")
+        lines.append(f"Time: {summary.time_s:.2f} s")  # the walkthrough prints no unit
     if summary.samples_per_second is not None:
         every = " (all ranks together)" if report.world_size > 1 else ""
         lines.append(f"Samples/second: {summary.samples_per_second:.2f}{every}")
@@ -250,14 +252,16 @@ def device_panel(store: Store, report: RunReport, window_s: float | None) -> Dev
         sample = latest.get(gpu)
         lines.append(GpuLine(gpu, [
             _metric("GPU utilisation", rows, "util", lambda r: f"{r.util} %"),
-            _metric("Power", rows, "power_w", lambda r: f"{r.power_w:.0f}" + (
-                "" if r.power_limit_w is None else f" / {r.power_limit_w:.0f}") + " W"),
+            # The limit and the total go in the label: a card 170 px wide holds a short value.
+            _metric("Power" + ("" if rows[-1].power_limit_w is None else
+                               f" (of {rows[-1].power_limit_w:.0f} W)"), rows, "power_w",
+                    lambda r: f"{r.power_w:.0f} W"),
             _metric("Temperature", rows, "temperature_c", lambda r: f"{r.temperature_c} °C"),
-            PanelMetric("Memory", "—" if sample is None else
-                        f"{_gib(sample.used)} / {_gib(sample.total)} GiB", None)]))
+            PanelMetric("Memory" if sample is None else f"Memory (of {_gib(sample.total)} GiB)",
+                        "—" if sample is None else f"{_gib(sample.used)} GiB", None)]))
     host = [_metric("CPU (all cores)", hosts, "cpu_percent", lambda r: f"{r.cpu_percent:.0f} %"),
-            PanelMetric("RAM", f"{_gib(hosts[-1].ram_used)} / {_gib(hosts[-1].ram_total)} GiB",
-                        [h.ram_used / 2**30 for h in hosts])]
+            PanelMetric(f"RAM (of {_gib(hosts[-1].ram_total)} GiB)",
+                        f"{_gib(hosts[-1].ram_used)} GiB", [h.ram_used / 2**30 for h in hosts])]
     at = None
     if window_s is None and report.training is not None and report.training.done:
         at = report.training.end_s

@@ -6,15 +6,18 @@ from anatomy.analysis.report import RunListing
 
 COLUMNS = {  # RunListing field: the table's heading. What tells runs apart comes first.
     "id": "Run", "device": "Device", "status": "Status", "peak_mb": "Peak MB",
-    "samples_per_second": "Samples/s", "time_s": "Time (s)", "preset": "Preset",
-    "batch_size": "Batch", "seq_len": "Seq len", "precision": "Precision",
-    "gradient_checkpointing": "Checkpointing", "grad_accum": "Accum", "optim": "Optimizer",
-    "name": "Name", "tags": "Tags", "created": "Started",
+    "samples_per_second": "Samples/s", "time_s": "Time (s)", "name": "Name", "model": "Model",
+    "processes": "Processes", "batch_size": "Batch", "seq_len": "Seq len",
+    "precision": "Precision", "lora_rank": "LoRA rank", "gradient_checkpointing": "Checkpointing",
+    "grad_accum": "Accum", "optim": "Optimizer", "source": "Started by", "tags": "Tags",
+    "created": "Started",
 }
 
 
 def _cell(row: RunListing, key: str):
     value = getattr(row, key)
+    if key == "source":
+        return value or "anatomy"  # its own worker: the form, `anatomy run`, a sweep
     return value.removeprefix("NVIDIA ") if key == "device" else value  # a narrow column
 
 

@@ -14,6 +14,8 @@ PHASE_COLOURS = {
     Phase.WEIGHTS: "#E69F00",
     Phase.TRAINING: "#009E73",
 }
+# Without a GPU the kernel phase loads torch and no CUDA kernel: every screen says so.
+CPU_PHASE_NAMES = {"kernel": "torch loaded"}
 BAND_OPACITY = 0.22
 CURVE_COLOUR = "#1B2A41"  # the run's own curve, and "measured" beside a prediction
 PREDICTED_COLOUR = "#0072B2"
@@ -74,3 +76,8 @@ def part_colour(name: str) -> str:
         if name.startswith(component):
             return PART_COLOURS[component]
     return PART_COLOURS.get(name, NEUTRAL_COLOUR)
+
+
+def phase_name(phase: str, on_gpu: bool) -> str:
+    """A phase as the screens name it: on a CPU the kernel phase is "torch loaded"."""
+    return phase if on_gpu else CPU_PHASE_NAMES.get(phase, phase)

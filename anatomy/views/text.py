@@ -1,14 +1,16 @@
-"""What a memory figure is, in words: which NVML figure, or CPU RSS. Every screen (the pages, the
-CLI, an exported chart) says it the same way."""
+"""What a memory figure is, in words: which NVML figure, or CPU RSS; a run in a picker; what a
+run's charts say where it recorded nothing. Every screen (the pages, the CLI, an exported chart)
+says it the same way."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from anatomy.analysis.report import known_option
+from anatomy.analysis.models import display_name
+from anatomy.analysis.report import RunReport, known_option
 from anatomy.store import RunRow
 from anatomy.units import MIB
-from anatomy.vocabulary import Backend, MemoryApi
+from anatomy.vocabulary import Backend, MemoryApi, Recorder, Status
 
 
 def source(backend: Backend, memory_api: MemoryApi | None) -> str:
@@ -28,11 +30,26 @@ def occupied_line(memory_bytes: int | None, backend: Backend) -> str:
 
 def run_choice(run: RunRow) -> str:
     """A run in a picker: its id, the device it ran on (first: H200 and CPU runs must not look
-    alike), its name, model, batch size, precision, how it ended and when it started."""
+    alike), its name, model, batch size, precision (what the run reported of them), how it ended
+    and when it started."""
     started = datetime.fromtimestamp(run.created_at).strftime("%Y-%m-%d %H:%M")
-    return (f"{run.id} · {run.environment.device} · {run.name + ' · ' if run.name else ''}"
-            f"{run.preset}, batch {known_option(run, 'batch_size')}, "
-            f"{known_option(run, 'precision')} — {run.status} ({started})")
+    return f"{run_chip(run)} — {run.status} ({started})"
+
+
+def run_chip(run: RunRow) -> str:
+    """A run in a few words, as a chip of a multiple choice shows it: `run_choice` without how it
+    ended and when."""
+    model = known_option(run, "model")
+    batch, precision = known_option(run, "batch_size"), known_option(run, "precision")
+    words = [str(run.id), run.environment.device,
+             *([run.name] if run.name else []), display_name(model) if model else run.preset]
+    details = [f"batch {batch}"] * (batch is not None) + [str(precision)] * bool(precision)
+    return " · ".join(map(_short, words)) + "".join(f", {d}" for d in details)
+
+
+def _short(words: str, most: int = 36) -> str:
+    """A name or a command in a chip's room: its start, and an ellipsis where it goes on."""
+    return words if len(words) <= most else words[:most - 1].rstrip() + "…"
 
 
 def axis_title(backend: Backend) -> str:
@@ -46,3 +63,27 @@ def missing_run(wanted: str, shown: int | None, filtered: bool = False) -> str:
         return f"Run {wanted} is not among the runs these filters keep: showing run {shown}."
     what = f"Run {wanted} not found" if wanted.isdigit() else f"{wanted!r} is not a run id"
     return what + ("." if shown is None else f": showing run {shown}.")
+
+
+def no_steps(report: RunReport) -> str:
+    """Why a run's step chart is empty, in the words of how it was recorded."""
+    if report.status == Status.RUNNING:
+        return "No training step recorded yet."
+    return {
+        Recorder.WORKER: "This run ended before its first training step.",
+        Recorder.CALLBACK: "The Trainer reported no step: the run ended before its first "
+                           "optimizer step.",
+        Recorder.PHASE_API: "The script reported no step (the phase API's run.step(loss=…) "
+                            "reports one).",
+        Recorder.COMMAND: "A command watched without anatomy's callback or phase API reports no "
+                          "steps: its memory alone.",
+    }[report.recorder]
+
+
+def steps_caption(report: RunReport) -> str:
+    """What the loss and step-time chart shows, for the way the run was recorded."""
+    if report.recorder == Recorder.PHASE_API:
+        return ("The loss each run.step(loss=…) reported, and the time each step took from the "
+                "end of the one before.")
+    return ("The Trainer's loss at each step (logged every step) and the time each step took, "
+            "from the end of the one before; step 1 also holds the Trainer's first-step setup.")

@@ -6,6 +6,8 @@ exported chart that holds its labels."""
 
 from __future__ import annotations
 
+import json
+import re
 import socket
 import subprocess
 import sys
@@ -19,7 +21,7 @@ from anatomy.analysis.report import report
 from anatomy.store import Store
 from anatomy.views import export
 from anatomy.views.live import summary_lines
-from tests.conftest import PROJECT
+from tests.conftest import PROJECT, USERS_SHAPES, seed_users_run
 from tools import demo_store
 
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(
@@ -92,6 +94,19 @@ def gpu_runs(tmp_path):
     process, url, log = _serve(tmp_path, store.path)
     yield url, store, log
     _stop(process, log)
+
+
+@pytest.fixture
+def every_kind_of_run(tmp_path):
+    """A fresh server on the H200 runs of docs/data and a user's run of each shape (a Trainer with
+    the callback, the phase API, a watched command). Yields the url and {shape: run id}."""
+    store = demo_store.build(tmp_path / "anatomy.sqlite", sweep=False)
+    runs = {"gpu": store.runs()[-1].id}
+    runs.update({shape: seed_users_run(store, shape, name="my run" if shape == "phase api" else
+                                       None) for shape in USERS_SHAPES})
+    process, url, log = _serve(tmp_path, store.path)
+    yield url, runs
+    assert "Traceback" not in _stop(process, log)
 
 
 @pytest.fixture
@@ -296,3 +311,83 @@ def test_an_exported_chart_keeps_its_title_and_tick_labels_on_the_page(gpu_runs,
     title = boxes["title"]
     assert all(title["bottom"] <= t["top"] or title["left"] >= t["right"]
                for t in boxes["ticks"])  # the title is above them, not on them
+
+
+# What Glide's data grid draws on its canvas (Streamlit's dataframes), and whether it is cut: each
+# cell's text is drawn inside a clip rectangle, the cell.
+DRAWN_TEXT = """(() => {
+  const P = CanvasRenderingContext2D.prototype;
+  const drawn = window.__drawn = [];
+  const rect = P.rect, clip = P.clip, save = P.save, restore = P.restore, fill = P.fillText;
+  P.rect = function (x, y, w, h) { this.__rect = [x, y, w, h]; return rect.apply(this, arguments); };
+  P.clip = function () { this.__clip = this.__rect; return clip.apply(this, arguments); };
+  P.save = function () { (this.__clips = this.__clips || []).push(this.__clip);
+                         return save.apply(this, arguments); };
+  P.restore = function () { this.__clip = (this.__clips || []).pop();
+                            return restore.apply(this, arguments); };
+  P.fillText = function (text, x, y) {
+    const c = this.__clip, w = this.measureText(text).width, a = this.textAlign;
+    const left = a === 'right' || a === 'end' ? x - w : a === 'center' ? x - w / 2 : x;
+    drawn.push({text: String(text),
+                cut: !!c && (left < c[0] - 0.5 || left + w > c[0] + c[2] + 0.5)});
+    return fill.apply(this, arguments);
+  };
+})();"""
+# Text the page cuts: an element that hides what overflows it (an ellipsis, a clipped box) and is
+# wider inside than shown. Tables and charts are judged by what they draw.
+CUT_TEXT = """() => [...document.querySelectorAll('[data-testid=stMain] *, [data-testid=stSidebar] *')]
+  .filter(e => !e.closest('[data-testid=stDataFrame], .js-plotly-plot, [data-testid=stCode]'))
+  .filter(e => { const s = getComputedStyle(e);
+    return (['hidden', 'clip', 'auto', 'scroll'].includes(s.overflowX) || s.textOverflow === 'ellipsis')
+      && e.scrollWidth > e.clientWidth + 1 && e.innerText && e.innerText.trim(); })
+  .map(e => e.innerText.trim().slice(0, 80))"""
+# The page's script has run to its end (a prediction included) and every chart is drawn.
+SETTLED = """() => document.querySelector('[data-testid=stApp]').dataset.testScriptState !== 'running'
+  && !document.querySelector('[data-testid=stSpinner]')
+  && [...document.querySelectorAll('.js-plotly-plot')].every(p => p._fullLayout)"""
+# "Time: 3.85": a figure whose label says no unit ("Samples/second", "(MB)" say theirs).
+UNITLESS = re.compile(r"^[A-Za-z ]+: -?[\d.,]+$")
+
+
+def _what_is_wrong(page) -> dict[str, list[str]]:
+    text = page.inner_text("body")
+    drawn = page.evaluate("() => window.__drawn.splice(0)")
+    found = {
+        "errors": page.locator("[data-testid=stException]").all_inner_texts(),
+        "None": sorted({line.strip()[:100] for line in text.splitlines()
+                        if re.search(r"\bNone\b", line)}
+                       | {d["text"] for d in drawn if re.search(r"\bNone\b", d["text"])}),
+        "cut cells": sorted({d["text"] for d in drawn if d["cut"]}),
+        "cut labels": sorted(set(page.evaluate(CUT_TEXT))),
+        "no unit": sorted({line.strip() for line in text.splitlines()
+                           if UNITLESS.match(line.strip())}),
+    }
+    return {what: items for what, items in found.items() if items}
+
+
+@pytest.mark.timeout(2400)
+def test_no_page_shows_none_a_figure_without_its_unit_or_a_cut_label_at_1000_px(
+        every_kind_of_run, chromium):
+    """Every page, on anatomy's own GPU runs and on a user's run of each shape, as a laptop shows
+    it: no "None" (in the page's text or drawn in a table), no number without its unit, no label
+    or table cell cut."""
+    url, runs = every_kind_of_run
+    page = chromium.new_page(viewport={"width": 1000, "height": 3000})  # every element drawn
+    page.add_init_script(DRAWN_TEXT)
+    everything = ",".join(str(i) for i in runs.values())
+    paths = ["/", "/runs", f"/compare?runs={everything}",
+             *(f"/?run={i}" for i in runs.values()),
+             *(f"/runs?run={i}" for i in runs.values()),
+             *(f"/anatomy?run={i}" for i in runs.values())]
+    problems = {}
+    for path in paths:
+        page.goto(url + path)
+        page.wait_for_timeout(1500)
+        page.wait_for_function(SETTLED, timeout=300_000, polling=500)
+        page.wait_for_timeout(1500)  # the tables' canvases drawn
+        wrong = _what_is_wrong(page)
+        if wrong:
+            problems[path] = wrong
+            name = path.strip("/").replace("?", "-").replace("=", "").replace(",", "-") or "live"
+            page.screenshot(path=ARTIFACTS / f"wrong-{name}.png", full_page=True)
+    assert problems == {}, json.dumps(problems, indent=1, ensure_ascii=False)

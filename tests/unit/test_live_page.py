@@ -114,7 +114,7 @@ def test_a_finished_run_shows_the_walkthroughs_summary_and_a_link_to_it(store, s
     app = _app(live_run=run_id).run()
     assert not app.exception
     assert app.success[0].value == "completed: peak 4096 MB"
-    assert app.code[0].value == "Time: 3.21\nSamples/second: 9.97\nGPU memory occupied: 4096 MB."
+    assert app.code[0].value == "Time: 3.21 s\nSamples/second: 9.97\nGPU memory occupied: 4096 MB."
     metrics = [(m.label, m.value) for m in app.metric]
     assert metrics[-1] == ("training", "4096 MB")
     link = app.get("page_link")[0].proto
@@ -151,9 +151,11 @@ def test_the_runs_page_lists_every_stored_run(store, seed):
     assert list(table["Device"]) == ["H200"] * 2
     assert list(table["Status"]) == ["oom", "completed"]
     assert list(table["Peak MB"]) == [4096, 4096]
-    assert list(table["Preset"]) == ["bert-large-uncased"] * 2
+    assert list(table["Model"]) == ["bert-large-uncased"] * 2
     assert table["Samples/s"].iloc[1] == 9.97
     assert {"Started", "Batch", "Precision", "Time (s)"} <= set(table.columns)
+    # How many processes trained, and LoRA: runs of both kinds side by side.
+    assert list(table["Processes"]) == [1, 1] and list(table["LoRA rank"]) == [0, 0]
 
 
 def test_the_runs_page_opens_the_run_in_the_url(store, seed):
@@ -253,8 +255,9 @@ def test_a_live_run_shows_the_device_as_nvitop_does(store, seed):
     assert not app.exception
     metrics = {m.label: m.value for m in app.metric}
     assert metrics["GPU utilisation"] == "93 %"  # the last reading
-    assert metrics["Power"] == "418 / 700 W"
+    # The limits in the labels: a value fits its card at 1,000 px ("2.1 / 2…" was cut).
+    assert metrics["Power (of 700 W)"] == "418 W"
     assert metrics["Temperature"] == "46 °C"
-    assert metrics["Memory"] == "3.0 / 141.0 GiB"  # the last sample
-    assert metrics["CPU (all cores)"] == "28 %" and metrics["RAM"] == "12.0 / 125.0 GiB"
+    assert metrics["Memory (of 141.0 GiB)"] == "3.0 GiB"  # the last sample
+    assert metrics["CPU (all cores)"] == "28 %" and metrics["RAM (of 125.0 GiB)"] == "12.0 GiB"
     assert list(app.dataframe[-1].value["Process"]) == ["python", "jupyter"]

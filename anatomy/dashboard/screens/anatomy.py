@@ -35,18 +35,20 @@ def measured_and_predicted(rep: RunReport, prediction) -> None:
     else:
         st.caption("Each part adds to the one before; *all at once* is their sum. On a CPU there "
                    "is no allocator to read a tensor peak from: the measured side goes on to the "
-                   "peak RSS over the baseline, which adds torch's libraries and the Python "
-                   "process.")
+                   "peak RSS; the predicted side adds, to the tensors' predicted peak, what the "
+                   "process held before training beyond its weights (the interpreter, torch's "
+                   "libraries: measured, never predicted). Both end on the figures of the "
+                   "table's last row.")
     rows = view.component_rows(rep, prediction)
-    st.dataframe([{"Component": r.component, "Measured (MB)": mib_float(r.measured),
+    widgets.table([{"Component": r.component, "Measured (MB)": mib_float(r.measured),
                    "Predicted (MB)": mib_float(r.predicted), "Error (%)": r.error_percent,
                    "Note": r.note} for r in rows],
                  hide_index=True, key="anatomy_components", height="content",
                  column_config={"Measured (MB)": MB, "Predicted (MB)": MB,
-                                "Error (%)": st.column_config.NumberColumn(format="%+.2f%%"),
-                                "Note": st.column_config.TextColumn(width="large")})
-    st.caption("Error = (predicted − measured) / measured. MB = 2²⁰ bytes. docs/PREDICTION.md "
-               "states every formula of the prediction and where it comes from.")
+                                "Error (%)": st.column_config.NumberColumn(format="%+.2f%%")})
+    st.caption("Error = (predicted − measured) / measured. MB = 2²⁰ bytes. The notes in full: "
+               + view.NOTES[rep.on_gpu] + " docs/PREDICTION.md states every formula of the "
+               "prediction and where it comes from.")
 
 
 def peak_section(rep: RunReport, prediction) -> None:
@@ -70,7 +72,7 @@ def bytes_per_parameter(rep: RunReport, prediction) -> None:
     st.subheader("Bytes per parameter")
     count = breakdown.parameters(rep, prediction)
     rows = view.bytes_per_parameter_rows(rep, prediction)
-    st.dataframe([{"Component": r.component, "This run (measured)": r.measured,
+    widgets.table([{"Component": r.component, "This run (measured)": r.measured,
                    "Predicted": r.predicted, "The walkthrough": r.walkthrough}
                   for r in rows], hide_index=True, key="anatomy_bytes_per_parameter",
                  column_config={k: st.column_config.NumberColumn(format="%.2f")
@@ -81,15 +83,23 @@ def bytes_per_parameter(rep: RunReport, prediction) -> None:
           " copies in each forward pass, so they show up in the activations, not the weights.")
 
 
-def first_steps(rep: RunReport) -> None:
+def first_steps(rep: RunReport, prediction) -> None:
     st.subheader("The first steps of training")
     db = server.store()
     steps = db.steps(rep.id)
     if rep.training is None:
-        st.info("This run never reached the training phase.")
+        st.info(view.no_training(rep))
         return
-    st.plotly_chart(figures.first_steps_figure(rep, db.samples(rep.id, rep.gpu), steps),
+    expected = (None if isinstance(prediction, breakdown.NoPrediction) else
+                breakdown.cpu_peak(rep, prediction))
+    st.plotly_chart(figures.first_steps_figure(rep, db.samples(rep.id, rep.gpu), steps,
+                                               expected=expected),
                     key="anatomy_first_steps", config=widgets.CHART)
+    if expected is not None:
+        st.caption("On the curve's own axis, the CPU prediction: the dotted line is what the "
+                   "process held before training beyond its weights (the interpreter, torch's "
+                   "libraries, the data: measured, no prediction covers it); the dashed line "
+                   "adds the tensors' predicted peak to it.")
     st.caption("Step 1 builds what the rest of training keeps: its forward pass makes the "
                "activations, its backward pass frees them as the gradients appear, and its "
                "optimizer step creates the optimizer states (AdamW: two fp32 tensors a "
@@ -102,9 +112,7 @@ def first_steps(rep: RunReport) -> None:
 def operations(rep: RunReport) -> None:
     st.subheader("Where the time goes: operation classes")
     if not rep.operations:
-        st.info("This run was not profiled. Start a run with the run option **Profile steps** set "
-                "to a few steps (or `python -m anatomy run --profile-steps 3`): after training, "
-                "torch.profiler profiles that many steps and every operator is put in a class.")
+        st.info(view.not_profiled(rep))
         return
     profile = rep.operations
     st.plotly_chart(figures.operations_figure(comparison(profile)), key="anatomy_operations",
@@ -115,7 +123,7 @@ def operations(rep: RunReport) -> None:
                f"apart): {profile.optimizer.time_us / 1000 / max(1, profile.steps):,.1f} ms a "
                f"step. Paper: {PAPER_CITATION}")
     st.markdown("**Top operators by time**")
-    st.dataframe([{"Operator": o["name"], "Class": o["class"], "Time (ms)": o["time_us"] / 1000,
+    widgets.table([{"Operator": o["name"], "Class": o["class"], "Time (ms)": o["time_us"] / 1000,
                    "GFLOP": o["flops"] / 1e9, "Calls": o["count"]} for o in profile.top(10)],
                  hide_index=True, key="anatomy_top_operators",
                  column_config={"Time (ms)": st.column_config.NumberColumn(format="%.2f"),
@@ -134,8 +142,8 @@ def per_gpu(rep: RunReport) -> None:
         st.markdown(spread)
     for line in gpus_view.standouts(rep):
         st.warning(line, icon=":material/warning:")
-    st.dataframe([row._asdict() for row in view.rank_rows(rep, predicted)],
-                 hide_index=True, key="anatomy_per_gpu")
+    widgets.table([row._asdict() for row in view.rank_rows(rep, predicted)],
+                  hide_index=True, key="anatomy_per_gpu")
 
 
 def main() -> None:
@@ -165,8 +173,7 @@ def main() -> None:
         st.info("In progress: the measured components are stored when the run ends. Until then, "
                 "the prediction alone.")
     elif rep.components is None:
-        st.info("No measured components for this run (recorded before they were measured, or it "
-                "ended before its first optimizer step): the prediction alone.")
+        st.info(view.no_components(rep))
     if isinstance(prediction, breakdown.NoPrediction):
         st.warning(f"No prediction: {prediction.reason}.")
     else:
@@ -177,7 +184,7 @@ def main() -> None:
         bytes_per_parameter(rep, prediction)
     if rep.world_size > 1:
         per_gpu(rep)
-    first_steps(rep)
+    first_steps(rep, prediction)
     operations(rep)
 
 

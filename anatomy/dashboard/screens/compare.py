@@ -32,7 +32,7 @@ SUGGESTED = {"batch_size": "1,2,4,8", "grad_accum": "1,2,4", "seq_len": "128,256
 # --- choosing runs ---
 
 def _labels(db) -> dict[int, str]:
-    return {run.id: text.run_choice(run) for run in db.runs()}
+    return {run.id: text.run_chip(run) for run in db.runs()}  # chips: the few words that fit
 
 
 def _choose(ids: list[int]) -> None:
@@ -76,42 +76,43 @@ def _export(reports: list[RunReport], overlay) -> None:
     ids = [r.id for r in reports]
     name = "runs-" + "-".join(map(str, ids))
     st.markdown("**Take these runs elsewhere**")
-    columns = st.columns(4)
-    columns[0].download_button(
-        "This comparison (HTML)", key="download_comparison", on_click="ignore",
-        data=lambda: export.figure_html(overlay, "Memory over time, aligned: runs " + ", ".join(
-            map(str, ids))),
-        file_name=f"anatomy-compare-{name}.html", mime="text/html", icon=":material/download:",
-        help="the overlaid curves as a standalone page (plotly inside it: opens offline)")
-    columns[1].download_button(
-        "Each run's chart (HTML)", key="download_html", on_click="ignore",
-        data=lambda: export.runs_html(db, ids), file_name=f"anatomy-{name}.html",
-        mime="text/html", icon=":material/download:",
-        help="every chosen run's memory chart, as the dashboard draws it, on one standalone page")
-    columns[2].download_button(
-        "Runs (JSON)", key="download_json", on_click="ignore",
-        data=lambda: json.dumps(transfer.export_runs(db, ids)), file_name=f"anatomy-{name}.json",
-        mime="application/json", icon=":material/download:",
-        help="every recorded row of the runs, with a schema version: Import reads it back")
-    columns[3].download_button(
-        "Samples (CSV)", key="download_csv", on_click="ignore",
-        data=lambda: transfer.samples_csv(db, ids), file_name=f"anatomy-{name}-samples.csv",
-        mime="text/csv", icon=":material/download:")
+    # In a row that wraps: at 1,000 px four columns cut their labels.
+    with st.container(horizontal=True):
+        st.download_button(
+            "This comparison (HTML)", key="download_comparison", on_click="ignore",
+            data=lambda: export.figure_html(overlay, "Memory over time, aligned: runs " + ", ".join(
+                map(str, ids))),
+            file_name=f"anatomy-compare-{name}.html", mime="text/html", icon=":material/download:",
+            help="the overlaid curves as a standalone page (plotly inside it: opens offline)")
+        st.download_button(
+            "Each run's chart (HTML)", key="download_html", on_click="ignore",
+            data=lambda: export.runs_html(db, ids), file_name=f"anatomy-{name}.html",
+            mime="text/html", icon=":material/download:",
+            help="every chosen run's memory chart, as the dashboard draws it, on one standalone page")
+        st.download_button(
+            "Runs (JSON)", key="download_json", on_click="ignore",
+            data=lambda: json.dumps(transfer.export_runs(db, ids)), file_name=f"anatomy-{name}.json",
+            mime="application/json", icon=":material/download:",
+            help="every recorded row of the runs, with a schema version: Import reads it back")
+        st.download_button(
+            "Samples (CSV)", key="download_csv", on_click="ignore",
+            data=lambda: transfer.samples_csv(db, ids), file_name=f"anatomy-{name}-samples.csv",
+            mime="text/csv", icon=":material/download:")
 
 
 def comparison(run_ids: list[int]) -> None:
     db = server.store()
     reports = [report(db, run_id) for run_id in run_ids]
-    left, middle, right = st.columns([2, 2, 3], vertical_alignment="bottom")
+    left, right = st.columns(2, vertical_alignment="bottom")
     phase = left.selectbox("Align the curves where this phase begins", PHASES,
                            index=PHASES.index(Phase.TRAINING), key="compare_phase")
-    with middle:
-        span = st.segmented_control("Show", ["whole runs", "training only"], default="whole runs",
-                                    required=True, key="compare_span",
-                                    help="training only: the x axis holds the training phases "
-                                         "(zoom out with a double click)")
     reference = right.selectbox("Reference run (differences are to this run)", run_ids,
                                 format_func=lambda i: f"Run {i}", key="compare_reference")
+    # A line of its own: in a third of the width its second choice was cut at 1,000 px.
+    span = st.segmented_control("Show", ["whole runs", "training only"], default="whole runs",
+                                required=True, key="compare_span",
+                                help="training only: the x axis holds the training phases "
+                                     "(zoom out with a double click)")
     training_only = span == "training only"
     samples = {r.id: db.decimated(r.id, gpu=r.gpu) for r in reports}  # the training GPU's
     labels = view.run_labels(reports)  # each run by exactly what differs
@@ -144,7 +145,9 @@ def comparison(run_ids: list[int]) -> None:
     st.subheader("What each phase added")
     st.plotly_chart(figures.memory_bars_figure(reports, labels), key="compare_bars",
                     config=widgets.CHART)
-    st.caption("CUDA context = kernel phase − baseline, weights = weights phase − kernel phase, "
+    kernel = ("CUDA context = kernel phase − baseline" if any(r.on_gpu for r in reports) else
+              "torch loaded = the phase that loaded it − baseline")
+    st.caption(f"{kernel}, weights = weights phase − the one before, "
                "training = training end − weights phase. Runs with measured components split the "
                "training increase into what the allocator's peak holds: the optimizer states, the "
                "larger of activations and gradients (the two are never all there at once), "
@@ -158,13 +161,11 @@ def comparison(run_ids: list[int]) -> None:
             FIELDS[name].label for name in differing) + "**")
     else:
         st.markdown("The runs have the same options.")
-    st.dataframe(_styled(view.side_by_side(reports)), key="compare_table", height="content",
-                 column_config={"_index": st.column_config.Column(width=220),
-                                "": st.column_config.Column(width=30)})
+    widgets.table(_styled(view.side_by_side(reports)), key="compare_table", height="content",
+                 column_config={"": st.column_config.Column(width=30)})
     st.markdown(f"**Difference to run {reference}**")
-    st.dataframe(pd.DataFrame(view.differences(reports, reference)).set_index("what"),
-                 key="compare_differences", height="content",
-                 column_config={"_index": st.column_config.Column(width=220)})
+    widgets.table(pd.DataFrame(view.differences(reports, reference)).set_index("what"),
+                 key="compare_differences", height="content")
     _export(reports, overlay)
 
 
@@ -253,7 +254,7 @@ def sweep_progress(sweep_id: int) -> None:
 
 def _sweep_table(result: SweepGrid) -> None:
     names = list(result.vary)
-    st.dataframe([{"Run": r.run, **{FIELDS[n].label: r.values[n] for n in names},
+    widgets.table([{"Run": r.run, **{FIELDS[n].label: r.values[n] for n in names},
                    "Status": r.status, "Peak MB": r.peak_mb,
                    "Samples/second": r.samples_per_second, "Time (s)": r.time_s}
                   for r in result.runs], hide_index=True, key=f"sweep_runs_{result.sweep}",

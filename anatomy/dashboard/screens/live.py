@@ -38,10 +38,10 @@ def _form_options():
 
 
 def _drawn(name: str) -> bool:
-    """Several processes' options where they apply: GPUs and strategy with two GPUs or more,
-    CPU processes and strategy without a GPU."""
+    """The options of the device where they apply: the GPU index with a GPU, GPUs and strategy
+    with two GPUs or more, CPU processes and strategy without a GPU."""
     info = server.device()
-    return {"gpus": info.gpu_count > 1, "processes": not info.has_gpu,
+    return {"gpu": info.has_gpu, "gpus": info.gpu_count > 1, "processes": not info.has_gpu,
             "strategy": info.gpu_count > 1 or not info.has_gpu}.get(name, True)
 
 
@@ -98,8 +98,12 @@ def _start() -> None:
     st.session_state["forecast_for"] = _state()
 
 
+# Labels that a form column 170 px wide at 1,000 px holds (the field's help says the rest).
+SHORT_LABELS = {"gradient_checkpointing": "Checkpointing"}
+
+
 def _field(name: str, default) -> None:
-    widgets.option_widget(name, default, _key(name))
+    widgets.option_widget(name, default, _key(name), label=SHORT_LABELS.get(name))
     error = st.session_state.get("option_errors", {}).get(name)
     if error:
         st.error(error)
@@ -136,8 +140,9 @@ def options_form(has_gpu: bool, expanded: bool) -> None:
             st.info(_sentence(forecast.duration), icon=":material/timer:")
         if forecast.warning:
             st.warning(_sentence(forecast.warning))
+    # A refusal, like a forecast, belongs to the moment it was made (the busy run has ended).
     refused = st.session_state.get("start_refused")
-    if refused:
+    if refused and st.session_state.get("forecast_for") == _state():
         st.error(f"Not started: {refused}.")
     elif st.session_state.get("option_errors"):
         st.error("Not started: fix the fields marked above."

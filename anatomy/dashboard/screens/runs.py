@@ -21,14 +21,13 @@ ANY = "any"
 
 def runs_table(rows: list[RunListing]) -> list[int]:
     """The table (click a heading to sort); the ids of the rows selected in it."""
-    event = st.dataframe(
+    event = widgets.table(
         view.table(rows),
         hide_index=True, key="runs_table", on_select="rerun", selection_mode="multi-row",
         column_config={"Time (s)": st.column_config.NumberColumn(format="%.2f"),
                        "Samples/s": st.column_config.NumberColumn(format="%.2f"),
                        "Peak MB": st.column_config.NumberColumn(format="%d"),
-                       "Run": st.column_config.NumberColumn(format="%d", width="small"),
-                       "Device": st.column_config.TextColumn(width="small")})
+                       "Run": st.column_config.NumberColumn(format="%d")})
     return [rows[i].id for i in event.selection.rows]
 
 
@@ -71,7 +70,7 @@ def _save_labels(run_id: int) -> None:
 def _label_controls(rep: RunReport) -> None:
     run_id = rep.id
     with st.form(f"run_labels_{run_id}", border=False):
-        name, tags, save = st.columns([3, 3, 1], vertical_alignment="bottom")
+        name, tags, save = st.columns([3, 3, 2], vertical_alignment="bottom")
         name.text_input("Name", rep.name or "", key=f"run_name_{run_id}",
                         placeholder="a name for this run")
         tags.text_input("Tags", ", ".join(rep.tags), key=f"run_tags_{run_id}",

@@ -10,6 +10,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from anatomy.analysis.breakdown import CpuPeak
 from anatomy.analysis.operations import ClassShare
 from anatomy.analysis.report import RunReport
 from anatomy.store import Sample, Step
@@ -101,7 +102,7 @@ def first_steps_window(report: RunReport, steps: Sequence[Step], count: int = FI
 
 
 def first_steps_figure(report: RunReport, samples: Sequence[Sample], steps: Sequence[Step],
-                       count: int = FIRST_STEPS) -> go.Figure:
+                       count: int = FIRST_STEPS, expected: CpuPeak | None = None) -> go.Figure:
     """The training phase's first `count` steps up close: the memory curve, a line where each
     step ends (from the worker's step marks), and two notes whose arrows end on the curve: after
     step 1 the gradients and the optimizer states exist, and from step 2 on the memory repeats.
@@ -138,6 +139,17 @@ def first_steps_figure(report: RunReport, samples: Sequence[Sample], steps: Sequ
                               else "rgba(255,255,255,0.85)")
     for step in marked:
         figure.add_vline(x=step.t, line={"color": "#555555", "width": 1, "dash": "dot"})
+    if expected is not None:  # on the curve's own axis: what the prediction covers, and not
+        before = (expected.over + expected.before_training) / MIB
+        figure.add_hline(y=before, line={"color": NEUTRAL_COLOUR, "dash": "dot", "width": 1.5},
+                         annotation_text=f"before training, beyond the weights: {before:,.0f} MiB"
+                                         " (measured; no prediction covers it)",
+                         annotation_position="bottom right")
+        peak = before + expected.tensors / MIB
+        figure.add_hline(y=peak, line={"color": PREDICTED_COLOUR, "dash": "dash", "width": 1.5},
+                         annotation_text=f"predicted peak: {peak:,.0f} MiB (the line below + the "
+                                         f"tensors' {expected.tensors / MIB:,.0f} MiB, predicted)",
+                         annotation_position="top right")
     if marked and len(times):
         low, high = float(used.min()), float(used.max())
         notes = [(marked[0].t, "after step 1: the gradients and the optimizer states exist")]

@@ -33,6 +33,7 @@ from anatomy.views.style import (
     RESERVED_COLOUR,
     RUN_COLOURS,
     phase_colour,
+    phase_name,
 )
 from anatomy.vocabulary import Phase
 
@@ -159,7 +160,8 @@ def memory_figure(report: RunReport, samples: Sequence[Sample], steps: Sequence[
             text=[f"{p.memory_mb} MB" for p in ended],
             marker={"size": 10, "color": [phase_colour(p.name) for p in ended],
                     "line": {"width": 1.5, "color": CURVE_COLOUR}},
-            hovertext=[f"{words.occupied_line(p.memory_bytes, backend)} ({p.name})"
+            hovertext=[f"{words.occupied_line(p.memory_bytes, backend)} "
+                       f"({phase_name(p.name, report.on_gpu)})"
                        for p in ended],
             hoverinfo="text"))
     _other_ranks_ends(figure, report, x_of, by_step is not None)
@@ -227,7 +229,8 @@ def _bands(shapes: list[dict], annotations: list[dict], report: RunReport, now: 
         bands.append(Band(Phase.PROFILING, profiling.start_s, end, not profiling.done))
     if not bands:
         return
-    names = ["profiling: not in the peak" if b.name == Phase.PROFILING else b.name for b in bands]
+    names = ["profiling: not in the peak" if b.name == Phase.PROFILING else
+             phase_name(b.name, report.on_gpu) for b in bands]
     texts = [f"<b>{name}</b>" + (" …" if b.open else "") for name, b in zip(names, bands)]
     x0, x1 = window if window is not None else (0.0, max(b.x1 for b in bands))
     starts = [max(b.x0, x0) for b in bands]

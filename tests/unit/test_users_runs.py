@@ -1,0 +1,89 @@
+"""A user's own runs (a Trainer with the callback, the phase API, a watched command) as every page
+and the CLI tell them: only what the run reported, the user's name for it, explanations that fit
+the way it was recorded, and a CPU prediction that relates to the measured curve."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from anatomy.analysis import breakdown
+from anatomy.analysis.report import report, run_rows
+from anatomy.views import anatomy as anatomy_view
+from anatomy.views import compare, text
+from anatomy.views import runs as runs_view
+
+
+def test_compare_shows_only_the_options_a_users_run_reported(store, seed, seed_users):
+    """A plain loop was labelled "model tiny · bs 4 · seq 512 · 1 epochs · adamw_torch ·
+    lora_rank 0" and its table showed dataset size 512, fp32 and seed 42: the defaults."""
+    ours, loop, trainer = seed(), seed_users("phase api"), seed_users("trainer")
+    reports = [report(store, i) for i in (ours, loop, trainer)]
+    labels = compare.run_labels(reports)
+    assert labels[loop].startswith(f"Run {loop}")
+    for word in ("tiny", "bs", "seq", "epoch", "adamw", "lora", "None"):
+        assert word not in labels[loop].lower(), labels[loop]
+    assert "BertForSequenceClassification" in labels[trainer]  # its model, as the callback said
+    table = {row["what"]: row for row in compare.side_by_side(reports)}
+    for option in ("Dataset size", "Precision", "Seed", "Model", "Batch size", "LoRA rank"):
+        assert table[option][f"Run {loop}"] == "—", option
+    assert table["Model"][f"Run {trainer}"] == "BertForSequenceClassification"
+    assert table["Batch size"][f"Run {trainer}"] == "8"  # what TrainingArguments said
+    assert table["Dataset size"][f"Run {trainer}"] == "—"  # which the callback cannot know
+
+
+def test_the_users_name_is_the_runs_name_in_headings_pickers_and_lists(store, seed_users):
+    named = seed_users("phase api", name="plain loop: tiny GPT-2")
+    rep = report(store, named)
+    assert rep.title() == f"Run {named}: plain loop: tiny GPT-2 on CPU (script train.py)"
+    choice = text.run_choice(store.run(named))
+    assert "plain loop: tiny GPT-2" in choice and "None" not in choice
+    assert "batch" not in choice  # it reported none
+    row = next(r for r in runs_view.table(run_rows(store)) if r["Run"] == named)
+    assert row["Name"] == "plain loop: tiny GPT-2" and row["Model"] is None
+    assert row["Started by"] == "script train.py"
+
+
+@pytest.mark.parametrize("shape, steps, components, profile", [
+    ("trainer", None, None, "Only anatomy's own runs are profiled"),
+    ("phase api", None, "the phase API marks phases and steps", "Only anatomy's own runs"),
+    ("command", "A command watched without anatomy's callback or phase API reports no steps",
+     "a watched command is measured from outside", "Only anatomy's own runs"),
+])
+def test_the_explanations_fit_the_way_a_users_run_was_recorded(store, seed_users, shape, steps,
+                                                                 components, profile):
+    """"No training step recorded yet." for a finished watch run; "recorded before they were
+    measured" for a 50-step phase-API run; "The Trainer's loss" under a loop without a Trainer."""
+    rep = report(store, seed_users(shape))
+    if steps is not None:
+        assert text.no_steps(rep).startswith(steps)
+    assert "yet" not in text.no_steps(rep)  # it has ended
+    if components is not None:
+        assert components in anatomy_view.no_components(rep)
+    assert "recorded before they were measured" not in anatomy_view.no_components(rep)
+    assert anatomy_view.not_profiled(rep).startswith(profile)
+    if rep.steps:  # the chart's caption: the Trainer's loss only where a Trainer logged it
+        assert ("Trainer" in text.steps_caption(rep)) == (shape == "trainer")
+
+
+def test_a_cpu_runs_bars_and_table_end_on_the_same_peak_and_the_prediction_reaches_it(
+        store, seed_users):
+    """The CPU prediction ("about 97 MB for tensors, plus the Python process") could not be
+    related to the curve (695 MB), nor the Anatomy page's bars (80 MB) to its table (657 MB)."""
+    rep = report(store, seed_users("trainer"))
+    prediction = breakdown.prediction_for(rep)
+    rows = {r.component: r for r in anatomy_view.component_rows(rep, prediction)}
+    (peak,) = [name for name in rows if name.startswith("peak (RSS")]
+    sides = anatomy_view.waterfall(rep, prediction)
+    for side, value in (("measured", rows[peak].measured), ("predicted", rows[peak].predicted)):
+        steps = sides[side]
+        assert steps[-1].label == peak  # the bars end where the table does
+        assert sum(s.bytes for s in steps if s.measure == "relative") == value
+    expected = breakdown.cpu_peak(rep, prediction)
+    # What the prediction covers (the tensors) on top of what it does not (measured before
+    # training, beyond the weights: the interpreter and the libraries), on the RSS's own axis.
+    assert rows[peak].predicted == expected.peak
+    assert expected.tensors == prediction.peak
+    assert expected.before_training == 500 * 2**20 - rep.components.weights  # weights phase end
+    assert re.search(r"not predicted", rows[peak].note)
