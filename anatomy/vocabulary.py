@@ -115,7 +115,7 @@ class SourceKind(Name):
     WATCH = "watch"  # a command under `anatomy watch`
 
 
-class Recorder(Name):
+class RecordedBy(Name):
     """What marked a run's phases and reported its steps: how much the run can know."""
 
     WORKER = "worker"  # anatomy's own (`anatomy run`, the form, a sweep): every option

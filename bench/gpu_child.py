@@ -138,7 +138,7 @@ def _train(config: dict, device: str, nvml_index: int | None, baseline: int,
     reporter = _Reporter()
     probe = ComponentProbe(model, use_cuda=cuda)  # resets the allocator's peaks, as the worker
     with tempfile.TemporaryDirectory() as output_dir:
-        args = training_arguments(options.to_dict(), output_dir, cuda, "no")
+        args = training_arguments(options.to_dict(), output_dir, cuda)
         trainer = Trainer(model=model, args=args, train_dataset=dataset,
                           callbacks=[ComponentProbing(reporter, probe)])
         trainer.remove_callback(PrinterCallback)  # as the worker: no line per step

@@ -28,7 +28,7 @@ from anatomy.store import (
     device_key,
 )
 from anatomy.units import mib
-from anatomy.vocabulary import PHASES, Backend, MemoryApi, Phase, Recorder, Status, Strategy
+from anatomy.vocabulary import PHASES, Backend, MemoryApi, Phase, RecordedBy, Status, Strategy
 
 __all__ = ["PHASES", "PhaseReading", "RankReading", "RunListing", "RunReport", "Summary",
            "report", "run_rows", "when"]
@@ -202,15 +202,15 @@ class RunReport:
         return not self.source.by_user
 
     @property
-    def recorder(self) -> Recorder:
+    def recorded_by(self) -> RecordedBy:
         """What marked its phases and reported its steps (what the run can know)."""
         if self.started_by_anatomy:
-            return Recorder.WORKER
+            return RecordedBy.WORKER
         if self.environment.training_arguments is not None:  # the callback's description
-            return Recorder.CALLBACK
+            return RecordedBy.CALLBACK
         if any(p.name != Phase.PROCESS for p in self.phases) or self.steps:
-            return Recorder.PHASE_API
-        return Recorder.COMMAND
+            return RecordedBy.PHASE_API
+        return RecordedBy.COMMAND
 
     @property
     def origin(self) -> str:

@@ -88,9 +88,10 @@ def export_runs(store: Store, run_ids: list[int]) -> dict:
 
 
 def _ranked(row: dict) -> dict:
-    """A phase or step as exported: "rank" only for ranks other than 0 (a file of one process
-    reads as before)."""
-    return row if row.get("rank") else {k: v for k, v in row.items() if k != "rank"}
+    """A phase or step as exported: "rank" only for ranks other than 0, a step's "seq_len" only
+    where it was read (a file of one process of anatomy's own reads as before)."""
+    return {k: v for k, v in row.items() if not (k == "rank" and not v)
+            and not (k == "seq_len" and v is None)}
 
 
 def samples_csv(store: Store, run_ids: list[int]) -> str:
@@ -273,7 +274,8 @@ def _steps(value: Any, where: str) -> list[Step]:
                          whole(step.get("total"), f"{here}.total", optional=True), loss,
                          memory(step.get("allocated"), f"{here}.allocated"),
                          memory(step.get("reserved"), f"{here}.reserved"),
-                         whole(step.get("rank", 0), f"{here}.rank", high=MAX_RANK)))
+                         whole(step.get("rank", 0), f"{here}.rank", high=MAX_RANK),
+                         whole(step.get("seq_len"), f"{here}.seq_len", optional=True)))
     return rows
 
 

@@ -21,7 +21,9 @@ def register(commands: argparse._SubParsersAction) -> None:
                     f"run has one '{Phase.PROCESS}' phase. Exits with the command's exit status "
                     "(128+N when signal N killed it), or 128+N when signal N stopped the watch "
                     "(130: Ctrl-C, which stops the command and keeps the record).")
-    watched.add_argument("--name", help="the run's name (default: the command)")
+    watched.add_argument("--name", help="the run's name (default: the name the command's "
+                                        "anatomy.start(name=…) gives, else none: lists name it "
+                                        "by its command)")
     watched.add_argument("--sample-rate", type=int, default=200, dest="sample_rate",
                          help="samples per second per GPU (1 to 2000, default 200)")
     watched.add_argument("--gpus", help="the visible GPUs to sample, e.g. 0,1 (default: all); "

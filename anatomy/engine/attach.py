@@ -144,6 +144,9 @@ class _LocalRecording:
             _warn(f"run {self.run_id}: {words}")
         self.recording.start_sampler()
         self.recording.follow(self.this)
+        # A script that only adds the callback says nothing else: which run, which store.
+        _warn(f"recording run {self.run_id} into {store.path} (`anatomy show {self.run_id}`, "
+              "or `anatomy dashboard`)")
         if not self.recording.sampling.wait(FIRST_SAMPLE_TIMEOUT):
             self.put(protocol.Note(protocol.Message(
                 time.monotonic() - t0, "warning", "the sampler took longer than "
@@ -170,6 +173,8 @@ class _LocalRecording:
         if final is not None and not final.recorded:
             _warn(f"run {self.run_id} {final.status}: {final.error} (not recorded: the store"
                   f" {self.recording.store.path} cannot be written)")
+        elif final is not None:
+            _warn(f"run {self.run_id} {final.status}, stored in {self.recording.store.path}")
 
 
 class _WatchLink:
@@ -336,6 +341,8 @@ def start(name: str | None = None, *, sample_rate: int = DEFAULT_SAMPLE_RATE,
             t0 = float(os.environ.get(watch_link.T0_ENV) or time.monotonic())
             link: _LocalRecording | _WatchLink | _Unrecorded = _WatchLink(
                 address, os.environ[watch_link.WATCH_KEY_ENV])
+            if name:  # the watch's run takes the script's name, unless `--name` gave one
+                link.put(protocol.Named(name, protocol.Source(_rank())))
         elif _rank() and int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
             t0 = time.monotonic()
             link = _Unrecorded()  # rank 0 records the run; see _Unrecorded

@@ -40,8 +40,8 @@ class StepReports(TrainerCallback):
     loss just after on_step_end, so a step is sent from on_log (or, if nothing is logged, at the
     next step or the end of training)."""
 
-    def __init__(self, reporter: Reporter, use_cuda: bool):
-        self.reporter, self.use_cuda = reporter, use_cuda
+    def __init__(self, reporter: Reporter, use_cuda: bool, lengths: BatchLengths | None = None):
+        self.reporter, self.use_cuda, self.lengths = reporter, use_cuda, lengths
         self.pending: Step | None = None
 
     def flush(self, loss: float | None = None) -> None:
@@ -54,7 +54,8 @@ class StepReports(TrainerCallback):
         allocated, reserved = ((torch.cuda.memory_allocated(), torch.cuda.memory_reserved())
                                if self.use_cuda else (None, None))
         self.pending = Step(self.reporter.now(), state.global_step, state.max_steps, None,
-                            allocated, reserved)
+                            allocated, reserved,
+                            seq_len=self.lengths.take() if self.lengths is not None else None)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs and "loss" in logs:
@@ -62,6 +63,33 @@ class StepReports(TrainerCallback):
 
     def on_train_end(self, args, state, control, **kwargs):
         self.flush()
+
+
+class BatchLengths:
+    """The sequence length each step of a user's Trainer trained at: a forward pre-hook on the
+    model reads its token ids' shape (metadata: nothing is synchronised, nothing copied), and a
+    step keeps the longest of its batches. A data collator that pads each batch to its own
+    longest makes them differ step by step."""
+
+    def __init__(self, model):
+        self.step: int | None = None  # the longest since the last step
+        self.longest: int | None = None  # the longest of the run
+        self.handle = model.register_forward_pre_hook(self._seen, with_kwargs=True)
+
+    def _seen(self, module, args, kwargs) -> None:
+        tokens = kwargs.get("input_ids")
+        if tokens is None:
+            tokens = kwargs.get("inputs_embeds")  # (batch, sequence, hidden)
+        shape = getattr(tokens, "shape", None)
+        if shape is not None and len(shape) >= 2:  # images and the like: no sequence to read
+            self.step = max(self.step or 0, int(shape[1]))
+
+    def take(self) -> int | None:
+        """The step's longest sequence, from here on the next step's."""
+        found, self.step = self.step, None
+        if found is not None:
+            self.longest = max(self.longest or 0, found)
+        return found
 
 
 class ComponentProbing(TrainerCallback):
@@ -166,6 +194,8 @@ class AnatomyCallback(TrainerCallback):
         self.probe = probe
         self._callbacks: list[TrainerCallback] = []
         self._described: tuple[dict, str | None] | None = None  # the options on_init_end read
+        self._lengths: BatchLengths | None = None
+        self._longest_said: int | None = None
 
     def on_init_end(self, args, state, control, model=None, **kwargs):
         facts = _training_facts(args, model)
@@ -175,7 +205,8 @@ class AnatomyCallback(TrainerCallback):
         if model is not None and self.run.reporter.open_phase != "training":
             self.run.phase("weights")
         use_cuda = torch.cuda.is_available() and args.device.type == "cuda"
-        steps = StepReports(self.run.reporter, use_cuda)
+        self._lengths = BatchLengths(model) if model is not None else None
+        steps = StepReports(self.run.reporter, use_cuda, self._lengths)
         self._callbacks = [steps, PhaseMarks(self.run.reporter)]
         if self.probe and model is not None:
             self._callbacks.append(ComponentProbing(self.run.reporter,
@@ -202,6 +233,19 @@ class AnatomyCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         self._each("on_step_end", args, state, control, **kwargs)
+        self._describe_longest()
+
+    def _describe_longest(self) -> None:
+        """The run's sequence length is the longest batch trained on so far (the first
+        example's until a step has one): the peak's activations are made at it. Rank 0 says it
+        for a run of several processes."""
+        lengths, described = self._lengths, self._described
+        if lengths is None or lengths.longest is None or described is None or \
+                self.run.reporter.source.rank or lengths.longest == self._longest_said:
+            return
+        self._longest_said = lengths.longest
+        arguments, model_name = described
+        self.run.reporter.described({**arguments, "seq_len": lengths.longest}, model_name)
 
     def on_log(self, args, state, control, **kwargs):
         self._each("on_log", args, state, control, **kwargs)

@@ -113,6 +113,9 @@ class Collector:
             case protocol.Environment(values=values):
                 self.flush()
                 self.store.merge_environment(self.run_id, values)
+            case protocol.Named(name=name):
+                if self.store.run(self.run_id).name is None:  # `watch --name` comes first
+                    self.store.rename_run(self.run_id, name)
             case protocol.Described(options=options, model=model):
                 self.store.update_run(self.run_id, options=options,
                                       **({"preset": model} if model else {}))

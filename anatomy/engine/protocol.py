@@ -106,6 +106,15 @@ class Described:
 
 
 @dataclass(frozen=True)
+class Named:
+    """The name a user's script gave its run (`anatomy.start(name=…)` under `anatomy watch`): the
+    run's name, unless `watch --name` gave it one."""
+
+    name: str
+    source: Source
+
+
+@dataclass(frozen=True)
 class Note:
     """Something the user should know (shown with the run)."""
 

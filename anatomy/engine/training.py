@@ -56,8 +56,7 @@ def _sharding(options: dict, model=None) -> dict:
                             **({"reshard_after_forward": True} if new_api else {})}}
 
 
-def training_arguments(options: dict, output_dir: str, use_cuda: bool, eval_strategy: str,
-                        model=None):
+def training_arguments(options: dict, output_dir: str, use_cuda: bool, model=None):
     from transformers import TrainingArguments
 
     # transformers 5.2x renamed gradient_checkpointing; older 5.x only knows the old name.
@@ -65,8 +64,10 @@ def training_arguments(options: dict, output_dir: str, use_cuda: bool, eval_stra
                      if "activation_checkpointing" in TrainingArguments.__dataclass_fields__
                      else "gradient_checkpointing")
     return TrainingArguments(
-        # The walkthrough's default_args:
-        output_dir=output_dir, eval_strategy=eval_strategy, num_train_epochs=options["epochs"],
+        # The walkthrough's default_args, but for evaluation: its "steps" without an evaluation
+        # dataset never evaluated (its 128 steps end before eval_steps, 500), and transformers
+        # now refuses it; "no" is what it did.
+        output_dir=output_dir, eval_strategy="no", num_train_epochs=options["epochs"],
         log_level="error", report_to="none",
         # The run's options:
         per_device_train_batch_size=options["batch_size"],
@@ -82,29 +83,15 @@ def training_arguments(options: dict, output_dir: str, use_cuda: bool, eval_stra
     )
 
 
-def _trainer(model, dataset, options: dict, output_dir: str, use_cuda: bool, callbacks: list,
-             reporter: Reporter):
-    """The walkthrough's Trainer; eval_strategy "no" where transformers refuses "steps"."""
+def _trainer(model, dataset, options: dict, output_dir: str, use_cuda: bool, callbacks: list):
+    """The walkthrough's Trainer."""
     from transformers import Trainer
     from transformers.trainer_callback import PrinterCallback
 
-    def build(eval_strategy: str):
-        arguments = training_arguments(options, output_dir, use_cuda, eval_strategy, model)
-        trainer = Trainer(model=model, args=arguments, train_dataset=dataset, callbacks=callbacks)
-        trainer.remove_callback(PrinterCallback)  # it prints every step's log; we draw our own
-        return trainer
-
-    try:
-        return build("steps")
-    except ValueError as error:
-        if "eval" not in str(error).lower():
-            raise
-        if not reporter.source.rank:  # once per run, not once per rank
-            reporter.tell("warning",
-                          "eval_strategy 'steps' needs an evaluation dataset and the walkthrough "
-                          "trains without one; this transformers version refuses that, so the "
-                          "run uses eval_strategy 'no' (nothing is evaluated either way)")
-        return build("no")
+    arguments = training_arguments(options, output_dir, use_cuda, model)
+    trainer = Trainer(model=model, args=arguments, train_dataset=dataset, callbacks=callbacks)
+    trainer.remove_callback(PrinterCallback)  # it prints every step's log; we draw our own
+    return trainer
 
 
 def _profile(reporter: Reporter, model, dataset, trainer, options: dict, device: str) -> None:
@@ -205,7 +192,7 @@ def train_phases(reporter: Reporter, run: RunOptions, spec: ModelSpec, dataset, 
         })
     callbacks = _callbacks(reporter, model, use_cuda)
     with tempfile.TemporaryDirectory(prefix="anatomy-") as output_dir:
-        trainer = _trainer(model, dataset, options, output_dir, use_cuda, callbacks, reporter)
+        trainer = _trainer(model, dataset, options, output_dir, use_cuda, callbacks)
         if run.distributed and not reporter.source.rank:  # how accelerate shares the work
             plugin = getattr(trainer.accelerator.state, "fsdp_plugin", None)
             reporter.environment({

@@ -361,7 +361,7 @@ class Watch:
             run_id = recording.create_run(
                 {}, info, devices[0].nvml_index if devices else 0,
                 {**environment_facts(info, devices), "gpus_sampled": [d.index for d in devices]},
-                name=self.name or " ".join(self.command), preset=_label(self.command),
+                name=self.name, preset=_label(self.command),
                 source={"kind": "watch", "command": self.command, "cwd": os.getcwd(),
                         "host": environment_facts(info, ())["host"]})
         except StoreError:

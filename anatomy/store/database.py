@@ -96,8 +96,8 @@ def _member(kind: type[E], value: str | None) -> E | str | None:
     return kind._value2member_map_.get(value, value) if value is not None else None
 
 
-STEP_INSERT = ("INSERT INTO steps (run_id, t, step, total, loss, allocated, reserved, rank)"
-               " VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
+STEP_INSERT = ("INSERT INTO steps (run_id, t, step, total, loss, allocated, reserved, rank,"
+               " seq_len) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
 
 
 def resolve_path(path: str | os.PathLike | None = None) -> Path:
@@ -415,6 +415,15 @@ class Store:
             known[table] = "rank" in {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
         return known[table]
 
+    def _step_columns(self, db: sqlite3.Connection, rank_column: str) -> str:
+        """A Step's columns, in its order: a store opened read-only is not migrated, and one
+        written before steps had a sequence length reads None for it."""
+        known = self.__dict__.setdefault("_seq_len_column", {})
+        if "steps" not in known:
+            known["steps"] = "seq_len" in {r[1] for r in db.execute("PRAGMA table_info(steps)")}
+        return (f"t, step, total, loss, allocated, reserved, {rank_column}, "
+                + ("seq_len" if known["steps"] else "NULL"))
+
     def _rank_clause(self, db: sqlite3.Connection, table: str, rank: int | None
                      ) -> tuple[str, str, tuple]:
         """(the rank column to select, the condition, its argument) for rows of `rank` (None:
@@ -535,7 +544,7 @@ class Store:
         with self.connect() as db:
             column, where, args = self._rank_clause(db, "steps", rank)
             return [Step(*r) for r in db.execute(
-                f"SELECT t, step, total, loss, allocated, reserved, {column} FROM steps"
+                f"SELECT {self._step_columns(db, column)} FROM steps"
                 f" WHERE run_id = ?{where} ORDER BY t", (run_id, *args))]
 
     def step_span(self, run_id: int, first_step: int, rank: int = 0) -> tuple[Step, Step] | None:
@@ -543,7 +552,7 @@ class Store:
         however long the run); None without such steps."""
         with self.connect() as db:
             column, where, args = self._rank_clause(db, "steps", rank)
-            query = (f"SELECT t, step, total, loss, allocated, reserved, {column} FROM steps"
+            query = (f"SELECT {self._step_columns(db, column)} FROM steps"
                      f" WHERE run_id = ? AND step >= ?{where} ORDER BY t")
             first = db.execute(query + " LIMIT 1", (run_id, first_step, *args)).fetchone()
             last = db.execute(query + " DESC LIMIT 1", (run_id, first_step, *args)).fetchone()
@@ -554,8 +563,8 @@ class Store:
         with self.connect() as db:
             column, _, _ = self._rank_clause(db, "steps", None)
             # SQLite fills the bare columns from the row that holds the MIN / MAX.
-            ends = [{row[6]: Step(*row[:7]) for row in db.execute(
-                f"SELECT t, step, total, loss, allocated, reserved, {column}, {agg}(t) FROM steps"
+            ends = [{row[6]: Step(*row[:8]) for row in db.execute(
+                f"SELECT {self._step_columns(db, column)}, {agg}(t) FROM steps"
                 f" WHERE run_id = ? AND step >= ? GROUP BY {column}", (run_id, first_step))}
                 for agg in ("MIN", "MAX")]
         return {rank: (first, ends[1][rank]) for rank, first in ends[0].items()}
@@ -569,7 +578,7 @@ class Store:
     def last_step(self, run_id: int, rank: int | None = 0) -> Step | None:
         with self.connect() as db:
             column, where, args = self._rank_clause(db, "steps", rank)
-            row = db.execute(f"SELECT t, step, total, loss, allocated, reserved, {column}"
+            row = db.execute(f"SELECT {self._step_columns(db, column)}"
                              f" FROM steps WHERE run_id = ?{where} ORDER BY t DESC LIMIT 1",
                              (run_id, *args)).fetchone()
         return None if row is None else Step(*row)

@@ -47,6 +47,9 @@ class Step(NamedTuple):
     allocated: int | None  # torch's allocator at the step's end (GPU runs)
     reserved: int | None
     rank: int = 0  # the training process that took it (0 for a single process)
+    # The longest sequence its batches held (a user's Trainer pads each batch to its own
+    # longest): what the step's activations were made at. None where it was not read.
+    seq_len: int | None = None
 
 
 class Message(NamedTuple):

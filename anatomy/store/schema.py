@@ -141,7 +141,9 @@ ADDED_COLUMNS = (("sweeps", "pid", "INTEGER"), ("runs", "source", "TEXT NOT NULL
                  ("runs", "origin", "TEXT"), ("runs", "recorder", "TEXT"),
                  # Several training processes (issue 12): each phase and step names its rank.
                  ("phases", "rank", "INTEGER NOT NULL DEFAULT 0"),
-                 ("steps", "rank", "INTEGER NOT NULL DEFAULT 0"))
+                 ("steps", "rank", "INTEGER NOT NULL DEFAULT 0"),
+                 # The sequence length each step of a user's Trainer trained at (issue 20).
+                 ("steps", "seq_len", "INTEGER"))
 
 
 def migrate(db: sqlite3.Connection) -> None:

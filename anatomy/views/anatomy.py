@@ -9,6 +9,7 @@ prediction); this module names and arranges them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from anatomy.analysis.breakdown import (
@@ -33,10 +34,11 @@ from anatomy.analysis.prediction import (
     walkthrough_bytes_per_parameter,
 )
 from anatomy.analysis.report import RunReport
+from anatomy.store import Step
 from anatomy.units import mb_text
 from anatomy.views.style import COMPONENT_LABELS as LABELS
 from anatomy.views.style import MOMENT_LABELS
-from anatomy.vocabulary import Part, Phase, Recorder
+from anatomy.vocabulary import Part, Phase, RecordedBy
 
 # The totals say what they add up: with the measured CUDA context below the parts, or without.
 ALL_AT_ONCE = {False: "all at once", True: "context + all parts"}
@@ -77,14 +79,24 @@ class BytesPerParameterRow(NamedTuple):
     walkthrough: float | None
 
 
-def user_run_basis(report: RunReport) -> str:
-    """What a prediction for a user's own training was made from, in words."""
+def user_run_basis(report: RunReport, steps: Sequence[Step] = ()) -> str:
+    """What a prediction for a user's own training was made from, in words. Its sequence length
+    is the longest batch the run trained on (`steps`' lengths, which a collator that pads each
+    batch to its own longest makes differ): the peak is made there."""
     options, stored = report.options, report.stored_options
     config = report.environment.model_config or {}
-    length = ("" if "vocab_size" not in config else  # images: their size is in the config
-              f", sequence length {options.seq_len} (the training set's first example)"
-              if "seq_len" in stored else
-              f", sequence length {options.seq_len} assumed (the training set could not be read)")
+    lengths = [s.seq_len for s in steps if s.seq_len is not None]
+    if "vocab_size" not in config:  # images: their size is in the config
+        length = ""
+    elif lengths:
+        spread = (f"{min(lengths)} to {max(lengths)} tokens over {len(lengths)} steps"
+                  if min(lengths) != max(lengths) else f"every one of its {len(lengths)} steps")
+        length = (f", sequence length {max(lengths)} (the longest batch it trained on: "
+                  f"{spread})")
+    elif "seq_len" in stored:
+        length = f", sequence length {options.seq_len} (the training set's first example)"
+    else:
+        length = f", sequence length {options.seq_len} assumed (the training set could not be read)"
     lora = f", LoRA rank {options.lora_rank}" if options.lora else ""
     return (f"Predicted from what the run recorded: the model's config, batch size "
             f"{options.batch_size}, {options.precision}, {options.optim}{lora}{length}; on "
@@ -94,23 +106,23 @@ def user_run_basis(report: RunReport) -> str:
 def no_components(report: RunReport) -> str:
     """Why a run has no measured components, for the way it was recorded."""
     return {
-        Recorder.WORKER: "No measured components for this run (recorded before they were "
+        RecordedBy.WORKER: "No measured components for this run (recorded before they were "
                          "measured, or it ended before its first optimizer step): the prediction "
                          "alone.",
-        Recorder.CALLBACK: "No measured components: the callback measures them over the first "
+        RecordedBy.CALLBACK: "No measured components: the callback measures them over the first "
                            "optimizer steps, and this run ended before its first.",
-        Recorder.PHASE_API: "No measured components: the phase API marks phases and steps, it "
+        RecordedBy.PHASE_API: "No measured components: the phase API marks phases and steps, it "
                             "does not look inside the model (a Trainer with "
                             "anatomy.AnatomyCallback() measures them).",
-        Recorder.COMMAND: "No measured components: a watched command is measured from outside, "
+        RecordedBy.COMMAND: "No measured components: a watched command is measured from outside, "
                           "its memory alone (a Trainer with anatomy.AnatomyCallback() measures "
                           "them).",
-    }[report.recorder]
+    }[report.recorded_by]
 
 
 def no_training(report: RunReport) -> str:
     """Why a run's first steps cannot be shown."""
-    if report.recorder == Recorder.COMMAND:
+    if report.recorded_by == RecordedBy.COMMAND:
         return ("A watched command that marks no phases has no training phase to show: its "
                 "memory is on the Runs page.")
     return "This run never reached the training phase."

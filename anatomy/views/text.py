@@ -10,7 +10,7 @@ from anatomy.analysis.models import display_name
 from anatomy.analysis.report import RunReport, known_option
 from anatomy.store import RunRow
 from anatomy.units import MIB
-from anatomy.vocabulary import Backend, MemoryApi, Recorder, Status
+from anatomy.vocabulary import Backend, MemoryApi, RecordedBy, Status
 
 
 def source(backend: Backend, memory_api: MemoryApi | None) -> str:
@@ -70,19 +70,19 @@ def no_steps(report: RunReport) -> str:
     if report.status == Status.RUNNING:
         return "No training step recorded yet."
     return {
-        Recorder.WORKER: "This run ended before its first training step.",
-        Recorder.CALLBACK: "The Trainer reported no step: the run ended before its first "
+        RecordedBy.WORKER: "This run ended before its first training step.",
+        RecordedBy.CALLBACK: "The Trainer reported no step: the run ended before its first "
                            "optimizer step.",
-        Recorder.PHASE_API: "The script reported no step (the phase API's run.step(loss=…) "
+        RecordedBy.PHASE_API: "The script reported no step (the phase API's run.step(loss=…) "
                             "reports one).",
-        Recorder.COMMAND: "A command watched without anatomy's callback or phase API reports no "
+        RecordedBy.COMMAND: "A command watched without anatomy's callback or phase API reports no "
                           "steps: its memory alone.",
-    }[report.recorder]
+    }[report.recorded_by]
 
 
 def steps_caption(report: RunReport) -> str:
     """What the loss and step-time chart shows, for the way the run was recorded."""
-    if report.recorder == Recorder.PHASE_API:
+    if report.recorded_by == RecordedBy.PHASE_API:
         return ("The loss each run.step(loss=…) reported, and the time each step took from the "
                 "end of the one before.")
     return ("The Trainer's loss at each step (logged every step) and the time each step took, "

@@ -74,7 +74,72 @@ def test_the_trainer_callback_records_phases_steps_and_components(store):
     prediction = breakdown.prediction_for(rep)
     assert prediction.parameters == parameters
     assert prediction.as_components().weights == rep.components.weights
-    assert "sequence length 16 (the training set's first example)" in user_run_basis(rep)
+    assert [s.seq_len for s in store.steps(rep.id)] == [16, 16, 16]  # each step's, as trained
+    assert "sequence length 16 (the longest batch it trained on: every one of its 3 steps)" in \
+        user_run_basis(rep, store.steps(rep.id))
+    # Which run, which store: said when it starts and when it ends.
+    assert f"anatomy: recording run {rep.id} into {store.path}" in result.stderr
+    assert f"anatomy: run {rep.id} completed, stored in {store.path}" in result.stderr
+
+
+# A user's script with nothing of anatomy but the callback, and its own collator padding each
+# batch to its longest example: 24 examples of 16 to 120 tokens, the first one 16.
+PADDED_SCRIPT = """
+import random
+
+import torch
+from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
+
+import anatomy
+
+random.seed(0)
+lengths = [16] + [random.randint(16, 120) for _ in range(23)]
+examples = [{"input_ids": [random.randint(5, 999) for _ in range(n)], "labels": n % 2}
+            for n in lengths]
+
+
+def pad(batch):
+    longest = max(len(e["input_ids"]) for e in batch)
+    ids = torch.zeros(len(batch), longest, dtype=torch.long)
+    for row, example in enumerate(batch):
+        ids[row, :len(example["input_ids"])] = torch.tensor(example["input_ids"])
+    return {"input_ids": ids, "labels": torch.tensor([e["labels"] for e in batch])}
+
+
+config = BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                    intermediate_size=256, vocab_size=1000, max_position_embeddings=128)
+arguments = TrainingArguments(output_dir="out", per_device_train_batch_size=8, num_train_epochs=1,
+                              logging_steps=1, report_to="none", save_strategy="no",
+                              disable_tqdm=True, use_cpu=True)
+trainer = Trainer(model=BertForSequenceClassification(config), args=arguments,
+                  train_dataset=examples, data_collator=pad, callbacks=[anatomy.AnatomyCallback()])
+trainer.train()
+print(lengths)
+"""
+
+
+def test_a_trainer_padding_each_batch_is_predicted_at_the_longest_batch_it_trained_on(store,
+                                                                                        tmp_path):
+    """A run with dynamic padding was recorded at its first example's length (16): its
+    activations predicted at 9.8 MB beside 233 MB measured. Each step's length is recorded, and
+    the prediction is made at the longest batch (the peak is made there)."""
+    script = tmp_path / "train.py"
+    script.write_text(PADDED_SCRIPT)
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                            timeout=600, cwd=tmp_path, env=_env(store))
+    assert result.returncode == 0, result.stderr[-3000:]
+    rep = _only_run(store)
+    assert rep.status == "completed", rep.error
+    lengths = [s.seq_len for s in store.steps(rep.id)]
+    assert len(lengths) == 3 and None not in lengths and len(set(lengths)) > 1
+    examples = result.stdout.strip().splitlines()[-1]  # a batch is padded to one example's length
+    assert set(lengths) <= {int(n) for n in examples.strip("[]").split(",")}
+    assert rep.stored_options["seq_len"] == max(lengths) > 16
+    assert f"sequence length {max(lengths)} (the longest batch it trained on: " \
+           f"{min(lengths)} to {max(lengths)} tokens over 3 steps)" in \
+        user_run_basis(rep, store.steps(rep.id))
+    # A script that adds the callback and nothing else says which run and which store.
+    assert f"anatomy: recording run {rep.id} into {store.path}" in result.stderr
 
 
 def test_watch_joins_the_phases_the_command_marks(store):
@@ -86,13 +151,18 @@ def test_watch_joins_the_phases_the_command_marks(store):
     assert rep.source.kind == "watch" and list(rep.source.command[-len(SMALL):]) == SMALL
     assert rep.steps == 3
     assert "occupied" in result.stderr and "status: completed" in result.stderr
+    # The script's anatomy.start(name=…) names the watch's run (it was the command line).
+    assert rep.name == "plain loop: tiny GPT-2"
+    assert rep.title().startswith(f"Run {rep.id}: plain loop: tiny GPT-2 on ")
 
 
 def test_watch_of_a_command_that_marks_nothing_has_one_process_phase(store):
-    result = _python(store, "-m", "anatomy", "watch", "--", sys.executable, "-c",
-                      "import time; x = bytearray(50 * 2**20); time.sleep(1)")
+    result = _python(store, "-m", "anatomy", "watch", "--name", "no API script", "--",
+                     sys.executable, "-c", "import time; x = bytearray(50 * 2**20); time.sleep(1)")
     assert result.returncode == 0, result.stderr
     rep = _only_run(store)
+    assert rep.name == "no API script"  # --name is the run's name, in every page's title
+    assert rep.title().startswith(f"Run {rep.id}: no API script on ")
     assert rep.status == "completed"
     assert [p.name for p in rep.phases] == ["process"] and rep.phases[0].done
     assert rep.summary.peak_bytes > 50 * 2**20  # the command's own RSS, bytearray included

@@ -40,6 +40,11 @@ def test_run_prints_each_phase_and_the_summary(recorded):
     assert any(line.startswith("Time: ") for line in lines)
     assert any(line.startswith("Samples/second: ") for line in lines)
     assert ("NVML" if ON_GPU else "CPU resident memory (RSS)") in result.stdout  # what it measures
+    assert "store: " in result.stdout  # where the run goes, said as it starts
+    # No warning the user did not cause: every run said "eval_strategy 'steps' needs an
+    # evaluation dataset…" (the walkthrough's arguments, which transformers now refuses).
+    assert "warning" not in result.stderr and "eval_strategy" not in result.stderr, result.stderr
+    assert any(line.startswith("Time: ") and line.endswith(" s") for line in lines)  # its unit
 
 
 def test_runs_and_show_as_json(recorded):

@@ -178,7 +178,7 @@ def main() -> None:
         st.warning(f"No prediction: {prediction.reason}.")
     else:
         if not rep.started_by_anatomy:
-            st.caption(view.user_run_basis(rep))
+            st.caption(view.user_run_basis(rep, db.steps(rep.id)))
         measured_and_predicted(rep, prediction)
         peak_section(rep, prediction)
         bytes_per_parameter(rep, prediction)
