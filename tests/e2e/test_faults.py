@@ -181,6 +181,16 @@ def test_kill_9_of_the_cli_ends_its_processes_frees_the_device_and_the_next_star
     lock = DeviceLock(device_key(RunOptions(preset="tiny"), machine()))  # the run's device
     assert lock.acquire("test"), lock.holder()
     lock.release()
+    # `runs` and `show` at once see it ended, and write nothing: the store's bytes stay.
+    files = sorted(p for p in run.store_path.parent.glob(run.store_path.name + "*")
+                   if not p.name.endswith("-shm"))
+    before = [p.read_bytes() for p in files]
+    listed, shown = (subprocess.run([sys.executable, "-m", "anatomy", *command, "--store",
+                                     str(run.store_path)], cwd=PROJECT, capture_output=True,
+                                    text=True, timeout=120) for command in (["runs"], ["show", "1"]))
+    assert " failed " in listed.stdout.splitlines()[1] and "running" not in listed.stdout
+    assert "ended without a word" in shown.stdout
+    assert [p.read_bytes() for p in files] == before
     store = Store(run.store_path)
     assert store.run(1, as_recorded=True).status == "running"  # nobody was left to write it
     assert store.run(1).status == "failed"  # but every reader sees it ended
