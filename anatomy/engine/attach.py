@@ -40,6 +40,7 @@ from anatomy.engine.locks import DeviceLock, gpu_key
 from anatomy.engine.recording import FIRST_SAMPLE_TIMEOUT, Recording, environment_facts
 from anatomy.engine.reporter import Reporter
 from anatomy.store import Step, Store
+from anatomy.vocabulary import Status
 
 DEFAULT_SAMPLE_RATE = 200
 STOP_WAIT_SECONDS = 10.0  # a signal's stop waits this long for the ending to be written
@@ -205,10 +206,10 @@ class _WatchLink:
 
     def stop(self, reason: str) -> None:
         """Tell the watch this process was stopped (a signal to it, not to the watch)."""
-        self.put(protocol.Failure("stopped", reason, protocol.Source(_rank())), wait=1.0)
+        self.put(protocol.Failure(Status.STOPPED, reason, protocol.Source(_rank())), wait=1.0)
 
     def close(self, ending: Ending) -> None:
-        if ending.status != "completed":
+        if ending.status != Status.COMPLETED:
             self.put(protocol.Failure(ending.status, ending.error or ending.status,
                                       protocol.Source(_rank())))
         with self.lock:
@@ -298,7 +299,7 @@ class Run:
         if not self.ended:
             self.ended = True
             if isinstance(self.link, _LocalRecording):
-                self.link.ending = Ending("stopped", reason)
+                self.link.ending = Ending(Status.STOPPED, reason)
                 self.link.this.closed = True
         if isinstance(self.link, _LocalRecording):
             self.link.recording.wait(STOP_WAIT_SECONDS)

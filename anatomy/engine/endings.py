@@ -12,6 +12,8 @@ import signal
 import sys
 from dataclasses import dataclass
 
+from anatomy.vocabulary import Status
+
 # Torch's own out-of-memory errors as they are printed: its exception's name (torch 2.5+:
 # torch.OutOfMemoryError; before: torch.cuda.OutOfMemoryError), CUDA's and the caching
 # allocator's message, the CPU allocator's, and a CUDA call's cudaErrorMemoryAllocation.
@@ -26,7 +28,7 @@ OOM_TEXT = re.compile(
 class Ending:
     """How a run ended: what the store gets, and what a caller is told even when the store
     cannot take it (a full disk): `recorded` is False then."""
-    status: str
+    status: Status
     error: str | None = None
     recorded: bool = True
 

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from types import FrameType
 
 from anatomy.engine.endings import Ending, is_oom, stopped_by
+from anatomy.vocabulary import Status
 
 RETURNS = {dis.opmap[name] for name in ("RETURN_VALUE", "RETURN_CONST") if name in dis.opmap}
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
@@ -32,24 +33,25 @@ def ending_of(error: BaseException | str | None) -> Ending:
     """How a run ends when the script ends so: by nothing (completed), an error, Ctrl-C, an
     exit."""
     if error is None:
-        return Ending("completed")
+        return Ending(Status.COMPLETED)
     if isinstance(error, KeyboardInterrupt):
-        return Ending("stopped", stopped_by(signal.SIGINT))
+        return Ending(Status.STOPPED, stopped_by(signal.SIGINT))
     if isinstance(error, SystemExit):
         return exit_ending(error.code)
     if isinstance(error, BaseException):
-        return Ending("oom" if is_oom(error) else "failed", f"{type(error).__name__}: {error}")
-    return Ending("failed", str(error))
+        return Ending(Status.OOM if is_oom(error) else Status.FAILED,
+                      f"{type(error).__name__}: {error}")
+    return Ending(Status.FAILED, str(error))
 
 
 def exit_ending(code: object) -> Ending:
     """The ending of `sys.exit(code)`: Python's exit status is 0 for None and 0, the number for
     another int, 1 (the text printed) for anything else."""
     if code is None or code == 0:
-        return Ending("completed")
+        return Ending(Status.COMPLETED)
     if isinstance(code, int):
-        return Ending("failed", f"the script exited with code {code} (sys.exit)")
-    return Ending("failed", f"the script exited with code 1: {code}")
+        return Ending(Status.FAILED, f"the script exited with code {code} (sys.exit)")
+    return Ending(Status.FAILED, f"the script exited with code 1: {code}")
 
 
 class ExitWatch:
@@ -79,9 +81,9 @@ class ExitWatch:
         """At exit: completed when the script ran to its end, else the exit it made."""
         frame = self.frame
         if frame is None or frame.f_code.co_code[frame.f_lasti] in RETURNS:
-            return Ending("completed")
+            return Ending(Status.COMPLETED)
         if self.code is _UNKNOWN:
-            return Ending("failed", "the script ended by SystemExit (its code unknown)")
+            return Ending(Status.FAILED, "the script ended by SystemExit (its code unknown)")
         return exit_ending(self.code)
 
 

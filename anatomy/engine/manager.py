@@ -42,6 +42,7 @@ from anatomy.engine.recording import (
     environment_facts,
 )
 from anatomy.store import RunRow, Store
+from anatomy.vocabulary import Status
 
 __all__ = ["LOCK_DIR_ENV", "STOP_GRACE_SECONDS", "DeviceBusy", "DeviceLock", "Ending",
            "InvalidOptions", "RunManager", "device_key", "live_run", "machine"]
@@ -69,8 +70,8 @@ class RunManager:
         closed = end_orphans(self.store, list(self.active))
         try:
             for sweep in self.store.sweeps():
-                if sweep.status == "running" and not _pid_alive(sweep.pid):
-                    self.store.update_sweep(sweep.id, status="failed", ended_at=time.time(),
+                if sweep.status == Status.RUNNING and not _pid_alive(sweep.pid):
+                    self.store.update_sweep(sweep.id, status=Status.FAILED, ended_at=time.time(),
                                             error="the process that ran it ended before the sweep"
                                                   " did")
         except sqlite3.Error:
@@ -261,8 +262,8 @@ def _decide(outcome, code: int | None) -> Ending:
     if outcome.failure is not None:
         return Ending(outcome.failure.status, outcome.failure.text)
     if code == 0 and outcome.summary is not None:
-        return Ending("completed")
-    return Ending("failed", f"the training worker {death(code)} before it finished (killed or"
+        return Ending(Status.COMPLETED)
+    return Ending(Status.FAILED, f"the training worker {death(code)} before it finished (killed or"
                   " crashed)")
 
 

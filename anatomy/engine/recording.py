@@ -37,6 +37,7 @@ from anatomy.engine.lifeline import Lifeline, launch
 from anatomy.engine.processes import end_tree
 from anatomy.store import Store, store_error
 from anatomy.store.liveness import ENDED_WITHOUT_A_WORD, is_alive
+from anatomy.vocabulary import Status
 
 TAIL_SECONDS = 0.3    # the sampler outlives the training this long, so the end is measured
 SAMPLER_TIMEOUT_SECONDS = 10.0
@@ -128,12 +129,11 @@ class Recording:
         self.stop_at: float | None = None  # the run's clock when the stop was asked for
         self.lost_at: float | None = None  # the recording was lost here, the training going on
         self.ending: Ending | None = None
-        self.sampling = threading.Event()  # the sampler has measured once
+        self.sampling = threading.Event()  # a sample has been collected
         self.done = threading.Event()
         self.finished: list[Callable[[], None]] = []  # called once the run has ended
         self._stopping = threading.Lock()  # one ending of the training's tree at a time
         self._early: list = []  # what the sampler said before the collector began
-        self._thread: threading.Thread | None = None
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -180,9 +180,8 @@ class Recording:
             self.store.update_run(self.run_id, worker_pid=training.pid)
         except sqlite3.Error:
             pass  # the collector meets the same store and ends the run, saying why
-        self._thread = threading.Thread(target=self._collect, name=f"anatomy-collector-{self.run_id}",
-                                        daemon=True)
-        self._thread.start()
+        threading.Thread(target=self._collect, name=f"anatomy-collector-{self.run_id}",
+                         daemon=True).start()
 
     def abandon(self, reason: str | None = None) -> None:
         """Nothing trains after all (it could not be started): the sampler goes, and a run
@@ -195,7 +194,7 @@ class Recording:
         if self.run_id is not None and reason is not None:
             self.store.free_reserve(self.run_id)
             with contextlib.suppress(sqlite3.Error):
-                self.store.finish(self.run_id, "failed", reason)
+                self.store.finish(self.run_id, Status.FAILED, reason)
 
     # --- stopping ---
     def request_stop(self, reason: str) -> None:
@@ -329,9 +328,9 @@ class Recording:
 
     def _decided(self) -> Ending:
         if self.stop_reason is not None:
-            return Ending("stopped", self.stop_reason)
+            return Ending(Status.STOPPED, self.stop_reason)
         if self.outcome.sampler_lost is not None:
-            return Ending("failed", self.outcome.sampler_lost)
+            return Ending(Status.FAILED, self.outcome.sampler_lost)
         return self.decide(self.outcome, self.exit_code)
 
     def _lost(self, error: Exception) -> Ending:
@@ -350,7 +349,7 @@ class Recording:
                     f" recording stopped at {self.lost_at:.1f} s and the training went on"
                     " unrecorded; what was written before is kept")
             self._say(text)
-        return Ending("failed", text)
+        return Ending(Status.FAILED, text)
 
     def _say(self, text: str) -> None:
         if self.tell is not None:
@@ -413,7 +412,7 @@ class Recording:
 def _completed_unless_failed(outcome: Outcome, code: int | None) -> Ending:
     if outcome.failure is not None:
         return Ending(outcome.failure.status, outcome.failure.text)
-    return Ending("completed")
+    return Ending(Status.COMPLETED)
 
 
 def end_orphans(store: Store, ours: Sequence[int] = ()) -> list[int]:
@@ -428,12 +427,12 @@ def end_orphans(store: Store, ours: Sequence[int] = ()) -> list[int]:
     except sqlite3.Error:
         return closed
     for run in runs:
-        if run.status != "running" or run.id in ours or is_alive(run):
+        if run.status != Status.RUNNING or run.id in ours or is_alive(run):
             continue
         store.free_reserve(run.id)
         try:
             store.close_phases(run.id, store.last_time(run.id))
-            store.finish(run.id, "failed", ENDED_WITHOUT_A_WORD)
+            store.finish(run.id, Status.FAILED, ENDED_WITHOUT_A_WORD)
         except sqlite3.Error:
             continue
         closed.append(run.id)

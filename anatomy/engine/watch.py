@@ -41,6 +41,7 @@ from anatomy.engine.processes import LIST_SECONDS, Tree, end_tree
 from anatomy.engine.recording import FIRST_SAMPLE_TIMEOUT, Recording, environment_facts
 from anatomy.store import PROCESS, PhaseMark, Store, StoreError
 from anatomy.units import mib
+from anatomy.vocabulary import Status
 
 STOP_GRACE_SECONDS = 10.0  # after a stop the command may save and exit on its own
 KILL_GRACE_SECONDS = 3.0   # then its tree gets SIGTERM, and SIGKILL this long after
@@ -311,15 +312,15 @@ class Watch:
         if outcome.failure is not None:
             return Ending(outcome.failure.status, outcome.failure.text)
         if code == 0:
-            return Ending("completed")
+            return Ending(Status.COMPLETED)
         last = self.output.last_lines()
         printed = f":\n{last}" if last else ""
         if self.output.oom:
-            return Ending("oom", f"the command ran out of memory ({death(code, 'exited')})"
+            return Ending(Status.OOM, f"the command ran out of memory ({death(code, 'exited')})"
                           + printed)
         if code is not None and code < 0:
-            return Ending("failed", f"the command {death(code)}" + printed)
-        return Ending("failed", f"the command exited with code {code}{shell_death(code or 0)}"
+            return Ending(Status.FAILED, f"the command {death(code)}" + printed)
+        return Ending(Status.FAILED, f"the command exited with code {code}{shell_death(code or 0)}"
                       + printed)
 
     # --- running ---
@@ -500,7 +501,7 @@ class Watch:
         kept = "" if ending.recorded else " (not recorded: the store cannot be written)"
         _say(f"status: {ending.status}{kept}; {samples} stored in {self.store.path} as run"
              f" {run_id}", out)
-        if ending.status != "completed" and ending.error:
+        if ending.status != Status.COMPLETED and ending.error:
             _say(f"{ending.status}: {ending.error.splitlines()[0]}", out)
 
 

@@ -1,0 +1,50 @@
+"""How a run ends in words and numbers, the same for every front (engine/endings.py, exits.py)."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from anatomy.engine.endings import death, exit_status, is_oom, oom_in, shell_death, stopped_by
+from anatomy.engine.exits import ending_of
+from anatomy.vocabulary import Status
+
+
+@pytest.mark.parametrize("text, oom", [
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", True),
+    ("torch.cuda.OutOfMemoryError: CUDA out of memory.", True),
+    ("RuntimeError: CUDA error: out of memory", True),
+    ("RuntimeError: DefaultCPUAllocator: can't allocate memory: you tried to allocate 8 GB", True),
+    ("checking for out of memory conditions: none", False),
+    ("the job ran out of memory budget on the scheduler", False),
+])
+def test_oom_is_torchs_own_error_not_any_mention_of_the_words(text, oom):
+    assert oom_in(text) is oom
+    assert is_oom(RuntimeError(text)) is oom
+    assert not is_oom(ValueError(text))  # torch raises its error as a RuntimeError
+    assert is_oom(MemoryError())
+
+
+def test_a_signal_is_named_and_given_back_as_128_plus_n():
+    assert death(-9) == "was killed by SIGKILL" and death(3) == "ended with exit code 3"
+    assert exit_status(-9) == 137 and exit_status(-15) == 143 and exit_status(3) == 3
+    assert "killed by SIGKILL" in shell_death(137) and shell_death(1) == ""
+    assert stopped_by(signal.SIGTERM) == "stopped by SIGTERM"
+    assert stopped_by(signal.SIGINT) == "stopped by Ctrl-C (SIGINT)"
+
+
+@pytest.mark.parametrize("error, status, words", [
+    (None, Status.COMPLETED, None),
+    (SystemExit(0), Status.COMPLETED, None),
+    (SystemExit(), Status.COMPLETED, None),
+    (SystemExit(1), Status.FAILED, "exited with code 1 (sys.exit)"),
+    (SystemExit("fatal"), Status.FAILED, "exited with code 1: fatal"),
+    (KeyboardInterrupt(), Status.STOPPED, "Ctrl-C"),
+    (RuntimeError("the loss went NaN"), Status.FAILED, "RuntimeError: the loss went NaN"),
+    (RuntimeError("CUDA out of memory. Tried to allocate 1 GiB"), Status.OOM, "CUDA out of memory"),
+])
+def test_how_a_script_ends_is_how_its_run_ends(error, status, words):
+    ending = ending_of(error)
+    assert ending.status == status
+    assert ending.error is None if words is None else words in ending.error
