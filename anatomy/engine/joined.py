@@ -17,7 +17,7 @@ import time
 from multiprocessing.connection import Client, Connection
 from typing import TextIO
 
-from anatomy.engine import link, sampler
+from anatomy.engine import link
 from anatomy.engine.endings import exit_status
 from anatomy.engine.hosts import (
     BEAT_SECONDS,
@@ -38,9 +38,8 @@ from anatomy.engine.hosts import (
     send,
     wall_at,
 )
-from anatomy.engine.lifeline import Lifeline, launch
 from anatomy.engine.locks import DeviceBusy, gpu_key, take_all
-from anatomy.engine.recording import FIRST_SAMPLE_TIMEOUT, TAIL_SECONDS
+from anatomy.engine.recording import TAIL_SECONDS, spawn_sampler
 from anatomy.engine.watch import STOP_GRACE_SECONDS, Watch, _Command, _say
 
 
@@ -109,16 +108,9 @@ class Joined:
             raise JoinRefused(str(error)) from None
         fds = tuple(lock.fileno() for lock in locks)
         training_pid = self.context.Value("i", 0)
-        lock = fds if len(fds) > 1 else (fds[0] if fds else None)
-        sampling = self.context.Process(
-            target=sampler.run, name="anatomy-sampler", daemon=True,
-            args=(self.samples, self.stop_sampler, watch.info.backend, watch.sample_rate,
-                  self.t0, [d.nvml_index for d in devices], training_pid,
-                  Lifeline("anatomy-sampler", lock, death_signal=signal.SIGTERM)))
-        launch(sampling)
-        outbox: list = []
-        with contextlib.suppress(queue_module.Empty):
-            outbox.append(self.samples.get(timeout=FIRST_SAMPLE_TIMEOUT))
+        sampling, outbox = spawn_sampler(self.context, self.samples, self.stop_sampler,
+                                         watch.info.backend, watch.sample_rate, self.t0,
+                                         [d.nvml_index for d in devices], training_pid, fds)
         self.sampling.set()
         listener, address, key = watch._listen()
         env = {**os.environ, link.WATCH_ENV: address, link.WATCH_KEY_ENV: key,

@@ -63,6 +63,26 @@ def environment_facts(info: Machine, devices: Sequence[Device]) -> dict[str, Any
     return facts
 
 
+def spawn_sampler(context, samples, stop, backend: str, rate: float, t0: float,
+                  gpus: Sequence[int], training_pid, lock_fds: tuple[int, ...] = ()
+                  ) -> tuple[mp.Process, list]:
+    """The sampler process, started, and what it said first. It holds the device locks with
+    its parent and dies with it (engine/lifeline.py). The training starts once the sampler reads
+    (its first word: the device panel's), so that its start is measured, however long a loaded
+    machine takes to start a process: [] when it said nothing in FIRST_SAMPLE_TIMEOUT (whoever
+    collects finds out what became of it)."""
+    lock = lock_fds if len(lock_fds) > 1 else (lock_fds[0] if lock_fds else None)
+    process = context.Process(
+        target=sampler.run, name="anatomy-sampler", daemon=True,
+        args=(samples, stop, backend, rate, t0, list(gpus), training_pid,
+              Lifeline("anatomy-sampler", lock, death_signal=signal.SIGTERM)))
+    launch(process)
+    try:
+        return process, [samples.get(timeout=FIRST_SAMPLE_TIMEOUT)]
+    except queue_module.Empty:
+        return process, []
+
+
 class Training(Protocol):
     """The process that trains, as the recording follows it."""
 
@@ -140,22 +160,11 @@ class Recording:
 
     # --- starting ---
     def start_sampler(self) -> None:
-        """The sampler process: it holds the device locks with us and dies with us
-        (engine/lifeline.py)."""
-        lock = self.lock_fds if len(self.lock_fds) > 1 else (self.lock_fds[0] if self.lock_fds
-                                                              else None)
-        self.sampler = self.context.Process(
-            target=sampler.run, name="anatomy-sampler", daemon=True,
-            args=(self.samples, self.stop_sampler, self.backend, self.sample_rate, self.t0,
-                  self.gpus, self.training_pid,
-                  Lifeline("anatomy-sampler", lock, death_signal=signal.SIGTERM)))
-        launch(self.sampler)
-        # The training starts once the sampler reads (its first word: the device panel's), so
-        # that its start is measured, however long a loaded machine takes to start a process.
-        try:
-            self._early.append(self.samples.get(timeout=FIRST_SAMPLE_TIMEOUT))
-        except queue_module.Empty:
-            pass  # the collector finds out what became of it
+        """The sampler process (`spawn_sampler`), before the training starts."""
+        self.sampler, first = spawn_sampler(self.context, self.samples, self.stop_sampler,
+                                            self.backend, self.sample_rate, self.t0, self.gpus,
+                                            self.training_pid, self.lock_fds)
+        self._early += first
 
     def create_run(self, options: dict, info: Machine, gpu: int, environment: dict, *,
                    name: str | None = None, sweep: str | None = None,
