@@ -23,13 +23,16 @@ run: $(STAMP)
 cli: $(STAMP)
 	$(BIN)/python -m anatomy run
 
+# Tests on every core (pytest-xdist; worksteal: a worker that is done takes another's queue).
+XDIST := -n auto --dist worksteal
+
 # The unit tier (tests/unit/: in-process, no process started), for the edit loop.
 check: $(STAMP)
-	$(BIN)/python -m pytest -q tests/unit
+	$(BIN)/python -m pytest -q $(XDIST) tests/unit
 
 # Everything: the unit tier and tests/e2e/ (the worker, the CLI, Streamlit, Chromium, pip install).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(XDIST)
 
 # ruff, and the layers and import rules of pyproject.toml's [tool.importlinter] (docs/ARCHITECTURE.md).
 lint: $(STAMP)

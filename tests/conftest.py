@@ -76,6 +76,12 @@ def pytest_collection_modifyitems(config, items):
     if outside:
         raise pytest.UsageError("tests outside tests/unit/ and tests/e2e/ (CONTRIBUTING.md says "
                                 "which tier a test goes in): " + ", ".join(outside))
+    # Longest first, so that with pytest-xdist (`make test`) the minutes of a pip install or a
+    # browser start at once and the many short unit tests fill the end: `pip install` into fresh
+    # virtualenvs, then Chromium, then the other real processes, then the unit tier.
+    items.sort(key=lambda item: (not item.get_closest_marker("packaging"),
+                                 not item.get_closest_marker("browser"),
+                                 _tier(item) != "e2e"))
 
 
 def _tier(item) -> str | None:
@@ -147,7 +153,7 @@ def pytest_sessionfinish(session, exitstatus):
             pass
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter:
-        reporter.ensure_newline()
+        reporter.write_line("")
         reporter.write_line("processes left behind by the tests (now killed):", red=True)
         for name in names:
             reporter.write_line(f"  {name}", red=True)
