@@ -22,16 +22,13 @@ from anatomy.store import Store
 from anatomy.views import export
 from anatomy.views.live import summary_lines
 from tests.conftest import PROJECT, USERS_SHAPES, seed_users_run
+from tests.e2e.conftest import ARTIFACTS
 from tools import demo_store
 
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(
     not Path("/usr/bin/chromium").exists(),
     reason="needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)")]
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-ARTIFACTS = PROJECT / "test-artifacts"
 RUN_SECONDS = 120  # a tiny CPU run takes ~15 s on two cores; CI machines can be slower
 NARROW = {"width": 1000, "height": 900}  # a laptop's window with the sidebar open
 
@@ -87,10 +84,16 @@ def server(tmp_path):
 
 
 @pytest.fixture
-def gpu_runs(tmp_path):
-    """A fresh server on the H200 runs of docs/data (tools/demo_store.py), no request served
-    yet. Yields the url, the store and the server's log."""
-    store = demo_store.build(tmp_path / "anatomy.sqlite", sweep=False)
+def gpu_store(tmp_path) -> Store:
+    """The H200 runs of docs/data in a store (tools/demo_store.py)."""
+    return demo_store.build(tmp_path / "anatomy.sqlite", sweep=False)
+
+
+@pytest.fixture
+def gpu_runs(tmp_path, gpu_store):
+    """A fresh server on the H200 runs of docs/data, no request served yet. Yields the url, the
+    store and the server's log."""
+    store = gpu_store
     process, url, log = _serve(tmp_path, store.path)
     yield url, store, log
     _stop(process, log)
@@ -107,17 +110,6 @@ def every_kind_of_run(tmp_path):
     process, url, log = _serve(tmp_path, store.path)
     yield url, runs
     assert "Traceback" not in _stop(process, log)
-
-
-@pytest.fixture
-def chromium():
-    from playwright.sync_api import sync_playwright
-
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
 
 
 # Plotly keeps the drawn figure on its element: read the bands and markers the browser shows.
@@ -293,9 +285,9 @@ def test_at_1000_px_no_label_overlaps_another_or_leaves_its_chart(gpu_runs, chro
     assert problems == {}
 
 
-def test_an_exported_chart_keeps_its_title_and_tick_labels_on_the_page(gpu_runs, chromium,
+def test_an_exported_chart_keeps_its_title_and_tick_labels_on_the_page(gpu_store, chromium,
                                                                        tmp_path):
-    url, store, log = gpu_runs
+    store = gpu_store  # a file of its own: no server
     exported = tmp_path / "run-1.html"
     exported.write_text(export.runs_html(store, [1]))
     page = chromium.new_page(viewport={"width": 1000, "height": 800})

@@ -20,13 +20,13 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import PROJECT
-from tools.browser import ARGS, CHROMIUM, free_port
+from tests.e2e.conftest import ARTIFACTS
+from tools.browser import CHROMIUM, free_port
 
 pytestmark = [pytest.mark.packaging, pytest.mark.browser, pytest.mark.skipif(
     not Path(CHROMIUM).exists(),
     reason="needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)")]
 
-ARTIFACTS = PROJECT / "test-artifacts"
 NARROW = {"width": 1000, "height": 900}
 
 # A user's script: a tiny BERT from its config, examples of 16 to 120 tokens padded per batch by
@@ -90,17 +90,6 @@ def installed(tmp_path) -> tuple[Path, dict]:
                            text=True, cwd=tmp_path, env=env)
     assert where.stdout.startswith(target), where  # the installed copy, not the clone's
     return env_dir / "bin", env
-
-
-@pytest.fixture
-def chromium():
-    from playwright.sync_api import sync_playwright
-
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield browser
-        browser.close()
 
 
 def _dashboard(binaries: Path, env: dict, folder: Path):

@@ -9,12 +9,36 @@ import os
 import subprocess
 import sys
 import venv
+from importlib import metadata
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from anatomy.store import Store
 from tests.conftest import PROJECT
+
+
+def _installed_torch(folder: Path) -> Path:
+    """torch as the user's environment already holds it: this environment's torch and what it
+    requires, linked into `folder` (installing torch's wheel again would take most of the test's
+    minutes). Returns torch's own directory there."""
+    folder.mkdir()
+    done, wanted = set(), ["torch"]
+    while wanted:
+        name = canonicalize_name(wanted.pop())
+        if name in done:
+            continue
+        done.add(name)
+        distribution = metadata.distribution(name)
+        for entry in {f.parts[0] for f in distribution.files or ()} - {"..", "__pycache__"}:
+            if not (folder / entry).exists():
+                (folder / entry).symlink_to(distribution.locate_file(entry))
+        for requirement in map(Requirement, distribution.requires or ()):
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                wanted.append(requirement.name)
+    return folder / "torch"
 
 
 @pytest.mark.packaging
@@ -29,12 +53,17 @@ def test_pip_install_gives_the_cli_and_the_callback_without_streamlit(tmp_path):
                                 capture_output=True, text=True, timeout=900)
         assert result.returncode == 0, result.stderr[-3000:]
 
-    # The user's environment has its torch (here: the CPU build this machine keeps on disk);
-    # the package's range accepts it instead of pulling another build.
-    import torch
-
-    pip(f"torch=={torch.__version__.split('+')[0]}")
+    # The user's environment has its torch (the CPU build here), seen through a .pth file after
+    # the virtualenv's own site-packages; the package's range accepts it instead of pulling
+    # another build.
+    torch_dir = _installed_torch(tmp_path / "users-torch")
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    (Path(site) / "users-torch.pth").write_text(f"{torch_dir.parent}\n")
     pip(str(PROJECT))
+    kept = subprocess.run([python, "-c", "import torch; print(torch.__file__)"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert kept.stdout.startswith(str(torch_dir)), kept.stdout + kept.stderr[-3000:]
     cli = subprocess.run([str(env_dir / "bin" / "anatomy"), "--help"], capture_output=True,
                          text=True, timeout=120, cwd=tmp_path)
     assert cli.returncode == 0 and "watch" in cli.stdout, cli.stderr
