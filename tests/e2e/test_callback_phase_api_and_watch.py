@@ -156,9 +156,26 @@ def test_watch_joins_the_phases_the_command_marks(store):
     assert rep.title().startswith(f"Run {rep.id}: plain loop: tiny GPT-2 on ")
 
 
+# A command that holds 50 MB until the watch has stored a few samples of it (a fixed sleep ends
+# before the first sample on a loaded machine).
+HOLDS_50_MB = """
+import os, sqlite3, time
+x = bytearray(50 * 2**20)
+deadline = time.monotonic() + 120
+while time.monotonic() < deadline:
+    try:
+        with sqlite3.connect(os.environ["ANATOMY_STORE"]) as db:
+            if db.execute("SELECT count(*) FROM samples").fetchone()[0] >= 5:
+                break
+    except sqlite3.Error:
+        pass
+    time.sleep(0.2)
+"""
+
+
 def test_watch_of_a_command_that_marks_nothing_has_one_process_phase(store):
     result = _python(store, "-m", "anatomy", "watch", "--name", "no API script", "--",
-                     sys.executable, "-c", "import time; x = bytearray(50 * 2**20); time.sleep(1)")
+                     sys.executable, "-c", HOLDS_50_MB)
     assert result.returncode == 0, result.stderr
     rep = _only_run(store)
     assert rep.name == "no API script"  # --name is the run's name, in every page's title

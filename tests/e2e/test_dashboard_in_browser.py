@@ -162,7 +162,7 @@ def test_a_run_started_from_the_form_shows_its_phases_live_and_its_summary(serve
     page.get_by_role("spinbutton", name="Sequence length", exact=True).fill("128")
     page.get_by_role("spinbutton", name="Sample rate (Hz)", exact=True).fill("50")
     page.get_by_role("button", name="Predict memory and time").click()
-    expect(page.get_by_text("steps ×").first).to_be_visible(timeout=30_000)  # before Start
+    expect(page.get_by_text("steps ×").first).to_be_visible(timeout=RUN_SECONDS * 1000)  # before Start
     page.get_by_role("button", name="Start", exact=True).click()
 
     # Live: the bands appear as the phases begin. Reload mid-run: nothing is lost.

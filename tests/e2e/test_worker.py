@@ -16,7 +16,7 @@ from anatomy.store import PHASES
 from tests.conftest import PROJECT, TINY
 
 
-def _wait_for_phase(store, run_id: int, name: str, timeout: float = 60) -> None:
+def _wait_for_phase(store, run_id: int, name: str, timeout: float = 180) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if any(p.name == name for p in store.phases(run_id)):
