@@ -131,9 +131,11 @@ class Collector:
                 self.outcome.operations = values
             case protocol.Failure(source=source):
                 # Of several ranks, the first to fail is the cause: the others fail after it
-                # (a collective whose peer is gone) or are ended by the launcher.
+                # (a collective whose peer is gone) or are ended by the launcher. A rank that
+                # only lost its peer gives way to any rank that says more.
                 first = self.outcome.failure
-                if first is None or first.source.rank == source.rank:
+                if first is None or first.source.rank == source.rank \
+                        or (first.after_peer and not message.after_peer):
                     self.outcome.failure = message
             case protocol.WorkerLeft(t=t):
                 self.outcome.worker_left = t

@@ -148,8 +148,11 @@ class TrainingSummary:
 
 @dataclass(frozen=True)
 class Failure:
-    """The training failed: status "oom" or "failed", and the error."""
+    """The training failed: status "oom" or "failed", and the error. `after_peer`: a rank of
+    several whose collective failed because another rank is gone — the other's end is the cause,
+    this one is said only if nothing else is."""
 
     status: str
     text: str
     source: Source
+    after_peer: bool = False

@@ -36,7 +36,7 @@ from anatomy.engine import protocol
 from anatomy.engine.endings import death
 from anatomy.engine.lifeline import die_with_parent
 from anatomy.engine.reporter import Reporter
-from anatomy.engine.training import EXIT_FAILED, EXIT_OOM, guarded, train_phases
+from anatomy.engine.training import EXIT_FAILED, EXIT_OOM, EXIT_PEER_LOST, guarded, train_phases
 
 FORWARD_SECONDS = 0.02
 QUIET_LOGGERS = ("torch.distributed.elastic", "torch.multiprocessing")
@@ -144,8 +144,11 @@ def launch_ranks(reporter: Reporter, run: RunOptions, spec: ModelSpec, dataset, 
         if not failures:  # the launch itself failed (a rendezvous, a port)
             reporter.failure("failed", f"accelerate's launcher failed: {error}")
         elif not any(code in (EXIT_OOM, EXIT_FAILED) for code in codes):
-            # No rank said why (killed, os._exit): name the first to end.
-            rank, failure = (error.get_first_failure() if hasattr(error, "get_first_failure")
+            # No rank said why (killed, os._exit; the others at most lost it as a peer): name
+            # the first to end without a word.
+            silent = {rank: f for rank, f in failures.items() if f.exitcode != EXIT_PEER_LOST}
+            rank, failure = (min(silent.items(), key=lambda item: item[1].timestamp) if silent
+                             else error.get_first_failure() if hasattr(error, "get_first_failure")
                              else next(iter(failures.items())))
             reporter.failure("failed", f"{rank_words(rank, use_cuda, run)} {death(failure.exitcode)}"
                              " (killed or crashed); the launcher ended the other ranks")

@@ -62,5 +62,5 @@ class Reporter:
     def summary(self, values: dict[str, Any]) -> None:
         self.queue.put(protocol.TrainingSummary(values, self.source))
 
-    def failure(self, status: str, text: str) -> None:
-        self.queue.put(protocol.Failure(status, text, self.source))
+    def failure(self, status: str, text: str, after_peer: bool = False) -> None:
+        self.queue.put(protocol.Failure(status, text, self.source, after_peer))

@@ -19,6 +19,11 @@ from anatomy.engine.reporter import Reporter
 
 EXIT_OOM = 3
 EXIT_FAILED = 1
+EXIT_PEER_LOST = 4  # a rank whose collective lost another rank: the other's end is the cause
+
+# How a collective says that another rank is gone: gloo's TCP pair, NCCL's remote error.
+_PEER_LOST = ("Connection reset by peer", "Connection closed by peer",
+              "remote process exited or there was a network error")
 
 
 def progress_bars_lock() -> None:
@@ -222,5 +227,18 @@ def guarded(reporter: Reporter, work, who: str = "") -> int:
         if reporter.open_phase:
             reporter.end(reporter.open_phase)
         text = str(error) if oom else traceback.format_exc()
-        reporter.failure("oom" if oom else "failed", f"{who}: {text}" if who else text)
-        return EXIT_OOM if oom else EXIT_FAILED
+        after_peer = bool(who) and not oom and lost_peer(error)
+        reporter.failure("oom" if oom else "failed", f"{who}: {text}" if who else text,
+                         after_peer=after_peer)
+        return EXIT_OOM if oom else EXIT_PEER_LOST if after_peer else EXIT_FAILED
+
+
+def lost_peer(error: BaseException) -> bool:
+    """A collective that failed because another rank is gone (killed, crashed): torch's network
+    error, or the backend's own words in a RuntimeError. Not every backend error: an NCCL error
+    of the rank's own is its own cause."""
+    import torch.distributed as dist
+
+    network = getattr(dist, "DistNetworkError", ())
+    return isinstance(error, RuntimeError) and (
+        isinstance(error, network) or any(words in str(error) for words in _PEER_LOST))

@@ -53,7 +53,8 @@ def test_the_plain_loop_records_its_phases_and_steps_with_the_phase_api(store):
     assert rep.source.kind == "script" and rep.source.script.endswith("plain_loop.py")
     assert [(s.step, s.total) for s in store.steps(rep.id)] == [(1, 3), (2, 3), (3, 3)]
     assert all(s.loss is not None for s in store.steps(rep.id))
-    assert rep.title().endswith(f"({rep.origin})") and "plain_loop.py" in rep.title()
+    # a title names the script by its file (the full path is the run's origin, on its own line)
+    assert rep.title().endswith("(script plain_loop.py)") and rep.origin.endswith("plain_loop.py")
 
 
 def test_the_trainer_callback_records_phases_steps_and_components(store):

@@ -6,8 +6,12 @@ import signal
 
 import pytest
 
+from anatomy.analysis.options import RunOptions
+from anatomy.engine import protocol
+from anatomy.engine.collector import Collector
 from anatomy.engine.endings import death, exit_status, is_oom, oom_in, shell_death, stopped_by
 from anatomy.engine.exits import ending_of
+from anatomy.engine.training import lost_peer
 from anatomy.vocabulary import Status
 
 
@@ -48,3 +52,19 @@ def test_how_a_script_ends_is_how_its_run_ends(error, status, words):
     ending = ending_of(error)
     assert ending.status == status
     assert ending.error is None if words is None else words in ending.error
+
+
+def test_a_rank_that_only_lost_its_peer_gives_way_to_the_rank_that_ended(store):
+    """Rank 1 killed: rank 0's collective fails first ("Connection reset by peer"); the run's
+    error is the worker's word on rank 1, not rank 0's traceback. A real error stays first."""
+    run_id = store.create_run(RunOptions().to_dict(), "cpu-rss", "rss", 0, {})
+    lost = RuntimeError("[gloo/transport/tcp/pair.cc:537] Read error: Connection reset by peer")
+    assert lost_peer(lost) and not lost_peer(RuntimeError("shape mismatch"))
+    collector = Collector(store, run_id)
+    collector.handle(protocol.Failure("failed", "rank 0: Traceback …", protocol.Source(0), True))
+    collector.handle(protocol.Failure("failed", "rank 1 killed by SIGKILL", protocol.Source(0)))
+    assert collector.outcome.failure.text == "rank 1 killed by SIGKILL"
+    first = Collector(store, run_id)
+    first.handle(protocol.Failure("failed", "rank 1: ValueError", protocol.Source(1)))
+    first.handle(protocol.Failure("failed", "rank 0: reset by peer", protocol.Source(0), True))
+    assert first.outcome.failure.text == "rank 1: ValueError"

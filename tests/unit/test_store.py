@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 from anatomy.analysis.options import RunOptions
 from anatomy.analysis.report import report
@@ -25,9 +26,13 @@ def test_a_run_can_be_read_while_it_is_written(store):
     batches, per_batch = 200, 50
     errors: list[Exception] = []
     seen: list[int] = []
+    reading = threading.Event()
 
     def writer():
         for b in range(batches):
+            # one read between every two batches, whatever the scheduler does under load
+            while len(seen) <= b and reading.is_set():
+                time.sleep(0.001)
             rows = [Sample(b + i / per_batch, 0, b * per_batch + i, None, 10**9, None)
                     for i in range(per_batch)]
             store.write(run_id, samples=rows, steps=[Step(float(b), b, batches, 0.5, None, None)])
@@ -36,12 +41,15 @@ def test_a_run_can_be_read_while_it_is_written(store):
         reader_store = Store(store.path)  # its own connection, as the dashboard's would be
         try:
             while thread.is_alive():
-                seen.append(reader_store.sample_count(run_id))
                 report(reader_store, run_id)
+                seen.append(reader_store.sample_count(run_id))
         except Exception as error:  # a locked database would land here
             errors.append(error)
+        finally:
+            reading.clear()
 
     thread = threading.Thread(target=writer)
+    reading.set()
     thread.start()
     read = threading.Thread(target=reader)
     read.start()
