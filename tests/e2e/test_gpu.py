@@ -6,6 +6,7 @@ Skipped without CUDA. Run there with `python -m pytest -m gpu`.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -222,6 +223,57 @@ def test_measured_next_to_predicted_on_the_gpu(manager, store, model):
     assert (parts.weights, parts.gradients, parts.optimizer_states) == \
         (predicted.weights, predicted.gradients, predicted.optimizer_states)
     assert predicted.peak == pytest.approx(parts.peak_allocated, rel=0.03)
+
+
+def test_a_users_trainer_script_under_watch_on_the_gpu(tmp_path):
+    """The path a user walks: their Trainer script with the callback, under `anatomy watch`, on
+    the GPU: the four phases, its steps, the components measured, and the prediction made from
+    the config the callback recorded lands on the allocator's peak."""
+    from anatomy.analysis.breakdown import NoPrediction, predicted
+
+    path = tmp_path / "user.sqlite"
+    env = {**os.environ, "ANATOMY_STORE": str(path), "PYTHONPATH": os.pathsep.join(
+        filter(None, (str(PROJECT), os.environ.get("PYTHONPATH"))))}
+    result = subprocess.run([sys.executable, "-m", "anatomy", "watch", "--", sys.executable,
+                             str(PROJECT / "examples" / "trainer_script.py"), "--steps", "6",
+                             "--batch-size", "16", "--seq-len", "256", "--layers", "4"],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    store = Store(path)
+    rep = report(store, store.runs()[0].id)
+    assert rep.status == "completed" and rep.on_gpu
+    assert [p.name for p in rep.phases] == list(PHASES)
+    assert rep.steps == 6 and rep.name == "Trainer: tiny BERT"
+    parts = rep.components
+    assert parts.weights == parts.gradients == 4 * rep.environment.parameters
+    prediction = predicted(rep)
+    assert not isinstance(prediction, NoPrediction), prediction
+    assert (prediction.weights, prediction.gradients, prediction.optimizer_states) == \
+        (parts.weights, parts.gradients, parts.optimizer_states)
+    # a small model: the allocator's peak within 3 % or 8 MiB (its rounding is that coarse)
+    assert abs(prediction.peak - parts.peak_allocated) <= max(0.03 * parts.peak_allocated,
+                                                               8 * MIB)
+
+
+def test_watch_is_refused_while_a_run_holds_the_gpu(manager, store, tmp_path):
+    """Two recordings of one GPU would mix their figures: `watch` takes the device lock that
+    `anatomy run` holds, and says so in one line, starting nothing."""
+    run_id = manager.start(RunOptions(preset="bert-base-uncased", batch_size=8,
+                                      max_steps=100_000))
+    deadline = time.monotonic() + 300
+    while not any(p.name == "training" for p in store.phases(run_id)):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    marker = tmp_path / "ran"
+    result = subprocess.run([sys.executable, "-m", "anatomy", "watch", "--store",
+                             str(tmp_path / "other.sqlite"), "--", sys.executable, "-c",
+                             f"open({str(marker)!r}, 'w')"], cwd=PROJECT, capture_output=True,
+                            text=True, timeout=120)
+    manager.stop(run_id)
+    assert result.returncode == 2, result.stderr
+    assert "busy" in result.stderr and "Traceback" not in result.stderr
+    assert not marker.exists()  # nothing started
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
