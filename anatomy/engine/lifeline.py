@@ -104,6 +104,16 @@ def _rebuild(name, parent, fd, own_group, death_signal) -> Lifeline:
     return lifeline
 
 
+RANK_NAME = "anatomy-rank-{}"  # a rank's process name (its local rank): the sampler finds it
+
+
+def name_rank(local_rank: int) -> None:
+    """In a rank of several forked by a launcher: the process's name says its rank (what ps and
+    top show, and what the sampler reads to measure each rank's processes apart; a fork keeps no
+    environment variable a launcher set after it)."""
+    _prctl(PR_SET_NAME, RANK_NAME.format(local_rank).encode()[:15])
+
+
 def die_with_parent(sig: int = signal.SIGKILL) -> None:
     """In a process forked by a launcher (a rank of several): `sig` when its parent ends. A fork
     does not inherit the parent-death signal; without prctl, a watchdog thread."""

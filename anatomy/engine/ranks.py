@@ -34,7 +34,7 @@ from anatomy.analysis.models import ModelSpec
 from anatomy.analysis.options import RunOptions
 from anatomy.engine import protocol
 from anatomy.engine.endings import death
-from anatomy.engine.lifeline import die_with_parent
+from anatomy.engine.lifeline import die_with_parent, name_rank
 from anatomy.engine.reporter import Reporter
 from anatomy.engine.training import EXIT_FAILED, EXIT_OOM, EXIT_PEER_LOST, guarded, train_phases
 
@@ -62,6 +62,7 @@ def _rank(queue, reporter_args: tuple, run: RunOptions, spec: ModelSpec, dataset
     die_with_parent(signal.SIGKILL)
     rank = int(os.environ.get("RANK", "0"))
     local = int(os.environ.get("LOCAL_RANK", str(rank)))
+    name_rank(local)
     t0, dwell = reporter_args
     reporter = Reporter(queue, t0, dwell,
                         protocol.Source(rank=rank, device=local if use_cuda else None))

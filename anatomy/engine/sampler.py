@@ -17,6 +17,7 @@ Every STATUS_SECONDS it also reads what nvitop shows (`protocol.DeviceStatus`): 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import threading
@@ -25,7 +26,7 @@ import traceback
 from collections.abc import Sequence
 
 from anatomy.engine import nvml
-from anatomy.engine.lifeline import Lifeline, signal_group
+from anatomy.engine.lifeline import RANK_NAME, Lifeline, signal_group
 from anatomy.engine.processes import LIST_SECONDS, Tree
 from anatomy.engine.protocol import (
     DeviceStatus,
@@ -37,10 +38,13 @@ from anatomy.engine.protocol import (
     Samples,
     WorkerLeft,
 )
+from anatomy.store import rank_series
 
 BATCH_SECONDS = 0.05
 UTIL_SECONDS = 0.1  # NVML's utilisation counter itself only changes every ~1/6 s
 TREE_SECONDS = 0.1
+RANK_SECONDS = 0.5  # a process not known as a rank is asked again after this long
+RANK_NAME_PATTERN = re.compile(RANK_NAME.format(r"(\d+)"))
 STATUS_SECONDS = 0.5  # the device panel: nvitop's own refresh is 2 s; a live chart wants more
 
 PARENT_WAIT_SECONDS = 0.5  # a SIGTERM from a dying parent, told from one from outside
@@ -66,8 +70,11 @@ def _exiting(pid: int) -> bool:
 
 
 class _ProcessTree:
-    """RSS of a process and its descendants. Finding the descendants walks /proc, which costs
-    more than a tick at 1,000 Hz, so the tree is re-listed every TREE_SECONDS, not every tick."""
+    """RSS of a process and its descendants, and of each training rank's own processes among them
+    (a rank and what it started: its data loaders). Finding the descendants walks /proc, which
+    costs more than a tick at 1,000 Hz, so the tree is re-listed every TREE_SECONDS, not every
+    tick; a process's rank is read once, from its name (lifeline.name_rank: a rank anatomy's
+    worker forked) or its LOCAL_RANK (a launcher's exec'd rank, under `anatomy watch`)."""
 
     def __init__(self, pid: int):
         import psutil
@@ -77,8 +84,35 @@ class _ProcessTree:
         self.own_pid = os.getpid()
         self.members: list = []
         self.listed_at = float("-inf")
+        # pid -> the local rank whose processes it is (found once), or when none was last found:
+        # a rank just forked still bears its launcher's name for a moment.
+        self.ranks: dict[int, int | float] = {}
+        # A root that is itself a rank (the callback or the phase API in one rank of a launch)
+        # is the one rank: its data loaders, which inherit its LOCAL_RANK, are not another's.
+        self.one_rank = self._local_rank(self.root) is not None
 
-    def rss(self, t: float) -> int | None:
+    def _local_rank(self, process) -> int | None:
+        try:
+            named = RANK_NAME_PATTERN.fullmatch(process.name())
+            local = named.group(1) if named else process.environ().get("LOCAL_RANK", "")
+        except self.psutil.Error:
+            return None  # gone, or another user's: counted in the whole tree alone
+        return int(local) if local.isdigit() else None
+
+    def _rank(self, process, t: float) -> int | None:
+        if self.one_rank or process is self.root:
+            return None
+        known = self.ranks.get(process.pid)
+        if isinstance(known, int):
+            return known
+        if known is not None and t - known < RANK_SECONDS:
+            return None
+        found = self._local_rank(process)
+        self.ranks[process.pid] = found if found is not None else float(t)
+        return found
+
+    def rss(self, t: float) -> tuple[int, dict[int, int]] | None:
+        """The tree's RSS and each rank's (by local rank; {} for a single process)."""
         psutil = self.psutil
         if t - self.listed_at >= TREE_SECONDS:
             try:
@@ -89,7 +123,7 @@ class _ProcessTree:
             except psutil.Error:
                 return None
             self.listed_at = t
-        total = 0
+        total, by_rank = 0, {}
         for process in self.members:
             try:
                 rss = process.memory_info().rss
@@ -100,7 +134,10 @@ class _ProcessTree:
                 # Its last phase keeps the last real figure instead of a 0 MB that never was.
                 return None
             total += rss
-        return total
+            rank = self._rank(process, t)
+            if rank is not None:
+                by_rank[rank] = by_rank.get(rank, 0) + rss
+        return total, by_rank
 
 
 class Reader:
@@ -153,8 +190,14 @@ class Reader:
                 self._tree = _ProcessTree(pid)
             except Exception:  # psutil.NoSuchProcess: it ended before its first sample
                 return []
-        rss = self._tree.rss(t)
-        return [] if rss is None else [Sample(t, 0, rss, None, self._ram_total, None)]
+        read = self._tree.rss(t)
+        if read is None:
+            return []
+        total, by_rank = read
+        # The whole tree under 0, as always; each rank's own processes under 1 + its local rank.
+        return [Sample(t, 0, total, None, self._ram_total, None),
+                *(Sample(t, rank_series(rank), rss, None, self._ram_total, None)
+                  for rank, rss in sorted(by_rank.items()))]
 
 
 class StatusReader:

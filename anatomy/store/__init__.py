@@ -30,12 +30,15 @@ from anatomy.store.rows import (
     Step,
     SweepRow,
     device_key,
+    rank_series,
+    series_rank,
 )
 from anatomy.vocabulary import PHASES, Phase
 
 PROFILING, PROCESS = Phase.PROFILING, Phase.PROCESS
 
-__all__ = ["HOST_STRIDE", "device_key", "Components", "Origin", "RunFacts", "RunSource", "TrainingArguments",
+__all__ = ["HOST_STRIDE", "device_key", "rank_series", "series_rank", "Components", "Origin",
+           "RunFacts", "RunSource", "TrainingArguments",
            "TrainingSummary", "PHASES", "PROCESS", "PROFILING", "SPANS", "STATUSES", "STORE_ENV",
            "GpuProcess", "GpuStatus", "HostStatus", "Message", "PhaseMark", "PhaseSpan",
            "RunRecord", "RunRow", "Sample", "Step", "Store", "StoreError", "StoreMissing",

@@ -29,6 +29,19 @@ def device_key(host: int, gpu: int) -> int:
     return host * HOST_STRIDE + gpu
 
 
+# A CPU run measures RSS, not a device: its whole process tree under 0, and where several ranks
+# train, each rank's own processes (the rank and its data loaders) under 1 + its local rank.
+def rank_series(local_rank: int) -> int:
+    """The number a CPU rank's own RSS is stored under on its host (before `device_key`)."""
+    return 1 + local_rank
+
+
+def series_rank(key: int) -> int | None:
+    """The local rank whose own RSS a CPU run's sample key holds; None for the whole tree."""
+    index = key % HOST_STRIDE
+    return index - 1 if index else None
+
+
 class Sample(NamedTuple):
     """One reading of one device: the sampler sends these, the store keeps them as they are."""
     t: float  # seconds since the run's start

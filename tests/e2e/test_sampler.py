@@ -9,7 +9,7 @@ from multiprocessing import Value
 
 import psutil
 
-from anatomy.engine import sampler
+from anatomy.engine import protocol, sampler
 
 
 def test_a_zombie_workers_memory_is_not_read_as_0(tmp_path):
@@ -26,3 +26,55 @@ def test_a_zombie_workers_memory_is_not_read_as_0(tmp_path):
     finally:
         child.wait()
     assert reader.read(2.0) == []  # and once it is gone altogether
+
+
+def _launch(env: str) -> psutil.Popen:
+    """A launcher (bash) of three processes: two ranks (LOCAL_RANK 0 holding 40 MB more than
+    itself, LOCAL_RANK 1 80 MB) and a helper without a rank; `env` goes before the launcher."""
+    hold = "import time; held = bytearray([1]) * ({} * 2**20); time.sleep(60)"
+    script = (f"LOCAL_RANK=0 {sys.executable} -c '{hold.format(40)}' & "
+              f"LOCAL_RANK=1 {sys.executable} -c '{hold.format(80)}' & "
+              f"{sys.executable} -c '{hold.format(1)}' & wait")
+    return psutil.Popen(["env", *env.split(), "bash", "-c", script])
+
+
+def _read_when_started(launcher: psutil.Popen) -> list[protocol.Sample]:
+    """The reader's samples once each child has started and holds its memory."""
+    deadline = time.monotonic() + 60
+    while True:
+        children = launcher.children(recursive=True)
+        rss = [p.memory_info().rss for p in children]
+        if len(children) == 3 and min(rss) > 0 and max(rss) > 80 * 2**20:
+            return sampler.Reader("cpu-rss", worker_pid=Value("i", launcher.pid)).read(0.0)
+        assert time.monotonic() < deadline and launcher.poll() is None
+        time.sleep(0.1)
+
+
+def test_rss_reader_measures_each_ranks_own_processes_beside_the_tree():
+    """Two CPU ranks under a launcher (`anatomy watch -- torchrun …`): `show` printed the same row
+    for both, the whole tree's; now each rank's own RSS is a series of its own (1 + local rank)."""
+    launcher = _launch("")
+    try:
+        rows = {row.gpu: row.used for row in _read_when_started(launcher)}
+    finally:
+        for child in launcher.children(recursive=True):
+            child.kill()
+        launcher.kill()
+        launcher.wait()
+    assert set(rows) == {0, 1, 2}
+    assert 30 * 2**20 < rows[2] - rows[1] < 50 * 2**20  # rank 1 holds 40 MB more than rank 0
+    assert rows[0] > rows[1] + rows[2]  # the tree: the launcher and the helper too
+
+
+def test_a_root_that_is_a_rank_is_the_one_rank():
+    """The callback in rank 0 of a launch samples its own process: its children inherit its
+    LOCAL_RANK and are its data loaders, not another rank."""
+    launcher = _launch("LOCAL_RANK=0")
+    try:
+        rows = _read_when_started(launcher)
+    finally:
+        for child in launcher.children(recursive=True):
+            child.kill()
+        launcher.kill()
+        launcher.wait()
+    assert [row.gpu for row in rows] == [0]
