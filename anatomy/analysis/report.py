@@ -26,6 +26,8 @@ from anatomy.store import (
     Store,
     TrainingSummary,
     device_key,
+    rank_series,
+    series_rank,
 )
 from anatomy.units import mib
 from anatomy.vocabulary import PHASES, Backend, MemoryApi, Phase, RecordedBy, Status, Strategy
@@ -60,13 +62,13 @@ class PhaseReading:
 class RankReading:
     """One training process of several (issue 12): its phases, with its GPU's memory (NVML) at
     each phase's end and at its peak, and its measured components. On the CPU the sampler reads
-    the RSS of the whole process tree: every rank's memory is the same one figure, all ranks
-    together (`gpu` None)."""
+    the RSS of each rank's own processes apart (`gpu` None); a store of before it holds the
+    whole tree's alone, every rank's the same one figure, all ranks together."""
 
     rank: int
     gpu: int | None  # the GPU it trained on (NVML index on its host); None for a CPU rank
     phases: tuple[PhaseReading, ...]
-    peak_bytes: int | None  # the highest sample of its GPU (of the tree on the CPU)
+    peak_bytes: int | None  # the highest sample of its GPU (of its processes on the CPU)
     components: Components | None
     # A run on several hosts (issue 21): the host it ran on; None for a run of one host.
     host: str | None = None
@@ -75,6 +77,11 @@ class RankReading:
     @property
     def peak_mb(self) -> int | None:
         return mib(self.peak_bytes)
+
+    @property
+    def measured_alone(self) -> bool:
+        """Its memory is its own: its GPU's, or its own processes' RSS (not every rank's)."""
+        return self.gpu is not None or series_rank(self.device) is not None
 
     def phase(self, name: str) -> PhaseReading | None:
         return next((p for p in self.phases if p.name == name), None)
@@ -243,6 +250,14 @@ class RunReport:
         return self.environment.device
 
     @property
+    def devices(self) -> str:
+        """What it trained on, in words: "NVIDIA H200", "CPU"; "2 × CPU (ddp)" for several
+        processes (another class of run than one device's)."""
+        if self.world_size > 1:
+            return f"{self.world_size} × {self.device_name} ({self.strategy or Strategy.DDP})"
+        return self.device_name
+
+    @property
     def device_total(self) -> int | None:
         """The training device's memory (a CPU run: the machine's RAM)."""
         return self.environment.device_total
@@ -292,7 +307,7 @@ class RunReport:
         named = f"Run {self.id}: {self.name}" if self.name else f"Run {self.id}"
         if what:
             named += f" — {what}" if self.name else f": {what}"
-        return f"{named} on {self.device_name}{where}"
+        return f"{named} on {self.devices}{where}"
 
     @property
     def model(self) -> str | None:
@@ -419,11 +434,19 @@ def _ranks(store: Store, run: RunRow, profiling: PhaseReading | None) -> tuple[R
             spans.setdefault(span.rank, []).append(span._replace(end_s=end))
     baseline_end = next((s.end_s for s in spans.get(0, []) if s.name == Phase.BASELINE), None)
     where = {}
+    locals_on: dict[int, int] = {}  # each host's ranks so far: a rank's local rank there
     for rank in store.ranks(run.id):
         gpu = gpus[rank] if on_gpu and rank < len(gpus) else None
         host = rank_hosts[rank] if rank < len(rank_hosts) else 0
-        # The CPU: its host's tree's RSS.
-        where[rank] = (gpu, host, device_key(host, gpu if gpu is not None else run.gpu))
+        local = locals_on[host] = locals_on.get(host, -1) + 1
+        # The CPU: the rank's own processes' RSS where the sampler read it apart (a store of
+        # before reads its host's tree's, every rank's together).
+        where[rank] = (gpu, host, device_key(host, gpu if gpu is not None else run.gpu)
+                       if on_gpu else device_key(host, rank_series(local)))
+    if not on_gpu:
+        found = store.peaks(run.id, sorted({device for _, _, device in where.values()}))
+        where = {rank: (gpu, host, device if found.get(device) is not None else
+                        device_key(host, run.gpu)) for rank, (gpu, host, device) in where.items()}
     # The memory at each rank's phase ends, and at the worker's baseline (rank 0 has it).
     points = [(device, span.end_s) for rank, (_, _, device) in where.items()
               for span in spans.get(rank, [])]
@@ -489,9 +512,7 @@ def run_rows(store: Store, tag: str | None = None, preset: str | None = None,
     for run in store.find_runs(tag=tag, preset=preset, status=status):
         rep = report(store, run.id, run)
         summary = rep.summary
-        device = rep.device_name
-        if rep.world_size > 1:  # several processes: another class of run than one GPU's
-            device = f"{rep.world_size} × {device} ({rep.strategy or Strategy.DDP})"
+        device = rep.devices
         rows.append(RunListing(
             id=run.id, name=run.name, created=when(run.created_at), status=run.status,
             preset=display_name(run.preset), batch_size=known_option(run, "batch_size"),

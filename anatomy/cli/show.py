@@ -61,8 +61,10 @@ def cmd_show(args: argparse.Namespace) -> int:
             f"{name}={parts.get(name) / MIB:.1f}" for name in components.ORDER
             if parts.get(name) is not None))
     if rep.ranks:
+        together = not all(r.measured_alone for r in rep.ranks)  # a store of before
         print(f"{rep.world_size} processes ({rep.strategy}); each rank's memory at its phases' ends"
-              + ("" if rep.on_gpu else " (the CPU: all ranks' RSS together)") + ":")
+              + ("" if rep.on_gpu else " (the CPU: all ranks' RSS together)" if together else
+                 " (the CPU: the RSS of each rank's own processes)") + ":")
         names = [Phase.KERNEL, Phase.WEIGHTS, Phase.TRAINING]
         print(table([[r.label(), *[(r.phase(n).memory_mb if r.phase(n) else None)
                                      for n in names], r.peak_mb] for r in rep.ranks],

@@ -102,8 +102,9 @@ def run_charts(rep: RunReport, key: str, now: float | None = None, live: bool = 
     """The run's memory, each of its GPUs (a run of several), its loss and step time, or its
     device panel, as chosen."""
     views = [v for v in VIEWS if v != "gpus" or rep.world_size > 1]
+    names = VIEWS if rep.on_gpu else {**VIEWS, "gpus": "Per process"}  # CPU ranks: no GPU
     with st.container(horizontal=True, vertical_alignment="bottom", gap="large"):
-        view = st.segmented_control("Show", views, format_func=VIEWS.get, default="memory",
+        view = st.segmented_control("Show", views, format_func=names.get, default="memory",
                                     required=True, key=f"{key}_view") or "memory"
         axis = axis_choice(f"{key}_axis") if view == "memory" else "run"
     if view == "memory":
@@ -143,10 +144,14 @@ def per_gpu(rep: RunReport, now: float | None = None) -> None:
     st.plotly_chart(gpu_figures.heat_strip(rep, db.decimated(rep.id, gpu_figures.buckets(rep)),
                                            now), key=f"gpus-{rep.id}", config=CHART)
     st.caption("A row per GPU, time across: the colour is the GPU's highest reading in each "
-               "stretch of time, " + ("as a fraction of its memory" if rep.on_gpu else
-                                      "in MiB (the RSS of the host's processes)")
-               + ". A row unlike the others is a GPU that fills first or starts late.")
-    table([{"GPU": r.gpu, "rank": r.rank, "peak (MB)": r.peak_mb,
+               "stretch of time, as a fraction of its memory. A row unlike the others is a GPU "
+               "that fills first or starts late." if rep.on_gpu else
+               "A row per process, time across: the colour is the highest RSS of "
+               + ("the rank's own processes" if all(r.measured_alone for r in rep.ranks) else
+                  "its host's processes, every rank's together")
+               + " in each stretch of time, as a fraction of the host's RAM. A row unlike the "
+               "others is a process that fills first or starts late.")
+    table([{"GPU" if rep.on_gpu else "process": r.gpu, "rank": r.rank, "peak (MB)": r.peak_mb,
                    **{f"{name} (MB)": mb for name, mb in r.phase_mb.items()},
                    "training began (s)": r.training_start_s,
                    "samples/s (this rank's, after the first steps)": r.samples_per_second}

@@ -375,8 +375,9 @@ def rank_rows(report: RunReport, predicted: RankPrediction | None) -> list[RankR
                     else "FSDP's all-gather and reduce-scatter buffers")
             add(what + " (in the peak)", None, predicted.communication)
         add("allocator's peak", parts.peak_allocated, guess.get("peak"))
-        if not report.on_gpu:  # the sampler's RSS is the whole tree's: no figure per rank
-            rows.append(RankRow(rank.label(), "peak RSS (every rank together)",
+        if not report.on_gpu:  # RSS: each rank's own processes (every rank's in old stores)
+            rows.append(RankRow(rank.label(), "peak RSS (its own processes)" if
+                                rank.measured_alone else "peak RSS (every rank together)",
                                 _mb_or_dash(rank.peak_bytes), "—"))
             continue
         nvml = None if predicted is None else predicted.nvml_peak

@@ -118,7 +118,8 @@ def side_by_side(reports: Sequence[RunReport]) -> list[dict]:
         row(heading, [_results(r)[index][2] for r in reports])
     if any(r.world_size > 1 for r in reports):  # 1 vs N processes (issue 12)
         row("processes", [r.world_size for r in reports])
-        row("peak per GPU (MB)", [per_gpu_peaks_text(r) for r in reports])
+        row("peak per GPU (MB)" if any(r.on_gpu for r in reports) else
+            "peak per process (MB)", [per_gpu_peaks_text(r) for r in reports])
         # What the efficiency is computed from (the Trainer's Samples/second above includes the
         # first step's one-time costs).
         row("samples/s after the first steps",
@@ -132,8 +133,13 @@ def side_by_side(reports: Sequence[RunReport]) -> list[dict]:
 
 def per_gpu_peaks_text(report: RunReport) -> str:
     """Each GPU's peak: "GPU 0: 12,345 · GPU 1: 12,400" (MB), their spread beyond eight GPUs;
-    the CPU's one figure for CPU processes (their RSS together)."""
-    return gpus.peaks_text(report) or _text(report.summary.peak_mb)
+    each CPU process's ("rank 0: 640 · rank 1: 612", its own processes' RSS), or where a store
+    of before read them together, their one figure, said so."""
+    if report.on_gpu or not report.ranks:
+        return gpus.peaks_text(report) or _text(report.summary.peak_mb)
+    if all(rank.measured_alone for rank in report.ranks):
+        return " · ".join(f"{rank.label()}: {_text(rank.peak_mb)}" for rank in report.ranks)
+    return f"{_text(report.summary.peak_mb)} (every process together)"
 
 
 def _difference_text(diff: Difference, unit: str) -> str:

@@ -58,7 +58,8 @@ def gpu_rows(store: Store, report: RunReport) -> list[GpuRow]:
 
 
 def _own_devices(report: RunReport) -> list[RankReading]:
-    """One rank per device measured (on the CPU, ranks of a host share its RSS)."""
+    """One rank per device measured (on the CPU, a store of before has the ranks of a host share
+    its RSS)."""
     seen: dict[int, RankReading] = {}
     for rank in report.ranks:
         if rank.peak_bytes is not None:
@@ -81,7 +82,8 @@ def spread_line(report: RunReport) -> str | None:
     found = spread(report)
     if found is None:
         return None
-    what = "GPUs" if report.on_gpu else "hosts' CPU memory (RSS)"
+    what = ("GPUs" if report.on_gpu else "processes (each one's own RSS)"
+            if all(r.measured_alone for r in report.ranks) else "hosts' CPU memory (RSS)")
     hosts = f" on {len(report.hosts)} hosts" if len(report.hosts) > 1 and report.on_gpu else ""
     return (f"{found.count} {what}{hosts}: peak {mb_text(found.low)} to {mb_text(found.high)}, "
             f"median {mb_text(found.median)}; highest on {found.highest}")

@@ -61,6 +61,14 @@ def test_two_cpu_processes_through_the_cli_record_both_ranks(store, capsys):
     shown = rep.to_dict()
     assert shown["world_size"] == 2 and [r["rank"] for r in shown["ranks"]] == [0, 1]
     assert rep.samples == rep.samples_sent > 0
+    # Each rank's own processes measured apart, beside the whole tree (the worker's too): two
+    # ranks each hold less than all of it, and the run's peak stays the tree's.
+    assert all(rank.measured_alone for rank in rep.ranks)
+    assert {s.gpu for s in store.samples(run_id)} == {0, 1, 2}
+    assert all(0 < rank.peak_bytes < rep.summary.peak_bytes for rank in rep.ranks)
+    assert main(["show", str(run_id), "--store", str(store.path)]) == 0
+    assert "the RSS of each rank's own processes" in capsys.readouterr().out  # `show` said
+    # "all ranks' RSS together" and printed identical rows
     # Nothing of the run is left: the worker, the launcher's ranks, the sampler.
     left = [p for p in psutil.Process().children(recursive=True)
             if "resource_tracker" not in " ".join(p.cmdline())]
@@ -92,8 +100,8 @@ def test_a_rank_killed_with_kill_9_fails_the_run_in_one_line_read_at_its_last_st
             assert time.monotonic() < deadline and cli.poll() is None, cli.communicate()
             time.sleep(0.2)
         tree = psutil.Process(store.run(1).worker_pid).children(recursive=True)
-        ranks = sorted((p for p in tree if p.name() == "anatomy-worker"), key=lambda p: p.pid)
-        ranks[1].kill()  # forked in rank order: the second is rank 1
+        (rank_1,) = [p for p in tree if p.name() == "anatomy-rank-1"]  # its name says its rank
+        rank_1.kill()
         _, err = cli.communicate(timeout=120)
     finally:
         cli.kill()

@@ -267,3 +267,42 @@ def test_predict_for_cpu_processes_ends_on_each_ones_need_not_a_single_processs(
     assert lines[1].startswith("each of the 2 processes (ddp) should need about")
     assert lines[-1].startswith("each of the 2 processes (ddp) should need about")
     assert "this run should need" not in out and "NCCL" not in out
+
+
+def test_two_cpu_processes_are_said_as_processes_in_titles_lists_and_compare(store, seed):
+    """The Live title never said 2 processes; Compare called the one RSS of both processes
+    "peak per GPU"."""
+    from anatomy.analysis.report import run_rows
+    from anatomy.store import Sample
+    from anatomy.views import anatomy as anatomy_view
+    from anatomy.views import compare
+    from anatomy.views import gpus as gpus_view
+    from anatomy.views.figures import live as live_figure
+
+    one = seed(backend="cpu-rss")
+    two = seed(backend="cpu-rss")
+    store.update_run(two, options={**store.run(two).options, "processes": 2})
+    store.merge_environment(two, {"world_size": 2, "strategy": "ddp"})
+    store.write(two, phases=[PhaseMark("start", "training", 6.0, rank=1),
+                             PhaseMark("end", "training", 9.0, rank=1)])
+    # The sampler's RSS of each rank's own processes (rank_series), beside the whole tree's.
+    store.write(two, samples=[Sample(t, series, mb * 2**20, None, None, None)
+                              for t in (7.0, 8.0) for series, mb in ((1, 600), (2, 500))])
+    rep = report(store, two)
+    assert " on 2 × CPU (ddp)" in rep.title()
+    assert {r.id: r.device for r in run_rows(store)}[two] == "2 × CPU (ddp)"
+    assert [(r.measured_alone, r.peak_mb) for r in rep.ranks] == [(True, 600), (True, 500)]
+    rows = {row["what"]: row for row in compare.side_by_side([report(store, one), rep])}
+    assert "peak per GPU (MB)" not in rows  # one RSS of both was called so
+    assert rows["peak per process (MB)"][f"Run {two}"] == "rank 0: 600 · rank 1: 500"
+    assert rows["processes"][f"Run {two}"] == "2"
+    # The Live chart: a line for the tree, one for each rank's own processes, each named.
+    names = [t.name for t in live_figure.memory_figure(rep, store.samples(two)).data]
+    assert names[:3] == ["CPU RSS of the training processes, together",
+                         "rank 0: its processes' RSS", "rank 1: its processes' RSS"]
+    # The Per process view: the spread of the two processes' own peaks, not of "hosts".
+    assert gpus_view.spread_line(rep).startswith("2 processes (each one's own RSS): peak 500 MB")
+    ranks = [r for r in anatomy_view.rank_rows(rep, None) if r.component.startswith("peak RSS")]
+    assert [(r.gpu, r.component, r.measured) for r in ranks] == [
+        ("rank 0", "peak RSS (its own processes)", "600 MB"),
+        ("rank 1", "peak RSS (its own processes)", "500 MB")]

@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from anatomy.analysis.report import RunReport
-from anatomy.store import HOST_STRIDE, GpuStatus, HostStatus, Sample, Step
+from anatomy.store import HOST_STRIDE, GpuStatus, HostStatus, Sample, Step, series_rank
 from anatomy.units import MIB
 from anatomy.views import text as words
 from anatomy.views.figures.layout import (
@@ -108,7 +108,9 @@ def memory_figure(report: RunReport, samples: Sequence[Sample], steps: Sequence[
     for gpu, rows in sorted(by_gpu.items()):
         trains = gpu == report.gpu or gpu in rank_of
         if backend == "cpu-rss":
-            name = ("CPU RSS of the training processes" if report.ranks
+            rank = series_rank(gpu)  # a rank's own processes, or the whole tree (None)
+            name = (f"rank {rank}: its processes' RSS" if rank is not None else
+                    "CPU RSS of the training processes, together" if report.ranks
                     else "CPU RSS of the training process")
             if len(report.hosts) > 1:  # a line per host: each host's own processes
                 name = f"{report.hosts[min(gpu // HOST_STRIDE, len(report.hosts) - 1)]}: {name}"
