@@ -15,6 +15,7 @@ from anatomy.cli.signals import POLL_SECONDS, StopSignals
 from anatomy.engine.manager import DeviceBusy, RunManager, machine
 from anatomy.store import Store
 from anatomy.views import text
+from anatomy.views.style import phase_name
 from anatomy.vocabulary import Phase, Status
 
 
@@ -52,7 +53,7 @@ def _follow(manager: RunManager, store: Store, run_id: int, signals: StopSignals
                         print(file=sys.stderr)
                     continue  # the walkthrough prints it with the summary
                 line = text.occupied_line(phase.memory_bytes, rep.backend)
-                print(f"{line}  ({phase.name})", flush=True)
+                print(f"{line}  ({phase_name(phase.name, rep.on_gpu)})", flush=True)
             if phase.name == Phase.TRAINING and not phase.done:
                 train_started = train_started or time.monotonic()
                 step = store.last_step(run_id)

@@ -15,6 +15,7 @@ from anatomy.cli.stores import reading, report_or_error
 from anatomy.store import resolve_path
 from anatomy.units import MIB
 from anatomy.views import text
+from anatomy.views.style import phase_name
 from anatomy.vocabulary import Phase
 
 
@@ -47,7 +48,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"started by: {rep.origin}")
     print("options: " + (", ".join(f"{k}={v}" for k, v in rep.stored_options.items()
                                    if v is not None) or "(not reported)"))
-    print(table([[p.name, f"{p.start_s:.2f}", p.memory_mb] for p in rep.phases],
+    print(table([[phase_name(p.name, rep.on_gpu), f"{p.start_s:.2f}", p.memory_mb]
+                 for p in rep.phases],
                  ["phase", "start s", "memory at end (MB)"]))
     s = rep.summary
     if s.time_s is not None:
@@ -68,7 +70,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         names = [Phase.KERNEL, Phase.WEIGHTS, Phase.TRAINING]
         print(table([[r.label(), *[(r.phase(n).memory_mb if r.phase(n) else None)
                                      for n in names], r.peak_mb] for r in rep.ranks],
-                     ["rank", *[f"{n} (MB)" for n in names], "peak (MB)"]))
+                     ["rank", *[f"{phase_name(n, rep.on_gpu)} (MB)" for n in names],
+                      "peak (MB)"]))
     if rep.operations:
         profile = rep.operations
         print(f"operation classes ({profile.time_source}, {profile.steps} profiled steps):")

@@ -44,6 +44,8 @@ def test_two_cpu_processes_through_the_cli_record_both_ranks(store, capsys):
     code = main(["run", *flags(replace(TWO, max_steps=3)), "--store", str(store.path)])
     out = capsys.readouterr().out
     assert code == 0, out
+    # The CPU's kernel phase by the name every page gives it (the CLI said "(kernel)").
+    assert "(torch loaded)" in out and "(kernel)" not in out
     run_id = store.runs()[-1].id
     rep = report(store, run_id)
     assert rep.status == "completed"
@@ -67,8 +69,10 @@ def test_two_cpu_processes_through_the_cli_record_both_ranks(store, capsys):
     assert {s.gpu for s in store.samples(run_id)} == {0, 1, 2}
     assert all(0 < rank.peak_bytes < rep.summary.peak_bytes for rank in rep.ranks)
     assert main(["show", str(run_id), "--store", str(store.path)]) == 0
-    assert "the RSS of each rank's own processes" in capsys.readouterr().out  # `show` said
-    # "all ranks' RSS together" and printed identical rows
+    shown_text = capsys.readouterr().out
+    assert "the RSS of each rank's own processes" in shown_text  # `show` said "all ranks' RSS
+    # together" and printed identical rows
+    assert "torch loaded (MB)" in shown_text and "kernel" not in shown_text
     # Nothing of the run is left: the worker, the launcher's ranks, the sampler.
     left = [p for p in psutil.Process().children(recursive=True)
             if "resource_tracker" not in " ".join(p.cmdline())]
