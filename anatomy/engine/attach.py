@@ -73,6 +73,20 @@ def _allocator() -> tuple[int | None, int | None]:
     return torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
 
 
+def _libraries() -> dict[str, str | None]:
+    """The versions of torch and transformers where the script has loaded them (never imported
+    here): `show` and the pages say what a user's run trained with."""
+    found: dict[str, str | None] = {}
+    torch = sys.modules.get("torch")
+    if getattr(torch, "__version__", None) is not None:
+        # str(): a TorchVersion unpickled in the collector would import torch there.
+        found.update(torch=str(torch.__version__), torch_cuda=getattr(torch.version, "cuda", None))
+    transformers = sys.modules.get("transformers")
+    if getattr(transformers, "__version__", None) is not None:
+        found["transformers"] = str(transformers.__version__)
+    return found
+
+
 def _script() -> str | None:
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
@@ -245,6 +259,7 @@ class Run:
         self.ended = False
         self.steps = 0
         self._lock = threading.Lock()
+        self._libraries: dict[str, str | None] = {}  # the versions told so far
 
     @property
     def watched(self) -> bool:
@@ -256,6 +271,7 @@ class Run:
         `end()` (or the next phase)."""
         if self.reporter.open_phase:
             self.reporter.end(self.reporter.open_phase)
+        self._tell_libraries()
         if name == "training":
             self.reporter.begin(name)
         else:
@@ -274,7 +290,14 @@ class Run:
 
     def describe(self, **environment: Any) -> None:
         """Facts about the training (model, options) for the run's environment."""
+        self._tell_libraries()
         self.reporter.environment(environment)
+
+    def _tell_libraries(self) -> None:
+        found = _libraries()
+        if found != self._libraries:  # loaded since the last phase
+            self._libraries = found
+            self.reporter.environment(found)
 
     def end(self, error: BaseException | str | None = None) -> None:
         """Close the run: completed, or as `error` says (an exception: failed, oom for torch's

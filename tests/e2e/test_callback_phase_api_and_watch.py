@@ -55,6 +55,16 @@ def test_the_plain_loop_records_its_phases_and_steps_with_the_phase_api(store):
     assert all(s.loss is not None for s in store.steps(rep.id))
     # a title names the script by its file (the full path is the run's origin, on its own line)
     assert rep.title().endswith("(script plain_loop.py)") and rep.origin.endswith("plain_loop.py")
+    _assert_libraries(rep)
+
+
+def _assert_libraries(rep) -> None:
+    """What the script trained with, as it loaded them (`show` said "torch: -")."""
+    import torch
+    import transformers
+
+    assert (rep.environment.torch, rep.environment.transformers) == (
+        str(torch.__version__), transformers.__version__)
 
 
 def test_the_trainer_callback_records_phases_steps_and_components(store):
@@ -69,6 +79,7 @@ def test_the_trainer_callback_records_phases_steps_and_components(store):
     assert rep.components.weights == rep.components.gradients == 4 * parameters
     assert rep.components.optimizer_states == 8 * parameters  # AdamW: two fp32 moments
     assert rep.preset == rep.environment.model_name
+    _assert_libraries(rep)
     # What a prediction needs was recorded: the model's config and the training set's shape; the
     # Anatomy page predicts the user's model from them (not a preset of anatomy's own).
     assert rep.stored_options["seq_len"] == 16
