@@ -9,9 +9,11 @@ file alone, without transformers (which loads torch: seconds); `build_model` imp
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import os
+import re
 from collections.abc import Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -25,46 +27,49 @@ CONFIG_DIR = Path(__file__).parent / "configs"
 SEQUENCE_CLASSIFICATION = "sequence classification"
 CAUSAL_LM = "causal language modelling"
 IMAGE_CLASSIFICATION = "image classification"
-TASKS = (SEQUENCE_CLASSIFICATION, CAUSAL_LM, IMAGE_CLASSIFICATION)
+SEQ2SEQ = "sequence to sequence"
+TASKS = (SEQUENCE_CLASSIFICATION, CAUSAL_LM, IMAGE_CLASSIFICATION, SEQ2SEQ)
 NUM_LABELS = 2  # the walkthrough's binary labels, for sequence classification
+IMAGE_SIZE = 224  # what image classifiers train on when their config names no size
 
-# Where a config keeps its longest sequence (GPT-2 names it n_positions).
-POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
-# Architectures' class-name endings, in the order they are tried.
+# transformers' own tables of the heads (models/auto/modeling_auto.py), per task. A model type
+# without `architectures` trains the first of these its type has (an encoder with a masked-LM
+# head classifies sequences, as the walkthrough's BERT does).
+TASK_MAPPINGS: dict[str, tuple[str, ...]] = {
+    IMAGE_CLASSIFICATION: ("MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES",),
+    SEQ2SEQ: ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
+              "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES"),
+    CAUSAL_LM: ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",),
+    SEQUENCE_CLASSIFICATION: ("MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",),
+}
+_ENCODER_MAPPING = "MODEL_FOR_MASKED_LM_MAPPING_NAMES"
+# Heads that are no task of their own: the type's task trains instead.
+_BODY_MAPPINGS = ("MODEL_MAPPING_NAMES", "MODEL_FOR_PRETRAINING_MAPPING_NAMES", _ENCODER_MAPPING)
+
+# Where a config keeps its longest sequence (GPT-2 names it n_positions, Whisper's decoder
+# max_target_positions).
+POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length",
+                 "max_target_positions")
+# Architectures' class-name endings, for a class transformers' tables do not list.
 _HEADS_BY_SUFFIX = (
     ("ForImageClassification", IMAGE_CLASSIFICATION),
     ("ForCausalLM", CAUSAL_LM),
     ("LMHeadModel", CAUSAL_LM),
+    ("ForConditionalGeneration", SEQ2SEQ),
     ("ForSequenceClassification", SEQUENCE_CLASSIFICATION),
     ("ForMaskedLM", SEQUENCE_CLASSIFICATION),
     ("ForPreTraining", SEQUENCE_CLASSIFICATION),
     ("Model", SEQUENCE_CLASSIFICATION),
 )
-# Decoder-only families, for configs that name no architecture.
-_DECODER_TYPES = frozenset({
-    "gpt2", "gpt_neo", "gpt_neox", "gptj", "llama", "mistral", "mixtral", "qwen2", "qwen3",
-    "phi", "phi3", "gemma", "gemma2", "gemma3_text", "olmo", "olmo2", "opt", "bloom", "falcon",
-    "starcoder2", "stablelm", "granite", "cohere", "smollm3"})
+# Sub-configs that make a model of several towers (CLIP's text and vision encoders).
+_TOWERS = ("text_config", "vision_config", "audio_config", "speech_config")
 
 
-# LoRA: the modules the adapters wrap by default, and every linear layer a target may name, per
-# model type (the names transformers 5.23 gives them; the tests check both against the built
-# models). Defaults as peft's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING has them: the
-# attention's query and value projections; ViT, which it lacks, likewise. Other model types:
-# peft's table decides.
-LORA_DEFAULT_TARGETS: dict[str, tuple[str, ...]] = {
-    "bert": ("query", "value"), "roberta": ("query", "value"), "vit": ("q_proj", "v_proj"),
-    "gpt2": ("c_attn",), "llama": ("q_proj", "v_proj"), "qwen2": ("q_proj", "v_proj"),
-    "mistral": ("q_proj", "v_proj"),
-}
-_LLAMA_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-LINEAR_MODULES: dict[str, tuple[str, ...]] = {
-    "bert": ("query", "key", "value", "dense"), "roberta": ("query", "key", "value", "dense"),
-    "vit": ("q_proj", "k_proj", "v_proj", "o_proj", "fc1", "fc2"),
-    "gpt2": ("c_attn", "c_proj", "c_fc"),
-    "llama": _LLAMA_LINEAR, "qwen2": _LLAMA_LINEAR, "mistral": _LLAMA_LINEAR,
-}
-
+# LoRA: peft's own defaults (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING) where peft has
+# the model type; for any other model the attention's query and value projections found among its
+# own linear layers (`default_lora_targets`).
+_QUERY_VALUE = re.compile(r"^(q|v|query|value|q_proj|v_proj|q_lin|v_lin|query_proj|value_proj)$")
+_FUSED_QKV = re.compile(r"qkv|c_attn|query_key_value|in_proj")
 
 class ModelError(ValueError):
     """A model that cannot be used, in one line naming what is wrong."""
@@ -135,7 +140,12 @@ class ModelSpec:
 
     @property
     def task(self) -> str:
-        return task_of(self.config)
+        return task_and_head(self.config)[0]
+
+    @property
+    def head(self) -> str | None:
+        """The head's class in transformers (None: the task's Auto class picks it)."""
+        return task_and_head(self.config)[1]
 
     @property
     def max_positions(self) -> int | None:
@@ -147,12 +157,47 @@ class ModelSpec:
 
     @property
     def vocab_size(self) -> int | None:
-        return self.config.get("vocab_size")
+        """The tokens the inputs may hold: the config's, or its text tower's (a multimodal
+        model's)."""
+        for config in (self.config, self.config.get("text_config"), self.config.get("decoder")):
+            if isinstance(config, Mapping) and isinstance(config.get("vocab_size"), int):
+                return config["vocab_size"]
+        return None
 
     @property
     def image_size(self) -> int | None:
+        """The images' side: the config's, or 224 where it names none (ResNet, RegNet)."""
+        if self.task != IMAGE_CLASSIFICATION:
+            return None
         size = self.config.get("image_size")
-        return size if self.task == IMAGE_CLASSIFICATION else None
+        if isinstance(size, list) and size and isinstance(size[0], int):
+            size = size[0]
+        return size if isinstance(size, int) and not isinstance(size, bool) else IMAGE_SIZE
+
+    def audio_features(self, seq_len: int) -> tuple[int, int] | None:
+        """A speech encoder's log-mel input, one sample's shape: Whisper's (mel bins, frames: two
+        per encoder position, which it requires) or Speech2Text's (`seq_len` frames, features);
+        None for a text encoder."""
+        if self.task != SEQ2SEQ:
+            return None
+        config = self.config
+        bins, positions = config.get("num_mel_bins"), config.get("max_source_positions")
+        if isinstance(bins, int) and isinstance(positions, int):
+            return bins, 2 * positions
+        per_channel = config.get("input_feat_per_channel")
+        if isinstance(per_channel, int):
+            return seq_len, per_channel * (config.get("input_channels") or 1)
+        return None
+
+    @property
+    def decoder_start_token_id(self) -> int:
+        """The token a decoder's inputs begin with (the labels shifted right behind it), as the
+        model's own `shift_tokens_right` takes it."""
+        for config in (self.config, self.config.get("decoder") or {}):
+            for key in ("decoder_start_token_id", "bos_token_id", "pad_token_id"):
+                if isinstance(config.get(key), int):
+                    return config[key]
+        return 0
 
     @property
     def num_channels(self) -> int:
@@ -169,6 +214,13 @@ class ModelSpec:
         return NUM_LABELS
 
 
+def first_line(error: BaseException) -> str:
+    """An exception as one line: its first line, or its type where it has no words."""
+    lines = str(error).strip().splitlines()
+    text = lines[0].strip() if lines else ""
+    return (text if len(text) <= 300 else text[:297] + "...") or type(error).__name__
+
+
 def display_name(model: str) -> str:
     """What lists and titles call a model: a preset's or a Hub id's name, a path's folder (or its
     file name without .json when the file is not called config.json)."""
@@ -182,7 +234,7 @@ def display_name(model: str) -> str:
 
 def _looks_like_path(text: str) -> bool:
     return (os.sep in text and not _is_hub_id(text)) or text.endswith(".json") or \
-        text.startswith((".", "~")) or Path(text).exists()
+        text.startswith((".", "~")) or _exists(Path(text))
 
 
 def _is_hub_id(text: str) -> bool:
@@ -190,22 +242,125 @@ def _is_hub_id(text: str) -> bool:
     exists wins)."""
     parts = text.split("/")
     return len(parts) == 2 and all(parts) and not text.startswith((".", "/", "~")) and \
-        not Path(text).exists()
+        not _exists(Path(text))
+
+
+@lru_cache(maxsize=1)
+def auto_mappings() -> dict[str, dict[str, str]]:
+    """transformers' tables of model types to head classes (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and
+    its kin), read as plain data from models/auto/modeling_auto.py without importing transformers
+    (which loads torch: seconds); a tuple of classes keeps its first. Empty when this version
+    keeps them elsewhere: the class names' endings then judge."""
+    spec = importlib.util.find_spec("transformers")
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    path = Path(list(spec.submodule_search_locations)[0]) / "models" / "auto" / "modeling_auto.py"
+    try:
+        tree = ast.parse(path.read_text())
+    except (OSError, SyntaxError):
+        return {}
+    found: dict[str, dict[str, str]] = {}
+    for node in tree.body:
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name) and node.targets[0].id.endswith("NAMES")
+                and isinstance(node.value, ast.Call) and node.value.args):
+            continue
+        try:
+            pairs = ast.literal_eval(node.value.args[0])
+        except ValueError:
+            continue
+        found[node.targets[0].id] = {t: c[0] if isinstance(c, tuple) else c for t, c in pairs}
+    return found
+
+
+def _task_of_class(name: str) -> str | None:
+    tables = auto_mappings()
+    for task, mappings in TASK_MAPPINGS.items():
+        if any(name in tables.get(m, {}).values() for m in mappings):
+            return task
+    return None
+
+
+def head_of_type(model_type: str) -> str | None:
+    """The head class a model type trains with when its config names none: transformers' first
+    table (TASK_MAPPINGS' order) that has the type; an encoder with a masked-LM head classifies
+    sequences (the walkthrough's BERT) rather than generate."""
+    tables = auto_mappings()
+    encoder = model_type in tables.get(_ENCODER_MAPPING, {})
+    order = [IMAGE_CLASSIFICATION, SEQ2SEQ] + (
+        [SEQUENCE_CLASSIFICATION, CAUSAL_LM] if encoder else [CAUSAL_LM, SEQUENCE_CLASSIFICATION])
+    for task in order:
+        for mapping in TASK_MAPPINGS[task]:
+            head = tables.get(mapping, {}).get(model_type)
+            if head is not None:
+                return head
+    return None
+
+
+def _speech_only(head: str | None) -> bool:
+    """A sequence-to-sequence head transformers lists for speech only (its encoder takes audio)."""
+    tables = auto_mappings()
+    return head is not None and \
+        head in tables.get("MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES", {}).values() and \
+        head not in tables.get("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", {}).values()
+
+
+def head_task(head: str) -> str | None:
+    """The task a head class trains (by transformers' tables), before the config decides
+    whether a sequence-to-sequence head is an encoder-decoder."""
+    return _task_of_class(head)
+
+
+def _encoder_decoder(config: Mapping[str, Any]) -> bool:
+    """An encoder-decoder (T5, BART, Whisper) rather than a decoder behind other towers (an audio
+    LM in transformers' sequence-to-sequence table: its text trains as a causal LM)."""
+    value = config.get("is_encoder_decoder")
+    return value if isinstance(value, bool) else not any(k in config for k in _TOWERS)
+
+
+def task_and_head(config: Mapping[str, Any]) -> tuple[str, str | None]:
+    """The task a config trains and its head class (None: the task's Auto class picks). The
+    architecture's class decides where transformers' tables list it as one of the tasks' heads;
+    a body (the bare model, a masked-LM or pre-training head) trains its model type's task;
+    ModelError for a bare model of two towers (CLIP), which has no task head."""
+    model_type = config.get("model_type")
+    architecture = next((a for a in config.get("architectures") or () if isinstance(a, str)),
+                        None)
+    if architecture is not None:
+        task = _task_of_class(architecture)
+        if task is None and not any(architecture in auto_mappings().get(m, {}).values()
+                                    for m in _BODY_MAPPINGS):
+            # a class these tables do not list (another version's): its name's ending
+            task = next((t for suffix, t in _HEADS_BY_SUFFIX if architecture.endswith(suffix)),
+                        None)
+            architecture = None
+        if task is not None and (task != SEQUENCE_CLASSIFICATION or architecture is not None
+                                 or head_of_type(model_type) is None):
+            return _decoder_only(task, config), architecture
+        towers = [k for k in _TOWERS if isinstance(config.get(k), dict)]
+        if len(towers) > 1 and architecture in auto_mappings().get("MODEL_MAPPING_NAMES",
+                                                                    {}).values():
+            raise ModelError(
+                f"model: {architecture} is a model of {len(towers)} towers ({', '.join(towers)}) "
+                "trained by contrasting them, with no task head: anatomy trains causal-LM, "
+                "sequence-classification, image-classification and sequence-to-sequence heads")
+    head = head_of_type(model_type) if isinstance(model_type, str) else None
+    if head is not None:
+        return _decoder_only(_task_of_class(head), config), head
+    if "image_size" in config and "vocab_size" not in config:
+        return IMAGE_CLASSIFICATION, None
+    if config.get("is_decoder"):
+        return CAUSAL_LM, None
+    return SEQUENCE_CLASSIFICATION, None
+
+
+def _decoder_only(task: str, config: Mapping[str, Any]) -> str:
+    return CAUSAL_LM if task == SEQ2SEQ and not _encoder_decoder(config) else task
 
 
 def task_of(config: Mapping[str, Any]) -> str:
-    """The head a config trains with: its architecture's class name decides; without one, an
-    image size without a vocabulary means images, a decoder family causal language modelling,
-    anything else an encoder with a sequence-classification head."""
-    for architecture in config.get("architectures") or ():
-        for suffix, task in _HEADS_BY_SUFFIX:
-            if isinstance(architecture, str) and architecture.endswith(suffix):
-                return task
-    if "image_size" in config and "vocab_size" not in config:
-        return IMAGE_CLASSIFICATION
-    if config.get("is_decoder") or config.get("model_type") in _DECODER_TYPES:
-        return CAUSAL_LM
-    return SEQUENCE_CLASSIFICATION
+    """The head a config trains with (`task_and_head`)."""
+    return task_and_head(config)[0]
 
 
 @lru_cache(maxsize=1)
@@ -244,16 +399,24 @@ def _read_config(path: Path, shown: str) -> dict:
     return config
 
 
+def _short(text: str) -> str:
+    """A name as a message quotes it: its first and last characters when it is long."""
+    return text if len(text) <= 80 else f"{text[:40]}…{text[-30:]}"
+
+
 def _hub_config(model_id: str) -> Path | None:
     """The config.json of a Hub id in the local cache (HF_HOME / HF_HUB_CACHE), or None."""
     from huggingface_hub import try_to_load_from_cache
 
-    found = try_to_load_from_cache(model_id, "config.json")
+    try:
+        found = try_to_load_from_cache(model_id, "config.json")
+    except ValueError:  # no Hub id after all (huggingface_hub's own rules: length, characters)
+        return None
     return Path(found) if isinstance(found, str) else None
 
 
 @lru_cache(maxsize=256)
-def _resolve(model: str, mtime: float | None) -> ModelSpec:
+def _resolve(model: str, version: tuple[int, int] | None) -> ModelSpec:
     if model in PRESETS:
         preset = PRESETS[model]
         return ModelSpec(model, "preset", preset.config_dict(), preset.config_path, preset.hub_id)
@@ -261,7 +424,7 @@ def _resolve(model: str, mtime: float | None) -> ModelSpec:
     if path.is_dir():
         config_path = path / "config.json"
         if not config_path.is_file():
-            raise ModelError(f"model: the folder {model} has no config.json")
+            raise ModelError(f"model: the folder {_short(model)} has no config.json")
         return ModelSpec(model, "model folder", _read_config(config_path, f"{model}/config.json"),
                          config_path)
     if path.is_file():
@@ -269,15 +432,30 @@ def _resolve(model: str, mtime: float | None) -> ModelSpec:
     if _is_hub_id(model):
         config_path = _hub_config(model)
         if config_path is None:
-            raise ModelError(f"model: {model!r} is not in the local Hugging Face cache (the Hub is "
+            raise ModelError(f"model: {_short(model)!r} is not in the local Hugging Face cache (the Hub is "
                              "not reached; a shipped preset or a path to a config.json works "
                              f"offline; presets: {', '.join(PRESETS)})")
         return ModelSpec(model, "Hub cache", _read_config(config_path, f"{model}'s config.json"),
                          config_path, model)
     if _looks_like_path(model):
-        raise ModelError(f"model: no such file or folder: {model}")
-    raise ModelError(f"model: {model!r} is not a preset ({', '.join(PRESETS)}), a path to a "
+        raise ModelError(f"model: no such file or folder: {_short(model)}")
+    raise ModelError(f"model: {_short(model)!r} is not a preset ({', '.join(PRESETS)}), a path to a "
                      "config.json or a model folder, or a Hub id (org/name) in the local cache")
+
+
+MAX_NAME = 1024  # characters: no preset, path or Hub id is longer
+# What the prediction follows, layer by layer, before anything is built: far beyond any published
+# model (the largest have under 200 layers and about 2 × 10^12 parameters), and a config past it
+# is a mistake or a trace of hours.
+MAX_LAYERS = 1000
+MAX_PARAMETERS = 10**13
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except (OSError, ValueError):  # a name too long for the file system, a NUL byte
+        return False
 
 
 def resolve(model: str) -> ModelSpec:
@@ -285,15 +463,113 @@ def resolve(model: str) -> ModelSpec:
     if not isinstance(model, str) or not model.strip():
         raise ModelError("model: give a preset, a path to a config.json or a model folder, or a "
                          "Hub id")
+    if len(model) > MAX_NAME:
+        raise ModelError(f"model: a name of {len(model):,} characters is no preset, path or Hub "
+                         f"id (at most {MAX_NAME:,})")
     path = Path(model).expanduser()
-    mtime = path.stat().st_mtime if model not in PRESETS and path.exists() else None
-    spec = _resolve(model.strip(), mtime)
+    try:
+        # A file's version: rewritten within a second, it is another file (st_mtime would not tell)
+        stat = path.stat() if model not in PRESETS and _exists(path) else None
+        version = (stat.st_mtime_ns, stat.st_size) if stat is not None else None
+        if path.is_dir() and (path / "config.json").is_file():
+            inner = (path / "config.json").stat()
+            version = (inner.st_mtime_ns, inner.st_size)
+        spec = _resolve(model.strip(), version)
+    except OSError as error:  # a part of the path too long for the file system
+        raise ModelError(f"model: {error.strerror or error} ({len(model):,} characters)") from None
     check_config(spec)
     return spec
 
 
+# Config entries that size a model: whole numbers (a list of them: a stage's each; null where the
+# config leaves it to a default), the first ones at least 1.
+_POSITIVE = ("num_hidden_layers", "num_layers", "n_layer", "hidden_size", "n_embd", "d_model",
+             "num_attention_heads", "n_head", "intermediate_size", "vocab_size", "image_size",
+             "patch_size", "max_position_embeddings", "n_positions", "encoder_layers",
+             "decoder_layers")
+_SIZES = frozenset(_POSITIVE) - {"max_position_embeddings"} | {
+    "n_layers", "num_decoder_layers", "num_encoder_layers", "num_key_value_heads", "n_inner",
+    "d_ff", "d_kv", "head_dim", "encoder_attention_heads", "decoder_attention_heads",
+    "encoder_ffn_dim", "decoder_ffn_dim", "num_channels", "num_labels", "num_experts",
+    "num_local_experts", "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
+    "embed_dim", "hidden_sizes", "depths", "dim"}
+# Other counts (num_*, n_*): text or a fraction there is a mistake too (transformers' own
+# defaults hold some whole numbers as floats, such as 1200.0).
+_COUNT = re.compile(r"^(num|n)_")
+_LAYER_KEYS = ("num_hidden_layers", "num_layers", "n_layer", "n_layers", "encoder_layers",
+               "decoder_layers", "num_decoder_layers", "num_encoder_layers")
+_WIDTH_KEYS = ("hidden_size", "d_model", "n_embd", "dim", "embed_dim", "hidden_sizes")
+_FFN_KEYS = ("intermediate_size", "d_ff", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim",
+             "n_inner", "moe_intermediate_size")
+_EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+
+
+def _whole(value: Any) -> bool:
+    if isinstance(value, list):
+        return all(_whole(v) for v in value)
+    return value is None or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def _number_text(value: Any) -> str:
+    if isinstance(value, int) and abs(value) >= 10**15:
+        return f"about 10^{len(str(abs(value))) - 1}"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _largest(config: Mapping[str, Any], keys) -> int:
+    values = [config.get(k) for k in keys]
+    flat = [v for value in values for v in (value if isinstance(value, list) else [value])]
+    return max((v for v in flat if isinstance(v, int) and not isinstance(v, bool)), default=0)
+
+
+def _layers(config: Mapping[str, Any]) -> int:
+    """Layers the config builds: its layer counts (an encoder's and a decoder's together) or its
+    stages' depths, and its sub-configs'."""
+    own = sum(config[k] for k in _LAYER_KEYS if isinstance(config.get(k), int)
+              and not isinstance(config.get(k), bool))
+    depths = config.get("depths")
+    if not own and isinstance(depths, list):
+        own = sum(d for d in depths if isinstance(d, int))
+    return own + sum(_layers(v) for v in config.values() if isinstance(v, dict))
+
+
+def estimated_parameters(config: Mapping[str, Any]) -> int:
+    """An upper estimate of a config's parameters from its sizes alone (attention, the
+    feed-forward layers of every expert, the embeddings and the output layer), with its
+    sub-configs': enough to refuse an impossible config before anything is built."""
+    width = _largest(config, _WIDTH_KEYS)
+    ffn = max(_largest(config, _FFN_KEYS), 4 * width)
+    experts = max(1, _largest(config, _EXPERT_KEYS))
+    layers = _layers({k: v for k, v in config.items() if not isinstance(v, dict)})
+    vocab = _largest(config, ("vocab_size",))
+    own = layers * (4 * width * width + 3 * width * ffn * experts) + 2 * vocab * width
+    return own + sum(estimated_parameters(v) for v in config.values() if isinstance(v, dict))
+
+
+def _check_sizes(config: Mapping[str, Any], where: str, inside: str = "") -> None:
+    for key, value in config.items():
+        name = f"{inside}{key}"
+        if isinstance(value, dict):
+            if key not in ("id2label", "label2id", "rope_parameters", "rope_scaling"):
+                _check_sizes(value, where, f"{name}.")
+            continue
+        if key in _SIZES:
+            wrong = not _whole(value)
+        elif _COUNT.match(key):
+            wrong = isinstance(value, str) or (isinstance(value, float)
+                                               and not value.is_integer())
+        else:
+            continue
+        if wrong:
+            raise ModelError(f"{where}: {name} must be a whole number, got {_number_text(value)}")
+        if key in _POSITIVE and isinstance(value, int) and value < 1:
+            raise ModelError(f"{where}: {name} must be a positive number, got {value}")
+
+
 def check_config(spec: ModelSpec) -> None:
-    """What can be told wrong from the config file alone, in one line each."""
+    """What can be told wrong from the config file alone, in one line each: before anything is
+    built, so a wrong or impossible config costs nothing."""
     config, where = spec.config, f"model: {spec.display_name}"
     model_type = config.get("model_type")
     if not isinstance(model_type, str) or not model_type:
@@ -301,21 +577,38 @@ def check_config(spec: ModelSpec) -> None:
     known = known_model_types()
     if known is not None and model_type not in known:
         raise ModelError(f"{where}: transformers does not know model_type {model_type!r}")
-    for key, value in config.items():
-        if key.startswith(("num_", "n_", "hidden_size", "intermediate_size", "vocab_size",
-                           "image_size", "patch_size", "max_position")) and (
-                isinstance(value, bool) or (isinstance(value, (int, float)) and value <= 0)):
-            raise ModelError(f"{where}: {key} must be a positive number, got {value!r}")
+    _check_sizes(config, where)
+    layers = _layers(config)
+    if layers > MAX_LAYERS:
+        raise ModelError(f"{where}: {layers:,} layers are more than anatomy follows (at most "
+                         f"{MAX_LAYERS:,}; published models have under 200)")
+    parameters = estimated_parameters(config)
+    if parameters > MAX_PARAMETERS:
+        raise ModelError(f"{where}: its sizes make {_number_text(parameters)} parameters, more "
+                         f"than anatomy predicts (at most 10^{len(str(MAX_PARAMETERS)) - 1})")
     heads = config.get("num_attention_heads", config.get("n_head"))
     hidden = config.get("hidden_size", config.get("n_embd"))
-    if isinstance(heads, int) and isinstance(hidden, int) and "head_dim" not in config \
-            and hidden % heads:
+    if isinstance(heads, int) and isinstance(hidden, int) and heads and hidden % heads \
+            and not any(k.endswith(("head_dim", "kv_channels")) for k in config):
         raise ModelError(f"{where}: hidden size {hidden} is not divisible by the "
                          f"{heads} attention heads")
-    if spec.task == IMAGE_CLASSIFICATION and not isinstance(config.get("image_size"), int):
-        raise ModelError(f"{where}: an image classifier's config needs an image_size")
-    if spec.task != IMAGE_CLASSIFICATION and not isinstance(config.get("vocab_size"), int):
-        raise ModelError(f"{where}: a text model's config needs a vocab_size")
+    if spec.task == SEQ2SEQ and spec.audio_features(1) is None and _speech_only(spec.head):
+        raise ModelError(f"{where}: {spec.head} encodes speech in a form of its own; anatomy's "
+                         "dummy data is text, images, or log-mel features as Whisper and "
+                         "Speech2Text take them")
+
+
+def input_words(spec: ModelSpec, seq_len: int) -> str:
+    """What one sample of the dummy data is, in words: "images 224×224", "sequence length 512",
+    "source and target length 128", "audio features 80×3000, target length 128"."""
+    if spec.task == IMAGE_CLASSIFICATION:
+        return f"images {spec.image_size}×{spec.image_size}"
+    if spec.task == SEQ2SEQ:
+        features = spec.audio_features(seq_len)
+        if features:
+            return f"audio features {features[0]}×{features[1]}, target length {seq_len}"
+        return f"source and target length {seq_len}"
+    return f"sequence length {seq_len}"
 
 
 def token_range(spec: ModelSpec) -> tuple[int, int]:
@@ -325,23 +618,144 @@ def token_range(spec: ModelSpec) -> tuple[int, int]:
     return (100 if high > 200 else 0), high
 
 
-def linear_module_names(spec: ModelSpec) -> tuple[str, ...]:
-    return LINEAR_MODULES.get(spec.model_type, ())
+@dataclass(frozen=True)
+class Layer:
+    """A module LoRA could wrap: its dotted name, and whether it sits in an attention block."""
+    name: str
+    kind: str  # "linear" or "convolution"
+    in_attention: bool
+    grouped: bool = False  # a grouped (depthwise) convolution: peft's adapters need rank % groups
+
+    @property
+    def short(self) -> str:
+        return self.name.split(".")[-1]
+
+
+
+
+def _config_key(spec: ModelSpec) -> str:
+    return json.dumps(spec.config, sort_keys=True, default=str)
+
+
+def adaptable_layers(spec: ModelSpec) -> tuple[Layer, ...]:
+    """The model's own linear and convolution layers, the task's output layer left out: what
+    LoRA can wrap. Builds the model on the meta device (no memory; torch loads, once)."""
+    return _adaptable_layers(spec, _config_key(spec))
+
+
+@lru_cache(maxsize=32)
+def _adaptable_layers(spec: ModelSpec, config_key: str) -> tuple[Layer, ...]:
+    try:
+        model, _ = build_model(spec, "meta", pretrained=False)
+    except ModelError:
+        raise
+    except Exception as error:  # noqa: BLE001 - on the meta device nothing runs out of memory
+        raise ModelError(f"model: transformers cannot build {spec.display_name}: "
+                         f"{first_line(error)}") from None
+    output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    heads = {name for name, module in model.named_modules()
+             if module is output or _is_classifier(module, spec)}
+    found = []
+    import torch
+    from transformers.pytorch_utils import Conv1D
+
+    def kind_of(module) -> str | None:  # the layer types peft wraps (and their subclasses)
+        if isinstance(module, (torch.nn.Linear, Conv1D)):
+            return "linear"
+        if isinstance(module, (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)):
+            return "convolution"
+        return None
+
+    def walk(module, prefix: str, in_attention: bool) -> None:
+        for name, child in module.named_children():
+            full = f"{prefix}{name}"
+            kind = kind_of(child)
+            if kind is not None and full not in heads:
+                found.append(Layer(full, kind, in_attention, getattr(child, "groups", 1) > 1))
+            walk(child, f"{full}.", in_attention or "attention" in type(child).__name__.lower()
+                 or "attn" in name.lower())
+
+    walk(model, "", False)
+    return tuple(found)
+
+
+def _is_classifier(module, spec: ModelSpec) -> bool:
+    """A classification head's output layer: it makes the labels' scores."""
+    return spec.task in (SEQUENCE_CLASSIFICATION, IMAGE_CLASSIFICATION) and \
+        getattr(module, "out_features", None) == spec.num_labels
+
+
+def classifier_modules(spec: ModelSpec, model) -> list[str]:
+    """The names of the classification head's output layers (they train beside the adapters)."""
+    return [name for name, module in model.named_modules() if _is_classifier(module, spec)]
+
+
+def default_lora_targets(spec: ModelSpec) -> tuple[str, ...]:
+    """What LoRA wraps when the run names nothing: peft's own default for the model type where
+    peft has one; otherwise from the model's own layers: the attention's query and value
+    projections, else its fused query-key-value projection, else its attention's linear layers,
+    else (a model without attention, such as a convolution network) every linear and convolution
+    layer but the head's and the grouped (depthwise) convolutions, whose adapters peft limits.
+    ModelError when there is nothing to wrap."""
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as peft
+
+    if spec.model_type in peft:
+        return tuple(peft[spec.model_type])
+    layers = adaptable_layers(spec)
+    attention = [layer for layer in layers if layer.in_attention and layer.kind == "linear"]
+    for chosen in ([layer for layer in attention if _QUERY_VALUE.match(layer.short)],
+                   [layer for layer in attention if _FUSED_QKV.search(layer.short)],
+                   attention, [layer for layer in layers if not layer.grouped]):
+        if chosen:
+            return _names(chosen, layers)
+    raise ModelError(f"lora: {spec.display_name} has no linear or convolution layer for LoRA's "
+                     "adapters")
+
+
+def _names(chosen: list[Layer], layers: tuple[Layer, ...]) -> tuple[str, ...]:
+    """The chosen layers as peft's targets: their short names where those name nothing else,
+    else their dotted names."""
+    names = set(layer.name for layer in chosen)
+    short = {layer.short for layer in chosen}
+    if all(layer.name in names for layer in layers if layer.short in short):
+        return tuple(sorted(short))
+    return tuple(sorted(names))
 
 
 def unknown_lora_targets(spec: ModelSpec, targets: tuple[str, ...]) -> list[str]:
-    """Targets that name no linear layer of this model type (a dotted name is judged by its last
-    part); empty for model types this table does not know: peft judges them when building."""
-    known = LINEAR_MODULES.get(spec.model_type)
-    if known is None:
-        return []
-    return [t for t in targets if t.split(".")[-1] not in known]
+    """Targets that match none of the model's linear or convolution layers, as peft matches them
+    (the module's dotted name, or its end after a dot)."""
+    names = [layer.name for layer in adaptable_layers(spec)]
+    return [t for t in targets
+            if not any(name == t or name.endswith(f".{t}") for name in names)]
 
 
-def lora_target_modules(spec: ModelSpec, chosen: tuple[str, ...] = ()) -> tuple[str, ...] | None:
-    """The modules LoRA wraps: the chosen ones, else the model type's default; None lets peft
-    pick from its own table."""
-    return chosen or LORA_DEFAULT_TARGETS.get(spec.model_type)
+def linear_module_names(spec: ModelSpec) -> tuple[str, ...]:
+    """The short names of the model's layers LoRA can wrap, for a message."""
+    return tuple(dict.fromkeys(layer.short for layer in adaptable_layers(spec)))
+
+
+def lora_target_modules(spec: ModelSpec, chosen: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The modules LoRA wraps: the chosen ones, else `default_lora_targets`."""
+    return chosen or default_lora_targets(spec)
+
+
+def supports_checkpointing(spec: ModelSpec) -> bool:
+    """Whether the model can recompute its activations (transformers'
+    `supports_gradient_checkpointing`; ResNet, ALBERT, MPNet cannot). Loads transformers."""
+    return _supports_checkpointing(spec, _config_key(spec))
+
+
+@lru_cache(maxsize=64)
+def _supports_checkpointing(spec: ModelSpec, config_key: str) -> bool:
+    try:
+        head = head_class(spec)
+    except ModelError:
+        raise
+    except Exception as error:  # noqa: BLE001 - a class that cannot be loaded here
+        raise ModelError(f"model: transformers cannot load {spec.head or spec.model_type}: "
+                         f"{first_line(error)}") from None
+    return bool(getattr(head, "supports_gradient_checkpointing", False))
 
 
 def parameter_count(config: dict, num_labels: int = NUM_LABELS) -> int:
@@ -373,23 +787,37 @@ def transformers_config(spec: ModelSpec):
     values["num_labels"] = spec.num_labels
     values.pop("id2label", None) if spec.task != IMAGE_CLASSIFICATION else None
     values.pop("label2id", None) if spec.task != IMAGE_CLASSIFICATION else None
-    config = AutoConfig.for_model(spec.model_type, **values)
+    try:
+        config = AutoConfig.for_model(spec.model_type, **values)
+    except Exception as error:  # noqa: BLE001 - the config class's own checks, in one line
+        raise ModelError(f"model: {spec.display_name}: transformers refuses the config: "
+                         f"{first_line(error)}") from None
     if spec.task == SEQUENCE_CLASSIFICATION and getattr(config, "pad_token_id", None) is None:
         # A decoder's classification head finds each sequence's last token by its padding id.
         config.pad_token_id = getattr(config, "eos_token_id", None) or 0
     return config
 
 
-def _head_class(task: str):
-    from transformers import (
-        AutoModelForCausalLM,
-        AutoModelForImageClassification,
-        AutoModelForSequenceClassification,
-    )
+_AUTO_CLASSES = {SEQUENCE_CLASSIFICATION: ("AutoModelForSequenceClassification",),
+                 CAUSAL_LM: ("AutoModelForCausalLM",),
+                 IMAGE_CLASSIFICATION: ("AutoModelForImageClassification",),
+                 SEQ2SEQ: ("AutoModelForSeq2SeqLM", "AutoModelForSpeechSeq2Seq")}
 
-    return {SEQUENCE_CLASSIFICATION: AutoModelForSequenceClassification,
-            CAUSAL_LM: AutoModelForCausalLM,
-            IMAGE_CLASSIFICATION: AutoModelForImageClassification}[task]
+
+def head_class(spec: ModelSpec):
+    """The model class that trains: the head transformers' tables name for the config, else the
+    task's Auto class's choice."""
+    import transformers
+
+    if spec.head is not None and hasattr(transformers, spec.head):
+        return getattr(transformers, spec.head)
+    config = transformers_config(spec)
+    for name in _AUTO_CLASSES[spec.task]:
+        mapping = getattr(transformers, name)._model_mapping
+        if type(config) in mapping:
+            return mapping[type(config)]
+    raise ModelError(f"model: transformers has no {spec.task} head for "
+                     f"{type(config).__name__} ({spec.display_name})")
 
 
 def _cached_weights(spec: ModelSpec) -> bool:
@@ -422,7 +850,7 @@ def build_model(spec: ModelSpec | str, device: str | None = None, *, lora_rank: 
 
     if isinstance(spec, str):  # a model as a run names it
         spec = resolve(spec)
-    head = _head_class(spec.task)
+    head = head_class(spec)
     config = transformers_config(spec)
     source = "random (from config)"
     model = None
@@ -438,7 +866,7 @@ def build_model(spec: ModelSpec | str, device: str | None = None, *, lora_rank: 
     if model is None:
         where = "meta" if deferred else device
         with torch.device(where) if where is not None else nullcontext():
-            model = head.from_config(config, dtype=torch.float32)
+            model = head._from_config(config, dtype=torch.float32)
     if lora_rank:
         model = apply_lora(model, spec, lora_rank, lora_targets)
     if deferred:
@@ -493,16 +921,18 @@ def apply_lora(model, spec: ModelSpec, rank: int, targets: tuple[str, ...] = ())
     frozen; for classification the head, which the task adds, trains as well."""
     from peft import LoraConfig, TaskType, get_peft_model
 
-    task_type = {SEQUENCE_CLASSIFICATION: TaskType.SEQ_CLS, CAUSAL_LM: TaskType.CAUSAL_LM
-                 }.get(spec.task)
-    config = LoraConfig(r=rank, target_modules=list(lora_target_modules(spec, targets) or []) or None,
+    task_type = {SEQUENCE_CLASSIFICATION: TaskType.SEQ_CLS, CAUSAL_LM: TaskType.CAUSAL_LM,
+                 SEQ2SEQ: TaskType.SEQ_2_SEQ_LM}.get(spec.task)
+    if spec.audio_features(1) is not None:  # peft's seq2seq wrapper passes token ids: no task
+        task_type = None
+    config = LoraConfig(r=rank, target_modules=list(lora_target_modules(spec, targets)),
                         task_type=task_type,
-                        modules_to_save=["classifier"] if spec.task == IMAGE_CLASSIFICATION
-                        else None)
+                        modules_to_save=classifier_modules(spec, model)
+                        if spec.task == IMAGE_CLASSIFICATION else None)
     try:
         return get_peft_model(model, config)
     except ValueError as error:
-        raise ModelError(f"lora_targets: {error}") from None
+        raise ModelError(f"lora_targets: {str(error).splitlines()[0]}") from None
 
 
 def fsdp_unit_classes(model) -> list[str]:

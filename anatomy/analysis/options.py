@@ -47,7 +47,8 @@ FIELDS: dict[str, Field] = {f.name: f for f in (
           " id in the local cache", choices=tuple(PRESETS), free_text=True),
     Field("batch_size", "Batch size", "per_device_train_batch_size", 1, 4096),
     Field("seq_len", "Sequence length", "tokens per sequence, at most the model's positions "
-          "(image models take their config's image size instead)", 1, 1_048_576),
+          "(a sequence-to-sequence model's source and target each; image models take their "
+          "config's image size instead)", 1, 1_048_576),
     Field("dataset_size", "Dataset size", "random sequences in the dummy dataset", 1, 10_000_000),
     Field("epochs", "Epochs", "num_train_epochs (ignored when max steps is set)", 1, 1000),
     Field("max_steps", "Max steps", "optimizer steps; overrides epochs when set", 1, 10_000_000),
@@ -238,13 +239,7 @@ def validate(options: RunOptions, gpu_count: int, *, resolve_model: bool = True,
                     and options.seq_len > positions:
                 errors["seq_len"] = (f"seq_len: {options.seq_len} is out of range for "
                                      f"{spec.display_name}: 1 to {positions}")
-            if "lora_targets" not in errors and options.lora and options.lora_target_list():
-                unknown = models.unknown_lora_targets(spec, options.lora_target_list())
-                if unknown:
-                    errors["lora_targets"] = (
-                        f"lora_targets: {', '.join(unknown)} is not a module of "
-                        f"{spec.display_name} (its linear layers: "
-                        f"{', '.join(models.linear_module_names(spec))})")
+            errors.update(_model_errors(options, spec, errors))
     if "gpu" not in errors:
         if gpu_count == 0 and options.gpu != 0:
             errors["gpu"] = f"gpu: {options.gpu} is out of range: this machine has no GPU (use 0)"
@@ -254,6 +249,32 @@ def validate(options: RunOptions, gpu_count: int, *, resolve_model: bool = True,
     if gpu_count == 0 and options.precision == "fp16" and "precision" not in errors:
         errors["precision"] = "precision: fp16 needs a GPU; this machine has none (use fp32 or bf16)"
     return errors
+
+
+def _model_errors(options: RunOptions, spec: models.ModelSpec, errors: dict[str, str]
+                  ) -> dict[str, str]:
+    """What the model itself cannot do: checkpointing where it has none, LoRA targets that are
+    none of its layers (both load transformers, and only when asked for)."""
+    found: dict[str, str] = {}
+    try:
+        if options.gradient_checkpointing is True and not models.supports_checkpointing(spec):
+            found["gradient_checkpointing"] = (
+                f"gradient_checkpointing: {spec.display_name} ({spec.head or spec.model_type}) "
+                "cannot recompute its activations (transformers does not support gradient "
+                "checkpointing for it)")
+        if "lora_targets" not in errors and "lora_rank" not in errors and options.lora:
+            targets = options.lora_target_list()
+            unknown = models.unknown_lora_targets(spec, targets) if targets else []
+            if unknown:
+                found["lora_targets"] = (
+                    f"lora_targets: {', '.join(unknown)} matches no linear or convolution layer "
+                    f"of {spec.display_name} (its layers: "
+                    f"{', '.join(models.linear_module_names(spec)[:12])})")
+            elif not targets:
+                models.default_lora_targets(spec)
+    except ModelError as error:
+        found["model"] = str(error)
+    return found
 
 
 def _process_errors(options: RunOptions, gpu_count: int, errors: dict[str, str],

@@ -101,8 +101,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 def _run_words(options: RunOptions, predicted) -> str:
     spec = models.resolve(options.model)
-    shape = (f"images {spec.image_size}×{spec.image_size}" if spec.task == models.IMAGE_CLASSIFICATION
-             else f"sequence length {options.seq_len}")
+    shape = models.input_words(spec, options.seq_len)
     lora = (f", LoRA rank {options.lora_rank} ({predicted.trainable_parameters:,} trainable)"
             if options.lora else "")
     return (f"{spec.display_name} ({predicted.parameters:,} parameters, {spec.task}), batch size "

@@ -5,6 +5,9 @@ for the same seed.
 - sequence classification: token ids in [100, 30000) (within the vocabulary), a label 0 or 1
   (the walkthrough's);
 - causal language modelling: token ids, and labels that are the same ids (the model shifts them);
+- sequence to sequence: token ids (a speech encoder's: Whisper-style log-mel features), labels of
+  the same length, and the decoder's inputs: the labels shifted right behind the start token, as
+  DataCollatorForSeq2Seq makes them;
 - image classification: random pixel values of the config's image size and channels, a label
   below the config's number of labels.
 """
@@ -13,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from anatomy.analysis.models import CAUSAL_LM, IMAGE_CLASSIFICATION, ModelSpec, token_range
+from anatomy.analysis.models import CAUSAL_LM, IMAGE_CLASSIFICATION, SEQ2SEQ, ModelSpec, token_range
 
 
 class DummyDataset:
@@ -37,6 +40,14 @@ class DummyDataset:
             return {"pixel_values": rng.standard_normal(shape, dtype=np.float32),
                     "labels": int(rng.integers(0, spec.num_labels))}
         low, high = token_range(spec)
+        if self.task == SEQ2SEQ:
+            features = spec.audio_features(self.seq_len)
+            inputs = ({"input_features": rng.standard_normal(features, dtype=np.float32)}
+                      if features else
+                      {"input_ids": rng.integers(low, high, (self.seq_len,), dtype=np.int64)})
+            labels = rng.integers(low, high, (self.seq_len,), dtype=np.int64)
+            decoder = np.concatenate([[spec.decoder_start_token_id], labels[:-1]]).astype(np.int64)
+            return {**inputs, "decoder_input_ids": decoder, "labels": labels}
         ids = rng.integers(low, high, (self.seq_len,), dtype=np.int64)
         if self.task == CAUSAL_LM:
             return {"input_ids": ids, "labels": ids.copy()}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from anatomy.analysis import duration
+from anatomy.analysis import duration, models
 from anatomy.analysis.machine import Machine
 from anatomy.analysis.options import FIELDS, RunOptions, validate
 from anatomy.analysis.prediction import PredictionError, max_batch_size, predict, predict_ranks
@@ -34,6 +34,19 @@ class PhaseMetric(NamedTuple):
     state: str  # "done", "open" (it lasts) or "pending" (not reached)
     memory_mb: int | None  # at its end, or the latest reading while it lasts
     delta_mb: int | None  # over the previous phase
+
+
+def offers_checkpointing(model: str | None) -> bool:
+    """Whether the form offers gradient checkpointing for this model: not where the model cannot
+    recompute its activations (ResNet, ALBERT). The shipped presets all can, and are not asked
+    (asking loads transformers: seconds, on the form's first draw); a model that cannot be
+    resolved is judged when the form is sent."""
+    if not model or model in models.PRESETS:
+        return True
+    try:
+        return models.supports_checkpointing(models.resolve(model))
+    except models.ModelError:
+        return True
 
 
 def phase_metrics(report: RunReport) -> list[PhaseMetric]:

@@ -12,9 +12,8 @@ from anatomy.analysis import models
 from anatomy.analysis.models import (
     CAUSAL_LM,
     IMAGE_CLASSIFICATION,
-    LINEAR_MODULES,
-    LORA_DEFAULT_TARGETS,
     PRESETS,
+    SEQ2SEQ,
     SEQUENCE_CLASSIFICATION,
     ModelError,
 )
@@ -100,7 +99,13 @@ LLAMA = json.loads(PRESETS["tiny-llama"].config_path.read_text())
     ({**LLAMA, "model_type": "llamma"}, "transformers does not know model_type 'llamma'"),
     ({**LLAMA, "hidden_size": 66}, "hidden size 66 is not divisible by the 4 attention heads"),
     ({**LLAMA, "num_hidden_layers": 0}, "num_hidden_layers must be a positive number"),
-    ({k: v for k, v in LLAMA.items() if k != "vocab_size"}, "needs a vocab_size"),
+    ({**LLAMA, "hidden_size": 128.5}, "hidden_size must be a whole number, got 128.5"),
+    ({**LLAMA, "num_hidden_layers": "2"}, "num_hidden_layers must be a whole number, got '2'"),
+    ({**LLAMA, "hidden_size": 10**30}, "its sizes make about 10^"),
+    ({**LLAMA, "num_hidden_layers": 1_000_000}, "1,000,000 layers are more than anatomy follows"),
+    ({**LLAMA, "text_config": {"hidden_size": True}}, "text_config.hidden_size must be a whole"),
+    ({"model_type": "clip", "architectures": ["CLIPModel"], "text_config": {},
+      "vision_config": {}}, "CLIPModel is a model of 2 towers"),
 ])
 def test_a_bad_config_is_one_line_naming_what_is_wrong(tmp_path, config, words):
     errors = validate(RunOptions(model=_write(tmp_path, config)), gpu_count=0)
@@ -123,30 +128,84 @@ def test_validation_knows_each_models_limits():
 
 
 @pytest.mark.parametrize("name", TINY)
-def test_lora_targets_are_the_models_linear_layers(name):
+def test_lora_targets_are_the_models_own_layers(name):
     spec = models.resolve(name)
     model, _ = models.build_model(spec, "meta", pretrained=False)
     linear = {n.split(".")[-1] for n, m in model.named_modules()
               if type(m).__name__ in ("Linear", "Conv1D")} - {"classifier", "lm_head"}
-    assert linear == set(LINEAR_MODULES[spec.model_type])
-    assert set(LORA_DEFAULT_TARGETS[spec.model_type]) <= linear
+    assert linear <= set(models.linear_module_names(spec))
+    assert set(models.default_lora_targets(spec)) <= set(models.linear_module_names(spec))
     lora, _ = models.build_model(spec, "meta", lora_rank=4, pretrained=False)
     trainable = [n for n, p in lora.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n or "classifier" in n for n in trainable)
 
 
-def test_lora_defaults_agree_with_peft():
+def test_lora_defaults_are_peft_s_where_peft_has_them():
     from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as peft
 
-    for model_type, targets in LORA_DEFAULT_TARGETS.items():
-        if model_type in peft:
-            assert list(targets) == peft[model_type]
+    for name in ("tiny", "tiny-gpt2", "tiny-llama", "tiny-qwen2"):
+        spec = models.resolve(name)
+        assert list(models.default_lora_targets(spec)) == peft[spec.model_type]
+
+
+def _config_file(tmp_path, model_type: str) -> str:
+    """A model type's own defaults, small, as a config.json (bench/architectures.py's)."""
+    from bench.architectures import architectures, working_config
+
+    return str(working_config(model_type, dict(architectures())[model_type], tmp_path)[0])
+
+
+@pytest.mark.parametrize("model_type, targets", [
+    ("phi3", ("qkv_proj",)),  # fused query-key-value
+    ("olmo", ("q_proj", "v_proj")), ("cohere", ("q_proj", "v_proj")),
+    ("granite", ("q_proj", "v_proj")), ("starcoder2", ("q_proj", "v_proj")),
+    ("smollm3", ("q_proj", "v_proj")), ("qwen2_moe", ("q_proj", "v_proj")),
+    ("vit", ("q_proj", "v_proj"))])
+def test_lora_defaults_come_from_the_models_own_attention(tmp_path, model_type, targets):
+    spec = models.resolve(_config_file(tmp_path, model_type))
+    assert models.default_lora_targets(spec) == targets
+    assert validate(RunOptions(model=spec.name, lora_rank=4, seq_len=16), gpu_count=0) == {}
+
+
+def test_the_head_and_task_come_from_transformers_tables(tmp_path):
+    t5 = models.resolve(_config_file(tmp_path, "t5"))
+    assert (t5.task, t5.head) == (SEQ2SEQ, "T5ForConditionalGeneration")
+    whisper = models.resolve(_config_file(tmp_path, "whisper"))
+    assert whisper.task == SEQ2SEQ and whisper.audio_features(64) == (80, 3000)
+    resnet = models.resolve(_config_file(tmp_path, "resnet"))
+    assert resnet.task == IMAGE_CLASSIFICATION and resnet.image_size == 224  # none in its config
+    # a model type without architectures: transformers' first table with it
+    assert models.task_of({"model_type": "llama"}) == CAUSAL_LM
+    assert models.task_of({"model_type": "bert"}) == SEQUENCE_CLASSIFICATION  # an encoder
+    assert models.task_of({"model_type": "bart"}) == SEQ2SEQ
+    # an audio LM in the sequence-to-sequence table, but no encoder-decoder: its text is a causal LM
+    assert models.task_of({"model_type": "qwen2_audio", "text_config": {},
+                           "audio_config": {}}) == CAUSAL_LM
+
+
+def test_checkpointing_is_refused_where_the_model_has_none(tmp_path):
+    model = _config_file(tmp_path, "resnet")
+    errors = validate(RunOptions(model=model, gradient_checkpointing=True), gpu_count=0)
+    assert list(errors) == ["gradient_checkpointing"]
+    assert "cannot recompute its activations" in errors["gradient_checkpointing"]
+    assert validate(RunOptions(model=model), gpu_count=0) == {}
+
+
+def test_a_long_model_name_is_one_line():
+    errors = validate(RunOptions(model="x" * 5000), gpu_count=0)
+    assert list(errors) == ["model"] and "5,000 characters" in errors["model"]
+    errors = validate(RunOptions(model="a/" + "b" * 300 + ".json"), gpu_count=0)
+    assert list(errors) == ["model"] and "\n" not in errors["model"]
 
 
 def test_lora_options_are_checked():
     assert "set a LoRA rank" in validate(RunOptions(lora_targets="q_proj"), 0)["lora_targets"]
     errors = validate(RunOptions(model="tiny-llama", lora_rank=4, lora_targets="query"), 0)
-    assert "query is not a module of tiny-llama" in errors["lora_targets"]
+    assert "query matches no linear or convolution layer of tiny-llama" in errors["lora_targets"]
+    errors = validate(RunOptions(model="tiny", lora_rank=4, lora_targets="nonexistent.query"), 0)
+    assert "nonexistent.query matches no" in errors["lora_targets"]
+    assert validate(RunOptions(model="tiny", lora_rank=4, lora_targets="attention.self.query"),
+                    0) == {}
     assert validate(RunOptions(model="tiny-llama", lora_rank=4, lora_targets="q_proj,o_proj"),
                     0) == {}
     assert "not a module name" in validate(RunOptions(lora_rank=4, lora_targets="q-proj"),

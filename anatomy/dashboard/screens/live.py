@@ -39,8 +39,11 @@ def _form_options():
 
 def _drawn(name: str) -> bool:
     """The options of the device where they apply: the GPU index with a GPU, GPUs and strategy
-    with two GPUs or more, CPU processes and strategy without a GPU."""
+    with two GPUs or more, CPU processes and strategy without a GPU; checkpointing where the
+    model can do it."""
     info = server.device()
+    if name == "gradient_checkpointing":
+        return view.offers_checkpointing(st.session_state.get(_key("model")))
     return {"gpu": info.has_gpu, "gpus": info.gpu_count > 1, "processes": not info.has_gpu,
             "strategy": info.gpu_count > 1 or not info.has_gpu}.get(name, True)
 
