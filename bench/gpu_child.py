@@ -211,10 +211,10 @@ def sdpa_table() -> dict[str, str]:
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         for head_dim in (16, 32, 64, 80, 96, 128, 256):
             for causal in (False, True):
-                for mask in (False, True):
+                for mask in ("nomask", "mask", "gradmask"):
                     for dropout in (False, True):
                         for gqa in (False, True):
-                            if causal and mask:
+                            if causal and mask != "nomask":
                                 continue
                             q = torch.randn(2, 128, 8, head_dim, device="cuda", dtype=dtype
                                             ).transpose(1, 2).requires_grad_()
@@ -222,8 +222,9 @@ def sdpa_table() -> dict[str, str]:
                             k, v = (torch.randn(2, 128, heads, head_dim, device="cuda",
                                                 dtype=dtype).transpose(1, 2).requires_grad_()
                                     for _ in range(2))
-                            attn_mask = (torch.zeros(128, 128, device="cuda", dtype=dtype)
-                                         if mask else None)
+                            attn_mask = (torch.zeros(128, 128, device="cuda", dtype=dtype,
+                                                     requires_grad=mask == "gradmask")
+                                         if mask != "nomask" else None)
                             try:
                                 choice = SDPBackend(torch._fused_sdp_choice(
                                     q, k, v, attn_mask, 0.1 if dropout else 0.0, causal,

@@ -56,9 +56,8 @@ def predicted(report: RunReport) -> Prediction | NoPrediction:
                 # A rank of several: its own shares and buffers (rank 0's GPU is the one shown).
                 return predict_ranks(options, device=device, gpu_name=gpu_name).as_prediction()
             return predict(options, device=device, gpu_name=gpu_name)
-        except PredictionError as error:
-            return NoPrediction(f"this run's model ({report.preset}) cannot be built on this "
-                                f"machine: {error}")
+        except PredictionError as error:  # its model is not here, or the trace refuses it
+            return NoPrediction(f"{error}")
 
 
 def _no_model(report: RunReport) -> str:

@@ -42,24 +42,62 @@ MIB = 2**20
 BACKENDS = ("flash", "efficient", "cudnn", "math")
 
 
-def sdpa_signature(dtype: str, head_dim: int, is_causal: bool, mask: bool, dropout: bool,
-                   gqa: bool, grad: bool) -> str:
+# What an attention call's mask is to the kernel choice: none; one cuDNN takes; one that needs its
+# own gradient (a learnable bias: T5's, Swin's, BEiT's relative positions), which neither cuDNN nor
+# flash can differentiate; one of a shape cuDNN does not take (torch's sdp_utils:
+# check_attn_mask_shape, check_for_attn_mask).
+MASKS = ("nomask", "mask", "gradmask", "oddmask")
+
+
+def sdpa_signature(dtype: str, head_dim: int, is_causal: bool, mask: bool | str, dropout: bool,
+                   gqa: bool, grad: bool, value_dim: int | None = None) -> str:
     """The attention call as the kernel choice depends on it, e.g. "bfloat16 d64 causal nomask
-    nodrop gqa grad"."""
-    return " ".join((dtype, f"d{head_dim}", "causal" if is_causal else "full",
-                     "mask" if mask else "nomask", "dropout" if dropout else "nodrop",
-                     "gqa" if gqa else "mha", "grad" if grad else "nograd"))
+    nodrop gqa grad"; `mask` one of MASKS (True: "mask", False: "nomask"); a value head size
+    other than the query's follows it ("d24v16": multi-head latent attention's)."""
+    kind = mask if isinstance(mask, str) else ("mask" if mask else "nomask")
+    dims = f"d{head_dim}" + (f"v{value_dim}" if value_dim not in (None, head_dim) else "")
+    return " ".join((dtype, dims, "causal" if is_causal else "full", kind,
+                     "dropout" if dropout else "nodrop", "gqa" if gqa else "mha",
+                     "grad" if grad else "nograd"))
 
 
-def fallback_backend(signature: str) -> str:
-    """torch's choice on a Hopper GPU for a signature the calibration did not query: flash for
-    16-bit inputs without a mask and head size ≤ 256; memory-efficient for the rest, which takes
-    no grouped-query attention: those go to the math kernel."""
-    dtype, head, _, mask, _, gqa, _ = signature.split()
-    head_dim = int(head[1:])
-    if dtype in ("float16", "bfloat16") and mask == "nomask" and head_dim <= 256:
+def mask_kind(mask, query, key) -> str:
+    """`MASKS`' word for an attention mask (a tensor, or None) given the query and key it masks:
+    torch's check_attn_mask_shape, which cuDNN's kernel requires."""
+    if mask is None:
+        return "nomask"
+    if mask.requires_grad:
+        return "gradmask"
+    shape = tuple(mask.shape)
+    fits = (len(shape) in (2, 4) and shape[-2] in (query.shape[-2], 1)
+            and shape[-1] in (key.shape[-2], 1)
+            and (len(shape) == 2 or (shape[0] in (1, query.shape[0])
+                                     and shape[1] in (1, query.shape[1]))))
+    return "mask" if fits else "oddmask"
+
+
+def fallback_backend(signature: str, prefer_cudnn: bool = False) -> str:
+    """torch's choice on a Hopper GPU for a signature the calibration did not query, by the
+    constraints of torch's sdp_utils (cuda/sdp_utils.cpp), in its order of preference (cuDNN
+    first where the device's own choices show it preferred):
+
+    - cuDNN: 16-bit; no mask, or one it takes (not a bias that needs its gradient); head sizes
+      multiples of 8, and for the backward pass at most 128 (or 192/128, 256/256);
+    - flash: 16-bit; no mask; one head size, at most 256;
+    - memory-efficient: head sizes aligned (8 elements in 16 bits, 4 in fp32), no grouped-query
+      attention (torch 2.11's, as measured);
+    - the math kernel otherwise."""
+    dtype, head, _, mask, _, gqa, grad = signature.split()
+    head_dim, _, value_dim = head[1:].partition("v")
+    dq, dv = int(head_dim), int(value_dim or head_dim)
+    half = dtype in ("float16", "bfloat16")
+    backward_fits = (dq <= 128 and dv <= 128) or (dq, dv) in ((192, 128), (256, 256))
+    if prefer_cudnn and half and mask in ("nomask", "mask") and dq % 8 == 0 and dv % 8 == 0 \
+            and dq <= 256 and dv <= 256 and (grad == "nograd" or backward_fits):
+        return "cudnn"
+    if half and mask == "nomask" and dq == dv <= 256:
         return "flash"
-    if gqa == "gqa":
+    if gqa == "gqa" or dq % (8 if half else 4) or dv % (8 if half else 4):
         return "math"
     return "efficient"
 
@@ -97,7 +135,8 @@ class DeviceCalibration:
         return round(total * known.usable_bytes / known.total_bytes)
 
     def sdpa_backend(self, signature: str) -> str:
-        return self.sdpa_backends.get(signature) or fallback_backend(signature)
+        return self.sdpa_backends.get(signature) or fallback_backend(
+            signature, prefer_cudnn="cudnn" in self.sdpa_backends.values())
 
     def attention_backward_bytes(self, backend: str, query_elements: int, gqa: bool = False
                                  ) -> int:

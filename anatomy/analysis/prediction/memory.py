@@ -62,7 +62,9 @@ class Prediction:
     weights: int  # bytes of the parameters' storages
     gradients: int  # of the .grad tensors (the trainable parameters' only)
     optimizer_states: int
-    activations: int  # allocated at the end of the forward pass over its start (the probe's)
+    # The probe's reading: on a GPU allocated at the end of the forward pass over its start; on
+    # a CPU, which keeps no allocator statistics, the storages autograd saved in it
+    activations: int
     peak: int  # the allocator's peak over the measured steps (CPU: the live tensors' peak)
     peak_at: str  # the stretch of a step the peak falls in: forward pass, backward pass, ...
     device: str  # "cuda" or "cpu": which kernels and allocator the figures assume
@@ -198,6 +200,23 @@ def _cached_recording(shape: RunOptions, device: str, calibration_key: str | Non
                       fsdp_world=fsdp_world)
     except models.ModelError as error:
         raise PredictionError(str(error)) from None
+    except Exception as error:  # noqa: BLE001 - whatever the trace cannot follow: one line
+        raise PredictionError(f"cannot predict {spec.display_name}: {_where(error)}"
+                              f"{models.first_line(error)}") from None
+
+
+def _where(error: BaseException) -> str:
+    """The model's own code where a trace stopped ("modeling_x.py, XAttention.forward: "), the
+    part that could not be followed; empty when it stopped elsewhere."""
+    found = ""
+    tb = error.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if "/transformers/models/" in code.co_filename.replace("\\", "/"):
+            found = (f"{code.co_filename.replace(chr(92), '/').rsplit('/', 1)[-1]}, "
+                     f"{getattr(code, 'co_qualname', code.co_name)}: ")
+        tb = tb.tb_next
+    return found
 
 
 def calibration_for(device: str, gpu_name: str | None) -> DeviceCalibration | None:
@@ -232,7 +251,7 @@ def _prediction(recording: replay.Recording, measured: replay.Measurement, optio
         parameters=recording.parameters, trainable_parameters=recording.trainable_parameters,
         weights=recording.weights_bytes, gradients=recording.gradient_bytes,
         optimizer_states=recording.optimizer_state_bytes,
-        activations=measured.activations(steps),
+        activations=measured.activations(steps) if cuda else recording.saved_bytes,
         peak=measured.peak_allocated, peak_at=measured.peak_stretch, device=device,
         moments=dict(measured.peaks_by_stretch), marks=probe_marks(measured, steps),
         peak_reserved=measured.peak_reserved,

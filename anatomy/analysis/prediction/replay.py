@@ -55,6 +55,7 @@ class Recording:
     max_tid: int = 0
     # An FSDP rank's trace (tracing/fsdp.py): the storages of its collectives, by kind.
     fsdp_buffers: dict[str, frozenset[int]] = field(default_factory=dict)
+    saved_bytes: int = 0  # what autograd saved in the last micro-batch's forward pass
 
     def segment(self, name: str) -> list[tuple]:
         start, end = self.segments.get(name, (0, 0))

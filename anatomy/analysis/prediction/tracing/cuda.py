@@ -12,7 +12,8 @@ from the device's calibration (prediction/device_constants.py):
   that the CPU lacks (einsum, addmv, addr, mv) their 16-bit ones (`CUDA_FP32`,
   `CUDA_LOWER_PRECISION`; torch 2.13's aten/src/ATen/autocast_mode.h);
 - **scaled dot-product attention**: CUDA picks flash, memory-efficient, cuDNN or the math
-  kernel by dtype, head size, mask, dropout and grouped-query attention; the choice is the
+  kernel by dtype, head size, mask (none, one cuDNN takes, a learnable bias that needs its
+  gradient, a shape cuDNN does not take), dropout and grouped-query attention; the choice is the
   calibrated device's (`DeviceCalibration.sdpa_backend`, queried from torch on that GPU), and the
   chosen kernel's own operator runs, so its saved tensors and log-sum-exp buffers are the
   kernel's. The math kernel is written out (its fp32 upcast of 16-bit inputs, its s×s matrices);
@@ -38,7 +39,11 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from anatomy.analysis.prediction.device_constants import DeviceCalibration, sdpa_signature
+from anatomy.analysis.prediction.device_constants import (
+    DeviceCalibration,
+    mask_kind,
+    sdpa_signature,
+)
 from anatomy.analysis.prediction.tracing.tracker import LiveTensors
 
 aten = torch.ops.aten
@@ -130,8 +135,9 @@ class CudaKernels(TorchFunctionMode):
             query, key, value = (_cast_floats(t, dtype) for t in (query, key, value))
         grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
         signature = sdpa_signature(str(query.dtype).removeprefix("torch."), query.shape[-1],
-                                   is_causal, attn_mask is not None, dropout_p > 0,
-                                   enable_gqa and key.shape[-3] != query.shape[-3], grad)
+                                   is_causal, mask_kind(attn_mask, query, key), dropout_p > 0,
+                                   enable_gqa and key.shape[-3] != query.shape[-3], grad,
+                                   value.shape[-1])
         backend = self.calibration.sdpa_backend(signature)
         self.sdpa_calls.append(backend)
         # The kernel runs as CUDA's autocast runs a listed operator: with autocast off inside.

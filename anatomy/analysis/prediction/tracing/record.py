@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import gc
 import warnings
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import replace
 
 import torch
@@ -30,8 +30,10 @@ from anatomy.analysis.models import ModelSpec
 from anatomy.analysis.prediction.device_constants import DeviceCalibration
 from anatomy.analysis.prediction.replay import Recording
 from anatomy.analysis.prediction.tracing.cuda import CudaKernels
-from anatomy.analysis.prediction.tracing.tracker import LiveTensors, Timeline
+from anatomy.analysis.prediction.tracing.fake_kernels import FakeKernels
+from anatomy.analysis.prediction.tracing.tracker import LiveTensors, SavedForBackward, Timeline
 from anatomy.analysis.prediction.tracing.trainer_step import StepOptions, TrainerStep
+from anatomy.analysis.prediction.tracing.values import DataValues, real_paths
 from anatomy.vocabulary import Phase
 
 
@@ -43,57 +45,36 @@ def _distinct_bytes(tensors) -> int:
     return sum(size for _, size in seen.values())
 
 
-def to_fake(model, mode: FakeTensorMode, device: str = "cpu") -> None:
+def to_fake(model, mode: FakeTensorMode, device: str = "cpu", on_made=None) -> None:
     """Meta parameters and buffers become fake ones on `device`, sharing their storages (so a
-    tracker that followed the meta build knows them) and their ties."""
+    tracker that followed the meta build knows them) and their ties. A tensor the model made on
+    a device of its own choosing (DiffLlama's λ on the CPU) becomes a fake one too, and is told
+    to `on_made`: the build's tracker did not see it."""
     made: dict[int, torch.Tensor] = {}
     target = torch.device(device)
+
+    def fake_of(tensor):
+        if tensor.device.type == "meta":
+            return FakeTensor(mode, tensor, target)
+        fake = FakeTensor(mode, tensor.to("meta"), target)
+        if on_made is not None:
+            on_made(fake)
+        return fake
+
     for module in model.modules():
         for name, param in list(module._parameters.items()):
             if param is None:
                 continue
             if id(param) not in made:
-                fake = FakeTensor(mode, param.detach(), target)
-                made[id(param)] = torch.nn.Parameter(fake, requires_grad=param.requires_grad)
+                made[id(param)] = torch.nn.Parameter(fake_of(param.detach()),
+                                                     requires_grad=param.requires_grad)
             module._parameters[name] = made[id(param)]
         for name, buffer in list(module._buffers.items()):
             if buffer is None:
                 continue
             if id(buffer) not in made:
-                made[id(buffer)] = FakeTensor(mode, buffer, target)
+                made[id(buffer)] = fake_of(buffer)
             module._buffers[name] = made[id(buffer)]
-
-
-@contextmanager
-def real_data_answers():
-    """transformers skips two data-dependent checks on fake tensors and takes a more general path
-    than the real run does; here they run their operators and give the answer the dummy data
-    gives: no packed sequences (positions count up in every row), no padding token at either end
-    of a sequence (ids start at 100)."""
-    from transformers import masking_utils, modeling_utils
-
-    def find_packed_sequence_indices(position_ids):
-        first = position_ids[:, :1] - 1
-        diff = torch.diff(position_ids, prepend=first, dim=-1)
-        packed = (diff != 1).cumsum(-1)
-        (packed[:, -1] == 0).all()
-        return None
-
-    def warn_if_padding_and_no_attention_mask(self, input_ids, attention_mask):
-        if attention_mask is not None or self.config.pad_token_id is None:
-            return
-        (input_ids[:, [-1, 0]] == self.config.pad_token_id).any()
-
-    saved = (masking_utils.find_packed_sequence_indices,
-             modeling_utils.PreTrainedModel.warn_if_padding_and_no_attention_mask)
-    masking_utils.find_packed_sequence_indices = find_packed_sequence_indices
-    modeling_utils.PreTrainedModel.warn_if_padding_and_no_attention_mask = \
-        warn_if_padding_and_no_attention_mask
-    try:
-        yield
-    finally:
-        (masking_utils.find_packed_sequence_indices,
-         modeling_utils.PreTrainedModel.warn_if_padding_and_no_attention_mask) = saved
 
 
 def record(spec: ModelSpec, options: StepOptions, *, kernels: str = "cuda",
@@ -145,21 +126,22 @@ def _record(spec, options, kernels, calibration, steps, lora_rank, lora_targets,
             tracker, segment, segments, mesh=None) -> Recording:
     from anatomy.analysis.prediction.tracing.fsdp import local, shard
 
-    with real_data_answers():
+    with real_paths():
         start = 0
         with tracker:
             model, _ = models.build_model(spec, "meta", lora_rank=lora_rank,
                                           lora_targets=lora_targets, pretrained=False)
+        mode = FakeTensorMode(allow_non_fake_inputs=False)
+        tracker.device = "cpu"
+        to_fake(model, mode, on_made=tracker.track)
         segment(Phase.WEIGHTS, start)
         parameters = sum(p.numel() for p in model.parameters())
         weights_bytes = _distinct_bytes(model.parameters())
-
-        mode = FakeTensorMode(allow_non_fake_inputs=False)
-        to_fake(model, mode)
-        tracker.device = "cpu"
         cuda = CudaKernels(calibration, tracker) if kernels == "cuda" else None
         with ExitStack() as stack:
             stack.enter_context(mode)
+            stack.enter_context(FakeKernels())
+            stack.enter_context(DataValues())
             if cuda is not None:
                 stack.enter_context(cuda)
             stack.enter_context(tracker)
@@ -180,6 +162,7 @@ def _record(spec, options, kernels, calibration, steps, lora_rank, lora_targets,
             segment("batches", start)
             batch_tids = [tracker.storage_tid(t) for b in batches for t in b.values()]
 
+            saved = SavedForBackward(model, tracker)
             start = len(timeline.events)
             step.micro_batch(batches[0], items)
             segment("first micro-batch", start)
@@ -189,6 +172,7 @@ def _record(spec, options, kernels, calibration, steps, lora_rank, lora_targets,
                 start = len(timeline.events)
                 step.micro_batch(batches[1], items)
                 segment("later micro-batch", start)
+            saved.close()
             gradient_bytes = _distinct_bytes(local(p.grad) for p in trainable
                                              if p.grad is not None)
 
@@ -219,4 +203,5 @@ def _record(spec, options, kernels, calibration, steps, lora_rank, lora_targets,
         weights_bytes=weights_bytes, gradient_bytes=gradient_bytes,
         optimizer_state_bytes=state_bytes,
         attention_kernels=tuple(cuda.sdpa_calls) if cuda is not None else (),
+        saved_bytes=saved.bytes,
         max_tid=timeline._next)

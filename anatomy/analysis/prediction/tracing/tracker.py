@@ -143,3 +143,48 @@ def _holding_memory(out):
             yield from _holding_memory([getattr(tensor, name) for name in names])
         else:
             yield tensor
+
+
+class SavedForBackward:
+    """What the component probe reads as activations on a CPU (engine/probe.py, which keeps no
+    allocator statistics there): the distinct storages autograd saves for the backward pass
+    during the model's latest forward pass, the parameters left out. Hooked on the same module
+    the probe hooks, with the same saved-tensor hooks, so a traced step reads what a real one
+    does; storages are told apart by the tracker's ids (fake tensors have no addresses)."""
+
+    def __init__(self, model, tracker: LiveTensors):
+        self.model, self.tracker = model, tracker
+        self.bytes = 0  # the latest forward pass's
+        self._saved: dict[object, int] = {}
+        self._hooks = None
+        self._handles = [model.register_forward_pre_hook(self._begins),
+                         model.register_forward_hook(self._ends)]
+
+    def _key(self, tensor) -> object:
+        storage = tensor.untyped_storage()
+        tid = self.tracker.storage_tid(tensor)
+        return tid if tid is not None else ("untracked", id(storage))
+
+    def _pack(self, tensor):
+        self._saved[self._key(tensor)] = tensor.untyped_storage().nbytes()
+        return tensor
+
+    def _begins(self, module, args) -> None:
+        if not module.training:
+            return
+        self._saved = {}
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+        self._hooks.__enter__()
+
+    def _ends(self, module, args, output) -> None:
+        if not module.training or self._hooks is None:
+            return
+        self._hooks.__exit__(None, None, None)
+        self._hooks = None
+        parameters = {self._key(p) for p in self.model.parameters()}
+        self.bytes = sum(size for key, size in self._saved.items() if key not in parameters)
+
+    def close(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []

@@ -3,6 +3,7 @@ same parameter groups, the same autocast and the same order of frees, without th
 dataloader, logging and callbacks (which hold only a few scalars).
 
 What it mirrors (transformers 5.23, accelerate 1.15):
+- `Trainer.__init__`: `model.config.use_cache = args.use_cache` (False: no key-value cache);
 - `Trainer._prepare_for_training`: activation checkpointing through the model's own
   `activation_checkpointing_enable()` (non-reentrant; input gradients for text models);
 - `Trainer.create_optimizer`: two parameter groups (weight decay / none, by
@@ -30,7 +31,13 @@ from dataclasses import dataclass
 
 import torch
 
-from anatomy.analysis.models import CAUSAL_LM, IMAGE_CLASSIFICATION, ModelSpec, token_range
+from anatomy.analysis.models import (
+    CAUSAL_LM,
+    IMAGE_CLASSIFICATION,
+    SEQ2SEQ,
+    ModelSpec,
+    token_range,
+)
 
 MAX_GRAD_NORM = 1.0  # TrainingArguments' default
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -87,7 +94,11 @@ def make_optimizer(model, optim: str, foreach: bool | None = None) -> torch.opti
 
 
 def accepts_loss_kwargs(model) -> bool:
-    """Trainer.__init__'s test: the model says so, or its forward takes **kwargs."""
+    """Trainer.__init__'s test, on the model under peft's wrapper: the model says so, or its
+    forward takes **kwargs."""
+    from transformers.trainer_utils import unwrap_peft_model
+
+    model = unwrap_peft_model(model)
     if hasattr(model, "accepts_loss_kwargs"):
         return bool(model.accepts_loss_kwargs)
     return any(p.kind == inspect.Parameter.VAR_KEYWORD
@@ -96,13 +107,25 @@ def accepts_loss_kwargs(model) -> bool:
 
 def make_batch(spec: ModelSpec, batch_size: int, seq_len: int, device: str = "cpu") -> dict:
     """One micro-batch as the collator hands it to the model: separate tensors (a causal LM's
-    labels are a copy of its input ids, as collated from the dataset's two columns)."""
+    labels are a copy of its input ids, as collated from the dataset's two columns; a
+    sequence-to-sequence model's decoder inputs are its labels shifted right behind the start
+    token, as DataCollatorForSeq2Seq makes them). engine/dataset.py makes the same items."""
     if spec.task == IMAGE_CLASSIFICATION:
         size = spec.image_size
         return {"pixel_values": torch.randn(batch_size, spec.num_channels, size, size,
                                             device=device),
                 "labels": torch.randint(0, spec.num_labels, (batch_size,), device=device)}
     low, high = token_range(spec)
+    if spec.task == SEQ2SEQ:
+        features = spec.audio_features(seq_len)
+        inputs = ({"input_features": torch.randn(batch_size, *features, device=device)}
+                  if features else
+                  {"input_ids": torch.randint(low, high, (batch_size, seq_len), device=device)})
+        labels = torch.randint(low, high, (batch_size, seq_len), device=device)
+        start = torch.full((batch_size, 1), spec.decoder_start_token_id, dtype=labels.dtype,
+                           device=device)
+        return {**inputs, "decoder_input_ids": torch.cat([start, labels[:, :-1]], dim=1),
+                "labels": labels}
     ids = torch.randint(low, high, (batch_size, seq_len), device=device)
     if spec.task == CAUSAL_LM:
         return {"input_ids": ids, "labels": ids.clone()}
@@ -110,10 +133,23 @@ def make_batch(spec: ModelSpec, batch_size: int, seq_len: int, device: str = "cp
                                                       device=device)}
 
 
-def items_in_batch(spec: ModelSpec, batches: list[dict]):
-    """`Trainer._get_num_items_in_batch`: labels that count (a causal LM's shifted by one)."""
-    labels = [b["labels"][..., 1:] if spec.task == CAUSAL_LM else b["labels"] for b in batches]
-    return sum(label.ne(-100).sum() for label in labels)
+def loss_shifts_labels(model) -> bool:
+    """`Trainer.__init__`'s test: a causal LM's loss shifts its labels (an encoder-decoder's
+    decoder inputs are shifted instead)."""
+    from transformers.loss.loss_utils import LOSS_MAPPING, ForCausalLMLoss
+    from transformers.trainer_utils import unwrap_peft_model
+
+    inner = unwrap_peft_model(model)
+    return LOSS_MAPPING.get(getattr(inner, "loss_type", None)) is ForCausalLMLoss and \
+        not getattr(inner.config, "is_encoder_decoder", False)
+
+
+def items_in_batch(batches: list[dict], shifts: bool):
+    """`Trainer._get_num_items_in_batch`: labels that count (shifted by one where the loss
+    shifts them), divided by the devices sharing the batch (tensor, context and sequence
+    parallelism: 1 here), which makes the count a float tensor (the loss saves it)."""
+    labels = [b["labels"][..., 1:] if shifts else b["labels"] for b in batches]
+    return sum(label.ne(-100).sum() for label in labels) / 1
 
 
 class LossScaler:
@@ -153,6 +189,8 @@ class TrainerStep:
                  prepare: Callable | None = None):
         self.model, self.spec, self.options, self.device = model, spec, options, device
         self.on_mark = on_mark or (lambda label: None)
+        if getattr(model, "config", None) is not None:  # Trainer.__init__: TrainingArguments'
+            model.config.use_cache = False  # use_cache, False: no key-value cache in training
         if options.gradient_checkpointing:
             enable_checkpointing(model, checkpoint_context)
         model.train()
@@ -168,6 +206,7 @@ class TrainerStep:
         self.optimizer = make_optimizer(model, options.optim, foreach)
         self.foreach = foreach
         self.loss_kwargs = accepts_loss_kwargs(model)
+        self.shifts_labels = loss_shifts_labels(model)
         self.scaler = LossScaler(device) if options.precision == "fp16" else None
 
     def batches(self) -> tuple[list[dict], object]:
@@ -175,7 +214,7 @@ class TrainerStep:
         o = self.options
         batches = [make_batch(self.spec, o.batch_size, o.seq_len, self.device)
                    for _ in range(o.grad_accum)]
-        items = items_in_batch(self.spec, batches) if self.loss_kwargs else None
+        items = items_in_batch(batches, self.shifts_labels) if self.loss_kwargs else None
         return batches, items
 
     def _loss(self, inputs: dict, items) -> torch.Tensor:

@@ -1,0 +1,133 @@
+"""What fake tensors do not know: the values some operators read to decide what they make.
+
+A traced step runs on fake tensors, which have shapes and no values. A few operators of a training
+step read values all the same: `nonzero` and boolean indexing (how many labels are set), `unique`
+(how many sequences end where), `.item()` and `if tensor:` (is the padding mask all ones?). On the
+data's own tensors (token ids, labels, positions, masks: small, and made from the batch and from
+constants) those answers are the real run's, so the trace keeps their values beside them:
+`DataValues` runs each operator whose inputs all have values a second time on those values (CPU,
+real, small), and answers a value-reading operator from them. A tensor made from the weights has
+no values (it is as large as the model's activations); an operator that reads one is refused by
+name (`UnknownValues`).
+
+transformers itself skips its value-reading checks on fake tensors ("tracing") and takes a more
+general path than the real run: `real_paths()` has it take the real run's path, since here the
+values are known.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+from torch._subclasses.fake_tensor import (
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+    FakeTensor,
+)
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+from torch.utils._pytree import tree_leaves, tree_map
+from torch.utils.weak import WeakIdKeyDictionary
+
+# Tensors of more elements carry no values: data tensors are batch × sequence (a mask: × sequence
+# again), and beyond this the values would cost the memory the fake tensors save.
+VALUE_LIMIT = 1 << 22
+
+
+class UnknownValues(RuntimeError):
+    """An operator read values the trace does not have (of a tensor made from the weights)."""
+
+
+def _mutated(func, args, kwargs) -> list[torch.Tensor]:
+    """The tensors an operator writes into."""
+    out = []
+    schema = func._schema
+    for index, argument in enumerate(schema.arguments):
+        if argument.alias_info is None or not argument.alias_info.is_write:
+            continue
+        value = args[index] if index < len(args) else kwargs.get(argument.name)
+        out.extend(t for t in tree_leaves(value) if isinstance(t, torch.Tensor))
+    return out
+
+
+class DataValues(TorchDispatchMode):
+    """Keeps the values of small tensors whose inputs all have values (or that are made from
+    nothing: arange, ones, randint), and answers value-reading operators from them."""
+
+    def __init__(self):
+        super().__init__()
+        self.values: WeakIdKeyDictionary = WeakIdKeyDictionary()  # fake tensor -> real tensor
+
+    def _real(self, value):
+        """A fake tensor's values; a real tensor (a constant the model wrote, such as the
+        indices of `x[:, [-1, 0]]`) is its own."""
+        if isinstance(value, FakeTensor):
+            return self.values[value]
+        return value
+
+    def _known(self, args, kwargs) -> bool:
+        return all(self.values.get(t) is not None for t in tree_leaves((args, kwargs))
+                   if isinstance(t, FakeTensor))
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        try:
+            out = func(*args, **kwargs)
+        except (DataDependentOutputException, DynamicOutputShapeException):
+            return self._answer(func, args, kwargs)
+        if not self._known(args, kwargs):
+            for tensor in _mutated(func, args, kwargs):  # its values are no longer known
+                self.values.pop(tensor, None)
+            return out
+        outputs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+        if outputs and sum(t.numel() for t in outputs) <= VALUE_LIMIT:
+            self._follow(func, args, kwargs, outputs)
+        return out
+
+    def _run(self, func, args, kwargs):
+        with _disable_current_modes():
+            return func(*tree_map(self._real, args), **tree_map(self._real, kwargs))
+
+    def _follow(self, func, args, kwargs, outputs) -> None:
+        try:
+            real = self._run(func, args, kwargs)
+        except Exception:  # noqa: BLE001 - an operator without a CPU kernel: no values, no harm
+            for tensor in outputs:
+                self.values.pop(tensor, None)
+            return
+        reals = [t for t in tree_leaves(real) if isinstance(t, torch.Tensor)]
+        if len(reals) == len(outputs):
+            for fake, value in zip(outputs, reals):
+                self.values[fake] = value
+
+    def _answer(self, func, args, kwargs):
+        if not self._known(args, kwargs):
+            raise UnknownValues(
+                f"{func.__name__} reads the values of a tensor made from the weights")
+        real = self._run(func, args, kwargs)
+        device = next(t.device for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor))
+
+        def fake(value):
+            if not isinstance(value, torch.Tensor):
+                return value
+            made = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype,
+                                       device=device)
+            self.values[made] = value
+            return made
+
+        return tree_map(fake, real)
+
+
+@contextmanager
+def real_paths():
+    """transformers' own checks that read values (is the padding mask all ones? are sequences
+    packed?) run on fake tensors as on real ones: the trace has the values (`DataValues`), and
+    the real run takes the path they decide."""
+    from transformers.utils import import_utils
+
+    saved = import_utils.is_fake_tensor
+    import_utils.is_fake_tensor = lambda tensor: False
+    try:
+        yield
+    finally:
+        import_utils.is_fake_tensor = saved
