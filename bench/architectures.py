@@ -1,0 +1,655 @@
+"""Coverage: every architecture the installed transformers ships with a head anatomy trains, a small
+config of each made from the architecture's own defaults, predicted and run.
+
+    python bench/architectures.py                      # everything -> docs/COVERAGE.md
+    python bench/architectures.py --only llama,t5      # some model types
+    python bench/architectures.py --report             # the table again from stored results
+    python bench/architectures.py --configs DIR        # only write the small configs
+
+The architectures come from transformers' own auto mappings (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+…SEQUENCE_CLASSIFICATION…, …IMAGE_CLASSIFICATION…, …SEQ_TO_SEQ_CAUSAL_LM…, …SPEECH_SEQ_2_SEQ…):
+no list of ours. Each model type trains the head `models.task_of` picks for a config without
+`architectures` (the same rule a user's config meets). Its config is the config class's defaults,
+shrunk (`small_config`): two layers, hidden size 64, a 1,024-token vocabulary, four experts; vision
+models keep their stages (one block each) and their image size.
+
+For each: `predict` on the CPU (fp32), for the H200 (bf16; fp32 with checkpointing; LoRA), then
+a real two-step CPU run through the worker's own training code and probe (the same process, one
+model after another), and the CPU prediction next to what the probe measured: weights,
+gradients, optimizer states and activations, to the byte. Each model runs in a child process
+with a time limit, so a crash or a hang is one row, not the end of the table. Results go to
+DIR/coverage.jsonl as they come (a second call skips what is there) and docs/COVERAGE.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+# Sizes a small config shrinks to (never grows to): enough for every part of a layer to be there.
+LAYERS = 2
+HIDDEN = 64
+INTERMEDIATE = 128
+HEADS = 4
+KV_HEADS = 2
+HEAD_DIM = 16
+VOCAB = 1024
+POSITIONS = 2048
+EXPERTS = 4
+EXPERTS_PER_TOKEN = 2
+EXPERT_INTERMEDIATE = 32
+IMAGE_SIZE = 224  # the size most image classifiers train on; larger defaults come down to it
+
+SCALED_FROM = 32  # smaller "sizes" are groups, kernels, counts: left alone
+_LAYER_KEYS = ("num_hidden_layers", "num_layers", "n_layer", "n_layers", "encoder_layers",
+               "decoder_layers", "num_decoder_layers", "num_encoder_layers")
+_WIDTH_KEYS = ("hidden_size", "d_model", "n_embd", "dim", "word_embed_proj_dim")
+_FFN_KEYS = ("intermediate_size", "d_ff", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim",
+             "n_inner", "hidden_dim", "ffn_hidden_size")
+_EXPERT_FFN_KEYS = ("moe_intermediate_size", "shared_expert_intermediate_size",
+                    "expert_intermediate_size")
+_HEAD_KEYS = ("num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads",
+              "decoder_attention_heads")
+_KV_HEAD_KEYS = ("num_key_value_heads", "n_head_kv", "num_kv_heads")
+_HEAD_DIM_KEYS = ("head_dim", "d_kv", "attention_head_dim", "v_head_dim")
+_EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+_TOP_K_KEYS = ("num_experts_per_tok", "moe_topk", "top_k", "num_selected_experts")
+_POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_target_positions")
+_TOKEN_ID_KEYS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id",
+                  "sep_token_id", "cls_token_id", "mask_token_id", "unk_token_id")
+
+
+def head_mappings() -> dict[str, dict[str, str]]:
+    """Task -> {model type: head class}, from transformers' auto mappings (a tuple of classes
+    keeps its first)."""
+    from transformers.models.auto import modeling_auto as auto
+
+    from anatomy.analysis import models
+
+    out: dict[str, dict[str, str]] = {}
+    for task, names in models.TASK_MAPPINGS.items():
+        table: dict[str, str] = {}
+        for name in names:
+            for model_type, classes in getattr(auto, name).items():
+                table.setdefault(model_type, classes[0] if isinstance(classes, tuple) else classes)
+        out[task] = table
+    return out
+
+
+def architectures() -> list[tuple[str, str]]:
+    """(model type, head class) of every model type with a supported head, the head the
+    project's own rule picks for the type."""
+    from anatomy.analysis import models
+
+    found = []
+    known = models.known_model_types() or frozenset()
+    for model_type in sorted(set().union(*head_mappings().values()) & known):  # not aliases
+        head = models.head_of_type(model_type)
+        if head is not None:
+            found.append((model_type, head))
+    return found
+
+
+def _shrink_int(values: dict, keys, target: int) -> None:
+    for key in keys:
+        value = values.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > target:
+            values[key] = target
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+# Widths: what scales with the model's width (a size, a dimension, a rank); not lengths (of the
+# vocabulary, an image, a patch, a window, a kernel, a chunk, a position table).
+_LENGTHS = ("vocab", "image", "patch", "kernel", "window", "chunk", "block", "pool_size", "stride",
+            "position", "bucket", "max_", "conv", "seq", "length", "spatial", "temporal")
+
+
+def _is_width(key) -> bool:
+    if not isinstance(key, str):
+        return False
+    named = key.endswith(("_size", "_dim", "_dims", "_embd", "_inner", "_rank", "_channels",
+                          "d_head", "d_state")) or \
+        key in ("d_model", "d_ff", "d_kv", "dim", "n_embd", "embed_dim", "hidden_dim")
+    return named and not any(word in key for word in _LENGTHS) and not key.startswith("num_")
+
+
+def _widths(values: dict) -> list[int]:
+    own = [v for k, v in values.items() if _is_width(k) and _is_int(v) and v > 0]
+    return own + [w for v in values.values() if isinstance(v, dict) for w in _widths(v)]
+
+
+def scale_factor(values: dict) -> int:
+    """The power of two every width of a config (its sub-configs' too) is divided by: as large
+    as leaves the widest at 256 or more and every width even (a rotary embedding halves its
+    head size), so that sizes made from others (heads × head size, hidden // 4) stay so."""
+    widths = [w for w in _widths(values) if w >= SCALED_FROM]
+    factor = 1
+    while widths and max(widths) // (factor * 2) >= 256 and \
+            all(w % (factor * 4) == 0 for w in widths):
+        factor *= 2
+    return factor
+
+
+def _shrink_counts(values: dict, layers_before) -> None:
+    """Layers, experts, the vocabulary and the position table, whatever the widths do."""
+    _shrink_int(values, _LAYER_KEYS, LAYERS)
+    _shrink_int(values, _EXPERT_KEYS, EXPERTS)
+    experts = next((values[k] for k in _EXPERT_KEYS if _is_int(values.get(k))), None)
+    for key in _TOP_K_KEYS:  # a router needs its top-k (some defaults leave it None)
+        if key in values and values[key] is None and experts:
+            values[key] = EXPERTS_PER_TOKEN
+    _shrink_int(values, _TOP_K_KEYS, EXPERTS_PER_TOKEN)
+    _shrink_int(values, ("n_group", "topk_group"), 1)
+    _shrink_int(values, ("first_k_dense_replace",), 1)
+    _shrink_int(values, _POSITION_KEYS, POSITIONS)
+    _shrink_int(values, [k for k in values if str(k).endswith("vocab_size")], VOCAB)
+    for key, value in list(values.items()):  # special tokens inside the small vocabulary
+        if (key in _TOKEN_ID_KEYS or key.endswith(("_token_id", "_token_index"))) \
+                and _is_int(value) and value >= VOCAB:
+            values[key] = VOCAB - 1 - (sum(map(ord, key)) % 64)
+        elif key in _TOKEN_ID_KEYS and isinstance(value, list):
+            values[key] = [v if v < VOCAB else VOCAB - 1 for v in value if _is_int(v)]
+    layers = next((values[k] for k in _LAYER_KEYS if _is_int(values.get(k))), None)
+    if not (_is_int(layers_before) and _is_int(layers) and layers < layers_before):
+        return
+    for key in ("out_features", "out_indices", "stage_names"):  # a backbone's: follow depth
+        values.pop(key, None)
+    types = values.get("layer_types")
+    if isinstance(types, list) and len(types) == layers_before:
+        distinct = list(dict.fromkeys(map(str, types)))  # every kind of layer, once
+        chosen = [next(t for t in types if str(t) == kind) for kind in distinct]
+        values["layer_types"] = (chosen + types)[:max(layers, len(chosen))]
+        for key in _LAYER_KEYS:
+            if values.get(key) == layers:
+                values[key] = len(values["layer_types"])
+        layers = len(values["layer_types"])
+    for key, value in list(values.items()):
+        if key != "layer_types" and isinstance(value, list) and len(value) == layers_before:
+            values[key] = value[:layers]
+        elif key.endswith("_layers") and isinstance(value, list) and all(map(_is_int, value)):
+            values[key] = [v for v in value if v < layers]
+        elif isinstance(value, dict) and value and all(str(k).isdigit() for k in value):
+            values[key] = {k: v for k, v in value.items() if int(k) < layers}  # per layer
+
+
+def _shrink(values: dict, vision: bool, factor: int | None) -> dict:
+    """One config's dict, shrunk in place (sub-configs too). `factor`: every width divided by it
+    (sizes made from others stay so); None: widths set to small fixed sizes. `vision` keeps
+    widths and image sizes (stages depend on them) and cuts each stage to one block."""
+    for key, value in list(values.items()):
+        if isinstance(value, dict) and key not in ("id2label", "label2id", "rope_parameters",
+                                                   "rope_scaling") \
+                and not all(str(k).isdigit() for k in value):
+            values[key] = _shrink(value, vision or key.startswith(("vision", "image")), factor)
+    layers_before = next((values[k] for k in _LAYER_KEYS if _is_int(values.get(k))), None)
+    if vision:
+        for key in ("depths", "num_block_repeats", "num_layers_per_stage"):
+            if isinstance(values.get(key), list):
+                values[key] = [1 for _ in values[key]]
+        for key in ("depth_coefficient", "width_coefficient", "depth_multiplier"):
+            if isinstance(values.get(key), float) and values[key] > 1:  # EfficientNet-B7's
+                values[key] = 1.0
+        if _is_int(values.get("image_size")) and values["image_size"] > IMAGE_SIZE:
+            values["image_size"] = IMAGE_SIZE
+        _shrink_counts(values, layers_before)
+        return values
+    if factor is not None:
+        for key, value in list(values.items()):
+            if _is_width(key) and _is_int(value) and value >= SCALED_FROM:
+                values[key] = value // factor
+    else:
+        _shrink_fixed(values)
+    _shrink_counts(values, layers_before)
+    return values
+
+
+def _shrink_fixed(values: dict) -> None:
+    heads_before = next((values[k] for k in _HEAD_KEYS if _is_int(values.get(k))), None)
+    kv_before = next((values[k] for k in _KV_HEAD_KEYS if _is_int(values.get(k))), None)
+    width_before = next((values[k] for k in _WIDTH_KEYS if _is_int(values.get(k))), None)
+    ffn_before = next((values[k] for k in _FFN_KEYS if _is_int(values.get(k))), None)
+    _shrink_int(values, _WIDTH_KEYS, HIDDEN)
+    _shrink_int(values, _FFN_KEYS, INTERMEDIATE)
+    for key, value in list(values.items()):  # other sizes that were the width (a pooler's)
+        if key.endswith(("_size", "_dim", "_embd")) and _is_int(value):
+            if value == width_before and width_before > HIDDEN:
+                values[key] = HIDDEN
+            elif value == ffn_before and ffn_before > INTERMEDIATE:
+                values[key] = INTERMEDIATE
+    _shrink_int(values, _EXPERT_FFN_KEYS, EXPERT_INTERMEDIATE)
+    _shrink_int(values, _HEAD_KEYS, HEADS)
+    grouped = _is_int(kv_before) and _is_int(heads_before) and kv_before < heads_before
+    _shrink_int(values, _KV_HEAD_KEYS, min(KV_HEADS if grouped else HEADS,
+                                           kv_before if _is_int(kv_before) else HEADS))
+    _shrink_int(values, _HEAD_DIM_KEYS, HEAD_DIM)
+    _shrink_int(values, ("qk_rope_head_dim", "rotary_dim"), HEAD_DIM // 2)
+    _shrink_int(values, ("qk_nope_head_dim",), HEAD_DIM)
+    _shrink_int(values, ("kv_lora_rank",), HEAD_DIM)
+    _shrink_int(values, ("q_lora_rank",), 2 * HEAD_DIM)
+    if "qk_head_dim" in values and _is_int(values.get("qk_nope_head_dim")):
+        values["qk_head_dim"] = values["qk_nope_head_dim"] + values.get("qk_rope_head_dim", 0)
+
+
+def small_config(model_type: str, head: str, scaled: bool = True) -> dict:
+    """The model type's config class defaults, shrunk, as a config.json holds it, naming the
+    head to train. `scaled`: widths divided by a common factor (`scale_factor`); else set to
+    small fixed sizes."""
+    from transformers import CONFIG_MAPPING
+
+    from anatomy.analysis import models
+
+    values = CONFIG_MAPPING[model_type]().to_dict()
+    vision = models.head_task(head) == models.IMAGE_CLASSIFICATION
+    values = _shrink(values, vision, scale_factor(values) if scaled else None)
+    for key in ("transformers_version", "_name_or_path", "torch_dtype", "dtype"):
+        values.pop(key, None)
+    values["model_type"] = model_type
+    values["architectures"] = [head]
+    return json.loads(json.dumps(values, default=str))
+
+
+def trains(path: Path) -> str | None:
+    """None when the config's model builds and takes one forward and backward pass on the CPU
+    (batch 1, 16 tokens); else why not, in one line."""
+    import torch
+
+    from anatomy.analysis import models
+    from anatomy.analysis.prediction.tracing.trainer_step import make_batch
+
+    try:
+        spec = models.resolve(str(path))
+        model, _ = models.build_model(spec, "cpu", pretrained=False)
+        model.config.use_cache = False  # as the Trainer sets it
+        model.train()
+        loss = model(**make_batch(spec, 1, 16))["loss"]
+        loss.backward()
+        return None if torch.isfinite(loss).item() else "the loss is not finite"
+    except Exception as error:  # noqa: BLE001 - a config transformers' model cannot run
+        return _one_line(error)
+
+
+def working_config(model_type: str, head: str, directory: Path) -> tuple[Path, str, str | None]:
+    """The small config that trains: widths scaled first, else fixed small widths; (its path,
+    how it was shrunk, why neither trains or None)."""
+    reasons = {}
+    for how in ("scaled", "fixed"):  # a folder each: a file rewritten is another model
+        path = directory / how / f"{model_type}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(small_config(model_type, head, how == "scaled"), indent=1))
+        reasons[how] = trains(path)
+        if reasons[how] is None:
+            return path, how, None
+    return directory / "scaled" / f"{model_type}.json", "scaled", reasons["scaled"]
+
+
+def write_configs(directory: Path) -> list[tuple[str, str, Path]]:
+    directory.mkdir(parents=True, exist_ok=True)
+    out = []
+    for model_type, head in architectures():
+        path = directory / f"{model_type}.json"
+        try:
+            path.write_text(json.dumps(small_config(model_type, head), indent=1))
+        except Exception as error:  # noqa: BLE001 - a config class that cannot be defaulted
+            print(f"{model_type}: no default config: {type(error).__name__}: {error}")
+            continue
+        out.append((model_type, head, path))
+    return out
+
+
+# --- one architecture: predictions and a run (in a child process) ---
+
+MIB = 2**20
+H200 = "NVIDIA H200"
+BATCH, SEQ_LEN, STEPS, LORA_RANK = 2, 64, 2, 8
+# (name, device, changes to the options): the modes each architecture is predicted in.
+MODES = (
+    ("cpu", "cpu", {}),
+    ("h200 bf16", "cuda", {"precision": "bf16"}),
+    ("h200 fp32 ckpt", "cuda", {"gradient_checkpointing": True}),
+    ("h200 lora", "cuda", {"precision": "bf16", "lora_rank": LORA_RANK}),
+)
+COMPARED = ("weights", "gradients", "optimizer_states", "activations")
+
+
+def _options(config_path: Path, **changes):
+    from anatomy.analysis.options import RunOptions
+
+    return RunOptions(model=str(config_path), batch_size=BATCH, seq_len=SEQ_LEN,
+                      dataset_size=BATCH * STEPS, max_steps=STEPS, **changes)
+
+
+def _one_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}"[:300]
+
+
+def _predict(options, device: str) -> dict:
+    """As `anatomy predict` does it: validation, then the prediction; a refusal is one line."""
+    from anatomy.analysis import prediction
+    from anatomy.analysis.options import validate
+
+    errors = validate(options, 1 if device == "cuda" else 0)
+    if errors:
+        return {"status": "refused", "line": "; ".join(errors.values())}
+    try:
+        predicted = prediction.predict(options, device=device,
+                                       gpu_name=H200 if device == "cuda" else None)
+    except prediction.PredictionError as error:
+        return {"status": "refused", "line": str(error)}
+    out = {"status": "predicted", "peak": predicted.peak,
+           "parameters": predicted.parameters, **{k: getattr(predicted, k) for k in COMPARED}}
+    if device == "cuda":
+        out.update(nvml_peak=predicted.nvml_peak, kernels=sorted(set(predicted.attention_kernels)))
+    return out
+
+
+def _run(options) -> dict:
+    """A real CPU run of the options: the worker's own training code (the Trainer, the dummy
+    dataset, the component probe) in this process; what the probe measured."""
+    import time
+
+    from anatomy.analysis.options import validate
+    from anatomy.engine import protocol, worker
+
+    errors = validate(options, 0)
+    if errors:
+        return {"status": "refused", "line": "; ".join(errors.values())}
+    messages: list = []
+
+    class Queue(list):
+        put = list.append
+
+    queue = Queue()
+    code = worker.train(queue, options.to_dict(), time.monotonic(), False, 0.0)
+    messages = list(queue)
+    failure = next((m for m in messages if isinstance(m, protocol.Failure)), None)
+    if code or failure is not None:
+        return {"status": failure.status if failure else "failed",
+                "line": (failure.text.strip().splitlines() or [""])[-1][:300] if failure else ""}
+    measured = next((m.values for m in messages if isinstance(m, protocol.ComponentsMeasured)),
+                    {})
+    return {"status": "completed", **{k: measured.get(k) for k in COMPARED}}
+
+
+def measure_one(model_type: str, head: str, directory: Path) -> dict:
+    """Every mode's prediction, the CPU run, and whether the CPU's figures agree."""
+    import time
+
+    row: dict = {"model_type": model_type, "head": head}
+    started = time.monotonic()
+    try:
+        path, row["shrunk"], untrainable = working_config(model_type, head, directory)
+    except Exception as error:  # noqa: BLE001 - a config class without usable defaults
+        row.update(config=_one_line(error), seconds=0.0)
+        return row
+    if untrainable:
+        row["untrainable"] = untrainable
+    from anatomy.analysis import models
+
+    try:
+        row["task"] = models.resolve(str(path)).task
+    except models.ModelError:
+        row["task"] = None
+    for name, device, changes in MODES:
+        try:
+            row[name] = _predict(_options(path, **changes), device)
+        except Exception as error:  # noqa: BLE001 - a traceback a user would meet: a defect
+            row[name] = {"status": "traceback", "line": _one_line(error)}
+    try:
+        row["run"] = _run(_options(path))
+    except Exception as error:  # noqa: BLE001
+        row["run"] = {"status": "traceback", "line": _one_line(error)}
+    row["seconds"] = round(time.monotonic() - started, 1)
+    return row
+
+
+ROW = "coverage-row "  # what marks a result among whatever a model prints
+
+
+def serve(directory: Path) -> None:
+    """A child's loop: a model type and head per line in, a JSON row per line out."""
+    import logging
+    import warnings
+
+    warnings.simplefilter("ignore")
+    logging.disable(logging.WARNING)
+    for line in sys.stdin:
+        model_type, head = line.split()
+        row = measure_one(model_type, head, directory)
+        print(ROW + json.dumps(row, default=str), flush=True)
+
+
+# --- the parent: children with a time limit each, results as they come ---
+
+class Child:
+    """A `--serve` process and the architecture it is on."""
+
+    def __init__(self, directory: Path, log):
+        import subprocess
+
+        self.process = subprocess.Popen(
+            [sys.executable, __file__, "--serve", str(directory)], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1, cwd=ROOT)
+        self.task: tuple[str, str] | None = None
+        self.since = 0.0
+
+    def give(self, task: tuple[str, str]) -> None:
+        import time
+
+        self.task, self.since = task, time.monotonic()
+        self.process.stdin.write(" ".join(task) + "\n")
+        self.process.stdin.flush()
+
+    def stop(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+def run_all(tasks: list[tuple[str, str]], out: Path, jobs: int, timeout: float) -> None:
+    import selectors
+    import tempfile
+    import time
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    done = {json.loads(line)["model_type"] for line in out.read_text().splitlines()
+            if line.strip()} if out.exists() else set()
+    pending = [t for t in tasks if t[0] not in done]
+    print(f"{len(tasks)} architectures, {len(done)} done before, {len(pending)} to go", flush=True)
+    directory = Path(tempfile.mkdtemp(prefix="anatomy-coverage-"))
+    log = open(out.with_suffix(".log"), "a")  # noqa: SIM115 - the children's stderr, all run
+    children = [Child(directory, log) for _ in range(min(jobs, len(pending)))]
+    selector = selectors.DefaultSelector()
+    for child in children:
+        selector.register(child.process.stdout, selectors.EVENT_READ, child)
+
+    def record(row: dict) -> None:
+        with out.open("a") as file:
+            file.write(json.dumps(row, default=str) + "\n")
+        print(f"{row['model_type']:28} {_summary(row)}", flush=True)
+
+    def replace(child: Child) -> Child:
+        selector.unregister(child.process.stdout)
+        child.stop()
+        fresh = Child(directory, log)
+        selector.register(fresh.process.stdout, selectors.EVENT_READ, fresh)
+        children[children.index(child)] = fresh
+        return fresh
+
+    for child in children:
+        if pending:
+            child.give(pending.pop(0))
+    while any(c.task for c in children):
+        for key, _ in selector.select(timeout=5):
+            child = key.data
+            line = child.process.stdout.readline()
+            if not line:  # the child died (a crash in native code, memory)
+                if child.task:
+                    record({"model_type": child.task[0], "head": child.task[1],
+                            "crashed": f"exit {child.process.poll()}"})
+                child = replace(child)
+            elif line.startswith(ROW):
+                record(json.loads(line[len(ROW):]))
+                child.task = None
+            else:
+                continue
+            if pending:
+                child.give(pending.pop(0))
+        for child in list(children):
+            if child.task and time.monotonic() - child.since > timeout:
+                record({"model_type": child.task[0], "head": child.task[1],
+                        "crashed": f"no answer in {timeout:.0f} s"})
+                fresh = replace(child)
+                if pending:
+                    fresh.give(pending.pop(0))
+    for child in children:
+        child.stop()
+    log.close()
+
+
+def _summary(row: dict) -> str:
+    if row.get("crashed") or row.get("config"):
+        return row.get("crashed") or f"no config: {row['config']}"
+    parts = [f"{name}: {row[name]['status']}" for name, _, _ in MODES] + \
+        [f"run: {row['run']['status']}", f"{row.get('seconds')} s"]
+    return ", ".join(parts)
+
+
+# --- the report: docs/COVERAGE.md ---
+
+def verdict(row: dict) -> str:
+    """"predicted", "refused" or "traceback" for an architecture: its CPU prediction made, or
+    refused in one line; a traceback (or a crash, a hang) anywhere counts against it."""
+    if row.get("crashed") or any(row.get(name, {}).get("status") == "traceback"
+                                 for name in [m[0] for m in MODES] + ["run"]):
+        return "traceback"
+    if row.get("config"):
+        return "no config"
+    if row["cpu"]["status"] == "predicted":
+        return "predicted"
+    return "untrainable" if row.get("untrainable") else "refused"
+
+
+def exact(row: dict) -> bool | None:
+    """Whether the CPU prediction equals what the probe measured on the CPU run (None: no run to
+    compare with)."""
+    cpu, run = row.get("cpu", {}), row.get("run", {})
+    if cpu.get("status") != "predicted" or run.get("status") != "completed":
+        return None
+    return all(cpu[k] == run[k] for k in COMPARED)
+
+
+def _cell(result: dict | None) -> str:
+    if not result:
+        return ""
+    status = result["status"]
+    if status in ("predicted", "completed"):
+        return "✓"
+    line = str(result.get("line", "")).replace("|", "\\|").replace("\n", " ")
+    return f"{'**' + status + '**' if status == 'traceback' else status}: {line[:160]}"
+
+
+def report(rows: list[dict], command: str) -> str:
+    from collections import Counter
+
+    import torch
+    import transformers
+
+    verdicts = Counter(verdict(r) for r in rows)
+    compared = [r for r in rows if exact(r) is not None]
+    equal = sum(1 for r in compared if exact(r))
+    total = len(rows)
+    lines = [
+        "# Coverage: every architecture transformers ships with a head anatomy trains", "",
+        f"transformers {transformers.__version__}, torch {torch.__version__}; produced by", "",
+        f"    {command}", "",
+        "The architectures are the model types of transformers' own auto mappings for causal-LM, "
+        "sequence-classification, image-classification and sequence-to-sequence heads; each "
+        "trains the head `models.task_of` picks for its type. Its config is the config class's "
+        f"defaults, shrunk (bench/architectures.py: {LAYERS} layers, hidden size {HIDDEN}, a "
+        f"{VOCAB}-token vocabulary, {EXPERTS} experts; vision models keep their stages, one "
+        "block each). Each is predicted on the CPU (fp32) and for the calibrated H200 (bf16; "
+        "fp32 with gradient checkpointing; LoRA rank 8 in bf16) as `anatomy predict` does it "
+        "(validation, then the prediction), then trained for two steps on the CPU by the "
+        "worker's own training code, and the CPU prediction is held against what the component "
+        f"probe measured: weights, gradients, optimizer states and activations, to the byte "
+        f"(batch {BATCH}, sequence {SEQ_LEN}, AdamW).", "",
+        "## Totals", "",
+        f"- architectures: {total}",
+        f"- predicted on the CPU: {verdicts['predicted']} "
+        f"({100 * verdicts['predicted'] / max(total, 1):.1f} %)",
+        f"- refused in one line: {verdicts['refused']}",
+        f"- refused in one line, and no small config of its defaults trains for real either: "
+        f"{verdicts['untrainable']}",
+        f"- tracebacks, crashes or hangs: {verdicts['traceback']}",
+        f"- configs transformers' defaults cannot make: {verdicts['no config']}",
+        f"- CPU prediction = CPU measurement (all four components, to the byte): {equal} of "
+        f"{len(compared)} compared", "",
+        "## Why the refused are refused", "",
+        *[f"- {row['model_type']}: {row['cpu'].get('line', '')}" for row in
+          sorted(rows, key=lambda r: r["model_type"])
+          if verdict(row) in ("refused", "untrainable")], "",
+        "## Every architecture", "",
+        "✓: predicted (or trained); otherwise the one line it answered. *exact*: the CPU "
+        "prediction equals the CPU measurement.", "",
+        "| model type | head | parameters | CPU | H200 bf16 | H200 fp32 ckpt | H200 LoRA | CPU run "
+        "| predicted = measured |",
+        "|---|---|---|---|---|---|---|---|---|"]
+    for row in sorted(rows, key=lambda r: r["model_type"]):
+        if row.get("crashed") or row.get("config"):
+            lines.append(f"| {row['model_type']} | {row.get('head', '')} | | "
+                         f"**{row.get('crashed') or 'no config: ' + row['config']}** | | | | | |")
+            continue
+        same = exact(row)
+        diff = "" if same is None else "exact" if same else ", ".join(
+            f"{k} {row['cpu'][k] - row['run'][k]:+,} B" for k in COMPARED
+            if row['cpu'][k] != row['run'][k])
+        parameters = row["cpu"].get("parameters")
+        lines.append(" | ".join([
+            f"| {row['model_type']}", row["head"],
+            f"{parameters:,}" if parameters else "",
+            *(_cell(row.get(name)) for name, _, _ in MODES), _cell(row.get("run")),
+            diff]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", type=Path, help="only write the small configs here")
+    parser.add_argument("--only", help="comma-separated model types")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "data" / "coverage.jsonl")
+    parser.add_argument("--jobs", type=int, default=1, help="architectures at once")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds per architecture")
+    parser.add_argument("--report", action="store_true", help="only write the report")
+    parser.add_argument("--doc", type=Path, default=ROOT / "docs" / "COVERAGE.md")
+    parser.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve:
+        serve(args.serve)
+        return 0
+    if args.configs:
+        for model_type, head, path in write_configs(args.configs):
+            print(f"{model_type:32} {head:48} {path}")
+        return 0
+    if not args.report:
+        tasks = architectures()
+        if args.only:
+            wanted = set(args.only.split(","))
+            tasks = [t for t in tasks if t[0] in wanted]
+        run_all(tasks, args.out, args.jobs, args.timeout)
+    rows = [json.loads(line) for line in args.out.read_text().splitlines() if line.strip()]
+    latest = {row["model_type"]: row for row in rows}  # a type run again: its latest row
+    args.doc.write_text(report(list(latest.values()), "python bench/architectures.py --jobs 2"))
+    print(f"wrote {args.doc}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
