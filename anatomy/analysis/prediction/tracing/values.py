@@ -66,8 +66,18 @@ class DataValues(TorchDispatchMode):
         return value
 
     def _known(self, args, kwargs) -> bool:
-        return all(self.values.get(t) is not None for t in tree_leaves((args, kwargs))
-                   if isinstance(t, FakeTensor))
+        """Every tensor input has values: a fake one kept beside it, a plain real one its own. A
+        wrapper (FSDP's DTensor around a fake shard) has none: run again, its outputs would
+        hold the fake storages it wraps, and the trace would see them freed late."""
+        for tensor in tree_leaves((args, kwargs)):
+            if not isinstance(tensor, torch.Tensor):
+                continue
+            if isinstance(tensor, FakeTensor):
+                if self.values.get(tensor) is None:
+                    return False
+            elif type(tensor) not in (torch.Tensor, torch.nn.Parameter):
+                return False
+        return True
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
