@@ -135,7 +135,8 @@ class _ProcessTree:
                 return None
             total += rss
             rank = self._rank(process, t)
-            if rank is not None:
+            # A rank gone or a zombie (RSS 0) until the tree is listed again: no 0 MB for it.
+            if rank is not None and rss:
                 by_rank[rank] = by_rank.get(rank, 0) + rss
         return total, by_rank
 

@@ -67,6 +67,7 @@ def test_two_cpu_processes_through_the_cli_record_both_ranks(store, capsys):
     # ranks each hold less than all of it, and the run's peak stays the tree's.
     assert all(rank.measured_alone for rank in rep.ranks)
     assert {s.gpu for s in store.samples(run_id)} == {0, 1, 2}
+    assert all(s.used > 0 for s in store.samples(run_id))  # an ended rank read 0 MB till the end
     assert all(0 < rank.peak_bytes < rep.summary.peak_bytes for rank in rep.ranks)
     assert main(["show", str(run_id), "--store", str(store.path)]) == 0
     shown_text = capsys.readouterr().out
