@@ -39,17 +39,27 @@ def phase_start(report: RunReport, phase: str) -> float | None:
     return None if reading is None else reading.start_s
 
 
+GPU_OPTIONS = ("gpu", "gpus")  # what a run without a GPU has none of
+
+
 def differing_options(reports: Sequence[RunReport]) -> list[str]:
-    """The run options (in the form's order) whose values are not the same in every run."""
-    return [name for name in FIELDS
-            if len({repr(option(r, name)) for r in reports}) > 1]
+    """The run options (in the form's order) whose values are not the same in every run (the
+    GPUs among the runs on a GPU: a CPU run beside them differs by its device, said apart)."""
+    def values(name: str) -> set[str]:
+        among = [r for r in reports if r.on_gpu] if name in GPU_OPTIONS else reports
+        return {repr(option(r, name)) for r in among}
+
+    return [name for name in FIELDS if len(values(name)) > 1]
 
 
 def option(report: RunReport, name: str):
     """A run's option as a comparison shows it: as the run knows it (None for what a user's
     training did not report: never a default), and no strategy for a single process (the
-    default "ddp" it stores shares nothing)."""
+    default "ddp" it stores shares nothing), no GPU index or GPUs for a run without a GPU (the
+    form's defaults it stores name none)."""
     if name == "strategy" and report.world_size <= 1:
+        return None
+    if name in GPU_OPTIONS and not report.on_gpu:
         return None
     return report.known(name)
 

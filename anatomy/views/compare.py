@@ -41,7 +41,7 @@ def _label_word(report: RunReport, name: str, value) -> str:
     (a user's training that did not report it, a single process's strategy)."""
     if name == "max_steps" and value is None and report.started_by_anatomy:
         return "by epochs"
-    if name == "gpus" and not value and report.started_by_anatomy:
+    if name == "gpus" and not value and report.started_by_anatomy and report.on_gpu:
         return "1 GPU"
     if value is None or value == "":
         return ""

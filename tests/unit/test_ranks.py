@@ -296,6 +296,13 @@ def test_two_cpu_processes_are_said_as_processes_in_titles_lists_and_compare(sto
     assert "peak per GPU (MB)" not in rows  # one RSS of both was called so
     assert rows["peak per process (MB)"][f"Run {two}"] == "rank 0: 600 · rank 1: 500"
     assert rows["processes"][f"Run {two}"] == "2"
+    # No GPU index or GPUs for a CPU run beside one that stored none (labelled "GPU 0 · 1 GPU").
+    store.update_run(one, options={k: v for k, v in store.run(one).options.items()
+                                   if k not in ("gpu", "gpus")})
+    pair = [report(store, one), rep]
+    assert compare.run_labels(pair)[two] == f"Run {two} · 2 processes · ddp"
+    rows = {row["what"]: row for row in compare.side_by_side(pair)}
+    assert (rows["GPU index"][f"Run {two}"], rows["GPU index"][""]) == ("—", "")
     # The Live chart: a line for the tree, one for each rank's own processes, each named.
     names = [t.name for t in live_figure.memory_figure(rep, store.samples(two)).data]
     assert names[:3] == ["CPU RSS of the training processes, together",
