@@ -10,6 +10,10 @@ import gc
 import re
 import tempfile
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the child imports anatomy inside the functions that use it
+    from anatomy.store import Components
 
 MIB = 2**20
 # torch's message: "Tried to allocate 1.20 GiB. GPU 0 has a total capacity of 139.80 GiB of
@@ -67,10 +71,10 @@ class _Reporter:
     """What the component probe's callback reports to: kept."""
 
     def __init__(self):
-        self.values: dict | None = None
+        self.values: Components | None = None
         self.said: list[str] = []
 
-    def components(self, values: dict) -> None:
+    def components(self, values: Components) -> None:
         self.values = values
 
     def tell(self, level: str, text: str) -> None:
@@ -138,14 +142,14 @@ def _train(config: dict, device: str, nvml_index: int | None, baseline: int,
     reporter = _Reporter()
     probe = ComponentProbe(model, use_cuda=cuda)  # resets the allocator's peaks, as the worker
     with tempfile.TemporaryDirectory() as output_dir:
-        args = training_arguments(options.to_dict(), output_dir, cuda)
+        args = training_arguments(options, output_dir, cuda)
         trainer = Trainer(model=model, args=args, train_dataset=dataset,
                           callbacks=[ComponentProbing(reporter, probe)])
         trainer.remove_callback(PrinterCallback)  # as the worker: no line per step
         trainer.train()
         if cuda:
             torch.cuda.synchronize()
-    measured = dict(reporter.values or probe.result())
+    measured = (reporter.values or probe.result()).to_dict()
     out = {"measured": measured, "memory": allocator_state(cuda)}
     del trainer, model, probe
     gc.collect()

@@ -8,6 +8,7 @@ import sys
 from anatomy.cli.arguments import add_store_option, run_id
 from anatomy.cli.stores import run_or_error
 from anatomy.store import Store
+from anatomy.vocabulary import Status
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -63,7 +64,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
     run = run_or_error(store, args.run_id)
     if run is None:
         return 1
-    if run.status == "running":  # being recorded still (store/liveness.py)
+    if run.status == Status.RUNNING:  # being recorded still (store/liveness.py)
         print(f"error: run {args.run_id} is still running: stop it first", file=sys.stderr)
         return 2
     if not args.yes:

@@ -2,8 +2,8 @@
 callback stands on.
 
     run = anatomy.start(name="my fine-tune")   # baseline, then torch and the CUDA context
-    model = build().to("cuda"); run.phase("weights")
-    run.phase("training")
+    model = build().to("cuda"); run.phase(Phase.WEIGHTS)   # a Phase, or its name
+    run.phase(Phase.TRAINING)
     for batch in data: ...; run.step(loss=loss.item())
     run.end()                                  # or: with anatomy.start() as run: ...
 
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import socket
 import sys
 import threading
 import time
@@ -39,8 +40,8 @@ from anatomy.engine.exits import ExitWatch, ending_of, on_stop_signals
 from anatomy.engine.locks import DeviceLock, gpu_key
 from anatomy.engine.recording import FIRST_SAMPLE_TIMEOUT, Recording, environment_facts
 from anatomy.engine.reporter import Reporter
-from anatomy.store import Step, Store
-from anatomy.vocabulary import Status
+from anatomy.store import RunFacts, RunSource, Step, Store
+from anatomy.vocabulary import Phase, SourceKind, Status
 
 DEFAULT_SAMPLE_RATE = 200
 STOP_WAIT_SECONDS = 10.0  # a signal's stop waits this long for the ending to be written
@@ -73,7 +74,7 @@ def _allocator() -> tuple[int | None, int | None]:
     return torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
 
 
-def _libraries() -> dict[str, str | None]:
+def _libraries() -> RunFacts:
     """The versions of torch and transformers where the script has loaded them (never imported
     here): `show` and the pages say what a user's run trained with."""
     found: dict[str, str | None] = {}
@@ -84,7 +85,7 @@ def _libraries() -> dict[str, str | None]:
     transformers = sys.modules.get("transformers")
     if getattr(transformers, "__version__", None) is not None:
         found["transformers"] = str(transformers.__version__)
-    return found
+    return RunFacts.of(**found)
 
 
 def _script() -> str | None:
@@ -146,8 +147,8 @@ class _LocalRecording:
                 {}, info, devices[0].nvml_index if devices else 0,
                 environment_facts(info, devices), name=name,
                 preset=os.path.basename(script) if script else "python",
-                source={"kind": "script", "script": script, "argv": list(sys.argv),
-                        "cwd": os.getcwd(), "host": environment_facts(info, ())["host"]})
+                source=RunSource.of(kind=SourceKind.SCRIPT, script=script, argv=tuple(sys.argv),
+                                    cwd=os.getcwd(), host=socket.gethostname()))
         except BaseException:
             self._release()
             raise
@@ -259,20 +260,20 @@ class Run:
         self.ended = False
         self.steps = 0
         self._lock = threading.Lock()
-        self._libraries: dict[str, str | None] = {}  # the versions told so far
+        self._libraries = RunFacts()  # the versions told so far
 
     @property
     def watched(self) -> bool:
         return isinstance(self.link, _WatchLink)
 
-    def phase(self, name: str) -> None:
-        """The state `name` is reached ("weights": the model is on its device). It is held a few
-        sample periods and measured, like the walkthrough's prints; "training" lasts until
-        `end()` (or the next phase)."""
+    def phase(self, name: Phase | str) -> None:
+        """The state `name` is reached (Phase.WEIGHTS: the model is on its device). It is held a
+        few sample periods and measured, like the walkthrough's prints; Phase.TRAINING lasts
+        until `end()` (or the next phase)."""
         if self.reporter.open_phase:
             self.reporter.end(self.reporter.open_phase)
         self._tell_libraries()
-        if name == "training":
+        if name == Phase.TRAINING:
             self.reporter.begin(name)
         else:
             self.reporter.hold(name)
@@ -288,10 +289,12 @@ class Run:
     def note(self, text: str, level: str = "info") -> None:
         self.reporter.tell(level, text)
 
-    def describe(self, **environment: Any) -> None:
-        """Facts about the training (model, options) for the run's environment."""
+    def describe(self, **facts: Any) -> None:
+        """Facts about the training (model, options) for the run's environment: RunFacts' own
+        fields are checked (InvalidValue, in one line, for a value of the wrong type), any
+        other plain JSON is kept as given."""
         self._tell_libraries()
-        self.reporter.environment(environment)
+        self.reporter.environment(RunFacts.from_dict(facts, "describe()"))
 
     def _tell_libraries(self) -> None:
         found = _libraries()
@@ -377,7 +380,7 @@ def start(name: str | None = None, *, sample_rate: int = DEFAULT_SAMPLE_RATE,
         _current = run
     _install_exit_hooks(run)
     if baseline:
-        run.phase("baseline")
+        run.phase(Phase.BASELINE)
     if kernel:
         _load_kernel(run)
     return run
@@ -393,7 +396,7 @@ def _load_kernel(run: Run) -> None:
         device = "cuda" if local is None else f"cuda:{local}"
         torch.ones((1, 1)).to(device)
         torch.cuda.synchronize(device)
-    run.phase("kernel")
+    run.phase(Phase.KERNEL)
 
 
 def _install_exit_hooks(run: Run) -> None:

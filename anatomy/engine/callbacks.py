@@ -17,7 +17,8 @@ from transformers import TrainerCallback
 
 from anatomy.engine.probe import MEASURED_STEPS, ComponentProbe
 from anatomy.engine.reporter import Reporter
-from anatomy.store import Step
+from anatomy.store import RunFacts, Step, TrainingArguments, TrainingSummary
+from anatomy.vocabulary import Phase, Precision, Status
 
 INJECT_ENV = "ANATOMY_INJECT"  # tests only: "oom@STEP" or "crash@STEP"
 
@@ -29,10 +30,10 @@ class PhaseMarks(TrainerCallback):
         self.reporter = reporter
 
     def on_train_begin(self, args, state, control, **kwargs):
-        self.reporter.begin("training")
+        self.reporter.begin(Phase.TRAINING)
 
     def on_train_end(self, args, state, control, **kwargs):
-        self.reporter.end("training")
+        self.reporter.end(Phase.TRAINING)
 
 
 class StepReports(TrainerCallback):
@@ -163,7 +164,7 @@ class FaultInjection(TrainerCallback):
         if state.global_step < self.step:
             return
         self.steps.flush()
-        if self.kind == "oom":
+        if self.kind == Status.OOM:
             raise torch.cuda.OutOfMemoryError(
                 f"CUDA out of memory. Tried to allocate 1.00 GiB (injected by {INJECT_ENV} for a "
                 "test)")
@@ -193,17 +194,18 @@ class AnatomyCallback(TrainerCallback):
         self.owns_run = joined is None and not self.run.watched
         self.probe = probe
         self._callbacks: list[TrainerCallback] = []
-        self._described: tuple[dict, str | None] | None = None  # the options on_init_end read
+        # the options on_init_end read, and the model's name
+        self._described: tuple[TrainingArguments, str | None] | None = None
         self._lengths: BatchLengths | None = None
         self._longest_said: int | None = None
 
     def on_init_end(self, args, state, control, model=None, **kwargs):
         facts = _training_facts(args, model)
-        self.run.describe(**facts)
-        self._described = (facts["training_arguments"], facts.get("model_name"))
-        self.run.reporter.described(*self._described)
-        if model is not None and self.run.reporter.open_phase != "training":
-            self.run.phase("weights")
+        self.run.reporter.environment(facts)
+        self._described = (facts.training_arguments, facts.model_name)
+        self.run.reporter.described(facts.training_arguments.to_dict(), facts.model_name)
+        if model is not None and self.run.reporter.open_phase != Phase.TRAINING:
+            self.run.phase(Phase.WEIGHTS)
         use_cuda = torch.cuda.is_available() and args.device.type == "cuda"
         self._lengths = BatchLengths(model) if model is not None else None
         steps = StepReports(self.run.reporter, use_cuda, self._lengths)
@@ -222,7 +224,7 @@ class AnatomyCallback(TrainerCallback):
         length = _sequence_length(kwargs.get("train_dataloader"))
         if length is not None and self._described is not None:
             arguments, model_name = self._described
-            self.run.reporter.described({**arguments, "seq_len": length}, model_name)
+            self.run.reporter.described({**arguments.to_dict(), "seq_len": length}, model_name)
         self._each("on_train_begin", args, state, control, **kwargs)
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
@@ -245,7 +247,7 @@ class AnatomyCallback(TrainerCallback):
             return
         self._longest_said = lengths.longest
         arguments, model_name = described
-        self.run.reporter.described({**arguments, "seq_len": lengths.longest}, model_name)
+        self.run.reporter.described({**arguments.to_dict(), "seq_len": lengths.longest}, model_name)
 
     def on_log(self, args, state, control, **kwargs):
         self._each("on_log", args, state, control, **kwargs)
@@ -254,56 +256,57 @@ class AnatomyCallback(TrainerCallback):
         self._each("on_train_end", args, state, control, **kwargs)
         runtime = next((entry.get("train_runtime") for entry in reversed(state.log_history)
                         if "train_runtime" in entry), None)
-        self.run.reporter.summary({"steps": state.global_step, "time_s": runtime, **{
-            key: value for entry in state.log_history[-1:] for key, value in (
-                ("samples_per_second", entry.get("train_samples_per_second")),
-                ("loss", entry.get("train_loss")))}})
+        last = state.log_history[-1] if state.log_history else {}
+        self.run.reporter.summary(TrainingSummary.of(
+            steps=state.global_step, time_s=runtime,
+            samples_per_second=last.get("train_samples_per_second"), loss=last.get("train_loss")))
         if self.owns_run:
             self.run.end()
 
 
-def _training_facts(args, model) -> dict:
+def _training_facts(args, model) -> RunFacts:
     """What the run's environment keeps of the user's training: the options anatomy knows by
     name (from TrainingArguments), and the model."""
-    precision = "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32"
+    precision = Precision.BF16 if args.bf16 else Precision.FP16 if args.fp16 else Precision.FP32
     checkpointing = getattr(args, "gradient_checkpointing", None)
     if checkpointing is None:
         checkpointing = getattr(args, "activation_checkpointing", False)
-    facts = {"training_arguments": {
-        "batch_size": args.per_device_train_batch_size,
-        "grad_accum": args.gradient_accumulation_steps, "precision": precision,
-        "gradient_checkpointing": bool(checkpointing), "optim": str(getattr(args.optim, "value",
-                                                                            args.optim)),
-        "seed": args.seed, "max_steps": args.max_steps if args.max_steps > 0 else None,
-        "epochs": args.num_train_epochs}, "world_size": args.world_size}
-    if model is not None:
-        config = getattr(model, "config", None)
-        # peft wraps the user's model: the architecture is the base model's, the rank the adapters'
-        base = model.get_base_model() if hasattr(model, "get_base_model") else model
-        model_config = json.loads(config.to_json_string()) if config is not None else None
-        if model_config is not None and not model_config.get("architectures"):
-            model_config["architectures"] = [type(base).__name__]  # the head a prediction builds
-        facts["training_arguments"].update(_lora_options(model))
-        facts.update(
-            model_class=type(base).__name__,
-            model_name=getattr(config, "name_or_path", None) or type(base).__name__,
-            parameters=sum(p.numel() for p in model.parameters()),
-            trainable_parameters=sum(p.numel() for p in model.parameters() if p.requires_grad),
-            model_config=model_config)
-    return facts
+    arguments = TrainingArguments.of(
+        batch_size=args.per_device_train_batch_size, grad_accum=args.gradient_accumulation_steps,
+        precision=precision, gradient_checkpointing=bool(checkpointing),
+        optim=str(getattr(args.optim, "value", args.optim)), seed=args.seed,
+        max_steps=args.max_steps if args.max_steps > 0 else None, epochs=args.num_train_epochs)
+    if model is None:
+        return RunFacts.of(training_arguments=arguments, world_size=args.world_size)
+    config = getattr(model, "config", None)
+    # peft wraps the user's model: the architecture is the base model's, the rank the adapters'
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    model_config = json.loads(config.to_json_string()) if config is not None else None
+    if model_config is not None and not model_config.get("architectures"):
+        model_config["architectures"] = [type(base).__name__]  # the head a prediction builds
+    lora = _lora_options(model)
+    if lora is not None:
+        arguments = arguments.merged(lora)
+    return RunFacts.of(
+        training_arguments=arguments, world_size=args.world_size,
+        model_class=type(base).__name__,
+        model_name=getattr(config, "name_or_path", None) or type(base).__name__,
+        parameters=sum(p.numel() for p in model.parameters()),
+        trainable_parameters=sum(p.numel() for p in model.parameters() if p.requires_grad),
+        model_config=model_config)
 
 
-def _lora_options(model) -> dict:
-    """A peft LoRA model's rank and target modules, by anatomy's option names; {} otherwise (or
-    where the targets are a pattern rather than module names)."""
+def _lora_options(model) -> TrainingArguments | None:
+    """A peft LoRA model's rank and target modules (none named where its targets are a pattern
+    rather than module names); None for a model without LoRA."""
     adapters = getattr(model, "peft_config", None)
     adapter = next(iter(adapters.values()), None) if isinstance(adapters, dict) else None
     rank = getattr(adapter, "r", None)
     if not isinstance(rank, int) or rank <= 0:
-        return {}
+        return None
     targets = getattr(adapter, "target_modules", None)
     names = sorted(targets) if isinstance(targets, (set, list, tuple)) else []
-    return {"lora_rank": rank, "lora_targets": ",".join(names)}
+    return TrainingArguments.of(lora_rank=rank, lora_targets=",".join(names))
 
 
 def _sequence_length(dataloader) -> int | None:

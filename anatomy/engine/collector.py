@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import queue as queue_module
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from anatomy.engine import protocol
 from anatomy.store import (
+    Components,
     GpuProcess,
     GpuStatus,
     HostStatus,
@@ -22,6 +23,7 @@ from anatomy.store import (
     Sample,
     Step,
     Store,
+    TrainingSummary,
 )
 
 FLUSH_SECONDS = 0.1
@@ -32,10 +34,10 @@ class Outcome:
     """What the collector learnt besides the rows it wrote, and what whoever follows the run's
     processes learnt about them."""
     failure: protocol.Failure | None = None
-    summary: dict | None = None
-    components: dict | None = None
+    summary: TrainingSummary | None = None
+    components: Components | None = None
     operations: dict | None = None
-    rank_components: dict[str, dict] = field(default_factory=dict)  # ranks 1…: by rank
+    rank_components: dict[int, Components] = field(default_factory=dict)  # ranks 1…: by rank
     samples_sent: int | None = None
     sampler_ended_by: str | None = None  # what the sampler said ended it, besides the manager
     last_step: Step | None = None
@@ -48,17 +50,12 @@ class Outcome:
     # never at a sample of its exit, when the memory is already being given back.
     phases_end: float = 0.0
 
-    def summary_values(self) -> dict:
+    def training_summary(self) -> TrainingSummary:
         """What the run's `summary` column keeps: the Trainer's figures, the components measured
         and the profile, where they came."""
-        summary = dict(self.summary or {})
-        if self.components:
-            summary["components"] = self.components
-        if self.operations:
-            summary["operations"] = self.operations
-        if self.rank_components:
-            summary["rank_components"] = self.rank_components
-        return summary
+        return replace(self.summary or TrainingSummary(), components=self.components,
+                       operations=self.operations or None,
+                       rank_components=self.rank_components or None)
 
 
 @dataclass
@@ -110,23 +107,23 @@ class Collector:
                     self.outcome.last_step = step
             case protocol.Note(message=note):
                 self.rows.messages.append(note)
-            case protocol.Environment(values=values):
+            case protocol.Environment(facts=facts):
                 self.flush()
-                self.store.merge_environment(self.run_id, values)
+                self.store.merge_environment(self.run_id, facts)
             case protocol.Named(name=name):
                 if self.store.run(self.run_id).name is None:  # `watch --name` comes first
                     self.store.rename_run(self.run_id, name)
             case protocol.Described(options=options, model=model):
                 self.store.update_run(self.run_id, options=options,
                                       **({"preset": model} if model else {}))
-            case protocol.TrainingSummary(values=values, source=source):
+            case protocol.Summarised(summary=summary, source=source):
                 if not source.rank:  # the run's figures: rank 0's (every rank says the same)
-                    self.outcome.summary = values
-            case protocol.ComponentsMeasured(values=values, source=source):
+                    self.outcome.summary = summary
+            case protocol.ComponentsMeasured(components=components, source=source):
                 if source.rank:  # another rank of several: kept beside rank 0's, by rank
-                    self.outcome.rank_components[str(source.rank)] = values
+                    self.outcome.rank_components[source.rank] = components
                 else:
-                    self.outcome.components = values
+                    self.outcome.components = components
             case protocol.OperationsProfiled(values=values):
                 self.outcome.operations = values
             case protocol.Failure(source=source):

@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 
 from anatomy.engine import protocol
 from anatomy.engine.endings import death
-from anatomy.store import device_key
+from anatomy.store import RunFacts, device_key
 
 JOIN_KEY_ENV = "ANATOMY_JOIN_KEY"
 BEAT_SECONDS = 1.0
@@ -339,12 +339,13 @@ class AllHosts:
         self.command.end_left()
 
 
-def places(ranks: dict[int, tuple[int, int | None]], names: Sequence[str]) -> dict[str, Any]:
+def places(ranks: dict[int, tuple[int, int | None]], names: Sequence[str]) -> RunFacts:
     """The run's facts for ranks on several hosts: each rank's host (its index among `names`) and
     GPU (NVML index on that host), rank by rank."""
     world = max(ranks) + 1
-    values: dict[str, Any] = {"world_size": world, "hosts": list(names),
-                              "rank_hosts": [ranks.get(r, (0, None))[0] for r in range(world)]}
+    facts = RunFacts.of(world_size=world, hosts=tuple(names),
+                        rank_hosts=tuple(ranks.get(r, (0, None))[0] for r in range(world)))
     if any(gpu is not None for _, gpu in ranks.values()):
-        values["gpus"] = [ranks.get(r, (0, 0))[1] or 0 for r in range(world)]
-    return values
+        facts = facts.merged(RunFacts.of(gpus=tuple(ranks.get(r, (0, 0))[1] or 0
+                                                    for r in range(world))))
+    return facts

@@ -41,7 +41,7 @@ from anatomy.engine.recording import (
     end_orphans,
     environment_facts,
 )
-from anatomy.store import RunRow, Store
+from anatomy.store import RunFacts, RunRow, Store
 from anatomy.vocabulary import Status
 
 __all__ = ["LOCK_DIR_ENV", "STOP_GRACE_SECONDS", "DeviceBusy", "DeviceLock", "Ending",
@@ -158,7 +158,7 @@ class RunManager:
         # The worker holds the device locks with us and dies with us (engine/lifeline.py).
         process = recording.context.Process(
             target=worker.main, name=f"anatomy-worker-{recording.run_id}",
-            args=(recording.events, options.to_dict(), recording.t0, cuda_device, dwell,
+            args=(recording.events, options, recording.t0, cuda_device, dwell,
                   Lifeline("anatomy-worker", fds if len(fds) > 1 else fds[0], own_group=True)))
         try:
             launch(process)
@@ -209,7 +209,7 @@ class RunManager:
 
     def request_stop(self, run_id: int, reason: str = "stopped by the user") -> bool:
         """Mark the run as stopping, at once (safe in a signal handler): whatever ends its
-        processes from now on, it ends "stopped", and its phases end here. `stop` does the
+        processes from now on, it ends stopped, and its phases end here. `stop` does the
         stopping."""
         active = self.active.get(run_id)
         if active is None:
@@ -247,13 +247,14 @@ def _gpu(options: RunOptions, info: Machine) -> int:
     return info.devices[options.gpu_list()[0]].nvml_index if info.has_gpu else 0
 
 
-def _environment(options: RunOptions, info: Machine) -> dict:
+def _environment(options: RunOptions, info: Machine) -> RunFacts:
     devices = [info.devices[options.gpu_list()[0]]] if info.has_gpu else []
     environment = environment_facts(info, devices)
     if options.distributed:  # several processes: which GPUs (NVML), and how they share
-        environment.update(world_size=options.world_size, strategy=options.strategy,
-                           gpus=[info.devices[g].nvml_index for g in options.gpu_list()]
-                           if info.has_gpu else [])
+        environment = environment.merged(RunFacts.of(
+            world_size=options.world_size, strategy=options.strategy,
+            gpus=tuple(info.devices[g].nvml_index for g in options.gpu_list())
+            if info.has_gpu else ()))
     return environment
 
 

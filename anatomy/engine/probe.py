@@ -6,7 +6,10 @@ It runs inside the training process and imports torch when it is built.
 
 from __future__ import annotations
 
-from anatomy.analysis.components import MEASURED_STEPS
+from dataclasses import replace
+
+from anatomy.analysis.components import MEASURED_STEPS, Components
+from anatomy.vocabulary import Moment
 
 __all__ = ["MEASURED_STEPS", "ComponentProbe", "optimizer_state_bytes"]
 
@@ -41,8 +44,11 @@ class ComponentProbe:
         import torch
 
         self.torch, self.model, self.use_cuda = torch, model, use_cuda
-        self.values: dict[str, int] = {"weights": _tensor_bytes(model.parameters())}
-        self.moments: dict[str, int] = {}
+        self.weights = _tensor_bytes(model.parameters())
+        self.activations: int | None = None
+        self.gradients: int | None = None
+        self.optimizer_states: int | None = None
+        self.moments: dict[Moment, int] = {}
         self.forwards = 0
         self._before = 0
         self._saved: dict[int, int] = {}
@@ -76,7 +82,7 @@ class ComponentProbe:
         self.forwards += 1
         if self.use_cuda:
             held = self._allocated() - self._before
-            self.moments["end of forward"] = self._allocated()
+            self.moments[Moment.END_OF_FORWARD] = self._allocated()
         else:
             self._saving.__exit__(None, None, None)
             self._saving = None
@@ -85,24 +91,24 @@ class ComponentProbe:
             held = sum(size for ptr, size in self._saved.items() if ptr not in parameters)
         # The latest forward pass, not the largest: the first one also allocates cuBLAS's
         # workspace (32 MiB on Hopper), which is not an activation and stays for good.
-        self.values["activations"] = held
+        self.activations = held
 
     def before_optimizer_step(self) -> None:
         # The weights as training holds them: FSDP shards them when training starts, after the
         # probe was made (a rank then holds its local shards); elsewhere they are unchanged.
-        self.values["weights"] = _tensor_bytes(self.model.parameters())
+        self.weights = _tensor_bytes(self.model.parameters())
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-        self.values["gradients"] = max(self.values.get("gradients", 0), _tensor_bytes(grads))
+        self.gradients = max(self.gradients or 0, _tensor_bytes(grads))
         if self.use_cuda:
-            self.moments["end of backward"] = max(self.moments.get("end of backward", 0),
-                                                  self._allocated())
+            self.moments[Moment.END_OF_BACKWARD] = max(
+                self.moments.get(Moment.END_OF_BACKWARD, 0), self._allocated())
 
     def after_optimizer_step(self, optimizer) -> None:
         if optimizer is not None:
-            self.values["optimizer_states"] = optimizer_state_bytes(optimizer)
+            self.optimizer_states = optimizer_state_bytes(optimizer)
         if self.use_cuda:
-            self.moments["after optimizer step"] = max(
-                self.moments.get("after optimizer step", 0), self._allocated())
+            self.moments[Moment.AFTER_OPTIMIZER_STEP] = max(
+                self.moments.get(Moment.AFTER_OPTIMIZER_STEP, 0), self._allocated())
 
     def close(self) -> None:
         for handle in self._handles:
@@ -112,13 +118,14 @@ class ComponentProbe:
             self._saving.__exit__(None, None, None)
             self._saving = None
 
-    def result(self) -> dict[str, int]:
-        values = dict(self.values)
-        if self.use_cuda:
-            cuda = self.torch.cuda
-            peak_allocated, peak_reserved = cuda.max_memory_allocated(), cuda.max_memory_reserved()
-            values.update(allocator_cache=peak_reserved - peak_allocated,
-                          peak_allocated=peak_allocated, peak_reserved=peak_reserved)
-            values["moments"] = dict(self.moments)
-        values["steps_measured"] = MEASURED_STEPS
-        return values
+    def result(self) -> Components:
+        measured = Components(weights=self.weights, activations=self.activations,
+                              gradients=self.gradients, optimizer_states=self.optimizer_states,
+                              steps_measured=MEASURED_STEPS)
+        if not self.use_cuda:
+            return measured
+        cuda = self.torch.cuda
+        peak_allocated, peak_reserved = cuda.max_memory_allocated(), cuda.max_memory_reserved()
+        return replace(measured, allocator_cache=peak_reserved - peak_allocated,
+                       peak_allocated=peak_allocated, peak_reserved=peak_reserved,
+                       moments={moment.value: held for moment, held in self.moments.items()})

@@ -12,12 +12,24 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from anatomy.store import GpuProcess, GpuStatus, HostStatus, Message, PhaseMark, Sample, Step
+from anatomy.store import (
+    Components,
+    GpuProcess,
+    GpuStatus,
+    HostStatus,
+    Message,
+    PhaseMark,
+    RunFacts,
+    Sample,
+    Step,
+    TrainingSummary,
+)
+from anatomy.vocabulary import Status
 
 __all__ = ["SAMPLER", "ComponentsMeasured", "Described", "DeviceStatus", "Environment",
            "Failure", "GpuProcess", "GpuStatus", "HostStatus", "Message", "Note",
            "OperationsProfiled", "Phase", "PhaseMark", "Sample", "SamplerDone", "Samples", "Source",
-           "Step", "StepReport", "TrainingSummary", "WorkerLeft"]
+           "Step", "StepReport", "Summarised", "WorkerLeft"]
 
 
 @dataclass(frozen=True)
@@ -91,7 +103,7 @@ class StepReport:
 class Environment:
     """Versions, device and model facts, merged into the run's environment."""
 
-    values: dict[str, Any]
+    facts: RunFacts
     source: Source
 
 
@@ -126,7 +138,7 @@ class Note:
 class ComponentsMeasured:
     """Measured memory components of the first steps, in bytes (analysis/components.py)."""
 
-    values: dict[str, Any]
+    components: Components
     source: Source
 
 
@@ -139,20 +151,20 @@ class OperationsProfiled:
 
 
 @dataclass(frozen=True)
-class TrainingSummary:
+class Summarised:
     """The Trainer's figures at the end: time_s, samples_per_second, steps, loss."""
 
-    values: dict[str, Any]
+    summary: TrainingSummary
     source: Source
 
 
 @dataclass(frozen=True)
 class Failure:
-    """The training failed: status "oom" or "failed", and the error. `after_peer`: a rank of
+    """The training failed (Status.OOM or Status.FAILED), and the error. `after_peer`: a rank of
     several whose collective failed because another rank is gone — the other's end is the cause,
     this one is said only if nothing else is."""
 
-    status: str
+    status: Status
     text: str
     source: Source
     after_peer: bool = False

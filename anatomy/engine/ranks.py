@@ -37,6 +37,7 @@ from anatomy.engine.endings import death
 from anatomy.engine.lifeline import die_with_parent, name_rank
 from anatomy.engine.reporter import Reporter
 from anatomy.engine.training import EXIT_FAILED, EXIT_OOM, EXIT_PEER_LOST, guarded, train_phases
+from anatomy.vocabulary import Status
 
 FORWARD_SECONDS = 0.02
 QUIET_LOGGERS = ("torch.distributed.elastic", "torch.multiprocessing")
@@ -57,7 +58,7 @@ def rank_words(rank: int, use_cuda: bool, run: RunOptions) -> str:
 
 
 def _rank(queue, reporter_args: tuple, run: RunOptions, spec: ModelSpec, dataset,
-          options: dict, use_cuda: bool) -> None:
+          use_cuda: bool) -> None:
     """One rank: the worker's phases on its device; exits with the worker's status."""
     die_with_parent(signal.SIGKILL)
     rank = int(os.environ.get("RANK", "0"))
@@ -66,8 +67,7 @@ def _rank(queue, reporter_args: tuple, run: RunOptions, spec: ModelSpec, dataset
     t0, dwell = reporter_args
     reporter = Reporter(queue, t0, dwell,
                         protocol.Source(rank=rank, device=local if use_cuda else None))
-    code = guarded(reporter, lambda: train_phases(reporter, run, spec, dataset, options, use_cuda,
-                                                  local),
+    code = guarded(reporter, lambda: train_phases(reporter, run, spec, dataset, use_cuda, local),
                    who=rank_words(rank, use_cuda, run))
     queue.close()
     queue.join_thread()  # what it said is in the pipe before the launcher sees it exit
@@ -115,7 +115,7 @@ def _quiet_launcher() -> None:
             logger.setLevel(logging.CRITICAL)
 
 
-def launch_ranks(reporter: Reporter, run: RunOptions, spec: ModelSpec, dataset, options: dict,
+def launch_ranks(reporter: Reporter, run: RunOptions, spec: ModelSpec, dataset,
                  use_cuda: bool) -> int:
     """Train on `run.world_size` processes through accelerate; the worker's exit status (0, or
     the first failing rank's: EXIT_OOM when a rank ran out of memory)."""
@@ -135,7 +135,7 @@ def launch_ranks(reporter: Reporter, run: RunOptions, spec: ModelSpec, dataset, 
         # accelerate prints "Launching training on N CUDAs." even for CPU ranks: not ours to say.
         with contextlib.redirect_stdout(io.StringIO()):
             notebook_launcher(_dispatch, args=(queues, (reporter.t0, reporter.dwell), run,
-                                               spec, dataset, options, use_cuda),
+                                               spec, dataset, use_cuda),
                               num_processes=world, master_addr="127.0.0.1",
                               use_port=str(_free_port()))
     except (ChildFailedError, RuntimeError) as error:
@@ -143,7 +143,7 @@ def launch_ranks(reporter: Reporter, run: RunOptions, spec: ModelSpec, dataset, 
         failures = getattr(error, "failures", {})
         codes = [f.exitcode for f in failures.values()]
         if not failures:  # the launch itself failed (a rendezvous, a port)
-            reporter.failure("failed", f"accelerate's launcher failed: {error}")
+            reporter.failure(Status.FAILED, f"accelerate's launcher failed: {error}")
         elif not any(code in (EXIT_OOM, EXIT_FAILED) for code in codes):
             # No rank said why (killed, os._exit; the others at most lost it as a peer): name
             # the first to end without a word.
@@ -151,7 +151,8 @@ def launch_ranks(reporter: Reporter, run: RunOptions, spec: ModelSpec, dataset, 
             rank, failure = (min(silent.items(), key=lambda item: item[1].timestamp) if silent
                              else error.get_first_failure() if hasattr(error, "get_first_failure")
                              else next(iter(failures.items())))
-            reporter.failure("failed", f"{rank_words(rank, use_cuda, run)} {death(failure.exitcode)}"
+            reporter.failure(Status.FAILED,
+                             f"{rank_words(rank, use_cuda, run)} {death(failure.exitcode)}"
                              " (killed or crashed); the launcher ended the other ranks")
         return EXIT_OOM if EXIT_OOM in codes else EXIT_FAILED
     forwarder.stop()
@@ -159,7 +160,7 @@ def launch_ranks(reporter: Reporter, run: RunOptions, spec: ModelSpec, dataset, 
 
 
 def _dispatch(queues: list, reporter_args: tuple, run: RunOptions, spec: ModelSpec, dataset,
-              options: dict, use_cuda: bool) -> None:
+              use_cuda: bool) -> None:
     """The launcher's entry point in each rank: the rank's own queue, then its training."""
     own = queues[int(os.environ.get("LOCAL_RANK", "0"))]
-    _rank(own, reporter_args, run, spec, dataset, options, use_cuda)
+    _rank(own, reporter_args, run, spec, dataset, use_cuda)

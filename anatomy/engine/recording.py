@@ -35,7 +35,7 @@ from anatomy.engine.collector import FLUSH_SECONDS, Collector, Outcome
 from anatomy.engine.endings import Ending, death
 from anatomy.engine.lifeline import Lifeline, launch
 from anatomy.engine.processes import end_tree
-from anatomy.store import Store, store_error
+from anatomy.store import RunFacts, RunSource, Store, store_error
 from anatomy.store.liveness import ENDED_WITHOUT_A_WORD, is_alive
 from anatomy.vocabulary import Status
 
@@ -50,17 +50,16 @@ RETRY_SECONDS = 2.0
 FIRST_SAMPLE_TIMEOUT = 30.0  # a sampler's process starts in ~1 s; a loaded machine may take longer
 
 
-def environment_facts(info: Machine, devices: Sequence[Device]) -> dict[str, Any]:
+def environment_facts(info: Machine, devices: Sequence[Device]) -> RunFacts:
     """What every run's environment says of the machine: the driver, the host, and the (first)
     GPU it trains on — or, without one, the RAM and why there is no GPU."""
-    facts: dict[str, Any] = {"driver": info.driver, "cuda_driver": info.cuda_driver,
-                             "gpu_count": info.gpu_count, "host": socket.gethostname()}
+    machine = RunFacts.of(driver=info.driver, cuda_driver=info.cuda_driver,
+                          gpu_count=info.gpu_count, host=socket.gethostname())
     if devices:
-        facts.update(gpu_name=devices[0].name, gpu_total=devices[0].total,
-                     gpu_uuid=devices[0].uuid)
-    else:
-        facts.update(gpu_name=None, ram_total=info.ram_total, why_no_gpu=info.why_no_gpu)
-    return facts
+        return machine.merged(RunFacts.of(gpu_name=devices[0].name, gpu_total=devices[0].total,
+                                          gpu_uuid=devices[0].uuid))
+    return machine.merged(RunFacts.of(gpu_name=None, ram_total=info.ram_total,
+                                      why_no_gpu=info.why_no_gpu))
 
 
 def spawn_sampler(context, samples, stop, backend: str, rate: float, t0: float,
@@ -144,7 +143,6 @@ class Recording:
         self.collector: Collector | None = None
         self.outcome = Outcome()
         self.exit_code: int | None = None
-        self.summary_extra: dict[str, Any] = {}
         self.stop_reason: str | None = None
         self.stop_at: float | None = None  # the run's clock when the stop was asked for
         self.lost_at: float | None = None  # the recording was lost here, the training going on
@@ -166,10 +164,10 @@ class Recording:
                                             self.training_pid, self.lock_fds)
         self._early += first
 
-    def create_run(self, options: dict, info: Machine, gpu: int, environment: dict, *,
+    def create_run(self, options: dict, info: Machine, gpu: int, environment: RunFacts, *,
                    name: str | None = None, sweep: str | None = None,
-                   source: dict | None = None, preset: str | None = None) -> int:
-        """The run's row ("running", recorded by this process) and room for its ending on a
+                   source: RunSource | None = None, preset: str | None = None) -> int:
+        """The run's row (running, recorded by this process) and room for its ending on a
         full disk. StoreError when the store cannot take it."""
         try:
             self.run_id = self.store.create_run(options, info.backend, info.memory_api, gpu,
@@ -208,7 +206,7 @@ class Recording:
     # --- stopping ---
     def request_stop(self, reason: str) -> None:
         """Mark the run as stopping, at once (safe in a signal handler): whatever ends the
-        training from now on, the run ends "stopped", and its phases end here."""
+        training from now on, the run ends stopped, and its phases end here."""
         if self.stop_reason is None:
             self.stop_at = self.now()
             self.stop_reason = reason
@@ -411,8 +409,8 @@ class Recording:
                     store.close_phases(self.run_id, last.t, rank)
         store.close_phases(self.run_id, end)
         values: dict[str, Any] = {"samples_sent": self.outcome.samples_sent}
-        summary = {**self.outcome.summary_values(), **self.summary_extra}
-        if summary:
+        summary = self.outcome.training_summary()
+        if summary.to_dict():
             values["summary"] = summary
         self.store.update_run(self.run_id, **values)
         self.store.finish(self.run_id, ending.status, ending.error)

@@ -10,7 +10,8 @@ import time
 from typing import Any
 
 from anatomy.engine import protocol
-from anatomy.store import Message, PhaseMark, Step
+from anatomy.store import Components, Message, PhaseMark, RunFacts, Step, TrainingSummary
+from anatomy.vocabulary import Phase, Status
 
 
 class Reporter:
@@ -21,20 +22,20 @@ class Reporter:
                  source: protocol.Source | None = None):
         self.queue, self.t0, self.dwell = queue, t0, dwell
         self.source = source or protocol.Source()
-        self.open_phase: str | None = None
+        self.open_phase: Phase | str | None = None  # a user's script may name its own
 
     def now(self) -> float:
         return time.monotonic() - self.t0
 
-    def begin(self, name: str) -> None:
+    def begin(self, name: Phase | str) -> None:
         self.queue.put(protocol.Phase(PhaseMark("start", name, self.now()), self.source))
         self.open_phase = name
 
-    def end(self, name: str) -> None:
+    def end(self, name: Phase | str) -> None:
         self.queue.put(protocol.Phase(PhaseMark("end", name, self.now()), self.source))
         self.open_phase = None
 
-    def hold(self, name: str) -> None:
+    def hold(self, name: Phase | str) -> None:
         """A state between two steps: begun, held a few sample periods (so the sampler sees it
         even on a tiny model), ended as the next step begins."""
         self.begin(name)
@@ -47,20 +48,20 @@ class Reporter:
     def tell(self, level: str, text: str) -> None:
         self.queue.put(protocol.Note(Message(self.now(), level, text), self.source))
 
-    def environment(self, values: dict[str, Any]) -> None:
-        self.queue.put(protocol.Environment(values, self.source))
+    def environment(self, facts: RunFacts) -> None:
+        self.queue.put(protocol.Environment(facts, self.source))
 
     def described(self, options: dict[str, Any], model: str | None) -> None:
         self.queue.put(protocol.Described(options, model, self.source))
 
-    def components(self, values: dict[str, Any]) -> None:
-        self.queue.put(protocol.ComponentsMeasured(values, self.source))
+    def components(self, components: Components) -> None:
+        self.queue.put(protocol.ComponentsMeasured(components, self.source))
 
     def operations(self, values: dict[str, Any]) -> None:
         self.queue.put(protocol.OperationsProfiled(values, self.source))
 
-    def summary(self, values: dict[str, Any]) -> None:
-        self.queue.put(protocol.TrainingSummary(values, self.source))
+    def summary(self, summary: TrainingSummary) -> None:
+        self.queue.put(protocol.Summarised(summary, self.source))
 
-    def failure(self, status: str, text: str, after_peer: bool = False) -> None:
+    def failure(self, status: Status, text: str, after_peer: bool = False) -> None:
         self.queue.put(protocol.Failure(status, text, self.source, after_peer))

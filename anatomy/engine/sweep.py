@@ -21,6 +21,7 @@ from anatomy.analysis.sweeps import LADDER, ladders, ordered, plan
 from anatomy.engine.devices import machine
 from anatomy.engine.manager import DeviceLock, RunManager
 from anatomy.store import Store
+from anatomy.vocabulary import Status
 
 
 @dataclass(frozen=True)
@@ -126,22 +127,22 @@ class Sweep:
         try:
             status = self._run_ladders()
         except Exception as failure:  # noqa: BLE001 - whatever ended it is said, not lost
-            status, error = "failed", f"{type(failure).__name__}: {failure}"
+            status, error = Status.FAILED, f"{type(failure).__name__}: {failure}"
         finally:
             self._release()
         self.store.update_sweep(self.id, status=status, error=error, ended_at=time.time())
         self.error, self.status = error, status
 
-    def _run_ladders(self) -> str:
+    def _run_ladders(self) -> Status:
         for ladder in ladders(self.planned):
             for k, options in enumerate(self._climb(ladder)):
                 status = self._run_one(options)
                 if self._stop.is_set():
-                    return "stopped"
-                if status == "oom":
+                    return Status.STOPPED
+                if status == Status.OOM:
                     self._skip(ladder[k + 1:])
                     break
-        return "completed"
+        return Status.COMPLETED
 
     def _climb(self, ladder: list[RunOptions]) -> Iterator[RunOptions]:
         yield from ladder

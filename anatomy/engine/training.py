@@ -16,6 +16,8 @@ from anatomy.analysis.models import ModelSpec
 from anatomy.analysis.options import RunOptions
 from anatomy.engine.endings import is_oom
 from anatomy.engine.reporter import Reporter
+from anatomy.store import RunFacts, TrainingSummary
+from anatomy.vocabulary import Phase, Precision, Status, Strategy
 
 EXIT_OOM = 3
 EXIT_FAILED = 1
@@ -44,11 +46,11 @@ def dummy_dataset(options: RunOptions, spec: ModelSpec):
     return DummyDataset(spec, options.dataset_size, options.seq_len, options.seed)
 
 
-def _sharding(options: dict, model=None) -> dict:
+def _sharding(options: RunOptions, model=None) -> dict:
     """TrainingArguments for several processes: FSDP's full sharding through accelerate's FSDP
     plugin (the Trainer builds it), each transformer layer its own unit; DDP needs nothing (the
     Trainer wraps the model when WORLD_SIZE > 1)."""
-    if options.get("strategy") != "fsdp" or not RunOptions.from_dict(options).distributed:
+    if options.strategy != Strategy.FSDP or not options.distributed:
         return {}
     from transformers import TrainingArguments
 
@@ -61,7 +63,7 @@ def _sharding(options: dict, model=None) -> dict:
                             **({"reshard_after_forward": True} if new_api else {})}}
 
 
-def training_arguments(options: dict, output_dir: str, use_cuda: bool, model=None):
+def training_arguments(options: RunOptions, output_dir: str, use_cuda: bool, model=None):
     from transformers import TrainingArguments
 
     # transformers 5.2x renamed gradient_checkpointing; older 5.x only knows the old name.
@@ -72,15 +74,15 @@ def training_arguments(options: dict, output_dir: str, use_cuda: bool, model=Non
         # The walkthrough's default_args, but for evaluation: its "steps" without an evaluation
         # dataset never evaluated (its 128 steps end before eval_steps, 500), and transformers
         # now refuses it; "no" is what it did.
-        output_dir=output_dir, eval_strategy="no", num_train_epochs=options["epochs"],
+        output_dir=output_dir, eval_strategy="no", num_train_epochs=options.epochs,
         log_level="error", report_to="none",
         # The run's options:
-        per_device_train_batch_size=options["batch_size"],
-        gradient_accumulation_steps=options["grad_accum"],
-        **{checkpointing: options["gradient_checkpointing"]},
-        fp16=options["precision"] == "fp16", bf16=options["precision"] == "bf16",
-        optim=options["optim"], seed=options["seed"],
-        max_steps=options["max_steps"] if options["max_steps"] is not None else -1,
+        per_device_train_batch_size=options.batch_size,
+        gradient_accumulation_steps=options.grad_accum,
+        **{checkpointing: options.gradient_checkpointing},
+        fp16=options.precision == Precision.FP16, bf16=options.precision == Precision.BF16,
+        optim=options.optim, seed=options.seed,
+        max_steps=options.max_steps if options.max_steps is not None else -1,
         # Ours: no checkpoints (the walkthrough's 128 steps never reach save_steps=500 either),
         # our own progress bar, and a loss every step for the chart.
         save_strategy="no", disable_tqdm=True, logging_steps=1, use_cpu=not use_cuda,
@@ -88,7 +90,8 @@ def training_arguments(options: dict, output_dir: str, use_cuda: bool, model=Non
     )
 
 
-def _trainer(model, dataset, options: dict, output_dir: str, use_cuda: bool, callbacks: list):
+def _trainer(model, dataset, options: RunOptions, output_dir: str, use_cuda: bool,
+             callbacks: list):
     """The walkthrough's Trainer."""
     from transformers import Trainer
     from transformers.trainer_callback import PrinterCallback
@@ -99,19 +102,19 @@ def _trainer(model, dataset, options: dict, output_dir: str, use_cuda: bool, cal
     return trainer
 
 
-def _profile(reporter: Reporter, model, dataset, trainer, options: dict, device: str) -> None:
+def _profile(reporter: Reporter, model, dataset, trainer, options: RunOptions, device: str) -> None:
     """Profile a few more steps on one batch, after training (the training phase stays pure)."""
     from anatomy.engine.profiler import profile_steps
 
-    steps = options["profile_steps"]
+    steps = options.profile_steps
     reporter.tell("info", f"profiling {steps} training steps with torch.profiler")
     # Marked, so that the run's peak leaves the profiler's own buffers out and the chart names them.
-    reporter.begin("profiling")
-    batch = dataset.batch(options["batch_size"])
+    reporter.begin(Phase.PROFILING)
+    batch = dataset.batch(options.batch_size)
     optimizer = getattr(trainer.optimizer, "optimizer", trainer.optimizer)  # unwrap accelerate's
     profile = profile_steps(model, batch, steps=steps, device=device, optimizer=optimizer,
-                            precision=options["precision"])
-    reporter.end("profiling")
+                            precision=options.precision)
+    reporter.end(Phase.PROFILING)
     reporter.operations(profile.to_dict())
 
 
@@ -150,8 +153,8 @@ def load_initialisers(device: str) -> None:
     torch.cuda.empty_cache()  # the probe's block: the kernel phase holds no tensor memory
 
 
-def train_phases(reporter: Reporter, run: RunOptions, spec: ModelSpec, dataset, options: dict,
-           use_cuda: bool, local_rank: int | None = None) -> int:
+def train_phases(reporter: Reporter, options: RunOptions, spec: ModelSpec, dataset, use_cuda: bool,
+                 local_rank: int | None = None) -> int:
     """The kernel, weights and training phases of one training process (a rank of several, or
     the only one); 0 when it trained."""
     import torch  # the kernel phase: torch's runtime (and on a GPU the CUDA context) loads
@@ -164,7 +167,7 @@ def train_phases(reporter: Reporter, run: RunOptions, spec: ModelSpec, dataset, 
     if use_cuda:
         load_initialisers(device)
         torch.cuda.synchronize()
-    reporter.hold("kernel")
+    reporter.hold(Phase.KERNEL)
 
     import transformers
     from transformers import logging
@@ -172,48 +175,47 @@ def train_phases(reporter: Reporter, run: RunOptions, spec: ModelSpec, dataset, 
     logging.set_verbosity_error()
     # Built on the device itself: random weights made there (a 1 B model in seconds), no
     # copy through the host.
-    model, weights_source = models.build_model(spec, device, lora_rank=run.lora_rank,
-                                               lora_targets=run.lora_target_list())
+    model, weights_source = models.build_model(spec, device, lora_rank=options.lora_rank,
+                                               lora_targets=options.lora_target_list())
     if use_cuda:
         torch.cuda.synchronize()
-    reporter.hold("weights")
+    reporter.hold(Phase.WEIGHTS)
 
     if reporter.source.rank in (0, None):  # one environment per run: rank 0's
-        reporter.environment({
+        reporter.environment(RunFacts.of(
             # str(): torch's version is a TorchVersion, and unpickling one imports torch in the
             # collector's process (seconds of stall, hundreds of MB in the CLI or the server).
-            "torch": str(torch.__version__),
-            "torch_cuda": torch.version.cuda,
-            "transformers": transformers.__version__,
-            "device_name": torch.cuda.get_device_name(device) if use_cuda else "CPU",
-            "weights": weights_source,
-            "attention": getattr(model.config, "_attn_implementation", None),
-            "parameters": sum(p.numel() for p in model.parameters()),
-            "trainable_parameters": sum(p.numel() for p in model.parameters()
-                                        if p.requires_grad),
-            "model": spec.display_name,
-            "model_source": spec.source,
-            "task": spec.task,
-        })
+            torch=str(torch.__version__),
+            torch_cuda=torch.version.cuda,
+            transformers=transformers.__version__,
+            device_name=torch.cuda.get_device_name(device) if use_cuda else "CPU",
+            weights=weights_source,
+            attention=getattr(model.config, "_attn_implementation", None),
+            parameters=sum(p.numel() for p in model.parameters()),
+            trainable_parameters=sum(p.numel() for p in model.parameters() if p.requires_grad),
+            model=spec.display_name,
+            model_source=spec.source,
+            task=spec.task,
+        ))
     callbacks = _callbacks(reporter, model, use_cuda)
     with tempfile.TemporaryDirectory(prefix="anatomy-") as output_dir:
         trainer = _trainer(model, dataset, options, output_dir, use_cuda, callbacks)
-        if run.distributed and not reporter.source.rank:  # how accelerate shares the work
+        if options.distributed and not reporter.source.rank:  # how accelerate shares the work
             plugin = getattr(trainer.accelerator.state, "fsdp_plugin", None)
-            reporter.environment({
-                "distributed_type": str(trainer.accelerator.distributed_type),
-                "fsdp_version": getattr(plugin, "fsdp_version", None) if plugin else None})
+            reporter.environment(RunFacts.of(
+                distributed_type=str(trainer.accelerator.distributed_type),
+                fsdp_version=getattr(plugin, "fsdp_version", None) if plugin else None))
         result = trainer.train()
-    if options.get("profile_steps"):
+    if options.profile_steps:
         _profile(reporter, model, dataset, trainer, options, device)
-    reporter.summary({
+    reporter.summary(TrainingSummary.of(
         # The Trainer's samples/s counts every rank's samples (its batch size is per device
         # times the world size): the run's global throughput, the same on every rank.
-        "time_s": result.metrics["train_runtime"],
-        "samples_per_second": result.metrics["train_samples_per_second"],
-        "steps": result.global_step,
-        "loss": result.training_loss,
-    })
+        time_s=result.metrics["train_runtime"],
+        samples_per_second=result.metrics["train_samples_per_second"],
+        steps=result.global_step,
+        loss=result.training_loss,
+    ))
     return 0
 
 
@@ -228,7 +230,7 @@ def guarded(reporter: Reporter, work, who: str = "") -> int:
             reporter.end(reporter.open_phase)
         text = str(error) if oom else traceback.format_exc()
         after_peer = bool(who) and not oom and lost_peer(error)
-        reporter.failure("oom" if oom else "failed", f"{who}: {text}" if who else text,
+        reporter.failure(Status.OOM if oom else Status.FAILED, f"{who}: {text}" if who else text,
                          after_peer=after_peer)
         return EXIT_OOM if oom else EXIT_PEER_LOST if after_peer else EXIT_FAILED
 

@@ -4,7 +4,7 @@ The command runs as a child, untouched but for a few environment variables, and 
 recording as every run (engine/recording.py): the sampler samples the GPUs it can use (or, without
 a GPU, the RSS of its process tree), and where the command records itself (the Trainer callback,
 the phase API) its phase marks and steps reach the recording over a local socket
-(engine/link.py). A command that marks nothing gets one "process" phase, from its start to its
+(engine/link.py). A command that marks nothing gets one phase, Phase.PROCESS, from its start to its
 exit. The GPUs watched are locked as anatomy's own runs lock them.
 
 How it ends: the command's exit code (0 completed, else failed; `oom` only for torch's own
@@ -29,6 +29,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from multiprocessing.connection import Listener
 from typing import TextIO
 
@@ -39,9 +40,9 @@ from anatomy.engine.endings import Ending, death, exit_status, oom_in, shell_dea
 from anatomy.engine.locks import DeviceBusy, gpu_key, take_all
 from anatomy.engine.processes import LIST_SECONDS, Tree, end_tree
 from anatomy.engine.recording import FIRST_SAMPLE_TIMEOUT, Recording, environment_facts
-from anatomy.store import PROCESS, PhaseMark, Store, StoreError
+from anatomy.store import PhaseMark, RunFacts, RunSource, Store, StoreError, TrainingSummary
 from anatomy.units import mib
-from anatomy.vocabulary import Status
+from anatomy.vocabulary import Phase, SourceKind, Status
 
 STOP_GRACE_SECONDS = 10.0  # after a stop the command may save and exit on its own
 KILL_GRACE_SECONDS = 3.0   # then its tree gets SIGTERM, and SIGKILL this long after
@@ -248,16 +249,16 @@ class Watch:
         each rank's host, on several)."""
         self.ranks[rank] = local if local is not None else rank
         world = max(self.ranks) + 1
-        values: dict = {"world_size": world}
+        facts = RunFacts.of(world_size=world)
         if self.hosts is not None:
-            values = hosts.places({r: self._place(r) for r in self.ranks}, self.hosts.names)
+            facts = hosts.places({r: self._place(r) for r in self.ranks}, self.hosts.names)
         elif self.devices:
-            gpus = [self.devices[min(self.ranks.get(r, r), len(self.devices) - 1)].nvml_index
-                    for r in range(world)]
-            values["gpus"] = gpus
+            facts = facts.merged(RunFacts.of(gpus=tuple(
+                self.devices[min(self.ranks.get(r, r), len(self.devices) - 1)].nvml_index
+                for r in range(world))))
         recording = self.recording
         recording.collector.flush()
-        self.store.merge_environment(recording.run_id, values)
+        self.store.merge_environment(recording.run_id, facts)
 
     def _place(self, rank: int) -> tuple[int, int | None]:
         """A rank's host (0: this one) and GPU (NVML index there; None on the CPU)."""
@@ -268,7 +269,8 @@ class Watch:
                    if self.devices else None)
 
     def _host_joined(self) -> None:
-        self.store.merge_environment(self.recording.run_id, {"hosts": self.hosts.names})
+        self.store.merge_environment(self.recording.run_id,
+                                     RunFacts.of(hosts=tuple(self.hosts.names)))
 
     def _host_lost(self, member) -> None:
         """A joined host is gone: the run fails naming it (`_decide`), and every other host's
@@ -301,9 +303,9 @@ class Watch:
         """How the command ended, when the watch did not stop it: what it said (the phase API's
         error), else its exit."""
         recording = self.recording
-        recording.summary_extra = {"exit_code": code}
+        outcome.summary = replace(outcome.summary or TrainingSummary(), exit_code=code)
         if not self.marked_phases:  # one phase: the command's life, ended with the others
-            recording.collector.handle(protocol.Phase(PhaseMark("start", PROCESS, self.started),
+            recording.collector.handle(protocol.Phase(PhaseMark("start", Phase.PROCESS, self.started),
                                                       protocol.Source()))
             recording.collector.flush()
         # A host lost is the cause: the ranks elsewhere fail after it (a peer gone) or are ended.
@@ -361,10 +363,11 @@ class Watch:
         try:
             run_id = recording.create_run(
                 {}, info, devices[0].nvml_index if devices else 0,
-                {**environment_facts(info, devices), "gpus_sampled": [d.index for d in devices]},
+                environment_facts(info, devices).merged(
+                    RunFacts.of(gpus_sampled=tuple(d.index for d in devices))),
                 name=self.name, preset=_label(self.command),
-                source={"kind": "watch", "command": self.command, "cwd": os.getcwd(),
-                        "host": environment_facts(info, ())["host"]})
+                source=RunSource.of(kind=SourceKind.WATCH, command=tuple(self.command),
+                                    cwd=os.getcwd(), host=socket.gethostname()))
         except StoreError:
             command.end(KILL_GRACE_SECONDS)
             self._give_up(recording, listener, locks)
@@ -376,7 +379,7 @@ class Watch:
             self.hosts = hosts.Hosts(self.hosts_listener, socket.gethostname(), recording.t0,
                                      recording.samples, recording.events,
                                      on_lost=self._host_lost, on_join=self._host_joined)
-            self.store.merge_environment(run_id, {"hosts": self.hosts.names})
+            self.store.merge_environment(run_id, RunFacts.of(hosts=tuple(self.hosts.names)))
             self.hosts.start(run_id)
             training = hosts.AllHosts(command, self.hosts)
             recording.finished.append(self._count_hosts)

@@ -16,29 +16,29 @@ from anatomy.analysis.options import RunOptions
 from anatomy.engine.lifeline import Lifeline
 from anatomy.engine.reporter import Reporter
 from anatomy.engine.training import dummy_dataset, guarded, progress_bars_lock, train_phases
+from anatomy.vocabulary import Phase
 
 
-def train(queue, options: dict, t0: float, use_cuda: bool, dwell: float) -> int:
+def train(queue, options: RunOptions, t0: float, use_cuda: bool, dwell: float) -> int:
     reporter = Reporter(queue, t0, dwell)
-    reporter.begin("baseline")
+    reporter.begin(Phase.BASELINE)
 
     def work() -> int:
         progress_bars_lock()
-        run = RunOptions.from_dict(options)
-        spec = models.resolve(run.model)
-        dataset = dummy_dataset(run, spec)
+        spec = models.resolve(options.model)
+        dataset = dummy_dataset(options, spec)
         time.sleep(dwell)
-        reporter.end("baseline")
-        if run.distributed:
+        reporter.end(Phase.BASELINE)
+        if options.distributed:
             from anatomy.engine.ranks import launch_ranks
 
-            return launch_ranks(reporter, run, spec, dataset, options, use_cuda)
-        return train_phases(reporter, run, spec, dataset, options, use_cuda)
+            return launch_ranks(reporter, options, spec, dataset, use_cuda)
+        return train_phases(reporter, options, spec, dataset, use_cuda)
 
     return guarded(reporter, work)
 
 
-def main(queue, options: dict, t0: float, cuda_device: str | None, dwell: float,
+def main(queue, options: RunOptions, t0: float, cuda_device: str | None, dwell: float,
          lifeline: Lifeline | None = None) -> None:
     """Process target. `cuda_device` is the CUDA_VISIBLE_DEVICES entry to train on, or None;
     `lifeline` ties it to the manager (its own process group, dies with its parent)."""

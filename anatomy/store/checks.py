@@ -166,8 +166,8 @@ def obj(value: Any, where: str, required: tuple[str, ...] = ()) -> dict:
     return value
 
 
-def array(value: Any, where: str) -> list:
-    if not isinstance(value, list):
+def array(value: Any, where: str) -> list | tuple:
+    if not isinstance(value, (list, tuple)):
         raise InvalidValue(where, f"must be a JSON array, got {type(value).__name__} "
                            + shown(value))
     return value

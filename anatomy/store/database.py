@@ -84,7 +84,7 @@ def _merge_buckets(db: sqlite3.Connection, run_id: int, samples: Sequence[Sample
         [(run_id, gpu, index, *values) for (gpu, index), values in buckets.items()])
 
 def _json(value: Record | Mapping) -> str:
-    """A record (or, from a writer that still gives one, a dict) as its column's JSON."""
+    """A record (or its JSON as a dict, as tests and tools write a store) as its column's JSON."""
     return json.dumps(value.to_dict() if isinstance(value, Record) else value)
 
 
@@ -392,7 +392,7 @@ class Store:
             if value is not None:
                 query += f" AND {column} = ?"
                 args.append(value)
-        if status is not None:  # as readers see it: a "running" run may have ended unsaid
+        if status is not None:  # as readers see it: a run stored as running may have ended unsaid
             query += " AND status IN (?, ?)"
             args += [status, Status.RUNNING]
         with self.connect() as db:

@@ -70,6 +70,15 @@ class Record:
                 extra[key] = value
         return cls(**known, extra=extra, stored_order=tuple(values))
 
+    @classmethod
+    def of(cls: type[R], **values: Any) -> R:
+        """The record from these fields, checked, kept in the order given, a None given kept as
+        a stored null (what a writer says, as it says it)."""
+        unknown = set(values) - set(cls._checks())
+        if unknown:
+            raise TypeError(f"{cls.__name__} has no field {sorted(unknown)[0]!r}")
+        return cls.from_dict(values, cls.__name__)
+
     def to_dict(self) -> dict[str, Any]:
         """As read (its keys in their order), then what was set since, in field order."""
         names = list(self._checks())
@@ -309,6 +318,9 @@ class TrainingSummary(Record):
     components: Components | None = fact(record(Components))  # rank 0's
     operations: Mapping[str, Any] | None = fact(_operations)  # analysis/operations.py's
     rank_components: Mapping[int, Components] | None = fact(_rank_components)
+    # A watched command's exit code (negative: killed by that signal).
+    exit_code: int | None = fact(lambda v, w: checks.whole(v, w, -(2**31), 2**31 - 1,
+                                                            optional=True))
 
     def trainer_figures(self) -> dict[str, Any]:
         """The Trainer's own figures as stored (what `show` prints as the summary)."""

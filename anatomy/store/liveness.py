@@ -1,4 +1,4 @@
-"""Whether a run the store holds as "running" is still being recorded — the one answer every
+"""Whether a run the store holds as running is still being recorded — the one answer every
 reader (the CLI's runs, show and export, the pages) and the next manager share.
 
 A run is recorded by one process, its *recorder*: the CLI or the dashboard's server (anatomy's own
@@ -83,7 +83,7 @@ R = TypeVar("R", bound=_Run)
 
 
 def is_alive(run: _Run) -> bool:
-    """Whether `run`, "running" as stored, is being recorded still: its recorder lives. A run
+    """Whether `run`, running as stored, is being recorded still: its recorder lives. A run
     stored before recorders were kept has only its training process's pid to go by."""
     if run.status != Status.RUNNING or run.origin is not None:
         return False
@@ -93,7 +93,7 @@ def is_alive(run: _Run) -> bool:
 
 
 def as_seen(run: R) -> R:
-    """The run as readers show it: a "running" run whose processes are gone has ended (failed,
+    """The run as readers show it: a run stored as running whose processes are gone has ended (failed,
     without a word). The store is not touched."""
     if run.status == Status.RUNNING and not is_alive(run):
         return replace(run, status=Status.FAILED, error=ENDED_WITHOUT_A_WORD)

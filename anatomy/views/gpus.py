@@ -12,6 +12,7 @@ from anatomy.analysis.components import MEASURED_STEPS
 from anatomy.analysis.report import RankReading, RunReport, steady_rate
 from anatomy.store import PHASES, Store
 from anatomy.units import mb_text, mib
+from anatomy.vocabulary import Phase
 
 # A GPU whose peak is this far above the median's is said to be out of balance (SCALING.md's
 # design): the first to run out of memory when the batch grows.
@@ -49,7 +50,7 @@ def gpu_rows(store: Store, report: RunReport) -> list[GpuRow]:
     rows = []
     for rank in report.ranks:
         rate = steady_rate(spans.get(rank.rank), batch, accumulation, 1)
-        training = rank.phase("training")
+        training = rank.phase(Phase.TRAINING)
         rows.append(GpuRow(rank.label(), rank.host, rank.rank, rank.peak_mb,
                            {name: rank.phase(name).memory_mb if rank.phase(name) else None
                             for name in PHASES},
@@ -101,8 +102,8 @@ def standouts(report: RunReport) -> list[str]:
                 lines.append(f"{rank.label()}: peak {mb_text(rank.peak_bytes)}, {above:.0%} above "
                              f"the median ({mb_text(found.median)}): out of balance, the first "
                              "to run out of memory")
-    starts = [(rank, rank.phase("training").start_s) for rank in report.ranks
-              if rank.phase("training") is not None]
+    starts = [(rank, rank.phase(Phase.TRAINING).start_s) for rank in report.ranks
+              if rank.phase(Phase.TRAINING) is not None]
     if len(starts) > 1:
         median = statistics.median(t for _, t in starts)
         lines += [f"{rank.label()}: began training {t - median:.1f} s after the median rank: a "

@@ -21,6 +21,7 @@ from anatomy.views import text as words
 from anatomy.views.figures import live
 from anatomy.views.figures.layout import phase_bands
 from anatomy.views.style import BAND_OPACITY, CURVE_COLOUR, RUN_COLOURS, phase_colour
+from anatomy.vocabulary import Phase
 
 LINES_AT_MOST = 8  # GPUs one chart draws as lines; beyond, a panel per host
 PANEL_COLUMNS = 2
@@ -134,7 +135,7 @@ def small_multiples(report: RunReport, samples: Sequence[Sample], steps: Sequenc
         now = max(s.t for s in samples)
     by_step = live.step_position(report, steps) if axis == "step" else None
     if axis == "step" and by_step is None:
-        axis = "training"
+        axis = Phase.TRAINING
     window = live.training_window(report, now)
     first = last = None
     if by_step is not None:
@@ -170,7 +171,7 @@ def small_multiples(report: RunReport, samples: Sequence[Sample], steps: Sequenc
         titles.append({"text": title, "x": sum(domain_x) / 2, "y": domain_y[1], "xref": "paper",
                        "yref": "paper", "xanchor": "center", "yanchor": "bottom",
                        "showarrow": False, "font": {"size": 12, "color": CURVE_COLOUR}})
-    x_title = {"run": "seconds since the run started", "training": "seconds (zoomed on training)",
+    x_title = {"run": "seconds since the run started", Phase.TRAINING: "seconds (zoomed on training)",
                "step": "training step"}[axis]
     layout: dict = {"shapes": shapes, "annotations": titles, "height": PANEL_PX * rows + 90,
                     "plot_bgcolor": "white", "margin": {"l": 10, "r": 10, "t": 30, "b": 10},
@@ -182,7 +183,7 @@ def small_multiples(report: RunReport, samples: Sequence[Sample], steps: Sequenc
         layout[f"yaxis{suffix}"] = {**y, "rangemode": "tozero"}
     layout["xaxis"]["title"] = {"text": x_title}
     layout["yaxis"]["title"] = {"text": words.axis_title(report.backend)}
-    if axis == "training" and window is not None:
+    if axis == Phase.TRAINING and window is not None:
         layout["xaxis"]["range"] = list(window)
     return go.Figure(data=traces, layout=layout)
 
