@@ -114,9 +114,12 @@ def _json(value: Any) -> Any:
 
 
 def record(kind: type[Record]) -> Check:
-    """A check that builds a nested record (strictly: the outer record's read decides)."""
+    """A check that builds a nested record from its JSON (strictly: the outer record's read
+    decides), or takes one built already (a writer's)."""
     def check(value: Any, where: str) -> Record | None:
-        return None if value is None else kind.from_dict(value, where)
+        if value is None or isinstance(value, kind):
+            return value
+        return kind.from_dict(value, where)
     return check
 
 

@@ -11,9 +11,9 @@ import pytest
 
 from anatomy.analysis.report import report, run_rows
 from anatomy.cli import main
-from anatomy.store import RunFacts, TrainingSummary
+from anatomy.store import RunFacts, TrainingArguments, TrainingSummary
 from anatomy.store.checks import InvalidValue
-from anatomy.vocabulary import Phase, Status, Strategy
+from anatomy.vocabulary import Phase, Precision, Status, Strategy
 from tests.conftest import seed_run
 
 DATA = Path(__file__).resolve().parent.parent.parent / "docs" / "data"
@@ -45,6 +45,17 @@ def test_facts_reported_later_merge_as_a_dict_update_would():
     assert merged.to_dict() == {"driver": "2", "gpu_name": None, "ram_total": 8,
                                 "world_size": 2, "strategy": "fsdp", "torch": "2.13.0"}
     assert merged.strategy is Strategy.FSDP and merged.device == "CPU"
+
+
+def test_a_writer_nests_records_as_it_builds_them_and_they_store_as_json():
+    """The Trainer callback's facts: its training arguments, a record of their own."""
+    arguments = TrainingArguments.of(batch_size=4, precision=Precision.BF16, max_steps=None)
+    facts = RunFacts.of(training_arguments=arguments, world_size=2)
+    assert facts.training_arguments is arguments
+    assert facts.to_dict() == {"training_arguments": {"batch_size": 4, "precision": "bf16",
+                                                      "max_steps": None}, "world_size": 2}
+    with pytest.raises(TypeError, match="no field 'batch'"):
+        TrainingArguments.of(batch=4)
 
 
 @pytest.mark.parametrize("value", ["two", [2], {"a": 1}, 0, True, 2.0])
