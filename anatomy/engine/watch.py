@@ -291,12 +291,12 @@ class Watch:
         """How the run ended because of another host: one lost, or one whose command failed."""
         lost = self.hosts.lost()
         if lost is not None:
-            return Ending("failed", f"host {lost.name} was lost: {lost.lost}; the commands"
+            return Ending(Status.FAILED, f"host {lost.name} was lost: {lost.lost}; the commands"
                           " of the other hosts were ended")
         failed = self.hosts.failed()
         if failed is not None:
             member, why = failed
-            return Ending("failed", f"host {member.name}: {why}")
+            return Ending(Status.FAILED, f"host {member.name}: {why}")
         return None
 
     def _decide(self, outcome: Outcome, code: int | None) -> Ending:

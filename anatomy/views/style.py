@@ -15,7 +15,7 @@ PHASE_COLOURS = {
     Phase.TRAINING: "#009E73",
 }
 # Without a GPU the kernel phase loads torch and no CUDA kernel: every screen says so.
-CPU_PHASE_NAMES = {"kernel": "torch loaded"}
+CPU_PHASE_NAMES = {Phase.KERNEL: "torch loaded"}
 BAND_OPACITY = 0.22
 CURVE_COLOUR = "#1B2A41"  # the run's own curve, and "measured" beside a prediction
 PREDICTED_COLOUR = "#0072B2"
