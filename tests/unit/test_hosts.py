@@ -82,7 +82,9 @@ def test_a_host_that_failed_or_was_lost_is_said_and_the_run_waits_for_every_host
 
 def test_each_ranks_host_and_gpu_are_the_runs_facts():
     facts = hosts.places({0: (0, 0), 1: (0, 1), 2: (1, 0), 3: (1, 1)}, ["a", "b"])
-    assert facts == {"world_size": 4, "hosts": ["a", "b"], "rank_hosts": [0, 0, 1, 1],
-                     "gpus": [0, 1, 0, 1]}
+    assert (facts.world_size, facts.hosts, facts.rank_hosts, facts.gpus) == (
+        4, ("a", "b"), (0, 0, 1, 1), (0, 1, 0, 1))
+    assert facts.to_dict() == {"world_size": 4, "hosts": ["a", "b"], "rank_hosts": [0, 0, 1, 1],
+                               "gpus": [0, 1, 0, 1]}
     on_cpus = hosts.places({0: (0, None), 1: (1, None)}, ["a", "b"])
-    assert "gpus" not in on_cpus and on_cpus["rank_hosts"] == [0, 1]
+    assert on_cpus.gpus is None and on_cpus.rank_hosts == (0, 1)
