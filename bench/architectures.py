@@ -358,6 +358,7 @@ def _run(options) -> dict:
 
     from anatomy.analysis.options import validate
     from anatomy.engine import protocol, worker
+    from anatomy.store import Components
 
     errors = validate(options, 0)
     if errors:
@@ -368,14 +369,14 @@ def _run(options) -> dict:
         put = list.append
 
     queue = Queue()
-    code = worker.train(queue, options.to_dict(), time.monotonic(), False, 0.0)
+    code = worker.train(queue, options, time.monotonic(), False, 0.0)
     messages = list(queue)
     failure = next((m for m in messages if isinstance(m, protocol.Failure)), None)
     if code or failure is not None:
         return {"status": failure.status if failure else "failed",
                 "line": (failure.text.strip().splitlines() or [""])[-1][:300] if failure else ""}
-    measured = next((m.values for m in messages if isinstance(m, protocol.ComponentsMeasured)),
-                    {})
+    measured = next((m.components for m in messages
+                     if isinstance(m, protocol.ComponentsMeasured)), Components())
     return {"status": "completed", **{k: measured.get(k) for k in COMPARED}}
 
 

@@ -111,6 +111,7 @@ def measured(configs: dict[str, Path]) -> dict[str, dict]:
     import torch
 
     from anatomy.engine import protocol, worker
+    from anatomy.store import Components
 
     out = {}
     for model_type, path in configs.items():
@@ -122,10 +123,10 @@ def measured(configs: dict[str, Path]) -> dict[str, dict]:
 
             queue = Queue()
             started = time.monotonic()
-            code = worker.train(queue, options.to_dict(), time.monotonic(), True, 0.0)
+            code = worker.train(queue, options, time.monotonic(), True, 0.0)
             failure = next((m for m in queue if isinstance(m, protocol.Failure)), None)
-            values = next((m.values for m in queue if isinstance(m, protocol.ComponentsMeasured)),
-                          {})
+            values = next((m.components for m in queue
+                           if isinstance(m, protocol.ComponentsMeasured)), Components())
             out[f"{model_type} {precision}"] = (
                 {"failed": (failure.text.strip().splitlines() or [""])[-1] if failure else code}
                 if code or failure else
