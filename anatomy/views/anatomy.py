@@ -374,7 +374,9 @@ def rank_rows(report: RunReport, predicted: RankPrediction | None) -> list[RankR
             what = ("DDP's gradient buckets" if predicted.strategy == "ddp"
                     else "FSDP's all-gather and reduce-scatter buffers")
             add(what + " (in the peak)", None, predicted.communication)
-        add("allocator's peak", parts.peak_allocated, guess.get("peak"))
+        # The CPU keeps no allocator: its peak of tensors is predicted only, named as one run's.
+        add("allocator's peak" if report.on_gpu else "peak (tensors)", parts.peak_allocated,
+            guess.get("peak"))
         if not report.on_gpu:  # RSS: each rank's own processes (every rank's in old stores)
             rows.append(RankRow(rank.label(), "peak RSS (its own processes)" if
                                 rank.measured_alone else "peak RSS (every rank together)",

@@ -143,8 +143,10 @@ def per_gpu(rep: RunReport) -> None:
         st.markdown(spread)
     for line in gpus_view.standouts(rep):
         st.warning(line, icon=":material/warning:")
-    widgets.table([row._asdict() for row in view.rank_rows(rep, predicted)],
-                  hide_index=True, key="anatomy_per_gpu")
+    rows = [row._asdict() for row in view.rank_rows(rep, predicted)]
+    where = "GPU" if rep.on_gpu else "process"  # each row's rank, as the run trained it
+    widgets.table([{where: row.pop("gpu"), **row} for row in rows], hide_index=True,
+                  key="anatomy_per_gpu")
 
 
 def main() -> None:
