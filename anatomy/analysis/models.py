@@ -14,6 +14,7 @@ import importlib.util
 import json
 import os
 import re
+import warnings
 from collections.abc import Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -930,7 +931,12 @@ def apply_lora(model, spec: ModelSpec, rank: int, targets: tuple[str, ...] = ())
                         modules_to_save=classifier_modules(spec, model)
                         if spec.task == IMAGE_CLASSIFICATION else None)
     try:
-        return get_peft_model(model, config)
+        with warnings.catch_warnings():
+            # peft reads the model's is_gradient_checkpointing, which transformers 5 deprecates:
+            # a FutureWarning on every LoRA run about a call neither the user nor anatomy makes.
+            warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated",
+                                    FutureWarning)
+            return get_peft_model(model, config)
     except ValueError as error:
         raise ModelError(f"lora_targets: {str(error).splitlines()[0]}") from None
 
