@@ -128,6 +128,22 @@ def no_training(report: RunReport) -> str:
     return "This run never reached the training phase."
 
 
+def first_steps_caption(report: RunReport) -> str:
+    """How the first steps build what training keeps, in the run's own terms: its optimizer where
+    it is known to be AdamW, its steps as the Trainer or run.step() reported them."""
+    optim = report.known("optim")
+    states = (" (AdamW: two fp32 tensors a parameter)"
+              if isinstance(optim, str) and optim.startswith("adamw") else "")
+    reported = ("run.step() reported it" if report.recorded_by == RecordedBy.PHASE_API
+                else "the Trainer reports it")
+    return ("Step 1 builds what the rest of training keeps: its forward pass makes the "
+            "activations, its backward pass frees them as the gradients appear, and its optimizer "
+            f"step creates the optimizer states{states}. From step 2 on the memory repeats. A "
+            f"dotted line is the end of a step as {reported}."
+            + (" The caching allocator keeps what it reserved, so NVML's curve rises and stays up."
+               if report.on_gpu else ""))
+
+
 def not_profiled(report: RunReport) -> str:
     """How to get the operation classes a run does not have."""
     if report.started_by_anatomy:

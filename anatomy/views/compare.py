@@ -23,6 +23,7 @@ from anatomy.analysis.report import PHASES, RunReport
 from anatomy.analysis.sweeps import LADDER, SweepGrid
 from anatomy.units import mib
 from anatomy.views import gpus
+from anatomy.vocabulary import RecordedBy
 
 DIFFERS = "≠"  # the mark of a row whose values differ between the runs
 
@@ -70,6 +71,17 @@ def run_labels(reports: Sequence[RunReport]) -> dict[int, str]:
         words += [w for w in (_label_word(r, name, option(r, name)) for name in differing) if w]
         labels[r.id] = " · ".join(words)
     return labels
+
+
+def steps_caption(reports: Sequence[RunReport]) -> str:
+    """What the loss and step-time overlay shows, in the terms of the runs compared."""
+    loops = [r for r in reports if r.recorded_by == RecordedBy.PHASE_API]
+    loss = ("each run's loss as the Trainer logged it" if not loops else
+            "each run's loss as run.step(loss=…) reported it" if len(loops) == len(reports) else
+            "each run's loss as the Trainer logged it or run.step(loss=…) reported it")
+    setup = " (step 1 holds the Trainer's setup)" if len(loops) < len(reports) else ""
+    return (f"Against the training step: {loss}, and the time each step took from the end of "
+            f"the one before{setup}.")
 
 
 def _text(value) -> str:

@@ -51,7 +51,11 @@ def offers_checkpointing(model: str | None) -> bool:
 
 def phase_metrics(report: RunReport) -> list[PhaseMetric]:
     """One entry per walkthrough phase: its memory, the increase over the previous phase, and
-    whether it is done, open or still to come."""
+    whether it is done, open or still to come. A watched command that marks none of them: its
+    own phase (the process), not four phases it never had."""
+    if report.phases and not any(report.phase(name) for name in PHASES):
+        return [PhaseMetric(p.name, "done" if p.done else "open", p.memory_mb, None)
+                for p in report.phases]
     metrics = []
     previous_mb = None
     for name in PHASES:

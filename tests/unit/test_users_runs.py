@@ -12,6 +12,7 @@ from anatomy.analysis import breakdown
 from anatomy.analysis.report import report, run_rows
 from anatomy.views import anatomy as anatomy_view
 from anatomy.views import compare, text
+from anatomy.views import live as live_view
 from anatomy.views import runs as runs_view
 
 
@@ -65,6 +66,17 @@ def test_the_explanations_fit_the_way_a_users_run_was_recorded(store, seed_users
     assert anatomy_view.not_profiled(rep).startswith(profile)
     if rep.steps:  # the chart's caption: the Trainer's loss only where a Trainer logged it
         assert ("Trainer" in text.steps_caption(rep)) == (shape == "trainer")
+        # The same on Compare's overlay and under the Anatomy page's first steps; AdamW named
+        # only for a run that said it trained with it.
+        assert ("Trainer" in compare.steps_caption([rep])) == (shape == "trainer")
+        first = anatomy_view.first_steps_caption(rep)
+        assert ("Trainer" in first, "AdamW" in first) == ((shape == "trainer",) * 2)
+    # The Live page's phases: a watched command's own phase, not four dashes it never had.
+    metrics = [(m.name, m.memory_mb) for m in live_view.phase_metrics(rep)]
+    if shape == "command":
+        assert metrics == [("process", 700)]
+    else:
+        assert [name for name, _ in metrics] == ["baseline", "torch loaded", "weights", "training"]
 
 
 def test_a_cpu_runs_bars_and_table_end_on_the_same_peak_and_the_prediction_reaches_it(

@@ -100,13 +100,7 @@ def first_steps(rep: RunReport, prediction) -> None:
                    "process held before training beyond its weights (the interpreter, torch's "
                    "libraries, the data: measured, no prediction covers it); the dashed line "
                    "adds the tensors' predicted peak to it.")
-    st.caption("Step 1 builds what the rest of training keeps: its forward pass makes the "
-               "activations, its backward pass frees them as the gradients appear, and its "
-               "optimizer step creates the optimizer states (AdamW: two fp32 tensors a "
-               "parameter). From step 2 on the memory repeats. A dotted line is the end of a "
-               "step as the Trainer reports it."
-               + (" The caching allocator keeps what it reserved, so NVML's curve rises and "
-                  "stays up." if rep.on_gpu else ""))
+    st.caption(view.first_steps_caption(rep))
 
 
 def operations(rep: RunReport) -> None:

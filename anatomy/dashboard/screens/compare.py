@@ -136,9 +136,7 @@ def comparison(run_ids: list[int]) -> None:
     if any(steps.values()):
         st.plotly_chart(figures.steps_overlay_figure(reports, steps, labels),
                         key="compare_steps", config=widgets.CHART)
-        st.caption("Against the training step: each run's loss as the Trainer logged it, and the "
-                   "time each step took from the end of the one before (step 1 holds the "
-                   "Trainer's setup).")
+        st.caption(view.steps_caption(reports))
     else:
         st.caption("No training step recorded in these runs.")
 
