@@ -94,7 +94,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
                  ["CUDA context", f"{predicted.context / MIB:,.1f}", ""],
                  ["outside PyTorch", f"{predicted.outside / MIB:,.1f}", ""],
                  ["NVML peak", f"{predicted.nvml_peak / MIB:,.1f}", ""]]
-    print(table(rows, ["component", "MB", "bytes/param"]))
+    # Several processes: the table is the one process's the ranks' line compares with.
+    print(table(rows, ["component" if ranks is None else "one process alone", "MB",
+                       "bytes/param"]))
     print((ranks or predicted).need_line())
     return 0
 

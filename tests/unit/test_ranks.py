@@ -267,6 +267,8 @@ def test_predict_for_cpu_processes_ends_on_each_ones_need_not_a_single_processs(
     assert lines[1].startswith("each of the 2 processes (ddp) should need about")
     assert lines[-1].startswith("each of the 2 processes (ddp) should need about")
     assert "this run should need" not in out and "NCCL" not in out
+    # The component table is one process's (its peak is not a rank's): its heading says so.
+    assert any(line.startswith("one process alone") for line in lines)
 
 
 def test_two_cpu_processes_are_said_as_processes_in_titles_lists_and_compare(store, seed):
