@@ -33,11 +33,9 @@ class Reference(NamedTuple):
 # (preset, backend): docs/BENCHMARKS.md, "Run time", says how each was measured.
 REFERENCES = {
     ("tiny", "cpu-rss"): Reference(0.73, 6.7e-4, 14.0,
-                                   "the tiny model measured on a busy 2-core CPU without a GPU; "
-                                   "no run of it is stored here yet"),
+                                   "the tiny model measured on a busy 2-core CPU without a GPU"),
     ("bert-large-uncased", "nvml"): Reference(0.067, 2.6e-5, 18.4,
-                                              "bert-large measured on an NVIDIA H200; no run of "
-                                              "it is stored here yet"),
+                                              "bert-large measured on an NVIDIA H200"),
 }
 # Options that change the time a step beyond its token count: only a run with the same values
 # (and as many training processes) is scaled from.
@@ -61,8 +59,8 @@ class DurationEstimate:
     def line(self) -> str:
         """The sentence the run form shows."""
         if self.step_s is None:
-            return (f"{self.steps} steps; no run of this model was measured on this device yet: "
-                    "the first steps will tell how long it takes")
+            why = self.basis or "no run of this model was measured on this device yet"
+            return f"{self.steps} steps; {why}: the first steps will tell how long it takes"
         return (f"about {words(self.total_s)}: {self.steps} steps × {self.step_s:.3g} s a "
                 f"step ({self.basis}), plus {words(self.setup_s or 0.0)} to load torch and "
                 "the model; refined from the run's own steps once it trains")
@@ -98,14 +96,17 @@ def estimate_from(runs: list[RunRow], options: RunOptions, backend: str, device_
                   store: Store | None = None) -> DurationEstimate:
     """`estimate` from these runs (newest first); `store` gives a run's training start."""
     steps = options.total_steps()
-    alike = []
+    alike, unlike = [], set()
     for run in runs:
         if run.backend != backend or run.environment.gpu_name != device_name:
             continue
         step_s = _step_time(run)
+        if step_s is None:
+            continue
         ran = RunOptions.from_dict(run.options)
-        if step_s is None or ran.world_size != options.world_size or \
-                any(getattr(ran, n) != getattr(options, n) for n in SAME_KIND):
+        kinds = _other_kind(ran, options)
+        if kinds:
+            unlike.update(kinds)
             continue
         alike.append((run, ran, step_s))
     reference = REFERENCES.get((options.preset, backend))
@@ -120,12 +121,24 @@ def estimate_from(runs: list[RunRow], options: RunOptions, backend: str, device_
                  else _tokens(options) / _tokens(ran))
         return DurationEstimate(steps, step_s * scale, training.start_s if training else None,
                                 _basis(run.id, ran, options))
+    # Why no stored run is the basis: none of this model, or those stored ran another kind.
+    stored = (f"the runs of it stored here differ in {', '.join(sorted(unlike))}" if unlike
+              else "no run of it is stored here yet")
     if reference is None:
-        return DurationEstimate(steps, None, None, "")
+        return DurationEstimate(steps, None, None, stored if unlike else "")
     # The references trained one process: several on the same machine share it.
     where = reference.where + ("" if options.world_size == 1 else
                                f"; one process there, {options.world_size} here")
-    return DurationEstimate(steps, reference.step(_tokens(options)), reference.setup_s, where)
+    return DurationEstimate(steps, reference.step(_tokens(options)), reference.setup_s,
+                            f"{where}; {stored}")
+
+
+def _other_kind(ran: RunOptions, options: RunOptions) -> list[str]:
+    """What makes a stored run's time a step another kind than this one's (none: it scales by
+    the tokens), in the form's words."""
+    kinds = ["processes"] if ran.world_size != options.world_size else []
+    return kinds + [FIELDS[n].label.lower() for n in SAME_KIND
+                    if getattr(ran, n) != getattr(options, n)]
 
 
 def _differences(ran: RunOptions, options: RunOptions) -> list[str]:

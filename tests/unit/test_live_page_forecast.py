@@ -134,6 +134,9 @@ def test_the_estimate_is_made_from_a_run_of_as_many_processes_and_names_how_it_d
     ran = report(store, run_id).options
     two = duration.estimate(store, replace(ran, processes=2), "cpu-rss", None)
     assert two.step_s is None and f"run {run_id}" not in two.line()  # nothing alike stored
+    # ... and says why, not "no run of this model was measured" beside a stored one.
+    assert "the runs of it stored here differ in processes" in two.line()
+    assert "no run of this model" not in two.line()
     longer = duration.estimate(store, replace(ran, max_steps=100, dataset_size=64), "cpu-rss",
                                None)
     assert longer.step_s == pytest.approx(3.21 / 8)  # the steps' count leaves a step's time
