@@ -24,7 +24,7 @@ from anatomy.analysis.prediction import (
     predict_ranks,
 )
 from anatomy.analysis.report import RunReport
-from anatomy.vocabulary import Phase, SourceKind
+from anatomy.vocabulary import Phase, SourceKind, Strategy
 
 
 class NoPrediction(NamedTuple):
@@ -142,7 +142,7 @@ def rank_prediction_for(report: RunReport) -> RankPrediction | None:
     model cannot be built here."""
     if report.world_size < 2:
         return None
-    options = replace(report.options, strategy=report.strategy or "ddp")
+    options = replace(report.options, strategy=report.strategy or Strategy.DDP)
     if not options.distributed:  # a run whose options did not say (the user's own script)
         options = replace(options, processes=report.world_size)
     try:

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 from anatomy.analysis.options import FIELDS, RunOptions
 from anatomy.store import RunRow, Store
-from anatomy.vocabulary import Phase, Status
+from anatomy.vocabulary import Backend, Phase, Status
 
 
 class Reference(NamedTuple):
@@ -32,10 +32,11 @@ class Reference(NamedTuple):
 
 # (preset, backend): docs/BENCHMARKS.md, "Run time", says how each was measured.
 REFERENCES = {
-    ("tiny", "cpu-rss"): Reference(0.73, 6.7e-4, 14.0,
-                                   "the tiny model measured on a busy 2-core CPU without a GPU"),
-    ("bert-large-uncased", "nvml"): Reference(0.067, 2.6e-5, 18.4,
-                                              "bert-large measured on an NVIDIA H200"),
+    ("tiny", Backend.CPU_RSS): Reference(0.73, 6.7e-4, 14.0,
+                                         "the tiny model measured on a busy 2-core CPU without a "
+                                         "GPU"),
+    ("bert-large-uncased", Backend.NVML): Reference(0.067, 2.6e-5, 18.4,
+                                                    "bert-large measured on an NVIDIA H200"),
 }
 # Options that change the time a step beyond its token count: only a run with the same values
 # (and as many training processes) is scaled from.

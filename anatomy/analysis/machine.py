@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from anatomy.vocabulary import Backend, MemoryApi
+
 
 @dataclass(frozen=True)
 class Device:
@@ -23,8 +25,8 @@ class Device:
 
 @dataclass(frozen=True)
 class Machine:
-    backend: str  # "nvml" or "cpu-rss"
-    memory_api: str  # "v2", "v1" or "rss"
+    backend: Backend
+    memory_api: MemoryApi | str  # a GPU NVML cannot describe: "none"
     devices: tuple[Device, ...]  # the GPUs a run can use, in torch's order
     driver: str | None
     cuda_driver: str | None

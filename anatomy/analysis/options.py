@@ -12,9 +12,10 @@ from typing import Any
 
 from anatomy.analysis import models
 from anatomy.analysis.models import IMAGE_CLASSIFICATION, PRESETS, ModelError, default_preset
+from anatomy.vocabulary import Precision, Strategy
 
-PRECISIONS = ("fp32", "fp16", "bf16")
-STRATEGIES = ("ddp", "fsdp")  # how several training processes share the work (accelerate's)
+PRECISIONS = Precision.values()
+STRATEGIES = Strategy.values()  # how several training processes share the work (accelerate's)
 # Trainer `optim` names that need no package beyond the requirements.
 OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adafactor", "sgd", "adagrad", "rmsprop")
 
@@ -87,7 +88,7 @@ class RunOptions:
     dataset_size: int = 512
     epochs: int = 1
     max_steps: int | None = None
-    precision: str = "fp32"
+    precision: str = Precision.FP32  # a Precision's value (validate says which)
     gradient_checkpointing: bool = False
     grad_accum: int = 1
     optim: str = "adamw_torch"
@@ -96,7 +97,7 @@ class RunOptions:
     gpu: int = 0
     gpus: str = ""  # "0,1": several GPUs, one process each (issue 12); "": the one of `gpu`
     processes: int = 1  # training processes without a GPU (CPU ranks over gloo)
-    strategy: str = "ddp"  # with several processes: "ddp" or "fsdp"
+    strategy: str = Strategy.DDP  # with several processes: a Strategy's value
     profile_steps: int = 0
     lora_rank: int = 0
     lora_targets: str = ""
@@ -246,7 +247,7 @@ def validate(options: RunOptions, gpu_count: int, *, resolve_model: bool = True,
         elif gpu_count and options.gpu >= gpu_count:
             errors["gpu"] = f"gpu: {options.gpu} is out of range: 0 to {gpu_count - 1}"
     errors.update(_process_errors(options, gpu_count, errors, here))
-    if gpu_count == 0 and options.precision == "fp16" and "precision" not in errors:
+    if gpu_count == 0 and options.precision == Precision.FP16 and "precision" not in errors:
         errors["precision"] = "precision: fp16 needs a GPU; this machine has none (use fp32 or bf16)"
     return errors
 
@@ -309,7 +310,7 @@ def _process_errors(options: RunOptions, gpu_count: int, errors: dict[str, str],
             found["processes"] = ("processes: CPU processes are for a machine without a GPU;"
                                   " here name the GPUs: --gpus 0,1")
     world = len(entries) if len(entries) > 1 else options.processes
-    if options.strategy == "fsdp":
+    if options.strategy == Strategy.FSDP:
         if world < 2:
             found["strategy"] = ("strategy: fsdp shards across several processes: give --gpus"
                                  " 0,1")

@@ -14,6 +14,7 @@ import psutil
 
 from anatomy.analysis.machine import Device, Machine
 from anatomy.engine import nvml
+from anatomy.vocabulary import Backend, MemoryApi
 
 VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
 
@@ -59,11 +60,11 @@ def machine(environ: Mapping[str, str] = os.environ) -> Machine:
                                                 total=0, memory_api="none")
                         for k, i in enumerate(visible))
         if devices:
-            return Machine(backend="nvml", memory_api=devices[0].memory_api, devices=devices,
+            return Machine(backend=Backend.NVML, memory_api=devices[0].memory_api, devices=devices,
                            driver=nvml.driver_version(), cuda_driver=nvml.cuda_driver_version(),
                            ram_total=ram, why_no_gpu=None)
         why = f"{VISIBLE_ENV}={environ.get(VISIBLE_ENV)!r} leaves no GPU visible"
     else:
         why = nvml.status()
-    return Machine(backend="cpu-rss", memory_api="rss", devices=(), driver=None,
+    return Machine(backend=Backend.CPU_RSS, memory_api=MemoryApi.RSS, devices=(), driver=None,
                    cuda_driver=None, ram_total=ram, why_no_gpu=why)

@@ -4,10 +4,11 @@ and their totals are anatomy/analysis/operations.py's."""
 from __future__ import annotations
 
 from anatomy.analysis.operations import OPTIMIZER_RANGE, OperationProfile, aggregate
+from anatomy.vocabulary import Precision
 
 
 def profile_steps(model, batch: dict, steps: int = 1, device: str = "cpu", *, optimizer=None,
-                  precision: str = "fp32", warmup: int = 1) -> OperationProfile:
+                  precision: str = Precision.FP32, warmup: int = 1) -> OperationProfile:
     """Profile `steps` training steps (forward, backward, clip, optimizer step) of `model`.
 
     The model must already be on `device`; `batch` (tensors by argument name, labels included)
@@ -24,7 +25,7 @@ def profile_steps(model, batch: dict, steps: int = 1, device: str = "cpu", *, op
     model.train()
     if optimizer is None:
         optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5, weight_decay=0.0)
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    dtype = {Precision.BF16: torch.bfloat16, Precision.FP16: torch.float16}.get(precision)
 
     def step() -> None:
         with torch.autocast(torch.device(device).type, dtype=dtype, enabled=dtype is not None):

@@ -39,6 +39,7 @@ from anatomy.engine.protocol import (
     WorkerLeft,
 )
 from anatomy.store import rank_series
+from anatomy.vocabulary import Backend
 
 BATCH_SECONDS = 0.05
 UTIL_SECONDS = 0.1  # NVML's utilisation counter itself only changes every ~1/6 s
@@ -147,13 +148,13 @@ class Reader:
     def __init__(self, backend: str, gpus: Sequence[int] = (0,), worker_pid=None):
         self.backend = backend
         self.worker_pid = worker_pid  # a multiprocessing.Value, set once the worker has started
-        self.gpus = list(gpus) if backend == "nvml" else [0]  # NVML indices
+        self.gpus = list(gpus) if backend == Backend.NVML else [0]  # NVML indices
         self._util: dict[int, int | None] = {}
         self._util_at = float("-inf")
         self._tree: _ProcessTree | None = None
         self.worker_left: float | None = None  # the last tick the worker was whole, once it exits
         self._whole_at: float | None = None
-        if backend == "cpu-rss":
+        if backend == Backend.CPU_RSS:
             import psutil
 
             self._ram_total = psutil.virtual_memory().total
@@ -172,7 +173,7 @@ class Reader:
 
     def read(self, t: float) -> list[Sample]:
         whole = self._watch_worker(t)
-        if self.backend == "nvml":  # the device's memory: read before, during and after the worker
+        if self.backend == Backend.NVML:  # the device's memory: read before, during and after the worker
             if t - self._util_at >= UTIL_SECONDS:
                 self._util = {g: nvml.utilization(g) for g in self.gpus}
                 self._util_at = t
@@ -209,7 +210,7 @@ class StatusReader:
         import psutil
 
         self.psutil = psutil
-        self.gpus = list(gpus) if backend == "nvml" else []
+        self.gpus = list(gpus) if backend == Backend.NVML else []
         self.names: dict[int, str | None] = {}
         self.read_at = float("-inf")
         psutil.cpu_percent(None)  # the first call starts the interval the next one measures

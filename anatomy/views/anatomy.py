@@ -38,7 +38,7 @@ from anatomy.store import Step
 from anatomy.units import mb_text
 from anatomy.views.style import COMPONENT_LABELS as LABELS
 from anatomy.views.style import MOMENT_LABELS
-from anatomy.vocabulary import Part, Phase, RecordedBy
+from anatomy.vocabulary import Part, Phase, Precision, RecordedBy, Strategy
 
 # The totals say what they add up: with the measured CUDA context below the parts, or without.
 ALL_AT_ONCE = {False: "all at once", True: "context + all parts"}
@@ -185,9 +185,9 @@ def component_rows(report: RunReport, prediction: Prediction) -> list[ComponentR
             "kernel phase − baseline; predicted: calibrated")
     for name in TENSOR_PARTS:
         note = ""
-        if name == "activations" and not on_gpu:
+        if name == Part.ACTIVATIONS and not on_gpu:
             note = "what autograd saved in a forward pass"
-        elif name == "temporary":
+        elif name == Part.TEMPORARY:
             note = ("the peak beyond the parts it holds" if on_gpu else
                     "not measured on a CPU")
         row(LABELS[name], measured.get(name), predicted.get(name), note)
@@ -342,7 +342,7 @@ def operations_explanation(profile: OperationProfile, precision: str) -> str:
             text += (f"Contractions take {contraction:.0f}% of the time against the paper's "
                      f"{paper:.0f}%" + (": in fp32 the matrix products run without tensor cores "
                                         "(PyTorch keeps TF32 off for them), so they dominate."
-                                        if precision == "fp32" else "."))
+                                        if precision == Precision.FP32 else "."))
         else:
             text += (f"Contractions take {contraction:.0f}% of the time against the paper's "
                      f"{paper:.0f}%: the products run fast on the tensor cores, and the "
@@ -358,7 +358,7 @@ def operations_explanation(profile: OperationProfile, precision: str) -> str:
     if other >= 5:
         text += (f" \"Other\" (copies, casts, views, fills, embedding lookups) takes {other:.0f}%"
                  + (": under autocast mostly the casts between fp32 and 16 bits, since the weights"
-                    " stay fp32." if precision != "fp32" else "."))
+                    " stay fp32." if precision != Precision.FP32 else "."))
     return text
 
 
@@ -387,7 +387,7 @@ def rank_rows(report: RunReport, predicted: RankPrediction | None) -> list[RankR
         for name in (Part.WEIGHTS, Part.GRADIENTS, Part.OPTIMIZER_STATES, Part.ACTIVATIONS):
             add(name.replace("_", " "), getattr(parts, name), guess.get(name))
         if predicted is not None and predicted.communication:
-            what = ("DDP's gradient buckets" if predicted.strategy == "ddp"
+            what = ("DDP's gradient buckets" if predicted.strategy == Strategy.DDP
                     else "FSDP's all-gather and reduce-scatter buffers")
             add(what + " (in the peak)", None, predicted.communication)
         # The CPU keeps no allocator: its peak of tensors is predicted only, named as one run's.

@@ -25,7 +25,7 @@ from anatomy.analysis.options import RunOptions
 from anatomy.analysis.prediction import device_constants, replay
 from anatomy.analysis.prediction.device_constants import DeviceCalibration
 from anatomy.units import size_text
-from anatomy.vocabulary import Moment, Part, Precision
+from anatomy.vocabulary import Moment, Part, Precision, Strategy
 
 # The walkthrough's bytes per parameter ("Model training anatomy", Anatomy of Model's Memory),
 # shown beside what a run predicts and measures.
@@ -567,7 +567,7 @@ def rank_prediction(alone: Prediction, strategy: str, world_size: int, *,
     """A DDP rank (no torch): `alone` is the single-process prediction."""
     if world_size < 2:
         raise ValueError("several processes: world_size >= 2")
-    if strategy != "ddp":
+    if strategy != Strategy.DDP:
         raise ValueError(f"the arithmetic is DDP's; FSDP's rank is traced (predict_ranks), got "
                          f"{strategy!r}")
     buckets = alone.gradients  # the trainable parameters' gradients, in their dtype
@@ -603,8 +603,8 @@ def predict_ranks(options: RunOptions, *, device: str = "cuda", gpu_name: str | 
         calibration = calibration_for(device, gpu_name)
     alone = predict(options, device=device, calibration=calibration)
     nccl = calibration.nccl_bytes if device == "cuda" and calibration else None
-    if options.strategy != "fsdp":
-        return rank_prediction(alone, "ddp", options.world_size, nccl=nccl)
+    if options.strategy != Strategy.FSDP:
+        return rank_prediction(alone, Strategy.DDP, options.world_size, nccl=nccl)
     steps = steps_measured(options)
     recording = _recording(_shape_of(options), device, calibration, steps,
                            fsdp_world=options.world_size)
@@ -613,7 +613,7 @@ def predict_ranks(options: RunOptions, *, device: str = "cuda", gpu_name: str | 
     traced = _prediction(recording, measured, options, device, calibration, steps)
     step_begins = recording.segments["batches"][0]  # the step's, not the sharding's peak
     buffers = alive_at_peak(recording.events[step_begins:], recording.fsdp_buffers)
-    return RankPrediction("fsdp", options.world_size, alone, traced.weights, traced.gradients,
+    return RankPrediction(Strategy.FSDP, options.world_size, alone, traced.weights, traced.gradients,
                           traced.optimizer_states, traced.activations, 0,
                           buffers.get("gathered", 0), buffers.get("reduced", 0), traced.peak,
                           nccl, traced)

@@ -20,7 +20,7 @@ from anatomy.views import export, text
 from anatomy.views.figures import compare as figures
 from anatomy.views.live import options_from_form
 from anatomy.views.style import DIFFERS_BACKGROUND
-from anatomy.vocabulary import Phase, Status
+from anatomy.vocabulary import Phase, Precision, Status
 
 REFRESH_SECONDS = 1.0
 # What a sweep may vary, and the values the form suggests for each.
@@ -174,7 +174,7 @@ def _vary_values(name: str, has_gpu: bool) -> list:
     key = f"sweep_values_{name}"
     if field.choices is not None or field.low is None:
         choices = field.choices or ("off", "on")
-        default = [c for c in choices if has_gpu or c != "fp16"]
+        default = [c for c in choices if has_gpu or c != Precision.FP16]
         chosen = st.multiselect(f"{field.label}: values", choices, default=default, key=key)
         return [parse_value(name, c) for c in chosen]
     text = st.text_input(f"{field.label}: values", SUGGESTED.get(name, ""), key=key,

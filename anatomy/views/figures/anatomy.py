@@ -28,7 +28,7 @@ from anatomy.views.style import (
     PREDICTED_COLOUR,
     TOTAL_COLOUR,
 )
-from anatomy.vocabulary import Phase
+from anatomy.vocabulary import Backend, Phase
 
 
 def anatomy_waterfall_figure(sides: dict[str, list[WaterfallStep]]) -> go.Figure:
@@ -117,7 +117,7 @@ def first_steps_figure(report: RunReport, samples: Sequence[Sample], steps: Sequ
     times, used = column(rows, "t"), column(rows, "used", MIB)
     figure.add_trace(go.Scatter(
         x=times, y=used, mode="lines+markers",
-        name="CPU RSS" if report.backend == "cpu-rss" else f"GPU {report.gpu}",
+        name="CPU RSS" if report.backend == Backend.CPU_RSS else f"GPU {report.gpu}",
         line={"color": CURVE_COLOUR, "width": 2}, marker={"size": 3},
         hovertemplate="%{x:.3f} s<br>%{y:.0f} MiB<extra></extra>"))
     marked = [s for s in steps if s.step <= count]

@@ -35,7 +35,7 @@ from anatomy.views.style import (
     phase_colour,
     phase_name,
 )
-from anatomy.vocabulary import Phase
+from anatomy.vocabulary import Backend, Phase
 
 CEILING_SHOWN_FROM = 0.25  # of the total: the ceiling is drawn once the curve comes this close
 # The x axes a run's memory can be drawn on: the whole run in seconds, its training phase in
@@ -107,7 +107,7 @@ def memory_figure(report: RunReport, samples: Sequence[Sample], steps: Sequence[
     x_hover = "step %{x:.2f}" if by_step is not None else "%{x:.2f} s"
     for gpu, rows in sorted(by_gpu.items()):
         trains = gpu == report.gpu or gpu in rank_of
-        if backend == "cpu-rss":
+        if backend == Backend.CPU_RSS:
             rank = series_rank(gpu)  # a rank's own processes, or the whole tree (None)
             name = (f"rank {rank}: its processes' RSS" if rank is not None else
                     "CPU RSS of the training processes, together" if report.ranks
@@ -144,7 +144,7 @@ def memory_figure(report: RunReport, samples: Sequence[Sample], steps: Sequence[
         # A ceiling far above the curve would flatten it (an H200's 140 GiB over BERT's 8 GiB, a
         # machine's RAM over one process): then it waits in the legend, a click away.
         near = peak >= CEILING_SHOWN_FROM * total
-        what = "RAM" if backend == "cpu-rss" else f"GPU {report.gpu}"
+        what = "RAM" if backend == Backend.CPU_RSS else f"GPU {report.gpu}"
         ends = [0.0, now] if by_step is None else [0.0, float(steps[-1].step)]
         figure.add_trace(go.Scatter(
             x=ends, y=[total / MIB] * 2, mode="lines",

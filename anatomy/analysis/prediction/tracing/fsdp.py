@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 from anatomy.analysis import models
+from anatomy.vocabulary import Precision
 
 MESH_DIM = "dp_shard"  # accelerate's name for the FSDP dimension of its device mesh
 
@@ -49,7 +50,8 @@ def shard(model, precision: str, device_mesh) -> None:
     plugin = FullyShardedDataParallelPlugin(
         fsdp_version=2, auto_wrap_policy="transformer_based_wrap", reshard_after_forward=True,
         **({"transformer_cls_names_to_wrap": layers} if layers else {}))
-    mixed = {"bf16": "bf16", "fp16": "fp16"}.get(precision, "no")
+    # accelerate names the mixed precisions as anatomy does; fp32 is its "no"
+    mixed = str(precision) if precision in (Precision.BF16, Precision.FP16) else "no"
     if mixed != "no":  # what AcceleratorState does with the Trainer's precision
         plugin.set_mixed_precision(mixed)
     # The accelerator as fsdp2_prepare_model reads it: its plugin, precision and mesh.

@@ -38,9 +38,10 @@ from anatomy.analysis.models import (
     ModelSpec,
     token_range,
 )
+from anatomy.vocabulary import Precision
 
 MAX_GRAD_NORM = 1.0  # TrainingArguments' default
-AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+AUTOCAST_DTYPES = {Precision.BF16: torch.bfloat16, Precision.FP16: torch.float16}
 FP16_INIT_SCALE = 2.0**16  # torch.amp.GradScaler's default
 
 
@@ -207,7 +208,7 @@ class TrainerStep:
         self.foreach = foreach
         self.loss_kwargs = accepts_loss_kwargs(model)
         self.shifts_labels = loss_shifts_labels(model)
-        self.scaler = LossScaler(device) if options.precision == "fp16" else None
+        self.scaler = LossScaler(device) if options.precision == Precision.FP16 else None
 
     def batches(self) -> tuple[list[dict], object]:
         """The step's micro-batches and their item count, fetched before the first one runs."""
@@ -224,7 +225,7 @@ class TrainerStep:
         self.on_mark("forward begins")
         with self.autocast():
             outputs = self.model(**inputs, **kwargs)
-        if self.options.precision != "fp32":
+        if self.options.precision != Precision.FP32:
             outputs = convert_to_fp32(outputs)  # accelerate's wrapper around the forward pass
         self.on_mark("forward ends")
         return outputs["loss"]  # the outputs go with this frame, before the backward pass
