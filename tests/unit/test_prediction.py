@@ -7,6 +7,7 @@ measured on an H200 (bert-large, torch 2.11) that the method was never fitted to
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 import torch
@@ -216,3 +217,28 @@ def test_bytes_per_parameter_next_to_the_walkthrough():
     assert WALKTHROUGH_BYTES_PER_PARAMETER["mixed precision AdamW, all three (plus activations)"] \
         == 6 + 4 + 8
     assert isinstance(predict(options, device="cpu"), Prediction)
+
+
+def test_a_float_mask_reaches_the_attention_kernel_in_16_bits(tmp_path, monkeypatch):
+    """CUDA's autocast casts every floating argument of attention, the mask too: ALiBi's float
+    bias (Falcon-RW) reaches the kernel as a 16-bit copy made at each call, which the kernel
+    keeps for its backward pass (on the H200 a b × h × s × s tensor per layer)."""
+    from anatomy.analysis.prediction.tracing.cuda import CudaKernels
+
+    config = {"model_type": "falcon", "architectures": ["FalconForCausalLM"], "alibi": True,
+              "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
+              "vocab_size": 128, "new_decoder_architecture": False, "multi_query": False,
+              "parallel_attn": False, "bias": True}
+    path = tmp_path / "falcon.json"
+    path.write_text(json.dumps(config))
+    masks = []
+    kernel = CudaKernels._kernel
+
+    def seen(backend, query, key, value, attn_mask, *rest):
+        masks.append(attn_mask.dtype if attn_mask is not None else None)
+        return kernel(backend, query, key, value, attn_mask, *rest)
+
+    monkeypatch.setattr(CudaKernels, "_kernel", staticmethod(seen))
+    predict(RunOptions(model=str(path), seq_len=16, batch_size=2, precision="bf16"),
+            device="cuda", calibration=DEFAULT)
+    assert masks and set(masks) == {torch.bfloat16}

@@ -131,8 +131,11 @@ class CudaKernels(TorchFunctionMode):
     def _attention(self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
                    scale=None, enable_gqa=False):
         if torch.is_autocast_enabled("cpu"):  # scaled_dot_product_attention is a 16-bit op
+            # CUDA's autocast casts every floating argument, the mask too: a float mask (ALiBi's
+            # bias, b × h × s × s) is copied to 16 bits at every call, and the kernel keeps it.
             dtype = torch.get_autocast_dtype("cpu")
-            query, key, value = (_cast_floats(t, dtype) for t in (query, key, value))
+            query, key, value, attn_mask = (_cast_floats(t, dtype)
+                                            for t in (query, key, value, attn_mask))
         grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
         signature = sdpa_signature(str(query.dtype).removeprefix("torch."), query.shape[-1],
                                    is_causal, mask_kind(attn_mask, query, key), dropout_p > 0,
