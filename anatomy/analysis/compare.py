@@ -14,16 +14,21 @@ from anatomy.analysis.components import Components
 from anatomy.analysis.options import FIELDS
 from anatomy.analysis.report import RunReport
 from anatomy.units import MIB
-from anatomy.vocabulary import Phase
+from anatomy.vocabulary import Part, Phase
 
-# Bottom to top in a run's bar; activations and gradients share a slot (a bar has one of them).
-PART_ORDER = ("CUDA context", "torch loaded", Phase.WEIGHTS, Phase.TRAINING, "optimizer states",
-              "activations", "gradients", "temporary", "allocator cache", "the rest")
+# Bottom to top in a run's bar, by what each part is: the CUDA context (on a CPU the kernel phase:
+# torch loaded), the weights and training phases, the training's measured components and the
+# rest beyond them (NON_TORCH). Activations and gradients share a slot (a bar has one of them).
+# The pages' words for them are views/compare.py's BAR_LABELS.
+PART_ORDER = (Part.CONTEXT, Phase.KERNEL, Phase.WEIGHTS, Phase.TRAINING, Part.OPTIMIZER_STATES,
+              Part.ACTIVATIONS, Part.GRADIENTS, Part.TEMPORARY, Part.ALLOCATOR_CACHE,
+              Part.NON_TORCH)
 
 
-class Part(NamedTuple):
-    """One part of a run's bar: its name, its bytes (never negative) and how it was computed."""
-    part: str
+class BarPart(NamedTuple):
+    """One part of a run's bar: what it is (a PART_ORDER member), its bytes (never negative) and
+    how it was computed."""
+    part: Part | Phase
     bytes: int
     note: str
 
@@ -64,60 +69,60 @@ def option(report: RunReport, name: str):
     return report.known(name)
 
 
-def memory_parts(report: RunReport) -> list[Part]:
+def memory_parts(report: RunReport) -> list[BarPart]:
     """The bar of one run: what each step of the walkthrough added, bottom to top.
 
     CUDA context (kernel − baseline), weights (weights − kernel), then the training phase's
     increase (training end − weights). With measured components the increase is split into what
     the peak holds (`_training_split`) and the rest (memory outside PyTorch's allocator, or on a
-    CPU the process's own). Each part: `part` (its name), `bytes` (never negative) and `note`
+    CPU the process's own). Each part: `part` (what it is), `bytes` (never negative) and `note`
     (how it was computed, for the hover)."""
     memory = report.phase_memory()
     on_gpu = report.on_gpu
     parts = []
-    steps = ((Phase.KERNEL, Phase.BASELINE, "CUDA context" if on_gpu else "torch loaded",
+    steps = ((Phase.KERNEL, Phase.BASELINE, Part.CONTEXT if on_gpu else Phase.KERNEL,
               "kernel phase − baseline"),
              (Phase.WEIGHTS, Phase.KERNEL, Phase.WEIGHTS, "weights phase − kernel phase"))
     for phase, before, name, note in steps:
         if memory[phase] is not None and memory[before] is not None:
-            parts.append(Part(name, max(0, memory[phase] - memory[before]), note))
+            parts.append(BarPart(name, max(0, memory[phase] - memory[before]), note))
     if memory[Phase.TRAINING] is None or memory[Phase.WEIGHTS] is None:
         return parts
     increase = memory[Phase.TRAINING] - memory[Phase.WEIGHTS]
     if increase < 0:  # an out-of-memory run: the end reading is after its memory was freed
-        parts.append(Part(Phase.TRAINING, 0, f"training end − weights phase: {increase // MIB:+d} MB"
+        parts.append(BarPart(Phase.TRAINING, 0, f"training end − weights phase: {increase // MIB:+d} MB"
                           f" (the run {report.status}; its peak is the marker)"))
         return parts
     split = _training_split(report.components) if report.components else None
     if split is None:
-        parts.append(Part(Phase.TRAINING, increase, "training end − weights phase"))
+        parts.append(BarPart(Phase.TRAINING, increase, "training end − weights phase"))
         return parts
     rest = increase - sum(part.bytes for part in split)
     parts += [part._replace(bytes=max(0, part.bytes)) for part in split]
-    parts.append(Part("the rest", max(0, rest),
+    parts.append(BarPart(Part.NON_TORCH, max(0, rest),
                       "training increase − the parts below it: memory outside PyTorch's allocator"
                       if rest >= 0 else
                       f"the parts add up to {-rest // MIB} MB more than the increase"))
     return parts
 
 
-def _training_split(c: Components) -> list[Part] | None:
+def _training_split(c: Components) -> list[BarPart] | None:
     """The training increase as the allocator's peak holds it: the optimizer states, the larger
     of activations and gradients (the two are never all held at once), the temporary buffers
     beyond those, and the allocator's cache."""
     if c.optimizer_states is None or c.activations is None or c.gradients is None:
         return None
-    larger = "activations" if c.activations >= c.gradients else "gradients"
-    smaller = "gradients" if larger == "activations" else "activations"
-    parts = [Part("optimizer states", c.optimizer_states,
+    larger = Part.ACTIVATIONS if c.activations >= c.gradients else Part.GRADIENTS
+    smaller = Part.GRADIENTS if larger == Part.ACTIVATIONS else Part.ACTIVATIONS
+    parts = [BarPart(Part.OPTIMIZER_STATES, c.optimizer_states,
                   "measured: the optimizer's state tensors after the first step"),
-             Part(larger, c.get(larger), f"measured; larger than the {smaller} "
+             BarPart(larger, c.get(larger), f"measured; larger than the {smaller} "
                   f"({c.get(smaller) // MIB:,} MB), which are never all held at the same time")]
     if c.temporary is not None:
-        parts.append(Part("temporary", c.temporary,
+        parts.append(BarPart(Part.TEMPORARY, c.temporary,
                           "measured: the allocator's peak beyond the weights, states and " + larger))
     if c.allocator_cache is not None:
-        parts.append(Part("allocator cache", c.allocator_cache,
+        parts.append(BarPart(Part.ALLOCATOR_CACHE, c.allocator_cache,
                           "measured: reserved − allocated at the allocator's peak"))
     return parts
 

@@ -23,9 +23,20 @@ from anatomy.analysis.report import PHASES, RunReport
 from anatomy.analysis.sweeps import LADDER, SweepGrid
 from anatomy.units import mib
 from anatomy.views import gpus
-from anatomy.vocabulary import RecordedBy
+from anatomy.views.style import COMPONENT_LABELS, CPU_PHASE_NAMES
+from anatomy.vocabulary import Part, Phase, RecordedBy
 
 DIFFERS = "≠"  # the mark of a row whose values differ between the runs
+
+# The parts of a run's bar (analysis/compare.py's PART_ORDER) in words: the components' names,
+# but what the training increase holds beyond them is "the rest" (outside PyTorch's allocator,
+# or on a CPU the process's own) and its temporary buffers are "temporary".
+BAR_LABELS = {**COMPONENT_LABELS, **CPU_PHASE_NAMES, Part.TEMPORARY: "temporary",
+              Part.NON_TORCH: "the rest"}
+
+
+def bar_label(part: Part | Phase) -> str:
+    return BAR_LABELS.get(part, str(part))
 
 # How an option reads in a run's label, where it differs between the runs compared.
 LABEL_WORDS = {

@@ -31,19 +31,19 @@ NEUTRAL_COLOUR = "#BBBBBB"  # a phase or part without a colour of its own; conne
 # Runs told apart by colour, in an order where neighbours differ most.
 RUN_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000",
                "#F0E442")
+# A run's bar by its parts (analysis/compare.py's PART_ORDER): the phases' colours where a part
+# is what a phase added (the CUDA context: the kernel phase's).
 PART_COLOURS = {
-    "CUDA context": PHASE_COLOURS[Phase.KERNEL],
-    "torch loaded": PHASE_COLOURS[Phase.KERNEL],
+    Part.CONTEXT: PHASE_COLOURS[Phase.KERNEL],
+    Phase.KERNEL: PHASE_COLOURS[Phase.KERNEL],  # a CPU's: torch loaded
     Phase.WEIGHTS: PHASE_COLOURS[Phase.WEIGHTS],
     Phase.TRAINING: PHASE_COLOURS[Phase.TRAINING],
-    "optimizer states": "#0072B2",
-    "gradients": "#D55E00",
-    "activations": "#009E73",
-    "temporary": "#F0E442",
-    "temporary buffers": "#F0E442",
-    "allocator cache": "#7F8C9A",
-    "outside PyTorch": "#C0C7D0",
-    "the rest": "#C0C7D0",
+    Part.OPTIMIZER_STATES: "#0072B2",
+    Part.GRADIENTS: "#D55E00",
+    Part.ACTIVATIONS: "#009E73",
+    Part.TEMPORARY: "#F0E442",
+    Part.ALLOCATOR_CACHE: "#7F8C9A",
+    Part.NON_TORCH: "#C0C7D0",
 }
 PRECISION_COLOURS = {Precision.FP32: "#0072B2", Precision.BF16: "#009E73", Precision.FP16: "#D55E00"}
 # A table row whose values differ between the runs compared.
@@ -70,12 +70,8 @@ def phase_colour(name: str) -> str:
     return PHASE_COLOURS.get(name, NEUTRAL_COLOUR)
 
 
-def part_colour(name: str) -> str:
-    """A part of a run's bar; "activations (…)" and "gradients (…)" take their component's."""
-    for component in ("activations", "gradients"):
-        if name.startswith(component):
-            return PART_COLOURS[component]
-    return PART_COLOURS.get(name, NEUTRAL_COLOUR)
+def part_colour(part: Part | Phase) -> str:
+    return PART_COLOURS.get(part, NEUTRAL_COLOUR)
 
 
 def phase_name(phase: str, on_gpu: bool) -> str:

@@ -17,6 +17,7 @@ from anatomy.store import PhaseMark, Sample, Store
 from anatomy.units import MIB
 from anatomy.views import compare as view
 from anatomy.views.figures import compare as figures
+from anatomy.vocabulary import Part, Phase
 from tests.apptest import chart_spec, open_page
 from tests.conftest import GIB_BYTES, seed_run
 
@@ -264,9 +265,9 @@ def test_measured_components_split_the_training_increase(store, seed):
     parts = {p.part: p.bytes // MIB for p in compare.memory_parts(report(store, run_id))}
     # The training increase (1,024 MB) is what the allocator's peak holds plus the rest:
     # states, the larger of activations and gradients, temporary (650 − 100 − 200 − 300).
-    assert parts == {"CUDA context": 1024, "weights": 1024, "optimizer states": 200,
-                     "activations": 300, "temporary": 50, "allocator cache": 50,
-                     "the rest": 1024 - 600}
+    assert parts == {Part.CONTEXT: 1024, Phase.WEIGHTS: 1024, Part.OPTIMIZER_STATES: 200,
+                     Part.ACTIVATIONS: 300, Part.TEMPORARY: 50, Part.ALLOCATOR_CACHE: 50,
+                     Part.NON_TORCH: 1024 - 600}
 
 
 def test_an_out_of_memory_run_adds_no_negative_part(store, seed):
@@ -275,7 +276,7 @@ def test_an_out_of_memory_run_adds_no_negative_part(store, seed):
     store.write(run_id, samples=[Sample(9.5, 0, 0, None, 141 * GIB, None)],
                 phases=[PhaseMark("end", "training", 9.5)])
     training = next(p for p in compare.memory_parts(report(store, run_id))
-                    if p.part == "training")
+                    if p.part == Phase.TRAINING)
     assert training.bytes == 0 and "oom" in training.note
 
 

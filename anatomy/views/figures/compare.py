@@ -15,7 +15,7 @@ from anatomy.analysis.sweeps import SweepGrid
 from anatomy.store import Sample, Step
 from anatomy.units import MIB
 from anatomy.views import text as words
-from anatomy.views.compare import run_labels
+from anatomy.views.compare import bar_label, run_labels
 from anatomy.views.figures.layout import column, phase_bands, steps_traces, training_rows
 from anatomy.views.figures.live import CEILING_SHOWN_FROM
 from anatomy.views.style import (
@@ -159,19 +159,19 @@ def memory_bars_figure(reports: Sequence[RunReport], labels: dict[int, str] | No
     labels = _labels(reports, labels)
     parts = {rep.id: memory_parts(rep) for rep in reports}
     found = {p.part for rep in reports for p in parts[rep.id]}
-    names = [name for name in PART_ORDER if name in found]
     positions = {rep.id: index for index, rep in enumerate(reports)}
     figure = go.Figure()
-    for name in names:
+    for key in (key for key in PART_ORDER if key in found):
         xs, ys, notes = [], [], []
         for rep in reports:
             for part in parts[rep.id]:
-                if part.part == name:
+                if part.part == key:
                     xs.append(positions[rep.id])
                     ys.append(part.bytes / MIB)
                     notes.append(part.note)
+        name = bar_label(key)
         figure.add_trace(go.Bar(
-            x=xs, y=ys, name=name, marker={"color": part_colour(name)}, customdata=notes,
+            x=xs, y=ys, name=name, marker={"color": part_colour(key)}, customdata=notes,
             hovertemplate="%{y:,.0f} MiB<br>%{customdata}<extra>" + name + "</extra>"))
     peaks = [(positions[r.id], r.summary.peak_mb) for r in reports
              if r.summary.peak_mb is not None]
