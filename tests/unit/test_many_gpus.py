@@ -63,8 +63,8 @@ def test_anatomy_has_every_gpu_and_compare_their_spread(store):
     # here, where no page's time limit runs: this test is about the GPUs the page shows.
     breakdown.rank_prediction_for(report(store, sixty_four))
     app = open_page("screens/anatomy.py", run=str(sixty_four))
-    per_gpu = next(d.value for d in app.dataframe if "gpu" in d.value.columns)
-    assert set(per_gpu["gpu"]) == set(_labels(store, sixty_four))
+    per_gpu = next(d.value for d in app.dataframe if "GPU" in d.value.columns)
+    assert set(per_gpu["GPU"]) == set(_labels(store, sixty_four))
     assert any(m.value.startswith("64 GPUs on 8 hosts: peak ") for m in app.markdown)
 
     app = open_page("screens/compare.py", runs=f"{eight},{sixty_four}")
