@@ -252,10 +252,23 @@ class RunReport:
     @property
     def devices(self) -> str:
         """What it trained on, in words: "NVIDIA H200", "CPU"; "2 × CPU (ddp)" for several
-        processes (another class of run than one device's)."""
+        processes (another class of run than one device's), "2 × CPU" where a user's launch did
+        not say how they shared the training."""
         if self.world_size > 1:
-            return f"{self.world_size} × {self.device_name} ({self.strategy or Strategy.DDP})"
+            return f"{self.world_size} × {self.device_name}{self._strategy_words}"
         return self.device_name
+
+    @property
+    def processes(self) -> str:
+        """Its training processes in words: "2 processes (ddp)", "2 processes" (no strategy said),
+        "1 process"."""
+        if self.world_size == 1:
+            return "1 process"
+        return f"{self.world_size} processes{self._strategy_words}"
+
+    @property
+    def _strategy_words(self) -> str:
+        return f" ({self.strategy})" if self.strategy else ""
 
     @property
     def device_total(self) -> int | None:

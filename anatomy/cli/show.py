@@ -64,7 +64,7 @@ def cmd_show(args: argparse.Namespace) -> int:
             if parts.get(name) is not None))
     if rep.ranks:
         together = not all(r.measured_alone for r in rep.ranks)  # a store of before
-        print(f"{rep.world_size} processes ({rep.strategy}); each rank's memory at its phases' ends"
+        print(f"{rep.processes}; each rank's memory at its phases' ends"
               + ("" if rep.on_gpu else " (the CPU: all ranks' RSS together)" if together else
                  " (the CPU: the RSS of each rank's own processes)") + ":")
         names = [Phase.KERNEL, Phase.WEIGHTS, Phase.TRAINING]

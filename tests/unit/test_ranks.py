@@ -318,3 +318,21 @@ def test_two_cpu_processes_are_said_as_processes_in_titles_lists_and_compare(sto
     assert [(r.gpu, r.component, r.measured) for r in ranks] == [
         ("rank 0", "peak RSS (its own processes)", "600 MB"),
         ("rank 1", "peak RSS (its own processes)", "500 MB")]
+
+
+def test_a_users_launch_that_said_no_strategy_is_given_none(store, seed, capsys):
+    """`anatomy watch -- torchrun …` of a user's ranks: `show` printed "2 processes (None)" and
+    the Runs list "2 × CPU (ddp)", a strategy the run never reported."""
+    from anatomy import cli
+    from anatomy.views import live
+
+    run_id = seed(backend="cpu-rss")
+    store.merge_environment(run_id, {"world_size": 2})
+    store.write(run_id, phases=[PhaseMark("start", "training", 6.0, rank=1),
+                                PhaseMark("end", "training", 9.0, rank=1)])
+    rep = report(store, run_id)
+    assert (rep.strategy, rep.processes, rep.devices) == (None, "2 processes", "2 × CPU")
+    assert cli.main(["show", str(run_id), "--store", str(store.path)]) == 0
+    out = capsys.readouterr().out
+    assert "2 processes; each rank's memory" in out and "None" not in out
+    assert "2 processes" in live.summary_lines(rep)  # the Live page's summary said "…, None"

@@ -126,8 +126,7 @@ def operations(rep: RunReport) -> None:
 
 def per_gpu(rep: RunReport) -> None:
     """Several processes (issue 12): each GPU measured next to its rank's prediction."""
-    st.subheader(f"Per {'GPU' if rep.on_gpu else 'process'}: {rep.world_size} processes, "
-                 f"{rep.strategy}")
+    st.subheader(f"Per {'GPU' if rep.on_gpu else 'process'}: {rep.processes}")
     with st.spinner("predicting each rank…"):
         predicted = breakdown.rank_prediction_for(rep)
     if predicted is not None:
