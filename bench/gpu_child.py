@@ -130,14 +130,16 @@ def _train(config: dict, device: str, nvml_index: int | None, baseline: int,
     used = nvml_used(nvml_index)
     result["context"] = None if used is None else used - baseline
     built = time.monotonic()
-    model, _ = models.build_model(spec, device, lora_rank=options.lora_rank,
-                                  lora_targets=options.lora_target_list(), initialise=False)
+    model, source = models.build_model(spec, device, lora_rank=options.lora_rank,
+                                       lora_targets=options.lora_target_list(),
+                                       initialise=False)
     if cuda:
         torch.cuda.synchronize()
     used = nvml_used(nvml_index)
     result["weights_nvml"] = None if used is None else used - baseline
     result["weights_allocated"] = torch.cuda.memory_allocated() if cuda else None
-    models.initialise(model)
+    if source == models.RANDOM_WEIGHTS:
+        models.initialise(model)
     result["build_s"] = round(time.monotonic() - built, 2)
     reporter = _Reporter()
     probe = ComponentProbe(model, use_cuda=cuda)  # resets the allocator's peaks, as the worker

@@ -72,6 +72,9 @@ _TOWERS = ("text_config", "vision_config", "audio_config", "speech_config")
 _QUERY_VALUE = re.compile(r"^(q|v|query|value|q_proj|v_proj|q_lin|v_lin|query_proj|value_proj)$")
 _FUSED_QKV = re.compile(r"qkv|c_attn|query_key_value|in_proj")
 
+RANDOM_WEIGHTS = "random (from config)"  # build_model's source when no weights were cached
+
+
 class ModelError(ValueError):
     """A model that cannot be used, in one line naming what is wrong."""
 
@@ -853,7 +856,7 @@ def build_model(spec: ModelSpec | str, device: str | None = None, *, lora_rank: 
         spec = resolve(spec)
     head = head_class(spec)
     config = transformers_config(spec)
-    source = "random (from config)"
+    source = RANDOM_WEIGHTS
     model = None
     if pretrained and _cached_weights(spec):
         try:
@@ -875,28 +878,37 @@ def build_model(spec: ModelSpec | str, device: str | None = None, *, lora_rank: 
     return model, source
 
 
-def materialise(module, device: str) -> None:
+def materialise(module, device: str, fresh: bool = False) -> None:
     """Storage on `device` for a model built on the meta device, allocated as `module.to(device)`
     would allocate it (children first, then each module's own parameters and buffers; a
     parameter shared by two modules once, a buffer once per module holding it), without running
-    a kernel: the values are undefined until `initialise`."""
+    a kernel: the values are undefined until `initialise`. `fresh`: anew even where a tensor is
+    on `device` already (the prediction follows the allocations on the meta device)."""
     import torch
 
     target = torch.device(device)
-    made: dict[int, torch.nn.Parameter] = {}  # a meta parameter's storage on the device
+    made: dict[int, torch.nn.Parameter] = {}  # a parameter's new storage on the device
+    placed: set[int] = set()
+
+    def moves(tensor) -> bool:
+        return tensor is not None and id(tensor) not in placed and \
+            (fresh or tensor.device != target)
 
     def visit(current) -> None:
         for child in current.children():
             visit(child)
         for name, param in current._parameters.items():
-            if param is not None and param.device != target:
-                if id(param) not in made:
-                    made[id(param)] = torch.nn.Parameter(
-                        torch.empty_like(param, device=target), param.requires_grad)
+            if id(param) in made:
+                current._parameters[name] = made[id(param)]
+            elif moves(param):
+                made[id(param)] = torch.nn.Parameter(torch.empty_like(param, device=target),
+                                                     param.requires_grad)
+                placed.add(id(made[id(param)]))
                 current._parameters[name] = made[id(param)]
         for name, buffer in current._buffers.items():
-            if buffer is not None and buffer.device != target:
+            if moves(buffer):
                 current._buffers[name] = torch.empty_like(buffer, device=target)
+                placed.add(id(current._buffers[name]))
 
     visit(module)
 

@@ -135,24 +135,6 @@ def _callbacks(reporter: Reporter, model, use_cuda: bool) -> list:
     return callbacks + ([fault] if fault else [])
 
 
-def load_initialisers(device: str) -> None:
-    """Load the kernels that initialise weights, in the kernel phase where kernels belong. CUDA
-    loads a kernel's module on its first launch (torch's default, CUDA_MODULE_LOADING=LAZY), and
-    the weights are made on the device: without this, the random initialisers' modules (about
-    90 MiB of NVML's figure on an H200) would land in the weights phase, which the walkthrough
-    reads as the weights alone (it copies finished weights, which needs no such kernels). The
-    calibration (bench/prediction_grid.py) measures the context the same way."""
-    import torch
-
-    probe = torch.empty((16, 16), device=device)
-    for initialise in (torch.nn.init.normal_, torch.nn.init.uniform_, torch.nn.init.zeros_,
-                       torch.nn.init.ones_, torch.nn.init.trunc_normal_,
-                       torch.nn.init.xavier_uniform_, torch.nn.init.kaiming_uniform_):
-        initialise(probe)
-    del probe
-    torch.cuda.empty_cache()  # the probe's block: the kernel phase holds no tensor memory
-
-
 def train_phases(reporter: Reporter, options: RunOptions, spec: ModelSpec, dataset, use_cuda: bool,
                  local_rank: int | None = None) -> int:
     """The kernel, weights and training phases of one training process (a rank of several, or
@@ -163,9 +145,8 @@ def train_phases(reporter: Reporter, options: RunOptions, spec: ModelSpec, datas
     if use_cuda and local_rank is not None:  # a rank of several: its own GPU (cuda:LOCAL_RANK)
         torch.cuda.set_device(local_rank)
         device = f"cuda:{local_rank}"
-    torch.ones((1, 1)).to(device)
+    torch.ones((1, 1)).to(device)  # the walkthrough's first tensor: the CUDA context alone
     if use_cuda:
-        load_initialisers(device)
         torch.cuda.synchronize()
     reporter.hold(Phase.KERNEL)
 
@@ -173,13 +154,19 @@ def train_phases(reporter: Reporter, options: RunOptions, spec: ModelSpec, datas
     from transformers import logging
 
     logging.set_verbosity_error()
-    # Built on the device itself: random weights made there (a 1 B model in seconds), no
-    # copy through the host.
+    # Allocated on the device itself, as a copy there would allocate them, and read so: the
+    # weights alone, as the walkthrough reads them (a 1 B model in seconds, no copy through the
+    # host). Random values are given after the reading: CUDA loads the initialisers' kernels
+    # (about 90 MiB on an H200) as they first run, which belongs to no phase the walkthrough
+    # reads but training's.
     model, weights_source = models.build_model(spec, device, lora_rank=options.lora_rank,
-                                               lora_targets=options.lora_target_list())
+                                               lora_targets=options.lora_target_list(),
+                                               initialise=False)
     if use_cuda:
         torch.cuda.synchronize()
     reporter.hold(Phase.WEIGHTS)
+    if weights_source == models.RANDOM_WEIGHTS:
+        models.initialise(model)
 
     if reporter.source.rank in (0, None):  # one environment per run: rank 0's
         reporter.environment(RunFacts.of(

@@ -6,6 +6,7 @@ Skipped without CUDA. Run there with `python -m pytest -m gpu`.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -31,14 +32,50 @@ pytestmark = [pytest.mark.gpu,
 BERT_LARGE_PARAMETERS = 335_143_938  # BertForSequenceClassification, 2 labels
 
 
-def test_walkthrough_run_records_four_phases(manager, store):
+# The walkthrough's own procedure, nothing of anatomy: NVML (v2, as anatomy reads it) on the
+# empty GPU, after the first tensor, after the model (random, from the shipped config, built on
+# the host) is copied to the GPU. Its own process: its own CUDA context.
+WALKTHROUGH_PROCEDURE = """
+import json, sys
+import pynvml
+pynvml.nvmlInit()
+handle = pynvml.nvmlDeviceGetHandleByIndex(int(sys.argv[2]))
+used = lambda: pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2).used
+baseline = used()
+import torch
+from transformers import AutoConfig, AutoModelForSequenceClassification
+values = json.load(open(sys.argv[1]))
+model_type = values.pop("model_type")
+for key in ("transformers_version", "torch_dtype", "architectures"):
+    values.pop(key, None)
+config = AutoConfig.for_model(model_type, **values, num_labels=2)
+torch.ones((1, 1)).to("cuda")
+kernel = used()
+model = AutoModelForSequenceClassification.from_config(config).to("cuda")
+torch.cuda.synchronize()
+print(json.dumps({"kernel": kernel - baseline, "weights": used() - baseline}))
+"""
+
+
+def walkthrough_procedure(config: str) -> dict[str, int]:
+    gpu = machine().devices[0].nvml_index
+    done = subprocess.run([sys.executable, "-c", WALKTHROUGH_PROCEDURE, config, str(gpu)],
+                          capture_output=True, text=True, timeout=300, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_walkthrough_run_records_four_phases_as_the_walkthrough_reads_them(manager, store):
     run_id = manager.start(RunOptions(preset="bert-large-uncased", batch_size=4))
     assert manager.wait(run_id, timeout=900) == "completed"
     rep = report(store, run_id)
     assert rep.backend == "nvml"
     assert [p.name for p in rep.phases] == list(PHASES)
     baseline, kernel, weights, training = (p.memory_bytes for p in rep.phases)
-    assert kernel - baseline > 100 * MIB  # the CUDA context
+    # the kernel phase is torch's CUDA context only, the weights phase the weights copied there
+    # and nothing else: what the walkthrough's own procedure reads on the same GPU, to the MiB
+    own = walkthrough_procedure(str(PROJECT / "anatomy/analysis/configs/bert-large-uncased.json"))
+    assert abs((kernel - baseline) - own["kernel"]) <= 2 * MIB, (kernel - baseline, own)
+    assert abs((weights - baseline) - own["weights"]) <= 2 * MIB, (weights - baseline, own)
     weights_bytes = weights - kernel
     assert abs(weights_bytes - 4 * BERT_LARGE_PARAMETERS) < 0.05 * 4 * BERT_LARGE_PARAMETERS
     assert training > weights
@@ -46,6 +83,18 @@ def test_walkthrough_run_records_four_phases(manager, store):
     assert rep.samples == rep.samples_sent
     steps = store.steps(run_id)
     assert len(steps) == 128 and all(s.allocated and s.reserved for s in steps)
+
+
+def test_a_1b_model_reaches_training_within_15_seconds(manager, store):
+    """Its weights are allocated on the device, read, then initialised there: no copy through
+    the host, no initialiser's kernel before the weights are read."""
+    run_id = manager.start(RunOptions(preset="tinyllama-1.1b", batch_size=1, seq_len=128,
+                                      max_steps=2))
+    assert manager.wait(run_id, timeout=600) == "completed"
+    rep = report(store, run_id)
+    assert rep.phase("training").start_s < 15  # seconds from the run's start
+    weights = rep.phase("weights").memory_bytes - rep.phase("kernel").memory_bytes
+    assert abs(weights - 4 * 1_100_048_384) < 0.01 * 4 * 1_100_048_384
 
 
 def test_real_out_of_memory_in_the_first_step_then_the_next_run_works(manager, store):

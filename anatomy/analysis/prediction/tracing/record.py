@@ -5,7 +5,8 @@ A recording (prediction/replay.py's `Recording`) holds the timeline in segments,
 once because every repetition of it allocates and frees the same storages (the replay lays them
 out for as many steps and micro-batches as a run takes):
 
-- `weights`: building the model (and LoRA's adapters), as the worker builds it;
+- `weights`: the weights as the worker allocates them: the model (and LoRA's adapters) built on
+  the meta device, then each storage made in `Module.to`'s order (`models.materialise`);
 - `setup`: what the Trainer makes before the first step (checkpointing hooks, the optimizer with
   the states some optimizers create at once, fp16's loss scaler);
 - `batches`: the step's micro-batches, fetched before the first runs;
@@ -128,9 +129,10 @@ def _record(spec, options, kernels, calibration, steps, lora_rank, lora_targets,
 
     with real_paths():
         start = 0
-        with tracker:
-            model, _ = models.build_model(spec, "meta", lora_rank=lora_rank,
-                                          lora_targets=lora_targets, pretrained=False)
+        model, _ = models.build_model(spec, "meta", lora_rank=lora_rank,
+                                      lora_targets=lora_targets, pretrained=False)
+        with tracker:  # the weights as the worker allocates them (models.materialise)
+            models.materialise(model, "meta", fresh=True)
         mode = FakeTensorMode(allow_non_fake_inputs=False)
         tracker.device = "cpu"
         to_fake(model, mode, on_made=tracker.track)
