@@ -62,6 +62,8 @@ def pytest_configure(config):
     # beside the tests is not "busy" for them, nor they for it.
     os.environ[LOCK_DIR_ENV] = tempfile.mkdtemp(prefix="anatomy-test-locks-")
     os.environ.setdefault(SESSION_ENV, f"{os.getpid()}-{time.time_ns()}")
+    # Recordings of this session only: each session traces what it predicts.
+    os.environ["ANATOMY_CACHE"] = tempfile.mkdtemp(prefix="anatomy-test-recordings-")
 
 
 def pytest_collection_modifyitems(config, items):

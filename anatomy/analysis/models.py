@@ -500,7 +500,8 @@ _SIZES = frozenset(_POSITIVE) - {"max_position_embeddings"} | {
 # Other counts (num_*, n_*): text or a fraction there is a mistake too (transformers' own
 # defaults hold some whole numbers as floats, such as 1200.0).
 _COUNT = re.compile(r"^(num|n)_")
-_LAYER_KEYS = ("num_hidden_layers", "num_layers", "n_layer", "n_layers", "encoder_layers",
+# Config keys that give a count of layers (one stack's, or an encoder's or a decoder's).
+LAYER_KEYS = ("num_hidden_layers", "num_layers", "n_layer", "n_layers", "encoder_layers",
                "decoder_layers", "num_decoder_layers", "num_encoder_layers")
 _WIDTH_KEYS = ("hidden_size", "d_model", "n_embd", "dim", "embed_dim", "hidden_sizes")
 _FFN_KEYS = ("intermediate_size", "d_ff", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim",
@@ -530,7 +531,7 @@ def _largest(config: Mapping[str, Any], keys) -> int:
 def _layers(config: Mapping[str, Any]) -> int:
     """Layers the config builds: its layer counts (an encoder's and a decoder's together) or its
     stages' depths, and its sub-configs'."""
-    own = sum(config[k] for k in _LAYER_KEYS if isinstance(config.get(k), int)
+    own = sum(config[k] for k in LAYER_KEYS if isinstance(config.get(k), int)
               and not isinstance(config.get(k), bool))
     depths = config.get("depths")
     if not own and isinstance(depths, list):

@@ -22,7 +22,7 @@ from functools import lru_cache
 from anatomy.analysis import models
 from anatomy.analysis.components import MEASURED_STEPS, Components, rest_of_peak
 from anatomy.analysis.options import RunOptions
-from anatomy.analysis.prediction import device_constants, replay
+from anatomy.analysis.prediction import device_constants, recordings, replay
 from anatomy.analysis.prediction.device_constants import DeviceCalibration
 from anatomy.units import size_text
 from anatomy.vocabulary import Moment, Part, Precision, Strategy
@@ -182,9 +182,6 @@ def _recording(shape: RunOptions, device: str, calibration: DeviceCalibration | 
 @lru_cache(maxsize=16)
 def _cached_recording(shape: RunOptions, device: str, calibration_key: str | None,
                       steps: int, fsdp_world: int = 0) -> replay.Recording:
-    from anatomy.analysis.prediction.tracing.record import record
-    from anatomy.analysis.prediction.tracing.trainer_step import StepOptions
-
     calibration = (None if calibration_key is None else
                    DeviceCalibration.from_dict(json.loads(calibration_key)))
     try:
@@ -192,12 +189,13 @@ def _cached_recording(shape: RunOptions, device: str, calibration_key: str | Non
     except models.ModelError as error:
         raise PredictionError(str(error)) from None
     seq_len = shape.seq_len if spec.task != models.IMAGE_CLASSIFICATION else 0
-    step = StepOptions(shape.precision, shape.gradient_checkpointing, shape.grad_accum,
-                       shape.optim, shape.batch_size, seq_len)
+    step = (shape.precision, shape.gradient_checkpointing, shape.grad_accum, shape.optim,
+            shape.batch_size, seq_len)
     try:
-        return record(spec, step, kernels=device, calibration=calibration, steps=steps,
-                      lora_rank=shape.lora_rank, lora_targets=shape.lora_target_list(),
-                      fsdp_world=fsdp_world)
+        return recordings.recording(spec, step, device=device, calibration=calibration,
+                                    steps=steps, lora_rank=shape.lora_rank,
+                                    lora_targets=shape.lora_target_list(),
+                                    fsdp_world=fsdp_world)
     except models.ModelError as error:
         raise PredictionError(str(error)) from None
     except Exception as error:  # noqa: BLE001 - whatever the trace cannot follow: one line

@@ -56,6 +56,14 @@ class Recording:
     # An FSDP rank's trace (tracing/fsdp.py): the storages of its collectives, by kind.
     fsdp_buffers: dict[str, frozenset[int]] = field(default_factory=dict)
     saved_bytes: int = 0  # what autograd saved in the last micro-batch's forward pass
+    # With the layers followed (tracing/depth.py): beside each event the repeated layer it
+    # belongs to, (stack, index) or None; the depth traced; one layer of each stack's share of
+    # the counts above (parameters, weights_bytes, ...), for layers.py to extrapolate.
+    tags: list = field(default_factory=list)
+    growth: dict[int, int] = field(default_factory=dict)  # event -> bytes each layer adds
+    loose: set[int] = field(default_factory=set)  # frees tagged by their storage's layer
+    depth: int = 0
+    per_layer: dict[str, int] = field(default_factory=dict)
 
     def segment(self, name: str) -> list[tuple]:
         start, end = self.segments.get(name, (0, 0))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import gc
 import warnings
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from dataclasses import replace
 
 import torch
@@ -29,7 +29,9 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from anatomy.analysis import models
 from anatomy.analysis.models import ModelSpec
 from anatomy.analysis.prediction.device_constants import DeviceCalibration
+from anatomy.analysis.prediction.layers import TEMPLATE, depth_of
 from anatomy.analysis.prediction.replay import Recording
+from anatomy.analysis.prediction.tracing import depth
 from anatomy.analysis.prediction.tracing.cuda import CudaKernels
 from anatomy.analysis.prediction.tracing.fake_kernels import FakeKernels
 from anatomy.analysis.prediction.tracing.tracker import LiveTensors, SavedForBackward, Timeline
@@ -80,10 +82,13 @@ def to_fake(model, mode: FakeTensorMode, device: str = "cpu", on_made=None) -> N
 
 def record(spec: ModelSpec, options: StepOptions, *, kernels: str = "cuda",
            calibration: DeviceCalibration | None = None, steps: int = 2, lora_rank: int = 0,
-           lora_targets: tuple[str, ...] = (), fsdp_world: int = 0) -> Recording:
+           lora_targets: tuple[str, ...] = (), fsdp_world: int = 0, layers: bool = False
+           ) -> Recording:
     """Trace the run's build and one of each segment of its steps; `kernels` "cuda" (the CUDA
     emulation, with `calibration`'s constants) or "cpu". `fsdp_world` > 0: the step of rank 0
-    of that many under FSDP2 (tracing/fsdp.py; weights, gradients and states its shards)."""
+    of that many under FSDP2 (tracing/fsdp.py; weights, gradients and states its shards).
+    With `layers`, each event is tagged with the repeated layer it belongs to
+    (tracing/depth.py), for prediction/layers.py."""
     # Imported before the trace: importing the Trainer (and peft with it) makes module-level
     # tensors, which a trace would record in the first recording of a process only.
     from transformers import Trainer, logging  # noqa: F401
@@ -109,7 +114,8 @@ def record(spec: ModelSpec, options: StepOptions, *, kernels: str = "cuda",
             warnings.simplefilter("ignore")
             if not fsdp_world:
                 return _record(spec, options, kernels, calibration, steps, lora_rank,
-                               lora_targets, timeline, tracker, segment, segments)
+                               lora_targets, timeline, tracker, segment, segments,
+                               layers=layers)
             from anatomy.analysis.prediction.tracing import fsdp
 
             with fsdp.fake_group(fsdp_world) as mesh, fsdp.following(tracker) as buffers:
@@ -124,7 +130,7 @@ def record(spec: ModelSpec, options: StepOptions, *, kernels: str = "cuda",
 
 
 def _record(spec, options, kernels, calibration, steps, lora_rank, lora_targets, timeline,
-            tracker, segment, segments, mesh=None) -> Recording:
+            tracker, segment, segments, mesh=None, layers=False) -> Recording:
     from anatomy.analysis.prediction.tracing.fsdp import local, shard
 
     with real_paths():
@@ -140,6 +146,13 @@ def _record(spec, options, kernels, calibration, steps, lora_rank, lora_targets,
         parameters = sum(p.numel() for p in model.parameters())
         weights_bytes = _distinct_bytes(model.parameters())
         cuda = CudaKernels(calibration, tracker) if kernels == "cuda" else None
+        tags, lists = None, []
+        if layers:
+            lists = depth.stacks(model, depth_of(dict(spec.config)) or 0)
+            tags = depth.LayerTags()
+            tags.install(lists)
+            timeline.layers = tags
+            tags.tag_weights(lists, timeline, tracker.storage_tid, segments[Phase.WEIGHTS])
         with ExitStack() as stack:
             stack.enter_context(mode)
             stack.enter_context(FakeKernels())
@@ -149,11 +162,12 @@ def _record(spec, options, kernels, calibration, steps, lora_rank, lora_targets,
             stack.enter_context(tracker)
 
             start = len(timeline.events)
-            step = TrainerStep(model, spec, options, device="cpu", foreach=cuda is not None,
-                               on_mark=timeline.mark,
-                               checkpoint_context=cuda.recomputation if cuda else None,
-                               prepare=None if mesh is None else
-                               lambda m: shard(m, options.precision, mesh))
+            with depth.following_states(tags) if tags else nullcontext():
+                step = TrainerStep(model, spec, options, device="cpu",
+                                   foreach=cuda is not None, on_mark=timeline.mark,
+                                   checkpoint_context=cuda.recomputation if cuda else None,
+                                   prepare=None if mesh is None else
+                                   lambda m: shard(m, options.precision, mesh))
             segment("setup", start)
             trainable = [p for p in model.parameters() if p.requires_grad]
             if mesh is not None:  # a rank holds its shards from here on
@@ -196,7 +210,12 @@ def _record(spec, options, kernels, calibration, steps, lora_rank, lora_targets,
                 start = len(timeline.events)
                 step.optimizer_step()
                 segment("optimizer step", start)
+            per_layer = _layer_share([layers_[1] for layers_ in lists], step.optimizer,
+                                     saved, tags) if lists and tags else {}
         del batches, items, step
+        if tags is not None:
+            tags.remove()
+            timeline.layers = None
 
     return Recording(
         events=timeline.events, persistent=set(timeline.persistent), segments=segments,
@@ -206,4 +225,24 @@ def _record(spec, options, kernels, calibration, steps, lora_rank, lora_targets,
         optimizer_state_bytes=state_bytes,
         attention_kernels=tuple(cuda.sdpa_calls) if cuda is not None else (),
         saved_bytes=saved.bytes,
-        max_tid=timeline._next)
+        max_tid=timeline._next, tags=timeline.tags if tags else [], growth=timeline.growth,
+        loose=timeline.loose,
+        depth=len(lists[0]) if lists and tags else 0, per_layer=per_layer)
+
+
+def _layer_share(layers, optimizer, saved: SavedForBackward, tags: depth.LayerTags
+                 ) -> dict[str, int]:
+    """What one repeated layer (`layers`: the template of each stack) adds to a recording's
+    counts; of what autograd saved, the storages the template's forward pass made (each layer
+    saves its own and, as its input, the previous layer's output: one layer's worth each)."""
+    parameters = [p for layer in layers for p in layer.parameters()]
+    trainable = [p for p in parameters if p.requires_grad]
+    states = [v for p in parameters for v in optimizer.state.get(p, {}).values()
+              if isinstance(v, torch.Tensor) and v.numel() > 1]
+    return {"parameters": sum(p.numel() for p in parameters),
+            "trainable_parameters": sum(p.numel() for p in trainable),
+            "weights_bytes": _distinct_bytes(parameters),
+            "gradient_bytes": _distinct_bytes(p for p in trainable),
+            "optimizer_state_bytes": _distinct_bytes(states),
+            "saved_bytes": sum(size for key, size in saved.kept.items()
+                               if (tags.of_tid.get(key) or (None, None))[1] == TEMPLATE)}

@@ -26,26 +26,47 @@ class Timeline:
     """Events in the order they happened: (ALLOC, tid, bytes), (FREE, tid, 0), (MARK, 0, label).
 
     `tid` names one storage for its whole life; `persistent` holds the tids allocated once for
-    the process (cuBLAS workspaces) that a replayed step must not allocate again."""
+    the process (cuBLAS workspaces) that a replayed step must not allocate again. With `layers`
+    (tracing/depth.py), `tags` holds beside each event the repeated layer it belongs to."""
 
     events: list[tuple] = field(default_factory=list)
     persistent: set[int] = field(default_factory=set)
+    tags: list = field(default_factory=list)
+    growth: dict[int, int] = field(default_factory=dict)  # event -> bytes a layer adds to it
+    loose: set[int] = field(default_factory=set)  # frees no layer's pass made
+    layers: object = None  # a LayerTags while the layers are followed
     _next: int = 0
 
     def new_tid(self) -> int:
         self._next += 1
         return self._next
 
-    def alloc(self, size: int) -> int:
+    def alloc(self, size: int, tag=None) -> int:
+        """A new storage; `tag` its layer, else the layer running."""
         tid = self.new_tid()
         self.events.append((ALLOC, tid, size))
+        if self.layers is not None:
+            if hasattr(tag, "share"):  # of no layer, but growing with the depth
+                self.growth[len(self.events) - 1] = tag.share
+                tag = None
+            tag = tag if tag is not None else self.layers.now()
+            self.layers.allocated(tid, tag)
+        self.tags.append(tag)
         return tid
 
     def free(self, tid: int) -> None:
         self.events.append((FREE, tid, 0))
+        tag, made_by_a_layer = self.layers.for_free(tid) if self.layers is not None else \
+            (None, True)
+        if not made_by_a_layer:
+            self.loose.add(len(self.events) - 1)
+        self.tags.append(tag)
 
     def mark(self, label: str) -> None:
         self.events.append((MARK, 0, label))
+        self.tags.append(None)
+        if self.layers is not None:
+            self.layers.marked()
 
     def live_bytes(self) -> int:
         live: dict[int, int] = {}
@@ -75,8 +96,9 @@ class LiveTensors(TorchDispatchMode):
         self.on_op = None
 
     # --- recording ---
-    def track(self, tensor) -> int | None:
-        """The storage's tid, registering it (as allocated now) when it is new."""
+    def track(self, tensor, tag=None) -> int | None:
+        """The storage's tid, registering it (as allocated now, in layer `tag`) when it is
+        new."""
         if not isinstance(tensor, torch.Tensor) or tensor.device.type != self.device:
             return None
         storage = tensor.untyped_storage()
@@ -84,7 +106,7 @@ class LiveTensors(TorchDispatchMode):
         if tid is not None:
             return tid
         with self._lock:
-            tid = self.timeline.alloc(storage.nbytes())
+            tid = self.timeline.alloc(storage.nbytes(), tag)
             self._tids[storage] = tid
             self._refs[tid] = weakref.ref(storage, lambda _, tid=tid: self._freed(tid))
         return tid
@@ -95,6 +117,9 @@ class LiveTensors(TorchDispatchMode):
         storage = tensor.untyped_storage()
         with self._lock:
             tid = self.timeline.new_tid()
+            layers = self.timeline.layers
+            if layers is not None and self._tids.get(storage) in layers.of_tid:
+                layers.of_tid[tid] = layers.of_tid[self._tids.get(storage)]
             self._tids[storage] = tid
             self._refs[tid] = weakref.ref(storage, lambda _, tid=tid: self._freed(tid))
         return tid
@@ -126,8 +151,14 @@ class LiveTensors(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        for tensor in _holding_memory(out):
-            self.track(tensor)
+        layers = self.timeline.layers
+        tags = None if layers is None else layers.derived(func, args, kwargs or {}, out,
+                                                           self.storage_tid)
+        outputs = [t for t in _holding_memory(out) if isinstance(t, torch.Tensor)]
+        if tags is not None and len(tags) != len(outputs):
+            tags = None  # a wrapper's inner tensors: no layer to tell
+        for i, tensor in enumerate(outputs):
+            self.track(tensor, tags[i] if tags else None)
         if self.on_op is not None:
             self.on_op(func, out)
         return out
@@ -155,6 +186,7 @@ class SavedForBackward:
     def __init__(self, model, tracker: LiveTensors):
         self.model, self.tracker = model, tracker
         self.bytes = 0  # the latest forward pass's
+        self.kept: dict[object, int] = {}  # its storages (a tracker's id: bytes)
         self._saved: dict[object, int] = {}
         self._hooks = None
         self._handles = [model.register_forward_pre_hook(self._begins),
@@ -182,7 +214,8 @@ class SavedForBackward:
         self._hooks.__exit__(None, None, None)
         self._hooks = None
         parameters = {self._key(p) for p in self.model.parameters()}
-        self.bytes = sum(size for key, size in self._saved.items() if key not in parameters)
+        self.kept = {key: size for key, size in self._saved.items() if key not in parameters}
+        self.bytes = sum(self.kept.values())
 
     def close(self) -> None:
         for handle in self._handles:

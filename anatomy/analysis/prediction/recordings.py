@@ -1,0 +1,149 @@
+"""A run's recording, as fast as it can be had: from the disk cache, else traced — at a small
+depth and extrapolated (layers.py) where the model's layers repeat, else in full — and cached.
+
+The cache (`$ANATOMY_CACHE`, else the user's cache directory: `$XDG_CACHE_HOME/anatomy` or
+~/.cache/anatomy; "off" turns it off) keeps one file per recording, named by a hash of all that
+makes it: the model's config itself (not its name), the options the memory depends on, the
+device's kernels and constants, the steps, the versions of torch, transformers, peft and
+accelerate, and the source of the prediction and the model building (a change to either is a
+new key). A recording is plain data (lists of tuples), pickled; the oldest files go beyond
+CACHE_FILES. Imports no torch until something must be traced.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import tempfile
+from dataclasses import replace
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+
+from anatomy.analysis import models
+from anatomy.analysis.prediction import layers
+from anatomy.analysis.prediction.device_constants import DeviceCalibration
+from anatomy.analysis.prediction.replay import Recording
+
+CACHE_ENV = "ANATOMY_CACHE"
+CACHE_FILES = 256
+_SOURCES = (Path(__file__).parent, Path(models.__file__))
+
+
+def cache_dir() -> Path | None:
+    chosen = os.environ.get(CACHE_ENV, "")
+    if chosen.lower() == "off":
+        return None
+    if chosen:
+        return Path(chosen)
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    return (Path(base) if os.path.isabs(base) else Path.home() / ".cache") / "anatomy"
+
+
+@lru_cache(maxsize=1)
+def _code_version() -> str:
+    digest = hashlib.sha256()
+    for source in _SOURCES:
+        files = sorted(source.rglob("*.py")) if source.is_dir() else [source]
+        for path in files:
+            digest.update(path.read_bytes())
+    for package in ("torch", "transformers", "peft", "accelerate"):
+        try:
+            digest.update(f"{package} {metadata.version(package)}".encode())
+        except metadata.PackageNotFoundError:
+            digest.update(package.encode())
+    return digest.hexdigest()
+
+
+def _key(spec: models.ModelSpec, step, device: str, calibration: DeviceCalibration | None,
+         steps: int, lora_rank: int, lora_targets: tuple[str, ...], fsdp_world: int) -> str:
+    made_of = {"config": spec.config, "task": spec.task, "step": repr(step), "device": device,
+               "calibration": calibration.to_dict() if calibration else None, "steps": steps,
+               "lora": [lora_rank, list(lora_targets)], "fsdp": fsdp_world,
+               "code": _code_version()}
+    return hashlib.sha256(json.dumps(made_of, sort_keys=True, default=str).encode()
+                          ).hexdigest()[:32]
+
+
+def _read(path: Path) -> Recording | None:
+    try:
+        with path.open("rb") as file:
+            found = pickle.load(file)
+    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, TypeError):
+        return None
+    return found if isinstance(found, Recording) else None
+
+
+def _write(folder: Path, path: Path, recording: Recording) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, delete=False, suffix=".part") as file:
+            pickle.dump(recording, file, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(file.name, path)
+        kept = sorted(folder.glob("*.recording"), key=lambda p: p.stat().st_mtime)
+        for old in kept[:-CACHE_FILES]:
+            old.unlink(missing_ok=True)
+    except OSError:
+        pass  # a cache that cannot be written is a slower prediction, not a failed one
+
+
+def recording(spec: models.ModelSpec, step: tuple, *, device: str,
+              calibration: DeviceCalibration | None, steps: int, lora_rank: int = 0,
+              lora_targets: tuple[str, ...] = (), fsdp_world: int = 0) -> Recording:
+    """The run's recording (tracing/record.py's), from the cache when it has it; `step`:
+    tracing/trainer_step.StepOptions' fields (that module imports torch)."""
+    folder = cache_dir()
+    path = None
+    if folder is not None:
+        key = _key(spec, step, device, calibration, steps, lora_rank, lora_targets, fsdp_world)
+        path = folder / f"{key}.recording"
+        found = _read(path)
+        if found is not None:
+            return found
+    made = trace(spec, step, device=device, calibration=calibration, steps=steps,
+                 lora_rank=lora_rank, lora_targets=lora_targets, fsdp_world=fsdp_world)
+    if path is not None:
+        _write(folder, path, made)
+    return made
+
+
+def trace(spec: models.ModelSpec, step: tuple, *, device: str,
+          calibration: DeviceCalibration | None, steps: int, lora_rank: int = 0,
+          lora_targets: tuple[str, ...] = (), fsdp_world: int = 0) -> Recording:
+    """Traced: at layers.DEPTH layers and extrapolated where the model's layers repeat (every
+    layer of each stack the same, checked on the model built at its full depth, and
+    layers.extrapolate's own checks), else in full (an FSDP rank's step: in full)."""
+    from anatomy.analysis.prediction.tracing.record import record
+    from anatomy.analysis.prediction.tracing.trainer_step import StepOptions
+
+    step = StepOptions(*step)
+    kwargs = dict(kernels=device, calibration=calibration, steps=steps, lora_rank=lora_rank,
+                  lora_targets=lora_targets)
+    full = layers.depth_of(dict(spec.config))
+    if full is not None and full > layers.DEPTH and not fsdp_world and \
+            _repeats(spec, full, lora_rank, lora_targets):
+        shallow = replace(spec, config=layers.with_depth(dict(spec.config), layers.DEPTH))
+        try:
+            return layers.extrapolate(record(shallow, step, layers=True, **kwargs), full)
+        except layers.DepthError:
+            pass  # the layers do not repeat after all: traced in full
+    return record(spec, step, fsdp_world=fsdp_world, **kwargs)
+
+
+def _repeats(spec: models.ModelSpec, full: int, lora_rank: int,
+             lora_targets: tuple[str, ...]) -> bool:
+    """Whether the model, built on the meta device at its depth, has stacks of that many
+    layers, each layer the same (and as many stacks as at the traced depth)."""
+    from anatomy.analysis.prediction.tracing import depth
+
+    def stacks_at(n: int):
+        shaped = replace(spec, config=layers.with_depth(dict(spec.config), n))
+        model, _ = models.build_model(shaped, "meta", lora_rank=lora_rank,
+                                      lora_targets=lora_targets, pretrained=False)
+        return depth.stacks(model, n)
+
+    found = stacks_at(full)
+    return bool(found) and all(depth.uniform(s) for s in found) and \
+        len(stacks_at(layers.DEPTH)) == len(found)
