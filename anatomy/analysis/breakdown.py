@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
 from anatomy.analysis.components import Components
+from anatomy.analysis.options import RunOptions
 from anatomy.analysis.prediction import (
     Prediction,
     PredictionError,
@@ -39,17 +42,9 @@ def predicted(report: RunReport) -> Prediction | NoPrediction:
     (the phase API, a command watched without the callback), a model that cannot be built here
     (a config file that stayed on the machine the run came from, an architecture the tracing
     cannot run)."""
-    options = report.options
-    with tempfile.TemporaryDirectory(prefix="anatomy-model-") as folder:
-        if not report.started_by_anatomy:
-            # A user's training (callback, phase API, watch): its model is the config the
-            # callback recorded, not a preset; without one there is nothing to predict.
-            config = report.environment.model_config
-            if config is None:
-                return NoPrediction(_no_model(report))
-            path = Path(folder) / "config.json"
-            path.write_text(json.dumps(config))
-            options = replace(options, model=str(path))
+    with _own_options(report) as options:
+        if isinstance(options, NoPrediction):
+            return options
         device, gpu_name = "cuda" if report.on_gpu else "cpu", report.environment.gpu_name
         try:
             if report.world_size > 1 and options.distributed:
@@ -58,6 +53,24 @@ def predicted(report: RunReport) -> Prediction | NoPrediction:
             return predict(options, device=device, gpu_name=gpu_name)
         except PredictionError as error:  # its model is not here, or the trace refuses it
             return NoPrediction(f"{error}")
+
+
+@contextmanager
+def _own_options(report: RunReport) -> Iterator[RunOptions | NoPrediction]:
+    """The run's options with its own model: anatomy's own run as it is; a user's training with
+    the config the callback recorded (a file while the block lasts), not a preset — or, without
+    one, why there is nothing to predict."""
+    with tempfile.TemporaryDirectory(prefix="anatomy-model-") as folder:
+        if report.started_by_anatomy:
+            yield report.options
+            return
+        config = report.environment.model_config
+        if config is None:
+            yield NoPrediction(_no_model(report))
+            return
+        path = Path(folder) / "config.json"
+        path.write_text(json.dumps(config))
+        yield replace(report.options, model=str(path))
 
 
 def _no_model(report: RunReport) -> str:
@@ -138,16 +151,20 @@ def error_percent(measured: int | None, predicted: int | None) -> float | None:
 
 
 def rank_prediction_for(report: RunReport) -> RankPrediction | None:
-    """Each rank's prediction for a run of several processes; None for one process, or when the
-    model cannot be built here."""
+    """Each rank's prediction for a run of several processes, of its own model; None for one
+    process, a user's launch that recorded no model, or a model that cannot be built here."""
     if report.world_size < 2:
         return None
-    options = replace(report.options, strategy=report.strategy or Strategy.DDP)
-    if not options.distributed:  # a run whose options did not say (the user's own script)
-        options = replace(options, processes=report.world_size)
-    try:
-        return predict_ranks(options, device="cuda" if report.on_gpu else "cpu",
-                             gpu_name=report.environment.gpu_name)
-    except PredictionError:
-        return None
+    with _own_options(report) as own:
+        if isinstance(own, NoPrediction):  # a user's launch that recorded no model
+            return None
+        # A user's launch that did not say: the Trainer's own way, DDP.
+        options = replace(own, strategy=report.strategy or Strategy.DDP)
+        if not options.distributed:  # a run whose options did not say (the user's own script)
+            options = replace(options, processes=report.world_size)
+        try:
+            return predict_ranks(options, device="cuda" if report.on_gpu else "cpu",
+                                 gpu_name=report.environment.gpu_name)
+        except PredictionError:
+            return None
 

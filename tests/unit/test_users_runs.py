@@ -14,6 +14,7 @@ from anatomy.views import anatomy as anatomy_view
 from anatomy.views import compare, text
 from anatomy.views import live as live_view
 from anatomy.views import runs as runs_view
+from tests.conftest import USERS_PARAMETERS
 
 
 def test_compare_shows_only_the_options_a_users_run_reported(store, seed, seed_users):
@@ -99,3 +100,25 @@ def test_a_cpu_runs_bars_and_table_end_on_the_same_peak_and_the_prediction_reach
     assert expected.tensors == prediction.peak
     assert expected.before_training == 500 * 2**20 - rep.components.weights  # weights phase end
     assert re.search(r"not predicted", rows[peak].note)
+
+
+def test_a_users_launch_without_a_model_has_no_rank_prediction(store, seed_users):
+    """Two ranks of a plain loop under `watch`: the Anatomy page said "No prediction: … recorded
+    no model" and then, per process, "each of the 2 processes (ddp) should need about 157 MB" —
+    the default model's prediction."""
+    run_id = seed_users("phase api")
+    store.merge_environment(run_id, {"world_size": 2})
+    rep = report(store, run_id)
+    assert rep.world_size == 2 and breakdown.prediction_for(rep) is None
+    assert breakdown.rank_prediction_for(rep) is None
+
+
+def test_a_users_trainer_launch_is_predicted_per_rank_from_the_model_it_recorded(store,
+                                                                                 seed_users):
+    """A Trainer with the callback in each of two ranks: each rank's prediction is of the config
+    the callback recorded (the default preset before)."""
+    run_id = seed_users("trainer")
+    store.merge_environment(run_id, {"world_size": 2})
+    ranks = breakdown.rank_prediction_for(report(store, run_id))
+    assert ranks is not None and ranks.world_size == 2
+    assert ranks.alone.parameters == USERS_PARAMETERS
