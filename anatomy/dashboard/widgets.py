@@ -16,6 +16,7 @@ from anatomy.views import live as live_view
 from anatomy.views import text
 from anatomy.views.figures import gpus as gpu_figures
 from anatomy.views.figures import live as live_figures
+from anatomy.views.style import phase_name
 from anatomy.vocabulary import Phase, Status
 
 
@@ -149,10 +150,12 @@ def per_gpu(rep: RunReport, now: float | None = None) -> None:
                "A row per process, time across: the colour is the highest RSS of "
                + ("the rank's own processes" if all(r.measured_alone for r in rep.ranks) else
                   "its host's processes, every rank's together")
-               + " in each stretch of time, as a fraction of the host's RAM. A row unlike the "
-               "others is a process that fills first or starts late.")
-    table([{"GPU" if rep.on_gpu else "process": r.gpu, "rank": r.rank, "peak (MB)": r.peak_mb,
-                   **{f"{name} (MB)": mb for name, mb in r.phase_mb.items()},
+               + " in each stretch of time, in MiB. A row unlike the others is a process that "
+               "fills first or starts late.")
+    # A CPU rank's label is its rank ("rank 1"): no column repeats it.
+    table([{"GPU" if rep.on_gpu else "process": r.gpu, **({"rank": r.rank} if rep.on_gpu else {}),
+            "peak (MB)": r.peak_mb,
+            **{f"{phase_name(name, rep.on_gpu)} (MB)": mb for name, mb in r.phase_mb.items()},
                    "training began (s)": r.training_start_s,
                    "samples/s (this rank's, after the first steps)": r.samples_per_second}
                   for r in rows], hide_index=True, key=f"gpu-table-{rep.id}",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from anatomy.analysis.options import RunOptions, validate
@@ -287,8 +288,9 @@ def test_two_cpu_processes_are_said_as_processes_in_titles_lists_and_compare(sto
     store.merge_environment(two, {"world_size": 2, "strategy": "ddp"})
     store.write(two, phases=[PhaseMark("start", "training", 6.0, rank=1),
                              PhaseMark("end", "training", 9.0, rank=1)])
-    # The sampler's RSS of each rank's own processes (rank_series), beside the whole tree's.
-    store.write(two, samples=[Sample(t, series, mb * 2**20, None, None, None)
+    # The sampler's RSS of each rank's own processes (rank_series), beside the whole tree's,
+    # with the host's RAM as its total.
+    store.write(two, samples=[Sample(t, series, mb * 2**20, None, 24 * 2**30, None)
                               for t in (7.0, 8.0) for series, mb in ((1, 600), (2, 500))])
     rep = report(store, two)
     assert " on 2 × CPU (ddp)" in rep.title()
@@ -309,6 +311,12 @@ def test_two_cpu_processes_are_said_as_processes_in_titles_lists_and_compare(sto
     names = [t.name for t in live_figure.memory_figure(rep, store.samples(two)).data]
     assert names[:3] == ["CPU RSS of the training processes, together",
                          "rank 0: its processes' RSS", "rank 1: its processes' RSS"]
+    # The Per process view's heat strip: a row per rank, its RSS in MiB (a fraction of the
+    # host's RAM made every rank one colour).
+    from anatomy.views.figures import gpus as gpu_figures
+    strip = gpu_figures.heat_strip(rep, store.samples(two)).data[0]
+    assert list(strip.y) == ["rank 0", "rank 1"] and strip.zmax is None
+    assert np.nanmax(strip.z[0]) == 600 and np.nanmax(strip.z[1]) == 500
     # The Per process view: the spread of the two processes' own peaks, not of "hosts".
     assert gpus_view.spread_line(rep).startswith("2 processes (each one's own RSS): peak 500 MB")
     rows = anatomy_view.rank_rows(rep, None)

@@ -192,14 +192,17 @@ def heat_strip(report: RunReport, samples: Sequence[Sample], now: float | None =
                ) -> go.Figure:
     """A row per GPU (its ranks' labels), time across in HEAT_COLUMNS bins, the colour each bin's
     highest reading as a fraction of the device's memory (MiB where the device's total is not
-    known); the ends of rank 0's phases as thin lines across every row."""
+    known, and for CPU ranks); the ends of rank 0's phases as thin lines across every row."""
     keys = devices(report, samples)
     series = _series(samples, keys)
     if now is None:
         now = max((s.t for s in samples), default=0.0)
     width = max(now, 1e-9) / HEAT_COLUMNS
     totals = {key: series[key][2][-1] if key in series else np.nan for key in keys}
-    fraction = bool(keys) and all(np.isfinite(total) and total > 0 for total in totals.values())
+    # A fraction of each GPU's memory; a CPU rank's RSS in MiB (a fraction of the host's RAM is
+    # a few hundredths for every rank: one colour).
+    fraction = report.on_gpu and bool(keys) and all(np.isfinite(total) and total > 0
+                                                    for total in totals.values())
     grid = np.full((len(keys), HEAT_COLUMNS), np.nan)
     for row, key in enumerate(keys):
         if key not in series:
