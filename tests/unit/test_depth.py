@@ -1,7 +1,7 @@
 """A model's layers repeat: the recording at its depth is the recording at four layers
 extrapolated, event for event (frees in a row as a set: the allocator ends the same whatever
 their order), for every tiny architecture with each feature (encoder, decoders, vision,
-encoder-decoders); layers that differ are traced in full; a model too deep is refused in one
+encoder-decoders, experts); layers that differ are traced in full; a model too deep is refused in one
 line; a recording asked again comes from the disk."""
 
 from __future__ import annotations
@@ -19,7 +19,10 @@ from anatomy.analysis.prediction.tracing.record import record
 from anatomy.analysis.prediction.tracing.trainer_step import StepOptions
 
 DEEP = 6
-# Encoder-decoders: T5 (a relative attention bias in its first layer alone), BART.
+# Models of transformers' own defaults, made small as the coverage benchmark makes them:
+# encoder-decoders, T5 (a relative attention bias in its first layer alone) and BART, and a
+# mixture of experts, Mixtral (its routing decided by the values, tracing/values.py).
+FROM_DEFAULTS = ("t5", "bart", "mixtral")
 SEQ2SEQ = ("t5", "bart")
 # (precision, checkpointing, accumulation, optimizer, LoRA rank, kernels: the CUDA emulation's
 # or the CPU's, whose activations are what autograd saved)
@@ -38,9 +41,8 @@ TRACED_IN_FULL = {("t5", True)}
 
 
 def at_depth(name: str, layers_: int) -> models.ModelSpec:
-    """A preset, or an encoder-decoder of transformers' own defaults made small (as the coverage
-    benchmark makes it), at `layers_` layers in each stack."""
-    if name in SEQ2SEQ:
+    """A preset, or a model of FROM_DEFAULTS, at `layers_` layers in each stack."""
+    if name in FROM_DEFAULTS:
         from bench.architectures import architectures, small_config
 
         config = small_config(name, dict(architectures())[name])
@@ -83,14 +85,14 @@ def canonical(recording: replay.Recording) -> dict:
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
 @pytest.mark.parametrize("name", ["tiny", "tiny-gpt2", "tiny-llama", "tiny-qwen2", "tiny-vit",
-                                  *SEQ2SEQ])
+                                  *FROM_DEFAULTS])
 def test_a_deep_recording_is_the_shallow_one_extrapolated_event_for_event(name, case):
     """An encoder (BERT), decoders (GPT-2, Llama, Qwen2), a vision model (ViT), encoder-decoders
-    (T5, BART), each with every feature of the exactness tests (tests/unit/test_prediction.py):
-    the recording at DEEP layers and the one at four extrapolated are the same events, the
-    same counts (autograd's saved storages too: the CPU's activations) and the same replay;
-    where the layers' events differ (TRACED_IN_FULL), the prediction's own path is the full
-    trace."""
+    (T5, BART), a mixture of experts (Mixtral), each with every feature of the exactness tests
+    (tests/unit/test_prediction.py): the recording at DEEP layers and the one at four
+    extrapolated are the same events, the same counts (autograd's saved storages too: the CPU's
+    activations) and the same replay; where the layers' events differ (TRACED_IN_FULL), the
+    prediction's own path is the full trace."""
     precision, checkpointing, accumulation, optim, rank, kernels = case
     step = StepOptions(precision, checkpointing, accumulation, optim, 2,
                        0 if name == "tiny-vit" else 16)
