@@ -88,7 +88,8 @@ class RunOptions:
     dataset_size: int = 512
     epochs: int = 1
     max_steps: int | None = None
-    precision: str = Precision.FP32  # a Precision's value (validate says which)
+    precision: str = Precision.FP32.value  # a Precision's (validate says which): plain text,
+    # as stored options read back (their repr is compared and written into scripts)
     gradient_checkpointing: bool = False
     grad_accum: int = 1
     optim: str = "adamw_torch"
@@ -97,7 +98,7 @@ class RunOptions:
     gpu: int = 0
     gpus: str = ""  # "0,1": several GPUs, one process each (issue 12); "": the one of `gpu`
     processes: int = 1  # training processes without a GPU (CPU ranks over gloo)
-    strategy: str = Strategy.DDP  # with several processes: a Strategy's value
+    strategy: str = Strategy.DDP.value  # with several processes: a Strategy's
     profile_steps: int = 0
     lora_rank: int = 0
     lora_targets: str = ""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 
 import pytest
@@ -98,3 +99,12 @@ def test_total_steps_follows_the_trainer_arithmetic():
 def test_gpus_with_an_empty_entry_are_refused_in_a_line(gpus):
     errors = validate(RunOptions(gpus=gpus), 2)
     assert list(errors) == ["gpus"] and "empty entry" in errors["gpus"]
+
+
+def test_the_defaults_are_plain_values_as_stored_options_read_back():
+    # A Precision or Strategy member as a default would print as <Precision.FP32: 'fp32'>: a
+    # script written from the options' repr would not parse, and a run stored before an option
+    # existed (its default) would compare as differing from one that stored "ddp".
+    options = RunOptions().to_dict()
+    assert ast.literal_eval(repr(options)) == options
+    assert {type(options["precision"]), type(options["strategy"])} == {str}
