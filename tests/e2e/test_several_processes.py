@@ -105,7 +105,9 @@ def test_a_rank_killed_with_kill_9_fails_the_run_in_one_line_read_at_its_last_st
             assert time.monotonic() < deadline and cli.poll() is None, cli.communicate()
             time.sleep(0.2)
         tree = psutil.Process(store.run(1).worker_pid).children(recursive=True)
-        (rank_1,) = [p for p in tree if p.name() == "anatomy-rank-1"]  # its name says its rank
+        # Its name says its rank (a process it started would bear it too: the eldest is the rank).
+        named = [p for p in tree if p.name() == "anatomy-rank-1"]
+        (rank_1,) = [p for p in named if p.ppid() not in {q.pid for q in named}]
         rank_1.kill()
         _, err = cli.communicate(timeout=120)
     finally:
