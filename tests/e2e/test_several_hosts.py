@@ -93,9 +93,11 @@ def test_two_hosts_end_in_one_run_with_every_ranks_phases_and_steps(store, tmp_p
         assert [s.step for s in store.steps(run.id, rank)] == [1, 2, 3, 4]
         assert [p.name for p in store.phases(run.id, rank)] == ["baseline", "weights",
                                                                 "training"]
-    # Each host's own samples, its device apart; every sample each sampler sent is stored.
-    assert {s.gpu for s in store.samples(run.id)} == {0, HOST_STRIDE}
-    assert [r.device for r in rep.ranks] == [0, HOST_STRIDE]
+    # Each host's own samples, its device apart — on a CPU its tree under 0, its rank's own
+    # processes under 1 (store.rank_series) —; every sample each sampler sent is stored.
+    assert {s.gpu for s in store.samples(run.id)} == {0, 1, HOST_STRIDE, HOST_STRIDE + 1}
+    assert [r.device for r in rep.ranks] == [1, HOST_STRIDE + 1]
+    assert all(r.measured_alone and r.peak_bytes for r in rep.ranks)
     assert rep.samples == rep.samples_sent > 0
     # The joined host's times are on the run's clock: its training overlaps the run's host's.
     training = [next(p for p in r.phases if p.name == "training") for r in rep.ranks]
