@@ -219,10 +219,30 @@ class ModelSpec:
 
 
 def first_line(error: BaseException) -> str:
-    """An exception as one line: its first line, or its type where it has no words."""
-    lines = str(error).strip().splitlines()
-    text = lines[0].strip() if lines else ""
+    """An exception as one line: its first line (with the next where the first only announces
+    it, "Validation error for field 'x':"), or its type where it has no words."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    text = lines[0] if lines else ""
+    for line in lines[1:]:
+        if not text.endswith(":"):
+            break
+        text += " " + line
     return (text if len(text) <= 300 else text[:297] + "...") or type(error).__name__
+
+
+def where_it_stopped(error: BaseException) -> str:
+    """The model's own code where an error stopped it ("modeling_x.py, XAttention.forward: "): the
+    part a trace could not follow, the layer its config could not make; empty when it stopped
+    elsewhere (in torch, in anatomy)."""
+    found = ""
+    tb = error.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if "/transformers/models/" in code.co_filename.replace("\\", "/"):
+            found = (f"{code.co_filename.replace(chr(92), '/').rsplit('/', 1)[-1]}, "
+                     f"{getattr(code, 'co_qualname', code.co_name)}: ")
+        tb = tb.tb_next
+    return found
 
 
 def display_name(model: str) -> str:
@@ -645,22 +665,24 @@ def _config_key(spec: ModelSpec) -> str:
 def adaptable_layers(spec: ModelSpec) -> tuple[Layer, ...]:
     """The model's own linear and convolution layers, the task's output layer left out: what
     LoRA can wrap. Builds the model on the meta device (no memory; torch loads, once)."""
-    return _adaptable_layers(spec, _config_key(spec))
+    return _modules(spec, _config_key(spec))[0]
 
 
 @lru_cache(maxsize=32)
-def _adaptable_layers(spec: ModelSpec, config_key: str) -> tuple[Layer, ...]:
+def _modules(spec: ModelSpec, config_key: str) -> tuple[tuple[Layer, ...], frozenset[str]]:
+    """The adaptable layers, and the last parts of the names of every other module (a stage
+    called "1", a head): a LoRA target that names one of those too is not a layer peft wraps."""
     try:
         model, _ = build_model(spec, "meta", pretrained=False)
     except ModelError:
         raise
     except Exception as error:  # noqa: BLE001 - on the meta device nothing runs out of memory
         raise ModelError(f"model: transformers cannot build {spec.display_name}: "
-                         f"{first_line(error)}") from None
+                         f"{where_it_stopped(error)}{first_line(error)}") from None
     output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     heads = {name for name, module in model.named_modules()
              if module is output or _is_classifier(module, spec)}
-    found = []
+    found, others = [], set()
     import torch
     from transformers.pytorch_utils import Conv1D
 
@@ -677,11 +699,13 @@ def _adaptable_layers(spec: ModelSpec, config_key: str) -> tuple[Layer, ...]:
             kind = kind_of(child)
             if kind is not None and full not in heads:
                 found.append(Layer(full, kind, in_attention, getattr(child, "groups", 1) > 1))
+            else:
+                others.add(name)
             walk(child, f"{full}.", in_attention or "attention" in type(child).__name__.lower()
                  or "attn" in name.lower())
 
     walk(model, "", False)
-    return tuple(found)
+    return tuple(found), frozenset(others)
 
 
 def _is_classifier(module, spec: ModelSpec) -> bool:
@@ -712,17 +736,20 @@ def default_lora_targets(spec: ModelSpec) -> tuple[str, ...]:
                    [layer for layer in attention if _FUSED_QKV.search(layer.short)],
                    attention, [layer for layer in layers if not layer.grouped]):
         if chosen:
-            return _names(chosen, layers)
+            return _names(chosen, layers, _modules(spec, _config_key(spec))[1])
     raise ModelError(f"lora: {spec.display_name} has no linear or convolution layer for LoRA's "
                      "adapters")
 
 
-def _names(chosen: list[Layer], layers: tuple[Layer, ...]) -> tuple[str, ...]:
-    """The chosen layers as peft's targets: their short names where those name nothing else,
+def _names(chosen: list[Layer], layers: tuple[Layer, ...], others: frozenset[str]
+           ) -> tuple[str, ...]:
+    """The chosen layers as peft's targets: their short names where those name nothing else (no
+    other layer, no other module: peft would wrap ConvNeXt's stage "1" beside its layer "1"),
     else their dotted names."""
     names = set(layer.name for layer in chosen)
     short = {layer.short for layer in chosen}
-    if all(layer.name in names for layer in layers if layer.short in short):
+    if all(layer.name in names for layer in layers if layer.short in short) and \
+            not short & others:
         return tuple(sorted(short))
     return tuple(sorted(names))
 
@@ -951,7 +978,9 @@ def apply_lora(model, spec: ModelSpec, rank: int, targets: tuple[str, ...] = ())
                                     FutureWarning)
             return get_peft_model(model, config)
     except ValueError as error:
-        raise ModelError(f"lora_targets: {str(error).splitlines()[0]}") from None
+        # peft names a module it cannot wrap by its whole repr, many lines: its class is enough.
+        text = re.sub(r"(\w+)\(\n.*?\n\)", r"\1", str(error), count=1, flags=re.DOTALL)
+        raise ModelError(f"lora_targets: {first_line(ValueError(text))}") from None
 
 
 def fsdp_unit_classes(model) -> list[str]:

@@ -159,9 +159,16 @@ def train_phases(reporter: Reporter, options: RunOptions, spec: ModelSpec, datas
     # host). Random values are given after the reading: CUDA loads the initialisers' kernels
     # (about 90 MiB on an H200) as they first run, which belongs to no phase the walkthrough
     # reads but training's.
-    model, weights_source = models.build_model(spec, device, lora_rank=options.lora_rank,
-                                               lora_targets=options.lora_target_list(),
-                                               initialise=False)
+    try:
+        model, weights_source = models.build_model(spec, device, lora_rank=options.lora_rank,
+                                                   lora_targets=options.lora_target_list(),
+                                                   initialise=False)
+    except Exception as error:
+        where = models.where_it_stopped(error)
+        if not where or is_oom(error):  # not the model's own code refusing its config
+            raise
+        raise models.ModelError(f"model: {spec.display_name}: transformers cannot build it: "
+                                f"{where}{models.first_line(error)}") from None
     if use_cuda:
         torch.cuda.synchronize()
     reporter.hold(Phase.WEIGHTS)
@@ -215,7 +222,9 @@ def guarded(reporter: Reporter, work, who: str = "") -> int:
         oom = is_oom(error)
         if reporter.open_phase:
             reporter.end(reporter.open_phase)
-        text = str(error) if oom else traceback.format_exc()
+        # A model its config cannot make is the user's input, told in its one line.
+        text = str(error) if oom or isinstance(error, models.ModelError) else \
+            traceback.format_exc()
         after_peer = bool(who) and not oom and lost_peer(error)
         reporter.failure(Status.OOM if oom else Status.FAILED, f"{who}: {text}" if who else text,
                          after_peer=after_peer)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import replace
@@ -151,3 +152,21 @@ def test_a_script_without_a_main_guard_can_start_runs(tmp_path):
     assert "status completed" in result.stdout
     # Nothing the worker sends makes its reader load torch (a TorchVersion would).
     assert "torch loaded here: False" in result.stdout
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"hidden_act": "no-such-activation"}, "LlamaMLP.__init__: 'no-such-activation'"),
+    ({"rms_norm_eps": "x"}, "'rms_norm_eps': TypeError: Field 'rms_norm_eps' expected float"),
+])
+def test_a_config_the_model_cannot_take_fails_the_run_in_one_line_naming_why(
+        manager, store, tmp_path, change, words):
+    """What the file's checks cannot see without transformers (validation keeps torch out of the
+    caller's process): the config class's own refusal, a layer the model's code cannot make.
+    The run fails with that one line, not a traceback."""
+    config = json.loads((PROJECT / "anatomy/analysis/configs/tiny-llama.json").read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**config, **change}))
+    run_id = manager.start(replace(TINY, model=str(path)))
+    assert manager.wait(run_id, timeout=180) == "failed"
+    error = report(store, run_id).error
+    assert "\n" not in error.strip() and words in error

@@ -172,6 +172,17 @@ def test_lora_defaults_come_from_the_models_own_attention(tmp_path, model_type, 
     assert validate(RunOptions(model=spec.name, lora_rank=4, seq_len=16), gpu_count=0) == {}
 
 
+def test_lora_defaults_name_no_module_peft_cannot_wrap(tmp_path):
+    """A convolution network without attention: every layer but the head's. ConvNeXt's
+    downsampling layer is called "1", as its second stage is: a target "1" made peft refuse the
+    stage, so those are named in full."""
+    spec = models.resolve(_config_file(tmp_path, "convnext"))
+    targets = models.default_lora_targets(spec)
+    assert "1" not in targets and any(t.endswith("downsampling_layer.1") for t in targets)
+    lora, _ = models.build_model(spec, "meta", lora_rank=4, pretrained=False)
+    assert any("lora_" in n for n, p in lora.named_parameters() if p.requires_grad)
+
+
 def test_the_head_and_task_come_from_transformers_tables(tmp_path):
     t5 = models.resolve(_config_file(tmp_path, "t5"))
     assert (t5.task, t5.head) == (SEQ2SEQ, "T5ForConditionalGeneration")

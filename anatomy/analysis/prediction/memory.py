@@ -199,22 +199,9 @@ def _cached_recording(shape: RunOptions, device: str, calibration_key: str | Non
     except models.ModelError as error:
         raise PredictionError(str(error)) from None
     except Exception as error:  # noqa: BLE001 - whatever the trace cannot follow: one line
-        raise PredictionError(f"cannot predict {spec.display_name}: {_where(error)}"
-                              f"{models.first_line(error)}") from None
-
-
-def _where(error: BaseException) -> str:
-    """The model's own code where a trace stopped ("modeling_x.py, XAttention.forward: "), the
-    part that could not be followed; empty when it stopped elsewhere."""
-    found = ""
-    tb = error.__traceback__
-    while tb is not None:
-        code = tb.tb_frame.f_code
-        if "/transformers/models/" in code.co_filename.replace("\\", "/"):
-            found = (f"{code.co_filename.replace(chr(92), '/').rsplit('/', 1)[-1]}, "
-                     f"{getattr(code, 'co_qualname', code.co_name)}: ")
-        tb = tb.tb_next
-    return found
+        raise PredictionError(f"cannot predict {spec.display_name}: "
+                              f"{models.where_it_stopped(error)}{models.first_line(error)}"
+                              ) from None
 
 
 def calibration_for(device: str, gpu_name: str | None) -> DeviceCalibration | None:
