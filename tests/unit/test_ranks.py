@@ -317,6 +317,8 @@ def test_two_cpu_processes_are_said_as_processes_in_titles_lists_and_compare(sto
     strip = gpu_figures.heat_strip(rep, store.samples(two)).data[0]
     assert list(strip.y) == ["rank 0", "rank 1"] and strip.zmax is None
     assert np.nanmax(strip.z[0]) == 600 and np.nanmax(strip.z[1]) == 500
+    # Two rows leave the colour bar room for its numbers (28 px of it, they overlapped).
+    assert gpu_figures.heat_strip(rep, store.samples(two)).layout.height >= 200
     # The Per process view: the spread of the two processes' own peaks, not of "hosts".
     assert gpus_view.spread_line(rep).startswith("2 processes (each one's own RSS): peak 500 MB")
     rows = anatomy_view.rank_rows(rep, None)

@@ -28,6 +28,7 @@ PANEL_COLUMNS = 2
 PANEL_PX = 210  # a panel's height
 HEAT_COLUMNS = 400  # time bins of the heat strip: a few pixels each at the widest
 HEAT_ROW_PX = 14  # a GPU's row: 64 GPUs make a strip of ~900 px, every label readable
+HEAT_LEAST_PX = 90  # the rows of two or three: room for the colour bar's numbers (they overlapped)
 HEAT_SCALE = "Cividis"  # a sequential scale colour-blind eyes read the same way
 
 
@@ -227,7 +228,7 @@ def heat_strip(report: RunReport, samples: Sequence[Sample], now: float | None =
         shapes=[{"type": "line", "name": p.name, "xref": "x", "yref": "paper", "x0": p.end_s,
                  "x1": p.end_s, "y0": 0, "y1": 1, "line": {"color": phase_colour(p.name),
                                                            "width": 2}} for p in ends],
-        height=HEAT_ROW_PX * len(keys) + 110, plot_bgcolor="white",
+        height=max(HEAT_ROW_PX * len(keys), HEAT_LEAST_PX) + 110, plot_bgcolor="white",
         margin={"l": 10, "r": 10, "t": 30, "b": 10},
         xaxis={"title": {"text": "seconds since the run started (lines: rank 0's phase ends)"},
                "range": [0, now]},
