@@ -94,7 +94,9 @@ def test_a_1b_model_reaches_training_within_15_seconds(manager, store):
     rep = report(store, run_id)
     assert rep.phase("training").start_s < 15  # seconds from the run's start
     weights = rep.phase("weights").memory_bytes - rep.phase("kernel").memory_bytes
+    # NVML's figure, within 1 %: the kernel phase's own small block is counted on either side
     assert abs(weights - 4 * 1_100_048_384) < 0.01 * 4 * 1_100_048_384
+    assert rep.components.weights == 4 * 1_100_048_384  # the allocator's, exact
 
 
 def test_real_out_of_memory_in_the_first_step_then_the_next_run_works(manager, store):
@@ -238,23 +240,6 @@ def test_the_device_panel_reads_the_gpu_as_nvitop_does(manager, store):
     assert rep.profiling.done and rep.profiling.start_s >= rep.training.end_s
     before = [s.used for s in store.samples(run_id, gpu) if s.t < rep.profiling.start_s]
     assert rep.summary.peak_bytes == max(before)
-
-
-TINYLLAMA_PARAMETERS = 1_100_048_384
-
-
-def test_a_1b_model_is_on_the_gpu_within_15_seconds(manager, store):
-    """Random weights made on the device: the weights phase of TinyLlama 1.1B in seconds, holding
-    what the weights take (4 bytes a parameter, and the allocator's rounding)."""
-    run_id = manager.start(RunOptions(model="tinyllama-1.1b", batch_size=1, seq_len=128,
-                                      max_steps=1))
-    assert manager.wait(run_id, timeout=600) == "completed"
-    rep = report(store, run_id)
-    kernel, weights = rep.phase("kernel"), rep.phase("weights")
-    assert weights.start_s - kernel.end_s < 15  # building the model on the GPU
-    held = weights.memory_bytes - kernel.memory_bytes
-    assert 4 * TINYLLAMA_PARAMETERS <= held < 4 * TINYLLAMA_PARAMETERS + 256 * MIB
-    assert rep.components.weights == 4 * TINYLLAMA_PARAMETERS
 
 
 @pytest.mark.parametrize("model", ["gpt2", "vit-base-patch16-224"])
