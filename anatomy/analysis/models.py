@@ -162,11 +162,13 @@ class ModelSpec:
     @property
     def vocab_size(self) -> int | None:
         """The tokens the inputs may hold: the config's, or its text tower's (a multimodal
-        model's)."""
+        model's), else the smallest of its own vocabularies (FSMT's source and target)."""
         for config in (self.config, self.config.get("text_config"), self.config.get("decoder")):
             if isinstance(config, Mapping) and isinstance(config.get("vocab_size"), int):
                 return config["vocab_size"]
-        return None
+        own = [v for k, v in self.config.items() if k.endswith("_vocab_size")
+               and k != "type_vocab_size" and isinstance(v, int) and not isinstance(v, bool)]
+        return min(own, default=None)
 
     @property
     def image_size(self) -> int | None:

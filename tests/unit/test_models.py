@@ -199,6 +199,14 @@ def test_the_head_and_task_come_from_transformers_tables(tmp_path):
                            "audio_config": {}}) == CAUSAL_LM
 
 
+def test_the_dummy_tokens_are_within_every_vocabulary_the_model_has(tmp_path):
+    """FSMT names no vocab_size, only a source's and a target's: its tokens (the walkthrough's
+    up to 30,000) went past both, and the run failed where the prediction held."""
+    fsmt = models.resolve(_config_file(tmp_path, "fsmt"))
+    assert models.token_range(fsmt)[1] <= min(fsmt.config["src_vocab_size"],
+                                               fsmt.config["tgt_vocab_size"])
+
+
 def test_checkpointing_is_refused_where_the_model_has_none(tmp_path):
     model = _config_file(tmp_path, "resnet")
     errors = validate(RunOptions(model=model, gradient_checkpointing=True), gpu_count=0)
