@@ -26,8 +26,10 @@ from tools.browser import ARGS, CHROMIUM, serve
 
 PAGES = {"Runs": "/runs?run=1", "Anatomy": "/anatomy?run=1", "Compare": "/compare?runs=1,2,3,4",
          "Live (stored run)": "/?run=1"}
+# A Plotly chart drawn, or the memory picture the Live page draws while a run trains.
 CHART_DRAWN = """() => { const p = document.querySelector('.js-plotly-plot');
-  return !!(p && p._fullLayout && p.querySelector('.main-svg')); }"""
+  return !!(p && p._fullLayout && p.querySelector('.main-svg'))
+    || !!document.querySelector('svg.anatomy-chart polyline'); }"""
 WEBGL = "() => document.querySelectorAll('canvas.gl-canvas, .gl-container canvas').length"
 
 

@@ -16,6 +16,7 @@ from anatomy.views import live as live_view
 from anatomy.views import text
 from anatomy.views.figures import gpus as gpu_figures
 from anatomy.views.figures import live as live_figures
+from anatomy.views.figures import svg
 from anatomy.views.style import phase_name
 from anatomy.vocabulary import Phase, Status
 
@@ -93,6 +94,7 @@ def axis_choice(key: str) -> str:
     return chosen or "run"
 
 
+LIVE_REFRESH_SECONDS = 1.0  # how often the Live page redraws a run in progress
 # A run's charts, one at a time: each chart a live page draws is redrawn every second, by the
 # server and by the browser (hidden tabs are drawn too), and a busy machine answers Stop later.
 VIEWS = {"memory": "Memory", "gpus": "Per GPU", "steps": "Loss and step time",
@@ -108,8 +110,17 @@ def run_charts(rep: RunReport, key: str, now: float | None = None, live: bool = 
         view = st.segmented_control("Show", views, format_func=names.get, default="memory",
                                     required=True, key=f"{key}_view") or "memory"
         axis = axis_choice(f"{key}_axis") if view == "memory" else "run"
+        # While a run trains its memory is a picture drawn here (a new tab's first chart without
+        # Plotly's 4.7 MB of script: docs/BENCHMARKS.md); hover and zoom a toggle away. The small
+        # multiples of many GPUs stay Plotly: the picture draws one pair of axes.
+        picture = view == "memory" and live and not gpu_figures.many(rep)
+        if picture:
+            picture = not st.toggle(
+                "Interactive chart", key=f"{key}_interactive",
+                help="hover, zoom and the legend's clicks; the picture is lighter for the "
+                     "browser, and the chart is interactive by itself once the run has ended")
     if view == "memory":
-        memory_chart(rep, now, axis)
+        memory_chart(rep, now, axis, picture)
     elif view == "gpus":
         per_gpu(rep, now)
     elif view == "steps":
@@ -118,12 +129,23 @@ def run_charts(rep: RunReport, key: str, now: float | None = None, live: bool = 
         device_panel(rep, live=live)
 
 
-def memory_chart(rep: RunReport, now: float | None = None, axis: str = "run") -> None:
+def memory_chart(rep: RunReport, now: float | None = None, axis: str = "run",
+                 picture: bool = False) -> None:
+    """The run's memory: the interactive chart, or (`picture`) the same figure as an SVG
+    picture, redrawn with each refresh of a live page."""
     db = server.store()
     figure = gpu_figures.memory_chart(rep, db.decimated(rep.id, gpu_figures.buckets(rep)),
                                       db.steps(rep.id), now, axis)
-    st.plotly_chart(figure, key=f"memory-{rep.id}", config=CHART)
-    st.caption("Shows " + text.source(rep.backend, rep.memory_api) +
+    if picture:
+        # Inline, not st.html (which keeps HTML's tags alone) nor st.image (text the tests and
+        # the page's search could not read).
+        st.markdown(svg.memory_picture(figure), unsafe_allow_html=True)
+    else:
+        st.plotly_chart(figure, key=f"memory-{rep.id}", config=CHART)
+    st.caption((f"A picture, redrawn every {LIVE_REFRESH_SECONDS:g} s while the run trains: hover "
+                "and zoom with “Interactive chart” above, or once the run has ended. "
+                if picture else "") +
+               "Shows " + text.source(rep.backend, rep.memory_api) +
                (f". {rep.world_size} GPUs: a panel per host, rank 0's phase bands in each"
                 if gpu_figures.many(rep) else
                 ". A band runs from the end of the phase before to the end of its own phase; its"

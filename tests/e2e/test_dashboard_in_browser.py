@@ -121,6 +121,17 @@ PHASES_DRAWN = """() => {
     labels: plot._fullLayout.annotations.map(a => a.text),
   };
 }"""
+# A run in progress: its memory as the page's SVG picture (views/figures/svg.py), no Plotly.
+PHASES_PICTURED = """() => {
+  const picture = document.querySelector('svg.anatomy-chart');
+  if (!picture || !picture.querySelector('polyline')) return null;
+  return {
+    bands: [...picture.querySelectorAll('rect[data-band]')].map(r => r.dataset.band),
+    labels: [...picture.querySelectorAll('g.band-label text')].map(t => t.textContent),
+    axis: picture.querySelector('text.y-title').textContent,
+    plotly: document.querySelectorAll('.js-plotly-plot').length,
+  };
+}"""
 CHARTS_DRAWN = """(count) => { const plots = document.querySelectorAll('.js-plotly-plot');
   return plots.length >= count && [...plots].every(p => p._fullLayout); }"""
 # Every text annotation of every chart as drawn: its box, and the box of its chart's SVG.
@@ -165,11 +176,19 @@ def test_a_run_started_from_the_form_shows_its_phases_live_and_its_summary(serve
     expect(page.get_by_text("steps ×").first).to_be_visible(timeout=RUN_SECONDS * 1000)  # before Start
     page.get_by_role("button", name="Start", exact=True).click()
 
-    # Live: the bands appear as the phases begin. Reload mid-run: nothing is lost.
+    # Live: the bands appear as the phases begin, in the picture drawn while the run trains.
+    # Reload mid-run: nothing is lost.
     page.wait_for_function(
-        f"(() => {{ const d = ({PHASES_DRAWN})(); return d && d.bands.length >= 2; }})",
+        f"(() => {{ const d = ({PHASES_PICTURED})(); return d && d.bands.length >= 2; }})",
         timeout=RUN_SECONDS * 1000)
+    pictured = page.evaluate(PHASES_PICTURED)
     page.screenshot(path=ARTIFACTS / "live-cpu-running.png")
+    assert pictured["bands"][:2] == ["baseline", "kernel"]
+    # A CPU's kernel phase, said as it lasts ("…") or not
+    assert [label.removesuffix(" …") for label in pictured["labels"][:2]] == [
+        "baseline", "torch loaded"]
+    assert pictured["axis"] == "CPU memory, RSS (MiB)"
+    assert pictured["plotly"] == 0  # no Plotly chart while it trains: a new tab's first is slow
     page.reload()
 
     expect(page.get_by_text("Samples/second:")).to_be_visible(timeout=RUN_SECONDS * 1000)

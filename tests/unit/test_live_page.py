@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import time
+import xml.etree.ElementTree as ET
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -20,6 +21,7 @@ from tests.apptest import APP, chart_spec, open_page
 
 TIMEOUT = 30  # the first run of a test process imports plotly and the engine
 NO_GPU = machine().gpu_count == 0
+SVG = "{http://www.w3.org/2000/svg}"
 
 
 def _app(**state) -> AppTest:
@@ -96,10 +98,20 @@ def test_a_running_run_opens_live_with_its_open_phase(store, seed):
     assert metrics == {"baseline": "1024 MB", "kernel": "2048 MB", "weights (now)": "3072 MB",
                        "training": "—"}
     assert app.get("progress")[0].proto.text == "phase weights"
-    chart = _chart(app, run_id)
-    assert [s["name"] for s in chart["layout"]["shapes"]] == ["baseline", "kernel", "weights"]
+    # While it trains, its memory is a picture (no Plotly to load in a new tab) of the figure
+    # the interactive chart draws: the same bands.
+    assert app.get("plotly_chart") == []
+    (picture,) = [ET.fromstring(m.value) for m in app.markdown if "anatomy-chart" in m.value]
+    assert [r.get("data-band") for r in picture.iter(f"{SVG}rect") if r.get("data-band")] == [
+        "baseline", "kernel", "weights"]
+    assert any(c.value.startswith("A picture, redrawn every 1 s while the run trains")
+               for c in app.caption)
     # Its worker is not this server's (as with a run from the CLI): no Stop, a word instead.
     assert "Started by another process (the CLI): stop it there." in [c.value for c in app.caption]
+    app.toggle(key="live_interactive").set_value(True).run()
+    chart = _chart(app, run_id)
+    assert [s["name"] for s in chart["layout"]["shapes"]] == ["baseline", "kernel", "weights"]
+    assert not [m for m in app.markdown if "anatomy-chart" in m.value]
 
 
 def test_a_run_left_running_by_a_dead_server_is_not_shown_live(store, seed):

@@ -14,7 +14,7 @@ from anatomy.views import live as view
 from anatomy.views import text
 from anatomy.vocabulary import Status
 
-REFRESH_SECONDS = 1.0
+REFRESH_SECONDS = widgets.LIVE_REFRESH_SECONDS
 # The form's columns: the model and the data, the training, then every other field in FIELDS
 # order, so that a field added to the engine shows up in the form by itself.
 FIRST_COLUMNS = (
