@@ -61,6 +61,9 @@ while True:
 
 # A phase-API script without torch (quick to start): a baseline, weights, then training steps
 # until it is stopped; the first argument says how it ends after 3 steps, if it does.
+AS_FROM_A_TERMINAL = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                      "os.execvp(sys.argv[1], sys.argv[1:])")
+
 LIGHT = """
 import subprocess, sys, time
 import anatomy
@@ -142,6 +145,9 @@ class Front:
         }[kind]
         env = {**os.environ, "ANATOMY_STORE": str(self.store_path), "PYTHONPATH": os.pathsep.join(
             filter(None, (str(PROJECT), os.environ.get("PYTHONPATH"))))}
+        # As a terminal's shell starts a foreground job: SIGINT at its default. A test process
+        # started in the background (`make test &`) ignores SIGINT, and its children would too.
+        argv = [sys.executable, "-c", AS_FROM_A_TERMINAL, *argv]
         self.process = subprocess.Popen(argv, cwd=directory, env=env, stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, text=True,
                                         start_new_session=True)
