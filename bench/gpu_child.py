@@ -7,9 +7,11 @@ result, with what the allocator and CUDA said at that moment.
 from __future__ import annotations
 
 import gc
+import json
 import re
 import tempfile
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the child imports anatomy inside the functions that use it
@@ -295,3 +297,50 @@ def _scratch_ratio(torch, F, sdpa_kernel, backend, dtype, batch, seq, head_dim, 
     grads = sum(_bytes(b.grad) for b in (query, *keys))
     scratch = torch.cuda.max_memory_allocated() - before - grads
     return max(0, scratch) / q.numel()
+
+
+def train_with_history(config: dict, device: str, path: str) -> dict:
+    """`train`, with the caching allocator's history recorded (every block's size, address and
+    Python stack) and what was alive at its allocated peak written to `path` as JSON: what the
+    trace's peak can be held against, block by block (bench/peak_snapshot.py)."""
+    import torch
+
+    torch.cuda.memory._record_memory_history(max_entries=2_000_000, stacks="python")
+    result = train(config, device, None, 0)
+    snapshot = torch.cuda.memory._snapshot()
+    torch.cuda.memory._record_memory_history(enabled=None)
+    Path(path).write_text(json.dumps(live_at_peak(snapshot)))
+    return result
+
+
+def live_at_peak(snapshot: dict) -> dict:
+    """The blocks alive when the allocated bytes were highest over the recorded history, each
+    with its size, the action's index and its innermost frames outside torch's own plumbing."""
+    live: dict[int, tuple[int, int, list]] = {}
+    allocated = peak = 0
+    at_peak: dict[int, tuple[int, int, list]] = {}
+    peak_index = -1
+    for index, event in enumerate(snapshot["device_traces"][0]):
+        action = event["action"]
+        if action == "alloc":
+            live[event["addr"]] = (event["size"], index, event.get("frames", []))
+            allocated += event["size"]
+            if allocated > peak:
+                peak, peak_index = allocated, index
+                at_peak = dict(live)
+        elif action == "free_completed" and event["addr"] in live:
+            allocated -= live.pop(event["addr"])[0]
+    before = sum(block["allocated_size"] for segment in snapshot["segments"]
+                 for block in segment["blocks"] if block["state"] == "active_allocated") - \
+        allocated  # alive before the history started (the weights): alive at the end still
+    blocks = [{"size": size, "index": index, "frames": _frames(frames)}
+              for size, index, frames in sorted(at_peak.values(), key=lambda b: b[1])]
+    return {"peak_over_start": peak, "peak_index": peak_index, "events": index + 1,
+            "alive_before_history": before, "blocks": blocks}
+
+
+def _frames(frames: list) -> list[str]:
+    keep = [f"{f['filename'].split('site-packages/')[-1]}:{f['line']}:{f['name']}"
+            for f in frames if "torch/utils/_" not in f["filename"]
+            and "torch/nn/modules/module.py" not in f["filename"]]
+    return keep[:4]

@@ -1,0 +1,131 @@
+"""What was alive at the allocator's peak of a real run, next to what the trace has alive at its
+predicted peak: the diagnosis of a configuration the prediction misses (docs/PREDICTION.md).
+
+On a GPU, each configuration trains as bench/prediction_grid.py's runs do, in a fresh process,
+with the caching allocator's history recorded; `<out>/<label>.json` holds the blocks alive at the
+peak with their Python frames. Anywhere (a CPU is enough), `--compare` traces the same
+configuration and lists, by size, the blocks alive at the predicted peak that the real peak
+lacks and the reverse.
+
+    python bench/peak_snapshot.py --out $OUT/snap "deit-base bf16 b64 adamw_torch" ...
+    python bench/peak_snapshot.py --compare $OUT/snap
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from dataclasses import asdict
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from prediction_grid import Config, Fresh, bench_model  # noqa: E402
+
+MIB = 2**20
+
+
+def parse(label: str) -> Config:
+    """'deit-base bf16 b64 s512 adamw_torch ckpt lora16 accum2' as the grid labels it."""
+    words = label.split()
+    config = {"model": bench_model(words[0]), "precision": words[1]}
+    for word in words[2:]:
+        if word == "ckpt":
+            config["checkpointing"] = True
+        elif word.startswith("lora"):
+            config["lora_rank"] = int(word[4:])
+        elif word.startswith("accum"):
+            config["grad_accum"] = int(word[5:])
+        elif word[0] in "bs" and word[1:].isdigit():
+            config["batch_size" if word[0] == "b" else "seq_len"] = int(word[1:])
+        else:
+            config["optim"] = word
+    return Config(**config)
+
+
+def record(labels: list[str], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    fresh = Fresh(None, 0)
+    for label in labels:
+        config = parse(label)
+        path = out / f"{label.replace(' ', '_')}.json"
+        result = fresh.run("train_with_history", config.run_options(), "cuda", str(path))
+        (out / f"{label.replace(' ', '_')}.result.json").write_text(
+            json.dumps({"label": label, "config": asdict(config), **result}))
+        measured = result.get("measured", {})
+        print(f"{label}: {result['status']}, peak allocated "
+              f"{(measured.get('peak_allocated') or 0) / MIB:,.1f} MiB", flush=True)
+
+
+def predicted_live(config: Config) -> tuple[int, list[int]]:
+    """The trace's peak for `config` (for an H200) and the sizes of the storages alive then."""
+    from anatomy.analysis.prediction import memory, replay
+    from anatomy.analysis.prediction.tracing.tracker import ALLOC, FREE
+
+    options = config.options()
+    steps = memory.steps_measured(options)
+    calibration = memory.calibration_for("cuda", "NVIDIA H200")
+    recording = memory._recording(memory._shape_of(options), "cuda", calibration, steps)
+    events = list(replay.stream(recording, steps, options.grad_accum))
+    live: dict[int, int] = {}
+    total = peak = 0
+    at_peak: dict[int, int] = {}
+    for kind, tid, size in events:
+        if kind == ALLOC:
+            live[tid] = size
+            total += size
+            if total > peak:
+                peak, at_peak = total, dict(live)
+        elif kind == FREE and tid in live:
+            total -= live.pop(tid)
+    return peak, sorted(at_peak.values())
+
+
+def compare(folder: Path) -> None:
+    for path in sorted(folder.glob("*.result.json")):
+        result = json.loads(path.read_text())
+        snap = json.loads(path.with_name(path.name.replace(".result", "")).read_text())
+        config = Config(**result["config"])
+        peak, sizes = predicted_live(config)
+        real = Counter(-(-b["size"] // 512) * 512 for b in snap["blocks"])
+        trace = Counter(-(-s // 512) * 512 for s in sizes)
+        print(f"\n## {result['label']}: measured peak "
+              f"{result['measured']['peak_allocated'] / MIB:,.1f} MiB; alive at the real peak "
+              f"{sum(b['size'] for b in snap['blocks']) / MIB:,.1f} MiB in "
+              f"{len(snap['blocks'])} blocks (+ {snap['alive_before_history'] / MIB:,.1f} "
+              f"before the history); traced alive at its peak {sum(sizes) / MIB:,.1f} MiB in "
+              f"{len(sizes)}")
+        only_real = real - trace
+        only_trace = trace - real
+        frames = {}
+        for block in snap["blocks"]:
+            frames.setdefault(-(-block["size"] // 512) * 512, block["frames"])
+        print(f"only in the real peak: {sum(s * n for s, n in only_real.items()) / MIB:,.1f} MiB")
+        for size, n in sorted(only_real.items(), key=lambda kv: -kv[0] * kv[1])[:15]:
+            print(f"  {n} x {size / MIB:,.3f} MiB  {' <- '.join(frames.get(size, [])[:3])}")
+        print(f"only in the traced peak: {sum(s * n for s, n in only_trace.items()) / MIB:,.1f}"
+              " MiB")
+        for size, n in sorted(only_trace.items(), key=lambda kv: -kv[0] * kv[1])[:15]:
+            print(f"  {n} x {size / MIB:,.3f} MiB")
+        last = snap["blocks"][-1]["frames"] if snap["blocks"] else []
+        print(f"the real peak's last block: {' <- '.join(last[:3])}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("labels", nargs="*", help="configurations as the grid labels them")
+    parser.add_argument("--out", type=Path, help="record them here (on a GPU)")
+    parser.add_argument("--compare", type=Path, help="a folder recorded before")
+    args = parser.parse_args()
+    if args.out:
+        record(args.labels, args.out)
+    if args.compare:
+        compare(args.compare)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
