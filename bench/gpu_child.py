@@ -330,8 +330,7 @@ def live_at_peak(snapshot: dict) -> dict:
                 at_peak = dict(live)
         elif action == "free_completed" and event["addr"] in live:
             allocated -= live.pop(event["addr"])[0]
-    before = sum(block["allocated_size"] for segment in snapshot["segments"]
-                 for block in segment["blocks"] if block["state"] == "active_allocated") - \
+    before = sum(segment["allocated_size"] for segment in snapshot["segments"]) - \
         allocated  # alive before the history started (the weights): alive at the end still
     blocks = [{"size": size, "index": index, "frames": _frames(frames)}
               for size, index, frames in sorted(at_peak.values(), key=lambda b: b[1])]

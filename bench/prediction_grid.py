@@ -867,6 +867,33 @@ def estimate(parts: set[str], device: str, quick: bool) -> float:
 PARTS = ("calibrate", "grid", "edge", "fits", "walkthrough")
 
 
+def repredict(path: Path, out: Path, jobs: int) -> int:
+    """Every grid row of `path` with its prediction made again by the code as it is now, for
+    the GPU that run was on, next to the same measurements: what a change to the prediction
+    does to a grid already run, without the GPU. The earlier prediction is kept beside it."""
+    rows = _rows(path)
+    gpu = next((r.get("gpu") for r in rows if r.get("kind") == "header"), None)
+    grid_rows = [r for r in rows if r.get("kind") == "grid"]
+    out.mkdir(parents=True, exist_ok=True)
+    with concurrent.futures.ProcessPoolExecutor(
+            max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+            initializer=_no_cuda) as pool:
+        futures = [pool.submit(predict_one, Config(**r["config"]), gpu, "cuda")
+                   for r in grid_rows]
+        for row, future in zip(grid_rows, futures):
+            row["predicted_before"] = row.get("predicted")
+            row["predicted"] = future.result()
+            before = (row["predicted_before"] or {}).get("components", {}).get("peak")
+            now = row["predicted"].get("components", {}).get("peak")
+            print(f"{row['label']}: peak predicted {_mib(before)} -> {_mib(now)} MiB, "
+                  f"measured {_mib(row.get('measured', {}).get('peak_allocated'))}", flush=True)
+    target = out / "prediction-grid.jsonl"
+    target.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (out / "prediction-grid.md").write_text(report(rows))
+    print((out / "prediction-grid.md").read_text())
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parts", default="calibrate,grid,walkthrough",
@@ -888,6 +915,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write-calibration", action="store_true",
                         help="edge on the CPU: write the repository's calibration file too")
     parser.add_argument("--report", metavar="JSONL", help="only write the tables from a run")
+    parser.add_argument("--repredict", metavar="JSONL",
+                        help="the grid rows of a run, predicted again by this code (on this "
+                             "machine's CPU) and held against what that run measured")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and stop")
     args = parser.parse_args(argv)
     if args.report:
@@ -895,6 +925,8 @@ def main(argv: list[str] | None = None) -> int:
         (path.parent / "prediction-grid.md").write_text(report(_rows(path)))
         print((path.parent / "prediction-grid.md").read_text())
         return 0
+    if args.repredict:
+        return repredict(Path(args.repredict), Path(args.out), args.jobs)
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     unknown = set(parts) - set(PARTS)
     if unknown:

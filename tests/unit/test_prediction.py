@@ -242,3 +242,33 @@ def test_a_float_mask_reaches_the_attention_kernel_in_16_bits(tmp_path, monkeypa
     predict(RunOptions(model=str(path), seq_len=16, batch_size=2, precision="bf16"),
             device="cuda", calibration=DEFAULT)
     assert masks and set(masks) == {torch.bfloat16}
+
+
+@pytest.mark.parametrize("length, padded", [(16, False), (13, True)])
+def test_a_boolean_mask_reaches_the_kernel_additive_as_torch_makes_it(monkeypatch, length, padded):
+    """torch's SDPA turns a boolean mask into an additive one of the query's dtype at every call,
+    and the memory-efficient kernel takes it padded to strides of 8 elements, expanded over the
+    heads: a new b × 1 × s × s tensor per layer that the kernel keeps for its backward pass
+    (ModernBERT's sliding-window mask: 112 MiB the H200 grid of 2026-12-01 missed)."""
+    from types import SimpleNamespace
+
+    from anatomy.analysis.prediction.tracing import cuda
+
+    seen = {}
+
+    def efficient(query, key, value, mask, *rest, **kwargs):
+        seen["mask"] = mask
+        return (query.clone(),)
+
+    monkeypatch.setattr(cuda, "aten", SimpleNamespace(
+        _scaled_dot_product_efficient_attention=efficient))
+    query = torch.randn(2, 4, length, 8, dtype=torch.bfloat16)
+    mask = torch.ones(2, 1, length, length, dtype=torch.bool).tril()
+    cuda.CudaKernels._kernel("efficient", query, query, query, mask, 0.0, False, None, False,
+                             True)
+    made = seen["mask"]
+    assert made.dtype == torch.bfloat16 and made.shape == (2, 4, length, length)
+    assert made.stride(1) == 0  # expanded over the heads, not copied per head
+    assert torch.equal(made[:, 0].isinf(), ~mask[:, 0])
+    row = made.untyped_storage().nbytes() // (2 * length * 2)
+    assert row == (16 if padded else length)  # 13 keys padded to 16; 16 already aligned

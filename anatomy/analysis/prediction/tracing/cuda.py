@@ -151,6 +151,14 @@ class CudaKernels(TorchFunctionMode):
     @staticmethod
     def _kernel(backend, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
                 grad):
+        if attn_mask is not None and attn_mask.dtype == torch.bool:
+            # torch's SDPA turns a boolean mask into an additive one of the query's dtype at
+            # every call (convert_boolean_attn_mask): a new b × 1 × s × s tensor that the fused
+            # kernels keep for the backward pass (ModernBERT's sliding-window mask, per layer).
+            attn_mask = torch.where(attn_mask, 0.0, torch.scalar_tensor(
+                float("-inf"), dtype=query.dtype, device=attn_mask.device))
+        if backend == "efficient" and attn_mask is not None:
+            attn_mask = _efficient_mask(attn_mask, query, key)
         if backend == "flash":
             return aten._scaled_dot_product_flash_attention(
                 query, key, value, dropout_p, is_causal, False, scale=scale)[0]
@@ -205,10 +213,22 @@ def _any_lower(args) -> bool:
     return any(isinstance(a, torch.Tensor) and a.dtype in LOWER_PRECISION for a in args)
 
 
+def _efficient_mask(mask, query, key):
+    """torch's preprocess_mask for the memory-efficient kernel: a mask whose strides are not
+    multiples of 8 elements is copied into one padded to them (its last dimension's), then
+    expanded to batch × heads × queries × keys (a view)."""
+    aligned = all(stride % 8 == 0 for stride in mask.stride()[:-1]) and mask.stride(-1) == 1
+    if not aligned:
+        last = mask.shape[-1]
+        mask = F.pad(mask, (0, 8 - last % 8))[..., :last]
+    return mask.expand(query.shape[0], query.shape[1], query.shape[2], key.shape[2])
+
+
 def _math_attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):
     """torch's `_scaled_dot_product_attention_math` as CUDA runs it: 16-bit inputs upcast to
     fp32 (torch keeps allow_fp16_bf16_reduction_math_sdp off), both factors scaled by the square
-    root of the scale, the causal mask as an additive float matrix, the kernel's dropout."""
+    root of the scale, the causal mask as an additive float matrix, the kernel's dropout (a
+    boolean mask arrives additive: `_kernel` converts it as torch does, before any kernel)."""
     origin = query.dtype
     if origin in LOWER_PRECISION:
         query, key, value = query.float(), key.float(), value.float()
@@ -218,8 +238,6 @@ def _math_attention(query, key, value, attn_mask, dropout_p, is_causal, scale, e
         length, source = query.shape[-2], key.shape[-2]
         causal = torch.ones(length, source, dtype=torch.bool, device=query.device).tril()
         attn_mask = torch.where(causal.logical_not(), float("-inf"), 0.0).to(query.dtype)
-    elif attn_mask is not None and attn_mask.dtype == torch.bool:
-        attn_mask = torch.where(attn_mask.logical_not(), float("-inf"), 0.0).to(query.dtype)
     if enable_gqa and key.shape[-3] != query.shape[-3]:
         groups = query.shape[-3] // key.shape[-3]
         key = key.repeat_interleave(groups, -3)
