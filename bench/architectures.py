@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import re
 import sys
 from pathlib import Path
 
@@ -58,7 +60,8 @@ _HEAD_KEYS = ("num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_
 _KV_HEAD_KEYS = ("num_key_value_heads", "n_head_kv", "num_kv_heads")
 _HEAD_DIM_KEYS = ("head_dim", "d_kv", "attention_head_dim", "v_head_dim")
 _EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
-_TOP_K_KEYS = ("num_experts_per_tok", "moe_topk", "moe_k", "top_k", "num_selected_experts")
+_TOP_K_KEYS = ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "moe_k", "top_k",
+               "num_selected_experts")
 _POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_target_positions")
 _TOKEN_ID_KEYS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id",
                   "sep_token_id", "cls_token_id", "mask_token_id", "unk_token_id")
@@ -116,7 +119,7 @@ def _is_width(key) -> bool:
     if not isinstance(key, str):
         return False
     named = key.endswith(("_size", "_dim", "_dims", "_embd", "_inner", "_rank", "_channels",
-                          "d_head", "d_state")) or \
+                          "_groups", "d_head", "d_state")) or \
         key in ("d_model", "d_ff", "d_kv", "dim", "n_embd", "embed_dim", "hidden_dim")
     return named and not any(word in key for word in _LENGTHS) and not key.startswith("num_")
 
@@ -141,7 +144,10 @@ def scale_factor(values: dict) -> int:
 def _shrink_counts(values: dict, layers_before) -> None:
     """Layers, experts, the vocabulary and the position table, whatever the widths do."""
     _shrink_int(values, _LAYER_KEYS, LAYERS)
+    # A stack's layers, run several times over (HRM's cycles): each pass is as deep as this
+    _shrink_int(values, [k for k in values if re.fullmatch(r"num_layers_per_\w+", str(k))], LAYERS)
     _shrink_int(values, _EXPERT_KEYS, EXPERTS)
+    _shrink_int(values, [k for k in values if re.fullmatch(r"\w*expert_num", str(k))], EXPERTS)
     experts = next((values[k] for k in _EXPERT_KEYS if _is_int(values.get(k))), None)
     for key in _TOP_K_KEYS:  # a router needs its top-k (some defaults leave it None)
         if key in values and values[key] is None and experts:
@@ -150,7 +156,8 @@ def _shrink_counts(values: dict, layers_before) -> None:
     _shrink_int(values, ("n_group", "topk_group"), 1)
     _shrink_int(values, ("first_k_dense_replace",), 1)
     _shrink_int(values, _POSITION_KEYS, POSITIONS)
-    _shrink_int(values, [k for k in values if str(k).endswith(("vocab_size", "_vocab"))], VOCAB)
+    _shrink_int(values, [k for k in values if "vocab_size" in str(k) or str(k).endswith("_vocab")],
+                VOCAB)
     for key, value in list(values.items()):  # special tokens inside the small vocabulary
         if (key in _TOKEN_ID_KEYS or key.endswith(("_token_id", "_token_index"))) \
                 and _is_int(value) and value >= VOCAB:
@@ -171,6 +178,10 @@ def _shrink_counts(values: dict, layers_before) -> None:
             if values.get(key) == layers:
                 values[key] = len(values["layer_types"])
         layers = len(values["layer_types"])
+    for key, value in list(values.items()):  # how many of the layers do something: in proportion
+        if re.fullmatch(r"num_\w+_layers", key) and key not in _LAYER_KEYS and _is_int(value) \
+                and value > layers:
+            values[key] = value * layers // layers_before
     for key, value in list(values.items()):
         if key != "layer_types" and isinstance(value, list) and len(value) == layers_before:
             values[key] = value[:layers]
@@ -194,7 +205,8 @@ def _shrink(values: dict, vision: bool, factor: int | None) -> dict:
         for key in ("depths", "num_block_repeats", "num_layers_per_stage"):
             if isinstance(values.get(key), list):
                 values[key] = [1 for _ in values[key]]
-        for key in ("depth_coefficient", "width_coefficient", "depth_multiplier"):
+        # Depth only: the widths a config names were made with its width coefficient.
+        for key in ("depth_coefficient", "depth_multiplier"):
             if isinstance(values.get(key), float) and values[key] > 1:  # EfficientNet-B7's
                 values[key] = 1.0
         if _is_int(values.get("image_size")) and values["image_size"] > IMAGE_SIZE:
@@ -208,7 +220,41 @@ def _shrink(values: dict, vision: bool, factor: int | None) -> dict:
     else:
         _shrink_fixed(values)
     _shrink_counts(values, layers_before)
+    _fit(values)
     return values
+
+
+def _first_int(values: dict, keys) -> tuple[str | None, int | None]:
+    return next(((k, values[k]) for k in keys if _is_int(values.get(k))), (None, None))
+
+
+def _fit(values: dict) -> None:
+    """The config's own constraints, met by the small sizes: a number where the defaults leave
+    None and the model reads one (a vocabulary, a head size, a router's experts and top-k),
+    attention heads that divide the width (key-value heads the heads), a router's top-k no
+    more than its experts."""
+    for key in [k for k in values if str(k).endswith("vocab_size")]:
+        if values[key] is None and key == "vocab_size":
+            values[key] = VOCAB
+    routed = any(k in values for k in _TOP_K_KEYS) and any(k in values for k in _EXPERT_KEYS)
+    shared = [k for k in values if re.fullmatch(r"(n|num)_shared_experts", str(k))]
+    for keys, size in ((_EXPERT_KEYS, EXPERTS), (_TOP_K_KEYS, EXPERTS_PER_TOKEN), (shared, 1)):
+        for key in keys:
+            if routed and key in values and values[key] is None:
+                values[key] = size
+    _, width = _first_int(values, _WIDTH_KEYS)
+    head_key, heads = _first_int(values, _HEAD_KEYS)
+    has_head_dim = any(_is_int(values.get(k)) for k in ("head_dim", "kv_channels"))
+    if width and heads and width % heads and not has_head_dim:
+        values[head_key] = heads = max(d for d in range(1, heads + 1) if width % d == 0)
+    if width and heads and "head_dim" in values and values["head_dim"] is None:
+        values["head_dim"] = width // heads
+    kv_key, kv = _first_int(values, _KV_HEAD_KEYS)
+    if heads and kv and heads % kv:
+        values[kv_key] = math.gcd(heads, kv)
+    _, experts = _first_int(values, _EXPERT_KEYS)
+    if experts:
+        _shrink_int(values, _TOP_K_KEYS, experts)
 
 
 def _shrink_fixed(values: dict) -> None:
@@ -430,15 +476,27 @@ def serve(directory: Path) -> None:
 
 # --- the parent: children with a time limit each, results as they come ---
 
+def child_environment(jobs: int) -> dict[str, str]:
+    """A child's environment: no GPU visible (the CPU half of the table is the CPU's, also on a
+    machine with torch's CUDA build and a GPU; the H200 figures are predictions, no GPU used), and
+    the machine's cores shared among the children (torch would take them all in each)."""
+    import os
+
+    threads = str(max(1, (os.cpu_count() or 1) // max(jobs, 1)))
+    return {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": threads,
+            "MKL_NUM_THREADS": threads}
+
+
 class Child:
     """A `--serve` process and the architecture it is on."""
 
-    def __init__(self, directory: Path, log):
+    def __init__(self, directory: Path, log, environment: dict[str, str]):
         import subprocess
 
         self.process = subprocess.Popen(
             [sys.executable, __file__, "--serve", str(directory)], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1, cwd=ROOT)
+            stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1, cwd=ROOT,
+            env=environment)
         self.task: tuple[str, str] | None = None
         self.since = 0.0
 
@@ -466,7 +524,8 @@ def run_all(tasks: list[tuple[str, str]], out: Path, jobs: int, timeout: float) 
     print(f"{len(tasks)} architectures, {len(done)} done before, {len(pending)} to go", flush=True)
     directory = Path(tempfile.mkdtemp(prefix="anatomy-coverage-"))
     log = open(out.with_suffix(".log"), "a")  # noqa: SIM115 - the children's stderr, all run
-    children = [Child(directory, log) for _ in range(min(jobs, len(pending)))]
+    environment = child_environment(jobs)
+    children = [Child(directory, log, environment) for _ in range(min(jobs, len(pending)))]
     selector = selectors.DefaultSelector()
     for child in children:
         selector.register(child.process.stdout, selectors.EVENT_READ, child)
@@ -479,7 +538,7 @@ def run_all(tasks: list[tuple[str, str]], out: Path, jobs: int, timeout: float) 
     def replace(child: Child) -> Child:
         selector.unregister(child.process.stdout)
         child.stop()
-        fresh = Child(directory, log)
+        fresh = Child(directory, log, environment)
         selector.register(fresh.process.stdout, selectors.EVENT_READ, fresh)
         children[children.index(child)] = fresh
         return fresh
@@ -655,7 +714,11 @@ def main(argv: list[str] | None = None) -> int:
         run_all(tasks, args.out, args.jobs, args.timeout)
     rows = [json.loads(line) for line in args.out.read_text().splitlines() if line.strip()]
     latest = {row["model_type"]: row for row in rows}  # a type run again: its latest row
-    args.doc.write_text(report(list(latest.values()), "python bench/architectures.py --jobs 2",
+    command = args.out.with_suffix(".command")  # the command that measured, for --report
+    if not args.report:
+        command.write_text(" ".join(["python bench/architectures.py", *(argv or sys.argv[1:])]))
+    args.doc.write_text(report(list(latest.values()), command.read_text().strip()
+                               if command.exists() else "python bench/architectures.py",
                                architectures()))
     print(f"wrote {args.doc}")
     return 0

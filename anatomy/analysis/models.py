@@ -625,6 +625,54 @@ def check_config(spec: ModelSpec) -> None:
                          "Speech2Text take them")
 
 
+def check_config_class(spec: ModelSpec) -> None:
+    """transformers' own checks of the config (its config class's types, values and validators),
+    in one line (ModelError), before anything starts. A preset is the project's own and passes.
+    transformers loads torch: in a process that has not loaded it (the run manager's, the
+    dashboard's), a child interpreter builds the config class, once for each config."""
+    if spec.source == "preset":
+        return
+    import sys
+
+    text = json.dumps(spec.config, sort_keys=True, default=str)
+    if "transformers" in sys.modules:
+        refusal = config_class_refusal(spec.name, text)
+    else:
+        refusal = _config_class_refusal_apart(spec.name, text)
+    if refusal:
+        raise ModelError(refusal)
+
+
+def config_class_refusal(name: str, config_text: str) -> str | None:
+    """Why transformers' config class refuses the config (the JSON of a model's config.json),
+    in one line; None when it takes it."""
+    spec = ModelSpec(name, "config file", json.loads(config_text))
+    try:
+        transformers_config(spec)
+    except ModelError as error:
+        return str(error)
+    return None
+
+
+@lru_cache(maxsize=64)
+def _config_class_refusal_apart(name: str, config_text: str) -> str | None:
+    import subprocess
+    import sys
+
+    code = ("import sys; from anatomy.analysis.models import config_class_refusal as r; "
+            "print(r(sys.argv[1], sys.stdin.read()) or '')")
+    root = str(Path(__file__).resolve().parents[2])
+    try:
+        done = subprocess.run([sys.executable, "-c", code, name], input=config_text,
+                              capture_output=True, text=True, timeout=300, cwd=root,
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                  filter(None, (root, os.environ.get("PYTHONPATH"))))})
+    except (OSError, subprocess.TimeoutExpired):
+        return None  # the run finds out itself, and fails in one line
+    lines = done.stdout.strip().splitlines() if done.returncode == 0 else []
+    return lines[-1] if lines else None
+
+
 def input_words(spec: ModelSpec, seq_len: int) -> str:
     """What one sample of the dummy data is, in words: "images 224×224", "sequence length 512",
     "source and target length 128", "audio features 80×3000, target length 128"."""
@@ -723,14 +771,15 @@ def classifier_modules(spec: ModelSpec, model) -> list[str]:
 
 def default_lora_targets(spec: ModelSpec) -> tuple[str, ...]:
     """What LoRA wraps when the run names nothing: peft's own default for the model type where
-    peft has one; otherwise from the model's own layers: the attention's query and value
+    peft has a list of names (Gemma 4's is a pattern, which a list of targets cannot hold);
+    otherwise from the model's own layers: the attention's query and value
     projections, else its fused query-key-value projection, else its attention's linear layers,
     else (a model without attention, such as a convolution network) every linear and convolution
     layer but the head's and the grouped (depthwise) convolutions, whose adapters peft limits.
     ModelError when there is nothing to wrap."""
     from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as peft
 
-    if spec.model_type in peft:
+    if isinstance(peft.get(spec.model_type), (list, tuple, set)):  # a str is a regex: ours then
         return tuple(peft[spec.model_type])
     layers = adaptable_layers(spec)
     attention = [layer for layer in layers if layer.in_attention and layer.kind == "linear"]
@@ -854,6 +903,20 @@ def head_class(spec: ModelSpec):
                      f"{type(config).__name__} ({spec.display_name})")
 
 
+def head_config(head, config):
+    """The config `head` takes: a composite config's text part where the head is its text
+    model's (Llama 4's and Emu3's causal LMs), as transformers' Auto classes choose it; the task's
+    settings (labels, padding id) go with it."""
+    text = getattr(config, "sub_configs", {}).get("text_config")
+    if text is None or getattr(head, "config_class", None) is not text:
+        return config
+    inner = config.get_text_config()
+    inner.num_labels = config.num_labels
+    if getattr(inner, "pad_token_id", None) is None:
+        inner.pad_token_id = getattr(config, "pad_token_id", None)
+    return inner
+
+
 def _cached_weights(spec: ModelSpec) -> bool:
     if spec.hub_id is None:
         return False
@@ -885,7 +948,7 @@ def build_model(spec: ModelSpec | str, device: str | None = None, *, lora_rank: 
     if isinstance(spec, str):  # a model as a run names it
         spec = resolve(spec)
     head = head_class(spec)
-    config = transformers_config(spec)
+    config = head_config(head, transformers_config(spec))
     source = RANDOM_WEIGHTS
     model = None
     if pretrained and _cached_weights(spec):

@@ -233,6 +233,7 @@ def validate(options: RunOptions, gpu_count: int, *, resolve_model: bool = True,
     if resolve_model and "model" not in errors:
         try:
             spec = models.resolve(options.model)
+            models.check_config_class(spec)
         except ModelError as error:
             errors["model"] = str(error)
         else:

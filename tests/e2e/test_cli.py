@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from anatomy.engine.devices import machine
-from tests.conftest import TINY, flags
+from tests.conftest import PROJECT, TINY, flags
 
 ON_GPU = machine().backend == "nvml"  # the same tests pass on a GPU machine, measuring NVML
 
@@ -126,6 +126,21 @@ def test_a_bad_model_is_one_line_and_starts_nothing(tmp_path):
         assert result.stderr.strip().splitlines() == [
             f"error: model: {tmp_path.name}: hidden size 66 is not divisible by the 4 attention "
             "heads"]
+    assert json.loads(anatomy("runs", "--json", store=tmp_path / "s.sqlite").stdout) == []
+
+
+def test_a_config_its_config_class_refuses_is_one_line_and_starts_nothing(tmp_path):
+    """What only transformers' config class knows (a field's type): refused by `run` before a run
+    is stored, as `predict` refuses it."""
+    config = json.loads((PROJECT / "anatomy/analysis/configs/tiny-llama.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "rms_norm_eps": "x"}))
+    for result in (anatomy("run", "--model", str(tmp_path), store=tmp_path / "s.sqlite"),
+                   predict("--model", str(tmp_path))):
+        assert result.returncode == 2
+        assert result.stderr.strip().splitlines() == [
+            f"error: model: {tmp_path.name}: transformers refuses the config: Validation error "
+            "for field 'rms_norm_eps': TypeError: Field 'rms_norm_eps' expected float, got str "
+            "(value: 'x')"]
     assert json.loads(anatomy("runs", "--json", store=tmp_path / "s.sqlite").stdout) == []
 
 

@@ -14,6 +14,8 @@ from anatomy.analysis.report import report
 
 FAMILIES = {
     "mixtral": "a mixture of experts (the grouped matmul)",
+    "jetmoe": "a router read from the weights (its experts' token counts, .tolist())",
+    "llama4": "a causal LM inside a multimodal config (its text part)",
     "deberta-v2": "data-dependent shapes (aten.nonzero over the labels)",
     "opt": "a decoder whose padding mask transformers reads (.item())",
     "bart": "an encoder-decoder, data-dependent (unique_consecutive)",

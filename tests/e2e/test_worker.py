@@ -10,6 +10,7 @@ from dataclasses import replace
 import psutil
 import pytest
 
+from anatomy.analysis.options import InvalidOptions
 from anatomy.analysis.report import report
 from anatomy.engine.callbacks import INJECT_ENV
 from anatomy.engine.manager import DeviceBusy, machine
@@ -154,19 +155,32 @@ def test_a_script_without_a_main_guard_can_start_runs(tmp_path):
     assert "torch loaded here: False" in result.stdout
 
 
-@pytest.mark.parametrize("change, words", [
-    ({"hidden_act": "no-such-activation"}, "LlamaMLP.__init__: 'no-such-activation'"),
-    ({"rms_norm_eps": "x"}, "'rms_norm_eps': TypeError: Field 'rms_norm_eps' expected float"),
-])
 def test_a_config_the_model_cannot_take_fails_the_run_in_one_line_naming_why(
-        manager, store, tmp_path, change, words):
-    """What the file's checks cannot see without transformers (validation keeps torch out of the
-    caller's process): the config class's own refusal, a layer the model's code cannot make.
-    The run fails with that one line, not a traceback."""
+        manager, store, tmp_path):
+    """What only the model's code finds (a layer it cannot make): the run fails with that one
+    line, not a traceback."""
     config = json.loads((PROJECT / "anatomy/analysis/configs/tiny-llama.json").read_text())
     path = tmp_path / "config.json"
-    path.write_text(json.dumps({**config, **change}))
+    path.write_text(json.dumps({**config, "hidden_act": "no-such-activation"}))
     run_id = manager.start(replace(TINY, model=str(path)))
     assert manager.wait(run_id, timeout=180) == "failed"
     error = report(store, run_id).error
-    assert "\n" not in error.strip() and words in error
+    assert "\n" not in error.strip() and "LlamaMLP.__init__: 'no-such-activation'" in error
+
+
+def test_a_config_its_config_class_refuses_starts_nothing(manager, store, tmp_path):
+    """The config class's own refusal is known before the run: one line, nothing stored, and
+    the caller's process still without torch (a child interpreter built the config class)."""
+    import sys
+
+    config = json.loads((PROJECT / "anatomy/analysis/configs/tiny-llama.json").read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**config, "rms_norm_eps": "x"}))
+    loaded, before = "transformers" in sys.modules, len(store.runs())
+    with pytest.raises(InvalidOptions) as refused:
+        manager.start(replace(TINY, model=str(path)))
+    message = refused.value.errors["model"]
+    assert "\n" not in message
+    assert "'rms_norm_eps': TypeError: Field 'rms_norm_eps' expected float" in message
+    assert len(store.runs()) == before
+    assert ("transformers" in sys.modules) == loaded

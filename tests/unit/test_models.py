@@ -165,7 +165,8 @@ def _config_file(tmp_path, model_type: str) -> str:
     ("olmo", ("q_proj", "v_proj")), ("cohere", ("q_proj", "v_proj")),
     ("granite", ("q_proj", "v_proj")), ("starcoder2", ("q_proj", "v_proj")),
     ("smollm3", ("q_proj", "v_proj")), ("qwen2_moe", ("q_proj", "v_proj")),
-    ("vit", ("q_proj", "v_proj"))])
+    ("vit", ("q_proj", "v_proj")),
+    ("gemma4", ("q_proj", "v_proj"))])  # peft's is a pattern, which a list of names cannot hold
 def test_lora_defaults_come_from_the_models_own_attention(tmp_path, model_type, targets):
     spec = models.resolve(_config_file(tmp_path, model_type))
     assert models.default_lora_targets(spec) == targets
@@ -234,3 +235,30 @@ def test_lora_options_are_checked():
                     0) == {}
     assert "not a module name" in validate(RunOptions(lora_rank=4, lora_targets="q-proj"),
                                            0)["lora_targets"]
+
+
+def test_a_composite_configs_causal_lm_takes_its_text_part(tmp_path):
+    """Llama 4's causal LM takes the text config inside the multimodal one, as transformers'
+    Auto classes give it."""
+    spec = models.resolve(_config_file(tmp_path, "llama4"))
+    model, _ = models.build_model(spec, "meta", pretrained=False)
+    assert type(model).__name__ == "Llama4ForCausalLM"
+    assert type(model.config).__name__ == "Llama4TextConfig"
+
+
+def test_small_configs_keep_the_configs_own_constraints():
+    """bench/architectures.py's small configs: heads that divide the width, a router's top-k no
+    more than its experts, a number where the defaults leave None and the model reads one."""
+    from bench.architectures import architectures, small_config
+
+    heads = dict(architectures())
+    dots1 = small_config("dots1", heads["dots1"])  # 32 heads of a width scaled to 144
+    assert dots1["hidden_size"] % dots1["num_attention_heads"] == 0
+    assert dots1["n_routed_experts"] and dots1["n_shared_experts"]
+    kimi = small_config("kimi_linear", heads["kimi_linear"])  # 8 of 256 experts, shrunk to 4
+    assert kimi["num_experts_per_token"] <= kimi["num_experts"]
+    assert small_config("esm", heads["esm"])["vocab_size"]  # None by default
+    hunyuan = small_config("hunyuan_v1_dense", heads["hunyuan_v1_dense"])
+    assert hunyuan["head_dim"] == hunyuan["hidden_size"] // hunyuan["num_attention_heads"]
+    hrm = small_config("hrm_text", heads["hrm_text"])  # a stack run over in cycles
+    assert hrm["num_layers_per_stack"] <= 2

@@ -4,7 +4,9 @@ real ones make.
 - `_grouped_mm` (a mixture of experts' grouped matmul, transformers' default experts
   implementation): the meta kernel insists on bf16 inputs, while the CPU kernel and the CUDA one
   of the GPUs the trace stands for take the fp32 inputs a Trainer's fp32 weights give. Its output
-  is the shape the meta kernel gives for bf16 inputs, in the inputs' own dtype.
+  is the shape the meta kernel gives for bf16 inputs, in the inputs' own dtype. The meta kernel
+  also checks the CUDA kernel's 16-byte alignment of rows, which fp32 inputs on the CPU need not
+  have (a width of 44 elements): it is asked with rows padded to it, which gives the same shape.
 """
 
 from __future__ import annotations
@@ -15,11 +17,24 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 aten = torch.ops.aten
 
 
+ALIGNMENT = 8  # bf16 elements: 16 bytes
+
+
 def _meta_like(tensor: torch.Tensor | None, dtype: torch.dtype | None = None):
+    """A meta tensor of `tensor`'s shape and layout (rows or columns contiguous), its rows
+    padded to the alignment."""
     if tensor is None:
         return None
-    return torch.empty_strided(tensor.shape, tensor.stride(), dtype=dtype or tensor.dtype,
-                               device="meta")
+    dtype = dtype or tensor.dtype
+    shape = list(tensor.shape)
+    if len(shape) < 2:
+        return torch.empty(shape, dtype=dtype, device="meta")
+    columns = tensor.stride(-2) == 1 and tensor.stride(-1) != 1
+    if columns:
+        shape[-1], shape[-2] = shape[-2], shape[-1]
+    padded = shape[:-1] + [-(-shape[-1] // ALIGNMENT) * ALIGNMENT]
+    made = torch.empty(padded, dtype=dtype, device="meta")[..., :shape[-1]]
+    return made.transpose(-1, -2) if columns else made
 
 
 def _grouped_mm(mat_a, mat_b, offs=None, bias=None, out_dtype=None):

@@ -10,6 +10,14 @@ real, small), and answers a value-reading operator from them. A tensor made from
 no values (it is as large as the model's activations); an operator that reads one is refused by
 name (`UnknownValues`).
 
+One choice made from the weights is answered all the same: a mixture of experts' router, which
+picks each token's experts (`topk`, `argmax` of its scores) and then reads how many tokens each
+expert got (`tolist`, `nonzero`, `.item()`). Random weights route tokens as they fall; the trace
+routes them evenly (`balanced_choice`): token t takes experts t·k … t·k + k - 1 (mod the experts).
+Each expert's tensors are as large as its share of the tokens, so their bytes add up to the same
+total however the tokens fall, as long as every expert takes some (with batches of dozens of
+tokens and a handful of experts, every expert does).
+
 transformers itself skips its value-reading checks on fake tensors ("tracing") and takes a more
 general path than the real run: `real_paths()` has it take the real run's path, since here the
 values are known.
@@ -50,6 +58,35 @@ def _mutated(func, args, kwargs) -> list[torch.Tensor]:
     return out
 
 
+aten = torch.ops.aten
+# Operators that choose among a dimension's entries and return the indices chosen: (the output
+# holding the indices, whether the chosen dimension stays in it).
+CHOICES = {aten.topk.default: (1, True), aten.argmax.default: (0, False),
+           aten.max.dim: (1, False)}
+
+
+def balanced_choice(func, args, kwargs, indices: torch.Tensor) -> torch.Tensor:
+    """The indices a choice among `args[0]`'s entries returns, spread evenly: the r-th choice
+    (counting over every row) takes entry r mod the dimension's size, so the rows' choices are
+    distinct within a row and every entry is chosen as often as any other."""
+    source = args[0]
+    if func is aten.topk.default:
+        dim = args[2] if len(args) > 2 else kwargs.get("dim", -1)
+    else:
+        dim = args[1] if len(args) > 1 else kwargs.get("dim")
+    dim = 0 if dim is None else dim % max(source.dim(), 1)
+    size = source.shape[dim] if source.dim() else 1
+    keeps = CHOICES[func][1]
+    moved = list(indices.shape)
+    if keeps:
+        moved.append(moved.pop(dim))
+    with _disable_current_modes():
+        values = (torch.arange(indices.numel()) % max(size, 1)).reshape(moved)
+        if keeps and indices.dim():
+            values = values.movedim(-1, dim)
+        return values.to(indices.dtype).contiguous()
+
+
 class DataValues(TorchDispatchMode):
     """Keeps the values of small tensors whose inputs all have values (or that are made from
     nothing: arange, ones, randint), and answers value-reading operators from them."""
@@ -88,6 +125,10 @@ class DataValues(TorchDispatchMode):
         if not self._known(args, kwargs):
             for tensor in _mutated(func, args, kwargs):  # its values are no longer known
                 self.values.pop(tensor, None)
+            if func in CHOICES:  # a router's choice, made from the weights
+                indices = out[CHOICES[func][0]] if isinstance(out, (tuple, list)) else out
+                if isinstance(indices, FakeTensor) and indices.numel() <= VALUE_LIMIT:
+                    self.values[indices] = balanced_choice(func, args, kwargs, indices)
             return out
         outputs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
         if outputs and sum(t.numel() for t in outputs) <= VALUE_LIMIT:

@@ -1,0 +1,59 @@
+"""What a trace on fake tensors answers where values decide: a router's choice made from the
+weights (tracing/values.py), and the grouped matmul's shape for inputs the meta kernel refuses
+(tracing/fake_kernels.py)."""
+
+from __future__ import annotations
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from anatomy.analysis.prediction.tracing.fake_kernels import FakeKernels
+from anatomy.analysis.prediction.tracing.values import DataValues, balanced_choice
+
+aten = torch.ops.aten
+
+
+def test_a_balanced_choice_takes_distinct_entries_in_a_row_and_each_as_often():
+    scores = torch.zeros(6, 10, 4)
+    chosen = balanced_choice(aten.topk.default, (scores, 2), {}, torch.empty(6, 10, 2,
+                                                                             dtype=torch.long))
+    assert all(len(set(row.tolist())) == 2 for row in chosen.reshape(-1, 2))
+    assert torch.bincount(chosen.flatten(), minlength=4).tolist() == [30, 30, 30, 30]
+    along_rows = balanced_choice(aten.topk.default, (scores, 3, 1), {},
+                                 torch.empty(6, 3, 4, dtype=torch.long))
+    assert all(len(set(along_rows[b, :, c].tolist())) == 3 for b in range(6) for c in range(4))
+    top = balanced_choice(aten.argmax.default, (scores, -1), {}, torch.empty(6, 10,
+                                                                           dtype=torch.long))
+    assert torch.bincount(top.flatten(), minlength=4).tolist() == [15, 15, 15, 15]
+
+
+def test_a_router_made_from_the_weights_is_read_as_evenly_routed():
+    """JetMoE's gating: top-k of a linear layer's scores, then how many tokens each expert got
+    (`tolist`), then the tokens grouped by expert: a trace answers it, as for the real run's
+    total of tokens over the experts."""
+    experts, top_k, tokens = 4, 2, 12
+    with FakeTensorMode() as mode, DataValues():
+        weight = mode.from_tensor(torch.empty(experts, 8))
+        hidden = mode.from_tensor(torch.empty(tokens, 8))
+        logits = hidden @ weight.T
+        _, chosen = logits.topk(top_k, dim=1)
+        gates = torch.zeros(tokens, experts).scatter(1, chosen, 1)
+        sizes = gates.long().sum(0).tolist()
+        _, order = chosen.flatten().sort(0)
+        grouped = hidden[order.div(top_k, rounding_mode="trunc")].split(sizes)
+        hit = (gates.sum(0) > 0).nonzero()
+    assert sizes == [tokens * top_k // experts] * experts
+    assert [g.shape[0] for g in grouped] == sizes and hit.shape == (experts, 1)
+
+
+def test_the_grouped_matmul_of_fp32_rows_unaligned_for_cuda_has_its_shape():
+    """fp32 rows of 44 elements: the CPU kernel takes them, the meta kernel (bf16 only, rows
+    aligned to 16 bytes) does not; the trace gives the CPU kernel's shape."""
+    real = torch._grouped_mm(torch.randn(12, 44), torch.randn(3, 44, 20),
+                             offs=torch.tensor([4, 8, 12], dtype=torch.int32))
+    with FakeTensorMode() as mode, FakeKernels():
+        out = torch._grouped_mm(mode.from_tensor(torch.empty(12, 44)),
+                                mode.from_tensor(torch.empty(3, 44, 20)),
+                                offs=mode.from_tensor(torch.tensor([4, 8, 12],
+                                                                   dtype=torch.int32)))
+    assert out.shape == real.shape and out.dtype == torch.float32
