@@ -80,6 +80,25 @@ def test_a_choice_the_machine_cannot_run_is_refused_next_to_it(store):
     assert store.runs() == []
 
 
+
+@pytest.mark.parametrize("gpus", [0, 1])
+def test_the_gpu_index_field_is_offered_only_on_a_machine_with_a_gpu(gpus, fresh_nvml):
+    """A CPU machine's form asked for a GPU index."""
+    from anatomy.dashboard import server
+    from anatomy.engine import nvml
+    from tests.fake_nvml import FakePynvml
+
+    nvml._lib = FakePynvml(gpus=gpus) if gpus else None  # None: no NVML, as on this machine
+    server.device.clear()  # the server asks the machine once: ask this one
+    try:
+        app = _app().run()
+    finally:
+        server.device.clear()
+    assert not app.exception
+    keys = {w.key for w in app.number_input}
+    assert "option_batch_size" in keys  # the form is drawn
+    assert ("option_gpu" in keys) == bool(gpus)
+
 def test_the_sidebar_names_what_is_measured():
     app = _app().run()
     text = " ".join(m.value for m in app.sidebar.markdown)

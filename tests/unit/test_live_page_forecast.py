@@ -91,6 +91,28 @@ def test_start_is_refused_while_a_sweep_holds_the_device(store):
     assert store.runs() == []
 
 
+
+def test_a_refusal_to_start_goes_once_the_run_it_was_about_has_ended(store, seed):
+    """"Not started: this machine is busy" stayed above the run after it had finished."""
+    from anatomy.dashboard import server
+    from anatomy.vocabulary import Status
+
+    run_id = seed(status="running")  # the run this tab shows, holding the device
+    lock = server.manager().reserve(defaults_for(server.device().has_gpu), "a run")
+    lock.describe(f"run {run_id} (pid {os.getpid()})")
+    try:
+        app = AppTest.from_file(APP, default_timeout=30).run()
+        app.button(key="start").click().run()
+    finally:
+        lock.release()
+    assert any(e.value.startswith("Not started: ") and f"busy: run {run_id}" in e.value
+               for e in app.error), [e.value for e in app.error]
+    store.finish(run_id, Status.COMPLETED)
+    app.run()  # the page's next rerun, the run ended
+    assert not app.exception
+    assert not [e.value for e in app.error if e.value.startswith("Not started")]
+    assert len(store.runs()) == 1  # the refused start started nothing
+
 # --- how long a run should take (analysis/duration.py), before it starts ---
 
 def test_without_a_stored_run_the_estimate_comes_from_the_reference_run():

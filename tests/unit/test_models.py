@@ -223,6 +223,23 @@ def test_a_long_model_name_is_one_line():
     assert list(errors) == ["model"] and "\n" not in errors["model"]
 
 
+
+@pytest.mark.parametrize("command", ["run", "predict", "sweep"])
+def test_the_lora_targets_help_shows_the_form_the_parser_takes(command):
+    """`--lora-targets`' help said comma-separated while the parser takes names apart (nargs)."""
+    import re
+
+    from anatomy.cli import parser
+    from anatomy.cli.arguments import options_from_args
+
+    sub = next(a for a in parser()._actions if a.dest == "command").choices[command]
+    (action,) = [a for a in sub._actions if "--lora-targets" in a.option_strings]
+    assert "comma" not in action.help
+    example = re.search(r"--lora-targets((?: [a-z_.]+)+)", action.help)
+    assert example, action.help
+    args = sub.parse_args(["--lora-rank", "4", "--lora-targets", *example[1].split()])
+    assert options_from_args(args, has_gpu=False).lora_target_list() == tuple(example[1].split())
+
 def test_lora_options_are_checked():
     assert "set a LoRA rank" in validate(RunOptions(lora_targets="q_proj"), 0)["lora_targets"]
     errors = validate(RunOptions(model="tiny-llama", lora_rank=4, lora_targets="query"), 0)

@@ -305,6 +305,7 @@ def test_two_cpu_processes_are_said_as_processes_in_titles_lists_and_compare(sto
                                    if k not in ("gpu", "gpus")})
     pair = [report(store, one), rep]
     assert compare.run_labels(pair)[two] == f"Run {two} · 2 processes · ddp"
+    assert compare.run_labels(pair)[one] == f"Run {one} · 1 process"  # was "1 processes"
     rows = {row["what"]: row for row in compare.side_by_side(pair)}
     assert (rows["GPU index"][f"Run {two}"], rows["GPU index"][""]) == ("—", "")
     # The Live chart: a line for the tree, one for each rank's own processes, each named.

@@ -80,6 +80,24 @@ def test_the_explanations_fit_the_way_a_users_run_was_recorded(store, seed_users
         assert [name for name, _ in metrics] == ["baseline", "torch loaded", "weights", "training"]
 
 
+
+@pytest.mark.parametrize("shape", ["trainer", "phase api", "command"])
+def test_show_prints_no_none_and_only_the_options_a_users_run_reported(store, seed_users, capsys,
+                                                                      shape):
+    """`anatomy show` printed "None" for what a user's run did not report (the Trainer's
+    max_steps=None among its options)."""
+    from anatomy import cli
+
+    run_id = seed_users(shape)
+    assert cli.main(["show", str(run_id), "--store", str(store.path)]) == 0
+    out = capsys.readouterr().out
+    assert not re.search(r"\bNone\b", out), out
+    (options,) = [line for line in out.splitlines() if line.startswith("options: ")]
+    if shape == "trainer":  # what TrainingArguments said, and nothing it left unset
+        assert "batch_size=8" in options and "max_steps" not in options
+    else:
+        assert options == "options: (not reported)"
+
 def test_a_cpu_runs_bars_and_table_end_on_the_same_peak_and_the_prediction_reaches_it(
         store, seed_users):
     """The CPU prediction ("about 97 MB for tensors, plus the Python process") could not be
