@@ -22,36 +22,27 @@ import time
 from pathlib import Path
 
 from tools import demo_store
-from tools.browser import ARGS, CHROMIUM, serve
+from tools.browser import ARGS, CHROMIUM, mark_charts_seen, serve, wait_for_chart, wait_for_new_chart
 
 PAGES = {"Runs": "/runs?run=1", "Anatomy": "/anatomy?run=1", "Compare": "/compare?runs=1,2,3,4",
          "Live (stored run)": "/?run=1"}
-# A Plotly chart drawn, or the memory picture the Live page draws while a run trains.
-CHART_DRAWN = """() => { const p = document.querySelector('.js-plotly-plot');
-  return !!(p && p._fullLayout && p.querySelector('.main-svg'))
-    || !!document.querySelector('svg.anatomy-chart polyline'); }"""
 WEBGL = "() => document.querySelectorAll('canvas.gl-canvas, .gl-container canvas').length"
 
 
 def _to_chart(page, url: str) -> float:
     started = time.monotonic()
     page.goto(url)
-    page.wait_for_function(CHART_DRAWN, timeout=120_000, polling=50)
+    wait_for_chart(page, polling=50)
     return time.monotonic() - started
-
-
-NEW_CHART = """() => [...document.querySelectorAll('.js-plotly-plot')].some(
-  p => !p.dataset.seen && p._fullLayout && p.querySelector('.main-svg'))"""
 
 
 def _by_link(page, name: str) -> float:
     """In a tab already open: a click on the sidebar's link to another page, to its first chart
     (a new one: those on screen before the click are marked)."""
-    page.evaluate("() => document.querySelectorAll('.js-plotly-plot')"
-                  ".forEach(p => p.dataset.seen = '1')")
+    mark_charts_seen(page)
     started = time.monotonic()
     page.locator("[data-testid=stSidebar]").get_by_text(name, exact=True).click()
-    page.wait_for_function(NEW_CHART, timeout=120_000, polling=50)
+    wait_for_new_chart(page, polling=50)
     return time.monotonic() - started
 
 

@@ -1,5 +1,6 @@
-"""What the screenshots and the dashboard bench share: Debian's Chromium with its arguments, and
-a dashboard served on a free port over a given store."""
+"""What the screenshots, the dashboard bench and the browser tests share: Debian's Chromium with
+its arguments, a dashboard served on a free port over a given store, and when a page's charts are
+drawn."""
 
 from __future__ import annotations
 
@@ -15,6 +16,42 @@ PROJECT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+# A Plotly chart is drawn once Plotly has laid it out and made its SVG.
+_PLOT_DRAWN = "p => !!(p._fullLayout && p.querySelector('.main-svg'))"
+# The page's first chart: a Plotly chart, or the picture the Live page draws of a run in progress
+# (views/figures/svg.py), once it has its curve.
+CHART_DRAWN = f"""() => [...document.querySelectorAll('.js-plotly-plot')].some({_PLOT_DRAWN})
+  || !!document.querySelector('svg.anatomy-chart polyline')"""
+# At least `count` Plotly charts, every one of them drawn.
+CHARTS_DRAWN = f"""(count) => {{ const plots = [...document.querySelectorAll('.js-plotly-plot')];
+  return plots.length >= count && plots.every({_PLOT_DRAWN}); }}"""
+# A Plotly chart drawn that was not on the page when `mark_charts_seen` ran.
+NEW_CHART_DRAWN = f"""() => [...document.querySelectorAll('.js-plotly-plot')]
+  .some(p => !p.dataset.seen && ({_PLOT_DRAWN})(p))"""
+_MARK_SEEN = "() => document.querySelectorAll('.js-plotly-plot').forEach(p => p.dataset.seen = '1')"
+WAIT_MS = 120_000  # a page's charts on a loaded machine
+
+
+def wait_for_chart(page, timeout_ms: int = WAIT_MS, polling: int | str = "raf") -> None:
+    """Until the page shows its first chart (CHART_DRAWN)."""
+    page.wait_for_function(CHART_DRAWN, timeout=timeout_ms, polling=polling)
+
+
+def wait_for_charts(page, count: int = 1, timeout_ms: int = WAIT_MS) -> None:
+    """Until the page shows `count` Plotly charts or more, all drawn (CHARTS_DRAWN)."""
+    page.wait_for_function(CHARTS_DRAWN, arg=count, timeout=timeout_ms)
+
+
+def mark_charts_seen(page) -> None:
+    """Mark the charts on the page now, so that `wait_for_new_chart` waits for another."""
+    page.evaluate(_MARK_SEEN)
+
+
+def wait_for_new_chart(page, timeout_ms: int = WAIT_MS, polling: int | str = "raf") -> None:
+    """Until a chart that `mark_charts_seen` did not mark is drawn."""
+    page.wait_for_function(NEW_CHART_DRAWN, timeout=timeout_ms, polling=polling)
 
 
 def free_port() -> int:

@@ -19,17 +19,14 @@ from pathlib import Path
 from anatomy.analysis import transfer
 from anatomy.store import Store
 from tools import demo_store
-from tools.browser import ARGS, CHROMIUM, serve
+from tools.browser import ARGS, CHROMIUM, serve, wait_for_charts
 
 PROJECT = Path(__file__).resolve().parent.parent
 SETTLE_MS = 1500  # the last chart's transitions
 
 
 def _charts_drawn(page, count: int = 1) -> None:
-    page.wait_for_function(
-        f"""() => {{ const plots = document.querySelectorAll('.js-plotly-plot');
-            return plots.length >= {count} && [...plots].every(p => p._fullLayout); }}""",
-        timeout=120_000)
+    wait_for_charts(page, count)
     page.wait_for_timeout(SETTLE_MS)
 
 

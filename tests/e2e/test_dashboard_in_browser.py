@@ -24,6 +24,7 @@ from anatomy.views.live import summary_lines
 from tests.conftest import PROJECT, USERS_SHAPES, seed_users_run
 from tests.e2e.conftest import ARTIFACTS
 from tools import demo_store
+from tools.browser import wait_for_charts
 
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(
     not Path("/usr/bin/chromium").exists(),
@@ -132,8 +133,6 @@ PHASES_PICTURED = """() => {
     plotly: document.querySelectorAll('.js-plotly-plot').length,
   };
 }"""
-CHARTS_DRAWN = """(count) => { const plots = document.querySelectorAll('.js-plotly-plot');
-  return plots.length >= count && [...plots].every(p => p._fullLayout); }"""
 # Every text annotation of every chart as drawn: its box, and the box of its chart's SVG.
 ANNOTATION_BOXES = """() => [...document.querySelectorAll('.js-plotly-plot')].map(plot => {
   const frame = plot.querySelector('.main-svg').getBoundingClientRect();
@@ -251,7 +250,7 @@ def test_a_fresh_servers_first_page_has_the_apps_navigation_and_fetches_nothing_
     page.on("request", lambda request: elsewhere.append(request.url)
             if not request.url.startswith((url, "data:", "blob:")) else None)
     page.goto(f"{url}/runs?run=1")  # the server's very first request, and not "/"
-    page.wait_for_function(CHARTS_DRAWN, arg=2, timeout=120_000)
+    wait_for_charts(page, 2)
     page.wait_for_timeout(1000)
     links = page.locator("[data-testid=stSidebarNav] a").all_inner_texts()
     favicon = page.evaluate("() => document.querySelector('link[rel~=icon]').href")
@@ -265,7 +264,7 @@ def test_a_fresh_servers_first_page_has_the_apps_navigation_and_fetches_nothing_
     assert canvases == 0  # SVG charts: no WebGL context
 
     page.goto(f"{url}/compare?runs=1,2,3,4")
-    page.wait_for_function(CHARTS_DRAWN, arg=4, timeout=120_000)
+    wait_for_charts(page, 4)
     assert page.evaluate("() => document.querySelectorAll('canvas.gl-canvas').length") == 0
     assert elsewhere == []
     assert "Traceback" not in _stop_log(log)
@@ -276,7 +275,7 @@ def test_a_fresh_servers_first_request_for_a_shared_anatomy_link_finds_its_page(
     url, store, log = gpu_runs
     page = chromium.new_page(viewport={"width": 1400, "height": 1000})
     page.goto(f"{url}/anatomy?run=1")  # the server's very first request
-    page.wait_for_function(CHARTS_DRAWN, arg=2, timeout=120_000)
+    wait_for_charts(page, 2)
     page.wait_for_timeout(1000)
     page.screenshot(path=ARTIFACTS / "first-request-anatomy.png")
     assert page.get_by_text("Page not found").count() == 0
@@ -290,7 +289,7 @@ def test_at_1000_px_no_label_overlaps_another_or_leaves_its_chart(gpu_runs, chro
     problems = {}
     for path, charts in (("/runs?run=1", 2), ("/anatomy?run=1", 4), ("/?run=3", 1)):
         page.goto(url + path)
-        page.wait_for_function(CHARTS_DRAWN, arg=charts, timeout=120_000)
+        wait_for_charts(page, charts)
         page.wait_for_timeout(1000)
         for index, chart in enumerate(page.evaluate(ANNOTATION_BOXES)):
             found = _overlaps(chart) + [(text, "edge") for text in _outside(chart)]
@@ -311,7 +310,7 @@ def test_an_exported_chart_keeps_its_title_and_tick_labels_on_the_page(gpu_store
     exported.write_text(export.runs_html(store, [1]))
     page = chromium.new_page(viewport={"width": 1000, "height": 800})
     page.goto(exported.as_uri())
-    page.wait_for_function(CHARTS_DRAWN, arg=1, timeout=60_000)
+    wait_for_charts(page, 1, timeout_ms=60_000)
     boxes = page.evaluate("""() => {
       const box = e => { const r = e.getBoundingClientRect();
                          return {left: r.left, right: r.right, top: r.top, bottom: r.bottom}; };

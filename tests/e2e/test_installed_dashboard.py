@@ -21,7 +21,7 @@ import pytest
 
 from tests.conftest import PROJECT
 from tests.e2e.conftest import ARTIFACTS
-from tools.browser import CHROMIUM, free_port
+from tools.browser import CHROMIUM, free_port, wait_for_chart
 
 pytestmark = [pytest.mark.packaging, pytest.mark.browser, pytest.mark.skipif(
     not Path(CHROMIUM).exists(),
@@ -137,8 +137,7 @@ def test_a_users_trainer_run_shows_measured_next_to_predicted_on_the_installed_d
 
         page.goto(f"{url}/anatomy?run=1")
         page.get_by_text("Measured next to predicted").wait_for(timeout=300_000)
-        page.wait_for_function("() => [...document.querySelectorAll('.js-plotly-plot')]"
-                               ".some(p => p._fullLayout)", timeout=120_000)
+        wait_for_chart(page)
         sides = page.evaluate("""() => [...document.querySelectorAll('.js-plotly-plot')]
             .flatMap(p => p.data.filter(t => t.type === 'waterfall').map(t => t.name))""")
         assert sorted(set(sides)) == ["measured", "predicted"]
