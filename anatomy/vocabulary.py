@@ -67,6 +67,14 @@ class Part(Name):
     PEAK = "peak"  # the sampled peak over the baseline
 
 
+class Unsplit(Name):
+    """Memory a run's bar shows in one part, for want of the phases that would split it."""
+
+    # What a process held when its recording began after the kernel phase (a Trainer's callback
+    # starts with the weights phase): the interpreter, its libraries and the model.
+    BEFORE_RECORDING = "before_recording"
+
+
 # The parts that are tensors: the walkthrough adds these up.
 TENSOR_PARTS = (Part.WEIGHTS, Part.GRADIENTS, Part.OPTIMIZER_STATES, Part.ACTIVATIONS,
                 Part.TEMPORARY)

@@ -14,21 +14,22 @@ from anatomy.analysis.components import Components
 from anatomy.analysis.options import FIELDS
 from anatomy.analysis.report import RunReport
 from anatomy.units import MIB
-from anatomy.vocabulary import Part, Phase
+from anatomy.vocabulary import Part, Phase, Unsplit
 
-# Bottom to top in a run's bar, by what each part is: the CUDA context (on a CPU the kernel phase:
+# Bottom to top in a run's bar, by what each part is: what a recording that began later than the
+# kernel phase found held (BEFORE_RECORDING), the CUDA context (on a CPU the kernel phase:
 # torch loaded), the weights and training phases, the training's measured components and the
 # rest beyond them (NON_TORCH). Activations and gradients share a slot (a bar has one of them).
 # The pages' words for them are views/compare.py's BAR_LABELS.
-PART_ORDER = (Part.CONTEXT, Phase.KERNEL, Phase.WEIGHTS, Phase.TRAINING, Part.OPTIMIZER_STATES,
-              Part.ACTIVATIONS, Part.GRADIENTS, Part.TEMPORARY, Part.ALLOCATOR_CACHE,
-              Part.NON_TORCH)
+PART_ORDER = (Unsplit.BEFORE_RECORDING, Part.CONTEXT, Phase.KERNEL, Phase.WEIGHTS, Phase.TRAINING,
+              Part.OPTIMIZER_STATES, Part.ACTIVATIONS, Part.GRADIENTS, Part.TEMPORARY,
+              Part.ALLOCATOR_CACHE, Part.NON_TORCH)
 
 
 class BarPart(NamedTuple):
     """One part of a run's bar: what it is (a PART_ORDER member), its bytes (never negative) and
     how it was computed."""
-    part: Part | Phase
+    part: Part | Phase | Unsplit
     bytes: int
     note: str
 
@@ -72,7 +73,8 @@ def option(report: RunReport, name: str):
 def memory_parts(report: RunReport) -> list[BarPart]:
     """The bar of one run: what each step of the walkthrough added, bottom to top.
 
-    CUDA context (kernel − baseline), weights (weights − kernel), then the training phase's
+    CUDA context (kernel − baseline), weights (weights − kernel), or for a recording that began at
+    the weights phase what it held then (Unsplit.BEFORE_RECORDING), then the training phase's
     increase (training end − weights). With measured components the increase is split into what
     the peak holds (`_training_split`) and the rest (memory outside PyTorch's allocator, or on a
     CPU the process's own). Each part: `part` (what it is), `bytes` (never negative) and `note`
@@ -80,6 +82,13 @@ def memory_parts(report: RunReport) -> list[BarPart]:
     memory = report.phase_memory()
     on_gpu = report.on_gpu
     parts = []
+    if memory[Phase.KERNEL] is None and memory[Phase.WEIGHTS] is not None:
+        # A recording that began at the weights phase (a Trainer's callback, the model built):
+        # what the process held then, in one part, so that the bar reaches the training's end.
+        parts.append(BarPart(Unsplit.BEFORE_RECORDING,
+                             max(0, memory[Phase.WEIGHTS] - (memory[Phase.BASELINE] or 0)),
+                             "held at the weights phase's end: the process, its libraries and "
+                             "the model, loaded before the recording began (not split)"))
     steps = ((Phase.KERNEL, Phase.BASELINE, Part.CONTEXT if on_gpu else Phase.KERNEL,
               "kernel phase − baseline"),
              (Phase.WEIGHTS, Phase.KERNEL, Phase.WEIGHTS, "weights phase − kernel phase"))

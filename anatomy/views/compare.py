@@ -15,6 +15,7 @@ from anatomy.analysis.compare import (
     Difference,
     difference,
     differing_options,
+    memory_parts,
     option,
     scaling_efficiencies,
 )
@@ -24,7 +25,7 @@ from anatomy.analysis.sweeps import LADDER, SweepGrid
 from anatomy.units import mib
 from anatomy.views import gpus
 from anatomy.views.style import COMPONENT_LABELS, CPU_PHASE_NAMES
-from anatomy.vocabulary import Part, Phase, RecordedBy
+from anatomy.vocabulary import Part, Phase, RecordedBy, Unsplit
 
 DIFFERS = "≠"  # the mark of a row whose values differ between the runs
 
@@ -32,10 +33,10 @@ DIFFERS = "≠"  # the mark of a row whose values differ between the runs
 # but what the training increase holds beyond them is "the rest" (outside PyTorch's allocator,
 # or on a CPU the process's own) and its temporary buffers are "temporary".
 BAR_LABELS = {**COMPONENT_LABELS, **CPU_PHASE_NAMES, Part.TEMPORARY: "temporary",
-              Part.NON_TORCH: "the rest"}
+              Part.NON_TORCH: "the rest", Unsplit.BEFORE_RECORDING: "before the recording"}
 
 
-def bar_label(part: Part | Phase) -> str:
+def bar_label(part: Part | Phase | Unsplit) -> str:
     return BAR_LABELS.get(part, str(part))
 
 # How an option reads in a run's label, where it differs between the runs compared.
@@ -93,6 +94,25 @@ def steps_caption(reports: Sequence[RunReport]) -> str:
     setup = " (step 1 holds the Trainer's setup)" if len(loops) < len(reports) else ""
     return (f"Against the training step: {loss}, and the time each step took from the end of "
             f"the one before{setup}.")
+
+
+RECORDERS = {RecordedBy.WORKER: "anatomy's own run", RecordedBy.CALLBACK: "a Trainer's callback",
+             RecordedBy.PHASE_API: "the phase API", RecordedBy.COMMAND: "a watched command"}
+
+
+def bars_notes(reports: Sequence[RunReport]) -> list[str]:
+    """What a run's bar cannot show, for a run that did not mark the walkthrough's phases."""
+    notes = []
+    for r in reports:
+        parts = {p.part for p in memory_parts(r)}
+        if not parts:
+            notes.append(f"Run {r.id} ({RECORDERS[r.recorded_by]}) marked no phase to split: no "
+                         "bar, its peak alone.")
+        elif Unsplit.BEFORE_RECORDING in parts:
+            notes.append(f"Run {r.id} ({RECORDERS[r.recorded_by]}) was recorded from its weights "
+                         "phase on: what it held then is one part, 'before the recording' (the "
+                         "process, its libraries and the model, not split).")
+    return notes
 
 
 def _text(value) -> str:

@@ -4,7 +4,7 @@ every chart of every page."""
 
 from __future__ import annotations
 
-from anatomy.vocabulary import Moment, Part, Phase, Precision
+from anatomy.vocabulary import Moment, Part, Phase, Precision, Unsplit
 
 # Okabe-Ito throughout: told apart by colour-blind eyes too. Bands are drawn at BAND_OPACITY over
 # a light background, so the dark curve and the labels stay readable on them.
@@ -44,6 +44,7 @@ PART_COLOURS = {
     Part.TEMPORARY: "#F0E442",
     Part.ALLOCATOR_CACHE: "#7F8C9A",
     Part.NON_TORCH: "#C0C7D0",
+    Unsplit.BEFORE_RECORDING: "#E1E4E8",
 }
 PRECISION_COLOURS = {Precision.FP32: "#0072B2", Precision.BF16: "#009E73", Precision.FP16: "#D55E00"}
 # A table row whose values differ between the runs compared.
@@ -70,7 +71,7 @@ def phase_colour(name: str) -> str:
     return PHASE_COLOURS.get(name, NEUTRAL_COLOUR)
 
 
-def part_colour(part: Part | Phase) -> str:
+def part_colour(part: Part | Phase | Unsplit) -> str:
     return PART_COLOURS.get(part, NEUTRAL_COLOUR)
 
 

@@ -81,6 +81,27 @@ def test_the_explanations_fit_the_way_a_users_run_was_recorded(store, seed_users
 
 
 
+
+def test_compares_bars_reach_a_callback_runs_training_end_and_say_what_they_cannot_split(
+        store, seed_users):
+    """A Trainer run recorded by the callback alone (from its weights phase on) had a bar of its
+    training increase alone, from 0 MB (200 MB under a 700 MB peak), and a watched command no bar
+    and no word why."""
+    from anatomy.analysis.compare import memory_parts
+    from anatomy.views.figures import compare as compare_figures
+    from anatomy.vocabulary import Unsplit
+
+    trainer, command = report(store, seed_users("trainer")), report(store, seed_users("command"))
+    parts = memory_parts(trainer)
+    assert parts[0].part == Unsplit.BEFORE_RECORDING and parts[0].bytes == 500 * 2**20  # weights end
+    assert sum(p.bytes for p in parts) == 700 * 2**20  # the training's end, where the peak is
+    assert memory_parts(command) == []
+    notes = compare.bars_notes([trainer, command])
+    assert [n.split(" (")[0] for n in notes] == [f"Run {trainer.id}", f"Run {command.id}"]
+    assert "before the recording" in notes[0] and "no bar" in notes[1]
+    names = [t.name for t in compare_figures.memory_bars_figure([trainer, command]).data]
+    assert names[0] == "before the recording"
+
 @pytest.mark.parametrize("shape", ["trainer", "phase api", "command"])
 def test_show_prints_no_none_and_only_the_options_a_users_run_reported(store, seed_users, capsys,
                                                                       shape):

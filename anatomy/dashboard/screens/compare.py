@@ -150,7 +150,8 @@ def comparison(run_ids: list[int]) -> None:
                "training increase into what the allocator's peak holds: the optimizer states, the "
                "larger of activations and gradients (the two are never all there at once), "
                "temporary buffers and the allocator's cache; the rest is outside PyTorch's "
-               "allocator. Hover a part for how it was computed. The diamond is the run's peak.")
+               "allocator. Hover a part for how it was computed. The diamond is the run's peak."
+               + "".join(f" {note}" for note in view.bars_notes(reports)))
 
     st.subheader("Side by side")
     differing = differing_options(reports)
