@@ -4,6 +4,7 @@ time, the device panel), how a run ended, one run option's widget, and Stop."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 
 import pandas as pd
 import streamlit as st
@@ -60,29 +61,57 @@ MISSING = "—"  # what a table shows where a run has no value (Streamlit's own 
 CHAR_PX, PADDING_PX, WIDEST_PX = 7.5, 28, 640
 
 
-def table(data, column_config: dict | None = None, **kwargs):
+# What a table shows side by side without scrolling in a 1,000 px window: the main column's
+# 538 px less the row selection's boxes (33 px) and a margin for the widths' estimate.
+TABLE_PX = 490
+
+
+def table(data, column_config: dict | None = None, fit: Sequence[str] | None = None, **kwargs):
     """st.dataframe, a missing value shown as MISSING, each text column wide enough for its
-    texts (a column configured with a width keeps it)."""
+    texts (a column configured with a width keeps it). `fit`: the headings in the order they
+    earn a place; those that fit TABLE_PX side by side are shown, the others hidden, a click
+    away in the table's toolbar (Show/hide columns)."""
     config = dict(column_config or {})
     for name, width in _text_widths(data).items():
         if config.get(name) is None:
             config[name] = st.column_config.Column(width=width)
+    if fit is not None:
+        widths, used = _widths(data), 0
+        for name in fit:
+            used += widths[name]
+            if used > TABLE_PX:
+                config[name] = {**(config.get(name) or {}), "hidden": True}
     return st.dataframe(data, placeholder=MISSING, column_config=config, **kwargs)
 
 
-def _text_widths(data) -> dict[str, int]:
+def _columns(data) -> dict[str, list]:
     styled = getattr(data, "data", None)  # a pandas Styler's frame
     frame = styled if isinstance(styled, pd.DataFrame) else pd.DataFrame(data)
     columns = {str(name): list(frame[name]) for name in frame.columns}
     if not isinstance(frame.index, pd.RangeIndex):  # a table set_index'ed: its row names
         columns["_index"] = [*frame.index, frame.index.name or ""]
+    return columns
+
+
+def _width(name: str, texts: list[str]) -> int:
+    longest = max(len(text) for text in [*texts, "" if name == "_index" else name])
+    return min(WIDEST_PX, round(PADDING_PX + CHAR_PX * longest))
+
+
+def _text_widths(data) -> dict[str, int]:
     widths = {}
-    for name, values in columns.items():
+    for name, values in _columns(data).items():
         texts = [v for v in values if isinstance(v, str)]
         if texts:
-            longest = max(len(text) for text in [*texts, "" if name == "_index" else name])
-            widths[name] = min(WIDEST_PX, round(PADDING_PX + CHAR_PX * longest))
+            widths[name] = _width(name, texts)
     return widths
+
+
+def _widths(data) -> dict[str, int]:
+    """Every column's width as drawn, estimated from its heading and its values as shown."""
+    return {name: _width(name, [MISSING if v is None else f"{v:,.2f}" if isinstance(v, float)
+                                else str(v) for v in values])
+            for name, values in _columns(data).items()}
 
 
 def axis_choice(key: str) -> str:

@@ -24,3 +24,17 @@ def _cell(row: RunListing, key: str):
 def table(rows: list[RunListing]) -> list[dict]:
     """One dict a run, keyed by the table's headings, in COLUMNS' order."""
     return [{heading: _cell(row, key) for key, heading in COLUMNS.items()} for row in rows]
+
+
+ALWAYS = ("Run", "Peak MB")  # which run, and the figure the list is for
+
+
+def by_use(table: list[dict]) -> list[str]:
+    """The table's headings in the order they earn a place where not all fit: the run and its
+    peak, then the columns that tell the runs listed apart, then those every run shares, then
+    those no run has a value in (each group in COLUMNS' order)."""
+    headings = [h for h in COLUMNS.values() if h not in ALWAYS]
+    empty = [h for h in headings if all(row[h] is None for row in table)]
+    differ = [h for h in headings if h not in empty and len({repr(row[h]) for row in table}) > 1]
+    same = [h for h in headings if h not in empty and h not in differ]
+    return [*ALWAYS, *differ, *same, *empty]

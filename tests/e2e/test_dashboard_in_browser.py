@@ -355,6 +355,11 @@ CUT_TEXT = """() => [...document.querySelectorAll('[data-testid=stMain] *, [data
 SETTLED = """() => document.querySelector('[data-testid=stApp]').dataset.testScriptState !== 'running'
   && !document.querySelector('[data-testid=stSpinner]')
   && [...document.querySelectorAll('.js-plotly-plot')].every(p => p._fullLayout)"""
+# A table wider than its frame: scrolled sideways to be read (its columns' headings).
+WIDE_TABLES = """() => [...document.querySelectorAll('[data-testid=stDataFrame]')]
+  .filter(f => { const s = f.querySelector('.dvn-scroller');
+                 return s && s.scrollWidth > s.clientWidth + 1; })
+  .map(f => f.innerText.slice(0, 80))"""
 # "Time: 3.85": a figure whose label says no unit ("Samples/second", "(MB)" say theirs).
 UNITLESS = re.compile(r"^[A-Za-z ]+: -?[\d.,]+$")
 
@@ -380,7 +385,7 @@ def test_no_page_shows_none_a_figure_without_its_unit_or_a_cut_label_at_1000_px(
         every_kind_of_run, chromium):
     """Every page, on anatomy's own GPU runs and on a user's run of each shape, as a laptop shows
     it: no "None" (in the page's text or drawn in a table), no number without its unit, no label
-    or table cell cut."""
+    or table cell cut; the Runs page's list read without scrolling sideways."""
     url, runs = every_kind_of_run
     page = chromium.new_page(viewport={"width": 1000, "height": 3000})  # every element drawn
     page.add_init_script(DRAWN_TEXT)
@@ -396,6 +401,8 @@ def test_no_page_shows_none_a_figure_without_its_unit_or_a_cut_label_at_1000_px(
         page.wait_for_function(SETTLED, timeout=300_000, polling=500)
         page.wait_for_timeout(1500)  # the tables' canvases drawn
         wrong = _what_is_wrong(page)
+        if path.startswith("/runs") and page.evaluate(WIDE_TABLES):  # the list fits its page
+            wrong["scrolls sideways"] = page.evaluate(WIDE_TABLES)
         if wrong:
             problems[path] = wrong
             name = path.strip("/").replace("?", "-").replace("=", "").replace(",", "-") or "live"

@@ -133,3 +133,32 @@ def test_every_run_picker_names_the_device_first(store, seed):
     app = _page()
     labels = app.selectbox(key="runs_select").options
     assert labels[0].startswith(f"{cpu} · CPU · ") and labels[1].startswith(f"{gpu} · NVIDIA H200 · ")
+
+
+def test_the_columns_that_tell_the_runs_apart_come_first_and_the_rest_wait_in_the_toolbar(
+        store, seed):
+    """At 1,000 px the table's 19 columns (2,007 px) needed a sideways scroll in its 538 px:
+    those that fit are the run, its peak and what tells the runs listed apart; the others are
+    hidden, a click away in the table's toolbar."""
+    import json
+
+    from anatomy.analysis.report import run_rows
+    from anatomy.dashboard.widgets import TABLE_PX, _widths
+    from anatomy.views import runs as runs_view
+
+    seed()
+    second = seed()
+    store.update_run(second, options={**store.run(second).options, "batch_size": 8})
+    table = runs_view.table(run_rows(store))
+    order = runs_view.by_use(table)
+    assert sorted(order) == sorted(table[0])  # every column, in the order it earns a place
+    assert order[:2] == ["Run", "Peak MB"]
+    assert order.index("Batch") < order.index("Device")  # they differ in batch, not in device
+    assert order.index("Name") > order.index("Optimizer")  # no run has a name: last
+
+    config = json.loads(_page().dataframe[0].proto.columns)
+    shown = [name for name in order if not config.get(name, {}).get("hidden")]
+    assert shown == order[:len(shown)] and "Batch" in shown  # the first ones, all of them
+    widths = _widths(table)
+    assert sum(widths[name] for name in shown) <= TABLE_PX < sum(
+        widths[name] for name in order[:len(shown) + 1])

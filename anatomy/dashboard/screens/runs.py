@@ -21,8 +21,9 @@ ANY = "any"
 
 def runs_table(rows: list[RunListing]) -> list[int]:
     """The table (click a heading to sort); the ids of the rows selected in it."""
+    table = view.table(rows)
     event = widgets.table(
-        view.table(rows),
+        table, fit=view.by_use(table),
         hide_index=True, key="runs_table", on_select="rerun", selection_mode="multi-row",
         column_config={"Time (s)": st.column_config.NumberColumn(format="%.2f"),
                        "Samples/s": st.column_config.NumberColumn(format="%.2f"),
