@@ -18,7 +18,7 @@ Parts:
   anatomy/analysis/prediction/calibration/<gpu>.json and DIR/<gpu>.json;
 - grid: GRID's configurations (models of bench/models/, their published configurations),
   predicted, then run STEPS steps: components, allocator peak and reserve, NVML peak;
-- edge: the fragmentation allowances fitted on the runs at the capacity's edge of FITTING_SET
+- edge: the edge margin fitted on the runs at the capacity's edge of FITTING_SET
   (docs/data/prediction-grid.jsonl: the previous session's largest batch sizes, other models
   than FITS'), recomputed with the prediction as it is now (CPU only, written to the
   calibration file);
@@ -261,13 +261,28 @@ def predict_fit(config: Config, gpu_name: str | None, device: str, total: int) -
             "seconds": round(time.monotonic() - started, 2)}
 
 
-def edge_point(config: Config, batch: int, gpu_name: str | None) -> dict:
-    """A batch size of a run at the capacity's edge, as the prediction sees it now."""
+def edge_point(config: Config, batch: int, gpu_name: str | None, ceiling: int) -> dict:
+    """A batch size of a run at the capacity's edge, as the prediction sees it now: its
+    allocated peak, and the largest margin (a fraction of `ceiling`, the allocator's ceiling
+    in that run) with which the simulated allocator still holds it (-1: not even without)."""
     from anatomy.analysis.prediction import BatchSizes
     from anatomy.analysis.prediction.memory import calibration_for
 
     sizes = BatchSizes(config.options(), "cuda", calibration_for("cuda", gpu_name))
-    return _need(sizes.measure(batch))
+    measured = sizes.measure(batch)
+
+    def holds(margin: float) -> bool:
+        return not sizes.out_of_memory(batch, ceiling - round(margin * ceiling))
+
+    if not holds(0.0):
+        return {**_need(measured), "holds_with": -1.0}
+    low, high = 0.0, 0.05  # a margin of 5 % is beyond any this script has seen
+    if holds(high):
+        return {**_need(measured), "holds_with": high}
+    for _ in range(12):  # to about 0.001 %
+        middle = (low + high) / 2
+        low, high = (middle, high) if holds(middle) else (low, middle)
+    return {**_need(measured), "holds_with": round(low, 5)}
 
 
 def _need(measured) -> dict:
@@ -450,8 +465,7 @@ class Session:
                      "calibration": constants.source,
                      "calibration_set": list(constants.calibration_set),
                      "edge_fitting_set": list(constants.edge_fitting_set),
-                     "fragmentation_allowance": constants.fragmentation_allowance,
-                     "fragmentation_allowance_least": constants.fragmentation_allowance_least})
+                     "edge_margin": constants.edge_margin})
 
     def close(self) -> None:
         if self.pool:
@@ -517,8 +531,7 @@ def calibrate(session: Session) -> DeviceCalibration:
         source=(f"bench/prediction_grid.py --parts calibrate, {time.strftime('%Y-%m-%d')}, "
                 f"torch {torch.__version__}, transformers {transformers.__version__}"),
         # what the edge was fitted on stays until the edge part fits it again
-        fragmentation_allowance=known.fragmentation_allowance,
-        fragmentation_allowance_least=known.fragmentation_allowance_least,
+        edge_margin=known.edge_margin,
         edge_fitting_set=known.edge_fitting_set, nccl_bytes=known.nccl_bytes, **facts)
     save(session, constants)
     return constants
@@ -567,33 +580,29 @@ def run_grid(session: Session) -> None:
 
 
 def fit_edge(session: Session) -> None:
-    """The fragmentation allowances from the runs at the capacity's edge of FITTING_SET, each
-    size recomputed as the prediction sees it now: the smallest factor of the largest request
-    above every one that ran out of memory (plus 0.05), and the smallest any that fitted had."""
+    """The edge margin from the runs at the capacity's edge of FITTING_SET, each replayed
+    through the simulated allocator as the prediction sees it now: the smallest margin (plus
+    0.05 % of the capacity) with which no run that ran out of memory would be taken to fit."""
     points = edge_runs(_rows(Path(session.args.fitting_set)))
     gpu_name = session.gpu_name or "NVIDIA H200"
     futures = [(p, session.pool.submit(edge_point, Config(**p["config"]), p["batch_size"],
-                                       gpu_name)) for p in points]
+                                       gpu_name, p["ceiling"])) for p in points]
     failed, fitted = [], []
     for point, future in futures:
-        need = future.result()
-        ratio = (point["ceiling"] - need["peak"]) / need["largest"]
-        (fitted if point["status"] == "completed" else failed).append(ratio)
+        holds_with = future.result()["holds_with"]
+        (fitted if point["status"] == "completed" else failed).append(holds_with)
         session.log(f"edge {Config(**point['config']).family} b{point['batch_size']}: "
-                    f"{point['status']}, headroom {(point['ceiling'] - need['peak']) / MIB:,.0f}"
-                    f" MiB = {ratio:.2f} x the largest request ({need['largest'] / MIB:,.0f} MiB)")
+                    f"{point['status']}; the simulated allocator holds it with a margin of "
+                    + ("none" if holds_with < 0 else f"{holds_with:.3%}"))
     known = device_constants.load(gpu_name)
-    sure = round(max(failed) + 0.05, 2) if failed else known.fragmentation_allowance
-    least = round(min(fitted), 2) if fitted else 0.0
-    constants = replace(known, fragmentation_allowance=max(sure, least, 0.0),
-                        fragmentation_allowance_least=max(0.0, min(least, sure)),
+    margin = round(max(failed) + 0.0005, 4) if failed else known.edge_margin
+    constants = replace(known, edge_margin=max(margin, 0.0),
                         edge_fitting_set=tuple(sorted({Config(**p["config"]).family
                                                        for p in points})))
-    session.log(f"fragmentation allowance: sure {constants.fragmentation_allowance}, least "
-                f"{constants.fragmentation_allowance_least} ({len(failed)} out of memory, "
-                f"{len(fitted)} fitted)")
-    session.record({"kind": "edge", "fragmentation_allowance": constants.fragmentation_allowance,
-                    "fragmentation_allowance_least": constants.fragmentation_allowance_least,
+    wrong = sum(1 for h in fitted if h < constants.edge_margin)
+    session.log(f"edge margin: {constants.edge_margin:.2%} of the capacity ({len(failed)} out of "
+                f"memory, {len(fitted)} fitted, {wrong} of which it would take for too large)")
+    session.record({"kind": "edge", "edge_margin": constants.edge_margin,
                     "points": len(points), "fitting_set": list(constants.edge_fitting_set)})
     if session.device == "cuda" or session.args.write_calibration:
         session.log(f"wrote {constants.save()}")
@@ -745,9 +754,8 @@ def report(rows: list[dict]) -> str:
     header = next((r for r in rows if r.get("kind") == "header"), {})
     lines = [f"GPU: {header.get('gpu', '?')}; torch {header.get('torch', '?')}, transformers "
              f"{header.get('transformers', '?')}, peft {header.get('peft', '?')}; constants: "
-             f"{header.get('calibration', '?')}; fragmentation allowance "
-             f"{header.get('fragmentation_allowance', '?')} (least "
-             f"{header.get('fragmentation_allowance_least', '?')}).", ""]
+             f"{header.get('calibration', '?')}; edge margin "
+             f"{header.get('edge_margin', header.get('fragmentation_allowance', '?'))}.", ""]
     lines += _grid_table([r for r in rows if r.get("kind") == "grid"])
     lines += _fits_table([r for r in rows if r.get("kind") == "fits"])
     lines += _walkthrough_table(next((r for r in rows if r.get("kind") == "walkthrough"), None))

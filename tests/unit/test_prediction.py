@@ -153,8 +153,7 @@ def test_checkpointing_cuts_activations_and_accumulation_holds_gradients():
 
 def test_the_largest_batch_size_fits_and_the_next_does_not():
     small = dataclasses.replace(DEFAULT, context_bytes=16 * MIB, outside_bytes=16 * MIB,
-                                usable_bytes=DEFAULT.total_bytes - 8 * MIB,
-                                fragmentation_allowance=0.5, fragmentation_allowance_least=0.0)
+                                usable_bytes=DEFAULT.total_bytes - 8 * MIB, edge_margin=0.15)
     options = RunOptions(model="tiny-gpt2", seq_len=32)
     total = DEFAULT.total_bytes // 1024
     fit = max_batch_size(options, device="cuda", total=total, calibration=small)
@@ -163,20 +162,21 @@ def test_the_largest_batch_size_fits_and_the_next_does_not():
     assert fit.capacity == total - driver - 32 * MIB
     assert 2 < fit.batch_size < fit.may_fit < 4096 and not fit.exact  # linear between
 
-    def replayed(batch: int) -> replay.Measurement:  # recorded at that very batch size
+    def out_of_memory(batch: int, capacity: int) -> bool:  # recorded at that very batch size
         shape = memory._shape_of(dataclasses.replace(options, batch_size=batch))
-        return replay.measure(replay.stream(memory._recording(shape, "cuda", small, 3), 3, 1),
-                              cuda=True)
+        events = replay.stream(memory._recording(shape, "cuda", small, 3), 3, 1)
+        return replay.measure(events, cuda=True, capacity=capacity).out_of_memory
 
-    def need(batch: int, allowance: float) -> int:
-        measured = replayed(batch)
-        return measured.peak_allocated + round(allowance * measured.largest_request)
-
-    # sure to fit: the allocated peak and half the largest request fit; the next size's not
-    assert need(fit.batch_size, 0.5) <= fit.capacity < need(fit.batch_size + 1, 0.5)
-    assert replayed(fit.batch_size).peak_allocated == fit.peak_at_fit
-    # may fit: the allocated peak alone
-    assert need(fit.may_fit, 0.0) <= fit.capacity < need(fit.may_fit + 1, 0.0)
+    # sure to fit: the caching allocator, replayed with 15 % less than the capacity, holds it
+    # and not the next size
+    sure = fit.capacity - round(0.15 * fit.capacity)
+    assert not out_of_memory(fit.batch_size, sure) and out_of_memory(fit.batch_size + 1, sure)
+    shape = memory._shape_of(dataclasses.replace(options, batch_size=fit.batch_size))
+    assert replay.measure(replay.stream(memory._recording(shape, "cuda", small, 3), 3, 1),
+                          cuda=True).peak_allocated == fit.peak_at_fit
+    # may fit: the whole capacity
+    assert not out_of_memory(fit.may_fit, fit.capacity)
+    assert out_of_memory(fit.may_fit + 1, fit.capacity)
     assert f"{fit.may_fit} is within " in fit.line("the GPU") and "may not" in fit.line("x")
 
 

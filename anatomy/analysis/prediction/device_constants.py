@@ -17,13 +17,12 @@ prediction is judged on), one JSON file per device model in prediction/calibrati
 - `total_bytes`: the device's memory as NVML counts it;
 - `usable_bytes`: what CUDA lets a process allocate (`cudaMemGetInfo`'s total): NVML's total
   less the memory the driver keeps for itself (615 MiB on an H200);
-- `fragmentation_allowance`, `fragmentation_allowance_least`: near its capacity the caching
-  allocator cannot use all of its free memory (free blocks inside segments that other blocks
-  keep reserved); a run is taken to fit when its allocated peak plus `fragmentation_allowance`
-  times its largest single request fits the capacity, and may fit when the same with
-  `fragmentation_allowance_least` does. Fitted on runs at the capacity's edge
-  (`edge_fitting_set`): the smallest factor above every run that ran out of memory, the
-  smallest that any run that fitted had.
+- `edge_margin`: near its capacity the caching allocator cannot use all of its free memory
+  (free blocks inside segments that live blocks keep reserved). The prediction replays the run
+  through the simulated allocator (prediction/allocator.py) with the device's capacity: a run
+  *may* fit when it does not run out of memory there, and *fits* when it does not run out with
+  `edge_margin` (a fraction of the capacity) less. Fitted on runs at the capacity's edge
+  (`edge_fitting_set`): the smallest margin that no run that ran out of memory passes.
 
 Without a file for a device, `DEFAULT` holds the H200 figures of docs/MEASUREMENTS.md (measured
 before calibration existed) and says so wherever it is used. Imports no torch.
@@ -124,8 +123,7 @@ class DeviceCalibration:
     # PyTorch's allocator: seen by NVML only. None until measured on this device (issue 12).
     nccl_bytes: int | None = None
     usable_bytes: int | None = None  # None: total_bytes less DEFAULT's share for the driver
-    fragmentation_allowance: float = 1.0
-    fragmentation_allowance_least: float = 0.0
+    edge_margin: float = 0.01
     edge_fitting_set: tuple[str, ...] = ()
 
     def usable(self, total: int) -> int:
@@ -170,12 +168,12 @@ class DeviceCalibration:
 # The H200 of docs/MEASUREMENTS.md (torch 2.11): context 528.8 MiB (kernel phase), 222-250 MiB
 # outside the allocator at the peak, cuBLAS's 32 MiB a handle (Hopper's default workspace);
 # NVML's 143,771 MiB of which the driver keeps 644,939,776 B (CUDA's "total capacity of
-# 139.80 GiB"). A whole largest request lost to fragmentation at the edge: the safe side.
+# 139.80 GiB"). A margin of 2 % of the capacity at the edge: the safe side of the fitted H200's.
 DEFAULT = DeviceCalibration(
     device="NVIDIA H200", source="docs/MEASUREMENTS.md (bert-large, torch 2.11): not calibrated",
     workspace_forward_bytes=32 * MIB, workspace_backward_bytes=32 * MIB,
     context_bytes=529 * MIB, outside_bytes=250 * MIB, total_bytes=143_771 * MIB,
-    usable_bytes=143_771 * MIB - 644_939_776)
+    usable_bytes=143_771 * MIB - 644_939_776, edge_margin=0.02)
 
 
 def load(device_name: str | None, directory: Path = CALIBRATION_DIR) -> DeviceCalibration:

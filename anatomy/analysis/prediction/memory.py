@@ -269,10 +269,10 @@ def probe_marks(measured: replay.Measurement, steps: int) -> dict[Moment, int]:
 class BatchFit:
     """The largest batch size predicted to fit, how sure, and what it was judged against.
 
-    On a GPU a size fits when its allocated peak plus the calibrated fragmentation allowance
-    (a fraction of its largest single request: free memory the caching allocator cannot use
-    near its capacity) fits the capacity; `may_fit` is the largest that fits with the least
-    allowance any run of the fitting set needed: sizes between may run out of memory."""
+    On a GPU a size may fit when its run, replayed through the simulated caching allocator
+    with the device's capacity, does not run out of memory (free memory the allocator cannot
+    reuse near its capacity included); it fits when it does not with the calibrated edge
+    margin less. Sizes between `batch_size` and `may_fit` may run out of memory."""
     batch_size: int | None  # None: not even 1 fits
     capacity: int  # bytes the run may fill (the allocator's on a GPU, tensors' on a CPU)
     device: str
@@ -290,7 +290,7 @@ class BatchFit:
 
     @property
     def uncertain(self) -> bool:
-        """Larger sizes than `batch_size` fit with the least allowance: they may not."""
+        """Larger sizes than `batch_size` fit without the margin: they may not."""
         return bool(self.may_fit) and self.may_fit > (self.batch_size or 0)
 
     def size_text(self) -> str:
@@ -351,12 +351,6 @@ def _linear_recording(one: replay.Recording, two: replay.Recording, batch: int
     return replace(two, events=events)
 
 
-def edge_need(measured: replay.Measurement, allowance: float) -> int:
-    """What a run needs of the capacity with this fragmentation allowance: its allocated peak
-    plus `allowance` times its largest single request."""
-    return measured.peak_allocated + round(allowance * measured.largest_request)
-
-
 class BatchSizes:
     """A run's memory at any batch size, other options unchanged: two recordings (batch sizes 2
     and 3: the others are linear in them; a size whose operators differ, or 1, is recorded on
@@ -370,26 +364,46 @@ class BatchSizes:
         self.linear = False  # some size was taken as linear in the batch size
         self.tried: list[int] = []
         self._measured: dict[int, replay.Measurement] = {}
+        self._capped: dict[tuple[int, int], bool] = {}
         self._recorded = {batch: self._record(batch) for batch in (LINEAR_FROM, LINEAR_FROM + 1)}
 
     def _record(self, batch: int) -> replay.Recording:
         return _recording(replace(self.shape, batch_size=batch), self.device, self.calibration,
                           self.steps)
 
+    def _recording(self, batch: int) -> replay.Recording:
+        recording = self._recorded.get(batch)
+        if recording is None and batch > LINEAR_FROM:
+            recording = _linear_recording(self._recorded[LINEAR_FROM],
+                                          self._recorded[LINEAR_FROM + 1], batch)
+            self.linear = self.linear or recording is not None
+        if recording is None:  # batch size 1, or operators that change with the batch size
+            recording = self._record(batch)
+        return recording
+
     def measure(self, batch: int) -> replay.Measurement:
         if batch not in self._measured:
             self.tried.append(batch)
-            recording = self._recorded.get(batch)
-            if recording is None and batch > LINEAR_FROM:
-                recording = _linear_recording(self._recorded[LINEAR_FROM],
-                                              self._recorded[LINEAR_FROM + 1], batch)
-                self.linear = self.linear or recording is not None
-            if recording is None:  # batch size 1, or operators that change with the batch size
-                recording = self._record(batch)
             self._measured[batch] = replay.measure(
-                replay.stream(recording, self.steps, self.options.grad_accum),
+                replay.stream(self._recording(batch), self.steps, self.options.grad_accum),
                 cuda=self.device == "cuda")
         return self._measured[batch]
+
+    def out_of_memory(self, batch: int, capacity: int) -> bool:
+        """Whether the run at `batch` runs out of `capacity` bytes: on a GPU as the caching
+        allocator would (a cache it cannot reuse is released and the request retried), on a
+        CPU when its tensors pass it."""
+        measured = self.measure(batch)
+        if self.device != "cuda" or measured.peak_reserved <= capacity:
+            return measured.peak_allocated > capacity
+        if measured.peak_allocated > capacity:
+            return True
+        key = (batch, capacity)  # near the edge: the allocator's own answer at that capacity
+        if key not in self._capped:
+            self._capped[key] = replay.measure(
+                replay.stream(self._recording(batch), self.steps, self.options.grad_accum),
+                cuda=True, capacity=capacity).out_of_memory
+        return self._capped[key]
 
     def peak(self, batch: int | None) -> int | None:
         return self._measured[batch].peak_allocated if batch in self._measured else None
@@ -399,19 +413,20 @@ def max_batch_size(options: RunOptions, *, device: str = "cuda", total: int,
                    gpu_name: str | None = None,
                    calibration: DeviceCalibration | None = None) -> BatchFit:
     """The largest batch size (1 to BATCH_SIZE_LIMIT) whose run is predicted to fit `total`
-    bytes of device memory, other options unchanged, and the largest that may fit: each size's
-    allocated peak and largest request (`BatchSizes`) judged against the capacity with the
-    device's fragmentation allowances (on a CPU, exact bytes against the RAM)."""
+    bytes of device memory, other options unchanged, and the largest that may fit: each size
+    replayed through the simulated caching allocator at the capacity, and at the capacity less
+    the device's edge margin (`BatchSizes.out_of_memory`; on a CPU, exact bytes against the
+    RAM)."""
     if device == "cuda" and calibration is None:
         calibration = calibration_for(device, gpu_name)
     capacity = capacity_for(device, total, calibration)
     constants = calibration or device_constants.DEFAULT
-    sure, least = ((constants.fragmentation_allowance, constants.fragmentation_allowance_least)
-                   if device == "cuda" else (0.0, 0.0))
+    sure = round(constants.edge_margin * capacity) if device == "cuda" else 0
+    least = 0
     sizes = BatchSizes(options, device, calibration)
 
-    def fits(batch: int, allowance: float) -> bool:
-        return edge_need(sizes.measure(batch), allowance) <= capacity
+    def fits(batch: int, margin: int) -> bool:
+        return not sizes.out_of_memory(batch, capacity - margin)
 
     # The largest that may fit: doubling from LINEAR_FROM, then bisection.
     if fits(LINEAR_FROM, least):
