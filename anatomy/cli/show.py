@@ -7,6 +7,7 @@ import json
 import sys
 
 from anatomy.analysis import components
+from anatomy.analysis.compare import option
 from anatomy.analysis.operations import comparison
 from anatomy.analysis.report import when
 from anatomy.cli.arguments import add_store_option, run_id
@@ -46,8 +47,11 @@ def cmd_show(args: argparse.Namespace) -> int:
     print(f"measuring: {text.source(rep.backend, rep.memory_api)}")
     if not rep.started_by_anatomy:
         print(f"started by: {rep.origin}")
-    print("options: " + (", ".join(f"{k}={v}" for k, v in rep.stored_options.items()
-                                   if v is not None) or "(not reported)"))
+    # As Compare reads them: nothing unreported, no GPU index on a CPU, no strategy for one
+    # process; and no empty value (no LoRA targets).
+    shown = {k: option(rep, k) for k in rep.stored_options}
+    print("options: " + (", ".join(f"{k}={v}" for k, v in shown.items() if v not in (None, ""))
+                         or "(not reported)"))
     print(table([[phase_name(p.name, rep.on_gpu), f"{p.start_s:.2f}", p.memory_mb]
                  for p in rep.phases],
                  ["phase", "start s", "memory at end (MB)"]))

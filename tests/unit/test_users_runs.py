@@ -119,6 +119,19 @@ def test_show_prints_no_none_and_only_the_options_a_users_run_reported(store, se
     else:
         assert options == "options: (not reported)"
 
+
+def test_show_prints_a_cpu_runs_options_without_a_gpu_or_an_empty_value(store, seed, capsys):
+    """`show` of `anatomy run` on a CPU printed "gpu=0, gpus=, … lora_targets=" (the form's
+    defaults for a GPU it never had, and values left empty)."""
+    from anatomy import cli
+
+    run_id = seed(backend="cpu-rss")
+    assert cli.main(["show", str(run_id), "--store", str(store.path)]) == 0
+    (options,) = [line for line in capsys.readouterr().out.splitlines()
+                  if line.startswith("options: ")]
+    assert "batch_size=4" in options
+    assert not re.search(r"\bgpus?=|strategy=|=(,|$)", options), options
+
 def test_a_cpu_runs_bars_and_table_end_on_the_same_peak_and_the_prediction_reaches_it(
         store, seed_users):
     """The CPU prediction ("about 97 MB for tensors, plus the Python process") could not be
