@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from anatomy.analysis import models
-from anatomy.analysis.options import RunOptions
+from anatomy.analysis.options import OPTIMIZERS, RunOptions
 from anatomy.analysis.prediction import (
     WALKTHROUGH_BYTES_PER_PARAMETER,
     Prediction,
@@ -26,7 +26,12 @@ from anatomy.analysis.prediction import (
 from anatomy.analysis.prediction.device_constants import DEFAULT, sdpa_signature
 from anatomy.analysis.prediction.tracing.record import record
 from anatomy.analysis.prediction.tracing.tracker import LiveTensors, Timeline
-from anatomy.analysis.prediction.tracing.trainer_step import StepOptions, TrainerStep
+from anatomy.analysis.prediction.tracing.trainer_step import (
+    StepOptions,
+    TrainerStep,
+    make_optimizer,
+    training_arguments,
+)
 
 MIB = 2**20
 TINY = ("tiny", "tiny-gpt2", "tiny-llama", "tiny-qwen2", "tiny-vit")
@@ -116,6 +121,25 @@ def test_lora_trains_only_the_adapters_and_shrinks_gradients_and_states():
     assert lora.weights == 4 * lora.parameters
     assert lora.peak < full.peak
     assert spec.task == models.CAUSAL_LM
+
+
+@pytest.mark.parametrize("optim", OPTIMIZERS)
+@pytest.mark.parametrize(("name", "lora_rank"), [("tiny", 0), ("tiny-llama", 0), ("tiny-llama", 4)])
+def test_the_optimizer_is_the_one_the_trainer_makes(name, lora_rank, optim):
+    """The step makes its optimizer without transformers.trainer (too slow to import for a cold
+    `predict`): the same class, arguments and parameter groups as the Trainer's own."""
+    from transformers import Trainer
+
+    model, _ = models.build_model(models.resolve(name), "cpu", lora_rank=lora_rank,
+                                  pretrained=False)
+    ours = make_optimizer(model, optim)
+    theirs = Trainer(model=model, args=training_arguments(optim)).create_optimizer()
+    assert type(ours) is type(theirs)
+    assert ours.defaults == theirs.defaults
+    assert [{**g, "params": [id(p) for p in g["params"]]} for g in ours.param_groups] == \
+        [{**g, "params": [id(p) for p in g["params"]]} for g in theirs.param_groups]
+    decayed, rest = (len(g["params"]) for g in ours.param_groups)
+    assert decayed and (rest or lora_rank)  # weights decay, biases and norms not (LoRA: none)
 
 
 def test_cuda_figures_add_workspaces_and_round_to_the_allocators_blocks():

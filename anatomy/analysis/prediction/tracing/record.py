@@ -89,9 +89,7 @@ def record(spec: ModelSpec, options: StepOptions, *, kernels: str = "cuda",
     of that many under FSDP2 (tracing/fsdp.py; weights, gradients and states its shards).
     With `layers`, each event is tagged with the repeated layer it belongs to
     (tracing/depth.py), for prediction/layers.py."""
-    # Imported before the trace: importing the Trainer (and peft with it) makes module-level
-    # tensors, which a trace would record in the first recording of a process only.
-    from transformers import Trainer, logging  # noqa: F401
+    from transformers import logging
 
     logging.set_verbosity_error()
     timeline = Timeline()

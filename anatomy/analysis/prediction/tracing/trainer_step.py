@@ -29,7 +29,20 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 
+# transformers' modules at import, before any trace: importing them makes module-level tensors
+# (peft's, which trainer_utils imports) that a trace would record in a process's first recording
+# only. Not transformers.trainer: it loads datasets and pandas, a second of a cold `predict`.
 import torch
+from accelerate.utils.operations import convert_to_fp32
+from transformers import TrainingArguments
+from transformers.loss.loss_utils import LOSS_MAPPING, ForCausalLMLoss
+from transformers.trainer_optimizer import (
+    _OPTIMIZER_HANDLERS,
+    OptimizerContext,
+    _parse_optim_args,
+)
+from transformers.trainer_pt_utils import get_parameter_names
+from transformers.trainer_utils import unwrap_peft_model
 
 from anatomy.analysis.models import (
     CAUSAL_LM,
@@ -67,27 +80,45 @@ def enable_checkpointing(model, context_fn: Callable | None = None) -> None:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
-def training_arguments(optim: str):
+def training_arguments(optim: str) -> TrainingArguments:
     """TrainingArguments as far as the optimizer's class and arguments depend on them."""
-    from transformers import TrainingArguments
-
     return TrainingArguments(output_dir=tempfile.gettempdir(), optim=optim, use_cpu=True,
                              report_to="none")
+
+
+# Trainer.get_decay_parameter_names' patterns: no weight decay for biases and normalisations.
+NO_DECAY_PATTERNS = (r"bias", r"layernorm", r"rmsnorm", r"(?:^|\.)norm(?:$|\.)", r"_norm(?:$|\.)")
+
+
+def decay_parameter_names(model) -> list[str]:
+    """`Trainer.get_decay_parameter_names`, without transformers.trainer (held equal in
+    tests/unit/test_prediction.py)."""
+    return get_parameter_names(model, [torch.nn.LayerNorm], list(NO_DECAY_PATTERNS))
+
+
+def optimizer_class_and_kwargs(args, model) -> tuple[type, dict]:
+    """`Trainer.get_optimizer_cls_and_kwargs`, from the module that holds the Trainer's optimizers
+    (held equal for every optimizer the options offer)."""
+    handler = _OPTIMIZER_HANDLERS.get(args.optim)
+    if handler is None:
+        raise ValueError(f"unsupported optimizer: {args.optim}")
+    return handler(OptimizerContext(
+        args=args, model=model, optimizer_kwargs={"lr": args.learning_rate},
+        adam_kwargs={"betas": (args.adam_beta1, args.adam_beta2), "eps": args.adam_epsilon},
+        optim_args=_parse_optim_args(args.optim_args)))
 
 
 def make_optimizer(model, optim: str, foreach: bool | None = None) -> torch.optim.Optimizer:
     """The Trainer's optimizer: its parameter groups, class and arguments. `foreach=True` forces
     torch's multi-tensor kernels, which torch picks by itself for CUDA tensors only."""
-    from transformers import Trainer
-
-    decay = set(Trainer.get_decay_parameter_names(None, model))
+    decay = set(decay_parameter_names(model))
     groups = [
         {"params": [p for n, p in model.named_parameters() if n in decay and p.requires_grad],
          "weight_decay": 0.0},  # TrainingArguments' default weight decay
         {"params": [p for n, p in model.named_parameters() if n not in decay and p.requires_grad],
          "weight_decay": 0.0},
     ]
-    cls, kwargs = Trainer.get_optimizer_cls_and_kwargs(training_arguments(optim), model)
+    cls, kwargs = optimizer_class_and_kwargs(training_arguments(optim), model)
     kwargs = dict(kwargs)
     if foreach and not kwargs.get("fused") and "foreach" in inspect.signature(cls).parameters:
         kwargs["foreach"] = True
@@ -97,8 +128,6 @@ def make_optimizer(model, optim: str, foreach: bool | None = None) -> torch.opti
 def accepts_loss_kwargs(model) -> bool:
     """Trainer.__init__'s test, on the model under peft's wrapper: the model says so, or its
     forward takes **kwargs."""
-    from transformers.trainer_utils import unwrap_peft_model
-
     model = unwrap_peft_model(model)
     if hasattr(model, "accepts_loss_kwargs"):
         return bool(model.accepts_loss_kwargs)
@@ -137,9 +166,6 @@ def make_batch(spec: ModelSpec, batch_size: int, seq_len: int, device: str = "cp
 def loss_shifts_labels(model) -> bool:
     """`Trainer.__init__`'s test: a causal LM's loss shifts its labels (an encoder-decoder's
     decoder inputs are shifted instead)."""
-    from transformers.loss.loss_utils import LOSS_MAPPING, ForCausalLMLoss
-    from transformers.trainer_utils import unwrap_peft_model
-
     inner = unwrap_peft_model(model)
     return LOSS_MAPPING.get(getattr(inner, "loss_type", None)) is ForCausalLMLoss and \
         not getattr(inner.config, "is_encoder_decoder", False)
@@ -219,8 +245,6 @@ class TrainerStep:
         return batches, items
 
     def _loss(self, inputs: dict, items) -> torch.Tensor:
-        from accelerate.utils.operations import convert_to_fp32
-
         kwargs = {"num_items_in_batch": items} if self.loss_kwargs and items is not None else {}
         self.on_mark("forward begins")
         with self.autocast():
