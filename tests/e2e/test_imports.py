@@ -37,3 +37,24 @@ def test_importing_anatomy_loads_neither_torch_nor_the_callback():
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                             cwd=PROJECT, timeout=60)
     assert result.stdout.strip() == "[]", result.stderr
+
+
+def test_a_cold_prediction_skips_the_trainer_module_and_its_first_recording_is_its_second():
+    """`predict` makes the Trainer's optimizer without transformers.trainer (which loads datasets
+    and pandas: a second of a cold shell), and what it imports lands before the trace: a
+    process's first recording (LoRA: peft) has the same events as its next. (Two frees in a row
+    may swap places from one recording to the next, before this change too: compared sorted.)"""
+    probe = (
+        "import sys\n"
+        "from anatomy.analysis import models\n"
+        "from anatomy.analysis.prediction.tracing.record import record\n"
+        "from anatomy.analysis.prediction.tracing.trainer_step import StepOptions\n"
+        "spec, step = models.resolve('tiny-llama'), StepOptions('bf16', False, 1, 'adamw_torch', 2, 16)\n"
+        "first, second = (record(spec, step, kernels='cpu', lora_rank=4) for _ in range(2))\n"
+        "print(sorted(first.events) == sorted(second.events), len(first.events) > 100)\n"
+        "print(sorted(m for m in ('transformers.trainer', 'datasets', 'pandas') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            cwd=PROJECT, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:2] == ["True True", "[]"]
+
