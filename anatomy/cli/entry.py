@@ -7,6 +7,7 @@ import os
 import sqlite3
 import sys
 
+from anatomy.analysis.transformers_index import index_once
 from anatomy.cli import dashboard, edit, export, import_, predict, run, runs, show, sweep, watch
 from anatomy.cli.arguments import Parser
 from anatomy.store import StoreError, resolve_path, store_error
@@ -26,6 +27,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """The command's exit status (EXIT_CODES); every error is one line on stderr."""
+    index_once()  # a command that loads transformers (predict, sweep) reads its models once
     args = parser().parse_args(argv)
     try:
         return args.func(args)

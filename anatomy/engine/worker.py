@@ -13,6 +13,7 @@ import time
 
 from anatomy.analysis import models
 from anatomy.analysis.options import RunOptions
+from anatomy.analysis.transformers_index import index_once
 from anatomy.engine.lifeline import Lifeline
 from anatomy.engine.reporter import Reporter
 from anatomy.engine.training import dummy_dataset, guarded, progress_bars_lock, train_phases
@@ -44,6 +45,7 @@ def main(queue, options: RunOptions, t0: float, cuda_device: str | None, dwell: 
     `lifeline` ties it to the manager (its own process group, dies with its parent)."""
     if lifeline is not None:
         lifeline.attach()
+    index_once()  # transformers' models read once, not twice, when training loads them
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the Hub is never needed: configs ship here
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if cuda_device is not None:

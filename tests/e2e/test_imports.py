@@ -58,3 +58,22 @@ def test_a_cold_prediction_skips_the_trainer_module_and_its_first_recording_is_i
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[:2] == ["True True", "[]"]
 
+
+def test_a_cli_process_indexes_transformers_models_once():
+    """`anatomy`'s processes read transformers' model folders once (analysis/transformers_index.py),
+    and the models load as before."""
+    probe = (
+        "import sys\n"
+        "from anatomy.analysis.transformers_index import index_once\n"
+        "index_once()\n"
+        "from transformers import AutoConfig, LlamaForCausalLM\n"
+        "import transformers.models.gpt2 as gpt2\n"
+        "from transformers.utils import import_utils\n"
+        "print(AutoConfig.for_model('llama').model_type, gpt2.GPT2Config.model_type,\n"
+        "      LlamaForCausalLM.__name__)\n"
+        "folders = import_utils.create_import_structure_from_path.cache_info().misses\n"
+        "print(500 < folders < 1000)")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            cwd=PROJECT, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:2] == ["llama gpt2 LlamaForCausalLM", "True"]

@@ -279,3 +279,23 @@ def test_small_configs_keep_the_configs_own_constraints():
     assert hunyuan["head_dim"] == hunyuan["hidden_size"] // hunyuan["num_attention_heads"]
     hrm = small_config("hrm_text", heads["hrm_text"])  # a stack run over in cycles
     assert hrm["num_layers_per_stack"] <= 2
+
+
+def test_transformers_models_index_made_from_its_first_is_the_one_it_makes_again():
+    """transformers indexes its model folders on import and again for its models package;
+    analysis/transformers_index.py makes the second from the first: it must be the same."""
+    import inspect
+    from pathlib import Path
+
+    import transformers
+    from transformers.utils import import_utils
+
+    from anatomy.analysis.transformers_index import models_index
+
+    cached = inspect.unwrap(import_utils.define_import_structure,
+                            stop=lambda f: hasattr(f, "cache_info"))  # transformers' own
+    folder = Path(transformers.__file__).parent / "models"
+    made_again = cached.__wrapped__(str(folder / "__init__.py"))  # read from the files anew
+    assert models_index(cached, folder) == made_again
+    assert sum(len(modules) for modules in made_again.values()) > 1000  # every model's modules
+    assert "llama.modeling_llama" in made_again[frozenset({"torch"})]
