@@ -209,12 +209,14 @@ def _check(field: Field, value: Any) -> str | None:
 
 
 def validate(options: RunOptions, gpu_count: int, *, resolve_model: bool = True,
-             here: bool = True) -> dict[str, str]:
+             here: bool = True, config_class: bool = True) -> dict[str, str]:
     """Messages by field name for every wrong value; empty when the run may start. `gpu_count` is
     the number of GPUs a run can use here: those CUDA_VISIBLE_DEVICES leaves visible.
     `resolve_model=False` judges the options alone, not whether this machine has the model (an
     imported run may name a config file that stayed on another machine); `here=False` leaves
-    out what depends on this machine's kind (CPU processes, FSDP's GPUs: an imported run)."""
+    out what depends on this machine's kind (CPU processes, FSDP's GPUs: an imported run);
+    `config_class=False` leaves transformers' own checks of the config to a caller that builds
+    the config itself (the prediction: the same line, without a child interpreter's seconds)."""
     errors: dict[str, str] = {}
     for name, field in FIELDS.items():
         value = getattr(options, name)
@@ -233,7 +235,8 @@ def validate(options: RunOptions, gpu_count: int, *, resolve_model: bool = True,
     if resolve_model and "model" not in errors:
         try:
             spec = models.resolve(options.model)
-            models.check_config_class(spec)
+            if config_class:
+                models.check_config_class(spec)
         except ModelError as error:
             errors["model"] = str(error)
         else:
