@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import atexit
+import gc
 import json
 import sys
 
@@ -44,6 +46,11 @@ def _prediction_target(args: argparse.Namespace, info) -> tuple[str, str | None,
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
+    # At exit, what is left is frozen: the interpreter's last collections skip it (torch's and
+    # transformers' objects: a second of CPU); the memory goes with the process, a prediction
+    # holds no store or child, and Python does not promise finalizers at exit anyway.
+    atexit.unregister(gc.freeze)  # once per process, however often the command runs
+    atexit.register(gc.freeze)
     if args.gpu_model is not None and not device_constants.is_calibrated(args.gpu_model):
         print(f"error: --gpu-model: {args.gpu_model!r} has no calibrated constants; calibrated:"
               f" {', '.join(repr(name) for name in device_constants.calibrated())}",
