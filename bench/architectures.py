@@ -144,8 +144,10 @@ def scale_factor(values: dict) -> int:
 def _shrink_counts(values: dict, layers_before) -> None:
     """Layers, experts, the vocabulary and the position table, whatever the widths do."""
     _shrink_int(values, _LAYER_KEYS, LAYERS)
-    # A stack's layers, run several times over (HRM's cycles): each pass is as deep as this
-    _shrink_int(values, [k for k in values if re.fullmatch(r"num_layers_per_\w+", str(k))], LAYERS)
+    # Layers repeated within a stack or a block (HRM's stacks run in cycles, Perceiver's
+    # self-attention layers in each block): as deep as the stacks
+    _shrink_int(values, [k for k in values if re.fullmatch(r"num_\w+_per_(stack|block)",
+                                                           str(k))], LAYERS)
     _shrink_int(values, _EXPERT_KEYS, EXPERTS)
     _shrink_int(values, [k for k in values if re.fullmatch(r"\w*expert_num", str(k))], EXPERTS)
     experts = next((values[k] for k in _EXPERT_KEYS if _is_int(values.get(k))), None)
@@ -169,11 +171,13 @@ def _shrink_counts(values: dict, layers_before) -> None:
         return
     for key in ("out_features", "out_indices", "stage_names"):  # a backbone's: follow depth
         values.pop(key, None)
+    kept = list(range(layers))  # the layers kept, by their index in the defaults
     types = values.get("layer_types")
     if isinstance(types, list) and len(types) == layers_before:
         distinct = list(dict.fromkeys(map(str, types)))  # every kind of layer, once
-        chosen = [next(t for t in types if str(t) == kind) for kind in distinct]
-        values["layer_types"] = (chosen + types)[:max(layers, len(chosen))]
+        chosen = [next(i for i, t in enumerate(types) if str(t) == kind) for kind in distinct]
+        kept = (chosen + list(range(layers_before)))[:max(layers, len(chosen))]
+        values["layer_types"] = [types[i] for i in kept]
         for key in _LAYER_KEYS:
             if values.get(key) == layers:
                 values[key] = len(values["layer_types"])
@@ -184,11 +188,13 @@ def _shrink_counts(values: dict, layers_before) -> None:
             values[key] = value * layers // layers_before
     for key, value in list(values.items()):
         if key != "layer_types" and isinstance(value, list) and len(value) == layers_before:
-            values[key] = value[:layers]
+            values[key] = [value[i] for i in kept]
         elif key.endswith("_layers") and isinstance(value, list) and all(map(_is_int, value)):
             values[key] = [v for v in value if v < layers]
         elif isinstance(value, dict) and value and all(str(k).isdigit() for k in value):
-            values[key] = {k: v for k, v in value.items() if int(k) < layers}  # per layer
+            by_index = {int(k): v for k, v in value.items()}  # per layer: the kept layers'
+            values[key] = {type(next(iter(value)))(new): by_index[old]
+                           for new, old in enumerate(kept) if old in by_index}
 
 
 def _shrink(values: dict, vision: bool, factor: int | None) -> dict:
@@ -200,6 +206,10 @@ def _shrink(values: dict, vision: bool, factor: int | None) -> dict:
                                                    "rope_scaling") \
                 and not all(str(k).isdigit() for k in value):
             values[key] = _shrink(value, vision or key.startswith(("vision", "image")), factor)
+        elif isinstance(value, dict) and value and all(str(k).isdigit() for k in value):
+            for layer, settings in value.items():  # a layer's own settings: shrunk alike
+                if isinstance(settings, dict):
+                    value[layer] = _shrink(settings, vision, factor)
     layers_before = next((values[k] for k in _LAYER_KEYS if _is_int(values.get(k))), None)
     if vision:
         for key in ("depths", "num_block_repeats", "num_layers_per_stage"):
@@ -217,6 +227,10 @@ def _shrink(values: dict, vision: bool, factor: int | None) -> dict:
         for key, value in list(values.items()):
             if _is_width(key) and _is_int(value) and value >= SCALED_FROM:
                 values[key] = value // factor
+            elif _is_width(key) and isinstance(value, list) and value and \
+                    all(_is_int(w) and w % factor == 0 for w in value) and \
+                    sum(value) >= SCALED_FROM:
+                values[key] = [w // factor for w in value]  # parts of a width, shrunk alike
     else:
         _shrink_fixed(values)
     _shrink_counts(values, layers_before)
@@ -284,6 +298,28 @@ def _shrink_fixed(values: dict) -> None:
         values["qk_head_dim"] = values["qk_nope_head_dim"] + values.get("qk_rope_head_dim", 0)
 
 
+def _text_width(values: dict) -> int | None:
+    """The width of a config's text model (its own, else its text_config's)."""
+    for config in (values, values.get("text_config")):
+        if isinstance(config, dict):
+            _, width = _first_int(config, _WIDTH_KEYS)
+            if width:
+                return width
+    return None
+
+
+def _follow_text_width(values: dict, before: int, after: int, inside: bool = False) -> None:
+    """Another tower's projection into the text model (a vision adapter's output width, a
+    vision tower's out_hidden_size) keeps the text width it was made for: the towers keep their
+    own widths, the text shrinks."""
+    for key, value in values.items():
+        if isinstance(value, dict) and key != "text_config":
+            _follow_text_width(value, before, after, True)
+        elif inside and value == before and _is_int(value) and \
+                any(word in str(key) for word in ("out", "text", "proj")):
+            values[key] = after
+
+
 def small_config(model_type: str, head: str, scaled: bool = True) -> dict:
     """The model type's config class defaults, shrunk, as a config.json holds it, naming the
     head to train. `scaled`: widths divided by a common factor (`scale_factor`); else set to
@@ -294,7 +330,10 @@ def small_config(model_type: str, head: str, scaled: bool = True) -> dict:
 
     values = CONFIG_MAPPING[model_type]().to_dict()
     vision = models.head_task(head) == models.IMAGE_CLASSIFICATION
+    text_before = _text_width(values)
     values = _shrink(values, vision, scale_factor(values) if scaled else None)
+    if not vision and text_before and _text_width(values) != text_before:
+        _follow_text_width(values, text_before, _text_width(values))
     for key in ("transformers_version", "_name_or_path", "torch_dtype", "dtype"):
         values.pop(key, None)
     values["model_type"] = model_type
@@ -641,7 +680,10 @@ def report(rows: list[dict], command: str, enumerated: list[tuple[str, str]]) ->
         "trains the head `models.task_of` picks for its type. Its config is the config class's "
         f"defaults, shrunk (bench/architectures.py: {LAYERS} layers, hidden size {HIDDEN}, a "
         f"{VOCAB}-token vocabulary, {EXPERTS} experts; vision models keep their stages, one "
-        "block each). Each is predicted on the CPU (fp32) and for the calibrated H200 (bf16; "
+        "block each; the sizes meet the config's own constraints: heads that divide the width, "
+        "a router's top-k within its experts, a number where the defaults leave None, "
+        "sub-configs and per-layer settings shrunk alike). Each is predicted on the CPU (fp32) "
+        "and for the calibrated H200 (bf16; "
         "fp32 with gradient checkpointing; LoRA rank 8 in bf16) as `anatomy predict` does it "
         "(validation, then the prediction), then trained for two steps on the CPU by the "
         "worker's own training code, and the CPU prediction is held against what the component "
@@ -706,7 +748,11 @@ def main(argv: list[str] | None = None) -> int:
         for model_type, head, path in write_configs(args.configs):
             print(f"{model_type:32} {head:48} {path}")
         return 0
+    command = args.out.with_suffix(".command")  # the command that measured, for --report
     if not args.report:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        command.write_text(f"python bench/architectures.py --jobs {args.jobs} --timeout "
+                           f"{args.timeout:g}" + (f" --only {args.only}" if args.only else ""))
         tasks = architectures()
         if args.only:
             wanted = set(args.only.split(","))
@@ -714,9 +760,6 @@ def main(argv: list[str] | None = None) -> int:
         run_all(tasks, args.out, args.jobs, args.timeout)
     rows = [json.loads(line) for line in args.out.read_text().splitlines() if line.strip()]
     latest = {row["model_type"]: row for row in rows}  # a type run again: its latest row
-    command = args.out.with_suffix(".command")  # the command that measured, for --report
-    if not args.report:
-        command.write_text(" ".join(["python bench/architectures.py", *(argv or sys.argv[1:])]))
     args.doc.write_text(report(list(latest.values()), command.read_text().strip()
                                if command.exists() else "python bench/architectures.py",
                                architectures()))

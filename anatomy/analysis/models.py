@@ -904,13 +904,15 @@ def head_class(spec: ModelSpec):
 
 
 def head_config(head, config):
-    """The config `head` takes: a composite config's text part where the head is its text
-    model's (Llama 4's and Emu3's causal LMs), as transformers' Auto classes choose it; the task's
-    settings (labels, padding id) go with it."""
-    text = getattr(config, "sub_configs", {}).get("text_config")
-    if text is None or getattr(head, "config_class", None) is not text:
+    """The config `head` takes: a composite config's part of the head's own config class (Llama
+    4's and Emu3's causal LMs take the text part, as transformers' Auto classes give it; MusicGen's
+    its decoder's); the task's settings (labels, padding id) go with it."""
+    wanted = getattr(head, "config_class", None)
+    part = next((key for key, kind in getattr(config, "sub_configs", {}).items()
+                 if kind is wanted and wanted is not type(config)), None)
+    inner = getattr(config, part, None) if part else None
+    if inner is None or type(inner) is not wanted:
         return config
-    inner = config.get_text_config()
     inner.num_labels = config.num_labels
     if getattr(inner, "pad_token_id", None) is None:
         inner.pad_token_id = getattr(config, "pad_token_id", None)

@@ -279,6 +279,12 @@ def test_small_configs_keep_the_configs_own_constraints():
     assert hunyuan["head_dim"] == hunyuan["hidden_size"] // hunyuan["num_attention_heads"]
     hrm = small_config("hrm_text", heads["hrm_text"])  # a stack run over in cycles
     assert hrm["num_layers_per_stack"] <= 2
+    assert small_config("perceiver", heads["perceiver"])["num_self_attends_per_block"] <= 2
+    # per-layer settings shrunk with the layers they belong to: the config class's own check of
+    # their head sizes (sliding attention's head_dim = nope + rope) passes
+    dots3 = small_config("dots3_note_text", heads["dots3_note_text"])
+    assert dots3["per_layer_config"]
+    models.transformers_config(models.ModelSpec("dots3", "config file", dots3))
 
 
 def test_transformers_models_index_made_from_its_first_is_the_one_it_makes_again():

@@ -57,3 +57,21 @@ def test_the_grouped_matmul_of_fp32_rows_unaligned_for_cuda_has_its_shape():
                                 offs=mode.from_tensor(torch.tensor([4, 8, 12],
                                                                    dtype=torch.int32)))
     assert out.shape == real.shape and out.dtype == torch.float32
+
+
+def test_a_module_converted_to_its_own_dtype_and_an_expert_named_by_a_tensor():
+    """Switch Transformers' router converts its classifier to the dtype it has, in its forward,
+    and its experts are named by a tensor in an f-string: both as the real run does them."""
+    from anatomy.analysis.prediction.tracing.fake_kernels import self_swaps
+    from anatomy.analysis.prediction.tracing.record import to_fake
+
+    with torch.device("meta"):
+        model = torch.nn.Linear(4, 4)
+    mode = FakeTensorMode(allow_non_fake_inputs=False)
+    to_fake(model, mode)
+    weight = model.weight
+    with mode, self_swaps(), DataValues():
+        model.to(torch.float32)
+        index = torch.tensor([[3], [1]])[0]  # made from nothing: its values are known
+        name = f"expert_{index[0]}"
+    assert model.weight is weight and name == "expert_3"

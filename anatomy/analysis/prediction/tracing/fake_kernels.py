@@ -11,6 +11,8 @@ real ones make.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
@@ -57,3 +59,30 @@ class FakeKernels(TorchDispatchMode):
         if rule is not None and all(getattr(t, "dtype", None) != torch.bfloat16 for t in args[:2]):
             return rule(*args, **(kwargs or {}))
         return func(*args, **(kwargs or {}))
+
+
+@contextmanager
+def self_swaps():
+    """A module converted to what it already is (Switch Transformers' router calls
+    `self.classifier.to(self.dtype)` in its forward): `Tensor.to` returns the tensor itself, and
+    `Module._apply` swaps each fake parameter (a tensor subclass) with a new parameter around it,
+    which torch refuses for a fake tensor (the trace holds references to it). Swapping a tensor
+    with a view of all of itself changes nothing."""
+    from torch import utils
+
+    swap = utils.swap_tensors
+
+    def same(t1, t2) -> bool:
+        return t1.untyped_storage()._cdata == t2.untyped_storage()._cdata and \
+            (t1.dtype, t1.shape, t1.stride(), t1.storage_offset()) == \
+            (t2.dtype, t2.shape, t2.stride(), t2.storage_offset())
+
+    def swap_unless_same(t1, t2):
+        if t1 is not t2 and not same(t1, t2):
+            swap(t1, t2)
+
+    utils.swap_tensors = swap_unless_same
+    try:
+        yield
+    finally:
+        utils.swap_tensors = swap

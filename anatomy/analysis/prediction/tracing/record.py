@@ -33,7 +33,7 @@ from anatomy.analysis.prediction.layers import TEMPLATE, depth_of
 from anatomy.analysis.prediction.replay import Recording
 from anatomy.analysis.prediction.tracing import depth
 from anatomy.analysis.prediction.tracing.cuda import CudaKernels
-from anatomy.analysis.prediction.tracing.fake_kernels import FakeKernels
+from anatomy.analysis.prediction.tracing.fake_kernels import FakeKernels, self_swaps
 from anatomy.analysis.prediction.tracing.tracker import LiveTensors, SavedForBackward, Timeline
 from anatomy.analysis.prediction.tracing.trainer_step import StepOptions, TrainerStep
 from anatomy.analysis.prediction.tracing.values import DataValues, real_paths
@@ -153,6 +153,7 @@ def _record(spec, options, kernels, calibration, steps, lora_rank, lora_targets,
             tags.tag_weights(lists, timeline, tracker.storage_tid, segments[Phase.WEIGHTS])
         with ExitStack() as stack:
             stack.enter_context(mode)
+            stack.enter_context(self_swaps())
             stack.enter_context(FakeKernels())
             stack.enter_context(DataValues())
             if cuda is not None:

@@ -95,6 +95,25 @@ class DataValues(TorchDispatchMode):
         super().__init__()
         self.values: WeakIdKeyDictionary = WeakIdKeyDictionary()  # fake tensor -> real tensor
 
+    def __enter__(self):
+        # A one-element tensor in an f-string is its value (`f"expert_{index[0]}"`, Switch
+        # Transformers' experts by name); a fake one formats as its repr: its value, where known.
+        values = self.values
+
+        def format_value(tensor, spec):
+            real = values.get(tensor) if tensor.dim() == 0 else None
+            if real is None:
+                return torch.Tensor.__format__(tensor, spec)
+            with _disable_current_modes():
+                return real.item().__format__(spec)
+
+        FakeTensor.__format__ = format_value
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        del FakeTensor.__format__
+        return super().__exit__(*exc)
+
     def _real(self, value):
         """A fake tensor's values; a real tensor (a constant the model wrote, such as the
         indices of `x[:, [-1, 0]]`) is its own."""
