@@ -1,17 +1,27 @@
-"""What the tests of real processes share: the real runs that several tests read, and one Chromium
-for the session."""
+"""What the tests of real processes share: the real runs that several tests read, one Chromium
+for the session, a dashboard server started as a user would, a disk that really fills, a user's
+own Trainer script, and how a test sees that no process of a run is left."""
 
 from __future__ import annotations
 
+import os
+import sqlite3
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
 import pytest
 
 from anatomy.analysis.options import RunOptions
 from anatomy.engine.manager import RunManager
 from anatomy.store import Store
 from tests.conftest import PROJECT
-from tools.browser import ARGS, CHROMIUM
+from tools.browser import ARGS, CHROMIUM, free_port
 
 ARTIFACTS = PROJECT / "test-artifacts"  # the browser tests' screenshots
+GONE_SECONDS = 20  # a process of a run is gone within this after its end, on a loaded machine
 
 
 @pytest.fixture(scope="session")
@@ -51,3 +61,158 @@ def recorded(tmp_path_factory):
 
     yield record
     manager.stop_all()
+
+
+# --- processes: which are left, by what name ---
+
+def alive(process: psutil.Process) -> bool:
+    """Running, and not a zombie (a zombie holds no memory, no device and no lock)."""
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def left(processes: list[psutil.Process], timeout: float = GONE_SECONDS) -> list[psutil.Process]:
+    """Those of `processes` still alive after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        still = [p for p in processes if alive(p)]
+        if not still or time.monotonic() > deadline:
+            return still
+        time.sleep(0.1)
+
+
+def name_of(process: psutil.Process) -> str | None:
+    try:
+        return process.name()
+    except psutil.Error:
+        return None
+
+
+def kill_all(processes: list[psutil.Process]) -> None:
+    """Kill what a failed test left: by pid, only processes it started (psutil refuses a pid that
+    now names another process)."""
+    for process in processes:
+        try:
+            process.kill()
+        except psutil.Error:
+            pass
+
+
+# --- a dashboard server, as `anatomy dashboard` starts one ---
+
+def serve(argv: list[str], *, cwd: Path, log_path: Path, env: dict | None = None,
+          timeout: float = 90):
+    """Start `argv` (an `anatomy dashboard` command line, its `--port` given by the caller as
+    `{port}`) and wait until Streamlit answers its health check. Returns (process, url, log)."""
+    port = free_port()
+    log = log_path.open("w+")
+    process = subprocess.Popen([arg.format(port=port) for arg in argv], cwd=cwd, env=env,
+                               stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://localhost:{port}"
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as answer:
+                if answer.status == 200:
+                    return process, url, log
+        except OSError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            log.seek(0)
+            pytest.fail(f"the dashboard did not start:\n{log.read()}")
+        time.sleep(0.3)
+
+
+def stop(process: subprocess.Popen, log) -> str:
+    """End the server (SIGTERM, then SIGKILL after 20 s); what it logged."""
+    process.terminate()
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    log.seek(0)
+    text = log.read()
+    log.close()
+    return text
+
+
+# --- a full disk ---
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 64 MB tmpfs (as root, where mount works): a disk that really fills."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs",
+                                            str(mount)], capture_output=True).returncode:
+        pytest.skip("a tmpfs needs root and mount (tests/unit/test_store_faults.py's page limit "
+                    "stands in)")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(disk: Path, name: str = "filler") -> Path:
+    """Take every byte left on `disk`."""
+    filler = disk / name
+    with open(filler, "wb", buffering=0) as out:  # unbuffered: closing has nothing left to write
+        for size in (65536, 1):
+            try:
+                while True:
+                    out.write(b"\0" * size)
+            except OSError:
+                pass
+    return filler
+
+
+def checkpoint(store_path: Path) -> None:
+    """The store's WAL folded into it and truncated: no slack left to write into."""
+    with sqlite3.connect(store_path, timeout=30) as db:
+        while db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]:
+            time.sleep(0.05)
+
+
+# --- a user's own script ---
+
+# A Trainer script with nothing of anatomy but the callback, and its own collator padding each
+# batch to its longest example: a tiny BERT from its config, 24 examples of 16 to 120 tokens, the
+# first one 16. It prints the examples' lengths last.
+PADDED_TRAINER_SCRIPT = """
+import random
+
+import torch
+from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
+
+import anatomy
+
+random.seed(0)
+lengths = [16] + [random.randint(16, 120) for _ in range(23)]
+examples = [{"input_ids": [random.randint(5, 999) for _ in range(n)], "labels": n % 2}
+            for n in lengths]
+
+
+def pad(batch):
+    longest = max(len(e["input_ids"]) for e in batch)
+    ids = torch.zeros(len(batch), longest, dtype=torch.long)
+    mask = torch.zeros(len(batch), longest, dtype=torch.long)
+    for row, example in enumerate(batch):
+        ids[row, :len(example["input_ids"])] = torch.tensor(example["input_ids"])
+        mask[row, :len(example["input_ids"])] = 1
+    return {"input_ids": ids, "attention_mask": mask,
+            "labels": torch.tensor([e["labels"] for e in batch])}
+
+
+config = BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                    intermediate_size=256, vocab_size=1000, max_position_embeddings=128)
+arguments = TrainingArguments(output_dir="out", per_device_train_batch_size=8,
+                              num_train_epochs=1, logging_steps=1, report_to="none",
+                              save_strategy="no", disable_tqdm=True, use_cpu=True)
+trainer = Trainer(model=BertForSequenceClassification(config), args=arguments,
+                  train_dataset=examples, data_collator=pad,
+                  callbacks=[anatomy.AnatomyCallback()])
+trainer.train()
+print(lengths)
+"""

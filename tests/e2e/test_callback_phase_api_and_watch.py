@@ -17,6 +17,7 @@ from anatomy.analysis.report import report
 from anatomy.store import PHASES, Store
 from anatomy.views.anatomy import user_run_basis
 from tests.conftest import PROJECT
+from tests.e2e.conftest import PADDED_TRAINER_SCRIPT
 
 EXAMPLES = PROJECT / "examples"
 SMALL = ["--steps", "3", "--seq-len", "16", "--batch-size", "4"]
@@ -94,49 +95,13 @@ def test_the_trainer_callback_records_phases_steps_and_components(store):
     assert f"anatomy: run {rep.id} completed, stored in {store.path}" in result.stderr
 
 
-# A user's script with nothing of anatomy but the callback, and its own collator padding each
-# batch to its longest example: 24 examples of 16 to 120 tokens, the first one 16.
-PADDED_SCRIPT = """
-import random
-
-import torch
-from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
-
-import anatomy
-
-random.seed(0)
-lengths = [16] + [random.randint(16, 120) for _ in range(23)]
-examples = [{"input_ids": [random.randint(5, 999) for _ in range(n)], "labels": n % 2}
-            for n in lengths]
-
-
-def pad(batch):
-    longest = max(len(e["input_ids"]) for e in batch)
-    ids = torch.zeros(len(batch), longest, dtype=torch.long)
-    for row, example in enumerate(batch):
-        ids[row, :len(example["input_ids"])] = torch.tensor(example["input_ids"])
-    return {"input_ids": ids, "labels": torch.tensor([e["labels"] for e in batch])}
-
-
-config = BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-                    intermediate_size=256, vocab_size=1000, max_position_embeddings=128)
-arguments = TrainingArguments(output_dir="out", per_device_train_batch_size=8, num_train_epochs=1,
-                              logging_steps=1, report_to="none", save_strategy="no",
-                              disable_tqdm=True, use_cpu=True)
-trainer = Trainer(model=BertForSequenceClassification(config), args=arguments,
-                  train_dataset=examples, data_collator=pad, callbacks=[anatomy.AnatomyCallback()])
-trainer.train()
-print(lengths)
-"""
-
-
 def test_a_trainer_padding_each_batch_is_predicted_at_the_longest_batch_it_trained_on(store,
                                                                                         tmp_path):
     """A run with dynamic padding was recorded at its first example's length (16): its
     activations predicted at 9.8 MB beside 233 MB measured. Each step's length is recorded, and
     the prediction is made at the longest batch (the peak is made there)."""
     script = tmp_path / "train.py"
-    script.write_text(PADDED_SCRIPT)
+    script.write_text(PADDED_TRAINER_SCRIPT)
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                             timeout=600, cwd=tmp_path, env=_env(store))
     assert result.returncode == 0, result.stderr[-3000:]

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -14,16 +13,11 @@ import psutil
 
 from anatomy.store import Store
 from tests.conftest import PROJECT
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("localhost", 0))
-        return probe.getsockname()[1]
+from tools.browser import free_port
 
 
 def test_it_serves_the_store_it_names_from_any_directory_and_ends_with_its_server(tmp_path):
-    store, port = tmp_path / "elsewhere" / "runs.sqlite", _free_port()
+    store, port = tmp_path / "elsewhere" / "runs.sqlite", free_port()
     env = {**os.environ, "PYTHONPATH": str(PROJECT)}  # the package, as installed
     env.pop("ANATOMY_STORE", None)
     server = subprocess.Popen(

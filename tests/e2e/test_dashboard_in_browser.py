@@ -8,11 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -22,7 +18,7 @@ from anatomy.store import Store
 from anatomy.views import export
 from anatomy.views.live import summary_lines
 from tests.conftest import PROJECT, USERS_SHAPES, seed_users_run
-from tests.e2e.conftest import ARTIFACTS
+from tests.e2e.conftest import ARTIFACTS, serve, stop
 from tools import demo_store
 from tools.browser import wait_for_charts
 
@@ -34,46 +30,10 @@ RUN_SECONDS = 120  # a tiny CPU run takes ~15 s on two cores; CI machines can be
 NARROW = {"width": 1000, "height": 900}  # a laptop's window with the sidebar open
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("localhost", 0))
-        return probe.getsockname()[1]
-
-
 def _serve(tmp_path: Path, store_path: Path):
     """The app as `make run` serves it, on its own port and store."""
-    port = _free_port()
-    log = (tmp_path / "server.log").open("w+")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "anatomy", "dashboard", "--port", str(port), "--store",
-         str(store_path)], cwd=PROJECT, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://localhost:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as answer:
-                if answer.status == 200:
-                    break
-        except OSError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            log.seek(0)
-            pytest.fail(f"streamlit did not start:\n{log.read()}")
-        time.sleep(0.3)
-    return process, url, log
-
-
-def _stop(process: subprocess.Popen, log) -> str:
-    process.terminate()
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-    log.seek(0)
-    text = log.read()
-    log.close()
-    return text
+    return serve([sys.executable, "-m", "anatomy", "dashboard", "--port", "{port}", "--store",
+                  str(store_path)], cwd=PROJECT, log_path=tmp_path / "server.log")
 
 
 @pytest.fixture
@@ -81,7 +41,7 @@ def server(tmp_path):
     """The app on an empty store."""
     process, url, log = _serve(tmp_path, tmp_path / "anatomy.sqlite")
     yield url, Store(tmp_path / "anatomy.sqlite"), log
-    _stop(process, log)
+    stop(process, log)
 
 
 @pytest.fixture
@@ -97,7 +57,7 @@ def gpu_runs(tmp_path, gpu_store):
     store = gpu_store
     process, url, log = _serve(tmp_path, store.path)
     yield url, store, log
-    _stop(process, log)
+    stop(process, log)
 
 
 @pytest.fixture
@@ -110,7 +70,7 @@ def every_kind_of_run(tmp_path):
                                        None) for shape in USERS_SHAPES})
     process, url, log = _serve(tmp_path, store.path)
     yield url, runs
-    assert "Traceback" not in _stop(process, log)
+    assert "Traceback" not in stop(process, log)
 
 
 # Plotly keeps the drawn figure on its element: read the bands and markers the browser shows.

@@ -35,52 +35,18 @@ from anatomy.engine.manager import DeviceLock, RunManager, device_key
 from anatomy.store import RunRow, Store, StoreMissing
 from anatomy.store.liveness import ENDED_WITHOUT_A_WORD
 from tests.conftest import PROJECT, TINY, flags, seed_run
+from tests.e2e.conftest import checkpoint, fill, kill_all, left, name_of
 
 # A run long enough to be interrupted: it never ends on its own within a test.
 ENDLESS = tuple(flags(replace(TINY, max_steps=100_000)))
-GONE_SECONDS = 15  # a process of the run dies within this (stop's grace, on a loaded machine)
 PHASE_SECONDS = 180  # a tiny run reaches training within this, however loaded the machine
 
 
 # --- helpers ---
 
-def _left(processes: list[psutil.Process], timeout: float = GONE_SECONDS) -> list[psutil.Process]:
-    """Those of `processes` still running after `timeout` (a zombie counts as gone: it holds no
-    memory, no device and no lock)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        alive = []
-        for process in processes:
-            try:
-                if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(process)
-            except psutil.Error:
-                pass
-        if not alive or time.monotonic() > deadline:
-            return alive
-        time.sleep(0.1)
-
-
-def _kill_all(processes: list[psutil.Process]) -> None:
-    """Kill what a failed test left: by pid, only processes it started (psutil refuses a pid that
-    now names another process)."""
-    for process in processes:
-        try:
-            process.kill()
-        except psutil.Error:
-            pass
-
-
 def _named(processes: list[psutil.Process], name: str) -> psutil.Process:
-    (found,) = [p for p in processes if _name(p) == name]
+    (found,) = [p for p in processes if name_of(p) == name]
     return found
-
-
-def _name(process: psutil.Process) -> str | None:
-    try:
-        return process.name()
-    except psutil.Error:
-        return None
 
 
 def _training(store_path: Path, run_id: int = 1, steps: int = 2) -> RunRow:
@@ -141,7 +107,7 @@ class CliRun:
         """The CLI and every process of it ever seen (by pid: only what this test started)."""
         self.tree()
         self.process.kill()
-        _kill_all(self.seen)
+        kill_all(self.seen)
         try:
             self.process.communicate(timeout=10)
         except subprocess.TimeoutExpired:
@@ -174,10 +140,10 @@ def test_kill_9_of_the_cli_ends_its_processes_frees_the_device_and_the_next_star
     the next manager to start closes the run as failed with what it recorded."""
     run = cli_run()
     tree = run.training()
-    assert {"anatomy-worker", "anatomy-sampler"} <= {_name(p) for p in tree}
+    assert {"anatomy-worker", "anatomy-sampler"} <= {name_of(p) for p in tree}
     run.process.send_signal(signal.SIGKILL)
     run.finish()
-    assert _left(tree) == []
+    assert left(tree) == []
     lock = DeviceLock(device_key(RunOptions(preset="tiny"), machine()))  # the run's device
     assert lock.acquire("test"), lock.holder()
     lock.release()
@@ -207,7 +173,7 @@ def test_kill_9_of_the_cli_while_it_starts_its_processes_leaves_none(cli_run):
     run = cli_run()
     deadline = time.monotonic() + PHASE_SECONDS
     seen: list[psutil.Process] = []
-    while not any(_name(p) == "anatomy-sampler" for p in seen):
+    while not any(name_of(p) == "anatomy-sampler" for p in seen):
         assert time.monotonic() < deadline and run.process.poll() is None, run.finish()
         seen = run.tree()
     started = psutil.Process(run.pid).create_time()
@@ -217,7 +183,7 @@ def test_kill_9_of_the_cli_while_it_starts_its_processes_leaves_none(cli_run):
     adopted = [p for p in psutil.process_iter(["name", "create_time"])
                if p.info["name"] in ("anatomy-worker", "anatomy-sampler")
                and p.info["create_time"] >= started]
-    assert _left([*seen, *adopted]) == []
+    assert left([*seen, *adopted]) == []
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
@@ -228,7 +194,7 @@ def test_sigterm_or_sighup_to_the_cli_is_a_stop(cli_run, sig):
     tree = run.training()
     run.process.send_signal(sig)
     assert run.finish() == 128 + sig
-    assert _left(tree) == []
+    assert left(tree) == []
     rep = _stored(run.store_path)
     assert rep.status == "stopped" and sig.name in rep.error
     assert rep.samples == rep.samples_sent > 0
@@ -246,7 +212,7 @@ def test_a_signal_to_the_whole_process_group_is_a_clean_stop(cli_run, sig):
     tree = run.training()
     os.killpg(run.pid, sig)
     assert run.finish() == 128 + sig
-    assert _left(tree) == []
+    assert left(tree) == []
     rep = _stored(run.store_path)
     assert rep.status == "stopped"
     assert ("Ctrl-C" if sig == signal.SIGINT else "SIGTERM") in rep.error
@@ -263,7 +229,7 @@ def test_a_killed_worker_fails_the_run_and_its_last_phase_keeps_real_memory(cli_
     tree = run.training()
     _named(tree, "anatomy-worker").send_signal(sig)
     assert run.finish() == 1
-    assert _left(tree) == []
+    assert left(tree) == []
     rep = _stored(run.store_path)
     assert rep.training.done
     assert rep.training.memory_bytes > rep.phase("weights").memory_bytes  # not its zombie's 0
@@ -278,7 +244,7 @@ def test_a_dead_sampler_ends_the_run_as_failed_not_completed_with_a_hole(cli_run
     tree = run.training()
     _named(tree, "anatomy-sampler").send_signal(sig)
     assert run.finish() == 1
-    assert _left(tree) == []
+    assert left(tree) == []
     rep = _stored(run.store_path)
     assert rep.status == "failed"
     assert "the memory sampler" in rep.error and "while training went on" in rep.error
@@ -318,10 +284,10 @@ def test_a_server_killed_with_a_run_in_flight_leaves_no_process_and_its_restart_
         tree = psutil.Process(server.pid).children(recursive=True)
         server.kill()
         server.wait(30)
-        assert _left(tree) == []
+        assert left(tree) == []
     finally:
         server.kill()
-        _kill_all(tree)
+        kill_all(tree)
     store = Store(store_path)
     manager = RunManager(store)  # the restarted server's manager
     assert store.run(1).status == "failed"
@@ -363,31 +329,6 @@ def test_the_device_lock_is_held_by_the_runs_processes_until_the_last_one_ends()
 
 # --- a full disk ---
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A 64 MB tmpfs (as root, where mount works): a disk that really fills."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs",
-                                            str(mount)], capture_output=True).returncode:
-        pytest.skip("a tmpfs needs root and mount; the page-limit test stands in")
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
-def _fill(disk: Path, name: str = "filler") -> Path:
-    """Take every byte left on `disk`."""
-    filler = disk / name
-    with open(filler, "wb", buffering=0) as out:  # unbuffered: closing has nothing left to write
-        for size in (65536, 1):
-            try:
-                while True:
-                    out.write(b"\0" * size)
-            except OSError:
-                pass
-    return filler
-
-
 def test_a_full_disk_mid_run_stops_the_run_and_records_why(small_disk):
     """A real ENOSPC: the store's file system fills while the run trains. The room the run held
     in reserve beside the store is what its ending is written into."""
@@ -395,12 +336,10 @@ def test_a_full_disk_mid_run_stops_the_run_and_records_why(small_disk):
     try:
         tree = run.training()
         assert (small_disk / "runs.sqlite-reserve-1").stat().st_size == 256 * 1024
-        with sqlite3.connect(run.store_path, timeout=30) as db:  # no WAL slack left to write into
-            while db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]:
-                time.sleep(0.05)
-        filler = _fill(small_disk)
+        checkpoint(run.store_path)
+        filler = fill(small_disk)
         assert run.finish(timeout=120) == 1
-        assert _left(tree) == []
+        assert left(tree) == []
         assert "could not be written (the disk is full" in run.err and "Traceback" not in run.err
         rep = _stored(run.store_path)
         assert rep.status == "failed" and "the disk is full" in rep.error
@@ -408,7 +347,7 @@ def test_a_full_disk_mid_run_stops_the_run_and_records_why(small_disk):
         assert rep.samples > 0 and rep.training.done
         assert rep.training.memory_bytes > rep.phase("weights").memory_bytes
         # While it is full, a later run is refused in one line (no traceback from close_orphans).
-        more = _fill(small_disk, "more")
+        more = fill(small_disk, "more")
         later = subprocess.run([sys.executable, "-m", "anatomy", "run", "--max-steps", "1",
                                 "--store", str(run.store_path)], cwd=PROJECT, capture_output=True,
                                text=True, timeout=120)
@@ -447,7 +386,7 @@ def test_a_store_that_fills_mid_run_stops_the_run_and_records_why(tmp_path, monk
     def fill():
         _training(store_path)
         tree.extend(p for p in psutil.Process().children(recursive=True)
-                    if _name(p) in ("anatomy-worker", "anatomy-sampler"))
+                    if name_of(p) in ("anatomy-worker", "anatomy-sampler"))
         with sqlite3.connect(store_path) as db:
             SizeLimitedStore.pages = db.execute("PRAGMA page_count").fetchone()[0]
 
@@ -458,9 +397,9 @@ def test_a_store_that_fills_mid_run_stops_the_run_and_records_why(tmp_path, monk
         assert len(tree) == 2
         assert code == 1
         assert "could not be written (the disk is full" in err
-        assert _left(tree) == []
+        assert left(tree) == []
     finally:
-        _kill_all(tree)
+        kill_all(tree)
     SizeLimitedStore.pages = None
     rep = report(Store(store_path), 1)
     assert rep.status == "failed" and "the disk is full" in rep.error

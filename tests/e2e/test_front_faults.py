@@ -32,10 +32,10 @@ from anatomy.analysis.report import report
 from anatomy.store import Store, StoreMissing
 from anatomy.store.liveness import ENDED_WITHOUT_A_WORD
 from tests.conftest import PROJECT
+from tests.e2e.conftest import checkpoint, fill, left, name_of
 
 EXAMPLES = PROJECT / "examples"
 START_SECONDS = 240  # a front starts recording within this, however loaded the machine
-GONE_SECONDS = 20  # a process of the run is gone within this after its end
 
 # A user's command that marks nothing (watch's front): it holds some memory and prints progress
 # with `\r`, as tqdm does. `--child`: it starts a child of its own. `--slow-stop`: it needs 30 s
@@ -91,22 +91,6 @@ while True:
 
 # --- helpers ---
 
-def _alive(process: psutil.Process) -> bool:
-    try:
-        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def _left(processes: list[psutil.Process], timeout: float = GONE_SECONDS) -> list[psutil.Process]:
-    deadline = time.monotonic() + timeout
-    while True:
-        alive = [p for p in processes if _alive(p)]
-        if not alive or time.monotonic() > deadline:
-            return alive
-        time.sleep(0.1)
-
-
 def _users(process: psutil.Process) -> bool:
     """A process the user's code started (not anatomy's sampler, not multiprocessing's)."""
     try:
@@ -114,13 +98,6 @@ def _users(process: psutil.Process) -> bool:
             "multiprocessing" in word for word in process.cmdline())
     except psutil.Error:
         return False
-
-
-def _name(process: psutil.Process) -> str | None:
-    try:
-        return process.name()
-    except psutil.Error:
-        return None
 
 
 class Front:
@@ -192,7 +169,7 @@ class Front:
         raise AssertionError(f"the {self.kind} front never recorded")
 
     def sampler(self) -> psutil.Process:
-        (found,) = [p for p in self.tree() if _name(p) == "anatomy-sampler"]
+        (found,) = [p for p in self.tree() if name_of(p) == "anatomy-sampler"]
         return found
 
     def user_process(self) -> psutil.Process:
@@ -286,7 +263,7 @@ def test_kill_9_of_the_front_leaves_no_process_and_readers_see_the_run_ended_unc
     leftovers_before = {p.name for p in Path(tempfile.gettempdir()).glob("anatomy-watch-*")}
     run.process.send_signal(signal.SIGKILL)
     run.finish()
-    assert _left(run.seen) == [], [(p.pid, p.cmdline(), p.ppid()) for p in _left(run.seen, 0)]
+    assert left(run.seen) == [], [(p.pid, p.cmdline(), p.ppid()) for p in left(run.seen, 0)]
     assert {p.name for p in Path(tempfile.gettempdir()).glob("anatomy-watch-*")} <= leftovers_before
     files = [p for p in run.store_path.parent.iterdir() if p.name.startswith("runs.sqlite")]
     before = {p.name: p.read_bytes() for p in files if not p.name.endswith("-shm")}
@@ -313,7 +290,7 @@ def test_sigterm_or_sighup_to_the_front_stops_the_run_with_the_signals_name(fron
     run.process.send_signal(sig)
     code = run.finish()
     assert code == (128 + sig if kind == "watch" else -sig)  # a script dies by it, as it would
-    assert _left(run.seen) == []
+    assert left(run.seen) == []
     rep = run.stored()
     assert rep.status == "stopped" and f"stopped by {sig.name}" in rep.error
     assert rep.samples == rep.samples_sent > 0
@@ -330,7 +307,7 @@ def test_ctrl_c_at_the_terminal_stops_the_run(front, kind):
     os.killpg(run.pid, signal.SIGINT)
     code = run.finish()
     assert code in ((130,) if kind == "watch" else (1, 130, -signal.SIGINT))
-    assert _left(run.seen) == []
+    assert left(run.seen) == []
     rep = run.stored()
     assert rep.status == "stopped" and "Ctrl-C (SIGINT)" in rep.error
     assert rep.samples == rep.samples_sent > 0
@@ -355,7 +332,7 @@ def test_a_dead_sampler_fails_the_run_and_the_users_training_goes_on(front, kind
     assert run.process.poll() is None  # the training goes on
     run.process.send_signal(signal.SIGTERM)
     run.finish()
-    assert _left(run.seen) == []
+    assert left(run.seen) == []
     rep = run.stored()
     assert rep.status == "failed" and "the memory sampler" in rep.error
     assert ("was killed by SIGKILL" if sig == signal.SIGKILL else "stopped (SIGTERM)") in rep.error
@@ -375,7 +352,7 @@ def test_the_sampler_ignores_hang_ups_and_ctrl_c(front, kind, sig):
     time.sleep(2)
     run.process.send_signal(signal.SIGTERM)
     run.finish()
-    assert _left(run.seen) == []
+    assert left(run.seen) == []
     rep = run.stored()
     assert rep.status == "stopped" and rep.samples == rep.samples_sent > 0
 
@@ -392,7 +369,7 @@ def test_a_killed_command_fails_the_run_with_the_signals_name_and_leaves_none_of
     child = run.user_child()
     run.user_process().send_signal(sig)
     assert run.finish() == 128 + sig
-    assert _left([*run.seen, child]) == []
+    assert left([*run.seen, child]) == []
     rep = run.stored()
     assert rep.status == "failed" and f"the command was killed by {sig.name}" in rep.error
     assert rep.samples == rep.samples_sent > 0
@@ -404,7 +381,7 @@ def test_a_killed_child_of_the_command_fails_the_run_with_its_exit(front):
     run.recording()
     run.user_child().send_signal(signal.SIGKILL)
     assert run.finish() == 137  # the shell's exit: 128 + 9
-    assert _left(run.seen) == []
+    assert left(run.seen) == []
     rep = run.stored()
     assert rep.status == "failed" and "exited with code 137" in rep.error and "SIGKILL" in rep.error
 
@@ -414,7 +391,7 @@ def test_a_killed_child_of_a_phase_api_script_fails_the_run_with_the_scripts_err
     run.recording(steps=3)
     run.user_child().send_signal(signal.SIGKILL)
     assert run.finish() == 1
-    assert _left(run.seen) == []
+    assert left(run.seen) == []
     rep = run.stored()
     assert rep.status == "failed" and "CalledProcessError" in rep.error
     assert rep.samples == rep.samples_sent > 0
@@ -430,7 +407,7 @@ def test_a_command_slow_to_stop_is_ended_with_its_whole_tree(front):
     run.process.send_signal(signal.SIGTERM)
     assert run.finish() == 143
     assert time.monotonic() - started < 25
-    assert _left([*run.seen, child]) == []
+    assert left([*run.seen, child]) == []
     rep = run.stored()
     assert rep.status == "stopped" and "stopped by SIGTERM" in rep.error
     assert "did not exit 10 s after the stop" in run.err
@@ -453,7 +430,7 @@ def test_a_scripts_exit_is_how_its_run_ends(front, how, status, words):
     if words:
         assert words in rep.error
     assert rep.samples == rep.samples_sent > 0 and all(p.done for p in rep.phases)
-    assert _left(run.seen) == []
+    assert left(run.seen) == []
 
 
 @pytest.mark.parametrize("how, status, code", [("exit1", "failed", 1), ("exit0", "completed", 0)])
@@ -471,53 +448,20 @@ def test_under_watch_a_scripts_exit_is_the_same(tmp_path, how, status, code):
 
 # --- the store ---
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A 64 MB tmpfs (as root, where mount works): a disk that really fills."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs",
-                                            str(mount)], capture_output=True).returncode:
-        pytest.skip("a tmpfs needs root and mount")
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
-def _fill(disk: Path, name: str = "filler") -> Path:
-    filler = disk / name
-    with open(filler, "wb", buffering=0) as out:
-        for size in (65536, 1):
-            try:
-                while True:
-                    out.write(b"\0" * size)
-            except OSError:
-                pass
-    return filler
-
-
-def _checkpoint(store_path: Path) -> None:
-    """No WAL slack left to write into."""
-    import sqlite3
-
-    with sqlite3.connect(store_path, timeout=30) as db:
-        while db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]:
-            time.sleep(0.05)
-
-
 @pytest.mark.parametrize("kind", ["watch", "script", "trainer"])
 def test_a_full_disk_fails_the_run_says_so_and_the_users_training_goes_on(front, small_disk, kind):
     run = front(kind, store_path=small_disk / "runs.sqlite")
     try:
         run.recording()
-        _checkpoint(run.store_path)
-        filler = _fill(small_disk)
+        checkpoint(run.store_path)
+        filler = fill(small_disk)
         run.said("could not be written")
         assert run.process.poll() is None  # the training goes on
         run.process.send_signal(signal.SIGTERM)
         run.finish()
         assert "the disk is full" in run.err and "the training went on unrecorded" in run.err
         _no_traceback(run.err)
-        assert _left(run.seen) == []
+        assert left(run.seen) == []
         filler.unlink()
         rep = run.stored()
         assert rep.status == "failed" and "the disk is full" in rep.error
@@ -539,7 +483,7 @@ def test_a_store_that_goes_away_is_not_made_again_and_the_users_training_goes_on
     run.process.send_signal(signal.SIGTERM)
     run.finish()
     _no_traceback(run.err)
-    assert _left(run.seen) == []
+    assert left(run.seen) == []
     assert not run.store_path.exists()  # not made again, empty, at the same place
 
 
@@ -590,7 +534,7 @@ def test_while_the_disk_is_full_every_command_says_so_in_a_line(small_disk):
     store = Store(small_disk / "runs.sqlite")
     run_id = store.create_run({"model": "tiny"}, "cpu-rss", "rss", 0, {})
     store.finish(run_id, "completed")
-    filler = _fill(small_disk)
+    filler = fill(small_disk)
     try:
         for command in (["runs"], ["show", "1"], ["run", "--max-steps", "1"]):
             result = subprocess.run([sys.executable, "-m", "anatomy", *command, "--store",

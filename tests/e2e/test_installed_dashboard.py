@@ -12,61 +12,20 @@ from __future__ import annotations
 import os
 import subprocess
 import sysconfig
-import time
-import urllib.request
 import venv
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import PROJECT
-from tests.e2e.conftest import ARTIFACTS
-from tools.browser import CHROMIUM, free_port, wait_for_chart
+from tests.e2e.conftest import ARTIFACTS, PADDED_TRAINER_SCRIPT, serve, stop
+from tools.browser import CHROMIUM, wait_for_chart
 
 pytestmark = [pytest.mark.packaging, pytest.mark.browser, pytest.mark.skipif(
     not Path(CHROMIUM).exists(),
     reason="needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)")]
 
 NARROW = {"width": 1000, "height": 900}
-
-# A user's script: a tiny BERT from its config, examples of 16 to 120 tokens padded per batch by
-# the user's own collator, anatomy's callback and nothing else of anatomy.
-TRAINER_SCRIPT = '''
-import random
-
-import torch
-from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
-
-import anatomy
-
-random.seed(0)
-lengths = [16] + [random.randint(16, 120) for _ in range(23)]
-examples = [{"input_ids": [random.randint(5, 999) for _ in range(n)], "labels": n % 2}
-            for n in lengths]
-
-
-def pad(batch):
-    longest = max(len(e["input_ids"]) for e in batch)
-    ids = torch.zeros(len(batch), longest, dtype=torch.long)
-    mask = torch.zeros(len(batch), longest, dtype=torch.long)
-    for row, example in enumerate(batch):
-        ids[row, :len(example["input_ids"])] = torch.tensor(example["input_ids"])
-        mask[row, :len(example["input_ids"])] = 1
-    return {"input_ids": ids, "attention_mask": mask,
-            "labels": torch.tensor([e["labels"] for e in batch])}
-
-
-config = BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-                    intermediate_size=256, vocab_size=1000, max_position_embeddings=128)
-arguments = TrainingArguments(output_dir="out", per_device_train_batch_size=8,
-                              num_train_epochs=1, logging_steps=1, report_to="none",
-                              save_strategy="no", disable_tqdm=True, use_cpu=True)
-trainer = Trainer(model=BertForSequenceClassification(config), args=arguments,
-                  train_dataset=examples, data_collator=pad,
-                  callbacks=[anatomy.AnatomyCallback()])
-trainer.train()
-'''
-
 
 @pytest.fixture
 def installed(tmp_path) -> tuple[Path, dict]:
@@ -92,33 +51,13 @@ def installed(tmp_path) -> tuple[Path, dict]:
     return env_dir / "bin", env
 
 
-def _dashboard(binaries: Path, env: dict, folder: Path):
-    """`anatomy dashboard` as the user types it (no --store), from `folder`."""
-    port = free_port()
-    log = (folder / "dashboard.log").open("w+")
-    process = subprocess.Popen([str(binaries / "anatomy"), "dashboard", "--port", str(port)],
-                               cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://localhost:{port}"
-    deadline = time.monotonic() + 90
-    while True:
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2):
-                return process, url, log
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                log.seek(0)
-                pytest.fail(f"the dashboard did not start:\n{log.read()}")
-            time.sleep(0.3)
-
-
 @pytest.mark.timeout(1800)
 def test_a_users_trainer_run_shows_measured_next_to_predicted_on_the_installed_dashboard(
         tmp_path, installed, chromium):
     binaries, env = installed
     script_folder = tmp_path / "my-project"
     script_folder.mkdir()
-    (script_folder / "train.py").write_text(TRAINER_SCRIPT)
+    (script_folder / "train.py").write_text(PADDED_TRAINER_SCRIPT)
     trained = subprocess.run([str(binaries / "python"), "train.py"], capture_output=True,
                              text=True, timeout=900, cwd=script_folder, env=env)
     assert trained.returncode == 0, trained.stderr[-3000:]
@@ -127,7 +66,8 @@ def test_a_users_trainer_run_shows_measured_next_to_predicted_on_the_installed_d
 
     elsewhere = tmp_path / "somewhere-else"
     elsewhere.mkdir()
-    process, url, log = _dashboard(binaries, env, elsewhere)
+    process, url, log = serve([str(binaries / "anatomy"), "dashboard", "--port", "{port}"],
+                              cwd=elsewhere, env=env, log_path=elsewhere / "dashboard.log")
     try:
         log.seek(0)
         assert f"store {store}" in log.read()  # it says which store it reads
@@ -143,10 +83,4 @@ def test_a_users_trainer_run_shows_measured_next_to_predicted_on_the_installed_d
         assert sorted(set(sides)) == ["measured", "predicted"]
         page.screenshot(path=str(ARTIFACTS / "installed-anatomy-page.png"), full_page=True)
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
+        stop(process, log)

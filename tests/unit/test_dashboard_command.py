@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from anatomy import cli
+from tools.browser import free_port
 
 
 @pytest.fixture
@@ -18,12 +19,6 @@ def never_served(monkeypatch):
     def exec_refused(*args):
         raise AssertionError(f"the server was started: {args[1]}")
     monkeypatch.setattr(os, "execve", exec_refused)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("localhost", 0))
-        return probe.getsockname()[1]
 
 
 def test_without_streamlit_it_says_what_to_install_in_one_line(never_served, monkeypatch, capsys,
@@ -39,7 +34,7 @@ def test_without_streamlit_it_says_what_to_install_in_one_line(never_served, mon
 def test_a_file_that_is_not_a_store_is_refused_in_one_line(never_served, capsys, tmp_path):
     notes = tmp_path / "notes.txt"
     notes.write_text("not a database\n")
-    assert cli.main(["dashboard", "--store", str(notes), "--port", str(_free_port())]) == 2
+    assert cli.main(["dashboard", "--store", str(notes), "--port", str(free_port())]) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith(f"error: the store {notes}: ")
     assert notes.read_text() == "not a database\n"
