@@ -30,7 +30,8 @@ XDIST := -n auto --dist worksteal
 check: $(STAMP)
 	$(BIN)/python -m pytest -q $(XDIST) tests/unit
 
-# Everything: the unit tier and tests/e2e/ (the worker, the CLI, Streamlit, Chromium, pip install).
+# Everything: the unit tier and tests/e2e/ (the worker, the CLI, Streamlit, Chromium, pip install,
+# the prediction's proofs on whole traces).
 test: $(STAMP)
 	$(BIN)/python -m pytest -q $(XDIST)
 

@@ -2,8 +2,9 @@
 
 tests/unit/ runs in this process only: a test there that starts a process fails (it belongs in
 tests/e2e/). tests/e2e/ starts real processes (the worker, the sampler, the CLI, Streamlit,
-Chromium); its tests carry the `e2e` marker. At the end of the session no process that a test
-started may be left (`_no_process_outlives_the_session`)."""
+Chromium), or traces whole models for seconds a case (the prediction's proofs); its tests carry
+the `e2e` marker. At the end of the session no process that a test started may be left
+(`_no_process_outlives_the_session`)."""
 
 from __future__ import annotations
 
@@ -62,8 +63,11 @@ def pytest_configure(config):
     # beside the tests is not "busy" for them, nor they for it.
     os.environ[LOCK_DIR_ENV] = tempfile.mkdtemp(prefix="anatomy-test-locks-")
     os.environ.setdefault(SESSION_ENV, f"{os.getpid()}-{time.time_ns()}")
-    # Recordings of this session only: each session traces what it predicts.
-    os.environ["ANATOMY_CACHE"] = tempfile.mkdtemp(prefix="anatomy-test-recordings-")
+    # Recordings of this session only (not the user's cache): each session traces what it
+    # predicts, once. pytest-xdist's workers share their controller's (they inherit its
+    # environment): a recording one worker made, another reads from the disk.
+    if not hasattr(config, "workerinput"):
+        os.environ["ANATOMY_CACHE"] = tempfile.mkdtemp(prefix="anatomy-test-recordings-")
 
 
 def pytest_collection_modifyitems(config, items):

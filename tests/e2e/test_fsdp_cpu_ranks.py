@@ -20,7 +20,7 @@ from anatomy.analysis.prediction.tracing.trainer_step import StepOptions
 
 STEPS = 2
 WORLD = 2
-TOLERANCE = 1024  # bytes: the single-process check's (tests/unit/test_prediction.py)
+TOLERANCE = 1024  # bytes: the single-process check's (tests/e2e/test_prediction_exactness.py)
 # (model, precision, checkpointing, accumulation): a layer model and a decoder, fp32 and bf16
 # (bf16: FSDP all-gathers 16-bit parameters and reduce-scatters 16-bit gradients).
 CASES = [("tiny", "fp32", False, 1), ("tiny-llama", "bf16", True, 2)]

@@ -1,8 +1,9 @@
-"""The traced prediction, held against real tensors: the same step on real CPU tensors, followed by
-the same live-tensor tracker, gives the true live-tensor peak; the prediction on fake tensors for
-the CPU must match it, for every tiny architecture, with and without checkpointing, LoRA, bf16,
-accumulation, each optimizer. Then the CUDA side's parts that a CPU can check, and figures
-measured on an H200 (bert-large, torch 2.11) that the method was never fitted to."""
+"""The traced prediction's parts: weights, gradients and states as the built model holds them,
+LoRA's adapters, the CUDA side's parts that a CPU can check, and figures measured on an H200
+(bert-large, torch 2.11) that the method was never fitted to. (Held against real tensors, the
+same step on real CPU tensors for every tiny architecture and feature, and the largest batch
+size's search held to each size's own trace: proofs of whole traces,
+tests/e2e/test_prediction_exactness.py.)"""
 
 from __future__ import annotations
 
@@ -18,82 +19,19 @@ from anatomy.analysis.prediction import (
     WALKTHROUGH_BYTES_PER_PARAMETER,
     Prediction,
     max_batch_size,
-    memory,
     predict,
-    replay,
     walkthrough_bytes_per_parameter,
 )
 from anatomy.analysis.prediction.device_constants import DEFAULT, sdpa_signature
 from anatomy.analysis.prediction.tracing.record import record
-from anatomy.analysis.prediction.tracing.tracker import LiveTensors, Timeline
 from anatomy.analysis.prediction.tracing.trainer_step import (
     StepOptions,
-    TrainerStep,
     make_optimizer,
     training_arguments,
 )
 
 MIB = 2**20
 TINY = ("tiny", "tiny-gpt2", "tiny-llama", "tiny-qwen2", "tiny-vit")
-STEPS = 2  # the first step and a steady one
-# (precision, checkpointing, accumulation, optimizer, LoRA rank): every feature in some row.
-CASES = [
-    ("fp32", False, 1, "adamw_torch", 0),
-    ("bf16", True, 2, "adamw_torch_fused", 0),
-    ("bf16", False, 1, "sgd", 4),
-    ("fp32", True, 3, "adafactor", 4),
-    ("bf16", False, 2, "rmsprop", 0),
-    ("fp32", False, 1, "adagrad", 0),
-]
-# Peak and weights may differ by a few bytes: indexing with a Python list makes its index tensor
-# outside the dispatcher on real tensors (unseen), through it on fake ones (seen).
-TOLERANCE = 1024
-
-
-def real_step(spec, options: StepOptions, lora_rank: int = 0) -> replay.Measurement:
-    """The true live-tensor figures of a real CPU run: the model built for real, the same steps
-    on real tensors, every storage followed by the tracker the prediction uses."""
-    timeline = Timeline()
-    tracker = LiveTensors(timeline)
-    torch.manual_seed(0)
-    with tracker:
-        model, _ = models.build_model(spec, "cpu", lora_rank=lora_rank, pretrained=False)
-    timeline.mark("weights")
-    timeline.mark(replay.TRAINING_BEGINS)
-    step = [0]
-
-    def mark(label: str) -> None:  # the replay's marks: (MARK, step, label)
-        timeline.events.append((replay.MARK, step[0], label))
-
-    def begin(number: int) -> None:
-        step[0] = number
-        mark("batches")
-
-    with tracker:
-        TrainerStep(model, spec, options, device="cpu", on_mark=mark).run(STEPS, begin)
-    return replay.measure(timeline.events, cuda=False)
-
-
-def predicted_step(spec, options: StepOptions, lora_rank: int = 0):
-    recording = record(spec, options, kernels="cpu", steps=STEPS, lora_rank=lora_rank)
-    return recording, replay.measure(replay.stream(recording, STEPS, options.grad_accum),
-                                     cuda=False)
-
-
-@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
-@pytest.mark.parametrize("name", TINY)
-def test_the_cpu_prediction_is_the_real_live_tensor_peak(name, case):
-    precision, checkpointing, accumulation, optim, rank = case
-    spec = models.resolve(name)
-    options = StepOptions(precision, checkpointing, accumulation, optim, 2,
-                          0 if spec.task == models.IMAGE_CLASSIFICATION else 16)
-    real = real_step(spec, options, rank)
-    recording, predicted = predicted_step(spec, options, rank)
-    training = predicted.peak_allocated - predicted.weights_allocated
-    assert training == pytest.approx(real.peak_allocated - real.weights_allocated,
-                                     abs=TOLERANCE)
-    assert predicted.activations(STEPS) == pytest.approx(real.activations(STEPS), abs=TOLERANCE)
-    assert predicted.peak_stretch == real.peak_stretch
 
 
 @pytest.mark.parametrize("name", TINY)
@@ -173,35 +111,6 @@ def test_checkpointing_cuts_activations_and_accumulation_holds_gradients():
     assert checkpointed.activations < plain.activations / 2
     accumulated = predict(dataclasses.replace(base, grad_accum=2), device="cuda")
     assert accumulated.moments["forward pass"] >= plain.moments["forward pass"] + plain.gradients
-
-
-def test_the_largest_batch_size_fits_and_the_next_does_not():
-    small = dataclasses.replace(DEFAULT, context_bytes=16 * MIB, outside_bytes=16 * MIB,
-                                usable_bytes=DEFAULT.total_bytes - 8 * MIB, edge_margin=0.15)
-    options = RunOptions(model="tiny-gpt2", seq_len=32)
-    total = DEFAULT.total_bytes // 1024
-    fit = max_batch_size(options, device="cuda", total=total, calibration=small)
-    # what CUDA lets a process have (the driver's share off), less the context and the rest
-    driver = round(8 * MIB / 1024)
-    assert fit.capacity == total - driver - 32 * MIB
-    assert 2 < fit.batch_size < fit.may_fit < 4096 and not fit.exact  # linear between
-
-    def out_of_memory(batch: int, capacity: int) -> bool:  # recorded at that very batch size
-        shape = memory._shape_of(dataclasses.replace(options, batch_size=batch))
-        events = replay.stream(memory._recording(shape, "cuda", small, 3), 3, 1)
-        return replay.measure(events, cuda=True, capacity=capacity).out_of_memory
-
-    # sure to fit: the caching allocator, replayed with 15 % less than the capacity, holds it
-    # and not the next size
-    sure = fit.capacity - round(0.15 * fit.capacity)
-    assert not out_of_memory(fit.batch_size, sure) and out_of_memory(fit.batch_size + 1, sure)
-    shape = memory._shape_of(dataclasses.replace(options, batch_size=fit.batch_size))
-    assert replay.measure(replay.stream(memory._recording(shape, "cuda", small, 3), 3, 1),
-                          cuda=True).peak_allocated == fit.peak_at_fit
-    # may fit: the whole capacity
-    assert not out_of_memory(fit.may_fit, fit.capacity)
-    assert out_of_memory(fit.may_fit + 1, fit.capacity)
-    assert f"{fit.may_fit} is within " in fit.line("the GPU") and "may not" in fit.line("x")
 
 
 def test_a_search_that_reaches_the_batch_size_limit_says_so():

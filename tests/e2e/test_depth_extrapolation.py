@@ -1,0 +1,84 @@
+"""The depth extrapolation held to full traces: for every tiny architecture and the models of
+transformers' defaults that carry a feature of their own (encoder-decoders, experts), the
+recording at six layers and the one at four extrapolated are the same events, the same counts and
+the same replay. Each case traces a whole model twice, seconds each: a proof for `make test`, not
+the edit loop (the extrapolation's quick checks: tests/unit/test_depth.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from anatomy.analysis.prediction import layers, recordings, replay
+from anatomy.analysis.prediction.device_constants import DEFAULT
+from anatomy.analysis.prediction.tracing import record as record_module
+from anatomy.analysis.prediction.tracing.record import record
+from anatomy.analysis.prediction.tracing.trainer_step import StepOptions
+from tests.depth import DEEP, at_depth, canonical
+
+# (precision, checkpointing, accumulation, optimizer, LoRA rank, kernels: the CUDA emulation's
+# or the CPU's, whose activations are what autograd saved). Each half holds every feature's
+# values: fp32 and bf16, checkpointing and not, accumulation and not, LoRA and not, both kernels.
+FIRST = [
+    ("fp32", False, 1, "adamw_torch", 0, "cpu"),
+    ("bf16", True, 2, "adamw_torch_fused", 0, "cuda"),
+    ("bf16", False, 1, "sgd", 4, "cuda"),
+]
+SECOND = [
+    ("fp32", True, 3, "adafactor", 4, "cpu"),
+    ("bf16", False, 2, "rmsprop", 0, "cuda"),
+    ("fp32", False, 1, "adagrad", 0, "cuda"),
+]
+# Each architecture with one half: every feature on every architecture, and each optimizer on
+# four of them. An optimizer's step and the accumulation's gradients are per parameter, the
+# same for every architecture: the extrapolation repeats a layer's parameters, whatever updates
+# them (every optimizer on every architecture, 48 cases, passed at 34f0e27).
+ARCHITECTURES = {"tiny": FIRST, "tiny-gpt2": SECOND, "tiny-llama": FIRST, "tiny-qwen2": SECOND,
+                 "tiny-vit": FIRST, "t5": FIRST, "bart": SECOND, "mixtral": SECOND}
+# Where the template's events differ from the next layer's (DepthError), and the prediction
+# traces in full: T5 checkpointed (its first layer's position bias, an input of every later
+# layer, takes their gradients in turn; the second layer's recomputation frees in another order)
+TRACED_IN_FULL = {("t5", True)}
+
+
+@pytest.mark.parametrize(("name", "case"), [(name, case) for name, half in ARCHITECTURES.items()
+                                            for case in half],
+                         ids=lambda v: v if isinstance(v, str) else "-".join(map(str, v)))
+def test_a_deep_recording_is_the_shallow_one_extrapolated_event_for_event(name, case,
+                                                                          monkeypatch):
+    """An encoder (BERT), decoders (GPT-2, Llama, Qwen2), a vision model (ViT), encoder-decoders
+    (T5, BART), a mixture of experts (Mixtral): the recording at DEEP layers and the one at four
+    extrapolated are the same events, the same counts (autograd's saved storages too: the CPU's
+    activations) and the same replay; where the layers' events differ (TRACED_IN_FULL), the
+    prediction's own path is the full trace."""
+    precision, checkpointing, accumulation, optim, rank, kernels = case
+    step = StepOptions(precision, checkpointing, accumulation, optim, 2,
+                       0 if name == "tiny-vit" else 16)
+    kwargs = dict(kernels=kernels, calibration=DEFAULT, steps=3, lora_rank=rank)
+    shallow = record(at_depth(name, layers.DEPTH), step, layers=True, **kwargs)
+    full = record(at_depth(name, DEEP), step, **kwargs)
+    if (name, checkpointing) in TRACED_IN_FULL:
+        with pytest.raises(layers.DepthError):
+            layers.extrapolate(shallow, DEEP)
+
+        def made_above(spec, step_, *, lora_targets=(), fsdp_world=0, **given):
+            """The prediction's own path asks for the two recordings just made (not traced
+            again): the same model, step and kernels at four layers, tagged, and at six."""
+            tagged = given.pop("layers", False)
+            assert (step_, given, lora_targets, fsdp_world) == (step, kwargs, (), 0)
+            depth = layers.depth_of(dict(spec.config))
+            assert (depth, tagged) in ((layers.DEPTH, True), (DEEP, False)), (depth, tagged)
+            return shallow if tagged else full
+
+        monkeypatch.setattr(record_module, "record", made_above)
+        traced = recordings.trace(at_depth(name, DEEP), dataclasses.astuple(step),
+                                  device=kernels, calibration=DEFAULT, steps=3, lora_rank=rank)
+        assert canonical(traced) == canonical(full)  # the prediction's own path: in full
+        return
+    extrapolated = layers.extrapolate(shallow, DEEP)
+    assert canonical(extrapolated) == canonical(full)
+    steps = replay.stream(extrapolated, 3, accumulation), replay.stream(full, 3, accumulation)
+    a, b = (replay.measure(s, cuda=kernels == "cuda") for s in steps)
+    assert (a.peak_allocated, a.peak_reserved, a.peaks_by_stretch) == \
+        (b.peak_allocated, b.peak_reserved, b.peaks_by_stretch)
