@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -216,3 +217,19 @@ trainer = Trainer(model=BertForSequenceClassification(config), args=arguments,
 trainer.train()
 print(lengths)
 """
+
+
+# --- the package as pip builds it ---
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory) -> Path:
+    """The clone built into a wheel as `pip install <clone>` builds it (its own build
+    environment, no dependency), once a session (per pytest-xdist worker): the packaging tests
+    install it into fresh virtualenvs."""
+    folder = tmp_path_factory.mktemp("wheel")
+    result = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w",
+                             str(folder), str(PROJECT)], capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (built,) = folder.glob("anatomy-*.whl")
+    return built

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import PROJECT
 from tests.e2e.conftest import ARTIFACTS, PADDED_TRAINER_SCRIPT, serve, stop
 from tools.browser import CHROMIUM, wait_for_chart
 
@@ -28,9 +27,10 @@ pytestmark = [pytest.mark.packaging, pytest.mark.browser, pytest.mark.skipif(
 NARROW = {"width": 1000, "height": 900}
 
 @pytest.fixture
-def installed(tmp_path) -> tuple[Path, dict]:
-    """A fresh virtualenv with `pip install <clone>[dashboard]` done, and the environment its
-    commands run in (their own data directory, hence their own default store)."""
+def installed(tmp_path, wheel) -> tuple[Path, dict]:
+    """A fresh virtualenv with `pip install <clone>[dashboard]` done (the clone's wheel, built as
+    pip builds it), and the environment its commands run in (their own data directory, hence
+    their own default store)."""
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     target = subprocess.run([str(env_dir / "bin" / "python"), "-c",
@@ -41,8 +41,8 @@ def installed(tmp_path) -> tuple[Path, dict]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ANATOMY_STORE")}
     env["XDG_DATA_HOME"] = str(tmp_path / "home-data")
     result = subprocess.run([str(env_dir / "bin" / "python"), "-m", "pip", "install", "-q",
-                             f"{PROJECT}[dashboard]"], capture_output=True, text=True,
-                            timeout=900, cwd=tmp_path, env=env)
+                             f"anatomy[dashboard] @ {wheel.as_uri()}"], capture_output=True,
+                            text=True, timeout=900, cwd=tmp_path, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     where = subprocess.run([str(env_dir / "bin" / "python"), "-c",
                             "import anatomy; print(anatomy.__file__)"], capture_output=True,

@@ -1,14 +1,17 @@
-"""The package installs where a user trains: `pip install .` into a fresh virtualenv (with the
-torch that is already there), the console script, the callback, the phase API and LoRA, and no
-Streamlit unless the dashboard extra is asked for; and a clone's `make` virtualenv holds it, so
-the CLI and the examples run from the clone."""
+"""The package installs where a user trains: its wheel, built as `pip install .` builds it, into a
+fresh virtualenv whose user already has what the package says it needs (torch among them), the
+console script, the callback, the phase API and LoRA, and no Streamlit unless the dashboard extra
+is asked for; and a clone's `make` virtualenv holds it, so the CLI and the examples run from the
+clone."""
 
 from __future__ import annotations
 
+import email.parser
 import os
 import subprocess
 import sys
 import venv
+import zipfile
 from importlib import metadata
 from pathlib import Path
 
@@ -20,14 +23,23 @@ from anatomy.store import Store
 from tests.conftest import PROJECT
 
 
-def _installed_torch(folder: Path) -> Path:
-    """torch as the user's environment already holds it: this environment's torch and what it
-    requires, linked into `folder` (installing torch's wheel again would take most of the test's
-    minutes). Returns torch's own directory there."""
+def _declared(wheel: Path) -> list[Requirement]:
+    """What the wheel says it needs (its Requires-Dist), the dashboard extra's aside."""
+    with zipfile.ZipFile(wheel) as archive:
+        (name,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        fields = email.parser.Parser().parsestr(archive.read(name).decode())
+    return [r for r in map(Requirement, fields.get_all("Requires-Dist") or ())
+            if r.marker is None or r.marker.evaluate({"extra": ""})]
+
+
+def _users_environment(folder: Path, wanted: list[Requirement]) -> None:
+    """The user's environment before the install: what `wanted` names and all it requires in
+    turn, this environment's copies linked into `folder` (installing them again would take most
+    of the test's minute; a library the package forgot to declare is not there)."""
     folder.mkdir()
-    done, wanted = set(), ["torch"]
-    while wanted:
-        name = canonicalize_name(wanted.pop())
+    done, names = set(), [r.name for r in wanted]
+    while names:
+        name = canonicalize_name(names.pop())
         if name in done:
             continue
         done.add(name)
@@ -37,13 +49,12 @@ def _installed_torch(folder: Path) -> Path:
                 (folder / entry).symlink_to(distribution.locate_file(entry))
         for requirement in map(Requirement, distribution.requires or ()):
             if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
-                wanted.append(requirement.name)
-    return folder / "torch"
+                names.append(requirement.name)
 
 
 @pytest.mark.packaging
 @pytest.mark.timeout(1200)
-def test_pip_install_gives_the_cli_and_the_callback_without_streamlit(tmp_path):
+def test_pip_install_gives_the_cli_and_the_callback_without_streamlit(tmp_path, wheel):
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     python = str(env_dir / "bin" / "python")
@@ -53,14 +64,16 @@ def test_pip_install_gives_the_cli_and_the_callback_without_streamlit(tmp_path):
                                 capture_output=True, text=True, timeout=900)
         assert result.returncode == 0, result.stderr[-3000:]
 
-    # The user's environment has its torch (the CPU build here), seen through a .pth file after
-    # the virtualenv's own site-packages; the package's range accepts it instead of pulling
-    # another build.
-    torch_dir = _installed_torch(tmp_path / "users-torch")
+    # The user's environment has what the package declares (its torch: the CPU build here), seen
+    # through a .pth file after the virtualenv's own site-packages; the package's ranges accept
+    # them instead of pulling other builds.
+    users = tmp_path / "users-libraries"
+    _users_environment(users, _declared(wheel))
+    torch_dir = users / "torch"
     site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           capture_output=True, text=True, check=True).stdout.strip()
-    (Path(site) / "users-torch.pth").write_text(f"{torch_dir.parent}\n")
-    pip(str(PROJECT))
+    (Path(site) / "users-libraries.pth").write_text(f"{users}\n")
+    pip(str(wheel))
     kept = subprocess.run([python, "-c", "import torch; print(torch.__file__)"],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert kept.stdout.startswith(str(torch_dir)), kept.stdout + kept.stderr[-3000:]
