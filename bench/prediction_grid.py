@@ -754,8 +754,10 @@ def report(rows: list[dict]) -> str:
     header = next((r for r in rows if r.get("kind") == "header"), {})
     lines = [f"GPU: {header.get('gpu', '?')}; torch {header.get('torch', '?')}, transformers "
              f"{header.get('transformers', '?')}, peft {header.get('peft', '?')}; constants: "
-             f"{header.get('calibration', '?')}; edge margin "
-             f"{header.get('edge_margin', header.get('fragmentation_allowance', '?'))}.", ""]
+             f"{header.get('calibration', '?')}; "
+             + (f"edge margin {header['edge_margin']}." if "edge_margin" in header else
+                f"fragmentation allowance {header.get('fragmentation_allowance', '?')} (least "
+                f"{header.get('fragmentation_allowance_least', '?')})."), ""]
     lines += _grid_table([r for r in rows if r.get("kind") == "grid"])
     lines += _fits_table([r for r in rows if r.get("kind") == "fits"])
     lines += _walkthrough_table(next((r for r in rows if r.get("kind") == "walkthrough"), None))
