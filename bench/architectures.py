@@ -320,6 +320,21 @@ def _follow_text_width(values: dict, before: int, after: int, inside: bool = Fal
             values[key] = after
 
 
+def _derived(config_class, values: dict) -> set[str]:
+    """The sizes the config class derives from its width (Zamba2's mamba_headdim, expand ×
+    width / heads): left out of the small config, for the class to derive from the small width
+    (a derived size's name may be none of the widths shrunk)."""
+    key, width = _first_int(values, _WIDTH_KEYS)
+    if key is None:
+        return set()
+    try:
+        wider = config_class(**{key: width * 2}).to_dict()
+    except Exception:  # noqa: BLE001 - a width the class's checks refuse doubled: none known
+        return set()
+    return {k for k, v in wider.items() if k != key and k in values and _is_int(v)
+            and v != values[k]}
+
+
 def small_config(model_type: str, head: str, scaled: bool = True) -> dict:
     """The model type's config class defaults, shrunk, as a config.json holds it, naming the
     head to train. `scaled`: widths divided by a common factor (`scale_factor`); else set to
@@ -329,12 +344,13 @@ def small_config(model_type: str, head: str, scaled: bool = True) -> dict:
     from anatomy.analysis import models
 
     values = CONFIG_MAPPING[model_type]().to_dict()
+    derived = _derived(CONFIG_MAPPING[model_type], values)
     vision = models.head_task(head) == models.IMAGE_CLASSIFICATION
     text_before = _text_width(values)
     values = _shrink(values, vision, scale_factor(values) if scaled else None)
     if not vision and text_before and _text_width(values) != text_before:
         _follow_text_width(values, text_before, _text_width(values))
-    for key in ("transformers_version", "_name_or_path", "torch_dtype", "dtype"):
+    for key in ("transformers_version", "_name_or_path", "torch_dtype", "dtype", *derived):
         values.pop(key, None)
     values["model_type"] = model_type
     values["architectures"] = [head]

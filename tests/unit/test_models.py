@@ -285,6 +285,10 @@ def test_small_configs_keep_the_configs_own_constraints():
     dots3 = small_config("dots3_note_text", heads["dots3_note_text"])
     assert dots3["per_layer_config"]
     models.transformers_config(models.ModelSpec("dots3", "config file", dots3))
+    # what the config class derives from the width, it derives from the small width
+    zamba2 = small_config("zamba2", heads["zamba2"])
+    built = models.transformers_config(models.ModelSpec("zamba2", "config file", zamba2))
+    assert built.mamba_headdim == built.mamba_expand * built.hidden_size // built.n_mamba_heads
 
 
 def test_transformers_models_index_made_from_its_first_is_the_one_it_makes_again():
