@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import plotly.graph_objects as go
 import pytest
 
@@ -112,14 +110,11 @@ def test_a_million_samples_draw_from_a_few_thousand_points_with_the_peak(store):
     store.write(run_id, samples=[Sample(i / 1000, 0,
                                         (9 * MIB if i == peak_at else 5 * MIB) + i % 3 * MIB,
                                         None, None, None) for i in range(n)])
-    started = time.monotonic()
     figure = _figure(store, run_id)
-    drawn = time.monotonic() - started
     curve = figure.data[0]
     assert len(curve.y) <= 2 * 2000 + 2
     assert max(curve.y) == 9  # the one spike in a million survives
     assert curve.x[list(curve.y).index(9)] == peak_at / 1000
-    assert drawn < 5, f"the figure took {drawn:.1f} s"
 
 
 def test_labels_that_would_overlap_take_another_row():
