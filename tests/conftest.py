@@ -12,6 +12,7 @@ import functools
 import json
 import multiprocessing.process
 import os
+import shutil
 import subprocess
 import tempfile
 import time
@@ -62,12 +63,20 @@ def pytest_configure(config):
     # Device locks of this test session only (its subprocesses inherit it): a dashboard running
     # beside the tests is not "busy" for them, nor they for it.
     os.environ[LOCK_DIR_ENV] = tempfile.mkdtemp(prefix="anatomy-test-locks-")
+    made = [os.environ[LOCK_DIR_ENV]]
     os.environ.setdefault(SESSION_ENV, f"{os.getpid()}-{time.time_ns()}")
     # Recordings of this session only (not the user's cache): each session traces what it
     # predicts, once. pytest-xdist's workers share their controller's (they inherit its
     # environment): a recording one worker made, another reads from the disk.
     if not hasattr(config, "workerinput"):
         os.environ["ANATOMY_CACHE"] = tempfile.mkdtemp(prefix="anatomy-test-recordings-")
+        made.append(os.environ["ANATOMY_CACHE"])
+    config._anatomy_made = made  # removed when this process's session ends
+
+
+def pytest_unconfigure(config):
+    for folder in getattr(config, "_anatomy_made", ()):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):
