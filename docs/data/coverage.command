@@ -1,1 +1,1 @@
-python bench/architectures.py --jobs 2 --timeout 300 (at cbc270a), then the 38 types the builder or the trace changed for again with --only … --jobs 1-2 --timeout 300 (at 912edb2; the latest row of a type counts)
+python bench/architectures.py --jobs 2 --timeout 300
