@@ -18,6 +18,7 @@ from anatomy.analysis.options import OPTIMIZERS, RunOptions
 from anatomy.analysis.prediction import (
     WALKTHROUGH_BYTES_PER_PARAMETER,
     Prediction,
+    PredictionError,
     max_batch_size,
     predict,
     walkthrough_bytes_per_parameter,
@@ -205,3 +206,18 @@ def test_a_boolean_mask_reaches_the_kernel_additive_as_torch_makes_it(monkeypatc
     assert torch.equal(made[:, 0].isinf(), ~mask[:, 0])
     row = made.untyped_storage().nbytes() // (2 * length * 2)
     assert row == (16 if padded else length)  # 13 keys padded to 16; 16 already aligned
+
+
+def test_an_operator_the_trace_refuses_is_one_line_without_torchs_logged_traceback(tmp_path, caplog):
+    """FakeTensorMode logs the traceback of an operator whose meta kernel refuses its inputs
+    before raising it (SigLIP2's patch embedding wants pixels already cut into patches); the
+    prediction's answer is its one line, and nothing else reaches the terminal."""
+    path = tmp_path / "siglip2.json"
+    path.write_text(json.dumps({
+        "model_type": "siglip2", "architectures": ["Siglip2ForImageClassification"],
+        "vision_config": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
+                          "num_attention_heads": 2, "patch_size": 16, "num_patches": 16}}))
+    with caplog.at_level("DEBUG"), pytest.raises(PredictionError) as refused:
+        predict(RunOptions(model=str(path), batch_size=2), device="cpu")
+    assert "\n" not in str(refused.value) and "reduction dim" in str(refused.value)
+    assert not [r for r in caplog.records if r.name.startswith("torch._subclasses")]

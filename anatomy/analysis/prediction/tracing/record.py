@@ -19,6 +19,7 @@ out for as many steps and micro-batches as a run takes):
 from __future__ import annotations
 
 import gc
+import logging as pylogging
 import warnings
 from contextlib import ExitStack, nullcontext
 from dataclasses import replace
@@ -107,6 +108,11 @@ def record(spec: ModelSpec, options: StepOptions, *, kernels: str = "cuda",
     gc.disable()
     gc.collect()
     gc.freeze()  # what exists now is no garbage: the collections below scan the trace's objects
+    # FakeTensorMode logs the traceback of an operator its meta kernel refuses before raising
+    # it; the prediction says that in one line (PredictionError): not the user's traceback.
+    fake_log = pylogging.getLogger("torch._subclasses.fake_tensor")
+    fake_level = fake_log.level
+    fake_log.setLevel(pylogging.CRITICAL)
     try:
         with warnings.catch_warnings():  # peft's and transformers' advice is for real runs
             warnings.simplefilter("ignore")
@@ -122,6 +128,7 @@ def record(spec: ModelSpec, options: StepOptions, *, kernels: str = "cuda",
                 return replace(recording, fsdp_buffers={
                     kind: buffers.tids(kind) for kind in ("gathered", "reduced")})
     finally:
+        fake_log.setLevel(fake_level)
         gc.unfreeze()
         if collecting:
             gc.enable()
