@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from tools import demo_store
-from tools.browser import ARGS, CHROMIUM, mark_charts_seen, serve, wait_for_chart, wait_for_new_chart
+from tools.browser import ARGS, CHROMIUM, end, mark_charts_seen, serve, wait_for_chart, wait_for_new_chart
 
 PAGES = {"Runs": "/runs?run=1", "Anatomy": "/anatomy?run=1", "Compare": "/compare?runs=1,2,3,4",
          "Live (stored run)": "/?run=1"}
@@ -119,12 +119,7 @@ def during_run(browser, store: Path, project: Path, repeats: int) -> dict[str, l
         context.close()
     finally:
         for process in (server, run):
-            process.terminate()
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            end(process, grace_s=30)
     return {**found, **{f"{name} (CPU seconds)": values for name, values in cpu.items()}}
 
 

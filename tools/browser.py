@@ -84,3 +84,13 @@ def serve(store: Path, project: Path = PROJECT, lock_dir: Path | None = None
             time.sleep(0.2)
     process.kill()
     raise SystemExit("streamlit did not start")
+
+
+def end(process: subprocess.Popen, grace_s: float = 20) -> None:
+    """End a server or a run: SIGTERM, then SIGKILL after `grace_s` seconds."""
+    process.terminate()
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

@@ -19,7 +19,7 @@ from anatomy.analysis.options import RunOptions
 from anatomy.engine.manager import RunManager
 from anatomy.store import Store
 from tests.conftest import PROJECT
-from tools.browser import ARGS, CHROMIUM, free_port
+from tools.browser import ARGS, CHROMIUM, end, free_port
 
 ARTIFACTS = PROJECT / "test-artifacts"  # the browser tests' screenshots
 GONE_SECONDS = 20  # a process of a run is gone within this after its end, on a loaded machine
@@ -129,12 +129,7 @@ def serve(argv: list[str], *, cwd: Path, log_path: Path, env: dict | None = None
 
 def stop(process: subprocess.Popen, log) -> str:
     """End the server (SIGTERM, then SIGKILL after 20 s); what it logged."""
-    process.terminate()
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+    end(process)
     log.seek(0)
     text = log.read()
     log.close()

@@ -74,17 +74,23 @@ def test_the_live_page_shows_a_stored_run_by_its_id(store, seed):
     assert app.subheader[0].value.startswith(f"Run {run_id}:")
 
 
-def test_start_is_refused_while_a_sweep_holds_the_device(store):
-    from anatomy.dashboard import server
-
-    # What a sweep does for its whole length (engine/sweep.py): the device's lock, in its name.
-    lock = server.manager().reserve(defaults_for(server.device().has_gpu), "a sweep")
-    lock.describe(f"sweep 7 (pid {os.getpid()})")
+def _start_while_held(server, holder: str, description: str) -> AppTest:
+    """The form's Start clicked while `holder` holds the device's lock, described as it does."""
+    lock = server.manager().reserve(defaults_for(server.device().has_gpu), holder)
+    lock.describe(description)
     try:
         app = AppTest.from_file(APP, default_timeout=30).run()
         app.button(key="start").click().run()
     finally:
         lock.release()
+    return app
+
+
+def test_start_is_refused_while_a_sweep_holds_the_device(store):
+    from anatomy.dashboard import server
+
+    # What a sweep does for its whole length (engine/sweep.py): the device's lock, in its name.
+    app = _start_while_held(server, "a sweep", f"sweep 7 (pid {os.getpid()})")
     assert not app.exception
     assert any(e.value.startswith("Not started: ") and f"is busy: sweep 7 (pid {os.getpid()})"
                in e.value for e in app.error), [e.value for e in app.error]
@@ -98,13 +104,7 @@ def test_a_refusal_to_start_goes_once_the_run_it_was_about_has_ended(store, seed
     from anatomy.vocabulary import Status
 
     run_id = seed(status="running")  # the run this tab shows, holding the device
-    lock = server.manager().reserve(defaults_for(server.device().has_gpu), "a run")
-    lock.describe(f"run {run_id} (pid {os.getpid()})")
-    try:
-        app = AppTest.from_file(APP, default_timeout=30).run()
-        app.button(key="start").click().run()
-    finally:
-        lock.release()
+    app = _start_while_held(server, "a run", f"run {run_id} (pid {os.getpid()})")
     assert any(e.value.startswith("Not started: ") and f"busy: run {run_id}" in e.value
                for e in app.error), [e.value for e in app.error]
     store.finish(run_id, Status.COMPLETED)

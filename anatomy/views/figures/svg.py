@@ -184,18 +184,12 @@ def memory_picture(figure: go.Figure, width: int = WIDTH_PX) -> str:
     y_ticks, x_ticks = nice_ticks(y0, y1, Y_TICKS), nice_ticks(x0, x1, X_TICKS)
     for value in y_ticks:
         y = float(py(value))
-        out.append(f'<line x1="{left}" x2="{left + plot_width}" y1="{y:.1f}" y2="{y:.1f}" '
-                   f'stroke="{GRID_COLOUR}"/>')
-        out.append(f'<text class="y-tick" x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" '
-                   f'font-size="{TICK_FONT_PX}" fill="{CURVE_COLOUR}">'
-                   f'{tick_text(value, y_ticks)}</text>')
+        out += _tick("y-tick", (left, left + plot_width, y, y), (left - 6, y + 4), "end",
+                     tick_text(value, y_ticks))
     for value in x_ticks:
         x = float(px(value))
-        out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{top + plot_height}" '
-                   f'stroke="{GRID_COLOUR}"/>')
-        out.append(f'<text class="x-tick" x="{x:.1f}" y="{top + plot_height + 16}" '
-                   f'text-anchor="middle" font-size="{TICK_FONT_PX}" fill="{CURVE_COLOUR}">'
-                   f'{tick_text(value, x_ticks)}</text>')
+        out += _tick("x-tick", (x, x, top, top + plot_height), (x, top + plot_height + 16),
+                     "middle", tick_text(value, x_ticks))
     out.append(f'<rect x="{left}" y="{top}" width="{plot_width}" height="{plot_height}" '
                f'fill="none" stroke="{AXIS_COLOUR}"/>')
     # The lines, then the markers over them; nothing drawn outside the plot.
@@ -289,3 +283,13 @@ def _legend_items(rows: list[list[tuple[str, dict]]], left: float, top: float) -
                        f'y="{y + 4:.1f}" fill="{CURVE_COLOUR}">{escape(name)}</text></g>')
             x += LEGEND_SWATCH_PX + 6 + len(name) * CHAR_PX * 0.95 + 18
     return out
+
+
+def _tick(kind: str, line: tuple[float, float, float, float], at: tuple[float, float],
+          anchor: str, text: str) -> list[str]:
+    """One tick: its grid line (x1, x2, y1, y2) and its label at `at`."""
+    (x1, x2, y1, y2), (x, y) = line, at
+    return [f'<line x1="{x1:.1f}" x2="{x2:.1f}" y1="{y1:.1f}" y2="{y2:.1f}" '
+            f'stroke="{GRID_COLOUR}"/>',
+            f'<text class="{kind}" x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" '
+            f'font-size="{TICK_FONT_PX}" fill="{CURVE_COLOUR}">{text}</text>']
