@@ -29,12 +29,15 @@ import signal
 import socket
 import sys
 import threading
+import time
+
+import psutil
 
 from anatomy.analysis.models import ModelSpec
 from anatomy.analysis.options import RunOptions
 from anatomy.engine import protocol
 from anatomy.engine.endings import death
-from anatomy.engine.lifeline import die_with_parent, name_rank
+from anatomy.engine.lifeline import RANK_NAME, die_with_parent, name_rank
 from anatomy.engine.reporter import Reporter
 from anatomy.engine.training import EXIT_FAILED, EXIT_OOM, EXIT_PEER_LOST, guarded, train_phases
 from anatomy.vocabulary import Status
@@ -115,6 +118,49 @@ def _quiet_launcher() -> None:
             logger.setLevel(logging.CRITICAL)
 
 
+class _Deaths:
+    """When and how each rank ended, seen the instant it dies. The launcher names only the rank
+    its poll met first: with a rank killed, a sibling whose collective lost it may end before
+    that poll and be the one named. A thread per rank waits for its end without reaping it
+    (waitid with WNOWAIT: the launcher still reaps it), so the first to end is known."""
+
+    def __init__(self, world: int):
+        self.names = {RANK_NAME.format(local)[:15]: local for local in range(world)}
+        self.ended: dict[int, tuple[float, int]] = {}  # local rank: (monotonic time, exit code)
+        self.done = threading.Event()
+        threading.Thread(target=self._find, name="anatomy-rank-deaths", daemon=True).start()
+
+    def _find(self) -> None:
+        """Each rank names itself as it starts: a thread for each rank found among the children."""
+        watched: set[int] = set()
+        me = psutil.Process()
+        while len(watched) < len(self.names) and not self.done.wait(FORWARD_SECONDS):
+            with contextlib.suppress(psutil.Error):
+                for child in me.children():
+                    with contextlib.suppress(psutil.Error):
+                        local = self.names.get(child.name())
+                        if local is not None and local not in watched:
+                            watched.add(local)
+                            threading.Thread(target=self._wait, args=(local, child.pid),
+                                             daemon=True).start()
+
+    def _wait(self, local: int, pid: int) -> None:
+        try:
+            info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+        except ChildProcessError:  # reaped before this thread waited: the launcher names it
+            return
+        if info is not None:
+            code = info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+            self.ended.setdefault(local, (time.monotonic(), code))
+
+    def first_cause(self) -> tuple[int, int] | None:
+        """(local rank, exit code) of the first rank to end on its own account: not in success,
+        not as a peer that lost it; None if none was seen."""
+        causes = [(t, local, code) for local, (t, code) in self.ended.items()
+                  if code not in (0, EXIT_PEER_LOST)]
+        return min(causes)[1:] if causes else None
+
+
 def launch_ranks(reporter: Reporter, run: RunOptions, spec: ModelSpec, dataset,
                  use_cuda: bool) -> int:
     """Train on `run.world_size` processes through accelerate; the worker's exit status (0, or
@@ -129,6 +175,7 @@ def launch_ranks(reporter: Reporter, run: RunOptions, spec: ModelSpec, dataset,
     fork = mp.get_context("fork")
     queues = [fork.Queue() for _ in range(world)]
     forwarder = _Forwarder(queues, reporter.queue)
+    deaths = _Deaths(world)
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # accelerate's own default, without its warning
     _quiet_launcher()
     try:
@@ -139,6 +186,7 @@ def launch_ranks(reporter: Reporter, run: RunOptions, spec: ModelSpec, dataset,
                               num_processes=world, master_addr="127.0.0.1",
                               use_port=str(_free_port()))
     except (ChildFailedError, RuntimeError) as error:
+        deaths.done.set()
         forwarder.stop()  # every rank's last words reach the run before the worker's own
         failures = getattr(error, "failures", {})
         codes = [f.exitcode for f in failures.values()]
@@ -151,10 +199,12 @@ def launch_ranks(reporter: Reporter, run: RunOptions, spec: ModelSpec, dataset,
             rank, failure = (min(silent.items(), key=lambda item: item[1].timestamp) if silent
                              else error.get_first_failure() if hasattr(error, "get_first_failure")
                              else next(iter(failures.items())))
+            rank, code = deaths.first_cause() or (rank, failure.exitcode)
             reporter.failure(Status.FAILED,
-                             f"{rank_words(rank, use_cuda, run)} {death(failure.exitcode)}"
+                             f"{rank_words(rank, use_cuda, run)} {death(code)}"
                              " (killed or crashed); the launcher ended the other ranks")
         return EXIT_OOM if EXIT_OOM in codes else EXIT_FAILED
+    deaths.done.set()
     forwarder.stop()
     return 0
 

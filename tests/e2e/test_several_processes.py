@@ -209,3 +209,41 @@ def test_the_worker_of_several_gpus_holds_every_gpus_lock(tmp_path, monkeypatch)
         child.kill()
         child.join(5)
     assert DeviceLock("gpu1").acquire("free again")
+
+
+def test_the_first_rank_to_end_is_named_though_the_launcher_reaps_a_peer_first(tmp_path):
+    """The launcher names the rank its poll met first; a rank killed by SIGKILL whose peer ended
+    a moment later (it lost the killed rank in a collective) is still the one named."""
+    import multiprocessing as mp
+    import signal as sig
+
+    from anatomy.engine import ranks
+    from anatomy.engine.lifeline import name_rank
+    from anatomy.engine.training import EXIT_PEER_LOST
+
+    go = tmp_path / "go"
+
+    def rank(local: int) -> None:
+        name_rank(local)
+        while not go.exists():
+            time.sleep(0.01)
+        os._exit(EXIT_PEER_LOST)
+
+    fork = mp.get_context("fork")
+    children = [fork.Process(target=rank, args=(local,)) for local in (0, 1)]
+    deaths = ranks._Deaths(2)
+    for child in children:
+        child.start()
+    deadline = time.monotonic() + 10
+    while {c.name() for c in psutil.Process().children()} < {"anatomy-rank-0", "anatomy-rank-1"}:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    time.sleep(0.2)  # the watch found them
+    os.kill(children[1].pid, sig.SIGKILL)
+    time.sleep(0.1)
+    go.touch()  # rank 0 now ends as a peer that lost rank 1
+    for child in children:  # reaped as the launcher does, rank 0 first
+        child.join(10)
+    assert (children[0].exitcode, children[1].exitcode) == (EXIT_PEER_LOST, -sig.SIGKILL)
+    assert deaths.first_cause() == (1, -sig.SIGKILL)
+    deaths.done.set()
