@@ -109,7 +109,10 @@ def memory_parts(report: RunReport) -> list[BarPart]:
     rest = increase - sum(part.bytes for part in split)
     parts += [part._replace(bytes=max(0, part.bytes)) for part in split]
     parts.append(BarPart(Part.NON_TORCH, max(0, rest),
-                      "training increase − the parts below it: memory outside PyTorch's allocator"
+                      "training increase − the parts below it: " + (
+                          "memory outside PyTorch's allocator" if on_gpu else
+                          "the process's own memory beyond its tensors (Python, libraries, what"
+                          " the C allocator keeps)")
                       if rest >= 0 else
                       f"the parts add up to {-rest // MIB} MB more than the increase"))
     return parts

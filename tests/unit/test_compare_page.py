@@ -270,6 +270,22 @@ def test_measured_components_split_the_training_increase(store, seed):
                      Part.NON_TORCH: 1024 - 600}
 
 
+def test_the_rest_of_the_increase_is_named_as_the_device_measures_it(store, seed):
+    """On a GPU the rest is outside PyTorch's allocator; on a CPU, where the curve is the
+    process's RSS, it is the process's own memory beyond its tensors."""
+    components = {"weights": 100 * MIB, "gradients": 100 * MIB, "optimizer_states": 200 * MIB,
+                  "activations": 300 * MIB}
+    notes = {}
+    for backend in ("nvml", "rss"):
+        run_id = seed(backend=backend)
+        summary = store.run(run_id).summary
+        store.update_run(run_id, summary={**summary.to_dict(), "components": components})
+        notes[backend] = next(p.note for p in compare.memory_parts(report(store, run_id))
+                              if p.part == Part.NON_TORCH)
+    assert "outside PyTorch's allocator" in notes["nvml"]
+    assert "PyTorch's allocator" not in notes["rss"] and "the process's own memory" in notes["rss"]
+
+
 def test_an_out_of_memory_run_adds_no_negative_part(store, seed):
     run_id = seed(status="oom")
     # Its memory was freed as it failed, before the training phase's end was marked.
