@@ -235,7 +235,44 @@ def _shrink(values: dict, vision: bool, factor: int | None) -> dict:
         _shrink_fixed(values)
     _shrink_counts(values, layers_before)
     _fit(values)
+    _own_settings(values)
     return values
+
+
+def _own_settings(values: dict) -> None:
+    """What a few model types need that no rule gives: settings their model reads and their
+    config class's defaults leave out (transformers cannot build those defaults either), or a
+    length the model trains only at."""
+    model_type = values.get("model_type")
+    if model_type == "dbrx" and isinstance(values.get("attn_config"), dict):
+        # DbrxAttention reads attn_config.rope_theta, which DbrxAttentionConfig no longer names
+        # (published configs carry it there): the model's own theta; and it clamps to
+        # clip_qkv, None by default, which torch refuses: the published models' 8
+        attention = values["attn_config"]
+        attention["rope_theta"] = values["rope_parameters"]["rope_theta"]
+        if attention.get("clip_qkv") is None:
+            attention["clip_qkv"] = 8
+    elif model_type == "lfm2_moe" and values.get("layer_types") is None:
+        # LFM2-MoE's class leaves layer_types None (LFM2's derives them) and its layers read it:
+        # a short-convolution layer and an attention layer, the first dense as in the
+        # published model, so the second is a mixture of experts
+        layers = values["num_hidden_layers"]
+        values["layer_types"] = ["conv" if i % 2 == 0 else "full_attention" for i in range(layers)]
+        values["num_dense_layers"] = min(values["num_dense_layers"], layers - 1)
+    elif model_type == "qwen4_exp_text" and values.get("indexer_head_dim") is None and \
+            "indexed_attention" in values.get("layer_types", ()):
+        # Qwen4-Exp's defaults name indexed-attention layers but leave their indexer's sizes
+        # None: sizes of ours within its validator's rules (one key head, the budget a multiple
+        # of the blocks, the head at least the rotary part of an attention head)
+        values.update(indexer_n_heads=HEADS, indexer_kv_heads=1,
+                      indexer_head_dim=values["head_dim"], indexer_budget=16,
+                      indexer_compress_ratio=4)
+    elif model_type == "reformer" and isinstance(values.get("axial_pos_shape"), list):
+        # Reformer's axial positions train only on sequences of exactly their product: the
+        # bench's sequence, a multiple of its attention chunks
+        side = math.isqrt(SEQ_LEN)
+        values["axial_pos_shape"] = [side, SEQ_LEN // side]
+        values["max_position_embeddings"] = SEQ_LEN
 
 
 def _first_int(values: dict, keys) -> tuple[str | None, int | None]:
@@ -263,9 +300,19 @@ def _fit(values: dict) -> None:
         values[head_key] = heads = max(d for d in range(1, heads + 1) if width % d == 0)
     if width and heads and "head_dim" in values and values["head_dim"] is None:
         values["head_dim"] = width // heads
+    for key in _KV_HEAD_KEYS:  # None: as many as the heads (Nemotron's model reads the None)
+        if heads and key in values and values[key] is None:
+            values[key] = heads
     kv_key, kv = _first_int(values, _KV_HEAD_KEYS)
     if heads and kv and heads % kv:
         values[kv_key] = math.gcd(heads, kv)
+    if values.get("rope_parameters") == {}:  # a class that found no rope settings to standardize
+        default = {"rope_type": "default", "rope_theta": 10_000.0}
+        types = values.get("layer_types")
+        # per layer type where the config names them (Cohere Compass's model reads
+        # rope_parameters[layer_type], its class allowing a layer type without rope)
+        values["rope_parameters"] = {str(t): dict(default) for t in dict.fromkeys(types)} \
+            if isinstance(types, list) and types else default
     _, experts = _first_int(values, _EXPERT_KEYS)
     if experts:
         _shrink_int(values, _TOP_K_KEYS, experts)
@@ -278,8 +325,9 @@ def _shrink_fixed(values: dict) -> None:
     ffn_before = next((values[k] for k in _FFN_KEYS if _is_int(values.get(k))), None)
     _shrink_int(values, _WIDTH_KEYS, HIDDEN)
     _shrink_int(values, _FFN_KEYS, INTERMEDIATE)
-    for key, value in list(values.items()):  # other sizes that were the width (a pooler's)
-        if key.endswith(("_size", "_dim", "_embd")) and _is_int(value):
+    for key, value in list(values.items()):  # other sizes that were the width (a pooler's,
+        # groups of channels as many as the width: Mimi's upsampling)
+        if key.endswith(("_size", "_dim", "_embd", "_groups")) and _is_int(value):
             if value == width_before and width_before > HIDDEN:
                 values[key] = HIDDEN
             elif value == ffn_before and ffn_before > INTERMEDIATE:
@@ -359,7 +407,8 @@ def small_config(model_type: str, head: str, scaled: bool = True) -> dict:
 
 def trains(path: Path) -> str | None:
     """None when the config's model builds and takes one forward and backward pass on the CPU
-    (batch 1, 16 tokens); else why not, in one line."""
+    (batch 1, the bench's sequence: some models train only at some lengths); else why not, in
+    one line."""
     import torch
 
     from anatomy.analysis import models
@@ -370,7 +419,7 @@ def trains(path: Path) -> str | None:
         model, _ = models.build_model(spec, "cpu", pretrained=False)
         model.config.use_cache = False  # as the Trainer sets it
         model.train()
-        loss = model(**make_batch(spec, 1, 16))["loss"]
+        loss = model(**make_batch(spec, 1, SEQ_LEN))["loss"]
         loss.backward()
         return None if torch.isfinite(loss).item() else "the loss is not finite"
     except Exception as error:  # noqa: BLE001 - a config transformers' model cannot run
@@ -698,7 +747,9 @@ def report(rows: list[dict], command: str, enumerated: list[tuple[str, str]]) ->
         f"{VOCAB}-token vocabulary, {EXPERTS} experts; vision models keep their stages, one "
         "block each; the sizes meet the config's own constraints: heads that divide the width, "
         "a router's top-k within its experts, a number where the defaults leave None, "
-        "sub-configs and per-layer settings shrunk alike). Each is predicted on the CPU (fp32) "
+        "sub-configs and per-layer settings shrunk alike; four model types get settings of their "
+        "own that their config class's defaults leave out, each with why: `_own_settings`). "
+        "Each is predicted on the CPU (fp32) "
         "and for the calibrated H200 (bf16; "
         "fp32 with gradient checkpointing; LoRA rank 8 in bf16) as `anatomy predict` does it "
         "(validation, then the prediction), then trained for two steps on the CPU by the "

@@ -291,6 +291,22 @@ def test_small_configs_keep_the_configs_own_constraints():
     assert built.mamba_headdim == built.mamba_expand * built.hidden_size // built.n_mamba_heads
 
 
+@pytest.mark.parametrize("model_type", [
+    "nemotron",  # key-value heads None by default, read by the model
+    "cohere_compass_text",  # no rope settings by default, read per layer type
+    "reformer",  # trains only on sequences as long as its axial positions' product
+    "dbrx",  # its attention reads settings its config class no longer names
+])
+def test_small_configs_train_where_transformers_own_defaults_do_not(tmp_path, model_type):
+    """bench/architectures.py's small configs of defaults transformers cannot build or train
+    itself: a number where the defaults leave None, a model's own setting where no rule gives
+    it. The config trains one step on the CPU (trains() is None), as the coverage bench's run."""
+    from bench.architectures import architectures, working_config
+
+    path, how, why = working_config(model_type, dict(architectures())[model_type], tmp_path)
+    assert why is None and how == "scaled"
+
+
 def test_transformers_models_index_made_from_its_first_is_the_one_it_makes_again():
     """transformers indexes its model folders on import and again for its models package;
     analysis/transformers_index.py makes the second from the first: it must be the same."""
