@@ -23,6 +23,9 @@ from tools.browser import ARGS, CHROMIUM, end, free_port
 
 ARTIFACTS = PROJECT / "test-artifacts"  # the browser tests' screenshots
 GONE_SECONDS = 20  # a process of a run is gone within this after its end, on a loaded machine
+# What a test allows a stop, a kill or an end to take: long enough that only a hang fails it on a
+# loaded machine (CI's, a laptop's), never a speed. Timings belong in bench/.
+HANG_SECONDS = 60
 
 
 @pytest.fixture(scope="session")

@@ -24,6 +24,7 @@ from anatomy.engine.manager import DeviceLock, RunManager, device_key
 from anatomy.store import PHASES, Store
 from anatomy.units import MIB
 from tests.conftest import PROJECT
+from tests.e2e.conftest import HANG_SECONDS
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu,
@@ -153,9 +154,9 @@ def test_real_out_of_memory_in_a_later_step(manager, store, monkeypatch):
     assert rep.training.done
 
 
-def test_kill_9_of_a_run_mid_step_frees_the_gpu_within_seconds(tmp_path):
+def test_kill_9_of_a_run_mid_step_frees_the_gpu(tmp_path):
     """`python -m anatomy run` killed with -9 while it trains: its worker dies with it, the GPU's
-    memory is given back within seconds, the device is free, and the next start closes the run."""
+    memory is given back, the device is free, and the next start closes the run."""
     gpu = machine().devices[0].nvml_index
     before = nvml.memory(gpu).used
     path = tmp_path / "killed.sqlite"
@@ -174,11 +175,10 @@ def test_kill_9_of_a_run_mid_step_frees_the_gpu_within_seconds(tmp_path):
         cli.send_signal(signal.SIGKILL)
         cli.wait(30)
         started = time.monotonic()
-        while nvml.memory(gpu).used > before + 64 * MIB and time.monotonic() - started < 10:
+        while nvml.memory(gpu).used > before + 64 * MIB and \
+                time.monotonic() - started < HANG_SECONDS:
             time.sleep(0.1)
-        freed_after = time.monotonic() - started
         assert nvml.memory(gpu).used <= before + 64 * MIB, "the GPU's memory is still held"
-        assert freed_after < 5
         _, alive = psutil.wait_procs(tree, timeout=10)
         assert [p for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
     finally:
@@ -207,9 +207,9 @@ def test_stop_frees_the_gpu(manager, store):
     assert nvml.memory(gpu).used > before + 1024 * MIB
     started = time.monotonic()
     manager.stop(run_id)
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < HANG_SECONDS  # it returns: a hang, not a speed
     assert store.run(run_id).status == "stopped"
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + HANG_SECONDS
     while nvml.memory(gpu).used > before + 64 * MIB and time.monotonic() < deadline:
         time.sleep(0.1)
     assert nvml.memory(gpu).used <= before + 64 * MIB  # no GPU memory stays held

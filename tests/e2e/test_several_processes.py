@@ -17,6 +17,7 @@ from anatomy.cli import main
 from anatomy.engine.callbacks import INJECT_ENV
 from anatomy.store import Store
 from tests.conftest import PROJECT, TINY, flags
+from tests.e2e.conftest import HANG_SECONDS
 
 TWO = replace(TINY, processes=2, batch_size=2)  # two CPU ranks of the tiny run
 
@@ -125,7 +126,7 @@ def test_stop_ends_every_rank(manager, store):
     tree = _tree_while_training(store, run_id)
     started = time.monotonic()
     manager.stop(run_id)
-    assert time.monotonic() - started < 8
+    assert time.monotonic() - started < HANG_SECONDS  # it returns: a hang, not a speed
     assert _alive(tree) == []
     assert report(store, run_id).status == "stopped"
 

@@ -16,6 +16,7 @@ from anatomy.engine.callbacks import INJECT_ENV
 from anatomy.engine.manager import DeviceBusy, machine
 from anatomy.store import PHASES
 from tests.conftest import PROJECT, TINY
+from tests.e2e.conftest import HANG_SECONDS
 
 
 def _wait_for_phase(store, run_id: int, name: str, timeout: float = 180) -> None:
@@ -114,14 +115,14 @@ def test_a_crashed_worker_fails_and_keeps_what_it_recorded(manager, store, monke
     assert len(store.steps(run_id)) >= 2
 
 
-def test_stop_ends_the_whole_tree_within_five_seconds(manager, store, tiny):
+def test_stop_ends_the_whole_tree(manager, store, tiny):
     run_id = manager.start(replace(tiny, max_steps=100_000))
     _wait_for_phase(store, run_id, "training")
     worker_pid = store.run(run_id).worker_pid
     tree = [psutil.Process(worker_pid), *psutil.Process(worker_pid).children(recursive=True)]
     started = time.monotonic()
     manager.stop(run_id)
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < HANG_SECONDS  # it returns: a hang, not a speed
     assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in tree)
     rep = report(store, run_id)
     assert rep.status == "stopped"
