@@ -182,8 +182,9 @@ class ModelSpec:
 
     def audio_features(self, seq_len: int) -> tuple[int, int] | None:
         """A speech encoder's log-mel input, one sample's shape: Whisper's (mel bins, frames: two
-        per encoder position, which it requires) or Speech2Text's (`seq_len` frames, features);
-        None for a text encoder."""
+        per encoder position, which it requires), or `seq_len` frames of the features
+        Speech2Text's config or a Parakeet encoder's (Canary's, Cohere ASR's) names; None for a
+        config that names none."""
         if self.task != SEQ2SEQ:
             return None
         config = self.config
@@ -193,7 +194,9 @@ class ModelSpec:
         per_channel = config.get("input_feat_per_channel")
         if isinstance(per_channel, int):
             return seq_len, per_channel * (config.get("input_channels") or 1)
-        return None
+        encoder = config.get("encoder_config") or config.get("encoder") or {}
+        bins = encoder.get("num_mel_bins", bins) if isinstance(encoder, dict) else bins
+        return (seq_len, bins) if isinstance(bins, int) else None
 
     @property
     def decoder_start_token_id(self) -> int:
@@ -323,10 +326,12 @@ def head_of_type(model_type: str) -> str | None:
     return None
 
 
-def _speech_only(head: str | None) -> bool:
-    """A sequence-to-sequence head transformers lists for speech only (its encoder takes audio)."""
+def encodes_speech(spec: ModelSpec) -> bool:
+    """A sequence-to-sequence head transformers lists for speech only (its encoder takes audio:
+    a waveform or features, analysis/dummy_data.py reads which)."""
     tables = auto_mappings()
-    return head is not None and \
+    head = spec.head
+    return spec.task == SEQ2SEQ and head is not None and \
         head in tables.get("MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES", {}).values() and \
         head not in tables.get("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", {}).values()
 
@@ -619,10 +624,6 @@ def check_config(spec: ModelSpec) -> None:
             and not any(k.endswith(("head_dim", "kv_channels")) for k in config):
         raise ModelError(f"{where}: hidden size {hidden} is not divisible by the "
                          f"{heads} attention heads")
-    if spec.task == SEQ2SEQ and spec.audio_features(1) is None and _speech_only(spec.head):
-        raise ModelError(f"{where}: {spec.head} encodes speech in a form of its own; anatomy's "
-                         "dummy data is text, images, or log-mel features as Whisper and "
-                         "Speech2Text take them")
 
 
 def check_config_class(spec: ModelSpec) -> None:
@@ -671,19 +672,6 @@ def _config_class_refusal_apart(name: str, config_text: str) -> str | None:
         return None  # the run finds out itself, and fails in one line
     lines = done.stdout.strip().splitlines() if done.returncode == 0 else []
     return lines[-1] if lines else None
-
-
-def input_words(spec: ModelSpec, seq_len: int) -> str:
-    """What one sample of the dummy data is, in words: "images 224×224", "sequence length 512",
-    "source and target length 128", "audio features 80×3000, target length 128"."""
-    if spec.task == IMAGE_CLASSIFICATION:
-        return f"images {spec.image_size}×{spec.image_size}"
-    if spec.task == SEQ2SEQ:
-        features = spec.audio_features(seq_len)
-        if features:
-            return f"audio features {features[0]}×{features[1]}, target length {seq_len}"
-        return f"source and target length {seq_len}"
-    return f"sequence length {seq_len}"
 
 
 def token_range(spec: ModelSpec) -> tuple[int, int]:
@@ -875,6 +863,10 @@ def transformers_config(spec: ModelSpec):
     except Exception as error:  # noqa: BLE001 - the config class's own checks, in one line
         raise ModelError(f"model: {spec.display_name}: transformers refuses the config: "
                          f"{first_line(error)}") from None
+    languages = getattr(config, "languages", None)
+    if getattr(config, "default_language", False) is None and languages:
+        # X-MOD's adapters need the language of inputs that name none: the config's first.
+        config.default_language = list(languages)[0]
     if spec.task == SEQUENCE_CLASSIFICATION and getattr(config, "pad_token_id", None) is None:
         # A decoder's classification head finds each sequence's last token by its padding id.
         config.pad_token_id = getattr(config, "eos_token_id", None) or 0
@@ -1031,8 +1023,8 @@ def apply_lora(model, spec: ModelSpec, rank: int, targets: tuple[str, ...] = ())
 
     task_type = {SEQUENCE_CLASSIFICATION: TaskType.SEQ_CLS, CAUSAL_LM: TaskType.CAUSAL_LM,
                  SEQ2SEQ: TaskType.SEQ_2_SEQ_LM}.get(spec.task)
-    if spec.audio_features(1) is not None:  # peft's seq2seq wrapper passes token ids: no task
-        task_type = None
+    if getattr(model, "main_input_name", "input_ids") != "input_ids":
+        task_type = None  # peft's seq2seq wrapper passes token ids, not audio: no task
     config = LoraConfig(r=rank, target_modules=list(lora_target_modules(spec, targets)),
                         task_type=task_type,
                         modules_to_save=classifier_modules(spec, model)

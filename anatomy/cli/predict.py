@@ -8,7 +8,7 @@ import gc
 import json
 import sys
 
-from anatomy.analysis import models, prediction
+from anatomy.analysis import dummy_data, models, prediction
 from anatomy.analysis.options import RunOptions, validate
 from anatomy.analysis.prediction import device_constants
 from anatomy.cli.arguments import add_run_options, options_from_args
@@ -112,7 +112,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 def _run_words(options: RunOptions, predicted) -> str:
     spec = models.resolve(options.model)
-    shape = models.input_words(spec, options.seq_len)
+    shape = dummy_data.sample(spec, options.seq_len).words
     lora = (f", LoRA rank {options.lora_rank} ({predicted.trainable_parameters:,} trainable)"
             if options.lora else "")
     return (f"{spec.display_name} ({predicted.parameters:,} parameters, {spec.task}), batch size "

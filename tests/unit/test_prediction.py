@@ -13,7 +13,7 @@ import json
 import pytest
 import torch
 
-from anatomy.analysis import models
+from anatomy.analysis import dummy_data, models
 from anatomy.analysis.options import OPTIMIZERS, RunOptions
 from anatomy.analysis.prediction import (
     WALKTHROUGH_BYTES_PER_PARAMETER,
@@ -208,15 +208,22 @@ def test_a_boolean_mask_reaches_the_kernel_additive_as_torch_makes_it(monkeypatc
     assert row == (16 if padded else length)  # 13 keys padded to 16; 16 already aligned
 
 
-def test_an_operator_the_trace_refuses_is_one_line_without_torchs_logged_traceback(tmp_path, caplog):
+def test_an_operator_the_trace_refuses_is_one_line_without_torchs_logged_traceback(
+        tmp_path, caplog, monkeypatch):
     """FakeTensorMode logs the traceback of an operator whose meta kernel refuses its inputs
-    before raising it (SigLIP2's patch embedding wants pixels already cut into patches); the
-    prediction's answer is its one line, and nothing else reaches the terminal."""
+    before raising it (here SigLIP2's patch embedding given whole images, not the patches it
+    wants); the prediction's answer is its one line, and nothing else reaches the terminal."""
     path = tmp_path / "siglip2.json"
     path.write_text(json.dumps({
         "model_type": "siglip2", "architectures": ["Siglip2ForImageClassification"],
         "vision_config": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
                           "num_attention_heads": 2, "patch_size": 16, "num_patches": 16}}))
+
+    def whole_images(spec, config, main, parameters, made):
+        made["pixel_values"] = dummy_data.Tensor((3, 224, 224), dummy_data.NOISE)
+        return "images"
+
+    monkeypatch.setattr(dummy_data, "_image", whole_images)
     with caplog.at_level("DEBUG"), pytest.raises(PredictionError) as refused:
         predict(RunOptions(model=str(path), batch_size=2), device="cpu")
     assert "\n" not in str(refused.value) and "reduction dim" in str(refused.value)

@@ -44,13 +44,8 @@ from transformers.trainer_optimizer import (
 from transformers.trainer_pt_utils import get_parameter_names
 from transformers.trainer_utils import unwrap_peft_model
 
-from anatomy.analysis.models import (
-    CAUSAL_LM,
-    IMAGE_CLASSIFICATION,
-    SEQ2SEQ,
-    ModelSpec,
-    token_range,
-)
+from anatomy.analysis import dummy_data
+from anatomy.analysis.models import ModelError, ModelSpec
 from anatomy.vocabulary import Precision
 
 MAX_GRAD_NORM = 1.0  # TrainingArguments' default
@@ -136,31 +131,37 @@ def accepts_loss_kwargs(model) -> bool:
 
 
 def make_batch(spec: ModelSpec, batch_size: int, seq_len: int, device: str = "cpu") -> dict:
-    """One micro-batch as the collator hands it to the model: separate tensors (a causal LM's
-    labels are a copy of its input ids, as collated from the dataset's two columns; a
-    sequence-to-sequence model's decoder inputs are its labels shifted right behind the start
-    token, as DataCollatorForSeq2Seq makes them). engine/dataset.py makes the same items."""
-    if spec.task == IMAGE_CLASSIFICATION:
-        size = spec.image_size
-        return {"pixel_values": torch.randn(batch_size, spec.num_channels, size, size,
-                                            device=device),
-                "labels": torch.randint(0, spec.num_labels, (batch_size,), device=device)}
-    low, high = token_range(spec)
-    if spec.task == SEQ2SEQ:
-        features = spec.audio_features(seq_len)
-        inputs = ({"input_features": torch.randn(batch_size, *features, device=device)}
-                  if features else
-                  {"input_ids": torch.randint(low, high, (batch_size, seq_len), device=device)})
-        labels = torch.randint(low, high, (batch_size, seq_len), device=device)
-        start = torch.full((batch_size, 1), spec.decoder_start_token_id, dtype=labels.dtype,
-                           device=device)
-        return {**inputs, "decoder_input_ids": torch.cat([start, labels[:, :-1]], dim=1),
-                "labels": labels}
-    ids = torch.randint(low, high, (batch_size, seq_len), device=device)
-    if spec.task == CAUSAL_LM:
-        return {"input_ids": ids, "labels": ids.clone()}
-    return {"input_ids": ids, "labels": torch.randint(0, spec.num_labels, (batch_size,),
-                                                      device=device)}
+    """One micro-batch as the collator hands it to the model: separate tensors, laid out as
+    analysis/dummy_data.py lays a sample out (a causal LM's labels are a copy of its input ids,
+    as collated from the dataset's two columns; a sequence-to-sequence model's decoder inputs are
+    its labels shifted right behind the start token, as DataCollatorForSeq2Seq makes them).
+    engine/dataset.py makes the same items."""
+    sample = dummy_data.sample(spec, seq_len)
+    batch: dict = {}
+    for name, tensor in sample.tensors:
+        batch[name] = _filled(tensor, sample, batch, batch_size, device)
+    return batch
+
+
+def _filled(tensor: dummy_data.Tensor, sample: dummy_data.Sample, made: dict, batch_size: int,
+            device: str) -> torch.Tensor:
+    shape = (batch_size, *tensor.shape)
+    if tensor.fill == dummy_data.TOKENS:
+        return torch.randint(sample.low, sample.high, shape, device=device)
+    if tensor.fill == dummy_data.NOISE:
+        return torch.randn(shape, device=device)
+    if tensor.fill == dummy_data.ONES:
+        return torch.ones(shape, dtype=torch.long, device=device)
+    if tensor.fill == dummy_data.VALUES:
+        return torch.tensor(tensor.values, device=device).expand(shape).clone()
+    if tensor.fill == dummy_data.CLASS:
+        return torch.randint(0, sample.num_labels, shape, device=device)
+    source = made[tensor.source]
+    if tensor.fill == dummy_data.COPY:
+        return source.transpose(1, 2).clone() if tensor.transpose else source.clone()
+    start = torch.full((batch_size, 1), sample.start_token, dtype=source.dtype,  # SHIFTED
+                       device=device)
+    return torch.cat([start, source[:, :-1]], dim=1)
 
 
 def loss_shifts_labels(model) -> bool:
@@ -252,6 +253,11 @@ class TrainerStep:
         if self.options.precision != Precision.FP32:
             outputs = convert_to_fp32(outputs)  # accelerate's wrapper around the forward pass
         self.on_mark("forward ends")
+        if outputs.get("loss") is None:  # the Trainer refuses it too, after the forward pass
+            raise ModelError(f"model: {self.spec.display_name}: "
+                             f"{type(unwrap_peft_model(self.model)).__name__} returns no loss "
+                             f"for its labels (only {', '.join(outputs)}), and the Trainer "
+                             "trains on one")
         return outputs["loss"]  # the outputs go with this frame, before the backward pass
 
     def micro_batch(self, inputs: dict, items) -> None:

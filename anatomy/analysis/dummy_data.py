@@ -1,0 +1,197 @@
+"""One sample of the dummy data, tensor by tensor: what a model's forward takes for its task, by
+name and shape. Read from the model's config and from transformers' own word on the model: the
+head class's `main_input_name` (token ids, pixel values, a raw waveform, log-mel features) and
+its forward's parameters. The run's dataset (engine/dataset.py) and the prediction's batch
+(prediction/tracing/trainer_step.py) fill the same layout, so both hand the model the same tensors.
+
+- text: token ids (a causal LM's labels are the same ids; a classifier's one label);
+- several codebooks per position (MusicGen: its forward takes `num_codebooks` sequences per
+  sample, and labels per position and codebook): the ids of every codebook;
+- images: pixel values of the config's size; patches where the forward takes them with their
+  grid (SigLIP 2: `pixel_attention_mask`, `spatial_shapes`); the pixels' cluster ids where the
+  model reads an image as tokens (ImageGPT);
+- an image the text follows without a token for it (GIT: its loss skips the image's positions):
+  pixel values beside the ids;
+- speech: a raw waveform (`input_values`: Moonshine, SpeechT5, a wav2vec2 encoder) of
+  `FRAME_SAMPLES` samples per sequence position, or log-mel features (Whisper's, Speech2Text's,
+  a Parakeet encoder's);
+- an encoder-decoder: the decoder's inputs are its labels shifted right behind the start token,
+  as DataCollatorForSeq2Seq makes them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from anatomy.analysis import models
+from anatomy.analysis.models import (
+    CAUSAL_LM,
+    IMAGE_CLASSIFICATION,
+    SEQ2SEQ,
+    ModelError,
+    ModelSpec,
+)
+
+# A raw waveform's samples per sequence position: 20 ms at 16 kHz, the frame of wav2vec2's and
+# SpeechT5's feature encoders (their convolutions' strides multiply to 320).
+FRAME_SAMPLES = 320
+
+# How a tensor is filled.
+TOKENS = "tokens"  # token ids in the dummy data's range (`models.token_range`)
+NOISE = "noise"  # standard normal floats: pixels, waveforms, features
+ONES = "ones"  # a mask that keeps everything
+VALUES = "values"  # the entries `Tensor.values` gives (a grid's shape)
+CLASS = "class"  # a label below the head's number of labels
+COPY = "copy"  # another tensor's (`source`), transposed where `transpose`
+SHIFTED = "shifted"  # another tensor's ids (`source`) shifted right behind the start token
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One tensor of a sample: its shape (a batch stacks samples before it) and its filling."""
+    shape: tuple[int, ...]
+    fill: str
+    source: str | None = None  # COPY, SHIFTED: the tensor it is made from
+    transpose: bool = False  # COPY: the source's two dimensions swapped
+    values: tuple[int, ...] = ()  # VALUES
+
+
+@dataclass(frozen=True)
+class Sample:
+    """What one sample holds, by the forward's names, in the order they are made (a tensor made
+    from another after it); the token range, labels and start token they are filled with."""
+    tensors: tuple[tuple[str, Tensor], ...]
+    low: int
+    high: int
+    num_labels: int
+    start_token: int
+    words: str  # what a sample is, in words ("images 224×224", "audio 20,480 samples, …")
+
+
+def sample(spec: ModelSpec, seq_len: int) -> Sample:
+    """The sample of `spec`'s dummy data at `seq_len`; ModelError (one line) for a model whose
+    input anatomy cannot make. Loads transformers (the head class): once per config."""
+    return _sample(spec, json.dumps(spec.config, sort_keys=True, default=str), seq_len)
+
+
+@lru_cache(maxsize=32)
+def _sample(spec: ModelSpec, config_key: str, seq_len: int) -> Sample:
+    head = models.head_class(spec)
+    config = models.head_config(head, models.transformers_config(spec))
+    parameters = inspect.signature(head.forward).parameters
+    if "labels" not in parameters:
+        raise ModelError(f"model: {spec.display_name}: {head.__name__} takes no labels: it "
+                         "computes no loss, and the Trainer trains on one")
+    main = getattr(head, "main_input_name", "input_ids")
+    low, high = models.token_range(spec)
+    made: dict[str, Tensor] = {}
+    if spec.task == IMAGE_CLASSIFICATION:
+        words = _image(spec, config, main, parameters, made)
+        made["labels"] = Tensor((), CLASS)
+    elif spec.task == SEQ2SEQ:
+        words = _source(spec, head, config, main, seq_len, made)
+        made["labels"] = Tensor((seq_len,), TOKENS)
+        made["decoder_input_ids"] = Tensor((seq_len,), SHIFTED, "labels")
+        words += f", target length {seq_len}"
+    else:
+        codebooks = _codebooks(head, config)
+        if codebooks:
+            made["input_ids"] = Tensor((codebooks, seq_len), TOKENS)
+            words = f"{codebooks} codebooks × sequence length {seq_len}"
+        else:
+            made["input_ids"] = Tensor((seq_len,), TOKENS)
+            words = f"sequence length {seq_len}"
+        if "pixel_values" in parameters and _prefixed_image(spec):
+            side, channels = _vision_size(config)
+            made["pixel_values"] = Tensor((channels, side, side), NOISE)
+            words = f"images {side}×{side} and {words}"
+        made["labels"] = (Tensor((seq_len, codebooks), COPY, "input_ids", transpose=True)
+                          if codebooks else Tensor((seq_len,), COPY, "input_ids")
+                          if spec.task == CAUSAL_LM else Tensor((), CLASS))
+    return Sample(tuple(made.items()), low, high, spec.num_labels, spec.decoder_start_token_id,
+                  words)
+
+
+def _image(spec: ModelSpec, config, main: str, parameters, made: dict) -> str:
+    """An image classifier's input: pixel values, patches with their grid, or pixel tokens."""
+    if main == "input_ids" and "pixel_values" not in parameters:
+        # The image as its pixels' cluster ids, one position each (ImageGPT): the whole image.
+        length = next((spec.config[k] for k in models.POSITION_KEYS
+                       if isinstance(spec.config.get(k), int)), None)
+        if length is None:
+            raise ModelError(f"model: {spec.display_name}: {spec.head} reads an image as tokens, "
+                             "and the config names no length for them (n_positions)")
+        made["input_ids"] = Tensor((length,), TOKENS)
+        return f"images of {length} pixel tokens"
+    size, channels = spec.image_size, spec.num_channels
+    if "spatial_shapes" in parameters:  # patches and their grid (SigLIP 2's NaFlex)
+        vision = getattr(config, "vision_config", config)
+        patch, channels = vision.patch_size, getattr(vision, "num_channels", channels)
+        side = size // patch
+        most = getattr(vision, "num_patches", None)
+        if isinstance(most, int) and side * side > most:
+            side = math.isqrt(most)
+        made["pixel_values"] = Tensor((side * side, channels * patch * patch), NOISE)
+        made["pixel_attention_mask"] = Tensor((side * side,), ONES)
+        made["spatial_shapes"] = Tensor((2,), VALUES, values=(side, side))
+        return f"images {side * patch}×{side * patch} ({side}×{side} patches)"
+    made["pixel_values"] = Tensor((channels, size, size), NOISE)
+    return f"images {size}×{size}"
+
+
+def _source(spec: ModelSpec, head, config, main: str, seq_len: int, made: dict) -> str:
+    """An encoder-decoder's encoder input: token ids, a raw waveform or log-mel features."""
+    if main == "inputs":  # an encoder of the user's choice (SpeechEncoderDecoderModel): its own
+        main = _encoder_input(config)
+    if main == "input_values":
+        samples = seq_len * FRAME_SAMPLES
+        made["input_values"] = Tensor((samples,), NOISE)
+        return f"audio {samples:,} samples"
+    if main == "input_features":
+        features = spec.audio_features(seq_len)
+        if features is None:
+            raise ModelError(f"model: {spec.display_name}: {head.__name__} encodes speech as "
+                             "log-mel features, and its config names no number of mel bins "
+                             "(num_mel_bins)")
+        made["input_features"] = Tensor(features, NOISE)
+        return f"audio features {features[0]}×{features[1]}"
+    if main != "input_ids":
+        raise ModelError(f"model: {spec.display_name}: {head.__name__} encodes {main}; anatomy's "
+                         "dummy data is token ids, images, a raw waveform or log-mel features")
+    made["input_ids"] = Tensor((seq_len,), TOKENS)
+    return f"source length {seq_len}"
+
+
+def _encoder_input(config) -> str:
+    """The main input of a composite model's encoder, by its config's class."""
+    import transformers
+
+    encoder = getattr(config, "encoder", None)
+    model = transformers.AutoModel._model_mapping.get(type(encoder)) if encoder else None
+    return getattr(model, "main_input_name", "input_ids")
+
+
+def _codebooks(head, config) -> int:
+    """Codebooks per position where the forward takes each sample as one sequence per codebook
+    (MusicGen's decoder: input ids of `(batch_size * num_codebooks, sequence_length)`, as its
+    forward's own documentation gives the shape); 0 for one sequence."""
+    count = getattr(config, "num_codebooks", None)
+    documented = (head.forward.__doc__ or "").split("input_ids (", 1)[-1].split("\n", 1)[0]
+    return count if isinstance(count, int) and "num_codebooks" in documented else 0
+
+
+def _prefixed_image(spec: ModelSpec) -> bool:
+    """An image the text follows with no token of its own in the text (GIT: the loss skips the
+    image's positions, so the image must be there); a model with an image token trains on text
+    alone."""
+    return isinstance(spec.config.get("vision_config"), dict) and \
+        not any("image_token" in key for key in spec.config)
+
+
+def _vision_size(config) -> tuple[int, int]:
+    vision = getattr(config, "vision_config", config)
+    return vision.image_size, getattr(vision, "num_channels", 3)
