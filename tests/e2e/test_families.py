@@ -31,6 +31,8 @@ FAMILIES = {
     "git": "a causal LM after an image that has no token of its own (GIT)",
     "imagegpt": "an image classifier reading an image as its pixels' tokens (ImageGPT)",
     "siglip2": "an image classifier on patches and their grid (SigLIP 2's NaFlex)",
+    "xmod": "activations picked by a boolean mask of the batch's own (X-MOD's language adapters)",
+    "t5gemma2": "an encoder-decoder indexing activations by a mask made from its inputs",
 }
 LORA = {"phi3"}
 COMPARED = ("weights", "gradients", "optimizer_states", "activations")

@@ -63,6 +63,8 @@ aten = torch.ops.aten
 # holding the indices, whether the chosen dimension stays in it).
 CHOICES = {aten.topk.default: (1, True), aten.argmax.default: (0, False),
            aten.max.dim: (1, False)}
+# Operators that pick elements by index tensors (a boolean mask among them): `_masked`.
+MASKED = (aten.index.Tensor, aten.index_put.default, aten.index_put_.default)
 
 
 def balanced_choice(func, args, kwargs, indices: torch.Tensor) -> torch.Tensor:
@@ -154,6 +156,26 @@ class DataValues(TorchDispatchMode):
             self._follow(func, args, kwargs, outputs)
         return out
 
+    def _masked(self, func, args, kwargs):
+        """`x[mask]` (and `x[mask] = y`) of a tensor made from the weights, by a mask with values
+        (X-MOD's adapters pick each language's tokens by the batch's own language ids): which
+        elements it takes follows from the mask alone, so the mask's positions as index
+        tensors (what the kernel turns a boolean mask into) take the same elements, in shapes
+        fake tensors know."""
+        indices = []
+        for index in args[1]:
+            if index is None or index.dtype not in (torch.bool, torch.uint8):
+                indices.append(index)
+                continue
+            with _disable_current_modes():
+                positions = self._real(index).nonzero().unbind(1)
+            for position in positions:
+                made = torch.empty_strided(position.shape, position.stride(),
+                                           dtype=position.dtype, device=index.device)
+                self.values[made] = position
+                indices.append(made)
+        return func(args[0], indices, *args[2:], **kwargs)
+
     def _run(self, func, args, kwargs):
         with _disable_current_modes():
             return func(*tree_map(self._real, args), **tree_map(self._real, kwargs))
@@ -172,6 +194,8 @@ class DataValues(TorchDispatchMode):
 
     def _answer(self, func, args, kwargs):
         if not self._known(args, kwargs):
+            if func in MASKED and self._known(args[1], {}):
+                return self._masked(func, args, kwargs)
             raise UnknownValues(
                 f"{func.__name__} reads the values of a tensor made from the weights")
         real = self._run(func, args, kwargs)
