@@ -60,6 +60,12 @@ def flags(options: RunOptions) -> list[str]:
 # --- the tiers ---
 
 def pytest_configure(config):
+    # One OpenMP thread for every torch this session loads, here and in each process it starts
+    # (read when torch loads, after this): pytest-xdist already runs a worker per core, and each
+    # worker's tests start torch processes of their own; with torch's default of a thread per
+    # core they outnumber the cores and spin waiting for each other (a tiny run's worker: ~7 CPU
+    # seconds, ~5.5 with one thread, on this 2-core machine). What they measure is the same.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
     # Device locks of this test session only (its subprocesses inherit it): a dashboard running
     # beside the tests is not "busy" for them, nor they for it.
     os.environ[LOCK_DIR_ENV] = tempfile.mkdtemp(prefix="anatomy-test-locks-")

@@ -1,15 +1,24 @@
 """One small model of every family the prediction once failed on (issue 19), built from its
 architecture's own defaults (bench/architectures.py, the coverage benchmark's configs), trained
-for two steps on this CPU by the real worker, and predicted: the CPU prediction is what the probe
-measured, to the byte. The whole table of architectures is docs/COVERAGE.md."""
+for two steps on this CPU by the worker's own training (engine/worker.py's `train`: the model
+built, the Trainer, the probe), and predicted: the CPU prediction is what the probe measured, to
+the byte. The families train one after another in one child process (torch and transformers
+loaded once, not once a family); the worker's process, its sampler and the store around a
+training are tests/e2e/test_every_architecture.py's and test_worker.py's. The whole table of
+architectures is docs/COVERAGE.md."""
 
 from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import time
 
 import pytest
 
 from anatomy.analysis.options import RunOptions, validate
 from anatomy.analysis.prediction import PredictionError, predict
-from anatomy.analysis.report import report
+from anatomy.engine import protocol
 
 FAMILIES = {
     "mixtral": "a mixture of experts (the grouped matmul)",
@@ -44,16 +53,73 @@ def small_config(tmp_path, model_type: str) -> str:
     return str(working_config(model_type, dict(architectures())[model_type], tmp_path)[0])
 
 
+class _Heard:
+    """The queue a training's Reporter speaks on, kept in the child: what the probe measured, and
+    the failure if it failed."""
+
+    def __init__(self):
+        self.components, self.failure = None, None
+
+    def put(self, message) -> None:
+        match message:
+            case protocol.ComponentsMeasured(components=components):
+                self.components = components
+            case protocol.Failure(text=text):
+                self.failure = text
+
+
+def _train_each(requests, answers) -> None:
+    """The child: each RunOptions it is sent trained on the CPU as the worker trains it (its
+    environment, then `worker.train`), answered with (exit code, components, failure)."""
+    from anatomy.analysis.transformers_index import index_once
+    from anatomy.engine import worker
+
+    index_once()
+    os.environ.update(HF_HUB_OFFLINE="1", CUDA_VISIBLE_DEVICES="")  # as worker.main sets them
+    while (options := requests.get()) is not None:
+        heard = _Heard()
+        code = worker.train(heard, options, time.monotonic(), use_cuda=False, dwell=0.0)
+        answers.put((code, heard.components, heard.failure))
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """trained(options) -> the components the probe measured in two steps of `options`, in the
+    module's one child process (per pytest-xdist worker)."""
+    context = multiprocessing.get_context("spawn")
+    requests, answers = context.Queue(), context.Queue()
+    child = context.Process(target=_train_each, args=(requests, answers), daemon=True)
+    child.start()
+
+    def train(options: RunOptions):
+        requests.put(options)
+        deadline = time.monotonic() + 600
+        while True:
+            try:
+                code, components, failure = answers.get(timeout=1)
+                break
+            except queue.Empty:
+                assert child.is_alive(), f"the child ended with code {child.exitcode}"
+                assert time.monotonic() < deadline, "no answer in 600 s"
+        assert code == 0, failure
+        return components
+
+    yield train
+    requests.put(None)
+    child.join(timeout=60)
+    if child.is_alive():
+        child.kill()
+        child.join()
+
+
 @pytest.mark.parametrize("model_type", FAMILIES, ids=list(FAMILIES))
-def test_every_family_predicts_what_the_cpu_run_measures(manager, store, tmp_path, model_type):
+def test_every_family_predicts_what_the_cpu_run_measures(trained, tmp_path, model_type):
     options = RunOptions(model=small_config(tmp_path, model_type), batch_size=2, seq_len=32,
                          dataset_size=4, max_steps=2,
                          lora_rank=8 if model_type in LORA else 0)
     assert validate(options, gpu_count=0) == {}
     predicted = predict(options, device="cpu")
-    run_id = manager.start(options)
-    assert manager.wait(run_id, timeout=600) == "completed", report(store, run_id).error
-    measured = report(store, run_id).components
+    measured = trained(options)
     assert {k: getattr(predicted, k) for k in COMPARED} == \
         {k: getattr(measured, k) for k in COMPARED}
 
