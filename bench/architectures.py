@@ -155,7 +155,7 @@ def _shrink_counts(values: dict, layers_before) -> None:
         if key in values and values[key] is None and experts:
             values[key] = EXPERTS_PER_TOKEN
     _shrink_int(values, _TOP_K_KEYS, EXPERTS_PER_TOKEN)
-    _shrink_int(values, ("n_group", "topk_group"), 1)
+    _shrink_int(values, ("n_group", "num_expert_group", "topk_group"), 1)  # experts in groups
     _shrink_int(values, ("first_k_dense_replace",), 1)
     _shrink_int(values, _POSITION_KEYS, POSITIONS)
     _shrink_int(values, [k for k in values if "vocab_size" in str(k) or str(k).endswith("_vocab")],

@@ -274,6 +274,8 @@ def test_small_configs_keep_the_configs_own_constraints():
     assert dots1["n_routed_experts"] and dots1["n_shared_experts"]
     kimi = small_config("kimi_linear", heads["kimi_linear"])  # 8 of 256 experts, shrunk to 4
     assert kimi["num_experts_per_token"] <= kimi["num_experts"]
+    bailing = small_config("bailing_hybrid", heads["bailing_hybrid"])  # 8 groups of 512 experts
+    assert bailing["num_experts"] % bailing["num_expert_group"] == 0
     assert small_config("esm", heads["esm"])["vocab_size"]  # None by default
     hunyuan = small_config("hunyuan_v1_dense", heads["hunyuan_v1_dense"])
     assert hunyuan["head_dim"] == hunyuan["hidden_size"] // hunyuan["num_attention_heads"]
