@@ -8,7 +8,8 @@ first steps, at the moments that matter:
 - optimizer_states: bytes of the optimizer's state tensors just after it;
 - activations: memory held between the end of the forward pass and the start of the backward
   pass (the allocator's growth over the forward pass on a GPU; on a CPU, where torch keeps no
-  allocator statistics, the unique storages autograd saved for the backward pass);
+  allocator statistics, the unique storages autograd saved for the backward pass and still holds
+  at the end of the forward pass);
 - temporary: what the allocator's peak holds beyond the components that can be alive together
   (`rest_of_peak`: workspaces, the optimizer's scratch, transient buffers of the backward pass);
 - allocator_cache: memory the caching allocator reserved but did not hand out at its peak;

@@ -6,6 +6,7 @@ It runs inside the training process and imports torch when it is built.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import replace
 
 from anatomy.analysis.components import MEASURED_STEPS, Components
@@ -51,7 +52,7 @@ class ComponentProbe:
         self.moments: dict[Moment, int] = {}
         self.forwards = 0
         self._before = 0
-        self._saved: dict[int, int] = {}
+        self._saved: dict[int, tuple[int, weakref.ref]] = {}  # address: bytes, the storage
         self._saving = None
         self._handles = [model.register_forward_pre_hook(self._forward_begins),
                          model.register_forward_hook(self._forward_ends)]
@@ -70,7 +71,7 @@ class ComponentProbe:
 
             def pack(tensor):
                 storage = _local(tensor).untyped_storage()
-                self._saved[storage.data_ptr()] = storage.nbytes()
+                self._saved[storage.data_ptr()] = (storage.nbytes(), weakref.ref(storage))
                 return tensor
 
             self._saving = self.torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
@@ -88,7 +89,11 @@ class ComponentProbe:
             self._saving = None
             parameters = {_local(p).untyped_storage().data_ptr()
                           for p in self.model.parameters()}
-            held = sum(size for ptr, size in self._saved.items() if ptr not in parameters)
+            # What autograd still holds: a storage saved for a part of the graph the forward
+            # pass dropped is freed by now, and its address may hold another saved storage
+            # (counted once by address, it made the figure depend on the allocator's reuse)
+            held = sum(size for ptr, (size, storage) in self._saved.items()
+                       if ptr not in parameters and storage() is not None)
         # The latest forward pass, not the largest: the first one also allocates cuBLAS's
         # workspace (32 MiB on Hopper), which is not an activation and stays for good.
         self.activations = held

@@ -81,6 +81,41 @@ def test_the_optimizer_is_the_one_the_trainer_makes(name, lora_rank, optim):
     assert decayed and (rest or lora_rank)  # weights decay, biases and norms not (LoRA: none)
 
 
+class DropsABranch(torch.nn.Module):
+    """A forward pass that saves a storage for a part of the graph it drops (as a router's
+    indices or an indexer's scores are): freed before the pass ends, its address free for the
+    next storage saved."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        hidden = self.linear(x)
+        (hidden * 3).pow(2).sum()  # its graph dropped at once: the product pow saved, freed
+        return torch.sigmoid(hidden)
+
+
+def test_cpu_activations_are_what_autograd_still_holds_at_the_end_of_the_forward_pass():
+    """Probe and trace count the saved storages still held when the forward pass ends: one
+    freed before was counted by both, and the probe, keyed by address, counted it or not as the
+    allocator reused its address (DeepSeek-V3, Kimi-Linear: a few KiB apart, run to run)."""
+    from anatomy.analysis.prediction.tracing.tracker import LiveTensors, SavedForBackward
+    from anatomy.engine.probe import ComponentProbe
+
+    model, x = DropsABranch().train(), torch.randn(4, 16)
+    held = 2 * x.untyped_storage().nbytes()  # the linear's input, the sigmoid's output
+    probe = ComponentProbe(model, use_cuda=False)  # a saved-tensor hook each: one at a time
+    out = model(x)
+    probe.close()
+    assert probe.activations == held
+    tracker = LiveTensors()
+    saved = SavedForBackward(model, tracker)
+    with tracker:
+        out = model(x)
+    assert saved.bytes == held == x.untyped_storage().nbytes() + out.untyped_storage().nbytes()
+
+
 def test_cuda_figures_add_workspaces_and_round_to_the_allocators_blocks():
     options = RunOptions(model="tiny-gpt2", seq_len=16, batch_size=2)
     without = dataclasses.replace(DEFAULT, workspace_forward_bytes=0, workspace_backward_bytes=0)

@@ -179,15 +179,16 @@ def _holding_memory(out):
 class SavedForBackward:
     """What the component probe reads as activations on a CPU (engine/probe.py, which keeps no
     allocator statistics there): the distinct storages autograd saves for the backward pass
-    during the model's latest forward pass, the parameters left out. Hooked on the same module
-    the probe hooks, with the same saved-tensor hooks, so a traced step reads what a real one
-    does; storages are told apart by the tracker's ids (fake tensors have no addresses)."""
+    during the model's latest forward pass and still holds at its end, the parameters left out.
+    Hooked on the same module the probe hooks, with the same saved-tensor hooks, so a traced
+    step reads what a real one does; storages are told apart by the tracker's ids (fake tensors
+    have no addresses)."""
 
     def __init__(self, model, tracker: LiveTensors):
         self.model, self.tracker = model, tracker
         self.bytes = 0  # the latest forward pass's
         self.kept: dict[object, int] = {}  # its storages (a tracker's id: bytes)
-        self._saved: dict[object, int] = {}
+        self._saved: dict[object, tuple[int, weakref.ref]] = {}  # bytes, the storage
         self._hooks = None
         self._handles = [model.register_forward_pre_hook(self._begins),
                          model.register_forward_hook(self._ends)]
@@ -198,7 +199,8 @@ class SavedForBackward:
         return tid if tid is not None else ("untracked", id(storage))
 
     def _pack(self, tensor):
-        self._saved[self._key(tensor)] = tensor.untyped_storage().nbytes()
+        storage = tensor.untyped_storage()
+        self._saved[self._key(tensor)] = (storage.nbytes(), weakref.ref(storage))
         return tensor
 
     def _begins(self, module, args) -> None:
@@ -214,7 +216,10 @@ class SavedForBackward:
         self._hooks.__exit__(None, None, None)
         self._hooks = None
         parameters = {self._key(p) for p in self.model.parameters()}
-        self.kept = {key: size for key, size in self._saved.items() if key not in parameters}
+        # A storage saved for a part of the graph the forward pass dropped (a router's indices,
+        # an indexer's scores) is freed before the end: not held for the backward pass
+        self.kept = {key: size for key, (size, storage) in self._saved.items()
+                     if key not in parameters and storage() is not None}
         self.bytes = sum(self.kept.values())
 
     def close(self) -> None:
