@@ -60,15 +60,17 @@ def gpu_runs(tmp_path, gpu_store):
     stop(process, log)
 
 
-@pytest.fixture
-def every_kind_of_run(tmp_path):
-    """A fresh server on the H200 runs of docs/data and a user's run of each shape (a Trainer with
-    the callback, the phase API, a watched command). Yields the url and {shape: run id}."""
-    store = demo_store.build(tmp_path / "anatomy.sqlite", sweep=False)
+@pytest.fixture(scope="module")
+def every_kind_of_run(tmp_path_factory):
+    """A server on the H200 runs of docs/data (ids as gpu_runs's) and a user's run of each shape
+    (a Trainer with the callback, the phase API, a watched command), for the tests that only read
+    pages (one server a module, per pytest-xdist worker). Yields the url and {shape: run id}."""
+    folder = tmp_path_factory.mktemp("every-kind-of-run")
+    store = demo_store.build(folder / "anatomy.sqlite", sweep=False)
     runs = {"gpu": store.runs()[-1].id}
     runs.update({shape: seed_users_run(store, shape, name="my run" if shape == "phase api" else
                                        None) for shape in USERS_SHAPES})
-    process, url, log = _serve(tmp_path, store.path)
+    process, url, log = _serve(folder, store.path)
     yield url, runs
     assert "Traceback" not in stop(process, log)
 
@@ -243,8 +245,8 @@ def test_a_fresh_servers_first_request_for_a_shared_anatomy_link_finds_its_page(
     assert page.url.startswith(f"{url}/anatomy")
 
 
-def test_at_1000_px_no_label_overlaps_another_or_leaves_its_chart(gpu_runs, chromium):
-    url, store, log = gpu_runs
+def test_at_1000_px_no_label_overlaps_another_or_leaves_its_chart(every_kind_of_run, chromium):
+    url, _ = every_kind_of_run
     page = chromium.new_page(viewport=NARROW)
     problems = {}
     for path, charts in (("/runs?run=1", 2), ("/anatomy?run=1", 4), ("/?run=3", 1)):
@@ -311,8 +313,9 @@ CUT_TEXT = """() => [...document.querySelectorAll('[data-testid=stMain] *, [data
     return (['hidden', 'clip', 'auto', 'scroll'].includes(s.overflowX) || s.textOverflow === 'ellipsis')
       && e.scrollWidth > e.clientWidth + 1 && e.innerText && e.innerText.trim(); })
   .map(e => e.innerText.trim().slice(0, 80))"""
-# The page's script has run to its end (a prediction included) and every chart is drawn.
-SETTLED = """() => document.querySelector('[data-testid=stApp]').dataset.testScriptState !== 'running'
+# The page's script has run to its end (a prediction included) and every chart is drawn: a page
+# just opened is "initial" until its first run begins, then "running", then "notRunning".
+SETTLED = """() => document.querySelector('[data-testid=stApp]').dataset.testScriptState === 'notRunning'
   && !document.querySelector('[data-testid=stSpinner]')
   && [...document.querySelectorAll('.js-plotly-plot')].every(p => p._fullLayout)"""
 # A table wider than its frame: scrolled sideways to be read (its columns' headings).
@@ -357,7 +360,6 @@ def test_no_page_shows_none_a_figure_without_its_unit_or_a_cut_label_at_1000_px(
     problems = {}
     for path in paths:
         page.goto(url + path)
-        page.wait_for_timeout(1500)
         page.wait_for_function(SETTLED, timeout=300_000, polling=500)
         page.wait_for_timeout(1500)  # the tables' canvases drawn
         wrong = _what_is_wrong(page)
