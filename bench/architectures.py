@@ -182,10 +182,11 @@ def _shrink_counts(values: dict, layers_before) -> None:
             if values.get(key) == layers:
                 values[key] = len(values["layer_types"])
         layers = len(values["layer_types"])
+    lengths = {len(v) for v in values.values() if isinstance(v, list)} - {layers_before}
     for key, value in list(values.items()):  # how many of the layers do something: in proportion
         if re.fullmatch(r"num_\w+_layers", key) and key not in _LAYER_KEYS and _is_int(value) \
-                and value > layers:
-            values[key] = value * layers // layers_before
+                and value > layers and value not in lengths:  # not a list's length (SpeechT5's
+            values[key] = value * layers // layers_before  # feature-encoder layers: conv_dim's)
     for key, value in list(values.items()):
         if key != "layer_types" and isinstance(value, list) and len(value) == layers_before:
             values[key] = [value[i] for i in kept]

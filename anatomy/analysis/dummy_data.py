@@ -171,7 +171,7 @@ def _encoder_input(config) -> str:
     import transformers
 
     encoder = getattr(config, "encoder", None)
-    model = transformers.AutoModel._model_mapping.get(type(encoder)) if encoder else None
+    model = transformers.AutoModel._model_mapping.get(type(encoder), None) if encoder else None
     return getattr(model, "main_input_name", "input_ids")
 
 
