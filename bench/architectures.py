@@ -427,6 +427,21 @@ def trains(path: Path) -> str | None:
         return _one_line(error)
 
 
+def _lift_missing(config: dict, reason: str | None) -> bool:
+    """A setting the model reads from its config where the config class keeps it only in a part
+    (Moonshine Streaming's decoder reads num_key_value_heads, which only its encoder_config
+    holds): the part's value, lifted to the top. Whether one was."""
+    missing = re.search(r"object has no attribute '(\w+)'", reason or "")
+    if missing is None or missing[1] in config:
+        return False
+    found = next((part[missing[1]] for part in config.values()
+                  if isinstance(part, dict) and missing[1] in part), None)
+    if found is None:
+        return False
+    config[missing[1]] = found
+    return True
+
+
 def working_config(model_type: str, head: str, directory: Path) -> tuple[Path, str, str | None]:
     """The small config that trains: widths scaled first, else fixed small widths; (its path,
     how it was shrunk, why neither trains or None)."""
@@ -434,8 +449,12 @@ def working_config(model_type: str, head: str, directory: Path) -> tuple[Path, s
     for how in ("scaled", "fixed"):  # a folder each: a file rewritten is another model
         path = directory / how / f"{model_type}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(small_config(model_type, head, how == "scaled"), indent=1))
+        config = small_config(model_type, head, how == "scaled")
+        path.write_text(json.dumps(config, indent=1))
         reasons[how] = trains(path)
+        if _lift_missing(config, reasons[how]):
+            path.write_text(json.dumps(config, indent=1))
+            reasons[how] = trains(path)
         if reasons[how] is None:
             return path, how, None
     return directory / "scaled" / f"{model_type}.json", "scaled", reasons["scaled"]

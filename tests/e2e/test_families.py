@@ -44,6 +44,8 @@ FAMILIES = {
     "xmod": "activations picked by a boolean mask of the batch's own (X-MOD's language adapters)",
     "t5gemma2": "an encoder-decoder indexing activations by a mask made from its inputs",
     "speech-encoder-decoder": "a wav2vec2 encoder of the user's choice on a raw waveform",
+    "moonshine_streaming": "a raw waveform in a streaming encoder (a setting its config class "
+                           "keeps only in a part: the small config lifts it)",
 }
 LORA = {"phi3"}
 # Randomness a prediction cannot follow, off: LayerDrop skips random layers in training, and

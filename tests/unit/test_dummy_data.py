@@ -1,0 +1,62 @@
+"""The dummy data's one layout: the run's dataset (numpy, per sample, stacked by the collator) and
+the prediction's batch (torch) hand the model the same tensors, by name, shape and type, for
+every kind of input (analysis/dummy_data.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from anatomy.analysis import dummy_data, models
+from anatomy.analysis.prediction.tracing.trainer_step import make_batch
+from anatomy.engine.dataset import DummyDataset
+
+SEQ_LEN = 24
+# model type -> the inputs its forward takes besides the labels
+KINDS = {
+    "bert": {"input_ids"},
+    "moonshine": {"input_values", "decoder_input_ids"},
+    "musicgen": {"input_ids"},
+    "siglip2": {"pixel_values", "pixel_attention_mask", "spatial_shapes"},
+    "imagegpt": {"input_ids"},
+    "git": {"input_ids", "pixel_values"},
+}
+
+
+def spec_of(tmp_path, model_type: str) -> models.ModelSpec:
+    from bench.architectures import architectures, small_config
+
+    path = tmp_path / f"{model_type}.json"
+    path.write_text(json.dumps(small_config(model_type, dict(architectures())[model_type])))
+    return models.resolve(str(path))
+
+
+@pytest.mark.parametrize("model_type", KINDS)
+def test_the_run_and_the_prediction_make_the_same_tensors(tmp_path, model_type):
+    spec = spec_of(tmp_path, model_type)
+    collated = DummyDataset(spec, 4, SEQ_LEN, seed=0).batch(2)
+    traced = make_batch(spec, 2, SEQ_LEN)
+    assert set(collated) == set(traced) == KINDS[model_type] | {"labels"}
+    for name in collated:
+        assert (collated[name].shape, collated[name].dtype) == \
+            (traced[name].shape, traced[name].dtype), name
+
+
+def test_codebooks_raw_audio_and_patches_take_their_own_shapes(tmp_path):
+    musicgen = make_batch(spec_of(tmp_path, "musicgen"), 2, SEQ_LEN)
+    codebooks = musicgen["input_ids"].shape[1]
+    assert codebooks > 1 and musicgen["labels"].shape == (2, SEQ_LEN, codebooks)
+    assert (musicgen["labels"] == musicgen["input_ids"].transpose(1, 2)).all()
+    audio = make_batch(spec_of(tmp_path, "moonshine"), 2, SEQ_LEN)
+    assert audio["input_values"].shape == (2, SEQ_LEN * dummy_data.FRAME_SAMPLES)
+    assert (audio["decoder_input_ids"][:, 1:] == audio["labels"][:, :-1]).all()
+    patches = make_batch(spec_of(tmp_path, "siglip2"), 2, SEQ_LEN)
+    side = int(patches["spatial_shapes"][0, 0])
+    assert patches["pixel_values"].shape[1] == side * side == patches["pixel_attention_mask"].sum(1)[0]
+
+
+def test_a_head_that_takes_no_labels_is_refused_in_one_line(tmp_path):
+    with pytest.raises(models.ModelError, match="takes no labels") as refused:
+        dummy_data.sample(spec_of(tmp_path, "pp_lcnet"), SEQ_LEN)
+    assert "\n" not in str(refused.value)
