@@ -83,9 +83,7 @@ def _sample(spec: ModelSpec, config_key: str, seq_len: int) -> Sample:
     head = models.head_class(spec)
     config = models.head_config(head, models.transformers_config(spec))
     parameters = inspect.signature(head.forward).parameters
-    if "labels" not in parameters:
-        raise ModelError(f"model: {spec.display_name}: {head.__name__} takes no labels: it "
-                         "computes no loss, and the Trainer trains on one")
+    models.check_labels(spec)
     main = getattr(head, "main_input_name", "input_ids")
     low, high = models.token_range(spec)
     made: dict[str, Tensor] = {}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import inspect
 import json
 import os
 import re
@@ -650,9 +651,21 @@ def config_class_refusal(name: str, config_text: str) -> str | None:
     spec = ModelSpec(name, "config file", json.loads(config_text))
     try:
         transformers_config(spec)
+        check_labels(spec)
     except ModelError as error:
         return str(error)
+    except Exception:  # noqa: BLE001 - a head class that cannot load here: the run says why
+        return None
     return None
+
+
+def check_labels(spec: ModelSpec) -> None:
+    """ModelError where the head's forward takes no labels (PP-LCNet's classifier): it computes
+    no loss, and the Trainer trains on one. Loads transformers."""
+    head = head_class(spec)
+    if "labels" not in inspect.signature(head.forward).parameters:
+        raise ModelError(f"model: {spec.display_name}: {head.__name__} takes no labels: it "
+                         "computes no loss, and the Trainer trains on one")
 
 
 @lru_cache(maxsize=64)

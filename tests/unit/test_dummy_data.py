@@ -9,6 +9,7 @@ import json
 import pytest
 
 from anatomy.analysis import dummy_data, models
+from anatomy.analysis.options import RunOptions, validate
 from anatomy.analysis.prediction.tracing.trainer_step import make_batch
 from anatomy.engine.dataset import DummyDataset
 
@@ -56,7 +57,10 @@ def test_codebooks_raw_audio_and_patches_take_their_own_shapes(tmp_path):
     assert patches["pixel_values"].shape[1] == side * side == patches["pixel_attention_mask"].sum(1)[0]
 
 
-def test_a_head_that_takes_no_labels_is_refused_in_one_line(tmp_path):
+def test_a_head_that_takes_no_labels_is_refused_in_one_line_before_a_run_starts(tmp_path):
+    spec = spec_of(tmp_path, "pp_lcnet")
     with pytest.raises(models.ModelError, match="takes no labels") as refused:
-        dummy_data.sample(spec_of(tmp_path, "pp_lcnet"), SEQ_LEN)
+        dummy_data.sample(spec, SEQ_LEN)
     assert "\n" not in str(refused.value)
+    errors = validate(RunOptions(model=spec.name), gpu_count=0)  # the config's check, apart
+    assert list(errors) == ["model"] and errors["model"] == str(refused.value)
