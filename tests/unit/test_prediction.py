@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from contextlib import nullcontext
 
 import pytest
 import torch
@@ -263,3 +264,58 @@ def test_an_operator_the_trace_refuses_is_one_line_without_torchs_logged_traceba
         predict(RunOptions(model=str(path), batch_size=2), device="cpu")
     assert "\n" not in str(refused.value) and "reduction dim" in str(refused.value)
     assert not [r for r in caplog.records if r.name.startswith("torch._subclasses")]
+
+
+def _backward_peak(x, cuda_kernels: bool) -> int:
+    """The live bytes' peak over the backward pass of softmax(x).sum(), traced on fake tensors
+    with or without CUDA's kernels."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from anatomy.analysis.prediction.tracing.cuda import CudaKernels
+    from anatomy.analysis.prediction.tracing.tracker import ALLOC, FREE, LiveTensors
+
+    tracker = LiveTensors()
+    with FakeTensorMode() as mode:
+        x = mode.from_tensor(x).requires_grad_()
+        with CudaKernels(DEFAULT, tracker) if cuda_kernels else nullcontext(), tracker:
+            loss = torch.softmax(x, -1).sum()
+            tracker.timeline.mark("backward")
+            loss.backward()
+    live, total, peak, started = {}, 0, 0, False
+    for kind, tid, size in tracker.timeline.events:
+        started = started or kind == 2
+        if kind == ALLOC:
+            live[tid] = size
+            total += size
+        elif kind == FREE:
+            total -= live.pop(tid, 0)
+        if started:
+            peak = max(peak, total)
+    return peak
+
+
+def test_cudas_softmax_backward_holds_a_temporary_of_the_gradients_size():
+    """CUDA's softmax backward computes `grad * output` into a temporary first (SoftMax.cu,
+    softmax_backward_cuda_out): on the math attention one more b × h × s × s beside the
+    gradients (SmolLM2 fp32 with checkpointing on the H200, 120 MiB); the CPU's kernel makes
+    none."""
+    x = torch.randn(2, 3, 8, 8)
+    assert _backward_peak(x, True) - _backward_peak(x, False) == x.nbytes
+
+
+@pytest.mark.parametrize("rows, dtype, staged", [(32 * 198, torch.float32, 38_928_384),
+                                                 (64 * 198, torch.bfloat16, 77_856_768)])
+def test_cudas_reduction_stages_a_long_sum_in_global_memory(rows, dtype, staged):
+    """A bias's gradient, the sum of a (batch × tokens) × width gradient over its rows, runs
+    CUDA's reduction split across thread blocks, whose partial sums go through a buffer in
+    global memory (Reduce.cuh). The blocks the H200 held at DeiT-base's peak (2026-12-01
+    snapshots: fp32 b32 and bf16 b64, fc2's bias, 768 wide, 198 tokens): that buffer and 24 B of
+    semaphores, one per block column. A reduction along each row's own width stages none."""
+    from anatomy.analysis.prediction.tracing.reductions import staging_buffers
+
+    aten = torch.ops.aten
+    gradient = torch.empty(rows, 768, dtype=dtype, device="meta")
+    assert staging_buffers(aten.sum.dim_IntList, (gradient, [0], True), 132, 2048) \
+        == [staged, 24]
+    hidden = torch.empty(4, 512, 2048, dtype=dtype, device="meta")
+    assert staging_buffers(aten.mean.dim, (hidden, [-1], True), 132, 2048) == []

@@ -15,6 +15,10 @@ prediction is judged on), one JSON file per device model in prediction/calibrati
 - `outside_bytes`: what NVML counts beyond the context and the caching allocator's reserve at
   the peak (kernels loaded lazily while training, library handles);
 - `total_bytes`: the device's memory as NVML counts it;
+- `multiprocessors`, `threads_per_multiprocessor`: CUDA's device properties
+  (`multi_processor_count`, `max_threads_per_multi_processor`), by which CUDA's reduction
+  kernel splits a long reduction across thread blocks and sizes its staging buffer
+  (tracing/reductions.py); DEFAULT's where a calibration did not record them;
 - `usable_bytes`: what CUDA lets a process allocate (`cudaMemGetInfo`'s total): NVML's total
   less the memory the driver keeps for itself (615 MiB on an H200);
 - `edge_margin`: near its capacity the caching allocator cannot use all of its free memory
@@ -125,6 +129,14 @@ class DeviceCalibration:
     usable_bytes: int | None = None  # None: total_bytes less DEFAULT's share for the driver
     edge_margin: float = 0.01
     edge_fitting_set: tuple[str, ...] = ()
+    multiprocessors: int | None = None  # None: DEFAULT's
+    threads_per_multiprocessor: int | None = None
+
+    def processors(self) -> tuple[int, int]:
+        """(multiprocessors, threads a multiprocessor runs at once): this device's where
+        recorded, else DEFAULT's."""
+        known = self if self.multiprocessors and self.threads_per_multiprocessor else DEFAULT
+        return known.multiprocessors, known.threads_per_multiprocessor
 
     def usable(self, total: int) -> int:
         """What a process may allocate on a device of `total` bytes (NVML's): this device's
@@ -168,12 +180,14 @@ class DeviceCalibration:
 # The H200 of docs/MEASUREMENTS.md (torch 2.11): context 528.8 MiB (kernel phase), 222-250 MiB
 # outside the allocator at the peak, cuBLAS's 32 MiB a handle (Hopper's default workspace);
 # NVML's 143,771 MiB of which the driver keeps 644,939,776 B (CUDA's "total capacity of
-# 139.80 GiB"). A margin of 2 % of the capacity at the edge: the safe side of the fitted H200's.
+# 139.80 GiB"); 132 multiprocessors of 2,048 threads (Hopper's GH100 as the H200 ships it). A
+# margin of 2 % of the capacity at the edge: the safe side of the fitted H200's.
 DEFAULT = DeviceCalibration(
     device="NVIDIA H200", source="docs/MEASUREMENTS.md (bert-large, torch 2.11): not calibrated",
     workspace_forward_bytes=32 * MIB, workspace_backward_bytes=32 * MIB,
     context_bytes=529 * MIB, outside_bytes=250 * MIB, total_bytes=143_771 * MIB,
-    usable_bytes=143_771 * MIB - 644_939_776, edge_margin=0.02)
+    usable_bytes=143_771 * MIB - 644_939_776, edge_margin=0.02, multiprocessors=132,
+    threads_per_multiprocessor=2048)
 
 
 def load(device_name: str | None, directory: Path = CALIBRATION_DIR) -> DeviceCalibration:

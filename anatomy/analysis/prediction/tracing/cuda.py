@@ -25,6 +25,16 @@ from the device's calibration (prediction/device_constants.py):
 - **attention backward buffers**: the flash / efficient / cuDNN backward kernels allocate
   scratch (flash's fp32 dq accumulator, cuDNN's workspace) beside their outputs, freed when they
   return: bytes per element of the query, calibrated per kernel;
+- **reductions' staging buffers**: CUDA's reduction kernel splits a sum or mean with many
+  inputs an output (a bias's gradient over every token) across thread blocks and gathers their
+  partial sums through a buffer in global memory, freed when it returns (tracing/reductions.py,
+  from Reduce.cuh's own choice and the device's multiprocessors);
+- **softmax's backward**: CUDA's kernel first multiplies the gradient by the softmax's output
+  into a temporary of the gradient's shape (`Tensor tmp = grad * output;` in
+  aten/src/ATen/native/cuda/SoftMax.cu, softmax_backward_cuda_out), freed when it returns; the
+  CPU's kernel makes none. On the math attention it is one more b × h × s × s matrix beside the
+  gradients (log-softmax's backward makes none on either device); the math attention's
+  `_safe_softmax` holds the plain softmax and a boolean of the -inf scores beside its result;
 - **optimizers** pick torch's multi-tensor (foreach) kernels on CUDA tensors by themselves, and
   `clip_grad_norm_` too (trainer_step.py's `foreach=True`); the fused AdamW kernel is its own
   operator on either device.
@@ -44,6 +54,7 @@ from anatomy.analysis.prediction.device_constants import (
     mask_kind,
     sdpa_signature,
 )
+from anatomy.analysis.prediction.tracing.reductions import REDUCTIONS, staging_buffers
 from anatomy.analysis.prediction.tracing.tracker import LiveTensors
 
 aten = torch.ops.aten
@@ -179,7 +190,7 @@ class CudaKernels(TorchFunctionMode):
         return nullcontext(), _Entered(self)
 
     # --- what kernels allocate beside their outputs (called by the tracker after each op) ---
-    def _after_op(self, func, out) -> None:
+    def _after_op(self, func, args, out) -> None:
         if func in GEMM_OPS:
             thread = "backward" if torch._C._current_autograd_node() is not None else "forward"
             if thread not in self.workspaces:
@@ -196,6 +207,20 @@ class CudaKernels(TorchFunctionMode):
             if size:
                 tid = self.tracker.timeline.alloc(size)
                 self.tracker.timeline.free(tid)
+        elif func is aten._softmax_backward_data.default:
+            self._scratch(_softmax_backward_scratch(args[0], args[1]))
+        elif func is aten._safe_softmax.default:
+            self._scratch(_safe_softmax_scratch(args[0], out))
+        elif func in REDUCTIONS:
+            self._scratch(staging_buffers(func, args, *self.calibration.processors()))
+
+    def _scratch(self, sizes: list[int]) -> None:
+        """Buffers a kernel allocates one after the other beside its outputs and frees as it
+        returns."""
+        timeline = self.tracker.timeline
+        tids = [timeline.alloc(size) for size in sizes if size]
+        for tid in tids:
+            timeline.free(tid)
 
 
 class _Entered:
@@ -213,6 +238,26 @@ def _any_lower(args) -> bool:
     return any(isinstance(a, torch.Tensor) and a.dtype in LOWER_PRECISION for a in args)
 
 
+def _softmax_backward_scratch(grad, output) -> list[int]:
+    """What CUDA's softmax backward allocates beside its gradient (softmax_backward_cuda_out,
+    then host_softmax_backward): `tmp = grad * output` (the two's promoted dtype, the layout
+    torch's elementwise rule gives it, asked of the fake tensors), then contiguous copies of
+    `tmp` and of `output` where they are not contiguous."""
+    tmp = grad * output
+    sizes = [tmp.untyped_storage().nbytes()]
+    sizes += [t.numel() * t.element_size() for t in (tmp, output) if not t.is_contiguous()]
+    return sizes
+
+
+def _safe_softmax_scratch(scores, out) -> list[int]:
+    """What `_safe_softmax` (the math attention's softmax, aten/src/ATen/native/transformers/
+    attention.cpp) holds beside its result while it runs: the softmax, -inf and 0 as one-element
+    tensors, the boolean of the scores that are -inf and of the rows that are all -inf."""
+    rows = scores.numel() // max(scores.shape[-1], 1)
+    one = out.element_size()
+    return [out.numel() * one, one, scores.numel(), rows, one]
+
+
 def _efficient_mask(mask, query, key):
     """torch's preprocess_mask for the memory-efficient kernel: a mask whose strides are not
     multiples of 8 elements is copied into one padded to them (its last dimension's), then
@@ -227,8 +272,9 @@ def _efficient_mask(mask, query, key):
 def _math_attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):
     """torch's `_scaled_dot_product_attention_math` as CUDA runs it: 16-bit inputs upcast to
     fp32 (torch keeps allow_fp16_bf16_reduction_math_sdp off), both factors scaled by the square
-    root of the scale, the causal mask as an additive float matrix, the kernel's dropout (a
-    boolean mask arrives additive: `_kernel` converts it as torch does, before any kernel)."""
+    root of the scale, the causal mask as an additive float matrix added in place, the
+    softmax `_safe_softmax` (its temporaries: `_after_op`), the kernel's dropout (a boolean mask
+    arrives additive: `_kernel` converts it as torch does, before any kernel)."""
     origin = query.dtype
     if origin in LOWER_PRECISION:
         query, key, value = query.float(), key.float(), value.float()
@@ -244,8 +290,8 @@ def _math_attention(query, key, value, attn_mask, dropout_p, is_causal, scale, e
         value = value.repeat_interleave(groups, -3)
     attn = torch.matmul(query, key.transpose(-2, -1) * factor)
     if attn_mask is not None:
-        attn = attn + attn_mask
-    attn = torch.softmax(attn, -1)
+        attn.add_(attn_mask)  # in place, as torch adds it to plain (not subclassed) tensors
+    attn = aten._safe_softmax(attn, -1)
     if dropout_p > 0.0:
         attn = torch.native_dropout(attn, dropout_p, True)[0]
     return torch.matmul(attn, value).to(origin)

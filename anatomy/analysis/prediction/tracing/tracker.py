@@ -83,8 +83,8 @@ class LiveTensors(TorchDispatchMode):
     their frees, in `timeline`. `track` registers tensors made before the mode was entered
     (weights built elsewhere); `storage_tid` finds a tensor's storage among the recorded ones.
 
-    `on_op(func, outputs)`, when set, is called after every operator (the CUDA emulation uses it
-    to add what CUDA kernels allocate beside their outputs)."""
+    `on_op(func, args, outputs)`, when set, is called after every operator (the CUDA emulation
+    uses it to add what CUDA kernels allocate beside their outputs)."""
 
     def __init__(self, timeline: Timeline | None = None, device: str = "cpu"):
         super().__init__()
@@ -160,7 +160,7 @@ class LiveTensors(TorchDispatchMode):
         for i, tensor in enumerate(outputs):
             self.track(tensor, tags[i] if tags else None)
         if self.on_op is not None:
-            self.on_op(func, out)
+            self.on_op(func, args, out)
         return out
 
 
