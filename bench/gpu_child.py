@@ -164,7 +164,7 @@ def device_facts(nvml_index: int | None, baseline: int) -> dict:
     """The calibration's facts of the device, read in a process of their own: the CUDA context
     (NVML after the first tensor, as the worker's kernel phase), what CUDA lets a process
     allocate, cuBLAS's workspaces (the allocator around the process's first matrix products,
-    forward and backward)."""
+    forward and backward), the multiprocessors that CUDA's reduction kernel sizes its split by."""
     import torch
 
     torch.ones((1, 1)).to("cuda")
@@ -184,9 +184,12 @@ def device_facts(nvml_index: int | None, baseline: int) -> dict:
     y.sum().backward()  # the autograd thread's first matrix products
     torch.cuda.synchronize()
     backward = torch.cuda.memory_allocated() - before - _bytes(x.grad) - _bytes(w.grad)
+    properties = torch.cuda.get_device_properties(0)
     return {"context_bytes": int(context), "usable_bytes": int(usable),
             "workspace_forward_bytes": _whole_mib(forward),
-            "workspace_backward_bytes": _whole_mib(backward)}
+            "workspace_backward_bytes": _whole_mib(backward),
+            "multiprocessors": properties.multi_processor_count,
+            "threads_per_multiprocessor": properties.max_threads_per_multi_processor}
 
 
 def _bytes(tensor) -> int:

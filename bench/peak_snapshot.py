@@ -23,34 +23,16 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from prediction_grid import Config, Fresh, bench_model  # noqa: E402
+from prediction_grid import Config, Fresh  # noqa: E402
 
 MIB = 2**20
-
-
-def parse(label: str) -> Config:
-    """'deit-base bf16 b64 s512 adamw_torch ckpt lora16 accum2' as the grid labels it."""
-    words = label.split()
-    config = {"model": bench_model(words[0]), "precision": words[1]}
-    for word in words[2:]:
-        if word == "ckpt":
-            config["checkpointing"] = True
-        elif word.startswith("lora"):
-            config["lora_rank"] = int(word[4:])
-        elif word.startswith("accum"):
-            config["grad_accum"] = int(word[5:])
-        elif word[0] in "bs" and word[1:].isdigit():
-            config["batch_size" if word[0] == "b" else "seq_len"] = int(word[1:])
-        else:
-            config["optim"] = word
-    return Config(**config)
 
 
 def record(labels: list[str], out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     fresh = Fresh(None, 0)
     for label in labels:
-        config = parse(label)
+        config = Config.from_label(label)
         path = out / f"{label.replace(' ', '_')}.json"
         result = fresh.run("train_with_history", config.run_options(), "cuda", str(path))
         (out / f"{label.replace(' ', '_')}.result.json").write_text(

@@ -6,6 +6,7 @@ then confirmed at the capacity's edge, and the walkthrough's four figures next t
     python bench/prediction_grid.py --parts calibrate,grid,walkthrough --out DIR --budget-s 530
     python bench/prediction_grid.py --parts edge,fits --out DIR --budget-s 530
     python bench/prediction_grid.py --parts ... --resume OLD.jsonl   # skip what OLD recorded
+    python bench/prediction_grid.py --parts grid --configs "LABEL" ... --out DIR  # chosen rows
     python bench/prediction_grid.py --parts edge                     # CPU only: refit the edge
     python bench/prediction_grid.py --report DIR/prediction-grid.jsonl   # the tables again
     python bench/prediction_grid.py --dry-run [--parts ...]          # the plan and its time
@@ -102,6 +103,25 @@ class Config:
         if self.grad_accum > 1:
             words.append(f"accum{self.grad_accum}")
         return " ".join(words)
+
+    @classmethod
+    def from_label(cls, label: str) -> Config:
+        """'deit-base bf16 b64 adamw_torch', 'smollm2-360m fp32 b2 s1024 adafactor ckpt lora16
+        accum2': a configuration as `label` writes it, its model one of bench/models/."""
+        words = label.split()
+        values: dict = {"model": bench_model(words[0]), "precision": words[1]}
+        for word in words[2:]:
+            if word == "ckpt":
+                values["checkpointing"] = True
+            elif word.startswith("lora"):
+                values["lora_rank"] = int(word[4:])
+            elif word.startswith("accum"):
+                values["grad_accum"] = int(word[5:])
+            elif word[0] in "bs" and word[1:].isdigit():
+                values["batch_size" if word[0] == "b" else "seq_len"] = int(word[1:])
+            else:
+                values["optim"] = word
+        return cls(**values)
 
     @property
     def family(self) -> str:
@@ -203,11 +223,13 @@ def grid(quick: bool = False) -> list[Config]:
     return out
 
 
-def plan(device: str, quick: bool) -> tuple[tuple[Config, ...], list[Config], tuple[Config, ...]]:
-    """The calibration set, the grid and the largest-batch configurations for this device."""
+def plan(device: str, quick: bool, labels: list[str] | None = None
+         ) -> tuple[tuple[Config, ...], list[Config], tuple[Config, ...]]:
+    """The calibration set, the grid (`labels`' configurations where given) and the
+    largest-batch configurations for this device."""
     if device == "cpu":
         return CPU_CALIBRATION, list(CPU_GRID), CPU_FITS
-    configs = grid(quick)
+    configs = [Config.from_label(label) for label in labels] if labels else grid(quick)
     fits = FITS[:12] if quick else FITS
     families = {c.family for c in CALIBRATION}
     assert not families & {c.family for c in configs} and not set(CALIBRATION) & set(configs)
@@ -546,7 +568,7 @@ def save(session: Session, constants: DeviceCalibration) -> None:
 
 
 def run_grid(session: Session) -> None:
-    _, configs, _ = plan(session.device, session.args.quick)
+    _, configs, _ = plan(session.device, session.args.quick, session.args.configs)
     todo = [c for c in configs if not session.resumed("grid", c.label)]
     predictions = {c: session.pool.submit(predict_one, c, session.gpu_name, session.device)
                    for c in todo}
@@ -861,10 +883,11 @@ def _walkthrough_table(row: dict | None) -> list[str]:
 
 # --- the plan ---
 
-def estimate(parts: set[str], device: str, quick: bool) -> float:
+def estimate(parts: set[str], device: str, quick: bool, labels: list[str] | None = None
+             ) -> float:
     """Seconds on an H200, roughly: a fresh process builds and runs STEPS steps in 4-8 s; a
     largest-batch check runs two or three near the memory's limit."""
-    calibration, configs, fits = plan(device, quick)
+    calibration, configs, fits = plan(device, quick, labels)
     seconds = 10.0
     seconds += (40 + 8 * len(calibration)) if "calibrate" in parts else 0
     seconds += 6.0 * len(configs) if "grid" in parts else 0
@@ -910,6 +933,9 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"comma-separated, in this order: {','.join(PARTS)}")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--quick", action="store_true", help="fewer configurations")
+    parser.add_argument("--configs", nargs="+", metavar="LABEL",
+                        help="grid: these configurations instead of GRID's, as the grid labels "
+                             "them ('smollm2-360m fp32 b4 s512 sgd ckpt')")
     parser.add_argument("--budget-s", type=float, default=None,
                         help="start nothing that would end after this many seconds")
     parser.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "docs" / "data"),
@@ -941,10 +967,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(parts) - set(PARTS)
     if unknown:
         parser.error(f"unknown parts: {', '.join(sorted(unknown))} (known: {', '.join(PARTS)})")
-    calibration, configs, fits = plan(args.device, args.quick)
+    calibration, configs, fits = plan(args.device, args.quick, args.configs)
     print(f"plan: {', '.join(parts)} on {args.device}: calibration {len(calibration)} runs, "
           f"grid {len(configs)}, largest batch sizes {len(fits)}; about "
-          f"{estimate(set(parts), args.device, args.quick):.0f} s on an H200", flush=True)
+          f"{estimate(set(parts), args.device, args.quick, args.configs):.0f} s on an H200",
+          flush=True)
     if args.dry_run:
         for config in (configs if "grid" in parts else []):
             print("   grid", config.label)
