@@ -302,13 +302,14 @@ def _scratch_ratio(torch, F, sdpa_kernel, backend, dtype, batch, seq, head_dim, 
     return max(0, scratch) / q.numel()
 
 
-def train_with_history(config: dict, device: str, path: str) -> dict:
+def train_with_history(config: dict, device: str, path: str, stacks: str = "python") -> dict:
     """`train`, with the caching allocator's history recorded (every block's size, address and
-    Python stack) and what was alive at its allocated peak written to `path` as JSON: what the
-    trace's peak can be held against, block by block (bench/peak_snapshot.py)."""
+    Python stack; with `stacks="all"` its C++ stack too, which names the kernel of a block the
+    autograd thread allocated) and what was alive at its allocated peak written to `path` as
+    JSON: what the trace's peak can be held against, block by block (bench/peak_snapshot.py)."""
     import torch
 
-    torch.cuda.memory._record_memory_history(max_entries=2_000_000, stacks="python")
+    torch.cuda.memory._record_memory_history(max_entries=2_000_000, stacks=stacks)
     result = train(config, device, None, 0)
     snapshot = torch.cuda.memory._snapshot()
     torch.cuda.memory._record_memory_history(enabled=None)
@@ -343,6 +344,10 @@ def live_at_peak(snapshot: dict) -> dict:
 
 def _frames(frames: list) -> list[str]:
     keep = [f"{f['filename'].split('site-packages/')[-1]}:{f['line']}:{f['name']}"
-            for f in frames if "torch/utils/_" not in f["filename"]
+            for f in frames if f["filename"].endswith(".py")
+            and "torch/utils/_" not in f["filename"]
             and "torch/nn/modules/module.py" not in f["filename"]]
-    return keep[:4]
+    # C++ frames (stacks="all"): the innermost that name an ATen kernel or cuDNN
+    native = [f["name"] for f in frames if not f["filename"].endswith(".py")
+              and ("at::native" in f["name"] or "cudnn" in f["name"].lower())]
+    return native[:2] + keep[:4]

@@ -3,11 +3,13 @@ predicted peak: the diagnosis of a configuration the prediction misses (docs/PRE
 
 On a GPU, each configuration trains as bench/prediction_grid.py's runs do, in a fresh process,
 with the caching allocator's history recorded; `<out>/<label>.json` holds the blocks alive at the
-peak with their Python frames. Anywhere (a CPU is enough), `--compare` traces the same
-configuration and lists, by size, the blocks alive at the predicted peak that the real peak
-lacks and the reverse.
+peak with their Python frames (`--cpp`: and the C++ frames that name the kernel, for blocks the
+autograd thread allocates, which have no Python frame). Anywhere (a CPU is enough), `--compare`
+traces the same configuration and lists, by size, the blocks alive at the predicted peak that the
+real peak lacks and the reverse.
 
     python bench/peak_snapshot.py --out $OUT/snap "deit-base bf16 b64 adamw_torch" ...
+    python bench/peak_snapshot.py --cpp --out $OUT/snap "efficientnet-b0 bf16 b64 adamw_torch"
     python bench/peak_snapshot.py --compare $OUT/snap
 """
 
@@ -28,13 +30,14 @@ from prediction_grid import Config, Fresh  # noqa: E402
 MIB = 2**20
 
 
-def record(labels: list[str], out: Path) -> None:
+def record(labels: list[str], out: Path, stacks: str = "python") -> None:
     out.mkdir(parents=True, exist_ok=True)
     fresh = Fresh(None, 0)
     for label in labels:
         config = Config.from_label(label)
         path = out / f"{label.replace(' ', '_')}.json"
-        result = fresh.run("train_with_history", config.run_options(), "cuda", str(path))
+        result = fresh.run("train_with_history", config.run_options(), "cuda", str(path),
+                           stacks)
         (out / f"{label.replace(' ', '_')}.result.json").write_text(
             json.dumps({"label": label, "config": asdict(config), **result}))
         measured = result.get("measured", {})
@@ -101,9 +104,11 @@ def main() -> int:
     parser.add_argument("labels", nargs="*", help="configurations as the grid labels them")
     parser.add_argument("--out", type=Path, help="record them here (on a GPU)")
     parser.add_argument("--compare", type=Path, help="a folder recorded before")
+    parser.add_argument("--cpp", action="store_true",
+                        help="record C++ stacks too (slower): they name the kernel of a block")
     args = parser.parse_args()
     if args.out:
-        record(args.labels, args.out)
+        record(args.labels, args.out, "all" if args.cpp else "python")
     if args.compare:
         compare(args.compare)
     return 0
