@@ -39,7 +39,7 @@ def staging_buffers(func, args, multiprocessors: int, threads_per_multiprocessor
     if func not in REDUCTIONS or not isinstance(args[0], torch.Tensor):
         return []
     tensor = args[0]
-    if not tensor.is_floating_point() or tensor.numel() == 0 or tensor.numel() >= 2**31:
+    if not tensor.is_floating_point() or tensor.dim() == 0 or not 1 < tensor.numel() < 2**31:
         return []
     dims = args[1] if len(args) > 1 and func in (aten.sum.dim_IntList, aten.mean.dim) else None
     reduced = {d % tensor.dim() for d in dims} if dims else set(range(tensor.dim()))
