@@ -83,15 +83,15 @@ def _sample(spec: ModelSpec, config_key: str, seq_len: int) -> Sample:
     head = models.head_class(spec)
     config = models.head_config(head, models.transformers_config(spec))
     parameters = inspect.signature(head.forward).parameters
-    models.check_labels(spec)
-    main = getattr(head, "main_input_name", "input_ids")
+    models.check_inputs(spec)
+    main = models.main_input(spec)
     low, high = models.token_range(spec)
     made: dict[str, Tensor] = {}
     if spec.task == IMAGE_CLASSIFICATION:
         words = _image(spec, config, main, parameters, made)
         made["labels"] = Tensor((), CLASS)
     elif spec.task == SEQ2SEQ:
-        words = _source(spec, head, config, main, seq_len, made)
+        words = _source(spec, seq_len, main, made)
         made["labels"] = Tensor((seq_len,), TOKENS)
         made["decoder_input_ids"] = Tensor((seq_len,), SHIFTED, "labels")
         words += f", target length {seq_len}"
@@ -141,36 +141,18 @@ def _image(spec: ModelSpec, config, main: str, parameters, made: dict) -> str:
     return f"images {size}×{size}"
 
 
-def _source(spec: ModelSpec, head, config, main: str, seq_len: int, made: dict) -> str:
+def _source(spec: ModelSpec, seq_len: int, main: str, made: dict) -> str:
     """An encoder-decoder's encoder input: token ids, a raw waveform or log-mel features."""
-    if main == "inputs":  # an encoder of the user's choice (SpeechEncoderDecoderModel): its own
-        main = _encoder_input(config)
     if main == "input_values":
         samples = seq_len * FRAME_SAMPLES
         made["input_values"] = Tensor((samples,), NOISE)
         return f"audio {samples:,} samples"
     if main == "input_features":
         features = spec.audio_features(seq_len)
-        if features is None:
-            raise ModelError(f"model: {spec.display_name}: {head.__name__} encodes speech as "
-                             "log-mel features, and its config names no number of mel bins "
-                             "(num_mel_bins)")
         made["input_features"] = Tensor(features, NOISE)
         return f"audio features {features[0]}×{features[1]}"
-    if main != "input_ids":
-        raise ModelError(f"model: {spec.display_name}: {head.__name__} encodes {main}; anatomy's "
-                         "dummy data is token ids, images, a raw waveform or log-mel features")
     made["input_ids"] = Tensor((seq_len,), TOKENS)
     return f"source length {seq_len}"
-
-
-def _encoder_input(config) -> str:
-    """The main input of a composite model's encoder, by its config's class."""
-    import transformers
-
-    encoder = getattr(config, "encoder", None)
-    model = transformers.AutoModel._model_mapping.get(type(encoder), None) if encoder else None
-    return getattr(model, "main_input_name", "input_ids")
 
 
 def _codebooks(head, config) -> int:

@@ -327,16 +327,6 @@ def head_of_type(model_type: str) -> str | None:
     return None
 
 
-def encodes_speech(spec: ModelSpec) -> bool:
-    """A sequence-to-sequence head transformers lists for speech only (its encoder takes audio:
-    a waveform or features, analysis/dummy_data.py reads which)."""
-    tables = auto_mappings()
-    head = spec.head
-    return spec.task == SEQ2SEQ and head is not None and \
-        head in tables.get("MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES", {}).values() and \
-        head not in tables.get("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", {}).values()
-
-
 def head_task(head: str) -> str | None:
     """The task a head class trains (by transformers' tables), before the config decides
     whether a sequence-to-sequence head is an encoder-decoder."""
@@ -651,7 +641,7 @@ def config_class_refusal(name: str, config_text: str) -> str | None:
     spec = ModelSpec(name, "config file", json.loads(config_text))
     try:
         transformers_config(spec)
-        check_labels(spec)
+        check_inputs(spec)
     except ModelError as error:
         return str(error)
     except Exception:  # noqa: BLE001 - a head class that cannot load here: the run says why
@@ -659,13 +649,46 @@ def config_class_refusal(name: str, config_text: str) -> str | None:
     return None
 
 
-def check_labels(spec: ModelSpec) -> None:
-    """ModelError where the head's forward takes no labels (PP-LCNet's classifier): it computes
-    no loss, and the Trainer trains on one. Loads transformers."""
+# The main inputs the dummy data makes for each task (analysis/dummy_data.py): token ids; pixel
+# values or an image's pixel tokens; a source of token ids, a raw waveform or log-mel features.
+MAIN_INPUTS = {IMAGE_CLASSIFICATION: ("pixel_values", "input_ids"),
+               SEQ2SEQ: ("input_ids", "input_values", "input_features")}
+
+
+def main_input(spec: ModelSpec) -> str:
+    """What the model's head takes first, in transformers' own word (`main_input_name`). Where
+    that is any "inputs": a composite model's (SpeechEncoderDecoderModel's) its encoder's, else
+    the task's own (Perceiver's image classifier: pixel values). Loads transformers."""
+    import transformers
+
+    main = getattr(head_class(spec), "main_input_name", "input_ids")
+    if main != "inputs":
+        return main
+    encoder = getattr(transformers_config(spec), "encoder", None)
+    model = transformers.AutoModel._model_mapping.get(type(encoder), None) \
+        if encoder is not None else None
+    if model is not None:
+        return getattr(model, "main_input_name", "input_ids")
+    return "pixel_values" if spec.task == IMAGE_CLASSIFICATION else "input_ids"
+
+
+def check_inputs(spec: ModelSpec) -> None:
+    """ModelError (one line) for a head the dummy data cannot feed or the Trainer cannot train:
+    one that takes no labels (PP-LCNet's classifier computes no loss), one whose main input is
+    none anatomy makes, a speech encoder's features without their number of mel bins. Loads
+    transformers."""
     head = head_class(spec)
+    where = f"model: {spec.display_name}: {head.__name__}"
     if "labels" not in inspect.signature(head.forward).parameters:
-        raise ModelError(f"model: {spec.display_name}: {head.__name__} takes no labels: it "
-                         "computes no loss, and the Trainer trains on one")
+        raise ModelError(f"{where} takes no labels: it computes no loss, and the Trainer "
+                         "trains on one")
+    main = main_input(spec)
+    if main not in MAIN_INPUTS.get(spec.task, ("input_ids",)):
+        raise ModelError(f"{where} takes {main} first, for {spec.task}; anatomy's dummy data "
+                         f"there is {' or '.join(MAIN_INPUTS.get(spec.task, ('input_ids',)))}")
+    if main == "input_features" and spec.task == SEQ2SEQ and spec.audio_features(1) is None:
+        raise ModelError(f"{where} encodes speech as log-mel features, and its config names no "
+                         "number of mel bins (num_mel_bins)")
 
 
 @lru_cache(maxsize=64)

@@ -10,7 +10,7 @@ import re
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from anatomy.analysis import dummy_data, models
+from anatomy.analysis import models
 from anatomy.analysis.models import IMAGE_CLASSIFICATION, PRESETS, ModelError, default_preset
 from anatomy.vocabulary import Precision, Strategy
 
@@ -263,8 +263,6 @@ def _model_errors(options: RunOptions, spec: models.ModelSpec, errors: dict[str,
     none of its layers (both load transformers, and only when asked for)."""
     found: dict[str, str] = {}
     try:
-        if models.encodes_speech(spec):  # its input (a waveform, features) read from its class
-            dummy_data.sample(spec, options.seq_len)
         if options.gradient_checkpointing is True and not models.supports_checkpointing(spec):
             found["gradient_checkpointing"] = (
                 f"gradient_checkpointing: {spec.display_name} ({spec.head or spec.model_type}) "

@@ -64,3 +64,13 @@ def test_a_head_that_takes_no_labels_is_refused_in_one_line_before_a_run_starts(
     assert "\n" not in str(refused.value)
     errors = validate(RunOptions(model=spec.name), gpu_count=0)  # the config's check, apart
     assert list(errors) == ["model"] and errors["model"] == str(refused.value)
+
+
+def test_speech_features_without_their_size_are_refused_in_one_line_before_a_run_starts(tmp_path):
+    path = tmp_path / "whisper.json"
+    path.write_text(json.dumps({"model_type": "whisper", "d_model": 64, "encoder_layers": 1,
+                                "decoder_layers": 1, "architectures":
+                                ["WhisperForConditionalGeneration"]}))
+    errors = validate(RunOptions(model=str(path)), gpu_count=0)
+    assert list(errors) == ["model"] and "names no number of mel bins" in errors["model"]
+    assert "\n" not in errors["model"]
