@@ -212,6 +212,12 @@ def _shrink(values: dict, vision: bool, factor: int | None) -> dict:
                 if isinstance(settings, dict):
                     value[layer] = _shrink(settings, vision, factor)
     layers_before = next((values[k] for k in _LAYER_KEYS if _is_int(values.get(k))), None)
+    for key, value in values.items():
+        # LayerDrop skips layers at random while training: the probe's step then holds what
+        # fewer layers save (NLLB-MoE's second step, one layer short, 6.5 of 12.3 MB), the
+        # prediction what every layer does, a step's most
+        if "layerdrop" in str(key) and isinstance(value, float) and value > 0:
+            values[key] = 0.0
     if vision:
         for key in ("depths", "num_block_repeats", "num_layers_per_stage"):
             if isinstance(values.get(key), list):
@@ -767,8 +773,10 @@ def report(rows: list[dict], command: str, enumerated: list[tuple[str, str]]) ->
         f"{VOCAB}-token vocabulary, {EXPERTS} experts; vision models keep their stages, one "
         "block each; the sizes meet the config's own constraints: heads that divide the width, "
         "a router's top-k within its experts, a number where the defaults leave None, "
-        "sub-configs and per-layer settings shrunk alike; four model types get settings of their "
-        "own that their config class's defaults leave out, each with why: `_own_settings`). "
+        "sub-configs and per-layer settings shrunk alike; LayerDrop off, so that every layer "
+        "runs in the step measured, as in the step predicted; four model types get settings of "
+        "their own that their config class's defaults leave out, each with why: "
+        "`_own_settings`). "
         "Each is predicted on the CPU (fp32) "
         "and for the calibrated H200 (bf16; "
         "fp32 with gradient checkpointing; LoRA rank 8 in bf16) as `anatomy predict` does it "

@@ -275,6 +275,8 @@ def test_small_configs_keep_the_configs_own_constraints():
     kimi = small_config("kimi_linear", heads["kimi_linear"])  # 8 of 256 experts, shrunk to 4
     assert kimi["num_experts_per_token"] <= kimi["num_experts"]
     bailing = small_config("bailing_hybrid", heads["bailing_hybrid"])  # 8 groups of 512 experts
+    nllb = small_config("nllb-moe", heads["nllb-moe"])  # every layer runs in every step
+    assert nllb["encoder_layerdrop"] == nllb["decoder_layerdrop"] == 0
     assert bailing["num_experts"] % bailing["num_expert_group"] == 0
     assert small_config("esm", heads["esm"])["vocab_size"]  # None by default
     hunyuan = small_config("hunyuan_v1_dense", heads["hunyuan_v1_dense"])
