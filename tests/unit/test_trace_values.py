@@ -59,6 +59,19 @@ def test_the_grouped_matmul_of_fp32_rows_unaligned_for_cuda_has_its_shape():
     assert out.shape == real.shape and out.dtype == torch.float32
 
 
+def test_unfolded_patches_hold_the_storage_atens_kernel_gives_them():
+    """MobileViT-v2's F.unfold of a 7×7 map into 2×2 patches: the CPU's kernel resizes an
+    input-like tensor, which keeps the input's storage (autograd saves it); an output larger
+    than the input has its own size."""
+    for shape, kernel, stride in (((2, 8, 7, 7), 2, 2), ((2, 8, 8, 8), 3, 1)):
+        real = torch.nn.functional.unfold(torch.randn(shape), kernel, stride=stride)
+        with FakeTensorMode() as mode, FakeKernels():
+            fake = torch.nn.functional.unfold(mode.from_tensor(torch.empty(shape)), kernel,
+                                              stride=stride)
+        assert (fake.shape, fake.stride()) == (real.shape, real.stride())
+        assert fake.untyped_storage().nbytes() == real.untyped_storage().nbytes()
+
+
 def test_a_module_converted_to_its_own_dtype_and_an_expert_named_by_a_tensor():
     """Switch Transformers' router converts its classifier to the dtype it has, in its forward,
     and its experts are named by a tensor in an f-string: both as the real run does them."""

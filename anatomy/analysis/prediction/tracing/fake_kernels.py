@@ -1,5 +1,5 @@
-"""Operators whose fake (meta) kernels refuse what their real kernels run, given the shapes the
-real ones make.
+"""Operators whose fake (meta) kernels refuse what their real kernels run, or hold less memory
+than they do, given the shapes the real ones make.
 
 - `_grouped_mm` (a mixture of experts' grouped matmul, transformers' default experts
   implementation): the meta kernel insists on bf16 inputs, while the CPU kernel and the CUDA one
@@ -7,6 +7,10 @@ real ones make.
   is the shape the meta kernel gives for bf16 inputs, in the inputs' own dtype. The meta kernel
   also checks the CUDA kernel's 16-byte alignment of rows, which fp32 inputs on the CPU need not
   have (a width of 44 elements): it is asked with rows padded to it, which gives the same shape.
+- `im2col` (`F.unfold`, MobileViT-v2's patches): ATen's kernels make the output like the input
+  and resize it to the patches' shape (Im2Col.cpp, .cu), so a smaller output keeps the input's
+  storage (a 7×7 map whose 2×2 patches cover 6×6: 100,352 bytes held for 73,728), which
+  autograd then saves; the meta kernel holds the output's size.
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ def _meta_like(tensor: torch.Tensor | None, dtype: torch.dtype | None = None):
 
 
 def _grouped_mm(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
+    if torch.bfloat16 in (mat_a.dtype, mat_b.dtype):  # the meta kernel's own case
+        return aten._grouped_mm.default(mat_a, mat_b, offs, bias, out_dtype)
     with _disable_current_modes():
         shaped = aten._grouped_mm.default(
             _meta_like(mat_a, torch.bfloat16), _meta_like(mat_b, torch.bfloat16),
@@ -48,17 +54,19 @@ def _grouped_mm(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
                                device=mat_a.device)
 
 
-FIXES = {aten._grouped_mm.default: _grouped_mm}
+def _im2col(input, kernel_size, dilation, padding, stride):
+    shaped = aten.im2col.default(input, kernel_size, dilation, padding, stride)
+    return torch.empty_like(input).resize_(shaped.shape)
+
+
+FIXES = {aten._grouped_mm.default: _grouped_mm, aten.im2col.default: _im2col}
 
 
 class FakeKernels(TorchDispatchMode):
     """Runs `FIXES`' rules in place of the fake kernels they replace."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        rule = FIXES.get(func)
-        if rule is not None and all(getattr(t, "dtype", None) != torch.bfloat16 for t in args[:2]):
-            return rule(*args, **(kwargs or {}))
-        return func(*args, **(kwargs or {}))
+        return FIXES.get(func, func)(*args, **(kwargs or {}))
 
 
 @contextmanager
