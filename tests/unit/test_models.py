@@ -276,6 +276,8 @@ def test_small_configs_keep_the_configs_own_constraints():
     assert kimi["num_experts_per_token"] <= kimi["num_experts"]
     bailing = small_config("bailing_hybrid", heads["bailing_hybrid"])  # 8 groups of 512 experts
     nllb = small_config("nllb-moe", heads["nllb-moe"])  # every layer runs in every step
+    speecht5 = small_config("speecht5", heads["speecht5"])  # as many convolutions as it names
+    assert speecht5["num_feat_extract_layers"] == len(speecht5["conv_dim"])
     assert nllb["encoder_layerdrop"] == nllb["decoder_layerdrop"] == 0
     assert bailing["num_experts"] % bailing["num_expert_group"] == 0
     assert small_config("esm", heads["esm"])["vocab_size"]  # None by default
