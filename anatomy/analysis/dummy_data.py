@@ -11,7 +11,7 @@ its forward's parameters. The run's dataset (engine/dataset.py) and the predicti
   grid (SigLIP 2: `pixel_attention_mask`, `spatial_shapes`); the pixels' cluster ids where the
   model reads an image as tokens (ImageGPT);
 - an image the text follows without a token for it (GIT: its loss skips the image's positions):
-  pixel values beside the ids;
+  pixel values beside the ids; audio in step with the text (Voxtral Realtime): its features;
 - speech: a raw waveform (`input_values`: Moonshine, SpeechT5, a wav2vec2 encoder) of
   `FRAME_SAMPLES` samples per sequence position, or log-mel features (Whisper's, Speech2Text's,
   a Parakeet encoder's);
@@ -103,6 +103,10 @@ def _sample(spec: ModelSpec, config_key: str, seq_len: int) -> Sample:
         else:
             made["input_ids"] = Tensor((seq_len,), TOKENS)
             words = f"sequence length {seq_len}"
+        frames = _audio_in_step(spec, parameters)
+        if frames is not None:
+            made["input_features"] = Tensor((frames[0], frames[1] * seq_len), NOISE)
+            words = f"audio features {frames[0]}×{frames[1] * seq_len} in step with {words}"
         if "pixel_values" in parameters and _prefixed_image(spec):
             side, channels = _vision_size(config)
             made["pixel_values"] = Tensor((channels, side, side), NOISE)
@@ -170,6 +174,17 @@ def _prefixed_image(spec: ModelSpec) -> bool:
     alone."""
     return isinstance(spec.config.get("vision_config"), dict) and \
         not any("image_token" in key for key in spec.config)
+
+
+def _audio_in_step(spec: ModelSpec, parameters) -> tuple[int, int] | None:
+    """A decoder whose audio runs in step with its text (Voxtral Realtime adds each token's audio
+    to its embedding, and needs it): the audio's mel bins and frames per token, as its config
+    names them (audio_length_per_tok); None for a decoder that trains on text alone."""
+    audio = spec.config.get("audio_config") or {}
+    bins, per_token = audio.get("num_mel_bins"), spec.config.get("audio_length_per_tok")
+    if "input_features" in parameters and isinstance(bins, int) and isinstance(per_token, int):
+        return bins, per_token
+    return None
 
 
 def _vision_size(config) -> tuple[int, int]:

@@ -46,6 +46,7 @@ FAMILIES = {
     "speech-encoder-decoder": "a wav2vec2 encoder of the user's choice on a raw waveform",
     "moonshine_streaming": "a raw waveform in a streaming encoder (a setting its config class "
                            "keeps only in a part: the small config lifts it)",
+    "voxtral_realtime": "a decoder whose audio runs in step with its text (Voxtral Realtime)",
 }
 LORA = {"phi3"}
 # Randomness a prediction cannot follow, off: LayerDrop skips random layers in training, and

@@ -22,6 +22,7 @@ KINDS = {
     "siglip2": {"pixel_values", "pixel_attention_mask", "spatial_shapes"},
     "imagegpt": {"input_ids"},
     "git": {"input_ids", "pixel_values"},
+    "voxtral_realtime": {"input_ids", "input_features"},
 }
 
 
