@@ -683,6 +683,11 @@ def check_inputs(spec: ModelSpec) -> None:
         raise ModelError(f"{where} takes no labels: it computes no loss, and the Trainer "
                          "trains on one")
     main = main_input(spec)
+    if spec.task == IMAGE_CLASSIFICATION and main == "input_ids" and "pixel_values" in \
+            inspect.signature(head.forward).parameters:
+        raise ModelError(f"{where} classifies an image by a text prompt (token ids first, pixel "
+                         "values beside them); anatomy's dummy data for image classification "
+                         "is images alone, or an image's pixel tokens")
     if main not in MAIN_INPUTS.get(spec.task, ("input_ids",)):
         raise ModelError(f"{where} takes {main} first, for {spec.task}; anatomy's dummy data "
                          f"there is {' or '.join(MAIN_INPUTS.get(spec.task, ('input_ids',)))}")

@@ -75,3 +75,8 @@ def test_speech_features_without_their_size_are_refused_in_one_line_before_a_run
     errors = validate(RunOptions(model=str(path)), gpu_count=0)
     assert list(errors) == ["model"] and "names no number of mel bins" in errors["model"]
     assert "\n" not in errors["model"]
+
+
+def test_an_image_classifier_by_a_text_prompt_is_refused_for_what_it_is(tmp_path):
+    with pytest.raises(models.ModelError, match="classifies an image by a text prompt"):
+        dummy_data.sample(spec_of(tmp_path, "shieldgemma2"), SEQ_LEN)
