@@ -9,7 +9,6 @@ architectures is docs/COVERAGE.md."""
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 import queue
@@ -49,23 +48,13 @@ FAMILIES = {
     "voxtral_realtime": "a decoder whose audio runs in step with its text (Voxtral Realtime)",
 }
 LORA = {"phi3"}
-# Randomness a prediction cannot follow, off: LayerDrop skips random layers in training, and
-# SpecAugment masks random frames (wav2vec2's defaults; with them the run measures within 3 %).
-CHANGES = {"speech-encoder-decoder": {"layerdrop": 0.0, "mask_time_prob": 0.0}}
 COMPARED = ("weights", "gradients", "optimizer_states", "activations")
 
 
 def small_config(tmp_path, model_type: str) -> str:
     from bench.architectures import architectures, working_config
 
-    path = working_config(model_type, dict(architectures())[model_type], tmp_path)[0]
-    if model_type in CHANGES:
-        config = json.loads(path.read_text())
-        part = config.get("encoder", config)
-        part.update(CHANGES[model_type])
-        path = tmp_path / f"{model_type}-changed.json"
-        path.write_text(json.dumps(config))
-    return str(path)
+    return str(working_config(model_type, dict(architectures())[model_type], tmp_path)[0])
 
 
 class _Heard:
