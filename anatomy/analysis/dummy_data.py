@@ -24,6 +24,7 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -58,6 +59,7 @@ class Tensor:
     source: str | None = None  # COPY, SHIFTED: the tensor it is made from
     transpose: bool = False  # COPY: the source's two dimensions swapped
     values: tuple[int, ...] = ()  # VALUES
+    tokens: tuple[int, int] | None = None  # TOKENS: their range where not the sample's
 
 
 @dataclass(frozen=True)
@@ -91,10 +93,18 @@ def _sample(spec: ModelSpec, config_key: str, seq_len: int) -> Sample:
         words = _image(spec, config, main, parameters, made)
         made["labels"] = Tensor((), CLASS)
     elif spec.task == SEQ2SEQ:
-        words = _source(spec, seq_len, main, made)
-        made["labels"] = Tensor((seq_len,), TOKENS)
-        made["decoder_input_ids"] = Tensor((seq_len,), SHIFTED, "labels")
-        words += f", target length {seq_len}"
+        source, target = (_tokens(spec, part) for part in ("encoder", "decoder"))
+        words = _source(spec, seq_len, main, made, source)
+        codebooks = _codebooks(head, config, "decoder_input_ids")
+        if codebooks:  # Dia's decoder: every codebook's ids per position, labels per codebook
+            made["labels"] = Tensor((codebooks, seq_len), TOKENS, tokens=target)
+            made["decoder_input_ids"] = Tensor((seq_len, codebooks), COPY, "labels",
+                                               transpose=True)
+            words += f", target {codebooks} codebooks × length {seq_len}"
+        else:
+            made["labels"] = Tensor((seq_len,), TOKENS, tokens=target)
+            made["decoder_input_ids"] = Tensor((seq_len,), SHIFTED, "labels")
+            words += f", target length {seq_len}"
     else:
         codebooks = _codebooks(head, config)
         if codebooks:
@@ -145,7 +155,8 @@ def _image(spec: ModelSpec, config, main: str, parameters, made: dict) -> str:
     return f"images {size}×{size}"
 
 
-def _source(spec: ModelSpec, seq_len: int, main: str, made: dict) -> str:
+def _source(spec: ModelSpec, seq_len: int, main: str, made: dict,
+            tokens: tuple[int, int] | None) -> str:
     """An encoder-decoder's encoder input: token ids, a raw waveform or log-mel features."""
     if main == "input_values":
         samples = seq_len * FRAME_SAMPLES
@@ -155,17 +166,33 @@ def _source(spec: ModelSpec, seq_len: int, main: str, made: dict) -> str:
         features = spec.audio_features(seq_len)
         made["input_features"] = Tensor(features, NOISE)
         return f"audio features {features[0]}×{features[1]}"
-    made["input_ids"] = Tensor((seq_len,), TOKENS)
+    made["input_ids"] = Tensor((seq_len,), TOKENS, tokens=tokens)
     return f"source length {seq_len}"
 
 
-def _codebooks(head, config) -> int:
-    """Codebooks per position where the forward takes each sample as one sequence per codebook
-    (MusicGen's decoder: input ids of `(batch_size * num_codebooks, sequence_length)`, as its
-    forward's own documentation gives the shape); 0 for one sequence."""
-    count = getattr(config, "num_codebooks", None)
-    documented = (head.forward.__doc__ or "").split("input_ids (", 1)[-1].split("\n", 1)[0]
-    return count if isinstance(count, int) and "num_codebooks" in documented else 0
+def _tokens(spec: ModelSpec, part: str) -> tuple[int, int] | None:
+    """The token range of an encoder-decoder's part where its config gives the part a vocabulary
+    of its own (Dia's text encoder and audio decoder: `encoder_config`, `decoder_config`)."""
+    config = spec.config.get(f"{part}_config")
+    vocab = config.get("vocab_size") if isinstance(config, dict) else None
+    return models.token_range(spec, vocab) if isinstance(vocab, int) else None
+
+
+def _codebooks(head, config, name: str = "input_ids") -> int:
+    """Codebooks per position where the forward takes each sample of `name` as one sequence per
+    codebook (MusicGen's decoder: input ids of `(batch_size * num_codebooks, sequence_length)`,
+    Dia's decoder inputs likewise, as their forward's own documentation gives the shape): the
+    config's, or its decoder's (Dia calls them channels); 0 for one sequence."""
+    documented = re.search(rf"^\s*{name} \((.*)$", head.forward.__doc__ or "", re.MULTILINE)
+    if documented is None or "num_codebooks" not in documented[1]:
+        return 0
+    decoder = getattr(config, "decoder_config", None) or getattr(config, "decoder", None)
+    for part, key in ((config, "num_codebooks"), (decoder, "num_codebooks"),
+                      (decoder, "num_channels")):
+        count = getattr(part, key, None)
+        if isinstance(count, int) and not isinstance(count, bool):
+            return count
+    return 0
 
 
 def _prefixed_image(spec: ModelSpec) -> bool:

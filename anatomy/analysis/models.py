@@ -715,10 +715,10 @@ def _config_class_refusal_apart(name: str, config_text: str) -> str | None:
     return lines[-1] if lines else None
 
 
-def token_range(spec: ModelSpec) -> tuple[int, int]:
-    """The dummy data's token ids: the walkthrough's [100, 30000), within the vocabulary (a tiny
-    one's start at 0)."""
-    high = min(30000, spec.vocab_size or 30000)
+def token_range(spec: ModelSpec, vocab: int | None = None) -> tuple[int, int]:
+    """The dummy data's token ids: the walkthrough's [100, 30000), within the vocabulary (`vocab`
+    where a part of the model has its own; a tiny one's start at 0)."""
+    high = min(30000, vocab or spec.vocab_size or 30000)
     return (100 if high > 200 else 0), high
 
 

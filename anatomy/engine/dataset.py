@@ -44,7 +44,8 @@ class DummyDataset:
 def _filled(tensor: dummy_data.Tensor, sample: dummy_data.Sample, made: dict, rng):
     """One sample's tensor, as numpy (the collator stacks them into the batch)."""
     if tensor.fill == dummy_data.TOKENS:
-        return rng.integers(sample.low, sample.high, tensor.shape, dtype=np.int64)
+        low, high = tensor.tokens or (sample.low, sample.high)
+        return rng.integers(low, high, tensor.shape, dtype=np.int64)
     if tensor.fill == dummy_data.NOISE:
         return rng.standard_normal(tensor.shape, dtype=np.float32)
     if tensor.fill == dummy_data.ONES:

@@ -46,6 +46,7 @@ FAMILIES = {
     "moonshine_streaming": "a raw waveform in a streaming encoder (a setting its config class "
                            "keeps only in a part: the small config lifts it)",
     "voxtral_realtime": "a decoder whose audio runs in step with its text (Voxtral Realtime)",
+    "dia": "an encoder-decoder of two vocabularies whose decoder reads every codebook (Dia)",
 }
 LORA = {"phi3"}
 COMPARED = ("weights", "gradients", "optimizer_states", "activations")

@@ -23,6 +23,7 @@ KINDS = {
     "imagegpt": {"input_ids"},
     "git": {"input_ids", "pixel_values"},
     "voxtral_realtime": {"input_ids", "input_features"},
+    "dia": {"input_ids", "decoder_input_ids"},
 }
 
 
@@ -53,6 +54,13 @@ def test_codebooks_raw_audio_and_patches_take_their_own_shapes(tmp_path):
     audio = make_batch(spec_of(tmp_path, "moonshine"), 2, SEQ_LEN)
     assert audio["input_values"].shape == (2, SEQ_LEN * dummy_data.FRAME_SAMPLES)
     assert (audio["decoder_input_ids"][:, 1:] == audio["labels"][:, :-1]).all()
+    dia = spec_of(tmp_path, "dia")
+    two = make_batch(dia, 2, SEQ_LEN)
+    channels = dia.config["decoder_config"]["num_channels"]
+    assert two["labels"].shape == (2, channels, SEQ_LEN)
+    assert (two["decoder_input_ids"] == two["labels"].transpose(1, 2)).all()
+    assert two["input_ids"].max() < dia.config["encoder_config"]["vocab_size"] < \
+        two["labels"].max()  # each part's ids within its own vocabulary
     patches = make_batch(spec_of(tmp_path, "siglip2"), 2, SEQ_LEN)
     side = int(patches["spatial_shapes"][0, 0])
     assert patches["pixel_values"].shape[1] == side * side == patches["pixel_attention_mask"].sum(1)[0]

@@ -147,7 +147,8 @@ def _filled(tensor: dummy_data.Tensor, sample: dummy_data.Sample, made: dict, ba
             device: str) -> torch.Tensor:
     shape = (batch_size, *tensor.shape)
     if tensor.fill == dummy_data.TOKENS:
-        return torch.randint(sample.low, sample.high, shape, device=device)
+        low, high = tensor.tokens or (sample.low, sample.high)
+        return torch.randint(low, high, shape, device=device)
     if tensor.fill == dummy_data.NOISE:
         return torch.randn(shape, device=device)
     if tensor.fill == dummy_data.ONES:
@@ -158,7 +159,7 @@ def _filled(tensor: dummy_data.Tensor, sample: dummy_data.Sample, made: dict, ba
         return torch.randint(0, sample.num_labels, shape, device=device)
     source = made[tensor.source]
     if tensor.fill == dummy_data.COPY:
-        return source.transpose(1, 2).clone() if tensor.transpose else source.clone()
+        return source.transpose(1, 2).contiguous() if tensor.transpose else source.clone()
     start = torch.full((batch_size, 1), sample.start_token, dtype=source.dtype,  # SHIFTED
                        device=device)
     return torch.cat([start, source[:, :-1]], dim=1)
