@@ -26,22 +26,24 @@ TOLERANCE = 1024  # bytes: the single-process check's (tests/e2e/test_prediction
 CASES = [("tiny", "fp32", False, 1), ("tiny-llama", "bf16", True, 2)]
 
 
+def _options(case: tuple) -> StepOptions:
+    _, precision, checkpointing, accumulation = case
+    return StepOptions(precision, checkpointing, accumulation, "adamw_torch", 2, 16)
+
+
 def _port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def measured_rank(rank: int, port: int, name: str, options: StepOptions, out) -> None:
-    """One real rank: the model built whole, sharded, two steps, its true live-tensor figures
-    sent back as (rank, peak, weights at the end of the build, activations)."""
-    import torch
+def measured_rank(rank: int, port: int, cases: list, out) -> None:
+    """One real rank, for each case in turn: the model built whole, sharded, two steps, its true
+    live-tensor figures sent back as (case, rank, peak, weights at the end of the build,
+    activations). One pair of ranks runs every case: a rank's start (torch, transformers,
+    accelerate imported) costs more than a tiny case."""
     import torch.distributed as dist
     from torch.utils._python_dispatch import _disable_current_modes
-
-    from anatomy.analysis.prediction.tracing import fsdp
-    from anatomy.analysis.prediction.tracing.tracker import LiveTensors, Timeline
-    from anatomy.analysis.prediction.tracing.trainer_step import TrainerStep
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
@@ -55,56 +57,80 @@ def measured_rank(rank: int, port: int, name: str, options: StepOptions, out) ->
             return collective(*args, **kwargs)
     dist.reduce_scatter_single = unseen
     try:
-        spec = models.resolve(name)
-        timeline = Timeline()
-        tracker = LiveTensors(timeline)
-        torch.manual_seed(0)
-        with tracker:
-            model, _ = models.build_model(spec, "cpu", pretrained=False)
-        timeline.mark("weights")
-        timeline.mark(replay.TRAINING_BEGINS)
-        step = [0]
-
-        def mark(label: str) -> None:
-            timeline.events.append((replay.MARK, step[0], label))
-
-        def begin(number: int) -> None:
-            step[0] = number
-            mark("batches")
-
-        device_mesh = fsdp.mesh("cpu")
-        with tracker, fsdp.following(tracker):
-            TrainerStep(model, spec, options, device="cpu", on_mark=mark,
-                        prepare=lambda m: fsdp.shard(m, options.precision, device_mesh)
-                        ).run(STEPS, begin)
-        measured = replay.measure(timeline.events, cuda=False)
-        out.put((rank, measured.peak_allocated, measured.weights_allocated,
-                 measured.activations(STEPS)))
+        for case in cases:
+            out.put((case, rank, *_measured(case)))
     finally:
         dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
-def test_fsdp_ranks_on_the_cpu_are_predicted_to_the_byte(case):
-    from anatomy.analysis.prediction.tracing.record import record
+def _measured(case: tuple) -> tuple[int, int, int]:
+    """One case on this rank: (peak, weights at the end of the build, activations)."""
+    import torch
 
-    name, precision, checkpointing, accumulation = case
-    options = StepOptions(precision, checkpointing, accumulation, "adamw_torch", 2, 16)
+    from anatomy.analysis.prediction.tracing import fsdp
+    from anatomy.analysis.prediction.tracing.tracker import LiveTensors, Timeline
+    from anatomy.analysis.prediction.tracing.trainer_step import TrainerStep
+
+    options = _options(case)
+    spec = models.resolve(case[0])
+    timeline = Timeline()
+    tracker = LiveTensors(timeline)
+    torch.manual_seed(0)
+    with tracker:
+        model, _ = models.build_model(spec, "cpu", pretrained=False)
+    timeline.mark("weights")
+    timeline.mark(replay.TRAINING_BEGINS)
+    step = [0]
+
+    def mark(label: str) -> None:
+        timeline.events.append((replay.MARK, step[0], label))
+
+    def begin(number: int) -> None:
+        step[0] = number
+        mark("batches")
+
+    device_mesh = fsdp.mesh("cpu")
+    with tracker, fsdp.following(tracker):
+        TrainerStep(model, spec, options, device="cpu", on_mark=mark,
+                    prepare=lambda m: fsdp.shard(m, options.precision, device_mesh)
+                    ).run(STEPS, begin)
+    measured = replay.measure(timeline.events, cuda=False)
+    return measured.peak_allocated, measured.weights_allocated, measured.activations(STEPS)
+
+
+@pytest.fixture(scope="module")
+def ranks_measured() -> dict[tuple, list[tuple]]:
+    """Every case's figures from one pair of real ranks: {case: [(rank, peak, weights,
+    activations), one per rank]}; both ranks exited cleanly."""
     context = multiprocessing.get_context("spawn")
     out = context.Queue()
     port = _port()
-    ranks = [context.Process(target=measured_rank, args=(r, port, name, options, out))
+    ranks = [context.Process(target=measured_rank, args=(r, port, CASES, out))
              for r in range(WORLD)]
     for process in ranks:
         process.start()
     try:
-        measured = sorted(out.get(timeout=600) for _ in ranks)
+        results = [out.get(timeout=600) for _ in range(WORLD * len(CASES))]
     finally:
         for process in ranks:
             process.join(timeout=60)
             if process.is_alive():
                 process.kill()
     assert [p.exitcode for p in ranks] == [0] * WORLD
+    measured: dict[tuple, list[tuple]] = {}
+    for case, *figures in results:
+        measured.setdefault(tuple(case), []).append(tuple(figures))
+    assert sorted(measured) == sorted(CASES)
+    return {case: sorted(figures) for case, figures in measured.items()}
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
+def test_fsdp_ranks_on_the_cpu_are_predicted_to_the_byte(case, ranks_measured):
+    from anatomy.analysis.prediction.tracing.record import record
+
+    name, accumulation, options = case[0], case[3], _options(case)
+    measured = ranks_measured[case]
+    assert [rank for rank, *_ in measured] == list(range(WORLD))
 
     recording = record(models.resolve(name), options, kernels="cpu", steps=STEPS,
                        fsdp_world=WORLD)
