@@ -98,8 +98,7 @@ def _measured(case: tuple) -> tuple[int, int, int]:
     return measured.peak_allocated, measured.weights_allocated, measured.activations(STEPS)
 
 
-@pytest.fixture(scope="module")
-def ranks_measured() -> dict[tuple, list[tuple]]:
+def _ranks_measured() -> dict[tuple, list[tuple]]:
     """Every case's figures from one pair of real ranks: {case: [(rank, peak, weights,
     activations), one per rank]}; both ranks exited cleanly."""
     context = multiprocessing.get_context("spawn")
@@ -124,21 +123,22 @@ def ranks_measured() -> dict[tuple, list[tuple]]:
     return {case: sorted(figures) for case, figures in measured.items()}
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(map(str, c)))
-def test_fsdp_ranks_on_the_cpu_are_predicted_to_the_byte(case, ranks_measured):
+def test_fsdp_ranks_on_the_cpu_are_predicted_to_the_byte():
+    """Every case, on one pair of ranks (one test, not one per case: pytest-xdist may give a
+    case's test to another worker, which would start ranks of its own)."""
     from anatomy.analysis.prediction.tracing.record import record
 
-    name, accumulation, options = case[0], case[3], _options(case)
-    measured = ranks_measured[case]
-    assert [rank for rank, *_ in measured] == list(range(WORLD))
-
-    recording = record(models.resolve(name), options, kernels="cpu", steps=STEPS,
-                       fsdp_world=WORLD)
-    predicted = replay.measure(replay.stream(recording, STEPS, accumulation), cuda=False)
-    training = predicted.peak_allocated - predicted.weights_allocated
-    for rank, peak, weights, activations in measured:
-        assert training == pytest.approx(peak - weights, abs=TOLERANCE), f"rank {rank}"
-        assert predicted.activations(STEPS) == pytest.approx(activations, abs=TOLERANCE)
-    # A rank holds a shard: less than one process's whole training.
-    alone = record(models.resolve(name), options, kernels="cpu", steps=STEPS)
-    assert recording.weights_bytes < alone.weights_bytes
+    for case, measured in _ranks_measured().items():
+        name, accumulation, options = case[0], case[3], _options(case)
+        assert [rank for rank, *_ in measured] == list(range(WORLD)), case
+        recording = record(models.resolve(name), options, kernels="cpu", steps=STEPS,
+                           fsdp_world=WORLD)
+        predicted = replay.measure(replay.stream(recording, STEPS, accumulation), cuda=False)
+        training = predicted.peak_allocated - predicted.weights_allocated
+        for rank, peak, weights, activations in measured:
+            assert training == pytest.approx(peak - weights, abs=TOLERANCE), (case, rank)
+            assert predicted.activations(STEPS) == pytest.approx(activations, abs=TOLERANCE), \
+                (case, rank)
+        # A rank holds a shard: less than one process's whole training.
+        alone = record(models.resolve(name), options, kernels="cpu", steps=STEPS)
+        assert recording.weights_bytes < alone.weights_bytes, case
