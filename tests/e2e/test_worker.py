@@ -77,16 +77,6 @@ def test_profiled_run_stores_operation_classes(manager, store, tiny):
     assert rep.summary.peak_bytes == max(before)
 
 
-def test_second_run_on_the_same_device_is_refused(manager, store, tiny):
-    run_id = manager.start(tiny)
-    try:
-        with pytest.raises(DeviceBusy, match=rf"is busy: run {run_id} \(pid {os.getpid()}\)"):
-            manager.start(tiny)
-        assert len(store.runs()) == 1
-    finally:
-        manager.stop(run_id)  # what it trains is not this test's
-
-
 def test_out_of_memory_keeps_the_error_the_peak_and_the_samples(manager, store, monkeypatch,
                                                                 tiny):
     monkeypatch.setenv(INJECT_ENV, "oom@2")  # on a CPU the failure is injected; the GPU test is real
@@ -116,8 +106,13 @@ def test_a_crashed_worker_fails_and_keeps_what_it_recorded(manager, store, monke
     assert len(store.steps(run_id)) >= 2
 
 
-def test_stop_ends_the_whole_tree(manager, store, tiny):
+def test_a_second_run_on_a_busy_device_is_refused_and_stop_ends_the_whole_tree(manager, store,
+                                                                              tiny):
     run_id = manager.start(replace(tiny, max_steps=100_000))
+    # One run holds the device: a second start there is refused and records nothing.
+    with pytest.raises(DeviceBusy, match=rf"is busy: run {run_id} \(pid {os.getpid()}\)"):
+        manager.start(tiny)
+    assert len(store.runs()) == 1
     _wait_for_phase(store, run_id, "training")
     worker_pid = store.run(run_id).worker_pid
     tree = [psutil.Process(worker_pid), *psutil.Process(worker_pid).children(recursive=True)]
