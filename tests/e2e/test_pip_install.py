@@ -1,8 +1,13 @@
 """The package installs where a user trains: its wheel, built as `pip install .` builds it, into a
 fresh virtualenv whose user already has what the package says it needs (torch among them), the
 console script, the callback, the phase API and LoRA, and no Streamlit unless the dashboard extra
-is asked for; and a clone's `make` virtualenv holds it, so the CLI and the examples run from the
-clone."""
+is asked for; with the extra, a user's own Trainer script run from another directory is listed by
+`anatomy dashboard` and its Anatomy page shows measured next to predicted; and a clone's `make`
+virtualenv holds it, so the CLI and the examples run from the clone.
+
+One virtualenv and one wheel for the package with and without its extra: one test, since
+pytest-xdist may give two tests to two workers, each building the wheel (`wheel`: once a worker)
+and a virtualenv of its own."""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import email.parser
 import os
 import subprocess
 import sys
+import sysconfig
 import venv
 import zipfile
 from importlib import metadata
@@ -21,6 +27,10 @@ from packaging.utils import canonicalize_name
 
 from anatomy.store import Store
 from tests.conftest import PROJECT
+from tests.e2e.conftest import ARTIFACTS, PADDED_TRAINER_SCRIPT, serve, stop
+from tools.browser import CHROMIUM, wait_for_chart
+
+NARROW = {"width": 1000, "height": 900}
 
 
 def _declared(wheel: Path) -> list[Requirement]:
@@ -53,8 +63,10 @@ def _users_environment(folder: Path, wanted: list[Requirement]) -> None:
 
 
 @pytest.mark.packaging
-@pytest.mark.timeout(1200)
-def test_pip_install_gives_the_cli_and_the_callback_without_streamlit(tmp_path, wheel):
+@pytest.mark.browser
+@pytest.mark.timeout(1800)
+def test_pip_install_gives_the_cli_and_the_callback_without_streamlit_and_the_extra_a_dashboard(
+        tmp_path, wheel, request):
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     python = str(env_dir / "bin" / "python")
@@ -106,6 +118,65 @@ def test_pip_install_gives_the_cli_and_the_callback_without_streamlit(tmp_path, 
                            "--lora-rank", "8", "--device", "cpu", "--json"],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert lora.returncode == 0 and "Traceback" not in lora.stderr, lora.stderr[-3000:]
+
+    if not Path(CHROMIUM).exists():
+        pytest.skip("the installed dashboard needs Debian's chromium at /usr/bin/chromium "
+                    "(apt-get install chromium)")
+    _installed_dashboard_shows_a_users_trainer_run(tmp_path, env_dir, Path(site), wheel,
+                                                   request.getfixturevalue("chromium"))
+
+
+def _installed_dashboard_shows_a_users_trainer_run(tmp_path: Path, env_dir: Path, site: Path,
+                                                   wheel: Path, chromium) -> None:
+    """`pip install <clone>[dashboard]` into the same virtualenv, a user's own Trainer script
+    with the callback run from another directory, then `anatomy dashboard`: the run is listed and
+    its Anatomy page shows measured next to predicted. The virtualenv now sees this environment's
+    libraries (Streamlit among them: nothing is downloaded) through a .pth file, as
+    `--system-site-packages` would show a system's; every command runs from a folder of its own,
+    with no PYTHONPATH and no $ANATOMY_STORE: the one default store is what joins them."""
+    # After the virtualenv's own site-packages: what pip installed there comes first.
+    (site / "this-environment.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ANATOMY_STORE")}
+    env["XDG_DATA_HOME"] = str(tmp_path / "home-data")
+    binaries = env_dir / "bin"
+    result = subprocess.run([str(binaries / "python"), "-m", "pip", "install", "-q",
+                             f"anatomy[dashboard] @ {wheel.as_uri()}"], capture_output=True,
+                            text=True, timeout=900, cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    where = subprocess.run([str(binaries / "python"), "-c",
+                            "import anatomy; print(anatomy.__file__)"], capture_output=True,
+                           text=True, cwd=tmp_path, env=env)
+    assert where.stdout.startswith(str(site)), where  # the installed copy, not the clone's
+
+    script_folder = tmp_path / "my-project"
+    script_folder.mkdir()
+    (script_folder / "train.py").write_text(PADDED_TRAINER_SCRIPT)
+    trained = subprocess.run([str(binaries / "python"), "train.py"], capture_output=True,
+                             text=True, timeout=900, cwd=script_folder, env=env)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    store = Path(env["XDG_DATA_HOME"]) / "anatomy" / "anatomy.sqlite"
+    assert store.is_file()  # the one default store
+
+    elsewhere = tmp_path / "somewhere-else"
+    elsewhere.mkdir()
+    process, url, log = serve([str(binaries / "anatomy"), "dashboard", "--port", "{port}"],
+                              cwd=elsewhere, env=env, log_path=elsewhere / "dashboard.log")
+    try:
+        log.seek(0)
+        assert f"store {store}" in log.read()  # it says which store it reads
+        page = chromium.new_page(viewport=NARROW)
+        page.goto(f"{url}/runs")
+        page.get_by_text("train.py").first.wait_for(timeout=120_000)  # the run is listed
+
+        page.goto(f"{url}/anatomy?run=1")
+        page.get_by_text("Measured next to predicted").wait_for(timeout=300_000)
+        wait_for_chart(page)
+        sides = page.evaluate("""() => [...document.querySelectorAll('.js-plotly-plot')]
+            .flatMap(p => p.data.filter(t => t.type === 'waterfall').map(t => t.name))""")
+        assert sorted(set(sides)) == ["measured", "predicted"]
+        page.screenshot(path=str(ARTIFACTS / "installed-anatomy-page.png"), full_page=True)
+    finally:
+        stop(process, log)
 
 
 def test_the_clones_virtualenv_runs_the_cli_and_the_examples_without_a_path_set(tmp_path):
