@@ -854,12 +854,15 @@ def _fits_table(rows: list[dict]) -> list[str]:
             f"{'≥ ' if p.get('at_limit') else ''}{size} ({p.get('may_fit')})")
         verdicts.append(row["verdict"])
         lines.append(f"| {row['label']} | {shown} | {runs} | {row['verdict']} |")
-    judged = [v for v in verdicts if v != "refused"]
+    judged = [v for v in verdicts if v not in ("refused", "not run")]
     good = sum(v in ("equal", "one below", "limit") for v in judged)
+    unrun = sum(v == "not run" for v in verdicts)
     lines += ["", f"Predicted largest batch size equal to the largest that ran, or one below: "
               f"{good} of {len(judged)} (target ≥ 95%); above: "
               f"{sum(v == 'above' for v in judged)} (target 0); below by more than one: "
-              f"{sum(v == 'below' for v in judged)}; refused: {len(verdicts) - len(judged)}.", ""]
+              f"{sum(v == 'below' for v in judged)}; refused: "
+              f"{sum(v == 'refused' for v in verdicts)}"
+              + (f"; predicted at a size no run settles: {unrun}" if unrun else "") + ".", ""]
     return lines
 
 
@@ -900,19 +903,30 @@ def estimate(parts: set[str], device: str, quick: bool, labels: list[str] | None
 PARTS = ("calibrate", "grid", "edge", "fits", "walkthrough")
 
 
-def repredict(path: Path, out: Path, jobs: int) -> int:
+def repredict(path: Path, out: Path, jobs: int, others: list[Path] = ()) -> int:
     """Every grid row of `path` with its prediction made again by the code as it is now, for
     the GPU that run was on, next to the same measurements: what a change to the prediction
-    does to a grid already run, without the GPU. The earlier prediction is kept beside it."""
+    does to a grid already run, without the GPU. The earlier prediction is kept beside it.
+    Its largest-batch rows likewise: predicted again, and judged by every run of that
+    configuration that `path` and `others` recorded (a size none of them ran: "not run")."""
     rows = _rows(path)
-    gpu = next((r.get("gpu") for r in rows if r.get("kind") == "header"), None)
+    header = next((r for r in rows if r.get("kind") == "header"), {})
+    gpu = header.get("gpu")
     grid_rows = [r for r in rows if r.get("kind") == "grid"]
+    fit_rows = [r for r in rows if r.get("kind") == "fits" and "refused" not in r["prediction"]]
+    outcomes: dict[str, dict[int, str]] = {}
+    for row in rows + [r for other in others for r in _rows(other)]:
+        if row.get("kind") == "fits":
+            for run in row["runs"]:
+                outcomes.setdefault(row["label"], {})[run["batch_size"]] = run["status"]
     out.mkdir(parents=True, exist_ok=True)
     with concurrent.futures.ProcessPoolExecutor(
             max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
             initializer=_no_cuda) as pool:
         futures = [pool.submit(predict_one, Config(**r["config"]), gpu, "cuda")
                    for r in grid_rows]
+        fits = [pool.submit(predict_fit, Config(**r["config"]), gpu, "cuda", header["total"])
+                for r in fit_rows]
         for row, future in zip(grid_rows, futures):
             row["predicted_before"] = row.get("predicted")
             row["predicted"] = future.result()
@@ -920,11 +934,39 @@ def repredict(path: Path, out: Path, jobs: int) -> int:
             now = row["predicted"].get("components", {}).get("peak")
             print(f"{row['label']}: peak predicted {_mib(before)} -> {_mib(now)} MiB, "
                   f"measured {_mib(row.get('measured', {}).get('peak_allocated'))}", flush=True)
+        for row, future in zip(fit_rows, fits):
+            row["prediction_before"], row["verdict_before"] = row["prediction"], row["verdict"]
+            row["prediction"] = future.result()
+            known = outcomes.get(row["label"], {})
+            row["verdict"] = judge(row["prediction"], known)
+            row["runs"] = [{"batch_size": b, "status": known[b]} for b in sorted(known)]
+            print(f"largest batch, {row['label']}: predicted {row['prediction_before'].get('batch_size')}"
+                  f" -> {row['prediction'].get('batch_size')}; {row['verdict_before']} -> "
+                  f"{row['verdict']}", flush=True)
     target = out / "prediction-grid.jsonl"
     target.write_text("".join(json.dumps(r) + "\n" for r in rows))
     (out / "prediction-grid.md").write_text(report(rows))
     print((out / "prediction-grid.md").read_text())
     return 0
+
+
+def judge(predicted: dict, known: dict[int, str]) -> str:
+    """A predicted largest batch size against the sizes that ran: above (a size at or below it
+    did not run through), equal / one below / below (the largest that ran, L, is known: L
+    completed and L + 1 did not), below (a size two or more above it completed), or not run."""
+    if "refused" in predicted:
+        return "refused"
+    size = predicted.get("batch_size") or 0
+    done = {b for b, status in known.items() if status == "completed"}
+    if any(b <= size for b, status in known.items() if status != "completed"):
+        return "above"
+    largest = next((b for b in sorted(done, reverse=True) if known.get(b + 1) not in
+                    (None, "completed")), None)
+    if largest is not None:
+        return {0: "equal", 1: "one below"}.get(largest - size, "below")
+    if predicted.get("at_limit") and size in done:
+        return "limit"
+    return "below" if any(b >= size + 2 for b in done) else "not run"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -941,7 +983,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "docs" / "data"),
                         help="folder for prediction-grid.jsonl, .md and the calibration")
     parser.add_argument("--resume", nargs="*", metavar="JSONL",
-                        help="rows of earlier sessions: what they recorded is not run again")
+                        help="rows of earlier sessions: what they recorded is not run again "
+                             "(with --repredict: their runs judge the largest batch sizes too)")
     parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 2),
                         help="CPU processes for the predictions")
     parser.add_argument("--cpu-total-mib", type=int, default=3072,
@@ -962,7 +1005,8 @@ def main(argv: list[str] | None = None) -> int:
         print((path.parent / "prediction-grid.md").read_text())
         return 0
     if args.repredict:
-        return repredict(Path(args.repredict), Path(args.out), args.jobs)
+        return repredict(Path(args.repredict), Path(args.out), args.jobs,
+                         [Path(p) for p in args.resume or ()])
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     unknown = set(parts) - set(PARTS)
     if unknown:

@@ -310,7 +310,8 @@ def test_cudas_reduction_stages_a_long_sum_in_global_memory(rows, dtype, staged)
     CUDA's reduction split across thread blocks, whose partial sums go through a buffer in
     global memory (Reduce.cuh). The blocks the H200 held at DeiT-base's peak (2026-12-01
     snapshots: fp32 b32 and bf16 b64, fc2's bias, 768 wide, 198 tokens): that buffer and 24 B of
-    semaphores, one per block column. A reduction along each row's own width stages none."""
+    semaphores, one per block column. A reduction along each row's own width stages none (two
+    empty sizes)."""
     from anatomy.analysis.prediction.tracing.reductions import staging_buffers
 
     aten = torch.ops.aten
@@ -318,4 +319,23 @@ def test_cudas_reduction_stages_a_long_sum_in_global_memory(rows, dtype, staged)
     assert staging_buffers(aten.sum.dim_IntList, (gradient, [0], True), 132, 2048) \
         == [staged, 24]
     hidden = torch.empty(4, 512, 2048, dtype=dtype, device="meta")
-    assert staging_buffers(aten.mean.dim, (hidden, [-1], True), 132, 2048) == []
+    assert staging_buffers(aten.mean.dim, (hidden, [-1], True), 132, 2048) == [0, 0]
+
+
+def test_a_batch_size_made_linear_stages_what_its_own_trace_stages():
+    """"What fits" makes a batch size's recording linear from batch sizes 2 and 3; a reduction's
+    staging buffer is not linear (its split changes regime as the rows grow: made linear, the
+    tiny model's bias sums at batch 800 staged 4x what its own trace stages, and the largest
+    batch predicted for ELECTRA-large on the H200 fell from 264 to 257). It is made again from
+    the reduction's layout, which is linear: the same replay as the size traced on its own."""
+    from anatomy.analysis.prediction.memory import BatchSizes, calibration_for
+
+    options = RunOptions(preset="tiny", precision="bf16", seq_len=128, batch_size=1)
+    calibration = calibration_for("cuda", "NVIDIA H200")
+    linear = BatchSizes(options, "cuda", calibration)
+    traced = BatchSizes(options, "cuda", calibration)
+    traced._recorded[800] = traced._record(800)
+    made, own = linear.measure(800), traced.measure(800)
+    assert linear.linear
+    assert (made.peak_allocated, made.peak_reserved, made.largest_request) == \
+        (own.peak_allocated, own.peak_reserved, own.largest_request)

@@ -331,9 +331,12 @@ def capacity_for(device: str, total: int, calibration: DeviceCalibration | None)
 def _linear_recording(one: replay.Recording, two: replay.Recording, batch: int
                       ) -> replay.Recording | None:
     """The recording at `batch` from those at batch sizes LINEAR_FROM and LINEAR_FROM + 1, when
-    both took the same operators (every size is then linear in the batch size); None when they
-    did not. The setup is the second's: the first recording in a process also makes torch's
+    both took the same operators (every size is then linear in the batch size, but a reduction's
+    staging buffer, made again from its layout: tracing/reductions.py); None when they did not.
+    The setup is the second's: the first recording in a process also makes torch's
     one-time scalars."""
+    from anatomy.analysis.prediction.tracing import reductions  # torch: loaded by the traces
+
     if set(one.segments) != set(two.segments):
         return None
     events = list(two.events)
@@ -347,7 +350,9 @@ def _linear_recording(one: replay.Recording, two: replay.Recording, batch: int
             if a[0] != b[0]:
                 return None
             if a[0] == replay.ALLOC:
-                events[i] = (b[0], b[1], a[2] + (b[2] - a[2]) * (batch - LINEAR_FROM))
+                staged = reductions.extrapolated(a[2], b[2], batch - LINEAR_FROM)
+                events[i] = (b[0], b[1], staged if staged is not None
+                             else a[2] + (b[2] - a[2]) * (batch - LINEAR_FROM))
     return replace(two, events=events)
 
 

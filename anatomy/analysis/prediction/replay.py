@@ -173,6 +173,8 @@ def measure(events, cuda: bool, capacity: int | None = None) -> Measurement:
             if in_training and value > result.largest_request:
                 result.largest_request = value
             if allocator is not None:
+                if not value:  # CUDA's caching allocator allocates nothing for 0 bytes
+                    continue
                 try:
                     live[tid] = allocator.malloc(value)
                 except OutOfMemory:

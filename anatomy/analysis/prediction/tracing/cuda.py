@@ -54,7 +54,7 @@ from anatomy.analysis.prediction.device_constants import (
     mask_kind,
     sdpa_signature,
 )
-from anatomy.analysis.prediction.tracing.reductions import REDUCTIONS, staging_buffers
+from anatomy.analysis.prediction.tracing.reductions import REDUCTIONS, Staged, staging_buffers
 from anatomy.analysis.prediction.tracing.tracker import LiveTensors
 
 aten = torch.ops.aten
@@ -218,7 +218,9 @@ class CudaKernels(TorchFunctionMode):
         """Buffers a kernel allocates one after the other beside its outputs and frees as it
         returns."""
         timeline = self.tracker.timeline
-        tids = [timeline.alloc(size) for size in sizes if size]
+        # A reduction's empty staging sizes stay (a batch size made linear from this one may
+        # stage there: reductions.Staged); the replay allocates nothing for 0 bytes.
+        tids = [timeline.alloc(size) for size in sizes if size or isinstance(size, Staged)]
         for tid in tids:
             timeline.free(tid)
 

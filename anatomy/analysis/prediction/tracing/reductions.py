@@ -35,7 +35,8 @@ MIN_VALUES_PER_THREAD, MAX_VALUES_PER_THREAD = 16, 256
 def staging_buffers(func, args, multiprocessors: int, threads_per_multiprocessor: int
                     ) -> list[int]:
     """Bytes `func(*args)` allocates beside its output on CUDA: the global buffer and the
-    semaphores of a reduction split across blocks; none otherwise."""
+    semaphores of a reduction split across blocks (0 and 0 for a reduction not split); none
+    for any other operator."""
     if func not in REDUCTIONS or not isinstance(args[0], torch.Tensor):
         return []
     tensor = args[0]
@@ -44,8 +45,43 @@ def staging_buffers(func, args, multiprocessors: int, threads_per_multiprocessor
     dims = args[1] if len(args) > 1 and func in (aten.sum.dim_IntList, aten.mean.dim) else None
     reduced = {d % tensor.dim() for d in dims} if dims else set(range(tensor.dim()))
     accumulator = 8 if tensor.dtype == torch.float64 else 4
-    return _config(_layout(tensor, reduced), tensor.element_size(), accumulator,
-                   tensor.storage_offset(), multiprocessors, threads_per_multiprocessor)
+    rule = (tuple(_layout(tensor, reduced)), tensor.element_size(), accumulator,
+            tensor.storage_offset(), multiprocessors, threads_per_multiprocessor)
+    # Where it stages nothing, two empty sizes all the same: at a larger batch size, made
+    # linear from this one, the same reduction may split (`extrapolated`).
+    return [Staged(size, rule, part) for part, size in enumerate(_config(*rule) or [0, 0])]
+
+
+class Staged(int):
+    """A staging buffer's size, with the reduction it was chosen for. The buffer is not linear
+    in the batch size (the split's regime changes as the rows grow: a buffer of 32 MiB at batch
+    size 8 is 132 MiB, not 4 GiB, at 256), where the reduction's layout is: a recording made
+    linear from two others (memory.py) recomputes the size from the layout (`extrapolated`)."""
+
+    rule: tuple
+    part: int
+
+    def __new__(cls, size: int, rule: tuple, part: int):
+        staged = super().__new__(cls, size)
+        staged.rule, staged.part = rule, part
+        return staged
+
+    def __reduce__(self):
+        return Staged, (int(self), self.rule, self.part)
+
+
+def extrapolated(first, second, steps: int) -> int | None:
+    """The size `steps` batch sizes beyond the first of two consecutive recordings' sizes,
+    when both are staging buffers of the same reduction (each size of its layout linear in the
+    batch size); None otherwise."""
+    if not (isinstance(first, Staged) and isinstance(second, Staged)) or \
+            first.part != second.part or first.rule[1:] != second.rule[1:] or \
+            len(first.rule[0]) != len(second.rule[0]):
+        return None
+    layout = tuple(tuple(x + (y - x) * steps for x, y in zip(a, b))
+                   for a, b in zip(first.rule[0], second.rule[0]))
+    rule = (layout, *second.rule[1:])
+    return Staged((_config(*rule) or [0, 0])[second.part], rule, second.part)
 
 
 def _layout(tensor, reduced: set[int]) -> list[tuple[int, int, int]]:
