@@ -6,6 +6,8 @@ made when asked for (numpy only: the baseline phase loads no torch), the same fo
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from anatomy.analysis import dummy_data
@@ -26,11 +28,16 @@ class DummyDataset:
         if not 0 <= index < self.size:
             raise IndexError(index)
         rng = np.random.default_rng((self.seed, index))
-        sample = dummy_data.sample(self.spec, self.seq_len)
         item: dict = {}
-        for name, tensor in sample.tensors:
-            item[name] = _filled(tensor, sample, item, rng)
+        for name, tensor in self.sample.tensors:
+            item[name] = _filled(tensor, self.sample, item, rng)
         return item
+
+    @functools.cached_property
+    def sample(self) -> dummy_data.Sample:
+        """The layout every item fills: read once, not per item (its cache key is the config
+        serialised, and the DataLoader asks for an item per sample of every step)."""
+        return dummy_data.sample(self.spec, self.seq_len)
 
     def batch(self, size: int) -> dict:
         """The first `size` items as one batch of torch tensors (the profiler's)."""
