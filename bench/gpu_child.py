@@ -314,7 +314,29 @@ def train_with_history(config: dict, device: str, path: str, stacks: str = "pyth
     snapshot = torch.cuda.memory._snapshot()
     torch.cuda.memory._record_memory_history(enabled=None)
     Path(path).write_text(json.dumps(live_at_peak(snapshot)))
+    _write_events(snapshot, Path(path).with_suffix(".events.json.gz"))
     return result
+
+
+def _write_events(snapshot: dict, path: Path) -> None:
+    """Every action the caching allocator recorded, in order, as [action, address, size, stream,
+    frame]: the frames interned in a table. A run at the capacity's edge can then be replayed
+    block by block and segment by segment next to the simulated allocator's (an out-of-memory
+    run's last actions included: the history holds the `oom` action)."""
+    import gzip
+
+    table: dict[str, int] = {}
+    rows = []
+    for event in snapshot["device_traces"][0]:
+        where = " <- ".join(_frames(event.get("frames", []))[:3])
+        rows.append([event["action"], event.get("addr", 0), event.get("size", 0),
+                     event.get("stream", 0), table.setdefault(where, len(table))])
+    segments = [{"address": s["address"], "total_size": s["total_size"],
+                 "allocated_size": s["allocated_size"], "stream": s["stream"],
+                 "blocks": [[b["size"], b["state"]] for b in s["blocks"]]}
+                for s in snapshot["segments"]]
+    with gzip.open(path, "wt") as out:
+        json.dump({"frames": list(table), "events": rows, "segments_at_end": segments}, out)
 
 
 def live_at_peak(snapshot: dict) -> dict:
