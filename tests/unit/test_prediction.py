@@ -339,3 +339,27 @@ def test_a_batch_size_made_linear_stages_what_its_own_trace_stages():
     assert linear.linear
     assert (made.peak_allocated, made.peak_reserved, made.largest_request) == \
         (own.peak_allocated, own.peak_reserved, own.largest_request)
+
+
+def test_a_batch_size_made_linear_stages_at_any_depth(tmp_path):
+    """The same on a model whose layers are traced at four and extrapolated (memory's shallow
+    trace, layers.extrapolate): its reductions' staging sizes keep their layouts through the
+    depth extrapolation. They were made plain numbers there, so every batch size made linear
+    staged what batch sizes 2 and 3 stage, nothing: DeiT-base bf16 at 1,916 on the H200
+    (2026-12-02) lacked its bias sums' 139 MiB buffers and may have fitted up to 1,918, where
+    1,917 ran out of memory."""
+    from anatomy.analysis.prediction import layers
+    from anatomy.analysis.prediction.memory import BatchSizes, calibration_for
+
+    config = dict(models.resolve("tiny").config, num_hidden_layers=layers.DEPTH + 2)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    options = RunOptions(model=str(path), precision="bf16", seq_len=128, batch_size=1)
+    calibration = calibration_for("cuda", "NVIDIA H200")
+    linear = BatchSizes(options, "cuda", calibration)
+    traced = BatchSizes(options, "cuda", calibration)
+    traced._recorded[800] = traced._record(800)
+    made, own = linear.measure(800), traced.measure(800)
+    assert linear.linear
+    assert (made.peak_allocated, made.peak_reserved, made.largest_request) == \
+        (own.peak_allocated, own.peak_reserved, own.largest_request)

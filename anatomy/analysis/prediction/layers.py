@@ -252,7 +252,11 @@ def extrapolate(recording: Recording, layers: int) -> Recording:
         elif kind == ALLOC:
             made = tid_for(key_of(tid, copy), allocate=True)
             alive.add(made)
-            events.append((ALLOC, made, value + extra * recording.growth.get(position, 0)))
+            growth = recording.growth.get(position, 0)
+            # A size that does not grow with the depth stays the object it is: a reduction's
+            # staging size (reductions.Staged) keeps the layout it is made again from when a
+            # batch size is made linear from two recordings (memory._linear_recording).
+            events.append((ALLOC, made, value + extra * growth if growth else value))
         else:
             adopted, key = resolve(position, copy)
             if adopted:
