@@ -310,16 +310,34 @@ def test_cudas_reduction_stages_a_long_sum_in_global_memory(rows, dtype, staged)
     CUDA's reduction split across thread blocks, whose partial sums go through a buffer in
     global memory (Reduce.cuh). The blocks the H200 held at DeiT-base's peak (2026-12-01
     snapshots: fp32 b32 and bf16 b64, fc2's bias, 768 wide, 198 tokens): that buffer and 24 B of
-    semaphores, one per block column. A reduction along each row's own width stages none (two
-    empty sizes)."""
+    semaphores, one per block column (and no accumulation buffer: the sum is one kernel). A
+    reduction along each row's own width stages none (empty sizes)."""
     from anatomy.analysis.prediction.tracing.reductions import staging_buffers
 
     aten = torch.ops.aten
     gradient = torch.empty(rows, 768, dtype=dtype, device="meta")
     assert staging_buffers(aten.sum.dim_IntList, (gradient, [0], True), 132, 2048) \
-        == [staged, 24]
+        == [0, staged, 24]
     hidden = torch.empty(4, 512, 2048, dtype=dtype, device="meta")
-    assert staging_buffers(aten.mean.dim, (hidden, [-1], True), 132, 2048) == [0, 0]
+    assert staging_buffers(aten.mean.dim, (hidden, [-1], True), 132, 2048) == [0, 0, 0]
+
+
+def test_cudas_reduction_over_more_than_2_gib_runs_in_parts():
+    """A sum whose input spans 2^31 bytes runs as 32-bit-indexable parts (TensorIterator's
+    with_32bit_indexing: the rows halved), one kernel and one staging buffer each, the second
+    in the first's freed block, and a bf16 output sums into an fp32 buffer held across them.
+    What the H200's allocator recorded for DeiT-base bf16 at batch 1,916 (2026-12-02), the MLP's
+    bias (3,072 wide, 1,916 × 198 rows, 2.3 GB): 12,288 B, then twice 292,552,704 B (the staging
+    of 189,684 rows) and 96 B of semaphores; the 768-wide biases (0.6 GB) one kernel."""
+    from anatomy.analysis.prediction.tracing.reductions import staging_buffers
+
+    aten = torch.ops.aten
+    wide = torch.empty(1916 * 198, 3072, dtype=torch.bfloat16, device="meta")
+    assert staging_buffers(aten.sum.dim_IntList, (wide, [0], True), 132, 2048) \
+        == [12_288, 292_552_704, 96]
+    narrow = torch.empty(1916 * 198, 768, dtype=torch.bfloat16, device="meta")
+    assert staging_buffers(aten.sum.dim_IntList, (narrow, [0], True), 132, 2048) \
+        == [0, 145_883_136, 24]
 
 
 def test_a_batch_size_made_linear_stages_what_its_own_trace_stages():

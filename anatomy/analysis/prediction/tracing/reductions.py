@@ -12,8 +12,14 @@ caching allocator after the output and freed when the kernel returns. On an H200
 input, the reduced dimensions and the device's multiprocessors: TensorIterator's layout of the
 reduction (reduced dimensions first, each group ordered by stride, contiguous neighbours
 merged), then the block shape and the split. Followed for sum and mean, whose accumulator is
-fp32 for fp32, bf16 and fp16 inputs (fp64 for fp64); a reduction of 2^31 elements or more,
-which the kernel splits into 32-bit-indexable parts, is not followed.
+fp32 for fp32, bf16 and fp16 inputs (fp64 for fp64). A reduction whose operands span 2^31
+bytes or more (not elements: `can_use_32bit_indexing` counts byte offsets) runs as parts, each
+half of the dimension of the largest extent until each is 32-bit indexable, one kernel each:
+each part stages its own buffer (allocated and freed before the next: the largest is what
+the allocator sees, in the block the first freed), and where the output cannot accumulate in
+its own type (bf16, fp16), an fp32 buffer of the outputs is held across the parts
+(`AccumulationBuffer`). On an H200, ViT-sized MLP biases (3,072 wide) in bf16 pass that at
+batch sizes beyond ~950.
 """
 
 from __future__ import annotations
@@ -34,22 +40,23 @@ MIN_VALUES_PER_THREAD, MAX_VALUES_PER_THREAD = 16, 256
 
 def staging_buffers(func, args, multiprocessors: int, threads_per_multiprocessor: int
                     ) -> list[int]:
-    """Bytes `func(*args)` allocates beside its output on CUDA: the global buffer and the
-    semaphores of a reduction split across blocks (0 and 0 for a reduction not split); none
-    for any other operator."""
+    """Bytes `func(*args)` allocates beside its output on CUDA, in order: the accumulation
+    buffer of a reduction run in 32-bit-indexable parts, then the global buffer and the
+    semaphores of a reduction split across blocks (0 for each it does not need); none for any
+    other operator."""
     if func not in REDUCTIONS or not isinstance(args[0], torch.Tensor):
         return []
     tensor = args[0]
-    if not tensor.is_floating_point() or tensor.dim() == 0 or not 1 < tensor.numel() < 2**31:
+    if not tensor.is_floating_point() or tensor.dim() == 0 or tensor.numel() <= 1:
         return []
     dims = args[1] if len(args) > 1 and func in (aten.sum.dim_IntList, aten.mean.dim) else None
     reduced = {d % tensor.dim() for d in dims} if dims else set(range(tensor.dim()))
     accumulator = 8 if tensor.dtype == torch.float64 else 4
     rule = (tuple(_layout(tensor, reduced)), tensor.element_size(), accumulator,
             tensor.storage_offset(), multiprocessors, threads_per_multiprocessor)
-    # Where it stages nothing, two empty sizes all the same: at a larger batch size, made
-    # linear from this one, the same reduction may split (`extrapolated`).
-    return [Staged(size, rule, part) for part, size in enumerate(_config(*rule) or [0, 0])]
+    # Where it stages nothing, empty sizes all the same: at a larger batch size, made linear
+    # from this one, the same reduction may split (`extrapolated`).
+    return [Staged(size, rule, part) for part, size in enumerate(_sizes(*rule))]
 
 
 class Staged(int):
@@ -81,7 +88,7 @@ def extrapolated(first, second, steps: int) -> int | None:
     layout = tuple(tuple(x + (y - x) * steps for x, y in zip(a, b))
                    for a, b in zip(first.rule[0], second.rule[0]))
     rule = (layout, *second.rule[1:])
-    return Staged((_config(*rule) or [0, 0])[second.part], rule, second.part)
+    return Staged(_sizes(*rule)[second.part], rule, second.part)
 
 
 def _layout(tensor, reduced: set[int]) -> list[tuple[int, int, int]]:
@@ -105,6 +112,47 @@ def _layout(tensor, reduced: set[int]) -> list[tuple[int, int, int]]:
                 continue
         merged.append((size, stride_in, stride_out))
     return merged
+
+
+def _sizes(dims, element_size: int, accumulator: int, offset: int, multiprocessors: int,
+           threads_per_multiprocessor: int) -> list[int]:
+    """[accumulation buffer, staging buffer, semaphores]: gpu_reduce_kernel over the
+    32-bit-indexable parts of the reduction (one part where it is indexable as it is)."""
+    parts = _parts(dims, element_size, offset)
+    staged = [_config(part, element_size, accumulator, start, multiprocessors,
+                      threads_per_multiprocessor) or [0, 0] for part, start in parts]
+    held = 0
+    if len(parts) > 1 and accumulator != element_size:  # the output cannot accumulate itself
+        held = accumulator * max([1] + [size * stride_out for size, _, stride_out in dims])
+    return [held, max(s[0] for s in staged), max(s[1] for s in staged)]
+
+
+def _parts(dims, element_size: int, offset: int) -> list[tuple[list, int]]:
+    """TensorIterator's with_32bit_indexing: while an operand's byte offsets pass 2^31 - 1
+    (or the elements do), the dimension of the largest extent halved, the first half first;
+    each part with its offset in elements."""
+    limit = 2**31 - 1
+    out, todo = [], [(list(dims), offset)]
+    while todo:
+        part, start = todo.pop()
+        numel = 1
+        for size, _, _ in part:
+            numel *= size
+        spans = [1 + sum((size - 1) * stride * element_size for size, stride, _ in part),
+                 1 + sum((size - 1) * stride * element_size for size, _, stride in part)]
+        if numel <= limit and max(spans) <= limit:
+            out.append((part, start))
+            continue
+        extents = [max((size - 1) * stride_in, (size - 1) * stride_out)
+                   for size, stride_in, stride_out in part]
+        dim = max(reversed(range(len(part))), key=lambda d: extents[d])  # ties: the outer
+        size, stride_in, stride_out = part[dim]
+        first, second = list(part), list(part)
+        first[dim] = (size // 2, stride_in, stride_out)
+        second[dim] = (size - size // 2, stride_in, stride_out)
+        todo.append((second, start + size // 2 * stride_in))
+        todo.append((first, start))
+    return out
 
 
 def _config(dims, element_size: int, accumulator: int, offset: int, multiprocessors: int,
