@@ -7,17 +7,23 @@ import json
 from streamlit.testing.v1 import AppTest
 
 from anatomy.dashboard import ENTRY
+from anatomy.dashboard.widgets import INTERACTIVE
 
 TIMEOUT = 30  # the first run of a test process imports plotly and the engine
 APP = str(ENTRY)  # the file `anatomy dashboard` runs
 
 
-def open_page(page: str, timeout: float = TIMEOUT, **query: str) -> AppTest:
+def open_page(page: str, timeout: float = TIMEOUT, interactive: bool = True, **query: str
+              ) -> AppTest:
     """The app run, then `page` (e.g. "screens/runs.py", relative to the entry) with the given
     query parameters, as a link opens it. The first run registers the app's pages
     (st.navigation), so that the switch finds a page by its URL path. `timeout`: seconds a run of
-    the page may take (a page that predicts traces a training step)."""
-    app = AppTest.from_file(APP, default_timeout=timeout).run()
+    the page may take (a page that predicts traces a training step). `interactive`: the
+    sidebar's "Interactive charts" on, the charts as the Plotly specs the tests read; off, as a
+    new tab opens the page: pictures of them (views/figures/svg.py)."""
+    app = AppTest.from_file(APP, default_timeout=timeout)
+    app.session_state[INTERACTIVE] = interactive
+    app.run()
     app.query_params.clear()
     for key, value in query.items():
         app.query_params[key] = value

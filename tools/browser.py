@@ -20,13 +20,15 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-f
 
 # A Plotly chart is drawn once Plotly has laid it out and made its SVG.
 _PLOT_DRAWN = "p => !!(p._fullLayout && p.querySelector('.main-svg'))"
-# The page's first chart: a Plotly chart, or the picture the Live page draws of a run in progress
-# (views/figures/svg.py), once it has its curve.
+# The page's first chart: a Plotly chart, or a picture of one (views/figures/svg.py) once it has
+# what it shows: a curve, points or bars.
 CHART_DRAWN = f"""() => [...document.querySelectorAll('.js-plotly-plot')].some({_PLOT_DRAWN})
-  || !!document.querySelector('svg.anatomy-chart polyline')"""
-# At least `count` Plotly charts, every one of them drawn.
+  || !!document.querySelector(
+    'svg.anatomy-chart polyline, svg.anatomy-chart .marker, svg.anatomy-chart .bar')"""
+# At least `count` charts (Plotly charts and pictures), every Plotly chart among them drawn.
 CHARTS_DRAWN = f"""(count) => {{ const plots = [...document.querySelectorAll('.js-plotly-plot')];
-  return plots.length >= count && plots.every({_PLOT_DRAWN}); }}"""
+  const pictures = document.querySelectorAll('svg.anatomy-chart').length;
+  return plots.length + pictures >= count && plots.every({_PLOT_DRAWN}); }}"""
 # A Plotly chart drawn that was not on the page when `mark_charts_seen` ran.
 NEW_CHART_DRAWN = f"""() => [...document.querySelectorAll('.js-plotly-plot')]
   .some(p => !p.dataset.seen && ({_PLOT_DRAWN})(p))"""
@@ -40,7 +42,7 @@ def wait_for_chart(page, timeout_ms: int = WAIT_MS, polling: int | str = "raf") 
 
 
 def wait_for_charts(page, count: int = 1, timeout_ms: int = WAIT_MS) -> None:
-    """Until the page shows `count` Plotly charts or more, all drawn (CHARTS_DRAWN)."""
+    """Until the page shows `count` charts or more, its Plotly charts drawn (CHARTS_DRAWN)."""
     page.wait_for_function(CHARTS_DRAWN, arg=count, timeout=timeout_ms)
 
 

@@ -22,6 +22,7 @@ page = st.navigation([
 ])
 widgets.style()
 widgets.sidebar_device()
+widgets.chart_switch()
 try:
     server.manager()  # opens the store, and closes runs a dead server left running
 except StoreError as error:  # not a store, unreadable, read-only: one line, not a traceback

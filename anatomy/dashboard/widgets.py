@@ -130,6 +130,36 @@ VIEWS = {"memory": "Memory", "gpus": "Per GPU", "steps": "Loss and step time",
          "device": "Device"}
 
 
+INTERACTIVE = "interactive_charts"  # the sidebar's switch, the same on every page of a tab
+
+
+def chart_switch() -> None:
+    """The sidebar's switch between pictures and interactive charts, for the whole tab: a new
+    tab draws pictures (its first chart without Plotly's 4.7 MB of script, docs/BENCHMARKS.md)."""
+    with st.sidebar:
+        st.toggle("Interactive charts", key=INTERACTIVE,
+                  help="hover, zoom and the legend's clicks on every chart; off, the charts are "
+                       "pictures of the same figures, lighter for the browser (a new tab shows "
+                       "its first chart sooner)")
+
+
+def chart(figure, key: str) -> bool:
+    """The figure as a picture (views/figures/svg.py) or, once the sidebar's switch asks for it
+    or for a figure the picture cannot draw, as the interactive chart. True: a picture."""
+    if not st.session_state.get(INTERACTIVE):
+        try:
+            drawn = svg.picture(figure)
+        except svg.Unsupported:
+            pass
+        else:
+            # Inline, not st.html (which keeps HTML's tags alone) nor st.image (text the tests
+            # and the page's search could not read).
+            st.markdown(drawn, unsafe_allow_html=True)
+            return True
+    st.plotly_chart(figure, key=key, config=CHART)
+    return False
+
+
 def run_charts(rep: RunReport, key: str, now: float | None = None, live: bool = False) -> None:
     """The run's memory, each of its GPUs (a run of several), its loss and step time, or its
     device panel, as chosen."""
@@ -139,17 +169,8 @@ def run_charts(rep: RunReport, key: str, now: float | None = None, live: bool = 
         view = st.segmented_control("Show", views, format_func=names.get, default="memory",
                                     required=True, key=f"{key}_view") or "memory"
         axis = axis_choice(f"{key}_axis") if view == "memory" else "run"
-        # While a run trains its memory is a picture drawn here (a new tab's first chart without
-        # Plotly's 4.7 MB of script: docs/BENCHMARKS.md); hover and zoom a toggle away. The small
-        # multiples of many GPUs stay Plotly: the picture draws one pair of axes.
-        picture = view == "memory" and live and not gpu_figures.many(rep)
-        if picture:
-            picture = not st.toggle(
-                "Interactive chart", key=f"{key}_interactive",
-                help="hover, zoom and the legend's clicks; the picture is lighter for the "
-                     "browser, and the chart is interactive by itself once the run has ended")
     if view == "memory":
-        memory_chart(rep, now, axis, picture)
+        memory_chart(rep, now, axis, live)
     elif view == "gpus":
         per_gpu(rep, now)
     elif view == "steps":
@@ -159,21 +180,17 @@ def run_charts(rep: RunReport, key: str, now: float | None = None, live: bool = 
 
 
 def memory_chart(rep: RunReport, now: float | None = None, axis: str = "run",
-                 picture: bool = False) -> None:
-    """The run's memory: the interactive chart, or (`picture`) the same figure as an SVG
-    picture, redrawn with each refresh of a live page."""
+                 live: bool = False) -> None:
+    """The run's memory: a picture of the figure or the interactive chart (`chart`), redrawn
+    with each refresh of a live page. The small multiples of many GPUs stay interactive: the
+    picture draws one pair of axes."""
     db = server.store()
     figure = gpu_figures.memory_chart(rep, db.decimated(rep.id, gpu_figures.buckets(rep)),
                                       db.steps(rep.id), now, axis)
-    if picture:
-        # Inline, not st.html (which keeps HTML's tags alone) nor st.image (text the tests and
-        # the page's search could not read).
-        st.markdown(svg.memory_picture(figure), unsafe_allow_html=True)
-    else:
-        st.plotly_chart(figure, key=f"memory-{rep.id}", config=CHART)
-    st.caption((f"A picture, redrawn every {LIVE_REFRESH_SECONDS:g} s while the run trains: hover "
-                "and zoom with “Interactive chart” above, or once the run has ended. "
-                if picture else "") +
+    picture = chart(figure, f"memory-{rep.id}")
+    st.caption(((f"A picture, redrawn every {LIVE_REFRESH_SECONDS:g} s while the run trains"
+                 if live else "A picture") + ": hover and zoom with “Interactive charts” in the "
+                "sidebar. " if picture else "") +
                "Shows " + text.source(rep.backend, rep.memory_api) +
                (f". {rep.world_size} GPUs: a panel per host, rank 0's phase bands in each"
                 if gpu_figures.many(rep) else
@@ -193,8 +210,8 @@ def per_gpu(rep: RunReport, now: float | None = None) -> None:
         st.markdown(spread)
     for line in gpus_view.standouts(rep):
         st.warning(line, icon=":material/warning:")
-    st.plotly_chart(gpu_figures.heat_strip(rep, db.decimated(rep.id, gpu_figures.buckets(rep)),
-                                           now), key=f"gpus-{rep.id}", config=CHART)
+    chart(gpu_figures.heat_strip(rep, db.decimated(rep.id, gpu_figures.buckets(rep)), now),
+          f"gpus-{rep.id}")
     st.caption("A row per GPU, time across: the colour is the GPU's highest reading in each "
                "stretch of time, as a fraction of its memory. A row unlike the others is a GPU "
                "that fills first or starts late." if rep.on_gpu else
@@ -221,7 +238,7 @@ def steps_chart(rep: RunReport) -> None:
     if not steps:
         st.info(text.no_steps(rep))
         return
-    st.plotly_chart(live_figures.steps_figure(rep, steps), key=f"steps-{rep.id}", config=CHART)
+    chart(live_figures.steps_figure(rep, steps), f"steps-{rep.id}")
     st.caption(text.steps_caption(rep))
 
 
@@ -240,8 +257,8 @@ def device_panel(rep: RunReport, live: bool) -> None:
             _metrics(f"GPU {line.gpu} · {rep.device_name}", line.metrics)
         _metrics("Host", panel.host)
     else:
-        st.plotly_chart(live_figures.device_figure(panel.hosts, panel.gpu_readings),
-                        key=f"device_history_{rep.id}", config=CHART)
+        chart(live_figures.device_figure(panel.hosts, panel.gpu_readings),
+              f"device_history_{rep.id}")
     if panel.processes:
         st.markdown("**Processes on the GPU" + ("" if live else ", at the end of training")
                     + "**")

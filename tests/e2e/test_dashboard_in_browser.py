@@ -20,7 +20,7 @@ from anatomy.views.live import summary_lines
 from tests.conftest import PROJECT, USERS_SHAPES, seed_users_run
 from tests.e2e.conftest import ARTIFACTS, serve, stop
 from tools import demo_store
-from tools.browser import wait_for_charts
+from tools.browser import WAIT_MS, wait_for_charts
 
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(
     not Path("/usr/bin/chromium").exists(),
@@ -102,6 +102,17 @@ ANNOTATION_BOXES = """() => [...document.querySelectorAll('.js-plotly-plot')].ma
     const r = a.querySelector('.annotation-text-g').getBoundingClientRect();
     return {text: a.textContent, left: r.left, right: r.right, top: r.top, bottom: r.bottom};
   });
+  return {frame: {left: frame.left, right: frame.right, top: frame.top, bottom: frame.bottom},
+          boxes: boxes.filter(b => b.right > b.left)};
+})"""
+# The same for the pictures (views/figures/svg.py): their labels and the words beside points
+# and over bars, and the box of the picture.
+PICTURE_BOXES = """() => [...document.querySelectorAll('svg.anatomy-chart')].map(picture => {
+  const frame = picture.getBoundingClientRect();
+  const texts = [...picture.querySelectorAll(
+    'g.band-label text, g.label text, g.point-label text, text.point-text, text.bar-text')];
+  const boxes = texts.map(t => { const r = t.getBoundingClientRect();
+    return {text: t.textContent, left: r.left, right: r.right, top: r.top, bottom: r.bottom}; });
   return {frame: {left: frame.left, right: frame.right, top: frame.top, bottom: frame.bottom},
           boxes: boxes.filter(b => b.right > b.left)};
 })"""
@@ -253,7 +264,15 @@ def test_at_1000_px_no_label_overlaps_another_or_leaves_its_chart(every_kind_of_
         page.goto(url + path)
         wait_for_charts(page, charts)
         page.wait_for_timeout(1000)
-        for index, chart in enumerate(page.evaluate(ANNOTATION_BOXES)):
+        pictured = page.evaluate(PICTURE_BOXES)
+        assert pictured  # a new tab: pictures first
+        # Then the same charts interactive (the sidebar's switch), as Plotly draws them.
+        page.locator("[data-testid=stSidebar]").get_by_text("Interactive charts").click()
+        page.wait_for_function(
+            "() => !document.querySelector('svg.anatomy-chart')", timeout=WAIT_MS)
+        wait_for_charts(page, charts)
+        page.wait_for_timeout(1000)
+        for index, chart in enumerate([*pictured, *page.evaluate(ANNOTATION_BOXES)]):
             found = _overlaps(chart) + [(text, "edge") for text in _outside(chart)]
             if found:
                 problems[f"{path} chart {index}"] = found

@@ -12,6 +12,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from anatomy.analysis.report import report
+from anatomy.dashboard.widgets import INTERACTIVE
 from anatomy.engine.devices import machine
 from anatomy.store import GpuProcess, GpuStatus, HostStatus, Step
 from anatomy.store.liveness import Recorder
@@ -25,8 +26,10 @@ SVG = "{http://www.w3.org/2000/svg}"
 
 
 def _app(**state) -> AppTest:
+    """The Live page; its charts interactive (the Plotly specs the tests read) unless `state`
+    says otherwise."""
     app = AppTest.from_file(APP, default_timeout=TIMEOUT)
-    for key, value in state.items():
+    for key, value in {INTERACTIVE: True, **state}.items():
         app.session_state[key] = value
     return app
 
@@ -110,7 +113,7 @@ def test_the_sidebar_names_what_is_measured():
 
 def test_a_running_run_opens_live_with_its_open_phase(store, seed):
     run_id = seed(status="running", phases_reached=3)
-    app = _app().run()  # a fresh session: as after a reload, or from another tab
+    app = _app(**{INTERACTIVE: False}).run()  # a fresh session: a reload, another tab
     assert not app.exception
     assert app.subheader[0].value.startswith(f"Run {run_id}: bert-large-uncased")
     metrics = {m.label: m.value for m in app.metric}
@@ -127,7 +130,7 @@ def test_a_running_run_opens_live_with_its_open_phase(store, seed):
                for c in app.caption)
     # Its worker is not this server's (as with a run from the CLI): no Stop, a word instead.
     assert "Started by another process (the CLI): stop it there." in [c.value for c in app.caption]
-    app.toggle(key="live_interactive").set_value(True).run()
+    app.toggle(key=INTERACTIVE).set_value(True).run()
     chart = _chart(app, run_id)
     assert [s["name"] for s in chart["layout"]["shapes"]] == ["baseline", "kernel", "weights"]
     assert not [m for m in app.markdown if "anatomy-chart" in m.value]

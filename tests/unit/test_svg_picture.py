@@ -18,7 +18,7 @@ NS = {"s": "http://www.w3.org/2000/svg"}
 def _picture(store, run_id: int, axis: str = "run"):
     figure = live.memory_figure(report(store, run_id), store.decimated(run_id),
                                 store.steps(run_id), axis=axis)
-    return figure, ET.fromstring(svg.memory_picture(figure))
+    return figure, ET.fromstring(svg.picture(figure))
 
 
 def _texts(root, cls: str) -> list[str]:
@@ -120,10 +120,165 @@ def test_a_figure_of_several_axes_is_not_drawn_as_one(store, seed):
     figure = gpus.small_multiples(report(store, run_id), store.decimated(run_id))
     figure.add_scatter(x=[0, 1], y=[0, 1], xaxis="x2", yaxis="y2")  # a second panel
     with pytest.raises(svg.Unsupported):
-        svg.memory_picture(figure)
+        svg.picture(figure)
 
 
 def test_no_text_is_none_or_markup(store, seed):
     _, root = _picture(store, seed(status="running", phases_reached=2))
     texts = [e.text or "" for e in root.iter(f"{{{NS['s']}}}text")]
     assert texts and not any(re.search(r"\bNone\b|<|nan", t) for t in texts)
+
+
+# --- figures beyond the memory chart: points with labels, log axes, rules, bars ---
+
+def _of(figure) -> ET.Element:
+    return ET.fromstring(svg.picture(figure))
+
+
+def _all(root, tag: str, cls: str | None = None) -> list[ET.Element]:
+    return [e for e in root.iter(f"{{{NS['s']}}}{tag}") if cls is None or e.get("class") == cls]
+
+
+def test_points_keep_their_symbol_colour_and_label_on_a_log_axis():
+    import plotly.graph_objects as go
+
+    figure = go.Figure()
+    figure.add_scatter(x=[10, 20], y=[100, 10_000], mode="markers+text", name="fp32",
+                       text=["bs 1", "bs 64"], textposition="middle right",
+                       marker={"size": 11, "color": "#0072B2", "symbol": "circle"})
+    figure.add_scatter(x=[30], y=[1_000], mode="markers+text", name="bf16", text=["bs 8"],
+                       textposition="middle left",
+                       marker={"size": 11, "color": "#009E73", "symbol": "diamond"})
+    figure.update_layout(yaxis={"type": "log", "title": {"text": "peak memory (MB)"}},
+                         xaxis={"rangemode": "tozero"})
+    root = _of(figure)
+    markers = _all(root, "circle", "marker") + _all(root, "path", "marker")
+    assert sorted((m.get("data-symbol"), m.get("fill")) for m in markers) == [
+        ("circle", "#0072B2"), ("circle", "#0072B2"), ("diamond", "#009E73")]
+    labels = {t.text: t for t in _all(root, "text", "point-text")}
+    assert set(labels) == {"bs 1", "bs 64", "bs 8"}
+    assert labels["bs 8"].get("text-anchor") == "end"  # at the marker's left, as the figure says
+    # A log axis: ticks at 1, 2 and 5 times powers of ten, and 1,000 MB halfway between the
+    # points at 100 and 10,000.
+    ticks = _numbers(_texts(root, "y-tick"))
+    assert {100, 1000, 10000} <= set(ticks) and set(ticks) <= {
+        m * 10 ** k for k in range(1, 6) for m in (1, 2, 5)}
+    ys = {t.text: float(t.get("y")) for t in labels.values()}
+    assert ys["bs 8"] == pytest.approx((ys["bs 1"] + ys["bs 64"]) / 2, abs=0.2)
+    legend = [g.find("s:text", NS).text for g in _all(root, "g", "legend-item")]
+    assert legend == ["fp32", "bf16"]
+
+
+def test_a_rule_and_its_label_stand_where_the_figure_puts_them():
+    import plotly.graph_objects as go
+
+    figure = go.Figure(go.Scatter(x=[-5, 0, 5], y=[1, 2, 3], mode="lines", name="run 1"))
+    figure.add_vline(x=0, line={"color": "#009E73", "dash": "dash"},
+                     annotation_text="<b>training begins</b>", annotation_position="top right")
+    figure.add_hline(y=2.5, line={"color": "#D55E00"}, annotation_text="sum of the parts",
+                     annotation_position="top left")
+    root = _of(figure)
+    zero = [t for t in _all(root, "text", "x-tick") if t.text == "0"][0]
+    vertical, horizontal = _all(root, "line", "rule")
+    assert float(vertical.get("x1")) == float(vertical.get("x2")) == float(zero.get("x"))
+    assert vertical.get("stroke-dasharray") and vertical.get("stroke") == "#009E73"
+    assert float(horizontal.get("y1")) == float(horizontal.get("y2"))
+    texts = [g.find("s:text", NS) for g in _all(root, "g")
+             if g.get("class") in ("band-label", "label")]
+    assert [(t.text, t.get("font-weight")) for t in texts] == [("training begins", "bold"),
+                                                             ("sum of the parts", None)]
+    # The x axis runs over the points, negative times included.
+    assert _numbers(_texts(root, "x-tick"))[0] == -5
+
+
+def test_bars_side_by_side_and_a_waterfalls_running_totals():
+    import plotly.graph_objects as go
+
+    figure = go.Figure()
+    for name, colour, values in (("measured", "#1B2A41", [100, 50, -30]),
+                                 ("predicted", "#0072B2", [100, 60, -40])):
+        figure.add_trace(go.Waterfall(
+            name=name, x=["weights", "gradients", "never held at once", "peak"],
+            measure=["relative", "relative", "relative", "total"], y=[*values, 0],
+            texttemplate=["", "", "", "%{final:,.0f}"], textposition="outside",
+            increasing={"marker": {"color": colour}}, decreasing={"marker": {"color": "red"}},
+            totals={"marker": {"color": "grey"}}))
+    figure.update_layout(waterfallmode="group",
+                         xaxis={"categoryorder": "array",
+                                "categoryarray": ["weights", "gradients", "never held at once",
+                                                  "peak"]})
+    root = _of(figure)
+    bars = _all(root, "rect", "bar")
+    assert [b.get("data-category") for b in bars] == [
+        "weights", "gradients", "never held at once", "peak"] * 2
+    heights = [float(b.get("height")) for b in bars]
+    unit = heights[0] / 100
+    assert [h / unit for h in heights] == pytest.approx([100, 50, 30, 120, 100, 60, 40, 120],
+                                                         abs=0.5)
+    assert [b.get("fill") for b in bars[:4]] == ["#1B2A41", "#1B2A41", "red", "grey"]
+    assert [t.text for t in _all(root, "text", "bar-text")] == ["120", "120"]
+    assert len(_all(root, "line", "connector")) == 6  # each step joined to the next
+    # Side by side: the predicted bar of a category at the right of the measured one.
+    assert float(bars[4].get("x")) > float(bars[0].get("x"))
+    names = [t.text or "".join(s.text for s in t) for t in _all(root, "text", "x-tick")]
+    assert names == ["weights", "gradients", "never held at once", "peak"]
+
+
+@pytest.mark.parametrize("change", ["symbol", "stacked", "template", "heatmap"])
+def test_what_the_picture_cannot_draw_as_the_chart_does_is_refused(change):
+    import plotly.graph_objects as go
+
+    figure = go.Figure()
+    if change == "symbol":
+        figure.add_scatter(x=[1], y=[1], mode="markers", marker={"symbol": "star"})
+    elif change == "stacked":
+        figure.add_bar(x=["a"], y=[1])
+        figure.add_bar(x=["a"], y=[2])
+        figure.update_layout(barmode="stack")
+    elif change == "template":
+        figure.add_bar(x=["a"], y=[1], texttemplate="%{customdata}")
+    else:
+        figure.add_heatmap(z=[[1, 2]])
+    with pytest.raises(svg.Unsupported):
+        svg.picture(figure)
+
+
+def _run(id_: int, speed: float, peak: int, batch: int):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(id=id_, samples_per_second=speed, peak_mb=peak, batch_size=batch,
+                           precision="fp32", device="NVIDIA H200", preset="bert-large-uncased",
+                           seq_len=512, gradient_checkpointing=False)
+
+
+def test_two_runs_of_one_batch_size_at_one_point_are_labelled_once():
+    from anatomy.views.figures import runs
+
+    rows = [_run(1, 21.2, 7220, 4), _run(2, 21.2, 7220, 4), _run(3, 40.0, 60_000, 64)]
+    labels = runs.batch_labels(rows, log=True)
+    assert [labels[i][0] for i in (1, 2, 3)] == ["bs 4", "", "bs 64"]
+    root = _of(runs.efficiency_figure(rows))
+    assert sorted(t.text for t in _all(root, "text", "point-text")) == ["bs 4", "bs 64"]
+    assert len(_all(root, "circle", "marker")) == 3  # every run still a point
+
+
+def test_the_runs_labels_cover_no_other_label_and_no_marker():
+    from anatomy.views.figures import runs
+
+    # A batch-size ladder with runs of about the same speed and peak (the docs' demo runs).
+    rows = [_run(i, speed, peak, batch) for i, (speed, peak, batch) in enumerate([
+        (42.5, 108242, 128), (39.6, 56702, 64), (35.5, 30732, 32), (29.9, 17908, 16),
+        (23.3, 11424, 8), (15.6, 8536, 4), (9.4, 7266, 2), (5.1, 7258, 1), (20.8, 7240, 4),
+        (23.5, 7660, 4), (21.2, 7220, 8), (26.2, 8536, 4)])]
+    root = _of(runs.efficiency_figure(rows))
+    boxes = []
+    for text in _all(root, "text", "point-text"):
+        x, y, width = float(text.get("x")), float(text.get("y")), len(text.text) * 6.5
+        left = {"start": x, "end": x - width, "middle": x - width / 2}[text.get("text-anchor")]
+        boxes.append((left, left + width, y - 11, y + 2, text.text))
+    markers = [(float(c.get("cx")) - 5.5, float(c.get("cx")) + 5.5, float(c.get("cy")) - 5.5,
+                float(c.get("cy")) + 5.5, "marker") for c in _all(root, "circle", "marker")]
+    assert len(boxes) == len(rows)  # each batch size at its own point: every run labelled
+    hits = [(a[4], b[4]) for i, a in enumerate(boxes) for b in [*boxes[i + 1:], *markers]
+            if a[0] < b[1] and b[0] < a[1] and a[2] < b[3] and b[2] < a[3]]
+    assert hits == []

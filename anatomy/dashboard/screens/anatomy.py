@@ -22,8 +22,8 @@ MB = st.column_config.NumberColumn(format="%.1f")
 
 def measured_and_predicted(rep: RunReport, prediction) -> None:
     st.subheader("Measured next to predicted")
-    st.plotly_chart(figures.anatomy_waterfall_figure(view.waterfall(rep, prediction)),
-                    key="anatomy_waterfall", config=widgets.CHART)
+    widgets.chart(figures.anatomy_waterfall_figure(view.waterfall(rep, prediction)),
+                  "anatomy_waterfall")
     if rep.on_gpu:
         st.caption("Each part adds to the one before; *all parts* is their sum, which no moment "
                    "of a step reaches; *never held at once* takes away what is freed before the "
@@ -56,7 +56,7 @@ def peak_section(rep: RunReport, prediction) -> None:
     st.markdown(view.peak_explanation(rep, prediction))
     rows = view.moment_rows(rep, prediction)
     all_parts = prediction.as_components().sum_of()
-    st.plotly_chart(figures.moments_figure(rows, all_parts), key="anatomy_moments", config=widgets.CHART)
+    widgets.chart(figures.moments_figure(rows, all_parts), "anatomy_moments")
     measured = any(r.measured is not None for r in rows)
     st.caption("Tensor memory at each moment of a step after the first (the optimizer states "
                "exist then). " + ("Measured: the allocator at the end of the forward pass, at the "
@@ -92,9 +92,8 @@ def first_steps(rep: RunReport, prediction) -> None:
         return
     expected = (None if isinstance(prediction, breakdown.NoPrediction) else
                 breakdown.cpu_peak(rep, prediction))
-    st.plotly_chart(figures.first_steps_figure(rep, db.samples(rep.id, rep.gpu), steps,
-                                               expected=expected),
-                    key="anatomy_first_steps", config=widgets.CHART)
+    widgets.chart(figures.first_steps_figure(rep, db.samples(rep.id, rep.gpu), steps,
+                                             expected=expected), "anatomy_first_steps")
     if expected is not None:
         st.caption("On the curve's own axis, the CPU prediction: the dotted line is what the "
                    "process held before training beyond its weights (the interpreter, torch's "
@@ -109,8 +108,7 @@ def operations(rep: RunReport) -> None:
         st.info(view.not_profiled(rep))
         return
     profile = rep.operations
-    st.plotly_chart(figures.operations_figure(comparison(profile)), key="anatomy_operations",
-                    config=widgets.CHART)
+    widgets.chart(figures.operations_figure(comparison(profile)), "anatomy_operations")
     st.markdown(view.operations_explanation(profile, rep.options.precision))
     st.caption(f"{profile.steps} profiled steps, forward and backward passes; time is "
                f"{profile.time_source}. Optimizer step (clipping and optimizer.step(), kept "

@@ -119,7 +119,7 @@ def comparison(run_ids: list[int]) -> None:
 
     st.subheader("Memory over time, aligned")
     overlay = figures.overlay_figure(reports, samples, phase, labels, training_only)
-    st.plotly_chart(overlay, key="compare_overlay", config=widgets.CHART)
+    widgets.chart(overlay, "compare_overlay")
     missing = [r.id for r in reports if phase_start(r, phase) is None]
     if missing:
         st.warning(f"Not drawn: {', '.join(f'run {i}' for i in missing)} never reached the "
@@ -127,22 +127,19 @@ def comparison(run_ids: list[int]) -> None:
     st.caption(f"Time 0 is where each run's {phase} phase began; a marker is the memory at a "
                "phase's end, in that phase's colour. Backends: " + ", ".join(
                    sorted({r.backend for r in reports})) + ".")
-    st.plotly_chart(figures.small_multiples_figure(reports, samples, phase, labels,
-                                                   training_only),
-                    key="compare_multiples", config=widgets.CHART)
+    widgets.chart(figures.small_multiples_figure(reports, samples, phase, labels,
+                                                 training_only), "compare_multiples")
 
     st.subheader("Loss and time a step")
     steps = {r.id: db.steps(r.id) for r in reports}
     if any(steps.values()):
-        st.plotly_chart(figures.steps_overlay_figure(reports, steps, labels),
-                        key="compare_steps", config=widgets.CHART)
+        widgets.chart(figures.steps_overlay_figure(reports, steps, labels), "compare_steps")
         st.caption(view.steps_caption(reports))
     else:
         st.caption("No training step recorded in these runs.")
 
     st.subheader("What each phase added")
-    st.plotly_chart(figures.memory_bars_figure(reports, labels), key="compare_bars",
-                    config=widgets.CHART)
+    widgets.chart(figures.memory_bars_figure(reports, labels), "compare_bars")
     kernel = ("CUDA context = kernel phase − baseline" if any(r.on_gpu for r in reports) else
               "torch loaded = the phase that loaded it − baseline")
     st.caption(f"{kernel}, weights = weights phase − the one before, "
@@ -274,10 +271,8 @@ def sweep_results(sweep_id: int) -> None:
     if line:
         st.markdown(line)
     if result.runs:
-        st.plotly_chart(figures.sweep_figure(result, "peak_mb"), key="sweep_peak",
-                        config=widgets.CHART)
-        st.plotly_chart(figures.sweep_figure(result, "samples_per_second"), key="sweep_speed",
-                        config=widgets.CHART)
+        widgets.chart(figures.sweep_figure(result, "peak_mb"), "sweep_peak")
+        widgets.chart(figures.sweep_figure(result, "samples_per_second"), "sweep_speed")
         _sweep_table(result)
         ids = [r.run for r in result.runs]
         st.button("Compare these runs", key="sweep_compare", on_click=_show_runs, args=(ids,),

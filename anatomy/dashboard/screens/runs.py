@@ -139,8 +139,7 @@ def main() -> None:
     _selected(runs_table(rows))
     with st.expander("Peak memory against speed", icon=":material/scatter_plot:",
                      expanded=len(rows) > 2):
-        st.plotly_chart(figures.efficiency_figure(rows), key="runs_efficiency",
-                        config=widgets.CHART)
+        widgets.chart(figures.efficiency_figure(rows), "runs_efficiency")
         st.caption("A point per completed run of the list above: colour for the precision, shape "
                    "for the device, its batch size beside it. Down and to the right is more "
                    "samples a second for less memory.")
