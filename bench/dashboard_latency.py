@@ -83,11 +83,16 @@ def _train_in_background(store: Path, project: Path) -> subprocess.Popen:
 
 
 def during_run(browser, store: Path, project: Path, repeats: int) -> dict[str, list[float]]:
-    """A fresh tab's first chart while a run trains: the Live page (the run in progress) and the
-    Runs page, in a browser that has opened the dashboard before (a new tab: its cache warm) and
-    in a new browser profile (nothing cached)."""
-    found: dict[str, list[float]] = {"Live, new tab": [], "Live, new profile": [],
-                                     "Live (a stored run), new tab": [], "Runs, new tab": []}
+    """A fresh tab's first chart while a run trains: the Live page (the run in progress) in a
+    browser that has opened the dashboard before (a new tab: its cache warm) and in a new browser
+    profile (nothing cached); in a new tab, every other page a user can open (a stored run's Live
+    page, Runs, Compare, Anatomy)."""
+    tabs = (("Live, new tab", "/", False), ("Live, new profile", "/", True),
+            ("Live (a stored run), new tab", PAGES["Live (stored run)"], False),
+            ("Runs, new tab", PAGES["Runs"], False),
+            ("Compare, new tab", PAGES["Compare"], False),
+            ("Anatomy, new tab", PAGES["Anatomy"], False))
+    found: dict[str, list[float]] = {name: [] for name, _, _ in tabs}
     cpu: dict[str, list[float]] = {name: [] for name in found}
     run = _train_in_background(store, project)
     server, url = serve(store, project, store.parent / "locks")
@@ -95,11 +100,7 @@ def during_run(browser, store: Path, project: Path, repeats: int) -> dict[str, l
         context = browser.new_context(viewport={"width": 1400, "height": 1000})
         _to_chart(context.new_page(), url + PAGES["Runs"])  # the browser has seen the app once
         for _ in range(repeats):
-            for name, path, fresh in (("Live, new tab", "/", False),
-                                      ("Live, new profile", "/", True),
-                                      ("Live (a stored run), new tab", PAGES["Live (stored run)"],
-                                       False),
-                                      ("Runs, new tab", PAGES["Runs"], False)):
+            for name, path, fresh in tabs:
                 owner = browser.new_context(viewport={"width": 1400, "height": 1000}) \
                     if fresh else context
                 page = owner.new_page()

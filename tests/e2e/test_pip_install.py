@@ -171,8 +171,11 @@ def _installed_dashboard_shows_a_users_trainer_run(tmp_path: Path, env_dir: Path
         page.goto(f"{url}/anatomy?run=1")
         page.get_by_text("Measured next to predicted").wait_for(timeout=300_000)
         wait_for_chart(page)
-        sides = page.evaluate("""() => [...document.querySelectorAll('.js-plotly-plot')]
-            .flatMap(p => p.data.filter(t => t.type === 'waterfall').map(t => t.name))""")
+        # The waterfall, a picture in a new tab (views/figures/svg.py): its bars joined by
+        # connectors, a side each in its legend.
+        sides = page.evaluate("""() => [...document.querySelectorAll('svg.anatomy-chart')]
+            .filter(p => p.querySelector('rect.bar') && p.querySelector('line.connector'))
+            .flatMap(p => [...p.querySelectorAll('g.legend-item text')].map(t => t.textContent))""")
         assert sorted(set(sides)) == ["measured", "predicted"]
         page.screenshot(path=str(ARTIFACTS / "installed-anatomy-page.png"), full_page=True)
     finally:
