@@ -84,13 +84,14 @@ PHASES_DRAWN = """() => {
     labels: plot._fullLayout.annotations.map(a => a.text),
   };
 }"""
-# A run in progress: its memory as the page's SVG picture (views/figures/svg.py), no Plotly.
+# A run's memory as the page's SVG picture (views/figures/svg.py), and how many Plotly charts.
 PHASES_PICTURED = """() => {
   const picture = document.querySelector('svg.anatomy-chart');
   if (!picture || !picture.querySelector('polyline')) return null;
   return {
     bands: [...picture.querySelectorAll('rect[data-band]')].map(r => r.dataset.band),
     labels: [...picture.querySelectorAll('g.band-label text')].map(t => t.textContent),
+    ends: [...picture.querySelectorAll('g.point-label text')].map(t => t.textContent),
     axis: picture.querySelector('text.y-title').textContent,
     plotly: document.querySelectorAll('.js-plotly-plot').length,
   };
@@ -164,6 +165,15 @@ def test_a_run_started_from_the_form_shows_its_phases_live_and_its_summary(serve
     page.reload()
 
     expect(page.get_by_text("Samples/second:")).to_be_visible(timeout=RUN_SECONDS * 1000)
+    # Ended: still a picture in this tab, now of its four phases, a marker at each one's end.
+    page.wait_for_function(
+        f"(() => {{ const d = ({PHASES_PICTURED})(); return d && d.bands.length == 4; }})",
+        timeout=30_000)
+    ended = page.evaluate(PHASES_PICTURED)
+    assert ended["bands"] == ["baseline", "kernel", "weights", "training"]
+    assert len(ended["ends"]) == 4 and all(end.endswith(" MB") for end in ended["ends"])
+    # The same chart interactive, from the sidebar's switch.
+    page.locator("[data-testid=stSidebar]").get_by_text("Interactive charts").click()
     page.wait_for_function(
         f"(() => {{ const d = ({PHASES_DRAWN})(); return d && d.bands.length == 4; }})",
         timeout=30_000)
