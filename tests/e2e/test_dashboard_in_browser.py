@@ -368,6 +368,10 @@ def _what_is_wrong(page) -> dict[str, list[str]]:
         "cut labels": sorted(set(page.evaluate(CUT_TEXT))),
         "no unit": sorted({line.strip() for line in text.splitlines()
                            if UNITLESS.match(line.strip())}),
+        # A picture's labels (views/figures/svg.py): inside it, none over another.
+        "cut or covered in a picture": sorted({
+            f"{a} / {b}" for chart in page.evaluate(PICTURE_BOXES)
+            for a, b in [*_overlaps(chart), *((t, "edge") for t in _outside(chart))]}),
     }
     return {what: items for what, items in found.items() if items}
 
@@ -376,8 +380,9 @@ def _what_is_wrong(page) -> dict[str, list[str]]:
 def test_no_page_shows_none_a_figure_without_its_unit_or_a_cut_label_at_1000_px(
         every_kind_of_run, chromium):
     """Every page, on anatomy's own GPU runs and on a user's run of each shape, as a laptop shows
-    it: no "None" (in the page's text or drawn in a table), no number without its unit, no label
-    or table cell cut; the Runs page's list read without scrolling sideways."""
+    it in a new tab (its charts pictures): no "None" (in the page's text, a picture's or drawn in
+    a table), no number without its unit, no label, picture label or table cell cut; the Runs
+    page's list read without scrolling sideways."""
     url, runs = every_kind_of_run
     page = chromium.new_page(viewport={"width": 1000, "height": 3000})  # every element drawn
     page.add_init_script(DRAWN_TEXT)

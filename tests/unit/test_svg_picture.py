@@ -224,7 +224,7 @@ def test_bars_side_by_side_and_a_waterfalls_running_totals():
     assert names == ["weights", "gradients", "never held at once", "peak"]
 
 
-@pytest.mark.parametrize("change", ["symbol", "stacked", "template", "heatmap"])
+@pytest.mark.parametrize("change", ["symbol", "stacked", "template", "inside", "heatmap"])
 def test_what_the_picture_cannot_draw_as_the_chart_does_is_refused(change):
     import plotly.graph_objects as go
 
@@ -236,7 +236,9 @@ def test_what_the_picture_cannot_draw_as_the_chart_does_is_refused(change):
         figure.add_bar(x=["a"], y=[2])
         figure.update_layout(barmode="stack")
     elif change == "template":
-        figure.add_bar(x=["a"], y=[1], texttemplate="%{customdata}")
+        figure.add_bar(x=["a"], y=[1], texttemplate="%{customdata}", textposition="outside")
+    elif change == "inside":
+        figure.add_bar(x=["a"], y=[1], text=["1"], textposition="inside")
     else:
         figure.add_heatmap(z=[[1, 2]])
     with pytest.raises(svg.Unsupported):

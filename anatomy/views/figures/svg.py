@@ -246,6 +246,9 @@ def _check(figure: go.Figure) -> None:
             if trace.type not in BAR_TYPES or trace.orientation == "h" or \
                     not all(isinstance(x, str) for x in trace.x or ()):
                 raise Unsupported("upright bars on categories, no other trace")
+            if (trace.text is not None or trace.texttemplate is not None) and \
+                    trace.textposition != "outside":
+                raise Unsupported("a bar's label inside it")  # written above the bar only
             continue
         if trace.type != "scatter":
             raise Unsupported("scatter traces, or bars, only")
@@ -621,53 +624,73 @@ def _marker(symbol: str, cx: float, cy: float, r: float, fill: str, outline: str
 ANCHORS = {"left": "start", "center": "middle", "right": "end"}
 
 
-def _annotations(figure: go.Figure, x_axis: Axis, y_axis: Axis) -> list[str]:
-    """The figure's labels: those set at a height of the plot (the bands' names, a row each as
-    the figure placed them; a rule's name) and those with an arrow to a point (the memory at a
-    phase's end)."""
-    out = []
+def _shown(figure: go.Figure, x_axis) -> list:
+    """The annotations within the x axis's range (one pinned to the plot is always within)."""
     low, high = x_axis.data_range()
+    return [note for note in figure.layout.annotations or ()
+            if note.x is not None and not ((note.xref or "x") == "x"
+                                           and isinstance(note.x, (int, float))
+                                           and not low <= note.x <= high)]
+
+
+def _arrowed(note) -> bool:
+    return note.showarrow is not False and (note.yref or "y") == "y"
+
+
+def _anchored(x: float, box: float, anchor: str | None, default: str) -> float:
+    """The left of a box `box` wide whose anchor (Plotly's xanchor) is at `x`."""
+    side = ANCHORS.get(anchor, ANCHORS[default])
+    return {"start": x, "middle": x - box / 2, "end": x - box}[side]
+
+
+def _annotations(figure: go.Figure, x_axis: Axis, y_axis: Axis) -> list[str]:
+    """The figure's labels: those with an arrow to a point (the memory at a phase's end, a note on
+    the curve), then those set at a height of the plot (the bands' names, a row each as the figure
+    placed them; a rule's name), each a row lower where it would cover one placed before it."""
+    out = []
     right_edge = x_axis.at(1)
     placed: list[tuple[float, float, float]] = []  # the labels so far: left, right, top
-    for note in figure.layout.annotations or ():
-        if note.x is None or ((note.xref or "x") == "x" and isinstance(note.x, (int, float))
-                              and not low <= note.x <= high):
-            continue
+    notes = _shown(figure, x_axis)
+    for note in [n for n in notes if _arrowed(n)]:
         text, bold = _text(note.text or "")
         weight = ' font-weight="bold"' if bold else ""
         box = len(text) * CHAR_PX + 8
         x = _position(x_axis, note.x, note.xref, "x") + (note.xshift or 0)
         y = _position(y_axis, note.y, note.yref, "y") - (note.yshift or 0)
-        if note.showarrow is False or (note.yref or "y") != "y":
-            # A label that would leave the plot at its right is moved in: a picture cuts it.
-            left = min({"start": x, "middle": x - box / 2, "end": x - box}[
-                ANCHORS.get(note.xanchor, "start")], right_edge - box)
-            above = {"top": 0, "middle": -8.5, "bottom": -17}.get(note.yanchor, -8.5)
-            y += above
-            if (note.yref or "y") != "y" and note.yanchor == "top":
-                y += 2  # a band's label, just inside the plot's top
-            # One moved in at the right can meet another: it goes a row lower, as the figure's
-            # own rows do (layout.label_rows).
-            while any(a < left + box and left < b and abs(y - c) < LABEL_ROW_PX - 1
-                      for a, b, c in placed):
-                y += LABEL_ROW_PX
-            placed.append((left, left + box, y))
-            kind = "label" if (note.yref or "y") == "y" else "band-label"
-            out.append(f'<g class="{kind}" data-name="{escape(note.name or "")}">'
-                       + (f'<rect x="{left:.1f}" y="{y:.1f}" width="{box:.0f}" height="17" '
-                          f'fill="{note.bgcolor}"/>' if note.bgcolor else "")
-                       + f'<text x="{left + 4:.1f}" y="{y + 13:.1f}"{weight} '
-                         f'fill="{CURVE_COLOUR}">{escape(text)}</text></g>')
-            continue
         tail_x, tail_y = x + (note.ax or 0), y + (note.ay or 0)
+        left = _anchored(tail_x, box, note.xanchor, "center")
+        placed.append((left, left + box, tail_y - 9))
         out.append(f'<g class="point-label" data-name="{escape(note.name or "")}">'
                    f'<line x1="{x:.1f}" y1="{y:.1f}" x2="{tail_x:.1f}" y2="{tail_y:.1f}" '
                    f'stroke="{CURVE_COLOUR}"/>'
-                   f'<rect x="{tail_x - box / 2:.1f}" y="{tail_y - 9:.1f}" width="{box:.0f}" '
+                   f'<rect x="{left:.1f}" y="{tail_y - 9:.1f}" width="{box:.0f}" '
                    f'height="18" fill="white" fill-opacity="0.85" '
                    f'stroke="{note.bordercolor or CURVE_COLOUR}" stroke-width="1.5"/>'
-                   f'<text x="{tail_x:.1f}" y="{tail_y + 4:.1f}" text-anchor="middle"{weight} '
-                   f'fill="{CURVE_COLOUR}">{escape(text)}</text></g>')
+                   f'<text x="{left + box / 2:.1f}" y="{tail_y + 4:.1f}" text-anchor="middle"'
+                   f'{weight} fill="{CURVE_COLOUR}">{escape(text)}</text></g>')
+    for note in [n for n in notes if not _arrowed(n)]:
+        text, bold = _text(note.text or "")
+        weight = ' font-weight="bold"' if bold else ""
+        box = len(text) * CHAR_PX + 8
+        x = _position(x_axis, note.x, note.xref, "x") + (note.xshift or 0)
+        y = _position(y_axis, note.y, note.yref, "y") - (note.yshift or 0)
+        # A label that would leave the plot at its right is moved in: a picture cuts it.
+        left = min(_anchored(x, box, note.xanchor, "left"), right_edge - box)
+        y += {"top": 0, "middle": -8.5, "bottom": -17}.get(note.yanchor, -8.5)
+        if (note.yref or "y") != "y" and note.yanchor == "top":
+            y += 2  # a band's label, just inside the plot's top
+        # One moved in at the right, or one the figure placed without knowing where the notes'
+        # boxes fall, can meet another: it goes a row lower, as the figure's own rows do.
+        while any(a < left + box and left < b and abs(y - c) < LABEL_ROW_PX - 1
+                  for a, b, c in placed):
+            y += LABEL_ROW_PX
+        placed.append((left, left + box, y))
+        kind = "label" if (note.yref or "y") == "y" else "band-label"
+        out.append(f'<g class="{kind}" data-name="{escape(note.name or "")}">'
+                   + (f'<rect x="{left:.1f}" y="{y:.1f}" width="{box:.0f}" height="17" '
+                      f'fill="{note.bgcolor}"/>' if note.bgcolor else "")
+                   + f'<text x="{left + 4:.1f}" y="{y + 13:.1f}"{weight} '
+                     f'fill="{CURVE_COLOUR}">{escape(text)}</text></g>')
     return out
 
 
