@@ -338,6 +338,9 @@ def test_cudas_reduction_over_more_than_2_gib_runs_in_parts():
     narrow = torch.empty(1916 * 198, 768, dtype=torch.bfloat16, device="meta")
     assert staging_buffers(aten.sum.dim_IntList, (narrow, [0], True), 132, 2048) \
         == [0, 145_883_136, 24]
+    # an input broadcast over more than 2^31 elements (stride 0) is split by its count alone
+    broadcast = torch.empty(1, 3072, dtype=torch.bfloat16, device="meta").expand(2**20, 3072)
+    assert staging_buffers(aten.sum.dim_IntList, (broadcast, [0], True), 132, 2048)[0] == 12_288
 
 
 def test_a_batch_size_made_linear_stages_what_its_own_trace_stages():

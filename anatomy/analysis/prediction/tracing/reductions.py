@@ -140,12 +140,13 @@ def _parts(dims, element_size: int, offset: int) -> list[tuple[list, int]]:
             numel *= size
         spans = [1 + sum((size - 1) * stride * element_size for size, stride, _ in part),
                  1 + sum((size - 1) * stride * element_size for size, _, stride in part)]
-        if numel <= limit and max(spans) <= limit:
+        splittable = [d for d in range(len(part)) if part[d][0] > 1]
+        if numel <= limit and max(spans) <= limit or not splittable:
             out.append((part, start))
             continue
         extents = [max((size - 1) * stride_in, (size - 1) * stride_out)
                    for size, stride_in, stride_out in part]
-        dim = max(reversed(range(len(part))), key=lambda d: extents[d])  # ties: the outer
+        dim = max(reversed(splittable), key=lambda d: extents[d])  # ties: the outer
         size, stride_in, stride_out = part[dim]
         first, second = list(part), list(part)
         first[dim] = (size // 2, stride_in, stride_out)
