@@ -4,6 +4,8 @@ own Trainer script, and how a test sees that no process of a run is left."""
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
 import sqlite3
 import subprocess
@@ -50,21 +52,33 @@ def chromium(_chromium_session):
 
 @pytest.fixture(scope="session")
 def recorded(tmp_path_factory):
-    """recorded(options) -> (store, run id): a real run of `options`, made once a session (per
-    pytest-xdist worker) in a store of its own and read by every test that asks for the same
-    options. Those tests only read it; a test that changes a run makes its own."""
-    store = Store(tmp_path_factory.mktemp("recorded") / "runs.sqlite")
-    manager = RunManager(store)
-    runs: dict[RunOptions, int] = {}
+    """recorded(options) -> (store, run id): a real run of `options`, made once a session in a
+    store of its own and read by every test that asks for the same options. Those tests only
+    read it; a test that changes a run makes its own. pytest-xdist's workers share the runs
+    (the lock recipe of xdist's docs: their base folders' parent is the session's): the first
+    to ask records, under a lock that the others wait on, then read."""
+    base = tmp_path_factory.getbasetemp()
+    folder = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    managers: list[RunManager] = []
+    runs: dict[RunOptions, tuple[Store, int]] = {}
 
     def record(options: RunOptions) -> tuple[Store, int]:
         if options not in runs:
-            runs[options] = manager.start(options)
-            manager.wait(runs[options], timeout=300)
-        return store, runs[options]
+            name = hashlib.sha256(repr(options).encode()).hexdigest()[:16]
+            path, made = folder / f"recorded-{name}.sqlite", folder / f"recorded-{name}.id"
+            with open(folder / f"recorded-{name}.lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes
+                if not made.exists():
+                    managers.append(RunManager(Store(path)))
+                    run_id = managers[-1].start(options)
+                    managers[-1].wait(run_id, timeout=300)
+                    made.write_text(str(run_id))
+            runs[options] = Store(path), int(made.read_text())
+        return runs[options]
 
     yield record
-    manager.stop_all()
+    for manager in managers:
+        manager.stop_all()
 
 
 # --- processes: which are left, by what name ---
