@@ -23,17 +23,23 @@ run: $(STAMP)
 cli: $(STAMP)
 	$(BIN)/python -m anatomy run
 
-# Tests on every core (pytest-xdist; worksteal: a worker that is done takes another's queue).
-XDIST := -n auto --dist worksteal
+# Tests in parallel (pytest-xdist; worksteal: a worker that is done takes another's queue).
+XDIST := --dist worksteal
+# `make test` runs half as many workers again as there are cores: an e2e test mostly waits on the
+# processes it started (a run's worker, its sampler, a browser), which use less than its core,
+# and a third worker on two cores fills what they leave (the fault tests: 220 s with 2 workers,
+# 130 s with 3, the same CPU seconds; 4: no better). The unit tier runs in-process, every worker
+# busy: one a core (a third only adds its collection and switching: +28 % CPU).
+TEST_WORKERS = $(shell $(PYTHON) -c "import os; print(max(2, (os.cpu_count() or 1) * 3 // 2))")
 
 # The unit tier (tests/unit/: in-process, no process started), for the edit loop.
 check: $(STAMP)
-	$(BIN)/python -m pytest -q $(XDIST) tests/unit
+	$(BIN)/python -m pytest -q -n auto $(XDIST) tests/unit
 
 # Everything: the unit tier and tests/e2e/ (the worker, the CLI, Streamlit, Chromium, pip install,
 # the prediction's proofs on whole traces).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q $(XDIST)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) $(XDIST)
 
 # ruff, and the layers and import rules of pyproject.toml's [tool.importlinter] (docs/ARCHITECTURE.md).
 lint: $(STAMP)
