@@ -127,22 +127,22 @@ class _Deaths:
     def __init__(self, world: int):
         self.names = {RANK_NAME.format(local)[:15]: local for local in range(world)}
         self.ended: dict[int, tuple[float, int]] = {}  # local rank: (monotonic time, exit code)
+        self.watched: set[int] = set()  # local ranks whose end a thread waits for
         self.done = threading.Event()
         threading.Thread(target=self._find, name="anatomy-rank-deaths", daemon=True).start()
 
     def _find(self) -> None:
         """Each rank names itself as it starts: a thread for each rank found among the children."""
-        watched: set[int] = set()
         me = psutil.Process()
-        while len(watched) < len(self.names) and not self.done.wait(FORWARD_SECONDS):
+        while len(self.watched) < len(self.names) and not self.done.wait(FORWARD_SECONDS):
             with contextlib.suppress(psutil.Error):
                 for child in me.children():
                     with contextlib.suppress(psutil.Error):
                         local = self.names.get(child.name())
-                        if local is not None and local not in watched:
-                            watched.add(local)
+                        if local is not None and local not in self.watched:
                             threading.Thread(target=self._wait, args=(local, child.pid),
                                              daemon=True).start()
+                            self.watched.add(local)
 
     def _wait(self, local: int, pid: int) -> None:
         try:

@@ -235,13 +235,17 @@ def test_the_first_rank_to_end_is_named_though_the_launcher_reaps_a_peer_first(t
     deaths = ranks._Deaths(2)
     for child in children:
         child.start()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + HANG_SECONDS
     while {c.name() for c in psutil.Process().children()} < {"anatomy-rank-0", "anatomy-rank-1"}:
         assert time.monotonic() < deadline
         time.sleep(0.01)
-    time.sleep(0.2)  # the watch found them
+    while len(deaths.watched) < 2:  # a thread waits for each one's end (on a loaded machine,
+        assert time.monotonic() < deadline  # seconds after they named themselves)
+        time.sleep(0.01)
     os.kill(children[1].pid, sig.SIGKILL)
-    time.sleep(0.1)
+    while 1 not in deaths.ended:  # seen dead, not reaped: the launcher has not polled yet
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
     go.touch()  # rank 0 now ends as a peer that lost rank 1
     for child in children:  # reaped as the launcher does, rank 0 first
         child.join(10)
