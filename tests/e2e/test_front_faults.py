@@ -62,7 +62,11 @@ while True:
 
 # A phase-API script without torch (quick to start): a baseline, weights, then training steps
 # until it is stopped; the first argument says how it ends after 3 steps, if it does.
-AS_FROM_A_TERMINAL = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+# A terminal's shell leaves SIGHUP and SIGTERM to their defaults too: under `nohup make test`
+# the suite's processes ignore SIGHUP, and a script that ignores it (the phase API keeps what the
+# script was given) would not be stopped by it.
+AS_FROM_A_TERMINAL = ("import os, signal, sys; [signal.signal(s, signal.SIG_DFL) for s in "
+                      "(signal.SIGINT, signal.SIGHUP, signal.SIGTERM)]; "
                       "os.execvp(sys.argv[1], sys.argv[1:])")
 
 LIGHT = """
