@@ -617,8 +617,9 @@ def fit_edge(session: Session) -> None:
                     f"{point['status']}; the simulated allocator holds it with a margin of "
                     + ("none" if holds_with < 0 else f"{holds_with:.3%}"))
     known = device_constants.load(gpu_name)
-    margin = round(max(failed) + 0.0005, 4) if failed else known.edge_margin
-    constants = replace(known, edge_margin=max(margin, 0.0),
+    # holds_with is -1 for a run not held even at the capacity: no margin is needed for it
+    margin = round(max(0.0, *failed) + 0.0005, 4) if failed else known.edge_margin
+    constants = replace(known, edge_margin=margin,
                         edge_fitting_set=tuple(sorted({Config(**p["config"]).family
                                                        for p in points})))
     wrong = sum(1 for h in fitted if h < constants.edge_margin)
