@@ -617,8 +617,7 @@ def fit_edge(session: Session) -> None:
                     f"{point['status']}; the simulated allocator holds it with a margin of "
                     + ("none" if holds_with < 0 else f"{holds_with:.3%}"))
     known = device_constants.load(gpu_name)
-    # holds_with is -1 for a run not held even at the capacity: no margin is needed for it
-    margin = round(max(0.0, *failed) + 0.0005, 4) if failed else known.edge_margin
+    margin = edge_margin(failed) if failed else known.edge_margin
     constants = replace(known, edge_margin=margin,
                         edge_fitting_set=tuple(sorted({Config(**p["config"]).family
                                                        for p in points})))
@@ -630,6 +629,12 @@ def fit_edge(session: Session) -> None:
     if session.device == "cuda" or session.args.write_calibration:
         session.log(f"wrote {constants.save()}")
     constants.save(session.out)
+
+
+def edge_margin(failed: list[float]) -> float:
+    """The margin from the out-of-memory runs' `holds_with`: the smallest with which none is
+    held (a run not held even at the capacity, -1, needs none), plus 0.05 % of the capacity."""
+    return round(max(0.0, *failed) + 0.0005, 4)
 
 
 def edge_runs(rows: list[dict]) -> list[dict]:

@@ -384,3 +384,13 @@ def test_a_batch_size_made_linear_stages_at_any_depth(tmp_path):
     assert linear.linear
     assert (made.peak_allocated, made.peak_reserved, made.largest_request) == \
         (own.peak_allocated, own.peak_reserved, own.largest_request)
+
+
+def test_the_edge_margin_is_the_largest_needed_plus_a_pad():
+    """bench/prediction_grid.py fits the H200's edge margin on its fitting set's out-of-memory
+    runs: the largest margin any of them is still held with, plus 0.05 % of the capacity; a run
+    not held even at the capacity (-1) needs none, and the pad stays (it vanished once)."""
+    from bench.prediction_grid import edge_margin
+
+    assert edge_margin([-1.0, -1.0]) == 0.0005
+    assert edge_margin([-1.0, 0.0058, 0.001]) == 0.0063
