@@ -343,23 +343,28 @@ def test_cudas_reduction_over_more_than_2_gib_runs_in_parts():
     assert staging_buffers(aten.sum.dim_IntList, (broadcast, [0], True), 132, 2048)[0] == 12_288
 
 
+def _made_linear_is_traced(options: RunOptions, batch: int) -> None:
+    """`batch`, made linear from batch sizes 2 and 3 for an H200, replays as its own trace."""
+    from anatomy.analysis.prediction.memory import BatchSizes, calibration_for
+
+    calibration = calibration_for("cuda", "NVIDIA H200")
+    linear = BatchSizes(options, "cuda", calibration)
+    traced = BatchSizes(options, "cuda", calibration)
+    traced._recorded[batch] = traced._record(batch)
+    made, own = linear.measure(batch), traced.measure(batch)
+    assert linear.linear
+    assert (made.peak_allocated, made.peak_reserved, made.largest_request) == \
+        (own.peak_allocated, own.peak_reserved, own.largest_request)
+
+
 def test_a_batch_size_made_linear_stages_what_its_own_trace_stages():
     """"What fits" makes a batch size's recording linear from batch sizes 2 and 3; a reduction's
     staging buffer is not linear (its split changes regime as the rows grow: made linear, the
     tiny model's bias sums at batch 800 staged 4x what its own trace stages, and the largest
     batch predicted for ELECTRA-large on the H200 fell from 264 to 257). It is made again from
     the reduction's layout, which is linear: the same replay as the size traced on its own."""
-    from anatomy.analysis.prediction.memory import BatchSizes, calibration_for
-
     options = RunOptions(preset="tiny", precision="bf16", seq_len=128, batch_size=1)
-    calibration = calibration_for("cuda", "NVIDIA H200")
-    linear = BatchSizes(options, "cuda", calibration)
-    traced = BatchSizes(options, "cuda", calibration)
-    traced._recorded[800] = traced._record(800)
-    made, own = linear.measure(800), traced.measure(800)
-    assert linear.linear
-    assert (made.peak_allocated, made.peak_reserved, made.largest_request) == \
-        (own.peak_allocated, own.peak_reserved, own.largest_request)
+    _made_linear_is_traced(options, 800)
 
 
 def test_a_batch_size_made_linear_stages_at_any_depth(tmp_path):
@@ -370,20 +375,12 @@ def test_a_batch_size_made_linear_stages_at_any_depth(tmp_path):
     (2026-12-02) lacked its bias sums' 139 MiB buffers and may have fitted up to 1,918, where
     1,917 ran out of memory."""
     from anatomy.analysis.prediction import layers
-    from anatomy.analysis.prediction.memory import BatchSizes, calibration_for
 
     config = dict(models.resolve("tiny").config, num_hidden_layers=layers.DEPTH + 2)
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     options = RunOptions(model=str(path), precision="bf16", seq_len=128, batch_size=1)
-    calibration = calibration_for("cuda", "NVIDIA H200")
-    linear = BatchSizes(options, "cuda", calibration)
-    traced = BatchSizes(options, "cuda", calibration)
-    traced._recorded[800] = traced._record(800)
-    made, own = linear.measure(800), traced.measure(800)
-    assert linear.linear
-    assert (made.peak_allocated, made.peak_reserved, made.largest_request) == \
-        (own.peak_allocated, own.peak_reserved, own.largest_request)
+    _made_linear_is_traced(options, 800)
 
 
 def test_the_edge_margin_is_the_largest_needed_plus_a_pad():
