@@ -24,6 +24,8 @@ batch sizes beyond ~950.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import torch
 
 aten = torch.ops.aten
@@ -114,8 +116,9 @@ def _layout(tensor, reduced: set[int]) -> list[tuple[int, int, int]]:
     return merged
 
 
+@lru_cache(maxsize=4096)  # a size made linear asks once for each of its three parts
 def _sizes(dims, element_size: int, accumulator: int, offset: int, multiprocessors: int,
-           threads_per_multiprocessor: int) -> list[int]:
+           threads_per_multiprocessor: int) -> tuple[int, int, int]:
     """[accumulation buffer, staging buffer, semaphores]: gpu_reduce_kernel over the
     32-bit-indexable parts of the reduction (one part where it is indexable as it is)."""
     parts = _parts(dims, element_size, offset)
@@ -124,7 +127,7 @@ def _sizes(dims, element_size: int, accumulator: int, offset: int, multiprocesso
     held = 0
     if len(parts) > 1 and accumulator != element_size:  # the output cannot accumulate itself
         held = accumulator * max([1] + [size * stride_out for size, _, stride_out in dims])
-    return [held, max(s[0] for s in staged), max(s[1] for s in staged)]
+    return held, max(s[0] for s in staged), max(s[1] for s in staged)
 
 
 def _parts(dims, element_size: int, offset: int) -> list[tuple[list, int]]:
