@@ -11,10 +11,11 @@ from anatomy.analysis import breakdown
 from anatomy.analysis.operations import CLASSES, ClassTotals, OperationProfile
 from anatomy.analysis.prediction import device_constants
 from anatomy.analysis.report import report
+from anatomy.dashboard.widgets import INTERACTIVE
 from anatomy.units import MIB
 from anatomy.views import anatomy as view
 from anatomy.views.figures import anatomy as figures
-from tests.apptest import chart_spec, open_page
+from tests.apptest import APP, chart_spec, open_page
 
 
 def _measured_like(prediction, activations_off: float = 0.01) -> dict:
@@ -138,6 +139,28 @@ def test_the_first_steps_are_marked_on_the_curve(store, measured_run):
     assert [a["text"] for a in labels] == ["training begins", "step 1 ends", "step 2 ends",
                                            "step 3 ends"]
     assert chart["layout"]["xaxis"]["range"][1] < 9.0  # zoomed on the first steps
+
+
+def test_what_was_measured_is_drawn_before_the_prediction_is_made(store, measured_run,
+                                                                  monkeypatch):
+    """A run's first prediction traces its step (seconds in a fresh server): the measured curve
+    and the operation classes are on the page before it starts, so a prediction still under way
+    (here: one that never returns, an error) leaves them drawn, each in its place."""
+    def under_way(rep):
+        raise RuntimeError("still tracing")
+
+    monkeypatch.setattr(breakdown, "predicted", under_way)
+    app = AppTest.from_file(APP, default_timeout=60)
+    app.session_state[INTERACTIVE] = True
+    app.run()
+    app.query_params["run"] = str(measured_run)
+    app.switch_page("screens/anatomy.py").run()
+    assert "still tracing" in str(app.exception[0].message)
+    assert chart_spec(app, "anatomy_first_steps")["layout"]["shapes"]  # the curve, its steps
+    assert chart_spec(app, "anatomy_operations")["data"]
+    headers = [h.value for h in app.subheader]
+    assert headers.index("The first steps of training") < headers.index(
+        "Where the time goes: operation classes")
 
 
 def test_operation_classes_next_to_the_papers_and_the_top_operators(store, measured_run):

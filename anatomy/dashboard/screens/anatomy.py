@@ -83,17 +83,15 @@ def bytes_per_parameter(rep: RunReport, prediction) -> None:
           " copies in each forward pass, so they show up in the activations, not the weights.")
 
 
-def first_steps(rep: RunReport, prediction) -> None:
+def first_steps(rep: RunReport, expected: breakdown.CpuPeak | None, key: str) -> None:
     st.subheader("The first steps of training")
     db = server.store()
     steps = db.steps(rep.id)
     if rep.training is None:
         st.info(view.no_training(rep))
         return
-    expected = (None if isinstance(prediction, breakdown.NoPrediction) else
-                breakdown.cpu_peak(rep, prediction))
     widgets.chart(figures.first_steps_figure(rep, db.samples(rep.id, rep.gpu), steps,
-                                             expected=expected), "anatomy_first_steps")
+                                             expected=expected), key)
     if expected is not None:
         st.caption("On the curve's own axis, the CPU prediction: the dotted line is what the "
                    "process held before training beyond its weights (the interpreter, torch's "
@@ -157,8 +155,6 @@ def main() -> None:
                           on_change=links.run_to_url, args=("anatomy_run",))
     rep = report(db, run_id)
     st.subheader(rep.title())
-    with st.spinner("predicting: the training step on fake tensors…"):
-        prediction = breakdown.predicted(rep)
     if not rep.on_gpu:
         st.info("A CPU run: there is no CUDA context and no caching allocator. Activations are "
                 "measured from the tensors autograd saved for the backward pass, and the peak is "
@@ -168,18 +164,32 @@ def main() -> None:
                 "the prediction alone.")
     elif rep.components is None:
         st.info(view.no_components(rep))
-    if isinstance(prediction, breakdown.NoPrediction):
-        st.warning(f"No prediction: {prediction.reason}.")
-    else:
-        if not rep.started_by_anatomy:
-            st.caption(view.user_run_basis(rep, db.steps(rep.id)))
-        measured_and_predicted(rep, prediction)
-        peak_section(rep, prediction)
-        bytes_per_parameter(rep, prediction)
-    if rep.world_size > 1:
-        per_gpu(rep)
-    first_steps(rep, prediction)
+    # What was measured is drawn before the prediction is made: a run's first prediction traces
+    # its training step (seconds in a fresh server: torch and transformers imported, then the
+    # trace; docs/BENCHMARKS.md), and the measured curve needs none of it. The sections keep
+    # their order on the page: each is written into its own place.
+    predicted_sections, ranks, steps = st.container(), st.container(), st.empty()
+    with steps.container():  # a GPU run's curve is final: a CPU run's has its prediction drawn
+        first_steps(rep, None, "anatomy_first_steps" if rep.on_gpu else "measured_first_steps")
     operations(rep)
-
+    with predicted_sections:
+        with st.spinner("predicting: the training step on fake tensors…"):
+            prediction = breakdown.predicted(rep)
+        if isinstance(prediction, breakdown.NoPrediction):
+            st.warning(f"No prediction: {prediction.reason}.")
+        else:
+            if not rep.started_by_anatomy:
+                st.caption(view.user_run_basis(rep, db.steps(rep.id)))
+            measured_and_predicted(rep, prediction)
+            peak_section(rep, prediction)
+            bytes_per_parameter(rep, prediction)
+    if rep.world_size > 1:
+        with ranks:
+            per_gpu(rep)
+    if not rep.on_gpu:  # on its own axis, what the process holds by the prediction
+        expected = (None if isinstance(prediction, breakdown.NoPrediction) else
+                    breakdown.cpu_peak(rep, prediction))
+        with steps.container():
+            first_steps(rep, expected, "anatomy_first_steps")
 
 main()
