@@ -123,8 +123,10 @@ def operations(rep: RunReport) -> None:
 def per_gpu(rep: RunReport) -> None:
     """Several processes (issue 12): each GPU measured next to its rank's prediction."""
     st.subheader(f"Per {'GPU' if rep.on_gpu else 'process'}: {rep.processes}")
-    with st.spinner("predicting each rank…"):
-        predicted = breakdown.rank_prediction_for(rep)
+    underway = st.empty()  # not st.spinner: see main()
+    underway.info("Predicting each rank…", icon=":material/hourglass_top:")
+    predicted = breakdown.rank_prediction_for(rep)
+    underway.empty()
     if predicted is not None:
         st.caption(predicted.line())
     spread = gpus_view.spread_line(rep)
@@ -173,8 +175,13 @@ def main() -> None:
         first_steps(rep, None, "anatomy_first_steps" if rep.on_gpu else "measured_first_steps")
     operations(rep)
     with predicted_sections:
-        with st.spinner("predicting: the training step on fake tensors…"):
-            prediction = breakdown.predicted(rep)
+        # A note of its own, not st.spinner: the spinner is a transient element, and one in a
+        # container written after the elements below it is drawn empty (seen in Chromium).
+        underway = st.empty()
+        underway.info("Predicting: the run's training step traced on fake tensors (seconds, "
+                      "the first time a run is opened)…", icon=":material/hourglass_top:")
+        prediction = breakdown.predicted(rep)
+        underway.empty()
         if isinstance(prediction, breakdown.NoPrediction):
             st.warning(f"No prediction: {prediction.reason}.")
         else:
