@@ -7,6 +7,7 @@ import os
 import sqlite3
 import sys
 
+from anatomy import __version__
 from anatomy.analysis.transformers_index import index_once
 from anatomy.cli import dashboard, edit, export, import_, predict, run, runs, show, sweep, watch
 from anatomy.cli.arguments import Parser
@@ -19,6 +20,7 @@ COMMANDS = (run, predict, runs, show, export, import_, sweep, watch, edit, dashb
 def parser() -> argparse.ArgumentParser:
     root = Parser(prog="anatomy", description="GPU memory during model training, phase "
                   "by phase (also: python -m anatomy)")
+    root.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = root.add_subparsers(dest="command", required=True, parser_class=Parser)
     for command in COMMANDS:
         command.register(commands)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import sys
 
+import pytest
+
 
 def test_every_help_names_the_store_the_command_would_use(tmp_path, monkeypatch):
     """One default store, said the same by every command that reads or writes one: the user's data
@@ -44,3 +46,16 @@ def test_the_html_export_without_the_dashboard_extra_names_it_in_one_line(seed, 
     assert cli.main(["export", str(run_id), "--format", "html", "--store", str(store.path)]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and 'pip install "anatomy[dashboard]"' in error, error
+
+
+def test_version_is_the_installed_distributions(capsys):
+    """`anatomy --version` answers what pip installed (pyproject reads anatomy.__version__), not a
+    usage error."""
+    from importlib.metadata import version
+
+    from anatomy.cli import main
+
+    with pytest.raises(SystemExit) as ended:
+        main(["--version"])
+    assert ended.value.code == 0
+    assert capsys.readouterr().out.strip() == f"anatomy {version('anatomy')}"
