@@ -6,11 +6,15 @@ with the caching allocator's history recorded; `<out>/<label>.json` holds the bl
 peak with their Python frames (`--cpp`: and the C++ frames that name the kernel, for blocks the
 autograd thread allocates, which have no Python frame). Anywhere (a CPU is enough), `--compare`
 traces the same configuration and lists, by size, the blocks alive at the predicted peak that the
-real peak lacks and the reverse.
+real peak lacks and the reverse. `--replay` feeds every action each recorded run's allocator
+took (`<label>.events.json.gz`) to the simulated allocator (anatomy/analysis/prediction/
+allocator.py) at that run's ceiling: whether it runs out of memory at the same request, and the
+reserve it ends with, next to the run's.
 
     python bench/peak_snapshot.py --out $OUT/snap "deit-base bf16 b64 adamw_torch" ...
     python bench/peak_snapshot.py --cpp --out $OUT/snap "efficientnet-b0 bf16 b64 adamw_torch"
     python bench/peak_snapshot.py --compare $OUT/snap
+    python bench/peak_snapshot.py --replay $OUT/snap
 """
 
 from __future__ import annotations
@@ -99,11 +103,56 @@ def compare(folder: Path) -> None:
         print(f"the real peak's last block: {' <- '.join(last[:3])}")
 
 
+def replay_recorded(events: list, ceiling: int) -> dict:
+    """A run's recorded allocator actions ([action, address, size, stream, frame] rows, as
+    gpu_child._write_events writes them) replayed through the simulated allocator with the
+    run's ceiling: "completed", or "oom" with the index and size of the request it refused (a
+    request the run refused, its `oom` action, is tried too); the reserve at the end."""
+    from anatomy.analysis.prediction.allocator import CachingAllocator, OutOfMemory
+
+    allocator = CachingAllocator(ceiling)
+    live = {}
+    for index, (action, address, size, *_) in enumerate(events):
+        try:
+            if action == "alloc":
+                live[address] = allocator.malloc(size)
+            elif action == "oom":
+                allocator.malloc(size)
+                return {"status": "held what the run refused", "at": index, "size": size,
+                        "reserved": allocator.stats.reserved}
+        except OutOfMemory:
+            return {"status": "oom", "at": index, "size": size,
+                    "reserved": allocator.stats.reserved}
+        if action == "free_completed" and address in live:
+            allocator.free(live.pop(address))
+    return {"status": "completed", "reserved": allocator.stats.reserved}
+
+
+def replay(folder: Path) -> None:
+    import gzip
+
+    for path in sorted(folder.glob("*.result.json")):
+        result = json.loads(path.read_text())
+        events = json.load(gzip.open(path.with_name(path.name.replace(".result.json",
+                                                                      ".events.json.gz")), "rt"))
+        memory = result["memory"]
+        refused = [(i, e[2]) for i, e in enumerate(events["events"]) if e[0] == "oom"][:1]
+        simulated = replay_recorded(events["events"], memory["ceiling"])
+        print(f"{result['label']}: ran {result['status']}"
+              f"{f' (refused {refused[0][1]:,} B at action {refused[0][0]})' if refused else ''}"
+              f", reserve {memory['reserved']:,} B; simulated {simulated['status']}"
+              + (f" ({simulated['size']:,} B at action {simulated['at']})"
+                 if "at" in simulated else "") + f", reserve {simulated['reserved']:,} B")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("labels", nargs="*", help="configurations as the grid labels them")
     parser.add_argument("--out", type=Path, help="record them here (on a GPU)")
     parser.add_argument("--compare", type=Path, help="a folder recorded before")
+    parser.add_argument("--replay", type=Path,
+                        help="a folder recorded before: its actions through the simulated "
+                             "allocator")
     parser.add_argument("--cpp", action="store_true",
                         help="record C++ stacks too (slower): they name the kernel of a block")
     args = parser.parse_args()
@@ -111,6 +160,8 @@ def main() -> int:
         record(args.labels, args.out, "all" if args.cpp else "python")
     if args.compare:
         compare(args.compare)
+    if args.replay:
+        replay(args.replay)
     return 0
 
 

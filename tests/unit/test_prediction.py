@@ -391,3 +391,121 @@ def test_the_edge_margin_is_the_largest_needed_plus_a_pad():
 
     assert edge_margin([-1.0, -1.0]) == 0.0005
     assert edge_margin([-1.0, 0.0058, 0.001]) == 0.0063
+
+
+def _traced_backward(build, cuda_kernels: bool = False) -> list[tuple]:
+    """The events of `build()(...)`'s backward pass (build returns the loss) traced on fake
+    tensors, with or without CUDA's kernels."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from anatomy.analysis.prediction.tracing.cuda import CudaKernels
+    from anatomy.analysis.prediction.tracing.tracker import LiveTensors
+
+    tracker = LiveTensors()
+    with FakeTensorMode():
+        with CudaKernels(DEFAULT, tracker) if cuda_kernels else nullcontext(), tracker:
+            loss = build()
+            begins = len(tracker.timeline.events)
+            loss.backward()
+    return tracker.timeline.events[begins:]
+
+
+class _SumsItself(torch.autograd.Function):
+    """A backward formula with a sum of its own: `grad * 2 + grad`, really allocated."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 1.0
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2 + grad
+
+
+def test_autograd_sums_two_gradients_of_one_input_in_place():
+    """An input that two operators use gets two gradients, which autograd's engine sums in
+    place when it holds the only reference (input_buffer.cpp): the run allocates no sum. Under
+    a dispatch mode, the tracker's, it sums out of place; the trace takes that allocation back
+    (ELECTRA-large bf16 at batch 265 on the H200: four 530 MiB fp32 sums per layer and step the
+    recorded actions lack). A sum a backward formula makes itself stays."""
+    from anatomy.analysis.prediction.tracing.tracker import ALLOC
+
+    n = 64 * 64 * 4
+    x = torch.randn(64, 64)  # the real engine, no mode: the sum is the first gradient's storage
+    x.requires_grad_()
+    h = x * 2
+    a, b = h * 3, h * 4
+    pointers = {}
+
+    def seen(name):
+        def hook(grad_inputs, grad_outputs):
+            pointers[name] = grad_inputs[0].data_ptr()
+        return hook
+
+    a.grad_fn.register_hook(seen("a"))
+    b.grad_fn.register_hook(seen("b"))
+    h.register_hook(lambda g: pointers.update(sum=g.data_ptr()))
+    (a.sum() + b.sum()).backward()
+    assert pointers["sum"] in (pointers["a"], pointers["b"])
+
+    def two_uses():
+        x = torch.randn(64, 64, requires_grad=True)
+        h = x * 2
+        return (h * 3).sum() + (h * 4).sum()
+
+    # each branch's gradient of h, then x's: no third, the sum
+    assert [e[2] for e in _traced_backward(two_uses) if e[0] == ALLOC and e[2] == n] == [n] * 3
+
+    def formula():
+        x = torch.randn(64, 64, requires_grad=True)
+        return _SumsItself.apply(x).sum()
+
+    # grad * 2, then its sum with grad: both allocated (the first, made by the formula, freed)
+    assert [e[2] for e in _traced_backward(formula) if e[0] == ALLOC and e[2] == n] == [n] * 2
+
+
+def test_cudas_dropout_allocates_its_mask_before_its_output():
+    """dropout_cuda (Dropout.cu) makes the 1-byte mask, then the output; as recorded on the
+    H200 (ELECTRA-large bf16 at 265: 138,936,320 B, then 555,745,280 B)."""
+    import torch.nn.functional as F
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from anatomy.analysis.prediction.tracing.cuda import CudaKernels
+    from anatomy.analysis.prediction.tracing.tracker import ALLOC, LiveTensors
+
+    tracker = LiveTensors()
+    with FakeTensorMode():
+        x = torch.randn(265 * 512, 1024)
+        with CudaKernels(DEFAULT, tracker), tracker:
+            F.dropout(x, 0.1, training=True)
+    assert [e[2] for e in tracker.timeline.events if e[0] == ALLOC] == \
+        [138_936_320, 555_745_280]
+
+
+@pytest.mark.parametrize("rows, features, buffer, staging, semaphores", [
+    (265 * 512, 1024, 4_194_304, 8_388_608, 32),  # ELECTRA-large bf16 at 265
+    (1916 * 197, 768, 4_193_280, 8_650_752, 24),  # DeiT-base bf16 at 1,916
+])
+def test_cudas_layer_norm_backward_sums_its_weights_gradients_in_parts(
+        rows, features, buffer, staging, semaphores):
+    """With many rows and few features, layer norm's backward (layer_norm_kernel.cu) writes
+    the weight's and the bias's gradients as partial sums, one (blocks × features) fp32 buffer
+    each, then sums each (a reduction with its own staging buffer and semaphores). The H200's
+    recorded actions: these bytes, in this order. With fewer rows than 64 Ki, none."""
+    from anatomy.analysis.prediction.tracing.layer_norm import backward_buffers
+
+    steps = backward_buffers((rows, features), 1, 4, 2, 132, 2048)
+    made = [int(size) for action, size in steps if action == "alloc" and size]
+    sum_ = [features * 4, staging, semaphores]
+    assert made == [buffer, buffer, *sum_, *sum_]
+    assert [a for a, _ in steps] == ["alloc"] * 2 + (["alloc"] * 4 + ["free"] * 4) * 2 + \
+        ["free"] * 2
+    assert not any(backward_buffers((2 * 512, features), 1, 4, 2, 132, 2048)[i][1]
+                   for i in range(10))
+
+
+def test_a_layer_norm_made_linear_sums_in_parts_as_its_own_trace():
+    """At batch sizes 2 and 3 layer norm's backward sums directly; a batch size made linear
+    from them, past 64 Ki rows, makes the partial buffers its own trace makes."""
+    options = RunOptions(preset="tiny", precision="bf16", seq_len=512, batch_size=1)
+    _made_linear_is_traced(options, 300)

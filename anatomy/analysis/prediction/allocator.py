@@ -9,6 +9,11 @@ segments, no max_split_size):
   for requests below 10 MiB (`MIN_LARGE_ALLOC`) and otherwise the request rounded up to 2 MiB
   (`ROUND_LARGE`);
 - a request takes the smallest cached free block that fits (the lowest address among equals);
+  a new segment lies below every segment before it, as cudaMalloc gave them on the H200 (in the
+  recorded runs of 2026-12-02 every large segment but a few after releases), so among equal
+  free blocks the newest segment's is taken. With the addresses in allocation order instead,
+  ELECTRA-large's recorded actions at batch 265 ended with one 266 MiB segment less than the
+  run reserved, and RegNet-Y-040's held a request the run refused;
   the rest of the block is split off when it is at least 512 B (small pool) or more than 1 MiB
   (large pool), otherwise the request keeps the whole block, and `memory_allocated` counts the
   block, not the request;
@@ -77,7 +82,7 @@ class CachingAllocator:
         self._free: dict[bool, list[tuple[int, int, _Block]]] = {True: [], False: []}
         self._segments: dict[int, _Block] = {}  # segment id -> its first block
         self._segment_sizes: dict[int, int] = {}
-        self._next_addr = 0
+        self._next_addr = 1 << 60  # new segments below it (cudaMalloc's order)
         self._next_segment = 0
 
     # --- the free lists: (size, address) order, so the first fit is the best fit ---
@@ -103,8 +108,8 @@ class CachingAllocator:
                                   f"{self.capacity}")
         segment = self._next_segment
         self._next_segment += 1
+        self._next_addr -= grow
         block = _Block(self._next_addr, grow, segment, small)
-        self._next_addr += grow
         self._segments[segment] = block
         self._segment_sizes[segment] = grow
         self.stats.reserved += grow

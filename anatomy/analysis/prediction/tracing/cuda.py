@@ -18,7 +18,7 @@ from the device's calibration (prediction/device_constants.py):
   chosen kernel's own operator runs, so its saved tensors and log-sum-exp buffers are the
   kernel's. The math kernel is written out (its fp32 upcast of 16-bit inputs, its s×s matrices);
 - **dropout**: CUDA's fused kernel keeps a 1-byte mask where the CPU keeps one of the input's
-  dtype (`native_dropout`);
+  dtype (`native_dropout`), and allocates it before its output (`_output_order`);
 - **cuBLAS workspaces**: the first matrix product of the forward pass (main thread) and of the
   backward pass (autograd's device thread) each allocate their handle's workspace through the
   caching allocator, for the life of the process;
@@ -35,6 +35,9 @@ from the device's calibration (prediction/device_constants.py):
   CPU's kernel makes none. On the math attention it is one more b × h × s × s matrix beside the
   gradients (log-softmax's backward makes none on either device); the math attention's
   `_safe_softmax` holds the plain softmax and a boolean of the -inf scores beside its result;
+- **layer norm's backward**: with many rows and few features it writes the weight's and the
+  bias's gradients as partial sums in buffers of their own, then sums them
+  (tracing/layer_norm.py);
 - **optimizers** pick torch's multi-tensor (foreach) kernels on CUDA tensors by themselves, and
   `clip_grad_norm_` too (trainer_step.py's `foreach=True`); the fused AdamW kernel is its own
   operator on either device.
@@ -54,6 +57,7 @@ from anatomy.analysis.prediction.device_constants import (
     mask_kind,
     sdpa_signature,
 )
+from anatomy.analysis.prediction.tracing import layer_norm
 from anatomy.analysis.prediction.tracing.reductions import REDUCTIONS, Staged, staging_buffers
 from anatomy.analysis.prediction.tracing.tracker import LiveTensors
 
@@ -111,6 +115,7 @@ class CudaKernels(TorchFunctionMode):
         self.tracker = tracker
         self.workspaces: set[str] = set()
         tracker.on_op = self._after_op
+        tracker.output_order = _output_order
         self.sdpa_calls: list[str] = []  # the kernel of each attention call, for the report
 
     # --- Python-level functions ---
@@ -213,16 +218,33 @@ class CudaKernels(TorchFunctionMode):
             self._scratch(_safe_softmax_scratch(args[0], out))
         elif func in REDUCTIONS:
             self._scratch(staging_buffers(func, args, *self.calibration.processors()))
+        elif func is aten.native_layer_norm_backward.default:
+            weights = [t for t in out[1:] if isinstance(t, torch.Tensor)]
+            if weights:
+                self._nested(layer_norm.backward_buffers(
+                    tuple(args[1].shape), len(args[2]), weights[0].element_size(),
+                    len(weights), *self.calibration.processors()))
 
     def _scratch(self, sizes: list[int]) -> None:
         """Buffers a kernel allocates one after the other beside its outputs and frees as it
-        returns."""
+        returns (the last made, the first freed: C++ frees its locals so)."""
+        self._nested([("alloc", size) for size in sizes] +
+                     [("free", size) for size in reversed(sizes)])
+
+    def _nested(self, steps: list[tuple[str, int]]) -> None:
+        """A kernel's own buffers, ("alloc", size) and ("free", size) in its order, each free
+        the latest buffer still held."""
         timeline = self.tracker.timeline
-        # A reduction's empty staging sizes stay (a batch size made linear from this one may
-        # stage there: reductions.Staged); the replay allocates nothing for 0 bytes.
-        tids = [timeline.alloc(size) for size in sizes if size or isinstance(size, Staged)]
-        for tid in tids:
-            timeline.free(tid)
+        held: list[int | None] = []
+        for action, size in steps:
+            if action == "alloc":
+                # Empty staging sizes stay (a batch size made linear from this one may stage
+                # there: reductions.Staged); the replay allocates nothing for 0 bytes.
+                held.append(timeline.alloc(size) if size or isinstance(size, Staged) else None)
+            else:
+                tid = held.pop()
+                if tid is not None:
+                    timeline.free(tid)
 
 
 class _Entered:
@@ -234,6 +256,14 @@ class _Entered:
 
     def __exit__(self, *exc):
         self.mode.__exit__(*exc)
+
+
+def _output_order(func, count: int) -> list[int] | None:
+    """The order CUDA's kernel allocates an operator's outputs in, where it is not the order
+    they are returned in: dropout's mask before its output (dropout_cuda, Dropout.cu)."""
+    if func is aten.native_dropout.default and count == 2:
+        return [1, 0]
+    return None
 
 
 def _any_lower(args) -> bool:

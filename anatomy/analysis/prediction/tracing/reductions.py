@@ -76,33 +76,56 @@ class Staged(int):
         return staged
 
     def __reduce__(self):
-        return Staged, (int(self), self.rule, self.part)
+        return type(self), (int(self), self.rule, self.part)
+
+    @staticmethod
+    def sizes(rule: tuple) -> tuple[int, ...]:
+        """Every size the rule gives, the one of `part` among them."""
+        return _sizes(*rule)
 
 
 def extrapolated(first, second, steps: int) -> int | None:
     """The size `steps` batch sizes beyond the first of two consecutive recordings' sizes,
-    when both are staging buffers of the same reduction (each size of its layout linear in the
-    batch size); None otherwise."""
-    if not (isinstance(first, Staged) and isinstance(second, Staged)) or \
+    when both are sizes of the same rule (a Staged kind: each number of its layout linear in
+    the batch size); None otherwise."""
+    if not (isinstance(first, Staged) and type(first) is type(second)) or \
             first.part != second.part or first.rule[1:] != second.rule[1:] or \
             len(first.rule[0]) != len(second.rule[0]):
         return None
     layout = tuple(tuple(x + (y - x) * steps for x, y in zip(a, b))
                    for a, b in zip(first.rule[0], second.rule[0]))
     rule = (layout, *second.rule[1:])
-    return Staged(_sizes(*rule)[second.part], rule, second.part)
+    return type(second)(second.sizes(rule)[second.part], rule, second.part)
+
+
+def contiguous_sum(shape: tuple[int, ...], reduced: set[int], element_size: int,
+                   multiprocessors: int, threads_per_multiprocessor: int) -> list[int]:
+    """`staging_buffers` of a sum over `reduced` of a contiguous tensor of `shape` that a
+    kernel makes itself (layer norm's backward sums its partial gradients so)."""
+    strides, stride = [], 1
+    for size in reversed(shape):
+        strides.insert(0, stride)
+        stride *= size
+    accumulator = 8 if element_size == 8 else 4
+    rule = (tuple(_layout_of(shape, strides, reduced)), element_size, accumulator, 0,
+            multiprocessors, threads_per_multiprocessor)
+    return [Staged(size, rule, part) for part, size in enumerate(_sizes(*rule))]
 
 
 def _layout(tensor, reduced: set[int]) -> list[tuple[int, int, int]]:
+    return _layout_of(tuple(tensor.shape), tuple(tensor.stride()), reduced)
+
+
+def _layout_of(shape, strides, reduced: set[int]) -> list[tuple[int, int, int]]:
     """TensorIterator's dimensions of the reduction, fastest first: (size, input stride,
     output stride) in elements, the output contiguous with 0 strides where reduced."""
     out_stride, out_strides = 1, {}
-    for d in reversed(range(tensor.dim())):
+    for d in reversed(range(len(shape))):
         if d not in reduced:
             out_strides[d] = out_stride
-            out_stride *= tensor.shape[d]
-    dims = [(tensor.shape[d], tensor.stride(d), out_strides.get(d, 0))
-            for d in range(tensor.dim()) if tensor.shape[d] != 1]
+            out_stride *= shape[d]
+    dims = [(shape[d], strides[d], out_strides.get(d, 0))
+            for d in range(len(shape)) if shape[d] != 1]
     # reorder_dimensions: the reduced dimensions first; each group by its strides
     dims.sort(key=lambda d: (d[2] != 0, d[2] if d[2] else d[1]))
     merged: list[tuple[int, int, int]] = []

@@ -14,11 +14,13 @@ import weakref
 from dataclasses import dataclass, field
 
 import torch
+from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_leaves
 from torch.utils.weak import WeakIdKeyDictionary
 
 ALLOC, FREE, MARK = 0, 1, 2
+_ADD = torch.ops.aten.add.Tensor
 
 
 @dataclass
@@ -62,6 +64,18 @@ class Timeline:
             self.loose.add(len(self.events) - 1)
         self.tags.append(tag)
 
+    def retract(self, tid: int) -> bool:
+        """Take back the allocation of `tid` when it is the latest event (a storage that the
+        real run never makes: see LiveTensors' accumulation)."""
+        if not self.events or self.events[-1][:2] != (ALLOC, tid):
+            return False
+        self.events.pop()
+        self.tags.pop()
+        self.growth.pop(len(self.events), None)
+        if self.layers is not None:
+            self.layers.of_tid.pop(tid, None)
+        return True
+
     def mark(self, label: str) -> None:
         self.events.append((MARK, 0, label))
         self.tags.append(None)
@@ -84,7 +98,22 @@ class LiveTensors(TorchDispatchMode):
     (weights built elsewhere); `storage_tid` finds a tensor's storage among the recorded ones.
 
     `on_op(func, args, outputs)`, when set, is called after every operator (the CUDA emulation
-    uses it to add what CUDA kernels allocate beside their outputs)."""
+    uses it to add what CUDA kernels allocate beside their outputs); `output_order(func, n)`,
+    when set, gives the order in which the kernel allocates an operator's n outputs (indices;
+    None: as they are returned).
+
+    **Gradients summed in place.** Where an input of the backward pass receives gradients from
+    two operators, autograd's engine sums them (torch/csrc/autograd/input_buffer.cpp,
+    `accumulate`): in place, `old.add_(new)`, when it holds the only reference to the first
+    (`can_accumulate_inplace`), else `old + new`. Under any Python dispatch mode — this one
+    included, on real tensors as on fake ones — it takes the second, so a trace would allocate a
+    gradient-sized sum the run without the mode never makes (ELECTRA-large at batch 265 on an
+    H200: four fp32 hidden-sized, 530 MiB, per layer and step). The engine's sum is recognised
+    by what only it does: an `add` in the backward pass, with gradients off, of two tensors of
+    one shape and dtype, the first dense and made before the operator whose outputs are being
+    summed, and freed as soon as the sum returns (the buffer held the only reference). Its
+    allocation is taken back and the sum continues under the first's storage id, as `add_`
+    would."""
 
     def __init__(self, timeline: Timeline | None = None, device: str = "cpu"):
         super().__init__()
@@ -94,6 +123,13 @@ class LiveTensors(TorchDispatchMode):
         self._refs: dict[int, weakref.ref] = {}
         self._lock = threading.Lock()
         self.on_op = None
+        self.output_order = None
+        # The autograd node running (the backward pass's operator), counted as they change, and
+        # the node of each storage made in the backward pass: what tells the engine's sum.
+        self._node_id: int | None = None
+        self._node_serial = 0
+        self._made_in: dict[int, int] = {}
+        self._summed: tuple[int, int, weakref.ref] | None = None  # (first's tid, sum's tid, sum)
 
     # --- recording ---
     def track(self, tensor, tag=None) -> int | None:
@@ -108,8 +144,12 @@ class LiveTensors(TorchDispatchMode):
         with self._lock:
             tid = self.timeline.alloc(storage.nbytes(), tag)
             self._tids[storage] = tid
-            self._refs[tid] = weakref.ref(storage, lambda _, tid=tid: self._freed(tid))
+            self._refs[tid] = self._watch(storage, tid)
+            self._made_in[tid] = self._node_serial
         return tid
+
+    def _watch(self, storage, tid: int) -> weakref.ref:
+        return weakref.ref(storage, lambda ref, tid=tid: self._freed(tid, ref))
 
     def adopt(self, tensor) -> int:
         """Follow a storage made outside the recorded events (its allocation is accounted for
@@ -121,7 +161,7 @@ class LiveTensors(TorchDispatchMode):
             if layers is not None and self._tids.get(storage) in layers.of_tid:
                 layers.of_tid[tid] = layers.of_tid[self._tids.get(storage)]
             self._tids[storage] = tid
-            self._refs[tid] = weakref.ref(storage, lambda _, tid=tid: self._freed(tid))
+            self._refs[tid] = self._watch(storage, tid)
         return tid
 
     def resized(self, tensor) -> None:
@@ -137,12 +177,35 @@ class LiveTensors(TorchDispatchMode):
                 self.timeline.free(held)
             tid = self.timeline.alloc(storage.nbytes())
             self._tids[storage] = tid
-            self._refs[tid] = weakref.ref(storage, lambda _, tid=tid: self._freed(tid))
+            self._refs[tid] = self._watch(storage, tid)
 
-    def _freed(self, tid: int) -> None:
+    def rebind(self, tensor, tid: int) -> None:
+        """A kernel replaced `tensor`'s storage by one it allocated as `tid` (recorded already):
+        the storage it held is freed now, `tid` when the tensor's storage goes."""
+        storage = tensor.untyped_storage()
         with self._lock:
-            if self._refs.pop(tid, None) is not None:
-                self.timeline.free(tid)
+            held = self._tids.get(storage)
+            if held is not None and self._refs.pop(held, None) is not None:
+                self.timeline.free(held)
+            self._tids[storage] = tid
+            self._refs[tid] = self._watch(storage, tid)
+            self._made_in[tid] = self._node_serial
+
+    def _freed(self, tid: int, ref: weakref.ref) -> None:
+        with self._lock:
+            if self._refs.get(tid) is not ref:
+                return  # its id passed to another storage (an in-place sum), or already freed
+            del self._refs[tid]
+            summed, self._summed = self._summed, None
+            if summed is not None and summed[0] == tid and summed[2]() is not None and \
+                    self.timeline.retract(summed[1]):
+                # The engine's sum: the real run added in place, into this storage
+                total = summed[2]()
+                self._tids[total] = tid
+                del self._refs[summed[1]]
+                self._refs[tid] = self._watch(total, tid)
+                return
+            self.timeline.free(tid)
 
     def storage_tid(self, tensor) -> int | None:
         if not isinstance(tensor, torch.Tensor):
@@ -150,6 +213,11 @@ class LiveTensors(TorchDispatchMode):
         return self._tids.get(tensor.untyped_storage())
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        node = torch._C._current_autograd_node()
+        if (None if node is None else id(node)) != self._node_id:
+            self._node_id = None if node is None else id(node)
+            self._node_serial += 1
+        self._summed = None
         out = func(*args, **(kwargs or {}))
         layers = self.timeline.layers
         tags = None if layers is None else layers.derived(func, args, kwargs or {}, out,
@@ -157,11 +225,32 @@ class LiveTensors(TorchDispatchMode):
         outputs = [t for t in _holding_memory(out) if isinstance(t, torch.Tensor)]
         if tags is not None and len(tags) != len(outputs):
             tags = None  # a wrapper's inner tensors: no layer to tell
-        for i, tensor in enumerate(outputs):
-            self.track(tensor, tags[i] if tags else None)
+        order = self.output_order(func, len(outputs)) if self.output_order else None
+        for i in order or range(len(outputs)):
+            self.track(outputs[i], tags[i] if tags else None)
         if self.on_op is not None:
             self.on_op(func, args, out)
+        if func is _ADD and node is not None:
+            self._summed = self._engine_sum(args, kwargs, out)
         return out
+
+    def _engine_sum(self, args, kwargs, out) -> tuple[int, int, weakref.ref] | None:
+        """The sum, when `add(*args)` may be autograd's engine summing two gradients (see the
+        class's doc); whether it is, the first's free tells (`_freed`)."""
+        if torch.is_grad_enabled() or kwargs or len(args) != 2 or \
+                not all(isinstance(t, torch.Tensor) for t in (*args, out)):
+            return None
+        first, second = args
+        if not (first.shape == second.shape == out.shape and
+                first.dtype == second.dtype == out.dtype) or \
+                not is_non_overlapping_and_dense_or_false(first) or \
+                first.untyped_storage().nbytes() != out.untyped_storage().nbytes():
+            return None
+        first_tid, out_tid = self.storage_tid(first), self.storage_tid(out)
+        if first_tid is None or out_tid is None or \
+                self._made_in.get(first_tid, -1) == self._node_serial:
+            return None  # made by the operator running: a sum inside its own formula
+        return first_tid, out_tid, weakref.ref(out.untyped_storage())
 
 
 def _holding_memory(out):

@@ -1,0 +1,58 @@
+"""The simulated caching allocator (anatomy/analysis/prediction/allocator.py) held to what the
+H200's allocator did: every action of six runs at the capacity's edge, recorded on 2026-12-02
+(docs/data/h200-2026-12-02/allocator-events*.tgz), replayed at each run's ceiling."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import tarfile
+from pathlib import Path
+
+from anatomy.analysis.prediction.allocator import CachingAllocator
+from bench.peak_snapshot import replay_recorded
+
+DATA = Path(__file__).resolve().parents[2] / "docs" / "data" / "h200-2026-12-02"
+MIB = 2**20
+
+
+def test_a_new_segment_lies_below_the_others_and_its_block_is_taken_first():
+    """cudaMalloc gave the H200's runs each new segment below the ones before: among free
+    blocks of one size, the lowest address is the newest segment's."""
+    allocator = CachingAllocator()
+    older, newer = allocator.malloc(30 * MIB), allocator.malloc(30 * MIB)
+    assert newer.addr < older.addr
+    allocator.free(older)
+    allocator.free(newer)
+    assert allocator.malloc(20 * MIB).segment == newer.segment
+
+
+def _recorded_runs(tmp_path: Path) -> dict[str, tuple[dict, dict]]:
+    runs = {}
+    for name in ("allocator-events.tgz", "allocator-events-2.tgz"):
+        with tarfile.open(DATA / name) as archive:
+            archive.extractall(tmp_path, filter="data")
+    for path in tmp_path.rglob("*.result.json"):
+        result = json.loads(path.read_text())
+        events = path.with_name(path.name.replace(".result.json", ".events.json.gz"))
+        with gzip.open(events, "rt") as file:
+            runs[result["label"]] = (result, json.load(file))
+    return runs
+
+
+def test_the_h200s_recorded_actions_end_as_the_runs_did(tmp_path):
+    """Fed every action a run's allocator took, the simulated one runs out of memory at the
+    request the run refused, or completes, and reserves what the run reserved, to the byte —
+    but for RegNet-Y-040, whose cuDNN asked for workspaces the GPU refused (each refusal
+    released the cache: actions the history does not hold), and which still runs out of memory
+    at the same 580,586,496 B request."""
+    runs = _recorded_runs(tmp_path)
+    assert len(runs) == 6
+    for label, (result, events) in runs.items():
+        simulated = replay_recorded(events["events"], result["memory"]["ceiling"])
+        refused = [(i, e[2]) for i, e in enumerate(events["events"]) if e[0] == "oom"][:1]
+        assert simulated["status"] == result["status"], label
+        if refused:
+            assert (simulated["at"], simulated["size"]) == refused[0], label
+        if not label.startswith("regnet"):
+            assert simulated["reserved"] == result["memory"]["reserved"], label
