@@ -464,6 +464,34 @@ def test_autograd_sums_two_gradients_of_one_input_in_place():
     assert [e[2] for e in _traced_backward(formula) if e[0] == ALLOC and e[2] == n] == [n] * 2
 
 
+def test_autograd_sums_into_a_view_out_of_place():
+    """The engine sums in place only into a storage it alone holds; a view shares its base's
+    (`storage().use_count()` 2): a tied embedding's weight gets the head's gradient as a
+    transpose, and the engine allocates the sum (Qwen2.5-1.5B fp32 with checkpointing on the
+    H200: predicted 890 MiB low while the trace summed it in place). The real engine, read by
+    torch's profiler (no dispatch mode), and the trace agree."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from anatomy.analysis.prediction.tracing.tracker import ALLOC
+
+    def tied():
+        torch.manual_seed(0)
+        embedding = torch.nn.Embedding(100, 16)
+        head = torch.nn.Linear(16, 100, bias=False)
+        head.weight = embedding.weight
+        return head(embedding(torch.randint(0, 100, (4, 8)))).sum()
+
+    loss = tied()
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as real:
+        loss.backward()
+    sums = [e.name for e in real.events()
+            if e.name in ("aten::add", "aten::add_") and e.input_shapes[:1] == [[100, 16]]]
+    assert sums == ["aten::add"]  # out of place: a new storage
+    # the embedding's gradient, the head's, and their sum
+    n = 100 * 16 * 4
+    assert [e[2] for e in _traced_backward(tied) if e[0] == ALLOC and e[2] == n] == [n] * 3
+
+
 def test_cudas_dropout_allocates_its_mask_before_its_output():
     """dropout_cuda (Dropout.cu) makes the 1-byte mask, then the output; as recorded on the
     H200 (ELECTRA-large bf16 at 265: 138,936,320 B, then 555,745,280 B)."""

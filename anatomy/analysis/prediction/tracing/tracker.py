@@ -110,8 +110,11 @@ class LiveTensors(TorchDispatchMode):
     gradient-sized sum the run without the mode never makes (ELECTRA-large at batch 265 on an
     H200: four fp32 hidden-sized, 530 MiB, per layer and step). The engine's sum is recognised
     by what only it does: an `add` in the backward pass, with gradients off, of two tensors of
-    one shape and dtype, the first dense and made before the operator whose outputs are being
-    summed, and freed as soon as the sum returns (the buffer held the only reference). Its
+    one shape and dtype, the first dense, not a view (a view shares its storage with its base:
+    `storage().use_count()` is 2, and the engine sums out of place — a tied embedding's two
+    gradients, the head's a transpose: 890 MiB for Qwen2.5-1.5B, measured on the H200), made
+    before the operator whose outputs are being summed, and freed as soon as the sum returns
+    (the buffer held the only reference). Its
     allocation is taken back and the sum continues under the first's storage id, as `add_`
     would."""
 
@@ -243,7 +246,7 @@ class LiveTensors(TorchDispatchMode):
         first, second = args
         if not (first.shape == second.shape == out.shape and
                 first.dtype == second.dtype == out.dtype) or \
-                not is_non_overlapping_and_dense_or_false(first) or \
+                not is_non_overlapping_and_dense_or_false(first) or first._is_view() or \
                 first.untyped_storage().nbytes() != out.untyped_storage().nbytes():
             return None
         first_tid, out_tid = self.storage_tid(first), self.storage_tid(out)
