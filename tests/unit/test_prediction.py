@@ -510,6 +510,35 @@ def test_cudas_dropout_allocates_its_mask_before_its_output():
         [138_936_320, 555_745_280]
 
 
+def test_cudas_autocast_runs_cross_entropys_log_softmax_in_the_inputs_dtype():
+    """CUDA's autocast lists nll_loss, not cross_entropy_loss (the CPU's lists both): a bf16
+    input's log-probabilities stay bf16, and nll_loss gets an fp32 copy of them. As recorded on
+    the H200 (Flan-T5-small bf16 s512 at 224, each step: 7,369,392,128 B then 14,738,784,256 B
+    and the loss's two scalars; in the backward pass nll_loss's fp32 gradient, then two bf16
+    ones, the copy's and log_softmax's). The CPU's order made the first block fp32 too."""
+    import torch.nn.functional as F
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from anatomy.analysis.prediction.tracing.cuda import CudaKernels
+    from anatomy.analysis.prediction.tracing.tracker import ALLOC, MARK, LiveTensors
+
+    tracker = LiveTensors()
+    with FakeTensorMode():
+        logits = torch.randn(224 * 512, 32128, dtype=torch.bfloat16, requires_grad=True)
+        labels = torch.randint(0, 32128, (224 * 512,))
+        with CudaKernels(DEFAULT, tracker), tracker:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = F.cross_entropy(logits, labels)
+            tracker.timeline.mark("backward")
+            loss.backward()
+    events = tracker.timeline.events
+    backward = next(i for i, e in enumerate(events) if e[0] == MARK)
+    made = [[e[2] for e in part if e[0] == ALLOC and e[2] > 4]
+            for part in (events[:backward], events[backward:])]
+    assert made == [[7_369_392_128, 14_738_784_256],
+                    [14_738_784_256, 7_369_392_128, 7_369_392_128]]
+
+
 @pytest.mark.parametrize("rows, features, buffer, staging, semaphores", [
     (265 * 512, 1024, 4_194_304, 8_388_608, 32),  # ELECTRA-large bf16 at 265
     (1916 * 197, 768, 4_193_280, 8_650_752, 24),  # DeiT-base bf16 at 1,916

@@ -17,6 +17,9 @@ from the device's calibration (prediction/device_constants.py):
   calibrated device's (`DeviceCalibration.sdpa_backend`, queried from torch on that GPU), and the
   chosen kernel's own operator runs, so its saved tensors and log-sum-exp buffers are the
   kernel's. The math kernel is written out (its fp32 upcast of 16-bit inputs, its s×s matrices);
+- **cross entropy**: the CPU's autocast runs `cross_entropy_loss` in fp32, CUDA's only its
+  nll_loss: a 16-bit input's log-probabilities stay 16-bit, and the fp32 copy is theirs
+  (`_cross_entropy`);
 - **dropout**: CUDA's fused kernel keeps a 1-byte mask where the CPU keeps one of the input's
   dtype (`native_dropout`), and allocates it before its output (`_output_order`);
 - **cuBLAS workspaces**: the first matrix product of the forward pass (main thread) and of the
@@ -50,6 +53,7 @@ from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F
+from torch.nn import _reduction as _Reduction
 from torch.overrides import TorchFunctionMode
 
 from anatomy.analysis.prediction.device_constants import (
@@ -125,6 +129,8 @@ class CudaKernels(TorchFunctionMode):
             return self._attention(*args, **kwargs)
         if func is F.dropout:
             return self._dropout(*args, **kwargs)
+        if func is F.cross_entropy and torch.is_autocast_enabled("cpu"):
+            return _cross_entropy(*args, **kwargs)
         if torch.is_autocast_enabled("cpu"):
             dtype = torch.get_autocast_dtype("cpu")
             if func in CUDA_FP32:
@@ -264,6 +270,25 @@ def _output_order(func, count: int) -> list[int] | None:
     if func is aten.native_dropout.default and count == 2:
         return [1, 0]
     return None
+
+
+def _cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100,
+                   reduce=None, reduction="mean", label_smoothing=0.0):
+    """`cross_entropy_loss` as CUDA's autocast runs it: the CPU's lists it (an fp32 copy of the
+    input, then log_softmax in fp32), CUDA's does not, so its parts run as they are listed there
+    (aten/src/ATen/native/LossNLL.cpp): log_softmax in the input's own dtype (the loss passes
+    it), then nll_loss, an fp32 operator, on an fp32 copy of that. Class-index targets without
+    label smoothing; the other forms run as the CPU runs them."""
+    if (input.dtype not in LOWER_PRECISION or target.is_floating_point() or label_smoothing):
+        return F.cross_entropy(input, target, weight, size_average, ignore_index, reduce,
+                               reduction, label_smoothing)
+    if size_average is not None or reduce is not None:
+        reduction = _Reduction.legacy_get_string(size_average, reduce)
+    with torch.autocast("cpu", enabled=False):
+        log_probs = torch.log_softmax(input, 0 if input.dim() == 1 else 1, dtype=input.dtype)
+        return torch._C._nn.nll_loss_nd(log_probs.float(),
+                                        target, None if weight is None else weight.float(),
+                                        _Reduction.get_enum(reduction), ignore_index)
 
 
 def _any_lower(args) -> bool:
