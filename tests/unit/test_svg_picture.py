@@ -191,6 +191,18 @@ def test_a_rule_and_its_label_stand_where_the_figure_puts_them():
     assert _numbers(_texts(root, "x-tick"))[0] == -5
 
 
+def test_a_notes_box_has_the_colour_the_figure_gives_it():
+    import plotly.graph_objects as go
+
+    figure = go.Figure(go.Scatter(x=[0, 1, 2], y=[1, 2, 3], mode="lines", name="run 1"))
+    figure.add_annotation(x=1, y=2, text="given", ax=30, ay=-30, showarrow=True,
+                          bgcolor="rgba(255,255,255,0.9)")
+    figure.add_annotation(x=2, y=3, text="not given", ax=-30, ay=20, showarrow=True)
+    boxes = {g.find("s:text", NS).text: g.find("s:rect", NS).get("fill")
+             for g in _all(_of(figure), "g") if g.get("class") == "point-label"}
+    assert boxes == {"given": "rgba(255,255,255,0.9)", "not given": svg.FALLBACK_NOTE_FILL}
+
+
 def test_bars_side_by_side_and_a_waterfalls_running_totals():
     import plotly.graph_objects as go
 

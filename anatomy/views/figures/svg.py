@@ -643,6 +643,11 @@ def _anchored(x: float, box: float, anchor: str | None, default: str) -> float:
     return {"start": x, "middle": x - box / 2, "end": x - box}[side]
 
 
+# A note's box where the figure gives it no colour: the curve behind shows faintly (Plotly's own
+# box would be transparent, and its text would cross the curve).
+FALLBACK_NOTE_FILL = "rgba(255,255,255,0.85)"
+
+
 def _annotations(figure: go.Figure, x_axis: Axis, y_axis: Axis) -> list[str]:
     """The figure's labels: those with an arrow to a point (the memory at a phase's end, a note on
     the curve), then those set at a height of the plot (the bands' names, a row each as the figure
@@ -664,7 +669,7 @@ def _annotations(figure: go.Figure, x_axis: Axis, y_axis: Axis) -> list[str]:
                    f'<line x1="{x:.1f}" y1="{y:.1f}" x2="{tail_x:.1f}" y2="{tail_y:.1f}" '
                    f'stroke="{CURVE_COLOUR}"/>'
                    f'<rect x="{left:.1f}" y="{tail_y - 9:.1f}" width="{box:.0f}" '
-                   f'height="18" fill="white" fill-opacity="0.85" '
+                   f'height="18" fill="{note.bgcolor or FALLBACK_NOTE_FILL}" '
                    f'stroke="{note.bordercolor or CURVE_COLOUR}" stroke-width="1.5"/>'
                    f'<text x="{left + box / 2:.1f}" y="{tail_y + 4:.1f}" text-anchor="middle"'
                    f'{weight} fill="{CURVE_COLOUR}">{escape(text)}</text></g>')
