@@ -8,12 +8,21 @@ out (batch sizes 2 and 3 traced for an H200 on this CPU, made linear).
   data-dependent scratch, 186 MiB). The trace allocated 11 % more until 2026-12-02 (96 sums of
   530 MiB a step that autograd's engine makes in place).
 - Replayed at the run's ceiling, the simulated allocator ends with the reserve the run ended
-  with, to the byte (with new segments at rising addresses it ended 279 MiB short)."""
+  with, to the byte (with new segments at rising addresses it ended 279 MiB short).
+
+And at the runs the edge turned on (allocator-events-3.tgz, -5.tgz): ELECTRA-large at 266, which
+ran out of memory in its third step after releasing its cache once in the second (the trace did
+not until cuBLAS's forward workspaces were two blocks, 32 MiB and 1 MiB, not one of 33 MiB), and
+Flan-T5-small bf16 s512 at 224, which ran, and 228, which ran out of memory asking for the fp32
+copy of its logits (the trace made its log-probabilities fp32 too until CUDA's autocast of
+cross entropy was followed)."""
 
 from __future__ import annotations
 
+import pytest
+
 from anatomy.analysis.prediction import memory, replay
-from anatomy.analysis.prediction.allocator import CachingAllocator
+from anatomy.analysis.prediction.allocator import CachingAllocator, OutOfMemory
 from bench.prediction_grid import Config
 from tests.unit.test_caching_allocator import _recorded_runs
 
@@ -49,10 +58,16 @@ def _traced_steps(events: list[tuple]) -> list[int]:
 
 
 def _end_reserve(events: list[tuple], ceiling: int) -> int:
+    """The reserve the simulated allocator ends with; a request it refuses: OutOfMemory, with
+    the request and the reserve then as `refused` and `reserved`."""
     allocator, live = CachingAllocator(ceiling), {}
     for kind, tid, value in events:
         if kind == replay.ALLOC and value:
-            live[tid] = allocator.malloc(value)
+            try:
+                live[tid] = allocator.malloc(value)
+            except OutOfMemory as error:
+                error.refused, error.reserved = value, allocator.stats.reserved
+                raise
         elif kind == replay.FREE and tid in live:
             allocator.free(live.pop(tid))
         elif kind == replay.MARK and value == replay.EMPTY_CACHE:
@@ -73,3 +88,35 @@ def test_electra_at_the_edge_is_laid_out_as_the_h200_ran_it(tmp_path):
     for real, trace in zip(recorded, _traced_steps(traced)):
         assert abs(trace - real) < 0.0005 * real
     assert _end_reserve(traced, result["memory"]["ceiling"]) == result["memory"]["reserved"]
+
+
+def _traced(label: str) -> list[tuple]:
+    """The run of `label` as "What fits" lays it out (batch sizes 2 and 3, made linear)."""
+    config = Config.from_label(label)
+    options = config.options()
+    sizes = memory.BatchSizes(options, "cuda", memory.calibration_for("cuda", "NVIDIA H200"))
+    recording = sizes._recording(config.batch_size)
+    assert sizes.linear
+    return list(replay.stream(recording, sizes.steps, options.grad_accum))
+
+
+@pytest.mark.parametrize("label, archive", [
+    ("electra-large bf16 b266 s512 adamw_torch", "allocator-events-3.tgz"),
+    ("flan-t5-small bf16 b224 s512 adamw_torch", "allocator-events-5.tgz"),
+    ("flan-t5-small bf16 b228 s512 adamw_torch", "allocator-events-5.tgz"),
+])
+def test_at_the_edge_the_trace_ends_as_the_h200s_run_did(tmp_path, label, archive):
+    """Replayed at the run's ceiling, the trace completes where the run completed, with its
+    reserve to the byte, and runs out of memory where it did, at the request it refused, with
+    its reserve then (to the byte for ELECTRA; one 2 MiB segment apart for Flan-T5 at 228)."""
+    result, events = _recorded_runs(tmp_path, (archive,))[label]
+    memory_ = result["memory"]
+    traced = _traced(label)
+    if result["status"] == "completed":
+        assert _end_reserve(traced, memory_["ceiling"]) == memory_["reserved"]
+        return
+    refused = next(size for action, _, size, *_ in events["events"] if action == "oom")
+    with pytest.raises(OutOfMemory) as error:
+        _end_reserve(traced, memory_["ceiling"])
+    assert error.value.refused == refused
+    assert abs(error.value.reserved - memory_["reserved"]) <= 2 * MIB

@@ -27,9 +27,10 @@ def test_a_new_segment_lies_below_the_others_and_its_block_is_taken_first():
     assert allocator.malloc(20 * MIB).segment == newer.segment
 
 
-def _recorded_runs(tmp_path: Path) -> dict[str, tuple[dict, dict]]:
+def _recorded_runs(tmp_path: Path, archives: tuple[str, ...] = (
+        "allocator-events.tgz", "allocator-events-2.tgz")) -> dict[str, tuple[dict, dict]]:
     runs = {}
-    for name in ("allocator-events.tgz", "allocator-events-2.tgz"):
+    for name in archives:
         with tarfile.open(DATA / name) as archive:
             archive.extractall(tmp_path, filter="data")
     for path in tmp_path.rglob("*.result.json"):

@@ -24,7 +24,8 @@ from the device's calibration (prediction/device_constants.py):
   dtype (`native_dropout`), and allocates it before its output (`_output_order`);
 - **cuBLAS workspaces**: the first matrix product of the forward pass (main thread) and of the
   backward pass (autograd's device thread) each allocate their handle's workspace through the
-  caching allocator, for the life of the process;
+  caching allocator, for the life of the process, and the forward's a cuBLASLt one beside it
+  (`_workspaces`);
 - **attention backward buffers**: the flash / efficient / cuDNN backward kernels allocate
   scratch (flash's fp32 dq accumulator, cuDNN's workspace) beside their outputs, freed when they
   return: bytes per element of the query, calibrated per kernel;
@@ -206,9 +207,7 @@ class CudaKernels(TorchFunctionMode):
             thread = "backward" if torch._C._current_autograd_node() is not None else "forward"
             if thread not in self.workspaces:
                 self.workspaces.add(thread)
-                size = (self.calibration.workspace_backward_bytes if thread == "backward"
-                        else self.calibration.workspace_forward_bytes)
-                if size:
+                for size in _workspaces(self.calibration, thread):
                     self.tracker.timeline.persistent.add(self.tracker.timeline.alloc(size))
         elif func in ATTENTION_BACKWARD:
             grad_query, grad_key = out[0], out[1]
@@ -262,6 +261,21 @@ class _Entered:
 
     def __exit__(self, *exc):
         self.mode.__exit__(*exc)
+
+
+def _workspaces(calibration: DeviceCalibration, thread: str) -> list[int]:
+    """The blocks a thread's first matrix product allocates for the life of the process: its
+    cuBLAS handle's workspace (the backward thread's whole figure), and on the forward thread
+    beside it the cuBLASLt workspace of the linear layers' fused bias (what the forward's
+    figure holds beyond the backward's), two blocks as the H200's actions show (33,554,432 B,
+    then 1,048,576 B), not one: the second falls in the small pool."""
+    handle = calibration.workspace_backward_bytes
+    if thread == "backward":
+        return [handle] if handle else []
+    total = calibration.workspace_forward_bytes
+    if not handle or total <= handle:
+        return [total] if total else []
+    return [handle, total - handle]
 
 
 def _output_order(func, count: int) -> list[int] | None:
