@@ -46,13 +46,14 @@ def test_the_h200s_recorded_actions_end_as_the_runs_did(tmp_path):
     request the run refused, or completes, and reserves what the run reserved, to the byte —
     but for RegNet-Y-040, whose cuDNN asked for workspaces the GPU refused (each refusal
     released the cache: actions the history does not hold), and which still runs out of memory
-    at the same 580,586,496 B request. Nineteen runs: ELECTRA-large, DeiT-base, Flan-T5-small,
-    RegNet-Y-040, EfficientNet-B0 and Llama-2-7B LoRA at their edges, eight of them out of
+    at the same 580,586,496 B request. Thirty-eight runs: ELECTRA-large, DeiT-base, Flan-T5-small,
+    RegNet-Y-040, EfficientNet-B0 and Llama-2-7B LoRA at their edges, and the six configurations
+    of the out-of-sample check (edge-out-of-sample.md) at theirs, seventeen of them out of
     memory."""
     runs = _recorded_runs(tmp_path, tuple(sorted(p.name for p in DATA.glob(
         "allocator-events*.tgz"))))
-    assert len(runs) == 19
-    assert sum(result["status"] == "oom" for result, _ in runs.values()) == 8
+    assert len(runs) == 38
+    assert sum(result["status"] == "oom" for result, _ in runs.values()) == 17
     for label, (result, events) in runs.items():
         simulated = replay_recorded(events["events"], result["memory"]["ceiling"])
         refused = [(i, e[2]) for i, e in enumerate(events["events"]) if e[0] == "oom"][:1]
