@@ -64,7 +64,10 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         print(f"error: cannot serve on {args.host}:{args.port}: {refusal}", file=sys.stderr)
         return 2
     shown = "localhost" if args.host in ("0.0.0.0", "::") else args.host
-    print(f"anatomy dashboard: http://{shown}:{args.port} · store {path}", flush=True)
+    # The pid, because the process becomes Streamlit's (below): `kill PID` stops it, where a
+    # search for "anatomy dashboard" among the processes finds nothing.
+    print(f"anatomy dashboard: http://{shown}:{args.port} · store {path} · pid {os.getpid()} "
+          "(Ctrl-C stops it)", flush=True)
     command = [sys.executable, "-m", "streamlit", "run", str(ENTRY),
                "--server.address", args.host, "--server.port", str(args.port),
                *(f"--{key}={value}" for key, value in SETTINGS.items())]

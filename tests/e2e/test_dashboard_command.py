@@ -25,7 +25,8 @@ def test_it_serves_the_store_it_names_from_any_directory_and_ends_with_its_serve
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         first = server.stdout.readline().strip()
-        assert first == f"anatomy dashboard: http://localhost:{port} · store {store}"
+        assert first == (f"anatomy dashboard: http://localhost:{port} · store {store} · pid "
+                         f"{server.pid} (Ctrl-C stops it)")  # the pid that serves: see below
         deadline = time.monotonic() + 60
         while True:
             try:
