@@ -103,6 +103,11 @@ def compare(folder: Path) -> None:
         print(f"the real peak's last block: {' <- '.join(last[:3])}")
 
 
+def first_refusal(events: list) -> tuple[int, int] | None:
+    """(index, size) of the first request a recorded run's allocator refused, or None."""
+    return next(((i, e[2]) for i, e in enumerate(events) if e[0] == "oom"), None)
+
+
 def replay_recorded(events: list, ceiling: int) -> dict:
     """A run's recorded allocator actions ([action, address, size, stream, frame] rows, as
     gpu_child._write_events writes them) replayed through the simulated allocator with the
@@ -136,10 +141,10 @@ def replay(folder: Path) -> None:
         events = json.load(gzip.open(path.with_name(path.name.replace(".result.json",
                                                                       ".events.json.gz")), "rt"))
         memory = result["memory"]
-        refused = [(i, e[2]) for i, e in enumerate(events["events"]) if e[0] == "oom"][:1]
+        refused = first_refusal(events["events"])
         simulated = replay_recorded(events["events"], memory["ceiling"])
         print(f"{result['label']}: ran {result['status']}"
-              f"{f' (refused {refused[0][1]:,} B at action {refused[0][0]})' if refused else ''}"
+              f"{f' (refused {refused[1]:,} B at action {refused[0]})' if refused else ''}"
               f", reserve {memory['reserved']:,} B; simulated {simulated['status']}"
               + (f" ({simulated['size']:,} B at action {simulated['at']})"
                  if "at" in simulated else "") + f", reserve {simulated['reserved']:,} B")

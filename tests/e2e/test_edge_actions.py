@@ -22,7 +22,7 @@ from __future__ import annotations
 import pytest
 
 from anatomy.analysis.prediction import memory, replay
-from anatomy.analysis.prediction.allocator import CachingAllocator, OutOfMemory
+from bench.peak_snapshot import first_refusal
 from bench.prediction_grid import Config
 from tests.unit.test_caching_allocator import _recorded_runs
 
@@ -57,37 +57,21 @@ def _traced_steps(events: list[tuple]) -> list[int]:
     return steps
 
 
-def _end_reserve(events: list[tuple], ceiling: int) -> int:
-    """The reserve the simulated allocator ends with; a request it refuses: OutOfMemory, with
-    the request and the reserve then as `refused` and `reserved`."""
-    allocator, live = CachingAllocator(ceiling), {}
-    for kind, tid, value in events:
-        if kind == replay.ALLOC and value:
-            try:
-                live[tid] = allocator.malloc(value)
-            except OutOfMemory as error:
-                error.refused, error.reserved = value, allocator.stats.reserved
-                raise
-        elif kind == replay.FREE and tid in live:
-            allocator.free(live.pop(tid))
-        elif kind == replay.MARK and value == replay.EMPTY_CACHE:
-            allocator.empty_cache()
-    return allocator.stats.reserved
+def _replayed(events: list[tuple], ceiling: int) -> replay.Measurement:
+    """The trace through the simulated allocator at the run's ceiling, as "What fits" walks it."""
+    return replay.measure(events, cuda=True, capacity=ceiling)
 
 
 def test_electra_at_the_edge_is_laid_out_as_the_h200_ran_it(tmp_path):
     result, events = _recorded_runs(tmp_path)[LABEL]
-    config = Config.from_label(LABEL)
-    options = config.options()
-    sizes = memory.BatchSizes(options, "cuda", memory.calibration_for("cuda", "NVIDIA H200"))
-    traced = list(replay.stream(sizes._recording(config.batch_size), sizes.steps,
-                                options.grad_accum))
-    assert sizes.linear
+    traced = _traced(LABEL)
     recorded = _recorded_steps(events)
     assert len(recorded) == len(_traced_steps(traced)) == 3
     for real, trace in zip(recorded, _traced_steps(traced)):
         assert abs(trace - real) < 0.0005 * real
-    assert _end_reserve(traced, result["memory"]["ceiling"]) == result["memory"]["reserved"]
+    replayed = _replayed(traced, result["memory"]["ceiling"])
+    assert not replayed.out_of_memory
+    assert replayed.final_reserved == result["memory"]["reserved"]
 
 
 def _traced(label: str) -> list[tuple]:
@@ -112,11 +96,11 @@ def test_at_the_edge_the_trace_ends_as_the_h200s_run_did(tmp_path, label, archiv
     result, events = _recorded_runs(tmp_path, (archive,))[label]
     memory_ = result["memory"]
     traced = _traced(label)
+    replayed = _replayed(traced, memory_["ceiling"])
     if result["status"] == "completed":
-        assert _end_reserve(traced, memory_["ceiling"]) == memory_["reserved"]
+        assert not replayed.out_of_memory
+        assert replayed.final_reserved == memory_["reserved"]
         return
-    refused = next(size for action, _, size, *_ in events["events"] if action == "oom")
-    with pytest.raises(OutOfMemory) as error:
-        _end_reserve(traced, memory_["ceiling"])
-    assert error.value.refused == refused
-    assert abs(error.value.reserved - memory_["reserved"]) <= 2 * MIB
+    assert replayed.out_of_memory
+    assert replayed.refused == first_refusal(events["events"])[1]
+    assert abs(replayed.final_reserved - memory_["reserved"]) <= 2 * MIB

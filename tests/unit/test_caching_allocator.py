@@ -10,7 +10,7 @@ import tarfile
 from pathlib import Path
 
 from anatomy.analysis.prediction.allocator import CachingAllocator
-from bench.peak_snapshot import replay_recorded
+from bench.peak_snapshot import first_refusal, replay_recorded
 
 DATA = Path(__file__).resolve().parents[2] / "docs" / "data" / "h200-2026-12-02"
 MIB = 2**20
@@ -56,9 +56,9 @@ def test_the_h200s_recorded_actions_end_as_the_runs_did(tmp_path):
     assert sum(result["status"] == "oom" for result, _ in runs.values()) == 17
     for label, (result, events) in runs.items():
         simulated = replay_recorded(events["events"], result["memory"]["ceiling"])
-        refused = [(i, e[2]) for i, e in enumerate(events["events"]) if e[0] == "oom"][:1]
+        refused = first_refusal(events["events"])
         assert simulated["status"] == result["status"], label
         if refused:
-            assert (simulated["at"], simulated["size"]) == refused[0], label
+            assert (simulated["at"], simulated["size"]) == refused, label
         if label != "regnet-y-040 fp32 b1349 sgd":
             assert simulated["reserved"] == result["memory"]["reserved"], label

@@ -150,6 +150,8 @@ class Measurement:
     final_allocated: int = 0
     largest_request: int = 0  # the largest single allocation once training begins
     out_of_memory: bool = False
+    refused: int = 0  # the request the allocator could not hold (out of memory), bytes
+    final_reserved: int = 0  # the allocator's reserve at the end (or when it ran out)
 
     def activations(self, step: int) -> int:
         """Allocated at the end of the step's last forward pass over its start (the probe's)."""
@@ -178,7 +180,7 @@ def measure(events, cuda: bool, capacity: int | None = None) -> Measurement:
                 try:
                     live[tid] = allocator.malloc(value)
                 except OutOfMemory:
-                    result.out_of_memory = True
+                    result.out_of_memory, result.refused = True, value
                     break
                 allocated = allocator.stats.allocated
             else:
@@ -219,4 +221,5 @@ def measure(events, cuda: bool, capacity: int | None = None) -> Measurement:
     result.peak_allocated = peak
     result.peak_reserved = allocator.stats.peak_reserved if allocator else peak
     result.final_allocated = allocated
+    result.final_reserved = allocator.stats.reserved if allocator else allocated
     return result

@@ -83,15 +83,13 @@ def bytes_per_parameter(rep: RunReport, prediction) -> None:
           " copies in each forward pass, so they show up in the activations, not the weights.")
 
 
-def first_steps(rep: RunReport, expected: breakdown.CpuPeak | None, key: str) -> None:
+def first_steps(rep: RunReport, samples, steps, expected: breakdown.CpuPeak | None,
+                key: str) -> None:
     st.subheader("The first steps of training")
-    db = server.store()
-    steps = db.steps(rep.id)
     if rep.training is None:
         st.info(view.no_training(rep))
         return
-    widgets.chart(figures.first_steps_figure(rep, db.samples(rep.id, rep.gpu), steps,
-                                             expected=expected), key)
+    widgets.chart(figures.first_steps_figure(rep, samples, steps, expected=expected), key)
     if expected is not None:
         st.caption("On the curve's own axis, the CPU prediction: the dotted line is what the "
                    "process held before training beyond its weights (the interpreter, torch's "
@@ -170,9 +168,13 @@ def main() -> None:
     # its training step (seconds in a fresh server: torch and transformers imported, then the
     # trace; docs/BENCHMARKS.md), and the measured curve needs none of it. The sections keep
     # their order on the page: each is written into its own place.
-    predicted_sections, ranks, steps = st.container(), st.container(), st.empty()
-    with steps.container():  # a GPU run's curve is final: a CPU run's has its prediction drawn
-        first_steps(rep, None, "anatomy_first_steps" if rep.on_gpu else "measured_first_steps")
+    # Read once: a CPU run's curve is drawn twice (without, then with its prediction).
+    steps = db.steps(rep.id)
+    samples = db.samples(rep.id, rep.gpu) if rep.training is not None else []
+    predicted_sections, ranks, curve = st.container(), st.container(), st.empty()
+    with curve.container():  # a GPU run's curve is final: a CPU run's has its prediction drawn
+        first_steps(rep, samples, steps, None,
+                    "anatomy_first_steps" if rep.on_gpu else "measured_first_steps")
     operations(rep)
     with predicted_sections:
         # A note of its own, not st.spinner: the spinner is a transient element, and one in a
@@ -186,7 +188,7 @@ def main() -> None:
             st.warning(f"No prediction: {prediction.reason}.")
         else:
             if not rep.started_by_anatomy:
-                st.caption(view.user_run_basis(rep, db.steps(rep.id)))
+                st.caption(view.user_run_basis(rep, steps))
             measured_and_predicted(rep, prediction)
             peak_section(rep, prediction)
             bytes_per_parameter(rep, prediction)
@@ -196,7 +198,7 @@ def main() -> None:
     if not rep.on_gpu:  # on its own axis, what the process holds by the prediction
         expected = (None if isinstance(prediction, breakdown.NoPrediction) else
                     breakdown.cpu_peak(rep, prediction))
-        with steps.container():
-            first_steps(rep, expected, "anatomy_first_steps")
+        with curve.container():
+            first_steps(rep, samples, steps, expected, "anatomy_first_steps")
 
 main()

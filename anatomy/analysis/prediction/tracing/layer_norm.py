@@ -20,6 +20,7 @@ modelled as freed where the kernel frees the gradient it replaces: the same size
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 
 from anatomy.analysis.prediction.tracing.reductions import Staged, contiguous_sum
@@ -59,12 +60,8 @@ def backward_buffers(input_shape, normalized: int, element_size: int, gradients:
     """What `native_layer_norm_backward` allocates beside its outputs on CUDA, in order, for
     `gradients` (0, 1 or 2) of the weight and the bias of `element_size` bytes: ("alloc" |
     "free", size). Every size is a Partials (0 where none is made)."""
-    features = 1
-    for size in input_shape[len(input_shape) - normalized:]:
-        features *= size
-    rows = 1
-    for size in input_shape[:len(input_shape) - normalized]:
-        rows *= size
+    split = len(input_shape) - normalized
+    rows, features = math.prod(input_shape[:split]), math.prod(input_shape[split:])
     rule = (((rows, 0, 0), (features, 0, 0)), element_size, processors, threads)
     sizes = Partials.sizes(rule)
 
