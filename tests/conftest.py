@@ -23,9 +23,14 @@ import pytest
 
 from anatomy.analysis import transfer
 from anatomy.analysis.options import FIELDS, RunOptions
+from anatomy.analysis.transformers_index import index_once
 from anatomy.engine import nvml
 from anatomy.engine.manager import LOCK_DIR_ENV, RunManager
 from anatomy.store import STORE_ENV, Message, PhaseMark, Sample, Step, Store
+
+# Before anything loads transformers: its model folders' index from the session's cache folder
+# (set below, before the tests are collected), as anatomy's own processes have it.
+index_once()
 
 PROJECT = Path(__file__).resolve().parent.parent
 TIERS = ("unit", "e2e")

@@ -3,6 +3,7 @@ are not needed."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -53,9 +54,10 @@ def test_a_cold_prediction_skips_the_trainer_module_and_its_first_recording_is_i
     assert _printed(probe)[:2] == ["True True", "[]"]
 
 
-def test_a_cli_process_indexes_transformers_models_once():
+def test_a_cli_process_indexes_transformers_models_once_and_the_next_reads_the_index(tmp_path):
     """`anatomy`'s processes read transformers' model folders once (analysis/transformers_index.py),
-    and the models load as before."""
+    the next process not at all (the index is kept in the cache folder), and the models load as
+    before."""
     probe = (
         "import sys\n"
         "from anatomy.analysis.transformers_index import index_once\n"
@@ -65,14 +67,17 @@ def test_a_cli_process_indexes_transformers_models_once():
         "from transformers.utils import import_utils\n"
         "print(AutoConfig.for_model('llama').model_type, gpt2.GPT2Config.model_type,\n"
         "      LlamaForCausalLM.__name__)\n"
-        "folders = import_utils.create_import_structure_from_path.cache_info().misses\n"
-        "print(500 < folders < 1000)")
-    assert _printed(probe)[:2] == ["llama gpt2 LlamaForCausalLM", "True"]
+        "print(import_utils.create_import_structure_from_path.cache_info().misses)")
+    env = {**os.environ, "ANATOMY_CACHE": str(tmp_path)}
+    first, second = (_printed(probe, env) for _ in range(2))
+    assert first[0] == second[0] == "llama gpt2 LlamaForCausalLM"
+    assert 500 < int(first[1]) < 1000  # each model folder once
+    assert int(second[1]) < 20  # the few folders transformers reads outside its models
 
 
-def _printed(probe: str) -> list[str]:
+def _printed(probe: str, env: dict | None = None) -> list[str]:
     """The lines a fresh interpreter prints running `probe` from the project (it must exit 0)."""
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                            cwd=PROJECT, timeout=300)
+                            cwd=PROJECT, timeout=300, env=env)
     assert result.returncode == 0, result.stderr
     return result.stdout.split("\n")

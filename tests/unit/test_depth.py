@@ -12,6 +12,7 @@ import json
 import pytest
 
 from anatomy.analysis import models
+from anatomy.analysis.cache import CACHE_ENV
 from anatomy.analysis.options import RunOptions
 from anatomy.analysis.prediction import PredictionError, layers, predict, recordings
 from anatomy.analysis.prediction.device_constants import DEFAULT
@@ -59,7 +60,7 @@ def test_a_model_too_deep_is_refused_in_one_line_at_once(tmp_path):
 
 
 def test_a_recording_asked_again_comes_from_the_disk(tmp_path, monkeypatch):
-    monkeypatch.setenv(recordings.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     spec = models.resolve("tiny-gpt2")
     step = ("fp32", False, 1, "sgd", 2, 8)
     first = recordings.recording(spec, step, device="cpu", calibration=None, steps=2)
@@ -69,6 +70,6 @@ def test_a_recording_asked_again_comes_from_the_disk(tmp_path, monkeypatch):
     assert canonical(again) == canonical(first)
     other = dataclasses.replace(spec, config={**spec.config, "n_embd": 32})  # same name
     monkeypatch.undo()
-    monkeypatch.setenv(recordings.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     recordings.recording(other, step, device="cpu", calibration=None, steps=2)
     assert len(list(tmp_path.glob("*.recording"))) == 2  # the config, not its name, keys it

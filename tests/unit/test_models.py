@@ -332,3 +332,64 @@ def test_transformers_models_index_made_from_its_first_is_the_one_it_makes_again
     assert models_index(cached, folder) == made_again
     assert sum(len(modules) for modules in made_again.values()) > 1000  # every model's modules
     assert "llama.modeling_llama" in made_again[frozenset({"torch"})]
+def test_transformers_index_read_from_the_cache_is_the_one_it_makes(tmp_path, monkeypatch):
+    """The index kept in the cache folder, read back by the next process, is transformers' own
+    made from its files: every backend, module and name."""
+    import inspect
+    from pathlib import Path
+
+    import transformers
+    from transformers.utils import import_utils
+
+    from anatomy.analysis.transformers_index import INDEX_FILE, stored_index
+
+    monkeypatch.setenv("ANATOMY_CACHE", str(tmp_path))
+    own = inspect.unwrap(import_utils.define_import_structure,
+                         stop=lambda f: hasattr(f, "cache_info")).__wrapped__  # uncached
+    folder = Path(transformers.__file__).parent / "models"
+    made = own(folder, prefix="models")
+    calls = []
+
+    def define(path, prefix=None):
+        calls.append(path)
+        return own(path, prefix)
+
+    assert stored_index(define, folder) == made and len(calls) == 1  # made, then kept
+    assert (tmp_path / INDEX_FILE).is_file()
+    assert stored_index(define, folder) == made and len(calls) == 1  # read back
+
+
+def test_the_kept_index_is_made_again_when_a_model_file_changes(tmp_path, monkeypatch):
+    """Another transformers (a file added, edited or gone under its model folders) is another
+    index; an unreadable cache file is made again."""
+    from anatomy.analysis.transformers_index import INDEX_FILE, stored_index
+
+    monkeypatch.setenv("ANATOMY_CACHE", str(tmp_path / "cache"))
+    models = tmp_path / "models"
+    (models / "llama").mkdir(parents=True)
+    (models / "llama" / "modeling_llama.py").write_text("__all__ = ['LlamaModel']\n")
+    made = []
+
+    def define(path, prefix=None):
+        made.append(sorted(p.name for p in models.rglob("*.py")))
+        return {frozenset({"torch"}): {f"{prefix}.{name}": {"X"} for name in made[-1]}}
+
+    def index():
+        return stored_index(define, models)
+
+    first = index()
+    assert index() == first and len(made) == 1
+    (models / "llama" / "configuration_llama.py").write_text("__all__ = ['LlamaConfig']\n")
+    assert index() != first and len(made) == 2  # a file added
+    (models / "llama" / "configuration_llama.py").write_text("__all__ = ['LlamaConfig2']\n")
+    index()
+    assert len(made) == 3  # a file edited (its size)
+    (tmp_path / "cache" / INDEX_FILE).write_text("{not json")
+    assert index() == made_index(made) and len(made) == 4  # unreadable: made again
+    assert index() == made_index(made) and len(made) == 4
+
+
+def made_index(made: list) -> dict:
+    return {frozenset({"torch"}): {f"models.{name}": {"X"} for name in made[-1]}}
+
+

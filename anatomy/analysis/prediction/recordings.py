@@ -1,8 +1,7 @@
 """A run's recording, as fast as it can be had: from the disk cache, else traced — at a small
 depth and extrapolated (layers.py) where the model's layers repeat, else in full — and cached.
 
-The cache (`$ANATOMY_CACHE`, else the user's cache directory: `$XDG_CACHE_HOME/anatomy` or
-~/.cache/anatomy; "off" turns it off) keeps one file per recording, named by a hash of all that
+The cache (analysis/cache.py's folder) keeps one file per recording, named by a hash of all that
 makes it: the model's config itself (not its name), the options the memory depends on, the
 device's kernels and constants, the steps, the versions of torch, transformers, peft and
 accelerate, and the source of the prediction and the model building (a change to either is a
@@ -23,23 +22,13 @@ from importlib import metadata
 from pathlib import Path
 
 from anatomy.analysis import models
+from anatomy.analysis.cache import cache_dir
 from anatomy.analysis.prediction import layers
 from anatomy.analysis.prediction.device_constants import DeviceCalibration
 from anatomy.analysis.prediction.replay import Recording
 
-CACHE_ENV = "ANATOMY_CACHE"
 CACHE_FILES = 256
 _SOURCES = (Path(__file__).parent, Path(models.__file__))
-
-
-def cache_dir() -> Path | None:
-    chosen = os.environ.get(CACHE_ENV, "")
-    if chosen.lower() == "off":
-        return None
-    if chosen:
-        return Path(chosen)
-    base = os.environ.get("XDG_CACHE_HOME", "")
-    return (Path(base) if os.path.isabs(base) else Path.home() / ".cache") / "anatomy"
 
 
 @lru_cache(maxsize=1)

@@ -1,0 +1,20 @@
+"""Where anatomy keeps what it can make again but would rather not: `$ANATOMY_CACHE`, else the
+user's cache directory (`$XDG_CACHE_HOME/anatomy` or ~/.cache/anatomy); "off" turns it off.
+Every file in it is made again when it is missing, unreadable or stale."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+CACHE_ENV = "ANATOMY_CACHE"
+
+
+def cache_dir() -> Path | None:
+    chosen = os.environ.get(CACHE_ENV, "")
+    if chosen.lower() == "off":
+        return None
+    if chosen:
+        return Path(chosen)
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    return (Path(base) if os.path.isabs(base) else Path.home() / ".cache") / "anatomy"
