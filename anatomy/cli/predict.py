@@ -132,7 +132,8 @@ def _print_batch_fit(options: RunOptions, device: str, gpu_name: str | None, tot
                           "peak_at_may_fit": fit.peak_at_may_fit, "at_limit": fit.at_limit,
                           "limit": fit.limit, "device": device, "gpu": gpu_name,
                           "total": total, "tried": list(fit.searched),
-                          "linear": not fit.exact}, indent=2))
+                          "linear": not fit.exact, "convolutions": fit.convolutions},
+                         indent=2))
     else:
         print(fit.line(where))
     return 0 if fit.batch_size is not None else 1

@@ -583,3 +583,34 @@ def test_a_layer_norm_made_linear_sums_in_parts_as_its_own_trace():
     from them, past 64 Ki rows, makes the partial buffers its own trace makes."""
     options = RunOptions(preset="tiny", precision="bf16", seq_len=512, batch_size=1)
     _made_linear_is_traced(options, 300)
+
+
+def test_a_convolution_network_keeps_the_convolution_margin_a_vit_does_not(tmp_path):
+    """cuDNN's workspaces are not traced (tracing/cuda.py): "What fits" keeps the device's
+    convolution margin free in the share of the forward passes' results the convolutions make —
+    most of a ResNet's, next to nothing of a ViT's (its one patch embedding) — and says why."""
+    from anatomy.analysis.prediction import BatchSizes
+
+    config = {"model_type": "resnet", "architectures": ["ResNetForImageClassification"],
+              "embedding_size": 8, "hidden_sizes": [8, 16], "depths": [1, 1],
+              "layer_type": "basic", "image_size": 32, "num_labels": 10}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    resnet, vit = RunOptions(model=str(path)), RunOptions(model="tiny-vit")
+    shares = [BatchSizes(o, "cuda", DEFAULT).convolution_share for o in (resnet, vit)]
+    assert shares[0] > 0.15 and 0 < shares[1] < 0.02
+    assert BatchSizes(resnet, "cpu", None).convolution_share == 0  # the CPU's convolutions: traced
+    measured = BatchSizes(resnet, "cuda", DEFAULT).measure(64)  # the capacity: batch 64's reserve
+    total = round((measured.peak_reserved + DEFAULT.context_bytes + DEFAULT.outside_bytes)
+                  * DEFAULT.total_bytes / DEFAULT.usable(DEFAULT.total_bytes))
+
+    def fit(margin: float):
+        calibration = dataclasses.replace(DEFAULT, edge_margin=0.0, convolution_margin=margin)
+        return max_batch_size(resnet, device="cuda", total=total, calibration=calibration)
+
+    without, kept = fit(0.0), fit(0.1)
+    assert without.batch_size == without.may_fit and 64 <= without.batch_size < 128, without
+    assert kept.may_fit == without.may_fit and kept.batch_size < without.batch_size
+    assert kept.uncertain and kept.convolutions
+    assert "cuDNN chooses its convolutions' workspaces" in kept.line("the GPU")
+    assert "cuDNN" not in without.line("the GPU")

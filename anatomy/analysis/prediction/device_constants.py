@@ -27,6 +27,11 @@ prediction is judged on), one JSON file per device model in prediction/calibrati
   *may* fit when it does not run out of memory there, and *fits* when it does not run out with
   `edge_margin` (a fraction of the capacity) less. Fitted on runs at the capacity's edge
   (`edge_fitting_set`): the smallest margin that no run that ran out of memory passes.
+- `convolution_margin`: the same for the cuDNN workspaces of a run's convolutions, which the
+  trace does not know (tracing/cuda.py): the largest batch size sure to fit keeps this fraction
+  of the capacity free, times the share of the forward passes' results the convolutions make
+  (a ViT's one patch embedding: ~0; a convolution network's: most). Fitted on runs with
+  convolutions at the capacity's edge (`convolution_fitting_set`).
 
 Without a file for a device, `DEFAULT` holds the H200 figures of docs/MEASUREMENTS.md (measured
 before calibration existed) and says so wherever it is used. Imports no torch.
@@ -129,6 +134,8 @@ class DeviceCalibration:
     usable_bytes: int | None = None  # None: total_bytes less DEFAULT's share for the driver
     edge_margin: float = 0.01
     edge_fitting_set: tuple[str, ...] = ()
+    convolution_margin: float = 0.06  # uncalibrated: above the H200's (5.44 %)
+    convolution_fitting_set: tuple[str, ...] = ()
     multiprocessors: int | None = None  # None: DEFAULT's
     threads_per_multiprocessor: int | None = None
 
@@ -160,6 +167,7 @@ class DeviceCalibration:
         out = asdict(self)
         out["calibration_set"] = list(self.calibration_set)
         out["edge_fitting_set"] = list(self.edge_fitting_set)
+        out["convolution_fitting_set"] = list(self.convolution_fitting_set)
         return out
 
     @classmethod
@@ -168,6 +176,7 @@ class DeviceCalibration:
         values = {k: v for k, v in data.items() if k in known}
         values["calibration_set"] = tuple(values.get("calibration_set", ()))
         values["edge_fitting_set"] = tuple(values.get("edge_fitting_set", ()))
+        values["convolution_fitting_set"] = tuple(values.get("convolution_fitting_set", ()))
         return cls(**values)
 
     def save(self, directory: Path = CALIBRATION_DIR) -> Path:

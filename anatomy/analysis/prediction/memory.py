@@ -282,6 +282,7 @@ class BatchFit:
     may_fit: int | None = None  # the largest that may fit (>= batch_size)
     peak_at_may_fit: int | None = None
     limit: int = BATCH_SIZE_LIMIT  # the batch size option's largest value
+    convolutions: bool = False  # the margin is cuDNN's convolutions' (their workspaces unknown)
 
     @property
     def at_limit(self) -> bool:
@@ -314,6 +315,8 @@ class BatchFit:
             return text + "; the batch size option's limit: larger sizes were not tried"
         if self.uncertain:
             text += f"; {self.may_fit} is within {self.margin():.1%} of capacity — may not"
+            if self.convolutions:
+                text += " (cuDNN chooses its convolutions' workspaces as it runs)"
         return text
 
 
@@ -371,6 +374,7 @@ class BatchSizes:
         self._measured: dict[int, replay.Measurement] = {}
         self._capped: dict[tuple[int, int], bool] = {}
         self._recorded = {batch: self._record(batch) for batch in (LINEAR_FROM, LINEAR_FROM + 1)}
+        self.convolution_share = self._recorded[LINEAR_FROM].convolution_share  # on a GPU
 
     def _record(self, batch: int) -> replay.Recording:
         return _recording(replace(self.shape, batch_size=batch), self.device, self.calibration,
@@ -429,6 +433,12 @@ def max_batch_size(options: RunOptions, *, device: str = "cuda", total: int,
     sure = round(constants.edge_margin * capacity) if device == "cuda" else 0
     least = 0
     sizes = BatchSizes(options, device, calibration)
+    # cuDNN's convolution workspaces are chosen as the run goes (tracing/cuda.py): the device's
+    # convolution margin (fitted on runs with convolutions at the edge) stays free, in the share
+    # the convolutions make of the forward passes' results.
+    convolutions = round(constants.convolution_margin * sizes.convolution_share * capacity) \
+        if device == "cuda" else 0
+    sure = max(sure, convolutions)
 
     def fits(batch: int, margin: int) -> bool:
         return not sizes.out_of_memory(batch, capacity - margin)
@@ -446,7 +456,8 @@ def max_batch_size(options: RunOptions, *, device: str = "cuda", total: int,
     fit = may if not may or sure <= least else _bisect(
         0, may + 1, lambda batch: fits(batch, sure))
     return BatchFit(fit or None, capacity, device, sizes.peak(fit), tuple(sizes.tried),
-                    not sizes.linear, may_fit=may or None, peak_at_may_fit=sizes.peak(may))
+                    not sizes.linear, may_fit=may or None, peak_at_may_fit=sizes.peak(may),
+                    convolutions=convolutions > 0 and convolutions >= sure)
 
 
 def _bisect(low: int, high: int, fits) -> int:

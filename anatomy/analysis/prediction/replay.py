@@ -52,6 +52,9 @@ class Recording:
     gradient_bytes: int
     optimizer_state_bytes: int
     attention_kernels: tuple[str, ...] = ()
+    # What convolutions made of the forward passes' results (tracing/cuda.py: cuDNN's workspaces,
+    # not traced, grow with them).
+    convolution_share: float = 0.0
     max_tid: int = 0
     # An FSDP rank's trace (tracing/fsdp.py): the storages of its collectives, by kind.
     fsdp_buffers: dict[str, frozenset[int]] = field(default_factory=dict)

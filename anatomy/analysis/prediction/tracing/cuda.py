@@ -42,6 +42,13 @@ from the device's calibration (prediction/device_constants.py):
 - **layer norm's backward**: with many rows and few features it writes the weight's and the
   bias's gradients as partial sums in buffers of their own, then sums them
   (tracing/layer_norm.py);
+- **convolutions** are not CUDA's: cuDNN picks an engine for each convolution as it runs, from
+  heuristics that neither PyTorch's source nor a CPU can tell, and allocates that engine's
+  workspace (up to five times the output on the H200: RegNet's grouped convolutions) through the
+  caching allocator, trying the next engine where it does not fit (aten/src/ATen/native/cudnn/
+  Conv_v8.cpp, `try_configs`). The trace keeps what share of the forward passes' results the
+  convolutions made (`convolution_share`); "What fits" keeps that share of the device's
+  convolution margin free (device_constants.py);
 - **optimizers** pick torch's multi-tensor (foreach) kernels on CUDA tensors by themselves, and
   `clip_grad_norm_` too (trainer_step.py's `foreach=True`); the fused AdamW kernel is its own
   operator on either device.
@@ -110,6 +117,18 @@ def _cast_floats(value, dtype, only_from=None):
     return value
 
 
+def _bytes_of(value) -> int:
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, (list, tuple)):
+        return sum(_bytes_of(v) for v in value)
+    return 0
+
+
+CONVOLUTIONS = frozenset({F.conv1d, F.conv2d, F.conv3d, F.conv_transpose1d, F.conv_transpose2d,
+                          F.conv_transpose3d})
+
+
 class CudaKernels(TorchFunctionMode):
     """Replaces, during a trace, what the CPU would run by what CUDA runs (the module's list).
     `tracker` receives the allocations CUDA kernels make beside their outputs."""
@@ -122,10 +141,23 @@ class CudaKernels(TorchFunctionMode):
         tracker.on_op = self._after_op
         tracker.output_order = _output_order
         self.sdpa_calls: list[str] = []  # the kernel of each attention call, for the report
+        # The bytes of the forward passes' results, and of the convolutions' among them: cuDNN's
+        # workspaces, not traced, grow with the convolutions' outputs.
+        self.output_bytes = self.convolution_bytes = 0
 
     # --- Python-level functions ---
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
+        out = self._function(func, args, kwargs or {})
+        # The forward passes' results (the optimizer's step runs without gradients), not a
+        # tensor's attributes read (`.grad`, `.data`: the same storages again).
+        if torch.is_grad_enabled() and getattr(func, "__name__", "") != "__get__":
+            made = _bytes_of(out)
+            self.output_bytes += made
+            if func in CONVOLUTIONS:
+                self.convolution_bytes += made
+        return out
+
+    def _function(self, func, args, kwargs):
         if func is F.scaled_dot_product_attention:
             return self._attention(*args, **kwargs)
         if func is F.dropout:
@@ -142,6 +174,10 @@ class CudaKernels(TorchFunctionMode):
             elif func in CUDA_LOWER_PRECISION:
                 args = _cast_floats(args, dtype)
         return func(*args, **kwargs)
+
+    def convolution_share(self) -> float:
+        """What convolutions made of the forward passes' results, in bytes (0 without any)."""
+        return self.convolution_bytes / self.output_bytes if self.output_bytes else 0.0
 
     def _dropout(self, input, p=0.5, training=True, inplace=False):
         if not training or p == 0.0:
