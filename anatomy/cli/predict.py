@@ -27,14 +27,15 @@ def register(commands: argparse._SubParsersAction) -> None:
                          help="the kernels and allocator to assume (default: this machine's)")
     predict.add_argument("--gpu-model", metavar="NAME",
                          help="the GPU whose calibrated constants to use, e.g. 'NVIDIA H200' "
-                              "(default: this machine's GPU)")
+                              "(default: this machine's GPU); implies --device cuda")
     predict.set_defaults(func=cmd_predict)
 
 
 def _prediction_target(args: argparse.Namespace, info) -> tuple[str, str | None, int]:
     """The device kind a prediction assumes, the GPU model whose constants it takes, and the
-    memory that device has: this machine's, unless --device / --gpu-model say otherwise."""
-    device = args.device or ("cuda" if info.has_gpu else "cpu")
+    memory that device has: this machine's, unless --device / --gpu-model say otherwise (a GPU
+    model named is a GPU's prediction, on a machine without one too)."""
+    device = args.device or ("cuda" if info.has_gpu or args.gpu_model else "cpu")
     if device == "cpu":
         return device, None, info.ram_total
     gpu = info.devices[args.gpu or 0] if info.has_gpu and (args.gpu or 0) < info.gpu_count \
@@ -55,6 +56,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
         print(f"error: --gpu-model: {args.gpu_model!r} has no calibrated constants; calibrated:"
               f" {', '.join(repr(name) for name in device_constants.calibrated())}",
               file=sys.stderr)
+        return 2
+    if args.gpu_model is not None and args.device == "cpu":
+        print(f"error: --gpu-model {args.gpu_model!r} names a GPU, and --device cpu predicts for "
+              "this machine's RAM: leave one out", file=sys.stderr)
         return 2
     info = machine()
     options = options_from_args(args, info.gpu_count > 0)
