@@ -56,7 +56,9 @@ def in_process(work) -> tuple[float, float]:
     return time.perf_counter() - started, time.process_time() - cpu
 
 
-def summary(name: str, runs: list[tuple[float, float]]) -> dict:
+def summary(name: str, runs: list[tuple[float, float]]) -> dict | None:
+    if not runs:
+        return None
     walls, cpus = [r[0] for r in runs], [r[1] for r in runs]
     return {"case": name, "runs": len(runs), "wall_min": round(min(walls), 2),
             "wall_median": round(statistics.median(walls), 2), "cpu_min": round(min(cpus), 2),
@@ -148,6 +150,7 @@ def main() -> int:
           f"{os.getloadavg()[0]:.1f} at the end")
     print("| case | runs | wall min (s) | wall median | CPU min (s) | CPU median |")
     print("|---|---:|---:|---:|---:|---:|")
+    rows = [row for row in rows if row is not None]  # a case asked 0 times: not measured
     for row in rows:
         print(f"| {row['case']} | {row['runs']} | {row['wall_min']} | {row['wall_median']} | "
               f"{row['cpu_min']} | {row['cpu_median']} |")

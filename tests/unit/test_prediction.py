@@ -589,7 +589,7 @@ def test_a_convolution_network_keeps_the_convolution_margin_a_vit_does_not(tmp_p
     """cuDNN's workspaces are not traced (tracing/cuda.py): "What fits" keeps the device's
     convolution margin free in the share of the forward passes' results the convolutions make —
     most of a ResNet's, next to nothing of a ViT's (its one patch embedding) — and says why."""
-    from anatomy.analysis.prediction import BatchSizes
+    from anatomy.analysis.prediction import BatchSizes, memory
 
     config = {"model_type": "resnet", "architectures": ["ResNetForImageClassification"],
               "embedding_size": 8, "hidden_sizes": [8, 16], "depths": [1, 1],
@@ -597,9 +597,13 @@ def test_a_convolution_network_keeps_the_convolution_margin_a_vit_does_not(tmp_p
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     resnet, vit = RunOptions(model=str(path)), RunOptions(model="tiny-vit")
-    shares = [BatchSizes(o, "cuda", DEFAULT).convolution_share for o in (resnet, vit)]
-    assert shares[0] > 0.15 and 0 < shares[1] < 0.02
-    assert BatchSizes(resnet, "cpu", None).convolution_share == 0  # the CPU's convolutions: traced
+
+    def share(options: RunOptions, device: str) -> float:
+        return memory._recording(memory._shape_of(options), device,
+                                 DEFAULT if device == "cuda" else None, 1).convolution_share
+
+    assert share(resnet, "cuda") > 0.15 and 0 < share(vit, "cuda") < 0.02
+    assert share(resnet, "cpu") == 0  # the CPU's convolutions: traced as they run
     measured = BatchSizes(resnet, "cuda", DEFAULT).measure(64)  # the capacity: batch 64's reserve
     total = round((measured.peak_reserved + DEFAULT.context_bytes + DEFAULT.outside_bytes)
                   * DEFAULT.total_bytes / DEFAULT.usable(DEFAULT.total_bytes))
