@@ -630,9 +630,61 @@ def check_config_class(spec: ModelSpec) -> None:
     if "transformers" in sys.modules:
         refusal = config_class_refusal(spec.name, text)
     else:
-        refusal = _config_class_refusal_apart(spec.name, text)
+        refusal = _kept_refusal(spec.name, text)
     if refusal:
         raise ModelError(refusal)
+
+
+CHECKS_FILE = "config-checks.json"  # in the cache folder (analysis/cache.py)
+CHECKS_KEPT = 256
+
+
+def _kept_refusal(name: str, config_text: str) -> str | None:
+    """The child interpreter's verdict on a config (`_config_class_refusal_apart`: ~4 CPU s,
+    transformers and torch loaded), kept in the cache folder: a user who starts their model's
+    runs again and again (a batch size, then another) waits for it once. The key is the config,
+    its name, transformers' version and this module's source."""
+    from importlib import metadata
+
+    from anatomy.analysis.cache import cache_dir
+
+    folder = cache_dir()
+    try:
+        version = metadata.version("transformers")
+    except metadata.PackageNotFoundError:
+        version = ""
+    import hashlib
+
+    key = hashlib.sha256(json.dumps([name, config_text, version]).encode()
+                         + Path(__file__).read_bytes()).hexdigest()
+    path = folder / CHECKS_FILE if folder is not None else None
+    kept: dict = {}
+    if path is not None:
+        try:
+            kept = json.loads(path.read_text())
+            if key in kept and isinstance(kept[key], (str, type(None))):
+                return kept[key]
+        except (OSError, ValueError, AttributeError):
+            kept = {}
+    refusal, known = _config_class_refusal_apart(name, config_text)
+    if path is not None and known:
+        kept = {k: v for k, v in kept.items() if k != key} if isinstance(kept, dict) else {}
+        kept[key] = refusal
+        _write_kept(path, dict(list(kept.items())[-CHECKS_KEPT:]))
+    return refusal
+
+
+def _write_kept(path: Path, kept: dict) -> None:
+    import tempfile
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False,
+                                         suffix=".part") as file:
+            json.dump(kept, file)
+        os.replace(file.name, path)
+    except OSError:
+        pass  # a cache that cannot be written is a slower start, not a failed one
 
 
 def config_class_refusal(name: str, config_text: str) -> str | None:
@@ -697,7 +749,8 @@ def check_inputs(spec: ModelSpec) -> None:
 
 
 @lru_cache(maxsize=64)
-def _config_class_refusal_apart(name: str, config_text: str) -> str | None:
+def _config_class_refusal_apart(name: str, config_text: str) -> tuple[str | None, bool]:
+    """(the refusal or None, whether the child gave a verdict: it ran to its end)."""
     import subprocess
     import sys
 
@@ -710,9 +763,9 @@ def _config_class_refusal_apart(name: str, config_text: str) -> str | None:
                               env={**os.environ, "PYTHONPATH": os.pathsep.join(
                                   filter(None, (root, os.environ.get("PYTHONPATH"))))})
     except (OSError, subprocess.TimeoutExpired):
-        return None  # the run finds out itself, and fails in one line
+        return None, False  # the run finds out itself, and fails in one line
     lines = done.stdout.strip().splitlines() if done.returncode == 0 else []
-    return lines[-1] if lines else None
+    return (lines[-1] if lines else None), done.returncode == 0
 
 
 def token_range(spec: ModelSpec, vocab: int | None = None) -> tuple[int, int]:

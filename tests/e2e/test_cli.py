@@ -5,8 +5,10 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -134,13 +136,19 @@ def test_a_config_its_config_class_refuses_is_one_line_and_starts_nothing(tmp_pa
     is stored, as `predict` refuses it."""
     config = json.loads((PROJECT / "anatomy/analysis/configs/tiny-llama.json").read_text())
     (tmp_path / "config.json").write_text(json.dumps({**config, "rms_norm_eps": "x"}))
+    refusal = (f"model: {tmp_path.name}: transformers refuses the config: Validation error "
+               "for field 'rms_norm_eps': TypeError: Field 'rms_norm_eps' expected float, got str "
+               "(value: 'x')")
     for result in (anatomy("run", "--model", str(tmp_path), store=tmp_path / "s.sqlite"),
                    predict("--model", str(tmp_path))):
         assert result.returncode == 2
-        assert result.stderr.strip().splitlines() == [
-            f"error: model: {tmp_path.name}: transformers refuses the config: Validation error "
-            "for field 'rms_norm_eps': TypeError: Field 'rms_norm_eps' expected float, got str "
-            "(value: 'x')"]
+        assert result.stderr.strip().splitlines() == [f"error: {refusal}"]
+    # `run` had a child interpreter judge it (the CLI loads no torch), and kept its verdict in
+    # the cache folder: the next `run` of the same config reads it, with no child of ~4 CPU s.
+    kept = json.loads((Path(os.environ["ANATOMY_CACHE"]) / "config-checks.json").read_text())
+    assert refusal in kept.values()
+    again = anatomy("run", "--model", str(tmp_path), store=tmp_path / "s.sqlite")
+    assert again.returncode == 2 and again.stderr.strip().splitlines() == [f"error: {refusal}"]
     assert json.loads(anatomy("runs", "--json", store=tmp_path / "s.sqlite").stdout) == []
 
 
