@@ -5,6 +5,7 @@ Every file in it is made again when it is missing, unreadable or stale."""
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 CACHE_ENV = "ANATOMY_CACHE"
@@ -18,3 +19,16 @@ def cache_dir() -> Path | None:
         return Path(chosen)
     base = os.environ.get("XDG_CACHE_HOME", "")
     return (Path(base) if os.path.isabs(base) else Path.home() / ".cache") / "anatomy"
+
+
+def write_atomically(path: Path, data: bytes) -> bool:
+    """`data` into `path` whole or not at all (a reader never sees half a file); False where it
+    could not be written — a cache that cannot be written is a slower start, not a failure."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".part") as file:
+            file.write(data)
+        os.replace(file.name, path)
+    except OSError:
+        return False
+    return True

@@ -10,6 +10,7 @@ file alone, without transformers (which loads torch: seconds); `build_model` imp
 from __future__ import annotations
 
 import ast
+import hashlib
 import importlib.util
 import inspect
 import json
@@ -22,6 +23,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+from anatomy.analysis.cache import cache_dir, write_atomically
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 
@@ -644,47 +647,37 @@ def _kept_refusal(name: str, config_text: str) -> str | None:
     transformers and torch loaded), kept in the cache folder: a user who starts their model's
     runs again and again (a batch size, then another) waits for it once. The key is the config,
     its name, transformers' version and this module's source."""
-    from importlib import metadata
-
-    from anatomy.analysis.cache import cache_dir
-
     folder = cache_dir()
-    try:
-        version = metadata.version("transformers")
-    except metadata.PackageNotFoundError:
-        version = ""
-    import hashlib
-
-    key = hashlib.sha256(json.dumps([name, config_text, version]).encode()
-                         + Path(__file__).read_bytes()).hexdigest()
+    key = hashlib.sha256(json.dumps([name, config_text, _transformers_version()]).encode()
+                         + _SOURCE_DIGEST).hexdigest()
     path = folder / CHECKS_FILE if folder is not None else None
     kept: dict = {}
     if path is not None:
         try:
             kept = json.loads(path.read_text())
-            if key in kept and isinstance(kept[key], (str, type(None))):
-                return kept[key]
-        except (OSError, ValueError, AttributeError):
-            kept = {}
+        except (OSError, ValueError):
+            pass  # none yet, or unreadable: made again
+        kept = kept if isinstance(kept, dict) else {}
+        if isinstance(kept.get(key, 0), (str, type(None))):
+            return kept[key]
     refusal, known = _config_class_refusal_apart(name, config_text)
     if path is not None and known:
-        kept = {k: v for k, v in kept.items() if k != key} if isinstance(kept, dict) else {}
+        kept.pop(key, None)
         kept[key] = refusal
-        _write_kept(path, dict(list(kept.items())[-CHECKS_KEPT:]))
+        write_atomically(path, json.dumps(dict(list(kept.items())[-CHECKS_KEPT:])).encode())
     return refusal
 
 
-def _write_kept(path: Path, kept: dict) -> None:
-    import tempfile
+def _transformers_version() -> str:
+    from importlib import metadata
 
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False,
-                                         suffix=".part") as file:
-            json.dump(kept, file)
-        os.replace(file.name, path)
-    except OSError:
-        pass  # a cache that cannot be written is a slower start, not a failed one
+        return metadata.version("transformers")
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+_SOURCE_DIGEST = hashlib.sha256(Path(__file__).read_bytes()).digest()
 
 
 def config_class_refusal(name: str, config_text: str) -> str | None:

@@ -14,16 +14,16 @@ version), they are made as before.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
-import tempfile
 from functools import wraps
 from importlib.abc import Loader, MetaPathFinder
 from importlib.machinery import PathFinder
 from pathlib import Path
 
-from anatomy.analysis.cache import cache_dir
+from anatomy.analysis.cache import cache_dir, write_atomically
 
 PREFIX = "models"
 INDEX_FILE = "transformers-index.json"
@@ -140,8 +140,6 @@ def _fingerprint(models: Path) -> list | None:
                                   status.st_size, status.st_mtime_ns))
     except OSError:
         return None
-    import hashlib
-
     digest = hashlib.sha256(json.dumps(files).encode()).hexdigest()
     return [str(models), len(files), digest]
 
@@ -153,11 +151,4 @@ def _store(path: Path, key: list, index: dict) -> None:
         text = json.dumps({"key": key, "index": entries})
     except TypeError:
         return  # an index of other than names: not kept
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False,
-                                         suffix=".part") as file:
-            file.write(text)
-        os.replace(file.name, path)
-    except OSError:
-        pass  # a cache that cannot be written is a slower start, not a failed one
+    write_atomically(path, text.encode())

@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import pickle
-import tempfile
 from dataclasses import replace
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 
 from anatomy.analysis import models
-from anatomy.analysis.cache import cache_dir
+from anatomy.analysis.cache import cache_dir, write_atomically
 from anatomy.analysis.prediction import layers
 from anatomy.analysis.prediction.device_constants import DeviceCalibration
 from anatomy.analysis.prediction.replay import Recording
@@ -66,16 +64,14 @@ def _read(path: Path) -> Recording | None:
 
 
 def _write(folder: Path, path: Path, recording: Recording) -> None:
+    if not write_atomically(path, pickle.dumps(recording, protocol=pickle.HIGHEST_PROTOCOL)):
+        return
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, delete=False, suffix=".part") as file:
-            pickle.dump(recording, file, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(file.name, path)
         kept = sorted(folder.glob("*.recording"), key=lambda p: p.stat().st_mtime)
         for old in kept[:-CACHE_FILES]:
             old.unlink(missing_ok=True)
     except OSError:
-        pass  # a cache that cannot be written is a slower prediction, not a failed one
+        pass  # an old file gone meanwhile (another process pruned it)
 
 
 def recording(spec: models.ModelSpec, step: tuple, *, device: str,
