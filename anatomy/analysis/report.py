@@ -306,7 +306,10 @@ class RunReport:
         parts = [self.model] if self.model else []
         if self.known("batch_size") is not None:
             parts.append(f"batch size {self.known('batch_size')}")
-        if self.known("seq_len") is not None:
+        if self.environment.image_size:  # an image model: its images' side, not a seq len
+            side = self.environment.image_size
+            parts.append(f"{side}×{side} images")
+        elif self.known("seq_len") is not None:
             parts.append(f"seq len {self.known('seq_len')}")
         extras = [self.known("precision")] if self.known("precision") else []
         if self.known("gradient_checkpointing"):

@@ -190,6 +190,7 @@ def train_phases(reporter: Reporter, options: RunOptions, spec: ModelSpec, datas
             model=spec.display_name,
             model_source=spec.source,
             task=spec.task,
+            image_size=spec.image_size,
         ))
     callbacks = _callbacks(reporter, model, use_cuda)
     with tempfile.TemporaryDirectory(prefix="anatomy-") as output_dir:

@@ -184,6 +184,7 @@ class RunFacts(Record):
     model: str | None = fact(checks.text)
     model_source: str | None = fact(checks.text)
     task: str | None = fact(checks.text)
+    image_size: int | None = fact(checks.count)  # an image model's images' side
     distributed_type: str | None = fact(checks.text)
     fsdp_version: int | None = fact(checks.count)
     training_arguments: TrainingArguments | None = fact(record(TrainingArguments))

@@ -43,11 +43,8 @@ def runs_html(store: Store, run_ids: list[int]) -> str:
     charts = []
     for index, rep in enumerate(reports):
         figure = memory_chart(rep, store.decimated(rep.id, buckets(rep, 2000)), store.steps(rep.id))
-        o = rep.options
         standalone(figure, html.escape(
-            f"Run {rep.id}{': ' + rep.name if rep.name else ''} — {rep.preset}, "
-            f"batch size {o.batch_size}, seq len {o.seq_len}, {o.precision} on "
-            f"{rep.device_name}, {rep.status}, peak {rep.summary.peak_mb} MB"))
+            f"{rep.title()}, {rep.status}, peak {rep.summary.peak_mb} MB"))
         figure.update_layout(height=520)
         charts.append(figure.to_html(full_html=False, include_plotlyjs=index == 0))
     title = html.escape("anatomy: runs " + ", ".join(str(r.id) for r in reports))

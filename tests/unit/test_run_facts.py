@@ -87,3 +87,19 @@ def test_a_name_is_its_stored_string():
     assert Status.COMPLETED == "completed" and f"{Phase.TRAINING}" == "training"
     assert json.dumps({Phase.KERNEL: Status.OOM}) == '{"kernel": "oom"}'
     assert Status("stopped") is Status.STOPPED
+
+
+def test_an_image_models_heading_names_its_images_not_a_sequence_length(store, tmp_path):
+    """A ResNet's run was headed "batch size 8, seq len 128": the option its images never read.
+    The worker records the images' side (224 where the config names none); the heading and the
+    HTML export say it instead."""
+    text_run, image_run = seed_run(store), seed_run(store)
+    store.merge_environment(image_run, {"task": "image classification", "image_size": 224})
+    assert "seq len 512" in report(store, text_run).title()
+    title = report(store, image_run).title()
+    assert "224×224 images" in title and "seq len" not in title, title
+    page = tmp_path / "runs.html"
+    assert main(["export", str(image_run), "--format", "html", "--output", str(page),
+                 "--store", str(store.path)]) == 0
+    chart = page.read_text()  # the heading inside plotly's JSON: "×" written as its escape
+    assert "224\\u00d7224 images" in chart and "seq len" not in chart

@@ -228,7 +228,7 @@ def test_export_html_is_a_standalone_page_of_each_runs_chart(source, tmp_path):
     assert page.startswith("<!DOCTYPE html>")
     assert page.count("plotly.js v") == 1  # the library once, inside: it opens offline
     assert page.count('class="plotly-graph-div"') == 2
-    assert f"Run {ids[0]}: walkthrough" in page and f"Run {ids[1]} " in page
+    assert f"Run {ids[0]}: walkthrough" in page and f"Run {ids[1]}: bert-large" in page
 
 
 def test_a_file_cut_anywhere_is_called_truncated(store, tmp_path):
