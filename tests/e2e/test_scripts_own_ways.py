@@ -1,0 +1,99 @@
+"""A script that records itself keeps its own ways: anatomy.start() changes nothing of how its
+exits are caught, and a child it forks (os.fork, a fork-context Pool) neither ends nor waits on
+its parent's run. Each a real script on this CPU, recorded into a store of its own."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+from anatomy.analysis.report import report
+from anatomy.store import Store
+from tests.conftest import PROJECT
+
+HANDLED_EXITS = """
+import argparse, multiprocessing, sys
+import anatomy
+
+def leave(code):
+    sys.exit(code)
+
+if __name__ == "__main__":
+    run = anatomy.start(name="handled exits", kernel=False)
+    try:
+        sys.exit(3)
+    except SystemExit as exit_:
+        print("caught sys.exit", exit_.code)
+    try:
+        argparse.ArgumentParser().parse_args(["--no-such-flag"])
+    except SystemExit as exit_:
+        print("caught argparse", exit_.code)
+    worker = multiprocessing.get_context("fork").Process(target=leave, args=(2,))
+    worker.start()
+    worker.join()
+    print("worker exit code", worker.exitcode)
+    run.phase("training")
+    run.step(loss=1.0)
+"""
+
+FORKS = """
+import multiprocessing, os, sys, time
+import anatomy
+
+def square(x):
+    return x * x
+
+if __name__ == "__main__":
+    run = anatomy.start(name="forks", kernel=False)
+    run.phase("training")
+    child = os.fork()
+    if child == 0:
+        sys.exit(0)  # a normal exit: atexit runs in the child
+    os.waitpid(child, 0)
+    pool = multiprocessing.get_context("fork").Pool(2)
+    print("squares", pool.map(square, range(4)))
+    started = time.monotonic()
+    pool.terminate()  # SIGTERM to each worker
+    pool.join()
+    print(f"terminated in {time.monotonic() - started:.1f} s")
+    for step in range(1, 6):
+        time.sleep(0.1)
+        run.step(loss=1.0 / step)
+"""
+
+
+def _script(tmp_path, source: str) -> subprocess.CompletedProcess:
+    (tmp_path / "script.py").write_text(textwrap.dedent(source))
+    env = {**os.environ, "ANATOMY_STORE": str(tmp_path / "s.sqlite"),
+           "PYTHONPATH": os.pathsep.join(filter(None, (str(PROJECT), os.environ.get("PYTHONPATH"))))}
+    return subprocess.run([sys.executable, "script.py"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_a_recorded_script_catches_its_exits_as_without_anatomy(tmp_path):
+    """anatomy.start() once put its own SystemExit class in builtins: `except SystemExit` in the
+    script let sys.exit(3) through (the script ended there), and a forked worker's sys.exit(2)
+    became a traceback and exit code 1."""
+    result = _script(tmp_path, HANDLED_EXITS)
+    assert result.returncode == 0, result.stderr
+    assert "caught sys.exit 3" in result.stdout and "caught argparse 2" in result.stdout
+    assert "worker exit code 2" in result.stdout and "Traceback" not in result.stderr
+    rep = report(Store(tmp_path / "s.sqlite", read_only=True), 1)
+    assert rep.status == "completed", rep.error
+    assert rep.steps == 1
+
+
+def test_a_forked_child_neither_ends_nor_waits_on_its_parents_run(tmp_path):
+    """A child's exit once ran the run's atexit ending in the child (waiting forever on a
+    collector thread it did not have) and SIGTERMed the parent's sampler; a Pool's terminate
+    waited 10 s per worker on the stop the workers' inherited handler made."""
+    result = _script(tmp_path, FORKS)
+    assert result.returncode == 0, result.stderr
+    assert "squares [0, 1, 4, 9]" in result.stdout and "Traceback" not in result.stderr
+    terminated = float(result.stdout.split("terminated in ")[1].split()[0])
+    assert terminated < 5  # the stop's own wait is 10 s: no worker waited it
+    rep = report(Store(tmp_path / "s.sqlite", read_only=True), 1)
+    assert rep.status == "completed", rep.error
+    assert rep.steps == 5 and rep.samples == rep.samples_sent > 0
