@@ -330,6 +330,15 @@ class Run:
         if isinstance(self.link, _LocalRecording):
             self.link.recording.wait(STOP_WAIT_SECONDS)
 
+    def _disown(self) -> None:
+        """In a forked child (a multiprocessing or DataLoader worker): the run is its parent's,
+        whose recording never came across the fork. The child's marks go nowhere (on watch's
+        socket they would interleave with the parent's), and its exit, its error or a SIGTERM
+        to it (Pool.terminate) end nothing — they would wait on a collector thread the child
+        does not have."""
+        self.ended = True
+        self.link = self.reporter.queue = _Unrecorded()
+
     def _forget(self) -> None:
         global _current
         with _current_lock:
@@ -421,6 +430,17 @@ def _install_exit_hooks(run: Run) -> None:
             run._end(_exits.ending())
 
     atexit.register(at_exit)
+
+
+def _after_fork_in_child() -> None:
+    global _current, _current_lock
+    _current_lock = threading.Lock()  # a thread of the parent may have held it at the fork
+    run, _current = _current, None
+    if run is not None:
+        run._disown()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _stop_current(signum: int) -> None:
