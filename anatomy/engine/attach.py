@@ -37,7 +37,7 @@ from anatomy.engine import protocol
 from anatomy.engine.devices import machine
 from anatomy.engine.endings import Ending, stopped_by
 from anatomy.engine.exits import ExitWatch, ending_of, on_stop_signals
-from anatomy.engine.locks import DeviceLock, gpu_key
+from anatomy.engine.locks import DeviceBusy, DeviceLock, gpu_key
 from anatomy.engine.recording import FIRST_SAMPLE_TIMEOUT, Recording, environment_facts
 from anatomy.engine.reporter import Reporter
 from anatomy.store import RunFacts, RunSource, Step, Store
@@ -129,7 +129,12 @@ class _LocalRecording:
         locks, busy = [], []
         for device in devices:
             lock = DeviceLock(gpu_key(device.nvml_index))
-            if lock.acquire(f"a script (pid {os.getpid()})"):
+            try:
+                taken = lock.acquire(f"a script (pid {os.getpid()})")
+            except DeviceBusy as error:  # no lock to be had: the training is recorded all the same
+                busy.append(f"GPU {device.index} is recorded unlocked: {error}")
+                continue
+            if taken:
                 locks.append(lock)
             else:
                 busy.append(f"GPU {device.index} is also used by {lock.holder()}: its samples"
