@@ -40,7 +40,7 @@ from anatomy.engine.exits import ExitWatch, ending_of, on_stop_signals
 from anatomy.engine.locks import DeviceBusy, DeviceLock, gpu_key
 from anatomy.engine.recording import FIRST_SAMPLE_TIMEOUT, Recording, environment_facts
 from anatomy.engine.reporter import Reporter
-from anatomy.store import RunFacts, RunSource, Step, Store
+from anatomy.store import RunFacts, RunSource, Step, Store, StoreError
 from anatomy.vocabulary import Phase, SourceKind, Status
 
 DEFAULT_SAMPLE_RATE = 200
@@ -117,6 +117,14 @@ class _ThisProcess:
         pass
 
 
+def _visible(info, index: object):
+    """The visible GPU `index` names (start's `gpus`); ValueError, in one line, for another."""
+    if isinstance(index, int) and not isinstance(index, bool) and 0 <= index < len(info.devices):
+        return info.devices[index]
+    visible = f"0 to {len(info.devices) - 1}" if info.devices else "none: no GPU here"
+    raise ValueError(f"gpus: {index!r} is not a visible GPU ({visible})")
+
+
 class _LocalRecording:
     """A run of this process, recorded here: engine/recording.py, driven by the phase API. The
     GPUs it samples are locked as anatomy's own runs lock them, where they are free; a GPU
@@ -125,7 +133,7 @@ class _LocalRecording:
     def __init__(self, store: Store, name: str | None, sample_rate: int,
                  gpus: Sequence[int] | None, t0: float):
         info = machine()
-        devices = info.devices if gpus is None else [info.devices[i] for i in gpus]
+        devices = info.devices if gpus is None else [_visible(info, i) for i in gpus]
         locks, busy = [], []
         for device in devices:
             lock = DeviceLock(gpu_key(device.nvml_index))
@@ -389,7 +397,11 @@ def start(name: str | None = None, *, sample_rate: int = DEFAULT_SAMPLE_RATE,
             link = _Unrecorded()  # rank 0 records the run; see _Unrecorded
         else:
             t0 = time.monotonic()
-            link = _LocalRecording(Store(store), name, sample_rate, gpus, t0)
+            try:
+                link = _LocalRecording(Store(store), name, sample_rate, gpus, t0)
+            except StoreError as error:  # the user's training is never ended by anatomy
+                _warn(f"not recording: the store {error}; the training goes on unrecorded")
+                link = _Unrecorded()
         run = Run(link, t0, dwell)
         _current = run
     _install_exit_hooks(run)

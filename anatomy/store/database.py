@@ -126,6 +126,10 @@ class Store:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise StoreError(self.path, f"its directory cannot be made: {error.strerror}") from None
+        try:  # made here, not by SQLite, whose "unable to open" of a new file reads as one gone
+            self.path.touch(exist_ok=True)
+        except OSError as error:
+            raise StoreError(self.path, f"it cannot be made: {error.strerror}") from None
         try:
             check = sqlite3.connect(self.path, timeout=30)  # before any pragma changes the file
             try:

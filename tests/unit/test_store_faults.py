@@ -157,3 +157,43 @@ def test_the_dashboard_names_a_store_it_cannot_use_in_a_line(tmp_path, monkeypat
     assert [e.value for e in app.error] == [
         f"The run store cannot be used: {path}: it is not an anatomy store: it holds another"
         " program's tables (runs, metrics). Point ANATOMY_STORE at another file."]
+
+
+@pytest.mark.parametrize("command", [["import", "-"], ["watch", "--", "true"],
+                                     ["run", "--model", "tiny"]])
+def test_a_store_that_cannot_be_made_says_so_not_that_it_is_gone(capsys, monkeypatch, command):
+    """A new store in a folder no one may write (/sys: refused even to root): SQLite's "unable to
+    open" of a file not there read as "it is gone: the file was deleted or moved while in use"."""
+    monkeypatch.setattr("sys.stdin", open(os.devnull))
+    code, _, err = _main(capsys, *command[:1], "--store", "/sys/anatomy.sqlite", *command[1:])
+    assert code == 2 and err.count("\n") == 1, err
+    assert "/sys/anatomy.sqlite: it cannot be made: Permission denied" in err, err
+
+
+def test_the_phase_api_tells_a_store_it_cannot_use_and_the_training_goes_on(tmp_path, capsys,
+                                                                           monkeypatch):
+    """anatomy.start() (and so the Trainer callback) raised StoreError into the user's training:
+    a stray $ANATOMY_STORE ended it. No sampler is started for a store refused."""
+    from anatomy.engine import attach
+
+    monkeypatch.setattr(attach, "_install_exit_hooks", lambda run: None)  # not this pytest's
+    (tmp_path / "notes.txt").write_text("not a store")
+    run = attach.start(store=tmp_path / "notes.txt", kernel=False, baseline=False)
+    try:
+        assert run.id is None and not run.watched
+        run.phase("training")
+        run.step(loss=1.0)
+    finally:
+        run.end()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not recording: the store" in err and "notes.txt" in err
+    assert attach.current() is None
+
+
+def test_the_phase_api_names_a_gpu_that_is_not_visible(tmp_path, monkeypatch):
+    from anatomy.engine import attach
+
+    monkeypatch.setattr(attach, "_install_exit_hooks", lambda run: None)
+    with pytest.raises(ValueError, match=r"gpus: 3 is not a visible GPU \(none: no GPU here\)"):
+        attach.start(store=tmp_path / "s.sqlite", gpus=[3], kernel=False, baseline=False)
+    assert attach.current() is None
