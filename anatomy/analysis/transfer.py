@@ -97,7 +97,7 @@ def _ranked(row: dict) -> dict:
 def samples_csv(store: Store, run_ids: list[int]) -> str:
     out = io.StringIO()
     writer = csv.writer(out)
-    writer.writerow(("run_id", *SAMPLE_COLUMNS))
+    writer.writerow(CSV_HEADER.split(","))
     for run_id in run_ids:
         if store.run(run_id) is None:
             raise KeyError(f"run {run_id} is not in {store.path}")
@@ -151,6 +151,20 @@ def _stops_early(text: str) -> bool:
     return in_string or depth > 0
 
 
+CSV_HEADER = ",".join(("run_id", *SAMPLE_COLUMNS))
+
+
+def _other_export(text: str) -> str | None:
+    """Which of export's other formats the text is, if it is one: their bracket-less text read
+    as a cut JSON file ("truncated", for the HTML page)."""
+    start = text.lstrip()[:100].lower()
+    if start.startswith(("<!doctype html", "<html")):
+        return "an HTML page (the export for viewing, --format html)"
+    if start.startswith(CSV_HEADER):
+        return "the samples as CSV (--format csv)"
+    return None
+
+
 def _parse(data: dict | bytes | str) -> Any:
     if isinstance(data, dict):
         return data
@@ -162,6 +176,10 @@ def _parse(data: dict | bytes | str) -> Any:
                                 "not an anatomy export") from None
     if not data.strip():
         raise ImportRefused("the file is empty")
+    other = _other_export(data)
+    if other:
+        raise ImportRefused(f"it is {other}; import reads the JSON export "
+                            "(anatomy export RUN_ID --format json)")
     try:
         return json.loads(data, parse_float=_json_float, parse_constant=Unreadable)
     except json.JSONDecodeError as error:

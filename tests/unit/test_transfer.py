@@ -74,6 +74,12 @@ BAD_FILES = {
     "empty": (lambda text: "", "the file is empty"),
     "blank": (lambda text: "\n  \n", "the file is empty"),
     "truncated": (lambda text: text[: len(text) // 2], "the file is truncated: its JSON stops early"),
+    # export's other formats, imported by mistake: the page was called a truncated JSON file
+    "the HTML export": (lambda text: '<!DOCTYPE html>\n<html><head><script>var a = {"x": [1,',
+                        "it is an HTML page (the export for viewing, --format html); import reads"
+                        " the JSON export (anatomy export RUN_ID --format json)"),
+    "the CSV export": (lambda text: "run_id,t,gpu,used,reserved,total,util\n1,0.1,0,7581696,,1,\n",
+                       "it is the samples as CSV (--format csv); import reads the JSON export"),
     "not json": (lambda text: "schema: anatomy.runs\n", "the file is not valid JSON: Expecting value"
                  " at line 1, column 1"),
     "foreign object": (lambda text: '{"name": "left-pad", "version": "1.3.0"}',
