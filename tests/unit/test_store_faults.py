@@ -116,6 +116,18 @@ def test_an_empty_store_path_is_refused(capsys):
     assert "argument --store: an empty path names no store" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command, argument", [(["import", ""], "FILE"),
+                                               (["export", "1", "--format", "json", "--output",
+                                                 ""], "--output")])
+def test_an_empty_file_path_is_refused(capsys, command, argument):
+    """`--output "$OUT"` with OUT unset wrote the whole export to the terminal; `import ""` said
+    "cannot read : Is a directory"."""
+    with pytest.raises(SystemExit) as exited:
+        cli.main(command)
+    assert exited.value.code == 2
+    assert f"argument {argument}: an empty path names no file" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("command", ["show", "tag", "rename", "delete", "export"])
 def test_a_run_id_beyond_sqlites_range_is_refused_in_a_line(capsys, command):
     extra = {"tag": ["x"], "rename": ["x"], "export": ["--format", "json"]}.get(command, [])
