@@ -38,9 +38,11 @@ from anatomy.store.checks import (
     Unreadable,
     array,
     finite,
+    flag,
     is_int,
     member,
     memory,
+    number,
     obj,
     plain,
     seconds,
@@ -76,15 +78,31 @@ def export_runs(store: Store, run_ids: list[int]) -> dict:
             "run": run.to_dict(),
             "report": report(store, run_id, run).to_dict(),
             # Every rank's (issue 12); a row says its rank only where it is not 0.
-            "phases": [_ranked(p._asdict()) for p in store.phases(run_id, None)],
+            "phases": [_ranked(_exported_phase(p)) for p in store.phases(run_id, None)],
             "samples": [list(s) for s in store.samples(run_id)],
-            "steps": [_ranked(s._asdict()) for s in store.steps(run_id, None)],
+            "steps": [_ranked(_exported_step(s)) for s in store.steps(run_id, None)],
             "messages": [m._asdict() for m in store.messages(run_id)],
         })
     # Where these runs come from: an import records it with each run and knows them again.
     origin = {"store": store.identity(), "host": socket.gethostname(), "path": str(store.path)}
     return {"schema": SCHEMA, "version": SCHEMA_VERSION, "sample_columns": list(SAMPLE_COLUMNS),
             "origin": origin, "runs": runs}
+
+
+def _exported_phase(phase: PhaseSpan) -> dict:
+    """A phase as its import takes it: never ending before it began (a store written before
+    close_phases knew it holds such a watched command's "process" phase)."""
+    if phase.end_s is not None and phase.end_s < phase.start_s:
+        phase = phase._replace(end_s=phase.start_s)
+    return phase._asdict()
+
+
+def _exported_step(step: Step) -> dict:
+    """A step as its import takes it: a loss that is no number (a diverged training reports
+    inf; SQLite keeps it, JSON has no word for it) is unknown, as NaN is once stored."""
+    if step.loss is not None and not math.isfinite(step.loss):
+        step = step._replace(loss=None)
+    return step._asdict()
 
 
 def _ranked(row: dict) -> dict:
@@ -207,6 +225,28 @@ def _options(value: Any, where: str) -> tuple[dict, RunOptions]:
     return {**value, **options.to_dict()}, options
 
 
+# What a reader does sums or words with, of the options a user's training reports: typed.
+_REPORTED: dict[str, Any] = {
+    **{name: lambda v, w: whole(v, w, optional=True)
+       for name in ("batch_size", "grad_accum", "seq_len", "max_steps", "seed", "lora_rank")},
+    "epochs": lambda v, w: number(v, w),
+    "gradient_checkpointing": flag,
+    **{name: text for name in ("model", "precision", "optim")},
+}
+
+
+def _reported(value: Any, where: str) -> dict:
+    """A user's training's options (a script, the callback, a watched command): only what it
+    reported, as it reported it — none at all, TrainingArguments' epochs 3.0, an optim anatomy
+    does not run —, kept so: readers take them as known, never a default filled in (`known`).
+    Their types are checked, not anatomy's own ranges."""
+    value = obj(value, where)
+    for name, check in _REPORTED.items():
+        if name in value:
+            check(value[name], f"{where}.{name}")
+    return plain(value, where)
+
+
 def _tags(value: Any, where: str) -> list[str]:
     for index, tag in enumerate(array(value, where)):
         if not isinstance(tag, str) or not tag.strip() or "," in tag:
@@ -226,7 +266,13 @@ def _run_row(value: Any, where: str) -> RunRow:
     """The run's row, its facts built as the types they are: a value of the wrong type is
     refused here, with its place, and no reader ever sees it."""
     run = obj(value, where, ("created_at", "status", "options", "backend", "gpu"))
-    options, known = _options(run["options"], f"{where}.options")
+    source = RunSource.from_dict(run.get("source", {}), f"{where}.source")
+    if source.by_user:
+        options, preset = _reported(run["options"], f"{where}.options"), text(
+            run.get("preset"), f"{where}.preset")
+    else:
+        options, known = _options(run["options"], f"{where}.options")
+        preset = known.model
     origin = run.get("origin")
     return RunRow(
         id=0,  # the store gives it a new one
@@ -234,7 +280,7 @@ def _run_row(value: Any, where: str) -> RunRow:
         created_at=seconds(run["created_at"], f"{where}.created_at", MAX_EPOCH),
         ended_at=seconds(run.get("ended_at"), f"{where}.ended_at", MAX_EPOCH, optional=True),
         status=_required(Status, run["status"], f"{where}.status"),
-        preset=known.model,
+        preset=preset,
         options=options,
         environment=RunFacts.from_dict(run.get("environment", {}), f"{where}.environment"),
         backend=_required(Backend, run["backend"], f"{where}.backend"),
@@ -246,7 +292,7 @@ def _run_row(value: Any, where: str) -> RunRow:
         tags=tuple(_tags(run.get("tags", []), f"{where}.tags")),
         sweep=text(run.get("sweep"), f"{where}.sweep"),
         worker_pid=None,
-        source=RunSource.from_dict(run.get("source", {}), f"{where}.source"),
+        source=source,
         origin=None if origin is None else Origin.from_dict(origin, f"{where}.origin"),
     )
 
