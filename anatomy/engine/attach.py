@@ -261,6 +261,13 @@ class _Unrecorded:
         pass
 
 
+def _named(what: str, value: object) -> None:
+    """A phase's name, a note's text: text, refused at the call (ValueError) — taken, it would
+    reach the store, whose refusal ends the recording of the whole run."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{what}: must be text, got {value!r}")
+
+
 class Run:
     """A run recorded from the training process itself: phases, steps, notes, its end."""
 
@@ -283,6 +290,7 @@ class Run:
         """The state `name` is reached (Phase.WEIGHTS: the model is on its device). It is held a
         few sample periods and measured, like the walkthrough's prints; Phase.TRAINING lasts
         until `end()` (or the next phase)."""
+        _named("phase", name)  # here, in the caller's line: in the store it would end the recording
         if self.reporter.open_phase:
             self.reporter.end(self.reporter.open_phase)
         self._tell_libraries()
@@ -300,6 +308,8 @@ class Run:
                                 None if loss is None else float(loss), allocated, reserved))
 
     def note(self, text: str, level: str = "info") -> None:
+        _named("note", text)
+        _named("level", level)
         self.reporter.tell(level, text)
 
     def describe(self, **facts: Any) -> None:
