@@ -75,6 +75,15 @@ def test_runs_filter_by_preset_and_status_and_together(store, runs, capsys):
     assert "no stored run has status stopped" in capsys.readouterr().out
 
 
+def test_a_status_that_is_none_is_refused_with_the_statuses_by_name(store, capsys):
+    """The refusal listed them as "<Status.RUNNING: 'running'>, <Status.COMPLETED: …>"."""
+    with pytest.raises(SystemExit):
+        cli(store, "runs", "--status", "done")
+    error = capsys.readouterr().err
+    assert "invalid choice: 'done' (choose from 'running', 'completed', 'failed', 'oom'," in error
+    assert "<Status" not in error
+
+
 def test_the_table_shows_tags_and_names(store, runs, capsys):
     store.rename_run(runs[0], "walkthrough")
     store.set_tags(runs[0], ["h200"])
