@@ -97,3 +97,33 @@ def test_a_forked_child_neither_ends_nor_waits_on_its_parents_run(tmp_path):
     rep = report(Store(tmp_path / "s.sqlite", read_only=True), 1)
     assert rep.status == "completed", rep.error
     assert rep.steps == 5 and rep.samples == rep.samples_sent > 0
+
+
+TRAINS_TWICE = """
+import torch
+from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
+import anatomy
+
+config = BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                    intermediate_size=64, vocab_size=100, max_position_embeddings=32)
+examples = [{"input_ids": torch.randint(5, 99, (16,)), "labels": i % 2} for i in range(12)]
+arguments = TrainingArguments(output_dir="out", per_device_train_batch_size=4, max_steps=2,
+                              logging_steps=1, report_to="none", save_strategy="no",
+                              disable_tqdm=True, use_cpu=True)
+trainer = Trainer(model=BertForSequenceClassification(config), args=arguments,
+                  train_dataset=examples, callbacks=[anatomy.AnatomyCallback()])
+trainer.train()
+trainer.train()  # again, as hyperparameter_search or a resume does
+"""
+
+
+def test_a_trainer_that_trains_twice_records_each_training(tmp_path):
+    """The callback ended its run at the first on_train_end; the second train() was reported
+    to that ended run, and went unrecorded without a word."""
+    result = _script(tmp_path, TRAINS_TWICE)
+    assert result.returncode == 0, result.stderr
+    store = Store(tmp_path / "s.sqlite", read_only=True)
+    reports = [report(store, run.id) for run in reversed(store.runs())]
+    assert [(r.status, r.steps) for r in reports] == [("completed", 2), ("completed", 2)]
+    assert all([p.name for p in r.phases] == ["weights", "training"] for r in reports)
+    assert all(r.known("batch_size") == 4 for r in reports)
