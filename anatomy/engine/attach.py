@@ -395,6 +395,8 @@ def start(name: str | None = None, *, sample_rate: int = DEFAULT_SAMPLE_RATE,
         if not 1 <= sample_rate <= 2000:
             raise ValueError(f"sample_rate: {sample_rate} is out of range: 1 to 2000")
         dwell = max(0.1, 5.0 / sample_rate)
+        if _importing_main():  # the script's top, again, in a spawned worker: the parent records
+            return Run(_Unrecorded(), time.monotonic(), dwell)
         address = os.environ.get(watch_link.WATCH_ENV)
         if address:
             t0 = float(os.environ.get(watch_link.T0_ENV) or time.monotonic())
@@ -420,6 +422,17 @@ def start(name: str | None = None, *, sample_rate: int = DEFAULT_SAMPLE_RATE,
     if kernel:
         _load_kernel(run)
     return run
+
+
+def _importing_main() -> bool:
+    """Whether this is a multiprocessing child importing its parent's script (spawn and
+    forkserver run the script's top again, as `__mp_main__`, in every worker: a Pool's, a
+    DataLoader's). A run started there would start a sampler before multiprocessing allows it:
+    the worker died, the Pool started another, and each recorded a failed run — a thousand in
+    two minutes."""
+    import multiprocessing
+
+    return bool(getattr(multiprocessing.current_process(), "_inheriting", False))
 
 
 def _load_kernel(run: Run) -> None:

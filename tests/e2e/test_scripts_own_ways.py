@@ -64,12 +64,12 @@ if __name__ == "__main__":
 """
 
 
-def _script(tmp_path, source: str) -> subprocess.CompletedProcess:
+def _script(tmp_path, source: str, timeout: float = 120) -> subprocess.CompletedProcess:
     (tmp_path / "script.py").write_text(textwrap.dedent(source))
     env = {**os.environ, "ANATOMY_STORE": str(tmp_path / "s.sqlite"),
            "PYTHONPATH": os.pathsep.join(filter(None, (str(PROJECT), os.environ.get("PYTHONPATH"))))}
     return subprocess.run([sys.executable, "script.py"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def test_a_recorded_script_catches_its_exits_as_without_anatomy(tmp_path):
@@ -127,3 +127,36 @@ def test_a_trainer_that_trains_twice_records_each_training(tmp_path):
     assert [(r.status, r.steps) for r in reports] == [("completed", 2), ("completed", 2)]
     assert all([p.name for p in r.phases] == ["weights", "training"] for r in reports)
     assert all(r.known("batch_size") == 4 for r in reports)
+
+
+SPAWNS = """
+import multiprocessing
+import anatomy
+
+run = anatomy.start(name="spawned pool", kernel=False)  # at the top, as the README says
+
+
+def square(x):
+    return x * x
+
+
+if __name__ == "__main__":
+    run.phase("training")
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        print("squares", pool.map(square, range(4)))
+    run.step(loss=1.0)
+"""
+
+
+def test_a_spawned_worker_running_the_scripts_top_again_records_nothing(tmp_path):
+    """Spawn runs the script's top again in each worker (as __mp_main__): its anatomy.start()
+    started a sampler while the worker was still bootstrapping, the worker died of it, the Pool
+    started another — 1,000 failed runs in two minutes, and the script never ended."""
+    result = _script(tmp_path, SPAWNS, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "squares [0, 1, 4, 9]" in result.stdout and "Traceback" not in result.stderr
+    store = Store(tmp_path / "s.sqlite", read_only=True)
+    assert len(store.runs()) == 1
+    rep = report(store, 1)
+    assert rep.status == "completed", rep.error
+    assert rep.steps == 1
