@@ -209,3 +209,34 @@ def test_the_phase_api_names_a_gpu_that_is_not_visible(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=r"gpus: 3 is not a visible GPU \(none: no GPU here\)"):
         attach.start(store=tmp_path / "s.sqlite", gpus=[3], kernel=False, baseline=False)
     assert attach.current() is None
+
+
+class _FullDisk:
+    """Standard output redirected to a file on a full disk (as `> out.csv` there)."""
+
+    def __init__(self, path: Path):
+        self.file = open(path, "w")  # noqa: SIM115 - closed by the test
+
+    def write(self, text: str) -> int:
+        raise OSError(28, "No space left on device")
+
+    def flush(self) -> None:
+        pass
+
+    def fileno(self) -> int:
+        return self.file.fileno()
+
+
+@pytest.mark.parametrize("command", [["runs"], ["show", "1"], ["export", "1", "--format", "csv"]])
+def test_output_that_cannot_be_written_is_one_line(store, seed, capsys, monkeypatch, tmp_path,
+                                                   command):
+    """`anatomy runs > out.txt` on a full disk was an OSError traceback."""
+    seed()
+    full = _FullDisk(tmp_path / "out.txt")
+    monkeypatch.setattr("sys.stdout", full)
+    try:
+        code = cli.main([*command, "--store", str(store.path)])
+    finally:
+        full.file.close()
+    err = capsys.readouterr().err
+    assert code == 1 and err == "error: cannot write the output: No space left on device\n", err
