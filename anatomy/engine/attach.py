@@ -261,6 +261,11 @@ class _Unrecorded:
         pass
 
 
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
+
+
 def _named(what: str, value: object) -> None:
     """A phase's name, a note's text: text, refused at the call (ValueError) — taken, it would
     reach the store, whose refusal ends the recording of the whole run."""
@@ -302,10 +307,19 @@ class Run:
     def step(self, loss: float | None = None, *, step: int | None = None,
              total: int | None = None) -> None:
         """An optimizer step has ended (its number counts from 1 unless given)."""
+        for what, value in (("step", step), ("total", total)):
+            if value is not None and (not isinstance(value, int) or value < 0):
+                # refused here: stored, its run's export would be refused by every import
+                raise ValueError(f"{what}: must be a whole number from 0, got {value!r}")
+        try:
+            loss = None if loss is None else float(loss)
+        except (TypeError, ValueError):
+            raise ValueError(f"loss: must be one number (loss.item()), got {_short(loss)}"
+                             ) from None
         self.steps = step if step is not None else self.steps + 1
         allocated, reserved = _allocator()
-        self.reporter.step(Step(self.reporter.now(), self.steps, total,
-                                None if loss is None else float(loss), allocated, reserved))
+        self.reporter.step(Step(self.reporter.now(), self.steps, total, loss, allocated,
+                                reserved))
 
     def note(self, text: str, level: str = "info") -> None:
         _named("note", text)
