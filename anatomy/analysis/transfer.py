@@ -311,12 +311,15 @@ def _samples(value: Any, where: str) -> list[Sample]:
     return rows
 
 
-def _phases(value: Any, where: str) -> list[PhaseSpan]:
+def _phases(value: Any, where: str, by_user: bool) -> list[PhaseSpan]:
+    """The phases: anatomy's own, or for a user's training any it named (`run.phase("eval")`,
+    stored and shown as given: its export was refused by every import)."""
     rows = []
     for j, phase in enumerate(array(value, where)):
         here = f"{where}[{j}]"
         phase = obj(phase, here, ("name", "start_s", "end_s"))
-        name = _required(Phase, phase["name"], f"{here}.name")
+        name = (_phase_name(phase["name"], f"{here}.name") if by_user
+                else _required(Phase, phase["name"], f"{here}.name"))
         rank = whole(phase.get("rank", 0), f"{here}.rank", high=MAX_RANK)
         if any(row.name == name and row.rank == rank for row in rows):
             raise InvalidValue(f"{here}.name", f"the {name} phase appears twice")
@@ -326,6 +329,14 @@ def _phases(value: Any, where: str) -> list[PhaseSpan]:
             raise InvalidValue(f"{here}.end_s", f"the phase ends ({end}) before it starts ({start})")
         rows.append(PhaseSpan(name, start, end, rank))
     return rows
+
+
+def _phase_name(value: Any, where: str) -> Phase | str:
+    """A phase of a user's training: anatomy's, or one the script named."""
+    name = text(value, where, optional=False)
+    if not name.strip():
+        raise InvalidValue(where, "a phase is named, got ''")
+    return Phase._value2member_map_.get(name, name)
 
 
 def _steps(value: Any, where: str) -> list[Step]:
@@ -364,7 +375,7 @@ def _record(value: Any, where: str, source: Origin) -> RunRecord:
     record = RunRecord(
         run=run,
         samples=_samples(entry["samples"], f"{where}.samples"),
-        phases=_phases(entry["phases"], f"{where}.phases"),
+        phases=_phases(entry["phases"], f"{where}.phases", run.source.by_user),
         steps=_steps(entry.get("steps", []), f"{where}.steps"),
         messages=_messages(entry.get("messages", []), f"{where}.messages"),
     )

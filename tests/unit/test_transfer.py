@@ -12,7 +12,7 @@ import pytest
 from anatomy.analysis import transfer
 from anatomy.analysis.report import RunReport, report
 from anatomy.cli import main
-from anatomy.store import Step, Store
+from anatomy.store import PhaseMark, Step, Store
 from tests.apptest import open_page
 from tests.conftest import USERS_SHAPES, contents, exported, seed_run, seed_users_run
 
@@ -338,6 +338,18 @@ def test_what_a_store_holds_but_json_cannot_say_is_exported_so_its_import_takes_
     new = transfer.import_runs(target, exported(store, [run_id, command]))
     assert target.steps(new[0])[-1].loss is None
     assert [(p.start_s, p.end_s) for p in target.phases(new[1])] == [(0.2, 0.2)]
+
+
+def test_a_phase_a_users_script_named_is_imported_as_named(store, target):
+    """`run.phase("eval")` is stored and shown as named; its export was refused by every import
+    ("'eval' is not one of baseline, kernel, …"). Anatomy's own runs keep their four."""
+    run_id = seed_users_run(store, "phase api")
+    store.write(run_id, phases=[PhaseMark("start", "eval", 9.2), PhaseMark("end", "eval", 9.4)])
+    (new,) = transfer.import_runs(target, exported(store, [run_id]))
+    assert [p.name for p in target.phases(new)][-1] == "eval"
+    text = exported(store, [run_id]).replace('"name": "eval"', '"name": ""')
+    with pytest.raises(transfer.ImportRefused, match=r"phases\[4\]\.name: a phase is named"):
+        transfer.import_runs(target, text, copy=True)
 
 
 def test_a_phase_closed_before_it_began_ends_where_it_began(store):
