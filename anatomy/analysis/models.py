@@ -409,16 +409,33 @@ def known_model_types() -> frozenset[str] | None:
         return None
 
 
+CONFIG_MAX_BYTES = 16 * 2**20  # the largest published config.json is a few hundred KB
+
+
 def _read_config(path: Path, shown: str) -> dict:
+    """The config file's object; ModelError, in one line, for anything that is not one (a
+    weights file named by mistake is read no further than its size or its first bytes)."""
     try:
-        text = path.read_text()
+        size = path.stat().st_size
+        if size > CONFIG_MAX_BYTES:
+            raise ModelError(f"model: {shown} is {size / 2**20:,.0f} MB, not a config.json (a "
+                             "weights file?): name the config.json or the model's folder")
+        text = path.read_text(encoding="utf-8")
     except OSError as error:
         raise ModelError(f"model: cannot read {shown}: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise ModelError(f"model: {shown} is not UTF-8 text (byte {error.start}), not a "
+                         "config.json (a weights file?)") from None
     try:
         config = json.loads(text)
     except json.JSONDecodeError as error:
         raise ModelError(f"model: {shown} is not valid JSON: {error.msg} at line {error.lineno}"
                          ) from None
+    except ValueError:
+        raise ModelError(f"model: {shown} holds a number of more digits than Python reads, not "
+                         "a config") from None
+    except RecursionError:
+        raise ModelError(f"model: {shown} is nested too deeply to be a config") from None
     if not isinstance(config, dict):
         raise ModelError(f"model: {shown} holds a JSON {type(config).__name__}, not a config object")
     return config

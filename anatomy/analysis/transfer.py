@@ -38,9 +38,11 @@ from anatomy.store.checks import (
     Unreadable,
     array,
     finite,
+    flag,
     is_int,
     member,
     memory,
+    number,
     obj,
     plain,
     seconds,
@@ -76,15 +78,31 @@ def export_runs(store: Store, run_ids: list[int]) -> dict:
             "run": run.to_dict(),
             "report": report(store, run_id, run).to_dict(),
             # Every rank's (issue 12); a row says its rank only where it is not 0.
-            "phases": [_ranked(p._asdict()) for p in store.phases(run_id, None)],
+            "phases": [_ranked(_exported_phase(p)) for p in store.phases(run_id, None)],
             "samples": [list(s) for s in store.samples(run_id)],
-            "steps": [_ranked(s._asdict()) for s in store.steps(run_id, None)],
+            "steps": [_ranked(_exported_step(s)) for s in store.steps(run_id, None)],
             "messages": [m._asdict() for m in store.messages(run_id)],
         })
     # Where these runs come from: an import records it with each run and knows them again.
     origin = {"store": store.identity(), "host": socket.gethostname(), "path": str(store.path)}
     return {"schema": SCHEMA, "version": SCHEMA_VERSION, "sample_columns": list(SAMPLE_COLUMNS),
             "origin": origin, "runs": runs}
+
+
+def _exported_phase(phase: PhaseSpan) -> dict:
+    """A phase as its import takes it: never ending before it began (a store written before
+    close_phases knew it holds such a watched command's "process" phase)."""
+    if phase.end_s is not None and phase.end_s < phase.start_s:
+        phase = phase._replace(end_s=phase.start_s)
+    return phase._asdict()
+
+
+def _exported_step(step: Step) -> dict:
+    """A step as its import takes it: a loss that is no number (a diverged training reports
+    inf; SQLite keeps it, JSON has no word for it) is unknown, as NaN is once stored."""
+    if step.loss is not None and not math.isfinite(step.loss):
+        step = step._replace(loss=None)
+    return step._asdict()
 
 
 def _ranked(row: dict) -> dict:
@@ -97,7 +115,7 @@ def _ranked(row: dict) -> dict:
 def samples_csv(store: Store, run_ids: list[int]) -> str:
     out = io.StringIO()
     writer = csv.writer(out)
-    writer.writerow(("run_id", *SAMPLE_COLUMNS))
+    writer.writerow(CSV_HEADER.split(","))
     for run_id in run_ids:
         if store.run(run_id) is None:
             raise KeyError(f"run {run_id} is not in {store.path}")
@@ -151,6 +169,20 @@ def _stops_early(text: str) -> bool:
     return in_string or depth > 0
 
 
+CSV_HEADER = ",".join(("run_id", *SAMPLE_COLUMNS))
+
+
+def _other_export(text: str) -> str | None:
+    """Which of export's other formats the text is, if it is one: their bracket-less text read
+    as a cut JSON file ("truncated", for the HTML page)."""
+    start = text.lstrip()[:100].lower()
+    if start.startswith(("<!doctype html", "<html")):
+        return "an HTML page (the export for viewing, --format html)"
+    if start.startswith(CSV_HEADER):
+        return "the samples as CSV (--format csv)"
+    return None
+
+
 def _parse(data: dict | bytes | str) -> Any:
     if isinstance(data, dict):
         return data
@@ -162,6 +194,10 @@ def _parse(data: dict | bytes | str) -> Any:
                                 "not an anatomy export") from None
     if not data.strip():
         raise ImportRefused("the file is empty")
+    other = _other_export(data)
+    if other:
+        raise ImportRefused(f"it is {other}; import reads the JSON export "
+                            "(anatomy export RUN_ID --format json)")
     try:
         return json.loads(data, parse_float=_json_float, parse_constant=Unreadable)
     except json.JSONDecodeError as error:
@@ -189,6 +225,28 @@ def _options(value: Any, where: str) -> tuple[dict, RunOptions]:
     return {**value, **options.to_dict()}, options
 
 
+# What a reader does sums or words with, of the options a user's training reports: typed.
+_REPORTED: dict[str, Any] = {
+    **{name: lambda v, w: whole(v, w, optional=True)
+       for name in ("batch_size", "grad_accum", "seq_len", "max_steps", "seed", "lora_rank")},
+    "epochs": lambda v, w: number(v, w),
+    "gradient_checkpointing": flag,
+    **{name: text for name in ("model", "precision", "optim")},
+}
+
+
+def _reported(value: Any, where: str) -> dict:
+    """A user's training's options (a script, the callback, a watched command): only what it
+    reported, as it reported it — none at all, TrainingArguments' epochs 3.0, an optim anatomy
+    does not run —, kept so: readers take them as known, never a default filled in (`known`).
+    Their types are checked, not anatomy's own ranges."""
+    value = obj(value, where)
+    for name, check in _REPORTED.items():
+        if name in value:
+            check(value[name], f"{where}.{name}")
+    return plain(value, where)
+
+
 def _tags(value: Any, where: str) -> list[str]:
     for index, tag in enumerate(array(value, where)):
         if not isinstance(tag, str) or not tag.strip() or "," in tag:
@@ -208,7 +266,13 @@ def _run_row(value: Any, where: str) -> RunRow:
     """The run's row, its facts built as the types they are: a value of the wrong type is
     refused here, with its place, and no reader ever sees it."""
     run = obj(value, where, ("created_at", "status", "options", "backend", "gpu"))
-    options, known = _options(run["options"], f"{where}.options")
+    source = RunSource.from_dict(run.get("source", {}), f"{where}.source")
+    if source.by_user:
+        options, preset = _reported(run["options"], f"{where}.options"), text(
+            run.get("preset"), f"{where}.preset")
+    else:
+        options, known = _options(run["options"], f"{where}.options")
+        preset = known.model
     origin = run.get("origin")
     return RunRow(
         id=0,  # the store gives it a new one
@@ -216,7 +280,7 @@ def _run_row(value: Any, where: str) -> RunRow:
         created_at=seconds(run["created_at"], f"{where}.created_at", MAX_EPOCH),
         ended_at=seconds(run.get("ended_at"), f"{where}.ended_at", MAX_EPOCH, optional=True),
         status=_required(Status, run["status"], f"{where}.status"),
-        preset=known.model,
+        preset=preset,
         options=options,
         environment=RunFacts.from_dict(run.get("environment", {}), f"{where}.environment"),
         backend=_required(Backend, run["backend"], f"{where}.backend"),
@@ -228,7 +292,7 @@ def _run_row(value: Any, where: str) -> RunRow:
         tags=tuple(_tags(run.get("tags", []), f"{where}.tags")),
         sweep=text(run.get("sweep"), f"{where}.sweep"),
         worker_pid=None,
-        source=RunSource.from_dict(run.get("source", {}), f"{where}.source"),
+        source=source,
         origin=None if origin is None else Origin.from_dict(origin, f"{where}.origin"),
     )
 
@@ -247,12 +311,15 @@ def _samples(value: Any, where: str) -> list[Sample]:
     return rows
 
 
-def _phases(value: Any, where: str) -> list[PhaseSpan]:
+def _phases(value: Any, where: str, by_user: bool) -> list[PhaseSpan]:
+    """The phases: anatomy's own, or for a user's training any it named (`run.phase("eval")`,
+    stored and shown as given: its export was refused by every import)."""
     rows = []
     for j, phase in enumerate(array(value, where)):
         here = f"{where}[{j}]"
         phase = obj(phase, here, ("name", "start_s", "end_s"))
-        name = _required(Phase, phase["name"], f"{here}.name")
+        name = (_phase_name(phase["name"], f"{here}.name") if by_user
+                else _required(Phase, phase["name"], f"{here}.name"))
         rank = whole(phase.get("rank", 0), f"{here}.rank", high=MAX_RANK)
         if any(row.name == name and row.rank == rank for row in rows):
             raise InvalidValue(f"{here}.name", f"the {name} phase appears twice")
@@ -262,6 +329,14 @@ def _phases(value: Any, where: str) -> list[PhaseSpan]:
             raise InvalidValue(f"{here}.end_s", f"the phase ends ({end}) before it starts ({start})")
         rows.append(PhaseSpan(name, start, end, rank))
     return rows
+
+
+def _phase_name(value: Any, where: str) -> Phase | str:
+    """A phase of a user's training: anatomy's, or one the script named."""
+    name = text(value, where, optional=False)
+    if not name.strip():
+        raise InvalidValue(where, "a phase is named, got ''")
+    return Phase._value2member_map_.get(name, name)
 
 
 def _steps(value: Any, where: str) -> list[Step]:
@@ -300,7 +375,7 @@ def _record(value: Any, where: str, source: Origin) -> RunRecord:
     record = RunRecord(
         run=run,
         samples=_samples(entry["samples"], f"{where}.samples"),
-        phases=_phases(entry["phases"], f"{where}.phases"),
+        phases=_phases(entry["phases"], f"{where}.phases", run.source.by_user),
         steps=_steps(entry.get("steps", []), f"{where}.steps"),
         messages=_messages(entry.get("messages", []), f"{where}.messages"),
     )

@@ -92,6 +92,14 @@ def store_path(text: str) -> str:
     return text
 
 
+def file_path(text: str) -> str:
+    """A file a command reads or writes: an empty path (`--output "$OUT"` with OUT unset) names
+    none, where it was read as the current directory or as standard output."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path names no file")
+    return text
+
+
 def run_id(text: str) -> int:
     try:
         value = int(text)

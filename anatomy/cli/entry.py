@@ -31,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     """The command's exit status (EXIT_CODES); every error is one line on stderr."""
     index_once()  # a command that loads transformers (predict, sweep) reads its models once
     args = parser().parse_args(argv)
+    output = _Output(sys.stdout)
+    sys.stdout = output
     try:
         return args.func(args)
     except StoreError as error:
@@ -45,3 +47,44 @@ def main(argv: list[str] | None = None) -> int:
         # either (its final flush would fail on the same pipe).
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except OutputFailed as error:
+        # `> file` on a full disk: one line, and no second try at exit (its flush would fail).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), error.fileno)
+        print(f"error: cannot write the output: {error.strerror}", file=sys.stderr)
+        return 1
+    finally:
+        sys.stdout = output.stream
+
+
+class OutputFailed(OSError):
+    """Standard output could not be written (a full disk, /dev/full): told apart from the
+    command's other OSErrors, which say what they could not read or write themselves."""
+
+    def __init__(self, error: OSError, fileno: int):
+        super().__init__(error.errno, error.strerror)
+        self.fileno = fileno
+
+
+class _Output:
+    """Standard output, its write errors raised as OutputFailed (a closed pipe stays a
+    BrokenPipeError: the reader left, nothing to say)."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def _guarded(self, call, *args):
+        try:
+            return call(*args)
+        except BrokenPipeError:
+            raise
+        except OSError as error:
+            raise OutputFailed(error, self.stream.fileno()) from None
+
+    def write(self, text: str) -> int:
+        return self._guarded(self.stream.write, text)
+
+    def flush(self) -> None:
+        self._guarded(self.stream.flush)
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)

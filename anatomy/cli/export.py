@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from anatomy.analysis import transfer
-from anatomy.cli.arguments import add_store_option, run_id
+from anatomy.cli.arguments import add_store_option, file_path, run_id
 from anatomy.cli.stores import reading
 from anatomy.store import resolve_path
 
@@ -20,7 +20,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     export.add_argument("--format", choices=("json", "csv", "html"), required=True,
                         help="json: everything, to import elsewhere; csv: the samples; "
                              "html: the memory charts, a standalone page")
-    export.add_argument("--output", help="file to write (default: standard output)")
+    export.add_argument("--output", type=file_path,
+                        help="file to write (default: standard output)")
     add_store_option(export)
     export.set_defaults(func=cmd_export)
 

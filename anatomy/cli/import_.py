@@ -8,14 +8,14 @@ import sys
 from pathlib import Path
 
 from anatomy.analysis import transfer
-from anatomy.cli.arguments import add_store_option
+from anatomy.cli.arguments import add_store_option, file_path
 from anatomy.store import Store, why
 
 
 def register(commands: argparse._SubParsersAction) -> None:
     load = commands.add_parser("import", help="runs from an exported JSON file, under new ids")
-    load.add_argument("file", metavar="FILE", help="the file `export --format json` wrote (- reads"
-                      " standard input)")
+    load.add_argument("file", metavar="FILE", type=file_path,
+                      help="the file `export --format json` wrote (- reads standard input)")
     load.add_argument("--copy", action="store_true",
                       help="import runs this store holds already (imported before, or recorded"
                            " here) once more, as copies")

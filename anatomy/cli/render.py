@@ -23,9 +23,19 @@ def refused(error: InvalidOptions) -> int:
     return 2
 
 
+CELL_WIDTH = 48  # a long name or a model's path shortened in its middle; --json has it whole
+
+
+def _cell(value: object) -> str:
+    """A value on one line of a table: its line breaks as spaces, and at most CELL_WIDTH wide
+    (one run named with 100,000 characters padded every row of `runs` to as many)."""
+    text = "-" if value is None else " ".join(str(value).split("\n"))
+    return text if len(text) <= CELL_WIDTH else f"{text[:30]}…{text[-(CELL_WIDTH - 31):]}"
+
+
 def table(rows: list[list[str]], header: list[str]) -> str:
     """Columns aligned; a missing value ("None") shows as "-"."""
-    rows = [["-" if x is None else x for x in row] for row in rows]
+    rows = [[_cell(x) for x in row] for row in rows]
     widths = [max(len(str(x)) for x in column) for column in zip(header, *rows)]
     lines = ["  ".join(str(x).ljust(w) for x, w in zip(line, widths)) for line in [header, *rows]]
     return "\n".join(lines)

@@ -19,7 +19,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     runs.add_argument("--tag", help="only runs with this tag")
     runs.add_argument("--model", "--preset", dest="preset", metavar="MODEL",
                       help="only runs of this model (as the run named it)")
-    runs.add_argument("--status", choices=STATUSES, help="only runs that ended so (or still run)")
+    # the names (a refusal lists choices by repr: "<Status.RUNNING: 'running'>" for a member)
+    runs.add_argument("--status", choices=[status.value for status in STATUSES],
+                      help="only runs that ended so (or still run)")
     add_store_option(runs)
     runs.set_defaults(func=cmd_runs)
 

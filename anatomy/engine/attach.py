@@ -37,10 +37,10 @@ from anatomy.engine import protocol
 from anatomy.engine.devices import machine
 from anatomy.engine.endings import Ending, stopped_by
 from anatomy.engine.exits import ExitWatch, ending_of, on_stop_signals
-from anatomy.engine.locks import DeviceLock, gpu_key
+from anatomy.engine.locks import DeviceBusy, DeviceLock, gpu_key
 from anatomy.engine.recording import FIRST_SAMPLE_TIMEOUT, Recording, environment_facts
 from anatomy.engine.reporter import Reporter
-from anatomy.store import RunFacts, RunSource, Step, Store
+from anatomy.store import RunFacts, RunSource, Step, Store, StoreError
 from anatomy.vocabulary import Phase, SourceKind, Status
 
 DEFAULT_SAMPLE_RATE = 200
@@ -117,6 +117,14 @@ class _ThisProcess:
         pass
 
 
+def _visible(info, index: object):
+    """The visible GPU `index` names (start's `gpus`); ValueError, in one line, for another."""
+    if isinstance(index, int) and not isinstance(index, bool) and 0 <= index < len(info.devices):
+        return info.devices[index]
+    visible = f"0 to {len(info.devices) - 1}" if info.devices else "none: no GPU here"
+    raise ValueError(f"gpus: {index!r} is not a visible GPU ({visible})")
+
+
 class _LocalRecording:
     """A run of this process, recorded here: engine/recording.py, driven by the phase API. The
     GPUs it samples are locked as anatomy's own runs lock them, where they are free; a GPU
@@ -125,11 +133,16 @@ class _LocalRecording:
     def __init__(self, store: Store, name: str | None, sample_rate: int,
                  gpus: Sequence[int] | None, t0: float):
         info = machine()
-        devices = info.devices if gpus is None else [info.devices[i] for i in gpus]
+        devices = info.devices if gpus is None else [_visible(info, i) for i in gpus]
         locks, busy = [], []
         for device in devices:
             lock = DeviceLock(gpu_key(device.nvml_index))
-            if lock.acquire(f"a script (pid {os.getpid()})"):
+            try:
+                taken = lock.acquire(f"a script (pid {os.getpid()})")
+            except DeviceBusy as error:  # no lock to be had: the training is recorded all the same
+                busy.append(f"GPU {device.index} is recorded unlocked: {error}")
+                continue
+            if taken:
                 locks.append(lock)
             else:
                 busy.append(f"GPU {device.index} is also used by {lock.holder()}: its samples"
@@ -248,6 +261,18 @@ class _Unrecorded:
         pass
 
 
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
+
+
+def _named(what: str, value: object) -> None:
+    """A phase's name, a note's text: text, refused at the call (ValueError) — taken, it would
+    reach the store, whose refusal ends the recording of the whole run."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{what}: must be text, got {value!r}")
+
+
 class Run:
     """A run recorded from the training process itself: phases, steps, notes, its end."""
 
@@ -270,6 +295,7 @@ class Run:
         """The state `name` is reached (Phase.WEIGHTS: the model is on its device). It is held a
         few sample periods and measured, like the walkthrough's prints; Phase.TRAINING lasts
         until `end()` (or the next phase)."""
+        _named("phase", name)  # here, in the caller's line: in the store it would end the recording
         if self.reporter.open_phase:
             self.reporter.end(self.reporter.open_phase)
         self._tell_libraries()
@@ -281,12 +307,23 @@ class Run:
     def step(self, loss: float | None = None, *, step: int | None = None,
              total: int | None = None) -> None:
         """An optimizer step has ended (its number counts from 1 unless given)."""
+        for what, value in (("step", step), ("total", total)):
+            if value is not None and (not isinstance(value, int) or value < 0):
+                # refused here: stored, its run's export would be refused by every import
+                raise ValueError(f"{what}: must be a whole number from 0, got {value!r}")
+        try:
+            loss = None if loss is None else float(loss)
+        except (TypeError, ValueError):
+            raise ValueError(f"loss: must be one number (loss.item()), got {_short(loss)}"
+                             ) from None
         self.steps = step if step is not None else self.steps + 1
         allocated, reserved = _allocator()
-        self.reporter.step(Step(self.reporter.now(), self.steps, total,
-                                None if loss is None else float(loss), allocated, reserved))
+        self.reporter.step(Step(self.reporter.now(), self.steps, total, loss, allocated,
+                                reserved))
 
     def note(self, text: str, level: str = "info") -> None:
+        _named("note", text)
+        _named("level", level)
         self.reporter.tell(level, text)
 
     def describe(self, **facts: Any) -> None:
@@ -330,6 +367,15 @@ class Run:
         if isinstance(self.link, _LocalRecording):
             self.link.recording.wait(STOP_WAIT_SECONDS)
 
+    def _disown(self) -> None:
+        """In a forked child (a multiprocessing or DataLoader worker): the run is its parent's,
+        whose recording never came across the fork. The child's marks go nowhere (on watch's
+        socket they would interleave with the parent's), and its exit, its error or a SIGTERM
+        to it (Pool.terminate) end nothing — they would wait on a collector thread the child
+        does not have."""
+        self.ended = True
+        self.link = self.reporter.queue = _Unrecorded()
+
     def _forget(self) -> None:
         global _current
         with _current_lock:
@@ -363,6 +409,8 @@ def start(name: str | None = None, *, sample_rate: int = DEFAULT_SAMPLE_RATE,
         if not 1 <= sample_rate <= 2000:
             raise ValueError(f"sample_rate: {sample_rate} is out of range: 1 to 2000")
         dwell = max(0.1, 5.0 / sample_rate)
+        if _importing_main():  # the script's top, again, in a spawned worker: the parent records
+            return Run(_Unrecorded(), time.monotonic(), dwell)
         address = os.environ.get(watch_link.WATCH_ENV)
         if address:
             t0 = float(os.environ.get(watch_link.T0_ENV) or time.monotonic())
@@ -375,7 +423,11 @@ def start(name: str | None = None, *, sample_rate: int = DEFAULT_SAMPLE_RATE,
             link = _Unrecorded()  # rank 0 records the run; see _Unrecorded
         else:
             t0 = time.monotonic()
-            link = _LocalRecording(Store(store), name, sample_rate, gpus, t0)
+            try:
+                link = _LocalRecording(Store(store), name, sample_rate, gpus, t0)
+            except StoreError as error:  # the user's training is never ended by anatomy
+                _warn(f"not recording: the store {error}; the training goes on unrecorded")
+                link = _Unrecorded()
         run = Run(link, t0, dwell)
         _current = run
     _install_exit_hooks(run)
@@ -384,6 +436,17 @@ def start(name: str | None = None, *, sample_rate: int = DEFAULT_SAMPLE_RATE,
     if kernel:
         _load_kernel(run)
     return run
+
+
+def _importing_main() -> bool:
+    """Whether this is a multiprocessing child importing its parent's script (spawn and
+    forkserver run the script's top again, as `__mp_main__`, in every worker: a Pool's, a
+    DataLoader's). A run started there would start a sampler before multiprocessing allows it:
+    the worker died, the Pool started another, and each recorded a failed run — a thousand in
+    two minutes."""
+    import multiprocessing
+
+    return bool(getattr(multiprocessing.current_process(), "_inheriting", False))
 
 
 def _load_kernel(run: Run) -> None:
@@ -421,6 +484,17 @@ def _install_exit_hooks(run: Run) -> None:
             run._end(_exits.ending())
 
     atexit.register(at_exit)
+
+
+def _after_fork_in_child() -> None:
+    global _current, _current_lock
+    _current_lock = threading.Lock()  # a thread of the parent may have held it at the fork
+    run, _current = _current, None
+    if run is not None:
+        run._disown()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _stop_current(signum: int) -> None:

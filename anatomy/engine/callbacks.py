@@ -9,6 +9,7 @@ are what a user's own Trainer gets. Each reports through a `Reporter`.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 
@@ -189,8 +190,9 @@ class AnatomyCallback(TrainerCallback):
         from anatomy.engine import attach
 
         joined = attach.current()
-        self.run = joined or attach.start(name, sample_rate=sample_rate, store=store,
-                                          kernel=False, baseline=False)
+        self._start = functools.partial(attach.start, name, sample_rate=sample_rate, store=store,
+                                        kernel=False, baseline=False)
+        self.run = joined or self._start()
         self.owns_run = joined is None and not self.run.watched
         self.probe = probe
         self._callbacks: list[TrainerCallback] = []
@@ -200,6 +202,10 @@ class AnatomyCallback(TrainerCallback):
         self._longest_said: int | None = None
 
     def on_init_end(self, args, state, control, model=None, **kwargs):
+        self._follow(args, model)
+
+    def _follow(self, args, model) -> None:
+        """Tell the run what trains, and follow it with the callbacks of one job each."""
         facts = _training_facts(args, model)
         self.run.reporter.environment(facts)
         self._described = (facts.training_arguments, facts.model_name)
@@ -219,6 +225,11 @@ class AnatomyCallback(TrainerCallback):
             getattr(callback, event)(*args, **kwargs)
 
     def on_train_begin(self, args, state, control, **kwargs):
+        if self.owns_run and self.run.ended:
+            # train() again (hyperparameter_search, a resume): the run it ended was the last
+            # training's, and this one went unrecorded; it has a run of its own.
+            self.run = self._start()
+            self._follow(args, kwargs.get("model"))
         if self.run.reporter.open_phase:  # e.g. a phase the user's script opened
             self.run.reporter.end(self.run.reporter.open_phase)
         length = _sequence_length(kwargs.get("train_dataloader"))

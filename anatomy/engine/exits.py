@@ -3,8 +3,12 @@
 An uncaught error reaches `sys.excepthook`, and Ctrl-C is one (KeyboardInterrupt). But
 `sys.exit(1)` and `raise SystemExit("fatal")` skip the hook, and the atexit handler that ends the
 run learns nothing of them: Python keeps no trace of the exit it is making. So the exits are
-watched where they are made — `sys.exit`, and the `SystemExit` name scripts raise — and the
-script's own frame says whether it ended by one (its last instruction a return, or not). A
+watched where they are made — `sys.exit`, `exit()` and `quit()` — and the script's own frame
+says whether it ended by one (its last instruction a return, or not), or by a `raise
+SystemExit(...)` of its own whose code its bytecode holds. The name `SystemExit` itself is left
+alone: a class put in its place would be what every `except SystemExit:` of the process looks
+up, and the real one, which `sys.exit` raises, would pass through them all (a script's own
+handler, a forked multiprocessing worker's). A
 SIGTERM or SIGHUP, whose default kills the process with no atexit at all, is ended here as a stop
 when the script has no handler of its own: the run is recorded, then the signal does what it
 would have done.
@@ -68,23 +72,64 @@ class ExitWatch:
             watch.code = status
             original_exit(status)
 
-        class SystemExit(builtins.SystemExit):  # noqa: A001 - the name a `raise` looks up
-            def __init__(self, *args):
-                super().__init__(*args)
-                watch.code = self.code
-
-        SystemExit.__module__, SystemExit.__qualname__ = "builtins", "SystemExit"  # as the built-in
         sys.exit = exit
-        builtins.SystemExit = SystemExit
+        for name in ("exit", "quit"):  # site's Quitter objects (absent under python -S)
+            if callable(getattr(builtins, name, None)):
+                setattr(builtins, name, _Quitter(getattr(builtins, name), self))
 
     def ending(self) -> Ending:
         """At exit: completed when the script ran to its end, else the exit it made."""
         frame = self.frame
         if frame is None or frame.f_code.co_code[frame.f_lasti] in RETURNS:
             return Ending(Status.COMPLETED)
-        if self.code is _UNKNOWN:
+        code = self.code if self.code is not _UNKNOWN else raised_code(frame)
+        if code is _UNKNOWN:
             return Ending(Status.FAILED, "the script ended by SystemExit (its code unknown)")
-        return exit_ending(self.code)
+        return exit_ending(code)
+
+
+class _Quitter:
+    """`exit()` and `quit()` as site made them, their code noted first (they raise SystemExit
+    themselves, never through sys.exit)."""
+
+    def __init__(self, quitter: Callable, watch: ExitWatch):
+        self.quitter, self.watch = quitter, watch
+
+    def __call__(self, code: object = None) -> None:
+        self.watch.code = code
+        self.quitter(code)
+
+    def __repr__(self) -> str:
+        return repr(self.quitter)
+
+
+# What may stand between `SystemExit`, its argument and the raise, by Python version.
+_CALLS = {"PRECALL", "CALL", "CALL_FUNCTION"}
+_NAMES = {"LOAD_NAME", "LOAD_GLOBAL"}
+
+
+def raised_code(frame: FrameType) -> object:
+    """The code of the `raise SystemExit` or `raise SystemExit(constant)` the frame stopped at,
+    read from its bytecode; _UNKNOWN for any other instruction or argument."""
+    code = list(dis.get_instructions(frame.f_code))
+    at = next((i for i, ins in enumerate(code) if ins.offset == frame.f_lasti), None)
+    if at is None or code[at].opname != "RAISE_VARARGS" or code[at].arg != 1:
+        return _UNKNOWN
+    before = [ins for ins in code[:at] if ins.opname not in ("PUSH_NULL", "NOP", "EXTENDED_ARG")]
+    if before and before[-1].opname in _NAMES and before[-1].argval == "SystemExit":
+        return None  # `raise SystemExit`
+    calls = 0
+    while before and before[-1].opname in _CALLS:
+        calls += 1
+        before.pop()
+    if not calls:
+        return _UNKNOWN
+    if len(before) >= 1 and before[-1].opname in _NAMES and before[-1].argval == "SystemExit":
+        return None  # `raise SystemExit()`
+    if (len(before) >= 2 and before[-1].opname == "LOAD_CONST"
+            and before[-2].opname in _NAMES and before[-2].argval == "SystemExit"):
+        return before[-1].argval
+    return _UNKNOWN
 
 
 def _script_frame() -> FrameType | None:

@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 import types
+import weakref
 from multiprocessing import reduction
 
 PR_SET_PDEATHSIG = 1
@@ -198,6 +199,25 @@ class _Launcher:
 _LAUNCHER = _Launcher()
 
 
+_LAUNCHED: weakref.WeakSet = weakref.WeakSet()  # the children `launch` started, while they live
+
+
 def launch(process) -> None:
     """Start `process` (a spawn-context Process) from the launching thread, main module hidden."""
     _LAUNCHER.run(lambda: _start_clean(process))
+    _LAUNCHED.add(process)
+
+
+def _disown_launched() -> None:
+    """In a child forked from this process (os.fork in a user's script): multiprocessing's list
+    of children came across the fork, and at the child's exit it would SIGTERM the daemons on
+    it and try to join them — ending the parent's sampler, and with it the parent's recording,
+    and printing "can only join a child process". They are the parent's, not the child's."""
+    from multiprocessing import process as mp_process
+
+    children = getattr(mp_process, "_children", set())
+    for child in list(_LAUNCHED):
+        children.discard(child)
+
+
+os.register_at_fork(after_in_child=_disown_launched)

@@ -53,18 +53,21 @@ class DeviceLock:
     """A machine-wide lock on one device (its key: "gpu0", "cpu")."""
 
     def __init__(self, key: str):
-        directory = Path(os.environ.get(LOCK_DIR_ENV) or Path(tempfile.gettempdir()) / "anatomy-locks")
-        directory.mkdir(parents=True, exist_ok=True)
+        self.directory = Path(os.environ.get(LOCK_DIR_ENV)
+                              or Path(tempfile.gettempdir()) / "anatomy-locks")
         self.key = key
-        self.path = directory / f"{key}.lock"
+        self.path = self.directory / f"{key}.lock"
         self.file = None
 
     def acquire(self, holder: str) -> bool:
+        """Take the lock (True), or find it taken (False). DeviceBusy, in one line, when its
+        file cannot be opened at all (a folder that cannot be made or written)."""
         try:
-            self.file = open(self.path, "a+")
+            self.file = _open_shared(self.directory, self.path)
         except OSError as error:
-            raise DeviceBusy(f"the device lock {self.path} cannot be opened: {error.strerror}"
-                             ) from None
+            raise DeviceBusy(f"the device lock {self.path} cannot be opened: "
+                             f"{error.strerror or error} (${LOCK_DIR_ENV} puts the locks "
+                             "elsewhere)") from None
         try:
             fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -101,6 +104,24 @@ class DeviceLock:
         if self.file is not None:
             self.file.close()
             self.file = None
+
+
+def _open_shared(directory: Path, path: Path):
+    """The lock file, open for reading and writing. The locks are the machine's, not a user's:
+    the folder anatomy makes is everyone's (sticky, as /tmp) and each lock file anyone's to open,
+    or the first user's umask (0755, 0644) would refuse every other user's run for good."""
+    try:
+        directory.mkdir(parents=True)
+    except FileExistsError:
+        pass  # made before (or a file: the open below says so)
+    else:
+        os.chmod(directory, 0o1777)
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o666)
+    try:
+        os.fchmod(descriptor, 0o666)
+    except OSError:
+        pass  # another user's file: its mode is theirs to give (anatomy gave 0666)
+    return os.fdopen(descriptor, "a+")
 
 
 def take_all(keys: Sequence[str], holder: str, words) -> list[DeviceLock]:

@@ -494,7 +494,9 @@ class Watch:
             for device in self.devices or [None]:
                 peak = self.store.peak(run_id, device.nvml_index if device else 0)
                 where = f"GPU {device.index} ({device.name})" if device else "CPU (RSS)"
-                _say(f"{where}: peak {mib(peak) if peak is not None else '?'} MB", out)
+                _say(f"{where}: peak {mib(peak)} MB" if peak is not None else
+                     f"{where}: no sample: the command ended before the first reading (every"
+                     f" {1000 / self.sample_rate:.0f} ms)", out)
             samples = f"{self.store.sample_count(run_id)} samples"
         except Exception:  # noqa: BLE001 - the store is gone or full: say what is known
             samples = "its samples"

@@ -126,6 +126,10 @@ class Store:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise StoreError(self.path, f"its directory cannot be made: {error.strerror}") from None
+        try:  # made here, not by SQLite, whose "unable to open" of a new file reads as one gone
+            self.path.touch(exist_ok=True)
+        except OSError as error:
+            raise StoreError(self.path, f"it cannot be made: {error.strerror}") from None
         try:
             check = sqlite3.connect(self.path, timeout=30)  # before any pragma changes the file
             try:
@@ -454,11 +458,14 @@ class Store:
 
     def close_phases(self, run_id: int, t: float, rank: int | None = None) -> None:
         """A worker that died mid-phase: its open phases (one rank's, or every rank's) end at
-        `t` (its last sample)."""
+        `t` (its last sample) — or where they began, never before: a watched command that exited
+        before the recording first saw it alive (`true`) has its "process" phase begun after
+        the last time it was seen (0.0), and a phase ending before it begins is refused by
+        every import of its export."""
         with self.connect() as db:
             _, where, args = self._rank_clause(db, "phases", rank)
-            db.execute(f"UPDATE phases SET end = ? WHERE run_id = ? AND end IS NULL{where}",
-                       (t, run_id, *args))
+            db.execute(f"UPDATE phases SET end = MAX(?, start) WHERE run_id = ? AND end IS NULL"
+                       f"{where}", (t, run_id, *args))
 
     def samples(self, run_id: int, gpu: int | None = None) -> list[Sample]:
         query = "SELECT t, gpu, used, reserved, total, util FROM samples WHERE run_id = ?"

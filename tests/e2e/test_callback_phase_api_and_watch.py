@@ -163,6 +163,15 @@ def test_watch_of_a_command_that_marks_nothing_has_one_process_phase(store):
     assert rep.samples == rep.samples_sent > 0
 
 
+def test_watch_of_a_command_too_short_to_sample_says_so(store):
+    """`anatomy watch -- true`: it said "CPU (RSS): peak ? MB"."""
+    result = _python(store, "-m", "anatomy", "watch", "--sample-rate", "1", "--", "true")
+    assert result.returncode == 0, result.stderr
+    assert "no sample: the command ended before the first reading (every 1000 ms)" in result.stderr
+    assert "?" not in result.stderr
+    assert _only_run(store).status == "completed"
+
+
 def test_watch_of_a_command_that_fails_keeps_its_exit_code_and_output(store):
     result = _python(store, "-m", "anatomy", "watch", "--", sys.executable, "-c",
                       "import sys; print('something broke', file=sys.stderr); sys.exit(3)")

@@ -75,6 +75,28 @@ def test_runs_filter_by_preset_and_status_and_together(store, runs, capsys):
     assert "no stored run has status stopped" in capsys.readouterr().out
 
 
+def test_a_status_that_is_none_is_refused_with_the_statuses_by_name(store, capsys):
+    """The refusal listed them as "<Status.RUNNING: 'running'>, <Status.COMPLETED: …>"."""
+    with pytest.raises(SystemExit):
+        cli(store, "runs", "--status", "done")
+    error = capsys.readouterr().err
+    assert "invalid choice: 'done' (choose from 'running', 'completed', 'failed', 'oom'," in error
+    assert "<Status" not in error
+
+
+def test_a_long_or_multiline_name_keeps_the_table_one_screen_wide(store, runs, capsys):
+    """anatomy.start(name="x" * 100000) padded every row of `runs` to 100,000 characters; a
+    name with a line break split its row in two."""
+    store.rename_run(runs[0], "x" * 100_000)
+    store.rename_run(runs[1], "first line\nsecond line")
+    capsys.readouterr()
+    assert cli(store, "runs") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1 + len(runs) and max(map(len, lines)) < 250
+    assert any("first line second line" in line for line in lines)
+    assert any("xxx…xxx" in line for line in lines)
+
+
 def test_the_table_shows_tags_and_names(store, runs, capsys):
     store.rename_run(runs[0], "walkthrough")
     store.set_tags(runs[0], ["h200"])

@@ -114,6 +114,26 @@ def test_a_bad_config_is_one_line_naming_what_is_wrong(tmp_path, config, words):
     assert words in errors["model"] and "\n" not in errors["model"]
 
 
+@pytest.mark.parametrize("content, words", [
+    (b"\x89safetensors\xff\x00", "is not UTF-8 text (byte 0), not a config.json (a weights file?)"),
+    (b"[" * 100_000, "is nested too deeply to be a config"),
+    (b'{"hidden_size": ' + b"9" * 5000 + b"}", "a number of more digits than Python reads"),
+    (None, "is 17 MB, not a config.json (a weights file?)"),
+])
+def test_a_file_that_is_no_config_is_one_line_not_a_traceback(tmp_path, content, words):
+    """A weights file named by mistake (`--model model.safetensors`) was a UnicodeDecodeError
+    traceback, and a multi-GB one was read whole first."""
+    path = tmp_path / "model.safetensors"
+    if content is None:
+        with open(path, "wb") as out:
+            out.truncate(17 * 2**20)
+    else:
+        path.write_bytes(content)
+    errors = validate(RunOptions(model=str(path)), gpu_count=0)
+    assert list(errors) == ["model"]
+    assert words in errors["model"] and "\n" not in errors["model"], errors["model"]
+
+
 @pytest.mark.parametrize("model, words", [
     ("nope", "is not a preset"), ("/no/such/config.json", "no such file or folder"),
     ("someone/not-cached", "not in the local Hugging Face cache")])

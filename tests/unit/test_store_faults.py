@@ -116,6 +116,18 @@ def test_an_empty_store_path_is_refused(capsys):
     assert "argument --store: an empty path names no store" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command, argument", [(["import", ""], "FILE"),
+                                               (["export", "1", "--format", "json", "--output",
+                                                 ""], "--output")])
+def test_an_empty_file_path_is_refused(capsys, command, argument):
+    """`--output "$OUT"` with OUT unset wrote the whole export to the terminal; `import ""` said
+    "cannot read : Is a directory"."""
+    with pytest.raises(SystemExit) as exited:
+        cli.main(command)
+    assert exited.value.code == 2
+    assert f"argument {argument}: an empty path names no file" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("command", ["show", "tag", "rename", "delete", "export"])
 def test_a_run_id_beyond_sqlites_range_is_refused_in_a_line(capsys, command):
     extra = {"tag": ["x"], "rename": ["x"], "export": ["--format", "json"]}.get(command, [])
@@ -157,3 +169,74 @@ def test_the_dashboard_names_a_store_it_cannot_use_in_a_line(tmp_path, monkeypat
     assert [e.value for e in app.error] == [
         f"The run store cannot be used: {path}: it is not an anatomy store: it holds another"
         " program's tables (runs, metrics). Point ANATOMY_STORE at another file."]
+
+
+@pytest.mark.parametrize("command", [["import", "-"], ["watch", "--", "true"],
+                                     ["run", "--model", "tiny"]])
+def test_a_store_that_cannot_be_made_says_so_not_that_it_is_gone(capsys, monkeypatch, command):
+    """A new store in a folder no one may write (/sys: refused even to root): SQLite's "unable to
+    open" of a file not there read as "it is gone: the file was deleted or moved while in use"."""
+    monkeypatch.setattr("sys.stdin", open(os.devnull))
+    code, _, err = _main(capsys, *command[:1], "--store", "/sys/anatomy.sqlite", *command[1:])
+    assert code == 2 and err.count("\n") == 1, err
+    assert "/sys/anatomy.sqlite: it cannot be made: Permission denied" in err, err
+
+
+def test_the_phase_api_tells_a_store_it_cannot_use_and_the_training_goes_on(tmp_path, capsys,
+                                                                           monkeypatch):
+    """anatomy.start() (and so the Trainer callback) raised StoreError into the user's training:
+    a stray $ANATOMY_STORE ended it. No sampler is started for a store refused."""
+    from anatomy.engine import attach
+
+    monkeypatch.setattr(attach, "_install_exit_hooks", lambda run: None)  # not this pytest's
+    (tmp_path / "notes.txt").write_text("not a store")
+    run = attach.start(store=tmp_path / "notes.txt", kernel=False, baseline=False)
+    try:
+        assert run.id is None and not run.watched
+        run.phase("training")
+        run.step(loss=1.0)
+    finally:
+        run.end()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not recording: the store" in err and "notes.txt" in err
+    assert attach.current() is None
+
+
+def test_the_phase_api_names_a_gpu_that_is_not_visible(tmp_path, monkeypatch):
+    from anatomy.engine import attach
+
+    monkeypatch.setattr(attach, "_install_exit_hooks", lambda run: None)
+    with pytest.raises(ValueError, match=r"gpus: 3 is not a visible GPU \(none: no GPU here\)"):
+        attach.start(store=tmp_path / "s.sqlite", gpus=[3], kernel=False, baseline=False)
+    assert attach.current() is None
+
+
+class _FullDisk:
+    """Standard output redirected to a file on a full disk (as `> out.csv` there)."""
+
+    def __init__(self, path: Path):
+        self.file = open(path, "w")  # noqa: SIM115 - closed by the test
+
+    def write(self, text: str) -> int:
+        raise OSError(28, "No space left on device")
+
+    def flush(self) -> None:
+        pass
+
+    def fileno(self) -> int:
+        return self.file.fileno()
+
+
+@pytest.mark.parametrize("command", [["runs"], ["show", "1"], ["export", "1", "--format", "csv"]])
+def test_output_that_cannot_be_written_is_one_line(store, seed, capsys, monkeypatch, tmp_path,
+                                                   command):
+    """`anatomy runs > out.txt` on a full disk was an OSError traceback."""
+    seed()
+    full = _FullDisk(tmp_path / "out.txt")
+    monkeypatch.setattr("sys.stdout", full)
+    try:
+        code = cli.main([*command, "--store", str(store.path)])
+    finally:
+        full.file.close()
+    err = capsys.readouterr().err
+    assert code == 1 and err == "error: cannot write the output: No space left on device\n", err

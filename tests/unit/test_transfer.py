@@ -12,9 +12,9 @@ import pytest
 from anatomy.analysis import transfer
 from anatomy.analysis.report import RunReport, report
 from anatomy.cli import main
-from anatomy.store import Store
+from anatomy.store import PhaseMark, Step, Store
 from tests.apptest import open_page
-from tests.conftest import contents, exported, seed_run
+from tests.conftest import USERS_SHAPES, contents, exported, seed_run, seed_users_run
 
 MARK = 987654321012  # a number found once in a file, replaced by text json.dumps cannot write
 
@@ -74,6 +74,12 @@ BAD_FILES = {
     "empty": (lambda text: "", "the file is empty"),
     "blank": (lambda text: "\n  \n", "the file is empty"),
     "truncated": (lambda text: text[: len(text) // 2], "the file is truncated: its JSON stops early"),
+    # export's other formats, imported by mistake: the page was called a truncated JSON file
+    "the HTML export": (lambda text: '<!DOCTYPE html>\n<html><head><script>var a = {"x": [1,',
+                        "it is an HTML page (the export for viewing, --format html); import reads"
+                        " the JSON export (anatomy export RUN_ID --format json)"),
+    "the CSV export": (lambda text: "run_id,t,gpu,used,reserved,total,util\n1,0.1,0,7581696,,1,\n",
+                       "it is the samples as CSV (--format csv); import reads the JSON export"),
     "not json": (lambda text: "schema: anatomy.runs\n", "the file is not valid JSON: Expecting value"
                  " at line 1, column 1"),
     "foreign object": (lambda text: '{"name": "left-pad", "version": "1.3.0"}',
@@ -288,3 +294,67 @@ def test_a_file_written_before_exports_named_their_store_is_known_again_too(sour
         transfer.import_runs(target, json.dumps(data))
 
 
+
+
+@pytest.mark.parametrize("shape", USERS_SHAPES)
+def test_a_users_run_round_trips_with_only_what_it_reported(store, target, shape):
+    """Every run a user's training recorded (the callback, the phase API, watch) was refused by
+    the import of its own export: "options: is missing 'batch_size', 'seq_len', …" — anatomy's
+    own options demanded of a training that reported none or some."""
+    run_id = seed_users_run(store, shape)
+    (new,) = transfer.import_runs(target, exported(store, [run_id]))
+    assert target.run(new).options == store.run(run_id).options  # no default filled in
+    assert target.run(new).preset == store.run(run_id).preset
+    assert without_id(report(target, new)) == without_id(report(store, run_id))
+
+
+def test_a_users_options_are_imported_as_the_trainer_reported_them(store, target):
+    """TrainingArguments' own values, which anatomy's runs never take: epochs 3.0, an optim it
+    does not run, a batch size past its own limit."""
+    run_id = seed_users_run(store, "trainer")
+    reported = {**store.run(run_id).options, "epochs": 3.0, "optim": "adamw_bnb_8bit",
+                "batch_size": 8192}
+    with store.connect() as db:
+        db.execute("UPDATE runs SET options = ? WHERE id = ?", (json.dumps(reported), run_id))
+    (new,) = transfer.import_runs(target, exported(store, [run_id]))
+    assert report(target, new).known("optim") == "adamw_bnb_8bit"
+    assert report(target, new).known("epochs") == 3.0
+    # their types are checked all the same: a reader sums and words them
+    text = exported(store, [run_id]).replace('"grad_accum": 1', '"grad_accum": "1"')
+    with pytest.raises(transfer.ImportRefused, match=r"runs\[0\]\.run\.options\.grad_accum: "
+                       "must be a whole number"):
+        transfer.import_runs(target, text)
+
+
+def test_what_a_store_holds_but_json_cannot_say_is_exported_so_its_import_takes_it(store, target):
+    """A diverged training's loss (inf: SQLite keeps it, the import refused "Infinity"), and the
+    "process" phase of a watched command that ended before it was first seen (`watch -- true`:
+    closed at 0.0, before its start)."""
+    run_id = seed_users_run(store, "phase api")
+    store.write(run_id, steps=[Step(9.5, 9, 10, float("inf"), None, None)])
+    command = seed_users_run(store, "command", status="running")
+    with store.connect() as db:  # as close_phases wrote it before it kept a phase's end ≥ start
+        db.execute("UPDATE phases SET start = 0.2, end = 0.0 WHERE run_id = ?", (command,))
+    new = transfer.import_runs(target, exported(store, [run_id, command]))
+    assert target.steps(new[0])[-1].loss is None
+    assert [(p.start_s, p.end_s) for p in target.phases(new[1])] == [(0.2, 0.2)]
+
+
+def test_a_phase_a_users_script_named_is_imported_as_named(store, target):
+    """`run.phase("eval")` is stored and shown as named; its export was refused by every import
+    ("'eval' is not one of baseline, kernel, …"). Anatomy's own runs keep their four."""
+    run_id = seed_users_run(store, "phase api")
+    store.write(run_id, phases=[PhaseMark("start", "eval", 9.2), PhaseMark("end", "eval", 9.4)])
+    (new,) = transfer.import_runs(target, exported(store, [run_id]))
+    assert [p.name for p in target.phases(new)][-1] == "eval"
+    text = exported(store, [run_id]).replace('"name": "eval"', '"name": ""')
+    with pytest.raises(transfer.ImportRefused, match=r"phases\[4\]\.name: a phase is named"):
+        transfer.import_runs(target, text, copy=True)
+
+
+def test_a_phase_closed_before_it_began_ends_where_it_began(store):
+    run_id = seed_users_run(store, "command", status="running")
+    with store.connect() as db:
+        db.execute("UPDATE phases SET start = 0.2 WHERE run_id = ?", (run_id,))
+    store.close_phases(run_id, 0.0)  # the command was never seen alive: its last sight is 0.0
+    assert [(p.start_s, p.end_s) for p in store.phases(run_id)] == [(0.2, 0.2)]

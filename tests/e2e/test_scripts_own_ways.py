@@ -1,0 +1,162 @@
+"""A script that records itself keeps its own ways: anatomy.start() changes nothing of how its
+exits are caught, and a child it forks (os.fork, a fork-context Pool) neither ends nor waits on
+its parent's run. Each a real script on this CPU, recorded into a store of its own."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+from anatomy.analysis.report import report
+from anatomy.store import Store
+from tests.conftest import PROJECT
+
+HANDLED_EXITS = """
+import argparse, multiprocessing, sys
+import anatomy
+
+def leave(code):
+    sys.exit(code)
+
+if __name__ == "__main__":
+    run = anatomy.start(name="handled exits", kernel=False)
+    try:
+        sys.exit(3)
+    except SystemExit as exit_:
+        print("caught sys.exit", exit_.code)
+    try:
+        argparse.ArgumentParser().parse_args(["--no-such-flag"])
+    except SystemExit as exit_:
+        print("caught argparse", exit_.code)
+    worker = multiprocessing.get_context("fork").Process(target=leave, args=(2,))
+    worker.start()
+    worker.join()
+    print("worker exit code", worker.exitcode)
+    run.phase("training")
+    run.step(loss=1.0)
+"""
+
+FORKS = """
+import multiprocessing, os, sys, time
+import anatomy
+
+def square(x):
+    return x * x
+
+if __name__ == "__main__":
+    run = anatomy.start(name="forks", kernel=False)
+    run.phase("training")
+    child = os.fork()
+    if child == 0:
+        sys.exit(0)  # a normal exit: atexit runs in the child
+    os.waitpid(child, 0)
+    pool = multiprocessing.get_context("fork").Pool(2)
+    print("squares", pool.map(square, range(4)))
+    started = time.monotonic()
+    pool.terminate()  # SIGTERM to each worker
+    pool.join()
+    print(f"terminated in {time.monotonic() - started:.1f} s")
+    for step in range(1, 6):
+        time.sleep(0.1)
+        run.step(loss=1.0 / step)
+"""
+
+
+def _script(tmp_path, source: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    (tmp_path / "script.py").write_text(textwrap.dedent(source))
+    env = {**os.environ, "ANATOMY_STORE": str(tmp_path / "s.sqlite"),
+           "PYTHONPATH": os.pathsep.join(filter(None, (str(PROJECT), os.environ.get("PYTHONPATH"))))}
+    return subprocess.run([sys.executable, "script.py"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_a_recorded_script_catches_its_exits_as_without_anatomy(tmp_path):
+    """anatomy.start() once put its own SystemExit class in builtins: `except SystemExit` in the
+    script let sys.exit(3) through (the script ended there), and a forked worker's sys.exit(2)
+    became a traceback and exit code 1."""
+    result = _script(tmp_path, HANDLED_EXITS)
+    assert result.returncode == 0, result.stderr
+    assert "caught sys.exit 3" in result.stdout and "caught argparse 2" in result.stdout
+    assert "worker exit code 2" in result.stdout and "Traceback" not in result.stderr
+    rep = report(Store(tmp_path / "s.sqlite", read_only=True), 1)
+    assert rep.status == "completed", rep.error
+    assert rep.steps == 1
+
+
+def test_a_forked_child_neither_ends_nor_waits_on_its_parents_run(tmp_path):
+    """A child's exit once ran the run's atexit ending in the child (waiting forever on a
+    collector thread it did not have) and SIGTERMed the parent's sampler; a Pool's terminate
+    waited 10 s per worker on the stop the workers' inherited handler made."""
+    result = _script(tmp_path, FORKS)
+    assert result.returncode == 0, result.stderr
+    assert "squares [0, 1, 4, 9]" in result.stdout and "Traceback" not in result.stderr
+    terminated = float(result.stdout.split("terminated in ")[1].split()[0])
+    assert terminated < 5  # the stop's own wait is 10 s: no worker waited it
+    rep = report(Store(tmp_path / "s.sqlite", read_only=True), 1)
+    assert rep.status == "completed", rep.error
+    assert rep.steps == 5 and rep.samples == rep.samples_sent > 0
+
+
+TRAINS_TWICE = """
+import torch
+from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
+import anatomy
+
+config = BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                    intermediate_size=64, vocab_size=100, max_position_embeddings=32)
+examples = [{"input_ids": torch.randint(5, 99, (16,)), "labels": i % 2} for i in range(12)]
+arguments = TrainingArguments(output_dir="out", per_device_train_batch_size=4, max_steps=2,
+                              logging_steps=1, report_to="none", save_strategy="no",
+                              disable_tqdm=True, use_cpu=True)
+trainer = Trainer(model=BertForSequenceClassification(config), args=arguments,
+                  train_dataset=examples, callbacks=[anatomy.AnatomyCallback()])
+trainer.train()
+trainer.train()  # again, as hyperparameter_search or a resume does
+"""
+
+
+def test_a_trainer_that_trains_twice_records_each_training(tmp_path):
+    """The callback ended its run at the first on_train_end; the second train() was reported
+    to that ended run, and went unrecorded without a word."""
+    result = _script(tmp_path, TRAINS_TWICE)
+    assert result.returncode == 0, result.stderr
+    store = Store(tmp_path / "s.sqlite", read_only=True)
+    reports = [report(store, run.id) for run in reversed(store.runs())]
+    assert [(r.status, r.steps) for r in reports] == [("completed", 2), ("completed", 2)]
+    assert all([p.name for p in r.phases] == ["weights", "training"] for r in reports)
+    assert all(r.known("batch_size") == 4 for r in reports)
+
+
+SPAWNS = """
+import multiprocessing
+import anatomy
+
+run = anatomy.start(name="spawned pool", kernel=False)  # at the top, as the README says
+
+
+def square(x):
+    return x * x
+
+
+if __name__ == "__main__":
+    run.phase("training")
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        print("squares", pool.map(square, range(4)))
+    run.step(loss=1.0)
+"""
+
+
+def test_a_spawned_worker_running_the_scripts_top_again_records_nothing(tmp_path):
+    """Spawn runs the script's top again in each worker (as __mp_main__): its anatomy.start()
+    started a sampler while the worker was still bootstrapping, the worker died of it, the Pool
+    started another — 1,000 failed runs in two minutes, and the script never ended."""
+    result = _script(tmp_path, SPAWNS, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "squares [0, 1, 4, 9]" in result.stdout and "Traceback" not in result.stderr
+    store = Store(tmp_path / "s.sqlite", read_only=True)
+    assert len(store.runs()) == 1
+    rep = report(store, 1)
+    assert rep.status == "completed", rep.error
+    assert rep.steps == 1
