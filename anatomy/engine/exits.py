@@ -84,7 +84,12 @@ class ExitWatch:
             return Ending(Status.COMPLETED)
         code = self.code if self.code is not _UNKNOWN else raised_code(frame)
         if code is _UNKNOWN:
-            return Ending(Status.FAILED, "the script ended by SystemExit (its code unknown)")
+            # `raise SystemExit(main())`, an idiom of scripts that succeed: the code was on the
+            # stack and is gone. Called completed, with what is not known said beside it, rather
+            # than every such script's run failed.
+            return Ending(Status.COMPLETED,
+                          "the script ended by raise SystemExit(…), whose exit code anatomy "
+                          "cannot read (sys.exit(…) it follows; `anatomy watch` reads any exit)")
         return exit_ending(code)
 
 

@@ -7,10 +7,10 @@ import signal
 import pytest
 
 from anatomy.analysis.options import RunOptions
-from anatomy.engine import protocol
+from anatomy.engine import exits, protocol
 from anatomy.engine.collector import Collector
 from anatomy.engine.endings import death, exit_status, is_oom, oom_in, shell_death, stopped_by
-from anatomy.engine.exits import ending_of
+from anatomy.engine.exits import ExitWatch, ending_of
 from anatomy.engine.training import lost_peer
 from anatomy.vocabulary import Status
 
@@ -68,3 +68,24 @@ def test_a_rank_that_only_lost_its_peer_gives_way_to_the_rank_that_ended(store):
     first.handle(protocol.Failure("failed", "rank 1: ValueError", protocol.Source(1)))
     first.handle(protocol.Failure("failed", "rank 0: reset by peer", protocol.Source(0), True))
     assert first.outcome.failure.text == "rank 1: ValueError"
+
+
+@pytest.mark.parametrize("script, status, words", [
+    ("raise SystemExit(main())", Status.COMPLETED, "whose exit code anatomy cannot read"),
+    ("raise SystemExit(3)", Status.FAILED, "exited with code 3"),
+    ("raise SystemExit('fatal')", Status.FAILED, "exited with code 1: fatal"),
+    ("raise SystemExit", Status.COMPLETED, None),
+])
+def test_a_scripts_own_raise_of_systemexit_ends_its_run_as_its_bytecode_says(script, status,
+                                                                               words):
+    """The code of `raise SystemExit(constant)` is in the script's bytecode; that of `raise
+    SystemExit(main())`, the idiom of scripts that succeed, is gone by exit: completed, saying
+    so, not failed."""
+    module = compile(f"def main():\n    return 0\n{script}\n", "train.py", "exec")
+    with pytest.raises(SystemExit) as raised:
+        exec(module, {"__name__": "__main__"})
+    watch = ExitWatch.__new__(ExitWatch)  # without its hooks on this process's sys.exit
+    watch.frame, watch.code = raised.tb.tb_next.tb_frame, exits._UNKNOWN  # no sys.exit seen
+    ending = watch.ending()
+    assert ending.status == status
+    assert (words in ending.error) if words else ending.error is None
