@@ -4,11 +4,17 @@ weights (tracing/values.py), and the grouped matmul's shape for inputs the meta 
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from anatomy.analysis.prediction.tracing.fake_kernels import FakeKernels
-from anatomy.analysis.prediction.tracing.values import DataValues, balanced_choice
+from anatomy.analysis.prediction.tracing.values import (
+    VALUE_LIMIT,
+    DataValues,
+    UnknownValues,
+    balanced_choice,
+)
 
 aten = torch.ops.aten
 
@@ -88,3 +94,16 @@ def test_a_module_converted_to_its_own_dtype_and_an_expert_named_by_a_tensor():
         index = torch.tensor([[3], [1]])[0]  # made from nothing: its values are known
         name = f"expert_{index[0]}"
     assert model.weight is weight and name == "expert_3"
+
+
+def test_a_data_tensor_too_large_to_follow_is_named_as_the_batchs_size_not_the_weights():
+    """`anatomy predict --model tinyllama-1.1b --batch-size 4096 --seq-len 2048` read "reads the
+    values of a tensor made from the weights": Llama's mask check (`(mask[:, -1] == 0).all()`)
+    on 8.4 M tokens, more than the trace keeps values for. The line says so, and what to do."""
+    with FakeTensorMode(), DataValues():
+        small = torch.ones(2, 64, dtype=torch.long)
+        assert bool((small[:, -1] == 1).all())  # made from nothing, small: its values are known
+        large = torch.ones(VALUE_LIMIT + 1, dtype=torch.long)
+        with pytest.raises(UnknownValues, match=f"a tensor of {VALUE_LIMIT + 1:,} elements, "
+                                                f"more than the prediction follows"):
+            bool((large == 0).all())

@@ -96,6 +96,7 @@ class DataValues(TorchDispatchMode):
     def __init__(self):
         super().__init__()
         self.values: WeakIdKeyDictionary = WeakIdKeyDictionary()  # fake tensor -> real tensor
+        self.beyond = 0  # the most elements of a result left without values for its size
 
     def __enter__(self):
         # A one-element tensor in an f-string is its value (`f"expert_{index[0]}"`, Switch
@@ -152,8 +153,11 @@ class DataValues(TorchDispatchMode):
                     self.values[indices] = balanced_choice(func, args, kwargs, indices)
             return out
         outputs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
-        if outputs and sum(t.numel() for t in outputs) <= VALUE_LIMIT:
+        elements = sum(t.numel() for t in outputs)
+        if outputs and elements <= VALUE_LIMIT:
             self._follow(func, args, kwargs, outputs)
+        else:
+            self.beyond = max(self.beyond, elements)
         return out
 
     def _masked(self, func, args, kwargs):
@@ -196,6 +200,11 @@ class DataValues(TorchDispatchMode):
         if not self._known(args, kwargs):
             if func in MASKED and self._known(args[1], {}):
                 return self._masked(func, args, kwargs)
+            if self.beyond:  # a data tensor too large to follow: the batch's size, not the model
+                raise UnknownValues(
+                    f"{func.__name__} reads the values of a tensor of {self.beyond:,} elements, "
+                    f"more than the prediction follows ({VALUE_LIMIT:,}): a smaller batch size "
+                    "× sequence length predicts")
             raise UnknownValues(
                 f"{func.__name__} reads the values of a tensor made from the weights")
         real = self._run(func, args, kwargs)
