@@ -81,7 +81,8 @@ def plan(base: RunOptions, vary: dict[str, list], until_oom: bool, gpu_count: in
     if not vary:
         errors["vary"] = "vary: choose one or two options to vary"
     elif len(vary) > MAX_VARIED:
-        errors["vary"] = f"vary: at most {MAX_VARIED} options, got {len(vary)}: {', '.join(vary)}"
+        errors["vary"] = (f"vary: at most {MAX_VARIED} options, got {len(vary)}: "
+                          f"{', '.join(n.replace('_', '-') for n in vary)}")
     for name, values in vary.items():
         if name not in VARIABLE:
             errors[name] = f"{name}: not an option (one of {', '.join(VARIABLE)})"

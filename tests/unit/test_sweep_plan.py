@@ -107,7 +107,8 @@ def test_plan_is_the_product_with_a_ladder_per_value_of_the_other_option():
     ({"seq_len": [32, 1024]}, False, "seq_len: 1024 is out of range for tiny: 1 to 512"),
     ({"precision": ["fp32", "bf16"]}, True, "until_oom: needs batch_size among the varied options"),
     ({}, False, "vary: choose one or two options to vary"),
-    ({"batch_size": [1], "precision": ["bf16"], "optim": ["sgd"]}, False, "vary: at most 2 options"),
+    ({"batch_size": [1], "precision": ["bf16"], "optim": ["sgd"]}, False,
+     "vary: at most 2 options, got 3: batch-size, precision, optim"),  # as the flags name them
     ({"batch_size": []}, False, "batch_size: no values to try"),
     ({"colour": ["red"]}, False, "colour: not an option"),
 ])
