@@ -73,11 +73,15 @@ def _forecast() -> None:
 
 
 def _what_fits() -> None:
-    """The form's third button: the largest batch size predicted to fit, without running."""
+    """The form's third button: the largest batch size predicted to fit, without running. Its
+    fields are judged as Predict's are: wrong ones are marked, not left without an answer."""
+    options = _form_options()
     with st.spinner("tracing the training step at two batch sizes…"):
-        st.session_state["forecast"] = view.batch_size_forecast(_form_options(),
-                                                                   server.device())
+        st.session_state["forecast"] = view.batch_size_forecast(options, server.device())
     st.session_state["forecast_for"] = _state()
+    st.session_state.pop("start_refused", None)
+    st.session_state["option_errors"] = validate(options, server.device().gpu_count)
+    st.session_state["errors_from"] = "predict"
 
 
 def _start() -> None:
@@ -148,9 +152,9 @@ def options_form(has_gpu: bool, expanded: bool) -> None:
     if refused and st.session_state.get("forecast_for") == _state():
         st.error(f"Not started: {refused}.")
     elif st.session_state.get("option_errors"):
-        st.error("Not started: fix the fields marked above."
-                 if st.session_state.get("errors_from") == "start"
-                 else "Fix the fields marked above.")
+        for line in view.refusal(st.session_state["option_errors"], _drawn,
+                                 started=st.session_state.get("errors_from") == "start"):
+            st.error(line)
 
 
 def _phase_metrics(rep: RunReport) -> None:
