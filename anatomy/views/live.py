@@ -306,6 +306,14 @@ def batch_size_forecast(options: RunOptions, machine: Machine) -> Forecast:
     """The form's "What fits?": the largest batch size predicted to fit the chosen device."""
     if validate(options, machine.gpu_count):
         return Forecast(None, None)
+    if options.distributed:
+        # The search replays one process alone: a rank of several holds more (DDP's gradient
+        # buckets) or less (FSDP's shards), and CPU ranks share one RAM.
+        n = options.world_size
+        return Forecast(None, f"What fits? answers for one process alone, not for {n} "
+                              f"({options.strategy}): with one process it gives its answer, and "
+                              f"Predict memory and time tells what each of the {n} needs at "
+                              "this batch size")
     device, gpu_name, total, where = _target(options, machine)
     try:
         fit = max_batch_size(options, device=device, total=total, gpu_name=gpu_name)

@@ -292,3 +292,17 @@ def test_the_error_of_a_field_the_form_no_longer_draws_is_said_in_full(store, tm
         "Not started: " + refused["gradient_checkpointing"],
         "Not started: fix the fields marked above."]
     assert store.runs() == []
+
+
+def test_what_fits_does_not_answer_for_several_processes_with_one_processs_batch_size():
+    """With 4 CPU processes What fits? said "≥ 4096 (peak 13.6 GB of 21.5 GB)" of a 23.5 GiB
+    machine, whose RAM the four share: one process's search, while Predict at 4096 warned of
+    867 GB. Two H200s under FSDP: one unsharded process's answer."""
+    for options, machine in ((RunOptions(model="tiny", processes=4), CPU),
+                             (RunOptions(model="tiny", gpus="0,1", strategy="fsdp"), replace(
+                                 H200, devices=(H200.devices[0], replace(H200.devices[0],
+                                                                         index=1, nvml_index=1))))):
+        forecast = batch_size_forecast(options, machine)
+        assert forecast.line is None
+        assert forecast.warning.startswith("What fits? answers for one process alone, not for "
+                                           f"{options.world_size} ({options.strategy})")

@@ -136,7 +136,8 @@ def options_form(has_gpu: bool, expanded: bool) -> None:
                                        "take, from the runs stored here; starts nothing")
             st.form_submit_button("What fits?", on_click=_what_fits, key="what_fits",
                                   help="the largest batch size predicted to fit this device, the "
-                                       "other options as they are; starts nothing")
+                                       "other options as they are, for one training process; "
+                                       "starts nothing")
     # A forecast belongs to the moment it was made: it goes once the run shown has changed (a
     # run it was made for has ended, another run is shown).
     forecast = st.session_state.get("forecast")
