@@ -130,6 +130,20 @@ def test_without_a_stored_run_the_estimate_comes_from_the_reference_run():
     assert step < longer.step_s < 2 * step  # twice the tokens, the same fixed part
 
 
+def test_a_long_or_one_step_run_is_timed_in_plain_words():
+    """Batch size 4096 of the tiny model at seq len 512 (one step): "About 24 min: 1 steps ×
+    1.41e+03 s a step"; ten million steps: "About 2980.7 h"."""
+    one = duration.estimate_from([], replace(defaults_for(False), batch_size=4096, seq_len=512),
+                                 "cpu-rss", None)
+    assert one.steps == 1 and one.line().startswith(f"about {duration.words(one.total_s)}: "
+                                                    "1 step × 1,")
+    assert "e+" not in one.line()
+    many = duration.estimate_from([], replace(defaults_for(False), max_steps=10_000_000),
+                                  "cpu-rss", None)
+    assert many.line().startswith(f"about {many.total_s / 86400:,.0f} days: 10,000,000 steps × "
+                                  f"{many.step_s:.3g} s a step")
+
+
 def test_a_stored_run_of_the_same_model_times_the_next_one(store, seed):
     run_id = seed(backend="cpu-rss")  # bert-large: 8 steps in 3.21 s, training from 6.0 s
     options = replace(report(store, run_id).options, batch_size=8)
