@@ -192,3 +192,18 @@ def test_a_script_that_marked_nothing_is_told_as_the_phase_api_not_a_watched_com
     assert "watched command" not in words and "phase API" in words
     assert ("has not reached the training phase yet" in words) == (status == "running")
     assert ("never reached the training phase" in words) == (status != "running")
+
+
+def test_a_users_model_that_cannot_be_predicted_is_named_by_its_class(store, seed_users):
+    """A Trainer's model of a type this transformers does not know: the Anatomy page said "No
+    prediction: model: anatomy-model-1yazdoe_: transformers does not know model_type …", the
+    random name of the folder its config was written to."""
+    import transformers  # noqa: F401 - the config checked in this process, not in a child's
+
+    run_id = seed_users("trainer")
+    environment = store.run(run_id).environment.to_dict()
+    store.update_run(run_id, environment={**environment, "model_config": {
+        "model_type": "nonsense_arch", "hidden_size": 3}})
+    reason = breakdown.predicted(report(store, run_id)).reason
+    assert reason == ("model: BertForSequenceClassification: transformers does not know "
+                      "model_type 'nonsense_arch'")
