@@ -399,3 +399,20 @@ def test_training_only_zooms_every_panel_on_the_training_phases(store):
     assert overlay == pytest.approx([-0.09, 3.09])
     multiples = chart_spec(app, "compare_multiples")["layout"]
     assert multiples["xaxis"]["range"] == multiples["xaxis2"]["range"] == overlay
+
+
+def test_runs_without_phases_keep_their_places_and_names_under_the_bars(store):
+    """Two scripts' runs that marked no phase (/compare?runs=13,14, one with a sample, one with
+    none): "What each phase added" was a picture with a diamond at x = 0 on an axis from −0.5 to
+    0.5 in round numbers, naming neither run."""
+    with_sample = store.create_run({}, "cpu-rss", "rss", 0, {"gpu_name": None}, preset="t.py",
+                                   source={"kind": "script", "script": "/x/t.py"})
+    store.write(with_sample, samples=[Sample(0.0, 0, 100 * 2**20, None, None, None)])
+    store.finish(with_sample, "completed")
+    empty = store.create_run({}, "cpu-rss", "rss", 0, {"gpu_name": None}, preset="t.py",
+                             source={"kind": "script", "script": "/x/t.py"})
+    store.finish(empty, "failed", "ValueError")
+    app = open_page("screens/compare.py", interactive=False, runs=f"{with_sample},{empty}")
+    bars = chart_spec(app, "compare_bars")  # the chart: a picture has no tick labels of its own
+    assert bars["layout"]["xaxis"]["ticktext"] == [f"Run {with_sample}", f"Run {empty}"]
+    assert bars["layout"]["xaxis"]["range"] == [-0.5, 1.5]  # both places, the empty one too

@@ -199,8 +199,11 @@ def memory_bars_figure(reports: Sequence[RunReport], labels: dict[int, str] | No
     figure.update_layout(
         barmode="stack", height=480, margin={"l": 10, "r": 10, "t": 70, "b": 10},
         plot_bgcolor="white", hovermode="closest",
+        # Every run's place, a run without bars or peak too (Plotly's autorange covers only
+        # what is drawn, and a run's label outside it is not written).
         xaxis={"tickmode": "array", "tickvals": list(positions.values()),
-               "ticktext": [labels[r.id].replace(" · ", "<br>") for r in reports]},
+               "ticktext": [labels[r.id].replace(" · ", "<br>") for r in reports],
+               "range": [-0.5, len(reports) - 0.5]},
         yaxis={"title": {"text": _memory_axis_title(reports)}, "rangemode": "tozero"},
         # Above the bars: below, it would meet tick labels of any number of lines.
         legend={"orientation": "h", "yanchor": "bottom", "y": 1.08, "x": 0,
