@@ -80,6 +80,14 @@ def no_steps(report: RunReport) -> str:
     }[report.recorded_by]
 
 
+def no_samples(report: RunReport) -> str:
+    """Why a run's memory chart has no curve: not one sample stored."""
+    if report.status == Status.RUNNING:
+        return "No memory sample yet: the curve starts with the sampler's first reading."
+    return ("No memory sample was stored for this run: it ended before its sampler's first "
+            "reading, so there is no curve to draw.")
+
+
 def steps_caption(report: RunReport) -> str:
     """What the loss and step-time chart shows, for the way the run was recorded."""
     if report.recorded_by == RecordedBy.PHASE_API:

@@ -162,3 +162,16 @@ def test_the_columns_that_tell_the_runs_apart_come_first_and_the_rest_wait_in_th
     widths = _widths(table)
     assert sum(widths[name] for name in shown) <= TABLE_PX < sum(
         widths[name] for name in order[:len(shown) + 1])
+
+
+def test_a_run_without_a_sample_says_so_instead_of_an_empty_chart(store):
+    """A run that failed before its sampler's first reading (/runs?run=N, /?run=N): the memory
+    chart was an empty pair of axes from 0 to 1, with the caption of a curve it did not have."""
+    run_id = store.create_run({"model": "tiny"}, "cpu-rss", "rss", 0, {"gpu_name": None})
+    store.finish(run_id, "failed", "killed by SIGKILL")
+    for page in ("screens/runs.py", "screens/live.py"):
+        app = open_page(page, interactive=False, run=str(run_id))
+        assert "No memory sample was stored for this run: it ended before its sampler's first " \
+               "reading, so there is no curve to draw." in [i.value for i in app.info]
+        # Neither the picture nor its caption ("A picture: … Shows RSS …").
+        assert not any("Shows " in c.value for c in app.caption)
