@@ -304,7 +304,8 @@ def outcome(rep: RunReport) -> None:
     else:
         st.error(line)
         if rep.error:
-            st.code(rep.error, language=None)
+            # Wrapped: a one-line error longer than the page was cut at its right edge.
+            st.code(rep.error, language=None, wrap_lines=True)
     lines = live_view.summary_lines(rep)
     if lines:
         st.code("\n".join(lines), language=None)

@@ -175,3 +175,14 @@ def test_a_run_without_a_sample_says_so_instead_of_an_empty_chart(store):
                "reading, so there is no curve to draw." in [i.value for i in app.info]
         # Neither the picture nor its caption ("A picture: … Shows RSS …").
         assert not any("Shows " in c.value for c in app.caption)
+
+
+def test_a_long_error_is_wrapped_not_cut(store, seed):
+    """"ended without a word (its processes are gone); what it recorded is kept" was cut at
+    "recorde" at 1,000 px: a code block keeps its lines whole unless told to wrap them."""
+    run_id = seed(status="failed", error="ended without a word (its processes are gone); what "
+                                          "it recorded is kept")
+    for page in ("screens/runs.py", "screens/live.py"):
+        app = open_page(page, interactive=False, run=str(run_id))
+        (error,) = [c for c in app.code if c.value.startswith("ended without a word")]
+        assert error.proto.wrap_lines

@@ -266,7 +266,7 @@ def sweep_results(sweep_id: int) -> None:
                else ""))
     {Status.COMPLETED: st.success, Status.STOPPED: st.warning}.get(status, st.error)(line)
     if result.error:
-        st.code(result.error, language=None)
+        st.code(result.error, language=None, wrap_lines=True)
     line = view.largest_fitting(result)
     if line:
         st.markdown(line)
