@@ -310,7 +310,7 @@ def outcome(rep: RunReport) -> None:
     if lines:
         st.code("\n".join(lines), language=None)
     for message in rep.messages:
-        st.caption(f"{message.level}: {message.text}")
+        st.caption(f"{message.level}: {text.literal(message.text)}")
 
 
 def option_widget(name: str, default, key: str, label: str | None = None) -> None:

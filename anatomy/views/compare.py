@@ -25,6 +25,7 @@ from anatomy.analysis.sweeps import LADDER, SweepGrid
 from anatomy.units import mib
 from anatomy.views import gpus
 from anatomy.views.style import COMPONENT_LABELS, CPU_PHASE_NAMES
+from anatomy.views.text import literal
 from anatomy.vocabulary import Part, Phase, RecordedBy, Unsplit
 
 DIFFERS = "≠"  # the mark of a row whose values differ between the runs
@@ -223,8 +224,8 @@ def parse_ids(text: str | None) -> list[int]:
 
 def missing_runs(words: list[str]) -> str:
     """What the Compare page says of ids in its URL that are not stored runs."""
-    return (f"Run{'s' if len(words) > 1 else ''} {', '.join(words)} not found: left out of the "
-            "comparison.")
+    return (f"Run{'s' if len(words) > 1 else ''} {literal(', '.join(words))} not found: left "
+            "out of the comparison.")
 
 
 def _fitting(grid: SweepGrid, size: int | None, value=None) -> str:

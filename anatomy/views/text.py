@@ -4,6 +4,7 @@ says it the same way."""
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 
 from anatomy.analysis.models import display_name
@@ -26,6 +27,19 @@ def occupied_line(memory_bytes: int | None, backend: Backend) -> str:
     value = "?" if memory_bytes is None else str(memory_bytes // MIB)
     what = "GPU memory" if backend == Backend.NVML else "CPU memory (RSS)"
     return f"{what} occupied: {value} MB."
+
+
+# What Streamlit's Markdown would take for markup in a line of plain text: emphasis, code, links
+# and its colour directives (":red[…]"), math, strikethrough. (An emoji's shortcode, ":rocket:",
+# is still drawn as the emoji: Streamlit replaces it after the escapes are read.)
+_MARKUP = re.compile(r"([\\`*_\[\]$~])")
+
+
+def literal(words: str) -> str:
+    """`words` as a page's Markdown shows them, character for character: a run's name, a model's
+    path or a word from the URL is the user's text, not markup (a run named "**v2**" was a bold
+    "v2" in its heading, and /runs?run=[x](http://…) a link in the page's warning)."""
+    return _MARKUP.sub(r"\\\1", words)
 
 
 def run_choice(run: RunRow) -> str:
@@ -61,7 +75,8 @@ def missing_run(wanted: str, shown: int | None, filtered: bool = False) -> str:
     instead, if any); `filtered`: the run exists but the page's filters leave it out."""
     if filtered:
         return f"Run {wanted} is not among the runs these filters keep: showing run {shown}."
-    what = f"Run {wanted} not found" if wanted.isdigit() else f"{wanted!r} is not a run id"
+    what = (f"Run {wanted} not found" if wanted.isdigit() else
+            f"{literal(repr(wanted))} is not a run id")
     return what + ("." if shown is None else f": showing run {shown}.")
 
 

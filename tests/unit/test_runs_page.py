@@ -3,8 +3,12 @@
 
 from __future__ import annotations
 
+import html
+
 from streamlit.testing.v1 import AppTest
 
+from anatomy.analysis.report import report
+from anatomy.views import text
 from tests.apptest import chart_spec, open_page
 
 
@@ -186,3 +190,27 @@ def test_a_long_error_is_wrapped_not_cut(store, seed):
         app = open_page(page, interactive=False, run=str(run_id))
         (error,) = [c for c in app.code if c.value.startswith("ended without a word")]
         assert error.proto.wrap_lines
+
+
+NAME = "**v2** [notes](http://example.com) $x^2$ ~~old~~ a_b `c` C:\\runs"
+
+
+def test_a_runs_name_and_a_word_of_the_url_are_shown_as_typed_not_as_markup(store, seed):
+    """A run named "**v2** [notes](http://…) $x^2$ …": its heading showed a bold "v2", a link and
+    a formula; /runs?run=[x](http://…) put a link in the page's warning."""
+    from markdown_it import MarkdownIt
+
+    commonmark = MarkdownIt("commonmark").enable("strikethrough")
+    assert commonmark.renderInline(text.literal(NAME)) == html.escape(NAME, quote=False)
+    assert "\\$x^2\\$" in text.literal(NAME)  # Streamlit's math, which CommonMark has not
+    run_id = seed()
+    store.rename_run(run_id, NAME)
+    for page in ("screens/runs.py", "screens/live.py", "screens/anatomy.py"):
+        app = open_page(page, interactive=False, run=str(run_id))
+        heading = report(store, run_id).title()
+        assert heading.startswith(f"Run {run_id}: {NAME}")
+        assert text.literal(heading) in [h.value for h in app.subheader], page
+    app = open_page("screens/runs.py", interactive=False, run="[x](http://example.com)")
+    (warning,) = [w.value for w in app.warning]
+    assert commonmark.renderInline(warning) == \
+        f"'[x](http://example.com)' is not a run id: showing run {run_id}."

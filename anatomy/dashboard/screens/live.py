@@ -215,7 +215,7 @@ def live_view(run_id: int) -> None:
     progress: list = []
     _controls(run_id, progress)
     rep = report(db, run_id)
-    heading.subheader(rep.title())
+    heading.subheader(text.literal(rep.title()))
     with metrics:
         _phase_metrics(rep)
     with progress[0].container():
@@ -225,7 +225,7 @@ def live_view(run_id: int) -> None:
 
 def finished_view(run_id: int) -> None:
     rep = report(server.store(), run_id)
-    st.subheader(rep.title())
+    st.subheader(text.literal(rep.title()))
     _phase_metrics(rep)
     widgets.outcome(rep)
     widgets.run_charts(rep, "live")

@@ -151,7 +151,7 @@ def main() -> None:
                           on_change=links.run_to_url, args=("runs_select",))
 
     rep = report(db, run_id)
-    st.subheader(rep.title())
+    st.subheader(text.literal(rep.title()))
     if rep.status == Status.RUNNING:
         st.info("In progress: the Live run page shows it as it happens.")
     else:
