@@ -17,6 +17,7 @@ from anatomy.analysis.compare import (
     differing_options,
     memory_parts,
     option,
+    phase_start,
     scaling_efficiencies,
 )
 from anatomy.analysis.options import FIELDS
@@ -26,7 +27,7 @@ from anatomy.units import mib
 from anatomy.views import gpus
 from anatomy.views.style import COMPONENT_LABELS, CPU_PHASE_NAMES
 from anatomy.views.text import literal
-from anatomy.vocabulary import Part, Phase, RecordedBy, Unsplit
+from anatomy.vocabulary import Part, Phase, RecordedBy, Status, Unsplit
 
 DIFFERS = "≠"  # the mark of a row whose values differ between the runs
 
@@ -95,6 +96,28 @@ def steps_caption(reports: Sequence[RunReport]) -> str:
     setup = " (step 1 holds the Trainer's setup)" if len(loops) < len(reports) else ""
     return (f"Against the training step: {loss}, and the time each step took from the end of "
             f"the one before{setup}.")
+
+
+def not_drawn(reports: Sequence[RunReport], phase: Phase) -> str | None:
+    """Which runs the overlay aligned at `phase` leaves out, and why: anatomy's own run never
+    reached it (or has not yet), a user's training did not mark it (a Trainer's callback begins
+    at the weights, a watched command marks none)."""
+    missing = [r for r in reports if phase_start(r, phase) is None]
+    if not missing:
+        return None
+
+    def runs(group: list[RunReport]) -> str:
+        return ", ".join(f"run {r.id}" for r in group)
+
+    groups = (
+        ([r for r in missing if r.started_by_anatomy and r.status != Status.RUNNING],
+         f"never reached the {phase} phase"),
+        ([r for r in missing if r.started_by_anatomy and r.status == Status.RUNNING],
+         f"has not reached the {phase} phase yet"),
+        ([r for r in missing if not r.started_by_anatomy],
+         f"did not mark a {phase} phase (a user's training marks the phases it chooses)"))
+    return "Not drawn: " + "; ".join(f"{runs(group)} {why}" for group, why in groups
+                                     if group) + "."
 
 
 RECORDERS = {RecordedBy.WORKER: "anatomy's own run", RecordedBy.CALLBACK: "a Trainer's callback",

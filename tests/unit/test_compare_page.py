@@ -416,3 +416,24 @@ def test_runs_without_phases_keep_their_places_and_names_under_the_bars(store):
     bars = chart_spec(app, "compare_bars")  # the chart: a picture has no tick labels of its own
     assert bars["layout"]["xaxis"]["ticktext"] == [f"Run {with_sample}", f"Run {empty}"]
     assert bars["layout"]["xaxis"]["range"] == [-0.5, 1.5]  # both places, the empty one too
+
+
+def test_runs_left_out_of_the_overlay_are_said_as_they_were_recorded(store, seed, seed_users):
+    """Aligned at the baseline, a Trainer's callback run (which began at the weights) and a
+    watched command (no phase at all) "never reached the baseline phase"; a run still in its
+    first phase "never reached the training phase"."""
+    done, stopped = seed(), seed(status="stopped", phases_reached=1)
+    running = seed(status="running", phases_reached=1)
+    trainer, command = seed_users("trainer"), seed_users("command")
+    reports = [report(store, i) for i in (done, stopped, running, trainer, command)]
+    assert view.not_drawn(reports, Phase.BASELINE) == (
+        f"Not drawn: run {trainer}, run {command} did not mark a baseline phase (a user's "
+        "training marks the phases it chooses).")
+    assert view.not_drawn(reports, Phase.TRAINING) == (
+        f"Not drawn: run {stopped} never reached the training phase; run {running} has not "
+        f"reached the training phase yet; run {command} did not mark a training phase (a "
+        "user's training marks the phases it chooses).")
+    assert view.not_drawn(reports[:1], Phase.TRAINING) is None
+    app = open_page("screens/compare.py", runs=f"{done},{trainer}")
+    app.selectbox(key="compare_phase").set_value(Phase.BASELINE).run()
+    assert [w.value for w in app.warning] == [view.not_drawn(reports[::3], Phase.BASELINE)]

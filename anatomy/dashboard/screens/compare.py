@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from anatomy.analysis import transfer
-from anatomy.analysis.compare import differing_options, phase_start
+from anatomy.analysis.compare import differing_options
 from anatomy.analysis.options import FIELDS, InvalidOptions, defaults_for
 from anatomy.analysis.report import PHASES, RunReport, report
 from anatomy.analysis.sweeps import LADDER, SweepGrid, grid, parse_value
@@ -120,10 +120,9 @@ def comparison(run_ids: list[int]) -> None:
     st.subheader("Memory over time, aligned")
     overlay = figures.overlay_figure(reports, samples, phase, labels, training_only)
     widgets.chart(overlay, "compare_overlay")
-    missing = [r.id for r in reports if phase_start(r, phase) is None]
+    missing = view.not_drawn(reports, phase)
     if missing:
-        st.warning(f"Not drawn: {', '.join(f'run {i}' for i in missing)} never reached the "
-                   f"{phase} phase.")
+        st.warning(missing)
     st.caption(f"Time 0 is where each run's {phase} phase began; a marker is the memory at a "
                "phase's end, in that phase's colour. Backends: " + ", ".join(
                    sorted({r.backend for r in reports})) + ".")
