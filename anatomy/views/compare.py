@@ -26,7 +26,7 @@ from anatomy.analysis.sweeps import LADDER, SweepGrid
 from anatomy.units import mib
 from anatomy.views import gpus
 from anatomy.views.style import COMPONENT_LABELS, CPU_PHASE_NAMES
-from anatomy.views.text import literal
+from anatomy.views.text import literal, run_id
 from anatomy.vocabulary import Part, Phase, RecordedBy, Status, Unsplit
 
 DIFFERS = "≠"  # the mark of a row whose values differ between the runs
@@ -239,9 +239,9 @@ def parse_ids(text: str | None) -> list[int]:
     """`?runs=1,2,3` as ids, in order, each once; anything else in it is ignored."""
     ids = []
     for word in (text or "").split(","):
-        word = word.strip()
-        if word.isdigit() and int(word) not in ids:
-            ids.append(int(word))
+        run = run_id(word)
+        if run is not None and run not in ids:
+            ids.append(run)
     return ids
 
 

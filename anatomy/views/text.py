@@ -70,12 +70,25 @@ def axis_title(backend: Backend) -> str:
     return "GPU memory used (MiB)" if backend == Backend.NVML else "CPU memory, RSS (MiB)"
 
 
+SQLITE_MAX_INTEGER = 2**63 - 1  # a run's id is a SQLite integer: beyond it, no run
+
+
+def run_id(word: str) -> int | None:
+    """A run's id as a URL writes it (?run=7, ?runs=1,2): ASCII digits within SQLite's
+    integers; None for anything else ("abc", "-1", "²", which int() refuses, or 10²⁶, which
+    SQLite cannot compare)."""
+    word = word.strip()
+    if not (word.isascii() and word.isdigit()) or int(word) > SQLITE_MAX_INTEGER:
+        return None
+    return int(word)
+
+
 def missing_run(wanted: str, shown: int | None, filtered: bool = False) -> str:
     """What a page says when the URL asks for a run it cannot show (`shown` is the one it shows
     instead, if any); `filtered`: the run exists but the page's filters leave it out."""
     if filtered:
         return f"Run {wanted} is not among the runs these filters keep: showing run {shown}."
-    what = (f"Run {wanted} not found" if wanted.isdigit() else
+    what = (f"Run {wanted} not found" if run_id(wanted) is not None else
             f"{literal(repr(wanted))} is not a run id")
     return what + ("." if shown is None else f": showing run {shown}.")
 

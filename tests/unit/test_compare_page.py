@@ -366,6 +366,20 @@ def test_ids_in_the_url_that_are_not_stored_are_said(store, seed):
     assert app.query_params["runs"] == f"{first},{second}"
 
 
+def test_ids_that_int_or_sqlite_cannot_take_are_said_not_raised(store, seed):
+    """/compare?runs=1,²,… raised ValueError (int("²"): a digit to isdigit()), and 10²⁶ an
+    OverflowError from SQLite, on every page that reads a run id from its URL."""
+    first, second = seed(), seed()
+    app = _page(runs=f"{first},²,{second},99999999999999999999999999,٣")
+    assert [w.value for w in app.warning] == [
+        "Runs ², 99999999999999999999999999, ٣ not found: left out of the comparison."]
+    assert app.multiselect(key="compare_runs").value == [first, second]
+    for page in ("screens/runs.py", "screens/live.py", "screens/anatomy.py"):
+        for asked in ("²", "99999999999999999999999999"):
+            app = open_page(page, interactive=False, run=asked)  # asserts no exception
+            assert app.warning[0].value.startswith(f"'{asked}' is not a run id")
+
+
 def test_a_sweep_in_which_nothing_ran_out_of_memory_says_so(store):
     sweep_id = store.create_sweep("batch_size on bert-large-uncased",
                                   RunOptions(preset="bert-large-uncased").to_dict(),

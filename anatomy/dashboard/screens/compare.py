@@ -44,7 +44,7 @@ def _choose(ids: list[int]) -> None:
         if wanted:
             st.session_state["compare_runs"] = wanted
         missing = [w.strip() for w in asked.split(",")
-                   if w.strip() and not (w.strip().isdigit() and int(w.strip()) in ids)]
+                   if w.strip() and text.run_id(w) not in ids]
         if missing:
             st.warning(view.missing_runs(missing), icon=":material/search_off:")
     chosen = [i for i in st.session_state.get("compare_runs", []) if i in ids]

@@ -241,8 +241,9 @@ def _shown_run() -> int | None:
     asked = st.query_params.get("run")
     missing = None
     if asked is not None and asked != str(st.session_state.get("live_run")):
-        if asked.isdigit() and db.run(int(asked)) is not None:
-            st.session_state["live_run"] = int(asked)
+        wanted = text.run_id(asked)
+        if wanted is not None and db.run(wanted) is not None:
+            st.session_state["live_run"] = wanted
         else:
             missing = asked
     if asked is None or missing is not None:
