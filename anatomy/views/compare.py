@@ -257,7 +257,9 @@ def _fitting(grid: SweepGrid, size: int | None, value=None) -> str:
         return "**none** (no run completed)" if size is None else f"**{size}**"
     tried = grid.largest_tried(value)
     if size is None:
-        return "**none** (no run completed)" if tried is not None else "no run yet"
+        if tried is not None:
+            return "**none** (no run completed)"
+        return "no run yet" if grid.status == Status.RUNNING else "no run (the sweep ended first)"
     return f"all fitted; the largest tried was **{tried}**"
 
 

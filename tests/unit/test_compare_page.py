@@ -12,7 +12,7 @@ from streamlit.testing.v1 import AppTest
 from anatomy.analysis import compare, transfer
 from anatomy.analysis.options import RunOptions
 from anatomy.analysis.report import report
-from anatomy.analysis.sweeps import SweepGrid, SweepRun
+from anatomy.analysis.sweeps import SweepGrid, SweepRun, grid
 from anatomy.store import PhaseMark, Sample, Store
 from anatomy.units import MIB
 from anatomy.views import compare as view
@@ -391,6 +391,19 @@ def test_a_sweep_in_which_nothing_ran_out_of_memory_says_so(store):
     app = _page()
     assert any("all fitted; the largest tried was **2**" in m.value for m in app.markdown)
     assert not any("Largest batch size that fit: **2**" in m.value for m in app.markdown)
+
+
+def test_a_sweep_that_ended_before_a_value_ran_does_not_say_yet(store):
+    """A sweep that failed before its first run said "Largest batch size that fit: no run yet",
+    as if it were still running."""
+    sweep_id = store.create_sweep("batch_size on tiny", RunOptions(model="tiny").to_dict(),
+                                  {"batch_size": [1, 2]}, False, 2)
+    assert view.largest_fitting(grid(store, sweep_id)) == \
+        "Largest batch size that fit: no run yet"
+    store.update_sweep(sweep_id, status="failed",
+                       error="the process that ran it ended before the sweep did")
+    assert view.largest_fitting(grid(store, sweep_id)) == \
+        "Largest batch size that fit: no run (the sweep ended first)"
 
 
 def test_two_varied_options_colour_from_zero():
