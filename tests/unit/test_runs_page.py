@@ -214,3 +214,18 @@ def test_a_runs_name_and_a_word_of_the_url_are_shown_as_typed_not_as_markup(stor
     (warning,) = [w.value for w in app.warning]
     assert commonmark.renderInline(warning) == \
         f"'[x](http://example.com)' is not a run id: showing run {run_id}."
+
+
+def test_peak_against_speed_without_a_point_says_why_instead_of_empty_axes(store, seed,
+                                                                          seed_users):
+    """Two watched commands and a failed run: the open "Peak memory against speed" drew an
+    empty pair of axes under "A point per completed run of the list above"."""
+    seed_users("command"), seed_users("command"), seed(status="failed")
+    app = open_page("screens/runs.py", interactive=False)
+    assert any(i.value.startswith("No run of this list has both a peak and a speed")
+               for i in app.info)
+    assert not any(c.value.startswith("A point per completed run") for c in app.caption)
+    seed()  # a completed run: its point, and the caption
+    app = open_page("screens/runs.py", interactive=False)
+    assert not any(i.value.startswith("No run of this list has both") for i in app.info)
+    assert any(c.value.startswith("A point per completed run") for c in app.caption)

@@ -139,8 +139,11 @@ def main() -> None:
     _selected(runs_table(rows))
     with st.expander("Peak memory against speed", icon=":material/scatter_plot:",
                      expanded=len(rows) > 2):
-        widgets.chart(figures.efficiency_figure(rows), "runs_efficiency")
-        st.caption("A point per completed run of the list above: colour for the precision, shape "
+        if not view.plotted(rows):  # no point to draw: an empty pair of axes says nothing
+            st.info(view.NOTHING_PLOTTED)
+        else:
+            widgets.chart(figures.efficiency_figure(rows), "runs_efficiency")
+            st.caption("A point per completed run of the list above: colour for the precision, shape "
                    "for the device, its batch size beside it. Down and to the right is more "
                    "samples a second for less memory.")
 
