@@ -464,3 +464,19 @@ def test_runs_left_out_of_the_overlay_are_said_as_they_were_recorded(store, seed
     app = open_page("screens/compare.py", runs=f"{done},{trainer}")
     app.selectbox(key="compare_phase").set_value(Phase.BASELINE).run()
     assert [w.value for w in app.warning] == [view.not_drawn(reports[::3], Phase.BASELINE)]
+
+
+def test_small_multiples_titles_fit_between_their_neighbours(store, seed_users):
+    """Three Trainer runs named by their users: "Run 1 · user t5 · T5ForConditionalGeneration"
+    on one line ran over the next panel's title, and the third was cut at the chart's edge."""
+    runs = [seed_users("trainer", name=f"user {name}") for name in ("t5", "resnet", "mixtral")]
+    runs.append(seed_users("command"))  # no training phase: said beside its id, never cut
+    reports = [report(store, i) for i in runs]
+    figure = figures.small_multiples_figure(reports, {})
+    room = 28  # characters: a 560 px plot over three panels, 6.6 px a 12 px character
+    titles = [a.text for a in figure.layout.annotations if a.text.startswith("Run ")]
+    assert len(titles) == 4
+    for title in titles:
+        assert all(len(line) <= room for line in title.split("<br>")), title
+    assert titles[0].startswith(f"Run {runs[0]} · user t5")
+    assert titles[3].startswith(f"Run {runs[3]} (no training phase)")

@@ -16,7 +16,13 @@ from anatomy.store import Sample, Step
 from anatomy.units import MIB
 from anatomy.views import text as words
 from anatomy.views.compare import bar_label, run_labels
-from anatomy.views.figures.layout import column, phase_bands, steps_traces, training_rows
+from anatomy.views.figures.layout import (
+    ASSUMED_PLOT_PX,
+    column,
+    phase_bands,
+    steps_traces,
+    training_rows,
+)
 from anatomy.views.figures.live import CEILING_SHOWN_FROM
 from anatomy.views.style import (
     BAND_OPACITY,
@@ -102,6 +108,27 @@ def overlay_figure(reports: Sequence[RunReport], samples_by_run: dict[int, Seque
 
 
 SMALL_MULTIPLES_COLUMNS = 3
+TITLE_CHAR_PX = 6.6  # a 12 px Source Sans character, on average
+TITLE_LINES = 2
+
+
+def panel_title(label: str, columns: int, note: str | None = None) -> str:
+    """A panel's title in the room between its neighbours' (the plot's assumed width over the
+    columns): its " · "-separated words on up to two lines, the last cut with an ellipsis where
+    it goes on; `note` beside the run's id, which is never cut. In one line, a user's names
+    ("Run 1 · user t5 · T5ForConditionalGeneration") ran over the next panel's title."""
+    room = int(ASSUMED_PLOT_PX / columns / TITLE_CHAR_PX)
+    first, *rest = label.split(" · ")
+    lines: list[str] = []
+    for word in [first + (f" ({note})" if note else ""), *rest]:
+        if lines and len(lines[-1]) + 3 + len(word) <= room:
+            lines[-1] += " · " + word
+        else:
+            lines.append(word)
+    if len(lines) > TITLE_LINES:
+        lines = [*lines[:TITLE_LINES - 1], " · ".join(lines[TITLE_LINES - 1:])]
+    return "<br>".join(line if len(line) <= room else line[:room - 1].rstrip() + "…"
+                       for line in lines)
 
 
 def small_multiples_figure(reports: Sequence[RunReport],
@@ -116,7 +143,8 @@ def small_multiples_figure(reports: Sequence[RunReport],
     titles = []
     for rep in reports:
         aligned = phase_start(rep, phase) is not None
-        titles.append(labels[rep.id] + ("" if aligned else f" (no {phase} phase)"))
+        titles.append(panel_title(labels[rep.id], columns,
+                                  None if aligned else f"no {phase} phase"))
     figure = make_subplots(rows=rows, cols=columns, shared_yaxes="all", shared_xaxes="all",
                            subplot_titles=titles,
                            horizontal_spacing=0.03, vertical_spacing=0.12)
@@ -146,7 +174,8 @@ def small_multiples_figure(reports: Sequence[RunReport],
     if training_only and training_range(reports, phase) is not None:
         figure.update_xaxes(range=training_range(reports, phase))
     figure.update_annotations(font_size=12)
-    figure.update_layout(height=300 * rows + 40, margin={"l": 10, "r": 10, "t": 40, "b": 10},
+    # Room above the first row for a title of two lines.
+    figure.update_layout(height=300 * rows + 56, margin={"l": 10, "r": 10, "t": 56, "b": 10},
                          plot_bgcolor="white", hovermode="closest")
     return figure
 
