@@ -346,7 +346,7 @@ def test_labels_name_exactly_the_options_that_differ(store, seed):
     multiples = chart_spec(app, "compare_multiples")
     assert [a["text"] for a in multiples["layout"]["annotations"]][:2] == expected
     bars = chart_spec(app, "compare_bars")
-    assert bars["layout"]["xaxis"]["ticktext"] == [e.replace(" · ", "<br>") for e in expected]
+    assert bars["layout"]["xaxis"]["ticktext"] == expected  # each fits its bar's room
     steps = chart_spec(app, "compare_steps")
     assert [t["name"] for t in steps["data"] if t.get("showlegend")] == expected
 
@@ -466,7 +466,7 @@ def test_runs_left_out_of_the_overlay_are_said_as_they_were_recorded(store, seed
     assert [w.value for w in app.warning] == [view.not_drawn(reports[::3], Phase.BASELINE)]
 
 
-def test_small_multiples_titles_fit_between_their_neighbours(store, seed_users):
+def test_titles_and_bar_labels_fit_between_their_neighbours(store, seed_users):
     """Three Trainer runs named by their users: "Run 1 · user t5 · T5ForConditionalGeneration"
     on one line ran over the next panel's title, and the third was cut at the chart's edge."""
     runs = [seed_users("trainer", name=f"user {name}") for name in ("t5", "resnet", "mixtral")]
@@ -480,3 +480,12 @@ def test_small_multiples_titles_fit_between_their_neighbours(store, seed_users):
         assert all(len(line) <= room for line in title.split("<br>")), title
     assert titles[0].startswith(f"Run {runs[0]} · user t5")
     assert titles[3].startswith(f"Run {runs[3]} (no training phase)")
+    # Under the bars, five runs: each label in its bar's room, on three lines at most (wider,
+    # Plotly turned them aslant and left out the last, past the chart's edge).
+    runs.append(seed_users("trainer", name="bad config"))
+    reports = [report(store, i) for i in runs]
+    ticks = figures.memory_bars_figure(reports).layout.xaxis.ticktext
+    room = 16  # characters: 560 px over five bars, 6.6 px a character
+    assert len(ticks) == 5 and all(t.startswith(f"Run {i}") for t, i in zip(ticks, runs))
+    for tick in ticks:
+        assert tick.count("<br>") <= 2 and all(len(line) <= room for line in tick.split("<br>"))

@@ -18,7 +18,9 @@ from anatomy.views import text as words
 from anatomy.views.compare import bar_label, run_labels
 from anatomy.views.figures.layout import (
     ASSUMED_PLOT_PX,
+    TITLE_CHAR_PX,
     column,
+    fit_words,
     phase_bands,
     steps_traces,
     training_rows,
@@ -108,27 +110,12 @@ def overlay_figure(reports: Sequence[RunReport], samples_by_run: dict[int, Seque
 
 
 SMALL_MULTIPLES_COLUMNS = 3
-TITLE_CHAR_PX = 6.6  # a 12 px Source Sans character, on average
-TITLE_LINES = 2
 
 
 def panel_title(label: str, columns: int, note: str | None = None) -> str:
     """A panel's title in the room between its neighbours' (the plot's assumed width over the
-    columns): its " · "-separated words on up to two lines, the last cut with an ellipsis where
-    it goes on; `note` beside the run's id, which is never cut. In one line, a user's names
-    ("Run 1 · user t5 · T5ForConditionalGeneration") ran over the next panel's title."""
-    room = int(ASSUMED_PLOT_PX / columns / TITLE_CHAR_PX)
-    first, *rest = label.split(" · ")
-    lines: list[str] = []
-    for word in [first + (f" ({note})" if note else ""), *rest]:
-        if lines and len(lines[-1]) + 3 + len(word) <= room:
-            lines[-1] += " · " + word
-        else:
-            lines.append(word)
-    if len(lines) > TITLE_LINES:
-        lines = [*lines[:TITLE_LINES - 1], " · ".join(lines[TITLE_LINES - 1:])]
-    return "<br>".join(line if len(line) <= room else line[:room - 1].rstrip() + "…"
-                       for line in lines)
+    columns), on up to two lines (`fit_words`)."""
+    return fit_words(label, int(ASSUMED_PLOT_PX / columns / TITLE_CHAR_PX), 2, note)
 
 
 def small_multiples_figure(reports: Sequence[RunReport],
@@ -178,6 +165,12 @@ def small_multiples_figure(reports: Sequence[RunReport],
     figure.update_layout(height=300 * rows + 56, margin={"l": 10, "r": 10, "t": 56, "b": 10},
                          plot_bgcolor="white", hovermode="closest")
     return figure
+
+
+def bar_room(runs: int) -> int:
+    """Characters a line of a bar's label may take: its share of the plot (no fewer than a run's
+    id and a few letters, which Plotly turns aslant where even they do not fit)."""
+    return max(10, int(ASSUMED_PLOT_PX / runs / TITLE_CHAR_PX))
 
 
 def memory_bars_figure(reports: Sequence[RunReport], labels: dict[int, str] | None = None
@@ -231,7 +224,10 @@ def memory_bars_figure(reports: Sequence[RunReport], labels: dict[int, str] | No
         # Every run's place, a run without bars or peak too (Plotly's autorange covers only
         # what is drawn, and a run's label outside it is not written).
         xaxis={"tickmode": "array", "tickvals": list(positions.values()),
-               "ticktext": [labels[r.id].replace(" · ", "<br>") for r in reports],
+               # Each in its bar's room, on up to three lines: wider, Plotly turns them
+               # aslant, and the last run's label, past the chart's edge, is not drawn.
+               "ticktext": [fit_words(labels[r.id], bar_room(len(reports)), 3)
+                            for r in reports],
                "range": [-0.5, len(reports) - 0.5]},
         yaxis={"title": {"text": _memory_axis_title(reports)}, "rangemode": "tozero"},
         # Above the bars: below, it would meet tick labels of any number of lines.
