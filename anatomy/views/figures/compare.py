@@ -167,10 +167,15 @@ def small_multiples_figure(reports: Sequence[RunReport],
     return figure
 
 
-def bar_room(runs: int) -> int:
-    """Characters a line of a bar's label may take: its share of the plot (no fewer than a run's
-    id and a few letters, which Plotly turns aslant where even they do not fit)."""
-    return max(10, int(ASSUMED_PLOT_PX / runs / TITLE_CHAR_PX))
+BAR_PLOT_SHARE = 0.75  # of the assumed plot width, what the y axis and its title leave the bars
+LEAST_BAR_ROOM = 10  # characters: a run's id and a few letters
+
+
+def bar_room(runs: int) -> int | None:
+    """Characters a line of a bar's label may take, its share of the plot; None where not even
+    LEAST_BAR_ROOM fit (many runs: Plotly turns the labels aslant)."""
+    room = int(ASSUMED_PLOT_PX * BAR_PLOT_SHARE / runs / TITLE_CHAR_PX)
+    return room if room >= LEAST_BAR_ROOM else None
 
 
 def memory_bars_figure(reports: Sequence[RunReport], labels: dict[int, str] | None = None
@@ -179,6 +184,7 @@ def memory_bars_figure(reports: Sequence[RunReport], labels: dict[int, str] | No
     phase's increase (split into its measured components where the run has them); its peak as a
     marker, and its device's total as a line (a click away in the legend while far above)."""
     labels = _labels(reports, labels)
+    room = bar_room(len(reports))
     parts = {rep.id: memory_parts(rep) for rep in reports}
     found = {p.part for rep in reports for p in parts[rep.id]}
     positions = {rep.id: index for index, rep in enumerate(reports)}
@@ -224,10 +230,11 @@ def memory_bars_figure(reports: Sequence[RunReport], labels: dict[int, str] | No
         # Every run's place, a run without bars or peak too (Plotly's autorange covers only
         # what is drawn, and a run's label outside it is not written).
         xaxis={"tickmode": "array", "tickvals": list(positions.values()),
-               # Each in its bar's room, on up to three lines: wider, Plotly turns them
-               # aslant, and the last run's label, past the chart's edge, is not drawn.
-               "ticktext": [fit_words(labels[r.id], bar_room(len(reports)), 3)
+               # Each in its bar's room, on up to three lines, level: aslant, the last run's
+               # label went past the chart's edge and was not drawn.
+               "ticktext": [fit_words(labels[r.id], room, 3) if room else labels[r.id]
                             for r in reports],
+               **({"tickangle": 0} if room else {}),
                "range": [-0.5, len(reports) - 0.5]},
         yaxis={"title": {"text": _memory_axis_title(reports)}, "rangemode": "tozero"},
         # Above the bars: below, it would meet tick labels of any number of lines.
