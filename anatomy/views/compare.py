@@ -9,6 +9,7 @@ efficiency, differences); this module words and arranges them.
 
 from __future__ import annotations
 
+import html
 from collections.abc import Sequence
 
 from anatomy.analysis.compare import (
@@ -72,9 +73,10 @@ def _label_word(report: RunReport, name: str, value) -> str:
 def run_labels(reports: Sequence[RunReport]) -> dict[int, str]:
     """Each run's label in a comparison: its id, then exactly what differs between the runs (the
     differing options, and the device where the runs ran on different ones); "Run 3 · seq 256 ·
-    adafactor". A run alone gets its usual label."""
+    adafactor". A run alone gets its usual label. Escaped for Plotly, which draws <b>, <a href>
+    and their like in a legend or a tick: a user's name is text, not markup."""
     if len(reports) < 2:
-        return {r.id: r.label() for r in reports}
+        return {r.id: html.escape(r.label(), quote=False) for r in reports}
     differing = differing_options(reports)
     devices = len({r.device_name for r in reports}) > 1
     labels = {}
@@ -83,7 +85,7 @@ def run_labels(reports: Sequence[RunReport]) -> dict[int, str]:
         if devices:
             words.append(r.device_name)
         words += [w for w in (_label_word(r, name, option(r, name)) for name in differing) if w]
-        labels[r.id] = " · ".join(words)
+        labels[r.id] = html.escape(" · ".join(words), quote=False)
     return labels
 
 

@@ -490,3 +490,15 @@ def test_titles_and_bar_labels_fit_between_their_neighbours(store, seed_users):
     assert figures.memory_bars_figure(reports).layout.xaxis.tickangle == 0
     for tick in ticks:
         assert tick.count("<br>") <= 2 and all(len(line) <= room for line in tick.split("<br>"))
+
+
+def test_a_runs_name_is_text_in_the_charts_not_plotlys_markup(store, seed):
+    """A run named '<b>bold</b> <a href="http://example.com">link</a>': Compare's legends, panel
+    titles and bar labels drew a bold word and a link (Plotly reads those tags in its text)."""
+    named, other = seed(), seed()
+    store.rename_run(named, '<b>bold</b> <a href="http://example.com">link</a>')
+    labels = view.run_labels([report(store, named), report(store, other)])
+    assert labels[named] == \
+        f'Run {named} · &lt;b&gt;bold&lt;/b&gt; &lt;a href="http://example.com"&gt;link&lt;/a&gt;'
+    alone = view.run_labels([report(store, named)])[named]
+    assert "<" not in alone and "&lt;b&gt;bold" in alone
