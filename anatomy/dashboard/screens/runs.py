@@ -143,9 +143,9 @@ def main() -> None:
             st.info(view.NOTHING_PLOTTED)
         else:
             widgets.chart(figures.efficiency_figure(rows), "runs_efficiency")
-            st.caption("A point per completed run of the list above: colour for the precision, shape "
-                   "for the device, its batch size beside it. Down and to the right is more "
-                   "samples a second for less memory.")
+            st.caption("A point per completed run of the list above: colour for the precision, "
+                       "shape for the device, its batch size beside it. Down and to the right is "
+                       "more samples a second for less memory.")
 
     ids = [row.id for row in rows]
     labels = {run.id: text.run_choice(run) for run in db.find_runs(**filters)}

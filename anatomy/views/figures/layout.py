@@ -3,6 +3,7 @@ that never overlap, and a run's loss and step time against its steps."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -17,8 +18,6 @@ LABEL_ROW_PX = 18  # a label that would overlap the one before it goes one row l
 # at (a 1,000 px window with the sidebar open), so they never overlap where it is wider.
 ASSUMED_PLOT_PX = 560
 CHAR_PX = 7.2  # a bold 12 px Source Sans character, on average
-
-
 TITLE_CHAR_PX = 6.6  # a 12 px Source Sans character, on average
 
 
@@ -36,8 +35,13 @@ def fit_words(label: str, room: int, lines: int = 2, note: str | None = None) ->
             packed.append(word)
     if len(packed) > lines:
         packed = [*packed[:lines - 1], " · ".join(packed[lines - 1:])]
-    return "<br>".join(line if len(line) <= room else line[:room - 1].rstrip() + "…"
-                       for line in packed)
+    return "<br>".join(line if len(line) <= room else _cut(line, room) for line in packed)
+
+
+def _cut(line: str, room: int) -> str:
+    """`line` in `room` characters, an ellipsis at its end; never half an escaped character
+    ("&l…" of "&lt;")."""
+    return re.sub(r"&[#\w]*$", "", line[:room - 1]).rstrip() + "…"
 
 
 def column(rows: Sequence[tuple], key: str, scale: float = 1.0) -> np.ndarray:
