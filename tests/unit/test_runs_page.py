@@ -229,3 +229,15 @@ def test_peak_against_speed_without_a_point_says_why_instead_of_empty_axes(store
     app = open_page("screens/runs.py", interactive=False)
     assert not any(i.value.startswith("No run of this list has both") for i in app.info)
     assert any(c.value.startswith("A point per completed run") for c in app.caption)
+
+
+def test_a_run_another_process_is_recording_cannot_be_deleted(store, seed):
+    """A run in progress from `anatomy run` or a script (its recorder alive: here, this process)
+    had Delete enabled on the Runs page, which checked only the runs this server started; a click
+    pulled the rows from under the recording."""
+    recording = seed(status="running")
+    app = open_page("screens/runs.py", interactive=False, run=str(recording))
+    assert app.button(key="delete").disabled
+    store.finish(recording, "completed")  # ended: deleting is the user's to choose again
+    app = open_page("screens/runs.py", interactive=False, run=str(recording))
+    assert not app.button(key="delete").disabled

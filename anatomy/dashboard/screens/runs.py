@@ -99,8 +99,10 @@ def _downloads(run_id: int) -> None:
 
 def _delete_controls(rep: RunReport) -> None:
     run_id = rep.id
-    manager = server.manager()
-    if st.session_state.get("confirm_delete") == run_id:
+    # In progress here or in another process (`anatomy run`, a script, watch: its recorder
+    # lives): deleting it would pull the rows from under the recording.
+    recording = server.manager().is_active(run_id) or rep.status == Status.RUNNING
+    if st.session_state.get("confirm_delete") == run_id and not recording:
         st.warning(f"Delete run {run_id} and its {rep.samples} samples? This cannot be undone.")
         with st.container(horizontal=True):
             # Red (widgets.STYLE), not the green of Start: this one cannot be undone.
@@ -118,9 +120,9 @@ def _delete_controls(rep: RunReport) -> None:
             st.session_state.pop("confirm_delete")
             st.rerun()
     elif st.button(f"Delete run {run_id}…", key="delete", icon=":material/delete:",
-                   disabled=manager.is_active(run_id),
-                   help="a run in progress cannot be deleted: stop it first"
-                   if manager.is_active(run_id) else None):
+                   disabled=recording,
+                   help="a run in progress cannot be deleted: stop it first (or wait for "
+                        "its end)" if recording else None):
         st.session_state["confirm_delete"] = run_id
         st.rerun()
 
