@@ -10,6 +10,7 @@ NVML's figure). The Anatomy page names and arranges them (anatomy/views/anatomy.
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -68,7 +69,10 @@ def _own_options(report: RunReport) -> Iterator[RunOptions | NoPrediction]:
         if config is None:
             yield NoPrediction(_no_model(report))
             return
-        path = Path(folder) / "config.json"
+        # Named by its class, which every refusal names it by ("model: LlamaForCausalLM: …"),
+        # not by the temporary folder's random name.
+        name = re.sub(r"[^A-Za-z0-9_.-]", "_", report.environment.model_class or "model")
+        path = Path(folder) / f"{name}.json"
         path.write_text(json.dumps(config))
         yield replace(report.options, model=str(path))
 

@@ -61,10 +61,16 @@ class DurationEstimate:
         """The sentence the run form shows."""
         if self.step_s is None:
             why = self.basis or "no run of this model was measured on this device yet"
-            return f"{self.steps} steps; {why}: the first steps will tell how long it takes"
-        return (f"about {words(self.total_s)}: {self.steps} steps × {self.step_s:.3g} s a "
+            return f"{_steps(self.steps)}; {why}: the first steps will tell how long it takes"
+        # Three figures, in plain digits: 1.41e+03 s is 1,410 s.
+        step = f"{self.step_s:,.0f}" if self.step_s >= 100 else f"{self.step_s:.3g}"
+        return (f"about {words(self.total_s)}: {_steps(self.steps)} × {step} s a "
                 f"step ({self.basis}), plus {words(self.setup_s or 0.0)} to load torch and "
                 "the model; refined from the run's own steps once it trains")
+
+
+def _steps(count: int) -> str:
+    return f"{count:,} step" + ("" if count == 1 else "s")
 
 
 def words(seconds: float) -> str:
@@ -73,7 +79,9 @@ def words(seconds: float) -> str:
         return f"{seconds:.0f} s"
     if seconds < 5400:
         return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:,.0f} days"
 
 
 def _tokens(options: RunOptions) -> int:

@@ -30,7 +30,16 @@ from anatomy.store import (
     series_rank,
 )
 from anatomy.units import mib
-from anatomy.vocabulary import PHASES, Backend, MemoryApi, Phase, RecordedBy, Status, Strategy
+from anatomy.vocabulary import (
+    PHASES,
+    Backend,
+    MemoryApi,
+    Phase,
+    RecordedBy,
+    SourceKind,
+    Status,
+    Strategy,
+)
 
 __all__ = ["PHASES", "PhaseReading", "RankReading", "RunListing", "RunReport", "Summary",
            "report", "run_rows", "when"]
@@ -215,7 +224,10 @@ class RunReport:
             return RecordedBy.WORKER
         if self.environment.training_arguments is not None:  # the callback's description
             return RecordedBy.CALLBACK
-        if any(p.name != Phase.PROCESS for p in self.phases) or self.steps:
+        # A script's run is the phase API's (or a callback's that ended before the Trainer
+        # began) even before it marks anything: it is no watched command.
+        if self.source.kind == SourceKind.SCRIPT or self.steps or \
+                any(p.name != Phase.PROCESS for p in self.phases):
             return RecordedBy.PHASE_API
         return RecordedBy.COMMAND
 

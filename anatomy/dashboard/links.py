@@ -23,10 +23,11 @@ def choose_run_from_url(ids: list[int], key: str) -> None:
     wanted = st.query_params.get("run")
     shown = st.session_state.get(key)
     if wanted is not None and wanted != str(shown):
-        if wanted.isdigit() and int(wanted) in ids:
-            st.session_state[key] = int(wanted)
+        asked = text.run_id(wanted)
+        if asked in ids:
+            st.session_state[key] = asked
         else:
-            stored = wanted.isdigit() and server.store().run(int(wanted)) is not None
+            stored = asked is not None and server.store().run(asked) is not None
             instead = shown if shown in ids else ids[0]
             st.warning(text.missing_run(wanted, instead, filtered=stored),
                        icon=":material/search_off:")

@@ -185,8 +185,11 @@ def memory_chart(rep: RunReport, now: float | None = None, axis: str = "run",
     with each refresh of a live page. The small multiples of many GPUs stay interactive: the
     picture draws one pair of axes."""
     db = server.store()
-    figure = gpu_figures.memory_chart(rep, db.decimated(rep.id, gpu_figures.buckets(rep)),
-                                      db.steps(rep.id), now, axis)
+    samples = db.decimated(rep.id, gpu_figures.buckets(rep))
+    if not samples:  # an empty pair of axes says nothing: the words say why
+        st.info(text.no_samples(rep))
+        return
+    figure = gpu_figures.memory_chart(rep, samples, db.steps(rep.id), now, axis)
     picture = chart(figure, f"memory-{rep.id}")
     st.caption(((f"A picture, redrawn every {LIVE_REFRESH_SECONDS:g} s while the run trains"
                  if live else "A picture") + ": hover and zoom with “Interactive charts” in the "
@@ -301,12 +304,13 @@ def outcome(rep: RunReport) -> None:
     else:
         st.error(line)
         if rep.error:
-            st.code(rep.error, language=None)
+            # Wrapped: a one-line error longer than the page was cut at its right edge.
+            st.code(rep.error, language=None, wrap_lines=True)
     lines = live_view.summary_lines(rep)
     if lines:
         st.code("\n".join(lines), language=None)
     for message in rep.messages:
-        st.caption(f"{message.level}: {message.text}")
+        st.caption(f"{message.level}: {text.literal(message.text)}")
 
 
 def option_widget(name: str, default, key: str, label: str | None = None) -> None:

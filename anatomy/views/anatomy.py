@@ -38,7 +38,7 @@ from anatomy.store import Step
 from anatomy.units import mb_text
 from anatomy.views.style import COMPONENT_LABELS as LABELS
 from anatomy.views.style import MOMENT_LABELS
-from anatomy.vocabulary import Part, Phase, Precision, RecordedBy, Strategy
+from anatomy.vocabulary import Part, Phase, Precision, RecordedBy, Status, Strategy
 
 # The totals say what they add up: with the measured CUDA context below the parts, or without.
 ALL_AT_ONCE = {False: "all at once", True: "context + all parts"}
@@ -125,6 +125,8 @@ def no_training(report: RunReport) -> str:
     if report.recorded_by == RecordedBy.COMMAND:
         return ("A watched command that marks no phases has no training phase to show: its "
                 "memory is on the Runs page.")
+    if report.status == Status.RUNNING:
+        return "This run has not reached the training phase yet."
     return "This run never reached the training phase."
 
 

@@ -9,6 +9,7 @@ efficiency, differences); this module words and arranges them.
 
 from __future__ import annotations
 
+import html
 from collections.abc import Sequence
 
 from anatomy.analysis.compare import (
@@ -17,6 +18,7 @@ from anatomy.analysis.compare import (
     differing_options,
     memory_parts,
     option,
+    phase_start,
     scaling_efficiencies,
 )
 from anatomy.analysis.options import FIELDS
@@ -25,7 +27,8 @@ from anatomy.analysis.sweeps import LADDER, SweepGrid
 from anatomy.units import mib
 from anatomy.views import gpus
 from anatomy.views.style import COMPONENT_LABELS, CPU_PHASE_NAMES
-from anatomy.vocabulary import Part, Phase, RecordedBy, Unsplit
+from anatomy.views.text import literal, run_id
+from anatomy.vocabulary import Part, Phase, RecordedBy, Status, Unsplit
 
 DIFFERS = "≠"  # the mark of a row whose values differ between the runs
 
@@ -70,9 +73,10 @@ def _label_word(report: RunReport, name: str, value) -> str:
 def run_labels(reports: Sequence[RunReport]) -> dict[int, str]:
     """Each run's label in a comparison: its id, then exactly what differs between the runs (the
     differing options, and the device where the runs ran on different ones); "Run 3 · seq 256 ·
-    adafactor". A run alone gets its usual label."""
+    adafactor". A run alone gets its usual label. Escaped for Plotly, which draws <b>, <a href>
+    and their like in a legend or a tick: a user's name is text, not markup."""
     if len(reports) < 2:
-        return {r.id: r.label() for r in reports}
+        return {r.id: html.escape(r.label(), quote=False) for r in reports}
     differing = differing_options(reports)
     devices = len({r.device_name for r in reports}) > 1
     labels = {}
@@ -81,7 +85,7 @@ def run_labels(reports: Sequence[RunReport]) -> dict[int, str]:
         if devices:
             words.append(r.device_name)
         words += [w for w in (_label_word(r, name, option(r, name)) for name in differing) if w]
-        labels[r.id] = " · ".join(words)
+        labels[r.id] = html.escape(" · ".join(words), quote=False)
     return labels
 
 
@@ -94,6 +98,28 @@ def steps_caption(reports: Sequence[RunReport]) -> str:
     setup = " (step 1 holds the Trainer's setup)" if len(loops) < len(reports) else ""
     return (f"Against the training step: {loss}, and the time each step took from the end of "
             f"the one before{setup}.")
+
+
+def not_drawn(reports: Sequence[RunReport], phase: Phase) -> str | None:
+    """Which runs the overlay aligned at `phase` leaves out, and why: anatomy's own run never
+    reached it (or has not yet), a user's training did not mark it (a Trainer's callback begins
+    at the weights, a watched command marks none)."""
+    missing = [r for r in reports if phase_start(r, phase) is None]
+    if not missing:
+        return None
+
+    def runs(group: list[RunReport]) -> str:
+        return ", ".join(f"run {r.id}" for r in group)
+
+    groups = (
+        ([r for r in missing if r.started_by_anatomy and r.status != Status.RUNNING],
+         f"never reached the {phase} phase"),
+        ([r for r in missing if r.started_by_anatomy and r.status == Status.RUNNING],
+         f"has not reached the {phase} phase yet"),
+        ([r for r in missing if not r.started_by_anatomy],
+         f"did not mark a {phase} phase (a user's training marks the phases it chooses)"))
+    return "Not drawn: " + "; ".join(f"{runs(group)} {why}" for group, why in groups
+                                     if group) + "."
 
 
 RECORDERS = {RecordedBy.WORKER: "anatomy's own run", RecordedBy.CALLBACK: "a Trainer's callback",
@@ -215,16 +241,16 @@ def parse_ids(text: str | None) -> list[int]:
     """`?runs=1,2,3` as ids, in order, each once; anything else in it is ignored."""
     ids = []
     for word in (text or "").split(","):
-        word = word.strip()
-        if word.isdigit() and int(word) not in ids:
-            ids.append(int(word))
+        run = run_id(word)
+        if run is not None and run not in ids:
+            ids.append(run)
     return ids
 
 
 def missing_runs(words: list[str]) -> str:
     """What the Compare page says of ids in its URL that are not stored runs."""
-    return (f"Run{'s' if len(words) > 1 else ''} {', '.join(words)} not found: left out of the "
-            "comparison.")
+    return (f"Run{'s' if len(words) > 1 else ''} {literal(', '.join(words))} not found: left "
+            "out of the comparison.")
 
 
 def _fitting(grid: SweepGrid, size: int | None, value=None) -> str:
@@ -233,7 +259,9 @@ def _fitting(grid: SweepGrid, size: int | None, value=None) -> str:
         return "**none** (no run completed)" if size is None else f"**{size}**"
     tried = grid.largest_tried(value)
     if size is None:
-        return "**none** (no run completed)" if tried is not None else "no run yet"
+        if tried is not None:
+            return "**none** (no run completed)"
+        return "no run yet" if grid.status == Status.RUNNING else "no run (the sweep ended first)"
     return f"all fitted; the largest tried was **{tried}**"
 
 

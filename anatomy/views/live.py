@@ -6,6 +6,7 @@ stored run on the Runs page).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from anatomy.analysis import duration, models
@@ -27,6 +28,19 @@ def options_from_form(values: dict[str, Any]) -> RunOptions:
     if not chosen.get("max_steps"):
         chosen["max_steps"] = None
     return RunOptions.from_dict(chosen)
+
+
+def refusal(errors: dict[str, str], drawn: Callable[[str], bool], started: bool) -> list[str]:
+    """What the form says below itself of wrong options: in full, each error of a field it does
+    not draw for these options (checkpointing, once the model sent is one that cannot recompute
+    its activations), which no mark under a field shows; then, where fields are marked, to fix
+    them. `started`: the answer to Start (nothing started), else to Predict or What fits?."""
+    prefix = "Not started: " if started else ""
+    lines = [prefix + message for name, message in errors.items() if not drawn(name)]
+    if len(lines) < len(errors):
+        lines.append("Not started: fix the fields marked above." if started else
+                     "Fix the fields marked above.")
+    return lines
 
 
 class PhaseMetric(NamedTuple):
@@ -292,6 +306,14 @@ def batch_size_forecast(options: RunOptions, machine: Machine) -> Forecast:
     """The form's "What fits?": the largest batch size predicted to fit the chosen device."""
     if validate(options, machine.gpu_count):
         return Forecast(None, None)
+    if options.distributed:
+        # The search replays one process alone: a rank of several holds more (DDP's gradient
+        # buckets) or less (FSDP's shards), and CPU ranks share one RAM.
+        n = options.world_size
+        return Forecast(None, f"What fits? answers for one process alone, not for {n} "
+                              f"({options.strategy}): with one process it gives its answer, and "
+                              f"Predict memory and time tells what each of the {n} needs at "
+                              "this batch size")
     device, gpu_name, total, where = _target(options, machine)
     try:
         fit = max_batch_size(options, device=device, total=total, gpu_name=gpu_name)

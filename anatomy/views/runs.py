@@ -26,6 +26,16 @@ def table(rows: list[RunListing]) -> list[dict]:
     return [{heading: _cell(row, key) for key, heading in COLUMNS.items()} for row in rows]
 
 
+def plotted(rows: list[RunListing]) -> list[RunListing]:
+    """The runs of the list that peak memory against speed can place: those with both figures
+    (a completed run of anatomy's or a Trainer's; a watched command reports no speed)."""
+    return [r for r in rows if r.peak_mb is not None and r.samples_per_second is not None]
+
+
+NOTHING_PLOTTED = ("No run of this list has both a peak and a speed to place here (samples a "
+                   "second: what a completed run of anatomy's own or of a Trainer reports).")
+
+
 ALWAYS = ("Run", "Peak MB")  # which run, and the figure the list is for
 
 

@@ -4,6 +4,7 @@ says it the same way."""
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 
 from anatomy.analysis.models import display_name
@@ -26,6 +27,19 @@ def occupied_line(memory_bytes: int | None, backend: Backend) -> str:
     value = "?" if memory_bytes is None else str(memory_bytes // MIB)
     what = "GPU memory" if backend == Backend.NVML else "CPU memory (RSS)"
     return f"{what} occupied: {value} MB."
+
+
+# What Streamlit's Markdown would take for markup in a line of plain text: emphasis, code, links
+# and its colour directives (":red[…]"), math, strikethrough. (An emoji's shortcode, ":rocket:",
+# is still drawn as the emoji: Streamlit replaces it after the escapes are read.)
+_MARKUP = re.compile(r"([\\`*_\[\]$~])")
+
+
+def literal(words: str) -> str:
+    """`words` as a page's Markdown shows them, character for character: a run's name, a model's
+    path or a word from the URL is the user's text, not markup (a run named "**v2**" was a bold
+    "v2" in its heading, and /runs?run=[x](http://…) a link in the page's warning)."""
+    return _MARKUP.sub(r"\\\1", words)
 
 
 def run_choice(run: RunRow) -> str:
@@ -56,12 +70,26 @@ def axis_title(backend: Backend) -> str:
     return "GPU memory used (MiB)" if backend == Backend.NVML else "CPU memory, RSS (MiB)"
 
 
+SQLITE_MAX_INTEGER = 2**63 - 1  # a run's id is a SQLite integer: beyond it, no run
+
+
+def run_id(word: str) -> int | None:
+    """A run's id as a URL writes it (?run=7, ?runs=1,2): ASCII digits within SQLite's
+    integers; None for anything else ("abc", "-1", "²", which int() refuses, or 10²⁶, which
+    SQLite cannot compare)."""
+    word = word.strip()
+    if not (word.isascii() and word.isdigit()) or int(word) > SQLITE_MAX_INTEGER:
+        return None
+    return int(word)
+
+
 def missing_run(wanted: str, shown: int | None, filtered: bool = False) -> str:
     """What a page says when the URL asks for a run it cannot show (`shown` is the one it shows
     instead, if any); `filtered`: the run exists but the page's filters leave it out."""
     if filtered:
         return f"Run {wanted} is not among the runs these filters keep: showing run {shown}."
-    what = f"Run {wanted} not found" if wanted.isdigit() else f"{wanted!r} is not a run id"
+    what = (f"Run {wanted} not found" if run_id(wanted) is not None else
+            f"{literal(repr(wanted))} is not a run id")
     return what + ("." if shown is None else f": showing run {shown}.")
 
 
@@ -78,6 +106,14 @@ def no_steps(report: RunReport) -> str:
         RecordedBy.COMMAND: "A command watched without anatomy's callback or phase API reports no "
                           "steps: its memory alone.",
     }[report.recorded_by]
+
+
+def no_samples(report: RunReport) -> str:
+    """Why a run's memory chart has no curve: not one sample stored."""
+    if report.status == Status.RUNNING:
+        return "No memory sample yet: the curve starts with the sampler's first reading."
+    return ("No memory sample was stored for this run: it ended before its sampler's first "
+            "reading, so there is no curve to draw.")
 
 
 def steps_caption(report: RunReport) -> str:

@@ -12,7 +12,7 @@ from streamlit.testing.v1 import AppTest
 from anatomy.analysis import compare, transfer
 from anatomy.analysis.options import RunOptions
 from anatomy.analysis.report import report
-from anatomy.analysis.sweeps import SweepGrid, SweepRun
+from anatomy.analysis.sweeps import SweepGrid, SweepRun, grid
 from anatomy.store import PhaseMark, Sample, Store
 from anatomy.units import MIB
 from anatomy.views import compare as view
@@ -346,7 +346,7 @@ def test_labels_name_exactly_the_options_that_differ(store, seed):
     multiples = chart_spec(app, "compare_multiples")
     assert [a["text"] for a in multiples["layout"]["annotations"]][:2] == expected
     bars = chart_spec(app, "compare_bars")
-    assert bars["layout"]["xaxis"]["ticktext"] == [e.replace(" · ", "<br>") for e in expected]
+    assert bars["layout"]["xaxis"]["ticktext"] == expected  # each fits its bar's room
     steps = chart_spec(app, "compare_steps")
     assert [t["name"] for t in steps["data"] if t.get("showlegend")] == expected
 
@@ -366,6 +366,20 @@ def test_ids_in_the_url_that_are_not_stored_are_said(store, seed):
     assert app.query_params["runs"] == f"{first},{second}"
 
 
+def test_ids_that_int_or_sqlite_cannot_take_are_said_not_raised(store, seed):
+    """/compare?runs=1,²,… raised ValueError (int("²"): a digit to isdigit()), and 10²⁶ an
+    OverflowError from SQLite, on every page that reads a run id from its URL."""
+    first, second = seed(), seed()
+    app = _page(runs=f"{first},²,{second},99999999999999999999999999,٣")
+    assert [w.value for w in app.warning] == [
+        "Runs ², 99999999999999999999999999, ٣ not found: left out of the comparison."]
+    assert app.multiselect(key="compare_runs").value == [first, second]
+    for page in ("screens/runs.py", "screens/live.py", "screens/anatomy.py"):
+        for asked in ("²", "99999999999999999999999999"):
+            app = open_page(page, interactive=False, run=asked)  # asserts no exception
+            assert app.warning[0].value.startswith(f"'{asked}' is not a run id")
+
+
 def test_a_sweep_in_which_nothing_ran_out_of_memory_says_so(store):
     sweep_id = store.create_sweep("batch_size on bert-large-uncased",
                                   RunOptions(preset="bert-large-uncased").to_dict(),
@@ -377,6 +391,19 @@ def test_a_sweep_in_which_nothing_ran_out_of_memory_says_so(store):
     app = _page()
     assert any("all fitted; the largest tried was **2**" in m.value for m in app.markdown)
     assert not any("Largest batch size that fit: **2**" in m.value for m in app.markdown)
+
+
+def test_a_sweep_that_ended_before_a_value_ran_does_not_say_yet(store):
+    """A sweep that failed before its first run said "Largest batch size that fit: no run yet",
+    as if it were still running."""
+    sweep_id = store.create_sweep("batch_size on tiny", RunOptions(model="tiny").to_dict(),
+                                  {"batch_size": [1, 2]}, False, 2)
+    assert view.largest_fitting(grid(store, sweep_id)) == \
+        "Largest batch size that fit: no run yet"
+    store.update_sweep(sweep_id, status="failed",
+                       error="the process that ran it ended before the sweep did")
+    assert view.largest_fitting(grid(store, sweep_id)) == \
+        "Largest batch size that fit: no run (the sweep ended first)"
 
 
 def test_two_varied_options_colour_from_zero():
@@ -399,3 +426,79 @@ def test_training_only_zooms_every_panel_on_the_training_phases(store):
     assert overlay == pytest.approx([-0.09, 3.09])
     multiples = chart_spec(app, "compare_multiples")["layout"]
     assert multiples["xaxis"]["range"] == multiples["xaxis2"]["range"] == overlay
+
+
+def test_runs_without_phases_keep_their_places_and_names_under_the_bars(store):
+    """Two scripts' runs that marked no phase (/compare?runs=13,14, one with a sample, one with
+    none): "What each phase added" was a picture with a diamond at x = 0 on an axis from −0.5 to
+    0.5 in round numbers, naming neither run."""
+    with_sample = store.create_run({}, "cpu-rss", "rss", 0, {"gpu_name": None}, preset="t.py",
+                                   source={"kind": "script", "script": "/x/t.py"})
+    store.write(with_sample, samples=[Sample(0.0, 0, 100 * 2**20, None, None, None)])
+    store.finish(with_sample, "completed")
+    empty = store.create_run({}, "cpu-rss", "rss", 0, {"gpu_name": None}, preset="t.py",
+                             source={"kind": "script", "script": "/x/t.py"})
+    store.finish(empty, "failed", "ValueError")
+    app = open_page("screens/compare.py", interactive=False, runs=f"{with_sample},{empty}")
+    bars = chart_spec(app, "compare_bars")  # the chart: a picture has no tick labels of its own
+    assert bars["layout"]["xaxis"]["ticktext"] == [f"Run {with_sample}", f"Run {empty}"]
+    assert bars["layout"]["xaxis"]["range"] == [-0.5, 1.5]  # both places, the empty one too
+
+
+def test_runs_left_out_of_the_overlay_are_said_as_they_were_recorded(store, seed, seed_users):
+    """Aligned at the baseline, a Trainer's callback run (which began at the weights) and a
+    watched command (no phase at all) "never reached the baseline phase"; a run still in its
+    first phase "never reached the training phase"."""
+    done, stopped = seed(), seed(status="stopped", phases_reached=1)
+    running = seed(status="running", phases_reached=1)
+    trainer, command = seed_users("trainer"), seed_users("command")
+    reports = [report(store, i) for i in (done, stopped, running, trainer, command)]
+    assert view.not_drawn(reports, Phase.BASELINE) == (
+        f"Not drawn: run {trainer}, run {command} did not mark a baseline phase (a user's "
+        "training marks the phases it chooses).")
+    assert view.not_drawn(reports, Phase.TRAINING) == (
+        f"Not drawn: run {stopped} never reached the training phase; run {running} has not "
+        f"reached the training phase yet; run {command} did not mark a training phase (a "
+        "user's training marks the phases it chooses).")
+    assert view.not_drawn(reports[:1], Phase.TRAINING) is None
+    app = open_page("screens/compare.py", runs=f"{done},{trainer}")
+    app.selectbox(key="compare_phase").set_value(Phase.BASELINE).run()
+    assert [w.value for w in app.warning] == [view.not_drawn(reports[::3], Phase.BASELINE)]
+
+
+def test_titles_and_bar_labels_fit_between_their_neighbours(store, seed_users):
+    """Three Trainer runs named by their users: "Run 1 · user t5 · T5ForConditionalGeneration"
+    on one line ran over the next panel's title, and the third was cut at the chart's edge."""
+    runs = [seed_users("trainer", name=f"user {name}") for name in ("t5", "resnet", "mixtral")]
+    runs.append(seed_users("command"))  # no training phase: said beside its id, never cut
+    reports = [report(store, i) for i in runs]
+    figure = figures.small_multiples_figure(reports, {})
+    room = 28  # characters: a 560 px plot over three panels, 6.6 px a 12 px character
+    titles = [a.text for a in figure.layout.annotations if a.text.startswith("Run ")]
+    assert len(titles) == 4
+    for title in titles:
+        assert all(len(line) <= room for line in title.split("<br>")), title
+    assert titles[0].startswith(f"Run {runs[0]} · user t5")
+    assert titles[3].startswith(f"Run {runs[3]} (no training phase)")
+    # Under the bars, five runs: each label in its bar's room, on three lines at most (wider,
+    # Plotly turned them aslant and left out the last, past the chart's edge).
+    runs.append(seed_users("trainer", name="bad config"))
+    reports = [report(store, i) for i in runs]
+    ticks = figures.memory_bars_figure(reports).layout.xaxis.ticktext
+    room = 12  # characters: three quarters of 560 px over five bars, 6.6 px a character
+    assert len(ticks) == 5 and all(t.startswith(f"Run {i}") for t, i in zip(ticks, runs))
+    assert figures.memory_bars_figure(reports).layout.xaxis.tickangle == 0
+    for tick in ticks:
+        assert tick.count("<br>") <= 2 and all(len(line) <= room for line in tick.split("<br>"))
+
+
+def test_a_runs_name_is_text_in_the_charts_not_plotlys_markup(store, seed):
+    """A run named '<b>bold</b> <a href="http://example.com">link</a>': Compare's legends, panel
+    titles and bar labels drew a bold word and a link (Plotly reads those tags in its text)."""
+    named, other = seed(), seed()
+    store.rename_run(named, '<b>bold</b> <a href="http://example.com">link</a>')
+    labels = view.run_labels([report(store, named), report(store, other)])
+    assert labels[named] == \
+        f'Run {named} · &lt;b&gt;bold&lt;/b&gt; &lt;a href="http://example.com"&gt;link&lt;/a&gt;'
+    alone = view.run_labels([report(store, named)])[named]
+    assert "<" not in alone and "&lt;b&gt;bold" in alone

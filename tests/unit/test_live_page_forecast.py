@@ -3,6 +3,7 @@ after, and a stored run shown by its id."""
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import replace
 
@@ -11,7 +12,7 @@ from streamlit.testing.v1 import AppTest
 
 from anatomy.analysis import duration
 from anatomy.analysis.machine import Device, Machine
-from anatomy.analysis.options import RunOptions, defaults_for
+from anatomy.analysis.options import RunOptions, defaults_for, validate
 from anatomy.analysis.report import report
 from anatomy.store import PhaseMark
 from anatomy.views import live
@@ -129,6 +130,20 @@ def test_without_a_stored_run_the_estimate_comes_from_the_reference_run():
     assert step < longer.step_s < 2 * step  # twice the tokens, the same fixed part
 
 
+def test_a_long_or_one_step_run_is_timed_in_plain_words():
+    """Batch size 4096 of the tiny model at seq len 512 (one step): "About 24 min: 1 steps ×
+    1.41e+03 s a step"; ten million steps: "About 2980.7 h"."""
+    one = duration.estimate_from([], replace(defaults_for(False), batch_size=4096, seq_len=512),
+                                 "cpu-rss", None)
+    assert one.steps == 1 and one.line().startswith(f"about {duration.words(one.total_s)}: "
+                                                    "1 step × 1,")
+    assert "e+" not in one.line()
+    many = duration.estimate_from([], replace(defaults_for(False), max_steps=10_000_000),
+                                  "cpu-rss", None)
+    assert many.line().startswith(f"about {many.total_s / 86400:,.0f} days: 10,000,000 steps × "
+                                  f"{many.step_s:.3g} s a step")
+
+
 def test_a_stored_run_of_the_same_model_times_the_next_one(store, seed):
     run_id = seed(backend="cpu-rss")  # bert-large: 8 steps in 3.21 s, training from 6.0 s
     options = replace(report(store, run_id).options, batch_size=8)
@@ -234,3 +249,74 @@ def test_the_largest_batch_size_for_the_machines_gpu():
     forecast = batch_size_forecast(RunOptions(model="tiny-gpt2", seq_len=16), H200)
     assert forecast.line.startswith("largest batch size predicted to fit GPU 0's 140.0 GiB: ")
     assert forecast.warning is None
+
+
+def test_what_fits_with_a_wrong_field_marks_it_as_predict_does(store):
+    """What fits? with a batch size of 0 answered nothing at all: no forecast, no error."""
+    app = AppTest.from_file(APP, default_timeout=30).run()
+    app.number_input(key="option_batch_size").set_value(0)
+    app.button(key="what_fits").click().run()
+    assert not app.exception
+    assert [e.value for e in app.error] == ["batch_size: 0 is out of range: 1 to 4096",
+                                            "Fix the fields marked above."]
+    assert store.runs() == []
+
+
+# A small ResNet (transformers' ResNetConfig): a model that cannot recompute its activations.
+RESNET = {"architectures": ["ResNetForImageClassification"], "model_type": "resnet",
+          "num_channels": 3, "embedding_size": 16, "hidden_sizes": [16, 32], "depths": [1, 1],
+          "layer_type": "basic", "hidden_act": "relu", "num_labels": 10}
+
+
+def _type_model(app: AppTest, model: str) -> None:
+    """`model` typed into the model field (its selectbox takes new options; AppTest picks only
+    what the list holds, so the typed value is added to its list first)."""
+    field = app.selectbox(key="option_model")
+    field.options.append(model)
+    field.set_value(model)
+
+
+def test_the_error_of_a_field_the_form_no_longer_draws_is_said_in_full(store, tmp_path):
+    """Checkpointing ticked, a ResNet typed in as the model, Predict: the form, sent, no longer
+    draws checkpointing for that model, and the page said "Fix the fields marked above." with
+    no field marked."""
+    # Loaded here: transformers' checks of the config run in this process, not in a child's.
+    import transformers  # noqa: F401
+
+    folder = tmp_path / "resnet"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(RESNET))
+    refused = validate(RunOptions(model=str(folder), gradient_checkpointing=True), 0)
+    assert list(refused) == ["gradient_checkpointing"]
+    app = AppTest.from_file(APP, default_timeout=60).run()
+    _type_model(app, str(folder))
+    app.checkbox(key="option_gradient_checkpointing").check()
+    app.button(key="predict").click().run()
+    assert not app.exception
+    assert "option_gradient_checkpointing" not in [c.key for c in app.checkbox]
+    assert [e.value for e in app.error] == [refused["gradient_checkpointing"]]
+    # Start, with a field that is drawn wrong too: the one said in full, the other marked.
+    app = AppTest.from_file(APP, default_timeout=60).run()
+    _type_model(app, str(folder))
+    app.checkbox(key="option_gradient_checkpointing").check()
+    app.number_input(key="option_batch_size").set_value(0)
+    app.button(key="start").click().run()
+    assert [e.value for e in app.error] == [
+        "batch_size: 0 is out of range: 1 to 4096",
+        "Not started: " + refused["gradient_checkpointing"],
+        "Not started: fix the fields marked above."]
+    assert store.runs() == []
+
+
+def test_what_fits_does_not_answer_for_several_processes_with_one_processs_batch_size():
+    """With 4 CPU processes What fits? said "≥ 4096 (peak 13.6 GB of 21.5 GB)" of a 23.5 GiB
+    machine, whose RAM the four share: one process's search, while Predict at 4096 warned of
+    867 GB. Two H200s under FSDP: one unsharded process's answer."""
+    for options, machine in ((RunOptions(model="tiny", processes=4), CPU),
+                             (RunOptions(model="tiny", gpus="0,1", strategy="fsdp"), replace(
+                                 H200, devices=(H200.devices[0], replace(H200.devices[0],
+                                                                         index=1, nvml_index=1))))):
+        forecast = batch_size_forecast(options, machine)
+        assert forecast.line is None
+        assert forecast.warning.startswith("What fits? answers for one process alone, not for "
+                                           f"{options.world_size} ({options.strategy})")

@@ -199,3 +199,11 @@ def test_a_peak_before_a_moment_reads_the_bucket_it_cuts_exactly(store):
     assert store.peak(run_id, 0) == 99
     assert store.peak(run_id, 0, before=1.05) == 9  # 1.0-1.1 is one bucket, cut at 1.05
     assert store.peak(run_id, 0, before=1.0) is None
+
+
+def test_steps_of_one_length_are_one_time_not_float_noise(store, seed):
+    """Steps ending of one length (0.3 s in a user's run): the step-time axis read 0.2999999999999933 to
+    0.3000000000000006, the float noise of the differences."""
+    run_id = seed()  # its steps end at 6.0 + 0.4 k s
+    rep = report(store, run_id)
+    assert set(layout.step_times(rep, store.steps(run_id))[1:]) == {0.4}

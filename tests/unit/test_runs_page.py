@@ -3,8 +3,12 @@
 
 from __future__ import annotations
 
+import html
+
 from streamlit.testing.v1 import AppTest
 
+from anatomy.analysis.report import report
+from anatomy.views import text
 from tests.apptest import chart_spec, open_page
 
 
@@ -162,3 +166,78 @@ def test_the_columns_that_tell_the_runs_apart_come_first_and_the_rest_wait_in_th
     widths = _widths(table)
     assert sum(widths[name] for name in shown) <= TABLE_PX < sum(
         widths[name] for name in order[:len(shown) + 1])
+
+
+def test_a_run_without_a_sample_says_so_instead_of_an_empty_chart(store):
+    """A run that failed before its sampler's first reading (/runs?run=N, /?run=N): the memory
+    chart was an empty pair of axes from 0 to 1, with the caption of a curve it did not have."""
+    run_id = store.create_run({"model": "tiny"}, "cpu-rss", "rss", 0, {"gpu_name": None})
+    store.finish(run_id, "failed", "killed by SIGKILL")
+    for page in ("screens/runs.py", "screens/live.py"):
+        app = open_page(page, interactive=False, run=str(run_id))
+        assert "No memory sample was stored for this run: it ended before its sampler's first " \
+               "reading, so there is no curve to draw." in [i.value for i in app.info]
+        # Neither the picture nor its caption ("A picture: … Shows RSS …").
+        assert not any("Shows " in c.value for c in app.caption)
+
+
+def test_a_long_error_is_wrapped_not_cut(store, seed):
+    """"ended without a word (its processes are gone); what it recorded is kept" was cut at
+    "recorde" at 1,000 px: a code block keeps its lines whole unless told to wrap them."""
+    run_id = seed(status="failed", error="ended without a word (its processes are gone); what "
+                                          "it recorded is kept")
+    for page in ("screens/runs.py", "screens/live.py"):
+        app = open_page(page, interactive=False, run=str(run_id))
+        (error,) = [c for c in app.code if c.value.startswith("ended without a word")]
+        assert error.proto.wrap_lines
+
+
+NAME = "**v2** [notes](http://example.com) $x^2$ ~~old~~ a_b `c` C:\\runs"
+
+
+def test_a_runs_name_and_a_word_of_the_url_are_shown_as_typed_not_as_markup(store, seed):
+    """A run named "**v2** [notes](http://…) $x^2$ …": its heading showed a bold "v2", a link and
+    a formula; /runs?run=[x](http://…) put a link in the page's warning."""
+    from markdown_it import MarkdownIt
+
+    commonmark = MarkdownIt("commonmark").enable("strikethrough")
+    assert commonmark.renderInline(text.literal(NAME)) == html.escape(NAME, quote=False)
+    assert "\\$x^2\\$" in text.literal(NAME)  # Streamlit's math, which CommonMark has not
+    run_id = seed()
+    store.rename_run(run_id, NAME)
+    for page in ("screens/runs.py", "screens/live.py", "screens/anatomy.py"):
+        app = open_page(page, interactive=False, run=str(run_id))
+        heading = report(store, run_id).title()
+        assert heading.startswith(f"Run {run_id}: {NAME}")
+        assert text.literal(heading) in [h.value for h in app.subheader], page
+    app = open_page("screens/runs.py", interactive=False, run="[x](http://example.com)")
+    (warning,) = [w.value for w in app.warning]
+    assert commonmark.renderInline(warning) == \
+        f"'[x](http://example.com)' is not a run id: showing run {run_id}."
+
+
+def test_peak_against_speed_without_a_point_says_why_instead_of_empty_axes(store, seed,
+                                                                          seed_users):
+    """Two watched commands and a failed run: the open "Peak memory against speed" drew an
+    empty pair of axes under "A point per completed run of the list above"."""
+    seed_users("command"), seed_users("command"), seed(status="failed")
+    app = open_page("screens/runs.py", interactive=False)
+    assert any(i.value.startswith("No run of this list has both a peak and a speed")
+               for i in app.info)
+    assert not any(c.value.startswith("A point per completed run") for c in app.caption)
+    seed()  # a completed run: its point, and the caption
+    app = open_page("screens/runs.py", interactive=False)
+    assert not any(i.value.startswith("No run of this list has both") for i in app.info)
+    assert any(c.value.startswith("A point per completed run") for c in app.caption)
+
+
+def test_a_run_another_process_is_recording_cannot_be_deleted(store, seed):
+    """A run in progress from `anatomy run` or a script (its recorder alive: here, this process)
+    had Delete enabled on the Runs page, which checked only the runs this server started; a click
+    pulled the rows from under the recording."""
+    recording = seed(status="running")
+    app = open_page("screens/runs.py", interactive=False, run=str(recording))
+    assert app.button(key="delete").disabled
+    store.finish(recording, "completed")  # ended: deleting is the user's to choose again
+    app = open_page("screens/runs.py", interactive=False, run=str(recording))
+    assert not app.button(key="delete").disabled

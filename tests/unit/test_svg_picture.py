@@ -236,7 +236,8 @@ def test_bars_side_by_side_and_a_waterfalls_running_totals():
     assert names == ["weights", "gradients", "never held at once", "peak"]
 
 
-@pytest.mark.parametrize("change", ["symbol", "stacked", "template", "inside", "heatmap"])
+@pytest.mark.parametrize("change", ["symbol", "stacked", "template", "inside", "heatmap",
+                                    "ticks"])
 def test_what_the_picture_cannot_draw_as_the_chart_does_is_refused(change):
     import plotly.graph_objects as go
 
@@ -251,6 +252,10 @@ def test_what_the_picture_cannot_draw_as_the_chart_does_is_refused(change):
         figure.add_bar(x=["a"], y=[1], texttemplate="%{customdata}", textposition="outside")
     elif change == "inside":
         figure.add_bar(x=["a"], y=[1], text=["1"], textposition="inside")
+    elif change == "ticks":  # the picture writes round numbers: "Run 13" was left out
+        figure.add_scatter(x=[0], y=[100], mode="markers")
+        figure.update_layout(xaxis={"tickmode": "array", "tickvals": [0, 1],
+                                    "ticktext": ["Run 13", "Run 14"]})
     else:
         figure.add_heatmap(z=[[1, 2]])
     with pytest.raises(svg.Unsupported):

@@ -168,6 +168,9 @@ BAD_FILES = {
                                       "runs[0].messages[0].text: holds '\\ud800'"),
     "an origin's run id": (_set(("runs", 0, "run", "origin"), {"run": "7"}),
                            "runs[0].run.origin.run: must be a whole number"),
+    # "²" is a digit to str.isdigit() and no number to int(): validate raised ValueError.
+    "a superscript GPU": (_set(("runs", 0, "run", "options", "gpus"), "0,²"),
+                          "runs[0].run.options: gpus: '²' is not a GPU index"),
 }
 
 

@@ -174,3 +174,36 @@ def test_a_users_trainer_launch_is_predicted_per_rank_from_the_model_it_recorded
     ranks = breakdown.rank_prediction_for(report(store, run_id))
     assert ranks is not None and ranks.world_size == 2
     assert ranks.alone.parameters == USERS_PARAMETERS
+
+
+@pytest.mark.parametrize("status", ["failed", "running"])
+def test_a_script_that_marked_nothing_is_told_as_the_phase_api_not_a_watched_command(
+        store, status):
+    """anatomy.start() in a script that ended (or has not yet come) before its first phase: the
+    Anatomy page said "A watched command that marks no phases…" and "a watched command is
+    measured from outside" of it, beside "No prediction: the phase API records no model"."""
+    run_id = store.create_run({}, "cpu-rss", "rss", 0, {"gpu_name": None}, preset="train.py",
+                              source={"kind": "script", "script": "/home/user/train.py"})
+    if status != "running":
+        store.finish(run_id, status, "Traceback (most recent call last): …")
+    rep = report(store, run_id)
+    words = " ".join((anatomy_view.no_components(rep), anatomy_view.no_training(rep),
+                      text.no_steps(rep)))
+    assert "watched command" not in words and "phase API" in words
+    assert ("has not reached the training phase yet" in words) == (status == "running")
+    assert ("never reached the training phase" in words) == (status != "running")
+
+
+def test_a_users_model_that_cannot_be_predicted_is_named_by_its_class(store, seed_users):
+    """A Trainer's model of a type this transformers does not know: the Anatomy page said "No
+    prediction: model: anatomy-model-1yazdoe_: transformers does not know model_type …", the
+    random name of the folder its config was written to."""
+    import transformers  # noqa: F401 - the config checked in this process, not in a child's
+
+    run_id = seed_users("trainer")
+    environment = store.run(run_id).environment.to_dict()
+    store.update_run(run_id, environment={**environment, "model_config": {
+        "model_type": "nonsense_arch", "hidden_size": 3}})
+    reason = breakdown.predicted(report(store, run_id)).reason
+    assert reason == ("model: BertForSequenceClassification: transformers does not know "
+                      "model_type 'nonsense_arch'")

@@ -154,7 +154,7 @@ def main() -> None:
     run_id = st.selectbox("Run", ids, format_func=labels.get, key="anatomy_run",
                           on_change=links.run_to_url, args=("anatomy_run",))
     rep = report(db, run_id)
-    st.subheader(rep.title())
+    st.subheader(text.literal(rep.title()))
     if not rep.on_gpu:
         st.info("A CPU run: there is no CUDA context and no caching allocator. Activations are "
                 "measured from the tensors autograd saved for the backward pass, and the peak is "
@@ -185,7 +185,7 @@ def main() -> None:
         prediction = breakdown.predicted(rep)
         underway.empty()
         if isinstance(prediction, breakdown.NoPrediction):
-            st.warning(f"No prediction: {prediction.reason}.")
+            st.warning(f"No prediction: {text.literal(prediction.reason)}.")
         else:
             if not rep.started_by_anatomy:
                 st.caption(view.user_run_basis(rep, steps))

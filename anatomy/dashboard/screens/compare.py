@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from anatomy.analysis import transfer
-from anatomy.analysis.compare import differing_options, phase_start
+from anatomy.analysis.compare import differing_options
 from anatomy.analysis.options import FIELDS, InvalidOptions, defaults_for
 from anatomy.analysis.report import PHASES, RunReport, report
 from anatomy.analysis.sweeps import LADDER, SweepGrid, grid, parse_value
@@ -44,7 +44,7 @@ def _choose(ids: list[int]) -> None:
         if wanted:
             st.session_state["compare_runs"] = wanted
         missing = [w.strip() for w in asked.split(",")
-                   if w.strip() and not (w.strip().isdigit() and int(w.strip()) in ids)]
+                   if w.strip() and text.run_id(w) not in ids]
         if missing:
             st.warning(view.missing_runs(missing), icon=":material/search_off:")
     chosen = [i for i in st.session_state.get("compare_runs", []) if i in ids]
@@ -120,10 +120,9 @@ def comparison(run_ids: list[int]) -> None:
     st.subheader("Memory over time, aligned")
     overlay = figures.overlay_figure(reports, samples, phase, labels, training_only)
     widgets.chart(overlay, "compare_overlay")
-    missing = [r.id for r in reports if phase_start(r, phase) is None]
+    missing = view.not_drawn(reports, phase)
     if missing:
-        st.warning(f"Not drawn: {', '.join(f'run {i}' for i in missing)} never reached the "
-                   f"{phase} phase.")
+        st.warning(missing)
     st.caption(f"Time 0 is where each run's {phase} phase began; a marker is the memory at a "
                "phase's end, in that phase's colour. Backends: " + ", ".join(
                    sorted({r.backend for r in reports})) + ".")
@@ -266,7 +265,7 @@ def sweep_results(sweep_id: int) -> None:
                else ""))
     {Status.COMPLETED: st.success, Status.STOPPED: st.warning}.get(status, st.error)(line)
     if result.error:
-        st.code(result.error, language=None)
+        st.code(result.error, language=None, wrap_lines=True)
     line = view.largest_fitting(result)
     if line:
         st.markdown(line)

@@ -73,11 +73,15 @@ def _forecast() -> None:
 
 
 def _what_fits() -> None:
-    """The form's third button: the largest batch size predicted to fit, without running."""
+    """The form's third button: the largest batch size predicted to fit, without running. Its
+    fields are judged as Predict's are: wrong ones are marked, not left without an answer."""
+    options = _form_options()
     with st.spinner("tracing the training step at two batch sizes…"):
-        st.session_state["forecast"] = view.batch_size_forecast(_form_options(),
-                                                                   server.device())
+        st.session_state["forecast"] = view.batch_size_forecast(options, server.device())
     st.session_state["forecast_for"] = _state()
+    st.session_state.pop("start_refused", None)
+    st.session_state["option_errors"] = validate(options, server.device().gpu_count)
+    st.session_state["errors_from"] = "predict"
 
 
 def _start() -> None:
@@ -132,7 +136,8 @@ def options_form(has_gpu: bool, expanded: bool) -> None:
                                        "take, from the runs stored here; starts nothing")
             st.form_submit_button("What fits?", on_click=_what_fits, key="what_fits",
                                   help="the largest batch size predicted to fit this device, the "
-                                       "other options as they are; starts nothing")
+                                       "other options as they are, for one training process; "
+                                       "starts nothing")
     # A forecast belongs to the moment it was made: it goes once the run shown has changed (a
     # run it was made for has ended, another run is shown).
     forecast = st.session_state.get("forecast")
@@ -148,9 +153,9 @@ def options_form(has_gpu: bool, expanded: bool) -> None:
     if refused and st.session_state.get("forecast_for") == _state():
         st.error(f"Not started: {refused}.")
     elif st.session_state.get("option_errors"):
-        st.error("Not started: fix the fields marked above."
-                 if st.session_state.get("errors_from") == "start"
-                 else "Fix the fields marked above.")
+        for line in view.refusal(st.session_state["option_errors"], _drawn,
+                                 started=st.session_state.get("errors_from") == "start"):
+            st.error(line)
 
 
 def _phase_metrics(rep: RunReport) -> None:
@@ -210,7 +215,7 @@ def live_view(run_id: int) -> None:
     progress: list = []
     _controls(run_id, progress)
     rep = report(db, run_id)
-    heading.subheader(rep.title())
+    heading.subheader(text.literal(rep.title()))
     with metrics:
         _phase_metrics(rep)
     with progress[0].container():
@@ -220,7 +225,7 @@ def live_view(run_id: int) -> None:
 
 def finished_view(run_id: int) -> None:
     rep = report(server.store(), run_id)
-    st.subheader(rep.title())
+    st.subheader(text.literal(rep.title()))
     _phase_metrics(rep)
     widgets.outcome(rep)
     widgets.run_charts(rep, "live")
@@ -236,8 +241,9 @@ def _shown_run() -> int | None:
     asked = st.query_params.get("run")
     missing = None
     if asked is not None and asked != str(st.session_state.get("live_run")):
-        if asked.isdigit() and db.run(int(asked)) is not None:
-            st.session_state["live_run"] = int(asked)
+        wanted = text.run_id(asked)
+        if wanted is not None and db.run(wanted) is not None:
+            st.session_state["live_run"] = wanted
         else:
             missing = asked
     if asked is None or missing is not None:

@@ -99,8 +99,10 @@ def _downloads(run_id: int) -> None:
 
 def _delete_controls(rep: RunReport) -> None:
     run_id = rep.id
-    manager = server.manager()
-    if st.session_state.get("confirm_delete") == run_id:
+    # In progress here or in another process (`anatomy run`, a script, watch: its recorder
+    # lives): deleting it would pull the rows from under the recording.
+    recording = server.manager().is_active(run_id) or rep.status == Status.RUNNING
+    if st.session_state.get("confirm_delete") == run_id and not recording:
         st.warning(f"Delete run {run_id} and its {rep.samples} samples? This cannot be undone.")
         with st.container(horizontal=True):
             # Red (widgets.STYLE), not the green of Start: this one cannot be undone.
@@ -118,9 +120,9 @@ def _delete_controls(rep: RunReport) -> None:
             st.session_state.pop("confirm_delete")
             st.rerun()
     elif st.button(f"Delete run {run_id}…", key="delete", icon=":material/delete:",
-                   disabled=manager.is_active(run_id),
-                   help="a run in progress cannot be deleted: stop it first"
-                   if manager.is_active(run_id) else None):
+                   disabled=recording,
+                   help="a run in progress cannot be deleted: stop it first (or wait for "
+                        "its end)" if recording else None):
         st.session_state["confirm_delete"] = run_id
         st.rerun()
 
@@ -139,10 +141,13 @@ def main() -> None:
     _selected(runs_table(rows))
     with st.expander("Peak memory against speed", icon=":material/scatter_plot:",
                      expanded=len(rows) > 2):
-        widgets.chart(figures.efficiency_figure(rows), "runs_efficiency")
-        st.caption("A point per completed run of the list above: colour for the precision, shape "
-                   "for the device, its batch size beside it. Down and to the right is more "
-                   "samples a second for less memory.")
+        if not view.plotted(rows):  # no point to draw: an empty pair of axes says nothing
+            st.info(view.NOTHING_PLOTTED)
+        else:
+            widgets.chart(figures.efficiency_figure(rows), "runs_efficiency")
+            st.caption("A point per completed run of the list above: colour for the precision, "
+                       "shape for the device, its batch size beside it. Down and to the right is "
+                       "more samples a second for less memory.")
 
     ids = [row.id for row in rows]
     labels = {run.id: text.run_choice(run) for run in db.find_runs(**filters)}
@@ -151,7 +156,7 @@ def main() -> None:
                           on_change=links.run_to_url, args=("runs_select",))
 
     rep = report(db, run_id)
-    st.subheader(rep.title())
+    st.subheader(text.literal(rep.title()))
     if rep.status == Status.RUNNING:
         st.info("In progress: the Live run page shows it as it happens.")
     else:

@@ -16,7 +16,15 @@ from anatomy.store import Sample, Step
 from anatomy.units import MIB
 from anatomy.views import text as words
 from anatomy.views.compare import bar_label, run_labels
-from anatomy.views.figures.layout import column, phase_bands, steps_traces, training_rows
+from anatomy.views.figures.layout import (
+    ASSUMED_PLOT_PX,
+    TITLE_CHAR_PX,
+    column,
+    fit_words,
+    phase_bands,
+    steps_traces,
+    training_rows,
+)
 from anatomy.views.figures.live import CEILING_SHOWN_FROM
 from anatomy.views.style import (
     BAND_OPACITY,
@@ -104,6 +112,12 @@ def overlay_figure(reports: Sequence[RunReport], samples_by_run: dict[int, Seque
 SMALL_MULTIPLES_COLUMNS = 3
 
 
+def panel_title(label: str, columns: int, note: str | None = None) -> str:
+    """A panel's title in the room between its neighbours' (the plot's assumed width over the
+    columns), on up to two lines (`fit_words`)."""
+    return fit_words(label, int(ASSUMED_PLOT_PX / columns / TITLE_CHAR_PX), 2, note)
+
+
 def small_multiples_figure(reports: Sequence[RunReport],
                            samples_by_run: dict[int, Sequence[Sample]],
                            phase: str = Phase.TRAINING, labels: dict[int, str] | None = None,
@@ -116,7 +130,8 @@ def small_multiples_figure(reports: Sequence[RunReport],
     titles = []
     for rep in reports:
         aligned = phase_start(rep, phase) is not None
-        titles.append(labels[rep.id] + ("" if aligned else f" (no {phase} phase)"))
+        titles.append(panel_title(labels[rep.id], columns,
+                                  None if aligned else f"no {phase} phase"))
     figure = make_subplots(rows=rows, cols=columns, shared_yaxes="all", shared_xaxes="all",
                            subplot_titles=titles,
                            horizontal_spacing=0.03, vertical_spacing=0.12)
@@ -146,9 +161,21 @@ def small_multiples_figure(reports: Sequence[RunReport],
     if training_only and training_range(reports, phase) is not None:
         figure.update_xaxes(range=training_range(reports, phase))
     figure.update_annotations(font_size=12)
-    figure.update_layout(height=300 * rows + 40, margin={"l": 10, "r": 10, "t": 40, "b": 10},
+    # Room above the first row for a title of two lines.
+    figure.update_layout(height=300 * rows + 56, margin={"l": 10, "r": 10, "t": 56, "b": 10},
                          plot_bgcolor="white", hovermode="closest")
     return figure
+
+
+BAR_PLOT_SHARE = 0.75  # of the assumed plot width, what the y axis and its title leave the bars
+LEAST_BAR_ROOM = 10  # characters: a run's id and a few letters
+
+
+def bar_room(runs: int) -> int | None:
+    """Characters a line of a bar's label may take, its share of the plot; None where not even
+    LEAST_BAR_ROOM fit (many runs: Plotly turns the labels aslant)."""
+    room = int(ASSUMED_PLOT_PX * BAR_PLOT_SHARE / runs / TITLE_CHAR_PX)
+    return room if room >= LEAST_BAR_ROOM else None
 
 
 def memory_bars_figure(reports: Sequence[RunReport], labels: dict[int, str] | None = None
@@ -157,6 +184,7 @@ def memory_bars_figure(reports: Sequence[RunReport], labels: dict[int, str] | No
     phase's increase (split into its measured components where the run has them); its peak as a
     marker, and its device's total as a line (a click away in the legend while far above)."""
     labels = _labels(reports, labels)
+    room = bar_room(len(reports))
     parts = {rep.id: memory_parts(rep) for rep in reports}
     found = {p.part for rep in reports for p in parts[rep.id]}
     positions = {rep.id: index for index, rep in enumerate(reports)}
@@ -199,8 +227,15 @@ def memory_bars_figure(reports: Sequence[RunReport], labels: dict[int, str] | No
     figure.update_layout(
         barmode="stack", height=480, margin={"l": 10, "r": 10, "t": 70, "b": 10},
         plot_bgcolor="white", hovermode="closest",
+        # Every run's place, a run without bars or peak too (Plotly's autorange covers only
+        # what is drawn, and a run's label outside it is not written).
         xaxis={"tickmode": "array", "tickvals": list(positions.values()),
-               "ticktext": [labels[r.id].replace(" · ", "<br>") for r in reports]},
+               # Each in its bar's room, on up to three lines, level: aslant, the last run's
+               # label went past the chart's edge and was not drawn.
+               "ticktext": [fit_words(labels[r.id], room, 3) if room else labels[r.id]
+                            for r in reports],
+               **({"tickangle": 0} if room else {}),
+               "range": [-0.5, len(reports) - 0.5]},
         yaxis={"title": {"text": _memory_axis_title(reports)}, "rangemode": "tozero"},
         # Above the bars: below, it would meet tick labels of any number of lines.
         legend={"orientation": "h", "yanchor": "bottom", "y": 1.08, "x": 0,

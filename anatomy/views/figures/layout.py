@@ -3,6 +3,7 @@ that never overlap, and a run's loss and step time against its steps."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -17,6 +18,30 @@ LABEL_ROW_PX = 18  # a label that would overlap the one before it goes one row l
 # at (a 1,000 px window with the sidebar open), so they never overlap where it is wider.
 ASSUMED_PLOT_PX = 560
 CHAR_PX = 7.2  # a bold 12 px Source Sans character, on average
+TITLE_CHAR_PX = 6.6  # a 12 px Source Sans character, on average
+
+
+def fit_words(label: str, room: int, lines: int = 2, note: str | None = None) -> str:
+    """A run's " · "-separated label in `room` characters a line, on up to `lines` lines (Plotly's
+    <br>), the last cut with an ellipsis where it goes on; `note` beside its first word (the run's
+    id), which is never cut. On one line a user's names ("Run 1 · user t5 ·
+    T5ForConditionalGeneration") run over their neighbours'."""
+    first, *rest = label.split(" · ")
+    packed: list[str] = []
+    for word in [first + (f" ({note})" if note else ""), *rest]:
+        if packed and len(packed[-1]) + 3 + len(word) <= room:
+            packed[-1] += " · " + word
+        else:
+            packed.append(word)
+    if len(packed) > lines:
+        packed = [*packed[:lines - 1], " · ".join(packed[lines - 1:])]
+    return "<br>".join(line if len(line) <= room else _cut(line, room) for line in packed)
+
+
+def _cut(line: str, room: int) -> str:
+    """`line` in `room` characters, an ellipsis at its end; never half an escaped character
+    ("&l…" of "&lt;")."""
+    return re.sub(r"&[#\w]*$", "", line[:room - 1]).rstrip() + "…"
 
 
 def column(rows: Sequence[tuple], key: str, scale: float = 1.0) -> np.ndarray:
@@ -79,7 +104,9 @@ def step_times(report: RunReport, steps: Sequence[Step]) -> np.ndarray:
     if training is None or not steps:
         return np.array([])
     ends = column(steps, "t")
-    return np.diff(np.concatenate([[training.start_s], ends]))
+    # To the microsecond: steps of one length differ by 1e-15 s of float noise, and an axis over
+    # that noise reads 0.2999999999999933 to 0.3000000000000006.
+    return np.round(np.diff(np.concatenate([[training.start_s], ends])), 6)
 
 
 def steps_traces(figure: go.Figure, report: RunReport, steps: Sequence[Step], colour: str,

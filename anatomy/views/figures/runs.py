@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 
 from anatomy.analysis.report import RunListing
 from anatomy.views.figures.layout import ASSUMED_PLOT_PX, CHAR_PX, LABEL_ROW_PX
+from anatomy.views.runs import plotted
 from anatomy.views.style import PRECISION_COLOURS, TOTAL_COLOUR
 
 DEVICE_SYMBOLS = ("circle", "diamond", "square", "triangle-up", "x")
@@ -22,7 +23,7 @@ def efficiency_figure(rows: Sequence[RunListing]) -> go.Figure:
     shape for the device, the batch size written beside it. Up and to the left costs memory
     without speed; the frontier down and to the right is where to choose."""
     figure = go.Figure()
-    done = [r for r in rows if r.peak_mb is not None and r.samples_per_second is not None]
+    done = plotted(rows)
     devices = list(dict.fromkeys(r.device for r in done))
     peaks = [r.peak_mb for r in done]
     # A batch-size ladder spans two orders of magnitude: on a linear axis its small sizes merge.

@@ -264,6 +264,8 @@ def _check(figure: go.Figure) -> None:
     for axis in (figure.layout.xaxis, figure.layout.yaxis):
         if axis.type not in (None, "-", "linear", "log") or (bars and axis.type == "log"):
             raise Unsupported(f"an axis of type {axis.type}")
+        if axis.tickmode == "array":  # the picture's ticks are round numbers
+            raise Unsupported("an axis with tick labels of its own")
     if bars and (figure.layout.barmode not in (None, "group") or
                  figure.layout.waterfallmode not in (None, "group")):
         raise Unsupported("bars side by side only, not stacked or overlaid")
