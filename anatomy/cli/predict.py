@@ -75,6 +75,15 @@ def cmd_predict(args: argparse.Namespace) -> int:
         print(f"error: {message}", file=sys.stderr)
     if errors:
         return 2
+    if args.max_batch_size and options.distributed:
+        # The search replays one process alone: a rank of several holds more (DDP's gradient
+        # buckets) or less (FSDP's shards), and CPU ranks share one RAM.
+        n = options.world_size
+        print(f"error: --max-batch-size answers for one process alone, not for {n} "
+              f"({options.strategy}): leave --processes/--gpus out for its answer, or "
+              f"--max-batch-size out for what each of the {n} needs at this batch size",
+              file=sys.stderr)
+        return 2
     try:
         if args.max_batch_size:
             return _print_batch_fit(options, device, gpu_name, total, args.json)

@@ -169,3 +169,17 @@ def test_a_gpu_model_with_device_cpu_is_one_line_and_predicts_nothing(capsys):
     assert main(["predict", "--device", "cpu", "--gpu-model", "NVIDIA H200"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and "--device cpu" in err
+
+
+def test_what_fits_for_several_processes_is_one_line_and_searches_nothing(capsys, monkeypatch):
+    """`predict --max-batch-size --processes 2` answered "≥ 4096" for one process alone (two
+    CPU ranks share one RAM); the form says so too (views/live.py)."""
+    from anatomy.analysis import prediction
+
+    def searched(*args, **kwargs):
+        raise AssertionError("the search ran")
+    monkeypatch.setattr(prediction, "max_batch_size", searched)
+    assert main(["predict", "--model", "tiny", "--max-batch-size", "--processes", "2"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert "answers for one process alone, not for 2" in err
