@@ -47,6 +47,7 @@ NOISE = "noise"  # standard normal floats: pixels, waveforms, features
 ONES = "ones"  # a mask that keeps everything
 VALUES = "values"  # the entries `Tensor.values` gives (a grid's shape)
 CLASS = "class"  # a label below the head's number of labels
+MULTI_HOT = "multi-hot"  # 0.0 or 1.0 for each of the head's labels (several labels per sample)
 COPY = "copy"  # another tensor's (`source`), transposed where `transpose`
 SHIFTED = "shifted"  # another tensor's ids (`source`) shifted right behind the start token
 
@@ -91,7 +92,7 @@ def _sample(spec: ModelSpec, config_key: str, seq_len: int) -> Sample:
     made: dict[str, Tensor] = {}
     if spec.task == IMAGE_CLASSIFICATION:
         words = _image(spec, config, main, parameters, made)
-        made["labels"] = Tensor((), CLASS)
+        made["labels"] = _class_labels(spec)
     elif spec.task == SEQ2SEQ:
         source, target = (_tokens(spec, part) for part in ("encoder", "decoder"))
         words = _source(spec, seq_len, main, made, source)
@@ -123,9 +124,23 @@ def _sample(spec: ModelSpec, config_key: str, seq_len: int) -> Sample:
             words = f"images {side}×{side} and {words}"
         made["labels"] = (Tensor((seq_len, codebooks), COPY, "input_ids", transpose=True)
                           if codebooks else Tensor((seq_len,), COPY, "input_ids")
-                          if spec.task == CAUSAL_LM else Tensor((), CLASS))
+                          if spec.task == CAUSAL_LM else _class_labels(spec))
     return Sample(tuple(made.items()), low, high, spec.num_labels, spec.decoder_start_token_id,
                   words)
+
+
+def _class_labels(spec: ModelSpec) -> Tensor:
+    """A classifier's labels as its config's `problem_type` has its loss read them (transformers'
+    sequence and image classifiers): a class each (cross-entropy); 0 or 1 for every label
+    (multi-label: binary cross-entropy on floats of the logits' shape); a value for every label
+    (regression: mean squared error on floats, one value where there is one label, as transformers
+    takes a single label without a problem type)."""
+    problem = spec.config.get("problem_type")
+    if problem == "multi_label_classification":
+        return Tensor((spec.num_labels,), MULTI_HOT)
+    if problem == "regression" or (problem is None and spec.num_labels == 1):
+        return Tensor(() if spec.num_labels == 1 else (spec.num_labels,), NOISE)
+    return Tensor((), CLASS)
 
 
 def _image(spec: ModelSpec, config, main: str, parameters, made: dict) -> str:

@@ -61,6 +61,8 @@ def _filled(tensor: dummy_data.Tensor, sample: dummy_data.Sample, made: dict, rn
         return np.array(tensor.values, dtype=np.int64)
     if tensor.fill == dummy_data.CLASS:
         return int(rng.integers(0, sample.num_labels))
+    if tensor.fill == dummy_data.MULTI_HOT:
+        return rng.integers(0, 2, tensor.shape).astype(np.float32)
     source = made[tensor.source]
     if tensor.fill == dummy_data.COPY:
         return source.T.copy() if tensor.transpose else source.copy()

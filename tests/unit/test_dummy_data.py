@@ -66,6 +66,28 @@ def test_codebooks_raw_audio_and_patches_take_their_own_shapes(tmp_path):
     assert patches["pixel_values"].shape[1] == side * side == patches["pixel_attention_mask"].sum(1)[0]
 
 
+@pytest.mark.parametrize(("problem", "shape", "dtype"), [
+    (None, (2,), "torch.int64"),
+    ("multi_label_classification", (2, models.NUM_LABELS), "torch.float32"),
+    ("regression", (2, models.NUM_LABELS), "torch.float32"),
+])
+def test_a_classifier_s_labels_are_what_its_problem_type_s_loss_takes(tmp_path, problem, shape,
+                                                                       dtype):
+    """A published classifier's config names its loss (problem_type): multi-label classifiers
+    (e.g. toxic-comment BERTs) take 0.0/1.0 per label, regression heads floats. With a class
+    per sample the multi-label head's loss refused them ("Target size (torch.Size([2])) must be
+    the same as input size (torch.Size([2, 2]))"), the run failed and predict refused."""
+    path = tmp_path / "classifier.json"
+    path.write_text(json.dumps({**models.PRESETS["tiny"].config_dict(), "problem_type": problem}))
+    spec = models.resolve(str(path))
+    collated = DummyDataset(spec, 4, SEQ_LEN, seed=0).batch(2)
+    traced = make_batch(spec, 2, SEQ_LEN)
+    assert tuple(collated["labels"].shape) == tuple(traced["labels"].shape) == shape
+    assert str(collated["labels"].dtype) == str(traced["labels"].dtype) == dtype
+    model, _ = models.build_model(spec, "cpu", pretrained=False)
+    assert model(**collated).loss.ndim == 0
+
+
 def test_a_head_that_takes_no_labels_is_refused_in_one_line_before_a_run_starts(tmp_path):
     spec = spec_of(tmp_path, "pp_lcnet")
     with pytest.raises(models.ModelError, match="takes no labels") as refused:

@@ -157,6 +157,8 @@ def _filled(tensor: dummy_data.Tensor, sample: dummy_data.Sample, made: dict, ba
         return torch.tensor(tensor.values, device=device).expand(shape).clone()
     if tensor.fill == dummy_data.CLASS:
         return torch.randint(0, sample.num_labels, shape, device=device)
+    if tensor.fill == dummy_data.MULTI_HOT:
+        return torch.randint(0, 2, shape, dtype=torch.float32, device=device)
     source = made[tensor.source]
     if tensor.fill == dummy_data.COPY:
         return source.transpose(1, 2).contiguous() if tensor.transpose else source.clone()
