@@ -953,12 +953,19 @@ def parameter_count(config: dict, num_labels: int = NUM_LABELS) -> int:
     return embeddings + layers * per_layer + pooler + classifier
 
 
+# What a config.json says of the machine that saved it, not of the model: its dtype (the Trainer
+# keeps fp32 weights and autocasts) and its attention implementation (flash_attention_2 needs its
+# package where the model is built; transformers' own choice, sdpa, runs the same flash algorithm
+# on a GPU).
+_MACHINE_KEYS = ("model_type", "transformers_version", "torch_dtype", "dtype",
+                 "attn_implementation", "_attn_implementation", "_attn_implementation_autoset")
+
+
 def transformers_config(spec: ModelSpec):
     """The transformers config object for the model's task head."""
     from transformers import AutoConfig
 
-    values = {k: v for k, v in spec.config.items()
-              if k not in ("model_type", "transformers_version", "torch_dtype", "dtype")}
+    values = {k: v for k, v in spec.config.items() if k not in _MACHINE_KEYS}
     values["num_labels"] = spec.num_labels
     values.pop("id2label", None) if spec.task != IMAGE_CLASSIFICATION else None
     values.pop("label2id", None) if spec.task != IMAGE_CLASSIFICATION else None
@@ -973,7 +980,10 @@ def transformers_config(spec: ModelSpec):
         config.default_language = list(languages)[0]
     if spec.task == SEQUENCE_CLASSIFICATION and getattr(config, "pad_token_id", None) is None:
         # A decoder's classification head finds each sequence's last token by its padding id.
-        config.pad_token_id = getattr(config, "eos_token_id", None) or 0
+        # Llama 3.1 and others name several end tokens: the first.
+        end = getattr(config, "eos_token_id", None)
+        end = end[0] if isinstance(end, (list, tuple)) and end else end
+        config.pad_token_id = end if isinstance(end, int) else 0
     return config
 
 

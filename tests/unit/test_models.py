@@ -413,3 +413,29 @@ def made_index(made: list) -> dict:
     return {frozenset({"torch"}): {f"models.{name}": {"X"} for name in made[-1]}}
 
 
+
+
+def _published(tmp_path, name: str, **settings) -> models.ModelSpec:
+    """The tiny Llama preset with a published config's settings on top, as a user's file."""
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps({**PRESETS["tiny-llama"].config_dict(), **settings}))
+    return models.resolve(str(path))
+
+
+def test_a_decoder_classifier_pads_with_the_first_of_several_end_tokens(tmp_path):
+    """Llama 3.1's config names three end tokens and no padding token: its sequence classifier
+    was refused ("Field 'pad_token_id' with value [2, 5, 7] doesn't match any type")."""
+    spec = _published(tmp_path, "llama31-classifier", eos_token_id=[2, 5, 7], pad_token_id=None,
+                      architectures=["LlamaForSequenceClassification"])
+    assert models.config_class_refusal(spec.name, json.dumps(dict(spec.config))) is None
+    assert models.transformers_config(spec).pad_token_id == 2
+
+
+@pytest.mark.parametrize("key", ["_attn_implementation", "attn_implementation"])
+def test_the_attention_a_config_was_saved_with_is_not_required_to_build_it(tmp_path, key):
+    """A config saved with flash_attention_2 (Phi-3's, fine-tunes') was refused, the H200's
+    prediction too, where the flash-attn package is not installed: anatomy builds it with
+    transformers' own choice."""
+    spec = _published(tmp_path, "flash", **{key: "flash_attention_2"})
+    model, _ = models.build_model(spec, "meta", pretrained=False)
+    assert model.config._attn_implementation != "flash_attention_2"
