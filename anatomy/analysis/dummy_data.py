@@ -33,6 +33,7 @@ from anatomy.analysis.models import (
     CAUSAL_LM,
     IMAGE_CLASSIFICATION,
     SEQ2SEQ,
+    SEQUENCE_CLASSIFICATION,
     ModelError,
     ModelSpec,
 )
@@ -61,6 +62,7 @@ class Tensor:
     transpose: bool = False  # COPY: the source's two dimensions swapped
     values: tuple[int, ...] = ()  # VALUES
     tokens: tuple[int, int] | None = None  # TOKENS: their range where not the sample's
+    last: int | None = None  # TOKENS: the token at the last position, where one is set
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,7 @@ def _sample(spec: ModelSpec, config_key: str, seq_len: int) -> Sample:
             made["input_ids"] = Tensor((codebooks, seq_len), TOKENS)
             words = f"{codebooks} codebooks × sequence length {seq_len}"
         else:
-            made["input_ids"] = Tensor((seq_len,), TOKENS)
+            made["input_ids"] = Tensor((seq_len,), TOKENS, last=_end_token(spec, config))
             words = f"sequence length {seq_len}"
         frames = _audio_in_step(spec, parameters)
         if frames is not None:
@@ -127,6 +129,18 @@ def _sample(spec: ModelSpec, config_key: str, seq_len: int) -> Sample:
                           if spec.task == CAUSAL_LM else _class_labels(spec))
     return Sample(tuple(made.items()), low, high, spec.num_labels, spec.decoder_start_token_id,
                   words)
+
+
+def _end_token(spec: ModelSpec, config) -> int | None:
+    """An encoder-decoder's sequence classifier (BART's, as facebook/bart-large-mnli; T5's) reads
+    each sequence at its end-of-sequence token, which a tokenizer puts last and which it refuses
+    to go without ("Each example must contain at least one <eos> token"): the config's end token
+    there; None elsewhere."""
+    end = getattr(config, "eos_token_id", None)
+    if spec.task == SEQUENCE_CLASSIFICATION and getattr(config, "is_encoder_decoder", False) \
+            and isinstance(end, int) and not isinstance(end, bool):
+        return end
+    return None
 
 
 def _class_labels(spec: ModelSpec) -> Tensor:

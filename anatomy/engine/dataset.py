@@ -52,7 +52,10 @@ def _filled(tensor: dummy_data.Tensor, sample: dummy_data.Sample, made: dict, rn
     """One sample's tensor, as numpy (the collator stacks them into the batch)."""
     if tensor.fill == dummy_data.TOKENS:
         low, high = tensor.tokens or (sample.low, sample.high)
-        return rng.integers(low, high, tensor.shape, dtype=np.int64)
+        ids = rng.integers(low, high, tensor.shape, dtype=np.int64)
+        if tensor.last is not None:
+            ids[..., -1] = tensor.last
+        return ids
     if tensor.fill == dummy_data.NOISE:
         return rng.standard_normal(tensor.shape, dtype=np.float32)
     if tensor.fill == dummy_data.ONES:

@@ -88,6 +88,26 @@ def test_a_classifier_s_labels_are_what_its_problem_type_s_loss_takes(tmp_path, 
     assert model(**collated).loss.ndim == 0
 
 
+def test_an_encoder_decoder_classifier_reads_sequences_that_end_with_its_end_token(tmp_path):
+    """BART's sequence classifier (facebook/bart-large-mnli's head) pools each sequence at its
+    end token: without one in the dummy data predict refused it ("Each example must contain at
+    least one <eos> token") and the run failed."""
+    path = tmp_path / "bart-mnli.json"
+    path.write_text(json.dumps({
+        "model_type": "bart", "architectures": ["BartForSequenceClassification"], "d_model": 32,
+        "encoder_layers": 1, "decoder_layers": 1, "encoder_attention_heads": 2,
+        "decoder_attention_heads": 2, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64,
+        "vocab_size": 1024, "eos_token_id": 2, "is_encoder_decoder": True,
+        "id2label": {"0": "contradiction", "1": "neutral", "2": "entailment"}}))
+    spec = models.resolve(str(path))
+    collated = DummyDataset(spec, 4, SEQ_LEN, seed=0).batch(2)
+    traced = make_batch(spec, 2, SEQ_LEN)
+    for batch in (collated, traced):
+        assert (batch["input_ids"][:, -1] == 2).all() and (batch["input_ids"][:, :-1] != 2).all()
+    model, _ = models.build_model(spec, "cpu", pretrained=False)
+    assert model(**collated).loss.ndim == 0
+
+
 def test_a_head_that_takes_no_labels_is_refused_in_one_line_before_a_run_starts(tmp_path):
     spec = spec_of(tmp_path, "pp_lcnet")
     with pytest.raises(models.ModelError, match="takes no labels") as refused:

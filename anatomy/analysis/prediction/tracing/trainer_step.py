@@ -148,7 +148,10 @@ def _filled(tensor: dummy_data.Tensor, sample: dummy_data.Sample, made: dict, ba
     shape = (batch_size, *tensor.shape)
     if tensor.fill == dummy_data.TOKENS:
         low, high = tensor.tokens or (sample.low, sample.high)
-        return torch.randint(low, high, shape, device=device)
+        ids = torch.randint(low, high, shape, device=device)
+        if tensor.last is not None:
+            ids[..., -1] = tensor.last
+        return ids
     if tensor.fill == dummy_data.NOISE:
         return torch.randn(shape, device=device)
     if tensor.fill == dummy_data.ONES:
