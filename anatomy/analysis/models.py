@@ -953,12 +953,14 @@ def parameter_count(config: dict, num_labels: int = NUM_LABELS) -> int:
     return embeddings + layers * per_layer + pooler + classifier
 
 
-# What a config.json says of the machine that saved it, not of the model: its dtype (the Trainer
-# keeps fp32 weights and autocasts) and its attention implementation (flash_attention_2 needs its
-# package where the model is built; transformers' own choice, sdpa, runs the same flash algorithm
-# on a GPU).
+# What a config.json says of the machine or the training that saved it, not of the model: its
+# dtype (the Trainer keeps fp32 weights and autocasts), its attention implementation
+# (flash_attention_2 needs its package where the model is built; transformers' own choice, sdpa,
+# runs the same flash algorithm on a GPU), and checkpointing, which the run's option decides
+# (transformers turns an old config's "gradient_checkpointing": true on at build time).
 _MACHINE_KEYS = ("model_type", "transformers_version", "torch_dtype", "dtype",
-                 "attn_implementation", "_attn_implementation", "_attn_implementation_autoset")
+                 "attn_implementation", "_attn_implementation", "_attn_implementation_autoset",
+                 "gradient_checkpointing")
 
 
 def transformers_config(spec: ModelSpec):

@@ -439,3 +439,14 @@ def test_the_attention_a_config_was_saved_with_is_not_required_to_build_it(tmp_p
     spec = _published(tmp_path, "flash", **{key: "flash_attention_2"})
     model, _ = models.build_model(spec, "meta", pretrained=False)
     assert model.config._attn_implementation != "flash_attention_2"
+
+
+def test_checkpointing_is_the_runs_option_not_an_old_configs_key(tmp_path):
+    """Configs saved by transformers 4's first versions hold "gradient_checkpointing", which
+    transformers still turns on at build time: a run without --gradient-checkpointing
+    checkpointed, and its H200 prediction was refused ("torch.utils.checkpoint: A different
+    number of tensors was saved during the original forward and recomputation")."""
+    path = tmp_path / "old-bert.json"
+    path.write_text(json.dumps({**PRESETS["tiny"].config_dict(), "gradient_checkpointing": True}))
+    model, _ = models.build_model(models.resolve(str(path)), "meta", pretrained=False)
+    assert not any(getattr(module, "gradient_checkpointing", False) for module in model.modules())
