@@ -76,6 +76,9 @@ _TOWERS = ("text_config", "vision_config", "audio_config", "speech_config")
 _QUERY_VALUE = re.compile(r"^(q|v|query|value|q_proj|v_proj|q_lin|v_lin|query_proj|value_proj)$")
 _FUSED_QKV = re.compile(r"qkv|c_attn|query_key_value|in_proj")
 
+# peft's word for every linear layer but the output layer, as QLoRA's recipes name their targets
+ALL_LINEAR = "all-linear"
+
 RANDOM_WEIGHTS = "random (from config)"  # build_model's source when no weights were cached
 
 
@@ -901,8 +904,8 @@ def unknown_lora_targets(spec: ModelSpec, targets: tuple[str, ...]) -> list[str]
     """Targets that match none of the model's linear or convolution layers, as peft matches them
     (the module's dotted name, or its end after a dot)."""
     names = [layer.name for layer in adaptable_layers(spec)]
-    return [t for t in targets
-            if not any(name == t or name.endswith(f".{t}") for name in names)]
+    return [t for t in targets if t != ALL_LINEAR
+            and not any(name == t or name.endswith(f".{t}") for name in names)]
 
 
 def linear_module_names(spec: ModelSpec) -> tuple[str, ...]:
@@ -911,8 +914,14 @@ def linear_module_names(spec: ModelSpec) -> tuple[str, ...]:
 
 
 def lora_target_modules(spec: ModelSpec, chosen: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """The modules LoRA wraps: the chosen ones, else `default_lora_targets`."""
-    return chosen or default_lora_targets(spec)
+    """The modules LoRA wraps: the chosen ones (`ALL_LINEAR`: every linear layer but the task's
+    output layer, as peft's own "all-linear" picks them), else `default_lora_targets`."""
+    if ALL_LINEAR not in chosen:
+        return chosen or default_lora_targets(spec)
+    layers = adaptable_layers(spec)
+    linear = _names([layer for layer in layers if layer.kind == "linear"], layers,
+                    _modules(spec, _config_key(spec))[1])
+    return tuple(dict.fromkeys(linear + tuple(t for t in chosen if t != ALL_LINEAR)))
 
 
 def supports_checkpointing(spec: ModelSpec) -> bool:

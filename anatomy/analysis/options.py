@@ -226,7 +226,8 @@ def validate(options: RunOptions, gpu_count: int, *, resolve_model: bool = True,
         if message:
             errors[name] = message
     if "lora_targets" not in errors and options.lora_targets.strip():
-        wrong = [t for t in options.lora_targets.split(",") if not _TARGET.match(t.strip())]
+        wrong = [t for t in options.lora_targets.split(",")
+                 if not _TARGET.match(t.strip()) and t.strip() != models.ALL_LINEAR]
         if wrong:
             errors["lora_targets"] = (f"lora_targets: {wrong[0].strip()!r} is not a module name "
                                       "(comma-separated names such as q_proj,v_proj)")

@@ -450,3 +450,13 @@ def test_checkpointing_is_the_runs_option_not_an_old_configs_key(tmp_path):
     path.write_text(json.dumps({**PRESETS["tiny"].config_dict(), "gradient_checkpointing": True}))
     model, _ = models.build_model(models.resolve(str(path)), "meta", pretrained=False)
     assert not any(getattr(module, "gradient_checkpointing", False) for module in model.modules())
+
+
+def test_all_linear_wraps_every_linear_layer_but_the_output_layer():
+    """peft's "all-linear", QLoRA's recipes' targets, was refused: "'all-linear' is not a module
+    name"."""
+    options = RunOptions(model="tiny-llama", lora_rank=8, lora_targets="all-linear")
+    assert validate(options, gpu_count=0) == {}
+    spec = models.resolve("tiny-llama")
+    assert models.lora_target_modules(spec, options.lora_target_list()) == (
+        "down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj")
