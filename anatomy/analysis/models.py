@@ -221,12 +221,14 @@ class ModelSpec:
 
     @property
     def num_labels(self) -> int:
-        """Labels of the classification head: the config's for images, 2 for text (the
-        walkthrough's binary labels); a causal LM's labels are its input ids."""
-        if self.task == IMAGE_CLASSIFICATION:
-            if isinstance(self.config.get("num_labels"), int):
-                return self.config["num_labels"]
-            return len(self.config.get("id2label") or {}) or NUM_LABELS
+        """Labels of the classification head: the config's (num_labels, else its id2label's),
+        else 2 (the walkthrough's binary labels); a causal LM's labels are its input ids."""
+        if self.task in (IMAGE_CLASSIFICATION, SEQUENCE_CLASSIFICATION):
+            count = self.config.get("num_labels")
+            if isinstance(count, int) and not isinstance(count, bool) and count > 0:
+                return count
+            labels = self.config.get("id2label")
+            return len(labels) if isinstance(labels, dict) and labels else NUM_LABELS
         return NUM_LABELS
 
 

@@ -460,3 +460,16 @@ def test_all_linear_wraps_every_linear_layer_but_the_output_layer():
     spec = models.resolve("tiny-llama")
     assert models.lora_target_modules(spec, options.lora_target_list()) == (
         "down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj")
+
+
+@pytest.mark.parametrize("labels, count", [
+    ({"id2label": {str(i): f"emotion {i}" for i in range(28)}}, 28),  # GoEmotions' 28
+    ({"num_labels": 3}, 3), ({}, models.NUM_LABELS)])
+def test_a_text_classifier_has_its_configs_labels(tmp_path, labels, count):
+    """A published classifier's head has its config's labels (it was always 2 for text, so the
+    prediction was of another head than the user's)."""
+    path = tmp_path / "classifier.json"
+    path.write_text(json.dumps({**PRESETS["tiny"].config_dict(), **labels}))
+    spec = models.resolve(str(path))
+    model, _ = models.build_model(spec, "meta", pretrained=False)
+    assert spec.num_labels == model.config.num_labels == model.classifier.out_features == count
