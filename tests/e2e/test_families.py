@@ -9,6 +9,7 @@ architectures is docs/COVERAGE.md."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import queue
@@ -123,6 +124,46 @@ def test_every_family_predicts_what_the_cpu_run_measures(trained, tmp_path, mode
                          dataset_size=4, max_steps=2,
                          lora_rank=8 if model_type in LORA else 0)
     assert validate(options, gpu_count=0) == {}
+    predicted = predict(options, device="cpu")
+    measured = trained(options)
+    assert {k: getattr(predicted, k) for k in COMPARED} == \
+        {k: getattr(measured, k) for k in COMPARED}
+
+
+# Published configs' own settings, shrunk (two layers, small widths), that the architectures'
+# defaults leave off: each failed or was predicted with another head before.
+_SMALL = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+          "num_attention_heads": 4, "vocab_size": 1024, "max_position_embeddings": 512}
+PUBLISHED = {
+    "bart-large-mnli": {  # an encoder-decoder classifier reads its sequences' end token
+        "model_type": "bart", "architectures": ["BartForSequenceClassification"], "d_model": 64,
+        "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
+        "decoder_attention_heads": 4, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128,
+        "vocab_size": 1024, "eos_token_id": 2, "is_encoder_decoder": True,
+        "id2label": {"0": "contradiction", "1": "neutral", "2": "entailment"}},
+    "roberta-go-emotions": {  # 28 labels, several per sample
+        **_SMALL, "model_type": "roberta", "architectures": ["RobertaForSequenceClassification"],
+        "pad_token_id": 1, "problem_type": "multi_label_classification",
+        "id2label": {str(i): f"emotion {i}" for i in range(28)}},
+    "llama-3.1-classifier": {  # several end tokens, no padding token
+        **_SMALL, "model_type": "llama", "architectures": ["LlamaForSequenceClassification"],
+        "num_key_value_heads": 2, "eos_token_id": [2, 5, 7], "pad_token_id": None,
+        "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+        "torch_dtype": "bfloat16", "num_labels": 3},
+}
+
+
+@pytest.mark.parametrize("name", PUBLISHED)
+def test_a_published_configs_settings_predict_what_the_cpu_run_measures(trained, tmp_path, name):
+    path = tmp_path / name / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(PUBLISHED[name]))
+    (path.parent / "tokenizer.json").write_text("{}")  # a model folder as published
+    options = RunOptions(model=str(path.parent), batch_size=2, seq_len=32, dataset_size=4,
+                         max_steps=2)
+    # the config class's own check is the prediction's too (no child interpreter's seconds)
+    assert validate(options, gpu_count=0, config_class=False) == {}
     predicted = predict(options, device="cpu")
     measured = trained(options)
     assert {k: getattr(predicted, k) for k in COMPARED} == \
