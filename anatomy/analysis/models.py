@@ -265,9 +265,10 @@ def display_name(model: str) -> str:
     if model in PRESETS or not _looks_like_path(model):
         return model
     path = Path(model)
-    if path.name == "config.json" or (not path.suffix and path.name):
-        return (path.parent.name if path.name == "config.json" else path.name) or model
-    return path.stem or model
+    if path.name == "config.json":
+        return path.parent.name or model
+    # A folder's name keeps its dots (Meta-Llama-3.1-8B, Qwen2.5-7B); a file loses its .json.
+    return (path.stem if path.suffix.lower() == ".json" else path.name) or model
 
 
 def _looks_like_path(text: str) -> bool:

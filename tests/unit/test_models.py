@@ -68,6 +68,22 @@ def test_a_config_file_and_a_model_folder(tmp_path):
     assert validate(RunOptions(model=str(folder), seq_len=16), gpu_count=0) == {}
 
 
+@pytest.mark.parametrize("name, shown", [
+    ("Meta-Llama-3.1-8B-Instruct", "Meta-Llama-3.1-8B-Instruct"), ("Qwen2.5-0.5B", "Qwen2.5-0.5B"),
+    ("Qwen2.5-0.5B/config.json", "Qwen2.5-0.5B"), ("phi-3.5.json", "phi-3.5")])
+def test_a_model_is_shown_by_its_folders_whole_name(tmp_path, name, shown):
+    """A folder named as its Hub repository was shown cut at its first dot ("Meta-Llama-3")."""
+    config = models.PRESETS["tiny-llama"].config_path.read_text()
+    path = tmp_path / name
+    if name.endswith(".json"):
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(config)
+    else:
+        path.mkdir()
+        (path / "config.json").write_text(config)
+    assert models.resolve(str(path)).display_name == shown
+
+
 def test_a_hub_id_in_the_local_cache(tmp_path, monkeypatch):
     import huggingface_hub.constants as constants
 
