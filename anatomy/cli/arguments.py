@@ -55,7 +55,8 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--optim", help=f"{f['optim'].help}: {', '.join(f['optim'].choices)}")
     parser.add_argument("--lora-targets", dest="lora_targets", nargs="+", metavar="MODULE",
                         help="the module names the adapters wrap, e.g. --lora-targets q_proj "
-                             "v_proj (default: the architecture's; with --lora-rank)")
+                             "v_proj, or all-linear (every linear layer but the task's output; "
+                             "default: the architecture's; with --lora-rank)")
 
 
 def options_from_args(args: argparse.Namespace, has_gpu: bool) -> RunOptions:
