@@ -64,6 +64,7 @@ def _rank(queue, reporter_args: tuple, run: RunOptions, spec: ModelSpec, dataset
           use_cuda: bool) -> None:
     """One rank: the worker's phases on its device; exits with the worker's status."""
     die_with_parent(signal.SIGKILL)
+    _default_signals()
     rank = int(os.environ.get("RANK", "0"))
     local = int(os.environ.get("LOCAL_RANK", str(rank)))
     name_rank(local)
@@ -76,6 +77,16 @@ def _rank(queue, reporter_args: tuple, run: RunOptions, spec: ModelSpec, dataset
     queue.join_thread()  # what it said is in the pipe before the launcher sees it exit
     if code:
         sys.exit(code)
+
+
+def _default_signals() -> None:
+    """A rank is forked from the elastic agent, whose handlers raise `SignalException` on SIGTERM,
+    SIGINT, SIGHUP and SIGQUIT: a rank signalled would fail with that traceback as its error (and
+    its siblings, which the agent ends with SIGTERM, with theirs). Python's own defaults instead:
+    a rank signalled dies of the signal, and the run names it as it names a rank killed."""
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 class _Forwarder:

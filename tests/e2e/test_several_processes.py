@@ -5,12 +5,14 @@ several processes under `anatomy watch`; the locks a worker of several GPUs inhe
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
 from dataclasses import replace
 
 import psutil
+import pytest
 
 from anatomy.analysis.report import report
 from anatomy.cli import main
@@ -93,9 +95,12 @@ def test_a_fault_on_one_rank_ends_the_run_and_every_rank(manager, store, monkeyp
     assert _alive(tree) == []
 
 
-def test_a_rank_killed_with_kill_9_fails_the_run_in_one_line_read_at_its_last_step(store):
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill_9", "sigterm"])
+def test_a_rank_killed_fails_the_run_in_one_line_read_at_its_last_step(store, sig):
     """torch's elastic agent logs the dead rank with a traceback: the terminal gets the run's one
-    line instead; the rank's training phase is read at its last step, not at the run's end."""
+    line instead; the rank's training phase is read at its last step, not at the run's end. A
+    SIGTERM is a kill too (before: the rank inherited the agent's handler and failed the run with
+    "rank 1: Traceback … SignalException: Process 123 got signal: 15")."""
     cli = subprocess.Popen([sys.executable, "-m", "anatomy", "run",
                             *flags(replace(TWO, max_steps=100_000)), "--store", str(store.path)],
                            cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -109,14 +114,14 @@ def test_a_rank_killed_with_kill_9_fails_the_run_in_one_line_read_at_its_last_st
         # Its name says its rank (a process it started would bear it too: the eldest is the rank).
         named = [p for p in tree if p.name() == "anatomy-rank-1"]
         (rank_1,) = [p for p in named if p.ppid() not in {q.pid for q in named}]
-        rank_1.kill()
+        rank_1.send_signal(sig)
         _, err = cli.communicate(timeout=120)
     finally:
         cli.kill()
     assert cli.returncode == 1
     assert "Traceback" not in err, err
     rep = report(store, 1)
-    assert rep.status == "failed" and "rank 1 was killed by SIGKILL" in rep.error
+    assert rep.status == "failed" and f"rank 1 was killed by {sig.name}" in rep.error, rep.error
     training = next(p for p in store.phases(1, 1) if p.name == "training")
     assert training.end_s == store.last_step(1, 1).t
 
