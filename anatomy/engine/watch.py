@@ -311,8 +311,10 @@ class Watch:
         # A host lost is the cause: the ranks elsewhere fail after it (a peer gone) or are ended.
         if self.hosts is not None and (ending := self._hosts_ending()) is not None:
             return ending
-        if outcome.failure is not None:
-            return Ending(outcome.failure.status, outcome.failure.text)
+        if (failure := outcome.failure) is not None:
+            # Of several ranks, the one that failed, as `anatomy run` names it ("rank 1: ...").
+            who = f"rank {failure.source.rank or 0}: " if self.ranks else ""
+            return Ending(failure.status, who + failure.text)
         if code == 0:
             return Ending(Status.COMPLETED)
         last = self.output.last_lines()

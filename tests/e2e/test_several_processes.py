@@ -156,12 +156,12 @@ sys.exit(max(child.wait() for child in children))
 """
 
 
-def _launch(store: Store, *watch: str):
+def _launch(store: Store, *watch: str, script: str = RANK_SCRIPT):
     project = PROJECT
     env = {**os.environ, "ANATOMY_STORE": str(store.path),
            "PYTHONPATH": os.pathsep.join(filter(None, (str(project),
                                                        os.environ.get("PYTHONPATH"))))}
-    command = [*watch, sys.executable, "-c", LAUNCHER, RANK_SCRIPT]
+    command = [*watch, sys.executable, "-c", LAUNCHER, script]
     return subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=project,
                           env=env)
 
@@ -178,6 +178,21 @@ def test_watch_of_a_launch_keeps_every_rank_in_one_run(store):
     for rank in (0, 1):
         assert [s.step for s in store.steps(run.id, rank)] == [1, 2]
         assert {p.name for p in store.phases(run.id, rank)} >= {"weights", "training"}
+
+
+def test_under_watch_the_rank_that_raises_is_named_in_the_runs_error(store):
+    """(before: "RuntimeError: boom", which of the ranks unsaid)"""
+    import sys
+
+    script = RANK_SCRIPT.replace("run.step(0.4, total=2)", "run.step(0.4, total=2)\n"
+                                 "if os.environ['RANK'] == '1': raise RuntimeError('boom')")
+    result = _launch(store, sys.executable, "-m", "anatomy", "watch", "--", script="import os\n"
+                     + script)
+    assert result.returncode == 1, result.stderr
+    [run] = store.runs()
+    rep = report(store, run.id)
+    assert rep.status == "failed" and rep.error == "rank 1: RuntimeError: boom", rep.error
+    assert store.ranks(run.id) == [0, 1]
 
 
 def test_without_watch_rank_0_records_and_the_others_stay_silent(store):
