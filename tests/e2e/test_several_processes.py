@@ -195,6 +195,60 @@ def test_under_watch_the_rank_that_raises_is_named_in_the_runs_error(store):
     assert store.ranks(run.id) == [0, 1]
 
 
+TORCHRUN_LIKE = """
+import os, signal, subprocess, sys, time
+children = [subprocess.Popen([sys.executable, "-c", sys.argv[1]],
+                             env={**os.environ, "RANK": str(r), "LOCAL_RANK": str(r),
+                                  "WORLD_SIZE": "2"}) for r in range(2)]
+while all(child.poll() is None for child in children):
+    time.sleep(0.05)
+for child in children:  # as torchrun's agent does when one rank fails: SIGTERM to the others
+    if child.poll() is None:
+        child.send_signal(signal.SIGTERM)
+sys.exit(0 if all(child.wait() == 0 for child in children) else 1)
+"""
+
+KILLED_RANK_SCRIPT = """
+import os, signal, time
+import anatomy
+run = anatomy.start(kernel=False)
+run.phase("training")
+for _ in range(600):
+    run.step(0.05, total=600)
+    if os.environ["RANK"] == "1" and os.path.exists(os.environ["GO"]):
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(0.05)
+run.end()
+"""
+
+
+def test_under_watch_a_rank_killed_is_the_cause_not_the_peers_the_launcher_stopped(store,
+                                                                                   tmp_path):
+    """(before: "stopped: stopped by SIGTERM", the words of rank 0, which the launcher ended after
+    rank 1 was killed)"""
+    go = tmp_path / "go"
+    env = {**os.environ, "ANATOMY_STORE": str(store.path), "GO": str(go),
+           "PYTHONPATH": os.pathsep.join(filter(None, (str(PROJECT),
+                                                       os.environ.get("PYTHONPATH"))))}
+    watch = subprocess.Popen([sys.executable, "-m", "anatomy", "watch", "--", sys.executable,
+                              "-c", TORCHRUN_LIKE, KILLED_RANK_SCRIPT], cwd=PROJECT, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (store.runs() and store.step_count(1, 1) >= 2):
+            assert time.monotonic() < deadline and watch.poll() is None, watch.communicate()
+            time.sleep(0.1)
+        go.touch()
+        _, err = watch.communicate(timeout=60)
+    finally:
+        watch.kill()
+    assert watch.returncode == 1, err
+    rep = report(store, 1)
+    assert rep.status == "failed", rep.error
+    assert rep.error.startswith("rank 1 ended without a word (killed or crashed); the command"
+                                " ended with exit code 1"), rep.error
+
+
 def test_without_watch_rank_0_records_and_the_others_stay_silent(store):
     result = _launch(store)
     assert result.returncode == 0, result.stderr
