@@ -16,6 +16,7 @@ import os
 import torch
 from transformers import TrainerCallback
 
+from anatomy.engine.link import WATCH_ENV
 from anatomy.engine.probe import MEASURED_STEPS, ComponentProbe
 from anatomy.engine.reporter import Reporter
 from anatomy.store import RunFacts, Step, TrainingArguments, TrainingSummary
@@ -287,10 +288,12 @@ def _training_facts(args, model) -> RunFacts:
         precision=precision, gradient_checkpointing=bool(checkpointing),
         optim=str(getattr(args.optim, "value", args.optim)), seed=args.seed,
         max_steps=args.max_steps if args.max_steps > 0 else None, epochs=args.num_train_epochs)
-    # The processes launched, where the Trainer counts fewer: torchrun on CPU ranks leaves each
-    # rank's Trainer undistributed (world size 1), yet `anatomy watch` records every rank, and a
-    # world size of 1 would hide all but rank 0's from the reports.
-    world_size = max(args.world_size, _launched_world_size())
+    # Under `anatomy watch`, the processes launched, where the Trainer counts fewer: torchrun on
+    # CPU ranks leaves each rank's Trainer undistributed (world size 1), yet the watch records
+    # every rank, and a world size of 1 would hide all but rank 0's from the reports. Without
+    # the watch only rank 0 records (its own processes, on the CPU): the Trainer's count stands.
+    world_size = max(args.world_size, _launched_world_size()) \
+        if os.environ.get(WATCH_ENV) else args.world_size
     if model is None:
         return RunFacts.of(training_arguments=arguments, world_size=world_size)
     config = getattr(model, "config", None)
