@@ -126,6 +126,32 @@ def test_a_rank_killed_fails_the_run_in_one_line_read_at_its_last_step(store, si
     assert training.end_s == store.last_step(1, 1).t
 
 
+def test_a_sigterm_to_the_worker_of_several_ranks_fails_the_run_in_one_line(store):
+    """The elastic agent in the worker turns it into its SignalException (before: the run's error
+    was that traceback, "Traceback … SignalException: Process 123 got signal: 15")."""
+    cli = subprocess.Popen([sys.executable, "-m", "anatomy", "run",
+                            *flags(replace(TWO, max_steps=100_000)), "--store", str(store.path)],
+                           cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not (store.runs() and store.step_count(1, 1) >= 1):
+            assert time.monotonic() < deadline and cli.poll() is None, cli.communicate()
+            time.sleep(0.2)
+        worker = psutil.Process(store.run(1).worker_pid)
+        tree = [worker, *worker.children(recursive=True)]
+        worker.terminate()
+        _, err = cli.communicate(timeout=120)
+    finally:
+        cli.kill()
+    assert cli.returncode == 1
+    assert "Traceback" not in err, err
+    rep = report(store, 1)
+    assert rep.status == "failed" and rep.error.startswith(
+        "the training worker was killed by SIGTERM"), rep.error
+    assert _alive(tree) == []
+
+
 def test_stop_ends_every_rank(manager, store):
     run_id = manager.start(replace(TWO, max_steps=100_000))
     tree = _tree_while_training(store, run_id)
