@@ -82,11 +82,12 @@ def _rank(queue, reporter_args: tuple, run: RunOptions, spec: ModelSpec, dataset
 def _default_signals() -> None:
     """A rank is forked from the elastic agent, whose handlers raise `SignalException` on SIGTERM,
     SIGINT, SIGHUP and SIGQUIT: a rank signalled would fail with that traceback as its error (and
-    its siblings, which the agent ends with SIGTERM, with theirs). Python's own defaults instead:
-    a rank signalled dies of the signal, and the run names it as it names a rank killed."""
-    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+    its siblings, which the agent ends with SIGTERM, with theirs). The system's defaults instead
+    (SIGINT's too: a KeyboardInterrupt's traceback would be the error; no Ctrl-C reaches a rank,
+    which is in the worker's own process group): a rank signalled dies of the signal, and the
+    run names it as it names a rank killed."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(sig, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 class _Forwarder:
