@@ -16,6 +16,7 @@ import os
 import torch
 from transformers import TrainerCallback
 
+from anatomy.engine.link import WATCH_ENV
 from anatomy.engine.probe import MEASURED_STEPS, ComponentProbe
 from anatomy.engine.reporter import Reporter
 from anatomy.store import RunFacts, Step, TrainingArguments, TrainingSummary
@@ -287,8 +288,14 @@ def _training_facts(args, model) -> RunFacts:
         precision=precision, gradient_checkpointing=bool(checkpointing),
         optim=str(getattr(args.optim, "value", args.optim)), seed=args.seed,
         max_steps=args.max_steps if args.max_steps > 0 else None, epochs=args.num_train_epochs)
+    # Under `anatomy watch`, the processes launched, where the Trainer counts fewer: torchrun on
+    # CPU ranks leaves each rank's Trainer undistributed (world size 1), yet the watch records
+    # every rank, and a world size of 1 would hide all but rank 0's from the reports. Without
+    # the watch only rank 0 records (its own processes, on the CPU): the Trainer's count stands.
+    world_size = max(args.world_size, _launched_world_size()) \
+        if os.environ.get(WATCH_ENV) else args.world_size
     if model is None:
-        return RunFacts.of(training_arguments=arguments, world_size=args.world_size)
+        return RunFacts.of(training_arguments=arguments, world_size=world_size)
     config = getattr(model, "config", None)
     # peft wraps the user's model: the architecture is the base model's, the rank the adapters'
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -299,12 +306,18 @@ def _training_facts(args, model) -> RunFacts:
     if lora is not None:
         arguments = arguments.merged(lora)
     return RunFacts.of(
-        training_arguments=arguments, world_size=args.world_size,
+        training_arguments=arguments, world_size=world_size,
         model_class=type(base).__name__,
         model_name=getattr(config, "name_or_path", None) or type(base).__name__,
         parameters=sum(p.numel() for p in model.parameters()),
         trainable_parameters=sum(p.numel() for p in model.parameters() if p.requires_grad),
         model_config=model_config)
+
+
+def _launched_world_size() -> int:
+    """WORLD_SIZE as torchrun and accelerate launch set it (1 alone, or unreadable)."""
+    value = os.environ.get("WORLD_SIZE", "")
+    return int(value) if value.isdigit() and int(value) > 0 else 1
 
 
 def _lora_options(model) -> TrainingArguments | None:

@@ -64,6 +64,7 @@ def _rank(queue, reporter_args: tuple, run: RunOptions, spec: ModelSpec, dataset
           use_cuda: bool) -> None:
     """One rank: the worker's phases on its device; exits with the worker's status."""
     die_with_parent(signal.SIGKILL)
+    _default_signals()
     rank = int(os.environ.get("RANK", "0"))
     local = int(os.environ.get("LOCAL_RANK", str(rank)))
     name_rank(local)
@@ -76,6 +77,17 @@ def _rank(queue, reporter_args: tuple, run: RunOptions, spec: ModelSpec, dataset
     queue.join_thread()  # what it said is in the pipe before the launcher sees it exit
     if code:
         sys.exit(code)
+
+
+def _default_signals() -> None:
+    """A rank is forked from the elastic agent, whose handlers raise `SignalException` on SIGTERM,
+    SIGINT, SIGHUP and SIGQUIT: a rank signalled would fail with that traceback as its error (and
+    its siblings, which the agent ends with SIGTERM, with theirs). The system's defaults instead
+    (SIGINT's too: a KeyboardInterrupt's traceback would be the error; no Ctrl-C reaches a rank,
+    which is in the worker's own process group): a rank signalled dies of the signal, and the
+    run names it as it names a rank killed."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
 
 
 class _Forwarder:
@@ -110,7 +122,8 @@ class _Forwarder:
 def _quiet_launcher() -> None:
     """The elastic agent logs a rank's end with its traceback on the terminal; the run says it
     in one line instead. Each of its modules sets its logger's own level: each is quietened."""
-    import torch.distributed.elastic.multiprocessing.api  # noqa: F401 - its loggers exist then
+    import torch.distributed.elastic.agent.server.api  # noqa: F401 - its loggers exist then
+    import torch.distributed.elastic.multiprocessing.api  # noqa: F401
     import torch.multiprocessing.spawn  # noqa: F401
 
     for name, logger in list(logging.root.manager.loggerDict.items()):
@@ -166,6 +179,7 @@ def launch_ranks(reporter: Reporter, run: RunOptions, spec: ModelSpec, dataset,
     """Train on `run.world_size` processes through accelerate; the worker's exit status (0, or
     the first failing rank's: EXIT_OOM when a rank ran out of memory)."""
     from accelerate import notebook_launcher
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     world = run.world_size
@@ -185,6 +199,17 @@ def launch_ranks(reporter: Reporter, run: RunOptions, spec: ModelSpec, dataset,
                                                spec, dataset, use_cuda),
                               num_processes=world, master_addr="127.0.0.1",
                               use_port=str(_free_port()))
+    except SignalException as error:
+        # The worker was signalled (a SIGTERM from outside): its agent has ended the ranks, and
+        # the worker dies of the signal as one process does, for the run to say so in one line
+        # (not the agent's traceback), once every rank's last words are on the run's queue.
+        deaths.done.set()
+        forwarder.stop()
+        reporter.queue.close()
+        reporter.queue.join_thread()
+        signal.signal(error.sigval, signal.SIG_DFL)
+        os.kill(os.getpid(), error.sigval)
+        raise
     except (ChildFailedError, RuntimeError) as error:
         deaths.done.set()
         forwarder.stop()  # every rank's last words reach the run before the worker's own

@@ -45,6 +45,9 @@ BATCH_SECONDS = 0.05
 UTIL_SECONDS = 0.1  # NVML's utilisation counter itself only changes every ~1/6 s
 TREE_SECONDS = 0.1
 RANK_SECONDS = 0.5  # a process not known as a rank is asked again after this long
+# ... but every tick in its first second seen: a rank just forked names itself a moment later,
+# and its first phase (the kernel, 0.1 s) would otherwise end before it is read as the rank's.
+FORK_SECONDS = 1.0
 RANK_NAME_PATTERN = re.compile(RANK_NAME.format(r"(\d+)"))
 STATUS_SECONDS = 0.5  # the device panel: nvitop's own refresh is 2 s; a live chart wants more
 
@@ -88,6 +91,7 @@ class _ProcessTree:
         # pid -> the local rank whose processes it is (found once), or when none was last found:
         # a rank just forked still bears its launcher's name for a moment.
         self.ranks: dict[int, int | float] = {}
+        self.first_seen: dict[int, float] = {}  # pid -> when the tree first held it
         # A root that is itself a rank (the callback or the phase API in one rank of a launch)
         # is the one rank: its data loaders, which inherit its LOCAL_RANK, are not another's.
         self.one_rank = self._local_rank(self.root) is not None
@@ -106,7 +110,8 @@ class _ProcessTree:
         known = self.ranks.get(process.pid)
         if isinstance(known, int):
             return known
-        if known is not None and t - known < RANK_SECONDS:
+        first = self.first_seen.setdefault(process.pid, t)
+        if known is not None and t - known < RANK_SECONDS and t - first >= FORK_SECONDS:
             return None
         found = self._local_rank(process)
         self.ranks[process.pid] = found if found is not None else float(t)

@@ -192,6 +192,8 @@ class Watch:
         self.started = 0.0  # the run's clock when the command started
         self._ended: queue_module.SimpleQueue = queue_module.SimpleQueue()  # phase ends to print
         self.ranks: dict[int, int] = {0: 0}  # rank -> its local rank (several processes)
+        # A rank whose link closed mid-phase without a word (killed, crashed): the first one's.
+        self.vanished: int | None = None
         self._shown_step: int | None = None
         # Ranks on several hosts (issue 21, engine/hosts.py): where the others join this run.
         self.hosts_listener = hosts_listener
@@ -225,11 +227,20 @@ class Watch:
                 connection.send(link.Ready(self.recording.run_id))
             except OSError:
                 return
+            rank, in_phase, said = None, False, False
             while True:
                 try:
-                    self.recording.events.put(connection.recv())
+                    message = connection.recv()
                 except (EOFError, OSError):
+                    if rank is not None and in_phase and not said and self.vanished is None:
+                        self.vanished = rank
                     return
+                self.recording.events.put(message)
+                if isinstance(message, (protocol.Phase, protocol.StepReport, protocol.Failure)):
+                    rank = message.source.rank or 0
+                    said = said or isinstance(message, protocol.Failure)
+                    if isinstance(message, protocol.Phase):
+                        in_phase = message.mark.edge == "start"
 
     def _observe(self, message) -> None:
         """Every rank's phase marks and steps, each stored with its rank (issue 12); the first
@@ -311,12 +322,21 @@ class Watch:
         # A host lost is the cause: the ranks elsewhere fail after it (a peer gone) or are ended.
         if self.hosts is not None and (ending := self._hosts_ending()) is not None:
             return ending
-        if outcome.failure is not None:
-            return Ending(outcome.failure.status, outcome.failure.text)
-        if code == 0:
-            return Ending(Status.COMPLETED)
         last = self.output.last_lines()
         printed = f":\n{last}" if last else ""
+        failure = outcome.failure
+        # A rank gone without a word (kill -9) is the cause; the others were then stopped by the
+        # launcher (torchrun's SIGTERM), which their own words would otherwise name.
+        if self.vanished is not None and len(self.ranks) > 1 and code != 0 \
+                and (failure is None or failure.status == Status.STOPPED):
+            return Ending(Status.FAILED, f"rank {self.vanished} ended without a word (killed or"
+                          f" crashed); the command {death(code)}" + printed)
+        if failure is not None:
+            # Of several ranks, the one that failed, as `anatomy run` names it ("rank 1: ...").
+            who = f"rank {failure.source.rank or 0}: " if self.ranks else ""
+            return Ending(failure.status, who + failure.text)
+        if code == 0:
+            return Ending(Status.COMPLETED)
         if self.output.oom:
             return Ending(Status.OOM, f"the command ran out of memory ({death(code, 'exited')})"
                           + printed)

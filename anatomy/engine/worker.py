@@ -8,6 +8,7 @@ goes on its queue as protocol messages (engine/protocol.py), through a `Reporter
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 
@@ -45,6 +46,9 @@ def main(queue, options: RunOptions, t0: float, cuda_device: str | None, dwell: 
     `lifeline` ties it to the manager (its own process group, dies with its parent)."""
     if lifeline is not None:
         lifeline.attach()
+    # No Ctrl-C reaches the worker (its own process group): a SIGINT sent to it is a kill, told
+    # as one ("killed by SIGINT"), not a KeyboardInterrupt whose traceback would be the error.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     index_once()  # transformers' models read once, not twice, when training loads them
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the Hub is never needed: configs ship here
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

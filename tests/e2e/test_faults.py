@@ -221,7 +221,7 @@ def test_a_signal_to_the_whole_process_group_is_a_clean_stop(cli_run, sig):
     assert f"stopping ({sig.name})" in run.err
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
 def test_a_killed_worker_fails_the_run_and_its_last_phase_keeps_real_memory(cli_run, sig):
     """The worker killed mid-step: failed, saying how, with every sample; the training phase
     reads the worker's last real memory, not the 0 MB of its zombie."""

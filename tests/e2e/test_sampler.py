@@ -81,3 +81,41 @@ def test_a_root_that_is_a_rank_is_the_one_rank():
         launcher.kill()
         launcher.wait()
     assert [row.gpu for row in rows] == [0]
+
+
+FORKS_THEN_NAMES_ITSELF = """
+import os, pathlib, sys, time
+from anatomy.engine.lifeline import name_rank
+if os.fork() == 0:  # a rank as the elastic agent forks it: its launcher's name for a moment
+    while not pathlib.Path(sys.argv[1]).exists():
+        time.sleep(0.01)
+    name_rank(1)
+    pathlib.Path(sys.argv[2]).touch()
+    time.sleep(60)
+os.wait()
+"""
+
+
+def test_a_rank_that_names_itself_just_after_its_fork_is_read_as_the_rank_at_once(tmp_path):
+    """Its first phase (the kernel, 0.1 s) ends before RANK_SECONDS: before, the rank was asked
+    again only 0.5 s after it was first seen unnamed, and `show` printed "-" for its kernel
+    phase."""
+    go, named = tmp_path / "go", tmp_path / "named"
+    launcher = psutil.Popen([sys.executable, "-c", FORKS_THEN_NAMES_ITSELF, str(go), str(named)])
+    try:
+        deadline = time.monotonic() + 60
+        while not launcher.children():
+            assert time.monotonic() < deadline and launcher.poll() is None
+            time.sleep(0.01)
+        reader = sampler.Reader("cpu-rss", worker_pid=Value("i", launcher.pid))
+        assert [row.gpu for row in reader.read(0.0)] == [0]  # the fork, not yet named
+        go.touch()
+        while not named.exists():
+            assert time.monotonic() < deadline and launcher.poll() is None
+            time.sleep(0.01)
+        assert [row.gpu for row in reader.read(0.2)] == [0, 2]  # rank 1's own series
+    finally:
+        for child in launcher.children(recursive=True):
+            child.kill()
+        launcher.kill()
+        launcher.wait()

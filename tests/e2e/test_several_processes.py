@@ -5,12 +5,14 @@ several processes under `anatomy watch`; the locks a worker of several GPUs inhe
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
 from dataclasses import replace
 
 import psutil
+import pytest
 
 from anatomy.analysis.report import report
 from anatomy.cli import main
@@ -93,9 +95,13 @@ def test_a_fault_on_one_rank_ends_the_run_and_every_rank(manager, store, monkeyp
     assert _alive(tree) == []
 
 
-def test_a_rank_killed_with_kill_9_fails_the_run_in_one_line_read_at_its_last_step(store):
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill_9", "sigterm"])
+def test_a_rank_killed_fails_the_run_in_one_line_read_at_its_last_step(store, sig):
     """torch's elastic agent logs the dead rank with a traceback: the terminal gets the run's one
-    line instead; the rank's training phase is read at its last step, not at the run's end."""
+    line instead; the rank's training phase is read at its last step, not at the run's end. A
+    SIGTERM is a kill too (before: the rank inherited the agent's handler and failed the run with
+    "rank 1: Traceback … SignalException: Process 123 got signal: 15"; a SIGINT, reset with it,
+    was "rank 1: Traceback … KeyboardInterrupt")."""
     cli = subprocess.Popen([sys.executable, "-m", "anatomy", "run",
                             *flags(replace(TWO, max_steps=100_000)), "--store", str(store.path)],
                            cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -109,16 +115,42 @@ def test_a_rank_killed_with_kill_9_fails_the_run_in_one_line_read_at_its_last_st
         # Its name says its rank (a process it started would bear it too: the eldest is the rank).
         named = [p for p in tree if p.name() == "anatomy-rank-1"]
         (rank_1,) = [p for p in named if p.ppid() not in {q.pid for q in named}]
-        rank_1.kill()
+        rank_1.send_signal(sig)
         _, err = cli.communicate(timeout=120)
     finally:
         cli.kill()
     assert cli.returncode == 1
     assert "Traceback" not in err, err
     rep = report(store, 1)
-    assert rep.status == "failed" and "rank 1 was killed by SIGKILL" in rep.error
+    assert rep.status == "failed" and f"rank 1 was killed by {sig.name}" in rep.error, rep.error
     training = next(p for p in store.phases(1, 1) if p.name == "training")
     assert training.end_s == store.last_step(1, 1).t
+
+
+def test_a_sigterm_to_the_worker_of_several_ranks_fails_the_run_in_one_line(store):
+    """The elastic agent in the worker turns it into its SignalException (before: the run's error
+    was that traceback, "Traceback … SignalException: Process 123 got signal: 15")."""
+    cli = subprocess.Popen([sys.executable, "-m", "anatomy", "run",
+                            *flags(replace(TWO, max_steps=100_000)), "--store", str(store.path)],
+                           cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not (store.runs() and store.step_count(1, 1) >= 1):
+            assert time.monotonic() < deadline and cli.poll() is None, cli.communicate()
+            time.sleep(0.2)
+        worker = psutil.Process(store.run(1).worker_pid)
+        tree = [worker, *worker.children(recursive=True)]
+        worker.terminate()
+        _, err = cli.communicate(timeout=120)
+    finally:
+        cli.kill()
+    assert cli.returncode == 1
+    assert "Traceback" not in err, err
+    rep = report(store, 1)
+    assert rep.status == "failed" and rep.error.startswith(
+        "the training worker was killed by SIGTERM"), rep.error
+    assert _alive(tree) == []
 
 
 def test_stop_ends_every_rank(manager, store):
@@ -151,12 +183,12 @@ sys.exit(max(child.wait() for child in children))
 """
 
 
-def _launch(store: Store, *watch: str):
+def _launch(store: Store, *watch: str, script: str = RANK_SCRIPT):
     project = PROJECT
     env = {**os.environ, "ANATOMY_STORE": str(store.path),
            "PYTHONPATH": os.pathsep.join(filter(None, (str(project),
                                                        os.environ.get("PYTHONPATH"))))}
-    command = [*watch, sys.executable, "-c", LAUNCHER, RANK_SCRIPT]
+    command = [*watch, sys.executable, "-c", LAUNCHER, script]
     return subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=project,
                           env=env)
 
@@ -173,6 +205,75 @@ def test_watch_of_a_launch_keeps_every_rank_in_one_run(store):
     for rank in (0, 1):
         assert [s.step for s in store.steps(run.id, rank)] == [1, 2]
         assert {p.name for p in store.phases(run.id, rank)} >= {"weights", "training"}
+
+
+def test_under_watch_the_rank_that_raises_is_named_in_the_runs_error(store):
+    """(before: "RuntimeError: boom", which of the ranks unsaid)"""
+    import sys
+
+    script = RANK_SCRIPT.replace("run.step(0.4, total=2)", "run.step(0.4, total=2)\n"
+                                 "if os.environ['RANK'] == '1': raise RuntimeError('boom')")
+    result = _launch(store, sys.executable, "-m", "anatomy", "watch", "--", script="import os\n"
+                     + script)
+    assert result.returncode == 1, result.stderr
+    [run] = store.runs()
+    rep = report(store, run.id)
+    assert rep.status == "failed" and rep.error == "rank 1: RuntimeError: boom", rep.error
+    assert store.ranks(run.id) == [0, 1]
+
+
+TORCHRUN_LIKE = """
+import os, signal, subprocess, sys, time
+children = [subprocess.Popen([sys.executable, "-c", sys.argv[1]],
+                             env={**os.environ, "RANK": str(r), "LOCAL_RANK": str(r),
+                                  "WORLD_SIZE": "2"}) for r in range(2)]
+while all(child.poll() is None for child in children):
+    time.sleep(0.05)
+for child in children:  # as torchrun's agent does when one rank fails: SIGTERM to the others
+    if child.poll() is None:
+        child.send_signal(signal.SIGTERM)
+sys.exit(0 if all(child.wait() == 0 for child in children) else 1)
+"""
+
+KILLED_RANK_SCRIPT = """
+import os, signal, time
+import anatomy
+run = anatomy.start(kernel=False)
+run.phase("training")
+for _ in range(600):
+    run.step(0.05, total=600)
+    if os.environ["RANK"] == "1" and os.path.exists(os.environ["GO"]):
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(0.05)
+run.end()
+"""
+
+
+def test_under_watch_a_rank_killed_is_the_cause_not_the_peers_the_launcher_stopped(store,
+                                                                                   tmp_path):
+    """(before: "stopped: stopped by SIGTERM", the words of rank 0, which the launcher ended after
+    rank 1 was killed)"""
+    go = tmp_path / "go"
+    env = {**os.environ, "ANATOMY_STORE": str(store.path), "GO": str(go),
+           "PYTHONPATH": os.pathsep.join(filter(None, (str(PROJECT),
+                                                       os.environ.get("PYTHONPATH"))))}
+    watch = subprocess.Popen([sys.executable, "-m", "anatomy", "watch", "--", sys.executable,
+                              "-c", TORCHRUN_LIKE, KILLED_RANK_SCRIPT], cwd=PROJECT, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (store.runs() and store.step_count(1, 1) >= 2):
+            assert time.monotonic() < deadline and watch.poll() is None, watch.communicate()
+            time.sleep(0.1)
+        go.touch()
+        _, err = watch.communicate(timeout=60)
+    finally:
+        watch.kill()
+    assert watch.returncode == 1, err
+    rep = report(store, 1)
+    assert rep.status == "failed", rep.error
+    assert rep.error.startswith("rank 1 ended without a word (killed or crashed); the command"
+                                " ended with exit code 1"), rep.error
 
 
 def test_without_watch_rank_0_records_and_the_others_stay_silent(store):
