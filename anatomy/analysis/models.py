@@ -364,6 +364,8 @@ def task_and_head(config: Mapping[str, Any]) -> tuple[str, str | None]:
             # a class these tables do not list (another version's): its name's ending
             task = next((t for suffix, t in _HEADS_BY_SUFFIX if architecture.endswith(suffix)),
                         None)
+            if task is None:
+                _refuse_other_head(architecture, model_type)
             architecture = None
         if task is not None and (task != SEQUENCE_CLASSIFICATION or architecture is not None
                                  or head_of_type(model_type) is None):
@@ -383,6 +385,24 @@ def task_and_head(config: Mapping[str, Any]) -> tuple[str, str | None]:
     if config.get("is_decoder"):
         return CAUSAL_LM, None
     return SEQUENCE_CLASSIFICATION, None
+
+
+def _refuse_other_head(architecture: str, model_type: object) -> None:
+    """ModelError for a head of a task anatomy does not train (token classification, question
+    answering…), where transformers' tables list it: the type's own head would be trained in its
+    place — for a decoder, a vocabulary-wide output the user's model does not have."""
+    tables = auto_mappings()
+    table = next((m for m, heads in tables.items()
+                  if m.startswith("MODEL_FOR_") and architecture in heads.values()), None)
+    if table is None:
+        return  # a class of another version's: the type's task trains
+    what = table.removeprefix("MODEL_FOR_").removesuffix("_MAPPING_NAMES").lower()
+    instead = tables.get("MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES", {}).get(model_type)
+    raise ModelError(
+        f"model: {architecture} is a {what.replace('_', ' ')} head: anatomy trains causal-LM, "
+        "sequence-classification, image-classification and sequence-to-sequence heads"
+        + (f" (architectures: [\"{instead}\"] predicts the same body with one)" if instead
+           else ""))
 
 
 def _decoder_only(task: str, config: Mapping[str, Any]) -> str:
@@ -641,6 +661,7 @@ def check_config(spec: ModelSpec) -> None:
             and not any(k.endswith(("head_dim", "kv_channels")) for k in config):
         raise ModelError(f"{where}: hidden size {hidden} is not divisible by the "
                          f"{heads} attention heads")
+    task_and_head(config)  # a head of no task anatomy trains, two towers: refused here, in a line
 
 
 def check_config_class(spec: ModelSpec) -> None:

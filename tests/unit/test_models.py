@@ -123,6 +123,12 @@ LLAMA = json.loads(PRESETS["tiny-llama"].config_path.read_text())
     ({**LLAMA, "text_config": {"hidden_size": True}}, "text_config.hidden_size must be a whole"),
     ({"model_type": "clip", "architectures": ["CLIPModel"], "text_config": {},
       "vision_config": {}}, "CLIPModel is a model of 2 towers"),
+    # a head of another task: the type's causal-LM head was trained in its place, silently
+    ({**LLAMA, "architectures": ["LlamaForTokenClassification"]},
+     'a token classification head: anatomy trains causal-LM, sequence-classification, '
+     'image-classification and sequence-to-sequence heads (architectures: '
+     '["LlamaForSequenceClassification"] predicts the same body with one)'),
+    ({**LLAMA, "architectures": ["LlamaForQuestionAnswering"]}, "a question answering head"),
 ])
 def test_a_bad_config_is_one_line_naming_what_is_wrong(tmp_path, config, words):
     errors = validate(RunOptions(model=_write(tmp_path, config)), gpu_count=0)
