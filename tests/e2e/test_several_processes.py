@@ -95,6 +95,24 @@ def test_a_fault_on_one_rank_ends_the_run_and_every_rank(manager, store, monkeyp
     assert _alive(tree) == []
 
 
+def _two_ranks_training(store, steps: int) -> subprocess.Popen:
+    """`anatomy run` of two CPU ranks that would train for long, once rank 1 has made `steps`
+    steps (killed if it never does)."""
+    cli = subprocess.Popen([sys.executable, "-m", "anatomy", "run",
+                            *flags(replace(TWO, max_steps=100_000)), "--store", str(store.path)],
+                           cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not (store.runs() and store.step_count(1, 1) >= steps):
+            assert time.monotonic() < deadline and cli.poll() is None, cli.communicate()
+            time.sleep(0.2)
+    except BaseException:
+        cli.kill()
+        raise
+    return cli
+
+
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill_9", "sigterm"])
 def test_a_rank_killed_fails_the_run_in_one_line_read_at_its_last_step(store, sig):
     """torch's elastic agent logs the dead rank with a traceback: the terminal gets the run's one
@@ -102,15 +120,8 @@ def test_a_rank_killed_fails_the_run_in_one_line_read_at_its_last_step(store, si
     SIGTERM is a kill too (before: the rank inherited the agent's handler and failed the run with
     "rank 1: Traceback … SignalException: Process 123 got signal: 15"; a SIGINT, reset with it,
     was "rank 1: Traceback … KeyboardInterrupt")."""
-    cli = subprocess.Popen([sys.executable, "-m", "anatomy", "run",
-                            *flags(replace(TWO, max_steps=100_000)), "--store", str(store.path)],
-                           cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True, start_new_session=True)
+    cli = _two_ranks_training(store, steps=3)
     try:
-        deadline = time.monotonic() + 240
-        while not (store.runs() and store.step_count(1, 1) >= 3):
-            assert time.monotonic() < deadline and cli.poll() is None, cli.communicate()
-            time.sleep(0.2)
         tree = psutil.Process(store.run(1).worker_pid).children(recursive=True)
         # Its name says its rank (a process it started would bear it too: the eldest is the rank).
         named = [p for p in tree if p.name() == "anatomy-rank-1"]
@@ -130,15 +141,8 @@ def test_a_rank_killed_fails_the_run_in_one_line_read_at_its_last_step(store, si
 def test_a_sigterm_to_the_worker_of_several_ranks_fails_the_run_in_one_line(store):
     """The elastic agent in the worker turns it into its SignalException (before: the run's error
     was that traceback, "Traceback … SignalException: Process 123 got signal: 15")."""
-    cli = subprocess.Popen([sys.executable, "-m", "anatomy", "run",
-                            *flags(replace(TWO, max_steps=100_000)), "--store", str(store.path)],
-                           cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True, start_new_session=True)
+    cli = _two_ranks_training(store, steps=1)
     try:
-        deadline = time.monotonic() + 240
-        while not (store.runs() and store.step_count(1, 1) >= 1):
-            assert time.monotonic() < deadline and cli.poll() is None, cli.communicate()
-            time.sleep(0.2)
         worker = psutil.Process(store.run(1).worker_pid)
         tree = [worker, *worker.children(recursive=True)]
         worker.terminate()
