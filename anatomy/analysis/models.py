@@ -906,9 +906,14 @@ def default_lora_targets(spec: ModelSpec) -> tuple[str, ...]:
                    [layer for layer in attention if _FUSED_QKV.search(layer.short)],
                    attention, [layer for layer in layers if not layer.grouped]):
         if chosen:
-            return _names(chosen, layers, _modules(spec, _config_key(spec))[1])
+            return _targets(spec, chosen, layers)
     raise ModelError(f"lora: {spec.display_name} has no linear or convolution layer for LoRA's "
                      "adapters")
+
+
+def _targets(spec: ModelSpec, chosen: list[Layer], layers: tuple[Layer, ...]) -> tuple[str, ...]:
+    """`_names` of the chosen layers, beside the model's other modules."""
+    return _names(chosen, layers, _modules(spec, _config_key(spec))[1])
 
 
 def _names(chosen: list[Layer], layers: tuple[Layer, ...], others: frozenset[str]
@@ -943,8 +948,7 @@ def lora_target_modules(spec: ModelSpec, chosen: tuple[str, ...] = ()) -> tuple[
     if ALL_LINEAR not in chosen:
         return chosen or default_lora_targets(spec)
     layers = adaptable_layers(spec)
-    linear = _names([layer for layer in layers if layer.kind == "linear"], layers,
-                    _modules(spec, _config_key(spec))[1])
+    linear = _targets(spec, [layer for layer in layers if layer.kind == "linear"], layers)
     return tuple(dict.fromkeys(linear + tuple(t for t in chosen if t != ALL_LINEAR)))
 
 

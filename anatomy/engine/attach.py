@@ -60,6 +60,12 @@ def _rank() -> int:
     return 0
 
 
+def launched_world_size() -> int:
+    """WORLD_SIZE as torchrun and accelerate launch set it (1 alone, or unreadable)."""
+    value = os.environ.get("WORLD_SIZE", "")
+    return int(value) if value.isdigit() and int(value) > 0 else 1
+
+
 def _local_rank() -> int | None:
     """This process's LOCAL_RANK under a launcher (its GPU among the visible ones); None alone."""
     value = os.environ.get("LOCAL_RANK", "")
@@ -418,7 +424,7 @@ def start(name: str | None = None, *, sample_rate: int = DEFAULT_SAMPLE_RATE,
                 address, os.environ[watch_link.WATCH_KEY_ENV])
             if name:  # the watch's run takes the script's name, unless `--name` gave one
                 link.put(protocol.Named(name, protocol.Source(_rank())))
-        elif _rank() and int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+        elif _rank() and launched_world_size() > 1:
             t0 = time.monotonic()
             link = _Unrecorded()  # rank 0 records the run; see _Unrecorded
         else:

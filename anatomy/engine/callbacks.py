@@ -292,7 +292,9 @@ def _training_facts(args, model) -> RunFacts:
     # CPU ranks leaves each rank's Trainer undistributed (world size 1), yet the watch records
     # every rank, and a world size of 1 would hide all but rank 0's from the reports. Without
     # the watch only rank 0 records (its own processes, on the CPU): the Trainer's count stands.
-    world_size = max(args.world_size, _launched_world_size()) \
+    from anatomy.engine.attach import launched_world_size
+
+    world_size = max(args.world_size, launched_world_size()) \
         if os.environ.get(WATCH_ENV) else args.world_size
     if model is None:
         return RunFacts.of(training_arguments=arguments, world_size=world_size)
@@ -312,12 +314,6 @@ def _training_facts(args, model) -> RunFacts:
         parameters=sum(p.numel() for p in model.parameters()),
         trainable_parameters=sum(p.numel() for p in model.parameters() if p.requires_grad),
         model_config=model_config)
-
-
-def _launched_world_size() -> int:
-    """WORLD_SIZE as torchrun and accelerate launch set it (1 alone, or unreadable)."""
-    value = os.environ.get("WORLD_SIZE", "")
-    return int(value) if value.isdigit() and int(value) > 0 else 1
 
 
 def _lora_options(model) -> TrainingArguments | None:
