@@ -62,8 +62,11 @@ def option(report: RunReport, name: str):
     """A run's option as a comparison shows it: as the run knows it (None for what a user's
     training did not report: never a default), and no strategy for a single process (the
     default "ddp" it stores shares nothing), no GPU index or GPUs for a run without a GPU (the
-    form's defaults it stores name none)."""
+    form's defaults it stores name none), no sequence length for an image model (its images
+    never read the one stored)."""
     if name == "strategy" and report.world_size <= 1:
+        return None
+    if name == "seq_len" and report.environment.image_size:
         return None
     if name in GPU_OPTIONS and not report.on_gpu:
         return None

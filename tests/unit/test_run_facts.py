@@ -13,6 +13,7 @@ from anatomy.analysis.report import report, run_rows
 from anatomy.cli import main
 from anatomy.store import RunFacts, TrainingArguments, TrainingSummary
 from anatomy.store.checks import InvalidValue
+from anatomy.views import compare
 from anatomy.vocabulary import Phase, Precision, Status, Strategy
 from tests.conftest import seed_run
 
@@ -98,6 +99,8 @@ def test_an_image_models_heading_names_its_images_not_a_sequence_length(store, t
     assert "seq len 512" in report(store, text_run).title()
     title = report(store, image_run).title()
     assert "224×224 images" in title and "seq len" not in title, title
+    labels = compare.run_labels([report(store, text_run), report(store, image_run)])
+    assert "seq" in labels[text_run] and "seq" not in labels[image_run], labels
     page = tmp_path / "runs.html"
     assert main(["export", str(image_run), "--format", "html", "--output", str(page),
                  "--store", str(store.path)]) == 0
