@@ -7,6 +7,7 @@ goes on its queue as protocol messages (engine/protocol.py), through a `Reporter
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import sys
@@ -21,9 +22,30 @@ from anatomy.engine.training import dummy_dataset, guarded, progress_bars_lock, 
 from anatomy.vocabulary import Phase
 
 
+def compiled_at_every_start(package: str = "torch") -> bool:
+    """Python compiles `package` from its source each time a process imports it: no bytecode
+    lies beside it (an install that skipped it, as uv's does by default) and the environment
+    forbids writing any (PYTHONDONTWRITEBYTECODE, common in container images). On the H200's
+    image that made a 1 B model's start-up 13-16 s where 6-7 s is the same run with bytecode
+    (docs/BENCHMARKS.md, "Start-up")."""
+    if not sys.dont_write_bytecode:
+        return False
+    try:
+        spec = importlib.util.find_spec(package)  # finds it without importing it
+    except (ImportError, ValueError):
+        return False
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return False
+    return not os.path.exists(importlib.util.cache_from_source(spec.origin))
+
+
 def train(queue, options: RunOptions, t0: float, use_cuda: bool, dwell: float) -> int:
     reporter = Reporter(queue, t0, dwell)
     reporter.begin(Phase.BASELINE)
+    if compiled_at_every_start():
+        reporter.tell("info", "torch is compiled from its source at every start here (no bytecode "
+                      "beside it and PYTHONDONTWRITEBYTECODE set): seconds before the kernel phase; "
+                      "`python -m compileall -q` on its folder, or a PYTHONPYCACHEPREFIX, keeps it")
 
     def work() -> int:
         progress_bars_lock()

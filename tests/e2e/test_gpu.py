@@ -93,9 +93,11 @@ def test_a_1b_model_reaches_training_within_15_seconds(manager, store):
                                       max_steps=2))
     assert manager.wait(run_id, timeout=600) == "completed"
     rep = report(store, run_id)
-    # seconds from the run's start; where it is over, each phase's start says where it went
+    # seconds from the run's start; where it is over, each phase's start says where it went, and
+    # whether Python compiled torch from its source (the H200 image's PYTHONDONTWRITEBYTECODE=1
+    # with a torch installed without bytecode: 13-16 s there, 6-7 s with bytecode cached)
     starts = {name: round(rep.phase(name).start_s, 2) for name in PHASES}
-    assert rep.phase("training").start_s < 15, starts
+    assert rep.phase("training").start_s < 15, (starts, [m.text for m in store.messages(run_id)])
     weights = rep.phase("weights").memory_bytes - rep.phase("kernel").memory_bytes
     # NVML's figure, within 1 %: the kernel phase's own small block is counted on either side
     assert abs(weights - 4 * 1_100_048_384) < 0.01 * 4 * 1_100_048_384
