@@ -136,11 +136,19 @@ def _bytes_of(value) -> int:
 
 CONVOLUTIONS = frozenset({F.conv1d, F.conv2d, F.conv3d, F.conv_transpose1d, F.conv_transpose2d,
                           F.conv_transpose3d})
+CONVOLUTION_OPS = frozenset({torch.ops.aten.convolution.default,
+                             torch.ops.aten.convolution_backward.default})
 
 
 class CudaKernels(TorchFunctionMode):
     """Replaces, during a trace, what the CPU would run by what CUDA runs (the module's list).
     `tracker` receives the allocations CUDA kernels make beside their outputs."""
+
+    # cuDNN's convolution workspaces where their sizes are known: (operator, args, outputs) ->
+    # the sizes (replay.Workspace) each call asks for after its outputs, freed as it returns.
+    # None, always in a prediction: their sizes are cuDNN's heuristics' (bench/
+    # convolution_workspaces.py sets the sizes an H200 recorded, to see what they change).
+    convolution_workspaces = None
 
     def __init__(self, calibration: DeviceCalibration, tracker: LiveTensors):
         super().__init__()
@@ -270,6 +278,9 @@ class CudaKernels(TorchFunctionMode):
             self._scratch(staging_buffers(func, args, *self.calibration.processors()))
         elif func is aten.native_batch_norm.default:
             self._scratch(batch_norm_buffers(args))
+        elif func in CONVOLUTION_OPS and self.convolution_workspaces is not None:
+            for size in self.convolution_workspaces(func, args, out):
+                self.tracker.timeline.free(self.tracker.timeline.alloc(size))
         elif func is aten.native_layer_norm_backward.default:
             weights = [t for t in out[1:] if isinstance(t, torch.Tensor)]
             if weights:
