@@ -62,3 +62,25 @@ def test_the_h200s_recorded_actions_end_as_the_runs_did(tmp_path):
             assert (simulated["at"], simulated["size"]) == refused, label
         if label != "regnet-y-040 fp32 b1349 sgd":
             assert simulated["reserved"] == result["memory"]["reserved"], label
+
+
+def test_a_refused_workspace_releases_the_cache_and_its_convolution_runs_without_one():
+    """cuDNN's convolutions (Conv_v8.cpp, heuristics mode) ask the caching allocator for their
+    engine's workspace; a refusal (after the allocator released its free segments and retried)
+    is caught and the next engine runs, and is kept for that convolution: the H200 refused
+    RegNet-Y-040's 547 MiB workspace at batch 1,340 five times, then ran on, and ran out of
+    memory only at the next activation. The replay takes a refused workspace (replay.Workspace)
+    as the engine with none, from then on for its key; any other refusal ends the run."""
+    from anatomy.analysis.prediction.replay import ALLOC, FREE, Workspace, measure
+
+    key = ("forward", (1088, 7, 7))
+    events = [(ALLOC, 1, 60 * MIB), (ALLOC, 2, 30 * MIB), (FREE, 2, 0),  # 30 MiB cached, free
+              (ALLOC, 3, Workspace(50 * MIB, key)), (FREE, 3, 0),  # refused: cache released
+              (ALLOC, 4, 30 * MIB),  # fits where the cached segment was
+              (ALLOC, 5, Workspace(10 * MIB, key)), (FREE, 5, 0)]  # the same engine: none
+    run = measure(events, cuda=True, capacity=100 * MIB)
+    assert not run.out_of_memory
+    assert run.final_reserved == 90 * MIB
+    assert run.largest_request == 0  # no mark of training here: requests are not counted
+    refused = measure(events[:3] + [(ALLOC, 6, 50 * MIB)], cuda=True, capacity=100 * MIB)
+    assert refused.out_of_memory and refused.refused == 50 * MIB

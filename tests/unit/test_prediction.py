@@ -343,6 +343,30 @@ def test_cudas_reduction_over_more_than_2_gib_runs_in_parts():
     assert staging_buffers(aten.sum.dim_IntList, (broadcast, [0], True), 132, 2048)[0] == 12_288
 
 
+def test_cudas_batch_norm_copies_a_bf16_input_too_large_for_32_bit_indexing():
+    """CUDA's batch norm over more than 2^31 - 1 elements takes its general kernel, whose
+    statistics (var_mean into fp32) reduce an fp32 copy of a bf16 input (Normalization.cu,
+    ReduceOpsUtils.h), freed as it returns. What the H200's allocator recorded (2026-12-02):
+    ResNet-50 bf16 at batch 3,254, 10,449,453,056 B at each of its five batch norms over
+    64 × 112² or 256 × 56² elements a sample; EfficientNet-B0 bf16 at 3,250, 15,654,912,000 B
+    at its one over 96 × 112². Below the limit, in fp32 or out of training: no copy; the empty
+    size keeps its rule, so a batch size made linear from batch sizes 2 and 3 makes it."""
+    from anatomy.analysis.prediction.tracing.reductions import batch_norm_buffers, extrapolated
+
+    def buffers(batch, channels, side, dtype=torch.bfloat16, training=True):
+        x = torch.empty(batch, channels, side, side, dtype=dtype, device="meta")
+        return batch_norm_buffers((x, None, None, None, None, training, 0.1, 1e-5))
+
+    assert buffers(3254, 64, 112) == [10_449_453_056]
+    assert buffers(3250, 96, 112) == [15_654_912_000]
+    assert buffers(3254, 64, 112, dtype=torch.float32) == []
+    assert buffers(3254, 64, 112, training=False) == []
+    assert buffers(2674, 64, 112) == [0]  # 2,146,729,984 elements: 32-bit indexable
+    two, three = buffers(2, 64, 112)[0], buffers(3, 64, 112)[0]
+    assert (two, three) == (0, 0)
+    assert extrapolated(two, three, 3254 - 2) == 10_449_453_056
+
+
 def _made_linear_is_traced(options: RunOptions, batch: int) -> None:
     """`batch`, made linear from batch sizes 2 and 3 for an H200, replays as its own trace."""
     from anatomy.analysis.prediction.memory import BatchSizes, calibration_for

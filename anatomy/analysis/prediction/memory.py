@@ -354,8 +354,11 @@ def _linear_recording(one: replay.Recording, two: replay.Recording, batch: int
                 return None
             if a[0] == replay.ALLOC:
                 staged = reductions.extrapolated(a[2], b[2], batch - LINEAR_FROM)
-                events[i] = (b[0], b[1], staged if staged is not None
-                             else a[2] + (b[2] - a[2]) * (batch - LINEAR_FROM))
+                size = staged if staged is not None \
+                    else a[2] + (b[2] - a[2]) * (batch - LINEAR_FROM)
+                if isinstance(b[2], replay.Workspace):  # a workspace stays one
+                    size = replay.Workspace(size, b[2].key)
+                events[i] = (b[0], b[1], size)
     return replace(two, events=events)
 
 

@@ -23,6 +23,27 @@ from anatomy.analysis.prediction.allocator import CachingAllocator, OutOfMemory
 from anatomy.vocabulary import Phase
 
 ALLOC, FREE, MARK = 0, 1, 2
+
+
+class Workspace(int):
+    """The size of a workspace a kernel can do without, as an allocation's size: cuDNN's
+    convolutions (aten/src/ATen/native/cudnn/Conv_v8.cpp, heuristics mode: `try_configs`) ask
+    the caching allocator for their engine's workspace; where it raises out of memory (after
+    releasing every free segment and retrying, as any request), the next engine is tried, and
+    the one that runs is kept for that convolution's `key` (`benchmark_cache.update`), so later
+    calls with the key ask for it again. The replay takes a refused workspace as the engine
+    with none (what the H200 ran after refusing RegNet-Y-040's at batch 1,340) for the rest of
+    the run."""
+
+    key: tuple
+
+    def __new__(cls, size: int, key: tuple):
+        workspace = super().__new__(cls, size)
+        workspace.key = key
+        return workspace
+
+    def __reduce__(self):
+        return type(self), (int(self), self.key)
 EMPTY_CACHE = "empty_cache"
 TRAINING_BEGINS = "training begins"
 
@@ -173,8 +194,11 @@ def measure(events, cuda: bool, capacity: int | None = None) -> Measurement:
     result = Measurement()
     stretch, step, in_training = "setup", 0, False
     peak = 0
+    refused: set[tuple] = set()  # workspaces' keys whose engine ran with none (Workspace)
     for kind, tid, value in events:
         if kind == ALLOC:
+            if allocator is not None and isinstance(value, Workspace) and value.key in refused:
+                continue
             if in_training and value > result.largest_request:
                 result.largest_request = value
             if allocator is not None:
@@ -183,6 +207,9 @@ def measure(events, cuda: bool, capacity: int | None = None) -> Measurement:
                 try:
                     live[tid] = allocator.malloc(value)
                 except OutOfMemory:
+                    if isinstance(value, Workspace):  # the cache released; the next engine
+                        refused.add(value.key)
+                        continue
                     result.out_of_memory, result.refused = True, value
                     break
                 allocated = allocator.stats.allocated

@@ -42,6 +42,10 @@ from the device's calibration (prediction/device_constants.py):
 - **layer norm's backward**: with many rows and few features it writes the weight's and the
   bias's gradients as partial sums in buffers of their own, then sums them
   (tracing/layer_norm.py);
+- **batch norm past 32-bit indexing**: over more than 2^31 - 1 elements CUDA's batch norm takes
+  its general kernel, whose statistics reduce an fp32 copy of a bf16 input, freed as it returns
+  (tracing/reductions.py, `batch_norm_buffers`): 10 GB at each of ResNet-50's widest batch norms
+  at batch 3,254 on the H200;
 - **convolutions** are not CUDA's: cuDNN picks an engine for each convolution as it runs, from
   heuristics that neither PyTorch's source nor a CPU can tell, and allocates that engine's
   workspace (up to five times the output on the H200: RegNet's grouped convolutions) through the
@@ -70,7 +74,12 @@ from anatomy.analysis.prediction.device_constants import (
     sdpa_signature,
 )
 from anatomy.analysis.prediction.tracing import layer_norm
-from anatomy.analysis.prediction.tracing.reductions import REDUCTIONS, Staged, staging_buffers
+from anatomy.analysis.prediction.tracing.reductions import (
+    REDUCTIONS,
+    Staged,
+    batch_norm_buffers,
+    staging_buffers,
+)
 from anatomy.analysis.prediction.tracing.tracker import LiveTensors
 
 aten = torch.ops.aten
@@ -127,11 +136,19 @@ def _bytes_of(value) -> int:
 
 CONVOLUTIONS = frozenset({F.conv1d, F.conv2d, F.conv3d, F.conv_transpose1d, F.conv_transpose2d,
                           F.conv_transpose3d})
+CONVOLUTION_OPS = frozenset({torch.ops.aten.convolution.default,
+                             torch.ops.aten.convolution_backward.default})
 
 
 class CudaKernels(TorchFunctionMode):
     """Replaces, during a trace, what the CPU would run by what CUDA runs (the module's list).
     `tracker` receives the allocations CUDA kernels make beside their outputs."""
+
+    # cuDNN's convolution workspaces where their sizes are known: (operator, args, outputs) ->
+    # the sizes (replay.Workspace) each call asks for after its outputs, freed as it returns.
+    # None, always in a prediction: their sizes are cuDNN's heuristics' (bench/
+    # convolution_workspaces.py sets the sizes an H200 recorded, to see what they change).
+    convolution_workspaces = None
 
     def __init__(self, calibration: DeviceCalibration, tracker: LiveTensors):
         super().__init__()
@@ -259,6 +276,11 @@ class CudaKernels(TorchFunctionMode):
             self._scratch(_safe_softmax_scratch(args[0], out))
         elif func in REDUCTIONS:
             self._scratch(staging_buffers(func, args, *self.calibration.processors()))
+        elif func is aten.native_batch_norm.default:
+            self._scratch(batch_norm_buffers(args))
+        elif func in CONVOLUTION_OPS and self.convolution_workspaces is not None:
+            for size in self.convolution_workspaces(func, args, out):
+                self.tracker.timeline.free(self.tracker.timeline.alloc(size))
         elif func is aten.native_layer_norm_backward.default:
             weights = [t for t in out[1:] if isinstance(t, torch.Tensor)]
             if weights:

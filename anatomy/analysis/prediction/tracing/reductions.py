@@ -84,6 +84,38 @@ class Staged(int):
         return _sizes(*rule)
 
 
+INT32_MAX = 2**31 - 1
+
+
+class BatchNormUpcast(Staged):
+    """The fp32 copy of a bf16 input that CUDA's batch norm makes for its statistics when the
+    input is too large for 32-bit indexing (aten/src/ATen/native/cuda/Normalization.cu:
+    `batch_norm_choose_impl` takes `Impl::General` where `canUse32BitIndexMath` fails, and
+    `batch_norm_mean_var` then runs `var_mean_out`, whose two-output `make_reduction`
+    (ReduceOpsUtils.h) reduces `self.to(dtype1)` unless the input is already the statistics'
+    dtype or fp16 into fp32 — bf16 into fp32 is copied). Tensors of fewer elements take cuDNN's
+    or the contiguous kernels, which copy nothing. Rule: ((largest offset + 1, elements),) of the
+    input, both linear in the batch size; 0 bytes below the limit, elements × 4 above it."""
+
+    @staticmethod
+    def sizes(rule: tuple) -> tuple[int, ...]:
+        ((span, elements),) = rule[0]
+        return (elements * 4 if span > INT32_MAX else 0,)
+
+
+def batch_norm_buffers(args) -> list[int]:
+    """What CUDA's batch norm allocates beside its outputs in a training forward pass: the
+    upcast copy (BatchNormUpcast: 0 bytes where it makes none, so that a batch size made
+    linear from this one may make it), for a bf16 input; none otherwise. The parts of its
+    32-bit-indexed reduction stage a few KiB each (small pool): not followed."""
+    tensor, training = args[0], args[5]
+    if not training or tensor.dtype != torch.bfloat16 or tensor.numel() == 0:
+        return []
+    span = 1 + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
+    rule = (((span, tensor.numel()),),)
+    return [BatchNormUpcast(BatchNormUpcast.sizes(rule)[0], rule, 0)]
+
+
 def extrapolated(first, second, steps: int) -> int | None:
     """The size `steps` batch sizes beyond the first of two consecutive recordings' sizes,
     when both are sizes of the same rule (a Staged kind: each number of its layout linear in
