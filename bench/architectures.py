@@ -9,9 +9,10 @@ config of each made from the architecture's own defaults, predicted and run.
 The architectures come from transformers' own auto mappings (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
 …SEQUENCE_CLASSIFICATION…, …IMAGE_CLASSIFICATION…, …SEQ_TO_SEQ_CAUSAL_LM…, …SPEECH_SEQ_2_SEQ…):
 no list of ours. Each model type trains the head `models.task_of` picks for a config without
-`architectures` (the same rule a user's config meets). Its config is the config class's defaults,
-shrunk (`small_config`): two layers, hidden size 64, a 1,024-token vocabulary, four experts; vision
-models keep their stages (one block each) and their image size.
+`architectures` (the same rule a user's config meets); a token-classification head is no type's
+default (a config's `architectures` names it), so none is enumerated here. Its config is the
+config class's defaults, shrunk (`small_config`): two layers, hidden size 64, a 1,024-token
+vocabulary, four experts; vision models keep their stages (one block each) and their image size.
 
 For each: `predict` on the CPU (fp32), for the H200 (bf16; fp32 with checkpointing; LoRA), then
 a real two-step CPU run through the worker's own training code and probe (the same process, one
@@ -768,7 +769,10 @@ def report(rows: list[dict], command: str, enumerated: list[tuple[str, str]]) ->
         f"    {command}", "",
         "The architectures are the model types of transformers' own auto mappings for causal-LM, "
         "sequence-classification, image-classification and sequence-to-sequence heads; each "
-        "trains the head `models.task_of` picks for its type. Its config is the config class's "
+        "trains the head `models.task_of` picks for its type (token-classification heads train "
+        "where a config's `architectures` names one and are no type's default, so none is "
+        "enumerated: tests/e2e/test_families.py holds two, an NER BERT and a Llama tagger, to "
+        "the byte). Its config is the config class's "
         f"defaults, shrunk (bench/architectures.py: {LAYERS} layers, hidden size {HIDDEN}, a "
         f"{VOCAB}-token vocabulary, {EXPERTS} experts; vision models keep their stages, one "
         "block each; the sizes meet the config's own constraints: heads that divide the width, "
