@@ -525,6 +525,10 @@ MAX_NAME = 1024  # characters: no preset, path or Hub id is longer
 # is a mistake or a trace of hours.
 MAX_LAYERS = 1000
 MAX_PARAMETERS = 10**13
+# A classifier's labels: transformers' config names every one (id2label), a second a million, so
+# a count of billions is hours and gigabytes before anything is built; published heads have tens
+# of thousands (ImageNet-21k's 21,843).
+MAX_LABELS = 1_000_000
 
 
 def _exists(path: Path) -> bool:
@@ -672,11 +676,12 @@ def check_config(spec: ModelSpec) -> None:
     task = task_of(config)  # a head of no task anatomy trains, two towers: refused here, in a line
     labels = config.get("num_labels")
     if task in CLASSIFICATIONS and isinstance(labels, int) and not isinstance(labels, bool) \
-            and labels < 1:
+            and not 1 <= labels <= MAX_LABELS:
         # transformers builds no classifier for 0 labels (an identity, or a layer of no outputs),
         # and the Trainer's loss needs one: a class per token, per sequence or per image.
-        raise ModelError(f"{where}: num_labels must be at least 1 for {task} (the classes its "
-                         f"head scores), got {labels}")
+        raise ModelError(f"{where}: num_labels must be 1 to {MAX_LABELS:,} for {task} (the "
+                         f"classes its head scores), got "
+                         f"{f'{labels:,}' if abs(labels) < 10**15 else _number_text(labels)}")
 
 
 def check_config_class(spec: ModelSpec) -> None:

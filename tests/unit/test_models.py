@@ -134,10 +134,12 @@ LLAMA = json.loads(PRESETS["tiny-llama"].config_path.read_text())
      "BertForMultipleChoice is a multiple choice head"),
     # a classifier of no classes: transformers builds none, or one of no outputs
     ({**small_ner_config(), "num_labels": 0},
-     "num_labels must be at least 1 for token classification (the classes its head scores), "
+     "num_labels must be 1 to 1,000,000 for token classification (the classes its head scores), "
      "got 0"),
     ({**PRESETS["tiny"].config_dict(), "num_labels": -2},
-     "num_labels must be at least 1 for sequence classification"),
+     "num_labels must be 1 to 1,000,000 for sequence classification"),
+    # transformers' config names every label: a trillion hung the check for hours
+    ({**small_ner_config(), "num_labels": 10**12}, "got 1,000,000,000,000"),
 ])
 def test_a_bad_config_is_one_line_naming_what_is_wrong(tmp_path, config, words):
     errors = validate(RunOptions(model=_write(tmp_path, config)), gpu_count=0)
