@@ -5,13 +5,17 @@ config of each made from the architecture's own defaults, predicted and run.
     python bench/architectures.py --only llama,t5      # some model types
     python bench/architectures.py --report             # the table again from stored results
     python bench/architectures.py --configs DIR        # only write the small configs
+    python bench/architectures.py --token-heads        # each type's token head -> COVERAGE-TOKENS.md
 
 The architectures come from transformers' own auto mappings (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
 …SEQUENCE_CLASSIFICATION…, …IMAGE_CLASSIFICATION…, …SEQ_TO_SEQ_CAUSAL_LM…, …SPEECH_SEQ_2_SEQ…):
 no list of ours. Each model type trains the head `models.task_of` picks for a config without
-`architectures` (the same rule a user's config meets). Its config is the config class's defaults,
-shrunk (`small_config`): two layers, hidden size 64, a 1,024-token vocabulary, four experts; vision
-models keep their stages (one block each) and their image size.
+`architectures` (the same rule a user's config meets); a token-classification head is no type's
+default (a config's `architectures` names it), so `--token-heads` enumerates them apart: every
+type of transformers' token-classification table, its head named in `architectures` as an NER
+model's config names it. Its config is the
+config class's defaults, shrunk (`small_config`): two layers, hidden size 64, a 1,024-token
+vocabulary, four experts; vision models keep their stages (one block each) and their image size.
 
 For each: `predict` on the CPU (fp32), for the H200 (bf16; fp32 with checkpointing; LoRA), then
 a real two-step CPU run through the worker's own training code and probe (the same process, one
@@ -84,13 +88,17 @@ def head_mappings() -> dict[str, dict[str, str]]:
     return out
 
 
-def architectures() -> list[tuple[str, str]]:
+def architectures(token_heads: bool = False) -> list[tuple[str, str]]:
     """(model type, head class) of every model type with a supported head, the head the
-    project's own rule picks for the type."""
+    project's own rule picks for the type; `token_heads`: every type's token-classification head
+    instead (no type's default: a config's `architectures` names it)."""
     from anatomy.analysis import models
 
     found = []
     known = models.known_model_types() or frozenset()
+    if token_heads:
+        tokens = head_mappings()[models.TOKEN_CLASSIFICATION]
+        return [(model_type, tokens[model_type]) for model_type in sorted(set(tokens) & known)]
     for model_type in sorted(set().union(*head_mappings().values()) & known):  # not aliases
         head = models.head_of_type(model_type)
         if head is not None:
@@ -466,10 +474,10 @@ def working_config(model_type: str, head: str, directory: Path) -> tuple[Path, s
     return directory / "scaled" / f"{model_type}.json", "scaled", reasons["scaled"]
 
 
-def write_configs(directory: Path) -> list[tuple[str, str, Path]]:
+def write_configs(directory: Path, token_heads: bool = False) -> list[tuple[str, str, Path]]:
     directory.mkdir(parents=True, exist_ok=True)
     out = []
-    for model_type, head in architectures():
+    for model_type, head in architectures(token_heads):
         path = directory / f"{model_type}.json"
         try:
             path.write_text(json.dumps(small_config(model_type, head), indent=1))
@@ -746,9 +754,11 @@ def _cell(result: dict | None) -> str:
     return f"{'**' + status + '**' if status == 'traceback' else status}: {line[:160]}"
 
 
-def report(rows: list[dict], command: str, enumerated: list[tuple[str, str]]) -> str:
+def report(rows: list[dict], command: str, enumerated: list[tuple[str, str]],
+           token_heads: bool = False) -> str:
     """docs/COVERAGE.md from the rows measured so far; `enumerated`: every architecture, those
-    not yet measured named (a later call of the command measures them, skipping the rest)."""
+    not yet measured named (a later call of the command measures them, skipping the rest);
+    `token_heads`: docs/COVERAGE-TOKENS.md, the types' token-classification heads."""
     import datetime
     from collections import Counter
 
@@ -761,14 +771,26 @@ def report(rows: list[dict], command: str, enumerated: list[tuple[str, str]]) ->
     total = len(rows)
     measured = {row["model_type"] for row in rows}
     missing = [model_type for model_type, _ in enumerated if model_type not in measured]
+    which = (
+        "The architectures are the model types of transformers' own auto mappings for causal-LM, "
+        "sequence-classification, image-classification and sequence-to-sequence heads; each "
+        "trains the head `models.task_of` picks for its type (token-classification heads train "
+        "where a config's `architectures` names one and are no type's default: "
+        "docs/COVERAGE-TOKENS.md tries each type's). ")
+    if token_heads:
+        which = (
+            "The architectures are the model types of transformers' own token-classification "
+            "table (MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES), each with its "
+            "…ForTokenClassification head named in `architectures`, as an NER model's config "
+            "names it (no type's default: docs/COVERAGE.md has the types' own heads); a class "
+            "for every token, the config class's default labels. ")
     lines = [
-        "# Coverage: every architecture transformers ships with a head anatomy trains", "",
+        "# Coverage: every architecture transformers ships with a "
+        + ("token-classification head" if token_heads else "head anatomy trains"), "",
         f"transformers {transformers.__version__}, torch {torch.__version__}, Python "
         f"{sys.version.split()[0]}, on a CPU; written {datetime.date.today().isoformat()} by", "",
         f"    {command}", "",
-        "The architectures are the model types of transformers' own auto mappings for causal-LM, "
-        "sequence-classification, image-classification and sequence-to-sequence heads; each "
-        "trains the head `models.task_of` picks for its type. Its config is the config class's "
+        which + "Its config is the config class's "
         f"defaults, shrunk (bench/architectures.py: {LAYERS} layers, hidden size {HIDDEN}, a "
         f"{VOCAB}-token vocabulary, {EXPERTS} experts; vision models keep their stages, one "
         "block each; the sizes meet the config's own constraints: heads that divide the width, "
@@ -829,26 +851,34 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", type=Path, help="only write the small configs here")
     parser.add_argument("--only", help="comma-separated model types")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "data" / "coverage.jsonl")
+    parser.add_argument("--token-heads", action="store_true",
+                        help="each type's token-classification head (default --out and --doc: "
+                             "docs/data/coverage-tokens.jsonl, docs/COVERAGE-TOKENS.md)")
+    parser.add_argument("--out", type=Path)
     parser.add_argument("--jobs", type=int, default=1, help="architectures at once")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per architecture")
     parser.add_argument("--report", action="store_true", help="only write the report")
-    parser.add_argument("--doc", type=Path, default=ROOT / "docs" / "COVERAGE.md")
+    parser.add_argument("--doc", type=Path)
     parser.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    suffix = "-tokens" if args.token_heads else ""
+    args.out = args.out or ROOT / "docs" / "data" / f"coverage{suffix}.jsonl"
+    args.doc = args.doc or ROOT / "docs" / f"COVERAGE{suffix.upper()}.md"
     if args.serve:
         serve(args.serve)
         return 0
     if args.configs:
-        for model_type, head, path in write_configs(args.configs):
+        for model_type, head, path in write_configs(args.configs, args.token_heads):
             print(f"{model_type:32} {head:48} {path}")
         return 0
     command = args.out.with_suffix(".command")  # the command that measured, for --report
     if not args.report:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        command.write_text(f"python bench/architectures.py --jobs {args.jobs} --timeout "
-                           f"{args.timeout:g}" + (f" --only {args.only}" if args.only else ""))
-        tasks = architectures()
+        command.write_text(f"python bench/architectures.py "
+                           f"{'--token-heads ' if args.token_heads else ''}--jobs {args.jobs} "
+                           f"--timeout {args.timeout:g}"
+                           + (f" --only {args.only}" if args.only else ""))
+        tasks = architectures(args.token_heads)
         if args.only:
             wanted = set(args.only.split(","))
             tasks = [t for t in tasks if t[0] in wanted]
@@ -857,7 +887,7 @@ def main(argv: list[str] | None = None) -> int:
     latest = {row["model_type"]: row for row in rows}  # a type run again: its latest row
     args.doc.write_text(report(list(latest.values()), command.read_text().strip()
                                if command.exists() else "python bench/architectures.py",
-                               architectures()))
+                               architectures(args.token_heads), args.token_heads))
     print(f"wrote {args.doc}")
     return 0
 

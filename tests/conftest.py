@@ -215,6 +215,27 @@ def tiny() -> RunOptions:
     return TINY
 
 
+# A published token classifier (dslim/bert-base-NER: BERT base, nine CoNLL-2003 entity tags),
+# shrunk for the CPU as the published configs of tests/e2e/test_families.py are: its own
+# settings and labels, two layers of width 64, a 1,024-token vocabulary.
+NER_SMALL = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+             "num_attention_heads": 4, "vocab_size": 1024}
+
+
+def small_ner_config() -> dict:
+    published = json.loads((PROJECT / "bench" / "models" / "bert-base-ner.json").read_text())
+    return {**published, **NER_SMALL}
+
+
+@pytest.fixture
+def token_classifier(tmp_path) -> str:
+    """The small NER model's folder (its config.json), as a run names it."""
+    folder = tmp_path / "bert-ner"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(small_ner_config()))
+    return str(folder)
+
+
 @pytest.fixture
 def fresh_nvml():
     """NVML's init state is per process: tests that swap its library start and end clean."""

@@ -4,7 +4,10 @@ head class's `main_input_name` (token ids, pixel values, a raw waveform, log-mel
 its forward's parameters. The run's dataset (engine/dataset.py) and the prediction's batch
 (prediction/tracing/trainer_step.py) fill the same layout, so both hand the model the same tensors.
 
-- text: token ids (a causal LM's labels are the same ids; a classifier's one label);
+- text: token ids (a causal LM's labels are the same ids; a classifier's one label; a token
+  classifier's a class for every token: no -100 among them, since every dummy sequence is
+  `seq_len` long and a collator pads none, and the loss's cross entropy runs over every position
+  whatever its label — a tokenizer's -100 on its special tokens would change no tensor's size);
 - several codebooks per position (MusicGen: its forward takes `num_codebooks` sequences per
   sample, and labels per position and codebook): the ids of every codebook;
 - images: pixel values of the config's size; patches where the forward takes them with their
@@ -34,6 +37,7 @@ from anatomy.analysis.models import (
     IMAGE_CLASSIFICATION,
     SEQ2SEQ,
     SEQUENCE_CLASSIFICATION,
+    TOKEN_CLASSIFICATION,
     ModelError,
     ModelSpec,
 )
@@ -47,7 +51,7 @@ TOKENS = "tokens"  # token ids in the dummy data's range (`models.token_range`)
 NOISE = "noise"  # standard normal floats: pixels, waveforms, features
 ONES = "ones"  # a mask that keeps everything
 VALUES = "values"  # the entries `Tensor.values` gives (a grid's shape)
-CLASS = "class"  # a label below the head's number of labels
+CLASS = "class"  # labels below the head's number of labels: one, or one per token
 MULTI_HOT = "multi-hot"  # 0.0 or 1.0 for each of the head's labels (several labels per sample)
 COPY = "copy"  # another tensor's (`source`), transposed where `transpose`
 SHIFTED = "shifted"  # another tensor's ids (`source`) shifted right behind the start token
@@ -124,9 +128,13 @@ def _sample(spec: ModelSpec, config_key: str, seq_len: int) -> Sample:
             side, channels = _vision_size(config)
             made["pixel_values"] = Tensor((channels, side, side), NOISE)
             words = f"images {side}×{side} and {words}"
-        made["labels"] = (Tensor((seq_len, codebooks), COPY, "input_ids", transpose=True)
-                          if codebooks else Tensor((seq_len,), COPY, "input_ids")
-                          if spec.task == CAUSAL_LM else _class_labels(spec))
+        if spec.task == TOKEN_CLASSIFICATION:  # transformers' loss: cross entropy per token
+            made["labels"] = Tensor(made["input_ids"].shape, CLASS)
+            words += f", one of {spec.num_labels} labels per token"
+        else:
+            made["labels"] = (Tensor((seq_len, codebooks), COPY, "input_ids", transpose=True)
+                              if codebooks else Tensor((seq_len,), COPY, "input_ids")
+                              if spec.task == CAUSAL_LM else _class_labels(spec))
     return Sample(tuple(made.items()), low, high, spec.num_labels, spec.decoder_start_token_id,
                   words)
 

@@ -33,20 +33,27 @@ SEQUENCE_CLASSIFICATION = "sequence classification"
 CAUSAL_LM = "causal language modelling"
 IMAGE_CLASSIFICATION = "image classification"
 SEQ2SEQ = "sequence to sequence"
-TASKS = (SEQUENCE_CLASSIFICATION, CAUSAL_LM, IMAGE_CLASSIFICATION, SEQ2SEQ)
-NUM_LABELS = 2  # the walkthrough's binary labels, for sequence classification
+TOKEN_CLASSIFICATION = "token classification"  # a label per token: named entities, parts of speech
+TASKS = (SEQUENCE_CLASSIFICATION, CAUSAL_LM, IMAGE_CLASSIFICATION, SEQ2SEQ, TOKEN_CLASSIFICATION)
+# The tasks whose head is a classifier of the config's labels (`ModelSpec.num_labels`).
+CLASSIFICATIONS = (SEQUENCE_CLASSIFICATION, IMAGE_CLASSIFICATION, TOKEN_CLASSIFICATION)
+NUM_LABELS = 2  # the walkthrough's binary labels, for a classifier whose config names none
 IMAGE_SIZE = 224  # what image classifiers train on when their config names no size
 
 # transformers' own tables of the heads (models/auto/modeling_auto.py), per task. A model type
 # without `architectures` trains the first of these its type has (an encoder with a masked-LM
-# head classifies sequences, as the walkthrough's BERT does).
+# head classifies sequences, as the walkthrough's BERT does); token classification only where the
+# config's `architectures` names its head (a type's token head is never its default).
 TASK_MAPPINGS: dict[str, tuple[str, ...]] = {
     IMAGE_CLASSIFICATION: ("MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES",),
     SEQ2SEQ: ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
               "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES"),
     CAUSAL_LM: ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",),
     SEQUENCE_CLASSIFICATION: ("MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",),
+    TOKEN_CLASSIFICATION: ("MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES",),
 }
+_HEADS_TRAINED = ("causal-LM, sequence-classification, token-classification, "
+                  "image-classification and sequence-to-sequence heads")  # for a refusal
 _ENCODER_MAPPING = "MODEL_FOR_MASKED_LM_MAPPING_NAMES"
 # Heads that are no task of their own: the type's task trains instead.
 _BODY_MAPPINGS = ("MODEL_MAPPING_NAMES", "MODEL_FOR_PRETRAINING_MAPPING_NAMES", _ENCODER_MAPPING)
@@ -62,6 +69,7 @@ _HEADS_BY_SUFFIX = (
     ("LMHeadModel", CAUSAL_LM),
     ("ForConditionalGeneration", SEQ2SEQ),
     ("ForSequenceClassification", SEQUENCE_CLASSIFICATION),
+    ("ForTokenClassification", TOKEN_CLASSIFICATION),
     ("ForMaskedLM", SEQUENCE_CLASSIFICATION),
     ("ForPreTraining", SEQUENCE_CLASSIFICATION),
     ("Model", SEQUENCE_CLASSIFICATION),
@@ -222,8 +230,9 @@ class ModelSpec:
     @property
     def num_labels(self) -> int:
         """Labels of the classification head: the config's (num_labels, else its id2label's),
-        else 2 (the walkthrough's binary labels); a causal LM's labels are its input ids."""
-        if self.task in (IMAGE_CLASSIFICATION, SEQUENCE_CLASSIFICATION):
+        else 2 (the walkthrough's binary labels); a causal LM's labels are its input ids.
+        `check_config` refuses a classifier's num_labels below 1."""
+        if self.task in CLASSIFICATIONS:
             count = self.config.get("num_labels")
             if isinstance(count, int) and not isinstance(count, bool) and count > 0:
                 return count
@@ -375,8 +384,7 @@ def task_and_head(config: Mapping[str, Any]) -> tuple[str, str | None]:
                                                                     {}).values():
             raise ModelError(
                 f"model: {architecture} is a model of {len(towers)} towers ({', '.join(towers)}) "
-                "trained by contrasting them, with no task head: anatomy trains causal-LM, "
-                "sequence-classification, image-classification and sequence-to-sequence heads")
+                f"trained by contrasting them, with no task head: anatomy trains {_HEADS_TRAINED}")
     head = head_of_type(model_type) if isinstance(model_type, str) else None
     if head is not None:
         return _decoder_only(_task_of_class(head), config), head
@@ -388,8 +396,8 @@ def task_and_head(config: Mapping[str, Any]) -> tuple[str, str | None]:
 
 
 def _refuse_other_head(architecture: str, model_type: object) -> None:
-    """ModelError for a head of a task anatomy does not train (token classification, question
-    answering…), where transformers' tables list it: the type's own head would be trained in its
+    """ModelError for a head of a task anatomy does not train (question answering, multiple
+    choice…), where transformers' tables list it: the type's own head would be trained in its
     place — for a decoder, a vocabulary-wide output the user's model does not have."""
     tables = auto_mappings()
     table = next((m for m, heads in tables.items()
@@ -399,8 +407,8 @@ def _refuse_other_head(architecture: str, model_type: object) -> None:
     what = table.removeprefix("MODEL_FOR_").removesuffix("_MAPPING_NAMES").lower()
     instead = tables.get("MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES", {}).get(model_type)
     raise ModelError(
-        f"model: {architecture} is a {what.replace('_', ' ')} head: anatomy trains causal-LM, "
-        "sequence-classification, image-classification and sequence-to-sequence heads"
+        f"model: {architecture} is a {what.replace('_', ' ')} head: anatomy trains "
+        f"{_HEADS_TRAINED}"
         + (f" (architectures: [\"{instead}\"] predicts the same body with one)" if instead
            else ""))
 
@@ -517,6 +525,10 @@ MAX_NAME = 1024  # characters: no preset, path or Hub id is longer
 # is a mistake or a trace of hours.
 MAX_LAYERS = 1000
 MAX_PARAMETERS = 10**13
+# A classifier's labels: transformers' config names every one (id2label), a second a million, so
+# a count of billions is hours and gigabytes before anything is built; published heads have tens
+# of thousands (ImageNet-21k's 21,843).
+MAX_LABELS = 1_000_000
 
 
 def _exists(path: Path) -> bool:
@@ -661,7 +673,15 @@ def check_config(spec: ModelSpec) -> None:
             and not any(k.endswith(("head_dim", "kv_channels")) for k in config):
         raise ModelError(f"{where}: hidden size {hidden} is not divisible by the "
                          f"{heads} attention heads")
-    task_and_head(config)  # a head of no task anatomy trains, two towers: refused here, in a line
+    task = task_of(config)  # a head of no task anatomy trains, two towers: refused here, in a line
+    labels = config.get("num_labels")
+    if task in CLASSIFICATIONS and isinstance(labels, int) and not isinstance(labels, bool) \
+            and not 1 <= labels <= MAX_LABELS:
+        # transformers builds no classifier for 0 labels (an identity, or a layer of no outputs),
+        # and the Trainer's loss needs one: a class per token, per sequence or per image.
+        raise ModelError(f"{where}: num_labels must be 1 to {MAX_LABELS:,} for {task} (the "
+                         f"classes its head scores), got "
+                         f"{f'{labels:,}' if abs(labels) < 10**15 else _number_text(labels)}")
 
 
 def check_config_class(spec: ModelSpec) -> None:
@@ -879,7 +899,7 @@ def _modules(spec: ModelSpec, config_key: str) -> tuple[tuple[Layer, ...], froze
 
 def _is_classifier(module, spec: ModelSpec) -> bool:
     """A classification head's output layer: it makes the labels' scores."""
-    return spec.task in (SEQUENCE_CLASSIFICATION, IMAGE_CLASSIFICATION) and \
+    return spec.task in CLASSIFICATIONS and \
         getattr(module, "out_features", None) == spec.num_labels
 
 
@@ -1029,7 +1049,8 @@ def transformers_config(spec: ModelSpec):
 _AUTO_CLASSES = {SEQUENCE_CLASSIFICATION: ("AutoModelForSequenceClassification",),
                  CAUSAL_LM: ("AutoModelForCausalLM",),
                  IMAGE_CLASSIFICATION: ("AutoModelForImageClassification",),
-                 SEQ2SEQ: ("AutoModelForSeq2SeqLM", "AutoModelForSpeechSeq2Seq")}
+                 SEQ2SEQ: ("AutoModelForSeq2SeqLM", "AutoModelForSpeechSeq2Seq"),
+                 TOKEN_CLASSIFICATION: ("AutoModelForTokenClassification",)}
 
 
 def head_class(spec: ModelSpec):
@@ -1175,7 +1196,8 @@ def apply_lora(model, spec: ModelSpec, rank: int, targets: tuple[str, ...] = ())
     from peft import LoraConfig, TaskType, get_peft_model
 
     task_type = {SEQUENCE_CLASSIFICATION: TaskType.SEQ_CLS, CAUSAL_LM: TaskType.CAUSAL_LM,
-                 SEQ2SEQ: TaskType.SEQ_2_SEQ_LM}.get(spec.task)
+                 SEQ2SEQ: TaskType.SEQ_2_SEQ_LM,
+                 TOKEN_CLASSIFICATION: TaskType.TOKEN_CLS}.get(spec.task)
     if getattr(model, "main_input_name", "input_ids") != "input_ids":
         task_type = None  # peft's seq2seq wrapper passes token ids, not audio: no task
     config = LoraConfig(r=rank, target_modules=list(lora_target_modules(spec, targets)),

@@ -45,7 +45,9 @@ class Field:
 
 FIELDS: dict[str, Field] = {f.name: f for f in (
     Field("model", "Model", "a shipped preset, a path to a config.json or a model folder, or a Hub"
-          " id in the local cache", choices=tuple(PRESETS), free_text=True),
+          " id in the local cache; its head follows the config's architectures: a causal LM, a "
+          "sequence, token or image classifier, or sequence to sequence", choices=tuple(PRESETS),
+          free_text=True),
     Field("batch_size", "Batch size", "per_device_train_batch_size", 1, 4096),
     Field("seq_len", "Sequence length", "tokens per sequence, at most the model's positions "
           "(a sequence-to-sequence model's source and target each; image models take their "

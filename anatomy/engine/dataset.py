@@ -1,7 +1,8 @@
 """The dummy dataset a run trains on: the walkthrough's random data, shaped for the model's task
 head as analysis/dummy_data.py lays a sample out (token ids in [100, 30000) within the
-vocabulary, the walkthrough's labels 0 or 1, random pixels, waveforms or features). Items are
-made when asked for (numpy only: the baseline phase loads no torch), the same for the same seed.
+vocabulary, the walkthrough's labels 0 or 1 — a sequence's, or each token's —, random pixels,
+waveforms or features). Items are made when asked for (numpy only: the baseline phase loads no
+torch), the same for the same seed.
 """
 
 from __future__ import annotations
@@ -62,8 +63,9 @@ def _filled(tensor: dummy_data.Tensor, sample: dummy_data.Sample, made: dict, rn
         return np.ones(tensor.shape, dtype=np.int64)
     if tensor.fill == dummy_data.VALUES:
         return np.array(tensor.values, dtype=np.int64)
-    if tensor.fill == dummy_data.CLASS:
-        return int(rng.integers(0, sample.num_labels))
+    if tensor.fill == dummy_data.CLASS:  # a sequence's label, or a token classifier's per token
+        return rng.integers(0, sample.num_labels, tensor.shape, dtype=np.int64) if tensor.shape \
+            else int(rng.integers(0, sample.num_labels))
     if tensor.fill == dummy_data.MULTI_HOT:
         return rng.integers(0, 2, tensor.shape).astype(np.float32)
     source = made[tensor.source]

@@ -119,6 +119,18 @@ def test_predict_the_largest_batch_size():
     assert ": ≥ 4096 (peak" in words.stdout
 
 
+def test_predict_a_token_classifier_prints_its_task_and_its_per_token_labels(token_classifier):
+    """A published NER model (shrunk: tests/conftest.py) was refused as a head anatomy did not
+    train. (Its prediction is the CPU run's: tests/e2e/test_families.py.)"""
+    result = predict("--model", token_classifier, "--seq-len", "32", "--batch-size", "2",
+                     "--device", "cpu")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(
+        "bert-ner (166,089 parameters, token classification), batch size 2, sequence length 32, "
+        "one of 9 labels per token, fp32, adamw_torch\n")
+    assert "this run should need about" in result.stdout.splitlines()[-1]
+
+
 def test_a_bad_model_is_one_line_and_starts_nothing(tmp_path):
     bad = tmp_path / "config.json"
     bad.write_text('{"model_type": "llama", "hidden_size": 66, "num_attention_heads": 4}')

@@ -20,6 +20,7 @@ import pytest
 from anatomy.analysis.options import RunOptions, validate
 from anatomy.analysis.prediction import PredictionError, predict
 from anatomy.engine import protocol
+from tests.conftest import small_ner_config
 
 FAMILIES = {
     "mixtral": "a mixture of experts (the grouped matmul)",
@@ -163,6 +164,31 @@ def test_a_published_configs_settings_predict_what_the_cpu_run_measures(trained,
     options = RunOptions(model=str(path.parent), batch_size=2, seq_len=32, dataset_size=4,
                          max_steps=2)
     # the config class's own check is the prediction's too (no child interpreter's seconds)
+    assert validate(options, gpu_count=0, config_class=False) == {}
+    predicted = predict(options, device="cpu")
+    measured = trained(options)
+    assert {k: getattr(predicted, k) for k in COMPARED} == \
+        {k: getattr(measured, k) for k in COMPARED}
+
+
+# Token classifiers as the Trainer trains them (peft's token-classification model with LoRA: the
+# Trainer finds its labels through the wrapper): the published NER model, shrunk, and a decoder's
+# token head.
+TOKEN_CLASSIFIERS = {
+    "bert-base-ner": (small_ner_config(), 8),
+    "llama-tagger": ({**_SMALL, "model_type": "llama", "num_key_value_heads": 2,
+                      "architectures": ["LlamaForTokenClassification"], "num_labels": 5}, 0),
+}
+
+
+@pytest.mark.parametrize("name", TOKEN_CLASSIFIERS)
+def test_a_token_classifier_predicts_what_the_cpu_run_measures(trained, tmp_path, name):
+    config, rank = TOKEN_CLASSIFIERS[name]
+    path = tmp_path / name / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(config))
+    options = RunOptions(model=str(path.parent), batch_size=2, seq_len=32, dataset_size=4,
+                         max_steps=2, lora_rank=rank)
     assert validate(options, gpu_count=0, config_class=False) == {}
     predicted = predict(options, device="cpu")
     measured = trained(options)

@@ -8,6 +8,7 @@ for `make test`, not the edit loop (the prediction's parts: tests/unit/test_pred
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 import torch
@@ -19,6 +20,7 @@ from anatomy.analysis.prediction.device_constants import DEFAULT
 from anatomy.analysis.prediction.tracing.record import record
 from anatomy.analysis.prediction.tracing.tracker import LiveTensors, Timeline
 from anatomy.analysis.prediction.tracing.trainer_step import StepOptions, TrainerStep
+from tests.conftest import small_ner_config
 
 MIB = 2**20
 STEPS = 2  # the first step and a steady one
@@ -40,6 +42,15 @@ SECOND = [
 # measures (every optimizer on every architecture, 30 cases, passed at 34f0e27).
 ARCHITECTURES = {"tiny": FIRST, "tiny-gpt2": SECOND, "tiny-llama": FIRST, "tiny-qwen2": SECOND,
                  "tiny-vit": SECOND}
+# Token classifiers, by their configs: the published NER model's shrunk (an encoder), and a decoder
+# with a token head (a label per token of its own; its type's default is a causal LM). Their
+# layers are tiny-bert's and tiny-llama's: what is new is the head, its per-token labels and loss.
+TOKEN_CLASSIFIERS = {
+    "bert-ner": (small_ner_config(), [FIRST[0], FIRST[2]]),
+    "llama-tagger": ({**models.PRESETS["tiny-llama"].config_dict(),
+                      "architectures": ["LlamaForTokenClassification"], "num_labels": 5},
+                     [SECOND[1]]),
+}
 # Peak and weights may differ by a few bytes: indexing with a Python list makes its index tensor
 # outside the dispatcher on real tensors (unseen), through it on fake ones (seen).
 TOLERANCE = 1024
@@ -79,8 +90,22 @@ def predicted_step(spec, options: StepOptions, lora_rank: int = 0):
                                             for case in half],
                          ids=lambda v: v if isinstance(v, str) else "-".join(map(str, v)))
 def test_the_cpu_prediction_is_the_real_live_tensor_peak(name, case):
+    assert_exact(models.resolve(name), case)
+
+
+@pytest.mark.parametrize(("name", "case"), [(name, case) for name, (_, cases)
+                                            in TOKEN_CLASSIFIERS.items() for case in cases],
+                         ids=lambda v: v if isinstance(v, str) else "-".join(map(str, v)))
+def test_a_token_classifier_s_cpu_prediction_is_the_real_live_tensor_peak(tmp_path, name, case):
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(TOKEN_CLASSIFIERS[name][0]))
+    spec = models.resolve(str(path))
+    assert spec.task == models.TOKEN_CLASSIFICATION
+    assert_exact(spec, case)
+
+
+def assert_exact(spec, case) -> None:
     precision, checkpointing, accumulation, optim, rank = case
-    spec = models.resolve(name)
     options = StepOptions(precision, checkpointing, accumulation, optim, 2,
                           0 if spec.task == models.IMAGE_CLASSIFICATION else 16)
     real = real_step(spec, options, rank)

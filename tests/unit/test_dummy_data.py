@@ -130,3 +130,20 @@ def test_speech_features_without_their_size_are_refused_in_one_line_before_a_run
 def test_an_image_classifier_by_a_text_prompt_is_refused_for_what_it_is(tmp_path):
     with pytest.raises(models.ModelError, match="classifies an image by a text prompt"):
         dummy_data.sample(spec_of(tmp_path, "shieldgemma2"), SEQ_LEN)
+
+
+def test_a_token_classifier_s_labels_are_a_class_for_every_token(token_classifier):
+    """DataCollatorForTokenClassification's labels: one per position. The dummy sequences are
+    all `seq_len` long, so no position is padding (no -100)."""
+    spec = models.resolve(token_classifier)
+    collated = DummyDataset(spec, 4, SEQ_LEN, seed=0).batch(2)
+    traced = make_batch(spec, 2, SEQ_LEN)
+    for batch in (collated, traced):
+        assert set(batch) == {"input_ids", "labels"}
+        assert tuple(batch["labels"].shape) == tuple(batch["input_ids"].shape) == (2, SEQ_LEN)
+        assert str(batch["labels"].dtype) == "torch.int64"
+        assert 0 <= int(batch["labels"].min()) and int(batch["labels"].max()) < 9
+    assert dummy_data.sample(spec, SEQ_LEN).words == \
+        f"sequence length {SEQ_LEN}, one of 9 labels per token"
+    model, _ = models.build_model(spec, "cpu", pretrained=False)
+    assert model(**collated).loss.ndim == 0

@@ -320,3 +320,19 @@ def test_what_fits_does_not_answer_for_several_processes_with_one_processs_batch
         assert forecast.line is None
         assert forecast.warning.startswith("What fits? answers for one process alone, not for "
                                            f"{options.world_size} ({options.strategy})")
+
+
+def test_a_token_classifier_typed_into_the_form_is_predicted(store, token_classifier):
+    """The published NER model's config (shrunk), typed in: its prediction, where the form said
+    it was a head anatomy does not train. The field's help names the heads it trains."""
+    # Loaded here: transformers' checks of the config run in this process, not in a child's.
+    import transformers  # noqa: F401
+
+    app = AppTest.from_file(APP, default_timeout=60).run()
+    assert "token or image classifier" in app.selectbox(key="option_model").help
+    _type_model(app, token_classifier)
+    app.number_input(key="option_seq_len").set_value(32)
+    app.button(key="predict").click().run()
+    assert not app.exception and not app.error
+    assert any(info.value.startswith("This run should need about") for info in app.info)
+    assert store.runs() == []

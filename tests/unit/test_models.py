@@ -16,9 +16,11 @@ from anatomy.analysis.models import (
     PRESETS,
     SEQ2SEQ,
     SEQUENCE_CLASSIFICATION,
+    TOKEN_CLASSIFICATION,
     ModelError,
 )
 from anatomy.analysis.options import RunOptions, validate
+from tests.conftest import small_ner_config
 
 TINY = ("tiny", "tiny-gpt2", "tiny-llama", "tiny-qwen2", "tiny-vit")
 # The published models' parameter counts (with the head the task adds: 2 labels for BERT's
@@ -124,11 +126,20 @@ LLAMA = json.loads(PRESETS["tiny-llama"].config_path.read_text())
     ({"model_type": "clip", "architectures": ["CLIPModel"], "text_config": {},
       "vision_config": {}}, "CLIPModel is a model of 2 towers"),
     # a head of another task: the type's causal-LM head was trained in its place, silently
-    ({**LLAMA, "architectures": ["LlamaForTokenClassification"]},
-     'a token classification head: anatomy trains causal-LM, sequence-classification, '
-     'image-classification and sequence-to-sequence heads (architectures: '
+    ({**LLAMA, "architectures": ["LlamaForQuestionAnswering"]},
+     'a question answering head: anatomy trains causal-LM, sequence-classification, '
+     'token-classification, image-classification and sequence-to-sequence heads (architectures: '
      '["LlamaForSequenceClassification"] predicts the same body with one)'),
-    ({**LLAMA, "architectures": ["LlamaForQuestionAnswering"]}, "a question answering head"),
+    ({**PRESETS["tiny"].config_dict(), "architectures": ["BertForMultipleChoice"]},
+     "BertForMultipleChoice is a multiple choice head"),
+    # a classifier of no classes: transformers builds none, or one of no outputs
+    ({**small_ner_config(), "num_labels": 0},
+     "num_labels must be 1 to 1,000,000 for token classification (the classes its head scores), "
+     "got 0"),
+    ({**PRESETS["tiny"].config_dict(), "num_labels": -2},
+     "num_labels must be 1 to 1,000,000 for sequence classification"),
+    # transformers' config names every label: a trillion hung the check for hours
+    ({**small_ner_config(), "num_labels": 10**12}, "got 1,000,000,000,000"),
 ])
 def test_a_bad_config_is_one_line_naming_what_is_wrong(tmp_path, config, words):
     errors = validate(RunOptions(model=_write(tmp_path, config)), gpu_count=0)
@@ -495,3 +506,58 @@ def test_a_text_classifier_has_its_configs_labels(tmp_path, labels, count):
     spec = models.resolve(str(path))
     model, _ = models.build_model(spec, "meta", pretrained=False)
     assert spec.num_labels == model.config.num_labels == model.classifier.out_features == count
+
+
+def test_a_token_classifier_trains_its_own_head_with_its_configs_labels(token_classifier):
+    """A published NER model (BertForTokenClassification, nine entity tags in its id2label) was
+    refused as a head of a task anatomy did not train."""
+    spec = models.resolve(token_classifier)
+    assert (spec.task, spec.head, spec.num_labels) == (
+        TOKEN_CLASSIFICATION, "BertForTokenClassification", 9)
+    model, _ = models.build_model(spec, "meta", pretrained=False)
+    assert type(model).__name__ == "BertForTokenClassification"
+    assert model.config.num_labels == model.classifier.out_features == 9
+    assert validate(RunOptions(model=token_classifier, seq_len=16), gpu_count=0,
+                    config_class=False) == {}
+
+
+@pytest.mark.parametrize("head, labels, count", [
+    ("LlamaForTokenClassification", {"num_labels": 5}, 5),
+    ("Qwen2ForTokenClassification", {"id2label": {str(i): f"tag {i}" for i in range(7)}}, 7),
+    ("LlamaForTokenClassification", {}, models.NUM_LABELS)])
+def test_a_decoder_with_a_token_head_classifies_its_tokens(tmp_path, head, labels, count):
+    """A decoder's token head is its config's, not the type's causal LM (a vocabulary-wide
+    output the user's model does not have)."""
+    preset = "tiny-qwen2" if head.startswith("Qwen2") else "tiny-llama"
+    path = tmp_path / "tagger.json"
+    path.write_text(json.dumps({**PRESETS[preset].config_dict(), "architectures": [head],
+                                **labels}))
+    spec = models.resolve(str(path))
+    assert (spec.task, spec.head, spec.num_labels) == (TOKEN_CLASSIFICATION, head, count)
+    model, _ = models.build_model(spec, "meta", pretrained=False)
+    assert model.score.out_features == count and model.get_output_embeddings() is None
+
+
+def test_an_encoder_without_a_token_head_still_classifies_sequences():
+    """The type's default is never its token head: BERT's masked-LM config classifies sequences,
+    as the walkthrough's does."""
+    assert models.resolve("tiny").task == SEQUENCE_CLASSIFICATION
+    assert models.task_of({"model_type": "bert"}) == SEQUENCE_CLASSIFICATION
+    assert models.task_of({"model_type": "bert", "architectures": ["BertForTokenClassification"]}
+                          ) == TOKEN_CLASSIFICATION
+
+
+def test_lora_on_a_token_classifier_trains_the_adapters_and_its_head(token_classifier):
+    """peft's token-classification model: the classifier is no adapter's target (not even
+    all-linear's) and trains whole beside the adapters."""
+    spec = models.resolve(token_classifier)
+    assert "classifier" not in models.lora_target_modules(spec, (models.ALL_LINEAR,))
+    assert models.default_lora_targets(spec) == ("query", "value")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        lora, _ = models.build_model(spec, "meta", lora_rank=4, pretrained=False)
+    assert type(lora).__name__ == "PeftModelForTokenClassification"
+    trainable = [n for n, p in lora.named_parameters() if p.requires_grad]
+    assert {n for n in trainable if "lora_" not in n} == {
+        "base_model.model.classifier.modules_to_save.default.weight",
+        "base_model.model.classifier.modules_to_save.default.bias"}

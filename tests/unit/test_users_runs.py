@@ -9,12 +9,13 @@ import re
 import pytest
 
 from anatomy.analysis import breakdown
+from anatomy.analysis.prediction import Prediction
 from anatomy.analysis.report import report, run_rows
 from anatomy.views import anatomy as anatomy_view
 from anatomy.views import compare, text
 from anatomy.views import live as live_view
 from anatomy.views import runs as runs_view
-from tests.conftest import USERS_PARAMETERS
+from tests.conftest import USERS_PARAMETERS, small_ner_config
 
 
 def test_compare_shows_only_the_options_a_users_run_reported(store, seed, seed_users):
@@ -207,3 +208,18 @@ def test_a_users_model_that_cannot_be_predicted_is_named_by_its_class(store, see
     reason = breakdown.predicted(report(store, run_id)).reason
     assert reason == ("model: BertForSequenceClassification: transformers does not know "
                       "model_type 'nonsense_arch'")
+
+
+def test_a_users_token_classifier_is_predicted_with_its_own_head(store, seed_users):
+    """A Trainer fine-tuning an NER model with the callback: the config it recorded names
+    BertForTokenClassification, which the Anatomy page refused ("a token classification head:
+    anatomy trains …"); it predicts that head, its nine labels, a class for every token."""
+    import transformers  # noqa: F401 - the config checked in this process, not in a child's
+
+    run_id = seed_users("trainer")
+    environment = store.run(run_id).environment.to_dict()
+    store.update_run(run_id, environment={**environment, "model_config": small_ner_config(),
+                                          "model_class": "BertForTokenClassification"})
+    predicted = breakdown.predicted(report(store, run_id))
+    assert isinstance(predicted, Prediction), predicted
+    assert predicted.parameters == 166_089  # the shrunk NER BERT, its classifier of 9 labels

@@ -1,0 +1,1 @@
+python bench/architectures.py --token-heads --jobs 2 --timeout 300
