@@ -12,6 +12,7 @@ from typing import Any
 
 from anatomy.analysis import models
 from anatomy.analysis.models import IMAGE_CLASSIFICATION, PRESETS, ModelError, default_preset
+from anatomy.store import checks
 from anatomy.vocabulary import Precision, Strategy
 
 PRECISIONS = Precision.values()
@@ -296,7 +297,7 @@ def _process_errors(options: RunOptions, gpu_count: int, errors: dict[str, str],
         return {"gpus": f"gpus: {options.gpus!r} has an empty entry: name each GPU once,"
                         " comma-separated (e.g. 0,1)"}
     for entry in entries:
-        if not (entry.isascii() and entry.isdigit()):  # "²" is a digit int() refuses
+        if checks.digits(entry) is None:
             found["gpus"] = f"gpus: {entry!r} is not a GPU index (comma-separated, e.g. 0,1)"
         elif entries.count(entry) > 1:
             found["gpus"] = f"gpus: GPU {entry} is named twice"

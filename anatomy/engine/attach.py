@@ -40,7 +40,7 @@ from anatomy.engine.exits import ExitWatch, ending_of, on_stop_signals
 from anatomy.engine.locks import DeviceBusy, DeviceLock, gpu_key
 from anatomy.engine.recording import FIRST_SAMPLE_TIMEOUT, Recording, environment_facts
 from anatomy.engine.reporter import Reporter
-from anatomy.store import RunFacts, RunSource, Step, Store, StoreError
+from anatomy.store import RunFacts, RunSource, Step, Store, StoreError, checks
 from anatomy.vocabulary import Phase, SourceKind, Status
 
 DEFAULT_SAMPLE_RATE = 200
@@ -54,22 +54,20 @@ _exits: ExitWatch | None = None
 def _rank() -> int:
     """This process's rank under torchrun / accelerate launch (0 alone)."""
     for name in ("RANK", "LOCAL_RANK"):
-        value = os.environ.get(name, "")
-        if value.isdigit():
-            return int(value)
+        rank = checks.digits(os.environ.get(name, ""))
+        if rank is not None:
+            return rank
     return 0
 
 
 def launched_world_size() -> int:
     """WORLD_SIZE as torchrun and accelerate launch set it (1 alone, or unreadable)."""
-    value = os.environ.get("WORLD_SIZE", "")
-    return int(value) if value.isdigit() and int(value) > 0 else 1
+    return checks.digits(os.environ.get("WORLD_SIZE", "")) or 1
 
 
 def _local_rank() -> int | None:
     """This process's LOCAL_RANK under a launcher (its GPU among the visible ones); None alone."""
-    value = os.environ.get("LOCAL_RANK", "")
-    return int(value) if value.isdigit() else None
+    return checks.digits(os.environ.get("LOCAL_RANK", ""))
 
 
 def _allocator() -> tuple[int | None, int | None]:

@@ -40,7 +40,7 @@ from anatomy.engine.endings import Ending, death, exit_status, oom_in, shell_dea
 from anatomy.engine.locks import DeviceBusy, gpu_key, take_all
 from anatomy.engine.processes import LIST_SECONDS, Tree, end_tree
 from anatomy.engine.recording import FIRST_SAMPLE_TIMEOUT, Recording, environment_facts
-from anatomy.store import PhaseMark, RunFacts, RunSource, Store, StoreError, TrainingSummary
+from anatomy.store import PhaseMark, RunFacts, RunSource, Store, StoreError, TrainingSummary, checks
 from anatomy.units import mib
 from anatomy.vocabulary import Phase, SourceKind, Status
 
@@ -136,11 +136,12 @@ def choose_devices(info: Machine, gpus: str | None) -> list[Device]:
     chosen = []
     for word in gpus.split(","):
         word = word.strip()
-        if not word.isdigit() or int(word) >= info.gpu_count:
+        index = checks.digits(word)
+        if index is None or index >= info.gpu_count:
             visible = f"0 to {info.gpu_count - 1}" if info.gpu_count else "none: no GPU here"
             raise WatchRefused(f"--gpus: {word!r} is not a visible GPU ({visible})")
-        if info.devices[int(word)] not in chosen:
-            chosen.append(info.devices[int(word)])
+        if info.devices[index] not in chosen:
+            chosen.append(info.devices[index])
     return chosen
 
 

@@ -53,6 +53,19 @@ def shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def digits(word: str, high: int = MAX_INTEGER) -> int | None:
+    """A whole number as a person or a launcher writes one ("7", "007") up to `high`: ASCII
+    digits alone, or None. str.isdigit() alone lets through "²", which int() refuses, and "٣",
+    which int() reads as 3: every index, id, port and rank typed or set in the environment is
+    read here. Thousands of digits are refused before int(), which raises on them."""
+    if not (word.isascii() and word.isdigit()):
+        return None
+    significant = word.lstrip("0") or "0"
+    if len(significant) > len(str(high)) or int(significant) > high:
+        return None
+    return int(significant)
+
+
 def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 

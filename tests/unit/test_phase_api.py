@@ -51,3 +51,20 @@ def test_a_step_that_no_import_would_take_is_refused_at_the_call(kwargs, words):
         run.step(**kwargs)
     assert str(refused.value) == words
     run.step(loss=0.5, step=0, total=0)  # a step 0 and an unknown length are the user's to say
+
+
+@pytest.mark.parametrize("rank, local, world, read", [
+    ("1", "1", "2", (1, 1, 2)),
+    ("²", "1", "2", (1, 1, 2)),      # RANK unreadable: LOCAL_RANK is the rank
+    ("٣", "²", "٣", (0, None, 1)),   # nothing readable: one process alone
+    ("", "", "0", (0, None, 1)),
+])
+def test_a_launchers_rank_and_world_size_are_read_as_ascii_digits(rank, local, world, read,
+                                                                  monkeypatch):
+    """anatomy.start() under RANK=² raised int()'s ValueError in the user's script ("²" is a digit
+    to str.isdigit()), and RANK=٣ was read as rank 3."""
+    from anatomy.engine import attach
+
+    for name, value in (("RANK", rank), ("LOCAL_RANK", local), ("WORLD_SIZE", world)):
+        monkeypatch.setenv(name, value)
+    assert (attach._rank(), attach._local_rank(), attach.launched_world_size()) == read

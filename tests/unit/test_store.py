@@ -5,9 +5,11 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from anatomy.analysis.options import RunOptions
 from anatomy.analysis.report import report
-from anatomy.store import GpuProcess, GpuStatus, HostStatus, PhaseMark, Sample, Step, Store
+from anatomy.store import GpuProcess, GpuStatus, HostStatus, PhaseMark, Sample, Step, Store, checks
 from anatomy.store.liveness import ENDED_WITHOUT_A_WORD, Recorder
 from anatomy.units import MIB
 
@@ -200,3 +202,11 @@ def test_a_run_whose_recorder_is_gone_reads_as_ended_and_nothing_is_written(stor
     assert report(store, ids["gone"]).phase("baseline").done  # read as ending at its last sample
     assert store.run(ids["gone"], as_recorded=True).status == "running"  # nothing was written
     assert store.path.read_bytes() == before
+
+
+@pytest.mark.parametrize("word, number", [
+    ("7", 7), ("007", 7), ("0", 0), (str(2**63 - 1), 2**63 - 1), (str(2**63), None),
+    ("", None), ("-1", None), ("+1", None), (" 1", None), ("1.0", None), ("²", None),
+    ("٣", None), ("9" * 5000, None), ("0" * 5000 + "1", 1)])
+def test_a_number_typed_or_set_is_ascii_digits_alone(word, number):
+    assert checks.digits(word) == number
