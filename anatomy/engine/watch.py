@@ -189,6 +189,7 @@ class Watch:
         self.recording: Recording | None = None
         self.output = _Output()
         self.marked_phases = False
+        self.lowest_marking: int | None = None  # the rank whose phase ends are printed
         self.asked: list[int] = []  # the signals that stop the command, as they came
         self.started = 0.0  # the run's clock when the command started
         self._ended: queue_module.SimpleQueue = queue_module.SimpleQueue()  # phase ends to print
@@ -246,14 +247,17 @@ class Watch:
     def _observe(self, message) -> None:
         """Every rank's phase marks and steps, each stored with its rank (issue 12); the first
         word of a rank other than 0 makes the run one of several processes (its GPU: the rank's
-        LOCAL_RANK among the command's visible GPUs). Only rank 0's phase ends are printed."""
+        LOCAL_RANK among the command's visible GPUs). Only the phase ends of the lowest rank that
+        marked one are printed (rank 0's, unless its script never called anatomy.start())."""
         if isinstance(message, (protocol.Phase, protocol.StepReport)):
             rank = message.source.rank or 0
             if rank and rank not in self.ranks:
                 self._join(rank, message.source.device)
             if isinstance(message, protocol.Phase):
                 self.marked_phases = True
-                if message.mark.edge == "end" and not rank:
+                if self.lowest_marking is None or rank < self.lowest_marking:
+                    self.lowest_marking = rank
+                if message.mark.edge == "end" and rank == self.lowest_marking:
                     self._ended.put(message.mark)
 
     def _join(self, rank: int, local: int | None) -> None:
