@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 from anatomy.analysis.options import FIELDS, RunOptions, defaults_for
@@ -28,6 +29,12 @@ class Parser(argparse.ArgumentParser):
         kwargs.setdefault("epilog", EXIT_CODES)
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
         super().__init__(*args, **kwargs)
+
+    def _print_message(self, message: str, file=None) -> None:
+        """As argparse's, but a failed write is not dropped: `--help | head` ends as every
+        command does when its reader leaves (cli.entry: 141), not with status 0."""
+        if message:
+            (file or sys.stderr).write(message)
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:

@@ -30,11 +30,17 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """The command's exit status (EXIT_CODES); every error is one line on stderr."""
     index_once()  # a command that loads transformers (predict, sweep) reads its models once
-    args = parser().parse_args(argv)
     output = _Output(sys.stdout)
     sys.stdout = output
+    args = None
     try:
-        return args.func(args)
+        try:
+            args = parser().parse_args(argv)  # --help and --version print here, and exit
+            return args.func(args)
+        finally:
+            # What the buffer holds, written while a reader that left can still be told apart:
+            # at Python's exit it is "Exception ignored … BrokenPipeError" and status 120.
+            output.flush()
     except StoreError as error:
         print(f"error: the store {error}", file=sys.stderr)
         return 1 if error.full else 2
@@ -43,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 1
     except BrokenPipeError:
-        # The reader left (`runs | head`): say nothing more, and let Python's exit say nothing
+        # The reader left (`runs | head`, `--help | head`, `run | head`): every command ends
+        # alike, 141 and nothing on stderr (as a SIGPIPE would), and Python's exit says nothing
         # either (its final flush would fail on the same pipe).
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
