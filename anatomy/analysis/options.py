@@ -232,6 +232,10 @@ def validate(options: RunOptions, gpu_count: int, *, resolve_model: bool = True,
         if wrong:
             errors["lora_targets"] = (f"lora_targets: {wrong[0].strip()!r} is not a module name "
                                       "(comma-separated names such as q_proj,v_proj)")
+        elif models.ALL_LINEAR in options.lora_target_list() and \
+                len(options.lora_target_list()) > 1:
+            errors["lora_targets"] = (f"lora_targets: {models.ALL_LINEAR} names every linear "
+                                      "layer already: give it alone, as peft takes it")
         elif not options.lora and "lora_rank" not in errors:
             errors["lora_targets"] = "lora_targets: set a LoRA rank too (--lora-rank R)"
     if resolve_model and "model" not in errors:
