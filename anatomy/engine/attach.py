@@ -410,8 +410,14 @@ def start(name: str | None = None, *, sample_rate: int = DEFAULT_SAMPLE_RATE,
     with _current_lock:
         if _current is not None:
             return _current
+        # Refused in the API's words, not a comparison's TypeError from inside anatomy.
+        if not checks.is_number(sample_rate):
+            raise ValueError(f"sample_rate: must be a number of samples a second, got "
+                             f"{checks.shown(sample_rate)}")
         if not 1 <= sample_rate <= 2000:
             raise ValueError(f"sample_rate: {sample_rate} is out of range: 1 to 2000")
+        if store is not None and not isinstance(store, (str, os.PathLike)):
+            raise ValueError(f"store: must be a path, got {checks.shown(store)}")
         dwell = max(0.1, 5.0 / sample_rate)
         if _importing_main():  # the script's top, again, in a spawned worker: the parent records
             return Run(_Unrecorded(), time.monotonic(), dwell)

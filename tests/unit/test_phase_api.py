@@ -68,3 +68,18 @@ def test_a_launchers_rank_and_world_size_are_read_as_ascii_digits(rank, local, w
     for name, value in (("RANK", rank), ("LOCAL_RANK", local), ("WORLD_SIZE", world)):
         monkeypatch.setenv(name, value)
     assert (attach._rank(), attach._local_rank(), attach.launched_world_size()) == read
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"sample_rate": "fast"}, "sample_rate: must be a number of samples a second, got 'fast'"),
+    ({"sample_rate": None}, "sample_rate: must be a number of samples a second, got None"),
+    ({"store": 5}, "store: must be a path, got 5")])
+def test_an_argument_of_the_wrong_kind_is_refused_in_the_apis_words(kwargs, words):
+    """(before: TypeError: '<=' not supported between instances of 'int' and 'str', and
+    pathlib's "expected str, bytes or os.PathLike object, not int", from inside anatomy)"""
+    import anatomy
+
+    with pytest.raises(ValueError) as refused:
+        anatomy.start(**kwargs)
+    assert str(refused.value) == words
+    assert anatomy.current() is None  # nothing started
