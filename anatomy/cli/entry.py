@@ -30,6 +30,16 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """The command's exit status (EXIT_CODES); every error is one line on stderr."""
     index_once()  # a command that loads transformers (predict, sweep) reads its models once
+    argv = sys.argv[1:] if argv is None else argv
+    refused = next((word for word in argv if not _utf8(word)), None)
+    if refused is not None:
+        # Bytes a Latin-1 terminal or file name gave (Python keeps them as lone surrogates):
+        # the store keeps names, tags, paths and commands as UTF-8, and raised on them.
+        shown = refused.encode("utf-8", "surrogateescape") if all(
+            "\udc80" <= c <= "\udcff" for c in refused if "\ud800" <= c <= "\udfff") else refused
+        print(f"error: the argument {shown!r} is not UTF-8 text: anatomy keeps names, tags, "
+              "paths and commands as UTF-8", file=sys.stderr)
+        return 2
     output = _Output(sys.stdout)
     sys.stdout = output
     args = None
@@ -61,6 +71,14 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         sys.stdout = output.stream
+
+
+def _utf8(word: str) -> bool:
+    try:
+        word.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class OutputFailed(OSError):

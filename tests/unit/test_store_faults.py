@@ -242,3 +242,20 @@ def test_output_that_cannot_be_written_is_one_line(store, seed, capsys, monkeypa
         full.file.close()
     err = capsys.readouterr().err
     assert code == 1 and err == "error: cannot write the output: No space left on device\n", err
+
+
+@pytest.mark.parametrize("command", [
+    ["rename", "1", "caf\udce9"], ["tag", "1", "caf\udce9"], ["runs", "--tag", "caf\udce9"],
+    ["run", "--model", "m\udce9/config.json"], ["watch", "--name", "caf\udce9", "--", "true"],
+    ["watch", "--", "python3", "s\udce9.py"]], ids=" ".join)
+def test_an_argument_that_is_not_utf8_is_refused_in_a_line_before_anything(capsys, store,
+                                                                           command):
+    """Bytes of a Latin-1 terminal or file name ("caf\\xe9"), which Python keeps as lone
+    surrogates. (before: UnicodeEncodeError tracebacks from SQLite for rename, runs --tag, run,
+    watch --name; 'half of a UTF-16 pair' from watch's command)"""
+    seed_run(store)
+    assert cli.main([*command, "--store", str(store.path)] if command[0] != "watch" else
+                    [command[0], "--store", str(store.path), *command[1:]]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is not UTF-8 text" in err and "\\xe9" in err, err
+    assert [r.id for r in store.runs()] == [1] and store.run(1).name is None
