@@ -275,6 +275,10 @@ def _named(what: str, value: object) -> None:
     reach the store, whose refusal ends the recording of the whole run."""
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"{what}: must be text, got {value!r}")
+    try:
+        checks.encodable(value, what)  # a file name's bytes ("caf\udce9"): no text SQLite keeps
+    except checks.InvalidValue as error:
+        raise ValueError(str(error)) from None
 
 
 class Run:
@@ -418,6 +422,10 @@ def start(name: str | None = None, *, sample_rate: int = DEFAULT_SAMPLE_RATE,
             raise ValueError(f"sample_rate: {sample_rate} is out of range: 1 to 2000")
         if store is not None and not isinstance(store, (str, os.PathLike)):
             raise ValueError(f"store: must be a path, got {checks.shown(store)}")
+        if name is not None and not isinstance(name, str):
+            raise ValueError(f"name: must be text, got {checks.shown(name)}")
+        if name:
+            _named("name", name)
         dwell = max(0.1, 5.0 / sample_rate)
         if _importing_main():  # the script's top, again, in a spawned worker: the parent records
             return Run(_Unrecorded(), time.monotonic(), dwell)

@@ -114,7 +114,11 @@ def encodable(text: str, where: str) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as error:
-        raise InvalidValue(where, f"holds {text[error.start]!r}, half of a UTF-16 pair, which is "
+        char = text[error.start]
+        if "\udc80" <= char <= "\udcff":  # a byte Python could not decode (a file name's)
+            raise InvalidValue(where, f"holds the byte 0x{ord(char) - 0xDC00:02x}, which is not "
+                               "UTF-8 text") from None
+        raise InvalidValue(where, f"holds {char!r}, half of a UTF-16 pair, which is "
                            "not text that can be stored") from None
     return text
 
