@@ -31,13 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     """The command's exit status (EXIT_CODES); every error is one line on stderr."""
     index_once()  # a command that loads transformers (predict, sweep) reads its models once
     argv = sys.argv[1:] if argv is None else argv
-    refused = next((word for word in argv if not _utf8(word)), None)
+    refused = _undecodable(argv)
     if refused is not None:
-        # Bytes a Latin-1 terminal or file name gave (Python keeps them as lone surrogates):
-        # the store keeps names, tags, paths and commands as UTF-8, and raised on them.
-        shown = refused.encode("utf-8", "surrogateescape") if all(
-            "\udc80" <= c <= "\udcff" for c in refused if "\ud800" <= c <= "\udfff") else refused
-        print(f"error: the argument {shown!r} is not UTF-8 text: anatomy keeps names, tags, "
+        print(f"error: the argument {refused!r} is not UTF-8 text: anatomy keeps names, tags, "
               "paths and commands as UTF-8", file=sys.stderr)
         return 2
     output = _Output(sys.stdout)
@@ -73,12 +69,18 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout = output.stream
 
 
-def _utf8(word: str) -> bool:
-    try:
-        word.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+def _undecodable(argv: list[str]) -> bytes | str | None:
+    """The first argument that is no UTF-8 text, as its bytes: a Latin-1 terminal's or file
+    name's, which Python keeps as lone surrogates and the store (UTF-8) raised on."""
+    for word in argv:
+        try:
+            word.encode("utf-8")
+        except UnicodeEncodeError:
+            try:
+                return word.encode("utf-8", "surrogateescape")
+            except UnicodeEncodeError:  # a surrogate of another kind (a caller's own string)
+                return word
+    return None
 
 
 class OutputFailed(OSError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 
@@ -106,10 +107,13 @@ def cmd_run(args: argparse.Namespace) -> int:
                     reason = signals.reason()
                     say(f"\nstopping ({signals.name})…", file=sys.stderr)
                 manager.stop(run_id, reason)
+    if signals.received is not None:  # a hang-up's terminal may be gone: its status says it
+        with contextlib.suppress(OSError):
+            _outcome(manager, store, run_id)
+        return signals.exit_code()
     if closed is not None:  # the run is recorded; the output's end is said as every command's
         raise closed
-    code = _outcome(manager, store, run_id)
-    return signals.exit_code() if signals.received is not None else code
+    return _outcome(manager, store, run_id)
 
 
 def _outcome(manager: RunManager, store: Store, run_id: int) -> int:
