@@ -128,6 +128,18 @@ def test_an_empty_file_path_is_refused(capsys, command, argument):
     assert f"argument {argument}: an empty path names no file" in capsys.readouterr().err
 
 
+def test_an_export_to_dash_is_standard_output_as_import_reads_dash(capsys, store, monkeypatch,
+                                                                     tmp_path):
+    """(before: "wrote -", a file named "-" in the working directory, where `import -` reads
+    standard input)"""
+    monkeypatch.chdir(tmp_path)
+    seed = seed_run(store)
+    assert cli.main(["export", str(seed), "--format", "json", "--output", "-",
+                     "--store", str(store.path)]) == 0
+    assert json.loads(capsys.readouterr().out)["runs"][0]["run"]["id"] == seed
+    assert not (tmp_path / "-").exists()
+
+
 @pytest.mark.parametrize("word", ["9223372036854775808", "0", "٣", "1_0"])
 @pytest.mark.parametrize("command", ["show", "tag", "rename", "delete", "export"])
 def test_a_run_id_beyond_sqlites_range_is_refused_in_a_line(capsys, command, word):
