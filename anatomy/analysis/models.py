@@ -962,14 +962,15 @@ def linear_module_names(spec: ModelSpec) -> tuple[str, ...]:
     return tuple(dict.fromkeys(layer.short for layer in adaptable_layers(spec)))
 
 
-def lora_target_modules(spec: ModelSpec, chosen: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """The modules LoRA wraps: the chosen ones (`ALL_LINEAR`: every linear layer but the task's
-    output layer, as peft's own "all-linear" picks them), else `default_lora_targets`."""
-    if ALL_LINEAR not in chosen:
-        return chosen or default_lora_targets(spec)
-    layers = adaptable_layers(spec)
-    linear = _targets(spec, [layer for layer in layers if layer.kind == "linear"], layers)
-    return tuple(dict.fromkeys(linear + tuple(t for t in chosen if t != ALL_LINEAR)))
+def lora_target_modules(spec: ModelSpec, chosen: tuple[str, ...] = ()) -> str | tuple[str, ...]:
+    """peft's `target_modules`: the chosen modules, else `default_lora_targets`; `ALL_LINEAR`
+    handed to peft as it is, for peft's own rule. anatomy's reading of it (every nn.Linear but
+    the output layer and a classifier's) missed what peft adds: the routers and experts of a
+    mixture of experts, which transformers 5 made no nn.Linear (GLM-4 MoE, DeepSeek-V3), and
+    keeps: a classifier that is none of peft's head names (Flaubert's sequence_summary)."""
+    if chosen == (ALL_LINEAR,):
+        return ALL_LINEAR
+    return chosen or default_lora_targets(spec)
 
 
 def supports_checkpointing(spec: ModelSpec) -> bool:
@@ -1200,7 +1201,8 @@ def apply_lora(model, spec: ModelSpec, rank: int, targets: tuple[str, ...] = ())
                  TOKEN_CLASSIFICATION: TaskType.TOKEN_CLS}.get(spec.task)
     if getattr(model, "main_input_name", "input_ids") != "input_ids":
         task_type = None  # peft's seq2seq wrapper passes token ids, not audio: no task
-    config = LoraConfig(r=rank, target_modules=list(lora_target_modules(spec, targets)),
+    modules = lora_target_modules(spec, targets)
+    config = LoraConfig(r=rank, target_modules=modules if isinstance(modules, str) else list(modules),
                         task_type=task_type,
                         modules_to_save=classifier_modules(spec, model)
                         if spec.task == IMAGE_CLASSIFICATION else None)

@@ -12,6 +12,7 @@ from typing import Any
 
 from anatomy.analysis import models
 from anatomy.analysis.models import IMAGE_CLASSIFICATION, PRESETS, ModelError, default_preset
+from anatomy.store import checks
 from anatomy.vocabulary import Precision, Strategy
 
 PRECISIONS = Precision.values()
@@ -233,6 +234,10 @@ def validate(options: RunOptions, gpu_count: int, *, resolve_model: bool = True,
         if wrong:
             errors["lora_targets"] = (f"lora_targets: {wrong[0].strip()!r} is not a module name "
                                       "(comma-separated names such as q_proj,v_proj)")
+        elif models.ALL_LINEAR in options.lora_target_list() and \
+                len(options.lora_target_list()) > 1:
+            errors["lora_targets"] = (f"lora_targets: {models.ALL_LINEAR} names every linear "
+                                      "layer already: give it alone, as peft takes it")
         elif not options.lora and "lora_rank" not in errors:
             errors["lora_targets"] = "lora_targets: set a LoRA rank too (--lora-rank R)"
     if resolve_model and "model" not in errors:
@@ -298,7 +303,7 @@ def _process_errors(options: RunOptions, gpu_count: int, errors: dict[str, str],
         return {"gpus": f"gpus: {options.gpus!r} has an empty entry: name each GPU once,"
                         " comma-separated (e.g. 0,1)"}
     for entry in entries:
-        if not (entry.isascii() and entry.isdigit()):  # "²" is a digit int() refuses
+        if checks.digits(entry) is None:
             found["gpus"] = f"gpus: {entry!r} is not a GPU index (comma-separated, e.g. 0,1)"
         elif entries.count(entry) > 1:
             found["gpus"] = f"gpus: GPU {entry} is named twice"

@@ -14,7 +14,7 @@ import json
 import math
 import socket
 from dataclasses import replace
-from typing import Any
+from typing import Any, BinaryIO
 
 from anatomy.analysis.options import FIELDS, RunOptions, validate
 from anatomy.analysis.report import report
@@ -181,6 +181,26 @@ def _other_export(text: str) -> str | None:
     if start.startswith(CSV_HEADER):
         return "the samples as CSV (--format csv)"
     return None
+
+
+HEAD_BYTES = 64 * 1024  # what is read of a file before the rest: enough to know it is no export
+
+
+def read_file(stream: BinaryIO) -> bytes:
+    """An export file's bytes, read whole only where its start can begin one (a JSON object):
+    `import /dev/zero` filled memory until the kernel killed it, and a weights file given by
+    mistake was read whole, gigabytes, before being refused. ImportRefused otherwise, in the
+    words the whole file would have had."""
+    head = stream.read(HEAD_BYTES)
+    try:
+        text = head.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        if error.start < len(head) - 3:  # no character cut at the head's end: not UTF-8
+            _parse(head)
+        text = head[:error.start].decode("utf-8-sig")
+    if text.lstrip()[:1] not in ("", "{", "["):  # an export is an object; a list says what it is
+        _parse(text)
+    return head + stream.read()
 
 
 def _parse(data: dict | bytes | str) -> Any:

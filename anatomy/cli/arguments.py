@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 from anatomy.analysis.options import FIELDS, RunOptions, defaults_for
-from anatomy.store import STORE_ENV, default_store
-
-MAX_RUN_ID = 2**63 - 1  # SQLite's INTEGER
+from anatomy.store import STORE_ENV, checks, default_store
 
 EXIT_CODES = """exit status:
   0    done (a run: completed)
@@ -30,6 +29,12 @@ class Parser(argparse.ArgumentParser):
         kwargs.setdefault("epilog", EXIT_CODES)
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
         super().__init__(*args, **kwargs)
+
+    def _print_message(self, message: str, file=None) -> None:
+        """As argparse's, but a failed write is not dropped: `--help | head` ends as every
+        command does when its reader leaves (cli.entry: 141), not with status 0."""
+        if message:
+            (file or sys.stderr).write(message)
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -102,10 +107,10 @@ def file_path(text: str) -> str:
 
 
 def run_id(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a run id (a whole number)") from None
-    if not 1 <= value <= MAX_RUN_ID:
-        raise argparse.ArgumentTypeError(f"{text} is out of range for a run id: 1 to {MAX_RUN_ID}")
+    """A run id read as the pages read one from their URL: ASCII digits within SQLite's
+    integers (int() took "٣" as run 3 and "1_0" as run 10)."""
+    value = checks.digits(text.strip())
+    if not value:
+        raise argparse.ArgumentTypeError(
+            f"{checks.shown(text)} is not a run id: a whole number from 1 to {checks.MAX_INTEGER}")
     return value

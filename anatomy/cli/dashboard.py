@@ -13,7 +13,7 @@ import sys
 
 from anatomy.cli.arguments import add_store_option
 from anatomy.dashboard import ENTRY
-from anatomy.store import STORE_ENV, Store, resolve_path
+from anatomy.store import STORE_ENV, Store, checks, resolve_path
 
 # What `pip install "anatomy[dashboard]"` adds (pyproject.toml's extra).
 NEEDS = ("streamlit", "plotly", "pandas")
@@ -46,9 +46,10 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def port_number(text: str) -> int:
-    if not text.isdigit() or not 1 <= int(text) <= 65535:
+    port = checks.digits(text, high=65535)
+    if not port:
         raise argparse.ArgumentTypeError(f"{text!r} is not a port (1 to 65535)")
-    return int(text)
+    return port
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:

@@ -30,11 +30,23 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """The command's exit status (EXIT_CODES); every error is one line on stderr."""
     index_once()  # a command that loads transformers (predict, sweep) reads its models once
-    args = parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    refused = _undecodable(argv)
+    if refused is not None:
+        print(f"error: the argument {refused!r} is not UTF-8 text: anatomy keeps names, tags, "
+              "paths and commands as UTF-8", file=sys.stderr)
+        return 2
     output = _Output(sys.stdout)
     sys.stdout = output
+    args = None
     try:
-        return args.func(args)
+        try:
+            args = parser().parse_args(argv)  # --help and --version print here, and exit
+            return args.func(args)
+        finally:
+            # What the buffer holds, written while a reader that left can still be told apart:
+            # at Python's exit it is "Exception ignored … BrokenPipeError" and status 120.
+            output.flush()
     except StoreError as error:
         print(f"error: the store {error}", file=sys.stderr)
         return 1 if error.full else 2
@@ -43,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 1
     except BrokenPipeError:
-        # The reader left (`runs | head`): say nothing more, and let Python's exit say nothing
+        # The reader left (`runs | head`, `--help | head`, `run | head`): every command ends
+        # alike, 141 and nothing on stderr (as a SIGPIPE would), and Python's exit says nothing
         # either (its final flush would fail on the same pipe).
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
@@ -54,6 +67,20 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         sys.stdout = output.stream
+
+
+def _undecodable(argv: list[str]) -> bytes | str | None:
+    """The first argument that is no UTF-8 text, as its bytes: a Latin-1 terminal's or file
+    name's, which Python keeps as lone surrogates and the store (UTF-8) raised on."""
+    for word in argv:
+        try:
+            word.encode("utf-8")
+        except UnicodeEncodeError:
+            try:
+                return word.encode("utf-8", "surrogateescape")
+            except UnicodeEncodeError:  # a surrogate of another kind (a caller's own string)
+                return word
+    return None
 
 
 class OutputFailed(OSError):

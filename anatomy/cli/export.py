@@ -21,7 +21,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                         help="json: everything, to import elsewhere; csv: the samples; "
                              "html: the memory charts, a standalone page")
     export.add_argument("--output", type=file_path,
-                        help="file to write (default: standard output)")
+                        help="file to write (default, or -: standard output, as import reads -)")
     add_store_option(export)
     export.set_defaults(func=cmd_export)
 
@@ -39,6 +39,8 @@ def _unwritable(path: Path) -> str | None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    if args.output == "-":  # as import's "-": standard output (a file named "-" was written)
+        args.output = None
     if args.output:
         problem = _unwritable(Path(args.output))
         if problem:

@@ -25,10 +25,17 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def cmd_import(args: argparse.Namespace) -> int:
     try:
-        data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+        if args.file == "-":
+            data = transfer.read_file(sys.stdin.buffer)
+        else:
+            with Path(args.file).open("rb") as file:
+                data = transfer.read_file(file)
     except OSError as error:
         print(f"error: cannot read {args.file}: {error.strerror}", file=sys.stderr)
         return 1
+    except transfer.ImportRefused as error:
+        print(f"error: {args.file} is refused, nothing was imported: {error}", file=sys.stderr)
+        return 2
     store = Store(args.store)
     try:
         run_ids = transfer.import_runs(store, data, copy=args.copy)

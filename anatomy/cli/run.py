@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 
@@ -87,7 +88,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         signals.on_stop = lambda: manager.request_stop(run_id, signals.reason())
         if signals.received is not None:  # it came while the run started
             signals.on_stop()
-        reason = "stopped: the command that followed it failed"
+        reason = "stopped as the command that followed it failed"
+        closed: OSError | None = None
         try:
             rep = report(store, run_id)
             print(f"run {run_id}: {models.display_name(options.model)}, batch size "
@@ -96,19 +98,22 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"measuring: {text.source(rep.backend, rep.memory_api)}")
             print(f"store: {store.path}", flush=True)
             _follow(manager, store, run_id, signals)
-        except OSError:  # the terminal or the pipe it printed to is gone
-            reason = "stopped: its output was closed (the terminal or the pipe it printed to)"
+        except OSError as error:  # the terminal or the pipe it printed to is gone
+            reason = "stopped as its output was closed (the terminal or the pipe it printed to)"
+            closed = error
         finally:  # a signal, a closed terminal, an error: the run never goes on unattended
             if manager.is_active(run_id):
                 if signals.received is not None:
                     reason = signals.reason()
                     say(f"\nstopping ({signals.name})…", file=sys.stderr)
                 manager.stop(run_id, reason)
-    try:
-        code = _outcome(manager, store, run_id)
-    except OSError:  # nowhere to print to: the run is recorded all the same
-        code = 1
-    return signals.exit_code() if signals.received is not None else code
+    if signals.received is not None:  # a hang-up's terminal may be gone: its status says it
+        with contextlib.suppress(OSError):
+            _outcome(manager, store, run_id)
+        return signals.exit_code()
+    if closed is not None:  # the run is recorded; the output's end is said as every command's
+        raise closed
+    return _outcome(manager, store, run_id)
 
 
 def _outcome(manager: RunManager, store: Store, run_id: int) -> int:

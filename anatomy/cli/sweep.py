@@ -44,10 +44,22 @@ def _values_text(values: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in values.items())
 
 
-def _sweep_printer(sweep: Sweep, out: TextIO) -> Callable[[SweepEvent], None]:
+def _sweep_printer(sweep: Sweep, out: TextIO, closed: list[OSError]
+                   ) -> Callable[[SweepEvent], None]:
+    """What the sweep's thread says of each run; where its output is gone (`sweep | head`), the
+    sweep is stopped and the error kept in `closed`, for the command to end as `run` does."""
     told: list[SweepEvent] = []
 
     def tell(event: SweepEvent) -> None:
+        if closed:
+            return
+        try:
+            _tell(event)
+        except OSError as error:
+            closed.append(error)
+            sweep.stop()
+
+    def _tell(event: SweepEvent) -> None:
         if not told:  # here, not after start(): the sweep's thread may speak first
             print(f"sweep {sweep.id}: {sweep.name}, {len(sweep.planned)} runs planned"
                   f"{' (then doubling batch size until out of memory)' if sweep.until_oom else ''}",
@@ -124,7 +136,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     except InvalidOptions as error:
         return refused(error)
     # with --json, stdout holds the JSON alone
-    sweep.on_event = _sweep_printer(sweep, sys.stderr if args.json else sys.stdout)
+    closed: list[OSError] = []
+    sweep.on_event = _sweep_printer(sweep, sys.stderr if args.json else sys.stdout, closed)
     with StopSignals() as signals:
         try:
             sweep_id = sweep.start()
@@ -140,6 +153,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                      file=sys.stderr)
                 sweep.stop()
                 sweep.wait()
+    if closed:  # the sweep is recorded, stopped; the output's end is said as every command's
+        raise closed[0]
     result = grid(store, sweep_id)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))

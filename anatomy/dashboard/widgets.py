@@ -12,6 +12,7 @@ import streamlit as st
 from anatomy.analysis.options import FIELDS
 from anatomy.analysis.report import RunReport
 from anatomy.dashboard import server
+from anatomy.store import checks
 from anatomy.views import gpus as gpus_view
 from anatomy.views import live as live_view
 from anatomy.views import text
@@ -319,7 +320,8 @@ def option_widget(name: str, default, key: str, label: str | None = None) -> Non
     field = FIELDS[name]
     label = label or field.label
     if name == "gpus":  # several GPUs (issue 12): pick them; none or one is a single-GPU run
-        chosen = [int(g) for g in str(default).split(",") if g.strip().isdigit()]
+        chosen = [g for g in (checks.digits(w.strip()) for w in str(default).split(","))
+                  if g is not None]
         st.multiselect(label, list(range(server.device().gpu_count)), default=chosen, key=key,
                        help=field.help, format_func=lambda g: f"GPU {g}")
         return

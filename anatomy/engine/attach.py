@@ -40,7 +40,7 @@ from anatomy.engine.exits import ExitWatch, ending_of, on_stop_signals
 from anatomy.engine.locks import DeviceBusy, DeviceLock, gpu_key
 from anatomy.engine.recording import FIRST_SAMPLE_TIMEOUT, Recording, environment_facts
 from anatomy.engine.reporter import Reporter
-from anatomy.store import RunFacts, RunSource, Step, Store, StoreError
+from anatomy.store import RunFacts, RunSource, Step, Store, StoreError, checks
 from anatomy.vocabulary import Phase, SourceKind, Status
 
 DEFAULT_SAMPLE_RATE = 200
@@ -54,22 +54,20 @@ _exits: ExitWatch | None = None
 def _rank() -> int:
     """This process's rank under torchrun / accelerate launch (0 alone)."""
     for name in ("RANK", "LOCAL_RANK"):
-        value = os.environ.get(name, "")
-        if value.isdigit():
-            return int(value)
+        rank = checks.digits(os.environ.get(name, ""))
+        if rank is not None:
+            return rank
     return 0
 
 
 def launched_world_size() -> int:
     """WORLD_SIZE as torchrun and accelerate launch set it (1 alone, or unreadable)."""
-    value = os.environ.get("WORLD_SIZE", "")
-    return int(value) if value.isdigit() and int(value) > 0 else 1
+    return checks.digits(os.environ.get("WORLD_SIZE", "")) or 1
 
 
 def _local_rank() -> int | None:
     """This process's LOCAL_RANK under a launcher (its GPU among the visible ones); None alone."""
-    value = os.environ.get("LOCAL_RANK", "")
-    return int(value) if value.isdigit() else None
+    return checks.digits(os.environ.get("LOCAL_RANK", ""))
 
 
 def _allocator() -> tuple[int | None, int | None]:
@@ -277,6 +275,10 @@ def _named(what: str, value: object) -> None:
     reach the store, whose refusal ends the recording of the whole run."""
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"{what}: must be text, got {value!r}")
+    try:
+        checks.encodable(value, what)  # a file name's bytes ("caf\udce9"): no text SQLite keeps
+    except checks.InvalidValue as error:
+        raise ValueError(str(error)) from None
 
 
 class Run:
@@ -412,8 +414,18 @@ def start(name: str | None = None, *, sample_rate: int = DEFAULT_SAMPLE_RATE,
     with _current_lock:
         if _current is not None:
             return _current
+        # Refused in the API's words, not a comparison's TypeError from inside anatomy.
+        if not checks.is_number(sample_rate):
+            raise ValueError(f"sample_rate: must be a number of samples a second, got "
+                             f"{checks.shown(sample_rate)}")
         if not 1 <= sample_rate <= 2000:
             raise ValueError(f"sample_rate: {sample_rate} is out of range: 1 to 2000")
+        if store is not None and not isinstance(store, (str, os.PathLike)):
+            raise ValueError(f"store: must be a path, got {checks.shown(store)}")
+        if name is not None and not isinstance(name, str):
+            raise ValueError(f"name: must be text, got {checks.shown(name)}")
+        if name:
+            _named("name", name)
         dwell = max(0.1, 5.0 / sample_rate)
         if _importing_main():  # the script's top, again, in a spawned worker: the parent records
             return Run(_Unrecorded(), time.monotonic(), dwell)

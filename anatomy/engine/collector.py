@@ -87,6 +87,7 @@ class Collector:
         self.rows = Rows()
         self.outcome = outcome or Outcome()
         self.sampled = False  # a sample has come
+        self.summary_rank: int | None = None  # the rank whose summary is the run's
         self._flushed_at = time.monotonic()
 
     def handle(self, message) -> None:
@@ -103,7 +104,8 @@ class Collector:
             case protocol.StepReport(step=step, source=source):
                 step = step._replace(rank=source.rank or 0)
                 self.rows.steps.append(step)
-                if step.rank == 0:
+                last = self.outcome.last_step
+                if last is None or step.rank <= last.rank:  # the lowest rank's that reports
                     self.outcome.last_step = step
             case protocol.Note(message=note):
                 self.rows.messages.append(note)
@@ -117,8 +119,10 @@ class Collector:
                 self.store.update_run(self.run_id, options=options,
                                       **({"preset": model} if model else {}))
             case protocol.Summarised(summary=summary, source=source):
-                if not source.rank:  # the run's figures: rank 0's (every rank says the same)
-                    self.outcome.summary = summary
+                # The run's figures: the lowest rank's that says them (every rank says the
+                # same), rank 0's unless it never reported.
+                if self.summary_rank is None or (source.rank or 0) <= self.summary_rank:
+                    self.outcome.summary, self.summary_rank = summary, source.rank or 0
             case protocol.ComponentsMeasured(components=components, source=source):
                 if source.rank:  # another rank of several: kept beside rank 0's, by rank
                     self.outcome.rank_components[source.rank] = components

@@ -14,6 +14,7 @@ import psutil
 
 from anatomy.analysis.machine import Device, Machine
 from anatomy.engine import nvml
+from anatomy.store import checks
 from anatomy.vocabulary import Backend, MemoryApi
 
 VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
@@ -38,8 +39,9 @@ def visible_indices(value: str | None, uuids: Sequence[str | None]) -> list[int]
 
 
 def _index_of(entry: str, uuids: Sequence[str | None]) -> int | None:
-    if entry.isdigit():
-        return int(entry) if int(entry) < len(uuids) else None
+    index = checks.digits(entry)
+    if index is not None:
+        return index if index < len(uuids) else None
     if not entry:
         return None
     prefix = entry if entry.startswith("GPU-") else f"GPU-{entry}"

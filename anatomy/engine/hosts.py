@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 
 from anatomy.engine import protocol
 from anatomy.engine.endings import death
-from anatomy.store import RunFacts, device_key
+from anatomy.store import RunFacts, checks, device_key
 
 JOIN_KEY_ENV = "ANATOMY_JOIN_KEY"
 BEAT_SECONDS = 1.0
@@ -58,10 +58,11 @@ class JoinAddress(NamedTuple):
 
 def join_address(text: str) -> JoinAddress:
     """HOST:PORT, as torchrun's --rdzv-endpoint is written."""
-    host, _, port = text.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+    host, _, word = text.rpartition(":")
+    port = checks.digits(word, high=65535)
+    if not host or not port:
         raise JoinRefused(f"--join {text!r}: not HOST:PORT (e.g. node-0:29600)")
-    return JoinAddress(host.strip("[]"), int(port))
+    return JoinAddress(host.strip("[]"), port)
 
 
 def join_key() -> bytes:

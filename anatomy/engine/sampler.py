@@ -38,7 +38,7 @@ from anatomy.engine.protocol import (
     Samples,
     WorkerLeft,
 )
-from anatomy.store import rank_series
+from anatomy.store import checks, rank_series
 from anatomy.vocabulary import Backend
 
 BATCH_SECONDS = 0.05
@@ -102,7 +102,7 @@ class _ProcessTree:
             local = named.group(1) if named else process.environ().get("LOCAL_RANK", "")
         except self.psutil.Error:
             return None  # gone, or another user's: counted in the whole tree alone
-        return int(local) if local.isdigit() else None
+        return checks.digits(local)
 
     def _rank(self, process, t: float) -> int | None:
         if self.one_rank or process is self.root:

@@ -40,7 +40,7 @@ from anatomy.engine.endings import Ending, death, exit_status, oom_in, shell_dea
 from anatomy.engine.locks import DeviceBusy, gpu_key, take_all
 from anatomy.engine.processes import LIST_SECONDS, Tree, end_tree
 from anatomy.engine.recording import FIRST_SAMPLE_TIMEOUT, Recording, environment_facts
-from anatomy.store import PhaseMark, RunFacts, RunSource, Store, StoreError, TrainingSummary
+from anatomy.store import PhaseMark, RunFacts, RunSource, Store, StoreError, TrainingSummary, checks
 from anatomy.units import mib
 from anatomy.vocabulary import Phase, SourceKind, Status
 
@@ -136,11 +136,12 @@ def choose_devices(info: Machine, gpus: str | None) -> list[Device]:
     chosen = []
     for word in gpus.split(","):
         word = word.strip()
-        if not word.isdigit() or int(word) >= info.gpu_count:
+        index = checks.digits(word)
+        if index is None or index >= info.gpu_count:
             visible = f"0 to {info.gpu_count - 1}" if info.gpu_count else "none: no GPU here"
             raise WatchRefused(f"--gpus: {word!r} is not a visible GPU ({visible})")
-        if info.devices[int(word)] not in chosen:
-            chosen.append(info.devices[int(word)])
+        if info.devices[index] not in chosen:
+            chosen.append(info.devices[index])
     return chosen
 
 
@@ -188,6 +189,7 @@ class Watch:
         self.recording: Recording | None = None
         self.output = _Output()
         self.marked_phases = False
+        self.lowest_marking: int | None = None  # the rank whose phase ends are printed
         self.asked: list[int] = []  # the signals that stop the command, as they came
         self.started = 0.0  # the run's clock when the command started
         self._ended: queue_module.SimpleQueue = queue_module.SimpleQueue()  # phase ends to print
@@ -245,14 +247,17 @@ class Watch:
     def _observe(self, message) -> None:
         """Every rank's phase marks and steps, each stored with its rank (issue 12); the first
         word of a rank other than 0 makes the run one of several processes (its GPU: the rank's
-        LOCAL_RANK among the command's visible GPUs). Only rank 0's phase ends are printed."""
+        LOCAL_RANK among the command's visible GPUs). Only the phase ends of the lowest rank that
+        marked one are printed (rank 0's, unless its script never called anatomy.start())."""
         if isinstance(message, (protocol.Phase, protocol.StepReport)):
             rank = message.source.rank or 0
             if rank and rank not in self.ranks:
                 self._join(rank, message.source.device)
             if isinstance(message, protocol.Phase):
                 self.marked_phases = True
-                if message.mark.edge == "end" and not rank:
+                if self.lowest_marking is None or rank < self.lowest_marking:
+                    self.lowest_marking = rank
+                if message.mark.edge == "end" and rank == self.lowest_marking:
                     self._ended.put(message.mark)
 
     def _join(self, rank: int, local: int | None) -> None:

@@ -53,6 +53,19 @@ def shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def digits(word: str, high: int = MAX_INTEGER) -> int | None:
+    """A whole number as a person or a launcher writes one ("7", "007") up to `high`: ASCII
+    digits alone, or None. str.isdigit() alone lets through "²", which int() refuses, and "٣",
+    which int() reads as 3: every index, id, port and rank typed or set in the environment is
+    read here. Thousands of digits are refused before int(), which raises on them."""
+    if not (word.isascii() and word.isdigit()):
+        return None
+    significant = word.lstrip("0") or "0"
+    if len(significant) > len(str(high)) or int(significant) > high:
+        return None
+    return int(significant)
+
+
 def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -101,7 +114,11 @@ def encodable(text: str, where: str) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as error:
-        raise InvalidValue(where, f"holds {text[error.start]!r}, half of a UTF-16 pair, which is "
+        char = text[error.start]
+        if "\udc80" <= char <= "\udcff":  # a byte Python could not decode (a file name's)
+            raise InvalidValue(where, f"holds the byte 0x{ord(char) - 0xDC00:02x}, which is not "
+                               "UTF-8 text") from None
+        raise InvalidValue(where, f"holds {char!r}, half of a UTF-16 pair, which is "
                            "not text that can be stored") from None
     return text
 

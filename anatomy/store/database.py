@@ -15,6 +15,7 @@ import urllib.parse
 import uuid
 from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
+from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -39,6 +40,14 @@ from anatomy.store.rows import (
 from anatomy.vocabulary import Backend, MemoryApi, Name, Status
 
 STORE_ENV = "ANATOMY_STORE"
+
+
+class Reference(Enum):
+    """A run's reference rank: what a reader that names no rank is given (`_reference_rank`)."""
+    RANK = "the reference rank"
+
+
+REFERENCE = Reference.RANK
 
 
 def default_store() -> Path:
@@ -428,33 +437,50 @@ class Store:
         return (f"t, step, total, loss, allocated, reserved, {rank_column}, "
                 + ("seq_len" if known["steps"] else "NULL"))
 
-    def _rank_clause(self, db: sqlite3.Connection, table: str, rank: int | None
-                     ) -> tuple[str, str, tuple]:
+    def _rank_clause(self, db: sqlite3.Connection, table: str, rank: int | None | Reference,
+                     run_id: int) -> tuple[str, str, tuple]:
         """(the rank column to select, the condition, its argument) for rows of `rank` (None:
-        every rank's)."""
+        every rank's; REFERENCE: the run's reference rank's)."""
+        if rank is REFERENCE:
+            rank = self._reference_rank(db, run_id)
         if not self._ranked(db, table):
             return "0", ("" if rank in (None, 0) else " AND 0"), ()
         if rank is None:
             return "rank", "", ()
         return "rank", " AND rank = ?", (rank,)
 
-    def phases(self, run_id: int, rank: int | None = 0) -> list[PhaseSpan]:
-        """The phases of one training process (rank 0: the only one of most runs; None: every
-        rank's) in order; end_s is None while a phase lasts."""
+    def phases(self, run_id: int, rank: int | None | Reference = REFERENCE) -> list[PhaseSpan]:
+        """The phases of one training process (by default the run's reference rank, `ranks`'
+        first; None: every rank's) in order; end_s is None while a phase lasts."""
         with self.connect() as db:
-            column, where, args = self._rank_clause(db, "phases", rank)
+            column, where, args = self._rank_clause(db, "phases", rank, run_id)
             rows = db.execute(f"SELECT name, start, end, {column} FROM phases WHERE run_id = ?"
                               f"{where} ORDER BY start", (run_id, *args)).fetchall()
         return [PhaseSpan(*r) for r in rows]
 
     def ranks(self, run_id: int) -> list[int]:
-        """The training processes that marked a phase or reported a step ([0] for one)."""
+        """The training processes that marked a phase or reported a step ([0] for one); the
+        first is the run's reference rank (`_reference_rank`)."""
         with self.connect() as db:
             if not self._ranked(db, "phases"):
                 return [0]
             rows = db.execute("SELECT rank FROM phases WHERE run_id = ? UNION SELECT rank FROM"
                               " steps WHERE run_id = ? ORDER BY rank", (run_id, run_id)).fetchall()
         return [r[0] for r in rows] or [0]
+
+    def _reference_rank(self, db: sqlite3.Connection, run_id: int) -> int:
+        """The rank a run's readers see by default, where a reader names none (its report, its
+        phase table, its steps): the lowest that marked a phase or reported a step. Rank 0 of
+        nearly every run; not of a launch under `watch` whose rank 0 never called
+        anatomy.start(), where rank 0's empty table was shown."""
+        if not self._ranked(db, "phases"):
+            return 0
+        lowest = db.execute("SELECT MIN(rank) FROM phases WHERE run_id = ?", (run_id,)).fetchone()[0]
+        if lowest != 0:  # rank 0 marked no phase: a lower rank may have reported steps alone
+            stepped = db.execute("SELECT MIN(rank) FROM steps WHERE run_id = ?",
+                                 (run_id,)).fetchone()[0]
+            lowest = min((r for r in (lowest, stepped) if r is not None), default=0)
+        return lowest
 
     def close_phases(self, run_id: int, t: float, rank: int | None = None) -> None:
         """A worker that died mid-phase: its open phases (one rank's, or every rank's) end at
@@ -463,7 +489,7 @@ class Store:
         the last time it was seen (0.0), and a phase ending before it begins is refused by
         every import of its export."""
         with self.connect() as db:
-            _, where, args = self._rank_clause(db, "phases", rank)
+            _, where, args = self._rank_clause(db, "phases", rank, run_id)
             db.execute(f"UPDATE phases SET end = MAX(?, start) WHERE run_id = ? AND end IS NULL"
                        f"{where}", (t, run_id, *args))
 
@@ -546,19 +572,21 @@ class Store:
         db.commit()
         return found
 
-    def steps(self, run_id: int, rank: int | None = 0) -> list[Step]:
-        """One training process's steps (rank 0's by default; None: every rank's)."""
+    def steps(self, run_id: int, rank: int | None | Reference = REFERENCE) -> list[Step]:
+        """One training process's steps (the run's reference rank's by default; None: every
+        rank's)."""
         with self.connect() as db:
-            column, where, args = self._rank_clause(db, "steps", rank)
+            column, where, args = self._rank_clause(db, "steps", rank, run_id)
             return [Step(*r) for r in db.execute(
                 f"SELECT {self._step_columns(db, column)} FROM steps"
                 f" WHERE run_id = ?{where} ORDER BY t", (run_id, *args))]
 
-    def step_span(self, run_id: int, first_step: int, rank: int = 0) -> tuple[Step, Step] | None:
+    def step_span(self, run_id: int, first_step: int, rank: int | Reference = REFERENCE
+                  ) -> tuple[Step, Step] | None:
         """One process's first step numbered `first_step` or later and its last step (two rows,
         however long the run); None without such steps."""
         with self.connect() as db:
-            column, where, args = self._rank_clause(db, "steps", rank)
+            column, where, args = self._rank_clause(db, "steps", rank, run_id)
             query = (f"SELECT {self._step_columns(db, column)} FROM steps"
                      f" WHERE run_id = ? AND step >= ?{where} ORDER BY t")
             first = db.execute(query + " LIMIT 1", (run_id, first_step, *args)).fetchone()
@@ -568,7 +596,7 @@ class Store:
     def step_spans(self, run_id: int, first_step: int) -> dict[int, tuple[Step, Step]]:
         """`step_span` of every rank, by rank, in one connection."""
         with self.connect() as db:
-            column, _, _ = self._rank_clause(db, "steps", None)
+            column, _, _ = self._rank_clause(db, "steps", None, run_id)
             # SQLite fills the bare columns from the row that holds the MIN / MAX.
             ends = [{row[6]: Step(*row[:8]) for row in db.execute(
                 f"SELECT {self._step_columns(db, column)}, {agg}(t) FROM steps"
@@ -576,15 +604,15 @@ class Store:
                 for agg in ("MIN", "MAX")]
         return {rank: (first, ends[1][rank]) for rank, first in ends[0].items()}
 
-    def step_count(self, run_id: int, rank: int | None = 0) -> int:
+    def step_count(self, run_id: int, rank: int | None | Reference = REFERENCE) -> int:
         with self.connect() as db:
-            _, where, args = self._rank_clause(db, "steps", rank)
+            _, where, args = self._rank_clause(db, "steps", rank, run_id)
             return db.execute(f"SELECT COUNT(*) FROM steps WHERE run_id = ?{where}",
                               (run_id, *args)).fetchone()[0]
 
-    def last_step(self, run_id: int, rank: int | None = 0) -> Step | None:
+    def last_step(self, run_id: int, rank: int | None | Reference = REFERENCE) -> Step | None:
         with self.connect() as db:
-            column, where, args = self._rank_clause(db, "steps", rank)
+            column, where, args = self._rank_clause(db, "steps", rank, run_id)
             row = db.execute(f"SELECT {self._step_columns(db, column)}"
                              f" FROM steps WHERE run_id = ?{where} ORDER BY t DESC LIMIT 1",
                              (run_id, *args)).fetchone()

@@ -305,7 +305,8 @@ def _rank_components(value: Any, where: str) -> Mapping[int, Components] | None:
     out = {}
     for key, item in checks.obj(value, where).items():
         here = f"{where}.{key}"
-        rank = checks.whole(int(key) if str(key).isdigit() else key, here, high=MAX_RANK)
+        number = checks.digits(str(key))
+        rank = checks.whole(key if number is None else number, here, high=MAX_RANK)
         out[rank] = Components.from_dict(item, here)
     return out
 

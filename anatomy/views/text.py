@@ -9,7 +9,7 @@ from datetime import datetime
 
 from anatomy.analysis.models import display_name
 from anatomy.analysis.report import RunReport, known_option
-from anatomy.store import RunRow
+from anatomy.store import RunRow, checks
 from anatomy.units import MIB
 from anatomy.vocabulary import Backend, MemoryApi, RecordedBy, Status
 
@@ -70,17 +70,11 @@ def axis_title(backend: Backend) -> str:
     return "GPU memory used (MiB)" if backend == Backend.NVML else "CPU memory, RSS (MiB)"
 
 
-SQLITE_MAX_INTEGER = 2**63 - 1  # a run's id is a SQLite integer: beyond it, no run
-
-
 def run_id(word: str) -> int | None:
     """A run's id as a URL writes it (?run=7, ?runs=1,2): ASCII digits within SQLite's
-    integers; None for anything else ("abc", "-1", "²", which int() refuses, or 10²⁶, which
-    SQLite cannot compare)."""
-    word = word.strip()
-    if not (word.isascii() and word.isdigit()) or int(word) > SQLITE_MAX_INTEGER:
-        return None
-    return int(word)
+    integers (a run's id is one: beyond them, no run); None for anything else ("abc", "-1",
+    "²", or 10²⁶, which SQLite cannot compare)."""
+    return checks.digits(word.strip())
 
 
 def missing_run(wanted: str, shown: int | None, filtered: bool = False) -> str:

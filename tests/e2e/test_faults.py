@@ -461,6 +461,38 @@ def test_runs_piped_to_head_ends_quietly(store):
     assert result.stderr == ""  # no BrokenPipeError, no "Exception ignored"
 
 
+CLOSED_EARLY = [["--help"], ["--version"], ["runs", "--help"], ["runs"], ["show", "1"],
+                ["export", "1", "--format", "csv"], ["predict", "--model", "tiny"],
+                ["run", "--model", "tiny", "--max-steps", "2"],
+                ["sweep", "--model", "tiny", "--max-steps", "1", "--vary", "batch_size=1,2"]]
+
+
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
+@pytest.mark.parametrize("command", CLOSED_EARLY, ids=" ".join)
+def test_every_command_whose_reader_left_ends_141_and_says_nothing(store, command, buffered):
+    """(before, as a user's shell runs it, stdout buffered: "Exception ignored … BrokenPipeError"
+    and status 120 from every command, --help's too; with PYTHONUNBUFFERED, --help 0, `run` 1,
+    `runs` 141, and `sweep` left its run's worker to print a traceback.) A reader that left
+    before the first line: the worst case of `| head -1`."""
+    seed_run(store, backend="cpu-rss")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    env.update({"ANATOMY_STORE": str(store.path)},
+               **({} if buffered else {"PYTHONUNBUFFERED": "1"}))
+    reading, writing = os.pipe()
+    os.close(reading)
+    try:
+        result = subprocess.run([sys.executable, "-m", "anatomy", *command], stdout=writing,
+                                stderr=subprocess.PIPE, text=True, cwd=PROJECT, env=env,
+                                timeout=180)
+    finally:
+        os.close(writing)
+    assert (result.returncode, result.stderr) == (141, "")
+    if command[0] in ("run", "sweep"):  # its run never goes on unattended
+        newest = store.runs()[0]
+        assert newest.id > 1 and newest.status == "stopped", newest
+        assert command[0] == "sweep" or "its output was closed" in newest.error, newest.error
+
+
 def _main(capsys, *args: str) -> tuple[int, str, str]:
     code = cli.main(list(args))
     out, err = capsys.readouterr()

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from dataclasses import replace
 
@@ -209,6 +210,25 @@ def test_watch_of_a_launch_keeps_every_rank_in_one_run(store):
     for rank in (0, 1):
         assert [s.step for s in store.steps(run.id, rank)] == [1, 2]
         assert {p.name for p in store.phases(run.id, rank)} >= {"weights", "training"}
+
+
+def test_under_watch_a_launch_whose_rank_0_never_started_reads_as_rank_1s(store, capsys):
+    """Only rank 1's script calls anatomy.start() (`watch -- torchrun --nproc_per_node 2`; the
+    same seen with torchrun and gloo on the CPU). (before: `show` printed rank 0's empty phase
+    table and "steps: 0", and watch printed no phase: rank 0 was every reader's reference)"""
+    script = "import os\nif os.environ['RANK'] == '1':\n" + textwrap.indent(RANK_SCRIPT, "    ")
+    result = _launch(store, sys.executable, "-m", "anatomy", "watch", "--", script=script)
+    assert result.returncode == 0, result.stderr
+    assert "(training)" in result.stderr, result.stderr  # its live lines: rank 1's phase ends
+    [run] = store.runs()
+    assert store.ranks(run.id) == [1]
+    rep = report(store, run.id)
+    assert [p.name for p in rep.phases] == ["baseline", "weights", "training"]
+    assert rep.steps == 2 and [s.step for s in store.steps(run.id)] == [1, 2]
+    assert all(p.memory_bytes for p in rep.phases)
+    assert main(["show", str(run.id), "--store", str(store.path)]) == 0
+    shown = capsys.readouterr().out
+    assert "steps: 2" in shown and "\ntraining " in shown, shown
 
 
 def test_under_watch_the_rank_that_raises_is_named_in_the_runs_error(store):

@@ -51,11 +51,11 @@ def test_a_port_in_use_is_refused_in_one_line(never_served, capsys, tmp_path):
         f"error: cannot serve on localhost:{port}: Address already in use\n"
 
 
-@pytest.mark.parametrize("port", ["0", "65536", "http"])
+@pytest.mark.parametrize("port", ["0", "65536", "http", "²", "٣", "9" * 5000])
 def test_a_port_out_of_range_is_refused_by_the_parser(never_served, capsys, port):
     with pytest.raises(SystemExit) as exit_:
         cli.main(["dashboard", "--port", port])
     assert exit_.value.code == 2
-    assert f"argument --port: {port!r} is not a port (1 to 65535)" in capsys.readouterr().err
+    assert f"argument --port: {port!r} is not a port (1 to 65535)"[:80] in capsys.readouterr().err
 
 

@@ -18,7 +18,9 @@ def test_a_join_address_is_host_and_port(text, port):
     assert hosts.join_address(text).port == port
 
 
-@pytest.mark.parametrize("text", ["node-0", "node-0:", ":29600", "node-0:http", "node-0:70000"])
+# "²" is a digit to str.isdigit() that int() refuses (it raised ValueError), "٣" one it reads.
+@pytest.mark.parametrize("text", ["node-0", "node-0:", ":29600", "node-0:http", "node-0:70000",
+                                  "node-0:²", "node-0:٣"])
 def test_a_bad_join_address_is_refused_in_one_line(text, capsys, monkeypatch):
     monkeypatch.setenv(hosts.JOIN_KEY_ENV, "k")
     assert main(["watch", "--join", text, "--", "true"]) == 2

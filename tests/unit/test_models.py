@@ -485,14 +485,38 @@ def test_checkpointing_is_the_runs_option_not_an_old_configs_key(tmp_path):
     assert not any(getattr(module, "gradient_checkpointing", False) for module in model.modules())
 
 
-def test_all_linear_wraps_every_linear_layer_but_the_output_layer():
-    """peft's "all-linear", QLoRA's recipes' targets, was refused: "'all-linear' is not a module
-    name"."""
-    options = RunOptions(model="tiny-llama", lora_rank=8, lora_targets="all-linear")
-    assert validate(options, gpu_count=0) == {}
-    spec = models.resolve("tiny-llama")
-    assert models.lora_target_modules(spec, options.lora_target_list()) == (
-        "down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj")
+@pytest.mark.parametrize("model, task", [
+    ("tiny-llama", "CAUSAL_LM"), ("tiny", "SEQ_CLS"), ("t5", "SEQ_2_SEQ_LM"),
+    ("flaubert", "SEQ_CLS"),  # its classifier is sequence_summary: none of peft's head names
+    ("glm4_moe", "CAUSAL_LM"), ("deepseek_v3", "CAUSAL_LM")])  # routers no nn.Linear any more
+def test_all_linear_wraps_what_peft_own_all_linear_wraps(tmp_path, model, task):
+    """anatomy read "all-linear" itself, every nn.Linear but the output layer and a classifier's:
+    peft's own rule also wraps a mixture of experts' routers (GLM-4 MoE, DeepSeek-V3: 1,056 and
+    1,824 trainable parameters fewer) and keeps Flaubert's classifier (2,064)."""
+    from peft import LoraConfig, TaskType, get_peft_model
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    name = model if model in PRESETS else _config_file(tmp_path, model)
+    assert validate(RunOptions(model=name, lora_rank=8, lora_targets="all-linear"), 0) == {}
+    spec = models.resolve(name)
+    plain, _ = models.build_model(spec, "meta", pretrained=False)
+    ours, _ = models.build_model(spec, "meta", lora_rank=8, lora_targets=(models.ALL_LINEAR,),
+                                 pretrained=False)
+    peft = get_peft_model(plain, LoraConfig(r=8, target_modules="all-linear",
+                                            task_type=TaskType[task]))
+
+    def wrapped(model) -> tuple[set[str], int]:
+        return ({n for n, m in model.named_modules() if isinstance(m, BaseTunerLayer)},
+                sum(p.numel() for p in model.parameters() if p.requires_grad))
+
+    assert wrapped(ours) == wrapped(peft) and wrapped(ours)[0]
+
+
+def test_all_linear_stands_alone_as_peft_takes_it():
+    errors = validate(RunOptions(model="tiny-llama", lora_rank=8,
+                                 lora_targets="all-linear,lm_head"), gpu_count=0)
+    assert errors == {"lora_targets": "lora_targets: all-linear names every linear layer "
+                                      "already: give it alone, as peft takes it"}
 
 
 @pytest.mark.parametrize("labels, count", [

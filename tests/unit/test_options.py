@@ -8,6 +8,8 @@ import dataclasses
 import pytest
 
 from anatomy.analysis.options import FIELDS, InvalidOptions, RunOptions, defaults_for, validate
+from anatomy.store import checks
+from anatomy.views import text
 
 
 def test_defaults_fit_the_machine():
@@ -108,3 +110,11 @@ def test_the_defaults_are_plain_values_as_stored_options_read_back():
     options = RunOptions().to_dict()
     assert ast.literal_eval(repr(options)) == options
     assert {type(options["precision"]), type(options["strategy"])} == {str}
+
+
+@pytest.mark.parametrize("word", ["1", "007", "²", "٣", "-1", "1.0", "9" * 5000, "12345678901234567890"])
+def test_a_gpu_index_and_a_run_id_are_the_same_ascii_digits(word):
+    # One reading of a typed number (store.checks.digits): the options' GPU indices and the pages'
+    # run ids refused "²" alike in two copies of the check, and 5000 nines raised in int().
+    refused = "not a GPU index" in validate(RunOptions(gpus=f"{word},0"), 64).get("gpus", "")
+    assert refused == (text.run_id(word) is None) == (checks.digits(word) is None)

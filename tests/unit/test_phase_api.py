@@ -15,7 +15,7 @@ def test_the_phase_api_refuses_a_sample_rate_out_of_range(rate):
 
 @pytest.mark.parametrize("call", [
     lambda run: run.phase(None), lambda run: run.phase(""), lambda run: run.note(None),
-    lambda run: run.note("ok", level=None)])
+    lambda run: run.note("ok", level=None), lambda run: run.phase("caf\udce9")])
 def test_a_mark_without_a_name_is_refused_at_the_call(call):
     """`run.phase(None)`, `run.note(None)` were taken: the store's NOT NULL refused them later
     and ended the recording of the whole run ("could not be written … the training went on
@@ -25,8 +25,8 @@ def test_a_mark_without_a_name_is_refused_at_the_call(call):
     from anatomy.engine import attach
 
     run = attach.Run(attach._Unrecorded(), time.monotonic(), dwell=0.0)  # records nowhere
-    with pytest.raises(ValueError, match="must be text, got"):
-        call(run)
+    with pytest.raises(ValueError, match="must be text, got|is not UTF-8 text"):
+        call(run)  # a file name's bytes: SQLite's UnicodeEncodeError ended the recording
     run.phase("my own phase")  # any text names a phase of the user's
     run.note("a word", level="debug")
 
@@ -51,3 +51,38 @@ def test_a_step_that_no_import_would_take_is_refused_at_the_call(kwargs, words):
         run.step(**kwargs)
     assert str(refused.value) == words
     run.step(loss=0.5, step=0, total=0)  # a step 0 and an unknown length are the user's to say
+
+
+@pytest.mark.parametrize("rank, local, world, read", [
+    ("1", "1", "2", (1, 1, 2)),
+    ("²", "1", "2", (1, 1, 2)),      # RANK unreadable: LOCAL_RANK is the rank
+    ("٣", "²", "٣", (0, None, 1)),   # nothing readable: one process alone
+    ("", "", "0", (0, None, 1)),
+])
+def test_a_launchers_rank_and_world_size_are_read_as_ascii_digits(rank, local, world, read,
+                                                                  monkeypatch):
+    """anatomy.start() under RANK=² raised int()'s ValueError in the user's script ("²" is a digit
+    to str.isdigit()), and RANK=٣ was read as rank 3."""
+    from anatomy.engine import attach
+
+    for name, value in (("RANK", rank), ("LOCAL_RANK", local), ("WORLD_SIZE", world)):
+        monkeypatch.setenv(name, value)
+    assert (attach._rank(), attach._local_rank(), attach.launched_world_size()) == read
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"sample_rate": "fast"}, "sample_rate: must be a number of samples a second, got 'fast'"),
+    ({"sample_rate": None}, "sample_rate: must be a number of samples a second, got None"),
+    ({"store": 5}, "store: must be a path, got 5"),
+    ({"name": 5}, "name: must be text, got 5"),
+    ({"name": "caf\udce9"}, "name: holds the byte 0xe9, which is not UTF-8 text")])
+def test_an_argument_of_the_wrong_kind_is_refused_in_the_apis_words(kwargs, words):
+    """(before: TypeError: '<=' not supported between instances of 'int' and 'str', and
+    pathlib's "expected str, bytes or os.PathLike object, not int", from inside anatomy; a name
+    of a Latin-1 file name's bytes, SQLite's UnicodeEncodeError from the store)"""
+    import anatomy
+
+    with pytest.raises(ValueError) as refused:
+        anatomy.start(**kwargs)
+    assert str(refused.value) == words
+    assert anatomy.current() is None  # nothing started

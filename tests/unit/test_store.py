@@ -5,9 +5,11 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from anatomy.analysis.options import RunOptions
 from anatomy.analysis.report import report
-from anatomy.store import GpuProcess, GpuStatus, HostStatus, PhaseMark, Sample, Step, Store
+from anatomy.store import GpuProcess, GpuStatus, HostStatus, PhaseMark, Sample, Step, Store, checks
 from anatomy.store.liveness import ENDED_WITHOUT_A_WORD, Recorder
 from anatomy.units import MIB
 
@@ -200,3 +202,25 @@ def test_a_run_whose_recorder_is_gone_reads_as_ended_and_nothing_is_written(stor
     assert report(store, ids["gone"]).phase("baseline").done  # read as ending at its last sample
     assert store.run(ids["gone"], as_recorded=True).status == "running"  # nothing was written
     assert store.path.read_bytes() == before
+
+
+@pytest.mark.parametrize("word, number", [
+    ("7", 7), ("007", 7), ("0", 0), (str(2**63 - 1), 2**63 - 1), (str(2**63), None),
+    ("", None), ("-1", None), ("+1", None), (" 1", None), ("1.0", None), ("²", None),
+    ("٣", None), ("9" * 5000, None), ("0" * 5000 + "1", 1)])
+def test_a_number_typed_or_set_is_ascii_digits_alone(word, number):
+    assert checks.digits(word) == number
+
+
+def test_a_reader_that_names_no_rank_reads_the_lowest_rank_that_reported(store):
+    # Rank 0 of nearly every run; here rank 2 marked phases, rank 1 only reported a step and
+    # rank 0 nothing (its script never called anatomy.start()): rank 1 is the reference.
+    run_id = _new_run(store)
+    store.write(run_id, phases=[PhaseMark("start", "training", 0.0, rank=2)],
+                steps=[Step(1.0, 1, 2, 0.5, None, None, rank=2),
+                       Step(1.1, 1, 2, 0.5, None, None, rank=1)])
+    assert store.ranks(run_id) == [1, 2]
+    assert [s.rank for s in store.steps(run_id)] == [1] and store.step_count(run_id) == 1
+    assert store.phases(run_id) == [] and store.phases(run_id, 2) != []
+    store.write(run_id, phases=[PhaseMark("start", "training", 2.0, rank=0)])
+    assert store.phases(run_id)[0].rank == 0 and store.step_count(run_id) == 0

@@ -128,13 +128,27 @@ def test_an_empty_file_path_is_refused(capsys, command, argument):
     assert f"argument {argument}: an empty path names no file" in capsys.readouterr().err
 
 
+def test_an_export_to_dash_is_standard_output_as_import_reads_dash(capsys, store, monkeypatch,
+                                                                     tmp_path):
+    """(before: "wrote -", a file named "-" in the working directory, where `import -` reads
+    standard input)"""
+    monkeypatch.chdir(tmp_path)
+    seed = seed_run(store)
+    assert cli.main(["export", str(seed), "--format", "json", "--output", "-",
+                     "--store", str(store.path)]) == 0
+    assert json.loads(capsys.readouterr().out)["runs"][0]["run"]["id"] == seed
+    assert not (tmp_path / "-").exists()
+
+
+@pytest.mark.parametrize("word", ["9223372036854775808", "0", "٣", "1_0"])
 @pytest.mark.parametrize("command", ["show", "tag", "rename", "delete", "export"])
-def test_a_run_id_beyond_sqlites_range_is_refused_in_a_line(capsys, command):
+def test_a_run_id_beyond_sqlites_range_is_refused_in_a_line(capsys, command, word):
+    # "٣" was run 3 and "1_0" run 10 to int(); the pages read their URL's ids as ASCII digits.
     extra = {"tag": ["x"], "rename": ["x"], "export": ["--format", "json"]}.get(command, [])
     with pytest.raises(SystemExit) as exited:
-        cli.main([command, "9223372036854775808", *extra])
+        cli.main([command, word, *extra])
     assert exited.value.code == 2
-    assert ("9223372036854775808 is out of range for a run id: 1 to 9223372036854775807"
+    assert (f"{word!r} is not a run id: a whole number from 1 to 9223372036854775807"
             in capsys.readouterr().err)
 
 
@@ -240,3 +254,20 @@ def test_output_that_cannot_be_written_is_one_line(store, seed, capsys, monkeypa
         full.file.close()
     err = capsys.readouterr().err
     assert code == 1 and err == "error: cannot write the output: No space left on device\n", err
+
+
+@pytest.mark.parametrize("command", [
+    ["rename", "1", "caf\udce9"], ["tag", "1", "caf\udce9"], ["runs", "--tag", "caf\udce9"],
+    ["run", "--model", "m\udce9/config.json"], ["watch", "--name", "caf\udce9", "--", "true"],
+    ["watch", "--", "python3", "s\udce9.py"]], ids=" ".join)
+def test_an_argument_that_is_not_utf8_is_refused_in_a_line_before_anything(capsys, store,
+                                                                           command):
+    """Bytes of a Latin-1 terminal or file name ("caf\\xe9"), which Python keeps as lone
+    surrogates. (before: UnicodeEncodeError tracebacks from SQLite for rename, runs --tag, run,
+    watch --name; 'half of a UTF-16 pair' from watch's command)"""
+    seed_run(store)
+    assert cli.main([*command, "--store", str(store.path)] if command[0] != "watch" else
+                    [command[0], "--store", str(store.path), *command[1:]]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is not UTF-8 text" in err and "\\xe9" in err, err
+    assert [r.id for r in store.runs()] == [1] and store.run(1).name is None

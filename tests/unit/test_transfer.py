@@ -361,3 +361,29 @@ def test_a_phase_closed_before_it_began_ends_where_it_began(store):
         db.execute("UPDATE phases SET start = 0.2 WHERE run_id = ?", (run_id,))
     store.close_phases(run_id, 0.0)  # the command was never seen alive: its last sight is 0.0
     assert [(p.start_s, p.end_s) for p in store.phases(run_id)] == [(0.2, 0.2)]
+
+
+class _Endless:
+    """/dev/zero or a weights file of gigabytes, as `import -` reads standard input: any read
+    of the whole is a failure here (there it filled memory until the kernel killed anatomy)."""
+
+    def __init__(self, byte: bytes):
+        self.byte, self.given = byte, 0
+
+    def read(self, size: int = -1) -> bytes:
+        assert 0 <= size <= 1 << 20, "the whole stream was read"
+        self.given += size
+        return self.byte * size
+
+
+@pytest.mark.parametrize("byte, words", [
+    (b"\0", "the file is not valid JSON: Expecting value at line 1, column 1"),
+    (b"\x88", "the file is not UTF-8 text (byte 0): not an anatomy export")])
+def test_a_file_that_cannot_begin_an_export_is_refused_at_its_start(byte, words, capsys,
+                                                                   monkeypatch, store):
+    """(before: `anatomy import /dev/zero` was killed, exit 137, after filling memory)"""
+    stdin = type("Stdin", (), {"buffer": _Endless(byte)})()
+    monkeypatch.setattr("sys.stdin", stdin)
+    assert main(["import", "-", "--store", str(store.path)]) == 2
+    assert words in capsys.readouterr().err
+    assert stdin.buffer.given <= transfer.HEAD_BYTES and store.runs() == []

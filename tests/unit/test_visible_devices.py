@@ -25,6 +25,8 @@ UUIDS = ["GPU-aaaa-0000", "GPU-bbbb-1111", "GPU-cccc-2222", "GPU-dddd-3333"]
     ("GPU-cccc-2222,0", [2, 0]),   # by UUID
     ("dddd", [3]),                 # by a unique prefix, without "GPU-"
     ("GPU-", []),                  # a prefix of every UUID names none
+    ("1,²", [1]),                  # "²" is a digit to str.isdigit(), none to int() or CUDA
+    ("٣", []),                     # nor is "٣", which int() reads as 3
 ])
 def test_visible_devices_are_read_as_cuda_reads_them(value, expected):
     assert visible_indices(value, UUIDS) == expected

@@ -27,7 +27,7 @@ def test_a_gpu_another_run_holds_is_refused_and_nothing_is_recorded(store, fresh
     assert DeviceLock("gpu0").acquire("free")  # GPU 0's lock was given back
 
 
-@pytest.mark.parametrize("gpus", [",,", "0,,1", "x"])
+@pytest.mark.parametrize("gpus", [",,", "0,,1", "x", "²", "٣", "0,²"])
 def test_gpus_that_name_no_visible_gpu_are_refused(fresh_nvml, monkeypatch, gpus):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     nvml._lib = FakePynvml(gpus=2)
