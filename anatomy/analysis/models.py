@@ -1202,8 +1202,13 @@ def apply_lora(model, spec: ModelSpec, rank: int, targets: tuple[str, ...] = ())
     if getattr(model, "main_input_name", "input_ids") != "input_ids":
         task_type = None  # peft's seq2seq wrapper passes token ids, not audio: no task
     modules = lora_target_modules(spec, targets)
+    # peft's all-linear leaves out the output embeddings and a sequence classifier's head, not a
+    # token classifier's, which TOKEN_CLS saves whole: it would be wrapped too, and peft refuses
+    # ("modules_to_save cannot be applied to modules of type Linear").
+    kept_out = classifier_modules(spec, model) \
+        if modules == ALL_LINEAR and spec.task == TOKEN_CLASSIFICATION else None
     config = LoraConfig(r=rank, target_modules=modules if isinstance(modules, str) else list(modules),
-                        task_type=task_type,
+                        task_type=task_type, exclude_modules=kept_out or None,
                         modules_to_save=classifier_modules(spec, model)
                         if spec.task == IMAGE_CLASSIFICATION else None)
     try:
