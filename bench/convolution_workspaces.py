@@ -15,10 +15,22 @@ convolution runs without one from then on); then each size of `--sizes` is repla
 capacity, with and without them. The ratios are the H200's at the recorded batch size only
 (cuDNN picks engines by shape): an oracle for the mechanism, not a prediction.
 
+`--measured WS.json --run "MODEL PRECISION OPTIM"` takes instead each distinct convolution's
+workspaces measured alone (bench/convolution_workspace_sizes.py, keyed by the layer and the
+batch size): the trace asks for a placeholder per part (forward, data, filter) of each call, and
+each replayed batch size gets the measured bytes in its place (`--between`: between measured
+sizes linear in the batch size, or in bytes per sample; outside them, the nearest's bytes per
+sample). It compares them with the archives' runs of that configuration at measured sizes, call
+by call; replays `--sizes`; `--span LOW-HIGH` maps each size's outcome; `--search` runs What
+fits' search with them (the edge margin, no convolution margin).
+
     python bench/convolution_workspaces.py --ablate docs/data/h200-2026-12-02/allocator-events-8.tgz \\
         docs/data/h200-2026-12-02/convolution-edge-runs.tgz
     python bench/convolution_workspaces.py docs/data/h200-2026-12-02/allocator-events-8.tgz \\
         --oracle "regnet-y-040 fp32 b1325 sgd" --sizes 1325,1334,1336,1340
+    python bench/convolution_workspaces.py docs/data/h200-2026-12-02/convolution-edge-runs.tgz \\
+        --measured docs/data/h200-2026-12-03/ws-resnet.json --run "resnet-50 bf16 adamw_torch" \\
+        --sizes 3254,3301 --search
 """
 
 from __future__ import annotations
