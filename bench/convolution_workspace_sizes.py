@@ -32,9 +32,12 @@ MIB = 2**20
 
 
 def convolutions(model: str) -> list[dict]:
-    """The model's distinct Conv2d calls, in the order a forward pass makes them first: the
-    input's shape but the batch, and the layer's."""
+    """The model's distinct 2-D convolutions, in the order a forward pass makes them first, as
+    aten.convolution receives them (the trace's keys: a padding of "same" or "valid" made
+    numbers, an input padded where "same" is uneven): the input's shape but the batch, the
+    weight's, stride, padding, dilation and groups."""
     import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
 
     from anatomy.analysis import models
 
@@ -43,19 +46,19 @@ def convolutions(model: str) -> list[dict]:
     config = models.head_config(head, models.transformers_config(spec))
     with torch.device("meta"):
         network = head._from_config(config)
-    seen: dict[tuple, dict] = {}
+    seen: dict[str, dict] = {}
 
-    def record(module, inputs, _output):
-        layer = {"input": list(inputs[0].shape[1:]), "weight": list(module.weight.shape),
-                 "stride": list(module.stride), "padding": list(module.padding),
-                 "dilation": list(module.dilation), "groups": module.groups}
-        seen.setdefault(json.dumps(layer, sort_keys=True), layer)
+    class Calls(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten.convolution.default and args[1].dim() == 4:
+                layer = {"input": list(args[0].shape[1:]), "weight": list(args[1].shape),
+                         "stride": list(args[3]), "padding": list(args[4]),
+                         "dilation": list(args[5]), "groups": args[8]}
+                seen.setdefault(json.dumps(layer, sort_keys=True), layer)
+            return func(*args, **(kwargs or {}))
 
-    for module in network.modules():
-        if isinstance(module, torch.nn.Conv2d):
-            module.register_forward_hook(record)
     side = spec.image_size or 224
-    with torch.no_grad():
+    with torch.no_grad(), Calls():
         network(pixel_values=torch.empty(1, 3, side, side, device="meta"))
     return list(seen.values())
 
@@ -98,7 +101,8 @@ def measure(layer: dict, batch: int, dtype) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("runs", nargs="+", help='"<bench model> <fp32|bf16|fp16>"')
+    parser.add_argument("runs", nargs="+", help='"<bench model> <fp32|bf16|fp16>", or with its '
+                        'own batch sizes: "<bench model> <precision>:<b1>,<b2>,..."')
     parser.add_argument("--batches", default="64,256,1024", help="comma-separated")
     parser.add_argument("--out", type=Path, help="the sizes, as JSON")
     parser.add_argument("--dry-run", action="store_true", help="list the convolutions only")
@@ -111,7 +115,8 @@ def main() -> int:
                                                  max_entries=10_000_000)
     found: dict = {}
     started = time.monotonic()
-    for run in args.runs:
+    for spec in args.runs:
+        run, _, own = spec.partition(":")
         model, precision = run.split()
         dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
         layers = convolutions(model)
@@ -120,7 +125,7 @@ def main() -> int:
         for layer in layers:
             row = {"layer": layer, "batches": {}}
             if not args.dry_run:
-                for batch in batches:
+                for batch in [int(b) for b in own.split(",")] if own else batches:
                     row["batches"][batch] = measure(layer, batch, dtype)
                 cells = []
                 for batch, m in row["batches"].items():

@@ -15,10 +15,22 @@ convolution runs without one from then on); then each size of `--sizes` is repla
 capacity, with and without them. The ratios are the H200's at the recorded batch size only
 (cuDNN picks engines by shape): an oracle for the mechanism, not a prediction.
 
+`--measured WS.json --run "MODEL PRECISION OPTIM"` takes instead each distinct convolution's
+workspaces measured alone (bench/convolution_workspace_sizes.py, keyed by the layer and the
+batch size): the trace asks for a placeholder per part (forward, data, filter) of each call, and
+each replayed batch size gets the measured bytes in its place (`--between`: between measured
+sizes linear in the batch size, or in bytes per sample; outside them, the nearest's bytes per
+sample). It compares them with the archives' runs of that configuration at measured sizes, call
+by call; replays `--sizes`; `--span LOW-HIGH` maps each size's outcome; `--search` runs What
+fits' search with them (the edge margin, no convolution margin).
+
     python bench/convolution_workspaces.py --ablate docs/data/h200-2026-12-02/allocator-events-8.tgz \\
         docs/data/h200-2026-12-02/convolution-edge-runs.tgz
     python bench/convolution_workspaces.py docs/data/h200-2026-12-02/allocator-events-8.tgz \\
         --oracle "regnet-y-040 fp32 b1325 sgd" --sizes 1325,1334,1336,1340
+    python bench/convolution_workspaces.py docs/data/h200-2026-12-02/convolution-edge-runs.tgz \\
+        --measured docs/data/h200-2026-12-03/ws-resnet.json --run "resnet-50 bf16 adamw_torch" \\
+        --sizes 3254,3301 --search
 """
 
 from __future__ import annotations
@@ -65,6 +77,17 @@ def workspaces(events: list) -> set[int]:
             and events[i + 2][0] == "free_completed"}
 
 
+def outcomes(folder: Path) -> dict[int, dict]:
+    """Every extracted run's result (with its actions or not), by batch size, by model and
+    precision: {"regnet-y-040 fp32": {1312: result}}."""
+    found: dict = {}
+    for path in folder.rglob("*.result.json"):
+        result = json.loads(path.read_text())
+        words = result["label"].split()
+        found.setdefault(" ".join(words[:2]), {})[result["config"]["batch_size"]] = result
+    return found
+
+
 def ablate(runs: dict[str, tuple[dict, dict]]) -> None:
     for label, (result, recording) in runs.items():
         events = recording["events"]
@@ -103,13 +126,15 @@ class Convolutions:
             key = (tuple(args[0].shape[1:]), tuple(args[1].shape), tuple(args[3]),
                    tuple(args[4]), args[8], str(args[0].dtype))
             self.calls.append((kind, tuple(args[0].shape), tuple(args[1].shape),
-                               tuple(out.shape), args[0].dtype, None))
+                               tuple(out.shape), args[0].dtype, None,
+                               layer_key(args[0].shape, args[1].shape, *args[3:6], args[8])))
         else:
             kind, grad_output = "backward", args[0]
             key = (tuple(args[1].shape[1:]), tuple(args[2].shape), tuple(args[4]),
                    tuple(args[5]), args[-2], str(args[1].dtype))
             self.calls.append((kind, tuple(args[1].shape), tuple(args[2].shape),
-                               tuple(args[0].shape), args[1].dtype, tuple(args[-1])))
+                               tuple(args[0].shape), args[1].dtype, tuple(args[-1]),
+                               layer_key(args[1].shape, args[2].shape, *args[4:7], args[9])))
         if self.table is None:
             return []
         forward, backward = self.table
@@ -130,11 +155,19 @@ def _bytes(shape, dtype, batch: int, traced: int) -> int:
     return math.prod(shape) // traced * batch * element
 
 
-def workspace_table(recording: dict, calls: list[tuple], batch: int, traced: int
-                    ) -> dict[int, tuple[list, list]]:
-    """Step by step, each traced convolution's recorded workspace as a ratio: forward, to its
-    output (found by its size in a convolution's frame); backward, (data, filter) to its output
-    gradient, found after the call's gradients (by their sizes), before the next allocation."""
+def layer_key(input_shape, weight_shape, stride, padding, dilation, groups) -> tuple:
+    """A convolution as bench/convolution_workspace_sizes.py names it: its input but the batch,
+    its weight, stride, padding, dilation and groups."""
+    return (tuple(input_shape[1:]), tuple(weight_shape), tuple(stride), tuple(padding),
+            tuple(dilation), groups)
+
+
+def recorded_workspaces(recording: dict, calls: list[tuple], batch: int, traced: int
+                        ) -> dict[int, tuple[list[int], list]]:
+    """Step by step, each traced convolution's recorded workspaces in bytes: forward, the one in
+    a convolution's frame after its output (found by its size), 0 where none; backward, (the
+    data's, the filter's) lists, found after the call's gradients (by their sizes), before the
+    next allocation; None where its gradients were not found."""
     events, frames = recording["events"], recording["frames"]
     held = workspaces(events)
 
@@ -154,7 +187,7 @@ def workspace_table(recording: dict, calls: list[tuple], batch: int, traced: int
 
     steps, p = {}, output(0, 0)
     while p < len(events):
-        ratios = []
+        sizes = []
         for k in range(len(forward)):
             q = output(p, k)
             if q >= len(events):
@@ -162,16 +195,15 @@ def workspace_table(recording: dict, calls: list[tuple], batch: int, traced: int
             end = min(output(q + 1, k + 1) if k + 1 < len(forward) else len(events),
                       next((j for j in range(q + 1, len(events)) if events[j][0] == "alloc"
                             and not in_convolution(j)), len(events)))
-            size = next((events[j][2] for j in range(q + 1, end)
-                         if j in held and in_convolution(j)), 0)
-            ratios.append(size / events[q][2] if events[q][2] else 0.0)
+            sizes.append(next((events[j][2] for j in range(q + 1, end)
+                               if j in held and in_convolution(j)), 0))
             p = q + 1
         end = output(p, 0)
         gradients = []
-        for _, input_shape, weight_shape, output_shape, dtype, mask in backward:
+        for _, input_shape, weight_shape, _, dtype, mask, *_ in backward:
             wanted = [_bytes(input_shape, dtype, batch, traced) if mask[0] else None,
                       math.prod(weight_shape) * _bytes((1,), dtype, 1, 1) if mask[1] else None]
-            found, matched = [], True
+            data, matched = [], True
             for n, want in enumerate(wanted):
                 if want is None:
                     continue
@@ -183,21 +215,41 @@ def workspace_table(recording: dict, calls: list[tuple], batch: int, traced: int
                     matched = False
                     break
                 if n == 1 and wanted[0] is not None:
-                    found += [events[j][2] for j in range(p, q) if j in held]
+                    data += [events[j][2] for j in range(p, q) if j in held]
                 p = q + 1
             if not matched:
                 gradients.append(None)
                 continue
-            r = p
+            r, last = p, []
             while r < end and not (events[r][0] == "alloc" and r not in held):
                 if events[r][0] == "alloc":
-                    found.append(events[r][2])
+                    last.append(events[r][2])
                 r += 1
-            base = _bytes(output_shape, dtype, batch, traced)
-            sizes = (found + [0, 0])[:2] if mask[0] else [0, (found + [0])[0]]
-            gradients.append((sizes[0] / base, sizes[1] / base))
-        steps[len(steps) + 1] = (ratios, gradients)
+            gradients.append((data, last) if mask[1] else (last, []))
+        steps[len(steps) + 1] = (sizes, gradients)
         p = end
+    return steps
+
+
+def workspace_table(recording: dict, calls: list[tuple], batch: int, traced: int
+                    ) -> dict[int, tuple[list, list]]:
+    """Step by step, each traced convolution's recorded workspace as a ratio: forward, to its
+    output; backward, (data, filter) to its output gradient (recorded_workspaces)."""
+    forward = [c for c in calls if c[0] == "forward"]
+    backward = [c for c in calls if c[0] == "backward"]
+    steps = {}
+    for step, (sizes, gradients) in recorded_workspaces(recording, calls, batch, traced).items():
+        ratios = [size / _bytes(call[3], call[4], batch, traced) if size else 0.0
+                  for size, call in zip(sizes, forward)]
+        parts = []
+        for found, call in zip(gradients, backward):
+            if found is None:
+                parts.append(None)
+                continue
+            base, found = _bytes(call[3], call[4], batch, traced), found[0] + found[1]
+            pair = (found + [0, 0])[:2] if call[5][0] else [0, (found + [0])[0]]
+            parts.append((pair[0] / base, pair[1] / base))
+        steps[step] = (ratios, parts)
     return steps
 
 
@@ -237,14 +289,250 @@ def oracle(runs: dict[str, tuple[dict, dict]], label: str, sizes: list[int]) -> 
         print(f"  b{batch}: " + "; ".join(cells), flush=True)
 
 
+# --- measured alone: each distinct convolution's workspaces, by batch size, in the trace ---
+
+class MeasuredWorkspaces:
+    """bench/convolution_workspace_sizes.py's sizes for one model and precision: layer_key ->
+    batch -> (forward, data, filter), each a list of bytes. Backward's list is the data's then
+    the filter's (aten's cudnn convolution_backward runs them in that order); one alone is the
+    filter's (what the recorded runs show: RegNet-Y-040's 1 × 1 convolutions)."""
+
+    def __init__(self, path: Path, run: str):
+        self.layers: dict[tuple, dict[int, dict]] = {}
+        for row in json.loads(path.read_text())[run]:
+            layer = row["layer"]
+            key = layer_key([0, *layer["input"]], layer["weight"], layer["stride"],
+                            layer["padding"], layer["dilation"], layer["groups"])
+            self.layers[key] = {int(b): m for b, m in row["batches"].items()}
+
+    def parts(self, key: tuple, batch: int, data_wanted: bool) -> dict[str, list[int]]:
+        """At a measured batch size: forward, data and filter's workspaces."""
+        m = self.layers[key][batch]
+        back = m["backward"]
+        data, filt = back[:-1], back[-1:]
+        return {"forward": m["forward"], "data": data if data_wanted else [], "filter": filt}
+
+    def size(self, key: tuple, part: str, index: int, batch: int, data_wanted: bool,
+             rule: str = "linear") -> int:
+        """The workspace at `batch`: the measured one where measured; between two measured
+        sizes linear in the batch size (`rule` "linear") or in bytes per sample ("per-sample");
+        outside them, the nearest one's bytes per sample."""
+        batches = sorted(self.layers[key])
+
+        def at(b: int) -> int:
+            sizes = self.parts(key, b, data_wanted)[part]
+            return sizes[index] if index < len(sizes) else 0
+
+        if batch in batches:
+            return at(batch)
+        lower = [b for b in batches if b < batch]
+        upper = [b for b in batches if b > batch]
+        if not lower or not upper:
+            nearest = lower[-1] if lower else upper[0]
+            return round(at(nearest) * batch / nearest)
+        b1, b2 = lower[-1], upper[0]
+        if rule == "per-sample":
+            each = at(b1) / b1 + (at(b2) / b2 - at(b1) / b1) * (batch - b1) / (b2 - b1)
+            return round(each * batch)
+        return round(at(b1) + (at(b2) - at(b1)) * (batch - b1) / (b2 - b1))
+
+
+class MeasuredSeam:
+    """tracing/cuda.py's `convolution_workspaces`: each convolution call asks for a placeholder
+    workspace per part it may have (replay.Workspace, keyed by the part and the layer), the same
+    at the traced sizes 2 and 3, so that it stays one in the linear recording; MeasuredSizes
+    puts the measured bytes at each replayed batch size in its place."""
+
+    PLACEHOLDER = 512
+
+    def __init__(self, measured: MeasuredWorkspaces):
+        self.measured = measured
+        self.calls: list[tuple] = []
+        self.unknown: set[tuple] = set()
+
+    def __call__(self, func, args, out) -> list:
+        import torch
+
+        from anatomy.analysis.prediction.replay import Workspace
+
+        if func is torch.ops.aten.convolution.default:
+            key = layer_key(args[0].shape, args[1].shape, *args[3:6], args[8])
+            parts, data_wanted = ["forward"], True
+        else:
+            key = layer_key(args[1].shape, args[2].shape, *args[4:7], args[9])
+            data_wanted = bool(args[-1][0])
+            parts = (["data"] if data_wanted else []) + (["filter"] if args[-1][1] else [])
+        self.calls.append((func, key))
+        if key not in self.measured.layers:
+            self.unknown.add(key)
+            return []
+        most = {part: max(len(self.measured.parts(key, b, data_wanted)[part])
+                          for b in self.measured.layers[key]) for part in parts}
+        return [Workspace(self.PLACEHOLDER, (part, index, data_wanted, key))
+                for part in parts for index in range(most[part])]
+
+
+def measured_sizes(measured: MeasuredWorkspaces, rule: str):
+    """memory.BatchSizes whose recordings carry, at each batch size, the measured workspaces."""
+    from anatomy.analysis.prediction import memory, replay
+
+    class MeasuredSizes(memory.BatchSizes):
+        def _recording(self, batch: int) -> replay.Recording:
+            recording = super()._recording(batch)
+            events = [(kind, tid, replay.Workspace(measured.size(
+                value.key[3], value.key[0], value.key[1], batch, value.key[2], rule), value.key))
+                if isinstance(value, replay.Workspace) else (kind, tid, value)
+                for kind, tid, value in recording.events]
+            return replace(recording, events=events)
+
+    return MeasuredSizes
+
+
+def interpolation_check(measured: MeasuredWorkspaces) -> None:
+    """Each measured size between two others, from its neighbours: how far each rule lands."""
+    for rule in ("linear", "per-sample"):
+        exact = total = 0
+        worst = (0, None)
+        for key, by_batch in measured.layers.items():
+            batches = sorted(by_batch)
+            for b1, b, b2 in zip(batches, batches[1:], batches[2:]):
+                for part in ("forward", "data", "filter"):
+                    sizes = measured.parts(key, b, True)[part]
+                    for index, real in enumerate(sizes):
+                        trimmed = MeasuredWorkspaces.__new__(MeasuredWorkspaces)
+                        trimmed.layers = {key: {x: by_batch[x] for x in (b1, b2)}}
+                        guess = trimmed.size(key, part, index, b, True, rule)
+                        total += 1
+                        exact += guess == real
+                        if abs(guess - real) > abs(worst[0]):
+                            worst = (guess - real, f"{key[0]} w{key[1]} {part} at {b}")
+        print(f"interpolation {rule}: {exact} of {total} workspaces exact from their "
+              f"neighbours; the furthest {worst[0] / MIB:+,.1f} MiB ({worst[1]})")
+
+
+def compare(runs: dict[str, tuple[dict, dict]], run: str, measured: MeasuredWorkspaces,
+            calls: list[tuple]) -> None:
+    """Each recorded run of `run` at a measured batch size: its workspaces call by call (step
+    2) against the measured ones."""
+    from anatomy.analysis.prediction import memory
+
+    forward = [c for c in calls if c[0] == "forward"]
+    backward = [c for c in calls if c[0] == "backward"]
+    for label, (result, recording) in runs.items():
+        batch = result["config"]["batch_size"]
+        if not label.startswith(run.split()[0] + " " + run.split()[1]) or \
+                any(batch not in by_batch for by_batch in measured.layers.values()):
+            continue
+        steps = recorded_workspaces(recording, calls, batch, memory.LINEAR_FROM)
+        step = 2 if 2 in steps else min(steps)
+        sizes, gradients = steps[step]
+        same = differ = 0
+        lines = []
+        for n, (size, call) in enumerate(zip(sizes, forward)):
+            alone = sum(measured.parts(call[6], batch, True)["forward"])
+            same, differ = (same + 1, differ) if size == alone else (same, differ + 1)
+            if size != alone:
+                lines.append(f"    forward {n} {call[6][0]} w{call[6][1]}: in the run "
+                             f"{size:,}, alone {alone:,} ({(size - alone) / MIB:+,.1f} MiB)")
+        missing = sum(found is None for found in gradients)
+        for n, (found, call) in enumerate(zip(gradients, backward)):
+            if found is None:
+                continue
+            parts = measured.parts(call[6], batch, call[5][0])
+            for name, run_sizes, alone in (("data", found[0], parts["data"]),
+                                           ("filter", found[1], parts["filter"])):
+                if sorted(run_sizes) == sorted(alone):
+                    same += 1
+                elif sum(run_sizes) + sum(alone) == 0:
+                    same += 1
+                else:
+                    differ += 1
+                    lines.append(f"    backward {n} {name} {call[6][0]} w{call[6][1]}: in the "
+                                 f"run {run_sizes}, alone {alone} "
+                                 f"({(sum(run_sizes) - sum(alone)) / MIB:+,.1f} MiB)")
+        print(f"{label} ({result['status']}), step {step} of {sorted(steps)}: {same} "
+              f"workspaces (a call's forward, data or filter) as measured alone, {differ} not"
+              + (f"; {missing} backward calls not in the run" if missing else ""))
+        for line in lines:
+            print(line)
+
+
+def replay_measured(runs: dict[str, tuple[dict, dict]], results: dict, run: str, path: Path,
+                    sizes: list[int], rule: str, search: bool, span: str = "") -> None:
+    os.environ["ANATOMY_CACHE"] = "off"
+    from anatomy.analysis.prediction import memory
+    from anatomy.analysis.prediction.memory import BatchSizes, calibration_for, capacity_for
+    from anatomy.analysis.prediction.tracing import cuda
+
+    measured = MeasuredWorkspaces(path, " ".join(run.split()[:2]))
+    interpolation_check(measured)
+    config = replace(Config.from_label(run), batch_size=memory.LINEAR_FROM)
+    calibration = calibration_for("cuda", GPU)
+    capacity = capacity_for("cuda", calibration.total_bytes, calibration)
+    logged, seam = Convolutions(), MeasuredSeam(measured)
+    memory._cached_recording.cache_clear()
+    cuda.CudaKernels.convolution_workspaces = logged
+    try:
+        plain = BatchSizes(config.options(), "cuda", calibration)
+        memory._cached_recording.cache_clear()
+        cuda.CudaKernels.convolution_workspaces = seam
+        made = measured_sizes(measured, rule)(config.options(), "cuda", calibration)
+        per_pass = len(logged.calls) // 4
+        compare(runs, run, measured, logged.calls[:2 * per_pass])
+        print(f"{run}: {per_pass} convolutions a pass, {len(measured.layers)} measured, "
+              f"{len(seam.unknown)} not; capacity {capacity / MIB:,.0f} MiB; between measured "
+              f"sizes: {rule}")
+        recorded = results.get(" ".join(run.split()[:2]), {})
+        for batch in sizes:
+            cells = [f"{name}: peak {s.measure(batch).peak_allocated / MIB:,.0f} MiB, "
+                     + ("out of memory" if s.out_of_memory(batch, capacity) else "fits")
+                     for name, s in (("without workspaces", plain), ("measured alone", made))]
+            real = recorded.get(batch)
+            if real is not None:
+                cells.append(f"the run: {real['status']}" + (
+                    f", peak {real['memory']['peak_allocated'] / MIB:,.1f} MiB"
+                    if real["status"] == "completed" else ""))
+            print(f"  b{batch}: " + "; ".join(cells), flush=True)
+        if span:  # each size of a span: fits (.) or not (x), at the capacity and with the pad
+            low, high = (int(b) for b in span.split("-"))
+            pad = round(calibration.edge_margin * capacity)
+            for name, room in (("at the capacity", capacity),
+                               ("less the 0.05 % pad", capacity - pad)):
+                print(f"  {low}..{high} {name}: " + "".join(
+                    "x" if made.out_of_memory(b, room) else "." for b in range(low, high + 1)))
+        if search:  # "What fits": doubling and bisection, the edge margin, no convolution margin
+            original = memory.BatchSizes
+            memory.BatchSizes = measured_sizes(measured, rule)
+            try:
+                fit = memory.max_batch_size(
+                    config.options(), device="cuda", total=calibration.total_bytes,
+                    calibration=replace(calibration, convolution_margin=0.0))
+            finally:
+                memory.BatchSizes = original
+            print(f"  search: fits {fit.batch_size}, may fit {fit.may_fit} (tried "
+                  f"{', '.join(map(str, fit.searched))})")
+    finally:
+        cuda.CudaKernels.convolution_workspaces = None
+        memory._cached_recording.cache_clear()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("archives", nargs="+", type=Path,
+    parser.add_argument("archives", nargs="*", type=Path,
                         help="allocator-events*.tgz / convolution-edge-runs*.tgz")
     parser.add_argument("--ablate", action="store_true",
                         help="each run replayed with and without its workspaces")
     parser.add_argument("--oracle", metavar="LABEL", help="the run whose workspaces to trace")
     parser.add_argument("--sizes", default="", help="batch sizes to replay, comma-separated")
+    parser.add_argument("--measured", metavar="WS.json", type=Path,
+                        help="bench/convolution_workspace_sizes.py's sizes, traced for --run")
+    parser.add_argument("--run", help='with --measured: "<bench model> <precision> <optim>"')
+    parser.add_argument("--between", choices=("linear", "per-sample"), default="linear",
+                        help="with --measured: the workspaces between measured batch sizes")
+    parser.add_argument("--search", action="store_true",
+                        help="with --measured: What fits' search, without the convolution margin")
+    parser.add_argument("--span", default="", metavar="LOW-HIGH",
+                        help="with --measured: each size from LOW to HIGH, fits (.) or not (x)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         runs = recorded_runs(args.archives, Path(folder))
@@ -252,6 +540,10 @@ def main() -> int:
             ablate(runs)
         if args.oracle:
             oracle(runs, args.oracle, [int(s) for s in args.sizes.split(",") if s])
+        if args.measured:
+            replay_measured(runs, outcomes(Path(folder)), args.run, args.measured,
+                            [int(s) for s in args.sizes.split(",") if s], args.between,
+                            args.search, args.span)
     return 0
 
 
