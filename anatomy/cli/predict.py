@@ -11,6 +11,8 @@ import sys
 from anatomy.analysis import dummy_data, models, prediction
 from anatomy.analysis.options import RunOptions, validate
 from anatomy.analysis.prediction import device_constants
+from anatomy.analysis.prediction.workspaces import WorkspaceError
+from anatomy.analysis.prediction.workspaces import measure as measure_workspaces
 from anatomy.cli.arguments import add_run_options, options_from_args
 from anatomy.cli.render import table
 from anatomy.engine.manager import machine
@@ -23,6 +25,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     predict.add_argument("--json", action="store_true", help="bytes, as one JSON object")
     predict.add_argument("--max-batch-size", action="store_true",
                          help="the largest batch size predicted to fit the device, instead")
+    predict.add_argument("--measure-convolutions", action="store_true",
+                         help="with --max-batch-size, on the machine whose GPU the run will use: "
+                              "measure cuDNN's convolution workspaces on it (seconds, with the "
+                              "GPU idle) instead of keeping a margin for them")
     predict.add_argument("--device", choices=prediction.DEVICES,
                          help="the kernels and allocator to assume (default: this machine's)")
     predict.add_argument("--gpu-model", metavar="NAME",
@@ -84,13 +90,19 @@ def cmd_predict(args: argparse.Namespace) -> int:
               f"--max-batch-size out for what each of the {n} needs at this batch size",
               file=sys.stderr)
         return 2
+    if args.measure_convolutions:
+        refusal = _measuring_refusal(args, info, device, gpu_name)
+        if refusal:
+            print(f"error: --measure-convolutions: {refusal}", file=sys.stderr)
+            return 2
     try:
         if args.max_batch_size:
-            return _print_batch_fit(options, device, gpu_name, total, args.json)
+            return _print_batch_fit(options, device, gpu_name, total, args.json,
+                                    args.gpu or 0 if args.measure_convolutions else None)
         predicted = prediction.predict(options, device=device, gpu_name=gpu_name)
         ranks = (prediction.predict_ranks(options, device=device, gpu_name=gpu_name)
                  if options.distributed else None)
-    except prediction.PredictionError as error:
+    except (prediction.PredictionError, WorkspaceError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.json:
@@ -135,9 +147,31 @@ def _run_words(options: RunOptions, predicted) -> str:
             f"{f', accumulation {options.grad_accum}' if options.grad_accum > 1 else ''}{lora}")
 
 
+def _measuring_refusal(args: argparse.Namespace, info, device: str, gpu_name: str | None
+                       ) -> str | None:
+    """Why this machine's GPU cannot measure the workspaces the prediction asks about."""
+    if not args.max_batch_size:
+        return "it measures for --max-batch-size: add it"
+    if device != "cuda" or not info.has_gpu:
+        return "it measures this machine's GPU, and there is none here"
+    gpu = info.devices[args.gpu or 0] if (args.gpu or 0) < info.gpu_count else None
+    if gpu is None or gpu.name != gpu_name:
+        here = gpu.name if gpu else "none"
+        return (f"it measures this machine's GPU ({here!r}), not {gpu_name!r}: leave "
+                "--gpu-model out, or run it where that GPU is")
+    return None
+
+
 def _print_batch_fit(options: RunOptions, device: str, gpu_name: str | None, total: int,
-                     as_json: bool) -> int:
-    fit = prediction.max_batch_size(options, device=device, total=total, gpu_name=gpu_name)
+                     as_json: bool, measure_on: int | None = None) -> int:
+    measure = None
+    if measure_on is not None:
+        def measure(keys, batches):
+            print(f"measuring {len(keys)} convolutions' cuDNN workspaces on GPU {measure_on} at "
+                  f"batch sizes {', '.join(map(str, batches))}", file=sys.stderr, flush=True)
+            return measure_workspaces(keys, batches, measure_on)
+    fit = prediction.max_batch_size(options, device=device, total=total, gpu_name=gpu_name,
+                                    measure=measure)
     where = (f"{gpu_name} ({total / 2**30:.1f} GiB)" if device == "cuda"
              else f"this machine's RAM ({total / 2**30:.1f} GiB)")
     if as_json:
@@ -146,7 +180,8 @@ def _print_batch_fit(options: RunOptions, device: str, gpu_name: str | None, tot
                           "peak_at_may_fit": fit.peak_at_may_fit, "at_limit": fit.at_limit,
                           "limit": fit.limit, "device": device, "gpu": gpu_name,
                           "total": total, "tried": list(fit.searched),
-                          "linear": not fit.exact, "convolutions": fit.convolutions},
+                          "linear": not fit.exact, "convolutions": fit.convolutions,
+                          "workspaces_measured": fit.workspaces_measured},
                          indent=2))
     else:
         print(fit.line(where))

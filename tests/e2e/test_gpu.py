@@ -316,6 +316,27 @@ def test_watch_is_refused_while_a_run_holds_the_gpu(manager, store, tmp_path):
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
                     reason="needs two CUDA GPUs")
+def test_convolution_workspaces_measured_on_the_gpu(tmp_path):
+    """`predict --max-batch-size --measure-convolutions` on a small ResNet: each distinct
+    convolution's cuDNN workspaces measured in a child process on this GPU, the answer says so,
+    and nothing of the measurement stays on the device."""
+    config = {"model_type": "resnet", "architectures": ["ResNetForImageClassification"],
+              "embedding_size": 16, "hidden_sizes": [16, 32], "depths": [1, 1],
+              "layer_type": "basic", "image_size": 64, "num_labels": 10}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    gpu = machine().devices[0]
+    before = nvml.memory(gpu.nvml_index).used
+    done = subprocess.run([sys.executable, "-m", "anatomy", "predict", "--model", str(path),
+                           "--max-batch-size", "--measure-convolutions", "--json"],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr
+    fit = json.loads(done.stdout)
+    assert fit["workspaces_measured"] and not fit["convolutions"] and fit["max_batch_size"]
+    assert "convolutions' cuDNN workspaces on GPU 0" in done.stderr
+    assert nvml.memory(gpu.nvml_index).used - before < 64 * MIB  # the child's context gone
+
+
 def test_two_gpus_through_accelerate_ddp(manager, store, monkeypatch):
     """Issue 12: bert-base on GPUs 0 and 1, DDP through accelerate; each rank's phases on its
     own GPU, each GPU's memory sampled, nothing left running."""

@@ -183,3 +183,22 @@ def test_what_fits_for_several_processes_is_one_line_and_searches_nothing(capsys
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1
     assert "answers for one process alone, not for 2" in err
+
+
+@pytest.mark.parametrize("extra, words", [
+    ([], "it measures for --max-batch-size: add it"),
+    (["--max-batch-size"], "there is none here"),
+    (["--max-batch-size", "--gpu-model", "NVIDIA H200"], "there is none here")])
+def test_measuring_the_convolutions_is_refused_in_a_line_where_it_cannot(capsys, monkeypatch,
+                                                                          extra, words):
+    """--measure-convolutions measures this machine's GPU for the largest batch size: without
+    either, one line, and nothing traced."""
+    from anatomy.analysis import prediction
+
+    def searched(*args, **kwargs):
+        raise AssertionError("the search ran")
+    monkeypatch.setattr(prediction, "max_batch_size", searched)
+    monkeypatch.setattr(prediction, "predict", searched)
+    assert main(["predict", "--model", "tiny", "--measure-convolutions", *extra]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and words in err

@@ -642,3 +642,64 @@ def test_a_convolution_network_keeps_the_convolution_margin_a_vit_does_not(tmp_p
     assert kept.uncertain and kept.convolutions
     assert "cuDNN chooses its convolutions' workspaces" in kept.line("the GPU")
     assert "cuDNN" not in without.line("the GPU")
+
+
+def test_measured_workspaces_take_the_convolution_margins_place(tmp_path):
+    """`predict --max-batch-size --measure-convolutions`: the run's distinct convolutions are
+    handed to the measurement once, at sizes around the margin's answers, and each replayed size
+    gets their workspaces (prediction/workspaces.py) in place of the margin: none leaves the
+    answer the margin-free one; large ones lower it. A model without convolutions measures
+    nothing."""
+    from anatomy.analysis.prediction import BatchSizes, workspaces
+
+    config = {"model_type": "resnet", "architectures": ["ResNetForImageClassification"],
+              "embedding_size": 8, "hidden_sizes": [8, 16], "depths": [1, 1],
+              "layer_type": "basic", "image_size": 32, "num_labels": 10}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    resnet = RunOptions(model=str(path))
+    measured = BatchSizes(resnet, "cuda", DEFAULT).measure(64)
+    total = round((measured.peak_reserved + DEFAULT.context_bytes + DEFAULT.outside_bytes)
+                  * DEFAULT.total_bytes / DEFAULT.usable(DEFAULT.total_bytes))
+    calibration = dataclasses.replace(DEFAULT, edge_margin=0.0, convolution_margin=0.1)
+    asked = []
+
+    def measure_with(per_sample: int):
+        def measure(keys, batches):
+            asked.append((keys, batches))
+            return workspaces.Table({key: {b: ((per_sample * b,), (per_sample * b, 512))
+                                           for b in batches} for key in keys})
+        return measure
+
+    def fit(measure=None):
+        return max_batch_size(resnet, device="cuda", total=total, calibration=calibration,
+                              measure=measure)
+
+    margin = fit()
+    free = fit(measure_with(0))
+    keys, batches = asked[-1]
+    assert len(keys) == len(set(keys)) >= 4 and all(k[-1] == "float32" for k in keys)
+    assert batches == sorted(batches) and batches[0] == margin.batch_size
+    assert batches[2] == margin.may_fit < batches[-1]
+    assert free.workspaces_measured and not free.convolutions
+    assert free.batch_size == free.may_fit == margin.may_fit > margin.batch_size
+    assert "measured on this GPU" in free.line("the GPU")
+    large = fit(measure_with(measured.peak_allocated // 64 // 4))
+    assert large.batch_size < free.batch_size
+    asked.clear()
+    plain = max_batch_size(RunOptions(preset="tiny"), device="cuda", total=total,
+                           calibration=calibration, measure=measure_with(0))
+    assert asked == [] and not plain.workspaces_measured
+
+
+def test_a_measured_workspace_between_two_sizes_is_linear_in_the_batch_size():
+    from anatomy.analysis.prediction.workspaces import Table
+
+    key = ((8, 32, 32), (8, 8, 3, 3), (1, 1), (1, 1), (1, 1), 1, "float32")
+    table = Table({key: {100: ((1000,), (300, 40)), 200: ((3000,), (500, 40))}})
+    assert table.size(key, "forward", 0, 150, True) == 2000  # between: linear
+    assert table.size(key, "forward", 0, 400, True) == 6000  # beyond: the nearest's per sample
+    assert table.size(key, "data", 0, 100, True) == 300
+    assert table.size(key, "data", 0, 100, False) == 0  # no data gradient: no data workspace
+    assert table.size(key, "filter", 0, 200, True) == 40
+    assert table.most(key, "data", True) == 1 and table.most(key, "forward", True) == 1

@@ -174,7 +174,9 @@ def _shape_of(options: RunOptions) -> RunOptions:
 
 
 def _recording(shape: RunOptions, device: str, calibration: DeviceCalibration | None,
-               steps: int, fsdp_world: int = 0) -> replay.Recording:
+               steps: int, fsdp_world: int = 0, workspaces=None) -> replay.Recording:
+    if workspaces is not None:  # this machine's measurements: traced anew, never cached
+        return _traced_recording(shape, device, calibration, steps, fsdp_world, workspaces)
     key = None if calibration is None else json.dumps(calibration.to_dict(), sort_keys=True)
     return _cached_recording(shape, device, key, steps, fsdp_world)
 
@@ -184,6 +186,11 @@ def _cached_recording(shape: RunOptions, device: str, calibration_key: str | Non
                       steps: int, fsdp_world: int = 0) -> replay.Recording:
     calibration = (None if calibration_key is None else
                    DeviceCalibration.from_dict(json.loads(calibration_key)))
+    return _traced_recording(shape, device, calibration, steps, fsdp_world)
+
+
+def _traced_recording(shape: RunOptions, device: str, calibration: DeviceCalibration | None,
+                      steps: int, fsdp_world: int = 0, workspaces=None) -> replay.Recording:
     try:
         spec = models.resolve(shape.model)
     except models.ModelError as error:
@@ -195,7 +202,7 @@ def _cached_recording(shape: RunOptions, device: str, calibration_key: str | Non
         return recordings.recording(spec, step, device=device, calibration=calibration,
                                     steps=steps, lora_rank=shape.lora_rank,
                                     lora_targets=shape.lora_target_list(),
-                                    fsdp_world=fsdp_world)
+                                    fsdp_world=fsdp_world, workspaces=workspaces)
     except models.ModelError as error:
         raise PredictionError(str(error)) from None
     except Exception as error:  # noqa: BLE001 - whatever the trace cannot follow: one line
@@ -283,6 +290,7 @@ class BatchFit:
     peak_at_may_fit: int | None = None
     limit: int = BATCH_SIZE_LIMIT  # the batch size option's largest value
     convolutions: bool = False  # the margin is cuDNN's convolutions' (their workspaces unknown)
+    workspaces_measured: bool = False  # cuDNN's workspaces measured on this GPU, no margin
 
     @property
     def at_limit(self) -> bool:
@@ -317,6 +325,8 @@ class BatchFit:
             text += f"; {self.may_fit} is within {self.margin():.1%} of capacity — may not"
             if self.convolutions:
                 text += " (cuDNN chooses its convolutions' workspaces as it runs)"
+        if self.workspaces_measured:
+            text += "; cuDNN's convolution workspaces measured on this GPU"
         return text
 
 
@@ -368,8 +378,11 @@ class BatchSizes:
     its own), each size replayed through the caching allocator once (`measure`)."""
 
     def __init__(self, options: RunOptions, device: str,
-                 calibration: DeviceCalibration | None):
+                 calibration: DeviceCalibration | None, workspaces=None):
+        """`workspaces`: prediction/workspaces.py's seam for the traces (its `fill` gives each
+        size its convolutions' measured workspaces)."""
         self.options, self.device, self.calibration = options, device, calibration
+        self.workspaces = workspaces
         self.steps = steps_measured(options)
         self.shape = _shape_of(options)
         self.linear = False  # some size was taken as linear in the batch size
@@ -381,7 +394,7 @@ class BatchSizes:
 
     def _record(self, batch: int) -> replay.Recording:
         return _recording(replace(self.shape, batch_size=batch), self.device, self.calibration,
-                          self.steps)
+                          self.steps, workspaces=self.workspaces)
 
     def _recording(self, batch: int) -> replay.Recording:
         recording = self._recorded.get(batch)
@@ -391,6 +404,8 @@ class BatchSizes:
             self.linear = self.linear or recording is not None
         if recording is None:  # batch size 1, or operators that change with the batch size
             recording = self._record(batch)
+        if hasattr(self.workspaces, "fill"):  # the placeholders get this size's measurements
+            recording = replace(recording, events=self.workspaces.fill(recording.events, batch))
         return recording
 
     def measure(self, batch: int) -> replay.Measurement:
@@ -423,12 +438,14 @@ class BatchSizes:
 
 def max_batch_size(options: RunOptions, *, device: str = "cuda", total: int,
                    gpu_name: str | None = None,
-                   calibration: DeviceCalibration | None = None) -> BatchFit:
+                   calibration: DeviceCalibration | None = None, measure=None) -> BatchFit:
     """The largest batch size (1 to BATCH_SIZE_LIMIT) whose run is predicted to fit `total`
     bytes of device memory, other options unchanged, and the largest that may fit: each size
     replayed through the simulated caching allocator at the capacity, and at the capacity less
     the device's edge margin (`BatchSizes.out_of_memory`; on a CPU, exact bytes against the
-    RAM)."""
+    RAM). `measure` (prediction/workspaces.measure, or None): where the run has convolutions,
+    their cuDNN workspaces measured on this machine's GPU take the convolution margin's place
+    (WorkspaceError where they cannot be)."""
     if device == "cuda" and calibration is None:
         calibration = calibration_for(device, gpu_name)
     capacity = capacity_for(device, total, calibration)
@@ -443,10 +460,26 @@ def max_batch_size(options: RunOptions, *, device: str = "cuda", total: int,
         if device == "cuda" else 0
     sure = max(sure, convolutions)
 
+    fit, may = _search(sizes, capacity, least, sure)
+    if measure is not None and convolutions > 0:
+        pad = round(constants.edge_margin * capacity)
+        sizes = _measured_sizes(options, calibration, fit or LINEAR_FROM, may or LINEAR_FROM,
+                                measure)
+        fit, may = _search(sizes, capacity, least, pad)
+        return BatchFit(fit or None, capacity, device, sizes.peak(fit), tuple(sizes.tried),
+                        not sizes.linear, may_fit=may or None, peak_at_may_fit=sizes.peak(may),
+                        workspaces_measured=True)
+    return BatchFit(fit or None, capacity, device, sizes.peak(fit), tuple(sizes.tried),
+                    not sizes.linear, may_fit=may or None, peak_at_may_fit=sizes.peak(may),
+                    convolutions=convolutions > 0 and convolutions >= sure)
+
+
+def _search(sizes: BatchSizes, capacity: int, least: int, sure: int) -> tuple[int, int]:
+    """The largest size sure to fit (`sure` of the capacity free) and the largest that may
+    (`least` free): doubling from LINEAR_FROM, then bisection; 0 where none does."""
     def fits(batch: int, margin: int) -> bool:
         return not sizes.out_of_memory(batch, capacity - margin)
 
-    # The largest that may fit: doubling from LINEAR_FROM, then bisection.
     if fits(LINEAR_FROM, least):
         low, high = LINEAR_FROM, 2 * LINEAR_FROM
         while high <= BATCH_SIZE_LIMIT and fits(high, least):
@@ -458,9 +491,27 @@ def max_batch_size(options: RunOptions, *, device: str = "cuda", total: int,
     # The largest sure to fit: no larger than that.
     fit = may if not may or sure <= least else _bisect(
         0, may + 1, lambda batch: fits(batch, sure))
-    return BatchFit(fit or None, capacity, device, sizes.peak(fit), tuple(sizes.tried),
-                    not sizes.linear, may_fit=may or None, peak_at_may_fit=sizes.peak(may),
-                    convolutions=convolutions > 0 and convolutions >= sure)
+    return fit, may
+
+
+def _measured_sizes(options: RunOptions, calibration: DeviceCalibration | None, low: int,
+                    high: int, measure) -> BatchSizes:
+    """BatchSizes whose traces carry the run's convolutions' workspaces as `measure` finds them
+    on this GPU at sizes around the margin's answers (`low` sure to fit, `high` may): those,
+    their middle and a little beyond (linear between them: prediction/workspaces.py)."""
+    from anatomy.analysis.prediction import workspaces
+
+    logged = workspaces.Logged()
+    BatchSizes(options, "cuda", calibration, workspaces=logged)
+    if logged.unmeasurable:
+        raise workspaces.WorkspaceError(
+            f"{logged.unmeasurable} of the run's convolutions are transposed or not 2-D: "
+            "their workspaces are not measured")
+    beyond = high + max(1, (high - low) // 2)
+    batches = sorted({low, (low + high) // 2, high, beyond})
+    table = measure(list(logged.keys), batches)
+    return BatchSizes(options, "cuda", calibration,
+                      workspaces=workspaces.Placeholders(table))
 
 
 def _bisect(low: int, high: int, fits) -> int:

@@ -76,10 +76,12 @@ def _write(folder: Path, path: Path, recording: Recording) -> None:
 
 def recording(spec: models.ModelSpec, step: tuple, *, device: str,
               calibration: DeviceCalibration | None, steps: int, lora_rank: int = 0,
-              lora_targets: tuple[str, ...] = (), fsdp_world: int = 0) -> Recording:
+              lora_targets: tuple[str, ...] = (), fsdp_world: int = 0,
+              workspaces=None) -> Recording:
     """The run's recording (tracing/record.py's), from the cache when it has it; `step`:
-    tracing/trainer_step.StepOptions' fields (that module imports torch)."""
-    folder = cache_dir()
+    tracing/trainer_step.StepOptions' fields (that module imports torch). With `workspaces`
+    (prediction/workspaces.py's seams: this machine's measurements) traced anew, never cached."""
+    folder = cache_dir() if workspaces is None else None
     path = None
     if folder is not None:
         key = _key(spec, step, device, calibration, steps, lora_rank, lora_targets, fsdp_world)
@@ -88,7 +90,8 @@ def recording(spec: models.ModelSpec, step: tuple, *, device: str,
         if found is not None:
             return found
     made = trace(spec, step, device=device, calibration=calibration, steps=steps,
-                 lora_rank=lora_rank, lora_targets=lora_targets, fsdp_world=fsdp_world)
+                 lora_rank=lora_rank, lora_targets=lora_targets, fsdp_world=fsdp_world,
+                 workspaces=workspaces)
     if path is not None:
         _write(folder, path, made)
     return made
@@ -96,7 +99,8 @@ def recording(spec: models.ModelSpec, step: tuple, *, device: str,
 
 def trace(spec: models.ModelSpec, step: tuple, *, device: str,
           calibration: DeviceCalibration | None, steps: int, lora_rank: int = 0,
-          lora_targets: tuple[str, ...] = (), fsdp_world: int = 0) -> Recording:
+          lora_targets: tuple[str, ...] = (), fsdp_world: int = 0,
+          workspaces=None) -> Recording:
     """Traced: at layers.DEPTH layers and extrapolated where the model's layers repeat (every
     layer of each stack the same, checked on the model built at its full depth, and
     layers.extrapolate's own checks), else in full (an FSDP rank's step: in full)."""
@@ -105,7 +109,7 @@ def trace(spec: models.ModelSpec, step: tuple, *, device: str,
 
     step = StepOptions(*step)
     kwargs = dict(kernels=device, calibration=calibration, steps=steps, lora_rank=lora_rank,
-                  lora_targets=lora_targets)
+                  lora_targets=lora_targets, workspaces=workspaces)
     full = layers.depth_of(dict(spec.config))
     if full is not None and full > layers.DEPTH and not fsdp_world and \
             _repeats(spec, full, lora_rank, lora_targets):

@@ -83,13 +83,14 @@ def to_fake(model, mode: FakeTensorMode, device: str = "cpu", on_made=None) -> N
 
 def record(spec: ModelSpec, options: StepOptions, *, kernels: str = "cuda",
            calibration: DeviceCalibration | None = None, steps: int = 2, lora_rank: int = 0,
-           lora_targets: tuple[str, ...] = (), fsdp_world: int = 0, layers: bool = False
-           ) -> Recording:
+           lora_targets: tuple[str, ...] = (), fsdp_world: int = 0, layers: bool = False,
+           workspaces=None) -> Recording:
     """Trace the run's build and one of each segment of its steps; `kernels` "cuda" (the CUDA
     emulation, with `calibration`'s constants) or "cpu". `fsdp_world` > 0: the step of rank 0
     of that many under FSDP2 (tracing/fsdp.py; weights, gradients and states its shards).
     With `layers`, each event is tagged with the repeated layer it belongs to
-    (tracing/depth.py), for prediction/layers.py."""
+    (tracing/depth.py), for prediction/layers.py. `workspaces`: the CUDA emulation's
+    `convolution_workspaces` (prediction/workspaces.py), none by default."""
     from transformers import logging
 
     logging.set_verbosity_error()
@@ -119,7 +120,7 @@ def record(spec: ModelSpec, options: StepOptions, *, kernels: str = "cuda",
             if not fsdp_world:
                 return _record(spec, options, kernels, calibration, steps, lora_rank,
                                lora_targets, timeline, tracker, segment, segments,
-                               layers=layers)
+                               layers=layers, workspaces=workspaces)
             from anatomy.analysis.prediction.tracing import fsdp
 
             with fsdp.fake_group(fsdp_world) as mesh, fsdp.following(tracker) as buffers:
@@ -135,7 +136,7 @@ def record(spec: ModelSpec, options: StepOptions, *, kernels: str = "cuda",
 
 
 def _record(spec, options, kernels, calibration, steps, lora_rank, lora_targets, timeline,
-            tracker, segment, segments, mesh=None, layers=False) -> Recording:
+            tracker, segment, segments, mesh=None, layers=False, workspaces=None) -> Recording:
     from anatomy.analysis.prediction.tracing.fsdp import local, shard
 
     with real_paths():
@@ -151,6 +152,8 @@ def _record(spec, options, kernels, calibration, steps, lora_rank, lora_targets,
         parameters = sum(p.numel() for p in model.parameters())
         weights_bytes = _distinct_bytes(model.parameters())
         cuda = CudaKernels(calibration, tracker) if kernels == "cuda" else None
+        if cuda is not None and workspaces is not None:
+            cuda.convolution_workspaces = workspaces
         tags, lists = None, []
         if layers:
             lists = depth.stacks(model, depth_of(dict(spec.config)) or 0)
