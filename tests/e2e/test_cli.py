@@ -184,3 +184,15 @@ def test_predict_refuses_a_gpu_model_without_constants_naming_those_calibrated()
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.count("\n") == 1 and "'nope'" in result.stderr
     assert "'NVIDIA H200'" in result.stderr  # the calibrated models, by name
+
+
+def test_measuring_without_a_gpu_is_one_line():
+    """The measurement's child on a machine without CUDA: WorkspaceError in one line, no
+    traceback of the child's."""
+    from anatomy.analysis.prediction.workspaces import WorkspaceError, layer_key, measure
+
+    key = layer_key((0, 3, 8, 8), (4, 3, 3, 3), (1, 1), (1, 1), (1, 1), 1, "float32")
+    with pytest.raises(WorkspaceError) as raised:
+        measure([key], [2, 3])
+    assert str(raised.value) == \
+        "measuring the convolutions on the GPU failed: no CUDA GPU here"

@@ -703,3 +703,4 @@ def test_a_measured_workspace_between_two_sizes_is_linear_in_the_batch_size():
     assert table.size(key, "data", 0, 100, False) == 0  # no data gradient: no data workspace
     assert table.size(key, "filter", 0, 200, True) == 40
     assert table.most(key, "data", True) == 1 and table.most(key, "forward", True) == 1
+

@@ -164,9 +164,15 @@ def measure(keys: list[tuple], batches: list[int], gpu: int = 0,
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise WorkspaceError(f"measuring the convolutions on the GPU failed: {last[:300]}")
     table = Table()
-    for row in json.loads(done.stdout.strip().splitlines()[-1]):
-        key = _key_of(row["key"])
-        table.layers[key] = {int(b): (tuple(m[0]), tuple(m[1])) for b, m in row["batches"].items()}
+    try:
+        for row in json.loads(done.stdout.strip().splitlines()[-1]):
+            table.layers[_key_of(row["key"])] = {
+                int(b): (tuple(m[0]), tuple(m[1])) for b, m in row["batches"].items()}
+    except (IndexError, ValueError, KeyError, TypeError):
+        raise WorkspaceError("measuring the convolutions on the GPU gave no table") from None
+    missing = [key for key in keys if key not in table.layers]
+    if missing:
+        raise WorkspaceError(f"{len(missing)} of the convolutions were not measured")
     return table
 
 
