@@ -172,6 +172,8 @@ def _print_batch_fit(options: RunOptions, device: str, gpu_name: str | None, tot
             return measure_workspaces(keys, batches, measure_on)
     fit = prediction.max_batch_size(options, device=device, total=total, gpu_name=gpu_name,
                                     measure=measure)
+    if measure is not None and not fit.workspaces_measured:
+        print("the run has no convolutions: no workspace to measure", file=sys.stderr)
     where = (f"{gpu_name} ({total / 2**30:.1f} GiB)" if device == "cuda"
              else f"this machine's RAM ({total / 2**30:.1f} GiB)")
     if as_json:
