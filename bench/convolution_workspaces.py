@@ -52,6 +52,8 @@ sys.path.insert(0, str(HERE))
 from peak_snapshot import replay_recorded  # noqa: E402
 from prediction_grid import Config  # noqa: E402
 
+from anatomy.analysis.prediction.workspaces import Table  # noqa: E402
+
 MIB = 2**20
 GPU = "NVIDIA H200"
 
@@ -291,50 +293,29 @@ def oracle(runs: dict[str, tuple[dict, dict]], label: str, sizes: list[int]) -> 
 
 # --- measured alone: each distinct convolution's workspaces, by batch size, in the trace ---
 
-class MeasuredWorkspaces:
-    """bench/convolution_workspace_sizes.py's sizes for one model and precision: layer_key ->
-    batch -> (forward, data, filter), each a list of bytes. Backward's list is the data's then
-    the filter's (aten's cudnn convolution_backward runs them in that order); one alone is the
-    filter's (what the recorded runs show: RegNet-Y-040's 1 × 1 convolutions)."""
+class MeasuredWorkspaces(Table):
+    """bench/convolution_workspace_sizes.py's sizes for one model and precision, as the
+    prediction's table (prediction/workspaces.Table: layer -> batch -> forward's and backward's
+    bytes; its keys here without the dtype), with the per-sample rule beside its linear one."""
 
     def __init__(self, path: Path, run: str):
-        self.layers: dict[tuple, dict[int, dict]] = {}
+        super().__init__()
         for row in json.loads(path.read_text())[run]:
             layer = row["layer"]
             key = layer_key([0, *layer["input"]], layer["weight"], layer["stride"],
                             layer["padding"], layer["dilation"], layer["groups"])
-            self.layers[key] = {int(b): m for b, m in row["batches"].items()}
-
-    def parts(self, key: tuple, batch: int, data_wanted: bool) -> dict[str, list[int]]:
-        """At a measured batch size: forward, data and filter's workspaces."""
-        m = self.layers[key][batch]
-        back = m["backward"]
-        data, filt = back[:-1], back[-1:]
-        return {"forward": m["forward"], "data": data if data_wanted else [], "filter": filt}
+            self.layers[key] = {int(b): (tuple(m["forward"]), tuple(m["backward"]))
+                                for b, m in row["batches"].items()}
 
     def size(self, key: tuple, part: str, index: int, batch: int, data_wanted: bool,
              rule: str = "linear") -> int:
-        """The workspace at `batch`: the measured one where measured; between two measured
-        sizes linear in the batch size (`rule` "linear") or in bytes per sample ("per-sample");
-        outside them, the nearest one's bytes per sample."""
-        batches = sorted(self.layers[key])
-
-        def at(b: int) -> int:
-            sizes = self.parts(key, b, data_wanted)[part]
-            return sizes[index] if index < len(sizes) else 0
-
-        if batch in batches:
-            return at(batch)
-        lower = [b for b in batches if b < batch]
-        upper = [b for b in batches if b > batch]
-        if not lower or not upper:
-            nearest = lower[-1] if lower else upper[0]
-            return round(at(nearest) * batch / nearest)
-        b1, b2 = lower[-1], upper[0]
-        if rule == "per-sample":
-            each = at(b1) / b1 + (at(b2) / b2 - at(b1) / b1) * (batch - b1) / (b2 - b1)
-            return round(each * batch)
-        return round(at(b1) + (at(b2) - at(b1)) * (batch - b1) / (b2 - b1))
+        """The workspace at `batch`: Table's (linear in the batch size between two measured
+        sizes), or with `rule` "per-sample" linear in bytes per sample between them."""
+        b1, b2 = self.around(key, batch)
+        if rule != "per-sample" or batch in self.layers[key] or b1 is None or b2 is None:
+            return super().size(key, part, index, batch, data_wanted)
+        w1, w2 = (self.at(key, part, index, b, data_wanted) for b in (b1, b2))
+        return round((w1 / b1 + (w2 / b2 - w1 / b1) * (batch - b1) / (b2 - b1)) * batch)
 
 
 class MeasuredSeam:

@@ -83,24 +83,29 @@ class Table:
         """The most workspaces `part` asked for at any measured size: placeholders to make."""
         return max(len(self.parts(key, b, data_wanted)[part]) for b in self.layers[key])
 
+    def at(self, key: tuple, part: str, index: int, batch: int, data_wanted: bool) -> int:
+        """The `index`th workspace of `part` at a measured `batch` (0: it asked for none)."""
+        sizes = self.parts(key, batch, data_wanted)[part]
+        return sizes[index] if index < len(sizes) else 0
+
+    def around(self, key: tuple, batch: int) -> tuple[int | None, int | None]:
+        """The measured sizes nearest below and above `batch` (None where there is none)."""
+        batches = sorted(self.layers[key])
+        lower = [b for b in batches if b < batch]
+        upper = [b for b in batches if b > batch]
+        return (lower[-1] if lower else None), (upper[0] if upper else None)
+
     def size(self, key: tuple, part: str, index: int, batch: int, data_wanted: bool) -> int:
         """The `index`th workspace of `part` at `batch`: measured there, else linear in the batch
         size between the two measured sizes around it, else the nearest's bytes per sample."""
-        batches = sorted(self.layers[key])
-
-        def at(b: int) -> int:
-            sizes = self.parts(key, b, data_wanted)[part]
-            return sizes[index] if index < len(sizes) else 0
-
-        if batch in batches:
-            return at(batch)
-        lower = [b for b in batches if b < batch]
-        upper = [b for b in batches if b > batch]
-        if not lower or not upper:
-            nearest = lower[-1] if lower else upper[0]
-            return round(at(nearest) * batch / nearest)
-        b1, b2 = lower[-1], upper[0]
-        return round(at(b1) + (at(b2) - at(b1)) * (batch - b1) / (b2 - b1))
+        if batch in self.layers[key]:
+            return self.at(key, part, index, batch, data_wanted)
+        b1, b2 = self.around(key, batch)
+        if b1 is None or b2 is None:
+            nearest = b1 if b2 is None else b2
+            return round(self.at(key, part, index, nearest, data_wanted) * batch / nearest)
+        w1, w2 = (self.at(key, part, index, b, data_wanted) for b in (b1, b2))
+        return round(w1 + (w2 - w1) * (batch - b1) / (b2 - b1))
 
 
 class Logged:
