@@ -196,3 +196,13 @@ def test_measuring_without_a_gpu_is_one_line():
         measure([key], [2, 3])
     assert str(raised.value) == \
         "measuring the convolutions on the GPU failed: no CUDA GPU here"
+
+
+@pytest.mark.parametrize("request_text", ["", "[]", '{"keys": 5, "batches": [2]}'])
+def test_the_measuring_child_run_by_hand_refuses_a_bad_request_in_a_line(request_text):
+    """`python -m anatomy.analysis.prediction.workspaces` is the measurement's child; run by
+    hand with what it cannot read, it says what it expects, no traceback."""
+    done = subprocess.run([sys.executable, "-m", "anatomy.analysis.prediction.workspaces"],
+                          input=request_text, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "expects on standard input" in done.stderr

@@ -230,12 +230,19 @@ def _measure_here(keys: list[tuple], batches: list[int], gpu: int = 0) -> list[d
     return rows
 
 
-if __name__ == "__main__":  # the child of `measure`
-    asked = json.loads(sys.stdin.read())
+if __name__ == "__main__":  # the child of `measure`: its request on standard input
     try:
-        measured = _measure_here([_key_of(k) for k in asked["keys"]], asked["batches"],
-                                 asked.get("gpu", 0))
-    except (WorkspaceError, RuntimeError) as error:  # torch's out of memory is a RuntimeError
+        asked = json.loads(sys.stdin.read())
+        keys = [_key_of(k) for k in asked["keys"]]
+        batches = [int(b) for b in asked["batches"]]
+        gpu = int(asked.get("gpu", 0))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        print("expects on standard input what prediction/workspaces.measure sends: "
+              '{"keys": [...], "batches": [...], "gpu": 0}', file=sys.stderr)
+        sys.exit(2)
+    try:
+        measured = _measure_here(keys, batches, gpu)
+    except (WorkspaceError, RuntimeError, ValueError, TypeError, AttributeError) as error:
         print(str(error).splitlines()[0] if str(error) else type(error).__name__,
               file=sys.stderr)
         sys.exit(1)
