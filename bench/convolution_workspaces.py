@@ -29,7 +29,7 @@ fits' search with them (the edge margin, no convolution margin).
     python bench/convolution_workspaces.py docs/data/h200-2026-12-02/allocator-events-8.tgz \\
         --oracle "regnet-y-040 fp32 b1325 sgd" --sizes 1325,1334,1336,1340
     python bench/convolution_workspaces.py docs/data/h200-2026-12-02/convolution-edge-runs.tgz \\
-        --measured docs/data/h200-2026-12-03/ws-resnet.json --run "resnet-50 bf16 adamw_torch" \\
+        --measured docs/data/h200-2026-12-02-s28/ws-resnet.json --run "resnet-50 bf16 adamw_torch" \\
         --sizes 3254,3301 --search
 """
 

@@ -4,7 +4,7 @@ workspaces a GPU measured (bench/convolution_workspace_sizes.py's JSON) handed t
 "The convolutions' workspaces"). Every size the search asks about is answered from the measured
 sizes (linear between them), as the child's table would be.
 
-    PYTHONPATH=. python bench/measured_prediction.py docs/data/h200-2026-12-03/ws-oos.json \\
+    PYTHONPATH=. python bench/measured_prediction.py docs/data/h200-2026-12-02-s28/ws-oos.json \\
         "resnet-50 fp32" bench/models/resnet-50.json sgd [--gpu-model "NVIDIA H200"]
 """
 
