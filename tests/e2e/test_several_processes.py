@@ -114,6 +114,18 @@ def _two_ranks_training(store, steps: int) -> subprocess.Popen:
     return cli
 
 
+def _failed_in_one_line(cli: subprocess.Popen, act) -> None:
+    """`act()` on the two ranks' training, then `anatomy run` ends with 1 and no traceback (the
+    command killed whatever happens)."""
+    try:
+        act()
+        _, err = cli.communicate(timeout=120)
+    finally:
+        cli.kill()
+    assert cli.returncode == 1
+    assert "Traceback" not in err, err
+
+
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill_9", "sigterm"])
 def test_a_rank_killed_fails_the_run_in_one_line_read_at_its_last_step(store, sig):
     """torch's elastic agent logs the dead rank with a traceback: the terminal gets the run's one
@@ -122,17 +134,15 @@ def test_a_rank_killed_fails_the_run_in_one_line_read_at_its_last_step(store, si
     "rank 1: Traceback … SignalException: Process 123 got signal: 15"; a SIGINT, reset with it,
     was "rank 1: Traceback … KeyboardInterrupt")."""
     cli = _two_ranks_training(store, steps=3)
-    try:
+
+    def kill_rank_1() -> None:
         tree = psutil.Process(store.run(1).worker_pid).children(recursive=True)
         # Its name says its rank (a process it started would bear it too: the eldest is the rank).
         named = [p for p in tree if p.name() == "anatomy-rank-1"]
         (rank_1,) = [p for p in named if p.ppid() not in {q.pid for q in named}]
         rank_1.send_signal(sig)
-        _, err = cli.communicate(timeout=120)
-    finally:
-        cli.kill()
-    assert cli.returncode == 1
-    assert "Traceback" not in err, err
+
+    _failed_in_one_line(cli, kill_rank_1)
     rep = report(store, 1)
     assert rep.status == "failed" and f"rank 1 was killed by {sig.name}" in rep.error, rep.error
     training = next(p for p in store.phases(1, 1) if p.name == "training")
@@ -143,15 +153,14 @@ def test_a_sigterm_to_the_worker_of_several_ranks_fails_the_run_in_one_line(stor
     """The elastic agent in the worker turns it into its SignalException (before: the run's error
     was that traceback, "Traceback … SignalException: Process 123 got signal: 15")."""
     cli = _two_ranks_training(store, steps=1)
-    try:
+    tree: list[psutil.Process] = []
+
+    def terminate_the_worker() -> None:
         worker = psutil.Process(store.run(1).worker_pid)
-        tree = [worker, *worker.children(recursive=True)]
+        tree.extend([worker, *worker.children(recursive=True)])
         worker.terminate()
-        _, err = cli.communicate(timeout=120)
-    finally:
-        cli.kill()
-    assert cli.returncode == 1
-    assert "Traceback" not in err, err
+
+    _failed_in_one_line(cli, terminate_the_worker)
     rep = report(store, 1)
     assert rep.status == "failed" and rep.error.startswith(
         "the training worker was killed by SIGTERM"), rep.error
