@@ -6,6 +6,13 @@ sizes (linear between them), as the child's table would be.
 
     PYTHONPATH=. python bench/measured_prediction.py docs/data/h200-2026-12-02-s28/ws-oos.json \\
         "resnet-50 fp32" bench/models/resnet-50.json sgd [--gpu-model "NVIDIA H200"]
+
+`--here` (on the GPU): `predict --max-batch-size --measure-convolutions`'s own search, measuring
+on this machine's GPU as it goes, and every size it measured written to the JSON file named
+first (this format, for the replay above):
+
+    python bench/measured_prediction.py --here $OUT/ws.json "resnet-50 fp32" \\
+        bench/models/resnet-50.json sgd
 """
 
 from __future__ import annotations
@@ -42,7 +49,12 @@ def main() -> int:
     parser.add_argument("model", help="the model's config")
     parser.add_argument("optim")
     parser.add_argument("--gpu-model", default="NVIDIA H200")
+    parser.add_argument("--here", action="store_true",
+                        help="measure on this machine's GPU, and write what it measured to "
+                             "`measured`")
     args = parser.parse_args()
+    if args.here:
+        return here(args)
     table = table_of(args.measured, args.run)
 
     def measure(keys, batches):
@@ -59,6 +71,42 @@ def main() -> int:
         RunOptions(model=args.model, precision=args.run.split()[1], optim=args.optim),
         device="cuda", total=calibration.total_bytes, calibration=calibration, measure=measure)
     print(fit.line(args.gpu_model), f"({time.monotonic() - started:.0f} s)")
+    return 0
+
+
+def here(args) -> int:
+    import torch
+
+    measurer = workspaces.Measurer(0)
+    seen = workspaces.Table()
+
+    def measure(keys, batches):
+        started = time.monotonic()
+        table = measurer(keys, batches)
+        seen.merge(table)
+        print(f"measured {len(keys)} convolutions at {batches} "
+              f"({time.monotonic() - started:.1f} s)", file=sys.stderr, flush=True)
+        return table
+
+    gpu = torch.cuda.get_device_properties(0)
+    calibration = load(gpu.name)
+    started = time.monotonic()
+    try:
+        fit = memory.max_batch_size(
+            RunOptions(model=args.model, precision=args.run.split()[1], optim=args.optim),
+            device="cuda", total=calibration.total_bytes, calibration=calibration,
+            measure=measure)
+    finally:
+        measurer.close()
+    print(fit.line(gpu.name), f"({time.monotonic() - started:.0f} s)")
+    print(json.dumps({"max_batch_size": fit.batch_size, "may_fit": fit.may_fit,
+                      "tried": list(fit.searched)}))
+    rows = [{"layer": {"input": list(key[0]), "weight": list(key[1]), "stride": list(key[2]),
+                       "padding": list(key[3]), "dilation": list(key[4]), "groups": key[5]},
+             "batches": {str(b): {"forward": list(f), "backward": list(w)}
+                         for b, (f, w) in sorted(batches.items())}}
+            for key, batches in seen.layers.items()]
+    args.measured.write_text(json.dumps({args.run: rows}))
     return 0
 
 

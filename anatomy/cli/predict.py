@@ -11,8 +11,7 @@ import sys
 from anatomy.analysis import dummy_data, models, prediction
 from anatomy.analysis.options import RunOptions, validate
 from anatomy.analysis.prediction import device_constants
-from anatomy.analysis.prediction.workspaces import WorkspaceError
-from anatomy.analysis.prediction.workspaces import measure as measure_workspaces
+from anatomy.analysis.prediction.workspaces import Measurer, WorkspaceError
 from anatomy.cli.arguments import add_run_options, options_from_args
 from anatomy.cli.render import table
 from anatomy.engine.manager import machine
@@ -162,16 +161,25 @@ def _measuring_refusal(args: argparse.Namespace, info, device: str, gpu_name: st
     return None
 
 
+class measuring(Measurer):
+    """The workspaces measured on GPU `gpu`, each request said on stderr as it starts."""
+
+    def __call__(self, keys: list[tuple], batches: list[int]):
+        print(f"measuring {len(keys)} convolutions' cuDNN workspaces on GPU {self.gpu} at "
+              f"batch size{'s' if len(batches) > 1 else ''} {', '.join(map(str, batches))}",
+              file=sys.stderr, flush=True)
+        return super().__call__(keys, batches)
+
+
 def _print_batch_fit(options: RunOptions, device: str, gpu_name: str | None, total: int,
                      as_json: bool, measure_on: int | None = None) -> int:
-    measure = None
-    if measure_on is not None:
-        def measure(keys, batches):
-            print(f"measuring {len(keys)} convolutions' cuDNN workspaces on GPU {measure_on} at "
-                  f"batch sizes {', '.join(map(str, batches))}", file=sys.stderr, flush=True)
-            return measure_workspaces(keys, batches, measure_on)
-    fit = prediction.max_batch_size(options, device=device, total=total, gpu_name=gpu_name,
-                                    measure=measure)
+    measure = None if measure_on is None else measuring(measure_on)
+    try:
+        fit = prediction.max_batch_size(options, device=device, total=total, gpu_name=gpu_name,
+                                        measure=measure)
+    finally:
+        if measure is not None:
+            measure.close()
     if measure is not None and not fit.workspaces_measured:
         print("the run has no convolutions: no workspace to measure", file=sys.stderr)
     where = (f"{gpu_name} ({total / 2**30:.1f} GiB)" if device == "cuda"

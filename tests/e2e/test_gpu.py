@@ -314,8 +314,6 @@ def test_watch_is_refused_while_a_run_holds_the_gpu(manager, store, tmp_path):
     assert not marker.exists()  # nothing started
 
 
-@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
-                    reason="needs two CUDA GPUs")
 def test_convolution_workspaces_measured_on_the_gpu(tmp_path):
     """`predict --max-batch-size --measure-convolutions` on a small ResNet: each distinct
     convolution's cuDNN workspaces measured in a child process on this GPU, the answer says so,
@@ -337,6 +335,8 @@ def test_convolution_workspaces_measured_on_the_gpu(tmp_path):
     assert nvml.memory(gpu.nvml_index).used - before < 64 * MIB  # the child's context gone
 
 
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
+                    reason="needs two CUDA GPUs")
 def test_two_gpus_through_accelerate_ddp(manager, store, monkeypatch):
     """Issue 12: bert-base on GPUs 0 and 1, DDP through accelerate; each rank's phases on its
     own GPU, each GPU's memory sampled, nothing left running."""

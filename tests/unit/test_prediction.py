@@ -646,10 +646,12 @@ def test_a_convolution_network_keeps_the_convolution_margin_a_vit_does_not(tmp_p
 
 def test_measured_workspaces_take_the_convolution_margins_place(tmp_path):
     """`predict --max-batch-size --measure-convolutions`: the run's distinct convolutions are
-    handed to the measurement once, at sizes around the margin's answers, and each replayed size
-    gets their workspaces (prediction/workspaces.py) in place of the margin: none leaves the
-    answer the margin-free one; large ones lower it. A model without convolutions measures
-    nothing."""
+    handed to the measurement at the margin's answers first, then at every batch size the
+    search replays near the edge, each size with its own workspaces (prediction/workspaces.py)
+    in place of the margin: none leaves the answer the margin-free one; large ones lower it;
+    one that jumps between two neighbouring sizes (cuDNN changing engines) sets the answer
+    exactly where it jumps, which no line between two measured sizes would. A model without
+    convolutions measures nothing."""
     from anatomy.analysis.prediction import BatchSizes, workspaces
 
     config = {"model_type": "resnet", "architectures": ["ResNetForImageClassification"],
@@ -664,10 +666,10 @@ def test_measured_workspaces_take_the_convolution_margins_place(tmp_path):
     calibration = dataclasses.replace(DEFAULT, edge_margin=0.0, convolution_margin=0.1)
     asked = []
 
-    def measure_with(per_sample: int):
+    def measure_with(per_sample):
         def measure(keys, batches):
             asked.append((keys, batches))
-            return workspaces.Table({key: {b: ((per_sample * b,), (per_sample * b, 512))
+            return workspaces.Table({key: {b: ((per_sample(b) * b,), (per_sample(b) * b,) * 2)
                                            for b in batches} for key in keys})
         return measure
 
@@ -676,19 +678,24 @@ def test_measured_workspaces_take_the_convolution_margins_place(tmp_path):
                               measure=measure)
 
     margin = fit()
-    free = fit(measure_with(0))
-    keys, batches = asked[-1]
+    free = fit(measure_with(lambda b: 0))
+    keys, first = asked[0]
     assert len(keys) == len(set(keys)) >= 4 and all(k[-1] == "float32" for k in keys)
-    assert batches == sorted(batches) and batches[0] == margin.batch_size
-    assert batches[2] == margin.may_fit < batches[-1]
+    assert first == [margin.batch_size, margin.may_fit + 1]
+    assert all(len(batches) == 1 and k == keys for k, batches in asked[1:])
+    sizes = {b for _, batches in asked for b in batches}
+    assert set(free.searched) <= sizes  # every size replayed was measured, none interpolated
     assert free.workspaces_measured and not free.convolutions
     assert free.batch_size == free.may_fit == margin.may_fit > margin.batch_size
     assert "measured on this GPU" in free.line("the GPU")
-    large = fit(measure_with(measured.peak_allocated // 64 // 4))
+    large = fit(measure_with(lambda b: measured.peak_allocated // 64 // 4))
     assert large.batch_size < free.batch_size
+    edge = (margin.batch_size + margin.may_fit) // 2
+    jump = fit(measure_with(lambda b: 0 if b <= edge else measured.peak_allocated))
+    assert jump.batch_size == edge and {edge, edge + 1} <= set(jump.searched)
     asked.clear()
     plain = max_batch_size(RunOptions(preset="tiny"), device="cuda", total=total,
-                           calibration=calibration, measure=measure_with(0))
+                           calibration=calibration, measure=measure_with(lambda b: 0))
     assert asked == [] and not plain.workspaces_measured
 
 

@@ -463,11 +463,14 @@ def max_batch_size(options: RunOptions, *, device: str = "cuda", total: int,
     fit, may = _search(sizes, capacity, least, sure)
     if measure is not None and convolutions > 0:
         pad = round(constants.edge_margin * capacity)
-        sizes = _measured_sizes(options, calibration, fit or LINEAR_FROM, may or LINEAR_FROM,
-                                measure)
-        fit, may = _search(sizes, capacity, least, pad)
-        return BatchFit(fit or None, capacity, device, sizes.peak(fit), tuple(sizes.tried),
-                        not sizes.linear, may_fit=may or None, peak_at_may_fit=sizes.peak(may),
+        edge = _MeasuredEdge(options, calibration, measure, fit or LINEAR_FROM,
+                             (may or LINEAR_FROM) + 1)
+        may = _largest(lambda batch: not edge.out_of_memory(batch, capacity),
+                       fit, (may or 0) + 1)
+        fit = may if not may or not pad else _largest(
+            lambda batch: not edge.out_of_memory(batch, capacity - pad), min(fit, may), may + 1)
+        return BatchFit(fit or None, capacity, device, edge.peak(fit), tuple(edge.tried),
+                        not edge.sizes.linear, may_fit=may or None, peak_at_may_fit=edge.peak(may),
                         workspaces_measured=True)
     return BatchFit(fit or None, capacity, device, sizes.peak(fit), tuple(sizes.tried),
                     not sizes.linear, may_fit=may or None, peak_at_may_fit=sizes.peak(may),
@@ -494,24 +497,78 @@ def _search(sizes: BatchSizes, capacity: int, least: int, sure: int) -> tuple[in
     return fit, may
 
 
-def _measured_sizes(options: RunOptions, calibration: DeviceCalibration | None, low: int,
-                    high: int, measure) -> BatchSizes:
-    """BatchSizes whose traces carry the run's convolutions' workspaces as `measure` finds them
-    on this GPU at sizes around the margin's answers (`low` sure to fit, `high` may): those,
-    their middle and a little beyond (linear between them: prediction/workspaces.py)."""
-    from anatomy.analysis.prediction import workspaces
+class _MeasuredEdge:
+    """The run's memory with its convolutions' workspaces measured on this GPU at every batch
+    size replayed (prediction/workspaces.py): the distinct convolutions logged by one trace,
+    measured first at `around` (the margin's answers: how many workspaces each part asks for,
+    the placeholders' count), then at each size when it is first asked about."""
 
-    logged = workspaces.Logged()
-    BatchSizes(options, "cuda", calibration, workspaces=logged)
-    if logged.unmeasurable:
-        raise workspaces.WorkspaceError(
-            f"{logged.unmeasurable} of the run's convolutions are transposed or not 2-D: "
-            "their workspaces are not measured")
-    beyond = high + max(1, (high - low) // 2)
-    batches = sorted({low, (low + high) // 2, high, beyond})
-    table = measure(list(logged.keys), batches)
-    return BatchSizes(options, "cuda", calibration,
-                      workspaces=workspaces.Placeholders(table))
+    def __init__(self, options: RunOptions, calibration: DeviceCalibration | None, measure,
+                 *around: int):
+        from anatomy.analysis.prediction import workspaces
+
+        logged = workspaces.Logged()
+        BatchSizes(options, "cuda", calibration, workspaces=logged)
+        if logged.unmeasurable:
+            raise workspaces.WorkspaceError(
+                f"{logged.unmeasurable} of the run's convolutions are transposed or not 2-D: "
+                "their workspaces are not measured")
+        self.options, self.calibration, self.measure = options, calibration, measure
+        self.keys = list(logged.keys)
+        self.asked = sorted(set(around))
+        self.table = measure(self.keys, list(self.asked))
+        self.tried: list[int] = []
+        self._traced()
+
+    def _traced(self) -> None:
+        from anatomy.analysis.prediction import workspaces
+
+        self.placeholders = workspaces.Placeholders(self.table)
+        self.sizes = BatchSizes(self.options, "cuda", self.calibration,
+                                workspaces=self.placeholders)
+
+    def out_of_memory(self, batch: int, capacity: int) -> bool:
+        if batch not in self.asked:
+            self.asked.append(batch)
+            self.table.merge(self.measure(self.keys, [batch]))
+            if self.placeholders.short(batch):  # more workspaces than places for them
+                self._traced()
+        if batch not in self.tried:
+            self.tried.append(batch)
+        return self.sizes.out_of_memory(batch, capacity)
+
+    def peak(self, batch: int | None) -> int | None:
+        return self.sizes.peak(batch)
+
+
+# Sizes checked one by one down from the top of a ragged edge to the size bisection found.
+EDGE_SCAN = 24
+
+
+def _largest(fits, low: int, high: int) -> int:
+    """The largest size that fits near the edge, where it may be ragged (a size runs out of
+    memory and a larger one runs: cuDNN's engines, and so the workspaces, change with the size;
+    RegNet-Y-040 fp32 on the H200 ran at 1,312 and 1,335, not at 1,307, 1,315 or 1,336): a size
+    bisection finds to fit with the next out of memory, then each size above it down from
+    `high` (at most EDGE_SCAN), the first that fits taken."""
+    found = _edge_search(fits, low, high)
+    top = min(max(high, found + 1), BATCH_SIZE_LIMIT)
+    for batch in range(top, max(found, top - EDGE_SCAN), -1):
+        if fits(batch):
+            return batch
+    return found
+
+
+def _edge_search(fits, low: int, high: int) -> int:
+    """The largest size that fits, asking only about sizes near the edge: from `low` (believed
+    to fit; 0: none) and `high` (believed not to), each checked — halving `low` while it does
+    not fit, widening past `high` while it does — then bisection: a size that fits with the
+    next one out of memory."""
+    while low and not fits(low):
+        low, high = low // 2, low
+    while high <= BATCH_SIZE_LIMIT and fits(high):
+        low, high = high, min(high + max(1, high - low), BATCH_SIZE_LIMIT + 1)
+    return _bisect(low, min(high, BATCH_SIZE_LIMIT + 1), fits)
 
 
 def _bisect(low: int, high: int, fits) -> int:

@@ -11,12 +11,15 @@ the workspaces it asks for inside the run, to the byte (RegNet-Y-040 343 of 345 
 whose GPU the run will use:
 
 1. traces the run once more with a seam that logs its distinct convolutions (`Logged`);
-2. measures each alone on the GPU at a few batch sizes around the margin's answer, in a child
-   process with its own CUDA context (`measure`: nothing stays on the device);
-3. traces again with a placeholder workspace per call and part (`Placeholders`), which each
-   replayed batch size gets the measured bytes for (`Table.size`: linear in the batch size
-   between two measured sizes, exact for 142 of 156 RegNet and 65 of 65 ResNet-50 workspaces;
-   outside them the nearest's bytes per sample).
+2. measures each alone on the GPU, in a child process with its own CUDA context that stays for
+   the search (`Measurer`: nothing stays on the device once it ends): first at the margin's two
+   answers, then at every batch size the search asks about near the edge;
+3. traces again with placeholder workspaces per call and part (`Placeholders`), which each
+   replayed batch size gets its own measured bytes for (`Table.size`). cuDNN's heuristics
+   change engines between neighbouring sizes (ResNet-50 fp32's strided 3 × 3 asks 5.010 × its
+   output at 1,709 and 1,712, 5.001 × at 1,702 and 1,716), and a few MiB decide whether a
+   6 GB workspace finds its block: interpolated between 1,702 and 1,716 the H200's search said
+   1,711, which ran out of memory (1,709 ran, 1,710 did not); each size measured, 1,708.
 
 Only 2-D convolutions that are not transposed are measured; a run with any other keeps the
 margin.
@@ -25,12 +28,15 @@ margin.
 from __future__ import annotations
 
 import json
+import select
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 
 PLACEHOLDER = 512  # a placeholder workspace's bytes in the traces at batch sizes 2 and 3
-MEASURE_TIMEOUT_S = 900
+MEASURE_TIMEOUT_S = 900  # one request's: every convolution at its batch sizes
+SPARE = 2  # placeholders per part beyond none: a size measured later may ask for more
 
 
 class WorkspaceError(RuntimeError):
@@ -73,6 +79,10 @@ class Table:
 
     layers: dict[tuple, dict[int, tuple[tuple[int, ...], tuple[int, ...]]]] = \
         field(default_factory=dict)
+
+    def merge(self, other: Table) -> None:
+        for key, batches in other.layers.items():
+            self.layers.setdefault(key, {}).update(batches)
 
     def parts(self, key: tuple, batch: int, data_wanted: bool) -> dict[str, tuple[int, ...]]:
         forward, backward = self.layers[key][batch]
@@ -126,13 +136,15 @@ class Logged:
 
 
 class Placeholders:
-    """tracing/cuda.py's `convolution_workspaces` with a table: a placeholder workspace
-    (replay.Workspace of PLACEHOLDER bytes, keyed by its part, index and layer) per workspace
-    the call's parts asked for, the same at the traced sizes 2 and 3 (so each stays one in the
-    linear recording); `fill` gives each its measured bytes at a batch size."""
+    """tracing/cuda.py's `convolution_workspaces` with a table: placeholder workspaces
+    (replay.Workspace of PLACEHOLDER bytes, keyed by its part, index and layer) per part of each
+    call, as many as the part asked for at any measured size and at least SPARE, the same at the
+    traced sizes 2 and 3 (so each stays one in the linear recording); `fill` gives each its
+    measured bytes at a batch size (0: the allocator skips it)."""
 
     def __init__(self, table: Table):
         self.table = table
+        self.made: dict[tuple, int] = {}  # (layer, part, data wanted) -> placeholders
 
     def __call__(self, func, args, out) -> list:
         from anatomy.analysis.prediction.replay import Workspace
@@ -141,8 +153,20 @@ class Placeholders:
         if found is None or found[0] not in self.table.layers:
             return []
         key, parts, data_wanted = found
-        return [Workspace(PLACEHOLDER, (part, index, data_wanted, key)) for part in parts
-                for index in range(self.table.most(key, part, data_wanted))]
+        made = []
+        for part in parts:
+            count = max(SPARE, self.table.most(key, part, data_wanted))
+            self.made[(key, part, data_wanted)] = count
+            made += [Workspace(PLACEHOLDER, (part, index, data_wanted, key))
+                     for index in range(count)]
+        return made
+
+    def short(self, batch: int) -> bool:
+        """Whether a part at `batch` asked for more workspaces than the trace has places for
+        (then the placeholders are traced again)."""
+        return any(len(self.table.parts(key, batch, data_wanted)[part]) > count
+                   for (key, part, data_wanted), count in self.made.items()
+                   if batch in self.table.layers.get(key, {}))
 
     def fill(self, events: list, batch: int) -> list:
         from anatomy.analysis.prediction.replay import Workspace
@@ -152,33 +176,92 @@ class Placeholders:
                 if isinstance(value, Workspace) and len(value.key) == 4 else (kind, tid, value)
                 for kind, tid, value in events]
 
-
 def measure(keys: list[tuple], batches: list[int], gpu: int = 0,
             timeout: float = MEASURE_TIMEOUT_S) -> Table:
-    """Each convolution of `keys` alone at each batch size, forward then backward, on this
-    machine's GPU `gpu` (torch's index), in a child process (its CUDA context, and every tensor
-    it made, gone when it ends). WorkspaceError in one line where it cannot."""
-    request = json.dumps({"keys": [list(k) for k in keys], "batches": batches, "gpu": gpu})
-    try:
-        done = subprocess.run([sys.executable, "-m", "anatomy.analysis.prediction.workspaces"],
-                              input=request, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise WorkspaceError(f"measuring the convolutions took more than {timeout:.0f} s") \
-            from None
-    if done.returncode:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise WorkspaceError(f"measuring the convolutions on the GPU failed: {last[:300]}")
-    table = Table()
-    try:
-        for row in json.loads(done.stdout.strip().splitlines()[-1]):
-            table.layers[_key_of(row["key"])] = {
-                int(b): (tuple(m[0]), tuple(m[1])) for b, m in row["batches"].items()}
-    except (IndexError, ValueError, KeyError, TypeError):
-        raise WorkspaceError("measuring the convolutions on the GPU gave no table") from None
-    missing = [key for key in keys if key not in table.layers]
-    if missing:
-        raise WorkspaceError(f"{len(missing)} of the convolutions were not measured")
-    return table
+    """Each convolution of `keys` alone at each batch size, once (`Measurer`)."""
+    with Measurer(gpu, timeout) as measurer:
+        return measurer(keys, batches)
+
+
+class Measurer:
+    """Each convolution alone at the batch sizes asked for, forward then backward, on this
+    machine's GPU `gpu` (torch's index), in one child process kept for every request (its CUDA
+    context, and every tensor it made, gone when it is closed; it ends by itself when this
+    process does, its standard input closed). WorkspaceError in one line where it cannot."""
+
+    def __init__(self, gpu: int = 0, timeout: float = MEASURE_TIMEOUT_S):
+        self.gpu, self.timeout = gpu, timeout
+        self._child: subprocess.Popen | None = None
+        self._errors = None
+
+    def __enter__(self) -> Measurer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __call__(self, keys: list[tuple], batches: list[int]) -> Table:
+        child = self._started()
+        request = json.dumps({"keys": [list(k) for k in keys], "batches": batches,
+                              "gpu": self.gpu})
+        try:
+            child.stdin.write(request + "\n")
+            child.stdin.flush()
+        except OSError:
+            raise self._failed() from None
+        ready, _, _ = select.select([child.stdout], [], [], self.timeout)
+        if not ready:
+            self.close()
+            raise WorkspaceError(f"measuring the convolutions took more than {self.timeout:.0f} s")
+        line = child.stdout.readline()
+        if not line:
+            raise self._failed()
+        table = Table()
+        try:
+            for row in json.loads(line):
+                table.layers[_key_of(row["key"])] = {
+                    int(b): (tuple(m[0]), tuple(m[1])) for b, m in row["batches"].items()}
+        except (ValueError, KeyError, TypeError, IndexError):
+            self.close()
+            raise WorkspaceError("measuring the convolutions on the GPU gave no table") from None
+        missing = [key for key in keys if key not in table.layers]
+        if missing:
+            raise WorkspaceError(f"{len(missing)} of the convolutions were not measured")
+        return table
+
+    def _started(self) -> subprocess.Popen:
+        if self._child is None:
+            self._errors = tempfile.TemporaryFile(mode="w+")
+            self._child = subprocess.Popen(
+                [sys.executable, "-m", "anatomy.analysis.prediction.workspaces"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._errors, text=True)
+        return self._child
+
+    def _failed(self) -> WorkspaceError:
+        errors = self._errors
+        self.close(keep_errors=True)
+        errors.seek(0)
+        last = (errors.read().strip().splitlines() or ["no output"])[-1]
+        errors.close()
+        self._errors = None
+        return WorkspaceError(f"measuring the convolutions on the GPU failed: {last[:300]}")
+
+    def close(self, keep_errors: bool = False) -> None:
+        child, self._child = self._child, None
+        if child is not None:
+            try:
+                child.stdin.close()
+            except OSError:
+                pass
+            try:
+                child.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+            child.stdout.close()
+        if self._errors is not None and not keep_errors:
+            self._errors.close()
+            self._errors = None
 
 
 def _key_of(listed: list) -> tuple:
@@ -227,23 +310,40 @@ def _measure_here(keys: list[tuple], batches: list[int], gpu: int = 0) -> list[d
             del x, w, y
             torch.cuda.empty_cache()
         rows.append(row)
+    # Off between requests: the next starts an empty history (a ring of max_entries).
+    torch.cuda.memory._record_memory_history(enabled=None)
     return rows
 
 
-if __name__ == "__main__":  # the child of `measure`: its request on standard input
-    try:
-        asked = json.loads(sys.stdin.read())
-        keys = [_key_of(k) for k in asked["keys"]]
-        batches = [int(b) for b in asked["batches"]]
-        gpu = int(asked.get("gpu", 0))
-    except (ValueError, KeyError, TypeError, AttributeError):
-        print("expects on standard input what prediction/workspaces.measure sends: "
-              '{"keys": [...], "batches": [...], "gpu": 0}', file=sys.stderr)
-        sys.exit(2)
-    try:
-        measured = _measure_here(keys, batches, gpu)
-    except (WorkspaceError, RuntimeError, ValueError, TypeError, AttributeError) as error:
-        print(str(error).splitlines()[0] if str(error) else type(error).__name__,
-              file=sys.stderr)
-        sys.exit(1)
-    print(json.dumps(measured))
+def _serve(requests, out, errors) -> int:
+    """The child of `Measurer`: a request per line (`{"keys", "batches", "gpu"}`), a table per
+    line back, until its input ends."""
+    served = 0
+    for text in requests:
+        if not text.strip():
+            continue
+        try:
+            asked = json.loads(text)
+            keys = [_key_of(k) for k in asked["keys"]]
+            batches = [int(b) for b in asked["batches"]]
+            gpu = int(asked.get("gpu", 0))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            served = -1
+            break
+        try:
+            measured = _measure_here(keys, batches, gpu)
+        except (WorkspaceError, RuntimeError, ValueError, TypeError, AttributeError) as error:
+            print(str(error).splitlines()[0] if str(error) else type(error).__name__,
+                  file=errors)
+            return 1
+        print(json.dumps(measured), file=out, flush=True)
+        served += 1
+    if served <= 0:
+        print("expects on standard input what prediction/workspaces.Measurer sends, a line each: "
+              '{"keys": [...], "batches": [...], "gpu": 0}', file=errors)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_serve(sys.stdin, sys.stdout, sys.stderr))
