@@ -35,10 +35,15 @@ def table_of(path: Path, run: str) -> workspaces.Table:
     table = workspaces.Table()
     for row in json.loads(path.read_text())[run]:
         layer = row["layer"]
-        key = workspaces.layer_key([0, *layer["input"]], layer["weight"], layer["stride"],
-                                   layer["padding"], layer["dilation"], layer["groups"], dtype)
-        table.layers[key] = {int(b): (tuple(m["forward"]), tuple(m["backward"]))
-                             for b, m in row["batches"].items()}
+        # Files from before the layouts were measured: contiguous, forward and backward alike.
+        layouts = [(layer["layout"], layer["gradient"])] if "layout" in layer else \
+            [(workspaces.CONTIGUOUS, None), (workspaces.CONTIGUOUS, workspaces.CONTIGUOUS)]
+        for layout, gradient in layouts:
+            key = workspaces.layer_key([0, *layer["input"]], layer["weight"], layer["stride"],
+                                       layer["padding"], layer["dilation"], layer["groups"],
+                                       dtype, layout, gradient)
+            table.layers[key] = {int(b): (tuple(m["forward"]), tuple(m["backward"]))
+                                 for b, m in row["batches"].items()}
     return table
 
 
@@ -102,7 +107,8 @@ def here(args) -> int:
     print(json.dumps({"max_batch_size": fit.batch_size, "may_fit": fit.may_fit,
                       "tried": list(fit.searched)}))
     rows = [{"layer": {"input": list(key[0]), "weight": list(key[1]), "stride": list(key[2]),
-                       "padding": list(key[3]), "dilation": list(key[4]), "groups": key[5]},
+                       "padding": list(key[3]), "dilation": list(key[4]), "groups": key[5],
+                       "layout": key[7], "gradient": key[8]},
              "batches": {str(b): {"forward": list(f), "backward": list(w)}
                          for b, (f, w) in sorted(batches.items())}}
             for key, batches in seen.layers.items()]

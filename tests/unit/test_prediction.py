@@ -680,7 +680,7 @@ def test_measured_workspaces_take_the_convolution_margins_place(tmp_path):
     margin = fit()
     free = fit(measure_with(lambda b: 0))
     keys, first = asked[0]
-    assert len(keys) == len(set(keys)) >= 4 and all(k[-1] == "float32" for k in keys)
+    assert len(keys) == len(set(keys)) >= 4 and all(k[6] == "float32" for k in keys)
     assert first == [margin.batch_size, margin.may_fit + 1]
     assert all(len(batches) == 1 and k == keys for k, batches in asked[1:])
     sizes = {b for _, batches in asked for b in batches}
@@ -699,10 +699,41 @@ def test_measured_workspaces_take_the_convolution_margins_place(tmp_path):
     assert asked == [] and not plain.workspaces_measured
 
 
+def test_the_convolutions_measured_are_keyed_by_their_memory_layouts(tmp_path):
+    """cuDNN picks engines, and so workspaces, by the layouts too: ConvNeXt's blocks permute, so
+    its convolutions after the stem take channels-last inputs, and a backward call's output
+    gradient comes in a layout of its own; a ResNet's are contiguous throughout. The keys the
+    measurement gets say which (prediction/workspaces.py), forward and backward apart."""
+    from anatomy.analysis.prediction import BatchSizes, workspaces
+
+    def logged(config):
+        path = tmp_path / f"{config['model_type']}.json"
+        path.write_text(json.dumps(config))
+        seam = workspaces.Logged()
+        BatchSizes(RunOptions(model=str(path), precision="bf16"), "cuda", DEFAULT,
+                   workspaces=seam)
+        return list(seam.keys)
+
+    convnext = logged({"model_type": "convnext", "architectures": ["ConvNextForImageClassification"],
+                       "hidden_sizes": [8, 16], "depths": [1, 1], "num_stages": 2, "image_size": 32,
+                       "num_labels": 10})
+    layouts = {(key[1], key[7], key[8]) for key in convnext}
+    stem, depthwise = (8, 3, 4, 4), (8, 1, 7, 7)
+    assert (stem, workspaces.CONTIGUOUS, None) in layouts  # the pixels
+    assert (depthwise, workspaces.CHANNELS_LAST, None) in layouts
+    assert (depthwise, workspaces.CHANNELS_LAST, workspaces.CHANNELS_LAST) in layouts
+    assert {key[8] for key in convnext} == {None, workspaces.CONTIGUOUS, workspaces.CHANNELS_LAST}
+    resnet = logged({"model_type": "resnet", "architectures": ["ResNetForImageClassification"],
+                     "embedding_size": 8, "hidden_sizes": [8, 16], "depths": [1, 1],
+                     "layer_type": "basic", "image_size": 32, "num_labels": 10})
+    assert {(key[7], key[8]) for key in resnet} == {(workspaces.CONTIGUOUS, None),
+                                                    (workspaces.CONTIGUOUS, workspaces.CONTIGUOUS)}
+
+
 def test_a_measured_workspace_between_two_sizes_is_linear_in_the_batch_size():
     from anatomy.analysis.prediction.workspaces import Table
 
-    key = ((8, 32, 32), (8, 8, 3, 3), (1, 1), (1, 1), (1, 1), 1, "float32")
+    key = ((8, 32, 32), (8, 8, 3, 3), (1, 1), (1, 1), (1, 1), 1, "float32", "contiguous", None)
     table = Table({key: {100: ((1000,), (300, 40)), 200: ((3000,), (500, 40))}})
     assert table.size(key, "forward", 0, 150, True) == 2000  # between: linear
     assert table.size(key, "forward", 0, 400, True) == 6000  # beyond: the nearest's per sample
