@@ -11,9 +11,9 @@ import sys
 from anatomy.analysis import dummy_data, models, prediction
 from anatomy.analysis.options import RunOptions, validate
 from anatomy.analysis.prediction import device_constants
-from anatomy.analysis.prediction.workspaces import Measurer, WorkspaceError
+from anatomy.analysis.prediction.workspaces import WorkspaceError
 from anatomy.cli.arguments import add_run_options, options_from_args
-from anatomy.cli.render import table
+from anatomy.cli.render import SaidMeasurer, table
 from anatomy.engine.manager import machine
 from anatomy.units import MIB
 
@@ -161,19 +161,9 @@ def _measuring_refusal(args: argparse.Namespace, info, device: str, gpu_name: st
     return None
 
 
-class measuring(Measurer):
-    """The workspaces measured on GPU `gpu`, each request said on stderr as it starts."""
-
-    def __call__(self, keys: list[tuple], batches: list[int]):
-        print(f"measuring {len(keys)} convolutions' cuDNN workspaces on GPU {self.gpu} at "
-              f"batch size{'s' if len(batches) > 1 else ''} {', '.join(map(str, batches))}",
-              file=sys.stderr, flush=True)
-        return super().__call__(keys, batches)
-
-
 def _print_batch_fit(options: RunOptions, device: str, gpu_name: str | None, total: int,
                      as_json: bool, measure_on: int | None = None) -> int:
-    measure = None if measure_on is None else measuring(measure_on)
+    measure = None if measure_on is None else SaidMeasurer(measure_on)
     try:
         fit = prediction.max_batch_size(options, device=device, total=total, gpu_name=gpu_name,
                                         measure=measure)

@@ -1,11 +1,12 @@
-"""What several commands print the same way: tables, refusals, and lines that outlive a closed
-terminal."""
+"""What several commands print the same way: tables, refusals, progress, and lines that outlive
+a closed terminal."""
 
 from __future__ import annotations
 
 import sys
 
 from anatomy.analysis.options import InvalidOptions
+from anatomy.analysis.prediction.workspaces import Measurer
 
 
 def say(*args, **kwargs) -> None:
@@ -21,6 +22,17 @@ def refused(error: InvalidOptions) -> int:
     for message in error.errors.values():
         print(f"error: {message}", file=sys.stderr)
     return 2
+
+
+class SaidMeasurer(Measurer):
+    """cuDNN's convolution workspaces measured on GPU `gpu` (predict --measure-convolutions,
+    sweep --from-prediction), each request said on stderr as it starts."""
+
+    def __call__(self, keys: list[tuple], batches: list[int]):
+        print(f"measuring {len(keys)} convolutions' cuDNN workspaces on GPU {self.gpu} at "
+              f"batch size{'s' if len(batches) > 1 else ''} {', '.join(map(str, batches))}",
+              file=sys.stderr, flush=True)
+        return super().__call__(keys, batches)
 
 
 CELL_WIDTH = 48  # a long name or a model's path shortened in its middle; --json has it whole

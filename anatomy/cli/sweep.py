@@ -10,10 +10,11 @@ from typing import TextIO
 
 from anatomy.analysis import prediction
 from anatomy.analysis.options import FIELDS, InvalidOptions, RunOptions, validate
+from anatomy.analysis.prediction.workspaces import WorkspaceError
 from anatomy.analysis.report import report
 from anatomy.analysis.sweeps import SweepGrid, grid, parse_vary
 from anatomy.cli.arguments import add_run_options, add_store_option, options_from_args
-from anatomy.cli.render import refused, say, table
+from anatomy.cli.render import SaidMeasurer, refused, say, table
 from anatomy.cli.signals import POLL_SECONDS, StopSignals
 from anatomy.engine.manager import DeviceBusy, RunManager, machine
 from anatomy.engine.sweep import Sweep, SweepEvent
@@ -32,7 +33,8 @@ def register(commands: argparse._SubParsersAction) -> None:
                             " of memory")
     sweep.add_argument("--from-prediction", action="store_true",
                        help="run the batch size predicted to fit and the next one (with "
-                            "--until-oom: keep doubling if that one fits too)")
+                            "--until-oom: keep doubling if that one fits too); on a GPU, a "
+                            "run's convolutions get their cuDNN workspaces measured first")
     sweep.add_argument("--name", help="the sweep's name (default: what it varies)")
     sweep.add_argument("--json", action="store_true",
                        help="print the grid as one JSON object (progress goes to stderr)")
@@ -104,17 +106,34 @@ def _predicted_ladder(base: RunOptions, info) -> tuple[dict[str, list], str]:
         raise InvalidOptions(errors)
     device = "cuda" if info.has_gpu else "cpu"
     gpu = info.devices[base.gpu] if info.has_gpu else None
+
+    def fit_with(measure):
+        return prediction.max_batch_size(base, device=device,
+                                         total=gpu.total if gpu else info.ram_total,
+                                         gpu_name=gpu.name if gpu else None, measure=measure)
+
+    # The runs are on this GPU: a run with convolutions gets their cuDNN workspaces measured
+    # on it (predict --measure-convolutions), the margin's answer where they cannot be.
+    measure = SaidMeasurer(base.gpu) if gpu is not None and not base.distributed else None
     try:
-        fit = prediction.max_batch_size(base, device=device,
-                                        total=gpu.total if gpu else info.ram_total,
-                                        gpu_name=gpu.name if gpu else None)
+        try:
+            fit = fit_with(measure)
+        except WorkspaceError as error:
+            print(f"convolution workspaces not measured ({error}): the margin's answer",
+                  file=sys.stderr, flush=True)
+            fit = fit_with(None)
+        finally:
+            if measure is not None:
+                measure.close()
     except prediction.PredictionError as error:
         raise InvalidOptions({"model": str(error)}) from None
     if fit.batch_size is None:
         raise InvalidOptions({"batch_size": "batch_size: not even 1 is predicted to fit"})
     size = fit.batch_size
+    how = " (cuDNN's convolution workspaces measured on this GPU)" \
+        if fit.workspaces_measured else ""
     return {"batch_size": [size, size + 1] if size < FIELDS["batch_size"].high else [size]}, \
-        f"predicted to fit: batch size {size}; confirming with {size} and {size + 1}"
+        f"predicted to fit: batch size {size}{how}; confirming with {size} and {size + 1}"
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:

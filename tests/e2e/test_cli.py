@@ -206,3 +206,33 @@ def test_the_measuring_child_run_by_hand_refuses_a_bad_request_in_a_line(request
                           input=request_text, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and "expects on standard input" in done.stderr
+
+
+def test_from_prediction_where_the_workspaces_cannot_be_measured_keeps_the_margins_answer(
+        fresh_nvml, tmp_path, capsys):
+    """`sweep --from-prediction` on a GPU measures a run's convolutions' cuDNN workspaces on it
+    first; where they cannot be (here NVML says an H200, CUDA has none), it says why in a line
+    and confirms the margin's answer instead, as `predict --max-batch-size` gives it."""
+    from anatomy.analysis.options import RunOptions
+    from anatomy.analysis.prediction import max_batch_size
+    from anatomy.cli.sweep import _predicted_ladder
+    from anatomy.engine import nvml
+    from tests.fake_nvml import FakePynvml
+
+    nvml._lib = FakePynvml(gpus=1)
+    info = machine()
+    config = {"model_type": "resnet", "architectures": ["ResNetForImageClassification"],
+              "embedding_size": 32, "hidden_sizes": [32, 64], "depths": [1, 1],
+              "layer_type": "basic", "image_size": 512, "num_labels": 10}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    base = RunOptions(model=str(path), gpu=0)
+    vary, said = _predicted_ladder(base, info)
+    err = capsys.readouterr().err
+    assert "measuring" in err and "convolution workspaces not measured (measuring the " \
+        "convolutions on the GPU failed: no CUDA GPU here): the margin's answer" in err
+    gpu = info.devices[0]
+    margin = max_batch_size(base, device="cuda", total=gpu.total, gpu_name=gpu.name)
+    assert 2 < margin.batch_size < 4096  # neither end of the search
+    assert vary == {"batch_size": [margin.batch_size, margin.batch_size + 1]}
+    assert "measured" not in said and str(margin.batch_size) in said
