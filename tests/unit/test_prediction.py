@@ -730,6 +730,32 @@ def test_the_convolutions_measured_are_keyed_by_their_memory_layouts(tmp_path):
                                                     (workspaces.CONTIGUOUS, workspaces.CONTIGUOUS)}
 
 
+@pytest.mark.parametrize("runs, low, high, largest", [
+    # RegNet-Y-040 fp32's edge on the H200 (session 28 and 29): ragged.
+    ({1306, 1312, 1325, 1333, 1334, 1335, 1348}, 1306, 1362, 1348),
+    ({1306, 1312, 1325, 1333, 1334, 1335}, 1306, 1362, 1335),
+    (set(range(1306, 1321)) | {1340}, 1306, 1362, 1340),  # bisection alone: 1,320
+    (set(range(1, 1700)), 1600, 1690, 1699),  # not ragged: past `high`, widened
+    ({5}, 40, 60, 5),  # `low` does not fit: halved until one does
+    (set(), 40, 60, 0),  # nothing fits
+])
+def test_the_largest_size_that_fits_down_a_ragged_edge(runs, low, high, largest):
+    """The measured search (memory._largest): bisection finds a size that fits with the next
+    out of memory, then the sizes above it, down from the top, give the largest that fits —
+    what `sweep --from-prediction` confirms (it runs, the next does not)."""
+    from anatomy.analysis.prediction.memory import _largest
+
+    asked = []
+
+    def fits(batch):
+        asked.append(batch)
+        return batch in runs
+
+    found = _largest(fits, low, high)
+    assert found == largest and (found + 1) in asked and (found + 1) not in runs
+    assert len(set(asked)) <= 64  # sizes near the edge, not every size
+
+
 def test_a_measured_workspace_between_two_sizes_is_linear_in_the_batch_size():
     from anatomy.analysis.prediction.workspaces import Table
 
