@@ -132,7 +132,10 @@ def _predicted_ladder(base: RunOptions, info) -> tuple[dict[str, list], str]:
     size = fit.batch_size
     how = " (cuDNN's convolution workspaces measured on this GPU)" \
         if fit.workspaces_measured else ""
-    return {"batch_size": [size, size + 1] if size < FIELDS["batch_size"].high else [size]}, \
+    if size >= FIELDS["batch_size"].high:  # the option's limit: nothing larger to confirm
+        return {"batch_size": [size]}, \
+            f"predicted to fit: batch size ≥ {size}{how} (the option's limit); confirming {size}"
+    return {"batch_size": [size, size + 1]}, \
         f"predicted to fit: batch size {size}{how}; confirming with {size} and {size + 1}"
 
 

@@ -236,3 +236,14 @@ def test_from_prediction_where_the_workspaces_cannot_be_measured_keeps_the_margi
     assert 2 < margin.batch_size < 4096  # neither end of the search
     assert vary == {"batch_size": [margin.batch_size, margin.batch_size + 1]}
     assert "measured" not in said and str(margin.batch_size) in said
+
+
+def test_from_prediction_at_the_batch_size_limit_confirms_that_one_alone():
+    """A model so small that the search reaches the option's limit: `--from-prediction` runs
+    that size alone and says so, not "and" a size the option refuses."""
+    from anatomy.analysis.options import RunOptions
+    from anatomy.cli.sweep import _predicted_ladder
+
+    vary, said = _predicted_ladder(RunOptions(preset="tiny", seq_len=8, max_steps=1), machine())
+    assert vary == {"batch_size": [4096]}
+    assert said == "predicted to fit: batch size ≥ 4096 (the option's limit); confirming 4096"
