@@ -26,7 +26,8 @@ def register(commands: argparse._SubParsersAction) -> None:
                          help="the largest batch size predicted to fit the device, instead")
     predict.add_argument("--measure-convolutions", action="store_true",
                          help="with --max-batch-size, on the machine whose GPU the run will use: "
-                              "measure cuDNN's convolution workspaces on it (seconds, with the "
+                              "measure cuDNN's convolution workspaces on it at each batch size "
+                              "the search asks about near the edge (a minute at most, with the "
                               "GPU idle) instead of keeping a margin for them")
     predict.add_argument("--device", choices=prediction.DEVICES,
                          help="the kernels and allocator to assume (default: this machine's)")
