@@ -21,7 +21,8 @@ from the device's calibration (prediction/device_constants.py):
   nll_loss: a 16-bit input's log-probabilities stay 16-bit, and the fp32 copy is theirs
   (`_cross_entropy`);
 - **dropout**: CUDA's fused kernel keeps a 1-byte mask where the CPU keeps one of the input's
-  dtype (`native_dropout`), and allocates it before its output (`_output_order`);
+  dtype (`native_dropout`), and allocates it before its output (`_output_order`); in-place
+  dropout takes no fused kernel on either device (noise of the input's dtype);
 - **cuBLAS workspaces**: the first matrix product of the forward pass (main thread) and of the
   backward pass (autograd's device thread) each allocate their handle's workspace through the
   caching allocator, for the life of the process, and the forward's a cuBLASLt one beside it
@@ -199,6 +200,12 @@ class CudaKernels(TorchFunctionMode):
     def _dropout(self, input, p=0.5, training=True, inplace=False):
         if not training or p == 0.0:
             return input
+        if inplace:  # dropout_ never takes the fused kernel (Dropout.cpp `_dropout_impl<true>`;
+            # HF MobileNetV2's classifier): noise of the input's dtype, multiplied in place.
+            # CUDA's bernoulli_ fills it where it is; the CPU's makes an int32 temporary first.
+            if p == 1.0:
+                return input.mul_(input.new_zeros(()))
+            return input.mul_(torch.empty_like(input).fill_(1.0 / (1.0 - p)))
         if p == 1.0:
             return input * 0.0
         # CUDA's fused kernel: the output and a bool mask, the mask saved for the backward pass.
