@@ -191,11 +191,14 @@ def test_measuring_without_a_gpu_is_one_line():
     traceback of the child's."""
     from anatomy.analysis.prediction.workspaces import WorkspaceError, layer_key, measure
 
+    import psutil
+
     key = layer_key((0, 3, 8, 8), (4, 3, 3, 3), (1, 1), (1, 1), (1, 1), 1, "float32")
     with pytest.raises(WorkspaceError) as raised:
         measure([key], [2, 3])
     assert str(raised.value) == \
         "measuring the convolutions on the GPU failed: no CUDA GPU here"
+    assert psutil.Process().children(recursive=True) == []  # the child gone, none left behind
 
 
 @pytest.mark.parametrize("request_text", ["", "[]", '{"keys": 5, "batches": [2]}'])
