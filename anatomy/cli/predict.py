@@ -14,6 +14,7 @@ from anatomy.analysis.prediction import device_constants
 from anatomy.analysis.prediction.workspaces import WorkspaceError
 from anatomy.cli.arguments import add_run_options, options_from_args
 from anatomy.cli.render import SaidMeasurer, table
+from anatomy.engine.locks import gpu_key
 from anatomy.engine.manager import machine
 from anatomy.units import MIB
 
@@ -164,7 +165,9 @@ def _measuring_refusal(args: argparse.Namespace, info, device: str, gpu_name: st
 
 def _print_batch_fit(options: RunOptions, device: str, gpu_name: str | None, total: int,
                      as_json: bool, measure_on: int | None = None) -> int:
-    measure = None if measure_on is None else SaidMeasurer(measure_on)
+    measure = None
+    if measure_on is not None:  # this machine's GPU (checked): its device lock while measuring
+        measure = SaidMeasurer(measure_on, gpu_key(machine().devices[measure_on].nvml_index))
     try:
         fit = prediction.max_batch_size(options, device=device, total=total, gpu_name=gpu_name,
                                         measure=measure)

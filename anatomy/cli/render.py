@@ -3,10 +3,12 @@ a closed terminal."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 from anatomy.analysis.options import InvalidOptions
-from anatomy.analysis.prediction.workspaces import Measurer
+from anatomy.analysis.prediction.workspaces import Measurer, WorkspaceError
+from anatomy.engine.locks import DeviceBusy, DeviceLock
 
 
 def say(*args, **kwargs) -> None:
@@ -26,13 +28,34 @@ def refused(error: InvalidOptions) -> int:
 
 class SaidMeasurer(Measurer):
     """cuDNN's convolution workspaces measured on GPU `gpu` (predict --measure-convolutions,
-    sweep --from-prediction), each request said on stderr as it starts."""
+    sweep --from-prediction), each request said on stderr as it starts. The measurement takes
+    GPUs of 100 GB and more at the edge's sizes: it holds the GPU's device lock (`lock_key`) while
+    it measures, as a run does, and is refused in one line while a run holds it."""
+
+    def __init__(self, gpu: int, lock_key: str | None = None):
+        super().__init__(gpu)
+        self.lock_key, self.lock = lock_key, None
 
     def __call__(self, keys: list[tuple], batches: list[int]):
+        if self.lock_key is not None and self.lock is None:
+            lock = DeviceLock(self.lock_key)
+            try:
+                taken = lock.acquire(f"measuring convolutions (pid {os.getpid()})")
+            except DeviceBusy as error:
+                raise WorkspaceError(str(error)) from None
+            if not taken:
+                raise WorkspaceError(f"GPU {self.gpu} is busy: {lock.holder()}")
+            self.lock = lock
         print(f"measuring {len(keys)} convolutions' cuDNN workspaces on GPU {self.gpu} at "
               f"batch size{'s' if len(batches) > 1 else ''} {', '.join(map(str, batches))}",
               file=sys.stderr, flush=True)
         return super().__call__(keys, batches)
+
+    def close(self, keep_errors: bool = False) -> None:
+        super().close(keep_errors)
+        if self.lock is not None and not keep_errors:
+            self.lock.release()
+            self.lock = None
 
 
 CELL_WIDTH = 48  # a long name or a model's path shortened in its middle; --json has it whole

@@ -16,6 +16,7 @@ from anatomy.analysis.sweeps import SweepGrid, grid, parse_vary
 from anatomy.cli.arguments import add_run_options, add_store_option, options_from_args
 from anatomy.cli.render import SaidMeasurer, refused, say, table
 from anatomy.cli.signals import POLL_SECONDS, StopSignals
+from anatomy.engine.locks import gpu_key
 from anatomy.engine.manager import DeviceBusy, RunManager, machine
 from anatomy.engine.sweep import Sweep, SweepEvent
 from anatomy.store import Store
@@ -114,7 +115,8 @@ def _predicted_ladder(base: RunOptions, info) -> tuple[dict[str, list], str]:
 
     # The runs are on this GPU: a run with convolutions gets their cuDNN workspaces measured
     # on it (predict --measure-convolutions), the margin's answer where they cannot be.
-    measure = SaidMeasurer(base.gpu) if gpu is not None and not base.distributed else None
+    measure = SaidMeasurer(base.gpu, gpu_key(gpu.nvml_index)) \
+        if gpu is not None and not base.distributed else None
     try:
         try:
             fit = fit_with(measure)

@@ -189,9 +189,9 @@ def test_predict_refuses_a_gpu_model_without_constants_naming_those_calibrated()
 def test_measuring_without_a_gpu_is_one_line():
     """The measurement's child on a machine without CUDA: WorkspaceError in one line, no
     traceback of the child's."""
-    from anatomy.analysis.prediction.workspaces import WorkspaceError, layer_key, measure
-
     import psutil
+
+    from anatomy.analysis.prediction.workspaces import WorkspaceError, layer_key, measure
 
     key = layer_key((0, 3, 8, 8), (4, 3, 3, 3), (1, 1), (1, 1), (1, 1), 1, "float32")
     with pytest.raises(WorkspaceError) as raised:
@@ -250,3 +250,33 @@ def test_from_prediction_at_the_batch_size_limit_confirms_that_one_alone():
     vary, said = _predicted_ladder(RunOptions(preset="tiny", seq_len=8, max_steps=1), machine())
     assert vary == {"batch_size": [4096]}
     assert said == "predicted to fit: batch size ≥ 4096 (the option's limit); confirming 4096"
+
+
+def test_from_prediction_does_not_measure_on_a_gpu_a_run_holds(fresh_nvml, tmp_path, capsys):
+    """The measurement takes GPUs of memory: while a run holds the GPU's device lock it is
+    refused in a line (the margin's answer confirmed instead) and no measuring child starts."""
+    import psutil
+
+    from anatomy.analysis.options import RunOptions
+    from anatomy.cli.sweep import _predicted_ladder
+    from anatomy.engine import nvml
+    from anatomy.engine.locks import DeviceLock
+    from tests.fake_nvml import FakePynvml
+
+    nvml._lib = FakePynvml(gpus=1)
+    config = {"model_type": "resnet", "architectures": ["ResNetForImageClassification"],
+              "embedding_size": 8, "hidden_sizes": [8, 16], "depths": [1, 1],
+              "layer_type": "basic", "image_size": 64, "num_labels": 10}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    held = DeviceLock("gpu0")
+    assert held.acquire("run 7 by pid 4242")
+    try:
+        vary, said = _predicted_ladder(RunOptions(model=str(path), gpu=0), machine())
+        assert psutil.Process().children(recursive=True) == []
+    finally:
+        held.release()
+    err = capsys.readouterr().err
+    assert "convolution workspaces not measured (GPU 0 is busy: run 7 by pid 4242): the " \
+        "margin's answer" in err
+    assert "measuring" not in err and vary["batch_size"]
