@@ -194,11 +194,13 @@ def test_measuring_without_a_gpu_is_one_line():
     from anatomy.analysis.prediction.workspaces import WorkspaceError, layer_key, measure
 
     key = layer_key((0, 3, 8, 8), (4, 3, 3, 3), (1, 1), (1, 1), (1, 1), 1, "float32")
+    before = set(psutil.Process().children(recursive=True))
     with pytest.raises(WorkspaceError) as raised:
         measure([key], [2, 3])
     assert str(raised.value) == \
         "measuring the convolutions on the GPU failed: no CUDA GPU here"
-    assert psutil.Process().children(recursive=True) == []  # the child gone, none left behind
+    # the child gone, none left behind (other tests' in this worker may still be ending)
+    assert set(psutil.Process().children(recursive=True)) <= before
 
 
 @pytest.mark.parametrize("request_text", ["", "[]", '{"keys": 5, "batches": [2]}'])
@@ -271,9 +273,10 @@ def test_from_prediction_does_not_measure_on_a_gpu_a_run_holds(fresh_nvml, tmp_p
     path.write_text(json.dumps(config))
     held = DeviceLock("gpu0")
     assert held.acquire("run 7 by pid 4242")
+    before = set(psutil.Process().children(recursive=True))
     try:
         vary, said = _predicted_ladder(RunOptions(model=str(path), gpu=0), machine())
-        assert psutil.Process().children(recursive=True) == []
+        assert set(psutil.Process().children(recursive=True)) <= before  # no child started
     finally:
         held.release()
     err = capsys.readouterr().err
