@@ -18,8 +18,8 @@ whose GPU the run will use:
    replayed batch size gets its own measured bytes for (`Table.size`). cuDNN's heuristics
    change engines between neighbouring sizes (ResNet-50 fp32's strided 3 × 3 asks 5.010 × its
    output at 1,709 and 1,712, 5.001 × at 1,702 and 1,716), and a few MiB decide whether a
-   6 GB workspace finds its block: interpolated between 1,702 and 1,716 the H200's search said
-   1,711, which ran out of memory (1,709 ran, 1,710 did not); each size measured, 1,708.
+   6 GB workspace finds its block: the H200's edge there is ragged (1,709 ran, 1,710 did not,
+   1,711 ran, 1,712 did not), which no line between two measured sizes can tell.
 
 Only 2-D convolutions that are not transposed are measured; a run with any other keeps the
 margin.
