@@ -730,7 +730,7 @@ def test_the_convolutions_measured_are_keyed_by_their_memory_layouts(tmp_path):
     def logged(config):
         path = tmp_path / f"{config['model_type']}.json"
         path.write_text(json.dumps(config))
-        seam = workspaces.Logged()
+        seam = workspaces.Placeholders()
         BatchSizes(RunOptions(model=str(path), precision="bf16"), "cuda", DEFAULT,
                    workspaces=seam)
         return list(seam.keys)

@@ -507,26 +507,27 @@ def _search(sizes: BatchSizes, capacity: int, least: int, sure: int,
 
 class _MeasuredEdge:
     """The run's memory with its convolutions' workspaces measured on this GPU at every batch
-    size replayed (prediction/workspaces.py): the distinct convolutions logged by one trace,
-    measured first at `around` (the margin's answers: how many workspaces each part asks for,
-    the placeholders' count), then at each size when it is first asked about."""
+    size replayed (prediction/workspaces.py): the distinct convolutions logged by the trace that
+    puts placeholders in their workspaces' place, measured first at `around` (the margin's
+    answers), then at each size when it is first asked about."""
 
     def __init__(self, options: RunOptions, calibration: DeviceCalibration | None, measure,
                  *around: int):
         from anatomy.analysis.prediction import workspaces
 
-        logged = workspaces.Logged()
-        BatchSizes(options, "cuda", calibration, workspaces=logged)
-        if logged.unmeasurable:
-            raise workspaces.WorkspaceError(
-                f"{logged.unmeasurable} of the run's convolutions are transposed or not 2-D: "
-                "their workspaces are not measured")
         self.options, self.calibration, self.measure = options, calibration, measure
-        self.keys = list(logged.keys)
-        self.asked = sorted(set(around))
-        self.table = measure(self.keys, list(self.asked))
-        self.tried: list[int] = []
+        self.table = workspaces.Table()
         self._traced()
+        if self.placeholders.unmeasurable:
+            raise workspaces.WorkspaceError(
+                f"{self.placeholders.unmeasurable} of the run's convolutions are transposed or "
+                "not 2-D: their workspaces are not measured")
+        self.keys = list(self.placeholders.keys)
+        self.asked = sorted(set(around))
+        self.table.merge(measure(self.keys, list(self.asked)))
+        if any(self.placeholders.short(batch) for batch in self.asked):
+            self._traced()  # more workspaces than places for them
+        self.tried: list[int] = []
 
     def _traced(self) -> None:
         from anatomy.analysis.prediction import workspaces

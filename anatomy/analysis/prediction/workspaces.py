@@ -10,12 +10,12 @@ the workspaces it asks for inside the run, to the byte (RegNet-Y-040 343 of 345 
 159 of 159 on the H200). So `predict --max-batch-size --measure-convolutions`, on the machine
 whose GPU the run will use:
 
-1. traces the run once more with a seam that logs its distinct convolutions (`Logged`);
+1. traces the run once more with a seam (`Placeholders`) that logs its distinct convolutions
+   and puts placeholder workspaces in each call's place, which each replayed batch size gets
+   its own measured bytes for (`Table.size`);
 2. measures each alone on the GPU, in a child process with its own CUDA context that stays for
    the search (`Measurer`: nothing stays on the device once it ends): first at the margin's two
-   answers, then at every batch size the search asks about near the edge;
-3. traces again with placeholder workspaces per call and part (`Placeholders`), which each
-   replayed batch size gets its own measured bytes for (`Table.size`). cuDNN's heuristics
+   answers, then at every batch size the search asks about near the edge. cuDNN's heuristics
    change engines between neighbouring sizes (ResNet-50 fp32's strided 3 × 3 asks 5.010 × its
    output at 1,709 and 1,712, 5.001 × at 1,702 and 1,716), and a few MiB decide whether a
    6 GB workspace finds its block: the H200's edge there is ragged (1,709 ran, 1,710 did not,
@@ -139,44 +139,34 @@ class Table:
         return round(w1 + (w2 - w1) * (batch - b1) / (b2 - b1))
 
 
-class Logged:
-    """tracing/cuda.py's `convolution_workspaces` for a first trace: the run's distinct
-    convolutions, none given a workspace."""
+class Placeholders:
+    """tracing/cuda.py's `convolution_workspaces`: the run's distinct convolutions logged as the
+    trace meets them (`keys`; `unmeasurable`: transposed or not 2-D ones, given none), and
+    placeholder workspaces (replay.Workspace of PLACEHOLDER bytes, keyed by its part, index and
+    layer) per part of each call, as many as the part asked for at any size measured by then and
+    at least SPARE, the same at the traced sizes 2 and 3 (so each stays one in the linear
+    recording); `fill` gives each its bytes at a batch size from the table, measured after the
+    trace (0: the allocator skips it)."""
 
-    def __init__(self):
+    def __init__(self, table: Table | None = None):
+        self.table = Table() if table is None else table
         self.keys: dict[tuple, None] = {}
         self.unmeasurable = 0
-
-    def __call__(self, func, args, out) -> list:
-        found = call_key(func, args)
-        if found is None:
-            self.unmeasurable += 1
-        else:
-            self.keys.setdefault(found[0])
-        return []
-
-
-class Placeholders:
-    """tracing/cuda.py's `convolution_workspaces` with a table: placeholder workspaces
-    (replay.Workspace of PLACEHOLDER bytes, keyed by its part, index and layer) per part of each
-    call, as many as the part asked for at any measured size and at least SPARE, the same at the
-    traced sizes 2 and 3 (so each stays one in the linear recording); `fill` gives each its
-    measured bytes at a batch size (0: the allocator skips it)."""
-
-    def __init__(self, table: Table):
-        self.table = table
         self.made: dict[tuple, int] = {}  # (layer, part, data wanted) -> placeholders
 
     def __call__(self, func, args, out) -> list:
         from anatomy.analysis.prediction.replay import Workspace
 
         found = call_key(func, args)
-        if found is None or found[0] not in self.table.layers:
+        if found is None:
+            self.unmeasurable += 1
             return []
         key, parts, data_wanted = found
+        self.keys.setdefault(key)
         made = []
         for part in parts:
-            count = max(SPARE, self.table.most(key, part, data_wanted))
+            measured = self.table.most(key, part, data_wanted) if key in self.table.layers else 0
+            count = max(SPARE, measured)
             self.made[(key, part, data_wanted)] = count
             made += [Workspace(PLACEHOLDER, (part, index, data_wanted, key))
                      for index in range(count)]
