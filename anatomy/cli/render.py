@@ -29,8 +29,9 @@ def refused(error: InvalidOptions) -> int:
 class SaidMeasurer(Measurer):
     """cuDNN's convolution workspaces measured on GPU `gpu` (predict --measure-convolutions,
     sweep --from-prediction), each request said on stderr as it starts. The measurement takes
-    GPUs of 100 GB and more at the edge's sizes: it holds the GPU's device lock (`lock_key`) while
-    it measures, as a run does, and is refused in one line while a run holds it."""
+    tens of GB of the GPU at the edge's sizes (a convolution's input, output, their gradients
+    and its workspace): it holds the GPU's device lock (`lock_key`) while it measures, as a run
+    does, and is refused in one line while a run holds it."""
 
     def __init__(self, gpu: int, lock_key: str | None = None):
         super().__init__(gpu)
