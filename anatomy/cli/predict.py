@@ -98,8 +98,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
             return 2
     try:
         if args.max_batch_size:
-            return _print_batch_fit(options, device, gpu_name, total, args.json,
-                                    args.gpu or 0 if args.measure_convolutions else None)
+            measure_on = info.devices[args.gpu or 0] if args.measure_convolutions else None
+            return _print_batch_fit(options, device, gpu_name, total, args.json, measure_on)
         predicted = prediction.predict(options, device=device, gpu_name=gpu_name)
         ranks = (prediction.predict_ranks(options, device=device, gpu_name=gpu_name)
                  if options.distributed else None)
@@ -164,10 +164,11 @@ def _measuring_refusal(args: argparse.Namespace, info, device: str, gpu_name: st
 
 
 def _print_batch_fit(options: RunOptions, device: str, gpu_name: str | None, total: int,
-                     as_json: bool, measure_on: int | None = None) -> int:
-    measure = None
-    if measure_on is not None:  # this machine's GPU (checked): its device lock while measuring
-        measure = SaidMeasurer(measure_on, gpu_key(machine().devices[measure_on].nvml_index))
+                     as_json: bool, measure_on=None) -> int:
+    """`measure_on`: this machine's GPU (analysis.machine.Device, checked by _measuring_refusal)
+    to measure the convolutions on, holding its device lock while it measures."""
+    measure = None if measure_on is None else \
+        SaidMeasurer(measure_on.index, gpu_key(measure_on.nvml_index))
     try:
         fit = prediction.max_batch_size(options, device=device, total=total, gpu_name=gpu_name,
                                         measure=measure)

@@ -147,8 +147,9 @@ class CudaKernels(TorchFunctionMode):
 
     # cuDNN's convolution workspaces where their sizes are known: (operator, args, outputs) ->
     # the sizes (replay.Workspace) each call asks for after its outputs, freed as it returns.
-    # None, always in a prediction: their sizes are cuDNN's heuristics' (bench/
-    # convolution_workspaces.py sets the sizes an H200 recorded, to see what they change).
+    # None by default: their sizes are cuDNN's heuristics', measured on the GPU only where asked
+    # (prediction/workspaces.Placeholders: predict --measure-convolutions, sweep
+    # --from-prediction; bench/convolution_workspaces.py replays an H200's recorded ones).
     convolution_workspaces = None
 
     def __init__(self, calibration: DeviceCalibration, tracker: LiveTensors):
