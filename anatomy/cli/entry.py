@@ -29,7 +29,6 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """The command's exit status (EXIT_CODES); every error is one line on stderr."""
-    index_once()  # a command that loads transformers (predict, sweep) reads its models once
     argv = sys.argv[1:] if argv is None else argv
     refused = _undecodable(argv)
     if refused is not None:
@@ -41,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     args = None
     try:
         try:
+            index_once()  # a command that loads transformers (predict, sweep) reads its models once
             args = parser().parse_args(argv)  # --help and --version print here, and exit
             return args.func(args)
         finally:
@@ -60,6 +60,11 @@ def main(argv: list[str] | None = None) -> int:
         # either (its final flush would fail on the same pipe).
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except KeyboardInterrupt:
+        # Ctrl-C in a command that keeps no run going (predict's trace, runs, export): it
+        # stops, in a line. run, sweep and watch take their signals themselves (cli.signals).
+        print("\ninterrupted", file=sys.stderr)
+        return 130
     except OutputFailed as error:
         # `> file` on a full disk: one line, and no second try at exit (its flush would fail).
         os.dup2(os.open(os.devnull, os.O_WRONLY), error.fileno)

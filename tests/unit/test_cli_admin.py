@@ -202,3 +202,17 @@ def test_measuring_the_convolutions_is_refused_in_a_line_where_it_cannot(capsys,
     assert main(["predict", "--model", "tiny", "--measure-convolutions", *extra]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and words in err
+
+
+def test_ctrl_c_in_a_command_that_keeps_no_run_is_one_line(monkeypatch, capsys):
+    """Ctrl-C in `predict` (its trace can take seconds) printed KeyboardInterrupt's traceback:
+    it stops in a line, status 130, as a shell counts an interrupt."""
+    from anatomy.cli import predict
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(predict, "cmd_predict", interrupted)
+    assert main(["predict", "--model", "tiny"]) == 130
+    err = capsys.readouterr().err
+    assert err.strip() == "interrupted" and "Traceback" not in err
