@@ -36,7 +36,7 @@ from anatomy.engine import link as watch_link
 from anatomy.engine import protocol
 from anatomy.engine.devices import machine
 from anatomy.engine.endings import Ending, stopped_by
-from anatomy.engine.exits import ExitWatch, ending_of, on_stop_signals
+from anatomy.engine.exits import ExitWatch, default_stop_signals, ending_of, on_stop_signals
 from anatomy.engine.locks import DeviceBusy, DeviceLock, gpu_key
 from anatomy.engine.recording import FIRST_SAMPLE_TIMEOUT, Recording, environment_facts
 from anatomy.engine.reporter import Reporter
@@ -510,6 +510,7 @@ def _after_fork_in_child() -> None:
     run, _current = _current, None
     if run is not None:
         run._disown()
+    default_stop_signals()  # nothing of the child's to stop: ended by them as without anatomy
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -162,6 +162,21 @@ def on_stop_signals(stop: Callable[[int], None]) -> None:
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
 
+    handle.anatomy_stop = True  # ours: `default_stop_signals` knows it by this
     for signum in STOP_SIGNALS:
         if signal.getsignal(signum) is signal.SIG_DFL:
             signal.signal(signum, handle)
+
+
+def default_stop_signals() -> None:
+    """In a forked child (a Pool's or a DataLoader's worker), whose run is its parent's: the stop
+    signals back to their default where `on_stop_signals` set them, as without anatomy. A
+    Python-level handler runs only between bytecodes, so a SIGTERM that lands just before a
+    worker blocks on its queue's lock is held until another signal comes: Pool.terminate()
+    then waited forever on that worker (1 run in about 20; by default the kernel ends it)."""
+    for signum in STOP_SIGNALS:
+        if getattr(signal.getsignal(signum), "anatomy_stop", False):
+            try:
+                signal.signal(signum, signal.SIG_DFL)
+            except ValueError:  # not the main thread's to set: nothing changes
+                pass
