@@ -53,7 +53,8 @@ FIELDS: dict[str, Field] = {f.name: f for f in (
     Field("seq_len", "Sequence length", "tokens per sequence, at most the model's positions "
           "(a sequence-to-sequence model's source and target each; image models take their "
           "config's image size instead)", 1, 1_048_576),
-    Field("dataset_size", "Dataset size", "random sequences in the dummy dataset", 1, 10_000_000),
+    Field("dataset_size", "Dataset size", "random sequences in the dummy dataset (at least one "
+          "batch for every process: grown to it where smaller)", 1, 10_000_000),
     Field("epochs", "Epochs", "num_train_epochs (ignored when max steps is set)", 1, 1000),
     Field("max_steps", "Max steps", "optimizer steps; overrides epochs when set", 1, 10_000_000),
     Field("precision", "Precision", "fp32, or mixed precision fp16 / bf16", choices=PRECISIONS),
@@ -146,6 +147,15 @@ class RunOptions:
         return cls(**values)
 
 
+    @property
+    def samples(self) -> int:
+        """The dummy dataset's length: `dataset_size`, grown to one full batch for every process
+        where it holds less. A Trainer over fewer samples than a batch trains a smaller batch than
+        asked, and what a run reads would be that batch's memory, not the one it was asked (and
+        predicted) for: `sweep --from-prediction` at 1,828 trained batches of 512 on the H200."""
+        world = self.world_size if isinstance(self.world_size, int) else 1
+        return max(self.dataset_size, self.batch_size * max(1, world))
+
     def total_steps(self) -> int:
         """Optimizer steps the Trainer will take (its own arithmetic, without a dataloader): with
         several processes each takes its share of the batches (accelerate's even split), and
@@ -153,7 +163,7 @@ class RunOptions:
         if self.max_steps is not None:
             return self.max_steps
         world = self.world_size if isinstance(self.world_size, int) else 1
-        batches = -(-self.dataset_size // (self.batch_size * max(1, world)))
+        batches = -(-self.samples // (self.batch_size * max(1, world)))
         return max(1, batches // self.grad_accum) * self.epochs
 
 

@@ -43,7 +43,7 @@ def dummy_dataset(options: RunOptions, spec: ModelSpec):
     """The walkthrough's random data, shaped for the model's head (engine/dataset.py)."""
     from anatomy.engine.dataset import DummyDataset
 
-    return DummyDataset(spec, options.dataset_size, options.seq_len, options.seed)
+    return DummyDataset(spec, options.samples, options.seq_len, options.seed)
 
 
 def _sharding(options: RunOptions, model=None) -> dict:

@@ -147,3 +147,23 @@ def test_a_token_classifier_s_labels_are_a_class_for_every_token(token_classifie
         f"sequence length {SEQ_LEN}, one of 9 labels per token"
     model, _ = models.build_model(spec, "cpu", pretrained=False)
     assert model(**collated).loss.ndim == 0
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_every_step_trains_the_batch_asked_for_though_the_dataset_is_smaller(processes):
+    """A dataset of 512 under a batch of 1,828: the Trainer's DataLoader handed batches of 512 (on
+    the H200 `sweep --from-prediction` read 512's memory at 1,828 and 1,829 and called both fits).
+    The run's dataset holds one full batch for every process."""
+    from torch.utils.data import DataLoader
+
+    from anatomy.engine.training import dummy_dataset
+
+    options = RunOptions(model="tiny", batch_size=24, dataset_size=5, seq_len=8,
+                         processes=processes)
+    dataset = dummy_dataset(options, models.resolve("tiny"))
+    assert len(dataset) == 24 * processes == options.samples
+    assert options.total_steps() == 1
+    first = next(iter(DataLoader(dataset, batch_size=options.batch_size)))
+    assert first["input_ids"].shape == (24, 8)
+    # Larger datasets are kept as asked.
+    assert RunOptions(batch_size=4, dataset_size=512).samples == 512
