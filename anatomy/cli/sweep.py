@@ -94,9 +94,32 @@ def _print_grid(result: SweepGrid) -> None:
     if isinstance(fitting, dict):
         other = next(n for n in names if n != "batch_size")
         print("largest batch size that fit: " + "; ".join(
-            f"{other}={value}: {size if size is not None else 'none'}" for value, size in fitting.items()))
+            f"{other}={value}: {_fitted(result, size, value)}" for value, size in fitting.items()))
     elif "batch_size" in names:
-        print(f"largest batch size that fit: {fitting if fitting is not None else 'none'}")
+        print(f"largest batch size that fit: {_fitted(result, fitting)}")
+
+
+def _fitted(result: SweepGrid, size: int | None, value=None) -> str:
+    """The ladder's answer; where nothing ran out of memory, only a floor (as the Compare page
+    says it)."""
+    if size is None:
+        return "none"
+    return str(size) if result.ran_out(value) else f"≥ {size} (no run ran out of memory)"
+
+
+def _verdict(result: SweepGrid, predicted: int) -> str | None:
+    """--from-prediction: what the two runs say of the prediction."""
+    status = {r.values["batch_size"]: r.status for r in result.runs}
+    if status.get(predicted) == Status.OOM:
+        return f"the prediction was above: {predicted} ran out of memory"
+    if status.get(predicted) != Status.COMPLETED:
+        return None  # stopped, failed: nothing to judge
+    after = status.get(predicted + 1)
+    if after == Status.OOM:
+        return f"the prediction is the largest that fits: {predicted} ran, {predicted + 1} did not"
+    if after == Status.COMPLETED:
+        return f"the prediction was below: {predicted + 1} fits too"
+    return None
 
 
 def _predicted_ladder(base: RunOptions, info) -> tuple[dict[str, list], str]:
@@ -184,6 +207,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(json.dumps(result.to_dict(), indent=2))
     else:
         _print_grid(result)
+        verdict = _verdict(result, vary["batch_size"][0]) if args.from_prediction else None
+        if verdict:
+            print(verdict)
     if sweep.status != Status.COMPLETED:
         print(f"sweep {sweep.status}{': ' + sweep.error if sweep.error else ''}", file=sys.stderr)
         return signals.exit_code() if signals.received is not None else 1

@@ -9,11 +9,12 @@ import time
 import pytest
 
 from anatomy.analysis.options import InvalidOptions, RunOptions
-from anatomy.analysis.sweeps import grid, parse_vary, plan
+from anatomy.analysis.sweeps import SweepGrid, SweepRun, grid, largest_fitting, parse_vary, plan
 from anatomy.engine.manager import DeviceBusy, RunManager
 from anatomy.engine.sweep import Sweep
 from anatomy.store import Sample, Store
 from anatomy.units import MIB
+from anatomy.vocabulary import Status
 from tests.conftest import TINY
 
 
@@ -276,3 +277,34 @@ def test_a_sweep_holds_its_device_between_its_runs(store):
     assert Sweep(again, TINY, {"batch_size": [4]}, gpu_count=0).run() == "completed"
 
 
+
+
+def _confirmed(*outcomes: tuple[int, str]) -> SweepGrid:
+    runs = [SweepRun(run=i, values={"batch_size": size}, status=status, peak_mb=1,
+                     samples_per_second=None, time_s=None)
+            for i, (size, status) in enumerate(outcomes, 1)]
+    vary = {"batch_size": [size for size, _ in outcomes]}
+    return SweepGrid(1, None, Status.COMPLETED, None, vary, False, len(runs), 0, runs,
+                     largest_fitting(vary, runs))
+
+
+def test_from_prediction_says_what_its_two_runs_make_of_the_prediction(capsys):
+    """On the H200 EfficientNet-B0's predicted 3,264 ran and so did 3,265: the sweep printed
+    "largest batch size that fit: 3265" as though that were the edge. Where nothing ran out of
+    memory the answer is a floor, and --from-prediction says whether the prediction was the
+    largest that fits, below or above."""
+    from anatomy.cli.sweep import _print_grid, _verdict
+
+    both = _confirmed((3264, Status.COMPLETED), (3265, Status.COMPLETED))
+    _print_grid(both)
+    assert capsys.readouterr().out.endswith(
+        "largest batch size that fit: ≥ 3265 (no run ran out of memory)\n")
+    assert _verdict(both, 3264) == "the prediction was below: 3265 fits too"
+    edge = _confirmed((1711, Status.COMPLETED), (1712, Status.OOM))
+    _print_grid(edge)
+    assert capsys.readouterr().out.endswith("largest batch size that fit: 1711\n")
+    assert _verdict(edge, 1711) == \
+        "the prediction is the largest that fits: 1711 ran, 1712 did not"
+    above = _confirmed((2362, Status.OOM))  # the next skipped: a smaller one ran out
+    assert _verdict(above, 2362) == "the prediction was above: 2362 ran out of memory"
+    assert _verdict(_confirmed((5, Status.FAILED), (6, Status.COMPLETED)), 5) is None
