@@ -24,6 +24,77 @@ OOM_TEXT = re.compile(
     r"|DefaultCPUAllocator: can't allocate memory")
 
 
+# Linux counts the processes its out-of-memory killer ends in each memory cgroup (a container,
+# a systemd scope: where our training lives, as its children do), and on the whole machine.
+# The cgroup's count first: the machine's also counts other containers' kills (a busy node's).
+V1_COUNTER = "/sys/fs/cgroup/memory{}/memory.oom_control"
+V2_COUNTER = "/sys/fs/cgroup{}/memory.events"
+VMSTAT = "/proc/vmstat"
+
+
+@dataclass(frozen=True)
+class OomKills:
+    """The kernel's out-of-memory killer's count where this process lives, read from `path`
+    (None: nothing tells it here, not Linux)."""
+    path: str | None
+    count: int | None
+
+    @classmethod
+    def now(cls) -> OomKills:
+        for path in _counters():
+            count = _counted(path)
+            if count is not None:
+                return cls(path, count)
+        return cls(None, None)
+
+    def rose(self) -> bool:
+        """Whether the killer has ended a process here since this count was read."""
+        if self.path is None or self.count is None:
+            return False
+        later = _counted(self.path)
+        return later is not None and later > self.count
+
+
+def _counters() -> list[str]:
+    try:
+        with open("/proc/self/cgroup") as groups:
+            lines = groups.read().splitlines()
+    except OSError:
+        lines = []
+    paths = []
+    for line in lines:
+        _, controllers, where = line.split(":", 2) if line.count(":") >= 2 else ("", "-", "")
+        if "memory" in controllers.split(","):
+            paths.append(V1_COUNTER.format(where.rstrip("/")))
+        elif controllers == "":
+            paths.append(V2_COUNTER.format(where.rstrip("/")))
+    return [*paths, VMSTAT]
+
+
+def _counted(path: str) -> int | None:
+    """The `oom_kill N` line of a counter file (the three say it alike)."""
+    try:
+        with open(path) as counter:
+            for line in counter:
+                name, _, value = line.partition(" ")
+                if name == "oom_kill":
+                    return int(value)
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def killed_for_memory(code: int | None, before: OomKills) -> bool:
+    """Whether a process that ended with `code` was, as far as the kernel tells, ended by its
+    out-of-memory killer: SIGKILL (a shell's 137 too) while the killer's count rose. Out of RAM
+    a CPU run dies so, without a word: torch never saw an error to print."""
+    return code in (-signal.SIGKILL, 128 + signal.SIGKILL) and before.rose()
+
+
+KILLED_FOR_MEMORY = ("the kernel's out-of-memory killer ended it, the machine's RAM (or its "
+                     "container's memory limit) being full")
+
+
 @dataclass(frozen=True)
 class Ending:
     """How a run ended: what the store gets, and what a caller is told even when the store

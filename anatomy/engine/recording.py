@@ -32,7 +32,7 @@ from typing import Any, Protocol
 from anatomy.analysis.machine import Device, Machine
 from anatomy.engine import sampler
 from anatomy.engine.collector import FLUSH_SECONDS, Collector, Outcome
-from anatomy.engine.endings import Ending, death
+from anatomy.engine.endings import KILLED_FOR_MEMORY, Ending, OomKills, death, killed_for_memory
 from anatomy.engine.lifeline import Lifeline, launch
 from anatomy.engine.processes import end_tree
 from anatomy.store import RunFacts, RunSource, Store, store_error
@@ -136,6 +136,7 @@ class Recording:
         self.stop_sampler = self.context.Event()
         self.training_pid = self.context.Value("i", 0)  # shared with the sampler
         self.decide = decide or _completed_unless_failed
+        self.oom_kills = OomKills.now()  # to tell the kernel's SIGKILL for memory from others'
         self.observe, self.tell = observe, tell
         self.sampler: mp.Process | None = None
         self.training: Training | None = None
@@ -338,7 +339,10 @@ class Recording:
             return Ending(Status.STOPPED, self.stop_reason)
         if self.outcome.sampler_lost is not None:
             return Ending(Status.FAILED, self.outcome.sampler_lost)
-        return self.decide(self.outcome, self.exit_code)
+        ending = self.decide(self.outcome, self.exit_code)
+        if ending.status == Status.FAILED and killed_for_memory(self.exit_code, self.oom_kills):
+            return Ending(Status.OOM, f"{KILLED_FOR_MEMORY} — {ending.error}")
+        return ending
 
     def _lost(self, error: Exception) -> Ending:
         """The collector failed (the store cannot be written): the recording ends here."""

@@ -238,6 +238,58 @@ def test_a_killed_worker_fails_the_run_and_its_last_phase_keeps_real_memory(cli_
     assert rep.samples == rep.samples_sent > 0
 
 
+@pytest.fixture
+def memory_cgroup():
+    """A memory cgroup of 1.2 GB (a container's limit, as docker's --memory sets it): the
+    folder whose cgroup.procs takes a process. Skipped where none can be made (not root, no
+    memory controller)."""
+    name = f"anatomy-test-{os.getpid()}-{time.monotonic_ns()}"
+    for root, limit in (("/sys/fs/cgroup/memory", "memory.limit_in_bytes"),
+                        ("/sys/fs/cgroup", "memory.max")):
+        folder = Path(root) / name
+        try:
+            folder.mkdir()
+        except OSError:
+            continue
+        try:
+            (folder / limit).write_text(str(1200 * 2**20))
+        except OSError:
+            folder.rmdir()
+            continue
+        break
+    else:
+        pytest.skip("no memory cgroup can be made here")
+    yield folder
+    deadline = time.monotonic() + 10
+    while True:  # emptied once its processes are gone
+        try:
+            folder.rmdir()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def test_a_run_out_of_ram_is_out_of_memory_not_a_crash(memory_cgroup, tmp_path):
+    """Out of RAM, the kernel's out-of-memory killer ends a CPU run's worker with SIGKILL and
+    no word: the run was "failed: killed by SIGKILL (killed or crashed)", and a sweep to the
+    edge failed there instead of stopping at it. The kernel's count of such kills tells it."""
+    store_path = tmp_path / "runs.sqlite"
+    command = [sys.executable, "-m", "anatomy", "run", "--model", "tiny", "--batch-size", "128",
+               "--seq-len", "512", "--max-steps", "1", "--store", str(store_path)]
+    shell = 'echo $$ > "$0" && exec "$@"'  # the whole run in the cgroup, from its first process
+    done = subprocess.run(["sh", "-c", shell, str(memory_cgroup / "cgroup.procs"), *command],
+                          cwd=PROJECT, capture_output=True, text=True, timeout=PHASE_SECONDS)
+    assert done.returncode == 1, done.stderr
+    rep = _stored(store_path)
+    assert rep.status == "oom", rep.error
+    assert rep.error.startswith("the kernel's out-of-memory killer ended it") and \
+        "killed by SIGKILL" in rep.error
+    assert rep.samples == rep.samples_sent > 0
+    assert (memory_cgroup / "cgroup.procs").read_text().split() == []  # nothing left in it
+
+
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_a_dead_sampler_ends_the_run_as_failed_not_completed_with_a_hole(cli_run, sig):
     run = cli_run()

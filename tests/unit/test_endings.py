@@ -89,3 +89,36 @@ def test_a_scripts_own_raise_of_systemexit_ends_its_run_as_its_bytecode_says(scr
     ending = watch.ending()
     assert ending.status == status
     assert (words in ending.error) if words else ending.error is None
+
+
+@pytest.mark.parametrize("text", [
+    "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n",                          # cgroup v1
+    "low 0\nhigh 0\nmax 12\noom 4\noom_kill 3\noom_group_kill 0\n",           # cgroup v2
+    "pgfault 7\noom_kill 3\nunevictable_pgs_culled 0\n",                      # /proc/vmstat
+])
+def test_a_sigkill_is_the_out_of_memory_killers_only_where_its_count_rose(tmp_path, text):
+    """A CPU run out of RAM is SIGKILLed by the kernel without a word; the kernel's count of
+    such kills (the process's cgroup's, else the machine's) tells it from a user's kill -9."""
+    from anatomy.engine.endings import OomKills, killed_for_memory
+
+    counter = tmp_path / "counter"
+    counter.write_text(text)
+    before = OomKills(str(counter), 3)
+    assert not killed_for_memory(-signal.SIGKILL, before)  # a kill -9: the count stayed
+    counter.write_text(text.replace("oom_kill 3", "oom_kill 4"))
+    assert killed_for_memory(-signal.SIGKILL, before)
+    assert killed_for_memory(128 + signal.SIGKILL, before)  # a shell's child's
+    assert not killed_for_memory(-signal.SIGTERM, before)
+    assert not killed_for_memory(1, before)
+    assert not killed_for_memory(-signal.SIGKILL, OomKills(None, None))  # nothing tells it
+    counter.unlink()  # the cgroup gone meanwhile
+    assert not killed_for_memory(-signal.SIGKILL, before)
+
+
+def test_the_count_is_read_where_this_process_lives():
+    from anatomy.engine.endings import VMSTAT, OomKills, _counters
+
+    paths = _counters()
+    assert paths[-1] == VMSTAT  # the machine's, last
+    now = OomKills.now()
+    assert now.path is None or (now.path in paths and now.count >= 0)
