@@ -10,10 +10,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
-import psutil
-
 from anatomy.analysis.machine import Device, Machine
-from anatomy.engine import nvml
+from anatomy.engine import cgroups, nvml
 from anatomy.store import checks
 from anatomy.vocabulary import Backend, MemoryApi
 
@@ -50,8 +48,9 @@ def _index_of(entry: str, uuids: Sequence[str | None]) -> int | None:
 
 
 def machine(environ: Mapping[str, str] = os.environ) -> Machine:
-    """This machine's backend and the GPUs a run can use (NVML), or its RAM (no GPU)."""
-    ram = psutil.virtual_memory().total
+    """This machine's backend and the GPUs a run can use (NVML), or its RAM (no GPU): the RAM a
+    run here can have, its container's limit where that is less than the machine's."""
+    ram = cgroups.usable_ram()
     if nvml.available():
         infos = [nvml.device_info(i) for i in range(nvml.device_count())]
         visible = visible_indices(environ.get(VISIBLE_ENV), [d.uuid if d else None for d in infos])

@@ -11,7 +11,9 @@ import re
 import signal
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
+from anatomy.engine import cgroups
 from anatomy.vocabulary import Status
 
 # Torch's own out-of-memory errors as they are printed: its exception's name (torch 2.5+:
@@ -24,64 +26,27 @@ OOM_TEXT = re.compile(
     r"|DefaultCPUAllocator: can't allocate memory")
 
 
-# Linux counts the processes its out-of-memory killer ends in each memory cgroup (a container,
-# a systemd scope: where our training lives, as its children do), and on the whole machine.
-# The cgroup's count first: the machine's also counts other containers' kills (a busy node's).
-V1_COUNTER = "/sys/fs/cgroup/memory{}/memory.oom_control"
-V2_COUNTER = "/sys/fs/cgroup{}/memory.events"
-VMSTAT = "/proc/vmstat"
-
-
 @dataclass(frozen=True)
 class OomKills:
-    """The kernel's out-of-memory killer's count where this process lives, read from `path`
-    (None: nothing tells it here, not Linux)."""
+    """The kernel's out-of-memory killer's count where this process lives (engine/cgroups.py),
+    read from `path` (None: nothing tells it here, not Linux)."""
     path: str | None
     count: int | None
 
     @classmethod
     def now(cls) -> OomKills:
-        for path in _counters():
-            count = _counted(path)
+        for path in cgroups.oom_kill_counters():
+            count = cgroups.field(path, "oom_kill")
             if count is not None:
-                return cls(path, count)
+                return cls(str(path), count)
         return cls(None, None)
 
     def rose(self) -> bool:
         """Whether the killer has ended a process here since this count was read."""
         if self.path is None or self.count is None:
             return False
-        later = _counted(self.path)
+        later = cgroups.field(Path(self.path), "oom_kill")
         return later is not None and later > self.count
-
-
-def _counters() -> list[str]:
-    try:
-        with open("/proc/self/cgroup") as groups:
-            lines = groups.read().splitlines()
-    except OSError:
-        lines = []
-    paths = []
-    for line in lines:
-        _, controllers, where = line.split(":", 2) if line.count(":") >= 2 else ("", "-", "")
-        if "memory" in controllers.split(","):
-            paths.append(V1_COUNTER.format(where.rstrip("/")))
-        elif controllers == "":
-            paths.append(V2_COUNTER.format(where.rstrip("/")))
-    return [*paths, VMSTAT]
-
-
-def _counted(path: str) -> int | None:
-    """The `oom_kill N` line of a counter file (the three say it alike)."""
-    try:
-        with open(path) as counter:
-            for line in counter:
-                name, _, value = line.partition(" ")
-                if name == "oom_kill":
-                    return int(value)
-    except (OSError, ValueError):
-        return None
-    return None
 
 
 def killed_for_memory(code: int | None, before: OomKills) -> bool:

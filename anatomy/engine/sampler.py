@@ -160,9 +160,9 @@ class Reader:
         self.worker_left: float | None = None  # the last tick the worker was whole, once it exits
         self._whole_at: float | None = None
         if backend == Backend.CPU_RSS:
-            import psutil
+            from anatomy.engine.cgroups import usable_ram
 
-            self._ram_total = psutil.virtual_memory().total
+            self._ram_total = usable_ram()  # a container's limit, where less than the RAM
 
     def _watch_worker(self, t: float) -> bool:
         """Whether the worker is whole at `t`; the first tick it is not, `worker_left` is set to

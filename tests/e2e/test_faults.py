@@ -290,6 +290,19 @@ def test_a_run_out_of_ram_is_out_of_memory_not_a_crash(memory_cgroup, tmp_path):
     assert (memory_cgroup / "cgroup.procs").read_text().split() == []  # nothing left in it
 
 
+def test_a_prediction_in_a_container_is_for_its_memory_limit(memory_cgroup):
+    """In a container of 1.2 GB on a machine of more, a CPU prediction's capacity is the
+    container's limit (psutil tells the machine's RAM)."""
+    command = [sys.executable, "-m", "anatomy", "predict", "--model", "tiny", "--seq-len", "64",
+               "--max-batch-size"]
+    shell = 'echo $$ > "$0" && exec "$@"'
+    done = subprocess.run(["sh", "-c", shell, str(memory_cgroup / "cgroup.procs"), *command],
+                          cwd=PROJECT, capture_output=True, text=True, timeout=PHASE_SECONDS)
+    # 1.2 GB less the Python process's own share holds not even batch size 1: exit 1, said so
+    assert done.returncode in (0, 1), done.stderr
+    assert "this machine's RAM (1.2 GiB)" in done.stdout
+
+
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_a_dead_sampler_ends_the_run_as_failed_not_completed_with_a_hole(cli_run, sig):
     run = cli_run()

@@ -116,9 +116,10 @@ def test_a_sigkill_is_the_out_of_memory_killers_only_where_its_count_rose(tmp_pa
 
 
 def test_the_count_is_read_where_this_process_lives():
-    from anatomy.engine.endings import VMSTAT, OomKills, _counters
+    from anatomy.engine.cgroups import VMSTAT, oom_kill_counters
+    from anatomy.engine.endings import OomKills
 
-    paths = _counters()
-    assert paths[-1] == VMSTAT  # the machine's, last
+    paths = [str(p) for p in oom_kill_counters()]
+    assert paths[-1] == str(VMSTAT)  # the machine's, last
     now = OomKills.now()
     assert now.path is None or (now.path in paths and now.count >= 0)

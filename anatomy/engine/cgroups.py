@@ -1,0 +1,91 @@
+"""The memory cgroup this process lives in (a container's: docker's --memory, a Kubernetes
+limit; a systemd scope's), as Linux tells it under /sys/fs/cgroup, v1 or v2: the memory a process
+here can have, which may be far less than the machine's RAM that psutil tells, and the files
+where the kernel counts its out-of-memory killer's kills. Elsewhere (not Linux, nothing
+mounted) nothing is told, and the machine's figures stand.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path("/sys/fs/cgroup")
+PROC_CGROUP = Path("/proc/self/cgroup")
+VMSTAT = Path("/proc/vmstat")  # the machine's count, every cgroup's kills with the others'
+UNLIMITED = 2**60  # v1 says "no limit" with a number near 2**63
+
+
+def _memory_folders() -> list[tuple[Path, int]]:
+    """This process's memory cgroup folders with their version: v1's memory controller, v2's
+    unified hierarchy (in a container, its own cgroup is the root it sees)."""
+    try:
+        text = PROC_CGROUP.read_text()
+    except OSError:
+        return []
+    found = []
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, where = parts
+        where = where.strip("/")
+        if "memory" in controllers.split(","):
+            found.append((ROOT / "memory" / where, 1))
+        elif controllers == "":
+            found.append((ROOT / where, 2))
+    return found
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def field(path: Path, name: str) -> int | None:
+    """The value of a `name N` line of a cgroup's (or /proc's) key-value file."""
+    text = _read(path)
+    for line in (text or "").splitlines():
+        key, _, value = line.partition(" ")
+        if key == name:
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def memory_limit() -> int | None:
+    """The least memory limit on this process's cgroup and those above it (bytes); None where
+    none is set or nothing tells."""
+    limits = []
+    for folder, version in _memory_folders():
+        if version == 1:  # v1 states the effective limit, its ancestors' included
+            limits.append(field(folder / "memory.stat", "hierarchical_memory_limit"))
+            continue
+        level = folder
+        while True:  # v2 does not: each level, up to the root this process sees
+            text = _read(level / "memory.max")
+            limits.append(int(text) if text and text.isdigit() else None)
+            if level == ROOT or ROOT not in level.parents:
+                break
+            level = level.parent
+    return min((n for n in limits if n is not None and 0 < n < UNLIMITED), default=None)
+
+
+def usable_ram() -> int:
+    """The memory a process here can have: the machine's RAM, or its cgroup's limit if less."""
+    import psutil
+
+    total = psutil.virtual_memory().total
+    limit = memory_limit()
+    return min(total, limit) if limit is not None else total
+
+
+def oom_kill_counters() -> list[Path]:
+    """Where the kernel counts the processes its out-of-memory killer ends (an `oom_kill N`
+    line): this process's cgroup first (where its children, our training, live too), the
+    machine's last (which counts other containers' kills as well)."""
+    return [folder / ("memory.oom_control" if version == 1 else "memory.events")
+            for folder, version in _memory_folders()] + [VMSTAT]
