@@ -23,12 +23,14 @@ process has imported torch already.
 from __future__ import annotations
 
 import atexit
+import math
 import os
 import socket
 import sys
 import threading
 import time
 from collections.abc import Sequence
+from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client
 from typing import Any
 
@@ -213,15 +215,19 @@ class _LocalRecording:
 class _WatchLink:
     """This process's side of `anatomy watch`: its messages go to the watch's collector."""
 
-    def __init__(self, address: str, key: str):
+    def __init__(self, address: str, key: bytes):
         self.connection = Client(watch_link.socket_address(address), family="AF_UNIX",
-                                 authkey=bytes.fromhex(key))
+                                 authkey=key)
         self.run_id = None
         # The watch answers once its sampler measures this process: the first phase has a
         # reading then.
-        if self.connection.poll(FIRST_SAMPLE_TIMEOUT):
-            ready = self.connection.recv()
-            self.run_id = getattr(ready, "run_id", None)
+        try:
+            if self.connection.poll(FIRST_SAMPLE_TIMEOUT):
+                ready = self.connection.recv()
+                self.run_id = getattr(ready, "run_id", None)
+        except (OSError, EOFError):
+            self.connection.close()
+            raise
         self.lock = threading.Lock()
 
     def put(self, message, wait: float = -1) -> None:
@@ -431,9 +437,8 @@ def start(name: str | None = None, *, sample_rate: int = DEFAULT_SAMPLE_RATE,
             return Run(_Unrecorded(), time.monotonic(), dwell)
         address = os.environ.get(watch_link.WATCH_ENV)
         if address:
-            t0 = float(os.environ.get(watch_link.T0_ENV) or time.monotonic())
-            link: _LocalRecording | _WatchLink | _Unrecorded = _WatchLink(
-                address, os.environ[watch_link.WATCH_KEY_ENV])
+            t0 = _watch_clock()
+            link: _LocalRecording | _WatchLink | _Unrecorded = _watch_link(address)
             if name:  # the watch's run takes the script's name, unless `--name` gave one
                 link.put(protocol.Named(name, protocol.Source(_rank())))
         elif _rank() and launched_world_size() > 1:
@@ -454,6 +459,32 @@ def start(name: str | None = None, *, sample_rate: int = DEFAULT_SAMPLE_RATE,
     if kernel:
         _load_kernel(run)
     return run
+
+
+def _watch_link(address: str) -> _WatchLink | _Unrecorded:
+    """The socket of the watch this process runs under. One that cannot be reached (the watch
+    is gone, or its environment was copied into another shell) or a key that is no key is said
+    in a line, and the training goes on unrecorded: anatomy never ends the user's training."""
+    try:
+        key = bytes.fromhex(os.environ.get(watch_link.WATCH_KEY_ENV, ""))
+        if not key:
+            raise ValueError(f"${watch_link.WATCH_KEY_ENV} is not set")
+        return _WatchLink(address, key)
+    except (OSError, EOFError, ValueError, AuthenticationError) as error:
+        why = getattr(error, "strerror", None) or str(error) or type(error).__name__
+        _warn(f"not recording: ${watch_link.WATCH_ENV} names the socket of an `anatomy watch` "
+              f"that cannot be reached ({why}); unset {watch_link.WATCH_ENV} to record this "
+              "script on its own. The training goes on unrecorded")
+        return _Unrecorded()
+
+
+def _watch_clock() -> float:
+    """The watch's run clock ($ANATOMY_T0), else this process's own (unreadable or unset)."""
+    try:
+        t0 = float(os.environ.get(watch_link.T0_ENV, ""))
+    except ValueError:
+        return time.monotonic()
+    return t0 if math.isfinite(t0) else time.monotonic()
 
 
 def _importing_main() -> bool:
