@@ -322,12 +322,15 @@ class Run:
              total: int | None = None) -> None:
         """An optimizer step has ended (its number counts from 1 unless given)."""
         for what, value in (("step", step), ("total", total)):
-            if value is not None and (not isinstance(value, int) or value < 0):
-                # refused here: stored, its run's export would be refused by every import
-                raise ValueError(f"{what}: must be a whole number from 0, got {value!r}")
+            if value is not None and (not checks.is_int(value)
+                                      or not 0 <= value <= checks.MAX_INTEGER):
+                # refused here: stored, its run's export would be refused by every import, and
+                # one past SQLite's INTEGER ended the recording of the whole run
+                raise ValueError(f"{what}: must be a whole number from 0, got "
+                                 f"{checks.shown(value)}")
         try:
             loss = None if loss is None else float(loss)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise ValueError(f"loss: must be one number (loss.item()), got {_short(loss)}"
                              ) from None
         self.steps = step if step is not None else self.steps + 1

@@ -37,6 +37,12 @@ def test_a_mark_without_a_name_is_refused_at_the_call(call):
     ({"step": 2.5}, "step: must be a whole number from 0, got 2.5"),
     ({"loss": "abc"}, "loss: must be one number (loss.item()), got 'abc'"),
     ({"loss": [1.0, 2.0]}, "loss: must be one number (loss.item()), got [1.0, 2.0]"),
+    # SQLite's INTEGER ends at 2**63 - 1: the store's OverflowError ended the recording of the
+    # whole run, its phases lost; float()'s OverflowError came from inside anatomy
+    ({"step": 2**70}, "step: must be a whole number from 0, got 1180591620717411303424"),
+    ({"total": 2**63}, "total: must be a whole number from 0, got 9223372036854775808"),
+    ({"loss": 10**400}, "loss: must be one number (loss.item()), got " + repr(10**400)[:57]
+     + "..."),
 ])
 def test_a_step_that_no_import_would_take_is_refused_at_the_call(kwargs, words):
     """`run.step(step=-5)` was stored, and the run's export was then refused by every import
