@@ -203,7 +203,18 @@ class AnatomyCallback(TrainerCallback):
         self._longest_said: int | None = None
 
     def on_init_end(self, args, state, control, model=None, **kwargs):
+        if not self._records(state):
+            return
         self._follow(args, model)
+
+    def _records(self, state) -> bool:
+        """Whether this callback records the Trainer `state` is of: the first AnatomyCallback of
+        a Trainer does. Another added to the same Trainer (twice in `callbacks=`, a library's
+        and the script's) stays silent: each phase and step would be recorded twice."""
+        owner = getattr(state, "_anatomy_callback", None)
+        if owner is None:
+            state._anatomy_callback = owner = self  # not a field: never saved with the state
+        return owner is self
 
     def _follow(self, args, model) -> None:
         """Tell the run what trains, and follow it with the callbacks of one job each."""
@@ -226,6 +237,8 @@ class AnatomyCallback(TrainerCallback):
             getattr(callback, event)(*args, **kwargs)
 
     def on_train_begin(self, args, state, control, **kwargs):
+        if not self._records(state):
+            return
         if self.owns_run and self.run.ended:
             # train() again (hyperparameter_search, a resume): the run it ended was the last
             # training's, and this one went unrecorded; it has a run of its own.
@@ -240,12 +253,18 @@ class AnatomyCallback(TrainerCallback):
         self._each("on_train_begin", args, state, control, **kwargs)
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        if not self._records(state):
+            return
         self._each("on_pre_optimizer_step", args, state, control, **kwargs)
 
     def on_optimizer_step(self, args, state, control, **kwargs):
+        if not self._records(state):
+            return
         self._each("on_optimizer_step", args, state, control, **kwargs)
 
     def on_step_end(self, args, state, control, **kwargs):
+        if not self._records(state):
+            return
         self._each("on_step_end", args, state, control, **kwargs)
         self._describe_longest()
 
@@ -262,9 +281,13 @@ class AnatomyCallback(TrainerCallback):
         self.run.reporter.described({**arguments.to_dict(), "seq_len": lengths.longest}, model_name)
 
     def on_log(self, args, state, control, **kwargs):
+        if not self._records(state):
+            return
         self._each("on_log", args, state, control, **kwargs)
 
     def on_train_end(self, args, state, control, **kwargs):
+        if not self._records(state):
+            return
         self._each("on_train_end", args, state, control, **kwargs)
         runtime = next((entry.get("train_runtime") for entry in reversed(state.log_history)
                         if "train_runtime" in entry), None)
