@@ -101,6 +101,10 @@ class ComponentProbing(TrainerCallback):
 
     def __init__(self, reporter: Reporter, probe: ComponentProbe):
         self.reporter, self.probe = reporter, probe
+        self.first = 0  # the global step training began at: a resumed one's checkpoint's
+
+    def _measuring(self, state) -> bool:
+        return state.global_step - self.first < MEASURED_STEPS
 
     def _report(self) -> None:
         if self.probe.forwards:  # measured at least one step, and not reported yet
@@ -127,16 +131,21 @@ class ComponentProbing(TrainerCallback):
 
     failed = False
 
+    def on_train_begin(self, args, state, control, **kwargs):
+        # A resume (`train(resume_from_checkpoint=…)`) starts past step MEASURED_STEPS: its
+        # first steps are counted from there, or its gradients and optimizer states went unread.
+        self.first = state.global_step
+
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
-        if state.global_step < MEASURED_STEPS:
+        if self._measuring(state):
             self._safely(self.probe.before_optimizer_step)
 
     def on_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
-        if state.global_step < MEASURED_STEPS:
+        if self._measuring(state):
             self._safely(lambda: self.probe.after_optimizer_step(optimizer))
 
     def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step == MEASURED_STEPS:
+        if state.global_step - self.first == MEASURED_STEPS:
             self._safely(self._report)
 
     def on_train_end(self, args, state, control, **kwargs):

@@ -91,3 +91,22 @@ def test_a_callback_added_twice_records_each_phase_and_step_once(heard, tmp_path
     assert [m.step.step for m in heard.of(protocol.StepReport)] == [1, 2, 3]
     assert len(heard.of(protocol.ComponentsMeasured)) == 1
     assert len(heard.of(protocol.Summarised)) == 1
+
+
+@pytest.mark.parametrize("first_step", [0, 6])
+def test_a_resumed_training_measures_every_component(heard, tmp_path, first_step):
+    """`trainer.train(resume_from_checkpoint=…)` starts at its checkpoint's step (6): the probe
+    read only steps below 3, so the resumed run's components had weights and activations but
+    no gradients and no optimizer states, as if it trained none."""
+    from anatomy.engine.callbacks import AnatomyCallback
+
+    handler, arguments, control = _trainer(tmp_path, [AnatomyCallback()])
+    _train(handler, arguments, control, first_step=first_step, steps=4)
+    [measured] = heard.of(protocol.ComponentsMeasured)
+    parameters = sum(p.numel() for p in handler.model.parameters())
+    components = measured.components
+    assert components.weights == components.gradients == 4 * parameters
+    assert components.optimizer_states == 8 * parameters  # AdamW: two fp32 moments
+    assert components.activations > 0
+    assert [m.step.step for m in heard.of(protocol.StepReport)] == \
+        list(range(first_step + 1, first_step + 5))
