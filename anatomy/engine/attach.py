@@ -25,6 +25,7 @@ from __future__ import annotations
 import atexit
 import math
 import os
+import shlex
 import socket
 import sys
 import threading
@@ -32,6 +33,7 @@ import time
 from collections.abc import Sequence
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client
+from pathlib import Path
 from typing import Any
 
 from anatomy.engine import link as watch_link
@@ -42,7 +44,7 @@ from anatomy.engine.exits import ExitWatch, default_stop_signals, ending_of, on_
 from anatomy.engine.locks import DeviceBusy, DeviceLock, gpu_key
 from anatomy.engine.recording import FIRST_SAMPLE_TIMEOUT, Recording, environment_facts
 from anatomy.engine.reporter import Reporter
-from anatomy.store import RunFacts, RunSource, Step, Store, StoreError, checks
+from anatomy.store import RunFacts, RunSource, Step, Store, StoreError, checks, default_store
 from anatomy.vocabulary import Phase, SourceKind, Status
 
 DEFAULT_SAMPLE_RATE = 200
@@ -180,8 +182,9 @@ class _LocalRecording:
         self.recording.start_sampler()
         self.recording.follow(self.this)
         # A script that only adds the callback says nothing else: which run, which store.
-        _warn(f"recording run {self.run_id} into {store.path} (`anatomy show {self.run_id}`, "
-              "or `anatomy dashboard`)")
+        where = _store_flag(store.path)
+        _warn(f"recording run {self.run_id} into {store.path} (`anatomy show {self.run_id}{where}`"
+              f", or `anatomy dashboard{where}`)")
         if not self.recording.sampling.wait(FIRST_SAMPLE_TIMEOUT):
             self.put(protocol.Note(protocol.Message(
                 time.monotonic() - t0, "warning", "the sampler took longer than "
@@ -210,6 +213,15 @@ class _LocalRecording:
                   f" {self.recording.store.path} cannot be written)")
         elif final is not None:
             _warn(f"run {self.run_id} {final.status}, stored in {self.recording.store.path}")
+
+
+def _store_flag(path: Path) -> str:
+    """`--store PATH` for the commands a script's first line suggests, unless the store is the
+    one they read without it: a store the script named (`start(store=…)`, $ANATOMY_STORE set
+    for the script alone) has its own run ids, and `anatomy show 1` would show another run 1."""
+    if path.absolute() == default_store().absolute():
+        return ""
+    return f" --store {shlex.quote(str(path.absolute()))}"
 
 
 class _WatchLink:

@@ -187,3 +187,33 @@ def test_a_spawned_worker_running_the_scripts_top_again_records_nothing(tmp_path
     rep = report(store, 1)
     assert rep.status == "completed", rep.error
     assert rep.steps == 1
+
+
+OWN_STORE = """
+import anatomy
+
+run = anatomy.start(name="own store", store="mine.sqlite", kernel=False)
+run.phase("training")
+run.step(loss=1.0)
+"""
+
+
+def test_the_command_a_script_suggests_shows_its_run_whatever_the_store(tmp_path):
+    """A script that named its own store (`start(store="mine.sqlite")`, or $ANATOMY_STORE set
+    for it alone) was told "`anatomy show 2`": from the user's shell that read the shell's
+    store, whose run 2 is another run, or "run 2 is not in …". The suggestion names the store."""
+    import re
+    import shlex
+
+    for _ in range(2):
+        result = _script(tmp_path, OWN_STORE)
+        assert result.returncode == 0, result.stderr
+    suggested = shlex.split(re.search(r"\(`(anatomy show [^`]+)`", result.stderr).group(1))
+    assert suggested[:3] == ["anatomy", "show", "2"]
+    (tmp_path / "shell").mkdir()
+    shown = subprocess.run([sys.executable, "-m", *suggested], cwd=tmp_path / "shell",
+                           env={**os.environ, "ANATOMY_STORE": str(tmp_path / "shells.sqlite"),
+                                "PYTHONPATH": str(PROJECT)},
+                           capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert "run 2  status: completed" in shown.stdout and "steps: 1" in shown.stdout
