@@ -411,11 +411,25 @@ class Run:
             if _current is self:
                 _current = None
 
+    def __reduce__(self):
+        """Pickled into another process (a spawned DataLoader worker whose dataset holds the
+        run, `Process(target=f, args=(run,))`): there it is a run that marks nowhere, as in a
+        forked child (`_disown`); the recording is this process's. Unpicklable, it ended the
+        user's training with "cannot pickle '_thread.lock' object"."""
+        return _elsewhere, (self.id,)
+
     def __enter__(self) -> Run:
         return self
 
     def __exit__(self, kind, error, traceback) -> None:
         self.end(error)
+
+
+def _elsewhere(run_id: int | None) -> Run:
+    """A run unpickled in another process: its id, and marks that go nowhere."""
+    run = Run(_Unrecorded(), time.monotonic(), dwell=0.0)
+    run.id, run.ended = run_id, True
+    return run
 
 
 def current() -> Run | None:

@@ -92,3 +92,42 @@ def test_an_argument_of_the_wrong_kind_is_refused_in_the_apis_words(kwargs, word
         anatomy.start(**kwargs)
     assert str(refused.value) == words
     assert anatomy.current() is None  # nothing started
+
+
+def test_a_run_pickled_into_another_process_marks_nowhere_there(tmp_path):
+    """A Dataset holding the run, loaded by a spawn-context DataLoader (or the run passed to a
+    spawned Process), ended the user's training: "TypeError: cannot pickle '_thread.lock'
+    object". Pickled, it is a run that marks nothing, as in a forked child: the recording is the
+    parent's, and stays untouched."""
+    import pickle
+    import time
+    from multiprocessing.reduction import ForkingPickler
+
+    from anatomy.engine import attach
+
+    heard = _Heard()
+    run = attach.Run(heard, time.monotonic(), dwell=0.0)
+    there = pickle.loads(ForkingPickler.dumps(run))
+    assert there.id == 7 and there.ended
+    there.phase("loading")
+    there.step(loss=1.0)
+    there.note("from a worker")
+    there.end()
+    assert heard.messages == [] and not run.ended
+    run.phase("training")
+    assert len(heard.messages) == 1
+
+
+class _Heard:
+    """A run's link that keeps what it is sent."""
+
+    run_id = 7
+
+    def __init__(self):
+        self.messages = []
+
+    def put(self, message):
+        self.messages.append(message)
+
+    def close(self, ending):
+        pass
