@@ -312,6 +312,18 @@ class Run:
         self.steps = 0
         self._lock = threading.Lock()
         self._libraries = RunFacts()  # the versions told so far
+        self._told_late = False
+
+    def _late(self, call: str) -> bool:
+        """Whether the run has ended, so that `call` goes nowhere; said once where the run was
+        recorded (before, a phase or step after run.end() was lost without a word)."""
+        if not self.ended:
+            return False
+        if not self._told_late and not isinstance(self.link, _Unrecorded):
+            self._told_late = True
+            _warn(f"run {self.id} has ended: {call} after its end is not recorded (nor any "
+                  "mark after it); anatomy.start() records a new run")
+        return True
 
     @property
     def watched(self) -> bool:
@@ -322,6 +334,8 @@ class Run:
         few sample periods and measured, like the walkthrough's prints; Phase.TRAINING lasts
         until `end()` (or the next phase)."""
         _named("phase", name)  # here, in the caller's line: in the store it would end the recording
+        if self._late(f"run.phase({_short(name)})"):
+            return
         if self.reporter.open_phase:
             self.reporter.end(self.reporter.open_phase)
         self._tell_libraries()
@@ -345,6 +359,8 @@ class Run:
         except (TypeError, ValueError, OverflowError):
             raise ValueError(f"loss: must be one number (loss.item()), got {_short(loss)}"
                              ) from None
+        if self._late("run.step()"):
+            return
         self.steps = step if step is not None else self.steps + 1
         allocated, reserved = _allocator()
         self.reporter.step(Step(self.reporter.now(), self.steps, total, loss, allocated,
@@ -353,14 +369,19 @@ class Run:
     def note(self, text: str, level: str = "info") -> None:
         _named("note", text)
         _named("level", level)
+        if self._late("run.note()"):
+            return
         self.reporter.tell(level, text)
 
     def describe(self, **facts: Any) -> None:
         """Facts about the training (model, options) for the run's environment: RunFacts' own
         fields are checked (InvalidValue, in one line, for a value of the wrong type), any
         other plain JSON is kept as given."""
+        described = RunFacts.from_dict(facts, "describe()")
+        if self._late("run.describe()"):
+            return
         self._tell_libraries()
-        self.reporter.environment(RunFacts.from_dict(facts, "describe()"))
+        self.reporter.environment(described)
 
     def _tell_libraries(self) -> None:
         found = _libraries()

@@ -216,14 +216,23 @@ class AnatomyCallback(TrainerCallback):
             return
         self._follow(args, model)
 
-    def _records(self, state) -> bool:
+    def _records(self, state, training_begins: bool = False) -> bool:
         """Whether this callback records the Trainer `state` is of: the first AnatomyCallback of
         a Trainer does. Another added to the same Trainer (twice in `callbacks=`, a library's
-        and the script's) stays silent: each phase and step would be recorded twice."""
+        and the script's) stays silent: each phase and step would be recorded twice. Nor is
+        anything recorded into a run that has ended: the script's own `run.end()` before it
+        trains is said once (it went unrecorded without a word); a run of the callback's own
+        gives way to a new one when training begins again."""
         owner = getattr(state, "_anatomy_callback", None)
         if owner is None:
             state._anatomy_callback = owner = self  # not a field: never saved with the state
-        return owner is self
+        if owner is not self:
+            return False
+        if not self.run.ended or (self.owns_run and training_begins):
+            return True
+        if not self.owns_run:
+            self.run._late("a Trainer's training (AnatomyCallback)")
+        return False
 
     def _follow(self, args, model) -> None:
         """Tell the run what trains, and follow it with the callbacks of one job each."""
@@ -246,7 +255,7 @@ class AnatomyCallback(TrainerCallback):
             getattr(callback, event)(*args, **kwargs)
 
     def on_train_begin(self, args, state, control, **kwargs):
-        if not self._records(state):
+        if not self._records(state, training_begins=True):
             return
         if self.owns_run and self.run.ended:
             # train() again (hyperparameter_search, a resume): the run it ended was the last

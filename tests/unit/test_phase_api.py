@@ -114,8 +114,8 @@ def test_a_run_pickled_into_another_process_marks_nowhere_there(tmp_path):
     there.note("from a worker")
     there.end()
     assert heard.messages == [] and not run.ended
-    run.phase("training")
-    assert len(heard.messages) == 1
+    run.phase("training")  # the parent's run records on
+    assert heard.messages[-1].mark.name == "training"
 
 
 class _Heard:
@@ -131,3 +131,27 @@ class _Heard:
 
     def close(self, ending):
         pass
+
+
+def test_a_mark_after_the_runs_end_is_said_once_not_lost_without_a_word(capsys):
+    """`run.end()` and then `run.phase("eval")`, `run.step(…)`: nothing was recorded and
+    nothing said. Still not recorded (the run's ending is written), now said once."""
+    import time
+
+    from anatomy.engine import attach
+
+    heard = _Heard()
+    run = attach.Run(heard, time.monotonic(), dwell=0.0)
+    run.phase("training")
+    run.end()
+    sent = len(heard.messages)
+    run.phase("eval")
+    run.step(loss=1.0)
+    run.note("late")
+    run.describe(model_name="m")
+    assert len(heard.messages) == sent
+    err = capsys.readouterr().err
+    assert err == ("anatomy: run 7 has ended: run.phase('eval') after its end is not recorded "
+                   "(nor any mark after it); anatomy.start() records a new run\n")
+    with pytest.raises(ValueError):  # a wrong call is still refused as such
+        run.step(step=-1)

@@ -110,3 +110,20 @@ def test_a_resumed_training_measures_every_component(heard, tmp_path, first_step
     assert components.activations > 0
     assert [m.step.step for m in heard.of(protocol.StepReport)] == \
         list(range(first_step + 1, first_step + 5))
+
+
+def test_a_training_after_the_scripts_run_ended_is_said_once(heard, tmp_path, capsys):
+    """`run = anatomy.start()`, the callback made (it joins that run), `run.end()`, then
+    `trainer.train()`: the whole training went unrecorded without a word."""
+    from anatomy.engine import attach
+    from anatomy.engine.callbacks import AnatomyCallback
+
+    callback = AnatomyCallback()
+    attach.current().end()
+    sent = len(heard.messages)
+    handler, arguments, control = _trainer(tmp_path, [callback])
+    _train(handler, arguments, control, first_step=0, steps=2)
+    assert len(heard.messages) == sent
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "run None has ended: a Trainer's training (AnatomyCallback) after" \
+        " its end is not recorded" in err, err
