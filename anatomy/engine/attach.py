@@ -574,6 +574,17 @@ def _install_exit_hooks(run: Run) -> None:
         previous(kind, error, traceback)
 
     sys.excepthook = hook
+    if threading.current_thread() is not threading.main_thread():
+        # Started in a thread that trains (a worker thread of the script's): its uncaught error
+        # reaches threading.excepthook, never sys.excepthook, and the process exits 0.
+        starter, previous_thread_hook = threading.current_thread(), threading.excepthook
+
+        def thread_hook(args) -> None:
+            if args.thread is starter and not run.ended and args.exc_value is not None:
+                run.end(args.exc_value)
+            previous_thread_hook(args)
+
+        threading.excepthook = thread_hook
     if _exits is None:
         _exits = ExitWatch()
         on_stop_signals(_stop_current)

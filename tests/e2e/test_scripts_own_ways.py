@@ -217,3 +217,33 @@ def test_the_command_a_script_suggests_shows_its_run_whatever_the_store(tmp_path
                            capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0, shown.stderr
     assert "run 2  status: completed" in shown.stdout and "steps: 1" in shown.stdout
+
+
+TRAINS_IN_A_THREAD = """
+import threading
+import anatomy
+
+def train():
+    run = anatomy.start(name="in a thread", kernel=False)
+    run.phase("training")
+    run.step(loss=1.0)
+    raise RuntimeError("the training thread failed")
+
+worker = threading.Thread(target=train)
+worker.start()
+worker.join()
+print("main thread done")
+"""
+
+
+def test_a_run_started_in_a_thread_that_dies_of_an_error_fails_with_it(tmp_path):
+    """The thread's error reaches threading.excepthook, not sys.excepthook, and the process
+    exits 0: the run was recorded `completed` though its training died."""
+    result = _script(tmp_path, TRAINS_IN_A_THREAD)
+    assert result.returncode == 0 and "main thread done" in result.stdout, result.stderr
+    assert "RuntimeError: the training thread failed" in result.stderr  # its traceback, as ever
+    store = Store(tmp_path / "s.sqlite", read_only=True)
+    [run] = store.runs()
+    rep = report(store, run.id)
+    assert (rep.status, rep.error, rep.steps) == (
+        "failed", "RuntimeError: the training thread failed", 1)
