@@ -237,3 +237,35 @@ def test_an_error_inside_the_phase_api_fails_the_run_with_the_error(store):
     assert all(p.done for p in rep.phases)
 
 
+
+
+RUNS_AN_EVALUATION = """
+import subprocess, sys
+import anatomy
+
+run = anatomy.start(name="trains, then evaluates", kernel=False)
+run.phase("training")
+run.step(loss=1.0)
+evaluation = subprocess.run([sys.executable, "-c", "import anatomy; "
+                             "anatomy.start(name='evaluation', kernel=False); raise SystemExit(3)"])
+print("the evaluation exited", evaluation.returncode, "and the training goes on")
+run.step(loss=0.5)
+"""
+
+
+def test_under_watch_a_subprocess_that_records_itself_and_fails_does_not_fail_the_command(
+        store, tmp_path):
+    """A watched script that runs an evaluation script (itself calling anatomy.start()) by
+    subprocess, which exits 3, and goes on to exit 0: the watch exited 0 and the run said
+    "failed: rank 0: the script exited with code 3 (sys.exit)". The command's run completed;
+    the subprocess's ending is kept as a warning."""
+    script = tmp_path / "train.py"
+    script.write_text(RUNS_AN_EVALUATION)
+    result = _python(store, "-m", "anatomy", "watch", "--", sys.executable, str(script))
+    assert result.returncode == 0, result.stderr
+    rep = _only_run(store)
+    assert (rep.status, rep.error, rep.steps) == ("completed", None, 2), rep.error
+    assert rep.name == "trains, then evaluates"
+    [warning] = [m.text for m in store.messages(rep.id) if m.level == "warning"]
+    assert "records itself ended failed: the script exited with code 3 (sys.exit); the command" \
+           " went on and exited 0" in warning
