@@ -80,6 +80,8 @@ class BatchLengths:
         self.handle = model.register_forward_pre_hook(self._seen, with_kwargs=True)
 
     def _seen(self, module, args, kwargs) -> None:
+        if not module.training:  # an evaluation's batch (eval_strategy="steps"): no training's
+            return
         tokens = kwargs.get("input_ids")
         if tokens is None:
             tokens = kwargs.get("inputs_embeds")  # (batch, sequence, hidden)

@@ -127,3 +127,25 @@ def test_a_training_after_the_scripts_run_ended_is_said_once(heard, tmp_path, ca
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "run None has ended: a Trainer's training (AnatomyCallback) after" \
         " its end is not recorded" in err, err
+
+
+def test_an_evaluation_between_steps_is_not_the_training_sequence_length():
+    """`eval_strategy="steps"` over longer sequences (128 tokens, training at 16): the step after
+    the evaluation was recorded at 128 and so was the run's seq_len, which its prediction used."""
+    import torch
+
+    from anatomy.engine.callbacks import BatchLengths
+
+    class Tokens(torch.nn.Module):
+        def forward(self, input_ids):
+            return input_ids.float().sum()
+
+    model = Tokens()
+    lengths = BatchLengths(model)
+    model(input_ids=torch.zeros(2, 16))
+    assert lengths.take() == 16
+    model.eval()
+    model(input_ids=torch.zeros(2, 128))  # the Trainer's evaluation loop
+    model.train()
+    model(input_ids=torch.zeros(2, 16))
+    assert (lengths.take(), lengths.longest) == (16, 16)
