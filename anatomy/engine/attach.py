@@ -354,6 +354,9 @@ class Run:
                 # one past SQLite's INTEGER ended the recording of the whole run
                 raise ValueError(f"{what}: must be a whole number from 0, got "
                                  f"{checks.shown(value)}")
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(loss, torch.Tensor):
+            loss = loss.detach()  # the graph's own loss: read without torch's warning on its grad
         try:
             loss = None if loss is None else float(loss)
         except (TypeError, ValueError, OverflowError):

@@ -155,3 +155,21 @@ def test_a_mark_after_the_runs_end_is_said_once_not_lost_without_a_word(capsys):
                    "(nor any mark after it); anatomy.start() records a new run\n")
     with pytest.raises(ValueError):  # a wrong call is still refused as such
         run.step(step=-1)
+
+
+def test_a_loss_tensor_that_requires_grad_is_read_without_a_warning_from_anatomy(recwarn):
+    """`run.step(loss=loss)` with the training's own loss tensor printed torch's "UserWarning:
+    Converting a tensor with requires_grad=True to a scalar may lead to unexpected behavior",
+    pointing at anatomy's line."""
+    import time
+
+    import torch
+
+    from anatomy.engine import attach
+
+    heard = _Heard()
+    run = attach.Run(heard, time.monotonic(), dwell=0.0)
+    weight = torch.tensor(2.0, requires_grad=True)
+    run.step(loss=weight * 3)
+    assert [str(w.message) for w in recwarn] == []
+    assert heard.messages[-1].step.loss == 6.0
