@@ -173,3 +173,22 @@ def test_a_loss_tensor_that_requires_grad_is_read_without_a_warning_from_anatomy
     run.step(loss=weight * 3)
     assert [str(w.message) for w in recwarn] == []
     assert heard.messages[-1].step.loss == 6.0
+
+
+def test_a_scripts_phase_named_profiling_is_kept_as_its_own_and_in_the_peak(capsys):
+    """`run.phase("profiling")` in a user's loop took the name of anatomy's torch.profiler
+    stretch: `show` dropped the phase, and the run's peak was read before it began (42 MB of a
+    run that held 342 MB in and after it). Recorded under a name of the script's, said once."""
+    import time
+
+    from anatomy.engine import attach
+    from anatomy.vocabulary import Phase
+
+    heard = _Heard()
+    run = attach.Run(heard, time.monotonic(), dwell=0.0)
+    run.phase("training")
+    run.phase("profiling")
+    run.phase(Phase.PROFILING)
+    names = {m.mark.name for m in heard.messages if hasattr(m, "mark")}
+    assert names == {"training", "profiling (the script's)"}
+    assert capsys.readouterr().err.count("\n") == 1
