@@ -247,3 +247,34 @@ def test_a_run_started_in_a_thread_that_dies_of_an_error_fails_with_it(tmp_path)
     rep = report(store, run.id)
     assert (rep.status, rep.error, rep.steps) == (
         "failed", "RuntimeError: the training thread failed", 1)
+
+
+TRIALS_IN_A_POOL = """
+import multiprocessing
+import anatomy
+
+def trial(lr):
+    run = anatomy.start(name=f"trial {lr}", kernel=False)
+    run.phase("training")
+    run.step(loss=lr)
+    run.end()
+    return lr
+
+if __name__ == "__main__":
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        print("trials", pool.map(trial, [0.1, 0.2]))
+"""
+
+
+def test_a_run_started_in_a_pools_worker_records_the_trial(tmp_path):
+    """A hyperparameter search whose trials each call anatomy.start() in a Pool's worker: the
+    worker is daemonic, and multiprocessing refused it anatomy's sampler ("AssertionError:
+    daemonic processes are not allowed to have children"): every trial failed, and so did the
+    script, leaving failed runs behind."""
+    result = _script(tmp_path, TRIALS_IN_A_POOL)
+    assert result.returncode == 0, result.stderr
+    assert "trials [0.1, 0.2]" in result.stdout
+    store = Store(tmp_path / "s.sqlite", read_only=True)
+    reports = [report(store, run.id) for run in store.runs()]
+    assert sorted((r.name, r.status, r.steps) for r in reports) == [
+        ("trial 0.1", "completed", 1), ("trial 0.2", "completed", 1)]
