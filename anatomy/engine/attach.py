@@ -198,7 +198,10 @@ class _LocalRecording:
         self.locks = []
 
     def put(self, message) -> None:
-        self.recording.events.put(message)
+        # Once the recording has ended (its store gone or full, mid-run) nothing drains the
+        # queue: every later mark stayed in it, 80 MB for 300,000 steps of a training going on.
+        if not self.recording.done.is_set():
+            self.recording.events.put(message)
 
     def stop(self, reason: str) -> None:
         """A stop from a signal: nothing but flags, safe in a handler."""

@@ -278,3 +278,33 @@ def test_a_run_started_in_a_pools_worker_records_the_trial(tmp_path):
     reports = [report(store, run.id) for run in store.runs()]
     assert sorted((r.name, r.status, r.steps) for r in reports) == [
         ("trial 0.1", "completed", 1), ("trial 0.2", "completed", 1)]
+
+
+LOSES_ITS_STORE = """
+import os, time
+import anatomy
+
+run = anatomy.start(name="loses its store", kernel=False)
+run.phase("training")
+for name in ("s.sqlite", "s.sqlite-wal", "s.sqlite-shm"):
+    if os.path.exists(name):
+        os.remove(name)
+deadline = time.monotonic() + 60
+while not run.link.recording.done.is_set() and time.monotonic() < deadline:
+    run.step(loss=1.0)  # the training goes on; the recording notices the store is gone
+    time.sleep(0.01)
+before = run.link.recording.events.qsize()
+for _ in range(20_000):
+    run.step(loss=1.0)
+print("held", run.link.recording.events.qsize() - before, "more")
+"""
+
+
+def test_marks_after_the_recording_stopped_are_not_held_in_the_training(tmp_path):
+    """The store deleted mid-run: the recording stops and the training goes on unrecorded, but
+    every later step was still put on the recording's queue, which nothing drained any more:
+    80 MB of the training's memory for 300,000 steps, growing to its end."""
+    result = _script(tmp_path, LOSES_ITS_STORE)
+    assert result.returncode == 0, result.stderr
+    assert "the training went on unrecorded" in result.stderr
+    assert "held 0 more" in result.stdout, result.stdout
