@@ -240,7 +240,8 @@ class Watch:
                     if rank is not None and in_phase and not said and self.vanished is None:
                         self.vanished = rank
                     return
-                self.recording.events.put(message)
+                if not self.recording.done.is_set():  # else nothing drains it: it would grow
+                    self.recording.events.put(message)
                 if isinstance(message, (protocol.Phase, protocol.StepReport, protocol.Failure)):
                     rank = message.source.rank or 0
                     said = said or isinstance(message, protocol.Failure)
