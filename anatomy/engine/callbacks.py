@@ -227,8 +227,10 @@ class AnatomyCallback(TrainerCallback):
         gives way to a new one when training begins again."""
         owner = getattr(state, "_anatomy_callback", None)
         if owner is None:
-            state._anatomy_callback = owner = self  # not a field: never saved with the state
-        if owner is not self:
+            # Not a field: never saved with the state. Its id, not itself: a state pickled (a
+            # tuner's report) must not carry the run's recording along.
+            state._anatomy_callback = owner = id(self)
+        if owner != id(self):
             return False
         if not self.run.ended or (self.owns_run and training_begins):
             return True
