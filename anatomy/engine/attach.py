@@ -23,6 +23,7 @@ process has imported torch already.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import math
 import os
 import shlex
@@ -180,6 +181,13 @@ class _LocalRecording:
         for words in busy:
             self.put(protocol.Note(protocol.Message(0.0, "warning", words), protocol.Source()))
             _warn(f"run {self.run_id}: {words}")
+        try:
+            self._begin(store, t0)
+        except BaseException as error:
+            self._interrupted(ending_of(error))
+            raise
+
+    def _begin(self, store: Store, t0: float) -> None:
         self.recording.start_sampler()
         self.recording.follow(self.this)
         # A script that only adds the callback says nothing else: which run, which store.
@@ -191,6 +199,20 @@ class _LocalRecording:
                 time.monotonic() - t0, "warning", "the sampler took longer than "
                 f"{FIRST_SAMPLE_TIMEOUT:.0f} s to start: the first phase may have no sample"),
                 protocol.Source()))
+
+    def _interrupted(self, ending: Ending) -> None:
+        """Ctrl-C (or another error) while the run starts, before the script has its run: the
+        run ends as it says — stopped, for Ctrl-C — rather than left to be found "ended without
+        a word"; the sampler goes with it."""
+        if self.recording.training is None:  # not followed yet: no collector to end it
+            self.recording.abandon()
+            with contextlib.suppress(Exception):
+                self.recording.store.free_reserve(self.run_id)
+                self.recording.store.finish(self.run_id, ending.status, ending.error)
+                _warn(f"run {self.run_id} {ending.status}, stored in {self.recording.store.path}")
+            self._release()
+        else:
+            self.close(ending)
 
     def _release(self) -> None:
         for lock in self.locks:

@@ -5,9 +5,12 @@ its parent's run. Each a real script on this CPU, recorded into a store of its o
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+
+import pytest
 
 from anatomy.analysis.report import report
 from anatomy.store import Store
@@ -308,3 +311,38 @@ def test_marks_after_the_recording_stopped_are_not_held_in_the_training(tmp_path
     assert result.returncode == 0, result.stderr
     assert "the training went on unrecorded" in result.stderr
     assert "held 0 more" in result.stdout, result.stdout
+
+
+INTERRUPTED_AS_IT_STARTS = """
+import sys
+import anatomy
+from anatomy.engine import recording
+
+# Ctrl-C landing while anatomy.start() starts its sampler (the first ~0.2 s of a script), at
+# the seam named on the command line: a KeyboardInterrupt there, as the terminal's would be.
+seam = getattr(recording.Recording, sys.argv[1])
+
+def interrupted(self, *args):
+    seam(self, *args)
+    raise KeyboardInterrupt
+
+setattr(recording.Recording, sys.argv[1], interrupted)
+anatomy.start(name="interrupted", kernel=False)
+"""
+
+
+@pytest.mark.parametrize("seam", ["start_sampler", "follow"])
+def test_ctrl_c_while_the_run_starts_stops_it(tmp_path, seam):
+    """Ctrl-C in the first fifth of a second of a script (anatomy.start() waiting for its
+    sampler): the run was left running, then read "failed: ended without a word (its processes
+    are gone)" instead of stopped by Ctrl-C."""
+    (tmp_path / "script.py").write_text(INTERRUPTED_AS_IT_STARTS)
+    env = {**os.environ, "ANATOMY_STORE": str(tmp_path / "s.sqlite"), "PYTHONPATH": str(PROJECT)}
+    result = subprocess.run([sys.executable, "script.py", seam], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == -signal.SIGINT, result.stderr
+    store = Store(tmp_path / "s.sqlite", read_only=True)
+    [run] = store.runs()
+    rep = report(store, run.id)
+    assert (rep.status, rep.error) == ("stopped", "stopped by Ctrl-C (SIGINT)")
+    assert rep.status == store.run(run.id).status  # written, not only read so by a reader
