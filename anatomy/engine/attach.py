@@ -25,6 +25,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import math
+import multiprocessing.util
 import os
 import shlex
 import socket
@@ -635,6 +636,16 @@ def _install_exit_hooks(run: Run) -> None:
             run._end(_exits.ending())
 
     atexit.register(at_exit)
+    if multiprocessing.parent_process() is not None:
+        # A multiprocessing child (a Process's target, a Pool's trial) runs no atexit when
+        # forked (it leaves by os._exit), and its target's error reaches neither hook: its run
+        # was left running, then read "ended without a word". Its finalizers run as its target
+        # ends, inside the `finally` that sees the target's error.
+        def at_child_exit() -> None:
+            if not run.ended:
+                run._end(ending_of(sys.exc_info()[1]))
+
+        multiprocessing.util.Finalize(None, at_child_exit, exitpriority=100)
 
 
 def _after_fork_in_child() -> None:

@@ -346,3 +346,47 @@ def test_ctrl_c_while_the_run_starts_stops_it(tmp_path, seam):
     rep = report(store, run.id)
     assert (rep.status, rep.error) == ("stopped", "stopped by Ctrl-C (SIGINT)")
     assert rep.status == store.run(run.id).status  # written, not only read so by a reader
+
+
+CHILDREN_THAT_RECORD = """
+import multiprocessing, sys
+import anatomy
+
+def trial(how):
+    run = anatomy.start(name=how, kernel=False)  # never ended by the trial itself
+    run.phase("training")
+    run.step(loss=1.0)
+    if how == "raises":
+        raise RuntimeError("the trial failed")
+    if how == "exits 3":
+        sys.exit(3)
+
+if __name__ == "__main__":
+    context = multiprocessing.get_context(sys.argv[1])
+    for how in ("completes", "raises", "exits 3"):
+        child = context.Process(target=trial, args=(how,))
+        child.start()
+        child.join()
+        print(how, child.exitcode)
+"""
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_multiprocessing_child_that_records_itself_ends_its_run_as_its_target_ends(tmp_path,
+                                                                                    method):
+    """A Process whose target calls anatomy.start() and leaves its run open: forked, it left by
+    os._exit (no atexit), and its target's error reached no hook: each run read "failed: ended
+    without a word (its processes are gone)", the one that completed too."""
+    (tmp_path / "script.py").write_text(CHILDREN_THAT_RECORD)
+    env = {**os.environ, "ANATOMY_STORE": str(tmp_path / "s.sqlite"), "PYTHONPATH": str(PROJECT)}
+    result = subprocess.run([sys.executable, "script.py", method], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "completes 0" in result.stdout and "raises 1" in result.stdout \
+        and "exits 3 3" in result.stdout, result.stdout
+    store = Store(tmp_path / "s.sqlite", read_only=True)
+    ended = {run.name: (run.status, run.error) for run in store.runs()}
+    assert ended == {
+        "completes": ("completed", None),
+        "raises": ("failed", "RuntimeError: the trial failed"),
+        "exits 3": ("failed", "the script exited with code 3 (sys.exit)")}
