@@ -301,3 +301,27 @@ def test_a_watch_the_environment_names_but_is_gone_is_said_and_the_training_goes
     assert "not recording: $ANATOMY_WATCH names the socket of an `anatomy watch` that cannot be" \
            " reached" in err and "training goes on unrecorded" in err, err
     assert attach.current() is None
+
+
+@pytest.mark.parametrize("given, environment, expected", [
+    ("~/runs.sqlite", None, "HOME/runs.sqlite"),
+    (None, "~/runs.sqlite", "HOME/runs.sqlite"),
+    (None, "   ", "HOME/.local/share/anatomy/anatomy.sqlite"),
+])
+def test_a_store_named_with_a_tilde_is_in_the_home_folder_and_a_blank_one_is_unset(
+        tmp_path, monkeypatch, given, environment, expected):
+    """`anatomy.start(store="~/runs.sqlite")`, or ANATOMY_STORE="~/runs.sqlite" quoted in an
+    environment file: the run went to a folder named "~" in the working directory while every
+    line said "~/runs.sqlite"; ANATOMY_STORE=" " made a file named " " there."""
+    from anatomy.store import Store
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    monkeypatch.chdir(tmp_path)
+    if environment is None:
+        monkeypatch.delenv("ANATOMY_STORE", raising=False)
+    else:
+        monkeypatch.setenv("ANATOMY_STORE", environment)
+    store = Store(given)
+    assert store.path == Path(expected.replace("HOME", str(tmp_path / "home")))
+    assert store.path.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["home"]
