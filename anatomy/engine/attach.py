@@ -23,13 +23,19 @@ process has imported torch already.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import math
+import multiprocessing.util
 import os
+import shlex
 import socket
 import sys
 import threading
 import time
 from collections.abc import Sequence
+from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client
+from pathlib import Path
 from typing import Any
 
 from anatomy.engine import link as watch_link
@@ -40,10 +46,11 @@ from anatomy.engine.exits import ExitWatch, default_stop_signals, ending_of, on_
 from anatomy.engine.locks import DeviceBusy, DeviceLock, gpu_key
 from anatomy.engine.recording import FIRST_SAMPLE_TIMEOUT, Recording, environment_facts
 from anatomy.engine.reporter import Reporter
-from anatomy.store import RunFacts, RunSource, Step, Store, StoreError, checks
+from anatomy.store import RunFacts, RunSource, Step, Store, StoreError, checks, default_store
 from anatomy.vocabulary import Phase, SourceKind, Status
 
 DEFAULT_SAMPLE_RATE = 200
+OWN_PROFILING = f"{Phase.PROFILING} (the script's)"  # a script's phase named as anatomy's span
 STOP_WAIT_SECONDS = 10.0  # a signal's stop waits this long for the ending to be written
 
 _current: Run | None = None
@@ -175,16 +182,38 @@ class _LocalRecording:
         for words in busy:
             self.put(protocol.Note(protocol.Message(0.0, "warning", words), protocol.Source()))
             _warn(f"run {self.run_id}: {words}")
+        try:
+            self._begin(store, t0)
+        except BaseException as error:
+            self._interrupted(ending_of(error))
+            raise
+
+    def _begin(self, store: Store, t0: float) -> None:
         self.recording.start_sampler()
         self.recording.follow(self.this)
         # A script that only adds the callback says nothing else: which run, which store.
-        _warn(f"recording run {self.run_id} into {store.path} (`anatomy show {self.run_id}`, "
-              "or `anatomy dashboard`)")
+        where = _store_flag(store.path)
+        _warn(f"recording run {self.run_id} into {store.path} (`anatomy show {self.run_id}{where}`"
+              f", or `anatomy dashboard{where}`)")
         if not self.recording.sampling.wait(FIRST_SAMPLE_TIMEOUT):
             self.put(protocol.Note(protocol.Message(
                 time.monotonic() - t0, "warning", "the sampler took longer than "
                 f"{FIRST_SAMPLE_TIMEOUT:.0f} s to start: the first phase may have no sample"),
                 protocol.Source()))
+
+    def _interrupted(self, ending: Ending) -> None:
+        """Ctrl-C (or another error) while the run starts, before the script has its run: the
+        run ends as it says — stopped, for Ctrl-C — rather than left to be found "ended without
+        a word"; the sampler goes with it."""
+        if self.recording.training is None:  # not followed yet: no collector to end it
+            self.recording.abandon()
+            with contextlib.suppress(Exception):
+                self.recording.store.free_reserve(self.run_id)
+                self.recording.store.finish(self.run_id, ending.status, ending.error)
+                _warn(f"run {self.run_id} {ending.status}, stored in {self.recording.store.path}")
+            self._release()
+        else:
+            self.close(ending)
 
     def _release(self) -> None:
         for lock in self.locks:
@@ -192,7 +221,10 @@ class _LocalRecording:
         self.locks = []
 
     def put(self, message) -> None:
-        self.recording.events.put(message)
+        # Once the recording has ended (its store gone or full, mid-run) nothing drains the
+        # queue: every later mark stayed in it, 80 MB for 300,000 steps of a training going on.
+        if not self.recording.done.is_set():
+            self.recording.events.put(message)
 
     def stop(self, reason: str) -> None:
         """A stop from a signal: nothing but flags, safe in a handler."""
@@ -210,18 +242,31 @@ class _LocalRecording:
             _warn(f"run {self.run_id} {final.status}, stored in {self.recording.store.path}")
 
 
+def _store_flag(path: Path) -> str:
+    """`--store PATH` for the commands a script's first line suggests, unless the store is the
+    one they read without it: a store the script named (`start(store=…)`, $ANATOMY_STORE set
+    for the script alone) has its own run ids, and `anatomy show 1` would show another run 1."""
+    if path.absolute() == default_store().absolute():
+        return ""
+    return f" --store {shlex.quote(str(path.absolute()))}"
+
+
 class _WatchLink:
     """This process's side of `anatomy watch`: its messages go to the watch's collector."""
 
-    def __init__(self, address: str, key: str):
+    def __init__(self, address: str, key: bytes):
         self.connection = Client(watch_link.socket_address(address), family="AF_UNIX",
-                                 authkey=bytes.fromhex(key))
+                                 authkey=key)
         self.run_id = None
         # The watch answers once its sampler measures this process: the first phase has a
         # reading then.
-        if self.connection.poll(FIRST_SAMPLE_TIMEOUT):
-            ready = self.connection.recv()
-            self.run_id = getattr(ready, "run_id", None)
+        try:
+            if self.connection.poll(FIRST_SAMPLE_TIMEOUT):
+                ready = self.connection.recv()
+                self.run_id = getattr(ready, "run_id", None)
+        except (OSError, EOFError):
+            self.connection.close()
+            raise
         self.lock = threading.Lock()
 
     def put(self, message, wait: float = -1) -> None:
@@ -294,6 +339,18 @@ class Run:
         self.steps = 0
         self._lock = threading.Lock()
         self._libraries = RunFacts()  # the versions told so far
+        self._told_late = self._told_profiling = False
+
+    def _late(self, call: str) -> bool:
+        """Whether the run has ended, so that `call` goes nowhere; said once where the run was
+        recorded (before, a phase or step after run.end() was lost without a word)."""
+        if not self.ended:
+            return False
+        if not self._told_late and not isinstance(self.link, _Unrecorded):
+            self._told_late = True
+            _warn(f"run {self.id} has ended: {call} after its end is not recorded (nor any "
+                  "mark after it); anatomy.start() records a new run")
+        return True
 
     @property
     def watched(self) -> bool:
@@ -304,6 +361,10 @@ class Run:
         few sample periods and measured, like the walkthrough's prints; Phase.TRAINING lasts
         until `end()` (or the next phase)."""
         _named("phase", name)  # here, in the caller's line: in the store it would end the recording
+        if self._late(f"run.phase({_short(name)})"):
+            return
+        if name == Phase.PROFILING:
+            name = self._own_profiling()
         if self.reporter.open_phase:
             self.reporter.end(self.reporter.open_phase)
         self._tell_libraries()
@@ -312,18 +373,36 @@ class Run:
         else:
             self.reporter.hold(name)
 
+    def _own_profiling(self) -> str:
+        """The script's phase named "profiling", under a name of its own: that name is anatomy's
+        stretch of torch.profiler's steps, which every reader leaves out of the run (its peak
+        was read before it: 42 MB of a run that held 342 in and after it)."""
+        if not self._told_profiling:
+            self._told_profiling = True
+            _warn(f"run {self.id}: \"{Phase.PROFILING}\" names anatomy's own profiler stretch, "
+                  f"which a run's peak leaves out: this phase is recorded as \"{OWN_PROFILING}\"")
+        return OWN_PROFILING
+
     def step(self, loss: float | None = None, *, step: int | None = None,
              total: int | None = None) -> None:
         """An optimizer step has ended (its number counts from 1 unless given)."""
         for what, value in (("step", step), ("total", total)):
-            if value is not None and (not isinstance(value, int) or value < 0):
-                # refused here: stored, its run's export would be refused by every import
-                raise ValueError(f"{what}: must be a whole number from 0, got {value!r}")
+            if value is not None and (not checks.is_int(value)
+                                      or not 0 <= value <= checks.MAX_INTEGER):
+                # refused here: stored, its run's export would be refused by every import, and
+                # one past SQLite's INTEGER ended the recording of the whole run
+                raise ValueError(f"{what}: must be a whole number from 0, got "
+                                 f"{checks.shown(value)}")
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(loss, torch.Tensor):
+            loss = loss.detach()  # the graph's own loss: read without torch's warning on its grad
         try:
             loss = None if loss is None else float(loss)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise ValueError(f"loss: must be one number (loss.item()), got {_short(loss)}"
                              ) from None
+        if self._late("run.step()"):
+            return
         self.steps = step if step is not None else self.steps + 1
         allocated, reserved = _allocator()
         self.reporter.step(Step(self.reporter.now(), self.steps, total, loss, allocated,
@@ -332,14 +411,19 @@ class Run:
     def note(self, text: str, level: str = "info") -> None:
         _named("note", text)
         _named("level", level)
+        if self._late("run.note()"):
+            return
         self.reporter.tell(level, text)
 
     def describe(self, **facts: Any) -> None:
         """Facts about the training (model, options) for the run's environment: RunFacts' own
         fields are checked (InvalidValue, in one line, for a value of the wrong type), any
         other plain JSON is kept as given."""
+        described = RunFacts.from_dict(facts, "describe()")
+        if self._late("run.describe()"):
+            return
         self._tell_libraries()
-        self.reporter.environment(RunFacts.from_dict(facts, "describe()"))
+        self.reporter.environment(described)
 
     def _tell_libraries(self) -> None:
         found = _libraries()
@@ -390,11 +474,25 @@ class Run:
             if _current is self:
                 _current = None
 
+    def __reduce__(self):
+        """Pickled into another process (a spawned DataLoader worker whose dataset holds the
+        run, `Process(target=f, args=(run,))`): there it is a run that marks nowhere, as in a
+        forked child (`_disown`); the recording is this process's. Unpicklable, it ended the
+        user's training with "cannot pickle '_thread.lock' object"."""
+        return _elsewhere, (self.id,)
+
     def __enter__(self) -> Run:
         return self
 
     def __exit__(self, kind, error, traceback) -> None:
         self.end(error)
+
+
+def _elsewhere(run_id: int | None) -> Run:
+    """A run unpickled in another process: its id, and marks that go nowhere."""
+    run = Run(_Unrecorded(), time.monotonic(), dwell=0.0)
+    run.id, run.ended = run_id, True
+    return run
 
 
 def current() -> Run | None:
@@ -431,9 +529,8 @@ def start(name: str | None = None, *, sample_rate: int = DEFAULT_SAMPLE_RATE,
             return Run(_Unrecorded(), time.monotonic(), dwell)
         address = os.environ.get(watch_link.WATCH_ENV)
         if address:
-            t0 = float(os.environ.get(watch_link.T0_ENV) or time.monotonic())
-            link: _LocalRecording | _WatchLink | _Unrecorded = _WatchLink(
-                address, os.environ[watch_link.WATCH_KEY_ENV])
+            t0 = _watch_clock()
+            link: _LocalRecording | _WatchLink | _Unrecorded = _watch_link(address)
             if name:  # the watch's run takes the script's name, unless `--name` gave one
                 link.put(protocol.Named(name, protocol.Source(_rank())))
         elif _rank() and launched_world_size() > 1:
@@ -454,6 +551,32 @@ def start(name: str | None = None, *, sample_rate: int = DEFAULT_SAMPLE_RATE,
     if kernel:
         _load_kernel(run)
     return run
+
+
+def _watch_link(address: str) -> _WatchLink | _Unrecorded:
+    """The socket of the watch this process runs under. One that cannot be reached (the watch
+    is gone, or its environment was copied into another shell) or a key that is no key is said
+    in a line, and the training goes on unrecorded: anatomy never ends the user's training."""
+    try:
+        key = bytes.fromhex(os.environ.get(watch_link.WATCH_KEY_ENV, ""))
+        if not key:
+            raise ValueError(f"${watch_link.WATCH_KEY_ENV} is not set")
+        return _WatchLink(address, key)
+    except (OSError, EOFError, ValueError, AuthenticationError) as error:
+        why = getattr(error, "strerror", None) or str(error) or type(error).__name__
+        _warn(f"not recording: ${watch_link.WATCH_ENV} names the socket of an `anatomy watch` "
+              f"that cannot be reached ({why}); unset {watch_link.WATCH_ENV} to record this "
+              "script on its own. The training goes on unrecorded")
+        return _Unrecorded()
+
+
+def _watch_clock() -> float:
+    """The watch's run clock ($ANATOMY_T0), else this process's own (unreadable or unset)."""
+    try:
+        t0 = float(os.environ.get(watch_link.T0_ENV, ""))
+    except ValueError:
+        return time.monotonic()
+    return t0 if math.isfinite(t0) else time.monotonic()
 
 
 def _importing_main() -> bool:
@@ -493,6 +616,17 @@ def _install_exit_hooks(run: Run) -> None:
         previous(kind, error, traceback)
 
     sys.excepthook = hook
+    if threading.current_thread() is not threading.main_thread():
+        # Started in a thread that trains (a worker thread of the script's): its uncaught error
+        # reaches threading.excepthook, never sys.excepthook, and the process exits 0.
+        starter, previous_thread_hook = threading.current_thread(), threading.excepthook
+
+        def thread_hook(args) -> None:
+            if args.thread is starter and not run.ended and args.exc_value is not None:
+                run.end(args.exc_value)
+            previous_thread_hook(args)
+
+        threading.excepthook = thread_hook
     if _exits is None:
         _exits = ExitWatch()
         on_stop_signals(_stop_current)
@@ -502,6 +636,16 @@ def _install_exit_hooks(run: Run) -> None:
             run._end(_exits.ending())
 
     atexit.register(at_exit)
+    if multiprocessing.parent_process() is not None:
+        # A multiprocessing child (a Process's target, a Pool's trial) runs no atexit when
+        # forked (it leaves by os._exit), and its target's error reaches neither hook: its run
+        # was left running, then read "ended without a word". Its finalizers run as its target
+        # ends, inside the `finally` that sees the target's error.
+        def at_child_exit() -> None:
+            if not run.ended:
+                run._end(ending_of(sys.exc_info()[1]))
+
+        multiprocessing.util.Finalize(None, at_child_exit, exitpriority=100)
 
 
 def _after_fork_in_child() -> None:

@@ -80,6 +80,8 @@ class BatchLengths:
         self.handle = model.register_forward_pre_hook(self._seen, with_kwargs=True)
 
     def _seen(self, module, args, kwargs) -> None:
+        if not module.training:  # an evaluation's batch (eval_strategy="steps"): no training's
+            return
         tokens = kwargs.get("input_ids")
         if tokens is None:
             tokens = kwargs.get("inputs_embeds")  # (batch, sequence, hidden)
@@ -101,6 +103,10 @@ class ComponentProbing(TrainerCallback):
 
     def __init__(self, reporter: Reporter, probe: ComponentProbe):
         self.reporter, self.probe = reporter, probe
+        self.first = 0  # the global step training began at: a resumed one's checkpoint's
+
+    def _measuring(self, state) -> bool:
+        return state.global_step - self.first < MEASURED_STEPS
 
     def _report(self) -> None:
         if self.probe.forwards:  # measured at least one step, and not reported yet
@@ -127,16 +133,21 @@ class ComponentProbing(TrainerCallback):
 
     failed = False
 
+    def on_train_begin(self, args, state, control, **kwargs):
+        # A resume (`train(resume_from_checkpoint=…)`) starts past step MEASURED_STEPS: its
+        # first steps are counted from there, or its gradients and optimizer states went unread.
+        self.first = state.global_step
+
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
-        if state.global_step < MEASURED_STEPS:
+        if self._measuring(state):
             self._safely(self.probe.before_optimizer_step)
 
     def on_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
-        if state.global_step < MEASURED_STEPS:
+        if self._measuring(state):
             self._safely(lambda: self.probe.after_optimizer_step(optimizer))
 
     def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step == MEASURED_STEPS:
+        if state.global_step - self.first == MEASURED_STEPS:
             self._safely(self._report)
 
     def on_train_end(self, args, state, control, **kwargs):
@@ -203,7 +214,29 @@ class AnatomyCallback(TrainerCallback):
         self._longest_said: int | None = None
 
     def on_init_end(self, args, state, control, model=None, **kwargs):
+        if not self._records(state):
+            return
         self._follow(args, model)
+
+    def _records(self, state, training_begins: bool = False) -> bool:
+        """Whether this callback records the Trainer `state` is of: the first AnatomyCallback of
+        a Trainer does. Another added to the same Trainer (twice in `callbacks=`, a library's
+        and the script's) stays silent: each phase and step would be recorded twice. Nor is
+        anything recorded into a run that has ended: the script's own `run.end()` before it
+        trains is said once (it went unrecorded without a word); a run of the callback's own
+        gives way to a new one when training begins again."""
+        owner = getattr(state, "_anatomy_callback", None)
+        if owner is None:
+            # Not a field: never saved with the state. Its id, not itself: a state pickled (a
+            # tuner's report) must not carry the run's recording along.
+            state._anatomy_callback = owner = id(self)
+        if owner != id(self):
+            return False
+        if not self.run.ended or (self.owns_run and training_begins):
+            return True
+        if not self.owns_run:
+            self.run._late("a Trainer's training (AnatomyCallback)")
+        return False
 
     def _follow(self, args, model) -> None:
         """Tell the run what trains, and follow it with the callbacks of one job each."""
@@ -226,6 +259,8 @@ class AnatomyCallback(TrainerCallback):
             getattr(callback, event)(*args, **kwargs)
 
     def on_train_begin(self, args, state, control, **kwargs):
+        if not self._records(state, training_begins=True):
+            return
         if self.owns_run and self.run.ended:
             # train() again (hyperparameter_search, a resume): the run it ended was the last
             # training's, and this one went unrecorded; it has a run of its own.
@@ -240,12 +275,18 @@ class AnatomyCallback(TrainerCallback):
         self._each("on_train_begin", args, state, control, **kwargs)
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        if not self._records(state):
+            return
         self._each("on_pre_optimizer_step", args, state, control, **kwargs)
 
     def on_optimizer_step(self, args, state, control, **kwargs):
+        if not self._records(state):
+            return
         self._each("on_optimizer_step", args, state, control, **kwargs)
 
     def on_step_end(self, args, state, control, **kwargs):
+        if not self._records(state):
+            return
         self._each("on_step_end", args, state, control, **kwargs)
         self._describe_longest()
 
@@ -262,9 +303,13 @@ class AnatomyCallback(TrainerCallback):
         self.run.reporter.described({**arguments.to_dict(), "seq_len": lengths.longest}, model_name)
 
     def on_log(self, args, state, control, **kwargs):
+        if not self._records(state):
+            return
         self._each("on_log", args, state, control, **kwargs)
 
     def on_train_end(self, args, state, control, **kwargs):
+        if not self._records(state):
+            return
         self._each("on_train_end", args, state, control, **kwargs)
         runtime = next((entry.get("train_runtime") for entry in reversed(state.log_history)
                         if "train_runtime" in entry), None)

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import ctypes
+import multiprocessing
 import os
 import queue as queue_module
 import signal
@@ -153,13 +154,20 @@ def _start_clean(process) -> None:
     seconds of start-up). Our targets live in importable modules and need none of it, so the
     main module is hidden while the child's preparation data is written.
     """
+    # A Pool's worker is daemonic, and multiprocessing refuses it children ("daemonic processes
+    # are not allowed to have children": anatomy.start() in a trial failed it), as it would not
+    # end them at exit. Ours end with their parent (the parent-death signal): allowed here.
+    config = multiprocessing.current_process()._config
+    daemonic = config.get("daemon", False)
     with _MAIN_SWAP:
         main = sys.modules["__main__"]
         sys.modules["__main__"] = types.ModuleType("__main__")
+        config["daemon"] = False
         try:
             process.start()
         finally:
             sys.modules["__main__"] = main
+            config["daemon"] = daemonic
 
 
 class _Launcher:

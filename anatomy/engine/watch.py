@@ -40,7 +40,7 @@ from anatomy.engine.endings import Ending, death, exit_status, oom_in, shell_dea
 from anatomy.engine.locks import DeviceBusy, gpu_key, take_all
 from anatomy.engine.processes import LIST_SECONDS, Tree, end_tree
 from anatomy.engine.recording import FIRST_SAMPLE_TIMEOUT, Recording, environment_facts
-from anatomy.store import PhaseMark, RunFacts, RunSource, Store, StoreError, TrainingSummary, checks
+from anatomy.store import Message, PhaseMark, RunFacts, RunSource, Store, StoreError, TrainingSummary, checks
 from anatomy.units import mib
 from anatomy.vocabulary import Phase, SourceKind, Status
 
@@ -194,6 +194,9 @@ class Watch:
         self.started = 0.0  # the run's clock when the command started
         self._ended: queue_module.SimpleQueue = queue_module.SimpleQueue()  # phase ends to print
         self.ranks: dict[int, int] = {0: 0}  # rank -> its local rank (several processes)
+        # The first process that spoke as each rank: the training. Another of the same rank is
+        # a process it started that records itself too (a subprocess's evaluation script).
+        self.first_pid: dict[int, int] = {}
         # A rank whose link closed mid-phase without a word (killed, crashed): the first one's.
         self.vanished: int | None = None
         self._shown_step: int | None = None
@@ -237,7 +240,8 @@ class Watch:
                     if rank is not None and in_phase and not said and self.vanished is None:
                         self.vanished = rank
                     return
-                self.recording.events.put(message)
+                if not self.recording.done.is_set():  # else nothing drains it: it would grow
+                    self.recording.events.put(message)
                 if isinstance(message, (protocol.Phase, protocol.StepReport, protocol.Failure)):
                     rank = message.source.rank or 0
                     said = said or isinstance(message, protocol.Failure)
@@ -249,6 +253,9 @@ class Watch:
         word of a rank other than 0 makes the run one of several processes (its GPU: the rank's
         LOCAL_RANK among the command's visible GPUs). Only the phase ends of the lowest rank that
         marked one are printed (rank 0's, unless its script never called anatomy.start())."""
+        source = getattr(message, "source", None)
+        if source is not None and source.rank is not None:
+            self.first_pid.setdefault(source.rank, source.pid)
         if isinstance(message, (protocol.Phase, protocol.StepReport)):
             rank = message.source.rank or 0
             if rank and rank not in self.ranks:
@@ -336,6 +343,16 @@ class Watch:
                 and (failure is None or failure.status == Status.STOPPED):
             return Ending(Status.FAILED, f"rank {self.vanished} ended without a word (killed or"
                           f" crashed); the command {death(code)}" + printed)
+        if failure is not None and code == 0 \
+                and failure.source.pid != self.first_pid.get(failure.source.rank or 0):
+            # A process the training started, recording itself too, ended its part so (an
+            # evaluation script run by subprocess, exit 3): the command went on and succeeded.
+            recording.collector.handle(protocol.Note(Message(
+                recording.now(), "warning", f"a process of the command (pid {failure.source.pid})"
+                f" that records itself ended {failure.status}: {failure.text}; the command went"
+                " on and exited 0"), protocol.Source()))
+            recording.collector.flush()
+            return Ending(Status.COMPLETED)
         if failure is not None:
             # Of several ranks, the one that failed, as `anatomy run` names it ("rank 1: ...").
             who = f"rank {failure.source.rank or 0}: " if self.ranks else ""

@@ -110,8 +110,14 @@ STEP_INSERT = ("INSERT INTO steps (run_id, t, step, total, loss, allocated, rese
 
 
 def resolve_path(path: str | os.PathLike | None = None) -> Path:
-    """--store, then $ANATOMY_STORE, then the user's default store."""
-    return Path(path or os.environ.get(STORE_ENV) or default_store())
+    """--store, then $ANATOMY_STORE, then the user's default store. A `~` is the home folder, as
+    a shell would have made it: a path quoted in an environment file or given to
+    `anatomy.start(store=…)` made a folder named "~" in the working directory, while every line
+    said "~/runs.sqlite". A blank $ANATOMY_STORE is unset (it made a file named " ")."""
+    chosen = os.environ.get(STORE_ENV)
+    if chosen is not None and not chosen.strip():
+        chosen = None
+    return Path(path or chosen or default_store()).expanduser()
 
 
 class Store:

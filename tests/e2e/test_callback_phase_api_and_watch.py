@@ -237,3 +237,69 @@ def test_an_error_inside_the_phase_api_fails_the_run_with_the_error(store):
     assert all(p.done for p in rep.phases)
 
 
+
+
+RUNS_AN_EVALUATION = """
+import subprocess, sys
+import anatomy
+
+run = anatomy.start(name="trains, then evaluates", kernel=False)
+run.phase("training")
+run.step(loss=1.0)
+evaluation = subprocess.run([sys.executable, "-c", "import anatomy; "
+                             "anatomy.start(name='evaluation', kernel=False); raise SystemExit(3)"])
+print("the evaluation exited", evaluation.returncode, "and the training goes on")
+run.step(loss=0.5)
+"""
+
+
+def test_under_watch_a_subprocess_that_records_itself_and_fails_does_not_fail_the_command(
+        store, tmp_path):
+    """A watched script that runs an evaluation script (itself calling anatomy.start()) by
+    subprocess, which exits 3, and goes on to exit 0: the watch exited 0 and the run said
+    "failed: rank 0: the script exited with code 3 (sys.exit)". The command's run completed;
+    the subprocess's ending is kept as a warning."""
+    script = tmp_path / "train.py"
+    script.write_text(RUNS_AN_EVALUATION)
+    result = _python(store, "-m", "anatomy", "watch", "--", sys.executable, str(script))
+    assert result.returncode == 0, result.stderr
+    rep = _only_run(store)
+    assert (rep.status, rep.error, rep.steps) == ("completed", None, 2), rep.error
+    assert rep.name == "trains, then evaluates"
+    [warning] = [m.text for m in store.messages(rep.id) if m.level == "warning"]
+    assert "records itself ended failed: the script exited with code 3 (sys.exit); the command" \
+           " went on and exited 0" in warning
+
+
+LOSES_THE_WATCHS_STORE = """
+import os, time
+import psutil
+import anatomy
+
+run = anatomy.start(name="loses the watch's store", kernel=False)
+run.phase("training")
+store = os.environ["ANATOMY_STORE"]
+for name in (store, store + "-wal", store + "-shm"):
+    if os.path.exists(name):
+        os.remove(name)
+time.sleep(3)  # the watch's recording notices the store is gone, and stops
+watch = psutil.Process(os.getppid())
+before = watch.memory_info().rss
+for _ in range(100_000):
+    run.step(loss=1.0)
+time.sleep(1)
+print("the watch grew", (watch.memory_info().rss - before) // 2**20, "MB")
+"""
+
+
+def test_under_watch_marks_after_the_recording_stopped_are_not_held_by_the_watch(
+        store, tmp_path):
+    """The store deleted under a watched script: the recording stops and the command goes on,
+    but the watch put every later mark on a queue nothing drained any more: 168 MB of the
+    watch's memory for 300,000 steps, growing until the command ended."""
+    script = tmp_path / "train.py"
+    script.write_text(LOSES_THE_WATCHS_STORE)
+    result = _python(store, "-m", "anatomy", "watch", "--", sys.executable, str(script))
+    assert "the training went on unrecorded" in result.stderr, result.stderr
+    grew = int(result.stdout.split("the watch grew ")[1].split()[0])
+    assert grew < 10, result.stdout  # 55 MB before

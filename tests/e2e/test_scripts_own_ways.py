@@ -5,9 +5,12 @@ its parent's run. Each a real script on this CPU, recorded into a store of its o
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+
+import pytest
 
 from anatomy.analysis.report import report
 from anatomy.store import Store
@@ -187,3 +190,203 @@ def test_a_spawned_worker_running_the_scripts_top_again_records_nothing(tmp_path
     rep = report(store, 1)
     assert rep.status == "completed", rep.error
     assert rep.steps == 1
+
+
+OWN_STORE = """
+import anatomy
+
+run = anatomy.start(name="own store", store="mine.sqlite", kernel=False)
+run.phase("training")
+run.step(loss=1.0)
+"""
+
+
+def test_the_command_a_script_suggests_shows_its_run_whatever_the_store(tmp_path):
+    """A script that named its own store (`start(store="mine.sqlite")`, or $ANATOMY_STORE set
+    for it alone) was told "`anatomy show 2`": from the user's shell that read the shell's
+    store, whose run 2 is another run, or "run 2 is not in …". The suggestion names the store."""
+    import re
+    import shlex
+
+    for _ in range(2):
+        result = _script(tmp_path, OWN_STORE)
+        assert result.returncode == 0, result.stderr
+    suggested = shlex.split(re.search(r"\(`(anatomy show [^`]+)`", result.stderr).group(1))
+    assert suggested[:3] == ["anatomy", "show", "2"]
+    (tmp_path / "shell").mkdir()
+    shown = subprocess.run([sys.executable, "-m", *suggested], cwd=tmp_path / "shell",
+                           env={**os.environ, "ANATOMY_STORE": str(tmp_path / "shells.sqlite"),
+                                "PYTHONPATH": str(PROJECT)},
+                           capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert "run 2  status: completed" in shown.stdout and "steps: 1" in shown.stdout
+
+
+TRAINS_IN_A_THREAD = """
+import threading
+import anatomy
+
+def train():
+    run = anatomy.start(name="in a thread", kernel=False)
+    run.phase("training")
+    run.step(loss=1.0)
+    raise RuntimeError("the training thread failed")
+
+worker = threading.Thread(target=train)
+worker.start()
+worker.join()
+print("main thread done")
+"""
+
+
+def test_a_run_started_in_a_thread_that_dies_of_an_error_fails_with_it(tmp_path):
+    """The thread's error reaches threading.excepthook, not sys.excepthook, and the process
+    exits 0: the run was recorded `completed` though its training died."""
+    result = _script(tmp_path, TRAINS_IN_A_THREAD)
+    assert result.returncode == 0 and "main thread done" in result.stdout, result.stderr
+    assert "RuntimeError: the training thread failed" in result.stderr  # its traceback, as ever
+    store = Store(tmp_path / "s.sqlite", read_only=True)
+    [run] = store.runs()
+    rep = report(store, run.id)
+    assert (rep.status, rep.error, rep.steps) == (
+        "failed", "RuntimeError: the training thread failed", 1)
+
+
+TRIALS_IN_A_POOL = """
+import multiprocessing
+import anatomy
+
+def trial(lr):
+    run = anatomy.start(name=f"trial {lr}", kernel=False)
+    run.phase("training")
+    run.step(loss=lr)
+    run.end()
+    return lr
+
+if __name__ == "__main__":
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        print("trials", pool.map(trial, [0.1, 0.2]))
+"""
+
+
+def test_a_run_started_in_a_pools_worker_records_the_trial(tmp_path):
+    """A hyperparameter search whose trials each call anatomy.start() in a Pool's worker: the
+    worker is daemonic, and multiprocessing refused it anatomy's sampler ("AssertionError:
+    daemonic processes are not allowed to have children"): every trial failed, and so did the
+    script, leaving failed runs behind."""
+    result = _script(tmp_path, TRIALS_IN_A_POOL)
+    assert result.returncode == 0, result.stderr
+    assert "trials [0.1, 0.2]" in result.stdout
+    store = Store(tmp_path / "s.sqlite", read_only=True)
+    reports = [report(store, run.id) for run in store.runs()]
+    assert sorted((r.name, r.status, r.steps) for r in reports) == [
+        ("trial 0.1", "completed", 1), ("trial 0.2", "completed", 1)]
+
+
+LOSES_ITS_STORE = """
+import os, time
+import anatomy
+
+run = anatomy.start(name="loses its store", kernel=False)
+run.phase("training")
+for name in ("s.sqlite", "s.sqlite-wal", "s.sqlite-shm"):
+    if os.path.exists(name):
+        os.remove(name)
+deadline = time.monotonic() + 60
+while not run.link.recording.done.is_set() and time.monotonic() < deadline:
+    run.step(loss=1.0)  # the training goes on; the recording notices the store is gone
+    time.sleep(0.01)
+before = run.link.recording.events.qsize()
+for _ in range(20_000):
+    run.step(loss=1.0)
+print("held", run.link.recording.events.qsize() - before, "more")
+"""
+
+
+def test_marks_after_the_recording_stopped_are_not_held_in_the_training(tmp_path):
+    """The store deleted mid-run: the recording stops and the training goes on unrecorded, but
+    every later step was still put on the recording's queue, which nothing drained any more:
+    80 MB of the training's memory for 300,000 steps, growing to its end."""
+    result = _script(tmp_path, LOSES_ITS_STORE)
+    assert result.returncode == 0, result.stderr
+    assert "the training went on unrecorded" in result.stderr
+    assert "held 0 more" in result.stdout, result.stdout
+
+
+INTERRUPTED_AS_IT_STARTS = """
+import sys
+import anatomy
+from anatomy.engine import recording
+
+# Ctrl-C landing while anatomy.start() starts its sampler (the first ~0.2 s of a script), at
+# the seam named on the command line: a KeyboardInterrupt there, as the terminal's would be.
+seam = getattr(recording.Recording, sys.argv[1])
+
+def interrupted(self, *args):
+    seam(self, *args)
+    raise KeyboardInterrupt
+
+setattr(recording.Recording, sys.argv[1], interrupted)
+anatomy.start(name="interrupted", kernel=False)
+"""
+
+
+@pytest.mark.parametrize("seam", ["start_sampler", "follow"])
+def test_ctrl_c_while_the_run_starts_stops_it(tmp_path, seam):
+    """Ctrl-C in the first fifth of a second of a script (anatomy.start() waiting for its
+    sampler): the run was left running, then read "failed: ended without a word (its processes
+    are gone)" instead of stopped by Ctrl-C."""
+    (tmp_path / "script.py").write_text(INTERRUPTED_AS_IT_STARTS)
+    env = {**os.environ, "ANATOMY_STORE": str(tmp_path / "s.sqlite"), "PYTHONPATH": str(PROJECT)}
+    result = subprocess.run([sys.executable, "script.py", seam], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == -signal.SIGINT, result.stderr
+    store = Store(tmp_path / "s.sqlite", read_only=True)
+    [run] = store.runs()
+    rep = report(store, run.id)
+    assert (rep.status, rep.error) == ("stopped", "stopped by Ctrl-C (SIGINT)")
+    assert rep.status == store.run(run.id).status  # written, not only read so by a reader
+
+
+CHILDREN_THAT_RECORD = """
+import multiprocessing, sys
+import anatomy
+
+def trial(how):
+    run = anatomy.start(name=how, kernel=False)  # never ended by the trial itself
+    run.phase("training")
+    run.step(loss=1.0)
+    if how == "raises":
+        raise RuntimeError("the trial failed")
+    if how == "exits 3":
+        sys.exit(3)
+
+if __name__ == "__main__":
+    context = multiprocessing.get_context(sys.argv[1])
+    for how in ("completes", "raises", "exits 3"):
+        child = context.Process(target=trial, args=(how,))
+        child.start()
+        child.join()
+        print(how, child.exitcode)
+"""
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_multiprocessing_child_that_records_itself_ends_its_run_as_its_target_ends(tmp_path,
+                                                                                    method):
+    """A Process whose target calls anatomy.start() and leaves its run open: forked, it left by
+    os._exit (no atexit), and its target's error reached no hook: each run read "failed: ended
+    without a word (its processes are gone)", the one that completed too."""
+    (tmp_path / "script.py").write_text(CHILDREN_THAT_RECORD)
+    env = {**os.environ, "ANATOMY_STORE": str(tmp_path / "s.sqlite"), "PYTHONPATH": str(PROJECT)}
+    result = subprocess.run([sys.executable, "script.py", method], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "completes 0" in result.stdout and "raises 1" in result.stdout \
+        and "exits 3 3" in result.stdout, result.stdout
+    store = Store(tmp_path / "s.sqlite", read_only=True)
+    ended = {run.name: (run.status, run.error) for run in store.runs()}
+    assert ended == {
+        "completes": ("completed", None),
+        "raises": ("failed", "RuntimeError: the trial failed"),
+        "exits 3": ("failed", "the script exited with code 3 (sys.exit)")}

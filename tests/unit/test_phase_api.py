@@ -37,6 +37,12 @@ def test_a_mark_without_a_name_is_refused_at_the_call(call):
     ({"step": 2.5}, "step: must be a whole number from 0, got 2.5"),
     ({"loss": "abc"}, "loss: must be one number (loss.item()), got 'abc'"),
     ({"loss": [1.0, 2.0]}, "loss: must be one number (loss.item()), got [1.0, 2.0]"),
+    # SQLite's INTEGER ends at 2**63 - 1: the store's OverflowError ended the recording of the
+    # whole run, its phases lost; float()'s OverflowError came from inside anatomy
+    ({"step": 2**70}, "step: must be a whole number from 0, got 1180591620717411303424"),
+    ({"total": 2**63}, "total: must be a whole number from 0, got 9223372036854775808"),
+    ({"loss": 10**400}, "loss: must be one number (loss.item()), got " + repr(10**400)[:57]
+     + "..."),
 ])
 def test_a_step_that_no_import_would_take_is_refused_at_the_call(kwargs, words):
     """`run.step(step=-5)` was stored, and the run's export was then refused by every import
@@ -86,3 +92,103 @@ def test_an_argument_of_the_wrong_kind_is_refused_in_the_apis_words(kwargs, word
         anatomy.start(**kwargs)
     assert str(refused.value) == words
     assert anatomy.current() is None  # nothing started
+
+
+def test_a_run_pickled_into_another_process_marks_nowhere_there(tmp_path):
+    """A Dataset holding the run, loaded by a spawn-context DataLoader (or the run passed to a
+    spawned Process), ended the user's training: "TypeError: cannot pickle '_thread.lock'
+    object". Pickled, it is a run that marks nothing, as in a forked child: the recording is the
+    parent's, and stays untouched."""
+    import pickle
+    import time
+    from multiprocessing.reduction import ForkingPickler
+
+    from anatomy.engine import attach
+
+    heard = _Heard()
+    run = attach.Run(heard, time.monotonic(), dwell=0.0)
+    there = pickle.loads(ForkingPickler.dumps(run))
+    assert there.id == 7 and there.ended
+    there.phase("loading")
+    there.step(loss=1.0)
+    there.note("from a worker")
+    there.end()
+    assert heard.messages == [] and not run.ended
+    run.phase("training")  # the parent's run records on
+    assert heard.messages[-1].mark.name == "training"
+
+
+class _Heard:
+    """A run's link that keeps what it is sent."""
+
+    run_id = 7
+
+    def __init__(self):
+        self.messages = []
+
+    def put(self, message):
+        self.messages.append(message)
+
+    def close(self, ending):
+        pass
+
+
+def test_a_mark_after_the_runs_end_is_said_once_not_lost_without_a_word(capsys):
+    """`run.end()` and then `run.phase("eval")`, `run.step(…)`: nothing was recorded and
+    nothing said. Still not recorded (the run's ending is written), now said once."""
+    import time
+
+    from anatomy.engine import attach
+
+    heard = _Heard()
+    run = attach.Run(heard, time.monotonic(), dwell=0.0)
+    run.phase("training")
+    run.end()
+    sent = len(heard.messages)
+    run.phase("eval")
+    run.step(loss=1.0)
+    run.note("late")
+    run.describe(model_name="m")
+    assert len(heard.messages) == sent
+    err = capsys.readouterr().err
+    assert err == ("anatomy: run 7 has ended: run.phase('eval') after its end is not recorded "
+                   "(nor any mark after it); anatomy.start() records a new run\n")
+    with pytest.raises(ValueError):  # a wrong call is still refused as such
+        run.step(step=-1)
+
+
+def test_a_loss_tensor_that_requires_grad_is_read_without_a_warning_from_anatomy(recwarn):
+    """`run.step(loss=loss)` with the training's own loss tensor printed torch's "UserWarning:
+    Converting a tensor with requires_grad=True to a scalar may lead to unexpected behavior",
+    pointing at anatomy's line."""
+    import time
+
+    import torch
+
+    from anatomy.engine import attach
+
+    heard = _Heard()
+    run = attach.Run(heard, time.monotonic(), dwell=0.0)
+    weight = torch.tensor(2.0, requires_grad=True)
+    run.step(loss=weight * 3)
+    assert [str(w.message) for w in recwarn] == []
+    assert heard.messages[-1].step.loss == 6.0
+
+
+def test_a_scripts_phase_named_profiling_is_kept_as_its_own_and_in_the_peak(capsys):
+    """`run.phase("profiling")` in a user's loop took the name of anatomy's torch.profiler
+    stretch: `show` dropped the phase, and the run's peak was read before it began (42 MB of a
+    run that held 342 MB in and after it). Recorded under a name of the script's, said once."""
+    import time
+
+    from anatomy.engine import attach
+    from anatomy.vocabulary import Phase
+
+    heard = _Heard()
+    run = attach.Run(heard, time.monotonic(), dwell=0.0)
+    run.phase("training")
+    run.phase("profiling")
+    run.phase(Phase.PROFILING)
+    names = {m.mark.name for m in heard.messages if hasattr(m, "mark")}
+    assert names == {"training", "profiling (the script's)"}
+    assert capsys.readouterr().err.count("\n") == 1

@@ -271,3 +271,57 @@ def test_an_argument_that_is_not_utf8_is_refused_in_a_line_before_anything(capsy
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "is not UTF-8 text" in err and "\\xe9" in err, err
     assert [r.id for r in store.runs()] == [1] and store.run(1).name is None
+
+
+@pytest.mark.parametrize("environment", [
+    {"ANATOMY_WATCH": "@anatomy-watch-nobody-listens", "ANATOMY_WATCH_KEY": "00"},
+    {"ANATOMY_WATCH": "@anatomy-watch-nobody-listens"},
+    {"ANATOMY_WATCH": "/nonexistent/anatomy.sock", "ANATOMY_WATCH_KEY": "zz",
+     "ANATOMY_T0": "abc"}])
+def test_a_watch_the_environment_names_but_is_gone_is_said_and_the_training_goes_on(
+        environment, capsys, monkeypatch):
+    """A script run with a watched shell's environment (the watch gone, or copied into another
+    shell) raised ConnectionRefusedError, KeyError: 'ANATOMY_WATCH_KEY' or fromhex's ValueError
+    from inside anatomy.start() (and so from AnatomyCallback()), ending the user's training."""
+    from anatomy.engine import attach
+
+    monkeypatch.setattr(attach, "_install_exit_hooks", lambda run: None)  # not this pytest's
+    monkeypatch.delenv("ANATOMY_WATCH_KEY", raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    run = attach.start(kernel=False, baseline=False)
+    try:
+        assert run.id is None and not run.watched
+        run.phase("training")
+        run.step(loss=1.0)
+    finally:
+        run.end()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "not recording: $ANATOMY_WATCH names the socket of an `anatomy watch` that cannot be" \
+           " reached" in err and "training goes on unrecorded" in err, err
+    assert attach.current() is None
+
+
+@pytest.mark.parametrize("given, environment, expected", [
+    ("~/runs.sqlite", None, "HOME/runs.sqlite"),
+    (None, "~/runs.sqlite", "HOME/runs.sqlite"),
+    (None, "   ", "HOME/.local/share/anatomy/anatomy.sqlite"),
+])
+def test_a_store_named_with_a_tilde_is_in_the_home_folder_and_a_blank_one_is_unset(
+        tmp_path, monkeypatch, given, environment, expected):
+    """`anatomy.start(store="~/runs.sqlite")`, or ANATOMY_STORE="~/runs.sqlite" quoted in an
+    environment file: the run went to a folder named "~" in the working directory while every
+    line said "~/runs.sqlite"; ANATOMY_STORE=" " made a file named " " there."""
+    from anatomy.store import Store
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    monkeypatch.chdir(tmp_path)
+    if environment is None:
+        monkeypatch.delenv("ANATOMY_STORE", raising=False)
+    else:
+        monkeypatch.setenv("ANATOMY_STORE", environment)
+    store = Store(given)
+    assert store.path == Path(expected.replace("HOME", str(tmp_path / "home")))
+    assert store.path.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["home"]

@@ -1,0 +1,151 @@
+"""The Trainer callback as a user's Trainer drives it: transformers' own CallbackHandler calling
+the hooks in a Trainer's order around a real model's steps, in this process. What it reports is
+heard on the run's link (a list here: no sampler, no store)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from anatomy.engine import protocol
+
+
+class _Heard:
+    """The run's link: what the training side sent, in order."""
+
+    run_id = None
+
+    def __init__(self) -> None:
+        self.messages: list = []
+
+    def put(self, message) -> None:
+        self.messages.append(message)
+
+    def stop(self, reason: str) -> None:
+        pass
+
+    def close(self, ending) -> None:
+        pass
+
+    def of(self, kind) -> list:
+        return [m for m in self.messages if isinstance(m, kind)]
+
+
+@pytest.fixture
+def heard(monkeypatch):
+    """A run of this process that the callbacks join, as after anatomy.start()."""
+    from anatomy.engine import attach
+
+    link = _Heard()
+    monkeypatch.setattr(attach, "_current", attach.Run(link, time.monotonic(), dwell=0.0))
+    return link
+
+
+def _trainer(tmp_path, callbacks):
+    """A Trainer's callback handler over a tiny model and its optimizer, its init ended."""
+    import torch
+    from transformers import TrainingArguments
+    from transformers.trainer_callback import CallbackHandler, TrainerControl, TrainerState
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2))
+    optimizer = torch.optim.AdamW(model.parameters())
+    handler = CallbackHandler(callbacks, model, None, optimizer, None)
+    arguments = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[],
+                                  per_device_train_batch_size=4)
+    control = TrainerControl()
+    handler.on_init_end(arguments, TrainerState(), control)
+    return handler, arguments, control
+
+
+def _train(handler, arguments, control, first_step: int, steps: int) -> None:
+    """train(): a fresh TrainerState (a resume's starts at its checkpoint's step), each step's
+    forward, backward and optimizer step between the hooks the Trainer calls."""
+    import torch
+    from transformers.trainer_callback import TrainerState
+
+    state = TrainerState(global_step=first_step, max_steps=first_step + steps)
+    handler.on_train_begin(arguments, state, control)
+    for _ in range(steps):
+        handler.model(torch.randn(4, 8)).sum().backward()
+        handler.on_pre_optimizer_step(arguments, state, control)
+        handler.optimizer.step()
+        handler.on_optimizer_step(arguments, state, control)
+        handler.optimizer.zero_grad()
+        state.global_step += 1
+        handler.on_step_end(arguments, state, control)
+        handler.on_log(arguments, state, control, logs={"loss": 0.5})
+    handler.on_train_end(arguments, state, control)
+
+
+def test_a_callback_added_twice_records_each_phase_and_step_once(heard, tmp_path):
+    """`callbacks=[AnatomyCallback(), AnatomyCallback()]` (transformers only warns) recorded the
+    weights and training phases twice each and every step twice: "steps: 12" for 6."""
+    from anatomy.engine.callbacks import AnatomyCallback
+
+    handler, arguments, control = _trainer(tmp_path, [AnatomyCallback(), AnatomyCallback()])
+    _train(handler, arguments, control, first_step=0, steps=3)
+    marks = [(m.mark.edge, m.mark.name) for m in heard.of(protocol.Phase)]
+    assert marks == [("start", "weights"), ("end", "weights"), ("start", "training"),
+                     ("end", "training")]
+    assert [m.step.step for m in heard.of(protocol.StepReport)] == [1, 2, 3]
+    assert len(heard.of(protocol.ComponentsMeasured)) == 1
+    assert len(heard.of(protocol.Summarised)) == 1
+
+
+@pytest.mark.parametrize("first_step", [0, 6])
+def test_a_resumed_training_measures_every_component(heard, tmp_path, first_step):
+    """`trainer.train(resume_from_checkpoint=…)` starts at its checkpoint's step (6): the probe
+    read only steps below 3, so the resumed run's components had weights and activations but
+    no gradients and no optimizer states, as if it trained none."""
+    from anatomy.engine.callbacks import AnatomyCallback
+
+    handler, arguments, control = _trainer(tmp_path, [AnatomyCallback()])
+    _train(handler, arguments, control, first_step=first_step, steps=4)
+    [measured] = heard.of(protocol.ComponentsMeasured)
+    parameters = sum(p.numel() for p in handler.model.parameters())
+    components = measured.components
+    assert components.weights == components.gradients == 4 * parameters
+    assert components.optimizer_states == 8 * parameters  # AdamW: two fp32 moments
+    assert components.activations > 0
+    assert [m.step.step for m in heard.of(protocol.StepReport)] == \
+        list(range(first_step + 1, first_step + 5))
+
+
+def test_a_training_after_the_scripts_run_ended_is_said_once(heard, tmp_path, capsys):
+    """`run = anatomy.start()`, the callback made (it joins that run), `run.end()`, then
+    `trainer.train()`: the whole training went unrecorded without a word."""
+    from anatomy.engine import attach
+    from anatomy.engine.callbacks import AnatomyCallback
+
+    callback = AnatomyCallback()
+    attach.current().end()
+    sent = len(heard.messages)
+    handler, arguments, control = _trainer(tmp_path, [callback])
+    _train(handler, arguments, control, first_step=0, steps=2)
+    assert len(heard.messages) == sent
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "run None has ended: a Trainer's training (AnatomyCallback) after" \
+        " its end is not recorded" in err, err
+
+
+def test_an_evaluation_between_steps_is_not_the_training_sequence_length():
+    """`eval_strategy="steps"` over longer sequences (128 tokens, training at 16): the step after
+    the evaluation was recorded at 128 and so was the run's seq_len, which its prediction used."""
+    import torch
+
+    from anatomy.engine.callbacks import BatchLengths
+
+    class Tokens(torch.nn.Module):
+        def forward(self, input_ids):
+            return input_ids.float().sum()
+
+    model = Tokens()
+    lengths = BatchLengths(model)
+    model(input_ids=torch.zeros(2, 16))
+    assert lengths.take() == 16
+    model.eval()
+    model(input_ids=torch.zeros(2, 128))  # the Trainer's evaluation loop
+    model.train()
+    model(input_ids=torch.zeros(2, 16))
+    assert (lengths.take(), lengths.longest) == (16, 16)
