@@ -105,6 +105,16 @@ def _member(kind: type[E], value: str | None) -> E | str | None:
     return kind._value2member_map_.get(value, value) if value is not None else None
 
 
+def _stored_object(text: str | None) -> dict[str, Any]:
+    """A run's JSON column as its object; {} for text that is no JSON object (a row damaged or
+    edited by hand): one such row must not hide every other run from every reader."""
+    try:
+        value = json.loads(text) if text else {}
+    except (ValueError, TypeError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 STEP_INSERT = ("INSERT INTO steps (run_id, t, step, total, loss, allocated, reserved, rank,"
                " seq_len) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
 
@@ -346,7 +356,8 @@ class Store:
     @staticmethod
     def _sweep_row(row: sqlite3.Row) -> SweepRow:
         values = {"pid": None, **dict(row)}  # a read-only store may predate the column
-        values.update(base=json.loads(values["base"]), vary=json.loads(values["vary"]),
+        vary = {k: v for k, v in _stored_object(values["vary"]).items() if isinstance(v, list)}
+        values.update(base=_stored_object(values["base"]), vary=vary,
                       until_oom=bool(values["until_oom"]), status=_member(Status, values["status"]))
         return SweepRow(**values)
 
@@ -368,13 +379,13 @@ class Store:
         # A read-only store may predate the columns added since. What the store wrote is read
         # leniently: a value that fails its check stays as stored, unseen by readers.
         values = {"origin": None, "source": "{}", "recorder": None, **dict(row)}
-        values["options"] = json.loads(values["options"] or "{}")
+        values["options"] = _stored_object(values["options"])
         for key, kind in (("environment", RunFacts), ("summary", TrainingSummary),
                           ("source", RunSource)):
-            values[key] = kind.from_dict(json.loads(values[key] or "{}"), strict=False)
-        values["origin"] = (Origin.from_dict(json.loads(values["origin"]), strict=False)
-                            if values["origin"] else None)
-        values["recorder"] = Recorder.from_dict(json.loads(values["recorder"] or "null"))
+            values[key] = kind.from_dict(_stored_object(values[key]), strict=False)
+        origin = _stored_object(values["origin"])
+        values["origin"] = Origin.from_dict(origin, strict=False) if origin else None
+        values["recorder"] = Recorder.from_dict(_stored_object(values["recorder"]))
         values["tags"] = tuple(t for t in (values["tags"] or "").split(",") if t)
         values["status"] = _member(Status, values["status"])
         values["backend"] = _member(Backend, values["backend"])
