@@ -56,3 +56,26 @@ def test_a_sweep_whose_plan_is_not_json_leaves_the_runs_readable(store, seed, ca
     code, out, err = _main(capsys, "runs", "--store", str(store.path))
     assert (code, err) == (0, "")
     open_page("screens/compare.py", runs=str(run_id))
+
+
+def _damage_table(store, table: str) -> None:
+    """The table's first page overwritten, the rest of the file as it was."""
+    with sqlite3.connect(store.path) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        page_size = db.execute("PRAGMA page_size").fetchone()[0]
+        (root,) = db.execute("SELECT rootpage FROM sqlite_master WHERE name = ?",
+                             (table,)).fetchone()
+    with open(store.path, "r+b") as file:
+        file.seek((root - 1) * page_size)
+        file.write(bytes(range(256)) * (page_size // 256))
+
+
+def test_a_page_reading_a_damaged_table_says_so_in_a_line(store, seed):
+    run_id, other = seed(), seed()
+    _damage_table(store, "samples")
+    for page, query in (("screens/runs.py", {}), ("screens/anatomy.py", {"run": str(run_id)}),
+                        ("screens/compare.py", {"runs": f"{run_id},{other}"})):
+        app = open_page(page, **query)
+        assert [e.value for e in app.error] == [
+            f"The run store cannot be used: {store.path}: the file is corrupt (database disk"
+            " image is malformed). Point ANATOMY_STORE at another file."]
