@@ -97,6 +97,19 @@ def test_a_long_or_multiline_name_keeps_the_table_one_screen_wide(store, runs, c
     assert any("xxx…xxx" in line for line in lines)
 
 
+def test_a_name_with_control_characters_prints_no_control_character(store, runs, capsys):
+    """A name with a carriage return, a tab or a terminal escape (an imported run's, a
+    describe()'d one) went to the terminal as it was: the escape coloured the rest of the
+    table, the return wrote the row over its own start, the tab broke the columns."""
+    store.rename_run(runs[0], "over\rwritten\tname \x1b[31mred\x1b[0m\x07")
+    capsys.readouterr()
+    assert cli(store, "runs") == 0
+    out = capsys.readouterr().out
+    assert not any(c in out for c in "\r\t\x1b\x07")
+    (row,) = [line for line in out.splitlines() if line.startswith(f"{runs[0]} ")]
+    assert row.endswith("over written name ?[31mred?[0m?")
+
+
 def test_the_table_shows_tags_and_names(store, runs, capsys):
     store.rename_run(runs[0], "walkthrough")
     store.set_tags(runs[0], ["h200"])
