@@ -10,10 +10,11 @@ import json
 import math
 import os
 import sqlite3
+import threading
 import time
 import urllib.parse
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
@@ -105,6 +106,10 @@ def _member(kind: type[E], value: str | None) -> E | str | None:
     return kind._value2member_map_.get(value, value) if value is not None else None
 
 
+# The connection each thread's Store.snapshot() holds, by the store's id().
+_PINNED = threading.local()
+
+
 def _stored_object(text: str | None) -> dict[str, Any]:
     """A run's JSON column as its object; {} for text that is no JSON object (a row damaged or
     edited by hand): one such row must not hide every other run from every reader."""
@@ -175,7 +180,33 @@ class Store:
             raise store_error(self.path, error) from None
 
     @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Every read of this thread inside sees the store as one moment left it (one read
+        transaction): an export read while another process deletes the run is the whole run,
+        not its samples without the steps deleted between two reads. Reads only."""
+        if self._in_snapshot():  # inside one already
+            yield
+            return
+        with self.connect() as db:
+            db.execute("BEGIN")
+            db.execute("SELECT 1 FROM sqlite_master LIMIT 1")  # the moment: the first read
+            pinned = _PINNED.__dict__.setdefault("connections", {})
+            pinned[id(self)] = db
+            try:
+                yield
+            finally:
+                del pinned[id(self)]
+                db.rollback()
+
+    def _in_snapshot(self) -> bool:
+        return id(self) in _PINNED.__dict__.get("connections", {})
+
+    @contextmanager
     def connect(self):
+        pinned = _PINNED.__dict__.get("connections", {}).get(id(self))
+        if pinned is not None:  # inside snapshot(): its transaction, left open
+            yield pinned
+            return
         if self.read_only:
             uri = "file:" + urllib.parse.quote(str(self.path.absolute())) + "?mode=ro"
             db = sqlite3.connect(uri + ("&immutable=1" if self._immutable else ""), uri=True,
@@ -542,7 +573,9 @@ class Store:
             span = db.execute("SELECT MIN(t_min), MAX(t_max), COUNT(*) FROM sample_buckets"
                               " WHERE run_id = ?", (run_id,)).fetchone()
             if span[2] == 0:
-                if self.read_only:  # a run stored before the buckets existed, read as it is
+                # A run stored before the buckets existed, read as it is: where nothing may be
+                # written (a snapshot only reads)
+                if self.read_only or self._in_snapshot():
                     return [Sample(*r) for r in db.execute(
                         "SELECT t, gpu, used, reserved, total, util FROM samples WHERE run_id = ?"
                         f"{only} ORDER BY gpu, t", (run_id, *args))]

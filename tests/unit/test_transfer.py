@@ -387,3 +387,39 @@ def test_a_file_that_cannot_begin_an_export_is_refused_at_its_start(byte, words,
     assert main(["import", "-", "--store", str(store.path)]) == 2
     assert words in capsys.readouterr().err
     assert stdin.buffer.given <= transfer.HEAD_BYTES and store.runs() == []
+
+
+def _deleted_by_another_process_after(monkeypatch, store: Store, read: str, run_id: int) -> None:
+    """The run deleted, as another process's `anatomy delete` would, as soon as the store's
+    `read` has read its rows: between two reads of one export."""
+    other, real = Store(store.path), getattr(Store, read)
+
+    def read_then_delete(self, *args, **kwargs):
+        rows = real(self, *args, **kwargs)
+        if self is store and other.run(run_id) is not None:
+            other.delete_run(run_id)
+        return rows
+    monkeypatch.setattr(Store, read, read_then_delete)
+
+
+@pytest.mark.parametrize("read", ["run", "samples"])
+def test_a_run_deleted_while_it_is_exported_is_exported_whole(store, seed, monkeypatch, read):
+    """`anatomy export 1 --format json` while `anatomy delete 1 --yes` ran wrote the run with
+    its 571,425 samples and 0 of its steps (each read its own transaction), and exit status 0."""
+    run_id = seed()
+    whole = transfer.export_runs(store, [run_id])["runs"][0]
+    assert len(whole["steps"]) == 8
+    _deleted_by_another_process_after(monkeypatch, store, read, run_id)
+    exported = transfer.export_runs(store, [run_id])["runs"][0]
+    assert store.run(run_id) is None
+    assert {k: len(exported[k]) for k in ("samples", "steps", "phases")} == {
+        k: len(whole[k]) for k in ("samples", "steps", "phases")}
+
+
+def test_a_run_deleted_while_its_samples_are_exported_as_csv_is_exported_whole(store, seed,
+                                                                               monkeypatch):
+    run_id = seed()
+    whole = transfer.samples_csv(store, [run_id])
+    _deleted_by_another_process_after(monkeypatch, store, "run", run_id)
+    assert transfer.samples_csv(store, [run_id]) == whole
+    assert store.run(run_id) is None
