@@ -79,3 +79,15 @@ def test_a_page_reading_a_damaged_table_says_so_in_a_line(store, seed):
         assert [e.value for e in app.error] == [
             f"The run store cannot be used: {store.path}: the file is corrupt (database disk"
             " image is malformed). Point ANATOMY_STORE at another file."]
+
+
+def test_a_measuring_backend_this_anatomy_does_not_know_is_not_called_nvml(store, seed,
+                                                                           capsys):
+    """A newer anatomy's backend ("tpu-hbm", "v9") was shown as "NVML v1 'used'"."""
+    run_id = seed()
+    _set_column(store, run_id, "backend", "tpu-hbm")
+    _set_column(store, run_id, "memory_api", "v9")
+    code, out, err = _main(capsys, "show", str(run_id), "--store", str(store.path))
+    assert (code, err) == (0, "")
+    assert ("measuring: tpu-hbm (v9), which this anatomy does not know (a newer one's?)"
+            in out.splitlines())
