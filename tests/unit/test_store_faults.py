@@ -256,6 +256,27 @@ def test_output_that_cannot_be_written_is_one_line(store, seed, capsys, monkeypa
     assert code == 1 and err == "error: cannot write the output: No space left on device\n", err
 
 
+@pytest.mark.parametrize("command", [["runs"], ["show", "1"], ["export", "1", "--format", "json"],
+                                     ["--help"]], ids=" ".join)
+def test_a_standard_output_closed_from_the_start_is_one_line(store, seed, capsys, monkeypatch,
+                                                             command):
+    """`anatomy runs >&-` (Python's sys.stdout is None) was an AttributeError traceback."""
+    seed()
+    monkeypatch.setattr("sys.stdout", None)
+    code = cli.main([*command, "--store", str(store.path)])
+    err = capsys.readouterr().err
+    assert code == 1 and err == "error: cannot write the output: standard output is closed\n", err
+
+
+def test_import_of_a_standard_input_closed_from_the_start_is_one_line(store, capsys,
+                                                                      monkeypatch):
+    """`anatomy import - <&-` was an AttributeError traceback."""
+    monkeypatch.setattr("sys.stdin", None)
+    code = cli.main(["import", "-", "--store", str(store.path)])
+    err = capsys.readouterr().err
+    assert code == 1 and err == "error: cannot read -: standard input is closed\n", err
+
+
 @pytest.mark.parametrize("command", [
     ["rename", "1", "caf\udce9"], ["tag", "1", "caf\udce9"], ["runs", "--tag", "caf\udce9"],
     ["run", "--model", "m\udce9/config.json"], ["watch", "--name", "caf\udce9", "--", "true"],
