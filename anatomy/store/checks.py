@@ -147,6 +147,15 @@ def finite(value: Any, where: str) -> float | None:
     return value
 
 
+def loss(value: Any, where: str) -> float | None:
+    """A loss: any finite number, or None. A NaN or an infinity (a training that diverged) is
+    None, as SQLite keeps a step's NaN loss: refusing it failed the run (and raised in the
+    user's own Trainer, from the callback's on_train_end) after the training had ended."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return finite(value, where)
+
+
 def flag(value: Any, where: str) -> bool | None:
     if value is not None and not isinstance(value, bool):
         raise InvalidValue(where, f"must be true or false, got {shown(value)}")
