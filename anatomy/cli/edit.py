@@ -68,13 +68,18 @@ def cmd_delete(args: argparse.Namespace) -> int:
         print(f"error: run {args.run_id} is still running: stop it first", file=sys.stderr)
         return 2
     if not args.yes:
-        if not sys.stdin.isatty():
+        if sys.stdin is None or not sys.stdin.isatty():  # None: started with it closed
             print("error: deleting cannot be undone: confirm with --yes (no terminal to ask on)",
                   file=sys.stderr)
             return 2
         samples = store.sample_count(args.run_id)
         what = f"run {args.run_id} ({run.preset}, {run.status}, {samples} samples)"
-        if input(f"Delete {what}? This cannot be undone. [y/N] ").strip().lower() not in ("y", "yes"):
+        try:
+            answer = input(f"Delete {what}? This cannot be undone. [y/N] ")
+        except EOFError:  # Ctrl-D: no answer, so no
+            answer = ""
+            print()
+        if answer.strip().lower() not in ("y", "yes"):
             print("not deleted")
             return 1
     store.delete_run(args.run_id)

@@ -147,6 +147,23 @@ def test_delete_without_a_terminal_needs_yes(store, runs, capsys, monkeypatch):
     assert store.run(runs[1]) is not None
 
 
+def test_ctrl_d_at_the_delete_prompt_is_no(store, runs, capsys, monkeypatch):
+    """Ctrl-D at "Delete run N …? [y/N]" was an EOFError traceback."""
+    monkeypatch.setattr("sys.stdin", Terminal(""))
+    assert cli(store, "delete", str(runs[1])) == 1
+    out, err = capsys.readouterr()
+    assert out.endswith("not deleted\n") and err == ""
+    assert store.run(runs[1]) is not None
+
+
+def test_delete_with_standard_input_closed_needs_yes(store, runs, capsys, monkeypatch):
+    """`anatomy delete N <&-` was an AttributeError traceback."""
+    monkeypatch.setattr("sys.stdin", None)
+    assert cli(store, "delete", str(runs[1])) == 2
+    assert "confirm with --yes" in capsys.readouterr().err
+    assert store.run(runs[1]) is not None
+
+
 def test_a_running_run_is_not_deleted(store, seed, capsys):
     live = seed(status="running")  # its worker is this very process: alive
     assert cli(store, "delete", str(live), "--yes") == 2
