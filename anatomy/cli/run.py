@@ -40,7 +40,7 @@ def _follow(manager: RunManager, store: Store, run_id: int, signals: StopSignals
     """Print each phase's memory as it ends and the training's progress, until the run is over
     or a signal asks for a stop."""
     printed: set[str] = set()
-    tty = sys.stderr.isatty()
+    tty = sys.stderr is not None and sys.stderr.isatty()  # None: started with it closed
     train_started = None
     last_progress = 0.0
     while signals.received is None:
