@@ -41,6 +41,9 @@ def _unwritable(path: Path) -> str | None:
 def cmd_export(args: argparse.Namespace) -> int:
     if args.output == "-":  # as import's "-": standard output (a file named "-" was written)
         args.output = None
+    # A run named twice (`export 3 3`, a shell's list) once: twice, its JSON was a file import
+    # refuses ("the same run as runs[0]") and its CSV held every sample twice.
+    args.run_ids = list(dict.fromkeys(args.run_ids))
     if args.output:
         problem = _unwritable(Path(args.output))
         if problem:

@@ -423,3 +423,15 @@ def test_a_run_deleted_while_its_samples_are_exported_as_csv_is_exported_whole(s
     _deleted_by_another_process_after(monkeypatch, store, "run", run_id)
     assert transfer.samples_csv(store, [run_id]) == whole
     assert store.run(run_id) is None
+
+
+@pytest.mark.parametrize("format", ["json", "csv"])
+def test_a_run_named_twice_is_exported_once(source, tmp_path, capsys, format):
+    """`anatomy export 1 1 --format json` wrote a file that `anatomy import` refused ("runs[1]:
+    the same run as runs[0]"); the CSV held every sample twice."""
+    store, run_ids = source
+    once, twice = tmp_path / f"once.{format}", tmp_path / f"twice.{format}"
+    for path, ids in ((once, [run_ids[0]]), (twice, [run_ids[0], run_ids[0]])):
+        assert main(["export", *map(str, ids), "--format", format, "--output", str(path),
+                     "--store", str(store.path)]) == 0
+    assert twice.read_text() == once.read_text()
