@@ -147,6 +147,17 @@ def test_delete_without_a_terminal_needs_yes(store, runs, capsys, monkeypatch):
     assert store.run(runs[1]) is not None
 
 
+@pytest.mark.parametrize("command", [["rename", "1", "x"], ["tag", "1", "x"],
+                                     ["delete", "1", "--yes"]], ids=" ".join)
+def test_editing_a_run_of_a_store_that_is_not_there_makes_none(tmp_path, capsys, command):
+    """`anatomy rename 1 x --store typo/s.sqlite` made the folder typo/ and an empty store in it,
+    then said that run 1 was not in it."""
+    path = tmp_path / "typo" / "s.sqlite"
+    assert main([*command, "--store", str(path)]) == 1
+    assert capsys.readouterr().err == f"error: run 1 is not in {path} (no store there yet)\n"
+    assert not path.parent.exists()
+
+
 def test_ctrl_d_at_the_delete_prompt_is_no(store, runs, capsys, monkeypatch):
     """Ctrl-D at "Delete run N …? [y/N]" was an EOFError traceback."""
     monkeypatch.setattr("sys.stdin", Terminal(""))
