@@ -29,7 +29,10 @@ def register(commands: argparse._SubParsersAction) -> None:
 def cmd_runs(args: argparse.Namespace) -> int:
     filters = {"tag": args.tag, "preset": args.preset, "status": args.status}
     store = reading(args.store)
-    rows = [] if store is None else run_rows(store, **filters)
+    rows = []
+    if store is not None:
+        with store.snapshot():  # one moment's rows: a run deleted meanwhile is listed whole
+            rows = run_rows(store, **filters)
     if args.json:
         print(json.dumps([asdict(r) for r in rows], indent=2))
         return 0

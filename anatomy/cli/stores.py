@@ -36,7 +36,10 @@ def run_or_error(store: Store, run_id: int) -> RunRow | None:
 
 
 def report_or_error(store: Store | None, run_id: int) -> RunReport | None:
-    rep = None if store is None else report(store, run_id)
+    rep = None
+    if store is not None:
+        with store.snapshot():  # one moment's rows: a delete under way cuts none
+            rep = report(store, run_id)
     if rep is None:
         where = store.path if store is not None else f"{resolve_path(None)} (no store there yet)"
         print(f"error: run {run_id} is not in {where}", file=sys.stderr)

@@ -435,3 +435,16 @@ def test_a_run_named_twice_is_exported_once(source, tmp_path, capsys, format):
         assert main(["export", *map(str, ids), "--format", format, "--output", str(path),
                      "--store", str(store.path)]) == 0
     assert twice.read_text() == once.read_text()
+
+
+def test_a_run_deleted_while_show_reads_it_is_shown_whole(store, seed, monkeypatch, capsys):
+    """`anatomy show 1` while `anatomy delete 1 --yes` ran printed the run with no phases,
+    "samples: 0   steps: 0", and exit status 0."""
+    run_id = seed()
+    assert main(["show", str(run_id), "--store", str(store.path)]) == 0
+    whole = capsys.readouterr().out
+    _deleted_by_another_process_after(monkeypatch, store, "run", run_id)
+    monkeypatch.setattr("anatomy.cli.show.reading", lambda path: store)  # the store deleted from
+    assert main(["show", str(run_id), "--store", str(store.path)]) == 0
+    assert capsys.readouterr().out == whole
+    assert store.run(run_id) is None
