@@ -75,6 +75,16 @@ def test_runs_filter_by_preset_and_status_and_together(store, runs, capsys):
     assert "no stored run has status stopped" in capsys.readouterr().out
 
 
+def test_an_empty_tag_filter_is_refused_not_read_as_untagged(store, runs, capsys):
+    """`anatomy runs --tag "$TAG"` with TAG unset listed every untagged run."""
+    store.set_tags(runs[0], ["baseline"])
+    with pytest.raises(SystemExit) as exit_:
+        cli(store, "runs", "--tag", "")
+    assert exit_.value.code == 2
+    assert "'' is not a tag: a tag is not empty and holds no comma" in capsys.readouterr().err
+    assert listed(store, capsys, "--tag", " baseline ") == [runs[0]]
+
+
 def test_a_status_that_is_none_is_refused_with_the_statuses_by_name(store, capsys):
     """The refusal listed them as "<Status.RUNNING: 'running'>, <Status.COMPLETED: …>"."""
     with pytest.raises(SystemExit):
