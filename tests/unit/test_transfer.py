@@ -104,6 +104,13 @@ BAD_FILES = {
                   " be a finite number of seconds from 0 to 1,000,000,000, got 1e400"),
     "NaN time": (_set(("runs", 0, "samples", 3, 0), float("nan")), "runs[0].samples[3][0]: time must"
                  " be a finite number of seconds from 0 to 1,000,000,000, got NaN"),
+    # A whole number beyond every float: is_number's isfinite() raised OverflowError.
+    "a whole-number loss beyond every float": (
+        _set(("runs", 0, "steps", 1, "loss"), 10**400),
+        "runs[0].steps[1].loss: must be a finite number, got an integer of 401 digits"),
+    "a whole-number time beyond every float": (
+        _set(("runs", 0, "samples", 3, 0), 10**400),
+        "runs[0].samples[3][0]: time must be a finite number of seconds"),
     "NaN loss": (_set(("runs", 0, "steps", 1, "loss"), float("nan")), "runs[0].steps[1].loss: must be"
                  " a finite number, got NaN"),
     "infinite summary": (_set(("runs", 0, "run", "summary", "time_s"), float("inf")),
@@ -448,3 +455,13 @@ def test_a_run_deleted_while_show_reads_it_is_shown_whole(store, seed, monkeypat
     assert main(["show", str(run_id), "--store", str(store.path)]) == 0
     assert capsys.readouterr().out == whole
     assert store.run(run_id) is None
+
+
+def test_a_whole_number_loss_beyond_int64_is_imported_as_a_float(source, target):
+    """A step's loss of 2**63 in the file: SQLite's OverflowError ("Python int too large to
+    convert to SQLite INTEGER") went up as a traceback."""
+    store, ids = source
+    data = json.loads(exported(store, ids))
+    data["runs"][0]["steps"][0]["loss"] = 2**63
+    run_id = transfer.import_runs(target, json.dumps(data).encode())[0]
+    assert target.steps(run_id)[0].loss == float(2**63)
