@@ -60,6 +60,12 @@ class SaidMeasurer(Measurer):
             self.lock = None
 
 
+def peak(peak_mb: int | None) -> str:
+    """A run's peak as `run` and `show` print it: a run stopped before its first sample has
+    none ("peak: None MB" before)."""
+    return "not measured" if peak_mb is None else f"{peak_mb} MB"
+
+
 CELL_WIDTH = 48  # a long name or a model's path shortened in its middle; --json has it whole
 
 

@@ -120,6 +120,14 @@ def test_a_name_with_control_characters_prints_no_control_character(store, runs,
     assert row.endswith("over written name ?[31mred?[0m?")
 
 
+def test_a_run_without_a_sample_shows_its_peak_as_not_measured(store, runs, capsys):
+    """A run stopped before its first sample (a store that could not be written, a kill at
+    once): `show` printed "peak: None MB"."""
+    capsys.readouterr()
+    assert cli(store, "show", str(runs[2])) == 0
+    assert "peak: not measured   samples: 0   steps: 0" in capsys.readouterr().out.splitlines()
+
+
 def test_the_table_shows_tags_and_names(store, runs, capsys):
     store.rename_run(runs[0], "walkthrough")
     store.set_tags(runs[0], ["h200"])
