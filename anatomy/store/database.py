@@ -151,7 +151,8 @@ class Store:
         except OSError as error:
             raise StoreError(self.path, f"its directory cannot be made: {error.strerror}") from None
         try:  # made here, not by SQLite, whose "unable to open" of a new file reads as one gone
-            self.path.touch(exist_ok=True)
+            if not self.path.exists():  # one there is left as it is: on read-only media, touching
+                self.path.touch()       # it said "it cannot be made" of a store that was there
         except OSError as error:
             raise StoreError(self.path, f"it cannot be made: {error.strerror}") from None
         try:
