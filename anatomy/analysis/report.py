@@ -9,7 +9,7 @@ steps.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -426,9 +426,14 @@ def known_option(run: RunRow, name: str) -> Any:
     return _known(run.source, run.options, run.environment, name)
 
 
+RUN_OPTION_NAMES = frozenset(f.name for f in fields(RunOptions))
+
+
 def _known(source: RunSource, options: Mapping[str, Any], facts: RunFacts, name: str) -> Any:
-    if not source.by_user:
+    if not source.by_user and name in RUN_OPTION_NAMES:
         return getattr(RunOptions.from_dict(dict(options)), name)
+    if not source.by_user:  # an option a newer anatomy ran with: as it stored it
+        return options.get(name)
     if name == "model":
         return options.get("model") or facts.model_name
     return options.get(name)

@@ -69,6 +69,11 @@ ANY_GPU_COUNT = FIELDS["gpu"].high + 1
 
 def export_runs(store: Store, run_ids: list[int]) -> dict:
     """Every recorded row of the runs, plus the report (what `show` prints) for the reader's sake."""
+    with store.snapshot():  # one moment's rows: a delete or a recording under way cuts none
+        return _export_runs(store, run_ids)
+
+
+def _export_runs(store: Store, run_ids: list[int]) -> dict:
     runs = []
     for run_id in run_ids:
         run = store.run(run_id)
@@ -116,11 +121,12 @@ def samples_csv(store: Store, run_ids: list[int]) -> str:
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow(CSV_HEADER.split(","))
-    for run_id in run_ids:
-        if store.run(run_id) is None:
-            raise KeyError(f"run {run_id} is not in {store.path}")
-        for sample in store.samples(run_id):
-            writer.writerow((run_id, *sample))
+    with store.snapshot():  # one moment's rows: a delete under way cuts none
+        for run_id in run_ids:
+            if store.run(run_id) is None:
+                raise KeyError(f"run {run_id} is not in {store.path}")
+            for sample in store.samples(run_id):
+                writer.writerow((run_id, *sample))
     return out.getvalue()
 
 

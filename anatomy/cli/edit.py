@@ -6,8 +6,7 @@ import argparse
 import sys
 
 from anatomy.cli.arguments import add_store_option, run_id
-from anatomy.cli.stores import run_or_error
-from anatomy.store import Store
+from anatomy.cli.stores import editing, run_or_error
 from anatomy.vocabulary import Status
 
 
@@ -33,8 +32,8 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def cmd_rename(args: argparse.Namespace) -> int:
-    store = Store(args.store)
-    if run_or_error(store, args.run_id) is None:
+    store = editing(args.store, args.run_id)
+    if store is None or run_or_error(store, args.run_id) is None:
         return 1
     store.rename_run(args.run_id, args.name.strip() or None)
     print(f"run {args.run_id}: {store.run(args.run_id).name or '(no name)'}")
@@ -42,8 +41,8 @@ def cmd_rename(args: argparse.Namespace) -> int:
 
 
 def cmd_tag(args: argparse.Namespace) -> int:
-    store = Store(args.store)
-    run = run_or_error(store, args.run_id)
+    store = editing(args.store, args.run_id)
+    run = None if store is None else run_or_error(store, args.run_id)
     if run is None:
         return 1
     if args.remove:
@@ -60,21 +59,26 @@ def cmd_tag(args: argparse.Namespace) -> int:
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
-    store = Store(args.store)
-    run = run_or_error(store, args.run_id)
+    store = editing(args.store, args.run_id)
+    run = None if store is None else run_or_error(store, args.run_id)
     if run is None:
         return 1
     if run.status == Status.RUNNING:  # being recorded still (store/liveness.py)
         print(f"error: run {args.run_id} is still running: stop it first", file=sys.stderr)
         return 2
     if not args.yes:
-        if not sys.stdin.isatty():
+        if sys.stdin is None or not sys.stdin.isatty():  # None: started with it closed
             print("error: deleting cannot be undone: confirm with --yes (no terminal to ask on)",
                   file=sys.stderr)
             return 2
         samples = store.sample_count(args.run_id)
         what = f"run {args.run_id} ({run.preset}, {run.status}, {samples} samples)"
-        if input(f"Delete {what}? This cannot be undone. [y/N] ").strip().lower() not in ("y", "yes"):
+        try:
+            answer = input(f"Delete {what}? This cannot be undone. [y/N] ")
+        except EOFError:  # Ctrl-D: no answer, so no
+            answer = ""
+            print()
+        if answer.strip().lower() not in ("y", "yes"):
             print("not deleted")
             return 1
     store.delete_run(args.run_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sqlite3
 import sys
@@ -67,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except OutputFailed as error:
         # `> file` on a full disk: one line, and no second try at exit (its flush would fail).
-        os.dup2(os.open(os.devnull, os.O_WRONLY), error.fileno)
+        if error.fileno is not None:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), error.fileno)
         print(f"error: cannot write the output: {error.strerror}", file=sys.stderr)
         return 1
     finally:
@@ -92,9 +94,9 @@ class OutputFailed(OSError):
     """Standard output could not be written (a full disk, /dev/full): told apart from the
     command's other OSErrors, which say what they could not read or write themselves."""
 
-    def __init__(self, error: OSError, fileno: int):
+    def __init__(self, error: OSError, fileno: int | None):
         super().__init__(error.errno, error.strerror)
-        self.fileno = fileno
+        self.fileno = fileno  # None: there is none (started with it closed)
 
 
 class _Output:
@@ -113,10 +115,13 @@ class _Output:
             raise OutputFailed(error, self.stream.fileno()) from None
 
     def write(self, text: str) -> int:
+        if self.stream is None:  # started with it closed (`>&-`): what it had to say is lost
+            raise OutputFailed(OSError(errno.EBADF, "standard output is closed"), None)
         return self._guarded(self.stream.write, text)
 
     def flush(self) -> None:
-        self._guarded(self.stream.flush)
+        if self.stream is not None:
+            self._guarded(self.stream.flush)
 
     def __getattr__(self, name: str):
         return getattr(self.stream, name)

@@ -26,6 +26,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     export.set_defaults(func=cmd_export)
 
 
+SQLITE_HEADER = b"SQLite format 3\x00"  # the first bytes of every SQLite database file
+
+
 def _unwritable(path: Path) -> str | None:
     """Why `path` cannot be written, judged before any work; None when it can."""
     if path.is_dir():
@@ -35,14 +38,29 @@ def _unwritable(path: Path) -> str | None:
         return f"its directory {folder} does not exist"
     if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
         return "it cannot be written here (permissions, or read-only media)"
+    if path.is_file() and _is_sqlite(path):  # `--output runs.sqlite`: every run of it lost
+        return "it is an SQLite database (a run store?): the export would write over it"
     return None
+
+
+def _is_sqlite(path: Path) -> bool:
+    try:
+        with path.open("rb") as file:
+            return file.read(len(SQLITE_HEADER)) == SQLITE_HEADER
+    except OSError:
+        return False
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     if args.output == "-":  # as import's "-": standard output (a file named "-" was written)
         args.output = None
+    # A run named twice (`export 3 3`, a shell's list) once: twice, its JSON was a file import
+    # refuses ("the same run as runs[0]") and its CSV held every sample twice.
+    args.run_ids = list(dict.fromkeys(args.run_ids))
     if args.output:
         problem = _unwritable(Path(args.output))
+        if Path(args.output).resolve() == resolve_path(args.store).resolve():
+            problem = "it is the store the runs are read from"
         if problem:
             print(f"error: cannot write {args.output}: {problem}", file=sys.stderr)
             return 2

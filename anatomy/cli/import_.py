@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import sqlite3
 import sys
 from pathlib import Path
@@ -26,6 +27,8 @@ def register(commands: argparse._SubParsersAction) -> None:
 def cmd_import(args: argparse.Namespace) -> int:
     try:
         if args.file == "-":
+            if sys.stdin is None:  # started with it closed (`<&-`)
+                raise OSError(errno.EBADF, "standard input is closed")
             data = transfer.read_file(sys.stdin.buffer)
         else:
             with Path(args.file).open("rb") as file:

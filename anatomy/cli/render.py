@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import unicodedata
 
 from anatomy.analysis.options import InvalidOptions
 from anatomy.analysis.prediction.workspaces import Measurer, WorkspaceError
@@ -59,13 +60,22 @@ class SaidMeasurer(Measurer):
             self.lock = None
 
 
+def peak(peak_mb: int | None) -> str:
+    """A run's peak as `run` and `show` print it: a run stopped before its first sample has
+    none ("peak: None MB" before)."""
+    return "not measured" if peak_mb is None else f"{peak_mb} MB"
+
+
 CELL_WIDTH = 48  # a long name or a model's path shortened in its middle; --json has it whole
 
 
 def _cell(value: object) -> str:
-    """A value on one line of a table: its line breaks as spaces, and at most CELL_WIDTH wide
-    (one run named with 100,000 characters padded every row of `runs` to as many)."""
-    text = "-" if value is None else " ".join(str(value).split("\n"))
+    """A value on one line of a table: its line breaks and tabs as spaces, any other control
+    character as "?" (a name's terminal escape would colour the rest of the table, a carriage
+    return write its row over), and at most CELL_WIDTH wide (one run named with 100,000
+    characters padded every row of `runs` to as many)."""
+    text = "-" if value is None else "".join(
+        " " if c.isspace() else "?" if unicodedata.category(c) == "Cc" else c for c in str(value))
     return text if len(text) <= CELL_WIDTH else f"{text[:30]}…{text[-(CELL_WIDTH - 31):]}"
 
 

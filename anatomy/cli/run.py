@@ -11,7 +11,7 @@ from anatomy.analysis import models
 from anatomy.analysis.options import InvalidOptions, validate
 from anatomy.analysis.report import report
 from anatomy.cli.arguments import add_run_options, add_store_option, options_from_args
-from anatomy.cli.render import refused, say
+from anatomy.cli.render import peak, refused, say
 from anatomy.cli.signals import POLL_SECONDS, StopSignals
 from anatomy.engine.manager import DeviceBusy, RunManager, machine
 from anatomy.store import Store
@@ -40,7 +40,7 @@ def _follow(manager: RunManager, store: Store, run_id: int, signals: StopSignals
     """Print each phase's memory as it ends and the training's progress, until the run is over
     or a signal asks for a stop."""
     printed: set[str] = set()
-    tty = sys.stderr.isatty()
+    tty = sys.stderr is not None and sys.stderr.isatty()  # None: started with it closed
     train_started = None
     last_progress = 0.0
     while signals.received is None:
@@ -131,7 +131,7 @@ def _outcome(manager: RunManager, store: Store, run_id: int) -> int:
         print(f"Samples/second: {summary.samples_per_second:.2f}")
     if rep.training:
         print(f"{text.occupied_line(rep.training.memory_bytes, rep.backend)}  (training)")
-    print(f"peak: {summary.peak_mb} MB; status: {status}; "
+    print(f"peak: {peak(summary.peak_mb)}; status: {status}; "
           f"{rep.samples} samples stored in {store.path} as run {run_id}")
     if status != Status.COMPLETED:
         print(f"{status}: {error}", file=sys.stderr)

@@ -16,7 +16,7 @@ from anatomy.store import STATUSES
 def register(commands: argparse._SubParsersAction) -> None:
     runs = commands.add_parser("runs", help="the stored runs")
     runs.add_argument("--json", action="store_true")
-    runs.add_argument("--tag", help="only runs with this tag")
+    runs.add_argument("--tag", type=_tag, help="only runs with this tag")
     runs.add_argument("--model", "--preset", dest="preset", metavar="MODEL",
                       help="only runs of this model (as the run named it)")
     # the names (a refusal lists choices by repr: "<Status.RUNNING: 'running'>" for a member)
@@ -26,10 +26,23 @@ def register(commands: argparse._SubParsersAction) -> None:
     runs.set_defaults(func=cmd_runs)
 
 
+def _tag(value: str) -> str:
+    """A tag as `tag` stores it: stripped, not empty, no comma. An empty one (`--tag "$TAG"`,
+    TAG unset) listed every untagged run, the column's empty list matching it."""
+    tag = value.strip()
+    if not tag or "," in tag:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a tag: a tag is not empty and holds"
+                                         " no comma")
+    return tag
+
+
 def cmd_runs(args: argparse.Namespace) -> int:
     filters = {"tag": args.tag, "preset": args.preset, "status": args.status}
     store = reading(args.store)
-    rows = [] if store is None else run_rows(store, **filters)
+    rows = []
+    if store is not None:
+        with store.snapshot():  # one moment's rows: a run deleted meanwhile is listed whole
+            rows = run_rows(store, **filters)
     if args.json:
         print(json.dumps([asdict(r) for r in rows], indent=2))
         return 0

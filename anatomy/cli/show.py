@@ -11,7 +11,7 @@ from anatomy.analysis.compare import option
 from anatomy.analysis.operations import comparison
 from anatomy.analysis.report import when
 from anatomy.cli.arguments import add_store_option, run_id
-from anatomy.cli.render import table
+from anatomy.cli.render import peak, table
 from anatomy.cli.stores import reading, report_or_error
 from anatomy.store import resolve_path
 from anatomy.units import MIB
@@ -60,7 +60,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"Time: {s.time_s:.2f} s")
     if s.samples_per_second is not None:
         print(f"Samples/second: {s.samples_per_second:.2f}")
-    print(f"peak: {s.peak_mb} MB   samples: {rep.samples}   steps: {rep.steps}")
+    print(f"peak: {peak(s.peak_mb)}   samples: {rep.samples}   steps: {rep.steps}")
     if rep.components:
         parts = rep.components
         print("measured components (MB): " + ", ".join(

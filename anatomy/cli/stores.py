@@ -17,6 +17,17 @@ def reading(path: str | None) -> Store | None:
         return None
 
 
+def editing(path: str | None, run_id: int) -> Store | None:
+    """The store opened to change a run of it; None, said in a line, where there is no store
+    yet: a mistyped --store made its folders and an empty store only to say the run was not in
+    it."""
+    if reading(path) is None:
+        print(f"error: run {run_id} is not in {resolve_path(path)} (no store there yet)",
+              file=sys.stderr)
+        return None
+    return Store(path)
+
+
 def run_or_error(store: Store, run_id: int) -> RunRow | None:
     run = store.run(run_id)
     if run is None:
@@ -25,7 +36,10 @@ def run_or_error(store: Store, run_id: int) -> RunRow | None:
 
 
 def report_or_error(store: Store | None, run_id: int) -> RunReport | None:
-    rep = None if store is None else report(store, run_id)
+    rep = None
+    if store is not None:
+        with store.snapshot():  # one moment's rows: a delete under way cuts none
+            rep = report(store, run_id)
     if rep is None:
         where = store.path if store is not None else f"{resolve_path(None)} (no store there yet)"
         print(f"error: run {run_id} is not in {where}", file=sys.stderr)

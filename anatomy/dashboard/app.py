@@ -2,12 +2,13 @@
 the navigation among the pages of screens/, the machine in the sidebar — then the page asked for
 (/, /runs, /compare, /anatomy: also as a fresh server's first request)."""
 
+import sqlite3
 from pathlib import Path
 
 import streamlit as st
 
 from anatomy.dashboard import links, server, widgets
-from anatomy.store import StoreError
+from anatomy.store import StoreError, resolve_path, store_error
 
 # The favicon, a file served by this server: a material icon as page_icon is fetched from
 # fonts.gstatic.com, which fails offline.
@@ -25,7 +26,10 @@ widgets.sidebar_device()
 widgets.chart_switch()
 try:
     server.manager()  # opens the store, and closes runs a dead server left running
-except StoreError as error:  # not a store, unreadable, read-only: one line, not a traceback
+    page.run()
+except (StoreError, sqlite3.Error) as error:
+    # Not a store, unreadable, read-only; or a page's read of a damaged (or locked) store, as the
+    # CLI says it: one line, not a traceback.
+    if isinstance(error, sqlite3.Error):
+        error = store_error(resolve_path(), error)
     st.error(f"The run store cannot be used: {error}. Point ANATOMY_STORE at another file.")
-    st.stop()
-page.run()

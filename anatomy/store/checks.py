@@ -71,8 +71,12 @@ def is_int(value: Any) -> bool:
 
 
 def is_number(value: Any) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value))
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # a whole number beyond every float (10**400)
+        return False
 
 
 def whole(value: Any, where: str, low: int = 0, high: int = MAX_INTEGER,
@@ -144,7 +148,18 @@ def finite(value: Any, where: str) -> float | None:
     """Any finite number, or None."""
     if value is not None and not is_number(value):
         raise InvalidValue(where, f"must be a finite number, got {shown(value)}")
+    if isinstance(value, int) and not -2**63 <= value < 2**63:
+        return float(value)  # as SQLite's REAL keeps it: its INTEGER stops at 2**63
     return value
+
+
+def loss(value: Any, where: str) -> float | None:
+    """A loss: any finite number, or None. A NaN or an infinity (a training that diverged) is
+    None, as SQLite keeps a step's NaN loss: refusing it failed the run (and raised in the
+    user's own Trainer, from the callback's on_train_end) after the training had ended."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return finite(value, where)
 
 
 def flag(value: Any, where: str) -> bool | None:

@@ -10,10 +10,11 @@ import json
 import math
 import os
 import sqlite3
+import threading
 import time
 import urllib.parse
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
@@ -105,6 +106,20 @@ def _member(kind: type[E], value: str | None) -> E | str | None:
     return kind._value2member_map_.get(value, value) if value is not None else None
 
 
+# The connection each thread's Store.snapshot() holds, by the store's id().
+_PINNED = threading.local()
+
+
+def _stored_object(text: str | None) -> dict[str, Any]:
+    """A run's JSON column as its object; {} for text that is no JSON object (a row damaged or
+    edited by hand): one such row must not hide every other run from every reader."""
+    try:
+        value = json.loads(text) if text else {}
+    except (ValueError, TypeError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 STEP_INSERT = ("INSERT INTO steps (run_id, t, step, total, loss, allocated, reserved, rank,"
                " seq_len) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
 
@@ -142,7 +157,8 @@ class Store:
         except OSError as error:
             raise StoreError(self.path, f"its directory cannot be made: {error.strerror}") from None
         try:  # made here, not by SQLite, whose "unable to open" of a new file reads as one gone
-            self.path.touch(exist_ok=True)
+            if not self.path.exists():  # one there is left as it is: on read-only media, touching
+                self.path.touch()       # it said "it cannot be made" of a store that was there
         except OSError as error:
             raise StoreError(self.path, f"it cannot be made: {error.strerror}") from None
         try:
@@ -171,7 +187,33 @@ class Store:
             raise store_error(self.path, error) from None
 
     @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Every read of this thread inside sees the store as one moment left it (one read
+        transaction): an export read while another process deletes the run is the whole run,
+        not its samples without the steps deleted between two reads. Reads only."""
+        if self._in_snapshot():  # inside one already
+            yield
+            return
+        with self.connect() as db:
+            db.execute("BEGIN")
+            db.execute("SELECT 1 FROM sqlite_master LIMIT 1")  # the moment: the first read
+            pinned = _PINNED.__dict__.setdefault("connections", {})
+            pinned[id(self)] = db
+            try:
+                yield
+            finally:
+                del pinned[id(self)]
+                db.rollback()
+
+    def _in_snapshot(self) -> bool:
+        return id(self) in _PINNED.__dict__.get("connections", {})
+
+    @contextmanager
     def connect(self):
+        pinned = _PINNED.__dict__.get("connections", {}).get(id(self))
+        if pinned is not None:  # inside snapshot(): its transaction, left open
+            yield pinned
+            return
         if self.read_only:
             uri = "file:" + urllib.parse.quote(str(self.path.absolute())) + "?mode=ro"
             db = sqlite3.connect(uri + ("&immutable=1" if self._immutable else ""), uri=True,
@@ -352,7 +394,8 @@ class Store:
     @staticmethod
     def _sweep_row(row: sqlite3.Row) -> SweepRow:
         values = {"pid": None, **dict(row)}  # a read-only store may predate the column
-        values.update(base=json.loads(values["base"]), vary=json.loads(values["vary"]),
+        vary = {k: v for k, v in _stored_object(values["vary"]).items() if isinstance(v, list)}
+        values.update(base=_stored_object(values["base"]), vary=vary,
                       until_oom=bool(values["until_oom"]), status=_member(Status, values["status"]))
         return SweepRow(**values)
 
@@ -374,13 +417,13 @@ class Store:
         # A read-only store may predate the columns added since. What the store wrote is read
         # leniently: a value that fails its check stays as stored, unseen by readers.
         values = {"origin": None, "source": "{}", "recorder": None, **dict(row)}
-        values["options"] = json.loads(values["options"] or "{}")
+        values["options"] = _stored_object(values["options"])
         for key, kind in (("environment", RunFacts), ("summary", TrainingSummary),
                           ("source", RunSource)):
-            values[key] = kind.from_dict(json.loads(values[key] or "{}"), strict=False)
-        values["origin"] = (Origin.from_dict(json.loads(values["origin"]), strict=False)
-                            if values["origin"] else None)
-        values["recorder"] = Recorder.from_dict(json.loads(values["recorder"] or "null"))
+            values[key] = kind.from_dict(_stored_object(values[key]), strict=False)
+        origin = _stored_object(values["origin"])
+        values["origin"] = Origin.from_dict(origin, strict=False) if origin else None
+        values["recorder"] = Recorder.from_dict(_stored_object(values["recorder"]))
         values["tags"] = tuple(t for t in (values["tags"] or "").split(",") if t)
         values["status"] = _member(Status, values["status"])
         values["backend"] = _member(Backend, values["backend"])
@@ -537,7 +580,9 @@ class Store:
             span = db.execute("SELECT MIN(t_min), MAX(t_max), COUNT(*) FROM sample_buckets"
                               " WHERE run_id = ?", (run_id,)).fetchone()
             if span[2] == 0:
-                if self.read_only:  # a run stored before the buckets existed, read as it is
+                # A run stored before the buckets existed, read as it is: where nothing may be
+                # written (a snapshot only reads)
+                if self.read_only or self._in_snapshot():
                     return [Sample(*r) for r in db.execute(
                         "SELECT t, gpu, used, reserved, total, util FROM samples WHERE run_id = ?"
                         f"{only} ORDER BY gpu, t", (run_id, *args))]

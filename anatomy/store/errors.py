@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import sqlite3
 from pathlib import Path
@@ -52,9 +53,22 @@ def store_error(path: Path, error: sqlite3.Error) -> StoreError:
     name = getattr(error, "sqlite_errorname", "") or ""
     if name.startswith("SQLITE_CANTOPEN") and not path.exists() and path.parent.is_dir():
         return StoreError(path, "it is gone: the file was deleted or moved while in use")
+    if name.startswith("SQLITE_CANTOPEN") and path.exists() and _read_only(path):
+        return StoreError(path, "it cannot be written: the file or its directory is read-only"
+                                f" ({error})")
     full = name == "SQLITE_FULL" or (name.startswith("SQLITE_IOERR") and _disk_full(path))
     return StoreError(path, f"the disk is full (SQLite: {error})" if full else why(error),
                       full=full)
+
+
+def _read_only(path: Path) -> bool:
+    """The file or its folder cannot be written: permissions, or read-only media (which
+    os.access does not tell root)."""
+    try:
+        media = os.statvfs(path).f_flag & os.ST_RDONLY
+    except OSError:
+        media = False
+    return bool(media) or not os.access(path, os.W_OK) or not os.access(path.parent, os.W_OK)
 
 
 def _disk_full(path: Path) -> bool:

@@ -319,7 +319,7 @@ class TrainingSummary(Record):
     time_s: float | None = fact(checks.number)
     samples_per_second: float | None = fact(checks.number)
     steps: int | None = fact(checks.count)
-    loss: float | None = fact(checks.finite)
+    loss: float | None = fact(checks.loss)
     components: Components | None = fact(record(Components))  # rank 0's
     operations: Mapping[str, Any] | None = fact(_operations)  # analysis/operations.py's
     rank_components: Mapping[int, Components] | None = fact(_rank_components)

@@ -34,15 +34,18 @@ def figure_html(figure: go.Figure, title: str | None = None) -> str:
 def runs_html(store: Store, run_ids: list[int]) -> str:
     """Each run's memory chart, as the dashboard draws it, on one standalone page (plotly.js is
     inside it, so it opens offline)."""
-    reports = []
-    for run_id in run_ids:
-        rep = report(store, run_id)
-        if rep is None:
-            raise KeyError(f"run {run_id} is not in {store.path}")
-        reports.append(rep)
+    with store.snapshot():  # one moment's rows: a delete under way cuts none
+        reports = []
+        for run_id in run_ids:
+            rep = report(store, run_id)
+            if rep is None:
+                raise KeyError(f"run {run_id} is not in {store.path}")
+            reports.append(rep)
+        read = [(store.decimated(rep.id, buckets(rep, 2000)), store.steps(rep.id))
+                for rep in reports]
     charts = []
-    for index, rep in enumerate(reports):
-        figure = memory_chart(rep, store.decimated(rep.id, buckets(rep, 2000)), store.steps(rep.id))
+    for index, (rep, (samples, steps)) in enumerate(zip(reports, read)):
+        figure = memory_chart(rep, samples, steps)
         standalone(figure, html.escape(
             f"{rep.title()}, {rep.status}, peak {rep.summary.peak_mb} MB"))
         figure.update_layout(height=520)

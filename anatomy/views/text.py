@@ -17,6 +17,8 @@ from anatomy.vocabulary import Backend, MemoryApi, RecordedBy, Status
 def source(backend: Backend, memory_api: MemoryApi | None) -> str:
     if backend == Backend.CPU_RSS:
         return "CPU resident memory (RSS) of the training process tree: no GPU on this machine"
+    if backend != Backend.NVML or memory_api not in (MemoryApi.V2, MemoryApi.V1, None):
+        return f"{backend} ({memory_api}), which this anatomy does not know (a newer one's?)"
     if memory_api == MemoryApi.V2:
         return "NVML v2 'used' (driver-reserved memory excluded, as on the walkthrough's driver)"
     return "NVML v1 'used' (on R510+ drivers this includes driver-reserved memory)"

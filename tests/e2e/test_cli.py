@@ -283,3 +283,14 @@ def test_from_prediction_does_not_measure_on_a_gpu_a_run_holds(fresh_nvml, tmp_p
     assert "convolution workspaces not measured (GPU 0 is busy: run 7 by pid 4242): the " \
         "margin's answer" in err
     assert "measuring" not in err and vary["batch_size"]
+
+
+def test_a_run_started_with_its_standard_error_closed_completes(tmp_path):
+    """`anatomy run 2>&-` (a daemon's closed descriptor: Python's sys.stderr is None) stopped
+    the run as it began, exit status 1, and said nothing: the progress asked None isatty()."""
+    store = tmp_path / "runs.sqlite"
+    result = subprocess.run(["sh", "-c", 'exec "$0" -m anatomy "$@" 2>&-', sys.executable, "run",
+                             *flags(TINY), "--store", str(store)],
+                            capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stdout
+    assert "status: completed" in result.stdout.splitlines()[-1]

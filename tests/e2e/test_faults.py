@@ -512,6 +512,19 @@ def test_a_store_on_read_only_media_lists_shows_and_exports_but_refuses_writes(r
     assert code == 2 and "cannot be" in _one_line(err)
 
 
+def test_a_store_there_on_read_only_media_is_called_read_only_not_unmade(read_only_media,
+                                                                         capsys):
+    """`anatomy tag 1 x` (and the dashboard) of a store on read-only media said "it cannot be
+    made: Read-only file system", of a store that was there: opening it touched it."""
+    folder, freeze = read_only_media
+    path = folder / "runs.sqlite"
+    run_id = seed_run(Store(path))
+    freeze()
+    code, _, err = _main(capsys, "tag", str(run_id), "x", "--store", str(path))
+    assert code == 2 and _one_line(err).startswith(
+        f"error: the store {path}: it cannot be written: the file or its directory is read-only")
+
+
 
 # --- one-line errors ---
 

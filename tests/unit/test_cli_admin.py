@@ -75,6 +75,16 @@ def test_runs_filter_by_preset_and_status_and_together(store, runs, capsys):
     assert "no stored run has status stopped" in capsys.readouterr().out
 
 
+def test_an_empty_tag_filter_is_refused_not_read_as_untagged(store, runs, capsys):
+    """`anatomy runs --tag "$TAG"` with TAG unset listed every untagged run."""
+    store.set_tags(runs[0], ["baseline"])
+    with pytest.raises(SystemExit) as exit_:
+        cli(store, "runs", "--tag", "")
+    assert exit_.value.code == 2
+    assert "'' is not a tag: a tag is not empty and holds no comma" in capsys.readouterr().err
+    assert listed(store, capsys, "--tag", " baseline ") == [runs[0]]
+
+
 def test_a_status_that_is_none_is_refused_with_the_statuses_by_name(store, capsys):
     """The refusal listed them as "<Status.RUNNING: 'running'>, <Status.COMPLETED: …>"."""
     with pytest.raises(SystemExit):
@@ -95,6 +105,27 @@ def test_a_long_or_multiline_name_keeps_the_table_one_screen_wide(store, runs, c
     assert len(lines) == 1 + len(runs) and max(map(len, lines)) < 250
     assert any("first line second line" in line for line in lines)
     assert any("xxx…xxx" in line for line in lines)
+
+
+def test_a_name_with_control_characters_prints_no_control_character(store, runs, capsys):
+    """A name with a carriage return, a tab or a terminal escape (an imported run's, a
+    describe()'d one) went to the terminal as it was: the escape coloured the rest of the
+    table, the return wrote the row over its own start, the tab broke the columns."""
+    store.rename_run(runs[0], "over\rwritten\tname \x1b[31mred\x1b[0m\x07")
+    capsys.readouterr()
+    assert cli(store, "runs") == 0
+    out = capsys.readouterr().out
+    assert not any(c in out for c in "\r\t\x1b\x07")
+    (row,) = [line for line in out.splitlines() if line.startswith(f"{runs[0]} ")]
+    assert row.endswith("over written name ?[31mred?[0m?")
+
+
+def test_a_run_without_a_sample_shows_its_peak_as_not_measured(store, runs, capsys):
+    """A run stopped before its first sample (a store that could not be written, a kill at
+    once): `show` printed "peak: None MB"."""
+    capsys.readouterr()
+    assert cli(store, "show", str(runs[2])) == 0
+    assert "peak: not measured   samples: 0   steps: 0" in capsys.readouterr().out.splitlines()
 
 
 def test_the_table_shows_tags_and_names(store, runs, capsys):
@@ -129,6 +160,34 @@ def test_delete_asks_on_a_terminal(store, runs, capsys, monkeypatch, answer, del
 
 def test_delete_without_a_terminal_needs_yes(store, runs, capsys, monkeypatch):
     monkeypatch.setattr("sys.stdin", io.StringIO("y\n"))
+    assert cli(store, "delete", str(runs[1])) == 2
+    assert "confirm with --yes" in capsys.readouterr().err
+    assert store.run(runs[1]) is not None
+
+
+@pytest.mark.parametrize("command", [["rename", "1", "x"], ["tag", "1", "x"],
+                                     ["delete", "1", "--yes"]], ids=" ".join)
+def test_editing_a_run_of_a_store_that_is_not_there_makes_none(tmp_path, capsys, command):
+    """`anatomy rename 1 x --store typo/s.sqlite` made the folder typo/ and an empty store in it,
+    then said that run 1 was not in it."""
+    path = tmp_path / "typo" / "s.sqlite"
+    assert main([*command, "--store", str(path)]) == 1
+    assert capsys.readouterr().err == f"error: run 1 is not in {path} (no store there yet)\n"
+    assert not path.parent.exists()
+
+
+def test_ctrl_d_at_the_delete_prompt_is_no(store, runs, capsys, monkeypatch):
+    """Ctrl-D at "Delete run N …? [y/N]" was an EOFError traceback."""
+    monkeypatch.setattr("sys.stdin", Terminal(""))
+    assert cli(store, "delete", str(runs[1])) == 1
+    out, err = capsys.readouterr()
+    assert out.endswith("not deleted\n") and err == ""
+    assert store.run(runs[1]) is not None
+
+
+def test_delete_with_standard_input_closed_needs_yes(store, runs, capsys, monkeypatch):
+    """`anatomy delete N <&-` was an AttributeError traceback."""
+    monkeypatch.setattr("sys.stdin", None)
     assert cli(store, "delete", str(runs[1])) == 2
     assert "confirm with --yes" in capsys.readouterr().err
     assert store.run(runs[1]) is not None

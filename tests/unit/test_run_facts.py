@@ -67,6 +67,21 @@ def test_a_world_size_that_is_no_whole_number_from_1_is_refused_with_its_place(v
                                          "number from 1 to 65536, got ")
 
 
+@pytest.mark.parametrize("loss", [float("nan"), float("inf"), float("-inf")])
+def test_a_training_whose_loss_diverged_is_summarised_without_its_loss(store, loss, capsys):
+    """A user's Trainer with AnatomyCallback and logging_nan_inf_filter=False, whose loss went
+    NaN: on_train_end raised InvalidValue ("TrainingSummary.loss: must be a finite number, got
+    nan") in the user's script, and the run was stored as failed."""
+    summary = TrainingSummary.of(time_s=0.6, samples_per_second=26.0, steps=4, loss=loss)
+    assert summary.loss is None and summary.steps == 4
+    run_id = seed_run(store)
+    store.update_run(run_id, summary=summary)
+    assert main(["export", str(run_id), "--format", "json", "--output",
+                 str(store.path.with_name("run.json")), "--store", str(store.path)]) == 0
+    assert main(["import", str(store.path.with_name("run.json")), "--copy",
+                 "--store", str(store.path)]) == 0
+
+
 def test_a_wrong_value_an_older_import_stored_is_kept_out_of_every_readers_way(store, capsys):
     """A store written before imports built these types may hold one: it lists, shows and
     exports as before, the value read as unknown (one process) and printed as stored."""

@@ -53,6 +53,19 @@ def test_a_run_is_named_and_tagged_from_the_page(store, seed):
     assert store.run(run_id).name is None  # an empty name removes it
 
 
+def test_saving_the_labels_of_a_run_deleted_meanwhile_says_nothing_was_saved(store, seed):
+    """Another tab (or `anatomy delete`) deleted the run shown; its Save said "Run N saved"."""
+    run_id, other = seed(), seed()
+    app = _page(run=str(run_id))
+    store.delete_run(run_id)
+    app.text_input(key=f"run_name_{run_id}").set_value("kept?")
+    app.button(key=f"FormSubmitter:run_labels_{run_id}-Save").click().run()
+    assert not app.exception
+    assert [t.value for t in app.toast] == [f"Run {run_id} is not stored any more: nothing was"
+                                            " saved"]
+    assert store.run(other).name is None
+
+
 def test_a_runs_chart_and_its_export_are_a_click_away(store, seed):
     run_id = seed()
     app = _page(run=str(run_id))

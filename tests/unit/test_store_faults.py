@@ -162,6 +162,25 @@ def test_an_export_to_a_folder_that_does_not_exist_is_refused_before_any_work(st
                               "/nonexistent does not exist\n")
 
 
+@pytest.mark.parametrize("format", ["json", "csv", "html"])
+def test_an_export_over_a_store_is_refused_and_the_store_kept(store, seed, capsys, tmp_path,
+                                                              format):
+    """`anatomy export 1 --format csv --output runs.sqlite --store runs.sqlite` (--output typed
+    for --store) wrote the CSV over the store: every run lost. Over another store, the same."""
+    run_id = seed()
+    other = Store(tmp_path / "other.sqlite")
+    seed_run(other)
+    for target, reason in ((store.path, "it is the store the runs are read from"),
+                           (other.path, "it is an SQLite database (a run store?): the export "
+                                        "would write over it")):
+        before = target.read_bytes()
+        code, _, err = _main(capsys, "export", str(run_id), "--format", format, "--output",
+                             str(target), "--store", str(store.path))
+        assert code == 2 and _one_line(err) == f"error: cannot write {target}: {reason}\n"
+        assert target.read_bytes() == before
+    assert _main(capsys, "runs", "--store", str(store.path))[0] == 0
+
+
 def test_the_exit_statuses_are_in_every_commands_help(capsys):
     for command in ([], ["run"], ["import"]):
         with pytest.raises(SystemExit):
@@ -254,6 +273,27 @@ def test_output_that_cannot_be_written_is_one_line(store, seed, capsys, monkeypa
         full.file.close()
     err = capsys.readouterr().err
     assert code == 1 and err == "error: cannot write the output: No space left on device\n", err
+
+
+@pytest.mark.parametrize("command", [["runs"], ["show", "1"], ["export", "1", "--format", "json"],
+                                     ["--help"]], ids=" ".join)
+def test_a_standard_output_closed_from_the_start_is_one_line(store, seed, capsys, monkeypatch,
+                                                             command):
+    """`anatomy runs >&-` (Python's sys.stdout is None) was an AttributeError traceback."""
+    seed()
+    monkeypatch.setattr("sys.stdout", None)
+    code = cli.main([*command, "--store", str(store.path)])
+    err = capsys.readouterr().err
+    assert code == 1 and err == "error: cannot write the output: standard output is closed\n", err
+
+
+def test_import_of_a_standard_input_closed_from_the_start_is_one_line(store, capsys,
+                                                                      monkeypatch):
+    """`anatomy import - <&-` was an AttributeError traceback."""
+    monkeypatch.setattr("sys.stdin", None)
+    code = cli.main(["import", "-", "--store", str(store.path)])
+    err = capsys.readouterr().err
+    assert code == 1 and err == "error: cannot read -: standard input is closed\n", err
 
 
 @pytest.mark.parametrize("command", [

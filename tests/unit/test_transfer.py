@@ -104,6 +104,13 @@ BAD_FILES = {
                   " be a finite number of seconds from 0 to 1,000,000,000, got 1e400"),
     "NaN time": (_set(("runs", 0, "samples", 3, 0), float("nan")), "runs[0].samples[3][0]: time must"
                  " be a finite number of seconds from 0 to 1,000,000,000, got NaN"),
+    # A whole number beyond every float: is_number's isfinite() raised OverflowError.
+    "a whole-number loss beyond every float": (
+        _set(("runs", 0, "steps", 1, "loss"), 10**400),
+        "runs[0].steps[1].loss: must be a finite number, got an integer of 401 digits"),
+    "a whole-number time beyond every float": (
+        _set(("runs", 0, "samples", 3, 0), 10**400),
+        "runs[0].samples[3][0]: time must be a finite number of seconds"),
     "NaN loss": (_set(("runs", 0, "steps", 1, "loss"), float("nan")), "runs[0].steps[1].loss: must be"
                  " a finite number, got NaN"),
     "infinite summary": (_set(("runs", 0, "run", "summary", "time_s"), float("inf")),
@@ -387,3 +394,74 @@ def test_a_file_that_cannot_begin_an_export_is_refused_at_its_start(byte, words,
     assert main(["import", "-", "--store", str(store.path)]) == 2
     assert words in capsys.readouterr().err
     assert stdin.buffer.given <= transfer.HEAD_BYTES and store.runs() == []
+
+
+def _deleted_by_another_process_after(monkeypatch, store: Store, read: str, run_id: int) -> None:
+    """The run deleted, as another process's `anatomy delete` would, as soon as the store's
+    `read` has read its rows: between two reads of one export."""
+    other, real = Store(store.path), getattr(Store, read)
+
+    def read_then_delete(self, *args, **kwargs):
+        rows = real(self, *args, **kwargs)
+        if self is store and other.run(run_id) is not None:
+            other.delete_run(run_id)
+        return rows
+    monkeypatch.setattr(Store, read, read_then_delete)
+
+
+@pytest.mark.parametrize("read", ["run", "samples"])
+def test_a_run_deleted_while_it_is_exported_is_exported_whole(store, seed, monkeypatch, read):
+    """`anatomy export 1 --format json` while `anatomy delete 1 --yes` ran wrote the run with
+    its 571,425 samples and 0 of its steps (each read its own transaction), and exit status 0."""
+    run_id = seed()
+    whole = transfer.export_runs(store, [run_id])["runs"][0]
+    assert len(whole["steps"]) == 8
+    _deleted_by_another_process_after(monkeypatch, store, read, run_id)
+    exported = transfer.export_runs(store, [run_id])["runs"][0]
+    assert store.run(run_id) is None
+    assert {k: len(exported[k]) for k in ("samples", "steps", "phases")} == {
+        k: len(whole[k]) for k in ("samples", "steps", "phases")}
+
+
+def test_a_run_deleted_while_its_samples_are_exported_as_csv_is_exported_whole(store, seed,
+                                                                               monkeypatch):
+    run_id = seed()
+    whole = transfer.samples_csv(store, [run_id])
+    _deleted_by_another_process_after(monkeypatch, store, "run", run_id)
+    assert transfer.samples_csv(store, [run_id]) == whole
+    assert store.run(run_id) is None
+
+
+@pytest.mark.parametrize("format", ["json", "csv"])
+def test_a_run_named_twice_is_exported_once(source, tmp_path, capsys, format):
+    """`anatomy export 1 1 --format json` wrote a file that `anatomy import` refused ("runs[1]:
+    the same run as runs[0]"); the CSV held every sample twice."""
+    store, run_ids = source
+    once, twice = tmp_path / f"once.{format}", tmp_path / f"twice.{format}"
+    for path, ids in ((once, [run_ids[0]]), (twice, [run_ids[0], run_ids[0]])):
+        assert main(["export", *map(str, ids), "--format", format, "--output", str(path),
+                     "--store", str(store.path)]) == 0
+    assert twice.read_text() == once.read_text()
+
+
+def test_a_run_deleted_while_show_reads_it_is_shown_whole(store, seed, monkeypatch, capsys):
+    """`anatomy show 1` while `anatomy delete 1 --yes` ran printed the run with no phases,
+    "samples: 0   steps: 0", and exit status 0."""
+    run_id = seed()
+    assert main(["show", str(run_id), "--store", str(store.path)]) == 0
+    whole = capsys.readouterr().out
+    _deleted_by_another_process_after(monkeypatch, store, "run", run_id)
+    monkeypatch.setattr("anatomy.cli.show.reading", lambda path: store)  # the store deleted from
+    assert main(["show", str(run_id), "--store", str(store.path)]) == 0
+    assert capsys.readouterr().out == whole
+    assert store.run(run_id) is None
+
+
+def test_a_whole_number_loss_beyond_int64_is_imported_as_a_float(source, target):
+    """A step's loss of 2**63 in the file: SQLite's OverflowError ("Python int too large to
+    convert to SQLite INTEGER") went up as a traceback."""
+    store, ids = source
+    data = json.loads(exported(store, ids))
+    data["runs"][0]["steps"][0]["loss"] = 2**63
+    run_id = transfer.import_runs(target, json.dumps(data).encode())[0]
+    assert target.steps(run_id)[0].loss == float(2**63)

@@ -269,9 +269,10 @@ def sweep_results(sweep_id: int) -> None:
     line = view.largest_fitting(result)
     if line:
         st.markdown(line)
-    if result.runs:
+    if result.runs and result.vary:  # a plan that cannot be read (a damaged row) draws no grid
         widgets.chart(figures.sweep_figure(result, "peak_mb"), "sweep_peak")
         widgets.chart(figures.sweep_figure(result, "samples_per_second"), "sweep_speed")
+    if result.runs:
         _sweep_table(result)
         ids = [r.run for r in result.runs]
         st.button("Compare these runs", key="sweep_compare", on_click=_show_runs, args=(ids,),

@@ -63,7 +63,10 @@ def _filters(db) -> dict:
 def _save_labels(run_id: int) -> None:
     db = server.store()
     name = st.session_state[f"run_name_{run_id}"].strip()
-    db.rename_run(run_id, name or None)
+    if not db.rename_run(run_id, name or None):  # deleted meanwhile (another tab, the CLI)
+        st.toast(f"Run {run_id} is not stored any more: nothing was saved",
+                 icon=":material/search_off:")
+        return
     db.set_tags(run_id, st.session_state[f"run_tags_{run_id}"].split(","))
     st.toast(f"Run {run_id} saved")
 
