@@ -224,15 +224,20 @@ def test_the_phase_api_tells_a_store_it_cannot_use_and_the_training_goes_on(tmp_
     monkeypatch.setattr(attach, "_install_exit_hooks", lambda run: None)  # not this pytest's
     (tmp_path / "notes.txt").write_text("not a store")
     run = attach.start(store=tmp_path / "notes.txt", kernel=False, baseline=False)
+    _marks_go_nowhere(run)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not recording: the store" in err and "notes.txt" in err
+    assert attach.current() is None
+
+
+def _marks_go_nowhere(run) -> None:
+    """A run that records nothing takes the training's marks all the same, and ends."""
     try:
         assert run.id is None and not run.watched
         run.phase("training")
         run.step(loss=1.0)
     finally:
         run.end()
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "not recording: the store" in err and "notes.txt" in err
-    assert attach.current() is None
 
 
 def test_the_phase_api_names_a_gpu_that_is_not_visible(tmp_path, monkeypatch):
@@ -330,12 +335,7 @@ def test_a_watch_the_environment_names_but_is_gone_is_said_and_the_training_goes
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
     run = attach.start(kernel=False, baseline=False)
-    try:
-        assert run.id is None and not run.watched
-        run.phase("training")
-        run.step(loss=1.0)
-    finally:
-        run.end()
+    _marks_go_nowhere(run)
     err = capsys.readouterr().err
     assert err.count("\n") == 1, err
     assert "not recording: $ANATOMY_WATCH names the socket of an `anatomy watch` that cannot be" \
