@@ -58,6 +58,9 @@ class Joined:
         self.samples = self.context.Queue()
         self.stop_sampler = self.context.Event()
         self.sampling = threading.Event()
+        # Set once nothing is forwarded any more: the ranks' socket (Watch._receive) then drops
+        # their messages, as it does once a recording has ended, rather than queue them unread.
+        self.done = threading.Event()
         self.connection: Connection | None = None
         self.gone: str | None = None  # the run's host is gone: why
         self.stop_asked: str | None = None  # the run's host asked the command to end
@@ -161,6 +164,7 @@ class Joined:
             sampling.kill()
         self._gather(outbox)
         self._forward(outbox, force=True)
+        self.done.set()
         why = (f"stopped on its host ({self.stop_asked or signal.Signals(watch.asked[0]).name})"
                if stop_sent else None)
         if self.connection is not None and self.gone is None:
