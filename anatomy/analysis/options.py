@@ -148,13 +148,18 @@ class RunOptions:
 
 
     @property
+    def _processes(self) -> int:
+        """The processes that share the data, at least 1 (for unvalidated options too)."""
+        world = self.world_size
+        return max(1, world) if isinstance(world, int) else 1
+
+    @property
     def samples(self) -> int:
         """The dummy dataset's length: `dataset_size`, grown to one full batch for every process
         where it holds less. A Trainer over fewer samples than a batch trains a smaller batch than
         asked, and what a run reads would be that batch's memory, not the one it was asked (and
         predicted) for: `sweep --from-prediction` at 1,828 trained batches of 512 on the H200."""
-        world = self.world_size if isinstance(self.world_size, int) else 1
-        return max(self.dataset_size, self.batch_size * max(1, world))
+        return max(self.dataset_size, self.batch_size * self._processes)
 
     def total_steps(self) -> int:
         """Optimizer steps the Trainer will take (its own arithmetic, without a dataloader): with
@@ -162,8 +167,7 @@ class RunOptions:
         every process takes that many steps."""
         if self.max_steps is not None:
             return self.max_steps
-        world = self.world_size if isinstance(self.world_size, int) else 1
-        batches = -(-self.samples // (self.batch_size * max(1, world)))
+        batches = -(-self.samples // (self.batch_size * self._processes))
         return max(1, batches // self.grad_accum) * self.epochs
 
 

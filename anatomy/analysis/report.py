@@ -430,10 +430,9 @@ RUN_OPTION_NAMES = frozenset(f.name for f in fields(RunOptions))
 
 
 def _known(source: RunSource, options: Mapping[str, Any], facts: RunFacts, name: str) -> Any:
-    if not source.by_user and name in RUN_OPTION_NAMES:
-        return getattr(RunOptions.from_dict(dict(options)), name)
     if not source.by_user:  # an option a newer anatomy ran with: as it stored it
-        return options.get(name)
+        return getattr(RunOptions.from_dict(dict(options)), name) \
+            if name in RUN_OPTION_NAMES else options.get(name)
     if name == "model":
         return options.get("model") or facts.model_name
     return options.get(name)

@@ -40,6 +40,7 @@ from anatomy.store.checks import (
     finite,
     flag,
     is_int,
+    is_tag,
     member,
     memory,
     number,
@@ -275,7 +276,7 @@ def _reported(value: Any, where: str) -> dict:
 
 def _tags(value: Any, where: str) -> list[str]:
     for index, tag in enumerate(array(value, where)):
-        if not isinstance(tag, str) or not tag.strip() or "," in tag:
+        if not is_tag(tag):
             raise InvalidValue(f"{where}[{index}]", f"a tag is text without commas, got {shown(tag)}")
         text(tag, f"{where}[{index}]")
     return value

@@ -10,7 +10,7 @@ from anatomy.analysis.report import run_rows
 from anatomy.cli.arguments import add_store_option
 from anatomy.cli.render import table
 from anatomy.cli.stores import reading
-from anatomy.store import STATUSES
+from anatomy.store import STATUSES, checks
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -29,11 +29,10 @@ def register(commands: argparse._SubParsersAction) -> None:
 def _tag(value: str) -> str:
     """A tag as `tag` stores it: stripped, not empty, no comma. An empty one (`--tag "$TAG"`,
     TAG unset) listed every untagged run, the column's empty list matching it."""
-    tag = value.strip()
-    if not tag or "," in tag:
+    if not checks.is_tag(value):
         raise argparse.ArgumentTypeError(f"{value!r} is not a tag: a tag is not empty and holds"
                                          " no comma")
-    return tag
+    return value.strip()
 
 
 def cmd_runs(args: argparse.Namespace) -> int:

@@ -66,6 +66,11 @@ def digits(word: str, high: int = MAX_INTEGER) -> int | None:
     return int(significant)
 
 
+def is_tag(value: Any) -> bool:
+    """A run's tag: text, not blank, without a comma (the column is comma-separated)."""
+    return isinstance(value, str) and bool(value.strip()) and "," not in value
+
+
 def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 

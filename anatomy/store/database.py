@@ -20,7 +20,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
-from anatomy.store import schema
+from anatomy.store import checks, schema
 from anatomy.store.errors import StoreError, StoreMissing, store_error
 from anatomy.store.facts import Origin, Record, RunFacts, RunSource, TrainingSummary
 from anatomy.store.liveness import Recorder, as_seen, is_alive
@@ -341,7 +341,7 @@ class Store:
         """Replace the run's tags (blank ones dropped, duplicates once); False when there is no
         such run. The column is comma-separated, so a tag cannot hold a comma."""
         clean = list(dict.fromkeys(t.strip() for t in tags if t.strip()))
-        bad = [t for t in clean if "," in t]
+        bad = [t for t in clean if not checks.is_tag(t)]
         if bad:
             raise ValueError(f"a tag cannot contain a comma: {bad[0]!r}")
         with self.connect() as db:
