@@ -251,8 +251,8 @@ class AnatomyCallback(TrainerCallback):
         steps = StepReports(self.run.reporter, use_cuda, self._lengths)
         self._callbacks = [steps, PhaseMarks(self.run.reporter)]
         if self.probe and model is not None:
-            self._callbacks.append(ComponentProbing(self.run.reporter,
-                                                    ComponentProbe(model, use_cuda)))
+            self._callbacks.append(ComponentProbing(self.run.reporter, ComponentProbe(
+                model, use_cuda, args.per_device_train_batch_size)))
 
     def _each(self, event: str, *args, **kwargs) -> None:
         for callback in self._callbacks:

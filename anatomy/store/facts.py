@@ -232,6 +232,9 @@ class Components(Record):
     context: int | None = fact(checks.memory)  # the CUDA context: kernel phase − baseline (NVML)
     non_torch: int | None = fact(checks.memory)  # NVML's peak beyond the context and the reserve
     peak: int | None = fact(checks.memory)  # the sampled peak over the baseline
+    # The samples of the micro-batch the activations were measured on: a full one's where the
+    # run had one (a partial one, an epoch's last, holds fewer), else the largest it had.
+    micro_batch: int | None = fact(checks.count)
 
     KEEP_NULLS: ClassVar[bool] = False
 

@@ -283,3 +283,17 @@ def test_a_users_run_without_a_model_says_in_one_line_why_there_is_no_prediction
     (warning,) = [w.value for w in app.warning]
     assert why in warning and "\n" not in warning
     assert "cannot be built on this machine" not in warning  # the model was never recorded
+
+
+def test_a_run_that_never_had_a_full_micro_batch_says_so(store, seed):
+    run_id = seed(backend="cpu-rss")  # batch size 4: its data held 3 samples
+    prediction = breakdown.prediction_for(report(store, run_id))
+    summary = store.run(run_id).summary
+    store.update_run(run_id, summary={**summary.to_dict(), "components": {
+        "weights": prediction.weights, "gradients": prediction.gradients,
+        "optimizer_states": prediction.optimizer_states, "activations": prediction.activations,
+        "micro_batch": 3}})
+    app = _page(run=str(run_id))
+    assert [w.value for w in app.warning] == [
+        "This run never had a full micro-batch of 4 samples (its data held fewer): its "
+        "activations were measured on a micro-batch of 3, and the prediction is for 4."]

@@ -164,6 +164,8 @@ def main() -> None:
                 "the prediction alone.")
     elif rep.components is None:
         st.info(view.no_components(rep))
+    elif partial := text.partial_micro_batch_words(rep):
+        st.warning(partial)
     # What was measured is drawn before the prediction is made: a run's first prediction traces
     # its training step (seconds in a fresh server: torch and transformers imported, then the
     # trace; docs/BENCHMARKS.md), and the measured curve needs none of it. The sections keep
