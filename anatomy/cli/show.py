@@ -52,6 +52,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     shown = {k: option(rep, k) for k in rep.stored_options}
     print("options: " + (", ".join(f"{k}={v}" for k, v in shown.items() if v not in (None, ""))
                          or "(not reported)"))
+    origin = text.model_origin(rep)
+    if origin:
+        print(f"model: {rep.model} from {origin} (its config kept in the run)")
     print(table([[phase_name(p.name, rep.on_gpu), f"{p.start_s:.2f}", p.memory_mb]
                  for p in rep.phases],
                  ["phase", "start s", "memory at end (MB)"]))

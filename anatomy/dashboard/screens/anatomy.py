@@ -191,6 +191,8 @@ def main() -> None:
         else:
             if not rep.started_by_anatomy:
                 st.caption(view.user_run_basis(rep, steps))
+            elif basis := view.kept_model_basis(rep):
+                st.caption(text.literal(basis))
             measured_and_predicted(rep, prediction)
             peak_section(rep, prediction)
             bytes_per_parameter(rep, prediction)
