@@ -40,8 +40,9 @@ def optimizer_state_bytes(optimizer) -> int:
 
 def _samples(args, kwargs) -> int | None:
     """The samples of a forward pass's micro-batch: its labels' first dimension (one label, or
-    one row of them, per sample), else the smallest first dimension of its inputs (a model may
-    fold its inputs, MusicGen's codebooks into the first); None where no input has one."""
+    one row of them, per sample), else the smallest first dimension of its inputs (some inputs
+    fold more into the first: MusicGen takes its ids as batch × codebooks rows); None where no
+    input has one."""
     labels = kwargs.get("labels")
     if getattr(labels, "ndim", 0) >= 1:
         return int(labels.shape[0])
