@@ -292,6 +292,37 @@ def seed(store):
     return functools.partial(seed_run, store)
 
 
+@pytest.fixture
+def model_gone(store, tmp_path, monkeypatch):
+    """model_gone(kept=True) -> run id: a CPU run started in a project folder with `--model
+    my-bert` (a folder of the user's as transformers' save_pretrained writes one, named relative
+    to that project), the folder deleted since, this test now in another folder. `kept`: the
+    run keeps its model as the manager writes it when a run starts (False: a run stored before
+    runs kept it, by its name alone)."""
+    from transformers import BertConfig
+
+    from anatomy.analysis import carried_model, models
+
+    def make(kept: bool = True) -> int:
+        project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                   intermediate_size=128, vocab_size=1000, max_position_embeddings=64
+                   ).save_pretrained(project / "my-bert")
+        monkeypatch.chdir(project)
+        run_id = seed_run(store, backend="cpu-rss")
+        store.update_run(run_id, preset="my-bert", options=RunOptions(
+            model="my-bert", batch_size=2, seq_len=32).to_dict())
+        facts = carried_model.kept(models.resolve("my-bert"))
+        store.merge_environment(run_id, facts if kept else {"model": facts.model,
+                                                            "model_source": facts.model_source})
+        shutil.rmtree(project / "my-bert")
+        monkeypatch.chdir(elsewhere)
+        return run_id
+
+    return make
+
+
 # A user's own model: the tiny preset's shape with three layers and a classification head, as the
 # callback records a model's config (not a preset of anatomy's own).
 USERS_MODEL = {**json.loads((PROJECT / "anatomy" / "analysis" / "configs" / "tiny.json")

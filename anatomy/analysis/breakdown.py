@@ -9,15 +9,12 @@ NVML's figure). The Anatomy page names and arranges them (anatomy/views/anatomy.
 
 from __future__ import annotations
 
-import json
-import re
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from pathlib import Path
 from typing import NamedTuple
 
+from anatomy.analysis import carried_model, models
 from anatomy.analysis.components import Components
 from anatomy.analysis.options import RunOptions
 from anatomy.analysis.prediction import (
@@ -58,23 +55,38 @@ def predicted(report: RunReport) -> Prediction | NoPrediction:
 
 @contextmanager
 def _own_options(report: RunReport) -> Iterator[RunOptions | NoPrediction]:
-    """The run's options with its own model: anatomy's own run as it is; a user's training with
-    the config the callback recorded (a file while the block lasts), not a preset — or, without
-    one, why there is nothing to predict."""
-    with tempfile.TemporaryDirectory(prefix="anatomy-model-") as folder:
-        if report.started_by_anatomy:
-            yield report.options
-            return
-        config = report.environment.model_config
-        if config is None:
-            yield NoPrediction(_no_model(report))
-            return
-        # Named by its class, which every refusal names it by ("model: LlamaForCausalLM: …"),
-        # not by the temporary folder's random name.
-        name = re.sub(r"[^A-Za-z0-9_.-]", "_", report.environment.model_class or "model")
-        path = Path(folder) / f"{name}.json"
-        path.write_text(json.dumps(config))
-        yield replace(report.options, model=str(path))
+    """The run's options with the model it carries (analysis/carried_model.py): the config it
+    kept, whoever started it; a run that kept none (a preset, a run stored before runs kept
+    their config) by the name it stored — or, where that is no model here or a user's training
+    recorded none, why there is nothing to predict."""
+    config = report.environment.model_config
+    if config is not None:
+        # Named as lists show the run's model (a user's by its class, which every refusal names
+        # it by: "model: LlamaForCausalLM: …"), not by the folder it is read from.
+        name = (report.model if report.started_by_anatomy else None) or \
+            report.environment.model_class or "model"
+        with carried_model.model_folder(config, name) as folder:
+            yield replace(report.options, model=folder)
+        return
+    if not report.started_by_anatomy:
+        yield NoPrediction(_no_model(report))
+        return
+    try:
+        models.resolve(report.options.model)
+    except models.ModelError as error:
+        yield NoPrediction(_not_here(report, error))
+        return
+    yield report.options
+
+
+def _not_here(report: RunReport, error: models.ModelError) -> str:
+    """Why a run that kept only its model's name has no model here: the file or folder it named
+    (a relative path names one from where the run started) is not found, or is no model."""
+    name, source = report.options.model, report.environment.model_source
+    gone = source in carried_model.FILES and carried_model.local_path(name) is None
+    return (f"{f'model: no such {source}: {name}' if gone else error} (the run names its model "
+            "as it was given where it started, and was recorded before runs kept their model's "
+            "config)")
 
 
 def _no_model(report: RunReport) -> str:

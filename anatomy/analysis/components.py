@@ -9,7 +9,8 @@ first steps, at the moments that matter:
 - activations: memory held between the end of the forward pass and the start of the backward
   pass (the allocator's growth over the forward pass on a GPU; on a CPU, where torch keeps no
   allocator statistics, the unique storages autograd saved for the backward pass and still holds
-  at the end of the forward pass);
+  at the end of the forward pass), of the latest full micro-batch (an epoch's last may hold
+  fewer samples: `micro_batch` says which the run had, `partial_micro_batch` where none was full);
 - temporary: what the allocator's peak holds beyond the components that can be alive together
   (`rest_of_peak`: workspaces, the optimizer's scratch, transient buffers of the backward pass);
 - allocator_cache: memory the caching allocator reserved but did not hand out at its peak;
@@ -27,7 +28,8 @@ from dataclasses import replace
 from anatomy.store import Components
 from anatomy.vocabulary import TENSOR_PARTS, Backend, Part, Phase
 
-__all__ = ["MEASURED_STEPS", "ORDER", "TENSOR_PARTS", "Components", "rest_of_peak", "with_nvml"]
+__all__ = ["MEASURED_STEPS", "ORDER", "TENSOR_PARTS", "Components", "partial_micro_batch",
+           "rest_of_peak", "with_nvml"]
 
 MEASURED_STEPS = 3  # step 1 creates the optimizer's states; steps 2-3 are the steady state
 ORDER = tuple(Part)  # as tables list them
@@ -40,6 +42,16 @@ def rest_of_peak(weights: int, optimizer_states: int, activations: int, gradient
     weights + optimizer states + the larger of the two. The same arithmetic serves the measured
     and the predicted side, so the two can be compared."""
     return max(0, peak - (weights + optimizer_states + max(activations, gradients)))
+
+
+def partial_micro_batch(measured: Components | None, batch_size: int | None) -> int | None:
+    """The samples of the micro-batch a run's activations were measured on, where the run never
+    had a full one of `batch_size` (its data held fewer samples): a smaller step than the one a
+    prediction describes. None where it had one, or did not say (a run stored before)."""
+    samples = None if measured is None else measured.micro_batch
+    if samples is None or batch_size is None or samples >= batch_size:
+        return None
+    return samples
 
 
 def with_nvml(measured: Components, memory: Mapping[str, int | None], peak: int | None,

@@ -52,6 +52,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     shown = {k: option(rep, k) for k in rep.stored_options}
     print("options: " + (", ".join(f"{k}={v}" for k, v in shown.items() if v not in (None, ""))
                          or "(not reported)"))
+    origin = text.model_origin(rep)
+    if origin:
+        print(f"model: {rep.model} from {origin} (its config kept in the run)")
     print(table([[phase_name(p.name, rep.on_gpu), f"{p.start_s:.2f}", p.memory_mb]
                  for p in rep.phases],
                  ["phase", "start s", "memory at end (MB)"]))
@@ -66,6 +69,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         print("measured components (MB): " + ", ".join(
             f"{name}={parts.get(name) / MIB:.1f}" for name in components.ORDER
             if parts.get(name) is not None))
+        partial = text.partial_micro_batch_words(rep)
+        if partial:
+            print(partial)
     if rep.ranks:
         together = not all(r.measured_alone for r in rep.ranks)  # a store of before
         print(f"{rep.processes}; each rank's memory at its phases' ends"

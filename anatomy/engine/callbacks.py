@@ -10,12 +10,12 @@ are what a user's own Trainer gets. Each reports through a `Reporter`.
 from __future__ import annotations
 
 import functools
-import json
 import os
 
 import torch
 from transformers import TrainerCallback
 
+from anatomy.analysis import carried_model
 from anatomy.engine.link import WATCH_ENV
 from anatomy.engine.probe import MEASURED_STEPS, ComponentProbe
 from anatomy.engine.reporter import Reporter
@@ -251,8 +251,8 @@ class AnatomyCallback(TrainerCallback):
         steps = StepReports(self.run.reporter, use_cuda, self._lengths)
         self._callbacks = [steps, PhaseMarks(self.run.reporter)]
         if self.probe and model is not None:
-            self._callbacks.append(ComponentProbing(self.run.reporter,
-                                                    ComponentProbe(model, use_cuda)))
+            self._callbacks.append(ComponentProbing(self.run.reporter, ComponentProbe(
+                model, use_cuda, args.per_device_train_batch_size)))
 
     def _each(self, event: str, *args, **kwargs) -> None:
         for callback in self._callbacks:
@@ -343,22 +343,16 @@ def _training_facts(args, model) -> RunFacts:
         if os.environ.get(WATCH_ENV) else args.world_size
     if model is None:
         return RunFacts.of(training_arguments=arguments, world_size=world_size)
-    config = getattr(model, "config", None)
-    # peft wraps the user's model: the architecture is the base model's, the rank the adapters'
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    model_config = json.loads(config.to_json_string()) if config is not None else None
-    if model_config is not None and not model_config.get("architectures"):
-        model_config["architectures"] = [type(base).__name__]  # the head a prediction builds
     lora = _lora_options(model)
     if lora is not None:
         arguments = arguments.merged(lora)
+    # peft wraps the user's model: the architecture is the base model's, the rank the adapters'
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
     return RunFacts.of(
         training_arguments=arguments, world_size=world_size,
-        model_class=type(base).__name__,
-        model_name=getattr(config, "name_or_path", None) or type(base).__name__,
         parameters=sum(p.numel() for p in model.parameters()),
         trainable_parameters=sum(p.numel() for p in model.parameters() if p.requires_grad),
-        model_config=model_config)
+    ).merged(carried_model.trained(getattr(model, "config", None), type(base).__name__))
 
 
 def _lora_options(model) -> TrainingArguments | None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
+from anatomy.analysis import carried_model, models
 from anatomy.analysis.machine import Machine
 from anatomy.analysis.options import InvalidOptions, RunOptions, validate
 from anatomy.engine import worker
@@ -249,7 +250,10 @@ def _gpu(options: RunOptions, info: Machine) -> int:
 
 def _environment(options: RunOptions, info: Machine) -> RunFacts:
     devices = [info.devices[options.gpu_list()[0]]] if info.has_gpu else []
-    environment = environment_facts(info, devices)
+    # The model's config kept from the start (validated: it resolves): the run is predicted from
+    # it wherever it is read, whatever becomes of the file.
+    environment = environment_facts(info, devices).merged(
+        carried_model.kept(models.resolve(options.model)))
     if options.distributed:  # several processes: which GPUs (NVML), and how they share
         environment = environment.merged(RunFacts.of(
             world_size=options.world_size, strategy=options.strategy,

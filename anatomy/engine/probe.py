@@ -38,23 +38,43 @@ def optimizer_state_bytes(optimizer) -> int:
                          if isinstance(value, torch.Tensor) and value.numel() > 1)
 
 
-class ComponentProbe:
-    """Hooks on the model plus callback entry points; `result()` gives bytes by component."""
+def _samples(args, kwargs) -> int | None:
+    """The samples of a forward pass's micro-batch: its labels' first dimension (one label, or
+    one row of them, per sample), else the smallest first dimension of its inputs (some inputs
+    fold more into the first: MusicGen takes its ids as batch × codebooks rows); None where no
+    input has one."""
+    labels = kwargs.get("labels")
+    if getattr(labels, "ndim", 0) >= 1:
+        return int(labels.shape[0])
+    found = [int(value.shape[0]) for value in (*args, *kwargs.values())
+             if getattr(value, "ndim", 0) >= 1 and hasattr(value, "shape")]
+    return min(found, default=None)
 
-    def __init__(self, model, use_cuda: bool):
+
+class ComponentProbe:
+    """Hooks on the model plus callback entry points; `result()` gives bytes by component.
+
+    `batch_size`: the samples of a full micro-batch (per device). A partial one (an epoch's last,
+    where the data does not divide by it) holds fewer activations than the step the prediction
+    describes: its figures are kept only while no full micro-batch has been measured."""
+
+    def __init__(self, model, use_cuda: bool, batch_size: int | None = None):
         import torch
 
         self.torch, self.model, self.use_cuda = torch, model, use_cuda
+        self.batch_size = batch_size
         self.weights = _tensor_bytes(model.parameters())
         self.activations: int | None = None
         self.gradients: int | None = None
         self.optimizer_states: int | None = None
         self.moments: dict[Moment, int] = {}
         self.forwards = 0
+        self.micro_batch: int | None = None  # the samples `activations` were measured on
+        self._samples: int | None = None  # the current forward pass's
         self._before = 0
         self._saved: dict[int, tuple[int, weakref.ref]] = {}  # address: bytes, the storage
         self._saving = None
-        self._handles = [model.register_forward_pre_hook(self._forward_begins),
+        self._handles = [model.register_forward_pre_hook(self._forward_begins, with_kwargs=True),
                          model.register_forward_hook(self._forward_ends)]
         if use_cuda:
             torch.cuda.reset_peak_memory_stats()
@@ -62,9 +82,10 @@ class ComponentProbe:
     def _allocated(self) -> int:
         return self.torch.cuda.memory_allocated() if self.use_cuda else 0
 
-    def _forward_begins(self, module, args):
+    def _forward_begins(self, module, args, kwargs):
         if not module.training:
             return
+        self._samples = _samples(args, kwargs)
         self._before = self._allocated()
         if not self.use_cuda:
             self._saved = {}
@@ -81,9 +102,11 @@ class ComponentProbe:
         if not module.training:
             return
         self.forwards += 1
+        kept = self._kept(self._samples)
         if self.use_cuda:
             held = self._allocated() - self._before
-            self.moments[Moment.END_OF_FORWARD] = self._allocated()
+            if kept:
+                self.moments[Moment.END_OF_FORWARD] = self._allocated()
         else:
             self._saving.__exit__(None, None, None)
             self._saving = None
@@ -96,7 +119,17 @@ class ComponentProbe:
                        if ptr not in parameters and storage() is not None)
         # The latest forward pass, not the largest: the first one also allocates cuBLAS's
         # workspace (32 MiB on Hopper), which is not an activation and stays for good.
-        self.activations = held
+        if kept:
+            self.activations, self.micro_batch = held, self._samples
+
+    def _kept(self, samples: int | None) -> bool:
+        """Whether a forward pass of `samples` describes the step better than the one kept: a
+        full micro-batch always (the latest), a partial one only where none was full yet (the
+        largest)."""
+        if samples is None or self.batch_size is None:
+            return True
+        full = self.micro_batch is not None and self.micro_batch >= self.batch_size
+        return samples >= self.batch_size or (not full and samples >= (self.micro_batch or 0))
 
     def before_optimizer_step(self) -> None:
         # The weights as training holds them: FSDP shards them when training starts, after the
@@ -126,7 +159,7 @@ class ComponentProbe:
     def result(self) -> Components:
         measured = Components(weights=self.weights, activations=self.activations,
                               gradients=self.gradients, optimizer_states=self.optimizer_states,
-                              steps_measured=MEASURED_STEPS)
+                              steps_measured=MEASURED_STEPS, micro_batch=self.micro_batch)
         if not self.use_cuda:
             return measured
         cuda = self.torch.cuda

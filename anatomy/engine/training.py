@@ -118,7 +118,7 @@ def _profile(reporter: Reporter, model, dataset, trainer, options: RunOptions, d
     reporter.operations(profile.to_dict())
 
 
-def _callbacks(reporter: Reporter, model, use_cuda: bool) -> list:
+def _callbacks(reporter: Reporter, model, use_cuda: bool, batch_size: int) -> list:
     """The worker's Trainer callbacks (engine/callbacks.py), in the order they run."""
     from anatomy.engine.callbacks import (
         ComponentProbing,
@@ -130,7 +130,7 @@ def _callbacks(reporter: Reporter, model, use_cuda: bool) -> list:
 
     steps = StepReports(reporter, use_cuda)
     callbacks = [steps, PhaseMarks(reporter),
-                 ComponentProbing(reporter, ComponentProbe(model, use_cuda))]
+                 ComponentProbing(reporter, ComponentProbe(model, use_cuda, batch_size))]
     fault = FaultInjection.from_environment(steps)
     return callbacks + ([fault] if fault else [])
 
@@ -192,7 +192,7 @@ def train_phases(reporter: Reporter, options: RunOptions, spec: ModelSpec, datas
             task=spec.task,
             image_size=spec.image_size,
         ))
-    callbacks = _callbacks(reporter, model, use_cuda)
+    callbacks = _callbacks(reporter, model, use_cuda, options.batch_size)
     with tempfile.TemporaryDirectory(prefix="anatomy-") as output_dir:
         trainer = _trainer(model, dataset, options, output_dir, use_cuda, callbacks)
         if options.distributed and not reporter.source.rank:  # how accelerate shares the work

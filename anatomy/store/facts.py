@@ -190,8 +190,10 @@ class RunFacts(Record):
     training_arguments: TrainingArguments | None = fact(record(TrainingArguments))
     model_class: str | None = fact(checks.text)
     model_name: str | None = fact(checks.text)
-    # The model's config as transformers writes it: what a prediction rebuilds a user's model from.
+    # The model's config (a config file's or folder's as read when the run started, a user's
+    # Trainer's as transformers writes it): what every prediction of the run rebuilds it from.
     model_config: Mapping[str, Any] | None = fact(checks.plain_object)
+    model_path: str | None = fact(checks.text)  # the file or folder it came from, absolute
 
     @property
     def device(self) -> str:
@@ -232,6 +234,9 @@ class Components(Record):
     context: int | None = fact(checks.memory)  # the CUDA context: kernel phase − baseline (NVML)
     non_torch: int | None = fact(checks.memory)  # NVML's peak beyond the context and the reserve
     peak: int | None = fact(checks.memory)  # the sampled peak over the baseline
+    # The samples of the micro-batch the activations were measured on: a full one's where the
+    # run had one (a partial one, an epoch's last, holds fewer), else the largest it had.
+    micro_batch: int | None = fact(checks.count)
 
     KEEP_NULLS: ClassVar[bool] = False
 

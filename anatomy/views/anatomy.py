@@ -36,6 +36,7 @@ from anatomy.analysis.prediction import (
 from anatomy.analysis.report import RunReport
 from anatomy.store import Step
 from anatomy.units import mb_text
+from anatomy.views import text
 from anatomy.views.style import COMPONENT_LABELS as LABELS
 from anatomy.views.style import MOMENT_LABELS
 from anatomy.vocabulary import Part, Phase, Precision, RecordedBy, Status, Strategy
@@ -101,6 +102,16 @@ def user_run_basis(report: RunReport, steps: Sequence[Step] = ()) -> str:
     return (f"Predicted from what the run recorded: the model's config, batch size "
             f"{options.batch_size}, {options.precision}, {options.optim}{lora}{length}; on "
             "random data of that shape, as anatomy's own runs train.")
+
+
+def kept_model_basis(report: RunReport) -> str | None:
+    """What a prediction of anatomy's own run was made from, where the run keeps its model's
+    config (a config file, a model folder, a cached Hub id); None for a preset."""
+    origin = text.model_origin(report)
+    if origin is None:
+        return None
+    return (f"Predicted from the config the run kept of its model, {report.model} ({origin}), "
+            "whatever became of the file since.")
 
 
 def no_components(report: RunReport) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
+from anatomy.analysis.components import partial_micro_batch
 from anatomy.analysis.models import display_name
 from anatomy.analysis.report import RunReport, known_option
 from anatomy.store import RunRow, checks
@@ -119,3 +120,30 @@ def steps_caption(report: RunReport) -> str:
                 "end of the one before.")
     return ("The Trainer's loss at each step (logged every step) and the time each step took, "
             "from the end of the one before; step 1 also holds the Trainer's first-step setup.")
+
+
+def model_origin(report: RunReport) -> str | None:
+    """Where a run's model came from, where the run keeps its config ("config file
+    /home/u/mine.json", "Hub cache Qwen/Qwen2-0.5B", "folder /home/u/my-model"); None where the
+    run names its model alone (a preset, a run stored before runs kept their config)."""
+    facts = report.environment
+    if facts.model_config is None:
+        return None
+    source = facts.model_source or "folder"  # a Trainer's model (the callback): from a folder
+    if facts.model_path:
+        return f"{source} {facts.model_path}"
+    if facts.model_source:  # a cached Hub id
+        return f"{source} {report.options.model}"
+    return None
+
+
+def partial_micro_batch_words(report: RunReport) -> str | None:
+    """That a run never had a full micro-batch, where so: its activations are a smaller one's
+    than the prediction's."""
+    batch = report.known("batch_size")
+    samples = partial_micro_batch(report.components, batch)
+    if samples is None:
+        return None
+    return (f"This run never had a full micro-batch of {batch} samples (its data held fewer): "
+            f"its activations were measured on a micro-batch of {samples}, and the prediction is "
+            f"for {batch}.")

@@ -75,6 +75,45 @@ def test_export_json_and_csv(recorded, tmp_path):
     assert len(rows) == shown["samples"] == len(exported["runs"][0]["samples"])
 
 
+def test_a_run_carries_its_relatively_named_model_past_the_folders_deletion(tmp_path,
+                                                                           monkeypatch):
+    """`anatomy run --model my-bert` in a project folder (a folder as save_pretrained writes
+    one), the folder deleted since: read from another folder, and imported into another store,
+    the run said "No prediction: model: 'my-bert' is not a preset …"."""
+    import dataclasses
+    import shutil
+
+    from transformers import BertConfig
+
+    from anatomy.analysis import breakdown
+    from anatomy.analysis.prediction import Prediction
+    from anatomy.analysis.report import report
+    from anatomy.store import Store
+
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
+               vocab_size=1000, max_position_embeddings=64).save_pretrained(project / "my-bert")
+    store, other = tmp_path / "runs.sqlite", tmp_path / "other.sqlite"
+    run = subprocess.run([sys.executable, "-m", "anatomy", "run", "--store", str(store),
+                          *flags(dataclasses.replace(TINY, model="my-bert"))],
+                         cwd=project, capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stderr
+    shutil.rmtree(project / "my-bert")
+    monkeypatch.chdir(elsewhere)
+    predicted = breakdown.predicted(report(Store(store), 1))
+    assert isinstance(predicted, Prediction), predicted
+    assert predicted.parameters == 139_586  # the folder's BERT, its classifier of 2 labels
+    shown = anatomy("show", "1", store=store).stdout
+    assert f"model: my-bert from model folder {project / 'my-bert'} (its config kept in the " \
+        "run)" in shown.splitlines()
+    exported = tmp_path / "run.json"
+    assert anatomy("export", "1", "--format", "json", "--output", str(exported),
+                   store=store).returncode == 0
+    assert anatomy("import", str(exported), store=other).returncode == 0
+    assert breakdown.predicted(report(Store(other), 1)) == predicted
+
+
 def test_bad_option_is_refused_with_its_range_and_starts_nothing(tmp_path):
     store = tmp_path / "s.sqlite"
     result = anatomy("run", "--batch-size", "0", "--seq-len", "9999", store=store)

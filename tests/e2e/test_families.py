@@ -131,6 +131,22 @@ def test_every_family_predicts_what_the_cpu_run_measures(trained, tmp_path, mode
         {k: getattr(measured, k) for k in COMPARED}
 
 
+
+@pytest.mark.parametrize("model_type", FAMILIES, ids=list(FAMILIES))
+def test_an_epoch_ending_on_a_partial_micro_batch_measures_a_full_one(trained, tmp_path,
+                                                                      model_type):
+    """Batch 3 over 8 samples, two micro-batches a step: 3 + 3, then 2 at the epoch's end. The
+    activations measured were the last micro-batch's (2 samples), the prediction's a full one's."""
+    options = RunOptions(model=small_config(tmp_path, model_type), batch_size=3, seq_len=32,
+                         dataset_size=8, grad_accum=2, max_steps=2,
+                         lora_rank=8 if model_type in LORA else 0)
+    predicted = predict(options, device="cpu")
+    measured = trained(options)
+    assert {k: getattr(predicted, k) for k in COMPARED} == \
+        {k: getattr(measured, k) for k in COMPARED}
+    assert measured.micro_batch == 3
+
+
 # Published configs' own settings, shrunk (two layers, small widths), that the architectures'
 # defaults leave off: each failed or was predicted with another head before.
 _SMALL = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,

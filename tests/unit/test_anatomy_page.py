@@ -14,6 +14,7 @@ from anatomy.analysis.report import report
 from anatomy.dashboard.widgets import INTERACTIVE
 from anatomy.units import MIB
 from anatomy.views import anatomy as view
+from anatomy.views import text
 from anatomy.views.figures import anatomy as figures
 from tests.apptest import APP, chart_spec, open_page
 
@@ -283,3 +284,45 @@ def test_a_users_run_without_a_model_says_in_one_line_why_there_is_no_prediction
     (warning,) = [w.value for w in app.warning]
     assert why in warning and "\n" not in warning
     assert "cannot be built on this machine" not in warning  # the model was never recorded
+
+
+# --- the model a run carries ---
+
+def test_a_run_of_a_relative_model_folder_since_deleted_is_predicted_from_the_config_it_kept(
+        tmp_path, model_gone):
+    """`anatomy run --model my-bert` in one folder, the dashboard started in another: "No
+    prediction: model: 'my-bert' is not a preset …", and no measured-next-to-predicted at all."""
+    run_id = model_gone()
+    app = _page(run=str(run_id))
+    assert not app.warning, [w.value for w in app.warning]
+    assert "Measured next to predicted" in [h.value for h in app.subheader]
+    table = _table(app, "components").set_index("Component")
+    assert table.loc["weights", "Predicted (MB)"] > 0
+    folder = tmp_path / "project" / "my-bert"
+    assert text.literal(f"Predicted from the config the run kept of its model, my-bert (model "
+                        f"folder {folder}), whatever became of the file since.") in \
+        [c.value for c in app.caption]
+
+
+def test_a_run_stored_before_runs_kept_their_model_says_in_one_line_that_it_is_not_here(
+        model_gone):
+    run_id = model_gone(kept=False)
+    app = _page(run=str(run_id))
+    (warning,) = [w.value for w in app.warning]
+    assert warning.startswith("No prediction: model: no such model folder: my-bert (the run "
+                              "names its model as it was given where it started") and \
+        "\n" not in warning
+
+
+def test_a_run_that_never_had_a_full_micro_batch_says_so(store, seed):
+    run_id = seed(backend="cpu-rss")  # batch size 4: its data held 3 samples
+    prediction = breakdown.prediction_for(report(store, run_id))
+    summary = store.run(run_id).summary
+    store.update_run(run_id, summary={**summary.to_dict(), "components": {
+        "weights": prediction.weights, "gradients": prediction.gradients,
+        "optimizer_states": prediction.optimizer_states, "activations": prediction.activations,
+        "micro_batch": 3}})
+    app = _page(run=str(run_id))
+    assert [w.value for w in app.warning] == [
+        "This run never had a full micro-batch of 4 samples (its data held fewer): its "
+        "activations were measured on a micro-batch of 3, and the prediction is for 4."]

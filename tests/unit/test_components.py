@@ -35,3 +35,20 @@ def test_cpu_runs_get_no_context():
     assert out.context is None and out.temporary is None
     assert "context" not in out.to_dict() and "temporary" not in out.to_dict()
     assert out.peak == 500 * MIB  # RSS above the baseline
+
+
+def test_a_run_that_never_had_a_full_micro_batch_says_so_in_show(store, seed, capsys):
+    """A Trainer whose data held fewer samples than its batch size: its activations are a
+    smaller micro-batch's than the prediction's, and `show` listed them without a word."""
+    from anatomy.cli import main
+
+    run_id = seed(backend="cpu-rss")  # batch size 4
+    summary = store.run(run_id).summary.to_dict()
+    for samples, said in ((3, True), (4, False), (None, False)):  # None: a run stored before
+        store.update_run(run_id, summary={**summary, "components": {
+            "weights": 100, "activations": 30, **({"micro_batch": samples} if samples else {})}})
+        assert main(["show", str(run_id), "--store", str(store.path)]) == 0
+        out = capsys.readouterr().out
+        assert ("This run never had a full micro-batch of 4 samples (its data held fewer): its "
+                "activations were measured on a micro-batch of 3, and the prediction is for 4."
+                in out.splitlines()) == said

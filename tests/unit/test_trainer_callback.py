@@ -149,3 +149,50 @@ def test_an_evaluation_between_steps_is_not_the_training_sequence_length():
     model.train()
     model(input_ids=torch.zeros(2, 16))
     assert (lengths.take(), lengths.longest) == (16, 16)
+
+
+def _accumulated(heard, tmp_path, micro_batches: tuple[tuple[int, ...], ...]):
+    """A Trainer's steps of gradient accumulation (`micro_batches`: each step's micro-batches, by
+    their samples; the full one is 4) through the callback; the components it measured."""
+    import torch
+    from transformers.trainer_callback import TrainerState
+
+    from anatomy.engine.callbacks import AnatomyCallback
+
+    handler, arguments, control = _trainer(tmp_path, [AnatomyCallback()])
+    state = TrainerState(global_step=0, max_steps=len(micro_batches))
+    handler.on_train_begin(arguments, state, control)
+    for step in micro_batches:
+        for samples in step:
+            handler.model(torch.randn(samples, 8)).sum().backward()
+        handler.on_pre_optimizer_step(arguments, state, control)
+        handler.optimizer.step()
+        handler.on_optimizer_step(arguments, state, control)
+        handler.optimizer.zero_grad()
+        state.global_step += 1
+        handler.on_step_end(arguments, state, control)
+    handler.on_train_end(arguments, state, control)
+    [measured] = heard.of(protocol.ComponentsMeasured)
+    return measured.components
+
+
+def test_an_epochs_partial_last_micro_batch_is_not_the_step_measured(heard, tmp_path):
+    """Batch 3 over 8 samples with two micro-batches a step (3 + 3, then 2 at the epoch's end):
+    the activations were the 2-sample micro-batch's, the last forward pass, while the prediction
+    gives a full one's."""
+    from anatomy.analysis.components import partial_micro_batch
+
+    full = _accumulated(heard, tmp_path, ((4, 4), (4, 4)))
+    heard.messages.clear()
+    ending_short = _accumulated(heard, tmp_path, ((4, 4), (2,)))
+    assert ending_short.activations == full.activations > 0
+    assert ending_short.micro_batch == full.micro_batch == 4
+    assert partial_micro_batch(ending_short, 4) is None
+
+
+def test_a_training_that_never_had_a_full_micro_batch_says_which_it_had(heard, tmp_path):
+    from anatomy.analysis.components import partial_micro_batch
+
+    measured = _accumulated(heard, tmp_path, ((2, 1),))
+    assert measured.micro_batch == 2  # the largest it had
+    assert partial_micro_batch(measured, 4) == 2

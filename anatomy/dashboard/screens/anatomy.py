@@ -164,6 +164,8 @@ def main() -> None:
                 "the prediction alone.")
     elif rep.components is None:
         st.info(view.no_components(rep))
+    elif partial := text.partial_micro_batch_words(rep):
+        st.warning(partial)
     # What was measured is drawn before the prediction is made: a run's first prediction traces
     # its training step (seconds in a fresh server: torch and transformers imported, then the
     # trace; docs/BENCHMARKS.md), and the measured curve needs none of it. The sections keep
@@ -189,6 +191,8 @@ def main() -> None:
         else:
             if not rep.started_by_anatomy:
                 st.caption(view.user_run_basis(rep, steps))
+            elif basis := view.kept_model_basis(rep):
+                st.caption(text.literal(basis))
             measured_and_predicted(rep, prediction)
             peak_section(rep, prediction)
             bytes_per_parameter(rep, prediction)
