@@ -13,8 +13,8 @@ from typing import NamedTuple
 from anatomy.analysis.components import Components
 from anatomy.analysis.options import FIELDS
 from anatomy.analysis.report import RunReport
-from anatomy.units import MIB
-from anatomy.vocabulary import Part, Phase, Unsplit
+from anatomy.units import mib_text
+from anatomy.vocabulary import Part, Phase, Unsplit, phase_name
 
 # Bottom to top in a run's bar, by what each part is: what a recording that began later than the
 # kernel phase found held (BEFORE_RECORDING), the CUDA context (on a CPU the kernel phase:
@@ -92,9 +92,10 @@ def memory_parts(report: RunReport) -> list[BarPart]:
                              max(0, memory[Phase.WEIGHTS] - (memory[Phase.BASELINE] or 0)),
                              "held at the weights phase's end: the process, its libraries and "
                              "the model, loaded before the recording began (not split)"))
+    kernel = phase_name(Phase.KERNEL, on_gpu)
     steps = ((Phase.KERNEL, Phase.BASELINE, Part.CONTEXT if on_gpu else Phase.KERNEL,
-              "kernel phase − baseline"),
-             (Phase.WEIGHTS, Phase.KERNEL, Phase.WEIGHTS, "weights phase − kernel phase"))
+              f"{kernel} phase − baseline"),
+             (Phase.WEIGHTS, Phase.KERNEL, Phase.WEIGHTS, f"weights phase − {kernel} phase"))
     for phase, before, name, note in steps:
         if memory[phase] is not None and memory[before] is not None:
             parts.append(BarPart(name, max(0, memory[phase] - memory[before]), note))
@@ -102,7 +103,7 @@ def memory_parts(report: RunReport) -> list[BarPart]:
         return parts
     increase = memory[Phase.TRAINING] - memory[Phase.WEIGHTS]
     if increase < 0:  # an out-of-memory run: the end reading is after its memory was freed
-        parts.append(BarPart(Phase.TRAINING, 0, f"training end − weights phase: {increase // MIB:+d} MB"
+        parts.append(BarPart(Phase.TRAINING, 0, f"training end − weights phase: {mib_text(increase)}"
                           f" (the run {report.status}; its peak is the marker)"))
         return parts
     split = _training_split(report.components) if report.components else None
@@ -117,7 +118,7 @@ def memory_parts(report: RunReport) -> list[BarPart]:
                           "the process's own memory beyond its tensors (Python, libraries, what"
                           " the C allocator keeps)")
                       if rest >= 0 else
-                      f"the parts add up to {-rest // MIB} MB more than the increase"))
+                      f"the parts add up to {mib_text(-rest)} more than the increase"))
     return parts
 
 
@@ -132,7 +133,7 @@ def _training_split(c: Components) -> list[BarPart] | None:
     parts = [BarPart(Part.OPTIMIZER_STATES, c.optimizer_states,
                   "measured: the optimizer's state tensors after the first step"),
              BarPart(larger, c.get(larger), f"measured; larger than the {smaller} "
-                  f"({c.get(smaller) // MIB:,} MB), which are never all held at the same time")]
+                  f"({mib_text(c.get(smaller))}), which are never all held at the same time")]
     if c.temporary is not None:
         parts.append(BarPart(Part.TEMPORARY, c.temporary,
                           "measured: the allocator's peak beyond the weights, states and " + larger))

@@ -16,7 +16,7 @@ from anatomy.cli.arguments import add_run_options, options_from_args
 from anatomy.cli.render import SaidMeasurer, table
 from anatomy.engine.locks import gpu_key
 from anatomy.engine.manager import machine
-from anatomy.units import MIB
+from anatomy.units import MIB, MIB_NAME, gib_text, in_mib
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -115,7 +115,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     print(_run_words(options, predicted))
     if ranks is not None:
         print(ranks.line())
-        print("  per rank (MB): " + ", ".join(
+        print("  " + in_mib("per rank") + ": " + ", ".join(
             f"{name.replace('_', ' ')} {value / MIB:,.1f}"
             for name, value in ranks.components().items() if value))
     if device == "cuda":
@@ -131,7 +131,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
                  ["outside PyTorch", f"{predicted.outside / MIB:,.1f}", ""],
                  ["NVML peak", f"{predicted.nvml_peak / MIB:,.1f}", ""]]
     # Several processes: the table is the one process's the ranks' line compares with.
-    print(table(rows, ["component" if ranks is None else "one process alone", "MB",
+    print(table(rows, ["component" if ranks is None else "one process alone", MIB_NAME,
                        "bytes/param"]))
     print((ranks or predicted).need_line())
     return 0
@@ -177,8 +177,8 @@ def _print_batch_fit(options: RunOptions, device: str, gpu_name: str | None, tot
             measure.close()
     if measure is not None and not fit.workspaces_measured:
         print("the run has no convolutions: no workspace to measure", file=sys.stderr)
-    where = (f"{gpu_name} ({total / 2**30:.1f} GiB)" if device == "cuda"
-             else f"this machine's RAM ({total / 2**30:.1f} GiB)")
+    where = (f"{gpu_name} ({gib_text(total)})" if device == "cuda"
+             else f"this machine's RAM ({gib_text(total)})")
     if as_json:
         print(json.dumps({"max_batch_size": fit.batch_size, "capacity": fit.capacity,
                           "peak": fit.peak_at_fit, "may_fit": fit.may_fit,

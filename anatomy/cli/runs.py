@@ -11,6 +11,7 @@ from anatomy.cli.arguments import add_store_option
 from anatomy.cli.render import table
 from anatomy.cli.stores import reading
 from anatomy.store import STATUSES, checks
+from anatomy.units import in_mib
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -50,7 +51,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         print(f"no stored run has {chosen}" if chosen else
               "no runs stored yet: start one with `python -m anatomy run`")
         return 0
-    header = ["id", "created", "status", "model", "batch", "prec", "peak MB", "Time (s)", "Samples/s",
+    header = ["id", "created", "status", "model", "batch", "prec", in_mib("peak"), "Time (s)", "Samples/s",
               "tags", "name"]
     body = [[r.id, r.created, r.status, r.preset, r.batch_size or "", r.precision or "",
              r.peak_mb if r.peak_mb is not None else "",

@@ -14,10 +14,9 @@ from anatomy.cli.arguments import add_store_option, run_id
 from anatomy.cli.render import peak, table
 from anatomy.cli.stores import reading, report_or_error
 from anatomy.store import resolve_path
-from anatomy.units import MIB
+from anatomy.units import MIB, in_mib
 from anatomy.views import text
-from anatomy.views.style import phase_name
-from anatomy.vocabulary import Phase
+from anatomy.vocabulary import Phase, phase_name
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -54,16 +53,16 @@ def cmd_show(args: argparse.Namespace) -> int:
                          or "(not reported)"))
     print(table([[phase_name(p.name, rep.on_gpu), f"{p.start_s:.2f}", p.memory_mb]
                  for p in rep.phases],
-                 ["phase", "start s", "memory at end (MB)"]))
+                 ["phase", "start s", in_mib("memory at end")]))
     s = rep.summary
     if s.time_s is not None:
         print(f"Time: {s.time_s:.2f} s")
     if s.samples_per_second is not None:
         print(f"Samples/second: {s.samples_per_second:.2f}")
-    print(f"peak: {peak(s.peak_mb)}   samples: {rep.samples}   steps: {rep.steps}")
+    print(f"peak: {peak(s.peak_bytes)}   samples: {rep.samples}   steps: {rep.steps}")
     if rep.components:
         parts = rep.components
-        print("measured components (MB): " + ", ".join(
+        print(in_mib("measured components") + ": " + ", ".join(
             f"{name}={parts.get(name) / MIB:.1f}" for name in components.ORDER
             if parts.get(name) is not None))
     if rep.ranks:
@@ -74,8 +73,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         names = [Phase.KERNEL, Phase.WEIGHTS, Phase.TRAINING]
         print(table([[r.label(), *[(r.phase(n).memory_mb if r.phase(n) else None)
                                      for n in names], r.peak_mb] for r in rep.ranks],
-                     ["rank", *[f"{phase_name(n, rep.on_gpu)} (MB)" for n in names],
-                      "peak (MB)"]))
+                     ["rank", *[in_mib(phase_name(n, rep.on_gpu)) for n in names],
+                      in_mib("peak")]))
     if rep.operations:
         profile = rep.operations
         print(f"operation classes ({profile.time_source}, {profile.steps} profiled steps):")

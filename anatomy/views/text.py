@@ -8,10 +8,10 @@ import re
 from datetime import datetime
 
 from anatomy.analysis.models import display_name
-from anatomy.analysis.report import RunReport, known_option
+from anatomy.analysis.report import PHASES, PhaseReading, RankReading, RunReport, known_option
 from anatomy.store import RunRow, checks
-from anatomy.units import MIB
-from anatomy.vocabulary import Backend, MemoryApi, RecordedBy, Status
+from anatomy.units import in_mib, mib_text
+from anatomy.vocabulary import Backend, MemoryApi, RecordedBy, Status, phase_name
 
 
 def source(backend: Backend, memory_api: MemoryApi | None) -> str:
@@ -25,10 +25,24 @@ def source(backend: Backend, memory_api: MemoryApi | None) -> str:
 
 
 def occupied_line(memory_bytes: int | None, backend: Backend) -> str:
-    """The walkthrough's line, `GPU memory occupied: N MB.` (N = bytes // 2**20, as it computes)."""
-    value = "?" if memory_bytes is None else str(memory_bytes // MIB)
+    """The walkthrough's line, `GPU memory occupied: N MiB.` (N = bytes // 2**20, as it computes:
+    its "MB" is a MiB)."""
+    value = "?" if memory_bytes is None else mib_text(memory_bytes)
     what = "GPU memory" if backend == Backend.NVML else "CPU memory (RSS)"
-    return f"{what} occupied: {value} MB."
+    return f"{what} occupied: {value}."
+
+
+def phase_line(report: RunReport, phase: PhaseReading, rank: RankReading | None = None) -> str:
+    """A phase that has ended, as `anatomy run` and `watch` print it: the walkthrough's line and
+    the phase's name (and the rank's, of several): "GPU memory occupied: 735 MiB.  (weights)"."""
+    where = "" if rank is None else f", {rank.label()}"
+    return (f"{occupied_line(phase.memory_bytes, report.backend)}  "
+            f"({phase_name(phase.name, report.on_gpu)}{where})")
+
+
+def phase_names(on_gpu: bool) -> str:
+    """The walkthrough's four phases, as a device of this kind names them."""
+    return ", ".join(phase_name(phase, on_gpu) for phase in PHASES)
 
 
 # What Streamlit's Markdown would take for markup in a line of plain text: emphasis, code, links
@@ -69,7 +83,7 @@ def _short(words: str, most: int = 36) -> str:
 
 
 def axis_title(backend: Backend) -> str:
-    return "GPU memory used (MiB)" if backend == Backend.NVML else "CPU memory, RSS (MiB)"
+    return in_mib("GPU memory used" if backend == Backend.NVML else "CPU memory, RSS")
 
 
 def run_id(word: str) -> int | None:

@@ -73,19 +73,19 @@ def test_two_runs_differing_in_batch_size_side_by_side(store, seed):
     assert table.loc["Batch size"].tolist() == ["≠", "4", "8"]
     flagged = table.index[table[""] == "≠"].tolist()
     assert flagged == ["Batch size"]  # nothing else differs
-    assert table.loc["peak (MB)"].tolist() == ["", "4,096", "6,144"]
+    assert table.loc["peak (MiB)"].tolist() == ["", "4,096", "6,144"]
     assert any("Options that differ" in m.value and "Batch size" in m.value for m in app.markdown)
 
     differences = _table(app, "compare_differences")
-    assert differences.loc["peak (MB)"].tolist() == ["reference", "+2,048 MB (+50.0%)"]
-    assert differences.loc["training (MB)"].tolist() == ["reference", "+0 MB (+0.0%)"]
+    assert differences.loc["peak (MiB)"].tolist() == ["reference", "+2,048 MiB (+50.0%)"]
+    assert differences.loc["training (MiB)"].tolist() == ["reference", "+0 MiB (+0.0%)"]
 
     assert [b.proto.label for b in app.get("download_button")] == [
         "This comparison (HTML)", "Each run's chart (HTML)", "Runs (JSON)", "Samples (CSV)"]
 
     app.selectbox(key="compare_reference").set_value(large).run()
     differences = _table(app, "compare_differences")
-    assert differences.loc["peak (MB)"].tolist() == ["-2,048 MB (-33.3%)", "reference"]
+    assert differences.loc["peak (MiB)"].tolist() == ["-2,048 MiB (-33.3%)", "reference"]
 
 
 def test_the_overlay_aligns_every_run_at_the_chosen_phase(store):
@@ -502,3 +502,4 @@ def test_a_runs_name_is_text_in_the_charts_not_plotlys_markup(store, seed):
         f'Run {named} · &lt;b&gt;bold&lt;/b&gt; &lt;a href="http://example.com"&gt;link&lt;/a&gt;'
     alone = view.run_labels([report(store, named)])[named]
     assert "<" not in alone and "&lt;b&gt;bold" in alone
+

@@ -10,6 +10,7 @@ from anatomy.analysis.report import RunReport, report
 from anatomy.dashboard import links, server, widgets
 from anatomy.engine.manager import STOP_GRACE_SECONDS, DeviceBusy, live_run
 from anatomy.store import StoreError
+from anatomy.units import MIB_NAME
 from anatomy.views import live as view
 from anatomy.views import text
 from anatomy.vocabulary import Status
@@ -162,8 +163,8 @@ def _phase_metrics(rep: RunReport) -> None:
     with st.container(horizontal=True):
         for metric in view.phase_metrics(rep):
             label = metric.name + (" (now)" if metric.state == "open" else "")
-            value = "—" if metric.memory_mb is None else f"{metric.memory_mb} MB"
-            delta = None if metric.delta_mb is None else f"{metric.delta_mb:+d} MB"
+            value = "—" if metric.memory_mb is None else f"{metric.memory_mb:,} {MIB_NAME}"
+            delta = None if metric.delta_mb is None else f"{metric.delta_mb:+,d} {MIB_NAME}"
             st.metric(label, value, delta, delta_color="off", border=metric.state == "open")
 
 
@@ -266,8 +267,9 @@ def _shown_run() -> int | None:
 
 def main() -> None:
     st.title("Live run")
-    st.caption("The four moments of Hugging Face's *Model training anatomy*: baseline, CUDA kernels, "
-               "weights, training. Start a run and watch each one appear.")
+    st.caption("The four moments of Hugging Face's *Model training anatomy*: "
+               f"{text.phase_names(server.device().has_gpu)}. Start a run and watch each one "
+               "appear.")
     run_id = _shown_run()
     running = run_id is not None and server.store().run(run_id).status == Status.RUNNING
     # The chart is what people came for: while a run is shown, the options fold away.
