@@ -19,6 +19,7 @@ from anatomy.analysis.compare import (
     memory_parts,
     option,
     phase_start,
+    reported,
     scaling_efficiencies,
 )
 from anatomy.analysis.options import FIELDS
@@ -53,10 +54,16 @@ LABEL_WORDS = {
 }
 
 
+def shown(report: RunReport, name: str):
+    """A run's option as Compare writes it: `option`, the model by its short name (a config
+    file's, not its path)."""
+    return report.model if name == "model" else option(report, name)
+
+
 def _label_word(report: RunReport, name: str, value) -> str:
     """How an option that differs reads in a run's label; "" where the run has nothing to say
     (a user's training that did not report it, a single process's strategy)."""
-    if name == "max_steps" and value is None and report.started_by_anatomy:
+    if name == "max_steps" and value is None and reported(report, name):
         return "by epochs"
     if name == "gpus" and not value and report.started_by_anatomy and report.on_gpu:
         return "1 GPU"
@@ -85,7 +92,7 @@ def run_labels(reports: Sequence[RunReport]) -> dict[int, str]:
         words = [f"Run {r.id}"] + ([r.name] if r.name else [])  # the user's name for it
         if devices:
             words.append(r.device_name)
-        words += [w for w in (_label_word(r, name, option(r, name)) for name in differing) if w]
+        words += [w for w in (_label_word(r, name, shown(r, name)) for name in differing) if w]
         labels[r.id] = html.escape(" · ".join(words), quote=False)
     return labels
 
@@ -187,7 +194,7 @@ def side_by_side(reports: Sequence[RunReport]) -> list[dict]:
     row("device", devices, len(set(devices)) > 1)
     row("status", [r.status for r in reports])
     for name, field in FIELDS.items():
-        row(field.label, [option(r, name) for r in reports], name in differing)
+        row(field.label, [shown(r, name) for r in reports], name in differing)
     for index, (heading, _, _) in enumerate(_results(reports[0], reports)):
         row(heading, [_results(r, reports)[index][2] for r in reports])
     if any(r.world_size > 1 for r in reports):  # 1 vs N processes (issue 12)

@@ -227,10 +227,12 @@ def test_a_two_gpu_run_reads_back_per_gpu(store):
     assert rows["scaling efficiency"][f"Run {two}"] == "95%"
     assert rows["samples/s after the first steps"][f"Run {two}"] == "—"  # no steps stored
     assert rows["peak per GPU (MiB)"][f"Run {two}"] == "GPU 0: 1,200 · GPU 1: 1,210"
-    # One process has no strategy (its stored default "ddp" would read as one in every label).
+    # One process has no strategy (its stored default "ddp" would read as one in every label):
+    # the strategy is no difference, the GPUs are.
     assert rows["Strategy"][f"Run {one}"] == "—" and rows["Strategy"][f"Run {two}"] == "ddp"
+    assert (rows["Strategy"][""], rows["GPUs"][""]) == ("", "≠")
     labels = run_labels([report(store, one), rep])
-    assert labels[one] == f"Run {one} · 1 GPU" and labels[two] == f"Run {two} · GPUs 0,1 · ddp"
+    assert labels[one] == f"Run {one} · 1 GPU" and labels[two] == f"Run {two} · GPUs 0,1"
     assert "world_size" not in report(store, one).to_dict()  # one process prints as before
     devices = {row.id: row.device for row in run_rows(store)}  # the Runs page's device column
     assert devices == {one: "NVIDIA H200", two: "2 × NVIDIA H200 (ddp)"}
@@ -304,7 +306,7 @@ def test_two_cpu_processes_are_said_as_processes_in_titles_lists_and_compare(sto
     store.update_run(one, options={k: v for k, v in store.run(one).options.items()
                                    if k not in ("gpu", "gpus")})
     pair = [report(store, one), rep]
-    assert compare.run_labels(pair)[two] == f"Run {two} · 2 processes · ddp"
+    assert compare.run_labels(pair)[two] == f"Run {two} · 2 processes"
     assert compare.run_labels(pair)[one] == f"Run {one} · 1 process"  # was "1 processes"
     rows = {row["what"]: row for row in compare.side_by_side(pair)}
     assert (rows["GPU index"][f"Run {two}"], rows["GPU index"][""]) == ("—", "")
