@@ -338,7 +338,8 @@ def option_widget(name: str, default, key: str, label: str | None = None) -> Non
         st.checkbox(label, value=default, key=key, help=field.help)
     elif name == "max_steps":
         st.number_input(label, value=default or 0, step=1, key=key,
-                        help=f"{field.help}; 0 trains for the epochs ({field.low} to {field.high})")
+                        help=f"{field.help}: {field.low} to {field.high}, or 0 (the default) to "
+                             "train for the epochs")
     else:
         st.number_input(label, value=default, step=1, key=key,
                         help=f"{field.help} ({field.low} to {field.high})")

@@ -56,6 +56,9 @@ def test_the_live_page_offers_every_run_option_with_the_machines_defaults():
     assert app.number_input(key="option_batch_size").value == 4
     assert app.selectbox(key="option_model").value == ("tiny" if NO_GPU else "bert-large-uncased")
     assert app.number_input(key="option_max_steps").value == 0  # 0: train for the epochs
+    # its range is what a number may be, beside the 0 it starts at (it said "(1 to 10000000)")
+    assert app.number_input(key="option_max_steps").help.endswith(
+        ": 1 to 10000000, or 0 (the default) to train for the epochs")
     assert app.checkbox(key="option_gradient_checkpointing").value is False
     assert "No run in progress" in app.info[0].value
 
