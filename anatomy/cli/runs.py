@@ -6,7 +6,7 @@ import argparse
 import json
 from dataclasses import asdict
 
-from anatomy.analysis.report import run_rows
+from anatomy.analysis.report import IMPORTED, run_rows
 from anatomy.cli.arguments import add_store_option
 from anatomy.cli.render import table
 from anatomy.cli.stores import reading
@@ -57,6 +57,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
              r.peak_mb if r.peak_mb is not None else "",
              f"{r.time_s:.2f}" if r.time_s else "",
              f"{r.samples_per_second:.2f}" if r.samples_per_second else "",
-             ",".join(r.tags), r.name or ""] for r in rows]
+             ",".join(r.tags), " ".join(w for w in (r.name, f"({IMPORTED})" * bool(r.imported)) if w)]
+            for r in rows]
     print(table(body, header))
     return 0

@@ -9,7 +9,7 @@ import sys
 from anatomy.analysis import components
 from anatomy.analysis.compare import option
 from anatomy.analysis.operations import comparison
-from anatomy.analysis.report import when
+from anatomy.analysis.report import IMPORTED, when
 from anatomy.cli.arguments import add_store_option, run_id
 from anatomy.cli.render import peak, table
 from anatomy.cli.stores import reading, report_or_error
@@ -46,6 +46,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     print(f"measuring: {text.source(rep.backend, rep.memory_api)}")
     if not rep.started_by_anatomy:
         print(f"started by: {rep.origin}")
+    if rep.imported is not None:
+        print(f"{IMPORTED} from: {rep.imported.words()}")
     # As Compare reads them: nothing unreported, no GPU index on a CPU, no strategy for one
     # process; and no empty value (no LoRA targets).
     shown = {k: option(rep, k) for k in rep.stored_options}

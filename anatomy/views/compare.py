@@ -89,7 +89,7 @@ def run_labels(reports: Sequence[RunReport]) -> dict[int, str]:
     devices = len({r.device_name for r in reports}) > 1
     labels = {}
     for r in reports:
-        words = [f"Run {r.id}"] + ([r.name] if r.name else [])  # the user's name for it
+        words = [r.run_words()] + ([r.name] if r.name else [])  # the user's name for it
         if devices:
             words.append(r.device_name)
         words += [w for w in (_label_word(r, name, shown(r, name)) for name in differing) if w]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from anatomy.analysis.report import RunListing
+from anatomy.analysis.report import IMPORTED, RunListing
 from anatomy.units import in_mib
 
 PEAK = in_mib("Peak")  # the figure the list is for
@@ -19,8 +19,8 @@ COLUMNS = {  # RunListing field: the table's heading. What tells runs apart come
 
 def _cell(row: RunListing, key: str):
     value = getattr(row, key)
-    if key == "source":
-        return value or "anatomy"  # its own worker: the form, `anatomy run`, a sweep
+    if key == "source":  # "anatomy": its own worker (the form, `anatomy run`, a sweep)
+        return (value or "anatomy") + (f" ({IMPORTED})" if row.imported else "")
     return value.removeprefix("NVIDIA ") if key == "device" else value  # a narrow column
 
 
