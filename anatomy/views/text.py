@@ -8,7 +8,14 @@ import re
 from datetime import datetime
 
 from anatomy.analysis.models import display_name
-from anatomy.analysis.report import PHASES, PhaseReading, RankReading, RunReport, known_option
+from anatomy.analysis.report import (
+    IMPORTED,
+    PHASES,
+    PhaseReading,
+    RankReading,
+    RunReport,
+    known_option,
+)
 from anatomy.store import RunRow, checks
 from anatomy.units import in_mib, mib_text
 from anatomy.vocabulary import Backend, MemoryApi, RecordedBy, Status, phase_name
@@ -68,10 +75,10 @@ def run_choice(run: RunRow) -> str:
 
 def run_chip(run: RunRow) -> str:
     """A run in a few words, as a chip of a multiple choice shows it: `run_choice` without how it
-    ended and when."""
+    ended and when. An imported copy says so after its id."""
     model = known_option(run, "model")
     batch, precision = known_option(run, "batch_size"), known_option(run, "precision")
-    words = [str(run.id), run.environment.device,
+    words = [str(run.id) + (f" ({IMPORTED})" if run.origin else ""), run.environment.device,
              *([run.name] if run.name else []), display_name(model) if model else run.preset]
     details = [f"batch {batch}"] * (batch is not None) + [str(precision)] * bool(precision)
     return " · ".join(map(_short, words)) + "".join(f", {d}" for d in details)

@@ -15,6 +15,7 @@ from anatomy.cli import main
 from anatomy.store import PhaseMark, Step, Store
 from anatomy.views import compare as compare_view
 from anatomy.views import runs as runs_view
+from anatomy.views import text
 from tests.apptest import open_page
 from tests.conftest import USERS_SHAPES, contents, exported, seed_run, seed_users_run
 
@@ -481,6 +482,8 @@ def test_an_imported_copy_is_marked_imported_in_the_list_show_and_compare(source
     labels = compare_view.run_labels([report(store, done), report(store, copy)])
     assert labels == {done: f"Run {done} · walkthrough", copy: f"Run {copy} (imported) · walkthrough"}
     assert report(store, copy).title().startswith(f"Run {copy} (imported): walkthrough")
+    assert text.run_choice(store.run(copy)).startswith(f"{copy} (imported) · NVIDIA H200")
+    assert text.run_choice(store.run(done)).startswith(f"{done} · NVIDIA H200")  # the pickers
     assert main(["show", str(copy), "--store", str(store.path)]) == 0
     shown = capsys.readouterr().out
     assert f"imported from: run {done} of {store.path} on {socket.gethostname()}" in shown
