@@ -82,6 +82,8 @@ def test_every_page_says_its_sizes_in_mib_and_gib_and_names_the_kernel_phase_by_
         assert "MiB" in shown, page
         assert RAW_KERNEL.findall(shown) == [], page
     assert "GiB" in _shown(pages["runs"])  # the device's total
+    # The phases by the names of the run shown: a GPU's, on this machine without one too.
+    assert "anatomy*: baseline, CUDA kernels, weights, training." in _shown(pages["live"])
     assert "CUDA kernels" in _shown(pages["runs"]) and "torch loaded" in _shown(pages["runs (CPU)"])
     # Runs of both kinds side by side: the phase by both its names.
     assert "CUDA kernels / torch loaded (MiB)" in pages["compare"].dataframe[0].value.index

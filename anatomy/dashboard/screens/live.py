@@ -13,7 +13,7 @@ from anatomy.store import StoreError
 from anatomy.units import MIB_NAME
 from anatomy.views import live as view
 from anatomy.views import text
-from anatomy.vocabulary import Status
+from anatomy.vocabulary import Backend, Status
 
 REFRESH_SECONDS = widgets.LIVE_REFRESH_SECONDS
 # The form's columns: the model and the data, the training, then every other field in FIELDS
@@ -267,11 +267,14 @@ def _shown_run() -> int | None:
 
 def main() -> None:
     st.title("Live run")
-    st.caption("The four moments of Hugging Face's *Model training anatomy*: "
-               f"{text.phase_names(server.device().has_gpu)}. Start a run and watch each one "
-               "appear.")
+    caption = st.empty()
     run_id = _shown_run()
-    running = run_id is not None and server.store().run(run_id).status == Status.RUNNING
+    shown = None if run_id is None else server.store().run(run_id)
+    # The phases by the names of the run shown (a GPU's run imported on a laptop: CUDA kernels).
+    on_gpu = server.device().has_gpu if shown is None else shown.backend == Backend.NVML
+    caption.caption("The four moments of Hugging Face's *Model training anatomy*: "
+                    f"{text.phase_names(on_gpu)}. Start a run and watch each one appear.")
+    running = shown is not None and shown.status == Status.RUNNING
     # The chart is what people came for: while a run is shown, the options fold away.
     options_form(server.device().has_gpu, expanded=run_id is None)
     if run_id is None:
