@@ -174,7 +174,7 @@ def why_not_runnable(program: str) -> str | None:
 class Watch:
     def __init__(self, command: Sequence[str], store: Store, info: Machine, devices: list[Device],
                  name: str | None = None, sample_rate: int = 200, hosts_listener=None, *,
-                 phase_lines: Callable[[int], list[str]]):
+                 phase_lines: Callable[[int], list[str]] = lambda run_id: []):
         if not command:
             raise WatchRefused("no command: write it after `--`, e.g. anatomy watch -- python "
                                "train.py")
@@ -190,7 +190,7 @@ class Watch:
         self.output = _Output()
         self.marked_phases = False
         # The lines of the run's phases ended since the last call: the CLI's, which `anatomy run`
-        # prints too, from the figures `show` prints.
+        # prints too, from the figures `show` prints (none without it).
         self.phase_lines = phase_lines
         self.asked: list[int] = []  # the signals that stop the command, as they came
         self.started = 0.0  # the run's clock when the command started
@@ -576,7 +576,8 @@ def _label(command: list[str]) -> str:
 
 def watch(command: Sequence[str], store: Store, info: Machine, gpus: str | None = None,
           name: str | None = None, sample_rate: int = 200, out: TextIO = sys.stderr,
-          hosts_listener=None, *, phase_lines: Callable[[int], list[str]]) -> int:
+          hosts_listener=None, *,
+          phase_lines: Callable[[int], list[str]] = lambda run_id: []) -> int:
     """`anatomy watch`; with `hosts_listener` (issue 21) the run's host of a run on several,
     which the others join there (engine/hosts.py; a joining host: engine/joined.py)."""
     return Watch(command, store, info, choose_devices(info, gpus), name, sample_rate,
