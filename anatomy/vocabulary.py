@@ -4,12 +4,13 @@ of, the moments of a step, its precision, strategy and backend, and who started 
 Each is a `str` enum (as PyTorch's mem_tracker names memory categories and accelerate names its
 distributed types): a member is its stored string (`Status.COMPLETED == "completed"`, JSON and
 SQLite keep the same text as before), so stored runs read as they always did. Display words and
-colours are dicts keyed by these members (views/style.py). Imported by every layer, importing
-nothing.
+colours are dicts keyed by these members (views/style.py); the phases' names are here, for every
+layer. Imported by every layer, importing nothing.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import Enum
 
 
@@ -51,6 +52,32 @@ class Phase(Name):
 
 # The walkthrough's four, in order.
 PHASES = (Phase.BASELINE, Phase.KERNEL, Phase.WEIGHTS, Phase.TRAINING)
+
+# The phases as every page, the CLI and an export name them (stored, they keep their members'
+# values): on a GPU the walkthrough's words; without one the kernel phase loads torch and no CUDA
+# kernel. One name a phase and a kind of device, here for every layer (`watch` prints them too).
+PHASE_NAMES = {
+    Phase.BASELINE: "baseline",
+    Phase.KERNEL: "CUDA kernels",
+    Phase.WEIGHTS: "weights",
+    Phase.TRAINING: "training",
+    Phase.PROFILING: "profiling",
+    Phase.PROCESS: "process",
+}
+CPU_PHASE_NAMES = {**PHASE_NAMES, Phase.KERNEL: "torch loaded"}
+
+
+def phase_name(phase: str, on_gpu: bool) -> str:
+    """A phase as it is shown: "CUDA kernels" on a GPU, "torch loaded" on a CPU; a phase a user's
+    script named itself as it named it."""
+    return (PHASE_NAMES if on_gpu else CPU_PHASE_NAMES).get(phase, phase)
+
+
+def phases_name(phase: str, on_gpu: Iterable[bool]) -> str:
+    """A phase named for runs side by side: "CUDA kernels / torch loaded" where GPU and CPU runs
+    are compared, its one name where they all ran on one kind of device."""
+    kinds = sorted(set(on_gpu), reverse=True)  # the GPU's name first
+    return " / ".join(dict.fromkeys(phase_name(phase, kind) for kind in kinds))
 
 
 class Part(Name):

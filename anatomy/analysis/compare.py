@@ -8,13 +8,15 @@ anatomy/views/compare.py, its charts anatomy/views/figures/compare.py.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from itertools import combinations
+from typing import Any, NamedTuple
 
+from anatomy.analysis import models
 from anatomy.analysis.components import Components
 from anatomy.analysis.options import FIELDS
 from anatomy.analysis.report import RunReport
-from anatomy.units import MIB
-from anatomy.vocabulary import Part, Phase, Unsplit
+from anatomy.units import mib_text
+from anatomy.vocabulary import Part, Phase, Unsplit, phase_name
 
 # Bottom to top in a run's bar, by what each part is: what a recording that began later than the
 # kernel phase found held (BEFORE_RECORDING), the CUDA context (on a CPU the kernel phase:
@@ -49,13 +51,16 @@ GPU_OPTIONS = ("gpu", "gpus")  # what a run without a GPU has none of
 
 
 def differing_options(reports: Sequence[RunReport]) -> list[str]:
-    """The run options (in the form's order) whose values are not the same in every run (the
-    GPUs among the runs on a GPU: a CPU run beside them differs by its device, said apart)."""
-    def values(name: str) -> set[str]:
-        among = [r for r in reports if r.on_gpu] if name in GPU_OPTIONS else reports
-        return {repr(option(r, name)) for r in among}
+    """The run options (in the form's order) whose values differ between the runs that reported
+    them (`reported`): what a user's training never said, or what does not apply to a run (a
+    single process's strategy, a CPU run's GPUs), is no difference."""
+    def differs(name: str) -> bool:
+        among = [r for r in reports if reported(r, name)]
+        if name == "model":
+            return any(models_differ(a, b) for a, b in combinations(among, 2))
+        return len({repr(option(r, name)) for r in among}) > 1
 
-    return [name for name in FIELDS if len(values(name)) > 1]
+    return [name for name in FIELDS if differs(name)]
 
 
 def option(report: RunReport, name: str):
@@ -63,14 +68,64 @@ def option(report: RunReport, name: str):
     training did not report: never a default), and no strategy for a single process (the
     default "ddp" it stores shares nothing), no GPU index or GPUs for a run without a GPU (the
     form's defaults it stores name none), no sequence length for an image model (its images
-    never read the one stored)."""
+    never read the one stored), no epochs where max steps decide (the Trainer ignores them)."""
     if name == "strategy" and report.world_size <= 1:
         return None
     if name == "seq_len" and report.environment.image_size:
         return None
     if name in GPU_OPTIONS and not report.on_gpu:
         return None
+    if name == "epochs" and report.known("max_steps"):
+        return None
     return report.known(name)
+
+
+def reported(report: RunReport, name: str) -> bool:
+    """Whether the run says anything of option `name` that applies to it: anatomy's own runs say
+    every option; a user's Trainer that trained by its epochs says so by leaving max steps out."""
+    if name == "max_steps":  # unset: the epochs decided, which the run said
+        return report.started_by_anatomy or report.known("epochs") is not None
+    return option(report, name) is not None
+
+
+# What a model's shape is made of, as configs spell it: what two runs' configs are compared by.
+SHAPE_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads",
+              "num_key_value_heads", "intermediate_size", "vocab_size", "n_embd", "n_layer",
+              "n_head", "image_size", "patch_size")
+
+
+def models_differ(a: RunReport, b: RunReport) -> bool:
+    """Whether two runs trained other models, as far as they say: by their names where both have
+    one; where a user's model has none (built from a config, it is known by its class alone, as
+    "MistralForCausalLM" beside anatomy's run of my-mistral.json), by the shapes of their configs
+    (those keys both configs write); nothing said, no difference."""
+    if _named(a) and _named(b):
+        return a.known("model") != b.known("model")
+    shapes = _shape(a), _shape(b)
+    if None in shapes:
+        return False
+    both = shapes[0].keys() & shapes[1].keys()
+    return any(shapes[0][key] != shapes[1][key] for key in both)
+
+
+def _named(report: RunReport) -> bool:
+    """The run names its model: anatomy's own (a preset, a config, a Hub id), or a user's model
+    loaded from somewhere (its `name_or_path`), not one known by its class alone."""
+    facts = report.environment
+    return report.started_by_anatomy or bool(report.stored_options.get("model")) or \
+        facts.model_name not in (None, facts.model_class)
+
+
+def _shape(report: RunReport) -> dict[str, Any] | None:
+    """The run's model config's SHAPE_KEYS: the config the callback recorded, or the one
+    anatomy's run names (None where it cannot be read here: a file left on another machine)."""
+    config = report.environment.model_config
+    if config is None and report.started_by_anatomy:
+        try:
+            config = models.resolve(report.known("model")).config
+        except models.ModelError:
+            return None
+    return None if config is None else {k: config[k] for k in SHAPE_KEYS if k in config}
 
 
 def memory_parts(report: RunReport) -> list[BarPart]:
@@ -92,9 +147,10 @@ def memory_parts(report: RunReport) -> list[BarPart]:
                              max(0, memory[Phase.WEIGHTS] - (memory[Phase.BASELINE] or 0)),
                              "held at the weights phase's end: the process, its libraries and "
                              "the model, loaded before the recording began (not split)"))
+    kernel = phase_name(Phase.KERNEL, on_gpu)
     steps = ((Phase.KERNEL, Phase.BASELINE, Part.CONTEXT if on_gpu else Phase.KERNEL,
-              "kernel phase − baseline"),
-             (Phase.WEIGHTS, Phase.KERNEL, Phase.WEIGHTS, "weights phase − kernel phase"))
+              f"{kernel} phase − baseline"),
+             (Phase.WEIGHTS, Phase.KERNEL, Phase.WEIGHTS, f"weights phase − {kernel} phase"))
     for phase, before, name, note in steps:
         if memory[phase] is not None and memory[before] is not None:
             parts.append(BarPart(name, max(0, memory[phase] - memory[before]), note))
@@ -102,7 +158,7 @@ def memory_parts(report: RunReport) -> list[BarPart]:
         return parts
     increase = memory[Phase.TRAINING] - memory[Phase.WEIGHTS]
     if increase < 0:  # an out-of-memory run: the end reading is after its memory was freed
-        parts.append(BarPart(Phase.TRAINING, 0, f"training end − weights phase: {increase // MIB:+d} MB"
+        parts.append(BarPart(Phase.TRAINING, 0, f"training end − weights phase: {mib_text(increase)}"
                           f" (the run {report.status}; its peak is the marker)"))
         return parts
     split = _training_split(report.components) if report.components else None
@@ -117,7 +173,7 @@ def memory_parts(report: RunReport) -> list[BarPart]:
                           "the process's own memory beyond its tensors (Python, libraries, what"
                           " the C allocator keeps)")
                       if rest >= 0 else
-                      f"the parts add up to {-rest // MIB} MB more than the increase"))
+                      f"the parts add up to {mib_text(-rest)} more than the increase"))
     return parts
 
 
@@ -132,7 +188,7 @@ def _training_split(c: Components) -> list[BarPart] | None:
     parts = [BarPart(Part.OPTIMIZER_STATES, c.optimizer_states,
                   "measured: the optimizer's state tensors after the first step"),
              BarPart(larger, c.get(larger), f"measured; larger than the {smaller} "
-                  f"({c.get(smaller) // MIB:,} MB), which are never all held at the same time")]
+                  f"({mib_text(c.get(smaller))}), which are never all held at the same time")]
     if c.temporary is not None:
         parts.append(BarPart(Part.TEMPORARY, c.temporary,
                           "measured: the allocator's peak beyond the weights, states and " + larger))

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from anatomy.analysis.cache import cache_dir, write_atomically
+from anatomy.units import mib_text
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 
@@ -452,7 +453,7 @@ def _read_config(path: Path, shown: str) -> dict:
     try:
         size = path.stat().st_size
         if size > CONFIG_MAX_BYTES:
-            raise ModelError(f"model: {shown} is {size / 2**20:,.0f} MB, not a config.json (a "
+            raise ModelError(f"model: {shown} is {mib_text(size)}, not a config.json (a "
                              "weights file?): name the config.json or the model's folder")
         text = path.read_text(encoding="utf-8")
     except OSError as error:

@@ -19,6 +19,7 @@ from anatomy.analysis.operations import OperationProfile
 from anatomy.analysis.options import RunOptions
 from anatomy.store import (
     Message,
+    Origin,
     RunFacts,
     RunRow,
     RunSource,
@@ -41,8 +42,11 @@ from anatomy.vocabulary import (
     Strategy,
 )
 
-__all__ = ["PHASES", "PhaseReading", "RankReading", "RunListing", "RunReport", "Summary",
+__all__ = ["IMPORTED", "PHASES", "PhaseReading", "RankReading", "RunListing", "RunReport", "Summary",
            "report", "run_rows", "when"]
+
+
+IMPORTED = "imported"  # the mark of a run copied in from another store (`transfer.import_runs`)
 
 
 @dataclass(frozen=True)
@@ -181,6 +185,7 @@ class RunReport:
     source: RunSource = field(default_factory=RunSource)  # who started it
     # Several training processes (issue 12): each one's phases, GPU and memory; () for one.
     ranks: tuple[RankReading, ...] = ()
+    imported: Origin | None = None  # where an imported copy was recorded; None: recorded here
 
     @property
     def world_size(self) -> int:
@@ -297,12 +302,18 @@ class RunReport:
         not report."""
         return _known(self.source, self.stored_options, self.environment, name)
 
+    def run_words(self) -> str:
+        """"Run 7", or "Run 7 (imported)" for a copy imported from another store: every label,
+        title and line that names the run says which it is (the copy has the same name and was
+        started by the same)."""
+        return f"Run {self.id}" + (f" ({IMPORTED})" if self.imported else "")
+
     def label(self) -> str:
         """The run in a few words: a legend entry, a list's line."""
         batch, precision = self.known("batch_size"), self.known("precision")
         # A user's run that recorded no model: its script or command, unless it has a name.
         model = self.model or (None if self.name else self.preset)
-        words = [f"Run {self.id}", *(w for w in (self.name, model) if w)]
+        words = [self.run_words(), *(w for w in (self.name, model) if w)]
         words += [f"bs {batch}"] if batch is not None else []
         words += [precision] if precision else []
         if self.known("gradient_checkpointing"):
@@ -332,7 +343,7 @@ class RunReport:
             extras.append(f"LoRA rank {self.known('lora_rank')}")
         where = "" if self.started_by_anatomy else f" ({self.source.short_words()})"
         what = ", ".join(str(p) for p in parts + extras)
-        named = f"Run {self.id}: {self.name}" if self.name else f"Run {self.id}"
+        named = f"{self.run_words()}: {self.name}" if self.name else self.run_words()
         if what:
             named += f" — {what}" if self.name else f": {what}"
         return f"{named} on {self.devices}{where}"
@@ -415,7 +426,7 @@ def report(store: Store, run_id: int, run: RunRow | None = None) -> RunReport | 
         operations=(None if trained.operations is None else
                     OperationProfile.from_dict(trained.operations)),
         source=run.source,
-        ranks=_ranks(store, run, profiling))
+        ranks=_ranks(store, run, profiling), imported=run.origin)
 
 
 def known_option(run: RunRow, name: str) -> Any:
@@ -530,6 +541,7 @@ class RunListing:
     processes: int = 1  # training processes
     lora_rank: int | None = None  # None: a user's training did not say
     source: str = ""  # who started it: "" for anatomy's own worker, else its few words
+    imported: str = ""  # where an imported copy was recorded (`Origin.words`); "": here
 
 
 def when(timestamp: float | None) -> str:
@@ -555,5 +567,6 @@ def run_rows(store: Store, tag: str | None = None, preset: str | None = None,
             peak_mb=summary.peak_mb, time_s=summary.time_s,
             samples_per_second=summary.samples_per_second, model=rep.model,
             processes=rep.world_size, lora_rank=known_option(run, "lora_rank"),
-            source="" if rep.started_by_anatomy else rep.source.short_words()))
+            source="" if rep.started_by_anatomy else rep.source.short_words(),
+            imported="" if run.origin is None else run.origin.words()))
     return rows

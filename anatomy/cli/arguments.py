@@ -37,27 +37,49 @@ class Parser(argparse.ArgumentParser):
             (file or sys.stderr).write(message)
 
 
-def add_run_options(parser: argparse.ArgumentParser) -> None:
+# What a run is given that its memory does not depend on: a prediction takes none of them.
+RUN_ONLY = ("seed", "sample_rate", "profile_steps")
+
+
+def _option_default(name: str) -> str:
+    """An option's default in words: the same on every machine, or a GPU's and a CPU's."""
+    on_gpu, on_cpu = getattr(defaults_for(True), name), getattr(defaults_for(False), name)
+    return (f"default {on_gpu}" if on_gpu == on_cpu else
+            f"default {on_gpu} on a GPU, {on_cpu} without one")
+
+
+def add_run_options(parser: argparse.ArgumentParser, predicting: bool = False) -> None:
+    """A run's options as flags, each with its range and default; `predicting`: those a
+    prediction reads (not RUN_ONLY)."""
     f = FIELDS
     model = parser.add_mutually_exclusive_group()
     model.add_argument("--model", dest="model", metavar="NAME|PATH|HUB_ID",
                        help=f["model"].help + f" (presets: {', '.join(f['model'].choices)}; "
-                       "default: bert-large-uncased on a GPU, tiny without one)")
+                       f"{_option_default('model')})")
     model.add_argument("--preset", dest="model", metavar="NAME", help="the same as --model")
     for name in ("batch_size", "seq_len", "dataset_size", "grad_accum", "seed", "sample_rate",
                  "gpu", "profile_steps", "lora_rank", "processes"):
+        if predicting and name in RUN_ONLY:
+            continue
         parser.add_argument("--" + name.replace("_", "-"), type=int, dest=name,
-                            help=f"{f[name].help} ({f[name].low} to {f[name].high})")
+                            help=f"{f[name].help} ({f[name].low} to {f[name].high}; "
+                                 f"{_option_default(name)})")
     steps = parser.add_mutually_exclusive_group()
-    steps.add_argument("--epochs", type=int, help=f["epochs"].help)
-    steps.add_argument("--max-steps", type=int, dest="max_steps", help=f["max_steps"].help)
-    parser.add_argument("--precision", choices=f["precision"].choices, help=f["precision"].help)
+    steps.add_argument("--epochs", type=int,
+                       help=f"{f['epochs'].help} ({f['epochs'].low} to {f['epochs'].high}; "
+                            f"{_option_default('epochs')})")
+    steps.add_argument("--max-steps", type=int, dest="max_steps",
+                       help=f"{f['max_steps'].help} ({f['max_steps'].low} to "
+                            f"{f['max_steps'].high}; default none: the epochs decide)")
+    parser.add_argument("--precision", choices=f["precision"].choices,
+                        help=f"{f['precision'].help} ({_option_default('precision')})")
     parser.add_argument("--gpus", metavar="I,J", help=f["gpus"].help)
     parser.add_argument("--strategy", choices=f["strategy"].choices,
-                        help=f["strategy"].help + " (default ddp)")
+                        help=f"{f['strategy'].help} ({_option_default('strategy')})")
     parser.add_argument("--gradient-checkpointing", action="store_true", default=None,
                         help=f["gradient_checkpointing"].help)
-    parser.add_argument("--optim", help=f"{f['optim'].help}: {', '.join(f['optim'].choices)}")
+    parser.add_argument("--optim", help=f"{f['optim'].help}: {', '.join(f['optim'].choices)} "
+                                        f"({_option_default('optim')})")
     parser.add_argument("--lora-targets", dest="lora_targets", nargs="+", metavar="MODULE",
                         help="the module names the adapters wrap, e.g. --lora-targets q_proj "
                              "v_proj, or all-linear (every linear layer but the task's output; "

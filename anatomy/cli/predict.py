@@ -16,12 +16,12 @@ from anatomy.cli.arguments import add_run_options, options_from_args
 from anatomy.cli.render import SaidMeasurer, table
 from anatomy.engine.locks import gpu_key
 from anatomy.engine.manager import machine
-from anatomy.units import MIB
+from anatomy.units import MIB, MIB_NAME, gib_text, in_mib
 
 
 def register(commands: argparse._SubParsersAction) -> None:
     predict = commands.add_parser("predict", help="the memory a run should need, by component")
-    add_run_options(predict)
+    add_run_options(predict, predicting=True)
     predict.add_argument("--json", action="store_true", help="bytes, as one JSON object")
     predict.add_argument("--max-batch-size", action="store_true",
                          help="the largest batch size predicted to fit the device, instead")
@@ -33,8 +33,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     predict.add_argument("--device", choices=prediction.DEVICES,
                          help="the kernels and allocator to assume (default: this machine's)")
     predict.add_argument("--gpu-model", metavar="NAME",
-                         help="the GPU whose calibrated constants to use, e.g. 'NVIDIA H200' "
-                              "(default: this machine's GPU); implies --device cuda")
+                         help="the GPU whose calibrated constants to use, by its name or its "
+                              "last word, in any case (calibrated: "
+                              f"{', '.join(device_constants.calibrated())}; default: this "
+                              "machine's GPU); implies --device cuda")
     predict.set_defaults(func=cmd_predict)
 
 
@@ -59,11 +61,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
     # holds no store or child, and Python does not promise finalizers at exit anyway.
     atexit.unregister(gc.freeze)  # once per process, however often the command runs
     atexit.register(gc.freeze)
-    if args.gpu_model is not None and not device_constants.is_calibrated(args.gpu_model):
-        print(f"error: --gpu-model: {args.gpu_model!r} has no calibrated constants; calibrated:"
-              f" {', '.join(repr(name) for name in device_constants.calibrated())}",
-              file=sys.stderr)
-        return 2
+    if args.gpu_model is not None:
+        named = device_constants.calibrated_name(args.gpu_model)
+        if named is None:
+            print(f"error: --gpu-model: {args.gpu_model!r} has no calibrated constants; "
+                  f"calibrated: {', '.join(repr(n) for n in device_constants.calibrated())}",
+                  file=sys.stderr)
+            return 2
+        args.gpu_model = named
     if args.gpu_model is not None and args.device == "cpu":
         print(f"error: --gpu-model {args.gpu_model!r} names a GPU, and --device cpu predicts for "
               "this machine's RAM: leave one out", file=sys.stderr)
@@ -115,7 +120,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     print(_run_words(options, predicted))
     if ranks is not None:
         print(ranks.line())
-        print("  per rank (MB): " + ", ".join(
+        print("  " + in_mib("per rank") + ": " + ", ".join(
             f"{name.replace('_', ' ')} {value / MIB:,.1f}"
             for name, value in ranks.components().items() if value))
     if device == "cuda":
@@ -131,7 +136,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
                  ["outside PyTorch", f"{predicted.outside / MIB:,.1f}", ""],
                  ["NVML peak", f"{predicted.nvml_peak / MIB:,.1f}", ""]]
     # Several processes: the table is the one process's the ranks' line compares with.
-    print(table(rows, ["component" if ranks is None else "one process alone", "MB",
+    print(table(rows, ["component" if ranks is None else "one process alone", MIB_NAME,
                        "bytes/param"]))
     print((ranks or predicted).need_line())
     return 0
@@ -177,8 +182,8 @@ def _print_batch_fit(options: RunOptions, device: str, gpu_name: str | None, tot
             measure.close()
     if measure is not None and not fit.workspaces_measured:
         print("the run has no convolutions: no workspace to measure", file=sys.stderr)
-    where = (f"{gpu_name} ({total / 2**30:.1f} GiB)" if device == "cuda"
-             else f"this machine's RAM ({total / 2**30:.1f} GiB)")
+    where = (f"{gpu_name} ({gib_text(total)})" if device == "cuda"
+             else f"this machine's RAM ({gib_text(total)})")
     if as_json:
         print(json.dumps({"max_batch_size": fit.batch_size, "capacity": fit.capacity,
                           "peak": fit.peak_at_fit, "may_fit": fit.may_fit,

@@ -1,5 +1,5 @@
-"""What several commands print the same way: tables, refusals, progress, and lines that outlive
-a closed terminal."""
+"""What several commands print the same way: tables, refusals, progress, each phase's memory as it
+ends, and lines that outlive a closed terminal."""
 
 from __future__ import annotations
 
@@ -9,7 +9,12 @@ import unicodedata
 
 from anatomy.analysis.options import InvalidOptions
 from anatomy.analysis.prediction.workspaces import Measurer, WorkspaceError
+from anatomy.analysis.report import RunReport
 from anatomy.engine.locks import DeviceBusy, DeviceLock
+from anatomy.store import Store
+from anatomy.units import mib_text
+from anatomy.views import gpus, text
+from anatomy.vocabulary import Status
 
 
 def say(*args, **kwargs) -> None:
@@ -60,10 +65,38 @@ class SaidMeasurer(Measurer):
             self.lock = None
 
 
-def peak(peak_mb: int | None) -> str:
+def peak(peak_bytes: int | None) -> str:
     """A run's peak as `run` and `show` print it: a run stopped before its first sample has
     none ("peak: None MB" before)."""
-    return "not measured" if peak_mb is None else f"{peak_mb} MB"
+    return "not measured" if peak_bytes is None else mib_text(peak_bytes)
+
+
+class PhaseEnds:
+    """Each phase's memory as it ends, as `anatomy run` and `watch` print it (`text.phase_line`),
+    read from the run's report: the figures `show` prints, whichever command prints them. A phase
+    is said once the samples have passed its end (one taken before the end may still be on its
+    way to the store) or the run is over; each rank's, of a run of a few."""
+
+    def __init__(self, store: Store, held: tuple[str, ...] = ()):
+        self.store = store
+        self.held = held  # phases the command says elsewhere (`run`: training, with its summary)
+        self.said: set[tuple[int, int]] = set()  # (rank, the phase's place among its phases)
+
+    def new(self, rep: RunReport) -> list[str]:
+        """The lines of the run's phases that have ended since the last call."""
+        sampled_to = self.store.last_time(rep.id)
+        ranks = rep.ranks if 1 < len(rep.ranks) <= gpus.LISTED_AT_MOST else ()
+        lines = []
+        for rank, phases in [(r, r.phases) for r in ranks] or [(None, rep.phases)]:
+            for index, phase in enumerate(phases):
+                key = (0 if rank is None else rank.rank, index)
+                if key in self.said or not phase.done or \
+                        (rep.status == Status.RUNNING and sampled_to < phase.end_s):
+                    continue
+                self.said.add(key)
+                if phase.name not in self.held:
+                    lines.append(text.phase_line(rep, phase, rank))
+        return lines
 
 
 CELL_WIDTH = 48  # a long name or a model's path shortened in its middle; --json has it whole

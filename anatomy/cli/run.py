@@ -11,12 +11,11 @@ from anatomy.analysis import models
 from anatomy.analysis.options import InvalidOptions, validate
 from anatomy.analysis.report import report
 from anatomy.cli.arguments import add_run_options, add_store_option, options_from_args
-from anatomy.cli.render import peak, refused, say
+from anatomy.cli.render import PhaseEnds, peak, refused, say
 from anatomy.cli.signals import POLL_SECONDS, StopSignals
 from anatomy.engine.manager import DeviceBusy, RunManager, machine
 from anatomy.store import Store
 from anatomy.views import text
-from anatomy.views.style import phase_name
 from anatomy.vocabulary import Phase, Status
 
 
@@ -39,22 +38,21 @@ def _progress(step: int, total: int, started: float, width: int = 30) -> str:
 def _follow(manager: RunManager, store: Store, run_id: int, signals: StopSignals) -> None:
     """Print each phase's memory as it ends and the training's progress, until the run is over
     or a signal asks for a stop."""
-    printed: set[str] = set()
+    ends = PhaseEnds(store, held=(Phase.TRAINING,))  # the walkthrough prints it with the summary
     tty = sys.stderr is not None and sys.stderr.isatty()  # None: started with it closed
     train_started = None
+    trained = False
     last_progress = 0.0
     while signals.received is None:
         active = manager.is_active(run_id)
         rep = report(store, run_id)
+        for line in ends.new(rep):
+            print(line, flush=True)
         for phase in rep.phases:
-            if phase.done and phase.name not in printed:
-                printed.add(phase.name)
-                if phase.name == Phase.TRAINING:
-                    if tty:
-                        print(file=sys.stderr)
-                    continue  # the walkthrough prints it with the summary
-                line = text.occupied_line(phase.memory_bytes, rep.backend)
-                print(f"{line}  ({phase_name(phase.name, rep.on_gpu)})", flush=True)
+            if phase.name == Phase.TRAINING and phase.done and not trained:
+                trained = True
+                if tty:
+                    print(file=sys.stderr)  # the progress bar's line is over
             if phase.name == Phase.TRAINING and not phase.done:
                 train_started = train_started or time.monotonic()
                 step = store.last_step(run_id)
@@ -130,8 +128,8 @@ def _outcome(manager: RunManager, store: Store, run_id: int) -> int:
         print(f"Time: {summary.time_s:.2f} s")
         print(f"Samples/second: {summary.samples_per_second:.2f}")
     if rep.training:
-        print(f"{text.occupied_line(rep.training.memory_bytes, rep.backend)}  (training)")
-    print(f"peak: {peak(summary.peak_mb)}; status: {status}; "
+        print(text.phase_line(rep, rep.training))
+    print(f"peak: {peak(summary.peak_bytes)}; status: {status}; "
           f"{rep.samples} samples stored in {store.path} as run {run_id}")
     if status != Status.COMPLETED:
         print(f"{status}: {error}", file=sys.stderr)

@@ -6,11 +6,12 @@ import argparse
 import json
 from dataclasses import asdict
 
-from anatomy.analysis.report import run_rows
+from anatomy.analysis.report import IMPORTED, run_rows
 from anatomy.cli.arguments import add_store_option
 from anatomy.cli.render import table
 from anatomy.cli.stores import reading
 from anatomy.store import STATUSES, checks
+from anatomy.units import in_mib
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -50,12 +51,13 @@ def cmd_runs(args: argparse.Namespace) -> int:
         print(f"no stored run has {chosen}" if chosen else
               "no runs stored yet: start one with `python -m anatomy run`")
         return 0
-    header = ["id", "created", "status", "model", "batch", "prec", "peak MB", "Time (s)", "Samples/s",
+    header = ["id", "created", "status", "model", "batch", "prec", in_mib("peak"), "Time (s)", "Samples/s",
               "tags", "name"]
     body = [[r.id, r.created, r.status, r.preset, r.batch_size or "", r.precision or "",
              r.peak_mb if r.peak_mb is not None else "",
              f"{r.time_s:.2f}" if r.time_s else "",
              f"{r.samples_per_second:.2f}" if r.samples_per_second else "",
-             ",".join(r.tags), r.name or ""] for r in rows]
+             ",".join(r.tags), " ".join(w for w in (r.name, f"({IMPORTED})" * bool(r.imported)) if w)]
+            for r in rows]
     print(table(body, header))
     return 0

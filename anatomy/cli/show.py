@@ -9,15 +9,14 @@ import sys
 from anatomy.analysis import components
 from anatomy.analysis.compare import option
 from anatomy.analysis.operations import comparison
-from anatomy.analysis.report import when
+from anatomy.analysis.report import IMPORTED, when
 from anatomy.cli.arguments import add_store_option, run_id
 from anatomy.cli.render import peak, table
 from anatomy.cli.stores import reading, report_or_error
 from anatomy.store import resolve_path
-from anatomy.units import MIB
+from anatomy.units import MIB, in_mib
 from anatomy.views import text
-from anatomy.views.style import phase_name
-from anatomy.vocabulary import Phase
+from anatomy.vocabulary import Phase, phase_name
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -47,6 +46,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     print(f"measuring: {text.source(rep.backend, rep.memory_api)}")
     if not rep.started_by_anatomy:
         print(f"started by: {rep.origin}")
+    if rep.imported is not None:
+        print(f"{IMPORTED} from: {rep.imported.words()}")
     # As Compare reads them: nothing unreported, no GPU index on a CPU, no strategy for one
     # process; and no empty value (no LoRA targets).
     shown = {k: option(rep, k) for k in rep.stored_options}
@@ -57,16 +58,16 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"model: {rep.model} from {origin} (its config kept in the run)")
     print(table([[phase_name(p.name, rep.on_gpu), f"{p.start_s:.2f}", p.memory_mb]
                  for p in rep.phases],
-                 ["phase", "start s", "memory at end (MB)"]))
+                 ["phase", "start s", in_mib("memory at end")]))
     s = rep.summary
     if s.time_s is not None:
         print(f"Time: {s.time_s:.2f} s")
     if s.samples_per_second is not None:
         print(f"Samples/second: {s.samples_per_second:.2f}")
-    print(f"peak: {peak(s.peak_mb)}   samples: {rep.samples}   steps: {rep.steps}")
+    print(f"peak: {peak(s.peak_bytes)}   samples: {rep.samples}   steps: {rep.steps}")
     if rep.components:
         parts = rep.components
-        print("measured components (MB): " + ", ".join(
+        print(in_mib("measured components") + ": " + ", ".join(
             f"{name}={parts.get(name) / MIB:.1f}" for name in components.ORDER
             if parts.get(name) is not None))
         partial = text.partial_micro_batch_words(rep)
@@ -80,8 +81,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         names = [Phase.KERNEL, Phase.WEIGHTS, Phase.TRAINING]
         print(table([[r.label(), *[(r.phase(n).memory_mb if r.phase(n) else None)
                                      for n in names], r.peak_mb] for r in rep.ranks],
-                     ["rank", *[f"{phase_name(n, rep.on_gpu)} (MB)" for n in names],
-                      "peak (MB)"]))
+                     ["rank", *[in_mib(phase_name(n, rep.on_gpu)) for n in names],
+                      in_mib("peak")]))
     if rep.operations:
         profile = rep.operations
         print(f"operation classes ({profile.time_source}, {profile.steps} profiled steps):")

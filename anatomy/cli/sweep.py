@@ -14,12 +14,13 @@ from anatomy.analysis.prediction.workspaces import WorkspaceError
 from anatomy.analysis.report import report
 from anatomy.analysis.sweeps import SweepGrid, grid, parse_vary
 from anatomy.cli.arguments import add_run_options, add_store_option, options_from_args
-from anatomy.cli.render import SaidMeasurer, refused, say, table
+from anatomy.cli.render import SaidMeasurer, peak, refused, say, table
 from anatomy.cli.signals import POLL_SECONDS, StopSignals
 from anatomy.engine.locks import gpu_key
 from anatomy.engine.manager import DeviceBusy, RunManager, machine
 from anatomy.engine.sweep import Sweep, SweepEvent
 from anatomy.store import Store
+from anatomy.units import in_mib
 from anatomy.vocabulary import Status
 
 
@@ -76,7 +77,7 @@ def _sweep_printer(sweep: Sweep, out: TextIO, closed: list[OSError]
             speed = (f", {s.samples_per_second:.2f} samples/s, {s.time_s:.2f} s"
                      if s.samples_per_second is not None else "")
             print(f"{where} run {event.run_id}: {_values_text(event.values)} → {event.status}, "
-                  f"peak {s.peak_mb} MB{speed}", file=out, flush=True)
+                  f"peak {peak(s.peak_bytes)}{speed}", file=out, flush=True)
         else:
             print(f"skipped {_values_text(event.values)}: a smaller batch size ran out of memory",
                   file=out, flush=True)
@@ -89,7 +90,7 @@ def _print_grid(result: SweepGrid) -> None:
              r.peak_mb if r.peak_mb is not None else "",
              f"{r.samples_per_second:.2f}" if r.samples_per_second is not None else "",
              f"{r.time_s:.2f}" if r.time_s is not None else ""] for r in result.runs]
-    print(table(rows, ["run", *names, "status", "peak MB", "Samples/s", "Time (s)"]))
+    print(table(rows, ["run", *names, "status", in_mib("peak"), "Samples/s", "Time (s)"]))
     fitting = result.largest_fitting
     if isinstance(fitting, dict):
         other = next(n for n in names if n != "batch_size")

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
+from anatomy.analysis.report import report
 from anatomy.cli.arguments import add_store_option
+from anatomy.cli.render import PhaseEnds
 from anatomy.engine import hosts, joined, watch
 from anatomy.engine.manager import machine
 from anatomy.store import Store
@@ -38,13 +41,20 @@ def register(commands: argparse._SubParsersAction) -> None:
     watched.set_defaults(func=cmd_watch)
 
 
+def _phase_lines(store: Store) -> Callable[[int], list[str]]:
+    """What the watch prints of each phase as it ends: what `anatomy run` prints."""
+    ends = PhaseEnds(store)
+    return lambda run_id: ends.new(report(store, run_id))
+
+
 def cmd_watch(args: argparse.Namespace) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     info = machine()
     try:
         if args.join is None:
-            return watch.watch(command, Store(args.store), info, gpus=args.gpus, name=args.name,
-                               sample_rate=args.sample_rate)
+            store = Store(args.store)
+            return watch.watch(command, store, info, gpus=args.gpus, name=args.name,
+                               sample_rate=args.sample_rate, phase_lines=_phase_lines(store))
         return _joining(command, info, args)
     except (watch.WatchRefused, hosts.JoinRefused) as error:
         print(f"error: {error}", file=sys.stderr)
@@ -57,7 +67,9 @@ def _joining(command: list[str], info, args: argparse.Namespace) -> int:
     address, key = hosts.join_address(args.join), hosts.join_key()
     devices = watch.choose_devices(info, args.gpus)
     # The command is checked before anything listens or connects.
-    watched = watch.Watch(command, Store(args.store), info, devices, args.name, args.sample_rate)
+    store = Store(args.store)
+    watched = watch.Watch(command, store, info, devices, args.name, args.sample_rate,
+                          phase_lines=_phase_lines(store))
     listener = hosts.listen(address, key)
     if listener is not None:
         watched.hosts_listener = listener

@@ -13,14 +13,14 @@ from anatomy.analysis.options import FIELDS
 from anatomy.analysis.report import RunReport
 from anatomy.dashboard import server
 from anatomy.store import checks
+from anatomy.units import MIB_NAME, gib_text, in_mib, mib_float
 from anatomy.views import gpus as gpus_view
 from anatomy.views import live as live_view
 from anatomy.views import text
 from anatomy.views.figures import gpus as gpu_figures
 from anatomy.views.figures import live as live_figures
 from anatomy.views.figures import svg
-from anatomy.views.style import phase_name
-from anatomy.vocabulary import Phase, Status
+from anatomy.vocabulary import Phase, Status, phase_name
 
 
 def sidebar_device() -> None:
@@ -30,12 +30,12 @@ def sidebar_device() -> None:
         if info.has_gpu:
             for gpu in info.devices:
                 st.markdown(f"**GPU {gpu.index}: {gpu.name}**  \n"
-                            f"{gpu.total / 2**30:.1f} GiB total")
+                            f"{gib_text(gpu.total)} total")
             st.caption(f"driver {info.driver} · CUDA {info.cuda_driver} · "
                        f"NVML memory API {info.memory_api}")
         else:
             st.markdown("**no GPU: measuring CPU memory of the training process**")
-            st.caption(f"{info.ram_total / 2**30:.1f} GiB RAM · {info.why_no_gpu}")
+            st.caption(f"{gib_text(info.ram_total)} RAM · {info.why_no_gpu}")
         st.caption("Measures " + text.source(info.backend, info.memory_api))
 
 
@@ -222,12 +222,12 @@ def per_gpu(rep: RunReport, now: float | None = None) -> None:
                "A row per process, time across: the colour is the highest RSS of "
                + ("the rank's own processes" if all(r.measured_alone for r in rep.ranks) else
                   "its host's processes, every rank's together")
-               + " in each stretch of time, in MiB. A row unlike the others is a process that "
+               + f" in each stretch of time, in {MIB_NAME}. A row unlike the others is a process that "
                "fills first or starts late.")
     # A CPU rank's label is its rank ("rank 1"): no column repeats it.
     table([{"GPU" if rep.on_gpu else "process": r.gpu, **({"rank": r.rank} if rep.on_gpu else {}),
-            "peak (MB)": r.peak_mb,
-            **{f"{phase_name(name, rep.on_gpu)} (MB)": mb for name, mb in r.phase_mb.items()},
+            in_mib("peak"): r.peak_mb,
+            **{in_mib(phase_name(name, rep.on_gpu)): mb for name, mb in r.phase_mb.items()},
                    "training began (s)": r.training_start_s,
                    "samples/s (this rank's, after the first steps)": r.samples_per_second}
                   for r in rows], hide_index=True, key=f"gpu-table-{rep.id}",
@@ -267,10 +267,10 @@ def device_panel(rep: RunReport, live: bool) -> None:
         st.markdown("**Processes on the GPU" + ("" if live else ", at the end of training")
                     + "**")
         table([{"GPU": p.gpu, "PID": p.pid, "Process": p.name or "(not visible here)",
-                       "GPU memory (MiB)": None if p.used is None else p.used / 2**20,
+                       in_mib("GPU memory"): mib_float(p.used),
                        "Run": "this run" if p.ours else ""} for p in panel.processes],
                      hide_index=True, key=f"device_processes_{rep.id}",
-                     column_config={"GPU memory (MiB)": st.column_config.NumberColumn(
+                     column_config={in_mib("GPU memory"): st.column_config.NumberColumn(
                          format="%.0f")})
     st.caption(panel.caption)
 
@@ -338,7 +338,8 @@ def option_widget(name: str, default, key: str, label: str | None = None) -> Non
         st.checkbox(label, value=default, key=key, help=field.help)
     elif name == "max_steps":
         st.number_input(label, value=default or 0, step=1, key=key,
-                        help=f"{field.help}; 0 trains for the epochs ({field.low} to {field.high})")
+                        help=f"{field.help}: {field.low} to {field.high}, or 0 (the default) to "
+                             "train for the epochs")
     else:
         st.number_input(label, value=default, step=1, key=key,
                         help=f"{field.help} ({field.low} to {field.high})")

@@ -19,7 +19,6 @@ from __future__ import annotations
 import codecs
 import contextlib
 import os
-import queue as queue_module
 import secrets
 import shutil
 import signal
@@ -28,7 +27,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from multiprocessing.connection import Listener
 from typing import TextIO
@@ -41,7 +40,7 @@ from anatomy.engine.locks import DeviceBusy, gpu_key, take_all
 from anatomy.engine.processes import LIST_SECONDS, Tree, end_tree
 from anatomy.engine.recording import FIRST_SAMPLE_TIMEOUT, Recording, environment_facts
 from anatomy.store import Message, PhaseMark, RunFacts, RunSource, Store, StoreError, TrainingSummary, checks
-from anatomy.units import mib
+from anatomy.units import mib_text
 from anatomy.vocabulary import Phase, SourceKind, Status
 
 STOP_GRACE_SECONDS = 10.0  # after a stop the command may save and exit on its own
@@ -174,7 +173,8 @@ def why_not_runnable(program: str) -> str | None:
 
 class Watch:
     def __init__(self, command: Sequence[str], store: Store, info: Machine, devices: list[Device],
-                 name: str | None = None, sample_rate: int = 200, hosts_listener=None):
+                 name: str | None = None, sample_rate: int = 200, hosts_listener=None, *,
+                 phase_lines: Callable[[int], list[str]] = lambda run_id: []):
         if not command:
             raise WatchRefused("no command: write it after `--`, e.g. anatomy watch -- python "
                                "train.py")
@@ -189,10 +189,11 @@ class Watch:
         self.recording: Recording | None = None
         self.output = _Output()
         self.marked_phases = False
-        self.lowest_marking: int | None = None  # the rank whose phase ends are printed
+        # The lines of the run's phases ended since the last call: the CLI's, which `anatomy run`
+        # prints too, from the figures `show` prints (none without it).
+        self.phase_lines = phase_lines
         self.asked: list[int] = []  # the signals that stop the command, as they came
         self.started = 0.0  # the run's clock when the command started
-        self._ended: queue_module.SimpleQueue = queue_module.SimpleQueue()  # phase ends to print
         self.ranks: dict[int, int] = {0: 0}  # rank -> its local rank (several processes)
         # The first process that spoke as each rank: the training. Another of the same rank is
         # a process it started that records itself too (a subprocess's evaluation script).
@@ -251,8 +252,7 @@ class Watch:
     def _observe(self, message) -> None:
         """Every rank's phase marks and steps, each stored with its rank (issue 12); the first
         word of a rank other than 0 makes the run one of several processes (its GPU: the rank's
-        LOCAL_RANK among the command's visible GPUs). Only the phase ends of the lowest rank that
-        marked one are printed (rank 0's, unless its script never called anatomy.start())."""
+        LOCAL_RANK among the command's visible GPUs)."""
         source = getattr(message, "source", None)
         if source is not None and source.rank is not None:
             self.first_pid.setdefault(source.rank, source.pid)
@@ -262,10 +262,6 @@ class Watch:
                 self._join(rank, message.source.device)
             if isinstance(message, protocol.Phase):
                 self.marked_phases = True
-                if self.lowest_marking is None or rank < self.lowest_marking:
-                    self.lowest_marking = rank
-                if message.mark.edge == "end" and rank == self.lowest_marking:
-                    self._ended.put(message.mark)
 
     def _join(self, rank: int, local: int | None) -> None:
         """A rank of several has joined: the run's world size and each rank's GPU, as known (and
@@ -505,23 +501,15 @@ class Watch:
 
     # --- the terminal ---
     def _print_progress(self, out: TextIO) -> None:
-        """Each phase's memory as it ends (the walkthrough's line, a line per GPU), and the
-        latest step when it changed."""
+        """Each phase's memory as it ends (`phase_lines`), and the latest step when it
+        changed."""
         recording = self.recording
-        while True:
-            try:
-                mark = self._ended.get_nowait()
-            except queue_module.Empty:
-                break
-            for device in self.devices or [None]:
-                try:
-                    used = self.store.memory_before(recording.run_id,
-                                                    device.nvml_index if device else 0, mark.t)
-                except Exception:  # noqa: BLE001 - a store that cannot be read: a "?"
-                    used = None
-                what = f"GPU {device.index} memory" if device else "CPU memory (RSS)"
-                _say(f"{what} occupied: {mib(used) if used is not None else '?'} MB."
-                     f"  ({mark.name})", out)
+        try:
+            lines = self.phase_lines(recording.run_id)
+        except Exception:  # noqa: BLE001 - a store that cannot be read now: said when it can be
+            lines = []
+        for line in lines:
+            _say(line, out)
         step = recording.outcome.last_step
         if step is not None and step.step != self._shown_step:
             self._shown_step = step.step
@@ -536,7 +524,7 @@ class Watch:
             for device in self.devices or [None]:
                 peak = self.store.peak(run_id, device.nvml_index if device else 0)
                 where = f"GPU {device.index} ({device.name})" if device else "CPU (RSS)"
-                _say(f"{where}: peak {mib(peak)} MB" if peak is not None else
+                _say(f"{where}: peak {mib_text(peak)}" if peak is not None else
                      f"{where}: no sample: the command ended before the first reading (every"
                      f" {1000 / self.sample_rate:.0f} ms)", out)
             samples = f"{self.store.sample_count(run_id)} samples"
@@ -588,8 +576,9 @@ def _label(command: list[str]) -> str:
 
 def watch(command: Sequence[str], store: Store, info: Machine, gpus: str | None = None,
           name: str | None = None, sample_rate: int = 200, out: TextIO = sys.stderr,
-          hosts_listener=None) -> int:
+          hosts_listener=None, *,
+          phase_lines: Callable[[int], list[str]] = lambda run_id: []) -> int:
     """`anatomy watch`; with `hosts_listener` (issue 21) the run's host of a run on several,
     which the others join there (engine/hosts.py; a joining host: engine/joined.py)."""
     return Watch(command, store, info, choose_devices(info, gpus), name, sample_rate,
-                 hosts_listener).run(out)
+                 hosts_listener, phase_lines=phase_lines).run(out)

@@ -35,11 +35,11 @@ from anatomy.analysis.prediction import (
 )
 from anatomy.analysis.report import RunReport
 from anatomy.store import Step
-from anatomy.units import mb_text
+from anatomy.units import mib_text
 from anatomy.views import text
 from anatomy.views.style import COMPONENT_LABELS as LABELS
 from anatomy.views.style import MOMENT_LABELS
-from anatomy.vocabulary import Part, Phase, Precision, RecordedBy, Status, Strategy
+from anatomy.vocabulary import PHASE_NAMES, Part, Phase, Precision, RecordedBy, Status, Strategy
 
 # The totals say what they add up: with the measured CUDA context below the parts, or without.
 ALL_AT_ONCE = {False: "all at once", True: "context + all parts"}
@@ -169,7 +169,8 @@ def not_profiled(report: RunReport) -> str:
 
 # The component table's notes in full, by whether the run was on a GPU.
 NOTES = {
-    True: "the CUDA context is measured as the kernel phase − the baseline and predicted by the "
+    True: f"the CUDA context is measured as the {PHASE_NAMES[Phase.KERNEL]} phase − the baseline "
+          "and predicted by the "
           "GPU's calibrated constants; temporary buffers are the allocator's peak beyond the "
           "weights, the optimizer states and the larger of activations and gradients; the "
           "allocator cache is reserved − allocated at the allocator's peak, predicted by "
@@ -195,7 +196,7 @@ def component_rows(report: RunReport, prediction: Prediction) -> list[ComponentR
 
     if on_gpu:
         row("CUDA context", measured.context, prediction.context,
-            "kernel phase − baseline; predicted: calibrated")
+            f"{PHASE_NAMES[Phase.KERNEL]} phase − baseline; predicted: calibrated")
     for name in TENSOR_PARTS:
         note = ""
         if name == Part.ACTIVATIONS and not on_gpu:
@@ -302,14 +303,14 @@ def peak_explanation(report: RunReport, prediction: Prediction) -> str:
     """Why the peak is less than the sum of the parts, in this run's numbers."""
     measured = measured_components(report)
     all_parts = prediction.as_components().sum_of()
-    text = (f"Added up, the parts come to {mb_text(all_parts)} (predicted), but no "
-            f"moment of a step holds them all. The activations ({mb_text(prediction.activations)}) "
+    text = (f"Added up, the parts come to {mib_text(all_parts)} (predicted), but no "
+            f"moment of a step holds them all. The activations ({mib_text(prediction.activations)}) "
             "are held from the forward pass into the backward pass and freed layer by layer as "
-            f"the gradients ({mb_text(prediction.gradients)}) appear, so the peak holds only the "
-            f"larger of the two: {mb_text(prediction.peak)}, in the {prediction.peak_at}.")
+            f"the gradients ({mib_text(prediction.gradients)}) appear, so the peak holds only the "
+            f"larger of the two: {mib_text(prediction.peak)}, in the {prediction.peak_at}.")
     if measured.peak_allocated is not None and measured.sum_of() is not None:
-        text += (f" Measured: the parts add up to {mb_text(measured.sum_of())}; the allocator's "
-                 f"peak was {mb_text(measured.peak_allocated)}.")
+        text += (f" Measured: the parts add up to {mib_text(measured.sum_of())}; the allocator's "
+                 f"peak was {mib_text(measured.peak_allocated)}.")
     return text
 
 
@@ -380,7 +381,7 @@ def operations_explanation(profile: OperationProfile, precision: str) -> str:
 # --- several processes (issue 12): each GPU measured next to its rank's prediction ---
 
 class RankRow(NamedTuple):
-    """One component of one rank: measured on its GPU, predicted for its rank (MB text)."""
+    """One component of one rank: measured on its GPU, predicted for its rank (MiB text)."""
     gpu: str  # "GPU 1 (rank 1)"
     component: str
     measured: str
@@ -415,10 +416,10 @@ def rank_rows(report: RunReport, predicted: RankPrediction | None) -> list[RankR
             continue
         nvml = None if predicted is None else predicted.nvml_peak
         rows.append(RankRow(rank.label(), "peak as NVML counts it", _mb_or_dash(rank.peak_bytes),
-                            mb_text(nvml) if nvml is not None else
+                            mib_text(nvml) if nvml is not None else
                             ("NCCL's memory not calibrated" if predicted is not None else "—")))
     return rows
 
 
 def _mb_or_dash(value: int | None) -> str:
-    return "—" if value is None else mb_text(value)
+    return "—" if value is None else mib_text(value)

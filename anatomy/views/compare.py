@@ -19,24 +19,26 @@ from anatomy.analysis.compare import (
     memory_parts,
     option,
     phase_start,
+    reported,
     scaling_efficiencies,
 )
 from anatomy.analysis.options import FIELDS
 from anatomy.analysis.report import PHASES, RunReport
 from anatomy.analysis.sweeps import LADDER, SweepGrid
-from anatomy.units import mib
+from anatomy.units import MIB_NAME, in_mib, mib
 from anatomy.views import gpus
-from anatomy.views.style import COMPONENT_LABELS, CPU_PHASE_NAMES
+from anatomy.views.style import COMPONENT_LABELS
 from anatomy.views.text import literal, run_id
-from anatomy.vocabulary import Part, Phase, RecordedBy, Status, Unsplit
+from anatomy.vocabulary import CPU_PHASE_NAMES, Part, Phase, RecordedBy, Status, Unsplit, phases_name
 
 DIFFERS = "≠"  # the mark of a row whose values differ between the runs
 
 # The parts of a run's bar (analysis/compare.py's PART_ORDER) in words: the components' names,
 # but what the training increase holds beyond them is "the rest" (outside PyTorch's allocator,
 # or on a CPU the process's own) and its temporary buffers are "temporary".
-BAR_LABELS = {**COMPONENT_LABELS, **CPU_PHASE_NAMES, Part.TEMPORARY: "temporary",
-              Part.NON_TORCH: "the rest", Unsplit.BEFORE_RECORDING: "before the recording"}
+BAR_LABELS = {**COMPONENT_LABELS, Phase.KERNEL: CPU_PHASE_NAMES[Phase.KERNEL],
+              Part.TEMPORARY: "temporary", Part.NON_TORCH: "the rest",
+              Unsplit.BEFORE_RECORDING: "before the recording"}
 
 
 def bar_label(part: Part | Phase | Unsplit) -> str:
@@ -52,10 +54,16 @@ LABEL_WORDS = {
 }
 
 
+def shown(report: RunReport, name: str):
+    """A run's option as Compare writes it: `option`, the model by its short name (a config
+    file's, not its path)."""
+    return report.model if name == "model" else option(report, name)
+
+
 def _label_word(report: RunReport, name: str, value) -> str:
     """How an option that differs reads in a run's label; "" where the run has nothing to say
     (a user's training that did not report it, a single process's strategy)."""
-    if name == "max_steps" and value is None and report.started_by_anatomy:
+    if name == "max_steps" and value is None and reported(report, name):
         return "by epochs"
     if name == "gpus" and not value and report.started_by_anatomy and report.on_gpu:
         return "1 GPU"
@@ -81,10 +89,10 @@ def run_labels(reports: Sequence[RunReport]) -> dict[int, str]:
     devices = len({r.device_name for r in reports}) > 1
     labels = {}
     for r in reports:
-        words = [f"Run {r.id}"] + ([r.name] if r.name else [])  # the user's name for it
+        words = [r.run_words()] + ([r.name] if r.name else [])  # the user's name for it
         if devices:
             words.append(r.device_name)
-        words += [w for w in (_label_word(r, name, option(r, name)) for name in differing) if w]
+        words += [w for w in (_label_word(r, name, shown(r, name)) for name in differing) if w]
         labels[r.id] = html.escape(" · ".join(words), quote=False)
     return labels
 
@@ -111,13 +119,14 @@ def not_drawn(reports: Sequence[RunReport], phase: Phase) -> str | None:
     def runs(group: list[RunReport]) -> str:
         return ", ".join(f"run {r.id}" for r in group)
 
+    named = phases_name(phase, (r.on_gpu for r in missing))
     groups = (
         ([r for r in missing if r.started_by_anatomy and r.status != Status.RUNNING],
-         f"never reached the {phase} phase"),
+         f"never reached the {named} phase"),
         ([r for r in missing if r.started_by_anatomy and r.status == Status.RUNNING],
-         f"has not reached the {phase} phase yet"),
+         f"has not reached the {named} phase yet"),
         ([r for r in missing if not r.started_by_anatomy],
-         f"did not mark a {phase} phase (a user's training marks the phases it chooses)"))
+         f"did not mark a {named} phase (a user's training marks the phases it chooses)"))
     return "Not drawn: " + "; ".join(f"{runs(group)} {why}" for group, why in groups
                                      if group) + "."
 
@@ -158,13 +167,16 @@ def column(report: RunReport) -> str:
 
 
 # The results rows of the side-by-side table and of the differences: (heading, unit, value).
-def _results(report: RunReport) -> list[tuple[str, str, float | None]]:
+def _results(report: RunReport, reports: Sequence[RunReport]
+             ) -> list[tuple[str, str, float | None]]:
+    """`report`'s rows, headed for `reports` side by side (a phase by its names on their devices)."""
     memory = report.phase_memory()
     summary = report.summary
     return [("Time (s)", "s", summary.time_s),
             ("Samples/second", "", summary.samples_per_second),
-            *((f"{name} (MB)", "MB", mib(memory[name])) for name in PHASES),
-            ("peak (MB)", "MB", summary.peak_mb)]
+            *((in_mib(phases_name(name, (r.on_gpu for r in reports))), MIB_NAME, mib(memory[name]))
+              for name in PHASES),
+            (in_mib("peak"), MIB_NAME, summary.peak_mb)]
 
 
 def side_by_side(reports: Sequence[RunReport]) -> list[dict]:
@@ -182,13 +194,13 @@ def side_by_side(reports: Sequence[RunReport]) -> list[dict]:
     row("device", devices, len(set(devices)) > 1)
     row("status", [r.status for r in reports])
     for name, field in FIELDS.items():
-        row(field.label, [option(r, name) for r in reports], name in differing)
-    for index, (heading, _, _) in enumerate(_results(reports[0])):
-        row(heading, [_results(r)[index][2] for r in reports])
+        row(field.label, [shown(r, name) for r in reports], name in differing)
+    for index, (heading, _, _) in enumerate(_results(reports[0], reports)):
+        row(heading, [_results(r, reports)[index][2] for r in reports])
     if any(r.world_size > 1 for r in reports):  # 1 vs N processes (issue 12)
         row("processes", [r.world_size for r in reports])
-        row("peak per GPU (MB)" if any(r.on_gpu for r in reports) else
-            "peak per process (MB)", [per_gpu_peaks_text(r) for r in reports])
+        row(in_mib("peak per GPU") if any(r.on_gpu for r in reports) else
+            in_mib("peak per process"), [per_gpu_peaks_text(r) for r in reports])
         # What the efficiency is computed from (the Trainer's Samples/second above includes the
         # first step's one-time costs).
         row("samples/s after the first steps",
@@ -201,7 +213,7 @@ def side_by_side(reports: Sequence[RunReport]) -> list[dict]:
 
 
 def per_gpu_peaks_text(report: RunReport) -> str:
-    """Each GPU's peak: "GPU 0: 12,345 · GPU 1: 12,400" (MB), their spread beyond eight GPUs;
+    """Each GPU's peak: "GPU 0: 12,345 · GPU 1: 12,400" (MiB), their spread beyond eight GPUs;
     each CPU process's ("rank 0: 640 · rank 1: 612", its own processes' RSS), or where a store
     of before read them together, their one figure, said so."""
     if report.on_gpu or not report.ranks:
@@ -224,15 +236,16 @@ def _difference_text(diff: Difference, unit: str) -> str:
 
 def differences(reports: Sequence[RunReport], reference_id: int) -> list[dict]:
     """One row per result (Time, Samples/second, each phase's memory, the peak), one column per
-    run: its difference to the reference run, absolute and in %, as text ("+1,024 MB (+33.3%)")."""
+    run: its difference to the reference run, absolute and in %, as text ("+1,024 MiB (+33.3%)")."""
     reference = next(r for r in reports if r.id == reference_id)
-    base = _results(reference)
+    base = _results(reference, reports)
     rows = []
     for index, (heading, unit, ref_value) in enumerate(base):
         row = {"what": heading}
         for r in reports:
             row[column(r)] = ("reference" if r.id == reference_id else
-                              _difference_text(difference(_results(r)[index][2], ref_value), unit))
+                              _difference_text(difference(_results(r, reports)[index][2], ref_value),
+                                               unit))
         rows.append(row)
     return rows
 

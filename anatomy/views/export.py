@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 from anatomy.analysis.report import report
 from anatomy.store import Store
 from anatomy.views.figures.gpus import buckets, memory_chart
+from anatomy.views.live import status_line
 
 # In the dashboard Streamlit's theme makes room for the axes' tick labels; a standalone page
 # has plotly's defaults alone: room for the title above and the ticks beside, made here.
@@ -46,8 +47,7 @@ def runs_html(store: Store, run_ids: list[int]) -> str:
     charts = []
     for index, (rep, (samples, steps)) in enumerate(zip(reports, read)):
         figure = memory_chart(rep, samples, steps)
-        standalone(figure, html.escape(
-            f"{rep.title()}, {rep.status}, peak {rep.summary.peak_mb} MB"))
+        standalone(figure, html.escape(f"{rep.title()}, {status_line(rep)}"))
         figure.update_layout(height=520)
         charts.append(figure.to_html(full_html=False, include_plotlyjs=index == 0))
     title = html.escape("anatomy: runs " + ", ".join(str(r.id) for r in reports))

@@ -11,7 +11,7 @@ from typing import NamedTuple
 from anatomy.analysis.components import MEASURED_STEPS
 from anatomy.analysis.report import RankReading, RunReport, steady_rate
 from anatomy.store import PHASES, Store
-from anatomy.units import mb_text, mib
+from anatomy.units import mib, mib_text
 from anatomy.vocabulary import Phase
 
 # A GPU whose peak is this far above the median's is said to be out of balance (SCALING.md's
@@ -79,15 +79,15 @@ def spread(report: RunReport) -> Spread | None:
 
 
 def spread_line(report: RunReport) -> str | None:
-    """The spread in one line: "64 GPUs on 8 hosts: peak 7,940 MB to 8,712 MB, median …"."""
+    """The spread in one line: "64 GPUs on 8 hosts: peak 7,940 MiB to 8,712 MiB, median …"."""
     found = spread(report)
     if found is None:
         return None
     what = ("GPUs" if report.on_gpu else "processes (each one's own RSS)"
             if all(r.measured_alone for r in report.ranks) else "hosts' CPU memory (RSS)")
     hosts = f" on {len(report.hosts)} hosts" if len(report.hosts) > 1 and report.on_gpu else ""
-    return (f"{found.count} {what}{hosts}: peak {mb_text(found.low)} to {mb_text(found.high)}, "
-            f"median {mb_text(found.median)}; highest on {found.highest}")
+    return (f"{found.count} {what}{hosts}: peak {mib_text(found.low)} to {mib_text(found.high)}, "
+            f"median {mib_text(found.median)}; highest on {found.highest}")
 
 
 def standouts(report: RunReport) -> list[str]:
@@ -99,8 +99,8 @@ def standouts(report: RunReport) -> list[str]:
         for rank in _own_devices(report):
             above = rank.peak_bytes / found.median - 1 if found.median else 0.0
             if above > IMBALANCE:
-                lines.append(f"{rank.label()}: peak {mb_text(rank.peak_bytes)}, {above:.0%} above "
-                             f"the median ({mb_text(found.median)}): out of balance, the first "
+                lines.append(f"{rank.label()}: peak {mib_text(rank.peak_bytes)}, {above:.0%} above "
+                             f"the median ({mib_text(found.median)}): out of balance, the first "
                              "to run out of memory")
     starts = [(rank, rank.phase(Phase.TRAINING).start_s) for rank in report.ranks
               if rank.phase(Phase.TRAINING) is not None]
@@ -113,7 +113,7 @@ def standouts(report: RunReport) -> list[str]:
 
 
 def peaks_text(report: RunReport) -> str:
-    """Each GPU's peak in a line ("GPU 0: 12,345 · GPU 1: 12,400", MB), or their spread where
+    """Each GPU's peak in a line ("GPU 0: 12,345 · GPU 1: 12,400", MiB), or their spread where
     there are more than LISTED_AT_MOST; "" without a GPU."""
     peaks = report.gpu_peaks()
     if len(peaks) > LISTED_AT_MOST:

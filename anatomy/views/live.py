@@ -15,9 +15,9 @@ from anatomy.analysis.options import FIELDS, RunOptions, validate
 from anatomy.analysis.prediction import PredictionError, max_batch_size, predict, predict_ranks
 from anatomy.analysis.report import PHASES, RunReport
 from anatomy.store import GpuStatus, HostStatus, Step, Store
+from anatomy.units import GIB, gib_text, mib_text
 from anatomy.views import gpus, text
-from anatomy.views.style import phase_name
-from anatomy.vocabulary import Phase, Status
+from anatomy.vocabulary import Phase, Status, phase_name
 
 
 def options_from_form(values: dict[str, Any]) -> RunOptions:
@@ -68,7 +68,8 @@ def phase_metrics(report: RunReport) -> list[PhaseMetric]:
     whether it is done, open or still to come. A watched command that marks none of them: its
     own phase (the process), not four phases it never had."""
     if report.phases and not any(report.phase(name) for name in PHASES):
-        return [PhaseMetric(p.name, "done" if p.done else "open", p.memory_mb, None)
+        return [PhaseMetric(phase_name(p.name, report.on_gpu), "done" if p.done else "open",
+                            p.memory_mb, None)
                 for p in report.phases]
     metrics = []
     previous_mb = None
@@ -106,8 +107,8 @@ def stage(report: RunReport) -> str:
         return transitions[None]
     last = report.phases[-1]
     if not last.done:
-        return f"phase {last.name}"
-    return f"{transitions[last.name]} (after {last.name})"
+        return f"phase {phase_name(last.name, report.on_gpu)}"
+    return f"{transitions[last.name]} (after {phase_name(last.name, report.on_gpu)})"
 
 
 class Progress(NamedTuple):
@@ -147,14 +148,14 @@ def summary_lines(report: RunReport) -> list[str]:
         if len(on_gpus) > gpus.LISTED_AT_MOST:
             lines.append(gpus.spread_line(report))
         else:
-            lines += [f"{rank.label()}: peak {rank.peak_mb} MB" for rank in on_gpus]
+            lines += [f"{rank.label()}: peak {mib_text(rank.peak_bytes)}" for rank in on_gpus]
     return lines
 
 
 def status_line(report: RunReport) -> str:
     """How the run ended, in one line (the error's own text is shown apart: it can be long)."""
-    peak = report.summary.peak_mb
-    peak_text = f"peak {peak} MB" if peak is not None else "no memory sample"
+    peak = report.summary.peak_bytes
+    peak_text = f"peak {mib_text(peak)}" if peak is not None else "no memory sample"
     return {
         Status.RUNNING: Status.RUNNING.value,
         Status.COMPLETED: f"completed: {peak_text}",
@@ -181,9 +182,8 @@ def _target(options: RunOptions, machine: Machine) -> tuple[str, str | None, int
     """The device kind, the GPU model (its calibrated constants), its memory, and its words."""
     if machine.has_gpu:
         gpu = machine.devices[options.gpu]
-        return "cuda", gpu.name, gpu.total, f"GPU {options.gpu}'s {gpu.total / 2**30:.1f} GiB"
-    return "cpu", None, machine.ram_total, \
-        f"this machine's {machine.ram_total / 2**30:.1f} GiB of RAM"
+        return "cuda", gpu.name, gpu.total, f"GPU {options.gpu}'s {gib_text(gpu.total)}"
+    return "cpu", None, machine.ram_total, f"this machine's {gib_text(machine.ram_total)} of RAM"
 
 
 def memory_forecast(options: RunOptions, machine: Machine) -> Forecast:
@@ -202,7 +202,7 @@ def memory_forecast(options: RunOptions, machine: Machine) -> Forecast:
             forecast.peak * options.world_size)
     warning = None
     if need > total:
-        warning = (f"predicted peak {need / 2**30:.1f} GiB is more than {where}: "
+        warning = (f"predicted peak {gib_text(need)} is more than {where}: "
                    "this run will most likely end out of memory")
     return Forecast(forecast.need_line(), warning)
 
@@ -256,7 +256,7 @@ class DevicePanel(NamedTuple):
 
 
 def _gib(value: int | None) -> str:
-    return "—" if value is None else f"{value / 2**30:.1f}"
+    return "—" if value is None else gib_text(value)
 
 
 def _metric(label: str, rows: list, key: str, text_of) -> PanelMetric:
@@ -288,11 +288,11 @@ def device_panel(store: Store, report: RunReport, window_s: float | None) -> Dev
                                f" (of {rows[-1].power_limit_w:.0f} W)"), rows, "power_w",
                     lambda r: f"{r.power_w:.0f} W"),
             _metric("Temperature", rows, "temperature_c", lambda r: f"{r.temperature_c} °C"),
-            PanelMetric("Memory" if sample is None else f"Memory (of {_gib(sample.total)} GiB)",
-                        "—" if sample is None else f"{_gib(sample.used)} GiB", None)]))
+            PanelMetric("Memory" if sample is None else f"Memory (of {_gib(sample.total)})",
+                        _gib(None if sample is None else sample.used), None)]))
     host = [_metric("CPU (all cores)", hosts, "cpu_percent", lambda r: f"{r.cpu_percent:.0f} %"),
-            PanelMetric(f"RAM (of {_gib(hosts[-1].ram_total)} GiB)",
-                        f"{_gib(hosts[-1].ram_used)} GiB", [h.ram_used / 2**30 for h in hosts])]
+            PanelMetric(f"RAM (of {_gib(hosts[-1].ram_total)})",
+                        _gib(hosts[-1].ram_used), [h.ram_used / GIB for h in hosts])]
     at = None
     if window_s is None and report.training is not None and report.training.done:
         at = report.training.end_s

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from anatomy.analysis.report import RunListing
+from anatomy.analysis.report import IMPORTED, RunListing
+from anatomy.units import in_mib
+
+PEAK = in_mib("Peak")  # the figure the list is for
 
 COLUMNS = {  # RunListing field: the table's heading. What tells runs apart comes first.
-    "id": "Run", "device": "Device", "status": "Status", "peak_mb": "Peak MB",
+    "id": "Run", "device": "Device", "status": "Status", "peak_mb": PEAK,
     "samples_per_second": "Samples/s", "time_s": "Time (s)", "name": "Name", "model": "Model",
     "processes": "Processes", "batch_size": "Batch", "seq_len": "Seq len",
     "precision": "Precision", "lora_rank": "LoRA rank", "gradient_checkpointing": "Checkpointing",
@@ -16,8 +19,8 @@ COLUMNS = {  # RunListing field: the table's heading. What tells runs apart come
 
 def _cell(row: RunListing, key: str):
     value = getattr(row, key)
-    if key == "source":
-        return value or "anatomy"  # its own worker: the form, `anatomy run`, a sweep
+    if key == "source":  # "anatomy": its own worker (the form, `anatomy run`, a sweep)
+        return (value or "anatomy") + (f" ({IMPORTED})" if row.imported else "")
     return value.removeprefix("NVIDIA ") if key == "device" else value  # a narrow column
 
 
@@ -36,7 +39,7 @@ NOTHING_PLOTTED = ("No run of this list has both a peak and a speed to place her
                    "second: what a completed run of anatomy's own or of a Trainer reports).")
 
 
-ALWAYS = ("Run", "Peak MB")  # which run, and the figure the list is for
+ALWAYS = ("Run", PEAK)  # which run, and the figure the list is for
 
 
 def by_use(table: list[dict]) -> list[str]:

@@ -14,8 +14,6 @@ PHASE_COLOURS = {
     Phase.WEIGHTS: "#E69F00",
     Phase.TRAINING: "#009E73",
 }
-# Without a GPU the kernel phase loads torch and no CUDA kernel: every screen says so.
-CPU_PHASE_NAMES = {Phase.KERNEL: "torch loaded"}
 BAND_OPACITY = 0.22
 CURVE_COLOUR = "#1B2A41"  # the run's own curve, and "measured" beside a prediction
 PREDICTED_COLOUR = "#0072B2"
@@ -35,7 +33,7 @@ RUN_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9",
 # is what a phase added (the CUDA context: the kernel phase's).
 PART_COLOURS = {
     Part.CONTEXT: PHASE_COLOURS[Phase.KERNEL],
-    Phase.KERNEL: PHASE_COLOURS[Phase.KERNEL],  # a CPU's: torch loaded
+    Phase.KERNEL: PHASE_COLOURS[Phase.KERNEL],  # a CPU's (CPU_PHASE_NAMES)
     Phase.WEIGHTS: PHASE_COLOURS[Phase.WEIGHTS],
     Phase.TRAINING: PHASE_COLOURS[Phase.TRAINING],
     Part.OPTIMIZER_STATES: "#0072B2",
@@ -73,8 +71,3 @@ def phase_colour(name: str) -> str:
 
 def part_colour(part: Part | Phase | Unsplit) -> str:
     return PART_COLOURS.get(part, NEUTRAL_COLOUR)
-
-
-def phase_name(phase: str, on_gpu: bool) -> str:
-    """A phase as the screens name it: on a CPU the kernel phase is "torch loaded"."""
-    return phase if on_gpu else CPU_PHASE_NAMES.get(phase, phase)

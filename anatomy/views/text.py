@@ -9,10 +9,17 @@ from datetime import datetime
 
 from anatomy.analysis.components import partial_micro_batch
 from anatomy.analysis.models import display_name
-from anatomy.analysis.report import RunReport, known_option
+from anatomy.analysis.report import (
+    IMPORTED,
+    PHASES,
+    PhaseReading,
+    RankReading,
+    RunReport,
+    known_option,
+)
 from anatomy.store import RunRow, checks
-from anatomy.units import MIB
-from anatomy.vocabulary import Backend, MemoryApi, RecordedBy, Status
+from anatomy.units import in_mib, mib_text
+from anatomy.vocabulary import Backend, MemoryApi, RecordedBy, Status, phase_name
 
 
 def source(backend: Backend, memory_api: MemoryApi | None) -> str:
@@ -26,10 +33,24 @@ def source(backend: Backend, memory_api: MemoryApi | None) -> str:
 
 
 def occupied_line(memory_bytes: int | None, backend: Backend) -> str:
-    """The walkthrough's line, `GPU memory occupied: N MB.` (N = bytes // 2**20, as it computes)."""
-    value = "?" if memory_bytes is None else str(memory_bytes // MIB)
+    """The walkthrough's line, `GPU memory occupied: N MiB.` (N = bytes // 2**20, as it computes:
+    its "MB" is a MiB)."""
+    value = "?" if memory_bytes is None else mib_text(memory_bytes)
     what = "GPU memory" if backend == Backend.NVML else "CPU memory (RSS)"
-    return f"{what} occupied: {value} MB."
+    return f"{what} occupied: {value}."
+
+
+def phase_line(report: RunReport, phase: PhaseReading, rank: RankReading | None = None) -> str:
+    """A phase that has ended, as `anatomy run` and `watch` print it: the walkthrough's line and
+    the phase's name (and the rank's, of several): "GPU memory occupied: 735 MiB.  (weights)"."""
+    where = "" if rank is None else f", {rank.label()}"
+    return (f"{occupied_line(phase.memory_bytes, report.backend)}  "
+            f"({phase_name(phase.name, report.on_gpu)}{where})")
+
+
+def phase_names(on_gpu: bool) -> str:
+    """The walkthrough's four phases, as a device of this kind names them."""
+    return ", ".join(phase_name(phase, on_gpu) for phase in PHASES)
 
 
 # What Streamlit's Markdown would take for markup in a line of plain text: emphasis, code, links
@@ -55,10 +76,10 @@ def run_choice(run: RunRow) -> str:
 
 def run_chip(run: RunRow) -> str:
     """A run in a few words, as a chip of a multiple choice shows it: `run_choice` without how it
-    ended and when."""
+    ended and when. An imported copy says so after its id."""
     model = known_option(run, "model")
     batch, precision = known_option(run, "batch_size"), known_option(run, "precision")
-    words = [str(run.id), run.environment.device,
+    words = [str(run.id) + (f" ({IMPORTED})" if run.origin else ""), run.environment.device,
              *([run.name] if run.name else []), display_name(model) if model else run.preset]
     details = [f"batch {batch}"] * (batch is not None) + [str(precision)] * bool(precision)
     return " · ".join(map(_short, words)) + "".join(f", {d}" for d in details)
@@ -70,7 +91,7 @@ def _short(words: str, most: int = 36) -> str:
 
 
 def axis_title(backend: Backend) -> str:
-    return "GPU memory used (MiB)" if backend == Backend.NVML else "CPU memory, RSS (MiB)"
+    return in_mib("GPU memory used" if backend == Backend.NVML else "CPU memory, RSS")
 
 
 def run_id(word: str) -> int | None:

@@ -4,6 +4,7 @@ API, and `anatomy watch -- COMMAND` — each a real process on this CPU, recorde
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from anatomy.analysis import breakdown
 from anatomy.analysis.report import report
 from anatomy.store import PHASES, Store
 from anatomy.views.anatomy import user_run_basis
+from anatomy.vocabulary import phase_name
 from tests.conftest import PROJECT
 from tests.e2e.conftest import PADDED_TRAINER_SCRIPT
 
@@ -127,7 +129,14 @@ def test_watch_joins_the_phases_the_command_marks(store):
     _assert_recorded_walkthrough(rep)
     assert rep.source.kind == "watch" and list(rep.source.command[-len(SMALL):]) == SMALL
     assert rep.steps == 3
-    assert "occupied" in result.stderr and "status: completed" in result.stderr
+    assert "status: completed" in result.stderr
+    # Each phase's line as it ended, with the figure `show` prints (a phase went unsaid, and a
+    # line read the sample before its end before that sample was stored: 776 MB, `show` 735).
+    said = re.findall(r"^(?:GPU|CPU) memory.* occupied: ([\d,]+) MiB\.  \((.+)\)$", result.stderr,
+                      re.M)
+    assert {name: int(mb.replace(",", "")) for mb, name in said} == \
+        {phase_name(p.name, rep.on_gpu): p.memory_mb for p in rep.phases}, result.stderr
+    assert len(said) == len(rep.phases)  # each once
     # The script's anatomy.start(name=…) names the watch's run (it was the command line).
     assert rep.name == "plain loop: tiny GPT-2"
     assert rep.title().startswith(f"Run {rep.id}: plain loop: tiny GPT-2 on ")

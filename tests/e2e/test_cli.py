@@ -39,7 +39,7 @@ def test_run_prints_each_phase_and_the_summary(recorded):
     occupied = [line for line in lines if line.startswith(what)]
     # the kernel phase as every page names it: on a CPU there is no kernel, torch is loaded
     assert [line.split("(")[-1].rstrip(")") for line in occupied] == \
-        ["baseline", "kernel" if ON_GPU else "torch loaded", "weights", "training"]
+        ["baseline", "CUDA kernels" if ON_GPU else "torch loaded", "weights", "training"]
     assert any(line.startswith("Time: ") for line in lines)
     assert any(line.startswith("Samples/second: ") for line in lines)
     assert ("NVML" if ON_GPU else "CPU resident memory (RSS)") in result.stdout  # what it measures

@@ -171,7 +171,7 @@ def test_a_run_started_from_the_form_shows_its_phases_live_and_its_summary(serve
         timeout=30_000)
     ended = page.evaluate(PHASES_PICTURED)
     assert ended["bands"] == ["baseline", "kernel", "weights", "training"]
-    assert len(ended["ends"]) == 4 and all(end.endswith(" MB") for end in ended["ends"])
+    assert len(ended["ends"]) == 4 and all(end.endswith(" MiB") for end in ended["ends"])
     # The same chart interactive, from the sidebar's switch.
     page.locator("[data-testid=stSidebar]").get_by_text("Interactive charts").click()
     page.wait_for_function(
@@ -185,7 +185,7 @@ def test_a_run_started_from_the_form_shows_its_phases_live_and_its_summary(serve
     page.screenshot(path=ARTIFACTS / "live-cpu.png", full_page=True)
 
     assert drawn["bands"] == ["baseline", "kernel", "weights", "training"]
-    assert sum(label.endswith(" MB</b>") for label in drawn["labels"]) == 4  # one marker a phase
+    assert sum(label.endswith(" MiB</b>") for label in drawn["labels"]) == 4  # one marker a phase
     (run,) = store.runs()
     assert run.status == "completed"
     assert store.sample_count(run.id) == run.samples_sent  # the reload lost nothing

@@ -233,7 +233,7 @@ def test_a_killed_worker_fails_the_run_and_its_last_phase_keeps_real_memory(cli_
     rep = _stored(run.store_path)
     assert rep.training.done
     assert rep.training.memory_bytes > rep.phase("weights").memory_bytes  # not its zombie's 0
-    assert not re.search(r"(?<![\d,])0 MB", run.out)  # a zero, not the end of "530 MB"
+    assert not re.search(r"(?<![\d,])0 MiB", run.out)  # a zero, not the end of "530 MB"
     assert rep.status == "failed" and f"killed by {sig.name}" in rep.error
     assert rep.samples == rep.samples_sent > 0
 
@@ -505,7 +505,7 @@ def test_a_store_on_read_only_media_lists_shows_and_exports_but_refuses_writes(r
     code, out, _ = _main(capsys, "runs", "--store", str(path))
     assert code == 0 and "completed" in out
     code, out, _ = _main(capsys, "show", str(run_id), "--store", str(path))
-    assert code == 0 and "peak: 4096 MB" in out
+    assert code == 0 and "peak: 4,096 MiB" in out
     code, out, _ = _main(capsys, "export", str(run_id), "--format", "csv", "--store", str(path))
     assert code == 0 and out.startswith("run_id,t,gpu")
     code, _, err = _main(capsys, "tag", str(run_id), "x", "--store", str(path))

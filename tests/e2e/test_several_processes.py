@@ -48,8 +48,10 @@ def test_two_cpu_processes_through_the_cli_record_both_ranks(store, capsys):
     code = main(["run", *flags(replace(TWO, max_steps=3)), "--store", str(store.path)])
     out = capsys.readouterr().out
     assert code == 0, out
-    # The CPU's kernel phase by the name every page gives it (the CLI said "(kernel)").
-    assert "(torch loaded)" in out and "(kernel)" not in out
+    # The CPU's kernel phase by the name every page gives it (the CLI said "(kernel)"), each
+    # rank's as `show` reads it.
+    assert "(torch loaded, rank 0)" in out and "(torch loaded, rank 1)" in out
+    assert "kernel" not in out
     run_id = store.runs()[-1].id
     rep = report(store, run_id)
     assert rep.status == "completed"
@@ -77,7 +79,7 @@ def test_two_cpu_processes_through_the_cli_record_both_ranks(store, capsys):
     shown_text = capsys.readouterr().out
     assert "the RSS of each rank's own processes" in shown_text  # `show` said "all ranks' RSS
     # together" and printed identical rows
-    assert "torch loaded (MB)" in shown_text and "kernel" not in shown_text
+    assert "torch loaded (MiB)" in shown_text and "kernel" not in shown_text
     # Nothing of the run is left: the worker, the launcher's ranks, the sampler.
     left = [p for p in psutil.Process().children(recursive=True)
             if "resource_tracker" not in " ".join(p.cmdline())]

@@ -80,18 +80,18 @@ def test_measured_next_to_predicted_with_the_error_of_each_component(store, seed
         "temporary buffers", "sum of the parts", "peak (tensors)", "allocator cache",
         "outside PyTorch", "peak (NVML, over the baseline)"]
     assert table.loc["weights", "Error (%)"] == 0
-    assert table.loc["optimizer states", "Measured (MB)"] == pytest.approx(2556.9, abs=0.1)
+    assert table.loc["optimizer states", "Measured (MiB)"] == pytest.approx(2556.9, abs=0.1)
     assert table.loc["activations", "Error (%)"] == pytest.approx(-100 * 0.01 / 1.01, abs=1e-3)
     # the traced prediction with the H200's calibration (calibration/nvidia-h200.json), with
     # CUDA's reduction and softmax temporaries since c993847 (the H200 measured 7,158.6 MiB:
     # docs/MEASUREMENTS.md; 7,143.8 before them, 7,159.8 before the trace followed the H200's
     # recorded actions at the edge: gradients summed in place, cuBLAS's two workspaces)
-    assert table.loc["peak (tensors)", "Predicted (MB)"] == pytest.approx(7158.8, abs=0.1)
-    assert table.loc["CUDA context", "Measured (MB)"] == 1024  # seeded: kernel − baseline
+    assert table.loc["peak (tensors)", "Predicted (MiB)"] == pytest.approx(7158.8, abs=0.1)
+    assert table.loc["CUDA context", "Measured (MiB)"] == 1024  # seeded: kernel − baseline
     context = device_constants.load("NVIDIA H200").context_bytes / MIB  # the GPU's constant
-    assert table.loc["CUDA context", "Predicted (MB)"] == pytest.approx(context, abs=0.05)
-    assert table.loc["peak (NVML, over the baseline)", "Predicted (MB)"] > \
-        table.loc["peak (tensors)", "Predicted (MB)"] + context
+    assert table.loc["CUDA context", "Predicted (MiB)"] == pytest.approx(context, abs=0.05)
+    assert table.loc["peak (NVML, over the baseline)", "Predicted (MiB)"] > \
+        table.loc["peak (tensors)", "Predicted (MiB)"] + context
 
     sides = {t["name"]: t for t in chart_spec(app, "anatomy_waterfall")["data"]}
     assert set(sides) == {"measured", "predicted"}
@@ -183,8 +183,8 @@ def test_a_run_without_components_or_profile_says_how_to_get_them(store, seed):
     assert "No measured components" in infos
     assert "Profile steps" in infos and "--profile-steps" in infos
     table = _table(app, "components").set_index("Component")
-    assert table.loc["CUDA context", "Measured (MB)"] == 1024  # the phases still tell it
-    assert table.loc["weights", "Predicted (MB)"] == pytest.approx(1278.5, abs=0.1)
+    assert table.loc["CUDA context", "Measured (MiB)"] == 1024  # the phases still tell it
+    assert table.loc["weights", "Predicted (MiB)"] == pytest.approx(1278.5, abs=0.1)
 
 
 def test_a_cpu_run_says_what_its_figures_are(store, seed):
@@ -200,7 +200,7 @@ def test_a_cpu_run_says_what_its_figures_are(store, seed):
     table = _table(app, "components").set_index("Component")
     assert "CUDA context" not in table.index
     assert table.loc["sum of the parts", "Error (%)"] == 0  # like with like: no temporary
-    assert table.loc["peak (RSS, over the baseline)", "Measured (MB)"] == 3072
+    assert table.loc["peak (RSS, over the baseline)", "Measured (MiB)"] == 3072
 
 
 def test_no_runs_yet():
@@ -270,8 +270,8 @@ def test_a_users_trainer_run_shows_measured_next_to_predicted(store, seed_users)
     assert "Measured next to predicted" in [h.value for h in app.subheader]
     assert any(c.value.startswith("Predicted from what the run recorded") for c in app.caption)
     table = _table(app, "components").set_index("Component")
-    assert table.loc["weights", "Measured (MB)"] == table.loc["weights", "Predicted (MB)"]
-    assert table.loc["activations", "Measured (MB)"] == 30
+    assert table.loc["weights", "Measured (MiB)"] == table.loc["weights", "Predicted (MiB)"]
+    assert table.loc["activations", "Measured (MiB)"] == 30
     sides = {t["name"] for t in chart_spec(app, "anatomy_waterfall")["data"]}
     assert sides == {"measured", "predicted"}
 

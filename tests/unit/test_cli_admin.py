@@ -275,3 +275,40 @@ def test_ctrl_c_in_a_command_that_keeps_no_run_is_one_line(monkeypatch, capsys):
     assert main(["predict", "--model", "tiny"]) == 130
     err = capsys.readouterr().err
     assert err.strip() == "interrupted" and "Traceback" not in err
+
+
+def _help(capsys, *command: str) -> str:
+    """A command's --help, its lines joined as one text (argparse wraps them)."""
+    with pytest.raises(SystemExit) as exited:
+        main([*command, "--help"])
+    assert exited.value.code == 0
+    return " ".join(capsys.readouterr().out.split())
+
+
+def test_predict_offers_what_a_prediction_reads_each_with_its_range_and_default(capsys):
+    """`predict --help` listed --sample-rate, --profile-steps and --seed, which a prediction
+    never reads, and no default for the batch size or the sequence length."""
+    shown = _help(capsys, "predict")
+    for flag in ("--seed", "--sample-rate", "--profile-steps"):
+        assert flag not in shown
+    assert "per_device_train_batch_size (1 to 4096; default 4)" in shown
+    assert "(1 to 1048576; default 512 on a GPU, 128 without one)" in shown
+    assert "(1 to 10000000; default none: the epochs decide)" in shown
+    assert "(calibrated: NVIDIA H200;" in shown
+    run = _help(capsys, "run")
+    assert all(flag in run for flag in ("--seed", "--sample-rate", "--profile-steps"))
+    assert "memory samples per second per GPU (1 to 2000; default 200)" in run
+
+
+@pytest.mark.parametrize("words", ["H200", "h200", "nvidia h200", "NVIDIA-H200"])
+def test_a_gpu_model_is_named_by_its_last_word_in_any_case(capsys, words):
+    """`--gpu-model H200` was refused ("has no calibrated constants; calibrated: 'NVIDIA
+    H200'"): here it is the H200 (refused for --device cpu, the GPU named in full)."""
+    assert main(["predict", "--device", "cpu", "--gpu-model", words]) == 2
+    assert "--gpu-model 'NVIDIA H200' names a GPU" in capsys.readouterr().err
+
+
+def test_a_gpu_model_that_names_no_calibrated_gpu_lists_those_that_are(capsys):
+    assert main(["predict", "--gpu-model", "H100"]) == 2
+    assert capsys.readouterr().err == ("error: --gpu-model: 'H100' has no calibrated constants; "
+                                       "calibrated: 'NVIDIA H200'\n")

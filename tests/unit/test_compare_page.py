@@ -19,7 +19,7 @@ from anatomy.views import compare as view
 from anatomy.views.figures import compare as figures
 from anatomy.vocabulary import Part, Phase
 from tests.apptest import chart_spec, open_page
-from tests.conftest import GIB_BYTES, seed_run
+from tests.conftest import GIB_BYTES, USERS_MODEL, seed_run
 
 GIB = GIB_BYTES
 
@@ -73,19 +73,19 @@ def test_two_runs_differing_in_batch_size_side_by_side(store, seed):
     assert table.loc["Batch size"].tolist() == ["≠", "4", "8"]
     flagged = table.index[table[""] == "≠"].tolist()
     assert flagged == ["Batch size"]  # nothing else differs
-    assert table.loc["peak (MB)"].tolist() == ["", "4,096", "6,144"]
+    assert table.loc["peak (MiB)"].tolist() == ["", "4,096", "6,144"]
     assert any("Options that differ" in m.value and "Batch size" in m.value for m in app.markdown)
 
     differences = _table(app, "compare_differences")
-    assert differences.loc["peak (MB)"].tolist() == ["reference", "+2,048 MB (+50.0%)"]
-    assert differences.loc["training (MB)"].tolist() == ["reference", "+0 MB (+0.0%)"]
+    assert differences.loc["peak (MiB)"].tolist() == ["reference", "+2,048 MiB (+50.0%)"]
+    assert differences.loc["training (MiB)"].tolist() == ["reference", "+0 MiB (+0.0%)"]
 
     assert [b.proto.label for b in app.get("download_button")] == [
         "This comparison (HTML)", "Each run's chart (HTML)", "Runs (JSON)", "Samples (CSV)"]
 
     app.selectbox(key="compare_reference").set_value(large).run()
     differences = _table(app, "compare_differences")
-    assert differences.loc["peak (MB)"].tolist() == ["-2,048 MB (-33.3%)", "reference"]
+    assert differences.loc["peak (MiB)"].tolist() == ["-2,048 MiB (-33.3%)", "reference"]
 
 
 def test_the_overlay_aligns_every_run_at_the_chosen_phase(store):
@@ -502,3 +502,48 @@ def test_a_runs_name_is_text_in_the_charts_not_plotlys_markup(store, seed):
         f'Run {named} · &lt;b&gt;bold&lt;/b&gt; &lt;a href="http://example.com"&gt;link&lt;/a&gt;'
     alone = view.run_labels([report(store, named)])[named]
     assert "<" not in alone and "&lt;b&gt;bold" in alone
+
+
+def test_a_users_run_differs_only_in_what_it_reported(store, seed, seed_users):
+    """A Trainer's run beside anatomy's own: what the Trainer never said (its sample rate, its
+    processes, profiling, LoRA, the dummy dataset's size) is no difference, nor are the epochs a
+    Trainer ignores where max steps are set (TrainingArguments' default 3.0)."""
+    ours = seed()  # bert-large, batch 4, seq 512, 8 steps, adamw_torch, on a GPU
+    theirs = _with_options(store, seed_users("trainer"), max_steps=5, epochs=3.0)
+    reports = [report(store, ours), report(store, theirs)]
+    assert compare.differing_options(reports) == ["model", "batch_size", "seq_len", "max_steps",
+                                                  "optim"]
+    model = "BertForSequenceClassification"  # a user's model built from its config: its class
+    assert view.run_labels(reports) == {
+        ours: f"Run {ours} · NVIDIA H200 · bert-large-uncased · bs 4 · seq 512 · 8 steps · "
+              "adamw_torch",
+        theirs: f"Run {theirs} · CPU · {model} · bs 8 · seq 64 · 5 steps · adamw_torch_fused"}
+    marked = [row["what"] for row in view.side_by_side(reports) if row[""] == view.DIFFERS]
+    assert marked == ["device", "Model", "Batch size", "Sequence length", "Max steps",
+                      "Optimizer"]
+    # A Trainer that trains by its epochs says so by leaving max steps out.
+    by_epochs = seed_users("trainer")
+    labels = view.run_labels([report(store, ours), report(store, by_epochs)])
+    assert labels[by_epochs] == (f"Run {by_epochs} · CPU · {model} · bs 8 · seq 64 · by epochs · "
+                                 "adamw_torch_fused")
+
+
+def test_a_model_known_by_its_config_file_or_by_its_class_is_compared_by_its_shape(
+        store, seed, seed_users, tmp_path):
+    """anatomy's run of my-bert.json and a user's model built from the same config (known by its
+    class alone: "BertForSequenceClassification", beside a path) are one model; bert-large beside
+    that user's model is another, and two runs that name their models differ by their names,
+    each said by its short name (a config file's, not its path)."""
+    path = tmp_path / "my-bert.json"
+    path.write_text(json.dumps(USERS_MODEL))
+    ours = _with_options(store, seed(), model=str(path))
+    theirs = seed_users("trainer")
+    assert "model" not in compare.differing_options([report(store, ours), report(store, theirs)])
+    large = seed()
+    assert compare.differing_options([report(store, large), report(store, theirs)])[0] == "model"
+    reports = [report(store, ours), report(store, large)]
+    assert compare.differing_options(reports) == ["model"]
+    assert view.run_labels(reports) == {ours: f"Run {ours} · my-bert",
+                                        large: f"Run {large} · bert-large-uncased"}
+    (row,) = [row for row in view.side_by_side(reports) if row["what"] == "Model"]
+    assert (row[""], row[f"Run {ours}"]) == (view.DIFFERS, "my-bert")

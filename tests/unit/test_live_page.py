@@ -56,6 +56,9 @@ def test_the_live_page_offers_every_run_option_with_the_machines_defaults():
     assert app.number_input(key="option_batch_size").value == 4
     assert app.selectbox(key="option_model").value == ("tiny" if NO_GPU else "bert-large-uncased")
     assert app.number_input(key="option_max_steps").value == 0  # 0: train for the epochs
+    # its range is what a number may be, beside the 0 it starts at (it said "(1 to 10000000)")
+    assert app.number_input(key="option_max_steps").help.endswith(
+        ": 1 to 10000000, or 0 (the default) to train for the epochs")
     assert app.checkbox(key="option_gradient_checkpointing").value is False
     assert "No run in progress" in app.info[0].value
 
@@ -117,7 +120,7 @@ def test_a_running_run_opens_live_with_its_open_phase(store, seed):
     assert not app.exception
     assert app.subheader[0].value.startswith(f"Run {run_id}: bert-large-uncased")
     metrics = {m.label: m.value for m in app.metric}
-    assert metrics == {"baseline": "1024 MB", "kernel": "2048 MB", "weights (now)": "3072 MB",
+    assert metrics == {"baseline": "1,024 MiB", "CUDA kernels": "2,048 MiB", "weights (now)": "3,072 MiB",
                        "training": "—"}
     assert app.get("progress")[0].proto.text == "phase weights"
     # While it trains, its memory is a picture (no Plotly to load in a new tab) of the figure
@@ -147,10 +150,10 @@ def test_a_finished_run_shows_the_walkthroughs_summary_and_a_link_to_it(store, s
     run_id = seed()
     app = _app(live_run=run_id).run()
     assert not app.exception
-    assert app.success[0].value == "completed: peak 4096 MB"
-    assert app.code[0].value == "Time: 3.21 s\nSamples/second: 9.97\nGPU memory occupied: 4096 MB."
+    assert app.success[0].value == "completed: peak 4,096 MiB"
+    assert app.code[0].value == "Time: 3.21 s\nSamples/second: 9.97\nGPU memory occupied: 4,096 MiB."
     metrics = [(m.label, m.value) for m in app.metric]
-    assert metrics[-1] == ("training", "4096 MB")
+    assert metrics[-1] == ("training", "4,096 MiB")
     link = app.get("page_link")[0].proto
     assert (link.page, link.query_string) == ("runs", f"run={run_id}")
     chart = _chart(app, run_id)
@@ -166,7 +169,7 @@ def test_a_finished_run_shows_the_walkthroughs_summary_and_a_link_to_it(store, s
 def test_an_out_of_memory_run_says_so_with_its_message_and_peak(store, seed):
     run_id = seed(status="oom", error="CUDA out of memory. Tried to allocate 1.00 GiB")
     app = _app(live_run=run_id).run()
-    assert _errors(app) == ["out of memory: peak 4096 MB before it failed"]
+    assert _errors(app) == ["out of memory: peak 4,096 MiB before it failed"]
     assert app.code[0].value == "CUDA out of memory. Tried to allocate 1.00 GiB"
 
 
@@ -179,12 +182,12 @@ def test_the_runs_page_lists_every_stored_run(store, seed):
     app = _runs_page()
     table = app.dataframe[0].value
     # What tells runs apart comes first: at 1,400 px the table is cut after a dozen columns.
-    assert list(table.columns[:6]) == ["Run", "Device", "Status", "Peak MB", "Samples/s",
+    assert list(table.columns[:6]) == ["Run", "Device", "Status", "Peak (MiB)", "Samples/s",
                                        "Time (s)"]
     assert list(table["Run"]) == [second, first]
     assert list(table["Device"]) == ["H200"] * 2
     assert list(table["Status"]) == ["oom", "completed"]
-    assert list(table["Peak MB"]) == [4096, 4096]
+    assert list(table["Peak (MiB)"]) == [4096, 4096]
     assert list(table["Model"]) == ["bert-large-uncased"] * 2
     assert table["Samples/s"].iloc[1] == 9.97
     assert {"Started", "Batch", "Precision", "Time (s)"} <= set(table.columns)
@@ -232,7 +235,7 @@ def test_form_values_become_run_options_with_max_steps_zero_meaning_epochs():
 def test_phase_metrics_give_each_phase_its_increase(store, seed):
     metrics = live.phase_metrics(report(store, seed(status="running", phases_reached=3)))
     assert metrics == [
-        PhaseMetric("baseline", "done", 1024, None), PhaseMetric("kernel", "done", 2048, 1024),
+        PhaseMetric("baseline", "done", 1024, None), PhaseMetric("CUDA kernels", "done", 2048, 1024),
         PhaseMetric("weights", "open", 3072, 1024), PhaseMetric("training", "pending", None, None)]
 
 

@@ -27,7 +27,7 @@ H200 = Machine(backend="nvml", memory_api="v2",
 
 def test_the_walkthrough_run_fits_an_h200():
     forecast = memory_forecast(RunOptions(preset="bert-large-uncased", batch_size=4), H200)
-    assert forecast.line.startswith("this run should need about 7.0 GB of GPU memory")
+    assert forecast.line.startswith("this run should need about 7.0 GiB of GPU memory")
     assert forecast.warning is None
 
 
@@ -61,7 +61,7 @@ def test_predict_memory_on_the_form_starts_nothing(store):
     app = AppTest.from_file(APP, default_timeout=30).run()
     app.button(key="predict").click().run()
     assert not app.exception
-    assert any(info.value.startswith("This run should need about") and "MB of CPU memory"
+    assert any(info.value.startswith("This run should need about") and "MiB of CPU memory"
                in info.value for info in app.info)
     assert store.runs() == []
 

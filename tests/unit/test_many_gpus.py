@@ -69,7 +69,7 @@ def test_anatomy_has_every_gpu_and_compare_their_spread(store):
 
     app = open_page("screens/compare.py", runs=f"{eight},{sixty_four}")
     assert not app.exception
-    peaks = app.dataframe[0].value.loc["peak per GPU (MB)"]
+    peaks = app.dataframe[0].value.loc["peak per GPU (MiB)"]
     assert peaks[f"Run {eight}"].count("GPU ") == 8  # eight are named one by one
     assert peaks[f"Run {sixty_four}"].startswith("64 GPUs: ")  # beyond, their spread
 

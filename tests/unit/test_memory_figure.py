@@ -55,10 +55,10 @@ def test_markers_show_the_reports_memory_at_each_phase_end(store, seed):
     markers = next(t for t in figure.data if t.name == "end of phase")
     assert list(markers.y) == [p.memory_mb for p in rep.phases] == [1024, 2048, 3072, 4096]
     assert list(markers.x) == [p.end_s for p in rep.phases]
-    assert list(markers.text) == ["1024 MB", "2048 MB", "3072 MB", "4096 MB"]
-    assert "GPU memory occupied: 4096 MB." in markers.hovertext[-1]
+    assert list(markers.text) == ["1,024 MiB", "2,048 MiB", "3,072 MiB", "4,096 MiB"]
+    assert "GPU memory occupied: 4,096 MiB." in markers.hovertext[-1]
     boxes = [a.text for a in figure.layout.annotations if a.name.startswith("end of ")]
-    assert boxes == [f"<b>{mb} MB</b>" for mb in (1024, 2048, 3072, 4096)]
+    assert boxes == [f"<b>{mb:,} MiB</b>" for mb in (1024, 2048, 3072, 4096)]
 
 
 def test_one_svg_line_per_gpu_the_allocator_and_the_ceiling(store, seed):

@@ -151,7 +151,7 @@ def test_a_bad_config_is_one_line_naming_what_is_wrong(tmp_path, config, words):
     (b"\x89safetensors\xff\x00", "is not UTF-8 text (byte 0), not a config.json (a weights file?)"),
     (b"[" * 100_000, "is nested too deeply to be a config"),
     (b'{"hidden_size": ' + b"9" * 5000 + b"}", "a number of more digits than Python reads"),
-    (None, "is 17 MB, not a config.json (a weights file?)"),
+    (None, "is 17 MiB, not a config.json (a weights file?)"),
 ])
 def test_a_file_that_is_no_config_is_one_line_not_a_traceback(tmp_path, content, words):
     """A weights file named by mistake (`--model model.safetensors`) was a UnicodeDecodeError

@@ -226,11 +226,13 @@ def test_a_two_gpu_run_reads_back_per_gpu(store):
     rows = {r["what"]: r for r in side_by_side([report(store, one), rep])}
     assert rows["scaling efficiency"][f"Run {two}"] == "95%"
     assert rows["samples/s after the first steps"][f"Run {two}"] == "—"  # no steps stored
-    assert rows["peak per GPU (MB)"][f"Run {two}"] == "GPU 0: 1,200 · GPU 1: 1,210"
-    # One process has no strategy (its stored default "ddp" would read as one in every label).
+    assert rows["peak per GPU (MiB)"][f"Run {two}"] == "GPU 0: 1,200 · GPU 1: 1,210"
+    # One process has no strategy (its stored default "ddp" would read as one in every label):
+    # the strategy is no difference, the GPUs are.
     assert rows["Strategy"][f"Run {one}"] == "—" and rows["Strategy"][f"Run {two}"] == "ddp"
+    assert (rows["Strategy"][""], rows["GPUs"][""]) == ("", "≠")
     labels = run_labels([report(store, one), rep])
-    assert labels[one] == f"Run {one} · 1 GPU" and labels[two] == f"Run {two} · GPUs 0,1 · ddp"
+    assert labels[one] == f"Run {one} · 1 GPU" and labels[two] == f"Run {two} · GPUs 0,1"
     assert "world_size" not in report(store, one).to_dict()  # one process prints as before
     devices = {row.id: row.device for row in run_rows(store)}  # the Runs page's device column
     assert devices == {one: "NVIDIA H200", two: "2 × NVIDIA H200 (ddp)"}
@@ -297,14 +299,14 @@ def test_two_cpu_processes_are_said_as_processes_in_titles_lists_and_compare(sto
     assert {r.id: r.device for r in run_rows(store)}[two] == "2 × CPU (ddp)"
     assert [(r.measured_alone, r.peak_mb) for r in rep.ranks] == [(True, 600), (True, 500)]
     rows = {row["what"]: row for row in compare.side_by_side([report(store, one), rep])}
-    assert "peak per GPU (MB)" not in rows  # one RSS of both was called so
-    assert rows["peak per process (MB)"][f"Run {two}"] == "rank 0: 600 · rank 1: 500"
+    assert "peak per GPU (MiB)" not in rows  # one RSS of both was called so
+    assert rows["peak per process (MiB)"][f"Run {two}"] == "rank 0: 600 · rank 1: 500"
     assert rows["processes"][f"Run {two}"] == "2"
     # No GPU index or GPUs for a CPU run beside one that stored none (labelled "GPU 0 · 1 GPU").
     store.update_run(one, options={k: v for k, v in store.run(one).options.items()
                                    if k not in ("gpu", "gpus")})
     pair = [report(store, one), rep]
-    assert compare.run_labels(pair)[two] == f"Run {two} · 2 processes · ddp"
+    assert compare.run_labels(pair)[two] == f"Run {two} · 2 processes"
     assert compare.run_labels(pair)[one] == f"Run {one} · 1 process"  # was "1 processes"
     rows = {row["what"]: row for row in compare.side_by_side(pair)}
     assert (rows["GPU index"][f"Run {two}"], rows["GPU index"][""]) == ("—", "")
@@ -321,14 +323,14 @@ def test_two_cpu_processes_are_said_as_processes_in_titles_lists_and_compare(sto
     # Two rows leave the colour bar room for its numbers (28 px of it, they overlapped).
     assert gpu_figures.heat_strip(rep, store.samples(two)).layout.height >= 200
     # The Per process view: the spread of the two processes' own peaks, not of "hosts".
-    assert gpus_view.spread_line(rep).startswith("2 processes (each one's own RSS): peak 500 MB")
+    assert gpus_view.spread_line(rep).startswith("2 processes (each one's own RSS): peak 500 MiB")
     rows = anatomy_view.rank_rows(rep, None)
     assert {r.component for r in rows} >= {"peak (tensors)"}  # the CPU has no allocator
     assert "allocator's peak" not in {r.component for r in rows}
     ranks = [r for r in rows if r.component.startswith("peak RSS")]
     assert [(r.gpu, r.component, r.measured) for r in ranks] == [
-        ("rank 0", "peak RSS (its own processes)", "600 MB"),
-        ("rank 1", "peak RSS (its own processes)", "500 MB")]
+        ("rank 0", "peak RSS (its own processes)", "600 MiB"),
+        ("rank 1", "peak RSS (its own processes)", "500 MiB")]
 
 
 def test_a_users_launch_that_said_no_strategy_is_given_none(store, seed, capsys):

@@ -169,7 +169,7 @@ def test_the_columns_that_tell_the_runs_apart_come_first_and_the_rest_wait_in_th
     table = runs_view.table(run_rows(store))
     order = runs_view.by_use(table)
     assert sorted(order) == sorted(table[0])  # every column, in the order it earns a place
-    assert order[:2] == ["Run", "Peak MB"]
+    assert order[:2] == ["Run", "Peak (MiB)"]
     assert order.index("Batch") < order.index("Device")  # they differ in batch, not in device
     assert order.index("Name") > order.index("Optimizer")  # no run has a name: last
 

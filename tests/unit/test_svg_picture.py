@@ -51,11 +51,11 @@ def test_the_phase_bands_and_their_names_as_the_figure_places_them(store, seed):
     assert bands == ["baseline", "kernel", "weights", "training"]
     labels = [g.find("s:text", NS).text for g in root.iter(f"{{{NS['s']}}}g")
               if g.get("class") == "band-label"]
-    assert labels == ["baseline", "kernel", "weights", "training"]
+    assert labels == ["baseline", "CUDA kernels", "weights", "training"]
     # Each phase's end: its memory in a box, as the chart's annotation says it.
     ends = [g.find("s:text", NS).text for g in root.iter(f"{{{NS['s']}}}g")
             if g.get("class") == "point-label"]
-    assert ends == ["1024 MB", "2048 MB", "3072 MB", "4096 MB"]
+    assert ends == ["1,024 MiB", "2,048 MiB", "3,072 MiB", "4,096 MiB"]
 
 
 def test_an_open_phase_says_it_lasts(store, seed):
@@ -63,7 +63,7 @@ def test_an_open_phase_says_it_lasts(store, seed):
     _, root = _picture(store, run_id)
     labels = [g.find("s:text", NS).text for g in root.iter(f"{{{NS['s']}}}g")
               if g.get("class") == "band-label"]
-    assert labels == ["baseline", "kernel", "weights …"]
+    assert labels == ["baseline", "CUDA kernels", "weights …"]
 
 
 def test_the_axes_say_their_units_and_their_ticks_span_the_data(store, seed):

@@ -10,9 +10,12 @@ import sqlite3
 import pytest
 
 from anatomy.analysis import transfer
-from anatomy.analysis.report import RunReport, report
+from anatomy.analysis.report import RunReport, report, run_rows
 from anatomy.cli import main
 from anatomy.store import PhaseMark, Step, Store
+from anatomy.views import compare as compare_view
+from anatomy.views import runs as runs_view
+from anatomy.views import text
 from tests.apptest import open_page
 from tests.conftest import USERS_SHAPES, contents, exported, seed_run, seed_users_run
 
@@ -465,3 +468,28 @@ def test_a_whole_number_loss_beyond_int64_is_imported_as_a_float(source, target)
     data["runs"][0]["steps"][0]["loss"] = 2**63
     run_id = transfer.import_runs(target, json.dumps(data).encode())[0]
     assert target.steps(run_id)[0].loss == float(2**63)
+
+
+def test_an_imported_copy_is_marked_imported_in_the_list_show_and_compare(source, capsys):
+    """A run imported back beside the one it copies (`import --copy`): the same name, the same
+    "started by", the same figures — and nothing told them apart."""
+    store, ids = source
+    done = ids[0]
+    (copy,) = transfer.import_runs(store, exported(store, [done]), copy=True)
+    rows = {row["Run"]: row for row in runs_view.table(run_rows(store))}
+    assert rows[done]["Started by"] == "anatomy"
+    assert rows[copy]["Started by"] == "anatomy (imported)"
+    labels = compare_view.run_labels([report(store, done), report(store, copy)])
+    assert labels == {done: f"Run {done} · walkthrough", copy: f"Run {copy} (imported) · walkthrough"}
+    assert report(store, copy).title().startswith(f"Run {copy} (imported): walkthrough")
+    assert text.run_choice(store.run(copy)).startswith(f"{copy} (imported) · NVIDIA H200")
+    assert text.run_choice(store.run(done)).startswith(f"{done} · NVIDIA H200")  # the pickers
+    assert main(["show", str(copy), "--store", str(store.path)]) == 0
+    shown = capsys.readouterr().out
+    assert f"imported from: run {done} of {store.path} on {socket.gethostname()}" in shown
+    assert main(["show", str(done), "--store", str(store.path)]) == 0
+    assert "imported" not in capsys.readouterr().out
+    assert main(["runs", "--store", str(store.path)]) == 0
+    lines = [line.rstrip() for line in capsys.readouterr().out.splitlines()]
+    assert [line.endswith(" walkthrough (imported)") for line in lines].count(True) == 1
+    assert [line.endswith(" walkthrough") for line in lines].count(True) == 1

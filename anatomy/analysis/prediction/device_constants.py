@@ -216,3 +216,13 @@ def calibrated(directory: Path = CALIBRATION_DIR) -> list[str]:
 
 def is_calibrated(device_name: str, directory: Path = CALIBRATION_DIR) -> bool:
     return (directory / f"{device_slug(device_name)}.json").is_file()
+
+
+def calibrated_name(words: str, directory: Path = CALIBRATION_DIR) -> str | None:
+    """The calibrated GPU model that `words` name, as NVML names it: its whole name or its last
+    words, in any case ("NVIDIA H200", "nvidia h200", "H200" -> "NVIDIA H200"); None where they
+    name none, or more than one."""
+    wanted = device_slug(words)
+    found = [name for name in calibrated(directory)
+             if device_slug(name) == wanted or device_slug(name).endswith("-" + wanted)]
+    return found[0] if len(found) == 1 else None

@@ -10,14 +10,14 @@ from anatomy.analysis.operations import PAPER_CITATION, comparison
 from anatomy.analysis.prediction import WALKTHROUGH_BYTES_PER_PARAMETER
 from anatomy.analysis.report import RunReport, report
 from anatomy.dashboard import links, server, widgets
-from anatomy.units import mib_float
+from anatomy.units import MIB_NAME, in_mib, mib_float
 from anatomy.views import anatomy as view
 from anatomy.views import gpus as gpus_view
 from anatomy.views import text
 from anatomy.views.figures import anatomy as figures
 from anatomy.vocabulary import Status
 
-MB = st.column_config.NumberColumn(format="%.1f")
+MIB_COLUMN = st.column_config.NumberColumn(format="%.1f")
 
 
 def measured_and_predicted(rep: RunReport, prediction) -> None:
@@ -40,13 +40,13 @@ def measured_and_predicted(rep: RunReport, prediction) -> None:
                    "libraries: measured, never predicted). Both end on the figures of the "
                    "table's last row.")
     rows = view.component_rows(rep, prediction)
-    widgets.table([{"Component": r.component, "Measured (MB)": mib_float(r.measured),
-                   "Predicted (MB)": mib_float(r.predicted), "Error (%)": r.error_percent,
+    widgets.table([{"Component": r.component, in_mib("Measured"): mib_float(r.measured),
+                   in_mib("Predicted"): mib_float(r.predicted), "Error (%)": r.error_percent,
                    "Note": r.note} for r in rows],
                  hide_index=True, key="anatomy_components", height="content",
-                 column_config={"Measured (MB)": MB, "Predicted (MB)": MB,
+                 column_config={in_mib("Measured"): MIB_COLUMN, in_mib("Predicted"): MIB_COLUMN,
                                 "Error (%)": st.column_config.NumberColumn(format="%+.2f%%")})
-    st.caption("Error = (predicted − measured) / measured. MB = 2²⁰ bytes. The notes in full: "
+    st.caption(f"Error = (predicted − measured) / measured. {MIB_NAME} = 2²⁰ bytes. The notes in full: "
                + view.NOTES[rep.on_gpu] + " docs/PREDICTION.md states every formula of the "
                "prediction and where it comes from.")
 

@@ -15,12 +15,13 @@ from anatomy.analysis.report import PHASES, RunReport, report
 from anatomy.analysis.sweeps import LADDER, SweepGrid, grid, parse_value
 from anatomy.dashboard import server, widgets
 from anatomy.engine.manager import DeviceBusy
+from anatomy.units import in_mib
 from anatomy.views import compare as view
 from anatomy.views import export, text
 from anatomy.views.figures import compare as figures
 from anatomy.views.live import options_from_form
 from anatomy.views.style import DIFFERS_BACKGROUND
-from anatomy.vocabulary import Phase, Precision, Status
+from anatomy.vocabulary import Phase, Precision, Status, phase_name, phases_name
 
 REFRESH_SECONDS = 1.0
 # What a sweep may vary, and the values the form suggests for each.
@@ -104,7 +105,11 @@ def comparison(run_ids: list[int]) -> None:
     db = server.store()
     reports = [report(db, run_id) for run_id in run_ids]
     left, right = st.columns(2, vertical_alignment="bottom")
-    phase = left.selectbox("Align the curves where this phase begins", PHASES,
+
+    def named(phase: Phase) -> str:
+        return phases_name(phase, (r.on_gpu for r in reports))
+
+    phase = left.selectbox("Align the curves where this phase begins", PHASES, format_func=named,
                            index=PHASES.index(Phase.TRAINING), key="compare_phase")
     reference = right.selectbox("Reference run (differences are to this run)", run_ids,
                                 format_func=lambda i: f"Run {i}", key="compare_reference")
@@ -123,7 +128,7 @@ def comparison(run_ids: list[int]) -> None:
     missing = view.not_drawn(reports, phase)
     if missing:
         st.warning(missing)
-    st.caption(f"Time 0 is where each run's {phase} phase began; a marker is the memory at a "
+    st.caption(f"Time 0 is where each run's {named(phase)} phase began; a marker is the memory at a "
                "phase's end, in that phase's colour. Backends: " + ", ".join(
                    sorted({r.backend for r in reports})) + ".")
     widgets.chart(figures.small_multiples_figure(reports, samples, phase, labels,
@@ -139,8 +144,9 @@ def comparison(run_ids: list[int]) -> None:
 
     st.subheader("What each phase added")
     widgets.chart(figures.memory_bars_figure(reports, labels), "compare_bars")
-    kernel = ("CUDA context = kernel phase − baseline" if any(r.on_gpu for r in reports) else
-              "torch loaded = the phase that loaded it − baseline")
+    kernel = (f"CUDA context = {phase_name(Phase.KERNEL, True)} phase − baseline"
+              if any(r.on_gpu for r in reports) else
+              f"{phase_name(Phase.KERNEL, False)} = the phase that loaded it − baseline")
     st.caption(f"{kernel}, weights = weights phase − the one before, "
                "training = training end − weights phase. Runs with measured components split the "
                "training increase into what the allocator's peak holds: the optimizer states, the "
@@ -250,7 +256,7 @@ def sweep_progress(sweep_id: int) -> None:
 def _sweep_table(result: SweepGrid) -> None:
     names = list(result.vary)
     widgets.table([{"Run": r.run, **{FIELDS[n].label: r.values[n] for n in names},
-                   "Status": r.status, "Peak MB": r.peak_mb,
+                   "Status": r.status, in_mib("Peak"): r.peak_mb,
                    "Samples/second": r.samples_per_second, "Time (s)": r.time_s}
                   for r in result.runs], hide_index=True, key=f"sweep_runs_{result.sweep}",
                  column_config={"Samples/second": st.column_config.NumberColumn(format="%.2f"),

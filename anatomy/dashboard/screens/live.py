@@ -10,9 +10,10 @@ from anatomy.analysis.report import RunReport, report
 from anatomy.dashboard import links, server, widgets
 from anatomy.engine.manager import STOP_GRACE_SECONDS, DeviceBusy, live_run
 from anatomy.store import StoreError
+from anatomy.units import MIB_NAME
 from anatomy.views import live as view
 from anatomy.views import text
-from anatomy.vocabulary import Status
+from anatomy.vocabulary import Backend, Status
 
 REFRESH_SECONDS = widgets.LIVE_REFRESH_SECONDS
 # The form's columns: the model and the data, the training, then every other field in FIELDS
@@ -162,8 +163,8 @@ def _phase_metrics(rep: RunReport) -> None:
     with st.container(horizontal=True):
         for metric in view.phase_metrics(rep):
             label = metric.name + (" (now)" if metric.state == "open" else "")
-            value = "—" if metric.memory_mb is None else f"{metric.memory_mb} MB"
-            delta = None if metric.delta_mb is None else f"{metric.delta_mb:+d} MB"
+            value = "—" if metric.memory_mb is None else f"{metric.memory_mb:,} {MIB_NAME}"
+            delta = None if metric.delta_mb is None else f"{metric.delta_mb:+,d} {MIB_NAME}"
             st.metric(label, value, delta, delta_color="off", border=metric.state == "open")
 
 
@@ -266,10 +267,14 @@ def _shown_run() -> int | None:
 
 def main() -> None:
     st.title("Live run")
-    st.caption("The four moments of Hugging Face's *Model training anatomy*: baseline, CUDA kernels, "
-               "weights, training. Start a run and watch each one appear.")
+    caption = st.empty()
     run_id = _shown_run()
-    running = run_id is not None and server.store().run(run_id).status == Status.RUNNING
+    shown = None if run_id is None else server.store().run(run_id)
+    # The phases by the names of the run shown (a GPU's run imported on a laptop: CUDA kernels).
+    on_gpu = server.device().has_gpu if shown is None else shown.backend == Backend.NVML
+    caption.caption("The four moments of Hugging Face's *Model training anatomy*: "
+                    f"{text.phase_names(on_gpu)}. Start a run and watch each one appear.")
+    running = shown is not None and shown.status == Status.RUNNING
     # The chart is what people came for: while a run is shown, the options fold away.
     options_form(server.device().has_gpu, expanded=run_id is None)
     if run_id is None:

@@ -27,7 +27,7 @@ def runs_table(rows: list[RunListing]) -> list[int]:
         hide_index=True, key="runs_table", on_select="rerun", selection_mode="multi-row",
         column_config={"Time (s)": st.column_config.NumberColumn(format="%.2f"),
                        "Samples/s": st.column_config.NumberColumn(format="%.2f"),
-                       "Peak MB": st.column_config.NumberColumn(format="%d"),
+                       view.PEAK: st.column_config.NumberColumn(format="%d"),
                        "Run": st.column_config.NumberColumn(format="%d")})
     return [rows[i].id for i in event.selection.rows]
 

@@ -13,7 +13,7 @@ from anatomy.analysis.compare import PART_ORDER, memory_parts, phase_start
 from anatomy.analysis.report import RunReport
 from anatomy.analysis.sweeps import SweepGrid
 from anatomy.store import Sample, Step
-from anatomy.units import MIB
+from anatomy.units import MIB, MIB_NAME, in_mib, mib_text
 from anatomy.views import text as words
 from anatomy.views.compare import bar_label, run_labels
 from anatomy.views.figures.layout import (
@@ -35,14 +35,14 @@ from anatomy.views.style import (
     part_colour,
     phase_colour,
 )
-from anatomy.vocabulary import Phase, Status
+from anatomy.vocabulary import Phase, Status, phase_name, phases_name
 
 
 def _memory_axis_title(reports: Sequence[RunReport]) -> str:
     backends = {r.backend for r in reports}
     if len(backends) == 1:
         return words.axis_title(backends.pop())
-    return "memory used (MiB): GPU runs NVML, CPU runs RSS"
+    return in_mib("memory used") + ": GPU runs NVML, CPU runs RSS"
 
 
 
@@ -75,6 +75,7 @@ def overlay_figure(reports: Sequence[RunReport], samples_by_run: dict[int, Seque
     left out (the page says which). Each trace's `meta` holds its run id and its shift. `labels`
     name the runs (default: `views.compare.run_labels`, the options that differ)."""
     labels = _labels(reports, labels)
+    named = phases_name(phase, (r.on_gpu for r in reports))
     figure = go.Figure()
     for colour, rep in zip(cycle(RUN_COLOURS), reports):
         start = phase_start(rep, phase)
@@ -92,12 +93,13 @@ def overlay_figure(reports: Sequence[RunReport], samples_by_run: dict[int, Seque
             mode="markers", name=f"{label}: end of phase", showlegend=False,
             marker={"size": 8, "color": [phase_colour(p.name) for p in ended],
                     "line": {"width": 1.5, "color": colour}},
-            hovertext=[f"{label}<br>end of {p.name}: {p.memory_mb} MB" for p in ended],
+            hovertext=[f"{label}<br>end of {phase_name(p.name, rep.on_gpu)}: "
+                       f"{mib_text(p.memory_bytes)}" for p in ended],
             hoverinfo="text"))
     figure.add_vline(x=0, line={"color": phase_colour(phase), "width": 2, "dash": "dash"},
-                     annotation_text=f"<b>{phase} begins</b>", annotation_position="top right",
+                     annotation_text=f"<b>{named} begins</b>", annotation_position="top right",
                      annotation_bgcolor=phase_colour(phase), annotation_font_color=CURVE_COLOUR)
-    xaxis = {"title": {"text": f"seconds since the {phase} phase began"}, "zeroline": False}
+    xaxis = {"title": {"text": f"seconds since the {named} phase began"}, "zeroline": False}
     if training_only and training_range(reports, phase) is not None:
         xaxis["range"] = training_range(reports, phase)
     figure.update_layout(
@@ -127,11 +129,13 @@ def small_multiples_figure(reports: Sequence[RunReport],
     labels = _labels(reports, labels)
     columns = min(len(reports), SMALL_MULTIPLES_COLUMNS)
     rows = -(-len(reports) // columns)
+    named = phases_name(phase, (r.on_gpu for r in reports))
     titles = []
     for rep in reports:
         aligned = phase_start(rep, phase) is not None
         titles.append(panel_title(labels[rep.id], columns,
-                                  None if aligned else f"no {phase} phase"))
+                                  None if aligned else
+                                  f"no {phase_name(phase, rep.on_gpu)} phase"))
     figure = make_subplots(rows=rows, cols=columns, shared_yaxes="all", shared_xaxes="all",
                            subplot_titles=titles,
                            horizontal_spacing=0.03, vertical_spacing=0.12)
@@ -156,7 +160,7 @@ def small_multiples_figure(reports: Sequence[RunReport],
     figure.update_layout(shapes=shapes)  # once: added one by one, each re-validates them all
     figure.update_yaxes(rangemode="tozero")
     figure.update_yaxes(title_text=_memory_axis_title(reports), col=1)
-    figure.update_xaxes(title_text=f"s since {phase} began", row=rows)
+    figure.update_xaxes(title_text=f"s since {named} began", row=rows)
     figure.update_xaxes(showticklabels=True)  # shared: every panel keeps its own tick labels
     if training_only and training_range(reports, phase) is not None:
         figure.update_xaxes(range=training_range(reports, phase))
@@ -206,9 +210,9 @@ def memory_bars_figure(reports: Sequence[RunReport], labels: dict[int, str] | No
     if peaks:
         figure.add_trace(go.Scatter(
             x=[x for x, _ in peaks], y=[y for _, y in peaks], name="peak", mode="markers+text",
-            text=[f"peak {y:,} MB" for _, y in peaks], textposition="top center",
+            text=[f"peak {y:,} {MIB_NAME}" for _, y in peaks], textposition="top center",
             cliponaxis=False, marker={"symbol": "diamond", "size": 12, "color": CURVE_COLOUR},
-            hovertemplate="peak %{y:,} MB<extra></extra>"))
+            hovertemplate=f"peak %{{y:,}} {MIB_NAME}<extra></extra>"))
     totals = []
     for rep in reports:
         total = rep.device_total
@@ -286,7 +290,7 @@ def sweep_figure(result: SweepGrid, metric: str = "peak_mb") -> go.Figure:
             cells[i][j] = f"{value:,.0f}" if metric == "peak_mb" else f"{value:,.2f}"
         else:
             cells[i][j] = run.status
-    title = "peak memory (MB)" if metric == "peak_mb" else "samples/second"
+    title = in_mib("peak memory") if metric == "peak_mb" else "samples/second"
     if down is None:
         return _sweep_bars(xs, z[0], cells[0], across, title)
     # The colour scale starts at 0, as a bar would: 554 and 559 MB look alike, as they are.

@@ -13,7 +13,7 @@ from plotly.subplots import make_subplots
 
 from anatomy.analysis.report import RunReport
 from anatomy.store import HOST_STRIDE, GpuStatus, HostStatus, Sample, Step, series_rank
-from anatomy.units import MIB
+from anatomy.units import MIB, gib_text, mib_text
 from anatomy.views import text as words
 from anatomy.views.figures.layout import (
     LABEL_ROW_PX,
@@ -33,9 +33,8 @@ from anatomy.views.style import (
     RESERVED_COLOUR,
     RUN_COLOURS,
     phase_colour,
-    phase_name,
 )
-from anatomy.vocabulary import Backend, Phase
+from anatomy.vocabulary import Backend, Phase, phase_name
 
 CEILING_SHOWN_FROM = 0.25  # of the total: the ceiling is drawn once the curve comes this close
 # The x axes a run's memory can be drawn on: the whole run in seconds, its training phase in
@@ -148,7 +147,7 @@ def memory_figure(report: RunReport, samples: Sequence[Sample], steps: Sequence[
         ends = [0.0, now] if by_step is None else [0.0, float(steps[-1].step)]
         figure.add_trace(go.Scatter(
             x=ends, y=[total / MIB] * 2, mode="lines",
-            name=f"{what} total: {total / 2**30:.1f} GiB" + ("" if near else " (click to show)"),
+            name=f"{what} total: {gib_text(total)}" + ("" if near else " (click to show)"),
             line={"color": CEILING_COLOUR, "width": 1, "dash": "dashdot"},
             visible=True if near else "legendonly", hoverinfo="name"))
 
@@ -159,7 +158,7 @@ def memory_figure(report: RunReport, samples: Sequence[Sample], steps: Sequence[
         figure.add_trace(go.Scatter(
             x=x_of([p.end_s for p in ended]), y=[p.memory_mb for p in ended],
             name="end of phase", mode="markers", cliponaxis=False,
-            text=[f"{p.memory_mb} MB" for p in ended],
+            text=[mib_text(p.memory_bytes) for p in ended],
             marker={"size": 10, "color": [phase_colour(p.name) for p in ended],
                     "line": {"width": 1.5, "color": CURVE_COLOUR}},
             hovertext=[f"{words.occupied_line(p.memory_bytes, backend)} "
@@ -174,7 +173,7 @@ def memory_figure(report: RunReport, samples: Sequence[Sample], steps: Sequence[
         # A boxed label with an arrow: readable over a noisy curve and a coloured band alike;
         # below the curve near the top, where the band labels are.
         {"name": f"end of {phase.name}", "x": float(x_of([phase.end_s])[0]),
-         "y": phase.memory_mb, "text": f"<b>{phase.memory_mb} MB</b>", "showarrow": True,
+         "y": phase.memory_mb, "text": f"<b>{mib_text(phase.memory_bytes)}</b>", "showarrow": True,
          "arrowhead": 0, "ax": -28, "ay": 26 if phase.memory_mb > 0.7 * top else -26,
          "bgcolor": "rgba(255,255,255,0.85)", "bordercolor": phase_colour(phase.name),
          "borderwidth": 1.5, "font": {"color": CURVE_COLOUR, "size": 12}}
@@ -216,7 +215,8 @@ def _other_ranks_ends(figure: go.Figure, report: RunReport, x_of, by_step: bool)
             marker={"size": 9, "symbol": "diamond",
                     "color": [phase_colour(p.name) for p in ended],
                     "line": {"width": 1.5, "color": CURVE_COLOUR}},
-            hovertext=[f"{rank.label()}: {p.name} ends at {p.memory_mb} MB" for p in ended],
+            hovertext=[f"{rank.label()}: {phase_name(p.name, report.on_gpu)} ends at "
+                       f"{mib_text(p.memory_bytes)}" for p in ended],
             hoverinfo="text"))
 
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 
 from anatomy.analysis.report import RunListing
+from anatomy.units import MIB_NAME, in_mib
 from anatomy.views.figures.layout import ASSUMED_PLOT_PX, CHAR_PX, LABEL_ROW_PX
 from anatomy.views.runs import plotted
 from anatomy.views.style import PRECISION_COLOURS, TOTAL_COLOUR
@@ -42,12 +43,12 @@ def efficiency_figure(rows: Sequence[RunListing]) -> go.Figure:
                          "on" if r.gradient_checkpointing else "off"] for r in group],
             hovertemplate="run %{customdata[0]}: %{customdata[1]}, batch %{customdata[2]}, seq "
                           "%{customdata[3]}, checkpointing %{customdata[4]}<br>%{x:.2f} "
-                          "samples/s, peak %{y:,} MB<extra>%{fullData.name}</extra>"))
+                          f"samples/s, peak %{{y:,}} {MIB_NAME}<extra>%{{fullData.name}}</extra>"))
     figure.update_layout(
         height=HEIGHT_PX, margin={"l": 10, "r": 10, "t": 30, "b": 10}, plot_bgcolor="white",
         xaxis={"title": {"text": "samples/second (the Trainer's)"}, "rangemode": "tozero",
                "automargin": True},
-        yaxis={"title": {"text": "peak memory (MB)" + (", log scale" if wide else "")},
+        yaxis={"title": {"text": in_mib("peak memory") + (", log scale" if wide else "")},
                "type": "log" if wide else "linear", "automargin": True},
         legend={"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0}, hovermode="closest")
     return figure
