@@ -297,7 +297,7 @@ def test_a_run_of_a_relative_model_folder_since_deleted_is_predicted_from_the_co
     assert not app.warning, [w.value for w in app.warning]
     assert "Measured next to predicted" in [h.value for h in app.subheader]
     table = _table(app, "components").set_index("Component")
-    assert table.loc["weights", "Predicted (MB)"] > 0
+    assert table.loc["weights", "Predicted (MiB)"] > 0
     folder = tmp_path / "project" / "my-bert"
     assert text.literal(f"Predicted from the config the run kept of its model, my-bert (model "
                         f"folder {folder}), whatever became of the file since.") in \
