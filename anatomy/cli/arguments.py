@@ -37,6 +37,11 @@ class Parser(argparse.ArgumentParser):
             (file or sys.stderr).write(message)
 
 
+# The dataset's text options, as --help names their values.
+DATA_METAVARS = {"dataset": "PATH|HUB_ID", "split": "S", "text_column": "C",
+                 "tokenizer": "NAME|PATH"}
+
+
 def add_run_options(parser: argparse.ArgumentParser) -> None:
     f = FIELDS
     model = parser.add_mutually_exclusive_group()
@@ -45,7 +50,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                        "default: bert-large-uncased on a GPU, tiny without one)")
     model.add_argument("--preset", dest="model", metavar="NAME", help="the same as --model")
     for name in ("batch_size", "seq_len", "dataset_size", "grad_accum", "seed", "sample_rate",
-                 "gpu", "profile_steps", "lora_rank", "processes"):
+                 "gpu", "profile_steps", "lora_rank", "processes", "max_length"):
         parser.add_argument("--" + name.replace("_", "-"), type=int, dest=name,
                             help=f"{f[name].help} ({f[name].low} to {f[name].high})")
     steps = parser.add_mutually_exclusive_group()
@@ -58,6 +63,11 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gradient-checkpointing", action="store_true", default=None,
                         help=f["gradient_checkpointing"].help)
     parser.add_argument("--optim", help=f"{f['optim'].help}: {', '.join(f['optim'].choices)}")
+    for name, metavar in DATA_METAVARS.items():
+        parser.add_argument("--" + name.replace("_", "-"), dest=name, metavar=metavar,
+                            help=f[name].help)
+    parser.add_argument("--padding", choices=f["padding"].choices,
+                        help=f["padding"].help + " (default longest)")
     parser.add_argument("--lora-targets", dest="lora_targets", nargs="+", metavar="MODULE",
                         help="the module names the adapters wrap, e.g. --lora-targets q_proj "
                              "v_proj, or all-linear (every linear layer but the task's output; "
