@@ -49,6 +49,7 @@ class RunOptions(Protocol):
     """What this module reads of a run's options (options.RunOptions, which checks a dataset
     through this module)."""
 
+    model: str
     dataset: str
     split: str
     text_column: str
@@ -59,6 +60,8 @@ class RunOptions(Protocol):
 
     @property
     def world_size(self) -> int: ...
+
+    def with_texts(self, texts: int) -> RunOptions: ...
 
 
 class DataError(ValueError):
@@ -181,16 +184,24 @@ def _load_path(text: str, path: Path, stamp: tuple):
             raise DataError("dataset", f"the folder {_shown(text)} is no dataset saved with "
                             "save_to_disk (it has no dataset_info.json or dataset_dict.json)"
                             ) from None
+        except IndexError:  # datasets' own loader finds no table in a split of no rows
+            raise DataError("split", f"{_shown(text)} holds a split of no rows: no text to "
+                            "train on") from None
     builder = DATA_FILES.get(path.suffix.lower())
     if builder is None:
         raise DataError("dataset", f"{_shown(text)} is not a dataset: a folder saved with "
                         f"save_to_disk, or a file ending in {', '.join(DATA_FILES)}")
+    if path.stat().st_size == 0:
+        raise DataError("split", f"{_shown(text)} is empty: no text to train on")
     folder = cache_dir()
     try:
         return datasets.load_dataset(builder, data_files=str(path),
                                      cache_dir=str(folder / "datasets") if folder else None)
     except Exception as error:  # noqa: BLE001 - whatever the file holds: one line
         cause = error.__cause__ or error.__context__ or error
+        if "corresponds to no data" in str(error):  # a CSV file of its header alone
+            raise DataError("split", f"{_shown(text)} holds no rows: no text to train on"
+                            ) from None
         raise DataError("dataset", f"{_shown(text)} cannot be read as {builder}: "
                         f"{models.first_line(cause)}") from None
 
@@ -449,3 +460,17 @@ def _tokenize(texts: Texts, cut: int | None, inputs: tuple[str, ...], folder: Pa
     finally:
         shutil.rmtree(making, ignore_errors=True)
 
+
+def prepared(options: RunOptions, progress: bool | None = None
+             ) -> tuple[RunOptions, Tokenized | None]:
+    """A run on a dataset: its texts tokenized before anything starts (`progress`: a bar, on a
+    terminal where None), and the options as the run stores them (`with_texts`); the options
+    alone on the dummy data. DataError if the data or the tokenizer cannot be used."""
+    if not options.dataset.strip():
+        return options, None
+    try:
+        spec = models.resolve(options.model)
+    except models.ModelError as error:
+        raise DataError("model", str(error).removeprefix("model: ")) from None
+    found = tokenized(options, spec, progress)
+    return options.with_texts(found.lengths.texts), found

@@ -4,10 +4,10 @@ and the collator can form from them.
 With dynamic padding (DataCollatorWithPadding's "longest") a batch is as long as its longest
 sequence, so a run's peak is its longest batch's, not a typical one's. The Trainer shuffles (a new
 order every epoch), so any batch may hold the data's longest sequence: the batch to plan for is
-the B longest sequences, padded to the longest (`longest_batch`: the longest that can be formed,
-and the one of the most tokens, for a model that skips the padding). Padded to max_length, every
-batch is that long. The typical batch (`typical_batch`) is the median over a shuffled epoch's
-batches of their padded length.
+the B longest sequences, padded to the longest (`longest_batches`: the longest that can be formed,
+and the one of the most tokens, for a model that skips the padding; beside it, where it holds no
+padding, the same with padding). Padded to max_length, every batch is that long. The typical
+batch (`typical_batch`) is the median over a shuffled epoch's batches of their padded length.
 
 Pure Python: the prediction (prediction/batches.py), the CLI, the form and a stored run read it.
 """
@@ -140,14 +140,21 @@ def _none_longer(shorter: int, total: int, size: int) -> float:
     return chance
 
 
-def longest_batch(lengths: Lengths, batch_size: int, padding: str, max_length: int,
-                  inputs: tuple[str, ...] = ("attention_mask",), padding_side: str = "right"
-                  ) -> TextBatch:
-    """The longest batch the data can form: its `batch_size` longest texts (fewer where it holds
-    fewer), padded to the longest of them, or to `max_length` with that padding."""
+def longest_batches(lengths: Lengths, batch_size: int, padding: str, max_length: int,
+                    inputs: tuple[str, ...] = ("attention_mask",), padding_side: str = "right"
+                    ) -> tuple[TextBatch, ...]:
+    """The batches that may be the data's worst, padded to the longest text (or to `max_length`
+    with that padding): its `batch_size` longest texts (the most tokens); and where those are all
+    as long as the batch, so that it holds no padding, those but the last beside the longest
+    text shorter than them (a batch with padding: a model then holds its attention mask, which
+    one without skips). The prediction takes the larger."""
     top = lengths.top(batch_size)
     padded_to = max_length if padding == MAX_LENGTH else (top[0] if top else 0)
-    return TextBatch(top, padded_to, inputs, padding_side)
+    found = [TextBatch(top, padded_to, inputs, padding_side)]
+    shorter = [length for length, _ in lengths.counts if length < padded_to]
+    if top and top[-1] == padded_to and shorter and len(top) > 1:
+        found.append(TextBatch((*top[:-1], shorter[-1]), padded_to, inputs, padding_side))
+    return tuple(found)
 
 
 def typical_batch(lengths: Lengths, batch_size: int, padding: str, max_length: int,

@@ -283,6 +283,7 @@ def validate(options: RunOptions, gpu_count: int, *, resolve_model: bool = True,
                                       "layer already: give it alone, as peft takes it")
         elif not options.lora and "lora_rank" not in errors:
             errors["lora_targets"] = "lora_targets: set a LoRA rank too (--lora-rank R)"
+    errors.update(_unused_data_errors(options, errors))
     if resolve_model and "model" not in errors:
         try:
             spec = models.resolve(options.model)
@@ -298,7 +299,6 @@ def validate(options: RunOptions, gpu_count: int, *, resolve_model: bool = True,
                                      f"{spec.display_name}: 1 to {positions}")
             errors.update(_model_errors(options, spec, errors))
             errors.update(_data_errors(options, spec, errors))
-    errors.update(_unused_data_errors(options, errors))
     if "gpu" not in errors:
         if gpu_count == 0 and options.gpu != 0:
             errors["gpu"] = f"gpu: {options.gpu} is out of range: this machine has no GPU (use 0)"

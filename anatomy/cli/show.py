@@ -52,6 +52,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     shown = {k: option(rep, k) for k in rep.stored_options}
     print("options: " + (", ".join(f"{k}={v}" for k, v in shown.items() if v not in (None, ""))
                          or "(not reported)"))
+    if env.data is not None:
+        print(text.data_line(env.data))
     print(table([[phase_name(p.name, rep.on_gpu), f"{p.start_s:.2f}", p.memory_mb]
                  for p in rep.phases],
                  ["phase", "start s", "memory at end (MB)"]))

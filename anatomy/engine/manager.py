@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from anatomy.analysis import data, models
+from anatomy.analysis import data
 from anatomy.analysis.data import Tokenized
 from anatomy.analysis.machine import Machine
 from anatomy.analysis.options import InvalidOptions, RunOptions, validate
@@ -250,15 +250,12 @@ def _validated(options: RunOptions, info: Machine) -> None:
 
 
 def _tokenized(options: RunOptions) -> tuple[RunOptions, Tokenized | None]:
-    """A run on a dataset: its texts tokenized before anything starts (a bar on a terminal), and
-    the options as the run stores them (`with_texts`); InvalidOptions if they cannot be."""
-    if not options.dataset.strip():
-        return options, None
+    """A run on a dataset: its texts tokenized before anything starts, and the options as the
+    run stores them (data.prepared); InvalidOptions if they cannot be."""
     try:
-        texts = data.tokenized(options, models.resolve(options.model))
-    except (data.DataError, models.ModelError) as error:
-        raise InvalidOptions({getattr(error, "field", "model"): str(error)}) from None
-    return options.with_texts(texts.lengths.texts), texts
+        return data.prepared(options)
+    except data.DataError as error:
+        raise InvalidOptions({error.field: str(error)}) from None
 
 
 def _gpu(options: RunOptions, info: Machine) -> int:

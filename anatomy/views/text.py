@@ -7,9 +7,10 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
+from anatomy.analysis.lengths import Lengths
 from anatomy.analysis.models import display_name
 from anatomy.analysis.report import RunReport, known_option
-from anatomy.store import RunRow, checks
+from anatomy.store import RunRow, TrainingData, checks
 from anatomy.units import MIB
 from anatomy.vocabulary import Backend, MemoryApi, RecordedBy, Status
 
@@ -119,3 +120,12 @@ def steps_caption(report: RunReport) -> str:
                 "end of the one before.")
     return ("The Trainer's loss at each step (logged every step) and the time each step took, "
             "from the end of the one before; step 1 also holds the Trainer's first-step setup.")
+
+
+def data_line(data: TrainingData) -> str:
+    """What a run on a dataset trained on, in a line: the data, its split and column, the
+    tokenizer, the padding and where texts were cut, and its texts' lengths."""
+    cut = f", cut at {data.max_length:,} tokens" if data.max_length else ""
+    return (f"data: {data.dataset} ({data.split}, column {data.text_column}), tokenizer "
+            f"{data.tokenizer}, padding {data.padding}{cut}: "
+            f"{Lengths(data.lengths or ()).words()}")

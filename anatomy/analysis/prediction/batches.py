@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from anatomy.analysis.lengths import Lengths, TextBatch, longest_batch, typical_batch
+from anatomy.analysis.lengths import Lengths, TextBatch, longest_batches, typical_batch
 from anatomy.analysis.options import RunOptions
 from anatomy.analysis.prediction.memory import Prediction, predict
 from anatomy.store import TrainingData
@@ -17,40 +17,41 @@ class DataBatches(NamedTuple):
     """The batches a dataset's run is predicted at."""
 
     lengths: Lengths
-    longest: TextBatch
+    longest: TextBatch  # the run's peak
     typical: TextBatch
 
 
 class DataPrediction(NamedTuple):
     batches: DataBatches
-    longest: Prediction  # the run's peak
+    longest: Prediction
     typical: Prediction
 
 
-def batches(options: RunOptions, data: TrainingData) -> DataBatches:
-    """The longest and the typical batch of `options.batch_size` texts of the data, padded as
-    the run pads them."""
-    lengths = Lengths(data.lengths or ())
+def _shape(options: RunOptions, data: TrainingData) -> tuple:
+    """The padding, the length texts are cut at, the tokenizer's other inputs and its side."""
     inputs = data.inputs if data.inputs is not None else ("attention_mask",)
-    side = data.padding_side or "right"
-    cut = data.max_length or 0
-    return DataBatches(
-        lengths,
-        longest_batch(lengths, options.batch_size, options.padding, cut, inputs, side),
-        typical_batch(lengths, options.batch_size, options.padding, cut, inputs, side))
+    return options.padding, data.max_length or 0, inputs, data.padding_side or "right"
 
 
-def longest_text_batch(options: RunOptions, data: TrainingData | None) -> TextBatch | None:
-    """The batch a run on a dataset is predicted at (its peak); None on the dummy data."""
-    if not options.dataset.strip() or data is None:
-        return None
-    return batches(options, data).longest
+def longest(options: RunOptions, data: TrainingData, *, device: str,
+            gpu_name: str | None = None) -> tuple[TextBatch, Prediction]:
+    """The longest batch the data can form and its prediction: of `longest_batches`, the one
+    predicted to need the most (the allocator's peak, then NVML's)."""
+    found: tuple[TextBatch, Prediction] | None = None
+    lengths = Lengths(data.lengths or ())
+    for batch in longest_batches(lengths, options.batch_size, *_shape(options, data)):
+        predicted = predict(options, device=device, gpu_name=gpu_name, text=batch)
+        if found is None or (predicted.peak, predicted.nvml_peak or 0) > \
+                (found[1].peak, found[1].nvml_peak or 0):
+            found = (batch, predicted)
+    return found
 
 
 def predict_data(options: RunOptions, data: TrainingData, *, device: str,
                  gpu_name: str | None = None) -> DataPrediction:
     """The run predicted at its longest batch and at a typical one."""
-    found = batches(options, data)
-    return DataPrediction(found, predict(options, device=device, gpu_name=gpu_name,
-                                         text=found.longest),
-                          predict(options, device=device, gpu_name=gpu_name, text=found.typical))
+    batch, predicted = longest(options, data, device=device, gpu_name=gpu_name)
+    lengths = Lengths(data.lengths or ())
+    typical = typical_batch(lengths, options.batch_size, *_shape(options, data))
+    return DataPrediction(DataBatches(lengths, batch, typical), predicted,
+                          predict(options, device=device, gpu_name=gpu_name, text=typical))
