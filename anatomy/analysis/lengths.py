@@ -25,7 +25,7 @@ MAX_LENGTH = "max_length"  # padding: every batch to max_length
 PADDINGS = (LONGEST, MAX_LENGTH)
 # The quantiles `predict` prints and the form shows, by name.
 QUANTILES = {"min": 0.0, "10%": 0.1, "median": 0.5, "90%": 0.9, "99%": 0.99, "max": 1.0}
-HISTOGRAM_BINS = 40
+HISTOGRAM_BINS = 16  # bars whose labels a form column holds side by side
 
 
 class TextBatch(NamedTuple):
