@@ -276,3 +276,48 @@ def test_bad_input_on_the_form_is_one_line_under_its_field_and_starts_nothing(te
 def test_words_make_texts_of_that_many_tokens(text_data):
     tokenizer = data.load_tokenizer(str(text_data.tokenizer))
     assert [len(tokenizer(words(n))["input_ids"]) for n in (1, 7, 30)] == [1, 7, 30]
+
+
+# --- a stored run keeps what it trained on ---
+
+def test_a_stored_run_on_a_dataset_is_predicted_again_from_its_lengths_after_an_import(tmp_path):
+    """The dataset and the tokenizer stayed on the machine that ran it: the run's lengths are
+    enough, here and in another store after export and import."""
+    from anatomy.analysis import transfer
+    from anatomy.analysis.breakdown import predicted
+    from anatomy.analysis.prediction import predict
+    from anatomy.analysis.report import report
+    from anatomy.store import Store
+
+    options = RunOptions(model="tiny-llama", batch_size=2, max_steps=2, dataset_size=5,
+                         dataset="/elsewhere/reviews", tokenizer="/elsewhere/tok")
+    facts = {"data": {"dataset": "/elsewhere/reviews", "split": "train", "text_column": "text",
+                      "tokenizer": "/elsewhere/tok", "padding": "longest", "max_length": 512,
+                      "inputs": ["attention_mask"], "padding_side": "right",
+                      "lengths": [[4, 2], [12, 1], [20, 2]]}}
+    source = Store(tmp_path / "source.sqlite")
+    run_id = source.create_run(options.to_dict(), "cpu-rss", "rss", 0, facts)
+    source.finish(run_id, "completed")
+    target = Store(tmp_path / "target.sqlite")
+    (imported,) = transfer.import_runs(
+        target, json.dumps(transfer.export_runs(source, [run_id]), default=str).encode())
+    # its two longest texts hold no padding: one of them beside a shorter one holds the
+    # attention mask too (tiny-llama's), as large a peak and more activations
+    expected = predict(options, device="cpu", text=TextBatch((20, 12), 20))
+    assert expected.activations > predict(options, device="cpu",
+                                          text=TextBatch((20, 20), 20)).activations
+    for store, run in ((source, run_id), (target, imported)):
+        again = predicted(report(store, run))
+        assert (again.activations, again.peak) == (expected.activations, expected.peak)
+
+
+def test_an_import_of_a_tokenizer_without_its_dataset_is_refused_in_one_line(tmp_path):
+    from anatomy.analysis import transfer
+    from anatomy.store import Store
+
+    source = Store(tmp_path / "source.sqlite")
+    options = {**RunOptions(model="tiny-llama").to_dict(), "tokenizer": "/elsewhere/tok"}
+    source.finish(source.create_run(options, "cpu-rss", "rss", 0, {}), "completed")
+    exported = json.dumps(transfer.export_runs(source, [1]), default=str).encode()
+    with pytest.raises(transfer.ImportRefused, match="tokenizer: .* give --dataset too"):
+        transfer.import_runs(Store(tmp_path / "target.sqlite"), exported)

@@ -36,13 +36,15 @@ def _shape(options: RunOptions, data: TrainingData) -> tuple:
 def longest(options: RunOptions, data: TrainingData, *, device: str,
             gpu_name: str | None = None) -> tuple[TextBatch, Prediction]:
     """The longest batch the data can form and its prediction: of `longest_batches`, the one
-    predicted to need the most (the allocator's peak, then NVML's)."""
+    predicted to need the most (the allocator's peak, then NVML's, then the activations)."""
+    def need(predicted: Prediction) -> tuple[int, int, int]:
+        return predicted.peak, predicted.nvml_peak or 0, predicted.activations
+
     found: tuple[TextBatch, Prediction] | None = None
     lengths = Lengths(data.lengths or ())
     for batch in longest_batches(lengths, options.batch_size, *_shape(options, data)):
         predicted = predict(options, device=device, gpu_name=gpu_name, text=batch)
-        if found is None or (predicted.peak, predicted.nvml_peak or 0) > \
-                (found[1].peak, found[1].nvml_peak or 0):
+        if found is None or need(predicted) > need(found[1]):
             found = (batch, predicted)
     return found
 
