@@ -48,8 +48,8 @@ def predicted(report: RunReport) -> Prediction | NoPrediction:
         if isinstance(options, NoPrediction):
             return options
         device, gpu_name = "cuda" if report.on_gpu else "cpu", report.environment.gpu_name
-        data = report.environment.data if options.dataset.strip() else None
-        if options.dataset.strip() and data is None:
+        data = report.environment.data if options.on_dataset else None
+        if options.on_dataset and data is None:
             return NoPrediction("the run stored no lengths of its dataset's texts")
         try:
             # A run on a dataset: at its longest batch, from the lengths it stored.
@@ -175,7 +175,7 @@ def rank_prediction_for(report: RunReport) -> RankPrediction | None:
         if not options.distributed:  # a run whose options did not say (the user's own script)
             options = replace(options, processes=report.world_size)
         device, gpu_name = "cuda" if report.on_gpu else "cpu", report.environment.gpu_name
-        data = report.environment.data if options.dataset.strip() else None
+        data = report.environment.data if options.on_dataset else None
         try:
             text = longest(options, data, device=device, gpu_name=gpu_name)[0] if data else None
             return predict_ranks(options, device=device, gpu_name=gpu_name, text=text)

@@ -136,6 +136,11 @@ class RunOptions:
         return self.model
 
     @property
+    def on_dataset(self) -> bool:
+        """It trains on a dataset's texts (`dataset`), not on the dummy data."""
+        return isinstance(self.dataset, str) and bool(self.dataset.strip())
+
+    @property
     def lora(self) -> bool:
         return isinstance(self.lora_rank, int) and self.lora_rank > 0
 
@@ -342,7 +347,7 @@ def _unused_data_errors(options: RunOptions, errors: dict[str, str]) -> dict[str
     found: dict[str, str] = {}
     if any(name in errors for name in DATA_FIELDS):
         return found
-    if not options.dataset.strip():
+    if not options.on_dataset:
         given = [name for name in DATA_FIELDS[1:]
                  if getattr(options, name) != getattr(RunOptions, name)]
         for name in given:
@@ -358,8 +363,8 @@ def _data_errors(options: RunOptions, spec: models.ModelSpec, errors: dict[str, 
                  ) -> dict[str, str]:
     """What the dataset, its tokenizer and the model cannot do together (loading the dataset
     and the tokenizer: analysis/data.py)."""
-    if not options.dataset.strip() or any(name in errors for name in DATA_FIELDS) \
-            or "model" in errors:
+    if any(name in errors for name in DATA_FIELDS) or "model" in errors or \
+            not options.on_dataset:
         return {}
     from anatomy.analysis import data
 

@@ -95,7 +95,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
               f"--max-batch-size out for what each of the {n} needs at this batch size",
               file=sys.stderr)
         return 2
-    if args.max_batch_size and options.dataset.strip():
+    if args.max_batch_size and options.on_dataset:
         print("error: --max-batch-size searches the dummy data's batches of one length; a "
               "dataset's batch sizes each form their own longest batch: give --batch-size B for "
               "the longest batch of B texts", file=sys.stderr)
@@ -200,7 +200,7 @@ def _data_json(texts: Tokenized, found: DataPrediction) -> dict:
 
 def _run_words(options: RunOptions, predicted) -> str:
     spec = models.resolve(options.model)
-    shape = "the dataset's texts" if options.dataset.strip() else \
+    shape = "the dataset's texts" if options.on_dataset else \
         dummy_data.sample(spec, options.seq_len).words
     lora = (f", LoRA rank {options.lora_rank} ({predicted.trainable_parameters:,} trainable)"
             if options.lora else "")

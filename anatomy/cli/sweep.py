@@ -128,7 +128,7 @@ def _predicted_ladder(base: RunOptions, info) -> tuple[dict[str, list], str]:
     errors = validate(base, info.gpu_count)
     if errors:
         raise InvalidOptions(errors)
-    if base.dataset.strip():  # each batch size forms a longest batch of its own
+    if base.on_dataset:  # each batch size forms a longest batch of its own
         raise InvalidOptions({"dataset": "dataset: --from-prediction searches the dummy data's "
                                          "batches of one length: give --vary batch-size=… for a "
                                          "dataset"})

@@ -322,7 +322,7 @@ def batch_size_forecast(options: RunOptions, machine: Machine) -> Forecast:
     """The form's "What fits?": the largest batch size predicted to fit the chosen device."""
     if validate(options, machine.gpu_count):
         return Forecast(None, None)
-    if options.dataset.strip():
+    if options.on_dataset:
         return Forecast(None, "What fits? searches the dummy data's batches of one length; a "
                               "dataset's batch sizes each form their own longest batch: Predict "
                               "memory and time tells what the longest batch of this batch size "
