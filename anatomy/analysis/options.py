@@ -55,7 +55,7 @@ FIELDS: dict[str, Field] = {f.name: f for f in (
           "(a sequence-to-sequence model's source and target each; image models take their "
           "config's image size instead)", 1, 1_048_576),
     Field("dataset_size", "Dataset size", "random sequences in the dummy dataset (at least one "
-          "batch for every process: grown to it where smaller); with a dataset, its texts",
+          "batch for every process: grown to it where smaller); a dataset's run sets it to its texts",
           1, 10_000_000),
     Field("epochs", "Epochs", "num_train_epochs (ignored when max steps is set)", 1, 1000),
     Field("max_steps", "Max steps", "optimizer steps; overrides epochs when set", 1, 10_000_000),
