@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import psutil
 import pytest
@@ -434,3 +435,59 @@ def contents(store: Store) -> list:
         return [[tuple(row) for row in db.execute(f"SELECT * FROM {table}")]
                 for table in ("runs", "samples", "phases", "steps", "messages")]
 
+
+
+# --- a user's dataset and tokenizer, made as users make them ---
+
+# The tokenizer's words, one token each (a WordLevel model split on whitespace, no special
+# tokens): a text of n words is n tokens long.
+WORDS = ("the", "a", "cat", "dog", "sat", "on", "mat", "and", "ran", "far", "away", "big", "small",
+         "red", "blue", "slowly")
+
+
+class TextData(NamedTuple):
+    """A dataset of texts as users write them, and its tokenizer: `dataset` saved with
+    `save_to_disk` (a Dataset), `splits` a DatasetDict (train and test) saved alike, `lines` the
+    same texts as JSON lines, `tokenizer` a fast tokenizer saved with save_pretrained."""
+
+    dataset: Path
+    splits: Path
+    lines: Path
+    tokenizer: Path
+    lengths: tuple[int, ...]  # each text's tokens, in the dataset's order
+
+
+def words(n: int, seed: int = 0) -> str:
+    return " ".join(WORDS[(seed + i * 7) % len(WORDS)] for i in range(n))
+
+
+def make_text_data(folder: Path, lengths: tuple[int, ...]) -> TextData:
+    import datasets
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = {"[PAD]": 0, "[UNK]": 1, **{w: i + 2 for i, w in enumerate(WORDS)}}
+    model = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    model.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=model, pad_token="[PAD]",
+                            unk_token="[UNK]").save_pretrained(folder / "tokenizer")
+    texts = [words(n, seed) for seed, n in enumerate(lengths)]
+    rows = datasets.Dataset.from_dict({"text": texts, "label": [i % 2 for i in range(len(texts))]})
+    datasets.disable_progress_bars()
+    rows.save_to_disk(str(folder / "dataset"))
+    datasets.DatasetDict({"train": rows, "test": rows.select(range(1))}).save_to_disk(
+        str(folder / "splits"))
+    with open(folder / "texts.jsonl", "w") as file:
+        file.writelines(json.dumps({"text": text}) + "\n" for text in texts)
+    return TextData(folder / "dataset", folder / "splits", folder / "texts.jsonl",
+                    folder / "tokenizer", lengths)
+
+
+# Four texts of different lengths: one batch of four holds them all, padded to the longest.
+TEXT_LENGTHS = (9, 30, 5, 17)
+
+
+@pytest.fixture
+def text_data(tmp_path) -> TextData:
+    return make_text_data(tmp_path / "data", TEXT_LENGTHS)

@@ -6,7 +6,9 @@ Without --runs the store is tools/demo_store.py's: the H200 runs of docs/data, r
 phase figures, summaries and components are recorded; the curves between, each step's time and
 loss, and the device panel are seeded). With --runs, the runs of an export file (`python -m
 anatomy export … --format json`, real runs from a GPU) are imported first and shown instead.
-A tiny CPU run is recorded for real first, from the Live page's form, for its two pictures.
+A tiny CPU run is recorded for real first, from the Live page's form, for its two pictures;
+the form's Predict on a dataset of texts (tools/demo_texts.py) for a third (`--dataset-only`:
+that one alone).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 
 from anatomy.analysis import transfer
 from anatomy.store import Store
-from tools import demo_store
+from tools import demo_store, demo_texts
 from tools.browser import ARGS, CHROMIUM, serve, wait_for_charts
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -48,10 +50,25 @@ def main() -> None:
     parser.add_argument("--runs", type=Path, help="an export file of real runs to show instead")
     parser.add_argument("--out", type=Path, default=PROJECT / "docs" / "screenshots")
     parser.add_argument("--no-cpu-run", action="store_true", help="skip the live CPU run")
+    parser.add_argument("--dataset-only", action="store_true",
+                        help="only the form's Predict on a dataset (live-dataset-cpu.png)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
 
     from playwright.sync_api import sync_playwright
+
+    if args.dataset_only:
+        with tempfile.TemporaryDirectory() as folder, sync_playwright() as playwright:
+            server, url = serve(Path(folder) / "anatomy.sqlite")
+            try:
+                browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+                _dataset_forecast(browser.new_page(viewport={"width": 1400, "height": 1000}),
+                                  url, args.out, Path(folder))
+                browser.close()
+            finally:
+                server.terminate()
+                server.wait(timeout=30)
+        return
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "anatomy.sqlite"
@@ -87,6 +104,8 @@ def main() -> None:
                     "e => e.scrollIntoView({block: 'start'})")
                 page.wait_for_timeout(SETTLE_MS)
                 _shot(page, args.out / "sweep.png", full=False)
+                with tempfile.TemporaryDirectory() as texts:
+                    _dataset_forecast(page, url, args.out, Path(texts))
                 if not args.no_cpu_run:
                     _cpu_run(page, url, args.out)
                 browser.close()
@@ -113,6 +132,21 @@ def _cpu_run(page, url: str, out: Path) -> None:
     page.get_by_text("Samples/second:").wait_for(timeout=600_000)
     _charts_drawn(page)
     _shot(page, out / "live-cpu.png")
+
+
+def _dataset_forecast(page, url: str, out: Path, folder: Path) -> None:
+    """The form's Predict on a dataset of texts (demo_texts.py's reviews): its lengths' histogram
+    and the batches it predicts."""
+    dataset, tokenizer = demo_texts.build(folder)
+    page.goto(url)
+    page.get_by_role("textbox", name="Dataset", exact=True).fill(str(dataset))
+    page.get_by_role("textbox", name="Tokenizer", exact=True).fill(str(tokenizer))
+    page.get_by_role("spinbutton", name="Batch size", exact=True).fill("64")
+    page.get_by_role("button", name="Predict memory and time").click()
+    page.get_by_text("at its longest batch").first.wait_for(timeout=300_000)
+    page.mouse.move(0, 0)  # no button's help over the form
+    _charts_drawn(page)
+    _shot(page, out / "live-dataset-cpu.png", most=1800)
 
 
 if __name__ == "__main__":

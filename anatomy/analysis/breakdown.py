@@ -24,6 +24,7 @@ from anatomy.analysis.prediction import (
     predict,
     predict_ranks,
 )
+from anatomy.analysis.prediction.batches import longest
 from anatomy.analysis.report import RunReport
 from anatomy.vocabulary import Phase, SourceKind, Strategy
 
@@ -44,11 +45,18 @@ def predicted(report: RunReport) -> Prediction | NoPrediction:
         if isinstance(options, NoPrediction):
             return options
         device, gpu_name = "cuda" if report.on_gpu else "cpu", report.environment.gpu_name
+        data = report.environment.data if options.on_dataset else None
+        if options.on_dataset and data is None:
+            return NoPrediction("the run stored no lengths of its dataset's texts")
         try:
+            # A run on a dataset: at its longest batch, from the lengths it stored.
+            text, alone = longest(options, data, device=device, gpu_name=gpu_name) \
+                if data is not None else (None, None)
             if report.world_size > 1 and options.distributed:
                 # A rank of several: its own shares and buffers (rank 0's GPU is the one shown).
-                return predict_ranks(options, device=device, gpu_name=gpu_name).as_prediction()
-            return predict(options, device=device, gpu_name=gpu_name)
+                return predict_ranks(options, device=device, gpu_name=gpu_name,
+                                     text=text).as_prediction()
+            return alone or predict(options, device=device, gpu_name=gpu_name)
         except PredictionError as error:  # its model is not here, or the trace refuses it
             return NoPrediction(f"{error}")
 
@@ -178,9 +186,11 @@ def rank_prediction_for(report: RunReport) -> RankPrediction | None:
         options = replace(own, strategy=report.strategy or Strategy.DDP)
         if not options.distributed:  # a run whose options did not say (the user's own script)
             options = replace(options, processes=report.world_size)
+        device, gpu_name = "cuda" if report.on_gpu else "cpu", report.environment.gpu_name
+        data = report.environment.data if options.on_dataset else None
         try:
-            return predict_ranks(options, device="cuda" if report.on_gpu else "cpu",
-                                 gpu_name=report.environment.gpu_name)
+            text = longest(options, data, device=device, gpu_name=gpu_name)[0] if data else None
+            return predict_ranks(options, device=device, gpu_name=gpu_name, text=text)
         except PredictionError:
             return None
 

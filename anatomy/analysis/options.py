@@ -7,10 +7,11 @@ naming the field and the range it accepts, and the model's own limits (its longe
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from anatomy.analysis import models
+from anatomy.analysis.lengths import LONGEST, PADDINGS
 from anatomy.analysis.models import IMAGE_CLASSIFICATION, PRESETS, ModelError, default_preset
 from anatomy.store import checks
 from anatomy.vocabulary import Precision, Strategy
@@ -54,7 +55,8 @@ FIELDS: dict[str, Field] = {f.name: f for f in (
           "(a sequence-to-sequence model's source and target each; image models take their "
           "config's image size instead)", 1, 1_048_576),
     Field("dataset_size", "Dataset size", "random sequences in the dummy dataset (at least one "
-          "batch for every process: grown to it where smaller)", 1, 10_000_000),
+          "batch for every process: grown to it where smaller); a dataset's run sets it to its texts",
+          1, 10_000_000),
     Field("epochs", "Epochs", "num_train_epochs (ignored when max steps is set)", 1, 1000),
     Field("max_steps", "Max steps", "optimizer steps; overrides epochs when set", 1, 10_000_000),
     Field("precision", "Precision", "fp32, or mixed precision fp16 / bf16", choices=PRECISIONS),
@@ -79,7 +81,22 @@ FIELDS: dict[str, Field] = {f.name: f for f in (
           "(peft; 0: full fine-tuning)", 0, 4096),
     Field("lora_targets", "LoRA targets", "comma-separated module names the adapters wrap (empty:"
           " the architecture's default, e.g. q_proj,v_proj)", free_text=True),
+    Field("dataset", "Dataset", "train on a dataset's texts instead of the dummy data: a folder "
+          "saved with save_to_disk (a Dataset or a DatasetDict), a JSON-lines, CSV or Parquet "
+          "file, or a Hub id in the local cache (empty: the dummy data)", free_text=True),
+    Field("split", "Split", "the dataset's split (empty: train, or its only one)", free_text=True),
+    Field("text_column", "Text column", "the dataset's column of texts (empty: text)",
+          free_text=True),
+    Field("tokenizer", "Tokenizer", "the fast tokenizer for the dataset's texts: a folder saved "
+          "with save_pretrained, or a Hub id in the local cache", free_text=True),
+    Field("padding", "Padding", "how a batch of texts is padded: longest (to its longest text, as "
+          "DataCollatorWithPadding does) or max_length (every batch to max length)",
+          choices=PADDINGS),
+    Field("max_length", "Max length", "texts are cut at this many tokens, and padding max_length "
+          "pads to it (0: the model's longest sequence)", 0, 1_048_576),
 )}
+# The fields that describe the dataset a run trains on; empty or default without one.
+DATA_FIELDS = ("dataset", "split", "text_column", "tokenizer", "padding", "max_length")
 # A module name as peft matches it: letters, digits, underscores and dots.
 _TARGET = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 
@@ -106,11 +123,22 @@ class RunOptions:
     profile_steps: int = 0
     lora_rank: int = 0
     lora_targets: str = ""
+    dataset: str = ""  # "": the dummy data
+    split: str = ""
+    text_column: str = ""
+    tokenizer: str = ""
+    padding: str = LONGEST
+    max_length: int = 0
 
     @property
     def preset(self) -> str:
         """The model option's old name (runs stored before other models came say "preset")."""
         return self.model
+
+    @property
+    def on_dataset(self) -> bool:
+        """It trains on a dataset's texts (`dataset`), not on the dummy data."""
+        return isinstance(self.dataset, str) and bool(self.dataset.strip())
 
     @property
     def lora(self) -> bool:
@@ -160,6 +188,12 @@ class RunOptions:
         asked, and what a run reads would be that batch's memory, not the one it was asked (and
         predicted) for: `sweep --from-prediction` at 1,828 trained batches of 512 on the H200."""
         return max(self.dataset_size, self.batch_size * self._processes)
+
+    def with_texts(self, texts: int) -> RunOptions:
+        """The options as a run on a dataset of `texts` texts stores them: its dataset size is
+        theirs (within the option's range), so that its steps are counted as the Trainer counts
+        them."""
+        return replace(self, dataset_size=min(texts, FIELDS["dataset_size"].high))
 
     def total_steps(self) -> int:
         """Optimizer steps the Trainer will take (its own arithmetic, without a dataloader): with
@@ -254,6 +288,7 @@ def validate(options: RunOptions, gpu_count: int, *, resolve_model: bool = True,
                                       "layer already: give it alone, as peft takes it")
         elif not options.lora and "lora_rank" not in errors:
             errors["lora_targets"] = "lora_targets: set a LoRA rank too (--lora-rank R)"
+    errors.update(_unused_data_errors(options, errors))
     if resolve_model and "model" not in errors:
         try:
             spec = models.resolve(options.model)
@@ -268,6 +303,7 @@ def validate(options: RunOptions, gpu_count: int, *, resolve_model: bool = True,
                 errors["seq_len"] = (f"seq_len: {options.seq_len} is out of range for "
                                      f"{spec.display_name}: 1 to {positions}")
             errors.update(_model_errors(options, spec, errors))
+            errors.update(_data_errors(options, spec, errors))
     if "gpu" not in errors:
         if gpu_count == 0 and options.gpu != 0:
             errors["gpu"] = f"gpu: {options.gpu} is out of range: this machine has no GPU (use 0)"
@@ -303,6 +339,36 @@ def _model_errors(options: RunOptions, spec: models.ModelSpec, errors: dict[str,
     except ModelError as error:
         found["model"] = str(error)
     return found
+
+
+def _unused_data_errors(options: RunOptions, errors: dict[str, str]) -> dict[str, str]:
+    """A dataset's settings without a dataset, and a dataset without its tokenizer (text alone:
+    an imported run's too)."""
+    found: dict[str, str] = {}
+    if any(name in errors for name in DATA_FIELDS):
+        return found
+    if not options.on_dataset:
+        given = [name for name in DATA_FIELDS[1:]
+                 if getattr(options, name) != getattr(RunOptions, name)]
+        for name in given:
+            found[name] = (f"{name}: {shown(getattr(options, name))} is a setting of a dataset's "
+                           "texts, and the run trains on the dummy data: give --dataset too")
+    elif not options.tokenizer.strip():
+        found["tokenizer"] = ("tokenizer: a dataset's texts need one: a folder saved with "
+                              "save_pretrained, or a Hub id in the local cache")
+    return found
+
+
+def _data_errors(options: RunOptions, spec: models.ModelSpec, errors: dict[str, str]
+                 ) -> dict[str, str]:
+    """What the dataset, its tokenizer and the model cannot do together (loading the dataset
+    and the tokenizer: analysis/data.py)."""
+    if any(name in errors for name in DATA_FIELDS) or "model" in errors or \
+            not options.on_dataset:
+        return {}
+    from anatomy.analysis import data
+
+    return data.problems(options, spec)
 
 
 def _process_errors(options: RunOptions, gpu_count: int, errors: dict[str, str],

@@ -39,6 +39,9 @@ class Parser(argparse.ArgumentParser):
 
 # What a run is given that its memory does not depend on: a prediction takes none of them.
 RUN_ONLY = ("seed", "sample_rate", "profile_steps")
+# The dataset's text options, as --help names their values.
+DATA_METAVARS = {"dataset": "PATH|HUB_ID", "split": "S", "text_column": "C",
+                 "tokenizer": "NAME|PATH"}
 
 
 def _option_default(name: str) -> str:
@@ -58,7 +61,7 @@ def add_run_options(parser: argparse.ArgumentParser, predicting: bool = False) -
                        f"{_option_default('model')})")
     model.add_argument("--preset", dest="model", metavar="NAME", help="the same as --model")
     for name in ("batch_size", "seq_len", "dataset_size", "grad_accum", "seed", "sample_rate",
-                 "gpu", "profile_steps", "lora_rank", "processes"):
+                 "gpu", "profile_steps", "lora_rank", "processes", "max_length"):
         if predicting and name in RUN_ONLY:
             continue
         parser.add_argument("--" + name.replace("_", "-"), type=int, dest=name,
@@ -80,6 +83,11 @@ def add_run_options(parser: argparse.ArgumentParser, predicting: bool = False) -
                         help=f["gradient_checkpointing"].help)
     parser.add_argument("--optim", help=f"{f['optim'].help}: {', '.join(f['optim'].choices)} "
                                         f"({_option_default('optim')})")
+    for name, metavar in DATA_METAVARS.items():
+        parser.add_argument("--" + name.replace("_", "-"), dest=name, metavar=metavar,
+                            help=f[name].help)
+    parser.add_argument("--padding", choices=f["padding"].choices,
+                        help=f"{f['padding'].help} ({_option_default('padding')})")
     parser.add_argument("--lora-targets", dest="lora_targets", nargs="+", metavar="MODULE",
                         help="the module names the adapters wrap, e.g. --lora-targets q_proj "
                              "v_proj, or all-linear (every linear layer but the task's output; "

@@ -8,14 +8,18 @@ import gc
 import json
 import sys
 
-from anatomy.analysis import dummy_data, models, prediction
+from anatomy.analysis import data, dummy_data, models, prediction
+from anatomy.analysis.data import Tokenized
+from anatomy.analysis.lengths import MAX_LENGTH, Lengths, TextBatch
 from anatomy.analysis.options import RunOptions, validate
 from anatomy.analysis.prediction import device_constants
+from anatomy.analysis.prediction.batches import DataPrediction, predict_data
 from anatomy.analysis.prediction.workspaces import WorkspaceError
 from anatomy.cli.arguments import add_run_options, options_from_args
 from anatomy.cli.render import SaidMeasurer, table
 from anatomy.engine.locks import gpu_key
 from anatomy.engine.manager import machine
+from anatomy.store import TrainingData
 from anatomy.units import MIB, MIB_NAME, gib_text, in_mib
 
 
@@ -96,6 +100,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
               f"--max-batch-size out for what each of the {n} needs at this batch size",
               file=sys.stderr)
         return 2
+    if args.max_batch_size and options.on_dataset:
+        print("error: --max-batch-size searches the dummy data's batches of one length; a "
+              "dataset's batch sizes each form their own longest batch: give --batch-size B for "
+              "the longest batch of B texts", file=sys.stderr)
+        return 2
     if args.measure_convolutions:
         refusal = _measuring_refusal(args, info, device, gpu_name)
         if refusal:
@@ -105,19 +114,28 @@ def cmd_predict(args: argparse.Namespace) -> int:
         if args.max_batch_size:
             measure_on = info.devices[args.gpu or 0] if args.measure_convolutions else None
             return _print_batch_fit(options, device, gpu_name, total, args.json, measure_on)
-        predicted = prediction.predict(options, device=device, gpu_name=gpu_name)
-        ranks = (prediction.predict_ranks(options, device=device, gpu_name=gpu_name)
+        options, texts = data.prepared(options)
+        found = predict_data(options, texts.facts, device=device, gpu_name=gpu_name) \
+            if texts is not None else None
+        predicted = found.longest if found else \
+            prediction.predict(options, device=device, gpu_name=gpu_name)
+        ranks = (prediction.predict_ranks(options, device=device, gpu_name=gpu_name,
+                                          text=found.batches.longest if found else None)
                  if options.distributed else None)
-    except (prediction.PredictionError, WorkspaceError) as error:
+    except (prediction.PredictionError, WorkspaceError, data.DataError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.json:
         out = predicted.to_dict()
         if ranks is not None:  # each rank's, beside the single process's
             out["ranks"] = ranks.to_dict()
+        if found is not None:
+            out["dataset"] = _data_json(texts, found)
         print(json.dumps(out, indent=2))
         return 0
     print(_run_words(options, predicted))
+    if found is not None:
+        _print_data(texts, found)
     if ranks is not None:
         print(ranks.line())
         print("  " + in_mib("per rank") + ": " + ", ".join(
@@ -139,12 +157,56 @@ def cmd_predict(args: argparse.Namespace) -> int:
     print(table(rows, ["component" if ranks is None else "one process alone", MIB_NAME,
                        "bytes/param"]))
     print((ranks or predicted).need_line())
+    if found is not None:
+        print(_typical_line(found))
     return 0
+
+
+def _print_data(texts: Tokenized, found: DataPrediction) -> None:
+    """A dataset's texts and the batches the run is predicted at."""
+    facts, batches = texts.facts, found.batches
+    cut = f", cut at {facts.max_length:,}" if facts.max_length else ""
+    print(f"dataset: {facts.dataset} ({facts.split}, column {facts.text_column}), tokenized by "
+          f"{facts.tokenizer}{cut}")
+    print(f"  {batches.lengths.words()}")
+    print(f"  longest batch: {_batch_words(batches.longest, batches.lengths, facts)}")
+    print(f"  typical batch: {batches.typical.words()} (the median over a shuffled epoch's "
+          "batches of their longest text)")
+    print("the table is the longest batch's: the run's peak")
+
+
+def _batch_words(batch: TextBatch, lengths: Lengths, facts: TrainingData) -> str:
+    which = (f"its {batch.size} longest texts" if batch.lengths == lengths.top(batch.size) else
+             f"its {batch.size - 1} longest texts and the longest shorter one: with padding, so "
+             "that the model holds its attention mask")
+    padded = "to max_length" if facts.padding == MAX_LENGTH else "to the longest"
+    return (f"{batch.words()} ({which}, padded {padded}; the Trainer shuffles, so any batch may "
+            "hold the longest text)")
+
+
+def _typical_line(found: DataPrediction) -> str:
+    typical = found.typical
+    nvml = f", {typical.nvml_peak / MIB:,.1f} MB as nvidia-smi counts it" \
+        if typical.nvml_peak is not None else ""
+    return (f"a typical batch ({found.batches.typical.words()}) should need about "
+            f"{typical.peak / MIB:,.1f} MB for tensors{nvml}")
+
+
+def _data_json(texts: Tokenized, found: DataPrediction) -> dict:
+    batches = found.batches
+    return {**texts.facts.to_dict(), "texts": batches.lengths.texts,
+            "tokens": batches.lengths.tokens, "quantiles": batches.lengths.quantiles(),
+            "longest_batch": list(batches.longest.lengths),
+            "longest_padded_to": batches.longest.padded_to,
+            "typical_batch": list(batches.typical.lengths),
+            "typical_padded_to": batches.typical.padded_to,
+            "typical": found.typical.to_dict()}
 
 
 def _run_words(options: RunOptions, predicted) -> str:
     spec = models.resolve(options.model)
-    shape = dummy_data.sample(spec, options.seq_len).words
+    shape = "the dataset's texts" if options.on_dataset else \
+        dummy_data.sample(spec, options.seq_len).words
     lora = (f", LoRA rank {options.lora_rank} ({predicted.trainable_parameters:,} trainable)"
             if options.lora else "")
     return (f"{spec.display_name} ({predicted.parameters:,} parameters, {spec.task}), batch size "

@@ -93,6 +93,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"run {run_id}: {models.display_name(options.model)}, batch size "
                   f"{options.batch_size}, "
                   f"{options.precision}, {rep.device_name}")
+            if rep.environment.data is not None:
+                print(text.data_line(rep.environment.data))
             print(f"measuring: {text.source(rep.backend, rep.memory_api)}")
             print(f"store: {store.path}", flush=True)
             _follow(manager, store, run_id, signals)

@@ -56,6 +56,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     origin = text.model_origin(rep)
     if origin:
         print(f"model: {rep.model} from {origin} (its config kept in the run)")
+    if env.data is not None:
+        print(text.data_line(env.data))
     print(table([[phase_name(p.name, rep.on_gpu), f"{p.start_s:.2f}", p.memory_mb]
                  for p in rep.phases],
                  ["phase", "start s", in_mib("memory at end")]))

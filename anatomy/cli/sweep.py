@@ -129,6 +129,10 @@ def _predicted_ladder(base: RunOptions, info) -> tuple[dict[str, list], str]:
     errors = validate(base, info.gpu_count)
     if errors:
         raise InvalidOptions(errors)
+    if base.on_dataset:  # each batch size forms a longest batch of its own
+        raise InvalidOptions({"dataset": "dataset: --from-prediction searches the dummy data's "
+                                         "batches of one length: give --vary batch-size=… for a "
+                                         "dataset"})
     device = "cuda" if info.has_gpu else "cpu"
     gpu = info.devices[base.gpu] if info.has_gpu else None
 

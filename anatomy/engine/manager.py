@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from anatomy.analysis import carried_model, models
+from anatomy.analysis import carried_model, data, models
+from anatomy.analysis.data import Tokenized
 from anatomy.analysis.machine import Machine
 from anatomy.analysis.options import InvalidOptions, RunOptions, validate
 from anatomy.engine import worker
@@ -102,6 +103,7 @@ class RunManager:
         (StoreError)."""
         info = machine()
         _validated(options, info)
+        options, texts = _tokenized(options)
         holder = f"run by pid {os.getpid()}"
         key = device_key(options, info)
         if reservation is not None and reservation.held and reservation.key == key:
@@ -120,8 +122,11 @@ class RunManager:
             raise
         active = ActiveRun(self._recording(options, info, (lock, *more)), lock, owns_lock, more)
         try:
+            environment = _environment(options, info)
+            if texts is not None:  # what it trains on, so that a reader predicts it again
+                environment = environment.merged(RunFacts.of(data=texts.facts))
             run_id = active.recording.create_run(
-                options.to_dict(), info, _gpu(options, info), _environment(options, info),
+                options.to_dict(), info, _gpu(options, info), environment,
                 name=name, sweep=sweep)
         except BaseException:
             self._release(active)
@@ -129,7 +134,7 @@ class RunManager:
         for taken in ((lock, *more) if owns_lock else more):
             taken.describe(f"run {run_id} (pid {os.getpid()})")
         try:
-            self._spawn(active, options, info, dwell)
+            self._spawn(active, options, info, dwell, texts)
         except BaseException as error:
             self._release(active)
             active.recording.abandon(f"could not start the run: {error}")
@@ -144,7 +149,7 @@ class RunManager:
                          lock_fds=tuple(lock.fileno() for lock in locks), decide=_decide)
 
     def _spawn(self, active: ActiveRun, options: RunOptions, info: Machine,
-               dwell: float | None) -> None:
+               dwell: float | None, texts: Tokenized | None = None) -> None:
         recording = active.recording
         recording.start_sampler()
         if dwell is None:
@@ -160,7 +165,8 @@ class RunManager:
         process = recording.context.Process(
             target=worker.main, name=f"anatomy-worker-{recording.run_id}",
             args=(recording.events, options, recording.t0, cuda_device, dwell,
-                  Lifeline("anatomy-worker", fds if len(fds) > 1 else fds[0], own_group=True)))
+                  Lifeline("anatomy-worker", fds if len(fds) > 1 else fds[0], own_group=True),
+                  texts))
         try:
             launch(process)
         except BaseException:
@@ -241,6 +247,15 @@ def _validated(options: RunOptions, info: Machine) -> None:
     errors = validate(options, info.gpu_count)
     if errors:
         raise InvalidOptions(errors)
+
+
+def _tokenized(options: RunOptions) -> tuple[RunOptions, Tokenized | None]:
+    """A run on a dataset: its texts tokenized before anything starts, and the options as the
+    run stores them (data.prepared); InvalidOptions if they cannot be."""
+    try:
+        return data.prepared(options)
+    except data.DataError as error:
+        raise InvalidOptions({error.field: str(error)}) from None
 
 
 def _gpu(options: RunOptions, info: Machine) -> int:

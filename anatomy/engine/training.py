@@ -12,6 +12,7 @@ import tempfile
 import traceback
 
 from anatomy.analysis import models
+from anatomy.analysis.data import Tokenized
 from anatomy.analysis.models import ModelSpec
 from anatomy.analysis.options import RunOptions
 from anatomy.engine.endings import is_oom
@@ -44,6 +45,13 @@ def dummy_dataset(options: RunOptions, spec: ModelSpec):
     from anatomy.engine.dataset import DummyDataset
 
     return DummyDataset(spec, options.samples, options.seq_len, options.seed)
+
+
+def text_dataset(options: RunOptions, spec: ModelSpec, tokenized: Tokenized):
+    """A dataset's texts as analysis/data.py tokenized them (engine/dataset.py)."""
+    from anatomy.engine.dataset import TextDataset
+
+    return TextDataset(spec, tokenized, options.seed)
 
 
 def _sharding(options: RunOptions, model=None) -> dict:
@@ -97,7 +105,8 @@ def _trainer(model, dataset, options: RunOptions, output_dir: str, use_cuda: boo
     from transformers.trainer_callback import PrinterCallback
 
     arguments = training_arguments(options, output_dir, use_cuda, model)
-    trainer = Trainer(model=model, args=arguments, train_dataset=dataset, callbacks=callbacks)
+    trainer = Trainer(model=model, args=arguments, train_dataset=dataset, callbacks=callbacks,
+                      data_collator=dataset.collator())
     trainer.remove_callback(PrinterCallback)  # it prints every step's log; we draw our own
     return trainer
 

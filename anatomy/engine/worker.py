@@ -14,11 +14,18 @@ import sys
 import time
 
 from anatomy.analysis import models
+from anatomy.analysis.data import Tokenized
 from anatomy.analysis.options import RunOptions
 from anatomy.analysis.transformers_index import index_once
 from anatomy.engine.lifeline import Lifeline
 from anatomy.engine.reporter import Reporter
-from anatomy.engine.training import dummy_dataset, guarded, progress_bars_lock, train_phases
+from anatomy.engine.training import (
+    dummy_dataset,
+    guarded,
+    progress_bars_lock,
+    text_dataset,
+    train_phases,
+)
 from anatomy.vocabulary import Phase
 
 
@@ -39,7 +46,10 @@ def compiled_at_every_start(package: str = "torch") -> bool:
     return not os.path.exists(importlib.util.cache_from_source(spec.origin))
 
 
-def train(queue, options: RunOptions, t0: float, use_cuda: bool, dwell: float) -> int:
+def train(queue, options: RunOptions, t0: float, use_cuda: bool, dwell: float,
+          texts: Tokenized | None = None) -> int:
+    """The run's training; `texts`: a dataset's, tokenized (analysis/data.py), else the dummy
+    data."""
     reporter = Reporter(queue, t0, dwell)
     reporter.begin(Phase.BASELINE)
     if compiled_at_every_start():
@@ -50,7 +60,8 @@ def train(queue, options: RunOptions, t0: float, use_cuda: bool, dwell: float) -
     def work() -> int:
         progress_bars_lock()
         spec = models.resolve(options.model)
-        dataset = dummy_dataset(options, spec)
+        dataset = dummy_dataset(options, spec) if texts is None else \
+            text_dataset(options, spec, texts)
         time.sleep(dwell)
         reporter.end(Phase.BASELINE)
         if options.distributed:
@@ -63,9 +74,10 @@ def train(queue, options: RunOptions, t0: float, use_cuda: bool, dwell: float) -
 
 
 def main(queue, options: RunOptions, t0: float, cuda_device: str | None, dwell: float,
-         lifeline: Lifeline | None = None) -> None:
+         lifeline: Lifeline | None = None, texts: Tokenized | None = None) -> None:
     """Process target. `cuda_device` is the CUDA_VISIBLE_DEVICES entry to train on, or None;
-    `lifeline` ties it to the manager (its own process group, dies with its parent)."""
+    `lifeline` ties it to the manager (its own process group, dies with its parent); `texts` the
+    dataset it trains on, tokenized (None: the dummy data)."""
     if lifeline is not None:
         lifeline.attach()
     # No Ctrl-C reaches the worker (its own process group): a SIGINT sent to it is a kill, told
@@ -78,7 +90,7 @@ def main(queue, options: RunOptions, t0: float, cuda_device: str | None, dwell: 
         os.environ["CUDA_VISIBLE_DEVICES"] = cuda_device  # before torch: cuda:0 is our GPU
     else:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
-    code = train(queue, options, t0, cuda_device is not None, dwell)
+    code = train(queue, options, t0, cuda_device is not None, dwell, texts)
     queue.close()
     queue.join_thread()  # everything we said reaches the collector before the exit status does
     sys.exit(code)

@@ -12,6 +12,7 @@ from anatomy.store.facts import (
     RunFacts,
     RunSource,
     TrainingArguments,
+    TrainingData,
     TrainingSummary,
 )
 from anatomy.store.rows import (
@@ -38,7 +39,7 @@ from anatomy.vocabulary import PHASES, Phase
 PROFILING, PROCESS = Phase.PROFILING, Phase.PROCESS
 
 __all__ = ["HOST_STRIDE", "device_key", "rank_series", "series_rank", "Components", "Origin",
-           "RunFacts", "RunSource", "TrainingArguments",
+           "RunFacts", "RunSource", "TrainingArguments", "TrainingData",
            "TrainingSummary", "PHASES", "PROCESS", "PROFILING", "SPANS", "STATUSES", "STORE_ENV",
            "GpuProcess", "GpuStatus", "HostStatus", "Message", "PhaseMark", "PhaseSpan",
            "RunRecord", "RunRow", "Sample", "Step", "Store", "StoreError", "StoreMissing",

@@ -150,6 +150,39 @@ def _world_size(value: Any, where: str) -> int | None:
     return checks.whole(value, where, 1, MAX_RANK + 1, optional=True)
 
 
+def _length_counts(value: Any, where: str) -> tuple[tuple[int, int], ...] | None:
+    """(tokens, texts) pairs: how many texts have each length."""
+    if value is None:
+        return None
+    out = []
+    for index, pair in enumerate(checks.array(value, where)):
+        here = f"{where}[{index}]"
+        if len(checks.array(pair, here)) != 2:
+            raise InvalidValue(here, f"must be a pair [tokens, texts], got {checks.shown(pair)}")
+        out.append((checks.whole(pair[0], f"{here}[0]"), checks.whole(pair[1], f"{here}[1]")))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class TrainingData(Record):
+    """The dataset a run trained on, as it was read (analysis/data.py): where it came from (a
+    path made absolute, or a Hub id), its split and column, the tokenizer, how its batches were
+    padded and cut, the tensors the tokenizer gave, and how many texts have each length: what a
+    reader predicts the run again from, without the data."""
+
+    dataset: str | None = fact(checks.text)
+    split: str | None = fact(checks.text)
+    text_column: str | None = fact(checks.text)
+    tokenizer: str | None = fact(checks.text)
+    padding: str | None = fact(lambda v, w: checks.choice(v, w, ("longest", "max_length"),
+                                                          optional=True))
+    max_length: int | None = fact(checks.count)  # where texts are cut (None: nowhere)
+    inputs: tuple[str, ...] | None = fact(_names)  # besides the token ids
+    padding_side: str | None = fact(lambda v, w: checks.choice(v, w, ("right", "left"),
+                                                               optional=True))
+    lengths: tuple[tuple[int, int], ...] | None = fact(_length_counts)
+
+
 @dataclass(frozen=True)
 class RunFacts(Record):
     """What a run ran on and with: the machine and its driver (the manager, `watch` or the
@@ -187,6 +220,7 @@ class RunFacts(Record):
     image_size: int | None = fact(checks.count)  # an image model's images' side
     distributed_type: str | None = fact(checks.text)
     fsdp_version: int | None = fact(checks.count)
+    data: TrainingData | None = fact(record(TrainingData))  # a dataset's, not the dummy data
     training_arguments: TrainingArguments | None = fact(record(TrainingArguments))
     model_class: str | None = fact(checks.text)
     model_name: str | None = fact(checks.text)

@@ -9,13 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from anatomy.analysis import duration, models
+from anatomy.analysis import data, duration, models
 from anatomy.analysis.machine import Machine
 from anatomy.analysis.options import FIELDS, RunOptions, validate
 from anatomy.analysis.prediction import PredictionError, max_batch_size, predict, predict_ranks
+from anatomy.analysis.prediction.batches import DataBatches, predict_data
 from anatomy.analysis.report import PHASES, RunReport
 from anatomy.store import GpuStatus, HostStatus, Step, Store
-from anatomy.units import GIB, gib_text, mib_text
+from anatomy.units import GIB, gib_text, mib_text, size_text
 from anatomy.views import gpus, text
 from anatomy.vocabulary import Phase, Status, phase_name
 
@@ -176,6 +177,7 @@ class Forecast(NamedTuple):
     line: str | None  # what the run should need; None for options with errors
     warning: str | None  # when that is more than the device holds, or it cannot be predicted
     duration: str | None = None  # how long it should take (`run_forecast`)
+    data: DataBatches | None = None  # a dataset's lengths and the batches it was predicted at
 
 
 def _target(options: RunOptions, machine: Machine) -> tuple[str, str | None, int, str]:
@@ -193,9 +195,16 @@ def memory_forecast(options: RunOptions, machine: Machine) -> Forecast:
         return Forecast(None, None)
     device, gpu_name, total, where = _target(options, machine)
     try:
-        forecast = (predict_ranks(options, device=device, gpu_name=gpu_name)
-                    if options.distributed else predict(options, device=device, gpu_name=gpu_name))
-    except PredictionError as error:
+        options, texts = data.prepared(options, progress=False)
+        found = predict_data(options, texts.facts, device=device, gpu_name=gpu_name) \
+            if texts is not None else None
+        if options.distributed:
+            forecast = predict_ranks(options, device=device, gpu_name=gpu_name,
+                                     text=found.batches.longest if found else None)
+        else:
+            forecast = found.longest if found else \
+                predict(options, device=device, gpu_name=gpu_name)
+    except (PredictionError, data.DataError) as error:
         return Forecast(None, f"cannot predict this run: {error}")
     # A GPU holds one process's figure; a CPU's RAM holds every process's.
     need = ((forecast.nvml_peak or forecast.peak) if device == "cuda" else
@@ -204,7 +213,11 @@ def memory_forecast(options: RunOptions, machine: Machine) -> Forecast:
     if need > total:
         warning = (f"predicted peak {gib_text(need)} is more than {where}: "
                    "this run will most likely end out of memory")
-    return Forecast(forecast.need_line(), warning)
+    if found is None:
+        return Forecast(forecast.need_line(), warning)
+    return Forecast(f"{forecast.need_line()}, at its longest batch ({found.batches.longest.words()});"
+                    f" a typical batch ({found.batches.typical.words()}) about "
+                    f"{size_text(found.typical.peak)}", warning, data=found.batches)
 
 
 def run_forecast(options: RunOptions, machine: Machine, store: Store) -> Forecast:
@@ -213,6 +226,8 @@ def run_forecast(options: RunOptions, machine: Machine, store: Store) -> Forecas
     memory = memory_forecast(options, machine)
     if memory.line is None:
         return memory
+    if memory.data is not None:  # its steps are the dataset's
+        options = options.with_texts(memory.data.lengths.texts)
     device_name = machine.devices[options.gpu].name if machine.has_gpu else None
     estimate = duration.estimate(store, options, machine.backend, device_name)
     return memory._replace(duration=estimate.line())
@@ -306,6 +321,11 @@ def batch_size_forecast(options: RunOptions, machine: Machine) -> Forecast:
     """The form's "What fits?": the largest batch size predicted to fit the chosen device."""
     if validate(options, machine.gpu_count):
         return Forecast(None, None)
+    if options.on_dataset:
+        return Forecast(None, "What fits? searches the dummy data's batches of one length; a "
+                              "dataset's batch sizes each form their own longest batch: Predict "
+                              "memory and time tells what the longest batch of this batch size "
+                              "needs")
     if options.distributed:
         # The search replays one process alone: a rank of several holds more (DDP's gradient
         # buckets) or less (FSDP's shards), and CPU ranks share one RAM.

@@ -8,6 +8,7 @@ import re
 from datetime import datetime
 
 from anatomy.analysis.components import partial_micro_batch
+from anatomy.analysis.lengths import Lengths
 from anatomy.analysis.models import display_name
 from anatomy.analysis.report import (
     IMPORTED,
@@ -17,7 +18,7 @@ from anatomy.analysis.report import (
     RunReport,
     known_option,
 )
-from anatomy.store import RunRow, checks
+from anatomy.store import RunRow, TrainingData, checks
 from anatomy.units import in_mib, mib_text
 from anatomy.vocabulary import Backend, MemoryApi, RecordedBy, Status, phase_name
 
@@ -168,3 +169,10 @@ def partial_micro_batch_words(report: RunReport) -> str | None:
     return (f"This run never had a full micro-batch of {batch} samples (its data held fewer): "
             f"its activations were measured on a micro-batch of {samples}, and the prediction is "
             f"for {batch}.")
+def data_line(data: TrainingData) -> str:
+    """What a run on a dataset trained on, in a line: the data, its split and column, the
+    tokenizer, the padding and where texts were cut, and its texts' lengths."""
+    cut = f", cut at {data.max_length:,} tokens" if data.max_length else ""
+    return (f"data: {data.dataset} ({data.split}, column {data.text_column}), tokenizer "
+            f"{data.tokenizer}, padding {data.padding}{cut}: "
+            f"{Lengths(data.lengths or ()).words()}")

@@ -21,6 +21,7 @@ from functools import lru_cache
 
 from anatomy.analysis import models
 from anatomy.analysis.components import MEASURED_STEPS, Components, rest_of_peak
+from anatomy.analysis.lengths import TextBatch
 from anatomy.analysis.options import RunOptions
 from anatomy.analysis.prediction import device_constants, recordings, replay
 from anatomy.analysis.prediction.device_constants import DeviceCalibration
@@ -174,30 +175,33 @@ def _shape_of(options: RunOptions) -> RunOptions:
 
 
 def _recording(shape: RunOptions, device: str, calibration: DeviceCalibration | None,
-               steps: int, fsdp_world: int = 0, workspaces=None) -> replay.Recording:
+               steps: int, fsdp_world: int = 0, workspaces=None, text: TextBatch | None = None
+               ) -> replay.Recording:
     if workspaces is not None:  # this machine's measurements: traced anew, never cached
-        return _traced_recording(shape, device, calibration, steps, fsdp_world, workspaces)
+        return _traced_recording(shape, device, calibration, steps, fsdp_world, workspaces, text)
     key = None if calibration is None else json.dumps(calibration.to_dict(), sort_keys=True)
-    return _cached_recording(shape, device, key, steps, fsdp_world)
+    return _cached_recording(shape, device, key, steps, fsdp_world, text)
 
 
 @lru_cache(maxsize=16)
 def _cached_recording(shape: RunOptions, device: str, calibration_key: str | None,
-                      steps: int, fsdp_world: int = 0) -> replay.Recording:
+                      steps: int, fsdp_world: int = 0, text: TextBatch | None = None
+                      ) -> replay.Recording:
     calibration = (None if calibration_key is None else
                    DeviceCalibration.from_dict(json.loads(calibration_key)))
-    return _traced_recording(shape, device, calibration, steps, fsdp_world)
+    return _traced_recording(shape, device, calibration, steps, fsdp_world, text=text)
 
 
 def _traced_recording(shape: RunOptions, device: str, calibration: DeviceCalibration | None,
-                      steps: int, fsdp_world: int = 0, workspaces=None) -> replay.Recording:
+                      steps: int, fsdp_world: int = 0, workspaces=None,
+                      text: TextBatch | None = None) -> replay.Recording:
     try:
         spec = models.resolve(shape.model)
     except models.ModelError as error:
         raise PredictionError(str(error)) from None
     seq_len = shape.seq_len if spec.task != models.IMAGE_CLASSIFICATION else 0
     step = (shape.precision, shape.gradient_checkpointing, shape.grad_accum, shape.optim,
-            shape.batch_size, seq_len)
+            shape.batch_size, seq_len, text)
     try:
         return recordings.recording(spec, step, device=device, calibration=calibration,
                                     steps=steps, lora_rank=shape.lora_rank,
@@ -221,16 +225,20 @@ def steps_measured(options: RunOptions) -> int:
 
 
 def predict(options: RunOptions, *, device: str = "cuda", gpu_name: str | None = None,
-            calibration: DeviceCalibration | None = None) -> Prediction:
+            calibration: DeviceCalibration | None = None, text: TextBatch | None = None
+            ) -> Prediction:
     """Predicted memory of a training run with these options, on `device`'s kernels and
-    allocator ("cuda" or "cpu"); `gpu_name` picks the calibrated constants ("NVIDIA H200").
+    allocator ("cuda" or "cpu"); `gpu_name` picks the calibrated constants ("NVIDIA H200");
+    `text`: a dataset's batch as the collator pads it (lengths.py), instead of the dummy data's.
     PredictionError when the model cannot be built."""
     if device not in DEVICES:
         raise ValueError(f"device must be 'cuda' or 'cpu', got {device!r}")
     if device == "cuda" and calibration is None:
         calibration = calibration_for(device, gpu_name)
+    if text is not None:
+        options = replace(options, batch_size=text.size, seq_len=text.padded_to)
     steps = steps_measured(options)
-    recording = _recording(_shape_of(options), device, calibration, steps)
+    recording = _recording(_shape_of(options), device, calibration, steps, text=text)
     measured = replay.measure(replay.stream(recording, steps, options.grad_accum),
                               cuda=device == "cuda")
     return _prediction(recording, measured, options, device, calibration, steps)
@@ -736,19 +744,22 @@ def alive_at_peak(events: list[tuple], kinds: dict[str, frozenset[int]]) -> dict
 
 
 def predict_ranks(options: RunOptions, *, device: str = "cuda", gpu_name: str | None = None,
-                  calibration: DeviceCalibration | None = None) -> RankPrediction:
+                  calibration: DeviceCalibration | None = None, text: TextBatch | None = None
+                  ) -> RankPrediction:
     """Each rank's predicted memory for a run of several processes (`options.world_size`,
     `options.strategy`): DDP from the single-process prediction of the same per-device batch
     (`rank_prediction`); FSDP from rank 0's own step, traced (`RankPrediction`)."""
     if device == "cuda" and calibration is None:
         calibration = calibration_for(device, gpu_name)
-    alone = predict(options, device=device, calibration=calibration)
+    alone = predict(options, device=device, calibration=calibration, text=text)
+    if text is not None:
+        options = replace(options, batch_size=text.size, seq_len=text.padded_to)
     nccl = calibration.nccl_bytes if device == "cuda" and calibration else None
     if options.strategy != Strategy.FSDP:
         return rank_prediction(alone, Strategy.DDP, options.world_size, nccl=nccl)
     steps = steps_measured(options)
     recording = _recording(_shape_of(options), device, calibration, steps,
-                           fsdp_world=options.world_size)
+                           fsdp_world=options.world_size, text=text)
     measured = replay.measure(replay.stream(recording, steps, options.grad_accum),
                               cuda=device == "cuda")
     traced = _prediction(recording, measured, options, device, calibration, steps)

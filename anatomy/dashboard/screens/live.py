@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from anatomy.analysis import duration
-from anatomy.analysis.options import FIELDS, InvalidOptions, defaults_for, validate
+from anatomy.analysis.options import DATA_FIELDS, FIELDS, InvalidOptions, defaults_for, validate
 from anatomy.analysis.report import RunReport, report
 from anatomy.dashboard import links, server, widgets
 from anatomy.engine.manager import STOP_GRACE_SECONDS, DeviceBusy, live_run
@@ -13,6 +13,7 @@ from anatomy.store import StoreError
 from anatomy.units import MIB_NAME
 from anatomy.views import live as view
 from anatomy.views import text
+from anatomy.views.figures import live as figures
 from anatomy.vocabulary import Backend, Status
 
 REFRESH_SECONDS = widgets.LIVE_REFRESH_SECONDS
@@ -21,6 +22,7 @@ REFRESH_SECONDS = widgets.LIVE_REFRESH_SECONDS
 FIRST_COLUMNS = (
     ("model", "batch_size", "seq_len", "dataset_size"),
     ("epochs", "max_steps", "precision", "optim", "grad_accum"),
+    DATA_FIELDS,
 )
 
 
@@ -145,6 +147,8 @@ def options_form(has_gpu: bool, expanded: bool) -> None:
     if forecast is not None and st.session_state.get("forecast_for") == _state():
         if forecast.line:
             st.info(_sentence(forecast.line), icon=":material/memory:")
+        if forecast.data is not None:
+            _lengths(forecast.data)
         if forecast.duration:
             st.info(_sentence(forecast.duration), icon=":material/timer:")
         if forecast.warning:
@@ -157,6 +161,13 @@ def options_form(has_gpu: bool, expanded: bool) -> None:
         for line in view.refusal(st.session_state["option_errors"], _drawn,
                                  started=st.session_state.get("errors_from") == "start"):
             st.error(line)
+
+
+def _lengths(batches) -> None:
+    """A dataset's texts by length, and the batches the forecast was made at."""
+    st.caption(f"The dataset: {batches.lengths.words()}.")
+    widgets.chart(figures.lengths_figure(batches.lengths, batches.longest, batches.typical),
+                  key="lengths")
 
 
 def _phase_metrics(rep: RunReport) -> None:

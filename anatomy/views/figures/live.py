@@ -1,6 +1,6 @@
 """A run's charts, as the Live page draws them (and the Runs page for a stored run, and an
 export): its memory over time with the phase bands, its loss and time a step, its device panel
-over the whole run."""
+over the whole run; a dataset's lengths before a run on it."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from anatomy.analysis.lengths import Lengths, TextBatch
 from anatomy.analysis.report import RunReport
 from anatomy.store import HOST_STRIDE, GpuStatus, HostStatus, Sample, Step, series_rank
 from anatomy.units import MIB, gib_text, mib_text
@@ -296,3 +297,19 @@ def device_figure(hosts: Sequence[HostStatus], gpus: Sequence[GpuStatus]) -> go.
                          margin={"l": 10, "r": 10, "t": 30, "b": 10}, hovermode="x unified")
     return figure
 
+
+
+def lengths_figure(lengths: Lengths, longest: TextBatch, typical: TextBatch) -> go.Figure:
+    """A dataset's texts by their length in tokens (bins of equal width), the form's answer to
+    Predict; the axis names the typical and the longest batch."""
+    bins = lengths.histogram()
+    figure = go.Figure(go.Bar(
+        x=[f"{low:,}" if low == high else f"{low:,}–{high:,}" for low, high, _ in bins],
+        y=[count for _, _, count in bins], marker_color=CURVE_COLOUR, showlegend=False,
+        hovertemplate="%{x} tokens: %{y:,} texts<extra></extra>"))
+    figure.update_layout(
+        height=260, margin={"l": 10, "r": 10, "t": 10, "b": 10}, plot_bgcolor="white",
+        bargap=0.1, xaxis_title=f"tokens per text (typical batch {typical.words()}, longest "
+                                f"{longest.words()})",
+        yaxis_title="texts")
+    return figure

@@ -45,7 +45,8 @@ from transformers.trainer_pt_utils import get_parameter_names
 from transformers.trainer_utils import unwrap_peft_model
 
 from anatomy.analysis import dummy_data
-from anatomy.analysis.models import ModelError, ModelSpec
+from anatomy.analysis.lengths import TextBatch
+from anatomy.analysis.models import CAUSAL_LM, ModelError, ModelSpec
 from anatomy.vocabulary import Precision
 
 MAX_GRAD_NORM = 1.0  # TrainingArguments' default
@@ -62,6 +63,7 @@ class StepOptions:
     optim: str
     batch_size: int
     seq_len: int
+    text: TextBatch | None = None  # a dataset's batch as the collator pads it; None: dummy data
 
 
 def enable_checkpointing(model, context_fn: Callable | None = None) -> None:
@@ -140,6 +142,30 @@ def make_batch(spec: ModelSpec, batch_size: int, seq_len: int, device: str = "cp
     batch: dict = {}
     for name, tensor in sample.tensors:
         batch[name] = _filled(tensor, sample, batch, batch_size, device)
+    return batch
+
+
+def padded_batch(spec: ModelSpec, text: TextBatch, device: str = "cpu") -> dict:
+    """A dataset's micro-batch as transformers' collators pad it (engine/dataset.py's
+    `TextDataset`): token ids padded to `text.padded_to`, the attention mask 1 over each
+    sequence's own tokens, the other inputs the tokenizer gives (token_type_ids: 0 for one
+    text), and the labels — a causal LM's its ids with -100 over the padding, as
+    DataCollatorForLanguageModeling makes them; a classifier's laid out as the dummy data's."""
+    sample = dummy_data.sample(spec, text.padded_to)
+    shape = (text.size, text.padded_to)
+    positions = torch.arange(text.padded_to, device=device)
+    left = text.padding_side == "left"
+    kept = torch.stack([positions >= text.padded_to - n if left else positions < n
+                        for n in text.lengths])
+    batch = {"input_ids": torch.randint(sample.low, sample.high, shape, device=device)}
+    for name in text.inputs:
+        batch[name] = kept.long() if name == "attention_mask" else \
+            torch.zeros(shape, dtype=torch.long, device=device)
+    if spec.task == CAUSAL_LM:
+        batch["labels"] = batch["input_ids"].masked_fill(~kept, -100)
+    else:
+        labels = dict(sample.tensors)["labels"]
+        batch["labels"] = _filled(labels, sample, batch, text.size, device)
     return batch
 
 
@@ -246,8 +272,8 @@ class TrainerStep:
     def batches(self) -> tuple[list[dict], object]:
         """The step's micro-batches and their item count, fetched before the first one runs."""
         o = self.options
-        batches = [make_batch(self.spec, o.batch_size, o.seq_len, self.device)
-                   for _ in range(o.grad_accum)]
+        batches = [make_batch(self.spec, o.batch_size, o.seq_len, self.device) if o.text is None
+                   else padded_batch(self.spec, o.text, self.device) for _ in range(o.grad_accum)]
         items = items_in_batch(batches, self.shifts_labels) if self.loss_kwargs else None
         return batches, items
 

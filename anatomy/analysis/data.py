@@ -1,0 +1,474 @@
+"""A user's dataset and its tokenizer: found, checked and tokenized once into token arrays that the
+training reads (engine/dataset.py's `TextDataset`) and whose lengths the prediction reads.
+
+A dataset is a folder saved with `save_to_disk` (a Dataset or a DatasetDict), a JSON-lines, CSV or
+Parquet file, or a Hub id in the local cache, read with datasets' own loaders (`load_from_disk`,
+`load_dataset`) and its tokenizer with transformers' (`AutoTokenizer.from_pretrained`), both
+offline: the Hub is never reached. The fast tokenizer tokenizes the texts in batches (a progress
+bar on a terminal) into anatomy's cache folder, keyed by all that makes the tokens (the data's
+own fingerprint, the tokenizer's definition, where texts are cut), so the worker, a second run
+and a second prediction read them without tokenizing again.
+
+Whatever cannot be used is refused in one line naming its run option (`DataError`), before
+anything starts. Imports datasets and transformers inside its functions only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, NamedTuple, Protocol
+
+import numpy as np
+
+from anatomy.analysis import dummy_data, models
+from anatomy.analysis.cache import cache_dir
+from anatomy.analysis.lengths import MAX_LENGTH, Lengths
+from anatomy.analysis.models import CAUSAL_LM, SEQUENCE_CLASSIFICATION, ModelSpec
+from anatomy.store import TrainingData
+
+# The files load_dataset reads by their builder, by suffix.
+DATA_FILES = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+DEFAULT_SPLIT = "train"
+DEFAULT_COLUMN = "text"
+TOKENIZE_BATCH = 1000  # texts per call of the fast tokenizer
+LAYOUT = 1  # the token arrays' layout: another one is tokenized again
+TEXT_TYPES = ("string", "large_string")
+OFFLINE = ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE")
+
+
+class RunOptions(Protocol):
+    """What this module reads of a run's options (options.RunOptions, which checks a dataset
+    through this module)."""
+
+    model: str
+    dataset: str
+    split: str
+    text_column: str
+    tokenizer: str
+    padding: str
+    max_length: int
+    batch_size: int
+
+    @property
+    def world_size(self) -> int: ...
+
+    @property
+    def on_dataset(self) -> bool: ...
+
+    def with_texts(self, texts: int) -> RunOptions: ...
+
+
+class DataError(ValueError):
+    """A dataset or tokenizer that cannot be used, in one line that begins with its option."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+class Texts(NamedTuple):
+    """A dataset's split, its column of texts and the tokenizer, loaded and checked."""
+
+    source: str  # the dataset: an absolute path, or its Hub id
+    split: str
+    column: str
+    rows: Any  # datasets.Dataset
+    tokenizer: Any  # transformers' fast tokenizer
+    tokenizer_source: str  # an absolute path, or its Hub id
+
+
+class Tokenized(NamedTuple):
+    """A dataset tokenized: the folder of its token arrays, and what a run stores of it."""
+
+    folder: str
+    facts: TrainingData
+
+    @property
+    def lengths(self) -> Lengths:
+        return Lengths(self.facts.lengths or ())
+
+
+def _shown(text: str) -> str:
+    return repr(text if len(text) <= 80 else f"{text[:40]}…{text[-30:]}")
+
+
+def _offline() -> None:
+    """Datasets and tokenizers from the disk alone: the Hub cannot be reached (datasets reads
+    these when it is imported)."""
+    for name in OFFLINE:
+        os.environ.setdefault(name, "1")
+
+
+def _quiet(progress: bool) -> None:
+    """datasets' own progress bars on a terminal only, and none of its log lines (a file it
+    cannot read is said in one line here)."""
+    import logging
+
+    _offline()
+    import datasets
+
+    datasets.utils.logging.set_verbosity(logging.CRITICAL)
+    if progress:
+        datasets.enable_progress_bars()
+    else:
+        datasets.disable_progress_bars()
+
+
+def _on_terminal() -> bool:
+    return sys.stderr is not None and sys.stderr.isatty()
+
+
+def _stamp(path: Path) -> tuple:
+    """What changes when a dataset's or a tokenizer's files do: each file's name, size and time
+    (a folder's files two levels down: a DatasetDict's splits)."""
+    if path.is_file():
+        stat = path.stat()
+        return ((str(path), stat.st_size, stat.st_mtime_ns),)
+    found = []
+    for entry in sorted(path.glob("*")) + sorted(path.glob("*/*")):
+        if entry.is_file():
+            stat = entry.stat()
+            found.append((str(entry), stat.st_size, stat.st_mtime_ns))
+    return tuple(found)
+
+
+def _is_hub_id(text: str) -> bool:
+    """A Hub dataset's id: "name" or "org/name" of letters, digits, '-', '_' and '.'."""
+    return re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?", text) is not None
+
+
+def _path_of(text: str) -> Path | None:
+    try:
+        path = Path(text).expanduser()
+        return path if path.exists() else None
+    except (OSError, ValueError):  # a name too long for the file system, a NUL byte
+        return None
+
+
+# --- the dataset ---
+
+def _load(text: str):
+    """The dataset an option names, as datasets loads it: (its source, a Dataset or DatasetDict)."""
+    path = _path_of(text)
+    if path is not None:
+        return str(path.resolve()), _load_path(text, path.resolve(), _stamp(path.resolve()))
+    if Path(text).suffix.lower() in DATA_FILES or text.startswith((".", "/", "~")) or \
+            not _is_hub_id(text):
+        raise DataError("dataset", f"no such file or folder: {_shown(text)}")
+    try:
+        return text, _load_hub(text)
+    except Exception:  # noqa: BLE001 - not in the cache, however datasets says it
+        raise DataError("dataset", f"{_shown(text)} is no file or folder here, nor a Hub dataset "
+                        "in the local cache (the Hub is not reached: no network)") from None
+
+
+@lru_cache(maxsize=8)
+def _load_path(text: str, path: Path, stamp: tuple):
+    import datasets
+
+    if path.is_dir():
+        try:
+            return datasets.load_from_disk(str(path))
+        except FileNotFoundError:
+            raise DataError("dataset", f"the folder {_shown(text)} is no dataset saved with "
+                            "save_to_disk (it has no dataset_info.json or dataset_dict.json)"
+                            ) from None
+        except IndexError:  # datasets' own loader finds no table in a split of no rows
+            raise DataError("split", f"{_shown(text)} holds a split of no rows: no text to "
+                            "train on") from None
+    builder = DATA_FILES.get(path.suffix.lower())
+    if builder is None:
+        raise DataError("dataset", f"{_shown(text)} is not a dataset: a folder saved with "
+                        f"save_to_disk, or a file ending in {', '.join(DATA_FILES)}")
+    if path.stat().st_size == 0:
+        raise DataError("split", f"{_shown(text)} is empty: no text to train on")
+    folder = cache_dir()
+    try:
+        return datasets.load_dataset(builder, data_files=str(path),
+                                     cache_dir=str(folder / "datasets") if folder else None)
+    except Exception as error:  # noqa: BLE001 - whatever the file holds: one line
+        cause = error.__cause__ or error.__context__ or error
+        if "corresponds to no data" in str(error):  # a CSV file of its header alone
+            raise DataError("split", f"{_shown(text)} holds no rows: no text to train on"
+                            ) from None
+        raise DataError("dataset", f"{_shown(text)} cannot be read as {builder}: "
+                        f"{models.first_line(cause)}") from None
+
+
+@lru_cache(maxsize=8)
+def _load_hub(hub_id: str):
+    import datasets
+
+    return datasets.load_dataset(hub_id)
+
+
+def _split(loaded, text: str, split: str):
+    """The split of a DatasetDict that `split` names (empty: train, or its only split); a Dataset
+    saved alone is its one split."""
+    import datasets
+
+    if isinstance(loaded, datasets.Dataset):
+        own = str(loaded.split) if loaded.split is not None else ""
+        if split and split != own:
+            raise DataError("split", f"{_shown(text)} is a single Dataset, saved without splits: "
+                            "leave the split out")
+        return own or DEFAULT_SPLIT, loaded
+    names = list(loaded)
+    if not split:
+        if DEFAULT_SPLIT in names or len(names) != 1:
+            split = DEFAULT_SPLIT
+        else:
+            split = names[0]
+    if split not in names:
+        raise DataError("split", f"{_shown(split)} is not a split of {_shown(text)} (its splits: "
+                        f"{', '.join(names) or 'none'})")
+    return split, loaded[split]
+
+
+def _column(rows, text: str, split: str, column: str) -> str:
+    column = column or DEFAULT_COLUMN
+    if column not in rows.column_names:
+        raise DataError("text_column", f"{_shown(column)} is not a column of {_shown(text)} "
+                        f"({split}: its columns are {', '.join(rows.column_names) or 'none'})")
+    feature = rows.features[column]
+    dtype = getattr(feature, "dtype", None)
+    if type(feature).__name__ != "Value" or dtype not in TEXT_TYPES:
+        kind = dtype if type(feature).__name__ == "Value" else type(feature).__name__.lower()
+        raise DataError("text_column", f"{_shown(column)} of {_shown(text)} holds {kind}, not "
+                        "text")
+    missing = rows.data.column(column).null_count
+    if missing:
+        raise DataError("text_column", f"{missing:,} of the {rows.num_rows:,} rows of "
+                        f"{_shown(column)} hold no text (null)")
+    return column
+
+
+# --- the tokenizer ---
+
+def _tokenizer(text: str):
+    """(the tokenizer, its source): transformers' fast tokenizer from a folder or the local cache,
+    with a padding token (its end token where it has none, as causal LMs' are padded)."""
+    _offline()
+    path = _path_of(text)
+    source = str(path.resolve()) if path is not None else text
+    if path is None and (text.startswith((".", "/", "~")) or not _is_hub_id(text)):
+        raise DataError("tokenizer", f"no such folder: {_shown(text)}")
+    stamp = _stamp(Path(source)) if path is not None else ()
+    try:
+        tokenizer = _load_tokenizer(source, stamp)
+    except OSError as error:
+        if path is None:
+            raise DataError("tokenizer", f"{_shown(text)} is no folder here, nor a tokenizer in "
+                            "the local Hugging Face cache (the Hub is not reached: no network)"
+                            ) from None
+        raise DataError("tokenizer", f"{_shown(text)} holds no tokenizer transformers can load: "
+                        f"{models.first_line(error)}") from None
+    except Exception as error:  # noqa: BLE001 - a folder of something else: one line
+        raise DataError("tokenizer", f"{_shown(text)} holds no tokenizer transformers can load: "
+                        f"{models.first_line(error)}") from None
+    if not getattr(tokenizer, "is_fast", False):
+        raise DataError("tokenizer", f"{_shown(text)} has no fast tokenizer (a tokenizer.json): "
+                        "anatomy tokenizes with the fast one")
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise DataError("tokenizer", f"{_shown(text)} has neither a padding token nor an "
+                            "end token to pad with")
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer, source
+
+
+@lru_cache(maxsize=8)
+def _load_tokenizer(source: str, stamp: tuple):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(source, local_files_only=True)
+
+
+def load_tokenizer(source: str):
+    """The tokenizer a run's facts name (the worker's collator pads with it)."""
+    return _tokenizer(source)[0]
+
+
+# --- what a run trains on ---
+
+def open_texts(options: RunOptions, progress: bool | None = None) -> Texts:
+    """The options' dataset split, column and tokenizer, loaded and checked; DataError if one
+    cannot be used. `progress`: datasets' bars while it reads a file (None: on a terminal)."""
+    _quiet(_on_terminal() if progress is None else progress)
+    source, loaded = _load(options.dataset.strip())
+    split, rows = _split(loaded, options.dataset, options.split.strip())
+    column = _column(rows, options.dataset, split, options.text_column.strip())
+    tokenizer, tokenizer_source = _tokenizer(options.tokenizer.strip())
+    return Texts(source, split, column, rows, tokenizer, tokenizer_source)
+
+
+def text_model_error(spec: ModelSpec) -> str | None:
+    """Why a model cannot train on a dataset's texts: only text models do (a causal LM, a sequence
+    classifier), whose one input is a sequence of token ids."""
+    if spec.task not in (CAUSAL_LM, SEQUENCE_CLASSIFICATION):
+        return (f"{spec.display_name} is a model for {spec.task}: a dataset's texts train text "
+                "models (a causal LM or a sequence classifier)")
+    sample = dummy_data.sample(spec, 8)
+    names = [name for name, _ in sample.tensors]
+    ids = dict(sample.tensors).get("input_ids")
+    if ids is None or ids.shape != (8,) or ids.last is not None or \
+            set(names) - {"input_ids", "labels"}:
+        return (f"{spec.display_name} takes more than a sequence of token ids ({sample.words}): "
+                "a dataset's texts train text models that take one")
+    return None
+
+
+def cut_at(options: RunOptions, spec: ModelSpec) -> int | None:
+    """Where texts are cut: the option's length, else the model's longest sequence (None:
+    nowhere)."""
+    return options.max_length or spec.max_positions
+
+
+def problems(options: RunOptions, spec: ModelSpec) -> dict[str, str]:
+    """What stops a run on these options' dataset, by option: the model, the data, the
+    tokenizer, their sizes together. Empty when it may train."""
+    try:
+        wrong = text_model_error(spec)
+    except models.ModelError as error:
+        return {"model": str(error)}
+    if wrong:
+        return {"dataset": f"dataset: {wrong}"}
+    positions = spec.max_positions
+    if positions and options.max_length > positions:
+        return {"max_length": f"max_length: {options.max_length} is out of range for "
+                              f"{spec.display_name}: 1 to {positions}"}
+    if options.padding == MAX_LENGTH and not cut_at(options, spec):
+        return {"max_length": f"max_length: padding to max_length needs one, and "
+                              f"{spec.display_name} names no longest sequence: give --max-length"}
+    try:
+        texts = open_texts(options)
+    except DataError as error:
+        return {error.field: str(error)}
+    rows = texts.rows.num_rows
+    if rows == 0:
+        return {"split": f"split: {_shown(texts.split)} of {_shown(options.dataset)} is empty: no "
+                         "text to train on"}
+    need = options.batch_size * max(1, options.world_size)
+    if rows < need:
+        return {"dataset": f"dataset: {_shown(options.dataset)} ({texts.split}) holds {rows:,} "
+                           f"texts, fewer than one batch of {options.batch_size} for each of "
+                           f"{max(1, options.world_size)} training process(es): a smaller "
+                           "batch size trains on it"}
+    vocabulary = spec.vocab_size
+    if vocabulary and len(texts.tokenizer) > vocabulary:
+        return {"tokenizer": f"tokenizer: its vocabulary ({len(texts.tokenizer):,} tokens) is "
+                             f"larger than {spec.display_name}'s ({vocabulary:,}): its ids "
+                             "would index past the model's embeddings"}
+    return {}
+
+
+def _inputs(tokenizer, spec: ModelSpec) -> tuple[str, ...]:
+    """The tensors the tokenizer gives besides the token ids that the model's forward takes (the
+    Trainer drops a dataset's other columns)."""
+    given = tokenizer(["a"])
+    forward = inspect.signature(models.head_class(spec).forward).parameters
+    return tuple(name for name in given if name != "input_ids" and name in forward)
+
+
+def _key(texts: Texts, cut: int | None, inputs: tuple[str, ...]) -> str:
+    tokenizer = texts.tokenizer
+    made_of = {"layout": LAYOUT, "source": texts.source, "split": texts.split,
+               "column": texts.column, "fingerprint": texts.rows._fingerprint,
+               "rows": texts.rows.num_rows, "cut": cut, "inputs": list(inputs),
+               "tokenizer": hashlib.sha256(tokenizer.backend_tokenizer.to_str().encode()
+                                           ).hexdigest(),
+               "special": {k: str(v) for k, v in tokenizer.special_tokens_map.items()},
+               "truncation_side": tokenizer.truncation_side}
+    return hashlib.sha256(json.dumps(made_of, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _tokens_dir() -> Path:
+    folder = cache_dir()
+    return (folder if folder is not None else Path(tempfile.gettempdir()) / "anatomy") / "tokens"
+
+
+def tokenized(options: RunOptions, spec: ModelSpec, progress: bool | None = None) -> Tokenized:
+    """The options' dataset tokenized (from the cache where it was before): its token arrays'
+    folder and what a run stores of it. `progress`: a bar while it tokenizes (None: on a
+    terminal). DataError if the data or the tokenizer cannot be used."""
+    progress = _on_terminal() if progress is None else progress
+    texts = open_texts(options, progress)
+    cut = cut_at(options, spec)
+    inputs = _inputs(texts.tokenizer, spec)
+    folder = _tokens_dir() / _key(texts, cut, inputs)
+    if not (folder / "offsets.npy").is_file():
+        _tokenize(texts, cut, inputs, folder, progress)
+    offsets = np.load(folder / "offsets.npy", mmap_mode="r")
+    lengths, counts = np.unique(np.diff(offsets), return_counts=True)
+    facts = TrainingData.of(
+        dataset=texts.source, split=texts.split, text_column=texts.column,
+        tokenizer=texts.tokenizer_source, padding=options.padding, max_length=cut,
+        inputs=inputs, padding_side=texts.tokenizer.padding_side,
+        lengths=tuple((int(n), int(c)) for n, c in zip(lengths, counts)))
+    return Tokenized(str(folder), facts)
+
+
+def _tokenize(texts: Texts, cut: int | None, inputs: tuple[str, ...], folder: Path,
+              progress: bool) -> None:
+    """The texts through the fast tokenizer in batches, into `folder` whole or not at all: the
+    token ids of every text one after another (`input_ids.npy`), where each begins
+    (`offsets.npy`), and each other input the model takes (token_type_ids) alike."""
+    from tqdm import tqdm
+
+    rows = texts.rows.select_columns([texts.column])
+    arrays: dict[str, list[np.ndarray]] = {name: [] for name in ("input_ids", *inputs)
+                                           if name != "attention_mask"}
+    ends = [np.zeros(1, dtype=np.int64)]
+    total = 0
+    with tqdm(total=rows.num_rows, unit=" texts", desc="tokenizing", disable=not progress,
+              file=sys.stderr) as bar:
+        for batch in rows.iter(batch_size=TOKENIZE_BATCH):
+            try:
+                encoded = texts.tokenizer(batch[texts.column], truncation=cut is not None,
+                                          max_length=cut)
+            except (TypeError, ValueError) as error:
+                raise DataError("text_column", f"{_shown(texts.column)} holds a value the "
+                                f"tokenizer cannot read: {models.first_line(error)}") from None
+            for name, parts in arrays.items():
+                parts.append(np.fromiter((t for ids in encoded[name] for t in ids),
+                                         dtype=np.int32))
+            sizes = np.fromiter((len(ids) for ids in encoded["input_ids"]), dtype=np.int64)
+            ends.append(total + np.cumsum(sizes))
+            total += int(sizes.sum())
+            bar.update(len(sizes))
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    making = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".making-"))
+    try:
+        for name, parts in arrays.items():
+            np.save(making / f"{name}.npy", np.concatenate(parts))
+        np.save(making / "offsets.npy", np.concatenate(ends))  # last: the folder is whole
+        try:
+            os.replace(making, folder)
+        except OSError:  # made meanwhile by another process: theirs is the same
+            pass
+    finally:
+        shutil.rmtree(making, ignore_errors=True)
+
+
+def prepared(options: RunOptions, progress: bool | None = None
+             ) -> tuple[RunOptions, Tokenized | None]:
+    """A run on a dataset: its texts tokenized before anything starts (`progress`: a bar, on a
+    terminal where None), and the options as the run stores them (`with_texts`); the options
+    alone on the dummy data. DataError if the data or the tokenizer cannot be used."""
+    if not options.on_dataset:
+        return options, None
+    try:
+        spec = models.resolve(options.model)
+    except models.ModelError as error:
+        raise DataError("model", str(error).removeprefix("model: ")) from None
+    found = tokenized(options, spec, progress)
+    return options.with_texts(found.lengths.texts), found

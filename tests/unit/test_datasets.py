@@ -1,0 +1,323 @@
+"""A user's dataset: its lengths and the batches they form, its checks (each bad input one line,
+naming its option, starting nothing), its tokens, the batch the prediction traces held to the
+one transformers' collators make, and the form's histogram. The run on it, measured and held to
+the prediction: tests/e2e/test_datasets.py."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import replace
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from anatomy.analysis import data, models
+from anatomy.analysis.lengths import (
+    MAX_LENGTH,
+    Lengths,
+    TextBatch,
+    longest_batches,
+    typical_batch,
+)
+from anatomy.analysis.options import RunOptions, validate
+from anatomy.cli import main
+from anatomy.dashboard.widgets import INTERACTIVE
+from anatomy.store import RunFacts
+from anatomy.store.checks import InvalidValue
+from tests.apptest import APP
+from tests.conftest import words
+
+
+def on(text_data, **changes) -> RunOptions:
+    """A run of tiny-llama on the test's dataset, as `anatomy run --dataset … --tokenizer …`."""
+    options = RunOptions(model="tiny-llama", batch_size=4, max_steps=2,
+                         dataset=str(text_data.dataset), tokenizer=str(text_data.tokenizer))
+    return replace(options, **changes)
+
+
+# --- the lengths ---
+
+def test_the_longest_batch_is_the_longest_texts_padded_to_the_longest():
+    lengths = Lengths.of([5, 9, 17, 30, 3, 30, 8])
+    (batch,) = longest_batches(lengths, 3, "longest", 0)
+    assert batch == TextBatch((30, 30, 17), 30)
+    assert longest_batches(lengths, 3, MAX_LENGTH, 64)[0] == TextBatch((30, 30, 17), 64)
+
+
+def test_a_longest_batch_without_padding_is_weighed_against_one_with_it():
+    """Texts cut at their limit are all as long as the batch: its B longest hold no padding, and
+    a batch with padding makes a model hold its attention mask, which one without skips."""
+    lengths = Lengths.of([512] * 6 + [100, 40])
+    assert longest_batches(lengths, 4, "longest", 512) == (
+        TextBatch((512,) * 4, 512), TextBatch((512, 512, 512, 100), 512))
+    assert longest_batches(Lengths.of([7] * 4), 4, "longest", 0) == (TextBatch((7,) * 4, 7),)
+
+
+def test_the_typical_batch_is_the_median_over_a_shuffled_epochs_batches():
+    lengths = [3, 5, 8, 9, 12, 17, 30, 31]
+    for size in (1, 2, 3, 4):
+        # every batch a shuffle can form, equally likely
+        longest = [max(batch) for batch in itertools.combinations(lengths, size)]
+        median = sorted(longest)[(len(longest) - 1) // 2]
+        assert Lengths.of(lengths).median_batch_longest(size) == median
+    assert typical_batch(Lengths.of(lengths), 4, "longest", 0).padded_to == \
+        Lengths.of(lengths).median_batch_longest(4)
+
+
+def test_quantiles_and_histogram_count_every_text():
+    lengths = Lengths.of(range(1, 101))
+    assert lengths.quantiles() == {"min": 1, "10%": 10, "median": 50, "90%": 90, "99%": 99,
+                                   "max": 100}
+    bins = lengths.histogram(10)
+    assert [count for *_, count in bins] == [10] * 10 and bins[0][:2] == (1, 10)
+    assert "100 texts, 5,050 tokens" in lengths.words()
+
+
+def test_a_run_keeps_its_lengths_and_an_import_refuses_wrong_ones():
+    facts = RunFacts.of(data={"dataset": "/d", "padding": "longest", "lengths": [[3, 2]]})
+    assert RunFacts.from_dict(facts.to_dict()).data.lengths == ((3, 2),)
+    with pytest.raises(InvalidValue, match=r"environment.data.lengths\[0\]: must be a pair"):
+        RunFacts.from_dict({"data": {"lengths": [[3]]}}, "environment")
+
+
+# --- what is refused, in one line, before anything starts ---
+
+def test_a_dataset_trains_when_its_data_tokenizer_and_model_fit(text_data):
+    assert validate(on(text_data), gpu_count=0) == {}
+    assert validate(on(text_data, dataset=str(text_data.lines)), gpu_count=0) == {}
+    assert validate(on(text_data, dataset=str(text_data.splits), split="test", batch_size=1),
+                    gpu_count=0) == {}
+
+
+def _refused(options: RunOptions) -> tuple[str, str]:
+    (field, message), = validate(options, gpu_count=0).items()
+    assert "\n" not in message and message.startswith(field + ": ")
+    return field, message
+
+
+def test_every_bad_input_is_one_line_naming_its_option(text_data, tmp_path):
+    import datasets
+
+    empty = tmp_path / "empty"
+    datasets.Dataset.from_dict({"text": []}, features=datasets.Features(
+        {"text": datasets.Value("string")})).save_to_disk(str(empty))
+    numbers = tmp_path / "numbers"
+    datasets.Dataset.from_dict({"text": [1, 2, 3, 4]}).save_to_disk(str(numbers))
+    holes = tmp_path / "holes"
+    datasets.Dataset.from_dict({"text": ["a cat", None, "a dog", "the mat"]}).save_to_disk(
+        str(holes))
+    (tmp_path / "notes.txt").write_text("a cat\n")
+    (tmp_path / "empty.jsonl").write_text("")
+    (tmp_path / "header.csv").write_text("text,label\n")
+    (tmp_path / "not.jsonl").write_text("a cat\n")
+    cases = {
+        "a missing column": (on(text_data, text_column="body"),
+                             "text_column", "its columns are text, label"),
+        "a tokenizer not in the cache": (on(text_data, tokenizer="someone/tokenizer"),
+                                         "tokenizer", "nor a tokenizer in the local"),
+        "a tokenizer folder that is none": (on(text_data, tokenizer=str(tmp_path)),
+                                            "tokenizer", "holds no tokenizer"),
+        "an empty split": (on(text_data, dataset=str(empty)), "split", "a split of no rows"),
+        "an empty file": (on(text_data, dataset=str(tmp_path / "empty.jsonl")), "split",
+                          "is empty: no text"),
+        "a file of a header alone": (on(text_data, dataset=str(tmp_path / "header.csv")),
+                                     "split", "holds no rows"),
+        "a file that is not what it says": (on(text_data, dataset=str(tmp_path / "not.jsonl")),
+                                            "dataset", "cannot be read as json"),
+        "texts that are not text": (on(text_data, dataset=str(numbers)), "text_column",
+                                    "holds int64, not text"),
+        "texts missing": (on(text_data, dataset=str(holes)), "text_column",
+                          "1 of the 4 rows of 'text' hold no text"),
+        "a path that is not a dataset": (on(text_data, dataset=str(tmp_path / "notes.txt")),
+                                         "dataset", "is not a dataset"),
+        "a folder that is not a dataset": (on(text_data, dataset=str(tmp_path)), "dataset",
+                                           "no dataset saved with save_to_disk"),
+        "no such file": (on(text_data, dataset=str(tmp_path / "gone.jsonl")), "dataset",
+                         "no such file or folder"),
+        "a split not there": (on(text_data, dataset=str(text_data.splits), split="validation"),
+                              "split", "its splits: train, test"),
+        "a split of a Dataset": (on(text_data, split="test"), "split", "saved without splits"),
+        "an image model": (on(text_data, model="tiny-vit"), "dataset",
+                           "a model for image classification"),
+        "fewer texts than a batch": (on(text_data, batch_size=5), "dataset",
+                                     "4 texts, fewer than one batch of 5"),
+        "a length past the model's": (on(text_data, max_length=10**6), "max_length",
+                                      "out of range for tiny-llama"),
+        "a dataset without its tokenizer": (on(text_data, tokenizer=""), "tokenizer",
+                                            "a dataset's texts need one"),
+        "a tokenizer without a dataset": (on(text_data, dataset=""), "tokenizer",
+                                          "give --dataset too"),
+    }
+    for name, (options, field, words_) in cases.items():
+        found = _refused(options)
+        assert found[0] == field and words_ in found[1], (name, found)
+
+
+def test_a_vocabulary_larger_than_the_models_is_refused(text_data, tmp_path):
+    config = {**models.PRESETS["tiny-llama"].config_dict(), "vocab_size": 8}
+    path = tmp_path / "small-vocab.json"
+    path.write_text(json.dumps(config))
+    field, message = _refused(on(text_data, model=str(path)))
+    assert field == "tokenizer" and "(18 tokens) is larger than" in message
+
+
+def test_bad_input_to_predict_is_one_line_and_traces_nothing(text_data, capsys, monkeypatch):
+    from anatomy.analysis import prediction
+
+    monkeypatch.setattr(prediction.memory, "_recording", lambda *a, **k: pytest.fail("traced"))
+    code = main(["predict", "--model", "tiny-llama", "--dataset", str(text_data.dataset),
+                 "--tokenizer", str(text_data.tokenizer), "--text-column", "body"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith("error: text_column: 'body' is not a column")
+
+
+# --- the tokens ---
+
+def test_each_texts_tokens_are_its_words_whatever_file_holds_it(text_data, monkeypatch):
+    spec = models.resolve("tiny-llama")
+    found = data.tokenized(on(text_data), spec, progress=False)
+    assert found.lengths == Lengths.of(text_data.lengths)
+    assert found.facts.dataset == str(text_data.dataset.resolve())
+    assert found.facts.tokenizer == str(text_data.tokenizer.resolve())
+    assert (found.facts.split, found.facts.text_column, found.facts.inputs) == \
+        ("train", "text", ("attention_mask",))
+    lines = data.tokenized(on(text_data, dataset=str(text_data.lines)), spec, progress=False)
+    assert lines.lengths == found.lengths
+    # tokenized once: the second time from the cache
+    monkeypatch.setattr(data, "_tokenize", lambda *a: pytest.fail("tokenized again"))
+    assert data.tokenized(on(text_data), spec, progress=False).folder == found.folder
+
+
+def test_texts_are_cut_at_max_length_or_the_models_positions(text_data):
+    spec = models.resolve("tiny-llama")
+    cut = data.tokenized(on(text_data, max_length=10), spec, progress=False)
+    assert cut.lengths == Lengths.of(min(n, 10) for n in text_data.lengths)
+    assert cut.facts.max_length == 10
+    assert data.tokenized(on(text_data), spec, progress=False).facts.max_length == \
+        spec.max_positions
+
+
+def test_a_run_on_a_dataset_counts_its_texts_as_its_samples(text_data):
+    options, texts = data.prepared(replace(on(text_data), max_steps=None, epochs=3))
+    assert options.dataset_size == 4 and texts.lengths.texts == 4
+    assert options.total_steps() == 3  # one batch of four an epoch
+
+
+# --- the batch the prediction traces is the collator's ---
+
+@pytest.mark.parametrize("model,padding", [("tiny-llama", "longest"), ("tiny", "longest"),
+                                           ("tiny-gpt2", MAX_LENGTH)])
+def test_the_traced_batch_is_the_one_the_collator_pads(text_data, model, padding):
+    """engine/dataset.py's items through transformers' collator, and the prediction's batch of
+    the same lengths (trainer_step.padded_batch): the same tensors by name, shape, dtype, and
+    the same mask and ignored labels."""
+    import torch
+
+    from anatomy.analysis.prediction.tracing.trainer_step import padded_batch
+    from anatomy.engine.dataset import TextDataset
+
+    options = on(text_data, model=model, padding=padding, max_length=40)
+    spec = models.resolve(model)
+    options, texts = data.prepared(options)
+    dataset = TextDataset(spec, texts, seed=0)
+    real = dataset.batch(4)
+    lengths = tuple(sorted(text_data.lengths, reverse=True))
+    order = sorted(range(4), key=lambda i: -text_data.lengths[i])
+    traced = padded_batch(spec, TextBatch(lengths, 40 if padding == MAX_LENGTH else 30,
+                                          texts.facts.inputs))
+    assert {k: (v.shape, v.dtype) for k, v in real.items()} == \
+        {k: (v.shape, v.dtype) for k, v in traced.items()}
+    assert torch.equal(real["attention_mask"][order], traced["attention_mask"])
+    if "labels" in real and real["labels"].dim() == 2:
+        assert torch.equal(real["labels"][order] == -100, traced["labels"] == -100)
+
+
+# --- the form ---
+
+def _form(app: AppTest, **values) -> AppTest:
+    """The form filled in: the model picked, the dataset's fields typed."""
+    app.selectbox(key="option_model").set_value(values.pop("model"))
+    for name, value in values.items():
+        app.text_input(key=f"option_{name}").set_value(value)
+    return app
+
+
+def test_the_form_predicts_a_dataset_with_its_lengths_histogram(text_data, store):
+    app = AppTest.from_file(APP, default_timeout=60).run()
+    app.session_state[INTERACTIVE] = True
+    app.number_input(key="option_batch_size").set_value(4)
+    _form(app, model="tiny-llama", dataset=str(text_data.dataset),
+          tokenizer=str(text_data.tokenizer))
+    app.button(key="predict").click().run()
+    assert not app.exception
+    assert not app.error, [e.value for e in app.error]
+    line = next(info.value for info in app.info if info.value.startswith("This run should"))
+    assert "at its longest batch (4 × 30 tokens)" in line
+    assert any("4 texts, 61 tokens" in caption.value for caption in app.caption)
+    (chart,) = [c for c in app.get("plotly_chart") if c.proto.id.endswith("-lengths")]
+    bars = json.loads(chart.proto.spec)["data"][0]
+    assert sum(bars["y"]) == 4
+    assert store.runs() == []
+
+
+def test_bad_input_on_the_form_is_one_line_under_its_field_and_starts_nothing(text_data, store):
+    app = AppTest.from_file(APP, default_timeout=60).run()
+    _form(app, model="tiny-llama", dataset=str(text_data.dataset),
+          tokenizer=str(text_data.tokenizer), text_column="body")
+    app.button(key="start").click().run()
+    assert not app.exception
+    errors = [e.value for e in app.error]
+    assert any(e.startswith("text_column: 'body' is not a column") for e in errors), errors
+    assert store.runs() == []
+
+
+def test_words_make_texts_of_that_many_tokens(text_data):
+    tokenizer = data.load_tokenizer(str(text_data.tokenizer))
+    assert [len(tokenizer(words(n))["input_ids"]) for n in (1, 7, 30)] == [1, 7, 30]
+
+
+# --- a stored run keeps what it trained on ---
+
+def test_a_stored_run_on_a_dataset_is_predicted_again_from_its_lengths_after_an_import(tmp_path):
+    """The dataset and the tokenizer stayed on the machine that ran it: the run's lengths are
+    enough, here and in another store after export and import."""
+    from anatomy.analysis import transfer
+    from anatomy.analysis.breakdown import predicted
+    from anatomy.analysis.prediction import predict
+    from anatomy.analysis.report import report
+    from anatomy.store import Store
+
+    options = RunOptions(model="tiny-llama", batch_size=2, max_steps=2, dataset_size=5,
+                         dataset="/elsewhere/reviews", tokenizer="/elsewhere/tok")
+    facts = {"data": {"dataset": "/elsewhere/reviews", "split": "train", "text_column": "text",
+                      "tokenizer": "/elsewhere/tok", "padding": "longest", "max_length": 512,
+                      "inputs": ["attention_mask"], "padding_side": "right",
+                      "lengths": [[4, 2], [12, 1], [20, 2]]}}
+    source = Store(tmp_path / "source.sqlite")
+    run_id = source.create_run(options.to_dict(), "cpu-rss", "rss", 0, facts)
+    source.finish(run_id, "completed")
+    target = Store(tmp_path / "target.sqlite")
+    (imported,) = transfer.import_runs(
+        target, json.dumps(transfer.export_runs(source, [run_id]), default=str).encode())
+    # its two longest texts hold no padding: one of them beside a shorter one holds the
+    # attention mask too (tiny-llama's), as large a peak and more activations
+    expected = predict(options, device="cpu", text=TextBatch((20, 12), 20))
+    assert expected.activations > predict(options, device="cpu",
+                                          text=TextBatch((20, 20), 20)).activations
+    for store, run in ((source, run_id), (target, imported)):
+        again = predicted(report(store, run))
+        assert (again.activations, again.peak) == (expected.activations, expected.peak)
+
+
+def test_an_import_of_a_tokenizer_without_its_dataset_is_refused_in_one_line(tmp_path):
+    from anatomy.analysis import transfer
+    from anatomy.store import Store
+
+    source = Store(tmp_path / "source.sqlite")
+    options = {**RunOptions(model="tiny-llama").to_dict(), "tokenizer": "/elsewhere/tok"}
+    source.finish(source.create_run(options, "cpu-rss", "rss", 0, {}), "completed")
+    exported = json.dumps(transfer.export_runs(source, [1]), default=str).encode()
+    with pytest.raises(transfer.ImportRefused, match="tokenizer: .* give --dataset too"):
+        transfer.import_runs(Store(tmp_path / "target.sqlite"), exported)
