@@ -141,6 +141,50 @@ def test_the_attention_kernel_is_the_calibrated_devices_choice():
     assert on_math.activations > predict(options, device="cuda", calibration=DEFAULT).activations
 
 
+def test_a_mask_whose_last_dimension_is_strided_takes_the_math_kernel(tmp_path, monkeypatch):
+    """Every fused attention kernel on a GPU requires the mask's last dimension to have stride 1
+    (torch's check_last_dim_stride_equals_1_dense). T5's relative position bias is a permuted
+    view of its embedding, heads innermost: transformers 5.17 hands it to SDPA as it is (5.23
+    makes it contiguous first), and the H200 runs the math kernel, holding s × s matrices the
+    memory-efficient kernel it calibrated for the same bias made contiguous never holds."""
+    from transformers.integrations import sdpa_attention
+
+    from anatomy.analysis.prediction import device_constants, memory
+    from anatomy.analysis.prediction.device_constants import mask_kind
+
+    h200 = device_constants.load("NVIDIA H200")
+    query = torch.zeros(2, 6, 16, 64)
+    bias = torch.zeros(16, 16, 6, requires_grad=True).permute(2, 0, 1).unsqueeze(0)
+    kinds = {mask_kind(mask, query, query) for mask in (bias, bias.to(torch.bfloat16))}
+    assert kinds == {"strided"}  # a 16-bit copy keeps the layout (autocast's preserve format)
+    for made in (bias.contiguous(), bias):
+        signature = sdpa_signature("float32", 64, False, mask_kind(made, query, query), True,
+                                   False, True)
+        assert h200.sdpa_backend(signature) == ("math" if made is bias else "efficient")
+
+    path = tmp_path / "t5.json"
+    path.write_text(json.dumps({
+        "model_type": "t5", "architectures": ["T5ForConditionalGeneration"], "d_model": 64,
+        "d_kv": 16, "d_ff": 128, "num_heads": 4, "num_layers": 2, "vocab_size": 128,
+        "dropout_rate": 0.1, "decoder_start_token_id": 0, "pad_token_id": 0}))
+    options = RunOptions(model=str(path), seq_len=32, batch_size=2)
+    contiguous = predict(options, device="cuda", calibration=h200)
+    made_contiguous = sdpa_attention.create_position_bias_mask
+
+    def as_517(position_bias, attention_mask, is_causal, query, key):
+        if attention_mask is None and not is_causal:  # the encoder's: the bias itself
+            return position_bias
+        return made_contiguous(position_bias, attention_mask, is_causal, query, key)
+
+    monkeypatch.setattr(sdpa_attention, "create_position_bias_mask", as_517)
+    monkeypatch.setenv("ANATOMY_CACHE", "off")  # the same options, traced again
+    memory._cached_recording.cache_clear()
+    strided = predict(options, device="cuda", calibration=h200)
+    assert set(contiguous.attention_kernels) == {"efficient"}
+    assert strided.attention_kernels.count("math") == 2  # the encoder's two self-attentions
+    assert strided.activations > contiguous.activations
+
+
 def test_checkpointing_cuts_activations_and_accumulation_holds_gradients():
     base = RunOptions(model="tiny-qwen2", seq_len=64, batch_size=4)
     plain = predict(base, device="cuda")
