@@ -1,0 +1,190 @@
+"""The three families the H200's figures missed, on a GPU, in one call: T5 in fp32 (the attention
+kernel torch really runs), mixtures of experts in bf16 (the allocator's reserve) and convolution
+networks in bf16 (NVML's figure and cuDNN's workspaces), predicted on this machine's CPU next to
+what a run measures, beside the grid's own families.
+
+    python bench/families_gpu.py --out $OUT                  # every part, ~8 min on an H200
+    python bench/families_gpu.py --out $OUT --parts sdpa     # one part
+
+Parts, in this order (each within what is left of `--budget-s`):
+- sdpa: T5's attention calls as this machine's transformers makes them (flan-t5-small, fp32 and
+  bf16, training): each call's mask (shape, strides, dtype, whether it needs its gradient),
+  `torch._fused_sdp_choice` for it, and the CUDA kernels the profiler saw in one forward and
+  backward pass, by kind (memory-efficient `fmha_cutlass*`, flash, cuDNN, softmax of the math
+  kernel) -> OUT/sdpa.json;
+- families: FAMILIES predicted (on this machine's CPU, the grid's way), then run in a fresh
+  process each: allocator peak (`torch.cuda.max_memory_allocated`), reserve, NVML's peak over
+  the empty GPU -> OUT/families/prediction-grid.{jsonl,md};
+- snapshots: SNAPSHOTS trained with the caching allocator's history recorded (every action,
+  bench/peak_snapshot.py), to set beside the trace action by action -> OUT/snapshots.tgz;
+- grid: bench/prediction_grid.py's own grid (`--quick`) with the time left ->
+  OUT/grid/prediction-grid.{jsonl,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(ROOT), str(HERE)]
+
+PARTS = ("sdpa", "families", "snapshots", "grid")
+# The families, at sizes a run takes seconds to a minute for; none is in the calibration set.
+FAMILIES = (
+    "flan-t5-small fp32 b16 s512 adamw_torch",
+    "t5-base-shaped fp32 b8 s512 adamw_torch",
+    "flan-t5-small bf16 b16 s512 adamw_torch",
+    "mixtral-shaped bf16 b4 s1024 adamw_torch",
+    "qwen3-moe-shaped bf16 b8 s1024 adamw_torch",
+    "resnet-50 bf16 b256 adamw_torch",
+    "convnext-tiny bf16 b256 adamw_torch",
+)
+SNAPSHOTS = (
+    "mixtral-shaped bf16 b4 s1024 adamw_torch",
+    "qwen3-moe-shaped bf16 b8 s1024 adamw_torch",
+    "flan-t5-small fp32 b16 s512 adamw_torch",
+)
+T5 = ROOT / "bench" / "models" / "flan-t5-small.json"
+# Kernel names by attention kernel (the profiler's CUDA activity).
+KERNEL_KINDS = {"efficient": ("fmha_cutlass", "mem_eff", "efficient_attention"),
+                "flash": ("flash_fwd", "flash_bwd", "flash::"),
+                "cudnn": ("cudnn_generated_fort_native_sdpa", "sdpa_", "fmha_sm90", "cudnn"),
+                "math softmax": ("softmax",)}
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def _spy(original, calls: list[dict], names: dict):
+    """`F.scaled_dot_product_attention` that first writes down what the kernel gets (autocast's
+    casts made) and torch's own choice for it."""
+    import torch
+
+    def spy(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, **kwargs):
+        mask = attn_mask
+        if torch.is_autocast_enabled("cuda"):
+            dtype = torch.get_autocast_dtype("cuda")
+            query, key, value = (t.to(dtype) for t in (query, key, value))
+            mask = mask.to(dtype) if mask is not None and mask.is_floating_point() else mask
+        try:
+            chosen = names.get(torch.nn.attention.SDPBackend(torch._fused_sdp_choice(
+                query, key, value, mask, dropout_p, is_causal, **kwargs)), "math")
+        except (RuntimeError, ValueError) as error:
+            chosen = f"error: {str(error).splitlines()[0][:80]}"
+        calls.append({
+            "query": [list(query.shape), list(query.stride()), str(query.dtype)],
+            "mask": None if mask is None else [list(mask.shape), list(mask.stride()),
+                                               str(mask.dtype), mask.requires_grad],
+            "dropout": dropout_p, "causal": is_causal, "torch_choice": chosen})
+        return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
+                        is_causal=is_causal, **kwargs)
+
+    return spy
+
+
+def sdpa(out: Path) -> dict:
+    """T5's attention calls on this GPU, as transformers makes them here."""
+    import torch
+    import torch.nn.functional as F
+    import transformers
+    from torch.nn.attention import SDPBackend
+    from transformers import AutoConfig, AutoModelForSeq2SeqLM
+
+    names = {SDPBackend.FLASH_ATTENTION: "flash", SDPBackend.EFFICIENT_ATTENTION: "efficient",
+             SDPBackend.CUDNN_ATTENTION: "cudnn", SDPBackend.MATH: "math"}
+    values = {k: v for k, v in json.loads(T5.read_text()).items() if not k.startswith("_")}
+    config = AutoConfig.for_model(**values)
+    model = AutoModelForSeq2SeqLM.from_config(config).cuda().train()  # its default
+    result = {"torch": torch.__version__, "transformers": transformers.__version__,
+              "cudnn": torch.backends.cudnn.version(), "gpu": torch.cuda.get_device_name(0),
+              "attn_implementation": model.config._attn_implementation, "precisions": {}}
+    original = F.scaled_dot_product_attention
+    for precision in ("fp32", "bf16"):
+        calls: list[dict] = []
+        spy = _spy(original, calls, names)
+        ids = torch.randint(5, 1000, (2, 128), device="cuda")
+        F.scaled_dot_product_attention = spy
+        try:
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof, \
+                    torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "bf16"):
+                model(input_ids=ids, labels=ids).loss.backward()
+            torch.cuda.synchronize()
+        finally:
+            F.scaled_dot_product_attention = original
+        kernels: dict[str, int] = {}
+        for event in prof.key_averages():
+            name = event.key.lower()
+            for kind, marks in KERNEL_KINDS.items():
+                if any(mark in name for mark in marks):
+                    kernels[f"{kind}: {event.key[:90]}"] = event.count
+                    break
+        result["precisions"][precision] = {"calls": calls, "kernels": kernels}
+        _say(f"sdpa, T5 {precision} ({transformers.__version__}, torch {torch.__version__}):")
+        for call in calls:
+            _say(f"   mask {call['mask']}  dropout {call['dropout']}  causal {call['causal']}"
+                 f"  -> torch {call['torch_choice']}")
+        for name, count in sorted(kernels.items()):
+            _say(f"   kernel x{count}: {name}")
+    (out / "sdpa.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+def _grid(out: Path, budget: float, labels: list[str] | None) -> None:
+    command = [sys.executable, str(HERE / "prediction_grid.py"), "--parts", "grid",
+               "--out", str(out), "--budget-s", str(int(budget))]
+    command += ["--configs", *labels] if labels else ["--quick"]
+    subprocess.run(command, check=False, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def snapshots(out: Path, labels: list[str]) -> None:
+    folder = out / "snapshots"
+    subprocess.run([sys.executable, str(HERE / "peak_snapshot.py"), "--out", str(folder),
+                    *labels], check=False, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    with tarfile.open(out / "snapshots.tgz", "w:gz") as archive:
+        archive.add(folder, arcname="snapshots")
+    for path in sorted(folder.iterdir()):
+        path.unlink()
+    folder.rmdir()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
+    parser.add_argument("--parts", default=",".join(PARTS),
+                        help=f"comma-separated, of {', '.join(PARTS)}")
+    parser.add_argument("--budget-s", type=float, default=520,
+                        help="the families and the grid start nothing that would end after it")
+    args = parser.parse_args(argv)
+    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    unknown = set(parts) - set(PARTS)
+    if unknown:
+        parser.error(f"unknown parts: {', '.join(sorted(unknown))}")
+    started = time.monotonic()
+
+    def left() -> float:
+        return args.budget_s - (time.monotonic() - started)
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    if "sdpa" in parts:
+        sdpa(args.out)
+    if "families" in parts:
+        _grid(args.out / "families", left(), list(FAMILIES))
+    if "snapshots" in parts and left() > 90:
+        snapshots(args.out, list(SNAPSHOTS))
+    if "grid" in parts and left() > 30:
+        _grid(args.out / "grid", left(), None)
+    _say(f"done in {time.monotonic() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
