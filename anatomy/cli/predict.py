@@ -11,12 +11,13 @@ import sys
 from anatomy.analysis import dummy_data, models, prediction
 from anatomy.analysis.options import RunOptions, validate
 from anatomy.analysis.prediction import device_constants
+from anatomy.analysis.prediction.limits import judge
 from anatomy.analysis.prediction.workspaces import WorkspaceError
 from anatomy.cli.arguments import add_run_options, options_from_args
 from anatomy.cli.render import SaidMeasurer, table
 from anatomy.engine.locks import gpu_key
 from anatomy.engine.manager import machine
-from anatomy.units import MIB
+from anatomy.units import MIB, size_text
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -103,6 +104,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
         predicted = prediction.predict(options, device=device, gpu_name=gpu_name)
         ranks = (prediction.predict_ranks(options, device=device, gpu_name=gpu_name)
                  if options.distributed else None)
+        # One process on its device: whether it fits and which limit decides (a rank's own peak
+        # is in the ranks' line).
+        verdict = None if ranks else judge(options, device=device, total=total,
+                                           gpu_name=gpu_name)
     except (prediction.PredictionError, WorkspaceError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -110,6 +115,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
         out = predicted.to_dict()
         if ranks is not None:  # each rank's, beside the single process's
             out["ranks"] = ranks.to_dict()
+        if verdict is not None:
+            out["fit"] = verdict.to_dict()
         print(json.dumps(out, indent=2))
         return 0
     print(_run_words(options, predicted))
@@ -134,7 +141,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
     print(table(rows, ["component" if ranks is None else "one process alone", "MB",
                        "bytes/param"]))
     print((ranks or predicted).need_line())
+    if verdict is not None:
+        print(verdict.line(_device_words(device, gpu_name, total)))
     return 0
+
+
+def _device_words(device: str, gpu_name: str | None, total: int) -> str:
+    return (f"{gpu_name} ({size_text(total)})" if device == "cuda"
+            else f"this machine's RAM ({size_text(total)})")
 
 
 def _run_words(options: RunOptions, predicted) -> str:
@@ -177,8 +191,7 @@ def _print_batch_fit(options: RunOptions, device: str, gpu_name: str | None, tot
             measure.close()
     if measure is not None and not fit.workspaces_measured:
         print("the run has no convolutions: no workspace to measure", file=sys.stderr)
-    where = (f"{gpu_name} ({total / 2**30:.1f} GiB)" if device == "cuda"
-             else f"this machine's RAM ({total / 2**30:.1f} GiB)")
+    where = _device_words(device, gpu_name, total)
     if as_json:
         print(json.dumps({"max_batch_size": fit.batch_size, "capacity": fit.capacity,
                           "peak": fit.peak_at_fit, "may_fit": fit.may_fit,

@@ -13,6 +13,7 @@ from anatomy.analysis import duration, models
 from anatomy.analysis.machine import Machine
 from anatomy.analysis.options import FIELDS, RunOptions, validate
 from anatomy.analysis.prediction import PredictionError, max_batch_size, predict, predict_ranks
+from anatomy.analysis.prediction.limits import judge
 from anatomy.analysis.report import PHASES, RunReport
 from anatomy.store import GpuStatus, HostStatus, Step, Store
 from anatomy.views import gpus, text
@@ -197,14 +198,32 @@ def memory_forecast(options: RunOptions, machine: Machine) -> Forecast:
                     if options.distributed else predict(options, device=device, gpu_name=gpu_name))
     except PredictionError as error:
         return Forecast(None, f"cannot predict this run: {error}")
-    # A GPU holds one process's figure; a CPU's RAM holds every process's.
-    need = ((forecast.nvml_peak or forecast.peak) if device == "cuda" else
-            forecast.peak * options.world_size)
-    warning = None
-    if need > total:
-        warning = (f"predicted peak {need / 2**30:.1f} GiB is more than {where}: "
-                   "this run will most likely end out of memory")
-    return Forecast(forecast.need_line(), warning)
+    if options.distributed:
+        # A GPU holds one process's figure; a CPU's RAM holds every process's.
+        need = ((forecast.nvml_peak or forecast.peak) if device == "cuda" else
+                forecast.peak * options.world_size)
+        warning = None
+        if need > total:
+            warning = (f"predicted peak {need / 2**30:.1f} GiB is more than {where}: "
+                       "this run will most likely end out of memory")
+        return Forecast(forecast.need_line(), warning)
+    try:
+        return Forecast(forecast.need_line(), _fit_warning(options, device, gpu_name, total,
+                                                           where))
+    except PredictionError as error:
+        return Forecast(None, f"cannot predict this run: {error}")
+
+
+def _fit_warning(options: RunOptions, device: str, gpu_name: str | None, total: int,
+                 where: str) -> str | None:
+    """One process against its device: nothing where it fits surely; else that it does not
+    (or may not) fit, which limit decides, and the largest batch size that does
+    (prediction/limits.py)."""
+    verdict = judge(options, device=device, total=total, gpu_name=gpu_name)
+    if verdict.sure:
+        return None
+    line = verdict.line(where)
+    return line[0].upper() + line[1:]
 
 
 def run_forecast(options: RunOptions, machine: Machine, store: Store) -> Forecast:

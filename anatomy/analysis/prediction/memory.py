@@ -25,7 +25,7 @@ from anatomy.analysis.options import RunOptions
 from anatomy.analysis.prediction import device_constants, recordings, replay
 from anatomy.analysis.prediction.device_constants import DeviceCalibration
 from anatomy.units import size_text
-from anatomy.vocabulary import Moment, Part, Precision, Strategy
+from anatomy.vocabulary import Moment, Name, Part, Precision, Strategy
 
 # The walkthrough's bytes per parameter ("Model training anatomy", Anatomy of Model's Memory),
 # shown beside what a run predicts and measures.
@@ -53,6 +53,15 @@ LINEAR_FROM = 2
 
 class PredictionError(ValueError):
     """A run that cannot be predicted (its model cannot be built), in one line."""
+
+
+class Limit(Name):
+    """What decides whether a run fits its device (prediction/limits.py)."""
+
+    TENSORS = "tensors"  # the allocated peak alone passes what the allocator may hold
+    RESERVE = "the allocator's reserve"  # the tensors fit; the caching allocator's segments do not
+    NVML = "NVML's total"  # fits; its reserve would pass the device: the cache is released
+    MARGIN = "the margin"  # fits the capacity, not with the device's margins kept free
 
 
 @dataclass(frozen=True)
@@ -230,10 +239,17 @@ def predict(options: RunOptions, *, device: str = "cuda", gpu_name: str | None =
     if device == "cuda" and calibration is None:
         calibration = calibration_for(device, gpu_name)
     steps = steps_measured(options)
-    recording = _recording(_shape_of(options), device, calibration, steps)
+    recording = recording_for(options, device, calibration)
     measured = replay.measure(replay.stream(recording, steps, options.grad_accum),
                               cuda=device == "cuda")
     return _prediction(recording, measured, options, device, calibration, steps)
+
+
+def recording_for(options: RunOptions, device: str, calibration: DeviceCalibration | None
+                  ) -> replay.Recording:
+    """The run's recording for the steps the probe measures (cached: `predict` asked for it
+    first, the judgment against the device asks again)."""
+    return _recording(_shape_of(options), device, calibration, steps_measured(options))
 
 
 def _prediction(recording: replay.Recording, measured: replay.Measurement, options: RunOptions,
@@ -291,6 +307,8 @@ class BatchFit:
     limit: int = BATCH_SIZE_LIMIT  # the batch size option's largest value
     convolutions: bool = False  # the margin is cuDNN's convolutions' (their workspaces unknown)
     workspaces_measured: bool = False  # cuDNN's workspaces measured on this GPU, no margin
+    decided_by: Limit | None = None  # what keeps the next size from fitting (limits.py)
+    peak_beyond: int | None = None  # the next size's predicted peak (allocated)
 
     @property
     def at_limit(self) -> bool:
@@ -318,16 +336,32 @@ class BatchFit:
                         f"(within {self.margin():.1%} of capacity)")
             return f"not even batch size 1 is predicted to fit {where}"
         text = (f"largest batch size predicted to fit {where}: {self.size_text()} (peak "
-                f"{size_text(self.peak_at_fit)} of {size_text(self.capacity)})")
+                f"{size_text(self.peak_at_fit)} of the {size_text(self.capacity)} "
+                f"{'the allocator may hold' if self.device == 'cuda' else 'a run may fill'})")
         if self.at_limit:
             return text + "; the batch size option's limit: larger sizes were not tried"
         if self.uncertain:
             text += f"; {self.may_fit} is within {self.margin():.1%} of capacity — may not"
             if self.convolutions:
                 text += " (cuDNN chooses its convolutions' workspaces as it runs)"
+        text += self._limit_words()
         if self.workspaces_measured:
             text += "; cuDNN's convolution workspaces measured on this GPU"
         return text
+
+    def _limit_words(self) -> str:
+        """What decides at the next size, in words."""
+        beyond = (self.batch_size or 0) + 1
+        if self.decided_by is None or self.peak_beyond is None or self.uncertain:
+            return ""
+        if self.decided_by == Limit.TENSORS:
+            return (f"; at {beyond} its tensors decide ({size_text(self.peak_beyond)} at the "
+                    "peak)")
+        if self.decided_by == Limit.RESERVE:
+            return (f"; at {beyond} the allocator's reserve decides (its tensors, "
+                    f"{size_text(self.peak_beyond)} at the peak, would fit; its segments "
+                    "would not)")
+        return f"; at {beyond} the margin kept free near the capacity decides"
 
 
 def capacity_for(device: str, total: int, calibration: DeviceCalibration | None) -> int:
@@ -383,7 +417,6 @@ class BatchSizes:
         size its convolutions' measured workspaces)."""
         self.options, self.device, self.calibration = options, device, calibration
         self.workspaces = workspaces
-        self.steps = steps_measured(options)
         self.shape = _shape_of(options)
         self.linear = False  # some size was taken as linear in the batch size
         self.tried: list[int] = []
@@ -392,9 +425,15 @@ class BatchSizes:
         self._recorded = {batch: self._record(batch) for batch in (LINEAR_FROM, LINEAR_FROM + 1)}
         self.convolution_share = self._recorded[LINEAR_FROM].convolution_share  # on a GPU
 
+    def _steps(self, batch: int) -> int:
+        """The steps the run at `batch` takes of those the probe measures: a dataset of fewer
+        samples than three batches runs fewer steps at a larger batch size (the default 512
+        samples at 355: two), as `predict` at that batch size replays it."""
+        return steps_measured(replace(self.options, batch_size=batch))
+
     def _record(self, batch: int) -> replay.Recording:
         return _recording(replace(self.shape, batch_size=batch), self.device, self.calibration,
-                          self.steps, workspaces=self.workspaces)
+                          self._steps(batch), workspaces=self.workspaces)
 
     def _recording(self, batch: int) -> replay.Recording:
         recording = self._recorded.get(batch)
@@ -412,7 +451,8 @@ class BatchSizes:
         if batch not in self._measured:
             self.tried.append(batch)
             self._measured[batch] = replay.measure(
-                replay.stream(self._recording(batch), self.steps, self.options.grad_accum),
+                replay.stream(self._recording(batch), self._steps(batch),
+                              self.options.grad_accum),
                 cuda=self.device == "cuda")
         return self._measured[batch]
 
@@ -428,7 +468,8 @@ class BatchSizes:
         key = (batch, capacity)  # near the edge: the allocator's own answer at that capacity
         if key not in self._capped:
             self._capped[key] = replay.measure(
-                replay.stream(self._recording(batch), self.steps, self.options.grad_accum),
+                replay.stream(self._recording(batch), self._steps(batch),
+                              self.options.grad_accum),
                 cuda=True, capacity=capacity).out_of_memory
         return self._capped[key]
 
@@ -450,15 +491,10 @@ def max_batch_size(options: RunOptions, *, device: str = "cuda", total: int,
         calibration = calibration_for(device, gpu_name)
     capacity = capacity_for(device, total, calibration)
     constants = calibration or device_constants.DEFAULT
-    sure = round(constants.edge_margin * capacity) if device == "cuda" else 0
     least = 0
     sizes = BatchSizes(options, device, calibration)
-    # cuDNN's convolution workspaces are chosen as the run goes (tracing/cuda.py): the device's
-    # convolution margin (fitted on runs with convolutions at the edge) stays free, in the share
-    # the convolutions make of the forward passes' results.
-    convolutions = round(constants.convolution_margin * sizes.convolution_share * capacity) \
-        if device == "cuda" else 0
-    sure = max(sure, convolutions)
+    edge_margin, convolutions = margins(device, capacity, calibration, sizes.convolution_share)
+    sure = max(edge_margin, convolutions)
 
     # Where the edge margin alone binds, the edge may be ragged as the allocator sees it
     # (DeiT-base bf16 on the H200: 1,916 and 1,918 ran, 1,917 and 1,919 did not): the sizes
@@ -472,12 +508,43 @@ def max_batch_size(options: RunOptions, *, device: str = "cuda", total: int,
                        fit, (may or 0) + 1)
         fit = may if not may or not pad else _largest(
             lambda batch: not edge.out_of_memory(batch, capacity - pad), min(fit, may), may + 1)
+        limit, next_peak = _limit_at(fit + 1, capacity, pad, edge.out_of_memory,
+                                     lambda batch: edge.sizes.measure(batch).peak_allocated)
         return BatchFit(fit or None, capacity, device, edge.peak(fit), tuple(edge.tried),
                         not edge.sizes.linear, may_fit=may or None, peak_at_may_fit=edge.peak(may),
-                        workspaces_measured=True)
+                        workspaces_measured=True, decided_by=limit, peak_beyond=next_peak)
+    limit, next_peak = _limit_at(fit + 1, capacity, sure, sizes.out_of_memory,
+                                 lambda batch: sizes.measure(batch).peak_allocated)
     return BatchFit(fit or None, capacity, device, sizes.peak(fit), tuple(sizes.tried),
                     not sizes.linear, may_fit=may or None, peak_at_may_fit=sizes.peak(may),
-                    convolutions=convolutions > 0 and convolutions >= sure)
+                    convolutions=convolutions > 0 and convolutions >= sure, decided_by=limit,
+                    peak_beyond=next_peak)
+
+
+def margins(device: str, capacity: int, calibration: DeviceCalibration | None,
+            convolution_share: float) -> tuple[int, int]:
+    """What a size sure to fit keeps free of the capacity, in bytes: the device's edge margin
+    (the caching allocator near its capacity), and the convolution margin in the share the
+    convolutions make of the forward passes' results (cuDNN's workspaces are chosen as the run
+    goes: tracing/cuda.py), fitted on runs with convolutions at the edge. None on a CPU."""
+    if device != "cuda":
+        return 0, 0
+    constants = calibration or device_constants.DEFAULT
+    return (round(constants.edge_margin * capacity),
+            round(constants.convolution_margin * convolution_share * capacity))
+
+
+def _limit_at(batch: int, capacity: int, margin: int, out_of_memory, peak
+              ) -> tuple[Limit | None, int | None]:
+    """What keeps `batch` (the size after the largest that fits) from fitting, and its peak:
+    its tensors alone, the allocator's reserve at the capacity, or the margin kept free
+    (prediction/limits.py). None past the batch size option's limit."""
+    if batch > BATCH_SIZE_LIMIT:
+        return None, None
+    if out_of_memory(batch, capacity):
+        tensors = peak(batch)
+        return (Limit.TENSORS if tensors > capacity else Limit.RESERVE), tensors
+    return Limit.MARGIN, peak(batch)
 
 
 def _search(sizes: BatchSizes, capacity: int, least: int, sure: int,
