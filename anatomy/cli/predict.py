@@ -101,7 +101,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
         if args.max_batch_size:
             measure_on = info.devices[args.gpu or 0] if args.measure_convolutions else None
             return _print_batch_fit(options, device, gpu_name, total, args.json, measure_on)
-        predicted = prediction.predict(options, device=device, gpu_name=gpu_name)
+        predicted = prediction.predict(options, device=device, gpu_name=gpu_name,
+                                       total=total if device == "cuda" else None)
         ranks = (prediction.predict_ranks(options, device=device, gpu_name=gpu_name)
                  if options.distributed else None)
         # One process on its device: whether it fits and which limit decides (a rank's own peak

@@ -195,7 +195,9 @@ def memory_forecast(options: RunOptions, machine: Machine) -> Forecast:
     device, gpu_name, total, where = _target(options, machine)
     try:
         forecast = (predict_ranks(options, device=device, gpu_name=gpu_name)
-                    if options.distributed else predict(options, device=device, gpu_name=gpu_name))
+                    if options.distributed else
+                    predict(options, device=device, gpu_name=gpu_name,
+                            total=total if device == "cuda" else None))
     except PredictionError as error:
         return Forecast(None, f"cannot predict this run: {error}")
     if options.distributed:

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from anatomy.analysis.options import RunOptions
-from anatomy.analysis.prediction import max_batch_size, replay
+from anatomy.analysis.prediction import max_batch_size, predict, replay
 from anatomy.analysis.prediction.device_constants import DEFAULT
 from anatomy.analysis.prediction.limits import judge
 from anatomy.analysis.prediction.memory import Limit, recording_for, steps_measured
@@ -121,3 +121,20 @@ def test_predict_says_a_batch_does_not_fit_and_the_largest_that_does(capsys, tmp
     largest = int(said.rsplit("; the largest batch size that fits: ", 1)[1])
     assert main([*common, "--batch-size", str(largest), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["fit"]["fits"] is True
+
+
+def test_the_reserve_predicted_is_what_the_device_lets_the_allocator_keep(edges):
+    """Where the reserve with no device around it passes the capacity, the caching allocator,
+    refused by cudaMalloc, releases its cached segments and asks again: its reserve, and NVML's
+    figure, stay within the device (the uncapped figure said more than the device holds)."""
+    tensors, completes, reserve = edges
+    capacity = (completes + reserve) // 2
+    free = predict(OPTIONS, calibration=EXACT)  # the calibrated device's 140 GiB: no bound
+    held = predict(OPTIONS, calibration=EXACT, total=total_for(capacity))
+    assert free.peak_reserved == reserve and free.peak == tensors
+    # Released and split again, a block or two is taken whole by another request
+    assert abs(held.peak - free.peak) < 2 * MIB
+    assert tensors < held.peak_reserved <= capacity < reserve
+    assert held.nvml_peak == EXACT.context_bytes + held.peak_reserved + EXACT.outside_bytes
+    assert held.nvml_peak == judge(OPTIONS, total=total_for(capacity),
+                                   calibration=EXACT).nvml_peak

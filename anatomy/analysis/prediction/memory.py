@@ -230,10 +230,12 @@ def steps_measured(options: RunOptions) -> int:
 
 
 def predict(options: RunOptions, *, device: str = "cuda", gpu_name: str | None = None,
-            calibration: DeviceCalibration | None = None) -> Prediction:
+            calibration: DeviceCalibration | None = None, total: int | None = None
+            ) -> Prediction:
     """Predicted memory of a training run with these options, on `device`'s kernels and
-    allocator ("cuda" or "cpu"); `gpu_name` picks the calibrated constants ("NVIDIA H200").
-    PredictionError when the model cannot be built."""
+    allocator ("cuda" or "cpu"); `gpu_name` picks the calibrated constants ("NVIDIA H200");
+    `total`: the GPU's memory (default: the calibrated GPU's), whose capacity bounds the
+    allocator's reserve (`_held_by_device`). PredictionError when the model cannot be built."""
     if device not in DEVICES:
         raise ValueError(f"device must be 'cuda' or 'cpu', got {device!r}")
     if device == "cuda" and calibration is None:
@@ -242,7 +244,26 @@ def predict(options: RunOptions, *, device: str = "cuda", gpu_name: str | None =
     recording = recording_for(options, device, calibration)
     measured = replay.measure(replay.stream(recording, steps, options.grad_accum),
                               cuda=device == "cuda")
+    if device == "cuda":
+        known = calibration or device_constants.DEFAULT
+        measured = _held_by_device(recording, measured, options, steps, capacity_for(
+            device, known.total_bytes if total is None else total, calibration))
     return _prediction(recording, measured, options, device, calibration, steps)
+
+
+def _held_by_device(recording: replay.Recording, free: replay.Measurement, options: RunOptions,
+                    steps: int, capacity: int) -> replay.Measurement:
+    """The run as the device lets its allocator lay it out. Where its reserve with no device
+    around it passes the capacity, the caching allocator, refused by cudaMalloc, releases every
+    cached segment and asks again (CUDACachingAllocator.cpp, `malloc`: release_cached_blocks,
+    then alloc_block), so its reserve, and NVML's figure, stay at what the replay at the
+    capacity holds. A run that runs out of memory even so keeps the figures without the device
+    (prediction/limits.py says it does not fit)."""
+    if free.peak_reserved <= capacity:
+        return free
+    capped = replay.measure(replay.stream(recording, steps, options.grad_accum), cuda=True,
+                            capacity=capacity)
+    return free if capped.out_of_memory else capped
 
 
 def recording_for(options: RunOptions, device: str, calibration: DeviceCalibration | None
