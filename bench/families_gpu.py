@@ -12,11 +12,18 @@ Parts, in this order (each within what is left of `--budget-s`):
   `torch._fused_sdp_choice` for it, and the CUDA kernels the profiler saw in one forward and
   backward pass, by kind (memory-efficient `fmha_cutlass*`, flash, cuDNN, softmax of the math
   kernel) -> OUT/sdpa.json;
-- families: FAMILIES predicted (on this machine's CPU, the grid's way), then run in a fresh
-  process each: allocator peak (`torch.cuda.max_memory_allocated`), reserve, NVML's peak over
-  the empty GPU -> OUT/families/prediction-grid.{jsonl,md};
-- snapshots: SNAPSHOTS trained with the caching allocator's history recorded (every action,
-  bench/peak_snapshot.py), to set beside the trace action by action -> OUT/snapshots.tgz;
+- families: FAMILIES predicted (on this machine's CPU, the grid's way, for this GPU's memory),
+  then run in a fresh process each: allocator peak (`torch.cuda.max_memory_allocated`),
+  reserve, NVML's peak over the empty GPU; and NVML's band where cuDNN's workspaces are not
+  traced, next to the measured -> OUT/families/prediction-grid.{jsonl,md};
+- measured: MEASURED through `anatomy predict --measure-convolutions --json` (their workspaces
+  measured on this GPU at the run's batch size), next to the families' runs of the same
+  configurations -> OUT/measured.json;
+- edge: EDGE's largest batch size predicted for this GPU (`max_batch_size`), then run there:
+  where the reserve with no device around it would pass the device, the allocator releases
+  its cache -> OUT/edge/prediction-grid.{jsonl,md};
+- snapshots (not in the default parts): SNAPSHOTS trained with the caching allocator's history
+  recorded (every action, bench/peak_snapshot.py) -> OUT/snapshots.tgz;
 - grid: bench/prediction_grid.py's own grid (`--quick`) with the time left ->
   OUT/grid/prediction-grid.{jsonl,md}.
 """
@@ -36,7 +43,8 @@ ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(ROOT), str(HERE)]
 
-PARTS = ("sdpa", "families", "snapshots", "grid")
+PARTS = ("sdpa", "families", "measured", "edge", "snapshots", "grid")
+DEFAULT_PARTS = ("sdpa", "families", "measured", "edge", "grid")
 # The families, at sizes a run takes seconds to a minute for; none is in the calibration set.
 FAMILIES = (
     "flan-t5-small fp32 b16 s512 adamw_torch",
@@ -47,6 +55,11 @@ FAMILIES = (
     "resnet-50 bf16 b256 adamw_torch",
     "convnext-tiny bf16 b256 adamw_torch",
 )
+# Convolution networks predicted with their workspaces measured on this GPU (a FAMILIES row
+# each: the run it is held against).
+MEASURED = ("resnet-50 bf16 b256 adamw_torch", "convnext-tiny bf16 b256 adamw_torch")
+# Mixtures of experts at the largest batch size predicted for this GPU: "b{}" filled in.
+EDGE = ("qwen3-moe-shaped bf16 b{} s1024 adamw_torch", "mixtral-shaped bf16 b{} s1024 adamw_torch")
 SNAPSHOTS = (
     "mixtral-shaped bf16 b4 s1024 adamw_torch",
     "qwen3-moe-shaped bf16 b8 s1024 adamw_torch",
@@ -145,6 +158,77 @@ def _grid(out: Path, budget: float, labels: list[str] | None) -> None:
     subprocess.run(command, check=False, env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
 
+def bands(out: Path) -> None:
+    """The families' NVML next to the predicted band (low: traced; high: with what cuDNN's
+    workspaces may add), where there is one."""
+    path = out / "families" / "prediction-grid.jsonl"
+    if not path.is_file():
+        return
+    _say("NVML, measured next to the predicted (band where cuDNN's workspaces are not traced):")
+    for line in path.read_text().splitlines():
+        row = json.loads(line)
+        predicted = row.get("predicted") or {}
+        if row.get("kind") != "grid" or row.get("status") != "completed":
+            continue
+        low, high = predicted.get("nvml_peak"), predicted.get("nvml_high")
+        measured = row.get("nvml_peak")
+        if low is None or measured is None:
+            continue
+        inside = "" if high is None else (" inside" if low <= measured <= high else " outside")
+        _say(f"   {row['label']:45} measured {measured / 2**20:10,.0f}  predicted "
+             f"{low / 2**20:10,.0f}" + ("" if high is None else f" to {high / 2**20:,.0f}")
+             + f" MiB{inside}")
+
+
+def measured(out: Path) -> None:
+    """`predict --measure-convolutions` for MEASURED, each next to its families' run."""
+    sys.path.insert(0, str(HERE))
+    from prediction_grid import Config
+
+    rows = {}
+    for label in MEASURED:
+        config = Config.from_label(label)
+        command = [sys.executable, "-m", "anatomy", "predict", "--model", config.model,
+                   "--precision", config.precision, "--batch-size", str(config.batch_size),
+                   "--optim", config.optim, "--max-steps", str(3), "--dataset-size",
+                   str(max(64, config.batch_size * 3)), "--measure-convolutions", "--json"]
+        started = time.monotonic()
+        done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+        rows[label] = {"seconds": round(time.monotonic() - started, 1),
+                       "returncode": done.returncode, "stderr": done.stderr[-2000:]}
+        try:
+            rows[label].update(json.loads(done.stdout))
+        except ValueError:
+            rows[label]["stdout"] = done.stdout[-2000:]
+        predicted = rows[label]
+        _say(f"measured workspaces, {label}: NVML {(predicted.get('nvml_peak') or 0) / 2**20:,.0f}"
+             f" MiB, reserve {(predicted.get('peak_reserved') or 0) / 2**20:,.0f} MiB, peak "
+             f"{(predicted.get('components', {}).get('peak') or 0) / 2**20:,.0f} MiB "
+             f"({rows[label]['seconds']} s; {done.stderr.strip().splitlines()[-1:]})")
+    (out / "measured.json").write_text(json.dumps(rows, indent=1))
+
+
+def edge_labels() -> list[str]:
+    """EDGE at the largest batch size predicted for this machine's GPU."""
+    from anatomy.analysis.options import RunOptions
+    from anatomy.analysis.prediction import max_batch_size
+    from anatomy.engine.devices import machine
+
+    sys.path.insert(0, str(HERE))
+    from prediction_grid import Config
+
+    gpu = machine().devices[0]
+    labels = []
+    for label in EDGE:
+        config = Config.from_label(label.format(1))
+        options: RunOptions = config.options()
+        fit = max_batch_size(options, device="cuda", total=gpu.total, gpu_name=gpu.name)
+        _say(f"edge: {fit.line(gpu.name)}")
+        if fit.batch_size:
+            labels.append(label.format(fit.batch_size))
+    return labels
+
+
 def snapshots(out: Path, labels: list[str]) -> None:
     folder = out / "snapshots"
     subprocess.run([sys.executable, str(HERE / "peak_snapshot.py"), "--out", str(folder),
@@ -159,7 +243,7 @@ def snapshots(out: Path, labels: list[str]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
-    parser.add_argument("--parts", default=",".join(PARTS),
+    parser.add_argument("--parts", default=",".join(DEFAULT_PARTS),
                         help=f"comma-separated, of {', '.join(PARTS)}")
     parser.add_argument("--budget-s", type=float, default=520,
                         help="the families and the grid start nothing that would end after it")
@@ -178,6 +262,11 @@ def main(argv: list[str] | None = None) -> int:
         sdpa(args.out)
     if "families" in parts:
         _grid(args.out / "families", left(), list(FAMILIES))
+        bands(args.out)
+    if "measured" in parts and left() > 60:
+        measured(args.out)
+    if "edge" in parts and left() > 90:
+        _grid(args.out / "edge", left(), edge_labels())
     if "snapshots" in parts and left() > 90:
         snapshots(args.out, list(SNAPSHOTS))
     if "grid" in parts and left() > 30:

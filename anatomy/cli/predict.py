@@ -27,10 +27,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     predict.add_argument("--max-batch-size", action="store_true",
                          help="the largest batch size predicted to fit the device, instead")
     predict.add_argument("--measure-convolutions", action="store_true",
-                         help="with --max-batch-size, on the machine whose GPU the run will use: "
-                              "measure cuDNN's convolution workspaces on it at each batch size "
-                              "the search asks about near the edge (a minute at most, with the "
-                              "GPU idle) instead of keeping a margin for them")
+                         help="on the machine whose GPU the run will use: measure cuDNN's "
+                              "convolution workspaces on it (at the batch size, or with "
+                              "--max-batch-size at each size the search asks about near the "
+                              "edge; a minute at most, with the GPU idle) instead of a band for "
+                              "them (a margin, for --max-batch-size)")
     predict.add_argument("--device", choices=prediction.DEVICES,
                          help="the kernels and allocator to assume (default: this machine's)")
     predict.add_argument("--gpu-model", metavar="NAME",
@@ -101,14 +102,17 @@ def cmd_predict(args: argparse.Namespace) -> int:
         if args.max_batch_size:
             measure_on = info.devices[args.gpu or 0] if args.measure_convolutions else None
             return _print_batch_fit(options, device, gpu_name, total, args.json, measure_on)
+        measured = (_measured_workspaces(options, gpu_name, info.devices[args.gpu or 0])
+                    if args.measure_convolutions else None)
         predicted = prediction.predict(options, device=device, gpu_name=gpu_name,
-                                       total=total if device == "cuda" else None)
+                                       total=total if device == "cuda" else None,
+                                       measured=measured)
         ranks = (prediction.predict_ranks(options, device=device, gpu_name=gpu_name)
                  if options.distributed else None)
         # One process on its device: whether it fits and which limit decides (a rank's own peak
         # is in the ranks' line).
         verdict = None if ranks else judge(options, device=device, total=total,
-                                           gpu_name=gpu_name)
+                                           gpu_name=gpu_name, measured=measured)
     except (prediction.PredictionError, WorkspaceError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -138,6 +142,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
                  ["CUDA context", f"{predicted.context / MIB:,.1f}", ""],
                  ["outside PyTorch", f"{predicted.outside / MIB:,.1f}", ""],
                  ["NVML peak", f"{predicted.nvml_peak / MIB:,.1f}", ""]]
+        if predicted.nvml_high is not None:  # cuDNN's workspaces, not traced: a band
+            rows.append(["NVML peak, up to", f"{predicted.nvml_high / MIB:,.1f}", ""])
     # Several processes: the table is the one process's the ranks' line compares with.
     print(table(rows, ["component" if ranks is None else "one process alone", "MB",
                        "bytes/param"]))
@@ -145,6 +151,21 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if verdict is not None:
         print(verdict.line(_device_words(device, gpu_name, total)))
     return 0
+
+
+def _measured_workspaces(options: RunOptions, gpu_name: str | None, gpu):
+    """The run's recording with its convolutions' workspaces measured on this machine's GPU
+    (analysis.machine.Device, checked by _measuring_refusal) at its batch size, holding the
+    GPU's device lock while it measures; None (said) where it has no convolution."""
+    measure = SaidMeasurer(gpu.index, gpu_key(gpu.nvml_index))
+    try:
+        measured = prediction.measured_recording(options, device_constants.load(gpu_name),
+                                                 measure)
+    finally:
+        measure.close()
+    if measured is None:
+        print("the run has no convolutions: no workspace to measure", file=sys.stderr)
+    return measured
 
 
 def _device_words(device: str, gpu_name: str | None, total: int) -> str:
@@ -166,8 +187,6 @@ def _run_words(options: RunOptions, predicted) -> str:
 def _measuring_refusal(args: argparse.Namespace, info, device: str, gpu_name: str | None
                        ) -> str | None:
     """Why this machine's GPU cannot measure the workspaces the prediction asks about."""
-    if not args.max_batch_size:
-        return "it measures for --max-batch-size: add it"
     if device != "cuda" or not info.has_gpu:
         return "it measures this machine's GPU, and there is none here"
     gpu = info.devices[args.gpu or 0] if (args.gpu or 0) < info.gpu_count else None

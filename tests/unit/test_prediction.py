@@ -854,3 +854,42 @@ def test_a_measured_workspace_between_two_sizes_is_linear_in_the_batch_size():
     assert table.size(key, "filter", 0, 200, True) == 40
     assert table.most(key, "data", True) == 1 and table.most(key, "forward", True) == 1
 
+
+
+def test_nvml_is_a_band_where_cudnns_workspaces_are_not_measured(tmp_path):
+    """cuDNN's convolution workspaces are chosen as the run goes (not traced): a convolution
+    network's NVML figure is a band, from the traced one up to the device's `workspace_band` of
+    the convolutions' share of the peak (ResNet-50 bf16 b256 on an H100: 2,111 MiB above the
+    traced figure); measured on this GPU at the run's batch size, each call's workspace is in
+    the trace instead and there is no band. A transformer without convolutions has none."""
+    from anatomy.analysis.prediction import measured_recording, memory, workspaces
+
+    config = {"model_type": "resnet", "architectures": ["ResNetForImageClassification"],
+              "embedding_size": 8, "hidden_sizes": [8, 16], "depths": [1, 1],
+              "layer_type": "basic", "image_size": 32, "num_labels": 10}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    resnet = RunOptions(model=str(path), batch_size=64)
+    traced = predict(resnet, device="cuda", calibration=DEFAULT)
+    share = memory._recording(memory._shape_of(resnet), "cuda", DEFAULT, traced.steps
+                              ).convolution_share
+    assert traced.workspace_band == round(DEFAULT.workspace_band * share * traced.peak) > 0
+    assert traced.nvml_high == traced.nvml_peak + traced.workspace_band
+    assert "up to" in traced.need_line() and "not traced" in traced.need_line()
+    assert predict(RunOptions(model="tiny-gpt2", seq_len=16), device="cuda",
+                   calibration=DEFAULT).nvml_high is None
+    asked = []
+
+    def measure(keys, batches):
+        asked.append(batches)
+        return workspaces.Table({key: {b: ((b * 2**20,), (b * 2**20,) * 2) for b in batches}
+                                 for key in keys})
+
+    recorded = measured_recording(resnet, DEFAULT, measure)
+    assert asked == [[64]]
+    measured = predict(resnet, device="cuda", calibration=DEFAULT, measured=recorded)
+    assert measured.workspaces_measured and measured.nvml_high is None
+    assert "measured on this GPU" in measured.need_line()
+    # 64 MiB workspaces, one call at a time: the reserve holds them, the tensors' peak may too
+    assert measured.peak_reserved >= traced.peak_reserved + 64 * 2**20
+    assert measured_recording(RunOptions(model="tiny-gpt2", seq_len=16), DEFAULT, measure) is None

@@ -32,6 +32,12 @@ prediction is judged on), one JSON file per device model in prediction/calibrati
   of the capacity free, times the share of the forward passes' results the convolutions make
   (a ViT's one patch embedding: ~0; a convolution network's: most). Fitted on runs with
   convolutions at the capacity's edge (`convolution_fitting_set`).
+- `workspace_band`: the most cuDNN's convolution workspaces, not traced, added to the allocator's
+  reserve of a run on this device, as a fraction of the convolutions' share of its allocated
+  peak: NVML's figure is given as a band from the traced figure up to that much more (where the
+  workspaces are not measured on the GPU itself). Fitted by bench/workspace_band.py on the
+  workspaces this device measured for whole networks, each traced with and without them
+  (`workspace_band_fitting_set`).
 
 Without a file for a device, `DEFAULT` holds the H200 figures of docs/MEASUREMENTS.md (measured
 before calibration existed) and says so wherever it is used. Imports no torch.
@@ -145,6 +151,8 @@ class DeviceCalibration:
     edge_fitting_set: tuple[str, ...] = ()
     convolution_margin: float = 0.06  # uncalibrated: above the H200's (5.44 %)
     convolution_fitting_set: tuple[str, ...] = ()
+    workspace_band: float = 0.6  # uncalibrated: above the H200's (0.554)
+    workspace_band_fitting_set: tuple[str, ...] = ()
     multiprocessors: int | None = None  # None: DEFAULT's
     threads_per_multiprocessor: int | None = None
 
@@ -177,6 +185,7 @@ class DeviceCalibration:
         out["calibration_set"] = list(self.calibration_set)
         out["edge_fitting_set"] = list(self.edge_fitting_set)
         out["convolution_fitting_set"] = list(self.convolution_fitting_set)
+        out["workspace_band_fitting_set"] = list(self.workspace_band_fitting_set)
         return out
 
     @classmethod
@@ -186,6 +195,8 @@ class DeviceCalibration:
         values["calibration_set"] = tuple(values.get("calibration_set", ()))
         values["edge_fitting_set"] = tuple(values.get("edge_fitting_set", ()))
         values["convolution_fitting_set"] = tuple(values.get("convolution_fitting_set", ()))
+        values["workspace_band_fitting_set"] = tuple(values.get("workspace_band_fitting_set",
+                                                                ()))
         return cls(**values)
 
     def save(self, directory: Path = CALIBRATION_DIR) -> Path:

@@ -115,14 +115,17 @@ class Verdict:
 
 
 def judge(options: RunOptions, *, device: str = "cuda", total: int, gpu_name: str | None = None,
-          calibration: DeviceCalibration | None = None) -> Verdict:
+          calibration: DeviceCalibration | None = None,
+          measured: replay.Recording | None = None) -> Verdict:
     """Whether the run fits a device of `total` bytes and which limit decides (the module's
-    rules), with the largest batch size that fits where it does not surely."""
+    rules), with the largest batch size that fits where it does not surely. `measured`: the
+    run's recording with its convolutions' workspaces measured on this GPU
+    (memory.measured_recording): then no convolution margin is kept."""
     if device == "cuda" and calibration is None:
         calibration = calibration_for(device, gpu_name)
     capacity = capacity_for(device, total, calibration)
     steps = steps_measured(options)
-    recording = recording_for(options, device, calibration)
+    recording = measured or recording_for(options, device, calibration)
 
     def replayed(capacity: int | None) -> replay.Measurement:
         return replay.measure(replay.stream(recording, steps, options.grad_accum),
@@ -136,7 +139,7 @@ def judge(options: RunOptions, *, device: str = "cuda", total: int, gpu_name: st
     else:
         verdict = _on_gpu(replayed, free, capacity, total, calibration,
                           max(margins(device, capacity, calibration,
-                                      recording.convolution_share)))
+                                      0.0 if measured else recording.convolution_share)))
     if verdict.sure:
         return verdict
     return replace(verdict, largest=max_batch_size(

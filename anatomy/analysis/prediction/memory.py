@@ -89,6 +89,11 @@ class Prediction:
     attention_kernels: tuple[str, ...] = ()  # the attention kernels a forward pass calls (CUDA)
     lora: bool = False
     steps: int = MEASURED_STEPS
+    # What cuDNN's convolution workspaces, not traced, may add to the reserve (the device's
+    # `workspace_band` of the convolutions' share of the peak); 0 where there are no
+    # convolutions or their workspaces were measured on this GPU and traced (`workspaces_measured`)
+    workspace_band: int = 0
+    workspaces_measured: bool = False
 
     @property
     def nvml_peak(self) -> int | None:
@@ -97,6 +102,13 @@ class Prediction:
         if self.device != "cuda" or self.context is None:
             return None
         return self.context + self.peak_reserved + (self.outside or 0)
+
+    @property
+    def nvml_high(self) -> int | None:
+        """The top of NVML's band: `nvml_peak` with what cuDNN's workspaces may add (None
+        without a band)."""
+        nvml = self.nvml_peak
+        return None if nvml is None or not self.workspace_band else nvml + self.workspace_band
 
     @property
     def allocator_cache(self) -> int:
@@ -142,9 +154,17 @@ class Prediction:
             nvml = self.nvml_peak
             return (f"this run should need about {size} of GPU memory for tensors (peak: "
                     f"{self.peak_at}), {size_text(nvml)} as nvidia-smi counts it (CUDA context"
-                    " and the allocator's cache included)")
+                    " and the allocator's cache included)" + self._workspace_words())
         return (f"this run should need about {size} of CPU memory for tensors (peak: "
                 f"{self.peak_at}), plus the Python process itself")
+
+    def _workspace_words(self) -> str:
+        if self.workspaces_measured:
+            return "; cuDNN's convolution workspaces measured on this GPU"
+        if self.nvml_high is None:
+            return ""
+        return (f"; up to {size_text(self.nvml_high)} with cuDNN's convolution workspaces "
+                "(chosen as the run goes: not traced)")
 
     def to_dict(self) -> dict:
         out = {"parameters": self.parameters, "trainable_parameters": self.trainable_parameters,
@@ -155,7 +175,8 @@ class Prediction:
             out.update(peak_reserved=self.peak_reserved, allocator_cache=self.allocator_cache,
                        context=self.context, outside=self.outside, nvml_peak=self.nvml_peak,
                        gpu=self.gpu, calibrated=self.calibrated,
-                       attention_kernels=sorted(set(self.attention_kernels)))
+                       attention_kernels=sorted(set(self.attention_kernels)),
+                       nvml_high=self.nvml_high, workspaces_measured=self.workspaces_measured)
         return out
 
 
@@ -230,25 +251,55 @@ def steps_measured(options: RunOptions) -> int:
 
 
 def predict(options: RunOptions, *, device: str = "cuda", gpu_name: str | None = None,
-            calibration: DeviceCalibration | None = None, total: int | None = None
-            ) -> Prediction:
+            calibration: DeviceCalibration | None = None, total: int | None = None,
+            measured: replay.Recording | None = None) -> Prediction:
     """Predicted memory of a training run with these options, on `device`'s kernels and
     allocator ("cuda" or "cpu"); `gpu_name` picks the calibrated constants ("NVIDIA H200");
     `total`: the GPU's memory (default: the calibrated GPU's), whose capacity bounds the
-    allocator's reserve (`_held_by_device`). PredictionError when the model cannot be built."""
+    allocator's reserve (`_held_by_device`); `measured`: the run's recording with its
+    convolutions' workspaces measured on this GPU (`measured_recording`), in place of the
+    band. PredictionError when the model cannot be built."""
     if device not in DEVICES:
         raise ValueError(f"device must be 'cuda' or 'cpu', got {device!r}")
     if device == "cuda" and calibration is None:
         calibration = calibration_for(device, gpu_name)
     steps = steps_measured(options)
-    recording = recording_for(options, device, calibration)
-    measured = replay.measure(replay.stream(recording, steps, options.grad_accum),
+    recording = measured or recording_for(options, device, calibration)
+    laid_out = replay.measure(replay.stream(recording, steps, options.grad_accum),
                               cuda=device == "cuda")
     if device == "cuda":
         known = calibration or device_constants.DEFAULT
-        measured = _held_by_device(recording, measured, options, steps, capacity_for(
+        laid_out = _held_by_device(recording, laid_out, options, steps, capacity_for(
             device, known.total_bytes if total is None else total, calibration))
-    return _prediction(recording, measured, options, device, calibration, steps)
+    return _prediction(recording, laid_out, options, device, calibration, steps,
+                       measured_workspaces=measured is not None)
+
+
+def measured_recording(options: RunOptions, calibration: DeviceCalibration | None, measure
+                       ) -> replay.Recording | None:
+    """The run traced for a GPU with its convolutions' cuDNN workspaces measured on this
+    machine's GPU at its batch size (`measure`: prediction/workspaces.py's, each distinct
+    convolution alone, forward then backward, as the largest batch size's search measures
+    them), each call's in its place; None where the run has no convolution. WorkspaceError
+    where one cannot be measured (transposed, not 2-D) or the measurement fails."""
+    from anatomy.analysis.prediction import workspaces
+
+    batch, steps = options.batch_size, steps_measured(options)
+    placeholders = workspaces.Placeholders()
+    recording = _recording(_shape_of(options), "cuda", calibration, steps,
+                           workspaces=placeholders)
+    if placeholders.unmeasurable:
+        raise workspaces.WorkspaceError(
+            f"{placeholders.unmeasurable} of the run's convolutions are transposed or not 2-D: "
+            "their workspaces are not measured")
+    if not placeholders.keys:
+        return None
+    placeholders.table.merge(measure(list(placeholders.keys), [batch]))
+    if placeholders.short(batch):  # more workspaces than places for them
+        placeholders = workspaces.Placeholders(placeholders.table)
+        recording = _recording(_shape_of(options), "cuda", calibration, steps,
+                               workspaces=placeholders)
+    return replace(recording, events=placeholders.fill(recording.events, batch))
 
 
 def _held_by_device(recording: replay.Recording, free: replay.Measurement, options: RunOptions,
@@ -274,7 +325,8 @@ def recording_for(options: RunOptions, device: str, calibration: DeviceCalibrati
 
 
 def _prediction(recording: replay.Recording, measured: replay.Measurement, options: RunOptions,
-                device: str, calibration: DeviceCalibration | None, steps: int) -> Prediction:
+                device: str, calibration: DeviceCalibration | None, steps: int,
+                measured_workspaces: bool = False) -> Prediction:
     cuda = device == "cuda"
     return Prediction(
         parameters=recording.parameters, trainable_parameters=recording.trainable_parameters,
@@ -289,7 +341,11 @@ def _prediction(recording: replay.Recording, measured: replay.Measurement, optio
         outside=calibration.outside_bytes if cuda and calibration else None,
         gpu=calibration.device if cuda and calibration else None,
         calibrated=bool(cuda and calibration and calibration.fitted),
-        attention_kernels=recording.attention_kernels, lora=options.lora, steps=steps)
+        attention_kernels=recording.attention_kernels, lora=options.lora, steps=steps,
+        workspace_band=0 if not cuda or measured_workspaces else round(
+            (calibration or device_constants.DEFAULT).workspace_band
+            * recording.convolution_share * measured.peak_allocated),
+        workspaces_measured=measured_workspaces)
 
 
 # The probe's readings (engine/probe.py): the latest end of a forward pass, and the largest
