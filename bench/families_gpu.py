@@ -21,11 +21,11 @@ Parts, in this order (each within what is left of `--budget-s`):
   configurations -> OUT/measured.json;
 - edge: EDGE's largest batch size predicted for this GPU (`max_batch_size`), then run there:
   where the reserve with no device around it would pass the device, the allocator releases
-  its cache -> OUT/edge/prediction-grid.{jsonl,md};
+  its cache -> edge/prediction-grid.{jsonl,md} in OUT/runs.tgz;
 - snapshots (not in the default parts): SNAPSHOTS trained with the caching allocator's history
   recorded (every action, bench/peak_snapshot.py) -> OUT/snapshots.tgz;
 - grid: bench/prediction_grid.py's own grid (`--quick`) with the time left ->
-  OUT/grid/prediction-grid.{jsonl,md}.
+  grid/prediction-grid.{jsonl,md} in OUT/runs.tgz.
 """
 
 from __future__ import annotations
@@ -271,8 +271,23 @@ def main(argv: list[str] | None = None) -> int:
         snapshots(args.out, list(SNAPSHOTS))
     if "grid" in parts and left() > 30:
         _grid(args.out / "grid", left(), None)
+    _pack(args.out, ("families", "edge", "grid"))
     _say(f"done in {time.monotonic() - started:.0f} s")
     return 0
+
+
+def _pack(out: Path, names: tuple[str, ...]) -> None:
+    """The grids' folders in one archive, OUT/runs.tgz: few files come back from a GPU call."""
+    folders = [out / name for name in names if (out / name).is_dir()]
+    if not folders:
+        return
+    with tarfile.open(out / "runs.tgz", "w:gz") as archive:
+        for folder in folders:
+            archive.add(folder, arcname=folder.name)
+    for folder in folders:
+        for path in sorted(folder.iterdir()):
+            path.unlink()
+        folder.rmdir()
 
 
 if __name__ == "__main__":
