@@ -219,7 +219,9 @@ def _print_batch_fit(options: RunOptions, device: str, gpu_name: str | None, tot
                           "limit": fit.limit, "device": device, "gpu": gpu_name,
                           "total": total, "tried": list(fit.searched),
                           "linear": not fit.exact, "convolutions": fit.convolutions,
-                          "workspaces_measured": fit.workspaces_measured},
+                          "workspaces_measured": fit.workspaces_measured,
+                          "decided_by": None if fit.decided_by is None else str(fit.decided_by),
+                          "peak_beyond": fit.peak_beyond},
                          indent=2))
     else:
         print(fit.line(where))

@@ -502,7 +502,7 @@ class BatchSizes:
         self._recorded = {batch: self._record(batch) for batch in (LINEAR_FROM, LINEAR_FROM + 1)}
         self.convolution_share = self._recorded[LINEAR_FROM].convolution_share  # on a GPU
 
-    def _steps(self, batch: int) -> int:
+    def steps_at(self, batch: int) -> int:
         """The steps the run at `batch` takes of those the probe measures: a dataset of fewer
         samples than three batches runs fewer steps at a larger batch size (the default 512
         samples at 355: two), as `predict` at that batch size replays it."""
@@ -510,7 +510,7 @@ class BatchSizes:
 
     def _record(self, batch: int) -> replay.Recording:
         return _recording(replace(self.shape, batch_size=batch), self.device, self.calibration,
-                          self._steps(batch), workspaces=self.workspaces)
+                          self.steps_at(batch), workspaces=self.workspaces)
 
     def _recording(self, batch: int) -> replay.Recording:
         recording = self._recorded.get(batch)
@@ -528,7 +528,7 @@ class BatchSizes:
         if batch not in self._measured:
             self.tried.append(batch)
             self._measured[batch] = replay.measure(
-                replay.stream(self._recording(batch), self._steps(batch),
+                replay.stream(self._recording(batch), self.steps_at(batch),
                               self.options.grad_accum),
                 cuda=self.device == "cuda")
         return self._measured[batch]
@@ -545,7 +545,7 @@ class BatchSizes:
         key = (batch, capacity)  # near the edge: the allocator's own answer at that capacity
         if key not in self._capped:
             self._capped[key] = replay.measure(
-                replay.stream(self._recording(batch), self._steps(batch),
+                replay.stream(self._recording(batch), self.steps_at(batch),
                               self.options.grad_accum),
                 cuda=True, capacity=capacity).out_of_memory
         return self._capped[key]
