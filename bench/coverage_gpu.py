@@ -9,7 +9,8 @@
    (docs/data/coverage-gpu-expected.json): no branch of the trace depends on CUDA being there
    (transformers' mask creation, an OPT-style decoder's `.item()`).
 2. **SDPA's own choice**: for the attention calls the families make that the calibration did not
-   query (a learnable bias that needs its gradient, a value head size other than the query's),
+   query (a learnable bias that needs its gradient, one whose last dimension is strided, a value
+   head size other than the query's),
    `torch._fused_sdp_choice` on this GPU next to the kernel the trace takes.
 3. **Predicted next to measured**: each family trained for three steps on the GPU by the worker's
    own training code (the Trainer, the dummy data, the component probe), in this process; the
@@ -83,7 +84,7 @@ def sdpa_choices() -> list[dict]:
     rows = []
     for dtype in (torch.bfloat16, torch.float32):
         for head_dim, value_dim in ((16, 16), (64, 64), (24, 16), (192, 128)):
-            for mask in ("gradmask", "oddmask", "mask"):
+            for mask in ("gradmask", "oddmask", "mask", "strided"):
                 q = torch.randn(2, 128, 4, head_dim, device="cuda", dtype=dtype
                                 ).transpose(1, 2).requires_grad_()
                 k = torch.randn(2, 128, 4, head_dim, device="cuda", dtype=dtype
@@ -93,7 +94,9 @@ def sdpa_choices() -> list[dict]:
                 # a 3-D bias (heads, L, S) broadcasts over the batch; cuDNN takes 2-D or 4-D only
                 shape = (4, 128, 128) if mask == "oddmask" else (2, 4, 128, 128)
                 bias = torch.zeros(shape, device="cuda", dtype=dtype,
-                                   requires_grad=mask == "gradmask")
+                                   requires_grad=mask in ("gradmask", "strided"))
+                if mask == "strided":  # T5's position bias as transformers 5.17 hands it over
+                    bias = bias.transpose(-1, -2)
                 try:
                     chosen = names.get(SDPBackend(torch._fused_sdp_choice(q, k, v, bias, 0.0,
                                                                            False)), "math")

@@ -248,12 +248,16 @@ def _no_cuda() -> None:
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 
-def predict_one(config: Config, gpu_name: str | None, device: str) -> dict:
+def predict_one(config: Config, gpu_name: str | None, device: str, total: int | None = None
+                ) -> dict:
+    """`total`: the GPU's memory, which bounds the allocator's reserve (None: the calibrated
+    GPU's)."""
     from anatomy.analysis.prediction import PredictionError, predict
 
     started = time.monotonic()
     try:
-        p = predict(config.options(), device=device, gpu_name=gpu_name)
+        p = predict(config.options(), device=device, gpu_name=gpu_name,
+                    total=total if device == "cuda" else None)
     except PredictionError as error:
         return {"refused": str(error), "seconds": round(time.monotonic() - started, 2)}
     return {**p.to_dict(), "peak_reserved": p.peak_reserved, "marks": p.marks,
@@ -570,7 +574,8 @@ def save(session: Session, constants: DeviceCalibration) -> None:
 def run_grid(session: Session) -> None:
     _, configs, _ = plan(session.device, session.args.quick, session.args.configs)
     todo = [c for c in configs if not session.resumed("grid", c.label)]
-    predictions = {c: session.pool.submit(predict_one, c, session.gpu_name, session.device)
+    predictions = {c: session.pool.submit(predict_one, c, session.gpu_name, session.device,
+                                          session.total)
                    for c in todo}
     for index, config in enumerate(todo, 1):
         if not session.affordable("grid", 8.0):

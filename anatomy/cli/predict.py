@@ -14,13 +14,14 @@ from anatomy.analysis.lengths import MAX_LENGTH, Lengths, TextBatch
 from anatomy.analysis.options import RunOptions, validate
 from anatomy.analysis.prediction import device_constants
 from anatomy.analysis.prediction.batches import DataPrediction, predict_data
+from anatomy.analysis.prediction.limits import judge
 from anatomy.analysis.prediction.workspaces import WorkspaceError
 from anatomy.cli.arguments import add_run_options, options_from_args
 from anatomy.cli.render import SaidMeasurer, table
 from anatomy.engine.locks import gpu_key
 from anatomy.engine.manager import machine
 from anatomy.store import TrainingData
-from anatomy.units import MIB, MIB_NAME, gib_text, in_mib
+from anatomy.units import MIB, MIB_NAME, in_mib, size_text
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -30,10 +31,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     predict.add_argument("--max-batch-size", action="store_true",
                          help="the largest batch size predicted to fit the device, instead")
     predict.add_argument("--measure-convolutions", action="store_true",
-                         help="with --max-batch-size, on the machine whose GPU the run will use: "
-                              "measure cuDNN's convolution workspaces on it at each batch size "
-                              "the search asks about near the edge (a minute at most, with the "
-                              "GPU idle) instead of keeping a margin for them")
+                         help="on the machine whose GPU the run will use: measure cuDNN's "
+                              "convolution workspaces on it (at the batch size, or with "
+                              "--max-batch-size at each size the search asks about near the "
+                              "edge; a minute at most, with the GPU idle) instead of a band for "
+                              "them (a margin, for --max-batch-size)")
     predict.add_argument("--device", choices=prediction.DEVICES,
                          help="the kernels and allocator to assume (default: this machine's)")
     predict.add_argument("--gpu-model", metavar="NAME",
@@ -115,13 +117,22 @@ def cmd_predict(args: argparse.Namespace) -> int:
             measure_on = info.devices[args.gpu or 0] if args.measure_convolutions else None
             return _print_batch_fit(options, device, gpu_name, total, args.json, measure_on)
         options, texts = data.prepared(options)
-        found = predict_data(options, texts.facts, device=device, gpu_name=gpu_name) \
-            if texts is not None else None
+        measured = (_measured_workspaces(options, gpu_name, info.devices[args.gpu or 0])
+                    if args.measure_convolutions else None)
+        bound = total if device == "cuda" else None
+        found = predict_data(options, texts.facts, device=device, gpu_name=gpu_name,
+                             total=bound) if texts is not None else None
         predicted = found.longest if found else \
-            prediction.predict(options, device=device, gpu_name=gpu_name)
+            prediction.predict(options, device=device, gpu_name=gpu_name, total=bound,
+                               measured=measured)
+        longest = found.batches.longest if found else None
         ranks = (prediction.predict_ranks(options, device=device, gpu_name=gpu_name,
-                                          text=found.batches.longest if found else None)
+                                          text=longest)
                  if options.distributed else None)
+        # One process on its device: whether it fits and which limit decides (a rank's own peak
+        # is in the ranks' line); a dataset's at its longest batch.
+        verdict = None if ranks else judge(options, device=device, total=total,
+                                           gpu_name=gpu_name, measured=measured, text=longest)
     except (prediction.PredictionError, WorkspaceError, data.DataError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -131,6 +142,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
             out["ranks"] = ranks.to_dict()
         if found is not None:
             out["dataset"] = _data_json(texts, found)
+        if verdict is not None:
+            out["fit"] = verdict.to_dict()
         print(json.dumps(out, indent=2))
         return 0
     print(_run_words(options, predicted))
@@ -153,12 +166,16 @@ def cmd_predict(args: argparse.Namespace) -> int:
                  ["CUDA context", f"{predicted.context / MIB:,.1f}", ""],
                  ["outside PyTorch", f"{predicted.outside / MIB:,.1f}", ""],
                  ["NVML peak", f"{predicted.nvml_peak / MIB:,.1f}", ""]]
+        if predicted.nvml_high is not None:  # cuDNN's workspaces, not traced: a band
+            rows.append(["NVML peak, up to", f"{predicted.nvml_high / MIB:,.1f}", ""])
     # Several processes: the table is the one process's the ranks' line compares with.
     print(table(rows, ["component" if ranks is None else "one process alone", MIB_NAME,
                        "bytes/param"]))
     print((ranks or predicted).need_line())
     if found is not None:
         print(_typical_line(found))
+    if verdict is not None:
+        print(verdict.line(_device_words(device, gpu_name, total)))
     return 0
 
 
@@ -186,10 +203,10 @@ def _batch_words(batch: TextBatch, lengths: Lengths, facts: TrainingData) -> str
 
 def _typical_line(found: DataPrediction) -> str:
     typical = found.typical
-    nvml = f", {typical.nvml_peak / MIB:,.1f} MB as nvidia-smi counts it" \
+    nvml = f", {size_text(typical.nvml_peak)} as nvidia-smi counts it" \
         if typical.nvml_peak is not None else ""
     return (f"a typical batch ({found.batches.typical.words()}) should need about "
-            f"{typical.peak / MIB:,.1f} MB for tensors{nvml}")
+            f"{size_text(typical.peak)} for tensors{nvml}")
 
 
 def _data_json(texts: Tokenized, found: DataPrediction) -> dict:
@@ -201,6 +218,26 @@ def _data_json(texts: Tokenized, found: DataPrediction) -> dict:
             "typical_batch": list(batches.typical.lengths),
             "typical_padded_to": batches.typical.padded_to,
             "typical": found.typical.to_dict()}
+
+
+def _measured_workspaces(options: RunOptions, gpu_name: str | None, gpu):
+    """The run's recording with its convolutions' workspaces measured on this machine's GPU
+    (analysis.machine.Device, checked by _measuring_refusal) at its batch size, holding the
+    GPU's device lock while it measures; None (said) where it has no convolution."""
+    measure = SaidMeasurer(gpu.index, gpu_key(gpu.nvml_index))
+    try:
+        measured = prediction.measured_recording(options, device_constants.load(gpu_name),
+                                                 measure)
+    finally:
+        measure.close()
+    if measured is None:
+        print("the run has no convolutions: no workspace to measure", file=sys.stderr)
+    return measured
+
+
+def _device_words(device: str, gpu_name: str | None, total: int) -> str:
+    return (f"{gpu_name} ({size_text(total)})" if device == "cuda"
+            else f"this machine's RAM ({size_text(total)})")
 
 
 def _run_words(options: RunOptions, predicted) -> str:
@@ -218,8 +255,6 @@ def _run_words(options: RunOptions, predicted) -> str:
 def _measuring_refusal(args: argparse.Namespace, info, device: str, gpu_name: str | None
                        ) -> str | None:
     """Why this machine's GPU cannot measure the workspaces the prediction asks about."""
-    if not args.max_batch_size:
-        return "it measures for --max-batch-size: add it"
     if device != "cuda" or not info.has_gpu:
         return "it measures this machine's GPU, and there is none here"
     gpu = info.devices[args.gpu or 0] if (args.gpu or 0) < info.gpu_count else None
@@ -244,8 +279,7 @@ def _print_batch_fit(options: RunOptions, device: str, gpu_name: str | None, tot
             measure.close()
     if measure is not None and not fit.workspaces_measured:
         print("the run has no convolutions: no workspace to measure", file=sys.stderr)
-    where = (f"{gpu_name} ({gib_text(total)})" if device == "cuda"
-             else f"this machine's RAM ({gib_text(total)})")
+    where = _device_words(device, gpu_name, total)
     if as_json:
         print(json.dumps({"max_batch_size": fit.batch_size, "capacity": fit.capacity,
                           "peak": fit.peak_at_fit, "may_fit": fit.may_fit,
@@ -253,7 +287,9 @@ def _print_batch_fit(options: RunOptions, device: str, gpu_name: str | None, tot
                           "limit": fit.limit, "device": device, "gpu": gpu_name,
                           "total": total, "tried": list(fit.searched),
                           "linear": not fit.exact, "convolutions": fit.convolutions,
-                          "workspaces_measured": fit.workspaces_measured},
+                          "workspaces_measured": fit.workspaces_measured,
+                          "decided_by": None if fit.decided_by is None else str(fit.decided_by),
+                          "peak_beyond": fit.peak_beyond},
                          indent=2))
     else:
         print(fit.line(where))

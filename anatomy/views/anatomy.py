@@ -222,13 +222,21 @@ def component_rows(report: RunReport, prediction: Prediction) -> list[ComponentR
         row("outside PyTorch", measured.non_torch, prediction.outside,
             "NVML's peak − context − reserved; calibrated")
         row("peak (NVML, over the baseline)", measured.peak, prediction.nvml_peak,
-            "context + tensors + allocator cache + outside PyTorch")
+            "context + tensors + allocator cache + outside PyTorch" + _workspace_band(prediction))
     else:
         expected = cpu_peak(report, prediction)
         row(rss_peak_label(report), measured_peak(report),
             None if expected is None else expected.peak,
             "tensors' peak + the process (not predicted)")
     return rows
+
+
+def _workspace_band(prediction: Prediction) -> str:
+    """NVML's band where cuDNN's convolution workspaces were not measured (not traced)."""
+    if prediction.nvml_high is None:
+        return ""
+    return (f"; up to {mib_text(prediction.nvml_high)} with cuDNN's convolution workspaces "
+            "(chosen as the run goes: not traced)")
 
 
 def rss_peak_label(report: RunReport) -> str:

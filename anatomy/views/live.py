@@ -10,10 +10,12 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from anatomy.analysis import data, duration, models
+from anatomy.analysis.lengths import TextBatch
 from anatomy.analysis.machine import Machine
 from anatomy.analysis.options import FIELDS, RunOptions, validate
 from anatomy.analysis.prediction import PredictionError, max_batch_size, predict, predict_ranks
 from anatomy.analysis.prediction.batches import DataBatches, predict_data
+from anatomy.analysis.prediction.limits import judge
 from anatomy.analysis.report import PHASES, RunReport
 from anatomy.store import GpuStatus, HostStatus, Step, Store
 from anatomy.units import GIB, gib_text, mib_text, size_text
@@ -196,28 +198,47 @@ def memory_forecast(options: RunOptions, machine: Machine) -> Forecast:
     device, gpu_name, total, where = _target(options, machine)
     try:
         options, texts = data.prepared(options, progress=False)
-        found = predict_data(options, texts.facts, device=device, gpu_name=gpu_name) \
-            if texts is not None else None
+        bound = total if device == "cuda" else None
+        found = predict_data(options, texts.facts, device=device, gpu_name=gpu_name,
+                             total=bound) if texts is not None else None
+        longest = found.batches.longest if found else None
         if options.distributed:
-            forecast = predict_ranks(options, device=device, gpu_name=gpu_name,
-                                     text=found.batches.longest if found else None)
+            forecast = predict_ranks(options, device=device, gpu_name=gpu_name, text=longest)
         else:
             forecast = found.longest if found else \
-                predict(options, device=device, gpu_name=gpu_name)
+                predict(options, device=device, gpu_name=gpu_name, total=bound)
     except (PredictionError, data.DataError) as error:
         return Forecast(None, f"cannot predict this run: {error}")
-    # A GPU holds one process's figure; a CPU's RAM holds every process's.
-    need = ((forecast.nvml_peak or forecast.peak) if device == "cuda" else
-            forecast.peak * options.world_size)
-    warning = None
-    if need > total:
-        warning = (f"predicted peak {gib_text(need)} is more than {where}: "
-                   "this run will most likely end out of memory")
-    if found is None:
-        return Forecast(forecast.need_line(), warning)
-    return Forecast(f"{forecast.need_line()}, at its longest batch ({found.batches.longest.words()});"
-                    f" a typical batch ({found.batches.typical.words()}) about "
-                    f"{size_text(found.typical.peak)}", warning, data=found.batches)
+    line = forecast.need_line()
+    if found is not None:
+        line = (f"{line}, at its longest batch ({found.batches.longest.words()}); a typical "
+                f"batch ({found.batches.typical.words()}) about {size_text(found.typical.peak)}")
+    if options.distributed:
+        # A GPU holds one process's figure; a CPU's RAM holds every process's.
+        need = ((forecast.nvml_peak or forecast.peak) if device == "cuda" else
+                forecast.peak * options.world_size)
+        warning = None
+        if need > total:
+            warning = (f"predicted peak {gib_text(need)} is more than {where}: "
+                       "this run will most likely end out of memory")
+        return Forecast(line, warning, data=found.batches if found else None)
+    try:
+        warning = _fit_warning(options, device, gpu_name, total, where, longest)
+    except PredictionError as error:
+        return Forecast(None, f"cannot predict this run: {error}")
+    return Forecast(line, warning, data=found.batches if found else None)
+
+
+def _fit_warning(options: RunOptions, device: str, gpu_name: str | None, total: int,
+                 where: str, text: TextBatch | None = None) -> str | None:
+    """One process against its device: nothing where it fits surely; else that it does not
+    (or may not) fit, which limit decides, and the largest batch size that does
+    (prediction/limits.py); a dataset's at its longest batch (`text`)."""
+    verdict = judge(options, device=device, total=total, gpu_name=gpu_name, text=text)
+    if verdict.sure:
+        return None
+    line = verdict.line(where)
+    return line[0].upper() + line[1:]
 
 
 def run_forecast(options: RunOptions, machine: Machine, store: Store) -> Forecast:

@@ -142,6 +142,8 @@ def test_predict_any_model_for_a_gpu_from_this_machine():
     assert data["trainable_parameters"] < data["parameters"]
     assert data["nvml_peak"] == data["context"] + data["peak_reserved"] + data["outside"]
     assert data["components"]["peak"] <= data["peak_reserved"]
+    assert data["fit"]["fits"] and data["fit"]["limit"] is None  # a tiny ViT on an H200
+    assert data["nvml_high"] is None or data["nvml_high"] > data["nvml_peak"]
 
 
 def test_predict_the_largest_batch_size():
@@ -152,6 +154,7 @@ def test_predict_the_largest_batch_size():
     # a tiny model fills no GPU: the search stops at the option's limit, and says so
     assert data["max_batch_size"] == data["limit"] == 4096 and data["at_limit"]
     assert data["peak"] <= data["capacity"]
+    assert data["decided_by"] is None  # no limit met below the option's
     words = predict("--model", "tiny-gpt2", "--seq-len", "16", "--device", "cuda",
                     "--max-batch-size")
     assert words.stdout.startswith("largest batch size predicted to fit NVIDIA H200")
@@ -167,7 +170,8 @@ def test_predict_a_token_classifier_prints_its_task_and_its_per_token_labels(tok
     assert result.stdout.startswith(
         "bert-ner (166,089 parameters, token classification), batch size 2, sequence length 32, "
         "one of 9 labels per token, fp32, adamw_torch\n")
-    assert "this run should need about" in result.stdout.splitlines()[-1]
+    need, fit = result.stdout.splitlines()[-2:]
+    assert "this run should need about" in need and fit.startswith("fits this machine's RAM")
 
 
 def test_a_bad_model_is_one_line_and_starts_nothing(tmp_path):

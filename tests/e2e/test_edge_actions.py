@@ -81,7 +81,7 @@ def _traced(label: str) -> list[tuple]:
     sizes = memory.BatchSizes(options, "cuda", memory.calibration_for("cuda", "NVIDIA H200"))
     recording = sizes._recording(config.batch_size)
     assert sizes.linear
-    return list(replay.stream(recording, sizes.steps, options.grad_accum))
+    return list(replay.stream(recording, sizes.steps_at(config.batch_size), options.grad_accum))
 
 
 @pytest.mark.parametrize("label, archive", [

@@ -300,7 +300,7 @@ def test_a_prediction_in_a_container_is_for_its_memory_limit(memory_cgroup):
                           cwd=PROJECT, capture_output=True, text=True, timeout=PHASE_SECONDS)
     # 1.2 GB less the Python process's own share holds not even batch size 1: exit 1, said so
     assert done.returncode in (0, 1), done.stderr
-    assert "this machine's RAM (1.2 GiB)" in done.stdout
+    assert "this machine's RAM (1.2 G" in done.stdout  # GiB, whichever word the units give
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])

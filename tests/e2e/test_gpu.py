@@ -333,6 +333,13 @@ def test_convolution_workspaces_measured_on_the_gpu(tmp_path):
     assert fit["workspaces_measured"] and not fit["convolutions"] and fit["max_batch_size"]
     assert "convolutions' cuDNN workspaces on GPU 0" in done.stderr
     assert nvml.memory(gpu.nvml_index).used - before < 64 * MIB  # the child's context gone
+    one = subprocess.run([sys.executable, "-m", "anatomy", "predict", "--model", str(path),
+                          "--batch-size", "64", "--measure-convolutions", "--json"],
+                         capture_output=True, text=True, timeout=900)
+    assert one.returncode == 0, one.stderr
+    predicted = json.loads(one.stdout)  # at one batch size: traced in place of NVML's band
+    assert predicted["workspaces_measured"] and predicted["nvml_high"] is None
+    assert "at batch size 64" in one.stderr
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,

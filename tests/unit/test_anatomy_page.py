@@ -221,6 +221,22 @@ def test_the_predicted_temporary_uses_the_measured_arithmetic(store, measured_ru
     assert rows["sum of the parts"].predicted == predicted.sum_of()
 
 
+def test_nvml_predicted_is_a_band_where_cudnns_workspaces_are_not_traced(store, measured_run):
+    """A convolution network's NVML figure: the traced one, up to what cuDNN's workspaces may
+    add (not traced, unless measured on the GPU)."""
+    from dataclasses import replace
+
+    rep = report(store, measured_run)
+    prediction = breakdown.prediction_for(rep)
+    note = {r.component: r.note for r in view.component_rows(rep, prediction)}
+    assert "up to" not in note["peak (NVML, over the baseline)"]
+    banded = replace(prediction, workspace_band=100 * 2**20)
+    note = {r.component: r.note for r in view.component_rows(rep, banded)}
+    assert note["peak (NVML, over the baseline)"].endswith(
+        f"; up to {(banded.nvml_peak + 100 * 2**20) / 2**20:,.0f} MB with cuDNN's convolution "
+        "workspaces (chosen as the run goes: not traced)")
+
+
 def test_with_checkpointing_the_activations_are_what_the_peak_never_holds(store, seed):
     run_id = seed()
     store.update_run(run_id, options={**store.run(run_id).options,

@@ -245,13 +245,13 @@ def test_what_fits_for_several_processes_is_one_line_and_searches_nothing(capsys
 
 
 @pytest.mark.parametrize("extra, words", [
-    ([], "it measures for --max-batch-size: add it"),
+    ([], "there is none here"),
     (["--max-batch-size"], "there is none here"),
     (["--max-batch-size", "--gpu-model", "NVIDIA H200"], "there is none here")])
 def test_measuring_the_convolutions_is_refused_in_a_line_where_it_cannot(capsys, monkeypatch,
                                                                           extra, words):
-    """--measure-convolutions measures this machine's GPU for the largest batch size: without
-    either, one line, and nothing traced."""
+    """--measure-convolutions measures this machine's GPU (for the batch size, or the largest
+    one): without one, one line, and nothing traced."""
     from anatomy.analysis import prediction
 
     def searched(*args, **kwargs):

@@ -33,7 +33,10 @@ def test_the_walkthrough_run_fits_an_h200():
 
 def test_a_batch_too_large_for_the_gpu_is_warned():
     forecast = memory_forecast(RunOptions(preset="bert-large-uncased", batch_size=256), H200)
-    assert "more than GPU 0's 140.0 GiB" in forecast.warning
+    assert forecast.warning.startswith("Does not fit GPU 0's 140.0 GiB: its tensors decide")
+    largest = batch_size_forecast(RunOptions(preset="bert-large-uncased"), H200).line
+    assert forecast.warning.endswith(f"; the largest batch size that fits: "
+                                     f"{largest.split(': ')[1].split(' ')[0]}")
 
 
 CPU = Machine(backend="cpu-rss", memory_api=None, devices=(), driver=None, cuda_driver=None,

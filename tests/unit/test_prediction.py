@@ -141,6 +141,50 @@ def test_the_attention_kernel_is_the_calibrated_devices_choice():
     assert on_math.activations > predict(options, device="cuda", calibration=DEFAULT).activations
 
 
+def test_a_mask_whose_last_dimension_is_strided_takes_the_math_kernel(tmp_path, monkeypatch):
+    """Every fused attention kernel on a GPU requires the mask's last dimension to have stride 1
+    (torch's check_last_dim_stride_equals_1_dense). T5's relative position bias is a permuted
+    view of its embedding, heads innermost: transformers 5.17 hands it to SDPA as it is (5.23
+    makes it contiguous first), and the H200 runs the math kernel, holding s × s matrices the
+    memory-efficient kernel it calibrated for the same bias made contiguous never holds."""
+    from transformers.integrations import sdpa_attention
+
+    from anatomy.analysis.prediction import device_constants, memory
+    from anatomy.analysis.prediction.device_constants import mask_kind
+
+    h200 = device_constants.load("NVIDIA H200")
+    query = torch.zeros(2, 6, 16, 64)
+    bias = torch.zeros(16, 16, 6, requires_grad=True).permute(2, 0, 1).unsqueeze(0)
+    kinds = {mask_kind(mask, query, query) for mask in (bias, bias.to(torch.bfloat16))}
+    assert kinds == {"strided"}  # a 16-bit copy keeps the layout (autocast's preserve format)
+    for made in (bias.contiguous(), bias):
+        signature = sdpa_signature("float32", 64, False, mask_kind(made, query, query), True,
+                                   False, True)
+        assert h200.sdpa_backend(signature) == ("math" if made is bias else "efficient")
+
+    path = tmp_path / "t5.json"
+    path.write_text(json.dumps({
+        "model_type": "t5", "architectures": ["T5ForConditionalGeneration"], "d_model": 64,
+        "d_kv": 16, "d_ff": 128, "num_heads": 4, "num_layers": 2, "vocab_size": 128,
+        "dropout_rate": 0.1, "decoder_start_token_id": 0, "pad_token_id": 0}))
+    options = RunOptions(model=str(path), seq_len=32, batch_size=2)
+    contiguous = predict(options, device="cuda", calibration=h200)
+    made_contiguous = sdpa_attention.create_position_bias_mask
+
+    def as_517(position_bias, attention_mask, is_causal, query, key):
+        if attention_mask is None and not is_causal:  # the encoder's: the bias itself
+            return position_bias
+        return made_contiguous(position_bias, attention_mask, is_causal, query, key)
+
+    monkeypatch.setattr(sdpa_attention, "create_position_bias_mask", as_517)
+    monkeypatch.setenv("ANATOMY_CACHE", "off")  # the same options, traced again
+    memory._cached_recording.cache_clear()
+    strided = predict(options, device="cuda", calibration=h200)
+    assert set(contiguous.attention_kernels) == {"efficient"}
+    assert strided.attention_kernels.count("math") == 2  # the encoder's two self-attentions
+    assert strided.activations > contiguous.activations
+
+
 def test_checkpointing_cuts_activations_and_accumulation_holds_gradients():
     base = RunOptions(model="tiny-qwen2", seq_len=64, batch_size=4)
     plain = predict(base, device="cuda")
@@ -810,3 +854,42 @@ def test_a_measured_workspace_between_two_sizes_is_linear_in_the_batch_size():
     assert table.size(key, "filter", 0, 200, True) == 40
     assert table.most(key, "data", True) == 1 and table.most(key, "forward", True) == 1
 
+
+
+def test_nvml_is_a_band_where_cudnns_workspaces_are_not_measured(tmp_path):
+    """cuDNN's convolution workspaces are chosen as the run goes (not traced): a convolution
+    network's NVML figure is a band, from the traced one up to the device's `workspace_band` of
+    the convolutions' share of the peak (ResNet-50 bf16 b256 on an H100: 2,111 MiB above the
+    traced figure); measured on this GPU at the run's batch size, each call's workspace is in
+    the trace instead and there is no band. A transformer without convolutions has none."""
+    from anatomy.analysis.prediction import measured_recording, memory, workspaces
+
+    config = {"model_type": "resnet", "architectures": ["ResNetForImageClassification"],
+              "embedding_size": 8, "hidden_sizes": [8, 16], "depths": [1, 1],
+              "layer_type": "basic", "image_size": 32, "num_labels": 10}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    resnet = RunOptions(model=str(path), batch_size=64)
+    traced = predict(resnet, device="cuda", calibration=DEFAULT)
+    share = memory._recording(memory._shape_of(resnet), "cuda", DEFAULT, traced.steps
+                              ).convolution_share
+    assert traced.workspace_band == round(DEFAULT.workspace_band * share * traced.peak) > 0
+    assert traced.nvml_high == traced.nvml_peak + traced.workspace_band
+    assert "up to" in traced.need_line() and "not traced" in traced.need_line()
+    assert predict(RunOptions(model="tiny-gpt2", seq_len=16), device="cuda",
+                   calibration=DEFAULT).nvml_high is None
+    asked = []
+
+    def measure(keys, batches):
+        asked.append(batches)
+        return workspaces.Table({key: {b: ((b * 2**20,), (b * 2**20,) * 2) for b in batches}
+                                 for key in keys})
+
+    recorded = measured_recording(resnet, DEFAULT, measure)
+    assert asked == [[64]]
+    measured = predict(resnet, device="cuda", calibration=DEFAULT, measured=recorded)
+    assert measured.workspaces_measured and measured.nvml_high is None
+    assert "measured on this GPU" in measured.need_line()
+    # 64 MiB workspaces, one call at a time: the reserve holds them, the tensors' peak may too
+    assert measured.peak_reserved >= traced.peak_reserved + 64 * 2**20
+    assert measured_recording(RunOptions(model="tiny-gpt2", seq_len=16), DEFAULT, measure) is None

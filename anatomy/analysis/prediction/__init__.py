@@ -22,6 +22,7 @@ from anatomy.analysis.prediction.memory import (
     calibration_for,
     capacity_for,
     max_batch_size,
+    measured_recording,
     predict,
     predict_ranks,
     rank_prediction,
@@ -32,7 +33,8 @@ from anatomy.analysis.prediction.memory import (
 __all__ = [
     "BATCH_SIZE_LIMIT", "COMPONENTS", "CPU_PROCESS_BYTES", "DEVICES",
     "WALKTHROUGH_BYTES_PER_PARAMETER", "BatchFit", "BatchSizes", "Prediction", "PredictionError",
-    "RankPrediction", "calibration_for", "capacity_for", "max_batch_size", "predict",
+    "RankPrediction", "calibration_for", "capacity_for", "max_batch_size", "measured_recording",
+    "predict",
     "predict_ranks", "rank_prediction", "steps_measured",
     "walkthrough_bytes_per_parameter",
 ]

@@ -34,7 +34,8 @@ def _shape(options: RunOptions, data: TrainingData) -> tuple:
 
 
 def longest(options: RunOptions, data: TrainingData, *, device: str,
-            gpu_name: str | None = None) -> tuple[TextBatch, Prediction]:
+            gpu_name: str | None = None, total: int | None = None
+            ) -> tuple[TextBatch, Prediction]:
     """The longest batch the data can form and its prediction: of `longest_batches`, the one
     predicted to need the most (the allocator's peak, then NVML's, then the activations)."""
     def need(predicted: Prediction) -> tuple[int, int, int]:
@@ -43,17 +44,19 @@ def longest(options: RunOptions, data: TrainingData, *, device: str,
     found: tuple[TextBatch, Prediction] | None = None
     lengths = Lengths(data.lengths or ())
     for batch in longest_batches(lengths, options.batch_size, *_shape(options, data)):
-        predicted = predict(options, device=device, gpu_name=gpu_name, text=batch)
+        predicted = predict(options, device=device, gpu_name=gpu_name, total=total, text=batch)
         if found is None or need(predicted) > need(found[1]):
             found = (batch, predicted)
     return found
 
 
 def predict_data(options: RunOptions, data: TrainingData, *, device: str,
-                 gpu_name: str | None = None) -> DataPrediction:
-    """The run predicted at its longest batch and at a typical one."""
-    batch, predicted = longest(options, data, device=device, gpu_name=gpu_name)
+                 gpu_name: str | None = None, total: int | None = None) -> DataPrediction:
+    """The run predicted at its longest batch and at a typical one; `total`: the GPU's memory,
+    as `predict` takes it."""
+    batch, predicted = longest(options, data, device=device, gpu_name=gpu_name, total=total)
     lengths = Lengths(data.lengths or ())
     typical = typical_batch(lengths, options.batch_size, *_shape(options, data))
     return DataPrediction(DataBatches(lengths, batch, typical), predicted,
-                          predict(options, device=device, gpu_name=gpu_name, text=typical))
+                          predict(options, device=device, gpu_name=gpu_name, total=total,
+                                  text=typical))

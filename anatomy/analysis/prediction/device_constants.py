@@ -32,6 +32,12 @@ prediction is judged on), one JSON file per device model in prediction/calibrati
   of the capacity free, times the share of the forward passes' results the convolutions make
   (a ViT's one patch embedding: ~0; a convolution network's: most). Fitted on runs with
   convolutions at the capacity's edge (`convolution_fitting_set`).
+- `workspace_band`: the most cuDNN's convolution workspaces, not traced, added to the allocator's
+  reserve of a run on this device, as a fraction of the convolutions' share of its allocated
+  peak: NVML's figure is given as a band from the traced figure up to that much more (where the
+  workspaces are not measured on the GPU itself). Fitted by bench/workspace_band.py on the
+  workspaces this device measured for whole networks, each traced with and without them
+  (`workspace_band_fitting_set`).
 
 Without a file for a device, `DEFAULT` holds the H200 figures of docs/MEASUREMENTS.md (measured
 before calibration existed) and says so wherever it is used. Imports no torch.
@@ -53,8 +59,11 @@ BACKENDS = ("flash", "efficient", "cudnn", "math")
 # What an attention call's mask is to the kernel choice: none; one cuDNN takes; one that needs its
 # own gradient (a learnable bias: T5's, Swin's, BEiT's relative positions), which neither cuDNN nor
 # flash can differentiate; one of a shape cuDNN does not take (torch's sdp_utils:
-# check_attn_mask_shape, check_for_attn_mask).
-MASKS = ("nomask", "mask", "gradmask", "oddmask")
+# check_attn_mask_shape, check_for_attn_mask); one whose last dimension is not contiguous, which no
+# fused kernel takes on a GPU (sdp_utils_cpp.h, check_last_dim_stride_equals_1_dense: "GPU
+# backends require attn_mask's last dimension to have stride 1"): T5's relative position bias as
+# transformers 5.17 hands it over, a permuted view of its embedding (heads innermost).
+MASKS = ("nomask", "mask", "gradmask", "oddmask", "strided")
 
 
 def sdpa_signature(dtype: str, head_dim: int, is_causal: bool, mask: bool | str, dropout: bool,
@@ -71,9 +80,12 @@ def sdpa_signature(dtype: str, head_dim: int, is_causal: bool, mask: bool | str,
 
 def mask_kind(mask, query, key) -> str:
     """`MASKS`' word for an attention mask (a tensor, or None) given the query and key it masks:
-    torch's check_attn_mask_shape, which cuDNN's kernel requires."""
+    its last dimension's stride, which every fused kernel checks first on a GPU, then torch's
+    check_attn_mask_shape, which cuDNN's kernel requires."""
     if mask is None:
         return "nomask"
+    if mask.stride(-1) != 1:
+        return "strided"
     if mask.requires_grad:
         return "gradmask"
     shape = tuple(mask.shape)
@@ -94,8 +106,11 @@ def fallback_backend(signature: str, prefer_cudnn: bool = False) -> str:
     - flash: 16-bit; no mask; one head size, at most 256;
     - memory-efficient: head sizes aligned (8 elements in 16 bits, 4 in fp32), no grouped-query
       attention (torch 2.11's, as measured);
-    - the math kernel otherwise."""
+    - the math kernel otherwise, and always for a mask whose last dimension's stride is not 1
+      (every fused kernel's dense constraints: check_last_dim_stride_equals_1_dense)."""
     dtype, head, _, mask, _, gqa, grad = signature.split()
+    if mask == "strided":
+        return "math"
     head_dim, _, value_dim = head[1:].partition("v")
     dq, dv = int(head_dim), int(value_dim or head_dim)
     half = dtype in ("float16", "bfloat16")
@@ -136,6 +151,8 @@ class DeviceCalibration:
     edge_fitting_set: tuple[str, ...] = ()
     convolution_margin: float = 0.06  # uncalibrated: above the H200's (5.44 %)
     convolution_fitting_set: tuple[str, ...] = ()
+    workspace_band: float = 0.6  # uncalibrated: above the H200's (0.554)
+    workspace_band_fitting_set: tuple[str, ...] = ()
     multiprocessors: int | None = None  # None: DEFAULT's
     threads_per_multiprocessor: int | None = None
 
@@ -168,6 +185,7 @@ class DeviceCalibration:
         out["calibration_set"] = list(self.calibration_set)
         out["edge_fitting_set"] = list(self.edge_fitting_set)
         out["convolution_fitting_set"] = list(self.convolution_fitting_set)
+        out["workspace_band_fitting_set"] = list(self.workspace_band_fitting_set)
         return out
 
     @classmethod
@@ -177,6 +195,8 @@ class DeviceCalibration:
         values["calibration_set"] = tuple(values.get("calibration_set", ()))
         values["edge_fitting_set"] = tuple(values.get("edge_fitting_set", ()))
         values["convolution_fitting_set"] = tuple(values.get("convolution_fitting_set", ()))
+        values["workspace_band_fitting_set"] = tuple(values.get("workspace_band_fitting_set",
+                                                                ()))
         return cls(**values)
 
     def save(self, directory: Path = CALIBRATION_DIR) -> Path:

@@ -26,7 +26,7 @@ from anatomy.analysis.options import RunOptions
 from anatomy.analysis.prediction import device_constants, recordings, replay
 from anatomy.analysis.prediction.device_constants import DeviceCalibration
 from anatomy.units import size_text
-from anatomy.vocabulary import Moment, Part, Precision, Strategy
+from anatomy.vocabulary import Moment, Name, Part, Precision, Strategy
 
 # The walkthrough's bytes per parameter ("Model training anatomy", Anatomy of Model's Memory),
 # shown beside what a run predicts and measures.
@@ -56,6 +56,15 @@ class PredictionError(ValueError):
     """A run that cannot be predicted (its model cannot be built), in one line."""
 
 
+class Limit(Name):
+    """What decides whether a run fits its device (prediction/limits.py)."""
+
+    TENSORS = "tensors"  # the allocated peak alone passes what the allocator may hold
+    RESERVE = "the allocator's reserve"  # the tensors fit; the caching allocator's segments do not
+    NVML = "NVML's total"  # fits; its reserve would pass the device: the cache is released
+    MARGIN = "the margin"  # fits the capacity, not with the device's margins kept free
+
+
 @dataclass(frozen=True)
 class Prediction:
     parameters: int
@@ -81,6 +90,11 @@ class Prediction:
     attention_kernels: tuple[str, ...] = ()  # the attention kernels a forward pass calls (CUDA)
     lora: bool = False
     steps: int = MEASURED_STEPS
+    # What cuDNN's convolution workspaces, not traced, may add to the reserve (the device's
+    # `workspace_band` of the convolutions' share of the peak); 0 where there are no
+    # convolutions or their workspaces were measured on this GPU and traced (`workspaces_measured`)
+    workspace_band: int = 0
+    workspaces_measured: bool = False
 
     @property
     def nvml_peak(self) -> int | None:
@@ -89,6 +103,13 @@ class Prediction:
         if self.device != "cuda" or self.context is None:
             return None
         return self.context + self.peak_reserved + (self.outside or 0)
+
+    @property
+    def nvml_high(self) -> int | None:
+        """The top of NVML's band: `nvml_peak` with what cuDNN's workspaces may add (None
+        without a band)."""
+        nvml = self.nvml_peak
+        return None if nvml is None or not self.workspace_band else nvml + self.workspace_band
 
     @property
     def allocator_cache(self) -> int:
@@ -134,9 +155,17 @@ class Prediction:
             nvml = self.nvml_peak
             return (f"this run should need about {size} of GPU memory for tensors (peak: "
                     f"{self.peak_at}), {size_text(nvml)} as nvidia-smi counts it (CUDA context"
-                    " and the allocator's cache included)")
+                    " and the allocator's cache included)" + self._workspace_words())
         return (f"this run should need about {size} of CPU memory for tensors (peak: "
                 f"{self.peak_at}), plus the Python process itself")
+
+    def _workspace_words(self) -> str:
+        if self.workspaces_measured:
+            return "; cuDNN's convolution workspaces measured on this GPU"
+        if self.nvml_high is None:
+            return ""
+        return (f"; up to {size_text(self.nvml_high)} with cuDNN's convolution workspaces "
+                "(chosen as the run goes: not traced)")
 
     def to_dict(self) -> dict:
         out = {"parameters": self.parameters, "trainable_parameters": self.trainable_parameters,
@@ -147,7 +176,8 @@ class Prediction:
             out.update(peak_reserved=self.peak_reserved, allocator_cache=self.allocator_cache,
                        context=self.context, outside=self.outside, nvml_peak=self.nvml_peak,
                        gpu=self.gpu, calibrated=self.calibrated,
-                       attention_kernels=sorted(set(self.attention_kernels)))
+                       attention_kernels=sorted(set(self.attention_kernels)),
+                       nvml_high=self.nvml_high, workspaces_measured=self.workspaces_measured)
         return out
 
 
@@ -225,12 +255,16 @@ def steps_measured(options: RunOptions) -> int:
 
 
 def predict(options: RunOptions, *, device: str = "cuda", gpu_name: str | None = None,
-            calibration: DeviceCalibration | None = None, text: TextBatch | None = None
+            calibration: DeviceCalibration | None = None, total: int | None = None,
+            measured: replay.Recording | None = None, text: TextBatch | None = None
             ) -> Prediction:
     """Predicted memory of a training run with these options, on `device`'s kernels and
     allocator ("cuda" or "cpu"); `gpu_name` picks the calibrated constants ("NVIDIA H200");
-    `text`: a dataset's batch as the collator pads it (lengths.py), instead of the dummy data's.
-    PredictionError when the model cannot be built."""
+    `total`: the GPU's memory (default: the calibrated GPU's), whose capacity bounds the
+    allocator's reserve (`_held_by_device`); `measured`: the run's recording with its
+    convolutions' workspaces measured on this GPU (`measured_recording`), in place of the
+    band; `text`: a dataset's batch as the collator pads it (lengths.py), instead of the dummy
+    data's. PredictionError when the model cannot be built."""
     if device not in DEVICES:
         raise ValueError(f"device must be 'cuda' or 'cpu', got {device!r}")
     if device == "cuda" and calibration is None:
@@ -238,14 +272,71 @@ def predict(options: RunOptions, *, device: str = "cuda", gpu_name: str | None =
     if text is not None:
         options = replace(options, batch_size=text.size, seq_len=text.padded_to)
     steps = steps_measured(options)
-    recording = _recording(_shape_of(options), device, calibration, steps, text=text)
-    measured = replay.measure(replay.stream(recording, steps, options.grad_accum),
+    recording = measured or recording_for(options, device, calibration, text=text)
+    laid_out = replay.measure(replay.stream(recording, steps, options.grad_accum),
                               cuda=device == "cuda")
-    return _prediction(recording, measured, options, device, calibration, steps)
+    if device == "cuda":
+        known = calibration or device_constants.DEFAULT
+        laid_out = _held_by_device(recording, laid_out, options, steps, capacity_for(
+            device, known.total_bytes if total is None else total, calibration))
+    return _prediction(recording, laid_out, options, device, calibration, steps,
+                       measured_workspaces=measured is not None)
+
+
+def measured_recording(options: RunOptions, calibration: DeviceCalibration | None, measure
+                       ) -> replay.Recording | None:
+    """The run traced for a GPU with its convolutions' cuDNN workspaces measured on this
+    machine's GPU at its batch size (`measure`: prediction/workspaces.py's, each distinct
+    convolution alone, forward then backward, as the largest batch size's search measures
+    them), each call's in its place; None where the run has no convolution. WorkspaceError
+    where one cannot be measured (transposed, not 2-D) or the measurement fails."""
+    from anatomy.analysis.prediction import workspaces
+
+    batch, steps = options.batch_size, steps_measured(options)
+    placeholders = workspaces.Placeholders()
+    recording = _recording(_shape_of(options), "cuda", calibration, steps,
+                           workspaces=placeholders)
+    if placeholders.unmeasurable:
+        raise workspaces.WorkspaceError(
+            f"{placeholders.unmeasurable} of the run's convolutions are transposed or not 2-D: "
+            "their workspaces are not measured")
+    if not placeholders.keys:
+        return None
+    placeholders.table.merge(measure(list(placeholders.keys), [batch]))
+    if placeholders.short(batch):  # more workspaces than places for them
+        placeholders = workspaces.Placeholders(placeholders.table)
+        recording = _recording(_shape_of(options), "cuda", calibration, steps,
+                               workspaces=placeholders)
+    return replace(recording, events=placeholders.fill(recording.events, batch))
+
+
+def _held_by_device(recording: replay.Recording, free: replay.Measurement, options: RunOptions,
+                    steps: int, capacity: int) -> replay.Measurement:
+    """The run as the device lets its allocator lay it out. Where its reserve with no device
+    around it passes the capacity, the caching allocator, refused by cudaMalloc, releases every
+    cached segment and asks again (CUDACachingAllocator.cpp, `malloc`: release_cached_blocks,
+    then alloc_block), so its reserve, and NVML's figure, stay at what the replay at the
+    capacity holds. A run that runs out of memory even so keeps the figures without the device
+    (prediction/limits.py says it does not fit)."""
+    if free.peak_reserved <= capacity:
+        return free
+    capped = replay.measure(replay.stream(recording, steps, options.grad_accum), cuda=True,
+                            capacity=capacity)
+    return free if capped.out_of_memory else capped
+
+
+def recording_for(options: RunOptions, device: str, calibration: DeviceCalibration | None,
+                  text: TextBatch | None = None) -> replay.Recording:
+    """The run's recording for the steps the probe measures (cached: `predict` asked for it
+    first, the judgment against the device asks again); `text`: a dataset's batch, `options`
+    already sized to it."""
+    return _recording(_shape_of(options), device, calibration, steps_measured(options),
+                      text=text)
 
 
 def _prediction(recording: replay.Recording, measured: replay.Measurement, options: RunOptions,
-                device: str, calibration: DeviceCalibration | None, steps: int) -> Prediction:
+                device: str, calibration: DeviceCalibration | None, steps: int,
+                measured_workspaces: bool = False) -> Prediction:
     cuda = device == "cuda"
     return Prediction(
         parameters=recording.parameters, trainable_parameters=recording.trainable_parameters,
@@ -260,7 +351,11 @@ def _prediction(recording: replay.Recording, measured: replay.Measurement, optio
         outside=calibration.outside_bytes if cuda and calibration else None,
         gpu=calibration.device if cuda and calibration else None,
         calibrated=bool(cuda and calibration and calibration.fitted),
-        attention_kernels=recording.attention_kernels, lora=options.lora, steps=steps)
+        attention_kernels=recording.attention_kernels, lora=options.lora, steps=steps,
+        workspace_band=0 if not cuda or measured_workspaces else round(
+            (calibration or device_constants.DEFAULT).workspace_band
+            * recording.convolution_share * measured.peak_allocated),
+        workspaces_measured=measured_workspaces)
 
 
 # The probe's readings (engine/probe.py): the latest end of a forward pass, and the largest
@@ -299,6 +394,8 @@ class BatchFit:
     limit: int = BATCH_SIZE_LIMIT  # the batch size option's largest value
     convolutions: bool = False  # the margin is cuDNN's convolutions' (their workspaces unknown)
     workspaces_measured: bool = False  # cuDNN's workspaces measured on this GPU, no margin
+    decided_by: Limit | None = None  # what keeps the next size from fitting (limits.py)
+    peak_beyond: int | None = None  # the next size's predicted peak (allocated)
 
     @property
     def at_limit(self) -> bool:
@@ -326,16 +423,32 @@ class BatchFit:
                         f"(within {self.margin():.1%} of capacity)")
             return f"not even batch size 1 is predicted to fit {where}"
         text = (f"largest batch size predicted to fit {where}: {self.size_text()} (peak "
-                f"{size_text(self.peak_at_fit)} of {size_text(self.capacity)})")
+                f"{size_text(self.peak_at_fit)} of the {size_text(self.capacity)} "
+                f"{'the allocator may hold' if self.device == 'cuda' else 'a run may fill'})")
         if self.at_limit:
             return text + "; the batch size option's limit: larger sizes were not tried"
         if self.uncertain:
             text += f"; {self.may_fit} is within {self.margin():.1%} of capacity — may not"
             if self.convolutions:
                 text += " (cuDNN chooses its convolutions' workspaces as it runs)"
+        text += self._limit_words()
         if self.workspaces_measured:
             text += "; cuDNN's convolution workspaces measured on this GPU"
         return text
+
+    def _limit_words(self) -> str:
+        """What decides at the next size, in words."""
+        beyond = (self.batch_size or 0) + 1
+        if self.decided_by is None or self.peak_beyond is None or self.uncertain:
+            return ""
+        if self.decided_by == Limit.TENSORS:
+            return (f"; at {beyond} its tensors decide ({size_text(self.peak_beyond)} at the "
+                    "peak)")
+        if self.decided_by == Limit.RESERVE:
+            return (f"; at {beyond} the allocator's reserve decides (its tensors, "
+                    f"{size_text(self.peak_beyond)} at the peak, would fit; its segments "
+                    "would not)")
+        return f"; at {beyond} the margin kept free near the capacity decides"
 
 
 def capacity_for(device: str, total: int, calibration: DeviceCalibration | None) -> int:
@@ -391,7 +504,6 @@ class BatchSizes:
         size its convolutions' measured workspaces)."""
         self.options, self.device, self.calibration = options, device, calibration
         self.workspaces = workspaces
-        self.steps = steps_measured(options)
         self.shape = _shape_of(options)
         self.linear = False  # some size was taken as linear in the batch size
         self.tried: list[int] = []
@@ -400,9 +512,15 @@ class BatchSizes:
         self._recorded = {batch: self._record(batch) for batch in (LINEAR_FROM, LINEAR_FROM + 1)}
         self.convolution_share = self._recorded[LINEAR_FROM].convolution_share  # on a GPU
 
+    def steps_at(self, batch: int) -> int:
+        """The steps the run at `batch` takes of those the probe measures: a dataset of fewer
+        samples than three batches runs fewer steps at a larger batch size (the default 512
+        samples at 355: two), as `predict` at that batch size replays it."""
+        return steps_measured(replace(self.options, batch_size=batch))
+
     def _record(self, batch: int) -> replay.Recording:
         return _recording(replace(self.shape, batch_size=batch), self.device, self.calibration,
-                          self.steps, workspaces=self.workspaces)
+                          self.steps_at(batch), workspaces=self.workspaces)
 
     def _recording(self, batch: int) -> replay.Recording:
         recording = self._recorded.get(batch)
@@ -420,7 +538,8 @@ class BatchSizes:
         if batch not in self._measured:
             self.tried.append(batch)
             self._measured[batch] = replay.measure(
-                replay.stream(self._recording(batch), self.steps, self.options.grad_accum),
+                replay.stream(self._recording(batch), self.steps_at(batch),
+                              self.options.grad_accum),
                 cuda=self.device == "cuda")
         return self._measured[batch]
 
@@ -436,7 +555,8 @@ class BatchSizes:
         key = (batch, capacity)  # near the edge: the allocator's own answer at that capacity
         if key not in self._capped:
             self._capped[key] = replay.measure(
-                replay.stream(self._recording(batch), self.steps, self.options.grad_accum),
+                replay.stream(self._recording(batch), self.steps_at(batch),
+                              self.options.grad_accum),
                 cuda=True, capacity=capacity).out_of_memory
         return self._capped[key]
 
@@ -458,15 +578,10 @@ def max_batch_size(options: RunOptions, *, device: str = "cuda", total: int,
         calibration = calibration_for(device, gpu_name)
     capacity = capacity_for(device, total, calibration)
     constants = calibration or device_constants.DEFAULT
-    sure = round(constants.edge_margin * capacity) if device == "cuda" else 0
     least = 0
     sizes = BatchSizes(options, device, calibration)
-    # cuDNN's convolution workspaces are chosen as the run goes (tracing/cuda.py): the device's
-    # convolution margin (fitted on runs with convolutions at the edge) stays free, in the share
-    # the convolutions make of the forward passes' results.
-    convolutions = round(constants.convolution_margin * sizes.convolution_share * capacity) \
-        if device == "cuda" else 0
-    sure = max(sure, convolutions)
+    edge_margin, convolutions = margins(device, capacity, calibration, sizes.convolution_share)
+    sure = max(edge_margin, convolutions)
 
     # Where the edge margin alone binds, the edge may be ragged as the allocator sees it
     # (DeiT-base bf16 on the H200: 1,916 and 1,918 ran, 1,917 and 1,919 did not): the sizes
@@ -480,12 +595,43 @@ def max_batch_size(options: RunOptions, *, device: str = "cuda", total: int,
                        fit, (may or 0) + 1)
         fit = may if not may or not pad else _largest(
             lambda batch: not edge.out_of_memory(batch, capacity - pad), min(fit, may), may + 1)
+        limit, next_peak = _limit_at(fit + 1, capacity, pad, edge.out_of_memory,
+                                     lambda batch: edge.sizes.measure(batch).peak_allocated)
         return BatchFit(fit or None, capacity, device, edge.peak(fit), tuple(edge.tried),
                         not edge.sizes.linear, may_fit=may or None, peak_at_may_fit=edge.peak(may),
-                        workspaces_measured=True)
+                        workspaces_measured=True, decided_by=limit, peak_beyond=next_peak)
+    limit, next_peak = _limit_at(fit + 1, capacity, sure, sizes.out_of_memory,
+                                 lambda batch: sizes.measure(batch).peak_allocated)
     return BatchFit(fit or None, capacity, device, sizes.peak(fit), tuple(sizes.tried),
                     not sizes.linear, may_fit=may or None, peak_at_may_fit=sizes.peak(may),
-                    convolutions=convolutions > 0 and convolutions >= sure)
+                    convolutions=convolutions > 0 and convolutions >= sure, decided_by=limit,
+                    peak_beyond=next_peak)
+
+
+def margins(device: str, capacity: int, calibration: DeviceCalibration | None,
+            convolution_share: float) -> tuple[int, int]:
+    """What a size sure to fit keeps free of the capacity, in bytes: the device's edge margin
+    (the caching allocator near its capacity), and the convolution margin in the share the
+    convolutions make of the forward passes' results (cuDNN's workspaces are chosen as the run
+    goes: tracing/cuda.py), fitted on runs with convolutions at the edge. None on a CPU."""
+    if device != "cuda":
+        return 0, 0
+    constants = calibration or device_constants.DEFAULT
+    return (round(constants.edge_margin * capacity),
+            round(constants.convolution_margin * convolution_share * capacity))
+
+
+def _limit_at(batch: int, capacity: int, margin: int, out_of_memory, peak
+              ) -> tuple[Limit | None, int | None]:
+    """What keeps `batch` (the size after the largest that fits) from fitting, and its peak:
+    its tensors alone, the allocator's reserve at the capacity, or the margin kept free
+    (prediction/limits.py). None past the batch size option's limit."""
+    if batch > BATCH_SIZE_LIMIT:
+        return None, None
+    if out_of_memory(batch, capacity):
+        tensors = peak(batch)
+        return (Limit.TENSORS if tensors > capacity else Limit.RESERVE), tensors
+    return Limit.MARGIN, peak(batch)
 
 
 def _search(sizes: BatchSizes, capacity: int, least: int, sure: int,
