@@ -49,10 +49,10 @@ CASES = {
 def test_the_cpu_prediction_at_the_longest_batch_is_what_the_run_measures(text_data, tmp_path,
                                                                            case):
     which, more = CASES[case]
-    flags = ["--model", "tiny-llama", "--max-steps", "2", "--sample-rate", "50",
+    flags = ["--model", "tiny-llama", "--max-steps", "2",
              *_data_flags(getattr(text_data, which), text_data, *more)]
     store = tmp_path / "runs.sqlite"
-    run = anatomy("run", *flags, store=store)
+    run = anatomy("run", *flags, "--sample-rate", "50", store=store)
     assert run.returncode == 0, run.stderr
     assert "data: " in run.stdout and "4 texts, 61 tokens" in run.stdout
     said = predict(*flags, "--json")

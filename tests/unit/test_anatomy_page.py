@@ -12,7 +12,7 @@ from anatomy.analysis.operations import CLASSES, ClassTotals, OperationProfile
 from anatomy.analysis.prediction import device_constants
 from anatomy.analysis.report import report
 from anatomy.dashboard.widgets import INTERACTIVE
-from anatomy.units import MIB
+from anatomy.units import MIB, mib_text
 from anatomy.views import anatomy as view
 from anatomy.views import text
 from anatomy.views.figures import anatomy as figures
@@ -233,7 +233,7 @@ def test_nvml_predicted_is_a_band_where_cudnns_workspaces_are_not_traced(store, 
     banded = replace(prediction, workspace_band=100 * 2**20)
     note = {r.component: r.note for r in view.component_rows(rep, banded)}
     assert note["peak (NVML, over the baseline)"].endswith(
-        f"; up to {(banded.nvml_peak + 100 * 2**20) / 2**20:,.0f} MB with cuDNN's convolution "
+        f"; up to {mib_text(banded.nvml_peak + 100 * 2**20)} with cuDNN's convolution "
         "workspaces (chosen as the run goes: not traced)")
 
 
