@@ -27,6 +27,7 @@ from anatomy.analysis.transformers_index import index_once
 from anatomy.engine import nvml
 from anatomy.engine.manager import LOCK_DIR_ENV, RunManager
 from anatomy.store import STORE_ENV, Message, PhaseMark, Sample, Step, Store
+from tests.helpers import within
 
 # Before anything loads transformers: its model folders' index from the session's cache folder
 # (set below, before the tests are collected), as anatomy's own processes have it.
@@ -168,10 +169,8 @@ def pytest_sessionfinish(session, exitstatus):
     mark = os.environ.get(SESSION_ENV, "")
     if not mark.startswith(f"{os.getpid()}-"):
         return  # this session was started by another one's test: that one checks
-    deadline = time.monotonic() + 10  # a process ending as the last test ends gets its time
-    while (left := _left_behind(mark)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if not left:
+    # A process ending as the last test ends gets its time.
+    if within(10, lambda: not _left_behind(mark), every=0.2) or not (left := _left_behind(mark)):
         return
     names = []
     for process in left:

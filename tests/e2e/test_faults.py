@@ -36,6 +36,7 @@ from anatomy.store import RunRow, Store, StoreMissing
 from anatomy.store.liveness import ENDED_WITHOUT_A_WORD
 from tests.conftest import PROJECT, TINY, flags, seed_run
 from tests.e2e.conftest import checkpoint, fill, kill_all, left, name_of
+from tests.helpers import one_line
 
 # A run long enough to be interrupted: it never ends on its own within a test.
 ENDLESS = tuple(flags(replace(TINY, max_steps=100_000)))
@@ -509,7 +510,7 @@ def test_a_store_on_read_only_media_lists_shows_and_exports_but_refuses_writes(r
     code, out, _ = _main(capsys, "export", str(run_id), "--format", "csv", "--store", str(path))
     assert code == 0 and out.startswith("run_id,t,gpu")
     code, _, err = _main(capsys, "tag", str(run_id), "x", "--store", str(path))
-    assert code == 2 and "cannot be" in _one_line(err)
+    assert code == 2 and "cannot be" in one_line(err)
 
 
 def test_a_store_there_on_read_only_media_is_called_read_only_not_unmade(read_only_media,
@@ -521,7 +522,7 @@ def test_a_store_there_on_read_only_media_is_called_read_only_not_unmade(read_on
     run_id = seed_run(Store(path))
     freeze()
     code, _, err = _main(capsys, "tag", str(run_id), "x", "--store", str(path))
-    assert code == 2 and _one_line(err).startswith(
+    assert code == 2 and one_line(err).startswith(
         f"error: the store {path}: it cannot be written: the file or its directory is read-only")
 
 
@@ -575,8 +576,3 @@ def _main(capsys, *args: str) -> tuple[int, str, str]:
     code = cli.main(list(args))
     out, err = capsys.readouterr()
     return code, out, err
-
-
-def _one_line(err: str) -> str:
-    assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err, err
-    return err
