@@ -56,14 +56,16 @@ def wait_for_new_chart(page, timeout_ms: int = WAIT_MS, polling: int | str = "ra
     page.wait_for_function(NEW_CHART_DRAWN, timeout=timeout_ms, polling=polling)
 
 
-def serve(store: Path, project: Path = PROJECT, lock_dir: Path | None = None
-          ) -> tuple[subprocess.Popen, str]:
+def serve(store: Path, project: Path = PROJECT, lock_dir: Path | None = None,
+          first_on_path: Path | None = None) -> tuple[subprocess.Popen, str]:
     """The dashboard of `project` over `store`, once it answers its health check. Device locks of
     its own (`lock_dir`, by default beside the store): a run elsewhere on the machine does not
     make this one "busy". A checkout from before `anatomy dashboard` serves its app.py, so that
-    the bench compares before and after."""
+    the bench compares before and after. `first_on_path`: a folder put before the project on
+    the server's Python path (a bench's sitecustomize.py)."""
     port = free_port()
-    env = {**os.environ, "ANATOMY_STORE": str(store), "PYTHONPATH": str(project),
+    path = os.pathsep.join(str(p) for p in (first_on_path, project) if p is not None)
+    env = {**os.environ, "ANATOMY_STORE": str(store), "PYTHONPATH": path,
            "ANATOMY_LOCK_DIR": str(lock_dir or store.parent)}
     command = (["-m", "streamlit", "run", "app.py", "--server.headless", "true",
                 "--server.port", str(port)] if (project / "app.py").exists() else
