@@ -5,8 +5,12 @@ while a run trains. Headless Chromium (Debian's) through Playwright against a re
 
     PYTHONPATH=. .venv/bin/python bench/dashboard_latency.py [--repeats 3] [--project DIR]
     PYTHONPATH=. .venv/bin/python bench/dashboard_latency.py --during-run [--repeats 5]
+    PYTHONPATH=. .venv/bin/python bench/dashboard_latency.py --renderers [--repeats 7]
 
 --project runs another checkout's dashboard (the same store and browser), to compare before/after.
+--renderers: a fresh tab's first chart during a run, drawn as the SVG picture (the dashboard as it
+is, views/figures/svg.py) and by Plotly alone (the same dashboard, its pictures refused, as it
+would be without svg.py), the two servers side by side over the same run, taken in turn.
 Results: docs/BENCHMARKS.md.
 """
 
@@ -21,12 +25,40 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.helpers import wait_until
 from tools import demo_store
 from tools.browser import ARGS, CHROMIUM, end, mark_charts_seen, serve, wait_for_chart, wait_for_new_chart
 
 PAGES = {"Runs": "/runs?run=1", "Anatomy": "/anatomy?run=1", "Compare": "/compare?runs=1,2,3,4",
          "Live (stored run)": "/?run=1"}
 WEBGL = "() => document.querySelectorAll('canvas.gl-canvas, .gl-container canvas').length"
+# The tabs a user opens while a run trains: (name, path, in a new browser profile). The Live page
+# follows the run in progress; a new tab's browser has opened the dashboard before (its cache
+# warm), a new profile has nothing cached.
+TABS = (("Live, new tab", "/", False), ("Live, new profile", "/", True),
+        ("Live (a stored run), new tab", PAGES["Live (stored run)"], False),
+        ("Runs, new tab", PAGES["Runs"], False),
+        ("Compare, new tab", PAGES["Compare"], False),
+        ("Anatomy, new tab", PAGES["Anatomy"], False))
+VIEWPORT = {"width": 1400, "height": 1000}
+# What drew the page's first chart: one of the pictures (svg.anatomy-chart), else Plotly.
+FIRST_CHART = "() => document.querySelector('svg.anatomy-chart') ? 'picture' : 'plotly'"
+# A server that draws every chart with Plotly: its pictures refused, widgets.chart falls back to
+# the interactive chart, as the dashboard would without views/figures/svg.py. Loaded by every
+# Python process of that server (a sitecustomize.py first on its path); a checkout without svg.py
+# is Plotly alone already.
+PLOTLY_ALONE = """
+try:
+    from anatomy.views.figures import svg
+except ImportError:
+    pass
+else:
+    def _refused(figure):
+        raise svg.Unsupported("the bench's Plotly-alone server draws no picture")
+
+    svg.picture = _refused
+"""
+RENDERERS = ("SVG picture", "Plotly alone")
 
 
 def _to_chart(page, url: str) -> float:
@@ -72,14 +104,16 @@ def _train_in_background(store: Path, project: Path) -> subprocess.Popen:
                                stderr=subprocess.DEVNULL)
     from anatomy.store import Store
 
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
+    def trains() -> bool:
         runs = [run for run in Store(store).runs() if run.status == "running"]
-        if runs and Store(store).last_step(runs[0].id) is not None:
-            return process
-        time.sleep(1)
-    process.kill()
-    raise SystemExit("the background run did not reach its first step")
+        return bool(runs) and Store(store).last_step(runs[0].id) is not None
+
+    try:
+        wait_until(trains, 300, "the background run's first step", every=1, process=process)
+    except AssertionError as never:
+        process.kill()
+        raise SystemExit(str(never)) from None
+    return process
 
 
 def during_run(browser, store: Path, project: Path, repeats: int) -> dict[str, list[float]]:
@@ -87,11 +121,7 @@ def during_run(browser, store: Path, project: Path, repeats: int) -> dict[str, l
     browser that has opened the dashboard before (a new tab: its cache warm) and in a new browser
     profile (nothing cached); in a new tab, every other page a user can open (a stored run's Live
     page, Runs, Compare, Anatomy)."""
-    tabs = (("Live, new tab", "/", False), ("Live, new profile", "/", True),
-            ("Live (a stored run), new tab", PAGES["Live (stored run)"], False),
-            ("Runs, new tab", PAGES["Runs"], False),
-            ("Compare, new tab", PAGES["Compare"], False),
-            ("Anatomy, new tab", PAGES["Anatomy"], False))
+    tabs = TABS
     found: dict[str, list[float]] = {name: [] for name, _, _ in tabs}
     cpu: dict[str, list[float]] = {name: [] for name in found}
     run = _train_in_background(store, project)
@@ -137,6 +167,80 @@ def _cpu_seconds(browser, server: subprocess.Popen) -> tuple[float, float]:
     return renderers, times.user + times.system
 
 
+def renderers(browser, store: Path, project: Path, repeats: int, tabs=TABS
+              ) -> tuple[dict[tuple[str, str], list[float]], dict[tuple[str, str], list[float]]]:
+    """A fresh tab's first chart while a run trains, on two servers of `project` over the same
+    store and run: the SVG picture (the dashboard as it is) and Plotly alone (PLOTLY_ALONE).
+    Each repetition opens every tab once on each server, which goes first alternating, so that
+    a machine's load falls on both alike. Seconds to the first chart, and the CPU the browser's
+    renderers and the server spent to it, by (renderer, tab)."""
+    seconds: dict[tuple[str, str], list[float]] = {(r, name): [] for r in RENDERERS
+                                                   for name, _, _ in tabs}
+    cpu: dict[tuple[str, str], list[float]] = {key: [] for key in seconds}
+    plotly_alone = store.parent / "plotly-alone"
+    plotly_alone.mkdir(exist_ok=True)
+    (plotly_alone / "sitecustomize.py").write_text(PLOTLY_ALONE)
+    run = _train_in_background(store, project)
+    servers: dict[str, tuple[subprocess.Popen, str]] = {}
+    contexts: dict[str, object] = {}
+    try:
+        for renderer, first_on_path in zip(RENDERERS, (None, plotly_alone)):
+            servers[renderer] = serve(store, project, store.parent / "locks", first_on_path)
+            contexts[renderer] = browser.new_context(viewport=VIEWPORT)
+            # the browser has opened this dashboard once: a new tab finds its cache warm (the
+            # tab closed, so that no page of it redraws while the others are measured)
+            seen = contexts[renderer].new_page()
+            _to_chart(seen, servers[renderer][1] + PAGES["Runs"])
+            seen.close()
+        for repeat in range(repeats):
+            order = RENDERERS if repeat % 2 == 0 else RENDERERS[::-1]
+            for name, path, fresh in tabs:
+                for renderer in order:
+                    server, url = servers[renderer]
+                    owner = browser.new_context(viewport=VIEWPORT) if fresh else contexts[renderer]
+                    page = owner.new_page()
+                    before = _cpu_seconds(browser, server)
+                    seconds[renderer, name].append(_to_chart(page, url + path))
+                    drawn = page.evaluate(FIRST_CHART)
+                    renderer_cpu, served = (after - earlier for after, earlier in
+                                            zip(_cpu_seconds(browser, server), before))
+                    cpu[renderer, name].append(renderer_cpu + served)
+                    print(f"[{repeat + 1}/{repeats}] {renderer}, {name}: "
+                          f"{seconds[renderer, name][-1]:.2f} s, drawn by {drawn} (CPU: the "
+                          f"renderers {renderer_cpu:.2f} s, the server {served:.2f} s)",
+                          file=sys.stderr, flush=True)
+                    if renderer == "Plotly alone" and drawn == "picture":
+                        raise SystemExit(f"{name}: the Plotly-alone server drew a picture")
+                    page.close()
+                    if fresh:
+                        owner.close()
+    finally:
+        for context in contexts.values():
+            context.close()
+        for process in [*(server for server, _ in servers.values()), run]:
+            end(process, grace_s=30)
+    return seconds, cpu
+
+
+def _spread(values: list[float]) -> str:
+    return (f"{statistics.median(values):.2f} s (min {min(values):.2f}, max "
+            f"{max(values):.2f}, n={len(values)})")
+
+
+def _print_renderers(seconds, cpu, tabs=TABS) -> None:
+    """A row a tab: each renderer's seconds and CPU to the first chart, median (min–max), and
+    what the picture saves in the median."""
+    print("first chart during a run, median (min–max) | SVG picture | Plotly alone | "
+          "the picture saves")
+    for name, _, _ in tabs:
+        svg_s, plotly_s = seconds["SVG picture", name], seconds["Plotly alone", name]
+        svg_cpu, plotly_cpu = cpu["SVG picture", name], cpu["Plotly alone", name]
+        print(f"{name}: seconds | {_spread(svg_s)} | {_spread(plotly_s)} | "
+              f"{statistics.median(plotly_s) - statistics.median(svg_s):+.2f} s")
+        print(f"{name}: CPU (renderers + server) | {_spread(svg_cpu)} | {_spread(plotly_cpu)} | "
+              f"{statistics.median(plotly_cpu) - statistics.median(svg_cpu):+.2f} s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -147,17 +251,32 @@ def main() -> None:
                         help="also: the sidebar's links in an open tab (the app's navigation)")
     parser.add_argument("--during-run", action="store_true",
                         help="only: a fresh tab's first chart while a tiny CPU run trains")
+    parser.add_argument("--renderers", action="store_true",
+                        help="only: a fresh tab's first chart while a tiny CPU run trains, the "
+                             "SVG picture against Plotly alone")
+    parser.add_argument("--tab", action="append", choices=[name for name, _, _ in TABS],
+                        help="with --renderers: a tab to open (again for another); every tab "
+                             "if none is named")
     args = parser.parse_args()
 
     from playwright.sync_api import sync_playwright
 
-    def spread(values: list[float]) -> str:
-        return (f"{statistics.median(values):.2f} s (min {min(values):.2f}, max "
-                f"{max(values):.2f}, n={len(values)})")
-
     with tempfile.TemporaryDirectory() as folder:
         store = Path(folder) / "anatomy.sqlite"
         demo_store.build(store)
+        if args.renderers:
+            tabs = tuple(t for t in TABS if not args.tab or t[0] in args.tab)
+            load = os.getloadavg()[0]
+            with sync_playwright() as playwright:
+                browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+                seconds, cpu = renderers(browser, store, args.project, args.repeats, tabs)
+                browser.close()
+            commit = subprocess.run(["git", "-C", str(args.project), "rev-parse", "--short",
+                                     "HEAD"], capture_output=True, text=True).stdout.strip()
+            print(f"project: {args.project} at {commit or '?'}; {os.cpu_count()} cores; load "
+                  f"average {load:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")
+            _print_renderers(seconds, cpu, tabs)
+            return
         if args.during_run:
             with sync_playwright() as playwright:
                 browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
@@ -168,7 +287,7 @@ def main() -> None:
                 what = "CPU to the first chart" if name.endswith("(CPU seconds)") else \
                     "first chart"
                 print(f"during a run, {name.removesuffix(' (CPU seconds)')}: {what} "
-                      f"{spread(values)}")
+                      f"{_spread(values)}")
             return
         cold: dict[str, list[float]] = {name: [] for name in PAGES}
         warm: dict[str, list[float]] = {name: [] for name in PAGES}
@@ -227,15 +346,15 @@ def main() -> None:
 
     print(f"project: {args.project}; load average {os.getloadavg()[0]:.2f}")
     if first_after_start:
-        print(f"first request after the server started (Runs): {spread(first_after_start)}")
+        print(f"first request after the server started (Runs): {_spread(first_after_start)}")
     for name in PAGES:
         if cold[name]:
-            print(f"{name}: new tab {spread(cold[name])}; same tab again {spread(warm[name])}")
+            print(f"{name}: new tab {_spread(cold[name])}; same tab again {_spread(warm[name])}")
     for name, values in links.items():
         if values:
-            print(f"sidebar link to {name} in an open tab: {spread(values)}")
+            print(f"sidebar link to {name} in an open tab: {_spread(values)}")
     if stops:
-        print(f"Stop to visible feedback: {spread(stops)}")
+        print(f"Stop to visible feedback: {_spread(stops)}")
     print(f"WebGL canvases on the Compare page: {webgl}")
 
 

@@ -14,20 +14,27 @@ import multiprocessing.process
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
 import psutil
+import pynvml
 import pytest
 
 from anatomy.analysis import transfer
+from anatomy.analysis.machine import Machine
 from anatomy.analysis.options import FIELDS, RunOptions
 from anatomy.analysis.transformers_index import index_once
 from anatomy.engine import nvml
+from anatomy.engine.devices import machine
 from anatomy.engine.manager import LOCK_DIR_ENV, RunManager
 from anatomy.store import STORE_ENV, Message, PhaseMark, Sample, Step, Store
+from tests.fake_nvml import FakePynvml
+from tests.helpers import within
 
 # Before anything loads transformers: its model folders' index from the session's cache folder
 # (set below, before the tests are collected), as anatomy's own processes have it.
@@ -169,10 +176,8 @@ def pytest_sessionfinish(session, exitstatus):
     mark = os.environ.get(SESSION_ENV, "")
     if not mark.startswith(f"{os.getpid()}-"):
         return  # this session was started by another one's test: that one checks
-    deadline = time.monotonic() + 10  # a process ending as the last test ends gets its time
-    while (left := _left_behind(mark)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if not left:
+    # A process ending as the last test ends gets its time.
+    if within(10, lambda: not _left_behind(mark), every=0.2) or not (left := _left_behind(mark)):
         return
     names = []
     for process in left:
@@ -245,6 +250,52 @@ def fresh_nvml():
     yield
     nvml._lib = saved
     nvml.reset()
+
+
+def _forget_the_servers_machine() -> None:
+    """The dashboard's server asks for the machine once a process: ask again."""
+    server = sys.modules.get("anatomy.dashboard.server")
+    if server is not None:
+        server.device.clear()
+
+
+def _fake_nvml(gpus: int) -> None:
+    nvml._lib = FakePynvml(gpus=gpus) if gpus else \
+        FakePynvml(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)  # no driver: a CPU machine
+    nvml.reset()
+    _forget_the_servers_machine()
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_see_the_fake_nvml(request, monkeypatch):
+    """A unit test sees a machine without a GPU driver, whatever machine runs it (its GPUs, if
+    it has any, through `fake_machine`): its device branch follows the fake NVML (at the one
+    wrapper), never the machine. The e2e tier's processes read the real NVML."""
+    if _tier(request.node) != "unit":
+        yield
+        return
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    saved = nvml._lib
+    _fake_nvml(0)
+    yield
+    nvml._lib = saved
+    nvml.reset()
+    _forget_the_servers_machine()
+
+
+@pytest.fixture
+def fake_machine(fresh_nvml, monkeypatch) -> Callable[[int], Machine]:
+    """fake_machine(gpus) -> this machine as anatomy sees it when NVML (faked at its wrapper)
+    answers with `gpus` GPUs (0: no driver, as on a CPU machine); the dashboard's server asks
+    again."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+    def make(gpus: int) -> Machine:
+        _fake_nvml(gpus)
+        return machine()
+
+    yield make
+    _forget_the_servers_machine()
 
 
 GIB_BYTES = 1024**3

@@ -5,12 +5,12 @@ drawn."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
+
+from tests.helpers import free_port, wait_until
 
 PROJECT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
@@ -56,20 +56,16 @@ def wait_for_new_chart(page, timeout_ms: int = WAIT_MS, polling: int | str = "ra
     page.wait_for_function(NEW_CHART_DRAWN, timeout=timeout_ms, polling=polling)
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("localhost", 0))
-        return probe.getsockname()[1]
-
-
-def serve(store: Path, project: Path = PROJECT, lock_dir: Path | None = None
-          ) -> tuple[subprocess.Popen, str]:
+def serve(store: Path, project: Path = PROJECT, lock_dir: Path | None = None,
+          first_on_path: Path | None = None) -> tuple[subprocess.Popen, str]:
     """The dashboard of `project` over `store`, once it answers its health check. Device locks of
     its own (`lock_dir`, by default beside the store): a run elsewhere on the machine does not
     make this one "busy". A checkout from before `anatomy dashboard` serves its app.py, so that
-    the bench compares before and after."""
+    the bench compares before and after. `first_on_path`: a folder put before the project on
+    the server's Python path (a bench's sitecustomize.py)."""
     port = free_port()
-    env = {**os.environ, "ANATOMY_STORE": str(store), "PYTHONPATH": str(project),
+    path = os.pathsep.join(str(p) for p in (first_on_path, project) if p is not None)
+    env = {**os.environ, "ANATOMY_STORE": str(store), "PYTHONPATH": path,
            "ANATOMY_LOCK_DIR": str(lock_dir or store.parent)}
     command = (["-m", "streamlit", "run", "app.py", "--server.headless", "true",
                 "--server.port", str(port)] if (project / "app.py").exists() else
@@ -78,14 +74,22 @@ def serve(store: Path, project: Path = PROJECT, lock_dir: Path | None = None
                                cwd=project, env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     url = f"http://localhost:{port}"
-    for _ in range(300):
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2):
-                return process, url
-        except OSError:
-            time.sleep(0.2)
-    process.kill()
-    raise SystemExit("streamlit did not start")
+    try:
+        wait_until(lambda: healthy(url), 120, "streamlit to answer its health check",
+                   every=0.2, process=process)
+    except AssertionError as never:
+        process.kill()
+        raise SystemExit(f"streamlit did not start: {never}") from None
+    return process, url
+
+
+def healthy(url: str) -> bool:
+    """The Streamlit server at `url` answers its health check."""
+    try:
+        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as answer:
+            return answer.status == 200
+    except OSError:
+        return False
 
 
 def end(process: subprocess.Popen, grace_s: float = 20) -> None:

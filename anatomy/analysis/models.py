@@ -992,26 +992,6 @@ def _supports_checkpointing(spec: ModelSpec, config_key: str) -> bool:
     return bool(getattr(head, "supports_gradient_checkpointing", False))
 
 
-def parameter_count(config: dict, num_labels: int = NUM_LABELS) -> int:
-    """Parameters of BertForSequenceClassification for a BERT config, counted from its shape: a
-    cross-check of the traced prediction, which counts any model's parameters from the model."""
-    h = config["hidden_size"]
-    layers = config["num_hidden_layers"]
-    inter = config["intermediate_size"]
-    embeddings = (config["vocab_size"] + config["max_position_embeddings"]
-                  + config["type_vocab_size"]) * h + 2 * h  # + LayerNorm
-    per_layer = (
-        4 * (h * h + h)          # query, key, value, attention output
-        + 2 * h                  # attention LayerNorm
-        + h * inter + inter      # intermediate
-        + inter * h + h          # output
-        + 2 * h                  # output LayerNorm
-    )
-    pooler = h * h + h
-    classifier = h * num_labels + num_labels
-    return embeddings + layers * per_layer + pooler + classifier
-
-
 # What a config.json says of the machine or the training that saved it, not of the model: its
 # dtype (the Trainer keeps fp32 weights and autocasts), its attention implementation
 # (flash_attention_2 needs its package where the model is built; transformers' own choice, sdpa,

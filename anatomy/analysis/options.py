@@ -117,7 +117,7 @@ class RunOptions:
     seed: int = 42
     sample_rate: int = 200
     gpu: int = 0
-    gpus: str = ""  # "0,1": several GPUs, one process each (issue 12); "": the one of `gpu`
+    gpus: str = ""  # "0,1": several GPUs, one process each; "": the one of `gpu`
     processes: int = 1  # training processes without a GPU (CPU ranks over gloo)
     strategy: str = Strategy.DDP.value  # with several processes: a Strategy's
     profile_steps: int = 0

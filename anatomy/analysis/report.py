@@ -73,7 +73,7 @@ class PhaseReading:
 
 @dataclass(frozen=True)
 class RankReading:
-    """One training process of several (issue 12): its phases, with its GPU's memory (NVML) at
+    """One training process of several: its phases, with its GPU's memory (NVML) at
     each phase's end and at its peak, and its measured components. On the CPU the sampler reads
     the RSS of each rank's own processes apart (`gpu` None); a store of before it holds the
     whole tree's alone, every rank's the same one figure, all ranks together."""
@@ -83,7 +83,7 @@ class RankReading:
     phases: tuple[PhaseReading, ...]
     peak_bytes: int | None  # the highest sample of its GPU (of its processes on the CPU)
     components: Components | None
-    # A run on several hosts (issue 21): the host it ran on; None for a run of one host.
+    # A run on several hosts: the host it ran on; None for a run of one host.
     host: str | None = None
     device: int = 0  # the device its samples are stored under (`store.device_key`)
 
@@ -183,7 +183,7 @@ class RunReport:
     components: Components | None
     operations: OperationProfile | None
     source: RunSource = field(default_factory=RunSource)  # who started it
-    # Several training processes (issue 12): each one's phases, GPU and memory; () for one.
+    # Several training processes: each one's phases, GPU and memory; () for one.
     ranks: tuple[RankReading, ...] = ()
     imported: Origin | None = None  # where an imported copy was recorded; None: recorded here
 
@@ -206,7 +206,7 @@ class RunReport:
 
     @property
     def hosts(self) -> tuple[str, ...]:
-        """The hosts of a run on several (issue 21), in the order they joined; () for one."""
+        """The hosts of a run on several, in the order they joined; () for one."""
         return self.environment.hosts or ()
 
     def gpu_peaks(self) -> dict[int, int | None]:
@@ -465,7 +465,7 @@ def _ranks(store: Store, run: RunRow, profiling: PhaseReading | None) -> tuple[R
     if (run.environment.world_size or 1) <= 1:
         return ()
     gpus = run.environment.gpus or ()
-    # Several hosts (issue 21): each rank's host, by its index in the run's hosts.
+    # Several hosts: each rank's host, by its index in the run's hosts.
     hosts = run.environment.hosts or ()
     rank_hosts = run.environment.rank_hosts or ()
     on_gpu = run.backend == Backend.NVML

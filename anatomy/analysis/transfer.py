@@ -83,7 +83,7 @@ def _export_runs(store: Store, run_ids: list[int]) -> dict:
         runs.append({
             "run": run.to_dict(),
             "report": report(store, run_id, run).to_dict(),
-            # Every rank's (issue 12); a row says its rank only where it is not 0.
+            # Every rank's phases; a row says its rank only where it is not 0.
             "phases": [_ranked(_exported_phase(p)) for p in store.phases(run_id, None)],
             "samples": [list(s) for s in store.samples(run_id)],
             "steps": [_ranked(_exported_step(s)) for s in store.steps(run_id, None)],

@@ -62,7 +62,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 
 def _joining(command: list[str], info, args: argparse.Namespace) -> int:
-    """One host of a run on several (issue 21): the run's host where this one can listen on
+    """One host of a run on several: the run's host where this one can listen on
     --join's address, else one that joins it there."""
     address, key = hosts.join_address(args.join), hosts.join_key()
     devices = watch.choose_devices(info, args.gpus)

@@ -319,7 +319,7 @@ def option_widget(name: str, default, key: str, label: str | None = None) -> Non
     on numbers: Streamlit would silently put a wrong value back; the engine judges instead."""
     field = FIELDS[name]
     label = label or field.label
-    if name == "gpus":  # several GPUs (issue 12): pick them; none or one is a single-GPU run
+    if name == "gpus":  # several GPUs: pick them; none or one is a single-GPU run
         chosen = [g for g in (checks.digits(w.strip()) for w in str(default).split(","))
                   if g is not None]
         st.multiselect(label, list(range(server.device().gpu_count)), default=chosen, key=key,

@@ -1,4 +1,4 @@
-"""Ranks on several hosts, one run (issue 21): `anatomy watch --join HOST:PORT -- COMMAND` on
+"""Ranks on several hosts, one run: `anatomy watch --join HOST:PORT -- COMMAND` on
 every host of a job, the address given once to all of them, as torchrun's rendezvous endpoint is.
 
 The watch that can listen on HOST:PORT is the run's host: it records the run (its store, its

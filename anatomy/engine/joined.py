@@ -1,4 +1,4 @@
-"""`anatomy watch --join HOST:PORT -- COMMAND` on a host other than the run's (issue 21): the
+"""`anatomy watch --join HOST:PORT -- COMMAND` on a host other than the run's: the
 command and a sampler here, everything they say forwarded to the run's host over the link of
 engine/hosts.py, where it is one more source of the run's one recording."""
 

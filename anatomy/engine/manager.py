@@ -238,7 +238,7 @@ class RunManager:
             self.stop(run_id)
 
 
-def live_run(store: Store, manager: RunManager | None = None) -> RunRow | None:
+def live_run(store: Store) -> RunRow | None:
     """The run a freshly opened page shows live: the latest one still being recorded."""
     return store.latest_running()
 

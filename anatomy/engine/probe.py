@@ -17,7 +17,7 @@ __all__ = ["MEASURED_STEPS", "ComponentProbe", "optimizer_state_bytes"]
 
 def _local(tensor):
     """The tensor this process holds: an FSDP2 parameter, gradient or optimizer state is a
-    DTensor whose storage is its local shard (issue 12)."""
+    DTensor whose storage is its local shard."""
     return getattr(tensor, "_local_tensor", tensor)
 
 

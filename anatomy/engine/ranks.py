@@ -1,4 +1,4 @@
-"""Several training processes on one machine, started through accelerate (issue 12).
+"""Several training processes on one machine, started through accelerate.
 
 The worker has measured the baseline (before torch loads); it then starts one process per GPU
 (`--gpus 0,1`) or per CPU rank (`--processes N`, gloo) with accelerate's `notebook_launcher`:

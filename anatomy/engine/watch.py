@@ -201,7 +201,7 @@ class Watch:
         # A rank whose link closed mid-phase without a word (killed, crashed): the first one's.
         self.vanished: int | None = None
         self._shown_step: int | None = None
-        # Ranks on several hosts (issue 21, engine/hosts.py): where the others join this run.
+        # Ranks on several hosts (engine/hosts.py): where the others join this run.
         self.hosts_listener = hosts_listener
         self.hosts: hosts.Hosts | None = None
 
@@ -250,7 +250,7 @@ class Watch:
                         in_phase = message.mark.edge == "start"
 
     def _observe(self, message) -> None:
-        """Every rank's phase marks and steps, each stored with its rank (issue 12); the first
+        """Every rank's phase marks and steps, each stored with its rank; the first
         word of a rank other than 0 makes the run one of several processes (its GPU: the rank's
         LOCAL_RANK among the command's visible GPUs)."""
         source = getattr(message, "source", None)
@@ -578,7 +578,7 @@ def watch(command: Sequence[str], store: Store, info: Machine, gpus: str | None 
           name: str | None = None, sample_rate: int = 200, out: TextIO = sys.stderr,
           hosts_listener=None, *,
           phase_lines: Callable[[int], list[str]] = lambda run_id: []) -> int:
-    """`anatomy watch`; with `hosts_listener` (issue 21) the run's host of a run on several,
+    """`anatomy watch`; with `hosts_listener` the run's host of a run on several,
     which the others join there (engine/hosts.py; a joining host: engine/joined.py)."""
     return Watch(command, store, info, choose_devices(info, gpus), name, sample_rate,
                  hosts_listener, phase_lines=phase_lines).run(out)

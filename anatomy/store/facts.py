@@ -202,7 +202,7 @@ class RunFacts(Record):
     world_size: int | None = fact(_world_size)  # training processes (None: one)
     strategy: Strategy | None = fact(checks.member(Strategy))
     gpus: tuple[int, ...] | None = fact(checks.wholes(0, MAX_GPUS - 1))  # rank by rank, NVML's
-    # A run across hosts (issue 21): its hosts in the order they joined, and each rank's host
+    # A run across hosts: its hosts in the order they joined, and each rank's host
     # (its index among them), rank by rank; None for a run of one host.
     hosts: tuple[str, ...] | None = fact(_names)
     rank_hosts: tuple[int, ...] | None = fact(checks.wholes(0, MAX_RANK))

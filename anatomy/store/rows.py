@@ -16,7 +16,7 @@ SPANS = tuple(Phase)
 STATUSES = tuple(Status)
 
 
-# A run on several hosts (issue 21) stores each host's devices under a number of the run's own:
+# A run on several hosts stores each host's devices under a number of the run's own:
 # the first host's GPU i as i (its NVML index, as a run of one host stores it), the k-th host's
 # as k × HOST_STRIDE + i (a host has far fewer GPUs). The samples, their buckets and the device
 # panel key by that number as they always did; the run's facts name its hosts.

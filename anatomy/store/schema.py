@@ -139,10 +139,10 @@ SIGNATURES = {
 # Columns added after the first release of the schema, as (table, column, type).
 ADDED_COLUMNS = (("sweeps", "pid", "INTEGER"), ("runs", "source", "TEXT NOT NULL DEFAULT '{}'"),
                  ("runs", "origin", "TEXT"), ("runs", "recorder", "TEXT"),
-                 # Several training processes (issue 12): each phase and step names its rank.
+                 # A run of several training processes: each phase and step names its rank.
                  ("phases", "rank", "INTEGER NOT NULL DEFAULT 0"),
                  ("steps", "rank", "INTEGER NOT NULL DEFAULT 0"),
-                 # The sequence length each step of a user's Trainer trained at (issue 20).
+                 # The sequence length each step of a user's Trainer trained at.
                  ("steps", "seq_len", "INTEGER"))
 
 

@@ -386,7 +386,7 @@ def operations_explanation(profile: OperationProfile, precision: str) -> str:
     return text
 
 
-# --- several processes (issue 12): each GPU measured next to its rank's prediction ---
+# --- several processes: each GPU measured next to its rank's prediction ---
 
 class RankRow(NamedTuple):
     """One component of one rank: measured on its GPU, predicted for its rank (MiB text)."""

@@ -197,7 +197,7 @@ def side_by_side(reports: Sequence[RunReport]) -> list[dict]:
         row(field.label, [shown(r, name) for r in reports], name in differing)
     for index, (heading, _, _) in enumerate(_results(reports[0], reports)):
         row(heading, [_results(r, reports)[index][2] for r in reports])
-    if any(r.world_size > 1 for r in reports):  # 1 vs N processes (issue 12)
+    if any(r.world_size > 1 for r in reports):  # 1 vs N processes (the count, each GPU's peak)
         row("processes", [r.world_size for r in reports])
         row(in_mib("peak per GPU") if any(r.on_gpu for r in reports) else
             in_mib("peak per process"), [per_gpu_peaks_text(r) for r in reports])

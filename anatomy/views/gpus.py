@@ -1,4 +1,4 @@
-"""A run's GPUs side by side once there are several (issue 21), computed without Streamlit: a row
+"""A run's GPUs side by side once there are several, computed without Streamlit: a row
 per GPU (its host, rank, peak, memory at each phase's end, its own samples a second), the spread
 of the peaks across them, and the GPUs that stand out, in words. Drawn by the Live and Runs pages
 beside the heat strip (figures/gpus.py), and summed up on Anatomy and Compare."""

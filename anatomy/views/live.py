@@ -145,7 +145,7 @@ def summary_lines(report: RunReport) -> list[str]:
     training = report.training
     if training is not None and training.done:
         lines.append(text.occupied_line(training.memory_bytes, report.backend))
-    if report.world_size > 1:  # several processes (issue 12): each GPU's peak, or their spread
+    if report.world_size > 1:  # several processes: each GPU's peak, or their spread
         lines.append(report.processes)
         on_gpus = [rank for rank in report.ranks if rank.gpu is not None]
         if len(on_gpus) > gpus.LISTED_AT_MOST:

@@ -10,8 +10,6 @@ import os
 import sqlite3
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import psutil
@@ -21,7 +19,8 @@ from anatomy.analysis.options import RunOptions
 from anatomy.engine.manager import RunManager
 from anatomy.store import Store
 from tests.conftest import PROJECT
-from tools.browser import ARGS, CHROMIUM, end, free_port
+from tests.helpers import alive, free_port, wait_until, within
+from tools.browser import ARGS, CHROMIUM, end, healthy
 
 ARTIFACTS = PROJECT / "test-artifacts"  # the browser tests' screenshots
 GONE_SECONDS = 20  # a process of a run is gone within this after its end, on a loaded machine
@@ -83,22 +82,10 @@ def recorded(tmp_path_factory):
 
 # --- processes: which are left, by what name ---
 
-def alive(process: psutil.Process) -> bool:
-    """Running, and not a zombie (a zombie holds no memory, no device and no lock)."""
-    try:
-        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
 def left(processes: list[psutil.Process], timeout: float = GONE_SECONDS) -> list[psutil.Process]:
     """Those of `processes` still alive after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        still = [p for p in processes if alive(p)]
-        if not still or time.monotonic() > deadline:
-            return still
-        time.sleep(0.1)
+    within(timeout, lambda: not any(alive(p) for p in processes), every=0.1)
+    return [p for p in processes if alive(p)]
 
 
 def name_of(process: psutil.Process) -> str | None:
@@ -129,19 +116,14 @@ def serve(argv: list[str], *, cwd: Path, log_path: Path, env: dict | None = None
     process = subprocess.Popen([arg.format(port=port) for arg in argv], cwd=cwd, env=env,
                                stdout=log, stderr=subprocess.STDOUT)
     url = f"http://localhost:{port}"
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as answer:
-                if answer.status == 200:
-                    return process, url, log
-        except OSError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            log.seek(0)
-            pytest.fail(f"the dashboard did not start:\n{log.read()}")
-        time.sleep(0.3)
+    try:
+        wait_until(lambda: healthy(url), timeout, "the dashboard to answer its health check",
+                   every=0.3, process=process)
+    except AssertionError as never:
+        process.kill()
+        log.seek(0)
+        pytest.fail(f"the dashboard did not start ({never}):\n{log.read()}")
+    return process, url, log
 
 
 def stop(process: subprocess.Popen, log) -> str:
@@ -184,8 +166,9 @@ def fill(disk: Path, name: str = "filler") -> Path:
 def checkpoint(store_path: Path) -> None:
     """The store's WAL folded into it and truncated: no slack left to write into."""
     with sqlite3.connect(store_path, timeout=30) as db:
-        while db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]:
-            time.sleep(0.05)
+        # busy (1) while a reader holds an older snapshot: asked again until none does
+        wait_until(lambda: not db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0],
+                   HANG_SECONDS, "the store's WAL folded in and truncated")
 
 
 # --- a user's own script ---

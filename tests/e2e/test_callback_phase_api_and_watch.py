@@ -8,7 +8,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 
 import psutil
 import pytest
@@ -19,7 +18,8 @@ from anatomy.store import PHASES, Store
 from anatomy.views.anatomy import user_run_basis
 from anatomy.vocabulary import phase_name
 from tests.conftest import PROJECT
-from tests.e2e.conftest import PADDED_TRAINER_SCRIPT
+from tests.e2e.conftest import PADDED_TRAINER_SCRIPT, left
+from tests.helpers import wait_until
 
 EXAMPLES = PROJECT / "examples"
 SMALL = ["--steps", "3", "--seq-len", "16", "--batch-size", "4"]
@@ -143,7 +143,8 @@ def test_watch_joins_the_phases_the_command_marks(store):
 
 
 # A command that holds 50 MB until the watch has stored a few samples of it (a fixed sleep ends
-# before the first sample on a loaded machine).
+# before the first sample on a loaded machine). A plain program, as a user's command is: it waits
+# in a loop of its own, not with the tests' helper.
 HOLDS_50_MB = """
 import os, sqlite3, time
 x = bytearray(50 * 2**20)
@@ -217,20 +218,17 @@ def test_ctrl_c_stops_the_watched_command_keeps_the_record_and_leaves_no_process
          "import time\nwhile True: time.sleep(0.1)"],
         cwd=PROJECT, env=_env(store), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         start_new_session=True)  # its own process group: "the terminal" the test presses Ctrl-C in
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not (store.runs() and store.runs()[0].worker_pid):
-        time.sleep(0.2)
-    assert store.runs(), "the watch never recorded its run"
-    time.sleep(2)  # some samples
+    wait_until(lambda: store.runs() and store.runs()[0].worker_pid, 60,
+               "the watch to record its run, its command's pid", every=0.2, process=watcher)
+    wait_until(lambda: store.sample_count(store.runs()[0].id) >= 5, 60, "some samples stored",
+               every=0.2, process=watcher)
     family = [psutil.Process(watcher.pid), *psutil.Process(watcher.pid).children(recursive=True)]
     os.killpg(watcher.pid, signal.SIGINT)
     assert watcher.wait(60) == 130
     rep = _only_run(store)
     assert rep.status == "stopped"
     assert rep.samples == rep.samples_sent > 0
-    time.sleep(1)
-    left = [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-    assert not left, left
+    assert left(family) == []
 
 
 def test_an_error_inside_the_phase_api_fails_the_run_with_the_error(store):

@@ -6,14 +6,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
-import urllib.request
 
 import psutil
 
 from anatomy.store import Store
 from tests.conftest import PROJECT
-from tools.browser import free_port
+from tests.helpers import free_port, wait_until
+from tools.browser import healthy
 
 
 def test_it_serves_the_store_it_names_from_any_directory_and_ends_with_its_server(tmp_path):
@@ -27,16 +26,9 @@ def test_it_serves_the_store_it_names_from_any_directory_and_ends_with_its_serve
         first = server.stdout.readline().strip()
         assert first == (f"anatomy dashboard: http://localhost:{port} · store {store} · pid "
                          f"{server.pid} (Ctrl-C stops it)")  # the pid that serves: see below
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://localhost:{port}/_stcore/health",
-                                            timeout=2) as answer:
-                    assert answer.status == 200
-                    break
-            except OSError:
-                assert server.poll() is None and time.monotonic() < deadline, first
-                time.sleep(0.3)
+        wait_until(lambda: healthy(f"http://localhost:{port}"), 60,
+                   "the server to answer its health check", every=0.3, process=server,
+                   seen=lambda: first)
         # The command became the server (exec): its pid serves, and the store is its own.
         serving = psutil.Process(server.pid)
         assert "streamlit" in " ".join(serving.cmdline())

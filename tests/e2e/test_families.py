@@ -21,6 +21,7 @@ from anatomy.analysis.options import RunOptions, validate
 from anatomy.analysis.prediction import PredictionError, predict
 from anatomy.engine import protocol
 from tests.conftest import small_ner_config
+from tests.helpers import wait_until
 
 FAMILIES = {
     "mixtral": "a mixture of experts (the grouped matmul)",
@@ -100,14 +101,15 @@ def trained():
 
     def train(options: RunOptions):
         requests.put(options)
-        deadline = time.monotonic() + 600
-        while True:
+
+        def answer() -> tuple | None:
             try:
-                code, components, failure = answers.get(timeout=1)
-                break
+                return answers.get(timeout=1)
             except queue.Empty:
                 assert child.is_alive(), f"the child ended with code {child.exitcode}"
-                assert time.monotonic() < deadline, "no answer in 600 s"
+                return None
+
+        code, components, failure = wait_until(answer, 600, "the child's answer", every=0)
         assert code == 0, failure
         return components
 

@@ -36,6 +36,7 @@ from anatomy.store import RunRow, Store, StoreMissing
 from anatomy.store.liveness import ENDED_WITHOUT_A_WORD
 from tests.conftest import PROJECT, TINY, flags, seed_run
 from tests.e2e.conftest import checkpoint, fill, kill_all, left, name_of
+from tests.helpers import one_line, wait_until, within
 
 # A run long enough to be interrupted: it never ends on its own within a test.
 ENDLESS = tuple(flags(replace(TINY, max_steps=100_000)))
@@ -51,16 +52,17 @@ def _named(processes: list[psutil.Process], name: str) -> psutil.Process:
 
 def _training(store_path: Path, run_id: int = 1, steps: int = 2) -> RunRow:
     """Wait until the run trains and has taken `steps` steps; its row."""
-    deadline = time.monotonic() + PHASE_SECONDS
-    while time.monotonic() < deadline:
+    def trained() -> RunRow | None:
         try:
             store = Store(store_path, read_only=True)
             if store.run(run_id) and store.step_count(run_id) >= steps:
                 return store.run(run_id)
         except StoreMissing:
             pass
-        time.sleep(0.1)
-    raise AssertionError(f"run {run_id} never reached step {steps} of training")
+        return None
+
+    return wait_until(trained, PHASE_SECONDS, f"run {run_id}'s step {steps} of training",
+                      every=0.1)
 
 
 class CliRun:
@@ -171,11 +173,14 @@ def test_kill_9_of_the_cli_ends_its_processes_frees_the_device_and_the_next_star
 def test_kill_9_of_the_cli_while_it_starts_its_processes_leaves_none(cli_run):
     """The race the parent-death signal has: the parent dies before its child asked for it."""
     run = cli_run()
-    deadline = time.monotonic() + PHASE_SECONDS
-    seen: list[psutil.Process] = []
-    while not any(name_of(p) == "anatomy-sampler" for p in seen):
-        assert time.monotonic() < deadline and run.process.poll() is None, run.finish()
-        seen = run.tree()
+
+    def with_its_sampler() -> list[psutil.Process]:
+        tree = run.tree()
+        return tree if any(name_of(p) == "anatomy-sampler" for p in tree) else []
+
+    # asked without a pause: the kill is to come while the worker may still be launching
+    seen = wait_until(with_its_sampler, PHASE_SECONDS, "the CLI's sampler to start", every=0,
+                      process=run.process)
     started = psutil.Process(run.pid).create_time()
     run.process.send_signal(signal.SIGKILL)
     run.finish()
@@ -260,15 +265,16 @@ def memory_cgroup():
     else:
         pytest.skip("no memory cgroup can be made here")
     yield folder
-    deadline = time.monotonic() + 10
-    while True:  # emptied once its processes are gone
+
+    def removed() -> bool:  # emptied once its processes are gone
         try:
             folder.rmdir()
-            return
+            return True
         except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
+            return False
+
+    if not within(10, removed, every=0.2):
+        folder.rmdir()  # raises, saying why
 
 
 def test_a_run_out_of_ram_is_out_of_memory_not_a_crash(memory_cgroup, tmp_path):
@@ -509,7 +515,7 @@ def test_a_store_on_read_only_media_lists_shows_and_exports_but_refuses_writes(r
     code, out, _ = _main(capsys, "export", str(run_id), "--format", "csv", "--store", str(path))
     assert code == 0 and out.startswith("run_id,t,gpu")
     code, _, err = _main(capsys, "tag", str(run_id), "x", "--store", str(path))
-    assert code == 2 and "cannot be" in _one_line(err)
+    assert code == 2 and "cannot be" in one_line(err)
 
 
 def test_a_store_there_on_read_only_media_is_called_read_only_not_unmade(read_only_media,
@@ -521,7 +527,7 @@ def test_a_store_there_on_read_only_media_is_called_read_only_not_unmade(read_on
     run_id = seed_run(Store(path))
     freeze()
     code, _, err = _main(capsys, "tag", str(run_id), "x", "--store", str(path))
-    assert code == 2 and _one_line(err).startswith(
+    assert code == 2 and one_line(err).startswith(
         f"error: the store {path}: it cannot be written: the file or its directory is read-only")
 
 
@@ -575,8 +581,3 @@ def _main(capsys, *args: str) -> tuple[int, str, str]:
     code = cli.main(list(args))
     out, err = capsys.readouterr()
     return code, out, err
-
-
-def _one_line(err: str) -> str:
-    assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err, err
-    return err

@@ -33,6 +33,7 @@ from anatomy.store import Store, StoreMissing
 from anatomy.store.liveness import ENDED_WITHOUT_A_WORD
 from tests.conftest import PROJECT
 from tests.e2e.conftest import HANG_SECONDS, checkpoint, fill, left, name_of
+from tests.helpers import wait_until
 
 EXAMPLES = PROJECT / "examples"
 START_SECONDS = 240  # a front starts recording within this, however loaded the machine
@@ -155,23 +156,21 @@ class Front:
     def recording(self, steps: int = 2) -> None:
         """Wait until the run records: its training has taken `steps` steps (a command that
         marks none: its sampler has sent samples)."""
-        deadline = time.monotonic() + START_SECONDS
-        while time.monotonic() < deadline:
-            assert self.process.poll() is None, self.finish()
+        def recorded() -> bool:
             self.tree()
             try:
                 store = self.store()
                 run = store.run(1)
-                if run is not None and run.worker_pid and (
-                        store.step_count(1) >= steps if self.kind != "watch"
-                        else store.sample_count(1) > 0):
-                    time.sleep(0.5)
-                    self.tree()
-                    return
+                return run is not None and bool(run.worker_pid) and (
+                    store.step_count(1) >= steps if self.kind != "watch"
+                    else store.sample_count(1) > 0)
             except StoreMissing:
-                pass
-            time.sleep(0.2)
-        raise AssertionError(f"the {self.kind} front never recorded")
+                return False
+
+        wait_until(recorded, START_SECONDS, f"the {self.kind} front to record", every=0.2,
+                   process=self.process)
+        time.sleep(0.5)
+        self.tree()
 
     def sampler(self) -> psutil.Process:
         (found,) = [p for p in self.tree() if name_of(p) == "anatomy-sampler"]
@@ -184,14 +183,10 @@ class Front:
 
     def user_child(self) -> psutil.Process:
         """The user's process's own child (under a watched shell: the python it runs)."""
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            children = [p for p in self.user_process().children() if _users(p)]
-            if children:
-                self.tree()
-                return children[0]
-            time.sleep(0.1)
-        raise AssertionError("the user's process started no child")
+        children = wait_until(lambda: [p for p in self.user_process().children() if _users(p)],
+                              30, "the user's process to start a child", every=0.1)
+        self.tree()
+        return children[0]
 
     def finish(self, timeout: float = 90) -> int:
         self.process.wait(timeout)
@@ -205,15 +200,16 @@ class Front:
 
     def said(self, words: str, timeout: float = 60) -> None:
         """Wait until the front has printed `words` on its stderr (kept in `err`)."""
-        deadline = time.monotonic() + timeout
         stream = self.process.stderr.fileno()
-        while words not in self.err:
-            left = deadline - time.monotonic()
-            assert left > 0, f"never said {words!r}: {self.err}"
-            if select.select([stream], [], [], min(left, 1.0))[0]:
+
+        def heard() -> bool:
+            if words not in self.err and select.select([stream], [], [], 1.0)[0]:
                 chunk = os.read(stream, 65536)
                 assert chunk, f"ended without saying {words!r}: {self.err}"
                 self.err += chunk.decode(errors="replace")
+            return words in self.err
+
+        wait_until(heard, timeout, f"the front to say {words!r}", every=0, seen=lambda: self.err)
 
     def stored(self):
         return report(self.store(), 1)
@@ -338,10 +334,8 @@ def test_a_dead_sampler_fails_the_run_and_the_users_training_goes_on(front, kind
     run = front(kind)
     run.recording()
     run.sampler().send_signal(sig)
-    deadline = time.monotonic() + 60
-    while run.store().run(1, as_recorded=True).status == "running":
-        assert time.monotonic() < deadline, "the run was not ended when its sampler died"
-        time.sleep(0.2)
+    wait_until(lambda: run.store().run(1, as_recorded=True).status != "running", 60,
+               "the run to be ended when its sampler died", every=0.2)
     assert run.process.poll() is None  # the training goes on
     run.process.send_signal(signal.SIGTERM)
     run.finish()
@@ -362,7 +356,7 @@ def test_the_sampler_ignores_hang_ups_and_ctrl_c(front, kind, sig):
     run = front(kind)
     run.recording()
     run.sampler().send_signal(sig)
-    time.sleep(2)
+    time.sleep(2)  # no event to wait for: a signal it did not ignore would have ended it by now
     run.process.send_signal(signal.SIGTERM)
     run.finish()
     assert left(run.seen) == []
@@ -529,10 +523,8 @@ def test_watch_passes_progress_bars_through_as_they_come(tmp_path):
         tee = threading.Thread(target=output.tee, args=(os.fdopen(reader, "rb"), out))
         tee.start()
         os.write(writer, b"progress 1%\r")
-        deadline = time.monotonic() + 10
-        while target.read_bytes() != b"progress 1%\r":
-            assert time.monotonic() < deadline, target.read_bytes()
-            time.sleep(0.01)
+        wait_until(lambda: target.read_bytes() == b"progress 1%\r", 10,
+                   "the progress passed through", every=0.01, seen=target.read_bytes)
         for _ in range(200):  # 12.8 MB without a newline
             os.write(writer, b"x" * 65536)
         os.close(writer)

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import socket
 
 import pytest
 
 from anatomy.analysis import models
 from anatomy.analysis.prediction import replay
 from anatomy.analysis.prediction.tracing.trainer_step import StepOptions
+from tests.helpers import free_port
 
 STEPS = 2
 WORLD = 2
@@ -29,12 +29,6 @@ CASES = [("tiny", "fp32", False, 1), ("tiny-llama", "bf16", True, 2)]
 def _options(case: tuple) -> StepOptions:
     _, precision, checkpointing, accumulation = case
     return StepOptions(precision, checkpointing, accumulation, "adamw_torch", 2, 16)
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def measured_rank(rank: int, port: int, cases: list, out) -> None:
@@ -124,7 +118,7 @@ def _ranks_measured() -> dict[tuple, list[tuple]]:
     activations), one per rank]}; both ranks exited cleanly."""
     context = multiprocessing.get_context("spawn")
     out = context.Queue()
-    port = _port()
+    port = free_port()
     ranks = [context.Process(target=measured_rank, args=(r, port, CASES, out))
              for r in range(WORLD)]
     for process in ranks:

@@ -25,6 +25,7 @@ from anatomy.store import PHASES, Store
 from anatomy.units import MIB
 from tests.conftest import PROJECT
 from tests.e2e.conftest import HANG_SECONDS
+from tests.helpers import alive, wait_until, within
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu,
@@ -119,11 +120,13 @@ def test_real_out_of_memory_in_the_first_step_then_the_next_run_works(manager, s
 
 
 def _training_steps(store, run_id: int, steps: int, timeout: float = 600) -> None:
-    deadline = time.monotonic() + timeout
-    while store.step_count(run_id) < steps:
-        assert time.monotonic() < deadline, f"run {run_id} never reached step {steps}"
+    def stepped() -> bool:
+        if store.step_count(run_id) >= steps:
+            return True
         assert store.run(run_id).status == "running", store.run(run_id).error
-        time.sleep(0.2)
+        return False
+
+    wait_until(stepped, timeout, f"run {run_id}'s step {steps}", every=0.2)
 
 
 def test_real_out_of_memory_in_a_later_step(manager, store, monkeypatch):
@@ -170,21 +173,16 @@ def test_kill_9_of_a_run_mid_step_frees_the_gpu(tmp_path):
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                            start_new_session=True)
     try:
-        deadline = time.monotonic() + 600
-        while not (path.exists() and Store(path).step_count(1) >= 3):
-            assert time.monotonic() < deadline and cli.poll() is None
-            time.sleep(0.2)
+        wait_until(lambda: path.exists() and Store(path).step_count(1) >= 3, 600,
+                   "the run's step 3", every=0.2, process=cli)
         assert nvml.memory(gpu).used > before + 1024 * MIB
         tree = psutil.Process(cli.pid).children(recursive=True)
         cli.send_signal(signal.SIGKILL)
         cli.wait(30)
-        started = time.monotonic()
-        while nvml.memory(gpu).used > before + 64 * MIB and \
-                time.monotonic() - started < HANG_SECONDS:
-            time.sleep(0.1)
+        within(HANG_SECONDS, lambda: nvml.memory(gpu).used <= before + 64 * MIB, every=0.1)
         assert nvml.memory(gpu).used <= before + 64 * MIB, "the GPU's memory is still held"
-        _, alive = psutil.wait_procs(tree, timeout=10)
-        assert [p for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
+        _, still = psutil.wait_procs(tree, timeout=10)
+        assert [p for p in still if alive(p)] == []
     finally:
         cli.kill()
     lock = DeviceLock(device_key(RunOptions(), machine()))
@@ -203,19 +201,15 @@ def test_stop_frees_the_gpu(manager, store):
     gpu = machine().devices[0].nvml_index  # NVML's index of torch's GPU 0
     before = nvml.memory(gpu).used
     run_id = manager.start(RunOptions(preset="bert-large-uncased", batch_size=4, max_steps=100_000))
-    deadline = time.monotonic() + 300
-    while not any(p.name == "training" for p in store.phases(run_id)):
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
-    time.sleep(2)
-    assert nvml.memory(gpu).used > before + 1024 * MIB
+    wait_until(lambda: any(p.name == "training" for p in store.phases(run_id)), 300,
+               f"run {run_id}'s training", every=0.1)
+    wait_until(lambda: nvml.memory(gpu).used > before + 1024 * MIB, 60,
+               "the training to hold more than 1 GiB of the GPU", every=0.1)
     started = time.monotonic()
     manager.stop(run_id)
     assert time.monotonic() - started < HANG_SECONDS  # it returns: a hang, not a speed
     assert store.run(run_id).status == "stopped"
-    deadline = time.monotonic() + HANG_SECONDS
-    while nvml.memory(gpu).used > before + 64 * MIB and time.monotonic() < deadline:
-        time.sleep(0.1)
+    within(HANG_SECONDS, lambda: nvml.memory(gpu).used <= before + 64 * MIB, every=0.1)
     assert nvml.memory(gpu).used <= before + 64 * MIB  # no GPU memory stays held
 
 
@@ -299,10 +293,8 @@ def test_watch_is_refused_while_a_run_holds_the_gpu(manager, store, tmp_path):
     `anatomy run` holds, and says so in one line, starting nothing."""
     run_id = manager.start(RunOptions(preset="bert-base-uncased", batch_size=8,
                                       max_steps=100_000))
-    deadline = time.monotonic() + 300
-    while not any(p.name == "training" for p in store.phases(run_id)):
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    wait_until(lambda: any(p.name == "training" for p in store.phases(run_id)), 300,
+               f"run {run_id}'s training", every=0.1)
     marker = tmp_path / "ran"
     result = subprocess.run([sys.executable, "-m", "anatomy", "watch", "--store",
                              str(tmp_path / "other.sqlite"), "--", sys.executable, "-c",
@@ -366,4 +358,4 @@ def test_two_gpus_through_accelerate_ddp(manager, store, monkeypatch):
     assert rep.samples == rep.samples_sent
     left = [p for p in psutil.Process().children(recursive=True)
             if "resource_tracker" not in " ".join(p.cmdline())]
-    assert [p for p in left if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []
+    assert [p for p in left if alive(p)] == []

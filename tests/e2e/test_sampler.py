@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from multiprocessing import Value
 
 import psutil
 
 from anatomy.engine import protocol, sampler
+from tests.helpers import wait_until
 
 
 def test_a_zombie_workers_memory_is_not_read_as_0(tmp_path):
@@ -17,10 +17,8 @@ def test_a_zombie_workers_memory_is_not_read_as_0(tmp_path):
     instead of a 0 MB that never was."""
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     reader = sampler.Reader("cpu-rss", worker_pid=Value("i", child.pid))
-    deadline = time.monotonic() + 30
-    while psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE:  # ended, not yet waited for
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until(lambda: psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE, 30,
+               "the child to end, not yet waited for (a zombie)")
     try:
         assert reader.read(1.0) == []
     finally:
@@ -40,17 +38,17 @@ def _launch(env: str) -> psutil.Popen:
 
 def _read_when_started(launcher: psutil.Popen) -> list[protocol.Sample]:
     """The reader's samples once each child has started and holds its memory."""
-    deadline = time.monotonic() + 60
-    while True:
+    def holding() -> bool:
         children = launcher.children(recursive=True)
         rss = [p.memory_info().rss for p in children]
         # each holds its memory: the helper least, rank 0 its 40 MB, rank 1 its 80 MB (waiting
         # for rank 1 alone read rank 0 half-filled under load: 38 MB)
-        if len(children) == 3 and min(rss) > 0 and sorted(rss)[1] > 40 * 2**20 and \
-                max(rss) > 80 * 2**20:
-            return sampler.Reader("cpu-rss", worker_pid=Value("i", launcher.pid)).read(0.0)
-        assert time.monotonic() < deadline and launcher.poll() is None
-        time.sleep(0.1)
+        return len(children) == 3 and min(rss) > 0 and sorted(rss)[1] > 40 * 2**20 and \
+            max(rss) > 80 * 2**20
+
+    wait_until(holding, 60, "the three children holding their memory", every=0.1,
+               process=launcher)
+    return sampler.Reader("cpu-rss", worker_pid=Value("i", launcher.pid)).read(0.0)
 
 
 def test_rss_reader_measures_each_ranks_own_processes_beside_the_tree():
@@ -103,16 +101,12 @@ def test_a_rank_that_names_itself_just_after_its_fork_is_read_as_the_rank_at_onc
     go, named = tmp_path / "go", tmp_path / "named"
     launcher = psutil.Popen([sys.executable, "-c", FORKS_THEN_NAMES_ITSELF, str(go), str(named)])
     try:
-        deadline = time.monotonic() + 60
-        while not launcher.children():
-            assert time.monotonic() < deadline and launcher.poll() is None
-            time.sleep(0.01)
+        wait_until(launcher.children, 60, "the fork", every=0.01, process=launcher)
         reader = sampler.Reader("cpu-rss", worker_pid=Value("i", launcher.pid))
         assert [row.gpu for row in reader.read(0.0)] == [0]  # the fork, not yet named
         go.touch()
-        while not named.exists():
-            assert time.monotonic() < deadline and launcher.poll() is None
-            time.sleep(0.01)
+        wait_until(named.exists, 60, "the fork to name itself rank 1", every=0.01,
+                   process=launcher)
         assert [row.gpu for row in reader.read(0.2)] == [0, 2]  # rank 1's own series
     finally:
         for child in launcher.children(recursive=True):

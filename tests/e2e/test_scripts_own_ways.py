@@ -283,6 +283,8 @@ def test_a_run_started_in_a_pools_worker_records_the_trial(tmp_path):
         ("trial 0.1", "completed", 1), ("trial 0.2", "completed", 1)]
 
 
+# A user's script: it trains on, step by step, until its recording has stopped (its own loop,
+# as a user's training is, not the tests' helper).
 LOSES_ITS_STORE = """
 import os, time
 import anatomy

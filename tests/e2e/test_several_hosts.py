@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 
 import psutil
-import pytest
 
 from anatomy.analysis.report import report
 from anatomy.store import HOST_STRIDE, Store
 from tests.conftest import PROJECT
+from tests.e2e.conftest import HANG_SECONDS, left
+from tests.helpers import free_port, wait_until
 
 SCRIPT = """
 import sys, time
@@ -40,18 +39,13 @@ dist.destroy_process_group()
 """
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _hosts(store: Store, tmp_path, steps: int) -> list[subprocess.Popen]:
     """Two watches, node 0 first (it listens: the run's host), each in a session of its own, as
     on a machine of its own."""
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
-    join, master = f"127.0.0.1:{_port()}", str(_port())
+    port, master = free_port(), str(free_port())
+    join = f"127.0.0.1:{port}"
     env = {**os.environ, "ANATOMY_STORE": str(store.path), "ANATOMY_JOIN_KEY": "a shared key",
            "PYTHONPATH": os.pathsep.join(filter(None, (str(PROJECT),
                                                        os.environ.get("PYTHONPATH"))))}
@@ -64,7 +58,9 @@ def _hosts(store: Store, tmp_path, steps: int) -> list[subprocess.Popen]:
         watches.append(subprocess.Popen(command, env=env, cwd=PROJECT, start_new_session=True,
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         text=True))
-        time.sleep(1.0)  # node 0's watch listens first
+        if node == 0:  # node 0's watch listens first: the run's host
+            wait_until(lambda: _listens(watches[0], port), HANG_SECONDS,
+                       f"node 0's watch to listen on {join}", process=watches[0])
     return watches
 
 
@@ -76,8 +72,12 @@ def _tree(process: subprocess.Popen) -> list[psutil.Process]:
         return []
 
 
-def _alive(processes: list[psutil.Process]) -> list[psutil.Process]:
-    return [p for p in processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+def _listens(process: subprocess.Popen, port: int) -> bool:
+    try:
+        return any(c.status == psutil.CONN_LISTEN and c.laddr.port == port
+                   for c in psutil.Process(process.pid).net_connections("tcp"))
+    except psutil.Error:
+        return False
 
 
 def test_two_hosts_end_in_one_run_with_every_ranks_phases_and_steps(store, tmp_path):
@@ -106,14 +106,9 @@ def test_two_hosts_end_in_one_run_with_every_ranks_phases_and_steps(store, tmp_p
 
 def test_a_host_that_dies_fails_the_run_with_its_name_and_nothing_is_left(store, tmp_path):
     watches = _hosts(store, tmp_path, steps=10_000)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:  # both ranks train
-        runs = store.runs()
-        if runs and all(store.last_step(runs[0].id, r) for r in (0, 1)):
-            break
-        time.sleep(0.5)
-    else:
-        pytest.fail("the ranks never trained")
+    wait_until(lambda: (runs := store.runs()) and all(store.last_step(runs[0].id, r)
+                                                      for r in (0, 1)),
+               300, "both ranks to train", every=0.5)
     everything = [p for w in watches for p in _tree(w)]
     joined = watches[1]
     os.killpg(joined.pid, signal.SIGKILL)  # the host dies: its watch and all it ran
@@ -124,7 +119,4 @@ def test_a_host_that_dies_fails_the_run_with_its_name_and_nothing_is_left(store,
     name = rep.hosts[1]
     assert rep.status == "failed" and f"host {name} was lost" in rep.error, rep.error
     assert f"host {name} was lost" in output
-    deadline = time.monotonic() + 30
-    while _alive(everything) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert _alive(everything) == []
+    assert left(everything, 30) == []

@@ -20,7 +20,8 @@ from anatomy.cli import main
 from anatomy.engine.callbacks import INJECT_ENV
 from anatomy.store import Store
 from tests.conftest import PROJECT, TINY, flags
-from tests.e2e.conftest import HANG_SECONDS
+from tests.e2e.conftest import HANG_SECONDS, name_of
+from tests.helpers import alive, wait_until
 
 TWO = replace(TINY, processes=2, batch_size=2)  # two CPU ranks of the tiny run
 
@@ -30,18 +31,10 @@ RANK_PHASES = ["kernel", "weights", "training"]
 
 def _tree_while_training(store: Store, run_id: int, timeout: float = 120) -> list[psutil.Process]:
     """The worker and every process under it, once both ranks train."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if {p.rank for p in store.phases(run_id, None) if p.name == "training"} == {0, 1}:
-            pid = store.run(run_id).worker_pid
-            root = psutil.Process(pid)
-            return [root, *root.children(recursive=True)]
-        time.sleep(0.05)
-    raise AssertionError("the two ranks never began training")
-
-
-def _alive(processes: list[psutil.Process]) -> list[psutil.Process]:
-    return [p for p in processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    wait_until(lambda: {p.rank for p in store.phases(run_id, None) if p.name == "training"}
+               == {0, 1}, timeout, "the two ranks to begin training")
+    root = psutil.Process(store.run(run_id).worker_pid)
+    return [root, *root.children(recursive=True)]
 
 
 def test_two_cpu_processes_through_the_cli_record_both_ranks(store, capsys):
@@ -83,7 +76,7 @@ def test_two_cpu_processes_through_the_cli_record_both_ranks(store, capsys):
     # Nothing of the run is left: the worker, the launcher's ranks, the sampler.
     left = [p for p in psutil.Process().children(recursive=True)
             if "resource_tracker" not in " ".join(p.cmdline())]
-    assert _alive(left) == []
+    assert [p for p in left if alive(p)] == []
 
 
 def test_a_fault_on_one_rank_ends_the_run_and_every_rank(manager, store, monkeypatch):
@@ -95,7 +88,7 @@ def test_a_fault_on_one_rank_ends_the_run_and_every_rank(manager, store, monkeyp
     rep = report(store, run_id)
     assert rep.error.startswith("rank 1: ") and "out of memory" in rep.error
     assert all(p.end_s is not None for p in store.phases(run_id, None))
-    assert _alive(tree) == []
+    assert [p for p in tree if alive(p)] == []
 
 
 def _two_ranks_training(store, steps: int) -> subprocess.Popen:
@@ -106,10 +99,8 @@ def _two_ranks_training(store, steps: int) -> subprocess.Popen:
                            cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True, start_new_session=True)
     try:
-        deadline = time.monotonic() + 240
-        while not (store.runs() and store.step_count(1, 1) >= steps):
-            assert time.monotonic() < deadline and cli.poll() is None, cli.communicate()
-            time.sleep(0.2)
+        wait_until(lambda: store.runs() and store.step_count(1, 1) >= steps, 240,
+                   f"rank 1's step {steps}", every=0.2, process=cli)
     except BaseException:
         cli.kill()
         raise
@@ -166,7 +157,7 @@ def test_a_sigterm_to_the_worker_of_several_ranks_fails_the_run_in_one_line(stor
     rep = report(store, 1)
     assert rep.status == "failed" and rep.error.startswith(
         "the training worker was killed by SIGTERM"), rep.error
-    assert _alive(tree) == []
+    assert [p for p in tree if alive(p)] == []
 
 
 def test_stop_ends_every_rank(manager, store):
@@ -175,7 +166,7 @@ def test_stop_ends_every_rank(manager, store):
     started = time.monotonic()
     manager.stop(run_id)
     assert time.monotonic() - started < HANG_SECONDS  # it returns: a hang, not a speed
-    assert _alive(tree) == []
+    assert [p for p in tree if alive(p)] == []
     assert report(store, run_id).status == "stopped"
 
 
@@ -296,10 +287,8 @@ def test_under_watch_a_rank_killed_is_the_cause_not_the_peers_the_launcher_stopp
                               "-c", TORCHRUN_LIKE, KILLED_RANK_SCRIPT], cwd=PROJECT, env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 120
-        while not (store.runs() and store.step_count(1, 1) >= 2):
-            assert time.monotonic() < deadline and watch.poll() is None, watch.communicate()
-            time.sleep(0.1)
+        wait_until(lambda: store.runs() and store.step_count(1, 1) >= 2, 120, "rank 1's step 2",
+                   every=0.1, process=watch)
         go.touch()
         _, err = watch.communicate(timeout=60)
     finally:
@@ -340,7 +329,9 @@ def test_the_worker_of_several_gpus_holds_every_gpus_lock(tmp_path, monkeypatch)
     try:
         for lock in locks:
             lock.release()
-        time.sleep(0.5)
+        # named once it has attached: its arguments, the locks among them, have arrived
+        wait_until(lambda: name_of(psutil.Process(child.pid)) == "anatomy-test", HANG_SECONDS,
+                   "the child to attach its lifeline")
         assert not DeviceLock("gpu0").acquire("other") and not DeviceLock("gpu1").acquire("x")
     finally:
         child.kill()
@@ -371,17 +362,15 @@ def test_the_first_rank_to_end_is_named_though_the_launcher_reaps_a_peer_first(t
     deaths = ranks._Deaths(2)
     for child in children:
         child.start()
-    deadline = time.monotonic() + HANG_SECONDS
-    while {c.name() for c in psutil.Process().children()} < {"anatomy-rank-0", "anatomy-rank-1"}:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
-    while len(deaths.watched) < 2:  # a thread waits for each one's end (on a loaded machine,
-        assert time.monotonic() < deadline  # seconds after they named themselves)
-        time.sleep(0.01)
+    wait_until(lambda: {c.name() for c in psutil.Process().children()}
+               >= {"anatomy-rank-0", "anatomy-rank-1"}, HANG_SECONDS, "both ranks named",
+               every=0.01)
+    # a thread waits for each one's end (on a loaded machine, seconds after they named themselves)
+    wait_until(lambda: len(deaths.watched) >= 2, HANG_SECONDS, "a thread watching each rank",
+               every=0.01)
     os.kill(children[1].pid, sig.SIGKILL)
-    while 1 not in deaths.ended:  # seen dead, not reaped: the launcher has not polled yet
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    # seen dead, not reaped: the launcher has not polled yet
+    wait_until(lambda: 1 in deaths.ended, HANG_SECONDS, "rank 1's death seen", every=0.01)
     go.touch()  # rank 0 now ends as a peer that lost rank 1
     for child in children:  # reaped as the launcher does, rank 0 first
         child.join(10)

@@ -7,10 +7,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 from anatomy.store import Store
 from tests.conftest import PROJECT, TINY, flags
+from tests.helpers import within
 
 
 def test_a_tiny_cpu_sweep_runs_to_the_end_and_a_cli_run_meanwhile_is_refused_naming_it(tmp_path):
@@ -26,15 +26,21 @@ def test_a_tiny_cpu_sweep_runs_to_the_end_and_a_cli_run_meanwhile_is_refused_nam
         # Its first line is said as its first run starts: the sweep holds the device by then.
         said = sweep.stderr.readline()
         assert said.startswith("sweep "), said
-        deadline = time.monotonic() + 120
         refusals = []
-        while sweep.poll() is None and len(refusals) < 3 and time.monotonic() < deadline:
+
+        def asked_enough() -> bool:
+            """A CLI run asked again, while the sweep lives, until three were refused."""
+            if sweep.poll() is not None or len(refusals) >= 3:
+                return True
             result = subprocess.run(
                 [sys.executable, "-m", "anatomy", "run", *flags(TINY), "--store", str(store)],
                 capture_output=True, text=True, timeout=120, cwd=PROJECT,
                 env={**os.environ, "PYTHONPATH": str(PROJECT)})
             if sweep.poll() is None:
                 refusals.append(result)
+            return False
+
+        within(120, asked_enough, every=0)
         out, err = sweep.communicate(timeout=180)
         err = said + err
     finally:

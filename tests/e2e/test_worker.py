@@ -17,15 +17,12 @@ from anatomy.engine.manager import DeviceBusy, DeviceLock, device_key, machine
 from anatomy.store import PHASES
 from tests.conftest import PROJECT, TINY
 from tests.e2e.conftest import HANG_SECONDS
+from tests.helpers import alive, wait_until
 
 
 def _wait_for_phase(store, run_id: int, name: str, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if any(p.name == name for p in store.phases(run_id)):
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"phase {name} never began")
+    wait_until(lambda: any(p.name == name for p in store.phases(run_id)), timeout,
+               f"run {run_id}'s phase {name} to begin")
 
 
 def test_tiny_run_records_every_phase_in_order(recorded, tiny):
@@ -119,7 +116,7 @@ def test_a_second_run_on_a_busy_device_is_refused_and_stop_ends_the_whole_tree(m
     started = time.monotonic()
     manager.stop(run_id)
     assert time.monotonic() - started < HANG_SECONDS  # it returns: a hang, not a speed
-    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in tree)
+    assert not any(alive(p) for p in tree)
     rep = report(store, run_id)
     assert rep.status == "stopped"
     assert rep.samples == rep.samples_sent > 0

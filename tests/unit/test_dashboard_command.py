@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from anatomy import cli
-from tools.browser import free_port
+from tests.helpers import free_port
 
 
 @pytest.fixture

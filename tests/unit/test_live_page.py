@@ -13,7 +13,6 @@ from streamlit.testing.v1 import AppTest
 
 from anatomy.analysis.report import report
 from anatomy.dashboard.widgets import INTERACTIVE
-from anatomy.engine.devices import machine
 from anatomy.store import GpuProcess, GpuStatus, HostStatus, Step
 from anatomy.store.liveness import Recorder
 from anatomy.views import live
@@ -21,7 +20,6 @@ from anatomy.views.live import PhaseMetric, Progress
 from tests.apptest import APP, chart_spec, open_page
 
 TIMEOUT = 30  # the first run of a test process imports plotly and the engine
-NO_GPU = machine().gpu_count == 0
 SVG = "{http://www.w3.org/2000/svg}"
 
 
@@ -49,12 +47,14 @@ def _errors(app: AppTest) -> list[str]:
 
 # --- the Live run page ---
 
-def test_the_live_page_offers_every_run_option_with_the_machines_defaults():
+@pytest.mark.parametrize("gpus", [0, 1])
+def test_the_live_page_offers_every_run_option_with_the_machines_defaults(gpus, fake_machine):
+    fake_machine(gpus)
     app = _app().run()
     assert not app.exception
     assert app.title[0].value == "Live run"
     assert app.number_input(key="option_batch_size").value == 4
-    assert app.selectbox(key="option_model").value == ("tiny" if NO_GPU else "bert-large-uncased")
+    assert app.selectbox(key="option_model").value == ("bert-large-uncased" if gpus else "tiny")
     assert app.number_input(key="option_max_steps").value == 0  # 0: train for the epochs
     # its range is what a number may be, beside the 0 it starts at (it said "(1 to 10000000)")
     assert app.number_input(key="option_max_steps").help.endswith(
@@ -77,8 +77,8 @@ def test_a_wrong_value_is_named_under_its_field_and_nothing_starts(store):
     assert "No run in progress" in app.info[0].value
 
 
-@pytest.mark.skipif(not NO_GPU, reason="fp16 is refused only on a machine without a GPU")
-def test_a_choice_the_machine_cannot_run_is_refused_next_to_it(store):
+def test_a_choice_the_machine_cannot_run_is_refused_next_to_it(store, fake_machine):
+    fake_machine(0)  # fp16 is refused only on a machine without a GPU
     app = _app().run()
     app.selectbox(key="option_precision").set_value("fp16")
     app.button(key="start").click().run()
@@ -88,30 +88,24 @@ def test_a_choice_the_machine_cannot_run_is_refused_next_to_it(store):
 
 
 @pytest.mark.parametrize("gpus", [0, 1])
-def test_the_gpu_index_field_is_offered_only_on_a_machine_with_a_gpu(gpus, fresh_nvml):
+def test_the_gpu_index_field_is_offered_only_on_a_machine_with_a_gpu(gpus, fake_machine):
     """A CPU machine's form asked for a GPU index."""
-    from anatomy.dashboard import server
-    from anatomy.engine import nvml
-    from tests.fake_nvml import FakePynvml
-
-    nvml._lib = FakePynvml(gpus=gpus) if gpus else None  # None: no NVML, as on this machine
-    server.device.clear()  # the server asks the machine once: ask this one
-    try:
-        app = _app().run()
-    finally:
-        server.device.clear()
+    fake_machine(gpus)
+    app = _app().run()
     assert not app.exception
     keys = {w.key for w in app.number_input}
     assert "option_batch_size" in keys  # the form is drawn
     assert ("option_gpu" in keys) == bool(gpus)
 
-def test_the_sidebar_names_what_is_measured():
+@pytest.mark.parametrize("gpus", [0, 1])
+def test_the_sidebar_names_what_is_measured(gpus, fake_machine):
+    measured = fake_machine(gpus)
     app = _app().run()
     text = " ".join(m.value for m in app.sidebar.markdown)
-    if NO_GPU:
+    if not gpus:
         assert "no GPU: measuring CPU memory of the training process" in text
     else:
-        assert machine().devices[0].name in text
+        assert measured.devices[0].name in text
 
 
 def test_a_running_run_opens_live_with_its_open_phase(store, seed):

@@ -19,6 +19,7 @@ from anatomy.analysis import transfer
 from anatomy.store import Store
 from anatomy.store.liveness import Recorder
 from tests.conftest import seed_run
+from tests.helpers import one_line
 
 
 def test_the_dashboard_closes_a_run_its_dead_server_left_running(store, seed):
@@ -36,11 +37,6 @@ def _main(capsys, *args: str) -> tuple[int, str, str]:
     code = cli.main(list(args))
     out, err = capsys.readouterr()
     return code, out, err
-
-
-def _one_line(err: str) -> str:
-    assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err, err
-    return err
 
 
 def _foreign_sqlite(path: Path) -> bytes:
@@ -61,8 +57,8 @@ def test_another_programs_sqlite_file_is_refused_and_left_as_it_was(tmp_path, ca
     command = [part.format(file=exported) for part in command]
     code, _, err = _main(capsys, *command, "--store", str(path))
     assert code == 2
-    assert _one_line(err) == (f"error: the store {path}: it is not an anatomy store: it holds "
-                              "another program's tables (runs, metrics)\n")
+    assert one_line(err) == (f"error: the store {path}: it is not an anatomy store: it holds "
+                             "another program's tables (runs, metrics)\n")
     assert path.read_bytes() == before  # no tables added, no journal mode changed
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mlflow.db"]
 
@@ -83,7 +79,7 @@ def test_a_file_that_is_no_store_is_named_with_the_reason(tmp_path, capsys, make
     for command in (("runs",), ("show", "1"), ("run", "--max-steps", "1")):
         code, _, err = _main(capsys, *command, "--store", str(path))
         assert code == 2, err
-        assert _one_line(err).startswith(f"error: the store {path}: {reason}")
+        assert one_line(err).startswith(f"error: the store {path}: {reason}")
 
 
 def test_a_damaged_store_is_named_with_the_reason(store, seed, capsys):
@@ -94,7 +90,7 @@ def test_a_damaged_store_is_named_with_the_reason(store, seed, capsys):
     for command in (("runs",), ("show", "1")):
         code, _, err = _main(capsys, *command, "--store", str(store.path))
         assert code in (1, 2)
-        assert _one_line(err).startswith(f"error: the store {store.path}: the file is corrupt")
+        assert one_line(err).startswith(f"error: the store {store.path}: the file is corrupt")
 
 
 def test_read_only_commands_write_nothing_to_a_store(store, seed, capsys):
@@ -158,8 +154,8 @@ def test_an_export_to_a_folder_that_does_not_exist_is_refused_before_any_work(st
     code, _, err = _main(capsys, "export", str(run_id), "--format", "html", "--output",
                          "/nonexistent/x.html", "--store", str(store.path))
     assert code == 2
-    assert _one_line(err) == ("error: cannot write /nonexistent/x.html: its directory "
-                              "/nonexistent does not exist\n")
+    assert one_line(err) == ("error: cannot write /nonexistent/x.html: its directory "
+                             "/nonexistent does not exist\n")
 
 
 @pytest.mark.parametrize("format", ["json", "csv", "html"])
@@ -176,7 +172,7 @@ def test_an_export_over_a_store_is_refused_and_the_store_kept(store, seed, capsy
         before = target.read_bytes()
         code, _, err = _main(capsys, "export", str(run_id), "--format", format, "--output",
                              str(target), "--store", str(store.path))
-        assert code == 2 and _one_line(err) == f"error: cannot write {target}: {reason}\n"
+        assert code == 2 and one_line(err) == f"error: cannot write {target}: {reason}\n"
         assert target.read_bytes() == before
     assert _main(capsys, "runs", "--store", str(store.path))[0] == 0
 

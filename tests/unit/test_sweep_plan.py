@@ -4,7 +4,6 @@ real lock held between runs. (Real tiny sweeps: tests/e2e/test_sweep.py.)"""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
@@ -16,6 +15,7 @@ from anatomy.store import Sample, Store
 from anatomy.units import MIB
 from anatomy.vocabulary import Status
 from tests.conftest import TINY
+from tests.helpers import wait_until
 
 
 class Reservation:
@@ -206,9 +206,7 @@ def test_stop_stops_the_current_run_and_drops_the_rest(store):
     manager = ScriptedManager(store, lambda o: "hold")
     sweep = Sweep(manager, TINY, {"batch_size": [1, 2, 4]}, until_oom=True, gpu_count=0)
     sweep_id = sweep.start()
-    deadline = time.monotonic() + 10
-    while not manager.started and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: manager.started, 10, "the sweep's first run to start", every=0.01)
     assert store.sweep(sweep_id).status == "running"  # what a page sees meanwhile
     sweep.stop()
     assert sweep.wait(10) == "stopped"
@@ -260,9 +258,7 @@ def test_a_sweep_holds_its_device_between_its_runs(store):
     sweep = Sweep(manager, TINY, {"batch_size": [1, 2]}, gpu_count=0)
     sweep_id = sweep.start()
     try:
-        deadline = time.monotonic() + 10
-        while not manager.started and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: manager.started, 10, "the sweep's first run to start", every=0.01)
         with pytest.raises(DeviceBusy, match=rf"is busy: sweep {sweep_id} \(pid \d+\)"):
             real.start(TINY)
         second = Sweep(Locking(store, lambda o: "completed"), TINY, {"batch_size": [4]},

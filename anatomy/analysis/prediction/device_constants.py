@@ -144,7 +144,7 @@ class DeviceCalibration:
     calibration_set: tuple[str, ...] = ()  # the configurations the constants were fitted on
     fitted: bool = False  # False: DEFAULT's figures, not measured for this device
     # NCCL's own memory on each GPU of several (its buffers, streams, the communicator), outside
-    # PyTorch's allocator: seen by NVML only. None until measured on this device (issue 12).
+    # PyTorch's allocator: seen by NVML only. None until measured on this device.
     nccl_bytes: int | None = None
     usable_bytes: int | None = None  # None: total_bytes less DEFAULT's share for the driver
     edge_margin: float = 0.01

@@ -750,7 +750,7 @@ def _bisect(low: int, high: int, fits) -> int:
     return low
 
 
-# --- several processes (issue 12): each rank's memory under DDP and FSDP ---
+# --- several processes: each rank's memory under DDP and FSDP ---
 
 # torch.nn.parallel.DistributedDataParallel's defaults, as the Trainer leaves them: gradients
 # are copied into flat bucket tensors (gradient_as_bucket_view=False) of bucket_cap_mb=25 MiB,

@@ -119,7 +119,7 @@ def operations(rep: RunReport) -> None:
 
 
 def per_gpu(rep: RunReport) -> None:
-    """Several processes (issue 12): each GPU measured next to its rank's prediction."""
+    """Several processes: each GPU measured next to its rank's prediction."""
     st.subheader(f"Per {'GPU' if rep.on_gpu else 'process'}: {rep.processes}")
     underway = st.empty()  # not st.spinner: see main()
     underway.info("Predicting each rank…", icon=":material/hourglass_top:")

@@ -261,7 +261,7 @@ def _shown_run() -> int | None:
     if asked is None or missing is not None:
         # This tab follows the run in progress, though it did not start it (a reload, another
         # tab, a run from the CLI).
-        running = live_run(db, server.manager())
+        running = live_run(db)
         if running is not None:
             st.session_state["live_run"] = running.id
     run_id = st.session_state.get("live_run")

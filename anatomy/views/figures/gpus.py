@@ -1,4 +1,4 @@
-"""A run's memory once it trains on many GPUs (issue 21): one line per GPU stops being readable at
+"""A run's memory once it trains on many GPUs: one line per GPU stops being readable at
 about eight, so beyond that the memory is drawn as small multiples — a panel per host (eight GPUs
 at most a panel), every panel on the same x and y ranges —, and every run of several GPUs gets a
 heat strip: a row per GPU, time across, the colour its memory used (a fraction of the device), so

@@ -96,7 +96,7 @@ def memory_figure(report: RunReport, samples: Sequence[Sample], steps: Sequence[
 
     figure = go.Figure()
     by_gpu: dict[int, list[Sample]] = {}
-    # Several GPUs (issue 12): one line per GPU the run trains on, named by its rank; the
+    # Several GPUs: one line per GPU the run trains on, named by its rank; the
     # machine's other GPUs are not the run's.
     # On several hosts a GPU is the device its samples are stored under (store.device_key).
     rank_of = {r.device: r for r in report.ranks if r.gpu is not None}

@@ -82,15 +82,6 @@ class Timeline:
         if self.layers is not None:
             self.layers.marked()
 
-    def live_bytes(self) -> int:
-        live: dict[int, int] = {}
-        for kind, tid, size in self.events:
-            if kind == ALLOC:
-                live[tid] = size
-            elif kind == FREE:
-                live.pop(tid, None)
-        return sum(live.values())
-
 
 class LiveTensors(TorchDispatchMode):
     """Records the storages of every operator's outputs on `device` (a device type: "cpu"), and
@@ -181,18 +172,6 @@ class LiveTensors(TorchDispatchMode):
             tid = self.timeline.alloc(storage.nbytes())
             self._tids[storage] = tid
             self._refs[tid] = self._watch(storage, tid)
-
-    def rebind(self, tensor, tid: int) -> None:
-        """A kernel replaced `tensor`'s storage by one it allocated as `tid` (recorded already):
-        the storage it held is freed now, `tid` when the tensor's storage goes."""
-        storage = tensor.untyped_storage()
-        with self._lock:
-            held = self._tids.get(storage)
-            if held is not None and self._refs.pop(held, None) is not None:
-                self.timeline.free(held)
-            self._tids[storage] = tid
-            self._refs[tid] = self._watch(storage, tid)
-            self._made_in[tid] = self._node_serial
 
     def _freed(self, tid: int, ref: weakref.ref) -> None:
         with self._lock:

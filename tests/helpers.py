@@ -1,0 +1,90 @@
+"""What tests share to wait for a condition, to find a free port, to tell a live process and to
+read a command's error: one way each. A wait says what it awaited when it gives up; a test never
+sleeps for a fixed time in place of a condition."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import psutil
+
+T = TypeVar("T")
+POLL_SECONDS = 0.05  # often enough for a test's pace, rarely enough to leave the CPU to what it waits on
+
+
+def within(seconds: float, condition: Callable[[], T], every: float = POLL_SECONDS) -> T:
+    """`condition()`'s first true value, asked every `every` s until `seconds` have passed, else
+    its last (false) value: for a caller that decides itself what a time-out means."""
+    deadline = time.monotonic() + seconds
+    while True:
+        value = condition()
+        if value or time.monotonic() >= deadline:
+            return value
+        time.sleep(every)
+
+
+def wait_until(condition: Callable[[], T], seconds: float, awaited: str, *,
+               every: float = POLL_SECONDS, process: subprocess.Popen | None = None,
+               seen: Callable[[], object] | None = None) -> T:
+    """`condition()`'s first true value, asked every `every` s. The test fails, saying what it
+    `awaited` (and what it had `seen` by then), once `seconds` pass without one, or as soon as
+    `process`, the one that was to bring it about, has ended (with what it printed, where it was
+    captured)."""
+    ended: list[int] = []
+
+    def met() -> T | bool:
+        value = condition()
+        if not value and process is not None and process.poll() is not None:
+            ended.append(process.returncode)
+            return True
+        return value
+
+    value = within(seconds, met, every)
+    if value and not ended:
+        return value
+    why = (f"{_name(process)} ended with code {ended[0]} first{_output(process)}" if ended
+           else f"not within {seconds:g} s")
+    raise AssertionError(f"waited for {awaited}: {why}" + (f"\nseen: {seen()}" if seen else ""))
+
+
+def _name(process: subprocess.Popen) -> str:
+    args = process.args if isinstance(process.args, (list, tuple)) else [process.args]
+    return " ".join(str(a) for a in args)[:200]
+
+
+def _output(process: subprocess.Popen) -> str:
+    """What an ended process printed, where the test captured it (a pipe it can still read)."""
+    try:
+        out, err = process.communicate(timeout=10)
+    except (subprocess.TimeoutExpired, ValueError, OSError):
+        return ""  # a child of it still holds the pipe open, or it was read already
+    printed = "".join(p.decode(errors="replace") if isinstance(p, bytes) else p
+                      for p in (out, err) if p)
+    return f":\n{printed[-3000:]}" if printed else ""
+
+
+def free_port() -> int:
+    """A TCP port free on this machine now (the system's choice): each worker of a parallel
+    session gets its own."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def alive(process: psutil.Process) -> bool:
+    """Running, and not a zombie (a zombie holds no memory, no device and no lock)."""
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def one_line(err: str) -> str:
+    """A command's standard error as the user must see a refusal: one line, "error: …", no
+    traceback. Returns it, to compare with the words expected."""
+    assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err, err
+    return err
