@@ -153,13 +153,15 @@ def test_a_run_id_beyond_sqlites_range_is_refused_in_a_line(capsys, command, wor
 
 
 def test_an_export_to_a_folder_that_does_not_exist_is_refused_before_any_work(store, seed,
-                                                                              capsys):
+                                                                              capsys, tmp_path):
     run_id = seed()
+    missing = tmp_path / "missing"  # the test's own: "/nonexistent" may exist on a machine
     code, _, err = _main(capsys, "export", str(run_id), "--format", "html", "--output",
-                         "/nonexistent/x.html", "--store", str(store.path))
+                         str(missing / "x.html"), "--store", str(store.path))
     assert code == 2
-    assert _one_line(err) == ("error: cannot write /nonexistent/x.html: its directory "
-                              "/nonexistent does not exist\n")
+    assert _one_line(err) == (f"error: cannot write {missing / 'x.html'}: its directory "
+                              f"{missing} does not exist\n")
+    assert not missing.exists()
 
 
 @pytest.mark.parametrize("format", ["json", "csv", "html"])
