@@ -33,7 +33,7 @@ from anatomy.analysis.machine import Device, Machine
 from anatomy.engine import sampler
 from anatomy.engine.collector import FLUSH_SECONDS, Collector, Outcome
 from anatomy.engine.endings import KILLED_FOR_MEMORY, Ending, OomKills, death, killed_for_memory
-from anatomy.engine.lifeline import Lifeline, launch
+from anatomy.engine.lifeline import Lifeline, forget_names, launch
 from anatomy.engine.processes import end_tree
 from anatomy.store import RunFacts, RunSource, Store, store_error
 from anatomy.store.liveness import ENDED_WITHOUT_A_WORD, is_alive
@@ -77,9 +77,11 @@ def spawn_sampler(context, samples, stop, backend: str, rate: float, t0: float,
               Lifeline("anatomy-sampler", lock, death_signal=signal.SIGTERM)))
     launch(process)
     try:
-        return process, [samples.get(timeout=FIRST_SAMPLE_TIMEOUT)]
+        first = samples.get(timeout=FIRST_SAMPLE_TIMEOUT)
     except queue_module.Empty:
         return process, []
+    forget_names(samples, stop, training_pid)  # it has opened them: it reads
+    return process, [first]
 
 
 class Training(Protocol):
@@ -153,6 +155,7 @@ class Recording:
         self.finished: list[Callable[[], None]] = []  # called once the run has ended
         self._stopping = threading.Lock()  # one ending of the training's tree at a time
         self._early: list = []  # what the sampler said before the collector began
+        self._heard_training = False  # a message of the training's has come
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -264,6 +267,9 @@ class Recording:
                 message = self.events.get_nowait()
             except queue_module.Empty:
                 return
+            if not self._heard_training and isinstance(self.events, mp.queues.Queue):
+                forget_names(self.events)  # the training has opened its queue: it speaks
+            self._heard_training = True
             if self.observe is not None:
                 self.observe(message)
             self.collector.handle(message)

@@ -143,6 +143,7 @@ def test_kill_9_of_the_cli_ends_its_processes_frees_the_device_and_the_next_star
     assert {"anatomy-worker", "anatomy-sampler"} <= {name_of(p) for p in tree}
     run.process.send_signal(signal.SIGKILL)
     run.finish()
+    assert "leaked semaphore" not in run.err  # the names its processes opened are unlinked
     assert left(tree) == []
     lock = DeviceLock(device_key(RunOptions(preset="tiny"), machine()))  # the run's device
     assert lock.acquire("test"), lock.holder()
