@@ -46,8 +46,9 @@ def runs_html(store: Store, run_ids: list[int]) -> str:
     charts = []
     for index, (rep, (samples, steps)) in enumerate(zip(reports, read)):
         figure = memory_chart(rep, samples, steps)
-        standalone(figure, html.escape(
-            f"{rep.title()}, {rep.status}, peak {rep.summary.peak_mb} MB"))
+        peak = rep.summary.peak_mb
+        standalone(figure, html.escape(f"{rep.title()}, {rep.status}, " + (
+            f"peak {peak} MB" if peak is not None else "no sample (it ended before the first)")))
         figure.update_layout(height=520)
         charts.append(figure.to_html(full_html=False, include_plotlyjs=index == 0))
     title = html.escape("anatomy: runs " + ", ".join(str(r.id) for r in reports))
