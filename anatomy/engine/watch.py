@@ -355,13 +355,13 @@ class Watch:
             return Ending(Status.COMPLETED)
         if failure is not None:
             # Of several ranks, the one that failed, as `anatomy run` names it ("rank 1: ...").
-            who = f"rank {failure.source.rank or 0}: " if self.ranks else ""
+            who = f"rank {failure.source.rank or 0}: " if len(self.ranks) > 1 else ""
             return Ending(failure.status, who + failure.text)
         if code == 0:
             return Ending(Status.COMPLETED)
         if self.output.oom:
-            return Ending(Status.OOM, f"the command ran out of memory ({death(code, 'exited')})"
-                          + printed)
+            how = death(code) if code is not None and code < 0 else f"exited with code {code}"
+            return Ending(Status.OOM, f"the command ran out of memory ({how})" + printed)
         if code is not None and code < 0:
             return Ending(Status.FAILED, f"the command {death(code)}" + printed)
         return Ending(Status.FAILED, f"the command exited with code {code}{shell_death(code or 0)}"
@@ -549,7 +549,9 @@ class Watch:
         _say(f"status: {ending.status}{kept}; {samples} stored in {self.store.path} as run"
              f" {run_id}", out)
         if ending.status != Status.COMPLETED and ending.error:
-            _say(f"{ending.status}: {ending.error.splitlines()[0]}", out)
+            # Its first line: the command's last lines, which follow it in the record, have just
+            # been printed by the command itself.
+            _say(f"{ending.status}: {ending.error.splitlines()[0].removesuffix(':')}", out)
 
 
 def _foreground_of_a_terminal() -> bool:

@@ -192,6 +192,11 @@ def test_watch_calls_oom_only_torchs_out_of_memory_error(store, printed, status)
                      f"import sys; print({printed!r}, file=sys.stderr); sys.exit(1)")
     assert result.returncode == 1
     assert _only_run(store).status == status
+    # Its line ends the watch's words: "oom: the command ran out of memory (exited with code
+    # 1)", not with the colon the stored error's output follows (the command printed it above).
+    said = result.stderr.rstrip("\n").splitlines()[-1]
+    assert said == {"oom": "oom: the command ran out of memory (exited with code 1)",
+                    "failed": "failed: the command exited with code 1"}[status]
 
 
 def test_watch_refuses_what_it_cannot_run_and_records_nothing(store):
@@ -237,6 +242,19 @@ def test_an_error_inside_the_phase_api_fails_the_run_with_the_error(store):
     assert all(p.done for p in rep.phases)
 
 
+
+
+def test_under_watch_a_one_process_scripts_error_names_no_rank(store):
+    """A script of one process that fails under `watch` was "failed: rank 0: ValueError: …"."""
+    script = ("import anatomy\n"
+              "run = anatomy.start(kernel=False)\n"
+              "run.phase('training')\n"
+              "raise ValueError('no such column')\n")
+    result = _python(store, "-m", "anatomy", "watch", "--", sys.executable, "-c", script)
+    assert result.returncode == 1
+    rep = _only_run(store)
+    assert rep.status == "failed" and rep.error.startswith("ValueError: no such column"), rep.error
+    assert "failed: ValueError: no such column" in result.stderr
 
 
 RUNS_AN_EVALUATION = """
