@@ -62,11 +62,17 @@ def environment_facts(info: Machine, devices: Sequence[Device]) -> RunFacts:
                                       why_no_gpu=info.why_no_gpu))
 
 
+def heard_signals(context):
+    """What the sampler counts of the stop signals it gets, by signal number (`sampler.run`)."""
+    return context.RawArray("i", signal.NSIG)
+
+
 def spawn_sampler(context, samples, stop, backend: str, rate: float, t0: float,
-                  gpus: Sequence[int], training_pid, lock_fds: tuple[int, ...] = ()
-                  ) -> tuple[mp.Process, list]:
+                  gpus: Sequence[int], training_pid, lock_fds: tuple[int, ...] = (),
+                  heard=None) -> tuple[mp.Process, list]:
     """The sampler process, started, and what it said first. It holds the device locks with
-    its parent and dies with it (engine/lifeline.py). The training starts once the sampler reads
+    its parent and dies with it (engine/lifeline.py), and counts the stop signals it gets in
+    `heard` (`heard_signals`). The training starts once the sampler reads
     (its first word: the device panel's), so that its start is measured, however long a loaded
     machine takes to start a process: [] when it said nothing in FIRST_SAMPLE_TIMEOUT (whoever
     collects finds out what became of it)."""
@@ -74,7 +80,7 @@ def spawn_sampler(context, samples, stop, backend: str, rate: float, t0: float,
     process = context.Process(
         target=sampler.run, name="anatomy-sampler", daemon=True,
         args=(samples, stop, backend, rate, t0, list(gpus), training_pid,
-              Lifeline("anatomy-sampler", lock, death_signal=signal.SIGTERM)))
+              Lifeline("anatomy-sampler", lock, death_signal=signal.SIGTERM), heard))
     launch(process)
     try:
         first = samples.get(timeout=FIRST_SAMPLE_TIMEOUT)
@@ -137,6 +143,7 @@ class Recording:
         self.events = events if events is not None else queue_module.Queue()
         self.stop_sampler = self.context.Event()
         self.training_pid = self.context.Value("i", 0)  # shared with the sampler
+        self.heard = heard_signals(self.context)  # the stop signals the sampler got
         self.decide = decide or _completed_unless_failed
         self.oom_kills = OomKills.now()  # to tell the kernel's SIGKILL for memory from others'
         self.observe, self.tell = observe, tell
@@ -165,7 +172,7 @@ class Recording:
         """The sampler process (`spawn_sampler`), before the training starts."""
         self.sampler, first = spawn_sampler(self.context, self.samples, self.stop_sampler,
                                             self.backend, self.sample_rate, self.t0, self.gpus,
-                                            self.training_pid, self.lock_fds)
+                                            self.training_pid, self.lock_fds, self.heard)
         self._early += first
 
     def create_run(self, options: dict, info: Machine, gpu: int, environment: RunFacts, *,

@@ -9,7 +9,8 @@ exit. The GPUs watched are locked as anatomy's own runs lock them.
 
 How it ends: the command's exit code (0 completed, else failed; `oom` only for torch's own
 out-of-memory error in what it printed), the signal that killed it ("killed by SIGKILL"), or a
-stop — Ctrl-C, SIGTERM or SIGHUP to the watch — passed on to the command, whose whole tree is
+stop — Ctrl-C, SIGTERM or SIGHUP to the watch — passed on to the command (unless it came to
+the process group they share, which the command got it from already), whose whole tree is
 ended if it has not exited STOP_GRACE_SECONDS later. The watch exits with the command's status
 (128 + N for signal N), or 128 + N for the signal that stopped the watch itself.
 """
@@ -50,6 +51,9 @@ PROGRESS_SECONDS = 1.0
 TAIL_BYTES = 8192  # what is kept of the command's output, for the error: its last lines
 OOM_OVERLAP = 128  # bytes of the previous output searched again, for a message cut in two
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# A stop signal the sampler (of the watch's process group) hears within this long came to the
+# whole group; the sampler's handler runs at once, unless the machine is loaded.
+GROUP_SECONDS = 1.0
 
 
 class WatchRefused(ValueError):
@@ -490,18 +494,37 @@ class Watch:
                 signal.signal(sig, handler)
 
     def _stop(self, command: _Command, signum: int, out: TextIO) -> float:
-        """Pass the stop on to the command; the time after which its whole tree is ended
-        instead. A terminal's Ctrl-C reached the command itself (the terminal signals its
-        foreground group, the command's too); any other signal is passed on as it came."""
+        """Pass the stop on to the command, unless it got the signal already (`reached`); the
+        time after which its whole tree is ended instead."""
         self.recording.request_stop(stopped_by(signum))
         _say(f"\nanatomy: stopping the command ({signal.Signals(signum).name})…", out)
         if self.hosts is not None:
             self.hosts.stop_all(f"the run was stopped on its host ({signal.Signals(signum).name})")
-        reached = signum == signal.SIGINT and _foreground_of_a_terminal()
-        if not reached and command.exit_code() is None:
+        if command.exit_code() is None and not self.reached(command, signum):
             with contextlib.suppress(ProcessLookupError):
                 command.child.send_signal(signum)
         return time.monotonic() + STOP_GRACE_SECONDS
+
+    def reached(self, command: _Command, signum: int) -> bool:
+        """Whether the command got `signum` with the watch, sent to the process group they
+        share: a terminal's Ctrl-C, a supervisor's `kill -INT -- -PGID`, a closed terminal's
+        hang-up. Passed on, it would come twice, and a script that saves its checkpoint when
+        interrupted would be interrupted again in the save. The sampler, in that group too,
+        tells it (it counts the stop signals it gets): heard within GROUP_SECONDS, the group
+        got it; else it came to the watch alone, and is passed on. A command that left the
+        group (a launcher that makes a session of its own) never got it."""
+        try:
+            if os.getpgid(command.pid) != os.getpgrp():
+                return False
+        except ProcessLookupError:
+            return True  # gone: nothing to pass on
+        heard, times = self.recording.heard, self.asked.count(signum)
+        deadline = time.monotonic() + GROUP_SECONDS
+        while heard[signum] < times:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        return True
 
     # --- the terminal ---
     def _print_progress(self, out: TextIO) -> None:
@@ -552,21 +575,6 @@ class Watch:
             # Its first line: the command's last lines, which follow it in the record, have just
             # been printed by the command itself.
             _say(f"{ending.status}: {ending.error.splitlines()[0].removesuffix(':')}", out)
-
-
-def _foreground_of_a_terminal() -> bool:
-    """Whether the watch (and so its command) is its terminal's foreground process group: where
-    a Ctrl-C reaches both."""
-    try:
-        tty = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
-    except OSError:
-        return False  # no terminal
-    try:
-        return os.tcgetpgrp(tty) == os.getpgrp()
-    except OSError:
-        return False
-    finally:
-        os.close(tty)
 
 
 def _release(locks: list) -> None:

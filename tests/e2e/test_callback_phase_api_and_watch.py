@@ -229,6 +229,57 @@ def test_ctrl_c_stops_the_watched_command_keeps_the_record_and_leaves_no_process
     assert not left, left
 
 
+SAVES_WHEN_STOPPED = """
+import pathlib, signal, sys, time
+
+class Stop(Exception):
+    pass
+
+def stop(signum, frame):
+    raise Stop(signal.Signals(signum).name)
+
+for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    signal.signal(sig, stop)
+print("ready", flush=True)
+try:
+    while True:
+        time.sleep(0.05)
+except Stop as why:
+    time.sleep(1.5)  # the checkpoint's save: a second signal here raises Stop again, and it dies
+    pathlib.Path("saved").write_text(str(why))
+    print("saved", flush=True)
+"""
+
+
+@pytest.mark.parametrize("group", [True, False], ids=["to its group", "to the watch alone"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_stop_reaches_the_watched_command_once(store, tmp_path, sig, group):
+    """A supervisor signalling the watch's process group, with no terminal: the command got the
+    signal from the group and again from the watch, and a script that saves its checkpoint when
+    stopped was interrupted in the save (its data lost). Sent to the watch alone, it is passed
+    on once."""
+    (tmp_path / "train.py").write_text(SAVES_WHEN_STOPPED)
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "anatomy", "watch", "--", sys.executable, "train.py"],
+        cwd=tmp_path, env=_env(store), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        start_new_session=True)  # a group of its own and no terminal, as a supervisor starts it
+    try:
+        assert watcher.stdout.readline() == b"ready\n"
+        deadline = time.monotonic() + 60
+        while not (store.runs() and store.runs()[0].worker_pid):
+            assert time.monotonic() < deadline, "the watch never recorded its run"
+            time.sleep(0.1)
+        (os.killpg if group else os.kill)(watcher.pid, sig)
+        out, err = watcher.communicate(timeout=60)
+    finally:
+        watcher.kill()
+    assert (tmp_path / "saved").read_text() == sig.name, err.decode()
+    assert out == b"saved\n" and b"Traceback" not in err, err.decode()
+    assert watcher.returncode == 128 + sig
+    rep = _only_run(store)
+    assert rep.status == "stopped" and sig.name in rep.error
+
+
 def test_an_error_inside_the_phase_api_fails_the_run_with_the_error(store):
     script = ("import anatomy\n"
               "with anatomy.start(kernel=False) as run:\n"
