@@ -126,3 +126,17 @@ STOP_WORDS = {signal.SIGINT: "Ctrl-C (SIGINT)", signal.SIGTERM: "SIGTERM",
 def stopped_by(signum: int) -> str:
     """A stop's reason for a signal: "stopped by SIGTERM", "stopped by Ctrl-C (SIGINT)"."""
     return f"stopped by {STOP_WORDS.get(signum, signal_name(signum))}"
+
+
+def stop_signal_in(reason: str) -> int | None:
+    """The signal a stop's reason (`stopped_by`) names; None for any other words."""
+    return next((signum for signum in STOP_WORDS if reason == stopped_by(signum)), None)
+
+
+def rank_signalled(who: str, signum: int) -> str:
+    """One rank of several ended by a stop signal (SIGTERM, SIGINT, SIGHUP) that the run's front
+    never got, in words: someone's signal to that rank alone, which ends the training as a kill
+    does — the run fails (as torchrun's own launch does); a stop of the run reaches its front,
+    and only that is `stopped`."""
+    return f"{who} was killed by {signal_name(signum)}, a signal to that rank alone (no stop of " \
+           "the run)"

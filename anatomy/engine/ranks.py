@@ -36,7 +36,7 @@ import psutil
 from anatomy.analysis.models import ModelSpec
 from anatomy.analysis.options import RunOptions
 from anatomy.engine import protocol
-from anatomy.engine.endings import death
+from anatomy.engine.endings import STOP_WORDS, death, rank_signalled
 from anatomy.engine.lifeline import RANK_NAME, die_with_parent, name_rank
 from anatomy.engine.reporter import Reporter
 from anatomy.engine.training import EXIT_FAILED, EXIT_OOM, EXIT_PEER_LOST, guarded, train_phases
@@ -225,9 +225,10 @@ def launch_ranks(reporter: Reporter, run: RunOptions, spec: ModelSpec, dataset,
                              else error.get_first_failure() if hasattr(error, "get_first_failure")
                              else next(iter(failures.items())))
             rank, code = deaths.first_cause() or (rank, failure.exitcode)
-            reporter.failure(Status.FAILED,
-                             f"{rank_words(rank, use_cuda, run)} {death(code)}"
-                             " (killed or crashed); the launcher ended the other ranks")
+            who = rank_words(rank, use_cuda, run)
+            how = rank_signalled(who, -code) if -code in STOP_WORDS else \
+                f"{who} {death(code)} (killed or crashed)"
+            reporter.failure(Status.FAILED, f"{how}; the launcher ended the other ranks")
         return EXIT_OOM if EXIT_OOM in codes else EXIT_FAILED
     deaths.done.set()
     forwarder.stop()

@@ -37,7 +37,16 @@ from typing import TextIO
 from anatomy.analysis.machine import Device, Machine
 from anatomy.engine import hosts, link, protocol
 from anatomy.engine.collector import Outcome
-from anatomy.engine.endings import Ending, death, exit_status, oom_in, shell_death, stopped_by
+from anatomy.engine.endings import (
+    Ending,
+    death,
+    exit_status,
+    oom_in,
+    rank_signalled,
+    shell_death,
+    stop_signal_in,
+    stopped_by,
+)
 from anatomy.engine.locks import DeviceBusy, gpu_key, take_all
 from anatomy.engine.processes import LIST_SECONDS, Tree, end_tree
 from anatomy.engine.recording import FIRST_SAMPLE_TIMEOUT, Recording, environment_facts
@@ -357,6 +366,12 @@ class Watch:
                 " on and exited 0"), protocol.Source()))
             recording.collector.flush()
             return Ending(Status.COMPLETED)
+        if failure is not None and len(self.ranks) > 1 and failure.status == Status.STOPPED \
+                and code != 0 and (signum := stop_signal_in(failure.text)) is not None:
+            # A rank's script recorded its own stop, by a signal that never reached the watch:
+            # failed, as under `anatomy run` (endings.rank_signalled).
+            return Ending(Status.FAILED, rank_signalled(f"rank {failure.source.rank or 0}", signum)
+                          + f"; the command {death(code)}")
         if failure is not None:
             # Of several ranks, the one that failed, as `anatomy run` names it ("rank 1: ...").
             who = f"rank {failure.source.rank or 0}: " if len(self.ranks) > 1 else ""
