@@ -32,7 +32,7 @@ from typing import Any, Protocol
 from anatomy.analysis.machine import Device, Machine
 from anatomy.engine import sampler
 from anatomy.engine.collector import FLUSH_SECONDS, Collector, Outcome
-from anatomy.engine.endings import KILLED_FOR_MEMORY, Ending, OomKills, death, killed_for_memory
+from anatomy.engine.endings import Ending, OomKills, death, killed_for_memory
 from anatomy.engine.lifeline import Lifeline, forget_names, launch
 from anatomy.engine.processes import end_tree
 from anatomy.store import RunFacts, RunSource, Store, store_error
@@ -48,6 +48,10 @@ STOP_GRACE_SECONDS = 3.0  # SIGTERM, then SIGKILL: anatomy's worker is gone well
 RECORD_TRIES = 3  # a run's ending is written at once, or retried in the background
 RETRY_SECONDS = 2.0
 FIRST_SAMPLE_TIMEOUT = 30.0  # a sampler's process starts in ~1 s; a loaded machine may take longer
+# How often the out-of-memory killer's count is read where the training lives (endings.OomKills):
+# another process of its cgroup killed this long before the training's own end may be taken
+# for its kill.
+OOM_LOOK_SECONDS = 0.1
 
 
 def environment_facts(info: Machine, devices: Sequence[Device]) -> RunFacts:
@@ -145,7 +149,7 @@ class Recording:
         self.training_pid = self.context.Value("i", 0)  # shared with the sampler
         self.heard = heard_signals(self.context)  # the stop signals the sampler got
         self.decide = decide or _completed_unless_failed
-        self.oom_kills = OomKills.now()  # to tell the kernel's SIGKILL for memory from others'
+        self.oom_kills: OomKills | None = None  # the training's: the kernel's SIGKILL or another's
         self.observe, self.tell = observe, tell
         self.sampler: mp.Process | None = None
         self.training: Training | None = None
@@ -194,6 +198,7 @@ class Recording:
         """Collect in a thread of its own until `training` has ended."""
         self.training = training
         self.training_pid.value = training.pid
+        self.oom_kills = OomKills(training.pid)
         try:
             self.store.update_run(self.run_id, worker_pid=training.pid)
         except sqlite3.Error:
@@ -284,6 +289,7 @@ class Recording:
     def _follow(self) -> None:
         collector, outcome = self.collector, self.outcome
         sampler_over_at = None
+        looked_at = time.monotonic()
         for message in self._early:
             collector.handle(message)
         while True:
@@ -301,6 +307,9 @@ class Recording:
                 code = self.training.exit_code()
                 if code is None:
                     outcome.worker_seen = self.now()
+                    if now - looked_at >= OOM_LOOK_SECONDS:
+                        self.oom_kills.look()
+                        looked_at = now
                 else:
                     outcome.worker_ended, self.exit_code = self.now(), code
             sampler_over = outcome.samples_sent is not None or (
@@ -353,8 +362,8 @@ class Recording:
         if self.outcome.sampler_lost is not None:
             return Ending(Status.FAILED, self.outcome.sampler_lost)
         ending = self.decide(self.outcome, self.exit_code)
-        if ending.status == Status.FAILED and killed_for_memory(self.exit_code, self.oom_kills):
-            return Ending(Status.OOM, f"{KILLED_FOR_MEMORY} — {ending.error}")
+        if ending.status == Status.FAILED and self.oom_kills.killed(self.exit_code):
+            return Ending(Status.OOM, f"{killed_for_memory('it')} — {ending.error}")
         return ending
 
     def _lost(self, error: Exception) -> Ending:

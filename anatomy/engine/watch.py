@@ -32,15 +32,19 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 from multiprocessing.connection import Listener
-from typing import TextIO
+from typing import NamedTuple, TextIO
+
+import psutil
 
 from anatomy.analysis.machine import Device, Machine
 from anatomy.engine import hosts, link, protocol
 from anatomy.engine.collector import Outcome
 from anatomy.engine.endings import (
     Ending,
+    OomKills,
     death,
     exit_status,
+    killed_for_memory,
     oom_in,
     rank_signalled,
     shell_death,
@@ -48,8 +52,13 @@ from anatomy.engine.endings import (
     stopped_by,
 )
 from anatomy.engine.locks import DeviceBusy, gpu_key, take_all
-from anatomy.engine.processes import LIST_SECONDS, Tree, end_tree
-from anatomy.engine.recording import FIRST_SAMPLE_TIMEOUT, Recording, environment_facts
+from anatomy.engine.processes import LIST_SECONDS, Tree, alive, end_tree
+from anatomy.engine.recording import (
+    FIRST_SAMPLE_TIMEOUT,
+    OOM_LOOK_SECONDS,
+    Recording,
+    environment_facts,
+)
 from anatomy.store import Message, PhaseMark, RunFacts, RunSource, Store, StoreError, TrainingSummary, checks
 from anatomy.units import mib
 from anatomy.vocabulary import Phase, SourceKind, Status
@@ -113,22 +122,54 @@ class _Output:
         return "\n".join([line for line in lines if line.strip()][-count:])
 
 
+class Gone(NamedTuple):
+    """A process under the command, seen gone while the command ran."""
+    t: float  # monotonic, when it was seen gone
+    pid: int
+    name: str
+    for_memory: bool  # its cgroup's count of out-of-memory kills rose while it lived (OomKills)
+
+
 class _Command:
     """The command, a child process, as the recording follows it. The processes under it are
     listed while it runs, so that those it leaves behind when it ends (orphans, no longer under
-    it) are found and ended too."""
+    it) are found and ended too, and so that one the kernel's out-of-memory killer ends is
+    known (a launcher's rank: the launcher, the command, then fails of it)."""
 
     def __init__(self, child: subprocess.Popen):
         self.child, self.pid = child, child.pid
         self.tree = Tree(child.pid)
-        self._listed_at = float("-inf")
+        # Each process under it while it lives: its name, and its cgroup's out-of-memory kills.
+        self.kills: dict[int, tuple[psutil.Process, str, OomKills]] = {}
+        self.gone: list[Gone] = []
+        self._listed_at = self._looked_at = float("-inf")
+        self._listing = threading.RLock()  # the watch's loop and the recording's both ask
 
     def exit_code(self) -> int | None:
         code = self.child.poll()
-        if code is None and time.monotonic() - self._listed_at >= LIST_SECONDS:
-            self.tree.refresh()
-            self._listed_at = time.monotonic()
+        if code is None and time.monotonic() - self._looked_at >= OOM_LOOK_SECONDS:
+            with self._listing:
+                if time.monotonic() - self._listed_at >= LIST_SECONDS:
+                    self.tree.refresh()
+                    self._listed_at = time.monotonic()
+                self.follow_kills()
+                self._looked_at = time.monotonic()
         return code
+
+    def follow_kills(self) -> None:
+        """Each process under the command: its cgroup's out-of-memory kills read while it lives,
+        and, once it is gone, whether they rose meanwhile (`gone`)."""
+        with self._listing:
+            for pid, (process, name, kills) in list(self.kills.items()):
+                if alive(process):
+                    kills.look()
+                else:
+                    del self.kills[pid]
+                    self.gone.append(Gone(time.monotonic(), pid, name, kills.rose()))
+            for process in self.tree.known:
+                if process.pid not in self.kills and alive(process):
+                    with contextlib.suppress(psutil.Error):
+                        self.kills[process.pid] = (process, process.name(), OomKills(process.pid))
 
     def end_left(self) -> None:
         """What the command left running when it ended."""
@@ -212,6 +253,8 @@ class Watch:
         self.first_pid: dict[int, int] = {}
         # A rank whose link closed mid-phase without a word (killed, crashed): the first one's.
         self.vanished: int | None = None
+        self.said_failure: set[int] = set()  # the pids of the processes that said they failed
+        self.followed: _Command | None = None  # the command's process, once started
         self._shown_step: int | None = None
         # Ranks on several hosts (issue 21, engine/hosts.py): where the others join this run.
         self.hosts_listener = hosts_listener
@@ -269,6 +312,8 @@ class Watch:
         source = getattr(message, "source", None)
         if source is not None and source.rank is not None:
             self.first_pid.setdefault(source.rank, source.pid)
+        if isinstance(message, protocol.Failure):
+            self.said_failure.add(message.source.pid)
         if isinstance(message, (protocol.Phase, protocol.StepReport)):
             rank = message.source.rank or 0
             if rank and rank not in self.ranks:
@@ -350,6 +395,13 @@ class Watch:
         last = self.output.last_lines()
         printed = f":\n{last}" if last else ""
         failure = outcome.failure
+        # A process of the command killed for memory is the cause (a launcher's rank: its peers
+        # then fail of it, "Connection reset by peer", or are ended by the launcher); the command
+        # itself, so killed, the recording tells.
+        killed = self._killed_for_memory()
+        if killed is not None and code != 0:
+            return Ending(Status.OOM, f"{killed_for_memory(killed)}; the command {death(code)}"
+                          + printed)
         # A rank gone without a word (kill -9) is the cause; the others were then stopped by the
         # launcher (torchrun's SIGTERM), which their own words would otherwise name.
         if self.vanished is not None and len(self.ranks) > 1 and code != 0 \
@@ -386,6 +438,22 @@ class Watch:
         return Ending(Status.FAILED, f"the command exited with code {code}{shell_death(code or 0)}"
                       + printed)
 
+    def _killed_for_memory(self) -> str | None:
+        """The first process under the command that the out-of-memory killer ended, in words
+        ("rank 1 (pid 123)"), None if none: gone while its cgroup's count rose, without a word of
+        its own (one that said how it failed was not killed)."""
+        if self.followed is None:
+            return None
+        self.followed.follow_kills()  # those gone since it was last looked at
+        ranks = {pid: rank for rank, pid in self.first_pid.items()}
+        gone = [g for g in self.followed.gone if g.for_memory and g.pid not in self.said_failure]
+        if not gone:
+            return None
+        first = min(gone)
+        rank = ranks.get(first.pid)
+        return f"rank {rank} (pid {first.pid})" if rank is not None and len(self.ranks) > 1 \
+            else f"its process {first.pid} ({first.name})"
+
     # --- running ---
     def run(self, out: TextIO = sys.stderr) -> int:
         """Run the command to its end; the exit status to give back (the command's own, 128 + N
@@ -420,7 +488,7 @@ class Watch:
             self._give_up(recording, listener, locks)
             raise WatchRefused(f"cannot run {self.command[0]!r}: {error.strerror or error}"
                                ) from None
-        command = _Command(child)
+        command = self.followed = _Command(child)
         try:
             run_id = recording.create_run(
                 {}, info, devices[0].nvml_index if devices else 0,
