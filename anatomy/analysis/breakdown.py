@@ -160,6 +160,18 @@ def cpu_peak(report: RunReport, prediction: Prediction) -> CpuPeak | None:
     return CpuPeak(memory[Phase.WEIGHTS] - weights - over, prediction.peak, over)
 
 
+def process_share(report: RunReport, prediction: Prediction) -> int | None:
+    """What a CPU run's process held beside its tensors at its peak: its RSS peak less the
+    tensors' predicted peak — the interpreter, torch, transformers, the data, and what the C
+    allocator keeps of the tensors it freed. What bench/cpu_process_share.py measures of CPU
+    runs for a CPU's capacity (prediction/memory.py's `CPU_PROCESS`). None on a GPU or
+    without a sample."""
+    peak = report.summary.peak_bytes
+    if report.on_gpu or peak is None:
+        return None
+    return peak - prediction.peak
+
+
 def measured_peak(report: RunReport) -> int | None:
     """The sampled peak as the table shows it: over the baseline where the run measured one."""
     peak = report.summary.peak_bytes

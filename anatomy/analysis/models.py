@@ -22,7 +22,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from anatomy.analysis.cache import cache_dir, write_atomically
 from anatomy.units import mib_text
@@ -855,13 +855,22 @@ def _config_key(spec: ModelSpec) -> str:
 def adaptable_layers(spec: ModelSpec) -> tuple[Layer, ...]:
     """The model's own linear and convolution layers, the task's output layer left out: what
     LoRA can wrap. Builds the model on the meta device (no memory; torch loads, once)."""
-    return _modules(spec, _config_key(spec))[0]
+    return _modules(spec, _config_key(spec)).layers
+
+
+class _Modules(NamedTuple):
+    """A model's modules as LoRA sees them."""
+    layers: tuple[Layer, ...]  # the adaptable layers
+    # The last parts of the names of every other module (a stage called "1", a head): a LoRA
+    # target that names one of those too is not a layer peft wraps.
+    others: frozenset[str]
+    heads: tuple[str, ...]  # the task's output layers: trained whole, never adapted
+    kinds: tuple[tuple[str, str], ...]  # every other module's dotted name and class
 
 
 @lru_cache(maxsize=32)
-def _modules(spec: ModelSpec, config_key: str) -> tuple[tuple[Layer, ...], frozenset[str]]:
-    """The adaptable layers, and the last parts of the names of every other module (a stage
-    called "1", a head): a LoRA target that names one of those too is not a layer peft wraps."""
+def _modules(spec: ModelSpec, config_key: str) -> _Modules:
+    """The model's modules (`_Modules`), from the model built on the meta device."""
     try:
         model, _ = build_model(spec, "meta", pretrained=False)
     except ModelError:
@@ -872,7 +881,7 @@ def _modules(spec: ModelSpec, config_key: str) -> tuple[tuple[Layer, ...], froze
     output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     heads = {name for name, module in model.named_modules()
              if module is output or _is_classifier(module, spec)}
-    found, others = [], set()
+    found, others, kinds = [], set(), []
     import torch
     from transformers.pytorch_utils import Conv1D
 
@@ -891,11 +900,12 @@ def _modules(spec: ModelSpec, config_key: str) -> tuple[tuple[Layer, ...], froze
                 found.append(Layer(full, kind, in_attention, getattr(child, "groups", 1) > 1))
             else:
                 others.add(name)
+                kinds.append((full, type(child).__name__))
             walk(child, f"{full}.", in_attention or "attention" in type(child).__name__.lower()
                  or "attn" in name.lower())
 
     walk(model, "", False)
-    return tuple(found), frozenset(others)
+    return _Modules(tuple(found), frozenset(others), tuple(sorted(heads)), tuple(kinds))
 
 
 def _is_classifier(module, spec: ModelSpec) -> bool:
@@ -934,7 +944,7 @@ def default_lora_targets(spec: ModelSpec) -> tuple[str, ...]:
 
 def _targets(spec: ModelSpec, chosen: list[Layer], layers: tuple[Layer, ...]) -> tuple[str, ...]:
     """`_names` of the chosen layers, beside the model's other modules."""
-    return _names(chosen, layers, _modules(spec, _config_key(spec))[1])
+    return _names(chosen, layers, _modules(spec, _config_key(spec)).others)
 
 
 def _names(chosen: list[Layer], layers: tuple[Layer, ...], others: frozenset[str]
@@ -956,6 +966,25 @@ def unknown_lora_targets(spec: ModelSpec, targets: tuple[str, ...]) -> list[str]
     names = [layer.name for layer in adaptable_layers(spec)]
     return [t for t in targets if t != ALL_LINEAR
             and not any(name == t or name.endswith(f".{t}") for name in names)]
+
+
+def unknown_target_words(spec: ModelSpec, target: str) -> str:
+    """What a LoRA target that is none of the adaptable layers names instead, in words: the
+    task's output layer, another kind of module, or nothing."""
+    modules = _modules(spec, _config_key(spec))
+
+    def named(name: str) -> bool:  # as peft matches a target
+        return name == target or name.endswith(f".{target}")
+
+    head = next((name for name in modules.heads if named(name)), None)
+    if head is not None:
+        return (f"{target} is the output layer of {spec.display_name}'s head ({head}), which "
+                "trains whole beside the adapters, never adapted")
+    other = next(((name, kind) for name, kind in modules.kinds if named(name)), None)
+    if other is not None:
+        return (f"{target} names {other[0]} of {spec.display_name}, a {other[1]}: no linear or "
+                "convolution layer")
+    return f"{target} names no module of {spec.display_name}"
 
 
 def linear_module_names(spec: ModelSpec) -> tuple[str, ...]:

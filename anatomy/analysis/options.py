@@ -330,10 +330,10 @@ def _model_errors(options: RunOptions, spec: models.ModelSpec, errors: dict[str,
             targets = options.lora_target_list()
             unknown = models.unknown_lora_targets(spec, targets) if targets else []
             if unknown:
-                found["lora_targets"] = (
-                    f"lora_targets: {', '.join(unknown)} matches no linear or convolution layer "
-                    f"of {spec.display_name} (its layers: "
-                    f"{', '.join(models.linear_module_names(spec)[:12])})")
+                words = "; ".join(models.unknown_target_words(spec, t) for t in unknown)
+                layers = ", ".join(models.linear_module_names(spec)[:12])
+                found["lora_targets"] = (f"lora_targets: {words} (the layers LoRA can adapt:"
+                                         f" {layers})")
             elif not targets:
                 models.default_lora_targets(spec)
     except ModelError as error:

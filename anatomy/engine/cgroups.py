@@ -1,8 +1,8 @@
-"""The memory cgroup this process lives in (a container's: docker's --memory, a Kubernetes
-limit; a systemd scope's), as Linux tells it under /sys/fs/cgroup, v1 or v2: the memory a process
-here can have, which may be far less than the machine's RAM that psutil tells, and the files
-where the kernel counts its out-of-memory killer's kills. Elsewhere (not Linux, nothing
-mounted) nothing is told, and the machine's figures stand.
+"""The memory cgroup a process lives in (a container's: docker's --memory, a Kubernetes
+limit; a systemd scope's; cgexec's), as Linux tells it under /sys/fs/cgroup, v1 or v2: the memory
+a process here can have, which may be far less than the machine's RAM that psutil tells, and the
+file where the kernel counts its out-of-memory killer's kills of that cgroup's processes.
+Elsewhere (not Linux, nothing mounted) nothing is told, and the machine's figures stand.
 """
 
 from __future__ import annotations
@@ -10,16 +10,16 @@ from __future__ import annotations
 from pathlib import Path
 
 ROOT = Path("/sys/fs/cgroup")
-PROC_CGROUP = Path("/proc/self/cgroup")
-VMSTAT = Path("/proc/vmstat")  # the machine's count, every cgroup's kills with the others'
+PROC = Path("/proc")
+VMSTAT = PROC / "vmstat"  # the machine's count, every cgroup's kills with the others'
 UNLIMITED = 2**60  # v1 says "no limit" with a number near 2**63
 
 
-def _memory_folders() -> list[tuple[Path, int]]:
-    """This process's memory cgroup folders with their version: v1's memory controller, v2's
+def _memory_folders(pid: int | str = "self") -> list[tuple[Path, int]]:
+    """A process's memory cgroup folders with their version: v1's memory controller, v2's
     unified hierarchy (in a container, its own cgroup is the root it sees)."""
     try:
-        text = PROC_CGROUP.read_text()
+        text = (PROC / str(pid) / "cgroup").read_text()
     except OSError:
         return []
     found = []
@@ -83,9 +83,15 @@ def usable_ram() -> int:
     return min(total, limit) if limit is not None else total
 
 
-def oom_kill_counters() -> list[Path]:
+def oom_kill_counter(pid: int | str = "self") -> Path | None:
     """Where the kernel counts the processes its out-of-memory killer ends (an `oom_kill N`
-    line): this process's cgroup first (where its children, our training, live too), the
-    machine's last (which counts other containers' kills as well)."""
-    return [folder / ("memory.oom_control" if version == 1 else "memory.events")
-            for folder, version in _memory_folders()] + [VMSTAT]
+    line) in the memory cgroup that process `pid` lives in — the kill of a process is counted in
+    its own cgroup (v1: there alone; v2: there and above) —, else the machine's count, which
+    holds every cgroup's; None when the process is gone or nothing counts."""
+    for folder, version in _memory_folders(pid):
+        counter = folder / ("memory.oom_control" if version == 1 else "memory.events")
+        if field(counter, "oom_kill") is not None:
+            return counter
+    if not (PROC / str(pid)).exists():
+        return None
+    return VMSTAT if field(VMSTAT, "oom_kill") is not None else None

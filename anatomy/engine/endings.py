@@ -26,38 +26,68 @@ OOM_TEXT = re.compile(
     r"|DefaultCPUAllocator: can't allocate memory")
 
 
-@dataclass(frozen=True)
-class OomKills:
-    """The kernel's out-of-memory killer's count where this process lives (engine/cgroups.py),
-    read from `path` (None: nothing tells it here, not Linux)."""
-    path: str | None
-    count: int | None
+SIGKILL_BIT = 1 << (signal.SIGKILL - 1)  # in /proc/PID/status's masks of pending signals
+PF_EXITING = 0x4  # Linux's task flag: set as a process begins to exit
 
-    @classmethod
-    def now(cls) -> OomKills:
-        for path in cgroups.oom_kill_counters():
-            count = cgroups.field(path, "oom_kill")
-            if count is not None:
-                return cls(str(path), count)
-        return cls(None, None)
+
+class OomKills:
+    """Whether the kernel's out-of-memory killer ended one process: the count of such kills in
+    the memory cgroup it lives in (engine/cgroups.py), read while it lives, against the same
+    count once it died of SIGKILL. Read while it lives because /proc/PID/cgroup, which says
+    where, is gone with it; read again and again (`look`) because another process of that
+    cgroup killed for memory earlier in the run is not this one's kill (a user's `kill -9`
+    was read as `oom` then). A reading taken once a kill is on its way to it (SIGKILL pending,
+    the process exiting) is dropped: the kernel sends its SIGKILL before it counts the kill."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.path: Path | None = None  # where its cgroup's count is (None: nothing tells)
+        self.count: int | None = None  # the count there, last read while it lived unsignalled
+        self.look()
+
+    def look(self) -> None:
+        """While it lives: its cgroup (it may have moved: cgexec, systemd-run) and the count."""
+        path = cgroups.oom_kill_counter(self.pid)
+        count = cgroups.field(path, "oom_kill") if path is not None else None
+        if count is not None and _unsignalled(self.pid):
+            self.path, self.count = path, count
 
     def rose(self) -> bool:
-        """Whether the killer has ended a process here since this count was read."""
+        """Whether its cgroup's count rose since the last reading while it lived."""
         if self.path is None or self.count is None:
             return False
-        later = cgroups.field(Path(self.path), "oom_kill")
+        later = cgroups.field(self.path, "oom_kill")
         return later is not None and later > self.count
 
+    def killed(self, code: int | None) -> bool:
+        """Whether it ended (exit code `code`, as multiprocessing and subprocess give it; a
+        shell's 137 too) by the out-of-memory killer: SIGKILL, its cgroup's count risen. Out of
+        RAM a CPU run dies so, without a word: torch never saw an error to print."""
+        return code in (-signal.SIGKILL, 128 + signal.SIGKILL) and self.rose()
 
-def killed_for_memory(code: int | None, before: OomKills) -> bool:
-    """Whether a process that ended with `code` was, as far as the kernel tells, ended by its
-    out-of-memory killer: SIGKILL (a shell's 137 too) while the killer's count rose. Out of RAM
-    a CPU run dies so, without a word: torch never saw an error to print."""
-    return code in (-signal.SIGKILL, 128 + signal.SIGKILL) and before.rose()
+
+def _unsignalled(pid: int) -> bool:
+    """Whether the process lives on with no kill on its way: not a zombie, not exiting, no
+    SIGKILL pending (for the thread /proc shows, or the whole process)."""
+    try:
+        stat = (cgroups.PROC / str(pid) / "stat").read_text()
+        status = (cgroups.PROC / str(pid) / "status").read_text()
+    except OSError:
+        return False
+    fields = stat.rsplit(")", 1)[-1].split()
+    if len(fields) < 7 or fields[0] in ("Z", "X", "x") or int(fields[6]) & PF_EXITING:
+        return False
+    for line in status.splitlines():
+        key, _, value = line.partition(":")
+        if key in ("SigPnd", "ShdPnd") and int(value.strip() or "0", 16) & SIGKILL_BIT:
+            return False
+    return True
 
 
-KILLED_FOR_MEMORY = ("the kernel's out-of-memory killer ended it, the machine's RAM (or its "
-                     "container's memory limit) being full")
+def killed_for_memory(who: str) -> str:
+    """The out-of-memory killer's kill of `who`, in words."""
+    return (f"the kernel's out-of-memory killer ended {who}, the machine's RAM (or its memory "
+            "cgroup's limit: a container's, cgexec's) being full")
 
 
 @dataclass(frozen=True)
@@ -126,3 +156,17 @@ STOP_WORDS = {signal.SIGINT: "Ctrl-C (SIGINT)", signal.SIGTERM: "SIGTERM",
 def stopped_by(signum: int) -> str:
     """A stop's reason for a signal: "stopped by SIGTERM", "stopped by Ctrl-C (SIGINT)"."""
     return f"stopped by {STOP_WORDS.get(signum, signal_name(signum))}"
+
+
+def stop_signal_in(reason: str) -> int | None:
+    """The signal a stop's reason (`stopped_by`) names; None for any other words."""
+    return next((signum for signum in STOP_WORDS if reason == stopped_by(signum)), None)
+
+
+def rank_signalled(who: str, signum: int) -> str:
+    """One rank of several ended by a stop signal (SIGTERM, SIGINT, SIGHUP) that the run's front
+    never got, in words: someone's signal to that rank alone, which ends the training as a kill
+    does — the run fails (as torchrun's own launch does); a stop of the run reaches its front,
+    and only that is `stopped`."""
+    return f"{who} was killed by {signal_name(signum)}, a signal to that rank alone (no stop of " \
+           "the run)"

@@ -39,7 +39,7 @@ from anatomy.engine.hosts import (
     wall_at,
 )
 from anatomy.engine.locks import DeviceBusy, gpu_key, take_all
-from anatomy.engine.recording import TAIL_SECONDS, spawn_sampler
+from anatomy.engine.recording import TAIL_SECONDS, heard_signals, spawn_sampler
 from anatomy.engine.watch import STOP_GRACE_SECONDS, Watch, _Command, _say
 
 
@@ -57,6 +57,7 @@ class Joined:
         self.events: queue_module.Queue = queue_module.Queue()  # the ranks' messages
         self.samples = self.context.Queue()
         self.stop_sampler = self.context.Event()
+        self.heard = heard_signals(self.context)  # the stop signals the sampler got
         self.sampling = threading.Event()
         # Set once nothing is forwarded any more: the ranks' socket (Watch._receive) then drops
         # their messages, as it does once a recording has ended, rather than queue them unread.
@@ -113,7 +114,8 @@ class Joined:
         training_pid = self.context.Value("i", 0)
         sampling, outbox = spawn_sampler(self.context, self.samples, self.stop_sampler,
                                          watch.info.backend, watch.sample_rate, self.t0,
-                                         [d.nvml_index for d in devices], training_pid, fds)
+                                         [d.nvml_index for d in devices], training_pid, fds,
+                                         self.heard)
         self.sampling.set()
         listener, address, key = watch._listen()
         env = {**os.environ, link.WATCH_ENV: address, link.WATCH_KEY_ENV: key,
@@ -149,8 +151,9 @@ class Joined:
                 stop_sent = True
                 reason = self.stop_asked or signal.Signals(asked).name
                 _say(f"anatomy: stopping the command ({reason})…", out)
-                with contextlib.suppress(ProcessLookupError):
-                    child.send_signal(signal.SIGTERM if asked is None else asked)
+                if asked is None or not watch.reached(command, asked):
+                    with contextlib.suppress(ProcessLookupError):
+                        child.send_signal(signal.SIGTERM if asked is None else asked)
                 threading.Thread(target=command.end, args=(STOP_GRACE_SECONDS,),
                                  daemon=True).start()
             if code is not None and ended_at is None:

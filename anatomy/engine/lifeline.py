@@ -142,6 +142,36 @@ def signal_group(pid: int, sig: int) -> None:
         pass
 
 
+def forget_names(*shared) -> None:
+    """Unlink the names of the semaphores under `shared` (spawn-context queues, events and
+    values), once every process that needed them has opened them (a spawned child opens them by
+    name as it unpickles its arguments): their handles work on, and a process killed by SIGKILL
+    leaves no name behind for multiprocessing's resource tracker to clean up and warn of
+    ("resource_tracker: There appear to be 9 leaked semaphore objects"). Each name's own
+    finalizer does it (unlink, unregister), so that nothing is done twice at exit."""
+    from multiprocessing import synchronize, util
+
+    names = {lock._semlock.name for lock in _semaphores(shared, depth=4)}
+    for finalizer in list(util._finalizer_registry.values()):
+        if finalizer._callback is synchronize.SemLock._cleanup and finalizer._args[0] in names:
+            finalizer()
+
+
+def _semaphores(objects, depth: int) -> list:
+    """The multiprocessing semaphores held by `objects`, in their attributes `depth` deep."""
+    from multiprocessing import synchronize
+
+    found = []
+    for shared in objects:
+        if isinstance(shared, synchronize.SemLock):
+            found.append(shared)
+        elif depth and type(shared).__module__.startswith("multiprocessing"):
+            found += _semaphores(vars(shared).values() if hasattr(shared, "__dict__") else (),
+                                 depth - 1)
+    return found
+
+
+_MAIN_SWAP = threading.Lock()
 _MAIN_SWAP = threading.Lock()
 
 

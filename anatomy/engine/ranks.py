@@ -30,19 +30,21 @@ import socket
 import sys
 import threading
 import time
+from typing import NamedTuple
 
 import psutil
 
 from anatomy.analysis.models import ModelSpec
 from anatomy.analysis.options import RunOptions
 from anatomy.engine import protocol
-from anatomy.engine.endings import death
+from anatomy.engine.endings import STOP_WORDS, OomKills, death, killed_for_memory, rank_signalled
 from anatomy.engine.lifeline import RANK_NAME, die_with_parent, name_rank
 from anatomy.engine.reporter import Reporter
 from anatomy.engine.training import EXIT_FAILED, EXIT_OOM, EXIT_PEER_LOST, guarded, train_phases
 from anatomy.vocabulary import Status
 
 FORWARD_SECONDS = 0.02
+OOM_LOOK_SECONDS = 0.1  # each rank's cgroup's count of out-of-memory kills, read this often
 QUIET_LOGGERS = ("torch.distributed.elastic", "torch.multiprocessing")
 
 
@@ -131,31 +133,51 @@ def _quiet_launcher() -> None:
             logger.setLevel(logging.CRITICAL)
 
 
+class RankEnd(NamedTuple):
+    """How a rank ended, seen the instant it died."""
+    t: float  # monotonic
+    code: int  # its exit code (-N: killed by signal N)
+    for_memory: bool  # by the kernel's out-of-memory killer (endings.OomKills)
+
+
 class _Deaths:
     """When and how each rank ended, seen the instant it dies. The launcher names only the rank
     its poll met first: with a rank killed, a sibling whose collective lost it may end before
     that poll and be the one named. A thread per rank waits for its end without reaping it
-    (waitid with WNOWAIT: the launcher still reaps it), so the first to end is known."""
+    (waitid with WNOWAIT: the launcher still reaps it), so the first to end is known; the
+    out-of-memory killer's count of each rank's cgroup is read while it lives, so that its
+    SIGKILL is told from anyone else's."""
 
     def __init__(self, world: int):
         self.names = {RANK_NAME.format(local)[:15]: local for local in range(world)}
-        self.ended: dict[int, tuple[float, int]] = {}  # local rank: (monotonic time, exit code)
-        self.watched: set[int] = set()  # local ranks whose end a thread waits for
+        self.ended: dict[int, RankEnd] = {}  # by local rank
+        self.kills: dict[int, OomKills] = {}  # local ranks whose end a thread waits for
         self.done = threading.Event()
         threading.Thread(target=self._find, name="anatomy-rank-deaths", daemon=True).start()
 
     def _find(self) -> None:
-        """Each rank names itself as it starts: a thread for each rank found among the children."""
+        """Each rank names itself as it starts: a thread for each rank found among the children;
+        then each one's cgroup's count, read while it lives."""
         me = psutil.Process()
-        while len(self.watched) < len(self.names) and not self.done.wait(FORWARD_SECONDS):
-            with contextlib.suppress(psutil.Error):
-                for child in me.children():
-                    with contextlib.suppress(psutil.Error):
-                        local = self.names.get(child.name())
-                        if local is not None and local not in self.watched:
-                            threading.Thread(target=self._wait, args=(local, child.pid),
-                                             daemon=True).start()
-                            self.watched.add(local)
+        looked_at = time.monotonic()
+        while not self.done.wait(FORWARD_SECONDS):
+            if len(self.kills) < len(self.names):
+                self._found(me)
+            if time.monotonic() - looked_at >= OOM_LOOK_SECONDS:
+                for local, kills in list(self.kills.items()):
+                    if local not in self.ended:
+                        kills.look()
+                looked_at = time.monotonic()
+
+    def _found(self, me: psutil.Process) -> None:
+        with contextlib.suppress(psutil.Error):
+            for child in me.children():
+                with contextlib.suppress(psutil.Error):
+                    local = self.names.get(child.name())
+                    if local is not None and local not in self.kills:
+                        self.kills[local] = OomKills(child.pid)
+                        threading.Thread(target=self._wait, args=(local, child.pid),
+                                         daemon=True).start()
 
     def _wait(self, local: int, pid: int) -> None:
         try:
@@ -164,14 +186,15 @@ class _Deaths:
             return
         if info is not None:
             code = info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
-            self.ended.setdefault(local, (time.monotonic(), code))
+            self.ended.setdefault(local, RankEnd(time.monotonic(), code,
+                                                 self.kills[local].killed(code)))
 
-    def first_cause(self) -> tuple[int, int] | None:
-        """(local rank, exit code) of the first rank to end on its own account: not in success,
+    def first_cause(self) -> tuple[int, RankEnd] | None:
+        """(local rank, its end) of the first rank to end on its own account: not in success,
         not as a peer that lost it; None if none was seen."""
-        causes = [(t, local, code) for local, (t, code) in self.ended.items()
-                  if code not in (0, EXIT_PEER_LOST)]
-        return min(causes)[1:] if causes else None
+        causes = [(end.t, local) for local, end in self.ended.items()
+                  if end.code not in (0, EXIT_PEER_LOST)]
+        return (min(causes)[1], self.ended[min(causes)[1]]) if causes else None
 
 
 def launch_ranks(reporter: Reporter, run: RunOptions, spec: ModelSpec, dataset,
@@ -215,6 +238,12 @@ def launch_ranks(reporter: Reporter, run: RunOptions, spec: ModelSpec, dataset,
         forwarder.stop()  # every rank's last words reach the run before the worker's own
         failures = getattr(error, "failures", {})
         codes = [f.exitcode for f in failures.values()]
+        first = deaths.first_cause()
+        if failures and first is not None and first[1].for_memory:
+            # Killed for memory, without a word; whatever its peers said came after it.
+            reporter.failure(Status.OOM, f"{killed_for_memory(rank_words(first[0], use_cuda, run))}"
+                             "; the launcher ended the other ranks")
+            return EXIT_OOM
         if not failures:  # the launch itself failed (a rendezvous, a port)
             reporter.failure(Status.FAILED, f"accelerate's launcher failed: {error}")
         elif not any(code in (EXIT_OOM, EXIT_FAILED) for code in codes):
@@ -224,10 +253,11 @@ def launch_ranks(reporter: Reporter, run: RunOptions, spec: ModelSpec, dataset,
             rank, failure = (min(silent.items(), key=lambda item: item[1].timestamp) if silent
                              else error.get_first_failure() if hasattr(error, "get_first_failure")
                              else next(iter(failures.items())))
-            rank, code = deaths.first_cause() or (rank, failure.exitcode)
-            reporter.failure(Status.FAILED,
-                             f"{rank_words(rank, use_cuda, run)} {death(code)}"
-                             " (killed or crashed); the launcher ended the other ranks")
+            rank, code = (first[0], first[1].code) if first else (rank, failure.exitcode)
+            who = rank_words(rank, use_cuda, run)
+            how = rank_signalled(who, -code) if -code in STOP_WORDS else \
+                f"{who} {death(code)} (killed or crashed)"
+            reporter.failure(Status.FAILED, f"{how}; the launcher ended the other ranks")
         return EXIT_OOM if EXIT_OOM in codes else EXIT_FAILED
     deaths.done.set()
     forwarder.stop()

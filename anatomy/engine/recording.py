@@ -32,8 +32,8 @@ from typing import Any, Protocol
 from anatomy.analysis.machine import Device, Machine
 from anatomy.engine import sampler
 from anatomy.engine.collector import FLUSH_SECONDS, Collector, Outcome
-from anatomy.engine.endings import KILLED_FOR_MEMORY, Ending, OomKills, death, killed_for_memory
-from anatomy.engine.lifeline import Lifeline, launch
+from anatomy.engine.endings import Ending, OomKills, death, killed_for_memory
+from anatomy.engine.lifeline import Lifeline, forget_names, launch
 from anatomy.engine.processes import end_tree
 from anatomy.store import RunFacts, RunSource, Store, store_error
 from anatomy.store.liveness import ENDED_WITHOUT_A_WORD, is_alive
@@ -48,6 +48,10 @@ STOP_GRACE_SECONDS = 3.0  # SIGTERM, then SIGKILL: anatomy's worker is gone well
 RECORD_TRIES = 3  # a run's ending is written at once, or retried in the background
 RETRY_SECONDS = 2.0
 FIRST_SAMPLE_TIMEOUT = 30.0  # a sampler's process starts in ~1 s; a loaded machine may take longer
+# How often the out-of-memory killer's count is read where the training lives (endings.OomKills):
+# another process of its cgroup killed this long before the training's own end may be taken
+# for its kill.
+OOM_LOOK_SECONDS = 0.1
 
 
 def environment_facts(info: Machine, devices: Sequence[Device]) -> RunFacts:
@@ -62,11 +66,17 @@ def environment_facts(info: Machine, devices: Sequence[Device]) -> RunFacts:
                                       why_no_gpu=info.why_no_gpu))
 
 
+def heard_signals(context):
+    """What the sampler counts of the stop signals it gets, by signal number (`sampler.run`)."""
+    return context.RawArray("i", signal.NSIG)
+
+
 def spawn_sampler(context, samples, stop, backend: str, rate: float, t0: float,
-                  gpus: Sequence[int], training_pid, lock_fds: tuple[int, ...] = ()
-                  ) -> tuple[mp.Process, list]:
+                  gpus: Sequence[int], training_pid, lock_fds: tuple[int, ...] = (),
+                  heard=None) -> tuple[mp.Process, list]:
     """The sampler process, started, and what it said first. It holds the device locks with
-    its parent and dies with it (engine/lifeline.py). The training starts once the sampler reads
+    its parent and dies with it (engine/lifeline.py), and counts the stop signals it gets in
+    `heard` (`heard_signals`). The training starts once the sampler reads
     (its first word: the device panel's), so that its start is measured, however long a loaded
     machine takes to start a process: [] when it said nothing in FIRST_SAMPLE_TIMEOUT (whoever
     collects finds out what became of it)."""
@@ -74,12 +84,14 @@ def spawn_sampler(context, samples, stop, backend: str, rate: float, t0: float,
     process = context.Process(
         target=sampler.run, name="anatomy-sampler", daemon=True,
         args=(samples, stop, backend, rate, t0, list(gpus), training_pid,
-              Lifeline("anatomy-sampler", lock, death_signal=signal.SIGTERM)))
+              Lifeline("anatomy-sampler", lock, death_signal=signal.SIGTERM), heard))
     launch(process)
     try:
-        return process, [samples.get(timeout=FIRST_SAMPLE_TIMEOUT)]
+        first = samples.get(timeout=FIRST_SAMPLE_TIMEOUT)
     except queue_module.Empty:
         return process, []
+    forget_names(samples, stop, training_pid)  # it has opened them: it reads
+    return process, [first]
 
 
 class Training(Protocol):
@@ -135,8 +147,9 @@ class Recording:
         self.events = events if events is not None else queue_module.Queue()
         self.stop_sampler = self.context.Event()
         self.training_pid = self.context.Value("i", 0)  # shared with the sampler
+        self.heard = heard_signals(self.context)  # the stop signals the sampler got
         self.decide = decide or _completed_unless_failed
-        self.oom_kills = OomKills.now()  # to tell the kernel's SIGKILL for memory from others'
+        self.oom_kills: OomKills | None = None  # the training's: the kernel's SIGKILL or another's
         self.observe, self.tell = observe, tell
         self.sampler: mp.Process | None = None
         self.training: Training | None = None
@@ -153,6 +166,7 @@ class Recording:
         self.finished: list[Callable[[], None]] = []  # called once the run has ended
         self._stopping = threading.Lock()  # one ending of the training's tree at a time
         self._early: list = []  # what the sampler said before the collector began
+        self._heard_training = False  # a message of the training's has come
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -162,7 +176,7 @@ class Recording:
         """The sampler process (`spawn_sampler`), before the training starts."""
         self.sampler, first = spawn_sampler(self.context, self.samples, self.stop_sampler,
                                             self.backend, self.sample_rate, self.t0, self.gpus,
-                                            self.training_pid, self.lock_fds)
+                                            self.training_pid, self.lock_fds, self.heard)
         self._early += first
 
     def create_run(self, options: dict, info: Machine, gpu: int, environment: RunFacts, *,
@@ -184,6 +198,7 @@ class Recording:
         """Collect in a thread of its own until `training` has ended."""
         self.training = training
         self.training_pid.value = training.pid
+        self.oom_kills = OomKills(training.pid)
         try:
             self.store.update_run(self.run_id, worker_pid=training.pid)
         except sqlite3.Error:
@@ -264,6 +279,9 @@ class Recording:
                 message = self.events.get_nowait()
             except queue_module.Empty:
                 return
+            if not self._heard_training and isinstance(self.events, mp.queues.Queue):
+                forget_names(self.events)  # the training has opened its queue: it speaks
+            self._heard_training = True
             if self.observe is not None:
                 self.observe(message)
             self.collector.handle(message)
@@ -271,6 +289,7 @@ class Recording:
     def _follow(self) -> None:
         collector, outcome = self.collector, self.outcome
         sampler_over_at = None
+        looked_at = time.monotonic()
         for message in self._early:
             collector.handle(message)
         while True:
@@ -288,6 +307,9 @@ class Recording:
                 code = self.training.exit_code()
                 if code is None:
                     outcome.worker_seen = self.now()
+                    if now - looked_at >= OOM_LOOK_SECONDS:
+                        self.oom_kills.look()
+                        looked_at = now
                 else:
                     outcome.worker_ended, self.exit_code = self.now(), code
             sampler_over = outcome.samples_sent is not None or (
@@ -340,8 +362,8 @@ class Recording:
         if self.outcome.sampler_lost is not None:
             return Ending(Status.FAILED, self.outcome.sampler_lost)
         ending = self.decide(self.outcome, self.exit_code)
-        if ending.status == Status.FAILED and killed_for_memory(self.exit_code, self.oom_kills):
-            return Ending(Status.OOM, f"{KILLED_FOR_MEMORY} — {ending.error}")
+        if ending.status == Status.FAILED and self.oom_kills.killed(self.exit_code):
+            return Ending(Status.OOM, f"{killed_for_memory('it')} — {ending.error}")
         return ending
 
     def _lost(self, error: Exception) -> Ending:

@@ -5,7 +5,8 @@ It starts before the worker, so the baseline is measured, and stops after it, so
 Samples go out in batches (`protocol.Samples`); the last message is `protocol.SamplerDone` with
 the count sent, so the store can prove it lost nothing.
 
-As a process it ignores Ctrl-C and hang-ups (the front decides what they mean: a Stop); SIGTERM
+As a process it ignores Ctrl-C and hang-ups (the front decides what they mean: a Stop), counting
+them for the front (which learns so that they reached its whole process group); SIGTERM
 ends it cleanly, count sent, unless its parent is gone — then nobody reads it, and it kills the
 training its parent started (anatomy's worker, a watched command: its group and its whole tree)
 before it goes (engine/lifeline.py).
@@ -288,30 +289,38 @@ def _parent_dying(lifeline: Lifeline, wait: float = PARENT_WAIT_SECONDS) -> bool
         time.sleep(0.01)
 
 
-def _as_process(lifeline: Lifeline, training: _Training) -> threading.Event:
+def _as_process(lifeline: Lifeline, training: _Training, heard=None) -> threading.Event:
     """The sampler's own signals, once it is a process of its own; the event is set by a SIGTERM
-    (a stop from outside: finish as if told)."""
+    (a stop from outside: finish as if told). Each stop signal is counted in `heard` (indexed by
+    the signal's number; shared with the front): a process of the front's group, the sampler
+    tells it which signals that group got — those its command got too."""
     signalled = threading.Event()
 
+    def hear(signum, frame):  # otherwise ignored
+        if heard is not None:
+            heard[signum] += 1
+
     def on_term(signum, frame):
+        hear(signum, frame)
         if _parent_dying(lifeline):  # whoever recorded died: the training it started goes too
             training.kill()
             os._exit(0)
         signalled.set()
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, hear)
+    signal.signal(signal.SIGHUP, hear)
     signal.signal(signal.SIGTERM, on_term)
     lifeline.attach()
     return signalled
 
 
 def run(queue, stop, backend: str, rate: float, t0: float, gpus: Sequence[int] = (0,),
-        worker_pid=None, lifeline: Lifeline | None = None) -> None:
+        worker_pid=None, lifeline: Lifeline | None = None, heard=None) -> None:
     """Process target: sample the devices `gpus` (NVML indices) at `rate` Hz until `stop` is set.
-    `lifeline` is given when it runs as a process of its own (tests run it in a thread)."""
+    `lifeline` is given when it runs as a process of its own (tests run it in a thread); `heard`
+    counts the stop signals it gets (`_as_process`)."""
     training = _Training(worker_pid, lifeline) if lifeline is not None else None
-    signalled = _as_process(lifeline, training) if lifeline is not None else None
+    signalled = _as_process(lifeline, training, heard) if lifeline is not None else None
     period = 1.0 / rate
     batch: list[Sample] = []
     sent = 0

@@ -9,7 +9,8 @@ exit. The GPUs watched are locked as anatomy's own runs lock them.
 
 How it ends: the command's exit code (0 completed, else failed; `oom` only for torch's own
 out-of-memory error in what it printed), the signal that killed it ("killed by SIGKILL"), or a
-stop — Ctrl-C, SIGTERM or SIGHUP to the watch — passed on to the command, whose whole tree is
+stop — Ctrl-C, SIGTERM or SIGHUP to the watch — passed on to the command (unless it came to
+the process group they share, which the command got it from already), whose whole tree is
 ended if it has not exited STOP_GRACE_SECONDS later. The watch exits with the command's status
 (128 + N for signal N), or 128 + N for the signal that stopped the watch itself.
 """
@@ -30,15 +31,33 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from multiprocessing.connection import Listener
-from typing import TextIO
+from typing import NamedTuple, TextIO
+
+import psutil
 
 from anatomy.analysis.machine import Device, Machine
 from anatomy.engine import hosts, link, protocol
 from anatomy.engine.collector import Outcome
-from anatomy.engine.endings import Ending, death, exit_status, oom_in, shell_death, stopped_by
+from anatomy.engine.endings import (
+    Ending,
+    OomKills,
+    death,
+    exit_status,
+    killed_for_memory,
+    oom_in,
+    rank_signalled,
+    shell_death,
+    stop_signal_in,
+    stopped_by,
+)
 from anatomy.engine.locks import DeviceBusy, gpu_key, take_all
-from anatomy.engine.processes import LIST_SECONDS, Tree, end_tree
-from anatomy.engine.recording import FIRST_SAMPLE_TIMEOUT, Recording, environment_facts
+from anatomy.engine.processes import LIST_SECONDS, Tree, alive, end_tree
+from anatomy.engine.recording import (
+    FIRST_SAMPLE_TIMEOUT,
+    OOM_LOOK_SECONDS,
+    Recording,
+    environment_facts,
+)
 from anatomy.store import Message, PhaseMark, RunFacts, RunSource, Store, StoreError, TrainingSummary, checks
 from anatomy.units import mib_text
 from anatomy.vocabulary import Phase, SourceKind, Status
@@ -49,6 +68,9 @@ PROGRESS_SECONDS = 1.0
 TAIL_BYTES = 8192  # what is kept of the command's output, for the error: its last lines
 OOM_OVERLAP = 128  # bytes of the previous output searched again, for a message cut in two
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# A stop signal the sampler (of the watch's process group) hears within this long came to the
+# whole group; the sampler's handler runs at once, unless the machine is loaded.
+GROUP_SECONDS = 1.0
 
 
 class WatchRefused(ValueError):
@@ -99,22 +121,54 @@ class _Output:
         return "\n".join([line for line in lines if line.strip()][-count:])
 
 
+class Gone(NamedTuple):
+    """A process under the command, seen gone while the command ran."""
+    t: float  # monotonic, when it was seen gone
+    pid: int
+    name: str
+    for_memory: bool  # its cgroup's count of out-of-memory kills rose while it lived (OomKills)
+
+
 class _Command:
     """The command, a child process, as the recording follows it. The processes under it are
     listed while it runs, so that those it leaves behind when it ends (orphans, no longer under
-    it) are found and ended too."""
+    it) are found and ended too, and so that one the kernel's out-of-memory killer ends is
+    known (a launcher's rank: the launcher, the command, then fails of it)."""
 
     def __init__(self, child: subprocess.Popen):
         self.child, self.pid = child, child.pid
         self.tree = Tree(child.pid)
-        self._listed_at = float("-inf")
+        # Each process under it while it lives: its name, and its cgroup's out-of-memory kills.
+        self.kills: dict[int, tuple[psutil.Process, str, OomKills]] = {}
+        self.gone: list[Gone] = []
+        self._listed_at = self._looked_at = float("-inf")
+        self._listing = threading.RLock()  # the watch's loop and the recording's both ask
 
     def exit_code(self) -> int | None:
         code = self.child.poll()
-        if code is None and time.monotonic() - self._listed_at >= LIST_SECONDS:
-            self.tree.refresh()
-            self._listed_at = time.monotonic()
+        if code is None and time.monotonic() - self._looked_at >= OOM_LOOK_SECONDS:
+            with self._listing:
+                if time.monotonic() - self._listed_at >= LIST_SECONDS:
+                    self.tree.refresh()
+                    self._listed_at = time.monotonic()
+                self.follow_kills()
+                self._looked_at = time.monotonic()
         return code
+
+    def follow_kills(self) -> None:
+        """Each process under the command: its cgroup's out-of-memory kills read while it lives,
+        and, once it is gone, whether they rose meanwhile (`gone`)."""
+        with self._listing:
+            for pid, (process, name, kills) in list(self.kills.items()):
+                if alive(process):
+                    kills.look()
+                else:
+                    del self.kills[pid]
+                    self.gone.append(Gone(time.monotonic(), pid, name, kills.rose()))
+            for process in self.tree.known:
+                if process.pid not in self.kills and alive(process):
+                    with contextlib.suppress(psutil.Error):
+                        self.kills[process.pid] = (process, process.name(), OomKills(process.pid))
 
     def end_left(self) -> None:
         """What the command left running when it ended."""
@@ -200,6 +254,8 @@ class Watch:
         self.first_pid: dict[int, int] = {}
         # A rank whose link closed mid-phase without a word (killed, crashed): the first one's.
         self.vanished: int | None = None
+        self.said_failure: set[int] = set()  # the pids of the processes that said they failed
+        self.followed: _Command | None = None  # the command's process, once started
         self._shown_step: int | None = None
         # Ranks on several hosts (engine/hosts.py): where the others join this run.
         self.hosts_listener = hosts_listener
@@ -256,6 +312,8 @@ class Watch:
         source = getattr(message, "source", None)
         if source is not None and source.rank is not None:
             self.first_pid.setdefault(source.rank, source.pid)
+        if isinstance(message, protocol.Failure):
+            self.said_failure.add(message.source.pid)
         if isinstance(message, (protocol.Phase, protocol.StepReport)):
             rank = message.source.rank or 0
             if rank and rank not in self.ranks:
@@ -333,6 +391,13 @@ class Watch:
         last = self.output.last_lines()
         printed = f":\n{last}" if last else ""
         failure = outcome.failure
+        # A process of the command killed for memory is the cause (a launcher's rank: its peers
+        # then fail of it, "Connection reset by peer", or are ended by the launcher); the command
+        # itself, so killed, the recording tells.
+        killed = self._killed_for_memory()
+        if killed is not None and code != 0:
+            return Ending(Status.OOM, f"{killed_for_memory(killed)}; the command {death(code)}"
+                          + printed)
         # A rank gone without a word (kill -9) is the cause; the others were then stopped by the
         # launcher (torchrun's SIGTERM), which their own words would otherwise name.
         if self.vanished is not None and len(self.ranks) > 1 and code != 0 \
@@ -349,19 +414,41 @@ class Watch:
                 " on and exited 0"), protocol.Source()))
             recording.collector.flush()
             return Ending(Status.COMPLETED)
+        if failure is not None and len(self.ranks) > 1 and failure.status == Status.STOPPED \
+                and code != 0 and (signum := stop_signal_in(failure.text)) is not None:
+            # A rank's script recorded its own stop, by a signal that never reached the watch:
+            # failed, as under `anatomy run` (endings.rank_signalled).
+            return Ending(Status.FAILED, rank_signalled(f"rank {failure.source.rank or 0}", signum)
+                          + f"; the command {death(code)}")
         if failure is not None:
             # Of several ranks, the one that failed, as `anatomy run` names it ("rank 1: ...").
-            who = f"rank {failure.source.rank or 0}: " if self.ranks else ""
+            who = f"rank {failure.source.rank or 0}: " if len(self.ranks) > 1 else ""
             return Ending(failure.status, who + failure.text)
         if code == 0:
             return Ending(Status.COMPLETED)
         if self.output.oom:
-            return Ending(Status.OOM, f"the command ran out of memory ({death(code, 'exited')})"
-                          + printed)
+            how = death(code) if code is not None and code < 0 else f"exited with code {code}"
+            return Ending(Status.OOM, f"the command ran out of memory ({how})" + printed)
         if code is not None and code < 0:
             return Ending(Status.FAILED, f"the command {death(code)}" + printed)
         return Ending(Status.FAILED, f"the command exited with code {code}{shell_death(code or 0)}"
                       + printed)
+
+    def _killed_for_memory(self) -> str | None:
+        """The first process under the command that the out-of-memory killer ended, in words
+        ("rank 1 (pid 123)"), None if none: gone while its cgroup's count rose, without a word of
+        its own (one that said how it failed was not killed)."""
+        if self.followed is None:
+            return None
+        self.followed.follow_kills()  # those gone since it was last looked at
+        ranks = {pid: rank for rank, pid in self.first_pid.items()}
+        gone = [g for g in self.followed.gone if g.for_memory and g.pid not in self.said_failure]
+        if not gone:
+            return None
+        first = min(gone)
+        rank = ranks.get(first.pid)
+        return f"rank {rank} (pid {first.pid})" if rank is not None and len(self.ranks) > 1 \
+            else f"its process {first.pid} ({first.name})"
 
     # --- running ---
     def run(self, out: TextIO = sys.stderr) -> int:
@@ -397,7 +484,7 @@ class Watch:
             self._give_up(recording, listener, locks)
             raise WatchRefused(f"cannot run {self.command[0]!r}: {error.strerror or error}"
                                ) from None
-        command = _Command(child)
+        command = self.followed = _Command(child)
         try:
             run_id = recording.create_run(
                 {}, info, devices[0].nvml_index if devices else 0,
@@ -486,18 +573,37 @@ class Watch:
                 signal.signal(sig, handler)
 
     def _stop(self, command: _Command, signum: int, out: TextIO) -> float:
-        """Pass the stop on to the command; the time after which its whole tree is ended
-        instead. A terminal's Ctrl-C reached the command itself (the terminal signals its
-        foreground group, the command's too); any other signal is passed on as it came."""
+        """Pass the stop on to the command, unless it got the signal already (`reached`); the
+        time after which its whole tree is ended instead."""
         self.recording.request_stop(stopped_by(signum))
         _say(f"\nanatomy: stopping the command ({signal.Signals(signum).name})…", out)
         if self.hosts is not None:
             self.hosts.stop_all(f"the run was stopped on its host ({signal.Signals(signum).name})")
-        reached = signum == signal.SIGINT and _foreground_of_a_terminal()
-        if not reached and command.exit_code() is None:
+        if command.exit_code() is None and not self.reached(command, signum):
             with contextlib.suppress(ProcessLookupError):
                 command.child.send_signal(signum)
         return time.monotonic() + STOP_GRACE_SECONDS
+
+    def reached(self, command: _Command, signum: int) -> bool:
+        """Whether the command got `signum` with the watch, sent to the process group they
+        share: a terminal's Ctrl-C, a supervisor's `kill -INT -- -PGID`, a closed terminal's
+        hang-up. Passed on, it would come twice, and a script that saves its checkpoint when
+        interrupted would be interrupted again in the save. The sampler, in that group too,
+        tells it (it counts the stop signals it gets): heard within GROUP_SECONDS, the group
+        got it; else it came to the watch alone, and is passed on. A command that left the
+        group (a launcher that makes a session of its own) never got it."""
+        try:
+            if os.getpgid(command.pid) != os.getpgrp():
+                return False
+        except ProcessLookupError:
+            return True  # gone: nothing to pass on
+        heard, times = self.recording.heard, self.asked.count(signum)
+        deadline = time.monotonic() + GROUP_SECONDS
+        while heard[signum] < times:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        return True
 
     # --- the terminal ---
     def _print_progress(self, out: TextIO) -> None:
@@ -537,22 +643,9 @@ class Watch:
         _say(f"status: {ending.status}{kept}; {samples} stored in {self.store.path} as run"
              f" {run_id}", out)
         if ending.status != Status.COMPLETED and ending.error:
-            _say(f"{ending.status}: {ending.error.splitlines()[0]}", out)
-
-
-def _foreground_of_a_terminal() -> bool:
-    """Whether the watch (and so its command) is its terminal's foreground process group: where
-    a Ctrl-C reaches both."""
-    try:
-        tty = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
-    except OSError:
-        return False  # no terminal
-    try:
-        return os.tcgetpgrp(tty) == os.getpgrp()
-    except OSError:
-        return False
-    finally:
-        os.close(tty)
+            # Its first line: the command's last lines, which follow it in the record, have just
+            # been printed by the command itself.
+            _say(f"{ending.status}: {ending.error.splitlines()[0].removesuffix(':')}", out)
 
 
 def _release(locks: list) -> None:

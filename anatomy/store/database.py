@@ -135,6 +135,19 @@ def resolve_path(path: str | os.PathLike | None = None) -> Path:
     return Path(path or chosen or default_store()).expanduser()
 
 
+def _check_folder(path: Path) -> None:
+    """A store named by the user (--store, $ANATOMY_STORE, `anatomy.start(store=…)`) lives in a
+    folder that exists, as `--output`'s file does: a mistyped path made its folders (and an
+    empty store) where nobody looks. The default store's folder is anatomy's own, made when
+    missing."""
+    folder = path.parent
+    if folder.is_dir() or path == default_store():
+        return
+    if folder.exists():
+        raise StoreError(path, f"{folder} is not a directory")
+    raise StoreError(path, f"its directory {folder} does not exist")
+
+
 class Store:
     """A run store. `read_only` opens it without writing anything (no schema, no journal mode),
     as `runs`, `show` and `export` do: a store on read-only media lists, and another program's
@@ -147,13 +160,14 @@ class Store:
         self._immutable = False  # read-only media: SQLite cannot make the WAL's index beside it
         if self.path.is_dir():
             raise StoreError(self.path, "it is a directory, not a store file")
+        _check_folder(self.path)
         if read_only:
             if not self.path.exists():
                 raise StoreMissing(self.path, "no store there yet")
             self._open_read_only()
             return
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.parent.mkdir(parents=True, exist_ok=True)  # the default's (_check_folder)
         except OSError as error:
             raise StoreError(self.path, f"its directory cannot be made: {error.strerror}") from None
         try:  # made here, not by SQLite, whose "unable to open" of a new file reads as one gone

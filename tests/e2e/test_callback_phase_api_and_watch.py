@@ -202,6 +202,11 @@ def test_watch_calls_oom_only_torchs_out_of_memory_error(store, printed, status)
                      f"import sys; print({printed!r}, file=sys.stderr); sys.exit(1)")
     assert result.returncode == 1
     assert _only_run(store).status == status
+    # Its line ends the watch's words: "oom: the command ran out of memory (exited with code
+    # 1)", not with the colon the stored error's output follows (the command printed it above).
+    said = result.stderr.rstrip("\n").splitlines()[-1]
+    assert said == {"oom": "oom: the command ran out of memory (exited with code 1)",
+                    "failed": "failed: the command exited with code 1"}[status]
 
 
 def test_watch_refuses_what_it_cannot_run_and_records_nothing(store):
@@ -231,6 +236,56 @@ def test_ctrl_c_stops_the_watched_command_keeps_the_record_and_leaves_no_process
     assert left(family) == []
 
 
+SAVES_WHEN_STOPPED = """
+import pathlib, signal, sys, time
+
+class Stop(Exception):
+    pass
+
+def stop(signum, frame):
+    raise Stop(signal.Signals(signum).name)
+
+for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    signal.signal(sig, stop)
+try:
+    print("ready", flush=True)  # inside: a signal that lands as it returns is caught too
+    while True:
+        time.sleep(0.05)
+except Stop as why:
+    time.sleep(1.5)  # the checkpoint's save: a second signal here raises Stop again, and it dies
+    pathlib.Path("saved").write_text(str(why))
+    print("saved", flush=True)
+"""
+
+
+@pytest.mark.parametrize("group", [True, False], ids=["to its group", "to the watch alone"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_stop_reaches_the_watched_command_once(store, tmp_path, sig, group):
+    """A supervisor signalling the watch's process group, with no terminal: the command got the
+    signal from the group and again from the watch, and a script that saves its checkpoint when
+    stopped was interrupted in the save (its data lost). Sent to the watch alone, it is passed
+    on once."""
+    (tmp_path / "train.py").write_text(SAVES_WHEN_STOPPED)
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "anatomy", "watch", "--", sys.executable, "train.py"],
+        cwd=tmp_path, env=_env(store), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        start_new_session=True)  # a group of its own and no terminal, as a supervisor starts it
+    try:
+        assert watcher.stdout.readline() == b"ready\n"
+        wait_until(lambda: store.runs() and store.runs()[0].worker_pid, 60,
+                   "the watch recording its run", every=0.1, process=watcher)
+        (os.killpg if group else os.kill)(watcher.pid, sig)
+        out, err = watcher.communicate(timeout=60)
+    finally:
+        watcher.kill()
+    assert (tmp_path / "saved").exists(), err.decode()
+    assert (tmp_path / "saved").read_text() == sig.name
+    assert out == b"saved\n" and b"Traceback" not in err, err.decode()
+    assert watcher.returncode == 128 + sig
+    rep = _only_run(store)
+    assert rep.status == "stopped" and sig.name in rep.error
+
+
 def test_an_error_inside_the_phase_api_fails_the_run_with_the_error(store):
     script = ("import anatomy\n"
               "with anatomy.start(kernel=False) as run:\n"
@@ -244,6 +299,19 @@ def test_an_error_inside_the_phase_api_fails_the_run_with_the_error(store):
     assert all(p.done for p in rep.phases)
 
 
+
+
+def test_under_watch_a_one_process_scripts_error_names_no_rank(store):
+    """A script of one process that fails under `watch` was "failed: rank 0: ValueError: …"."""
+    script = ("import anatomy\n"
+              "run = anatomy.start(kernel=False)\n"
+              "run.phase('training')\n"
+              "raise ValueError('no such column')\n")
+    result = _python(store, "-m", "anatomy", "watch", "--", sys.executable, "-c", script)
+    assert result.returncode == 1
+    rep = _only_run(store)
+    assert rep.status == "failed" and rep.error.startswith("ValueError: no such column"), rep.error
+    assert "failed: ValueError: no such column" in result.stderr
 
 
 RUNS_AN_EVALUATION = """

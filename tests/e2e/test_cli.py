@@ -210,11 +210,12 @@ def test_a_config_its_config_class_refuses_is_one_line_and_starts_nothing(tmp_pa
 def test_a_sweep_from_the_prediction_runs_that_size_and_the_next():
     from anatomy.analysis.machine import Machine
     from anatomy.analysis.options import RunOptions
-    from anatomy.analysis.prediction import CPU_PROCESS_BYTES
+    from anatomy.analysis.prediction import CPU_PROCESS
     from anatomy.cli.sweep import _predicted_ladder
 
+    ram = CPU_PROCESS.share(64 * 2**20) + 64 * 2**20  # 64 MiB of tensors beside the process
     small = Machine(backend="cpu-rss", memory_api="rss", devices=(), driver=None,
-                    cuda_driver=None, ram_total=CPU_PROCESS_BYTES + 64 * 2**20, why_no_gpu="x")
+                    cuda_driver=None, ram_total=ram, why_no_gpu="x")
     vary, said = _predicted_ladder(RunOptions(model="tiny-gpt2", seq_len=64), small)
     first, second = vary["batch_size"]
     assert second == first + 1 and first >= 2

@@ -35,7 +35,7 @@ from anatomy.engine.manager import DeviceLock, RunManager, device_key
 from anatomy.store import RunRow, Store, StoreMissing
 from anatomy.store.liveness import ENDED_WITHOUT_A_WORD
 from tests.conftest import PROJECT, TINY, flags, seed_run
-from tests.e2e.conftest import checkpoint, fill, kill_all, left, name_of
+from tests.e2e.conftest import HANG_SECONDS, checkpoint, fill, kill_all, left, name_of
 from tests.helpers import one_line, wait_until, within
 
 # A run long enough to be interrupted: it never ends on its own within a test.
@@ -145,6 +145,7 @@ def test_kill_9_of_the_cli_ends_its_processes_frees_the_device_and_the_next_star
     assert {"anatomy-worker", "anatomy-sampler"} <= {name_of(p) for p in tree}
     run.process.send_signal(signal.SIGKILL)
     run.finish()
+    assert "leaked semaphore" not in run.err  # the names its processes opened are unlinked
     assert left(tree) == []
     lock = DeviceLock(device_key(RunOptions(preset="tiny"), machine()))  # the run's device
     assert lock.acquire("test"), lock.holder()
@@ -277,6 +278,17 @@ def memory_cgroup():
         folder.rmdir()  # raises, saying why
 
 
+def members(cgroup: Path) -> list[psutil.Process]:
+    """The processes in a cgroup now: those that end after its run may still be ending."""
+    found = []
+    for pid in (cgroup / "cgroup.procs").read_text().split():
+        try:
+            found.append(psutil.Process(int(pid)))
+        except psutil.Error:
+            pass
+    return found
+
+
 def test_a_run_out_of_ram_is_out_of_memory_not_a_crash(memory_cgroup, tmp_path):
     """Out of RAM, the kernel's out-of-memory killer ends a CPU run's worker with SIGKILL and
     no word: the run was "failed: killed by SIGKILL (killed or crashed)", and a sweep to the
@@ -293,20 +305,197 @@ def test_a_run_out_of_ram_is_out_of_memory_not_a_crash(memory_cgroup, tmp_path):
     assert rep.error.startswith("the kernel's out-of-memory killer ended it") and \
         "killed by SIGKILL" in rep.error
     assert rep.samples == rep.samples_sent > 0
-    assert (memory_cgroup / "cgroup.procs").read_text().split() == []  # nothing left in it
+    assert left(members(memory_cgroup)) == []  # nothing left in it
 
 
-def test_a_prediction_in_a_container_is_for_its_memory_limit(memory_cgroup):
+IN_CGROUP = 'echo $$ > "$0" && exec "$@"'  # sh -c IN_CGROUP PROCS COMMAND…: all of it in there
+
+# Fills the memory of its cgroup until the kernel's out-of-memory killer ends it, and is the one
+# it ends (the largest score); with $CGROUP, it moves itself into that cgroup first.
+HOG = """
+import os, time
+if os.environ.get("CGROUP"):
+    with open(os.path.join(os.environ["CGROUP"], "cgroup.procs"), "w") as procs:
+        procs.write(str(os.getpid()))
+    time.sleep(0.5)  # as a training takes a while to fill its memory
+with open("/proc/self/oom_score_adj", "w") as score:
+    score.write("1000")
+held = []
+while True:
+    held.append(b"x" * (32 * 2**20))
+    time.sleep(0.01)
+"""
+
+
+def _oom_kills(cgroup: Path) -> int:
+    from anatomy.engine import cgroups
+
+    counter = cgroup / ("memory.oom_control" if "memory" in cgroup.parts else "memory.events")
+    return cgroups.field(counter, "oom_kill")
+
+
+def test_a_users_kill_9_is_no_oom_though_another_process_of_its_cgroup_ran_out(memory_cgroup,
+                                                                               tmp_path):
+    """A user's `kill -9` of the worker was `oom` when any process of the same memory cgroup had
+    been killed for memory since the run began: the count was read once, at the start, for the
+    whole cgroup. It is read for the worker, while it lives."""
+    store_path = tmp_path / "runs.sqlite"
+    procs = str(memory_cgroup / "cgroup.procs")
+    cli = subprocess.Popen(["sh", "-c", IN_CGROUP, procs, sys.executable, "-m", "anatomy", "run",
+                            *ENDLESS, "--store", str(store_path)], cwd=PROJECT,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    try:
+        _training(store_path)
+        steps = Store(store_path, read_only=True).step_count(1)
+        before = _oom_kills(memory_cgroup)
+        hog = subprocess.run(["sh", "-c", IN_CGROUP, procs, sys.executable, "-c", HOG],
+                             capture_output=True, timeout=PHASE_SECONDS)
+        assert hog.returncode == -signal.SIGKILL and _oom_kills(memory_cgroup) > before
+        _training(store_path, steps=steps + 3)  # the run went on after it: its worker was read
+        (worker,) = [p for p in psutil.Process(cli.pid).children(recursive=True)
+                     if name_of(p) == "anatomy-worker"]
+        worker.kill()
+        _, err = cli.communicate(timeout=HANG_SECONDS)
+    finally:
+        cli.kill()
+    rep = _stored(store_path)
+    assert rep.status == "failed" and "killed by SIGKILL" in rep.error, rep.error
+    assert "out-of-memory" not in rep.error and "\nfailed: " in err, err
+    assert left(members(memory_cgroup)) == []
+
+
+def test_a_rank_killed_for_memory_is_out_of_memory_and_the_sweep_stops_there(memory_cgroup,
+                                                                            tmp_path):
+    """Under `--processes 2` a rank the kernel killed for memory failed the run ("rank 1 was
+    killed by SIGKILL (killed or crashed)"), and `sweep --until-oom` climbed on past it, each size
+    failing, to "≥ 4096, no run ran out of memory". Each rank's kill is judged in its cgroup."""
+    store_path = tmp_path / "runs.sqlite"
+    command = [sys.executable, "-m", "anatomy", "sweep", "--model", "tiny", "--seq-len", "512",
+               "--max-steps", "1", "--processes", "2", "--vary", "batch-size=128",
+               "--until-oom", "--store", str(store_path)]
+    done = subprocess.run(["sh", "-c", IN_CGROUP, str(memory_cgroup / "cgroup.procs"), *command],
+                          cwd=PROJECT, capture_output=True, text=True, timeout=3 * PHASE_SECONDS)
+    assert "largest batch size that fit: none" in done.stdout, done.stdout + done.stderr
+    rep = _stored(store_path)
+    assert rep.status == "oom", rep.error
+    assert re.fullmatch(r"the kernel's out-of-memory killer ended rank [01], the machine's RAM "
+                        r"\(or its memory cgroup's limit: a container's, cgexec's\) being full; "
+                        r"the launcher ended the other ranks", rep.error), rep.error
+    assert len(Store(store_path, read_only=True).runs()) == 1  # it stopped there
+    assert left(members(memory_cgroup)) == []
+
+
+def _watch(store_path: Path, *command: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "anatomy", "watch", "--store", str(store_path),
+                           "--", *command], cwd=PROJECT, capture_output=True, text=True,
+                          timeout=PHASE_SECONDS, env={**os.environ, **env})
+
+
+def test_a_watched_command_in_another_memory_cgroup_killed_for_memory_is_oom(memory_cgroup,
+                                                                            tmp_path):
+    """A command that sits in a memory cgroup of its own (cgexec, `systemd-run --scope`, a
+    container's limit), killed there for memory: `failed`, "the command was killed by SIGKILL"
+    (the count was read in the watch's own cgroup). It is read where the command lives."""
+    store_path = tmp_path / "runs.sqlite"
+    done = _watch(store_path, sys.executable, "-c", HOG, env={"CGROUP": str(memory_cgroup)})
+    assert done.returncode == 128 + signal.SIGKILL, done.stderr
+    rep = _stored(store_path)
+    assert rep.status == "oom", rep.error
+    assert rep.error.startswith("the kernel's out-of-memory killer ended it") and \
+        rep.error.endswith("the command was killed by SIGKILL"), rep.error
+    assert "oom: the kernel's out-of-memory killer ended it" in done.stderr
+
+
+# As torchrun launches ranks: when one ends, the others get SIGTERM; it fails if any failed.
+LAUNCHER = """
+import os, signal, subprocess, sys, time
+children = [subprocess.Popen([sys.executable, "-c", sys.argv[1]],
+                             env={**os.environ, "RANK": str(r), "LOCAL_RANK": str(r),
+                                  "WORLD_SIZE": "2"}) for r in range(2)]
+while all(child.poll() is None for child in children):
+    time.sleep(0.5)
+for child in children:
+    if child.poll() is None:
+        child.send_signal(signal.SIGTERM)
+sys.exit(0 if all(child.wait() == 0 for child in children) else 1)
+"""
+
+# Two ranks that record themselves: rank 1 fills the memory cgroup (HOG), and rank 0, its peer
+# gone, fails as gloo's collective says it.
+RANKS = """
+import os, time
+import anatomy
+
+run = anatomy.start(kernel=False)
+run.phase("training")
+told = os.environ["PEER"]
+if os.environ["RANK"] == "1":
+    run.step(0.5)
+    with open(told, "w") as peer:
+        peer.write(str(os.getpid()))
+    exec(os.environ["HOG"])
+while not os.path.exists(told):
+    run.step(0.5)
+    time.sleep(0.05)
+with open(told) as peer:
+    stat = f"/proc/{peer.read()}/stat"
+while True:
+    run.step(0.5)
+    time.sleep(0.05)
+    try:
+        with open(stat) as state:
+            gone = state.read().rsplit(") ", 1)[1][0] in "ZX"
+    except FileNotFoundError:
+        gone = True
+    if gone:
+        raise RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Read error "
+                           "[127.0.0.1]:29500: Connection reset by peer")
+"""
+
+
+def test_under_watch_a_rank_killed_for_memory_is_the_cause_not_its_peers_error(memory_cgroup,
+                                                                              tmp_path):
+    """`watch -- torchrun …` whose rank 1 the kernel killed for memory (in a memory cgroup of its
+    own): the run's error was rank 0's "rank 0: RuntimeError: … Connection reset by peer",
+    `failed`. It is `oom`, naming rank 1."""
+    store_path = tmp_path / "runs.sqlite"
+    done = _watch(store_path, sys.executable, "-c", LAUNCHER, RANKS,
+                  env={"CGROUP": str(memory_cgroup), "HOG": HOG, "PEER": str(tmp_path / "peer"),
+                       "PYTHONPATH": os.pathsep.join(filter(None, (
+                           str(PROJECT), os.environ.get("PYTHONPATH"))))})
+    assert done.returncode == 1, done.stderr
+    rep = _stored(store_path)
+    assert rep.status == "oom", rep.error
+    rank_1 = (tmp_path / "peer").read_text()
+    assert rep.error.startswith(
+        f"the kernel's out-of-memory killer ended rank 1 (pid {rank_1}), the machine's RAM (or its"
+        " memory cgroup's limit: a container's, cgexec's) being full; the command ended with exit"
+        " code 1"), rep.error
+
+
+def test_a_prediction_in_a_container_is_for_its_memory_limit_and_the_size_it_gives_runs(
+        memory_cgroup, tmp_path):
     """In a container of 1.2 GB on a machine of more, a CPU prediction's capacity is the
-    container's limit (psutil tells the machine's RAM)."""
-    command = [sys.executable, "-m", "anatomy", "predict", "--model", "tiny", "--seq-len", "64",
+    container's limit (psutil tells the machine's RAM) less the process's measured share; it
+    said "not even batch size 1 is predicted to fit" (2 GiB were kept for the process) where
+    tiny at 32 × 256 tokens ran in 900 MiB. The largest size it predicts runs there."""
+    procs = str(memory_cgroup / "cgroup.procs")
+    command = [sys.executable, "-m", "anatomy", "predict", "--model", "tiny", "--seq-len", "256",
                "--max-batch-size"]
-    shell = 'echo $$ > "$0" && exec "$@"'
-    done = subprocess.run(["sh", "-c", shell, str(memory_cgroup / "cgroup.procs"), *command],
-                          cwd=PROJECT, capture_output=True, text=True, timeout=PHASE_SECONDS)
-    # 1.2 GB less the Python process's own share holds not even batch size 1: exit 1, said so
-    assert done.returncode in (0, 1), done.stderr
-    assert "this machine's RAM (1.2 G" in done.stdout  # GiB, whichever word the units give
+    done = subprocess.run(["sh", "-c", IN_CGROUP, procs, *command], cwd=PROJECT,
+                          capture_output=True, text=True, timeout=PHASE_SECONDS)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "this machine's RAM (1.2 GiB)" in done.stdout
+    size = re.search(r"largest batch size predicted to fit [^:]*: (\d+)", done.stdout)
+    assert size and int(size[1]) >= 32, done.stdout
+    store_path = tmp_path / "runs.sqlite"
+    ran = subprocess.run(["sh", "-c", IN_CGROUP, procs, sys.executable, "-m", "anatomy", "run",
+                          "--model", "tiny", "--seq-len", "256", "--batch-size", size[1],
+                          "--max-steps", "2", "--store", str(store_path)], cwd=PROJECT,
+                         capture_output=True, text=True, timeout=3 * PHASE_SECONDS)
+    assert ran.returncode == 0, ran.stderr
+    assert _stored(store_path).status == "completed"
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])

@@ -138,6 +138,9 @@ def test_a_rank_killed_fails_the_run_in_one_line_read_at_its_last_step(store, si
     _failed_in_one_line(cli, kill_rank_1)
     rep = report(store, 1)
     assert rep.status == "failed" and f"rank 1 was killed by {sig.name}" in rep.error, rep.error
+    if sig == signal.SIGTERM:  # as watch says it of a rank its launcher runs
+        assert rep.error == ("rank 1 was killed by SIGTERM, a signal to that rank alone (no stop"
+                             " of the run); the launcher ended the other ranks"), rep.error
     training = next(p for p in store.phases(1, 1) if p.name == "training")
     assert training.end_s == store.last_step(1, 1).t
 
@@ -262,29 +265,29 @@ sys.exit(0 if all(child.wait() == 0 for child in children) else 1)
 """
 
 KILLED_RANK_SCRIPT = """
-import os, signal, time
+import os, signal, sys, time
 import anatomy
 run = anatomy.start(kernel=False)
 run.phase("training")
 for _ in range(600):
     run.step(0.05, total=600)
     if os.environ["RANK"] == "1" and os.path.exists(os.environ["GO"]):
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), int(sys.argv[1]))
     time.sleep(0.05)
 run.end()
 """
 
 
-def test_under_watch_a_rank_killed_is_the_cause_not_the_peers_the_launcher_stopped(store,
-                                                                                   tmp_path):
-    """(before: "stopped: stopped by SIGTERM", the words of rank 0, which the launcher ended after
-    rank 1 was killed)"""
+def _watch_a_rank_signalled(store, tmp_path, sig: signal.Signals):
+    """`watch` over two ranks that record themselves, launched as torchrun does; rank 1 gets
+    `sig` from someone once both train. The run's report."""
     go = tmp_path / "go"
     env = {**os.environ, "ANATOMY_STORE": str(store.path), "GO": str(go),
            "PYTHONPATH": os.pathsep.join(filter(None, (str(PROJECT),
                                                        os.environ.get("PYTHONPATH"))))}
+    script = KILLED_RANK_SCRIPT.replace("int(sys.argv[1])", str(int(sig)))
     watch = subprocess.Popen([sys.executable, "-m", "anatomy", "watch", "--", sys.executable,
-                              "-c", TORCHRUN_LIKE, KILLED_RANK_SCRIPT], cwd=PROJECT, env=env,
+                              "-c", TORCHRUN_LIKE, script], cwd=PROJECT, env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_until(lambda: store.runs() and store.step_count(1, 1) >= 2, 120, "rank 1's step 2",
@@ -294,10 +297,30 @@ def test_under_watch_a_rank_killed_is_the_cause_not_the_peers_the_launcher_stopp
     finally:
         watch.kill()
     assert watch.returncode == 1, err
-    rep = report(store, 1)
+    return report(store, 1)
+
+
+def test_under_watch_a_rank_killed_is_the_cause_not_the_peers_the_launcher_stopped(store,
+                                                                                   tmp_path):
+    """(before: "stopped: stopped by SIGTERM", the words of rank 0, which the launcher ended after
+    rank 1 was killed)"""
+    rep = _watch_a_rank_signalled(store, tmp_path, signal.SIGKILL)
     assert rep.status == "failed", rep.error
     assert rep.error.startswith("rank 1 ended without a word (killed or crashed); the command"
                                 " ended with exit code 1"), rep.error
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_under_watch_a_rank_stopped_by_a_signal_of_its_own_fails_the_run_as_run_says(
+        store, tmp_path, sig):
+    """SIGTERM to one rank: the rank's script recorded its own stop, and the run under watch was
+    `stopped`, where `anatomy run --processes 2` says `failed` for the same signal to its rank
+    (test_a_rank_killed_fails_the_run_in_one_line_read_at_its_last_step). A signal to one rank
+    alone is no stop of the run: both say failed, in the same words."""
+    rep = _watch_a_rank_signalled(store, tmp_path, sig)
+    assert rep.status == "failed", rep.error
+    assert rep.error == (f"rank 1 was killed by {sig.name}, a signal to that rank alone (no stop"
+                         " of the run); the command ended with exit code 1"), rep.error
 
 
 def test_without_watch_rank_0_records_and_the_others_stay_silent(store):
@@ -366,7 +389,7 @@ def test_the_first_rank_to_end_is_named_though_the_launcher_reaps_a_peer_first(t
                >= {"anatomy-rank-0", "anatomy-rank-1"}, HANG_SECONDS, "both ranks named",
                every=0.01)
     # a thread waits for each one's end (on a loaded machine, seconds after they named themselves)
-    wait_until(lambda: len(deaths.watched) >= 2, HANG_SECONDS, "a thread watching each rank",
+    wait_until(lambda: len(deaths.kills) >= 2, HANG_SECONDS, "a thread watching each rank",
                every=0.01)
     os.kill(children[1].pid, sig.SIGKILL)
     # seen dead, not reaped: the launcher has not polled yet
@@ -375,5 +398,6 @@ def test_the_first_rank_to_end_is_named_though_the_launcher_reaps_a_peer_first(t
     for child in children:  # reaped as the launcher does, rank 0 first
         child.join(10)
     assert (children[0].exitcode, children[1].exitcode) == (EXIT_PEER_LOST, -sig.SIGKILL)
-    assert deaths.first_cause() == (1, -sig.SIGKILL)
+    local, end = deaths.first_cause()
+    assert (local, end.code, end.for_memory) == (1, -sig.SIGKILL, False)  # a kill -9 of ours
     deaths.done.set()

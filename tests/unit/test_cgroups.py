@@ -13,10 +13,12 @@ GIB = 2**30
 @pytest.fixture
 def tree(tmp_path, monkeypatch):
     root = tmp_path / "sys-fs-cgroup"
-    proc = tmp_path / "proc-self-cgroup"
+    proc = tmp_path / "proc"
+    (proc / "self").mkdir(parents=True)
     monkeypatch.setattr(cgroups, "ROOT", root)
-    monkeypatch.setattr(cgroups, "PROC_CGROUP", proc)
-    return root, proc
+    monkeypatch.setattr(cgroups, "PROC", proc)
+    monkeypatch.setattr(cgroups, "VMSTAT", proc / "vmstat")
+    return root, proc / "self" / "cgroup"
 
 
 def test_v1_reads_the_effective_limit_its_ancestors_included(tree):
@@ -26,7 +28,8 @@ def test_v1_reads_the_effective_limit_its_ancestors_included(tree):
     folder.mkdir(parents=True)
     (folder / "memory.stat").write_text(f"cache 0\nhierarchical_memory_limit {3 * GIB}\n")
     assert cgroups.memory_limit() == 3 * GIB
-    assert cgroups.oom_kill_counters()[0] == folder / "memory.oom_control"
+    (folder / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n")
+    assert cgroups.oom_kill_counter() == folder / "memory.oom_control"
     (folder / "memory.stat").write_text("hierarchical_memory_limit 9223372036854771712\n")
     assert cgroups.memory_limit() is None  # v1's "no limit"
 
@@ -40,7 +43,8 @@ def test_v2_takes_the_least_limit_up_to_the_root_it_sees(tree):
     (root / "kubepods" / "pod1" / "memory.max").write_text(f"{2 * GIB}\n")  # the pod's
     (root / "kubepods" / "memory.max").write_text(f"{64 * GIB}\n")
     assert cgroups.memory_limit() == 2 * GIB
-    assert cgroups.oom_kill_counters() == [leaf / "memory.events", cgroups.VMSTAT]
+    (leaf / "memory.events").write_text("low 0\nhigh 0\nmax 12\noom 4\noom_kill 3\n")
+    assert cgroups.oom_kill_counter() == leaf / "memory.events"
 
 
 def test_nothing_told_leaves_the_machines_ram(tree, monkeypatch):
@@ -49,6 +53,24 @@ def test_nothing_told_leaves_the_machines_ram(tree, monkeypatch):
     root, proc = tree  # no /proc/self/cgroup (not Linux)
     assert cgroups.memory_limit() is None
     assert cgroups.usable_ram() == psutil.virtual_memory().total
-    assert cgroups.oom_kill_counters() == [cgroups.VMSTAT]
+    assert cgroups.oom_kill_counter() is None  # nothing counts
+    cgroups.VMSTAT.write_text("pgfault 7\noom_kill 3\n")
+    assert cgroups.oom_kill_counter() == cgroups.VMSTAT  # the machine's count, where no cgroup's
+    assert cgroups.oom_kill_counter(4321) is None  # a process gone
     proc.write_text("0::/\n")  # a v2 root without a limit file
     assert cgroups.memory_limit() is None
+
+
+def test_the_count_is_read_in_the_cgroup_of_the_process_asked_about(tree):
+    """A command that sits in another memory cgroup than anatomy (cgexec, systemd-run, a
+    container's limit): its kills are counted there, not in anatomy's own."""
+    root, own = tree
+    own.write_text("4:memory:/anatomy\n0::/\n")
+    other = own.parent.parent / "4321"
+    other.mkdir()
+    (other / "cgroup").write_text("4:memory:/small\n0::/\n")
+    for name in ("anatomy", "small"):
+        (root / "memory" / name).mkdir(parents=True)
+        (root / "memory" / name / "memory.oom_control").write_text("oom_kill 0\n")
+    assert cgroups.oom_kill_counter() == root / "memory" / "anatomy" / "memory.oom_control"
+    assert cgroups.oom_kill_counter(4321) == root / "memory" / "small" / "memory.oom_control"

@@ -169,11 +169,17 @@ def test_delete_without_a_terminal_needs_yes(store, runs, capsys, monkeypatch):
                                      ["delete", "1", "--yes"]], ids=" ".join)
 def test_editing_a_run_of_a_store_that_is_not_there_makes_none(tmp_path, capsys, command):
     """`anatomy rename 1 x --store typo/s.sqlite` made the folder typo/ and an empty store in it,
-    then said that run 1 was not in it."""
+    then said that run 1 was not in it. A folder that is not there is refused as such; a store
+    that is not there says the run is not in it."""
     path = tmp_path / "typo" / "s.sqlite"
+    assert main([*command, "--store", str(path)]) == 2
+    assert capsys.readouterr().err == (f"error: the store {path}: its directory {path.parent} "
+                                       "does not exist\n")
+    assert not path.parent.exists()
+    path = tmp_path / "s.sqlite"
     assert main([*command, "--store", str(path)]) == 1
     assert capsys.readouterr().err == f"error: run 1 is not in {path} (no store there yet)\n"
-    assert not path.parent.exists()
+    assert not path.exists()
 
 
 def test_ctrl_d_at_the_delete_prompt_is_no(store, runs, capsys, monkeypatch):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 
 import pytest
@@ -96,30 +97,62 @@ def test_a_scripts_own_raise_of_systemexit_ends_its_run_as_its_bytecode_says(scr
     "low 0\nhigh 0\nmax 12\noom 4\noom_kill 3\noom_group_kill 0\n",           # cgroup v2
     "pgfault 7\noom_kill 3\nunevictable_pgs_culled 0\n",                      # /proc/vmstat
 ])
-def test_a_sigkill_is_the_out_of_memory_killers_only_where_its_count_rose(tmp_path, text):
-    """A CPU run out of RAM is SIGKILLed by the kernel without a word; the kernel's count of
-    such kills (the process's cgroup's, else the machine's) tells it from a user's kill -9."""
-    from anatomy.engine.endings import OomKills, killed_for_memory
+def test_a_sigkill_is_the_out_of_memory_killers_only_where_its_count_rose(tmp_path, monkeypatch,
+                                                                          text):
+    """A CPU run out of RAM is SIGKILLed by the kernel without a word; the count of such kills in
+    the cgroup the process lived in tells it from a user's kill -9 — read while it lived, so that
+    another process of that cgroup killed earlier is not taken for its kill."""
+    from anatomy.engine import cgroups
+    from anatomy.engine.endings import OomKills
 
     counter = tmp_path / "counter"
     counter.write_text(text)
-    before = OomKills(str(counter), 3)
-    assert not killed_for_memory(-signal.SIGKILL, before)  # a kill -9: the count stayed
+    monkeypatch.setattr(cgroups, "oom_kill_counter", lambda pid: counter)
+    kills = OomKills(os.getpid())  # this process: alive, no kill on its way
+    assert kills.count == 3
+    assert not kills.killed(-signal.SIGKILL)  # a kill -9: the count stayed
     counter.write_text(text.replace("oom_kill 3", "oom_kill 4"))
-    assert killed_for_memory(-signal.SIGKILL, before)
-    assert killed_for_memory(128 + signal.SIGKILL, before)  # a shell's child's
-    assert not killed_for_memory(-signal.SIGTERM, before)
-    assert not killed_for_memory(1, before)
-    assert not killed_for_memory(-signal.SIGKILL, OomKills(None, None))  # nothing tells it
+    assert kills.killed(-signal.SIGKILL)
+    assert kills.killed(128 + signal.SIGKILL)  # a shell's child's
+    assert not kills.killed(-signal.SIGTERM)
+    assert not kills.killed(1)
+    kills.look()  # the kill was another process's, read while this one lived on
+    assert kills.count == 4 and not kills.killed(-signal.SIGKILL)
     counter.unlink()  # the cgroup gone meanwhile
-    assert not killed_for_memory(-signal.SIGKILL, before)
+    assert not kills.killed(-signal.SIGKILL)
 
 
-def test_the_count_is_read_where_this_process_lives():
-    from anatomy.engine.cgroups import VMSTAT, oom_kill_counters
+def test_nothing_told_is_no_kill_for_memory(monkeypatch):
+    from anatomy.engine import cgroups
     from anatomy.engine.endings import OomKills
 
-    paths = [str(p) for p in oom_kill_counters()]
-    assert paths[-1] == str(VMSTAT)  # the machine's, last
-    now = OomKills.now()
-    assert now.path is None or (now.path in paths and now.count >= 0)
+    monkeypatch.setattr(cgroups, "oom_kill_counter", lambda pid: None)
+    assert not OomKills(os.getpid()).killed(-signal.SIGKILL)
+
+
+def test_a_count_read_once_a_kill_is_on_its_way_is_not_kept(tmp_path, monkeypatch):
+    """The kernel sends its SIGKILL, then counts the kill: a reading taken between, or later
+    (the process exiting, a zombie), would hold the process's own kill."""
+    from anatomy.engine import cgroups, endings
+
+    counter = tmp_path / "counter"
+    counter.write_text("oom_kill 3\n")
+    monkeypatch.setattr(cgroups, "oom_kill_counter", lambda pid: counter)
+    kills = endings.OomKills(os.getpid())
+    counter.write_text("oom_kill 4\n")
+    proc = tmp_path / "proc"
+    (proc / "7").mkdir(parents=True)
+    monkeypatch.setattr(cgroups, "PROC", proc)
+    kills.pid = 7
+    for stat, status in [("7 (python) R 1 7 7 0 -1 4194560", "SigPnd:\t0000000000000100\n"),
+                         ("7 (python) R 1 7 7 0 -1 4194560", "ShdPnd:\t0000000000000100\n"),
+                         ("7 (python) R 1 7 7 0 -1 4194564", "SigPnd:\t0\n"),  # PF_EXITING
+                         ("7 (py) thon) Z 1 7 7 0 -1 4194560", "SigPnd:\t0\n")]:
+        (proc / "7" / "stat").write_text(stat)
+        (proc / "7" / "status").write_text(status)
+        kills.look()
+        assert kills.count == 3 and kills.killed(-signal.SIGKILL), (stat, status)
+    (proc / "7" / "stat").write_text("7 (python) S 1 7 7 0 -1 4194560")
+    (proc / "7" / "status").write_text("SigPnd:\t0000000000000000\nShdPnd:\t0000000000004000\n")
+    kills.look()  # alive, only a SIGTERM pending: the count is its cgroup's before its end
+    assert kills.count == 4

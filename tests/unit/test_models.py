@@ -296,9 +296,20 @@ def test_the_lora_targets_help_shows_the_form_the_parser_takes(command):
 def test_lora_options_are_checked():
     assert "set a LoRA rank" in validate(RunOptions(lora_targets="q_proj"), 0)["lora_targets"]
     errors = validate(RunOptions(model="tiny-llama", lora_rank=4, lora_targets="query"), 0)
-    assert "query matches no linear or convolution layer of tiny-llama" in errors["lora_targets"]
+    assert "query names no module of tiny-llama" in errors["lora_targets"]
+    assert "(the layers LoRA can adapt: q_proj, k_proj, v_proj, o_proj" in errors["lora_targets"]
     errors = validate(RunOptions(model="tiny", lora_rank=4, lora_targets="nonexistent.query"), 0)
-    assert "nonexistent.query matches no" in errors["lora_targets"]
+    assert "nonexistent.query names no module" in errors["lora_targets"]
+    # What a target names when it is no layer LoRA adapts (it said "matches no linear layer" of
+    # tiny's classifier, a linear layer): the head's output layer, another kind of module.
+    errors = validate(RunOptions(model="tiny", lora_rank=4, lora_targets="classifier"), 0)
+    assert errors["lora_targets"].startswith(
+        "lora_targets: classifier is the output layer of tiny's head (classifier), which trains"
+        " whole beside the adapters, never adapted (the layers LoRA can adapt: query, key")
+    errors = validate(RunOptions(model="tiny", lora_rank=4, lora_targets="attention"), 0)
+    assert errors["lora_targets"].startswith("lora_targets: attention names "
+                                             "bert.encoder.layer.0.attention of tiny, a "
+                                             "BertAttention: no linear or convolution layer")
     assert validate(RunOptions(model="tiny", lora_rank=4, lora_targets="attention.self.query"),
                     0) == {}
     assert validate(RunOptions(model="tiny-llama", lora_rank=4, lora_targets="q_proj,o_proj"),

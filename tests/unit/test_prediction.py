@@ -17,9 +17,11 @@ import torch
 from anatomy.analysis import dummy_data, models
 from anatomy.analysis.options import OPTIMIZERS, RunOptions
 from anatomy.analysis.prediction import (
+    CPU_PROCESS,
     WALKTHROUGH_BYTES_PER_PARAMETER,
     Prediction,
     PredictionError,
+    capacity_for,
     max_batch_size,
     predict,
     walkthrough_bytes_per_parameter,
@@ -192,6 +194,20 @@ def test_checkpointing_cuts_activations_and_accumulation_holds_gradients():
     assert checkpointed.activations < plain.activations / 2
     accumulated = predict(dataclasses.replace(base, grad_accum=2), device="cuda")
     assert accumulated.moments["forward pass"] >= plain.moments["forward pass"] + plain.gradients
+
+
+def test_a_cpus_capacity_is_its_ram_less_the_processs_measured_share():
+    """In a container of 1.2 GiB, "not even batch size 1 is predicted to fit" (2 GiB were kept
+    for the process) while tiny at 32 × 256 tokens ran in 900 MiB. The process's share is the
+    one measured of CPU runs (bench/cpu_process_share.py, cpu_process.json): the tensors at the
+    capacity and the process beside them fill the RAM."""
+    ram = 1200 * MIB
+    capacity = capacity_for("cpu", ram, None)
+    assert capacity == CPU_PROCESS.capacity(ram) > 0
+    assert ram - MIB < capacity + CPU_PROCESS.share(capacity) <= ram
+    assert CPU_PROCESS.measured.startswith("bench/cpu_process_share.py on ")
+    fit = max_batch_size(RunOptions(model="tiny", seq_len=256), device="cpu", total=ram)
+    assert fit.batch_size is not None and fit.batch_size >= 32, fit.line("1.2 GiB")
 
 
 def test_a_search_that_reaches_the_batch_size_limit_says_so():

@@ -149,13 +149,15 @@ def test_a_run_id_beyond_sqlites_range_is_refused_in_a_line(capsys, command, wor
 
 
 def test_an_export_to_a_folder_that_does_not_exist_is_refused_before_any_work(store, seed,
-                                                                              capsys):
+                                                                              capsys, tmp_path):
     run_id = seed()
+    missing = tmp_path / "missing"  # the test's own: "/nonexistent" may exist on a machine
     code, _, err = _main(capsys, "export", str(run_id), "--format", "html", "--output",
-                         "/nonexistent/x.html", "--store", str(store.path))
+                         str(missing / "x.html"), "--store", str(store.path))
     assert code == 2
-    assert one_line(err) == ("error: cannot write /nonexistent/x.html: its directory "
-                             "/nonexistent does not exist\n")
+    assert one_line(err) == (f"error: cannot write {missing / 'x.html'}: its directory "
+                             f"{missing} does not exist\n")
+    assert not missing.exists()
 
 
 @pytest.mark.parametrize("format", ["json", "csv", "html"])
@@ -200,6 +202,22 @@ def test_the_dashboard_names_a_store_it_cannot_use_in_a_line(tmp_path, monkeypat
         " program's tables (runs, metrics). Point ANATOMY_STORE at another file."]
 
 
+def test_the_dashboard_names_a_store_whose_folder_does_not_exist(tmp_path, monkeypatch):
+    """`streamlit run app.py` with $ANATOMY_STORE in a folder not there: said on the page, and
+    no folder made."""
+    from streamlit.testing.v1 import AppTest
+
+    from tests.apptest import APP, TIMEOUT
+
+    path = tmp_path / "missing" / "x.sqlite"
+    monkeypatch.setenv("ANATOMY_STORE", str(path))
+    app = AppTest.from_file(APP, default_timeout=TIMEOUT).run()
+    assert not app.exception
+    assert [e.value for e in app.error][0].startswith(
+        f"The run store cannot be used: {path}: its directory {path.parent} does not exist.")
+    assert not path.parent.exists()
+
+
 @pytest.mark.parametrize("command", [["import", "-"], ["watch", "--", "true"],
                                      ["run", "--model", "tiny"]])
 def test_a_store_that_cannot_be_made_says_so_not_that_it_is_gone(capsys, monkeypatch, command):
@@ -209,6 +227,58 @@ def test_a_store_that_cannot_be_made_says_so_not_that_it_is_gone(capsys, monkeyp
     code, _, err = _main(capsys, *command[:1], "--store", "/sys/anatomy.sqlite", *command[1:])
     assert code == 2 and err.count("\n") == 1, err
     assert "/sys/anatomy.sqlite: it cannot be made: Permission denied" in err, err
+
+
+@pytest.mark.parametrize("command", [["runs"], ["show", "1"], ["import", "-"], ["tag", "1", "x"],
+                                     ["watch", "--", "true"], ["run", "--model", "tiny"],
+                                     ["sweep", "--model", "tiny", "--vary", "batch_size=1,2"],
+                                     ["dashboard"], ["$ANATOMY_STORE", "runs"]])
+def test_a_store_whose_folder_does_not_exist_is_refused_and_no_folder_made(tmp_path, capsys,
+                                                                           monkeypatch, command):
+    """`--store /nonexistent/dir/x.sqlite` made /nonexistent/dir (and an empty store in it): a
+    store's folder must exist, as `--output`'s does."""
+    import anatomy.cli.dashboard
+
+    monkeypatch.setattr("sys.stdin", open(os.devnull))
+    monkeypatch.setattr(anatomy.cli.dashboard.os, "execve", _no_exec)  # the dashboard's server
+    missing = tmp_path / "missing" / "dir"
+    path = missing / "x.sqlite"
+    if command[0] == "$ANATOMY_STORE":
+        monkeypatch.setenv("ANATOMY_STORE", str(path))
+        code, _, err = _main(capsys, *command[1:])
+    else:
+        code, _, err = _main(capsys, *command[:1], "--store", str(path), *command[1:])
+    assert code == 2
+    assert one_line(err) == f"error: the store {path}: its directory {missing} does not exist\n"
+    assert not (tmp_path / "missing").exists()
+
+
+def _no_exec(*args) -> None:
+    raise AssertionError("the dashboard's server was started")
+
+
+def test_the_default_stores_folder_is_made_for_it(tmp_path, monkeypatch):
+    """The default location is anatomy's own: its folder is made, as ever."""
+    monkeypatch.delenv("ANATOMY_STORE")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    store = Store()
+    assert store.path == tmp_path / "data" / "anatomy" / "anatomy.sqlite" and store.path.exists()
+
+
+def test_the_phase_api_refuses_a_store_whose_folder_does_not_exist_and_goes_on(tmp_path, capsys,
+                                                                              monkeypatch):
+    """`anatomy.start(store=…)` (and the Trainer callback, which starts through it) made the
+    missing folders; now one line, and the training goes on unrecorded."""
+    from anatomy.engine import attach
+
+    monkeypatch.setattr(attach, "_install_exit_hooks", lambda run: None)  # not this pytest's
+    path = tmp_path / "missing" / "x.sqlite"
+    run = attach.start(store=path, kernel=False, baseline=False)
+    _marks_go_nowhere(run)
+    err = capsys.readouterr().err
+    assert err == (f"anatomy: not recording: the store {path}: its directory {path.parent} does"
+                   " not exist; the training goes on unrecorded\n")
+    assert not path.parent.exists()
 
 
 def test_the_phase_api_tells_a_store_it_cannot_use_and_the_training_goes_on(tmp_path, capsys,
@@ -351,6 +421,7 @@ def test_a_store_named_with_a_tilde_is_in_the_home_folder_and_a_blank_one_is_uns
     line said "~/runs.sqlite"; ANATOMY_STORE=" " made a file named " " there."""
     from anatomy.store import Store
 
+    (tmp_path / "home").mkdir()  # a home folder is there: only the default's folders are made
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.delenv("XDG_DATA_HOME", raising=False)
     monkeypatch.chdir(tmp_path)

@@ -250,6 +250,18 @@ def test_export_html_is_a_standalone_page_of_each_runs_chart(source, tmp_path):
     assert f"Run {ids[0]}: walkthrough" in page and f"Run {ids[1]}: bert-large" in page
 
 
+def test_the_html_export_of_a_run_without_a_sample_says_so_in_its_title(store, tmp_path):
+    """A run that ended before its first sample was titled "…, failed, peak None MB"."""
+    run_id = store.create_run({}, "cpu-rss", "rss", 0, {}, preset="train.py")
+    store.finish(run_id, "failed", "the command exited with code 2")
+    path = tmp_path / "run.html"
+    assert main(["export", str(run_id), "--format", "html", "--output", str(path),
+                 "--store", str(store.path)]) == 0
+    page = path.read_text()
+    assert "peak None" not in page
+    assert "failed: no memory sample" in page
+
+
 def test_a_file_cut_anywhere_is_called_truncated(store, tmp_path):
     """Every cut of a real export, whatever token it lands in (a number, a key, a string)."""
     text = json.dumps({"schema": "anatomy.runs", "version": 1,

@@ -16,8 +16,10 @@ Importing this module imports no torch: the tracing does, when a prediction is m
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from pathlib import Path
 
 from anatomy.analysis import models
 from anatomy.analysis.components import MEASURED_STEPS, Components, rest_of_peak
@@ -43,9 +45,35 @@ WALKTHROUGH_BYTES_PER_PARAMETER: dict[str, float] = {
 COMPONENTS = (Part.WEIGHTS, Part.GRADIENTS, Part.OPTIMIZER_STATES, Part.ACTIVATIONS, Part.TEMPORARY,
               Part.PEAK)
 DEVICES = ("cuda", "cpu")
-# A CPU run's tensors share the machine with the process itself (Python, torch, transformers):
-# what a CPU run may fill is the RAM less this much.
-CPU_PROCESS_BYTES = 2 * 2**30
+CPU_PROCESS_FILE = Path(__file__).parent / "cpu_process.json"
+
+
+@dataclass(frozen=True)
+class CpuProcess:
+    """What a CPU run's process holds beside its tensors at its peak, measured
+    (bench/cpu_process_share.py: analysis/breakdown.py's `process_share` of CPU runs, the RSS
+    peak less the tensors' predicted peak): a fixed part — the interpreter, torch,
+    transformers, the data — and a fraction of the tensors' peak, what the C allocator keeps of
+    the tensors it freed. A CPU run's tensors share the machine (or the container) with it."""
+    fixed_bytes: int
+    tensor_fraction: float
+    measured: str
+
+    def share(self, tensors: int) -> int:
+        """The process's share beside a tensors' peak of `tensors` bytes."""
+        return self.fixed_bytes + round(self.tensor_fraction * tensors)
+
+    def capacity(self, total: int) -> int:
+        """The largest tensors' peak whose process fits in `total` bytes of RAM."""
+        return max(0, math.floor((total - self.fixed_bytes) / (1 + self.tensor_fraction)))
+
+    @classmethod
+    def load(cls, path: Path = CPU_PROCESS_FILE) -> CpuProcess:
+        data = json.loads(path.read_text())
+        return cls(data["fixed_bytes"], data["tensor_fraction"], data["measured"])
+
+
+CPU_PROCESS = CpuProcess.load()
 BATCH_SIZE_LIMIT = 4096  # the batch_size option's range
 # Sizes are linear in the batch size from 2 on: at 1 some reshapes are views (a dimension of
 # size 1 leaves a tensor contiguous) that copy from 2 on.
@@ -454,12 +482,13 @@ class BatchFit:
 def capacity_for(device: str, total: int, calibration: DeviceCalibration | None) -> int:
     """What a run's tensors may take: on a GPU, what CUDA lets a process allocate (NVML's total
     less the driver's own share) less the CUDA context and what lives outside PyTorch (the
-    allocator may reserve the rest); on a CPU, the RAM less the process itself."""
+    allocator may reserve the rest); on a CPU, the RAM less the process's measured share
+    (`CPU_PROCESS`)."""
     if device == "cuda":
         known = calibration or device_constants.DEFAULT
         return known.usable(total) - (calibration.context_bytes + calibration.outside_bytes
                                       if calibration else 0)
-    return total - CPU_PROCESS_BYTES
+    return CPU_PROCESS.capacity(total)
 
 
 def _linear_recording(one: replay.Recording, two: replay.Recording, batch: int
