@@ -336,6 +336,7 @@ class Run:
         self.reporter = Reporter(link, t0, dwell, protocol.Source(rank=_rank(),
                                                                   device=_local_rank()))
         self.ended = False
+        self.by_callback = False  # started by a Trainer's AnatomyCallback, ended with its training
         self.steps = 0
         self._lock = threading.Lock()
         self._libraries = RunFacts()  # the versions told so far

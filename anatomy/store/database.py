@@ -320,8 +320,12 @@ class Store:
                     db.execute("INSERT INTO phases (run_id, name, start, end, rank)"
                                " VALUES (?, ?, ?, NULL, ?)", (run_id, mark.name, mark.t, mark.rank))
                 else:
-                    db.execute("UPDATE phases SET end = ? WHERE run_id = ? AND name = ?"
-                               " AND rank = ?", (mark.t, run_id, mark.name, mark.rank))
+                    # The occurrence that is open: a phase named again (training, eval, training)
+                    # keeps each occurrence's own end.
+                    db.execute("UPDATE phases SET end = ? WHERE rowid = (SELECT rowid FROM phases"
+                               " WHERE run_id = ? AND name = ? AND rank = ? AND end IS NULL"
+                               " ORDER BY start DESC, rowid DESC LIMIT 1)",
+                               (mark.t, run_id, mark.name, mark.rank))
             if steps:
                 db.executemany(STEP_INSERT, [(run_id, *s) for s in steps])
             if messages:

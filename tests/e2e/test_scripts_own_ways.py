@@ -4,6 +4,7 @@ its parent's run. Each a real script on this CPU, recorded into a store of its o
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -12,6 +13,7 @@ import textwrap
 
 import pytest
 
+from anatomy.analysis import transfer
 from anatomy.analysis.report import report
 from anatomy.store import Store
 from tests.conftest import PROJECT
@@ -390,3 +392,103 @@ def test_a_multiprocessing_child_that_records_itself_ends_its_run_as_its_target_
         "completes": ("completed", None),
         "raises": ("failed", "RuntimeError: the trial failed"),
         "exits 3": ("failed", "the script exited with code 3 (sys.exit)")}
+
+
+ALTERNATING = """
+import sys, time
+import anatomy
+
+held = []
+for round in range(int(sys.argv[1])):  # under watch, anatomy.start() again after run.end()
+    run = anatomy.start(name="alternating", kernel=False)
+    for k in range(3):
+        run.phase("training")
+        for step in range(2):
+            held.append(b"x" * (8 * 2**20))  # each training holds 16 MB more
+            time.sleep(0.1)
+            run.step(loss=1.0)
+        run.phase("eval")
+        time.sleep(0.2)
+    run.end()
+"""
+
+
+@pytest.mark.parametrize("front, rounds", [("script", 1), ("watch", 2)])
+def test_a_phase_named_again_keeps_each_occurrence_and_its_run_imports(tmp_path, front, rounds):
+    """A loop alternating run.phase("training") and run.phase("eval"): every training ended
+    where the last one did, all at the same memory; under watch, start() again after end()
+    stored steps 1, 2, … twice; and the run's export was refused by every import ("the
+    training phase appears twice")."""
+    (tmp_path / "script.py").write_text(ALTERNATING)
+    command = [sys.executable, "script.py", str(rounds)]
+    if front == "watch":
+        command = [sys.executable, "-m", "anatomy", "watch", "--", *command]
+    env = {**os.environ, "ANATOMY_STORE": str(tmp_path / "s.sqlite"), "PYTHONPATH": str(PROJECT)}
+    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=180)
+    assert result.returncode == 0, result.stderr
+    store = Store(tmp_path / "s.sqlite", read_only=True)
+    [run] = store.runs()
+    rep = report(store, run.id)
+    assert rep.status == "completed", rep.error
+    trainings = [p for p in rep.phases if p.name == "training"]
+    assert len(trainings) == 3 * rounds
+    assert all(p.done and p.start_s < p.end_s for p in rep.phases)
+    assert all(a.end_s <= b.start_s for a, b in zip(trainings, trainings[1:]))
+    memory = [p.memory_bytes for p in trainings[:3]]
+    assert memory == sorted(memory) and memory[2] - memory[0] >= 24 * 2**20, memory
+    assert rep.training == trainings[0]  # a reader naming the phase reads its first
+    assert [s.step for s in store.steps(run.id)] == list(range(1, 6 * rounds + 1))
+    target = Store(tmp_path / "imported.sqlite")
+    (imported,) = transfer.import_runs(target, json.dumps(transfer.export_runs(store, [run.id])))
+    assert report(target, imported).phases == rep.phases
+
+
+TRAINERS = """
+import sys, torch
+from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
+import anatomy
+
+if "start" in sys.argv:
+    anatomy.start(name="trainers", kernel=False)
+config = BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                    intermediate_size=64, vocab_size=100, max_position_embeddings=32)
+examples = [{"input_ids": torch.randint(5, 99, (16,)), "labels": i % 2} for i in range(12)]
+arguments = TrainingArguments(output_dir="out", per_device_train_batch_size=4, max_steps=2,
+                              logging_steps=1, report_to="none", save_strategy="no",
+                              disable_tqdm=True, use_cpu=True)
+
+def trainer():
+    return Trainer(model=BertForSequenceClassification(config), args=arguments,
+                   train_dataset=examples, callbacks=[anatomy.AnatomyCallback()])
+
+first, second = trainer(), trainer()
+first.train()
+if "start" in sys.argv:
+    first.train()  # again, as a resume or hyperparameter_search does
+second.train()
+"""
+
+
+@pytest.mark.parametrize("started", [True, False], ids=["anatomy.start()", "callbacks alone"])
+def test_several_trainers_and_trainings_in_one_script_are_each_recorded(tmp_path, started):
+    """Two Trainers in one script, one trained twice: in the script's run (anatomy.start())
+    each training ended at the last one's end and their steps 1, 2 were stored three times;
+    with the callbacks alone, the second Trainer (whose callback joined the first one's run)
+    trained unrecorded after the first had ended that run."""
+    result = _script(tmp_path, TRAINERS.replace('"start" in sys.argv', str(started)),
+                     timeout=300)
+    assert result.returncode == 0, result.stderr
+    store = Store(tmp_path / "s.sqlite", read_only=True)
+    reports = [report(store, run.id) for run in reversed(store.runs())]
+    assert all(r.status == "completed" for r in reports), [r.error for r in reports]
+    if started:
+        [rep] = reports
+        assert [p.name for p in rep.phases] == ["baseline", "weights", "weights", "training",
+                                                "training", "training"]
+        assert all(p.done for p in rep.phases)
+        assert [(s.step, s.total) for s in store.steps(rep.id)] == [
+            (1, 2), (2, 2), (3, 4), (4, 4), (5, 6), (6, 6)]
+    else:
+        assert [([p.name for p in r.phases], r.steps) for r in reports] == [
+            (["weights", "weights", "training"], 2), (["weights", "training"], 2)]
