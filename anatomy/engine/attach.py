@@ -28,6 +28,7 @@ import math
 import multiprocessing.util
 import os
 import shlex
+import signal
 import socket
 import sys
 import threading
@@ -230,10 +231,14 @@ class _LocalRecording:
         """A stop from a signal: nothing but flags, safe in a handler."""
         self.recording.request_stop(reason)
 
-    def close(self, ending: Ending) -> None:
+    def close(self, ending: Ending, held: _HeldCtrlC | None = None) -> None:
         self.ending = ending
         self.this.closed = True
-        self.recording.wait()
+        while not self.recording.wait(0.1):
+            if held is not None and held.waited_out():
+                _warn(f"run {self.run_id}: left before its ending was written (Ctrl-C held"
+                      f" {STOP_WAIT_SECONDS:.0f} s); the next anatomy to start writes it")
+                return
         final = self.recording.ending
         if final is not None and not final.recorded:
             _warn(f"run {self.run_id} {final.status}: {final.error} (not recorded: the store"
@@ -285,7 +290,7 @@ class _WatchLink:
         """Tell the watch this process was stopped (a signal to it, not to the watch)."""
         self.put(protocol.Failure(Status.STOPPED, reason, protocol.Source(_rank())), wait=1.0)
 
-    def close(self, ending: Ending) -> None:
+    def close(self, ending: Ending, held: _HeldCtrlC | None = None) -> None:
         if ending.status != Status.COMPLETED:
             self.put(protocol.Failure(ending.status, ending.error or ending.status,
                                       protocol.Source(_rank())))
@@ -306,8 +311,51 @@ class _Unrecorded:
     def stop(self, reason: str) -> None:
         pass
 
-    def close(self, ending: Ending) -> None:
+    def close(self, ending: Ending, held: _HeldCtrlC | None = None) -> None:
         pass
+
+
+class _HeldCtrlC:
+    """Ctrl-C held off while anatomy writes how the run ended (in the main thread, where Python
+    raises it): a second Ctrl-C, pressed as the first one's stop was being written, raised
+    KeyboardInterrupt inside the ending ("Error in sys.excepthook") and the run was left
+    running, later read "ended without a word". A Ctrl-C held is said once; held
+    STOP_WAIT_SECONDS, it ends the wait (`waited_out`). Elsewhere, or where SIGINT is not
+    Python's to handle (ignored, or left to the kernel), nothing is held."""
+
+    def __init__(self, run_id: int | None):
+        self.run_id = run_id
+        self.previous: Any = None
+        self.first: float | None = None  # when the first Ctrl-C was held
+
+    def __enter__(self) -> _HeldCtrlC:
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.getsignal(signal.SIGINT)
+            if callable(previous):
+                self.previous = previous
+                signal.signal(signal.SIGINT, self._hold)
+        return self
+
+    def _hold(self, signum, frame) -> None:
+        if self.first is None:
+            self.first = time.monotonic()
+            _warn(f"run {self.run_id}: Ctrl-C: writing how the run ended first")
+
+    @property
+    def held(self) -> bool:
+        return self.first is not None
+
+    def waited_out(self) -> bool:
+        return self.first is not None and time.monotonic() - self.first > STOP_WAIT_SECONDS
+
+    def __exit__(self, *exc) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+
+    def deliver(self) -> None:
+        """The Ctrl-C held, as the script's handler takes it (KeyboardInterrupt, by default)."""
+        if self.held and self.previous is not None:
+            self.previous(signal.SIGINT, sys._getframe(1))
 
 
 def _short(value: object) -> str:
@@ -435,17 +483,25 @@ class Run:
     def end(self, error: BaseException | str | None = None) -> None:
         """Close the run: completed, or as `error` says (an exception: failed, oom for torch's
         out-of-memory error, stopped for Ctrl-C; SystemExit by its code; a text: failed)."""
-        self._end(ending_of(error))
+        ending = ending_of(error)
+        held = self._end(ending)
+        if held is not None and not isinstance(error, KeyboardInterrupt):
+            held.deliver()  # a Ctrl-C pressed meanwhile, once the ending is written
 
-    def _end(self, ending: Ending) -> None:
+    def _end(self, ending: Ending) -> _HeldCtrlC | None:
+        """End the run as `ending` says, Ctrl-C held meanwhile; what was held (None if the run
+        had ended already). The process's own ends (its error, its exit) drop a Ctrl-C held:
+        the process is ending."""
         with self._lock:
             if self.ended:
-                return
+                return None
             self.ended = True
-        if self.reporter.open_phase:
-            self.reporter.end(self.reporter.open_phase)
-        self.link.close(ending)
-        self._forget()
+        with _HeldCtrlC(self.id) as held:
+            if self.reporter.open_phase:
+                self.reporter.end(self.reporter.open_phase)
+            self.link.close(ending, held)
+            self._forget()
+        return held
 
     def _stop(self, signum: int) -> None:
         """A SIGTERM or SIGHUP to the script (in its handler): the run ends stopped, without a
@@ -458,7 +514,8 @@ class Run:
                 self.link.ending = Ending(Status.STOPPED, reason)
                 self.link.this.closed = True
         if isinstance(self.link, _LocalRecording):
-            self.link.recording.wait(STOP_WAIT_SECONDS)
+            with _HeldCtrlC(self.id):  # the process ends by the signal once this is written
+                self.link.recording.wait(STOP_WAIT_SECONDS)
 
     def _disown(self) -> None:
         """In a forked child (a multiprocessing or DataLoader worker): the run is its parent's,
@@ -613,7 +670,7 @@ def _install_exit_hooks(run: Run) -> None:
 
     def hook(kind, error, traceback):
         if not run.ended:
-            run.end(error)
+            run._end(ending_of(error))
         previous(kind, error, traceback)
 
     sys.excepthook = hook

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 
@@ -129,8 +131,8 @@ class _Heard:
     def put(self, message):
         self.messages.append(message)
 
-    def close(self, ending):
-        pass
+    def close(self, ending, held=None):
+        self.ending = ending
 
 
 def test_a_mark_after_the_runs_end_is_said_once_not_lost_without_a_word(capsys):
@@ -192,3 +194,35 @@ def test_a_scripts_phase_named_profiling_is_kept_as_its_own_and_in_the_peak(caps
     names = {m.mark.name for m in heard.messages if hasattr(m, "mark")}
     assert names == {"training", "profiling (the script's)"}
     assert capsys.readouterr().err.count("\n") == 1
+
+
+class _InterruptedAsItCloses(_Heard):
+    """A link whose ending is written while Ctrl-C is pressed."""
+
+    def close(self, ending, held=None):
+        import os
+        import signal
+
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)  # Python runs the handler here, as in the recording's wait
+        self.ending = ending
+
+
+def test_ctrl_c_while_the_ending_is_written_is_held_until_it_is_written(capsys):
+    """A Ctrl-C while run.end() waited for its ending raised inside anatomy: the run was left
+    running. It is held, said once, and raised once the ending is written; where the run ends
+    by that very Ctrl-C (`with anatomy.start()`, its KeyboardInterrupt) it is dropped."""
+    from anatomy.engine import attach
+
+    for error in (None, KeyboardInterrupt()):
+        link = _InterruptedAsItCloses()
+        run = attach.Run(link, time.monotonic(), dwell=0.0)
+        run.phase("training")
+        if error is None:
+            with pytest.raises(KeyboardInterrupt):
+                run.end()
+        else:
+            run.end(error)
+        assert link.ending.status == ("completed" if error is None else "stopped")
+        assert capsys.readouterr().err == ("anatomy: run 7: Ctrl-C: writing how the run ended "
+                                           "first\n")
