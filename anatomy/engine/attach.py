@@ -47,7 +47,16 @@ from anatomy.engine.exits import ExitWatch, default_stop_signals, ending_of, on_
 from anatomy.engine.locks import DeviceBusy, DeviceLock, gpu_key
 from anatomy.engine.recording import FIRST_SAMPLE_TIMEOUT, Recording, environment_facts
 from anatomy.engine.reporter import Reporter
-from anatomy.store import RunFacts, RunSource, Step, Store, StoreError, checks, default_store
+from anatomy.store import (
+    RunFacts,
+    RunSource,
+    Step,
+    Store,
+    StoreError,
+    TrainingSummary,
+    checks,
+    default_store,
+)
 from anatomy.vocabulary import Phase, SourceKind, Status
 
 DEFAULT_SAMPLE_RATE = 200
@@ -384,6 +393,12 @@ class Run:
         self.reporter = Reporter(link, t0, dwell, protocol.Source(rank=_rank(),
                                                                   device=_local_rank()))
         self.ended = False
+        # What run.step(batch_size=…) said: the examples trained on, for the run's samples/s
+        self._examples = 0
+        self._unsized = False  # a step that did not say its batch size
+        self._largest: int | None = None
+        self._training_began: float | None = None
+        self._last_step: float | None = None
         self.by_callback = False  # started by a Trainer's AnatomyCallback, ended with its training
         self.steps = 0
         self._lock = threading.Lock()
@@ -418,6 +433,8 @@ class Run:
             self.reporter.end(self.reporter.open_phase)
         self._tell_libraries()
         if name == Phase.TRAINING:
+            if self._training_began is None:
+                self._training_began = self.reporter.now()
             self.reporter.begin(name)
         else:
             self.reporter.hold(name)
@@ -433,14 +450,18 @@ class Run:
         return OWN_PROFILING
 
     def step(self, loss: float | None = None, *, step: int | None = None,
-             total: int | None = None) -> None:
-        """An optimizer step has ended (its number counts from 1 unless given)."""
-        for what, value in (("step", step), ("total", total)):
+             total: int | None = None, batch_size: int | None = None) -> None:
+        """An optimizer step has ended (its number counts from 1 unless given). `batch_size`:
+        the examples it trained on (with gradient accumulation, all its micro-batches'): the
+        run then knows its batch size (the largest given) and its samples a second, as a
+        Trainer's run does."""
+        for what, value, low in (("step", step, 0), ("total", total, 0),
+                                 ("batch_size", batch_size, 1)):
             if value is not None and (not checks.is_int(value)
-                                      or not 0 <= value <= checks.MAX_INTEGER):
+                                      or not low <= value <= checks.MAX_INTEGER):
                 # refused here: stored, its run's export would be refused by every import, and
                 # one past SQLite's INTEGER ended the recording of the whole run
-                raise ValueError(f"{what}: must be a whole number from 0, got "
+                raise ValueError(f"{what}: must be a whole number from {low}, got "
                                  f"{checks.shown(value)}")
         torch = sys.modules.get("torch")
         if torch is not None and isinstance(loss, torch.Tensor):
@@ -454,8 +475,28 @@ class Run:
             return
         self.steps = step if step is not None else self.steps + 1
         allocated, reserved = _allocator()
-        self.reporter.step(Step(self.reporter.now(), self.steps, total, loss, allocated,
-                                reserved))
+        self._last_step = self.reporter.now()
+        self.reporter.step(Step(self._last_step, self.steps, total, loss, allocated, reserved))
+        if batch_size is None:
+            self._unsized = True
+            return
+        self._examples += batch_size
+        if self._largest is None or batch_size > self._largest:
+            self._largest = batch_size  # the peak's activations are made at the largest
+            self.reporter.described({"batch_size": batch_size}, None)
+
+    def _summarise(self) -> None:
+        """The figures a Trainer reports at its end, for steps that said their batch size: the
+        steps, the time from the training phase's start (unmarked: the run's) to the last step,
+        and the samples a second over it (unknown where a step did not say its batch size)."""
+        if not self._examples or self._last_step is None:
+            return
+        time_s = self._last_step - (self._training_began or 0.0)
+        if time_s <= 0:
+            return
+        self.reporter.summary(TrainingSummary.of(
+            steps=self.steps, time_s=round(time_s, 3),
+            samples_per_second=None if self._unsized else round(self._examples / time_s, 3)))
 
     def note(self, text: str, level: str = "info") -> None:
         _named("note", text)
@@ -497,6 +538,7 @@ class Run:
                 return None
             self.ended = True
         with _HeldCtrlC(self.id) as held:
+            self._summarise()
             if self.reporter.open_phase:
                 self.reporter.end(self.reporter.open_phase)
             self.link.close(ending, held)

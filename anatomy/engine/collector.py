@@ -137,7 +137,9 @@ class Collector:
                 if self.store.run(self.run_id).name is None:  # `watch --name` comes first
                     self.store.rename_run(self.run_id, name)
             case protocol.Described(options=options, model=model):
-                self.store.update_run(self.run_id, options=options,
+                # Over what was said before: a script's batch size beside a Trainer's arguments
+                known = self.store.run(self.run_id, as_recorded=True).options
+                self.store.update_run(self.run_id, options={**known, **options},
                                       **({"preset": model} if model else {}))
             case protocol.Summarised(summary=summary, source=source):
                 # The run's figures: the lowest rank's that says them (every rank says the
