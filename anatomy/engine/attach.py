@@ -40,10 +40,16 @@ from pathlib import Path
 from typing import Any
 
 from anatomy.engine import link as watch_link
-from anatomy.engine import protocol
+from anatomy.engine import protocol, tasks
 from anatomy.engine.devices import machine
 from anatomy.engine.endings import Ending, stopped_by
-from anatomy.engine.exits import ExitWatch, default_stop_signals, ending_of, on_stop_signals
+from anatomy.engine.exits import (
+    ExitWatch,
+    default_stop_signals,
+    deliver,
+    ending_of,
+    on_stop_signals,
+)
 from anatomy.engine.locks import DeviceBusy, DeviceLock, gpu_key
 from anatomy.engine.recording import FIRST_SAMPLE_TIMEOUT, Recording, environment_facts
 from anatomy.engine.reporter import Reporter
@@ -400,6 +406,11 @@ class Run:
         self._training_began: float | None = None
         self._last_step: float | None = None
         self.by_callback = False  # started by a Trainer's AnatomyCallback, ended with its training
+        self.task = tasks.current()  # the pool task that started it, if one did
+        self.pid = os.getpid()  # the process that records it
+        self._ending = False  # its ending is being written
+        self._deferred: int | None = None  # a stop signal to deliver once it is written
+        self._thread = threading.get_ident()
         self.steps = 0
         self._lock = threading.Lock()
         self._libraries = RunFacts()  # the versions told so far
@@ -529,35 +540,61 @@ class Run:
         if held is not None and not isinstance(error, KeyboardInterrupt):
             held.deliver()  # a Ctrl-C pressed meanwhile, once the ending is written
 
-    def _end(self, ending: Ending) -> _HeldCtrlC | None:
-        """End the run as `ending` says, Ctrl-C held meanwhile; what was held (None if the run
-        had ended already). The process's own ends (its error, its exit) drop a Ctrl-C held:
-        the process is ending."""
+    def _end(self, ending: Ending, at: float | None = None) -> _HeldCtrlC | None:
+        """End the run as `ending` says (its open phase now, or at `at`), Ctrl-C held
+        meanwhile; what was held (None if the run had ended already). The process's own ends
+        (its error, its exit) drop a Ctrl-C held: the process is ending."""
         with self._lock:
             if self.ended:
                 return None
-            self.ended = True
-        with _HeldCtrlC(self.id) as held:
-            self._summarise()
-            if self.reporter.open_phase:
-                self.reporter.end(self.reporter.open_phase)
-            self.link.close(ending, held)
-            self._forget()
+            self.ended = self._ending = True
+        try:
+            with _HeldCtrlC(self.id) as held:
+                self._summarise()
+                if self.reporter.open_phase:
+                    self.reporter.end(self.reporter.open_phase, at)
+                self.link.close(ending, held)
+                self._forget()
+        finally:
+            self._ending = False
+            if self._deferred is not None:  # a SIGTERM that came meanwhile ends the process now
+                deliver(self._deferred)
         return held
 
-    def _stop(self, signum: int) -> None:
+    def task_over(self) -> bool:
+        """Whether the pool task that started the run has returned (this thread's pool worker
+        runs another task, or waits for one). Asked in another thread: no."""
+        return (self.task is not None and not self.ended
+                and threading.get_ident() == self._thread and tasks.current() != self.task)
+
+    def _end_with_task(self) -> None:
+        """The run of a pool task that returned without ending it: completed, its open phase
+        ended at its last mark (when it returned is not known; it marked nothing after)."""
+        self._end(Ending(Status.COMPLETED), at=self.reporter.last_mark)
+
+    def _stop(self, signum: int) -> bool:
         """A SIGTERM or SIGHUP to the script (in its handler): the run ends stopped, without a
-        lock or a queue the interrupted code may hold; its phases end at the stop."""
+        lock or a queue the interrupted code may hold; its phases end at the stop. Whether the
+        signal is to end the process now: not while the run's ending, as decided, is being
+        written (a pool's worker ending its task's run as it exits, when Pool.terminate's
+        SIGTERM came): waiting here for what the interrupted code was writing held both 10 s,
+        and the run was left running; the signal is delivered once it is written."""
+        if self._ending:
+            self._deferred = signum
+            return False
         reason = stopped_by(signum)
-        self.link.stop(reason)
         if not self.ended:
+            self.link.stop(reason)
             self.ended = True
             if isinstance(self.link, _LocalRecording):
                 self.link.ending = Ending(Status.STOPPED, reason)
                 self.link.this.closed = True
+        # else its ending is being written already, as it was decided (a script that completed,
+        # then was stopped as it exited): the process waits for it, then ends by the signal
         if isinstance(self.link, _LocalRecording):
             with _HeldCtrlC(self.id):  # the process ends by the signal once this is written
                 self.link.recording.wait(STOP_WAIT_SECONDS)
+        return True
 
     def _disown(self) -> None:
         """In a forked child (a multiprocessing or DataLoader worker): the run is its parent's,
@@ -597,7 +634,29 @@ def _elsewhere(run_id: int | None) -> Run:
 
 def current() -> Run | None:
     """The run this process records, if one was started (by `start` or the callback)."""
+    _end_finished_task()
     return _current
+
+
+def _task_returned(error: BaseException | None) -> None:
+    """A pool's task sends its result: the run it started and left open ends as the task did
+    (completed, or failed with its error), its phase here. With no run open, the worker takes
+    SIGTERM and SIGHUP as without anatomy again: a Python handler is run only between two
+    instructions, and a SIGTERM (Pool.terminate's) that came just as the worker blocked on the
+    lock of its next task was held there, the worker never ended, and neither did the script."""
+    run = _current
+    if run is not None and run.task is not None and not run.ended and run.pid == os.getpid():
+        run._end(ending_of(error))
+    if _current is None:
+        default_stop_signals()
+
+
+def _end_finished_task() -> None:
+    """A pool task's run whose task has returned ends before anything asks for the current
+    run: the next task's `start()` (or its Trainer's callback) records a run of its own."""
+    run = _current
+    if run is not None and run.task_over():
+        run._end_with_task()
 
 
 def start(name: str | None = None, *, sample_rate: int = DEFAULT_SAMPLE_RATE,
@@ -607,8 +666,10 @@ def start(name: str | None = None, *, sample_rate: int = DEFAULT_SAMPLE_RATE,
 
     Call it at the top of the script, before the model exists, to see the baseline and (with
     `kernel`) torch and the CUDA context loaded, as the walkthrough does. `gpus`: the visible
-    GPUs to sample (default: all). A second call returns the run already started."""
+    GPUs to sample (default: all). A second call returns the run already started (in a pool's
+    worker, the run of the task that calls it: a task's run ends as the task returns)."""
     global _current
+    _end_finished_task()
     with _current_lock:
         if _current is not None:
             return _current
@@ -646,6 +707,8 @@ def start(name: str | None = None, *, sample_rate: int = DEFAULT_SAMPLE_RATE,
         run = Run(link, t0, dwell)
         _current = run
     _install_exit_hooks(run)
+    if run.task is not None:
+        tasks.on_return(_task_returned)
     if baseline:
         run.phase(Phase.BASELINE)
     if kernel:
@@ -729,10 +792,12 @@ def _install_exit_hooks(run: Run) -> None:
         threading.excepthook = thread_hook
     if _exits is None:
         _exits = ExitWatch()
-        on_stop_signals(_stop_current)
+    on_stop_signals(_stop_current)  # again after a pool's task gave them back (_task_returned)
 
     def at_exit() -> None:
-        if not run.ended:
+        if run.task_over():
+            run._end_with_task()
+        elif not run.ended:
             run._end(_exits.ending())
 
     atexit.register(at_exit)
@@ -742,7 +807,9 @@ def _install_exit_hooks(run: Run) -> None:
         # was left running, then read "ended without a word". Its finalizers run as its target
         # ends, inside the `finally` that sees the target's error.
         def at_child_exit() -> None:
-            if not run.ended:
+            if run.task_over():
+                run._end_with_task()
+            elif not run.ended:
                 run._end(ending_of(sys.exc_info()[1]))
 
         multiprocessing.util.Finalize(None, at_child_exit, exitpriority=100)
@@ -760,7 +827,16 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _stop_current(signum: int) -> None:
+def _stop_current(signum: int) -> bool:
+    """A stop signal's handling (exits.on_stop_signals): whether it ends the process now. A
+    signal that lands in a forked child before the fork's handler has disowned its parent's
+    run (Pool.terminate's SIGTERM to a worker just made) is the child's own: its parent's run
+    is not its to stop (it waited 10 s on a recording the child does not have)."""
     run = _current
-    if run is not None:
-        run._stop(signum)
+    if run is not None and run.pid != os.getpid():
+        return True
+    if run is not None and run.task_over():  # a pool's worker, ended between its tasks
+        run._end_with_task()
+    elif run is not None:
+        return run._stop(signum)
+    return True

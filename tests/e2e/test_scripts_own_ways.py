@@ -492,3 +492,133 @@ def test_several_trainers_and_trainings_in_one_script_are_each_recorded(tmp_path
     else:
         assert [([p.name for p in r.phases], r.steps) for r in reports] == [
             (["weights", "weights", "training"], 2), (["weights", "training"], 2)]
+
+
+FORKED_RECORDERS = """
+import os, sys
+import anatomy
+
+if __name__ == "__main__":
+    run = anatomy.start(name="parent", kernel=False)
+    run.phase("training")
+    children = []
+    for i in range(12):
+        run.step(loss=1.0)  # the parent's collector writes as it forks
+        pid = os.fork()
+        if pid == 0:
+            child = anatomy.start(name=f"child {i}", kernel=False)
+            child.phase("training")
+            child.step(loss=1.0)
+            child.end()
+            os._exit(0)
+        children.append(pid)
+    for pid in children:
+        os.waitpid(pid, 0)
+    run.end()
+"""
+
+
+def test_children_forked_while_the_parent_records_each_record_a_run_of_their_own(tmp_path):
+    """A child forked while its parent's collector was writing inherited SQLite's memory of the
+    parent's locks: 2 of 12 children's anatomy.start() waited 30 s on a lock nobody held and
+    recorded nothing ("another process holds it locked"), and children writing at once
+    corrupted the store ("database disk image is malformed"). A fork waits for the process's
+    store connections to close."""
+    result = _script(tmp_path, FORKED_RECORDERS, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "not recording" not in result.stderr and "could not be written" not in result.stderr
+    store = Store(tmp_path / "s.sqlite", read_only=True)
+    runs = {run.name: run for run in store.runs()}
+    assert sorted(runs) == sorted(["parent", *(f"child {i}" for i in range(12))])
+    assert {run.status for run in runs.values()} == {"completed"}
+    assert all(store.step_count(run.id) == 1 for name, run in runs.items() if name != "parent")
+    assert store.step_count(runs["parent"].id) == 12
+
+
+TRIALS_LEFT_OPEN = """
+import multiprocessing, sys, time
+import anatomy
+
+def trial(name):
+    run = anatomy.start(name=name, kernel=False)  # never ended by the trial
+    run.phase("training")
+    run.step(loss=1.0)
+    time.sleep(0.3)
+    if name == "fails":
+        raise RuntimeError("the trial failed")
+    return name
+
+if __name__ == "__main__":
+    with multiprocessing.get_context(sys.argv[1]).Pool(2) as pool:
+        print("trials", pool.map(trial, ["a", "b", "c"], chunksize=1), flush=True)
+        try:
+            pool.apply(trial, ("fails",))
+        except RuntimeError as error:
+            print("caught", error, flush=True)
+"""
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_pool_trials_that_leave_their_runs_open_each_complete_a_run_of_their_own(tmp_path,
+                                                                                   method):
+    """A Pool's worker runs trial after trial: the third trial's anatomy.start() returned the
+    first trial's run, still open (c recorded inside a), and Pool.terminate()'s SIGTERM stopped
+    the runs of trials that had returned, or left them running ("failed: ended without a
+    word"). A task's run ends as its task returns, completed or failed with its error; the
+    idle worker is ended by SIGTERM as without anatomy (a Python handler that the SIGTERM
+    reached as the worker blocked on its next task's lock never ran: the script hung)."""
+    (tmp_path / "script.py").write_text(TRIALS_LEFT_OPEN)
+    env = {**os.environ, "ANATOMY_STORE": str(tmp_path / "s.sqlite"), "PYTHONPATH": str(PROJECT)}
+    result = subprocess.run([sys.executable, "script.py", method], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr
+    assert "trials ['a', 'b', 'c']" in result.stdout and "caught the trial failed" in result.stdout
+    assert "Traceback" not in result.stderr and "leaked" not in result.stderr, result.stderr
+    store = Store(tmp_path / "s.sqlite", read_only=True)
+    ended = sorted((run.name, run.status, run.error, store.step_count(run.id))
+                   for run in store.runs())
+    assert ended == [("a", "completed", None, 1), ("b", "completed", None, 1),
+                     ("c", "completed", None, 1),
+                     ("fails", "failed", "RuntimeError: the trial failed", 1)]
+    for run in store.runs():
+        [training] = [p for p in store.phases(run.id) if p.name == "training"]
+        assert training.end_s >= store.last_step(run.id).t + 0.3  # as the trial returned
+
+
+THREADS_MASKS = """
+import os, time
+import anatomy
+
+run = anatomy.start(name="threads", kernel=False)
+run.phase("training")
+run.step(loss=1.0)
+time.sleep(0.5)  # the collector has begun
+for task in sorted(os.listdir(f"/proc/{os.getpid()}/task")):
+    status = dict(line.split(":\\t", 1) for line in
+                  open(f"/proc/{os.getpid()}/task/{task}/status").read().splitlines() if ":\\t" in line)
+    print("thread", task == str(os.getpid()), int(status["SigBlk"], 16), flush=True)
+for child in os.listdir("/proc"):
+    if child.isdigit() and open(f"/proc/{child}/stat").read().split()[3] == str(os.getpid()):
+        status = open(f"/proc/{child}/status").read()
+        blocked = next(line for line in status.splitlines() if line.startswith("SigBlk"))
+        print("child", open(f"/proc/{child}/comm").read().strip(), int(blocked.split()[1], 16))
+run.end()
+"""
+
+
+def test_a_scripts_own_threads_leave_stop_signals_to_its_main_thread(tmp_path):
+    """The kernel gives a process's SIGTERM to any of its threads that does not block it; taken
+    by anatomy's collector or launcher thread, the Python handler waited for a main thread that
+    sat in a lock's wait (a Pool's worker between tasks): the worker never ended, nor did the
+    script. anatomy's threads block SIGINT, SIGTERM and SIGHUP; the main thread and anatomy's
+    sampler (started by the launcher) take them."""
+    result = _script(tmp_path, THREADS_MASKS)
+    assert result.returncode == 0, result.stderr
+    stops = (1 << (signal.SIGHUP - 1)) | (1 << (signal.SIGINT - 1)) | (1 << (signal.SIGTERM - 1))
+    threads = [line.split() for line in result.stdout.splitlines() if line.startswith("thread")]
+    assert [int(mask) & stops for _, main, mask in threads if main == "True"] == [0]
+    others = [int(mask) & stops for _, main, mask in threads if main == "False"]
+    assert others and all(mask == stops for mask in others), result.stdout
+    children = dict(line.split()[1:] for line in result.stdout.splitlines()
+                    if line.startswith("child"))
+    assert int(children["anatomy-sampler"]) & stops == 0, result.stdout
