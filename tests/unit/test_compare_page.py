@@ -287,10 +287,11 @@ def test_the_rest_of_the_increase_is_named_as_the_device_measures_it(store, seed
 
 
 def test_an_out_of_memory_run_adds_no_negative_part(store, seed):
-    run_id = seed(status="oom")
+    run_id = seed(status="running")
     # Its memory was freed as it failed, before the training phase's end was marked.
     store.write(run_id, samples=[Sample(9.5, 0, 0, None, 141 * GIB, None)],
                 phases=[PhaseMark("end", "training", 9.5)])
+    store.finish(run_id, "oom", "CUDA out of memory. Tried to allocate 1.00 GiB")
     training = next(p for p in compare.memory_parts(report(store, run_id))
                     if p.part == Phase.TRAINING)
     assert training.bytes == 0 and "oom" in training.note
