@@ -200,6 +200,25 @@ def _stop_log(log) -> str:
     return log.read()
 
 
+def test_enter_in_a_run_option_keeps_its_value_and_starts_nothing(server, chromium):
+    from playwright.sync_api import expect
+
+    url, store, log = server
+    page = chromium.new_page(viewport=NARROW)
+    page.goto(url)
+    batch = page.get_by_role("spinbutton", name="Batch size", exact=True)
+    batch.fill("6")
+    batch.press("Enter")
+    page.get_by_role("spinbutton", name="Dataset size", exact=True).press("Enter")
+    # A button of the form that starts nothing: its answer comes after whatever Enter sent.
+    page.get_by_role("button", name="Predict memory and time").click()
+    expect(page.get_by_text("steps ×").first).to_be_visible(timeout=RUN_SECONDS * 1000)
+    assert store.runs() == []
+    assert page.get_by_text("No run in progress").count() == 1
+    assert batch.input_value() == "6"  # kept, and sent with the form's button
+    assert "Traceback" not in _stop_log(log)
+
+
 def test_stop_answers_at_once_and_nothing_is_cut_at_1000_px(server, chromium):
     from playwright.sync_api import expect
 

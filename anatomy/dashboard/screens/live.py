@@ -119,8 +119,10 @@ def _field(name: str, default) -> None:
 def options_form(has_gpu: bool, expanded: bool) -> None:
     defaults = defaults_for(has_gpu).to_dict()
     errors = bool(st.session_state.get("option_errors") or st.session_state.get("start_refused"))
+    # Enter in a field keeps its value and sends nothing: a form sends itself with its first
+    # button, which here starts a run (and takes the device).
     with st.expander("Run options", expanded=expanded or errors, icon=":material/tune:"), \
-            st.form("run_options", border=False):
+            st.form("run_options", border=False, enter_to_submit=False):
         layout = _layout()
         for column, names in zip(st.columns(len(layout)), layout):
             with column:
