@@ -7,10 +7,13 @@ exported chart that holds its labels."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 from anatomy.analysis.report import report
@@ -18,7 +21,7 @@ from anatomy.store import Store
 from anatomy.views import export
 from anatomy.views.live import summary_lines
 from tests.conftest import PROJECT, USERS_SHAPES, seed_users_run
-from tests.e2e.conftest import ARTIFACTS, serve, stop
+from tests.e2e.conftest import ARTIFACTS, HANG_SECONDS, left, serve, stop
 from tools import demo_store
 from tools.browser import WAIT_MS, wait_for_charts
 
@@ -242,6 +245,45 @@ def test_stop_answers_at_once_and_nothing_is_cut_at_1000_px(server, chromium):
     (run,) = store.runs()
     assert run.status == "stopped"
     assert "Traceback" not in _stop_log(log)
+
+
+# The dashboard's process group as a terminal or a service manager signals it, and its server
+# alone (`kill PID`).
+STOPPED_BY = {signal.SIGINT: "Ctrl-C (SIGINT)", signal.SIGTERM: "SIGTERM",
+              signal.SIGHUP: "SIGHUP: its terminal was closed"}
+
+
+@pytest.mark.parametrize("to_group", [True, False], ids=["its-group", "its-server-alone"])
+@pytest.mark.parametrize("signum", list(STOPPED_BY), ids=lambda s: signal.Signals(s).name)
+def test_stopping_the_dashboard_stops_its_run_recorded_as_stopped_and_leaves_no_process(
+        tmp_path, chromium, signum, to_group):
+    store_path = tmp_path / "anatomy.sqlite"
+    process, url, log = serve([sys.executable, "-m", "anatomy", "dashboard", "--port", "{port}",
+                               "--store", str(store_path)], cwd=PROJECT,
+                              log_path=tmp_path / "server.log", start_new_session=True)
+    try:
+        page = chromium.new_page(viewport=NARROW)
+        page.goto(url)
+        page.get_by_role("spinbutton", name="Max steps", exact=True).fill("100000")
+        page.get_by_role("spinbutton", name="Sequence length", exact=True).fill("32")
+        page.get_by_role("button", name="Start", exact=True).click()
+        store = Store(store_path, read_only=True)
+        # Training: every process of the run is there, and samples are stored.
+        page.get_by_text("training (now)").wait_for(timeout=RUN_SECONDS * 1000)
+        (run,) = store.runs()
+        processes = psutil.Process(process.pid).children(recursive=True)
+        assert psutil.pid_exists(run.worker_pid) and len(processes) >= 2
+        page.close()  # the tab goes first; the run goes on
+        (os.killpg if to_group else os.kill)(process.pid, signum)
+        process.wait(timeout=HANG_SECONDS)
+    finally:
+        text = stop(process, log)
+    run = store.run(run.id)
+    assert (run.status, run.error) == ("stopped",
+                                       f"stopped with the dashboard, by {STOPPED_BY[signum]}")
+    assert store.sample_count(run.id) > 0 and report(store, run.id).training is not None
+    assert left(processes) == []
+    assert "Traceback" not in text, text
 
 
 def test_a_fresh_servers_first_page_has_the_apps_navigation_and_fetches_nothing_elsewhere(
