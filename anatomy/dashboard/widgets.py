@@ -67,17 +67,18 @@ CHAR_PX, PADDING_PX, WIDEST_PX = 7.5, 28, 640
 TABLE_PX = 490
 
 
-def table(data, column_config: dict | None = None, fit: Sequence[str] | None = None, **kwargs):
+def table(data, column_config: dict | None = None, fit: Sequence[str] | None = None,
+          widest: dict[str, int] | None = None, **kwargs):
     """st.dataframe, a missing value shown as MISSING, each text column wide enough for its
-    texts (a column configured with a width keeps it). `fit`: the headings in the order they
-    earn a place; those that fit TABLE_PX side by side are shown, the others hidden, a click
-    away in the table's toolbar (Show/hide columns)."""
+    texts (a column configured with a width keeps it), and no wider than `widest` says for it.
+    `fit`: the headings in the order they earn a place; those that fit TABLE_PX side by side are
+    shown, the others hidden, a click away in the table's toolbar (Show/hide columns)."""
     config = dict(column_config or {})
-    for name, width in _text_widths(data).items():
+    for name, width in _text_widths(data, widest).items():
         if config.get(name) is None:
             config[name] = st.column_config.Column(width=width)
     if fit is not None:
-        widths, used = _widths(data), 0
+        widths, used = _widths(data, widest), 0
         for name in fit:
             used += widths[name]
             if used > TABLE_PX:
@@ -99,19 +100,21 @@ def _width(name: str, texts: list[str]) -> int:
     return min(WIDEST_PX, round(PADDING_PX + CHAR_PX * longest))
 
 
-def _text_widths(data) -> dict[str, int]:
+def _text_widths(data, widest: dict[str, int] | None = None) -> dict[str, int]:
     widths = {}
     for name, values in _columns(data).items():
         texts = [v for v in values if isinstance(v, str)]
         if texts:
-            widths[name] = _width(name, texts)
+            widths[name] = min(_width(name, texts), (widest or {}).get(name, WIDEST_PX))
     return widths
 
 
-def _widths(data) -> dict[str, int]:
-    """Every column's width as drawn, estimated from its heading and its values as shown."""
-    return {name: _width(name, [MISSING if v is None else f"{v:,.2f}" if isinstance(v, float)
-                                else str(v) for v in values])
+def _widths(data, widest: dict[str, int] | None = None) -> dict[str, int]:
+    """Every column's width as drawn, estimated from its heading and its values as shown (no
+    wider than `widest` says for it)."""
+    return {name: min(_width(name, [MISSING if v is None else f"{v:,.2f}" if isinstance(v, float)
+                                    else str(v) for v in values]),
+                      (widest or {}).get(name, WIDEST_PX))
             for name, values in _columns(data).items()}
 
 
