@@ -246,7 +246,7 @@ def steps_chart(rep: RunReport) -> None:
         st.info(text.no_steps(rep))
         return
     chart(live_figures.steps_figure(rep, steps), f"steps-{rep.id}")
-    st.caption(text.steps_caption(rep))
+    st.caption(text.steps_caption(rep, steps))
 
 
 def device_panel(rep: RunReport, live: bool) -> None:
