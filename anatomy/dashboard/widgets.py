@@ -34,8 +34,10 @@ def sidebar_device() -> None:
             st.caption(f"driver {info.driver} · CUDA {info.cuda_driver} · "
                        f"NVML memory API {info.memory_api}")
         else:
-            st.markdown("**no GPU: measuring CPU memory of the training process**")
-            st.caption(f"{info.ram_total / 2**30:.1f} GiB RAM · {info.why_no_gpu}")
+            why = info.why_no_gpu or "no GPU here"
+            st.markdown(f"**{why[0].upper()}{why[1:]}: measuring the CPU's RAM (RSS)**")
+            st.caption(f"{info.ram_total / 2**30:.1f} GiB RAM",
+                       help=f"{info.nvml_error}" if info.nvml_error else None)
         st.caption("Measures " + text.source(info.backend, info.memory_api))
 
 
