@@ -88,6 +88,15 @@ def table(data, column_config: dict | None = None, fit: Sequence[str] | None = N
     return st.dataframe(data, placeholder=MISSING, column_config=config, **kwargs)
 
 
+def wrapped_table(rows: list[dict], formats: dict[str, str]) -> None:
+    """A small table whose long texts wrap instead of being cut (a dataframe's cells hold one
+    line, and a column beyond the page's width is scrolled to, its text cut at the edge): each
+    number in its column's format ("{:.1f}"), a missing value shown as MISSING."""
+    frame = pd.DataFrame(rows)
+    st.table(frame.style.format(na_rep=MISSING).format(formats, na_rep=MISSING)
+             .hide(axis="index"))
+
+
 def _columns(data) -> dict[str, list]:
     styled = getattr(data, "data", None)  # a pandas Styler's frame
     frame = styled if isinstance(styled, pd.DataFrame) else pd.DataFrame(data)

@@ -71,7 +71,7 @@ def test_the_explanations_fit_the_way_a_users_run_was_recorded(store, seed_users
         # The same on Compare's overlay and under the Anatomy page's first steps; AdamW named
         # only for a run that said it trained with it.
         assert ("Trainer" in compare.steps_caption([rep])) == (shape == "trainer")
-        first = anatomy_view.first_steps_caption(rep)
+        first = anatomy_view.first_steps_caption(rep, None)
         assert ("Trainer" in first, "AdamW" in first) == ((shape == "trainer",) * 2)
     # The Live page's phases: a watched command's own phase, not four dashes it never had.
     metrics = [(m.name, m.memory_mb) for m in live_view.phase_metrics(rep)]

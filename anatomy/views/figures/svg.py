@@ -664,7 +664,9 @@ def _annotations(figure: go.Figure, x_axis: Axis, y_axis: Axis) -> list[str]:
         box = len(text) * CHAR_PX + 8
         x = _position(x_axis, note.x, note.xref, "x") + (note.xshift or 0)
         y = _position(y_axis, note.y, note.yref, "y") - (note.yshift or 0)
-        tail_x, tail_y = x + (note.ax or 0), y + (note.ay or 0)
+        # The text's place: pixels away from the point, or a height on the y axis (ayref).
+        tail_x = x + (note.ax or 0)
+        tail_y = float(y_axis.px(note.ay)) if note.ayref == "y" else y + (note.ay or 0)
         left = _anchored(tail_x, box, note.xanchor, "center")
         placed.append((left, left + box, tail_y - 9))
         out.append(f'<g class="point-label" data-name="{escape(note.name or "")}">'
