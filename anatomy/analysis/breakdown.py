@@ -28,7 +28,9 @@ from anatomy.analysis.prediction import (
     predict_ranks,
 )
 from anatomy.analysis.report import RunReport
-from anatomy.vocabulary import Phase, SourceKind, Strategy
+from anatomy.analysis.report import report as run_report
+from anatomy.store import Store
+from anatomy.vocabulary import Backend, Phase, SourceKind, Status, Strategy
 
 
 class NoPrediction(NamedTuple):
@@ -127,6 +129,16 @@ class CpuPeak(NamedTuple):
     def peak(self) -> int:
         return self.before_training + self.tensors
 
+    @property
+    def process(self) -> int:
+        """What the process held before training beyond its weights, the baseline included."""
+        return self.over + self.before_training
+
+    @property
+    def rss(self) -> int:
+        """The predicted RSS peak itself: the process and the tensors' peak."""
+        return self.process + self.tensors
+
 
 def cpu_peak(report: RunReport, prediction: Prediction) -> CpuPeak | None:
     """The predicted RSS peak of a CPU run, on the axis of its measured curve; None on a GPU or
@@ -138,6 +150,22 @@ def cpu_peak(report: RunReport, prediction: Prediction) -> CpuPeak | None:
     weights = measured if measured is not None else prediction.weights
     over = memory[Phase.BASELINE] or 0
     return CpuPeak(memory[Phase.WEIGHTS] - weights - over, prediction.peak, over)
+
+
+def stored_cpu_peak(store: Store, prediction: Prediction) -> tuple[int, CpuPeak] | None:
+    """A CPU prediction before its run starts, as `cpu_peak` reads a run: the tensors' predicted
+    peak on what the latest completed CPU run stored here held before training beyond its
+    weights (its own weights measured). That run's id with it; None without such a run."""
+    for run in store.runs():  # newest first
+        if run.backend != Backend.CPU_RSS or run.status != Status.COMPLETED:
+            continue
+        measured = run_report(store, run.id, run)
+        if measured.components is None or measured.components.weights is None:
+            continue
+        expected = cpu_peak(measured, prediction)
+        if expected is not None:
+            return run.id, expected
+    return None
 
 
 def measured_peak(report: RunReport) -> int | None:

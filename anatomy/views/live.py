@@ -9,12 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from anatomy.analysis import duration, models
+from anatomy.analysis import breakdown, duration, models
 from anatomy.analysis.machine import Machine
 from anatomy.analysis.options import FIELDS, RunOptions, validate
 from anatomy.analysis.prediction import PredictionError, max_batch_size, predict, predict_ranks
 from anatomy.analysis.report import PHASES, RunReport
 from anatomy.store import GpuStatus, HostStatus, Step, Store
+from anatomy.units import size_text
 from anatomy.views import gpus, text
 from anatomy.views.style import phase_name
 from anatomy.vocabulary import Phase, Status
@@ -186,9 +187,12 @@ def _target(options: RunOptions, machine: Machine) -> tuple[str, str | None, int
         f"this machine's {machine.ram_total / 2**30:.1f} GiB of RAM"
 
 
-def memory_forecast(options: RunOptions, machine: Machine) -> Forecast:
+def memory_forecast(options: RunOptions, machine: Machine, store: Store | None = None
+                    ) -> Forecast:
     """What the run form says before a run starts: the predicted need, and a warning when it is
-    more than the device holds. Invalid options get no forecast (the form shows their errors)."""
+    more than the device holds. Invalid options get no forecast (the form shows their errors).
+    On a CPU, one process: the RSS in all, the process itself as the latest CPU run in `store`
+    held it before training (the Anatomy page's figure, `breakdown.stored_cpu_peak`)."""
     if validate(options, machine.gpu_count):
         return Forecast(None, None)
     device, gpu_name, total, where = _target(options, machine)
@@ -200,17 +204,27 @@ def memory_forecast(options: RunOptions, machine: Machine) -> Forecast:
     # A GPU holds one process's figure; a CPU's RAM holds every process's.
     need = ((forecast.nvml_peak or forecast.peak) if device == "cuda" else
             forecast.peak * options.world_size)
+    line = forecast.need_line()
+    stored = (breakdown.stored_cpu_peak(store, forecast)
+              if device == "cpu" and not options.distributed and store is not None else None)
+    if stored is not None:
+        run_id, expected = stored
+        need = expected.rss
+        line = (f"this run should need about {size_text(expected.rss)} of RAM in all: "
+                f"{size_text(expected.tensors)} for tensors (peak: {forecast.peak_at}) and "
+                f"{size_text(expected.process)} for the process itself (the interpreter, torch's "
+                f"libraries, the data: as run {run_id} held them before training)")
     warning = None
     if need > total:
         warning = (f"predicted peak {need / 2**30:.1f} GiB is more than {where}: "
                    "this run will most likely end out of memory")
-    return Forecast(forecast.need_line(), warning)
+    return Forecast(line, warning)
 
 
 def run_forecast(options: RunOptions, machine: Machine, store: Store) -> Forecast:
     """What the run form says before a run starts: the memory it should need and how long it
     should take (from the runs stored here, `analysis.duration`)."""
-    memory = memory_forecast(options, machine)
+    memory = memory_forecast(options, machine, store)
     if memory.line is None:
         return memory
     device_name = machine.devices[options.gpu].name if machine.has_gpu else None

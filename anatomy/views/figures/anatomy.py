@@ -148,12 +148,12 @@ def first_steps_figure(report: RunReport, samples: Sequence[Sample], steps: Sequ
     for step in marked:
         figure.add_vline(x=step.t, line={"color": "#555555", "width": 1, "dash": "dot"})
     if expected is not None:  # on the curve's own axis: what the prediction covers, and not
-        before = (expected.over + expected.before_training) / MIB
+        before = expected.process / MIB
         figure.add_hline(y=before, line={"color": NEUTRAL_COLOUR, "dash": "dot", "width": 1.5},
                          annotation_text=f"before training, beyond the weights: {before:,.0f} MiB"
                                          " (measured; no prediction covers it)",
                          annotation_position="bottom right")
-        peak = before + expected.tensors / MIB
+        peak = expected.rss / MIB
         figure.add_hline(y=peak, line={"color": PREDICTED_COLOUR, "dash": "dash", "width": 1.5},
                          annotation_text=f"predicted peak: {peak:,.0f} MiB (the line below + the "
                                          f"tensors' {expected.tensors / MIB:,.0f} MiB, predicted)",
