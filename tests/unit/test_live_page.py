@@ -194,8 +194,8 @@ def test_the_runs_page_lists_every_stored_run(store, seed):
     app = _runs_page()
     table = app.dataframe[0].value
     # What tells runs apart comes first: at 1,400 px the table is cut after a dozen columns.
-    assert list(table.columns[:6]) == ["Run", "Device", "Status", "Peak MB", "Samples/s",
-                                       "Time (s)"]
+    assert list(table.columns[:8]) == ["Run", "Name", "Model", "Device", "Status", "Peak MB",
+                                       "Samples/s", "Time (s)"]
     assert list(table["Run"]) == [second, first]
     assert list(table["Device"]) == ["H200"] * 2
     assert list(table["Status"]) == ["oom", "completed"]
