@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import pandas as pd
 import streamlit as st
 
-from anatomy.analysis.options import FIELDS
+from anatomy.analysis.options import FIELDS, defaults_for
 from anatomy.analysis.report import RunReport
 from anatomy.dashboard import server
 from anatomy.store import checks
@@ -326,6 +326,27 @@ def outcome(rep: RunReport) -> None:
         st.code("\n".join(lines), language=None)
     for message in rep.messages:
         st.caption(f"{message.level}: {text.literal(message.text)}")
+
+
+def offered(name: str, model: str | None) -> bool:
+    """Whether a form offers the run option `name` on this machine: the GPU index with a GPU,
+    GPUs and strategy with two GPUs or more, CPU processes and strategy without a GPU;
+    checkpointing where `model` can do it."""
+    info = server.device()
+    if name == "gradient_checkpointing":
+        return live_view.offers_checkpointing(model)
+    return {"gpu": info.has_gpu, "gpus": info.gpu_count > 1, "processes": not info.has_gpu,
+            "strategy": info.gpu_count > 1 or not info.has_gpu}.get(name, True)
+
+
+# The Live form's options as last sent, kept for the other forms of the tab (the Sweep's base):
+# a widget's own state goes once its page is left.
+LIVE_OPTIONS = "live_options"
+
+
+def live_options(has_gpu: bool) -> dict:
+    """The run options the Live form last sent in this tab, else the defaults."""
+    return {**defaults_for(has_gpu).to_dict(), **st.session_state.get(LIVE_OPTIONS, {})}
 
 
 def option_widget(name: str, default, key: str, label: str | None = None) -> None:

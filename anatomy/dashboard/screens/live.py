@@ -32,20 +32,17 @@ def _key(name: str) -> str:
     return f"option_{name}"
 
 
+def _form_values() -> dict:
+    return {name: st.session_state[_key(name)] for name in FIELDS if _key(name) in st.session_state}
+
+
 def _form_options():
-    return view.options_from_form({name: st.session_state[_key(name)] for name in FIELDS
-                                      if _key(name) in st.session_state})
+    return view.options_from_form(_form_values())
 
 
 def _drawn(name: str) -> bool:
-    """The options of the device where they apply: the GPU index with a GPU, GPUs and strategy
-    with two GPUs or more, CPU processes and strategy without a GPU; checkpointing where the
-    model can do it."""
-    info = server.device()
-    if name == "gradient_checkpointing":
-        return view.offers_checkpointing(st.session_state.get(_key("model")))
-    return {"gpu": info.has_gpu, "gpus": info.gpu_count > 1, "processes": not info.has_gpu,
-            "strategy": info.gpu_count > 1 or not info.has_gpu}.get(name, True)
+    """The options of this device and model (widgets.offered)."""
+    return widgets.offered(name, st.session_state.get(_key("model")))
 
 
 def _sentence(text: str) -> str:
@@ -118,6 +115,8 @@ def _field(name: str, default) -> None:
 
 def options_form(has_gpu: bool, expanded: bool) -> None:
     defaults = defaults_for(has_gpu).to_dict()
+    # What the form holds, for the Sweep's base (its widgets' state goes when the page is left).
+    st.session_state[widgets.LIVE_OPTIONS] = _form_values()
     errors = bool(st.session_state.get("option_errors") or st.session_state.get("start_refused"))
     # Enter in a field keeps its value and sends nothing: a form sends itself with its first
     # button, which here starts a run (and takes the device).
