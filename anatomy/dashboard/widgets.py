@@ -48,6 +48,10 @@ CHART = {"displaylogo": False}
 # instead of being cut ("541…"), and a long button label never wraps into an ellipsis.
 STYLE = """<style>
 [data-testid="stMetricValue"] > div { font-size: clamp(1.25rem, 2.4vw, 2.25rem); }
+/* Room for the charts: a 1,000 px window's column was 540 px between 80 px margins, and at
+   1280 x 800 the Live chart began below the window's edge. */
+[data-testid="stMainBlockContainer"] { padding: 1.5rem 2rem 4rem; }
+[data-testid="stMainBlockContainer"] h1 { padding: 0.25rem 0 0.5rem; }
 .st-key-delete_yes button { background-color: #B3261E; border-color: #B3261E; color: white; }
 .st-key-delete_yes button:hover { background-color: #8C1D18; border-color: #8C1D18;
                                   color: white; }
@@ -180,9 +184,11 @@ def run_charts(rep: RunReport, key: str, now: float | None = None, live: bool = 
     device panel, as chosen."""
     views = [v for v in VIEWS if v != "gpus" or rep.world_size > 1]
     names = VIEWS if rep.on_gpu else {**VIEWS, "gpus": "Per process"}  # CPU ranks: no GPU
-    with st.container(horizontal=True, vertical_alignment="bottom", gap="large"):
+    with st.container(horizontal=True, vertical_alignment="bottom", gap="small"):
+        # Unlabelled: its choices say what they are, and the chart starts a line higher.
         view = st.segmented_control("Show", views, format_func=names.get, default="memory",
-                                    required=True, key=f"{key}_view") or "memory"
+                                    required=True, key=f"{key}_view",
+                                    label_visibility="collapsed") or "memory"
         axis = axis_choice(f"{key}_axis") if view == "memory" else "run"
     if view == "memory":
         memory_chart(rep, now, axis, live)
@@ -309,8 +315,8 @@ def stopping(run_id: int) -> bool:
     return st.session_state.get("stopping") == run_id or server.manager().stopping(run_id)
 
 
-def outcome(rep: RunReport) -> None:
-    """How a finished run ended, and its summary as the walkthrough prints it."""
+def outcome(rep: RunReport, with_summary: bool = True) -> None:
+    """How a finished run ended, and (`with_summary`) its summary as the walkthrough prints it."""
     line = live_view.status_line(rep)
     if rep.status == Status.COMPLETED:
         st.success(line)
@@ -321,6 +327,12 @@ def outcome(rep: RunReport) -> None:
         if rep.error:
             # Wrapped: a one-line error longer than the page was cut at its right edge.
             st.code(rep.error, language=None, wrap_lines=True)
+    if with_summary:
+        summary(rep)
+
+
+def summary(rep: RunReport) -> None:
+    """A finished run's summary as the walkthrough prints it, and what the run said."""
     lines = live_view.summary_lines(rep)
     if lines:
         st.code("\n".join(lines), language=None)

@@ -355,6 +355,57 @@ def test_at_1000_px_no_label_overlaps_another_or_leaves_its_chart(every_kind_of_
     assert problems == {}
 
 
+# The Live page's picture as drawn: its text's size, its plot, its y ticks, the labels of the
+# phases' ends and of the bands.
+PICTURE_LAYOUT = """() => {
+  const picture = document.querySelector('svg.anatomy-chart');
+  const box = e => { const r = e.getBoundingClientRect();
+    return {text: e.textContent, left: r.left, right: r.right, top: r.top, bottom: r.bottom}; };
+  const scale = picture.getBoundingClientRect().width / picture.viewBox.baseVal.width;
+  const tick = picture.querySelector('text.y-tick');
+  return {tick_px: parseFloat(tick.getAttribute('font-size')) * scale,
+          plot: box(picture.querySelector(':scope > rect')),
+          ticks: [...picture.querySelectorAll('text.y-tick')].map(box),
+          ends: [...picture.querySelectorAll('g.point-label rect')].map(box),
+          bands: [...picture.querySelectorAll('g.band-label rect')].map(box)};
+}"""
+
+
+def _meet(a: dict, b: dict) -> bool:
+    return (a["left"] < b["right"] - 1 and b["left"] < a["right"] - 1
+            and a["top"] < b["bottom"] - 1 and b["top"] < a["bottom"] - 1)
+
+
+def test_the_live_chart_reads_at_1000_px_and_is_seen_whole_at_1280_by_800(every_kind_of_run,
+                                                                            chromium):
+    """At 1,000 px the picture's ticks were 7 px, the baseline's "39 MB" covered the tick
+    "100" and the short phases' labels stacked over the curve's start; at 1280 x 800 the chart
+    began below the window's edge."""
+    url, runs = every_kind_of_run
+    problems = {}
+    for shape in ("gpu", "phase api"):
+        for width, height in ((1000, 900), (1280, 800)):
+            page = chromium.new_page(viewport={"width": width, "height": height})
+            page.goto(f"{url}/?run={runs[shape]}")
+            wait_for_charts(page)
+            page.wait_for_timeout(1000)
+            drawn = page.evaluate(PICTURE_LAYOUT)
+            page.screenshot(path=ARTIFACTS / f"live-chart-{width}-{shape.replace(' ', '-')}.png")
+            found = {
+                "ticks under 10.5 px": [] if drawn["tick_px"] >= 10.5 else [drawn["tick_px"]],
+                "a tick covered": [(end["text"], tick["text"]) for end in drawn["ends"]
+                                   for tick in drawn["ticks"] if _meet(end, tick)],
+                "a band label in the plot": [band["text"] for band in drawn["bands"]
+                                             if band["bottom"] > drawn["plot"]["top"] + 1],
+                "the plot below the window": [] if drawn["plot"]["bottom"] <= height else
+                [drawn["plot"]["bottom"]],
+            }
+            found = {what: items for what, items in found.items() if items}
+            if found:
+                problems[f"{shape} at {width} px"] = found
+    assert problems == {}
+
+
 def test_an_exported_chart_keeps_its_title_and_tick_labels_on_the_page(gpu_store, chromium,
                                                                        tmp_path):
     store = gpu_store  # a file of its own: no server

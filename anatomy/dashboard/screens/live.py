@@ -228,8 +228,14 @@ def finished_view(run_id: int) -> None:
     rep = report(server.store(), run_id)
     st.subheader(text.literal(rep.title()))
     _phase_metrics(rep)
-    widgets.outcome(rep)
+    # The chart first, how the run ended and the walkthrough's summary after it (at 1280 x 800
+    # the chart began below the window's edge); a run that failed says so first.
+    failed = rep.status not in (Status.COMPLETED, Status.STOPPED)
+    if failed:
+        widgets.outcome(rep)
     widgets.run_charts(rep, "live")
+    if not failed:
+        widgets.outcome(rep)
     st.page_link(links.RUNS_PAGE, label=f"Run {run_id} on the Runs page",
                  query_params={"run": str(run_id)}, icon=":material/table_rows:")
 
