@@ -69,8 +69,9 @@ CHAR_PX, PADDING_PX, WIDEST_PX = 7.5, 28, 640
 
 
 # What a table shows side by side without scrolling in a 1,000 px window: the main column's
-# 538 px less the row selection's boxes (33 px) and a margin for the widths' estimate.
-TABLE_PX = 490
+# 636 px (STYLE's margins) less the row selection's boxes (33 px) and a margin for the widths'
+# estimate.
+TABLE_PX = 580
 
 
 def table(data, column_config: dict | None = None, fit: Sequence[str] | None = None,
