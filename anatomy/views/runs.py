@@ -40,10 +40,11 @@ NOTHING_PLOTTED = ("No run of this list has both a peak and a speed to place her
 
 
 # Which run (its id, its name, its model: what a user tells runs apart by), and the figure the
-# list is for: shown at any width, the name and the model in at most WIDEST pixels each (a
-# longer one is cut; the cell shows it whole on a click).
+# list is for: shown at any width, the name and the model in at most WIDEST pixels each, which
+# hold a model class's name ("BertForSequenceClassification") and a name of 20 characters (a
+# longer one is cut in the table; the heading below it says it whole).
 ALWAYS = ("Run", "Name", "Model", "Peak MB")
-WIDEST = {"Name": 150, "Model": 150}
+WIDEST = {"Name": 180, "Model": 250}
 
 
 def by_use(table: list[dict]) -> list[str]:
