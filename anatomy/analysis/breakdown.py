@@ -26,7 +26,9 @@ from anatomy.analysis.prediction import (
 )
 from anatomy.analysis.prediction.batches import longest
 from anatomy.analysis.report import RunReport
-from anatomy.vocabulary import Phase, SourceKind, Strategy
+from anatomy.analysis.report import report as run_report
+from anatomy.store import Store
+from anatomy.vocabulary import Backend, Phase, SourceKind, Status, Strategy
 
 
 class NoPrediction(NamedTuple):
@@ -147,6 +149,16 @@ class CpuPeak(NamedTuple):
     def peak(self) -> int:
         return self.before_training + self.tensors
 
+    @property
+    def process(self) -> int:
+        """What the process held before training beyond its weights, the baseline included."""
+        return self.over + self.before_training
+
+    @property
+    def rss(self) -> int:
+        """The predicted RSS peak itself: the process and the tensors' peak."""
+        return self.process + self.tensors
+
 
 def cpu_peak(report: RunReport, prediction: Prediction) -> CpuPeak | None:
     """The predicted RSS peak of a CPU run, on the axis of its measured curve; None on a GPU or
@@ -170,6 +182,22 @@ def process_share(report: RunReport, prediction: Prediction) -> int | None:
     if report.on_gpu or peak is None:
         return None
     return peak - prediction.peak
+
+
+def stored_cpu_peak(store: Store, prediction: Prediction) -> tuple[int, CpuPeak] | None:
+    """A CPU prediction before its run starts, as `cpu_peak` reads a run: the tensors' predicted
+    peak on what the latest completed CPU run stored here held before training beyond its
+    weights (its own weights measured). That run's id with it; None without such a run."""
+    for run in store.runs():  # newest first
+        if run.backend != Backend.CPU_RSS or run.status != Status.COMPLETED:
+            continue
+        measured = run_report(store, run.id, run)
+        if measured.components is None or measured.components.weights is None:
+            continue
+        expected = cpu_peak(measured, prediction)
+        if expected is not None:
+            return run.id, expected
+    return None
 
 
 def measured_peak(report: RunReport) -> int | None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
+import numpy as np
+
 from anatomy.analysis.breakdown import (
     cpu_peak,
     error_percent,
@@ -34,7 +36,7 @@ from anatomy.analysis.prediction import (
     walkthrough_bytes_per_parameter,
 )
 from anatomy.analysis.report import RunReport
-from anatomy.store import Step
+from anatomy.store import Sample, Step
 from anatomy.units import mib_text
 from anatomy.views import text
 from anatomy.views.style import COMPONENT_LABELS as LABELS
@@ -141,9 +143,68 @@ def no_training(report: RunReport) -> str:
     return "This run never reached the training phase."
 
 
-def first_steps_caption(report: RunReport) -> str:
+# A step's peak within this share of the highest is the same memory: CPU RSS readings differ by
+# a few pages from one step to the next.
+REPEATS_WITHIN = 0.02
+
+
+class Repetition(NamedTuple):
+    """How the steps after the first compare: each step's peak is the highest sample from the
+    end of the step before to its own end."""
+    repeats: bool
+    low: int  # bytes: the lowest and the highest peak of a step from step 2 on
+    high: int
+    lengths: tuple[int, int] | None  # the batches' shortest and longest sequence, where they differ
+
+    def note(self) -> str:
+        """The first-steps chart's note at step 2's end."""
+        if self.repeats:
+            return "from step 2 on, the memory repeats"
+        return ("from step 2 on, the memory follows each batch's length" if self.lengths else
+                "from step 2 on, the memory differs from step to step")
+
+    def sentence(self) -> str:
+        """The same in the caption, with its figures."""
+        if self.repeats:
+            return f"From step 2 on the memory repeats: every step peaks at {mib_text(self.high)}."
+        spread = f"its steps peak at {mib_text(self.low)} to {mib_text(self.high)}"
+        if self.lengths:
+            shortest, longest = self.lengths
+            return (f"From step 2 on the memory does not repeat: {spread}, as each batch is "
+                    f"as long as its longest example ({shortest} to {longest} tokens).")
+        return f"From step 2 on the memory does not repeat: {spread}."
+
+
+def repetition(report: RunReport, samples: Sequence[Sample], steps: Sequence[Step]
+               ) -> Repetition | None:
+    """Whether the memory repeats from step 2 on, judged from the steps' peaks (on the GPU the
+    run trains on); None before two steps after the first have samples."""
+    training = report.training
+    rows = sorted((s for s in samples if s.gpu == report.gpu), key=lambda s: s.t)
+    if training is None or not rows:
+        return None
+    times = np.array([s.t for s in rows])
+    used = np.array([s.used for s in rows])
+    ends = [training.start_s, *(s.t for s in steps)]
+    peaks, lengths = [], []
+    for step, start, end in zip(steps, ends, ends[1:]):
+        first, last = np.searchsorted(times, [start, end], side="right")
+        if step.step >= 2 and last > first:
+            peaks.append(int(used[first:last].max()))
+            if step.seq_len is not None:
+                lengths.append(step.seq_len)
+    if len(peaks) < 2:
+        return None
+    low, high = min(peaks), max(peaks)
+    return Repetition(high - low <= REPEATS_WITHIN * high, low, high,
+                      (min(lengths), max(lengths)) if lengths and min(lengths) < max(lengths)
+                      else None)
+
+
+def first_steps_caption(report: RunReport, repeated: Repetition | None) -> str:
     """How the first steps build what training keeps, in the run's own terms: its optimizer where
-    it is known to be AdamW, its steps as the Trainer or run.step() reported them."""
+    it is known to be AdamW, whether its steps repeat, its steps as the Trainer or run.step()
+    reported them."""
     optim = report.known("optim")
     states = (" (AdamW: two fp32 tensors a parameter)"
               if isinstance(optim, str) and optim.startswith("adamw") else "")
@@ -151,8 +212,9 @@ def first_steps_caption(report: RunReport) -> str:
                 else "the Trainer reports it")
     return ("Step 1 builds what the rest of training keeps: its forward pass makes the "
             "activations, its backward pass frees them as the gradients appear, and its optimizer "
-            f"step creates the optimizer states{states}. From step 2 on the memory repeats. A "
-            f"dotted line is the end of a step as {reported}."
+            f"step creates the optimizer states{states}. "
+            + ("" if repeated is None else repeated.sentence() + " ")
+            + f"A dotted line is the end of a step as {reported}."
             + (" The caching allocator keeps what it reserved, so NVML's curve rises and stays up."
                if report.on_gpu else ""))
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from anatomy.analysis import data, duration, models
+from anatomy.analysis import breakdown, data, duration, models
 from anatomy.analysis.lengths import TextBatch
 from anatomy.analysis.machine import Machine
 from anatomy.analysis.options import FIELDS, RunOptions, validate
@@ -190,9 +190,12 @@ def _target(options: RunOptions, machine: Machine) -> tuple[str, str | None, int
     return "cpu", None, machine.ram_total, f"this machine's {gib_text(machine.ram_total)} of RAM"
 
 
-def memory_forecast(options: RunOptions, machine: Machine) -> Forecast:
+def memory_forecast(options: RunOptions, machine: Machine, store: Store | None = None
+                    ) -> Forecast:
     """What the run form says before a run starts: the predicted need, and a warning when it is
-    more than the device holds. Invalid options get no forecast (the form shows their errors)."""
+    more than the device holds. Invalid options get no forecast (the form shows their errors).
+    On a CPU, one process: the RSS in all, the process itself as the latest CPU run in `store`
+    held it before training (the Anatomy page's figure, `breakdown.stored_cpu_peak`)."""
     if validate(options, machine.gpu_count):
         return Forecast(None, None)
     device, gpu_name, total, where = _target(options, machine)
@@ -222,6 +225,14 @@ def memory_forecast(options: RunOptions, machine: Machine) -> Forecast:
             warning = (f"predicted peak {gib_text(need)} is more than {where}: "
                        "this run will most likely end out of memory")
         return Forecast(line, warning, data=found.batches if found else None)
+    stored = (breakdown.stored_cpu_peak(store, forecast)
+              if device == "cpu" and store is not None and found is None else None)
+    if stored is not None:
+        run_id, expected = stored
+        line = (f"this run should need about {size_text(expected.rss)} of RAM in all: "
+                f"{size_text(expected.tensors)} for tensors (peak: {forecast.peak_at}) and "
+                f"{size_text(expected.process)} for the process itself (the interpreter, torch's "
+                f"libraries, the data: as run {run_id} held them before training)")
     try:
         warning = _fit_warning(options, device, gpu_name, total, where, longest)
     except PredictionError as error:
@@ -244,7 +255,7 @@ def _fit_warning(options: RunOptions, device: str, gpu_name: str | None, total: 
 def run_forecast(options: RunOptions, machine: Machine, store: Store) -> Forecast:
     """What the run form says before a run starts: the memory it should need and how long it
     should take (from the runs stored here, `analysis.duration`)."""
-    memory = memory_forecast(options, machine)
+    memory = memory_forecast(options, machine, store)
     if memory.line is None:
         return memory
     if memory.data is not None:  # its steps are the dataset's

@@ -5,6 +5,7 @@ says it the same way."""
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import datetime
 
 from anatomy.analysis.components import partial_micro_batch
@@ -18,7 +19,7 @@ from anatomy.analysis.report import (
     RunReport,
     known_option,
 )
-from anatomy.store import RunRow, TrainingData, checks
+from anatomy.store import RunRow, Step, TrainingData, checks
 from anatomy.units import in_mib, mib_text
 from anatomy.vocabulary import Backend, MemoryApi, RecordedBy, Status, phase_name
 
@@ -135,13 +136,27 @@ def no_samples(report: RunReport) -> str:
             "reading, so there is no curve to draw.")
 
 
-def steps_caption(report: RunReport) -> str:
+def steps_caption(report: RunReport, steps: Sequence[Step]) -> str:
     """What the loss and step-time chart shows, for the way the run was recorded."""
     if report.recorded_by == RecordedBy.PHASE_API:
         return ("The loss each run.step(loss=…) reported, and the time each step took from the "
                 "end of the one before.")
-    return ("The Trainer's loss at each step (logged every step) and the time each step took, "
-            "from the end of the one before; step 1 also holds the Trainer's first-step setup.")
+    return (f"The Trainer's loss {_logged(steps)} and the time each step took, from the end of "
+            "the one before; step 1 also holds the Trainer's first-step setup.")
+
+
+def _logged(steps: Sequence[Step]) -> str:
+    """How often the Trainer logged the loss, from the steps that carry one (its logging_steps;
+    a first step logged apart, logging_first_step, aside)."""
+    logged = [s.step for s in steps if s.loss is not None]
+    if not logged:
+        return "(none logged: its logging_steps is more than the steps it ran)"
+    gaps = {b - a for a, b in zip(logged[1:], logged[2:])} or {logged[-1] - logged[0]}
+    if len(logged) == len(steps):
+        return "at each step (logged every step)"
+    if len(gaps) == 1 and (every := gaps.pop()) > 0:
+        return f"every {every} steps, as it logged it ({len(logged)} of {len(steps)} steps)"
+    return f"at the {len(logged)} of {len(steps)} steps it logged"
 
 
 def model_origin(report: RunReport) -> str | None:
@@ -169,6 +184,8 @@ def partial_micro_batch_words(report: RunReport) -> str | None:
     return (f"This run never had a full micro-batch of {batch} samples (its data held fewer): "
             f"its activations were measured on a micro-batch of {samples}, and the prediction is "
             f"for {batch}.")
+
+
 def data_line(data: TrainingData) -> str:
     """What a run on a dataset trained on, in a line: the data, its split and column, the
     tokenizer, the padding and where texts were cut, and its texts' lengths."""

@@ -17,8 +17,6 @@ from anatomy.views import text
 from anatomy.views.figures import anatomy as figures
 from anatomy.vocabulary import Status
 
-MIB_COLUMN = st.column_config.NumberColumn(format="%.1f")
-
 
 def measured_and_predicted(rep: RunReport, prediction) -> None:
     st.subheader("Measured next to predicted")
@@ -40,12 +38,12 @@ def measured_and_predicted(rep: RunReport, prediction) -> None:
                    "libraries: measured, never predicted). Both end on the figures of the "
                    "table's last row.")
     rows = view.component_rows(rep, prediction)
-    widgets.table([{"Component": r.component, in_mib("Measured"): mib_float(r.measured),
-                   in_mib("Predicted"): mib_float(r.predicted), "Error (%)": r.error_percent,
-                   "Note": r.note} for r in rows],
-                 hide_index=True, key="anatomy_components", height="content",
-                 column_config={in_mib("Measured"): MIB_COLUMN, in_mib("Predicted"): MIB_COLUMN,
-                                "Error (%)": st.column_config.NumberColumn(format="%+.2f%%")})
+    # Its notes wrap: in a dataframe the Note column was cut at a laptop's width.
+    widgets.wrapped_table([{"Component": r.component, in_mib("Measured"): mib_float(r.measured),
+                            in_mib("Predicted"): mib_float(r.predicted),
+                            "Error (%)": r.error_percent, "Note": r.note} for r in rows],
+                          {in_mib("Measured"): "{:,.1f}", in_mib("Predicted"): "{:,.1f}",
+                           "Error (%)": "{:+.2f}%"})
     st.caption(f"Error = (predicted − measured) / measured. {MIB_NAME} = 2²⁰ bytes. The notes in full: "
                + view.NOTES[rep.on_gpu] + " docs/PREDICTION.md states every formula of the "
                "prediction and where it comes from.")
@@ -89,13 +87,15 @@ def first_steps(rep: RunReport, samples, steps, expected: breakdown.CpuPeak | No
     if rep.training is None:
         st.info(view.no_training(rep))
         return
-    widgets.chart(figures.first_steps_figure(rep, samples, steps, expected=expected), key)
+    repeated = view.repetition(rep, samples, steps)
+    widgets.chart(figures.first_steps_figure(rep, samples, steps, expected=expected,
+                                             repeated=repeated), key)
     if expected is not None:
         st.caption("On the curve's own axis, the CPU prediction: the dotted line is what the "
                    "process held before training beyond its weights (the interpreter, torch's "
                    "libraries, the data: measured, no prediction covers it); the dashed line "
                    "adds the tensors' predicted peak to it.")
-    st.caption(view.first_steps_caption(rep))
+    st.caption(view.first_steps_caption(rep, repeated))
 
 
 def operations(rep: RunReport) -> None:

@@ -35,20 +35,17 @@ def _key(name: str) -> str:
     return f"option_{name}"
 
 
+def _form_values() -> dict:
+    return {name: st.session_state[_key(name)] for name in FIELDS if _key(name) in st.session_state}
+
+
 def _form_options():
-    return view.options_from_form({name: st.session_state[_key(name)] for name in FIELDS
-                                      if _key(name) in st.session_state})
+    return view.options_from_form(_form_values())
 
 
 def _drawn(name: str) -> bool:
-    """The options of the device where they apply: the GPU index with a GPU, GPUs and strategy
-    with two GPUs or more, CPU processes and strategy without a GPU; checkpointing where the
-    model can do it."""
-    info = server.device()
-    if name == "gradient_checkpointing":
-        return view.offers_checkpointing(st.session_state.get(_key("model")))
-    return {"gpu": info.has_gpu, "gpus": info.gpu_count > 1, "processes": not info.has_gpu,
-            "strategy": info.gpu_count > 1 or not info.has_gpu}.get(name, True)
+    """The options of this device and model (widgets.offered)."""
+    return widgets.offered(name, st.session_state.get(_key("model")))
 
 
 def _sentence(text: str) -> str:
@@ -121,9 +118,13 @@ def _field(name: str, default) -> None:
 
 def options_form(has_gpu: bool, expanded: bool) -> None:
     defaults = defaults_for(has_gpu).to_dict()
+    # What the form holds, for the Sweep's base (its widgets' state goes when the page is left).
+    st.session_state[widgets.LIVE_OPTIONS] = _form_values()
     errors = bool(st.session_state.get("option_errors") or st.session_state.get("start_refused"))
+    # Enter in a field keeps its value and sends nothing: a form sends itself with its first
+    # button, which here starts a run (and takes the device).
     with st.expander("Run options", expanded=expanded or errors, icon=":material/tune:"), \
-            st.form("run_options", border=False):
+            st.form("run_options", border=False, enter_to_submit=False):
         layout = _layout()
         for column, names in zip(st.columns(len(layout)), layout):
             with column:
@@ -239,8 +240,14 @@ def finished_view(run_id: int) -> None:
     rep = report(server.store(), run_id)
     st.subheader(text.literal(rep.title()))
     _phase_metrics(rep)
-    widgets.outcome(rep)
+    # The chart first, how the run ended and the walkthrough's summary after it (at 1280 x 800
+    # the chart began below the window's edge); a run that failed says so first.
+    failed = rep.status not in (Status.COMPLETED, Status.STOPPED)
+    if failed:
+        widgets.outcome(rep)
     widgets.run_charts(rep, "live")
+    if not failed:
+        widgets.outcome(rep)
     st.page_link(links.RUNS_PAGE, label=f"Run {run_id} on the Runs page",
                  query_params={"run": str(run_id)}, icon=":material/table_rows:")
 
