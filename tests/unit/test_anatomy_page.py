@@ -182,7 +182,7 @@ def test_a_run_whose_batches_differ_in_length_is_not_said_to_repeat(store, seed_
     assert repeated == view.Repetition(False, 800 * 2**20, 1040 * 2**20, (32, 128))
     caption = view.first_steps_caption(rep, repeated)
     assert "repeats" not in caption
-    assert ("From step 2 on the memory does not repeat: its steps peak at 800 MB to 1,040 MB, as "
+    assert ("From step 2 on the memory does not repeat: its steps peak at 800 MiB to 1,040 MiB, as "
             "each batch is as long as its longest example (32 to 128 tokens).") in caption
     chart = figures.first_steps_figure(rep, samples, steps, repeated=repeated).to_plotly_json()
     notes = [a["text"] for a in chart["layout"]["annotations"] if a.get("showarrow")]
