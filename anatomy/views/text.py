@@ -36,10 +36,11 @@ def source(backend: Backend, memory_api: MemoryApi | None) -> str:
 
 def occupied_line(memory_bytes: int | None, backend: Backend) -> str:
     """The walkthrough's line, `GPU memory occupied: N MiB.` (N = bytes // 2**20, as it computes:
-    its "MB" is a MiB)."""
-    value = "?" if memory_bytes is None else mib_text(memory_bytes)
+    its "MB" is a MiB). A phase shorter than the sampling interval has no reading: it says so."""
     what = "GPU memory" if backend == Backend.NVML else "CPU memory (RSS)"
-    return f"{what} occupied: {value}."
+    if memory_bytes is None:
+        return f"{what} occupied: not sampled (the phase ended between two readings)."
+    return f"{what} occupied: {mib_text(memory_bytes)}."
 
 
 def phase_line(report: RunReport, phase: PhaseReading, rank: RankReading | None = None) -> str:

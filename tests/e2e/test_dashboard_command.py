@@ -18,6 +18,7 @@ from tools.browser import healthy
 
 def test_it_serves_the_store_it_names_from_any_directory_and_ends_with_its_server(tmp_path):
     store, port = tmp_path / "elsewhere" / "runs.sqlite", free_port()
+    store.parent.mkdir()  # --store names a file; its folder must exist (a typo is refused)
     env = {**os.environ, "PYTHONPATH": str(PROJECT)}  # the package, as installed
     env.pop("ANATOMY_STORE", None)
     server = subprocess.Popen(
