@@ -1,6 +1,6 @@
 """The names a run's things go by, as types: its status, its phases, the parts its memory is made
-of, the moments of a step, its precision and backend, and who started it. (A strategy is a
-module of anatomy/strategies/, not a name here: a new one is one module.)
+of, the moments of a step, its precision and backend, and who started it. (A strategy is no
+name here: each is a module of anatomy/strategies/.)
 
 Each is a `str` enum (as PyTorch's mem_tracker names memory categories and accelerate names its
 distributed types): a member is its stored string (`Status.COMPLETED == "completed"`, JSON and

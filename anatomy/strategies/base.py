@@ -59,6 +59,3 @@ class Strategy:
         """What a rank's recording is keyed and traced by; None where one process's recording
         serves (the rank is worked out from it)."""
         return TracedRank(self.tracer, world) if self.tracer else None
-
-    def __repr__(self) -> str:
-        return f"<strategy {self.name}>"
