@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import NamedTuple
 
+from anatomy import strategies
 from anatomy.analysis import carried_model, models
 from anatomy.analysis.components import Components
 from anatomy.analysis.options import RunOptions
@@ -28,7 +29,7 @@ from anatomy.analysis.prediction.batches import longest
 from anatomy.analysis.report import RunReport
 from anatomy.analysis.report import report as run_report
 from anatomy.store import Store
-from anatomy.vocabulary import Backend, Phase, SourceKind, Status, Strategy
+from anatomy.vocabulary import Backend, Phase, SourceKind, Status
 
 
 class NoPrediction(NamedTuple):
@@ -222,8 +223,8 @@ def rank_prediction_for(report: RunReport) -> RankPrediction | None:
     with _own_options(report) as own:
         if isinstance(own, NoPrediction):  # a user's launch that recorded no model
             return None
-        # A user's launch that did not say: the Trainer's own way, DDP.
-        options = replace(own, strategy=report.strategy or Strategy.DDP)
+        # A user's launch that did not say: the Trainer's own way.
+        options = replace(own, strategy=report.strategy or strategies.DEFAULT)
         if not options.distributed:  # a run whose options did not say (the user's own script)
             options = replace(options, processes=report.world_size)
         device, gpu_name = "cuda" if report.on_gpu else "cpu", report.environment.gpu_name

@@ -1233,18 +1233,3 @@ def apply_lora(model, spec: ModelSpec, rank: int, targets: tuple[str, ...] = ())
         text = re.sub(r"(\w+)\(\n.*?\n\)", r"\1", str(error), count=1, flags=re.DOTALL)
         raise ModelError(f"lora_targets: {first_line(ValueError(text))}") from None
 
-
-def fsdp_unit_classes(model) -> list[str]:
-    """The classes FSDP makes its units of: the model's own `_no_split_modules` (transformers'
-    names for its layers) less any that holds the input embeddings. accelerate (1.15) shards the
-    input embeddings as a unit of their own after the layers, and a module already inside a unit
-    fails there (BERT lists BertEmbeddings: "value was None when it should not be", seen on two
-    H200s with torch 2.11). The worker's fsdp_config and the prediction's trace both use it."""
-    names = set(getattr(model, "_no_split_modules", None) or ())
-    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-    keep = set()
-    for module in model.modules():
-        name = type(module).__name__
-        if name in names and not any(inner is embeddings for inner in module.modules()):
-            keep.add(name)
-    return sorted(keep)

@@ -10,14 +10,14 @@ import re
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
+from anatomy import strategies
 from anatomy.analysis import models
 from anatomy.analysis.lengths import LONGEST, PADDINGS
 from anatomy.analysis.models import IMAGE_CLASSIFICATION, PRESETS, ModelError, default_preset
 from anatomy.store import checks
-from anatomy.vocabulary import Precision, Strategy
+from anatomy.vocabulary import Precision
 
 PRECISIONS = Precision.values()
-STRATEGIES = Strategy.values()  # how several training processes share the work (accelerate's)
 # Trainer `optim` names that need no package beyond the requirements.
 OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adafactor", "sgd", "adagrad", "rmsprop")
 
@@ -43,6 +43,13 @@ class Field:
     @property
     def is_flag(self) -> bool:
         return self.low is None and self.choices is None and not self.free_text
+
+
+def strategy_field() -> Field:
+    """The strategy option, as the registered strategies describe themselves (read as options is
+    loaded: a strategy registered later is offered once this is read again)."""
+    return Field("strategy", "Strategy", "how several processes share the training: "
+                 + strategies.described(), choices=strategies.names())
 
 
 FIELDS: dict[str, Field] = {f.name: f for f in (
@@ -72,9 +79,7 @@ FIELDS: dict[str, Field] = {f.name: f for f in (
           free_text=True),
     Field("processes", "Processes", "training processes on a machine without a GPU (CPU ranks"
           " over gloo, launched through accelerate); with GPUs name them with --gpus", 1, 64),
-    Field("strategy", "Strategy", "how several processes share the training: ddp (each holds the"
-          " whole model) or fsdp (parameters, gradients, optimizer states sharded; GPUs only)",
-          choices=STRATEGIES),
+    strategy_field(),
     Field("profile_steps", "Profile steps",
           "after training, profile this many steps with torch.profiler (0: off)", 0, 50),
     Field("lora_rank", "LoRA rank", "train LoRA adapters of this rank instead of every weight "
@@ -119,7 +124,7 @@ class RunOptions:
     gpu: int = 0
     gpus: str = ""  # "0,1": several GPUs, one process each; "": the one of `gpu`
     processes: int = 1  # training processes without a GPU (CPU ranks over gloo)
-    strategy: str = Strategy.DDP.value  # with several processes: a Strategy's
+    strategy: str = strategies.DEFAULT  # with several processes: a strategy's name
     profile_steps: int = 0
     lora_rank: int = 0
     lora_targets: str = ""
@@ -373,8 +378,9 @@ def _data_errors(options: RunOptions, spec: models.ModelSpec, errors: dict[str, 
 
 def _process_errors(options: RunOptions, gpu_count: int, errors: dict[str, str],
                     here: bool = True) -> dict[str, str]:
-    """Several processes: GPUs named once each and visible; CPU ranks only without a GPU; FSDP
-    with several GPU processes; what one process alone does (profiling) kept to one."""
+    """Several processes: GPUs named once each and visible; CPU ranks only without a GPU; what
+    the strategy refuses (anatomy/strategies/); what one process alone does (profiling) kept to
+    one."""
     found: dict[str, str] = {}
     if "gpus" in errors or "processes" in errors or "strategy" in errors:
         return found
@@ -403,13 +409,9 @@ def _process_errors(options: RunOptions, gpu_count: int, errors: dict[str, str],
             found["processes"] = ("processes: CPU processes are for a machine without a GPU;"
                                   " here name the GPUs: --gpus 0,1")
     world = len(entries) if len(entries) > 1 else options.processes
-    if options.strategy == Strategy.FSDP:
-        if world < 2:
-            found["strategy"] = ("strategy: fsdp shards across several processes: give --gpus"
-                                 " 0,1")
-        elif gpu_count == 0 and here:
-            found["strategy"] = ("strategy: fsdp needs GPUs: accelerate's FSDP runs on GPU"
-                                 " ranks only (CPU ranks train with ddp)")
+    refused = strategies.named(options.strategy).problems(world, gpu_count, here)
+    if refused:
+        found["strategy"] = refused
     if world > 1 and isinstance(options.profile_steps, int) and options.profile_steps > 0 \
             and "profile_steps" not in errors:
         found["profile_steps"] = "profile_steps: profiling is for a single process (use 0)"

@@ -39,7 +39,6 @@ from anatomy.vocabulary import (
     RecordedBy,
     SourceKind,
     Status,
-    Strategy,
 )
 
 __all__ = ["IMPORTED", "PHASES", "PhaseReading", "RankReading", "RunListing", "RunReport", "Summary",
@@ -194,8 +193,9 @@ class RunReport:
         return self.environment.world_size or max(1, len(self.ranks))
 
     @property
-    def strategy(self) -> Strategy | None:
-        """How several processes shared the training; None for one process."""
+    def strategy(self) -> str | None:
+        """How several processes shared the training (a strategy's name); None for one
+        process."""
         return self.environment.strategy if self.world_size > 1 else None
 
     @property

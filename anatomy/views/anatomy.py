@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from anatomy import strategies
 from anatomy.analysis.breakdown import (
     cpu_peak,
     error_percent,
@@ -41,7 +42,7 @@ from anatomy.units import mib_text
 from anatomy.views import text
 from anatomy.views.style import COMPONENT_LABELS as LABELS
 from anatomy.views.style import MOMENT_LABELS
-from anatomy.vocabulary import PHASE_NAMES, Part, Phase, Precision, RecordedBy, Status, Strategy
+from anatomy.vocabulary import PHASE_NAMES, Part, Phase, Precision, RecordedBy, Status
 
 # The totals say what they add up: with the measured CUDA context below the parts, or without.
 ALL_AT_ONCE = {False: "all at once", True: "context + all parts"}
@@ -473,8 +474,7 @@ def rank_rows(report: RunReport, predicted: RankPrediction | None) -> list[RankR
         for name in (Part.WEIGHTS, Part.GRADIENTS, Part.OPTIMIZER_STATES, Part.ACTIVATIONS):
             add(name.replace("_", " "), getattr(parts, name), guess.get(name))
         if predicted is not None and predicted.communication:
-            what = ("DDP's gradient buckets" if predicted.strategy == Strategy.DDP
-                    else "FSDP's all-gather and reduce-scatter buffers")
+            what = strategies.named(predicted.strategy).communication
             add(what + " (in the peak)", None, predicted.communication)
         # The CPU keeps no allocator: its peak of tensors is predicted only, named as one run's.
         add("allocator's peak" if report.on_gpu else "peak (tensors)", parts.peak_allocated,

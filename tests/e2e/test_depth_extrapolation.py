@@ -76,12 +76,12 @@ def test_a_deep_recording_is_the_shallow_one_extrapolated_event_for_event(name, 
         with pytest.raises(layers.DepthError):
             layers.extrapolate(shallow, DEEP)
 
-        def made_above(spec, step_, *, lora_targets=(), fsdp_world=0, **given):
+        def made_above(spec, step_, *, lora_targets=(), rank=None, **given):
             """The prediction's own path asks for the two recordings just made (not traced
             again): the same model, step and kernels at four layers, tagged, and at six."""
             tagged = given.pop("layers", False)
             assert given.pop("workspaces", None) is None  # no measured workspaces asked for
-            assert (step_, given, lora_targets, fsdp_world) == (step, kwargs, (), 0)
+            assert (step_, given, lora_targets, rank) == (step, kwargs, (), None)
             depth = layers.depth_of(dict(spec.config))
             assert (depth, tagged) in ((layers.DEPTH, True), (DEEP, False)), (depth, tagged)
             return shallow if tagged else full

@@ -19,14 +19,16 @@ from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 
+from anatomy import strategies
 from anatomy.analysis import models
 from anatomy.analysis.cache import cache_dir, write_atomically
 from anatomy.analysis.prediction import layers
 from anatomy.analysis.prediction.device_constants import DeviceCalibration
 from anatomy.analysis.prediction.replay import Recording
+from anatomy.strategies import TracedRank
 
 CACHE_FILES = 256
-_SOURCES = (Path(__file__).parent, Path(models.__file__))
+_SOURCES = (Path(__file__).parent, Path(models.__file__), Path(strategies.__file__).parent)
 
 
 @lru_cache(maxsize=1)
@@ -45,10 +47,11 @@ def _code_version() -> str:
 
 
 def _key(spec: models.ModelSpec, step, device: str, calibration: DeviceCalibration | None,
-         steps: int, lora_rank: int, lora_targets: tuple[str, ...], fsdp_world: int) -> str:
+         steps: int, lora_rank: int, lora_targets: tuple[str, ...], rank: TracedRank | None
+         ) -> str:
     made_of = {"config": spec.config, "task": spec.task, "step": repr(step), "device": device,
                "calibration": calibration.to_dict() if calibration else None, "steps": steps,
-               "lora": [lora_rank, list(lora_targets)], "fsdp": fsdp_world,
+               "lora": [lora_rank, list(lora_targets)], "rank": list(rank) if rank else None,
                "code": _code_version()}
     return hashlib.sha256(json.dumps(made_of, sort_keys=True, default=str).encode()
                           ).hexdigest()[:32]
@@ -76,21 +79,23 @@ def _write(folder: Path, path: Path, recording: Recording) -> None:
 
 def recording(spec: models.ModelSpec, step: tuple, *, device: str,
               calibration: DeviceCalibration | None, steps: int, lora_rank: int = 0,
-              lora_targets: tuple[str, ...] = (), fsdp_world: int = 0,
+              lora_targets: tuple[str, ...] = (), rank: TracedRank | None = None,
               workspaces=None) -> Recording:
     """The run's recording (tracing/record.py's), from the cache when it has it; `step`:
-    tracing/trainer_step.StepOptions' fields (that module imports torch). With `workspaces`
-    (prediction/workspaces.py's seams: this machine's measurements) traced anew, never cached."""
+    tracing/trainer_step.StepOptions' fields (that module imports torch); `rank`: one rank's
+    step under a strategy that traces it (the strategy's recording key), else one process's.
+    With `workspaces` (prediction/workspaces.py's seams: this machine's measurements) traced
+    anew, never cached."""
     folder = cache_dir() if workspaces is None else None
     path = None
     if folder is not None:
-        key = _key(spec, step, device, calibration, steps, lora_rank, lora_targets, fsdp_world)
+        key = _key(spec, step, device, calibration, steps, lora_rank, lora_targets, rank)
         path = folder / f"{key}.recording"
         found = _read(path)
         if found is not None:
             return found
     made = trace(spec, step, device=device, calibration=calibration, steps=steps,
-                 lora_rank=lora_rank, lora_targets=lora_targets, fsdp_world=fsdp_world,
+                 lora_rank=lora_rank, lora_targets=lora_targets, rank=rank,
                  workspaces=workspaces)
     if path is not None:
         _write(folder, path, made)
@@ -99,11 +104,11 @@ def recording(spec: models.ModelSpec, step: tuple, *, device: str,
 
 def trace(spec: models.ModelSpec, step: tuple, *, device: str,
           calibration: DeviceCalibration | None, steps: int, lora_rank: int = 0,
-          lora_targets: tuple[str, ...] = (), fsdp_world: int = 0,
+          lora_targets: tuple[str, ...] = (), rank: TracedRank | None = None,
           workspaces=None) -> Recording:
     """Traced: at layers.DEPTH layers and extrapolated where the model's layers repeat (every
     layer of each stack the same, checked on the model built at its full depth, and
-    layers.extrapolate's own checks), else in full (an FSDP rank's step: in full)."""
+    layers.extrapolate's own checks), else in full (a traced rank's step: in full)."""
     from anatomy.analysis.prediction.tracing.record import record
     from anatomy.analysis.prediction.tracing.trainer_step import StepOptions
 
@@ -111,14 +116,14 @@ def trace(spec: models.ModelSpec, step: tuple, *, device: str,
     kwargs = dict(kernels=device, calibration=calibration, steps=steps, lora_rank=lora_rank,
                   lora_targets=lora_targets, workspaces=workspaces)
     full = layers.depth_of(dict(spec.config))
-    if full is not None and full > layers.DEPTH and not fsdp_world and \
+    if full is not None and full > layers.DEPTH and rank is None and \
             _repeats(spec, full, lora_rank, lora_targets):
         shallow = replace(spec, config=layers.with_depth(dict(spec.config), layers.DEPTH))
         try:
             return layers.extrapolate(record(shallow, step, layers=True, **kwargs), full)
         except layers.DepthError:
             pass  # the layers do not repeat after all: traced in full
-    return record(spec, step, fsdp_world=fsdp_world, **kwargs)
+    return record(spec, step, rank=rank, **kwargs)
 
 
 def _repeats(spec: models.ModelSpec, full: int, lora_rank: int,

@@ -21,8 +21,11 @@ from __future__ import annotations
 import gc
 import logging as pylogging
 import warnings
+from collections.abc import Callable
 from contextlib import ExitStack, nullcontext
 from dataclasses import replace
+from importlib import import_module
+from typing import NamedTuple
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
@@ -35,9 +38,15 @@ from anatomy.analysis.prediction.replay import Recording
 from anatomy.analysis.prediction.tracing import depth
 from anatomy.analysis.prediction.tracing.cuda import CudaKernels
 from anatomy.analysis.prediction.tracing.fake_kernels import FakeKernels, self_swaps
-from anatomy.analysis.prediction.tracing.tracker import LiveTensors, SavedForBackward, Timeline
+from anatomy.analysis.prediction.tracing.tracker import (
+    LiveTensors,
+    SavedForBackward,
+    Timeline,
+    local,
+)
 from anatomy.analysis.prediction.tracing.trainer_step import StepOptions, TrainerStep
 from anatomy.analysis.prediction.tracing.values import DataValues, real_paths
+from anatomy.strategies import TracedRank
 from anatomy.vocabulary import Phase
 
 
@@ -81,13 +90,22 @@ def to_fake(model, mode: FakeTensorMode, device: str = "cpu", on_made=None) -> N
             module._buffers[name] = made[id(buffer)]
 
 
+class RankTrace(NamedTuple):
+    """What a strategy's tracer (its `tracer` module here, e.g. fsdp.py) gives the trace of one
+    rank's step, from its `rank(world_size, tracker, precision)` context."""
+
+    prepare: Callable  # the model wrapped for the strategy, before the optimizer is made
+    buffers: Callable[[], dict[str, frozenset[int]]]  # its buffers' storages, by the strategy's names
+
+
 def record(spec: ModelSpec, options: StepOptions, *, kernels: str = "cuda",
            calibration: DeviceCalibration | None = None, steps: int = 2, lora_rank: int = 0,
-           lora_targets: tuple[str, ...] = (), fsdp_world: int = 0, layers: bool = False,
-           workspaces=None) -> Recording:
+           lora_targets: tuple[str, ...] = (), rank: TracedRank | None = None,
+           layers: bool = False, workspaces=None) -> Recording:
     """Trace the run's build and one of each segment of its steps; `kernels` "cuda" (the CUDA
-    emulation, with `calibration`'s constants) or "cpu". `fsdp_world` > 0: the step of rank 0
-    of that many under FSDP2 (tracing/fsdp.py; weights, gradients and states its shards).
+    emulation, with `calibration`'s constants) or "cpu". `rank`: the step of rank 0 of
+    `rank.world` under a strategy, followed by its tracer (`rank.tracer`, a module of this
+    package: weights, gradients and states those the rank holds, its buffers named).
     With `layers`, each event is tagged with the repeated layer it belongs to
     (tracing/depth.py), for prediction/layers.py. `workspaces`: the CUDA emulation's
     `convolution_workspaces` (prediction/workspaces.py), none by default."""
@@ -117,17 +135,16 @@ def record(spec: ModelSpec, options: StepOptions, *, kernels: str = "cuda",
     try:
         with warnings.catch_warnings():  # peft's and transformers' advice is for real runs
             warnings.simplefilter("ignore")
-            if not fsdp_world:
+            if rank is None:
                 return _record(spec, options, kernels, calibration, steps, lora_rank,
                                lora_targets, timeline, tracker, segment, segments,
                                layers=layers, workspaces=workspaces)
-            from anatomy.analysis.prediction.tracing import fsdp
-
-            with fsdp.fake_group(fsdp_world) as mesh, fsdp.following(tracker) as buffers:
+            tracer = import_module(f"{__package__}.{rank.tracer}")
+            with tracer.rank(rank.world, tracker, options.precision) as traced:
                 recording = _record(spec, options, kernels, calibration, steps, lora_rank,
-                                    lora_targets, timeline, tracker, segment, segments, mesh)
-                return replace(recording, fsdp_buffers={
-                    kind: buffers.tids(kind) for kind in ("gathered", "reduced")})
+                                    lora_targets, timeline, tracker, segment, segments,
+                                    traced.prepare)
+                return replace(recording, rank_buffers=traced.buffers())
     finally:
         fake_log.setLevel(fake_level)
         gc.unfreeze()
@@ -136,9 +153,7 @@ def record(spec: ModelSpec, options: StepOptions, *, kernels: str = "cuda",
 
 
 def _record(spec, options, kernels, calibration, steps, lora_rank, lora_targets, timeline,
-            tracker, segment, segments, mesh=None, layers=False, workspaces=None) -> Recording:
-    from anatomy.analysis.prediction.tracing.fsdp import local, shard
-
+            tracker, segment, segments, prepare=None, layers=False, workspaces=None) -> Recording:
     with real_paths():
         start = 0
         model, _ = models.build_model(spec, "meta", lora_rank=lora_rank,
@@ -175,11 +190,10 @@ def _record(spec, options, kernels, calibration, steps, lora_rank, lora_targets,
                 step = TrainerStep(model, spec, options, device="cpu",
                                    foreach=cuda is not None, on_mark=timeline.mark,
                                    checkpoint_context=cuda.recomputation if cuda else None,
-                                   prepare=None if mesh is None else
-                                   lambda m: shard(m, options.precision, mesh))
+                                   prepare=prepare)
             segment("setup", start)
             trainable = [p for p in model.parameters() if p.requires_grad]
-            if mesh is not None:  # a rank holds its shards from here on
+            if prepare is not None:  # a rank holds its shards from here on
                 weights_bytes = _distinct_bytes(local(p) for p in model.parameters())
 
             start = len(timeline.events)
