@@ -87,6 +87,21 @@ def test_a_config_saved_at_24_layers_predicts_from_four(model_type, tmp_path, ca
     assert "peak" in capsys.readouterr().out
 
 
+def test_a_config_its_class_refuses_is_refused_alike_by_predict_and_run(tmp_path, capsys):
+    """24 layers and 23 layer types: the config's own refusal, in the same line from `predict`
+    and `run` (the stand-in's 4 layers are never what is refused)."""
+    folder = saved(tmp_path / "qwen2", "qwen2", num_hidden_layers=24)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config,
+                                                    "layer_types": config["layer_types"][1:]}))
+    assert main(["predict", "--model", str(folder), "--device", "cpu"]) == 2
+    predicted = capsys.readouterr().err
+    assert main(["run", "--model", str(folder), "--store", str(tmp_path / "runs.db")]) == 2
+    assert capsys.readouterr().err == predicted
+    assert predicted.count("\n") == 1 and "(24) must be equal to the number of `layer_types` (23)" \
+        in predicted
+
+
 @pytest.mark.parametrize("pattern", [
     ["sliding_attention"] * 3 + ["full_attention"],  # a full-attention layer every fourth
     ["sliding_attention"] * 5 + ["full_attention"],  # Gemma 3's five to one

@@ -143,8 +143,10 @@ def stand_in(spec: models.ModelSpec, lora_rank: int = 0, lora_targets: tuple[str
         return None
     signatures = [depth.signatures(stack) for stack in stacks]
     entries = blocks.per_layer(spec.config, full)
-    repeats = blocks.find(full, lambda i, j: entries[i] == entries[j] and all(
-        s[i] == s[j] for s in signatures))
+    kinds: dict[str, int] = {}  # each layer's kind: its signatures and its entries, numbered
+    kind = [kinds.setdefault(repr((entries[i], [s[i] for s in signatures])), len(kinds))
+            for i in range(full)]
+    repeats = blocks.find(full, lambda i, j: kind[i] == kind[j])
     config = blocks.at_traced_depth(spec.config, repeats.kept) if repeats else None
     if config is None:
         return None
