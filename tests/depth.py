@@ -8,7 +8,7 @@ import dataclasses
 from pathlib import Path
 
 from anatomy.analysis import models
-from anatomy.analysis.prediction import layers, replay
+from anatomy.analysis.prediction import replay
 
 DEEP = 6
 # Models of transformers' own defaults, made small as the coverage benchmark makes them:
@@ -43,7 +43,9 @@ def at_depth(name: str, layers_: int) -> models.ModelSpec:
         spec = models.ModelSpec(name, "config file", config)
     else:
         spec = models.resolve(name)
-    return dataclasses.replace(spec, config=layers.with_depth(dict(spec.config), layers_))
+    return dataclasses.replace(spec, config={**spec.config, **{
+        key: layers_ for key in models.LAYER_KEYS
+        if isinstance(spec.config.get(key), int) and not isinstance(spec.config.get(key), bool)}})
 
 
 def canonical(recording: replay.Recording) -> dict:

@@ -39,11 +39,6 @@ def depth_of(config: dict) -> int | None:
     return depths.pop() if len(depths) == 1 else None
 
 
-def with_depth(config: dict, depth: int) -> dict:
-    return {**config, **{k: depth for k in models.LAYER_KEYS
-                         if isinstance(config.get(k), int) and not isinstance(config.get(k), bool)}}
-
-
 class DepthError(ValueError):
     """The recording's layers do not repeat: no extrapolation."""
 
