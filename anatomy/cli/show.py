@@ -72,9 +72,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(in_mib("measured components") + ": " + ", ".join(
             f"{name}={parts.get(name) / MIB:.1f}" for name in components.ORDER
             if parts.get(name) is not None))
-        partial = text.partial_micro_batch_words(rep)
-        if partial:
-            print(partial)
+        for line in (text.measured_batch_words(rep), text.partial_micro_batch_words(rep)):
+            if line:
+                print(line)
     if rep.ranks:
         together = not all(r.measured_alone for r in rep.ranks)  # a store of before
         print(f"{rep.processes}; each rank's memory at its phases' ends"
