@@ -255,18 +255,23 @@ def component_rows(report: RunReport, prediction: Prediction) -> list[ComponentR
     row("peak (tensors)", measured.peak_allocated, prediction.peak,
         f"the allocator's peak; predicted in the {prediction.peak_at}" if on_gpu else
         "the CPU keeps no allocator statistics: not measured")
+    # A dataset's run: the peak sampled over every step held other batches than the one
+    # predicted here; it is held against the longest batch's prediction apart (`reach_line`).
+    every_step = text.measured_text_batch(report) is not None
+    apart = "sampled over every step's batch: see what the data can reach"
     if on_gpu:
         row("allocator cache", measured.allocator_cache, prediction.allocator_cache,
             "reserved − allocated at the peak (simulated)")
-        row("outside PyTorch", measured.non_torch, prediction.outside,
-            "NVML's peak − context − reserved; calibrated")
-        row("peak (NVML, over the baseline)", measured.peak, prediction.nvml_peak,
-            "context + tensors + allocator cache + outside PyTorch")
+        row("outside PyTorch", measured.non_torch, None if every_step else prediction.outside,
+            apart if every_step else "NVML's peak − context − reserved; calibrated")
+        row("peak (NVML, over the baseline)", measured.peak,
+            None if every_step else prediction.nvml_peak,
+            apart if every_step else "context + tensors + allocator cache + outside PyTorch")
     else:
-        expected = cpu_peak(report, prediction)
+        expected = None if every_step else cpu_peak(report, prediction)
         row(rss_peak_label(report), measured_peak(report),
             None if expected is None else expected.peak,
-            "tensors' peak + the process (not predicted)")
+            apart if every_step else "tensors' peak + the process (not predicted)")
     return rows
 
 

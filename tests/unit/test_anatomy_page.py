@@ -368,6 +368,9 @@ def test_a_dataset_run_is_measured_next_to_predicted_at_the_batch_it_measured(st
         "tokens, its texts 4 to 12 tokens long.")
     rows = {r.component: r for r in view.component_rows(rep, breakdown.predicted(rep))}
     assert rows["activations"].error_percent == 0 and rows["activations"].measured > 0
+    # the RSS peak was sampled over every step's batch: not this batch's to be held against
+    rss = rows["peak (RSS, over the baseline)"]
+    assert rss.measured is not None and rss.predicted is None and "every step" in rss.note
     reach = breakdown.data_reach(rep)
     assert reach.longest.padded_to == 20 and reach.prediction.activations > \
         rows["activations"].measured
