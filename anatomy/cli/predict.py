@@ -20,7 +20,7 @@ from anatomy.cli.render import SaidMeasurer, table
 from anatomy.engine.locks import gpu_key
 from anatomy.engine.manager import machine
 from anatomy.store import TrainingData
-from anatomy.units import MIB, MIB_NAME, gib_text, in_mib
+from anatomy.units import MIB, MIB_NAME, gib_text, in_mib, size_text
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -165,7 +165,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 def _print_data(texts: Tokenized, found: DataPrediction) -> None:
     """A dataset's texts and the batches the run is predicted at."""
     facts, batches = texts.facts, found.batches
-    cut = f", cut at {facts.max_length:,}" if facts.max_length else ""
+    cut = f", cut at {facts.max_length:,} tokens" if facts.max_length else ""
     print(f"dataset: {facts.dataset} ({facts.split}, column {facts.text_column}), tokenized by "
           f"{facts.tokenizer}{cut}")
     print(f"  {batches.lengths.words()}")
@@ -186,10 +186,10 @@ def _batch_words(batch: TextBatch, lengths: Lengths, facts: TrainingData) -> str
 
 def _typical_line(found: DataPrediction) -> str:
     typical = found.typical
-    nvml = f", {typical.nvml_peak / MIB:,.1f} MB as nvidia-smi counts it" \
+    nvml = f", {size_text(typical.nvml_peak)} as nvidia-smi counts it" \
         if typical.nvml_peak is not None else ""
     return (f"a typical batch ({found.batches.typical.words()}) should need about "
-            f"{typical.peak / MIB:,.1f} MB for tensors{nvml}")
+            f"{size_text(typical.peak)} for tensors{nvml}")
 
 
 def _data_json(texts: Tokenized, found: DataPrediction) -> dict:
