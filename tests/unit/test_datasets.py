@@ -173,6 +173,21 @@ def test_bad_input_to_predict_is_one_line_and_traces_nothing(text_data, capsys, 
     assert err.startswith("error: text_column: 'body' is not a column")
 
 
+def test_predict_says_a_datasets_sizes_in_mib_and_its_cut_in_tokens(text_data, capsys):
+    """predict's typical batch said "… MB for tensors" under its table in MiB, and "cut at 512"
+    without a unit."""
+    import re
+
+    code = main(["predict", "--model", "tiny-llama", "--device", "cpu", "--batch-size", "2",
+                 "--dataset", str(text_data.dataset), "--tokenizer", str(text_data.tokenizer)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert not re.search(r"\b[KMGT]B\b", out), out
+    assert ", cut at 512 tokens" in out
+    assert re.search(r"^a typical batch \(2 × \d+ tokens\) should need about \d+ MiB for "
+                     r"tensors$", out, re.MULTILINE), out
+
+
 # --- the tokens ---
 
 def test_each_texts_tokens_are_its_words_whatever_file_holds_it(text_data, monkeypatch):
