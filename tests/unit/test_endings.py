@@ -123,3 +123,15 @@ def test_the_count_is_read_where_this_process_lives():
     assert paths[-1] == str(VMSTAT)  # the machine's, last
     now = OomKills.now()
     assert now.path is None or (now.path in paths and now.count >= 0)
+
+
+def test_show_says_a_stop_in_its_own_words(seed, store, capsys):
+    """A run stopped by a signal: show printed "error: stopped by SIGTERM" (and `run` "stopped:
+    stopped by SIGTERM"); a failure stays an error."""
+    from anatomy.cli import main
+
+    stopped = seed(status="stopped", error="stopped by SIGTERM")
+    failed = seed(status="failed", error="RuntimeError: boom")
+    for run_id, said in ((stopped, "stopped by SIGTERM"), (failed, "error: RuntimeError: boom")):
+        assert main(["show", str(run_id), "--store", str(store.path)]) == 0
+        assert capsys.readouterr().out.splitlines()[-1] == said
