@@ -309,8 +309,9 @@ def validate(options: RunOptions, gpu_count: int, *, resolve_model: bool = True,
             errors["model"] = str(error)
         else:
             positions = spec.max_positions
+            # A dataset's texts are cut at the model's positions: its seq_len is not read.
             if "seq_len" not in errors and spec.task != IMAGE_CLASSIFICATION and positions \
-                    and options.seq_len > positions:
+                    and options.seq_len > positions and options.applies("seq_len"):
                 errors["seq_len"] = (f"seq_len: {options.seq_len} is out of range for "
                                      f"{spec.display_name}: 1 to {positions}")
             errors.update(_model_errors(options, spec, errors))

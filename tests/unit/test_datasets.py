@@ -154,6 +154,13 @@ def test_every_bad_input_is_one_line_naming_its_option(text_data, tmp_path):
         assert found[0] == field and words_ in found[1], (name, found)
 
 
+def test_a_dataset_run_is_not_refused_for_the_sequence_length_it_ignores(text_data):
+    """The form sends its (greyed) sequence length with a dataset: 512 against a model of 256
+    positions refused the run for a length its texts, cut at the positions, never take."""
+    assert "seq_len" not in validate(on(text_data, seq_len=4096), 0)
+    assert "seq_len" in validate(on(text_data, seq_len=4096, dataset="", tokenizer=""), 0)
+
+
 def test_a_vocabulary_larger_than_the_models_is_refused(text_data, tmp_path):
     config = {**models.PRESETS["tiny-llama"].config_dict(), "vocab_size": 8}
     path = tmp_path / "small-vocab.json"
