@@ -13,8 +13,8 @@ from typing import NamedTuple
 from anatomy.analysis.components import MEASURED_STEPS, Components
 from anatomy.vocabulary import Moment
 
-__all__ = ["MEASURED_STEPS", "BatchShape", "ComponentProbe", "StepPeaks", "alike_steps",
-           "optimizer_state_bytes"]
+__all__ = ["MEASURED_STEPS", "BatchShape", "ComponentProbe", "SeenBatch", "StepPeaks",
+           "alike_steps", "optimizer_state_bytes"]
 
 
 def _local(tensor):
@@ -65,19 +65,40 @@ class BatchShape(NamedTuple):
     lengths: tuple[int, ...] | None = None
 
 
-def _batch_shape(args, kwargs) -> BatchShape:
-    samples = _samples(args, kwargs)
-    ids = kwargs.get("input_ids")
-    if getattr(ids, "ndim", 0) != 2:
-        return BatchShape(samples)
-    padded_to = int(ids.shape[1])
-    mask = kwargs.get("attention_mask")
-    if getattr(mask, "ndim", 0) != 2 or tuple(mask.shape) != tuple(ids.shape):
-        return BatchShape(samples, padded_to)
-    # Summed on the host: a sum on the GPU would allocate inside the step it measures.
-    lengths = sorted((int(n) for n in mask.detach().to("cpu").sum(dim=1).tolist()), reverse=True)
-    padded = any(n < padded_to for n in lengths)
-    return BatchShape(samples, padded_to, tuple(lengths) if padded else None)
+class SeenBatch:
+    """A micro-batch as a forward pass saw it, its shape read when the probe's result is taken:
+    a GPU's attention mask is copied into pinned host memory behind the work already queued (no
+    allocation on the device inside the step it measures, and no waiting for it: the callback
+    adds no synchronisation to a user's training), then summed on the host."""
+
+    def __init__(self, args, kwargs):
+        import torch
+
+        self.samples = _samples(args, kwargs)
+        ids, mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
+        self.padded_to = int(ids.shape[1]) if getattr(ids, "ndim", 0) == 2 else None
+        self._mask = self._copied = None
+        if self.padded_to is not None and getattr(mask, "ndim", 0) == 2 and \
+                tuple(mask.shape) == tuple(ids.shape):
+            if mask.device.type == "cuda":
+                self._mask = torch.empty(mask.shape, dtype=mask.dtype, pin_memory=True)
+                self._mask.copy_(mask.detach(), non_blocking=True)
+                self._copied = torch.cuda.Event()
+                self._copied.record()
+            else:
+                self._mask = mask.detach()
+        self._shape: BatchShape | None = None
+
+    def shape(self) -> BatchShape:
+        if self._shape is None:
+            lengths = None
+            if self._mask is not None:
+                if self._copied is not None:
+                    self._copied.synchronize()
+                found = sorted((int(n) for n in self._mask.sum(dim=1).tolist()), reverse=True)
+                lengths = tuple(found) if any(n < self.padded_to for n in found) else None
+            self._shape, self._mask = BatchShape(self.samples, self.padded_to, lengths), None
+        return self._shape
 
 
 class StepPeaks(NamedTuple):
@@ -118,11 +139,13 @@ class ComponentProbe:
         self.moments: dict[Moment, int] = {}
         self.forwards = 0
         self.micro_batch: int | None = None  # the samples `activations` were measured on
-        self.shape: BatchShape | None = None  # the micro-batch `activations` were measured on
-        self._shape: BatchShape | None = None  # the current forward pass's
-        self._step_shapes: list[BatchShape] = []  # the current step's micro-batches
+        self.measured: SeenBatch | None = None  # the micro-batch `activations` were measured on
+        self._seen: SeenBatch | None = None  # the current forward pass's
+        self._step_batches: list[SeenBatch] = []  # the current step's micro-batches
         self._before_optimizer: int | None = None
-        self.steps: list[StepPeaks] = []  # a GPU's steps, each its own peaks
+        # A GPU's steps, each its own peaks: its micro-batches, the allocator's peaks, before and
+        # after its optimizer step (StepPeaks, once their shapes are read).
+        self._steps: list[tuple[list[SeenBatch], int, int, int | None, int | None]] = []
         self._before = 0
         self._saved: dict[int, tuple[int, weakref.ref]] = {}  # address: bytes, the storage
         self._saving = None
@@ -137,8 +160,8 @@ class ComponentProbe:
     def _forward_begins(self, module, args, kwargs):
         if not module.training:
             return
-        self._shape = _batch_shape(args, kwargs)
-        self._step_shapes.append(self._shape)
+        self._seen = SeenBatch(args, kwargs)
+        self._step_batches.append(self._seen)
         self._before = self._allocated()
         if not self.use_cuda:
             self._saved = {}
@@ -155,7 +178,7 @@ class ComponentProbe:
         if not module.training:
             return
         self.forwards += 1
-        kept = self._kept(self._shape.samples)
+        kept = self._kept(self._seen.samples)
         if self.use_cuda:
             held = self._allocated() - self._before
             if kept:
@@ -173,8 +196,8 @@ class ComponentProbe:
         # The latest forward pass, not the largest: the first one also allocates cuBLAS's
         # workspace (32 MiB on Hopper), which is not an activation and stays for good.
         if kept:
-            self.activations, self.shape = held, self._shape
-            self.micro_batch = self._shape.samples
+            self.activations, self.measured = held, self._seen
+            self.micro_batch = self._seen.samples
 
     def _kept(self, samples: int | None) -> bool:
         """Whether a forward pass of `samples` describes the step better than the one kept: a
@@ -200,14 +223,14 @@ class ComponentProbe:
         if self.use_cuda:
             # Each step's peaks apart: with a collator that pads each batch to its own longest,
             # the first steps' batches differ, and the peak of one is no other's.
-            self.steps.append(self._step_peaks(self._before_optimizer, self._allocated()))
+            self._steps.append(self._step_peaks(self._before_optimizer, self._allocated()))
             self.torch.cuda.reset_peak_memory_stats()
-        self._step_shapes, self._before_optimizer = [], None
+        self._step_batches, self._before_optimizer = [], None
 
-    def _step_peaks(self, before: int | None = None, after: int | None = None) -> StepPeaks:
+    def _step_peaks(self, before: int | None = None, after: int | None = None) -> tuple:
         cuda = self.torch.cuda
-        return StepPeaks(tuple(self._step_shapes), cuda.max_memory_allocated(),
-                         cuda.max_memory_reserved(), before, after)
+        return (self._step_batches, cuda.max_memory_allocated(), cuda.max_memory_reserved(),
+                before, after)
 
     def close(self) -> None:
         for handle in self._handles:
@@ -218,7 +241,7 @@ class ComponentProbe:
             self._saving = None
 
     def result(self) -> Components:
-        shape = self.shape or BatchShape(None)
+        shape = self.measured.shape() if self.measured is not None else BatchShape(None)
         measured = Components(weights=self.weights, activations=self.activations,
                               gradients=self.gradients, optimizer_states=self.optimizer_states,
                               steps_measured=MEASURED_STEPS, micro_batch=self.micro_batch,
@@ -227,8 +250,10 @@ class ComponentProbe:
             return measured
         # A step that had not reached its optimizer step (training ended within it) counts too.
         unfinished = [self._step_peaks(self._before_optimizer)] \
-            if self._step_shapes or not self.steps else []
-        steps = alike_steps(self.steps + unfinished, self.shape)
+            if self._step_batches or not self._steps else []
+        steps = alike_steps([StepPeaks(tuple(seen.shape() for seen in batches), *peaks)
+                             for batches, *peaks in self._steps + unfinished],
+                            shape if self.measured is not None else None)
         peak_allocated = max(step.allocated for step in steps)
         peak_reserved = max(step.reserved for step in steps)
         moments = dict(self.moments)
