@@ -1,5 +1,7 @@
 """A run's memory, measured next to predicted, computed without Streamlit: the prediction for
-the run's own options (each rank's for several processes) and the components it measured.
+the run's own options (each rank's for several processes) and the components it measured. A run
+on a dataset is predicted at the micro-batch its components were measured on, and apart from it
+at the longest batch its data can form (`data_reach`), beside its sampled peak over every step.
 
 The measured side is the report's components (anatomy/analysis/components.py); the predicted
 side is `predict()` (anatomy/analysis/prediction/memory.py) for the run's own options, on the run's kind of
@@ -16,7 +18,8 @@ from typing import NamedTuple
 
 from anatomy import strategies
 from anatomy.analysis import carried_model, models
-from anatomy.analysis.components import Components
+from anatomy.analysis.components import Components, measured_batch
+from anatomy.analysis.lengths import TextBatch
 from anatomy.analysis.options import RunOptions
 from anatomy.analysis.prediction import (
     Prediction,
@@ -52,16 +55,51 @@ def predicted(report: RunReport) -> Prediction | NoPrediction:
         if options.on_dataset and data is None:
             return NoPrediction("the run stored no lengths of its dataset's texts")
         try:
-            # A run on a dataset: at its longest batch, from the lengths it stored.
-            text, alone = longest(options, data, device=device, gpu_name=gpu_name) \
-                if data is not None else (None, None)
+            # A run on a dataset: at the micro-batch its components were measured on (a collator
+            # that pads each batch to its own longest makes every batch another shape); a run
+            # stored before the probe said which, at its longest batch, from the lengths it stored.
+            text, alone = measured_batch(report.components, data), None
+            if data is not None and text is None:
+                text, alone = longest(options, data, device=device, gpu_name=gpu_name)
             if report.world_size > 1 and options.distributed:
                 # A rank of several: its own shares and buffers (rank 0's GPU is the one shown).
                 return predict_ranks(options, device=device, gpu_name=gpu_name,
                                      text=text).as_prediction()
-            return alone or predict(options, device=device, gpu_name=gpu_name)
+            return alone or predict(options, device=device, gpu_name=gpu_name, text=text)
         except PredictionError as error:  # its model is not here, or the trace refuses it
             return NoPrediction(f"{error}")
+
+
+class DataReach(NamedTuple):
+    """What a run's dataset can reach, apart from the batch its components were measured on:
+    the longest batch the data can form and the prediction there, which the run's sampled peak
+    over every step (`measured_peak`: RSS or NVML) is held against."""
+
+    measured: TextBatch  # the micro-batch the components describe
+    longest: TextBatch
+    prediction: Prediction
+
+
+def data_reach(report: RunReport) -> DataReach | None:
+    """The prediction at the longest batch of a run on a dataset whose components say which
+    batch they were measured on; None for other runs (a run stored before: `predicted` is at its
+    longest batch already), or where there is no prediction."""
+    data = report.environment.data
+    measured = measured_batch(report.components, data)
+    if measured is None or not report.options.on_dataset:
+        return None
+    with _own_options(report) as options:
+        if isinstance(options, NoPrediction):
+            return None
+        device, gpu_name = "cuda" if report.on_gpu else "cpu", report.environment.gpu_name
+        try:
+            batch, alone = longest(options, data, device=device, gpu_name=gpu_name)
+            if report.world_size > 1 and options.distributed:
+                alone = predict_ranks(options, device=device, gpu_name=gpu_name,
+                                      text=batch).as_prediction()
+        except PredictionError:
+            return None
+    return DataReach(measured, batch, alone)
 
 
 @contextmanager

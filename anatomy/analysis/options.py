@@ -58,9 +58,10 @@ FIELDS: dict[str, Field] = {f.name: f for f in (
           "sequence, token or image classifier, or sequence to sequence", choices=tuple(PRESETS),
           free_text=True),
     Field("batch_size", "Batch size", "per_device_train_batch_size", 1, 4096),
-    Field("seq_len", "Sequence length", "tokens per sequence, at most the model's positions "
-          "(a sequence-to-sequence model's source and target each; image models take their "
-          "config's image size instead)", 1, 1_048_576),
+    Field("seq_len", "Sequence length", "tokens per sequence of the dummy data, at most the "
+          "model's positions (a sequence-to-sequence model's source and target each; image models "
+          "take their config's image size instead, a dataset's run its texts' lengths)",
+          1, 1_048_576),
     Field("dataset_size", "Dataset size", "random sequences in the dummy dataset (at least one "
           "batch for every process: grown to it where smaller); a dataset's run sets it to its texts",
           1, 10_000_000),
@@ -102,6 +103,8 @@ FIELDS: dict[str, Field] = {f.name: f for f in (
 )}
 # The fields that describe the dataset a run trains on; empty or default without one.
 DATA_FIELDS = ("dataset", "split", "text_column", "tokenizer", "padding", "max_length")
+# What a run on a dataset takes from its texts instead of these options: their lengths, their count.
+DATA_DECIDES = ("seq_len", "dataset_size")
 # A module name as peft matches it: letters, digits, underscores and dots.
 _TARGET = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 
@@ -144,6 +147,14 @@ class RunOptions:
     def on_dataset(self) -> bool:
         """It trains on a dataset's texts (`dataset`), not on the dummy data."""
         return isinstance(self.dataset, str) and bool(self.dataset.strip())
+
+    def applies(self, name: str) -> bool:
+        """Whether option `name` shapes this run: one on a dataset ignores the sequence length
+        and the dataset size (its texts decide both), one on the dummy data the dataset's
+        settings (but `dataset` itself, whose empty value says so)."""
+        if self.on_dataset:
+            return name not in DATA_DECIDES
+        return name not in DATA_FIELDS[1:]
 
     @property
     def lora(self) -> bool:
@@ -303,8 +314,9 @@ def validate(options: RunOptions, gpu_count: int, *, resolve_model: bool = True,
             errors["model"] = str(error)
         else:
             positions = spec.max_positions
+            # A dataset's texts are cut at the model's positions: its seq_len is not read.
             if "seq_len" not in errors and spec.task != IMAGE_CLASSIFICATION and positions \
-                    and options.seq_len > positions:
+                    and options.seq_len > positions and options.applies("seq_len"):
                 errors["seq_len"] = (f"seq_len: {options.seq_len} is out of range for "
                                      f"{spec.display_name}: 1 to {positions}")
             errors.update(_model_errors(options, spec, errors))

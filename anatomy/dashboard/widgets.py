@@ -362,33 +362,35 @@ def live_options(has_gpu: bool) -> dict:
     return {**defaults_for(has_gpu).to_dict(), **st.session_state.get(LIVE_OPTIONS, {})}
 
 
-def option_widget(name: str, default, key: str, label: str | None = None) -> None:
+def option_widget(name: str, default, key: str, label: str | None = None,
+                  disabled: bool = False) -> None:
     """One run option as the Live page's form draws it: a choice, a flag or a number. No min/max
-    on numbers: Streamlit would silently put a wrong value back; the engine judges instead."""
+    on numbers: Streamlit would silently put a wrong value back; the engine judges instead.
+    `disabled`: greyed, an option the others make the run ignore (a dataset's sequence length)."""
     field = FIELDS[name]
     label = label or field.label
     if name == "gpus":  # several GPUs: pick them; none or one is a single-GPU run
         chosen = [g for g in (checks.digits(w.strip()) for w in str(default).split(","))
                   if g is not None]
         st.multiselect(label, list(range(server.device().gpu_count)), default=chosen, key=key,
-                       help=field.help, format_func=lambda g: f"GPU {g}")
+                       help=field.help, format_func=lambda g: f"GPU {g}", disabled=disabled)
         return
     if field.free_text and field.choices is not None:  # a list to pick from, or type a path
         choices = list(field.choices) + ([default] if default not in field.choices else [])
         st.selectbox(label, choices, index=choices.index(default), key=key, help=field.help,
-                     accept_new_options=True)
+                     accept_new_options=True, disabled=disabled)
     elif field.free_text:
-        st.text_input(label, value=default, key=key, help=field.help)
+        st.text_input(label, value=default, key=key, help=field.help, disabled=disabled)
     elif field.choices is not None:
         st.selectbox(label, field.choices, index=field.choices.index(default), key=key,
-                     help=field.help)
+                     help=field.help, disabled=disabled)
     elif field.low is None:
-        st.checkbox(label, value=default, key=key, help=field.help)
+        st.checkbox(label, value=default, key=key, help=field.help, disabled=disabled)
     elif name == "max_steps":
-        st.number_input(label, value=default or 0, step=1, key=key,
+        st.number_input(label, value=default or 0, step=1, key=key, disabled=disabled,
                         help=f"{field.help}: {field.low} to {field.high}, or 0 (the default) to "
                              "train for the epochs")
     else:
-        st.number_input(label, value=default, step=1, key=key,
+        st.number_input(label, value=default, step=1, key=key, disabled=disabled,
                         help=f"{field.help} ({field.low} to {field.high})")
 

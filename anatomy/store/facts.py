@@ -277,6 +277,11 @@ class Components(Record):
     # The samples of the micro-batch the activations were measured on: a full one's where the
     # run had one (a partial one, an epoch's last, holds fewer), else the largest it had.
     micro_batch: int | None = fact(checks.count)
+    # That micro-batch's shape, where it had token ids: the length they were padded to, and each
+    # sequence's own tokens (its attention mask's ones, longest first) where it held padding.
+    # A collator that pads each batch to its own longest makes it differ batch by batch.
+    padded_to: int | None = fact(checks.count)
+    sequence_lengths: tuple[int, ...] | None = fact(checks.wholes())
 
     KEEP_NULLS: ClassVar[bool] = False
 

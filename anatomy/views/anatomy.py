@@ -16,6 +16,7 @@ import numpy as np
 
 from anatomy import strategies
 from anatomy.analysis.breakdown import (
+    DataReach,
     cpu_peak,
     error_percent,
     measured_components,
@@ -115,6 +116,44 @@ def kept_model_basis(report: RunReport) -> str | None:
         return None
     return (f"Predicted from the config the run kept of its model, {report.model} ({origin}), "
             "whatever became of the file since.")
+
+
+def measured_batch_line(report: RunReport) -> str | None:
+    """Which micro-batch a run on a dataset is measured next to predicted at: the one its
+    activations were measured on; None for other runs (and for one stored before the probe said
+    which: it is predicted at its longest batch)."""
+    batch = text.measured_text_batch(report)
+    if batch is None:
+        return None
+    allocator = (" The allocator's peaks are those of the first steps whose micro-batches all "
+                 "had that shape." if report.on_gpu else "")
+    return (f"Measured and predicted at the micro-batch the activations were measured on: "
+            f"{text.batch_words(batch)}. Padded to each batch's own longest text, the first steps' batches "
+            "differ: the prediction is made for this one, so that both columns describe the same "
+            f"batch.{allocator}")
+
+
+def reach_line(report: RunReport, reach: DataReach) -> str:
+    """What a run's data can reach: the prediction at its longest batch, beside the run's
+    sampled peak over every step (RSS or NVML, as the run measured it)."""
+    prediction, steps = reach.prediction, report.steps
+    over = " over all its " + (f"{steps:,} steps" if steps else "steps")
+    sampled = measured_peak(report)
+    if report.on_gpu:
+        predicted = (f"{mib_text(prediction.nvml_peak)} as NVML counts it "
+                     f"({mib_text(prediction.peak)} for tensors)" if prediction.nvml_peak is not None
+                     else f"{mib_text(prediction.peak)} for tensors (this GPU has no calibrated "
+                          "constants for NVML's figure)")
+        figure = "NVML, over the baseline"
+    else:
+        expected = cpu_peak(report, prediction)
+        predicted = (f"{mib_text(prediction.peak)} for tensors" if expected is None else
+                     f"{mib_text(expected.peak)} of RSS ({mib_text(prediction.peak)} for tensors "
+                     "+ what the process held before training)")
+        figure = rss_peak_label(report).removeprefix("peak (").removesuffix(")")
+    measured = ("no sample" if sampled is None else f"{mib_text(sampled)} ({figure})")
+    return (f"What the data can reach: its longest batch, {text.batch_words(reach.longest)}, is predicted "
+            f"to peak at {predicted}. The run's sampled peak{over}: {measured}.")
 
 
 def no_components(report: RunReport) -> str:
@@ -279,18 +318,24 @@ def component_rows(report: RunReport, prediction: Prediction) -> list[ComponentR
     row("peak (tensors)", measured.peak_allocated, prediction.peak,
         f"the allocator's peak; predicted in the {prediction.peak_at}" if on_gpu else
         "the CPU keeps no allocator statistics: not measured")
+    # A dataset's run: the peak sampled over every step held other batches than the one
+    # predicted here; it is held against the longest batch's prediction apart (`reach_line`).
+    every_step = text.measured_text_batch(report) is not None
+    apart = "sampled over every step's batch: see what the data can reach"
     if on_gpu:
         row("allocator cache", measured.allocator_cache, prediction.allocator_cache,
             "reserved − allocated at the peak (simulated)")
-        row("outside PyTorch", measured.non_torch, prediction.outside,
-            "NVML's peak − context − reserved; calibrated")
-        row("peak (NVML, over the baseline)", measured.peak, prediction.nvml_peak,
-            "context + tensors + allocator cache + outside PyTorch" + _workspace_band(prediction))
+        row("outside PyTorch", measured.non_torch, None if every_step else prediction.outside,
+            apart if every_step else "NVML's peak − context − reserved; calibrated")
+        row("peak (NVML, over the baseline)", measured.peak,
+            None if every_step else prediction.nvml_peak,
+            apart if every_step else "context + tensors + allocator cache + outside PyTorch"
+            + _workspace_band(prediction))
     else:
-        expected = cpu_peak(report, prediction)
+        expected = None if every_step else cpu_peak(report, prediction)
         row(rss_peak_label(report), measured_peak(report),
             None if expected is None else expected.peak,
-            "tensors' peak + the process (not predicted)")
+            apart if every_step else "tensors' peak + the process (not predicted)")
     return rows
 
 

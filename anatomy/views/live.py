@@ -46,6 +46,12 @@ def refusal(errors: dict[str, str], drawn: Callable[[str], bool], started: bool)
     return lines
 
 
+# Under a field the form greys out while a dataset is set: why (analysis/options.DATA_DECIDES).
+DATASET_DECIDES = {"seq_len": "Ignored with a dataset: its texts and the padding make each "
+                              "batch's length.",
+                   "dataset_size": "Ignored with a dataset: its texts are the data."}
+
+
 class PhaseMetric(NamedTuple):
     name: str  # as the screens name it (style.phase_name)
     state: str  # "done", "open" (it lasts) or "pending" (not reached)
@@ -258,10 +264,10 @@ def run_forecast(options: RunOptions, machine: Machine, store: Store) -> Forecas
     memory = memory_forecast(options, machine, store)
     if memory.line is None:
         return memory
-    if memory.data is not None:  # its steps are the dataset's
-        options = options.with_texts(memory.data.lengths.texts)
     device_name = machine.devices[options.gpu].name if machine.has_gpu else None
-    estimate = duration.estimate(store, options, machine.backend, device_name)
+    # A dataset's run: its steps are its texts', its tokens a step its typical batch's.
+    estimate = duration.estimate(store, options, machine.backend, device_name,
+                                 memory.data.facts if memory.data is not None else None)
     return memory._replace(duration=estimate.line())
 
 

@@ -8,8 +8,8 @@ import re
 from collections.abc import Sequence
 from datetime import datetime
 
-from anatomy.analysis.components import partial_micro_batch
-from anatomy.analysis.lengths import Lengths
+from anatomy.analysis.components import measured_batch, partial_micro_batch
+from anatomy.analysis.lengths import Lengths, TextBatch, longest_batches
 from anatomy.analysis.models import display_name
 from anatomy.analysis.report import (
     IMPORTED,
@@ -182,9 +182,39 @@ def partial_micro_batch_words(report: RunReport) -> str | None:
     samples = partial_micro_batch(report.components, batch)
     if samples is None:
         return None
+    # A run on a dataset that said which batch it measured is predicted at that batch.
+    predicted = samples if measured_text_batch(report) else batch
     return (f"This run never had a full micro-batch of {batch} samples (its data held fewer): "
             f"its activations were measured on a micro-batch of {samples}, and the prediction is "
-            f"for {batch}.")
+            f"for {predicted}.")
+
+
+def measured_text_batch(report: RunReport) -> TextBatch | None:
+    """The micro-batch of a run on a dataset that its components were measured on; None for
+    other runs and for one stored before the probe said which."""
+    if not report.options.on_dataset:
+        return None
+    return measured_batch(report.components, report.environment.data)
+
+
+def batch_words(batch: TextBatch) -> str:
+    """A micro-batch of texts in words: "4 × 17 tokens, its texts 5 to 17 tokens long"."""
+    shortest = min(batch.lengths, default=batch.padded_to)
+    if shortest == batch.padded_to:
+        return f"{batch.words()}, without padding"
+    return f"{batch.words()}, its texts {shortest:,} to {max(batch.lengths):,} tokens long"
+
+
+def measured_batch_words(report: RunReport) -> str | None:
+    """`show`'s line under a dataset's run's components: the micro-batch they were measured on
+    (the first steps' batches differ), and the longest its data can form."""
+    batch, data = measured_text_batch(report), report.environment.data
+    if batch is None:
+        return None
+    longest = longest_batches(Lengths(data.lengths or ()), report.options.batch_size,
+                              data.padding or report.options.padding, data.max_length or 0)[0]
+    return (f"measured on a micro-batch of {batch_words(batch)}; the data's longest batch: "
+            f"{longest.words()} (`anatomy predict` with the run's options predicts its peak)")
 
 
 def data_line(data: TrainingData) -> str:

@@ -390,3 +390,73 @@ def test_a_run_that_never_had_a_full_micro_batch_says_so(store, seed):
     assert [w.value for w in app.warning] == [
         "This run never had a full micro-batch of 4 samples (its data held fewer): its "
         "activations were measured on a micro-batch of 3, and the prediction is for 4."]
+
+
+# --- a run on a dataset: the batch it measured, and what its data can reach ---
+
+DATA = {"dataset": "/elsewhere/reviews", "split": "train", "text_column": "text",
+        "tokenizer": "/elsewhere/tok", "padding": "longest", "max_length": 512,
+        "inputs": ["attention_mask"], "padding_side": "right",
+        "lengths": [[4, 2], [12, 1], [20, 2]]}
+
+
+@pytest.fixture
+def dataset_run(store, seed):
+    """A CPU run of tiny-llama on five texts (4, 4, 12, 20 and 20 tokens), batches of two padded
+    to their longest: its components measured on a micro-batch of 12 and 4 tokens."""
+    from anatomy.analysis.lengths import TextBatch
+    from anatomy.analysis.options import RunOptions
+    from anatomy.analysis.prediction import predict
+
+    run_id = seed(backend="cpu-rss")
+    options = RunOptions(model="tiny-llama", batch_size=2, max_steps=8, dataset_size=5,
+                         dataset=DATA["dataset"], tokenizer=DATA["tokenizer"])
+    store.update_run(run_id, options=options.to_dict())
+    store.merge_environment(run_id, {"data": DATA})
+    measured = predict(options, device="cpu", text=TextBatch((12, 4), 12))
+    summary = store.run(run_id).summary
+    store.update_run(run_id, summary={**summary.to_dict(), "components": {
+        "weights": measured.weights, "gradients": measured.gradients,
+        "optimizer_states": measured.optimizer_states, "activations": measured.activations,
+        "micro_batch": 2, "padded_to": 12, "sequence_lengths": [12, 4]}})
+    return run_id
+
+
+def test_a_dataset_run_is_measured_next_to_predicted_at_the_batch_it_measured(store, dataset_run):
+    """The measured components are a 2 × 12 batch's, the shuffle's, not the longest: the table
+    holds them against that batch's prediction, and what the data can reach (its longest batch,
+    2 × 20) is said apart, beside the peak sampled over every step."""
+    rep = report(store, dataset_run)
+    assert view.measured_batch_line(rep).startswith(
+        "Measured and predicted at the micro-batch the activations were measured on: 2 × 12 "
+        "tokens, its texts 4 to 12 tokens long.")
+    rows = {r.component: r for r in view.component_rows(rep, breakdown.predicted(rep))}
+    assert rows["activations"].error_percent == 0 and rows["activations"].measured > 0
+    # the RSS peak was sampled over every step's batch: not this batch's to be held against
+    rss = rows["peak (RSS, over the baseline)"]
+    assert rss.measured is not None and rss.predicted is None and "every step" in rss.note
+    reach = breakdown.data_reach(rep)
+    assert reach.longest.padded_to == 20 and reach.prediction.activations > \
+        rows["activations"].measured
+    line = view.reach_line(rep, reach)
+    assert line.startswith("What the data can reach: its longest batch, 2 × 20 tokens, its texts "
+                           "12 to 20 tokens long, is predicted to peak at ")
+    assert line.endswith(f"The run's sampled peak over all its 8 steps: "
+                         f"{mib_text(breakdown.measured_peak(rep))} (RSS, over the "
+                         "baseline).")
+    app = _page(run=str(dataset_run))
+    assert not app.exception
+    assert view.measured_batch_line(rep) in [c.value for c in app.caption]
+    assert line in [i.value for i in app.info]
+
+
+def test_a_dataset_run_stored_before_the_probe_said_its_batch_is_predicted_at_its_longest(
+        store, dataset_run):
+    summary = store.run(dataset_run).summary.to_dict()
+    parts = {k: v for k, v in summary["components"].items()
+             if k not in ("padded_to", "sequence_lengths")}
+    store.update_run(dataset_run, summary={**summary, "components": parts})
+    rep = report(store, dataset_run)
+    assert view.measured_batch_line(rep) is None and breakdown.data_reach(rep) is None
+    longest = breakdown.predicted(rep)
+    assert longest.activations > parts["activations"]  # today's reading, kept

@@ -20,6 +20,8 @@ from anatomy.vocabulary import Status
 
 def measured_and_predicted(rep: RunReport, prediction) -> None:
     st.subheader("Measured next to predicted")
+    if batch := view.measured_batch_line(rep):
+        st.caption(batch)
     widgets.chart(figures.anatomy_waterfall_figure(view.waterfall(rep, prediction)),
                   "anatomy_waterfall")
     if rep.on_gpu:
@@ -47,6 +49,19 @@ def measured_and_predicted(rep: RunReport, prediction) -> None:
     st.caption(f"Error = (predicted − measured) / measured. {MIB_NAME} = 2²⁰ bytes. The notes in full: "
                + view.NOTES[rep.on_gpu] + " docs/PREDICTION.md states every formula of the "
                "prediction and where it comes from.")
+
+
+def data_reach(rep: RunReport) -> None:
+    """A run on a dataset: the peak its longest batch is predicted to reach, beside the peak
+    sampled over every step (the table above is the measured batch's)."""
+    if view.measured_batch_line(rep) is None:
+        return
+    underway = st.empty()
+    underway.info("Predicting the data's longest batch…", icon=":material/hourglass_top:")
+    reach = breakdown.data_reach(rep)
+    underway.empty()
+    if reach is not None:
+        st.info(view.reach_line(rep, reach), icon=":material/dataset:")
 
 
 def peak_section(rep: RunReport, prediction) -> None:
@@ -194,6 +209,7 @@ def main() -> None:
             elif basis := view.kept_model_basis(rep):
                 st.caption(text.literal(basis))
             measured_and_predicted(rep, prediction)
+            data_reach(rep)
             peak_section(rep, prediction)
             bytes_per_parameter(rep, prediction)
     if rep.world_size > 1:

@@ -5,7 +5,14 @@ from __future__ import annotations
 import streamlit as st
 
 from anatomy.analysis import duration
-from anatomy.analysis.options import DATA_FIELDS, FIELDS, InvalidOptions, defaults_for, validate
+from anatomy.analysis.options import (
+    DATA_DECIDES,
+    DATA_FIELDS,
+    FIELDS,
+    InvalidOptions,
+    defaults_for,
+    validate,
+)
 from anatomy.analysis.report import RunReport, report
 from anatomy.dashboard import links, server, widgets
 from anatomy.engine.manager import STOP_GRACE_SECONDS, DeviceBusy, live_run
@@ -110,7 +117,12 @@ SHORT_LABELS = {"gradient_checkpointing": "Checkpointing"}
 
 
 def _field(name: str, default) -> None:
-    widgets.option_widget(name, default, _key(name), label=SHORT_LABELS.get(name))
+    # A dataset (as the form was last sent) decides the sequence length and the dataset size.
+    ignored = name in DATA_DECIDES and bool(str(st.session_state.get(_key("dataset"), "")).strip())
+    widgets.option_widget(name, default, _key(name), label=SHORT_LABELS.get(name),
+                          disabled=ignored)
+    if ignored:
+        st.caption(view.DATASET_DECIDES[name])
     error = st.session_state.get("option_errors", {}).get(name)
     if error:
         st.error(error)
@@ -187,7 +199,7 @@ def _progress(rep: RunReport) -> None:
             left = f"time left: {duration.words(done.seconds_left)}"
         else:  # before the first step: the estimate made before the start
             estimate = duration.estimate(server.store(), rep.options, rep.backend,
-                                         rep.environment.gpu_name)
+                                         rep.environment.gpu_name, rep.environment.data)
             left = ("time left: measuring…" if estimate.step_s is None else
                     f"time left: about {duration.words(estimate.steps * estimate.step_s)} "
                     "(estimated before the first step)")
