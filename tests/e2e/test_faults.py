@@ -65,6 +65,15 @@ def _training(store_path: Path, run_id: int = 1, steps: int = 2) -> RunRow:
                       every=0.1)
 
 
+def _in_session(process: psutil.Process, leader: int) -> bool:
+    """Whether `process` is of the session a CliRun leads (its processes keep it, even adopted
+    by init), not of another run that another test or suite starts on the machine meanwhile."""
+    try:
+        return os.getsid(process.pid) == leader
+    except OSError:  # ended meanwhile
+        return False
+
+
 class CliRun:
     """`python -m anatomy run` as a terminal starts it: a job with a process group of its own."""
 
@@ -188,7 +197,7 @@ def test_kill_9_of_the_cli_while_it_starts_its_processes_leaves_none(cli_run):
     time.sleep(0.5)  # a child being launched when the CLI died has named itself by now
     adopted = [p for p in psutil.process_iter(["name", "create_time"])
                if p.info["name"] in ("anatomy-worker", "anatomy-sampler")
-               and p.info["create_time"] >= started]
+               and p.info["create_time"] >= started and _in_session(p, run.pid)]
     assert left([*seen, *adopted]) == []
 
 
