@@ -5,11 +5,12 @@ a run), the machine as the engine sees it, and the latest sweep."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
+from typing import Any
 
 import streamlit as st
 
 from anatomy.analysis.machine import Machine
-from anatomy.analysis.options import RunOptions
 from anatomy.engine.manager import RunManager, machine
 from anatomy.engine.sweep import Sweep
 from anatomy.store import Store, resolve_path
@@ -44,7 +45,7 @@ class SweepSlot:
         self.sweep: Sweep | None = None
         self._lock = threading.Lock()
 
-    def start(self, base: RunOptions, vary: dict[str, list], until_oom: bool) -> int:
+    def start(self, base: Mapping[str, Any], vary: dict[str, list], until_oom: bool) -> int:
         """The sweep's id; InvalidOptions when its plan is wrong, DeviceBusy when its device is
         taken (by a run or a sweep, from this server or another process)."""
         with self._lock:

@@ -89,7 +89,7 @@ def training_arguments(options: RunOptions, output_dir: str, use_cuda: bool, mod
         gradient_accumulation_steps=options.grad_accum,
         **{checkpointing: options.gradient_checkpointing},
         fp16=options.precision == Precision.FP16, bf16=options.precision == Precision.BF16,
-        optim=options.optim, seed=options.seed,
+        optim=options.optim.value, seed=options.seed,
         max_steps=options.max_steps if options.max_steps is not None else -1,
         # Ours: no checkpoints (the walkthrough's 128 steps never reach save_steps=500 either),
         # our own progress bar, and a loss every step for the chart.
@@ -170,7 +170,7 @@ def train_phases(reporter: Reporter, options: RunOptions, spec: ModelSpec, datas
     # reads but training's.
     try:
         model, weights_source = models.build_model(spec, device, lora_rank=options.lora_rank,
-                                                   lora_targets=options.lora_target_list(),
+                                                   lora_targets=options.lora_targets,
                                                    initialise=False)
     except Exception as error:
         where = models.where_it_stopped(error)

@@ -24,7 +24,7 @@ from pathlib import Path
 from anatomy.analysis import models
 from anatomy.analysis.components import MEASURED_STEPS, Components, rest_of_peak
 from anatomy.analysis.lengths import TextBatch
-from anatomy.analysis.options import RunOptions
+from anatomy.analysis.options import FIELDS, RunOptions
 from anatomy.analysis.prediction import device_constants, recordings, replay
 from anatomy.analysis.prediction.device_constants import DeviceCalibration
 from anatomy.units import size_text
@@ -74,7 +74,7 @@ class CpuProcess:
 
 
 CPU_PROCESS = CpuProcess.load()
-BATCH_SIZE_LIMIT = 4096  # the batch_size option's range
+BATCH_SIZE_LIMIT = FIELDS["batch_size"].high  # the batch size option's largest value
 # Sizes are linear in the batch size from 2 on: at 1 some reshapes are views (a dimension of
 # size 1 leaves a tensor contiguous) that copy from 2 on.
 LINEAR_FROM = 2
@@ -263,7 +263,7 @@ def _traced_recording(shape: RunOptions, device: str, calibration: DeviceCalibra
     try:
         return recordings.recording(spec, step, device=device, calibration=calibration,
                                     steps=steps, lora_rank=shape.lora_rank,
-                                    lora_targets=shape.lora_target_list(),
+                                    lora_targets=shape.lora_targets,
                                     fsdp_world=fsdp_world, workspaces=workspaces)
     except models.ModelError as error:
         raise PredictionError(str(error)) from None
