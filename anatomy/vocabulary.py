@@ -1,5 +1,6 @@
 """The names a run's things go by, as types: its status, its phases, the parts its memory is made
-of, the moments of a step, its precision, strategy and backend, and who started it.
+of, the moments of a step, its precision and backend, and who started it. (A strategy is no
+name here: each is a module of anatomy/strategies/.)
 
 Each is a `str` enum (as PyTorch's mem_tracker names memory categories and accelerate names its
 distributed types): a member is its stored string (`Status.COMPLETED == "completed"`, JSON and
@@ -145,13 +146,6 @@ class Optimizer(Name):
     SGD = "sgd"
     ADAGRAD = "adagrad"
     RMSPROP = "rmsprop"
-
-
-class Strategy(Name):
-    """How several training processes share the work (accelerate's)."""
-
-    DDP = "ddp"  # each holds the whole model
-    FSDP = "fsdp"  # parameters, gradients and optimizer states sharded
 
 
 class Backend(Name):

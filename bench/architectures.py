@@ -6,6 +6,8 @@ config of each made from the architecture's own defaults, predicted and run.
     python bench/architectures.py --report             # the table again from stored results
     python bench/architectures.py --configs DIR        # only write the small configs
     python bench/architectures.py --token-heads        # each type's token head -> COVERAGE-TOKENS.md
+    python bench/architectures.py --saved              # each config at 12 layers, saved -> a column
+    python bench/architectures.py --saved --part 2/4   # the second quarter of them
 
 The architectures come from transformers' own auto mappings (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
 …SEQUENCE_CLASSIFICATION…, …IMAGE_CLASSIFICATION…, …SEQ_TO_SEQ_CAUSAL_LM…, …SPEECH_SEQ_2_SEQ…):
@@ -39,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 # Sizes a small config shrinks to (never grows to): enough for every part of a layer to be there.
 LAYERS = 2
+DEEP = 12  # the layers of the saved configs' column: a real depth, as save_pretrained writes it
 HIDDEN = 64
 INTERMEDIATE = 128
 HEADS = 4
@@ -149,13 +152,14 @@ def scale_factor(values: dict) -> int:
     return factor
 
 
-def _shrink_counts(values: dict, layers_before) -> None:
-    """Layers, experts, the vocabulary and the position table, whatever the widths do."""
-    _shrink_int(values, _LAYER_KEYS, LAYERS)
+def _shrink_counts(values: dict, layers_before, depth: int = LAYERS) -> None:
+    """Layers (to `depth`), experts, the vocabulary and the position table, whatever the widths
+    do."""
+    _shrink_int(values, _LAYER_KEYS, depth)
     # Layers repeated within a stack or a block (HRM's stacks run in cycles, Perceiver's
     # self-attention layers in each block): as deep as the stacks
     _shrink_int(values, [k for k in values if re.fullmatch(r"num_\w+_per_(stack|block)",
-                                                           str(k))], LAYERS)
+                                                           str(k))], depth)
     _shrink_int(values, _EXPERT_KEYS, EXPERTS)
     _shrink_int(values, [k for k in values if re.fullmatch(r"\w*expert_num", str(k))], EXPERTS)
     experts = next((values[k] for k in _EXPERT_KEYS if _is_int(values.get(k))), None)
@@ -175,6 +179,9 @@ def _shrink_counts(values: dict, layers_before) -> None:
         elif key in _TOKEN_ID_KEYS and isinstance(value, list):
             values[key] = [v if v < VOCAB else VOCAB - 1 for v in value if _is_int(v)]
     layers = next((values[k] for k in _LAYER_KEYS if _is_int(values.get(k))), None)
+    if depth > LAYERS and _is_int(layers_before) and _is_int(layers) and layers < depth:
+        _deepen(values, layers_before, depth)
+        return
     if not (_is_int(layers_before) and _is_int(layers) and layers < layers_before):
         return
     for key in ("out_features", "out_indices", "stage_names"):  # a backbone's: follow depth
@@ -185,6 +192,8 @@ def _shrink_counts(values: dict, layers_before) -> None:
         distinct = list(dict.fromkeys(map(str, types)))  # every kind of layer, once
         chosen = [next(i for i, t in enumerate(types) if str(t) == kind) for kind in distinct]
         kept = (chosen + list(range(layers_before)))[:max(layers, len(chosen))]
+        if depth > LAYERS and set(map(str, types[:layers])) == set(distinct):
+            kept = list(range(layers))  # at a real depth, the class's own pattern
         values["layer_types"] = [types[i] for i in kept]
         for key in _LAYER_KEYS:
             if values.get(key) == layers:
@@ -206,19 +215,37 @@ def _shrink_counts(values: dict, layers_before) -> None:
                            for new, old in enumerate(kept) if old in by_index}
 
 
-def _shrink(values: dict, vision: bool, factor: int | None) -> dict:
+def _deepen(values: dict, layers_before: int, depth: int) -> None:
+    """Layer counts below `depth` (defaults of fewer layers) raised to it; a list with an entry
+    per layer repeated to that depth (Reformer's local and LSH layers in turn), the other fields
+    tied to the layers left out, for the config class to make at that depth."""
+    from anatomy.analysis.prediction.blocks import per_layer_fields
+
+    for key, kind in per_layer_fields(values, layers_before).items():
+        if kind == "entries":
+            values[key] = (values[key] * depth)[:depth]
+        else:
+            values.pop(key)
+    for key in _LAYER_KEYS:
+        if _is_int(values.get(key)) and values[key] < depth:
+            values[key] = depth
+
+
+def _shrink(values: dict, vision: bool, factor: int | None, depth: int = LAYERS) -> dict:
     """One config's dict, shrunk in place (sub-configs too). `factor`: every width divided by it
     (sizes made from others stay so); None: widths set to small fixed sizes. `vision` keeps
-    widths and image sizes (stages depend on them) and cuts each stage to one block."""
+    widths and image sizes (stages depend on them) and cuts each stage to one block. `depth`:
+    the layers of each stack."""
     for key, value in list(values.items()):
         if isinstance(value, dict) and key not in ("id2label", "label2id", "rope_parameters",
                                                    "rope_scaling") \
                 and not all(str(k).isdigit() for k in value):
-            values[key] = _shrink(value, vision or key.startswith(("vision", "image")), factor)
+            values[key] = _shrink(value, vision or key.startswith(("vision", "image")), factor,
+                                  depth)
         elif isinstance(value, dict) and value and all(str(k).isdigit() for k in value):
             for layer, settings in value.items():  # a layer's own settings: shrunk alike
                 if isinstance(settings, dict):
-                    value[layer] = _shrink(settings, vision, factor)
+                    value[layer] = _shrink(settings, vision, factor, depth)
     layers_before = next((values[k] for k in _LAYER_KEYS if _is_int(values.get(k))), None)
     for key, value in values.items():
         # LayerDrop skips layers at random while training: the probe's step then holds what
@@ -236,7 +263,7 @@ def _shrink(values: dict, vision: bool, factor: int | None) -> dict:
                 values[key] = 1.0
         if _is_int(values.get("image_size")) and values["image_size"] > IMAGE_SIZE:
             values["image_size"] = IMAGE_SIZE
-        _shrink_counts(values, layers_before)
+        _shrink_counts(values, layers_before, depth)
         return values
     if factor is not None:
         for key, value in list(values.items()):
@@ -248,7 +275,7 @@ def _shrink(values: dict, vision: bool, factor: int | None) -> dict:
                 values[key] = [w // factor for w in value]  # parts of a width, shrunk alike
     else:
         _shrink_fixed(values)
-    _shrink_counts(values, layers_before)
+    _shrink_counts(values, layers_before, depth)
     _fit(values)
     _own_settings(values)
     return values
@@ -398,10 +425,11 @@ def _derived(config_class, values: dict) -> set[str]:
             and v != values[k]}
 
 
-def small_config(model_type: str, head: str, scaled: bool = True) -> dict:
+def small_config(model_type: str, head: str, scaled: bool = True, depth: int = LAYERS) -> dict:
     """The model type's config class defaults, shrunk, as a config.json holds it, naming the
     head to train. `scaled`: widths divided by a common factor (`scale_factor`); else set to
-    small fixed sizes."""
+    small fixed sizes. `depth`: the layers of each stack (DEEP: the class's own pattern of
+    layers kept, at that depth)."""
     from transformers import CONFIG_MAPPING
 
     from anatomy.analysis import models
@@ -410,7 +438,7 @@ def small_config(model_type: str, head: str, scaled: bool = True) -> dict:
     derived = _derived(CONFIG_MAPPING[model_type], values)
     vision = models.head_task(head) == models.IMAGE_CLASSIFICATION
     text_before = _text_width(values)
-    values = _shrink(values, vision, scale_factor(values) if scaled else None)
+    values = _shrink(values, vision, scale_factor(values) if scaled else None, depth)
     if not vision and text_before and _text_width(values) != text_before:
         _follow_text_width(values, text_before, _text_width(values))
     for key in ("transformers_version", "_name_or_path", "torch_dtype", "dtype", *derived):
@@ -472,6 +500,34 @@ def working_config(model_type: str, head: str, directory: Path) -> tuple[Path, s
         if reasons[how] is None:
             return path, how, None
     return directory / "scaled" / f"{model_type}.json", "scaled", reasons["scaled"]
+
+
+def saved_config(model_type: str, head: str, directory: Path) -> tuple[Path, str, str | None]:
+    """The small config at DEEP layers as a user has it: the config class made from it, then
+    written by transformers' own `save_pretrained` into a model folder (its per-layer lists
+    written out, one entry per layer); widths scaled first, else fixed. (The folder, how it was
+    shrunk, why neither trains or None.)"""
+    from transformers import AutoConfig
+
+    reasons = {}
+    for how in ("scaled", "fixed"):
+        folder = directory / f"saved-{how}" / model_type
+        try:
+            values = small_config(model_type, head, how == "scaled", DEEP)
+            for _ in range(2):  # again with a setting lifted from a part (`_lift_missing`)
+                values.pop("model_type", None)
+                AutoConfig.for_model(model_type, **values).save_pretrained(folder)
+                reasons[how] = trains(folder)
+                if not _lift_missing(values, reasons[how]):
+                    break
+        except Exception as error:  # noqa: BLE001 - a class that refuses its deep defaults
+            reasons[how] = _one_line(error)
+            continue
+        if reasons[how] is None:
+            return folder, how, None
+    if not (directory / "saved-scaled" / model_type / "config.json").exists():
+        raise ValueError(reasons["scaled"])
+    return directory / "saved-scaled" / model_type, "scaled", reasons["scaled"]
 
 
 def write_configs(directory: Path, token_heads: bool = False) -> list[tuple[str, str, Path]]:
@@ -596,6 +652,50 @@ def measure_one(model_type: str, head: str, directory: Path) -> dict:
     return row
 
 
+# The modes a saved config at a real depth is predicted in: the CPU, and the H200 as
+# `predict --device cuda --gpu-model 'NVIDIA H200'` does it (no GPU used).
+SAVED_MODES = MODES[:2]
+
+
+def measure_saved(model_type: str, head: str, directory: Path) -> dict:
+    """The config at DEEP layers as save_pretrained writes it (`saved_config`): predicted on the
+    CPU and for the H200, the layers the depth stand-in traced (prediction/recordings.py), a
+    CPU run, and whether the CPU's figures agree."""
+    import time
+
+    from anatomy.analysis import models
+    from anatomy.analysis.prediction import layers, recordings
+
+    row: dict = {"model_type": model_type, "head": head, "saved": True}
+    started = time.monotonic()
+    try:
+        folder, row["shrunk"], untrainable = saved_config(model_type, head, directory)
+    except Exception as error:  # noqa: BLE001 - a config class that refuses its own defaults
+        row.update(config=_one_line(error), seconds=0.0)
+        return row
+    if untrainable:
+        row["untrainable"] = untrainable
+    try:
+        spec = models.resolve(str(folder))
+        row["layers"] = layers.depth_of(dict(spec.config))
+        found = recordings.stand_in(spec)
+        row["traced"] = len(found[1].kept) if found else None
+    except Exception as error:  # noqa: BLE001 - the predictions below say it in their line
+        row["traced"] = None
+        row["stand_in"] = _one_line(error)
+    for name, device, changes in SAVED_MODES:
+        try:
+            row[name] = _predict(_options(folder, **changes), device)
+        except Exception as error:  # noqa: BLE001 - a traceback a user would meet: a defect
+            row[name] = {"status": "traceback", "line": _one_line(error)}
+    try:
+        row["run"] = _run(_options(folder))
+    except Exception as error:  # noqa: BLE001
+        row["run"] = {"status": "traceback", "line": _one_line(error)}
+    row["seconds"] = round(time.monotonic() - started, 1)
+    return row
+
+
 ROW = "coverage-row "  # what marks a result among whatever a model prints
 
 
@@ -607,8 +707,8 @@ def serve(directory: Path) -> None:
     warnings.simplefilter("ignore")
     logging.disable(logging.WARNING)
     for line in sys.stdin:
-        model_type, head = line.split()
-        row = measure_one(model_type, head, directory)
+        model_type, head, *deep = line.split()
+        row = (measure_saved if deep else measure_one)(model_type, head, directory)
         print(ROW + json.dumps(row, default=str), flush=True)
 
 
@@ -635,10 +735,10 @@ class Child:
             [sys.executable, __file__, "--serve", str(directory)], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1, cwd=ROOT,
             env=environment)
-        self.task: tuple[str, str] | None = None
+        self.task: tuple[str, ...] | None = None
         self.since = 0.0
 
-    def give(self, task: tuple[str, str]) -> None:
+    def give(self, task: tuple[str, ...]) -> None:
         import time
 
         self.task, self.since = task, time.monotonic()
@@ -650,7 +750,7 @@ class Child:
         self.process.wait()
 
 
-def run_all(tasks: list[tuple[str, str]], out: Path, jobs: int, timeout: float) -> None:
+def run_all(tasks: list[tuple[str, ...]], out: Path, jobs: int, timeout: float) -> None:
     import selectors
     import tempfile
     import time
@@ -691,6 +791,7 @@ def run_all(tasks: list[tuple[str, str]], out: Path, jobs: int, timeout: float) 
             if not line:  # the child died (a crash in native code, memory)
                 if child.task:
                     record({"model_type": child.task[0], "head": child.task[1],
+                            "saved": len(child.task) > 2,
                             "crashed": f"exit {child.process.poll()}"})
                 child = replace(child)
             elif line.startswith(ROW):
@@ -703,6 +804,7 @@ def run_all(tasks: list[tuple[str, str]], out: Path, jobs: int, timeout: float) 
         for child in list(children):
             if child.task and time.monotonic() - child.since > timeout:
                 record({"model_type": child.task[0], "head": child.task[1],
+                        "saved": len(child.task) > 2,
                         "crashed": f"no answer in {timeout:.0f} s"})
                 fresh = replace(child)
                 if pending:
@@ -715,8 +817,11 @@ def run_all(tasks: list[tuple[str, str]], out: Path, jobs: int, timeout: float) 
 def _summary(row: dict) -> str:
     if row.get("crashed") or row.get("config"):
         return row.get("crashed") or f"no config: {row['config']}"
-    parts = [f"{name}: {row[name]['status']}" for name, _, _ in MODES] + \
+    modes = SAVED_MODES if row.get("saved") else MODES
+    parts = [f"{name}: {row[name]['status']}" for name, _, _ in modes] + \
         [f"run: {row['run']['status']}", f"{row.get('seconds')} s"]
+    if row.get("saved"):
+        parts.insert(0, f"traced {row.get('traced') or 'all'} of {row.get('layers')}")
     return ", ".join(parts)
 
 
@@ -754,11 +859,73 @@ def _cell(result: dict | None) -> str:
     return f"{'**' + status + '**' if status == 'traceback' else status}: {line[:160]}"
 
 
+def _saved_cell(row: dict | None) -> str:
+    """A saved config's column: its CPU prediction against its CPU run, the layers the stand-in
+    traced (of DEEP), the H200's prediction where it differs; or what it answered."""
+    if not row:
+        return ""
+    if row.get("crashed") or row.get("config"):
+        return f"**{row.get('crashed') or 'no config: ' + row['config']}**"
+    traced = f"{row['traced']} of {row['layers']} traced" if row.get("traced") else "in full"
+    if row["cpu"]["status"] != "predicted":
+        return f"{_cell(row['cpu'])} (run: {_cell(row.get('run'))})"
+    same = exact(row)
+    words = ["exact" if same else "≠ run" if same is False else f"run: {_cell(row.get('run'))}",
+             traced]
+    if row["h200 bf16"]["status"] != "predicted":
+        words.append(f"H200 {_cell(row['h200 bf16'])}")
+    return "✓ " + ", ".join(words)
+
+
+def _saved_section(saved: list[dict], command: str) -> list[str]:
+    """What the saved configs at a real depth came to: totals, refusals next to the run's."""
+    measured = [r for r in saved if not (r.get("crashed") or r.get("config"))]
+    cpu = [r for r in measured if r["cpu"]["status"] == "predicted"]
+    h200 = [r for r in measured if r["h200 bf16"]["status"] == "predicted"]
+    shorter = [r for r in cpu if r.get("traced")]
+    compared = [r for r in saved if exact(r) is not None]
+    refused = [r for r in measured if r["cpu"]["status"] != "predicted"]
+    # the stand-in's own refusal: the config class refusing the prediction a config the run
+    # trains (its validation, transformers' checks included, passed)
+    stand_in = [r for r in refused if "refuses the config" in r["cpu"].get("line", "")
+                and r.get("run", {}).get("status") == "completed"]
+    alike = [r for r in refused if r.get("run", {}).get("status") == "refused"
+             and r["run"].get("line") == r["cpu"].get("line")]
+    return [
+        "## At a real depth: configs as save_pretrained writes them", "",
+        f"Each architecture's small config again with {DEEP} layers in each stack (the class's "
+        "own pattern of layers kept: its first layers' kinds in order; defaults of fewer layers "
+        "raised, a list per layer repeated), made into its config class and written by "
+        "transformers' own `save_pretrained` into a model folder, per-layer lists (layer_types, "
+        "mlp_layer_types, no_rope_layers, per_layer_config, stage_names …) written out as "
+        "users have them; vision models whose depth is stages keep their one block a stage. "
+        "Predicted on the CPU and for the H200 (bf16, as `predict --device cuda --gpu-model "
+        "'NVIDIA H200'` does it, no GPU used), then trained for two steps on the CPU; the depth "
+        "stand-in (prediction/blocks.py, recordings.stand_in) traces the first layers, two "
+        "periods and the last period where the layers repeat four times or more, and the rest "
+        "in full. Written by", "",
+        f"    {command}", "",
+        f"- measured: {len(saved)}" + (f" (no config: {len(saved) - len(measured)})"
+                                       if len(saved) > len(measured) else ""),
+        f"- predicted on the CPU: {len(cpu)}; for the H200: {len(h200)}",
+        f"- traced at fewer layers than {DEEP} by the stand-in: {len(shorter)} (the others "
+        "in full: layers that repeat fewer than four times at this depth, stacks in "
+        "sub-configs, a part outside the layers that grows with the depth)",
+        f"- CPU prediction = CPU measurement (all four components, to the byte): "
+        f"{sum(1 for r in compared if exact(r))} of {len(compared)} compared",
+        f"- refused by the prediction: {len(refused)}; of them refused by `run` in the same "
+        f"line: {len(alike)}; refused by the config class for the stand-in while the run "
+        f"trains: {len(stand_in)}", "",
+        *[f"- {r['model_type']}: {r['cpu'].get('line', '')} — run: "
+          f"{r.get('run', {}).get('status')}" for r in refused], ""]
+
+
 def report(rows: list[dict], command: str, enumerated: list[tuple[str, str]],
-           token_heads: bool = False) -> str:
+           token_heads: bool = False, saved: list[dict] = (), saved_command: str = "") -> str:
     """docs/COVERAGE.md from the rows measured so far; `enumerated`: every architecture, those
     not yet measured named (a later call of the command measures them, skipping the rest);
-    `token_heads`: docs/COVERAGE-TOKENS.md, the types' token-classification heads."""
+    `token_heads`: docs/COVERAGE-TOKENS.md, the types' token-classification heads; `saved`:
+    the rows of the saved configs at a real depth (`--saved`), a column and a section."""
     import datetime
     from collections import Counter
 
@@ -823,16 +990,23 @@ def report(rows: list[dict], command: str, enumerated: list[tuple[str, str]],
         *[f"- {row['model_type']}: {row['cpu'].get('line', '')}" for row in
           sorted(rows, key=lambda r: r["model_type"])
           if verdict(row) in ("refused", "untrainable")], "",
+        *(_saved_section(saved, saved_command) if saved else []),
         "## Every architecture", "",
         "✓: predicted (or trained); otherwise the one line it answered. *exact*: the CPU "
-        "prediction equals the CPU measurement.", "",
+        "prediction equals the CPU measurement."
+        + (f" *{DEEP} layers, saved*: the config at {DEEP} layers as save_pretrained writes it, "
+           "its CPU prediction against its CPU run and the layers the stand-in traced."
+           if saved else ""), "",
         "| model type | head | parameters | CPU | H200 bf16 | H200 fp32 ckpt | H200 LoRA | CPU run "
-        "| predicted = measured |",
-        "|---|---|---|---|---|---|---|---|---|"]
+        "| predicted = measured |" + (f" {DEEP} layers, saved |" if saved else ""),
+        "|---|---|---|---|---|---|---|---|---|" + ("---|" if saved else "")]
+    by_type = {row["model_type"]: row for row in saved}
     for row in sorted(rows, key=lambda r: r["model_type"]):
+        deep = [_saved_cell(by_type.get(row["model_type"]))] if saved else []
         if row.get("crashed") or row.get("config"):
             lines.append(f"| {row['model_type']} | {row.get('head', '')} | | "
-                         f"**{row.get('crashed') or 'no config: ' + row['config']}** | | | | | |")
+                         f"**{row.get('crashed') or 'no config: ' + row['config']}** | | | | | |"
+                         + "".join(f" {cell} |" for cell in deep))
             continue
         same = exact(row)
         diff = "" if same is None else "exact" if same else ", ".join(
@@ -843,7 +1017,7 @@ def report(rows: list[dict], command: str, enumerated: list[tuple[str, str]],
             f"| {row['model_type']}", row["head"],
             f"{parameters:,}" if parameters else "",
             *(_cell(row.get(name)) for name, _, _ in MODES), _cell(row.get("run")),
-            diff]) + " |")
+            diff, *deep]) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -854,6 +1028,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--token-heads", action="store_true",
                         help="each type's token-classification head (default --out and --doc: "
                              "docs/data/coverage-tokens.jsonl, docs/COVERAGE-TOKENS.md)")
+    parser.add_argument("--saved", action="store_true",
+                        help=f"the column of configs at {DEEP} layers as save_pretrained writes "
+                             "them (default --out: docs/data/coverage-saved.jsonl; the report "
+                             "is docs/COVERAGE.md, with both)")
+    parser.add_argument("--part", help="K/N: the K-th of N equal parts of the architectures "
+                                       "(machines or sessions that share the work)")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--jobs", type=int, default=1, help="architectures at once")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per architecture")
@@ -862,7 +1042,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     suffix = "-tokens" if args.token_heads else ""
-    args.out = args.out or ROOT / "docs" / "data" / f"coverage{suffix}.jsonl"
+    args.out = args.out or ROOT / "docs" / "data" / \
+        f"coverage{'-saved' if args.saved else suffix}.jsonl"
     args.doc = args.doc or ROOT / "docs" / f"COVERAGE{suffix.upper()}.md"
     if args.serve:
         serve(args.serve)
@@ -875,19 +1056,36 @@ def main(argv: list[str] | None = None) -> int:
     if not args.report:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         command.write_text(f"python bench/architectures.py "
-                           f"{'--token-heads ' if args.token_heads else ''}--jobs {args.jobs} "
+                           f"{'--token-heads ' if args.token_heads else ''}"
+                           f"{'--saved ' if args.saved else ''}--jobs {args.jobs} "
                            f"--timeout {args.timeout:g}"
-                           + (f" --only {args.only}" if args.only else ""))
+                           + (f" --only {args.only}" if args.only else "")
+                           + (f" --part {args.part}" if args.part else ""))
         tasks = architectures(args.token_heads)
         if args.only:
             wanted = set(args.only.split(","))
             tasks = [t for t in tasks if t[0] in wanted]
+        if args.part:
+            part, parts = map(int, args.part.split("/"))
+            tasks = tasks[part - 1::parts]
+        if args.saved:
+            tasks = [(model_type, head, "saved") for model_type, head in tasks]
         run_all(tasks, args.out, args.jobs, args.timeout)
-    rows = [json.loads(line) for line in args.out.read_text().splitlines() if line.strip()]
-    latest = {row["model_type"]: row for row in rows}  # a type run again: its latest row
-    args.doc.write_text(report(list(latest.values()), command.read_text().strip()
-                               if command.exists() else "python bench/architectures.py",
-                               architectures(args.token_heads), args.token_heads))
+
+    def latest(path: Path) -> list[dict]:  # a type run again: its latest row
+        found = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] \
+            if path.exists() else []
+        return list({row["model_type"]: row for row in found}.values())
+
+    main_out = args.out.with_name("coverage.jsonl") if args.saved else args.out
+    saved_out = args.out if args.saved else args.out.with_name("coverage-saved.jsonl")
+    made_by = {path: path.with_suffix(".command").read_text().strip()
+               if path.with_suffix(".command").exists() else "python bench/architectures.py"
+               for path in (main_out, saved_out)}
+    args.doc.write_text(report(latest(main_out), made_by[main_out],
+                               architectures(args.token_heads), args.token_heads,
+                               [] if args.token_heads else latest(saved_out),
+                               made_by[saved_out]))
     print(f"wrote {args.doc}")
     return 0
 

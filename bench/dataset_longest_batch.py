@@ -8,8 +8,11 @@ word-level tokenizer, made under DIR. Two runs of one epoch each:
 - padded to max_length (128): every batch is the longest, so the probe's components (its first
   three steps) and the allocator's peak compare with the prediction directly;
 - padded to each batch's longest (DataCollatorWithPadding): the probe's first steps hold
-  whatever batches the shuffle gave; the sampled peak (NVML on a GPU, RSS on a CPU) covers every
-  step, the longest batch's included, and is held against the predicted peak at it.
+  whatever batches the shuffle gave; its components are held against the run's own prediction,
+  made at the micro-batch it measured (`measured_batch`, `predicted_measured_batch`), and the
+  sampled peak (NVML on a GPU, RSS on a CPU) covers every step, the longest batch's included, and
+  is held against the predicted peak at it (`predicted_reach_peak`: NVML's figure on a GPU, on a
+  CPU the tensors' peak plus what the process held before training).
 Prints one JSON line per run: measured and predicted, bytes.
 """
 
@@ -35,8 +38,10 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
+    from anatomy.analysis.breakdown import cpu_peak, data_reach, measured_peak, predicted
     from anatomy.analysis.report import report
     from anatomy.store import Store
+    from anatomy.views.text import measured_text_batch
     from tools import demo_texts
 
     folder = args.out or Path(tempfile.mkdtemp(prefix="anatomy-dataset-bench-"))
@@ -51,11 +56,18 @@ def main() -> None:
             [sys.executable, "-m", "anatomy", "predict", *flags, "--json"], check=True,
             capture_output=True, text=True).stdout)
         rep = report(Store(store), Store(store).runs()[0].id)
-        parts = rep.components
+        parts, own, reach = rep.components, predicted(rep), data_reach(rep)
+        batch = measured_text_batch(rep)
+        longest = reach.prediction if reach else None
+        expected = None if longest is None else (
+            longest.nvml_peak if rep.on_gpu else cpu_peak(rep, longest).peak)
         print(json.dumps({
             "padding": padding[1] if padding else "longest", "device": rep.device_name,
             "measured": {k: getattr(parts, k) for k in COMPARED},
-            "sampled_peak": rep.summary.peak_bytes,
+            "measured_batch": None if batch is None else [batch.size, batch.padded_to],
+            "predicted_measured_batch": {k: getattr(own.as_components(), k) for k in COMPARED},
+            "sampled_peak": measured_peak(rep),
+            "predicted_reach_peak": expected,
             "predicted_longest": {**said["components"],
                                   "peak_reserved": said.get("peak_reserved"),
                                   "nvml_peak": said.get("nvml_peak")},

@@ -38,6 +38,6 @@ for step in range(1, args.steps + 1):
     loss.backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    run.step(loss=loss.item(), step=step, total=args.steps)
+    run.step(loss=loss.item(), step=step, total=args.steps, batch_size=args.batch_size)
 run.end()
 print(f"recorded run {run.id}")

@@ -5,15 +5,33 @@ a recording as the replay reads it."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 from anatomy.analysis import models
-from anatomy.analysis.prediction import layers, replay
+from anatomy.analysis.prediction import replay
 
 DEEP = 6
 # Models of transformers' own defaults, made small as the coverage benchmark makes them:
 # encoder-decoders, T5 (a relative attention bias in its first layer alone) and BART, and a
 # mixture of experts, Mixtral (its routing decided by the values, tracing/values.py).
 FROM_DEFAULTS = ("t5", "bart", "mixtral")
+
+
+# Small sizes for a config saved by transformers' own save_pretrained (`saved`).
+SMALL = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+             head_dim=16, vocab_size=1000, max_position_embeddings=512)
+
+
+def saved(folder: Path, model_type: str, **settings) -> Path:
+    """A model folder as a user has one: the config class of `model_type` made with SMALL's
+    sizes (those it takes) and `settings`, written by `save_pretrained` (its per-layer lists
+    written out, one entry per layer)."""
+    from transformers import CONFIG_MAPPING, AutoConfig
+
+    known = CONFIG_MAPPING[model_type]().to_dict()
+    sizes = {k: v for k, v in SMALL.items() if k in known}
+    AutoConfig.for_model(model_type, **{**sizes, **settings}).save_pretrained(folder)
+    return folder
 
 
 def at_depth(name: str, layers_: int) -> models.ModelSpec:
@@ -25,7 +43,9 @@ def at_depth(name: str, layers_: int) -> models.ModelSpec:
         spec = models.ModelSpec(name, "config file", config)
     else:
         spec = models.resolve(name)
-    return dataclasses.replace(spec, config=layers.with_depth(dict(spec.config), layers_))
+    return dataclasses.replace(spec, config={**spec.config, **{
+        key: layers_ for key in models.LAYER_KEYS
+        if isinstance(spec.config.get(key), int) and not isinstance(spec.config.get(key), bool)}})
 
 
 def canonical(recording: replay.Recording) -> dict:

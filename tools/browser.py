@@ -67,9 +67,10 @@ def serve(store: Path, project: Path = PROJECT, lock_dir: Path | None = None,
     path = os.pathsep.join(str(p) for p in (first_on_path, project) if p is not None)
     env = {**os.environ, "ANATOMY_STORE": str(store), "PYTHONPATH": path,
            "ANATOMY_LOCK_DIR": str(lock_dir or store.parent)}
-    command = (["-m", "streamlit", "run", "app.py", "--server.headless", "true",
-                "--server.port", str(port)] if (project / "app.py").exists() else
-               ["-m", "anatomy", "dashboard", "--port", str(port), "--store", str(store)])
+    command = (["-m", "anatomy", "dashboard", "--port", str(port), "--store", str(store)]
+               if (project / "anatomy" / "cli" / "dashboard.py").exists() else
+               ["-m", "streamlit", "run", "app.py", "--server.headless", "true",
+                "--server.port", str(port)])
     process = subprocess.Popen([sys.executable, *command],
                                cwd=project, env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)

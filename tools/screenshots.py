@@ -1,6 +1,7 @@
 """The README's screenshots: the dashboard in headless Chromium (Playwright), on a store of runs.
 
     PYTHONPATH=. .venv/bin/python -m tools.screenshots [--runs FILE.json] [--out docs/screenshots]
+    PYTHONPATH=. .venv/bin/python -m tools.screenshots --runs FILE.json --sizes "/?run=1" "/runs?run=1"
 
 Without --runs the store is tools/demo_store.py's: the H200 runs of docs/data, rebuilt (their
 phase figures, summaries and components are recorded; the curves between, each step's time and
@@ -8,7 +9,9 @@ loss, and the device panel are seeded). With --runs, the runs of an export file 
 anatomy export … --format json`, real runs from a GPU) are imported first and shown instead.
 A tiny CPU run is recorded for real first, from the Live page's form, for its two pictures;
 the form's Predict on a dataset of texts (tools/demo_texts.py) for a third (`--dataset-only`:
-that one alone).
+that one alone). With --sizes, only the pages given, each at a laptop's two sizes (SIZES: the
+whole page, and at 1280 x 800 also what the window shows first), named after the page and the
+run (live-run1-1280.png, live-run1-1280x800.png, anatomy-run2-1000.png).
 """
 
 from __future__ import annotations
@@ -25,6 +28,11 @@ from tools.browser import ARGS, CHROMIUM, serve, wait_for_charts
 
 PROJECT = Path(__file__).resolve().parent.parent
 SETTLE_MS = 1500  # the last chart's transitions
+SIZES = ((1280, 800), (1000, 900))  # a laptop's window, and a narrow one with the sidebar open
+# The page's script has run to its end (a prediction included) and every chart is drawn.
+SETTLED = """() => document.querySelector('[data-testid=stApp]').dataset.testScriptState
+  === 'notRunning' && !document.querySelector('[data-testid=stSpinner]')
+  && [...document.querySelectorAll('.js-plotly-plot')].every(p => p._fullLayout)"""
 
 
 def _charts_drawn(page, count: int = 1) -> None:
@@ -52,6 +60,9 @@ def main() -> None:
     parser.add_argument("--no-cpu-run", action="store_true", help="skip the live CPU run")
     parser.add_argument("--dataset-only", action="store_true",
                         help="only the form's Predict on a dataset (live-dataset-cpu.png)")
+    parser.add_argument("--sizes", nargs="+", metavar="PAGE",
+                        help="only these pages (/?run=1, /anatomy?run=2, /compare?runs=1,2), each "
+                             "at 1280 and 1000 px")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
 
@@ -80,6 +91,11 @@ def main() -> None:
         try:
             with sync_playwright() as playwright:
                 browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+                if args.sizes:
+                    for page_path in args.sizes:
+                        _sized(browser, url, page_path, args.out)
+                    browser.close()
+                    return
                 page = browser.new_page(viewport={"width": 1400, "height": 1000})
                 page.goto(f"{url}/?run=1")
                 _charts_drawn(page)
@@ -115,6 +131,45 @@ def main() -> None:
                 server.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 server.kill()
+
+
+def _settled(page) -> None:
+    """Until the page has run to its end and stays so (a first run may be followed by another,
+    which draws its elements again)."""
+    for _ in range(2):
+        page.wait_for_function(SETTLED, timeout=600_000, polling=500)
+        page.wait_for_timeout(3 * SETTLE_MS)
+    page.wait_for_function(SETTLED, timeout=600_000, polling=500)
+
+
+def _sized(browser, url: str, page_path: str, out: Path) -> None:
+    """One page at each of SIZES: the whole page, and at the first size what the window shows.
+    A page ending in #Tab has that tab opened ("/compare?runs=1,2#Sweep")."""
+    page_path, _, tab = page_path.partition("#")
+    where, _, query = page_path.lstrip("/").partition("?")
+    name = "-".join([where or "live", *(part.replace("=", "").replace(",", "-")
+                                        for part in query.split("&") if part),
+                     *([tab.lower()] if tab else [])])
+    for width, height in SIZES:
+        page = browser.new_page(viewport={"width": width, "height": height})
+        page.goto(url + page_path)
+        _settled(page)
+        if tab:
+            page.get_by_role("tab", name=tab).click()
+            _settled(page)
+        if tab == "Sweep":  # its form whole: the base configuration open, "until out of memory"
+            page.get_by_text("Base configuration", exact=True).click()
+            page.get_by_text("Keep doubling the batch size").click()
+            _settled(page)
+        if (width, height) == SIZES[0]:
+            page.screenshot(path=out / f"{name}-{width}x{height}.png")
+            print(f"wrote {out / f'{name}-{width}x{height}.png'}")
+        tall = page.evaluate("() => document.querySelector('[data-testid=stMain]').scrollHeight")
+        page.set_viewport_size({"width": width, "height": min(6000, tall + 40)})
+        page.wait_for_timeout(SETTLE_MS)
+        page.screenshot(path=out / f"{name}-{width}.png")
+        print(f"wrote {out / f'{name}-{width}.png'}")
+        page.close()
 
 
 def _cpu_run(page, url: str, out: Path) -> None:

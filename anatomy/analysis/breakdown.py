@@ -1,5 +1,7 @@
 """A run's memory, measured next to predicted, computed without Streamlit: the prediction for
-the run's own options (each rank's for several processes) and the components it measured.
+the run's own options (each rank's for several processes) and the components it measured. A run
+on a dataset is predicted at the micro-batch its components were measured on, and apart from it
+at the longest batch its data can form (`data_reach`), beside its sampled peak over every step.
 
 The measured side is the report's components (anatomy/analysis/components.py); the predicted
 side is `predict()` (anatomy/analysis/prediction/memory.py) for the run's own options, on the run's kind of
@@ -14,8 +16,10 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import NamedTuple
 
+from anatomy import strategies
 from anatomy.analysis import carried_model, models
-from anatomy.analysis.components import Components
+from anatomy.analysis.components import Components, measured_batch
+from anatomy.analysis.lengths import TextBatch
 from anatomy.analysis.options import RunOptions
 from anatomy.analysis.prediction import (
     Prediction,
@@ -26,7 +30,9 @@ from anatomy.analysis.prediction import (
 )
 from anatomy.analysis.prediction.batches import longest
 from anatomy.analysis.report import RunReport
-from anatomy.vocabulary import Phase, SourceKind, Strategy
+from anatomy.analysis.report import report as run_report
+from anatomy.store import Store
+from anatomy.vocabulary import Backend, Phase, SourceKind, Status
 
 
 class NoPrediction(NamedTuple):
@@ -49,16 +55,51 @@ def predicted(report: RunReport) -> Prediction | NoPrediction:
         if options.on_dataset and data is None:
             return NoPrediction("the run stored no lengths of its dataset's texts")
         try:
-            # A run on a dataset: at its longest batch, from the lengths it stored.
-            text, alone = longest(options, data, device=device, gpu_name=gpu_name) \
-                if data is not None else (None, None)
+            # A run on a dataset: at the micro-batch its components were measured on (a collator
+            # that pads each batch to its own longest makes every batch another shape); a run
+            # stored before the probe said which, at its longest batch, from the lengths it stored.
+            text, alone = measured_batch(report.components, data), None
+            if data is not None and text is None:
+                text, alone = longest(options, data, device=device, gpu_name=gpu_name)
             if report.world_size > 1 and options.distributed:
                 # A rank of several: its own shares and buffers (rank 0's GPU is the one shown).
                 return predict_ranks(options, device=device, gpu_name=gpu_name,
                                      text=text).as_prediction()
-            return alone or predict(options, device=device, gpu_name=gpu_name)
+            return alone or predict(options, device=device, gpu_name=gpu_name, text=text)
         except PredictionError as error:  # its model is not here, or the trace refuses it
             return NoPrediction(f"{error}")
+
+
+class DataReach(NamedTuple):
+    """What a run's dataset can reach, apart from the batch its components were measured on:
+    the longest batch the data can form and the prediction there, which the run's sampled peak
+    over every step (`measured_peak`: RSS or NVML) is held against."""
+
+    measured: TextBatch  # the micro-batch the components describe
+    longest: TextBatch
+    prediction: Prediction
+
+
+def data_reach(report: RunReport) -> DataReach | None:
+    """The prediction at the longest batch of a run on a dataset whose components say which
+    batch they were measured on; None for other runs (a run stored before: `predicted` is at its
+    longest batch already), or where there is no prediction."""
+    data = report.environment.data
+    measured = measured_batch(report.components, data)
+    if measured is None or not report.options.on_dataset:
+        return None
+    with _own_options(report) as options:
+        if isinstance(options, NoPrediction):
+            return None
+        device, gpu_name = "cuda" if report.on_gpu else "cpu", report.environment.gpu_name
+        try:
+            batch, alone = longest(options, data, device=device, gpu_name=gpu_name)
+            if report.world_size > 1 and options.distributed:
+                alone = predict_ranks(options, device=device, gpu_name=gpu_name,
+                                      text=batch).as_prediction()
+        except PredictionError:
+            return None
+    return DataReach(measured, batch, alone)
 
 
 @contextmanager
@@ -147,6 +188,16 @@ class CpuPeak(NamedTuple):
     def peak(self) -> int:
         return self.before_training + self.tensors
 
+    @property
+    def process(self) -> int:
+        """What the process held before training beyond its weights, the baseline included."""
+        return self.over + self.before_training
+
+    @property
+    def rss(self) -> int:
+        """The predicted RSS peak itself: the process and the tensors' peak."""
+        return self.process + self.tensors
+
 
 def cpu_peak(report: RunReport, prediction: Prediction) -> CpuPeak | None:
     """The predicted RSS peak of a CPU run, on the axis of its measured curve; None on a GPU or
@@ -172,6 +223,22 @@ def process_share(report: RunReport, prediction: Prediction) -> int | None:
     return peak - prediction.peak
 
 
+def stored_cpu_peak(store: Store, prediction: Prediction) -> tuple[int, CpuPeak] | None:
+    """A CPU prediction before its run starts, as `cpu_peak` reads a run: the tensors' predicted
+    peak on what the latest completed CPU run stored here held before training beyond its
+    weights (its own weights measured). That run's id with it; None without such a run."""
+    for run in store.runs():  # newest first
+        if run.backend != Backend.CPU_RSS or run.status != Status.COMPLETED:
+            continue
+        measured = run_report(store, run.id, run)
+        if measured.components is None or measured.components.weights is None:
+            continue
+        expected = cpu_peak(measured, prediction)
+        if expected is not None:
+            return run.id, expected
+    return None
+
+
 def measured_peak(report: RunReport) -> int | None:
     """The sampled peak as the table shows it: over the baseline where the run measured one."""
     peak = report.summary.peak_bytes
@@ -194,8 +261,8 @@ def rank_prediction_for(report: RunReport) -> RankPrediction | None:
     with _own_options(report) as own:
         if isinstance(own, NoPrediction):  # a user's launch that recorded no model
             return None
-        # A user's launch that did not say: the Trainer's own way, DDP.
-        options = replace(own, strategy=report.strategy or Strategy.DDP)
+        # A user's launch that did not say: the Trainer's own way.
+        options = replace(own, strategy=report.strategy or strategies.DEFAULT)
         if not options.distributed:  # a run whose options did not say (the user's own script)
             options = replace(options, processes=report.world_size)
         device, gpu_name = "cuda" if report.on_gpu else "cpu", report.environment.gpu_name

@@ -25,11 +25,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from anatomy.store import Components
+from anatomy.analysis.lengths import TextBatch
+from anatomy.store import Components, TrainingData
 from anatomy.vocabulary import TENSOR_PARTS, Backend, Part, Phase
 
-__all__ = ["MEASURED_STEPS", "ORDER", "TENSOR_PARTS", "Components", "partial_micro_batch",
-           "rest_of_peak", "with_nvml"]
+__all__ = ["MEASURED_STEPS", "ORDER", "TENSOR_PARTS", "Components", "measured_batch",
+           "partial_micro_batch", "rest_of_peak", "with_nvml"]
 
 MEASURED_STEPS = 3  # step 1 creates the optimizer's states; steps 2-3 are the steady state
 ORDER = tuple(Part)  # as tables list them
@@ -52,6 +53,19 @@ def partial_micro_batch(measured: Components | None, batch_size: int | None) -> 
     if samples is None or batch_size is None or samples >= batch_size:
         return None
     return samples
+
+
+def measured_batch(measured: Components | None, data: TrainingData | None) -> TextBatch | None:
+    """The micro-batch of a run on a dataset that its activations were measured on, as the
+    collator padded it: its samples, the length they were padded to, each sequence's own tokens
+    (all of them where it held no padding) and the tokenizer's inputs. None where the run did
+    not say (a run stored before the probe read it, the dummy data)."""
+    if measured is None or data is None or measured.padded_to is None or not measured.micro_batch:
+        return None
+    lengths = measured.sequence_lengths or (measured.padded_to,) * measured.micro_batch
+    inputs = data.inputs if data.inputs is not None else ("attention_mask",)
+    return TextBatch(tuple(sorted(lengths, reverse=True)), measured.padded_to, inputs,
+                     data.padding_side or "right")
 
 
 def with_nvml(measured: Components, memory: Mapping[str, int | None], peak: int | None,

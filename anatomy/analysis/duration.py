@@ -13,8 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from anatomy.analysis.lengths import Lengths, typical_batch
 from anatomy.analysis.options import FIELDS, RunOptions
-from anatomy.store import RunRow, Store
+from anatomy.store import RunRow, Store, TrainingData
 from anatomy.vocabulary import Backend, Phase, Status
 
 
@@ -84,8 +85,14 @@ def words(seconds: float) -> str:
     return f"{seconds / 86400:,.0f} days"
 
 
-def _tokens(options: RunOptions) -> int:
-    return options.batch_size * options.seq_len * options.grad_accum
+def _tokens(options: RunOptions, data: TrainingData | None = None) -> int:
+    """Tokens a step trains: a run on a dataset (`data`, its lengths) at its typical batch's
+    padded length (analysis/lengths.py), not the sequence length it ignores."""
+    length = options.seq_len
+    if options.on_dataset and data is not None and data.lengths:
+        length = typical_batch(Lengths(data.lengths), options.batch_size,
+                               data.padding or options.padding, data.max_length or 0).padded_to
+    return options.batch_size * length * options.grad_accum
 
 
 def _step_time(run: RunRow) -> float | None:
@@ -93,17 +100,22 @@ def _step_time(run: RunRow) -> float | None:
     return time_s / steps if time_s and steps else None
 
 
-def estimate(store: Store, options: RunOptions, backend: str, device_name: str | None
-             ) -> DurationEstimate:
+def estimate(store: Store, options: RunOptions, backend: str, device_name: str | None,
+             data: TrainingData | None = None) -> DurationEstimate:
     """The estimate for a run with `options` on this device (`backend`, and the GPU's name),
-    from the completed runs of its model stored here."""
+    from the completed runs of its model stored here; `data`: the dataset it trains on, read
+    (its texts' lengths and count)."""
     runs = store.find_runs(preset=options.preset, status=Status.COMPLETED)
-    return estimate_from(runs, options, backend, device_name, store)
+    return estimate_from(runs, options, backend, device_name, store, data)
 
 
 def estimate_from(runs: list[RunRow], options: RunOptions, backend: str, device_name: str | None,
-                  store: Store | None = None) -> DurationEstimate:
+                  store: Store | None = None, data: TrainingData | None = None
+                  ) -> DurationEstimate:
     """`estimate` from these runs (newest first); `store` gives a run's training start."""
+    if options.on_dataset and data is not None and data.lengths:
+        options = options.with_texts(Lengths(data.lengths).texts)  # its steps are its texts'
+    tokens = _tokens(options, data)
     steps = options.total_steps()
     alike, unlike = [], set()
     for run in runs:
@@ -117,19 +129,19 @@ def estimate_from(runs: list[RunRow], options: RunOptions, backend: str, device_
         if kinds:
             unlike.update(kinds)
             continue
-        alike.append((run, ran, step_s))
+        alike.append((run, ran, step_s, _tokens(ran, run.environment.data)))
     reference = REFERENCES.get((options.preset, backend))
     if alike:
         # The same options first, then the same tokens a step, then the newest.
-        run, ran, step_s = min(alike, key=lambda a: (bool(_differences(a[1], options)),
-                                                     _tokens(a[1]) != _tokens(options)))
+        run, ran, step_s, theirs = min(alike, key=lambda a: (bool(_differences(a[1], options)),
+                                                             a[3] != tokens))
         training = next((p for p in (store.phases(run.id) if store else ())
                          if p.name == Phase.TRAINING), None)
         # Scaled as the reference's fixed and per-token parts say; without one, by the tokens.
-        scale = (reference.step(_tokens(options)) / reference.step(_tokens(ran)) if reference
-                 else _tokens(options) / _tokens(ran))
+        scale = (reference.step(tokens) / reference.step(theirs) if reference
+                 else tokens / theirs)
         return DurationEstimate(steps, step_s * scale, training.start_s if training else None,
-                                _basis(run.id, ran, options))
+                                _basis(run.id, ran, options, theirs != tokens))
     # Why no stored run is the basis: none of this model, or those stored ran another kind.
     stored = (f"the runs of it stored here differ in {', '.join(sorted(unlike))}" if unlike
               else "no run of it is stored here yet")
@@ -138,7 +150,7 @@ def estimate_from(runs: list[RunRow], options: RunOptions, backend: str, device_
     # The references trained one process: several on the same machine share it.
     where = reference.where + ("" if options.world_size == 1 else
                                f"; one process there, {options.world_size} here")
-    return DurationEstimate(steps, reference.step(_tokens(options)), reference.setup_s,
+    return DurationEstimate(steps, reference.step(tokens), reference.setup_s,
                             f"{where}; {stored}")
 
 
@@ -152,10 +164,13 @@ def _other_kind(ran: RunOptions, options: RunOptions) -> list[str]:
 
 def _differences(ran: RunOptions, options: RunOptions) -> list[str]:
     """The options in which a stored run differs from this one, in words: "dataset size 32 (here
-    512)". Its sampling and its GPU's index are left out: neither changes how long it trains."""
+    512)". Its sampling and its GPU's index are left out: neither changes how long it trains;
+    so is what either run ignores (a dataset's run its sequence length: its texts decide)."""
     found = []
     for name, field in FIELDS.items():
         if name in ("sample_rate", "gpu", "gpus"):  # gpus: the world size is the same
+            continue
+        if not (ran.applies(name) and options.applies(name)):
             continue
         theirs, ours = getattr(ran, name), getattr(options, name)
         if theirs != ours:
@@ -169,10 +184,11 @@ def _value(value) -> str:
     return "not set" if value is None or value == "" else str(value)
 
 
-def _basis(run_id: int, ran: RunOptions, options: RunOptions) -> str:
-    """What the time a step was measured on: the stored run, and how it differs from this one."""
+def _basis(run_id: int, ran: RunOptions, options: RunOptions, rescaled: bool) -> str:
+    """What the time a step was measured on: the stored run, and how it differs from this one
+    (`rescaled`: in the tokens a step trains)."""
     differences = _differences(ran, options)
     if not differences:
         return f"run {run_id}, the same options"
-    scaled = ", scaled to this step's tokens" if _tokens(ran) != _tokens(options) else ""
+    scaled = ", scaled to this step's tokens" if rescaled else ""
     return f"run {run_id}, which had {', '.join(differences)}{scaled}"

@@ -31,7 +31,8 @@ class Machine:
     driver: str | None
     cuda_driver: str | None
     ram_total: int
-    why_no_gpu: str | None  # in words, when there is none
+    why_no_gpu: str | None  # in words, when there is none ("no NVIDIA driver here")
+    nvml_error: str | None = None  # NVML's own message, when it could not start
 
     @property
     def gpu_count(self) -> int:

@@ -275,10 +275,31 @@ def display_name(model: str) -> str:
     if model in PRESETS or not _looks_like_path(model):
         return model
     path = Path(model)
+    cached = next((part for part in path.parts if _HUB_FOLDER.fullmatch(part)), None)
+    if cached is not None:  # a folder of the local Hub cache: its model's id
+        return "/".join(_HUB_FOLDER.fullmatch(cached).groups())
     if path.name == "config.json":
         return path.parent.name or model
     # A folder's name keeps its dots (Meta-Llama-3.1-8B, Qwen2.5-7B); a file loses its .json.
     return (path.stem if path.suffix.lower() == ".json" else path.name) or model
+
+
+# A model's folder in the local Hugging Face cache (huggingface_hub's layout): its config in
+# snapshots/<revision>/, the revision of "main" in refs/main.
+_HUB_FOLDER = re.compile(r"models--([^/]+?)--([^/]+)")
+
+
+def _config_of_folder(folder: Path) -> Path:
+    """The config.json of a model folder: its own, else (a model's folder in the local Hub
+    cache) its main revision's."""
+    own = folder / "config.json"
+    if own.is_file() or not _HUB_FOLDER.fullmatch(folder.name):
+        return own
+    try:
+        revision = (folder / "refs" / "main").read_text().strip()
+    except OSError:
+        return own
+    return folder / "snapshots" / revision / "config.json"
 
 
 def _looks_like_path(text: str) -> bool:
@@ -499,7 +520,7 @@ def _resolve(model: str, version: tuple[int, int] | None) -> ModelSpec:
         return ModelSpec(model, "preset", preset.config_dict(), preset.config_path, preset.hub_id)
     path = Path(model).expanduser()
     if path.is_dir():
-        config_path = path / "config.json"
+        config_path = _config_of_folder(path)
         if not config_path.is_file():
             raise ModelError(f"model: the folder {_short(model)} has no config.json")
         return ModelSpec(model, "model folder", _read_config(config_path, f"{model}/config.json"),
@@ -552,8 +573,8 @@ def resolve(model: str) -> ModelSpec:
         # A file's version: rewritten within a second, it is another file (st_mtime would not tell)
         stat = path.stat() if model not in PRESETS and _exists(path) else None
         version = (stat.st_mtime_ns, stat.st_size) if stat is not None else None
-        if path.is_dir() and (path / "config.json").is_file():
-            inner = (path / "config.json").stat()
+        if path.is_dir() and _config_of_folder(path).is_file():
+            inner = _config_of_folder(path).stat()
             version = (inner.st_mtime_ns, inner.st_size)
         spec = _resolve(model.strip(), version)
     except OSError as error:  # a part of the path too long for the file system
@@ -1033,9 +1054,12 @@ _MACHINE_KEYS = ("model_type", "transformers_version", "torch_dtype", "dtype",
 
 def transformers_config(spec: ModelSpec):
     """The transformers config object for the model's task head."""
-    from transformers import AutoConfig
+    from transformers import AutoConfig, PretrainedConfig
 
-    values = {k: v for k, v in spec.config.items() if k not in _MACHINE_KEYS}
+    # A float JSON cannot hold (Mamba-2's time_step_limit reaches infinity) is written by
+    # save_pretrained as {"__float__": "Infinity"}, and read back by from_pretrained's decoder
+    values = PretrainedConfig._decode_special_floats(
+        {k: v for k, v in spec.config.items() if k not in _MACHINE_KEYS})
     values["num_labels"] = spec.num_labels
     values.pop("id2label", None) if spec.task != IMAGE_CLASSIFICATION else None
     values.pop("label2id", None) if spec.task != IMAGE_CLASSIFICATION else None
@@ -1233,18 +1257,3 @@ def apply_lora(model, spec: ModelSpec, rank: int, targets: tuple[str, ...] = ())
         text = re.sub(r"(\w+)\(\n.*?\n\)", r"\1", str(error), count=1, flags=re.DOTALL)
         raise ModelError(f"lora_targets: {first_line(ValueError(text))}") from None
 
-
-def fsdp_unit_classes(model) -> list[str]:
-    """The classes FSDP makes its units of: the model's own `_no_split_modules` (transformers'
-    names for its layers) less any that holds the input embeddings. accelerate (1.15) shards the
-    input embeddings as a unit of their own after the layers, and a module already inside a unit
-    fails there (BERT lists BertEmbeddings: "value was None when it should not be", seen on two
-    H200s with torch 2.11). The worker's fsdp_config and the prediction's trace both use it."""
-    names = set(getattr(model, "_no_split_modules", None) or ())
-    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-    keep = set()
-    for module in model.modules():
-        name = type(module).__name__
-        if name in names and not any(inner is embeddings for inner in module.modules()):
-            keep.add(name)
-    return sorted(keep)

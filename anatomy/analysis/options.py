@@ -28,11 +28,12 @@ from pydantic import (
 )
 from pydantic import dataclasses as pydantic_dataclasses
 
+from anatomy import strategies
 from anatomy.analysis import models
 from anatomy.analysis.lengths import LONGEST, PADDINGS
 from anatomy.analysis.models import IMAGE_CLASSIFICATION, PRESETS, ModelError, default_preset
 from anatomy.store import checks
-from anatomy.vocabulary import Name, Optimizer, Precision, Strategy
+from anatomy.vocabulary import Name, Optimizer, Precision
 
 
 class InvalidOptions(ValueError):
@@ -60,6 +61,8 @@ def option(default: Any, label: str, help: str, low: int | None = None, high: in
                  json_schema_extra={"label": label, **front})
 
 
+# The strategy option's help, before the registered strategies' names and words.
+STRATEGY_HELP = "how several processes share the training"
 # A module name as peft matches it: letters, digits, underscores and dots.
 _TARGET = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 
@@ -77,9 +80,10 @@ class RunOptions:
         json_schema_extra={"label": "Model", "suggestions": list(PRESETS),
                            "metavar": "NAME|PATH|HUB_ID"})
     batch_size: Whole = option(4, "Batch size", "per_device_train_batch_size", 1, 4096)
-    seq_len: Whole = option(512, "Sequence length", "tokens per sequence, at most the model's "
-                            "positions (a sequence-to-sequence model's source and target each; "
-                            "image models take their config's image size instead)", 1, 1_048_576)
+    seq_len: Whole = option(512, "Sequence length", "tokens per sequence of the dummy data, at "
+                            "most the model's positions (a sequence-to-sequence model's source "
+                            "and target each; image models take their config's image size "
+                            "instead, a dataset's run its texts' lengths)", 1, 1_048_576)
     dataset_size: Whole = option(512, "Dataset size", "random sequences in the dummy dataset (at "
                                  "least one batch for every process: grown to it where smaller); "
                                  "a dataset's run sets it to its texts", 1, 10_000_000)
@@ -103,9 +107,7 @@ class RunOptions:
     processes: Whole = option(1, "Processes", "training processes on a machine without a GPU "
                               "(CPU ranks over gloo, launched through accelerate); with GPUs name "
                               "them with --gpus", 1, 64)
-    strategy: Strategy = option(Strategy.DDP, "Strategy", "how several processes share the "
-                                "training: ddp (each holds the whole model) or fsdp (parameters, "
-                                "gradients, optimizer states sharded; GPUs only)")
+    strategy: Text = option(strategies.DEFAULT, "Strategy", STRATEGY_HELP)
     profile_steps: Whole = option(0, "Profile steps", "after training, profile this many steps "
                                   "with torch.profiler (0: off)", 0, 50)
     lora_rank: Whole = option(0, "LoRA rank", "train LoRA adapters of this rank instead of every "
@@ -152,6 +154,16 @@ class RunOptions:
                 raise ValueError(f"GPU {twice} is named twice")
         return value
 
+    @field_validator("strategy")
+    @classmethod
+    def _registered(cls, value: str) -> str:
+        """A registered strategy's name, as the registry is when the options are read (a
+        strategy's module may register itself after this one loaded)."""
+        try:
+            return strategies.named(value).name
+        except strategies.UnknownStrategy as error:
+            raise ValueError(str(error)) from None
+
     @field_validator("lora_targets", mode="before")
     @classmethod
     def _target_list(cls, value: Any) -> Any:
@@ -184,6 +196,14 @@ class RunOptions:
     def on_dataset(self) -> bool:
         """It trains on a dataset's texts (`dataset`), not on the dummy data."""
         return bool(self.dataset.strip())
+
+    def applies(self, name: str) -> bool:
+        """Whether option `name` shapes this run: one on a dataset ignores the sequence length
+        and the dataset size (its texts decide both), one on the dummy data the dataset's
+        settings (but `dataset` itself, whose empty value says so)."""
+        if self.on_dataset:
+            return name not in DATA_DECIDES
+        return name not in DATA_FIELDS[1:]
 
     @property
     def lora(self) -> bool:
@@ -327,9 +347,21 @@ def _described(name: str) -> OptionField:
                        old_names=tuple(a for a in aliases if a != name))
 
 
+def strategy_field() -> OptionField:
+    """The strategy option as the fronts show it, as the registered strategies describe
+    themselves (read as options is loaded: a strategy registered later is offered once this is
+    read again); the option itself is judged against the registry as it is when it is read."""
+    return _described("strategy")._replace(
+        help=f"{STRATEGY_HELP}: {strategies.described()}", kind=Kind.CHOICE,
+        choices=strategies.names())
+
+
 FIELDS: dict[str, OptionField] = {name: _described(name) for name in NAMES}
+FIELDS["strategy"] = strategy_field()
 # The fields that describe the dataset a run trains on; empty or default without one.
 DATA_FIELDS = ("dataset", "split", "text_column", "tokenizer", "padding", "max_length")
+# What a run on a dataset takes from its texts instead of these options: their lengths, their count.
+DATA_DECIDES = ("seq_len", "dataset_size")
 
 
 def _message(field: OptionField, error: Any) -> str:
@@ -376,8 +408,8 @@ def _read(values: Mapping[str, Any]) -> tuple[RunOptions, dict[str, str]]:
 
 def _rule_errors(options: RunOptions, errors: dict[str, str]) -> dict[str, str]:
     """What options cannot be together, whatever the machine: LoRA targets without a rank, a
-    dataset's settings without a dataset or a dataset without its tokenizer, and the strategy's
-    own (`_strategy_errors`)."""
+    dataset's settings without a dataset or a dataset without its tokenizer, and what one process
+    alone does (profiling) kept to one. A strategy's own rules are the machine's (`check`)."""
     found: dict[str, str] = {}
     if options.lora_targets and not options.lora and not {"lora_targets", "lora_rank"} & set(errors):
         found["lora_targets"] = "lora_targets: set a LoRA rank too (--lora-rank R)"
@@ -391,18 +423,8 @@ def _rule_errors(options: RunOptions, errors: dict[str, str]) -> dict[str, str]:
         elif not options.tokenizer.strip():
             found["tokenizer"] = ("tokenizer: a dataset's texts need one: a folder saved with "
                                   "save_pretrained, or a Hub id in the local cache")
-    if not {"gpus", "processes", "strategy"} & set(errors):
-        found.update(_strategy_errors(options, errors))
-    return found
-
-
-def _strategy_errors(options: RunOptions, errors: dict[str, str]) -> dict[str, str]:
-    """Several processes, whatever the machine: FSDP shards across several; what one process
-    alone does (profiling) is kept to one."""
-    found: dict[str, str] = {}
-    if options.strategy == Strategy.FSDP and options.world_size < 2:
-        found["strategy"] = "strategy: fsdp shards across several processes: give --gpus 0,1"
-    if options.distributed and options.profile_steps > 0 and "profile_steps" not in errors:
+    if options.distributed and options.profile_steps > 0 and \
+            not {"gpus", "processes", "profile_steps"} & set(errors):
         found["profile_steps"] = "profile_steps: profiling is for a single process (use 0)"
     return found
 
@@ -484,8 +506,9 @@ def _model_errors(options: RunOptions, errors: dict[str, str], config_class: boo
     except ModelError as error:
         return {"model": str(error)}
     positions = spec.max_positions
+    # A dataset's texts are cut at the model's positions: its seq_len is not read.
     if "seq_len" not in errors and spec.task != IMAGE_CLASSIFICATION and positions \
-            and options.seq_len > positions:
+            and options.seq_len > positions and options.applies("seq_len"):
         found["seq_len"] = (f"seq_len: {options.seq_len} is out of range for "
                             f"{spec.display_name}: 1 to {positions}")
     try:
@@ -516,7 +539,7 @@ def _model_errors(options: RunOptions, errors: dict[str, str], config_class: boo
 
 def _machine_process_errors(options: RunOptions, gpu_count: int, here: bool) -> dict[str, str]:
     """Several processes on this machine: GPUs that are visible; CPU ranks only without a GPU;
-    FSDP on GPU ranks."""
+    what the strategy refuses (anatomy/strategies/)."""
     gpus = options.gpus
     if gpus and gpu_count == 0 and here:
         return {"gpus": "gpus: this machine has no GPU (without one, --processes N trains on N"
@@ -533,9 +556,9 @@ def _machine_process_errors(options: RunOptions, gpu_count: int, here: bool) -> 
         elif gpu_count and len(gpus) <= 1:
             found["processes"] = ("processes: CPU processes are for a machine without a GPU;"
                                   " here name the GPUs: --gpus 0,1")
-    if options.strategy == Strategy.FSDP and options.world_size >= 2 and gpu_count == 0 and here:
-        found["strategy"] = ("strategy: fsdp needs GPUs: accelerate's FSDP runs on GPU ranks only"
-                             " (CPU ranks train with ddp)")
+    refused = strategies.named(options.strategy).problems(options.world_size, gpu_count, here)
+    if refused:
+        found["strategy"] = refused
     return found
 
 

@@ -8,7 +8,7 @@ steps.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
@@ -41,11 +41,10 @@ from anatomy.vocabulary import (
     RecordedBy,
     SourceKind,
     Status,
-    Strategy,
 )
 
 __all__ = ["IMPORTED", "PHASES", "PhaseReading", "RankReading", "RunListing", "RunReport", "Summary",
-           "report", "run_rows", "when"]
+           "first_occurrences", "report", "run_rows", "when"]
 
 
 IMPORTED = "imported"  # the mark of a run copied in from another store (`transfer.import_runs`)
@@ -99,6 +98,7 @@ class RankReading:
         return self.gpu is not None or series_rank(self.device) is not None
 
     def phase(self, name: str) -> PhaseReading | None:
+        """The phase's first occurrence (`first_occurrences`)."""
         return next((p for p in self.phases if p.name == name), None)
 
     def place(self) -> str | None:
@@ -198,8 +198,9 @@ class RunReport:
         return self.environment.world_size or max(1, len(self.ranks))
 
     @property
-    def strategy(self) -> Strategy | None:
-        """How several processes shared the training; None for one process."""
+    def strategy(self) -> str | None:
+        """How several processes shared the training (a strategy's name); None for one
+        process."""
         return self.environment.strategy if self.world_size > 1 else None
 
     @property
@@ -259,6 +260,9 @@ class RunReport:
         return self.backend == Backend.NVML
 
     def phase(self, name: str) -> PhaseReading | None:
+        """The phase's first occurrence: a name a script or a Trainer marks again (training,
+        eval, training; `train()` twice) is one phase per occurrence in `phases`, and a reader
+        that names one phase reads its first (`first_occurrences`)."""
         return next((p for p in self.phases if p.name == name), None)
 
     @property
@@ -267,8 +271,8 @@ class RunReport:
 
     def phase_memory(self) -> dict[str, int | None]:
         """Bytes at the end of each walkthrough phase (None: not reached, or no sample)."""
-        ended = {p.name: p.memory_bytes for p in self.phases if p.done}
-        return {name: ended.get(name) for name in PHASES}
+        ended = first_occurrences(p for p in self.phases if p.done)
+        return {name: ended[name].memory_bytes if name in ended else None for name in PHASES}
 
     @property
     def device_name(self) -> str:
@@ -387,6 +391,18 @@ class RunReport:
         }
 
 
+def first_occurrences(phases: Iterable[PhaseReading]) -> dict[str, PhaseReading]:
+    """Each phase by its name, at its first occurrence: what every reader that names a phase
+    reads (its memory in the walkthrough's figures and the components, Compare's alignment at
+    it). The memory the walkthrough reads at a phase is where the run first reached it; a later
+    training (a second `train()`, training after an evaluation) is listed, drawn and exported
+    with its own span, never folded into the first."""
+    first: dict[str, PhaseReading] = {}
+    for phase in phases:
+        first.setdefault(phase.name, phase)
+    return first
+
+
 def steady_rate(span: tuple[Step, Step] | None, batch: Any, grad_accum: int | None,
                 processes: int) -> float | None:
     """Samples a second from the end of step MEASURED_STEPS to the end of the last step (`span`,
@@ -415,8 +431,9 @@ def report(store: Store, run_id: int, run: RunRow | None = None) -> RunReport | 
     peak = store.peak(run_id, run.gpu, before=profiling.start_s if profiling else None)
     trained = run.summary
     ran_with = known_options(run)
-    training = next((p for p in phases if p.name == Phase.TRAINING), None)
-    memory = {p.name: p.memory_bytes for p in phases}
+    first = first_occurrences(phases)
+    training = first.get(Phase.TRAINING)
+    memory = {name: p.memory_bytes for name, p in first.items()}
     summary = Summary(time_s=trained.time_s, samples_per_second=trained.samples_per_second,
                       peak_bytes=peak, memory_bytes=training.memory_bytes if training else None,
                       trained=trained, steady_samples_per_second=steady_rate(
@@ -504,7 +521,7 @@ def _ranks(store: Store, run: RunRow, profiling: PhaseReading | None) -> tuple[R
         phases = tuple(PhaseReading(span.name, span.start_s, span.end_s, memory)
                        for span, memory in zip(spans.get(rank, []), ends[rank]))
         values = run.summary.components if rank == 0 else rank_components.get(rank)
-        memory = {p.name: p.memory_bytes for p in phases}
+        memory = {name: p.memory_bytes for name, p in first_occurrences(phases).items()}
         memory.setdefault(Phase.BASELINE, baselines[rank])  # the worker's, before the ranks
         components = (None if values is None else
                       with_nvml(values, memory, peaks[device], run.backend))

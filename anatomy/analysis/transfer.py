@@ -19,6 +19,7 @@ from typing import Any, BinaryIO
 from anatomy.analysis.options import FIELDS, NAMES, InvalidOptions, RunOptions, validated
 from anatomy.analysis.report import report
 from anatomy.store import (
+    HOST_STRIDE,
     Message,
     Origin,
     PhaseSpan,
@@ -312,7 +313,19 @@ def _run_row(value: Any, where: str) -> RunRow:
     )
 
 
-def _samples(value: Any, where: str) -> list[Sample]:
+def _device(value: Any, where: str, on_gpu: bool) -> int:
+    """A sample's device as the recording keys it (`store.device_key`): on the run's host a GPU's
+    NVML index, or on the CPU 0 for the training's tree and 1 + a rank's local rank for that
+    rank's own processes; on the k-th host of a run across hosts, k × HOST_STRIDE plus that."""
+    high = FIELDS["gpu"].high if on_gpu else HOST_STRIDE - 1
+    if not is_int(value) or not 0 <= value < (MAX_RANK + 1) * HOST_STRIDE \
+            or value % HOST_STRIDE > high:
+        raise InvalidValue(where, f"must be a device's number: its index from 0 to {high}, on the"
+                           f" k-th host of a run k × {HOST_STRIDE} + its index, got {shown(value)}")
+    return value
+
+
+def _samples(value: Any, where: str, on_gpu: bool) -> list[Sample]:
     rows = []
     for j, sample in enumerate(array(value, where)):
         here = f"{where}[{j}]"
@@ -320,7 +333,7 @@ def _samples(value: Any, where: str) -> list[Sample]:
             raise InvalidValue(here, f"a sample is [{', '.join(SAMPLE_COLUMNS)}], got {shown(sample)}")
         t, gpu, used, reserved, total, util = sample
         rows.append(Sample(
-            seconds(t, f"{here}[0]"), whole(gpu, f"{here}[1]", 0, FIELDS["gpu"].high),
+            seconds(t, f"{here}[0]"), _device(gpu, f"{here}[1]", on_gpu),
             memory(used, f"{here}[2]", optional=False), memory(reserved, f"{here}[3]"),
             memory(total, f"{here}[4]"), whole(util, f"{here}[5]", 0, 100, optional=True)))
     return rows
@@ -335,9 +348,9 @@ def _phases(value: Any, where: str, by_user: bool) -> list[PhaseSpan]:
         phase = obj(phase, here, ("name", "start_s", "end_s"))
         name = (_phase_name(phase["name"], f"{here}.name") if by_user
                 else _required(Phase, phase["name"], f"{here}.name"))
+        # A name may come again (training, eval, training; `train()` twice): each occurrence
+        # is a phase of its own, as the recording stored it.
         rank = whole(phase.get("rank", 0), f"{here}.rank", high=MAX_RANK)
-        if any(row.name == name and row.rank == rank for row in rows):
-            raise InvalidValue(f"{here}.name", f"the {name} phase appears twice")
         start = seconds(phase["start_s"], f"{here}.start_s")
         end = seconds(phase["end_s"], f"{here}.end_s", optional=True)
         if end is not None and end < start:
@@ -389,7 +402,7 @@ def _record(value: Any, where: str, source: Origin) -> RunRecord:
                                                     "created_at": run.created_at}))
     record = RunRecord(
         run=run,
-        samples=_samples(entry["samples"], f"{where}.samples"),
+        samples=_samples(entry["samples"], f"{where}.samples", run.backend == Backend.NVML),
         phases=_phases(entry["phases"], f"{where}.phases", run.source.by_user),
         steps=_steps(entry.get("steps", []), f"{where}.steps"),
         messages=_messages(entry.get("messages", []), f"{where}.messages"),

@@ -18,6 +18,7 @@ from anatomy.store import STORE_ENV, Store, checks, resolve_path
 # What `pip install "anatomy[dashboard]"` adds (pyproject.toml's extra).
 NEEDS = ("streamlit", "plotly", "pandas")
 DEFAULT_PORT = 8501  # Streamlit's own
+DEFAULT_HOST = "localhost"  # this machine only (also the clone's .streamlit/config.toml)
 SETTINGS = {
     "server.headless": "true",  # no browser opened on the serving machine, no e-mail prompt
     # The folder served from may hold a virtualenv: watching it floods inotify on small machines.
@@ -38,7 +39,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                     "authentication: whoever reaches the port can start, stop and delete runs.")
     dashboard.add_argument("--port", type=port_number, default=DEFAULT_PORT,
                            help=f"the port to serve on (default: {DEFAULT_PORT})")
-    dashboard.add_argument("--host", default="localhost",
+    dashboard.add_argument("--host", default=DEFAULT_HOST,
                            help="the address to serve on (default: localhost, this machine only; "
                                 "0.0.0.0: every interface)")
     add_store_option(dashboard)

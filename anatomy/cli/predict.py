@@ -183,7 +183,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 def _print_data(texts: Tokenized, found: DataPrediction) -> None:
     """A dataset's texts and the batches the run is predicted at."""
     facts, batches = texts.facts, found.batches
-    cut = f", cut at {facts.max_length:,}" if facts.max_length else ""
+    cut = f", cut at {facts.max_length:,} tokens" if facts.max_length else ""
     print(f"dataset: {facts.dataset} ({facts.split}, column {facts.text_column}), tokenized by "
           f"{facts.tokenizer}{cut}")
     print(f"  {batches.lengths.words()}")

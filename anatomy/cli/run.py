@@ -135,6 +135,8 @@ def _outcome(manager: RunManager, store: Store, run_id: int) -> int:
     print(f"peak: {peak(summary.peak_bytes)}; status: {status}; "
           f"{rep.samples} samples stored in {store.path} as run {run_id}")
     if status != Status.COMPLETED:
-        print(f"{status}: {error}", file=sys.stderr)
+        # A stop's words name it already ("stopped by SIGTERM"), not "stopped: stopped by …".
+        print(error if error and error.startswith(status) else f"{status}: {error}",
+              file=sys.stderr)
         return 1
     return 0

@@ -16,7 +16,7 @@ from anatomy.cli.stores import reading, report_or_error
 from anatomy.store import resolve_path
 from anatomy.units import MIB, in_mib
 from anatomy.views import text
-from anatomy.vocabulary import Phase, phase_name
+from anatomy.vocabulary import Phase, Status, phase_name
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -72,9 +72,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(in_mib("measured components") + ": " + ", ".join(
             f"{name}={parts.get(name) / MIB:.1f}" for name in components.ORDER
             if parts.get(name) is not None))
-        partial = text.partial_micro_batch_words(rep)
-        if partial:
-            print(partial)
+        for line in (text.measured_batch_words(rep), text.partial_micro_batch_words(rep)):
+            if line:
+                print(line)
     if rep.ranks:
         together = not all(r.measured_alone for r in rep.ranks)  # a store of before
         print(f"{rep.processes}; each rank's memory at its phases' ends"
@@ -90,6 +90,6 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"operation classes ({profile.time_source}, {profile.steps} profiled steps):")
         print(table([[r.kind, f"{100 * r.flop_share:.2f}%", f"{100 * r.time_share:.1f}%"]
                       for r in comparison(profile)], ["class", "flop", "time"]))
-    if rep.error:
-        print(f"error: {rep.error}")
+    if rep.error:  # a stop says who stopped it ("stopped by SIGTERM"): no error
+        print(rep.error if rep.error.startswith(Status.STOPPED) else f"error: {rep.error}")
     return 0

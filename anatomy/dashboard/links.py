@@ -3,17 +3,22 @@ names the run to show (?run=ID), and the URL keeps naming the run shown."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import streamlit as st
 
 from anatomy.dashboard import server
 from anatomy.views import text
 
-# The page files, relative to the entry (app.py), as st.Page and st.switch_page take them. Their
-# URLs are their names: /runs, /compare, /anatomy; the Live page is /.
-LIVE_PAGE = "screens/live.py"
-RUNS_PAGE = "screens/runs.py"
-COMPARE_PAGE = "screens/compare.py"
-ANATOMY_PAGE = "screens/anatomy.py"
+# The page files, as st.Page and st.switch_page take them: whole paths, since Streamlit reads a
+# relative one from the folder of the script it runs, which is the clone's when `streamlit run
+# app.py` starts the entry from there. Their URLs are their names: /runs, /compare, /anatomy; the
+# Live page is /.
+SCREENS = Path(__file__).with_name("screens")
+LIVE_PAGE = str(SCREENS / "live.py")
+RUNS_PAGE = str(SCREENS / "runs.py")
+COMPARE_PAGE = str(SCREENS / "compare.py")
+ANATOMY_PAGE = str(SCREENS / "anatomy.py")
 
 
 def choose_run_from_url(ids: list[int], key: str) -> None:

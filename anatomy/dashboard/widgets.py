@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import pandas as pd
 import streamlit as st
 
-from anatomy.analysis.options import FIELDS, Kind
+from anatomy.analysis.options import FIELDS, Kind, RunOptions, defaults_for
 from anatomy.analysis.report import RunReport
 from anatomy.dashboard import server
 from anatomy.units import MIB_NAME, gib_text, in_mib, mib_float
@@ -33,8 +33,10 @@ def sidebar_device() -> None:
             st.caption(f"driver {info.driver} · CUDA {info.cuda_driver} · "
                        f"NVML memory API {info.memory_api}")
         else:
-            st.markdown("**no GPU: measuring CPU memory of the training process**")
-            st.caption(f"{gib_text(info.ram_total)} RAM · {info.why_no_gpu}")
+            why = info.why_no_gpu or "no GPU here"
+            st.markdown(f"**{why[0].upper()}{why[1:]}: measuring the CPU's RAM (RSS)**")
+            st.caption(f"{gib_text(info.ram_total)} RAM",
+                       help=f"{info.nvml_error}" if info.nvml_error else None)
         st.caption("Measures " + text.source(info.backend, info.memory_api))
 
 
@@ -45,6 +47,10 @@ CHART = {"displaylogo": False}
 # instead of being cut ("541…"), and a long button label never wraps into an ellipsis.
 STYLE = """<style>
 [data-testid="stMetricValue"] > div { font-size: clamp(1.25rem, 2.4vw, 2.25rem); }
+/* Room for the charts: a 1,000 px window's column was 540 px between 80 px margins, and at
+   1280 x 800 the Live chart began below the window's edge. */
+[data-testid="stMainBlockContainer"] { padding: 1.5rem 2rem 4rem; }
+[data-testid="stMainBlockContainer"] h1 { padding: 0.25rem 0 0.5rem; }
 .st-key-delete_yes button { background-color: #B3261E; border-color: #B3261E; color: white; }
 .st-key-delete_yes button:hover { background-color: #8C1D18; border-color: #8C1D18;
                                   color: white; }
@@ -62,26 +68,37 @@ CHAR_PX, PADDING_PX, WIDEST_PX = 7.5, 28, 640
 
 
 # What a table shows side by side without scrolling in a 1,000 px window: the main column's
-# 538 px less the row selection's boxes (33 px) and a margin for the widths' estimate.
-TABLE_PX = 490
+# 636 px (STYLE's margins) less the row selection's boxes (33 px) and a margin for the widths'
+# estimate.
+TABLE_PX = 580
 
 
-def table(data, column_config: dict | None = None, fit: Sequence[str] | None = None, **kwargs):
+def table(data, column_config: dict | None = None, fit: Sequence[str] | None = None,
+          widest: dict[str, int] | None = None, **kwargs):
     """st.dataframe, a missing value shown as MISSING, each text column wide enough for its
-    texts (a column configured with a width keeps it). `fit`: the headings in the order they
-    earn a place; those that fit TABLE_PX side by side are shown, the others hidden, a click
-    away in the table's toolbar (Show/hide columns)."""
+    texts (a column configured with a width keeps it), and no wider than `widest` says for it.
+    `fit`: the headings in the order they earn a place; those that fit TABLE_PX side by side are
+    shown, the others hidden, a click away in the table's toolbar (Show/hide columns)."""
     config = dict(column_config or {})
-    for name, width in _text_widths(data).items():
+    for name, width in _text_widths(data, widest).items():
         if config.get(name) is None:
             config[name] = st.column_config.Column(width=width)
     if fit is not None:
-        widths, used = _widths(data), 0
+        widths, used = _widths(data, widest), 0
         for name in fit:
             used += widths[name]
             if used > TABLE_PX:
                 config[name] = {**(config.get(name) or {}), "hidden": True}
     return st.dataframe(data, placeholder=MISSING, column_config=config, **kwargs)
+
+
+def wrapped_table(rows: list[dict], formats: dict[str, str]) -> None:
+    """A small table whose long texts wrap instead of being cut (a dataframe's cells hold one
+    line, and a column beyond the page's width is scrolled to, its text cut at the edge): each
+    number in its column's format ("{:.1f}"), a missing value shown as MISSING."""
+    frame = pd.DataFrame(rows)
+    st.table(frame.style.format(na_rep=MISSING).format(formats, na_rep=MISSING)
+             .hide(axis="index"))
 
 
 def _columns(data) -> dict[str, list]:
@@ -98,19 +115,21 @@ def _width(name: str, texts: list[str]) -> int:
     return min(WIDEST_PX, round(PADDING_PX + CHAR_PX * longest))
 
 
-def _text_widths(data) -> dict[str, int]:
+def _text_widths(data, widest: dict[str, int] | None = None) -> dict[str, int]:
     widths = {}
     for name, values in _columns(data).items():
         texts = [v for v in values if isinstance(v, str)]
         if texts:
-            widths[name] = _width(name, texts)
+            widths[name] = min(_width(name, texts), (widest or {}).get(name, WIDEST_PX))
     return widths
 
 
-def _widths(data) -> dict[str, int]:
-    """Every column's width as drawn, estimated from its heading and its values as shown."""
-    return {name: _width(name, [MISSING if v is None else f"{v:,.2f}" if isinstance(v, float)
-                                else str(v) for v in values])
+def _widths(data, widest: dict[str, int] | None = None) -> dict[str, int]:
+    """Every column's width as drawn, estimated from its heading and its values as shown (no
+    wider than `widest` says for it)."""
+    return {name: min(_width(name, [MISSING if v is None else f"{v:,.2f}" if isinstance(v, float)
+                                    else str(v) for v in values]),
+                      (widest or {}).get(name, WIDEST_PX))
             for name, values in _columns(data).items()}
 
 
@@ -165,9 +184,11 @@ def run_charts(rep: RunReport, key: str, now: float | None = None, live: bool = 
     device panel, as chosen."""
     views = [v for v in VIEWS if v != "gpus" or rep.world_size > 1]
     names = VIEWS if rep.on_gpu else {**VIEWS, "gpus": "Per process"}  # CPU ranks: no GPU
-    with st.container(horizontal=True, vertical_alignment="bottom", gap="large"):
+    with st.container(horizontal=True, vertical_alignment="bottom", gap="small"):
+        # Unlabelled: its choices say what they are, and the chart starts a line higher.
         view = st.segmented_control("Show", views, format_func=names.get, default="memory",
-                                    required=True, key=f"{key}_view") or "memory"
+                                    required=True, key=f"{key}_view",
+                                    label_visibility="collapsed") or "memory"
         axis = axis_choice(f"{key}_axis") if view == "memory" else "run"
     if view == "memory":
         memory_chart(rep, now, axis, live)
@@ -242,7 +263,7 @@ def steps_chart(rep: RunReport) -> None:
         st.info(text.no_steps(rep))
         return
     chart(live_figures.steps_figure(rep, steps), f"steps-{rep.id}")
-    st.caption(text.steps_caption(rep))
+    st.caption(text.steps_caption(rep, steps))
 
 
 def device_panel(rep: RunReport, live: bool) -> None:
@@ -294,8 +315,8 @@ def stopping(run_id: int) -> bool:
     return st.session_state.get("stopping") == run_id or server.manager().stopping(run_id)
 
 
-def outcome(rep: RunReport) -> None:
-    """How a finished run ended, and its summary as the walkthrough prints it."""
+def outcome(rep: RunReport, with_summary: bool = True) -> None:
+    """How a finished run ended, and (`with_summary`) its summary as the walkthrough prints it."""
     line = live_view.status_line(rep)
     if rep.status == Status.COMPLETED:
         st.success(line)
@@ -306,6 +327,12 @@ def outcome(rep: RunReport) -> None:
         if rep.error:
             # Wrapped: a one-line error longer than the page was cut at its right edge.
             st.code(rep.error, language=None, wrap_lines=True)
+    if with_summary:
+        summary(rep)
+
+
+def summary(rep: RunReport) -> None:
+    """A finished run's summary as the walkthrough prints it, and what the run said."""
     lines = live_view.summary_lines(rep)
     if lines:
         st.code("\n".join(lines), language=None)
@@ -313,32 +340,59 @@ def outcome(rep: RunReport) -> None:
         st.caption(f"{message.level}: {text.literal(message.text)}")
 
 
-def option_widget(name: str, default, key: str, label: str | None = None) -> None:
+def offered(name: str, model: str | None) -> bool:
+    """Whether a form offers the run option `name` on this machine: the GPU index with a GPU,
+    GPUs and strategy with two GPUs or more, CPU processes and strategy without a GPU;
+    checkpointing where `model` can do it."""
+    info = server.device()
+    if name == "gradient_checkpointing":
+        return live_view.offers_checkpointing(model)
+    return {"gpu": info.has_gpu, "gpus": info.gpu_count > 1, "processes": not info.has_gpu,
+            "strategy": info.gpu_count > 1 or not info.has_gpu}.get(name, True)
+
+
+# The Live form's options as last sent, kept for the other forms of the tab (the Sweep's base):
+# a widget's own state goes once its page is left.
+LIVE_OPTIONS = "live_options"
+
+
+def live_options(has_gpu: bool) -> RunOptions:
+    """The run options the Live form last sent in this tab (those it judges right), else the
+    defaults."""
+    return RunOptions.from_dict({**defaults_for(has_gpu).to_dict(),
+                                 **st.session_state.get(LIVE_OPTIONS, {})})
+
+
+def option_widget(name: str, default, key: str, label: str | None = None,
+                  disabled: bool = False) -> None:
     """One run option as the form draws it, from RunOptions' declaration (its kind, label, help
     and limits): a choice, a flag, text, or a number. No min/max on numbers: Streamlit would
-    silently put a wrong value back; the options' judgement names it instead."""
+    silently put a wrong value back; the options' judgement names it instead. `disabled`: greyed,
+    an option the others make the run ignore (a dataset's sequence length)."""
     field = FIELDS[name]
     label = label or field.label
     if name == "gpus":  # several GPUs: pick them among this machine's; none or one: one GPU
         st.multiselect(label, list(range(server.device().gpu_count)), default=list(default),
-                       key=key, help=field.help, format_func=lambda g: f"GPU {g}")
+                       key=key, help=field.help, format_func=lambda g: f"GPU {g}",
+                       disabled=disabled)
     elif field.kind == Kind.LIST:  # names comma-separated
         st.text_input(label, value=",".join(default), key=key,
-                      help=f"{field.help}; e.g. {','.join(field.example)}")
+                      help=f"{field.help}; e.g. {','.join(field.example)}", disabled=disabled)
     elif field.kind == Kind.TEXT and field.choices:  # a list to pick from, or type a path
         choices = list(field.choices) + ([default] if default not in field.choices else [])
         st.selectbox(label, choices, index=choices.index(default), key=key, help=field.help,
-                     accept_new_options=True)
+                     accept_new_options=True, disabled=disabled)
     elif field.kind == Kind.TEXT:
-        st.text_input(label, value=default, key=key, help=field.help)
+        st.text_input(label, value=default, key=key, help=field.help, disabled=disabled)
     elif field.kind == Kind.CHOICE:
         st.selectbox(label, field.choices, index=field.choices.index(default), key=key,
-                     help=field.help)
+                     help=field.help, disabled=disabled)
     elif field.kind == Kind.FLAG:
-        st.checkbox(label, value=default, key=key, help=field.help)
+        st.checkbox(label, value=default, key=key, help=field.help, disabled=disabled)
     elif field.optional:  # empty: None, what it is without a value (max steps: the epochs)
         st.number_input(label, value=default, step=1, key=key, placeholder=field.unset,
-                        help=f"{field.help} ({field.limits()}; empty: {field.unset})")
+                        help=f"{field.help} ({field.limits()}; empty: {field.unset})",
+                        disabled=disabled)
     else:
         st.number_input(label, value=default, step=1, key=key,
-                        help=f"{field.help} ({field.limits()})")
+                        help=f"{field.help} ({field.limits()})", disabled=disabled)

@@ -28,6 +28,7 @@ import math
 import multiprocessing.util
 import os
 import shlex
+import signal
 import socket
 import sys
 import threading
@@ -39,14 +40,29 @@ from pathlib import Path
 from typing import Any
 
 from anatomy.engine import link as watch_link
-from anatomy.engine import protocol
+from anatomy.engine import protocol, tasks
 from anatomy.engine.devices import machine
 from anatomy.engine.endings import Ending, stopped_by
-from anatomy.engine.exits import ExitWatch, default_stop_signals, ending_of, on_stop_signals
+from anatomy.engine.exits import (
+    ExitWatch,
+    default_stop_signals,
+    deliver,
+    ending_of,
+    on_stop_signals,
+)
 from anatomy.engine.locks import DeviceBusy, DeviceLock, gpu_key
 from anatomy.engine.recording import FIRST_SAMPLE_TIMEOUT, Recording, environment_facts
 from anatomy.engine.reporter import Reporter
-from anatomy.store import RunFacts, RunSource, Step, Store, StoreError, checks, default_store
+from anatomy.store import (
+    RunFacts,
+    RunSource,
+    Step,
+    Store,
+    StoreError,
+    TrainingSummary,
+    checks,
+    default_store,
+)
 from anatomy.vocabulary import Phase, SourceKind, Status
 
 DEFAULT_SAMPLE_RATE = 200
@@ -230,10 +246,14 @@ class _LocalRecording:
         """A stop from a signal: nothing but flags, safe in a handler."""
         self.recording.request_stop(reason)
 
-    def close(self, ending: Ending) -> None:
+    def close(self, ending: Ending, held: _HeldCtrlC | None = None) -> None:
         self.ending = ending
         self.this.closed = True
-        self.recording.wait()
+        while not self.recording.wait(0.1):
+            if held is not None and held.waited_out():
+                _warn(f"run {self.run_id}: left before its ending was written (Ctrl-C held"
+                      f" {STOP_WAIT_SECONDS:.0f} s); the next anatomy to start writes it")
+                return
         final = self.recording.ending
         if final is not None and not final.recorded:
             _warn(f"run {self.run_id} {final.status}: {final.error} (not recorded: the store"
@@ -285,7 +305,7 @@ class _WatchLink:
         """Tell the watch this process was stopped (a signal to it, not to the watch)."""
         self.put(protocol.Failure(Status.STOPPED, reason, protocol.Source(_rank())), wait=1.0)
 
-    def close(self, ending: Ending) -> None:
+    def close(self, ending: Ending, held: _HeldCtrlC | None = None) -> None:
         if ending.status != Status.COMPLETED:
             self.put(protocol.Failure(ending.status, ending.error or ending.status,
                                       protocol.Source(_rank())))
@@ -306,8 +326,51 @@ class _Unrecorded:
     def stop(self, reason: str) -> None:
         pass
 
-    def close(self, ending: Ending) -> None:
+    def close(self, ending: Ending, held: _HeldCtrlC | None = None) -> None:
         pass
+
+
+class _HeldCtrlC:
+    """Ctrl-C held off while anatomy writes how the run ended (in the main thread, where Python
+    raises it): a second Ctrl-C, pressed as the first one's stop was being written, raised
+    KeyboardInterrupt inside the ending ("Error in sys.excepthook") and the run was left
+    running, later read "ended without a word". A Ctrl-C held is said once; held
+    STOP_WAIT_SECONDS, it ends the wait (`waited_out`). Elsewhere, or where SIGINT is not
+    Python's to handle (ignored, or left to the kernel), nothing is held."""
+
+    def __init__(self, run_id: int | None):
+        self.run_id = run_id
+        self.previous: Any = None
+        self.first: float | None = None  # when the first Ctrl-C was held
+
+    def __enter__(self) -> _HeldCtrlC:
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.getsignal(signal.SIGINT)
+            if callable(previous):
+                self.previous = previous
+                signal.signal(signal.SIGINT, self._hold)
+        return self
+
+    def _hold(self, signum, frame) -> None:
+        if self.first is None:
+            self.first = time.monotonic()
+            _warn(f"run {self.run_id}: Ctrl-C: writing how the run ended first")
+
+    @property
+    def held(self) -> bool:
+        return self.first is not None
+
+    def waited_out(self) -> bool:
+        return self.first is not None and time.monotonic() - self.first > STOP_WAIT_SECONDS
+
+    def __exit__(self, *exc) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+
+    def deliver(self) -> None:
+        """The Ctrl-C held, as the script's handler takes it (KeyboardInterrupt, by default)."""
+        if self.held and self.previous is not None:
+            self.previous(signal.SIGINT, sys._getframe(1))
 
 
 def _short(value: object) -> str:
@@ -336,6 +399,18 @@ class Run:
         self.reporter = Reporter(link, t0, dwell, protocol.Source(rank=_rank(),
                                                                   device=_local_rank()))
         self.ended = False
+        # What run.step(batch_size=…) said: the examples trained on, for the run's samples/s
+        self._examples = 0
+        self._unsized = False  # a step that did not say its batch size
+        self._largest: int | None = None
+        self._training_began: float | None = None
+        self._last_step: float | None = None
+        self.by_callback = False  # started by a Trainer's AnatomyCallback, ended with its training
+        self.task = tasks.current()  # the pool task that started it, if one did
+        self.pid = os.getpid()  # the process that records it
+        self._ending = False  # its ending is being written
+        self._deferred: int | None = None  # a stop signal to deliver once it is written
+        self._thread = threading.get_ident()
         self.steps = 0
         self._lock = threading.Lock()
         self._libraries = RunFacts()  # the versions told so far
@@ -369,6 +444,8 @@ class Run:
             self.reporter.end(self.reporter.open_phase)
         self._tell_libraries()
         if name == Phase.TRAINING:
+            if self._training_began is None:
+                self._training_began = self.reporter.now()
             self.reporter.begin(name)
         else:
             self.reporter.hold(name)
@@ -384,14 +461,18 @@ class Run:
         return OWN_PROFILING
 
     def step(self, loss: float | None = None, *, step: int | None = None,
-             total: int | None = None) -> None:
-        """An optimizer step has ended (its number counts from 1 unless given)."""
-        for what, value in (("step", step), ("total", total)):
+             total: int | None = None, batch_size: int | None = None) -> None:
+        """An optimizer step has ended (its number counts from 1 unless given). `batch_size`:
+        the examples it trained on (with gradient accumulation, all its micro-batches'): the
+        run then knows its batch size (the largest given) and its samples a second, as a
+        Trainer's run does."""
+        for what, value, low in (("step", step, 0), ("total", total, 0),
+                                 ("batch_size", batch_size, 1)):
             if value is not None and (not checks.is_int(value)
-                                      or not 0 <= value <= checks.MAX_INTEGER):
+                                      or not low <= value <= checks.MAX_INTEGER):
                 # refused here: stored, its run's export would be refused by every import, and
                 # one past SQLite's INTEGER ended the recording of the whole run
-                raise ValueError(f"{what}: must be a whole number from 0, got "
+                raise ValueError(f"{what}: must be a whole number from {low}, got "
                                  f"{checks.shown(value)}")
         torch = sys.modules.get("torch")
         if torch is not None and isinstance(loss, torch.Tensor):
@@ -405,8 +486,28 @@ class Run:
             return
         self.steps = step if step is not None else self.steps + 1
         allocated, reserved = _allocator()
-        self.reporter.step(Step(self.reporter.now(), self.steps, total, loss, allocated,
-                                reserved))
+        self._last_step = self.reporter.now()
+        self.reporter.step(Step(self._last_step, self.steps, total, loss, allocated, reserved))
+        if batch_size is None:
+            self._unsized = True
+            return
+        self._examples += batch_size
+        if self._largest is None or batch_size > self._largest:
+            self._largest = batch_size  # the peak's activations are made at the largest
+            self.reporter.described({"batch_size": batch_size}, None)
+
+    def _summarise(self) -> None:
+        """The figures a Trainer reports at its end, for steps that said their batch size: the
+        steps, the time from the training phase's start (unmarked: the run's) to the last step,
+        and the samples a second over it (unknown where a step did not say its batch size)."""
+        if not self._examples or self._last_step is None:
+            return
+        time_s = self._last_step - (self._training_began or 0.0)
+        if time_s <= 0:
+            return
+        self.reporter.summary(TrainingSummary.of(
+            steps=self.steps, time_s=round(time_s, 3),
+            samples_per_second=None if self._unsized else round(self._examples / time_s, 3)))
 
     def note(self, text: str, level: str = "info") -> None:
         _named("note", text)
@@ -434,30 +535,66 @@ class Run:
     def end(self, error: BaseException | str | None = None) -> None:
         """Close the run: completed, or as `error` says (an exception: failed, oom for torch's
         out-of-memory error, stopped for Ctrl-C; SystemExit by its code; a text: failed)."""
-        self._end(ending_of(error))
+        ending = ending_of(error)
+        held = self._end(ending)
+        if held is not None and not isinstance(error, KeyboardInterrupt):
+            held.deliver()  # a Ctrl-C pressed meanwhile, once the ending is written
 
-    def _end(self, ending: Ending) -> None:
+    def _end(self, ending: Ending, at: float | None = None) -> _HeldCtrlC | None:
+        """End the run as `ending` says (its open phase now, or at `at`), Ctrl-C held
+        meanwhile; what was held (None if the run had ended already). The process's own ends
+        (its error, its exit) drop a Ctrl-C held: the process is ending."""
         with self._lock:
             if self.ended:
-                return
-            self.ended = True
-        if self.reporter.open_phase:
-            self.reporter.end(self.reporter.open_phase)
-        self.link.close(ending)
-        self._forget()
+                return None
+            self.ended = self._ending = True
+        try:
+            with _HeldCtrlC(self.id) as held:
+                self._summarise()
+                if self.reporter.open_phase:
+                    self.reporter.end(self.reporter.open_phase, at)
+                self.link.close(ending, held)
+                self._forget()
+        finally:
+            self._ending = False
+            if self._deferred is not None:  # a SIGTERM that came meanwhile ends the process now
+                deliver(self._deferred)
+        return held
 
-    def _stop(self, signum: int) -> None:
+    def task_over(self) -> bool:
+        """Whether the pool task that started the run has returned (this thread's pool worker
+        runs another task, or waits for one). Asked in another thread: no."""
+        return (self.task is not None and not self.ended
+                and threading.get_ident() == self._thread and tasks.current() != self.task)
+
+    def _end_with_task(self) -> None:
+        """The run of a pool task that returned without ending it: completed, its open phase
+        ended at its last mark (when it returned is not known; it marked nothing after)."""
+        self._end(Ending(Status.COMPLETED), at=self.reporter.last_mark)
+
+    def _stop(self, signum: int) -> bool:
         """A SIGTERM or SIGHUP to the script (in its handler): the run ends stopped, without a
-        lock or a queue the interrupted code may hold; its phases end at the stop."""
+        lock or a queue the interrupted code may hold; its phases end at the stop. Whether the
+        signal is to end the process now: not while the run's ending, as decided, is being
+        written (a pool's worker ending its task's run as it exits, when Pool.terminate's
+        SIGTERM came): waiting here for what the interrupted code was writing held both 10 s,
+        and the run was left running; the signal is delivered once it is written."""
+        if self._ending:
+            self._deferred = signum
+            return False
         reason = stopped_by(signum)
-        self.link.stop(reason)
         if not self.ended:
+            self.link.stop(reason)
             self.ended = True
             if isinstance(self.link, _LocalRecording):
                 self.link.ending = Ending(Status.STOPPED, reason)
                 self.link.this.closed = True
+        # else its ending is being written already, as it was decided (a script that completed,
+        # then was stopped as it exited): the process waits for it, then ends by the signal
         if isinstance(self.link, _LocalRecording):
-            self.link.recording.wait(STOP_WAIT_SECONDS)
+            with _HeldCtrlC(self.id):  # the process ends by the signal once this is written
+                self.link.recording.wait(STOP_WAIT_SECONDS)
+        return True
 
     def _disown(self) -> None:
         """In a forked child (a multiprocessing or DataLoader worker): the run is its parent's,
@@ -497,7 +634,29 @@ def _elsewhere(run_id: int | None) -> Run:
 
 def current() -> Run | None:
     """The run this process records, if one was started (by `start` or the callback)."""
+    _end_finished_task()
     return _current
+
+
+def _task_returned(error: BaseException | None) -> None:
+    """A pool's task sends its result: the run it started and left open ends as the task did
+    (completed, or failed with its error), its phase here. With no run open, the worker takes
+    SIGTERM and SIGHUP as without anatomy again: a Python handler is run only between two
+    instructions, and a SIGTERM (Pool.terminate's) that came just as the worker blocked on the
+    lock of its next task was held there, the worker never ended, and neither did the script."""
+    run = _current
+    if run is not None and run.task is not None and not run.ended and run.pid == os.getpid():
+        run._end(ending_of(error))
+    if _current is None:
+        default_stop_signals()
+
+
+def _end_finished_task() -> None:
+    """A pool task's run whose task has returned ends before anything asks for the current
+    run: the next task's `start()` (or its Trainer's callback) records a run of its own."""
+    run = _current
+    if run is not None and run.task_over():
+        run._end_with_task()
 
 
 def start(name: str | None = None, *, sample_rate: int = DEFAULT_SAMPLE_RATE,
@@ -507,8 +666,10 @@ def start(name: str | None = None, *, sample_rate: int = DEFAULT_SAMPLE_RATE,
 
     Call it at the top of the script, before the model exists, to see the baseline and (with
     `kernel`) torch and the CUDA context loaded, as the walkthrough does. `gpus`: the visible
-    GPUs to sample (default: all). A second call returns the run already started."""
+    GPUs to sample (default: all). A second call returns the run already started (in a pool's
+    worker, the run of the task that calls it: a task's run ends as the task returns)."""
     global _current
+    _end_finished_task()
     with _current_lock:
         if _current is not None:
             return _current
@@ -546,6 +707,8 @@ def start(name: str | None = None, *, sample_rate: int = DEFAULT_SAMPLE_RATE,
         run = Run(link, t0, dwell)
         _current = run
     _install_exit_hooks(run)
+    if run.task is not None:
+        tasks.on_return(_task_returned)
     if baseline:
         run.phase(Phase.BASELINE)
     if kernel:
@@ -612,7 +775,7 @@ def _install_exit_hooks(run: Run) -> None:
 
     def hook(kind, error, traceback):
         if not run.ended:
-            run.end(error)
+            run._end(ending_of(error))
         previous(kind, error, traceback)
 
     sys.excepthook = hook
@@ -629,10 +792,12 @@ def _install_exit_hooks(run: Run) -> None:
         threading.excepthook = thread_hook
     if _exits is None:
         _exits = ExitWatch()
-        on_stop_signals(_stop_current)
+    on_stop_signals(_stop_current)  # again after a pool's task gave them back (_task_returned)
 
     def at_exit() -> None:
-        if not run.ended:
+        if run.task_over():
+            run._end_with_task()
+        elif not run.ended:
             run._end(_exits.ending())
 
     atexit.register(at_exit)
@@ -642,7 +807,9 @@ def _install_exit_hooks(run: Run) -> None:
         # was left running, then read "ended without a word". Its finalizers run as its target
         # ends, inside the `finally` that sees the target's error.
         def at_child_exit() -> None:
-            if not run.ended:
+            if run.task_over():
+                run._end_with_task()
+            elif not run.ended:
                 run._end(ending_of(sys.exc_info()[1]))
 
         multiprocessing.util.Finalize(None, at_child_exit, exitpriority=100)
@@ -660,7 +827,16 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _stop_current(signum: int) -> None:
+def _stop_current(signum: int) -> bool:
+    """A stop signal's handling (exits.on_stop_signals): whether it ends the process now. A
+    signal that lands in a forked child before the fork's handler has disowned its parent's
+    run (Pool.terminate's SIGTERM to a worker just made) is the child's own: its parent's run
+    is not its to stop (it waited 10 s on a recording the child does not have)."""
     run = _current
-    if run is not None:
-        run._stop(signum)
+    if run is not None and run.pid != os.getpid():
+        return True
+    if run is not None and run.task_over():  # a pool's worker, ended between its tasks
+        run._end_with_task()
+    elif run is not None:
+        return run._stop(signum)
+    return True

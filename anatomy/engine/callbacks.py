@@ -201,17 +201,30 @@ class AnatomyCallback(TrainerCallback):
                  probe: bool = True):
         from anatomy.engine import attach
 
-        joined = attach.current()
         self._start = functools.partial(attach.start, name, sample_rate=sample_rate, store=store,
                                         kernel=False, baseline=False)
-        self.run = joined or self._start()
-        self.owns_run = joined is None and not self.run.watched
+        joined = self._take_run()
+        # A run another Trainer's callback started (two Trainers built, then trained in turn)
+        # ends with that Trainer's training: this one's training then gets a run of its own, as
+        # a second `train()` does, rather than going unrecorded.
+        self.renews_run = self.owns_run or (joined is not None and joined.by_callback)
         self.probe = probe
         self._callbacks: list[TrainerCallback] = []
         # the options on_init_end read, and the model's name
         self._described: tuple[TrainingArguments, str | None] | None = None
         self._lengths: BatchLengths | None = None
         self._longest_said: int | None = None
+
+    def _take_run(self):
+        """The run this process records (joined), else one of its own; the run joined, if any."""
+        from anatomy.engine import attach
+
+        joined = attach.current()
+        self.run = joined or self._start()
+        self.owns_run = joined is None and not self.run.watched
+        if self.owns_run:
+            self.run.by_callback = True
+        return joined
 
     def on_init_end(self, args, state, control, model=None, **kwargs):
         if not self._records(state):
@@ -224,7 +237,7 @@ class AnatomyCallback(TrainerCallback):
         and the script's) stays silent: each phase and step would be recorded twice. Nor is
         anything recorded into a run that has ended: the script's own `run.end()` before it
         trains is said once (it went unrecorded without a word); a run of the callback's own
-        gives way to a new one when training begins again."""
+        (or another Trainer's callback's) gives way to a new one when training begins again."""
         owner = getattr(state, "_anatomy_callback", None)
         if owner is None:
             # Not a field: never saved with the state. Its id, not itself: a state pickled (a
@@ -232,9 +245,9 @@ class AnatomyCallback(TrainerCallback):
             state._anatomy_callback = owner = id(self)
         if owner != id(self):
             return False
-        if not self.run.ended or (self.owns_run and training_begins):
+        if not self.run.ended or (self.renews_run and training_begins):
             return True
-        if not self.owns_run:
+        if not self.renews_run:
             self.run._late("a Trainer's training (AnatomyCallback)")
         return False
 
@@ -261,10 +274,10 @@ class AnatomyCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         if not self._records(state, training_begins=True):
             return
-        if self.owns_run and self.run.ended:
+        if self.renews_run and self.run.ended:
             # train() again (hyperparameter_search, a resume): the run it ended was the last
             # training's, and this one went unrecorded; it has a run of its own.
-            self.run = self._start()
+            self._take_run()
             self._follow(args, kwargs.get("model"))
         if self.run.reporter.open_phase:  # e.g. a phase the user's script opened
             self.run.reporter.end(self.run.reporter.open_phase)

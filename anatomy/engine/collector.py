@@ -81,6 +81,25 @@ class Rows:
             rows.clear()
 
 
+@dataclass
+class StepCount:
+    """One rank's steps as the run numbers them. A count that starts again within the run — a
+    second `train()` or a second Trainer, a resume from an earlier checkpoint, `anatomy.start()`
+    again under `watch` — goes on from the rank's last step (its total with it), so that no
+    step number is stored twice and every reader's "step N" is one step."""
+    last: int | None = None
+    offset: int = 0
+
+    def number(self, step: Step) -> Step:
+        number = step.step + self.offset
+        if self.last is not None and number <= self.last:
+            self.offset = self.last + 1 - step.step
+            number = self.last + 1
+        self.last = number
+        total = None if step.total is None else step.total + self.offset
+        return step._replace(step=number, total=total)
+
+
 class Collector:
     def __init__(self, store: Store, run_id: int, outcome: Outcome | None = None):
         self.store, self.run_id = store, run_id
@@ -88,6 +107,7 @@ class Collector:
         self.outcome = outcome or Outcome()
         self.sampled = False  # a sample has come
         self.summary_rank: int | None = None  # the rank whose summary is the run's
+        self.counts: dict[int, StepCount] = {}  # each rank's steps, as the run numbers them
         self._flushed_at = time.monotonic()
 
     def handle(self, message) -> None:
@@ -102,7 +122,8 @@ class Collector:
             case protocol.Phase(mark=mark, source=source):
                 self.rows.phases.append(mark._replace(rank=source.rank or 0))
             case protocol.StepReport(step=step, source=source):
-                step = step._replace(rank=source.rank or 0)
+                rank = source.rank or 0
+                step = self.counts.setdefault(rank, StepCount()).number(step._replace(rank=rank))
                 self.rows.steps.append(step)
                 last = self.outcome.last_step
                 if last is None or step.rank <= last.rank:  # the lowest rank's that reports
@@ -116,7 +137,9 @@ class Collector:
                 if self.store.run(self.run_id).name is None:  # `watch --name` comes first
                     self.store.rename_run(self.run_id, name)
             case protocol.Described(options=options, model=model):
-                self.store.update_run(self.run_id, options=options,
+                # Over what was said before: a script's batch size beside a Trainer's arguments
+                known = self.store.run(self.run_id, as_recorded=True).options
+                self.store.update_run(self.run_id, options={**known, **options},
                                       **({"preset": model} if model else {}))
             case protocol.Summarised(summary=summary, source=source):
                 # The run's figures: the lowest rank's that says them (every rank says the
@@ -124,9 +147,11 @@ class Collector:
                 if self.summary_rank is None or (source.rank or 0) <= self.summary_rank:
                     self.outcome.summary, self.summary_rank = summary, source.rank or 0
             case protocol.ComponentsMeasured(components=components, source=source):
+                # The first training's: readers pair them with the first occurrence of the
+                # training phase (a second `train()` in the run measures its own again).
                 if source.rank:  # another rank of several: kept beside rank 0's, by rank
-                    self.outcome.rank_components[source.rank] = components
-                else:
+                    self.outcome.rank_components.setdefault(source.rank, components)
+                elif self.outcome.components is None:
                     self.outcome.components = components
             case protocol.OperationsProfiled(values=values):
                 self.outcome.operations = values

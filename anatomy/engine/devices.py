@@ -68,4 +68,4 @@ def machine(environ: Mapping[str, str] = os.environ) -> Machine:
     else:
         why = nvml.status()
     return Machine(backend=Backend.CPU_RSS, memory_api=MemoryApi.RSS, devices=(), driver=None,
-                   cuda_driver=None, ram_total=ram, why_no_gpu=why)
+                   cuda_driver=None, ram_total=ram, why_no_gpu=why, nvml_error=nvml.error())

@@ -148,24 +148,33 @@ def _script_frame() -> FrameType | None:
     return found
 
 
-def on_stop_signals(stop: Callable[[int], None]) -> None:
+def on_stop_signals(stop: Callable[[int], bool]) -> None:
     """SIGTERM and SIGHUP, where the script leaves them to their default (ending the process
-    unrecorded), call `stop(signum)` first and then end the process as the default would. Only
-    the main thread can set handlers; elsewhere nothing changes."""
+    unrecorded), call `stop(signum)` first and then end the process as the default would —
+    unless `stop` says False: it has taken the signal over, to deliver once the code it
+    interrupted has written the run's ending (`deliver`). Only the main thread can set handlers;
+    elsewhere nothing changes."""
     if threading.current_thread() is not threading.main_thread():
         return
 
     def handle(signum, frame) -> None:
+        now = True
         try:
-            stop(signum)
+            now = stop(signum) is not False
         finally:
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
+            if now:
+                deliver(signum)
 
     handle.anatomy_stop = True  # ours: `default_stop_signals` knows it by this
     for signum in STOP_SIGNALS:
         if signal.getsignal(signum) is signal.SIG_DFL:
             signal.signal(signum, handle)
+
+
+def deliver(signum: int) -> None:
+    """End the process by `signum` as its default would."""
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
 
 
 def default_stop_signals() -> None:

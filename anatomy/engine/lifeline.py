@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import multiprocessing
 import os
@@ -200,6 +201,22 @@ def _start_clean(process) -> None:
             config["daemon"] = daemonic
 
 
+# Signals whose Python handlers must run: in the main thread, which only runs them when the
+# kernel gives it the signal (or it next runs Python code).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def signals_to_the_main_thread(block: bool = True) -> None:
+    """This thread of anatomy's takes no stop signal: the kernel gives a process's signal to any
+    thread that does not block it, and one given to a helper thread left the main thread, blocked
+    in a lock's wait (a Pool's worker waiting for its next task), unaware of it — its handler
+    never ran, the worker never ended, and Pool.terminate() waited for it forever. (`block`
+    False: it takes them again, as a thread that starts a child must: the child inherits its
+    mask.)"""
+    with contextlib.suppress(AttributeError, OSError, ValueError):  # no pthread_sigmask here
+        signal.pthread_sigmask(signal.SIG_BLOCK if block else signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
 class _Launcher:
     """One thread for the process's life starts every child: the parent-death signal follows the
     thread that started a child, not the process. A daemon thread: Python joins its other
@@ -213,7 +230,9 @@ class _Launcher:
 
     def _serve(self) -> None:
         while True:
+            signals_to_the_main_thread()  # while it waits, which is nearly always
             job, done = self._jobs.get()
+            signals_to_the_main_thread(block=False)  # the child starts with none blocked
             try:
                 job()
             except BaseException as error:  # noqa: BLE001 - handed back to the caller

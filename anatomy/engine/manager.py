@@ -235,9 +235,9 @@ class RunManager:
         active.recording.wait(STOP_GRACE_SECONDS + 5)
         return True
 
-    def stop_all(self) -> None:
+    def stop_all(self, reason: str = "stopped by the user") -> None:
         for run_id in list(self.active):
-            self.stop(run_id)
+            self.stop(run_id, reason)
 
 
 def live_run(store: Store) -> RunRow | None:

@@ -15,7 +15,7 @@ try:  # nvidia-ml-py provides the `pynvml` module
 except ImportError:  # pragma: no cover - it is in requirements.txt
     _lib = None
 
-_state: dict[str, Any] = {"initialised": False, "error": None}
+_state: dict[str, Any] = {"initialised": False, "error": None, "why": None}
 
 
 @dataclass(frozen=True)
@@ -45,25 +45,43 @@ def _message(error: Exception) -> str:
     return f"NVML: {error}"
 
 
+# Why NVML could not start, in a user's words, by its error (NVML's own words are the error's).
+WHY = {"NVML_ERROR_LIBRARY_NOT_FOUND": "no NVIDIA driver here",
+       "NVML_ERROR_DRIVER_NOT_LOADED": "the NVIDIA driver is not loaded",
+       "NVML_ERROR_NO_PERMISSION": "NVML refuses this user",
+       "NVML_ERROR_LIB_RM_VERSION_MISMATCH": "the NVIDIA driver's library and kernel module differ "
+                                             "(a driver updated since the machine started)"}
+
+
+_WHY_BY_CODE = {getattr(_lib, name): words for name, words in WHY.items()} if _lib else {}
+
+
+def _why(error: Exception) -> str:
+    if isinstance(error, OSError):  # libnvidia-ml.so itself is missing
+        return WHY["NVML_ERROR_LIBRARY_NOT_FOUND"]
+    return _WHY_BY_CODE.get(getattr(error, "value", None), "NVML cannot be used")
+
+
 def init() -> bool:
     """Start NVML once per process; false (with `status()` saying why) when it cannot."""
     if _state["initialised"]:
         return True
     if _lib is None:
-        _state["error"] = "NVML: the nvidia-ml-py package is not installed"
+        _state.update(error="NVML: the nvidia-ml-py package is not installed",
+                      why="nvidia-ml-py is not installed: no GPU can be read")
         return False
     try:
         _lib.nvmlInit()
     except Exception as error:  # NVMLError or OSError when libnvidia-ml.so is absent
-        _state["error"] = _message(error)
+        _state.update(error=_message(error), why=_why(error))
         return False
-    _state.update(initialised=True, error=None)
+    _state.update(initialised=True, error=None, why=None)
     return True
 
 
 def reset() -> None:
     """Forget the init state (tests swap `_lib`)."""
-    _state.update(initialised=False, error=None)
+    _state.update(initialised=False, error=None, why=None)
 
 
 def available() -> bool:
@@ -71,10 +89,18 @@ def available() -> bool:
 
 
 def status() -> str:
-    """Why NVML is not there, in words, or "ok"."""
+    """Why NVML gives no GPU, in a user's words ("no NVIDIA driver here"), or "ok"; `error()`
+    is NVML's own message."""
     if init():
-        return "ok" if device_count() > 0 else "NVML: no GPU found"
-    return _state["error"] or "NVML: not initialised"
+        return "ok" if device_count() > 0 else "the NVIDIA driver finds no GPU"
+    return _state["why"] or "NVML is not initialised"
+
+
+def error() -> str | None:
+    """NVML's own message for why it could not start ("NVML: NVML Shared Library Not Found");
+    None once it has started."""
+    init()
+    return _state["error"]
 
 
 def device_count() -> int:

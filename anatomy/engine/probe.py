@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import replace
+from typing import NamedTuple
 
 from anatomy.analysis.components import MEASURED_STEPS, Components
 from anatomy.vocabulary import Moment
 
-__all__ = ["MEASURED_STEPS", "ComponentProbe", "optimizer_state_bytes"]
+__all__ = ["MEASURED_STEPS", "BatchShape", "ComponentProbe", "SeenBatch", "StepPeaks",
+           "alike_steps", "optimizer_state_bytes"]
 
 
 def _local(tensor):
@@ -51,6 +53,73 @@ def _samples(args, kwargs) -> int | None:
     return min(found, default=None)
 
 
+class BatchShape(NamedTuple):
+    """A forward pass's micro-batch as the model got it: its samples, the length its token ids
+    were padded to (None: no token ids, an image's batch), and each sequence's own tokens, longest
+    first, where the batch held padding (None: it held none, or no attention mask said). A
+    dataset's collator pads each batch to its own longest: the prediction that describes the
+    measured activations is the one of this batch."""
+
+    samples: int | None
+    padded_to: int | None = None
+    lengths: tuple[int, ...] | None = None
+
+
+class SeenBatch:
+    """A micro-batch as a forward pass saw it, its shape read when the probe's result is taken:
+    a GPU's attention mask is copied into pinned host memory behind the work already queued (no
+    allocation on the device inside the step it measures, and no waiting for it: the callback
+    adds no synchronisation to a user's training), then summed on the host."""
+
+    def __init__(self, args, kwargs):
+        import torch
+
+        self.samples = _samples(args, kwargs)
+        ids, mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
+        self.padded_to = int(ids.shape[1]) if getattr(ids, "ndim", 0) == 2 else None
+        self._mask = self._copied = None
+        if self.padded_to is not None and getattr(mask, "ndim", 0) == 2 and \
+                tuple(mask.shape) == tuple(ids.shape):
+            if mask.device.type == "cuda":
+                self._mask = torch.empty(mask.shape, dtype=mask.dtype, pin_memory=True)
+                self._mask.copy_(mask.detach(), non_blocking=True)
+                self._copied = torch.cuda.Event()
+                self._copied.record()
+            else:
+                self._mask = mask.detach()
+        self._shape: BatchShape | None = None
+
+    def shape(self) -> BatchShape:
+        if self._shape is None:
+            lengths = None
+            if self._mask is not None:
+                if self._copied is not None:
+                    self._copied.synchronize()
+                found = sorted((int(n) for n in self._mask.sum(dim=1).tolist()), reverse=True)
+                lengths = tuple(found) if any(n < self.padded_to for n in found) else None
+            self._shape, self._mask = BatchShape(self.samples, self.padded_to, lengths), None
+        return self._shape
+
+
+class StepPeaks(NamedTuple):
+    """A GPU step's allocator readings (bytes), and the micro-batches it trained: its peaks since
+    the step before, and the allocator before and after its optimizer step."""
+
+    shapes: tuple[BatchShape, ...]
+    allocated: int
+    reserved: int
+    before_optimizer: int | None = None
+    after_optimizer: int | None = None
+
+
+def alike_steps(steps: list[StepPeaks], kept: BatchShape | None) -> list[StepPeaks]:
+    """The steps whose every micro-batch has the shape of the one the activations were measured
+    on: their peaks describe the batch the prediction is made for. Every step where all had one
+    shape (the dummy data, padding to max length alike), or where none is (a shape not read)."""
+    alike = [step for step in steps if all(shape == kept for shape in step.shapes)]
+    return alike or steps
+
+
 class ComponentProbe:
     """Hooks on the model plus callback entry points; `result()` gives bytes by component.
 
@@ -70,7 +139,13 @@ class ComponentProbe:
         self.moments: dict[Moment, int] = {}
         self.forwards = 0
         self.micro_batch: int | None = None  # the samples `activations` were measured on
-        self._samples: int | None = None  # the current forward pass's
+        self.measured: SeenBatch | None = None  # the micro-batch `activations` were measured on
+        self._seen: SeenBatch | None = None  # the current forward pass's
+        self._step_batches: list[SeenBatch] = []  # the current step's micro-batches
+        self._before_optimizer: int | None = None
+        # A GPU's steps, each its own peaks: its micro-batches, the allocator's peaks, before and
+        # after its optimizer step (StepPeaks, once their shapes are read).
+        self._steps: list[tuple[list[SeenBatch], int, int, int | None, int | None]] = []
         self._before = 0
         self._saved: dict[int, tuple[int, weakref.ref]] = {}  # address: bytes, the storage
         self._saving = None
@@ -85,7 +160,8 @@ class ComponentProbe:
     def _forward_begins(self, module, args, kwargs):
         if not module.training:
             return
-        self._samples = _samples(args, kwargs)
+        self._seen = SeenBatch(args, kwargs)
+        self._step_batches.append(self._seen)
         self._before = self._allocated()
         if not self.use_cuda:
             self._saved = {}
@@ -102,7 +178,7 @@ class ComponentProbe:
         if not module.training:
             return
         self.forwards += 1
-        kept = self._kept(self._samples)
+        kept = self._kept(self._seen.samples)
         if self.use_cuda:
             held = self._allocated() - self._before
             if kept:
@@ -120,7 +196,8 @@ class ComponentProbe:
         # The latest forward pass, not the largest: the first one also allocates cuBLAS's
         # workspace (32 MiB on Hopper), which is not an activation and stays for good.
         if kept:
-            self.activations, self.micro_batch = held, self._samples
+            self.activations, self.measured = held, self._seen
+            self.micro_batch = self._seen.samples
 
     def _kept(self, samples: int | None) -> bool:
         """Whether a forward pass of `samples` describes the step better than the one kept: a
@@ -138,15 +215,22 @@ class ComponentProbe:
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
         self.gradients = max(self.gradients or 0, _tensor_bytes(grads))
         if self.use_cuda:
-            self.moments[Moment.END_OF_BACKWARD] = max(
-                self.moments.get(Moment.END_OF_BACKWARD, 0), self._allocated())
+            self._before_optimizer = self._allocated()
 
     def after_optimizer_step(self, optimizer) -> None:
         if optimizer is not None:
             self.optimizer_states = optimizer_state_bytes(optimizer)
         if self.use_cuda:
-            self.moments[Moment.AFTER_OPTIMIZER_STEP] = max(
-                self.moments.get(Moment.AFTER_OPTIMIZER_STEP, 0), self._allocated())
+            # Each step's peaks apart: with a collator that pads each batch to its own longest,
+            # the first steps' batches differ, and the peak of one is no other's.
+            self._steps.append(self._step_peaks(self._before_optimizer, self._allocated()))
+            self.torch.cuda.reset_peak_memory_stats()
+        self._step_batches, self._before_optimizer = [], None
+
+    def _step_peaks(self, before: int | None = None, after: int | None = None) -> tuple:
+        cuda = self.torch.cuda
+        return (self._step_batches, cuda.max_memory_allocated(), cuda.max_memory_reserved(),
+                before, after)
 
     def close(self) -> None:
         for handle in self._handles:
@@ -157,13 +241,27 @@ class ComponentProbe:
             self._saving = None
 
     def result(self) -> Components:
+        shape = self.measured.shape() if self.measured is not None else BatchShape(None)
         measured = Components(weights=self.weights, activations=self.activations,
                               gradients=self.gradients, optimizer_states=self.optimizer_states,
-                              steps_measured=MEASURED_STEPS, micro_batch=self.micro_batch)
+                              steps_measured=MEASURED_STEPS, micro_batch=self.micro_batch,
+                              padded_to=shape.padded_to, sequence_lengths=shape.lengths)
         if not self.use_cuda:
             return measured
-        cuda = self.torch.cuda
-        peak_allocated, peak_reserved = cuda.max_memory_allocated(), cuda.max_memory_reserved()
+        # A step that had not reached its optimizer step (training ended within it) counts too.
+        unfinished = [self._step_peaks(self._before_optimizer)] \
+            if self._step_batches or not self._steps else []
+        steps = alike_steps([StepPeaks(tuple(seen.shape() for seen in batches), *peaks)
+                             for batches, *peaks in self._steps + unfinished],
+                            shape if self.measured is not None else None)
+        peak_allocated = max(step.allocated for step in steps)
+        peak_reserved = max(step.reserved for step in steps)
+        moments = dict(self.moments)
+        for moment, field in ((Moment.END_OF_BACKWARD, "before_optimizer"),
+                              (Moment.AFTER_OPTIMIZER_STEP, "after_optimizer")):
+            found = [getattr(step, field) for step in steps if getattr(step, field) is not None]
+            if found:
+                moments[moment] = max(found)
         return replace(measured, allocator_cache=peak_reserved - peak_allocated,
                        peak_allocated=peak_allocated, peak_reserved=peak_reserved,
-                       moments={moment.value: held for moment, held in self.moments.items()})
+                       moments={moment.value: held for moment, held in moments.items()})

@@ -34,6 +34,7 @@ from typing import NamedTuple
 
 import psutil
 
+from anatomy import strategies
 from anatomy.analysis.models import ModelSpec
 from anatomy.analysis.options import RunOptions
 from anatomy.engine import protocol
@@ -207,8 +208,8 @@ def launch_ranks(reporter: Reporter, run: RunOptions, spec: ModelSpec, dataset,
 
     world = run.world_size
     what = f"{world} GPUs" if use_cuda else f"{world} CPU processes (gloo)"
-    reporter.tell("info", f"training on {what} with {run.strategy.upper()}, launched through"
-                  " accelerate")
+    reporter.tell("info", f"training on {what} with {strategies.named(run.strategy).label},"
+                  " launched through accelerate")
     fork = mp.get_context("fork")
     queues = [fork.Queue() for _ in range(world)]
     forwarder = _Forwarder(queues, reporter.queue)

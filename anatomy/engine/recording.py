@@ -33,7 +33,7 @@ from anatomy.analysis.machine import Device, Machine
 from anatomy.engine import sampler
 from anatomy.engine.collector import FLUSH_SECONDS, Collector, Outcome
 from anatomy.engine.endings import Ending, OomKills, death, killed_for_memory
-from anatomy.engine.lifeline import Lifeline, forget_names, launch
+from anatomy.engine.lifeline import Lifeline, forget_names, launch, signals_to_the_main_thread
 from anatomy.engine.processes import end_tree
 from anatomy.store import RunFacts, RunSource, Store, store_error
 from anatomy.store.liveness import ENDED_WITHOUT_A_WORD, is_alive
@@ -241,6 +241,7 @@ class Recording:
         """Drain both queues into the store until the run is over, then decide and record how it
         ended. Whatever stops the collector (a full disk, a store that is gone) stops the
         recording, and the reason is recorded when the store can take it."""
+        signals_to_the_main_thread()
         try:
             self._follow()
             ending = self._decided()
@@ -416,6 +417,7 @@ class Recording:
                          name=f"anatomy-record-{self.run_id}", daemon=True).start()
 
     def _record_later(self, ending: Ending) -> None:
+        signals_to_the_main_thread()
         while True:
             time.sleep(RETRY_SECONDS)
             try:

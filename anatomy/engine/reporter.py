@@ -23,16 +23,22 @@ class Reporter:
         self.queue, self.t0, self.dwell = queue, t0, dwell
         self.source = source or protocol.Source()
         self.open_phase: Phase | str | None = None  # a user's script may name its own
+        self.last_mark: float | None = None  # when the last phase mark or step was sent
 
     def now(self) -> float:
         return time.monotonic() - self.t0
 
     def begin(self, name: Phase | str) -> None:
-        self.queue.put(protocol.Phase(PhaseMark("start", name, self.now()), self.source))
+        self.last_mark = self.now()
+        self.queue.put(protocol.Phase(PhaseMark("start", name, self.last_mark), self.source))
         self.open_phase = name
 
-    def end(self, name: Phase | str) -> None:
-        self.queue.put(protocol.Phase(PhaseMark("end", name, self.now()), self.source))
+    def end(self, name: Phase | str, at: float | None = None) -> None:
+        """The phase ends now, or at `at` (the run's clock) where it ended earlier than it is
+        said."""
+        t = self.now() if at is None else at
+        self.last_mark = t
+        self.queue.put(protocol.Phase(PhaseMark("end", name, t), self.source))
         self.open_phase = None
 
     def hold(self, name: Phase | str) -> None:
@@ -43,6 +49,7 @@ class Reporter:
         self.end(name)
 
     def step(self, step: Step) -> None:
+        self.last_mark = step.t
         self.queue.put(protocol.StepReport(step, self.source))
 
     def tell(self, level: str, text: str) -> None:

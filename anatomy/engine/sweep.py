@@ -86,12 +86,12 @@ class Sweep:
         self._run()
         return self.status
 
-    def stop(self) -> None:
+    def stop(self, reason: str = "stopped by the user") -> None:
         with self._lock:
             self._stop.set()
             run_id = self.current_run
         if run_id is not None:
-            self.manager.stop(run_id)
+            self.manager.stop(run_id, reason)
 
     def wait(self, timeout: float | None = None) -> str | None:
         """The status once the sweep has ended (None if it is still running after `timeout`)."""

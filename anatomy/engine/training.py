@@ -11,6 +11,7 @@ from __future__ import annotations
 import tempfile
 import traceback
 
+from anatomy import strategies
 from anatomy.analysis import models
 from anatomy.analysis.data import Tokenized
 from anatomy.analysis.models import ModelSpec
@@ -18,7 +19,7 @@ from anatomy.analysis.options import RunOptions
 from anatomy.engine.endings import is_oom
 from anatomy.engine.reporter import Reporter
 from anatomy.store import RunFacts, TrainingSummary
-from anatomy.vocabulary import Phase, Precision, Status, Strategy
+from anatomy.vocabulary import Phase, Precision, Status
 
 EXIT_OOM = 3
 EXIT_FAILED = 1
@@ -55,20 +56,10 @@ def text_dataset(options: RunOptions, spec: ModelSpec, tokenized: Tokenized):
 
 
 def _sharding(options: RunOptions, model=None) -> dict:
-    """TrainingArguments for several processes: FSDP's full sharding through accelerate's FSDP
-    plugin (the Trainer builds it), each transformer layer its own unit; DDP needs nothing (the
-    Trainer wraps the model when WORLD_SIZE > 1)."""
-    if options.strategy != Strategy.FSDP or not options.distributed:
+    """TrainingArguments for several processes: the strategy's (anatomy/strategies/)."""
+    if not options.distributed:
         return {}
-    from transformers import TrainingArguments
-
-    # transformers >= 5.20 takes fsdp=True and everything in fsdp_config; before, the string.
-    new_api = "const" in TrainingArguments.__dataclass_fields__["fsdp"].metadata
-    layers = models.fsdp_unit_classes(model) if model is not None else []
-    return {"fsdp": True if new_api else "full_shard auto_wrap",
-            "fsdp_config": {"auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
-                            **({"transformer_layer_cls_to_wrap": layers} if layers else {}),
-                            **({"reshard_after_forward": True} if new_api else {})}}
+    return strategies.named(options.strategy).training_arguments(model)
 
 
 def training_arguments(options: RunOptions, output_dir: str, use_cuda: bool, model=None):

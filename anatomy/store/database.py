@@ -20,7 +20,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
-from anatomy.store import checks, schema
+from anatomy.store import checks, forks, schema
 from anatomy.store.errors import StoreError, StoreMissing, store_error
 from anatomy.store.facts import Origin, Record, RunFacts, RunSource, TrainingSummary
 from anatomy.store.liveness import Recorder, as_seen, is_alive
@@ -176,11 +176,12 @@ class Store:
         except OSError as error:
             raise StoreError(self.path, f"it cannot be made: {error.strerror}") from None
         try:
-            check = sqlite3.connect(self.path, timeout=30)  # before any pragma changes the file
-            try:
-                schema.check(check, self.path)
-            finally:
-                check.close()
+            with forks.connection():
+                check = sqlite3.connect(self.path, timeout=30)  # before a pragma changes the file
+                try:
+                    schema.check(check, self.path)
+                finally:
+                    check.close()
             with self.connect() as db:
                 schema.migrate(db)
         except sqlite3.Error as error:
@@ -228,6 +229,12 @@ class Store:
         if pinned is not None:  # inside snapshot(): its transaction, left open
             yield pinned
             return
+        with forks.connection():  # a fork of this process waits until it is closed
+            with self._connect() as db:
+                yield db
+
+    @contextmanager
+    def _connect(self):
         if self.read_only:
             uri = "file:" + urllib.parse.quote(str(self.path.absolute())) + "?mode=ro"
             db = sqlite3.connect(uri + ("&immutable=1" if self._immutable else ""), uri=True,
@@ -334,8 +341,12 @@ class Store:
                     db.execute("INSERT INTO phases (run_id, name, start, end, rank)"
                                " VALUES (?, ?, ?, NULL, ?)", (run_id, mark.name, mark.t, mark.rank))
                 else:
-                    db.execute("UPDATE phases SET end = ? WHERE run_id = ? AND name = ?"
-                               " AND rank = ?", (mark.t, run_id, mark.name, mark.rank))
+                    # The occurrence that is open: a phase named again (training, eval, training)
+                    # keeps each occurrence's own end.
+                    db.execute("UPDATE phases SET end = ? WHERE rowid = (SELECT rowid FROM phases"
+                               " WHERE run_id = ? AND name = ? AND rank = ? AND end IS NULL"
+                               " ORDER BY start DESC, rowid DESC LIMIT 1)",
+                               (mark.t, run_id, mark.name, mark.rank))
             if steps:
                 db.executemany(STEP_INSERT, [(run_id, *s) for s in steps])
             if messages:

@@ -18,9 +18,10 @@ from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any, ClassVar, TypeVar
 
+from anatomy import strategies
 from anatomy.store import checks
 from anatomy.store.checks import MAX_EPOCH, MAX_GPUS, MAX_RANK, Check, InvalidValue
-from anatomy.vocabulary import TENSOR_PARTS, Precision, SourceKind, Strategy
+from anatomy.vocabulary import TENSOR_PARTS, Precision, SourceKind
 
 R = TypeVar("R", bound="Record")
 
@@ -159,6 +160,11 @@ def _names(value: Any, where: str) -> tuple[str, ...] | None:
                  for i, item in enumerate(checks.array(value, where)))
 
 
+def _strategy(value: Any, where: str) -> str | None:
+    """A registered strategy's name (anatomy/strategies/)."""
+    return checks.choice(value, where, strategies.names(), optional=True)
+
+
 def _world_size(value: Any, where: str) -> int | None:
     return checks.whole(value, where, 1, MAX_RANK + 1, optional=True)
 
@@ -213,7 +219,7 @@ class RunFacts(Record):
     ram_total: int | None = fact(checks.memory)
     why_no_gpu: str | None = fact(checks.text)
     world_size: int | None = fact(_world_size)  # training processes (None: one)
-    strategy: Strategy | None = fact(checks.member(Strategy))
+    strategy: str | None = fact(_strategy)
     gpus: tuple[int, ...] | None = fact(checks.wholes(0, MAX_GPUS - 1))  # rank by rank, NVML's
     # A run across hosts: its hosts in the order they joined, and each rank's host
     # (its index among them), rank by rank; None for a run of one host.
@@ -284,6 +290,11 @@ class Components(Record):
     # The samples of the micro-batch the activations were measured on: a full one's where the
     # run had one (a partial one, an epoch's last, holds fewer), else the largest it had.
     micro_batch: int | None = fact(checks.count)
+    # That micro-batch's shape, where it had token ids: the length they were padded to, and each
+    # sequence's own tokens (its attention mask's ones, longest first) where it held padding.
+    # A collator that pads each batch to its own longest makes it differ batch by batch.
+    padded_to: int | None = fact(checks.count)
+    sequence_lengths: tuple[int, ...] | None = fact(checks.wholes())
 
     KEEP_NULLS: ClassVar[bool] = False
 

@@ -150,6 +150,10 @@ def migrate(db: sqlite3.Connection) -> None:
     """The tables made where missing, the columns added since a file was written, and the
     store's id given once."""
     db.executescript(SCHEMA)
+    # Read and altered in one write transaction: two processes opening a new store at once (a
+    # Pool's trials) both read the table without its column, and the second to add it failed
+    # ("duplicate column name: rank"), its trial unrecorded.
+    db.execute("BEGIN IMMEDIATE")
     columns = {}
     for table, column, kind in ADDED_COLUMNS:  # files written before the column existed
         known = columns.setdefault(table, {r["name"] for r in

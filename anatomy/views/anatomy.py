@@ -12,7 +12,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
+import numpy as np
+
+from anatomy import strategies
 from anatomy.analysis.breakdown import (
+    DataReach,
     cpu_peak,
     error_percent,
     measured_components,
@@ -34,12 +38,12 @@ from anatomy.analysis.prediction import (
     walkthrough_bytes_per_parameter,
 )
 from anatomy.analysis.report import RunReport
-from anatomy.store import Step
+from anatomy.store import Sample, Step
 from anatomy.units import mib_text
 from anatomy.views import text
 from anatomy.views.style import COMPONENT_LABELS as LABELS
 from anatomy.views.style import MOMENT_LABELS
-from anatomy.vocabulary import PHASE_NAMES, Part, Phase, Precision, RecordedBy, Status, Strategy
+from anatomy.vocabulary import PHASE_NAMES, Part, Phase, Precision, RecordedBy, Status
 
 # The totals say what they add up: with the measured CUDA context below the parts, or without.
 ALL_AT_ONCE = {False: "all at once", True: "context + all parts"}
@@ -114,6 +118,44 @@ def kept_model_basis(report: RunReport) -> str | None:
             "whatever became of the file since.")
 
 
+def measured_batch_line(report: RunReport) -> str | None:
+    """Which micro-batch a run on a dataset is measured next to predicted at: the one its
+    activations were measured on; None for other runs (and for one stored before the probe said
+    which: it is predicted at its longest batch)."""
+    batch = text.measured_text_batch(report)
+    if batch is None:
+        return None
+    allocator = (" The allocator's peaks are those of the first steps whose micro-batches all "
+                 "had that shape." if report.on_gpu else "")
+    return (f"Measured and predicted at the micro-batch the activations were measured on: "
+            f"{text.batch_words(batch)}. Padded to each batch's own longest text, the first steps' batches "
+            "differ: the prediction is made for this one, so that both columns describe the same "
+            f"batch.{allocator}")
+
+
+def reach_line(report: RunReport, reach: DataReach) -> str:
+    """What a run's data can reach: the prediction at its longest batch, beside the run's
+    sampled peak over every step (RSS or NVML, as the run measured it)."""
+    prediction, steps = reach.prediction, report.steps
+    over = " over all its " + (f"{steps:,} steps" if steps else "steps")
+    sampled = measured_peak(report)
+    if report.on_gpu:
+        predicted = (f"{mib_text(prediction.nvml_peak)} as NVML counts it "
+                     f"({mib_text(prediction.peak)} for tensors)" if prediction.nvml_peak is not None
+                     else f"{mib_text(prediction.peak)} for tensors (this GPU has no calibrated "
+                          "constants for NVML's figure)")
+        figure = "NVML, over the baseline"
+    else:
+        expected = cpu_peak(report, prediction)
+        predicted = (f"{mib_text(prediction.peak)} for tensors" if expected is None else
+                     f"{mib_text(expected.peak)} of RSS ({mib_text(prediction.peak)} for tensors "
+                     "+ what the process held before training)")
+        figure = rss_peak_label(report).removeprefix("peak (").removesuffix(")")
+    measured = ("no sample" if sampled is None else f"{mib_text(sampled)} ({figure})")
+    return (f"What the data can reach: its longest batch, {text.batch_words(reach.longest)}, is predicted "
+            f"to peak at {predicted}. The run's sampled peak{over}: {measured}.")
+
+
 def no_components(report: RunReport) -> str:
     """Why a run has no measured components, for the way it was recorded."""
     return {
@@ -141,9 +183,68 @@ def no_training(report: RunReport) -> str:
     return "This run never reached the training phase."
 
 
-def first_steps_caption(report: RunReport) -> str:
+# A step's peak within this share of the highest is the same memory: CPU RSS readings differ by
+# a few pages from one step to the next.
+REPEATS_WITHIN = 0.02
+
+
+class Repetition(NamedTuple):
+    """How the steps after the first compare: each step's peak is the highest sample from the
+    end of the step before to its own end."""
+    repeats: bool
+    low: int  # bytes: the lowest and the highest peak of a step from step 2 on
+    high: int
+    lengths: tuple[int, int] | None  # the batches' shortest and longest sequence, where they differ
+
+    def note(self) -> str:
+        """The first-steps chart's note at step 2's end."""
+        if self.repeats:
+            return "from step 2 on, the memory repeats"
+        return ("from step 2 on, the memory follows each batch's length" if self.lengths else
+                "from step 2 on, the memory differs from step to step")
+
+    def sentence(self) -> str:
+        """The same in the caption, with its figures."""
+        if self.repeats:
+            return f"From step 2 on the memory repeats: every step peaks at {mib_text(self.high)}."
+        spread = f"its steps peak at {mib_text(self.low)} to {mib_text(self.high)}"
+        if self.lengths:
+            shortest, longest = self.lengths
+            return (f"From step 2 on the memory does not repeat: {spread}, as each batch is "
+                    f"as long as its longest example ({shortest} to {longest} tokens).")
+        return f"From step 2 on the memory does not repeat: {spread}."
+
+
+def repetition(report: RunReport, samples: Sequence[Sample], steps: Sequence[Step]
+               ) -> Repetition | None:
+    """Whether the memory repeats from step 2 on, judged from the steps' peaks (on the GPU the
+    run trains on); None before two steps after the first have samples."""
+    training = report.training
+    rows = sorted((s for s in samples if s.gpu == report.gpu), key=lambda s: s.t)
+    if training is None or not rows:
+        return None
+    times = np.array([s.t for s in rows])
+    used = np.array([s.used for s in rows])
+    ends = [training.start_s, *(s.t for s in steps)]
+    peaks, lengths = [], []
+    for step, start, end in zip(steps, ends, ends[1:]):
+        first, last = np.searchsorted(times, [start, end], side="right")
+        if step.step >= 2 and last > first:
+            peaks.append(int(used[first:last].max()))
+            if step.seq_len is not None:
+                lengths.append(step.seq_len)
+    if len(peaks) < 2:
+        return None
+    low, high = min(peaks), max(peaks)
+    return Repetition(high - low <= REPEATS_WITHIN * high, low, high,
+                      (min(lengths), max(lengths)) if lengths and min(lengths) < max(lengths)
+                      else None)
+
+
+def first_steps_caption(report: RunReport, repeated: Repetition | None) -> str:
     """How the first steps build what training keeps, in the run's own terms: its optimizer where
-    it is known to be AdamW, its steps as the Trainer or run.step() reported them."""
+    it is known to be AdamW, whether its steps repeat, its steps as the Trainer or run.step()
+    reported them."""
     optim = report.ran_with.optim
     states = (" (AdamW: two fp32 tensors a parameter)"
               if isinstance(optim, str) and optim.startswith("adamw") else "")
@@ -151,8 +252,9 @@ def first_steps_caption(report: RunReport) -> str:
                 else "the Trainer reports it")
     return ("Step 1 builds what the rest of training keeps: its forward pass makes the "
             "activations, its backward pass frees them as the gradients appear, and its optimizer "
-            f"step creates the optimizer states{states}. From step 2 on the memory repeats. A "
-            f"dotted line is the end of a step as {reported}."
+            f"step creates the optimizer states{states}. "
+            + ("" if repeated is None else repeated.sentence() + " ")
+            + f"A dotted line is the end of a step as {reported}."
             + (" The caching allocator keeps what it reserved, so NVML's curve rises and stays up."
                if report.on_gpu else ""))
 
@@ -216,18 +318,24 @@ def component_rows(report: RunReport, prediction: Prediction) -> list[ComponentR
     row("peak (tensors)", measured.peak_allocated, prediction.peak,
         f"the allocator's peak; predicted in the {prediction.peak_at}" if on_gpu else
         "the CPU keeps no allocator statistics: not measured")
+    # A dataset's run: the peak sampled over every step held other batches than the one
+    # predicted here; it is held against the longest batch's prediction apart (`reach_line`).
+    every_step = text.measured_text_batch(report) is not None
+    apart = "sampled over every step's batch: see what the data can reach"
     if on_gpu:
         row("allocator cache", measured.allocator_cache, prediction.allocator_cache,
             "reserved − allocated at the peak (simulated)")
-        row("outside PyTorch", measured.non_torch, prediction.outside,
-            "NVML's peak − context − reserved; calibrated")
-        row("peak (NVML, over the baseline)", measured.peak, prediction.nvml_peak,
-            "context + tensors + allocator cache + outside PyTorch" + _workspace_band(prediction))
+        row("outside PyTorch", measured.non_torch, None if every_step else prediction.outside,
+            apart if every_step else "NVML's peak − context − reserved; calibrated")
+        row("peak (NVML, over the baseline)", measured.peak,
+            None if every_step else prediction.nvml_peak,
+            apart if every_step else "context + tensors + allocator cache + outside PyTorch"
+            + _workspace_band(prediction))
     else:
-        expected = cpu_peak(report, prediction)
+        expected = None if every_step else cpu_peak(report, prediction)
         row(rss_peak_label(report), measured_peak(report),
             None if expected is None else expected.peak,
-            "tensors' peak + the process (not predicted)")
+            apart if every_step else "tensors' peak + the process (not predicted)")
     return rows
 
 
@@ -411,8 +519,7 @@ def rank_rows(report: RunReport, predicted: RankPrediction | None) -> list[RankR
         for name in (Part.WEIGHTS, Part.GRADIENTS, Part.OPTIMIZER_STATES, Part.ACTIVATIONS):
             add(name.replace("_", " "), getattr(parts, name), guess.get(name))
         if predicted is not None and predicted.communication:
-            what = ("DDP's gradient buckets" if predicted.strategy == Strategy.DDP
-                    else "FSDP's all-gather and reduce-scatter buffers")
+            what = strategies.named(predicted.strategy).communication
             add(what + " (in the peak)", None, predicted.communication)
         # The CPU keeps no allocator: its peak of tensors is predicted only, named as one run's.
         add("allocator's peak" if report.on_gpu else "peak (tensors)", parts.peak_allocated,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-from anatomy.analysis import data, duration, models
+from anatomy.analysis import breakdown, data, duration, models
 from anatomy.analysis.lengths import TextBatch
 from anatomy.analysis.machine import Machine
 from anatomy.analysis.options import Checked, RunOptions
@@ -42,6 +42,12 @@ class PhaseState(Name):
     DONE = "done"
     OPEN = "open"  # it lasts
     PENDING = "pending"  # not reached
+
+
+# Under a field the form greys out while a dataset is set: why (analysis/options.DATA_DECIDES).
+DATASET_DECIDES = {"seq_len": "Ignored with a dataset: its texts and the padding make each "
+                              "batch's length.",
+                   "dataset_size": "Ignored with a dataset: its texts are the data."}
 
 
 class PhaseMetric(NamedTuple):
@@ -201,10 +207,13 @@ def _target(options: RunOptions, machine: Machine) -> tuple[str, str | None, int
     return "cpu", None, machine.ram_total, f"this machine's {gib_text(machine.ram_total)} of RAM"
 
 
-def memory_forecast(checked: Checked, machine: Machine) -> Forecast:
+def memory_forecast(checked: Checked, machine: Machine, store: Store | None = None
+                    ) -> Forecast:
     """What the run form says before a run starts: the predicted need, and a warning when it is
     more than the device holds (options judged already: wrong ones get no forecast, the form
-    shows their errors)."""
+    shows their errors). On a CPU, one process: the RSS in all, the process itself as the latest
+    CPU run in `store` held it before training (the Anatomy page's figure,
+    `breakdown.stored_cpu_peak`)."""
     options = checked.options
     device, gpu_name, total, where = _target(options, machine)
     try:
@@ -233,6 +242,14 @@ def memory_forecast(checked: Checked, machine: Machine) -> Forecast:
             warning = (f"predicted peak {gib_text(need)} is more than {where}: "
                        "this run will most likely end out of memory")
         return Forecast(line, warning, data=found.batches if found else None)
+    stored = (breakdown.stored_cpu_peak(store, forecast)
+              if device == "cpu" and store is not None and found is None else None)
+    if stored is not None:
+        run_id, expected = stored
+        line = (f"this run should need about {size_text(expected.rss)} of RAM in all: "
+                f"{size_text(expected.tensors)} for tensors (peak: {forecast.peak_at}) and "
+                f"{size_text(expected.process)} for the process itself (the interpreter, torch's "
+                f"libraries, the data: as run {run_id} held them before training)")
     try:
         warning = _fit_warning(options, device, gpu_name, total, where, longest)
     except PredictionError as error:
@@ -255,14 +272,14 @@ def _fit_warning(options: RunOptions, device: str, gpu_name: str | None, total: 
 def run_forecast(checked: Checked, machine: Machine, store: Store) -> Forecast:
     """What the run form says before a run starts: the memory it should need and how long it
     should take (from the runs stored here, `analysis.duration`)."""
-    memory = memory_forecast(checked, machine)
+    memory = memory_forecast(checked, machine, store)
     if memory.line is None:
         return memory
     options = checked.options
-    if memory.data is not None:  # its steps are the dataset's
-        options = options.with_texts(memory.data.lengths.texts)
     device_name = machine.devices[options.gpu].name if machine.has_gpu else None
-    estimate = duration.estimate(store, options, machine.backend, device_name)
+    # A dataset's run: its steps are its texts', its tokens a step its typical batch's.
+    estimate = duration.estimate(store, options, machine.backend, device_name,
+                                 memory.data.facts if memory.data is not None else None)
     return memory._replace(duration=estimate.line())
 
 

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from anatomy.analysis.models import display_name
 from anatomy.analysis.report import IMPORTED, RunListing
 from anatomy.units import in_mib
 
 PEAK = in_mib("Peak")  # the figure the list is for
 
 COLUMNS = {  # RunListing field: the table's heading. What tells runs apart comes first.
-    "id": "Run", "device": "Device", "status": "Status", "peak_mb": PEAK,
-    "samples_per_second": "Samples/s", "time_s": "Time (s)", "name": "Name", "model": "Model",
+    "id": "Run", "name": "Name", "model": "Model", "device": "Device", "status": "Status",
+    "peak_mb": PEAK, "samples_per_second": "Samples/s", "time_s": "Time (s)",
     "processes": "Processes", "batch_size": "Batch", "seq_len": "Seq len",
     "precision": "Precision", "lora_rank": "LoRA rank", "gradient_checkpointing": "Checkpointing",
     "grad_accum": "Accum", "optim": "Optimizer", "source": "Started by", "tags": "Tags",
@@ -21,6 +22,8 @@ def _cell(row: RunListing, key: str):
     value = getattr(row, key)
     if key == "source":  # "anatomy": its own worker (the form, `anatomy run`, a sweep)
         return (value or "anatomy") + (f" ({IMPORTED})" if row.imported else "")
+    if key == "model" and value:
+        return display_name(value)  # a config file's path by its name, as the pickers say it
     return value.removeprefix("NVIDIA ") if key == "device" else value  # a narrow column
 
 
@@ -39,7 +42,12 @@ NOTHING_PLOTTED = ("No run of this list has both a peak and a speed to place her
                    "second: what a completed run of anatomy's own or of a Trainer reports).")
 
 
-ALWAYS = ("Run", PEAK)  # which run, and the figure the list is for
+# Which run (its id, its name, its model: what a user tells runs apart by), and the figure the
+# list is for: shown at any width, the name and the model in at most WIDEST pixels each, which
+# hold a model class's name ("BertForSequenceClassification") and a name of 20 characters (a
+# longer one is cut in the table; the heading below it says it whole).
+ALWAYS = ("Run", "Name", "Model", PEAK)
+WIDEST = {"Name": 180, "Model": 250}
 
 
 def by_use(table: list[dict]) -> list[str]:

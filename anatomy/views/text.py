@@ -5,10 +5,11 @@ says it the same way."""
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import datetime
 
-from anatomy.analysis.components import partial_micro_batch
-from anatomy.analysis.lengths import Lengths
+from anatomy.analysis.components import measured_batch, partial_micro_batch
+from anatomy.analysis.lengths import Lengths, TextBatch, longest_batches
 from anatomy.analysis.models import display_name
 from anatomy.analysis.report import (
     IMPORTED,
@@ -18,7 +19,7 @@ from anatomy.analysis.report import (
     RunReport,
     known_options,
 )
-from anatomy.store import RunRow, TrainingData, checks
+from anatomy.store import RunRow, Step, TrainingData, checks
 from anatomy.units import in_mib, mib_text
 from anatomy.vocabulary import Backend, MemoryApi, RecordedBy, Status, phase_name
 
@@ -35,10 +36,11 @@ def source(backend: Backend, memory_api: MemoryApi | None) -> str:
 
 def occupied_line(memory_bytes: int | None, backend: Backend) -> str:
     """The walkthrough's line, `GPU memory occupied: N MiB.` (N = bytes // 2**20, as it computes:
-    its "MB" is a MiB)."""
-    value = "?" if memory_bytes is None else mib_text(memory_bytes)
+    its "MB" is a MiB). A phase shorter than the sampling interval has no reading: it says so."""
     what = "GPU memory" if backend == Backend.NVML else "CPU memory (RSS)"
-    return f"{what} occupied: {value}."
+    if memory_bytes is None:
+        return f"{what} occupied: not sampled (the phase ended between two readings)."
+    return f"{what} occupied: {mib_text(memory_bytes)}."
 
 
 def phase_line(report: RunReport, phase: PhaseReading, rank: RankReading | None = None) -> str:
@@ -136,13 +138,27 @@ def no_samples(report: RunReport) -> str:
             "reading, so there is no curve to draw.")
 
 
-def steps_caption(report: RunReport) -> str:
+def steps_caption(report: RunReport, steps: Sequence[Step]) -> str:
     """What the loss and step-time chart shows, for the way the run was recorded."""
     if report.recorded_by == RecordedBy.PHASE_API:
         return ("The loss each run.step(loss=…) reported, and the time each step took from the "
                 "end of the one before.")
-    return ("The Trainer's loss at each step (logged every step) and the time each step took, "
-            "from the end of the one before; step 1 also holds the Trainer's first-step setup.")
+    return (f"The Trainer's loss {_logged(steps)} and the time each step took, from the end of "
+            "the one before; step 1 also holds the Trainer's first-step setup.")
+
+
+def _logged(steps: Sequence[Step]) -> str:
+    """How often the Trainer logged the loss, from the steps that carry one (its logging_steps;
+    a first step logged apart, logging_first_step, aside)."""
+    logged = [s.step for s in steps if s.loss is not None]
+    if not logged:
+        return "(none logged: its logging_steps is more than the steps it ran)"
+    gaps = {b - a for a, b in zip(logged[1:], logged[2:])} or {logged[-1] - logged[0]}
+    if len(logged) == len(steps):
+        return "at each step (logged every step)"
+    if len(gaps) == 1 and (every := gaps.pop()) > 0:
+        return f"every {every} steps, as it logged it ({len(logged)} of {len(steps)} steps)"
+    return f"at the {len(logged)} of {len(steps)} steps it logged"
 
 
 def model_origin(report: RunReport) -> str | None:
@@ -167,9 +183,41 @@ def partial_micro_batch_words(report: RunReport) -> str | None:
     samples = partial_micro_batch(report.components, batch)
     if samples is None:
         return None
+    # A run on a dataset that said which batch it measured is predicted at that batch.
+    predicted = samples if measured_text_batch(report) else batch
     return (f"This run never had a full micro-batch of {batch} samples (its data held fewer): "
             f"its activations were measured on a micro-batch of {samples}, and the prediction is "
-            f"for {batch}.")
+            f"for {predicted}.")
+
+
+def measured_text_batch(report: RunReport) -> TextBatch | None:
+    """The micro-batch of a run on a dataset that its components were measured on; None for
+    other runs and for one stored before the probe said which."""
+    if not report.options.on_dataset:
+        return None
+    return measured_batch(report.components, report.environment.data)
+
+
+def batch_words(batch: TextBatch) -> str:
+    """A micro-batch of texts in words: "4 × 17 tokens, its texts 5 to 17 tokens long"."""
+    shortest = min(batch.lengths, default=batch.padded_to)
+    if shortest == batch.padded_to:
+        return f"{batch.words()}, without padding"
+    return f"{batch.words()}, its texts {shortest:,} to {max(batch.lengths):,} tokens long"
+
+
+def measured_batch_words(report: RunReport) -> str | None:
+    """`show`'s line under a dataset's run's components: the micro-batch they were measured on
+    (the first steps' batches differ), and the longest its data can form."""
+    batch, data = measured_text_batch(report), report.environment.data
+    if batch is None:
+        return None
+    longest = longest_batches(Lengths(data.lengths or ()), report.options.batch_size,
+                              data.padding or report.options.padding, data.max_length or 0)[0]
+    return (f"measured on a micro-batch of {batch_words(batch)}; the data's longest batch: "
+            f"{longest.words()} (`anatomy predict` with the run's options predicts its peak)")
+
+
 def data_line(data: TrainingData) -> str:
     """What a run on a dataset trained on, in a line: the data, its split and column, the
     tokenizer, the padding and where texts were cut, and its texts' lengths."""

@@ -108,13 +108,16 @@ def kill_all(processes: list[psutil.Process]) -> None:
 # --- a dashboard server, as `anatomy dashboard` starts one ---
 
 def serve(argv: list[str], *, cwd: Path, log_path: Path, env: dict | None = None,
-          timeout: float = 90):
+          timeout: float = 90, start_new_session: bool = False):
     """Start `argv` (an `anatomy dashboard` command line, its `--port` given by the caller as
-    `{port}`) and wait until Streamlit answers its health check. Returns (process, url, log)."""
+    `{port}`) and wait until Streamlit answers its health check. Returns (process, url, log).
+    `start_new_session`: the server leads a process group of its own, as a terminal's job or a
+    service does."""
     port = free_port()
     log = log_path.open("w+")
     process = subprocess.Popen([arg.format(port=port) for arg in argv], cwd=cwd, env=env,
-                               stdout=log, stderr=subprocess.STDOUT)
+                               stdout=log, stderr=subprocess.STDOUT,
+                               start_new_session=start_new_session)
     url = f"http://localhost:{port}"
     try:
         wait_until(lambda: healthy(url), timeout, "the dashboard to answer its health check",

@@ -56,6 +56,14 @@ def test_the_plain_loop_records_its_phases_and_steps_with_the_phase_api(store):
     assert rep.source.kind == "script" and rep.source.script.endswith("plain_loop.py")
     assert [(s.step, s.total) for s in store.steps(rep.id)] == [(1, 3), (2, 3), (3, 3)]
     assert all(s.loss is not None for s in store.steps(rep.id))
+    # run.step(batch_size=4): its batch size and speed, as a Trainer's run has them (before:
+    # no samples/s on any page, nor in `show`)
+    assert rep.ran_with.batch_size == 4 and rep.summary.steps == 3
+    assert rep.summary.samples_per_second > 0
+    shown = subprocess.run([sys.executable, "-m", "anatomy", "show", str(rep.id)],
+                           capture_output=True, text=True, timeout=120, cwd=PROJECT,
+                           env=_env(store))
+    assert "Samples/second: " in shown.stdout, shown.stdout + shown.stderr
     # a title names the script by its file (the full path is the run's origin, on its own line)
     assert rep.title().endswith("(script plain_loop.py)") and rep.origin.endswith("plain_loop.py")
     _assert_libraries(rep)
@@ -139,7 +147,8 @@ def test_watch_joins_the_phases_the_command_marks(store):
     assert len(said) == len(rep.phases)  # each once
     # The script's anatomy.start(name=…) names the watch's run (it was the command line).
     assert rep.name == "plain loop: tiny GPT-2"
-    assert rep.title().startswith(f"Run {rep.id}: plain loop: tiny GPT-2 on ")
+    # Its steps' batch size (run.step(batch_size=…)) is the run's, as a Trainer's is.
+    assert rep.title().startswith(f"Run {rep.id}: plain loop: tiny GPT-2 — batch size 4 on ")
 
 
 # A command that holds 50 MB until the watch has stored a few samples of it (a fixed sleep ends

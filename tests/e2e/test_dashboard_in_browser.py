@@ -7,10 +7,13 @@ exported chart that holds its labels."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 from anatomy.analysis.report import report
@@ -18,7 +21,7 @@ from anatomy.store import Store
 from anatomy.views import export
 from anatomy.views.live import summary_lines
 from tests.conftest import PROJECT, USERS_SHAPES, seed_users_run
-from tests.e2e.conftest import ARTIFACTS, serve, stop
+from tests.e2e.conftest import ARTIFACTS, HANG_SECONDS, left, serve, stop
 from tools import demo_store
 from tools.browser import WAIT_MS, wait_for_charts
 
@@ -200,6 +203,25 @@ def _stop_log(log) -> str:
     return log.read()
 
 
+def test_enter_in_a_run_option_keeps_its_value_and_starts_nothing(server, chromium):
+    from playwright.sync_api import expect
+
+    url, store, log = server
+    page = chromium.new_page(viewport=NARROW)
+    page.goto(url)
+    batch = page.get_by_role("spinbutton", name="Batch size", exact=True)
+    batch.fill("6")
+    batch.press("Enter")
+    page.get_by_role("spinbutton", name="Dataset size", exact=True).press("Enter")
+    # A button of the form that starts nothing: its answer comes after whatever Enter sent.
+    page.get_by_role("button", name="Predict memory and time").click()
+    expect(page.get_by_text("steps ×").first).to_be_visible(timeout=RUN_SECONDS * 1000)
+    assert store.runs() == []
+    assert page.get_by_text("No run in progress").count() == 1
+    assert batch.input_value() == "6"  # kept, and sent with the form's button
+    assert "Traceback" not in _stop_log(log)
+
+
 def test_stop_answers_at_once_and_nothing_is_cut_at_1000_px(server, chromium):
     from playwright.sync_api import expect
 
@@ -223,6 +245,45 @@ def test_stop_answers_at_once_and_nothing_is_cut_at_1000_px(server, chromium):
     (run,) = store.runs()
     assert run.status == "stopped"
     assert "Traceback" not in _stop_log(log)
+
+
+# The dashboard's process group as a terminal or a service manager signals it, and its server
+# alone (`kill PID`).
+STOPPED_BY = {signal.SIGINT: "Ctrl-C (SIGINT)", signal.SIGTERM: "SIGTERM",
+              signal.SIGHUP: "SIGHUP: its terminal was closed"}
+
+
+@pytest.mark.parametrize("to_group", [True, False], ids=["its-group", "its-server-alone"])
+@pytest.mark.parametrize("signum", list(STOPPED_BY), ids=lambda s: signal.Signals(s).name)
+def test_stopping_the_dashboard_stops_its_run_recorded_as_stopped_and_leaves_no_process(
+        tmp_path, chromium, signum, to_group):
+    store_path = tmp_path / "anatomy.sqlite"
+    process, url, log = serve([sys.executable, "-m", "anatomy", "dashboard", "--port", "{port}",
+                               "--store", str(store_path)], cwd=PROJECT,
+                              log_path=tmp_path / "server.log", start_new_session=True)
+    try:
+        page = chromium.new_page(viewport=NARROW)
+        page.goto(url)
+        page.get_by_role("spinbutton", name="Max steps", exact=True).fill("100000")
+        page.get_by_role("spinbutton", name="Sequence length", exact=True).fill("32")
+        page.get_by_role("button", name="Start", exact=True).click()
+        store = Store(store_path, read_only=True)
+        # Training: every process of the run is there, and samples are stored.
+        page.get_by_text("training (now)").wait_for(timeout=RUN_SECONDS * 1000)
+        (run,) = store.runs()
+        processes = psutil.Process(process.pid).children(recursive=True)
+        assert psutil.pid_exists(run.worker_pid) and len(processes) >= 2
+        page.close()  # the tab goes first; the run goes on
+        (os.killpg if to_group else os.kill)(process.pid, signum)
+        process.wait(timeout=HANG_SECONDS)
+    finally:
+        text = stop(process, log)
+    run = store.run(run.id)
+    assert (run.status, run.error) == ("stopped",
+                                       f"stopped with the dashboard, by {STOPPED_BY[signum]}")
+    assert store.sample_count(run.id) > 0 and report(store, run.id).training is not None
+    assert left(processes) == []
+    assert "Traceback" not in text, text
 
 
 def test_a_fresh_servers_first_page_has_the_apps_navigation_and_fetches_nothing_elsewhere(
@@ -291,6 +352,57 @@ def test_at_1000_px_no_label_overlaps_another_or_leaves_its_chart(every_kind_of_
             problems[f"{path} metrics"] = cut
         page.screenshot(path=ARTIFACTS / f"narrow{path.split('?')[0].replace('/', '-')}.png",
                         full_page=True)
+    assert problems == {}
+
+
+# The Live page's picture as drawn: its text's size, its plot, its y ticks, the labels of the
+# phases' ends and of the bands.
+PICTURE_LAYOUT = """() => {
+  const picture = document.querySelector('svg.anatomy-chart');
+  const box = e => { const r = e.getBoundingClientRect();
+    return {text: e.textContent, left: r.left, right: r.right, top: r.top, bottom: r.bottom}; };
+  const scale = picture.getBoundingClientRect().width / picture.viewBox.baseVal.width;
+  const tick = picture.querySelector('text.y-tick');
+  return {tick_px: parseFloat(tick.getAttribute('font-size')) * scale,
+          plot: box(picture.querySelector(':scope > rect')),
+          ticks: [...picture.querySelectorAll('text.y-tick')].map(box),
+          ends: [...picture.querySelectorAll('g.point-label rect')].map(box),
+          bands: [...picture.querySelectorAll('g.band-label rect')].map(box)};
+}"""
+
+
+def _meet(a: dict, b: dict) -> bool:
+    return (a["left"] < b["right"] - 1 and b["left"] < a["right"] - 1
+            and a["top"] < b["bottom"] - 1 and b["top"] < a["bottom"] - 1)
+
+
+def test_the_live_chart_reads_at_1000_px_and_is_seen_whole_at_1280_by_800(every_kind_of_run,
+                                                                            chromium):
+    """At 1,000 px the picture's ticks were 7 px, the baseline's "39 MB" covered the tick
+    "100" and the short phases' labels stacked over the curve's start; at 1280 x 800 the chart
+    began below the window's edge."""
+    url, runs = every_kind_of_run
+    problems = {}
+    for shape in ("gpu", "phase api"):
+        for width, height in ((1000, 900), (1280, 800)):
+            page = chromium.new_page(viewport={"width": width, "height": height})
+            page.goto(f"{url}/?run={runs[shape]}")
+            wait_for_charts(page)
+            page.wait_for_timeout(1000)
+            drawn = page.evaluate(PICTURE_LAYOUT)
+            page.screenshot(path=ARTIFACTS / f"live-chart-{width}-{shape.replace(' ', '-')}.png")
+            found = {
+                "ticks under 10.5 px": [] if drawn["tick_px"] >= 10.5 else [drawn["tick_px"]],
+                "a tick covered": [(end["text"], tick["text"]) for end in drawn["ends"]
+                                   for tick in drawn["ticks"] if _meet(end, tick)],
+                "a band label in the plot": [band["text"] for band in drawn["bands"]
+                                             if band["bottom"] > drawn["plot"]["top"] + 1],
+                "the plot below the window": [] if drawn["plot"]["bottom"] <= height else
+                [drawn["plot"]["bottom"]],
+            }
+            found = {what: items for what, items in found.items() if items}
+            if found:
+                problems[f"{shape} at {width} px"] = found
     assert problems == {}
 
 

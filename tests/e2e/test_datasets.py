@@ -12,9 +12,13 @@ import sys
 
 import pytest
 
-from anatomy.analysis.breakdown import predicted
+from anatomy.analysis.breakdown import data_reach, predicted
+from anatomy.analysis.lengths import TextBatch
 from anatomy.analysis.report import report
 from anatomy.store import Store
+from anatomy.views import anatomy as anatomy_view
+from anatomy.views.text import measured_text_batch
+from tests.conftest import make_text_data
 
 COMPARED = ("weights", "gradients", "optimizer_states", "activations")
 
@@ -69,6 +73,39 @@ def test_the_cpu_prediction_at_the_longest_batch_is_what_the_run_measures(text_d
         sorted(text_data.lengths)
     assert {k: getattr(predicted(rep), k) for k in COMPARED} == measured
     assert said["dataset"]["longest_padded_to"] == (40 if case == "max_length" else 30)
+
+
+# Twelve texts, batches of four: each of a shuffled epoch's three batches is padded to its own
+# longest text, and the probe measures the third.
+VARIED = (9, 30, 5, 17, 12, 8, 25, 6, 14, 11, 20, 7)
+
+
+def test_the_measured_components_are_predicted_at_the_batch_they_were_measured_on(tmp_path):
+    """Padded to each batch's longest, the steps the probe measures hold whatever batches the
+    shuffle drew, not the longest: the run's own prediction is made at the batch it measured
+    (equal to the byte on this CPU), and the longest batch's apart, as what the data can reach
+    (tiny-llama measured 1,071,416 bytes of activations on the shuffle's 4 × 17 tokens, and was
+    held against 1,903,208 predicted at the longest batch, 4 × 30)."""
+    texts = make_text_data(tmp_path / "data", VARIED)
+    store = tmp_path / "runs.sqlite"
+    run = anatomy("run", "--model", "tiny-llama", "--max-steps", "3", "--sample-rate", "50",
+                  "--batch-size", "4", *_data_flags(texts.dataset, texts), store=store)
+    assert run.returncode == 0, run.stderr
+    rep = report(Store(store), 1)
+    measured = {k: getattr(rep.components, k) for k in COMPARED}
+    batch = measured_text_batch(rep)
+    assert batch is not None and batch.size == 4 and batch.padded_to == max(batch.lengths)
+    reach = data_reach(rep)
+    assert reach.longest == TextBatch((30, 25, 20, 17), 30) and reach.measured == batch
+    assert batch != reach.longest  # the batch measured is not the longest: the case at hand
+    assert {k: getattr(predicted(rep), k) for k in COMPARED} == measured
+    assert reach.prediction.activations > measured["activations"]
+    shown = anatomy("show", "1", store=store)
+    assert f"measured on a micro-batch of {batch.words()}" in shown.stdout
+    assert "the data's longest batch: 4 × 30 tokens" in shown.stdout
+    assert anatomy_view.reach_line(rep, reach).startswith(
+        "What the data can reach: its longest batch, 4 × 30 tokens, its texts 17 to 30 tokens "
+        "long, is predicted to peak at ")
 
 
 def test_bad_input_to_run_is_one_line_and_starts_nothing(text_data, tmp_path):

@@ -1,8 +1,10 @@
-"""The depth extrapolation held to full traces: for every tiny architecture and the models of
-transformers' defaults that carry a feature of their own (encoder-decoders, experts), the
-recording at six layers and the one at four extrapolated are the same events, the same counts and
-the same replay. Each case traces a whole model twice, seconds each: a proof for `make test`, not
-the edit loop (the extrapolation's quick checks: tests/unit/test_depth.py)."""
+"""The depth extrapolation held to full traces: for every tiny architecture, the models of
+transformers' defaults that carry a feature of their own (encoder-decoders, experts), and configs
+as save_pretrained writes them with per-layer fields and patterns of layers, the recording at
+their depth and the one of the stand-in (four blocks of layers) extrapolated are the same
+events, the same counts and the same replay. Each case traces a whole model twice, seconds each:
+a proof for `make test`, not the edit loop (the extrapolation's quick checks:
+tests/unit/test_depth.py)."""
 
 from __future__ import annotations
 
@@ -10,12 +12,13 @@ import dataclasses
 
 import pytest
 
+from anatomy.analysis import models
 from anatomy.analysis.prediction import layers, recordings, replay
 from anatomy.analysis.prediction.device_constants import DEFAULT
 from anatomy.analysis.prediction.tracing import record as record_module
 from anatomy.analysis.prediction.tracing.record import record
 from anatomy.analysis.prediction.tracing.trainer_step import StepOptions
-from tests.depth import DEEP, at_depth, canonical
+from tests.depth import DEEP, at_depth, canonical, saved
 
 # (precision, checkpointing, accumulation, optimizer, LoRA rank, kernels: the CUDA emulation's
 # or the CPU's, whose activations are what autograd saved; the CPU's are fp32). Each
@@ -47,6 +50,40 @@ ARCHITECTURES = {
     "mixtral": [("fp32", False, 2, "adagrad", 0, "cpu"),
                 ("bf16", True, 1, "sgd", 4, "cuda")],
 }
+# Configs as transformers' save_pretrained writes them, at their own depth (tests/depth.py's
+# `saved`), with the per-layer fields the stand-in cuts to the layers traced: Qwen2's
+# layer_types, all alike; Qwen2 with a sliding window from its third layer on (two first
+# layers of their own); Gemma 2's sliding and full attention in turn (two layers a block);
+# DeepSeek-V3.2's dense first layer then experts (mlp_layer_types) and indexed attention;
+# DINOv2's stages (stage_names, out_indices); LED, whose global-attention projections get no
+# gradient without global attention.
+SAVED = {
+    "qwen2-saved": ("qwen2", dict(num_hidden_layers=DEEP)),
+    "qwen2-window": ("qwen2", dict(num_hidden_layers=7, use_sliding_window=True,
+                                   sliding_window=8, max_window_layers=2)),
+    "gemma2-saved": ("gemma2", dict(num_hidden_layers=10)),
+    "deepseek_v32-saved": ("deepseek_v32", dict(
+        num_hidden_layers=DEEP, num_key_value_heads=4, first_k_dense_replace=1, n_routed_experts=4,
+        num_experts_per_tok=2, n_group=1, topk_group=1, moe_intermediate_size=32,
+        q_lora_rank=32, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=16,
+        v_head_dim=16, index_n_heads=2, index_head_dim=16, index_topk=8)),
+    "dinov2-saved": ("dinov2", dict(num_hidden_layers=DEEP, image_size=32, patch_size=8,
+                                    out_indices=[2, 4, 6])),
+    "led-saved": ("led", dict(d_model=16, encoder_layers=DEEP, decoder_layers=DEEP,
+                              encoder_attention_heads=2, decoder_attention_heads=2,
+                              encoder_ffn_dim=32, decoder_ffn_dim=32, vocab_size=128,
+                              max_encoder_position_embeddings=64,
+                              max_decoder_position_embeddings=64, attention_window=4)),
+}
+ARCHITECTURES.update({
+    "qwen2-saved": [("bf16", True, 2, "adamw_torch", 4, "cuda")],
+    "qwen2-window": [("fp32", False, 1, "sgd", 0, "cpu")],
+    "gemma2-saved": [("fp32", False, 2, "adamw_torch", 0, "cpu"),
+                     ("bf16", True, 1, "adagrad", 4, "cuda")],
+    "deepseek_v32-saved": [("bf16", False, 1, "adamw_torch_fused", 0, "cuda")],
+    "dinov2-saved": [("fp32", True, 1, "rmsprop", 0, "cpu")],
+    "led-saved": [("fp32", False, 1, "adamw_torch", 0, "cpu")],
+})
 # Where the template's events differ from the next layer's (DepthError), and the prediction
 # traces in full: T5 checkpointed (its first layer's position bias, an input of every later
 # layer, takes their gradients in turn; the second layer's recomputation frees in another order)
@@ -60,7 +97,7 @@ TRACED_IN_FULL = {("t5", True)}
                                             for case in cases],
                          ids=lambda v: v if isinstance(v, str) else "-".join(map(str, v)))
 def test_a_deep_recording_is_the_shallow_one_extrapolated_event_for_event(name, case,
-                                                                          monkeypatch):
+                                                                          monkeypatch, tmp_path):
     """An encoder (BERT), decoders (GPT-2, Llama, Qwen2), a vision model (ViT), encoder-decoders
     (T5, BART), a mixture of experts (Mixtral): the recording at DEEP layers and the one at four
     extrapolated are the same events, the same counts (autograd's saved storages too: the CPU's
@@ -68,30 +105,36 @@ def test_a_deep_recording_is_the_shallow_one_extrapolated_event_for_event(name, 
     prediction's own path is the full trace."""
     precision, checkpointing, accumulation, optim, rank, kernels = case
     step = StepOptions(precision, checkpointing, accumulation, optim, 2,
-                       0 if name == "tiny-vit" else 16)
+                       0 if name in ("tiny-vit", "dinov2-saved") else 16)
     kwargs = dict(kernels=kernels, calibration=DEFAULT, steps=3, lora_rank=rank)
-    shallow = record(at_depth(name, layers.DEPTH), step, layers=True, **kwargs)
-    full = record(at_depth(name, DEEP), step, **kwargs)
+    if name in SAVED:
+        model_type, settings = SAVED[name]
+        spec = models.resolve(str(saved(tmp_path / name, model_type, **settings)))
+    else:
+        spec = at_depth(name, DEEP)
+    stand_in, repeats = recordings.stand_in(spec, rank)
+    shallow = record(stand_in, step, blocks=repeats.traced, **kwargs)
+    full = record(spec, step, **kwargs)
     if (name, checkpointing) in TRACED_IN_FULL:
         with pytest.raises(layers.DepthError):
-            layers.extrapolate(shallow, DEEP)
+            layers.extrapolate(shallow, repeats.count)
 
-        def made_above(spec, step_, *, lora_targets=(), fsdp_world=0, **given):
+        def made_above(spec, step_, *, lora_targets=(), rank=None, **given):
             """The prediction's own path asks for the two recordings just made (not traced
             again): the same model, step and kernels at four layers, tagged, and at six."""
-            tagged = given.pop("layers", False)
+            tagged = given.pop("blocks", ()) == repeats.traced
             assert given.pop("workspaces", None) is None  # no measured workspaces asked for
-            assert (step_, given, lora_targets, fsdp_world) == (step, kwargs, (), 0)
+            assert (step_, given, lora_targets, rank) == (step, kwargs, (), None)
             depth = layers.depth_of(dict(spec.config))
             assert (depth, tagged) in ((layers.DEPTH, True), (DEEP, False)), (depth, tagged)
             return shallow if tagged else full
 
         monkeypatch.setattr(record_module, "record", made_above)
-        traced = recordings.trace(at_depth(name, DEEP), dataclasses.astuple(step),
-                                  device=kernels, calibration=DEFAULT, steps=3, lora_rank=rank)
+        traced = recordings.trace(spec, dataclasses.astuple(step), device=kernels,
+                                  calibration=DEFAULT, steps=3, lora_rank=rank)
         assert canonical(traced) == canonical(full)  # the prediction's own path: in full
         return
-    extrapolated = layers.extrapolate(shallow, DEEP)
+    extrapolated = layers.extrapolate(shallow, repeats.count)
     assert canonical(extrapolated) == canonical(full)
     steps = replay.stream(extrapolated, 3, accumulation), replay.stream(full, 3, accumulation)
     a, b = (replay.measure(s, cuda=kernels == "cuda") for s in steps)

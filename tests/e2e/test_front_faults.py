@@ -554,3 +554,26 @@ def test_while_the_disk_is_full_every_command_says_so_in_a_line(small_disk):
             assert result.stderr.startswith(f"error: the store {store.path}: the disk is full")
     finally:
         filler.unlink()
+
+
+# --- Ctrl-C pressed again while the run's ending is written ---
+
+@pytest.mark.parametrize("gap", [0.02, 0.15])
+def test_ctrl_c_twice_in_a_phase_api_script_stops_the_run(front, gap):
+    """The second Ctrl-C landed while the first one's stop was being written: "Error in
+    sys.excepthook … KeyboardInterrupt" from inside anatomy, and the run left running, later
+    read "failed: ended without a word". It is held until the ending is written."""
+    run = front("script")
+    run.recording()
+    os.killpg(run.pid, signal.SIGINT)
+    time.sleep(gap)
+    os.killpg(run.pid, signal.SIGINT)
+    code = run.finish()
+    assert code in (1, 130, -signal.SIGINT)
+    assert left(run.seen) == []
+    assert "Error in sys.excepthook" not in run.err
+    _no_traceback(run.err)
+    rep = run.stored()
+    assert (rep.status, rep.error) == ("stopped", "stopped by Ctrl-C (SIGINT)")
+    assert run.store().run(1, as_recorded=True).status == "stopped"  # written, not only read so
+    assert rep.samples == rep.samples_sent > 0

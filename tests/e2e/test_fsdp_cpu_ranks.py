@@ -13,6 +13,7 @@ import os
 
 import pytest
 
+from anatomy import strategies
 from anatomy.analysis import models
 from anatomy.analysis.prediction import replay
 from anatomy.analysis.prediction.tracing.trainer_step import StepOptions
@@ -147,7 +148,7 @@ def test_fsdp_ranks_on_the_cpu_are_predicted_to_the_byte():
         name, accumulation, options = case[0], case[3], _options(case)
         assert [rank for rank, *_ in measured] == list(range(WORLD)), case
         recording = record(models.resolve(name), options, kernels="cpu", steps=STEPS,
-                           fsdp_world=WORLD)
+                           rank=strategies.named("fsdp").recording_key(WORLD))
         predicted = replay.measure(replay.stream(recording, STEPS, accumulation), cuda=False)
         training = predicted.peak_allocated - predicted.weights_allocated
         for rank, peak, weights, activations in measured:

@@ -93,6 +93,11 @@ def test_pip_install_gives_the_cli_and_the_callback_without_streamlit_and_the_ex
     site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           capture_output=True, text=True, check=True).stdout.strip()
     (Path(site) / "users-libraries.pth").write_text(f"{users}\n")
+    # The package alone: the clone's app.py (`streamlit run app.py`) and its .streamlit/ stay
+    # there; installed, `anatomy dashboard` serves.
+    with zipfile.ZipFile(wheel) as archive:
+        assert {n.split("/")[0] for n in archive.namelist() if not n.startswith("anatomy-")} == \
+            {"anatomy"}, archive.namelist()
     pip(str(wheel))
     cli = subprocess.run([str(env_dir / "bin" / "anatomy"), "--help"], capture_output=True,
                          text=True, timeout=120, cwd=tmp_path)

@@ -4,6 +4,7 @@ its parent's run. Each a real script on this CPU, recorded into a store of its o
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -12,6 +13,7 @@ import textwrap
 
 import pytest
 
+from anatomy.analysis import transfer
 from anatomy.analysis.report import report
 from anatomy.store import Store
 from tests.conftest import PROJECT
@@ -395,3 +397,233 @@ def test_a_multiprocessing_child_that_records_itself_ends_its_run_as_its_target_
         "completes": ("completed", None),
         "raises": ("failed", "RuntimeError: the trial failed"),
         "exits 3": ("failed", "the script exited with code 3 (sys.exit)")}
+
+
+ALTERNATING = """
+import sys, time
+import anatomy
+
+held = []
+for round in range(int(sys.argv[1])):  # under watch, anatomy.start() again after run.end()
+    run = anatomy.start(name="alternating", kernel=False)
+    for k in range(3):
+        run.phase("training")
+        for step in range(2):
+            held.append(b"x" * (8 * 2**20))  # each training holds 16 MB more
+            time.sleep(0.1)
+            run.step(loss=1.0)
+        run.phase("eval")
+        time.sleep(0.2)
+    run.end()
+"""
+
+
+@pytest.mark.parametrize("front, rounds", [("script", 1), ("watch", 2)])
+def test_a_phase_named_again_keeps_each_occurrence_and_its_run_imports(tmp_path, front, rounds):
+    """A loop alternating run.phase("training") and run.phase("eval"): every training ended
+    where the last one did, all at the same memory; under watch, start() again after end()
+    stored steps 1, 2, … twice; and the run's export was refused by every import ("the
+    training phase appears twice")."""
+    (tmp_path / "script.py").write_text(ALTERNATING)
+    command = [sys.executable, "script.py", str(rounds)]
+    if front == "watch":
+        command = [sys.executable, "-m", "anatomy", "watch", "--", *command]
+    env = {**os.environ, "ANATOMY_STORE": str(tmp_path / "s.sqlite"), "PYTHONPATH": str(PROJECT)}
+    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=180)
+    assert result.returncode == 0, result.stderr
+    store = Store(tmp_path / "s.sqlite", read_only=True)
+    [run] = store.runs()
+    rep = report(store, run.id)
+    assert rep.status == "completed", rep.error
+    trainings = [p for p in rep.phases if p.name == "training"]
+    assert len(trainings) == 3 * rounds
+    assert all(p.done and p.start_s < p.end_s for p in rep.phases)
+    assert all(a.end_s <= b.start_s for a, b in zip(trainings, trainings[1:]))
+    memory = [p.memory_bytes for p in trainings[:3]]
+    assert memory == sorted(memory) and memory[2] - memory[0] >= 24 * 2**20, memory
+    assert rep.training == trainings[0]  # a reader naming the phase reads its first
+    assert [s.step for s in store.steps(run.id)] == list(range(1, 6 * rounds + 1))
+    target = Store(tmp_path / "imported.sqlite")
+    (imported,) = transfer.import_runs(target, json.dumps(transfer.export_runs(store, [run.id])))
+    assert report(target, imported).phases == rep.phases
+
+
+TRAINERS = """
+import sys, torch
+from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
+import anatomy
+
+if "start" in sys.argv:
+    anatomy.start(name="trainers", kernel=False)
+config = BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                    intermediate_size=64, vocab_size=100, max_position_embeddings=32)
+examples = [{"input_ids": torch.randint(5, 99, (16,)), "labels": i % 2} for i in range(12)]
+arguments = TrainingArguments(output_dir="out", per_device_train_batch_size=4, max_steps=2,
+                              logging_steps=1, report_to="none", save_strategy="no",
+                              disable_tqdm=True, use_cpu=True)
+
+def trainer():
+    return Trainer(model=BertForSequenceClassification(config), args=arguments,
+                   train_dataset=examples, callbacks=[anatomy.AnatomyCallback()])
+
+first, second = trainer(), trainer()
+first.train()
+if "start" in sys.argv:
+    first.train()  # again, as a resume or hyperparameter_search does
+second.train()
+"""
+
+
+@pytest.mark.parametrize("started", [True, False], ids=["anatomy.start()", "callbacks alone"])
+def test_several_trainers_and_trainings_in_one_script_are_each_recorded(tmp_path, started):
+    """Two Trainers in one script, one trained twice: in the script's run (anatomy.start())
+    each training ended at the last one's end and their steps 1, 2 were stored three times;
+    with the callbacks alone, the second Trainer (whose callback joined the first one's run)
+    trained unrecorded after the first had ended that run."""
+    result = _script(tmp_path, TRAINERS.replace('"start" in sys.argv', str(started)),
+                     timeout=300)
+    assert result.returncode == 0, result.stderr
+    store = Store(tmp_path / "s.sqlite", read_only=True)
+    reports = [report(store, run.id) for run in reversed(store.runs())]
+    assert all(r.status == "completed" for r in reports), [r.error for r in reports]
+    if started:
+        [rep] = reports
+        assert [p.name for p in rep.phases] == ["baseline", "weights", "weights", "training",
+                                                "training", "training"]
+        assert all(p.done for p in rep.phases)
+        assert [(s.step, s.total) for s in store.steps(rep.id)] == [
+            (1, 2), (2, 2), (3, 4), (4, 4), (5, 6), (6, 6)]
+    else:
+        assert [([p.name for p in r.phases], r.steps) for r in reports] == [
+            (["weights", "weights", "training"], 2), (["weights", "training"], 2)]
+
+
+FORKED_RECORDERS = """
+import os, sys
+import anatomy
+
+if __name__ == "__main__":
+    run = anatomy.start(name="parent", kernel=False)
+    run.phase("training")
+    children = []
+    for i in range(12):
+        run.step(loss=1.0)  # the parent's collector writes as it forks
+        pid = os.fork()
+        if pid == 0:
+            child = anatomy.start(name=f"child {i}", kernel=False)
+            child.phase("training")
+            child.step(loss=1.0)
+            child.end()
+            os._exit(0)
+        children.append(pid)
+    for pid in children:
+        os.waitpid(pid, 0)
+    run.end()
+"""
+
+
+def test_children_forked_while_the_parent_records_each_record_a_run_of_their_own(tmp_path):
+    """A child forked while its parent's collector was writing inherited SQLite's memory of the
+    parent's locks: 2 of 12 children's anatomy.start() waited 30 s on a lock nobody held and
+    recorded nothing ("another process holds it locked"), and children writing at once
+    corrupted the store ("database disk image is malformed"). A fork waits for the process's
+    store connections to close."""
+    result = _script(tmp_path, FORKED_RECORDERS, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "not recording" not in result.stderr and "could not be written" not in result.stderr
+    store = Store(tmp_path / "s.sqlite", read_only=True)
+    runs = {run.name: run for run in store.runs()}
+    assert sorted(runs) == sorted(["parent", *(f"child {i}" for i in range(12))])
+    assert {run.status for run in runs.values()} == {"completed"}
+    assert all(store.step_count(run.id) == 1 for name, run in runs.items() if name != "parent")
+    assert store.step_count(runs["parent"].id) == 12
+
+
+TRIALS_LEFT_OPEN = """
+import multiprocessing, sys, time
+import anatomy
+
+def trial(name):
+    run = anatomy.start(name=name, kernel=False)  # never ended by the trial
+    run.phase("training")
+    run.step(loss=1.0)
+    time.sleep(0.3)
+    if name == "fails":
+        raise RuntimeError("the trial failed")
+    return name
+
+if __name__ == "__main__":
+    with multiprocessing.get_context(sys.argv[1]).Pool(2) as pool:
+        print("trials", pool.map(trial, ["a", "b", "c"], chunksize=1), flush=True)
+        try:
+            pool.apply(trial, ("fails",))
+        except RuntimeError as error:
+            print("caught", error, flush=True)
+"""
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_pool_trials_that_leave_their_runs_open_each_complete_a_run_of_their_own(tmp_path,
+                                                                                   method):
+    """A Pool's worker runs trial after trial: the third trial's anatomy.start() returned the
+    first trial's run, still open (c recorded inside a), and Pool.terminate()'s SIGTERM stopped
+    the runs of trials that had returned, or left them running ("failed: ended without a
+    word"). A task's run ends as its task returns, completed or failed with its error; the
+    idle worker is ended by SIGTERM as without anatomy (a Python handler that the SIGTERM
+    reached as the worker blocked on its next task's lock never ran: the script hung)."""
+    (tmp_path / "script.py").write_text(TRIALS_LEFT_OPEN)
+    env = {**os.environ, "ANATOMY_STORE": str(tmp_path / "s.sqlite"), "PYTHONPATH": str(PROJECT)}
+    result = subprocess.run([sys.executable, "script.py", method], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr
+    assert "trials ['a', 'b', 'c']" in result.stdout and "caught the trial failed" in result.stdout
+    assert "Traceback" not in result.stderr and "leaked" not in result.stderr, result.stderr
+    store = Store(tmp_path / "s.sqlite", read_only=True)
+    ended = sorted((run.name, run.status, run.error, store.step_count(run.id))
+                   for run in store.runs())
+    assert ended == [("a", "completed", None, 1), ("b", "completed", None, 1),
+                     ("c", "completed", None, 1),
+                     ("fails", "failed", "RuntimeError: the trial failed", 1)]
+    for run in store.runs():
+        [training] = [p for p in store.phases(run.id) if p.name == "training"]
+        assert training.end_s >= store.last_step(run.id).t + 0.3  # as the trial returned
+
+
+THREADS_MASKS = """
+import os, time
+import anatomy
+
+run = anatomy.start(name="threads", kernel=False)
+run.phase("training")
+run.step(loss=1.0)
+time.sleep(0.5)  # the collector has begun
+for task in sorted(os.listdir(f"/proc/{os.getpid()}/task")):
+    status = dict(line.split(":\\t", 1) for line in
+                  open(f"/proc/{os.getpid()}/task/{task}/status").read().splitlines() if ":\\t" in line)
+    print("thread", task == str(os.getpid()), int(status["SigBlk"], 16), flush=True)
+for child in os.listdir("/proc"):
+    if child.isdigit() and open(f"/proc/{child}/stat").read().split()[3] == str(os.getpid()):
+        status = open(f"/proc/{child}/status").read()
+        blocked = next(line for line in status.splitlines() if line.startswith("SigBlk"))
+        print("child", open(f"/proc/{child}/comm").read().strip(), int(blocked.split()[1], 16))
+run.end()
+"""
+
+
+def test_a_scripts_own_threads_leave_stop_signals_to_its_main_thread(tmp_path):
+    """The kernel gives a process's SIGTERM to any of its threads that does not block it; taken
+    by anatomy's collector or launcher thread, the Python handler waited for a main thread that
+    sat in a lock's wait (a Pool's worker between tasks): the worker never ended, nor did the
+    script. anatomy's threads block SIGINT, SIGTERM and SIGHUP; the main thread and anatomy's
+    sampler (started by the launcher) take them."""
+    result = _script(tmp_path, THREADS_MASKS)
+    assert result.returncode == 0, result.stderr
+    stops = (1 << (signal.SIGHUP - 1)) | (1 << (signal.SIGINT - 1)) | (1 << (signal.SIGTERM - 1))
+    threads = [line.split() for line in result.stdout.splitlines() if line.startswith("thread")]
+    assert [int(mask) & stops for _, main, mask in threads if main == "True"] == [0]
+    others = [int(mask) & stops for _, main, mask in threads if main == "False"]
+    assert others and all(mask == stops for mask in others), result.stdout
+    children = dict(line.split()[1:] for line in result.stdout.splitlines()
+                    if line.startswith("child"))
+    assert int(children["anatomy-sampler"]) & stops == 0, result.stdout

@@ -6,6 +6,7 @@ host that dies mid-run fails the run with its name, and nothing is left running.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -13,6 +14,7 @@ import sys
 
 import psutil
 
+from anatomy.analysis import transfer
 from anatomy.analysis.report import report
 from anatomy.store import HOST_STRIDE, Store
 from tests.conftest import PROJECT
@@ -102,6 +104,12 @@ def test_two_hosts_end_in_one_run_with_every_ranks_phases_and_steps(store, tmp_p
     # The joined host's times are on the run's clock: its training overlaps the run's host's.
     training = [next(p for p in r.phases if p.name == "training") for r in rep.ranks]
     assert abs(training[0].start_s - training[1].start_s) < 5.0
+    # What anatomy writes it reads back: the joined host's devices (1000, 1001) were refused by
+    # every import of the run's export ("must be a whole number from 0 to 63").
+    target = Store(tmp_path / "imported.sqlite")
+    (imported,) = transfer.import_runs(target, json.dumps(transfer.export_runs(store, [run.id])))
+    assert report(target, imported).ranks == rep.ranks
+    assert target.samples(imported) == store.samples(run.id)
 
 
 def test_a_host_that_dies_fails_the_run_with_its_name_and_nothing_is_left(store, tmp_path):

@@ -60,11 +60,14 @@ def _page(**query) -> AppTest:
     return open_page("screens/anatomy.py", timeout=300, **query)
 
 
-# The page's tables, in the order it draws them.
-TABLES = ("components", "bytes_per_parameter", "top_operators")
+# The page's dataframes, in the order it draws them; the components' table is static (its notes
+# wrap).
+TABLES = ("bytes_per_parameter", "top_operators")
 
 
 def _table(app: AppTest, name: str):
+    if name == "components":
+        return app.table[0].value
     return app.dataframe[TABLES.index(name)].value
 
 
@@ -130,17 +133,62 @@ def test_the_first_steps_are_marked_on_the_curve(store, measured_run):
     lines = [s["x0"] for s in chart["layout"]["shapes"]]
     assert lines == [6.0, 6.4, 6.8, pytest.approx(7.2)]  # training begins, steps 1-3 end
     notes = {a["text"]: a for a in chart["layout"]["annotations"] if a.get("showarrow")}
-    assert set(notes) == {"after step 1: the gradients and the optimizer states exist",
+    assert set(notes) == {"after step 1: gradients and optimizer states exist",
                           "from step 2 on, the memory repeats"}
     for note in notes.values():  # every arrow ends on the curve, none in empty space
         assert note["y"] == 4096 and note["x"] in (6.4, pytest.approx(7.2))
     # The note at the right of the chart opens to the left: nothing is cut at the edge.
     right = notes["from step 2 on, the memory repeats"]
     assert right["ax"] < 0 and right["xanchor"] == "right"
+    assert _notes_outside(chart) == []
     labels = [a for a in chart["layout"]["annotations"] if not a.get("showarrow")]
     assert [a["text"] for a in labels] == ["training begins", "step 1 ends", "step 2 ends",
                                            "step 3 ends"]
     assert chart["layout"]["xaxis"]["range"][1] < 9.0  # zoomed on the first steps
+
+
+def _notes_outside(chart: dict) -> list[str]:
+    """The arrowed notes whose text leaves the plot at the narrowest it is drawn."""
+    from anatomy.views.figures.layout import ASSUMED_PLOT_PX, CHAR_PX
+
+    x0, x1 = chart["layout"]["xaxis"]["range"]
+    outside = []
+    for note in (a for a in chart["layout"]["annotations"] if a.get("showarrow")):
+        tail = (note["x"] - x0) / (x1 - x0) * ASSUMED_PLOT_PX + note["ax"]
+        width = len(note["text"]) * CHAR_PX + 8
+        left = tail - width if note["xanchor"] == "right" else tail
+        if left < 0 or left + width > ASSUMED_PLOT_PX:
+            outside.append(note["text"])
+    return outside
+
+
+def test_a_run_whose_batches_differ_in_length_is_not_said_to_repeat(store, seed_users):
+    """A Trainer padding each batch to its longest example: its memory climbed from step to step,
+    and the page said "from step 2 on, the memory repeats"; its "after step 1…" note ran past the
+    chart's edge."""
+    import sqlite3
+
+    from anatomy.store import Sample
+
+    run_id = seed_users("trainer")  # 8 steps, 0.3 s apart from 6.3 s
+    with sqlite3.connect(store.path) as db:
+        db.execute("UPDATE steps SET seq_len = 16 * step WHERE run_id = ?", (run_id,))
+    # Each step's peak as long as its batch: 40 MiB more a step.
+    store.write(run_id, samples=[Sample(5.85 + 0.3 * k, 0, (720 + 40 * k) * 2**20, None, None,
+                                        None) for k in range(1, 9)])
+    rep = report(store, run_id)
+    samples, steps = store.samples(run_id, rep.gpu), store.steps(run_id)
+    repeated = view.repetition(rep, samples, steps)
+    assert repeated == view.Repetition(False, 800 * 2**20, 1040 * 2**20, (32, 128))
+    caption = view.first_steps_caption(rep, repeated)
+    assert "repeats" not in caption
+    assert ("From step 2 on the memory does not repeat: its steps peak at 800 MiB to 1,040 MiB, as "
+            "each batch is as long as its longest example (32 to 128 tokens).") in caption
+    chart = figures.first_steps_figure(rep, samples, steps, repeated=repeated).to_plotly_json()
+    notes = [a["text"] for a in chart["layout"]["annotations"] if a.get("showarrow")]
+    assert notes == ["after step 1: gradients and optimizer states exist",
+                     "from step 2 on, the memory follows each batch's length"]
+    assert _notes_outside(chart) == []
 
 
 def test_what_was_measured_is_drawn_before_the_prediction_is_made(store, measured_run,
@@ -342,3 +390,73 @@ def test_a_run_that_never_had_a_full_micro_batch_says_so(store, seed):
     assert [w.value for w in app.warning] == [
         "This run never had a full micro-batch of 4 samples (its data held fewer): its "
         "activations were measured on a micro-batch of 3, and the prediction is for 4."]
+
+
+# --- a run on a dataset: the batch it measured, and what its data can reach ---
+
+DATA = {"dataset": "/elsewhere/reviews", "split": "train", "text_column": "text",
+        "tokenizer": "/elsewhere/tok", "padding": "longest", "max_length": 512,
+        "inputs": ["attention_mask"], "padding_side": "right",
+        "lengths": [[4, 2], [12, 1], [20, 2]]}
+
+
+@pytest.fixture
+def dataset_run(store, seed):
+    """A CPU run of tiny-llama on five texts (4, 4, 12, 20 and 20 tokens), batches of two padded
+    to their longest: its components measured on a micro-batch of 12 and 4 tokens."""
+    from anatomy.analysis.lengths import TextBatch
+    from anatomy.analysis.options import RunOptions
+    from anatomy.analysis.prediction import predict
+
+    run_id = seed(backend="cpu-rss")
+    options = RunOptions(model="tiny-llama", batch_size=2, max_steps=8, dataset_size=5,
+                         dataset=DATA["dataset"], tokenizer=DATA["tokenizer"])
+    store.update_run(run_id, options=options.to_dict())
+    store.merge_environment(run_id, {"data": DATA})
+    measured = predict(options, device="cpu", text=TextBatch((12, 4), 12))
+    summary = store.run(run_id).summary
+    store.update_run(run_id, summary={**summary.to_dict(), "components": {
+        "weights": measured.weights, "gradients": measured.gradients,
+        "optimizer_states": measured.optimizer_states, "activations": measured.activations,
+        "micro_batch": 2, "padded_to": 12, "sequence_lengths": [12, 4]}})
+    return run_id
+
+
+def test_a_dataset_run_is_measured_next_to_predicted_at_the_batch_it_measured(store, dataset_run):
+    """The measured components are a 2 × 12 batch's, the shuffle's, not the longest: the table
+    holds them against that batch's prediction, and what the data can reach (its longest batch,
+    2 × 20) is said apart, beside the peak sampled over every step."""
+    rep = report(store, dataset_run)
+    assert view.measured_batch_line(rep).startswith(
+        "Measured and predicted at the micro-batch the activations were measured on: 2 × 12 "
+        "tokens, its texts 4 to 12 tokens long.")
+    rows = {r.component: r for r in view.component_rows(rep, breakdown.predicted(rep))}
+    assert rows["activations"].error_percent == 0 and rows["activations"].measured > 0
+    # the RSS peak was sampled over every step's batch: not this batch's to be held against
+    rss = rows["peak (RSS, over the baseline)"]
+    assert rss.measured is not None and rss.predicted is None and "every step" in rss.note
+    reach = breakdown.data_reach(rep)
+    assert reach.longest.padded_to == 20 and reach.prediction.activations > \
+        rows["activations"].measured
+    line = view.reach_line(rep, reach)
+    assert line.startswith("What the data can reach: its longest batch, 2 × 20 tokens, its texts "
+                           "12 to 20 tokens long, is predicted to peak at ")
+    assert line.endswith(f"The run's sampled peak over all its 8 steps: "
+                         f"{mib_text(breakdown.measured_peak(rep))} (RSS, over the "
+                         "baseline).")
+    app = _page(run=str(dataset_run))
+    assert not app.exception
+    assert view.measured_batch_line(rep) in [c.value for c in app.caption]
+    assert line in [i.value for i in app.info]
+
+
+def test_a_dataset_run_stored_before_the_probe_said_its_batch_is_predicted_at_its_longest(
+        store, dataset_run):
+    summary = store.run(dataset_run).summary.to_dict()
+    parts = {k: v for k, v in summary["components"].items()
+             if k not in ("padded_to", "sequence_lengths")}
+    store.update_run(dataset_run, summary={**summary, "components": parts})
+    rep = report(store, dataset_run)
+    assert view.measured_batch_line(rep) is None and breakdown.data_reach(rep) is None
+    longest = breakdown.predicted(rep)
+    assert longest.activations > parts["activations"]  # today's reading, kept

@@ -229,6 +229,40 @@ def test_a_sweep_with_a_wrong_value_is_refused_before_it_starts(store):
     assert store.sweeps() == []
 
 
+@pytest.mark.parametrize("gpus", [0, 1])
+def test_the_sweep_starts_from_the_live_forms_options_and_offers_what_the_machine_has(
+        store, fresh_nvml, gpus):
+    """The Sweep's base was the defaults, not the model chosen on the Live form; it offered a
+    GPU index on a CPU; and "until out of memory" did not say that on a CPU it fills the RAM."""
+    from anatomy.dashboard import server
+    from anatomy.engine import nvml
+    from tests.fake_nvml import FakePynvml
+
+    nvml._lib = FakePynvml(gpus=gpus) if gpus else None
+    server.device.clear()
+    try:
+        app = open_page("screens/live.py")
+        app.selectbox(key="option_model").set_value("tiny-gpt2")
+        app.number_input(key="option_batch_size").set_value(2)
+        app.button(key="predict").click().run()
+        app.switch_page("screens/compare.py").run()
+        assert not app.exception
+        assert app.selectbox(key="sweep_option_model").value == "tiny-gpt2"
+        assert app.number_input(key="sweep_option_batch_size").value == 2
+        shown = {w.key for w in [*app.number_input, *app.selectbox]}
+        assert ("sweep_option_gpu" in shown) == bool(gpus)
+        assert ("sweep_option_processes" in shown) == (not gpus)
+        app.checkbox(key="sweep_until_oom").check().run()
+        ram = [w.value for w in app.warning if "RAM full" in w.value]
+        if gpus:
+            assert ram == []
+        else:
+            (warning,) = ram
+            assert warning.startswith("Without a GPU, out of memory means this machine's ")
+    finally:
+        server.device.clear()
+
+
 # --- the logic, without Streamlit ---
 
 def test_differing_options_count_defaults_of_options_added_later(store, seed):
@@ -287,10 +321,11 @@ def test_the_rest_of_the_increase_is_named_as_the_device_measures_it(store, seed
 
 
 def test_an_out_of_memory_run_adds_no_negative_part(store, seed):
-    run_id = seed(status="oom")
+    run_id = seed(status="running")
     # Its memory was freed as it failed, before the training phase's end was marked.
     store.write(run_id, samples=[Sample(9.5, 0, 0, None, 141 * GIB, None)],
                 phases=[PhaseMark("end", "training", 9.5)])
+    store.finish(run_id, "oom", "CUDA out of memory. Tried to allocate 1.00 GiB")
     training = next(p for p in compare.memory_parts(report(store, run_id))
                     if p.part == Phase.TRAINING)
     assert training.bytes == 0 and "oom" in training.note

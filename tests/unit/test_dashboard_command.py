@@ -1,5 +1,6 @@
-"""`anatomy dashboard`: what it refuses in one line before anything serves. (A real server started
-by it: tests/e2e/test_dashboard_command.py.)"""
+"""`anatomy dashboard`: what it refuses in one line before anything serves; `streamlit run app.py`
+in a clone, the same dashboard with the same settings. (A real server started by each:
+tests/e2e/test_dashboard_command.py.)"""
 
 from __future__ import annotations
 
@@ -8,8 +9,12 @@ import socket
 import sys
 
 import pytest
+from streamlit import config
+from streamlit.testing.v1 import AppTest
 
 from anatomy import cli
+from anatomy.cli.dashboard import DEFAULT_HOST, SETTINGS
+from tests.conftest import PROJECT
 from tests.helpers import free_port
 
 
@@ -59,3 +64,29 @@ def test_a_port_out_of_range_is_refused_by_the_parser(never_served, capsys, port
     assert f"argument --port: {port!r} is not a port (1 to 65535)"[:80] in capsys.readouterr().err
 
 
+
+
+def test_the_clones_streamlit_config_holds_the_settings_anatomy_dashboard_passes(monkeypatch):
+    """`streamlit run app.py` reads .streamlit/config.toml from the folder it starts in: the
+    clone's serves on this machine only, as `anatomy dashboard` does, with the same settings."""
+    monkeypatch.chdir(PROJECT)
+    try:
+        config.get_config_options(force_reparse=True)
+        read = {name: str(config.get_option(name)).lower() for name in SETTINGS}
+        address = config.get_option("server.address")
+    finally:
+        monkeypatch.undo()
+        config.get_config_options(force_reparse=True)
+    assert read == {name: value.lower() for name, value in SETTINGS.items()}
+    assert address == DEFAULT_HOST
+
+
+def test_the_clones_app_py_runs_the_packages_dashboard_and_finds_its_pages(store):
+    """The top-level app.py is the package's entry run from the clone's folder, where Streamlit
+    looks for the pages of a relative path."""
+    app = AppTest.from_file(str(PROJECT / "app.py"), default_timeout=30).run()
+    assert not app.exception, app.exception
+    assert app.title[0].value == "Live run"
+    app.switch_page("anatomy/dashboard/screens/runs.py").run()
+    assert not app.exception, app.exception
+    assert app.title[0].value == "Runs"

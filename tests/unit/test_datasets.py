@@ -154,6 +154,13 @@ def test_every_bad_input_is_one_line_naming_its_option(text_data, tmp_path):
         assert found[0] == field and words_ in found[1], (name, found)
 
 
+def test_a_dataset_run_is_not_refused_for_the_sequence_length_it_ignores(text_data):
+    """The form sends its (greyed) sequence length with a dataset: 512 against a model of 256
+    positions refused the run for a length its texts, cut at the positions, never take."""
+    assert "seq_len" not in validate(on(text_data, seq_len=4096), 0)
+    assert "seq_len" in validate(on(text_data, seq_len=4096, dataset="", tokenizer=""), 0)
+
+
 def test_a_vocabulary_larger_than_the_models_is_refused(text_data, tmp_path):
     config = {**models.PRESETS["tiny-llama"].config_dict(), "vocab_size": 8}
     path = tmp_path / "small-vocab.json"
@@ -171,6 +178,21 @@ def test_bad_input_to_predict_is_one_line_and_traces_nothing(text_data, capsys, 
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1, err
     assert err.startswith("error: text_column: 'body' is not a column")
+
+
+def test_predict_says_a_datasets_sizes_in_mib_and_its_cut_in_tokens(text_data, capsys):
+    """predict's typical batch said "… MB for tensors" under its table in MiB, and "cut at 512"
+    without a unit."""
+    import re
+
+    code = main(["predict", "--model", "tiny-llama", "--device", "cpu", "--batch-size", "2",
+                 "--dataset", str(text_data.dataset), "--tokenizer", str(text_data.tokenizer)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert not re.search(r"\b[KMGT]B\b", out), out
+    assert ", cut at 512 tokens" in out
+    assert re.search(r"^a typical batch \(2 × \d+ tokens\) should need about \d+ MiB for "
+                     r"tensors$", out, re.MULTILINE), out
 
 
 # --- the tokens ---
@@ -262,6 +284,41 @@ def test_the_form_predicts_a_dataset_with_its_lengths_histogram(text_data, store
     assert store.runs() == []
 
 
+def test_the_form_greys_out_what_a_dataset_decides(text_data, store):
+    """With a dataset the sequence length and the dataset size are ignored (its texts decide):
+    once the form was sent with one, both are greyed out, each saying why."""
+    from anatomy.views.live import DATASET_DECIDES
+
+    app = AppTest.from_file(APP, default_timeout=60).run()
+    assert not app.number_input(key="option_seq_len").disabled
+    _form(app, model="tiny-llama", dataset=str(text_data.dataset),
+          tokenizer=str(text_data.tokenizer))
+    app.button(key="predict").click().run()
+    assert not app.exception
+    for name in ("seq_len", "dataset_size"):
+        assert app.number_input(key=f"option_{name}").disabled
+        assert DATASET_DECIDES[name] in [caption.value for caption in app.caption]
+    assert not app.number_input(key="option_batch_size").disabled
+
+
+def test_the_time_a_step_of_a_dataset_is_its_typical_batchs(text_data):
+    """The time estimate scaled the sequence length a dataset's run ignores: its steps are its
+    texts' and its tokens a step its typical batch's (here all four texts, padded to 30)."""
+    from anatomy.analysis import duration
+    from anatomy.store import TrainingData
+
+    texts = TrainingData(dataset=str(text_data.dataset), padding="longest", max_length=512,
+                         lengths=tuple((n, 1) for n in sorted(text_data.lengths)))
+    options = RunOptions(model="tiny", batch_size=2, seq_len=512, dataset_size=512,
+                         dataset=str(text_data.dataset), tokenizer=str(text_data.tokenizer))
+    reference = duration.REFERENCES[("tiny", "cpu-rss")]
+    typical = typical_batch(Lengths(texts.lengths), 2, "longest", 512).padded_to
+    estimate = duration.estimate_from([], options, "cpu-rss", None, data=texts)
+    assert estimate.steps == 2  # four texts, two a batch
+    assert estimate.step_s == pytest.approx(reference.step(2 * typical))
+    assert typical < 512
+
+
 def test_bad_input_on_the_form_is_one_line_under_its_field_and_starts_nothing(text_data, store):
     app = AppTest.from_file(APP, default_timeout=60).run()
     _form(app, model="tiny-llama", dataset=str(text_data.dataset),
@@ -321,3 +378,33 @@ def test_an_import_of_a_tokenizer_without_its_dataset_is_refused_in_one_line(tmp
     exported = json.dumps(transfer.export_runs(source, [1]), default=str).encode()
     with pytest.raises(transfer.ImportRefused, match="tokenizer: .* give --dataset too"):
         transfer.import_runs(Store(tmp_path / "target.sqlite"), exported)
+
+
+def test_show_and_compare_leave_out_what_a_run_ignores(store, seed, capsys):
+    """A run on a dataset ignores the sequence length and the dataset size (its texts decide):
+    `show` printed seq_len=512 beside the data's lengths, and Compare called two runs on one
+    dataset different in them; a run on the dummy data shows no dataset settings; a max length
+    of 0 reads as the length the texts were cut at."""
+    from anatomy.analysis import compare
+    from anatomy.analysis.report import report
+
+    facts = {"dataset": "/elsewhere/reviews", "split": "train", "text_column": "text",
+             "tokenizer": "/elsewhere/tok", "padding": "longest", "max_length": 512,
+             "inputs": ["attention_mask"], "padding_side": "right", "lengths": [[4, 2], [20, 3]]}
+    dummy, ours, other = seed(), seed(), seed()
+    for run_id, seq_len in ((ours, 64), (other, 256)):
+        store.update_run(run_id, options={**store.run(run_id).options, "seq_len": seq_len,
+                                          "dataset_size": 5, "dataset": facts["dataset"],
+                                          "tokenizer": facts["tokenizer"]})
+        store.merge_environment(run_id, {"data": facts})
+    assert main(["show", str(ours), "--store", str(store.path)]) == 0
+    (options,) = [line for line in capsys.readouterr().out.splitlines()
+                  if line.startswith("options: ")]
+    assert "seq_len" not in options and "dataset_size" not in options
+    assert "dataset=/elsewhere/reviews" in options and "max_length=512" in options
+    assert main(["show", str(dummy), "--store", str(store.path)]) == 0
+    (options,) = [line for line in capsys.readouterr().out.splitlines()
+                  if line.startswith("options: ")]
+    assert "seq_len=512" in options and "padding" not in options and "max_length" not in options
+    assert compare.differing_options([report(store, ours), report(store, other)]) == []
+    assert compare.differing_options([report(store, dummy), report(store, ours)]) == ["dataset"]

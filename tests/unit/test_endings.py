@@ -156,3 +156,15 @@ def test_a_count_read_once_a_kill_is_on_its_way_is_not_kept(tmp_path, monkeypatc
     (proc / "7" / "status").write_text("SigPnd:\t0000000000000000\nShdPnd:\t0000000000004000\n")
     kills.look()  # alive, only a SIGTERM pending: the count is its cgroup's before its end
     assert kills.count == 4
+
+
+def test_show_says_a_stop_in_its_own_words(seed, store, capsys):
+    """A run stopped by a signal: show printed "error: stopped by SIGTERM" (and `run` "stopped:
+    stopped by SIGTERM"); a failure stays an error."""
+    from anatomy.cli import main
+
+    stopped = seed(status="stopped", error="stopped by SIGTERM")
+    failed = seed(status="failed", error="RuntimeError: boom")
+    for run_id, said in ((stopped, "stopped by SIGTERM"), (failed, "error: RuntimeError: boom")):
+        assert main(["show", str(run_id), "--store", str(store.path)]) == 0
+        assert capsys.readouterr().out.splitlines()[-1] == said

@@ -13,7 +13,7 @@ from anatomy.analysis.options import RunOptions
 from anatomy.analysis.prediction import max_batch_size, predict, replay
 from anatomy.analysis.prediction.device_constants import DEFAULT
 from anatomy.analysis.prediction.limits import judge
-from anatomy.analysis.prediction.memory import Limit, recording_for, steps_measured
+from anatomy.analysis.prediction.memory import CPU_PROCESS, Limit, recording_for, steps_measured
 from anatomy.cli import main
 
 MIB = 2**20
@@ -91,7 +91,9 @@ def test_a_run_that_fits_only_without_the_margin_may_not(edges):
 def test_a_cpu_run_is_judged_by_its_tensors_against_the_ram():
     fits = judge(OPTIONS, device="cpu", total=2**40)
     assert (fits.fits, fits.limit) == (True, None)
-    tight = judge(OPTIONS, device="cpu", total=fits.peak + 2**31 - MIB)  # a process takes 2 GiB
+    # the RAM its process's measured share (memory.CPU_PROCESS) leaves falls short of its peak
+    share = CPU_PROCESS.fixed_bytes + int(fits.peak * CPU_PROCESS.tensor_fraction)
+    tight = judge(OPTIONS, device="cpu", total=fits.peak + share - MIB)
     assert (tight.fits, tight.limit) == (False, Limit.TENSORS)
     assert "does not fit" in tight.line("the RAM") and tight.largest.batch_size < 8
 

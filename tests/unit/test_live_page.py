@@ -97,14 +97,27 @@ def test_the_gpu_index_field_is_offered_only_on_a_machine_with_a_gpu(gpus, fake_
     assert ("option_gpu" in keys) == bool(gpus)
 
 @pytest.mark.parametrize("gpus", [0, 1])
-def test_the_sidebar_names_what_is_measured(gpus, fake_machine):
-    measured = fake_machine(gpus)
-    app = _app().run()
-    text = " ".join(m.value for m in app.sidebar.markdown)
-    if not gpus:
-        assert "no GPU: measuring CPU memory of the training process" in text
+def test_the_sidebar_names_what_is_measured_and_why_in_words(gpus, fresh_nvml):
+    """Without a driver it showed NVML's own "NVML: NVML Shared Library Not Found"."""
+    import pynvml
+
+    from anatomy.dashboard import server
+    from anatomy.engine import nvml
+    from tests.fake_nvml import FakePynvml
+
+    nvml._lib = FakePynvml(gpus=gpus, init_error=None if gpus else
+                           pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+    server.device.clear()  # the server asks the machine once: ask this one
+    try:
+        app = _app().run()
+    finally:
+        server.device.clear()
+    text = " ".join(m.value for m in [*app.sidebar.markdown, *app.sidebar.caption])
+    if gpus:
+        assert "GPU 0: NVIDIA H200" in text
     else:
-        assert measured.devices[0].name in text
+        assert "No NVIDIA driver here: measuring the CPU's RAM (RSS)" in text
+        assert "NVML" not in text  # NVML's own words are the caption's help, a hover away
 
 
 def test_a_running_run_opens_live_with_its_open_phase(store, seed):
@@ -175,8 +188,8 @@ def test_the_runs_page_lists_every_stored_run(store, seed):
     app = _runs_page()
     table = app.dataframe[0].value
     # What tells runs apart comes first: at 1,400 px the table is cut after a dozen columns.
-    assert list(table.columns[:6]) == ["Run", "Device", "Status", "Peak (MiB)", "Samples/s",
-                                       "Time (s)"]
+    assert list(table.columns[:8]) == ["Run", "Name", "Model", "Device", "Status", "Peak (MiB)",
+                                       "Samples/s", "Time (s)"]
     assert list(table["Run"]) == [second, first]
     assert list(table["Device"]) == ["H200"] * 2
     assert list(table["Status"]) == ["oom", "completed"]

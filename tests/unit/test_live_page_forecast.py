@@ -348,3 +348,25 @@ def test_a_token_classifier_typed_into_the_form_is_predicted(store, token_classi
     assert not app.exception and not app.error
     assert any(info.value.startswith("This run should need about") for info in app.info)
     assert store.runs() == []
+
+
+def test_a_cpu_forecast_gives_the_rss_in_all_the_process_as_the_anatomy_page_measures_it(
+        store, seed_users):
+    """"about 99 MB … plus the Python process itself", while the Anatomy page knew the process
+    (476 MiB): the form gives the total, from the same figures."""
+    from anatomy.analysis import breakdown
+    from anatomy.analysis.prediction import predict
+    from anatomy.units import size_text
+
+    options = defaults_for(False)
+    before = live.memory_forecast(options, CPU, store)  # no CPU run stored: the tensors alone
+    assert before.line.endswith("plus the Python process itself")
+    run_id = seed_users("trainer")  # a CPU run with its weights measured
+    expected = breakdown.cpu_peak(report(store, run_id), predict(options, device="cpu"))
+    forecast = live.memory_forecast(options, CPU, store)
+    assert forecast.line == (
+        f"this run should need about {size_text(expected.rss)} of RAM in all: "
+        f"{size_text(expected.tensors)} for tensors (peak: optimizer step) and "
+        f"{size_text(expected.process)} for the process itself (the interpreter, torch's "
+        f"libraries, the data: as run {run_id} held them before training)")
+    assert expected.process == 500 * 2**20 - report(store, run_id).components.weights

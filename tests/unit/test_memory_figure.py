@@ -141,7 +141,10 @@ def test_a_long_run_keeps_its_short_phases_labels_apart(store):
     rep = report(store, run_id)
     figure = live.memory_figure(rep, store.decimated(run_id), store.steps(run_id))
     labels = [a for a in figure.layout.annotations if a.name in PHASES]
-    assert [a.yshift or 0 for a in labels] == [0, -18, -36, -54]  # all start in 2.2 s of 300
+    assert [a.yshift or 0 for a in labels] == [0, 18, 36, 54]  # all start in 2.2 s of 300
+    # Above the plot, a row each, in the room the top margin keeps: not over the curve's start.
+    assert {(a.y, a.yref, a.yanchor) for a in labels} == {(1, "paper", "bottom")}
+    assert figure.layout.margin.t >= 4 * 18
 
     zoomed = live.memory_figure(rep, store.decimated(run_id), store.steps(run_id),
                                    axis="training")

@@ -605,3 +605,17 @@ def test_lora_on_a_token_classifier_trains_the_adapters_and_its_head(token_class
     assert {n for n in trainable if "lora_" not in n} == {
         "base_model.model.classifier.modules_to_save.default.weight",
         "base_model.model.classifier.modules_to_save.default.bias"}
+
+
+def test_a_float_json_cannot_hold_is_read_as_transformers_writes_it(tmp_path):
+    """save_pretrained writes Mamba-2's time_step_limit (0, infinity) as [0.0, {"__float__":
+    "Infinity"}]; the config class refused that object, and both predict and run with it."""
+    from transformers import AutoConfig
+
+    AutoConfig.for_model("mamba2", hidden_size=64, num_heads=8, head_dim=16, vocab_size=128,
+                         num_hidden_layers=2).save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["time_step_limit"][1] == \
+        {"__float__": "Infinity"}
+    spec = models.resolve(str(tmp_path))
+    assert models.transformers_config(spec).time_step_limit[1] == float("inf")
+    assert models.config_class_refusal(spec.name, json.dumps(spec.config)) is None

@@ -64,7 +64,8 @@ def test_no_driver_is_a_message_not_an_exception(fake):
     assert not nvml.available()
     assert nvml.device_count() == 0
     assert nvml.memory(0) is None
-    assert "Driver Not Loaded" in nvml.status()
+    assert nvml.status() == "the NVIDIA driver is not loaded"
+    assert "Driver Not Loaded" in nvml.error()
 
 
 def test_no_package_is_a_message(fresh_nvml):
@@ -89,7 +90,8 @@ def test_machine_without_nvml_measures_cpu_rss(fake):
     info = devices.machine()
     assert info.backend == "cpu-rss"
     assert info.gpu_count == 0
-    assert "Shared Library Not Found" in info.why_no_gpu
+    assert info.why_no_gpu == "no NVIDIA driver here"
+    assert info.nvml_error == "NVML: NVML Shared Library Not Found"
 
 
 def test_visible_index_follows_cuda_visible_devices():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 
@@ -43,6 +45,8 @@ def test_a_mark_without_a_name_is_refused_at_the_call(call):
     ({"total": 2**63}, "total: must be a whole number from 0, got 9223372036854775808"),
     ({"loss": 10**400}, "loss: must be one number (loss.item()), got " + repr(10**400)[:57]
      + "..."),
+    ({"batch_size": 0}, "batch_size: must be a whole number from 1, got 0"),
+    ({"batch_size": "8"}, "batch_size: must be a whole number from 1, got '8'"),
 ])
 def test_a_step_that_no_import_would_take_is_refused_at_the_call(kwargs, words):
     """`run.step(step=-5)` was stored, and the run's export was then refused by every import
@@ -129,8 +133,8 @@ class _Heard:
     def put(self, message):
         self.messages.append(message)
 
-    def close(self, ending):
-        pass
+    def close(self, ending, held=None):
+        self.ending = ending
 
 
 def test_a_mark_after_the_runs_end_is_said_once_not_lost_without_a_word(capsys):
@@ -192,3 +196,62 @@ def test_a_scripts_phase_named_profiling_is_kept_as_its_own_and_in_the_peak(caps
     names = {m.mark.name for m in heard.messages if hasattr(m, "mark")}
     assert names == {"training", "profiling (the script's)"}
     assert capsys.readouterr().err.count("\n") == 1
+
+
+class _InterruptedAsItCloses(_Heard):
+    """A link whose ending is written while Ctrl-C is pressed."""
+
+    def close(self, ending, held=None):
+        import os
+        import signal
+
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)  # Python runs the handler here, as in the recording's wait
+        self.ending = ending
+
+
+def test_ctrl_c_while_the_ending_is_written_is_held_until_it_is_written(capsys):
+    """A Ctrl-C while run.end() waited for its ending raised inside anatomy: the run was left
+    running. It is held, said once, and raised once the ending is written; where the run ends
+    by that very Ctrl-C (`with anatomy.start()`, its KeyboardInterrupt) it is dropped."""
+    from anatomy.engine import attach
+
+    for error in (None, KeyboardInterrupt()):
+        link = _InterruptedAsItCloses()
+        run = attach.Run(link, time.monotonic(), dwell=0.0)
+        run.phase("training")
+        if error is None:
+            with pytest.raises(KeyboardInterrupt):
+                run.end()
+        else:
+            run.end(error)
+        assert link.ending.status == ("completed" if error is None else "stopped")
+        assert capsys.readouterr().err == ("anatomy: run 7: Ctrl-C: writing how the run ended "
+                                           "first\n")
+
+
+def test_steps_that_say_their_batch_size_give_the_run_its_batch_size_and_samples_a_second():
+    """A plain loop's run had no speed on any page (`run.step()` took no batch size): its
+    batch size (the largest said) is described as a Trainer's is, and its end reports the
+    steps, the time and the samples a second from the training phase's start."""
+    from anatomy.engine import attach, protocol
+
+    heard = _Heard()
+    run = attach.Run(heard, time.monotonic(), dwell=0.0)
+    run.phase("training")
+    for size in (8, 8, 4):
+        time.sleep(0.05)
+        run.step(loss=1.0, batch_size=size)
+    run.end()
+    described = [m.options for m in heard.messages if isinstance(m, protocol.Described)]
+    assert described == [{"batch_size": 8}]
+    [summary] = [m.summary for m in heard.messages if isinstance(m, protocol.Summarised)]
+    assert summary.steps == 3 and summary.time_s >= 0.15
+    assert summary.samples_per_second == pytest.approx(20 / summary.time_s, rel=1e-2)
+    unsized = attach.Run(_Heard(), time.monotonic(), dwell=0.0)
+    unsized.step(batch_size=8)
+    time.sleep(0.01)
+    unsized.step()  # one step did not say: the samples a second are not known
+    unsized.end()
+    [summary] = [m.summary for m in unsized.link.messages if isinstance(m, protocol.Summarised)]
+    assert summary.samples_per_second is None and summary.steps == 2

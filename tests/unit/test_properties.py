@@ -25,12 +25,15 @@ from anatomy.analysis import breakdown, transfer
 from anatomy.analysis.operations import comparison
 from anatomy.analysis.options import FIELDS, RunOptions, validate
 from anatomy.analysis.report import report
-from anatomy.store import Store
+from anatomy.engine import protocol
+from anatomy.engine.collector import Collector
+from anatomy.store import PhaseMark, RunFacts, RunSource, Sample, Step, Store, device_key, rank_series
 from anatomy.views import anatomy as anatomy_view
 from anatomy.views import live
 from anatomy.views.figures import anatomy as anatomy_figures
 from anatomy.views.figures import live as live_figures
-from tests.conftest import seed_run
+from anatomy.vocabulary import SourceKind
+from tests.conftest import TINY, seed_run
 
 SETTINGS = settings(max_examples=150, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.function_scoped_fixture,
@@ -191,3 +194,106 @@ def test_every_import_field_is_refused_in_a_line_or_stored_and_read(exported, tm
     for run_id in ids:
         _reads(store, run_id)
 
+
+
+# --- what the recording writes, an import reads back ---
+
+# The phases a front marks: anatomy's worker its own, a user's training any (again and again).
+WORKERS_PHASES = st.sampled_from(["baseline", "kernel", "weights", "training", "profiling"])
+USERS_PHASES = st.sampled_from(["baseline", "kernel", "weights", "training", "eval", "training"])
+
+
+@st.composite
+def recordings(draw) -> dict:
+    """A run as a front records it, message by message through the collector: anatomy's worker,
+    a phase-API script, a watched command; on the GPU or the CPU; one host or several (a joined
+    host's devices keyed `device_key`); each rank marking phases whose names come again and
+    reporting steps whose count starts again (a second `train()`, `start()` again under watch);
+    its last phase left open or not, and how it ended."""
+    kind = draw(st.sampled_from([None, SourceKind.SCRIPT, SourceKind.WATCH]))
+    on_gpu = draw(st.booleans())
+    hosts = draw(st.integers(1, 3))
+    per_host = draw(st.integers(1, 2))
+    ranks = [(host, local) for host in range(hosts) for local in range(per_host)]
+    t, events = 0.0, []
+    for rank, _ in enumerate(ranks):
+        clock = 0.0
+        marked = WORKERS_PHASES if kind is None else USERS_PHASES
+        for name in draw(st.lists(marked, max_size=6), label=f"rank {rank}'s phases"):
+            clock += draw(st.floats(0.0, 2.0))
+            events.append((clock, rank, "start", name))
+            for number in draw(st.lists(st.integers(0, 5), max_size=3), label="steps"):
+                clock += draw(st.floats(0.0, 1.0))
+                events.append((clock, rank, "step", number))
+            if draw(st.booleans(), label="ended"):
+                clock += draw(st.floats(0.0, 1.0))
+                events.append((clock, rank, "end", name))
+        t = max(t, clock)
+    devices = sorted({device_key(host, local if on_gpu else series) for host, local in ranks
+                      for series in (0, rank_series(local))})
+    return {"kind": kind, "on_gpu": on_gpu, "ranks": ranks, "events": sorted(events, key=str),
+            "devices": devices, "last": t + 1.0,
+            "status": draw(st.sampled_from(["completed", "failed", "stopped", "running"]))}
+
+
+def _record(store: Store, recorded: dict) -> int:
+    """The run's row as its front makes it, its messages through the collector, its ending as
+    the recording writes it (open phases end at its end)."""
+    ranks, on_gpu = recorded["ranks"], recorded["on_gpu"]
+    environment = RunFacts.of(gpu_name="NVIDIA H200" if on_gpu else None, host="node-0")
+    if len(ranks) > 1:
+        environment = environment.merged(RunFacts.of(
+            world_size=len(ranks), hosts=tuple(f"node-{h}" for h in range(len({h for h, _ in ranks}))),
+            rank_hosts=tuple(host for host, _ in ranks),
+            **({"gpus": tuple(local for _, local in ranks)} if on_gpu else {})))
+    kind = recorded["kind"]
+    options = TINY.to_dict() if kind is None else {}
+    source = RunSource.of(kind=kind, script="/home/user/train.py") if kind else None
+    run_id = store.create_run(options, "nvml" if on_gpu else "cpu-rss", "v2" if on_gpu else "rss",
+                              0, environment, source=source, preset=None if kind is None else "train.py")
+    collector = Collector(store, run_id)
+    ticks = [i / 2 for i in range(int(recorded["last"] * 2) + 1)]
+    collector.handle(protocol.Samples([Sample(t, device, (1 + device % 7) * 2**20 + int(t * 1000),
+                                              None, None, None)
+                                       for t in ticks for device in recorded["devices"]]))
+    for t, rank, what, value in sorted(recorded["events"], key=lambda e: e[0]):
+        source = protocol.Source(rank=rank)
+        if what == "step":
+            collector.handle(protocol.StepReport(Step(t, value, None, 0.5, None, None), source))
+        else:
+            collector.handle(protocol.Phase(PhaseMark(what, value, t), source))
+    collector.flush()
+    if recorded["status"] != "running":
+        store.close_phases(run_id, recorded["last"])
+        store.finish(run_id, recorded["status"], None if recorded["status"] == "completed"
+                     else "it ended so")
+    return run_id
+
+
+def _rows(store: Store, run_id: int) -> tuple:
+    return (store.phases(run_id, None), store.steps(run_id, None), store.samples(run_id),
+            store.messages(run_id))
+
+
+@settings(SETTINGS, max_examples=50)
+@given(recorded=recordings())
+def test_every_run_the_recording_writes_is_imported_as_it_was(recorded, tmp_path_factory):
+    """What anatomy writes, anatomy reads back: a phase marked twice ("the training phase
+    appears twice") and a joined host's devices ("must be a whole number from 0 to 63, got
+    1000") were refused by every import of their export."""
+    folder = tmp_path_factory.mktemp("recorded")
+    source = Store(folder / "source.sqlite")
+    run_id = _record(source, recorded)
+    (imported,) = transfer.import_runs(Store(folder / "target.sqlite"),
+                                       json.dumps(transfer.export_runs(source, [run_id])))
+    target = Store(folder / "target.sqlite")
+    phases, steps, samples, messages = _rows(source, run_id)
+    if recorded["status"] == "running":  # imported as stopped: its open phases end at its end
+        last = max(s.t for s in samples)
+        phases = [p if p.end_s is not None else p._replace(end_s=max(p.start_s, last))
+                  for p in phases]
+    assert _rows(target, imported) == (phases, steps, samples, messages)
+    numbers = [(s.rank, s.step) for s in steps]
+    assert len(numbers) == len(set(numbers))  # no step stored twice
+    assert [p.name for p in report(target, imported).phases] == \
+        [p.name for p in report(source, run_id).phases]

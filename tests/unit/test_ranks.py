@@ -79,7 +79,7 @@ def test_a_ddp_rank_is_the_single_process_plus_one_copy_of_the_gradients():
     from anatomy.analysis.prediction import rank_prediction
 
     rank = rank_prediction(_alone(), "ddp", 2)
-    assert rank.buckets == 4000 and rank.peak == 20000 + 4000
+    assert rank.buffers == {"ddp_buckets": 4000} and rank.peak == 20000 + 4000
     assert (rank.weights, rank.gradients, rank.optimizer_states) == (4000, 4000, 8000)
     assert rank.nvml_peak is None  # NCCL's own memory not calibrated: no NVML figure
     assert "not calibrated" in rank.line()
@@ -106,9 +106,10 @@ def test_a_rank_reads_as_one_process_prediction_of_its_own_figures():
 def _gathered_most(recording) -> int:
     """The most bytes of FSDP's all-gather buffers alive at once in a traced step."""
     from anatomy.analysis.prediction import replay
+    from anatomy.strategies.fsdp import ALL_GATHER
 
     live, most = {}, 0
-    gathered = recording.fsdp_buffers["gathered"]
+    gathered = recording.rank_buffers[ALL_GATHER]
     for kind, tid, size in recording.events[recording.segments["batches"][0]:]:
         if kind == replay.ALLOC and tid in gathered:
             live[tid] = size
@@ -123,6 +124,7 @@ def test_an_fsdp_rank_holds_its_shards_and_gathers_in_the_mixed_precision(world)
     """FSDP2 traced (tracing/fsdp.py): a rank's weights, gradients and states are a 1/N shard
     (each parameter padded to a multiple of N on its first dimension), and with bf16 its
     all-gathers carry 16-bit parameters: half the fp32 run's buffers."""
+    from anatomy import strategies
     from anatomy.analysis.prediction import predict, predict_ranks
     from anatomy.analysis.prediction.memory import _recording, _shape_of
 
@@ -135,7 +137,8 @@ def test_an_fsdp_rank_holds_its_shards_and_gathers_in_the_mixed_precision(world)
     assert rank.optimizer_states == 2 * rank.weights  # AdamW's two moments, sharded
     assert rank.peak < alone.peak and rank.as_prediction().peak == rank.peak
     gathered = {precision: _gathered_most(_recording(
-        _shape_of(replace(options, precision=precision)), "cpu", None, 1, fsdp_world=world))
+        _shape_of(replace(options, precision=precision)), "cpu", None, 1,
+        rank=strategies.named("fsdp").recording_key(world)))
         for precision in ("fp32", "bf16")}
     assert gathered["bf16"] * 2 == gathered["fp32"] > 0
 
@@ -171,12 +174,13 @@ def test_the_steady_rate_leaves_out_the_first_steps_and_counts_every_rank(store)
 
 def test_fsdp_units_are_the_layers_never_what_holds_the_input_embeddings():
     from anatomy.analysis import models
+    from anatomy.strategies.fsdp import unit_classes
 
     bert, _ = models.build_model("tiny", "cpu")
     assert "BertEmbeddings" in bert._no_split_modules  # transformers lists it; accelerate
-    assert models.fsdp_unit_classes(bert) == ["BertLayer"]  # would shard its embeddings twice
+    assert unit_classes(bert) == ["BertLayer"]  # would shard its embeddings twice
     llama, _ = models.build_model("tiny-llama", "cpu")
-    assert models.fsdp_unit_classes(llama) == ["LlamaDecoderLayer"]
+    assert unit_classes(llama) == ["LlamaDecoderLayer"]
 
 
 def test_scaling_efficiency_is_computed_in_one_place():

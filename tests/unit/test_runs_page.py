@@ -169,16 +169,40 @@ def test_the_columns_that_tell_the_runs_apart_come_first_and_the_rest_wait_in_th
     table = runs_view.table(run_rows(store))
     order = runs_view.by_use(table)
     assert sorted(order) == sorted(table[0])  # every column, in the order it earns a place
-    assert order[:2] == ["Run", "Peak (MiB)"]
+    assert order[:4] == ["Run", "Name", "Model", "Peak (MiB)"]
     assert order.index("Batch") < order.index("Device")  # they differ in batch, not in device
-    assert order.index("Name") > order.index("Optimizer")  # no run has a name: last
+    assert order.index("Tags") > order.index("Optimizer")  # no run has a tag: last
 
     config = json.loads(_page().dataframe[0].proto.columns)
     shown = [name for name in order if not config.get(name, {}).get("hidden")]
     assert shown == order[:len(shown)] and "Batch" in shown  # the first ones, all of them
-    widths = _widths(table)
+    widths = _widths(table, runs_view.WIDEST)
     assert sum(widths[name] for name in shown) <= TABLE_PX < sum(
         widths[name] for name in order[:len(shown) + 1])
+
+
+def test_every_runs_name_and_model_are_shown_whatever_else_the_table_holds(store, seed):
+    """"my Mistral (Trainer)" and a debug run looked alike: their names and models hid behind the
+    table's column menu, the other columns having taken the room first."""
+    import json
+
+    from anatomy.views import runs as runs_view
+
+    named = seed()
+    store.rename_run(named, "my Mistral (Trainer), dynamic padding, logging every 5 steps")
+    store.update_run(named, options={**store.run(named).options,
+                                     "model": "/home/me/experiments/configs/my-mistral.json"})
+    debug = seed()
+    store.update_run(debug, options={**store.run(debug).options, "batch_size": 8,
+                                     "seq_len": 128, "precision": "bf16"})
+    app = _page()
+    config = json.loads(app.dataframe[0].proto.columns)
+    for heading in ("Name", "Model"):
+        assert not config.get(heading, {}).get("hidden"), heading
+        assert config[heading]["width"] <= runs_view.WIDEST[heading]
+    table = app.dataframe[0].value
+    assert table["Model"].tolist() == ["bert-large-uncased", "my-mistral"]
+    assert table["Name"].tolist()[1].startswith("my Mistral")
 
 
 def test_a_run_without_a_sample_says_so_instead_of_an_empty_chart(store):

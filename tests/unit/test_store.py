@@ -82,6 +82,35 @@ def test_report_reads_each_phase_memory_at_its_end(store):
     assert rep.samples == 100
 
 
+def test_a_phase_named_again_keeps_each_occurrences_own_end_and_memory(store):
+    """A loop alternating run.phase("training") and run.phase("eval") three times: the end of
+    each mark was written to every phase of that name, so every training ended at the last
+    one's end (3.39 s) with its memory. Readers that name one phase read its first occurrence;
+    lists and charts have each."""
+    run_id = _new_run(store)
+    store.write(run_id, samples=[Sample(t / 10, 0, t * MIB, None, None, None) for t in range(70)])
+    marks = []
+    for k in range(3):
+        marks += [PhaseMark("start", "training", 2.0 * k), PhaseMark("end", "training", 2.0 * k + 1),
+                  PhaseMark("start", "eval", 2.0 * k + 1), PhaseMark("end", "eval", 2.0 * k + 1.5)]
+    for mark in marks:  # one batch each, as the collector's flushes may cut them
+        store.write(run_id, phases=[mark])
+    assert [(p.name, p.start_s, p.end_s) for p in store.phases(run_id)] == [
+        ("training", 0.0, 1.0), ("eval", 1.0, 1.5), ("training", 2.0, 3.0), ("eval", 3.0, 3.5),
+        ("training", 4.0, 5.0), ("eval", 5.0, 5.5)]
+    rep = report(store, run_id)
+    assert [p.memory_mb for p in rep.phases] == [10, 15, 30, 35, 50, 55]
+    assert rep.phase("training").end_s == 1.0 and rep.training.memory_mb == 10
+    assert rep.phase_memory()["training"] == 10 * MIB and rep.summary.memory_mb == 10
+
+
+def test_an_end_without_an_open_occurrence_changes_no_phase(store):
+    run_id = _new_run(store)
+    store.write(run_id, phases=[PhaseMark("start", "training", 1.0), PhaseMark("end", "training", 2.0),
+                                PhaseMark("end", "training", 3.0)])
+    assert [(p.start_s, p.end_s) for p in store.phases(run_id)] == [(1.0, 2.0)]
+
+
 def test_decimation_keeps_every_peak(store):
     run_id = _new_run(store)
     n = 200_000

@@ -81,7 +81,7 @@ class ScriptedManager:
         self._ended[run_id].wait(timeout)
         return self.store.run(run_id).status
 
-    def stop(self, run_id: int) -> bool:
+    def stop(self, run_id: int, reason: str = "stopped by the user") -> bool:
         self.stopped.append(run_id)
         options = RunOptions.from_dict(self.store.run(run_id).options)
         self._end(run_id, options, "stopped")

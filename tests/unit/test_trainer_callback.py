@@ -25,7 +25,7 @@ class _Heard:
     def stop(self, reason: str) -> None:
         pass
 
-    def close(self, ending) -> None:
+    def close(self, ending, held=None) -> None:
         pass
 
     def of(self, kind) -> list:

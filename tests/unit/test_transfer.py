@@ -134,7 +134,8 @@ BAD_FILES = {
     "a comma in a tag": (_set(("runs", 0, "run", "tags"), ["a,b"]), "runs[0].run.tags[0]: a tag is"
                          " text without commas, got 'a,b'"),
     "the second run bad": (_set(("runs", 1, "samples", 5, 1), -3), "runs[1].samples[5][1]: must be a"
-                           " whole number from 0 to 63, got -3"),
+                           " device's number: its index from 0 to 63, on the k-th host of a run"
+                           " k × 1000 + its index, got -3"),
     # What `show` and the Anatomy page read, checked by type (issue 9: they raised afterwards).
     "text for a component": (_set(("runs", 0, "run", "summary", "components"), {"weights": "x"}),
                              "runs[0].run.summary.components.weights: memory must be a whole"

@@ -67,11 +67,11 @@ def test_the_explanations_fit_the_way_a_users_run_was_recorded(store, seed_users
     assert "recorded before they were measured" not in anatomy_view.no_components(rep)
     assert anatomy_view.not_profiled(rep).startswith(profile)
     if rep.steps:  # the chart's caption: the Trainer's loss only where a Trainer logged it
-        assert ("Trainer" in text.steps_caption(rep)) == (shape == "trainer")
+        assert ("Trainer" in text.steps_caption(rep, store.steps(rep.id))) == (shape == "trainer")
         # The same on Compare's overlay and under the Anatomy page's first steps; AdamW named
         # only for a run that said it trained with it.
         assert ("Trainer" in compare.steps_caption([rep])) == (shape == "trainer")
-        first = anatomy_view.first_steps_caption(rep)
+        first = anatomy_view.first_steps_caption(rep, None)
         assert ("Trainer" in first, "AdamW" in first) == ((shape == "trainer",) * 2)
     # The Live page's phases: a watched command's own phase, not four dashes it never had.
     metrics = [(m.name, m.memory_mb) for m in live_view.phase_metrics(rep)]
@@ -223,3 +223,25 @@ def test_a_users_token_classifier_is_predicted_with_its_own_head(store, seed_use
     predicted = breakdown.predicted(report(store, run_id))
     assert isinstance(predicted, Prediction), predicted
     assert predicted.parameters == 166_089  # the shrunk NER BERT, its classifier of 9 labels
+
+
+def test_the_loss_caption_says_how_often_the_trainer_logged_it(store, seed_users):
+    """"logged every step" was said of a Trainer run with logging_steps=5 (6 points of 30)."""
+    import sqlite3
+
+    from tests.apptest import open_page
+
+    run_id = seed_users("trainer")  # 8 steps, each with its loss
+    app = open_page("screens/runs.py", run=str(run_id))
+    app.segmented_control(key="runs_view").set_value("steps").run()
+    every = [c.value for c in app.caption if c.value.startswith("The Trainer's loss")]
+    assert every == ["The Trainer's loss at each step (logged every step) and the time each step "
+                     "took, from the end of the one before; step 1 also holds the Trainer's "
+                     "first-step setup."]
+    with sqlite3.connect(store.path) as db:  # logging_steps=4: the loss at steps 4 and 8
+        db.execute("UPDATE steps SET loss = NULL WHERE run_id = ? AND step % 4 != 0", (run_id,))
+    app.run()
+    captions = [c.value for c in app.caption if c.value.startswith("The Trainer's loss")]
+    assert captions == ["The Trainer's loss every 4 steps, as it logged it (2 of 8 steps) and the "
+                        "time each step took, from the end of the one before; step 1 also holds "
+                        "the Trainer's first-step setup."]

@@ -19,6 +19,7 @@ class DataBatches(NamedTuple):
     lengths: Lengths
     longest: TextBatch  # the run's peak
     typical: TextBatch
+    facts: TrainingData | None = None  # what they were read from (the time a step scales by it)
 
 
 class DataPrediction(NamedTuple):
@@ -57,6 +58,6 @@ def predict_data(options: RunOptions, data: TrainingData, *, device: str,
     batch, predicted = longest(options, data, device=device, gpu_name=gpu_name, total=total)
     lengths = Lengths(data.lengths or ())
     typical = typical_batch(lengths, options.batch_size, *_shape(options, data))
-    return DataPrediction(DataBatches(lengths, batch, typical), predicted,
+    return DataPrediction(DataBatches(lengths, batch, typical, data), predicted,
                           predict(options, device=device, gpu_name=gpu_name, total=total,
                                   text=typical))

@@ -1,6 +1,9 @@
 """A transformer's layers repeat: a run's recording at any depth from one recording at a small
 depth (DEPTH layers), its events tagged with the layer they belong to (tracing/depth.py), without
-tracing the other layers. Pure Python over the recording.
+tracing the other layers. Pure Python over the recording. A "layer" here is a block of the
+model's layers (blocks.py): one layer where they are all alike, a period of them where they
+repeat in a pattern (a full-attention layer every sixth), the first and the last block as
+they come.
 
 Layer TEMPLATE (the second) stands for every layer added: wherever its events run — its
 weights, its forward pass, its backward pass, its share of each optimizer loop — one copy per
@@ -24,7 +27,7 @@ from dataclasses import replace
 from anatomy.analysis import models
 from anatomy.analysis.prediction.replay import ALLOC, FREE, MARK, Recording
 
-DEPTH = 4  # the layers traced: the first, the template, one like it, and the last
+DEPTH = 4  # the blocks traced: the first, the template, one like it, and the last
 TEMPLATE = 1
 
 
@@ -34,11 +37,6 @@ def depth_of(config: dict) -> int | None:
     depths = {config[k] for k in models.LAYER_KEYS
               if isinstance(config.get(k), int) and not isinstance(config.get(k), bool)}
     return depths.pop() if len(depths) == 1 else None
-
-
-def with_depth(config: dict, depth: int) -> dict:
-    return {**config, **{k: depth for k in models.LAYER_KEYS
-                         if isinstance(config.get(k), int) and not isinstance(config.get(k), bool)}}
 
 
 class DepthError(ValueError):
@@ -170,7 +168,12 @@ def _check(layers: _Layers, segment_of: list[str | None]) -> dict[int, int]:
             positions.sort(key=lambda i: (in_run.get(i, i), repr(layers.token(
                 i, segment_of[i])) if i in in_run else ""))
             lists.append(positions)
-        mine, next_ = lists
+        # A storage of no layer that a block frees is its last use there: the blocks after it
+        # in their order use it no more (the full-attention mask, which the first layer, a
+        # sliding one, does not use, goes with the template's backward pass); freed once
+        # (`extrapolate`), not one block's event
+        mine, next_ = ([i for i in positions if not _frees_common(layers, i)]
+                       for positions in lists)
         if [layers.token(i, segment_of[i]) for i in mine] != \
                 [layers.token(i, segment_of[i]) for i in next_]:
             raise DepthError("a layer makes other events than the next one")
@@ -182,6 +185,11 @@ def _check(layers: _Layers, segment_of: list[str | None]) -> dict[int, int]:
                 raise DepthError("a layer holds other storages than the next one")
         twin.update(zip(mine, next_))
     return twin
+
+
+def _frees_common(layers: _Layers, position: int) -> bool:
+    return layers.recording.events[position][0] == FREE and \
+        layers.reference(position)[0] == "common"
 
 
 def _size(recording: Recording, tid: int) -> int | None:
@@ -225,6 +233,8 @@ def extrapolate(recording: Recording, layers: int) -> Recording:
                 raise DepthError("a free outside the layers frees a repeated layer's storage")
             side = extra if tag is not None and tag[1] > TEMPLATE else 0  # beside it
             return adopted, key_of(tid, side if _is_template(known, tid) else 0)
+        if reference[0] == "common":  # freed once, by the copy that runs last (`emit`)
+            return adopted, key_of(tid)
         if reference[0] != "layer":
             if copy:
                 raise DepthError("a layer frees a storage of no layer, or of another stack")
@@ -245,8 +255,13 @@ def extrapolate(recording: Recording, layers: int) -> Recording:
             return adopted, key_of(template[place], copy + 1)
         raise DepthError("a layer frees a storage of a layer not beside it")
 
-    def emit(position: int, copy: int) -> None:
+    def emit(position: int, copy: int, last: int = 0) -> None:
+        """The event at `position` in copy `copy` of its layer; `last`: the copy that runs last
+        (the template's free of a storage of no layer, its last use, is made there alone)."""
         kind, tid, value = recording.events[position]
+        if kind == FREE and copy != last and tags[position] is not None and \
+                tags[position][1] == TEMPLATE and _frees_common(known, position):
+            return
         if kind == MARK:
             events.append((MARK, 0, value))
         elif kind == ALLOC:
@@ -295,7 +310,7 @@ def extrapolate(recording: Recording, layers: int) -> Recording:
                 else range(extra, -1, -1)
             for copy in order:
                 for at in range(position, stretch_end):
-                    emit(at, copy)
+                    emit(at, copy, order[-1])
             position = stretch_end
         segments[name] = (begin, len(events))
     return _extrapolated(recording, known, events, segments, new, extra, count[0])

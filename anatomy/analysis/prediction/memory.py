@@ -21,14 +21,16 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
+from anatomy import strategies
 from anatomy.analysis import models
 from anatomy.analysis.components import MEASURED_STEPS, Components, rest_of_peak
 from anatomy.analysis.lengths import TextBatch
 from anatomy.analysis.options import FIELDS, RunOptions
 from anatomy.analysis.prediction import device_constants, recordings, replay
 from anatomy.analysis.prediction.device_constants import DeviceCalibration
+from anatomy.strategies import TracedRank
 from anatomy.units import size_text
-from anatomy.vocabulary import Moment, Name, Part, Precision, Strategy
+from anatomy.vocabulary import Moment, Name, Part, Precision
 
 # The walkthrough's bytes per parameter ("Model training anatomy", Anatomy of Model's Memory),
 # shown beside what a run predicts and measures.
@@ -233,25 +235,25 @@ def _shape_of(options: RunOptions) -> RunOptions:
 
 
 def _recording(shape: RunOptions, device: str, calibration: DeviceCalibration | None,
-               steps: int, fsdp_world: int = 0, workspaces=None, text: TextBatch | None = None
-               ) -> replay.Recording:
+               steps: int, rank: TracedRank | None = None, workspaces=None,
+               text: TextBatch | None = None) -> replay.Recording:
     if workspaces is not None:  # this machine's measurements: traced anew, never cached
-        return _traced_recording(shape, device, calibration, steps, fsdp_world, workspaces, text)
+        return _traced_recording(shape, device, calibration, steps, rank, workspaces, text)
     key = None if calibration is None else json.dumps(calibration.to_dict(), sort_keys=True)
-    return _cached_recording(shape, device, key, steps, fsdp_world, text)
+    return _cached_recording(shape, device, key, steps, rank, text)
 
 
 @lru_cache(maxsize=16)
 def _cached_recording(shape: RunOptions, device: str, calibration_key: str | None,
-                      steps: int, fsdp_world: int = 0, text: TextBatch | None = None
+                      steps: int, rank: TracedRank | None = None, text: TextBatch | None = None
                       ) -> replay.Recording:
     calibration = (None if calibration_key is None else
                    DeviceCalibration.from_dict(json.loads(calibration_key)))
-    return _traced_recording(shape, device, calibration, steps, fsdp_world, text=text)
+    return _traced_recording(shape, device, calibration, steps, rank, text=text)
 
 
 def _traced_recording(shape: RunOptions, device: str, calibration: DeviceCalibration | None,
-                      steps: int, fsdp_world: int = 0, workspaces=None,
+                      steps: int, rank: TracedRank | None = None, workspaces=None,
                       text: TextBatch | None = None) -> replay.Recording:
     try:
         spec = models.resolve(shape.model)
@@ -264,7 +266,7 @@ def _traced_recording(shape: RunOptions, device: str, calibration: DeviceCalibra
         return recordings.recording(spec, step, device=device, calibration=calibration,
                                     steps=steps, lora_rank=shape.lora_rank,
                                     lora_targets=shape.lora_targets,
-                                    fsdp_world=fsdp_world, workspaces=workspaces)
+                                    rank=rank, workspaces=workspaces)
     except models.ModelError as error:
         raise PredictionError(str(error)) from None
     except Exception as error:  # noqa: BLE001 - whatever the trace cannot follow: one line
@@ -779,27 +781,19 @@ def _bisect(low: int, high: int, fits) -> int:
     return low
 
 
-# --- several processes: each rank's memory under DDP and FSDP ---
-
-# torch.nn.parallel.DistributedDataParallel's defaults, as the Trainer leaves them: gradients
-# are copied into flat bucket tensors (gradient_as_bucket_view=False) of bucket_cap_mb=25 MiB,
-# the first bucket 1 MiB (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES).
-DDP_BUCKET_BYTES = 25 * 2**20
-DDP_FIRST_BUCKET_BYTES = 2**20
-
+# --- several processes: each rank's memory, as its strategy has it (anatomy/strategies/) ---
 
 @dataclass(frozen=True)
 class RankPrediction:
-    """One rank's predicted memory with `world_size` processes. Components in bytes, per rank.
+    """One rank's predicted memory with `world_size` processes under `strategy`. Components in
+    bytes, per rank.
 
-    DDP: the single-process prediction (`alone`) plus the reducer's buckets (one more copy of the
-    trainable gradients, in their dtype), every rank holding all of the model states. FSDP (full
-    shard, FSDP2 as accelerate drives it): rank 0's own step traced with torch's FSDP on a fake
-    process group (`traced`; tracing/fsdp.py): its shards of the parameters, gradients and
-    optimizer states, and the buffers of FSDP's collectives as torch makes them — `all_gather`
-    (the all-gathers' outputs and the unsharded parameters copied out of them, in the mixed
-    precision's dtype) and `reduce_scatter` (the unsharded gradients' input and the shard's
-    output), as much of each as is alive at the rank's live-tensor peak. Activations are a
+    Worked out by the strategy from the single-process prediction of the same per-device batch
+    (`alone`; DDP: plus the reducer's buckets, every rank holding all of the model states), or
+    rank 0's own step traced on a fake process group by the strategy's tracer (`traced`; FSDP,
+    tracing/fsdp.py: its shards of the parameters, gradients and optimizer states, and the
+    buffers of its collectives as torch makes them, as much of each as is alive at the rank's
+    live-tensor peak). `buffers`: the strategy's own, by its names for them. Activations are a
     rank's own batch's. NCCL's own memory (its buffers and streams, outside PyTorch's allocator,
     seen only by NVML) is the device calibration's `nccl_bytes`, None where it was never
     measured."""
@@ -811,17 +805,15 @@ class RankPrediction:
     gradients: int
     optimizer_states: int
     activations: int
-    buckets: int  # DDP's reducer buckets
-    all_gather: int  # FSDP: all-gather buffers and unsharded parameters alive at the peak
-    reduce_scatter: int  # FSDP: reduce-scatter buffers alive at the peak
+    buffers: dict[str, int]
     peak: int  # the allocator's peak on one rank
     nccl: int | None  # NVML only; None: not calibrated
-    traced: Prediction | None = None  # FSDP: the rank's own step, traced
+    traced: Prediction | None = None  # a traced rank's own step
 
     @property
     def communication(self) -> int:
-        """What the strategy adds inside PyTorch's allocator: buckets, or FSDP's buffers."""
-        return self.buckets + self.all_gather + self.reduce_scatter
+        """What the strategy adds inside PyTorch's allocator: its buffers."""
+        return sum(self.buffers.values())
 
     @property
     def nvml_peak(self) -> int | None:
@@ -837,7 +829,7 @@ class RankPrediction:
         """One rank's prediction in a single process's shape, so that a rank's measured
         components are read against it as any run's are: its own weights, gradients and states;
         its peak and every moment of a step (the traced rank's, or the single process's moved by
-        DDP's buckets, alive throughout a step); NCCL's memory outside PyTorch, and no NVML
+        the strategy's buffers, alive throughout a step); NCCL's memory outside PyTorch, and no NVML
         figure while it is not calibrated."""
         calibrated = self.nccl is not None
         base = self.traced
@@ -855,8 +847,8 @@ class RankPrediction:
         return {Part.WEIGHTS.value: self.weights, Part.GRADIENTS.value: self.gradients,
                 Part.OPTIMIZER_STATES.value: self.optimizer_states,
                 Part.ACTIVATIONS.value: self.activations,
-                "ddp_buckets": self.buckets, "fsdp_all_gather": self.all_gather,
-                "fsdp_reduce_scatter": self.reduce_scatter, "peak": self.peak}
+                **{name: self.buffers.get(name, 0) for name in strategies.buffer_names()},
+                "peak": self.peak}
 
     def to_dict(self) -> dict:
         return {"strategy": self.strategy, "world_size": self.world_size,
@@ -888,16 +880,13 @@ class RankPrediction:
 
 def rank_prediction(alone: Prediction, strategy: str, world_size: int, *,
                     nccl: int | None = None) -> RankPrediction:
-    """A DDP rank (no torch): `alone` is the single-process prediction."""
+    """A rank worked out by its strategy (no torch): `alone` is the single-process prediction.
+    A strategy whose rank is traced has it from predict_ranks."""
     if world_size < 2:
         raise ValueError("several processes: world_size >= 2")
-    if strategy != Strategy.DDP:
-        raise ValueError(f"the arithmetic is DDP's; FSDP's rank is traced (predict_ranks), got "
-                         f"{strategy!r}")
-    buckets = alone.gradients  # the trainable parameters' gradients, in their dtype
-    return RankPrediction(strategy, world_size, alone, alone.weights, alone.gradients,
-                          alone.optimizer_states, alone.activations, buckets, 0, 0,
-                          alone.peak + buckets, nccl)
+    rank = strategies.named(strategy).rank_memory(alone, world_size)
+    return RankPrediction(strategy, world_size, alone, rank.weights, rank.gradients,
+                          rank.optimizer_states, rank.activations, rank.buffers, rank.peak, nccl)
 
 
 def alive_at_peak(events: list[tuple], kinds: dict[str, frozenset[int]]) -> dict[str, int]:
@@ -922,25 +911,24 @@ def predict_ranks(options: RunOptions, *, device: str = "cuda", gpu_name: str | 
                   calibration: DeviceCalibration | None = None, text: TextBatch | None = None
                   ) -> RankPrediction:
     """Each rank's predicted memory for a run of several processes (`options.world_size`,
-    `options.strategy`): DDP from the single-process prediction of the same per-device batch
-    (`rank_prediction`); FSDP from rank 0's own step, traced (`RankPrediction`)."""
+    `options.strategy`): from the single-process prediction of the same per-device batch
+    (`rank_prediction`), or from rank 0's own step, traced, where the strategy has a tracer."""
     if device == "cuda" and calibration is None:
         calibration = calibration_for(device, gpu_name)
     alone = predict(options, device=device, calibration=calibration, text=text)
     if text is not None:
         options = replace(options, batch_size=text.size, seq_len=text.padded_to)
     nccl = calibration.nccl_bytes if device == "cuda" and calibration else None
-    if options.strategy != Strategy.FSDP:
-        return rank_prediction(alone, Strategy.DDP, options.world_size, nccl=nccl)
+    key = strategies.named(options.strategy).recording_key(options.world_size)
+    if key is None:
+        return rank_prediction(alone, options.strategy, options.world_size, nccl=nccl)
     steps = steps_measured(options)
-    recording = _recording(_shape_of(options), device, calibration, steps,
-                           fsdp_world=options.world_size, text=text)
+    recording = _recording(_shape_of(options), device, calibration, steps, rank=key, text=text)
     measured = replay.measure(replay.stream(recording, steps, options.grad_accum),
                               cuda=device == "cuda")
     traced = _prediction(recording, measured, options, device, calibration, steps)
     step_begins = recording.segments["batches"][0]  # the step's, not the sharding's peak
-    buffers = alive_at_peak(recording.events[step_begins:], recording.fsdp_buffers)
-    return RankPrediction(Strategy.FSDP, options.world_size, alone, traced.weights, traced.gradients,
-                          traced.optimizer_states, traced.activations, 0,
-                          buffers.get("gathered", 0), buffers.get("reduced", 0), traced.peak,
-                          nccl, traced)
+    buffers = alive_at_peak(recording.events[step_begins:], recording.rank_buffers)
+    return RankPrediction(options.strategy, options.world_size, alone, traced.weights,
+                          traced.gradients, traced.optimizer_states, traced.activations, buffers,
+                          traced.peak, nccl, traced)

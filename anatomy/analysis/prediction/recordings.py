@@ -1,5 +1,6 @@
 """A run's recording, as fast as it can be had: from the disk cache, else traced — at a small
-depth and extrapolated (layers.py) where the model's layers repeat, else in full — and cached.
+depth and extrapolated (layers.py) where the model's layers repeat (blocks.py: the depth
+stand-in, its config cut to the layers traced), else in full — and cached.
 
 The cache (analysis/cache.py's folder) keeps one file per recording, named by a hash of all that
 makes it: the model's config itself (not its name), the options the memory depends on, the
@@ -19,14 +20,16 @@ from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 
+from anatomy import strategies
 from anatomy.analysis import models
 from anatomy.analysis.cache import cache_dir, write_atomically
-from anatomy.analysis.prediction import layers
+from anatomy.analysis.prediction import blocks, layers
 from anatomy.analysis.prediction.device_constants import DeviceCalibration
 from anatomy.analysis.prediction.replay import Recording
+from anatomy.strategies import TracedRank
 
 CACHE_FILES = 256
-_SOURCES = (Path(__file__).parent, Path(models.__file__))
+_SOURCES = (Path(__file__).parent, Path(models.__file__), Path(strategies.__file__).parent)
 
 
 @lru_cache(maxsize=1)
@@ -45,10 +48,11 @@ def _code_version() -> str:
 
 
 def _key(spec: models.ModelSpec, step, device: str, calibration: DeviceCalibration | None,
-         steps: int, lora_rank: int, lora_targets: tuple[str, ...], fsdp_world: int) -> str:
+         steps: int, lora_rank: int, lora_targets: tuple[str, ...], rank: TracedRank | None
+         ) -> str:
     made_of = {"config": spec.config, "task": spec.task, "step": repr(step), "device": device,
                "calibration": calibration.to_dict() if calibration else None, "steps": steps,
-               "lora": [lora_rank, list(lora_targets)], "fsdp": fsdp_world,
+               "lora": [lora_rank, list(lora_targets)], "rank": list(rank) if rank else None,
                "code": _code_version()}
     return hashlib.sha256(json.dumps(made_of, sort_keys=True, default=str).encode()
                           ).hexdigest()[:32]
@@ -76,21 +80,23 @@ def _write(folder: Path, path: Path, recording: Recording) -> None:
 
 def recording(spec: models.ModelSpec, step: tuple, *, device: str,
               calibration: DeviceCalibration | None, steps: int, lora_rank: int = 0,
-              lora_targets: tuple[str, ...] = (), fsdp_world: int = 0,
+              lora_targets: tuple[str, ...] = (), rank: TracedRank | None = None,
               workspaces=None) -> Recording:
     """The run's recording (tracing/record.py's), from the cache when it has it; `step`:
-    tracing/trainer_step.StepOptions' fields (that module imports torch). With `workspaces`
-    (prediction/workspaces.py's seams: this machine's measurements) traced anew, never cached."""
+    tracing/trainer_step.StepOptions' fields (that module imports torch); `rank`: one rank's
+    step under a strategy that traces it (the strategy's recording key), else one process's.
+    With `workspaces` (prediction/workspaces.py's seams: this machine's measurements) traced
+    anew, never cached."""
     folder = cache_dir() if workspaces is None else None
     path = None
     if folder is not None:
-        key = _key(spec, step, device, calibration, steps, lora_rank, lora_targets, fsdp_world)
+        key = _key(spec, step, device, calibration, steps, lora_rank, lora_targets, rank)
         path = folder / f"{key}.recording"
         found = _read(path)
         if found is not None:
             return found
     made = trace(spec, step, device=device, calibration=calibration, steps=steps,
-                 lora_rank=lora_rank, lora_targets=lora_targets, fsdp_world=fsdp_world,
+                 lora_rank=lora_rank, lora_targets=lora_targets, rank=rank,
                  workspaces=workspaces)
     if path is not None:
         _write(folder, path, made)
@@ -99,40 +105,74 @@ def recording(spec: models.ModelSpec, step: tuple, *, device: str,
 
 def trace(spec: models.ModelSpec, step: tuple, *, device: str,
           calibration: DeviceCalibration | None, steps: int, lora_rank: int = 0,
-          lora_targets: tuple[str, ...] = (), fsdp_world: int = 0,
+          lora_targets: tuple[str, ...] = (), rank: TracedRank | None = None,
           workspaces=None) -> Recording:
-    """Traced: at layers.DEPTH layers and extrapolated where the model's layers repeat (every
-    layer of each stack the same, checked on the model built at its full depth, and
-    layers.extrapolate's own checks), else in full (an FSDP rank's step: in full)."""
+    """Traced: at four blocks of its layers and extrapolated where the model's layers repeat
+    (`stand_in`; layers.extrapolate's own checks), else in full (a traced rank's step: in
+    full)."""
     from anatomy.analysis.prediction.tracing.record import record
     from anatomy.analysis.prediction.tracing.trainer_step import StepOptions
 
     step = StepOptions(*step)
     kwargs = dict(kernels=device, calibration=calibration, steps=steps, lora_rank=lora_rank,
                   lora_targets=lora_targets, workspaces=workspaces)
-    full = layers.depth_of(dict(spec.config))
-    if full is not None and full > layers.DEPTH and not fsdp_world and \
-            _repeats(spec, full, lora_rank, lora_targets):
-        shallow = replace(spec, config=layers.with_depth(dict(spec.config), layers.DEPTH))
+    found = stand_in(spec, lora_rank, lora_targets) if rank is None else None
+    if found is not None:
+        shallow, repeats = found
         try:
-            return layers.extrapolate(record(shallow, step, layers=True, **kwargs), full)
+            return layers.extrapolate(record(shallow, step, blocks=repeats.traced, **kwargs),
+                                      repeats.count)
         except layers.DepthError:
             pass  # the layers do not repeat after all: traced in full
-    return record(spec, step, fsdp_world=fsdp_world, **kwargs)
+    return record(spec, step, rank=rank, **kwargs)
 
 
-def _repeats(spec: models.ModelSpec, full: int, lora_rank: int,
-             lora_targets: tuple[str, ...]) -> bool:
-    """Whether the model, built on the meta device at its depth, has stacks of that many
-    layers, each layer the same (and as many stacks as at the traced depth)."""
+def stand_in(spec: models.ModelSpec, lora_rank: int = 0, lora_targets: tuple[str, ...] = ()
+             ) -> tuple[models.ModelSpec, blocks.Blocks] | None:
+    """The model at the depth traced, and how its layers repeat (blocks.py); None where they
+    do not repeat often enough to trace fewer. Both held to the model built on the meta device
+    at its depth: how its layers repeat is what its stacks' layers and its config's per-layer
+    fields say together, and the stand-in's layers must be the model's layers kept, the model
+    outside them the same (else None: a config the stand-in cannot make is traced in full,
+    never refused; a model that cannot be built at its own depth is the config's own
+    refusal, ModelError, as a run's)."""
     from anatomy.analysis.prediction.tracing import depth
 
-    def stacks_at(n: int):
-        shaped = replace(spec, config=layers.with_depth(dict(spec.config), n))
-        model, _ = models.build_model(shaped, "meta", lora_rank=lora_rank,
+    full = layers.depth_of(dict(spec.config))
+    if full is None or full <= layers.DEPTH:
+        return None
+    model, _ = models.build_model(spec, "meta", lora_rank=lora_rank, lora_targets=lora_targets,
+                                  pretrained=False)
+    stacks = depth.stacks(model, full)
+    if not stacks:
+        return None
+    signatures = [depth.signatures(stack) for stack in stacks]
+    entries = blocks.per_layer(spec.config, full)
+    kinds: dict[str, int] = {}  # each layer's kind: its signatures and its entries, numbered
+    kind = [kinds.setdefault(repr((entries[i], [s[i] for s in signatures])), len(kinds))
+            for i in range(full)]
+    repeats = blocks.find(full, lambda i, j: kind[i] == kind[j])
+    config = blocks.at_traced_depth(spec.config, repeats.kept) if repeats else None
+    if config is None:
+        return None
+    shallow = replace(spec, config=config)
+    try:
+        built, _ = models.build_model(shallow, "meta", lora_rank=lora_rank,
                                       lora_targets=lora_targets, pretrained=False)
-        return depth.stacks(model, n)
+    except Exception:  # noqa: BLE001 - a stand-in its config class or model refuses: in full
+        return None
+    kept = depth.stacks(built, len(repeats.kept))
+    if len(kept) != len(stacks) or _outside(built, kept) != _outside(model, stacks):
+        return None
+    for mine, theirs in zip(kept, signatures):
+        if depth.signatures(mine) != [theirs[i] for i in repeats.kept]:
+            return None
+    return shallow, repeats
 
-    found = stacks_at(full)
-    return bool(found) and all(depth.uniform(s) for s in found) and \
-        len(stacks_at(layers.DEPTH)) == len(found)
+
+def _outside(model, stacks) -> list[tuple]:
+    """The model's parameters and buffers outside its stacks of layers: names and shapes."""
+    inside = {id(t) for stack in stacks for t in (*stack.parameters(), *stack.buffers())}
+    return [(name, tuple(t.shape)) for name, t in (*model.named_parameters(),
+                                                   *model.named_buffers())
+            if id(t) not in inside]

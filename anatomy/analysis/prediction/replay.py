@@ -77,8 +77,9 @@ class Recording:
     # not traced, grow with them).
     convolution_share: float = 0.0
     max_tid: int = 0
-    # An FSDP rank's trace (tracing/fsdp.py): the storages of its collectives, by kind.
-    fsdp_buffers: dict[str, frozenset[int]] = field(default_factory=dict)
+    # A traced rank's (a strategy's tracer, e.g. tracing/fsdp.py): the storages of its
+    # collectives, by the strategy's names for its buffers.
+    rank_buffers: dict[str, frozenset[int]] = field(default_factory=dict)
     saved_bytes: int = 0  # what autograd saved in the last micro-batch's forward pass
     # With the layers followed (tracing/depth.py): beside each event the repeated layer it
     # belongs to, (stack, index) or None; the depth traced; one layer of each stack's share of

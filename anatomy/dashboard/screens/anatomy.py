@@ -17,11 +17,11 @@ from anatomy.views import text
 from anatomy.views.figures import anatomy as figures
 from anatomy.vocabulary import Status
 
-MIB_COLUMN = st.column_config.NumberColumn(format="%.1f")
-
 
 def measured_and_predicted(rep: RunReport, prediction) -> None:
     st.subheader("Measured next to predicted")
+    if batch := view.measured_batch_line(rep):
+        st.caption(batch)
     widgets.chart(figures.anatomy_waterfall_figure(view.waterfall(rep, prediction)),
                   "anatomy_waterfall")
     if rep.on_gpu:
@@ -40,15 +40,28 @@ def measured_and_predicted(rep: RunReport, prediction) -> None:
                    "libraries: measured, never predicted). Both end on the figures of the "
                    "table's last row.")
     rows = view.component_rows(rep, prediction)
-    widgets.table([{"Component": r.component, in_mib("Measured"): mib_float(r.measured),
-                   in_mib("Predicted"): mib_float(r.predicted), "Error (%)": r.error_percent,
-                   "Note": r.note} for r in rows],
-                 hide_index=True, key="anatomy_components", height="content",
-                 column_config={in_mib("Measured"): MIB_COLUMN, in_mib("Predicted"): MIB_COLUMN,
-                                "Error (%)": st.column_config.NumberColumn(format="%+.2f%%")})
+    # Its notes wrap: in a dataframe the Note column was cut at a laptop's width.
+    widgets.wrapped_table([{"Component": r.component, in_mib("Measured"): mib_float(r.measured),
+                            in_mib("Predicted"): mib_float(r.predicted),
+                            "Error (%)": r.error_percent, "Note": r.note} for r in rows],
+                          {in_mib("Measured"): "{:,.1f}", in_mib("Predicted"): "{:,.1f}",
+                           "Error (%)": "{:+.2f}%"})
     st.caption(f"Error = (predicted − measured) / measured. {MIB_NAME} = 2²⁰ bytes. The notes in full: "
                + view.NOTES[rep.on_gpu] + " docs/PREDICTION.md states every formula of the "
                "prediction and where it comes from.")
+
+
+def data_reach(rep: RunReport) -> None:
+    """A run on a dataset: the peak its longest batch is predicted to reach, beside the peak
+    sampled over every step (the table above is the measured batch's)."""
+    if view.measured_batch_line(rep) is None:
+        return
+    underway = st.empty()
+    underway.info("Predicting the data's longest batch…", icon=":material/hourglass_top:")
+    reach = breakdown.data_reach(rep)
+    underway.empty()
+    if reach is not None:
+        st.info(view.reach_line(rep, reach), icon=":material/dataset:")
 
 
 def peak_section(rep: RunReport, prediction) -> None:
@@ -89,13 +102,15 @@ def first_steps(rep: RunReport, samples, steps, expected: breakdown.CpuPeak | No
     if rep.training is None:
         st.info(view.no_training(rep))
         return
-    widgets.chart(figures.first_steps_figure(rep, samples, steps, expected=expected), key)
+    repeated = view.repetition(rep, samples, steps)
+    widgets.chart(figures.first_steps_figure(rep, samples, steps, expected=expected,
+                                             repeated=repeated), key)
     if expected is not None:
         st.caption("On the curve's own axis, the CPU prediction: the dotted line is what the "
                    "process held before training beyond its weights (the interpreter, torch's "
                    "libraries, the data: measured, no prediction covers it); the dashed line "
                    "adds the tensors' predicted peak to it.")
-    st.caption(view.first_steps_caption(rep))
+    st.caption(view.first_steps_caption(rep, repeated))
 
 
 def operations(rep: RunReport) -> None:
@@ -194,6 +209,7 @@ def main() -> None:
             elif basis := view.kept_model_basis(rep):
                 st.caption(text.literal(basis))
             measured_and_predicted(rep, prediction)
+            data_reach(rep)
             peak_section(rep, prediction)
             bytes_per_parameter(rep, prediction)
     if rep.world_size > 1:

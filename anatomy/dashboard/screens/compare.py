@@ -10,7 +10,7 @@ import streamlit as st
 
 from anatomy.analysis import transfer
 from anatomy.analysis.compare import differing_options
-from anatomy.analysis.options import FIELDS, InvalidOptions, Kind, defaults_for
+from anatomy.analysis.options import FIELDS, InvalidOptions, Kind
 from anatomy.analysis.report import PHASES, RunReport, report
 from anatomy.analysis.sweeps import LADDER, SweepGrid, grid, parse_value
 from anatomy.dashboard import server, widgets
@@ -185,11 +185,13 @@ def _vary_values(name: str, has_gpu: bool) -> list:
 
 
 def _sweep_form() -> None:
-    has_gpu = server.device().has_gpu
-    defaults = defaults_for(has_gpu)
+    info = server.device()
+    has_gpu = info.has_gpu
+    defaults = widgets.live_options(has_gpu)  # the Live form's model and options, where it has any
     slot = server.sweeps()
     with st.expander("Base configuration", icon=":material/tune:"):
-        names = list(FIELDS)
+        model = st.session_state.get("sweep_option_model", defaults.model)
+        names = [name for name in FIELDS if widgets.offered(name, model)]
         for column, chunk in zip(st.columns(3), (names[0::3], names[1::3], names[2::3])):
             with column:
                 for name in chunk:
@@ -206,11 +208,19 @@ def _sweep_form() -> None:
     until_oom = st.checkbox("Keep doubling the batch size until a run is out of memory",
                             key="sweep_until_oom", disabled=LADDER not in varied,
                             help="batch sizes run smallest first; at a batch size's first "
-                                 "out-of-memory run the larger ones are skipped")
+                                 "out-of-memory run the larger ones are skipped" + (
+                                     "" if has_gpu else ". Without a GPU, out of memory is this "
+                                     "machine's RAM full"))
+    if until_oom and not has_gpu and LADDER in varied:
+        st.warning(f"Without a GPU, out of memory means this machine's {info.ram_total / 2**30:.1f}"
+                   " GiB of RAM full: each doubling takes more of it, the last run until the "
+                   "kernel ends it, and every program on the machine slows or is ended meanwhile.",
+                   icon=":material/warning:")
     busy = slot.running()
     if st.button("Start the sweep", key="sweep_start", type="primary", disabled=busy,
                  icon=":material/play_arrow:", help="a sweep is running" if busy else None):
         base = {name: st.session_state[f"sweep_option_{name}"] for name in names}
+        base.update({name: getattr(defaults, name) for name in FIELDS if name not in names})
         if not errors:
             try:
                 st.session_state["sweep_shown"] = slot.start(base, vary,

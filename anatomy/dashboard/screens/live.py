@@ -5,7 +5,15 @@ from __future__ import annotations
 import streamlit as st
 
 from anatomy.analysis import duration
-from anatomy.analysis.options import DATA_FIELDS, FIELDS, Checked, InvalidOptions, defaults_for, validated
+from anatomy.analysis.options import (
+    DATA_DECIDES,
+    DATA_FIELDS,
+    FIELDS,
+    Checked,
+    InvalidOptions,
+    defaults_for,
+    validated,
+)
 from anatomy.analysis.report import RunReport, report
 from anatomy.dashboard import links, server, widgets
 from anatomy.engine.manager import STOP_GRACE_SECONDS, DeviceBusy, live_run
@@ -35,12 +43,15 @@ def _key(name: str) -> str:
     return f"option_{name}"
 
 
+def _form_values() -> dict:
+    return {name: st.session_state[_key(name)] for name in FIELDS if _key(name) in st.session_state}
+
+
 def _judged() -> Checked | None:
     """The form's options judged once for this machine; None where some are wrong (kept for the
     fields to show)."""
-    values = {name: st.session_state[_key(name)] for name in FIELDS if _key(name) in st.session_state}
     try:
-        checked = validated(values, server.device().gpu_count)
+        checked = validated(_form_values(), server.device().gpu_count)
     except InvalidOptions as error:
         st.session_state["option_errors"] = error.errors
         return None
@@ -49,14 +60,8 @@ def _judged() -> Checked | None:
 
 
 def _drawn(name: str) -> bool:
-    """The options of the device where they apply: the GPU index with a GPU, GPUs and strategy
-    with two GPUs or more, CPU processes and strategy without a GPU; checkpointing where the
-    model can do it."""
-    info = server.device()
-    if name == "gradient_checkpointing":
-        return view.offers_checkpointing(st.session_state.get(_key("model")))
-    return {"gpu": info.has_gpu, "gpus": info.gpu_count > 1, "processes": not info.has_gpu,
-            "strategy": info.gpu_count > 1 or not info.has_gpu}.get(name, True)
+    """The options of this device and model (widgets.offered)."""
+    return widgets.offered(name, st.session_state.get(_key("model")))
 
 
 def _sentence(text: str) -> str:
@@ -128,7 +133,12 @@ SHORT_LABELS = {"gradient_checkpointing": "Checkpointing"}
 
 
 def _field(name: str, default) -> None:
-    widgets.option_widget(name, default, _key(name), label=SHORT_LABELS.get(name))
+    # A dataset (as the form was last sent) decides the sequence length and the dataset size.
+    ignored = name in DATA_DECIDES and bool(str(st.session_state.get(_key("dataset"), "")).strip())
+    widgets.option_widget(name, default, _key(name), label=SHORT_LABELS.get(name),
+                          disabled=ignored)
+    if ignored:
+        st.caption(view.DATASET_DECIDES[name])
     error = st.session_state.get("option_errors", {}).get(name)
     if error:
         st.error(error)
@@ -136,9 +146,13 @@ def _field(name: str, default) -> None:
 
 def options_form(has_gpu: bool, expanded: bool) -> None:
     defaults = defaults_for(has_gpu)
+    # What the form holds, for the Sweep's base (its widgets' state goes when the page is left).
+    st.session_state[widgets.LIVE_OPTIONS] = _form_values()
     errors = bool(st.session_state.get("option_errors") or st.session_state.get("start_refused"))
+    # Enter in a field keeps its value and sends nothing: a form sends itself with its first
+    # button, which here starts a run (and takes the device).
     with st.expander("Run options", expanded=expanded or errors, icon=":material/tune:"), \
-            st.form("run_options", border=False):
+            st.form("run_options", border=False, enter_to_submit=False):
         layout = _layout()
         for column, names in zip(st.columns(len(layout)), layout):
             with column:
@@ -203,7 +217,7 @@ def _progress(rep: RunReport) -> None:
             left = f"time left: {duration.words(done.seconds_left)}"
         else:  # before the first step: the estimate made before the start
             estimate = duration.estimate(server.store(), rep.options, rep.backend,
-                                         rep.environment.gpu_name)
+                                         rep.environment.gpu_name, rep.environment.data)
             left = ("time left: measuring…" if estimate.step_s is None else
                     f"time left: about {duration.words(estimate.steps * estimate.step_s)} "
                     "(estimated before the first step)")
@@ -256,8 +270,14 @@ def finished_view(run_id: int) -> None:
     rep = report(server.store(), run_id)
     st.subheader(text.literal(rep.title()))
     _phase_metrics(rep)
-    widgets.outcome(rep)
+    # The chart first, how the run ended and the walkthrough's summary after it (at 1280 x 800
+    # the chart began below the window's edge); a run that failed says so first.
+    failed = rep.status not in (Status.COMPLETED, Status.STOPPED)
+    if failed:
+        widgets.outcome(rep)
     widgets.run_charts(rep, "live")
+    if not failed:
+        widgets.outcome(rep)
     st.page_link(links.RUNS_PAGE, label=f"Run {run_id} on the Runs page",
                  query_params={"run": str(run_id)}, icon=":material/table_rows:")
 

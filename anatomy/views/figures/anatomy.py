@@ -16,8 +16,15 @@ from anatomy.analysis.report import RunReport
 from anatomy.store import Sample, Step
 from anatomy.units import MIB
 from anatomy.views import text as words
-from anatomy.views.anatomy import WATERFALL_ORDER, MomentRow, WaterfallStep
-from anatomy.views.figures.layout import LABEL_ROW_PX, column, label_rows, training_rows
+from anatomy.views.anatomy import WATERFALL_ORDER, MomentRow, Repetition, WaterfallStep
+from anatomy.views.figures.layout import (
+    ASSUMED_PLOT_PX,
+    CHAR_PX,
+    LABEL_ROW_PX,
+    column,
+    label_rows,
+    training_rows,
+)
 from anatomy.views.style import (
     ALLOCATED_COLOUR,
     CURVE_COLOUR,
@@ -102,12 +109,13 @@ def first_steps_window(report: RunReport, steps: Sequence[Step], count: int = FI
 
 
 def first_steps_figure(report: RunReport, samples: Sequence[Sample], steps: Sequence[Step],
-                       count: int = FIRST_STEPS, expected: CpuPeak | None = None) -> go.Figure:
+                       count: int = FIRST_STEPS, expected: CpuPeak | None = None,
+                       repeated: Repetition | None = None) -> go.Figure:
     """The training phase's first `count` steps up close: the memory curve, a line where each
-    step ends (from the worker's step marks), and two notes whose arrows end on the curve: after
-    step 1 the gradients and the optimizer states exist, and from step 2 on the memory repeats.
-    Labels never overlap (`label_rows`) and notes lean towards the middle of the chart, so none
-    is cut at an edge."""
+    step ends (from the worker's step marks), and notes whose arrows end on the curve: after
+    step 1 the gradients and the optimizer states exist, and from step 2 on the memory repeats,
+    or not (`repeated`: `views.anatomy.repetition`; no note without it). Labels never overlap
+    (`label_rows`) and notes lean towards the middle of the chart, within its edges."""
     window = first_steps_window(report, steps, count)
     figure = go.Figure()
     if window is None:
@@ -140,30 +148,29 @@ def first_steps_figure(report: RunReport, samples: Sequence[Sample], steps: Sequ
     for step in marked:
         figure.add_vline(x=step.t, line={"color": "#555555", "width": 1, "dash": "dot"})
     if expected is not None:  # on the curve's own axis: what the prediction covers, and not
-        before = (expected.over + expected.before_training) / MIB
+        before = expected.process / MIB
         figure.add_hline(y=before, line={"color": NEUTRAL_COLOUR, "dash": "dot", "width": 1.5},
                          annotation_text=f"before training, beyond the weights: {before:,.0f} MiB"
                                          " (measured; no prediction covers it)",
                          annotation_position="bottom right")
-        peak = before + expected.tensors / MIB
+        peak = expected.rss / MIB
         figure.add_hline(y=peak, line={"color": PREDICTED_COLOUR, "dash": "dash", "width": 1.5},
                          annotation_text=f"predicted peak: {peak:,.0f} MiB (the line below + the "
                                          f"tensors' {expected.tensors / MIB:,.0f} MiB, predicted)",
                          annotation_position="top right")
     if marked and len(times):
         low, high = float(used.min()), float(used.max())
-        notes = [(marked[0].t, "after step 1: the gradients and the optimizer states exist")]
-        if len(marked) > 1:
-            notes.append((marked[-1].t, "from step 2 on, the memory repeats"))
-        for index, (x, label) in enumerate(notes):
-            y = float(np.interp(x, times, used))
-            # The text sits towards the middle of the chart, and below the curve where it is
-            # high; the earlier note one line further, so that two notes never meet.
+        notes = [(marked[0].t, "after step 1: gradients and optimizer states exist")]
+        if len(marked) > 1 and repeated is not None:
+            notes.append((marked[-1].t, repeated.note()))
+        for (x, label), level in zip(notes, NOTE_LEVELS):
+            # The text sits towards the middle of the chart, each note at a height of its own
+            # (on the y axis, whatever the chart's size in pixels): two notes never meet.
             leftwards = x > (x0 + x1) / 2
-            away = 45 + 40 * (len(notes) - 1 - index)
             figure.add_annotation(
-                x=x, y=y, text=label, showarrow=True, arrowhead=2, arrowcolor=CURVE_COLOUR,
-                ax=-50 if leftwards else 50, ay=away if y > (low + high) / 2 else -away,
+                x=x, y=float(np.interp(x, times, used)), text=label, showarrow=True, arrowhead=2,
+                arrowcolor=CURVE_COLOUR, ax=_lean(x, x0, x1, label, leftwards),
+                ay=low + level * (high - low), ayref="y",
                 xanchor="right" if leftwards else "left", bgcolor="rgba(255,255,255,0.9)",
                 bordercolor=PHASE_COLOURS[Phase.TRAINING], borderwidth=1,
                 font={"size": 12, "color": CURVE_COLOUR})
@@ -173,6 +180,22 @@ def first_steps_figure(report: RunReport, samples: Sequence[Sample], steps: Sequ
         yaxis={"title": {"text": words.axis_title(report.backend)}},
         legend={"orientation": "h", "yanchor": "top", "y": -0.18, "x": 0}, hovermode="closest")
     return figure
+
+
+NOTE_LEAN_PX = 50  # how far a note's text sits across from the point its arrow shows
+# The notes' heights, as a share of the curve's span in the window: the earlier one lower.
+NOTE_LEVELS = (0.22, 0.45)
+
+
+def _lean(x: float, x0: float, x1: float, label: str, leftwards: bool) -> float:
+    """How far across (px) a note's text sits from its point at `x`: NOTE_LEAN_PX towards the
+    middle, less where the text would then leave the plot at the narrowest it is drawn
+    (ASSUMED_PLOT_PX); a wider plot only has more room."""
+    at = (x - x0) / (x1 - x0) * ASSUMED_PLOT_PX
+    width = len(label) * CHAR_PX + 8
+    if leftwards:  # the text ends at the arrow's tail: it must begin inside
+        return -min(NOTE_LEAN_PX, max(0.0, at - width))
+    return min(NOTE_LEAN_PX, ASSUMED_PLOT_PX - width - at)
 
 
 def operations_figure(rows: Sequence[ClassShare]) -> go.Figure:

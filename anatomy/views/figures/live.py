@@ -17,6 +17,8 @@ from anatomy.store import HOST_STRIDE, GpuStatus, HostStatus, Sample, Step, seri
 from anatomy.units import MIB, gib_text, mib_text
 from anatomy.views import text as words
 from anatomy.views.figures.layout import (
+    ASSUMED_PLOT_PX,
+    CHAR_PX,
     LABEL_ROW_PX,
     Band,
     column,
@@ -168,20 +170,28 @@ def memory_figure(report: RunReport, samples: Sequence[Sample], steps: Sequence[
             hoverinfo="text"))
     _other_ranks_ends(figure, report, x_of, by_step is not None)
     top = max((s.used for s in samples), default=0) / MIB
+    if axis == Phase.TRAINING and window is not None:
+        shown = window
+    else:
+        shown = (0.0, float(x_of([now or 0.0])[0]) if by_step is None else float(steps[-1].step))
     # Shapes and annotations are set once, as lists: added one by one, plotly validates the
     # whole list again each time (a fifth of a live refresh).
     annotations = [
         # A boxed label with an arrow: readable over a noisy curve and a coloured band alike;
-        # below the curve near the top, where the band labels are.
+        # below the curve near the top, where the band labels are; to the right of a point at
+        # the plot's left edge, where it covered the axis's ticks.
         {"name": f"end of {phase.name}", "x": float(x_of([phase.end_s])[0]),
          "y": phase.memory_mb, "text": f"<b>{mib_text(phase.memory_bytes)}</b>", "showarrow": True,
-         "arrowhead": 0, "ax": -28, "ay": 26 if phase.memory_mb > 0.7 * top else -26,
+         "arrowhead": 0, "ax": _marker_lean(float(x_of([phase.end_s])[0]), shown,
+                                            mib_text(phase.memory_bytes)),
+         "ay": 26 if phase.memory_mb > 0.7 * top else -26,
          "bgcolor": "rgba(255,255,255,0.85)", "bordercolor": phase_colour(phase.name),
          "borderwidth": 1.5, "font": {"color": CURVE_COLOUR, "size": 12}}
         for phase in ended]
     shapes: list[dict] = []
+    rows = 0
     if by_step is None:
-        _bands(shapes, annotations, report, now, window if axis == Phase.TRAINING else None)
+        rows = _bands(shapes, annotations, report, now, window if axis == Phase.TRAINING else None)
     figure.update_layout(shapes=shapes, annotations=annotations)
 
     x_title = {"run": "seconds since the run started",
@@ -193,12 +203,25 @@ def memory_figure(report: RunReport, samples: Sequence[Sample], steps: Sequence[
         xaxis["range"] = list(window)
     figure.update_layout(
         uirevision=f"run-{report.id}-{axis}",  # zoom and legend clicks survive each refresh
-        height=440, margin={"l": 10, "r": 10, "t": 30, "b": 10},
+        height=440, margin={"l": 10, "r": 10, "t": 12 + LABEL_ROW_PX * rows, "b": 10},
         xaxis=xaxis,
         yaxis={"title": {"text": words.axis_title(backend)}, "rangemode": "tozero"},
         legend={"orientation": "h", "yanchor": "top", "y": -0.18, "x": 0},
         hovermode="closest", plot_bgcolor="white")
     return figure
+
+
+MARKER_LEAN_PX = 28  # how far an end-of-phase label sits from its marker, leftwards
+
+
+def _marker_lean(x: float, shown: tuple[float, float], text: str) -> float:
+    """An end-of-phase label's offset across: to the left of its marker, less where the label
+    would then leave the plot at its left (at the narrowest it is drawn), over the axis's ticks;
+    a marker at the very edge has its label to its right."""
+    low, high = shown
+    at = (x - low) / (high - low) * ASSUMED_PLOT_PX if high > low else 0.0
+    half = (len(text) * CHAR_PX + 8) / 2
+    return max(at - MARKER_LEAN_PX, half + 2) - at
 
 
 def _other_ranks_ends(figure: go.Figure, report: RunReport, x_of, by_step: bool) -> None:
@@ -222,16 +245,18 @@ def _other_ranks_ends(figure: go.Figure, report: RunReport, x_of, by_step: bool)
 
 
 def _bands(shapes: list[dict], annotations: list[dict], report: RunReport, now: float | None,
-           window: tuple[float, float] | None) -> None:
-    """The phase bands with their labels (rows chosen so that no two overlap), and the profiling
-    stretch's band, which the run's peak leaves out."""
+           window: tuple[float, float] | None) -> int:
+    """The phase bands with their labels, and the profiling stretch's band, which the run's peak
+    leaves out. The labels sit above the plot, each band's at its start, in rows chosen so that
+    no two overlap: short phases at the run's start stacked their labels over the curve. The
+    number of rows."""
     bands = phase_bands(report.phases, now)
     profiling = report.profiling
     if profiling is not None:
         end = profiling.end_s if profiling.end_s is not None else max(now or 0, profiling.start_s)
         bands.append(Band(Phase.PROFILING, profiling.start_s, end, not profiling.done))
     if not bands:
-        return
+        return 0
     names = ["profiling: not in the peak" if b.name == Phase.PROFILING else
              phase_name(b.name, report.on_gpu) for b in bands]
     texts = [f"<b>{name}</b>" + (" …" if b.open else "") for name, b in zip(names, bands)]
@@ -244,10 +269,11 @@ def _bands(shapes: list[dict], annotations: list[dict], report: RunReport, now: 
         shapes.append({"type": "rect", "name": band.name, "xref": "x", "yref": "paper",
                        "x0": band.x0, "x1": band.x1, "y0": 0, "y1": 1, "layer": "below",
                        "fillcolor": colour, "opacity": BAND_OPACITY, "line": {"width": 0}})
-        annotations.append({"name": band.name, "x": band.x0, "xref": "x", "y": 1,
-                            "yref": "paper", "xanchor": "left", "yanchor": "top",
-                            "yshift": -LABEL_ROW_PX * row, "text": label, "showarrow": False,
+        annotations.append({"name": band.name, "x": max(band.x0, x0), "xref": "x", "y": 1,
+                            "yref": "paper", "xanchor": "left", "yanchor": "bottom",
+                            "yshift": LABEL_ROW_PX * row, "text": label, "showarrow": False,
                             "font": {"color": CURVE_COLOUR, "size": 12}, "bgcolor": colour})
+    return max(rows) + 1
 
 
 def steps_figure(report: RunReport, steps: Sequence[Step]) -> go.Figure:

@@ -23,9 +23,17 @@ import plotly.graph_objects as go
 from anatomy.views.figures.layout import CHAR_PX, LABEL_ROW_PX
 from anatomy.views.style import CURVE_COLOUR
 
-WIDTH_PX = 900  # the picture's own width; the page scales it to its column
+# The picture's own width: the page scales it to its column, its text with it. About the column
+# at 1,000 px (636 px with the sidebar open), so that its text is about its own size there
+# (a 900 px picture drew 11 px ticks at 7 px), its plot no narrower than the labels' room
+# (layout.ASSUMED_PLOT_PX); shown at most MOST_SCALE times as large in a wide window.
+WIDTH_PX = 680
+MOST_SCALE = 1.05
+# The width a figure's height is read against: a picture keeps those proportions (a Plotly
+# chart is as tall at any width).
+FIGURE_WIDTH_PX = 900
 FONT_PX = 12
-TICK_FONT_PX = 11
+TICK_FONT_PX = 12
 # Room around the plot: the y tick labels and title at the left, the x ticks and title below.
 LEFT_PX, RIGHT_PX, TOP_PX, BOTTOM_PX = 72, 16, 12, 44
 LEGEND_ROW_PX = 20
@@ -279,9 +287,10 @@ def picture(figure: go.Figure, width: int = WIDTH_PX) -> str:
     _check(figure)
     layout = figure.layout
     legend = _legend(figure, width - LEFT_PX - RIGHT_PX)
-    plot_height = (layout.height or 440) - TOP_PX - BOTTOM_PX - 30
-    height = TOP_PX + plot_height + BOTTOM_PX + LEGEND_ROW_PX * len(legend) + 8
-    left, top, plot_width = LEFT_PX, TOP_PX, width - LEFT_PX - RIGHT_PX
+    top = TOP_PX + _room_above(figure)
+    plot_height = round((layout.height or 440) * width / FIGURE_WIDTH_PX) - top - BOTTOM_PX - 30
+    height = top + plot_height + BOTTOM_PX + LEGEND_ROW_PX * len(legend) + 8
+    left, plot_width = LEFT_PX, width - LEFT_PX - RIGHT_PX
     bars = _bars(figure)
     if bars:
         columns = bar_columns(figure)
@@ -293,7 +302,7 @@ def picture(figure: go.Figure, width: int = WIDTH_PX) -> str:
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="anatomy-chart" '
            f'viewBox="0 0 {width} {height:.0f}" width="100%" role="img" '
            f'font-family="{escape(FONT)}" font-size="{FONT_PX}" '
-           f'style="max-width:{width * 1.25:.0f}px;display:block">',
+           f'style="max-width:{width * MOST_SCALE:.0f}px;display:block">',
            f'<rect x="{left}" y="{top}" width="{plot_width}" height="{plot_height}" '
            'fill="white"/>']
     out += _bands(figure, x_axis, top, plot_height)
@@ -522,6 +531,13 @@ def _bands(figure: go.Figure, x_axis: Axis, top: float, plot_height: float) -> l
     return out
 
 
+def _room_above(figure: go.Figure) -> int:
+    """The room the labels set above the plot need (a run's phase names, a row each)."""
+    return max((round(note.yshift or 0) + 19 for note in figure.layout.annotations or ()
+                if (note.yref or "y") != "y" and note.yanchor == "bottom"
+                and note.y is not None and note.y >= 1), default=0)
+
+
 def _position(axis: Axis, value: float, ref: str | None, own: str) -> float:
     """An x or y of a shape or annotation in pixels: in data units where it refers to the axis
     (`own`), else a fraction of the plot ("paper", "x domain", "y domain")."""
@@ -664,8 +680,13 @@ def _annotations(figure: go.Figure, x_axis: Axis, y_axis: Axis) -> list[str]:
         box = len(text) * CHAR_PX + 8
         x = _position(x_axis, note.x, note.xref, "x") + (note.xshift or 0)
         y = _position(y_axis, note.y, note.yref, "y") - (note.yshift or 0)
-        tail_x, tail_y = x + (note.ax or 0), y + (note.ay or 0)
-        left = _anchored(tail_x, box, note.xanchor, "center")
+        # The text's place: pixels away from the point, or a height on the y axis (ayref).
+        tail_x = x + (note.ax or 0)
+        tail_y = float(y_axis.px(note.ay)) if note.ayref == "y" else y + (note.ay or 0)
+        # Inside the plot: a picture cuts nothing, and the ticks beside it stay readable.
+        left = min(max(_anchored(tail_x, box, note.xanchor, "center"), x_axis.at(0)),
+                   right_edge - box)
+        tail_x = min(max(tail_x, left), left + box)
         placed.append((left, left + box, tail_y - 9))
         out.append(f'<g class="point-label" data-name="{escape(note.name or "")}">'
                    f'<line x1="{x:.1f}" y1="{y:.1f}" x2="{tail_x:.1f}" y2="{tail_y:.1f}" '
@@ -687,10 +708,12 @@ def _annotations(figure: go.Figure, x_axis: Axis, y_axis: Axis) -> list[str]:
         if (note.yref or "y") != "y" and note.yanchor == "top":
             y += 2  # a band's label, just inside the plot's top
         # One moved in at the right, or one the figure placed without knowing where the notes'
-        # boxes fall, can meet another: it goes a row lower, as the figure's own rows do.
+        # boxes fall, can meet another: it goes a row further from the plot's edge, as the
+        # figure's own rows do (up, above the plot).
+        above = (note.yref or "y") != "y" and note.yanchor == "bottom"
         while any(a < left + box and left < b and abs(y - c) < LABEL_ROW_PX - 1
                   for a, b, c in placed):
-            y += LABEL_ROW_PX
+            y += -LABEL_ROW_PX if above else LABEL_ROW_PX
         placed.append((left, left + box, y))
         kind = "label" if (note.yref or "y") == "y" else "band-label"
         out.append(f'<g class="{kind}" data-name="{escape(note.name or "")}">'

@@ -3,7 +3,8 @@ small depth extrapolates to any depth (prediction/layers.py).
 
 A model's repeated layers are the modules of the lists as long as its depth (the config's
 `num_hidden_layers`, or an encoder-decoder's two stacks); layer `i` of stack `s` is tagged
-`(s, i)`. An event belongs to the layer:
+`(s, b)`, `b` its block (prediction/blocks.py: `i` itself where the layers are all alike, else
+the period it falls in). An event belongs to the layer:
 - whose forward pass runs (forward hooks; a checkpointed layer's recomputation too);
 - in the backward pass, that made the autograd node running it (each layer's nodes are tagged
   when its forward pass ends, walking back from its outputs to the previous layer's);
@@ -46,8 +47,7 @@ def stacks(model, depth: int) -> list[torch.nn.ModuleList]:
 
 def signature(module) -> list:
     """A layer as far as it can differ from another of its class: its modules' classes, their
-    parameters' and buffers' shapes and kinds, and their plain attributes (the layer's own index
-    left out)."""
+    parameters' and buffers' shapes and kinds, and their plain attributes."""
     out = []
     for name, sub in module.named_modules():
         attributes = sorted((k, v) for k, v in vars(sub).items() if not k.startswith("_")
@@ -60,28 +60,41 @@ def signature(module) -> list:
     return out
 
 
-def uniform(layers: torch.nn.ModuleList) -> bool:
-    """Every layer of the list after the first the same but for its index (an attribute that
-    counts along the list is its index). The first may differ (T5's relative attention bias
-    lives in it alone): at any depth it is traced as itself; the layers after it are the ones
-    the extrapolation copies (prediction/layers.py), the last among them."""
-    signatures = [signature(layer) for layer in layers]
-    if len(signatures) < 2:
-        return True
-    template = signatures[1]
-    for at, other in enumerate(signatures[2:], 2):
-        if len(other) != len(template):
-            return False
-        for a, b in zip(template, other):
-            if a[:2] != b[:2] or a[3:] != b[3:]:
-                return False
-            mine, theirs = dict(a[2]), dict(b[2])
-            if mine.keys() != theirs.keys():
-                return False
-            for key, value in theirs.items():
-                if value != mine[key] and not (value == at and mine[key] == 1):
-                    return False
-    return True
+def signatures(layers: torch.nn.ModuleList) -> list[list]:
+    """Each layer's `signature` as far as its memory can tell: less the whole numbers that count
+    along the list (a straight line of the layer's index: the index itself, twice it plus one),
+    a count of layers that is the list's length as "the depth" (a layer told the model's depth),
+    and a fraction only as nought or not (a dropout's probability, stochastic depth's growing
+    layer by layer, a scale that follows the model's depth: what they are does not change a
+    tensor's size, whether they are nought can). Two layers with the same are the same layer
+    but for their place."""
+    found = [signature(layer) for layer in layers]
+    points: dict[tuple[str, str], dict[int, object]] = {}
+    for at, layer in enumerate(found):
+        for name, _, attributes, _, _ in layer:
+            for key, value in attributes:
+                points.setdefault((name, key), {})[at] = value
+    counting = {key for key, seen in points.items() if _counts(seen)}
+    def seen(key: str, value):
+        if isinstance(value, float):
+            return value != 0
+        if "layers" in key and value == len(found) and not isinstance(value, bool):
+            return "the depth"
+        return value
+
+    return [[(name, kind, [(k, seen(k, v)) for k, v in attributes
+                           if (name, k) not in counting], *rest)
+             for name, kind, attributes, *rest in layer] for layer in found]
+
+
+def _counts(points: dict[int, object]) -> bool:
+    """Whether whole numbers at three places or more lie on a line of the place, not flat."""
+    if len(points) < 3 or not all(isinstance(v, int) and not isinstance(v, bool)
+                                  for v in points.values()):
+        return False
+    (a, first), (b, second), *others = sorted(points.items())
+    step = (second - first) / (b - a)
+    return step != 0 and all(v == first + step * (at - a) for at, v in others)
 
 
 class LayerTags:
@@ -95,11 +108,15 @@ class LayerTags:
         self._outer: list[Tag | None] = []
         self._handles: list = []
         self._layer_of_parameter: dict[int, Tag] = {}
+        self.blocks: tuple[int, ...] = ()
 
-    def install(self, lists: list[torch.nn.ModuleList]) -> None:
+    def install(self, lists: list[torch.nn.ModuleList], blocks: tuple[int, ...]) -> None:
+        """Hooks each layer of `lists`; `blocks`: the block of each layer (prediction/blocks.py),
+        its tag's index."""
+        self.blocks = blocks
         for s, layers in enumerate(lists):
             for i, layer in enumerate(layers):
-                tag = (s, i)
+                tag = (s, blocks[i])
                 for p in layer.parameters():
                     self._layer_of_parameter[id(p)] = tag
                 self._handles += [
@@ -188,9 +205,9 @@ class LayerTags:
                 for tensor in (*layer.parameters(), *layer.buffers()):
                     tid = tid_of(tensor)
                     if tid is not None:
-                        self.of_tid[tid] = (s, i)
+                        self.of_tid[tid] = (s, self.blocks[i])
                         if tid in position:
-                            timeline.tags[position[tid]] = (s, i)
+                            timeline.tags[position[tid]] = (s, self.blocks[i])
 
 
 class _StateLookups(dict):

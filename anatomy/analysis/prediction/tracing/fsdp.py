@@ -4,10 +4,10 @@ buffer FSDP makes is counted as torch makes it rather than modelled beside it.
 
 - **The units and their options** are accelerate's: `fsdp2_prepare_model` (accelerate 1.15) is
   called with the plugin the Trainer builds for the worker's fsdp_config — each class of
-  `models.fsdp_unit_classes` a unit, the input embeddings and the tail (final norm, output embeddings) their
-  own, reshard after forward (the root and the tail keep theirs), mixed precision as the run's
-  (`FullyShardedDataParallelPlugin.set_mixed_precision`: param_dtype = reduce_dtype =
-  output_dtype = bf16 or fp16).
+  `strategies.fsdp.unit_classes` a unit, the input embeddings and the tail (final norm, output
+  embeddings) their own, reshard after forward (the root and the tail keep theirs), mixed
+  precision as the run's (`FullyShardedDataParallelPlugin.set_mixed_precision`: param_dtype =
+  reduce_dtype = output_dtype = bf16 or fp16).
 - **The process group** is a real one where one exists (gloo ranks on the CPU: the check of the
   prediction) or torch's fake backend (`fake_group`: one process plays rank 0 of N; its
   collectives move nothing, and make no tensor FSDP would not make on a real rank).
@@ -15,18 +15,23 @@ buffer FSDP makes is counted as torch makes it rather than modelled beside it.
   refills it by resizing it back (`_fsdp_param.free_storage` / `alloc_storage`); no operator
   sees that, so `following` tells the tracker of each, and names the storages FSDP's
   collectives make (`Buffers`), for the prediction to say what they hold at the peak.
+
+`rank` is what the trace of a rank's step asks of a strategy's tracer (tracing/record.py): the
+fake group, the model's sharding and the collectives' buffers, together.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from types import SimpleNamespace
 
 import torch
 import torch.distributed as dist
 
-from anatomy.analysis import models
+from anatomy.analysis.prediction.tracing.record import RankTrace
+from anatomy.strategies.fsdp import ALL_GATHER, REDUCE_SCATTER, unit_classes
 from anatomy.vocabulary import Precision
 
 MESH_DIM = "dp_shard"  # accelerate's name for the FSDP dimension of its device mesh
@@ -46,7 +51,7 @@ def shard(model, precision: str, device_mesh) -> None:
     from accelerate.utils import FullyShardedDataParallelPlugin
     from accelerate.utils.fsdp_utils import fsdp2_prepare_model
 
-    layers = models.fsdp_unit_classes(model)
+    layers = unit_classes(model)
     plugin = FullyShardedDataParallelPlugin(
         fsdp_version=2, auto_wrap_policy="transformer_based_wrap", reshard_after_forward=True,
         **({"transformer_cls_names_to_wrap": layers} if layers else {}))
@@ -61,11 +66,6 @@ def shard(model, precision: str, device_mesh) -> None:
         torch_device_mesh=device_mesh,
         parallelism_config=SimpleNamespace(fsdp_dim_names=(MESH_DIM,)))
     fsdp2_prepare_model(accelerator, model)
-
-
-def local(tensor):
-    """A DTensor's shard on this rank (a plain tensor is its own)."""
-    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
 
 
 # The default process group and FSDP's module functions are the process's: one trace at a time
@@ -91,13 +91,13 @@ def fake_group(world_size: int):
 
 
 class Buffers:
-    """The storages FSDP2 makes for its collectives in a trace, by tid: `gathered` (the
+    """The storages FSDP2 makes for its collectives in a trace, by tid: ALL_GATHER (the
     all-gather's flat output and the unsharded parameters copied out of it, refilled each time
-    by a resize), `reduced` (the reduce-scatter's input and output)."""
+    by a resize), REDUCE_SCATTER (the reduce-scatter's input and output)."""
 
     def __init__(self, timeline):
         self.timeline = timeline
-        self.spans: dict[str, list[tuple[int, int]]] = {"gathered": [], "reduced": []}
+        self.spans: dict[str, list[tuple[int, int]]] = {ALL_GATHER: [], REDUCE_SCATTER: []}
         self.resized: set[int] = set()
 
     def inside(self, kind: str, call):
@@ -115,7 +115,10 @@ class Buffers:
         events = self.timeline.events
         made = {events[i][1] for start, end in self.spans[kind] for i in range(start, end)
                 if events[i][0] == ALLOC}
-        return frozenset(made | (self.resized if kind == "gathered" else set()))
+        return frozenset(made | (self.resized if kind == ALL_GATHER else set()))
+
+    def by_kind(self) -> dict[str, frozenset[int]]:
+        return {kind: self.tids(kind) for kind in self.spans}
 
 
 @contextmanager
@@ -143,7 +146,7 @@ def following(tracker):
     _fsdp_param.alloc_storage, _fsdp_param.free_storage = alloc_storage, free_storage
     _fsdp_param_group.alloc_storage = alloc_storage
     for name, call in saved_calls.items():
-        kind = "reduced" if name == "foreach_reduce" else "gathered"
+        kind = REDUCE_SCATTER if name == "foreach_reduce" else ALL_GATHER
         setattr(_fsdp_param_group, name, buffers.inside(kind, call))
     try:
         yield buffers
@@ -152,3 +155,13 @@ def following(tracker):
         _fsdp_param_group.alloc_storage = saved_storage[0]
         for name, call in saved_calls.items():
             setattr(_fsdp_param_group, name, call)
+
+
+@contextmanager
+def rank(world_size: int, tracker, precision: str) -> Iterator[RankTrace]:
+    """Rank 0 of `world_size` on the fake group, its storage resizes told to `tracker`: the
+    model is sharded as accelerate shards it for the run's `precision`, and the buffers of its
+    collectives named by the strategy's names for them."""
+    with fake_group(world_size) as device_mesh, following(tracker) as buffers:
+        yield RankTrace(prepare=lambda model: shard(model, precision, device_mesh),
+                        buffers=buffers.by_kind)

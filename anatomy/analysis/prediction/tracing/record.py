@@ -21,8 +21,11 @@ from __future__ import annotations
 import gc
 import logging as pylogging
 import warnings
+from collections.abc import Callable
 from contextlib import ExitStack, nullcontext
 from dataclasses import replace
+from importlib import import_module
+from typing import NamedTuple
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
@@ -30,14 +33,20 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from anatomy.analysis import models
 from anatomy.analysis.models import ModelSpec
 from anatomy.analysis.prediction.device_constants import DeviceCalibration
-from anatomy.analysis.prediction.layers import TEMPLATE, depth_of
+from anatomy.analysis.prediction.layers import TEMPLATE
 from anatomy.analysis.prediction.replay import Recording
 from anatomy.analysis.prediction.tracing import depth
 from anatomy.analysis.prediction.tracing.cuda import CudaKernels
 from anatomy.analysis.prediction.tracing.fake_kernels import FakeKernels, self_swaps
-from anatomy.analysis.prediction.tracing.tracker import LiveTensors, SavedForBackward, Timeline
+from anatomy.analysis.prediction.tracing.tracker import (
+    LiveTensors,
+    SavedForBackward,
+    Timeline,
+    local,
+)
 from anatomy.analysis.prediction.tracing.trainer_step import StepOptions, TrainerStep
 from anatomy.analysis.prediction.tracing.values import DataValues, real_paths
+from anatomy.strategies import TracedRank
 from anatomy.vocabulary import Phase
 
 
@@ -81,15 +90,25 @@ def to_fake(model, mode: FakeTensorMode, device: str = "cpu", on_made=None) -> N
             module._buffers[name] = made[id(buffer)]
 
 
+class RankTrace(NamedTuple):
+    """What a strategy's tracer (its `tracer` module here, e.g. fsdp.py) gives the trace of one
+    rank's step, from its `rank(world_size, tracker, precision)` context."""
+
+    prepare: Callable  # the model wrapped for the strategy, before the optimizer is made
+    buffers: Callable[[], dict[str, frozenset[int]]]  # its buffers' storages, by the strategy's names
+
+
 def record(spec: ModelSpec, options: StepOptions, *, kernels: str = "cuda",
            calibration: DeviceCalibration | None = None, steps: int = 2, lora_rank: int = 0,
-           lora_targets: tuple[str, ...] = (), fsdp_world: int = 0, layers: bool = False,
-           workspaces=None) -> Recording:
+           lora_targets: tuple[str, ...] = (), rank: TracedRank | None = None,
+           blocks: tuple[int, ...] = (), workspaces=None) -> Recording:
     """Trace the run's build and one of each segment of its steps; `kernels` "cuda" (the CUDA
-    emulation, with `calibration`'s constants) or "cpu". `fsdp_world` > 0: the step of rank 0
-    of that many under FSDP2 (tracing/fsdp.py; weights, gradients and states its shards).
-    With `layers`, each event is tagged with the repeated layer it belongs to
-    (tracing/depth.py), for prediction/layers.py. `workspaces`: the CUDA emulation's
+    emulation, with `calibration`'s constants) or "cpu". `rank`: the step of rank 0 of
+    `rank.world` under a strategy, followed by its tracer (`rank.tracer`, a module of this
+    package: weights, gradients and states those the rank holds, its buffers named).
+    With `blocks` (the block of each layer, prediction/blocks.py), each event is tagged with
+    the block of repeated layers it belongs to (tracing/depth.py), for prediction/layers.py;
+    `tuple(range(layers.DEPTH))` where they are all alike. `workspaces`: the CUDA emulation's
     `convolution_workspaces` (prediction/workspaces.py), none by default."""
     from transformers import logging
 
@@ -117,17 +136,16 @@ def record(spec: ModelSpec, options: StepOptions, *, kernels: str = "cuda",
     try:
         with warnings.catch_warnings():  # peft's and transformers' advice is for real runs
             warnings.simplefilter("ignore")
-            if not fsdp_world:
+            if rank is None:
                 return _record(spec, options, kernels, calibration, steps, lora_rank,
                                lora_targets, timeline, tracker, segment, segments,
-                               layers=layers, workspaces=workspaces)
-            from anatomy.analysis.prediction.tracing import fsdp
-
-            with fsdp.fake_group(fsdp_world) as mesh, fsdp.following(tracker) as buffers:
+                               blocks=blocks, workspaces=workspaces)
+            tracer = import_module(f"{__package__}.{rank.tracer}")
+            with tracer.rank(rank.world, tracker, options.precision) as traced:
                 recording = _record(spec, options, kernels, calibration, steps, lora_rank,
-                                    lora_targets, timeline, tracker, segment, segments, mesh)
-                return replace(recording, fsdp_buffers={
-                    kind: buffers.tids(kind) for kind in ("gathered", "reduced")})
+                                    lora_targets, timeline, tracker, segment, segments,
+                                    traced.prepare)
+                return replace(recording, rank_buffers=traced.buffers())
     finally:
         fake_log.setLevel(fake_level)
         gc.unfreeze()
@@ -136,9 +154,7 @@ def record(spec: ModelSpec, options: StepOptions, *, kernels: str = "cuda",
 
 
 def _record(spec, options, kernels, calibration, steps, lora_rank, lora_targets, timeline,
-            tracker, segment, segments, mesh=None, layers=False, workspaces=None) -> Recording:
-    from anatomy.analysis.prediction.tracing.fsdp import local, shard
-
+            tracker, segment, segments, prepare=None, blocks=(), workspaces=None) -> Recording:
     with real_paths():
         start = 0
         model, _ = models.build_model(spec, "meta", lora_rank=lora_rank,
@@ -155,10 +171,10 @@ def _record(spec, options, kernels, calibration, steps, lora_rank, lora_targets,
         if cuda is not None and workspaces is not None:
             cuda.convolution_workspaces = workspaces
         tags, lists = None, []
-        if layers:
-            lists = depth.stacks(model, depth_of(dict(spec.config)) or 0)
+        if blocks:
+            lists = depth.stacks(model, len(blocks))
             tags = depth.LayerTags()
-            tags.install(lists)
+            tags.install(lists, blocks)
             timeline.layers = tags
             tags.tag_weights(lists, timeline, tracker.storage_tid, segments[Phase.WEIGHTS])
         with ExitStack() as stack:
@@ -175,11 +191,10 @@ def _record(spec, options, kernels, calibration, steps, lora_rank, lora_targets,
                 step = TrainerStep(model, spec, options, device="cpu",
                                    foreach=cuda is not None, on_mark=timeline.mark,
                                    checkpoint_context=cuda.recomputation if cuda else None,
-                                   prepare=None if mesh is None else
-                                   lambda m: shard(m, options.precision, mesh))
+                                   prepare=prepare)
             segment("setup", start)
             trainable = [p for p in model.parameters() if p.requires_grad]
-            if mesh is not None:  # a rank holds its shards from here on
+            if prepare is not None:  # a rank holds its shards from here on
                 weights_bytes = _distinct_bytes(local(p) for p in model.parameters())
 
             start = len(timeline.events)
@@ -193,6 +208,9 @@ def _record(spec, options, kernels, calibration, steps, lora_rank, lora_targets,
             segment("first micro-batch", start)
             grads_first = {i: tracker.storage_tid(local(p.grad)) for i, p in enumerate(trainable)
                            if p.grad is not None}
+            # what the backward pass gave a gradient (LED's global-attention projections get
+            # none without global attention; the optimizer keeps states for them all the same)
+            with_gradient = {id(trainable[i]) for i in grads_first}
             if options.grad_accum > 1:
                 start = len(timeline.events)
                 step.micro_batch(batches[1], items)
@@ -219,8 +237,10 @@ def _record(spec, options, kernels, calibration, steps, lora_rank, lora_targets,
                 start = len(timeline.events)
                 step.optimizer_step()
                 segment("optimizer step", start)
-            per_layer = _layer_share([layers_[1] for layers_ in lists], step.optimizer,
-                                     saved, tags) if lists and tags else {}
+            template = [layer for layers_ in lists for layer, block in zip(layers_, blocks)
+                        if block == TEMPLATE]
+            per_layer = _layer_share(template, step.optimizer, saved, tags, with_gradient) \
+                if lists and tags else {}
         del batches, items, step
         if tags is not None:
             tags.remove()
@@ -237,14 +257,16 @@ def _record(spec, options, kernels, calibration, steps, lora_rank, lora_targets,
         saved_bytes=saved.bytes,
         max_tid=timeline._next, tags=timeline.tags if tags else [], growth=timeline.growth,
         loose=timeline.loose,
-        depth=len(lists[0]) if lists and tags else 0, per_layer=per_layer)
+        depth=max(blocks) + 1 if lists and tags else 0, per_layer=per_layer)
 
 
-def _layer_share(layers, optimizer, saved: SavedForBackward, tags: depth.LayerTags
-                 ) -> dict[str, int]:
-    """What one repeated layer (`layers`: the template of each stack) adds to a recording's
-    counts; of what autograd saved, the storages the template's forward pass made (each layer
-    saves its own and, as its input, the previous layer's output: one layer's worth each)."""
+def _layer_share(layers, optimizer, saved: SavedForBackward, tags: depth.LayerTags,
+                 with_gradient: set[int]) -> dict[str, int]:
+    """What one repeated block (`layers`: the template's layers of each stack) adds to a
+    recording's counts: its gradients those of its parameters that the trace gave one
+    (`with_gradient`, their ids); of what autograd saved, the storages the template's forward
+    pass made (each layer saves its own and, as its input, the previous layer's output: one
+    layer's worth each)."""
     parameters = [p for layer in layers for p in layer.parameters()]
     trainable = [p for p in parameters if p.requires_grad]
     states = [v for p in parameters for v in optimizer.state.get(p, {}).values()
@@ -252,7 +274,7 @@ def _layer_share(layers, optimizer, saved: SavedForBackward, tags: depth.LayerTa
     return {"parameters": sum(p.numel() for p in parameters),
             "trainable_parameters": sum(p.numel() for p in trainable),
             "weights_bytes": _distinct_bytes(parameters),
-            "gradient_bytes": _distinct_bytes(p for p in trainable),
+            "gradient_bytes": _distinct_bytes(p for p in trainable if id(p) in with_gradient),
             "optimizer_state_bytes": _distinct_bytes(states),
             "saved_bytes": sum(size for key, size in saved.kept.items()
                                if (tags.of_tid.get(key) or (None, None))[1] == TEMPLATE)}

@@ -235,6 +235,11 @@ class LiveTensors(TorchDispatchMode):
         return first_tid, out_tid, weakref.ref(out.untyped_storage())
 
 
+def local(tensor):
+    """A DTensor's shard on this rank (a plain tensor is its own)."""
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
+
+
 def _holding_memory(out):
     """The tensors of an operator's outputs that hold memory: a wrapper subclass's inner ones (a
     DTensor's local shard: FSDP2's parameters, gradients and optimizer states), not the

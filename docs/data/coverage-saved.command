@@ -1,0 +1,1 @@
+python bench/architectures.py --saved --jobs 1 --timeout 900 --only qwen2,qwen3,smollm3,ministral,lfm2,zamba,zamba2,dots1,deepseek_v32,glm_moe_dsa,dinov2,gemma4_text,gemma2,gemma3_text,gpt_oss,led,luke,llama,mistral,mixtral,bert,gpt2,t5,bart,vit,qwen3_moe,deepseek_v3,phi3,olmo3,exaone4,lfm2_moe,minimax,llama4_text,modernbert,whisper
