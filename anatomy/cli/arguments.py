@@ -55,6 +55,8 @@ def _help(field: OptionField) -> str:
         default = (f"default none: {field.unset}" if field.optional else
                    _option_default(field.name))
         return f"{field.help} ({field.limits()}; {default})"
+    if field.kind == Kind.CHOICE and _names_its_choices(field):
+        return f"{field.help} ({_option_default(field.name)})"
     if field.kind == Kind.CHOICE:
         return f"{field.help}: {', '.join(field.choices)} ({_option_default(field.name)})"
     if field.choices:  # text with suggestions: the model's presets
@@ -63,6 +65,12 @@ def _help(field: OptionField) -> str:
         flag = "--" + field.name.replace("_", "-")
         return f"{field.help}; e.g. {flag} {' '.join(field.example)}"
     return field.help
+
+
+def _names_its_choices(field: OptionField) -> bool:
+    """Whether the option's help says each of its values already (precision, strategy): else
+    the help lists them, and the usage line names the option alone (the optimizers are many)."""
+    return all(choice in field.help for choice in field.choices or ())
 
 
 def add_run_options(parser: argparse.ArgumentParser, predicting: bool = False) -> None:
@@ -78,7 +86,8 @@ def add_run_options(parser: argparse.ArgumentParser, predicting: bool = False) -
         kinds: dict[str, Any] = {
             Kind.NUMBER: {"type": int},
             Kind.FLAG: {"action": "store_true", "default": None},
-            Kind.CHOICE: {"choices": field.choices},
+            Kind.CHOICE: {"choices": field.choices,
+                          **({} if _names_its_choices(field) else {"metavar": field.name.upper()})},
             Kind.TEXT: {"metavar": field.metavar},
             Kind.LIST: {"metavar": field.metavar,
                         **({} if field.name == "gpus" else {"nargs": "+"})},
