@@ -359,11 +359,11 @@ def test_a_cpu_forecast_gives_the_rss_in_all_the_process_as_the_anatomy_page_mea
     from anatomy.units import size_text
 
     options = defaults_for(False)
-    before = live.memory_forecast(options, CPU, store)  # no CPU run stored: the tensors alone
+    before = live.memory_forecast(validated(options, 0), CPU, store)  # no CPU run: tensors alone
     assert before.line.endswith("plus the Python process itself")
     run_id = seed_users("trainer")  # a CPU run with its weights measured
     expected = breakdown.cpu_peak(report(store, run_id), predict(options, device="cpu"))
-    forecast = live.memory_forecast(options, CPU, store)
+    forecast = live.memory_forecast(validated(options, 0), CPU, store)
     assert forecast.line == (
         f"this run should need about {size_text(expected.rss)} of RAM in all: "
         f"{size_text(expected.tensors)} for tensors (peak: optimizer step) and "

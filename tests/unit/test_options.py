@@ -223,9 +223,3 @@ def test_an_import_says_each_limit_the_declaration_has(name, source):
         transfer.read_export(data)
     assert str(refused.value) == (f"runs[0].run.options: {name}: {field.high + 1} is out of "
                                   f"range: {field.low} to {field.high}")
-
-
-def test_the_prediction_searches_batch_sizes_up_to_the_declared_limit():
-    from anatomy.analysis.prediction import BATCH_SIZE_LIMIT
-
-    assert BATCH_SIZE_LIMIT == FIELDS["batch_size"].high
