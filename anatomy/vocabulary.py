@@ -96,6 +96,15 @@ class Level(Name):
     WARNING = "warning"
 
 
+class ModelSource(Name):
+    """Where a run's model was found (analysis/models.resolve)."""
+
+    PRESET = "preset"  # shipped with anatomy
+    CONFIG_FILE = "config file"
+    MODEL_FOLDER = "model folder"  # as save_pretrained writes one
+    HUB_CACHE = "Hub cache"
+
+
 class Part(Name):
     """A component of a run's memory (analysis/components.py says how each is measured)."""
 

@@ -19,7 +19,7 @@ from anatomy.analysis.options import RunOptions
 from anatomy.engine.endings import is_oom
 from anatomy.engine.reporter import Reporter
 from anatomy.store import RunFacts, TrainingSummary
-from anatomy.vocabulary import Phase, Precision, Status
+from anatomy.vocabulary import Level, Phase, Precision, Status
 
 EXIT_OOM = 3
 EXIT_FAILED = 1
@@ -107,7 +107,7 @@ def _profile(reporter: Reporter, model, dataset, trainer, options: RunOptions, d
     from anatomy.engine.profiler import profile_steps
 
     steps = options.profile_steps
-    reporter.tell("info", f"profiling {steps} training steps with torch.profiler")
+    reporter.tell(Level.INFO, f"profiling {steps} training steps with torch.profiler")
     # Marked, so that the run's peak leaves the profiler's own buffers out and the chart names them.
     reporter.begin(Phase.PROFILING)
     batch = dataset.batch(options.batch_size)
