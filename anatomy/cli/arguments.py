@@ -68,8 +68,8 @@ def _help(field: OptionField) -> str:
 
 
 def _names_its_choices(field: OptionField) -> bool:
-    """Whether the option's help says each of its values already (precision, strategy): else
-    the help lists them, and the usage line names the option alone (the optimizers are many)."""
+    """Whether the option's help says each of its values already (precision, strategy): argparse
+    offers them; else the help lists them, and the usage line names the option alone."""
     return all(choice in field.help for choice in field.choices or ())
 
 
@@ -86,8 +86,9 @@ def add_run_options(parser: argparse.ArgumentParser, predicting: bool = False) -
         kinds: dict[str, Any] = {
             Kind.NUMBER: {"type": int},
             Kind.FLAG: {"action": "store_true", "default": None},
-            Kind.CHOICE: {"choices": field.choices,
-                          **({} if _names_its_choices(field) else {"metavar": field.name.upper()})},
+            # Values the help lists (the optimizers, many) are judged as the form's are.
+            Kind.CHOICE: ({"choices": field.choices} if _names_its_choices(field) else
+                          {"metavar": field.name.upper()}),
             Kind.TEXT: {"metavar": field.metavar},
             Kind.LIST: {"metavar": field.metavar,
                         **({} if field.name == "gpus" else {"nargs": "+"})},
