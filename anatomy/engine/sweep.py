@@ -55,7 +55,7 @@ class Sweep:
         self.base = base if isinstance(base, RunOptions) else RunOptions.from_dict(base)
         self.vary = ordered(vary)
         self.until_oom = until_oom
-        self.name = name or f"{' × '.join(self.vary)} on {base.preset}"
+        self.name = name or f"{' × '.join(self.vary)} on {self.base.preset}"
         self.on_event = on_event
         self.id: int | None = None
         self.key: str | None = None
