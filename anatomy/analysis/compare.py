@@ -87,7 +87,9 @@ def option(report: RunReport, name: str):
         return None
     if name == "model":  # a user's model known by the class the callback recorded
         return report.model_name
-    value = getattr(report.ran_with, name, None)
+    if not hasattr(report.ran_with, name):  # an option this anatomy does not know: as stored
+        return report.stored_options.get(name)
+    value = getattr(report.ran_with, name)
     # GPUs and LoRA targets as runs store them and users' runs report them: comma-separated
     return ",".join(str(v) for v in value) if isinstance(value, tuple) else value
 

@@ -189,8 +189,9 @@ def test_the_cli_help_says_each_limit_and_choice_the_declaration_has():
         assert "--" + field.name.replace("_", "-") in shown
         if field.kind == Kind.NUMBER:
             assert f"{field.help} ({field.low} to {field.high};" in shown
-        if field.kind == Kind.CHOICE:
-            assert "{" + ",".join(field.choices) + "}" in shown
+        if field.kind == Kind.CHOICE:  # offered by argparse, or listed in the help (many)
+            assert "{" + ",".join(field.choices) + "}" in shown or \
+                f"{field.help}: {', '.join(field.choices)} (default" in shown
 
 
 def test_the_form_says_each_limit_the_declaration_has(fake_machine):
