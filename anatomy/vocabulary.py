@@ -81,6 +81,30 @@ def phases_name(phase: str, on_gpu: Iterable[bool]) -> str:
     return " / ".join(dict.fromkeys(phase_name(phase, kind) for kind in kinds))
 
 
+class Edge(Name):
+    """Which end of a phase a mark is."""
+
+    START = "start"  # its state is reached
+    END = "end"  # the next step begins
+
+
+class Level(Name):
+    """How much a run's message matters: anatomy's own levels (a user's `run.note(text, level)`
+    may name its own, stored and shown as given)."""
+
+    INFO = "info"
+    WARNING = "warning"
+
+
+class ModelSource(Name):
+    """Where a run's model was found (analysis/models.resolve)."""
+
+    PRESET = "preset"  # shipped with anatomy
+    CONFIG_FILE = "config file"
+    MODEL_FOLDER = "model folder"  # as save_pretrained writes one
+    HUB_CACHE = "Hub cache"
+
+
 class Part(Name):
     """A component of a run's memory (analysis/components.py says how each is measured)."""
 
@@ -120,6 +144,17 @@ class Precision(Name):
     FP32 = "fp32"
     FP16 = "fp16"
     BF16 = "bf16"
+
+
+class Optimizer(Name):
+    """The Trainer's `optim` names anatomy runs: those that need no package beyond its own."""
+
+    ADAMW_TORCH = "adamw_torch"
+    ADAMW_TORCH_FUSED = "adamw_torch_fused"
+    ADAFACTOR = "adafactor"
+    SGD = "sgd"
+    ADAGRAD = "adagrad"
+    RMSPROP = "rmsprop"
 
 
 class Backend(Name):

@@ -55,7 +55,7 @@ def measure(store_path: Path) -> list[dict]:
         share = process_share(rep, prediction)
         if share is not None:
             rows.append({"model": rep.model, "tensors": prediction.peak,
-                         "run": f"{rep.model} b{rep.known('batch_size')} s{rep.known('seq_len')}",
+                         "run": f"{rep.model} b{rep.ran_with.batch_size} s{rep.ran_with.seq_len}",
                          "peak": rep.summary.peak_bytes, "share": share})
     return rows
 

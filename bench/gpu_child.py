@@ -133,7 +133,7 @@ def _train(config: dict, device: str, nvml_index: int | None, baseline: int,
     result["context"] = None if used is None else used - baseline
     built = time.monotonic()
     model, source = models.build_model(spec, device, lora_rank=options.lora_rank,
-                                       lora_targets=options.lora_target_list(),
+                                       lora_targets=options.lora_targets,
                                        initialise=False)
     if cuda:
         torch.cuda.synchronize()

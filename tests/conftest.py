@@ -67,7 +67,7 @@ def flags(options: RunOptions) -> list[str]:
         if isinstance(value, bool):
             out += [flag] if value else []
         elif name == "lora_targets":
-            out += [flag, *options.lora_target_list()]
+            out += [flag, *options.lora_targets]
         else:
             out += [flag, str(value)]
     return out

@@ -24,10 +24,10 @@ from typing import Any
 from anatomy.analysis.cache import cache_dir, write_atomically
 from anatomy.analysis.models import ModelSpec
 from anatomy.store import RunFacts
+from anatomy.vocabulary import ModelSource
 
-# ModelSpec.source's words (models.resolve): a shipped preset; a model from the user's files
-PRESET = "preset"
-FILES = ("config file", "model folder")
+# A model from the user's files, which may be gone since the run (a stored run's model_source).
+FILES = (ModelSource.CONFIG_FILE, ModelSource.MODEL_FOLDER)
 
 
 def kept(spec: ModelSpec) -> RunFacts:
@@ -35,7 +35,7 @@ def kept(spec: ModelSpec) -> RunFacts:
     fails before its model is built keeps it too): a config file's, a model folder's or a cached
     Hub id's config as it was read, and where the file or folder was."""
     facts: dict[str, Any] = {"model": spec.display_name, "model_source": spec.source}
-    if spec.source != PRESET:
+    if spec.source != ModelSource.PRESET:
         path = local_path(spec.name)
         facts.update({"model_path": path} if path else {}, model_config=dict(spec.config))
     return RunFacts.of(**facts)

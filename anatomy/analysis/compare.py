@@ -75,7 +75,7 @@ def option(report: RunReport, name: str):
     if not report.options.applies(name):
         return None
     data = report.environment.data
-    if name == "max_length" and not report.known(name) and data is not None:
+    if name == "max_length" and not getattr(report.ran_with, name, None) and data is not None:
         return data.max_length  # 0 stands for the limit it found: the length texts were cut at
     if name == "strategy" and report.world_size <= 1:
         return None
@@ -83,16 +83,22 @@ def option(report: RunReport, name: str):
         return None
     if name in GPU_OPTIONS and not report.on_gpu:
         return None
-    if name == "epochs" and report.known("max_steps"):
+    if name == "epochs" and report.ran_with.max_steps:
         return None
-    return report.known(name)
+    if name == "model":  # a user's model known by the class the callback recorded
+        return report.model_name
+    if not hasattr(report.ran_with, name):  # an option this anatomy does not know: as stored
+        return report.stored_options.get(name)
+    value = getattr(report.ran_with, name)
+    # GPUs and LoRA targets as runs store them and users' runs report them: comma-separated
+    return ",".join(str(v) for v in value) if isinstance(value, tuple) else value
 
 
 def reported(report: RunReport, name: str) -> bool:
     """Whether the run says anything of option `name` that applies to it: anatomy's own runs say
     every option; a user's Trainer that trained by its epochs says so by leaving max steps out."""
     if name == "max_steps":  # unset: the epochs decided, which the run said
-        return report.started_by_anatomy or report.known("epochs") is not None
+        return report.started_by_anatomy or report.ran_with.epochs is not None
     return option(report, name) is not None
 
 
@@ -108,7 +114,7 @@ def models_differ(a: RunReport, b: RunReport) -> bool:
     "MistralForCausalLM" beside anatomy's run of my-mistral.json), by the shapes of their configs
     (those keys both configs write); nothing said, no difference."""
     if _named(a) and _named(b):
-        return a.known("model") != b.known("model")
+        return a.model_name != b.model_name
     shapes = _shape(a), _shape(b)
     if None in shapes:
         return False
@@ -120,7 +126,7 @@ def _named(report: RunReport) -> bool:
     """The run names its model: anatomy's own (a preset, a config, a Hub id), or a user's model
     loaded from somewhere (its `name_or_path`), not one known by its class alone."""
     facts = report.environment
-    return report.started_by_anatomy or bool(report.stored_options.get("model")) or \
+    return report.started_by_anatomy or bool(report.ran_with.model) or \
         facts.model_name not in (None, facts.model_class)
 
 
@@ -130,7 +136,7 @@ def _shape(report: RunReport) -> dict[str, Any] | None:
     config = report.environment.model_config
     if config is None and report.started_by_anatomy:
         try:
-            config = models.resolve(report.known("model")).config
+            config = models.resolve(report.model_name).config
         except models.ModelError:
             return None
     return None if config is None else {k: config[k] for k in SHAPE_KEYS if k in config}

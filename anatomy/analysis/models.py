@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 
 from anatomy.analysis.cache import cache_dir, write_atomically
 from anatomy.units import mib_text
+from anatomy.vocabulary import ModelSource
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 
@@ -145,7 +146,7 @@ class ModelSpec:
     """A model as a run names it, resolved: its config and where it came from."""
 
     name: str  # as the run option holds it: a preset, a path or a Hub id
-    source: str  # "preset", "config file", "model folder" or "Hub cache"
+    source: ModelSource
     config: Mapping[str, Any] = field(compare=False)
     config_path: Path | None = None
     hub_id: str | None = None  # pretrained weights may be in the local cache under this id
@@ -517,23 +518,23 @@ def _hub_config(model_id: str) -> Path | None:
 def _resolve(model: str, version: tuple[int, int] | None) -> ModelSpec:
     if model in PRESETS:
         preset = PRESETS[model]
-        return ModelSpec(model, "preset", preset.config_dict(), preset.config_path, preset.hub_id)
+        return ModelSpec(model, ModelSource.PRESET, preset.config_dict(), preset.config_path, preset.hub_id)
     path = Path(model).expanduser()
     if path.is_dir():
         config_path = _config_of_folder(path)
         if not config_path.is_file():
             raise ModelError(f"model: the folder {_short(model)} has no config.json")
-        return ModelSpec(model, "model folder", _read_config(config_path, f"{model}/config.json"),
+        return ModelSpec(model, ModelSource.MODEL_FOLDER, _read_config(config_path, f"{model}/config.json"),
                          config_path)
     if path.is_file():
-        return ModelSpec(model, "config file", _read_config(path, model), path)
+        return ModelSpec(model, ModelSource.CONFIG_FILE, _read_config(path, model), path)
     if _is_hub_id(model):
         config_path = _hub_config(model)
         if config_path is None:
             raise ModelError(f"model: {_short(model)!r} is not in the local Hugging Face cache (the Hub is "
                              "not reached; a shipped preset or a path to a config.json works "
                              f"offline; presets: {', '.join(PRESETS)})")
-        return ModelSpec(model, "Hub cache", _read_config(config_path, f"{model}'s config.json"),
+        return ModelSpec(model, ModelSource.HUB_CACHE, _read_config(config_path, f"{model}'s config.json"),
                          config_path, model)
     if _looks_like_path(model):
         raise ModelError(f"model: no such file or folder: {_short(model)}")
@@ -711,7 +712,7 @@ def check_config_class(spec: ModelSpec) -> None:
     in one line (ModelError), before anything starts. A preset is the project's own and passes.
     transformers loads torch: in a process that has not loaded it (the run manager's, the
     dashboard's), a child interpreter builds the config class, once for each config."""
-    if spec.source == "preset":
+    if spec.source == ModelSource.PRESET:
         return
     import sys
 
@@ -769,7 +770,7 @@ _SOURCE_DIGEST = hashlib.sha256(Path(__file__).read_bytes()).digest()
 def config_class_refusal(name: str, config_text: str) -> str | None:
     """Why transformers' config class refuses the config (the JSON of a model's config.json),
     in one line; None when it takes it."""
-    spec = ModelSpec(name, "config file", json.loads(config_text))
+    spec = ModelSpec(name, ModelSource.CONFIG_FILE, json.loads(config_text))
     try:
         transformers_config(spec)
         check_inputs(spec)

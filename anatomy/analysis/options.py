@@ -1,25 +1,39 @@
-"""Run options: one table of fields (type, range, help) that the CLI, the form and validation share.
+"""Run options, declared once: each option's type, limits, label and help live in `RunOptions`, a
+frozen pydantic dataclass, and every front reads that declaration — the CLI's flags
+(cli/arguments.py), the form's widgets (dashboard/widgets.py), the JSON a run stores and an import
+reads, a sweep's values, and the messages of a refusal, which name the field and its limits.
 
-Everything is checked before anything starts: `validate` returns one message per wrong field,
-naming the field and the range it accepts, and the model's own limits (its longest sequence).
+Options are judged in two steps before anything starts: `read` (the declaration's rules, and the
+rules between options, which need no machine) and `check` (what depends on the machine and on
+the model: GPU counts, the model's longest sequence, its layers for LoRA, a dataset and its
+tokenizer). `validated` does both, once for each action, and gives `Checked` options: what the
+manager starts and a prediction predicts without judging them again.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, fields, replace
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Annotated, Any, Literal, NamedTuple
+
+from pydantic import (
+    AliasChoices,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    field_serializer,
+    field_validator,
+)
+from pydantic import dataclasses as pydantic_dataclasses
 
 from anatomy import strategies
 from anatomy.analysis import models
 from anatomy.analysis.lengths import LONGEST, PADDINGS
 from anatomy.analysis.models import IMAGE_CLASSIFICATION, PRESETS, ModelError, default_preset
 from anatomy.store import checks
-from anatomy.vocabulary import Precision
-
-PRECISIONS = Precision.values()
-# Trainer `optim` names that need no package beyond the requirements.
-OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adafactor", "sgd", "adagrad", "rmsprop")
+from anatomy.vocabulary import Name, Optimizer, Precision
 
 
 class InvalidOptions(ValueError):
@@ -30,113 +44,148 @@ class InvalidOptions(ValueError):
         self.errors = errors
 
 
-@dataclass(frozen=True)
-class Field:
-    name: str
-    label: str
-    help: str
-    low: int | None = None
-    high: int | None = None
-    choices: tuple[str, ...] | None = None
-    free_text: bool = False  # text: `choices` are suggestions (the form lists them), not a limit
-
-    @property
-    def is_flag(self) -> bool:
-        return self.low is None and self.choices is None and not self.free_text
+# The declaration's value types: strict, as a stored run and an import must be read (a "4" or a
+# 4.0 is no batch size, a 1 no flag).
+Whole = Annotated[int, Strict()]
+Text = Annotated[str, Strict()]
+Flag = Annotated[bool, Strict()]
+# A visible GPU's index, as `gpu` and each of `gpus` name one.
+GpuIndex = Annotated[int, Strict(), Field(ge=0, le=63)]
 
 
-def strategy_field() -> Field:
-    """The strategy option, as the registered strategies describe themselves (read as options is
-    loaded: a strategy registered later is offered once this is read again)."""
-    return Field("strategy", "Strategy", "how several processes share the training: "
-                 + strategies.described(), choices=strategies.names())
+def option(default: Any, label: str, help: str, low: int | None = None, high: int | None = None,
+           **front: Any) -> Any:
+    """An option's declaration: its default, its limits, and the words every front shows (the
+    form's label, the help); `front` the CLI's particulars (metavar) or the form's suggestions."""
+    return Field(default, description=help, ge=low, le=high,
+                 json_schema_extra={"label": label, **front})
 
 
-FIELDS: dict[str, Field] = {f.name: f for f in (
-    Field("model", "Model", "a shipped preset, a path to a config.json or a model folder, or a Hub"
-          " id in the local cache; its head follows the config's architectures: a causal LM, a "
-          "sequence, token or image classifier, or sequence to sequence", choices=tuple(PRESETS),
-          free_text=True),
-    Field("batch_size", "Batch size", "per_device_train_batch_size", 1, 4096),
-    Field("seq_len", "Sequence length", "tokens per sequence of the dummy data, at most the "
-          "model's positions (a sequence-to-sequence model's source and target each; image models "
-          "take their config's image size instead, a dataset's run its texts' lengths)",
-          1, 1_048_576),
-    Field("dataset_size", "Dataset size", "random sequences in the dummy dataset (at least one "
-          "batch for every process: grown to it where smaller); a dataset's run sets it to its texts",
-          1, 10_000_000),
-    Field("epochs", "Epochs", "num_train_epochs (ignored when max steps is set)", 1, 1000),
-    Field("max_steps", "Max steps", "optimizer steps; overrides epochs when set", 1, 10_000_000),
-    Field("precision", "Precision", "fp32, or mixed precision fp16 / bf16", choices=PRECISIONS),
-    Field("gradient_checkpointing", "Gradient checkpointing",
-          "recompute activations in the backward pass"),
-    Field("grad_accum", "Gradient accumulation steps", "gradient_accumulation_steps", 1, 1024),
-    Field("optim", "Optimizer", "the Trainer's optim name", choices=OPTIMIZERS),
-    Field("seed", "Seed", "seed for the dummy data and the weights", 0, 2**32 - 1),
-    Field("sample_rate", "Sample rate (Hz)", "memory samples per second per GPU", 1, 2000),
-    Field("gpu", "GPU index", "which visible GPU trains (0 without a GPU)", 0, 63),
-    Field("gpus", "GPUs", "several visible GPUs that train together, comma-separated (0,1): one"
-          " process per GPU, launched through accelerate; empty: the one GPU of --gpu",
-          free_text=True),
-    Field("processes", "Processes", "training processes on a machine without a GPU (CPU ranks"
-          " over gloo, launched through accelerate); with GPUs name them with --gpus", 1, 64),
-    strategy_field(),
-    Field("profile_steps", "Profile steps",
-          "after training, profile this many steps with torch.profiler (0: off)", 0, 50),
-    Field("lora_rank", "LoRA rank", "train LoRA adapters of this rank instead of every weight "
-          "(peft; 0: full fine-tuning)", 0, 4096),
-    Field("lora_targets", "LoRA targets", "comma-separated module names the adapters wrap (empty:"
-          " the architecture's default, e.g. q_proj,v_proj)", free_text=True),
-    Field("dataset", "Dataset", "train on a dataset's texts instead of the dummy data: a folder "
-          "saved with save_to_disk (a Dataset or a DatasetDict), a JSON-lines, CSV or Parquet "
-          "file, or a Hub id in the local cache (empty: the dummy data)", free_text=True),
-    Field("split", "Split", "the dataset's split (empty: train, or its only one)", free_text=True),
-    Field("text_column", "Text column", "the dataset's column of texts (empty: text)",
-          free_text=True),
-    Field("tokenizer", "Tokenizer", "the fast tokenizer for the dataset's texts: a folder saved "
-          "with save_pretrained, or a Hub id in the local cache", free_text=True),
-    Field("padding", "Padding", "how a batch of texts is padded: longest (to its longest text, as "
-          "DataCollatorWithPadding does) or max_length (every batch to max length)",
-          choices=PADDINGS),
-    Field("max_length", "Max length", "texts are cut at this many tokens, and padding max_length "
-          "pads to it (0: the model's longest sequence)", 0, 1_048_576),
-)}
-# The fields that describe the dataset a run trains on; empty or default without one.
-DATA_FIELDS = ("dataset", "split", "text_column", "tokenizer", "padding", "max_length")
-# What a run on a dataset takes from its texts instead of these options: their lengths, their count.
-DATA_DECIDES = ("seq_len", "dataset_size")
+# The strategy option's help, before the registered strategies' names and words.
+STRATEGY_HELP = "how several processes share the training"
 # A module name as peft matches it: letters, digits, underscores and dots.
 _TARGET = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 
 
-@dataclass(frozen=True)
+@pydantic_dataclasses.dataclass(frozen=True, config=ConfigDict(extra="forbid"))
 class RunOptions:
-    model: str = "tiny"  # called `preset` before other models came: see __init__ below
-    batch_size: int = 4
-    seq_len: int = 512
-    dataset_size: int = 512
-    epochs: int = 1
-    max_steps: int | None = None
-    precision: str = Precision.FP32.value  # a Precision's (validate says which): plain text,
-    # as stored options read back (their repr is compared and written into scripts)
-    gradient_checkpointing: bool = False
-    grad_accum: int = 1
-    optim: str = "adamw_torch"
-    seed: int = 42
-    sample_rate: int = 200
-    gpu: int = 0
-    gpus: str = ""  # "0,1": several GPUs, one process each; "": the one of `gpu`
-    processes: int = 1  # training processes without a GPU (CPU ranks over gloo)
-    strategy: str = strategies.DEFAULT  # with several processes: a strategy's name
-    profile_steps: int = 0
-    lora_rank: int = 0
-    lora_targets: str = ""
-    dataset: str = ""  # "": the dummy data
-    split: str = ""
-    text_column: str = ""
-    tokenizer: str = ""
-    padding: str = LONGEST
-    max_length: int = 0
+    """What a run of anatomy's own is given. Stored as `to_dict` writes it (JSON of plain values:
+    the GPUs and LoRA targets comma-separated, as runs have always been stored)."""
+
+    model: Text = Field(
+        "tiny", validation_alias=AliasChoices("model", "preset"),  # "preset" before other models
+        description="a shipped preset, a path to a config.json or a model folder, or a Hub id in "
+        "the local cache; its head follows the config's architectures: a causal LM, a sequence, "
+        "token or image classifier, or sequence to sequence",
+        json_schema_extra={"label": "Model", "suggestions": list(PRESETS),
+                           "metavar": "NAME|PATH|HUB_ID"})
+    batch_size: Whole = option(4, "Batch size", "per_device_train_batch_size", 1, 4096)
+    seq_len: Whole = option(512, "Sequence length", "tokens per sequence of the dummy data, at "
+                            "most the model's positions (a sequence-to-sequence model's source "
+                            "and target each; image models take their config's image size "
+                            "instead, a dataset's run its texts' lengths)", 1, 1_048_576)
+    dataset_size: Whole = option(512, "Dataset size", "random sequences in the dummy dataset (at "
+                                 "least one batch for every process: grown to it where smaller); "
+                                 "a dataset's run sets it to its texts", 1, 10_000_000)
+    epochs: Whole = option(1, "Epochs", "num_train_epochs (ignored when max steps is set)", 1, 1000)
+    max_steps: Whole | None = option(None, "Max steps", "optimizer steps; overrides epochs when set",
+                                     1, 10_000_000, unset="the epochs decide")
+    precision: Precision = option(Precision.FP32, "Precision",
+                                  "fp32, or mixed precision fp16 / bf16")
+    gradient_checkpointing: Flag = option(False, "Gradient checkpointing",
+                                          "recompute activations in the backward pass")
+    grad_accum: Whole = option(1, "Gradient accumulation steps", "gradient_accumulation_steps",
+                               1, 1024)
+    optim: Optimizer = option(Optimizer.ADAMW_TORCH, "Optimizer", "the Trainer's optim name")
+    seed: Whole = option(42, "Seed", "seed for the dummy data and the weights", 0, 2**32 - 1)
+    sample_rate: Whole = option(200, "Sample rate (Hz)", "memory samples per second per GPU",
+                                1, 2000)
+    gpu: GpuIndex = option(0, "GPU index", "which visible GPU trains (0 without a GPU)")
+    gpus: tuple[GpuIndex, ...] = option(
+        (), "GPUs", "several visible GPUs that train together, comma-separated (0,1): one process "
+        "per GPU, launched through accelerate; empty: the one GPU of --gpu", metavar="I,J")
+    processes: Whole = option(1, "Processes", "training processes on a machine without a GPU "
+                              "(CPU ranks over gloo, launched through accelerate); with GPUs name "
+                              "them with --gpus", 1, 64)
+    strategy: Text = option(strategies.DEFAULT, "Strategy", STRATEGY_HELP)
+    profile_steps: Whole = option(0, "Profile steps", "after training, profile this many steps "
+                                  "with torch.profiler (0: off)", 0, 50)
+    lora_rank: Whole = option(0, "LoRA rank", "train LoRA adapters of this rank instead of every "
+                              "weight (peft; 0: full fine-tuning)", 0, 4096)
+    lora_targets: tuple[str, ...] = option(
+        (), "LoRA targets", f"the module names the adapters wrap, or {models.ALL_LINEAR} (every "
+        "linear layer but the task's output; default: the architecture's; with a LoRA rank)",
+        metavar="MODULE", example=("q_proj", "v_proj"))
+    dataset: Text = option("", "Dataset", "train on a dataset's texts instead of the dummy data: "
+                           "a folder saved with save_to_disk (a Dataset or a DatasetDict), a "
+                           "JSON-lines, CSV or Parquet file, or a Hub id in the local cache "
+                           "(empty: the dummy data)", metavar="PATH|HUB_ID")
+    split: Text = option("", "Split", "the dataset's split (empty: train, or its only one)",
+                         metavar="S")
+    text_column: Text = option("", "Text column", "the dataset's column of texts (empty: text)",
+                               metavar="C")
+    tokenizer: Text = option("", "Tokenizer", "the fast tokenizer for the dataset's texts: a "
+                             "folder saved with save_pretrained, or a Hub id in the local cache",
+                             metavar="NAME|PATH")
+    padding: Literal[PADDINGS] = option(  # type: ignore[valid-type]
+        LONGEST, "Padding", "how a batch of texts is padded: longest (to its longest text, as "
+        "DataCollatorWithPadding does) or max_length (every batch to max length)")
+    max_length: Whole = option(0, "Max length", "texts are cut at this many tokens, and padding "
+                               "max_length pads to it (0: the model's longest sequence)",
+                               0, 1_048_576)
+
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _gpu_list(cls, value: Any) -> Any:
+        """The GPUs as the CLI and a stored run write them ("0,1"), or as the form picks them
+        ([0, 1]): each named once, by ASCII digits (the pages' run ids are read alike)."""
+        if isinstance(value, str):
+            entries = [e.strip() for e in value.split(",")]
+            if value.strip() and not all(entries):
+                raise ValueError(f"{value!r} has an empty entry: name each GPU once, "
+                                 "comma-separated (e.g. 0,1)")
+            wrong = next((e for e in entries if e and checks.digits(e) is None), None)
+            if wrong is not None:
+                raise ValueError(f"{wrong!r} is not a GPU index (comma-separated, e.g. 0,1)")
+            value = tuple(checks.digits(e) for e in entries if e)
+        if isinstance(value, (list, tuple)):
+            twice = next((g for i, g in enumerate(value) if g in value[:i]), None)
+            if twice is not None:
+                raise ValueError(f"GPU {twice} is named twice")
+        return value
+
+    @field_validator("strategy")
+    @classmethod
+    def _registered(cls, value: str) -> str:
+        """A registered strategy's name, as the registry is when the options are read (a
+        strategy's module may register itself after this one loaded)."""
+        try:
+            return strategies.named(value).name
+        except strategies.UnknownStrategy as error:
+            raise ValueError(str(error)) from None
+
+    @field_validator("lora_targets", mode="before")
+    @classmethod
+    def _target_list(cls, value: Any) -> Any:
+        """The module names as a stored run writes them ("q_proj,v_proj") or the CLI takes them
+        (`--lora-targets q_proj v_proj`, or q_proj,v_proj)."""
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, (list, tuple)) or not all(isinstance(t, str) for t in value):
+            return value  # the declared type refuses it, in its words
+        names = tuple(t.strip() for item in value for t in item.split(",") if t.strip())
+        wrong = next((t for t in names if not _TARGET.match(t) and t != models.ALL_LINEAR), None)
+        if wrong is not None:
+            raise ValueError(f"{wrong!r} is not a module name (comma-separated names such as "
+                             "q_proj,v_proj)")
+        if models.ALL_LINEAR in names and len(names) > 1:
+            raise ValueError(f"{models.ALL_LINEAR} names every linear layer already: give it "
+                             "alone, as peft takes it")
+        return names
+
+    @field_serializer("gpus", "lora_targets")
+    def _comma_separated(self, value: tuple) -> str:
+        return ",".join(str(v) for v in value)
 
     @property
     def preset(self) -> str:
@@ -146,7 +195,7 @@ class RunOptions:
     @property
     def on_dataset(self) -> bool:
         """It trains on a dataset's texts (`dataset`), not on the dummy data."""
-        return isinstance(self.dataset, str) and bool(self.dataset.strip())
+        return bool(self.dataset.strip())
 
     def applies(self, name: str) -> bool:
         """Whether option `name` shapes this run: one on a dataset ignores the sequence length
@@ -158,44 +207,49 @@ class RunOptions:
 
     @property
     def lora(self) -> bool:
-        return isinstance(self.lora_rank, int) and self.lora_rank > 0
-
-    def lora_target_list(self) -> tuple[str, ...]:
-        return tuple(t.strip() for t in self.lora_targets.split(",") if t.strip())
+        return self.lora_rank > 0
 
     def gpu_list(self) -> tuple[int, ...]:
-        """The visible GPUs (torch's indices) it trains on: those of `gpus`, else `gpu` alone.
-        Only for validated options."""
-        entries = [e.strip() for e in self.gpus.split(",") if e.strip()]
-        return tuple(int(e) for e in entries) if entries else (self.gpu,)
+        """The visible GPUs (torch's indices) it trains on: those of `gpus`, else `gpu` alone."""
+        return self.gpus or (self.gpu,)
 
     @property
     def world_size(self) -> int:
         """Training processes: one per GPU of `gpus`, else `processes` (1: a single process)."""
-        gpus = [e for e in str(self.gpus).split(",") if e.strip()]
-        return len(gpus) if len(gpus) > 1 else self.processes
+        return len(self.gpus) if len(self.gpus) > 1 else self.processes
 
     @property
     def distributed(self) -> bool:
-        return isinstance(self.world_size, int) and self.world_size > 1
+        return self.world_size > 1
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The options as a run stores them: plain JSON values, in the declaration's order."""
+        return _SERIALIZER.to_python(self, mode="json")
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunOptions:
-        known = {f.name for f in fields(cls)}
-        values = {k: v for k, v in data.items() if k in known}
-        if "model" not in values and "preset" in data:  # stored before `model` replaced `preset`
+    def from_dict(cls, data: Mapping[str, Any]) -> RunOptions:
+        """The options of a stored run: those this anatomy does not know left out, those added
+        since at their defaults (it ran with them), the model under its old name "preset" too.
+        A value a newer or older anatomy allowed and this one does not takes its default (the
+        run's stored options still show it as stored)."""
+        values = {k: v for k, v in data.items() if k in NAMES}
+        if "model" not in values and "preset" in data:
             values["model"] = data["preset"]
-        return cls(**values)
+        try:
+            return cls(**values)
+        except ValidationError as error:
+            wrong = {str(e["loc"][0]) for e in error.errors()}
+            return cls(**{k: v for k, v in values.items() if k not in wrong})
 
-
-    @property
-    def _processes(self) -> int:
-        """The processes that share the data, at least 1 (for unvalidated options too)."""
-        world = self.world_size
-        return max(1, world) if isinstance(world, int) else 1
+    @classmethod
+    def read(cls, values: Mapping[str, Any]) -> RunOptions:
+        """Options a front gives (the CLI's flags, the form's widgets, an import's JSON, a sweep's
+        values), judged by the declaration and by the rules between options; InvalidOptions with
+        a message for each wrong field. The machine's judgement is `check`'s."""
+        options, errors = _read(values)
+        if errors:
+            raise InvalidOptions(errors)
+        return options
 
     @property
     def samples(self) -> int:
@@ -203,7 +257,7 @@ class RunOptions:
         where it holds less. A Trainer over fewer samples than a batch trains a smaller batch than
         asked, and what a run reads would be that batch's memory, not the one it was asked (and
         predicted) for: `sweep --from-prediction` at 1,828 trained batches of 512 on the H200."""
-        return max(self.dataset_size, self.batch_size * self._processes)
+        return max(self.dataset_size, self.batch_size * self.world_size)
 
     def with_texts(self, texts: int) -> RunOptions:
         """The options as a run on a dataset of `texts` texts stores them: its dataset size is
@@ -217,23 +271,295 @@ class RunOptions:
         every process takes that many steps."""
         if self.max_steps is not None:
             return self.max_steps
-        batches = -(-self.samples // (self.batch_size * self._processes))
+        batches = -(-self.samples // (self.batch_size * self.world_size))
         return max(1, batches // self.grad_accum) * self.epochs
 
 
-_dataclass_init = RunOptions.__init__
+NAMES = tuple(f.name for f in fields(RunOptions))
+_SERIALIZER = RunOptions.__pydantic_serializer__
 
 
-def _init(self, *args, preset: str | None = None, **kwargs) -> None:
-    """RunOptions(preset=NAME) still means RunOptions(model=NAME): callers and stored runs from
-    before other models came keep working. `preset` wins over `model`: `dataclasses.replace(
-    options, preset=NAME)` passes the old model along with it."""
-    if preset is not None:
-        kwargs["model"] = preset
-    _dataclass_init(self, *args, **kwargs)
+class Kind(Name):
+    """What kind of value an option takes: how a front asks for it."""
+
+    NUMBER = "number"  # a whole number within its limits
+    FLAG = "flag"
+    CHOICE = "choice"  # one of `choices`
+    TEXT = "text"  # free text (`choices`, where given, are suggestions: the model's presets)
+    LIST = "list"  # several values: GPUs, module names
 
 
-RunOptions.__init__ = _init
+class OptionField(NamedTuple):
+    """One option as the fronts show it, read from RunOptions' declaration (never written here
+    by hand): its label and help, its limits, its choices."""
+
+    name: str
+    label: str
+    help: str
+    kind: Kind
+    default: Any
+    low: int | None = None
+    high: int | None = None
+    choices: tuple[str, ...] | None = None
+    optional: bool = False  # None is a value: `unset` says what it means
+    unset: str | None = None
+    metavar: str | None = None
+    old_names: tuple[str, ...] = ()  # names stored runs and the CLI still take (preset)
+    example: tuple[str, ...] = ()  # several values, as each front writes them (LoRA targets)
+
+    @property
+    def free_text(self) -> bool:
+        return self.kind in (Kind.TEXT, Kind.LIST)
+
+    @property
+    def is_flag(self) -> bool:
+        return self.kind == Kind.FLAG
+
+    def limits(self) -> str:
+        """"1 to 4096": the range a message and a help text name."""
+        return f"{self.low} to {self.high}"
+
+
+def _described(name: str) -> OptionField:
+    info = RunOptions.__pydantic_fields__[name]
+    extra = info.json_schema_extra or {}
+    bounds = [m for m in info.metadata if hasattr(m, "ge") or hasattr(m, "le")]
+    low = next((m.ge for m in bounds if hasattr(m, "ge")), None)
+    high = next((m.le for m in bounds if hasattr(m, "le")), None)
+    kind, choices = Kind.NUMBER, None
+    annotation = RunOptions.__dataclass_fields__[name].type
+    default = info.default
+    if isinstance(default, Name):
+        kind, choices = Kind.CHOICE, type(default).values()
+    elif annotation.startswith("Literal"):
+        kind, choices = Kind.CHOICE, PADDINGS
+    elif isinstance(default, bool):
+        kind = Kind.FLAG
+    elif isinstance(default, tuple):
+        kind = Kind.LIST
+    elif isinstance(default, str):
+        kind = Kind.TEXT
+        choices = tuple(extra["suggestions"]) if "suggestions" in extra else None
+    aliases = getattr(info.validation_alias, "choices", [name])
+    return OptionField(name, extra["label"], info.description, kind, default, low, high, choices,
+                       optional="None" in annotation, unset=extra.get("unset"),
+                       metavar=extra.get("metavar"), example=tuple(extra.get("example", ())),
+                       old_names=tuple(a for a in aliases if a != name))
+
+
+def strategy_field() -> OptionField:
+    """The strategy option as the fronts show it, as the registered strategies describe
+    themselves (read as options is loaded: a strategy registered later is offered once this is
+    read again); the option itself is judged against the registry as it is when it is read."""
+    return _described("strategy")._replace(
+        help=f"{STRATEGY_HELP}: {strategies.described()}", kind=Kind.CHOICE,
+        choices=strategies.names())
+
+
+FIELDS: dict[str, OptionField] = {name: _described(name) for name in NAMES}
+FIELDS["strategy"] = strategy_field()
+# The fields that describe the dataset a run trains on; empty or default without one.
+DATA_FIELDS = ("dataset", "split", "text_column", "tokenizer", "padding", "max_length")
+# What a run on a dataset takes from its texts instead of these options: their lengths, their count.
+DATA_DECIDES = ("seq_len", "dataset_size")
+
+
+def _message(field: OptionField, error: Any) -> str:
+    """A pydantic error in the project's one-line words: the field, the value, its limits."""
+    kind, value, name = error["type"], error["input"], field.name
+    if kind.startswith("int_") and field.low is not None:
+        return f"{name}: must be a whole number from {field.limits()}, got {checks.shown(value)}"
+    if kind in ("greater_than_equal", "less_than_equal"):
+        limits = FIELDS["gpu"] if name == "gpus" else field  # each of the GPUs: a GPU index
+        return f"{name}: {checks.shown(value)} is out of range: {limits.limits()}"
+    if kind in ("enum", "literal_error"):
+        return f"{name}: {checks.shown(value)} is not one of {', '.join(field.choices)}"
+    if kind == "bool_type":
+        return f"{name}: must be true or false"
+    if name == "gpus" and len(error["loc"]) > 1:  # an entry that is no index
+        return f"{name}: {checks.shown(value)} is not a GPU index (comma-separated, e.g. 0,1)"
+    if kind == "string_type" or (field.kind == Kind.LIST and kind.endswith("_type")):
+        return f"{name}: must be text, got {checks.shown(value)}"
+    if kind == "value_error":  # the validators' own words (gpus, lora_targets)
+        return f"{name}: {error['ctx']['error']}"
+    return f"{name}: {error['msg']}"
+
+
+def _read(values: Mapping[str, Any]) -> tuple[RunOptions, dict[str, str]]:
+    """The options, and a message for each wrong field. Where some are wrong, the others are
+    still judged (each with the rest at their defaults): every wrong field is named at once."""
+    values = dict(values)
+    if "model" not in values and "preset" in values:
+        values["model"] = values.pop("preset")
+    values.pop("preset", None)
+    unknown = [k for k in values if k not in NAMES]
+    errors = {k: f"{k}: not an option (one of {', '.join(NAMES)})" for k in unknown}
+    known = {k: v for k, v in values.items() if k in NAMES}
+    try:
+        options = RunOptions(**known)
+    except ValidationError as error:
+        for found in error.errors():
+            name = str(found["loc"][0])
+            errors.setdefault(name, _message(FIELDS[name], found))
+        options = RunOptions(**{k: v for k, v in known.items() if k not in errors})
+    errors.update(_rule_errors(options, errors))
+    return options, errors
+
+
+def _rule_errors(options: RunOptions, errors: dict[str, str]) -> dict[str, str]:
+    """What options cannot be together, whatever the machine: LoRA targets without a rank, a
+    dataset's settings without a dataset or a dataset without its tokenizer, and what one process
+    alone does (profiling) kept to one. A strategy's own rules are the machine's (`check`)."""
+    found: dict[str, str] = {}
+    if options.lora_targets and not options.lora and not {"lora_targets", "lora_rank"} & set(errors):
+        found["lora_targets"] = "lora_targets: set a LoRA rank too (--lora-rank R)"
+    if not any(name in errors for name in DATA_FIELDS):
+        if not options.on_dataset:
+            for name in DATA_FIELDS[1:]:
+                if getattr(options, name) != FIELDS[name].default:
+                    found[name] = (f"{name}: {checks.shown(getattr(options, name))} is a setting "
+                                   "of a dataset's texts, and the run trains on the dummy data: "
+                                   "give --dataset too")
+        elif not options.tokenizer.strip():
+            found["tokenizer"] = ("tokenizer: a dataset's texts need one: a folder saved with "
+                                  "save_pretrained, or a Hub id in the local cache")
+    if options.distributed and options.profile_steps > 0 and \
+            not {"gpus", "processes", "profile_steps"} & set(errors):
+        found["profile_steps"] = "profile_steps: profiling is for a single process (use 0)"
+    return found
+
+
+@dataclass(frozen=True)
+class Checked:
+    """Options judged whole for a machine with `gpu_count` GPUs (`validated`): what the manager
+    starts and a prediction predicts without judging them again."""
+
+    options: RunOptions
+    gpu_count: int
+
+
+def validated(values: Mapping[str, Any] | RunOptions, gpu_count: int, *,
+              resolve_model: bool = True, here: bool = True,
+              config_class: bool = True) -> Checked:
+    """The options of one action (a run, a prediction, a sweep's run), judged once: the
+    declaration, the rules between options and the machine's (`check`, whose keywords these
+    are). InvalidOptions naming every wrong field; nothing has started."""
+    if isinstance(values, RunOptions):
+        options, errors = values, _rule_errors(values, {})
+    else:
+        options, errors = _read(values)
+    errors.update(check(options, gpu_count, errors, resolve_model=resolve_model, here=here,
+                        config_class=config_class))
+    if errors:
+        raise InvalidOptions(errors)
+    return Checked(options, gpu_count)
+
+
+def validate(options: Mapping[str, Any] | RunOptions, gpu_count: int, **judged: bool
+             ) -> dict[str, str]:
+    """Every message these options would be refused with here, by field (empty: they may start):
+    `validated`'s, as messages."""
+    try:
+        validated(options, gpu_count, **judged)
+    except InvalidOptions as error:
+        return error.errors
+    return {}
+
+
+def check(options: RunOptions, gpu_count: int, errors: Mapping[str, str] = {}, *,
+          resolve_model: bool = True, here: bool = True,
+          config_class: bool = True) -> dict[str, str]:
+    """What the machine and the model refuse of options the declaration accepts (`errors`: the
+    fields refused already, not judged again). `gpu_count` is the number of GPUs a run can use
+    here: those CUDA_VISIBLE_DEVICES leaves visible. `resolve_model=False` judges the options
+    alone, not whether this machine has the model (an imported run may name a config file that
+    stayed on another machine); `here=False` leaves out what depends on this machine's kind (CPU
+    processes, FSDP's GPUs: an imported run); `config_class=False` leaves transformers' own checks
+    of the config to a caller that builds the config itself (the prediction: the same line,
+    without a child interpreter's seconds)."""
+    found: dict[str, str] = {}
+    judged = {**errors}
+    if resolve_model and "model" not in judged:
+        found.update(_model_errors(options, judged, config_class))
+    if "gpu" not in judged:
+        if gpu_count == 0 and options.gpu != 0:
+            found["gpu"] = f"gpu: {options.gpu} is out of range: this machine has no GPU (use 0)"
+        elif gpu_count and options.gpu >= gpu_count:
+            found["gpu"] = f"gpu: {options.gpu} is out of range: 0 to {gpu_count - 1}"
+    if not {"gpus", "processes", "strategy"} & set(judged):
+        found.update(_machine_process_errors(options, gpu_count, here))
+    if gpu_count == 0 and options.precision == Precision.FP16 and "precision" not in judged:
+        found["precision"] = "precision: fp16 needs a GPU; this machine has none (use fp32 or bf16)"
+    return found
+
+
+def _model_errors(options: RunOptions, errors: dict[str, str], config_class: bool
+                  ) -> dict[str, str]:
+    """What the model cannot do: a name that resolves to nothing, sequences longer than its
+    positions, checkpointing where it has none, LoRA targets that are none of its layers (these
+    two load transformers, and only when asked for), a dataset it cannot read."""
+    found: dict[str, str] = {}
+    try:
+        spec = models.resolve(options.model)
+        if config_class:
+            models.check_config_class(spec)
+    except ModelError as error:
+        return {"model": str(error)}
+    positions = spec.max_positions
+    # A dataset's texts are cut at the model's positions: its seq_len is not read.
+    if "seq_len" not in errors and spec.task != IMAGE_CLASSIFICATION and positions \
+            and options.seq_len > positions and options.applies("seq_len"):
+        found["seq_len"] = (f"seq_len: {options.seq_len} is out of range for "
+                            f"{spec.display_name}: 1 to {positions}")
+    try:
+        if options.gradient_checkpointing and not models.supports_checkpointing(spec):
+            found["gradient_checkpointing"] = (
+                f"gradient_checkpointing: {spec.display_name} ({spec.head or spec.model_type}) "
+                "cannot recompute its activations (transformers does not support gradient "
+                "checkpointing for it)")
+        if not {"lora_targets", "lora_rank"} & set(errors) and options.lora:
+            targets = options.lora_targets
+            unknown = models.unknown_lora_targets(spec, targets) if targets else []
+            if unknown:
+                words = "; ".join(models.unknown_target_words(spec, t) for t in unknown)
+                layers = ", ".join(models.linear_module_names(spec)[:12])
+                found["lora_targets"] = (f"lora_targets: {words} (the layers LoRA can adapt:"
+                                         f" {layers})")
+            elif not targets:
+                models.default_lora_targets(spec)
+    except ModelError as error:
+        found["model"] = str(error)
+    if options.on_dataset and "model" not in found and \
+            not any(name in errors for name in DATA_FIELDS):
+        from anatomy.analysis import data
+
+        found.update(data.problems(options, spec))
+    return found
+
+
+def _machine_process_errors(options: RunOptions, gpu_count: int, here: bool) -> dict[str, str]:
+    """Several processes on this machine: GPUs that are visible; CPU ranks only without a GPU;
+    what the strategy refuses (anatomy/strategies/)."""
+    gpus = options.gpus
+    if gpus and gpu_count == 0 and here:
+        return {"gpus": "gpus: this machine has no GPU (without one, --processes N trains on N"
+                        " CPU processes)"}
+    beyond = next((g for g in gpus if gpu_count and g >= gpu_count), None)
+    if beyond is not None:
+        return {"gpus": f"gpus: {beyond} is out of range: 0 to {gpu_count - 1}"}
+    found: dict[str, str] = {}
+    if options.processes > 1 and here:
+        if gpu_count and len(gpus) > 1 and options.processes != len(gpus):
+            found["processes"] = (f"processes: {options.processes} does not match the "
+                                  f"{len(gpus)} GPUs of --gpus: one process per GPU (leave"
+                                  " --processes out)")
+        elif gpu_count and len(gpus) <= 1:
+            found["processes"] = ("processes: CPU processes are for a machine without a GPU;"
+                                  " here name the GPUs: --gpus 0,1")
+    refused = strategies.named(options.strategy).problems(options.world_size, gpu_count, here)
+    if refused:
+        found["strategy"] = refused
+    return found
 
 
 CPU_SEQ_LEN = 128  # the walkthrough's 512 makes a CPU demo take minutes; 128 takes seconds
@@ -246,185 +572,3 @@ def defaults_for(has_gpu: bool) -> RunOptions:
     if has_gpu:
         return RunOptions(model=default_preset(True))
     return RunOptions(model=default_preset(False), seq_len=CPU_SEQ_LEN)
-
-
-def shown(value: Any) -> str:
-    """A value as a message quotes it: on one line, and short (an integer of thousands of digits
-    cannot even be written out in full)."""
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**30:
-        return f"an integer of {len(str(abs(value)))} digits" if abs(value) < 10**4000 else \
-            "an integer of thousands of digits"
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _check(field: Field, value: Any) -> str | None:
-    if field.free_text:
-        return None if isinstance(value, str) else f"{field.name}: must be text, got {value!r}"
-    if field.choices is not None:
-        if not isinstance(value, str) or value not in field.choices:
-            return f"{field.name}: {shown(value)} is not one of {', '.join(field.choices)}"
-        return None
-    if field.low is None:  # a flag
-        return None if isinstance(value, bool) else f"{field.name}: must be true or false"
-    if isinstance(value, bool) or not isinstance(value, int):
-        return (f"{field.name}: must be a whole number from {field.low} to {field.high}, got "
-                f"{shown(value)}")
-    if not field.low <= value <= field.high:
-        return f"{field.name}: {shown(value)} is out of range: {field.low} to {field.high}"
-    return None
-
-
-def validate(options: RunOptions, gpu_count: int, *, resolve_model: bool = True,
-             here: bool = True, config_class: bool = True) -> dict[str, str]:
-    """Messages by field name for every wrong value; empty when the run may start. `gpu_count` is
-    the number of GPUs a run can use here: those CUDA_VISIBLE_DEVICES leaves visible.
-    `resolve_model=False` judges the options alone, not whether this machine has the model (an
-    imported run may name a config file that stayed on another machine); `here=False` leaves
-    out what depends on this machine's kind (CPU processes, FSDP's GPUs: an imported run);
-    `config_class=False` leaves transformers' own checks of the config to a caller that builds
-    the config itself (the prediction: the same line, without a child interpreter's seconds)."""
-    errors: dict[str, str] = {}
-    for name, field in FIELDS.items():
-        value = getattr(options, name)
-        if value is None and name == "max_steps":
-            continue
-        message = _check(field, value)
-        if message:
-            errors[name] = message
-    if "lora_targets" not in errors and options.lora_targets.strip():
-        wrong = [t for t in options.lora_targets.split(",")
-                 if not _TARGET.match(t.strip()) and t.strip() != models.ALL_LINEAR]
-        if wrong:
-            errors["lora_targets"] = (f"lora_targets: {wrong[0].strip()!r} is not a module name "
-                                      "(comma-separated names such as q_proj,v_proj)")
-        elif models.ALL_LINEAR in options.lora_target_list() and \
-                len(options.lora_target_list()) > 1:
-            errors["lora_targets"] = (f"lora_targets: {models.ALL_LINEAR} names every linear "
-                                      "layer already: give it alone, as peft takes it")
-        elif not options.lora and "lora_rank" not in errors:
-            errors["lora_targets"] = "lora_targets: set a LoRA rank too (--lora-rank R)"
-    errors.update(_unused_data_errors(options, errors))
-    if resolve_model and "model" not in errors:
-        try:
-            spec = models.resolve(options.model)
-            if config_class:
-                models.check_config_class(spec)
-        except ModelError as error:
-            errors["model"] = str(error)
-        else:
-            positions = spec.max_positions
-            # A dataset's texts are cut at the model's positions: its seq_len is not read.
-            if "seq_len" not in errors and spec.task != IMAGE_CLASSIFICATION and positions \
-                    and options.seq_len > positions and options.applies("seq_len"):
-                errors["seq_len"] = (f"seq_len: {options.seq_len} is out of range for "
-                                     f"{spec.display_name}: 1 to {positions}")
-            errors.update(_model_errors(options, spec, errors))
-            errors.update(_data_errors(options, spec, errors))
-    if "gpu" not in errors:
-        if gpu_count == 0 and options.gpu != 0:
-            errors["gpu"] = f"gpu: {options.gpu} is out of range: this machine has no GPU (use 0)"
-        elif gpu_count and options.gpu >= gpu_count:
-            errors["gpu"] = f"gpu: {options.gpu} is out of range: 0 to {gpu_count - 1}"
-    errors.update(_process_errors(options, gpu_count, errors, here))
-    if gpu_count == 0 and options.precision == Precision.FP16 and "precision" not in errors:
-        errors["precision"] = "precision: fp16 needs a GPU; this machine has none (use fp32 or bf16)"
-    return errors
-
-
-def _model_errors(options: RunOptions, spec: models.ModelSpec, errors: dict[str, str]
-                  ) -> dict[str, str]:
-    """What the model itself cannot do: checkpointing where it has none, LoRA targets that are
-    none of its layers (both load transformers, and only when asked for)."""
-    found: dict[str, str] = {}
-    try:
-        if options.gradient_checkpointing is True and not models.supports_checkpointing(spec):
-            found["gradient_checkpointing"] = (
-                f"gradient_checkpointing: {spec.display_name} ({spec.head or spec.model_type}) "
-                "cannot recompute its activations (transformers does not support gradient "
-                "checkpointing for it)")
-        if "lora_targets" not in errors and "lora_rank" not in errors and options.lora:
-            targets = options.lora_target_list()
-            unknown = models.unknown_lora_targets(spec, targets) if targets else []
-            if unknown:
-                words = "; ".join(models.unknown_target_words(spec, t) for t in unknown)
-                layers = ", ".join(models.linear_module_names(spec)[:12])
-                found["lora_targets"] = (f"lora_targets: {words} (the layers LoRA can adapt:"
-                                         f" {layers})")
-            elif not targets:
-                models.default_lora_targets(spec)
-    except ModelError as error:
-        found["model"] = str(error)
-    return found
-
-
-def _unused_data_errors(options: RunOptions, errors: dict[str, str]) -> dict[str, str]:
-    """A dataset's settings without a dataset, and a dataset without its tokenizer (text alone:
-    an imported run's too)."""
-    found: dict[str, str] = {}
-    if any(name in errors for name in DATA_FIELDS):
-        return found
-    if not options.on_dataset:
-        given = [name for name in DATA_FIELDS[1:]
-                 if getattr(options, name) != getattr(RunOptions, name)]
-        for name in given:
-            found[name] = (f"{name}: {shown(getattr(options, name))} is a setting of a dataset's "
-                           "texts, and the run trains on the dummy data: give --dataset too")
-    elif not options.tokenizer.strip():
-        found["tokenizer"] = ("tokenizer: a dataset's texts need one: a folder saved with "
-                              "save_pretrained, or a Hub id in the local cache")
-    return found
-
-
-def _data_errors(options: RunOptions, spec: models.ModelSpec, errors: dict[str, str]
-                 ) -> dict[str, str]:
-    """What the dataset, its tokenizer and the model cannot do together (loading the dataset
-    and the tokenizer: analysis/data.py)."""
-    if any(name in errors for name in DATA_FIELDS) or "model" in errors or \
-            not options.on_dataset:
-        return {}
-    from anatomy.analysis import data
-
-    return data.problems(options, spec)
-
-
-def _process_errors(options: RunOptions, gpu_count: int, errors: dict[str, str],
-                    here: bool = True) -> dict[str, str]:
-    """Several processes: GPUs named once each and visible; CPU ranks only without a GPU; what
-    the strategy refuses (anatomy/strategies/); what one process alone does (profiling) kept to
-    one."""
-    found: dict[str, str] = {}
-    if "gpus" in errors or "processes" in errors or "strategy" in errors:
-        return found
-    entries = [e.strip() for e in options.gpus.split(",") if e.strip()]
-    if options.gpus.strip() and len(entries) < len(options.gpus.split(",")):
-        return {"gpus": f"gpus: {options.gpus!r} has an empty entry: name each GPU once,"
-                        " comma-separated (e.g. 0,1)"}
-    for entry in entries:
-        if checks.digits(entry) is None:
-            found["gpus"] = f"gpus: {entry!r} is not a GPU index (comma-separated, e.g. 0,1)"
-        elif entries.count(entry) > 1:
-            found["gpus"] = f"gpus: GPU {entry} is named twice"
-        elif gpu_count == 0 and here:
-            found["gpus"] = ("gpus: this machine has no GPU (without one, --processes N trains"
-                             " on N CPU processes)")
-        elif gpu_count and int(entry) >= gpu_count:
-            found["gpus"] = f"gpus: {entry} is out of range: 0 to {gpu_count - 1}"
-        if found:
-            return found
-    if options.processes > 1 and here:
-        if gpu_count and len(entries) > 1 and options.processes != len(entries):
-            found["processes"] = (f"processes: {options.processes} does not match the "
-                                  f"{len(entries)} GPUs of --gpus: one process per GPU (leave"
-                                  " --processes out)")
-        elif gpu_count and len(entries) <= 1:
-            found["processes"] = ("processes: CPU processes are for a machine without a GPU;"
-                                  " here name the GPUs: --gpus 0,1")
-    world = len(entries) if len(entries) > 1 else options.processes
-    refused = strategies.named(options.strategy).problems(world, gpu_count, here)
-    if refused:
-        found["strategy"] = refused
-    if world > 1 and isinstance(options.profile_steps, int) and options.profile_steps > 0 \
-            and "profile_steps" not in errors:
-        found["profile_steps"] = "profile_steps: profiling is for a single process (use 0)"
-    return found

@@ -9,8 +9,9 @@ steps.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 from anatomy.analysis.components import MEASURED_STEPS, Components, with_nvml
@@ -20,6 +21,7 @@ from anatomy.analysis.options import RunOptions
 from anatomy.store import (
     Message,
     Origin,
+    ReportedOptions,
     RunFacts,
     RunRow,
     RunSource,
@@ -167,6 +169,9 @@ class RunReport:
     created_at: float
     ended_at: float | None
     stored_options: Mapping[str, Any]  # as stored, options this anatomy does not know included
+    # The options as the run knows them, typed by the kind of run: every option of anatomy's own
+    # (RunOptions); of a user's training only those it reported (ReportedOptions).
+    ran_with: RunOptions | ReportedOptions
     environment: RunFacts  # versions, device, driver, model, as recorded
     backend: Backend
     memory_api: MemoryApi | None
@@ -242,9 +247,12 @@ class RunReport:
         """Where the run came from, in words."""
         return self.source.words()
 
-    @property
+    @cached_property
     def options(self) -> RunOptions:
-        """The options it ran with (those added since take their defaults: it ran with them)."""
+        """The options it ran with, as a run of anatomy's own has them: a user's training's where
+        it reported them, the defaults for the rest (what a prediction of it assumes)."""
+        if isinstance(self.ran_with, RunOptions):
+            return self.ran_with
         return RunOptions.from_dict(self.stored_options)
 
     @property
@@ -301,11 +309,6 @@ class RunReport:
         """The model's parameters as the worker counted them (None for runs that predate it)."""
         return self.environment.parameters
 
-    def known(self, name: str) -> Any:
-        """An option as the run knows it (`known_option`): never a default a user's training did
-        not report."""
-        return _known(self.source, self.stored_options, self.environment, name)
-
     def run_words(self) -> str:
         """"Run 7", or "Run 7 (imported)" for a copy imported from another store: every label,
         title and line that names the run says which it is (the copy has the same name and was
@@ -314,37 +317,38 @@ class RunReport:
 
     def label(self) -> str:
         """The run in a few words: a legend entry, a list's line."""
-        batch, precision = self.known("batch_size"), self.known("precision")
+        known = self.ran_with
         # A user's run that recorded no model: its script or command, unless it has a name.
         model = self.model or (None if self.name else self.preset)
         words = [self.run_words(), *(w for w in (self.name, model) if w)]
-        words += [f"bs {batch}"] if batch is not None else []
-        words += [precision] if precision else []
-        if self.known("gradient_checkpointing"):
+        words += [f"bs {known.batch_size}"] if known.batch_size is not None else []
+        words += [known.precision] if known.precision else []
+        if known.gradient_checkpointing:
             words.append("ckpt")
-        if (self.known("grad_accum") or 1) > 1:
-            words.append(f"accum {self.known('grad_accum')}")
-        if self.known("lora_rank"):
-            words.append(f"LoRA r{self.known('lora_rank')}")
+        if (known.grad_accum or 1) > 1:
+            words.append(f"accum {known.grad_accum}")
+        if known.lora_rank:
+            words.append(f"LoRA r{known.lora_rank}")
         return " · ".join(words)
 
     def title(self) -> str:
         """The run in a sentence: a page's heading. The user's name for it comes first."""
+        known = self.ran_with
         parts = [self.model] if self.model else []
-        if self.known("batch_size") is not None:
-            parts.append(f"batch size {self.known('batch_size')}")
+        if known.batch_size is not None:
+            parts.append(f"batch size {known.batch_size}")
         if self.environment.image_size:  # an image model: its images' side, not a seq len
             side = self.environment.image_size
             parts.append(f"{side}×{side} images")
-        elif self.known("seq_len") is not None:
-            parts.append(f"seq len {self.known('seq_len')}")
-        extras = [self.known("precision")] if self.known("precision") else []
-        if self.known("gradient_checkpointing"):
+        elif known.seq_len is not None:
+            parts.append(f"seq len {known.seq_len}")
+        extras = [known.precision] if known.precision else []
+        if known.gradient_checkpointing:
             extras.append("gradient checkpointing")
-        if (self.known("grad_accum") or 1) > 1:
-            extras.append(f"accumulation {self.known('grad_accum')}")
-        if self.known("lora_rank"):
-            extras.append(f"LoRA rank {self.known('lora_rank')}")
+        if (known.grad_accum or 1) > 1:
+            extras.append(f"accumulation {known.grad_accum}")
+        if known.lora_rank:
+            extras.append(f"LoRA rank {known.lora_rank}")
         where = "" if self.started_by_anatomy else f" ({self.source.short_words()})"
         what = ", ".join(str(p) for p in parts + extras)
         named = f"{self.run_words()}: {self.name}" if self.name else self.run_words()
@@ -353,10 +357,15 @@ class RunReport:
         return f"{named} on {self.devices}{where}"
 
     @property
+    def model_name(self) -> str | None:
+        """The model as the run was given it: a preset, a path or a Hub id of anatomy's own runs;
+        the model class the callback recorded of a user's training (None where nothing did)."""
+        return self.ran_with.model or self.environment.model_name
+
+    @property
     def model(self) -> str | None:
-        """The model as the run names it: a preset or a config of anatomy's own runs; the model
-        class the callback recorded of a user's training (None where nothing recorded it)."""
-        return display_name(self.known("model")) if self.known("model") else None
+        """The model as the run names it (`model_name`, as every page shows a model)."""
+        return display_name(self.model_name) if self.model_name else None
 
     def to_dict(self) -> dict[str, Any]:
         """The report as `show --json` prints it and an export carries it."""
@@ -421,18 +430,20 @@ def report(store: Store, run_id: int, run: RunRow | None = None) -> RunReport | 
     # The profiler's own buffers are no memory the training needed (638 vs 540 MB on a CPU).
     peak = store.peak(run_id, run.gpu, before=profiling.start_s if profiling else None)
     trained = run.summary
+    ran_with = known_options(run)
     first = first_occurrences(phases)
     training = first.get(Phase.TRAINING)
     memory = {name: p.memory_bytes for name, p in first.items()}
     summary = Summary(time_s=trained.time_s, samples_per_second=trained.samples_per_second,
                       peak_bytes=peak, memory_bytes=training.memory_bytes if training else None,
                       trained=trained, steady_samples_per_second=steady_rate(
-                          store.step_span(run_id, MEASURED_STEPS), known_option(run, "batch_size"),
-                          known_option(run, "grad_accum"), run.environment.world_size or 1))
+                          store.step_span(run_id, MEASURED_STEPS), ran_with.batch_size,
+                          ran_with.grad_accum, run.environment.world_size or 1))
     return RunReport(
         id=run.id, name=run.name, status=run.status, error=run.error,
         preset=display_name(run.preset),
         created_at=run.created_at, ended_at=run.ended_at, stored_options=run.options,
+        ran_with=ran_with,
         environment=run.environment, backend=run.backend, memory_api=run.memory_api, gpu=run.gpu,
         tags=run.tags, sweep=run.sweep, phases=phases, profiling=profiling,
         samples=store.sample_count(run_id),
@@ -446,24 +457,13 @@ def report(store: Store, run_id: int, run: RunRow | None = None) -> RunReport | 
         ranks=_ranks(store, run, profiling), imported=run.origin)
 
 
-def known_option(run: RunRow, name: str) -> Any:
-    """An option as the run knows it: every option of anatomy's own runs (those added since
-    take their defaults: it ran with them); of a user's training only those it reported (None
-    for the rest: never a default it did not use), and its model by the class the callback
-    recorded."""
-    return _known(run.source, run.options, run.environment, name)
-
-
-RUN_OPTION_NAMES = frozenset(f.name for f in fields(RunOptions))
-
-
-def _known(source: RunSource, options: Mapping[str, Any], facts: RunFacts, name: str) -> Any:
-    if not source.by_user:  # an option a newer anatomy ran with: as it stored it
-        return getattr(RunOptions.from_dict(dict(options)), name) \
-            if name in RUN_OPTION_NAMES else options.get(name)
-    if name == "model":
-        return options.get("model") or facts.model_name
-    return options.get(name)
+def known_options(run: RunRow) -> RunOptions | ReportedOptions:
+    """The options as the run knows them: every option of anatomy's own runs (those added since
+    at their defaults: it ran with them); of a user's training only those it reported (None for
+    the rest: never a default it did not use)."""
+    if run.source.by_user:
+        return ReportedOptions.from_dict(run.options, strict=False)
+    return RunOptions.from_dict(run.options)
 
 
 def _ends(store: Store, run: RunRow, spans: list) -> list[tuple]:
@@ -572,18 +572,16 @@ def run_rows(store: Store, tag: str | None = None, preset: str | None = None,
     rows = []
     for run in store.find_runs(tag=tag, preset=preset, status=status):
         rep = report(store, run.id, run)
-        summary = rep.summary
-        device = rep.devices
+        summary, known = rep.summary, rep.ran_with
         rows.append(RunListing(
             id=run.id, name=run.name, created=when(run.created_at), status=run.status,
-            preset=display_name(run.preset), batch_size=known_option(run, "batch_size"),
-            seq_len=known_option(run, "seq_len"), precision=known_option(run, "precision"),
-            gradient_checkpointing=known_option(run, "gradient_checkpointing"),
-            grad_accum=known_option(run, "grad_accum"), optim=known_option(run, "optim"), backend=run.backend,
-            device=device, tags=list(run.tags), sweep=run.sweep,
-            peak_mb=summary.peak_mb, time_s=summary.time_s,
+            preset=display_name(run.preset), batch_size=known.batch_size,
+            seq_len=known.seq_len, precision=known.precision,
+            gradient_checkpointing=known.gradient_checkpointing, grad_accum=known.grad_accum,
+            optim=known.optim, backend=run.backend, device=rep.devices, tags=list(run.tags),
+            sweep=run.sweep, peak_mb=summary.peak_mb, time_s=summary.time_s,
             samples_per_second=summary.samples_per_second, model=rep.model,
-            processes=rep.world_size, lora_rank=known_option(run, "lora_rank"),
+            processes=rep.world_size, lora_rank=known.lora_rank,
             source="" if rep.started_by_anatomy else rep.source.short_words(),
             imported="" if run.origin is None else run.origin.words()))
     return rows

@@ -11,10 +11,11 @@ out of planned sizes keeps doubling until a run is out of memory.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from anatomy.analysis.options import FIELDS, InvalidOptions, RunOptions, validate
+from anatomy.analysis.options import FIELDS, Checked, InvalidOptions, Kind, RunOptions, validated
 from anatomy.analysis.report import report
 from anatomy.store import Store
 from anatomy.vocabulary import Status
@@ -35,9 +36,9 @@ def parse_value(name: str, text: str) -> Any:
     field = FIELDS[name]
     text = text.strip()
     dashed = name.replace("_", "-")
-    if field.choices is not None or field.free_text:
+    if field.kind in (Kind.CHOICE, Kind.TEXT, Kind.LIST):
         return text
-    if field.is_flag:
+    if field.kind == Kind.FLAG:
         if text.lower() not in FLAG_WORDS:
             raise ValueError(f"{dashed}: {text!r} is not on, off, true or false")
         return FLAG_WORDS[text.lower()]
@@ -73,10 +74,11 @@ def parse_vary(specs: list[str]) -> dict[str, list]:
     return vary
 
 
-def plan(base: RunOptions, vary: dict[str, list], until_oom: bool, gpu_count: int
-         ) -> list[RunOptions]:
-    """Every run of the sweep (the cartesian product of the varied values), each checked as a run
-    would be: InvalidOptions, with one message per wrong option, before anything starts."""
+def plan(base: RunOptions | Mapping[str, Any], vary: dict[str, list], until_oom: bool,
+         gpu_count: int) -> list[Checked]:
+    """Every run of the sweep (the cartesian product of the varied values over the `base` values),
+    each judged once as a run would be: InvalidOptions, with one message per wrong option, before
+    anything starts."""
     errors: dict[str, str] = {}
     if not vary:
         errors["vary"] = "vary: choose one or two options to vary"
@@ -93,20 +95,23 @@ def plan(base: RunOptions, vary: dict[str, list], until_oom: bool, gpu_count: in
     if errors:
         raise InvalidOptions(errors)
     vary = ordered(vary)
-    planned = [replace(base, **dict(zip(vary, values)))
-               for values in itertools.product(*vary.values())]
-    for options in planned:
-        for name, message in validate(options, gpu_count).items():
-            errors.setdefault(name, message)
+    values = base.to_dict() if isinstance(base, RunOptions) else dict(base)
+    planned = []
+    for varied in itertools.product(*vary.values()):
+        try:
+            planned.append(validated({**values, **dict(zip(vary, varied))}, gpu_count))
+        except InvalidOptions as error:
+            for name, message in error.errors.items():
+                errors.setdefault(name, message)
     if errors:
         raise InvalidOptions(errors)
     return planned
 
 
-def ladders(planned: list[RunOptions]) -> list[list[RunOptions]]:
+def ladders(planned: list[Checked]) -> list[list[Checked]]:
     """Consecutive runs that differ only in batch size (one run each when it is not varied)."""
-    return [list(group) for _, group in
-            itertools.groupby(planned, key=lambda options: replace(options, batch_size=1))]
+    return [list(group) for _, group in itertools.groupby(
+        planned, key=lambda run: replace(run.options, batch_size=1))]
 
 
 def ordered(vary: dict[str, list]) -> dict[str, list]:

@@ -16,13 +16,14 @@ import socket
 from dataclasses import replace
 from typing import Any, BinaryIO
 
-from anatomy.analysis.options import FIELDS, RunOptions, validate
+from anatomy.analysis.options import FIELDS, NAMES, InvalidOptions, RunOptions, validated
 from anatomy.analysis.report import report
 from anatomy.store import (
     HOST_STRIDE,
     Message,
     Origin,
     PhaseSpan,
+    ReportedOptions,
     RunFacts,
     RunRecord,
     RunRow,
@@ -39,12 +40,10 @@ from anatomy.store.checks import (
     Unreadable,
     array,
     finite,
-    flag,
     is_int,
     is_tag,
     member,
     memory,
-    number,
     obj,
     plain,
     seconds,
@@ -244,35 +243,24 @@ def _options(value: Any, where: str) -> tuple[dict, RunOptions]:
     value = obj(value, where, V1_OPTIONS)
     if not any(key in value for key in MODEL_KEYS):
         raise InvalidValue(where, "has no model (\"model\" or \"preset\")")
-    options = RunOptions.from_dict(value)
-    # The model's config may have stayed on the machine the run came from: judged as text only.
-    errors = validate(options, ANY_GPU_COUNT, resolve_model=False, here=False)
-    if errors:
-        raise InvalidValue(where, next(iter(errors.values())))
+    known = {k: v for k, v in value.items() if k in NAMES or k in MODEL_KEYS}
+    if "model" in known:  # both names: the newer one's
+        known.pop("preset", None)
+    try:
+        # The model's config may have stayed on the machine the run came from: judged as text
+        # only.
+        options = validated(known, ANY_GPU_COUNT, resolve_model=False, here=False).options
+    except InvalidOptions as error:
+        raise InvalidValue(where, next(iter(error.errors.values()))) from None
     plain(value, where)  # the options this anatomy does not know
     return {**value, **options.to_dict()}, options
 
 
-# What a reader does sums or words with, of the options a user's training reports: typed.
-_REPORTED: dict[str, Any] = {
-    **{name: lambda v, w: whole(v, w, optional=True)
-       for name in ("batch_size", "grad_accum", "seq_len", "max_steps", "seed", "lora_rank")},
-    "epochs": lambda v, w: number(v, w),
-    "gradient_checkpointing": flag,
-    **{name: text for name in ("model", "precision", "optim")},
-}
-
-
 def _reported(value: Any, where: str) -> dict:
     """A user's training's options (a script, the callback, a watched command): only what it
-    reported, as it reported it — none at all, TrainingArguments' epochs 3.0, an optim anatomy
-    does not run —, kept so: readers take them as known, never a default filled in (`known`).
-    Their types are checked, not anatomy's own ranges."""
-    value = obj(value, where)
-    for name, check in _REPORTED.items():
-        if name in value:
-            check(value[name], f"{where}.{name}")
-    return plain(value, where)
+    reported, as it reported it, kept so (ReportedOptions: readers take them as known, never a
+    default filled in). Their types are checked, not anatomy's own ranges."""
+    return ReportedOptions.from_dict(value, where).to_dict()
 
 
 def _tags(value: Any, where: str) -> list[str]:

@@ -7,8 +7,9 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
-from anatomy.analysis.options import FIELDS, RunOptions, defaults_for
+from anatomy.analysis.options import FIELDS, Kind, OptionField, defaults_for
 from anatomy.store import STORE_ENV, checks, default_store
 
 EXIT_CODES = """exit status:
@@ -39,9 +40,6 @@ class Parser(argparse.ArgumentParser):
 
 # What a run is given that its memory does not depend on: a prediction takes none of them.
 RUN_ONLY = ("seed", "sample_rate", "profile_steps")
-# The dataset's text options, as --help names their values.
-DATA_METAVARS = {"dataset": "PATH|HUB_ID", "split": "S", "text_column": "C",
-                 "tokenizer": "NAME|PATH"}
 
 
 def _option_default(name: str) -> str:
@@ -51,58 +49,64 @@ def _option_default(name: str) -> str:
             f"default {on_gpu} on a GPU, {on_cpu} without one")
 
 
+def _help(field: OptionField) -> str:
+    """An option's help as RunOptions declares it, with its range and its default."""
+    if field.kind == Kind.NUMBER:
+        default = (f"default none: {field.unset}" if field.optional else
+                   _option_default(field.name))
+        return f"{field.help} ({field.limits()}; {default})"
+    if field.kind == Kind.CHOICE and _names_its_choices(field):
+        return f"{field.help} ({_option_default(field.name)})"
+    if field.kind == Kind.CHOICE:
+        return f"{field.help}: {', '.join(field.choices)} ({_option_default(field.name)})"
+    if field.choices:  # text with suggestions: the model's presets
+        return f"{field.help} (presets: {', '.join(field.choices)}; {_option_default(field.name)})"
+    if field.example:  # names apart, as the parser takes them
+        flag = "--" + field.name.replace("_", "-")
+        return f"{field.help}; e.g. {flag} {' '.join(field.example)}"
+    return field.help
+
+
+def _names_its_choices(field: OptionField) -> bool:
+    """Whether the option's help says each of its values already (precision, strategy): argparse
+    offers them; else the help lists them, and the usage line names the option alone."""
+    return all(choice in field.help for choice in field.choices or ())
+
+
 def add_run_options(parser: argparse.ArgumentParser, predicting: bool = False) -> None:
-    """A run's options as flags, each with its range and default; `predicting`: those a
-    prediction reads (not RUN_ONLY)."""
-    f = FIELDS
-    model = parser.add_mutually_exclusive_group()
-    model.add_argument("--model", dest="model", metavar="NAME|PATH|HUB_ID",
-                       help=f["model"].help + f" (presets: {', '.join(f['model'].choices)}; "
-                       f"{_option_default('model')})")
-    model.add_argument("--preset", dest="model", metavar="NAME", help="the same as --model")
-    for name in ("batch_size", "seq_len", "dataset_size", "grad_accum", "seed", "sample_rate",
-                 "gpu", "profile_steps", "lora_rank", "processes", "max_length"):
-        if predicting and name in RUN_ONLY:
+    """A run's options as flags, generated from RunOptions' declaration: each with its range and
+    default; `predicting`: those a prediction reads (not RUN_ONLY). The model's old name
+    (--preset) and epochs against max steps are each one choice."""
+    model, steps = parser.add_mutually_exclusive_group(), parser.add_mutually_exclusive_group()
+    for field in FIELDS.values():
+        if predicting and field.name in RUN_ONLY:
             continue
-        parser.add_argument("--" + name.replace("_", "-"), type=int, dest=name,
-                            help=f"{f[name].help} ({f[name].low} to {f[name].high}; "
-                                 f"{_option_default(name)})")
-    steps = parser.add_mutually_exclusive_group()
-    steps.add_argument("--epochs", type=int,
-                       help=f"{f['epochs'].help} ({f['epochs'].low} to {f['epochs'].high}; "
-                            f"{_option_default('epochs')})")
-    steps.add_argument("--max-steps", type=int, dest="max_steps",
-                       help=f"{f['max_steps'].help} ({f['max_steps'].low} to "
-                            f"{f['max_steps'].high}; default none: the epochs decide)")
-    parser.add_argument("--precision", choices=f["precision"].choices,
-                        help=f"{f['precision'].help} ({_option_default('precision')})")
-    parser.add_argument("--gpus", metavar="I,J", help=f["gpus"].help)
-    parser.add_argument("--strategy", choices=f["strategy"].choices,
-                        help=f"{f['strategy'].help} ({_option_default('strategy')})")
-    parser.add_argument("--gradient-checkpointing", action="store_true", default=None,
-                        help=f["gradient_checkpointing"].help)
-    parser.add_argument("--optim", help=f"{f['optim'].help}: {', '.join(f['optim'].choices)} "
-                                        f"({_option_default('optim')})")
-    for name, metavar in DATA_METAVARS.items():
-        parser.add_argument("--" + name.replace("_", "-"), dest=name, metavar=metavar,
-                            help=f[name].help)
-    parser.add_argument("--padding", choices=f["padding"].choices,
-                        help=f"{f['padding'].help} ({_option_default('padding')})")
-    parser.add_argument("--lora-targets", dest="lora_targets", nargs="+", metavar="MODULE",
-                        help="the module names the adapters wrap, e.g. --lora-targets q_proj "
-                             "v_proj, or all-linear (every linear layer but the task's output; "
-                             "default: the architecture's; with --lora-rank)")
+        group = model if field.name == "model" else steps if field.name in STEPS else parser
+        flag = "--" + field.name.replace("_", "-")
+        kinds: dict[str, Any] = {
+            Kind.NUMBER: {"type": int},
+            Kind.FLAG: {"action": "store_true", "default": None},
+            # Values the help lists (the optimizers, many) are judged as the form's are.
+            Kind.CHOICE: ({"choices": field.choices} if _names_its_choices(field) else
+                          {"metavar": field.name.upper()}),
+            Kind.TEXT: {"metavar": field.metavar},
+            Kind.LIST: {"metavar": field.metavar,
+                        **({} if field.name == "gpus" else {"nargs": "+"})},
+        }[field.kind]
+        group.add_argument(flag, dest=field.name, help=_help(field), **kinds)
+        for old in field.old_names:
+            group.add_argument("--" + old, dest=field.name, metavar="NAME",
+                               help=f"the same as {flag}")
 
 
-def options_from_args(args: argparse.Namespace, has_gpu: bool) -> RunOptions:
-    values = defaults_for(has_gpu).to_dict()
-    for name in FIELDS:
-        value = getattr(args, name, None)
-        if value is not None:
-            values[name] = value
-    if isinstance(values.get("lora_targets"), list):  # --lora-targets q_proj v_proj, or q,v
-        values["lora_targets"] = ",".join(t.strip(",") for t in values["lora_targets"])
-    return RunOptions.from_dict(values)
+STEPS = ("epochs", "max_steps")  # max steps overrides the epochs: one or the other
+
+
+def values_from_args(args: argparse.Namespace, has_gpu: bool) -> dict[str, Any]:
+    """The options the flags give, over the machine's defaults: RunOptions' values, judged by
+    `options.validated` (or `RunOptions.read`)."""
+    given = {name: getattr(args, name) for name in FIELDS if getattr(args, name, None) is not None}
+    return {**defaults_for(has_gpu).to_dict(), **given}
 
 
 def add_store_option(parser: argparse.ArgumentParser) -> None:

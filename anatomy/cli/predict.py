@@ -11,13 +11,13 @@ import sys
 from anatomy.analysis import data, dummy_data, models, prediction
 from anatomy.analysis.data import Tokenized
 from anatomy.analysis.lengths import MAX_LENGTH, Lengths, TextBatch
-from anatomy.analysis.options import RunOptions, validate
+from anatomy.analysis.options import InvalidOptions, RunOptions, check
 from anatomy.analysis.prediction import device_constants
 from anatomy.analysis.prediction.batches import DataPrediction, predict_data
 from anatomy.analysis.prediction.limits import judge
 from anatomy.analysis.prediction.workspaces import WorkspaceError
-from anatomy.cli.arguments import add_run_options, options_from_args
-from anatomy.cli.render import SaidMeasurer, table
+from anatomy.cli.arguments import add_run_options, values_from_args
+from anatomy.cli.render import SaidMeasurer, refused, table
 from anatomy.engine.locks import gpu_key
 from anatomy.engine.manager import machine
 from anatomy.store import TrainingData
@@ -80,19 +80,20 @@ def cmd_predict(args: argparse.Namespace) -> int:
               "this machine's RAM: leave one out", file=sys.stderr)
         return 2
     info = machine()
-    options = options_from_args(args, info.gpu_count > 0)
-    device, gpu_name, total = _prediction_target(args, info)
-    # A prediction for another machine's GPU is judged as that GPU would judge it.
-    # Several GPUs (--gpus 0,1) are judged as a machine with that many would judge them.
-    gpus = max(info.gpu_count, (options.world_size if options.gpus.strip() else 1)
-               if device == "cuda" else 0)
-    # The prediction builds the config class itself and refuses it in the same line
-    # (models.transformers_config): no child interpreter to check it first.
-    errors = validate(options, gpus, here=info.has_gpu or device == "cpu", config_class=False)
-    for message in errors.values():
-        print(f"error: {message}", file=sys.stderr)
-    if errors:
-        return 2
+    try:
+        options = RunOptions.read(values_from_args(args, info.gpu_count > 0))
+        device, gpu_name, total = _prediction_target(args, info)
+        # A prediction for another machine's GPU is judged as that GPU would judge it.
+        # Several GPUs (--gpus 0,1) are judged as a machine with that many would judge them.
+        gpus = max(info.gpu_count, (options.world_size if options.gpus else 1)
+                   if device == "cuda" else 0)
+        # The prediction builds the config class itself and refuses it in the same line
+        # (models.transformers_config): no child interpreter to check it first.
+        errors = check(options, gpus, here=info.has_gpu or device == "cpu", config_class=False)
+        if errors:
+            raise InvalidOptions(errors)
+    except InvalidOptions as error:
+        return refused(error)
     if args.max_batch_size and options.distributed:
         # The search replays one process alone: a rank of several holds more (DDP's gradient
         # buckets) or less (FSDP's shards), and CPU ranks share one RAM.

@@ -8,9 +8,9 @@ import sys
 import time
 
 from anatomy.analysis import models
-from anatomy.analysis.options import InvalidOptions, validate
+from anatomy.analysis.options import InvalidOptions, validated
 from anatomy.analysis.report import report
-from anatomy.cli.arguments import add_run_options, add_store_option, options_from_args
+from anatomy.cli.arguments import add_run_options, add_store_option, values_from_args
 from anatomy.cli.render import PhaseEnds, peak, refused, say
 from anatomy.cli.signals import POLL_SECONDS, StopSignals
 from anatomy.engine.manager import DeviceBusy, RunManager, machine
@@ -69,15 +69,16 @@ def _follow(manager: RunManager, store: Store, run_id: int, signals: StopSignals
 
 def cmd_run(args: argparse.Namespace) -> int:
     info = machine()
-    options = options_from_args(args, info.has_gpu)
-    errors = validate(options, info.gpu_count)
-    if errors:
-        return refused(InvalidOptions(errors))
+    try:  # judged before the store is made: a refused run leaves nothing behind
+        checked = validated(values_from_args(args, info.has_gpu), info.gpu_count)
+    except InvalidOptions as error:
+        return refused(error)
+    options = checked.options
     store = Store(args.store)
     manager = RunManager(store)
     with StopSignals() as signals:
         try:
-            run_id = manager.start(options)
+            run_id = manager.start(checked)
         except InvalidOptions as error:
             return refused(error)
         except DeviceBusy as error:

@@ -9,11 +9,11 @@ from collections.abc import Callable
 from typing import TextIO
 
 from anatomy.analysis import prediction
-from anatomy.analysis.options import FIELDS, InvalidOptions, RunOptions, validate
+from anatomy.analysis.options import FIELDS, InvalidOptions, validated
 from anatomy.analysis.prediction.workspaces import WorkspaceError
 from anatomy.analysis.report import report
 from anatomy.analysis.sweeps import SweepGrid, grid, parse_vary
-from anatomy.cli.arguments import add_run_options, add_store_option, options_from_args
+from anatomy.cli.arguments import add_run_options, add_store_option, values_from_args
 from anatomy.cli.render import SaidMeasurer, peak, refused, say, table
 from anatomy.cli.signals import POLL_SECONDS, StopSignals
 from anatomy.engine.locks import gpu_key
@@ -123,12 +123,10 @@ def _verdict(result: SweepGrid, predicted: int) -> str | None:
     return None
 
 
-def _predicted_ladder(base: RunOptions, info) -> tuple[dict[str, list], str]:
+def _predicted_ladder(values: dict, info) -> tuple[dict[str, list], str]:
     """--from-prediction: the batch size predicted to fit and the next one, to be confirmed by
     two runs (the first should fit, the second not) instead of a doubling ladder."""
-    errors = validate(base, info.gpu_count)
-    if errors:
-        raise InvalidOptions(errors)
+    base = validated(values, info.gpu_count).options
     if base.on_dataset:  # each batch size forms a longest batch of its own
         raise InvalidOptions({"dataset": "dataset: --from-prediction searches the dummy data's "
                                          "batches of one length: give --vary batch-size=… for a "
@@ -171,7 +169,7 @@ def _predicted_ladder(base: RunOptions, info) -> tuple[dict[str, list], str]:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     info = machine()
-    base = options_from_args(args, info.has_gpu)
+    base = values_from_args(args, info.has_gpu)
     store = Store(args.store)
     try:
         if args.from_prediction:

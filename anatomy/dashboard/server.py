@@ -8,14 +8,15 @@ from __future__ import annotations
 import atexit
 import signal
 import threading
+from collections.abc import Mapping
 from functools import partial
 from multiprocessing import resource_tracker
+from typing import Any
 
 import streamlit as st
 from streamlit import runtime
 
 from anatomy.analysis.machine import Machine
-from anatomy.analysis.options import RunOptions
 from anatomy.engine.endings import STOP_WORDS, signal_name
 from anatomy.engine.manager import RunManager, machine
 from anatomy.engine.sweep import Sweep
@@ -117,7 +118,7 @@ class SweepSlot:
         self.sweep: Sweep | None = None
         self._lock = threading.Lock()
 
-    def start(self, base: RunOptions, vary: dict[str, list], until_oom: bool) -> int:
+    def start(self, base: Mapping[str, Any], vary: dict[str, list], until_oom: bool) -> int:
         """The sweep's id; InvalidOptions when its plan is wrong, DeviceBusy when its device is
         taken (by a run or a sweep, from this server or another process)."""
         with self._lock:

@@ -9,10 +9,9 @@ from collections.abc import Sequence
 import pandas as pd
 import streamlit as st
 
-from anatomy.analysis.options import FIELDS, defaults_for
+from anatomy.analysis.options import FIELDS, Kind, RunOptions, defaults_for
 from anatomy.analysis.report import RunReport
 from anatomy.dashboard import server
-from anatomy.store import checks
 from anatomy.units import MIB_NAME, gib_text, in_mib, mib_float
 from anatomy.views import gpus as gpus_view
 from anatomy.views import live as live_view
@@ -357,40 +356,43 @@ def offered(name: str, model: str | None) -> bool:
 LIVE_OPTIONS = "live_options"
 
 
-def live_options(has_gpu: bool) -> dict:
-    """The run options the Live form last sent in this tab, else the defaults."""
-    return {**defaults_for(has_gpu).to_dict(), **st.session_state.get(LIVE_OPTIONS, {})}
+def live_options(has_gpu: bool) -> RunOptions:
+    """The run options the Live form last sent in this tab (those it judges right), else the
+    defaults."""
+    return RunOptions.from_dict({**defaults_for(has_gpu).to_dict(),
+                                 **st.session_state.get(LIVE_OPTIONS, {})})
 
 
 def option_widget(name: str, default, key: str, label: str | None = None,
                   disabled: bool = False) -> None:
-    """One run option as the Live page's form draws it: a choice, a flag or a number. No min/max
-    on numbers: Streamlit would silently put a wrong value back; the engine judges instead.
-    `disabled`: greyed, an option the others make the run ignore (a dataset's sequence length)."""
+    """One run option as the form draws it, from RunOptions' declaration (its kind, label, help
+    and limits): a choice, a flag, text, or a number. No min/max on numbers: Streamlit would
+    silently put a wrong value back; the options' judgement names it instead. `disabled`: greyed,
+    an option the others make the run ignore (a dataset's sequence length)."""
     field = FIELDS[name]
     label = label or field.label
-    if name == "gpus":  # several GPUs: pick them; none or one is a single-GPU run
-        chosen = [g for g in (checks.digits(w.strip()) for w in str(default).split(","))
-                  if g is not None]
-        st.multiselect(label, list(range(server.device().gpu_count)), default=chosen, key=key,
-                       help=field.help, format_func=lambda g: f"GPU {g}", disabled=disabled)
-        return
-    if field.free_text and field.choices is not None:  # a list to pick from, or type a path
+    if name == "gpus":  # several GPUs: pick them among this machine's; none or one: one GPU
+        st.multiselect(label, list(range(server.device().gpu_count)), default=list(default),
+                       key=key, help=field.help, format_func=lambda g: f"GPU {g}",
+                       disabled=disabled)
+    elif field.kind == Kind.LIST:  # names comma-separated
+        st.text_input(label, value=",".join(default), key=key,
+                      help=f"{field.help}; e.g. {','.join(field.example)}", disabled=disabled)
+    elif field.kind == Kind.TEXT and field.choices:  # a list to pick from, or type a path
         choices = list(field.choices) + ([default] if default not in field.choices else [])
         st.selectbox(label, choices, index=choices.index(default), key=key, help=field.help,
                      accept_new_options=True, disabled=disabled)
-    elif field.free_text:
+    elif field.kind == Kind.TEXT:
         st.text_input(label, value=default, key=key, help=field.help, disabled=disabled)
-    elif field.choices is not None:
+    elif field.kind == Kind.CHOICE:
         st.selectbox(label, field.choices, index=field.choices.index(default), key=key,
                      help=field.help, disabled=disabled)
-    elif field.low is None:
+    elif field.kind == Kind.FLAG:
         st.checkbox(label, value=default, key=key, help=field.help, disabled=disabled)
-    elif name == "max_steps":
-        st.number_input(label, value=default or 0, step=1, key=key, disabled=disabled,
-                        help=f"{field.help}: {field.low} to {field.high}, or 0 (the default) to "
-                             "train for the epochs")
+    elif field.optional:  # empty: None, what it is without a value (max steps: the epochs)
+        st.number_input(label, value=default, step=1, key=key, placeholder=field.unset,
+                        help=f"{field.help} ({field.limits()}; empty: {field.unset})",
+                        disabled=disabled)
     else:
-        st.number_input(label, value=default, step=1, key=key, disabled=disabled,
-                        help=f"{field.help} ({field.low} to {field.high})")
-
+        st.number_input(label, value=default, step=1, key=key,
+                        help=f"{field.help} ({field.limits()})", disabled=disabled)

@@ -63,7 +63,7 @@ from anatomy.store import (
     checks,
     default_store,
 )
-from anatomy.vocabulary import Phase, SourceKind, Status
+from anatomy.vocabulary import Level, Phase, SourceKind, Status
 
 DEFAULT_SAMPLE_RATE = 200
 OWN_PROFILING = f"{Phase.PROFILING} (the script's)"  # a script's phase named as anatomy's span
@@ -196,7 +196,7 @@ class _LocalRecording:
             lock.describe(f"run {self.run_id} (a script, pid {os.getpid()})")
         self.recording.finished.append(self._release)
         for words in busy:
-            self.put(protocol.Note(protocol.Message(0.0, "warning", words), protocol.Source()))
+            self.put(protocol.Note(protocol.Message(0.0, Level.WARNING, words), protocol.Source()))
             _warn(f"run {self.run_id}: {words}")
         try:
             self._begin(store, t0)
@@ -213,7 +213,7 @@ class _LocalRecording:
               f", or `anatomy dashboard{where}`)")
         if not self.recording.sampling.wait(FIRST_SAMPLE_TIMEOUT):
             self.put(protocol.Note(protocol.Message(
-                time.monotonic() - t0, "warning", "the sampler took longer than "
+                time.monotonic() - t0, Level.WARNING, "the sampler took longer than "
                 f"{FIRST_SAMPLE_TIMEOUT:.0f} s to start: the first phase may have no sample"),
                 protocol.Source()))
 
@@ -509,7 +509,7 @@ class Run:
             steps=self.steps, time_s=round(time_s, 3),
             samples_per_second=None if self._unsized else round(self._examples / time_s, 3)))
 
-    def note(self, text: str, level: str = "info") -> None:
+    def note(self, text: str, level: str = Level.INFO) -> None:
         _named("note", text)
         _named("level", level)
         if self._late("run.note()"):

@@ -20,7 +20,7 @@ from anatomy.engine.link import WATCH_ENV
 from anatomy.engine.probe import MEASURED_STEPS, ComponentProbe
 from anatomy.engine.reporter import Reporter
 from anatomy.store import RunFacts, Step, TrainingArguments, TrainingSummary
-from anatomy.vocabulary import Phase, Precision, Status
+from anatomy.vocabulary import Level, Phase, Precision, Status
 
 INJECT_ENV = "ANATOMY_INJECT"  # tests only: "oom@STEP" or "crash@STEP"
 
@@ -128,7 +128,7 @@ class ComponentProbing(TrainerCallback):
                 self.probe.close()
             except Exception:  # noqa: BLE001
                 pass
-            self.reporter.tell("warning", f"the component probe stopped: {type(error).__name__}:"
+            self.reporter.tell(Level.WARNING, f"the component probe stopped: {type(error).__name__}:"
                                f" {error}; the run goes on without measured components")
 
     failed = False

@@ -22,7 +22,7 @@ import psutil
 from anatomy.analysis import carried_model, data, models
 from anatomy.analysis.data import Tokenized
 from anatomy.analysis.machine import Machine
-from anatomy.analysis.options import InvalidOptions, RunOptions, validate
+from anatomy.analysis.options import Checked, InvalidOptions, RunOptions, validated
 from anatomy.engine import worker
 from anatomy.engine.devices import machine
 from anatomy.engine.endings import Ending, death
@@ -84,25 +84,27 @@ class RunManager:
     def device_key(self, options: RunOptions) -> str:
         return device_key(options, machine())
 
-    def reserve(self, options: RunOptions, holder: str) -> DeviceLock:
+    def reserve(self, options: RunOptions | Checked, holder: str) -> DeviceLock:
         """Hold the device these options train on until `release()`: runs started with the lock
         use it, anything else is told it is busy. DeviceBusy if it is taken already."""
         info = machine()
-        _validated(options, info)
+        options = _checked(options, info)
         lock = DeviceLock(device_key(options, info))
         if not lock.acquire(holder):
             raise DeviceBusy(f"{device_words(options, info)} is busy: {lock.holder()}")
         return lock
 
     # --- starting ---
-    def start(self, options: RunOptions, name: str | None = None, sweep: str | None = None,
-              dwell: float | None = None, reservation: DeviceLock | None = None) -> int:
-        """Validate, take the device (or use the `reservation` a sweep holds), record the run
-        and start its processes; the run's id. Nothing starts when the options are wrong
+    def start(self, options: RunOptions | Checked, name: str | None = None,
+              sweep: str | None = None, dwell: float | None = None,
+              reservation: DeviceLock | None = None) -> int:
+        """Validate (unless the options are `Checked` for this machine already: a front judged
+        them), take the device (or use the `reservation` a sweep holds), record the run and
+        start its processes; the run's id. Nothing starts when the options are wrong
         (InvalidOptions), the device is taken (DeviceBusy) or the store cannot take the run
         (StoreError)."""
         info = machine()
-        _validated(options, info)
+        options = _checked(options, info)
         options, texts = _tokenized(options)
         holder = f"run by pid {os.getpid()}"
         key = device_key(options, info)
@@ -243,10 +245,12 @@ def live_run(store: Store) -> RunRow | None:
     return store.latest_running()
 
 
-def _validated(options: RunOptions, info: Machine) -> None:
-    errors = validate(options, info.gpu_count)
-    if errors:
-        raise InvalidOptions(errors)
+def _checked(options: RunOptions | Checked, info: Machine) -> RunOptions:
+    """The options, judged for this machine once: where a front has, as they are."""
+    if isinstance(options, Checked) and options.gpu_count == info.gpu_count:
+        return options.options
+    return validated(options.options if isinstance(options, Checked) else options,
+                     info.gpu_count).options
 
 
 def _tokenized(options: RunOptions) -> tuple[RunOptions, Tokenized | None]:

@@ -42,7 +42,7 @@ from anatomy.engine.endings import STOP_WORDS, OomKills, death, killed_for_memor
 from anatomy.engine.lifeline import RANK_NAME, die_with_parent, name_rank
 from anatomy.engine.reporter import Reporter
 from anatomy.engine.training import EXIT_FAILED, EXIT_OOM, EXIT_PEER_LOST, guarded, train_phases
-from anatomy.vocabulary import Status
+from anatomy.vocabulary import Level, Status
 
 FORWARD_SECONDS = 0.02
 OOM_LOOK_SECONDS = 0.1  # each rank's cgroup's count of out-of-memory kills, read this often
@@ -208,7 +208,7 @@ def launch_ranks(reporter: Reporter, run: RunOptions, spec: ModelSpec, dataset,
 
     world = run.world_size
     what = f"{world} GPUs" if use_cuda else f"{world} CPU processes (gloo)"
-    reporter.tell("info", f"training on {what} with {strategies.named(run.strategy).label},"
+    reporter.tell(Level.INFO, f"training on {what} with {strategies.named(run.strategy).label},"
                   " launched through accelerate")
     fork = mp.get_context("fork")
     queues = [fork.Queue() for _ in range(world)]

@@ -11,7 +11,7 @@ from typing import Any
 
 from anatomy.engine import protocol
 from anatomy.store import Components, Message, PhaseMark, RunFacts, Step, TrainingSummary
-from anatomy.vocabulary import Phase, Status
+from anatomy.vocabulary import Edge, Phase, Status
 
 
 class Reporter:
@@ -30,7 +30,7 @@ class Reporter:
 
     def begin(self, name: Phase | str) -> None:
         self.last_mark = self.now()
-        self.queue.put(protocol.Phase(PhaseMark("start", name, self.last_mark), self.source))
+        self.queue.put(protocol.Phase(PhaseMark(Edge.START, name, self.last_mark), self.source))
         self.open_phase = name
 
     def end(self, name: Phase | str, at: float | None = None) -> None:
@@ -38,7 +38,7 @@ class Reporter:
         said."""
         t = self.now() if at is None else at
         self.last_mark = t
-        self.queue.put(protocol.Phase(PhaseMark("end", name, t), self.source))
+        self.queue.put(protocol.Phase(PhaseMark(Edge.END, name, t), self.source))
         self.open_phase = None
 
     def hold(self, name: Phase | str) -> None:

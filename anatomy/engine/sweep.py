@@ -12,11 +12,11 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from anatomy.analysis.options import FIELDS, RunOptions
+from anatomy.analysis.options import FIELDS, Checked, RunOptions
 from anatomy.analysis.sweeps import LADDER, ladders, ordered, plan
 from anatomy.engine.devices import machine
 from anatomy.engine.manager import DeviceLock, RunManager
@@ -41,7 +41,8 @@ class Sweep:
     `start()` runs it in a thread of its own (the dashboard keeps the object in a cached
     resource); `run()` in the caller's. `stop()` stops the current run and drops the rest."""
 
-    def __init__(self, manager: RunManager, base: RunOptions, vary: dict[str, list],
+    def __init__(self, manager: RunManager, base: RunOptions | Mapping[str, Any],
+                 vary: dict[str, list],
                  until_oom: bool = False, name: str | None = None, gpu_count: int | None = None,
                  on_event: Callable[[SweepEvent], None] | None = None):
         if gpu_count is None:
@@ -49,10 +50,12 @@ class Sweep:
         self.planned = plan(base, vary, until_oom, gpu_count)
         self.manager = manager
         self.store: Store = manager.store
-        self.base = base
+        # What the sweep stores as its base: a varied option's base value is no run's (the form's
+        # batch size of 0 beside batch sizes 1, 2, 4 varied): refused there, its default here.
+        self.base = base if isinstance(base, RunOptions) else RunOptions.from_dict(base)
         self.vary = ordered(vary)
         self.until_oom = until_oom
-        self.name = name or f"{' × '.join(self.vary)} on {base.preset}"
+        self.name = name or f"{' × '.join(self.vary)} on {self.base.preset}"
         self.on_event = on_event
         self.id: int | None = None
         self.key: str | None = None
@@ -102,9 +105,9 @@ class Sweep:
     # --- running ---
     def _create(self) -> None:
         holder = f"a sweep (pid {os.getpid()})"
-        by_device: dict[str, RunOptions] = {}
-        for options in self.planned:
-            by_device.setdefault(self.manager.device_key(options), options)
+        by_device: dict[str, Checked] = {}
+        for run in self.planned:
+            by_device.setdefault(self.manager.device_key(run.options), run)
         try:
             for options in by_device.values():
                 self._reservations.append(self.manager.reserve(options, holder))
@@ -144,25 +147,26 @@ class Sweep:
                     break
         return Status.COMPLETED
 
-    def _climb(self, ladder: list[RunOptions]) -> Iterator[RunOptions]:
+    def _climb(self, ladder: list[Checked]) -> Iterator[Checked | RunOptions]:
         yield from ladder
         if self.until_oom:  # past the planned sizes: double until out of memory, or the range ends
-            size = ladder[-1].batch_size * 2
+            size = ladder[-1].options.batch_size * 2
             while size <= FIELDS[LADDER].high:
-                yield replace(ladder[-1], batch_size=size)
+                yield replace(ladder[-1].options, batch_size=size)  # judged as it starts
                 size *= 2
 
-    def _values(self, options: RunOptions) -> dict[str, Any]:
+    def _values(self, run: Checked | RunOptions) -> dict[str, Any]:
+        options = run.options if isinstance(run, Checked) else run
         return {name: getattr(options, name) for name in self.vary}
 
-    def _run_one(self, options: RunOptions) -> str | None:
+    def _run_one(self, options: Checked | RunOptions) -> str | None:
         values = self._values(options)
         with self._lock:
             if self._stop.is_set():
                 return None
             label = ", ".join(f"{k}={v}" for k, v in values.items())
-            lock = next(lock for lock in self._reservations
-                        if lock.key == self.manager.device_key(options))
+            lock = next(lock for lock in self._reservations if lock.key == self.manager.device_key(
+                options.options if isinstance(options, Checked) else options))
             run_id = self.manager.start(options, name=f"sweep {self.id}: {label}", sweep=self.key,
                                         reservation=lock)
             self.current_run = run_id
@@ -174,7 +178,7 @@ class Sweep:
         self._tell("end", values, run_id, status)
         return status
 
-    def _skip(self, rest: list[RunOptions]) -> None:
+    def _skip(self, rest: list[Checked]) -> None:
         if not rest:
             return
         self._skipped += len(rest)

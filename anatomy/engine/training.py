@@ -19,7 +19,7 @@ from anatomy.analysis.options import RunOptions
 from anatomy.engine.endings import is_oom
 from anatomy.engine.reporter import Reporter
 from anatomy.store import RunFacts, TrainingSummary
-from anatomy.vocabulary import Phase, Precision, Status
+from anatomy.vocabulary import Level, Phase, Precision, Status
 
 EXIT_OOM = 3
 EXIT_FAILED = 1
@@ -80,7 +80,7 @@ def training_arguments(options: RunOptions, output_dir: str, use_cuda: bool, mod
         gradient_accumulation_steps=options.grad_accum,
         **{checkpointing: options.gradient_checkpointing},
         fp16=options.precision == Precision.FP16, bf16=options.precision == Precision.BF16,
-        optim=options.optim, seed=options.seed,
+        optim=options.optim.value, seed=options.seed,
         max_steps=options.max_steps if options.max_steps is not None else -1,
         # Ours: no checkpoints (the walkthrough's 128 steps never reach save_steps=500 either),
         # our own progress bar, and a loss every step for the chart.
@@ -107,7 +107,7 @@ def _profile(reporter: Reporter, model, dataset, trainer, options: RunOptions, d
     from anatomy.engine.profiler import profile_steps
 
     steps = options.profile_steps
-    reporter.tell("info", f"profiling {steps} training steps with torch.profiler")
+    reporter.tell(Level.INFO, f"profiling {steps} training steps with torch.profiler")
     # Marked, so that the run's peak leaves the profiler's own buffers out and the chart names them.
     reporter.begin(Phase.PROFILING)
     batch = dataset.batch(options.batch_size)
@@ -161,7 +161,7 @@ def train_phases(reporter: Reporter, options: RunOptions, spec: ModelSpec, datas
     # reads but training's.
     try:
         model, weights_source = models.build_model(spec, device, lora_rank=options.lora_rank,
-                                                   lora_targets=options.lora_target_list(),
+                                                   lora_targets=options.lora_targets,
                                                    initialise=False)
     except Exception as error:
         where = models.where_it_stopped(error)

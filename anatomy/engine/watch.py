@@ -60,7 +60,7 @@ from anatomy.engine.recording import (
 )
 from anatomy.store import Message, PhaseMark, RunFacts, RunSource, Store, StoreError, TrainingSummary, checks
 from anatomy.units import mib_text
-from anatomy.vocabulary import Phase, SourceKind, Status
+from anatomy.vocabulary import Edge, Level, Phase, SourceKind, Status
 
 STOP_GRACE_SECONDS = 10.0  # after a stop the command may save and exit on its own
 KILL_GRACE_SECONDS = 3.0   # then its tree gets SIGTERM, and SIGKILL this long after
@@ -303,7 +303,7 @@ class Watch:
                     rank = message.source.rank or 0
                     said = said or isinstance(message, protocol.Failure)
                     if isinstance(message, protocol.Phase):
-                        in_phase = message.mark.edge == "start"
+                        in_phase = message.mark.edge == Edge.START
 
     def _observe(self, message) -> None:
         """Every rank's phase marks and steps, each stored with its rank; the first
@@ -382,7 +382,7 @@ class Watch:
         recording = self.recording
         outcome.summary = replace(outcome.summary or TrainingSummary(), exit_code=code)
         if not self.marked_phases:  # one phase: the command's life, ended with the others
-            recording.collector.handle(protocol.Phase(PhaseMark("start", Phase.PROCESS, self.started),
+            recording.collector.handle(protocol.Phase(PhaseMark(Edge.START, Phase.PROCESS, self.started),
                                                       protocol.Source()))
             recording.collector.flush()
         # A host lost is the cause: the ranks elsewhere fail after it (a peer gone) or are ended.
@@ -409,7 +409,7 @@ class Watch:
             # A process the training started, recording itself too, ended its part so (an
             # evaluation script run by subprocess, exit 3): the command went on and succeeded.
             recording.collector.handle(protocol.Note(Message(
-                recording.now(), "warning", f"a process of the command (pid {failure.source.pid})"
+                recording.now(), Level.WARNING, f"a process of the command (pid {failure.source.pid})"
                 f" that records itself ended {failure.status}: {failure.text}; the command went"
                 " on and exited 0"), protocol.Source()))
             recording.collector.flush()

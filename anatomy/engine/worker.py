@@ -26,7 +26,7 @@ from anatomy.engine.training import (
     text_dataset,
     train_phases,
 )
-from anatomy.vocabulary import Phase
+from anatomy.vocabulary import Level, Phase
 
 
 def compiled_at_every_start(package: str = "torch") -> bool:
@@ -53,7 +53,7 @@ def train(queue, options: RunOptions, t0: float, use_cuda: bool, dwell: float,
     reporter = Reporter(queue, t0, dwell)
     reporter.begin(Phase.BASELINE)
     if compiled_at_every_start():
-        reporter.tell("info", "torch is compiled from its source at every start here (no bytecode "
+        reporter.tell(Level.INFO, "torch is compiled from its source at every start here (no bytecode "
                       "beside it and PYTHONDONTWRITEBYTECODE set): seconds before the kernel phase; "
                       "`python -m compileall -q` on its folder, or a PYTHONPYCACHEPREFIX, keeps it")
 

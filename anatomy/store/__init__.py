@@ -9,6 +9,7 @@ from anatomy.store.errors import StoreError, StoreMissing, store_error, why
 from anatomy.store.facts import (
     Components,
     Origin,
+    ReportedOptions,
     RunFacts,
     RunSource,
     TrainingArguments,
@@ -39,7 +40,7 @@ from anatomy.vocabulary import PHASES, Phase
 PROFILING, PROCESS = Phase.PROFILING, Phase.PROCESS
 
 __all__ = ["HOST_STRIDE", "device_key", "rank_series", "series_rank", "Components", "Origin",
-           "RunFacts", "RunSource", "TrainingArguments", "TrainingData",
+           "ReportedOptions", "RunFacts", "RunSource", "TrainingArguments", "TrainingData",
            "TrainingSummary", "PHASES", "PROCESS", "PROFILING", "SPANS", "STATUSES", "STORE_ENV",
            "GpuProcess", "GpuStatus", "HostStatus", "Message", "PhaseMark", "PhaseSpan",
            "RunRecord", "RunRow", "Sample", "Step", "Store", "StoreError", "StoreMissing",

@@ -38,7 +38,7 @@ from anatomy.store.rows import (
     Step,
     SweepRow,
 )
-from anatomy.vocabulary import Backend, MemoryApi, Name, Status
+from anatomy.vocabulary import Backend, Edge, MemoryApi, Name, Status
 
 STORE_ENV = "ANATOMY_STORE"
 
@@ -337,7 +337,7 @@ class Store:
             if samples:
                 _insert_samples(db, run_id, samples)
             for mark in phases:
-                if mark.edge == "start":
+                if mark.edge == Edge.START:
                     db.execute("INSERT INTO phases (run_id, name, start, end, rank)"
                                " VALUES (?, ?, ?, NULL, ?)", (run_id, mark.name, mark.t, mark.rank))
                 else:

@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 
 from anatomy.store.facts import Origin, RunFacts, RunSource, TrainingSummary
 from anatomy.store.liveness import Recorder
-from anatomy.vocabulary import Backend, MemoryApi, Phase, Status
+from anatomy.vocabulary import Backend, Edge, Level, MemoryApi, Phase, Status
 
 # Every stretch a run may mark, and every status (vocabulary.py).
 SPANS = tuple(Phase)
@@ -67,7 +67,7 @@ class Step(NamedTuple):
 
 class Message(NamedTuple):
     t: float
-    level: str
+    level: Level | str  # anatomy's own, or the level a user's `run.note` named
     text: str
 
 
@@ -101,7 +101,7 @@ class GpuProcess(NamedTuple):
 
 class PhaseMark(NamedTuple):
     """A phase's start or end as it happens: the collector writes these in arrival order."""
-    edge: str  # "start" or "end"
+    edge: Edge
     name: str
     t: float
     rank: int = 0  # the training process it is about (0 for a single process)

@@ -245,7 +245,7 @@ def first_steps_caption(report: RunReport, repeated: Repetition | None) -> str:
     """How the first steps build what training keeps, in the run's own terms: its optimizer where
     it is known to be AdamW, whether its steps repeat, its steps as the Trainer or run.step()
     reported them."""
-    optim = report.known("optim")
+    optim = report.ran_with.optim
     states = (" (AdamW: two fp32 tensors a parameter)"
               if isinstance(optim, str) and optim.startswith("adamw") else "")
     reported = ("run.step() reported it" if report.recorded_by == RecordedBy.PHASE_API

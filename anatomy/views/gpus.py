@@ -46,7 +46,7 @@ class Spread(NamedTuple):
 def gpu_rows(store: Store, report: RunReport) -> list[GpuRow]:
     """A row per rank, in rank order: its peak, its phases' memory, its steady samples/s."""
     spans = store.step_spans(report.id, MEASURED_STEPS)
-    batch, accumulation = report.known("batch_size"), report.known("grad_accum")
+    batch, accumulation = report.ran_with.batch_size, report.ran_with.grad_accum
     rows = []
     for rank in report.ranks:
         rate = steady_rate(spans.get(rank.rank), batch, accumulation, 1)

@@ -7,30 +7,20 @@ stored run on the Runs page).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from anatomy.analysis import breakdown, data, duration, models
 from anatomy.analysis.lengths import TextBatch
 from anatomy.analysis.machine import Machine
-from anatomy.analysis.options import FIELDS, RunOptions, validate
+from anatomy.analysis.options import Checked, RunOptions
 from anatomy.analysis.prediction import PredictionError, max_batch_size, predict, predict_ranks
 from anatomy.analysis.prediction.batches import DataBatches, predict_data
 from anatomy.analysis.prediction.limits import judge
-from anatomy.analysis.report import PHASES, RunReport
+from anatomy.analysis.report import PHASES, PhaseReading, RunReport
 from anatomy.store import GpuStatus, HostStatus, Step, Store
 from anatomy.units import GIB, gib_text, mib_text, size_text
 from anatomy.views import gpus, text
-from anatomy.vocabulary import Phase, Status, phase_name
-
-
-def options_from_form(values: dict[str, Any]) -> RunOptions:
-    """The form's widget values as RunOptions; max steps 0 means "train for the epochs"."""
-    chosen = {name: values[name] for name in FIELDS if name in values}
-    if isinstance(chosen.get("gpus"), (list, tuple)):  # the GPU multiselect: [0, 1] -> "0,1"
-        chosen["gpus"] = ",".join(str(g) for g in chosen["gpus"])
-    if not chosen.get("max_steps"):
-        chosen["max_steps"] = None
-    return RunOptions.from_dict(chosen)
+from anatomy.vocabulary import Name, Phase, Status, phase_name
 
 
 def refusal(errors: dict[str, str], drawn: Callable[[str], bool], started: bool) -> list[str]:
@@ -46,6 +36,14 @@ def refusal(errors: dict[str, str], drawn: Callable[[str], bool], started: bool)
     return lines
 
 
+class PhaseState(Name):
+    """How far a phase has come."""
+
+    DONE = "done"
+    OPEN = "open"  # it lasts
+    PENDING = "pending"  # not reached
+
+
 # Under a field the form greys out while a dataset is set: why (analysis/options.DATA_DECIDES).
 DATASET_DECIDES = {"seq_len": "Ignored with a dataset: its texts and the padding make each "
                               "batch's length.",
@@ -54,7 +52,7 @@ DATASET_DECIDES = {"seq_len": "Ignored with a dataset: its texts and the padding
 
 class PhaseMetric(NamedTuple):
     name: str  # as the screens name it (style.phase_name)
-    state: str  # "done", "open" (it lasts) or "pending" (not reached)
+    state: PhaseState
     memory_mb: int | None  # at its end, or the latest reading while it lasts
     delta_mb: int | None  # over the previous phase
 
@@ -77,7 +75,7 @@ def phase_metrics(report: RunReport) -> list[PhaseMetric]:
     whether it is done, open or still to come. A watched command that marks none of them: its
     own phase (the process), not four phases it never had."""
     if report.phases and not any(report.phase(name) for name in PHASES):
-        return [PhaseMetric(phase_name(p.name, report.on_gpu), "done" if p.done else "open",
+        return [PhaseMetric(phase_name(p.name, report.on_gpu), _state(p),
                             p.memory_mb, None)
                 for p in report.phases]
     metrics = []
@@ -85,14 +83,19 @@ def phase_metrics(report: RunReport) -> list[PhaseMetric]:
     for name in PHASES:
         phase = report.phase(name)
         if phase is None:
-            metrics.append(PhaseMetric(phase_name(name, report.on_gpu), "pending", None, None))
+            metrics.append(PhaseMetric(phase_name(name, report.on_gpu), PhaseState.PENDING, None,
+                                       None))
             continue
         memory_mb = phase.memory_mb
         delta = None if memory_mb is None or previous_mb is None else memory_mb - previous_mb
-        metrics.append(PhaseMetric(phase_name(name, report.on_gpu),
-                                   "done" if phase.done else "open", memory_mb, delta))
+        metrics.append(PhaseMetric(phase_name(name, report.on_gpu), _state(phase), memory_mb,
+                                   delta))
         previous_mb = memory_mb
     return metrics
+
+
+def _state(phase: PhaseReading) -> PhaseState:
+    return PhaseState.DONE if phase.done else PhaseState.OPEN
 
 
 # What the worker does after each phase ends, until the next begins: the curve rises here.
@@ -106,18 +109,26 @@ TRANSITIONS = {
 CPU_TRANSITIONS = {**TRANSITIONS, Phase.BASELINE: "loading torch"}  # no CUDA context to create
 
 
-def stage(report: RunReport) -> str:
+class Stage(NamedTuple):
+    """Where a run is: the phase it is in (None between phases, while the memory rises), and
+    that in words."""
+
+    phase: Phase | str | None
+    words: str
+
+
+def stage(report: RunReport) -> Stage:
     """Where the run is: in a phase, or in the transition after one (while the memory rises)."""
     transitions = TRANSITIONS if report.on_gpu else CPU_TRANSITIONS
     if report.profiling is not None and not report.profiling.done:
-        return (f"profiling {report.options.profile_steps} steps with torch.profiler (after "
-                "training; not part of the run's peak)")
+        return Stage(Phase.PROFILING, f"profiling {report.options.profile_steps} steps with "
+                     "torch.profiler (after training; not part of the run's peak)")
     if not report.phases:
-        return transitions[None]
+        return Stage(None, transitions[None])
     last = report.phases[-1]
     if not last.done:
-        return f"phase {phase_name(last.name, report.on_gpu)}"
-    return f"{transitions[last.name]} (after {phase_name(last.name, report.on_gpu)})"
+        return Stage(last.name, f"phase {phase_name(last.name, report.on_gpu)}")
+    return Stage(None, f"{transitions[last.name]} (after {phase_name(last.name, report.on_gpu)})")
 
 
 class Progress(NamedTuple):
@@ -196,14 +207,14 @@ def _target(options: RunOptions, machine: Machine) -> tuple[str, str | None, int
     return "cpu", None, machine.ram_total, f"this machine's {gib_text(machine.ram_total)} of RAM"
 
 
-def memory_forecast(options: RunOptions, machine: Machine, store: Store | None = None
+def memory_forecast(checked: Checked, machine: Machine, store: Store | None = None
                     ) -> Forecast:
     """What the run form says before a run starts: the predicted need, and a warning when it is
-    more than the device holds. Invalid options get no forecast (the form shows their errors).
-    On a CPU, one process: the RSS in all, the process itself as the latest CPU run in `store`
-    held it before training (the Anatomy page's figure, `breakdown.stored_cpu_peak`)."""
-    if validate(options, machine.gpu_count):
-        return Forecast(None, None)
+    more than the device holds (options judged already: wrong ones get no forecast, the form
+    shows their errors). On a CPU, one process: the RSS in all, the process itself as the latest
+    CPU run in `store` held it before training (the Anatomy page's figure,
+    `breakdown.stored_cpu_peak`)."""
+    options = checked.options
     device, gpu_name, total, where = _target(options, machine)
     try:
         options, texts = data.prepared(options, progress=False)
@@ -258,12 +269,13 @@ def _fit_warning(options: RunOptions, device: str, gpu_name: str | None, total: 
     return line[0].upper() + line[1:]
 
 
-def run_forecast(options: RunOptions, machine: Machine, store: Store) -> Forecast:
+def run_forecast(checked: Checked, machine: Machine, store: Store) -> Forecast:
     """What the run form says before a run starts: the memory it should need and how long it
     should take (from the runs stored here, `analysis.duration`)."""
-    memory = memory_forecast(options, machine, store)
+    memory = memory_forecast(checked, machine, store)
     if memory.line is None:
         return memory
+    options = checked.options
     device_name = machine.devices[options.gpu].name if machine.has_gpu else None
     # A dataset's run: its steps are its texts', its tokens a step its typical batch's.
     estimate = duration.estimate(store, options, machine.backend, device_name,
@@ -355,10 +367,9 @@ def device_panel(store: Store, report: RunReport, window_s: float | None) -> Dev
     return DevicePanel(lines, host, processes, hosts, readings, STATUS_CAPTION)
 
 
-def batch_size_forecast(options: RunOptions, machine: Machine) -> Forecast:
+def batch_size_forecast(checked: Checked, machine: Machine) -> Forecast:
     """The form's "What fits?": the largest batch size predicted to fit the chosen device."""
-    if validate(options, machine.gpu_count):
-        return Forecast(None, None)
+    options = checked.options
     if options.on_dataset:
         return Forecast(None, "What fits? searches the dummy data's batches of one length; a "
                               "dataset's batch sizes each form their own longest batch: Predict "

@@ -17,7 +17,7 @@ from anatomy.analysis.report import (
     PhaseReading,
     RankReading,
     RunReport,
-    known_option,
+    known_options,
 )
 from anatomy.store import RunRow, Step, TrainingData, checks
 from anatomy.units import in_mib, mib_text
@@ -80,8 +80,9 @@ def run_choice(run: RunRow) -> str:
 def run_chip(run: RunRow) -> str:
     """A run in a few words, as a chip of a multiple choice shows it: `run_choice` without how it
     ended and when. An imported copy says so after its id."""
-    model = known_option(run, "model")
-    batch, precision = known_option(run, "batch_size"), known_option(run, "precision")
+    known = known_options(run)
+    model = known.model or run.environment.model_name
+    batch, precision = known.batch_size, known.precision
     words = [str(run.id) + (f" ({IMPORTED})" if run.origin else ""), run.environment.device,
              *([run.name] if run.name else []), display_name(model) if model else run.preset]
     details = [f"batch {batch}"] * (batch is not None) + [str(precision)] * bool(precision)
@@ -178,7 +179,7 @@ def model_origin(report: RunReport) -> str | None:
 def partial_micro_batch_words(report: RunReport) -> str | None:
     """That a run never had a full micro-batch, where so: its activations are a smaller one's
     than the prediction's."""
-    batch = report.known("batch_size")
+    batch = report.ran_with.batch_size
     samples = partial_micro_batch(report.components, batch)
     if samples is None:
         return None

@@ -58,7 +58,7 @@ def test_the_plain_loop_records_its_phases_and_steps_with_the_phase_api(store):
     assert all(s.loss is not None for s in store.steps(rep.id))
     # run.step(batch_size=4): its batch size and speed, as a Trainer's run has them (before:
     # no samples/s on any page, nor in `show`)
-    assert rep.known("batch_size") == 4 and rep.summary.steps == 3
+    assert rep.ran_with.batch_size == 4 and rep.summary.steps == 3
     assert rep.summary.samples_per_second > 0
     shown = subprocess.run([sys.executable, "-m", "anatomy", "show", str(rep.id)],
                            capture_output=True, text=True, timeout=120, cwd=PROJECT,

@@ -161,7 +161,7 @@ def test_a_trainer_that_trains_twice_records_each_training(tmp_path):
     reports = [report(store, run.id) for run in reversed(store.runs())]
     assert [(r.status, r.steps) for r in reports] == [("completed", 2), ("completed", 2)]
     assert all([p.name for p in r.phases] == ["weights", "training"] for r in reports)
-    assert all(r.known("batch_size") == 4 for r in reports)
+    assert all(r.ran_with.batch_size == 4 for r in reports)
 
 
 SPAWNS = """

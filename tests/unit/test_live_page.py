@@ -55,10 +55,9 @@ def test_the_live_page_offers_every_run_option_with_the_machines_defaults(gpus, 
     assert app.title[0].value == "Live run"
     assert app.number_input(key="option_batch_size").value == 4
     assert app.selectbox(key="option_model").value == ("bert-large-uncased" if gpus else "tiny")
-    assert app.number_input(key="option_max_steps").value == 0  # 0: train for the epochs
-    # its range is what a number may be, beside the 0 it starts at (it said "(1 to 10000000)")
+    assert app.number_input(key="option_max_steps").value is None  # empty: the epochs decide
     assert app.number_input(key="option_max_steps").help.endswith(
-        ": 1 to 10000000, or 0 (the default) to train for the epochs")
+        "(1 to 10000000; empty: the epochs decide)")
     assert app.checkbox(key="option_gradient_checkpointing").value is False
     assert "No run in progress" in app.info[0].value
 
@@ -231,13 +230,6 @@ def test_deleting_a_run_asks_first(store, seed):
 
 
 # --- the page logic, without Streamlit ---
-
-def test_form_values_become_run_options_with_max_steps_zero_meaning_epochs():
-    values = {"preset": "tiny", "batch_size": 8, "max_steps": 0, "gradient_checkpointing": True}
-    options = live.options_from_form(values)
-    assert (options.batch_size, options.max_steps, options.gradient_checkpointing) == (8, None, True)
-    assert live.options_from_form({**values, "max_steps": 5}).max_steps == 5
-
 
 def test_phase_metrics_give_each_phase_its_increase(store, seed):
     metrics = live.phase_metrics(report(store, seed(status="running", phases_reached=3)))

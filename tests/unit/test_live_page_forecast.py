@@ -12,11 +12,11 @@ from streamlit.testing.v1 import AppTest
 
 from anatomy.analysis import duration
 from anatomy.analysis.machine import Device, Machine
-from anatomy.analysis.options import RunOptions, defaults_for, validate
+from anatomy.analysis.options import RunOptions, defaults_for, validate, validated
 from anatomy.analysis.report import report
 from anatomy.store import PhaseMark
 from anatomy.views import live
-from anatomy.views.live import Forecast, batch_size_forecast, memory_forecast
+from anatomy.views.live import batch_size_forecast, memory_forecast
 from tests.apptest import APP
 
 H200 = Machine(backend="nvml", memory_api="v2",
@@ -26,15 +26,17 @@ H200 = Machine(backend="nvml", memory_api="v2",
 
 
 def test_the_walkthrough_run_fits_an_h200():
-    forecast = memory_forecast(RunOptions(preset="bert-large-uncased", batch_size=4), H200)
+    forecast = memory_forecast(validated({"model": "bert-large-uncased", "batch_size": 4}, 1),
+                               H200)
     assert forecast.line.startswith("this run should need about 7.0 GiB of GPU memory")
     assert forecast.warning is None
 
 
 def test_a_batch_too_large_for_the_gpu_is_warned():
-    forecast = memory_forecast(RunOptions(preset="bert-large-uncased", batch_size=256), H200)
+    forecast = memory_forecast(validated({"model": "bert-large-uncased", "batch_size": 256}, 1),
+                               H200)
     assert forecast.warning.startswith("Does not fit GPU 0's 140.0 GiB: its tensors decide")
-    largest = batch_size_forecast(RunOptions(preset="bert-large-uncased"), H200).line
+    largest = batch_size_forecast(validated({"model": "bert-large-uncased"}, 1), H200).line
     assert forecast.warning.endswith(f"; the largest batch size that fits: "
                                      f"{largest.split(': ')[1].split(' ')[0]}")
 
@@ -47,8 +49,8 @@ def test_several_cpu_processes_are_forecast_per_process_with_their_share_of_the_
     """The form's Predict ignored Processes: the same memory and "128 steps" as one process,
     while each of the two ranks ran 64."""
     one = defaults_for(False)  # tiny, 512 sequences of 128, batch 4: 128 steps
-    alone = live.run_forecast(one, CPU, store)
-    two = live.run_forecast(replace(one, processes=2), CPU, store)
+    alone = live.run_forecast(validated(one, 0), CPU, store)
+    two = live.run_forecast(validated(replace(one, processes=2), 0), CPU, store)
     assert alone.line.startswith("this run should need about")
     assert two.line.startswith("each of the 2 processes (ddp) should need about")
     assert "together, plus each process itself" in two.line and "NCCL" not in two.line
@@ -56,8 +58,14 @@ def test_several_cpu_processes_are_forecast_per_process_with_their_share_of_the_
     assert "one process there, 2 here" in two.duration  # the reference trained one
 
 
-def test_wrong_options_get_no_forecast():
-    assert memory_forecast(RunOptions(batch_size=0), H200) == Forecast(line=None, warning=None)
+def test_wrong_options_get_no_forecast(store):
+    app = AppTest.from_file(APP, default_timeout=30).run()
+    app.number_input(key="option_batch_size").set_value(0)
+    app.button(key="predict").click().run()
+    assert [e.value for e in app.error] == ["batch_size: 0 is out of range: 1 to 4096",
+                                            "Fix the fields marked above."]
+    assert not any(i.value.startswith("This run should need") for i in app.info)
+    assert store.runs() == []
 
 
 def test_predict_memory_on_the_form_starts_nothing(store):
@@ -161,7 +169,7 @@ def test_a_stored_run_of_the_same_model_times_the_next_one(store, seed):
     gpu = duration.estimate(store, options, "nvml", "NVIDIA H200")
     assert "(bert-large measured on an NVIDIA H200; no run of it is stored here yet)" in \
         gpu.line()
-    unknown = duration.estimate(store, replace(options, preset="bert-base-uncased"), "cpu-rss",
+    unknown = duration.estimate(store, replace(options, model="bert-base-uncased"), "cpu-rss",
                                 None)
     assert unknown.total_s is None and "the first steps will tell" in unknown.line()
 
@@ -218,10 +226,11 @@ def test_a_forecast_goes_when_the_run_it_was_made_for_ends(store, seed):
 def test_a_cpu_run_never_speaks_of_a_cuda_context(store, seed):
     run_id = seed(backend="cpu-rss", status="running", phases_reached=1)
     store.write(run_id, phases=[PhaseMark("end", "baseline", 1.0)])
-    assert live.stage(report(store, run_id)) == "loading torch (after baseline)"
+    assert live.stage(report(store, run_id)) == (None, "loading torch (after baseline)")
     gpu = seed(status="running", phases_reached=1)
     store.write(gpu, phases=[PhaseMark("end", "baseline", 1.0)])
-    assert live.stage(report(store, gpu)) == "loading torch and the CUDA context (after baseline)"
+    assert live.stage(report(store, gpu)).words == \
+        "loading torch and the CUDA context (after baseline)"
 
 
 def test_the_live_page_says_a_run_is_not_found_and_names_what_it_shows(store, seed):
@@ -249,7 +258,7 @@ def test_what_fits_on_the_form_starts_nothing(store):
 
 
 def test_the_largest_batch_size_for_the_machines_gpu():
-    forecast = batch_size_forecast(RunOptions(model="tiny-gpt2", seq_len=16), H200)
+    forecast = batch_size_forecast(validated({"model": "tiny-gpt2", "seq_len": 16}, 1), H200)
     assert forecast.line.startswith("largest batch size predicted to fit GPU 0's 140.0 GiB: ")
     assert forecast.warning is None
 
@@ -319,7 +328,7 @@ def test_what_fits_does_not_answer_for_several_processes_with_one_processs_batch
                              (RunOptions(model="tiny", gpus="0,1", strategy="fsdp"), replace(
                                  H200, devices=(H200.devices[0], replace(H200.devices[0],
                                                                          index=1, nvml_index=1))))):
-        forecast = batch_size_forecast(options, machine)
+        forecast = batch_size_forecast(validated(options, machine.gpu_count), machine)
         assert forecast.line is None
         assert forecast.warning.startswith("What fits? answers for one process alone, not for "
                                            f"{options.world_size} ({options.strategy})")
@@ -350,11 +359,11 @@ def test_a_cpu_forecast_gives_the_rss_in_all_the_process_as_the_anatomy_page_mea
     from anatomy.units import size_text
 
     options = defaults_for(False)
-    before = live.memory_forecast(options, CPU, store)  # no CPU run stored: the tensors alone
+    before = live.memory_forecast(validated(options, 0), CPU, store)  # no CPU run: tensors alone
     assert before.line.endswith("plus the Python process itself")
     run_id = seed_users("trainer")  # a CPU run with its weights measured
     expected = breakdown.cpu_peak(report(store, run_id), predict(options, device="cpu"))
-    forecast = live.memory_forecast(options, CPU, store)
+    forecast = live.memory_forecast(validated(options, 0), CPU, store)
     assert forecast.line == (
         f"this run should need about {size_text(expected.rss)} of RAM in all: "
         f"{size_text(expected.tensors)} for tensors (peak: optimizer step) and "

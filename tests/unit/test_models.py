@@ -283,7 +283,7 @@ def test_the_lora_targets_help_shows_the_form_the_parser_takes(command):
     import re
 
     from anatomy.cli import parser
-    from anatomy.cli.arguments import options_from_args
+    from anatomy.cli.arguments import values_from_args
 
     sub = next(a for a in parser()._actions if a.dest == "command").choices[command]
     (action,) = [a for a in sub._actions if "--lora-targets" in a.option_strings]
@@ -291,10 +291,11 @@ def test_the_lora_targets_help_shows_the_form_the_parser_takes(command):
     example = re.search(r"--lora-targets((?: [a-z_.]+)+)", action.help)
     assert example, action.help
     args = sub.parse_args(["--lora-rank", "4", "--lora-targets", *example[1].split()])
-    assert options_from_args(args, has_gpu=False).lora_target_list() == tuple(example[1].split())
+    assert RunOptions.read(values_from_args(args, has_gpu=False)).lora_targets == \
+        tuple(example[1].split())
 
 def test_lora_options_are_checked():
-    assert "set a LoRA rank" in validate(RunOptions(lora_targets="q_proj"), 0)["lora_targets"]
+    assert "set a LoRA rank" in validate({"lora_targets": "q_proj"}, 0)["lora_targets"]
     errors = validate(RunOptions(model="tiny-llama", lora_rank=4, lora_targets="query"), 0)
     assert "query names no module of tiny-llama" in errors["lora_targets"]
     assert "(the layers LoRA can adapt: q_proj, k_proj, v_proj, o_proj" in errors["lora_targets"]
@@ -314,7 +315,7 @@ def test_lora_options_are_checked():
                     0) == {}
     assert validate(RunOptions(model="tiny-llama", lora_rank=4, lora_targets="q_proj,o_proj"),
                     0) == {}
-    assert "not a module name" in validate(RunOptions(lora_rank=4, lora_targets="q-proj"),
+    assert "not a module name" in validate({"lora_rank": 4, "lora_targets": "q-proj"},
                                            0)["lora_targets"]
 
 
@@ -524,8 +525,8 @@ def test_all_linear_wraps_what_peft_own_all_linear_wraps(tmp_path, model, task):
 
 
 def test_all_linear_stands_alone_as_peft_takes_it():
-    errors = validate(RunOptions(model="tiny-llama", lora_rank=8,
-                                 lora_targets="all-linear,lm_head"), gpu_count=0)
+    errors = validate({"model": "tiny-llama", "lora_rank": 8,
+                       "lora_targets": "all-linear,lm_head"}, gpu_count=0)
     assert errors == {"lora_targets": "lora_targets: all-linear names every linear layer "
                                       "already: give it alone, as peft takes it"}
 

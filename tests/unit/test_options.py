@@ -1,15 +1,33 @@
-"""Validation of every run option: a message that names the field and its range; nothing starts."""
+"""Validation of every run option: a message that names the field and its range; nothing starts.
+The limits are RunOptions' declaration, and every front (the CLI's --help, the form, an import)
+says the ones it reads there."""
 
 from __future__ import annotations
 
+import argparse
 import ast
 import dataclasses
+import json
 
 import pytest
+from pydantic import ValidationError
 
-from anatomy.analysis.options import FIELDS, InvalidOptions, RunOptions, defaults_for, validate
+from anatomy.analysis import transfer
+from anatomy.analysis.options import (
+    FIELDS,
+    Checked,
+    InvalidOptions,
+    Kind,
+    RunOptions,
+    defaults_for,
+    validate,
+    validated,
+)
+from anatomy.cli.arguments import add_run_options
 from anatomy.store import checks
 from anatomy.views import text
+from tests.apptest import open_page
+from tests.conftest import exported
 
 
 def test_defaults_fit_the_machine():
@@ -20,46 +38,58 @@ def test_defaults_fit_the_machine():
     assert validate(defaults_for(True), gpu_count=1) == {}
 
 
-RANGED = [name for name, f in FIELDS.items() if f.low is not None]
+RANGED = [name for name, f in FIELDS.items() if f.kind == Kind.NUMBER]
+
+
+def _read(**values) -> dict[str, str]:
+    """The messages `values` over the defaults are refused with (empty: read)."""
+    try:
+        RunOptions.read(values)
+    except InvalidOptions as error:
+        return error.errors
+    return {}
 
 
 @pytest.mark.parametrize("name", RANGED)
 def test_each_number_below_and_above_its_range_is_refused(name):
     field = FIELDS[name]
     for value in (field.low - 1, field.high + 1):
-        errors = validate(dataclasses.replace(RunOptions(), **{name: value}), gpu_count=64)
-        assert name in errors
-        assert errors[name].startswith(f"{name}:")
-        assert str(field.low) in errors[name] and str(field.high) in errors[name]
+        errors = _read(**{name: value})
+        assert errors[name] == f"{name}: {value} is out of range: {field.low} to {field.high}"
 
 
 @pytest.mark.parametrize("name", RANGED)
 def test_each_number_refuses_a_wrong_type(name):
-    errors = validate(dataclasses.replace(RunOptions(), **{name: "4"}), gpu_count=64)
-    assert "whole number" in errors[name]
+    for wrong in ("4", 4.0, True):
+        assert "whole number" in _read(**{name: wrong})[name]
 
 
-@pytest.mark.parametrize("name", [n for n, f in FIELDS.items() if f.choices])
+@pytest.mark.parametrize("name", [n for n, f in FIELDS.items() if f.kind == Kind.CHOICE])
 def test_each_choice_refuses_an_unknown_value(name):
-    errors = validate(dataclasses.replace(RunOptions(), **{name: "nonsense"}), gpu_count=1)
-    assert "nonsense" in errors[name]
-    assert all(choice in errors[name] for choice in FIELDS[name].choices)
+    errors = _read(**{name: "nonsense"})
+    assert errors[name] == f"{name}: 'nonsense' is not one of {', '.join(FIELDS[name].choices)}"
 
 
 def test_flag_refuses_a_non_boolean():
-    errors = validate(RunOptions(gradient_checkpointing="yes"), gpu_count=0)
-    assert "gradient_checkpointing" in errors
+    assert _read(gradient_checkpointing="yes") == {
+        "gradient_checkpointing": "gradient_checkpointing: must be true or false"}
 
 
 def test_max_steps_may_be_unset_but_not_zero():
-    assert "max_steps" not in validate(RunOptions(max_steps=None), 0)
-    assert "max_steps" in validate(RunOptions(max_steps=0), 0)
+    assert RunOptions.read({"max_steps": None}).max_steps is None
+    assert "max_steps" in _read(max_steps=0)
 
 
 def test_runs_stored_with_a_preset_read_as_their_model():
     assert RunOptions(preset="gpt2").model == "gpt2" == RunOptions(model="gpt2").preset
     assert RunOptions.from_dict({"preset": "bert-base-uncased"}).model == "bert-base-uncased"
+    assert RunOptions.read({"preset": "gpt2"}).model == "gpt2"
     assert "preset" not in RunOptions().to_dict() and RunOptions().to_dict()["model"] == "tiny"
+
+
+def test_a_stored_value_this_anatomy_refuses_takes_its_default_and_the_rest_stay():
+    stored = {**RunOptions(batch_size=8).to_dict(), "epochs": 3.0, "future": 1}
+    assert RunOptions.from_dict(stored) == RunOptions(batch_size=8)
 
 
 def test_sequence_longer_than_the_preset_positions():
@@ -74,17 +104,39 @@ def test_gpu_index_and_precision_follow_the_machine():
     assert validate(RunOptions(precision="bf16"), gpu_count=0) == {}
 
 
-def test_several_wrong_fields_are_all_reported():
-    errors = validate(RunOptions(batch_size=0, optim="lion", seed=-1), gpu_count=0)
+def test_several_wrong_fields_are_all_reported_with_the_machines_too():
+    errors = _read(batch_size=0, optim="lion", seed=-1)
     assert set(errors) == {"batch_size", "optim", "seed"}
+    with pytest.raises(InvalidOptions) as raised:
+        validated({"batch_size": 0, "model": "no-such-model", "gpu": 1}, gpu_count=0)
+    assert set(raised.value.errors) == {"batch_size", "model", "gpu"}
 
 
 def test_invalid_options_start_nothing(manager, store):
     with pytest.raises(InvalidOptions) as raised:
-        manager.start(RunOptions(batch_size=0))
-    assert "batch_size" in raised.value.errors
+        manager.start(RunOptions(gpu=3))
+    assert raised.value.errors == {"gpu": "gpu: 3 is out of range: this machine has no GPU (use 0)"}
     assert store.runs() == []
     assert manager.active == {}
+
+
+def test_options_are_values_of_their_declared_types():
+    options = RunOptions.read({"gpus": "1,0", "lora_targets": "q_proj, v_proj", "lora_rank": 4,
+                               "precision": "bf16"})
+    assert options.gpus == (1, 0) and options.lora_targets == ("q_proj", "v_proj")
+    assert options.precision is options.precision.BF16
+    with pytest.raises(ValidationError):  # in code as from a front: a wrong value builds nothing
+        dataclasses.replace(options, batch_size=0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.batch_size = 8
+
+
+def test_a_checked_option_set_is_started_without_being_judged_again(manager, store, monkeypatch):
+    checked = validated({"model": "tiny", "gpu": 3}, gpu_count=4)  # judged for 4 GPUs
+    assert checked == Checked(RunOptions(gpu=3), 4)
+    with pytest.raises(InvalidOptions) as raised:  # this machine has none: judged again
+        manager.start(checked)
+    assert "no GPU" in raised.value.errors["gpu"]
 
 
 def test_total_steps_follows_the_trainer_arithmetic():
@@ -99,22 +151,76 @@ def test_total_steps_follows_the_trainer_arithmetic():
 
 @pytest.mark.parametrize("gpus", [",,", "0,,1", "0,"])
 def test_gpus_with_an_empty_entry_are_refused_in_a_line(gpus):
-    errors = validate(RunOptions(gpus=gpus), 2)
+    errors = _read(gpus=gpus)
     assert list(errors) == ["gpus"] and "empty entry" in errors["gpus"]
 
 
-def test_the_defaults_are_plain_values_as_stored_options_read_back():
-    # A Precision or Strategy member as a default would print as <Precision.FP32: 'fp32'>: a
-    # script written from the options' repr would not parse, and a run stored before an option
-    # existed (its default) would compare as differing from one that stored "ddp".
-    options = RunOptions().to_dict()
+def test_stored_options_are_plain_values_in_the_shape_runs_always_had():
+    # A member would print as <Precision.FP32: 'fp32'>: a script written from the stored
+    # options' repr would not parse. GPUs and LoRA targets are stored comma-separated.
+    options = RunOptions(gpus="0,1", lora_rank=4, lora_targets=["q_proj", "v_proj"]).to_dict()
     assert ast.literal_eval(repr(options)) == options
-    assert {type(options["precision"]), type(options["strategy"])} == {str}
+    assert {type(options["precision"]), type(options["strategy"]), type(options["optim"])} == {str}
+    assert (options["gpus"], options["lora_targets"], options["max_steps"]) == \
+        ("0,1", "q_proj,v_proj", None)
+    assert list(options) == list(FIELDS)
+    assert RunOptions.from_dict(options) == RunOptions.read(options)
 
 
 @pytest.mark.parametrize("word", ["1", "007", "²", "٣", "-1", "1.0", "9" * 5000, "12345678901234567890"])
 def test_a_gpu_index_and_a_run_id_are_the_same_ascii_digits(word):
     # One reading of a typed number (store.checks.digits): the options' GPU indices and the pages'
     # run ids refused "²" alike in two copies of the check, and 5000 nines raised in int().
-    refused = "not a GPU index" in validate(RunOptions(gpus=f"{word},0"), 64).get("gpus", "")
+    refused = "not a GPU index" in _read(gpus=f"{word},0").get("gpus", "")
     assert refused == (text.run_id(word) is None) == (checks.digits(word) is None)
+
+
+# --- one declaration, every front ---
+
+def _help(predicting: bool = False) -> str:
+    parser = argparse.ArgumentParser()
+    add_run_options(parser, predicting)
+    return " ".join(parser.format_help().split())
+
+
+def test_the_cli_help_says_each_limit_and_choice_the_declaration_has():
+    shown = _help()
+    for field in FIELDS.values():
+        assert "--" + field.name.replace("_", "-") in shown
+        if field.kind == Kind.NUMBER:
+            assert f"{field.help} ({field.low} to {field.high};" in shown
+        if field.kind == Kind.CHOICE:  # offered by argparse, or listed in the help (many)
+            assert "{" + ",".join(field.choices) + "}" in shown or \
+                f"{field.help}: {', '.join(field.choices)} (default" in shown
+
+
+def test_the_form_says_each_limit_the_declaration_has(fake_machine):
+    drawn = set()
+    for gpus in (0, 2):  # the GPU options with GPUs, CPU processes without
+        fake_machine(gpus)
+        app = open_page("screens/live.py")
+        numbers = {w.key: w for w in app.number_input}
+        choices = {w.key: w for w in app.selectbox}
+        for field in FIELDS.values():
+            key = f"option_{field.name}"
+            if key in numbers:
+                assert f"({field.low} to {field.high}" in numbers[key].help
+                assert numbers[key].label == field.label
+            elif key in choices and field.kind == Kind.CHOICE:
+                assert list(choices[key].options) == list(field.choices)
+            else:
+                continue
+            drawn.add(field.name)
+    assert drawn == {n for n, f in FIELDS.items() if f.kind in (Kind.NUMBER, Kind.CHOICE)}
+
+
+@pytest.mark.parametrize("name", RANGED)
+def test_an_import_says_each_limit_the_declaration_has(name, source):
+    store, run_ids = source
+    field = FIELDS[name]
+    data = json.loads(exported(store, run_ids[:1]))
+    data["runs"][0]["run"]["options"][name] = field.high + 1
+    with pytest.raises(transfer.ImportRefused) as refused:
+        transfer.read_export(data)
+    assert str(refused.value) == (f"runs[0].run.options: {name}: {field.high + 1} is out of "
+                                  f"range: {field.low} to {field.high}")

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from anatomy.analysis import dummy_data, models
-from anatomy.analysis.options import OPTIMIZERS, RunOptions
+from anatomy.analysis.options import RunOptions
 from anatomy.analysis.prediction import (
     CPU_PROCESS,
     WALKTHROUGH_BYTES_PER_PARAMETER,
@@ -33,6 +33,7 @@ from anatomy.analysis.prediction.tracing.trainer_step import (
     make_optimizer,
     training_arguments,
 )
+from anatomy.vocabulary import Optimizer
 
 MIB = 2**20
 TINY = ("tiny", "tiny-gpt2", "tiny-llama", "tiny-qwen2", "tiny-vit")
@@ -65,7 +66,7 @@ def test_lora_trains_only_the_adapters_and_shrinks_gradients_and_states():
     assert spec.task == models.CAUSAL_LM
 
 
-@pytest.mark.parametrize("optim", OPTIMIZERS)
+@pytest.mark.parametrize("optim", Optimizer.values())
 @pytest.mark.parametrize(("name", "lora_rank"), [("tiny", 0), ("tiny-llama", 0), ("tiny-llama", 4)])
 def test_the_optimizer_is_the_one_the_trainer_makes(name, lora_rank, optim):
     """The step makes its optimizer without transformers.trainer (too slow to import for a cold

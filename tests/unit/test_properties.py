@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from anatomy import cli
 from anatomy.analysis import breakdown, transfer
 from anatomy.analysis.operations import comparison
-from anatomy.analysis.options import FIELDS, RunOptions, validate
+from anatomy.analysis.options import FIELDS, validate
 from anatomy.analysis.report import report
 from anatomy.engine import protocol
 from anatomy.engine.collector import Collector
@@ -59,7 +59,7 @@ def _one_line(message: str) -> None:
 @SETTINGS
 @given(name=st.sampled_from(sorted(FIELDS)), value=ANY, gpu_count=st.integers(0, 8))
 def test_every_option_value_is_accepted_or_refused_in_a_line(name, value, gpu_count):
-    errors = validate(RunOptions(**{name: value}), gpu_count)
+    errors = validate({name: value}, gpu_count)
     for field, message in errors.items():
         _one_line(message)
         assert message.startswith(f"{field}: ")
@@ -81,13 +81,13 @@ def test_every_option_as_command_line_text_is_accepted_or_refused_in_a_line(name
         _one_line(error)
         assert error.startswith("anatomy run: error: ")
         return
-    options = cli.arguments.options_from_args(args, has_gpu=False)
-    for message in validate(options, 0).values():
+    values = cli.arguments.values_from_args(args, has_gpu=False)
+    for message in validate(values, 0).values():
         _one_line(message)
 
 
 def test_a_refused_option_names_its_range():
-    assert validate(RunOptions(batch_size=10**5000), 0) == {
+    assert validate({"batch_size": 10**5000}, 0) == {
         "batch_size": "batch_size: an integer of thousands of digits is out of range: 1 to 4096"}
 
 

@@ -33,7 +33,7 @@ RANK_PHASES = ["kernel", "weights", "training"]
     ({"strategy": "zero"}, 2, "strategy", "not one of ddp, fsdp"),
 ])
 def test_several_processes_are_validated_in_one_line(values, gpus, field, words):
-    errors = validate(RunOptions(**values), gpus, resolve_model=False)
+    errors = validate(values, gpus, resolve_model=False)
     assert words in errors[field] and "\n" not in errors[field]
 
 

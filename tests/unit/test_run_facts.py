@@ -105,6 +105,35 @@ def test_a_name_is_its_stored_string():
     assert Status("stopped") is Status.STOPPED
 
 
+def test_a_marks_edge_a_notes_level_and_a_models_source_are_names_stored_as_their_text(store):
+    """They were strings compared by their spelling ("start", "warning", "preset"): each is now
+    a vocabulary name, and the store and show --json keep the text they always had."""
+    import queue
+    import time
+
+    from anatomy.analysis import models
+    from anatomy.engine.reporter import Reporter
+    from anatomy.vocabulary import Edge, Level, ModelSource
+
+    sent: queue.Queue = queue.Queue()
+    reporter = Reporter(sent, time.monotonic())
+    reporter.begin(Phase.TRAINING)
+    reporter.end(Phase.TRAINING)
+    reporter.tell(Level.WARNING, "eval_strategy 'no'")
+    marks = [sent.get().mark for _ in range(2)]
+    note = sent.get().message
+    assert [mark.edge for mark in marks] == [Edge.START, Edge.END]
+    assert all(type(mark.edge) is Edge for mark in marks) and type(note.level) is Level
+    assert models.resolve("tiny").source is ModelSource.PRESET
+    run_id = store.create_run({"model": "tiny"}, "cpu-rss", "rss", 0,
+                              {"model_source": models.resolve("tiny").source})
+    store.write(run_id, phases=marks, messages=[note])
+    shown = report(store, run_id).to_dict()
+    assert json.dumps(shown["environment"]["model_source"]) == '"preset"'
+    assert [(m.level, type(m.level)) for m in store.messages(run_id)] == [("warning", str)]
+    assert [(p.name, p.end_s is not None) for p in store.phases(run_id)] == [("training", True)]
+
+
 def test_an_image_models_heading_names_its_images_not_a_sequence_length(store, tmp_path):
     """A ResNet's run was headed "batch size 8, seq len 128": the option its images never read.
     The worker records the images' side (224 where the config names none); the heading and the

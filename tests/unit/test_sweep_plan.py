@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from anatomy.analysis.options import InvalidOptions, RunOptions
+from anatomy.analysis.options import Checked, InvalidOptions, RunOptions
 from anatomy.analysis.sweeps import SweepGrid, SweepRun, grid, largest_fitting, parse_vary, plan
 from anatomy.engine.manager import DeviceBusy, RunManager
 from anatomy.engine.sweep import Sweep
@@ -48,13 +48,14 @@ class ScriptedManager:
     def device_key(self, options: RunOptions) -> str:
         return "cpu"  # a machine without a GPU: one device
 
-    def reserve(self, options: RunOptions, holder: str) -> Reservation:
+    def reserve(self, options: Checked, holder: str) -> Reservation:
         reservation = Reservation(self.device_key(options), holder)
         self.reservations.append(reservation)
         return reservation
 
-    def start(self, options: RunOptions, name: str | None = None, sweep: str | None = None,
-              reservation: Reservation | None = None) -> int:
+    def start(self, options: Checked | RunOptions, name: str | None = None,
+              sweep: str | None = None, reservation: Reservation | None = None) -> int:
+        options = options.options if isinstance(options, Checked) else options
         assert reservation is not None and reservation.held, "a sweep's run without its device"
         assert reservation.key == self.device_key(options)
         run_id = self.store.create_run(options.to_dict(), "cpu-rss", "rss", 0, {}, name=name,
@@ -97,9 +98,9 @@ def oom_above(limit: int, fp32_factor: int = 1):
 def test_plan_is_the_product_with_a_ladder_per_value_of_the_other_option():
     planned = plan(TINY, {"batch_size": [4, 1, 2, 2], "precision": ["fp32", "bf16"]},
                    until_oom=False, gpu_count=0)
-    assert [(o.precision, o.batch_size) for o in planned] == [
+    assert [(o.options.precision, o.options.batch_size) for o in planned] == [
         ("fp32", 1), ("fp32", 2), ("fp32", 4), ("bf16", 1), ("bf16", 2), ("bf16", 4)]
-    assert all(o.seq_len == 32 and o.preset == "tiny" for o in planned)
+    assert all(o.options.seq_len == 32 and o.options.preset == "tiny" for o in planned)
 
 
 @pytest.mark.parametrize("vary, until_oom, message", [

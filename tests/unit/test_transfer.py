@@ -343,8 +343,8 @@ def test_a_users_options_are_imported_as_the_trainer_reported_them(store, target
     with store.connect() as db:
         db.execute("UPDATE runs SET options = ? WHERE id = ?", (json.dumps(reported), run_id))
     (new,) = transfer.import_runs(target, exported(store, [run_id]))
-    assert report(target, new).known("optim") == "adamw_bnb_8bit"
-    assert report(target, new).known("epochs") == 3.0
+    assert report(target, new).ran_with.optim == "adamw_bnb_8bit"
+    assert report(target, new).ran_with.epochs == 3.0
     # their types are checked all the same: a reader sums and words them
     text = exported(store, [run_id]).replace('"grad_accum": 1', '"grad_accum": "1"')
     with pytest.raises(transfer.ImportRefused, match=r"runs\[0\]\.run\.options\.grad_accum: "

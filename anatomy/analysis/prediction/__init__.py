@@ -9,7 +9,6 @@ the functions that predict.
 """
 
 from anatomy.analysis.prediction.memory import (
-    BATCH_SIZE_LIMIT,
     COMPONENTS,
     CPU_PROCESS,
     DEVICES,
@@ -31,7 +30,7 @@ from anatomy.analysis.prediction.memory import (
 )
 
 __all__ = [
-    "BATCH_SIZE_LIMIT", "COMPONENTS", "CPU_PROCESS", "DEVICES",
+    "COMPONENTS", "CPU_PROCESS", "DEVICES",
     "WALKTHROUGH_BYTES_PER_PARAMETER", "BatchFit", "BatchSizes", "Prediction", "PredictionError",
     "RankPrediction", "calibration_for", "capacity_for", "max_batch_size", "measured_recording",
     "predict",

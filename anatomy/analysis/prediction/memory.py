@@ -25,7 +25,7 @@ from anatomy import strategies
 from anatomy.analysis import models
 from anatomy.analysis.components import MEASURED_STEPS, Components, rest_of_peak
 from anatomy.analysis.lengths import TextBatch
-from anatomy.analysis.options import RunOptions
+from anatomy.analysis.options import FIELDS, RunOptions
 from anatomy.analysis.prediction import device_constants, recordings, replay
 from anatomy.analysis.prediction.device_constants import DeviceCalibration
 from anatomy.strategies import TracedRank
@@ -76,7 +76,6 @@ class CpuProcess:
 
 
 CPU_PROCESS = CpuProcess.load()
-BATCH_SIZE_LIMIT = 4096  # the batch_size option's range
 # Sizes are linear in the batch size from 2 on: at 1 some reshapes are views (a dimension of
 # size 1 leaves a tensor contiguous) that copy from 2 on.
 LINEAR_FROM = 2
@@ -265,7 +264,7 @@ def _traced_recording(shape: RunOptions, device: str, calibration: DeviceCalibra
     try:
         return recordings.recording(spec, step, device=device, calibration=calibration,
                                     steps=steps, lora_rank=shape.lora_rank,
-                                    lora_targets=shape.lora_target_list(),
+                                    lora_targets=shape.lora_targets,
                                     rank=rank, workspaces=workspaces)
     except models.ModelError as error:
         raise PredictionError(str(error)) from None
@@ -421,7 +420,7 @@ class BatchFit:
     exact: bool  # False: sizes taken as linear in the batch size from two recordings
     may_fit: int | None = None  # the largest that may fit (>= batch_size)
     peak_at_may_fit: int | None = None
-    limit: int = BATCH_SIZE_LIMIT  # the batch size option's largest value
+    limit: int = FIELDS["batch_size"].high  # the batch size option's largest value
     convolutions: bool = False  # the margin is cuDNN's convolutions' (their workspaces unknown)
     workspaces_measured: bool = False  # cuDNN's workspaces measured on this GPU, no margin
     decided_by: Limit | None = None  # what keeps the next size from fitting (limits.py)
@@ -598,7 +597,7 @@ class BatchSizes:
 def max_batch_size(options: RunOptions, *, device: str = "cuda", total: int,
                    gpu_name: str | None = None,
                    calibration: DeviceCalibration | None = None, measure=None) -> BatchFit:
-    """The largest batch size (1 to BATCH_SIZE_LIMIT) whose run is predicted to fit `total`
+    """The largest batch size (1 to the option's largest) whose run is predicted to fit `total`
     bytes of device memory, other options unchanged, and the largest that may fit: each size
     replayed through the simulated caching allocator at the capacity, and at the capacity less
     the device's edge margin (`BatchSizes.out_of_memory`; on a CPU, exact bytes against the
@@ -657,7 +656,7 @@ def _limit_at(batch: int, capacity: int, margin: int, out_of_memory, peak
     """What keeps `batch` (the size after the largest that fits) from fitting, and its peak:
     its tensors alone, the allocator's reserve at the capacity, or the margin kept free
     (prediction/limits.py). None past the batch size option's limit."""
-    if batch > BATCH_SIZE_LIMIT:
+    if batch > FIELDS["batch_size"].high:
         return None, None
     if out_of_memory(batch, capacity):
         tensors = peak(batch)
@@ -676,9 +675,9 @@ def _search(sizes: BatchSizes, capacity: int, least: int, sure: int,
 
     if fits(LINEAR_FROM, least):
         low, high = LINEAR_FROM, 2 * LINEAR_FROM
-        while high <= BATCH_SIZE_LIMIT and fits(high, least):
+        while high <= FIELDS["batch_size"].high and fits(high, least):
             low, high = high, high * 2
-        high = min(high, BATCH_SIZE_LIMIT + 1)
+        high = min(high, FIELDS["batch_size"].high + 1)
     else:
         low, high = 0, LINEAR_FROM
     may = _bisect(low, high, lambda batch: fits(batch, least))
@@ -746,7 +745,7 @@ def _largest(fits, low: int, high: int) -> int:
     bisection finds to fit with the next out of memory, then each size above it down from
     `high` (at most EDGE_SCAN), the first that fits taken."""
     found = _edge_search(fits, low, high)
-    return _scan_down(fits, found, min(max(high, found + 1), BATCH_SIZE_LIMIT))
+    return _scan_down(fits, found, min(max(high, found + 1), FIELDS["batch_size"].high))
 
 
 def _scan_down(fits, found: int, top: int) -> int:
@@ -765,9 +764,9 @@ def _edge_search(fits, low: int, high: int) -> int:
     next one out of memory."""
     while low and not fits(low):
         low, high = low // 2, low
-    while high <= BATCH_SIZE_LIMIT and fits(high):
-        low, high = high, min(high + max(1, high - low), BATCH_SIZE_LIMIT + 1)
-    return _bisect(low, min(high, BATCH_SIZE_LIMIT + 1), fits)
+    while high <= FIELDS["batch_size"].high and fits(high):
+        low, high = high, min(high + max(1, high - low), FIELDS["batch_size"].high + 1)
+    return _bisect(low, min(high, FIELDS["batch_size"].high + 1), fits)
 
 
 def _bisect(low: int, high: int, fits) -> int:

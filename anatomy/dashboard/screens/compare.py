@@ -10,7 +10,7 @@ import streamlit as st
 
 from anatomy.analysis import transfer
 from anatomy.analysis.compare import differing_options
-from anatomy.analysis.options import FIELDS, InvalidOptions
+from anatomy.analysis.options import FIELDS, InvalidOptions, Kind
 from anatomy.analysis.report import PHASES, RunReport, report
 from anatomy.analysis.sweeps import LADDER, SweepGrid, grid, parse_value
 from anatomy.dashboard import server, widgets
@@ -19,7 +19,6 @@ from anatomy.units import in_mib
 from anatomy.views import compare as view
 from anatomy.views import export, text
 from anatomy.views.figures import compare as figures
-from anatomy.views.live import options_from_form
 from anatomy.views.style import DIFFERS_BACKGROUND
 from anatomy.vocabulary import Phase, Precision, Status, phase_name, phases_name
 
@@ -175,7 +174,7 @@ def comparison(run_ids: list[int]) -> None:
 def _vary_values(name: str, has_gpu: bool) -> list:
     field = FIELDS[name]
     key = f"sweep_values_{name}"
-    if field.choices is not None or field.low is None:
+    if field.choices is not None or field.kind == Kind.FLAG:
         choices = field.choices or ("off", "on")
         default = [c for c in choices if has_gpu or c != Precision.FP16]
         chosen = st.multiselect(f"{field.label}: values", choices, default=default, key=key)
@@ -191,12 +190,12 @@ def _sweep_form() -> None:
     defaults = widgets.live_options(has_gpu)  # the Live form's model and options, where it has any
     slot = server.sweeps()
     with st.expander("Base configuration", icon=":material/tune:"):
-        model = st.session_state.get("sweep_option_model", defaults["model"])
+        model = st.session_state.get("sweep_option_model", defaults.model)
         names = [name for name in FIELDS if widgets.offered(name, model)]
         for column, chunk in zip(st.columns(3), (names[0::3], names[1::3], names[2::3])):
             with column:
                 for name in chunk:
-                    widgets.option_widget(name, defaults[name], f"sweep_option_{name}")
+                    widgets.option_widget(name, getattr(defaults, name), f"sweep_option_{name}")
     varied = st.multiselect("Vary (one or two options)", VARIABLE, default=["batch_size"],
                             max_selections=2, format_func=lambda n: FIELDS[n].label,
                             key="sweep_vary")
@@ -220,9 +219,8 @@ def _sweep_form() -> None:
     busy = slot.running()
     if st.button("Start the sweep", key="sweep_start", type="primary", disabled=busy,
                  icon=":material/play_arrow:", help="a sweep is running" if busy else None):
-        values = {name: st.session_state[f"sweep_option_{name}"] for name in names}
-        values.update({name: defaults[name] for name in FIELDS if name not in names})
-        base = options_from_form(values)
+        base = {name: st.session_state[f"sweep_option_{name}"] for name in names}
+        base.update({name: getattr(defaults, name) for name in FIELDS if name not in names})
         if not errors:
             try:
                 st.session_state["sweep_shown"] = slot.start(base, vary,

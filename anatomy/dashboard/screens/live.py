@@ -9,9 +9,10 @@ from anatomy.analysis.options import (
     DATA_DECIDES,
     DATA_FIELDS,
     FIELDS,
+    Checked,
     InvalidOptions,
     defaults_for,
-    validate,
+    validated,
 )
 from anatomy.analysis.report import RunReport, report
 from anatomy.dashboard import links, server, widgets
@@ -21,7 +22,7 @@ from anatomy.units import MIB_NAME
 from anatomy.views import live as view
 from anatomy.views import text
 from anatomy.views.figures import live as figures
-from anatomy.vocabulary import Backend, Status
+from anatomy.vocabulary import Backend, Phase, Status
 
 REFRESH_SECONDS = widgets.LIVE_REFRESH_SECONDS
 # The form's columns: the model and the data, the training, then every other field in FIELDS
@@ -46,8 +47,16 @@ def _form_values() -> dict:
     return {name: st.session_state[_key(name)] for name in FIELDS if _key(name) in st.session_state}
 
 
-def _form_options():
-    return view.options_from_form(_form_values())
+def _judged() -> Checked | None:
+    """The form's options judged once for this machine; None where some are wrong (kept for the
+    fields to show)."""
+    try:
+        checked = validated(_form_values(), server.device().gpu_count)
+    except InvalidOptions as error:
+        st.session_state["option_errors"] = error.errors
+        return None
+    st.session_state["option_errors"] = {}
+    return checked
 
 
 def _drawn(name: str) -> bool:
@@ -69,37 +78,44 @@ def _state() -> tuple[int | None, str | None]:
 def _forecast() -> None:
     """The form's second button: what these options should need and how long they should take,
     without starting anything. The fields are judged again, so a fixed field's error goes."""
-    options = _form_options()
-    with st.spinner("tracing the training step on fake tensors…"):
-        st.session_state["forecast"] = view.run_forecast(options, server.device(),
-                                                            server.store())
+    checked = _judged()
+    forecast = view.Forecast(None, None)
+    if checked is not None:
+        with st.spinner("tracing the training step on fake tensors…"):
+            forecast = view.run_forecast(checked, server.device(), server.store())
+    st.session_state["forecast"] = forecast
     st.session_state["forecast_for"] = _state()
     st.session_state.pop("start_refused", None)
-    st.session_state["option_errors"] = validate(options, server.device().gpu_count)
     st.session_state["errors_from"] = "predict"
 
 
 def _what_fits() -> None:
     """The form's third button: the largest batch size predicted to fit, without running. Its
     fields are judged as Predict's are: wrong ones are marked, not left without an answer."""
-    options = _form_options()
-    with st.spinner("tracing the training step at two batch sizes…"):
-        st.session_state["forecast"] = view.batch_size_forecast(options, server.device())
+    checked = _judged()
+    forecast = view.Forecast(None, None)
+    if checked is not None:
+        with st.spinner("tracing the training step at two batch sizes…"):
+            forecast = view.batch_size_forecast(checked, server.device())
+    st.session_state["forecast"] = forecast
     st.session_state["forecast_for"] = _state()
     st.session_state.pop("start_refused", None)
-    st.session_state["option_errors"] = validate(options, server.device().gpu_count)
     st.session_state["errors_from"] = "predict"
 
 
 def _start() -> None:
-    """The form's submit: the engine validates; a refusal is kept for the fields to show."""
-    options = _form_options()
-    st.session_state["forecast"] = view.run_forecast(options, server.device(), server.store())
+    """The form's submit: the options judged once, here; a refusal is kept for the fields to
+    show."""
     st.session_state.pop("start_refused", None)
-    st.session_state["option_errors"] = {}
     st.session_state["errors_from"] = "start"
+    st.session_state["forecast"] = view.Forecast(None, None)
+    checked = _judged()
+    if checked is None:
+        st.session_state["forecast_for"] = _state()
+        return
+    st.session_state["forecast"] = view.run_forecast(checked, server.device(), server.store())
     try:
-        run_id = server.manager().start(options)
+        run_id = server.manager().start(checked)
     except InvalidOptions as error:
         st.session_state["option_errors"] = error.errors
     except DeviceBusy as error:
@@ -129,7 +145,7 @@ def _field(name: str, default) -> None:
 
 
 def options_form(has_gpu: bool, expanded: bool) -> None:
-    defaults = defaults_for(has_gpu).to_dict()
+    defaults = defaults_for(has_gpu)
     # What the form holds, for the Sweep's base (its widgets' state goes when the page is left).
     st.session_state[widgets.LIVE_OPTIONS] = _form_values()
     errors = bool(st.session_state.get("option_errors") or st.session_state.get("start_refused"))
@@ -142,7 +158,7 @@ def options_form(has_gpu: bool, expanded: bool) -> None:
             with column:
                 for name in names:
                     if _drawn(name):
-                        _field(name, defaults[name])
+                        _field(name, getattr(defaults, name))
         with st.container(horizontal=True):
             st.form_submit_button("Start", type="primary", on_click=_start, key="start",
                                   icon=":material/play_arrow:")
@@ -186,15 +202,17 @@ def _lengths(batches) -> None:
 def _phase_metrics(rep: RunReport) -> None:
     with st.container(horizontal=True):
         for metric in view.phase_metrics(rep):
-            label = metric.name + (" (now)" if metric.state == "open" else "")
+            label = metric.name + (" (now)" if metric.state == view.PhaseState.OPEN else "")
             value = "—" if metric.memory_mb is None else f"{metric.memory_mb:,} {MIB_NAME}"
             delta = None if metric.delta_mb is None else f"{metric.delta_mb:+,d} {MIB_NAME}"
-            st.metric(label, value, delta, delta_color="off", border=metric.state == "open")
+            st.metric(label, value, delta, delta_color="off",
+                      border=metric.state == view.PhaseState.OPEN)
 
 
 def _progress(rep: RunReport) -> None:
     done = view.progress(rep, server.store().last_step(rep.id))
-    if view.stage(rep) == "phase training":
+    stage = view.stage(rep)
+    if stage.phase == Phase.TRAINING:
         if done.seconds_left is not None:
             left = f"time left: {duration.words(done.seconds_left)}"
         else:  # before the first step: the estimate made before the start
@@ -205,7 +223,7 @@ def _progress(rep: RunReport) -> None:
                     "(estimated before the first step)")
         text = f"training: step {done.step} / {done.total} · {left}"
     else:
-        text = view.stage(rep)
+        text = stage.words
     st.progress(done.fraction, text=text)
 
 
