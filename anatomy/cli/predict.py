@@ -8,18 +8,19 @@ import gc
 import json
 import sys
 
-from anatomy.analysis import data, dummy_data, models, prediction
+from anatomy import prediction
+from anatomy.analysis import data, dummy_data, models
 from anatomy.analysis.data import Tokenized
 from anatomy.analysis.lengths import MAX_LENGTH, Lengths, TextBatch
 from anatomy.analysis.options import RunOptions, validate
-from anatomy.analysis.prediction import device_constants
-from anatomy.analysis.prediction.batches import DataPrediction, predict_data
-from anatomy.analysis.prediction.limits import judge
-from anatomy.analysis.prediction.workspaces import WorkspaceError
 from anatomy.cli.arguments import add_run_options, options_from_args
 from anatomy.cli.render import SaidMeasurer, table
 from anatomy.engine.locks import gpu_key
 from anatomy.engine.manager import machine
+from anatomy.prediction import device_constants
+from anatomy.prediction.batches import DataPrediction, predict_data
+from anatomy.prediction.limits import judge
+from anatomy.prediction.workspaces import WorkspaceError
 from anatomy.store import TrainingData
 from anatomy.units import MIB, MIB_NAME, in_mib, size_text
 

@@ -8,9 +8,8 @@ import sys
 from collections.abc import Callable
 from typing import TextIO
 
-from anatomy.analysis import prediction
+from anatomy import prediction
 from anatomy.analysis.options import FIELDS, InvalidOptions, RunOptions, validate
-from anatomy.analysis.prediction.workspaces import WorkspaceError
 from anatomy.analysis.report import report
 from anatomy.analysis.sweeps import SweepGrid, grid, parse_vary
 from anatomy.cli.arguments import add_run_options, add_store_option, options_from_args
@@ -19,6 +18,7 @@ from anatomy.cli.signals import POLL_SECONDS, StopSignals
 from anatomy.engine.locks import gpu_key
 from anatomy.engine.manager import DeviceBusy, RunManager, machine
 from anatomy.engine.sweep import Sweep, SweepEvent
+from anatomy.prediction.workspaces import WorkspaceError
 from anatomy.store import Store
 from anatomy.units import in_mib
 from anatomy.vocabulary import Status

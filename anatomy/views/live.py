@@ -9,14 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from anatomy.analysis import breakdown, data, duration, models
+from anatomy.analysis import data, duration, models
 from anatomy.analysis.lengths import TextBatch
 from anatomy.analysis.machine import Machine
 from anatomy.analysis.options import FIELDS, RunOptions, validate
-from anatomy.analysis.prediction import PredictionError, max_batch_size, predict, predict_ranks
-from anatomy.analysis.prediction.batches import DataBatches, predict_data
-from anatomy.analysis.prediction.limits import judge
 from anatomy.analysis.report import PHASES, RunReport
+from anatomy.prediction import PredictionError, breakdown, max_batch_size, predict, predict_ranks
+from anatomy.prediction.batches import DataBatches, predict_data
+from anatomy.prediction.limits import judge
 from anatomy.store import GpuStatus, HostStatus, Step, Store
 from anatomy.units import GIB, gib_text, mib_text, size_text
 from anatomy.views import gpus, text

@@ -218,8 +218,8 @@ def test_a_gpu_model_named_is_a_gpus_prediction_on_a_machine_without_one():
     import argparse
 
     from anatomy.analysis.machine import Machine
-    from anatomy.analysis.prediction import device_constants
     from anatomy.cli.predict import _prediction_target
+    from anatomy.prediction import device_constants
     from anatomy.vocabulary import Backend
 
     cpu_only = Machine(Backend.CPU_RSS, "none", (), None, None, 24 * 2**30, "no GPU")
@@ -239,7 +239,7 @@ def test_a_gpu_model_with_device_cpu_is_one_line_and_predicts_nothing(capsys):
 def test_what_fits_for_several_processes_is_one_line_and_searches_nothing(capsys, monkeypatch):
     """`predict --max-batch-size --processes 2` answered "≥ 4096" for one process alone (two
     CPU ranks share one RAM); the form says so too (views/live.py)."""
-    from anatomy.analysis import prediction
+    from anatomy import prediction
 
     def searched(*args, **kwargs):
         raise AssertionError("the search ran")
@@ -258,7 +258,7 @@ def test_measuring_the_convolutions_is_refused_in_a_line_where_it_cannot(capsys,
                                                                           extra, words):
     """--measure-convolutions measures this machine's GPU (for the batch size, or the largest
     one): without one, one line, and nothing traced."""
-    from anatomy.analysis import prediction
+    from anatomy import prediction
 
     def searched(*args, **kwargs):
         raise AssertionError("the search ran")

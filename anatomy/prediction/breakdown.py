@@ -4,7 +4,7 @@ on a dataset is predicted at the micro-batch its components were measured on, an
 at the longest batch its data can form (`data_reach`), beside its sampled peak over every step.
 
 The measured side is the report's components (anatomy/analysis/components.py); the predicted
-side is `predict()` (anatomy/analysis/prediction/memory.py) for the run's own options, on the run's kind of
+side is `predict()` (anatomy/prediction/memory.py) for the run's own options, on the run's kind of
 device (a GPU run: its GPU model's calibrated constants, for the CUDA context, the allocator and
 NVML's figure). The Anatomy page names and arranges them (anatomy/views/anatomy.py).
 """
@@ -21,16 +21,16 @@ from anatomy.analysis import carried_model, models
 from anatomy.analysis.components import Components, measured_batch
 from anatomy.analysis.lengths import TextBatch
 from anatomy.analysis.options import RunOptions
-from anatomy.analysis.prediction import (
+from anatomy.analysis.report import RunReport
+from anatomy.analysis.report import report as run_report
+from anatomy.prediction import (
     Prediction,
     PredictionError,
     RankPrediction,
     predict,
     predict_ranks,
 )
-from anatomy.analysis.prediction.batches import longest
-from anatomy.analysis.report import RunReport
-from anatomy.analysis.report import report as run_report
+from anatomy.prediction.batches import longest
 from anatomy.store import Store
 from anatomy.vocabulary import Backend, Phase, SourceKind, Status
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from anatomy.analysis.prediction.allocator import CachingAllocator, OutOfMemory
+from anatomy.prediction.allocator import CachingAllocator, OutOfMemory
 from anatomy.vocabulary import Phase
 
 ALLOC, FREE, MARK = 0, 1, 2

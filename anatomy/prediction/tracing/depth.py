@@ -23,7 +23,7 @@ from contextlib import contextmanager
 import torch
 from torch.utils._pytree import tree_leaves
 
-from anatomy.analysis.prediction.layers import TEMPLATE
+from anatomy.prediction.layers import TEMPLATE
 
 KEY = "anatomy layer"
 # Operators whose output holds one part per input: with a part per layer, it grows with depth.

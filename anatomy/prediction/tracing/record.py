@@ -32,20 +32,20 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from anatomy.analysis import models
 from anatomy.analysis.models import ModelSpec
-from anatomy.analysis.prediction.device_constants import DeviceCalibration
-from anatomy.analysis.prediction.layers import TEMPLATE
-from anatomy.analysis.prediction.replay import Recording
-from anatomy.analysis.prediction.tracing import depth
-from anatomy.analysis.prediction.tracing.cuda import CudaKernels
-from anatomy.analysis.prediction.tracing.fake_kernels import FakeKernels, self_swaps
-from anatomy.analysis.prediction.tracing.tracker import (
+from anatomy.prediction.device_constants import DeviceCalibration
+from anatomy.prediction.layers import TEMPLATE
+from anatomy.prediction.replay import Recording
+from anatomy.prediction.tracing import depth
+from anatomy.prediction.tracing.cuda import CudaKernels
+from anatomy.prediction.tracing.fake_kernels import FakeKernels, self_swaps
+from anatomy.prediction.tracing.tracker import (
     LiveTensors,
     SavedForBackward,
     Timeline,
     local,
 )
-from anatomy.analysis.prediction.tracing.trainer_step import StepOptions, TrainerStep
-from anatomy.analysis.prediction.tracing.values import DataValues, real_paths
+from anatomy.prediction.tracing.trainer_step import StepOptions, TrainerStep
+from anatomy.prediction.tracing.values import DataValues, real_paths
 from anatomy.strategies import TracedRank
 from anatomy.vocabulary import Phase
 

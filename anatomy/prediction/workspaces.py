@@ -155,7 +155,7 @@ class Placeholders:
         self.made: dict[tuple, int] = {}  # (layer, part, data wanted) -> placeholders
 
     def __call__(self, func, args, out) -> list:
-        from anatomy.analysis.prediction.replay import Workspace
+        from anatomy.prediction.replay import Workspace
 
         found = call_key(func, args)
         if found is None:
@@ -180,7 +180,7 @@ class Placeholders:
                    if batch in self.table.layers.get(key, {}))
 
     def fill(self, events: list, batch: int) -> list:
-        from anatomy.analysis.prediction.replay import Workspace
+        from anatomy.prediction.replay import Workspace
 
         return [(kind, tid, Workspace(self.table.size(value.key[3], value.key[0], value.key[1],
                                                       batch, value.key[2]), value.key))
@@ -244,7 +244,7 @@ class Measurer:
         if self._child is None:
             self._errors = tempfile.TemporaryFile(mode="w+")
             self._child = subprocess.Popen(
-                [sys.executable, "-m", "anatomy.analysis.prediction.workspaces"],
+                [sys.executable, "-m", "anatomy.prediction.workspaces"],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._errors, text=True)
         return self._child
 

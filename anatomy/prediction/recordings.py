@@ -23,9 +23,9 @@ from pathlib import Path
 from anatomy import strategies
 from anatomy.analysis import models
 from anatomy.analysis.cache import cache_dir, write_atomically
-from anatomy.analysis.prediction import blocks, layers
-from anatomy.analysis.prediction.device_constants import DeviceCalibration
-from anatomy.analysis.prediction.replay import Recording
+from anatomy.prediction import blocks, layers
+from anatomy.prediction.device_constants import DeviceCalibration
+from anatomy.prediction.replay import Recording
 from anatomy.strategies import TracedRank
 
 CACHE_FILES = 256
@@ -110,8 +110,8 @@ def trace(spec: models.ModelSpec, step: tuple, *, device: str,
     """Traced: at four blocks of its layers and extrapolated where the model's layers repeat
     (`stand_in`; layers.extrapolate's own checks), else in full (a traced rank's step: in
     full)."""
-    from anatomy.analysis.prediction.tracing.record import record
-    from anatomy.analysis.prediction.tracing.trainer_step import StepOptions
+    from anatomy.prediction.tracing.record import record
+    from anatomy.prediction.tracing.trainer_step import StepOptions
 
     step = StepOptions(*step)
     kwargs = dict(kernels=device, calibration=calibration, steps=steps, lora_rank=lora_rank,
@@ -136,7 +136,7 @@ def stand_in(spec: models.ModelSpec, lora_rank: int = 0, lora_targets: tuple[str
     outside them the same (else None: a config the stand-in cannot make is traced in full,
     never refused; a model that cannot be built at its own depth is the config's own
     refusal, ModelError, as a run's)."""
-    from anatomy.analysis.prediction.tracing import depth
+    from anatomy.prediction.tracing import depth
 
     full = layers.depth_of(dict(spec.config))
     if full is None or full <= layers.DEPTH:

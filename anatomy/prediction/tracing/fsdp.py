@@ -30,7 +30,7 @@ from types import SimpleNamespace
 import torch
 import torch.distributed as dist
 
-from anatomy.analysis.prediction.tracing.record import RankTrace
+from anatomy.prediction.tracing.record import RankTrace
 from anatomy.strategies.fsdp import ALL_GATHER, REDUCE_SCATTER, unit_classes
 from anatomy.vocabulary import Precision
 
@@ -110,7 +110,7 @@ class Buffers:
         return wrapped
 
     def tids(self, kind: str) -> frozenset[int]:
-        from anatomy.analysis.prediction.tracing.tracker import ALLOC
+        from anatomy.prediction.tracing.tracker import ALLOC
 
         events = self.timeline.events
         made = {events[i][1] for start, end in self.spans[kind] for i in range(start, end)

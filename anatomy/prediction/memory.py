@@ -26,8 +26,8 @@ from anatomy.analysis import models
 from anatomy.analysis.components import MEASURED_STEPS, Components, rest_of_peak
 from anatomy.analysis.lengths import TextBatch
 from anatomy.analysis.options import RunOptions
-from anatomy.analysis.prediction import device_constants, recordings, replay
-from anatomy.analysis.prediction.device_constants import DeviceCalibration
+from anatomy.prediction import device_constants, recordings, replay
+from anatomy.prediction.device_constants import DeviceCalibration
 from anatomy.strategies import TracedRank
 from anatomy.units import size_text
 from anatomy.vocabulary import Moment, Name, Part, Precision
@@ -53,7 +53,7 @@ CPU_PROCESS_FILE = Path(__file__).parent / "cpu_process.json"
 @dataclass(frozen=True)
 class CpuProcess:
     """What a CPU run's process holds beside its tensors at its peak, measured
-    (bench/cpu_process_share.py: analysis/breakdown.py's `process_share` of CPU runs, the RSS
+    (bench/cpu_process_share.py: prediction/breakdown.py's `process_share` of CPU runs, the RSS
     peak less the tensors' predicted peak): a fixed part — the interpreter, torch,
     transformers, the data — and a fraction of the tensors' peak, what the C allocator keeps of
     the tensors it freed. A CPU run's tensors share the machine (or the container) with it."""
@@ -320,7 +320,7 @@ def measured_recording(options: RunOptions, calibration: DeviceCalibration | Non
     convolution alone, forward then backward, as the largest batch size's search measures
     them), each call's in its place; None where the run has no convolution. WorkspaceError
     where one cannot be measured (transposed, not 2-D) or the measurement fails."""
-    from anatomy.analysis.prediction import workspaces
+    from anatomy.prediction import workspaces
 
     batch, steps = options.batch_size, steps_measured(options)
     placeholders = workspaces.Placeholders()
@@ -500,7 +500,7 @@ def _linear_recording(one: replay.Recording, two: replay.Recording, batch: int
     staging buffer, made again from its layout: tracing/reductions.py); None when they did not.
     The setup is the second's: the first recording in a process also makes torch's
     one-time scalars."""
-    from anatomy.analysis.prediction.tracing import reductions  # torch: loaded by the traces
+    from anatomy.prediction.tracing import reductions  # torch: loaded by the traces
 
     if set(one.segments) != set(two.segments):
         return None
@@ -698,7 +698,7 @@ class _MeasuredEdge:
 
     def __init__(self, options: RunOptions, calibration: DeviceCalibration | None, measure,
                  *around: int):
-        from anatomy.analysis.prediction import workspaces
+        from anatomy.prediction import workspaces
 
         self.options, self.calibration, self.measure = options, calibration, measure
         self.table = workspaces.Table()
@@ -715,7 +715,7 @@ class _MeasuredEdge:
         self.tried: list[int] = []
 
     def _traced(self) -> None:
-        from anatomy.analysis.prediction import workspaces
+        from anatomy.prediction import workspaces
 
         self.placeholders = workspaces.Placeholders(self.table)
         self.sizes = BatchSizes(self.options, "cuda", self.calibration,

@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 from anatomy.analysis.lengths import Lengths, TextBatch, longest_batches, typical_batch
 from anatomy.analysis.options import RunOptions
-from anatomy.analysis.prediction.memory import Prediction, predict
+from anatomy.prediction.memory import Prediction, predict
 from anatomy.store import TrainingData
 
 

@@ -30,9 +30,9 @@ from dataclasses import dataclass, replace
 
 from anatomy.analysis.lengths import TextBatch
 from anatomy.analysis.options import RunOptions
-from anatomy.analysis.prediction import replay
-from anatomy.analysis.prediction.device_constants import DeviceCalibration
-from anatomy.analysis.prediction.memory import (
+from anatomy.prediction import replay
+from anatomy.prediction.device_constants import DeviceCalibration
+from anatomy.prediction.memory import (
     BatchFit,
     Limit,
     calibration_for,

@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from anatomy.analysis import models
-from anatomy.analysis.prediction.layers import DEPTH
+from anatomy.prediction.layers import DEPTH
 
 
 class Blocks(NamedTuple):

@@ -69,19 +69,19 @@ import torch.nn.functional as F
 from torch.nn import _reduction as _Reduction
 from torch.overrides import TorchFunctionMode
 
-from anatomy.analysis.prediction.device_constants import (
+from anatomy.prediction.device_constants import (
     DeviceCalibration,
     mask_kind,
     sdpa_signature,
 )
-from anatomy.analysis.prediction.tracing import layer_norm
-from anatomy.analysis.prediction.tracing.reductions import (
+from anatomy.prediction.tracing import layer_norm
+from anatomy.prediction.tracing.reductions import (
     REDUCTIONS,
     Staged,
     batch_norm_buffers,
     staging_buffers,
 )
-from anatomy.analysis.prediction.tracing.tracker import LiveTensors
+from anatomy.prediction.tracing.tracker import LiveTensors
 
 aten = torch.ops.aten
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
-from anatomy.analysis.prediction.tracing.reductions import Staged, contiguous_sum
+from anatomy.prediction.tracing.reductions import Staged, contiguous_sum
 
 BLOCK_X = 32  # block_dim_x
 ROWS_PER_BLOCK = 32  # rows_per_block_y

@@ -8,7 +8,7 @@ What readers use is named here. Importing the package imports no torch: the trac
 the functions that predict.
 """
 
-from anatomy.analysis.prediction.memory import (
+from anatomy.prediction.memory import (
     BATCH_SIZE_LIMIT,
     COMPONENTS,
     CPU_PROCESS,

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from anatomy.analysis import models
-from anatomy.analysis.prediction.replay import ALLOC, FREE, MARK, Recording
+from anatomy.prediction.replay import ALLOC, FREE, MARK, Recording
 
 DEPTH = 4  # the blocks traced: the first, the template, one like it, and the last
 TEMPLATE = 1
