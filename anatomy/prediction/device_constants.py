@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -130,6 +131,34 @@ def device_slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "gpu"
 
 
+class Table(Mapping[str, Any]):
+    """A calibration's table (a kernel by signature, a ratio by kernel), read-only and hashable,
+    so that a calibration is a value the prediction's caches can key on."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Mapping[str, Any] = ()):
+        self._items = dict(items)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self._items.items()))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Mapping) and dict(self._items) == dict(other)
+
+    def __repr__(self) -> str:
+        return f"Table({self._items!r})"
+
+
 @dataclass(frozen=True)
 class DeviceCalibration:
     device: str
@@ -139,8 +168,8 @@ class DeviceCalibration:
     context_bytes: int
     outside_bytes: int
     total_bytes: int
-    sdpa_backends: dict[str, str] = field(default_factory=dict)
-    attention_backward_bytes_per_element: dict[str, float] = field(default_factory=dict)
+    sdpa_backends: Mapping[str, str] = field(default_factory=Table)
+    attention_backward_bytes_per_element: Mapping[str, float] = field(default_factory=Table)
     calibration_set: tuple[str, ...] = ()  # the configurations the constants were fitted on
     fitted: bool = False  # False: DEFAULT's figures, not measured for this device
     # NCCL's own memory on each GPU of several (its buffers, streams, the communicator), outside
@@ -155,6 +184,15 @@ class DeviceCalibration:
     workspace_band_fitting_set: tuple[str, ...] = ()
     multiprocessors: int | None = None  # None: DEFAULT's
     threads_per_multiprocessor: int | None = None
+
+    def __post_init__(self) -> None:
+        # Tables and sets as values: however a calibration was made (a file, `replace`), equal
+        # figures make an equal, hashable calibration.
+        for name in ("sdpa_backends", "attention_backward_bytes_per_element"):
+            object.__setattr__(self, name, Table(getattr(self, name)))
+        for name in ("calibration_set", "edge_fitting_set", "convolution_fitting_set",
+                     "workspace_band_fitting_set"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
 
     def processors(self) -> tuple[int, int]:
         """(multiprocessors, threads a multiprocessor runs at once): this device's where
@@ -182,6 +220,8 @@ class DeviceCalibration:
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
+        out["sdpa_backends"] = dict(self.sdpa_backends)
+        out["attention_backward_bytes_per_element"] = dict(self.attention_backward_bytes_per_element)
         out["calibration_set"] = list(self.calibration_set)
         out["edge_fitting_set"] = list(self.edge_fitting_set)
         out["convolution_fitting_set"] = list(self.convolution_fitting_set)
@@ -191,13 +231,7 @@ class DeviceCalibration:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DeviceCalibration:
         known = set(cls.__dataclass_fields__)
-        values = {k: v for k, v in data.items() if k in known}
-        values["calibration_set"] = tuple(values.get("calibration_set", ()))
-        values["edge_fitting_set"] = tuple(values.get("edge_fitting_set", ()))
-        values["convolution_fitting_set"] = tuple(values.get("convolution_fitting_set", ()))
-        values["workspace_band_fitting_set"] = tuple(values.get("workspace_band_fitting_set",
-                                                                ()))
-        return cls(**values)
+        return cls(**{k: v for k, v in data.items() if k in known})
 
     def save(self, directory: Path = CALIBRATION_DIR) -> Path:
         directory.mkdir(parents=True, exist_ok=True)

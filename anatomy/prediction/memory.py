@@ -239,16 +239,13 @@ def _recording(shape: RunOptions, device: str, calibration: DeviceCalibration | 
                text: TextBatch | None = None) -> replay.Recording:
     if workspaces is not None:  # this machine's measurements: traced anew, never cached
         return _traced_recording(shape, device, calibration, steps, rank, workspaces, text)
-    key = None if calibration is None else json.dumps(calibration.to_dict(), sort_keys=True)
-    return _cached_recording(shape, device, key, steps, rank, text)
+    return _cached_recording(shape, device, calibration, steps, rank, text)
 
 
 @lru_cache(maxsize=16)
-def _cached_recording(shape: RunOptions, device: str, calibration_key: str | None,
+def _cached_recording(shape: RunOptions, device: str, calibration: DeviceCalibration | None,
                       steps: int, rank: TracedRank | None = None, text: TextBatch | None = None
                       ) -> replay.Recording:
-    calibration = (None if calibration_key is None else
-                   DeviceCalibration.from_dict(json.loads(calibration_key)))
     return _traced_recording(shape, device, calibration, steps, rank, text=text)
 
 
