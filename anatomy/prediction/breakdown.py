@@ -31,6 +31,7 @@ from anatomy.prediction import (
     predict_ranks,
 )
 from anatomy.prediction.batches import longest
+from anatomy.prediction.target import ran_on
 from anatomy.store import Store
 from anatomy.vocabulary import Backend, Phase, SourceKind, Status
 
@@ -50,7 +51,7 @@ def predicted(report: RunReport) -> Prediction | NoPrediction:
     with _own_options(report) as options:
         if isinstance(options, NoPrediction):
             return options
-        device, gpu_name = "cuda" if report.on_gpu else "cpu", report.environment.gpu_name
+        device, gpu_name, _ = ran_on(report)
         data = report.environment.data if options.on_dataset else None
         if options.on_dataset and data is None:
             return NoPrediction("the run stored no lengths of its dataset's texts")
@@ -91,7 +92,7 @@ def data_reach(report: RunReport) -> DataReach | None:
     with _own_options(report) as options:
         if isinstance(options, NoPrediction):
             return None
-        device, gpu_name = "cuda" if report.on_gpu else "cpu", report.environment.gpu_name
+        device, gpu_name, _ = ran_on(report)
         try:
             batch, alone = longest(options, data, device=device, gpu_name=gpu_name)
             if report.world_size > 1 and options.distributed:
@@ -265,7 +266,7 @@ def rank_prediction_for(report: RunReport) -> RankPrediction | None:
         options = replace(own, strategy=report.strategy or strategies.DEFAULT)
         if not options.distributed:  # a run whose options did not say (the user's own script)
             options = replace(options, processes=report.world_size)
-        device, gpu_name = "cuda" if report.on_gpu else "cpu", report.environment.gpu_name
+        device, gpu_name, _ = ran_on(report)
         data = report.environment.data if options.on_dataset else None
         try:
             text = longest(options, data, device=device, gpu_name=gpu_name)[0] if data else None
