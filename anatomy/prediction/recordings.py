@@ -29,7 +29,7 @@ from anatomy.prediction.replay import Recording
 from anatomy.strategies import TracedRank
 
 CACHE_FILES = 256
-_SOURCES = (Path(__file__).parent, Path(models.__file__), Path(strategies.__file__).parent)
+_SOURCES = (Path(__file__).parent, Path(models.__file__).parent, Path(strategies.__file__).parent)
 
 
 @lru_cache(maxsize=1)
