@@ -1,6 +1,6 @@
 """cuDNN's convolution workspaces at the capacity's edge, from runs the H200 recorded: what they do
 to the caching allocator, and whether the simulated allocator reproduces the edges once the
-trace has them (docs/PREDICTION.md, "The convolutions' workspaces"). CPU only.
+trace has them (docs/measurements/prediction-2026-12-02-convolution-workspaces.md). CPU only.
 
 `--ablate` replays every recorded run's actions (bench/peak_snapshot.py's events) through the
 simulated allocator at the run's ceiling twice: as recorded, and without the workspaces (an

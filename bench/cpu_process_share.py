@@ -11,7 +11,7 @@ peak). The share grows with the tensors (glibc keeps part of what they freed): a
 steepest growth two runs of one model show, raised until no run lies above it, is the share a
 prediction keeps free (`fit`). Prints a markdown table; `--write` writes the line to
 anatomy/prediction/cpu_process.json; `--runs-in STORE` reads the runs of an earlier
-measurement instead of running them again. Results in docs/PREDICTION.md.
+measurement instead of running them again. Results in docs/measurements/prediction-cpu-process-share.md.
 """
 
 from __future__ import annotations

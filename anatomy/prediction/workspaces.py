@@ -1,5 +1,5 @@
 """cuDNN's convolution workspaces, measured on this machine's GPU, in place of the convolution
-margin (docs/PREDICTION.md, "The convolutions' workspaces").
+margin (docs/measurements/prediction-2026-12-02-convolution-workspaces.md).
 
 cuDNN's heuristics pick each convolution's engine, and with it the workspace it asks the caching
 allocator for, by the convolution's shapes and the batch size: neither PyTorch's source nor a CPU
