@@ -1,10 +1,10 @@
 """anatomy: GPU memory during model training, measured phase by phase.
 
 The package is laid out by its seams (docs/ARCHITECTURE.md): `store` (SQLite, typed rows),
-`analysis` (options, models, reports, components, prediction), `engine` (the processes of a run),
-`views` (what each page shows, and its figures), `cli`, and `dashboard` (the Streamlit app, the
-only part that imports Streamlit). Importing the package itself imports neither torch nor
-transformers: the worker's baseline phase must begin before torch is loaded.
+`analysis` (options, models, reports, components), `prediction` (memory before a run), `engine`
+(the processes of a run), `views` (what each page shows, and its figures), `cli`, and `dashboard`
+(the Streamlit app, the only part that imports Streamlit). Importing the package itself imports
+neither torch nor transformers: the worker's baseline phase must begin before torch is loaded.
 """
 
 __version__ = "0.1.0"

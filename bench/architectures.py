@@ -219,7 +219,7 @@ def _deepen(values: dict, layers_before: int, depth: int) -> None:
     """Layer counts below `depth` (defaults of fewer layers) raised to it; a list with an entry
     per layer repeated to that depth (Reformer's local and LSH layers in turn), the other fields
     tied to the layers left out, for the config class to make at that depth."""
-    from anatomy.analysis.prediction.blocks import per_layer_fields
+    from anatomy.prediction.blocks import per_layer_fields
 
     for key, kind in per_layer_fields(values, layers_before).items():
         if kind == "entries":
@@ -455,7 +455,7 @@ def trains(path: Path) -> str | None:
     import torch
 
     from anatomy.analysis import models
-    from anatomy.analysis.prediction.tracing.trainer_step import make_batch
+    from anatomy.prediction.tracing.trainer_step import make_batch
 
     try:
         spec = models.resolve(str(path))
@@ -573,7 +573,7 @@ def _one_line(error: BaseException) -> str:
 
 def _predict(options, device: str) -> dict:
     """As `anatomy predict` does it: validation, then the prediction; a refusal is one line."""
-    from anatomy.analysis import prediction
+    from anatomy import prediction
     from anatomy.analysis.options import validate
 
     errors = validate(options, 1 if device == "cuda" else 0)
@@ -664,7 +664,7 @@ def measure_saved(model_type: str, head: str, directory: Path) -> dict:
     import time
 
     from anatomy.analysis import models
-    from anatomy.analysis.prediction import layers, recordings
+    from anatomy.prediction import layers, recordings
 
     row: dict = {"model_type": model_type, "head": head, "saved": True}
     started = time.monotonic()

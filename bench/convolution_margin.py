@@ -36,8 +36,8 @@ def main() -> int:
     parser.add_argument("--write", action="store_true", help="write the margin into the GPU's "
                         "calibration file")
     args = parser.parse_args()
-    from anatomy.analysis.prediction import BatchSizes, device_constants
-    from anatomy.analysis.prediction.memory import calibration_for
+    from anatomy.prediction import BatchSizes, device_constants
+    from anatomy.prediction.memory import calibration_for
 
     checks = {}
     for path in args.checks:

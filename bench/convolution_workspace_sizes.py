@@ -1,5 +1,5 @@
 """The workspace each convolution of a model asks for on this GPU, by batch size: what a table of
-cuDNN's workspaces (docs/PREDICTION.md, "The convolutions' workspaces") would hold, and whether
+cuDNN's workspaces (docs/measurements/prediction-2026-12-02-convolution-workspaces.md) would hold, and whether
 a convolution's workspace grows with the batch, stays put, or jumps (cuDNN's heuristics pick
 engines by shape). On a GPU (a CPU lists the convolutions: --dry-run).
 

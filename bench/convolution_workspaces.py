@@ -1,6 +1,6 @@
 """cuDNN's convolution workspaces at the capacity's edge, from runs the H200 recorded: what they do
 to the caching allocator, and whether the simulated allocator reproduces the edges once the
-trace has them (docs/PREDICTION.md, "The convolutions' workspaces"). CPU only.
+trace has them (docs/measurements/prediction-2026-12-02-convolution-workspaces.md). CPU only.
 
 `--ablate` replays every recorded run's actions (bench/peak_snapshot.py's events) through the
 simulated allocator at the run's ceiling twice: as recorded, and without the workspaces (an
@@ -52,7 +52,7 @@ sys.path.insert(0, str(HERE))
 from peak_snapshot import replay_recorded  # noqa: E402
 from prediction_grid import Config  # noqa: E402
 
-from anatomy.analysis.prediction.workspaces import Table  # noqa: E402
+from anatomy.prediction.workspaces import Table  # noqa: E402
 
 MIB = 2**20
 GPU = "NVIDIA H200"
@@ -121,7 +121,7 @@ class Convolutions:
     def __call__(self, func, args, out) -> list[int]:
         import torch
 
-        from anatomy.analysis.prediction.replay import Workspace
+        from anatomy.prediction.replay import Workspace
 
         if func is torch.ops.aten.convolution.default:
             kind, grad_output = "forward", out
@@ -257,9 +257,9 @@ def workspace_table(recording: dict, calls: list[tuple], batch: int, traced: int
 
 def oracle(runs: dict[str, tuple[dict, dict]], label: str, sizes: list[int]) -> None:
     os.environ["ANATOMY_CACHE"] = "off"  # traced twice: without, then with the workspaces
-    from anatomy.analysis.prediction import memory
-    from anatomy.analysis.prediction.memory import BatchSizes, calibration_for, capacity_for
-    from anatomy.analysis.prediction.tracing import cuda
+    from anatomy.prediction import memory
+    from anatomy.prediction.memory import BatchSizes, calibration_for, capacity_for
+    from anatomy.prediction.tracing import cuda
 
     result, recording = runs[label]
     config = replace(Config.from_label(label), batch_size=memory.LINEAR_FROM)
@@ -334,7 +334,7 @@ class MeasuredSeam:
     def __call__(self, func, args, out) -> list:
         import torch
 
-        from anatomy.analysis.prediction.replay import Workspace
+        from anatomy.prediction.replay import Workspace
 
         if func is torch.ops.aten.convolution.default:
             key = layer_key(args[0].shape, args[1].shape, *args[3:6], args[8])
@@ -355,7 +355,7 @@ class MeasuredSeam:
 
 def measured_sizes(measured: MeasuredWorkspaces, rule: str):
     """memory.BatchSizes whose recordings carry, at each batch size, the measured workspaces."""
-    from anatomy.analysis.prediction import memory, replay
+    from anatomy.prediction import memory, replay
 
     class MeasuredSizes(memory.BatchSizes):
         def _recording(self, batch: int) -> replay.Recording:
@@ -395,7 +395,7 @@ def compare(runs: dict[str, tuple[dict, dict]], run: str, measured: MeasuredWork
             calls: list[tuple]) -> None:
     """Each recorded run of `run` at a measured batch size: its workspaces call by call (step
     2) against the measured ones."""
-    from anatomy.analysis.prediction import memory
+    from anatomy.prediction import memory
 
     forward = [c for c in calls if c[0] == "forward"]
     backward = [c for c in calls if c[0] == "backward"]
@@ -441,9 +441,9 @@ def compare(runs: dict[str, tuple[dict, dict]], run: str, measured: MeasuredWork
 def replay_measured(runs: dict[str, tuple[dict, dict]], results: dict, run: str, path: Path,
                     sizes: list[int], rule: str, search: bool, span: str = "") -> None:
     os.environ["ANATOMY_CACHE"] = "off"
-    from anatomy.analysis.prediction import memory
-    from anatomy.analysis.prediction.memory import BatchSizes, calibration_for, capacity_for
-    from anatomy.analysis.prediction.tracing import cuda
+    from anatomy.prediction import memory
+    from anatomy.prediction.memory import BatchSizes, calibration_for, capacity_for
+    from anatomy.prediction.tracing import cuda
 
     measured = MeasuredWorkspaces(path, " ".join(run.split()[:2]))
     interpolation_check(measured)

@@ -54,7 +54,7 @@ def _configs(directory: Path) -> dict[str, Path]:
 
 
 def predictions(configs: dict[str, Path], gpu_name: str) -> dict[str, dict]:
-    from anatomy.analysis.prediction import PredictionError, predict
+    from anatomy.prediction import PredictionError, predict
 
     out = {}
     for model_type, path in configs.items():
@@ -75,8 +75,8 @@ def sdpa_choices() -> list[dict]:
     import torch
     from torch.nn.attention import SDPBackend
 
-    from anatomy.analysis.prediction import device_constants
-    from anatomy.analysis.prediction.device_constants import mask_kind, sdpa_signature
+    from anatomy.prediction import device_constants
+    from anatomy.prediction.device_constants import mask_kind, sdpa_signature
 
     calibration = device_constants.load(torch.cuda.get_device_name(0))
     names = {SDPBackend.FLASH_ATTENTION: "flash", SDPBackend.EFFICIENT_ATTENTION: "efficient",

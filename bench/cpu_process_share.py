@@ -6,12 +6,12 @@ less it.
 
 Runs `anatomy run` on this CPU for each configuration of `RUNS` (small models, batch sizes whose
 tensors range from a few hundred MiB to a few GiB), then reads each run's share as the Anatomy
-page does (analysis/breakdown.py's `process_share`: its RSS peak less its tensors' predicted
+page does (prediction/breakdown.py's `process_share`: its RSS peak less its tensors' predicted
 peak). The share grows with the tensors (glibc keeps part of what they freed): a line with the
 steepest growth two runs of one model show, raised until no run lies above it, is the share a
 prediction keeps free (`fit`). Prints a markdown table; `--write` writes the line to
-anatomy/analysis/prediction/cpu_process.json; `--runs-in STORE` reads the runs of an earlier
-measurement instead of running them again. Results in docs/PREDICTION.md.
+anatomy/prediction/cpu_process.json; `--runs-in STORE` reads the runs of an earlier
+measurement instead of running them again. Results in docs/measurements/prediction-cpu-process-share.md.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-OUTPUT = HERE.parent / "anatomy" / "analysis" / "prediction" / "cpu_process.json"
+OUTPUT = HERE.parent / "anatomy" / "prediction" / "cpu_process.json"
 MIB = 2**20
 # (model, batch size, sequence length): tensors from ~0.2 to ~2.4 GiB.
 RUNS = [("tiny", 8, 512), ("tiny", 32, 512), ("tiny", 64, 512), ("tiny-gpt2", 8, 512),
@@ -41,8 +41,8 @@ def run_all(store_path: Path) -> None:
 def measure(store_path: Path) -> list[dict]:
     """Each completed CPU run of the store: its tensors' predicted peak, its RSS peak, and what
     its process held beside the tensors."""
-    from anatomy.analysis.breakdown import prediction_for, process_share
     from anatomy.analysis.report import report
+    from anatomy.prediction.breakdown import prediction_for, process_share
     from anatomy.store import Store
 
     store = Store(store_path, read_only=True)

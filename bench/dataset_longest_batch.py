@@ -38,8 +38,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    from anatomy.analysis.breakdown import cpu_peak, data_reach, measured_peak, predicted
     from anatomy.analysis.report import report
+    from anatomy.prediction.breakdown import cpu_peak, data_reach, measured_peak, predicted
     from anatomy.store import Store
     from anatomy.views.text import measured_text_batch
     from tools import demo_texts

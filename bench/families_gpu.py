@@ -211,8 +211,8 @@ def measured(out: Path) -> None:
 def edge_labels() -> list[str]:
     """EDGE at the largest batch size predicted for this machine's GPU."""
     from anatomy.analysis.options import RunOptions
-    from anatomy.analysis.prediction import max_batch_size
     from anatomy.engine.devices import machine
+    from anatomy.prediction import max_batch_size
 
     sys.path.insert(0, str(HERE))
     from prediction_grid import Config

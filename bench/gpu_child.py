@@ -214,7 +214,7 @@ def sdpa_table() -> dict[str, str]:
     import torch
     from torch.nn.attention import SDPBackend
 
-    from anatomy.analysis.prediction.device_constants import sdpa_signature
+    from anatomy.prediction.device_constants import sdpa_signature
 
     names = {SDPBackend.FLASH_ATTENTION: "flash", SDPBackend.EFFICIENT_ATTENTION: "efficient",
              SDPBackend.CUDNN_ATTENTION: "cudnn", SDPBackend.MATH: "math"}

@@ -25,8 +25,8 @@ from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
-from anatomy.analysis import breakdown
 from anatomy.analysis.report import report
+from anatomy.prediction import breakdown
 from anatomy.store import Store
 from anatomy.views import compare as compare_view
 from anatomy.views import gpus as gpus_view

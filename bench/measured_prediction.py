@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 
 from anatomy.analysis.options import RunOptions
-from anatomy.analysis.prediction import memory, workspaces
-from anatomy.analysis.prediction.device_constants import load
+from anatomy.prediction import memory, workspaces
+from anatomy.prediction.device_constants import load
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 

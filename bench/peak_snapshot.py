@@ -7,7 +7,7 @@ peak with their Python frames (`--cpp`: and the C++ frames that name the kernel,
 autograd thread allocates, which have no Python frame). Anywhere (a CPU is enough), `--compare`
 traces the same configuration and lists, by size, the blocks alive at the predicted peak that the
 real peak lacks and the reverse. `--replay` feeds every action each recorded run's allocator
-took (`<label>.events.json.gz`) to the simulated allocator (anatomy/analysis/prediction/
+took (`<label>.events.json.gz`) to the simulated allocator (anatomy/prediction/
 allocator.py) at that run's ceiling: whether it runs out of memory at the same request, and the
 reserve it ends with, next to the run's.
 
@@ -51,8 +51,8 @@ def record(labels: list[str], out: Path, stacks: str = "python") -> None:
 
 def predicted_live(config: Config) -> tuple[int, list[int]]:
     """The trace's peak for `config` (for an H200) and the sizes of the storages alive then."""
-    from anatomy.analysis.prediction import memory, replay
-    from anatomy.analysis.prediction.tracing.tracker import ALLOC, FREE
+    from anatomy.prediction import memory, replay
+    from anatomy.prediction.tracing.tracker import ALLOC, FREE
 
     options = config.options()
     steps = memory.steps_measured(options)
@@ -113,7 +113,7 @@ def replay_recorded(events: list, ceiling: int) -> dict:
     gpu_child._write_events writes them) replayed through the simulated allocator with the
     run's ceiling: "completed", or "oom" with the index and size of the request it refused (a
     request the run refused, its `oom` action, is tried too); the reserve at the end."""
-    from anatomy.analysis.prediction.allocator import CachingAllocator, OutOfMemory
+    from anatomy.prediction.allocator import CachingAllocator, OutOfMemory
 
     allocator = CachingAllocator(ceiling)
     live = {}

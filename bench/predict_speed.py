@@ -31,7 +31,7 @@ GPU = "NVIDIA H200"
 OPTIONS = ["--batch-size", "4", "--seq-len", "512", "--precision", "bf16", "--device", "cuda",
            "--gpu-model", GPU]
 # The full trace, as before the extrapolation: the same command with the layers' check saying no.
-FULL_TRACE = ("import sys; from anatomy.analysis.prediction import recordings; "
+FULL_TRACE = ("import sys; from anatomy.prediction import recordings; "
               "recordings._repeats = lambda *a: False; from anatomy.cli.entry import main; "
               "sys.exit(main(sys.argv[1:]))")
 
@@ -84,8 +84,8 @@ def warm(model: str, repeat: int, full_repeat: int) -> list[dict]:
     """In this process, torch and transformers loaded, no disk cache: each prediction new
     options (another batch size: another recording)."""
     from anatomy.analysis.options import RunOptions
-    from anatomy.analysis.prediction import memory, recordings
-    from anatomy.analysis.prediction import predict as predict_run
+    from anatomy.prediction import memory, recordings
+    from anatomy.prediction import predict as predict_run
 
     def once(batch: int) -> tuple[float, float]:
         memory._cached_recording.cache_clear()
@@ -107,7 +107,7 @@ def warm(model: str, repeat: int, full_repeat: int) -> list[dict]:
 
 def refused(model: str, repeat: int) -> list[dict]:
     from anatomy.analysis.options import RunOptions
-    from anatomy.analysis.prediction import PredictionError, predict
+    from anatomy.prediction import PredictionError, predict
 
     deep = Path(tempfile.mkdtemp()) / "deep.json"
     deep.write_text(json.dumps({**json.loads((ROOT / model).read_text()),

@@ -16,7 +16,7 @@ Parts:
 - calibrate: the device's facts (context, what CUDA lets a process allocate, cuBLAS's
   workspaces, the attention kernel per signature and its backward scratch) and the calibration
   set's runs (NVML beyond the context and the allocator's reserve): the constants, written to
-  anatomy/analysis/prediction/calibration/<gpu>.json and DIR/<gpu>.json;
+  anatomy/prediction/calibration/<gpu>.json and DIR/<gpu>.json;
 - grid: GRID's configurations (models of bench/models/, their published configurations),
   predicted, then run STEPS steps: components, allocator peak and reserve, NVML peak;
 - edge: the edge margin fitted on the runs at the capacity's edge of FITTING_SET
@@ -58,8 +58,8 @@ sys.path[:0] = [str(ROOT), str(HERE)]
 from anatomy.analysis import models  # noqa: E402
 from anatomy.analysis.components import MEASURED_STEPS  # noqa: E402
 from anatomy.analysis.options import RunOptions  # noqa: E402
-from anatomy.analysis.prediction import device_constants  # noqa: E402
-from anatomy.analysis.prediction.device_constants import DeviceCalibration  # noqa: E402
+from anatomy.prediction import device_constants  # noqa: E402
+from anatomy.prediction.device_constants import DeviceCalibration  # noqa: E402
 
 MIB = 2**20
 STEPS = MEASURED_STEPS  # the probe's steps: the prediction replays the same ones
@@ -252,7 +252,7 @@ def predict_one(config: Config, gpu_name: str | None, device: str, total: int | 
                 ) -> dict:
     """`total`: the GPU's memory, which bounds the allocator's reserve (None: the calibrated
     GPU's)."""
-    from anatomy.analysis.prediction import PredictionError, predict
+    from anatomy.prediction import PredictionError, predict
 
     started = time.monotonic()
     try:
@@ -268,8 +268,8 @@ def predict_one(config: Config, gpu_name: str | None, device: str, total: int | 
 def predict_fit(config: Config, gpu_name: str | None, device: str, total: int) -> dict:
     """The largest batch size predicted to fit, and each size around it as the edge sees it
     (allocated peak, largest request): what a refit of the edge needs from this run."""
-    from anatomy.analysis.prediction import BatchSizes, PredictionError, max_batch_size
-    from anatomy.analysis.prediction.memory import calibration_for
+    from anatomy.prediction import BatchSizes, PredictionError, max_batch_size
+    from anatomy.prediction.memory import calibration_for
 
     started = time.monotonic()
     options = config.options()
@@ -291,8 +291,8 @@ def edge_point(config: Config, batch: int, gpu_name: str | None, ceiling: int) -
     """A batch size of a run at the capacity's edge, as the prediction sees it now: its
     allocated peak, and the largest margin (a fraction of `ceiling`, the allocator's ceiling
     in that run) with which the simulated allocator still holds it (-1: not even without)."""
-    from anatomy.analysis.prediction import BatchSizes
-    from anatomy.analysis.prediction.memory import calibration_for
+    from anatomy.prediction import BatchSizes
+    from anatomy.prediction.memory import calibration_for
 
     sizes = BatchSizes(config.options(), "cuda", calibration_for("cuda", gpu_name))
     measured = sizes.measure(batch)

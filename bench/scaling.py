@@ -37,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from anatomy.analysis import prediction  # noqa: E402
+from anatomy import prediction  # noqa: E402
 from anatomy.analysis.compare import scaling_efficiency  # noqa: E402
 from anatomy.analysis.options import RunOptions  # noqa: E402
 from anatomy.analysis.report import report  # noqa: E402

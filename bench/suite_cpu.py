@@ -8,7 +8,8 @@ As a pytest plugin it writes one JSON line per test (into $SUITE_CPU, a file per
 its wall time, and the CPU of the worker itself and of the children it reaped meanwhile
 (getrusage's RUSAGE_SELF and RUSAGE_CHILDREN). A child's CPU counts when it is reaped, so a
 process a session or module fixture started counts in the test that ends it. The report sums
-them by file and says how long each worker was busy. docs/BENCHMARKS.md has the figures.
+them by file and says how long each worker was busy. docs/BENCHMARKS.md (and the sessions it links
+in docs/measurements/) has the figures.
 """
 
 from __future__ import annotations

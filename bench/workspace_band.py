@@ -24,8 +24,8 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]
 from measured_prediction import table_of  # noqa: E402
 
 from anatomy.analysis.options import RunOptions  # noqa: E402
-from anatomy.analysis.prediction import memory, workspaces  # noqa: E402
-from anatomy.analysis.prediction.device_constants import load  # noqa: E402
+from anatomy.prediction import memory, workspaces  # noqa: E402
+from anatomy.prediction.device_constants import load  # noqa: E402
 
 DATA = HERE.parent / "docs" / "data"
 MIB = 2**20

@@ -8,7 +8,7 @@ import dataclasses
 from pathlib import Path
 
 from anatomy.analysis import models
-from anatomy.analysis.prediction import replay
+from anatomy.prediction import replay
 
 DEEP = 6
 # Models of transformers' own defaults, made small as the coverage benchmark makes them:

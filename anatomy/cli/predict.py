@@ -8,18 +8,18 @@ import gc
 import json
 import sys
 
-from anatomy.analysis import data, dummy_data, models, prediction
+from anatomy import prediction
+from anatomy.analysis import data, dummy_data, models
 from anatomy.analysis.data import Tokenized
 from anatomy.analysis.lengths import MAX_LENGTH, Lengths, TextBatch
 from anatomy.analysis.options import InvalidOptions, RunOptions, check
-from anatomy.analysis.prediction import device_constants
-from anatomy.analysis.prediction.batches import DataPrediction, predict_data
-from anatomy.analysis.prediction.limits import judge
-from anatomy.analysis.prediction.workspaces import WorkspaceError
 from anatomy.cli.arguments import add_run_options, values_from_args
 from anatomy.cli.render import SaidMeasurer, refused, table
 from anatomy.engine.locks import gpu_key
 from anatomy.engine.manager import machine
+from anatomy.prediction import Answer, Request, answer, device_constants, target
+from anatomy.prediction.batches import DataPrediction
+from anatomy.prediction.workspaces import WorkspaceError
 from anatomy.store import TrainingData
 from anatomy.units import MIB, MIB_NAME, in_mib, size_text
 
@@ -46,21 +46,6 @@ def register(commands: argparse._SubParsersAction) -> None:
     predict.set_defaults(func=cmd_predict)
 
 
-def _prediction_target(args: argparse.Namespace, info) -> tuple[str, str | None, int]:
-    """The device kind a prediction assumes, the GPU model whose constants it takes, and the
-    memory that device has: this machine's, unless --device / --gpu-model say otherwise (a GPU
-    model named is a GPU's prediction, on a machine without one too)."""
-    device = args.device or ("cuda" if info.has_gpu or args.gpu_model else "cpu")
-    if device == "cpu":
-        return device, None, info.ram_total
-    gpu = info.devices[args.gpu or 0] if info.has_gpu and (args.gpu or 0) < info.gpu_count \
-        else None
-    name = args.gpu_model or (gpu.name if gpu else None)
-    constants = device_constants.load(name)
-    total = gpu.total if gpu and gpu.name == (name or gpu.name) else constants.total_bytes
-    return device, name or constants.device, total
-
-
 def cmd_predict(args: argparse.Namespace) -> int:
     # At exit, what is left is frozen: the interpreter's last collections skip it (torch's and
     # transformers' objects: a second of CPU); the memory goes with the process, a prediction
@@ -82,7 +67,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     info = machine()
     try:
         options = RunOptions.read(values_from_args(args, info.gpu_count > 0))
-        device, gpu_name, total = _prediction_target(args, info)
+        aimed = target(info, args.gpu or 0, device=args.device, gpu_model=args.gpu_model)
+        device, gpu_name, total = aimed
         # A prediction for another machine's GPU is judged as that GPU would judge it.
         # Several GPUs (--gpus 0,1) are judged as a machine with that many would judge them.
         gpus = max(info.gpu_count, (options.world_size if options.gpus else 1)
@@ -116,24 +102,16 @@ def cmd_predict(args: argparse.Namespace) -> int:
     try:
         if args.max_batch_size:
             measure_on = info.devices[args.gpu or 0] if args.measure_convolutions else None
-            return _print_batch_fit(options, device, gpu_name, total, args.json, measure_on)
+            return _print_batch_fit(answer(Request(options, aimed)), args.json, measure_on)
         options, texts = data.prepared(options)
         measured = (_measured_workspaces(options, gpu_name, info.devices[args.gpu or 0])
                     if args.measure_convolutions else None)
-        bound = total if device == "cuda" else None
-        found = predict_data(options, texts.facts, device=device, gpu_name=gpu_name,
-                             total=bound) if texts is not None else None
-        predicted = found.longest if found else \
-            prediction.predict(options, device=device, gpu_name=gpu_name, total=bound,
-                               measured=measured)
-        longest = found.batches.longest if found else None
-        ranks = (prediction.predict_ranks(options, device=device, gpu_name=gpu_name,
-                                          text=longest)
-                 if options.distributed else None)
+        said = answer(Request(options, aimed, texts.facts if texts is not None else None,
+                              measured))
+        found, predicted, ranks = said.data, said.alone, said.ranks
         # One process on its device: whether it fits and which limit decides (a rank's own peak
         # is in the ranks' line); a dataset's at its longest batch.
-        verdict = None if ranks else judge(options, device=device, total=total,
-                                           gpu_name=gpu_name, measured=measured, text=longest)
+        verdict = said.verdict
     except (prediction.PredictionError, WorkspaceError, data.DataError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -266,15 +244,14 @@ def _measuring_refusal(args: argparse.Namespace, info, device: str, gpu_name: st
     return None
 
 
-def _print_batch_fit(options: RunOptions, device: str, gpu_name: str | None, total: int,
-                     as_json: bool, measure_on=None) -> int:
+def _print_batch_fit(said: Answer, as_json: bool, measure_on=None) -> int:
     """`measure_on`: this machine's GPU (analysis.machine.Device, checked by _measuring_refusal)
     to measure the convolutions on, holding its device lock while it measures."""
+    device, gpu_name, total = said.request.target
     measure = None if measure_on is None else \
         SaidMeasurer(measure_on.index, gpu_key(measure_on.nvml_index))
     try:
-        fit = prediction.max_batch_size(options, device=device, total=total, gpu_name=gpu_name,
-                                        measure=measure)
+        fit = said.largest_batch(measure)
     finally:
         if measure is not None:
             measure.close()

@@ -8,9 +8,9 @@ import sys
 import unicodedata
 
 from anatomy.analysis.options import InvalidOptions
-from anatomy.analysis.prediction.workspaces import Measurer, WorkspaceError
 from anatomy.analysis.report import RunReport
 from anatomy.engine.locks import DeviceBusy, DeviceLock
+from anatomy.prediction.workspaces import Measurer, WorkspaceError
 from anatomy.store import Store
 from anatomy.units import mib_text
 from anatomy.views import gpus, text

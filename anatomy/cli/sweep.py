@@ -8,9 +8,8 @@ import sys
 from collections.abc import Callable
 from typing import TextIO
 
-from anatomy.analysis import prediction
+from anatomy import prediction
 from anatomy.analysis.options import FIELDS, InvalidOptions, validated
-from anatomy.analysis.prediction.workspaces import WorkspaceError
 from anatomy.analysis.report import report
 from anatomy.analysis.sweeps import SweepGrid, grid, parse_vary
 from anatomy.cli.arguments import add_run_options, add_store_option, values_from_args
@@ -19,6 +18,8 @@ from anatomy.cli.signals import POLL_SECONDS, StopSignals
 from anatomy.engine.locks import gpu_key
 from anatomy.engine.manager import DeviceBusy, RunManager, machine
 from anatomy.engine.sweep import Sweep, SweepEvent
+from anatomy.prediction import Request, answer, target
+from anatomy.prediction.workspaces import WorkspaceError
 from anatomy.store import Store
 from anatomy.units import in_mib
 from anatomy.vocabulary import Status
@@ -131,13 +132,9 @@ def _predicted_ladder(values: dict, info) -> tuple[dict[str, list], str]:
         raise InvalidOptions({"dataset": "dataset: --from-prediction searches the dummy data's "
                                          "batches of one length: give --vary batch-size=… for a "
                                          "dataset"})
-    device = "cuda" if info.has_gpu else "cpu"
+    said = answer(Request(base, target(info, base.gpu)))
     gpu = info.devices[base.gpu] if info.has_gpu else None
-
-    def fit_with(measure):
-        return prediction.max_batch_size(base, device=device,
-                                         total=gpu.total if gpu else info.ram_total,
-                                         gpu_name=gpu.name if gpu else None, measure=measure)
+    fit_with = said.largest_batch
 
     # The runs are on this GPU: a run with convolutions gets their cuDNN workspaces measured
     # on it (predict --measure-convolutions), the margin's answer where they cannot be.

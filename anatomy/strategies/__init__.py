@@ -5,7 +5,7 @@ A strategy says what the Trainer is given for it, what it refuses (one line each
 of it holds — worked out from one process's prediction, or traced where arithmetic cannot follow
 it — and the words the pages and messages use for it. Nothing else in anatomy branches on a
 strategy's name: a new one is a module here, its entry in `REGISTERED`, and, where a rank's step
-must be traced, a tracer module of analysis/prediction/tracing/ that its `tracer` names.
+must be traced, a tracer module of prediction/tracing/ that its `tracer` names.
 
 It sits just above the vocabulary (the store checks a stored run's strategy against the
 registry) and imports nothing else of anatomy; torch and transformers only inside the functions

@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 
 class TracedRank(NamedTuple):
     """The recording of one rank's step, as the prediction keys and traces it: rank 0 of `world`
-    processes, followed by the tracer module `tracer` (analysis/prediction/tracing/)."""
+    processes, followed by the tracer module `tracer` (prediction/tracing/)."""
 
     tracer: str
     world: int
@@ -51,7 +51,7 @@ class Strategy:
 
     def rank_memory(self, alone: Any, world: int) -> RankMemory:
         """One rank's tensors from the single-process prediction of the same per-device batch
-        (`alone`: analysis/prediction's `Prediction`); a strategy with a `tracer` has its rank
+        (`alone`: prediction's `Prediction`); a strategy with a `tracer` has its rank
         traced instead."""
         raise NotImplementedError(f"{self.label}'s rank is traced, not worked out")
 

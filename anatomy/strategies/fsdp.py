@@ -1,7 +1,7 @@
 """FSDP (full shard, FSDP2 as accelerate drives it): each process holds a shard of the
 parameters, gradients and optimizer states, and gathers a layer's parameters whole for its
 forward and backward passes. The Trainer builds accelerate's FSDP plugin from its arguments;
-a rank's memory is traced (analysis/prediction/tracing/fsdp.py), its collectives' buffers
+a rank's memory is traced (prediction/tracing/fsdp.py), its collectives' buffers
 named as torch makes them."""
 
 from __future__ import annotations

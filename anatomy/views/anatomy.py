@@ -3,7 +3,7 @@ for each component, the waterfall from the CUDA context to the peak, the moments
 bytes per parameter next to the walkthrough's, what the operation classes mean on this device,
 and each rank of several processes.
 
-The numbers come from anatomy/analysis/breakdown.py (the run's measured components and its
+The numbers come from anatomy/prediction/breakdown.py (the run's measured components and its
 prediction); this module names and arranges them.
 """
 
@@ -15,14 +15,6 @@ from typing import NamedTuple
 import numpy as np
 
 from anatomy import strategies
-from anatomy.analysis.breakdown import (
-    DataReach,
-    cpu_peak,
-    error_percent,
-    measured_components,
-    measured_peak,
-    parameters,
-)
 from anatomy.analysis.components import TENSOR_PARTS, Components
 from anatomy.analysis.operations import (
     CONTRACTION,
@@ -32,12 +24,20 @@ from anatomy.analysis.operations import (
     PAPER_SHARES,
     OperationProfile,
 )
-from anatomy.analysis.prediction import (
+from anatomy.analysis.report import RunReport
+from anatomy.prediction import (
     Prediction,
     RankPrediction,
     walkthrough_bytes_per_parameter,
 )
-from anatomy.analysis.report import RunReport
+from anatomy.prediction.breakdown import (
+    DataReach,
+    cpu_peak,
+    error_percent,
+    measured_components,
+    measured_peak,
+    parameters,
+)
 from anatomy.store import Sample, Step
 from anatomy.units import mib_text
 from anatomy.views import text

@@ -9,14 +9,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-from anatomy.analysis import breakdown, data, duration, models
-from anatomy.analysis.lengths import TextBatch
+from anatomy.analysis import data, duration, models
 from anatomy.analysis.machine import Machine
 from anatomy.analysis.options import Checked, RunOptions
-from anatomy.analysis.prediction import PredictionError, max_batch_size, predict, predict_ranks
-from anatomy.analysis.prediction.batches import DataBatches, predict_data
-from anatomy.analysis.prediction.limits import judge
 from anatomy.analysis.report import PHASES, PhaseReading, RunReport
+from anatomy.prediction import (
+    Answer,
+    PredictionError,
+    Request,
+    Target,
+    answer,
+    breakdown,
+    target,
+)
+from anatomy.prediction.batches import DataBatches
 from anatomy.store import GpuStatus, HostStatus, Step, Store
 from anatomy.units import GIB, gib_text, mib_text, size_text
 from anatomy.views import gpus, text
@@ -199,12 +205,12 @@ class Forecast(NamedTuple):
     data: DataBatches | None = None  # a dataset's lengths and the batches it was predicted at
 
 
-def _target(options: RunOptions, machine: Machine) -> tuple[str, str | None, int, str]:
-    """The device kind, the GPU model (its calibrated constants), its memory, and its words."""
-    if machine.has_gpu:
-        gpu = machine.devices[options.gpu]
-        return "cuda", gpu.name, gpu.total, f"GPU {options.gpu}'s {gib_text(gpu.total)}"
-    return "cpu", None, machine.ram_total, f"this machine's {gib_text(machine.ram_total)} of RAM"
+def _target(options: RunOptions, machine: Machine) -> tuple[Target, str]:
+    """The device the run would use, and its words."""
+    aimed = target(machine, options.gpu)
+    where = (f"GPU {options.gpu}'s {gib_text(aimed.total)}" if aimed.device == "cuda" else
+             f"this machine's {gib_text(aimed.total)} of RAM")
+    return aimed, where
 
 
 def memory_forecast(checked: Checked, machine: Machine, store: Store | None = None
@@ -215,18 +221,13 @@ def memory_forecast(checked: Checked, machine: Machine, store: Store | None = No
     CPU run in `store` held it before training (the Anatomy page's figure,
     `breakdown.stored_cpu_peak`)."""
     options = checked.options
-    device, gpu_name, total, where = _target(options, machine)
+    aimed, where = _target(options, machine)
+    device, total = aimed.device, aimed.total
     try:
         options, texts = data.prepared(options, progress=False)
-        bound = total if device == "cuda" else None
-        found = predict_data(options, texts.facts, device=device, gpu_name=gpu_name,
-                             total=bound) if texts is not None else None
-        longest = found.batches.longest if found else None
-        if options.distributed:
-            forecast = predict_ranks(options, device=device, gpu_name=gpu_name, text=longest)
-        else:
-            forecast = found.longest if found else \
-                predict(options, device=device, gpu_name=gpu_name, total=bound)
+        said = answer(Request(options, aimed, texts.facts if texts is not None else None))
+        found = said.data
+        forecast = said.ranks if options.distributed else said.alone
     except (PredictionError, data.DataError) as error:
         return Forecast(None, f"cannot predict this run: {error}")
     line = forecast.need_line()
@@ -251,18 +252,17 @@ def memory_forecast(checked: Checked, machine: Machine, store: Store | None = No
                 f"{size_text(expected.process)} for the process itself (the interpreter, torch's "
                 f"libraries, the data: as run {run_id} held them before training)")
     try:
-        warning = _fit_warning(options, device, gpu_name, total, where, longest)
+        warning = _fit_warning(said, where)
     except PredictionError as error:
         return Forecast(None, f"cannot predict this run: {error}")
     return Forecast(line, warning, data=found.batches if found else None)
 
 
-def _fit_warning(options: RunOptions, device: str, gpu_name: str | None, total: int,
-                 where: str, text: TextBatch | None = None) -> str | None:
+def _fit_warning(said: Answer, where: str) -> str | None:
     """One process against its device: nothing where it fits surely; else that it does not
     (or may not) fit, which limit decides, and the largest batch size that does
-    (prediction/limits.py); a dataset's at its longest batch (`text`)."""
-    verdict = judge(options, device=device, total=total, gpu_name=gpu_name, text=text)
+    (prediction/limits.py); a dataset's at its longest batch."""
+    verdict = said.verdict
     if verdict.sure:
         return None
     line = verdict.line(where)
@@ -383,9 +383,9 @@ def batch_size_forecast(checked: Checked, machine: Machine) -> Forecast:
                               f"({options.strategy}): with one process it gives its answer, and "
                               f"Predict memory and time tells what each of the {n} needs at "
                               "this batch size")
-    device, gpu_name, total, where = _target(options, machine)
+    aimed, where = _target(options, machine)
     try:
-        fit = max_batch_size(options, device=device, total=total, gpu_name=gpu_name)
+        fit = answer(Request(options, aimed)).largest_batch()
     except PredictionError as error:
         return Forecast(None, f"cannot predict this run: {error}")
     if fit.batch_size is None:

@@ -12,8 +12,8 @@ import sys
 import psutil
 import pytest
 
-from anatomy.analysis import breakdown
 from anatomy.analysis.report import report
+from anatomy.prediction import breakdown
 from anatomy.store import PHASES, Store
 from anatomy.views.anatomy import user_run_basis
 from anatomy.vocabulary import phase_name

@@ -85,9 +85,8 @@ def test_a_run_carries_its_relatively_named_model_past_the_folders_deletion(tmp_
 
     from transformers import BertConfig
 
-    from anatomy.analysis import breakdown
-    from anatomy.analysis.prediction import Prediction
     from anatomy.analysis.report import report
+    from anatomy.prediction import Prediction, breakdown
     from anatomy.store import Store
 
     project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
@@ -210,8 +209,8 @@ def test_a_config_its_config_class_refuses_is_one_line_and_starts_nothing(tmp_pa
 def test_a_sweep_from_the_prediction_runs_that_size_and_the_next():
     from anatomy.analysis.machine import Machine
     from anatomy.analysis.options import RunOptions
-    from anatomy.analysis.prediction import CPU_PROCESS
     from anatomy.cli.sweep import _predicted_ladder
+    from anatomy.prediction import CPU_PROCESS
 
     ram = CPU_PROCESS.share(64 * 2**20) + 64 * 2**20  # 64 MiB of tensors beside the process
     small = Machine(backend="cpu-rss", memory_api="rss", devices=(), driver=None,
@@ -235,7 +234,7 @@ def test_measuring_without_a_gpu_is_one_line():
     traceback of the child's."""
     import psutil
 
-    from anatomy.analysis.prediction.workspaces import WorkspaceError, layer_key, measure
+    from anatomy.prediction.workspaces import WorkspaceError, layer_key, measure
 
     key = layer_key((0, 3, 8, 8), (4, 3, 3, 3), (1, 1), (1, 1), (1, 1), 1, "float32")
     before = set(psutil.Process().children(recursive=True))
@@ -249,9 +248,9 @@ def test_measuring_without_a_gpu_is_one_line():
 
 @pytest.mark.parametrize("request_text", ["", "[]", '{"keys": 5, "batches": [2]}'])
 def test_the_measuring_child_run_by_hand_refuses_a_bad_request_in_a_line(request_text):
-    """`python -m anatomy.analysis.prediction.workspaces` is the measurement's child; run by
+    """`python -m anatomy.prediction.workspaces` is the measurement's child; run by
     hand with what it cannot read, it says what it expects, no traceback."""
-    done = subprocess.run([sys.executable, "-m", "anatomy.analysis.prediction.workspaces"],
+    done = subprocess.run([sys.executable, "-m", "anatomy.prediction.workspaces"],
                           input=request_text, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and "expects on standard input" in done.stderr
@@ -263,9 +262,9 @@ def test_from_prediction_where_the_workspaces_cannot_be_measured_keeps_the_margi
     first; where they cannot be (here NVML says an H200, CUDA has none), it says why in a line
     and confirms the margin's answer instead, as `predict --max-batch-size` gives it."""
     from anatomy.analysis.options import RunOptions
-    from anatomy.analysis.prediction import max_batch_size
     from anatomy.cli.sweep import _predicted_ladder
     from anatomy.engine import nvml
+    from anatomy.prediction import max_batch_size
     from tests.fake_nvml import FakePynvml
 
     nvml._lib = FakePynvml(gpus=1)

@@ -12,9 +12,9 @@ import sys
 
 import pytest
 
-from anatomy.analysis.breakdown import data_reach, predicted
 from anatomy.analysis.lengths import TextBatch
 from anatomy.analysis.report import report
+from anatomy.prediction.breakdown import data_reach, predicted
 from anatomy.store import Store
 from anatomy.views import anatomy as anatomy_view
 from anatomy.views.text import measured_text_batch

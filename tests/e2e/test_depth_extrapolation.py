@@ -13,11 +13,11 @@ import dataclasses
 import pytest
 
 from anatomy.analysis import models
-from anatomy.analysis.prediction import layers, recordings, replay
-from anatomy.analysis.prediction.device_constants import DEFAULT
-from anatomy.analysis.prediction.tracing import record as record_module
-from anatomy.analysis.prediction.tracing.record import record
-from anatomy.analysis.prediction.tracing.trainer_step import StepOptions
+from anatomy.prediction import layers, recordings, replay
+from anatomy.prediction.device_constants import DEFAULT
+from anatomy.prediction.tracing import record as record_module
+from anatomy.prediction.tracing.record import record
+from anatomy.prediction.tracing.trainer_step import StepOptions
 from tests.depth import DEEP, at_depth, canonical, saved
 
 # (precision, checkpointing, accumulation, optimizer, LoRA rank, kernels: the CUDA emulation's

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import pytest
 
-from anatomy.analysis.prediction import memory, replay
+from anatomy.prediction import memory, replay
 from bench.peak_snapshot import first_refusal
 from bench.prediction_grid import Config
 from tests.unit.test_caching_allocator import _recorded_runs

@@ -12,9 +12,9 @@ from dataclasses import replace
 import pytest
 
 from anatomy.analysis.models import PRESETS
-from anatomy.analysis.prediction import predict
 from anatomy.analysis.report import report
 from anatomy.engine.manager import machine
+from anatomy.prediction import predict
 from tests.conftest import TINY, flags
 
 ON_GPU = machine().has_gpu

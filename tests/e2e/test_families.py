@@ -18,8 +18,8 @@ import time
 import pytest
 
 from anatomy.analysis.options import RunOptions, validate
-from anatomy.analysis.prediction import PredictionError, predict
 from anatomy.engine import protocol
+from anatomy.prediction import PredictionError, predict
 from tests.conftest import small_ner_config
 from tests.helpers import wait_until
 

@@ -15,8 +15,8 @@ import pytest
 
 from anatomy import strategies
 from anatomy.analysis import models
-from anatomy.analysis.prediction import replay
-from anatomy.analysis.prediction.tracing.trainer_step import StepOptions
+from anatomy.prediction import replay
+from anatomy.prediction.tracing.trainer_step import StepOptions
 from tests.helpers import free_port
 
 STEPS = 2
@@ -83,9 +83,9 @@ def _measured(case: tuple) -> tuple[int, int, int]:
     """One case on this rank: (peak, weights at the end of the build, activations)."""
     import torch
 
-    from anatomy.analysis.prediction.tracing import fsdp
-    from anatomy.analysis.prediction.tracing.tracker import LiveTensors, Timeline
-    from anatomy.analysis.prediction.tracing.trainer_step import TrainerStep
+    from anatomy.prediction.tracing import fsdp
+    from anatomy.prediction.tracing.tracker import LiveTensors, Timeline
+    from anatomy.prediction.tracing.trainer_step import TrainerStep
 
     options = _options(case)
     spec = models.resolve(case[0])
@@ -142,7 +142,7 @@ def _ranks_measured() -> dict[tuple, list[tuple]]:
 def test_fsdp_ranks_on_the_cpu_are_predicted_to_the_byte():
     """Every case, on one pair of ranks (one test, not one per case: pytest-xdist may give a
     case's test to another worker, which would start ranks of its own)."""
-    from anatomy.analysis.prediction.tracing.record import record
+    from anatomy.prediction.tracing.record import record
 
     for case, measured in _ranks_measured().items():
         name, accumulation, options = case[0], case[3], _options(case)

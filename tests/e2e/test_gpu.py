@@ -244,7 +244,7 @@ def test_the_device_panel_reads_the_gpu_as_nvitop_does(manager, store):
 def test_measured_next_to_predicted_on_the_gpu(manager, store, model):
     """The run's measured components next to the traced prediction with this GPU's constants:
     weights, gradients and states exact, the allocator's peak within 3%."""
-    from anatomy.analysis.prediction import predict
+    from anatomy.prediction import predict
 
     options = RunOptions(model=model, batch_size=8, seq_len=256, precision="bf16", max_steps=3)
     run_id = manager.start(options)
@@ -261,7 +261,7 @@ def test_a_users_trainer_script_under_watch_on_the_gpu(tmp_path):
     """The path a user walks: their Trainer script with the callback, under `anatomy watch`, on
     the GPU: the four phases, its steps, the components measured, and the prediction made from
     the config the callback recorded lands on the allocator's peak."""
-    from anatomy.analysis.breakdown import NoPrediction, predicted
+    from anatomy.prediction.breakdown import NoPrediction, predicted
 
     path = tmp_path / "user.sqlite"
     env = {**os.environ, "ANATOMY_STORE": str(path), "PYTHONPATH": os.pathsep.join(

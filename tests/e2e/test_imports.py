@@ -20,7 +20,7 @@ def test_the_cli_views_and_analysis_load_without_torch_or_streamlit():
     modules = ["anatomy.cli", "anatomy.views.figures.live", "anatomy.views.figures.compare",
                "anatomy.views.figures.runs", "anatomy.views.figures.anatomy", "anatomy.views.live",
                "anatomy.views.compare", "anatomy.views.anatomy", "anatomy.views.runs",
-               "anatomy.views.export", "anatomy.analysis.breakdown", "anatomy.analysis.transfer",
+               "anatomy.views.export", "anatomy.prediction.breakdown", "anatomy.analysis.transfer",
                "anatomy.analysis.sweeps", "anatomy.engine.manager", "anatomy.engine.sweep",
                "anatomy.dashboard"]  # the package names its entry file without Streamlit
     probe = (f"import sys; import {', '.join(modules)}; "
@@ -45,8 +45,8 @@ def test_a_cold_prediction_skips_the_trainer_module_and_its_first_recording_is_i
     probe = (
         "import sys\n"
         "from anatomy.analysis import models\n"
-        "from anatomy.analysis.prediction.tracing.record import record\n"
-        "from anatomy.analysis.prediction.tracing.trainer_step import StepOptions\n"
+        "from anatomy.prediction.tracing.record import record\n"
+        "from anatomy.prediction.tracing.trainer_step import StepOptions\n"
         "spec, step = models.resolve('tiny-llama'), StepOptions('bf16', False, 1, 'adamw_torch', 2, 16)\n"
         "first, second = (record(spec, step, kernels='cpu', lora_rank=4) for _ in range(2))\n"
         "print(sorted(first.events) == sorted(second.events), len(first.events) > 100)\n"

@@ -15,11 +15,11 @@ import torch
 
 from anatomy.analysis import models
 from anatomy.analysis.options import RunOptions
-from anatomy.analysis.prediction import max_batch_size, memory, replay
-from anatomy.analysis.prediction.device_constants import DEFAULT
-from anatomy.analysis.prediction.tracing.record import record
-from anatomy.analysis.prediction.tracing.tracker import LiveTensors, Timeline
-from anatomy.analysis.prediction.tracing.trainer_step import StepOptions, TrainerStep
+from anatomy.prediction import max_batch_size, memory, replay
+from anatomy.prediction.device_constants import DEFAULT
+from anatomy.prediction.tracing.record import record
+from anatomy.prediction.tracing.tracker import LiveTensors, Timeline
+from anatomy.prediction.tracing.trainer_step import StepOptions, TrainerStep
 from tests.conftest import small_ner_config
 
 MIB = 2**20

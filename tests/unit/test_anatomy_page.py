@@ -7,11 +7,10 @@ from __future__ import annotations
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from anatomy.analysis import breakdown
 from anatomy.analysis.operations import CLASSES, ClassTotals, OperationProfile
-from anatomy.analysis.prediction import device_constants
 from anatomy.analysis.report import report
 from anatomy.dashboard.widgets import INTERACTIVE
+from anatomy.prediction import breakdown, device_constants
 from anatomy.units import MIB, mib_text
 from anatomy.views import anatomy as view
 from anatomy.views import text
@@ -406,7 +405,7 @@ def dataset_run(store, seed):
     to their longest: its components measured on a micro-batch of 12 and 4 tokens."""
     from anatomy.analysis.lengths import TextBatch
     from anatomy.analysis.options import RunOptions
-    from anatomy.analysis.prediction import predict
+    from anatomy.prediction import predict
 
     run_id = seed(backend="cpu-rss")
     options = RunOptions(model="tiny-llama", batch_size=2, max_steps=8, dataset_size=5,

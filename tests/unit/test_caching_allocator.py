@@ -1,4 +1,4 @@
-"""The simulated caching allocator (anatomy/analysis/prediction/allocator.py) held to what the
+"""The simulated caching allocator (anatomy/prediction/allocator.py) held to what the
 H200's allocator did: every action of nineteen runs at the capacity's edge, recorded on 2026-12-02
 (docs/data/h200-2026-12-02/allocator-events*.tgz), replayed at each run's ceiling."""
 
@@ -9,7 +9,7 @@ import json
 import tarfile
 from pathlib import Path
 
-from anatomy.analysis.prediction.allocator import CachingAllocator
+from anatomy.prediction.allocator import CachingAllocator
 from bench.peak_snapshot import first_refusal, replay_recorded
 
 DATA = Path(__file__).resolve().parents[2] / "docs" / "data" / "h200-2026-12-02"
@@ -71,7 +71,7 @@ def test_a_refused_workspace_releases_the_cache_and_its_convolution_runs_without
     RegNet-Y-040's 547 MiB workspace at batch 1,340 five times, then ran on, and ran out of
     memory only at the next activation. The replay takes a refused workspace (replay.Workspace)
     as the engine with none, from then on for its key; any other refusal ends the run."""
-    from anatomy.analysis.prediction.replay import ALLOC, FREE, Workspace, measure
+    from anatomy.prediction.replay import ALLOC, FREE, Workspace, measure
 
     key = ("forward", (1088, 7, 7))
     events = [(ALLOC, 1, 60 * MIB), (ALLOC, 2, 30 * MIB), (FREE, 2, 0),  # 30 MiB cached, free

@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 
 from anatomy import cli
-from anatomy.analysis import breakdown, carried_model, models, transfer
-from anatomy.analysis.prediction import Prediction
+from anatomy.analysis import carried_model, models, transfer
 from anatomy.analysis.report import report
+from anatomy.prediction import Prediction, breakdown
 from tests.conftest import USERS_MODEL
 
 

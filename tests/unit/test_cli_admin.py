@@ -215,19 +215,14 @@ def test_an_unknown_run_is_a_message(store, capsys, command):
 def test_a_gpu_model_named_is_a_gpus_prediction_on_a_machine_without_one():
     """`predict --gpu-model "NVIDIA H200"` on a CPU machine predicts for that GPU (it predicted
     for this machine's RAM, the GPU named and ignored); with --device cpu it is refused."""
-    import argparse
-
     from anatomy.analysis.machine import Machine
-    from anatomy.analysis.prediction import device_constants
-    from anatomy.cli.predict import _prediction_target
+    from anatomy.prediction import device_constants, target
     from anatomy.vocabulary import Backend
 
     cpu_only = Machine(Backend.CPU_RSS, "none", (), None, None, 24 * 2**30, "no GPU")
-    named = argparse.Namespace(device=None, gpu=None, gpu_model="NVIDIA H200")
-    assert _prediction_target(named, cpu_only) == (
+    assert target(cpu_only, gpu_model="NVIDIA H200") == (
         "cuda", "NVIDIA H200", device_constants.load("NVIDIA H200").total_bytes)
-    unnamed = argparse.Namespace(device=None, gpu=None, gpu_model=None)
-    assert _prediction_target(unnamed, cpu_only) == ("cpu", None, 24 * 2**30)
+    assert target(cpu_only) == ("cpu", None, 24 * 2**30)
 
 
 def test_a_gpu_model_with_device_cpu_is_one_line_and_predicts_nothing(capsys):
@@ -239,7 +234,7 @@ def test_a_gpu_model_with_device_cpu_is_one_line_and_predicts_nothing(capsys):
 def test_what_fits_for_several_processes_is_one_line_and_searches_nothing(capsys, monkeypatch):
     """`predict --max-batch-size --processes 2` answered "≥ 4096" for one process alone (two
     CPU ranks share one RAM); the form says so too (views/live.py)."""
-    from anatomy.analysis import prediction
+    from anatomy import prediction
 
     def searched(*args, **kwargs):
         raise AssertionError("the search ran")
@@ -258,7 +253,7 @@ def test_measuring_the_convolutions_is_refused_in_a_line_where_it_cannot(capsys,
                                                                           extra, words):
     """--measure-convolutions measures this machine's GPU (for the batch size, or the largest
     one): without one, one line, and nothing traced."""
-    from anatomy.analysis import prediction
+    from anatomy import prediction
 
     def searched(*args, **kwargs):
         raise AssertionError("the search ran")

@@ -170,7 +170,7 @@ def test_a_vocabulary_larger_than_the_models_is_refused(text_data, tmp_path):
 
 
 def test_bad_input_to_predict_is_one_line_and_traces_nothing(text_data, capsys, monkeypatch):
-    from anatomy.analysis import prediction
+    from anatomy import prediction
 
     monkeypatch.setattr(prediction.memory, "_recording", lambda *a, **k: pytest.fail("traced"))
     code = main(["predict", "--model", "tiny-llama", "--dataset", str(text_data.dataset),
@@ -237,8 +237,8 @@ def test_the_traced_batch_is_the_one_the_collator_pads(text_data, model, padding
     the same mask and ignored labels."""
     import torch
 
-    from anatomy.analysis.prediction.tracing.trainer_step import padded_batch
     from anatomy.engine.dataset import TextDataset
+    from anatomy.prediction.tracing.trainer_step import padded_batch
 
     options = on(text_data, model=model, padding=padding, max_length=40)
     spec = models.resolve(model)
@@ -341,9 +341,9 @@ def test_a_stored_run_on_a_dataset_is_predicted_again_from_its_lengths_after_an_
     """The dataset and the tokenizer stayed on the machine that ran it: the run's lengths are
     enough, here and in another store after export and import."""
     from anatomy.analysis import transfer
-    from anatomy.analysis.breakdown import predicted
-    from anatomy.analysis.prediction import predict
     from anatomy.analysis.report import report
+    from anatomy.prediction import predict
+    from anatomy.prediction.breakdown import predicted
     from anatomy.store import Store
 
     options = RunOptions(model="tiny-llama", batch_size=2, max_steps=2, dataset_size=5,

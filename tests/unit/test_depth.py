@@ -18,11 +18,11 @@ import pytest
 from anatomy.analysis import models
 from anatomy.analysis.cache import CACHE_ENV
 from anatomy.analysis.options import RunOptions
-from anatomy.analysis.prediction import PredictionError, blocks, layers, predict, recordings, replay
-from anatomy.analysis.prediction.device_constants import DEFAULT
-from anatomy.analysis.prediction.tracing.record import record
-from anatomy.analysis.prediction.tracing.trainer_step import StepOptions
 from anatomy.cli import main
+from anatomy.prediction import PredictionError, blocks, layers, predict, recordings, replay
+from anatomy.prediction.device_constants import DEFAULT
+from anatomy.prediction.tracing.record import record
+from anatomy.prediction.tracing.trainer_step import StepOptions
 from tests.depth import DEEP, at_depth, canonical, saved
 
 SEQ2SEQ = ("t5", "bart")

@@ -10,8 +10,8 @@ import pytest
 
 from anatomy.analysis import dummy_data, models
 from anatomy.analysis.options import RunOptions, validate
-from anatomy.analysis.prediction.tracing.trainer_step import make_batch
 from anatomy.engine.dataset import DummyDataset
+from anatomy.prediction.tracing.trainer_step import make_batch
 
 SEQ_LEN = 24
 # model type -> the inputs its forward takes besides the labels

@@ -10,11 +10,11 @@ from dataclasses import replace
 import pytest
 
 from anatomy.analysis.options import RunOptions
-from anatomy.analysis.prediction import max_batch_size, predict, replay
-from anatomy.analysis.prediction.device_constants import DEFAULT
-from anatomy.analysis.prediction.limits import judge
-from anatomy.analysis.prediction.memory import CPU_PROCESS, Limit, recording_for, steps_measured
 from anatomy.cli import main
+from anatomy.prediction import max_batch_size, predict, replay
+from anatomy.prediction.device_constants import DEFAULT
+from anatomy.prediction.limits import judge
+from anatomy.prediction.memory import CPU_PROCESS, Limit, recording_for, steps_measured
 
 MIB = 2**20
 # The device's memory all usable by CUDA, no edge margin: the capacity the allocator may reserve

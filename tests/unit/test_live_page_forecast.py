@@ -354,8 +354,7 @@ def test_a_cpu_forecast_gives_the_rss_in_all_the_process_as_the_anatomy_page_mea
         store, seed_users):
     """"about 99 MB … plus the Python process itself", while the Anatomy page knew the process
     (476 MiB): the form gives the total, from the same figures."""
-    from anatomy.analysis import breakdown
-    from anatomy.analysis.prediction import predict
+    from anatomy.prediction import breakdown, predict
     from anatomy.units import size_text
 
     options = defaults_for(False)

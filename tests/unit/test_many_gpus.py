@@ -56,7 +56,7 @@ def test_every_gpu_is_a_line_of_the_memory_chart_and_a_row_of_the_heat_strip(sto
 
 
 def test_anatomy_has_every_gpu_and_compare_their_spread(store):
-    from anatomy.analysis import breakdown
+    from anatomy.prediction import breakdown
 
     eight, sixty_four = _run(store, 8), _run(store, 64)
     # The rank's prediction (a trace of the tiny model, the same for 8 or 64 ranks) is made once

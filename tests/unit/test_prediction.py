@@ -16,7 +16,7 @@ import torch
 
 from anatomy.analysis import dummy_data, models
 from anatomy.analysis.options import RunOptions
-from anatomy.analysis.prediction import (
+from anatomy.prediction import (
     CPU_PROCESS,
     WALKTHROUGH_BYTES_PER_PARAMETER,
     Prediction,
@@ -26,9 +26,9 @@ from anatomy.analysis.prediction import (
     predict,
     walkthrough_bytes_per_parameter,
 )
-from anatomy.analysis.prediction.device_constants import DEFAULT, sdpa_signature
-from anatomy.analysis.prediction.tracing.record import record
-from anatomy.analysis.prediction.tracing.trainer_step import (
+from anatomy.prediction.device_constants import DEFAULT, sdpa_signature
+from anatomy.prediction.tracing.record import record
+from anatomy.prediction.tracing.trainer_step import (
     StepOptions,
     make_optimizer,
     training_arguments,
@@ -104,8 +104,8 @@ def test_cpu_activations_are_what_autograd_still_holds_at_the_end_of_the_forward
     """Probe and trace count the saved storages still held when the forward pass ends: one
     freed before was counted by both, and the probe, keyed by address, counted it or not as the
     allocator reused its address (DeepSeek-V3, Kimi-Linear: a few KiB apart, run to run)."""
-    from anatomy.analysis.prediction.tracing.tracker import LiveTensors, SavedForBackward
     from anatomy.engine.probe import ComponentProbe
+    from anatomy.prediction.tracing.tracker import LiveTensors, SavedForBackward
 
     model, x = DropsABranch().train(), torch.randn(4, 16)
     held = 2 * x.untyped_storage().nbytes()  # the linear's input, the sigmoid's output
@@ -152,8 +152,8 @@ def test_a_mask_whose_last_dimension_is_strided_takes_the_math_kernel(tmp_path, 
     memory-efficient kernel it calibrated for the same bias made contiguous never holds."""
     from transformers.integrations import sdpa_attention
 
-    from anatomy.analysis.prediction import device_constants, memory
-    from anatomy.analysis.prediction.device_constants import mask_kind
+    from anatomy.prediction import device_constants, memory
+    from anatomy.prediction.device_constants import mask_kind
 
     h200 = device_constants.load("NVIDIA H200")
     query = torch.zeros(2, 6, 16, 64)
@@ -254,7 +254,7 @@ def test_a_float_mask_reaches_the_attention_kernel_in_16_bits(tmp_path, monkeypa
     """CUDA's autocast casts every floating argument of attention, the mask too: ALiBi's float
     bias (Falcon-RW) reaches the kernel as a 16-bit copy made at each call, which the kernel
     keeps for its backward pass (on the H200 a b × h × s × s tensor per layer)."""
-    from anatomy.analysis.prediction.tracing.cuda import CudaKernels
+    from anatomy.prediction.tracing.cuda import CudaKernels
 
     config = {"model_type": "falcon", "architectures": ["FalconForCausalLM"], "alibi": True,
               "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
@@ -283,7 +283,7 @@ def test_a_boolean_mask_reaches_the_kernel_additive_as_torch_makes_it(monkeypatc
     (ModernBERT's sliding-window mask: 112 MiB the H200 grid of 2026-12-01 missed)."""
     from types import SimpleNamespace
 
-    from anatomy.analysis.prediction.tracing import cuda
+    from anatomy.prediction.tracing import cuda
 
     seen = {}
 
@@ -332,8 +332,8 @@ def _backward_peak(x, cuda_kernels: bool) -> int:
     with or without CUDA's kernels."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from anatomy.analysis.prediction.tracing.cuda import CudaKernels
-    from anatomy.analysis.prediction.tracing.tracker import ALLOC, FREE, LiveTensors
+    from anatomy.prediction.tracing.cuda import CudaKernels
+    from anatomy.prediction.tracing.tracker import ALLOC, FREE, LiveTensors
 
     tracker = LiveTensors()
     with FakeTensorMode() as mode:
@@ -373,7 +373,7 @@ def test_cudas_reduction_stages_a_long_sum_in_global_memory(rows, dtype, staged)
     snapshots: fp32 b32 and bf16 b64, fc2's bias, 768 wide, 198 tokens): that buffer and 24 B of
     semaphores, one per block column (and no accumulation buffer: the sum is one kernel). A
     reduction along each row's own width stages none (empty sizes)."""
-    from anatomy.analysis.prediction.tracing.reductions import staging_buffers
+    from anatomy.prediction.tracing.reductions import staging_buffers
 
     aten = torch.ops.aten
     gradient = torch.empty(rows, 768, dtype=dtype, device="meta")
@@ -390,7 +390,7 @@ def test_cudas_reduction_over_more_than_2_gib_runs_in_parts():
     What the H200's allocator recorded for DeiT-base bf16 at batch 1,916 (2026-12-02), the MLP's
     bias (3,072 wide, 1,916 × 198 rows, 2.3 GB): 12,288 B, then twice 292,552,704 B (the staging
     of 189,684 rows) and 96 B of semaphores; the 768-wide biases (0.6 GB) one kernel."""
-    from anatomy.analysis.prediction.tracing.reductions import staging_buffers
+    from anatomy.prediction.tracing.reductions import staging_buffers
 
     aten = torch.ops.aten
     wide = torch.empty(1916 * 198, 3072, dtype=torch.bfloat16, device="meta")
@@ -412,7 +412,7 @@ def test_cudas_batch_norm_copies_a_bf16_input_too_large_for_32_bit_indexing():
     64 × 112² or 256 × 56² elements a sample; EfficientNet-B0 bf16 at 3,250, 15,654,912,000 B
     at its one over 96 × 112². Below the limit, in fp32 or out of training: no copy; the empty
     size keeps its rule, so a batch size made linear from batch sizes 2 and 3 makes it."""
-    from anatomy.analysis.prediction.tracing.reductions import batch_norm_buffers, extrapolated
+    from anatomy.prediction.tracing.reductions import batch_norm_buffers, extrapolated
 
     def buffers(batch, channels, side, dtype=torch.bfloat16, training=True):
         x = torch.empty(batch, channels, side, side, dtype=dtype, device="meta")
@@ -430,7 +430,7 @@ def test_cudas_batch_norm_copies_a_bf16_input_too_large_for_32_bit_indexing():
 
 def _made_linear_is_traced(options: RunOptions, batch: int) -> None:
     """`batch`, made linear from batch sizes 2 and 3 for an H200, replays as its own trace."""
-    from anatomy.analysis.prediction.memory import BatchSizes, calibration_for
+    from anatomy.prediction.memory import BatchSizes, calibration_for
 
     calibration = calibration_for("cuda", "NVIDIA H200")
     linear = BatchSizes(options, "cuda", calibration)
@@ -459,7 +459,7 @@ def test_a_batch_size_made_linear_stages_at_any_depth(tmp_path):
     staged what batch sizes 2 and 3 stage, nothing: DeiT-base bf16 at 1,916 on the H200
     (2026-12-02) lacked its bias sums' 139 MiB buffers and may have fitted up to 1,918, where
     1,917 ran out of memory."""
-    from anatomy.analysis.prediction import layers
+    from anatomy.prediction import layers
 
     config = dict(models.resolve("tiny").config, num_hidden_layers=layers.DEPTH + 2)
     path = tmp_path / "config.json"
@@ -483,8 +483,8 @@ def _traced_backward(build, cuda_kernels: bool = False) -> list[tuple]:
     tensors, with or without CUDA's kernels."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from anatomy.analysis.prediction.tracing.cuda import CudaKernels
-    from anatomy.analysis.prediction.tracing.tracker import LiveTensors
+    from anatomy.prediction.tracing.cuda import CudaKernels
+    from anatomy.prediction.tracing.tracker import LiveTensors
 
     tracker = LiveTensors()
     with FakeTensorMode():
@@ -513,7 +513,7 @@ def test_autograd_sums_two_gradients_of_one_input_in_place():
     a dispatch mode, the tracker's, it sums out of place; the trace takes that allocation back
     (ELECTRA-large bf16 at batch 265 on the H200: four 530 MiB fp32 sums per layer and step the
     recorded actions lack). A sum a backward formula makes itself stays."""
-    from anatomy.analysis.prediction.tracing.tracker import ALLOC
+    from anatomy.prediction.tracing.tracker import ALLOC
 
     n = 64 * 64 * 4
     x = torch.randn(64, 64)  # the real engine, no mode: the sum is the first gradient's storage
@@ -557,7 +557,7 @@ def test_autograd_sums_into_a_view_out_of_place():
     torch's profiler (no dispatch mode), and the trace agree."""
     from torch.profiler import ProfilerActivity, profile
 
-    from anatomy.analysis.prediction.tracing.tracker import ALLOC
+    from anatomy.prediction.tracing.tracker import ALLOC
 
     def tied():
         torch.manual_seed(0)
@@ -583,8 +583,8 @@ def test_cudas_dropout_allocates_its_mask_before_its_output():
     import torch.nn.functional as F
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from anatomy.analysis.prediction.tracing.cuda import CudaKernels
-    from anatomy.analysis.prediction.tracing.tracker import ALLOC, LiveTensors
+    from anatomy.prediction.tracing.cuda import CudaKernels
+    from anatomy.prediction.tracing.tracker import ALLOC, LiveTensors
 
     tracker = LiveTensors()
     with FakeTensorMode():
@@ -603,8 +603,8 @@ def test_cudas_in_place_dropout_keeps_noise_of_the_inputs_dtype():
     import torch.nn.functional as F
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from anatomy.analysis.prediction.tracing.cuda import CudaKernels
-    from anatomy.analysis.prediction.tracing.tracker import ALLOC, LiveTensors
+    from anatomy.prediction.tracing.cuda import CudaKernels
+    from anatomy.prediction.tracing.tracker import ALLOC, LiveTensors
 
     tracker = LiveTensors()
     with FakeTensorMode():
@@ -623,8 +623,8 @@ def test_cublas_forward_workspaces_are_two_blocks_the_handles_and_cublaslts():
     pool. One block of 34,603,008 B put ELECTRA-large bf16 at 266 one 20 MiB segment short after
     its first step, so that the trace never released its cache as the run did, and held a batch
     size the H200 did not. The backward thread's handle: its workspace alone."""
-    from anatomy.analysis.prediction import device_constants
-    from anatomy.analysis.prediction.tracing.cuda import _workspaces
+    from anatomy.prediction import device_constants
+    from anatomy.prediction.tracing.cuda import _workspaces
 
     h200 = device_constants.load("NVIDIA H200")
     assert _workspaces(h200, "forward") == [33_554_432, 1_048_576]
@@ -642,8 +642,8 @@ def test_cudas_autocast_runs_cross_entropys_log_softmax_in_the_inputs_dtype():
     import torch.nn.functional as F
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from anatomy.analysis.prediction.tracing.cuda import CudaKernels
-    from anatomy.analysis.prediction.tracing.tracker import ALLOC, MARK, LiveTensors
+    from anatomy.prediction.tracing.cuda import CudaKernels
+    from anatomy.prediction.tracing.tracker import ALLOC, MARK, LiveTensors
 
     tracker = LiveTensors()
     with FakeTensorMode():
@@ -672,7 +672,7 @@ def test_cudas_layer_norm_backward_sums_its_weights_gradients_in_parts(
     the weight's and the bias's gradients as partial sums, one (blocks × features) fp32 buffer
     each, then sums each (a reduction with its own staging buffer and semaphores). The H200's
     recorded actions: these bytes, in this order. With fewer rows than 64 Ki, none."""
-    from anatomy.analysis.prediction.tracing.layer_norm import backward_buffers
+    from anatomy.prediction.tracing.layer_norm import backward_buffers
 
     steps = backward_buffers((rows, features), 1, 4, 2, 132, 2048)
     made = [int(size) for action, size in steps if action == "alloc" and size]
@@ -695,7 +695,7 @@ def test_a_convolution_network_keeps_the_convolution_margin_a_vit_does_not(tmp_p
     """cuDNN's workspaces are not traced (tracing/cuda.py): "What fits" keeps the device's
     convolution margin free in the share of the forward passes' results the convolutions make —
     most of a ResNet's, next to nothing of a ViT's (its one patch embedding) — and says why."""
-    from anatomy.analysis.prediction import BatchSizes, memory
+    from anatomy.prediction import BatchSizes, memory
 
     config = {"model_type": "resnet", "architectures": ["ResNetForImageClassification"],
               "embedding_size": 8, "hidden_sizes": [8, 16], "depths": [1, 1],
@@ -734,7 +734,7 @@ def test_measured_workspaces_take_the_convolution_margins_place(tmp_path):
     one that jumps between two neighbouring sizes (cuDNN changing engines) sets the answer
     exactly where it jumps, which no line between two measured sizes would. A model without
     convolutions measures nothing."""
-    from anatomy.analysis.prediction import BatchSizes, workspaces
+    from anatomy.prediction import BatchSizes, workspaces
 
     config = {"model_type": "resnet", "architectures": ["ResNetForImageClassification"],
               "embedding_size": 8, "hidden_sizes": [8, 16], "depths": [1, 1],
@@ -786,7 +786,7 @@ def test_the_convolutions_measured_are_keyed_by_their_memory_layouts(tmp_path):
     its convolutions after the stem take channels-last inputs, and a backward call's output
     gradient comes in a layout of its own; a ResNet's are contiguous throughout. The keys the
     measurement gets say which (prediction/workspaces.py), forward and backward apart."""
-    from anatomy.analysis.prediction import BatchSizes, workspaces
+    from anatomy.prediction import BatchSizes, workspaces
 
     def logged(config):
         path = tmp_path / f"{config['model_type']}.json"
@@ -825,7 +825,7 @@ def test_the_largest_size_that_fits_down_a_ragged_edge(runs, low, high, largest)
     """The measured search (memory._largest): bisection finds a size that fits with the next
     out of memory, then the sizes above it, down from the top, give the largest that fits —
     what `sweep --from-prediction` confirms (it runs, the next does not)."""
-    from anatomy.analysis.prediction.memory import _largest
+    from anatomy.prediction.memory import _largest
 
     asked = []
 
@@ -845,7 +845,7 @@ def test_the_size_sure_to_fit_is_found_down_a_ragged_edge():
     margin (fitted on bisection's answers) they are not."""
     from types import SimpleNamespace
 
-    from anatomy.analysis.prediction.memory import _search
+    from anatomy.prediction.memory import _search
 
     capacity, pad = 1000, 10
 
@@ -860,7 +860,7 @@ def test_the_size_sure_to_fit_is_found_down_a_ragged_edge():
 
 
 def test_a_measured_workspace_between_two_sizes_is_linear_in_the_batch_size():
-    from anatomy.analysis.prediction.workspaces import Table
+    from anatomy.prediction.workspaces import Table
 
     key = ((8, 32, 32), (8, 8, 3, 3), (1, 1), (1, 1), (1, 1), 1, "float32", "contiguous", None)
     table = Table({key: {100: ((1000,), (300, 40)), 200: ((3000,), (500, 40))}})
@@ -879,7 +879,7 @@ def test_nvml_is_a_band_where_cudnns_workspaces_are_not_measured(tmp_path):
     the convolutions' share of the peak (ResNet-50 bf16 b256 on an H100: 2,111 MiB above the
     traced figure); measured on this GPU at the run's batch size, each call's workspace is in
     the trace instead and there is no band. A transformer without convolutions has none."""
-    from anatomy.analysis.prediction import measured_recording, memory, workspaces
+    from anatomy.prediction import measured_recording, memory, workspaces
 
     config = {"model_type": "resnet", "architectures": ["ResNetForImageClassification"],
               "embedding_size": 8, "hidden_sizes": [8, 16], "depths": [1, 1],

@@ -21,12 +21,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from anatomy import cli
-from anatomy.analysis import breakdown, transfer
+from anatomy.analysis import transfer
 from anatomy.analysis.operations import comparison
 from anatomy.analysis.options import FIELDS, validate
 from anatomy.analysis.report import report
 from anatomy.engine import protocol
 from anatomy.engine.collector import Collector
+from anatomy.prediction import breakdown
 from anatomy.store import PhaseMark, RunFacts, RunSource, Sample, Step, Store, device_key, rank_series
 from anatomy.views import anatomy as anatomy_view
 from anatomy.views import live

@@ -68,7 +68,7 @@ def test_a_store_written_before_ranks_gains_them(tmp_path):
 # --- each rank's predicted memory: the arithmetic ---
 
 def _alone(peak_at: str = "backward pass"):
-    from anatomy.analysis.prediction import Prediction
+    from anatomy.prediction import Prediction
 
     return Prediction(parameters=1000, trainable_parameters=1000, weights=4000, gradients=4000,
                       optimizer_states=8000, activations=3000, peak=20000, peak_at=peak_at,
@@ -76,7 +76,7 @@ def _alone(peak_at: str = "backward pass"):
 
 
 def test_a_ddp_rank_is_the_single_process_plus_one_copy_of_the_gradients():
-    from anatomy.analysis.prediction import rank_prediction
+    from anatomy.prediction import rank_prediction
 
     rank = rank_prediction(_alone(), "ddp", 2)
     assert rank.buffers == {"ddp_buckets": 4000} and rank.peak == 20000 + 4000
@@ -89,7 +89,7 @@ def test_a_rank_reads_as_one_process_prediction_of_its_own_figures():
     """The Anatomy page reads a rank's measured components against `as_prediction()`."""
     from dataclasses import replace
 
-    from anatomy.analysis.prediction import rank_prediction
+    from anatomy.prediction import rank_prediction
 
     alone = replace(_alone(), moments={"forward pass": 15000, "backward pass": 20000},
                     peak_reserved=21000, context=500, outside=200)
@@ -105,7 +105,7 @@ def test_a_rank_reads_as_one_process_prediction_of_its_own_figures():
 
 def _gathered_most(recording) -> int:
     """The most bytes of FSDP's all-gather buffers alive at once in a traced step."""
-    from anatomy.analysis.prediction import replay
+    from anatomy.prediction import replay
     from anatomy.strategies.fsdp import ALL_GATHER
 
     live, most = {}, 0
@@ -125,8 +125,8 @@ def test_an_fsdp_rank_holds_its_shards_and_gathers_in_the_mixed_precision(world)
     (each parameter padded to a multiple of N on its first dimension), and with bf16 its
     all-gathers carry 16-bit parameters: half the fp32 run's buffers."""
     from anatomy import strategies
-    from anatomy.analysis.prediction import predict, predict_ranks
-    from anatomy.analysis.prediction.memory import _recording, _shape_of
+    from anatomy.prediction import predict, predict_ranks
+    from anatomy.prediction.memory import _recording, _shape_of
 
     options = RunOptions(model="tiny-llama", batch_size=2, seq_len=16, processes=world,
                          strategy="fsdp")

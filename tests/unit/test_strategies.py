@@ -138,8 +138,8 @@ def test_the_trainer_is_given_its_arguments(shared_states, tmp_path):
 
 
 def test_a_run_of_it_is_stored_and_the_anatomy_page_names_its_buffers(shared_states, store):
-    from anatomy.analysis import breakdown
     from anatomy.analysis.report import report
+    from anatomy.prediction import breakdown
     from anatomy.views.anatomy import rank_rows
 
     options = RunOptions(model="tiny", seq_len=32, processes=2, strategy=NAME)

@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from anatomy.analysis.prediction.tracing.fake_kernels import FakeKernels
-from anatomy.analysis.prediction.tracing.values import (
+from anatomy.prediction.tracing.fake_kernels import FakeKernels
+from anatomy.prediction.tracing.values import (
     VALUE_LIMIT,
     DataValues,
     UnknownValues,
@@ -81,8 +81,8 @@ def test_unfolded_patches_hold_the_storage_atens_kernel_gives_them():
 def test_a_module_converted_to_its_own_dtype_and_an_expert_named_by_a_tensor():
     """Switch Transformers' router converts its classifier to the dtype it has, in its forward,
     and its experts are named by a tensor in an f-string: both as the real run does them."""
-    from anatomy.analysis.prediction.tracing.fake_kernels import self_swaps
-    from anatomy.analysis.prediction.tracing.record import to_fake
+    from anatomy.prediction.tracing.fake_kernels import self_swaps
+    from anatomy.prediction.tracing.record import to_fake
 
     with torch.device("meta"):
         model = torch.nn.Linear(4, 4)

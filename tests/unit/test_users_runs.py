@@ -8,9 +8,8 @@ import re
 
 import pytest
 
-from anatomy.analysis import breakdown
-from anatomy.analysis.prediction import Prediction
 from anatomy.analysis.report import report, run_rows
+from anatomy.prediction import Prediction, breakdown
 from anatomy.views import anatomy as anatomy_view
 from anatomy.views import compare, text
 from anatomy.views import live as live_view

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import streamlit as st
 
-from anatomy.analysis import breakdown
 from anatomy.analysis.operations import PAPER_CITATION, comparison
-from anatomy.analysis.prediction import WALKTHROUGH_BYTES_PER_PARAMETER
 from anatomy.analysis.report import RunReport, report
 from anatomy.dashboard import links, server, widgets
+from anatomy.prediction import WALKTHROUGH_BYTES_PER_PARAMETER, breakdown
 from anatomy.units import MIB_NAME, in_mib, mib_float
 from anatomy.views import anatomy as view
 from anatomy.views import gpus as gpus_view

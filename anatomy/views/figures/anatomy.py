@@ -10,9 +10,9 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from anatomy.analysis.breakdown import CpuPeak
 from anatomy.analysis.operations import ClassShare
 from anatomy.analysis.report import RunReport
+from anatomy.prediction.breakdown import CpuPeak
 from anatomy.store import Sample, Step
 from anatomy.units import MIB
 from anatomy.views import text as words

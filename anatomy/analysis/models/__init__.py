@@ -1,0 +1,175 @@
+"""Models: a config (a shipped preset, a config.json or model folder, or a Hub id already in the
+local cache) and the task head its architecture trains with. Built with random weights offline.
+
+Random weights take exactly the memory pretrained ones do, so every model works without the Hub;
+pretrained weights are used when they are already in the local Hugging Face cache. Everything a
+run needs to know before it starts (the task, the limits of the options) is read from the config
+file alone, without transformers (which loads torch: seconds); `build_model` imports them.
+
+A module per job: `names` resolves a name (to a `spec`: the config and where it came from),
+`heads` finds the head, `checks` checks the config, `lora` chooses LoRA's targets, `build`
+builds; `classes` (transformers' classes for a model), `tasks` and `errors` are what they share.
+What readers use is named here.
+"""
+
+from anatomy.analysis.models.build import (
+    RANDOM_WEIGHTS,
+    build_model,
+    initialise,
+    materialise,
+)
+from anatomy.analysis.models.checks import (
+    CHECKS_FILE,
+    CHECKS_KEPT,
+    LAYER_KEYS,
+    MAX_LABELS,
+    MAX_LAYERS,
+    MAX_PARAMETERS,
+    check_config,
+    check_config_class,
+    check_inputs,
+    config_class_refusal,
+    estimated_parameters,
+    number_text,
+)
+from anatomy.analysis.models.classes import (
+    MAIN_INPUTS,
+    config_key,
+    head_class,
+    head_config,
+    main_input,
+    supports_checkpointing,
+    transformers_config,
+)
+from anatomy.analysis.models.errors import (
+    ModelError,
+    first_line,
+    where_it_stopped,
+)
+from anatomy.analysis.models.heads import (
+    TASK_MAPPINGS,
+    auto_mappings,
+    head_of_type,
+    head_task,
+    known_model_types,
+    task_and_head,
+    task_of,
+)
+from anatomy.analysis.models.lora import (
+    ALL_LINEAR,
+    Layer,
+    adaptable_layers,
+    apply_lora,
+    classifier_modules,
+    default_lora_targets,
+    linear_module_names,
+    lora_target_modules,
+    unknown_lora_targets,
+    unknown_target_words,
+)
+from anatomy.analysis.models.names import (
+    CONFIG_MAX_BYTES,
+    MAX_NAME,
+    resolve,
+    short,
+)
+from anatomy.analysis.models.spec import (
+    CONFIG_DIR,
+    CPU_DEFAULT,
+    GPU_DEFAULT,
+    HUB_FOLDER,
+    POSITION_KEYS,
+    PRESETS,
+    ModelSpec,
+    Preset,
+    default_preset,
+    display_name,
+    is_hub_id,
+    looks_like_path,
+    path_exists,
+    token_range,
+)
+from anatomy.analysis.models.tasks import (
+    CAUSAL_LM,
+    CLASSIFICATIONS,
+    IMAGE_CLASSIFICATION,
+    IMAGE_SIZE,
+    NUM_LABELS,
+    SEQ2SEQ,
+    SEQUENCE_CLASSIFICATION,
+    TASKS,
+    TOKEN_CLASSIFICATION,
+)
+
+__all__ = [
+    "ALL_LINEAR",
+    "CAUSAL_LM",
+    "CHECKS_FILE",
+    "CHECKS_KEPT",
+    "CLASSIFICATIONS",
+    "CONFIG_DIR",
+    "CONFIG_MAX_BYTES",
+    "CPU_DEFAULT",
+    "GPU_DEFAULT",
+    "HUB_FOLDER",
+    "IMAGE_CLASSIFICATION",
+    "IMAGE_SIZE",
+    "LAYER_KEYS",
+    "Layer",
+    "MAIN_INPUTS",
+    "MAX_LABELS",
+    "MAX_LAYERS",
+    "MAX_NAME",
+    "MAX_PARAMETERS",
+    "ModelError",
+    "ModelSpec",
+    "NUM_LABELS",
+    "POSITION_KEYS",
+    "PRESETS",
+    "Preset",
+    "RANDOM_WEIGHTS",
+    "SEQ2SEQ",
+    "SEQUENCE_CLASSIFICATION",
+    "TASKS",
+    "TASK_MAPPINGS",
+    "TOKEN_CLASSIFICATION",
+    "adaptable_layers",
+    "apply_lora",
+    "auto_mappings",
+    "build_model",
+    "check_config",
+    "check_config_class",
+    "check_inputs",
+    "classifier_modules",
+    "config_class_refusal",
+    "config_key",
+    "default_lora_targets",
+    "default_preset",
+    "display_name",
+    "estimated_parameters",
+    "first_line",
+    "head_class",
+    "head_config",
+    "head_of_type",
+    "head_task",
+    "initialise",
+    "is_hub_id",
+    "known_model_types",
+    "linear_module_names",
+    "looks_like_path",
+    "lora_target_modules",
+    "main_input",
+    "materialise",
+    "number_text",
+    "path_exists",
+    "resolve",
+    "short",
+    "supports_checkpointing",
+    "task_and_head",
+    "task_of",
+    "token_range",
+    "transformers_config",
+    "unknown_lora_targets",
+    "unknown_target_words",
+    "where_it_stopped",
+]

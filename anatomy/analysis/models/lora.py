@@ -1,0 +1,239 @@
+"""LoRA's targets: the layers a model's adapters can wrap (from the model built on the meta device),
+the default choice, the targets a user names that are none, and peft's LoRA put on a model.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import NamedTuple
+
+from anatomy.analysis.models.classes import config_key, head_class, head_config, transformers_config
+from anatomy.analysis.models.errors import ModelError, first_line, where_it_stopped
+from anatomy.analysis.models.spec import ModelSpec
+from anatomy.analysis.models.tasks import (
+    CAUSAL_LM,
+    CLASSIFICATIONS,
+    IMAGE_CLASSIFICATION,
+    SEQ2SEQ,
+    SEQUENCE_CLASSIFICATION,
+    TOKEN_CLASSIFICATION,
+)
+
+# LoRA: peft's own defaults (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING) where peft has
+# the model type; for any other model the attention's query and value projections found among its
+# own linear layers (`default_lora_targets`).
+_QUERY_VALUE = re.compile(r"^(q|v|query|value|q_proj|v_proj|q_lin|v_lin|query_proj|value_proj)$")
+_FUSED_QKV = re.compile(r"qkv|c_attn|query_key_value|in_proj")
+
+# peft's word for every linear layer but the output layer, as QLoRA's recipes name their targets
+ALL_LINEAR = "all-linear"
+
+
+@dataclass(frozen=True)
+class Layer:
+    """A module LoRA could wrap: its dotted name, and whether it sits in an attention block."""
+    name: str
+    kind: str  # "linear" or "convolution"
+    in_attention: bool
+    grouped: bool = False  # a grouped (depthwise) convolution: peft's adapters need rank % groups
+
+    @property
+    def short(self) -> str:
+        return self.name.split(".")[-1]
+
+
+def adaptable_layers(spec: ModelSpec) -> tuple[Layer, ...]:
+    """The model's own linear and convolution layers, the task's output layer left out: what
+    LoRA can wrap. Builds the model on the meta device (no memory; torch loads, once)."""
+    return _modules(spec, config_key(spec)).layers
+
+
+class _Modules(NamedTuple):
+    """A model's modules as LoRA sees them."""
+    layers: tuple[Layer, ...]  # the adaptable layers
+    # The last parts of the names of every other module (a stage called "1", a head): a LoRA
+    # target that names one of those too is not a layer peft wraps.
+    others: frozenset[str]
+    heads: tuple[str, ...]  # the task's output layers: trained whole, never adapted
+    kinds: tuple[tuple[str, str], ...]  # every other module's dotted name and class
+
+
+@lru_cache(maxsize=32)
+def _modules(spec: ModelSpec, config_key: str) -> _Modules:
+    """The model's modules (`_Modules`), from the model built on the meta device."""
+    try:
+        model = _meta_model(spec)
+    except ModelError:
+        raise
+    except Exception as error:  # noqa: BLE001 - on the meta device nothing runs out of memory
+        raise ModelError(f"model: transformers cannot build {spec.display_name}: "
+                         f"{where_it_stopped(error)}{first_line(error)}") from None
+    output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    heads = {name for name, module in model.named_modules()
+             if module is output or _is_classifier(module, spec)}
+    found, others, kinds = [], set(), []
+    import torch
+    from transformers.pytorch_utils import Conv1D
+
+    def kind_of(module) -> str | None:  # the layer types peft wraps (and their subclasses)
+        if isinstance(module, (torch.nn.Linear, Conv1D)):
+            return "linear"
+        if isinstance(module, (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)):
+            return "convolution"
+        return None
+
+    def walk(module, prefix: str, in_attention: bool) -> None:
+        for name, child in module.named_children():
+            full = f"{prefix}{name}"
+            kind = kind_of(child)
+            if kind is not None and full not in heads:
+                found.append(Layer(full, kind, in_attention, getattr(child, "groups", 1) > 1))
+            else:
+                others.add(name)
+                kinds.append((full, type(child).__name__))
+            walk(child, f"{full}.", in_attention or "attention" in type(child).__name__.lower()
+                 or "attn" in name.lower())
+
+    walk(model, "", False)
+    return _Modules(tuple(found), frozenset(others), tuple(sorted(heads)), tuple(kinds))
+
+
+def _meta_model(spec: ModelSpec):
+    """The model with its head built on the meta device from its config, random weights and no
+    adapters: its modules, without memory."""
+    import torch
+
+    head = head_class(spec)
+    with torch.device("meta"):
+        return head._from_config(head_config(head, transformers_config(spec)), dtype=torch.float32)
+
+
+def _is_classifier(module, spec: ModelSpec) -> bool:
+    """A classification head's output layer: it makes the labels' scores."""
+    return spec.task in CLASSIFICATIONS and \
+        getattr(module, "out_features", None) == spec.num_labels
+
+
+def classifier_modules(spec: ModelSpec, model) -> list[str]:
+    """The names of the classification head's output layers (they train beside the adapters)."""
+    return [name for name, module in model.named_modules() if _is_classifier(module, spec)]
+
+
+def default_lora_targets(spec: ModelSpec) -> tuple[str, ...]:
+    """What LoRA wraps when the run names nothing: peft's own default for the model type where
+    peft has a list of names (Gemma 4's is a pattern, which a list of targets cannot hold);
+    otherwise from the model's own layers: the attention's query and value
+    projections, else its fused query-key-value projection, else its attention's linear layers,
+    else (a model without attention, such as a convolution network) every linear and convolution
+    layer but the head's and the grouped (depthwise) convolutions, whose adapters peft limits.
+    ModelError when there is nothing to wrap."""
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as peft
+
+    if isinstance(peft.get(spec.model_type), (list, tuple, set)):  # a str is a regex: ours then
+        return tuple(peft[spec.model_type])
+    layers = adaptable_layers(spec)
+    attention = [layer for layer in layers if layer.in_attention and layer.kind == "linear"]
+    for chosen in ([layer for layer in attention if _QUERY_VALUE.match(layer.short)],
+                   [layer for layer in attention if _FUSED_QKV.search(layer.short)],
+                   attention, [layer for layer in layers if not layer.grouped]):
+        if chosen:
+            return _targets(spec, chosen, layers)
+    raise ModelError(f"lora: {spec.display_name} has no linear or convolution layer for LoRA's "
+                     "adapters")
+
+
+def _targets(spec: ModelSpec, chosen: list[Layer], layers: tuple[Layer, ...]) -> tuple[str, ...]:
+    """`_names` of the chosen layers, beside the model's other modules."""
+    return _names(chosen, layers, _modules(spec, config_key(spec)).others)
+
+
+def _names(chosen: list[Layer], layers: tuple[Layer, ...], others: frozenset[str]
+           ) -> tuple[str, ...]:
+    """The chosen layers as peft's targets: their short names where those name nothing else (no
+    other layer, no other module: peft would wrap ConvNeXt's stage "1" beside its layer "1"),
+    else their dotted names."""
+    names = set(layer.name for layer in chosen)
+    short = {layer.short for layer in chosen}
+    if all(layer.name in names for layer in layers if layer.short in short) and \
+            not short & others:
+        return tuple(sorted(short))
+    return tuple(sorted(names))
+
+
+def unknown_lora_targets(spec: ModelSpec, targets: tuple[str, ...]) -> list[str]:
+    """Targets that match none of the model's linear or convolution layers, as peft matches them
+    (the module's dotted name, or its end after a dot)."""
+    names = [layer.name for layer in adaptable_layers(spec)]
+    return [t for t in targets if t != ALL_LINEAR
+            and not any(name == t or name.endswith(f".{t}") for name in names)]
+
+
+def unknown_target_words(spec: ModelSpec, target: str) -> str:
+    """What a LoRA target that is none of the adaptable layers names instead, in words: the
+    task's output layer, another kind of module, or nothing."""
+    modules = _modules(spec, config_key(spec))
+
+    def named(name: str) -> bool:  # as peft matches a target
+        return name == target or name.endswith(f".{target}")
+
+    head = next((name for name in modules.heads if named(name)), None)
+    if head is not None:
+        return (f"{target} is the output layer of {spec.display_name}'s head ({head}), which "
+                "trains whole beside the adapters, never adapted")
+    other = next(((name, kind) for name, kind in modules.kinds if named(name)), None)
+    if other is not None:
+        return (f"{target} names {other[0]} of {spec.display_name}, a {other[1]}: no linear or "
+                "convolution layer")
+    return f"{target} names no module of {spec.display_name}"
+
+
+def linear_module_names(spec: ModelSpec) -> tuple[str, ...]:
+    """The short names of the model's layers LoRA can wrap, for a message."""
+    return tuple(dict.fromkeys(layer.short for layer in adaptable_layers(spec)))
+
+
+def lora_target_modules(spec: ModelSpec, chosen: tuple[str, ...] = ()) -> str | tuple[str, ...]:
+    """peft's `target_modules`: the chosen modules, else `default_lora_targets`; `ALL_LINEAR`
+    handed to peft as it is, for peft's own rule. anatomy's reading of it (every nn.Linear but
+    the output layer and a classifier's) missed what peft adds: the routers and experts of a
+    mixture of experts, which transformers 5 made no nn.Linear (GLM-4 MoE, DeepSeek-V3), and
+    keeps: a classifier that is none of peft's head names (Flaubert's sequence_summary)."""
+    if chosen == (ALL_LINEAR,):
+        return ALL_LINEAR
+    return chosen or default_lora_targets(spec)
+
+
+def apply_lora(model, spec: ModelSpec, rank: int, targets: tuple[str, ...] = ()):
+    """peft's LoRA on the model: adapters of rank `rank` on the target modules, everything else
+    frozen; for classification the head, which the task adds, trains as well."""
+    from peft import LoraConfig, TaskType, get_peft_model
+
+    task_type = {SEQUENCE_CLASSIFICATION: TaskType.SEQ_CLS, CAUSAL_LM: TaskType.CAUSAL_LM,
+                 SEQ2SEQ: TaskType.SEQ_2_SEQ_LM,
+                 TOKEN_CLASSIFICATION: TaskType.TOKEN_CLS}.get(spec.task)
+    if getattr(model, "main_input_name", "input_ids") != "input_ids":
+        task_type = None  # peft's seq2seq wrapper passes token ids, not audio: no task
+    modules = lora_target_modules(spec, targets)
+    # peft's all-linear leaves out the output embeddings and a sequence classifier's head, not a
+    # token classifier's, which TOKEN_CLS saves whole: it would be wrapped too, and peft refuses
+    # ("modules_to_save cannot be applied to modules of type Linear").
+    kept_out = classifier_modules(spec, model) \
+        if modules == ALL_LINEAR and spec.task == TOKEN_CLASSIFICATION else None
+    config = LoraConfig(r=rank, target_modules=modules if isinstance(modules, str) else list(modules),
+                        task_type=task_type, exclude_modules=kept_out or None,
+                        modules_to_save=classifier_modules(spec, model)
+                        if spec.task == IMAGE_CLASSIFICATION else None)
+    try:
+        with warnings.catch_warnings():
+            # peft reads the model's is_gradient_checkpointing, which transformers 5 deprecates:
+            # a FutureWarning on every LoRA run about a call neither the user nor anatomy makes.
+            warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated",
+                                    FutureWarning)
+            return get_peft_model(model, config)
+    except ValueError as error:
+        # peft names a module it cannot wrap by its whole repr, many lines: its class is enough.
+        text = re.sub(r"(\w+)\(\n.*?\n\)", r"\1", str(error), count=1, flags=re.DOTALL)
+        raise ModelError(f"lora_targets: {first_line(ValueError(text))}") from None

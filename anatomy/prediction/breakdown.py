@@ -1,0 +1,276 @@
+"""A run's memory, measured next to predicted, computed without Streamlit: the prediction for
+the run's own options (each rank's for several processes) and the components it measured. A run
+on a dataset is predicted at the micro-batch its components were measured on, and apart from it
+at the longest batch its data can form (`data_reach`), beside its sampled peak over every step.
+
+The measured side is the report's components (anatomy/analysis/components.py); the predicted
+side is `predict()` (anatomy/prediction/memory.py) for the run's own options, on the run's kind of
+device (a GPU run: its GPU model's calibrated constants, for the CUDA context, the allocator and
+NVML's figure). The Anatomy page names and arranges them (anatomy/views/anatomy.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import NamedTuple
+
+from anatomy import strategies
+from anatomy.analysis import carried_model, models
+from anatomy.analysis.components import Components, measured_batch
+from anatomy.analysis.lengths import TextBatch
+from anatomy.analysis.options import RunOptions
+from anatomy.analysis.report import RunReport
+from anatomy.analysis.report import report as run_report
+from anatomy.prediction import (
+    Prediction,
+    PredictionError,
+    RankPrediction,
+    predict,
+    predict_ranks,
+)
+from anatomy.prediction.batches import longest
+from anatomy.prediction.target import ran_on
+from anatomy.store import Store
+from anatomy.vocabulary import Backend, Phase, SourceKind, Status
+
+
+class NoPrediction(NamedTuple):
+    """Why a run has no prediction, in words that end a sentence beginning "No prediction: "."""
+
+    reason: str
+
+
+def predicted(report: RunReport) -> Prediction | NoPrediction:
+    """The prediction for the run's own options, with the kernels of the device it ran on (and
+    that GPU model's constants); or why there is none: a user's training that recorded no model
+    (the phase API, a command watched without the callback), a model that cannot be built here
+    (a config file that stayed on the machine the run came from, an architecture the tracing
+    cannot run)."""
+    with _own_options(report) as options:
+        if isinstance(options, NoPrediction):
+            return options
+        device, gpu_name, _ = ran_on(report)
+        data = report.environment.data if options.on_dataset else None
+        if options.on_dataset and data is None:
+            return NoPrediction("the run stored no lengths of its dataset's texts")
+        try:
+            # A run on a dataset: at the micro-batch its components were measured on (a collator
+            # that pads each batch to its own longest makes every batch another shape); a run
+            # stored before the probe said which, at its longest batch, from the lengths it stored.
+            text, alone = measured_batch(report.components, data), None
+            if data is not None and text is None:
+                text, alone = longest(options, data, device=device, gpu_name=gpu_name)
+            if report.world_size > 1 and options.distributed:
+                # A rank of several: its own shares and buffers (rank 0's GPU is the one shown).
+                return predict_ranks(options, device=device, gpu_name=gpu_name,
+                                     text=text).as_prediction()
+            return alone or predict(options, device=device, gpu_name=gpu_name, text=text)
+        except PredictionError as error:  # its model is not here, or the trace refuses it
+            return NoPrediction(f"{error}")
+
+
+class DataReach(NamedTuple):
+    """What a run's dataset can reach, apart from the batch its components were measured on:
+    the longest batch the data can form and the prediction there, which the run's sampled peak
+    over every step (`measured_peak`: RSS or NVML) is held against."""
+
+    measured: TextBatch  # the micro-batch the components describe
+    longest: TextBatch
+    prediction: Prediction
+
+
+def data_reach(report: RunReport) -> DataReach | None:
+    """The prediction at the longest batch of a run on a dataset whose components say which
+    batch they were measured on; None for other runs (a run stored before: `predicted` is at its
+    longest batch already), or where there is no prediction."""
+    data = report.environment.data
+    measured = measured_batch(report.components, data)
+    if measured is None or not report.options.on_dataset:
+        return None
+    with _own_options(report) as options:
+        if isinstance(options, NoPrediction):
+            return None
+        device, gpu_name, _ = ran_on(report)
+        try:
+            batch, alone = longest(options, data, device=device, gpu_name=gpu_name)
+            if report.world_size > 1 and options.distributed:
+                alone = predict_ranks(options, device=device, gpu_name=gpu_name,
+                                      text=batch).as_prediction()
+        except PredictionError:
+            return None
+    return DataReach(measured, batch, alone)
+
+
+@contextmanager
+def _own_options(report: RunReport) -> Iterator[RunOptions | NoPrediction]:
+    """The run's options with the model it carries (analysis/carried_model.py): the config it
+    kept, whoever started it; a run that kept none (a preset, a run stored before runs kept
+    their config) by the name it stored — or, where that is no model here or a user's training
+    recorded none, why there is nothing to predict."""
+    config = report.environment.model_config
+    if config is not None:
+        # Named as lists show the run's model (a user's by its class, which every refusal names
+        # it by: "model: LlamaForCausalLM: …"), not by the folder it is read from.
+        name = (report.model if report.started_by_anatomy else None) or \
+            report.environment.model_class or "model"
+        with carried_model.model_folder(config, name) as folder:
+            yield replace(report.options, model=folder)
+        return
+    if not report.started_by_anatomy:
+        yield NoPrediction(_no_model(report))
+        return
+    try:
+        models.resolve(report.options.model)
+    except models.ModelError as error:
+        yield NoPrediction(_not_here(report, error))
+        return
+    yield report.options
+
+
+def _not_here(report: RunReport, error: models.ModelError) -> str:
+    """Why a run that kept only its model's name has no model here: the file or folder it named
+    (a relative path names one from where the run started) is not found, or is no model."""
+    name, source = report.options.model, report.environment.model_source
+    gone = source in carried_model.FILES and carried_model.local_path(name) is None
+    return (f"{f'model: no such {source}: {name}' if gone else error} (the run names its model "
+            "as it was given where it started, and was recorded before runs kept their model's "
+            "config)")
+
+
+def _no_model(report: RunReport) -> str:
+    """Why a user's training left nothing to predict from: how it was recorded."""
+    if report.source.kind == SourceKind.WATCH:
+        return ("the command was watched without anatomy's callback, so the run recorded no "
+                "model (a Trainer with callbacks=[anatomy.AnatomyCallback()] records its config)")
+    return ("the phase API records no model (a Trainer with callbacks=[anatomy.AnatomyCallback()] "
+            "records its config)")
+
+
+def prediction_for(report: RunReport) -> Prediction | None:
+    """`predicted`, None where there is no prediction."""
+    result = predicted(report)
+    return None if isinstance(result, NoPrediction) else result
+
+
+def parameters(report: RunReport, prediction: Prediction) -> int:
+    """The model's parameters as the worker counted them; the preset's count for older runs."""
+    return report.parameters or prediction.parameters
+
+
+def measured_components(report: RunReport) -> Components:
+    """The run's measured components; for a GPU run recorded without them, what its phases alone
+    tell: the CUDA context (kernel − baseline) and NVML's peak over the baseline."""
+    if report.components is not None:
+        return report.components
+    values = Components()
+    memory = report.phase_memory()
+    baseline, kernel, peak = memory[Phase.BASELINE], memory[Phase.KERNEL], report.summary.peak_bytes
+    if report.on_gpu and baseline is not None:
+        if kernel is not None:
+            values = replace(values, context=kernel - baseline)
+        if peak is not None:
+            values = replace(values, peak=peak - baseline)
+    return values
+
+
+class CpuPeak(NamedTuple):
+    """A CPU run's RSS peak as far as a prediction reaches: the tensors' peak (predicted) on top
+    of what the process held before training beyond its weights (measured at the end of the
+    weights phase: the interpreter, torch's libraries, the data; never predicted). Bytes, over
+    `over` (the baseline's RSS where the run measured one, else 0: the RSS itself)."""
+
+    before_training: int  # measured: the weights phase's RSS less the weights, less `over`
+    tensors: int  # predicted: the tensors' peak (the weights included)
+    over: int
+
+    @property
+    def peak(self) -> int:
+        return self.before_training + self.tensors
+
+    @property
+    def process(self) -> int:
+        """What the process held before training beyond its weights, the baseline included."""
+        return self.over + self.before_training
+
+    @property
+    def rss(self) -> int:
+        """The predicted RSS peak itself: the process and the tensors' peak."""
+        return self.process + self.tensors
+
+
+def cpu_peak(report: RunReport, prediction: Prediction) -> CpuPeak | None:
+    """The predicted RSS peak of a CPU run, on the axis of its measured curve; None on a GPU or
+    before its weights phase ended."""
+    memory = report.phase_memory()
+    if report.on_gpu or memory[Phase.WEIGHTS] is None:
+        return None
+    measured = report.components.weights if report.components else None
+    weights = measured if measured is not None else prediction.weights
+    over = memory[Phase.BASELINE] or 0
+    return CpuPeak(memory[Phase.WEIGHTS] - weights - over, prediction.peak, over)
+
+
+def process_share(report: RunReport, prediction: Prediction) -> int | None:
+    """What a CPU run's process held beside its tensors at its peak: its RSS peak less the
+    tensors' predicted peak — the interpreter, torch, transformers, the data, and what the C
+    allocator keeps of the tensors it freed. What bench/cpu_process_share.py measures of CPU
+    runs for a CPU's capacity (prediction/memory.py's `CPU_PROCESS`). None on a GPU or
+    without a sample."""
+    peak = report.summary.peak_bytes
+    if report.on_gpu or peak is None:
+        return None
+    return peak - prediction.peak
+
+
+def stored_cpu_peak(store: Store, prediction: Prediction) -> tuple[int, CpuPeak] | None:
+    """A CPU prediction before its run starts, as `cpu_peak` reads a run: the tensors' predicted
+    peak on what the latest completed CPU run stored here held before training beyond its
+    weights (its own weights measured). That run's id with it; None without such a run."""
+    for run in store.runs():  # newest first
+        if run.backend != Backend.CPU_RSS or run.status != Status.COMPLETED:
+            continue
+        measured = run_report(store, run.id, run)
+        if measured.components is None or measured.components.weights is None:
+            continue
+        expected = cpu_peak(measured, prediction)
+        if expected is not None:
+            return run.id, expected
+    return None
+
+
+def measured_peak(report: RunReport) -> int | None:
+    """The sampled peak as the table shows it: over the baseline where the run measured one."""
+    peak = report.summary.peak_bytes
+    baseline = report.phase_memory()[Phase.BASELINE]
+    return None if peak is None else peak - (baseline or 0)
+
+
+def error_percent(measured: int | None, predicted: int | None) -> float | None:
+    """(predicted − measured) / measured, in %; None where either is missing or measured is 0."""
+    if measured is None or predicted is None or measured == 0:
+        return None
+    return (predicted - measured) / measured * 100
+
+
+def rank_prediction_for(report: RunReport) -> RankPrediction | None:
+    """Each rank's prediction for a run of several processes, of its own model; None for one
+    process, a user's launch that recorded no model, or a model that cannot be built here."""
+    if report.world_size < 2:
+        return None
+    with _own_options(report) as own:
+        if isinstance(own, NoPrediction):  # a user's launch that recorded no model
+            return None
+        # A user's launch that did not say: the Trainer's own way.
+        options = replace(own, strategy=report.strategy or strategies.DEFAULT)
+        if not options.distributed:  # a run whose options did not say (the user's own script)
+            options = replace(options, processes=report.world_size)
+        device, gpu_name, _ = ran_on(report)
+        data = report.environment.data if options.on_dataset else None
+        try:
+            text = longest(options, data, device=device, gpu_name=gpu_name)[0] if data else None
+            return predict_ranks(options, device=device, gpu_name=gpu_name, text=text)
+        except PredictionError:
+            return None
+
