@@ -11,9 +11,11 @@ from anatomy.analysis import models
 from anatomy.analysis.options import InvalidOptions, validate
 from anatomy.analysis.report import report
 from anatomy.cli.arguments import add_run_options, add_store_option, options_from_args
+from anatomy.cli.metrics import add_metrics_options, served
 from anatomy.cli.render import PhaseEnds, peak, refused, say
 from anatomy.cli.signals import POLL_SECONDS, StopSignals
 from anatomy.engine.manager import DeviceBusy, RunManager, machine
+from anatomy.engine.prometheus import EndpointRefused
 from anatomy.store import Store
 from anatomy.views import text
 from anatomy.vocabulary import Phase, Status
@@ -23,6 +25,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     run = commands.add_parser("run", help="train once, printing memory at the end of each phase")
     add_run_options(run)
     add_store_option(run)
+    add_metrics_options(run)
     run.set_defaults(func=cmd_run)
 
 
@@ -75,6 +78,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         return refused(InvalidOptions(errors))
     store = Store(args.store)
     manager = RunManager(store)
+    try:
+        with served(args, lambda: [r.figures for r in list(manager.recordings.values())]):
+            return _run(args, options, store, manager)
+    except EndpointRefused as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace, options, store: Store, manager: RunManager) -> int:
     with StopSignals() as signals:
         try:
             run_id = manager.start(options)
