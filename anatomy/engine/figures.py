@@ -4,8 +4,7 @@ peak since a reader last read, each phase's memory at its end, the steps, the sa
 The collector hands it every message it handles, in the process that records the run
 (engine/collector.py); the Trainer callback's logs and `Run.metrics()` read it through a
 `Reader` of their own, the /metrics endpoint (engine/prometheus.py) as it is scraped. The names a
-tracker sees are made here and nowhere else (README, "Your tracker"): one prefix, MiB as every
-front writes them (anatomy/units.py).
+tracker sees are analysis/trackers.py's, which the TensorBoard export of a stored run uses too.
 """
 
 from __future__ import annotations
@@ -16,39 +15,20 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from anatomy.analysis.trackers import (
+    PREDICTED_PEAK,
+    components_in_mib,
+    device_label,
+    in_mib,
+    peak_name,
+    phase_name,
+)
 from anatomy.engine import protocol
 from anatomy.store import Components
-from anatomy.units import MIB
-from anatomy.vocabulary import Backend, Part
 
-PREFIX = "anatomy/"
 # A phase's memory is the last sample at its end; its end mark and the samples after it come on
 # two queues, so the samples are kept a while (2 s at 2 kHz) until the mark is matched.
 KEPT_SAMPLES = 4096
-
-
-def phase_name(phase: str) -> str:
-    """`anatomy/training_memory_mib`: the memory of the run's device as the phase ended."""
-    return f"{PREFIX}{phase}_memory_mib"
-
-
-def peak_name(device: str) -> str:
-    """`anatomy/peak_mib/gpu0` (NVML's used memory), `anatomy/peak_mib/cpu` (the RSS of the
-    training's processes): the highest sample since the reader last read."""
-    return f"{PREFIX}peak_mib/{device}"
-
-
-def component_name(part: str) -> str:
-    """`anatomy/components/activations_mib`: a component the probe measured over the first
-    steps."""
-    return f"{PREFIX}components/{part}_mib"
-
-
-PREDICTED_PEAK = f"{PREFIX}predicted_peak_mib"  # the prediction's peak, where one is known
-
-
-def _mib(value: int) -> float:
-    return round(value / MIB, 3)
 
 
 @dataclass(frozen=True)
@@ -85,7 +65,7 @@ class Figures:
 
     def __init__(self, devices: Sequence[int], backend: str, t0: float):
         self.devices = list(devices) or [0]
-        self.cpu = backend == Backend.CPU_RSS
+        self.backend = backend
         self.wall_offset = time.time() - time.monotonic() + t0  # run clock -> epoch seconds
         self.run_id: int | None = None
         self.predicted_peak: int | None = None  # bytes, set by a front that has a prediction
@@ -104,7 +84,7 @@ class Figures:
         self._readings: list[_Reading] = []
 
     def label(self, device: int) -> str:
-        return "cpu" if self.cpu else f"gpu{device}"
+        return device_label(self.backend, device)
 
     # --- fed by the collector (its thread) ---
     def see(self, message) -> None:
@@ -176,20 +156,17 @@ class Figures:
 
     def _take(self, reading: _Reading) -> dict[str, float]:
         with self._lock:
-            taken = {peak_name(self.label(device)): _mib(peak)
+            taken = {peak_name(self.label(device)): in_mib(peak)
                      for device, peak in sorted(reading.peaks.items())}
             reading.peaks.clear()
             for name, _, used in self._phase_memory[reading.phases_read:]:
-                taken[phase_name(name)] = _mib(used)
+                taken[phase_name(name)] = in_mib(used)
             reading.phases_read = len(self._phase_memory)
             if self._components is not None and not reading.components_read:
                 reading.components_read = True
-                for part in Part:
-                    value = getattr(self._components, part.value, None)
-                    if isinstance(value, int):
-                        taken[component_name(part)] = _mib(value)
+                taken.update(components_in_mib(self._components))
             if self.predicted_peak is not None:
-                taken[PREDICTED_PEAK] = _mib(self.predicted_peak)
+                taken[PREDICTED_PEAK] = in_mib(self.predicted_peak)
             return taken
 
     def devices_now(self) -> list[DeviceNow]:

@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+from anatomy.analysis.trackers import component_name, peak_name, phase_name
 from anatomy.engine import protocol
 from anatomy.engine.collector import Collector
-from anatomy.engine.figures import Figures, component_name, peak_name, phase_name
+from anatomy.engine.figures import Figures
 from anatomy.store import Components, PhaseMark, Sample, Step
 from anatomy.units import MIB
 from anatomy.vocabulary import Backend
