@@ -62,6 +62,21 @@ def components_in_mib(components) -> dict[str, float]:
     return found
 
 
+def predicted_peak(report) -> int | None:
+    """The prediction's peak on the axis of the run's samples: NVML's figure on a GPU, the RSS
+    on a CPU (from the end of its weights phase, which the RSS prediction stands on); None
+    where the run has no prediction (analysis/breakdown.py says why on the Anatomy page)."""
+    from anatomy.analysis import breakdown
+
+    prediction = breakdown.prediction_for(report)
+    if prediction is None:
+        return None
+    if report.on_gpu:
+        return prediction.nvml_peak
+    cpu = breakdown.cpu_peak(report, prediction)
+    return None if cpu is None else cpu.rss
+
+
 class ExportRefused(Exception):
     """The folder cannot take the export: one line."""
 

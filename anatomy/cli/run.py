@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+import threading
 import time
 
-from anatomy.analysis import models
+from anatomy.analysis import models, trackers
 from anatomy.analysis.options import InvalidOptions, validate
 from anatomy.analysis.report import report
 from anatomy.cli.arguments import add_run_options, add_store_option, options_from_args
@@ -95,6 +96,8 @@ def _run(args: argparse.Namespace, options, store: Store, manager: RunManager) -
         except DeviceBusy as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
+        if args.metrics_port is not None:
+            _predict_for_metrics(manager, store, run_id)
         signals.on_stop = lambda: manager.request_stop(run_id, signals.reason())
         if signals.received is not None:  # it came while the run started
             signals.on_stop()
@@ -126,6 +129,26 @@ def _run(args: argparse.Namespace, options, store: Store, manager: RunManager) -
     if closed is not None:  # the run is recorded; the output's end is said as every command's
         raise closed
     return _outcome(manager, store, run_id)
+
+
+def _predict_for_metrics(manager: RunManager, store: Store, run_id: int) -> None:
+    """The predicted peak beside the measured memory on /metrics, once the run can be predicted
+    (a CPU run's RSS prediction stands on its weights phase): in a thread, so that the phases
+    are printed as they end while the prediction traces."""
+    figures = manager.recordings[run_id].figures
+
+    def predict() -> None:
+        while manager.is_active(run_id):
+            rep = report(store, run_id)
+            if rep.on_gpu or rep.phase_memory()[Phase.WEIGHTS] is not None:
+                try:
+                    figures.predicted_peak = trackers.predicted_peak(rep)
+                except Exception:  # noqa: BLE001 - no prediction: /metrics goes on without it
+                    pass
+                return
+            time.sleep(POLL_SECONDS)
+
+    threading.Thread(target=predict, name=f"anatomy-prediction-{run_id}", daemon=True).start()
 
 
 def _outcome(manager: RunManager, store: Store, run_id: int) -> int:
