@@ -75,3 +75,13 @@ def test_the_collector_feeds_the_figures_and_counts_what_it_stored(store):
     assert (device.label, device.used, device.rank, device.phase) == ("cpu", 20 * MIB, 0,
                                                                       "training")
     assert figures.steps() == {0: 3}
+
+
+def test_the_readme_lists_the_names_a_tracker_gets():
+    from anatomy.analysis.trackers import PREDICTED_PEAK
+    from tests.conftest import PROJECT
+
+    readme = (PROJECT / "README.md").read_text()
+    for name in (phase_name("<phase>"), peak_name("gpu<N>"), peak_name("cpu"),
+                 component_name("<part>"), PREDICTED_PEAK):
+        assert f"`{name}`" in readme, name

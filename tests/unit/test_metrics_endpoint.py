@@ -73,6 +73,13 @@ def test_the_endpoint_serves_each_devices_memory_with_its_run_host_rank_and_phas
         "weights", "training"}
 
 
+def test_the_readme_lists_every_metric_the_endpoint_serves():
+    readme = (PROJECT / "README.md").read_text()
+    served = _scrape(_training_run())
+    names = {f"{n}_total" if n == "anatomy_samples_stored" else n for n in served}
+    assert all(f"`{name}`" in readme for name in names), [n for n in names if n not in readme]
+
+
 def test_a_port_taken_is_refused_in_one_line_before_the_watch_starts(capsys, store):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
