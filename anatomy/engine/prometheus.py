@@ -10,12 +10,21 @@ which phase filled a GPU. docs/grafana-dashboard.json draws them.
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Callable, Iterable
 
 from anatomy.engine.figures import Figures
 
 DEFAULT_HOST = "localhost"  # nobody else's to read unless --metrics-host says so
+# `anatomy dashboard --metrics-port` to its server (which Streamlit runs): "HOST:PORT"
+METRICS_ENV = "ANATOMY_METRICS"
+
+
+def from_environment() -> tuple[str, int] | None:
+    """The (host, port) $ANATOMY_METRICS names, None where it names none."""
+    host, _, port = os.environ.get(METRICS_ENV, "").rpartition(":")
+    return (host, int(port)) if host and port.isdigit() else None
 
 
 class EndpointRefused(Exception):
@@ -76,8 +85,12 @@ class Endpoint:
 
     def __init__(self, server, thread, address: str):
         self.server, self.thread, self.address = server, thread, address
+        self.closed = False
 
     def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(5)

@@ -131,3 +131,31 @@ def test_the_grafana_dashboard_queries_only_what_the_endpoint_serves():
     assert variables["datasource"]["type"] == "datasource"
     assert all(p["datasource"]["uid"] == "${datasource}" for p in dashboard["panels"])
     assert dashboard["uid"] and dashboard["title"] and dashboard["schemaVersion"] >= 36
+
+
+def test_the_dashboard_serves_metrics_for_the_runs_it_starts(store, monkeypatch):
+    """`anatomy dashboard --metrics-port` passes the address to its server, whose manager serves
+    the runs it records (none yet here: the unit tier starts no run)."""
+    from anatomy.dashboard import server
+    from anatomy.engine.prometheus import METRICS_ENV
+    from tests.apptest import open_page
+
+    port = free_port()
+    monkeypatch.setenv(METRICS_ENV, f"127.0.0.1:{port}")
+    open_page("screens/runs.py")
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as answer:
+            assert answer.status == 200 and b"anatomy_memory_used_bytes" in answer.read()
+    finally:
+        server.server_end().stop_runs()
+
+
+def test_the_dashboards_metrics_port_taken_is_refused_before_streamlit_starts(capsys, store):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["dashboard", "--port", str(free_port()), "--metrics-port", str(port),
+                     "--metrics-host", "127.0.0.1"]) == 2
+    assert f"--metrics-port {port}: cannot listen on 127.0.0.1:{port}" in one_line(
+        capsys.readouterr().err)
