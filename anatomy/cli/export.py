@@ -23,7 +23,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                         help="json: everything, to import elsewhere; csv: the samples; "
                              "html: the memory charts, a standalone page; tensorboard: event "
                              "files, a folder per run under --output DIR (`tensorboard --logdir "
-                             "DIR`; needs `pip install tensorboard`)")
+                             "DIR`; needs pip install \"anatomy[tensorboard]\")")
     export.add_argument("--output", type=file_path,
                         help="file to write (default, or -: standard output, as import reads -); "
                              "for tensorboard, the folder to write into")
@@ -118,8 +118,8 @@ def _tensorboard(args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if importlib.util.find_spec("tensorboard") is None:
-        print("error: the TensorBoard export writes with tensorboard: pip install tensorboard",
-              file=sys.stderr)
+        print("error: the TensorBoard export writes with tensorboard: "
+              'pip install "anatomy[tensorboard]"', file=sys.stderr)
         return 2
     store = reading(args.store)
     if store is None:
