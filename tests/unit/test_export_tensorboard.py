@@ -54,3 +54,17 @@ def test_what_the_tensorboard_export_cannot_write_is_refused_in_one_line(
     flags = [f.format(file=tmp_path / "file", exported=exported) for f in flags]
     assert main(["export", "--format", "tensorboard", *flags, str(run_id)]) == 2
     assert words in one_line(capsys.readouterr().err)
+
+
+def test_without_tensorboard_the_export_names_the_extra_and_writes_nothing(seed, tmp_path,
+                                                                           capsys, monkeypatch):
+    import importlib.util
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "tensorboard" else found(name, *a))
+    run_id = seed()
+    assert main(["export", "--format", "tensorboard", "--output", str(tmp_path / "tb"),
+                 str(run_id)]) == 2
+    assert 'pip install "anatomy[tensorboard]"' in one_line(capsys.readouterr().err)
+    assert not (tmp_path / "tb").exists()
