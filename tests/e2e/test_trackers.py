@@ -61,8 +61,12 @@ def test_tensorboard_event_files_hold_anatomys_scalars(store, tmp_path):
     (training,) = events.Scalars("train/anatomy/training_memory_mib")
     assert training.step == 3
     assert training.value == pytest.approx(_training_memory_mib(store), abs=0.01)
+    # at the logging steps whose samples had reached the recording (a loaded machine's collector
+    # may have had none since the log before), never above the run's peak
     peaks = events.Scalars("train/anatomy/peak_mib/cpu")
-    assert [p.step for p in peaks][:3] == [1, 2, 3]  # at each logging step
+    assert peaks and {p.step for p in peaks} <= {1, 2, 3}
+    (run,) = store.runs()
+    assert max(p.value for p in peaks) <= max(s.used for s in store.samples(run.id)) / MIB + 0.01
 
 
 def test_mlflow_local_store_holds_anatomys_metrics(store, tmp_path, monkeypatch):
