@@ -70,6 +70,7 @@ class Figures:
         self.run_id: int | None = None
         self.predicted_peak: int | None = None  # bytes, set by a front that has a prediction
         self.stored = 0  # samples written into the store
+        self.failed: str | None = None  # why the figures stopped following the run, if they did
         self._lock = threading.Lock()
         self._latest: dict[int, int] = {}
         self._peak: dict[int, int] = {}
@@ -88,6 +89,14 @@ class Figures:
 
     # --- fed by the collector (its thread) ---
     def see(self, message) -> None:
+        if self.failed is not None:
+            return
+        try:
+            self._see(message)
+        except Exception as error:  # noqa: BLE001 - the store is the record: a live figure
+            self.failed = f"{type(error).__name__}: {error}"  # that fails never ends the run
+
+    def _see(self, message) -> None:
         with self._lock:
             match message:
                 case protocol.Samples(samples=samples):

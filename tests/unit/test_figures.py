@@ -85,3 +85,19 @@ def test_the_readme_lists_the_names_a_tracker_gets():
     for name in (phase_name("<phase>"), peak_name("gpu<N>"), peak_name("cpu"),
                  component_name("<part>"), PREDICTED_PEAK):
         assert f"`{name}`" in readme, name
+
+
+def test_a_figure_that_fails_stops_the_figures_never_the_recording(store, monkeypatch):
+    run_id = store.create_run({}, Backend.CPU_RSS, None, 0, {}, preset="python")
+    figures = Figures([0], Backend.CPU_RSS, t0=0.0)
+
+    def broken(samples):
+        raise TypeError("a reading it does not know")
+
+    monkeypatch.setattr(figures, "_sampled", broken)
+    collector = Collector(store, run_id, figures=figures)
+    collector.handle(_samples((1.0, 10)))
+    collector.handle(_samples((1.1, 20)))
+    collector.flush()
+    assert figures.failed == "TypeError: a reading it does not know"
+    assert len(store.samples(run_id)) == 2
