@@ -520,10 +520,11 @@ class Run:
 
     def metrics(self) -> dict[str, float]:
         """The run's figures since the last call, by the names a tracker shows them under (README,
-        "Your tracker"): each device's peak since then, each phase's memory as it ended, the
-        measured components once, the predicted peak where one is known. For a plain loop's own
-        logger: `wandb.log(run.metrics(), step=step)`. Empty where this process does not record
-        the run (under `anatomy watch`: the watch's --metrics-port serves them)."""
+        "Your tracker and your cluster's metrics"): each device's peak since then (the first
+        call: since the run began), each phase's memory as it ended, the measured components
+        once, the predicted peak where one is known. For a plain loop's own logger:
+        `wandb.log(run.metrics(), step=step)`. Empty where this process does not record the run
+        (under `anatomy watch`: the watch's --metrics-port serves them)."""
         if self._reader is None:
             figures = self.figures()
             if figures is None:

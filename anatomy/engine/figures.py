@@ -157,9 +157,10 @@ class Figures:
 
     # --- read ---
     def reader(self) -> Reader:
-        """A reader of its own: what it takes, another reader still gets."""
+        """A reader of its own: what it takes, another reader still gets. Its first `take()`
+        gives each device's peak since the run began."""
         with self._lock:
-            reading = _Reading()
+            reading = _Reading(peaks=dict(self._peak))
             self._readings.append(reading)
             return Reader(self, reading)
 

@@ -162,3 +162,41 @@ def test_prometheus_scrapes_the_training_phases_memory_from_watch(store, tmp_pat
     finally:
         prometheus.terminate()
         prometheus.wait(30)
+
+
+PLAIN_LOOP = """
+import json, time
+import anatomy
+
+run = anatomy.start(name="a plain loop")
+import torch
+
+model = torch.nn.Linear(64, 64)
+run.phase("weights")
+run.phase("training")
+for step in range(3):
+    model(torch.randn(8, 64)).sum().backward()
+    time.sleep(0.1)
+    run.step(loss=1.0)
+time.sleep(0.5)  # the samples of the last step reach the recording
+print(json.dumps(run.metrics()))
+print(json.dumps(run.metrics()))
+run.end()
+"""
+
+
+def test_a_plain_loops_run_metrics_gives_the_callbacks_figures_for_its_own_logger(store,
+                                                                                   tmp_path):
+    script = tmp_path / "loop.py"
+    script.write_text(PLAIN_LOOP)
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                            timeout=300, cwd=tmp_path, env=_env(store))
+    assert result.returncode == 0, result.stderr[-3000:]
+    first, second = (json.loads(line) for line in result.stdout.strip().splitlines()[-2:])
+    assert {"anatomy/baseline_memory_mib", "anatomy/kernel_memory_mib",
+            "anatomy/weights_memory_mib", "anatomy/peak_mib/cpu"} <= set(first), first
+    (run,) = store.runs()
+    weights = next(p for p in report(store, run.id).phases if p.name == "weights")
+    assert first["anatomy/weights_memory_mib"] == pytest.approx(weights.memory_bytes / MIB,
+                                                                abs=0.01)
+    assert not set(second) & {"anatomy/baseline_memory_mib", "anatomy/weights_memory_mib"}

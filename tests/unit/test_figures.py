@@ -101,3 +101,12 @@ def test_a_figure_that_fails_stops_the_figures_never_the_recording(store, monkey
     collector.flush()
     assert figures.failed == "TypeError: a reading it does not know"
     assert len(store.samples(run_id)) == 2
+
+
+def test_a_readers_first_take_has_each_devices_peak_since_the_run_began():
+    figures = Figures([0], Backend.NVML, t0=0.0)
+    figures.see(_samples((1.0, 70), (1.1, 40)))
+    late = figures.reader()
+    figures.see(_samples((2.0, 50)))
+    assert late.take() == {peak_name("gpu0"): 70}
+    assert late.take() == {}
