@@ -12,7 +12,10 @@ import socket
 import sys
 
 from anatomy.cli.arguments import add_store_option
+from anatomy.cli.metrics import add_metrics_options
 from anatomy.dashboard import ENTRY
+from anatomy.engine.prometheus import DEFAULT_HOST as METRICS_HOST
+from anatomy.engine.prometheus import METRICS_ENV
 from anatomy.store import STORE_ENV, Store, checks, resolve_path
 
 # What `pip install "anatomy[dashboard]"` adds (pyproject.toml's extra).
@@ -43,6 +46,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                            help="the address to serve on (default: localhost, this machine only; "
                                 "0.0.0.0: every interface)")
     add_store_option(dashboard)
+    add_metrics_options(dashboard)  # the runs the dashboard starts, for Prometheus
     dashboard.set_defaults(func=cmd_dashboard)
 
 
@@ -65,6 +69,21 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     if refusal:
         print(f"error: cannot serve on {args.host}:{args.port}: {refusal}", file=sys.stderr)
         return 2
+    environment = {**os.environ, STORE_ENV: str(path)}
+    if args.metrics_port is None and args.metrics_host is not None:
+        print("error: --metrics-host: give --metrics-port too (the endpoint listens only where a "
+              "port is given)", file=sys.stderr)
+        return 2
+    if args.metrics_port is not None:
+        metrics_host = args.metrics_host or METRICS_HOST
+        refusal = _unservable(metrics_host, args.metrics_port)
+        if refusal:
+            print(f"error: --metrics-port {args.metrics_port}: cannot listen on {metrics_host}:"
+                  f"{args.metrics_port} ({refusal})", file=sys.stderr)
+            return 2
+        environment[METRICS_ENV] = f"{metrics_host}:{args.metrics_port}"
+        print(f"metrics: http://{metrics_host}:{args.metrics_port}/metrics (the runs it starts, "
+              "from the first page served)", flush=True)
     shown = "localhost" if args.host in ("0.0.0.0", "::") else args.host
     # The pid, because the process becomes Streamlit's (below): `kill PID` stops it, where a
     # search for "anatomy dashboard" among the processes finds nothing.
@@ -74,7 +93,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
                "--server.address", args.host, "--server.port", str(args.port),
                *(f"--{key}={value}" for key, value in SETTINGS.items())]
     # exec, not a child: Ctrl-C and a SIGTERM reach the server itself, and nothing outlives it.
-    os.execve(sys.executable, command, {**os.environ, STORE_ENV: str(path)})
+    os.execve(sys.executable, command, environment)
 
 
 def _unservable(host: str, port: int) -> str | None:

@@ -1,14 +1,16 @@
-"""`anatomy export`: runs as JSON (everything), CSV (the samples) or HTML (the charts)."""
+"""`anatomy export`: runs as JSON (everything), CSV (the samples), HTML (the charts) or
+TensorBoard's event files (a folder per run)."""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
 from pathlib import Path
 
-from anatomy.analysis import transfer
+from anatomy.analysis import trackers, transfer
 from anatomy.cli.arguments import add_store_option, file_path, run_id
 from anatomy.cli.stores import reading
 from anatomy.store import resolve_path
@@ -17,11 +19,14 @@ from anatomy.store import resolve_path
 def register(commands: argparse._SubParsersAction) -> None:
     export = commands.add_parser("export", help="runs as JSON (everything) or CSV (samples)")
     export.add_argument("run_ids", type=run_id, nargs="+", metavar="RUN_ID")
-    export.add_argument("--format", choices=("json", "csv", "html"), required=True,
+    export.add_argument("--format", choices=("json", "csv", "html", "tensorboard"), required=True,
                         help="json: everything, to import elsewhere; csv: the samples; "
-                             "html: the memory charts, a standalone page")
+                             "html: the memory charts, a standalone page; tensorboard: event "
+                             "files, a folder per run under --output DIR (`tensorboard --logdir "
+                             "DIR`; needs pip install \"anatomy[tensorboard]\")")
     export.add_argument("--output", type=file_path,
-                        help="file to write (default, or -: standard output, as import reads -)")
+                        help="file to write (default, or -: standard output, as import reads -); "
+                             "for tensorboard, the folder to write into")
     add_store_option(export)
     export.set_defaults(func=cmd_export)
 
@@ -57,6 +62,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     # A run named twice (`export 3 3`, a shell's list) once: twice, its JSON was a file import
     # refuses ("the same run as runs[0]") and its CSV held every sample twice.
     args.run_ids = list(dict.fromkeys(args.run_ids))
+    if args.format == "tensorboard":
+        return _tensorboard(args)
     if args.output:
         problem = _unwritable(Path(args.output))
         if Path(args.output).resolve() == resolve_path(args.store).resolve():
@@ -96,4 +103,38 @@ def cmd_export(args: argparse.Namespace) -> int:
         print(f"wrote {args.output}")
     else:
         sys.stdout.write(content)
+    return 0
+
+
+def _tensorboard(args: argparse.Namespace) -> int:
+    """`--format tensorboard --output DIR`: each run's event files under DIR/run-ID."""
+    if not args.output:
+        print("error: --format tensorboard writes a folder: give --output DIR", file=sys.stderr)
+        return 2
+    output = Path(args.output)
+    try:
+        trackers.check_event_folders(output, args.run_ids)
+    except trackers.ExportRefused as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if importlib.util.find_spec("tensorboard") is None:
+        print("error: the TensorBoard export writes with tensorboard: "
+              'pip install "anatomy[tensorboard]"', file=sys.stderr)
+        return 2
+    store = reading(args.store)
+    if store is None:
+        print(f"error: run {args.run_ids[0]} is not in {resolve_path(args.store)} (no store there"
+              " yet)", file=sys.stderr)
+        return 1
+    try:
+        written = trackers.write_tensorboard(store, args.run_ids, output)
+    except KeyError as error:
+        print(f"error: {error.args[0]}", file=sys.stderr)
+        return 1
+    except OSError as error:
+        print(f"error: cannot write {output}: {error.strerror or error}", file=sys.stderr)
+        return 1
+    for folder in written:
+        print(f"wrote {folder}")
+    print(f"tensorboard --logdir {output}")
     return 0

@@ -5,15 +5,19 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+import threading
 import time
 
 from anatomy.analysis import models
-from anatomy.analysis.options import InvalidOptions, validated
+from anatomy.analysis.options import Checked, InvalidOptions, validated
 from anatomy.analysis.report import report
 from anatomy.cli.arguments import add_run_options, add_store_option, values_from_args
+from anatomy.cli.metrics import add_metrics_options, served
 from anatomy.cli.render import PhaseEnds, peak, refused, say
 from anatomy.cli.signals import POLL_SECONDS, StopSignals
 from anatomy.engine.manager import DeviceBusy, RunManager, machine
+from anatomy.engine.prometheus import EndpointRefused
+from anatomy.prediction import breakdown
 from anatomy.store import Store
 from anatomy.views import text
 from anatomy.vocabulary import Phase, Status
@@ -23,6 +27,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     run = commands.add_parser("run", help="train once, printing memory at the end of each phase")
     add_run_options(run)
     add_store_option(run)
+    add_metrics_options(run)
     run.set_defaults(func=cmd_run)
 
 
@@ -73,9 +78,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         checked = validated(values_from_args(args, info.has_gpu), info.gpu_count)
     except InvalidOptions as error:
         return refused(error)
-    options = checked.options
     store = Store(args.store)
     manager = RunManager(store)
+    try:
+        with served(args, lambda: [r.figures for r in list(manager.recordings.values())]):
+            return _run(args, checked, store, manager)
+    except EndpointRefused as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace, checked: Checked, store: Store, manager: RunManager) -> int:
+    options = checked.options
     with StopSignals() as signals:
         try:
             run_id = manager.start(checked)
@@ -84,6 +98,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         except DeviceBusy as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
+        if args.metrics_port is not None:
+            _predict_for_metrics(manager, store, run_id)
         signals.on_stop = lambda: manager.request_stop(run_id, signals.reason())
         if signals.received is not None:  # it came while the run started
             signals.on_stop()
@@ -115,6 +131,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     if closed is not None:  # the run is recorded; the output's end is said as every command's
         raise closed
     return _outcome(manager, store, run_id)
+
+
+def _predict_for_metrics(manager: RunManager, store: Store, run_id: int) -> None:
+    """The predicted peak beside the measured memory on /metrics, once the run can be predicted
+    (a CPU run's RSS prediction stands on its weights phase): in a thread, so that the phases
+    are printed as they end while the prediction traces."""
+    figures = manager.recordings[run_id].figures
+
+    def predict() -> None:
+        while manager.is_active(run_id):
+            rep = report(store, run_id)
+            if rep.on_gpu or rep.phase_memory()[Phase.WEIGHTS] is not None:
+                try:
+                    figures.predicted_peak = breakdown.predicted_peak(rep)
+                except Exception:  # noqa: BLE001 - no prediction: /metrics goes on without it
+                    pass
+                return
+            time.sleep(POLL_SECONDS)
+
+    threading.Thread(target=predict, name=f"anatomy-prediction-{run_id}", daemon=True).start()
 
 
 def _outcome(manager: RunManager, store: Store, run_id: int) -> int:

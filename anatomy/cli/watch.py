@@ -8,9 +8,11 @@ from collections.abc import Callable
 
 from anatomy.analysis.report import report
 from anatomy.cli.arguments import add_store_option
+from anatomy.cli.metrics import add_metrics_options, served
 from anatomy.cli.render import PhaseEnds
 from anatomy.engine import hosts, joined, watch
 from anatomy.engine.manager import machine
+from anatomy.engine.prometheus import EndpointRefused
 from anatomy.store import Store
 from anatomy.vocabulary import Phase
 
@@ -37,6 +39,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                               f"{hosts.JOIN_KEY_ENV}; the watch on HOST records the run, the "
                               "others send it their GPUs' samples, phases and steps")
     add_store_option(watched)
+    add_metrics_options(watched)
     watched.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ARGS…")
     watched.set_defaults(func=cmd_watch)
 
@@ -53,10 +56,12 @@ def cmd_watch(args: argparse.Namespace) -> int:
     try:
         if args.join is None:
             store = Store(args.store)
-            return watch.watch(command, store, info, gpus=args.gpus, name=args.name,
-                               sample_rate=args.sample_rate, phase_lines=_phase_lines(store))
+            watched = watch.Watch(command, store, info, watch.choose_devices(info, args.gpus),
+                                  args.name, args.sample_rate, phase_lines=_phase_lines(store))
+            with served(args, lambda: _figures(watched)):
+                return watched.run()
         return _joining(command, info, args)
-    except (watch.WatchRefused, hosts.JoinRefused) as error:
+    except (watch.WatchRefused, hosts.JoinRefused, EndpointRefused) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
 
@@ -70,8 +75,14 @@ def _joining(command: list[str], info, args: argparse.Namespace) -> int:
     store = Store(args.store)
     watched = watch.Watch(command, store, info, devices, args.name, args.sample_rate,
                           phase_lines=_phase_lines(store))
-    listener = hosts.listen(address, key)
-    if listener is not None:
-        watched.hosts_listener = listener
-        return watched.run()
-    return joined.Joined(watched, address, key).run()
+    with served(args, lambda: _figures(watched)):
+        listener = hosts.listen(address, key)
+        if listener is not None:
+            watched.hosts_listener = listener
+            return watched.run()
+        return joined.Joined(watched, address, key).run()
+
+
+def _figures(watched: watch.Watch) -> list:
+    """The watch's run's live figures, once its recording exists."""
+    return [] if watched.recording is None else [watched.recording.figures]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import atexit
 import signal
+import sys
 import threading
 from collections.abc import Mapping
 from functools import partial
@@ -17,6 +18,7 @@ import streamlit as st
 from streamlit import runtime
 
 from anatomy.analysis.machine import Machine
+from anatomy.engine import prometheus
 from anatomy.engine.endings import STOP_WORDS, signal_name
 from anatomy.engine.manager import RunManager, machine
 from anatomy.engine.sweep import Sweep
@@ -44,6 +46,7 @@ class ServerEnd:
     def __init__(self) -> None:
         self.managers: list[RunManager] = []
         self.sweeps: list[SweepSlot] = []
+        self.endpoints: list[prometheus.Endpoint] = []  # `--metrics-port`'s, closed at the end
         self.reason = STOPPED_WITH_THE_SERVER
         atexit.register(self.stop_runs)
         try:
@@ -80,6 +83,8 @@ class ServerEnd:
             slot.stop(self.reason)
         for manager in self.managers:
             manager.stop_all(self.reason)
+        for endpoint in self.endpoints:
+            endpoint.close()
 
 
 @st.cache_resource(show_spinner=False)
@@ -91,7 +96,25 @@ def server_end() -> ServerEnd:
 def _manager(store_path: str) -> RunManager:
     manager = RunManager(Store(store_path))
     server_end().managers.append(manager)
+    _serve_metrics(manager)
     return manager
+
+
+def _serve_metrics(manager: RunManager) -> None:
+    """`anatomy dashboard --metrics-port`: the figures of the runs this server records, while
+    they record. The port was found free before Streamlit started; one taken since is said on
+    the server's terminal, and the dashboard serves on without it."""
+    where = prometheus.from_environment()
+    if where is None:
+        return
+
+    def recording() -> list:
+        return [r.figures for run_id, r in list(manager.recordings.items())
+                if run_id in manager.active]
+    try:
+        server_end().endpoints.append(prometheus.serve(where[1], where[0], recording))
+    except prometheus.EndpointRefused as error:
+        print(f"anatomy dashboard: {error}", file=sys.stderr, flush=True)
 
 
 def manager() -> RunManager:

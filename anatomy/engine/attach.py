@@ -50,6 +50,7 @@ from anatomy.engine.exits import (
     ending_of,
     on_stop_signals,
 )
+from anatomy.engine.figures import Figures, Reader
 from anatomy.engine.locks import DeviceBusy, DeviceLock, gpu_key
 from anatomy.engine.recording import FIRST_SAMPLE_TIMEOUT, Recording, environment_facts
 from anatomy.engine.reporter import Reporter
@@ -415,6 +416,7 @@ class Run:
         self._lock = threading.Lock()
         self._libraries = RunFacts()  # the versions told so far
         self._told_late = self._told_profiling = False
+        self._reader: Reader | None = None  # what `metrics()` has read of the run's figures
 
     def _late(self, call: str) -> bool:
         """Whether the run has ended, so that `call` goes nowhere; said once where the run was
@@ -508,6 +510,27 @@ class Run:
         self.reporter.summary(TrainingSummary.of(
             steps=self.steps, time_s=round(time_s, 3),
             samples_per_second=None if self._unsized else round(self._examples / time_s, 3)))
+
+    def figures(self) -> Figures | None:
+        """The run's live figures, where this process records it (under `anatomy watch` they
+        are the watch's, served by its --metrics-port; a rank other than 0 records nothing)."""
+        if isinstance(self.link, _LocalRecording):
+            return self.link.recording.figures
+        return None
+
+    def metrics(self) -> dict[str, float]:
+        """The run's figures since the last call, by the names a tracker shows them under (README,
+        "Your tracker and your cluster's metrics"): each device's peak since then (the first
+        call: since the run began), each phase's memory as it ended, the measured components
+        once, the predicted peak where one is known. For a plain loop's own logger:
+        `wandb.log(run.metrics(), step=step)`. Empty where this process does not record the run
+        (under `anatomy watch`: the watch's --metrics-port serves them)."""
+        if self._reader is None:
+            figures = self.figures()
+            if figures is None:
+                return {}
+            self._reader = figures.reader()
+        return self._reader.take()
 
     def note(self, text: str, level: str = Level.INFO) -> None:
         _named("note", text)

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 
 import torch
 from transformers import TrainerCallback
+from transformers.trainer_callback import CallbackHandler
 
 from anatomy.analysis import carried_model
+from anatomy.engine.figures import Reader
 from anatomy.engine.link import WATCH_ENV
 from anatomy.engine.probe import MEASURED_STEPS, ComponentProbe
 from anatomy.engine.reporter import Reporter
@@ -23,6 +26,7 @@ from anatomy.store import RunFacts, Step, TrainingArguments, TrainingSummary
 from anatomy.vocabulary import Level, Phase, Precision, Status
 
 INJECT_ENV = "ANATOMY_INJECT"  # tests only: "oom@STEP" or "crash@STEP"
+LAST_FIGURES_WAIT = 2.0  # seconds the training phase's memory is waited for as training ends
 
 
 class PhaseMarks(TrainerCallback):
@@ -195,7 +199,10 @@ class AnatomyCallback(TrainerCallback):
     on_train_begin to on_train_end, reports every step with its loss, runs the component probe
     over the first steps, and ends the run it started when training ends (an error that escapes
     `train()` ends it as failed or oom). It adds no synchronisation: the allocator's figures are
-    host-side counters."""
+    host-side counters.
+
+    Its figures join the Trainer's logs (engine/figures.py names them), so that every
+    integration of `report_to` logs them as it logs the loss; anatomy imports none of them."""
 
     def __init__(self, name: str | None = None, *, sample_rate: int = 200, store=None,
                  probe: bool = True):
@@ -214,6 +221,9 @@ class AnatomyCallback(TrainerCallback):
         self._described: tuple[TrainingArguments, str | None] | None = None
         self._lengths: BatchLengths | None = None
         self._longest_said: int | None = None
+        self._reader: Reader | None = None  # the run's figures, for the Trainer's logs
+        self._handler: CallbackHandler | None = None  # the Trainer's, once this leads it
+        self._logging = False  # the training's last figures are being logged
 
     def _take_run(self):
         """The run this process records (joined), else one of its own; the run joined, if any."""
@@ -229,7 +239,28 @@ class AnatomyCallback(TrainerCallback):
     def on_init_end(self, args, state, control, model=None, **kwargs):
         if not self._records(state):
             return
+        self._lead_logs()
         self._follow(args, model)
+
+    def _lead_logs(self) -> None:
+        """This callback first among the Trainer's: the integrations of `report_to` come before
+        a user's callbacks, and each logs `logs` as on_log hands it them; ahead of them, the
+        figures added here reach every one. A callback is never handed its Trainer: the handler
+        is the caller of this event (CallbackHandler.call_event), which goes on with the
+        callback after this one."""
+        if self._handler is not None:
+            return
+        frame = sys._getframe(1)
+        for _ in range(4):
+            frame = frame.f_back
+            if frame is None:
+                return
+            handler = frame.f_locals.get("self")
+            if isinstance(handler, CallbackHandler) and self in handler.callbacks:
+                handler.callbacks.remove(self)
+                handler.callbacks.insert(0, self)
+                self._handler = handler
+                return
 
     def _records(self, state, training_begins: bool = False) -> bool:
         """Whether this callback records the Trainer `state` is of: the first AnatomyCallback of
@@ -257,6 +288,8 @@ class AnatomyCallback(TrainerCallback):
         self.run.reporter.environment(facts)
         self._described = (facts.training_arguments, facts.model_name)
         self.run.reporter.described(facts.training_arguments.to_dict(), facts.model_name)
+        figures = self.run.figures()
+        self._reader = figures.reader() if figures is not None else None
         if model is not None and self.run.reporter.open_phase != Phase.TRAINING:
             self.run.phase(Phase.WEIGHTS)
         use_cuda = torch.cuda.is_available() and args.device.type == "cuda"
@@ -274,6 +307,7 @@ class AnatomyCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         if not self._records(state, training_begins=True):
             return
+        self._lead_logs()  # added by trainer.add_callback: no on_init_end came
         if self.renews_run and self.run.ended:
             # train() again (hyperparameter_search, a resume): the run it ended was the last
             # training's, and this one went unrecorded; it has a run of its own.
@@ -319,11 +353,33 @@ class AnatomyCallback(TrainerCallback):
         if not self._records(state):
             return
         self._each("on_log", args, state, control, **kwargs)
+        logs = kwargs.get("logs")
+        if isinstance(logs, dict) and self._reader is not None and not self._logging:
+            logs.update(self._reader.take())
+
+    def _log_last(self, args, state, control, training_ended: bool) -> None:
+        """The training phase ends after the Trainer's last log: its memory, and what else came
+        since that log, reach the integrations in a log of their own, before they close."""
+        figures = self.run.figures()
+        if self._reader is None or self._handler is None or figures is None:
+            return
+        if training_ended:
+            figures.wait_for_phase(Phase.TRAINING, self.run.reporter.last_mark,
+                                   LAST_FIGURES_WAIT)
+        last = self._reader.take()
+        if last:
+            self._logging = True
+            try:
+                self._handler.on_log(args, state, control, last)
+            finally:
+                self._logging = False
 
     def on_train_end(self, args, state, control, **kwargs):
         if not self._records(state):
             return
+        training = self.run.reporter.open_phase == Phase.TRAINING
         self._each("on_train_end", args, state, control, **kwargs)
+        self._log_last(args, state, control, training)
         runtime = next((entry.get("train_runtime") for entry in reversed(state.log_history)
                         if "train_runtime" in entry), None)
         last = state.log_history[-1] if state.log_history else {}

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from anatomy.engine import protocol
+from anatomy.engine.figures import Figures
 from anatomy.store import (
     Components,
     GpuProcess,
@@ -101,8 +102,10 @@ class StepCount:
 
 
 class Collector:
-    def __init__(self, store: Store, run_id: int, outcome: Outcome | None = None):
+    def __init__(self, store: Store, run_id: int, outcome: Outcome | None = None,
+                 figures: Figures | None = None):
         self.store, self.run_id = store, run_id
+        self.figures = figures  # the run's live figures, for its trackers and /metrics
         self.rows = Rows()
         self.outcome = outcome or Outcome()
         self.sampled = False  # a sample has come
@@ -111,6 +114,8 @@ class Collector:
         self._flushed_at = time.monotonic()
 
     def handle(self, message) -> None:
+        if self.figures is not None:
+            self.figures.see(message)
         match message:
             case protocol.Samples(samples=samples):
                 self.rows.samples.extend(samples)
@@ -184,6 +189,8 @@ class Collector:
             self.store.write(self.run_id, samples=rows.samples, phases=rows.phases,
                              steps=rows.steps, messages=rows.messages, hosts=rows.hosts,
                              gpus=rows.gpus, processes=rows.processes)
+            if self.figures is not None:
+                self.figures.stored_samples(len(rows.samples))
             self.rows.clear()
         self._flushed_at = time.monotonic()
 

@@ -33,6 +33,7 @@ from anatomy.analysis.machine import Device, Machine
 from anatomy.engine import sampler
 from anatomy.engine.collector import FLUSH_SECONDS, Collector, Outcome
 from anatomy.engine.endings import Ending, OomKills, death, killed_for_memory
+from anatomy.engine.figures import Figures
 from anatomy.engine.lifeline import Lifeline, forget_names, launch, signals_to_the_main_thread
 from anatomy.engine.processes import end_tree
 from anatomy.store import RunFacts, RunSource, Store, store_error
@@ -167,6 +168,7 @@ class Recording:
         self._stopping = threading.Lock()  # one ending of the training's tree at a time
         self._early: list = []  # what the sampler said before the collector began
         self._heard_training = False  # a message of the training's has come
+        self.figures = Figures(self.gpus, backend, self.t0)  # as they come: trackers, /metrics
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -191,7 +193,8 @@ class Recording:
         except sqlite3.Error as error:
             raise store_error(self.store.path, error) from None
         self.store.reserve(self.run_id)
-        self.collector = Collector(self.store, self.run_id, self.outcome)
+        self.figures.run_id = self.run_id
+        self.collector = Collector(self.store, self.run_id, self.outcome, self.figures)
         return self.run_id
 
     def follow(self, training: Training) -> None:

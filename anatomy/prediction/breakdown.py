@@ -274,3 +274,15 @@ def rank_prediction_for(report: RunReport) -> RankPrediction | None:
         except PredictionError:
             return None
 
+
+def predicted_peak(report: RunReport) -> int | None:
+    """The prediction's peak on the axis of the run's samples: NVML's figure on a GPU, the RSS
+    on a CPU (from the end of its weights phase, which the RSS prediction stands on); None
+    where the run has no prediction (`prediction_for` says why on the Anatomy page)."""
+    prediction = prediction_for(report)
+    if prediction is None:
+        return None
+    if report.on_gpu:
+        return prediction.nvml_peak
+    cpu = cpu_peak(report, prediction)
+    return None if cpu is None else cpu.rss

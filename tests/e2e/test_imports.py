@@ -37,6 +37,17 @@ def test_importing_anatomy_loads_neither_torch_nor_the_callback():
     assert result.stdout.strip() == "[]", result.stderr
 
 
+def test_the_cli_the_callback_and_the_endpoint_load_no_tracker():
+    """A tracker is loaded by whoever asks for it: the Trainer's report_to its integration,
+    --metrics-port prometheus-client (when the endpoint starts, not when the module loads)."""
+    probe = ("import sys, anatomy, anatomy.cli, anatomy.engine.callbacks, anatomy.engine.prometheus\n"
+             "print(sorted(m for m in ('prometheus_client', 'tensorboard', 'mlflow', 'wandb')"
+             " if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            cwd=PROJECT, timeout=120)
+    assert result.stdout.strip() == "[]", result.stderr
+
+
 def test_a_cold_prediction_skips_the_trainer_module_and_its_first_recording_is_its_second():
     """`predict` makes the Trainer's optimizer without transformers.trainer (which loads datasets
     and pandas: a second of a cold shell), and what it imports lands before the trace: a

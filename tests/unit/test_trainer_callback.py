@@ -196,3 +196,41 @@ def test_a_training_that_never_had_a_full_micro_batch_says_which_it_had(heard, t
     measured = _accumulated(heard, tmp_path, ((2, 1),))
     assert measured.micro_batch == 2  # the largest it had
     assert partial_micro_batch(measured, 4) == 2
+
+
+def test_report_tos_integrations_log_the_callbacks_figures_with_the_trainers(heard, tmp_path,
+                                                                             monkeypatch):
+    """The integrations of report_to (TensorBoard, W&B, MLflow…) come before a user's callbacks
+    and log `logs` as on_log hands it them: the callback goes first, so that each logs anatomy's
+    figures beside the loss."""
+    from transformers import TrainerCallback
+    from transformers.trainer_callback import TrainerState
+
+    from anatomy.engine import attach
+    from anatomy.engine.callbacks import AnatomyCallback
+    from anatomy.engine.figures import Figures
+    from anatomy.store import Sample
+    from anatomy.units import MIB
+    from anatomy.vocabulary import Backend
+
+    figures = Figures([0], Backend.CPU_RSS, t0=0.0)  # what the collector feeds in a real run
+    monkeypatch.setattr(attach.Run, "figures", lambda run: figures)
+
+    class Tracker(TrainerCallback):
+        """As TensorBoardCallback: logs what on_log gives it."""
+
+        def __init__(self) -> None:
+            self.logged: list[dict] = []
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            self.logged.append(dict(logs))
+
+    tracker, callback = Tracker(), AnatomyCallback()
+    handler, arguments, control = _trainer(tmp_path, [tracker, callback])
+    assert handler.callbacks.index(callback) < handler.callbacks.index(tracker)
+    figures.see(protocol.Samples([Sample(0.5, 0, 64 * MIB, None, None, None)]))
+    handler.on_log(arguments, TrainerState(), control, logs={"loss": 0.5})
+    figures.see(protocol.Samples([Sample(0.6, 0, 32 * MIB, None, None, None)]))
+    handler.on_log(arguments, TrainerState(), control, logs={"eval_loss": 0.4})
+    assert tracker.logged == [{"loss": 0.5, "anatomy/peak_mib/cpu": 64},
+                              {"eval_loss": 0.4, "anatomy/peak_mib/cpu": 32}]

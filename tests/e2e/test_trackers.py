@@ -1,0 +1,202 @@
+"""anatomy's figures in the user's own channels, with the real libraries: a Trainer script with the
+callback and `report_to` (TensorBoard's event files read back, MLflow's local store, W&B offline),
+and `anatomy watch --metrics-port` scraped by a real Prometheus (Debian's package)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import urllib.parse
+import urllib.request
+
+import pytest
+
+from anatomy.analysis.report import report
+from anatomy.store import Store
+from anatomy.units import MIB
+from tests.conftest import PROJECT
+from tests.helpers import free_port, wait_until
+
+SCRIPT = PROJECT / "examples" / "trainer_script.py"
+SMALL = ["--steps", "3", "--seq-len", "16", "--batch-size", "4"]
+# What every tracker must have been given, by the names the README lists (the integrations put
+# the Trainer's training logs under train/).
+NAMES = ["anatomy/peak_mib/cpu", "anatomy/weights_memory_mib", "anatomy/training_memory_mib",
+         "anatomy/components/weights_mib"]
+
+
+def _env(store: Store, **more: str) -> dict:
+    return {**os.environ, "ANATOMY_STORE": str(store.path), "PYTHONPATH": os.pathsep.join(
+        filter(None, (str(PROJECT), os.environ.get("PYTHONPATH")))), **more}
+
+
+def _train(store: Store, tmp_path, report_to: str, **env: str) -> None:
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), *SMALL, "--report-to", report_to, "--output-dir",
+         str(tmp_path / "out")], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        env=_env(store, **env))
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def _training_memory_mib(store: Store) -> float:
+    """What `show` says of the training phase: the figure a tracker must have been given."""
+    (run,) = store.runs()
+    rep = report(store, run.id)
+    return next(p.memory_bytes for p in rep.phases if p.name == "training") / MIB
+
+
+def test_tensorboard_event_files_hold_anatomys_scalars(store, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    _train(store, tmp_path, "tensorboard", TENSORBOARD_LOGGING_DIR=str(tmp_path / "tb"))
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    tags = events.Tags()["scalars"]
+    assert {f"train/{name}" for name in NAMES} <= set(tags), tags
+    assert "train/loss" in tags  # beside the Trainer's own
+    (training,) = events.Scalars("train/anatomy/training_memory_mib")
+    assert training.step == 3
+    assert training.value == pytest.approx(_training_memory_mib(store), abs=0.01)
+    # at the logging steps whose samples had reached the recording (a loaded machine's collector
+    # may have had none since the log before), never above the run's peak
+    peaks = events.Scalars("train/anatomy/peak_mib/cpu")
+    assert peaks and {p.step for p in peaks} <= {1, 2, 3}
+    (run,) = store.runs()
+    assert max(p.value for p in peaks) <= max(s.used for s in store.samples(run.id)) / MIB + 0.01
+
+
+def test_mlflow_local_store_holds_anatomys_metrics(store, tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    uri = (tmp_path / "mlruns").as_uri()
+    # a local file store (mlflow-skinny has no SQL store); mlflow asks the opt-in for it
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    _train(store, tmp_path, "mlflow", MLFLOW_TRACKING_URI=uri, MLFLOW_EXPERIMENT_NAME="anatomy")
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("anatomy")
+    (run,) = client.search_runs([experiment.experiment_id])
+    assert set(NAMES) <= set(run.data.metrics), sorted(run.data.metrics)
+    (training,) = client.get_metric_history(run.info.run_id, "anatomy/training_memory_mib")
+    assert training.value == pytest.approx(_training_memory_mib(store), abs=0.01)
+
+
+def _wandb_history(path) -> dict[str, object]:
+    """The last value of each key an offline run logged, read from its .wandb file: W&B's
+    records (its protobuf `Record`) in LevelDB's log format (blocks of 32 KiB, each record
+    with a 7-byte header: CRC, length, kind), after the file's own 7-byte header. The Python
+    reader W&B had is gone (its core is not Python), and `wandb sync` needs a server."""
+    from wandb.proto import wandb_internal_pb2
+
+    data, position, block, pending, found = path.read_bytes(), 7, 32768, b"", {}
+    while position + 7 <= len(data):
+        left = block - position % block
+        if left < 7:  # a block's tail too short for a header: padding
+            position += left
+            continue
+        _, length, kind = struct.unpack("<IHB", data[position:position + 7])
+        pending += data[position + 7:position + 7 + length]
+        position += 7 + length
+        if kind in (1, 4):  # a whole record, or a record's last piece
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            pending = b""
+            if record.WhichOneof("record_type") == "history":
+                for item in record.history.item:
+                    key = item.key or "/".join(item.nested_key)
+                    found[key] = json.loads(item.value_json)
+    return found
+
+
+def test_wandb_offline_run_holds_anatomys_figures(store, tmp_path):
+    _train(store, tmp_path, "wandb", WANDB_MODE="offline", WANDB_DIR=str(tmp_path),
+           WANDB_PROJECT="anatomy", WANDB_SILENT="true")
+    (run_file,) = (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")
+    history = _wandb_history(run_file)
+    assert {f"train/{name}" for name in NAMES} <= set(history), sorted(history)
+    assert history["train/anatomy/training_memory_mib"] == pytest.approx(
+        _training_memory_mib(store), abs=0.01)
+
+
+PROMETHEUS = shutil.which("prometheus")
+
+
+@pytest.mark.skipif(PROMETHEUS is None and not os.environ.get("CI"),
+                    reason="Debian's prometheus is not installed (.ci/run installs it)")
+def test_prometheus_scrapes_the_training_phases_memory_from_watch(store, tmp_path):
+    assert PROMETHEUS, "Debian's prometheus is not installed: .ci/run installs it"
+    endpoint, web = free_port(), free_port()
+    (tmp_path / "prometheus.yml").write_text(
+        "global:\n  scrape_interval: 200ms\n  scrape_timeout: 200ms\n"
+        "scrape_configs:\n  - job_name: anatomy\n"
+        f"    static_configs:\n      - targets: ['127.0.0.1:{endpoint}']\n")
+    prometheus = subprocess.Popen(
+        [PROMETHEUS, f"--config.file={tmp_path / 'prometheus.yml'}",
+         f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{web}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        watched = subprocess.run(
+            [sys.executable, "-m", "anatomy", "watch", "--metrics-port", str(endpoint),
+             "--metrics-host", "127.0.0.1", "--", sys.executable, str(SCRIPT), "--steps", "40",
+             "--seq-len", "16", "--batch-size", "4", "--output-dir", str(tmp_path / "out")],
+            capture_output=True, text=True, timeout=300, cwd=tmp_path, env=_env(store))
+        assert watched.returncode == 0, watched.stderr[-3000:]
+        assert f"metrics: http://127.0.0.1:{endpoint}/metrics" in watched.stderr
+
+        def training_memory():
+            query = urllib.parse.urlencode({"query": 'max_over_time(anatomy_memory_used_bytes'
+                                                     '{phase="training"}[10m])'})
+            with urllib.request.urlopen(f"http://127.0.0.1:{web}/api/v1/query?{query}") as answer:
+                return json.load(answer)["data"]["result"]
+
+        (series,) = wait_until(training_memory, 30, "Prometheus to answer the training's memory")
+        (run,) = store.runs()
+        assert series["metric"]["run"] == str(run.id)
+        assert series["metric"]["device"] == "cpu" and series["metric"]["rank"] == "0"
+        # the training's samples as the store has them: the highest scraped is one of them
+        samples = {s.used for s in store.samples(run.id)}
+        assert int(float(series["value"][1])) in samples
+    finally:
+        prometheus.terminate()
+        prometheus.wait(30)
+
+
+PLAIN_LOOP = """
+import json, time
+import anatomy
+
+run = anatomy.start(name="a plain loop")
+import torch
+
+model = torch.nn.Linear(64, 64)
+run.phase("weights")
+run.phase("training")
+for step in range(3):
+    model(torch.randn(8, 64)).sum().backward()
+    time.sleep(0.1)
+    run.step(loss=1.0)
+time.sleep(0.5)  # the samples of the last step reach the recording
+print(json.dumps(run.metrics()))
+print(json.dumps(run.metrics()))
+run.end()
+"""
+
+
+def test_a_plain_loops_run_metrics_gives_the_callbacks_figures_for_its_own_logger(store,
+                                                                                   tmp_path):
+    script = tmp_path / "loop.py"
+    script.write_text(PLAIN_LOOP)
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                            timeout=300, cwd=tmp_path, env=_env(store))
+    assert result.returncode == 0, result.stderr[-3000:]
+    first, second = (json.loads(line) for line in result.stdout.strip().splitlines()[-2:])
+    assert {"anatomy/baseline_memory_mib", "anatomy/kernel_memory_mib",
+            "anatomy/weights_memory_mib", "anatomy/peak_mib/cpu"} <= set(first), first
+    (run,) = store.runs()
+    weights = next(p for p in report(store, run.id).phases if p.name == "weights")
+    assert first["anatomy/weights_memory_mib"] == pytest.approx(weights.memory_bytes / MIB,
+                                                                abs=0.01)
+    assert not set(second) & {"anatomy/baseline_memory_mib", "anatomy/weights_memory_mib"}
