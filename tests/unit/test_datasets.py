@@ -154,6 +154,26 @@ def test_every_bad_input_is_one_line_naming_its_option(text_data, tmp_path):
         assert found[0] == field and words_ in found[1], (name, found)
 
 
+def test_a_folder_without_a_tokenizer_is_refused_in_a_whole_sentence(text_data, tmp_path):
+    """A model's folder (its config.json alone) given as the tokenizer: transformers makes an
+    empty tokenizer from the config, every text became no token and the prediction stopped in
+    the model's code ("cannot reshape tensor of 0 elements"). An empty folder's refusal ended
+    on transformers' first line, cut at a comma ("… from one of: (1) a `tokenizers` library
+    serialization file,")."""
+    from transformers import AutoConfig
+
+    model_folder = tmp_path / "my-qwen2"
+    AutoConfig.for_model("qwen2", num_hidden_layers=2, hidden_size=64, intermediate_size=128,
+                         num_attention_heads=4, num_key_value_heads=2).save_pretrained(
+        model_folder)
+    empty = tmp_path / "nothing"
+    empty.mkdir()
+    for folder in (model_folder, empty):
+        field, message = _refused(on(text_data, tokenizer=str(folder)))
+        assert field == "tokenizer" and "holds no tokenizer" in message, message
+        assert message.endswith((")", ".")) and not message.endswith("..."), message
+
+
 def test_a_dataset_run_is_not_refused_for_the_sequence_length_it_ignores(text_data):
     """The form sends its (greyed) sequence length with a dataset: 512 against a model of 256
     positions refused the run for a length its texts, cut at the positions, never take."""
