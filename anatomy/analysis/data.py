@@ -422,6 +422,14 @@ def tokenized(options: RunOptions, spec: ModelSpec, progress: bool | None = None
         _tokenize(texts, cut, inputs, folder, progress)
     offsets = np.load(folder / "offsets.npy", mmap_mode="r")
     lengths, counts = np.unique(np.diff(offsets), return_counts=True)
+    # A batch drawn from empty texts alone is a tensor of no length, which no model takes;
+    # fewer of them than a batch are always padded beside a text that has tokens.
+    empty = int(counts[0]) if len(lengths) and lengths[0] == 0 else 0
+    if empty >= options.batch_size:
+        raise DataError("text_column", f"{empty:,} of the {int(counts.sum()):,} texts of "
+                        f"{_shown(texts.column)} are no token (empty, or spaces alone): a batch "
+                        f"of {options.batch_size} of them would hold nothing to train on; "
+                        "filter them out first (Dataset.filter)")
     facts = TrainingData.of(
         dataset=texts.source, split=texts.split, text_column=texts.column,
         tokenizer=texts.tokenizer_source, padding=options.padding, max_length=cut,

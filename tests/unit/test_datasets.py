@@ -200,6 +200,31 @@ def test_bad_input_to_predict_is_one_line_and_traces_nothing(text_data, capsys, 
     assert err.startswith("error: text_column: 'body' is not a column")
 
 
+def test_texts_of_no_token_enough_for_a_batch_are_refused_before_anything_starts(
+        text_data, tmp_path, capsys, monkeypatch):
+    """Empty texts (a blank line of a corpus, spaces alone) are no token: a batch of them alone
+    was a tensor of no length, and the run failed in the model's code with a traceback
+    ("cannot reshape tensor of 0 elements"), predict with its last line. Fewer of them than a
+    batch are padded beside texts that have tokens, and train."""
+    import datasets
+
+    blank = tmp_path / "blank"
+    datasets.Dataset.from_dict({"text": ["", "  ", "", "", words(3), words(5)]}).save_to_disk(
+        str(blank))
+    monkeypatch.setattr(data, "_tokens_dir", lambda: tmp_path / "tokens")
+    with pytest.raises(data.DataError) as refused:
+        data.prepared(on(text_data, dataset=str(blank), batch_size=2))
+    assert refused.value.field == "text_column" and "\n" not in str(refused.value)
+    assert "4 of the 6 texts of 'text' are no token" in str(refused.value), refused.value
+    options, found = data.prepared(on(text_data, dataset=str(blank), batch_size=5))
+    assert found.lengths.texts == 6
+    monkeypatch.setattr(data, "_tokens_dir", lambda: tmp_path / "tokens-2")
+    code = main(["predict", "--model", "tiny-llama", "--device", "cpu", "--batch-size", "2",
+                 "--dataset", str(blank), "--tokenizer", str(text_data.tokenizer)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and err.startswith("error: text_column: "), err
+
+
 def test_predict_says_a_datasets_sizes_in_mib_and_its_cut_in_tokens(text_data, capsys):
     """predict's typical batch said "… MB for tensors" under its table in MiB, and "cut at 512"
     without a unit."""
