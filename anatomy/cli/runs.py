@@ -53,7 +53,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         return 0
     header = ["id", "created", "status", "model", "batch", "prec", in_mib("peak"), "Time (s)", "Samples/s",
               "tags", "name"]
-    body = [[r.id, r.created, r.status, r.preset, r.batch_size or "", r.precision or "",
+    body = [[r.id, r.created, r.status, r.model or r.preset, r.batch_size or "", r.precision or "",
              r.peak_mb if r.peak_mb is not None else "",
              f"{r.time_s:.2f}" if r.time_s else "",
              f"{r.samples_per_second:.2f}" if r.samples_per_second else "",
