@@ -16,7 +16,7 @@ from anatomy.units import in_mib
 
 def register(commands: argparse._SubParsersAction) -> None:
     runs = commands.add_parser("runs", help="the stored runs")
-    runs.add_argument("--json", action="store_true")
+    runs.add_argument("--json", action="store_true", help="the runs as a JSON list, a line's fields by name")
     runs.add_argument("--tag", type=_tag, help="only runs with this tag")
     runs.add_argument("--model", "--preset", dest="preset", metavar="MODEL",
                       help="only runs of this model (as the run named it)")

@@ -332,3 +332,16 @@ def test_runs_names_a_scripts_model_as_the_runs_page_does(store, capsys):
     assert cli(store, "runs") == 0
     line = capsys.readouterr().out.splitlines()[1]
     assert line.split()[4] == "my-mlp" and "loop.py" not in line, line
+
+
+def test_every_option_of_every_command_says_what_it_does():
+    """`anatomy show --help` and `anatomy runs --help` listed a bare "--json", every other
+    command's options a line each."""
+    import argparse
+
+    from anatomy.cli import entry
+
+    (commands,) = [a for a in entry.parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    silent = [(name, action.option_strings[0]) for name, command in commands.choices.items()
+              for action in command._actions if action.option_strings and not action.help]
+    assert silent == []
