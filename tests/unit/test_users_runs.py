@@ -256,12 +256,14 @@ def test_a_users_padded_batch_is_predicted_as_the_callback_measured_it(store, se
     with the padded batch, 76,021,064 bytes, the measured figure to the byte."""
     from anatomy.analysis.lengths import TextBatch
 
-    run_id = seed_users("trainer")
+    run_id = seed_users("trainer")  # its longest batch: 64 tokens
     summary = store.run(run_id).summary.to_dict()
-    store.update_run(run_id, summary={**summary, "components": {
-        **summary["components"], "micro_batch": 4, "padded_to": 36,
-        "sequence_lengths": [14, 36, 28, 27]}})
     traced = []
     monkeypatch.setattr(breakdown, "predict", lambda options, **kw: traced.append(kw["text"]))
-    breakdown.predicted(report(store, run_id))
-    assert traced == [TextBatch((36, 28, 27, 14), 36, ("attention_mask",), "right")]
+    for padded_to, lengths in ((64, [14, 64, 28, 27]), (36, [14, 36, 28, 27])):
+        store.update_run(run_id, summary={**summary, "components": {
+            **summary["components"], "micro_batch": 4, "padded_to": padded_to,
+            "sequence_lengths": lengths}})
+        breakdown.predicted(report(store, run_id))
+    # A measured batch shorter than the longest: the peak is made at the longest, as before.
+    assert traced == [TextBatch((64, 28, 27, 14), 64, ("attention_mask",), "right"), None]
