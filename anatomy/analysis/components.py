@@ -58,10 +58,17 @@ def partial_micro_batch(measured: Components | None, batch_size: int | None) -> 
 def measured_batch(measured: Components | None, data: TrainingData | None) -> TextBatch | None:
     """The micro-batch of a run on a dataset that its activations were measured on, as the
     collator padded it: its samples, the length they were padded to, each sequence's own tokens
-    (all of them where it held no padding) and the tokenizer's inputs. None where the run did
-    not say (a run stored before the probe read it, the dummy data)."""
-    if measured is None or data is None or measured.padded_to is None or not measured.micro_batch:
+    (all of them where it held no padding) and the tokenizer's inputs. A user's training (no
+    `data`) whose collator padded the batch the callback measured: that batch, with its
+    attention mask (a batch without padding is the dummy data's). None where the run did not say
+    (a run stored before the probe read it, the dummy data)."""
+    if measured is None or measured.padded_to is None or not measured.micro_batch:
         return None
+    if data is None:
+        if not measured.sequence_lengths:
+            return None
+        return TextBatch(tuple(sorted(measured.sequence_lengths, reverse=True)),
+                         measured.padded_to, ("attention_mask",), "right")
     lengths = measured.sequence_lengths or (measured.padded_to,) * measured.micro_batch
     inputs = data.inputs if data.inputs is not None else ("attention_mask",)
     return TextBatch(tuple(sorted(lengths, reverse=True)), measured.padded_to, inputs,

@@ -270,11 +270,13 @@ def _tokenizer(text: str):
             raise DataError("tokenizer", f"{_shown(text)} is no folder here, nor a tokenizer in "
                             "the local Hugging Face cache (the Hub is not reached: no network)"
                             ) from None
-        raise DataError("tokenizer", f"{_shown(text)} holds no tokenizer transformers can load: "
-                        f"{models.first_line(error)}") from None
+        raise _no_tokenizer(text, path, error) from None
     except Exception as error:  # noqa: BLE001 - a folder of something else: one line
-        raise DataError("tokenizer", f"{_shown(text)} holds no tokenizer transformers can load: "
-                        f"{models.first_line(error)}") from None
+        raise _no_tokenizer(text, path, error) from None
+    # transformers makes a tokenizer of no vocabulary from a model's config alone (a model's
+    # folder given as the tokenizer): every text would be no token.
+    if len(tokenizer) <= len(set(tokenizer.all_special_ids)):
+        raise _no_tokenizer(text, path, None)
     if not getattr(tokenizer, "is_fast", False):
         raise DataError("tokenizer", f"{_shown(text)} has no fast tokenizer (a tokenizer.json): "
                         "anatomy tokenizes with the fast one")
@@ -284,6 +286,17 @@ def _tokenizer(text: str):
                             "end token to pad with")
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer, source
+
+
+def _no_tokenizer(text: str, path: Path | None, error: BaseException | None) -> DataError:
+    """A folder that holds no tokenizer, in one line: where it lacks the file a fast tokenizer is
+    saved in, that (transformers' own words, a list over several lines, would be cut)."""
+    if path is not None and path.is_dir() and not (path / "tokenizer.json").is_file():
+        return DataError("tokenizer", f"{_shown(text)} holds no tokenizer: no tokenizer.json "
+                         "(a fast tokenizer as save_pretrained writes it)")
+    words = models.first_line(error) if error is not None else "it has no vocabulary"
+    return DataError("tokenizer", f"{_shown(text)} holds no tokenizer transformers can load "
+                     f"({words.rstrip(',:;. ')})")
 
 
 @lru_cache(maxsize=8)
@@ -409,6 +422,14 @@ def tokenized(options: RunOptions, spec: ModelSpec, progress: bool | None = None
         _tokenize(texts, cut, inputs, folder, progress)
     offsets = np.load(folder / "offsets.npy", mmap_mode="r")
     lengths, counts = np.unique(np.diff(offsets), return_counts=True)
+    # A batch drawn from empty texts alone is a tensor of no length, which no model takes;
+    # fewer of them than a batch are always padded beside a text that has tokens.
+    empty = int(counts[0]) if len(lengths) and lengths[0] == 0 else 0
+    if empty >= options.batch_size:
+        raise DataError("text_column", f"{empty:,} of the {int(counts.sum()):,} texts of "
+                        f"{_shown(texts.column)} are no token (empty, or spaces alone): a batch "
+                        f"of {options.batch_size} of them would hold nothing to train on; "
+                        "filter them out first (Dataset.filter)")
     facts = TrainingData.of(
         dataset=texts.source, split=texts.split, text_column=texts.column,
         tokenizer=texts.tokenizer_source, padding=options.padding, max_length=cut,

@@ -16,7 +16,7 @@ from anatomy.units import in_mib
 
 def register(commands: argparse._SubParsersAction) -> None:
     runs = commands.add_parser("runs", help="the stored runs")
-    runs.add_argument("--json", action="store_true")
+    runs.add_argument("--json", action="store_true", help="the runs as a JSON list, a line's fields by name")
     runs.add_argument("--tag", type=_tag, help="only runs with this tag")
     runs.add_argument("--model", "--preset", dest="preset", metavar="MODEL",
                       help="only runs of this model (as the run named it)")
@@ -53,7 +53,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         return 0
     header = ["id", "created", "status", "model", "batch", "prec", in_mib("peak"), "Time (s)", "Samples/s",
               "tags", "name"]
-    body = [[r.id, r.created, r.status, r.preset, r.batch_size or "", r.precision or "",
+    body = [[r.id, r.created, r.status, r.model or r.preset, r.batch_size or "", r.precision or "",
              r.peak_mb if r.peak_mb is not None else "",
              f"{r.time_s:.2f}" if r.time_s else "",
              f"{r.samples_per_second:.2f}" if r.samples_per_second else "",

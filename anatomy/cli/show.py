@@ -22,7 +22,8 @@ from anatomy.vocabulary import Phase, Status, phase_name
 def register(commands: argparse._SubParsersAction) -> None:
     show = commands.add_parser("show", help="one run: options, phases, summary")
     show.add_argument("run_id", type=run_id, metavar="RUN_ID")
-    show.add_argument("--json", action="store_true")
+    show.add_argument("--json", action="store_true", help="everything stored of the run, as one JSON "
+                      "object (what an export carries of it)")
     add_store_option(show)
     show.set_defaults(func=cmd_show)
 

@@ -60,6 +60,10 @@ def predicted(report: RunReport) -> Prediction | NoPrediction:
             # that pads each batch to its own longest makes every batch another shape); a run
             # stored before the probe said which, at its longest batch, from the lengths it stored.
             text, alone = measured_batch(report.components, data), None
+            if data is None and text is not None and text.padded_to != options.seq_len:
+                # A user's padded batch shorter than the longest it trained on: the peak is made
+                # at the longest, whose padding the callback did not see.
+                text = None
             if data is not None and text is None:
                 text, alone = longest(options, data, device=device, gpu_name=gpu_name)
             if report.world_size > 1 and options.distributed:

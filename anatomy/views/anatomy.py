@@ -307,14 +307,10 @@ def component_rows(report: RunReport, prediction: Prediction) -> list[ComponentR
             note = ("the peak beyond the parts it holds" if on_gpu else
                     "not measured on a CPU")
         row(LABELS[name], measured.get(name), predicted.get(name), note)
-    if measured.weights is not None and measured.temporary is None:
-        # Like with like: without measured temporaries, the sums leave them out on both sides.
-        four = TENSOR_PARTS[:4]
-        row("sum of the parts", measured.sum_of(four), predicted.sum_of(four),
-            "the four above at once: never reached")
-    else:
-        row("sum of the parts", measured.sum_of(), predicted.sum_of(),
-            "every part at once: never reached")
+    parts = summed_parts(measured)
+    row("sum of the parts", measured.sum_of(parts), predicted.sum_of(parts),
+        "the four above at once: never reached" if parts != TENSOR_PARTS else
+        "every part at once: never reached")
     row("peak (tensors)", measured.peak_allocated, prediction.peak,
         f"the allocator's peak; predicted in the {prediction.peak_at}" if on_gpu else
         "the CPU keeps no allocator statistics: not measured")
@@ -415,17 +411,32 @@ def moment_rows(report: RunReport, prediction: Prediction) -> list[MomentRow]:
     return rows
 
 
+def summed_parts(measured: Components) -> tuple[str, ...]:
+    """The parts the sum of the parts adds, on both sides: like with like, without temporaries
+    where they were not measured."""
+    if measured.weights is not None and measured.temporary is None:
+        return TENSOR_PARTS[:4]
+    return TENSOR_PARTS
+
+
+def predicted_sum_of_parts(report: RunReport, prediction: Prediction) -> int:
+    """The sum of the parts as the table adds it, predicted: what the words and the moments'
+    line say the peak stays below."""
+    return prediction.as_components().sum_of(summed_parts(measured_components(report)))
+
+
 def peak_explanation(report: RunReport, prediction: Prediction) -> str:
     """Why the peak is less than the sum of the parts, in this run's numbers."""
     measured = measured_components(report)
-    all_parts = prediction.as_components().sum_of()
+    parts = summed_parts(measured)
+    all_parts = predicted_sum_of_parts(report, prediction)
     text = (f"Added up, the parts come to {mib_text(all_parts)} (predicted), but no "
             f"moment of a step holds them all. The activations ({mib_text(prediction.activations)}) "
             "are held from the forward pass into the backward pass and freed layer by layer as "
             f"the gradients ({mib_text(prediction.gradients)}) appear, so the peak holds only the "
             f"larger of the two: {mib_text(prediction.peak)}, in the {prediction.peak_at}.")
-    if measured.peak_allocated is not None and measured.sum_of() is not None:
-        text += (f" Measured: the parts add up to {mib_text(measured.sum_of())}; the allocator's "
+    if measured.peak_allocated is not None and measured.sum_of(parts) is not None:
+        text += (f" Measured: the parts add up to {mib_text(measured.sum_of(parts))}; the allocator's "
                  f"peak was {mib_text(measured.peak_allocated)}.")
     return text
 

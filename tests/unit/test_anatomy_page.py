@@ -118,6 +118,28 @@ def test_the_page_says_why_the_peak_is_below_the_sum_of_the_parts(store, measure
     assert line["y0"] > max(bars["predicted"]["y"])  # no moment reaches the sum of the parts
 
 
+def test_the_explanation_adds_up_the_parts_the_table_sums(store, seed):
+    """Without measured temporaries (a CPU run) the table's sum of the parts leaves them out on
+    both sides, and the words under "Why the peak is less than the sum of the parts" added them
+    in: two sums of the parts on one page (a CPU run of a 24-layer Qwen2: 250 MiB in the table,
+    252 in the words)."""
+    run_id = seed(backend="rss")
+    prediction = breakdown.prediction_for(report(store, run_id))
+    summary = store.run(run_id).summary
+    store.update_run(run_id, summary={**summary.to_dict(), "components": {
+        "weights": prediction.weights, "gradients": prediction.gradients,
+        "optimizer_states": prediction.optimizer_states, "activations": prediction.activations,
+        "steps_measured": 2}})
+    rep = report(store, run_id)
+    prediction = breakdown.prediction_for(rep)
+    rows = {row.component: row for row in view.component_rows(rep, prediction)}
+    summed = rows["sum of the parts"].predicted
+    assert summed != prediction.as_components().sum_of()  # the temporaries, left out
+    assert f"the parts come to {mib_text(summed)} (predicted)" in \
+        view.peak_explanation(rep, prediction)
+    assert view.predicted_sum_of_parts(rep, prediction) == summed  # the moments' line
+
+
 def test_bytes_per_parameter_next_to_the_walkthroughs(store, measured_run):
     table = _table(_page(run=str(measured_run)), "bytes_per_parameter").set_index("Component")
     assert table["This run (measured)"].tolist() == [4.0, 4.0, 8.0, 16.0]

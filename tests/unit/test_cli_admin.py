@@ -313,3 +313,30 @@ def test_a_gpu_model_that_names_no_calibrated_gpu_lists_those_that_are(capsys):
     assert main(["predict", "--gpu-model", "H100"]) == 2
     assert capsys.readouterr().err == ("error: --gpu-model: 'H100' has no calibrated constants; "
                                        "calibrated: 'NVIDIA H200'\n")
+
+
+def test_runs_names_a_scripts_model_as_the_runs_page_does(store, capsys):
+    """A plain loop that said `run.describe(model_name="my-mlp")`: the Runs page's Model column
+    read "my-mlp", `anatomy runs`' model column the script's file name ("loop.py")."""
+    run_id = store.create_run({"batch_size": 32}, "rss", "rss", 0, {"model_name": "my-mlp"},
+                              source={"kind": "script", "script": "/home/me/loop.py"},
+                              preset="loop.py")
+    store.finish(run_id, "completed")
+    (listed,) = run_rows(store)
+    assert listed.model == "my-mlp"
+    assert cli(store, "runs") == 0
+    line = capsys.readouterr().out.splitlines()[1]
+    assert line.split()[4] == "my-mlp" and "loop.py" not in line, line
+
+
+def test_every_option_of_every_command_says_what_it_does():
+    """`anatomy show --help` and `anatomy runs --help` listed a bare "--json", every other
+    command's options a line each."""
+    import argparse
+
+    from anatomy.cli import entry
+
+    (commands,) = [a for a in entry.parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    silent = [(name, action.option_strings[0]) for name, command in commands.choices.items()
+              for action in command._actions if action.option_strings and not action.help]
+    assert silent == []

@@ -154,6 +154,26 @@ def test_every_bad_input_is_one_line_naming_its_option(text_data, tmp_path):
         assert found[0] == field and words_ in found[1], (name, found)
 
 
+def test_a_folder_without_a_tokenizer_is_refused_in_a_whole_sentence(text_data, tmp_path):
+    """A model's folder (its config.json alone) given as the tokenizer: transformers makes an
+    empty tokenizer from the config, every text became no token and the prediction stopped in
+    the model's code ("cannot reshape tensor of 0 elements"). An empty folder's refusal ended
+    on transformers' first line, cut at a comma ("… from one of: (1) a `tokenizers` library
+    serialization file,")."""
+    from transformers import AutoConfig
+
+    model_folder = tmp_path / "my-qwen2"
+    AutoConfig.for_model("qwen2", num_hidden_layers=2, hidden_size=64, intermediate_size=128,
+                         num_attention_heads=4, num_key_value_heads=2).save_pretrained(
+        model_folder)
+    empty = tmp_path / "nothing"
+    empty.mkdir()
+    for folder in (model_folder, empty):
+        field, message = _refused(on(text_data, tokenizer=str(folder)))
+        assert field == "tokenizer" and "holds no tokenizer" in message, message
+        assert message.endswith((")", ".")) and not message.endswith("..."), message
+
+
 def test_a_dataset_run_is_not_refused_for_the_sequence_length_it_ignores(text_data):
     """The form sends its (greyed) sequence length with a dataset: 512 against a model of 256
     positions refused the run for a length its texts, cut at the positions, never take."""
@@ -178,6 +198,31 @@ def test_bad_input_to_predict_is_one_line_and_traces_nothing(text_data, capsys, 
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1, err
     assert err.startswith("error: text_column: 'body' is not a column")
+
+
+def test_texts_of_no_token_enough_for_a_batch_are_refused_before_anything_starts(
+        text_data, tmp_path, capsys, monkeypatch):
+    """Empty texts (a blank line of a corpus, spaces alone) are no token: a batch of them alone
+    was a tensor of no length, and the run failed in the model's code with a traceback
+    ("cannot reshape tensor of 0 elements"), predict with its last line. Fewer of them than a
+    batch are padded beside texts that have tokens, and train."""
+    import datasets
+
+    blank = tmp_path / "blank"
+    datasets.Dataset.from_dict({"text": ["", "  ", "", "", words(3), words(5)]}).save_to_disk(
+        str(blank))
+    monkeypatch.setattr(data, "_tokens_dir", lambda: tmp_path / "tokens")
+    with pytest.raises(data.DataError) as refused:
+        data.prepared(on(text_data, dataset=str(blank), batch_size=2))
+    assert refused.value.field == "text_column" and "\n" not in str(refused.value)
+    assert "4 of the 6 texts of 'text' are no token" in str(refused.value), refused.value
+    options, found = data.prepared(on(text_data, dataset=str(blank), batch_size=5))
+    assert found.lengths.texts == 6
+    monkeypatch.setattr(data, "_tokens_dir", lambda: tmp_path / "tokens-2")
+    code = main(["predict", "--model", "tiny-llama", "--device", "cpu", "--batch-size", "2",
+                 "--dataset", str(blank), "--tokenizer", str(text_data.tokenizer)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and err.startswith("error: text_column: "), err
 
 
 def test_predict_says_a_datasets_sizes_in_mib_and_its_cut_in_tokens(text_data, capsys):

@@ -67,8 +67,8 @@ def peak_section(rep: RunReport, prediction) -> None:
     st.subheader("Why the peak is less than the sum of the parts")
     st.markdown(view.peak_explanation(rep, prediction))
     rows = view.moment_rows(rep, prediction)
-    all_parts = prediction.as_components().sum_of()
-    widgets.chart(figures.moments_figure(rows, all_parts), "anatomy_moments")
+    widgets.chart(figures.moments_figure(rows, view.predicted_sum_of_parts(rep, prediction)),
+                  "anatomy_moments")
     measured = any(r.measured is not None for r in rows)
     st.caption("Tensor memory at each moment of a step after the first (the optimizer states "
                "exist then). " + ("Measured: the allocator at the end of the forward pass, at the "
