@@ -10,6 +10,7 @@ import importlib.util
 import os
 import socket
 import sys
+from pathlib import Path
 
 from anatomy.cli.arguments import add_store_option
 from anatomy.dashboard import ENTRY
@@ -59,8 +60,9 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         print(f"error: the dashboard needs {', '.join(missing)}: pip install "
               '"anatomy[dashboard]"', file=sys.stderr)
         return 2
-    path = resolve_path(args.store).absolute()
-    Store(path)  # made if missing; one that is not anatomy's, or not writable, is refused here
+    path = resolve_path(args.store)  # a file (absolute: the server's folder may differ) or a URL
+    path = path.absolute() if isinstance(path, Path) else path
+    store = Store(path)  # made if missing; one that is not anatomy's, or not writable, is refused
     refusal = _unservable(args.host, args.port)
     if refusal:
         print(f"error: cannot serve on {args.host}:{args.port}: {refusal}", file=sys.stderr)
@@ -74,7 +76,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
                "--server.address", args.host, "--server.port", str(args.port),
                *(f"--{key}={value}" for key, value in SETTINGS.items())]
     # exec, not a child: Ctrl-C and a SIGTERM reach the server itself, and nothing outlives it.
-    os.execve(sys.executable, command, {**os.environ, STORE_ENV: str(path)})
+    os.execve(sys.executable, command, {**os.environ, STORE_ENV: store.locator()})
 
 
 def _unservable(host: str, port: int) -> str | None:

@@ -190,7 +190,7 @@ class Recording:
         except DatabaseError as error:
             raise store_error(self.store.path, error) from None
         self.store.reserve(self.run_id)
-        self.collector = Collector(self.store, self.run_id, self.outcome)
+        self.collector = Collector(self.store, self.run_id, self.outcome, say=self._say)
         return self.run_id
 
     def follow(self, training: Training) -> None:
@@ -427,6 +427,7 @@ class Recording:
             return
 
     def _write_ending(self, ending: Ending) -> None:
+        self.collector.flush(keep=False)  # what a database server's outage kept, first
         store, end = self.store, self.outcome.phases_end
         ranks = store.ranks(self.run_id)
         if len(ranks) > 1:  # a rank that died early (killed) holds its memory until its last step

@@ -8,7 +8,14 @@ alembic `migrations`), `location` (a path or a URL, its password never shown), `
 store cannot be used), `database` (the Store)."""
 
 from anatomy.store.database import STORE_ENV, Store, default_store, resolve_path
-from anatomy.store.errors import DatabaseError, StoreError, StoreMissing, store_error, why
+from anatomy.store.errors import (
+    DatabaseError,
+    StoreError,
+    StoreMissing,
+    store_error,
+    unreachable,
+    why,
+)
 from anatomy.store.facts import (
     Components,
     Origin,
@@ -48,4 +55,4 @@ __all__ = ["HOST_STRIDE", "device_key", "rank_series", "series_rank", "Component
            "GpuProcess", "GpuStatus", "HostStatus", "Message", "PhaseMark", "PhaseSpan",
            "RunRecord", "RunRow", "Sample", "Step", "Store", "StoreError", "StoreMissing",
            "SweepRow", "default_store", "resolve_path", "store_error", "why", "BadLocation",
-           "DatabaseError", "ServerUrl"]
+           "DatabaseError", "ServerUrl", "unreachable"]

@@ -31,6 +31,14 @@ class StoreMissing(StoreError):
     """A read-only open of a store that does not exist (yet): nothing recorded there."""
 
 
+def unreachable(error: BaseException) -> bool:
+    """The database server cannot be reached now (down, restarting, the network gone): what
+    was to be written can wait for it. SQLite's errors never are: a file is there or not."""
+    from sqlalchemy.exc import OperationalError
+    return (isinstance(error, OperationalError)
+            and not isinstance(_driver_error(error), sqlite3.Error))
+
+
 def _driver_error(error: BaseException) -> BaseException:
     return error.orig if isinstance(error, DBAPIError) and error.orig is not None else error
 

@@ -9,8 +9,10 @@ import inspect
 
 import pytest
 
+from anatomy.cli import main
 from anatomy.store import STORE_ENV, Message, Store, database
 from tests.conftest import seed_run
+from tests.postgres import PASSWORD
 from tests.unit import test_cli_admin, test_store, test_transfer
 
 # Tests of a SQLite file as such: its folder, SQLite's journal, a file made before revisions.
@@ -70,3 +72,75 @@ def target(postgres) -> Store:
     store = Store(postgres.new_database(password=False))
     seed_run(store)
     return store
+
+
+# --- faults of a database server, and its password ---
+
+def test_a_database_restart_mid_recording_keeps_the_samples_and_writes_them_when_it_is_back(
+        postgres, store):
+    from anatomy.engine import protocol
+    from anatomy.engine.collector import Collector
+    from anatomy.store import Sample
+
+    run_id = store.create_run({"model": "tiny"}, "nvml", "v2", 0, {})
+    said = []
+    collector = Collector(store, run_id, say=said.append)
+
+    def record(start: int) -> None:
+        collector.handle(protocol.Samples([Sample(i / 100, 0, 2**30 + i, None, None, None)
+                                           for i in range(start, start + 100)]))
+
+    record(0)
+    assert collector.flush()
+    postgres.stop()
+    try:
+        record(100)
+        assert not collector.flush()  # kept
+        record(200)
+        assert not collector.flush()
+        assert len(said) == 1 and "cannot be reached" in said[0]
+    finally:
+        postgres.start()
+    assert collector.flush()
+    assert said[1].startswith(f"the store {store.path} is back after") and "200 samples" in said[1]
+    assert store.sample_count(run_id) == 300
+    assert [s.t for s in store.samples(run_id)] == [i / 100 for i in range(300)]
+
+
+def test_wrong_credentials_or_no_server_at_start_are_one_line_and_nothing_starts(
+        postgres, capsys):
+    wrong = postgres.url("postgres", password="not-it")
+    for url, why in ((wrong, 'password authentication failed for user "anatomy"'),
+                     (postgres.url("postgres").replace(f":{postgres.port}/", ":1/"),
+                      "Connection refused")):
+        for command in (["runs"], ["run", "--model", "tiny", "--max-steps", "1"]):
+            capsys.readouterr()
+            assert main([*command, "--store", url]) in (1, 2)
+            out, err = capsys.readouterr()
+            assert len(err.splitlines()) == 1 and why in err, err
+            assert "not-it" not in out + err and PASSWORD not in out + err
+    assert store_runs(postgres) == []
+
+
+def store_runs(postgres) -> list:
+    """The runs of the cluster's own database: none was started by a refused command."""
+    return Store(postgres.url("postgres")).runs() if _has_runs(postgres) else []
+
+
+def _has_runs(postgres) -> bool:
+    import psycopg
+    with psycopg.connect(postgres.url("postgres")) as db:
+        return db.execute("SELECT to_regclass('runs')").fetchone()[0] is not None
+
+
+def test_a_urls_password_is_in_no_line_run_or_export(postgres, capsys, tmp_path):
+    url = postgres.new_database(password=True)
+    run_id = seed_run(Store(url))
+    for command in (["runs"], ["show", str(run_id)],
+                    ["export", str(run_id), "--format", "json", "--output", str(tmp_path / "out.json")]):
+        capsys.readouterr()
+        assert main([*command, "--store", url]) == 0
+        out, err = capsys.readouterr()
+        assert PASSWORD not in out + err
+    exported = (tmp_path / "out.json").read_text()
+    assert PASSWORD not in exported and ":***@" in exported  # where the run came from
