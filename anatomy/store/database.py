@@ -356,7 +356,10 @@ class Store:
 
     def reserve(self, run_id: int) -> None:
         """Hold RESERVE_BYTES beside the store while the run lasts: if the disk fills, freeing
-        them leaves room to record how the run ended. Without room for it, nothing is held."""
+        them leaves room to record how the run ended. Without room for it, nothing is held; a
+        database server's disk is not this machine's to hold."""
+        if isinstance(self.path, ServerUrl):
+            return
         try:
             with open(self._reserve_path(run_id), "wb", buffering=0) as out:
                 out.write(os.urandom(RESERVE_BYTES))  # random: a compressing file system keeps it
@@ -364,6 +367,8 @@ class Store:
             self.free_reserve(run_id)
 
     def free_reserve(self, run_id: int) -> None:
+        if isinstance(self.path, ServerUrl):
+            return
         try:
             self._reserve_path(run_id).unlink(missing_ok=True)
         except OSError:
