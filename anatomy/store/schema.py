@@ -89,6 +89,8 @@ def migrate(db: Connection, where: Path | ServerUrl) -> None:
     immediate one, PostgreSQL's under SCHEMA_LOCK): made where new, upgraded where older, refused
     where newer; the store's id given once."""
     if db.dialect.name == "postgresql":
+        if _at_head(db):  # the common open of a server's store: one query, not its catalog's
+            return
         db.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK})
     names = check(db, where)
     current = revision(db, names)
@@ -101,6 +103,13 @@ def migrate(db: Connection, where: Path | ServerUrl) -> None:
     if db.execute(select(tables.store_info.c.value).where(tables.store_info.c.key == "id")
                   ).first() is None:
         db.execute(tables.store_info.insert().values(key="id", value=uuid.uuid4().hex))
+
+
+def _at_head(db: Connection) -> bool:
+    """A PostgreSQL store at this release's revision (and so anatomy's, with its id)."""
+    found = db.execute(text(f"SELECT to_regclass('{VERSION_TABLE}') IS NOT NULL")).scalar()
+    return bool(found) and db.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")
+                                      ).scalar() == HEAD
 
 
 def _stamp(db: Connection, names: list[str]) -> None:
