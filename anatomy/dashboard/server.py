@@ -19,7 +19,7 @@ from anatomy.analysis.options import RunOptions
 from anatomy.engine.endings import STOP_WORDS, signal_name
 from anatomy.engine.manager import RunManager, machine
 from anatomy.engine.sweep import Sweep
-from anatomy.store import Store, resolve_path
+from anatomy.store import ServerUrl, Store, resolve_path
 
 STOPPED_WITH_THE_SERVER = "stopped with the dashboard"
 SERVER_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -95,7 +95,7 @@ def _manager(store_path: str) -> RunManager:
 
 def manager() -> RunManager:
     """The server's one manager of the store the server reads (`$ANATOMY_STORE`)."""
-    return _manager(str(resolve_path()))
+    return _manager(_store_key())
 
 
 def store() -> Store:
@@ -147,5 +147,12 @@ def _sweeps(store_path: str) -> SweepSlot:
 
 
 def sweeps() -> SweepSlot:
-    return _sweeps(str(resolve_path()))
+    return _sweeps(_store_key())
+
+
+def _store_key() -> str:
+    """`$ANATOMY_STORE` as the store is reached: a database's URL with its password (printed
+    masked, which no server accepts)."""
+    where = resolve_path()
+    return where.secret() if isinstance(where, ServerUrl) else str(where)
 
