@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 from anatomy.cli.arguments import add_store_option
-from anatomy.dashboard import ENTRY
-from anatomy.store import STORE_ENV, Store, checks, resolve_path
+from anatomy.dashboard import ENTRY, READ_ONLY_ENV
+from anatomy.store import STORE_ENV, Store, StoreError, checks, resolve_path
 
 # What `pip install "anatomy[dashboard]"` adds (pyproject.toml's extra).
 NEEDS = ("streamlit", "plotly", "pandas")
@@ -43,6 +43,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     dashboard.add_argument("--host", default=DEFAULT_HOST,
                            help="the address to serve on (default: localhost, this machine only; "
                                 "0.0.0.0: every interface)")
+    dashboard.add_argument("--read-only", action="store_true",
+                           help="show the runs and write nothing: no Start, Stop, Delete, rename,"
+                                " tag or sweep (the mode for a team's shared store; taken by"
+                                " itself when the store cannot be written)")
     add_store_option(dashboard)
     dashboard.set_defaults(func=cmd_dashboard)
 
@@ -62,7 +66,19 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         return 2
     path = resolve_path(args.store)  # a file (absolute: the server's folder may differ) or a URL
     path = path.absolute() if isinstance(path, Path) else path
-    store = Store(path)  # made if missing; one that is not anatomy's, or not writable, is refused
+    read_only = "asked for (--read-only)" if args.read_only else None
+    if read_only is None:
+        try:
+            store = Store(path)  # made if missing; one that is not anatomy's is refused
+        except StoreError as error:
+            if "cannot be written" not in error.reason:
+                raise
+            read_only = f"the store cannot be written ({error.reason})"
+        else:
+            if not store.writable():
+                read_only = "the store cannot be written by this user"
+    if read_only is not None:
+        store = Store(path, read_only=True)
     refusal = _unservable(args.host, args.port)
     if refusal:
         print(f"error: cannot serve on {args.host}:{args.port}: {refusal}", file=sys.stderr)
@@ -70,13 +86,15 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     shown = "localhost" if args.host in ("0.0.0.0", "::") else args.host
     # The pid, because the process becomes Streamlit's (below): `kill PID` stops it, where a
     # search for "anatomy dashboard" among the processes finds nothing.
-    print(f"anatomy dashboard: http://{shown}:{args.port} · store {path} · pid {os.getpid()} "
-          "(Ctrl-C stops it)", flush=True)
+    mode = f" · read-only: {read_only}" if read_only else ""
+    print(f"anatomy dashboard: http://{shown}:{args.port} · store {path}{mode} · pid"
+          f" {os.getpid()} (Ctrl-C stops it)", flush=True)
     command = [sys.executable, "-m", "streamlit", "run", str(ENTRY),
                "--server.address", args.host, "--server.port", str(args.port),
                *(f"--{key}={value}" for key, value in SETTINGS.items())]
     # exec, not a child: Ctrl-C and a SIGTERM reach the server itself, and nothing outlives it.
-    os.execve(sys.executable, command, {**os.environ, STORE_ENV: store.locator()})
+    os.execve(sys.executable, command, {**os.environ, STORE_ENV: store.locator(),
+                                        **({READ_ONLY_ENV: read_only} if read_only else {})})
 
 
 def _unservable(host: str, port: int) -> str | None:

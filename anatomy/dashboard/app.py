@@ -22,6 +22,9 @@ page = st.navigation([
 ])
 widgets.style()
 widgets.sidebar_device()
+if server.read_only():
+    st.sidebar.caption(f":material/visibility: Read-only: {server.read_only()}. Runs are shown;"
+                       " none is started, stopped, labelled, deleted or imported here.")
 widgets.chart_switch()
 try:
     server.manager()  # opens the store, and closes runs a dead server left running

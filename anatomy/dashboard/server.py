@@ -6,6 +6,7 @@ to the runs it started (`ServerEnd`)."""
 from __future__ import annotations
 
 import atexit
+import os
 import signal
 import threading
 from functools import partial
@@ -16,6 +17,7 @@ from streamlit import runtime
 
 from anatomy.analysis.machine import Machine
 from anatomy.analysis.options import RunOptions
+from anatomy.dashboard import READ_ONLY_ENV
 from anatomy.engine.endings import STOP_WORDS, signal_name
 from anatomy.engine.manager import RunManager, machine
 from anatomy.engine.sweep import Sweep
@@ -88,7 +90,8 @@ def server_end() -> ServerEnd:
 
 @st.cache_resource(show_spinner=False)
 def _manager(store_path: str) -> RunManager:
-    manager = RunManager(Store(store_path))
+    # A read-only dashboard's manager starts nothing, and its store refuses any write.
+    manager = RunManager(Store(store_path, read_only=read_only() is not None))
     server_end().managers.append(manager)
     return manager
 
@@ -148,6 +151,12 @@ def _sweeps(store_path: str) -> SweepSlot:
 
 def sweeps() -> SweepSlot:
     return _sweeps(_store_key())
+
+
+def read_only() -> str | None:
+    """Why this dashboard writes nothing (`anatomy dashboard --read-only`, or a store it cannot
+    write); None: it starts, stops, labels and deletes runs."""
+    return os.environ.get(READ_ONLY_ENV) or None
 
 
 def _store_key() -> str:

@@ -31,6 +31,7 @@ from sqlalchemy.pool import NullPool
 
 from anatomy.store import checks, forks, schema, tables
 from anatomy.store.errors import DatabaseError, StoreError, StoreMissing, store_error
+from anatomy.store.errors import read_only as _read_only
 from anatomy.store.facts import Origin, Record, RunFacts, RunSource, TrainingSummary
 from anatomy.store.liveness import Recorder, as_seen, is_alive
 from anatomy.store.location import STORE_ENV, ServerUrl, default_store, resolve_path
@@ -298,6 +299,18 @@ class Store:
             # A WAL store on read-only media: readable only as immutable (nothing can write it)
             self._immutable = True
             self._open_read_only()
+
+    def writable(self) -> bool:
+        """Whether this process may write the store: a file (and its folder, for SQLite's
+        journal) it may write on media that are not read-only; a database role granted
+        INSERT, UPDATE and DELETE on the runs."""
+        if self.read_only and not isinstance(self.path, ServerUrl):
+            return not _read_only(self.path)
+        if isinstance(self.path, ServerUrl):
+            with self.connect() as db:
+                return bool(db.execute("SELECT has_table_privilege('runs', 'INSERT, UPDATE,"
+                                       " DELETE')").scalar())
+        return not _read_only(self.path)
 
     @property
     def engine_name(self) -> str:

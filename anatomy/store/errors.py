@@ -82,7 +82,7 @@ def store_error(path: Path | ServerUrl, error: BaseException) -> StoreError:
     name = getattr(error, "sqlite_errorname", "") or ""
     if name.startswith("SQLITE_CANTOPEN") and not path.exists() and path.parent.is_dir():
         return StoreError(path, "it is gone: the file was deleted or moved while in use")
-    if name.startswith("SQLITE_CANTOPEN") and path.exists() and _read_only(path):
+    if name.startswith("SQLITE_CANTOPEN") and path.exists() and read_only(path):
         return StoreError(path, "it cannot be written: the file or its directory is read-only"
                                 f" ({error})")
     full = name == "SQLITE_FULL" or (name.startswith("SQLITE_IOERR") and _disk_full(path))
@@ -90,7 +90,7 @@ def store_error(path: Path | ServerUrl, error: BaseException) -> StoreError:
                       full=full)
 
 
-def _read_only(path: Path) -> bool:
+def read_only(path: Path) -> bool:
     """The file or its folder cannot be written: permissions, or read-only media (which
     os.access does not tell root)."""
     try:

@@ -144,3 +144,36 @@ def test_a_urls_password_is_in_no_line_run_or_export(postgres, capsys, tmp_path)
         assert PASSWORD not in out + err
     exported = (tmp_path / "out.json").read_text()
     assert PASSWORD not in exported and ":***@" in exported  # where the run came from
+
+
+def test_the_dashboard_over_a_store_its_role_cannot_write_falls_back_to_read_only(
+        postgres, pg_url, monkeypatch, capsys):
+    """A role granted SELECT only (the honest unwritable store as root, who may write any file)."""
+    from anatomy.cli import dashboard
+    from anatomy.dashboard import READ_ONLY_ENV
+
+    seed_run(Store(pg_url))
+    name = pg_url.rsplit("/", 1)[1]
+    postgres.sql("CREATE ROLE reader LOGIN PASSWORD 'r3ad'")
+    try:
+        postgres.sql("GRANT SELECT ON ALL TABLES IN SCHEMA public TO reader", name)
+        reader = postgres.url(name, password="r3ad", user="reader")
+        assert not Store(reader).writable() and Store(pg_url).writable()
+        started = {}
+
+        def execve(program, command, env):
+            started.update(env)
+            raise SystemExit(0)
+
+        monkeypatch.setattr(dashboard.os, "execve", execve)
+        with pytest.raises(SystemExit):
+            main(["dashboard", "--store", reader, "--port", "8599"])
+        out = capsys.readouterr().out
+        assert "read-only: the store cannot be written by this user" in out and "r3ad" not in out
+        assert started[READ_ONLY_ENV] == "the store cannot be written by this user"
+        assert started[STORE_ENV] == reader  # the server reaches it with the password
+    finally:
+        for engine in list(database._ENGINES.values()):
+            engine.dispose()
+        postgres.sql("REVOKE ALL ON ALL TABLES IN SCHEMA public FROM reader", name)
+        postgres.sql("DROP ROLE reader")
