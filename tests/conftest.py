@@ -208,6 +208,27 @@ def store(tmp_path) -> Store:
     return Store(tmp_path / "anatomy.sqlite")
 
 
+@pytest.fixture(scope="session")
+def postgres():
+    """A private PostgreSQL cluster for this session (tests/postgres.py)."""
+    from tests.postgres import Cluster, binaries
+    found = binaries()
+    if found is None:
+        pytest.skip("PostgreSQL's server is not installed (apt-get install postgresql)")
+    cluster = Cluster(found)
+    yield cluster
+    cluster.remove()
+
+
+@pytest.fixture
+def pg_url(postgres, monkeypatch) -> str:
+    """A fresh database of the session's cluster: its URL, without its password, which libpq
+    reads from $PGPASSWORD as psql would (a test passes the URL wherever a file's path went)."""
+    from tests.postgres import PASSWORD
+    monkeypatch.setenv("PGPASSWORD", PASSWORD)
+    return postgres.new_database(password=False)
+
+
 @pytest.fixture
 def manager(store):
     manager = RunManager(store)

@@ -10,13 +10,14 @@ import importlib.util
 import os
 import socket
 import sys
+from pathlib import Path
 
 from anatomy.cli.arguments import add_store_option
 from anatomy.cli.metrics import add_metrics_options
-from anatomy.dashboard import ENTRY
+from anatomy.dashboard import ENTRY, READ_ONLY_ENV
 from anatomy.engine.prometheus import DEFAULT_HOST as METRICS_HOST
 from anatomy.engine.prometheus import METRICS_ENV
-from anatomy.store import STORE_ENV, Store, checks, resolve_path
+from anatomy.store import STORE_ENV, Store, StoreError, checks, resolve_path
 
 # What `pip install "anatomy[dashboard]"` adds (pyproject.toml's extra).
 NEEDS = ("streamlit", "plotly", "pandas")
@@ -45,6 +46,10 @@ def register(commands: argparse._SubParsersAction) -> None:
     dashboard.add_argument("--host", default=DEFAULT_HOST,
                            help="the address to serve on (default: localhost, this machine only; "
                                 "0.0.0.0: every interface)")
+    dashboard.add_argument("--read-only", action="store_true",
+                           help="show the runs and write nothing: no Start, Stop, Delete, rename,"
+                                " tag or sweep (the mode for a team's shared store; taken by"
+                                " itself when the store cannot be written)")
     add_store_option(dashboard)
     add_metrics_options(dashboard)  # the runs the dashboard starts, for Prometheus
     dashboard.set_defaults(func=cmd_dashboard)
@@ -63,13 +68,27 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         print(f"error: the dashboard needs {', '.join(missing)}: pip install "
               '"anatomy[dashboard]"', file=sys.stderr)
         return 2
-    path = resolve_path(args.store).absolute()
-    Store(path)  # made if missing; one that is not anatomy's, or not writable, is refused here
+    path = resolve_path(args.store)  # a file (absolute: the server's folder may differ) or a URL
+    path = path.absolute() if isinstance(path, Path) else path
+    read_only = "asked for (--read-only)" if args.read_only else None
+    if read_only is None:
+        try:
+            store = Store(path)  # made if missing; one that is not anatomy's is refused
+        except StoreError as error:
+            if "cannot be written" not in error.reason:
+                raise
+            read_only = f"the store cannot be written ({error.reason})"
+        else:
+            if not store.writable():
+                read_only = "the store cannot be written by this user"
+    if read_only is not None:
+        store = Store(path, read_only=True)
     refusal = _unservable(args.host, args.port)
     if refusal:
         print(f"error: cannot serve on {args.host}:{args.port}: {refusal}", file=sys.stderr)
         return 2
-    environment = {**os.environ, STORE_ENV: str(path)}
+    environment = {**os.environ, STORE_ENV: store.locator(),
+                   **({READ_ONLY_ENV: read_only} if read_only else {})}
     if args.metrics_port is None and args.metrics_host is not None:
         print("error: --metrics-host: give --metrics-port too (the endpoint listens only where a "
               "port is given)", file=sys.stderr)
@@ -87,8 +106,9 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     shown = "localhost" if args.host in ("0.0.0.0", "::") else args.host
     # The pid, because the process becomes Streamlit's (below): `kill PID` stops it, where a
     # search for "anatomy dashboard" among the processes finds nothing.
-    print(f"anatomy dashboard: http://{shown}:{args.port} · store {path} · pid {os.getpid()} "
-          "(Ctrl-C stops it)", flush=True)
+    mode = f" · read-only: {read_only}" if read_only else ""
+    print(f"anatomy dashboard: http://{shown}:{args.port} · store {path}{mode} · pid"
+          f" {os.getpid()} (Ctrl-C stops it)", flush=True)
     command = [sys.executable, "-m", "streamlit", "run", str(ENTRY),
                "--server.address", args.host, "--server.port", str(args.port),
                *(f"--{key}={value}" for key, value in SETTINGS.items())]

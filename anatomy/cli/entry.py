@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 import errno
 import os
-import sqlite3
 import sys
 
 from anatomy import __version__
 from anatomy.analysis.transformers_index import index_once
 from anatomy.cli import dashboard, edit, export, import_, predict, run, runs, show, sweep, watch
 from anatomy.cli.arguments import Parser
-from anatomy.store import StoreError, resolve_path, store_error
+from anatomy.store import BadLocation, DatabaseError, StoreError, resolve_path, store_error
 
 # In the order --help lists them.
 COMMANDS = (run, predict, runs, show, export, import_, sweep, watch, edit, dashboard)
@@ -51,7 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     except StoreError as error:
         print(f"error: the store {error}", file=sys.stderr)
         return 1 if error.full else 2
-    except sqlite3.Error as error:
+    except BadLocation as error:
+        print(f"error: --store {error}", file=sys.stderr)
+        return 2
+    except DatabaseError as error:
         print(f"error: the store {store_error(resolve_path(getattr(args, 'store', None)), error)}",
               file=sys.stderr)
         return 1

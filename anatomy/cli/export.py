@@ -66,7 +66,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         return _tensorboard(args)
     if args.output:
         problem = _unwritable(Path(args.output))
-        if Path(args.output).resolve() == resolve_path(args.store).resolve():
+        where = resolve_path(args.store)  # a file, or a database (never an output's file)
+        if isinstance(where, Path) and Path(args.output).resolve() == where.resolve():
             problem = "it is the store the runs are read from"
         if problem:
             print(f"error: cannot write {args.output}: {problem}", file=sys.stderr)

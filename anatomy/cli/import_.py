@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import errno
-import sqlite3
 import sys
 from pathlib import Path
 
 from anatomy.analysis import transfer
 from anatomy.cli.arguments import add_store_option, file_path
-from anatomy.store import Store, why
+from anatomy.store import DatabaseError, Store, why
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -49,7 +48,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     except transfer.ImportRefused as error:
         print(f"error: {args.file} is refused, nothing was imported: {error}", file=sys.stderr)
         return 2
-    except sqlite3.Error as error:
+    except DatabaseError as error:
         print(f"error: writing to {store.path} failed, nothing was imported: {why(error)}",
               file=sys.stderr)
         return 1

@@ -6,3 +6,6 @@ This module itself imports nothing, so that the CLI can name the entry without l
 from pathlib import Path
 
 ENTRY = Path(__file__).with_name("app.py")
+# Why the server writes nothing (`anatomy dashboard --read-only`, or a store it cannot write):
+# set by the CLI for the server it starts; unset, it starts, stops, labels and deletes runs.
+READ_ONLY_ENV = "ANATOMY_DASHBOARD_READ_ONLY"

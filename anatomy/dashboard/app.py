@@ -2,13 +2,12 @@
 the navigation among the pages of screens/, the machine in the sidebar — then the page asked for
 (/, /runs, /compare, /anatomy: also as a fresh server's first request)."""
 
-import sqlite3
 from pathlib import Path
 
 import streamlit as st
 
 from anatomy.dashboard import links, server, widgets
-from anatomy.store import StoreError, resolve_path, store_error
+from anatomy.store import BadLocation, DatabaseError, StoreError, resolve_path, store_error
 
 # The favicon, a file served by this server: a material icon as page_icon is fetched from
 # fonts.gstatic.com, which fails offline.
@@ -23,13 +22,16 @@ page = st.navigation([
 ])
 widgets.style()
 widgets.sidebar_device()
+if server.read_only():
+    st.sidebar.caption(f":material/visibility: Read-only: {server.read_only()}. Runs are shown;"
+                       " none is started, stopped, labelled, deleted or imported here.")
 widgets.chart_switch()
 try:
     server.manager()  # opens the store, and closes runs a dead server left running
     page.run()
-except (StoreError, sqlite3.Error) as error:
+except (StoreError, DatabaseError, BadLocation) as error:
     # Not a store, unreadable, read-only; or a page's read of a damaged (or locked) store, as the
     # CLI says it: one line, not a traceback.
-    if isinstance(error, sqlite3.Error):
+    if isinstance(error, DatabaseError):
         error = store_error(resolve_path(), error)
     st.error(f"The run store cannot be used: {error}. Point ANATOMY_STORE at another file.")

@@ -6,6 +6,7 @@ to the runs it started (`ServerEnd`)."""
 from __future__ import annotations
 
 import atexit
+import os
 import signal
 import sys
 import threading
@@ -18,11 +19,12 @@ import streamlit as st
 from streamlit import runtime
 
 from anatomy.analysis.machine import Machine
+from anatomy.dashboard import READ_ONLY_ENV
 from anatomy.engine import prometheus
 from anatomy.engine.endings import STOP_WORDS, signal_name
 from anatomy.engine.manager import RunManager, machine
 from anatomy.engine.sweep import Sweep
-from anatomy.store import Store, resolve_path
+from anatomy.store import ServerUrl, Store, resolve_path
 
 STOPPED_WITH_THE_SERVER = "stopped with the dashboard"
 SERVER_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -94,7 +96,8 @@ def server_end() -> ServerEnd:
 
 @st.cache_resource(show_spinner=False)
 def _manager(store_path: str) -> RunManager:
-    manager = RunManager(Store(store_path))
+    # A read-only dashboard's manager starts nothing, and its store refuses any write.
+    manager = RunManager(Store(store_path, read_only=read_only() is not None))
     server_end().managers.append(manager)
     _serve_metrics(manager)
     return manager
@@ -119,7 +122,7 @@ def _serve_metrics(manager: RunManager) -> None:
 
 def manager() -> RunManager:
     """The server's one manager of the store the server reads (`$ANATOMY_STORE`)."""
-    return _manager(str(resolve_path()))
+    return _manager(_store_key())
 
 
 def store() -> Store:
@@ -171,5 +174,18 @@ def _sweeps(store_path: str) -> SweepSlot:
 
 
 def sweeps() -> SweepSlot:
-    return _sweeps(str(resolve_path()))
+    return _sweeps(_store_key())
+
+
+def read_only() -> str | None:
+    """Why this dashboard writes nothing (`anatomy dashboard --read-only`, or a store it cannot
+    write); None: it starts, stops, labels and deletes runs."""
+    return os.environ.get(READ_ONLY_ENV) or None
+
+
+def _store_key() -> str:
+    """`$ANATOMY_STORE` as the store is reached: a database's URL with its password (printed
+    masked, which no server accepts)."""
+    where = resolve_path()
+    return where.secret() if isinstance(where, ServerUrl) else str(where)
 

@@ -57,6 +57,7 @@ from anatomy.engine.reporter import Reporter
 from anatomy.store import (
     RunFacts,
     RunSource,
+    ServerUrl,
     Step,
     Store,
     StoreError,
@@ -263,10 +264,13 @@ class _LocalRecording:
             _warn(f"run {self.run_id} {final.status}, stored in {self.recording.store.path}")
 
 
-def _store_flag(path: Path) -> str:
+def _store_flag(path: Path | ServerUrl) -> str:
     """`--store PATH` for the commands a script's first line suggests, unless the store is the
     one they read without it: a store the script named (`start(store=…)`, $ANATOMY_STORE set
-    for the script alone) has its own run ids, and `anatomy show 1` would show another run 1."""
+    for the script alone) has its own run ids, and `anatomy show 1` would show another run 1.
+    A database's URL as it prints (its password, if written there, as ***)."""
+    if isinstance(path, ServerUrl):
+        return f" --store {shlex.quote(str(path))}"
     if path.absolute() == default_store().absolute():
         return ""
     return f" --store {shlex.quote(str(path.absolute()))}"

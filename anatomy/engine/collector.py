@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import queue as queue_module
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from anatomy.engine import protocol
 from anatomy.engine.figures import Figures
 from anatomy.store import (
     Components,
+    DatabaseError,
     GpuProcess,
     GpuStatus,
     HostStatus,
@@ -25,6 +27,8 @@ from anatomy.store import (
     Step,
     Store,
     TrainingSummary,
+    unreachable,
+    why,
 )
 
 FLUSH_SECONDS = 0.1
@@ -103,9 +107,11 @@ class StepCount:
 
 class Collector:
     def __init__(self, store: Store, run_id: int, outcome: Outcome | None = None,
-                 figures: Figures | None = None):
+                 figures: Figures | None = None, say: Callable[[str], None] | None = None):
         self.store, self.run_id = store, run_id
         self.figures = figures  # the run's live figures, for its trackers and /metrics
+        self.say = say or (lambda text: None)
+        self.unreachable_since: float | None = None  # the database server went away: rows kept
         self.rows = Rows()
         self.outcome = outcome or Outcome()
         self.sampled = False  # a sample has come
@@ -183,16 +189,35 @@ class Collector:
             except queue_module.Empty:
                 return
 
-    def flush(self) -> None:
-        if self.rows:
-            rows = self.rows
+    def flush(self, keep: bool = True) -> bool:
+        """Write what waits; False when the database server cannot be reached: the rows stay
+        here, in order, and go in with the next flush that reaches it (said once each way).
+        `keep=False` raises instead (the run's ending, retried until the server is back)."""
+        self._flushed_at = time.monotonic()
+        if not self.rows:
+            return True
+        rows = self.rows
+        try:
             self.store.write(self.run_id, samples=rows.samples, phases=rows.phases,
                              steps=rows.steps, messages=rows.messages, hosts=rows.hosts,
                              gpus=rows.gpus, processes=rows.processes)
-            if self.figures is not None:
-                self.figures.stored_samples(len(rows.samples))
-            self.rows.clear()
-        self._flushed_at = time.monotonic()
+        except DatabaseError as error:
+            if not (keep and unreachable(error)):
+                raise
+            if self.unreachable_since is None:
+                self.unreachable_since = time.monotonic()
+                self.say(f"the store {self.store.path} cannot be reached ({why(error)}); the"
+                         " recording goes on and keeps what it records until it is back")
+            return False
+        if self.unreachable_since is not None:
+            self.say(f"the store {self.store.path} is back after"
+                     f" {time.monotonic() - self.unreachable_since:.0f} s: the"
+                     f" {len(rows.samples)} samples kept meanwhile are written")
+            self.unreachable_since = None
+        if self.figures is not None:
+            self.figures.stored_samples(len(rows.samples))
+        self.rows.clear()
+        return True
 
     def flush_when_due(self) -> None:
         if time.monotonic() - self._flushed_at >= FLUSH_SECONDS:

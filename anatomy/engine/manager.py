@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import sqlite3
 import threading
 import time
 from dataclasses import dataclass, field
@@ -43,7 +42,7 @@ from anatomy.engine.recording import (
     end_orphans,
     environment_facts,
 )
-from anatomy.store import RunFacts, RunRow, Store
+from anatomy.store import DatabaseError, RunFacts, RunRow, Store
 from anatomy.vocabulary import Status
 
 __all__ = ["LOCK_DIR_ENV", "STOP_GRACE_SECONDS", "DeviceBusy", "DeviceLock", "Ending",
@@ -76,7 +75,7 @@ class RunManager:
                     self.store.update_sweep(sweep.id, status=Status.FAILED, ended_at=time.time(),
                                             error="the process that ran it ended before the sweep"
                                                   " did")
-        except sqlite3.Error:
+        except DatabaseError:
             pass
         return closed
 

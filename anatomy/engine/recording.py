@@ -23,7 +23,6 @@ import multiprocessing.queues
 import queue as queue_module
 import signal
 import socket
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -36,7 +35,7 @@ from anatomy.engine.endings import Ending, OomKills, death, killed_for_memory
 from anatomy.engine.figures import Figures
 from anatomy.engine.lifeline import Lifeline, forget_names, launch, signals_to_the_main_thread
 from anatomy.engine.processes import end_tree
-from anatomy.store import RunFacts, RunSource, Store, store_error
+from anatomy.store import DatabaseError, RunFacts, RunSource, Store, store_error
 from anatomy.store.liveness import ENDED_WITHOUT_A_WORD, is_alive
 from anatomy.vocabulary import Status
 
@@ -190,11 +189,12 @@ class Recording:
             self.run_id = self.store.create_run(options, info.backend, info.memory_api, gpu,
                                                 environment, name=name, sweep=sweep,
                                                 source=source, preset=preset)
-        except sqlite3.Error as error:
+        except DatabaseError as error:
             raise store_error(self.store.path, error) from None
         self.store.reserve(self.run_id)
         self.figures.run_id = self.run_id
-        self.collector = Collector(self.store, self.run_id, self.outcome, self.figures)
+        self.collector = Collector(self.store, self.run_id, self.outcome, self.figures,
+                                   say=self._say)
         return self.run_id
 
     def follow(self, training: Training) -> None:
@@ -204,7 +204,7 @@ class Recording:
         self.oom_kills = OomKills(training.pid)
         try:
             self.store.update_run(self.run_id, worker_pid=training.pid)
-        except sqlite3.Error:
+        except DatabaseError:
             pass  # the collector meets the same store and ends the run, saying why
         threading.Thread(target=self._collect, name=f"anatomy-collector-{self.run_id}",
                          daemon=True).start()
@@ -219,7 +219,7 @@ class Recording:
                 self.sampler.kill()
         if self.run_id is not None and reason is not None:
             self.store.free_reserve(self.run_id)
-            with contextlib.suppress(sqlite3.Error):
+            with contextlib.suppress(DatabaseError):
                 self.store.finish(self.run_id, Status.FAILED, reason)
 
     # --- stopping ---
@@ -373,7 +373,7 @@ class Recording:
     def _lost(self, error: Exception) -> Ending:
         """The collector failed (the store cannot be written): the recording ends here."""
         self.store.free_reserve(self.run_id)  # room to record it, if the disk is full
-        problem = (store_error(self.store.path, error).reason if isinstance(error, sqlite3.Error)
+        problem = (store_error(self.store.path, error).reason if isinstance(error, DatabaseError)
                    else f"{type(error).__name__}: {error}")
         if self.owns_training:
             self._end_processes()
@@ -413,7 +413,7 @@ class Recording:
                 self._write_ending(ending)
                 self.ending = ending
                 return
-            except sqlite3.Error:
+            except DatabaseError:
                 time.sleep(0.3 * (attempt + 1))
         self.ending = Ending(ending.status, ending.error, recorded=False)
         threading.Thread(target=self._record_later, args=(ending,),
@@ -425,12 +425,13 @@ class Recording:
             time.sleep(RETRY_SECONDS)
             try:
                 self._write_ending(ending)
-            except sqlite3.Error:
+            except DatabaseError:
                 continue
             self.ending = ending
             return
 
     def _write_ending(self, ending: Ending) -> None:
+        self.collector.flush(keep=False)  # what a database server's outage kept, first
         store, end = self.store, self.outcome.phases_end
         ranks = store.ranks(self.run_id)
         if len(ranks) > 1:  # a rank that died early (killed) holds its memory until its last step
@@ -462,7 +463,7 @@ def end_orphans(store: Store, ours: Sequence[int] = ()) -> list[int]:
     closed = []
     try:
         runs = store.runs(as_recorded=True)
-    except sqlite3.Error:
+    except DatabaseError:
         return closed
     for run in runs:
         if run.status != Status.RUNNING or run.id in ours or is_alive(run):
@@ -471,7 +472,7 @@ def end_orphans(store: Store, ours: Sequence[int] = ()) -> list[int]:
         try:
             store.close_phases(run.id, store.last_time(run.id))
             store.finish(run.id, Status.FAILED, ENDED_WITHOUT_A_WORD)
-        except sqlite3.Error:
+        except DatabaseError:
             continue
         closed.append(run.id)
     return closed

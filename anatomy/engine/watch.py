@@ -473,7 +473,7 @@ class Watch:
         recording.start_sampler()
         listener, address, key = self._listen()
         env = {**os.environ, link.WATCH_ENV: address, link.WATCH_KEY_ENV: key,
-               link.T0_ENV: repr(recording.t0), "ANATOMY_STORE": str(self.store.path),
+               link.T0_ENV: repr(recording.t0), "ANATOMY_STORE": self.store.locator(),
                "PYTHONUNBUFFERED": "1"}
         self.started = recording.now()
         try:

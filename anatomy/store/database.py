@@ -1,7 +1,12 @@
-"""The Store: SQLite in WAL mode, one writer (the collector), any number of readers.
+"""The Store: one interface over two engines (SQLAlchemy Core): a SQLite file in WAL mode, one
+writer (the collector) and any number of readers, or a PostgreSQL database that every host and
+person of a team reaches.
 
 A run can be read while it is written. Times are seconds since the run's start (the monotonic
-clock, shared by all processes of one machine); memory is in bytes.
+clock, shared by all processes of one machine); memory is in bytes. The statements are SQL both
+engines read, written with `?` (SQLite's own, kept as it was for SQLite's speed) and given to
+psycopg as `%s`; the few SQLite answers with its own dialect (an aggregate's bare columns, rowid)
+have PostgreSQL's beside them.
 """
 
 from __future__ import annotations
@@ -14,16 +19,22 @@ import threading
 import time
 import urllib.parse
 import uuid
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
-from anatomy.store import checks, forks, schema
-from anatomy.store.errors import StoreError, StoreMissing, store_error
+from sqlalchemy import Connection, Engine, create_engine, inspect
+from sqlalchemy.pool import NullPool
+
+from anatomy.store import checks, forks, schema, tables
+from anatomy.store.errors import DatabaseError, StoreError, StoreMissing, store_error
+from anatomy.store.errors import read_only as _read_only
 from anatomy.store.facts import Origin, Record, RunFacts, RunSource, TrainingSummary
 from anatomy.store.liveness import Recorder, as_seen, is_alive
+from anatomy.store.location import STORE_ENV, ServerUrl, default_store, resolve_path
 from anatomy.store.rows import (
     STATUSES,
     GpuProcess,
@@ -40,7 +51,7 @@ from anatomy.store.rows import (
 )
 from anatomy.vocabulary import Backend, Edge, MemoryApi, Name, Status
 
-STORE_ENV = "ANATOMY_STORE"
+__all__ = ["STORE_ENV", "Store", "default_store", "resolve_path"]
 
 
 class Reference(Enum):
@@ -50,28 +61,48 @@ class Reference(Enum):
 
 REFERENCE = Reference.RANK
 
-
-def default_store() -> Path:
-    """The one store every front shares when neither --store nor $ANATOMY_STORE names one: the
-    user's data directory (XDG), so that a clone, an installed package, a user's script and the
-    dashboard find the same runs whatever their working directory."""
-    data = os.environ.get("XDG_DATA_HOME", "")
-    base = Path(data) if os.path.isabs(data) else Path.home() / ".local" / "share"
-    return base / "anatomy" / "anatomy.sqlite"
-
-
 BUCKET_SECONDS = 0.1
 RESERVE_BYTES = 256 * 1024  # a run's end takes a few WAL frames of 4 KiB: room for dozens
+CONNECT_SECONDS = 10  # a database server that does not answer is said so, not waited on
+SERVER_POOL = 4  # connections a process keeps open to a server (a write or a page's reads)
 
 
-def _insert_samples(db: sqlite3.Connection, run_id: int, samples: Sequence[Sample]) -> None:
+class Db:
+    """One connection in its transaction, spoken to in `?`-SQL whatever the engine."""
+
+    def __init__(self, connection: Connection):
+        self.connection = connection
+        self.postgres = connection.dialect.name == "postgresql"
+
+    def _sql(self, sql: str) -> str:
+        return sql.replace("?", "%s") if self.postgres else sql
+
+    def execute(self, sql: str, args: Sequence = ()):
+        return self.connection.exec_driver_sql(self._sql(sql), tuple(args))
+
+    def executemany(self, sql: str, rows: Sequence[Sequence]) -> None:
+        if rows:
+            self.connection.exec_driver_sql(self._sql(sql), [tuple(r) for r in rows])
+
+    def commit(self) -> None:
+        self.connection.commit()
+
+
+def _insert(table, columns: Sequence[str] | None = None) -> str:
+    """An INSERT of `table`'s columns (all, in their declared order, or those named), from the
+    one declaration (store/tables.py)."""
+    names = columns or [c.name for c in table.columns if c.autoincrement is not True]
+    quoted = ", ".join(f'"{n}"' for n in names)
+    return f"INSERT INTO {table.name} ({quoted}) VALUES ({', '.join('?' * len(names))})"
+
+
+def _insert_samples(db: Db, run_id: int, samples: Sequence[Sample]) -> None:
     """The samples, and their 0.1 s buckets' min and max."""
-    db.executemany("INSERT INTO samples VALUES (?, ?, ?, ?, ?, ?, ?)",
-                   [(run_id, *s) for s in samples])
+    db.executemany(SAMPLE_INSERT, [(run_id, *s) for s in samples])
     _merge_buckets(db, run_id, samples)
 
 
-def _merge_buckets(db: sqlite3.Connection, run_id: int, samples: Sequence[Sample]) -> None:
+def _merge_buckets(db: Db, run_id: int, samples: Sequence[Sample]) -> None:
     """Fold samples into their buckets' min and max (merged with what a bucket already holds)."""
     buckets: dict[tuple[int, int], list] = {}
     for t, gpu, used, reserved, total, _ in samples:
@@ -84,14 +115,31 @@ def _merge_buckets(db: sqlite3.Connection, run_id: int, samples: Sequence[Sample
                 bucket[0:2] = t, used
             if used > bucket[3]:
                 bucket[2:4] = t, used
-    db.executemany(
-        "INSERT INTO sample_buckets VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-        " ON CONFLICT (run_id, gpu, bucket) DO UPDATE SET"
-        " t_min = CASE WHEN excluded.used_min < used_min THEN excluded.t_min ELSE t_min END,"
-        " used_min = MIN(used_min, excluded.used_min),"
-        " t_max = CASE WHEN excluded.used_max > used_max THEN excluded.t_max ELSE t_max END,"
-        " used_max = MAX(used_max, excluded.used_max)",
-        [(run_id, gpu, index, *values) for (gpu, index), values in buckets.items()])
+    db.executemany(BUCKET_MERGE,
+                   [(run_id, gpu, index, *values) for (gpu, index), values in buckets.items()])
+
+
+SAMPLE_INSERT = _insert(tables.samples)
+STEP_INSERT = _insert(tables.steps)
+MESSAGE_INSERT = _insert(tables.messages)
+PHASE_INSERT = _insert(tables.phases)
+BUCKET_MERGE = (
+    _insert(tables.sample_buckets) + " ON CONFLICT (run_id, gpu, bucket) DO UPDATE SET"
+    " t_min = CASE WHEN excluded.used_min < sample_buckets.used_min THEN excluded.t_min"
+    " ELSE sample_buckets.t_min END,"
+    " used_min = CASE WHEN excluded.used_min < sample_buckets.used_min THEN excluded.used_min"
+    " ELSE sample_buckets.used_min END,"
+    " t_max = CASE WHEN excluded.used_max > sample_buckets.used_max THEN excluded.t_max"
+    " ELSE sample_buckets.t_max END,"
+    " used_max = CASE WHEN excluded.used_max > sample_buckets.used_max THEN excluded.used_max"
+    " ELSE sample_buckets.used_max END")
+SAMPLE_COLUMNS = ", ".join(Sample._fields)
+
+
+def _columns(db: Db, table: str) -> set[str]:
+    """The columns `table` has in this store: one opened read-only is not migrated."""
+    return {c["name"] for c in inspect(db.connection).get_columns(table)}
+
 
 def _json(value: Record | Mapping) -> str:
     """A record (or its JSON as a dict, as tests and tools write a store) as its column's JSON."""
@@ -120,21 +168,6 @@ def _stored_object(text: str | None) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-STEP_INSERT = ("INSERT INTO steps (run_id, t, step, total, loss, allocated, reserved, rank,"
-               " seq_len) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
-
-
-def resolve_path(path: str | os.PathLike | None = None) -> Path:
-    """--store, then $ANATOMY_STORE, then the user's default store. A `~` is the home folder, as
-    a shell would have made it: a path quoted in an environment file or given to
-    `anatomy.start(store=…)` made a folder named "~" in the working directory, while every line
-    said "~/runs.sqlite". A blank $ANATOMY_STORE is unset (it made a file named " ")."""
-    chosen = os.environ.get(STORE_ENV)
-    if chosen is not None and not chosen.strip():
-        chosen = None
-    return Path(path or chosen or default_store()).expanduser()
-
-
 def _check_folder(path: Path) -> None:
     """A store named by the user (--store, $ANATOMY_STORE, `anatomy.start(store=…)`) lives in a
     folder that exists, as `--output`'s file does: a mistyped path made its folders (and an
@@ -148,16 +181,68 @@ def _check_folder(path: Path) -> None:
     raise StoreError(path, f"its directory {folder} does not exist")
 
 
+# A process's engines, one per store and mode: a server's keeps its few connections open. A
+# fork never inherits them in use (forks.py); the child drops the parent's idle ones unclosed.
+_ENGINES: dict[tuple[str, bool, bool], Engine] = {}
+_SERVER_ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()
+os.register_at_fork(after_in_child=lambda: [e.dispose(close=False) for e in _SERVER_ENGINES])
+
+
+def _sqlite_engine(path: Path, read_only: bool, immutable: bool) -> Engine:
+    """A connection per use, as SQLite's locks live in the process (forks.py): WAL and NORMAL
+    sync for a writer, foreign keys always; a read-only open writes nothing, not even the mode."""
+    mode = "ro" if read_only else "rw"  # never made again here: a store deleted while in use is
+    uri = f"file:{urllib.parse.quote(str(path.absolute()))}?mode={mode}"  # gone, not a new one
+    uri += "&immutable=1" if immutable else ""
+
+    def connect() -> sqlite3.Connection:
+        db = sqlite3.connect(uri, uri=True, timeout=30, check_same_thread=False)
+        if not read_only:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+        db.execute("PRAGMA foreign_keys=ON")
+        return db
+
+    return create_engine("sqlite+pysqlite://", creator=connect, poolclass=NullPool)
+
+
+def _server_engine(url: ServerUrl, read_only: bool) -> Engine:
+    """psycopg 3 through libpq: its environment (PGPASSWORD, PGSSLMODE, PGSERVICEFILE, ~/.pgpass)
+    fills what the URL leaves out, as for psql."""
+    options = {"connect_timeout": CONNECT_SECONDS, "application_name": "anatomy"}
+    if read_only:
+        options["options"] = "-c default_transaction_read_only=on"
+    engine = create_engine(url.driver(), connect_args=options, pool_size=SERVER_POOL, max_overflow=8,
+                           pool_pre_ping=True, hide_parameters=True)
+    _SERVER_ENGINES.add(engine)
+    return engine
+
+
+def _engine(where: Path | ServerUrl, read_only: bool, immutable: bool = False) -> Engine:
+    key = (where.secret() if isinstance(where, ServerUrl) else str(where.absolute()),
+           read_only, immutable)
+    engine = _ENGINES.get(key)
+    if engine is None:
+        engine = _ENGINES[key] = (_server_engine(where, read_only) if isinstance(where, ServerUrl)
+                                  else _sqlite_engine(where, read_only, immutable))
+    return engine
+
+
 class Store:
     """A run store. `read_only` opens it without writing anything (no schema, no journal mode),
     as `runs`, `show` and `export` do: a store on read-only media lists, and another program's
-    SQLite file stays as it was. StoreError (one line: the path and why) when the file cannot be
-    opened or is not anatomy's; StoreMissing for a read-only open of a file that does not exist."""
+    database stays as it was. StoreError (one line: where and why) when it cannot be opened or is
+    not anatomy's; StoreMissing for a read-only open of a store that does not exist.
 
-    def __init__(self, path: str | os.PathLike | None = None, read_only: bool = False):
+    `path` is the file's Path, or the database's ServerUrl (printed with its password masked)."""
+
+    def __init__(self, path: str | os.PathLike | ServerUrl | None = None, read_only: bool = False):
         self.path = resolve_path(path)
         self.read_only = read_only
         self._immutable = False  # read-only media: SQLite cannot make the WAL's index beside it
+        if isinstance(self.path, ServerUrl):
+            self._open_server()
+            return
         if self.path.is_dir():
             raise StoreError(self.path, "it is a directory, not a store file")
         _check_folder(self.path)
@@ -176,30 +261,66 @@ class Store:
         except OSError as error:
             raise StoreError(self.path, f"it cannot be made: {error.strerror}") from None
         try:
-            with forks.connection():
-                check = sqlite3.connect(self.path, timeout=30)  # before a pragma changes the file
-                try:
-                    schema.check(check, self.path)
-                finally:
-                    check.close()
+            with forks.connection(), _engine(self.path, True).connect() as probe:
+                schema.check(probe, self.path)  # read-only: before a pragma changes the file
             with self.connect() as db:
-                schema.migrate(db)
-        except sqlite3.Error as error:
+                db.execute("BEGIN IMMEDIATE")  # one process makes or migrates it, the others wait
+                schema.migrate(db.connection, self.path)
+        except DatabaseError as error:
+            raise store_error(self.path, error) from None
+
+    def _open_server(self) -> None:
+        """A PostgreSQL database: reached (or said why not in one line), anatomy's or empty, and
+        at this release's schema (made or migrated when written, refused when newer)."""
+        try:
+            with self.connect() as db:
+                if self.read_only:
+                    names = schema.check(db.connection, self.path)
+                    if "runs" not in names:
+                        raise StoreMissing(self.path, "no store there yet (the database holds no"
+                                                      " run table)")
+                    schema.refuse_newer(self.path, schema.revision(db.connection, names))
+                else:
+                    schema.migrate(db.connection, self.path)
+        except DatabaseError as error:
             raise store_error(self.path, error) from None
 
     def _open_read_only(self) -> None:
         try:
             with self.connect() as db:
-                if not schema.check(db, self.path):  # an empty file, or one whose schema is being written
+                names = schema.check(db.connection, self.path)
+                if not names:  # an empty file, or one whose schema is being written
                     raise StoreMissing(self.path, "no store there yet (the file holds no table)")
-        except sqlite3.OperationalError as error:
-            if getattr(error, "sqlite_errorname", "") != "SQLITE_CANTOPEN" or self._immutable:
+                schema.refuse_newer(self.path, schema.revision(db.connection, names))
+        except DatabaseError as error:
+            name = getattr(error.orig, "sqlite_errorname", "")
+            if name != "SQLITE_CANTOPEN" or self._immutable:
                 raise store_error(self.path, error) from None
             # A WAL store on read-only media: readable only as immutable (nothing can write it)
             self._immutable = True
             self._open_read_only()
-        except sqlite3.Error as error:
-            raise store_error(self.path, error) from None
+
+    def writable(self) -> bool:
+        """Whether this process may write the store: a file (and its folder, for SQLite's
+        journal) it may write on media that are not read-only; a database role granted
+        INSERT, UPDATE and DELETE on the runs."""
+        if self.read_only and not isinstance(self.path, ServerUrl):
+            return not _read_only(self.path)
+        if isinstance(self.path, ServerUrl):
+            with self.connect() as db:
+                return bool(db.execute("SELECT has_table_privilege('runs', 'INSERT, UPDATE,"
+                                       " DELETE')").scalar())
+        return not _read_only(self.path)
+
+    @property
+    def engine_name(self) -> str:
+        """"sqlite" or "postgresql"."""
+        return "postgresql" if isinstance(self.path, ServerUrl) else "sqlite"
+
+    def locator(self) -> str:
+        """What --store or $ANATOMY_STORE takes to reach this store from a process of the same
+        run (a watched command's ranks): the file, or the URL with its password. Never printed."""
+        return self.path.secret() if isinstance(self.path, ServerUrl) else str(self.path)
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:
@@ -210,49 +331,37 @@ class Store:
             yield
             return
         with self.connect() as db:
-            db.execute("BEGIN")
-            db.execute("SELECT 1 FROM sqlite_master LIMIT 1")  # the moment: the first read
+            if db.postgres:
+                db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            else:
+                db.execute("BEGIN")
+            db.execute("SELECT 1 FROM runs LIMIT 1")  # the moment: the first read
             pinned = _PINNED.__dict__.setdefault("connections", {})
             pinned[id(self)] = db
             try:
                 yield
             finally:
                 del pinned[id(self)]
-                db.rollback()
+                db.connection.rollback()
 
     def _in_snapshot(self) -> bool:
         return id(self) in _PINNED.__dict__.get("connections", {})
 
     @contextmanager
-    def connect(self):
+    def connect(self) -> Iterator[Db]:
+        """A connection in one transaction: committed when the block ends, rolled back when it
+        raises."""
         pinned = _PINNED.__dict__.get("connections", {}).get(id(self))
         if pinned is not None:  # inside snapshot(): its transaction, left open
             yield pinned
             return
+        engine = _engine(self.path, self.read_only, self._immutable)
         with forks.connection():  # a fork of this process waits until it is closed
-            with self._connect() as db:
+            with engine.connect() as connection:
+                db = Db(connection)
                 yield db
-
-    @contextmanager
-    def _connect(self):
-        if self.read_only:
-            uri = "file:" + urllib.parse.quote(str(self.path.absolute())) + "?mode=ro"
-            db = sqlite3.connect(uri + ("&immutable=1" if self._immutable else ""), uri=True,
-                                 timeout=30)
-        else:
-            # Never made again here: a store deleted while in use is gone, not an empty new one.
-            uri = "file:" + urllib.parse.quote(str(self.path.absolute())) + "?mode=rw"
-            db = sqlite3.connect(uri, uri=True, timeout=30)
-        db.row_factory = sqlite3.Row
-        try:
-            if not self.read_only:
-                db.execute("PRAGMA journal_mode=WAL")
-                db.execute("PRAGMA synchronous=NORMAL")
-            db.execute("PRAGMA foreign_keys=ON")
-            with db:
-                yield db
-        finally:
-            db.close()
+                if connection.in_transaction():
+                    connection.commit()
 
     # --- room to record a run's end on a full disk ---
     def _reserve_path(self, run_id: int) -> Path:
@@ -260,7 +369,10 @@ class Store:
 
     def reserve(self, run_id: int) -> None:
         """Hold RESERVE_BYTES beside the store while the run lasts: if the disk fills, freeing
-        them leaves room to record how the run ended. Without room for it, nothing is held."""
+        them leaves room to record how the run ended. Without room for it, nothing is held; a
+        database server's disk is not this machine's to hold."""
+        if isinstance(self.path, ServerUrl):
+            return
         try:
             with open(self._reserve_path(run_id), "wb", buffering=0) as out:
                 out.write(os.urandom(RESERVE_BYTES))  # random: a compressing file system keeps it
@@ -268,6 +380,8 @@ class Store:
             self.free_reserve(run_id)
 
     def free_reserve(self, run_id: int) -> None:
+        if isinstance(self.path, ServerUrl):
+            return
         try:
             self._reserve_path(run_id).unlink(missing_ok=True)
         except OSError:
@@ -276,10 +390,9 @@ class Store:
     def identity(self) -> str | None:
         """The store's random id (None for a read-only store written before ids existed)."""
         with self.connect() as db:
-            try:
-                row = db.execute("SELECT value FROM store_info WHERE key = 'id'").fetchone()
-            except sqlite3.OperationalError:
+            if "store_info" not in inspect(db.connection).get_table_names():
                 return None
+            row = db.execute("SELECT value FROM store_info WHERE key = 'id'").fetchone()
         return None if row is None else row[0]
 
     # --- writing (the collector, or the manager before a run starts) ---
@@ -292,14 +405,14 @@ class Store:
         recorder = recorder or Recorder.here()
         with self.connect() as db:
             cursor = db.execute(
-                "INSERT INTO runs (name, created_at, status, preset, options, environment, backend,"
-                " memory_api, gpu, sweep, source, recorder)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                _insert(tables.runs, ["name", "created_at", "status", "preset", "options",
+                                      "environment", "backend", "memory_api", "gpu", "sweep",
+                                      "source", "recorder"]) + " RETURNING id",
                 (name, time.time(), Status.RUNNING, preset or options.get("model",
                                                                           options.get("preset")),
                  json.dumps(options), _json(environment), backend, memory_api, gpu, sweep,
                  _json(source or {}), json.dumps(recorder.to_dict())))
-            return int(cursor.lastrowid)
+            return int(cursor.scalar())
 
     def update_run(self, run_id: int, **values: Any) -> None:
         if isinstance(values.get("recorder"), Recorder):
@@ -307,7 +420,7 @@ class Store:
         for key in ("options", "environment", "summary", "source", "recorder"):
             if key in values and not isinstance(values[key], str):
                 values[key] = _json(values[key])
-        columns = ", ".join(f"{k} = ?" for k in values)
+        columns = ", ".join(f'"{tables.runs.c[k].name}" = ?' for k in values)
         with self.connect() as db:
             db.execute(f"UPDATE runs SET {columns} WHERE id = ?", (*values.values(), run_id))
 
@@ -328,30 +441,24 @@ class Store:
               processes: Sequence[GpuProcess] = ()) -> None:
         """One transaction for a batch of rows; `phases` are marks in arrival order."""
         with self.connect() as db:
-            for table, rows in (("host_status", hosts), ("gpu_status", gpus),
-                                ("gpu_processes", processes)):
-                if rows:
-                    marks = ", ".join("?" * (len(rows[0]) + 1))
-                    db.executemany(f"INSERT INTO {table} VALUES ({marks})",
-                                   [(run_id, *r) for r in rows])
+            for table, rows in ((tables.host_status, hosts), (tables.gpu_status, gpus),
+                                (tables.gpu_processes, processes)):
+                db.executemany(_insert(table), [(run_id, *r) for r in rows])
             if samples:
                 _insert_samples(db, run_id, samples)
             for mark in phases:
                 if mark.edge == Edge.START:
-                    db.execute("INSERT INTO phases (run_id, name, start, end, rank)"
-                               " VALUES (?, ?, ?, NULL, ?)", (run_id, mark.name, mark.t, mark.rank))
+                    db.execute(PHASE_INSERT, (run_id, mark.name, mark.t, None, mark.rank))
                 else:
                     # The occurrence that is open: a phase named again (training, eval, training)
                     # keeps each occurrence's own end.
-                    db.execute("UPDATE phases SET end = ? WHERE rowid = (SELECT rowid FROM phases"
-                               " WHERE run_id = ? AND name = ? AND rank = ? AND end IS NULL"
-                               " ORDER BY start DESC, rowid DESC LIMIT 1)",
+                    row = "ctid" if db.postgres else "rowid"  # each engine's own row address
+                    db.execute(f'UPDATE phases SET "end" = ? WHERE {row} = (SELECT {row} FROM'
+                               ' phases WHERE run_id = ? AND name = ? AND rank = ? AND "end" IS NULL'
+                               f' ORDER BY start DESC, {row} DESC LIMIT 1)',
                                (mark.t, run_id, mark.name, mark.rank))
-            if steps:
-                db.executemany(STEP_INSERT, [(run_id, *s) for s in steps])
-            if messages:
-                db.executemany("INSERT INTO messages VALUES (?, ?, ?, ?)",
-                               [(run_id, *m) for m in messages])
+            db.executemany(STEP_INSERT, [(run_id, *s) for s in steps])
+            db.executemany(MESSAGE_INSERT, [(run_id, *m) for m in messages])
 
     def delete_run(self, run_id: int) -> None:
         with self.connect() as db:
@@ -381,22 +488,20 @@ class Store:
             for record in records:
                 run = record.run
                 cursor = db.execute(
-                    "INSERT INTO runs (name, created_at, ended_at, status, preset, options,"
-                    " environment, backend, memory_api, gpu, summary, error, samples_sent, tags,"
-                    " sweep, source, origin) VALUES"
-                    " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    _insert(tables.runs, ["name", "created_at", "ended_at", "status", "preset",
+                                          "options", "environment", "backend", "memory_api",
+                                          "gpu", "summary", "error", "samples_sent", "tags",
+                                          "sweep", "source", "origin"]) + " RETURNING id",
                     (run.name, run.created_at, run.ended_at, run.status, run.preset,
                      json.dumps(run.options), _json(run.environment), run.backend,
                      run.memory_api, run.gpu, _json(run.summary), run.error, run.samples_sent,
                      ",".join(run.tags), run.sweep, _json(run.source),
                      None if run.origin is None else _json(run.origin)))
-                run_id = int(cursor.lastrowid)
+                run_id = int(cursor.scalar())
                 _insert_samples(db, run_id, record.samples)
-                db.executemany("INSERT INTO phases (run_id, name, start, end, rank)"
-                               " VALUES (?, ?, ?, ?, ?)", [(run_id, *p) for p in record.phases])
+                db.executemany(PHASE_INSERT, [(run_id, *p) for p in record.phases])
                 db.executemany(STEP_INSERT, [(run_id, *s) for s in record.steps])
-                db.executemany("INSERT INTO messages VALUES (?, ?, ?, ?)",
-                               [(run_id, *m) for m in record.messages])
+                db.executemany(MESSAGE_INSERT, [(run_id, *m) for m in record.messages])
                 ids.append(run_id)
         return ids
 
@@ -405,20 +510,20 @@ class Store:
                      planned: int) -> int:
         with self.connect() as db:
             cursor = db.execute(
-                "INSERT INTO sweeps (key, name, created_at, base, vary, until_oom, planned, status,"
-                " pid) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                _insert(tables.sweeps, ["key", "name", "created_at", "base", "vary", "until_oom",
+                                        "planned", "status", "pid"]) + " RETURNING id",
                 (uuid.uuid4().hex, name, time.time(), json.dumps(base), json.dumps(vary),
                  int(until_oom), planned, Status.RUNNING, os.getpid()))
-            return int(cursor.lastrowid)
+            return int(cursor.scalar())
 
     def update_sweep(self, sweep_id: int, **values: Any) -> None:
-        columns = ", ".join(f"{k} = ?" for k in values)
+        columns = ", ".join(f'"{tables.sweeps.c[k].name}" = ?' for k in values)
         with self.connect() as db:
             db.execute(f"UPDATE sweeps SET {columns} WHERE id = ?", (*values.values(), sweep_id))
 
     @staticmethod
-    def _sweep_row(row: sqlite3.Row) -> SweepRow:
-        values = {"pid": None, **dict(row)}  # a read-only store may predate the column
+    def _sweep_row(row) -> SweepRow:
+        values = {"pid": None, **row._mapping}  # a read-only store may predate the column
         vary = {k: v for k, v in _stored_object(values["vary"]).items() if isinstance(v, list)}
         values.update(base=_stored_object(values["base"]), vary=vary,
                       until_oom=bool(values["until_oom"]), status=_member(Status, values["status"]))
@@ -436,12 +541,12 @@ class Store:
 
     # --- reading ---
     @staticmethod
-    def _run_row(row: sqlite3.Row, as_recorded: bool = False) -> RunRow:
+    def _run_row(row, as_recorded: bool = False) -> RunRow:
         """The row as readers see it (store/liveness.py: a run whose processes are gone has
         ended), or `as_recorded`, as it is written."""
         # A read-only store may predate the columns added since. What the store wrote is read
         # leniently: a value that fails its check stays as stored, unseen by readers.
-        values = {"origin": None, "source": "{}", "recorder": None, **dict(row)}
+        values = {"origin": None, "source": "{}", "recorder": None, **row._mapping}
         values["options"] = _stored_object(values["options"])
         for key, kind in (("environment", RunFacts), ("summary", TrainingSummary),
                           ("source", RunSource)):
@@ -470,11 +575,7 @@ class Store:
     def find_runs(self, tag: str | None = None, preset: str | None = None,
                   status: str | None = None, sweep: str | None = None) -> list[RunRow]:
         """`runs()` narrowed to those with the tag, preset, status and sweep key given."""
-        query, args = "SELECT * FROM runs WHERE 1", []
-        if tag is not None:
-            # whole tags only: "a" must not match "ab"
-            query += " AND instr(',' || tags || ',', ',' || ? || ',') > 0"
-            args.append(tag)
+        query, args = "SELECT * FROM runs WHERE 1 = 1", []
         for column, value in (("preset", preset), ("sweep", sweep)):
             if value is not None:
                 query += f" AND {column} = ?"
@@ -485,7 +586,8 @@ class Store:
         with self.connect() as db:
             rows = db.execute(query + " ORDER BY id DESC", args).fetchall()
         runs = [self._run_row(r) for r in rows]
-        return runs if status is None else [r for r in runs if r.status == status]
+        return [r for r in runs if (status is None or r.status == status)
+                and (tag is None or tag in r.tags)]  # whole tags only: "a" must not match "ab"
 
     def latest_running(self) -> RunRow | None:
         """The newest run that is being recorded still."""
@@ -494,24 +596,24 @@ class Store:
                               (Status.RUNNING,)).fetchall()
         return next((run for run in map(self._run_row, rows) if is_alive(run)), None)
 
-    def _ranked(self, db: sqlite3.Connection, table: str) -> bool:
+    def _ranked(self, db: Db, table: str) -> bool:
         """Whether `table` has its `rank` column: a store opened read-only is not migrated, and
         one written before several processes existed has none (every row is rank 0's)."""
         known = self.__dict__.setdefault("_rank_columns", {})
         if table not in known:
-            known[table] = "rank" in {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
+            known[table] = "rank" in _columns(db, table)
         return known[table]
 
-    def _step_columns(self, db: sqlite3.Connection, rank_column: str) -> str:
+    def _step_columns(self, db: Db, rank_column: str) -> str:
         """A Step's columns, in its order: a store opened read-only is not migrated, and one
         written before steps had a sequence length reads None for it."""
         known = self.__dict__.setdefault("_seq_len_column", {})
         if "steps" not in known:
-            known["steps"] = "seq_len" in {r[1] for r in db.execute("PRAGMA table_info(steps)")}
+            known["steps"] = "seq_len" in _columns(db, "steps")
         return (f"t, step, total, loss, allocated, reserved, {rank_column}, "
                 + ("seq_len" if known["steps"] else "NULL"))
 
-    def _rank_clause(self, db: sqlite3.Connection, table: str, rank: int | None | Reference,
+    def _rank_clause(self, db: Db, table: str, rank: int | None | Reference,
                      run_id: int) -> tuple[str, str, tuple]:
         """(the rank column to select, the condition, its argument) for rows of `rank` (None:
         every rank's; REFERENCE: the run's reference rank's)."""
@@ -528,7 +630,7 @@ class Store:
         first; None: every rank's) in order; end_s is None while a phase lasts."""
         with self.connect() as db:
             column, where, args = self._rank_clause(db, "phases", rank, run_id)
-            rows = db.execute(f"SELECT name, start, end, {column} FROM phases WHERE run_id = ?"
+            rows = db.execute(f'SELECT name, start, "end", {column} FROM phases WHERE run_id = ?'
                               f"{where} ORDER BY start", (run_id, *args)).fetchall()
         return [PhaseSpan(*r) for r in rows]
 
@@ -542,7 +644,7 @@ class Store:
                               " steps WHERE run_id = ? ORDER BY rank", (run_id, run_id)).fetchall()
         return [r[0] for r in rows] or [0]
 
-    def _reference_rank(self, db: sqlite3.Connection, run_id: int) -> int:
+    def _reference_rank(self, db: Db, run_id: int) -> int:
         """The rank a run's readers see by default, where a reader names none (its report, its
         phase table, its steps): the lowest that marked a phase or reported a step. Rank 0 of
         nearly every run; not of a launch under `watch` whose rank 0 never called
@@ -564,8 +666,9 @@ class Store:
         every import of its export."""
         with self.connect() as db:
             _, where, args = self._rank_clause(db, "phases", rank, run_id)
-            db.execute(f"UPDATE phases SET end = MAX(?, start) WHERE run_id = ? AND end IS NULL"
-                       f"{where}", (t, run_id, *args))
+            latest = "GREATEST" if db.postgres else "MAX"
+            db.execute(f'UPDATE phases SET "end" = {latest}(?, start) WHERE run_id = ?'
+                       f' AND "end" IS NULL{where}', (t, run_id, *args))
 
     def samples(self, run_id: int, gpu: int | None = None) -> list[Sample]:
         query = "SELECT t, gpu, used, reserved, total, util FROM samples WHERE run_id = ?"
@@ -584,6 +687,10 @@ class Store:
     def latest_samples(self, run_id: int) -> list[Sample]:
         """Each device's last sample."""
         with self.connect() as db:
+            if db.postgres:
+                return [Sample(*r) for r in db.execute(
+                    f"SELECT DISTINCT ON (gpu) {SAMPLE_COLUMNS} FROM samples WHERE run_id = ?"
+                    " ORDER BY gpu, t DESC", (run_id,))]
             # SQLite fills the bare columns from the row that holds the MAX.
             return [Sample(*r) for r in db.execute(
                 "SELECT MAX(t), gpu, used, reserved, total, util FROM samples WHERE run_id = ?"
@@ -618,26 +725,34 @@ class Store:
             start, width = span[0], max((span[1] - span[0]) / buckets, 1e-9)
             gpus, count = db.execute("SELECT COUNT(DISTINCT gpu), SUM(n) FROM (SELECT gpu,"
                                      " COUNT(*) AS n FROM samples WHERE run_id = ?"
-                                     f"{only} GROUP BY gpu)", (run_id, *args)).fetchone()
+                                     f"{only} GROUP BY gpu) AS counts", (run_id, *args)).fetchone()
             if (count or 0) <= 2 * buckets * max(1, gpus):
                 rows = db.execute("SELECT t, gpu, used, reserved, total, util FROM samples"
                                   f" WHERE run_id = ?{only} ORDER BY gpu, t",
                                   (run_id, *args)).fetchall()
                 return [Sample(*r) for r in rows]
             points = {}
-            # SQLite fills the bare columns from the row that holds the MIN / MAX.
-            for t, used, agg in (("t_min", "used_min", "MIN"), ("t_max", "used_max", "MAX")):
-                for r in db.execute(
-                        f"SELECT {t} AS t, gpu, {agg}({used}) AS used, reserved, total, NULL"
-                        f" FROM sample_buckets WHERE run_id = ?{only}"
-                        f" GROUP BY gpu, CAST(({t} - ?) / ? AS INTEGER)",
-                        (run_id, *args, start, width)):
+            for t, used, agg, order in (("t_min", "used_min", "MIN", "ASC"),
+                                        ("t_max", "used_max", "MAX", "DESC")):
+                if db.postgres:  # each group's row that holds the MIN / MAX, told by DISTINCT ON
+                    query = (f"SELECT DISTINCT ON (gpu, part) t, gpu, used, reserved, total,"
+                             f" NULL FROM (SELECT {t} AS t, gpu, {used} AS used, reserved, total,"
+                             f" FLOOR(({t} - ?) / ?) AS part FROM sample_buckets"
+                             f" WHERE run_id = ?{only}) AS parts"
+                             f" ORDER BY gpu, part, used {order}")
+                    values = (start, width, run_id, *args)
+                else:  # SQLite fills the bare columns from the row that holds the MIN / MAX.
+                    query = (f"SELECT {t} AS t, gpu, {agg}({used}) AS used, reserved, total, NULL"
+                             f" FROM sample_buckets WHERE run_id = ?{only}"
+                             f" GROUP BY gpu, CAST(({t} - ?) / ? AS INTEGER)")
+                    values = (run_id, *args, start, width)
+                for r in db.execute(query, values):
                     sample = Sample(*r)
                     points[(sample.gpu, sample.t)] = sample
         return [points[k] for k in sorted(points)]
 
     @staticmethod
-    def _backfill_buckets(db: sqlite3.Connection, run_id: int) -> bool:
+    def _backfill_buckets(db: Db, run_id: int) -> bool:
         """Buckets for a run stored before they existed; False when it has no samples."""
         cursor = db.execute("SELECT t, gpu, used, reserved, total, util FROM samples"
                             " WHERE run_id = ?", (run_id,))
@@ -673,11 +788,16 @@ class Store:
         """`step_span` of every rank, by rank, in one connection."""
         with self.connect() as db:
             column, _, _ = self._rank_clause(db, "steps", None, run_id)
-            # SQLite fills the bare columns from the row that holds the MIN / MAX.
-            ends = [{row[6]: Step(*row[:8]) for row in db.execute(
-                f"SELECT {self._step_columns(db, column)}, {agg}(t) FROM steps"
-                f" WHERE run_id = ? AND step >= ? GROUP BY {column}", (run_id, first_step))}
-                for agg in ("MIN", "MAX")]
+            selected = self._step_columns(db, column)
+            if db.postgres:  # each rank's row that holds the MIN / MAX, told by DISTINCT ON
+                queries = [f"SELECT DISTINCT ON ({column}) {selected} FROM steps WHERE run_id = ?"
+                           f" AND step >= ? ORDER BY {column}, t {order}"
+                           for order in ("ASC", "DESC")]
+            else:  # SQLite fills the bare columns from the row that holds the MIN / MAX.
+                queries = [f"SELECT {selected}, {agg}(t) FROM steps WHERE run_id = ?"
+                           f" AND step >= ? GROUP BY {column}" for agg in ("MIN", "MAX")]
+            ends = [{row[6]: Step(*row[:8]) for row in db.execute(query, (run_id, first_step))}
+                    for query in queries]
         return {rank: (first, ends[1][rank]) for rank, first in ends[0].items()}
 
     def step_count(self, run_id: int, rank: int | None | Reference = REFERENCE) -> int:
@@ -715,7 +835,7 @@ class Store:
                 return []
             return [GpuProcess(*r) for r in db.execute(
                 "SELECT t, gpu, pid, name, used FROM gpu_processes WHERE run_id = ? AND t = ?"
-                " ORDER BY gpu, used DESC", (run_id, last))]
+                " ORDER BY gpu, used DESC NULLS LAST", (run_id, last))]
 
     def messages(self, run_id: int) -> list[Message]:
         with self.connect() as db:

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import socket
-import sqlite3
 
 import pytest
 
 from anatomy.analysis import transfer
 from anatomy.analysis.report import RunReport, report, run_rows
 from anatomy.cli import main
-from anatomy.store import PhaseMark, Step, Store
+from anatomy.store import DatabaseError, PhaseMark, Step, Store
 from anatomy.views import compare as compare_view
 from anatomy.views import runs as runs_view
 from anatomy.views import text
@@ -234,7 +233,7 @@ def test_a_failure_while_writing_leaves_nothing_half_imported(source, target):
     with target.connect() as db:  # the disk fills up while the second run's samples go in
         db.execute(f"CREATE TRIGGER fail BEFORE INSERT ON samples WHEN NEW.run_id = {second_id}"
                    " BEGIN SELECT RAISE(ABORT, 'disk full (injected)'); END")
-    with pytest.raises(sqlite3.IntegrityError, match="injected"):
+    with pytest.raises(DatabaseError, match="injected"):
         transfer.import_runs(target, exported(store, ids))
     assert contents(target) == before
 
@@ -360,7 +359,7 @@ def test_what_a_store_holds_but_json_cannot_say_is_exported_so_its_import_takes_
     store.write(run_id, steps=[Step(9.5, 9, 10, float("inf"), None, None)])
     command = seed_users_run(store, "command", status="running")
     with store.connect() as db:  # as close_phases wrote it before it kept a phase's end ≥ start
-        db.execute("UPDATE phases SET start = 0.2, end = 0.0 WHERE run_id = ?", (command,))
+        db.execute('UPDATE phases SET start = 0.2, "end" = 0.0 WHERE run_id = ?', (command,))
     new = transfer.import_runs(target, exported(store, [run_id, command]))
     assert target.steps(new[0])[-1].loss is None
     assert [(p.start_s, p.end_s) for p in target.phases(new[1])] == [(0.2, 0.2)]

@@ -298,7 +298,8 @@ def sweeps_section() -> None:
     st.caption("One base configuration, one or two options varied; the runs queue and run one "
                "after another, each stored as a normal run tagged with its sweep.")
     slot = server.sweeps()
-    _sweep_form()
+    if not server.read_only():  # a read-only dashboard starts no sweep
+        _sweep_form()
     running = slot.running_id()
     if running is not None:
         st.subheader(f"Sweep {running} running")

@@ -324,7 +324,8 @@ def main() -> None:
                     f"{text.phase_names(on_gpu)}. Start a run and watch each one appear.")
     running = shown is not None and shown.status == Status.RUNNING
     # The chart is what people came for: while a run is shown, the options fold away.
-    options_form(server.device().has_gpu, expanded=run_id is None)
+    if not server.read_only():  # a read-only dashboard starts nothing
+        options_form(server.device().has_gpu, expanded=run_id is None)
     if run_id is None:
         st.info("No run in progress. Start one above; stored runs are on the Runs page.")
     elif running:

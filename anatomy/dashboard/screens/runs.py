@@ -166,12 +166,14 @@ def main() -> None:
         widgets.outcome(rep)
     widgets.run_charts(rep, "runs")
     _downloads(rep.id)
-    _label_controls(rep)
+    if not server.read_only():  # a read-only dashboard labels nothing
+        _label_controls(rep)
     with st.expander("Options and environment"):
         shown = rep.to_dict()
         st.json({key: shown[key] for key in ("options", "environment", "phases", "samples",
                                              "samples_sent", "steps")}, expanded=False)
-    _delete_controls(rep)
+    if not server.read_only():  # nor deletes
+        _delete_controls(rep)
 
 
 main()

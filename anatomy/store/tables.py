@@ -1,0 +1,171 @@
+"""The store's tables, declared once: SQLite and PostgreSQL are made from this, the rows' columns
+are read from it, and the migrations (store/migrations/) start from it."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Double,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+    text,
+)
+
+metadata = MetaData()
+
+
+def _run_id() -> Column:
+    return Column("run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False)
+
+
+runs = Table(
+    "runs", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", Text),
+    Column("created_at", Double, nullable=False),  # wall clock, seconds since the epoch
+    Column("ended_at", Double),
+    Column("status", Text, nullable=False),
+    Column("preset", Text, nullable=False),
+    Column("options", Text, nullable=False),  # JSON of RunOptions
+    Column("environment", Text, nullable=False, server_default=text("'{}'")),
+    Column("backend", Text, nullable=False),  # "nvml" or "cpu-rss"
+    Column("memory_api", Text),  # "v2", "v1" (NVML) or "rss"
+    Column("gpu", Integer, nullable=False, server_default=text("0")),  # the device that trains
+    Column("summary", Text, nullable=False, server_default=text("'{}'")),
+    Column("error", Text),
+    Column("samples_sent", BigInteger),
+    Column("tags", Text, nullable=False, server_default=text("''")),
+    Column("sweep", Text),
+    Column("worker_pid", Integer),  # the training process (a user's script for attached runs)
+    Column("source", Text, nullable=False, server_default=text("'{}'")),  # RunRow.source
+    Column("origin", Text),  # JSON: where an imported run came from (RunRow.origin)
+    Column("recorder", Text),  # JSON: the process recording it (RunRow.recorder)
+    sqlite_autoincrement=True,
+)
+
+samples = Table(
+    "samples", metadata,
+    _run_id(),
+    Column("t", Double, nullable=False),
+    Column("gpu", Integer, nullable=False),
+    Column("used", BigInteger, nullable=False),
+    Column("reserved", BigInteger),
+    Column("total", BigInteger),
+    Column("util", Integer),
+)
+Index("samples_run", samples.c.run_id, samples.c.gpu, samples.c.t)
+
+# Each 0.1 s of samples as its min and max (kept as samples arrive): long runs draw from here.
+sample_buckets = Table(
+    "sample_buckets", metadata,
+    Column("run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("gpu", Integer, primary_key=True),
+    Column("bucket", BigInteger, primary_key=True),  # floor(t / BUCKET_SECONDS)
+    Column("t_min", Double, nullable=False),
+    Column("used_min", BigInteger, nullable=False),
+    Column("t_max", Double, nullable=False),
+    Column("used_max", BigInteger, nullable=False),
+    Column("reserved", BigInteger),
+    Column("total", BigInteger),
+)
+
+phases = Table(
+    "phases", metadata,
+    _run_id(),
+    Column("name", Text, nullable=False),
+    Column("start", Double, nullable=False),  # the state is reached (the weights are in)
+    Column("end", Double),  # the next step begins: the phase's memory is read here
+    # A run of several training processes: each phase and step names its rank.
+    Column("rank", Integer, nullable=False, server_default=text("0")),
+)
+
+steps = Table(
+    "steps", metadata,
+    _run_id(),
+    Column("t", Double, nullable=False),
+    Column("step", Integer, nullable=False),
+    Column("total", Integer),
+    Column("loss", Double),
+    Column("allocated", BigInteger),
+    Column("reserved", BigInteger),
+    Column("rank", Integer, nullable=False, server_default=text("0")),
+    Column("seq_len", Integer),  # the sequence length each step of a user's Trainer trained at
+)
+Index("steps_run", steps.c.run_id, steps.c.step)
+
+messages = Table(
+    "messages", metadata,
+    _run_id(),
+    Column("t", Double, nullable=False),
+    Column("level", Text, nullable=False),
+    Column("text", Text, nullable=False),
+)
+
+# The device panel (a few readings a second, beside the samples): the host, each GPU, and every
+# process on a GPU.
+host_status = Table(
+    "host_status", metadata,
+    _run_id(),
+    Column("t", Double, nullable=False),
+    Column("cpu_percent", Double),
+    Column("ram_used", BigInteger, nullable=False),
+    Column("ram_total", BigInteger, nullable=False),
+)
+Index("host_status_run", host_status.c.run_id, host_status.c.t)
+
+gpu_status = Table(
+    "gpu_status", metadata,
+    _run_id(),
+    Column("t", Double, nullable=False),
+    Column("gpu", Integer, nullable=False),
+    Column("util", Integer),
+    Column("power_w", Double),
+    Column("power_limit_w", Double),
+    Column("temperature_c", Integer),
+)
+Index("gpu_status_run", gpu_status.c.run_id, gpu_status.c.t)
+
+gpu_processes = Table(
+    "gpu_processes", metadata,
+    _run_id(),
+    Column("t", Double, nullable=False),
+    Column("gpu", Integer, nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("name", Text),
+    Column("used", BigInteger),
+)
+Index("gpu_processes_run", gpu_processes.c.run_id, gpu_processes.c.t)
+
+sweeps = Table(
+    "sweeps", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    # What runs.sweep holds: unique across stores, so a run imported from another machine never
+    # joins a local sweep of the same id.
+    Column("key", Text, nullable=False, unique=True),
+    Column("name", Text),
+    Column("created_at", Double, nullable=False),
+    Column("ended_at", Double),
+    Column("base", Text, nullable=False),  # JSON of the base RunOptions
+    Column("vary", Text, nullable=False),  # JSON {option: [values]}, as planned
+    Column("until_oom", Integer, nullable=False, server_default=text("0")),
+    Column("planned", Integer, nullable=False),  # runs in the plan; an until-oom ladder may add more
+    # Planned runs dropped after an oom in their ladder.
+    Column("skipped", Integer, nullable=False, server_default=text("0")),
+    Column("status", Text, nullable=False),  # running, completed, stopped, failed
+    Column("error", Text),
+    Column("pid", Integer),  # the process running it: a sweep whose process ended is over
+    sqlite_autoincrement=True,
+)
+
+# The store's own facts: "id", a random name that an export carries, so an import knows which
+# store a run came from.
+store_info = Table(
+    "store_info", metadata,
+    Column("key", Text, primary_key=True),
+    Column("value", Text, nullable=False),
+)

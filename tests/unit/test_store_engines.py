@@ -1,0 +1,117 @@
+"""The store as a path or a URL: one declaration of the tables, the rows read by its columns, a
+store made by an older release upgraded in place, a newer one refused, and a database URL never
+taken for a file name nor its password shown."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from anatomy.cli import main
+from anatomy.store import (
+    GpuProcess,
+    GpuStatus,
+    HostStatus,
+    Message,
+    Sample,
+    ServerUrl,
+    Step,
+    Store,
+    StoreError,
+    resolve_path,
+    schema,
+    tables,
+)
+from anatomy.store.migrations import __file__ as migrations_init
+
+MADE_BY_MAIN = Path(__file__).parents[1] / "data" / "main-d47e177.sqlite"  # `anatomy run` at d47e177
+
+
+def _counts(path: Path) -> dict[str, int]:
+    with sqlite3.connect(path) as db:
+        return {t: db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
+                for t in ("runs", "samples", "sample_buckets", "phases", "steps", "messages",
+                          "host_status")}
+
+
+def test_the_rows_are_the_tables_columns():
+    for row, table in ((Sample, tables.samples), (Step, tables.steps), (Message, tables.messages),
+                       (HostStatus, tables.host_status), (GpuStatus, tables.gpu_status),
+                       (GpuProcess, tables.gpu_processes)):
+        assert ("run_id", *row._fields) == tuple(c.name for c in table.columns), table.name
+
+
+def test_head_is_the_migrations_newest_revision():
+    assert schema._scripts().get_current_head() == schema.HEAD
+    assert Path(migrations_init).parent == schema.MIGRATIONS
+
+
+def test_a_store_made_by_the_previous_release_is_upgraded_in_place_and_keeps_everything(
+        tmp_path, capsys):
+    path = tmp_path / "old.sqlite"
+    shutil.copy(MADE_BY_MAIN, path)
+    before = _counts(path)
+    assert before["samples"] == 6942
+    store = Store(path)
+    assert _counts(path) == before
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [(schema.HEAD,)]
+    run = store.run(1)
+    assert (run.status, run.preset, store.sample_count(1)) == ("completed", "tiny", 6942)
+    assert len(store.steps(1)) == 2 and len(store.phases(1)) == 4
+    assert main(["show", "1", "--store", str(path)]) == 0
+    assert "status: completed" in capsys.readouterr().out
+
+
+def test_a_store_of_a_newer_release_is_refused_in_one_line_and_left_as_it_was(tmp_path, capsys):
+    path = tmp_path / "new.sqlite"
+    Store(path).create_run({"model": "tiny"}, "cpu-rss", "rss", 0, {})
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE alembic_version SET version_num = 'f00dfeed'")
+    before = path.read_bytes()
+    for command in (["runs"], ["show", "1"], ["rename", "1", "x"]):
+        capsys.readouterr()
+        assert main([*command, "--store", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err == (f"error: the store {path}: it was written by a newer anatomy (schema"
+                       f" revision f00dfeed; this one knows up to {schema.HEAD}): upgrade anatomy"
+                       " to use it\n")
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("sqlite:///{tmp}/a.sqlite", "{tmp}/a.sqlite"),
+    ("{tmp}/b.sqlite", "{tmp}/b.sqlite"),
+])
+def test_a_sqlite_url_is_its_file(tmp_path, value, expected):
+    assert resolve_path(value.format(tmp=tmp_path)) == Path(expected.format(tmp=tmp_path))
+
+
+def test_a_postgresql_url_is_never_a_file_and_its_password_never_shown(tmp_path, monkeypatch,
+                                                                        capsys):
+    monkeypatch.chdir(tmp_path)
+    url = "postgresql://anatomy:pa55word@127.0.0.1:1/runs"  # port 1: nothing listens
+    where = resolve_path(url)
+    assert isinstance(where, ServerUrl) and str(where) == "postgresql://anatomy:***@127.0.0.1:1/runs"
+    with pytest.raises(StoreError) as raised:
+        Store(url)
+    assert "pa55word" not in str(raised.value) and "***" in str(raised.value)
+    for command in (["runs"], ["show", "1"], ["run", "--model", "tiny", "--max-steps", "1"]):
+        capsys.readouterr()
+        assert main([*command, "--store", url]) in (1, 2)
+        out, err = capsys.readouterr()
+        assert "pa55word" not in out + err
+        assert err.startswith("error: the store postgresql://anatomy:***@127.0.0.1:1/runs: ")
+        assert len(err.splitlines()) == 1, err
+    assert os.listdir(tmp_path) == []  # no folder named "postgresql:", no file
+
+
+def test_a_url_of_another_kind_is_refused_in_one_line(capsys):
+    assert main(["runs", "--store", "mysql://root:hunter2@db/anatomy"]) == 2
+    assert capsys.readouterr().err == (
+        "error: --store mysql://root:***@db/anatomy: not a store anatomy can use; give a file path,"
+        " sqlite:///PATH or postgresql://USER@HOST:PORT/DATABASE\n")
