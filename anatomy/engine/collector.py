@@ -219,6 +219,11 @@ class Collector:
         self.rows.clear()
         return True
 
+    def drop(self) -> None:
+        """Forget the rows waiting: the store refused them (full, not unreachable), and the run's
+        ending, written next, must not wait on rows that cannot go in."""
+        self.rows.clear()
+
     def flush_when_due(self) -> None:
         if time.monotonic() - self._flushed_at >= FLUSH_SECONDS:
             self.flush()

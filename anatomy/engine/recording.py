@@ -373,6 +373,7 @@ class Recording:
     def _lost(self, error: Exception) -> Ending:
         """The collector failed (the store cannot be written): the recording ends here."""
         self.store.free_reserve(self.run_id)  # room to record it, if the disk is full
+        self.collector.drop()  # what the store refused stays out: the ending goes in alone
         problem = (store_error(self.store.path, error).reason if isinstance(error, DatabaseError)
                    else f"{type(error).__name__}: {error}")
         if self.owns_training:
