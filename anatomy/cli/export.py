@@ -72,10 +72,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         if problem:
             print(f"error: cannot write {args.output}: {problem}", file=sys.stderr)
             return 2
-    store = reading(args.store)
+    store = _stored(args)
     if store is None:
-        print(f"error: run {args.run_ids[0]} is not in {resolve_path(args.store)} (no store there"
-              " yet)", file=sys.stderr)
         return 1
     try:
         if args.format == "json":
@@ -122,10 +120,8 @@ def _tensorboard(args: argparse.Namespace) -> int:
         print("error: the TensorBoard export writes with tensorboard: "
               'pip install "anatomy[tensorboard]"', file=sys.stderr)
         return 2
-    store = reading(args.store)
+    store = _stored(args)
     if store is None:
-        print(f"error: run {args.run_ids[0]} is not in {resolve_path(args.store)} (no store there"
-              " yet)", file=sys.stderr)
         return 1
     try:
         written = trackers.write_tensorboard(store, args.run_ids, output)
@@ -139,3 +135,12 @@ def _tensorboard(args: argparse.Namespace) -> int:
         print(f"wrote {folder}")
     print(f"tensorboard --logdir {output}")
     return 0
+
+
+def _stored(args: argparse.Namespace):
+    """The store the runs are read from; None, said in one line, where there is none yet."""
+    store = reading(args.store)
+    if store is None:
+        print(f"error: run {args.run_ids[0]} is not in {resolve_path(args.store)} (no store there"
+              " yet)", file=sys.stderr)
+    return store
