@@ -25,7 +25,10 @@ def register(commands: argparse._SubParsersAction) -> None:
                     "callback or anatomy.start()), its phases and steps join this run; else the "
                     f"run has one '{Phase.PROCESS}' phase. Exits with the command's exit status "
                     "(128+N when signal N killed it), or 128+N when signal N stopped the watch "
-                    "(130: Ctrl-C, which stops the command and keeps the record).")
+                    "(130: Ctrl-C, which stops the command and keeps the record). On several "
+                    "hosts, the same watch on each (torchrun --nnodes N --rdzv-id JOB, or "
+                    "ANATOMY_RUN_KEY and ANATOMY_RUN_HOSTS) with --store postgresql://user@host/db"
+                    " records one run of every host's GPUs and ranks.")
     watched.add_argument("--name", help="the run's name (default: the name the command's "
                                         "anatomy.start(name=…) gives, else none: lists name it "
                                         "by its command)")

@@ -339,8 +339,8 @@ class Watch:
                 self.marked_phases = True
 
     def _join(self, rank: int, local: int | None) -> None:
-        """A rank of several has joined: the run's world size and each rank's GPU, as known (and
-        each rank's host, on several)."""
+        """A rank of several has spoken: the run's world size and each rank's GPU, as known (on
+        several hosts each host places its own ranks: `HostPart.place_rank`)."""
         self.ranks[rank] = local if local is not None else rank
         world = max(self.ranks) + 1
         facts = RunFacts.of(world_size=world)

@@ -16,6 +16,7 @@ import threading
 import time
 
 import psutil
+import pytest
 
 from anatomy.analysis import transfer
 from anatomy.analysis.report import report
@@ -129,10 +130,7 @@ def test_hosts_arriving_at_once_make_one_run_and_each_its_own_place(pg_url):
 
     def arrive() -> None:
         start.wait()
-        places.append(launches.join(
-            store, "job-8", 4, "node", time.time(), 10.0, backend="cpu-rss", memory_api="rss",
-            gpu=0, environment=RunFacts.of(), source=RunSource.of(), preset="train.py",
-            run_name=None))
+        places.append(_arrive(store, "job-8", 4))
 
     threads = [threading.Thread(target=arrive) for _ in range(4)]
     for thread in threads:
@@ -143,3 +141,28 @@ def test_hosts_arriving_at_once_make_one_run_and_each_its_own_place(pg_url):
     assert sorted(p.host for p in places) == [0, 1, 2, 3]
     assert sorted(p.name for p in places) == ["node", "node#1", "node#2", "node#3"]
     assert len(store.runs()) == 1
+
+
+def _arrive(store: Store, key: str, hosts: int | None, silent: float = 10.0) -> launches.Place:
+    return launches.join(store, key, hosts, "node", time.time(), silent, backend="cpu-rss",
+                         memory_api="rss", gpu=0, environment=RunFacts.of(),
+                         source=RunSource.of(), preset="train.py", run_name=None)
+
+
+def test_a_launch_that_has_its_hosts_refuses_another_given_its_key(pg_url):
+    store = Store(pg_url)
+    first = _arrive(store, "job-9", 2)
+    _arrive(store, "job-9", 2)
+    with pytest.raises(launches.LaunchRefused, match="has its 2 hosts already .*same key"):
+        _arrive(store, "job-9", 2)
+    assert [h.name for h in launches.hosts(store, first.run_id)] == ["node", "node#1"]
+
+
+def test_a_launch_whose_every_host_went_silent_is_ended_when_its_key_comes_again(pg_url):
+    store = Store(pg_url)
+    dead = _arrive(store, "job-10", 2)
+    # Silent longer than allowed (here: any time at all): the launch died without a word.
+    again = _arrive(store, "job-10", 2, silent=0.0)
+    assert again.created and again.run_id != dead.run_id and again.host == 0
+    old = store.run(dead.run_id)
+    assert old.status == "failed" and "host node was lost" in old.error
