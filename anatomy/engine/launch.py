@@ -13,7 +13,7 @@ Each host beats every BEAT_SECONDS in the store; a host silent for SILENT_SECOND
 its watch or its network gone) is lost: the first host to see it ends that host's part failed,
 naming it, and every host ends its own command (ranks whose peer is gone can only fail or hang).
 The run ends when every host's part has ended: the last one writes the run's ending from all of
-theirs (a host lost is the cause, else the first that failed, else a stop, else completed).
+theirs (a host lost is the cause, else the first whose part did not complete, else completed).
 """
 
 from __future__ import annotations
@@ -126,18 +126,17 @@ def refuse_file(store: Path | ServerUrl, launch: Launch) -> None:
 
 def run_ending(hosts: Sequence[HostRow]) -> tuple[Status, str | None]:
     """The run's ending from every host's part: a host lost is the cause (the ranks elsewhere
-    fail after it, or are ended), else the first that failed, else a stop, else completed."""
+    fail after it, or are ended), else the first host whose part did not complete (failed, out
+    of memory or stopped: the others' ranks then lost their peer), else completed."""
     by_time = sorted(hosts, key=lambda h: h.ended_at or 0.0)
     lost = [h for h in by_time if h.status == LOST]
     if lost:
         return Status.FAILED, (f"host {lost[0].name} was lost: {lost[0].error}; the commands of"
                                " the other hosts were ended")
-    for status in (Status.OOM, Status.FAILED, Status.STOPPED):
-        ended = [h for h in by_time if h.status == status]
-        if ended:
-            first = next((h for h in by_time if h.status in (Status.OOM, Status.FAILED)),
-                         ended[0])
-            return Status(first.status), f"host {first.name}: {first.error}"
+    first = next((h for h in by_time if h.status != Status.COMPLETED), None)
+    if first is not None:
+        status = Status._value2member_map_.get(first.status, Status.FAILED)
+        return status, f"host {first.name}: {first.error}"
     return Status.COMPLETED, None
 
 
@@ -195,12 +194,14 @@ class HostPart:
             return
         others = [h for h in hosts if h.host != self.place.host and h.over]
         lost = next((h for h in others if h.status == LOST), None)
-        failed = next((h for h in others if h.status in (Status.FAILED, Status.OOM)), None)
+        failed = next((h for h in others if h.status in (Status.FAILED, Status.OOM,
+                                                          Status.STOPPED)), None)
         if lost is not None:
             self.ended_others = f"host {lost.name} was lost"
         elif failed is not None:
-            # Its ranks' peers here fail of it on their own, saying how; those that hang are
-            # ended once they had as long as a silent host has.
+            # Its ranks' peers here fail of it on their own, saying how; those that hang (a
+            # collective waiting on a peer that is gone) are ended once they had as long as a
+            # silent host has.
             self._failed_seen = self._failed_seen or time.monotonic()
             if time.monotonic() - self._failed_seen >= SILENT_SECONDS:
                 self.ended_others = f"host {failed.name} {failed.status}"

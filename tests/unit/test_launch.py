@@ -71,9 +71,13 @@ def test_the_runs_ending_names_the_host_that_caused_it():
                               _host(1, launch.LOST, 9, "silent for 11 s")]) == (
         Status.FAILED, "host node-1 was lost: silent for 11 s; the commands of the other hosts"
                        " were ended")
-    assert launch.run_ending([_host(0, "stopped", 1, "stopped (SIGINT)"),
+    # The first host whose part did not complete: the others' ranks lost their peer after it.
+    assert launch.run_ending([_host(0, "failed", 3, "ended as host node-1 oom"),
                               _host(1, "oom", 2, "rank 1: CUDA out of memory")]) == (
         Status.OOM, "host node-1: rank 1: CUDA out of memory")
+    assert launch.run_ending([_host(0, "stopped", 1, "stopped (SIGINT)"),
+                              _host(1, "failed", 2, "rank 1: connection reset by peer")]) == (
+        Status.STOPPED, "host node-0: stopped (SIGINT)")
     assert launch.run_ending([_host(0, "completed", 1), _host(1, "stopped", 2, "SIGTERM")]) == (
         Status.STOPPED, "host node-1: SIGTERM")
 
