@@ -102,7 +102,9 @@ def launch_of(command: Sequence[str], environ: Mapping[str, str] = os.environ) -
             raise LaunchRefused(f"{RUN_HOSTS_ENV}={given!r}: not a number of hosts (e.g. 2)")
     key = environ.get(RUN_KEY_ENV, "").strip()
     said = f"{RUN_KEY_ENV}={key!r}" if key else ""
-    if not key and options.get("--rdzv-id", "none") not in ("", "none"):
+    # torchrun's id names a launch across hosts only where it has several: a one-node
+    # torchrun given an id (as its examples do) is one host's run.
+    if not key and (nodes or 1) > 1 and options.get("--rdzv-id", "none") not in ("", "none"):
         key, said = options["--rdzv-id"], f"torchrun --rdzv-id {options['--rdzv-id']}"
     if not key:
         if nodes is not None and nodes > 1:

@@ -27,6 +27,9 @@ TORCHRUN = ["torchrun", "--nnodes", "2", "--node-rank", "0", "--nproc-per-node",
     (["python", "train.py"], {launch.RUN_KEY_ENV: "k"}, ("k", None)),
     (TORCHRUN + ["--rdzv-id", "job-7", "train.py"], {launch.RUN_KEY_ENV: "mine"}, ("mine", 2)),
     (["python", "train.py"], {}, None),
+    # One node given an id, as torchrun's own examples do: one host's run.
+    (["torchrun", "--nnodes=1", "--rdzv-id=100", "--rdzv-backend=c10d", "train.py"], {}, None),
+    (["torchrun", "--rdzv-id", "100", "train.py"], {}, None),
 ])
 def test_a_launchs_key_and_host_count_come_from_torchrun_or_the_environment(command, environ,
                                                                               found):
