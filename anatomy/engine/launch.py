@@ -157,6 +157,8 @@ class HostPart:
         self.leave = threading.Event()  # stop waiting for the other hosts: they end the run
         self._over = threading.Event()
         self._failed_seen: float | None = None
+        self._unplaced = False  # ranks the run's facts do not place yet
+        self._beating_since: float | None = None  # since the server last answered every beat
         self._thread: threading.Thread | None = None
 
     @property
@@ -168,16 +170,34 @@ class HostPart:
         self._thread.start()
 
     def place_rank(self, rank: int, gpu: int | None) -> None:
+        """A rank of this host has spoken: the run's facts say where it trains (a database
+        server away now: once it is back, by the next beat)."""
         self.ranks[rank] = gpu
-        launches.place_ranks(self.store, self.run_id, self.place.host, self.ranks)
+        self._place()
+
+    def _place(self) -> None:
+        self._unplaced = True
+        try:
+            launches.place_ranks(self.store, self.run_id, self.place.host, dict(self.ranks))
+        except DatabaseError:
+            return
+        self._unplaced = False
 
     def _beat(self) -> None:
         while not self._over.wait(BEAT_SECONDS):
             try:
                 hosts = launches.beat(self.store, self.run_id, self.place.host)
             except DatabaseError:
-                continue  # the server away: the collector says so and keeps the rows
-            self._look(hosts)
+                self._beating_since = None  # the server away: the collector says so
+                continue
+            if self._beating_since is None:
+                self._beating_since = time.monotonic()
+            if self._unplaced:
+                self._place()
+            # Every host's beats stop while the server is away: silence is judged only once
+            # this host has beaten as long as a host may be silent.
+            if time.monotonic() - self._beating_since > SILENT_SECONDS:
+                self._look(hosts)
 
     def _look(self, hosts: Sequence[HostRow]) -> None:
         """Another host silent too long is lost; one lost or failed ends the command here."""

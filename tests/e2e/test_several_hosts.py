@@ -20,6 +20,7 @@ import pytest
 
 from anatomy.analysis import transfer
 from anatomy.analysis.report import report
+from anatomy.engine import launch
 from anatomy.store import HOST_STRIDE, RunFacts, RunSource, Store, launches
 from tests.conftest import PROJECT
 from tests.e2e.conftest import left
@@ -166,3 +167,23 @@ def test_a_launch_whose_every_host_went_silent_is_ended_when_its_key_comes_again
     assert again.created and again.run_id != dead.run_id and again.host == 0
     old = store.run(dead.run_id)
     assert old.status == "failed" and "host node was lost" in old.error
+
+
+def test_a_database_restart_mid_run_loses_no_host(postgres, pg_url, tmp_path):
+    """Every host's beats stop while the server is away: none is taken for lost once it is back
+    (silence is judged only after a host has beaten again as long as a host may be silent)."""
+    watches = _hosts(pg_url, tmp_path, steps=150)  # 0.2 s a step: 30 s of training
+    store = Store(pg_url)
+    wait_until(lambda: (runs := store.runs()) and all(store.last_step(runs[0].id, r)
+                                                      for r in (0, 1)),
+               300, "both ranks to train", every=0.5)
+    postgres.stop()
+    time.sleep(launch.SILENT_SECONDS + 5)  # longer than a host may be silent
+    postgres.start()
+    outputs = [w.communicate(timeout=400)[0] for w in watches]
+    assert [w.returncode for w in watches] == [0, 0], outputs
+    [run] = store.runs()
+    assert run.status == "completed", run.error
+    assert [h.status for h in launches.hosts(store, run.id)] == ["completed", "completed"]
+    for rank in (0, 1):
+        assert [s.step for s in store.steps(run.id, rank)] == list(range(1, 151))
