@@ -5,11 +5,13 @@ tests/e2e/test_several_hosts.py.)"""
 
 from __future__ import annotations
 
+import sqlite3
+
 import pytest
 
 from anatomy.cli import main
 from anatomy.engine import launch
-from anatomy.store import launches
+from anatomy.store import RunFacts, RunSource, Store, database, launches, schema
 from anatomy.vocabulary import Status
 
 TORCHRUN = ["torchrun", "--nnodes", "2", "--node-rank", "0", "--nproc-per-node", "1"]
@@ -91,3 +93,28 @@ def test_each_ranks_host_and_gpu_are_the_runs_facts():
         4, ("a", "b"), (0, 0, 1, 1), (0, 1, 0, 1))
     on_cpus = launches.places({0: (0, None), 1: (1, None)}, ["a", "b"])
     assert on_cpus.gpus is None and on_cpus.rank_hosts == (0, 1)
+
+
+def test_a_store_at_the_revision_before_runs_across_hosts_gains_them_and_keeps_its_runs(
+        tmp_path):
+    """A store as the release before this one wrote it (revision 0001: no launch key, no hosts'
+    table) opens upgraded in place, its runs kept, and takes a run across hosts."""
+    path = tmp_path / "0001.sqlite"
+    kept = Store(path).create_run({}, "cpu-rss", "rss", 0, {}, preset="train.py")
+    with sqlite3.connect(path) as db:
+        db.execute("DROP INDEX runs_running_key")
+        db.execute("DROP TABLE run_hosts")
+        db.execute("ALTER TABLE runs DROP COLUMN run_key")
+        db.execute("ALTER TABLE runs DROP COLUMN host_count")
+        db.execute("UPDATE alembic_version SET version_num = '0001'")
+    database._ENGINES.clear()
+    store = Store(path)
+    assert store.run(kept) is not None
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [(schema.HEAD,)]
+        assert {"run_key", "host_count"} <= {r[1] for r in db.execute("PRAGMA table_info(runs)")}
+        assert "runs_running_key" in {r[1] for r in db.execute("PRAGMA index_list(runs)")}
+    place = launches.join(store, "job", 2, "node", 0.0, 10.0, backend="cpu-rss",
+                          memory_api="rss", gpu=0, environment=RunFacts.of(),
+                          source=RunSource.of(), preset="train.py", run_name=None)
+    assert place.created and place.run_id != kept
