@@ -13,6 +13,9 @@ stop — Ctrl-C, SIGTERM or SIGHUP to the watch — passed on to the command (un
 the process group they share, which the command got it from already), whose whole tree is
 ended if it has not exited STOP_GRACE_SECONDS later. The watch exits with the command's status
 (128 + N for signal N), or 128 + N for the signal that stopped the watch itself.
+
+On several hosts, each host's watch records its own part of one run in a shared store, found by
+the launch's key (engine/launch.py).
 """
 
 from __future__ import annotations
