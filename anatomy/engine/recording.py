@@ -29,13 +29,13 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from anatomy.analysis.machine import Device, Machine
-from anatomy.engine import sampler
+from anatomy.engine import protocol, sampler
 from anatomy.engine.collector import FLUSH_SECONDS, Collector, Outcome
 from anatomy.engine.endings import Ending, OomKills, death, killed_for_memory
 from anatomy.engine.figures import Figures
 from anatomy.engine.lifeline import Lifeline, forget_names, launch, signals_to_the_main_thread
 from anatomy.engine.processes import end_tree
-from anatomy.store import DatabaseError, RunFacts, RunSource, Store, store_error
+from anatomy.store import DatabaseError, RunFacts, RunSource, Store, device_key, store_error
 from anatomy.store.liveness import ENDED_WITHOUT_A_WORD, is_alive
 from anatomy.vocabulary import Status
 
@@ -119,6 +119,27 @@ class WorkerProcess:
         end_tree(self.pid, lambda: self.process.exitcode is not None, self.process.join, grace)
 
 
+class Part(Protocol):
+    """A host's part of a run across hosts (engine/launch.py): its ranks, and its ending, after
+    which the run's, written by the last host to end."""
+
+    ranks: dict[int, int | None]
+
+    def end(self, ending: Ending, samples_sent: int | None) -> Ending | None:
+        """This host's part ended so; the run's ending if this host wrote it."""
+
+
+def on_host(host: int, message: Any) -> Any:
+    """A message of the `host`-th host's sampler, its devices as the run stores them
+    (`device_key`). Its device panel stays out: the panel's host rows are one host's."""
+    match message:
+        case protocol.Samples(samples=samples):
+            return protocol.Samples([s._replace(gpu=device_key(host, s.gpu)) for s in samples])
+        case protocol.DeviceStatus():
+            return None
+    return message
+
+
 class Recording:
     """One run's recording. In order: `start_sampler()` (the baseline is measured before the
     training starts), `create_run()` (its row), `follow(training)` (the collector thread, until
@@ -168,6 +189,9 @@ class Recording:
         self._early: list = []  # what the sampler said before the collector began
         self._heard_training = False  # a message of the training's has come
         self.figures = Figures(self.gpus, backend, self.t0)  # as they come: trackers, /metrics
+        self.part: Part | None = None  # one host's part of a run across hosts
+        self.host = 0  # its place among the run's hosts: its devices are stored apart
+        self.run_ending: Ending | None = None  # a run across hosts': written by this host
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -186,11 +210,17 @@ class Recording:
         """The run's row (running, recorded by this process) and room for its ending on a
         full disk. StoreError when the store cannot take it."""
         try:
-            self.run_id = self.store.create_run(options, info.backend, info.memory_api, gpu,
-                                                environment, name=name, sweep=sweep,
-                                                source=source, preset=preset)
+            run_id = self.store.create_run(options, info.backend, info.memory_api, gpu,
+                                           environment, name=name, sweep=sweep, source=source,
+                                           preset=preset)
         except DatabaseError as error:
             raise store_error(self.store.path, error) from None
+        return self.adopt(run_id)
+
+    def adopt(self, run_id: int) -> int:
+        """Record into `run_id`, made already (by `create_run`, or by the first host of a run
+        across hosts)."""
+        self.run_id = run_id
         self.store.reserve(self.run_id)
         self.figures.run_id = self.run_id
         self.collector = Collector(self.store, self.run_id, self.outcome, self.figures,
@@ -277,6 +307,22 @@ class Recording:
         if isinstance(self.events, mp.queues.Queue):
             self.events = queue_module.Queue()
 
+    def _handle(self, message: Any) -> None:
+        if self.host:
+            message = on_host(self.host, message)
+        if message is not None:
+            self.collector.handle(message)
+
+    def _drain_samples(self) -> None:
+        if not self.host:
+            self.collector.drain(self.samples)
+            return
+        while True:
+            try:
+                self._handle(self.samples.get_nowait())
+            except queue_module.Empty:
+                return
+
     def _drain_events(self) -> None:
         while True:
             try:
@@ -295,13 +341,13 @@ class Recording:
         sampler_over_at = None
         looked_at = time.monotonic()
         for message in self._early:
-            collector.handle(message)
+            self._handle(message)
         while True:
             try:
-                collector.handle(self.samples.get(timeout=FLUSH_SECONDS / 2))
+                self._handle(self.samples.get(timeout=FLUSH_SECONDS / 2))
             except queue_module.Empty:
                 pass
-            collector.drain(self.samples)  # all of it: a loaded machine must not lag
+            self._drain_samples()  # all of it: a loaded machine must not lag
             self._drain_events()
             collector.flush_when_due()
             if collector.sampled and not self.sampling.is_set():
@@ -434,6 +480,9 @@ class Recording:
     def _write_ending(self, ending: Ending) -> None:
         self.collector.flush(keep=False)  # what a database server's outage kept, first
         store, end = self.store, self.outcome.phases_end
+        if self.part is not None:
+            self._write_part(ending)
+            return
         ranks = store.ranks(self.run_id)
         if len(ranks) > 1:  # a rank that died early (killed) holds its memory until its last step
             for rank in ranks:
@@ -447,6 +496,22 @@ class Recording:
             values["summary"] = summary
         self.store.update_run(self.run_id, **values)
         self.store.finish(self.run_id, ending.status, ending.error)
+
+    def _write_part(self, ending: Ending) -> None:
+        """A host's part of a run across hosts: only its own ranks' phases end here (the others'
+        hosts end theirs), the run's summary is written by the host of its lowest rank, and the
+        run ends once every host's part has (engine/launch.py)."""
+        store, end = self.store, self.outcome.phases_end
+        # A host whose command marks nothing has its one phase under rank 0: host 0's only.
+        for rank in sorted(self.part.ranks) or ([0] if self.host == 0 else []):
+            last = store.last_step(self.run_id, rank)
+            store.close_phases(self.run_id, min(end, last.t) if last is not None and
+                               len(self.part.ranks) > 1 else end, rank)
+        summary = self.outcome.training_summary()
+        lowest = self.collector.summary_rank
+        if summary.to_dict() and (lowest == 0 or (lowest is None and self.host == 0)):
+            self.store.update_run(self.run_id, summary=summary)
+        self.run_ending = self.part.end(ending, self.outcome.samples_sent)
 
 
 def _completed_unless_failed(outcome: Outcome, code: int | None) -> Ending:

@@ -13,6 +13,9 @@ stop — Ctrl-C, SIGTERM or SIGHUP to the watch — passed on to the command (un
 the process group they share, which the command got it from already), whose whole tree is
 ended if it has not exited STOP_GRACE_SECONDS later. The watch exits with the command's status
 (128 + N for signal N), or 128 + N for the signal that stopped the watch itself.
+
+On several hosts, each host's watch records its own part of one run in a shared store, found by
+the launch's key (engine/launch.py).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from typing import NamedTuple, TextIO
 import psutil
 
 from anatomy.analysis.machine import Device, Machine
-from anatomy.engine import hosts, link, protocol
+from anatomy.engine import launch, link, protocol
 from anatomy.engine.collector import Outcome
 from anatomy.engine.endings import (
     Ending,
@@ -58,7 +61,20 @@ from anatomy.engine.recording import (
     Recording,
     environment_facts,
 )
-from anatomy.store import Message, PhaseMark, RunFacts, RunSource, Store, StoreError, TrainingSummary, checks
+from anatomy.store import (
+    DatabaseError,
+    Message,
+    PhaseMark,
+    RunFacts,
+    RunSource,
+    Store,
+    StoreError,
+    TrainingSummary,
+    checks,
+    device_key,
+    launches,
+    store_error,
+)
 from anatomy.units import mib_text
 from anatomy.vocabulary import Edge, Level, Phase, SourceKind, Status
 
@@ -227,7 +243,8 @@ def why_not_runnable(program: str) -> str | None:
 
 class Watch:
     def __init__(self, command: Sequence[str], store: Store, info: Machine, devices: list[Device],
-                 name: str | None = None, sample_rate: int = 200, hosts_listener=None, *,
+                 name: str | None = None, sample_rate: int = 200,
+                 across: launch.Launch | None = None, *,
                  phase_lines: Callable[[int], list[str]] = lambda run_id: []):
         if not command:
             raise WatchRefused("no command: write it after `--`, e.g. anatomy watch -- python "
@@ -257,9 +274,9 @@ class Watch:
         self.said_failure: set[int] = set()  # the pids of the processes that said they failed
         self.followed: _Command | None = None  # the command's process, once started
         self._shown_step: int | None = None
-        # Ranks on several hosts (engine/hosts.py): where the others join this run.
-        self.hosts_listener = hosts_listener
-        self.hosts: hosts.Hosts | None = None
+        # Ranks on several hosts (engine/launch.py): the launch, and this host's part of its run.
+        self.across = across
+        self.part: launch.HostPart | None = None
 
     # --- the socket the command's processes report through ---
     def _listen(self) -> tuple[Listener, str, str]:
@@ -316,20 +333,21 @@ class Watch:
             self.said_failure.add(message.source.pid)
         if isinstance(message, (protocol.Phase, protocol.StepReport)):
             rank = message.source.rank or 0
-            if rank and rank not in self.ranks:
+            if self.part is not None and rank not in self.part.ranks:
+                self.ranks.setdefault(rank, message.source.device or 0)
+                self.part.place_rank(rank, self._gpu(message.source.device))
+            elif rank and rank not in self.ranks:
                 self._join(rank, message.source.device)
             if isinstance(message, protocol.Phase):
                 self.marked_phases = True
 
     def _join(self, rank: int, local: int | None) -> None:
-        """A rank of several has joined: the run's world size and each rank's GPU, as known (and
-        each rank's host, on several)."""
+        """A rank of several has spoken: the run's world size and each rank's GPU, as known (on
+        several hosts each host places its own ranks: `HostPart.place_rank`)."""
         self.ranks[rank] = local if local is not None else rank
         world = max(self.ranks) + 1
         facts = RunFacts.of(world_size=world)
-        if self.hosts is not None:
-            facts = hosts.places({r: self._place(r) for r in self.ranks}, self.hosts.names)
-        elif self.devices:
+        if self.devices:
             facts = facts.merged(RunFacts.of(gpus=tuple(
                 self.devices[min(self.ranks.get(r, r), len(self.devices) - 1)].nvml_index
                 for r in range(world))))
@@ -337,44 +355,20 @@ class Watch:
         recording.collector.flush()
         self.store.merge_environment(recording.run_id, facts)
 
-    def _place(self, rank: int) -> tuple[int, int | None]:
-        """A rank's host (0: this one) and GPU (NVML index there; None on the CPU)."""
-        if self.hosts is not None and rank in self.hosts.rank_places:
-            return self.hosts.rank_places[rank]
-        local = self.ranks.get(rank, rank)
-        return 0, (self.devices[min(local, len(self.devices) - 1)].nvml_index
-                   if self.devices else None)
+    def _gpu(self, local: int | None) -> int | None:
+        """The GPU (NVML index) a rank of this host trains on, by its LOCAL_RANK; None on the
+        CPU."""
+        if not self.devices:
+            return None
+        return self.devices[min(local or 0, len(self.devices) - 1)].nvml_index
 
-    def _host_joined(self) -> None:
-        self.store.merge_environment(self.recording.run_id,
-                                     RunFacts.of(hosts=tuple(self.hosts.names)))
-
-    def _host_lost(self, member) -> None:
-        """A joined host is gone: the run fails naming it (`_decide`), and every other host's
-        command is ended, here too (its ranks' peer is gone: they could only hang)."""
-        self.hosts.stop_all(f"host {member.name} was lost")
+    def _host_lost(self, why: str) -> None:
+        """Another host of the run is lost (or failed, and the ranks here outlived it): the
+        command here is ended — its ranks' peer is gone, they could only hang."""
+        _say(f"anatomy: run {self.recording.run_id}: {why}: ending this host's command",
+             sys.stderr)
         threading.Thread(target=self.recording.end_training, args=(KILL_GRACE_SECONDS,),
                          name="anatomy-host-lost", daemon=True).start()
-
-    def _count_hosts(self) -> None:
-        """The run's samples_sent is every host's sampler's count (unknown where one never
-        came: a host lost)."""
-        local, joined = self.recording.outcome.samples_sent, self.hosts.samples_sent()
-        with contextlib.suppress(Exception):
-            self.store.update_run(self.recording.run_id, samples_sent=None
-                                  if local is None or joined is None else local + joined)
-
-    def _hosts_ending(self) -> Ending | None:
-        """How the run ended because of another host: one lost, or one whose command failed."""
-        lost = self.hosts.lost()
-        if lost is not None:
-            return Ending(Status.FAILED, f"host {lost.name} was lost: {lost.lost}; the commands"
-                          " of the other hosts were ended")
-        failed = self.hosts.failed()
-        if failed is not None:
-            member, why = failed
-            return Ending(Status.FAILED, f"host {member.name}: {why}")
-        return None
 
     def _decide(self, outcome: Outcome, code: int | None) -> Ending:
         """How the command ended, when the watch did not stop it: what it said (the phase API's
@@ -385,9 +379,10 @@ class Watch:
             recording.collector.handle(protocol.Phase(PhaseMark(Edge.START, Phase.PROCESS, self.started),
                                                       protocol.Source()))
             recording.collector.flush()
-        # A host lost is the cause: the ranks elsewhere fail after it (a peer gone) or are ended.
-        if self.hosts is not None and (ending := self._hosts_ending()) is not None:
-            return ending
+        # Ended because another host was lost or failed: the run's ending names that host.
+        if self.part is not None and self.part.ended_others is not None and code != 0:
+            return Ending(Status.FAILED, f"ended as {self.part.ended_others}; the command"
+                          f" {death(code)}")
         last = self.output.last_lines()
         printed = f":\n{last}" if last else ""
         failure = outcome.failure
@@ -465,11 +460,28 @@ class Watch:
         except DeviceBusy as error:
             raise WatchRefused(str(error)) from None
         fds = tuple(lock.fileno() for lock in locks)
+        environment = environment_facts(info, devices).merged(
+            RunFacts.of(gpus_sampled=tuple(d.index for d in devices)))
+        source = RunSource.of(kind=SourceKind.WATCH, command=tuple(self.command),
+                              cwd=os.getcwd(), host=socket.gethostname())
+        place = None
+        if self.across is not None:  # before the sampler starts: its clock is the run's
+            try:
+                place = self._arrive(environment, source)
+            except BaseException:
+                _release(locks)
+                raise
         recording = self.recording = Recording(
             self.store, info.backend, [d.nvml_index for d in devices], self.sample_rate,
             owns_training=False, lock_fds=fds, decide=self._decide, observe=self._observe,
-            tell=lambda text: _say(f"anatomy: {text}", out))
+            tell=lambda text: _say(f"anatomy: {text}", out),
+            t0=None if place is None else time.monotonic() - (time.time() - place.run_wall_t0))
         recording.finished.append(lambda: _release(locks))
+        if place is not None:
+            self.part = launch.HostPart(self.store, self.across, place, self._host_lost,
+                                        lambda text: _say(f"anatomy: run {place.run_id}: {text}",
+                                                          out))
+            recording.part, recording.host = self.part, place.host
         recording.start_sampler()
         listener, address, key = self._listen()
         env = {**os.environ, link.WATCH_ENV: address, link.WATCH_KEY_ENV: key,
@@ -481,34 +493,33 @@ class Watch:
             child = subprocess.Popen(self.command, env=env, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, pass_fds=fds)
         except OSError as error:
+            why = f"cannot run {self.command[0]!r}: {error.strerror or error}"
             self._give_up(recording, listener, locks)
-            raise WatchRefused(f"cannot run {self.command[0]!r}: {error.strerror or error}"
-                               ) from None
+            if self.part is not None:  # its part fails at once; the others' end the run
+                self.part.leave.set()
+                with contextlib.suppress(DatabaseError):
+                    self.part.end(Ending(Status.FAILED, why), None)
+            raise WatchRefused(why) from None
         command = self.followed = _Command(child)
-        try:
-            run_id = recording.create_run(
-                {}, info, devices[0].nvml_index if devices else 0,
-                environment_facts(info, devices).merged(
-                    RunFacts.of(gpus_sampled=tuple(d.index for d in devices))),
-                name=self.name, preset=_label(self.command),
-                source=RunSource.of(kind=SourceKind.WATCH, command=tuple(self.command),
-                                    cwd=os.getcwd(), host=socket.gethostname()))
-        except StoreError:
-            command.end(KILL_GRACE_SECONDS)
-            self._give_up(recording, listener, locks)
-            raise
+        if place is not None:
+            run_id = recording.adopt(place.run_id)
+        else:
+            try:
+                run_id = recording.create_run(
+                    {}, info, devices[0].nvml_index if devices else 0, environment,
+                    name=self.name, preset=_label(self.command), source=source)
+            except StoreError:
+                command.end(KILL_GRACE_SECONDS)
+                self._give_up(recording, listener, locks)
+                raise
         for lock in locks:
             lock.describe(f"run {run_id} (a watch, pid {os.getpid()})")
-        training = command
-        if self.hosts_listener is not None:  # the run's host: the others join here
-            self.hosts = hosts.Hosts(self.hosts_listener, socket.gethostname(), recording.t0,
-                                     recording.samples, recording.events,
-                                     on_lost=self._host_lost, on_join=self._host_joined)
-            self.store.merge_environment(run_id, RunFacts.of(hosts=tuple(self.hosts.names)))
-            self.hosts.start(run_id)
-            training = hosts.AllHosts(command, self.hosts)
-            recording.finished.append(self._count_hosts)
-        recording.follow(training)
+        recording.follow(command)
+        if self.part is not None:
+            self.part.start()
+            made = "made it" if place.created else "joined it"
+            _say(f"run {run_id}: host {place.host} ({place.name}) of the launch"
+                 f" {self.across.said}: {made} in {self.store.path}", out)
         _say(f"run {run_id}: watching {' '.join(self.command)} (pid {child.pid}) on "
              f"{', '.join(d.name for d in devices) or 'the CPU (RSS)'}", out)
         tees = [threading.Thread(target=self.output.tee, args=(stream, target), daemon=True)
@@ -520,13 +531,23 @@ class Watch:
         for tee in tees:
             tee.join(timeout=5)
         listener.close()
-        if self.hosts is not None:
-            self.hosts.close()
         self._print_progress(out)
         self._print_end(out)
         if self.asked:
             return 128 + self.asked[0]
         return exit_status(child.returncode)
+
+    def _arrive(self, environment: RunFacts, source: RunSource) -> launches.Place:
+        """This host's place in its launch's run: made, or joined (store/launches.py)."""
+        info = self.info
+        try:
+            return launches.join(
+                self.store, self.across.key, self.across.hosts, socket.gethostname(), time.time(),
+                launch.SILENT_SECONDS, backend=info.backend, memory_api=info.memory_api,
+                gpu=self.devices[0].nvml_index if self.devices else 0, environment=environment,
+                source=source, preset=_label(self.command), run_name=self.name)
+        except DatabaseError as error:
+            raise store_error(self.store.path, error) from None
 
     def _give_up(self, recording: Recording, listener: Listener, locks: list) -> None:
         recording.abandon()
@@ -561,6 +582,8 @@ class Watch:
 
         def handle(signum, frame) -> None:
             self.asked.append(signum)
+            if self.part is not None:  # a run across hosts: the others write its ending
+                self.part.leave.set()
             if self.recording is not None:
                 self.recording.request_stop(stopped_by(self.asked[0]))
 
@@ -577,8 +600,6 @@ class Watch:
         time after which its whole tree is ended instead."""
         self.recording.request_stop(stopped_by(signum))
         _say(f"\nanatomy: stopping the command ({signal.Signals(signum).name})…", out)
-        if self.hosts is not None:
-            self.hosts.stop_all(f"the run was stopped on its host ({signal.Signals(signum).name})")
         if command.exit_code() is None and not self.reached(command, signum):
             with contextlib.suppress(ProcessLookupError):
                 command.child.send_signal(signum)
@@ -628,7 +649,8 @@ class Watch:
         run_id, ending = recording.run_id, recording.ending
         try:
             for device in self.devices or [None]:
-                peak = self.store.peak(run_id, device.nvml_index if device else 0)
+                peak = self.store.peak(run_id, device_key(recording.host,
+                                                          device.nvml_index if device else 0))
                 where = f"GPU {device.index} ({device.name})" if device else "CPU (RSS)"
                 _say(f"{where}: peak {mib_text(peak)}" if peak is not None else
                      f"{where}: no sample: the command ended before the first reading (every"
@@ -640,6 +662,15 @@ class Watch:
             _say(f"run {run_id}: not recorded", out)
             return
         kept = "" if ending.recorded else " (not recorded: the store cannot be written)"
+        if self.part is not None:  # this host's part, then the run's ending where it wrote it
+            _say(f"this host's part: {ending.status}{kept}", out)
+            if ending.status != Status.COMPLETED and ending.error:
+                _say(f"{ending.status}: {ending.error.splitlines()[0].removesuffix(':')}", out)
+            ending = recording.run_ending
+            if ending is None:
+                _say(f"run {run_id}: its ending is written by the last of its hosts to end"
+                     f" ({self.store.path})", out)
+                return
         _say(f"status: {ending.status}{kept}; {samples} stored in {self.store.path} as run"
              f" {run_id}", out)
         if ending.status != Status.COMPLETED and ending.error:
@@ -669,9 +700,8 @@ def _label(command: list[str]) -> str:
 
 def watch(command: Sequence[str], store: Store, info: Machine, gpus: str | None = None,
           name: str | None = None, sample_rate: int = 200, out: TextIO = sys.stderr,
-          hosts_listener=None, *,
+          across: launch.Launch | None = None, *,
           phase_lines: Callable[[int], list[str]] = lambda run_id: []) -> int:
-    """`anatomy watch`; with `hosts_listener` the run's host of a run on several,
-    which the others join there (engine/hosts.py; a joining host: engine/joined.py)."""
-    return Watch(command, store, info, choose_devices(info, gpus), name, sample_rate,
-                 hosts_listener, phase_lines=phase_lines).run(out)
+    """`anatomy watch`; with `across` one host of a run across hosts (engine/launch.py)."""
+    return Watch(command, store, info, choose_devices(info, gpus), name, sample_rate, across,
+                 phase_lines=phase_lines).run(out)

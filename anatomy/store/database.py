@@ -547,6 +547,8 @@ class Store:
         # A read-only store may predate the columns added since. What the store wrote is read
         # leniently: a value that fails its check stays as stored, unseen by readers.
         values = {"origin": None, "source": "{}", "recorder": None, **row._mapping}
+        for launch in ("run_key", "host_count"):  # a run across hosts' (store/launches.py)
+            values.pop(launch, None)
         values["options"] = _stored_object(values["options"])
         for key, kind in (("environment", RunFacts), ("summary", TrainingSummary),
                           ("source", RunSource)):

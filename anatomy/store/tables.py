@@ -45,7 +45,33 @@ runs = Table(
     Column("source", Text, nullable=False, server_default=text("'{}'")),  # RunRow.source
     Column("origin", Text),  # JSON: where an imported run came from (RunRow.origin)
     Column("recorder", Text),  # JSON: the process recording it (RunRow.recorder)
+    # A run across hosts: the key every host of its launch has (torchrun's rendezvous id, or
+    # ANATOMY_RUN_KEY), and how many hosts it has (store/launches.py).
+    Column("run_key", Text),
+    Column("host_count", Integer),
     sqlite_autoincrement=True,
+)
+# The one running run of a launch: the first host to arrive makes it, the others find it
+# (insert-or-select); a key may be given again to a later launch once that run has ended.
+RUNNING_KEY = text("run_key IS NOT NULL AND status = 'running'")
+Index("runs_running_key", runs.c.run_key, unique=True, sqlite_where=RUNNING_KEY,
+      postgresql_where=RUNNING_KEY)
+
+# Each host of a run across hosts: its place (0, 1, … in the order they arrived: its GPU i is
+# stored as device_key(host, i)), its recorder, when it last said it is alive, how it ended.
+run_hosts = Table(
+    "run_hosts", metadata,
+    Column("run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("host", Integer, primary_key=True),
+    Column("name", Text, nullable=False),
+    Column("recorder", Text, nullable=False),  # JSON, as runs.recorder
+    Column("wall_t0", Double, nullable=False),  # the wall clock at its recording's start
+    Column("beat", Double, nullable=False),  # the wall clock of its last word
+    Column("ranks", Text, nullable=False, server_default=text("'{}'")),  # JSON {rank: gpu}
+    Column("ended_at", Double),
+    Column("status", Text),  # how its part ended; "failed" too for a host found lost
+    Column("error", Text),
+    Column("samples_sent", BigInteger),
 )
 
 samples = Table(
