@@ -254,9 +254,16 @@ def _shrink(values: dict, vision: bool, factor: int | None, depth: int = LAYERS)
         if "layerdrop" in str(key) and isinstance(value, float) and value > 0:
             values[key] = 0.0
     if vision:
+        staged = False
         for key in ("depths", "num_block_repeats", "num_layers_per_stage"):
             if isinstance(values.get(key), list):
                 values[key] = [1 for _ in values[key]]
+                staged = True
+        if staged and _is_int(layers_before):
+            # A model whose layer count is its stages (Swin's num_layers: its depths' length)
+            # keeps them at a real depth: twelve stages would halve the image below a patch
+            # and double the width eleven times (a Swin of 196,608 channels, killed for memory)
+            depth = min(depth, layers_before)
         # Depth only: the widths a config names were made with its width coefficient.
         for key in ("depth_coefficient", "depth_multiplier"):
             if isinstance(values.get(key), float) and values[key] > 1:  # EfficientNet-B7's
