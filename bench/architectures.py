@@ -509,14 +509,34 @@ def working_config(model_type: str, head: str, directory: Path) -> tuple[Path, s
     return directory / "scaled" / f"{model_type}.json", "scaled", reasons["scaled"]
 
 
+# The most parameters a saved config is trained with its widths scaled; beyond, its widths are
+# set to the fixed small sizes: a scaled Granite Speech at 12 layers keeps its 4,096-wide text
+# model (2.9 B parameters, 46 GB of fp32 weights, gradients and AdamW's two states: killed for
+# memory on the bench's 24 GiB machine), a scaled BLT 1.1 B (no answer in 900 s).
+LARGEST = 500_000_000
+
+
+def parameters(folder: Path) -> int:
+    """The parameters of the model a config folder builds, counted on the meta device (nothing
+    allocated); 0 where it cannot be built there (its training says why)."""
+    from anatomy.analysis import models
+
+    try:
+        model, _ = models.build_model(models.resolve(str(folder)), "meta", pretrained=False)
+    except Exception:  # noqa: BLE001 - `trains` builds it for real and gives its one line
+        return 0
+    return sum(p.numel() for p in model.parameters())
+
+
 def saved_config(model_type: str, head: str, directory: Path) -> tuple[Path, str, str | None]:
     """The small config at DEEP layers as a user has it: the config class made from it, then
     written by transformers' own `save_pretrained` into a model folder (its per-layer lists
-    written out, one entry per layer); widths scaled first, else fixed. (The folder, how it was
-    shrunk, why neither trains or None.)"""
+    written out, one entry per layer); widths scaled first (up to LARGEST parameters), else
+    fixed. (The folder, how it was shrunk, why neither trains or None.)"""
     from transformers import AutoConfig
 
-    reasons = {}
+    reasons: dict[str, str | None] = {}
+    fallback = "scaled"  # the folder measured where neither trains: the scaled, unless too large
     for how in ("scaled", "fixed"):
         folder = directory / f"saved-{how}" / model_type
         try:
@@ -524,6 +544,11 @@ def saved_config(model_type: str, head: str, directory: Path) -> tuple[Path, str
             for _ in range(2):  # again with a setting lifted from a part (`_lift_missing`)
                 values.pop("model_type", None)
                 AutoConfig.for_model(model_type, **values).save_pretrained(folder)
+                size = parameters(folder) if how == "scaled" else 0
+                if size > LARGEST:
+                    reasons[how], fallback = (f"{size:,} parameters, more than the bench "
+                                              f"trains ({LARGEST:,})"), "fixed"
+                    break
                 reasons[how] = trains(folder)
                 if not _lift_missing(values, reasons[how]):
                     break
@@ -532,9 +557,9 @@ def saved_config(model_type: str, head: str, directory: Path) -> tuple[Path, str
             continue
         if reasons[how] is None:
             return folder, how, None
-    if not (directory / "saved-scaled" / model_type / "config.json").exists():
-        raise ValueError(reasons["scaled"])
-    return directory / "saved-scaled" / model_type, "scaled", reasons["scaled"]
+    if not (directory / f"saved-{fallback}" / model_type / "config.json").exists():
+        raise ValueError(reasons[fallback])
+    return directory / f"saved-{fallback}" / model_type, fallback, reasons[fallback]
 
 
 def write_configs(directory: Path, token_heads: bool = False) -> list[tuple[str, str, Path]]:
