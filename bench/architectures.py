@@ -909,9 +909,35 @@ def _saved_cell(row: dict | None) -> str:
     return "✓ " + ", ".join(words)
 
 
+# Why a saved config's CPU prediction and its CPU run differ, where the difference is the run's
+# and not the prediction's (the figures are the rows').
+APART = {
+    "longcat_flash": (
+        "its mixture of experts sends each token to 2 of 4 experts that compute and 4 "
+        "zero-compute (identity) ones, and random weights route as they fall, differently in "
+        "each run; the trace routes evenly (tracing/values.py), half the choices to identity "
+        "experts. A choice of an expert that computes saves 1,792 bytes more than an identity's "
+        "(its input, gate-up output, activation and product: 448 fp32 values at this width), so "
+        "the run's activations move by 1,792 bytes for each choice the routing gives an "
+        "identity expert beyond half (-114,688: 64 more of the 3,072 over 12 layers). Runs of "
+        "the same config measured 109,871,880 (1,581 identity choices) and 110,226,696 (1,383); "
+        "one whose router was made to route as the trace does (`get_topk_indices` replaced by "
+        "the even split) measured 109,952,520, the prediction to the byte"),
+}
+
+
+def _apart(row: dict) -> str:
+    """The components in which a row's CPU prediction and CPU run differ, in bytes."""
+    return ", ".join(f"{k} {row['run'][k] - row['cpu'][k]:+,} B measured" for k in COMPARED
+                     if row["cpu"][k] != row["run"][k])
+
+
 def _saved_section(saved: list[dict], command: str) -> list[str]:
-    """What the saved configs at a real depth came to: totals, refusals next to the run's."""
+    """What the saved configs at a real depth came to: totals, refusals next to the run's, the
+    rows apart from their run and why, the crashes."""
     measured = [r for r in saved if not (r.get("crashed") or r.get("config"))]
+    crashed = [r for r in saved if r.get("crashed")]
+    fixed = [r["model_type"] for r in measured if r.get("shrunk") == "fixed"]
     cpu = [r for r in measured if r["cpu"]["status"] == "predicted"]
     h200 = [r for r in measured if r["h200 bf16"]["status"] == "predicted"]
     shorter = [r for r in cpu if r.get("traced")]
@@ -937,14 +963,21 @@ def _saved_section(saved: list[dict], command: str) -> list[str]:
         "periods and the last period where the layers repeat four times or more, and the rest "
         "in full. Written by", "",
         f"    {command}", "",
-        f"- measured: {len(saved)}" + (f" (no config: {len(saved) - len(measured)})"
-                                       if len(saved) > len(measured) else ""),
+        f"- measured: {len(saved)}" + (f" (no config: {len(saved) - len(measured) - len(crashed)})"
+                                       if len(saved) > len(measured) + len(crashed) else ""),
+        f"- crashed or no answer in the time limit: {len(crashed)}"
+        + "".join(f"; {r['model_type']} ({r['crashed']})" for r in crashed),
+        f"- widths fixed, not scaled ({len(fixed)}: the scaled config does not train, or makes "
+        f"more than {LARGEST:,} parameters at this depth): {', '.join(fixed)}",
         f"- predicted on the CPU: {len(cpu)}; for the H200: {len(h200)}",
         f"- traced at fewer layers than {DEEP} by the stand-in: {len(shorter)} (the others "
         "in full: layers that repeat fewer than four times at this depth, stacks in "
         "sub-configs, a part outside the layers that grows with the depth)",
         f"- CPU prediction = CPU measurement (all four components, to the byte): "
-        f"{sum(1 for r in compared if exact(r))} of {len(compared)} compared",
+        f"{sum(1 for r in compared if exact(r))} of {len(compared)} compared"
+        + "".join(f"; {r['model_type']}: {_apart(r)}" for r in compared if not exact(r)),
+        *[f"  - why {r['model_type']}: {APART[r['model_type']]}" for r in compared
+          if not exact(r) and r["model_type"] in APART],
         f"- refused by the prediction: {len(refused)}; of them refused by `run` in the same "
         f"line: {len(alike)}; refused by the config class for the stand-in while the run "
         f"trains: {len(stand_in)}", "",
