@@ -932,12 +932,14 @@ def _apart(row: dict) -> str:
                      if row["cpu"][k] != row["run"][k])
 
 
-def _saved_section(saved: list[dict], command: str) -> list[str]:
+def _saved_section(saved: list[dict], command: str, enumerated: list[tuple[str, str]]) -> list[str]:
     """What the saved configs at a real depth came to: totals, refusals next to the run's, the
     rows apart from their run and why, the crashes."""
     measured = [r for r in saved if not (r.get("crashed") or r.get("config"))]
     crashed = [r for r in saved if r.get("crashed")]
-    fixed = [r["model_type"] for r in measured if r.get("shrunk") == "fixed"]
+    fixed = sorted(r["model_type"] for r in measured if r.get("shrunk") == "fixed")
+    missing = sorted({t for t, _ in enumerated} - {r["model_type"] for r in saved})
+    no_config = len(saved) - len(measured) - len(crashed)
     cpu = [r for r in measured if r["cpu"]["status"] == "predicted"]
     h200 = [r for r in measured if r["h200 bf16"]["status"] == "predicted"]
     shorter = [r for r in cpu if r.get("traced")]
@@ -963,8 +965,9 @@ def _saved_section(saved: list[dict], command: str) -> list[str]:
         "periods and the last period where the layers repeat four times or more, and the rest "
         "in full. Written by", "",
         f"    {command}", "",
-        f"- measured: {len(saved)}" + (f" (no config: {len(saved) - len(measured) - len(crashed)})"
-                                       if len(saved) > len(measured) + len(crashed) else ""),
+        f"- architectures enumerated: {len(enumerated)}; measured: {len(saved)}"
+        + (f" (no config: {no_config})" if no_config else "")
+        + (f"; not yet measured ({len(missing)}): {', '.join(missing)}" if missing else ""),
         f"- crashed or no answer in the time limit: {len(crashed)}"
         + "".join(f"; {r['model_type']} ({r['crashed']})" for r in crashed),
         f"- widths fixed, not scaled ({len(fixed)}: the scaled config does not train, or makes "
@@ -1055,7 +1058,7 @@ def report(rows: list[dict], command: str, enumerated: list[tuple[str, str]],
         *[f"- {row['model_type']}: {row['cpu'].get('line', '')}" for row in
           sorted(rows, key=lambda r: r["model_type"])
           if verdict(row) in ("refused", "untrainable")], "",
-        *(_saved_section(saved, saved_command) if saved else []),
+        *(_saved_section(saved, saved_command, enumerated) if saved else []),
         "## Every architecture", "",
         "✓: predicted (or trained); otherwise the one line it answered. *exact*: the CPU "
         "prediction equals the CPU measurement."
