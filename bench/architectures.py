@@ -373,6 +373,11 @@ def _shrink_fixed(values: dict) -> None:
     width_before = next((values[k] for k in _WIDTH_KEYS if _is_int(values.get(k))), None)
     ffn_before = next((values[k] for k in _FFN_KEYS if _is_int(values.get(k))), None)
     _shrink_int(values, _WIDTH_KEYS, HIDDEN)
+    # another stack's width that a stack names (BLT's local encoder and decoder name the global
+    # transformer's, hidden_size_global): fixed alike, or the stacks meet in a matrix of the old
+    # width ("mat1 and mat2 shapes cannot be multiplied (65x64 and 2048x128)")
+    _shrink_int(values, [k for k in values if str(k).endswith("_global") and _is_width(k[:-7])],
+                HIDDEN)
     _shrink_int(values, _FFN_KEYS, INTERMEDIATE)
     for key, value in list(values.items()):  # other sizes that were the width (a pooler's,
         # groups of channels as many as the width: Mimi's upsampling)

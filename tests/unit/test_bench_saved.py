@@ -33,3 +33,14 @@ def test_a_saved_config_too_large_with_scaled_widths_takes_the_fixed_ones(tmp_pa
         AutoConfig.for_model("granite_speech", **values).save_pretrained(folder)
         sizes[scaled] = parameters(folder)
     assert sizes[True] > LARGEST > sizes[False] > 0
+
+
+def test_fixed_widths_fix_the_width_a_stack_names_of_another():
+    """BLT's local encoder and decoder name the global transformer's width (hidden_size_global):
+    fixed with the global transformer's own, or the stacks meet in a matrix of the old width."""
+    from bench.architectures import DEEP, architectures, small_config
+
+    config = small_config("blt", dict(architectures())["blt"], False, DEEP)
+    width = config["global_config"]["hidden_size"]
+    assert config["encoder_config"]["hidden_size_global"] == width
+    assert config["decoder_config"]["hidden_size_global"] == width
