@@ -155,6 +155,11 @@ def scale_factor(values: dict) -> int:
 def _shrink_counts(values: dict, layers_before, depth: int = LAYERS) -> None:
     """Layers (to `depth`), experts, the vocabulary and the position table, whatever the widths
     do."""
+    if _is_int(layers_before) and values.get("num_blocks") == layers_before:
+        # xLSTM's blocks, another name of its layers (the model builds num_blocks, its class
+        # fills them from num_hidden_layers where None): left at 32 beside 12 layers, the model
+        # was 32 blocks deep, and too slow to train on the bench's machine
+        values["num_blocks"] = None
     _shrink_int(values, _LAYER_KEYS, depth)
     # Layers repeated within a stack or a block (HRM's stacks run in cycles, Perceiver's
     # self-attention layers in each block): as deep as the stacks

@@ -44,3 +44,15 @@ def test_fixed_widths_fix_the_width_a_stack_names_of_another():
     width = config["global_config"]["hidden_size"]
     assert config["encoder_config"]["hidden_size_global"] == width
     assert config["decoder_config"]["hidden_size_global"] == width
+
+
+def test_a_second_name_of_the_layers_follows_the_depth():
+    """xLSTM builds num_blocks blocks, 32 by default beside num_hidden_layers: a config of 12
+    layers is 12 blocks deep."""
+    from transformers import AutoConfig
+
+    from bench.architectures import DEEP, architectures, small_config
+
+    values = small_config("xlstm", dict(architectures())["xlstm"], depth=DEEP)
+    values.pop("model_type")
+    assert AutoConfig.for_model("xlstm", **values).num_blocks == DEEP
