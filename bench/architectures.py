@@ -155,6 +155,11 @@ def scale_factor(values: dict) -> int:
 def _shrink_counts(values: dict, layers_before, depth: int = LAYERS) -> None:
     """Layers (to `depth`), experts, the vocabulary and the position table, whatever the widths
     do."""
+    if _is_int(layers_before) and values.get("num_blocks") == layers_before:
+        # xLSTM's blocks, another name of its layers (the model builds num_blocks, its class
+        # fills them from num_hidden_layers where None): left at 32 beside 12 layers, the model
+        # was 32 blocks deep, and too slow to train on the bench's machine
+        values["num_blocks"] = None
     _shrink_int(values, _LAYER_KEYS, depth)
     # Layers repeated within a stack or a block (HRM's stacks run in cycles, Perceiver's
     # self-attention layers in each block): as deep as the stacks
@@ -254,9 +259,16 @@ def _shrink(values: dict, vision: bool, factor: int | None, depth: int = LAYERS)
         if "layerdrop" in str(key) and isinstance(value, float) and value > 0:
             values[key] = 0.0
     if vision:
+        staged = False
         for key in ("depths", "num_block_repeats", "num_layers_per_stage"):
             if isinstance(values.get(key), list):
                 values[key] = [1 for _ in values[key]]
+                staged = True
+        if staged and _is_int(layers_before):
+            # A model whose layer count is its stages (Swin's num_layers: its depths' length)
+            # keeps them at a real depth: twelve stages would halve the image below a patch
+            # and double the width eleven times (a Swin of 196,608 channels, killed for memory)
+            depth = min(depth, layers_before)
         # Depth only: the widths a config names were made with its width coefficient.
         for key in ("depth_coefficient", "depth_multiplier"):
             if isinstance(values.get(key), float) and values[key] > 1:  # EfficientNet-B7's
@@ -366,6 +378,11 @@ def _shrink_fixed(values: dict) -> None:
     width_before = next((values[k] for k in _WIDTH_KEYS if _is_int(values.get(k))), None)
     ffn_before = next((values[k] for k in _FFN_KEYS if _is_int(values.get(k))), None)
     _shrink_int(values, _WIDTH_KEYS, HIDDEN)
+    # another stack's width that a stack names (BLT's local encoder and decoder name the global
+    # transformer's, hidden_size_global): fixed alike, or the stacks meet in a matrix of the old
+    # width ("mat1 and mat2 shapes cannot be multiplied (65x64 and 2048x128)")
+    _shrink_int(values, [k for k in values if str(k).endswith("_global") and _is_width(k[:-7])],
+                HIDDEN)
     _shrink_int(values, _FFN_KEYS, INTERMEDIATE)
     for key, value in list(values.items()):  # other sizes that were the width (a pooler's,
         # groups of channels as many as the width: Mimi's upsampling)
@@ -502,14 +519,34 @@ def working_config(model_type: str, head: str, directory: Path) -> tuple[Path, s
     return directory / "scaled" / f"{model_type}.json", "scaled", reasons["scaled"]
 
 
+# The most parameters a saved config is trained with its widths scaled; beyond, its widths are
+# set to the fixed small sizes: a scaled Granite Speech at 12 layers keeps its 4,096-wide text
+# model (2.9 B parameters, 46 GB of fp32 weights, gradients and AdamW's two states: killed for
+# memory on the bench's 24 GiB machine), a scaled BLT 1.1 B (no answer in 900 s).
+LARGEST = 500_000_000
+
+
+def parameters(folder: Path) -> int:
+    """The parameters of the model a config folder builds, counted on the meta device (nothing
+    allocated); 0 where it cannot be built there (its training says why)."""
+    from anatomy.analysis import models
+
+    try:
+        model, _ = models.build_model(models.resolve(str(folder)), "meta", pretrained=False)
+    except Exception:  # noqa: BLE001 - `trains` builds it for real and gives its one line
+        return 0
+    return sum(p.numel() for p in model.parameters())
+
+
 def saved_config(model_type: str, head: str, directory: Path) -> tuple[Path, str, str | None]:
     """The small config at DEEP layers as a user has it: the config class made from it, then
     written by transformers' own `save_pretrained` into a model folder (its per-layer lists
-    written out, one entry per layer); widths scaled first, else fixed. (The folder, how it was
-    shrunk, why neither trains or None.)"""
+    written out, one entry per layer); widths scaled first (up to LARGEST parameters), else
+    fixed. (The folder, how it was shrunk, why neither trains or None.)"""
     from transformers import AutoConfig
 
-    reasons = {}
+    reasons: dict[str, str | None] = {}
+    fallback = "scaled"  # the folder measured where neither trains: the scaled, unless too large
     for how in ("scaled", "fixed"):
         folder = directory / f"saved-{how}" / model_type
         try:
@@ -517,6 +554,11 @@ def saved_config(model_type: str, head: str, directory: Path) -> tuple[Path, str
             for _ in range(2):  # again with a setting lifted from a part (`_lift_missing`)
                 values.pop("model_type", None)
                 AutoConfig.for_model(model_type, **values).save_pretrained(folder)
+                size = parameters(folder) if how == "scaled" else 0
+                if size > LARGEST:
+                    reasons[how], fallback = (f"{size:,} parameters, more than the bench "
+                                              f"trains ({LARGEST:,})"), "fixed"
+                    break
                 reasons[how] = trains(folder)
                 if not _lift_missing(values, reasons[how]):
                     break
@@ -525,9 +567,9 @@ def saved_config(model_type: str, head: str, directory: Path) -> tuple[Path, str
             continue
         if reasons[how] is None:
             return folder, how, None
-    if not (directory / "saved-scaled" / model_type / "config.json").exists():
-        raise ValueError(reasons["scaled"])
-    return directory / "saved-scaled" / model_type, "scaled", reasons["scaled"]
+    if not (directory / f"saved-{fallback}" / model_type / "config.json").exists():
+        raise ValueError(reasons[fallback])
+    return directory / f"saved-{fallback}" / model_type, fallback, reasons[fallback]
 
 
 def write_configs(directory: Path, token_heads: bool = False) -> list[tuple[str, str, Path]]:
@@ -877,9 +919,37 @@ def _saved_cell(row: dict | None) -> str:
     return "✓ " + ", ".join(words)
 
 
-def _saved_section(saved: list[dict], command: str) -> list[str]:
-    """What the saved configs at a real depth came to: totals, refusals next to the run's."""
+# Why a saved config's CPU prediction and its CPU run differ, where the difference is the run's
+# and not the prediction's (the figures are the rows').
+APART = {
+    "longcat_flash": (
+        "its mixture of experts sends each token to 2 of 4 experts that compute and 4 "
+        "zero-compute (identity) ones, and random weights route as they fall, differently in "
+        "each run; the trace routes evenly (tracing/values.py), half the choices to identity "
+        "experts. A choice of an expert that computes saves 1,792 bytes more than an identity's "
+        "(its input, gate-up output, activation and product: 448 fp32 values at this width), so "
+        "the run's activations move by 1,792 bytes for each choice the routing gives an "
+        "identity expert beyond half (-114,688: 64 more of the 3,072 over 12 layers). Runs of "
+        "the same config measured 109,871,880 (1,581 identity choices) and 110,226,696 (1,383); "
+        "one whose router was made to route as the trace does (`get_topk_indices` replaced by "
+        "the even split) measured 109,952,520, the prediction to the byte"),
+}
+
+
+def _apart(row: dict) -> str:
+    """The components in which a row's CPU prediction and CPU run differ, in bytes."""
+    return ", ".join(f"{k} {row['run'][k] - row['cpu'][k]:+,} B measured" for k in COMPARED
+                     if row["cpu"][k] != row["run"][k])
+
+
+def _saved_section(saved: list[dict], command: str, enumerated: list[tuple[str, str]]) -> list[str]:
+    """What the saved configs at a real depth came to: totals, refusals next to the run's, the
+    rows apart from their run and why, the crashes."""
     measured = [r for r in saved if not (r.get("crashed") or r.get("config"))]
+    crashed = [r for r in saved if r.get("crashed")]
+    fixed = sorted(r["model_type"] for r in measured if r.get("shrunk") == "fixed")
+    missing = sorted({t for t, _ in enumerated} - {r["model_type"] for r in saved})
+    no_config = len(saved) - len(measured) - len(crashed)
     cpu = [r for r in measured if r["cpu"]["status"] == "predicted"]
     h200 = [r for r in measured if r["h200 bf16"]["status"] == "predicted"]
     shorter = [r for r in cpu if r.get("traced")]
@@ -905,14 +975,22 @@ def _saved_section(saved: list[dict], command: str) -> list[str]:
         "periods and the last period where the layers repeat four times or more, and the rest "
         "in full. Written by", "",
         f"    {command}", "",
-        f"- measured: {len(saved)}" + (f" (no config: {len(saved) - len(measured)})"
-                                       if len(saved) > len(measured) else ""),
+        f"- architectures enumerated: {len(enumerated)}; measured: {len(saved)}"
+        + (f" (no config: {no_config})" if no_config else "")
+        + (f"; not yet measured ({len(missing)}): {', '.join(missing)}" if missing else ""),
+        f"- crashed or no answer in the time limit: {len(crashed)}"
+        + "".join(f"; {r['model_type']} ({r['crashed']})" for r in crashed),
+        f"- widths fixed, not scaled ({len(fixed)}: the scaled config does not train, or makes "
+        f"more than {LARGEST:,} parameters at this depth): {', '.join(fixed)}",
         f"- predicted on the CPU: {len(cpu)}; for the H200: {len(h200)}",
         f"- traced at fewer layers than {DEEP} by the stand-in: {len(shorter)} (the others "
         "in full: layers that repeat fewer than four times at this depth, stacks in "
         "sub-configs, a part outside the layers that grows with the depth)",
         f"- CPU prediction = CPU measurement (all four components, to the byte): "
-        f"{sum(1 for r in compared if exact(r))} of {len(compared)} compared",
+        f"{sum(1 for r in compared if exact(r))} of {len(compared)} compared"
+        + "".join(f"; {r['model_type']}: {_apart(r)}" for r in compared if not exact(r)),
+        *[f"  - why {r['model_type']}: {APART[r['model_type']]}" for r in compared
+          if not exact(r) and r["model_type"] in APART],
         f"- refused by the prediction: {len(refused)}; of them refused by `run` in the same "
         f"line: {len(alike)}; refused by the config class for the stand-in while the run "
         f"trains: {len(stand_in)}", "",
@@ -990,7 +1068,7 @@ def report(rows: list[dict], command: str, enumerated: list[tuple[str, str]],
         *[f"- {row['model_type']}: {row['cpu'].get('line', '')}" for row in
           sorted(rows, key=lambda r: r["model_type"])
           if verdict(row) in ("refused", "untrainable")], "",
-        *(_saved_section(saved, saved_command) if saved else []),
+        *(_saved_section(saved, saved_command, enumerated) if saved else []),
         "## Every architecture", "",
         "✓: predicted (or trained); otherwise the one line it answered. *exact*: the CPU "
         "prediction equals the CPU measurement."

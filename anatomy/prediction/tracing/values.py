@@ -16,7 +16,11 @@ expert got (`tolist`, `nonzero`, `.item()`). Random weights route tokens as they
 routes them evenly (`balanced_choice`): token t takes experts t·k … t·k + k - 1 (mod the experts).
 Each expert's tensors are as large as its share of the tokens, so their bytes add up to the same
 total however the tokens fall, as long as every expert takes some (with batches of dozens of
-tokens and a handful of experts, every expert does).
+tokens and a handful of experts, every expert does) and the experts are alike. Where they are
+not (LongCat-Flash's zero-compute experts, identities beside experts that compute), the run's
+figure moves with how its random weights route, and the even split is its expected value: a
+LongCat-Flash run's activations move by the bytes an expert that computes saves beyond an
+identity, for each choice routed one way rather than the other (docs/COVERAGE.md).
 
 transformers itself skips its value-reading checks on fake tensors ("tracing") and takes a more
 general path than the real run: `real_paths()` has it take the real run's path, since here the
