@@ -167,8 +167,7 @@ def train_phases(reporter: Reporter, options: RunOptions, spec: ModelSpec, datas
         where = models.where_it_stopped(error)
         if not where or is_oom(error):  # not the model's own code refusing its config
             raise
-        raise models.ModelError(f"model: {spec.display_name}: transformers cannot build it: "
-                                f"{where}{models.first_line(error)}") from None
+        raise models.cannot_build(spec.display_name, error) from None
     if use_cuda:
         torch.cuda.synchronize()
     reporter.hold(Phase.WEIGHTS)

@@ -4,6 +4,7 @@ LoRA's targets are the model's own modules."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import warnings
 
@@ -619,3 +620,20 @@ def test_a_float_json_cannot_hold_is_read_as_transformers_writes_it(tmp_path):
     spec = models.resolve(str(tmp_path))
     assert models.transformers_config(spec).time_step_limit[1] == float("inf")
     assert models.config_class_refusal(spec.name, json.dumps(spec.config)) is None
+
+
+def test_a_head_that_needs_a_library_this_machine_lacks_is_refused_before_its_run(tmp_path):
+    """DiNAT's head needs natten (transformers' requires_backends, in its __init__): the run
+    was started, then failed; the prediction refused it. Both now refuse it in the run's line."""
+    pytest.importorskip("transformers")
+    if importlib.util.find_spec("natten") is not None:
+        pytest.skip("natten is installed here: DiNAT builds")
+    from transformers import DinatConfig
+
+    path = tmp_path / "dinat.json"
+    DinatConfig(depths=[1, 1, 1, 1]).to_json_file(path)
+    spec = models.resolve(str(path))
+    refusal = models.config_class_refusal(spec.name, json.dumps(dict(spec.config)))
+    assert refusal is not None and refusal.startswith("model: dinat: transformers cannot build "
+                                                      "it: modeling_dinat.py, ") \
+        and "requires the natten library" in refusal, refusal

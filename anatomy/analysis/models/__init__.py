@@ -43,6 +43,7 @@ from anatomy.analysis.models.classes import (
 )
 from anatomy.analysis.models.errors import (
     ModelError,
+    cannot_build,
     first_line,
     where_it_stopped,
 )
@@ -138,6 +139,7 @@ __all__ = [
     "auto_mappings",
     "build_model",
     "check_config",
+    "cannot_build",
     "check_config_class",
     "check_inputs",
     "classifier_modules",

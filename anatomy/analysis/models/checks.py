@@ -17,7 +17,7 @@ from typing import Any
 
 from anatomy.analysis.cache import cache_dir, write_atomically
 from anatomy.analysis.models.classes import MAIN_INPUTS, head_class, main_input, transformers_config
-from anatomy.analysis.models.errors import ModelError
+from anatomy.analysis.models.errors import ModelError, cannot_build
 from anatomy.analysis.models.heads import known_model_types, task_of
 from anatomy.analysis.models.spec import ModelSpec
 from anatomy.analysis.models.tasks import CLASSIFICATIONS, IMAGE_CLASSIFICATION, SEQ2SEQ
@@ -225,11 +225,26 @@ def config_class_refusal(name: str, config_text: str) -> str | None:
     try:
         transformers_config(spec)
         check_inputs(spec)
+        _build_on_meta(spec)
     except ModelError as error:
         return str(error)
     except Exception:  # noqa: BLE001 - a head class that cannot load here: the run says why
         return None
     return None
+
+
+def _build_on_meta(spec: ModelSpec) -> None:
+    """The head built on the meta device (no memory; a second or so): a head whose construction
+    needs a library this machine lacks (transformers' `requires_backends`: natten, timm,
+    detectron2) is refused here, in the line its run would fail with, instead of a run started
+    to fail. Other errors of a meta build are left to the run: a model may read values while it
+    builds, which the meta device has none of."""
+    from anatomy.analysis.models.build import build_model
+
+    try:
+        build_model(spec, "meta", pretrained=False)
+    except ImportError as error:
+        raise cannot_build(spec.display_name, error) from None
 
 
 def check_inputs(spec: ModelSpec) -> None:

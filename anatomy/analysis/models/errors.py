@@ -34,3 +34,11 @@ def where_it_stopped(error: BaseException) -> str:
                      f"{getattr(code, 'co_qualname', code.co_name)}: ")
         tb = tb.tb_next
     return found
+
+
+def cannot_build(model: str, error: BaseException) -> ModelError:
+    """transformers' own code refusing to build a model (a library its head needs and this
+    machine lacks, a config its layers cannot take), as the run and its check before the run
+    say it."""
+    return ModelError(f"model: {model}: transformers cannot build it: "
+                      f"{where_it_stopped(error)}{first_line(error)}")
