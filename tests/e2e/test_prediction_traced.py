@@ -3,7 +3,8 @@ tests/unit/test_prediction.py, which keeps the kernels' and the searches' parts 
 fake tensors): weights, gradients and states as the built model holds them, LoRA's adapters,
 FSDP's shards, the CUDA side's parts that a CPU can check on whole models, the batch sizes made
 linear, the convolutions' margin and measured workspaces, and figures measured on an H200
-(bert-large, torch 2.11) that the method was never fitted to."""
+(bert-large, torch 2.11) that the method was never fitted to; the Live form's warning of a
+batch too large for the GPU."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 import torch
 
 from anatomy.analysis import models
-from anatomy.analysis.options import RunOptions
+from anatomy.analysis.options import RunOptions, validated
 from anatomy.prediction import (
     CPU_PROCESS,
     WALKTHROUGH_BYTES_PER_PARAMETER,
@@ -28,6 +29,8 @@ from anatomy.prediction import (
 from anatomy.prediction.device_constants import DEFAULT, sdpa_signature
 from anatomy.prediction.tracing.record import record
 from anatomy.prediction.tracing.trainer_step import StepOptions
+from anatomy.views.live import batch_size_forecast, memory_forecast
+from tests.unit.test_live_page_forecast import H200 as H200_MACHINE
 
 MIB = 2**20
 TINY = ("tiny", "tiny-gpt2", "tiny-llama", "tiny-qwen2", "tiny-vit")
@@ -460,3 +463,15 @@ def test_an_fsdp_rank_holds_its_shards_and_gathers_in_the_mixed_precision(world)
         rank=strategies.named("fsdp").recording_key(world)))
         for precision in ("fp32", "bf16")}
     assert gathered["bf16"] * 2 == gathered["fp32"] > 0
+
+
+def test_a_batch_too_large_for_the_gpu_is_warned():
+    """The Live form's warning names the largest batch size that fits, the one What fits? finds
+    (two searches on bert-large: seconds)."""
+    forecast = memory_forecast(validated({"model": "bert-large-uncased", "batch_size": 256}, 1),
+                               H200_MACHINE)
+    assert forecast.warning.startswith("Does not fit GPU 0's 140.0 GiB: its tensors decide")
+    largest = batch_size_forecast(validated({"model": "bert-large-uncased"}, 1),
+                                  H200_MACHINE).line
+    assert forecast.warning.endswith(f"; the largest batch size that fits: "
+                                     f"{largest.split(': ')[1].split(' ')[0]}")
