@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
+from streamlit.components.v2 import manifest_scanner
 from streamlit.testing.v1 import AppTest
 
 from anatomy.dashboard import ENTRY
@@ -11,6 +13,13 @@ from anatomy.dashboard.widgets import INTERACTIVE
 
 TIMEOUT = 30  # the first run of a test process imports plotly and the engine
 APP = str(ENTRY)  # the file `anatomy dashboard` runs
+
+# Each AppTest's first run looks for Streamlit components among the installed packages, parsing
+# every one's metadata (~130 here): 0.2 of the 0.25 CPU s a page's first run takes, once per
+# page opened, hundreds of times a session. What is installed does not change during a session:
+# looked for once a process (it finds none; the app declares no component).
+manifest_scanner.scan_component_manifests = functools.cache(
+    manifest_scanner.scan_component_manifests)
 
 
 def open_page(page: str, timeout: float = TIMEOUT, interactive: bool = True, **query: str

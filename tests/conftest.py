@@ -36,6 +36,13 @@ from anatomy.store import STORE_ENV, Message, PhaseMark, Sample, Step, Store
 from tests.fake_nvml import FakePynvml
 from tests.helpers import within
 
+# pytest rewrites each test module's asserts as it imports it, and keeps the result beside it
+# (__pycache__/*-pytest-*.pyc) only where Python may write bytecode: where PYTHONDONTWRITEBYTECODE
+# is set (this machine, CI) every session and every pytest-xdist worker rewrote all ~90 modules
+# again (a third of collecting tests/unit: about 5 CPU s a worker). The rewritten modules are
+# cached; what the session's own processes write stays as their environment says.
+sys.dont_write_bytecode = False
+
 # Before anything loads transformers: its model folders' index from the session's cache folder
 # (set below, before the tests are collected), as anatomy's own processes have it.
 index_once()

@@ -1,4 +1,4 @@
-"""What the depth extrapolation's tests share (tests/unit/test_depth.py, the fast checks;
+"""What the depth extrapolation's tests share (tests/e2e/test_depth.py, the checks of its parts;
 tests/e2e/test_depth_extrapolation.py, the proof on full traces): a model at a chosen depth, and
 a recording as the replay reads it."""
 

@@ -3,8 +3,8 @@ transformers' defaults that carry a feature of their own (encoder-decoders, expe
 as save_pretrained writes them with per-layer fields and patterns of layers, the recording at
 their depth and the one of the stand-in (four blocks of layers) extrapolated are the same
 events, the same counts and the same replay. Each case traces a whole model twice, seconds each:
-a proof for `make test`, not the edit loop (the extrapolation's quick checks:
-tests/unit/test_depth.py)."""
+a proof for `make test`, not the edit loop (the extrapolation's parts:
+tests/e2e/test_depth.py)."""
 
 from __future__ import annotations
 

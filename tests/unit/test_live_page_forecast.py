@@ -32,15 +32,6 @@ def test_the_walkthrough_run_fits_an_h200():
     assert forecast.warning is None
 
 
-def test_a_batch_too_large_for_the_gpu_is_warned():
-    forecast = memory_forecast(validated({"model": "bert-large-uncased", "batch_size": 256}, 1),
-                               H200)
-    assert forecast.warning.startswith("Does not fit GPU 0's 140.0 GiB: its tensors decide")
-    largest = batch_size_forecast(validated({"model": "bert-large-uncased"}, 1), H200).line
-    assert forecast.warning.endswith(f"; the largest batch size that fits: "
-                                     f"{largest.split(': ')[1].split(' ')[0]}")
-
-
 CPU = Machine(backend="cpu-rss", memory_api=None, devices=(), driver=None, cuda_driver=None,
               ram_total=24 * 2**30, why_no_gpu="NVML: NVML Shared Library Not Found")
 

@@ -1,12 +1,11 @@
 """Several training processes (issue 12) without starting one: the options, the store's rank
-columns on old files, each rank's prediction, FSDP's shards and units, the steady rate over the
-ranks, a stored run of two GPUs read back, and several GPUs taken all or none. (Real ranks on
-this CPU: tests/e2e/test_several_processes.py.)"""
+columns on old files, each rank's prediction, FSDP's units, the steady rate over the
+ranks, a stored run of two GPUs read back, and several GPUs taken all or none. (FSDP's shards traced:
+tests/e2e/test_prediction_traced.py; real ranks on this CPU: tests/e2e/test_several_processes.py.)"""
 
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -17,7 +16,6 @@ from anatomy.cli import main
 from anatomy.store import PhaseMark, Step, Store
 
 RANK_PHASES = ["kernel", "weights", "training"]
-
 
 
 @pytest.mark.parametrize("values, gpus, field, words", [
@@ -102,46 +100,6 @@ def test_a_rank_reads_as_one_process_prediction_of_its_own_figures():
     assert one.temporary == alone.temporary + 4000  # the buckets: beyond the components
     uncalibrated = rank_prediction(alone, "ddp", 2).as_prediction()
     assert uncalibrated.nvml_peak is None  # never an NVML figure without NCCL's memory
-
-
-def _gathered_most(recording) -> int:
-    """The most bytes of FSDP's all-gather buffers alive at once in a traced step."""
-    from anatomy.prediction import replay
-    from anatomy.strategies.fsdp import ALL_GATHER
-
-    live, most = {}, 0
-    gathered = recording.rank_buffers[ALL_GATHER]
-    for kind, tid, size in recording.events[recording.segments["batches"][0]:]:
-        if kind == replay.ALLOC and tid in gathered:
-            live[tid] = size
-        elif kind == replay.FREE:
-            live.pop(tid, None)
-        most = max(most, sum(live.values()))
-    return most
-
-
-@pytest.mark.parametrize("world", [2, 4])
-def test_an_fsdp_rank_holds_its_shards_and_gathers_in_the_mixed_precision(world):
-    """FSDP2 traced (tracing/fsdp.py): a rank's weights, gradients and states are a 1/N shard
-    (each parameter padded to a multiple of N on its first dimension), and with bf16 its
-    all-gathers carry 16-bit parameters: half the fp32 run's buffers."""
-    from anatomy import strategies
-    from anatomy.prediction import predict, predict_ranks
-    from anatomy.prediction.memory import _recording, _shape_of
-
-    options = RunOptions(model="tiny-llama", batch_size=2, seq_len=16, processes=world,
-                         strategy="fsdp")
-    rank = predict_ranks(options, device="cpu")
-    alone = predict(options, device="cpu")
-    assert alone.weights <= world * rank.weights < alone.weights + world * 64 * 1024
-    assert world * rank.gradients == world * rank.weights  # fp32 gradients of fp32 shards
-    assert rank.optimizer_states == 2 * rank.weights  # AdamW's two moments, sharded
-    assert rank.peak < alone.peak and rank.as_prediction().peak == rank.peak
-    gathered = {precision: _gathered_most(_recording(
-        _shape_of(replace(options, precision=precision)), "cpu", None, 1,
-        rank=strategies.named("fsdp").recording_key(world)))
-        for precision in ("fp32", "bf16")}
-    assert gathered["bf16"] * 2 == gathered["fp32"] > 0
 
 
 def test_predict_shows_each_rank_with_several_processes(capsys):
@@ -241,7 +199,6 @@ def test_a_two_gpu_run_reads_back_per_gpu(store):
     assert "world_size" not in report(store, one).to_dict()  # one process prints as before
     devices = {row.id: row.device for row in run_rows(store)}  # the Runs page's device column
     assert devices == {one: "NVIDIA H200", two: "2 × NVIDIA H200 (ddp)"}
-
 
 
 def test_several_gpus_are_taken_all_or_none(store, fresh_nvml, monkeypatch, tmp_path):

@@ -3,7 +3,8 @@ repeat too seldom are traced in full, first layers of their own as they are; bot
 encoder-decoder repeat; a config saved by transformers at its real depth (per-layer lists,
 patterns of layers, a backbone's stages) predicts from a stand-in cut to the layers traced; only
 the gradients the trace saw are extrapolated; a model too deep is refused in one line; a
-recording asked again comes from the disk. (The extrapolation held to full traces
+recording asked again comes from the disk. Each traces a model of a few layers (seconds on a
+CPU): the e2e tier's, not the edit loop's. (The extrapolation held to full traces
 of six layers, event for event, for every architecture and feature: a proof of whole traces,
 tests/e2e/test_depth_extrapolation.py.)"""
 
