@@ -18,7 +18,7 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import CallbackHandler
 
 from anatomy.analysis import carried_model
-from anatomy.engine.figures import Reader
+from anatomy.engine.figures import LinkedReader, Reader
 from anatomy.engine.link import WATCH_ENV
 from anatomy.engine.probe import MEASURED_STEPS, ComponentProbe
 from anatomy.engine.reporter import Reporter
@@ -221,7 +221,7 @@ class AnatomyCallback(TrainerCallback):
         self._described: tuple[TrainingArguments, str | None] | None = None
         self._lengths: BatchLengths | None = None
         self._longest_said: int | None = None
-        self._reader: Reader | None = None  # the run's figures, for the Trainer's logs
+        self._reader: Reader | LinkedReader | None = None  # the run's figures, for the logs
         self._handler: CallbackHandler | None = None  # the Trainer's, once this leads it
         self._logging = False  # the training's last figures are being logged
 

@@ -50,6 +50,7 @@ from anatomy.engine.endings import (
     stop_signal_in,
     stopped_by,
 )
+from anatomy.engine.figures import Answers
 from anatomy.engine.locks import DeviceBusy, gpu_key, take_all
 from anatomy.engine.processes import LIST_SECONDS, Tree, alive, end_tree
 from anatomy.engine.recording import (
@@ -290,6 +291,7 @@ class Watch:
             except OSError:
                 return
             rank, in_phase, said = None, False, False
+            answers = Answers(self.recording.figures)  # the figures this process reads
             while True:
                 try:
                     message = connection.recv()
@@ -297,6 +299,12 @@ class Watch:
                     if rank is not None and in_phase and not said and self.vanished is None:
                         self.vanished = rank
                     return
+                if isinstance(message, protocol.FiguresAsked):
+                    try:
+                        connection.send(answers.answer(message))
+                    except OSError:
+                        return
+                    continue
                 if not self.recording.done.is_set():  # else nothing drains it: it would grow
                     self.recording.events.put(message)
                 if isinstance(message, (protocol.Phase, protocol.StepReport, protocol.Failure)):

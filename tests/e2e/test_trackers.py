@@ -34,11 +34,16 @@ def _env(store: Store, **more: str) -> dict:
         filter(None, (str(PROJECT), os.environ.get("PYTHONPATH")))), **more}
 
 
-def _train(store: Store, tmp_path, report_to: str, **env: str) -> None:
+# The user's script run as it is, or under `anatomy watch` (the watch records the run; the
+# script's callback reads the figures over the watch's link).
+WATCH = [sys.executable, "-m", "anatomy", "watch", "--"]
+
+
+def _train(store: Store, tmp_path, report_to: str, watched: bool = False, **env: str) -> None:
     result = subprocess.run(
-        [sys.executable, str(SCRIPT), *SMALL, "--report-to", report_to, "--output-dir",
-         str(tmp_path / "out")], capture_output=True, text=True, timeout=300, cwd=tmp_path,
-        env=_env(store, **env))
+        [*(WATCH if watched else []), sys.executable, str(SCRIPT), *SMALL, "--report-to",
+         report_to, "--output-dir", str(tmp_path / "out")], capture_output=True, text=True,
+        timeout=300, cwd=tmp_path, env=_env(store, **env))
     assert result.returncode == 0, result.stderr[-3000:]
 
 
@@ -49,10 +54,11 @@ def _training_memory_mib(store: Store) -> float:
     return next(p.memory_bytes for p in rep.phases if p.name == "training") / MIB
 
 
-def test_tensorboard_event_files_hold_anatomys_scalars(store, tmp_path):
+@pytest.mark.parametrize("watched", [False, True], ids=["alone", "under-watch"])
+def test_tensorboard_event_files_hold_anatomys_scalars(store, tmp_path, watched):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    _train(store, tmp_path, "tensorboard", TENSORBOARD_LOGGING_DIR=str(tmp_path / "tb"))
+    _train(store, tmp_path, "tensorboard", watched, TENSORBOARD_LOGGING_DIR=str(tmp_path / "tb"))
     events = EventAccumulator(str(tmp_path / "tb"))
     events.Reload()
     tags = events.Tags()["scalars"]
@@ -185,12 +191,15 @@ run.end()
 """
 
 
+@pytest.mark.parametrize("watched", [False, True], ids=["alone", "under-watch"])
 def test_a_plain_loops_run_metrics_gives_the_callbacks_figures_for_its_own_logger(store,
-                                                                                   tmp_path):
+                                                                                   tmp_path,
+                                                                                   watched):
     script = tmp_path / "loop.py"
     script.write_text(PLAIN_LOOP)
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                            timeout=300, cwd=tmp_path, env=_env(store))
+    result = subprocess.run([*(WATCH if watched else []), sys.executable, str(script)],
+                            capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                            env=_env(store))
     assert result.returncode == 0, result.stderr[-3000:]
     first, second = (json.loads(line) for line in result.stdout.strip().splitlines()[-2:])
     assert {"anatomy/baseline_memory_mib", "anatomy/kernel_memory_mib",
@@ -200,3 +209,4 @@ def test_a_plain_loops_run_metrics_gives_the_callbacks_figures_for_its_own_logge
     assert first["anatomy/weights_memory_mib"] == pytest.approx(weights.memory_bytes / MIB,
                                                                 abs=0.01)
     assert not set(second) & {"anatomy/baseline_memory_mib", "anatomy/weights_memory_mib"}
+
