@@ -550,6 +550,15 @@ class Run:
             return self.link.figures
         return None
 
+    def store_locator(self) -> str | None:
+        """Where the run is stored, as another process of the run reaches it (Store.locator():
+        a watched command's is the watch's $ANATOMY_STORE); None where nothing records it."""
+        if isinstance(self.link, _LocalRecording):
+            return self.link.recording.store.locator()
+        if isinstance(self.link, _WatchLink):
+            return os.environ.get("ANATOMY_STORE")
+        return None
+
     def metrics(self) -> dict[str, float]:
         """The run's figures since the last call, by the names a tracker shows them under (README,
         "Your tracker and your cluster's metrics"): each device's peak since then (the first

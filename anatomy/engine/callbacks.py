@@ -20,6 +20,7 @@ from transformers.trainer_callback import CallbackHandler
 from anatomy.analysis import carried_model
 from anatomy.engine.figures import LinkedReader, Reader
 from anatomy.engine.link import WATCH_ENV
+from anatomy.engine.predicting import Answer, Predicting
 from anatomy.engine.probe import MEASURED_STEPS, ComponentProbe
 from anatomy.engine.reporter import Reporter
 from anatomy.store import RunFacts, Step, TrainingArguments, TrainingSummary
@@ -203,10 +204,11 @@ class AnatomyCallback(TrainerCallback):
 
     Its figures join the Trainer's logs (engine/figures.py names them), so that every
     integration of `report_to` logs them as it logs the loss (attached: `attach`); anatomy
-    imports none of them."""
+    imports none of them. The predicted peak joins them once worked out beside the training
+    (engine/predicting.py; `predict=False` does without)."""
 
     def __init__(self, name: str | None = None, *, sample_rate: int = 200, store=None,
-                 probe: bool = True):
+                 probe: bool = True, predict: bool = True):
         from anatomy.engine import attach
 
         self._start = functools.partial(attach.start, name, sample_rate=sample_rate, store=store,
@@ -216,7 +218,8 @@ class AnatomyCallback(TrainerCallback):
         # ends with that Trainer's training: this one's training then gets a run of its own, as
         # a second `train()` does, rather than going unrecorded.
         self.renews_run = self.owns_run or (joined is not None and joined.by_callback)
-        self.probe = probe
+        self.probe, self.predict = probe, predict
+        self._predicting: Predicting | None = None  # the predicted peak, worked out beside
         self._callbacks: list[TrainerCallback] = []
         # the options on_init_end read, and the model's name
         self._described: tuple[TrainingArguments, str | None] | None = None
@@ -225,6 +228,7 @@ class AnatomyCallback(TrainerCallback):
         self._reader: Reader | LinkedReader | None = None  # the run's figures, for the logs
         self._handler: CallbackHandler | None = None  # the Trainer's, once attached to it
         self._initialised = False  # the Trainer's on_init_end has come
+        self._predictable = False
         self._told_order = False
         self._logging = False  # the training's last figures are being logged
 
@@ -241,7 +245,7 @@ class AnatomyCallback(TrainerCallback):
 
     @classmethod
     def attach(cls, trainer, name: str | None = None, *, sample_rate: int = 200, store=None,
-               probe: bool = True) -> AnatomyCallback:
+               probe: bool = True, predict: bool = True) -> AnatomyCallback:
         """Record `trainer`'s training, anatomy's figures in the logs of every integration of
         its `report_to`: `anatomy.AnatomyCallback.attach(trainer)`, the Trainer built, before
         `trainer.train()`. The Trainer calls its callbacks in turn, report_to's integrations
@@ -253,7 +257,8 @@ class AnatomyCallback(TrainerCallback):
         handler = trainer.callback_handler
         callback = next((c for c in handler.callbacks if isinstance(c, cls)), None)
         if callback is None:
-            callback = cls(name, sample_rate=sample_rate, store=store, probe=probe)
+            callback = cls(name, sample_rate=sample_rate, store=store, probe=probe,
+                           predict=predict)
         others = [c for c in handler.callbacks if c is not callback]
         for other in [callback, *others]:
             trainer.pop_callback(other)
@@ -301,6 +306,8 @@ class AnatomyCallback(TrainerCallback):
         if model is not None and self.run.reporter.open_phase != Phase.TRAINING:
             self.run.phase(Phase.WEIGHTS)
         use_cuda = torch.cuda.is_available() and args.device.type == "cuda"
+        # a model of transformers' (its config is what the prediction builds it from)
+        self._predictable = getattr(model, "config", None) is not None
         self._lengths = BatchLengths(model) if model is not None else None
         steps = StepReports(self.run.reporter, use_cuda, self._lengths)
         self._callbacks = [steps, PhaseMarks(self.run.reporter)]
@@ -355,6 +362,27 @@ class AnatomyCallback(TrainerCallback):
             return
         self._each("on_step_end", args, state, control, **kwargs)
         self._describe_longest()
+        if self._predicting is None and self.predict and self._predictable:
+            self._predict()
+
+    def _predict(self) -> None:
+        """The predicted peak, worked out beside the training (engine/predicting.py) from the
+        first step on, whose batch's sequence length the prediction is made at: the figures
+        carry it once it is known. Rank 0's alone (the figures are the run's); none where
+        nothing records the run. One that cannot be made is said in one line."""
+        run = self.run
+        locator = run.store_locator()
+        if run.reporter.source.rank or run.id is None or locator is None:
+            return
+
+        def answered(answer: Answer) -> None:
+            if answer.peak is not None:
+                run.reporter.predicted(answer.peak)
+            else:
+                _say(f"run {run.id}: no predicted peak for the Trainer's logs: {answer.why}")
+
+        longest = self._lengths.longest if self._lengths is not None else None
+        self._predicting = Predicting(locator, run.id, longest, answered)
 
     def _describe_longest(self) -> None:
         """The run's sequence length is the longest batch trained on so far (the first
@@ -399,6 +427,9 @@ class AnatomyCallback(TrainerCallback):
         training = self.run.reporter.open_phase == Phase.TRAINING
         self._each("on_train_end", args, state, control, **kwargs)
         self._log_last(args, state, control, training)
+        if self._predicting is not None:
+            self._predicting.end()  # not answered yet: it ends with the training
+            self._predicting = None
         runtime = next((entry.get("train_runtime") for entry in reversed(state.log_history)
                         if "train_runtime" in entry), None)
         last = state.log_history[-1] if state.log_history else {}

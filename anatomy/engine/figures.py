@@ -108,6 +108,8 @@ class Figures:
                 case protocol.ComponentsMeasured(components=components, source=source):
                     if not source.rank and self._components is None:
                         self._components = components
+                case protocol.Predicted(peak=peak):
+                    self.predicted_peak = peak
 
     def _sampled(self, samples) -> None:
         own = self.devices[0]

@@ -28,7 +28,7 @@ from anatomy.vocabulary import Status
 
 __all__ = ["SAMPLER", "ComponentsMeasured", "Described", "DeviceStatus", "Environment",
            "Failure", "FiguresAsked", "FiguresTaken", "GpuProcess", "GpuStatus", "HostStatus",
-           "Message", "Note", "OperationsProfiled", "Phase", "PhaseMark", "Sample",
+           "Message", "Note", "OperationsProfiled", "Phase", "PhaseMark", "Predicted", "Sample",
            "SamplerDone", "Samples", "Source", "Step", "StepReport", "Summarised", "WorkerLeft"]
 
 
@@ -192,3 +192,13 @@ class FiguresTaken:
     asked: int
     figures: dict[str, float]
 
+
+@dataclass(frozen=True)
+class Predicted:
+    """The prediction's peak for a user's training, once worked out beside it
+    (engine/predicting.py), in bytes on the axis of the run's samples: for the run's live
+    figures (the callback's logs, /metrics); the store keeps no copy (the Anatomy page predicts
+    the stored run itself)."""
+
+    peak: int
+    source: Source
