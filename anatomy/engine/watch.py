@@ -291,7 +291,9 @@ class Watch:
             except OSError:
                 return
             rank, in_phase, said = None, False, False
-            answers = Answers(self.recording.figures)  # the figures this process reads
+            # The figures this process reads: the recording's; none on a host that joined
+            # another's run (joined.py: its run's figures are on the run's host).
+            answers = Answers(getattr(self.recording, "figures", None))
             while True:
                 try:
                     message = connection.recv()
