@@ -30,7 +30,7 @@ POLL_SECONDS = 0.5
 
 class Answer(NamedTuple):
     """What the child said: the peak in bytes (on the axis of the run's samples: NVML's figure
-    on a GPU, the RSS on a CPU), or why there is none, in words that end "no predicted peak: "."""
+    on a GPU, the RSS on a CPU), or why there is none, in words that follow "no predicted peak: "."""
 
     peak: int | None
     why: str | None = None
@@ -76,7 +76,7 @@ class Predicting:
             if self._ended:
                 return
             self._ended = True  # answered: nothing left to end
-        self.answered(answer_of(line))
+        self.answered(_answer_of(line))
 
     def end(self) -> None:
         """The training is over: a child still predicting ends (no process outlives its run),
@@ -103,7 +103,7 @@ def _pid_of(line: str) -> int | None:
     return pid if isinstance(pid, int) and pid > 0 else None
 
 
-def answer_of(line: str) -> Answer:
+def _answer_of(line: str) -> Answer:
     """The child's answer line as an Answer; one that is no answer (it died) says so."""
     try:
         said = json.loads(line)
