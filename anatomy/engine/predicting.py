@@ -147,7 +147,7 @@ def predict(locator: str, run_id: int, seq_len: int) -> Answer:
     from anatomy.store import Store
     from anatomy.vocabulary import Phase
 
-    store = Store(locator)
+    store = Store(locator, read_only=True)  # never made again where it went away meanwhile
     deadline = time.monotonic() + FACTS_WAIT_SECONDS
     while True:
         if store.run(run_id) is None:  # deleted meanwhile, or a store that is not the run's
@@ -175,8 +175,12 @@ def main(argv: list[str]) -> int:
     os.nice(19)
     print(json.dumps({"pid": os.getpid()}), flush=True)
     _follow_parent(parent)
+    from anatomy.store import StoreError
+
     try:
         answer = predict(locator, run_id, seq_len)
+    except StoreError as error:  # gone meanwhile, or a database server that went away
+        answer = Answer(None, f"the store {error}")
     except Exception as error:  # noqa: BLE001 - said in the answer's line, never a traceback
         answer = Answer(None, f"{type(error).__name__}: {error}")
     print(json.dumps(answer._asdict()), flush=True)
