@@ -12,6 +12,8 @@ Variants (comma-separated, --variants):
                    checkpoints, adamw_torch), no anatomy
   callback200      the same with AnatomyCallback at 200 Hz (its own sampler process)
   callback1000     the same at 1 kHz
+  callback200-nopredict  callback200 without the predicted peak's child interpreter
+                   (AnatomyCallback(predict=False)): what that child costs the training
   defaults         the Trainer's own defaults (logging every 500 steps, tqdm, its default
                    optimizer), no anatomy
   defaults-log1    defaults but logging every step
@@ -111,9 +113,10 @@ def main() -> None:
                 if variant.startswith("callback"):
                     import anatomy
 
-                    rate = int(variant.removeprefix("callback"))
-                    callbacks.append(anatomy.AnatomyCallback(f"overhead {variant}",
-                                                             sample_rate=rate))
+                    rate, _, without = variant.removeprefix("callback").partition("-")
+                    callbacks.append(anatomy.AnatomyCallback(
+                        f"overhead {variant}", sample_rate=int(rate),
+                        predict=without != "nopredict"))
                 trainer = Trainer(model=model, args=arguments(variant, args.steps, args.batch_size,
                                                               f"/tmp/anatomy-overhead-{variant}"),
                                   train_dataset=dataset, callbacks=callbacks)

@@ -3,8 +3,8 @@
     python examples/trainer_script.py                    # records a run into the store
     anatomy watch -- python examples/trainer_script.py   # the same, under `anatomy watch`
 
-`anatomy.start()` at the top sees the baseline and the CUDA context; `AnatomyCallback` marks the
-weights (when the Trainer is built) and the training phase, reports every step and measures the
+`anatomy.start()` at the top sees the baseline and the CUDA context; `AnatomyCallback.attach`
+marks the weights (the Trainer built) and the training phase, reports every step and measures the
 components of the first steps; its figures join the Trainer's logs, so `--report-to tensorboard`
 (or mlflow, wandb) logs them beside the loss. The model is a tiny BERT built from its config (random weights)
 on random data: small enough for a CPU (--layers changes its depth).
@@ -48,7 +48,7 @@ training = TrainingArguments(output_dir=args.output_dir, per_device_train_batch_
                              args.batch_size, max_steps=args.steps, logging_steps=1,
                              report_to=args.report_to.split(","), save_strategy="no",
                              disable_tqdm=True)
-trainer = Trainer(model=model, args=training, train_dataset=dataset,
-                  callbacks=[anatomy.AnatomyCallback()])
+trainer = Trainer(model=model, args=training, train_dataset=dataset)
+anatomy.AnatomyCallback.attach(trainer)  # ahead of report_to's integrations: they log its figures
 trainer.train()
 print(f"recorded run {anatomy.current().id if anatomy.current() else '(ended)'}")

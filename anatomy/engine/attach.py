@@ -34,6 +34,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client
 from pathlib import Path
@@ -50,7 +51,7 @@ from anatomy.engine.exits import (
     ending_of,
     on_stop_signals,
 )
-from anatomy.engine.figures import Figures, Reader
+from anatomy.engine.figures import Figures, LinkedFigures, LinkedReader, Reader
 from anatomy.engine.locks import DeviceBusy, DeviceLock, gpu_key
 from anatomy.engine.recording import FIRST_SAMPLE_TIMEOUT, Recording, environment_facts
 from anatomy.engine.reporter import Reporter
@@ -70,6 +71,7 @@ from anatomy.vocabulary import Level, Phase, SourceKind, Status
 DEFAULT_SAMPLE_RATE = 200
 OWN_PROFILING = f"{Phase.PROFILING} (the script's)"  # a script's phase named as anatomy's span
 STOP_WAIT_SECONDS = 10.0  # a signal's stop waits this long for the ending to be written
+ANSWER_WAIT_SECONDS = 2.0  # the watch's answer to a read of the run's figures, at most
 
 _current: Run | None = None
 _current_lock = threading.Lock()
@@ -293,6 +295,29 @@ class _WatchLink:
             self.connection.close()
             raise
         self.lock = threading.Lock()
+        # The run's figures, which the watch's recording holds, asked for as they are read; the
+        # answers are the only thing that comes back, read by one question at a time.
+        self.figures = LinkedFigures(self.ask)
+        self._asking = threading.Lock()
+        self._asked = 0
+
+    def ask(self, question: protocol.FiguresAsked) -> dict[str, float]:
+        """The watch's answer to `question`; {} where none came within its wait and
+        ANSWER_WAIT_SECONDS more (a loaded machine), or the watch is gone. An answer that comes
+        later is its question's, and is dropped when the next one reads."""
+        with self._asking:
+            self._asked += 1
+            asked = self._asked
+            self.put(replace(question, asked=asked))
+            deadline = time.monotonic() + question.wait + ANSWER_WAIT_SECONDS
+            try:
+                while (left := deadline - time.monotonic()) > 0 and self.connection.poll(left):
+                    answer = self.connection.recv()
+                    if isinstance(answer, protocol.FiguresTaken) and answer.asked == asked:
+                        return answer.figures
+            except (OSError, EOFError, ValueError):
+                pass  # the watch is gone: the training goes on without its figures
+            return {}
 
     def put(self, message, wait: float = -1) -> None:
         """Send; `wait` bounds the wait for the link (a signal's handler must not wait on a
@@ -420,7 +445,7 @@ class Run:
         self._lock = threading.Lock()
         self._libraries = RunFacts()  # the versions told so far
         self._told_late = self._told_profiling = False
-        self._reader: Reader | None = None  # what `metrics()` has read of the run's figures
+        self._reader: Reader | LinkedReader | None = None  # what `metrics()` has read of the run's figures
 
     def _late(self, call: str) -> bool:
         """Whether the run has ended, so that `call` goes nowhere; said once where the run was
@@ -515,11 +540,23 @@ class Run:
             steps=self.steps, time_s=round(time_s, 3),
             samples_per_second=None if self._unsized else round(self._examples / time_s, 3)))
 
-    def figures(self) -> Figures | None:
-        """The run's live figures, where this process records it (under `anatomy watch` they
-        are the watch's, served by its --metrics-port; a rank other than 0 records nothing)."""
+    def figures(self) -> Figures | LinkedFigures | None:
+        """The run's live figures: this process's recording's, or under `anatomy watch` the
+        watch's, read over its link (a rank other than 0 of a launch without the watch records
+        nothing)."""
         if isinstance(self.link, _LocalRecording):
             return self.link.recording.figures
+        if isinstance(self.link, _WatchLink):
+            return self.link.figures
+        return None
+
+    def store_locator(self) -> str | None:
+        """Where the run is stored, as another process of the run reaches it (Store.locator():
+        a watched command's is the watch's $ANATOMY_STORE); None where nothing records it."""
+        if isinstance(self.link, _LocalRecording):
+            return self.link.recording.store.locator()
+        if isinstance(self.link, _WatchLink):
+            return os.environ.get("ANATOMY_STORE")
         return None
 
     def metrics(self) -> dict[str, float]:
@@ -527,8 +564,8 @@ class Run:
         "Your tracker and your cluster's metrics"): each device's peak since then (the first
         call: since the run began), each phase's memory as it ended, the measured components
         once, the predicted peak where one is known. For a plain loop's own logger:
-        `wandb.log(run.metrics(), step=step)`. Empty where this process does not record the run
-        (under `anatomy watch`: the watch's --metrics-port serves them)."""
+        `wandb.log(run.metrics(), step=step)`. Under `anatomy watch`, the watch's, asked over its
+        link. Empty where nothing records the run."""
         if self._reader is None:
             figures = self.figures()
             if figures is None:

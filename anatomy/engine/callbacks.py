@@ -18,8 +18,9 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import CallbackHandler
 
 from anatomy.analysis import carried_model
-from anatomy.engine.figures import Reader
+from anatomy.engine.figures import LinkedReader, Reader
 from anatomy.engine.link import WATCH_ENV
+from anatomy.engine.predicting import Answer, Predicting
 from anatomy.engine.probe import MEASURED_STEPS, ComponentProbe
 from anatomy.engine.reporter import Reporter
 from anatomy.store import RunFacts, Step, TrainingArguments, TrainingSummary
@@ -190,8 +191,8 @@ class FaultInjection(TrainerCallback):
 
 
 class AnatomyCallback(TrainerCallback):
-    """Records a Hugging Face Trainer's training with anatomy: `Trainer(...,
-    callbacks=[AnatomyCallback()])`.
+    """Records a Hugging Face Trainer's training with anatomy: `AnatomyCallback.attach(trainer)`
+    (its figures reach report_to's trackers), or `Trainer(..., callbacks=[AnatomyCallback()])`.
 
     It joins the run `anatomy.start()` began (which saw the baseline and the CUDA context), or
     the one `anatomy watch` runs the script in, else starts one itself. It marks the weights
@@ -202,10 +203,12 @@ class AnatomyCallback(TrainerCallback):
     host-side counters.
 
     Its figures join the Trainer's logs (engine/figures.py names them), so that every
-    integration of `report_to` logs them as it logs the loss; anatomy imports none of them."""
+    integration of `report_to` logs them as it logs the loss (attached: `attach`); anatomy
+    imports none of them. The predicted peak joins them once worked out beside the training
+    (engine/predicting.py; `predict=False` does without)."""
 
     def __init__(self, name: str | None = None, *, sample_rate: int = 200, store=None,
-                 probe: bool = True):
+                 probe: bool = True, predict: bool = True):
         from anatomy.engine import attach
 
         self._start = functools.partial(attach.start, name, sample_rate=sample_rate, store=store,
@@ -215,14 +218,18 @@ class AnatomyCallback(TrainerCallback):
         # ends with that Trainer's training: this one's training then gets a run of its own, as
         # a second `train()` does, rather than going unrecorded.
         self.renews_run = self.owns_run or (joined is not None and joined.by_callback)
-        self.probe = probe
+        self.probe, self.predict = probe, predict
+        self._predicting: Predicting | None = None  # the predicted peak, worked out beside
         self._callbacks: list[TrainerCallback] = []
         # the options on_init_end read, and the model's name
         self._described: tuple[TrainingArguments, str | None] | None = None
         self._lengths: BatchLengths | None = None
         self._longest_said: int | None = None
-        self._reader: Reader | None = None  # the run's figures, for the Trainer's logs
-        self._handler: CallbackHandler | None = None  # the Trainer's, once this leads it
+        self._reader: Reader | LinkedReader | None = None  # the run's figures, for the logs
+        self._handler: CallbackHandler | None = None  # the Trainer's, once attached to it
+        self._initialised = False  # the Trainer's on_init_end has come
+        self._predictable = False
+        self._told_order = False
         self._logging = False  # the training's last figures are being logged
 
     def _take_run(self):
@@ -236,31 +243,37 @@ class AnatomyCallback(TrainerCallback):
             self.run.by_callback = True
         return joined
 
+    @classmethod
+    def attach(cls, trainer, name: str | None = None, *, sample_rate: int = 200, store=None,
+               probe: bool = True, predict: bool = True) -> AnatomyCallback:
+        """Record `trainer`'s training, anatomy's figures in the logs of every integration of
+        its `report_to`: `anatomy.AnatomyCallback.attach(trainer)`, the Trainer built, before
+        `trainer.train()`. The Trainer calls its callbacks in turn, report_to's integrations
+        before the callbacks it was given, and each logs the `logs` on_log hands it: this one
+        goes first (through the Trainer's own pop_callback and add_callback), so that the
+        figures it adds to a log reach every one in that log, and the training's last figures
+        reach them through the Trainer's handler before they close. A callback given in
+        `callbacks=[…]` already is moved, not made again (its own options stand)."""
+        handler = trainer.callback_handler
+        callback = next((c for c in handler.callbacks if isinstance(c, cls)), None)
+        if callback is None:
+            callback = cls(name, sample_rate=sample_rate, store=store, probe=probe,
+                           predict=predict)
+        others = [c for c in handler.callbacks if c is not callback]
+        for other in [callback, *others]:
+            trainer.pop_callback(other)
+        for other in [callback, *others]:
+            trainer.add_callback(other)
+        callback._handler = handler
+        if not callback._initialised:  # made here: the Trainer's on_init_end has come and gone
+            callback.on_init_end(trainer.args, trainer.state, trainer.control, model=handler.model)
+        return callback
+
     def on_init_end(self, args, state, control, model=None, **kwargs):
+        self._initialised = True
         if not self._records(state):
             return
-        self._lead_logs()
         self._follow(args, model)
-
-    def _lead_logs(self) -> None:
-        """This callback first among the Trainer's: the integrations of `report_to` come before
-        a user's callbacks, and each logs `logs` as on_log hands it them; ahead of them, the
-        figures added here reach every one. A callback is never handed its Trainer: the handler
-        is the caller of this event (CallbackHandler.call_event), which goes on with the
-        callback after this one."""
-        if self._handler is not None:
-            return
-        frame = sys._getframe(1)
-        for _ in range(4):
-            frame = frame.f_back
-            if frame is None:
-                return
-            handler = frame.f_locals.get("self")
-            if isinstance(handler, CallbackHandler) and self in handler.callbacks:
-                handler.callbacks.remove(self)
-                handler.callbacks.insert(0, self)
-                self._handler = handler
-                return
 
     def _records(self, state, training_begins: bool = False) -> bool:
         """Whether this callback records the Trainer `state` is of: the first AnatomyCallback of
@@ -293,6 +306,8 @@ class AnatomyCallback(TrainerCallback):
         if model is not None and self.run.reporter.open_phase != Phase.TRAINING:
             self.run.phase(Phase.WEIGHTS)
         use_cuda = torch.cuda.is_available() and args.device.type == "cuda"
+        # a model of transformers' (its config is what the prediction builds it from)
+        self._predictable = getattr(model, "config", None) is not None
         self._lengths = BatchLengths(model) if model is not None else None
         steps = StepReports(self.run.reporter, use_cuda, self._lengths)
         self._callbacks = [steps, PhaseMarks(self.run.reporter)]
@@ -307,7 +322,7 @@ class AnatomyCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         if not self._records(state, training_begins=True):
             return
-        self._lead_logs()  # added by trainer.add_callback: no on_init_end came
+        self._tell_order(args)
         if self.renews_run and self.run.ended:
             # train() again (hyperparameter_search, a resume): the run it ended was the last
             # training's, and this one went unrecorded; it has a run of its own.
@@ -320,6 +335,17 @@ class AnatomyCallback(TrainerCallback):
             arguments, model_name = self._described
             self.run.reporter.described({**arguments.to_dict(), "seq_len": length}, model_name)
         self._each("on_train_begin", args, state, control, **kwargs)
+
+    def _tell_order(self, args) -> None:
+        """A callback given in `callbacks=[…]` comes after report_to's integrations, which have
+        logged each log before it adds its figures: said once, with what puts it first."""
+        trackers = [name for name in (getattr(args, "report_to", None) or []) if name != "none"]
+        if self._handler is not None or self._told_order or not trackers:
+            return
+        self._told_order = True
+        _say(f"report_to's {', '.join(trackers)} come before the Trainer's callbacks and log "
+             "without anatomy's figures: `anatomy.AnatomyCallback.attach(trainer)` (in place of "
+             "callbacks=[AnatomyCallback()]) puts them in their logs")
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
         if not self._records(state):
@@ -336,6 +362,27 @@ class AnatomyCallback(TrainerCallback):
             return
         self._each("on_step_end", args, state, control, **kwargs)
         self._describe_longest()
+        if self._predicting is None and self.predict and self._predictable:
+            self._predict()
+
+    def _predict(self) -> None:
+        """The predicted peak, worked out beside the training (engine/predicting.py) from the
+        first step on, whose batch's sequence length the prediction is made at: the figures
+        carry it once it is known. Rank 0's alone (the figures are the run's); none where
+        nothing records the run. One that cannot be made is said in one line."""
+        run = self.run
+        locator = run.store_locator()
+        if run.reporter.source.rank or run.id is None or locator is None:
+            return
+
+        def answered(answer: Answer) -> None:
+            if answer.peak is not None:
+                run.reporter.predicted(answer.peak)
+            else:
+                _say(f"run {run.id}: no predicted peak for the Trainer's logs: {answer.why}")
+
+        longest = self._lengths.longest if self._lengths is not None else None
+        self._predicting = Predicting(locator, run.id, longest, answered)
 
     def _describe_longest(self) -> None:
         """The run's sequence length is the longest batch trained on so far (the first
@@ -380,6 +427,9 @@ class AnatomyCallback(TrainerCallback):
         training = self.run.reporter.open_phase == Phase.TRAINING
         self._each("on_train_end", args, state, control, **kwargs)
         self._log_last(args, state, control, training)
+        if self._predicting is not None:
+            self._predicting.end()  # not answered yet: it ends with the training
+            self._predicting = None
         runtime = next((entry.get("train_runtime") for entry in reversed(state.log_history)
                         if "train_runtime" in entry), None)
         last = state.log_history[-1] if state.log_history else {}
@@ -388,6 +438,14 @@ class AnatomyCallback(TrainerCallback):
             samples_per_second=last.get("train_samples_per_second"), loss=last.get("train_loss")))
         if self.owns_run:
             self.run.end()
+
+
+def _say(text: str) -> None:
+    """A line to the user's terminal, as their script prints."""
+    try:
+        print(f"anatomy: {text}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass  # no terminal left
 
 
 def _training_facts(args, model) -> RunFacts:

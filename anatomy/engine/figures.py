@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from anatomy.analysis.trackers import (
@@ -108,6 +108,8 @@ class Figures:
                 case protocol.ComponentsMeasured(components=components, source=source):
                     if not source.rank and self._components is None:
                         self._components = components
+                case protocol.Predicted(peak=peak):
+                    self.predicted_peak = peak
 
     def _sampled(self, samples) -> None:
         own = self.devices[0]
@@ -231,3 +233,55 @@ class Reader:
         """The figures since the last `take()`, by their tracker names: each device's peak, the
         phases that ended, the components once measured, the predicted peak where known."""
         return self.figures._take(self._reading)
+
+
+class Answers:
+    """The watch's side of the figures of a process it runs (one per link, engine/watch.py): a
+    reader of its own for each of that process's readers, so that the callback's logs and
+    `run.metrics()` under `anatomy watch` take what they would take where the process records
+    its run itself. Without figures (None: a watch that records no run here), each answer is
+    empty, at once."""
+
+    def __init__(self, figures: Figures | None):
+        self.figures = figures
+        self._readers: dict[int, Reader] = {}
+
+    def answer(self, asked: protocol.FiguresAsked) -> protocol.FiguresTaken:
+        if self.figures is None:
+            return protocol.FiguresTaken(asked.asked, {})
+        if asked.phase is not None:
+            self.figures.wait_for_phase(asked.phase, asked.end, asked.wait)
+        taken: dict[str, float] = {}
+        if asked.reader is not None:
+            reader = self._readers.get(asked.reader)
+            if reader is None:
+                reader = self._readers[asked.reader] = self.figures.reader()
+            taken = reader.take()
+        return protocol.FiguresTaken(asked.asked, taken)
+
+
+class LinkedFigures:
+    """A watched process's view of its run's figures, which the watch's recording holds: what
+    `Figures` gives the callback and `run.metrics()`, each read asked over the link the process
+    marks its phases through (`ask`: engine/attach.py; {} where the watch did not answer)."""
+
+    def __init__(self, ask: Callable[[protocol.FiguresAsked], dict[str, float]]):
+        self._ask = ask
+        self._readers = 0
+
+    def reader(self) -> LinkedReader:
+        self._readers += 1
+        return LinkedReader(self._ask, self._readers)
+
+    def wait_for_phase(self, name: str, end: float, timeout: float) -> None:
+        self._ask(protocol.FiguresAsked(None, name, end, timeout))
+
+
+class LinkedReader:
+    """`Reader` for a watched process: its `take()` is the watch's reader's of the same number."""
+
+    def __init__(self, ask: Callable[[protocol.FiguresAsked], dict[str, float]], number: int):
+        self._ask, self.number = ask, number
+
+    def take(self) -> dict[str, float]:
+        return self._ask(protocol.FiguresAsked(self.number))

@@ -27,9 +27,9 @@ from anatomy.store import (
 from anatomy.vocabulary import Status
 
 __all__ = ["SAMPLER", "ComponentsMeasured", "Described", "DeviceStatus", "Environment",
-           "Failure", "GpuProcess", "GpuStatus", "HostStatus", "Message", "Note",
-           "OperationsProfiled", "Phase", "PhaseMark", "Sample", "SamplerDone", "Samples", "Source",
-           "Step", "StepReport", "Summarised", "WorkerLeft"]
+           "Failure", "FiguresAsked", "FiguresTaken", "GpuProcess", "GpuStatus", "HostStatus",
+           "Message", "Note", "OperationsProfiled", "Phase", "PhaseMark", "Predicted", "Sample",
+           "SamplerDone", "Samples", "Source", "Step", "StepReport", "Summarised", "WorkerLeft"]
 
 
 @dataclass(frozen=True)
@@ -168,3 +168,37 @@ class Failure:
     text: str
     source: Source
     after_peer: bool = False
+
+
+@dataclass(frozen=True)
+class FiguresAsked:
+    """A process under `anatomy watch` asks the watch for its run's figures (the callback's logs,
+    `run.metrics()`; the watch's recording has them, engine/figures.py): what its reader
+    `reader` has not taken yet, after waiting up to `wait` seconds for the memory of the phase
+    `phase` as it ended at `end` (the run's clock), where one is named. `asked` numbers the
+    question: an answer that came too late for its question is known by it and dropped."""
+
+    reader: int | None
+    phase: str | None = None
+    end: float = 0.0
+    wait: float = 0.0
+    asked: int = 0
+
+
+@dataclass(frozen=True)
+class FiguresTaken:
+    """The watch's answer to `FiguresAsked` number `asked`, by the names a tracker shows."""
+
+    asked: int
+    figures: dict[str, float]
+
+
+@dataclass(frozen=True)
+class Predicted:
+    """The prediction's peak for a user's training, once worked out beside it
+    (engine/predicting.py), in bytes on the axis of the run's samples: for the run's live
+    figures (the callback's logs, /metrics); the store keeps no copy (the Anatomy page predicts
+    the stored run itself)."""
+
+    peak: int
+    source: Source

@@ -55,6 +55,9 @@ class Reporter:
     def tell(self, level: str, text: str) -> None:
         self.queue.put(protocol.Note(Message(self.now(), level, text), self.source))
 
+    def predicted(self, peak: int) -> None:
+        self.queue.put(protocol.Predicted(peak, self.source))
+
     def environment(self, facts: RunFacts) -> None:
         self.queue.put(protocol.Environment(facts, self.source))
 

@@ -53,6 +53,7 @@ from anatomy.engine.endings import (
     stop_signal_in,
     stopped_by,
 )
+from anatomy.engine.figures import Answers
 from anatomy.engine.locks import DeviceBusy, gpu_key, take_all
 from anatomy.engine.processes import LIST_SECONDS, Tree, alive, end_tree
 from anatomy.engine.recording import (
@@ -307,6 +308,8 @@ class Watch:
             except OSError:
                 return
             rank, in_phase, said = None, False, False
+            # The figures this process reads: its host's recording's (its own GPUs).
+            answers = Answers(self.recording.figures)
             while True:
                 try:
                     message = connection.recv()
@@ -314,6 +317,12 @@ class Watch:
                     if rank is not None and in_phase and not said and self.vanished is None:
                         self.vanished = rank
                     return
+                if isinstance(message, protocol.FiguresAsked):
+                    try:
+                        connection.send(answers.answer(message))
+                    except OSError:
+                        return
+                    continue
                 if not self.recording.done.is_set():  # else nothing drains it: it would grow
                     self.recording.events.put(message)
                 if isinstance(message, (protocol.Phase, protocol.StepReport, protocol.Failure)):

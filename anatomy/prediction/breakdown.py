@@ -284,8 +284,11 @@ def predicted_peak(report: RunReport) -> int | None:
     on a CPU (from the end of its weights phase, which the RSS prediction stands on); None
     where the run has no prediction (`prediction_for` says why on the Anatomy page)."""
     prediction = prediction_for(report)
-    if prediction is None:
-        return None
+    return None if prediction is None else peak_on_axis(report, prediction)
+
+
+def peak_on_axis(report: RunReport, prediction: Prediction) -> int | None:
+    """`prediction`'s peak on the axis of the run's samples (see `predicted_peak`)."""
     if report.on_gpu:
         return prediction.nvml_peak
     cpu = cpu_peak(report, prediction)

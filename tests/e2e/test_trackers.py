@@ -34,11 +34,16 @@ def _env(store: Store, **more: str) -> dict:
         filter(None, (str(PROJECT), os.environ.get("PYTHONPATH")))), **more}
 
 
-def _train(store: Store, tmp_path, report_to: str, **env: str) -> None:
+# The user's script run as it is, or under `anatomy watch` (the watch records the run; the
+# script's callback reads the figures over the watch's link).
+WATCH = [sys.executable, "-m", "anatomy", "watch", "--"]
+
+
+def _train(store: Store, tmp_path, report_to: str, watched: bool = False, **env: str) -> None:
     result = subprocess.run(
-        [sys.executable, str(SCRIPT), *SMALL, "--report-to", report_to, "--output-dir",
-         str(tmp_path / "out")], capture_output=True, text=True, timeout=300, cwd=tmp_path,
-        env=_env(store, **env))
+        [*(WATCH if watched else []), sys.executable, str(SCRIPT), *SMALL, "--report-to",
+         report_to, "--output-dir", str(tmp_path / "out")], capture_output=True, text=True,
+        timeout=300, cwd=tmp_path, env=_env(store, **env))
     assert result.returncode == 0, result.stderr[-3000:]
 
 
@@ -49,10 +54,11 @@ def _training_memory_mib(store: Store) -> float:
     return next(p.memory_bytes for p in rep.phases if p.name == "training") / MIB
 
 
-def test_tensorboard_event_files_hold_anatomys_scalars(store, tmp_path):
+@pytest.mark.parametrize("watched", [False, True], ids=["alone", "under-watch"])
+def test_tensorboard_event_files_hold_anatomys_scalars(store, tmp_path, watched):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    _train(store, tmp_path, "tensorboard", TENSORBOARD_LOGGING_DIR=str(tmp_path / "tb"))
+    _train(store, tmp_path, "tensorboard", watched, TENSORBOARD_LOGGING_DIR=str(tmp_path / "tb"))
     events = EventAccumulator(str(tmp_path / "tb"))
     events.Reload()
     tags = events.Tags()["scalars"]
@@ -185,12 +191,15 @@ run.end()
 """
 
 
+@pytest.mark.parametrize("watched", [False, True], ids=["alone", "under-watch"])
 def test_a_plain_loops_run_metrics_gives_the_callbacks_figures_for_its_own_logger(store,
-                                                                                   tmp_path):
+                                                                                   tmp_path,
+                                                                                   watched):
     script = tmp_path / "loop.py"
     script.write_text(PLAIN_LOOP)
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                            timeout=300, cwd=tmp_path, env=_env(store))
+    result = subprocess.run([*(WATCH if watched else []), sys.executable, str(script)],
+                            capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                            env=_env(store))
     assert result.returncode == 0, result.stderr[-3000:]
     first, second = (json.loads(line) for line in result.stdout.strip().splitlines()[-2:])
     assert {"anatomy/baseline_memory_mib", "anatomy/kernel_memory_mib",
@@ -200,3 +209,88 @@ def test_a_plain_loops_run_metrics_gives_the_callbacks_figures_for_its_own_logge
     assert first["anatomy/weights_memory_mib"] == pytest.approx(weights.memory_bytes / MIB,
                                                                 abs=0.01)
     assert not set(second) & {"anatomy/baseline_memory_mib", "anatomy/weights_memory_mib"}
+
+
+UNTIL_PREDICTED = """
+import sys, time
+import numpy as np
+import anatomy
+from datasets import Dataset
+from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainerCallback, \\
+    TrainingArguments
+
+class UntilPredicted(TrainerCallback):
+    '''The user's own callback: trains until the logs carry the predicted peak (at most 180 s).'''
+
+    began = time.monotonic()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        time.sleep(0.05)
+        if time.monotonic() - self.began > 180:
+            control.should_training_stop = True
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "anatomy/predicted_peak_mib" in logs:
+            print("predicted at step", state.global_step, flush=True)
+            control.should_training_stop = True
+
+config = BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                    intermediate_size=128, vocab_size=1000, max_position_embeddings=64)
+model = BertForSequenceClassification(config)
+rng = np.random.default_rng(0)
+data = Dataset.from_dict({"input_ids": rng.integers(100, 1000, (64, 16)),
+                          "labels": rng.integers(0, 2, (64,))})
+data.set_format("pt")
+arguments = TrainingArguments(output_dir=sys.argv[1], per_device_train_batch_size=4,
+                              max_steps=100000, logging_steps=1, report_to=["tensorboard"],
+                              save_strategy="no", disable_tqdm=True)
+trainer = Trainer(model=model, args=arguments, train_dataset=data, callbacks=[UntilPredicted()])
+anatomy.AnatomyCallback.attach(trainer)
+trainer.train()
+"""
+
+
+@pytest.mark.parametrize("watched", [False, True], ids=["alone", "under-watch"])
+def test_a_users_trainer_logs_the_predicted_peak_worked_out_beside_it(store, tmp_path, watched):
+    """The prediction traces in a process of its own, started at the first step; its peak
+    joins the logs once known, as `anatomy run`'s does, the one the Anatomy page gives the run."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from anatomy.prediction import breakdown
+
+    script = tmp_path / "train.py"
+    script.write_text(UNTIL_PREDICTED)
+    result = subprocess.run([*(WATCH if watched else []), sys.executable, str(script),
+                             str(tmp_path / "out")], capture_output=True, text=True,
+                            timeout=400, cwd=tmp_path,
+                            env=_env(store, TENSORBOARD_LOGGING_DIR=str(tmp_path / "tb")))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "predicted at step" in result.stdout, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    (*_, logged) = events.Scalars("train/anatomy/predicted_peak_mib")
+    (run,) = store.runs()
+    expected = breakdown.predicted_peak(report(store, run.id))
+    assert expected is not None and logged.value == pytest.approx(expected / MIB, abs=0.01)
+
+    def gone() -> bool:  # it ends as it answers: no process outlives its run
+        return subprocess.run(["pgrep", "-f", f"anatomy.engine.predicting {store.path}"],
+                              capture_output=True).returncode == 1
+
+    wait_until(gone, 10, "the prediction's process to end")
+
+
+def test_a_prediction_that_cannot_be_made_says_why_in_one_line(store):
+    """Its process answers with the reason, never a traceback (the callback says it in one line
+    and the training goes on)."""
+    import threading
+
+    from anatomy.engine.predicting import Predicting
+
+    answers, answered = [], threading.Event()
+    Predicting(store.locator(), 999, None, lambda answer: (answers.append(answer), answered.set()))
+    assert answered.wait(120)
+    (answer,) = answers
+    assert answer.peak is None
+    assert answer.why == f"run 999 is not in the store {store.path}"

@@ -110,3 +110,26 @@ def test_a_readers_first_take_has_each_devices_peak_since_the_run_began():
     figures.see(_samples((2.0, 50)))
     assert late.take() == {peak_name("gpu0"): 70}
     assert late.take() == {}
+
+
+def test_a_watched_processes_readers_each_take_from_a_reader_of_their_own_at_the_watch():
+    """Under `anatomy watch` the callback's logs and run.metrics() ask the watch (a number per
+    reader): each takes what a reader of the run takes, the other's take left to it."""
+    from anatomy.engine.figures import Answers
+
+    figures = Figures([0], Backend.CPU_RSS, t0=0.0)
+    answers = Answers(figures)
+    figures.see(_samples((1.0, 64)))
+    logs = answers.answer(protocol.FiguresAsked(1, asked=7))
+    assert logs == protocol.FiguresTaken(7, {peak_name("cpu"): 64})
+    assert answers.answer(protocol.FiguresAsked(1, asked=8)).figures == {}
+    assert answers.answer(protocol.FiguresAsked(2, asked=9)).figures == {peak_name("cpu"): 64}
+
+
+def test_a_watch_that_records_no_run_here_answers_at_once_with_nothing():
+    """A host that joined another host's run has no figures of it: the script's logs get none,
+    rather than its link to the watch ending (marks and steps lost) on the question."""
+    from anatomy.engine.figures import Answers
+
+    answer = Answers(None).answer(protocol.FiguresAsked(1, "training", 1.0, 5.0, asked=3))
+    assert answer == protocol.FiguresTaken(3, {})

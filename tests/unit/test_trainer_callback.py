@@ -198,39 +198,96 @@ def test_a_training_that_never_had_a_full_micro_batch_says_which_it_had(heard, t
     assert partial_micro_batch(measured, 4) == 2
 
 
-def test_report_tos_integrations_log_the_callbacks_figures_with_the_trainers(heard, tmp_path,
-                                                                             monkeypatch):
-    """The integrations of report_to (TensorBoard, W&B, MLflow…) come before a user's callbacks
-    and log `logs` as on_log hands it them: the callback goes first, so that each logs anatomy's
-    figures beside the loss."""
-    from transformers import TrainerCallback
-    from transformers.trainer_callback import TrainerState
+def _tensorboard_trainer(tmp_path, monkeypatch, figures, callbacks=None):
+    """A real Trainer with report_to=["tensorboard"] over a model whose every training forward
+    makes the run's figures see a sample of (its number) MiB, as the sampler would: step N's
+    peak is N MiB, logged at every step."""
+    import torch
+    from transformers import Trainer, TrainingArguments
 
     from anatomy.engine import attach
-    from anatomy.engine.callbacks import AnatomyCallback
-    from anatomy.engine.figures import Figures
     from anatomy.store import Sample
     from anatomy.units import MIB
+
+    monkeypatch.setattr(attach.Run, "figures", lambda run: figures)
+    monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "tb"))
+
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear, self.forwards = torch.nn.Linear(8, 2), 0
+
+        def forward(self, x, labels):
+            self.forwards += 1
+            figures.see(protocol.Samples([Sample(float(self.forwards), 0, self.forwards * MIB,
+                                                 None, None, None)]))
+            return {"loss": torch.nn.functional.cross_entropy(self.linear(x), labels)}
+
+    data = [{"x": torch.randn(8), "labels": torch.tensor(i % 2)} for i in range(12)]
+    arguments = TrainingArguments(output_dir=str(tmp_path / "out"), use_cpu=True, max_steps=3,
+                                  per_device_train_batch_size=4, logging_steps=1,
+                                  report_to=["tensorboard"], save_strategy="no",
+                                  disable_tqdm=True)
+    return Trainer(model=Model(), args=arguments, train_dataset=data, callbacks=callbacks)
+
+
+def _scalars(tmp_path, tag: str) -> dict[int, float]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    if tag not in events.Tags()["scalars"]:
+        return {}
+    return {event.step: event.value for event in events.Scalars(tag)}
+
+
+def test_attached_a_steps_figures_reach_report_tos_tracker_in_that_steps_log(heard, tmp_path,
+                                                                              monkeypatch):
+    """The Trainer calls report_to's integrations before the callbacks it was given, and each
+    logs `logs` as on_log hands it them: `AnatomyCallback.attach(trainer)` puts the callback
+    ahead of them, so TensorBoard writes step N's peak at step N (a step late, it would write
+    N - 1 there; behind them, nothing)."""
+    from anatomy.engine.callbacks import AnatomyCallback
+    from anatomy.engine.figures import Figures
     from anatomy.vocabulary import Backend
 
     figures = Figures([0], Backend.CPU_RSS, t0=0.0)  # what the collector feeds in a real run
-    monkeypatch.setattr(attach.Run, "figures", lambda run: figures)
+    trainer = _tensorboard_trainer(tmp_path, monkeypatch, figures)
+    callback = AnatomyCallback.attach(trainer)
+    assert trainer.callback_handler.callbacks[0] is callback
+    trainer.train()
+    assert _scalars(tmp_path, "train/anatomy/peak_mib/cpu") == {1: 1.0, 2: 2.0, 3: 3.0}
+    assert _scalars(tmp_path, "train/loss").keys() == {1, 2, 3}  # beside the Trainer's own
 
-    class Tracker(TrainerCallback):
-        """As TensorBoardCallback: logs what on_log gives it."""
 
-        def __init__(self) -> None:
-            self.logged: list[dict] = []
+def test_a_callback_given_in_callbacks_is_attached_rather_than_made_again(heard, tmp_path,
+                                                                          monkeypatch):
+    from anatomy.engine.callbacks import AnatomyCallback
+    from anatomy.engine.figures import Figures
+    from anatomy.vocabulary import Backend
 
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            self.logged.append(dict(logs))
+    figures = Figures([0], Backend.CPU_RSS, t0=0.0)
+    given = AnatomyCallback()
+    trainer = _tensorboard_trainer(tmp_path, monkeypatch, figures, callbacks=[given])
+    assert AnatomyCallback.attach(trainer) is given
+    assert [type(c) for c in trainer.callback_handler.callbacks].count(AnatomyCallback) == 1
+    trainer.train()
+    assert _scalars(tmp_path, "train/anatomy/peak_mib/cpu") == {1: 1.0, 2: 2.0, 3: 3.0}
+    weights = [m for m in heard.of(protocol.Phase) if m.mark.name == "weights"]
+    assert len(weights) == 2  # marked once, at the Trainer's on_init_end: begun and ended
 
-    tracker, callback = Tracker(), AnatomyCallback()
-    handler, arguments, control = _trainer(tmp_path, [tracker, callback])
-    assert handler.callbacks.index(callback) < handler.callbacks.index(tracker)
-    figures.see(protocol.Samples([Sample(0.5, 0, 64 * MIB, None, None, None)]))
-    handler.on_log(arguments, TrainerState(), control, logs={"loss": 0.5})
-    figures.see(protocol.Samples([Sample(0.6, 0, 32 * MIB, None, None, None)]))
-    handler.on_log(arguments, TrainerState(), control, logs={"eval_loss": 0.4})
-    assert tracker.logged == [{"loss": 0.5, "anatomy/peak_mib/cpu": 64},
-                              {"eval_loss": 0.4, "anatomy/peak_mib/cpu": 32}]
+
+def test_given_only_in_callbacks_with_report_to_it_says_once_how_to_reach_the_trackers(
+        heard, tmp_path, monkeypatch, capsys):
+    """Behind report_to's integrations the figures reach none of them: said, not hidden."""
+    from anatomy.engine.callbacks import AnatomyCallback
+    from anatomy.engine.figures import Figures
+    from anatomy.vocabulary import Backend
+
+    figures = Figures([0], Backend.CPU_RSS, t0=0.0)
+    trainer = _tensorboard_trainer(tmp_path, monkeypatch, figures, callbacks=[AnatomyCallback()])
+    trainer.train()
+    said = [line for line in capsys.readouterr().err.splitlines() if "AnatomyCallback" in line]
+    assert said == ["anatomy: report_to's tensorboard come before the Trainer's callbacks and "
+                    "log without anatomy's figures: `anatomy.AnatomyCallback.attach(trainer)` (in"
+                    " place of callbacks=[AnatomyCallback()]) puts them in their logs"]
