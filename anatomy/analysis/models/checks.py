@@ -16,7 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from anatomy.analysis.cache import cache_dir, write_atomically
-from anatomy.analysis.models.classes import MAIN_INPUTS, head_class, main_input, transformers_config
+from anatomy.analysis.models.classes import (
+    MAIN_INPUTS,
+    head_class,
+    head_config,
+    main_input,
+    transformers_config,
+)
 from anatomy.analysis.models.errors import ModelError, cannot_build
 from anatomy.analysis.models.heads import known_model_types, task_of
 from anatomy.analysis.models.spec import ModelSpec
@@ -239,10 +245,12 @@ def _build_on_meta(spec: ModelSpec) -> None:
     detectron2) is refused here, in the line its run would fail with, instead of a run started
     to fail. Other errors of a meta build are left to the run: a model may read values while it
     builds, which the meta device has none of."""
-    from anatomy.analysis.models.build import build_model
+    import torch
 
+    head = head_class(spec)
     try:
-        build_model(spec, "meta", pretrained=False)
+        with torch.device("meta"):
+            head._from_config(head_config(head, transformers_config(spec)))
     except ImportError as error:
         raise cannot_build(spec.display_name, error) from None
 
