@@ -84,6 +84,21 @@ class Db:
         if rows:
             self.connection.exec_driver_sql(self._sql(sql), [tuple(r) for r in rows])
 
+    def append(self, table, rows: Sequence[Sequence]) -> None:
+        """Rows of all `table`'s columns, added in this transaction: PostgreSQL's COPY (a
+        statement per row, executemany's way, took a server ~12 s for 40,000 samples on a
+        loaded machine, docs/BENCHMARKS.md), SQLite's executemany."""
+        if not rows:
+            return
+        if not self.postgres:
+            self.executemany(_insert(table), rows)
+            return
+        names = ", ".join(f'"{c.name}"' for c in table.columns)
+        with self.connection.connection.driver_connection.cursor() as cursor:
+            with cursor.copy(f"COPY {table.name} ({names}) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
+
     def commit(self) -> None:
         self.connection.commit()
 
@@ -98,7 +113,7 @@ def _insert(table, columns: Sequence[str] | None = None) -> str:
 
 def _insert_samples(db: Db, run_id: int, samples: Sequence[Sample]) -> None:
     """The samples, and their 0.1 s buckets' min and max."""
-    db.executemany(SAMPLE_INSERT, [(run_id, *s) for s in samples])
+    db.append(tables.samples, [(run_id, *s) for s in samples])
     _merge_buckets(db, run_id, samples)
 
 
@@ -119,7 +134,6 @@ def _merge_buckets(db: Db, run_id: int, samples: Sequence[Sample]) -> None:
                    [(run_id, gpu, index, *values) for (gpu, index), values in buckets.items()])
 
 
-SAMPLE_INSERT = _insert(tables.samples)
 STEP_INSERT = _insert(tables.steps)
 MESSAGE_INSERT = _insert(tables.messages)
 PHASE_INSERT = _insert(tables.phases)
@@ -443,7 +457,7 @@ class Store:
         with self.connect() as db:
             for table, rows in ((tables.host_status, hosts), (tables.gpu_status, gpus),
                                 (tables.gpu_processes, processes)):
-                db.executemany(_insert(table), [(run_id, *r) for r in rows])
+                db.append(table, [(run_id, *r) for r in rows])
             if samples:
                 _insert_samples(db, run_id, samples)
             for mark in phases:
