@@ -711,9 +711,15 @@ class Store:
                 " GROUP BY gpu ORDER BY gpu", (run_id,))]
 
     def last_time(self, run_id: int) -> float:
+        """The run's latest sample's time: each device's from the index (its devices read from
+        the buckets), not a scan of every sample, which took seconds of a server's time at 19
+        million (docs/BENCHMARKS.md); a run stored before the buckets is scanned."""
         with self.connect() as db:
-            return db.execute("SELECT COALESCE(MAX(t), 0) FROM samples WHERE run_id = ?",
-                              (run_id,)).fetchone()[0]
+            return db.execute(
+                "SELECT COALESCE((SELECT MAX((SELECT MAX(t) FROM samples WHERE run_id = ? AND"
+                " gpu = devices.gpu)) FROM (SELECT DISTINCT gpu FROM sample_buckets WHERE"
+                " run_id = ?) AS devices), (SELECT MAX(t) FROM samples WHERE run_id = ?), 0)",
+                (run_id, run_id, run_id)).fetchone()[0]
 
     def decimated(self, run_id: int, buckets: int = 2000, gpu: int | None = None
                   ) -> list[Sample]:
@@ -737,10 +743,14 @@ class Store:
                 span = db.execute("SELECT MIN(t_min), MAX(t_max), COUNT(*) FROM sample_buckets"
                                   " WHERE run_id = ?", (run_id,)).fetchone()
             start, width = span[0], max((span[1] - span[0]) / buckets, 1e-9)
-            gpus, count = db.execute("SELECT COUNT(DISTINCT gpu), SUM(n) FROM (SELECT gpu,"
-                                     " COUNT(*) AS n FROM samples WHERE run_id = ?"
-                                     f"{only} GROUP BY gpu) AS counts", (run_id, *args)).fetchone()
-            if (count or 0) <= 2 * buckets * max(1, gpus):
+            gpus = db.execute(f"SELECT COUNT(DISTINCT gpu) FROM sample_buckets WHERE run_id = ?"
+                              f"{only}", (run_id, *args)).fetchone()[0]
+            # Whether the samples are few, counted no further than that: a count of them all
+            # took seconds of a server's time at 19 million (docs/BENCHMARKS.md)
+            few = 2 * buckets * max(1, gpus)
+            count = db.execute(f"SELECT COUNT(*) FROM (SELECT 1 FROM samples WHERE run_id = ?"
+                               f"{only} LIMIT ?) AS first_ones", (run_id, *args, few + 1)).fetchone()[0]
+            if count <= few:
                 rows = db.execute("SELECT t, gpu, used, reserved, total, util FROM samples"
                                   f" WHERE run_id = ?{only} ORDER BY gpu, t",
                                   (run_id, *args)).fetchall()
