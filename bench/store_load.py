@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import queue
 import signal
 import statistics
 import sys
@@ -219,7 +220,12 @@ def _bench(args, url: str) -> None:
           f" {seconds:.0f} s into {store.path}; load average at the start"
           f" {' '.join(f'{v:.2f}' for v in loads[0])}", flush=True)
     next_refresh, next_load = zero, zero + 60
-    while any(p.is_alive() for p in hosts):
+    done: list[HostResult] = []
+    while len(done) < len(hosts):  # read as they come: a host exits once its result is read
+        try:
+            done.append(results.get_nowait())
+        except queue.Empty:
+            pass
         now = time.monotonic()
         if now >= next_refresh and now > zero:
             read, draw = live_refresh(store, run_id)
@@ -241,7 +247,7 @@ def _bench(args, url: str) -> None:
             for pid in _server_pids(url) - set(server):
                 server[pid] = 0.0
         time.sleep(0.2)
-    done = sorted((results.get(timeout=60) for _ in hosts), key=lambda r: r.host)
+    done.sort(key=lambda r: r.host)
     for process in hosts:
         process.join()
     loads.append(os.getloadavg())
