@@ -319,9 +319,10 @@ class Collector:
                 del readings[:len(readings) - KEPT_READINGS]
 
     def drop(self) -> None:
-        """Forget the rows waiting: the store refused them (full, not unreachable), and the run's
-        ending, written next, must not wait on rows that cannot go in."""
+        """Forget the rows and changes waiting: the store refused them (full, not unreachable),
+        and the run's ending, written next, must not wait on writes that cannot go in."""
         self.rows.clear()
+        self.changes.clear()
 
     def flush_when_due(self) -> None:
         if time.monotonic() - self._flushed_at >= FLUSH_SECONDS:
