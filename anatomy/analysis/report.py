@@ -180,7 +180,7 @@ class RunReport:
     sweep: str | None
     phases: tuple[PhaseReading, ...]  # the walkthrough's, in order
     profiling: PhaseReading | None  # torch.profiler's steps after training: not in the peak
-    samples: int
+    samples: int | None  # None: not counted (`report(counted=False)`)
     samples_sent: int | None
     steps: int
     messages: tuple[Message, ...]
@@ -418,8 +418,11 @@ def steady_rate(span: tuple[Step, Step] | None, batch: Any, grad_accum: int | No
     return samples * processes / (last.t - first.t)
 
 
-def report(store: Store, run_id: int, run: RunRow | None = None) -> RunReport | None:
-    """The run's report, from the store; None when there is no such run."""
+def report(store: Store, run_id: int, run: RunRow | None = None, counted: bool = True
+           ) -> RunReport | None:
+    """The run's report, from the store; None when there is no such run. `counted=False` leaves
+    its samples uncounted (None), for a reader that does not show the count: a count reads
+    every sample, seconds at millions of them (the Live page's refresh, docs/BENCHMARKS.md)."""
     run = run or store.run(run_id)
     if run is None:
         return None
@@ -446,7 +449,7 @@ def report(store: Store, run_id: int, run: RunRow | None = None) -> RunReport | 
         ran_with=ran_with,
         environment=run.environment, backend=run.backend, memory_api=run.memory_api, gpu=run.gpu,
         tags=run.tags, sweep=run.sweep, phases=phases, profiling=profiling,
-        samples=store.sample_count(run_id),
+        samples=store.sample_count(run_id) if counted else None,
         samples_sent=run.samples_sent, steps=store.step_count(run_id),
         messages=tuple(store.messages(run_id)), summary=summary,
         components=(None if trained.components is None else

@@ -7,10 +7,12 @@ import contextlib
 import sys
 import threading
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 from anatomy.analysis import models
 from anatomy.analysis.options import Checked, InvalidOptions, validated
-from anatomy.analysis.report import report
+from anatomy.analysis.report import RunReport, report
 from anatomy.cli.arguments import add_run_options, add_store_option, values_from_args
 from anatomy.cli.metrics import add_metrics_options, served
 from anatomy.cli.render import PhaseEnds, peak, refused, say
@@ -18,9 +20,11 @@ from anatomy.cli.signals import POLL_SECONDS, StopSignals
 from anatomy.engine.manager import DeviceBusy, RunManager, machine
 from anatomy.engine.prometheus import EndpointRefused
 from anatomy.prediction import breakdown
-from anatomy.store import Store
+from anatomy.store import DatabaseError, Step, Store, unreachable
 from anatomy.views import text
 from anatomy.vocabulary import Phase, Status
+
+T = TypeVar("T")
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -40,6 +44,25 @@ def _progress(step: int, total: int, started: float, width: int = 30) -> str:
     return f"\rtraining [{bar}] {step}/{total} steps, {eta}"
 
 
+def _news(store: Store, run_id: int, ends: PhaseEnds) -> tuple[RunReport, Step | None, list[str]]:
+    """The run's report, its last step and the lines of the phases ended since the last call."""
+    rep = report(store, run_id)
+    step = store.last_step(run_id)
+    return rep, step, ends.new(rep)
+
+
+def _once_reachable(read: Callable[[], T], signals: StopSignals) -> T:
+    """`read()`, once the store answers: a database server that is away is waited for (the
+    recording keeps what it records meanwhile, and says so), until a signal asks for a stop."""
+    while True:
+        try:
+            return read()
+        except DatabaseError as error:
+            if not unreachable(error) or signals.received is not None:
+                raise
+            time.sleep(POLL_SECONDS)
+
+
 def _follow(manager: RunManager, store: Store, run_id: int, signals: StopSignals) -> None:
     """Print each phase's memory as it ends and the training's progress, until the run is over
     or a signal asks for a stop."""
@@ -50,8 +73,8 @@ def _follow(manager: RunManager, store: Store, run_id: int, signals: StopSignals
     last_progress = 0.0
     while signals.received is None:
         active = manager.is_active(run_id)
-        rep = report(store, run_id)
-        for line in ends.new(rep):
+        rep, step, lines = _once_reachable(lambda: _news(store, run_id, ends), signals)
+        for line in lines:
             print(line, flush=True)
         for phase in rep.phases:
             if phase.name == Phase.TRAINING and phase.done and not trained:
@@ -60,7 +83,6 @@ def _follow(manager: RunManager, store: Store, run_id: int, signals: StopSignals
                     print(file=sys.stderr)  # the progress bar's line is over
             if phase.name == Phase.TRAINING and not phase.done:
                 train_started = train_started or time.monotonic()
-                step = store.last_step(run_id)
                 now = time.monotonic()
                 if step and (tty or now - last_progress > 5):
                     line = _progress(step.step, step.total, train_started)
@@ -79,7 +101,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     except InvalidOptions as error:
         return refused(error)
     store = Store(args.store)
-    manager = RunManager(store)
+    manager = RunManager(store, tell=lambda line: say(line, file=sys.stderr, flush=True))
     try:
         with served(args, lambda: [r.figures for r in list(manager.recordings.values())]):
             return _run(args, checked, store, manager)
@@ -106,7 +128,7 @@ def _run(args: argparse.Namespace, checked: Checked, store: Store, manager: RunM
         reason = "stopped as the command that followed it failed"
         closed: OSError | None = None
         try:
-            rep = report(store, run_id)
+            rep = _once_reachable(lambda: report(store, run_id), signals)
             print(f"run {run_id}: {models.display_name(options.model)}, batch size "
                   f"{options.batch_size}, "
                   f"{options.precision}, {rep.device_name}")

@@ -4,18 +4,28 @@ The recording (engine/recording.py) drives it for every front: the manager's wor
 process that records itself (the phase API, the Trainer callback), `anatomy watch`'s command.
 Messages are the protocol's (engine/protocol.py); rows wait here until the next flush, so the
 store sees one transaction per FLUSH_SECONDS.
+
+While a database server cannot be reached, every write waits here, in order (the rows, then the
+changes to the run's row), and goes in once it is back, with a line each way that the run's
+messages keep too. Samples are bounded (KEPT_SAMPLES): past it the oldest are thinned to each
+0.1 s's lowest and highest reading of each device, as the store's buckets keep them, so the chart
+and every peak survive; the device panel's readings past KEPT_READINGS are dropped, oldest first.
+Phase marks, steps, messages and the run's changes are never dropped.
 """
 
 from __future__ import annotations
 
+import math
 import queue as queue_module
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from anatomy.engine import protocol
 from anatomy.engine.figures import Figures
 from anatomy.store import (
+    BUCKET_SECONDS,
     Components,
     DatabaseError,
     GpuProcess,
@@ -30,8 +40,13 @@ from anatomy.store import (
     unreachable,
     why,
 )
+from anatomy.vocabulary import Level
 
 FLUSH_SECONDS = 0.1
+# What an outage of the database server may keep in memory: ~220 bytes a sample, so ~220 MB
+# (2 minutes of 8 GPUs at 1 kHz, 10 of one GPU at the default 200 Hz before any thinning)
+KEPT_SAMPLES = 1_000_000
+KEPT_READINGS = 100_000  # the device panel's rows of each kind (a few a second)
 
 
 @dataclass
@@ -86,6 +101,33 @@ class Rows:
             rows.clear()
 
 
+@dataclass(frozen=True)
+class RunValues:
+    """Columns of the run's row to set (`Store.update_run`), kept in order with the others."""
+    values: dict[str, Any]
+
+
+# What changes the run's row rather than adding rows: applied after the rows, in arrival order.
+RunChange = protocol.Environment | protocol.Named | protocol.Described | RunValues
+
+
+def thinned(samples: list[Sample]) -> list[Sample]:
+    """Each device's lowest and highest reading of each 0.1 s (the store's buckets), in the
+    order they came: the chart and every peak as they were."""
+    kept: dict[tuple[int, int], list[int]] = {}
+    for index, sample in enumerate(samples):
+        key = (sample.gpu, math.floor(sample.t / BUCKET_SECONDS))
+        ends = kept.get(key)
+        if ends is None:
+            kept[key] = [index, index]
+            continue
+        if sample.used < samples[ends[0]].used:
+            ends[0] = index
+        if sample.used > samples[ends[1]].used:
+            ends[1] = index
+    return [samples[i] for i in sorted({i for ends in kept.values() for i in ends})]
+
+
 @dataclass
 class StepCount:
     """One rank's steps as the run numbers them. A count that starts again within the run — a
@@ -107,12 +149,18 @@ class StepCount:
 
 class Collector:
     def __init__(self, store: Store, run_id: int, outcome: Outcome | None = None,
-                 figures: Figures | None = None, say: Callable[[str], None] | None = None):
+                 figures: Figures | None = None, say: Callable[[str], None] | None = None,
+                 clock: Callable[[], float] | None = None):
         self.store, self.run_id = store, run_id
         self.figures = figures  # the run's live figures, for its trackers and /metrics
         self.say = say or (lambda text: None)
+        # The run's clock, for the messages it writes itself (default: its latest sample's time)
+        self.clock = clock or (lambda: self._latest_t)
+        self._latest_t = 0.0
         self.unreachable_since: float | None = None  # the database server went away: rows kept
+        self.thinned = self.dropped = 0  # samples thinned, device readings dropped, in an outage
         self.rows = Rows()
+        self.changes: list[RunChange] = []  # to the run's row, after the rows, in order
         self.outcome = outcome or Outcome()
         self.sampled = False  # a sample has come
         self.summary_rank: int | None = None  # the rank whose summary is the run's
@@ -126,6 +174,8 @@ class Collector:
             case protocol.Samples(samples=samples):
                 self.rows.samples.extend(samples)
                 self.sampled = self.sampled or bool(samples)
+                if samples:
+                    self._latest_t = max(self._latest_t, samples[-1].t)
             case protocol.DeviceStatus(host=host, gpus=gpus, processes=processes):
                 self.rows.hosts.append(host)
                 self.rows.gpus.extend(gpus)
@@ -141,17 +191,9 @@ class Collector:
                     self.outcome.last_step = step
             case protocol.Note(message=note):
                 self.rows.messages.append(note)
-            case protocol.Environment(facts=facts):
+            case protocol.Environment() | protocol.Named() | protocol.Described():
+                self.changes.append(message)
                 self.flush()
-                self.store.merge_environment(self.run_id, facts)
-            case protocol.Named(name=name):
-                if self.store.run(self.run_id).name is None:  # `watch --name` comes first
-                    self.store.rename_run(self.run_id, name)
-            case protocol.Described(options=options, model=model):
-                # Over what was said before: a script's batch size beside a Trainer's arguments
-                known = self.store.run(self.run_id, as_recorded=True).options
-                self.store.update_run(self.run_id, options={**known, **options},
-                                      **({"preset": model} if model else {}))
             case protocol.Summarised(summary=summary, source=source):
                 # The run's figures: the lowest rank's that says them (every rank says the
                 # same), rank 0's unless it never reported.
@@ -189,40 +231,98 @@ class Collector:
             except queue_module.Empty:
                 return
 
+    def change_run(self, **values: Any) -> None:
+        """Set columns of the run's row with the next write (kept through an outage)."""
+        self.changes.append(RunValues(values))
+
     def flush(self, keep: bool = True) -> bool:
-        """Write what waits; False when the database server cannot be reached: the rows stay
-        here, in order, and go in with the next flush that reaches it (said once each way).
-        `keep=False` raises instead (the run's ending, retried until the server is back)."""
+        """Write what waits; False when the database server cannot be reached: the rows and the
+        run's changes stay here, in order, and go in with the next flush that reaches it (said
+        once each way). `keep=False` raises instead (the run's ending, which waits for it)."""
         self._flushed_at = time.monotonic()
-        if not self.rows:
+        if not (self.rows or self.changes):
             return True
-        rows = self.rows
+        rows, kept = self.rows, len(self.rows.samples)
         try:
-            self.store.write(self.run_id, samples=rows.samples, phases=rows.phases,
-                             steps=rows.steps, messages=rows.messages, hosts=rows.hosts,
-                             gpus=rows.gpus, processes=rows.processes)
+            if rows:
+                self.store.write(self.run_id, samples=rows.samples, phases=rows.phases,
+                                 steps=rows.steps, messages=rows.messages, hosts=rows.hosts,
+                                 gpus=rows.gpus, processes=rows.processes)
+                rows.clear()
+            while self.changes:
+                self._apply(self.changes[0])
+                self.changes.pop(0)
         except DatabaseError as error:
-            if not (keep and unreachable(error)):
+            if not unreachable(error):
                 raise
-            if self.unreachable_since is None:
-                self.unreachable_since = time.monotonic()
-                self.say(f"the store {self.store.path} cannot be reached ({why(error)}); the"
-                         " recording goes on and keeps what it records until it is back")
+            self._kept(error)
+            if not keep:
+                raise
             return False
         if self.unreachable_since is not None:
-            self.say(f"the store {self.store.path} is back after"
-                     f" {time.monotonic() - self.unreachable_since:.0f} s: the"
-                     f" {len(rows.samples)} samples kept meanwhile are written")
+            self._tell(f"the store {self.store.path} is back after"
+                       f" {time.monotonic() - self.unreachable_since:.0f} s: the {kept:,} samples"
+                       " and every other write kept meanwhile are written")
             self.unreachable_since = None
         if self.figures is not None:
-            self.figures.stored_samples(len(rows.samples))
-        self.rows.clear()
+            self.figures.stored_samples(kept)
         return True
 
+    def _apply(self, change: RunChange) -> None:
+        match change:
+            case protocol.Environment(facts=facts):
+                self.store.merge_environment(self.run_id, facts)
+            case protocol.Named(name=name):
+                if self.store.run(self.run_id).name is None:  # `watch --name` comes first
+                    self.store.rename_run(self.run_id, name)
+            case protocol.Described(options=options, model=model):
+                # Over what was said before: a script's batch size beside a Trainer's arguments
+                known = self.store.run(self.run_id, as_recorded=True).options
+                self.store.update_run(self.run_id, options={**known, **options},
+                                      **({"preset": model} if model else {}))
+            case RunValues(values=values):
+                self.store.update_run(self.run_id, **values)
+
+    def _tell(self, text: str) -> None:
+        """A line for the user now, and for the run's messages with the next write."""
+        self.say(text)
+        self.rows.messages.append(Message(self.clock(), Level.WARNING, text))
+
+    def _kept(self, error: DatabaseError) -> None:
+        """The server is away: said once, and what waits kept within its bounds."""
+        if self.unreachable_since is None:
+            self.unreachable_since = time.monotonic()
+            self._tell(f"the store {self.store.path} cannot be reached at {self.clock():.1f} s"
+                       f" ({why(error)}); the recording goes on and keeps what it records until"
+                       " it is back")
+        samples = self.rows.samples
+        if len(samples) > KEPT_SAMPLES:
+            before = len(samples)
+            samples[:] = thinned(samples)
+            if len(samples) > KEPT_SAMPLES:  # thinned already: the oldest go
+                del samples[:len(samples) - KEPT_SAMPLES]
+            if not self.thinned:
+                self._tell(f"the store has been unreachable for"
+                           f" {time.monotonic() - self.unreachable_since:.0f} s: past"
+                           f" {KEPT_SAMPLES:,} samples kept, they are thinned to each"
+                           f" {BUCKET_SECONDS:g} s's lowest and highest reading of each device"
+                           " (the chart and every peak survive; past that the oldest go)")
+            self.thinned += before - len(samples)
+        for readings in (self.rows.hosts, self.rows.gpus, self.rows.processes):
+            if len(readings) > KEPT_READINGS:
+                if not self.dropped:
+                    self._tell(f"the store has been unreachable for"
+                               f" {time.monotonic() - self.unreachable_since:.0f} s: the device"
+                               f" panel's readings past {KEPT_READINGS:,} are dropped, oldest"
+                               " first")
+                self.dropped += len(readings) - KEPT_READINGS
+                del readings[:len(readings) - KEPT_READINGS]
+
     def drop(self) -> None:
-        """Forget the rows waiting: the store refused them (full, not unreachable), and the run's
-        ending, written next, must not wait on rows that cannot go in."""
+        """Forget the rows and changes waiting: the store refused them (full, not unreachable),
+        and the run's ending, written next, must not wait on writes that cannot go in."""
         self.rows.clear()
+        self.changes.clear()
 
     def flush_when_due(self) -> None:
         if time.monotonic() - self._flushed_at >= FLUSH_SECONDS:

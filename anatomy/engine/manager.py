@@ -14,6 +14,7 @@ import multiprocessing as mp
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import psutil
@@ -58,8 +59,11 @@ class ActiveRun:
 
 
 class RunManager:
-    def __init__(self, store: Store | None = None):
+    def __init__(self, store: Store | None = None, tell: Callable[[str], None] | None = None):
+        """`tell(text)`: what its runs' recordings say at once (a database server gone and
+        back), besides the run's messages: the CLI prints it."""
         self.store = store or Store()
+        self.tell = tell
         self.active: dict[int, ActiveRun] = {}
         self.recordings: dict[int, Recording] = {}  # this manager's runs, running or ended
         self._guard = threading.Lock()
@@ -147,7 +151,8 @@ class RunManager:
         return Recording(self.store, info.backend, [d.nvml_index for d in info.devices],
                          options.sample_rate, owns_training=True,
                          events=mp.get_context("spawn").Queue(),
-                         lock_fds=tuple(lock.fileno() for lock in locks), decide=_decide)
+                         lock_fds=tuple(lock.fileno() for lock in locks), decide=_decide,
+                         tell=self.tell)
 
     def _spawn(self, active: ActiveRun, options: RunOptions, info: Machine,
                dwell: float | None, texts: Tokenized | None = None) -> None:

@@ -35,7 +35,7 @@ from anatomy.engine.endings import Ending, OomKills, death, killed_for_memory
 from anatomy.engine.figures import Figures
 from anatomy.engine.lifeline import Lifeline, forget_names, launch, signals_to_the_main_thread
 from anatomy.engine.processes import end_tree
-from anatomy.store import DatabaseError, RunFacts, RunSource, Store, device_key, store_error
+from anatomy.store import DatabaseError, RunFacts, RunSource, Store, device_key, store_error, unreachable
 from anatomy.store.liveness import ENDED_WITHOUT_A_WORD, is_alive
 from anatomy.vocabulary import Status
 
@@ -224,7 +224,7 @@ class Recording:
         self.store.reserve(self.run_id)
         self.figures.run_id = self.run_id
         self.collector = Collector(self.store, self.run_id, self.outcome, self.figures,
-                                   say=self._say)
+                                   say=self._say, clock=self.now)
         return self.run_id
 
     def follow(self, training: Training) -> None:
@@ -232,10 +232,7 @@ class Recording:
         self.training = training
         self.training_pid.value = training.pid
         self.oom_kills = OomKills(training.pid)
-        try:
-            self.store.update_run(self.run_id, worker_pid=training.pid)
-        except DatabaseError:
-            pass  # the collector meets the same store and ends the run, saying why
+        self.collector.change_run(worker_pid=training.pid)  # with its first write
         threading.Thread(target=self._collect, name=f"anatomy-collector-{self.run_id}",
                          daemon=True).start()
 
@@ -453,15 +450,21 @@ class Recording:
 
     # --- the ending ---
     def _record(self, ending: Ending) -> None:
-        """Write the ending now, or keep it and retry in the background (the disk may free up):
-        `ending.recorded` says which."""
-        for attempt in range(RECORD_TRIES):
+        """Write the ending now, or once a database server that cannot be reached is back
+        (whoever waits for the run waits for it, told so), or keep it and retry in the
+        background (a full disk may free up): `ending.recorded` says which."""
+        attempt = 0
+        while attempt < RECORD_TRIES:
             try:
                 self._write_ending(ending)
                 self.ending = ending
                 return
-            except DatabaseError:
-                time.sleep(0.3 * (attempt + 1))
+            except DatabaseError as error:
+                if unreachable(error):
+                    time.sleep(RETRY_SECONDS)
+                    continue
+                attempt += 1
+                time.sleep(0.3 * attempt)
         self.ending = Ending(ending.status, ending.error, recorded=False)
         threading.Thread(target=self._record_later, args=(ending,),
                          name=f"anatomy-record-{self.run_id}", daemon=True).start()

@@ -7,7 +7,7 @@ declared once), `schema` (a store known as anatomy's and brought to this release
 alembic `migrations`), `location` (a path or a URL, its password never shown), `errors` (why a
 store cannot be used), `database` (the Store)."""
 
-from anatomy.store.database import STORE_ENV, Store, default_store, resolve_path
+from anatomy.store.database import BUCKET_SECONDS, STORE_ENV, Store, default_store, resolve_path
 from anatomy.store.errors import (
     DatabaseError,
     StoreError,
@@ -50,7 +50,8 @@ from anatomy.vocabulary import PHASES, Phase
 
 PROFILING, PROCESS = Phase.PROFILING, Phase.PROCESS
 
-__all__ = ["HOST_STRIDE", "device_key", "rank_series", "series_rank", "Components", "Origin",
+__all__ = ["BUCKET_SECONDS", "HOST_STRIDE", "device_key", "rank_series", "series_rank", "Components",
+           "Origin",
            "ReportedOptions", "RunFacts", "RunSource", "TrainingArguments", "TrainingData",
            "TrainingSummary", "PHASES", "PROCESS", "PROFILING", "SPANS", "STATUSES", "STORE_ENV",
            "GpuProcess", "GpuStatus", "HostStatus", "Message", "PhaseMark", "PhaseSpan",

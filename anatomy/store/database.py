@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, inspect
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
 from anatomy.store import checks, forks, schema, tables
@@ -84,6 +85,29 @@ class Db:
         if rows:
             self.connection.exec_driver_sql(self._sql(sql), [tuple(r) for r in rows])
 
+    def append(self, table, rows: Sequence[Sequence]) -> None:
+        """Rows of all `table`'s columns, added in this transaction: PostgreSQL's COPY (a
+        statement per row, executemany's way, took a server ~12 s for 40,000 samples on a
+        loaded machine, docs/BENCHMARKS.md), SQLite's executemany."""
+        if not rows:
+            return
+        if not self.postgres:
+            self.executemany(_insert(table), rows)
+            return
+        import psycopg
+
+        names = ", ".join(f'"{c.name}"' for c in table.columns)
+        statement = f"COPY {table.name} ({names}) FROM STDIN"
+        raw = self.connection.connection.driver_connection
+        try:
+            with raw.cursor() as cursor, cursor.copy(statement) as copy:
+                for row in rows:
+                    copy.write_row(row)
+        except psycopg.Error as error:  # as SQLAlchemy raises what it runs: a DatabaseError
+            if raw.broken or raw.closed:  # the server went: never handed out again
+                self.connection.invalidate(error)
+            raise DBAPIError.instance(statement, None, error, psycopg.Error) from None
+
     def commit(self) -> None:
         self.connection.commit()
 
@@ -98,7 +122,7 @@ def _insert(table, columns: Sequence[str] | None = None) -> str:
 
 def _insert_samples(db: Db, run_id: int, samples: Sequence[Sample]) -> None:
     """The samples, and their 0.1 s buckets' min and max."""
-    db.executemany(SAMPLE_INSERT, [(run_id, *s) for s in samples])
+    db.append(tables.samples, [(run_id, *s) for s in samples])
     _merge_buckets(db, run_id, samples)
 
 
@@ -119,7 +143,6 @@ def _merge_buckets(db: Db, run_id: int, samples: Sequence[Sample]) -> None:
                    [(run_id, gpu, index, *values) for (gpu, index), values in buckets.items()])
 
 
-SAMPLE_INSERT = _insert(tables.samples)
 STEP_INSERT = _insert(tables.steps)
 MESSAGE_INSERT = _insert(tables.messages)
 PHASE_INSERT = _insert(tables.phases)
@@ -443,7 +466,7 @@ class Store:
         with self.connect() as db:
             for table, rows in ((tables.host_status, hosts), (tables.gpu_status, gpus),
                                 (tables.gpu_processes, processes)):
-                db.executemany(_insert(table), [(run_id, *r) for r in rows])
+                db.append(table, [(run_id, *r) for r in rows])
             if samples:
                 _insert_samples(db, run_id, samples)
             for mark in phases:
@@ -699,9 +722,15 @@ class Store:
                 " GROUP BY gpu ORDER BY gpu", (run_id,))]
 
     def last_time(self, run_id: int) -> float:
+        """The run's latest sample's time: each device's from the index (its devices read from
+        the buckets), not a scan of every sample, which took seconds of a server's time at 19
+        million (docs/BENCHMARKS.md); a run stored before the buckets is scanned."""
         with self.connect() as db:
-            return db.execute("SELECT COALESCE(MAX(t), 0) FROM samples WHERE run_id = ?",
-                              (run_id,)).fetchone()[0]
+            return db.execute(
+                "SELECT COALESCE((SELECT MAX((SELECT MAX(t) FROM samples WHERE run_id = ? AND"
+                " gpu = devices.gpu)) FROM (SELECT DISTINCT gpu FROM sample_buckets WHERE"
+                " run_id = ?) AS devices), (SELECT MAX(t) FROM samples WHERE run_id = ?), 0)",
+                (run_id, run_id, run_id)).fetchone()[0]
 
     def decimated(self, run_id: int, buckets: int = 2000, gpu: int | None = None
                   ) -> list[Sample]:
@@ -725,30 +754,39 @@ class Store:
                 span = db.execute("SELECT MIN(t_min), MAX(t_max), COUNT(*) FROM sample_buckets"
                                   " WHERE run_id = ?", (run_id,)).fetchone()
             start, width = span[0], max((span[1] - span[0]) / buckets, 1e-9)
-            gpus, count = db.execute("SELECT COUNT(DISTINCT gpu), SUM(n) FROM (SELECT gpu,"
-                                     " COUNT(*) AS n FROM samples WHERE run_id = ?"
-                                     f"{only} GROUP BY gpu) AS counts", (run_id, *args)).fetchone()
-            if (count or 0) <= 2 * buckets * max(1, gpus):
+            gpus = db.execute(f"SELECT COUNT(DISTINCT gpu) FROM sample_buckets WHERE run_id = ?"
+                              f"{only}", (run_id, *args)).fetchone()[0]
+            # Whether the samples are few, counted no further than that: a count of them all
+            # took seconds of a server's time at 19 million (docs/BENCHMARKS.md)
+            few = 2 * buckets * max(1, gpus)
+            count = db.execute(f"SELECT COUNT(*) FROM (SELECT 1 FROM samples WHERE run_id = ?"
+                               f"{only} LIMIT ?) AS first_ones", (run_id, *args, few + 1)).fetchone()[0]
+            if count <= few:
                 rows = db.execute("SELECT t, gpu, used, reserved, total, util FROM samples"
                                   f" WHERE run_id = ?{only} ORDER BY gpu, t",
                                   (run_id, *args)).fetchall()
                 return [Sample(*r) for r in rows]
             points = {}
-            for t, used, agg, order in (("t_min", "used_min", "MIN", "ASC"),
-                                        ("t_max", "used_max", "MAX", "DESC")):
-                if db.postgres:  # each group's row that holds the MIN / MAX, told by DISTINCT ON
-                    query = (f"SELECT DISTINCT ON (gpu, part) t, gpu, used, reserved, total,"
-                             f" NULL FROM (SELECT {t} AS t, gpu, {used} AS used, reserved, total,"
-                             f" FLOOR(({t} - ?) / ?) AS part FROM sample_buckets"
-                             f" WHERE run_id = ?{only}) AS parts"
-                             f" ORDER BY gpu, part, used {order}")
-                    values = (start, width, run_id, *args)
-                else:  # SQLite fills the bare columns from the row that holds the MIN / MAX.
-                    query = (f"SELECT {t} AS t, gpu, {agg}({used}) AS used, reserved, total, NULL"
-                             f" FROM sample_buckets WHERE run_id = ?{only}"
-                             f" GROUP BY gpu, CAST(({t} - ?) / ? AS INTEGER)")
-                    values = (run_id, *args, start, width)
-                for r in db.execute(query, values):
+            if db.postgres:
+                # Each part's lowest and highest reading at its time, in one pass: the lowest
+                # (used, t) pair is MIN of the arrays (two DISTINCT ON sorts took 2.7 s of a
+                # loaded server at 19 million samples, this 0.7 s); reserved and total, the
+                # part's highest
+                for row in db.execute(
+                        "SELECT gpu, MIN(ARRAY[used_min, t_min]), MAX(ARRAY[used_max, t_max]),"
+                        " MAX(reserved), MAX(total) FROM sample_buckets WHERE run_id = ?"
+                        f"{only} GROUP BY gpu, FLOOR((t_min - ?) / ?)",
+                        (run_id, *args, start, width)):
+                    gpu, reserved, total = row[0], row[3], row[4]
+                    for used, t in (row[1], row[2]):
+                        points[(gpu, t)] = Sample(t, gpu, int(used), reserved, total, None)
+                return [points[k] for k in sorted(points)]
+            for t, used, agg in (("t_min", "used_min", "MIN"), ("t_max", "used_max", "MAX")):
+                # SQLite fills the bare columns from the row that holds the MIN / MAX.
+                for r in db.execute(f"SELECT {t} AS t, gpu, {agg}({used}) AS used, reserved, total,"
+                                    f" NULL FROM sample_buckets WHERE run_id = ?{only}"
+                                    f" GROUP BY gpu, CAST(({t} - ?) / ? AS INTEGER)",
+                                    (run_id, *args, start, width)):
                     sample = Sample(*r)
                     points[(sample.gpu, sample.t)] = sample
         return [points[k] for k in sorted(points)]

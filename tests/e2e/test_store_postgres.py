@@ -6,6 +6,7 @@ permissions, SQLite's own errors) stays with SQLite only."""
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 
 import pytest
 
@@ -107,6 +108,138 @@ def test_a_database_restart_mid_recording_keeps_the_samples_and_writes_them_when
     assert [s.t for s in store.samples(run_id)] == [i / 100 for i in range(300)]
 
 
+def test_every_write_of_a_recording_waits_out_a_database_restart_and_goes_in_in_order(
+        postgres, store):
+    """Phase marks, steps, notes, the facts and name a training reports and the run's own
+    changes, made while the server is down, are kept and written in order once it is back; the
+    run's messages say when it went and came back."""
+    from anatomy.engine import protocol
+    from anatomy.engine.collector import Collector
+    from anatomy.store import PhaseMark, RunFacts, Sample, Step
+
+    run_id = store.create_run({"model": "tiny"}, "nvml", "v2", 0, {})
+    said = []
+    collector = Collector(store, run_id, say=said.append)
+    rank0 = protocol.Source(rank=0)
+    collector.handle(protocol.Samples([Sample(0.0, 0, 2**30, None, None, None)]))
+    collector.handle(protocol.Phase(PhaseMark("start", "training", 0.0), rank0))
+    assert collector.flush()
+    postgres.stop()
+    try:
+        collector.handle(protocol.Samples([Sample(i / 10, 0, 2**30 + i, None, None, None)
+                                           for i in range(1, 30)]))
+        collector.handle(protocol.StepReport(Step(1.0, 1, 2, 3.5, None, None), rank0))
+        collector.handle(protocol.Environment(RunFacts.of(torch="2.13.0"), rank0))
+        collector.handle(protocol.Named("while it was down", rank0))
+        collector.handle(protocol.Described({"batch_size": 4}, "my-model", rank0))
+        collector.handle(protocol.Note(Message(2.0, "info", "a user's note"), rank0))
+        collector.handle(protocol.StepReport(Step(2.5, 2, 2, 3.0, None, None), rank0))
+        collector.handle(protocol.Phase(PhaseMark("end", "training", 2.9), rank0))
+        collector.change_run(worker_pid=4321)
+        assert not collector.flush()
+        assert not collector.flush()
+    finally:
+        postgres.start()
+    assert collector.flush()
+    assert len(said) == 2 and "cannot be reached" in said[0] and "is back after" in said[1]
+    assert store.sample_count(run_id) == 30
+    assert [(p.name, p.start_s, p.end_s) for p in store.phases(run_id)] == [("training", 0.0, 2.9)]
+    assert [s.step for s in store.steps(run_id)] == [1, 2]
+    run = store.run(run_id, as_recorded=True)
+    assert (run.name, run.preset, run.options["batch_size"], run.environment.torch,
+            run.worker_pid) == ("while it was down", "my-model", 4, "2.13.0", 4321)
+    texts = [m.text for m in store.messages(run_id)]
+    assert said[0] in texts and "a user's note" in texts
+    collector.flush()  # the line of its return goes in with the next write
+    assert store.messages(run_id)[-1].text == said[1]
+
+
+def test_past_its_bound_an_outage_thins_the_samples_kept_and_keeps_every_peak_and_phase(
+        postgres, store, monkeypatch):
+    """More samples than the collector keeps for an outage: each 0.1 s of each GPU is kept as
+    its lowest and highest reading (the chart and every peak survive), said in a line and in
+    the run's messages; phases and steps are never dropped."""
+    from anatomy.engine import collector as collector_module
+    from anatomy.engine import protocol
+    from anatomy.store import PhaseMark, Sample, Step
+
+    monkeypatch.setattr(collector_module, "KEPT_SAMPLES", 1000)
+    run_id = store.create_run({"model": "tiny"}, "nvml", "v2", 0, {})
+    said = []
+    collector = collector_module.Collector(store, run_id, say=said.append)
+    rank0 = protocol.Source(rank=0)
+    collector.handle(protocol.Phase(PhaseMark("start", "training", 0.0), rank0))
+    postgres.stop()
+    try:
+        for second in range(4):  # 4 s at 1 kHz on 2 GPUs, flushed as the recording does
+            collector.handle(protocol.Samples([
+                Sample(second + i / 1000, gpu, 2**30 + (5 * 2**30 if (second, i, gpu) == (2, 517, 1)
+                                                        else i * 1024), None, None, None)
+                for i in range(1000) for gpu in (0, 1)]))
+            collector.handle(protocol.StepReport(Step(second + 0.5, second + 1, 4, 1.0, None,
+                                                      None), rank0))
+            assert not collector.flush()
+        collector.handle(protocol.Phase(PhaseMark("end", "training", 4.0), rank0))
+        assert not collector.flush()
+    finally:
+        postgres.start()
+    assert collector.flush()
+    collector.flush()
+    stored = store.samples(run_id)
+    assert len(stored) <= 1000 + 2 * 1000  # thinned to the bound's size at most once more
+    assert max(s.used for s in stored) == 6 * 2**30  # the peak, at its own time
+    assert [(s.t, s.gpu) for s in stored if s.used == 6 * 2**30] == [(2.517, 1)]
+    assert {s.gpu for s in stored} == {0, 1} and min(s.t for s in stored) == 0.0
+    assert [p.end_s for p in store.phases(run_id)] == [4.0]
+    assert [s.step for s in store.steps(run_id)] == [1, 2, 3, 4]
+    thinned = [line for line in said if "thinned" in line]
+    assert len(thinned) == 1 and "lowest and highest reading" in thinned[0]
+    assert thinned[0] in [m.text for m in store.messages(run_id)]
+
+
+def test_a_cli_run_through_a_database_restart_is_whole_and_says_so_each_way(postgres, pg_url):
+    """`anatomy run` whose server stops while the worker starts (its facts, phases, steps and
+    ending all come while it is down or after) and is back 8 s later: the run completes with
+    every sample, phase and step, the CLI prints a line each way and the run's messages keep
+    them."""
+    import subprocess
+    import sys
+    import time
+    from dataclasses import replace
+
+    from tests.conftest import PROJECT, TINY, flags
+    from tests.helpers import wait_until
+
+    store = Store(pg_url)
+    run = subprocess.Popen([sys.executable, "-m", "anatomy", "run", "--store", pg_url,
+                            *flags(replace(TINY, max_steps=12))], cwd=PROJECT, text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_until(lambda: store.runs() and store.sample_count(store.runs()[0].id), 120,
+                   "the run's first samples", process=run)
+        postgres.stop()
+        try:
+            time.sleep(8)
+        finally:
+            postgres.start()
+        out, err = run.communicate(timeout=300)
+    finally:
+        run.kill()
+    assert run.returncode == 0, err
+    recorded = store.runs()[0]
+    assert recorded.status == "completed" and recorded.environment.torch is not None
+    assert store.sample_count(recorded.id) == recorded.samples_sent > 0
+    assert [p.end_s is not None for p in store.phases(recorded.id)] == [True] * 4
+    assert store.step_count(recorded.id) == 12
+    said = [line for line in err.splitlines() if line.startswith(f"run {recorded.id}: ")
+            and ("cannot be reached" in line or "is back after" in line)]  # as it happened
+    assert len(said) == 2 and "cannot be reached" in said[0], err
+    texts = [m.text for m in store.messages(recorded.id)]
+    assert [t for t in texts if "cannot be reached" in t or "is back after" in t] == \
+        [line.split(": ", 1)[1] for line in said]
+    assert PASSWORD not in out + err
+
+
 def test_wrong_credentials_or_no_server_at_start_are_one_line_and_nothing_starts(
         postgres, capsys):
     wrong = postgres.url("postgres", password="not-it")
@@ -177,3 +310,51 @@ def test_the_dashboard_over_a_store_its_role_cannot_write_falls_back_to_read_onl
             engine.dispose()
         postgres.sql("REVOKE ALL ON ALL TABLES IN SCHEMA public FROM reader", name)
         postgres.sql("DROP ROLE reader")
+
+
+# --- the dashboard on PostgreSQL, in a real browser ---
+
+@pytest.mark.browser
+@pytest.mark.skipif(not Path("/usr/bin/chromium").exists(),
+                    reason="needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)")
+@pytest.mark.parametrize("read_only", [False, True], ids=["writable", "read-only"])
+def test_the_dashboard_on_postgresql_lists_the_run_and_draws_its_chart_in_a_browser(
+        pg_url, chromium, tmp_path, read_only):
+    """`anatomy dashboard --store postgresql://…` (the password from $PGPASSWORD): the Runs
+    page lists the seeded run and draws its chart; `--read-only` offers no Delete, Save or Start
+    and says why in the sidebar, where the writable one offers them."""
+    import sys
+
+    from tests.conftest import PROJECT
+    from tests.e2e.conftest import serve, stop
+    from tools.browser import wait_for_charts
+
+    store = Store(pg_url)
+    run_id = seed_run(store, gpus=2)
+    store.rename_run(run_id, "on the team's server")
+    process, url, log = serve([sys.executable, "-m", "anatomy", "dashboard", "--port", "{port}",
+                               "--store", pg_url, *(["--read-only"] if read_only else [])],
+                              cwd=PROJECT, log_path=tmp_path / "server.log")
+    try:
+        page = chromium.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(f"{url}/runs?run={run_id}")
+        wait_for_charts(page, 1)
+        page.get_by_text("on the team's server").first.wait_for(timeout=60_000)
+        page.locator("[data-testid=stDataFrame]").first.wait_for(timeout=60_000)  # the list
+        page.wait_for_timeout(1000)
+        name = "runs-postgresql" + ("-read-only" if read_only else "") + "-1280.png"
+        page.screenshot(path=PROJECT / "docs" / "screenshots" / name)
+        writing = [page.get_by_role("button", name=f"Delete run {run_id}…").count(),
+                   page.get_by_role("button", name="Save").count()]
+        sidebar = page.locator("[data-testid=stSidebar]").inner_text()
+        page.goto(url)  # the Live page: its Start
+        page.get_by_text("Live run").first.wait_for(timeout=60_000)
+        page.wait_for_timeout(2000)
+        writing.append(page.get_by_role("button", name="Start").count())
+    finally:
+        logged = stop(process, log)
+    if read_only:
+        assert writing == [0, 0, 0] and "Read-only: asked for (--read-only)" in sidebar
+    else:
+        assert all(writing) and "Read-only" not in sidebar
+    assert "Traceback" not in logged and PASSWORD not in logged

@@ -99,3 +99,16 @@ def test_a_run_of_two_hosts_draws_each_hosts_gpus_as_their_own_lines(store):
              if t.name.startswith("node-")]
     assert names == ["node-0 · GPU 0 (rank 0)", "node-0 · GPU 1 (rank 1)",
                      "node-1 · GPU 0 (rank 2)", "node-1 · GPU 1 (rank 3)"]
+
+
+@pytest.mark.parametrize("hosts", [3, 4, 5, 6])
+def test_a_panel_for_each_of_several_hosts_lies_inside_the_figure(store, hosts):
+    """3 to 6 hosts of 8 GPUs: a panel each, every panel's axes within the figure (the last
+    row's bottom, 1 less the rows above it, came out a hair below 0 and plotly refused it)."""
+    run_id = many_gpus.add_run(store, hosts, 8, rate=5.0, training_s=2.0, model="tiny",
+                               seq_len=32)
+    rep = report(store, run_id)
+    figure = figures.memory_chart(rep, store.decimated(run_id, figures.buckets(rep)))
+    domains = [axis.domain for axis in figure.select_yaxes()]
+    assert len(domains) == hosts
+    assert all(0 <= low < high <= 1 for low, high in domains)

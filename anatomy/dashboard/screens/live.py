@@ -257,7 +257,7 @@ def live_view(run_id: int) -> None:
     heading, metrics = st.empty(), st.container()
     progress: list = []
     _controls(run_id, progress)
-    rep = report(db, run_id)
+    rep = report(db, run_id, counted=False)  # every second: the count is not shown here
     heading.subheader(text.literal(rep.title()))
     with metrics:
         _phase_metrics(rep)

@@ -118,9 +118,10 @@ def _grid(count: int) -> tuple[int, list[dict], list[dict]]:
         suffix = "" if index == 0 else str(index + 1)
         left, top = col * (width + gap_x), 1 - row * (height + gap_y)
         shared = {} if index == 0 else {"matches": "x"}
-        xaxes.append({"domain": [left, left + width], "anchor": f"y{suffix}", **shared,
+        # Clamped: the sums' rounding put the last row's bottom a hair below 0, refused by plotly
+        xaxes.append({"domain": [left, min(1.0, left + width)], "anchor": f"y{suffix}", **shared,
                       "showticklabels": row == rows - 1 or index + PANEL_COLUMNS >= count})
-        yaxes.append({"domain": [top - height, top], "anchor": f"x{suffix}",
+        yaxes.append({"domain": [max(0.0, top - height), top], "anchor": f"x{suffix}",
                       **({} if index == 0 else {"matches": "y"}),
                       "showticklabels": col == 0})
     return rows, xaxes, yaxes
