@@ -360,9 +360,9 @@ class Watch:
             facts = facts.merged(RunFacts.of(gpus=tuple(
                 self.devices[min(self.ranks.get(r, r), len(self.devices) - 1)].nvml_index
                 for r in range(world))))
-        recording = self.recording
-        recording.collector.flush()
-        self.store.merge_environment(recording.run_id, facts)
+        # Through the recording's queue, as the ranks' own facts: kept in order with the rest
+        # while a database server is away (the collector's), not written here to fail.
+        self.recording.events.put(protocol.Environment(facts, protocol.SAMPLER))
 
     def _gpu(self, local: int | None) -> int | None:
         """The GPU (NVML index) a rank of this host trains on, by its LOCAL_RANK; None on the
