@@ -457,6 +457,18 @@ def report(store: Store, run_id: int, run: RunRow | None = None) -> RunReport | 
         ranks=_ranks(store, run, profiling), imported=run.origin)
 
 
+def reports(store: Store, run_ids: Iterable[int]) -> list[RunReport]:
+    """The runs' reports, in the order asked; KeyError naming the first run not there (an export
+    writes nothing until it has every run)."""
+    found = []
+    for run_id in run_ids:
+        rep = report(store, run_id)
+        if rep is None:
+            raise KeyError(f"run {run_id} is not in {store.path}")
+        found.append(rep)
+    return found
+
+
 def known_options(run: RunRow) -> RunOptions | ReportedOptions:
     """The options as the run knows them: every option of anatomy's own runs (those added since
     at their defaults: it ran with them); of a user's training only those it reported (None for
