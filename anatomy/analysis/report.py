@@ -17,11 +17,10 @@ from typing import Any
 from anatomy.analysis.components import MEASURED_STEPS, Components, with_nvml
 from anatomy.analysis.models import display_name
 from anatomy.analysis.operations import OperationProfile
-from anatomy.analysis.options import RunOptions
+from anatomy.analysis.options import ReportedOptions, RunOptions
 from anatomy.store import (
     Message,
     Origin,
-    ReportedOptions,
     RunFacts,
     RunRow,
     RunSource,
@@ -246,6 +245,11 @@ class RunReport:
     def origin(self) -> str:
         """Where the run came from, in words."""
         return self.source.words()
+
+    @property
+    def option_names(self) -> tuple[str, ...]:
+        """The options the run stored, in their order: those this anatomy does not know too."""
+        return tuple(self.stored_options)
 
     @cached_property
     def options(self) -> RunOptions:
@@ -474,7 +478,7 @@ def known_options(run: RunRow) -> RunOptions | ReportedOptions:
     at their defaults: it ran with them); of a user's training only those it reported (None for
     the rest: never a default it did not use)."""
     if run.source.by_user:
-        return ReportedOptions.from_dict(run.options, strict=False)
+        return ReportedOptions.from_dict(run.options)
     return RunOptions.from_dict(run.options)
 
 
