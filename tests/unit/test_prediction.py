@@ -27,6 +27,7 @@ from anatomy.prediction import (
     walkthrough_bytes_per_parameter,
 )
 from anatomy.prediction.device_constants import DEFAULT, sdpa_signature
+from anatomy.prediction.step import TracedRun
 from anatomy.prediction.tracing.record import record
 from anatomy.prediction.tracing.trainer_step import (
     StepOptions,
@@ -705,7 +706,7 @@ def test_a_convolution_network_keeps_the_convolution_margin_a_vit_does_not(tmp_p
     resnet, vit = RunOptions(model=str(path)), RunOptions(model="tiny-vit")
 
     def share(options: RunOptions, device: str) -> float:
-        return memory._recording(memory._shape_of(options), device,
+        return memory._recording(TracedRun.of(options), device,
                                  DEFAULT if device == "cuda" else None, 1).convolution_share
 
     assert share(resnet, "cuda") > 0.15 and 0 < share(vit, "cuda") < 0.02
@@ -888,7 +889,7 @@ def test_nvml_is_a_band_where_cudnns_workspaces_are_not_measured(tmp_path):
     path.write_text(json.dumps(config))
     resnet = RunOptions(model=str(path), batch_size=64)
     traced = predict(resnet, device="cuda", calibration=DEFAULT)
-    share = memory._recording(memory._shape_of(resnet), "cuda", DEFAULT, traced.steps
+    share = memory._recording(TracedRun.of(resnet), "cuda", DEFAULT, traced.steps
                               ).convolution_share
     assert traced.workspace_band == round(DEFAULT.workspace_band * share * traced.peak) > 0
     assert traced.nvml_high == traced.nvml_peak + traced.workspace_band

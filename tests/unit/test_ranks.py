@@ -127,7 +127,8 @@ def test_an_fsdp_rank_holds_its_shards_and_gathers_in_the_mixed_precision(world)
     all-gathers carry 16-bit parameters: half the fp32 run's buffers."""
     from anatomy import strategies
     from anatomy.prediction import predict, predict_ranks
-    from anatomy.prediction.memory import _recording, _shape_of
+    from anatomy.prediction.memory import _recording
+    from anatomy.prediction.step import TracedRun
 
     options = RunOptions(model="tiny-llama", batch_size=2, seq_len=16, processes=world,
                          strategy="fsdp")
@@ -138,7 +139,7 @@ def test_an_fsdp_rank_holds_its_shards_and_gathers_in_the_mixed_precision(world)
     assert rank.optimizer_states == 2 * rank.weights  # AdamW's two moments, sharded
     assert rank.peak < alone.peak and rank.as_prediction().peak == rank.peak
     gathered = {precision: _gathered_most(_recording(
-        _shape_of(replace(options, precision=precision)), "cpu", None, 1,
+        TracedRun.of(replace(options, precision=precision)), "cpu", None, 1,
         rank=strategies.named("fsdp").recording_key(world)))
         for precision in ("fp32", "bf16")}
     assert gathered["bf16"] * 2 == gathered["fp32"] > 0
