@@ -662,26 +662,30 @@ def _run(options) -> dict:
     return {"status": "completed", **{k: measured.get(k) for k in COMPARED}}
 
 
-def measure_one(model_type: str, head: str, directory: Path) -> dict:
-    """Every mode's prediction, the CPU run, and whether the CPU's figures agree."""
+# The modes a saved config at a real depth is predicted in: the CPU, and the H200 as
+# `predict --device cuda --gpu-model 'NVIDIA H200'` does it (no GPU used).
+SAVED_MODES = MODES[:2]
+
+
+def measure(model_type: str, head: str, directory: Path, saved: bool = False) -> dict:
+    """Every mode's prediction, the CPU run, and whether the CPU's figures agree, for the config
+    `working_config` writes; `saved`: for the config at DEEP layers as save_pretrained writes it
+    (`saved_config`), predicted on the CPU and for the H200, with the layers the depth stand-in
+    traced (prediction/recordings.py)."""
     import time
 
-    row: dict = {"model_type": model_type, "head": head}
+    row: dict = {"model_type": model_type, "head": head, **({"saved": True} if saved else {})}
     started = time.monotonic()
     try:
-        path, row["shrunk"], untrainable = working_config(model_type, head, directory)
+        path, row["shrunk"], untrainable = (saved_config if saved else working_config)(
+            model_type, head, directory)
     except Exception as error:  # noqa: BLE001 - a config class without usable defaults
         row.update(config=_one_line(error), seconds=0.0)
         return row
     if untrainable:
         row["untrainable"] = untrainable
-    from anatomy.analysis import models
-
-    try:
-        row["task"] = models.resolve(str(path)).task
-    except models.ModelError:
-        row["task"] = None
-    for name, device, changes in MODES:
+    row.update(_depth(path) if saved else _task(path))
+    for name, device, changes in SAVED_MODES if saved else MODES:
         try:
             row[name] = _predict(_options(path, **changes), device)
         except Exception as error:  # noqa: BLE001 - a traceback a user would meet: a defect
@@ -694,29 +698,23 @@ def measure_one(model_type: str, head: str, directory: Path) -> dict:
     return row
 
 
-# The modes a saved config at a real depth is predicted in: the CPU, and the H200 as
-# `predict --device cuda --gpu-model 'NVIDIA H200'` does it (no GPU used).
-SAVED_MODES = MODES[:2]
+def _task(path: Path) -> dict:
+    """The head the config's architectures choose (None: it resolves to none)."""
+    from anatomy.analysis import models
+
+    try:
+        return {"task": models.resolve(str(path)).task}
+    except models.ModelError:
+        return {"task": None}
 
 
-def measure_saved(model_type: str, head: str, directory: Path) -> dict:
-    """The config at DEEP layers as save_pretrained writes it (`saved_config`): predicted on the
-    CPU and for the H200, the layers the depth stand-in traced (prediction/recordings.py), a
-    CPU run, and whether the CPU's figures agree."""
-    import time
-
+def _depth(folder: Path) -> dict:
+    """The saved config's layers and those the depth stand-in traced (None: in full), or why
+    there is no stand-in (the predictions say it in their line too)."""
     from anatomy.analysis import models
     from anatomy.prediction import layers, recordings
 
-    row: dict = {"model_type": model_type, "head": head, "saved": True}
-    started = time.monotonic()
-    try:
-        folder, row["shrunk"], untrainable = saved_config(model_type, head, directory)
-    except Exception as error:  # noqa: BLE001 - a config class that refuses its own defaults
-        row.update(config=_one_line(error), seconds=0.0)
-        return row
-    if untrainable:
-        row["untrainable"] = untrainable
+    row: dict = {}
     try:
         spec = models.resolve(str(folder))
         row["layers"] = layers.depth_of(dict(spec.config))
@@ -725,16 +723,6 @@ def measure_saved(model_type: str, head: str, directory: Path) -> dict:
     except Exception as error:  # noqa: BLE001 - the predictions below say it in their line
         row["traced"] = None
         row["stand_in"] = _one_line(error)
-    for name, device, changes in SAVED_MODES:
-        try:
-            row[name] = _predict(_options(folder, **changes), device)
-        except Exception as error:  # noqa: BLE001 - a traceback a user would meet: a defect
-            row[name] = {"status": "traceback", "line": _one_line(error)}
-    try:
-        row["run"] = _run(_options(folder))
-    except Exception as error:  # noqa: BLE001
-        row["run"] = {"status": "traceback", "line": _one_line(error)}
-    row["seconds"] = round(time.monotonic() - started, 1)
     return row
 
 
@@ -750,7 +738,7 @@ def serve(directory: Path) -> None:
     logging.disable(logging.WARNING)
     for line in sys.stdin:
         model_type, head, *deep = line.split()
-        row = (measure_saved if deep else measure_one)(model_type, head, directory)
+        row = measure(model_type, head, directory, saved=bool(deep))
         print(ROW + json.dumps(row, default=str), flush=True)
 
 

@@ -52,12 +52,13 @@ def record(labels: list[str], out: Path, stacks: str = "python") -> None:
 def predicted_live(config: Config) -> tuple[int, list[int]]:
     """The trace's peak for `config` (for an H200) and the sizes of the storages alive then."""
     from anatomy.prediction import memory, replay
+    from anatomy.prediction.step import TracedRun
     from anatomy.prediction.tracing.tracker import ALLOC, FREE
 
     options = config.options()
     steps = memory.steps_measured(options)
     calibration = memory.calibration_for("cuda", "NVIDIA H200")
-    recording = memory._recording(memory._shape_of(options), "cuda", calibration, steps)
+    recording = memory._recording(TracedRun.of(options), "cuda", calibration, steps)
     events = list(replay.stream(recording, steps, options.grad_accum))
     live: dict[int, int] = {}
     total = peak = 0

@@ -279,6 +279,85 @@ NAMES = tuple(f.name for f in fields(RunOptions))
 _SERIALIZER = RunOptions.__pydantic_serializer__
 
 
+# What a user's training reports is held to what each value is, not to anatomy's own runs'
+# limits (a user's Trainer takes batches the form refuses): a whole number from 0, a number.
+Count = Annotated[int, Strict(), Field(ge=0, le=checks.MAX_INTEGER)]
+# TrainingArguments' epochs are 3.0, ours 1: each read as it was written.
+Amount = (Annotated[int, Strict(), Field(ge=0)]
+          | Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)])
+
+
+@pydantic_dataclasses.dataclass(frozen=True, config=ConfigDict(extra="ignore"))
+class ReportedOptions:
+    """The options of a run a user's own training recorded (the callback, the phase API, a
+    watched command), by RunOptions' names: only what it reported — none at all,
+    TrainingArguments' epochs 3.0, an optim anatomy does not run —, every field optional: None
+    is "not said", never a default it did not use. A run's source says which of the two it
+    stored (analysis/report.py's `known_options`); its JSON is stored as it was reported."""
+
+    model: Text | None = None
+    batch_size: Count | None = None
+    seq_len: Count | None = None  # its training set's first example's, where it was read
+    epochs: Amount | None = None
+    max_steps: Count | None = None
+    precision: Precision | None = None
+    gradient_checkpointing: Flag | None = None
+    grad_accum: Count | None = None
+    optim: Text | None = None  # the Trainer's name, whichever it took
+    seed: Count | None = None
+    lora_rank: Count | None = None
+    lora_targets: Text | None = None  # comma-separated, as runs store them
+
+    @field_validator("model", "optim", "lora_targets")
+    @classmethod
+    def _storable(cls, value: str | None) -> str | None:
+        """Text a store can hold (UTF-8, which a lone surrogate is not)."""
+        if value is not None:
+            try:
+                checks.encodable(value, "")
+            except checks.InvalidValue as error:
+                raise ValueError(error.what) from None
+        return value
+
+    @classmethod
+    def read(cls, values: Mapping[str, Any], where: str) -> ReportedOptions:
+        """Reported options as an import reads them: InvalidValue naming the first wrong one
+        (`where.name`), in the words of every stored value's check (anatomy/store/checks.py)."""
+        try:
+            return cls(**values)
+        except ValidationError as error:
+            first = error.errors()[0]
+            name = str(first["loc"][0])
+            raise checks.InvalidValue(f"{where}.{name}", _reported_words(name, first)) from None
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> ReportedOptions:
+        """The options of a stored run: a value that fails its type is not read (None), as a
+        stored fact that fails its check is seen by no reader."""
+        try:
+            return cls(**values)
+        except ValidationError as error:
+            wrong = {str(e["loc"][0]) for e in error.errors()}
+            return cls(**{k: v for k, v in values.items() if k not in wrong})
+
+
+def _reported_words(name: str, error: Any) -> str:
+    """A reported value's refusal, by the kind its field declares."""
+    declared = ReportedOptions.__dataclass_fields__[name].type
+    value = checks.shown(error["input"])
+    if declared.startswith("Count"):
+        return f"must be a whole number from 0 to {checks.MAX_INTEGER}, got {value}"
+    if declared.startswith("Amount"):
+        return f"must be a finite number from 0, got {value}"
+    if declared.startswith("Flag"):
+        return f"must be true or false, got {value}"
+    if declared.startswith("Precision"):
+        return f"{value} is not one of {', '.join(Precision.values())}"
+    if error["type"] == "value_error":  # the validator's own words
+        return str(error["ctx"]["error"])
+    return f"must be text, got {value}"
+
+
 class Kind(Name):
     """What kind of value an option takes: how a front asks for it."""
 

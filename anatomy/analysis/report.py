@@ -17,11 +17,10 @@ from typing import Any
 from anatomy.analysis.components import MEASURED_STEPS, Components, with_nvml
 from anatomy.analysis.models import display_name
 from anatomy.analysis.operations import OperationProfile
-from anatomy.analysis.options import RunOptions
+from anatomy.analysis.options import ReportedOptions, RunOptions
 from anatomy.store import (
     Message,
     Origin,
-    ReportedOptions,
     RunFacts,
     RunRow,
     RunSource,
@@ -247,6 +246,11 @@ class RunReport:
         """Where the run came from, in words."""
         return self.source.words()
 
+    @property
+    def option_names(self) -> tuple[str, ...]:
+        """The options the run stored, in their order: those this anatomy does not know too."""
+        return tuple(self.stored_options)
+
     @cached_property
     def options(self) -> RunOptions:
         """The options it ran with, as a run of anatomy's own has them: a user's training's where
@@ -460,12 +464,24 @@ def report(store: Store, run_id: int, run: RunRow | None = None, counted: bool =
         ranks=_ranks(store, run, profiling), imported=run.origin)
 
 
+def reports(store: Store, run_ids: Iterable[int]) -> list[RunReport]:
+    """The runs' reports, in the order asked; KeyError naming the first run not there (an export
+    writes nothing until it has every run)."""
+    found = []
+    for run_id in run_ids:
+        rep = report(store, run_id)
+        if rep is None:
+            raise KeyError(f"run {run_id} is not in {store.path}")
+        found.append(rep)
+    return found
+
+
 def known_options(run: RunRow) -> RunOptions | ReportedOptions:
     """The options as the run knows them: every option of anatomy's own runs (those added since
     at their defaults: it ran with them); of a user's training only those it reported (None for
     the rest: never a default it did not use)."""
     if run.source.by_user:
-        return ReportedOptions.from_dict(run.options, strict=False)
+        return ReportedOptions.from_dict(run.options)
     return RunOptions.from_dict(run.options)
 
 

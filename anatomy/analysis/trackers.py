@@ -110,16 +110,10 @@ def write_tensorboard(store, run_ids: Sequence[int], output: Path) -> list[Path]
     """Each run's figures as TensorBoard's scalars (the folders written): every sample on a
     millisecond axis, and at each training step its peak per device and its loss, each phase's
     memory at the step it ended by, the components measured. KeyError for a run not there."""
-    from anatomy.analysis.report import report
+    from anatomy.analysis.report import reports
 
-    reports = []
-    for run_id in run_ids:
-        rep = report(store, run_id)
-        if rep is None:
-            raise KeyError(f"run {run_id} is not in {store.path}")
-        reports.append(rep)
     written = []
-    for rep in reports:
+    for rep in reports(store, run_ids):
         folder = event_folder(output, rep.id)
         folder.mkdir(parents=True, exist_ok=True)
         events = _Events(folder, rep.created_at)

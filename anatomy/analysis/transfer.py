@@ -16,14 +16,20 @@ import socket
 from dataclasses import replace
 from typing import Any, BinaryIO
 
-from anatomy.analysis.options import FIELDS, NAMES, InvalidOptions, RunOptions, validated
+from anatomy.analysis.options import (
+    FIELDS,
+    NAMES,
+    InvalidOptions,
+    ReportedOptions,
+    RunOptions,
+    validated,
+)
 from anatomy.analysis.report import report
 from anatomy.store import (
     HOST_STRIDE,
     Message,
     Origin,
     PhaseSpan,
-    ReportedOptions,
     RunFacts,
     RunRecord,
     RunRow,
@@ -259,8 +265,12 @@ def _options(value: Any, where: str) -> tuple[dict, RunOptions]:
 def _reported(value: Any, where: str) -> dict:
     """A user's training's options (a script, the callback, a watched command): only what it
     reported, as it reported it, kept so (ReportedOptions: readers take them as known, never a
-    default filled in). Their types are checked, not anatomy's own ranges."""
-    return ReportedOptions.from_dict(value, where).to_dict()
+    default filled in). Their types are checked, not anatomy's own ranges; what this anatomy
+    does not know is kept as JSON."""
+    value = obj(value, where)
+    ReportedOptions.read(value, where)
+    plain(value, where)
+    return value
 
 
 def _tags(value: Any, where: str) -> list[str]:

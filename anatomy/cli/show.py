@@ -51,7 +51,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"{IMPORTED} from: {rep.imported.words()}")
     # As Compare reads them: nothing unreported, no GPU index on a CPU, no strategy for one
     # process; and no empty value (no LoRA targets).
-    shown = {k: option(rep, k) for k in rep.stored_options}
+    shown = {k: option(rep, k) for k in rep.option_names}
     print("options: " + (", ".join(f"{k}={v}" for k, v in shown.items() if v not in (None, ""))
                          or "(not reported)"))
     origin = text.model_origin(rep)

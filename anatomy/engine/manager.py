@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -43,6 +45,7 @@ from anatomy.engine.recording import (
     end_orphans,
     environment_facts,
 )
+from anatomy.engine.training import OUTPUT_PREFIX
 from anatomy.store import DatabaseError, RunFacts, RunRow, Store
 from anatomy.vocabulary import Status
 
@@ -56,6 +59,9 @@ class ActiveRun:
     lock: DeviceLock
     owns_lock: bool  # False when a sweep's reservation lent it: the sweep releases it
     more_locks: list[DeviceLock] = field(default_factory=list)  # the other GPUs' (--gpus)
+    # The Trainer's output folder: made and removed here, since a worker killed (Stop, SIGKILL,
+    # the OOM killer) never removes one of its own.
+    output_dir: str | None = None
 
 
 class RunManager:
@@ -167,12 +173,13 @@ class RunManager:
             cuda_device = ",".join(info.devices[g].uuid or str(info.devices[g].nvml_index)
                                    for g in options.gpu_list())
         fds = recording.lock_fds
+        active.output_dir = tempfile.mkdtemp(prefix=OUTPUT_PREFIX)
         # The worker holds the device locks with us and dies with us (engine/lifeline.py).
         process = recording.context.Process(
             target=worker.main, name=f"anatomy-worker-{recording.run_id}",
             args=(recording.events, options, recording.t0, cuda_device, dwell,
                   Lifeline("anatomy-worker", fds if len(fds) > 1 else fds[0], own_group=True),
-                  texts))
+                  texts, active.output_dir))
         try:
             launch(process)
         except BaseException:
@@ -192,10 +199,14 @@ class RunManager:
 
     @staticmethod
     def _release(active: ActiveRun) -> None:
+        """What the run held, let go once its processes are gone (or never started): its
+        devices' locks and the Trainer's output folder."""
         if active.owns_lock:
             active.lock.release()
         for other in active.more_locks:
             other.release()
+        if active.output_dir is not None:
+            shutil.rmtree(active.output_dir, ignore_errors=True)
 
     # --- waiting and stopping ---
     def wait(self, run_id: int, timeout: float | None = None) -> str:

@@ -64,7 +64,7 @@ def rank_words(rank: int, use_cuda: bool, run: RunOptions) -> str:
 
 
 def _rank(queue, reporter_args: tuple, run: RunOptions, spec: ModelSpec, dataset,
-          use_cuda: bool) -> None:
+          use_cuda: bool, output_dir: str | None = None) -> None:
     """One rank: the worker's phases on its device; exits with the worker's status."""
     die_with_parent(signal.SIGKILL)
     _default_signals()
@@ -74,7 +74,8 @@ def _rank(queue, reporter_args: tuple, run: RunOptions, spec: ModelSpec, dataset
     t0, dwell = reporter_args
     reporter = Reporter(queue, t0, dwell,
                         protocol.Source(rank=rank, device=local if use_cuda else None))
-    code = guarded(reporter, lambda: train_phases(reporter, run, spec, dataset, use_cuda, local),
+    code = guarded(reporter, lambda: train_phases(reporter, run, spec, dataset, use_cuda, local,
+                                                  output_dir),
                    who=rank_words(rank, use_cuda, run))
     queue.close()
     queue.join_thread()  # what it said is in the pipe before the launcher sees it exit
@@ -199,9 +200,10 @@ class _Deaths:
 
 
 def launch_ranks(reporter: Reporter, run: RunOptions, spec: ModelSpec, dataset,
-                 use_cuda: bool) -> int:
+                 use_cuda: bool, output_dir: str | None = None) -> int:
     """Train on `run.world_size` processes through accelerate; the worker's exit status (0, or
-    the first failing rank's: EXIT_OOM when a rank ran out of memory)."""
+    the first failing rank's: EXIT_OOM when a rank ran out of memory). `output_dir`: the
+    Trainer's, shared by the ranks (training.output_folder)."""
     from accelerate import notebook_launcher
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -220,7 +222,7 @@ def launch_ranks(reporter: Reporter, run: RunOptions, spec: ModelSpec, dataset,
         # accelerate prints "Launching training on N CUDAs." even for CPU ranks: not ours to say.
         with contextlib.redirect_stdout(io.StringIO()):
             notebook_launcher(_dispatch, args=(queues, (reporter.t0, reporter.dwell), run,
-                                               spec, dataset, use_cuda),
+                                               spec, dataset, use_cuda, output_dir),
                               num_processes=world, master_addr="127.0.0.1",
                               use_port=str(_free_port()))
     except SignalException as error:
@@ -266,7 +268,7 @@ def launch_ranks(reporter: Reporter, run: RunOptions, spec: ModelSpec, dataset,
 
 
 def _dispatch(queues: list, reporter_args: tuple, run: RunOptions, spec: ModelSpec, dataset,
-              use_cuda: bool) -> None:
+              use_cuda: bool, output_dir: str | None = None) -> None:
     """The launcher's entry point in each rank: the rank's own queue, then its training."""
     own = queues[int(os.environ.get("LOCAL_RANK", "0"))]
-    _rank(own, reporter_args, run, spec, dataset, use_cuda)
+    _rank(own, reporter_args, run, spec, dataset, use_cuda, output_dir)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import tempfile
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from anatomy import strategies
 from anatomy.analysis import models
@@ -135,10 +137,27 @@ def _callbacks(reporter: Reporter, model, use_cuda: bool, batch_size: int) -> li
     return callbacks + ([fault] if fault else [])
 
 
+# The Trainer's output folder's prefix in the temporary directory.
+OUTPUT_PREFIX = "anatomy-"
+
+
+@contextmanager
+def output_folder(given: str | None) -> Iterator[str]:
+    """The Trainer's output folder (it saves nothing there: save_strategy "no"): `given`, made
+    and removed by whoever outlives the training process (the manager: a process killed never
+    removes its own), else one of this process's, removed as it returns (an in-process caller:
+    the bench, the tests)."""
+    if given is not None:
+        yield given
+        return
+    with tempfile.TemporaryDirectory(prefix=OUTPUT_PREFIX) as own:
+        yield own
+
+
 def train_phases(reporter: Reporter, options: RunOptions, spec: ModelSpec, dataset, use_cuda: bool,
-                 local_rank: int | None = None) -> int:
+                 local_rank: int | None = None, output_dir: str | None = None) -> int:
     """The kernel, weights and training phases of one training process (a rank of several, or
-    the only one); 0 when it trained."""
+    the only one); 0 when it trained. `output_dir`: the Trainer's (`output_folder`)."""
     import torch  # the kernel phase: torch's runtime (and on a GPU the CUDA context) loads
 
     device = "cuda" if use_cuda else "cpu"
@@ -192,8 +211,8 @@ def train_phases(reporter: Reporter, options: RunOptions, spec: ModelSpec, datas
             image_size=spec.image_size,
         ))
     callbacks = _callbacks(reporter, model, use_cuda, options.batch_size)
-    with tempfile.TemporaryDirectory(prefix="anatomy-") as output_dir:
-        trainer = _trainer(model, dataset, options, output_dir, use_cuda, callbacks)
+    with output_folder(output_dir) as folder:
+        trainer = _trainer(model, dataset, options, folder, use_cuda, callbacks)
         if options.distributed and not reporter.source.rank:  # how accelerate shares the work
             plugin = getattr(trainer.accelerator.state, "fsdp_plugin", None)
             reporter.environment(RunFacts.of(

@@ -47,9 +47,9 @@ def compiled_at_every_start(package: str = "torch") -> bool:
 
 
 def train(queue, options: RunOptions, t0: float, use_cuda: bool, dwell: float,
-          texts: Tokenized | None = None) -> int:
+          texts: Tokenized | None = None, output_dir: str | None = None) -> int:
     """The run's training; `texts`: a dataset's, tokenized (analysis/data.py), else the dummy
-    data."""
+    data; `output_dir`: the Trainer's, its caller's to remove (training.output_folder)."""
     reporter = Reporter(queue, t0, dwell)
     reporter.begin(Phase.BASELINE)
     if compiled_at_every_start():
@@ -67,17 +67,19 @@ def train(queue, options: RunOptions, t0: float, use_cuda: bool, dwell: float,
         if options.distributed:
             from anatomy.engine.ranks import launch_ranks
 
-            return launch_ranks(reporter, options, spec, dataset, use_cuda)
-        return train_phases(reporter, options, spec, dataset, use_cuda)
+            return launch_ranks(reporter, options, spec, dataset, use_cuda, output_dir)
+        return train_phases(reporter, options, spec, dataset, use_cuda, output_dir=output_dir)
 
     return guarded(reporter, work)
 
 
 def main(queue, options: RunOptions, t0: float, cuda_device: str | None, dwell: float,
-         lifeline: Lifeline | None = None, texts: Tokenized | None = None) -> None:
+         lifeline: Lifeline | None = None, texts: Tokenized | None = None,
+         output_dir: str | None = None) -> None:
     """Process target. `cuda_device` is the CUDA_VISIBLE_DEVICES entry to train on, or None;
     `lifeline` ties it to the manager (its own process group, dies with its parent); `texts` the
-    dataset it trains on, tokenized (None: the dummy data)."""
+    dataset it trains on, tokenized (None: the dummy data); `output_dir` the Trainer's, the
+    manager's to remove however the worker ends."""
     if lifeline is not None:
         lifeline.attach()
     # No Ctrl-C reaches the worker (its own process group): a SIGINT sent to it is a kill, told
@@ -90,7 +92,7 @@ def main(queue, options: RunOptions, t0: float, cuda_device: str | None, dwell: 
         os.environ["CUDA_VISIBLE_DEVICES"] = cuda_device  # before torch: cuda:0 is our GPU
     else:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
-    code = train(queue, options, t0, cuda_device is not None, dwell, texts)
+    code = train(queue, options, t0, cuda_device is not None, dwell, texts, output_dir)
     queue.close()
     queue.join_thread()  # everything we said reaches the collector before the exit status does
     sys.exit(code)

@@ -52,10 +52,12 @@ def longest(options: RunOptions, data: TrainingData, *, device: str,
 
 
 def predict_data(options: RunOptions, data: TrainingData, *, device: str,
-                 gpu_name: str | None = None, total: int | None = None) -> DataPrediction:
+                 gpu_name: str | None = None, total: int | None = None,
+                 found: tuple[TextBatch, Prediction] | None = None) -> DataPrediction:
     """The run predicted at its longest batch and at a typical one; `total`: the GPU's memory,
-    as `predict` takes it."""
-    batch, predicted = longest(options, data, device=device, gpu_name=gpu_name, total=total)
+    as `predict` takes it; `found`: the longest batch and its prediction, where known."""
+    batch, predicted = found or longest(options, data, device=device, gpu_name=gpu_name,
+                                        total=total)
     lengths = Lengths(data.lengths or ())
     typical = typical_batch(lengths, options.batch_size, *_shape(options, data))
     return DataPrediction(DataBatches(lengths, batch, typical, data), predicted,

@@ -4,9 +4,10 @@ on a dataset is predicted at the micro-batch its components were measured on, an
 at the longest batch its data can form (`data_reach`), beside its sampled peak over every step.
 
 The measured side is the report's components (anatomy/analysis/components.py); the predicted
-side is `predict()` (anatomy/prediction/memory.py) for the run's own options, on the run's kind of
-device (a GPU run: its GPU model's calibrated constants, for the CUDA context, the allocator and
-NVML's figure). The Anatomy page names and arranges them (anatomy/views/anatomy.py).
+side is the prediction's one entry (`answer`, prediction/request.py), as `predict`, `sweep` and
+the run form ask it, for the run's own options on the run's kind of device (`ran_on`: a GPU
+run's GPU model's calibrated constants, for the CUDA context, the allocator and NVML's figure).
+The Anatomy page names and arranges them (anatomy/views/anatomy.py).
 """
 
 from __future__ import annotations
@@ -27,11 +28,10 @@ from anatomy.prediction import (
     Prediction,
     PredictionError,
     RankPrediction,
-    predict,
-    predict_ranks,
+    Request,
+    answer,
+    ran_on,
 )
-from anatomy.prediction.batches import longest
-from anatomy.prediction.target import ran_on
 from anatomy.store import Store
 from anatomy.vocabulary import Backend, Phase, SourceKind, Status
 
@@ -51,26 +51,23 @@ def predicted(report: RunReport) -> Prediction | NoPrediction:
     with _own_options(report) as options:
         if isinstance(options, NoPrediction):
             return options
-        device, gpu_name, _ = ran_on(report)
         data = report.environment.data if options.on_dataset else None
         if options.on_dataset and data is None:
             return NoPrediction("the run stored no lengths of its dataset's texts")
+        # A run on a dataset: at the micro-batch its components were measured on (a collator
+        # that pads each batch to its own longest makes every batch another shape); a run
+        # stored before the probe said which, at its longest batch, from the lengths it stored.
+        text = measured_batch(report.components, data)
+        if data is None and text is not None and text.padded_to != options.seq_len:
+            # A user's padded batch shorter than the longest it trained on: the peak is made
+            # at the longest, whose padding the callback did not see.
+            text = None
+        said = answer(Request(options, ran_on(report), data, text=text))
         try:
-            # A run on a dataset: at the micro-batch its components were measured on (a collator
-            # that pads each batch to its own longest makes every batch another shape); a run
-            # stored before the probe said which, at its longest batch, from the lengths it stored.
-            text, alone = measured_batch(report.components, data), None
-            if data is None and text is not None and text.padded_to != options.seq_len:
-                # A user's padded batch shorter than the longest it trained on: the peak is made
-                # at the longest, whose padding the callback did not see.
-                text = None
-            if data is not None and text is None:
-                text, alone = longest(options, data, device=device, gpu_name=gpu_name)
             if report.world_size > 1 and options.distributed:
                 # A rank of several: its own shares and buffers (rank 0's GPU is the one shown).
-                return predict_ranks(options, device=device, gpu_name=gpu_name,
-                                     text=text).as_prediction()
-            return alone or predict(options, device=device, gpu_name=gpu_name, text=text)
+                return said.ranks.as_prediction()
+            return said.alone
         except PredictionError as error:  # its model is not here, or the trace refuses it
             return NoPrediction(f"{error}")
 
@@ -96,15 +93,14 @@ def data_reach(report: RunReport) -> DataReach | None:
     with _own_options(report) as options:
         if isinstance(options, NoPrediction):
             return None
-        device, gpu_name, _ = ran_on(report)
+        said = answer(Request(options, ran_on(report), data))
         try:
-            batch, alone = longest(options, data, device=device, gpu_name=gpu_name)
-            if report.world_size > 1 and options.distributed:
-                alone = predict_ranks(options, device=device, gpu_name=gpu_name,
-                                      text=batch).as_prediction()
+            batch = said.longest
+            reached = said.ranks.as_prediction() if report.world_size > 1 and \
+                options.distributed else said.alone
         except PredictionError:
             return None
-    return DataReach(measured, batch, alone)
+    return DataReach(measured, batch, reached)
 
 
 @contextmanager
@@ -270,11 +266,9 @@ def rank_prediction_for(report: RunReport) -> RankPrediction | None:
         options = replace(own, strategy=report.strategy or strategies.DEFAULT)
         if not options.distributed:  # a run whose options did not say (the user's own script)
             options = replace(options, processes=report.world_size)
-        device, gpu_name, _ = ran_on(report)
         data = report.environment.data if options.on_dataset else None
         try:
-            text = longest(options, data, device=device, gpu_name=gpu_name)[0] if data else None
-            return predict_ranks(options, device=device, gpu_name=gpu_name, text=text)
+            return answer(Request(options, ran_on(report), data)).ranks
         except PredictionError:
             return None
 

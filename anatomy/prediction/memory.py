@@ -28,6 +28,7 @@ from anatomy.analysis.lengths import TextBatch
 from anatomy.analysis.options import FIELDS, RunOptions
 from anatomy.prediction import device_constants, recordings, replay
 from anatomy.prediction.device_constants import DeviceCalibration
+from anatomy.prediction.step import TracedRun
 from anatomy.strategies import TracedRank
 from anatomy.units import size_text
 from anatomy.vocabulary import Moment, Name, Part, Precision
@@ -224,44 +225,30 @@ def walkthrough_bytes_per_parameter(options: RunOptions) -> dict[str, float | No
 
 # --- recording (cached: the Anatomy page and the form ask again and again) ---
 
-def _shape_of(options: RunOptions) -> RunOptions:
-    """The options as far as memory depends on them: the rest set to their defaults, so one
-    recording serves every run that differs only in them."""
-    keep = ("model", "batch_size", "seq_len", "precision", "gradient_checkpointing",
-            "grad_accum", "optim", "lora_rank", "lora_targets")
-    default = RunOptions()
-    return replace(default, **{name: getattr(options, name) for name in keep})
-
-
-def _recording(shape: RunOptions, device: str, calibration: DeviceCalibration | None,
-               steps: int, rank: TracedRank | None = None, workspaces=None,
-               text: TextBatch | None = None) -> replay.Recording:
+def _recording(traced: TracedRun, device: str, calibration: DeviceCalibration | None,
+               steps: int, rank: TracedRank | None = None, workspaces=None) -> replay.Recording:
     if workspaces is not None:  # this machine's measurements: traced anew, never cached
-        return _traced_recording(shape, device, calibration, steps, rank, workspaces, text)
-    return _cached_recording(shape, device, calibration, steps, rank, text)
+        return _traced_recording(traced, device, calibration, steps, rank, workspaces)
+    return _cached_recording(traced, device, calibration, steps, rank)
 
 
 @lru_cache(maxsize=16)
-def _cached_recording(shape: RunOptions, device: str, calibration: DeviceCalibration | None,
-                      steps: int, rank: TracedRank | None = None, text: TextBatch | None = None
+def _cached_recording(traced: TracedRun, device: str, calibration: DeviceCalibration | None,
+                      steps: int, rank: TracedRank | None = None) -> replay.Recording:
+    return _traced_recording(traced, device, calibration, steps, rank)
+
+
+def _traced_recording(traced: TracedRun, device: str, calibration: DeviceCalibration | None,
+                      steps: int, rank: TracedRank | None = None, workspaces=None
                       ) -> replay.Recording:
-    return _traced_recording(shape, device, calibration, steps, rank, text=text)
-
-
-def _traced_recording(shape: RunOptions, device: str, calibration: DeviceCalibration | None,
-                      steps: int, rank: TracedRank | None = None, workspaces=None,
-                      text: TextBatch | None = None) -> replay.Recording:
     try:
-        spec = models.resolve(shape.model)
+        spec = models.resolve(traced.model)
     except models.ModelError as error:
         raise PredictionError(str(error)) from None
-    seq_len = shape.seq_len if spec.task != models.IMAGE_CLASSIFICATION else 0
-    step = (shape.precision, shape.gradient_checkpointing, shape.grad_accum, shape.optim,
-            shape.batch_size, seq_len, text)
     try:
-        return recordings.recording(spec, step, device=device, calibration=calibration,
-                                    steps=steps, lora_rank=shape.lora_rank,
-                                    lora_targets=shape.lora_targets,
+        return recordings.recording(spec, traced.step_for(spec.task == models.IMAGE_CLASSIFICATION),
+                                    device=device, calibration=calibration, steps=steps,
+                                    lora_rank=traced.lora_rank, lora_targets=traced.lora_targets,
                                     rank=rank, workspaces=workspaces)
     except models.ModelError as error:
         raise PredictionError(str(error)) from None
@@ -320,7 +307,7 @@ def measured_recording(options: RunOptions, calibration: DeviceCalibration | Non
 
     batch, steps = options.batch_size, steps_measured(options)
     placeholders = workspaces.Placeholders()
-    recording = _recording(_shape_of(options), "cuda", calibration, steps,
+    recording = _recording(TracedRun.of(options), "cuda", calibration, steps,
                            workspaces=placeholders)
     if placeholders.unmeasurable:
         raise workspaces.WorkspaceError(
@@ -331,7 +318,7 @@ def measured_recording(options: RunOptions, calibration: DeviceCalibration | Non
     placeholders.table.merge(measure(list(placeholders.keys), [batch]))
     if placeholders.short(batch):  # more workspaces than places for them
         placeholders = workspaces.Placeholders(placeholders.table)
-        recording = _recording(_shape_of(options), "cuda", calibration, steps,
+        recording = _recording(TracedRun.of(options), "cuda", calibration, steps,
                                workspaces=placeholders)
     return replace(recording, events=placeholders.fill(recording.events, batch))
 
@@ -356,8 +343,7 @@ def recording_for(options: RunOptions, device: str, calibration: DeviceCalibrati
     """The run's recording for the steps the probe measures (cached: `predict` asked for it
     first, the judgment against the device asks again); `text`: a dataset's batch, `options`
     already sized to it."""
-    return _recording(_shape_of(options), device, calibration, steps_measured(options),
-                      text=text)
+    return _recording(TracedRun.of(options, text), device, calibration, steps_measured(options))
 
 
 def _prediction(recording: replay.Recording, measured: replay.Measurement, options: RunOptions,
@@ -531,7 +517,7 @@ class BatchSizes:
         size its convolutions' measured workspaces)."""
         self.options, self.device, self.calibration = options, device, calibration
         self.workspaces = workspaces
-        self.shape = _shape_of(options)
+        self.traced = TracedRun.of(options)
         self.linear = False  # some size was taken as linear in the batch size
         self.tried: list[int] = []
         self._measured: dict[int, replay.Measurement] = {}
@@ -546,7 +532,7 @@ class BatchSizes:
         return steps_measured(replace(self.options, batch_size=batch))
 
     def _record(self, batch: int) -> replay.Recording:
-        return _recording(replace(self.shape, batch_size=batch), self.device, self.calibration,
+        return _recording(self.traced.at_batch(batch), self.device, self.calibration,
                           self.steps_at(batch), workspaces=self.workspaces)
 
     def _recording(self, batch: int) -> replay.Recording:
@@ -919,7 +905,7 @@ def predict_ranks(options: RunOptions, *, device: str = "cuda", gpu_name: str | 
     if key is None:
         return rank_prediction(alone, options.strategy, options.world_size, nccl=nccl)
     steps = steps_measured(options)
-    recording = _recording(_shape_of(options), device, calibration, steps, rank=key, text=text)
+    recording = _recording(TracedRun.of(options, text), device, calibration, steps, rank=key)
     measured = replay.measure(replay.stream(recording, steps, options.grad_accum),
                               cuda=device == "cuda")
     traced = _prediction(recording, measured, options, device, calibration, steps)

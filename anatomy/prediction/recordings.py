@@ -26,6 +26,7 @@ from anatomy.analysis.cache import cache_dir, write_atomically
 from anatomy.prediction import blocks, layers
 from anatomy.prediction.device_constants import DeviceCalibration
 from anatomy.prediction.replay import Recording
+from anatomy.prediction.step import StepOptions
 from anatomy.strategies import TracedRank
 
 CACHE_FILES = 256
@@ -47,7 +48,7 @@ def _code_version() -> str:
     return digest.hexdigest()
 
 
-def _key(spec: models.ModelSpec, step, device: str, calibration: DeviceCalibration | None,
+def _key(spec: models.ModelSpec, step: StepOptions, device: str, calibration: DeviceCalibration | None,
          steps: int, lora_rank: int, lora_targets: tuple[str, ...], rank: TracedRank | None
          ) -> str:
     made_of = {"config": spec.config, "task": spec.task, "step": repr(step), "device": device,
@@ -78,12 +79,11 @@ def _write(folder: Path, path: Path, recording: Recording) -> None:
         pass  # an old file gone meanwhile (another process pruned it)
 
 
-def recording(spec: models.ModelSpec, step: tuple, *, device: str,
+def recording(spec: models.ModelSpec, step: StepOptions, *, device: str,
               calibration: DeviceCalibration | None, steps: int, lora_rank: int = 0,
               lora_targets: tuple[str, ...] = (), rank: TracedRank | None = None,
               workspaces=None) -> Recording:
-    """The run's recording (tracing/record.py's), from the cache when it has it; `step`:
-    tracing/trainer_step.StepOptions' fields (that module imports torch); `rank`: one rank's
+    """The run's recording (tracing/record.py's), from the cache when it has it; `rank`: one rank's
     step under a strategy that traces it (the strategy's recording key), else one process's.
     With `workspaces` (prediction/workspaces.py's seams: this machine's measurements) traced
     anew, never cached."""
@@ -103,7 +103,7 @@ def recording(spec: models.ModelSpec, step: tuple, *, device: str,
     return made
 
 
-def trace(spec: models.ModelSpec, step: tuple, *, device: str,
+def trace(spec: models.ModelSpec, step: StepOptions, *, device: str,
           calibration: DeviceCalibration | None, steps: int, lora_rank: int = 0,
           lora_targets: tuple[str, ...] = (), rank: TracedRank | None = None,
           workspaces=None) -> Recording:
@@ -111,9 +111,7 @@ def trace(spec: models.ModelSpec, step: tuple, *, device: str,
     (`stand_in`; layers.extrapolate's own checks), else in full (a traced rank's step: in
     full)."""
     from anatomy.prediction.tracing.record import record
-    from anatomy.prediction.tracing.trainer_step import StepOptions
 
-    step = StepOptions(*step)
     kwargs = dict(kernels=device, calibration=calibration, steps=steps, lora_rank=lora_rank,
                   lora_targets=lora_targets, workspaces=workspaces)
     found = stand_in(spec, lora_rank, lora_targets) if rank is None else None

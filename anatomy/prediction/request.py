@@ -1,7 +1,8 @@
 """The prediction's one entry: a request (the run's options, the device it is for, the dataset's
-lengths, workspaces measured on the GPU) in, its answer out. `predict` and the run form ask it;
-each reads the parts it shows, computed when first read (a run of several processes need not
-predict one process alone, nor a form the largest batch size).
+lengths, the batch a stored run measured, workspaces measured on the GPU) in, its answer out.
+`predict`, `sweep`, the run form and the Anatomy page ask it; each reads the parts it shows,
+computed when first read (a run of several processes need not predict one process alone, nor
+a form the largest batch size).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from functools import cached_property
 
 from anatomy.analysis.lengths import TextBatch
 from anatomy.analysis.options import RunOptions
-from anatomy.prediction.batches import DataPrediction, predict_data
+from anatomy.prediction.batches import DataPrediction, longest, predict_data
 from anatomy.prediction.limits import Verdict, judge
 from anatomy.prediction.memory import (
     BatchFit,
@@ -34,6 +35,9 @@ class Request:
     # The run's recording with its convolutions' workspaces measured on the target GPU
     # (memory.measured_recording), in place of the band and the convolution margin.
     measured: Recording | None = None
+    # The batch of texts one process is predicted at, as the collator padded it (a stored run's:
+    # the one its components were measured on), in place of a dataset's longest.
+    text: TextBatch | None = None
 
 
 class Answer:
@@ -43,27 +47,44 @@ class Answer:
         self.request = request
 
     @cached_property
+    def _longest(self) -> tuple[TextBatch, Prediction] | None:
+        """A dataset's longest batch and its prediction (None: the dummy data)."""
+        request, (device, gpu_name, _) = self.request, self.request.target
+        if request.data is None:
+            return None
+        return longest(request.options, request.data, device=device, gpu_name=gpu_name,
+                       total=request.target.bound)
+
+    @cached_property
     def data(self) -> DataPrediction | None:
         """A dataset's run at its longest batch and a typical one."""
         request, (device, gpu_name, _) = self.request, self.request.target
         if request.data is None:
             return None
         return predict_data(request.options, request.data, device=device, gpu_name=gpu_name,
-                            total=request.target.bound)
+                            total=request.target.bound, found=self._longest)
 
     @property
     def longest(self) -> TextBatch | None:
         """A dataset's longest batch: the run's peak, where everything else is judged."""
-        return self.data.batches.longest if self.data else None
+        return self._longest[0] if self._longest else None
+
+    @property
+    def batch(self) -> TextBatch | None:
+        """The batch of texts one process is predicted at: the request's, else a dataset's
+        longest; None for the dummy data."""
+        return self.request.text if self.request.text is not None else self.longest
 
     @cached_property
     def alone(self) -> Prediction:
-        """One process's prediction (a dataset's at its longest batch)."""
-        if self.data is not None:
-            return self.data.longest
-        (device, gpu_name, _), request = self.request.target, self.request
+        """One process's prediction (a dataset's at its longest batch, unless the request names
+        another)."""
+        request = self.request
+        if request.text is None and self._longest is not None:
+            return self._longest[1]
+        device, gpu_name, _ = request.target
         return predict(request.options, device=device, gpu_name=gpu_name,
-                       total=request.target.bound, measured=request.measured)
+                       total=request.target.bound, measured=request.measured, text=request.text)
 
     @cached_property
     def ranks(self) -> RankPrediction | None:
@@ -72,7 +93,7 @@ class Answer:
             return None
         device, gpu_name, _ = self.request.target
         return predict_ranks(self.request.options, device=device, gpu_name=gpu_name,
-                             text=self.longest)
+                             text=self.batch)
 
     @cached_property
     def verdict(self) -> Verdict | None:
@@ -82,7 +103,7 @@ class Answer:
             return None
         device, gpu_name, total = self.request.target
         return judge(self.request.options, device=device, total=total, gpu_name=gpu_name,
-                     measured=self.request.measured, text=self.longest)
+                     measured=self.request.measured, text=self.batch)
 
     def largest_batch(self, measure=None) -> BatchFit:
         """The largest batch size predicted to fit the device, other options unchanged;

@@ -19,7 +19,6 @@ from anatomy.store.errors import (
 from anatomy.store.facts import (
     Components,
     Origin,
-    ReportedOptions,
     RunFacts,
     RunSource,
     TrainingArguments,
@@ -51,8 +50,7 @@ from anatomy.vocabulary import PHASES, Phase
 PROFILING, PROCESS = Phase.PROFILING, Phase.PROCESS
 
 __all__ = ["BUCKET_SECONDS", "HOST_STRIDE", "device_key", "rank_series", "series_rank", "Components",
-           "Origin",
-           "ReportedOptions", "RunFacts", "RunSource", "TrainingArguments", "TrainingData",
+           "Origin", "RunFacts", "RunSource", "TrainingArguments", "TrainingData",
            "TrainingSummary", "PHASES", "PROCESS", "PROFILING", "SPANS", "STATUSES", "STORE_ENV",
            "GpuProcess", "GpuStatus", "HostStatus", "Message", "PhaseMark", "PhaseSpan",
            "RunRecord", "RunRow", "Sample", "Step", "Store", "StoreError", "StoreMissing",

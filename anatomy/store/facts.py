@@ -140,19 +140,6 @@ class TrainingArguments(Record):
     lora_targets: str | None = fact(checks.text)
 
 
-@dataclass(frozen=True)
-class ReportedOptions(TrainingArguments):
-    """The options of a run a user's own training recorded (the callback, the phase API, a
-    watched command), as its run stores them: only what it reported, by anatomy's option names
-    — none at all, TrainingArguments' epochs 3.0, an optim anatomy does not run —, every field
-    optional: None is "not said", never a default it did not use. Held to what a reported value
-    is (a whole number from 0, text), not to anatomy's own runs' limits (RunOptions'): a user's
-    Trainer takes batches that anatomy's form refuses."""
-
-    model: str | None = fact(checks.text)
-    seq_len: int | None = fact(checks.count)  # its training set's first example's, if read
-
-
 def _names(value: Any, where: str) -> tuple[str, ...] | None:
     if value is None:
         return None

@@ -88,7 +88,7 @@ def user_run_basis(report: RunReport, steps: Sequence[Step] = ()) -> str:
     """What a prediction for a user's own training was made from, in words. Its sequence length
     is the longest batch the run trained on (`steps`' lengths, which a collator that pads each
     batch to its own longest makes differ): the peak is made there."""
-    options, stored = report.options, report.stored_options
+    options = report.options
     config = report.environment.model_config or {}
     lengths = [s.seq_len for s in steps if s.seq_len is not None]
     if "vocab_size" not in config:  # images: their size is in the config
@@ -98,7 +98,7 @@ def user_run_basis(report: RunReport, steps: Sequence[Step] = ()) -> str:
                   if min(lengths) != max(lengths) else f"every one of its {len(lengths)} steps")
         length = (f", sequence length {max(lengths)} (the longest batch it trained on: "
                   f"{spread})")
-    elif "seq_len" in stored:
+    elif report.ran_with.seq_len is not None:
         length = f", sequence length {options.seq_len} (the training set's first example)"
     else:
         length = f", sequence length {options.seq_len} assumed (the training set could not be read)"

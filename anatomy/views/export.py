@@ -6,7 +6,7 @@ import html
 
 import plotly.graph_objects as go
 
-from anatomy.analysis.report import report
+from anatomy.analysis.report import reports
 from anatomy.store import Store
 from anatomy.views.figures.gpus import buckets, memory_chart
 from anatomy.views.live import status_line
@@ -36,20 +36,15 @@ def runs_html(store: Store, run_ids: list[int]) -> str:
     """Each run's memory chart, as the dashboard draws it, on one standalone page (plotly.js is
     inside it, so it opens offline)."""
     with store.snapshot():  # one moment's rows: a delete under way cuts none
-        reports = []
-        for run_id in run_ids:
-            rep = report(store, run_id)
-            if rep is None:
-                raise KeyError(f"run {run_id} is not in {store.path}")
-            reports.append(rep)
+        runs = reports(store, run_ids)
         read = [(store.decimated(rep.id, buckets(rep, 2000)), store.steps(rep.id))
-                for rep in reports]
+                for rep in runs]
     charts = []
-    for index, (rep, (samples, steps)) in enumerate(zip(reports, read)):
+    for index, (rep, (samples, steps)) in enumerate(zip(runs, read)):
         figure = memory_chart(rep, samples, steps)
         standalone(figure, html.escape(f"{rep.title()}, {status_line(rep)}"))
         figure.update_layout(height=520)
         charts.append(figure.to_html(full_html=False, include_plotlyjs=index == 0))
-    title = html.escape("anatomy: runs " + ", ".join(str(r.id) for r in reports))
+    title = html.escape("anatomy: runs " + ", ".join(str(r.id) for r in runs))
     return (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{title}</title></head>\n'
             f"<body>\n{''.join(charts)}\n</body></html>\n")

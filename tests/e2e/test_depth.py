@@ -50,7 +50,7 @@ def test_layers_that_repeat_too_seldom_are_traced_in_full(monkeypatch):
     assert recordings.stand_in(spec) is None
     extrapolated = []
     monkeypatch.setattr(layers, "extrapolate", lambda *a: extrapolated.append(a))
-    recordings.trace(spec, ("bf16", False, 1, "adamw_torch", 2, 16), device="cuda",
+    recordings.trace(spec, StepOptions("bf16", False, 1, "adamw_torch", 2, 16), device="cuda",
                      calibration=DEFAULT, steps=2)
     assert extrapolated == []
 
@@ -165,7 +165,7 @@ def test_only_the_gradients_the_trace_saw_are_extrapolated(tmp_path):
                    decoder_ffn_dim=32, vocab_size=128, max_encoder_position_embeddings=64,
                    max_decoder_position_embeddings=64, attention_window=4)
     spec = models.resolve(str(folder))
-    step = ("fp32", False, 1, "adamw_torch", 2, 16)
+    step = StepOptions("fp32", False, 1, "adamw_torch", 2, 16)
     recording = recordings.trace(spec, step, device="cpu", calibration=None, steps=2)
     assert recording.depth == 6 and recording.per_layer  # extrapolated from four
     sizes = {tid: size for kind, tid, size in recording.events if kind == replay.ALLOC}
@@ -186,7 +186,7 @@ def test_a_model_too_deep_is_refused_in_one_line_at_once(tmp_path):
 def test_a_recording_asked_again_comes_from_the_disk(tmp_path, monkeypatch):
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     spec = models.resolve("tiny-gpt2")
-    step = ("fp32", False, 1, "sgd", 2, 8)
+    step = StepOptions("fp32", False, 1, "sgd", 2, 8)
     first = recordings.recording(spec, step, device="cpu", calibration=None, steps=2)
     assert len(list(tmp_path.glob("*.recording"))) == 1
     monkeypatch.setattr(recordings, "trace", lambda *a, **k: pytest.fail("traced again"))

@@ -8,8 +8,6 @@ tests/e2e/test_depth.py)."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from anatomy.analysis import models
@@ -130,7 +128,7 @@ def test_a_deep_recording_is_the_shallow_one_extrapolated_event_for_event(name, 
             return shallow if tagged else full
 
         monkeypatch.setattr(record_module, "record", made_above)
-        traced = recordings.trace(spec, dataclasses.astuple(step), device=kernels,
+        traced = recordings.trace(spec, step, device=kernels,
                                   calibration=DEFAULT, steps=3, lora_rank=rank)
         assert canonical(traced) == canonical(full)  # the prediction's own path: in full
         return

@@ -17,6 +17,7 @@ from anatomy.analysis import models
 from anatomy.analysis.options import RunOptions
 from anatomy.prediction import max_batch_size, memory, replay
 from anatomy.prediction.device_constants import DEFAULT
+from anatomy.prediction.step import TracedRun
 from anatomy.prediction.tracing.record import record
 from anatomy.prediction.tracing.tracker import LiveTensors, Timeline
 from anatomy.prediction.tracing.trainer_step import StepOptions, TrainerStep
@@ -130,7 +131,7 @@ def test_the_largest_batch_size_fits_and_the_next_does_not():
     assert 2 < fit.batch_size < fit.may_fit < 4096 and not fit.exact  # linear between
 
     def out_of_memory(batch: int, capacity: int) -> bool:  # recorded at that very batch size
-        shape = memory._shape_of(dataclasses.replace(options, batch_size=batch))
+        shape = TracedRun.of(dataclasses.replace(options, batch_size=batch))
         events = replay.stream(memory._recording(shape, "cuda", small, 3), 3, 1)
         return replay.measure(events, cuda=True, capacity=capacity).out_of_memory
 
@@ -138,7 +139,7 @@ def test_the_largest_batch_size_fits_and_the_next_does_not():
     # and not the next size
     sure = fit.capacity - round(0.15 * fit.capacity)
     assert not out_of_memory(fit.batch_size, sure) and out_of_memory(fit.batch_size + 1, sure)
-    shape = memory._shape_of(dataclasses.replace(options, batch_size=fit.batch_size))
+    shape = TracedRun.of(dataclasses.replace(options, batch_size=fit.batch_size))
     assert replay.measure(replay.stream(memory._recording(shape, "cuda", small, 3), 3, 1),
                           cuda=True).peak_allocated == fit.peak_at_fit
     # may fit: the whole capacity

@@ -27,6 +27,7 @@ from anatomy.prediction import (
     walkthrough_bytes_per_parameter,
 )
 from anatomy.prediction.device_constants import DEFAULT, sdpa_signature
+from anatomy.prediction.step import TracedRun
 from anatomy.prediction.tracing.record import record
 from anatomy.prediction.tracing.trainer_step import StepOptions
 from anatomy.views.live import batch_size_forecast, memory_forecast
@@ -279,7 +280,7 @@ def test_a_convolution_network_keeps_the_convolution_margin_a_vit_does_not(tmp_p
     resnet, vit = RunOptions(model=str(path)), RunOptions(model="tiny-vit")
 
     def share(options: RunOptions, device: str) -> float:
-        return memory._recording(memory._shape_of(options), device,
+        return memory._recording(TracedRun.of(options), device,
                                  DEFAULT if device == "cuda" else None, 1).convolution_share
 
     assert share(resnet, "cuda") > 0.15 and 0 < share(vit, "cuda") < 0.02
@@ -401,7 +402,7 @@ def test_nvml_is_a_band_where_cudnns_workspaces_are_not_measured(tmp_path):
     path.write_text(json.dumps(config))
     resnet = RunOptions(model=str(path), batch_size=64)
     traced = predict(resnet, device="cuda", calibration=DEFAULT)
-    share = memory._recording(memory._shape_of(resnet), "cuda", DEFAULT, traced.steps
+    share = memory._recording(TracedRun.of(resnet), "cuda", DEFAULT, traced.steps
                               ).convolution_share
     assert traced.workspace_band == round(DEFAULT.workspace_band * share * traced.peak) > 0
     assert traced.nvml_high == traced.nvml_peak + traced.workspace_band
@@ -448,7 +449,8 @@ def test_an_fsdp_rank_holds_its_shards_and_gathers_in_the_mixed_precision(world)
     all-gathers carry 16-bit parameters: half the fp32 run's buffers."""
     from anatomy import strategies
     from anatomy.prediction import predict, predict_ranks
-    from anatomy.prediction.memory import _recording, _shape_of
+    from anatomy.prediction.memory import _recording
+    from anatomy.prediction.step import TracedRun
 
     options = RunOptions(model="tiny-llama", batch_size=2, seq_len=16, processes=world,
                          strategy="fsdp")
@@ -459,7 +461,7 @@ def test_an_fsdp_rank_holds_its_shards_and_gathers_in_the_mixed_precision(world)
     assert rank.optimizer_states == 2 * rank.weights  # AdamW's two moments, sharded
     assert rank.peak < alone.peak and rank.as_prediction().peak == rank.peak
     gathered = {precision: _gathered_most(_recording(
-        _shape_of(replace(options, precision=precision)), "cpu", None, 1,
+        TracedRun.of(replace(options, precision=precision)), "cpu", None, 1,
         rank=strategies.named("fsdp").recording_key(world)))
         for precision in ("fp32", "bf16")}
     assert gathered["bf16"] * 2 == gathered["fp32"] > 0

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import tempfile
 import time
 from dataclasses import replace
 
@@ -122,6 +124,34 @@ def test_a_second_run_on_a_busy_device_is_refused_and_stop_ends_the_whole_tree(m
     assert rep.samples == rep.samples_sent > 0
     assert not manager.is_active(run_id)
 
+
+
+def _trainer_folders(folder) -> list:
+    """The Trainer's output folders (engine/training.py) in `folder`: the device locks' folder
+    is another's."""
+    return [p for p in folder.glob("anatomy-*") if p.name != "anatomy-locks"]
+
+
+@pytest.mark.parametrize("ending", ["killed", "stopped"])
+def test_the_trainers_output_folder_goes_however_the_worker_ends(manager, store, tiny, tmp_path,
+                                                                  monkeypatch, ending):
+    """The Trainer's output folder (it saves nothing there) is removed when the run ends,
+    though its worker ends by a SIGKILL (as the kernel's OOM killer ends it) or by Stop and
+    never cleans up after itself: hundreds of empty anatomy-* folders were left in /tmp."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temporary))  # the worker's, and ours read again:
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    run_id = manager.start(replace(tiny, max_steps=100_000))
+    _wait_for_phase(store, run_id, "training")
+    assert len(_trainer_folders(temporary)) == 1
+    if ending == "killed":
+        os.kill(store.run(run_id).worker_pid, signal.SIGKILL)
+        assert manager.wait(run_id, timeout=60) == "failed"
+    else:
+        manager.stop(run_id)
+        assert report(store, run_id).status == "stopped"
+    assert _trainer_folders(temporary) == []
 
 
 def test_a_script_without_a_main_guard_can_start_runs(tmp_path):

@@ -15,17 +15,20 @@ from pydantic import ValidationError
 from anatomy.analysis import transfer
 from anatomy.analysis.options import (
     FIELDS,
+    NAMES,
     Checked,
     InvalidOptions,
     Kind,
+    ReportedOptions,
     RunOptions,
     defaults_for,
     validate,
     validated,
 )
 from anatomy.cli.arguments import add_run_options
-from anatomy.store import checks
+from anatomy.store import TrainingArguments, checks
 from anatomy.views import text
+from anatomy.vocabulary import Precision
 from tests.apptest import open_page
 from tests.conftest import exported
 
@@ -224,3 +227,21 @@ def test_an_import_says_each_limit_the_declaration_has(name, source):
         transfer.read_export(data)
     assert str(refused.value) == (f"runs[0].run.options: {name}: {field.high + 1} is out of "
                                   f"range: {field.low} to {field.high}")
+
+
+def test_a_users_reported_options_are_declared_beside_run_options_every_one_optional():
+    """What a user's training reports is read by RunOptions' own names (the callback's
+    TrainingArguments among them), every field None where it said nothing, each value as it was
+    written (epochs 1 stays 1, TrainingArguments' 3.0 stays 3.0), and no limit of anatomy's own."""
+    reported = [f.name for f in dataclasses.fields(ReportedOptions)]
+    assert set(reported) <= set(NAMES)
+    assert {f.name for f in dataclasses.fields(TrainingArguments)} - {"extra", "stored_order"} \
+        <= set(reported)
+    assert ReportedOptions() == ReportedOptions(**{name: None for name in reported})
+    read = ReportedOptions.from_dict({"epochs": 1, "batch_size": 8192, "optim": "adamw_bnb_8bit",
+                                      "precision": "bf16", "a newer key": [1]})
+    assert (read.epochs, type(read.epochs), read.batch_size, read.optim, read.precision) == \
+        (1, int, 8192, "adamw_bnb_8bit", Precision.BF16)
+    assert ReportedOptions.from_dict({"epochs": 3.0, "seed": "42"}) == ReportedOptions(epochs=3.0)
+    with pytest.raises(checks.InvalidValue, match=r"^options\.seed: must be a whole number"):
+        ReportedOptions.read({"seed": "42"}, "options")

@@ -93,3 +93,23 @@ def test_the_recordings_cache_takes_an_equal_calibration_for_the_same():
     hits = memory._cached_recording.cache_info().hits
     memory.recording_for(options, "cuda", device_constants.load("NVIDIA H200"))
     assert memory._cached_recording.cache_info().hits == hits + 1
+
+
+def test_the_anatomy_page_asks_the_entry_as_predict_and_the_form_do(store, seed, monkeypatch):
+    """A stored run's prediction (the Anatomy page's, `run`'s predicted peak) is the entry's
+    answer for the run's options on the device it ran on: one path, not calls of its own."""
+    from anatomy.analysis.report import report
+    from anatomy.prediction import breakdown, ran_on, request
+
+    asked, made = [], request.Answer.__init__
+
+    def heard(self, said: Request) -> None:
+        asked.append(said)
+        made(self, said)
+
+    monkeypatch.setattr(request.Answer, "__init__", heard)
+    rep = report(store, seed(backend="cpu-rss"))
+    rep = dataclasses.replace(rep, ran_with=RunOptions(model="tiny", seq_len=32, max_steps=8))
+    prediction = breakdown.predicted(rep)
+    assert asked == [Request(rep.options, ran_on(rep))]
+    assert prediction == answer(Request(rep.options, ran_on(rep))).alone

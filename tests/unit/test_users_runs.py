@@ -254,11 +254,12 @@ def test_a_users_padded_batch_is_predicted_as_the_callback_measured_it(store, se
     24-layer Qwen3 on the CPU, 68.6 MiB of activations against 72.5 measured (−5.3 %); traced
     with the padded batch, 76,021,064 bytes, the measured figure to the byte."""
     from anatomy.analysis.lengths import TextBatch
+    from anatomy.prediction import request
 
     run_id = seed_users("trainer")  # its longest batch: 64 tokens
     summary = store.run(run_id).summary.to_dict()
     traced = []
-    monkeypatch.setattr(breakdown, "predict", lambda options, **kw: traced.append(kw["text"]))
+    monkeypatch.setattr(request, "predict", lambda options, **kw: traced.append(kw["text"]))
     for padded_to, lengths in ((64, [14, 64, 28, 27]), (36, [14, 36, 28, 27])):
         store.update_run(run_id, summary={**summary, "components": {
             **summary["components"], "micro_batch": 4, "padded_to": padded_to,

@@ -27,7 +27,6 @@ import inspect
 import tempfile
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass
 
 # transformers' modules at import, before any trace: importing them makes module-level tensors
 # (peft's, which trainer_utils imports) that a trace would record in a process's first recording
@@ -47,23 +46,12 @@ from transformers.trainer_utils import unwrap_peft_model
 from anatomy.analysis import dummy_data
 from anatomy.analysis.lengths import TextBatch
 from anatomy.analysis.models import CAUSAL_LM, ModelError, ModelSpec
+from anatomy.prediction.step import StepOptions
 from anatomy.vocabulary import Precision
 
 MAX_GRAD_NORM = 1.0  # TrainingArguments' default
 AUTOCAST_DTYPES = {Precision.BF16: torch.bfloat16, Precision.FP16: torch.float16}
 FP16_INIT_SCALE = 2.0**16  # torch.amp.GradScaler's default
-
-
-@dataclass(frozen=True)
-class StepOptions:
-    """What shapes a step's memory, from the run options."""
-    precision: str
-    gradient_checkpointing: bool
-    grad_accum: int
-    optim: str
-    batch_size: int
-    seq_len: int
-    text: TextBatch | None = None  # a dataset's batch as the collator pads it; None: dummy data
 
 
 def enable_checkpointing(model, context_fn: Callable | None = None) -> None:
