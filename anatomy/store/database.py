@@ -98,6 +98,11 @@ class Db:
 
         names = ", ".join(f'"{c.name}"' for c in table.columns)
         statement = f"COPY {table.name} ({names}) FROM STDIN"
+        if not self.connection.in_transaction():
+            # The COPY goes by the driver's own cursor, which SQLAlchemy does not see: without a
+            # transaction begun on its side, its commit does nothing and the pool's rollback
+            # drops the rows (a batch of the device panel alone, no sample beside it).
+            self.connection.begin()
         raw = self.connection.connection.driver_connection
         try:
             with raw.cursor() as cursor, cursor.copy(statement) as copy:
