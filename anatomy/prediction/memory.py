@@ -252,6 +252,8 @@ def _traced_recording(traced: TracedRun, device: str, calibration: DeviceCalibra
                                     rank=rank, workspaces=workspaces)
     except models.ModelError as error:
         raise PredictionError(str(error)) from None
+    except ImportError as error:  # a library the head needs and this machine lacks: run's words
+        raise PredictionError(str(models.cannot_build(spec.display_name, error))) from None
     except Exception as error:  # noqa: BLE001 - whatever the trace cannot follow: one line
         raise PredictionError(f"cannot predict {spec.display_name}: "
                               f"{models.where_it_stopped(error)}{models.first_line(error)}"

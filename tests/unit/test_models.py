@@ -637,3 +637,8 @@ def test_a_head_that_needs_a_library_this_machine_lacks_is_refused_before_its_ru
     assert refusal is not None and refusal.startswith("model: dinat: transformers cannot build "
                                                       "it: modeling_dinat.py, ") \
         and "requires the natten library" in refusal, refusal
+    from anatomy.prediction import PredictionError, predict
+
+    with pytest.raises(PredictionError) as predicted:
+        predict(RunOptions(model=str(path)), device="cpu")
+    assert str(predicted.value) == refusal
