@@ -239,16 +239,13 @@ class Answers:
     """The watch's side of the figures of a process it runs (one per link, engine/watch.py): a
     reader of its own for each of that process's readers, so that the callback's logs and
     `run.metrics()` under `anatomy watch` take what they would take where the process records
-    its run itself. Without figures (None: a watch that records no run here), each answer is
-    empty, at once."""
+    its run itself."""
 
-    def __init__(self, figures: Figures | None):
+    def __init__(self, figures: Figures):
         self.figures = figures
         self._readers: dict[int, Reader] = {}
 
     def answer(self, asked: protocol.FiguresAsked) -> protocol.FiguresTaken:
-        if self.figures is None:
-            return protocol.FiguresTaken(asked.asked, {})
         if asked.phase is not None:
             self.figures.wait_for_phase(asked.phase, asked.end, asked.wait)
         taken: dict[str, float] = {}

@@ -125,11 +125,3 @@ def test_a_watched_processes_readers_each_take_from_a_reader_of_their_own_at_the
     assert answers.answer(protocol.FiguresAsked(1, asked=8)).figures == {}
     assert answers.answer(protocol.FiguresAsked(2, asked=9)).figures == {peak_name("cpu"): 64}
 
-
-def test_a_watch_that_records_no_run_here_answers_at_once_with_nothing():
-    """A host that joined another host's run has no figures of it: the script's logs get none,
-    rather than its link to the watch ending (marks and steps lost) on the question."""
-    from anatomy.engine.figures import Answers
-
-    answer = Answers(None).answer(protocol.FiguresAsked(1, "training", 1.0, 5.0, asked=3))
-    assert answer == protocol.FiguresTaken(3, {})
