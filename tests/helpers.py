@@ -4,10 +4,12 @@ sleeps for a fixed time in place of a condition."""
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 import psutil
@@ -88,3 +90,14 @@ def one_line(err: str) -> str:
     traceback. Returns it, to compare with the words expected."""
     assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err, err
     return err
+
+
+def resnet_config(folder: Path, width: int = 8, image_size: int = 32) -> Path:
+    """A small ResNet's config.json in `folder` (two basic stages, `width` then twice as many
+    channels, ten classes): the convolution network the prediction's workspace tests trace."""
+    config = {"model_type": "resnet", "architectures": ["ResNetForImageClassification"],
+              "embedding_size": width, "hidden_sizes": [width, 2 * width], "depths": [1, 1],
+              "layer_type": "basic", "image_size": image_size, "num_labels": 10}
+    path = folder / "config.json"
+    path.write_text(json.dumps(config))
+    return path

@@ -14,6 +14,7 @@ import pytest
 
 from anatomy.engine.devices import machine
 from tests.conftest import PROJECT, TINY, flags
+from tests.helpers import resnet_config
 
 ON_GPU = machine().backend == "nvml"  # the same tests pass on a GPU machine, measuring NVML
 
@@ -269,11 +270,7 @@ def test_from_prediction_where_the_workspaces_cannot_be_measured_keeps_the_margi
 
     nvml._lib = FakePynvml(gpus=1)
     info = machine()
-    config = {"model_type": "resnet", "architectures": ["ResNetForImageClassification"],
-              "embedding_size": 32, "hidden_sizes": [32, 64], "depths": [1, 1],
-              "layer_type": "basic", "image_size": 512, "num_labels": 10}
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config))
+    path = resnet_config(tmp_path, width=32, image_size=512)
     base = RunOptions(model=str(path), gpu=0)
     vary, said = _predicted_ladder(base, info)
     err = capsys.readouterr().err
@@ -309,11 +306,7 @@ def test_from_prediction_does_not_measure_on_a_gpu_a_run_holds(fresh_nvml, tmp_p
     from tests.fake_nvml import FakePynvml
 
     nvml._lib = FakePynvml(gpus=1)
-    config = {"model_type": "resnet", "architectures": ["ResNetForImageClassification"],
-              "embedding_size": 8, "hidden_sizes": [8, 16], "depths": [1, 1],
-              "layer_type": "basic", "image_size": 64, "num_labels": 10}
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config))
+    path = resnet_config(tmp_path, image_size=64)
     held = DeviceLock("gpu0")
     assert held.acquire("run 7 by pid 4242")
     before = set(psutil.Process().children(recursive=True))

@@ -25,7 +25,7 @@ from anatomy.store import PHASES, Store
 from anatomy.units import MIB
 from tests.conftest import PROJECT
 from tests.e2e.conftest import HANG_SECONDS
-from tests.helpers import alive, wait_until, within
+from tests.helpers import alive, resnet_config, wait_until, within
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu,
@@ -310,11 +310,7 @@ def test_convolution_workspaces_measured_on_the_gpu(tmp_path):
     """`predict --max-batch-size --measure-convolutions` on a small ResNet: each distinct
     convolution's cuDNN workspaces measured in a child process on this GPU, the answer says so,
     and nothing of the measurement stays on the device."""
-    config = {"model_type": "resnet", "architectures": ["ResNetForImageClassification"],
-              "embedding_size": 16, "hidden_sizes": [16, 32], "depths": [1, 1],
-              "layer_type": "basic", "image_size": 64, "num_labels": 10}
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config))
+    path = resnet_config(tmp_path, width=16, image_size=64)
     gpu = machine().devices[0]
     before = nvml.memory(gpu.nvml_index).used
     done = subprocess.run([sys.executable, "-m", "anatomy", "predict", "--model", str(path),

@@ -31,6 +31,7 @@ from anatomy.prediction.step import TracedRun
 from anatomy.prediction.tracing.record import record
 from anatomy.prediction.tracing.trainer_step import StepOptions
 from anatomy.views.live import batch_size_forecast, memory_forecast
+from tests.helpers import resnet_config
 from tests.unit.test_live_page_forecast import H200 as H200_MACHINE
 
 MIB = 2**20
@@ -272,11 +273,7 @@ def test_a_convolution_network_keeps_the_convolution_margin_a_vit_does_not(tmp_p
     most of a ResNet's, next to nothing of a ViT's (its one patch embedding) — and says why."""
     from anatomy.prediction import BatchSizes, memory
 
-    config = {"model_type": "resnet", "architectures": ["ResNetForImageClassification"],
-              "embedding_size": 8, "hidden_sizes": [8, 16], "depths": [1, 1],
-              "layer_type": "basic", "image_size": 32, "num_labels": 10}
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config))
+    path = resnet_config(tmp_path)
     resnet, vit = RunOptions(model=str(path)), RunOptions(model="tiny-vit")
 
     def share(options: RunOptions, device: str) -> float:
@@ -311,11 +308,7 @@ def test_measured_workspaces_take_the_convolution_margins_place(tmp_path):
     convolutions measures nothing."""
     from anatomy.prediction import BatchSizes, workspaces
 
-    config = {"model_type": "resnet", "architectures": ["ResNetForImageClassification"],
-              "embedding_size": 8, "hidden_sizes": [8, 16], "depths": [1, 1],
-              "layer_type": "basic", "image_size": 32, "num_labels": 10}
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config))
+    path = resnet_config(tmp_path)
     resnet = RunOptions(model=str(path))
     measured = BatchSizes(resnet, "cuda", DEFAULT).measure(64)
     total = round((measured.peak_reserved + DEFAULT.context_bytes + DEFAULT.outside_bytes)
@@ -380,9 +373,7 @@ def test_the_convolutions_measured_are_keyed_by_their_memory_layouts(tmp_path):
     assert (depthwise, workspaces.CHANNELS_LAST, None) in layouts
     assert (depthwise, workspaces.CHANNELS_LAST, workspaces.CHANNELS_LAST) in layouts
     assert {key[8] for key in convnext} == {None, workspaces.CONTIGUOUS, workspaces.CHANNELS_LAST}
-    resnet = logged({"model_type": "resnet", "architectures": ["ResNetForImageClassification"],
-                     "embedding_size": 8, "hidden_sizes": [8, 16], "depths": [1, 1],
-                     "layer_type": "basic", "image_size": 32, "num_labels": 10})
+    resnet = logged(json.loads(resnet_config(tmp_path).read_text()))
     assert {(key[7], key[8]) for key in resnet} == {(workspaces.CONTIGUOUS, None),
                                                     (workspaces.CONTIGUOUS, workspaces.CONTIGUOUS)}
 
@@ -395,11 +386,7 @@ def test_nvml_is_a_band_where_cudnns_workspaces_are_not_measured(tmp_path):
     the trace instead and there is no band. A transformer without convolutions has none."""
     from anatomy.prediction import measured_recording, memory, workspaces
 
-    config = {"model_type": "resnet", "architectures": ["ResNetForImageClassification"],
-              "embedding_size": 8, "hidden_sizes": [8, 16], "depths": [1, 1],
-              "layer_type": "basic", "image_size": 32, "num_labels": 10}
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config))
+    path = resnet_config(tmp_path)
     resnet = RunOptions(model=str(path), batch_size=64)
     traced = predict(resnet, device="cuda", calibration=DEFAULT)
     share = memory._recording(TracedRun.of(resnet), "cuda", DEFAULT, traced.steps
