@@ -1,1 +1,1 @@
-python bench/architectures.py --jobs 2 --timeout 300   # every type; then, with the code of 2026-12-02 00:50-01:30 UTC, the 56 types changed that night again: --only <them> --jobs 1 (the last row of a type counts)
+python bench/architectures.py --jobs 2 --timeout 300   # every type; then, with the code of 2026-12-02 00:50-01:30 UTC, the 56 types changed that night again: --only <them> --jobs 1 (the last row of a type counts); on 2026-12-06, after the bench's fixes for staged vision models and xLSTM's blocks: --only xlstm,swin,swinv2,donut-swin --jobs 1 --timeout 600
