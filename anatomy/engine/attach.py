@@ -861,8 +861,8 @@ def _record_here(store: str | os.PathLike | None, name: str | None, sample_rate:
         if refused is not None:
             raise refused
         if across is not None:  # before the store is made: a file would be left behind
-            launch.refuse_file(resolve_path(store), across,
-                               "$ANATOMY_STORE=postgresql://user@host/db (or start(store=…))")
+            launch.refuse_file(resolve_path(store), across, "ANATOMY_STORE=postgresql://user@host"
+                               "/db (or store= of anatomy.start, AnatomyCallback)")
         return _LocalRecording(Store(store), name, sample_rate, gpus, across)
     except StoreError as error:
         _warn(f"not recording: the store {error}; the training goes on unrecorded")

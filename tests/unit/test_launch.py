@@ -141,7 +141,7 @@ def test_a_ranks_launch_is_what_torchrun_tells_its_ranks(environ, found):
     ({**RANK, "TORCHELASTIC_RUN_ID": "none"}, "runs.sqlite",
      "torchrun --nnodes 2: give every host the same --rdzv-id (or ANATOMY_RUN_KEY)"),
     ({**RANK, "TORCHELASTIC_RUN_ID": "job-7"}, "runs.sqlite",
-     "needs a store every host reaches: $ANATOMY_STORE=postgresql://user@host/db"),
+     "needs a store every host reaches: ANATOMY_STORE=postgresql://user@host/db"),
 ])
 def test_a_host_of_a_launch_recording_itself_that_cannot_join_one_run_is_said_in_one_line(
         environ, store, words, tmp_path, monkeypatch, capsys):
