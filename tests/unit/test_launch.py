@@ -203,3 +203,25 @@ def test_the_device_panel_shows_every_hosts_own(store, seed):
     figure = device_figure(panel.hosts, panel.gpu_readings, panel.host_names)
     cpu = [t.name for t in figure.data if t.yaxis == figure.data[-1].yaxis]
     assert cpu == ["node-a", "node-b"]
+
+
+def test_a_store_at_the_revision_before_each_hosts_device_panel_gains_it_and_keeps_its_rows(
+        tmp_path):
+    """A store as revision 0002 wrote it (host_status without its host) opens upgraded in place:
+    its panel's rows kept, as the first host's."""
+    from anatomy.store import HostStatus
+
+    path = tmp_path / "0002.sqlite"
+    store = Store(path)
+    kept = store.create_run({}, "cpu-rss", "rss", 0, {}, preset="train.py")
+    store.write(kept, hosts=[HostStatus(0.5, 10.0, 2**30, 8 * 2**30)])
+    with sqlite3.connect(path) as db:
+        db.execute("ALTER TABLE host_status DROP COLUMN host")
+        db.execute("UPDATE alembic_version SET version_num = '0002'")
+    database._ENGINES.clear()
+    store = Store(path)
+    assert store.host_status(kept) == [HostStatus(0.5, 10.0, 2**30, 8 * 2**30, 0)]
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [(schema.HEAD,)]
+    store.write(kept, hosts=[HostStatus(1.0, 20.0, 2**30, 8 * 2**30, 1)])
+    assert [h.host for h in store.host_status(kept)] == [0, 1]
