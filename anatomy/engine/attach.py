@@ -406,8 +406,9 @@ class _WatchLink:
 
 class _Unrecorded:
     """A rank other than 0 of a launch without `anatomy watch` (torchrun, accelerate launch):
-    rank 0 records the run (its sampler follows every visible GPU); this rank says nothing.
-    Under `anatomy watch` every rank joins the one run instead."""
+    rank 0 records the run (its sampler follows every visible GPU; of a launch across hosts,
+    each host's LOCAL_RANK 0 its host's part); this rank says nothing. Under `anatomy watch`
+    every rank joins the one run instead."""
 
     run_id = None
 
@@ -846,25 +847,23 @@ def _record_here(store: str | os.PathLike | None, name: str | None, sample_rate:
     """The run recorded by this process: a launch's first rank's (rank 0; of a launch across
     hosts, each host's first, LOCAL_RANK 0, records its host's part of the launch's run), else
     nothing (see _Unrecorded). A launch across hosts that cannot make one run (no key, a store
-    that is a file) and a store that cannot be used are said in a line, and the training goes
-    on unrecorded: the user's training is never ended by anatomy."""
+    that is a file) and a store that cannot be used are said in a line by that rank, nothing
+    is started, and the training goes on unrecorded."""
     try:
         across = launch.rank_launch()
     except launch.LaunchRefused as error:
-        across, refused = None, error
-    else:
-        refused = None
-    first = _local_rank() if across is not None or refused is not None else _rank()
-    if first and (launched_world_size() > 1 or across is not None):
-        return _Unrecorded()  # this host's first rank records; see _Unrecorded
+        if not _local_rank():
+            _warn(f"not recording: {error}; the training goes on unrecorded")
+        return _Unrecorded()
+    first = _rank() if across is None else _local_rank()
+    if first and (across is not None or launched_world_size() > 1):
+        return _Unrecorded()  # the launch's (this host's) first rank records; see _Unrecorded
     try:
-        if refused is not None:
-            raise refused
         if across is not None:  # before the store is made: a file would be left behind
             launch.refuse_file(resolve_path(store), across, "ANATOMY_STORE=postgresql://user@host"
                                "/db (or store= of anatomy.start, AnatomyCallback)")
         return _LocalRecording(Store(store), name, sample_rate, gpus, across)
-    except StoreError as error:
+    except StoreError as error:  # the user's training is never ended by anatomy
         _warn(f"not recording: the store {error}; the training goes on unrecorded")
     except launch.LaunchRefused as error:
         _warn(f"not recording: {error}; the training goes on unrecorded")
