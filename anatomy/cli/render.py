@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import unicodedata
+from collections.abc import Collection
 
 from anatomy.analysis.options import InvalidOptions
 from anatomy.analysis.report import RunReport
@@ -82,10 +83,17 @@ class PhaseEnds:
         self.held = held  # phases the command says elsewhere (`run`: training, with its summary)
         self.said: set[tuple[int, int]] = set()  # (rank, the phase's place among its phases)
 
-    def new(self, rep: RunReport) -> list[str]:
-        """The lines of the run's phases that have ended since the last call."""
+    def new(self, rep: RunReport, only: Collection[int] | None = None) -> list[str]:
+        """The lines of the run's phases that have ended since the last call; `only`: those of
+        these ranks (a host's own, of a run across hosts)."""
         sampled_to = self.store.last_time(rep.id)
         ranks = rep.ranks if 1 < len(rep.ranks) <= gpus.LISTED_AT_MOST else ()
+        if only is not None and ranks:
+            ranks = [r for r in ranks if r.rank in only]
+            if not ranks:
+                return []
+        elif only is not None and 0 not in only:
+            return []  # the run's phases are rank 0's: its host says them
         lines = []
         for rank, phases in [(r, r.phases) for r in ranks] or [(None, rep.phases)]:
             for index, phase in enumerate(phases):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from anatomy.analysis.report import report
 from anatomy.cli.arguments import add_store_option
@@ -42,10 +42,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     watched.set_defaults(func=cmd_watch)
 
 
-def _phase_lines(store: Store) -> Callable[[int], list[str]]:
-    """What the watch prints of each phase as it ends: what `anatomy run` prints."""
+def _phase_lines(store: Store) -> Callable[[int, Collection[int] | None], list[str]]:
+    """What the watch prints of each phase as it ends: what `anatomy run` prints (on several
+    hosts, each host its own ranks')."""
     ends = PhaseEnds(store)
-    return lambda run_id: ends.new(report(store, run_id))
+    return lambda run_id, ranks: ends.new(report(store, run_id), ranks)
 
 
 def cmd_watch(args: argparse.Namespace) -> int:

@@ -278,20 +278,21 @@ def device_panel(rep: RunReport, live: bool) -> None:
         return
     if live:
         for line in panel.gpus:
-            _metrics(f"GPU {line.gpu} · {rep.device_name}", line.metrics)
-        _metrics("Host", panel.host)
+            _metrics(f"{line.name} · {rep.device_name}", line.metrics)
+        for host in panel.host:
+            _metrics(host.name, host.metrics)
     else:
-        chart(live_figures.device_figure(panel.hosts, panel.gpu_readings),
+        chart(live_figures.device_figure(panel.hosts, panel.gpu_readings, panel.host_names),
               f"device_history_{rep.id}")
     if panel.processes:
         st.markdown("**Processes on the GPU" + ("" if live else ", at the end of training")
                     + "**")
-        table([{"GPU": p.gpu, "PID": p.pid, "Process": p.name or "(not visible here)",
-                       in_mib("GPU memory"): mib_float(p.used),
-                       "Run": "this run" if p.ours else ""} for p in panel.processes],
-                     hide_index=True, key=f"device_processes_{rep.id}",
-                     column_config={in_mib("GPU memory"): st.column_config.NumberColumn(
-                         format="%.0f")})
+        table([{**({"Host": p.host} if p.host else {}), "GPU": p.gpu, "PID": p.pid,
+                "Process": p.name or "(not visible here)",
+                in_mib("GPU memory"): mib_float(p.used),
+                "Run": "this run" if p.ours else ""} for p in panel.processes],
+              hide_index=True, key=f"device_processes_{rep.id}",
+              column_config={in_mib("GPU memory"): st.column_config.NumberColumn(format="%.0f")})
     st.caption(panel.caption)
 
 

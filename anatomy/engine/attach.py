@@ -40,8 +40,8 @@ from multiprocessing.connection import Client
 from pathlib import Path
 from typing import Any
 
+from anatomy.engine import launch, protocol, tasks
 from anatomy.engine import link as watch_link
-from anatomy.engine import protocol, tasks
 from anatomy.engine.devices import machine
 from anatomy.engine.endings import Ending, stopped_by
 from anatomy.engine.exits import (
@@ -65,6 +65,7 @@ from anatomy.store import (
     TrainingSummary,
     checks,
     default_store,
+    resolve_path,
 )
 from anatomy.vocabulary import Level, Phase, SourceKind, Status
 
@@ -159,10 +160,11 @@ def _visible(info, index: object):
 class _LocalRecording:
     """A run of this process, recorded here: engine/recording.py, driven by the phase API. The
     GPUs it samples are locked as anatomy's own runs lock them, where they are free; a GPU
-    another run holds is recorded all the same, with a warning on the run."""
+    another run holds is recorded all the same, with a warning on the run. `across`: this
+    host's part of a launch's run across hosts, as a watch's (engine/launch.py)."""
 
     def __init__(self, store: Store, name: str | None, sample_rate: int,
-                 gpus: Sequence[int] | None, t0: float):
+                 gpus: Sequence[int] | None, across: launch.Launch | None = None):
         info = machine()
         devices = info.devices if gpus is None else [_visible(info, i) for i in gpus]
         locks, busy = [], []
@@ -181,18 +183,29 @@ class _LocalRecording:
         self.locks = locks
         self.ending: Ending | None = None
         self.this = _ThisProcess()
-        self.recording = Recording(store, info.backend, [d.nvml_index for d in devices],
-                                   sample_rate, owns_training=False, t0=t0,
-                                   lock_fds=tuple(lock.fileno() for lock in locks),
-                                   decide=lambda outcome, code: self.ending, tell=_warn)
+        self.across, self.part = across, None
         script = _script()
+        preset = os.path.basename(script) if script else "python"
+        source = RunSource.of(kind=SourceKind.SCRIPT, script=script, argv=tuple(sys.argv),
+                              cwd=os.getcwd(), host=socket.gethostname())
+        gpu, environment = devices[0].nvml_index if devices else 0, environment_facts(info, devices)
         try:
-            self.run_id = self.recording.create_run(
-                {}, info, devices[0].nvml_index if devices else 0,
-                environment_facts(info, devices), name=name,
-                preset=os.path.basename(script) if script else "python",
-                source=RunSource.of(kind=SourceKind.SCRIPT, script=script, argv=tuple(sys.argv),
-                                    cwd=os.getcwd(), host=socket.gethostname()))
+            # Before the sampler starts: its clock is the run's.
+            place = None if across is None else launch.arrive(store, across, info, gpu,
+                                                               environment, source, preset, name)
+            self.recording = Recording(
+                store, info.backend, [d.nvml_index for d in devices], sample_rate,
+                owns_training=False, t0=time.monotonic() if place is None else launch.run_clock(place),
+                lock_fds=tuple(lock.fileno() for lock in locks),
+                decide=lambda outcome, code: self.ending, tell=_warn, observe=self._observe)
+            if place is None:
+                self.run_id = self.recording.create_run({}, info, gpu, environment, name=name,
+                                                        preset=preset, source=source)
+            else:
+                self.part = launch.HostPart(store, across, place, self._host_lost,
+                                            lambda text: _warn(f"run {place.run_id}: {text}"))
+                self.recording.part, self.recording.host = self.part, place.host
+                self.run_id = self.recording.adopt(place.run_id)
         except BaseException:
             self._release()
             raise
@@ -203,21 +216,28 @@ class _LocalRecording:
             self.put(protocol.Note(protocol.Message(0.0, Level.WARNING, words), protocol.Source()))
             _warn(f"run {self.run_id}: {words}")
         try:
-            self._begin(store, t0)
+            self._begin(store)
         except BaseException as error:
             self._interrupted(ending_of(error))
             raise
 
-    def _begin(self, store: Store, t0: float) -> None:
+    def _begin(self, store: Store) -> None:
         self.recording.start_sampler()
         self.recording.follow(self.this)
         # A script that only adds the callback says nothing else: which run, which store.
         where = _store_flag(store.path)
-        _warn(f"recording run {self.run_id} into {store.path} (`anatomy show {self.run_id}{where}`"
-              f", or `anatomy dashboard{where}`)")
+        if self.part is None:
+            _warn(f"recording run {self.run_id} into {store.path} (`anatomy show {self.run_id}"
+                  f"{where}`, or `anatomy dashboard{where}`)")
+        else:
+            self.part.start()
+            place = self.part.place
+            _warn(f"run {self.run_id}: host {place.host} ({place.name}) of the launch"
+                  f" {self.across.said}: {'made it' if place.created else 'joined it'} in"
+                  f" {store.path} (`anatomy show {self.run_id}{where}`)")
         if not self.recording.sampling.wait(FIRST_SAMPLE_TIMEOUT):
             self.put(protocol.Note(protocol.Message(
-                time.monotonic() - t0, Level.WARNING, "the sampler took longer than "
+                self.recording.now(), Level.WARNING, "the sampler took longer than "
                 f"{FIRST_SAMPLE_TIMEOUT:.0f} s to start: the first phase may have no sample"),
                 protocol.Source()))
 
@@ -225,7 +245,13 @@ class _LocalRecording:
         """Ctrl-C (or another error) while the run starts, before the script has its run: the
         run ends as it says — stopped, for Ctrl-C — rather than left to be found "ended without
         a word"; the sampler goes with it."""
-        if self.recording.training is None:  # not followed yet: no collector to end it
+        if self.recording.training is None and self.part is not None:
+            self.recording.abandon()  # this host's part ends; the others' end the run
+            self.part.leave.set()
+            with contextlib.suppress(Exception):
+                self.part.end(ending, None)
+            self._release()
+        elif self.recording.training is None:  # not followed yet: no collector to end it
             self.recording.abandon()
             with contextlib.suppress(Exception):
                 self.recording.store.free_reserve(self.run_id)
@@ -234,6 +260,34 @@ class _LocalRecording:
             self._release()
         else:
             self.close(ending)
+
+    def _observe(self, message) -> None:
+        """This process's rank, placed among its host's once it has marked or stepped."""
+        if self.part is not None and isinstance(message, (protocol.Phase, protocol.StepReport)):
+            self.part.heard(message.source.rank or 0, message.source.device, self.recording.gpus)
+
+    def _host_lost(self, why: str) -> None:
+        """Another host of the run is lost (or failed, and the training here outlived it): this
+        host's training is ended, as a watch ends its command — its ranks' peer is gone, they
+        could only hang (torchrun then ends this host's other ranks)."""
+        if self.this.closed:
+            return  # this host's training has ended already
+        _warn(f"run {self.run_id}: {why}: ending this host's training")
+        self.recording.request_stop(f"ended as {why}")
+        threading.Thread(target=self._end_training, name="anatomy-host-lost", daemon=True).start()
+
+    def _end_training(self) -> None:
+        """A stop, by the signal a scheduler sends (the script's own handling, then the run's);
+        a training still there STOP_WAIT_SECONDS later waits in a collective on the peer that is
+        gone, where no Python handler runs: its part's ending is written, then it is killed, as
+        a watch kills its command's tree."""
+        os.kill(os.getpid(), signal.SIGTERM)
+        if self.recording.wait(STOP_WAIT_SECONDS):
+            return
+        self.ending = Ending(Status.STOPPED, self.recording.stop_reason)
+        self.this.closed = True
+        self.recording.wait(STOP_WAIT_SECONDS)
+        os.kill(os.getpid(), signal.SIGKILL)
 
     def _release(self) -> None:
         for lock in self.locks:
@@ -262,6 +316,13 @@ class _LocalRecording:
         if final is not None and not final.recorded:
             _warn(f"run {self.run_id} {final.status}: {final.error} (not recorded: the store"
                   f" {self.recording.store.path} cannot be written)")
+        elif final is not None and self.part is not None:
+            ended = self.recording.run_ending
+            run = ("its ending is written by the last of its hosts to end" if ended is None else
+                   f"the run {ended.status}" + (f": {ended.error.splitlines()[0]}" if ended.error
+                                                else ""))
+            _warn(f"run {self.run_id}: this host's part {final.status}; {run}; stored in"
+                  f" {self.recording.store.path}")
         elif final is not None:
             _warn(f"run {self.run_id} {final.status}, stored in {self.recording.store.path}")
 
@@ -345,8 +406,9 @@ class _WatchLink:
 
 class _Unrecorded:
     """A rank other than 0 of a launch without `anatomy watch` (torchrun, accelerate launch):
-    rank 0 records the run (its sampler follows every visible GPU); this rank says nothing.
-    Under `anatomy watch` every rank joins the one run instead."""
+    rank 0 records the run (its sampler follows every visible GPU; of a launch across hosts,
+    each host's LOCAL_RANK 0 its host's part); this rank says nothing. Under `anatomy watch`
+    every rank joins the one run instead."""
 
     run_id = None
 
@@ -461,6 +523,13 @@ class Run:
     @property
     def watched(self) -> bool:
         return isinstance(self.link, _WatchLink)
+
+    @property
+    def of_a_launch(self) -> bool:
+        """Whether the run records the ranks of a launch, not this process alone: under
+        `anatomy watch`, or as this host's part of a run across hosts."""
+        return self.watched or (isinstance(self.link, _LocalRecording)
+                                and self.link.part is not None)
 
     def phase(self, name: Phase | str) -> None:
         """The state `name` is reached (Phase.WEIGHTS: the model is on its device). It is held a
@@ -758,16 +827,9 @@ def start(name: str | None = None, *, sample_rate: int = DEFAULT_SAMPLE_RATE,
             link: _LocalRecording | _WatchLink | _Unrecorded = _watch_link(address)
             if name:  # the watch's run takes the script's name, unless `--name` gave one
                 link.put(protocol.Named(name, protocol.Source(_rank())))
-        elif _rank() and launched_world_size() > 1:
-            t0 = time.monotonic()
-            link = _Unrecorded()  # rank 0 records the run; see _Unrecorded
         else:
-            t0 = time.monotonic()
-            try:
-                link = _LocalRecording(Store(store), name, sample_rate, gpus, t0)
-            except StoreError as error:  # the user's training is never ended by anatomy
-                _warn(f"not recording: the store {error}; the training goes on unrecorded")
-                link = _Unrecorded()
+            link = _record_here(store, name, sample_rate, gpus)
+            t0 = link.recording.t0 if isinstance(link, _LocalRecording) else time.monotonic()
         run = Run(link, t0, dwell)
         _current = run
     _install_exit_hooks(run)
@@ -778,6 +840,34 @@ def start(name: str | None = None, *, sample_rate: int = DEFAULT_SAMPLE_RATE,
     if kernel:
         _load_kernel(run)
     return run
+
+
+def _record_here(store: str | os.PathLike | None, name: str | None, sample_rate: int,
+                 gpus: Sequence[int] | None) -> _LocalRecording | _Unrecorded:
+    """The run recorded by this process: a launch's first rank's (rank 0; of a launch across
+    hosts, each host's first, LOCAL_RANK 0, records its host's part of the launch's run), else
+    nothing (see _Unrecorded). A launch across hosts that cannot make one run (no key, a store
+    that is a file) and a store that cannot be used are said in a line by that rank, nothing
+    is started, and the training goes on unrecorded."""
+    try:
+        across = launch.rank_launch()
+    except launch.LaunchRefused as error:
+        if not _local_rank():
+            _warn(f"not recording: {error}; the training goes on unrecorded")
+        return _Unrecorded()
+    first = _rank() if across is None else _local_rank()
+    if first and (across is not None or launched_world_size() > 1):
+        return _Unrecorded()  # the launch's (this host's) first rank records; see _Unrecorded
+    try:
+        if across is not None:  # before the store is made: a file would be left behind
+            launch.refuse_file(resolve_path(store), across, "ANATOMY_STORE=postgresql://user@host"
+                               "/db (or store= of anatomy.start, AnatomyCallback)")
+        return _LocalRecording(Store(store), name, sample_rate, gpus, across)
+    except StoreError as error:  # the user's training is never ended by anatomy
+        _warn(f"not recording: the store {error}; the training goes on unrecorded")
+    except launch.LaunchRefused as error:
+        _warn(f"not recording: {error}; the training goes on unrecorded")
+    return _Unrecorded()
 
 
 def _watch_link(address: str) -> _WatchLink | _Unrecorded:

@@ -19,7 +19,6 @@ from transformers.trainer_callback import CallbackHandler
 
 from anatomy.analysis import carried_model
 from anatomy.engine.figures import LinkedReader, Reader
-from anatomy.engine.link import WATCH_ENV
 from anatomy.engine.predicting import Answer, Predicting
 from anatomy.engine.probe import MEASURED_STEPS, ComponentProbe
 from anatomy.engine.reporter import Reporter
@@ -297,7 +296,7 @@ class AnatomyCallback(TrainerCallback):
 
     def _follow(self, args, model) -> None:
         """Tell the run what trains, and follow it with the callbacks of one job each."""
-        facts = _training_facts(args, model)
+        facts = _training_facts(args, model, self.run.of_a_launch)
         self.run.reporter.environment(facts)
         self._described = (facts.training_arguments, facts.model_name)
         self.run.reporter.described(facts.training_arguments.to_dict(), facts.model_name)
@@ -448,9 +447,10 @@ def _say(text: str) -> None:
         pass  # no terminal left
 
 
-def _training_facts(args, model) -> RunFacts:
+def _training_facts(args, model, of_a_launch: bool = False) -> RunFacts:
     """What the run's environment keeps of the user's training: the options anatomy knows by
-    name (from TrainingArguments), and the model."""
+    name (from TrainingArguments), and the model. `of_a_launch`: the run records a launch's
+    ranks (Run.of_a_launch)."""
     precision = Precision.BF16 if args.bf16 else Precision.FP16 if args.fp16 else Precision.FP32
     checkpointing = getattr(args, "gradient_checkpointing", None)
     if checkpointing is None:
@@ -460,14 +460,14 @@ def _training_facts(args, model) -> RunFacts:
         precision=precision, gradient_checkpointing=bool(checkpointing),
         optim=str(getattr(args.optim, "value", args.optim)), seed=args.seed,
         max_steps=args.max_steps if args.max_steps > 0 else None, epochs=args.num_train_epochs)
-    # Under `anatomy watch`, the processes launched, where the Trainer counts fewer: torchrun on
-    # CPU ranks leaves each rank's Trainer undistributed (world size 1), yet the watch records
-    # every rank, and a world size of 1 would hide all but rank 0's from the reports. Without
-    # the watch only rank 0 records (its own processes, on the CPU): the Trainer's count stands.
+    # Under `anatomy watch` (or on several hosts, each host's part), the processes launched,
+    # where the Trainer counts fewer: torchrun on CPU ranks leaves each rank's Trainer
+    # undistributed (world size 1), yet the run records every rank (every host's), and a world
+    # size of 1 would hide all but rank 0's from the reports. Else only rank 0 records (its own
+    # processes, on the CPU): the Trainer's count stands.
     from anatomy.engine.attach import launched_world_size
 
-    world_size = max(args.world_size, launched_world_size()) \
-        if os.environ.get(WATCH_ENV) else args.world_size
+    world_size = max(args.world_size, launched_world_size()) if of_a_launch else args.world_size
     if model is None:
         return RunFacts.of(training_arguments=arguments, world_size=world_size)
     lora = _lora_options(model)

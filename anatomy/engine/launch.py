@@ -5,7 +5,9 @@ straight into the one run in a store every host reaches (PostgreSQL; store/launc
 The hosts find their run by a key every host of the launch has: ANATOMY_RUN_KEY, else torchrun's
 rendezvous id (`--rdzv-id`, or PET_RDZV_ID, as torchrun reads it; torchrun hands it to its ranks as
 TORCHELASTIC_RUN_ID). How many hosts the run has: torchrun's `--nnodes` (PET_NNODES; of an
-elastic MIN:MAX, MAX), else ANATOMY_RUN_HOSTS, else those that came. The first host to arrive
+elastic MIN:MAX, MAX; its ranks see GROUP_WORLD_SIZE), else ANATOMY_RUN_HOSTS, else those that
+came. Without `watch`, a script that records itself (the phase API, the Trainer callback) is
+its host's part where it is the host's first rank (LOCAL_RANK 0): `rank_launch`. The first host to arrive
 makes the run; each host's recording counts from that host's start (the wall clocks of the two
 starts), and its GPU i is stored as `device_key(host, i)`.
 
@@ -19,14 +21,16 @@ theirs (a host lost is the cause, else the first whose part did not complete, el
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from anatomy.analysis.machine import Machine
 from anatomy.engine.endings import Ending
-from anatomy.store import DatabaseError, ServerUrl, Store, checks, launches
+from anatomy.store import DatabaseError, RunFacts, RunSource, ServerUrl, Store, checks, launches, store_error
 from anatomy.store.launches import HostRow, LaunchRefused, Place
 from anatomy.store.liveness import Recorder
 from anatomy.vocabulary import Status
@@ -35,6 +39,8 @@ __all__ = ["LaunchRefused"]
 
 RUN_KEY_ENV = "ANATOMY_RUN_KEY"
 RUN_HOSTS_ENV = "ANATOMY_RUN_HOSTS"
+# How a command names its store, for the refusal of a file: the CLI's flag, or a script's words.
+STORE_FLAG = "--store postgresql://user@host/db (or $ANATOMY_STORE)"
 BEAT_SECONDS = 1.0
 SILENT_SECONDS = 10.0  # a host silent this long is lost (its machine or its network is gone)
 # A host that ended waits this long for the hosts of the launch that never came.
@@ -94,7 +100,21 @@ def launch_of(command: Sequence[str], environ: Mapping[str, str] = os.environ) -
     options = {} if torchrun is None else {
         "--nnodes": environ.get("PET_NNODES", ""), "--rdzv-id": environ.get("PET_RDZV_ID", ""),
         **{k: v for k, v in torchrun.items() if k in ("--nnodes", "--rdzv-id")}}
-    nodes = _node_count(options.get("--nnodes", "")) if options.get("--nnodes") else None
+    return _launch(options.get("--nnodes", ""), options.get("--rdzv-id", ""), environ)
+
+
+def rank_launch(environ: Mapping[str, str] = os.environ) -> Launch | None:
+    """The launch across hosts a process torchrun started is a rank of, as torchrun tells its
+    ranks (GROUP_WORLD_SIZE: its hosts; TORCHELASTIC_RUN_ID: its --rdzv-id); None for one host.
+    LaunchRefused as `launch_of`."""
+    return _launch(environ.get("GROUP_WORLD_SIZE", ""), environ.get("TORCHELASTIC_RUN_ID", ""),
+                   environ)
+
+
+def _launch(nnodes: str, rdzv_id: str, environ: Mapping[str, str]) -> Launch | None:
+    """The launch of torchrun's `--nnodes` and `--rdzv-id` as given (blank: not given), or the
+    environment's key and host count."""
+    nodes = _node_count(nnodes) if nnodes else None
     given = environ.get(RUN_HOSTS_ENV, "")
     if nodes is None and given:
         nodes = checks.digits(given)
@@ -104,26 +124,44 @@ def launch_of(command: Sequence[str], environ: Mapping[str, str] = os.environ) -
     said = f"{RUN_KEY_ENV}={key!r}" if key else ""
     # torchrun's id names a launch across hosts only where it has several: a one-node
     # torchrun given an id (as its examples do) is one host's run.
-    if not key and (nodes or 1) > 1 and options.get("--rdzv-id", "none") not in ("", "none"):
-        key, said = options["--rdzv-id"], f"torchrun --rdzv-id {options['--rdzv-id']}"
+    if not key and (nodes or 1) > 1 and rdzv_id not in ("", "none"):
+        key, said = rdzv_id, f"torchrun --rdzv-id {rdzv_id}"
     if not key:
         if nodes is not None and nodes > 1:
-            raise LaunchRefused(f"torchrun --nnodes {options['--nnodes']}: give every host the same"
-                                f" --rdzv-id (or {RUN_KEY_ENV}), by which their watches record one"
-                                " run")
+            launched = f"torchrun --nnodes {nnodes}" if nnodes else f"{RUN_HOSTS_ENV}={given}"
+            raise LaunchRefused(f"{launched}: give every host the same --rdzv-id (or"
+                                f" {RUN_KEY_ENV}), by which their recordings make one run")
         return None
     if nodes is not None:
         said += f", {nodes} hosts"
     return Launch(key, nodes, said)
 
 
-def refuse_file(store: Path | ServerUrl, launch: Launch) -> None:
+def refuse_file(store: Path | ServerUrl, launch: Launch, given: str = STORE_FLAG) -> None:
     """A run across hosts is written by every host into one store: a SQLite file is one
-    machine's. Refused in one line, the URL's form shown."""
+    machine's. Refused in one line, the URL's form shown as the command takes it (`given`)."""
     if not isinstance(store, ServerUrl):
         raise LaunchRefused(f"a run across hosts ({launch.said}) needs a store every host reaches:"
-                            " --store postgresql://user@host/db (or $ANATOMY_STORE), not the file"
-                            f" {store}")
+                            f" {given}, not the file {store}")
+
+
+def arrive(store: Store, launch: Launch, info: Machine, gpu: int, environment: RunFacts,
+           source: RunSource, preset: str, name: str | None) -> Place:
+    """This host's place in its launch's run: made, or joined (store/launches.py). StoreError
+    where the store cannot be reached."""
+    try:
+        return launches.join(
+            store, launch.key, launch.hosts, socket.gethostname(), time.time(), SILENT_SECONDS,
+            backend=info.backend, memory_api=info.memory_api, gpu=gpu, environment=environment,
+            source=source, preset=preset, run_name=name)
+    except DatabaseError as error:
+        raise store_error(store.path, error) from None
+
+
+def run_clock(place: Place) -> float:
+    """The run's clock on this machine's monotonic one (a recording's t0): the wall clock at host
+    0's start, so that every host's times count from it."""
+    return time.monotonic() - (time.time() - place.run_wall_t0)
 
 
 def run_ending(hosts: Sequence[HostRow]) -> tuple[Status, str | None]:
@@ -175,6 +213,12 @@ class HostPart:
         self.ranks[rank] = gpu
         self._place()
 
+    def heard(self, rank: int, local: int | None, gpus: Sequence[int]) -> None:
+        """A rank of this host has marked a phase or a step: placed, once, on the GPU its
+        LOCAL_RANK `local` names among this host's (`gpus`, NVML indices; none: the CPU)."""
+        if rank not in self.ranks:
+            self.place_rank(rank, gpus[min(local or 0, len(gpus) - 1)] if gpus else None)
+
     def _place(self) -> None:
         self._unplaced = True
         try:
@@ -204,7 +248,7 @@ class HostPart:
         for host in hosts:
             if host.host == self.place.host or host.over or host.silent <= SILENT_SECONDS:
                 continue
-            why = f"silent for {host.silent:.0f} s (its watch stopped reporting)"
+            why = f"silent for {host.silent:.0f} s (its recording stopped reporting)"
             try:
                 lost = launches.lose(self.store, self.run_id, host.host, why, Recorder.here(),
                                      status=LOST)

@@ -131,12 +131,14 @@ class Part(Protocol):
 
 def on_host(host: int, message: Any) -> Any:
     """A message of the `host`-th host's sampler, its devices as the run stores them
-    (`device_key`). Its device panel stays out: the panel's host rows are one host's."""
+    (`device_key`), its device panel's host row under its place."""
     match message:
         case protocol.Samples(samples=samples):
             return protocol.Samples([s._replace(gpu=device_key(host, s.gpu)) for s in samples])
-        case protocol.DeviceStatus():
-            return None
+        case protocol.DeviceStatus(host=machine, gpus=gpus, processes=processes):
+            return protocol.DeviceStatus(
+                machine._replace(host=host), [g._replace(gpu=device_key(host, g.gpu)) for g in gpus],
+                [p._replace(gpu=device_key(host, p.gpu)) for p in processes])
     return message
 
 
@@ -305,10 +307,7 @@ class Recording:
             self.events = queue_module.Queue()
 
     def _handle(self, message: Any) -> None:
-        if self.host:
-            message = on_host(self.host, message)
-        if message is not None:
-            self.collector.handle(message)
+        self.collector.handle(on_host(self.host, message) if self.host else message)
 
     def _drain_samples(self) -> None:
         if not self.host:

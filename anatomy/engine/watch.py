@@ -31,7 +31,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from multiprocessing.connection import Listener
 from typing import NamedTuple, TextIO
@@ -73,8 +73,6 @@ from anatomy.store import (
     TrainingSummary,
     checks,
     device_key,
-    launches,
-    store_error,
 )
 from anatomy.units import mib_text
 from anatomy.vocabulary import Edge, Level, Phase, SourceKind, Status
@@ -246,7 +244,8 @@ class Watch:
     def __init__(self, command: Sequence[str], store: Store, info: Machine, devices: list[Device],
                  name: str | None = None, sample_rate: int = 200,
                  across: launch.Launch | None = None, *,
-                 phase_lines: Callable[[int], list[str]] = lambda run_id: []):
+                 phase_lines: Callable[[int, Collection[int] | None], list[str]]
+                 = lambda run_id, ranks: []):
         if not command:
             raise WatchRefused("no command: write it after `--`, e.g. anatomy watch -- python "
                                "train.py")
@@ -261,8 +260,9 @@ class Watch:
         self.recording: Recording | None = None
         self.output = _Output()
         self.marked_phases = False
-        # The lines of the run's phases ended since the last call: the CLI's, which `anatomy run`
-        # prints too, from the figures `show` prints (none without it).
+        # The lines of the run's phases ended since the last call (of the ranks given: a host's
+        # own): the CLI's, which `anatomy run` prints too, from the figures `show` prints (none
+        # without it).
         self.phase_lines = phase_lines
         self.asked: list[int] = []  # the signals that stop the command, as they came
         self.started = 0.0  # the run's clock when the command started
@@ -344,7 +344,7 @@ class Watch:
             rank = message.source.rank or 0
             if self.part is not None and rank not in self.part.ranks:
                 self.ranks.setdefault(rank, message.source.device or 0)
-                self.part.place_rank(rank, self._gpu(message.source.device))
+                self.part.heard(rank, message.source.device, [d.nvml_index for d in self.devices])
             elif rank and rank not in self.ranks:
                 self._join(rank, message.source.device)
             if isinstance(message, protocol.Phase):
@@ -363,13 +363,6 @@ class Watch:
         # Through the recording's queue, as the ranks' own facts: kept in order with the rest
         # while a database server is away (the collector's), not written here to fail.
         self.recording.events.put(protocol.Environment(facts, protocol.SAMPLER))
-
-    def _gpu(self, local: int | None) -> int | None:
-        """The GPU (NVML index) a rank of this host trains on, by its LOCAL_RANK; None on the
-        CPU."""
-        if not self.devices:
-            return None
-        return self.devices[min(local or 0, len(self.devices) - 1)].nvml_index
 
     def _host_lost(self, why: str) -> None:
         """Another host of the run is lost (or failed, and the ranks here outlived it): the
@@ -476,7 +469,9 @@ class Watch:
         place = None
         if self.across is not None:  # before the sampler starts: its clock is the run's
             try:
-                place = self._arrive(environment, source)
+                place = launch.arrive(self.store, self.across, info,
+                                      devices[0].nvml_index if devices else 0, environment, source,
+                                      _label(self.command), self.name)
             except BaseException:
                 _release(locks)
                 raise
@@ -484,7 +479,7 @@ class Watch:
             self.store, info.backend, [d.nvml_index for d in devices], self.sample_rate,
             owns_training=False, lock_fds=fds, decide=self._decide, observe=self._observe,
             tell=lambda text: _say(f"anatomy: {text}", out),
-            t0=None if place is None else time.monotonic() - (time.time() - place.run_wall_t0))
+            t0=None if place is None else launch.run_clock(place))
         recording.finished.append(lambda: _release(locks))
         if place is not None:
             self.part = launch.HostPart(self.store, self.across, place, self._host_lost,
@@ -545,18 +540,6 @@ class Watch:
         if self.asked:
             return 128 + self.asked[0]
         return exit_status(child.returncode)
-
-    def _arrive(self, environment: RunFacts, source: RunSource) -> launches.Place:
-        """This host's place in its launch's run: made, or joined (store/launches.py)."""
-        info = self.info
-        try:
-            return launches.join(
-                self.store, self.across.key, self.across.hosts, socket.gethostname(), time.time(),
-                launch.SILENT_SECONDS, backend=info.backend, memory_api=info.memory_api,
-                gpu=self.devices[0].nvml_index if self.devices else 0, environment=environment,
-                source=source, preset=_label(self.command), run_name=self.name)
-        except DatabaseError as error:
-            raise store_error(self.store.path, error) from None
 
     def _give_up(self, recording: Recording, listener: Listener, locks: list) -> None:
         recording.abandon()
@@ -640,8 +623,10 @@ class Watch:
         """Each phase's memory as it ends (`phase_lines`), and the latest step when it
         changed."""
         recording = self.recording
+        part = self.part  # on several hosts, this host's ranks' (its command's one phase: host 0's)
+        ranks = None if part is None else set(part.ranks) or ({0} if recording.host == 0 else set())
         try:
-            lines = self.phase_lines(recording.run_id)
+            lines = self.phase_lines(recording.run_id, ranks)
         except Exception:  # noqa: BLE001 - a store that cannot be read now: said when it can be
             lines = []
         for line in lines:
@@ -710,7 +695,8 @@ def _label(command: list[str]) -> str:
 def watch(command: Sequence[str], store: Store, info: Machine, gpus: str | None = None,
           name: str | None = None, sample_rate: int = 200, out: TextIO = sys.stderr,
           across: launch.Launch | None = None, *,
-          phase_lines: Callable[[int], list[str]] = lambda run_id: []) -> int:
+          phase_lines: Callable[[int, Collection[int] | None], list[str]]
+          = lambda run_id, ranks: []) -> int:
     """`anatomy watch`; with `across` one host of a run across hosts (engine/launch.py)."""
     return Watch(command, store, info, choose_devices(info, gpus), name, sample_rate, across,
                  phase_lines=phase_lines).run(out)

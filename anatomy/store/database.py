@@ -37,6 +37,7 @@ from anatomy.store.facts import Origin, Record, RunFacts, RunSource, TrainingSum
 from anatomy.store.liveness import Recorder, as_seen, is_alive
 from anatomy.store.location import STORE_ENV, ServerUrl, default_store, resolve_path
 from anatomy.store.rows import (
+    HOST_STRIDE,
     STATUSES,
     GpuProcess,
     GpuStatus,
@@ -862,8 +863,8 @@ class Store:
     def host_status(self, run_id: int, since: float = 0.0) -> list[HostStatus]:
         with self.connect() as db:
             return [HostStatus(*r) for r in db.execute(
-                "SELECT t, cpu_percent, ram_used, ram_total FROM host_status WHERE run_id = ?"
-                " AND t >= ? ORDER BY t", (run_id, since))]
+                "SELECT t, cpu_percent, ram_used, ram_total, host FROM host_status WHERE run_id = ?"
+                " AND t >= ? ORDER BY host, t", (run_id, since))]
 
     def gpu_status(self, run_id: int, since: float = 0.0) -> list[GpuStatus]:
         with self.connect() as db:
@@ -872,15 +873,19 @@ class Store:
                 " WHERE run_id = ? AND t >= ? ORDER BY gpu, t", (run_id, since))]
 
     def gpu_processes(self, run_id: int, at: float | None = None) -> list[GpuProcess]:
-        """The processes on the GPUs at the last reading (at or before `at`, if given)."""
+        """The processes on the GPUs at the last reading (at or before `at`, if given): each
+        host's last, on a run across hosts (its GPUs' keys: store.device_key)."""
         with self.connect() as db:
-            last = db.execute("SELECT MAX(t) FROM gpu_processes WHERE run_id = ? AND t <= ?",
-                              (run_id, math.inf if at is None else at)).fetchone()[0]
-            if last is None:
+            last = {host: t for host, t in db.execute(
+                f"SELECT gpu / {HOST_STRIDE}, MAX(t) FROM gpu_processes WHERE run_id = ? AND"
+                f" t <= ? GROUP BY gpu / {HOST_STRIDE}", (run_id, math.inf if at is None else at))}
+            if not last:
                 return []
-            return [GpuProcess(*r) for r in db.execute(
-                "SELECT t, gpu, pid, name, used FROM gpu_processes WHERE run_id = ? AND t = ?"
-                " ORDER BY gpu, used DESC NULLS LAST", (run_id, last))]
+            marks = ", ".join("?" * len(set(last.values())))
+            rows = [GpuProcess(*r) for r in db.execute(
+                "SELECT t, gpu, pid, name, used FROM gpu_processes WHERE run_id = ? AND t IN"
+                f" ({marks}) ORDER BY gpu, used DESC NULLS LAST", (run_id, *set(last.values())))]
+            return [r for r in rows if last.get(r.gpu // HOST_STRIDE) == r.t]
 
     def messages(self, run_id: int) -> list[Message]:
         with self.connect() as db:

@@ -77,6 +77,7 @@ class HostStatus(NamedTuple):
     cpu_percent: float | None  # of all cores together, since the reading before
     ram_used: int  # bytes: total − available
     ram_total: int
+    host: int = 0  # of a run across hosts, its place (its GPUs stored as device_key(host, i))
 
 
 class GpuStatus(NamedTuple):

@@ -141,6 +141,8 @@ host_status = Table(
     Column("cpu_percent", Double),
     Column("ram_used", BigInteger, nullable=False),
     Column("ram_total", BigInteger, nullable=False),
+    # Its place among a run's hosts (run_hosts.host): each host's panel, as its GPUs' keys say.
+    Column("host", Integer, nullable=False, server_default=text("0")),
 )
 Index("host_status_run", host_status.c.run_id, host_status.c.t)
 

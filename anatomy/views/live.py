@@ -23,7 +23,7 @@ from anatomy.prediction import (
     target,
 )
 from anatomy.prediction.batches import DataBatches
-from anatomy.store import GpuStatus, HostStatus, Step, Store
+from anatomy.store import HOST_STRIDE, GpuStatus, HostStatus, Step, Store
 from anatomy.units import GIB, gib_text, mib_text, size_text
 from anatomy.views import gpus, text
 from anatomy.vocabulary import Name, Phase, Status, phase_name
@@ -299,25 +299,33 @@ class PanelMetric(NamedTuple):
 
 
 class GpuLine(NamedTuple):
-    gpu: int
+    gpu: int  # as stored (store.device_key)
+    name: str  # "GPU 0"; on a run across hosts, its host's name before it
+    metrics: list[PanelMetric]
+
+
+class HostLine(NamedTuple):
+    name: str  # "Host"; on a run across hosts, the host's name
     metrics: list[PanelMetric]
 
 
 class ProcessLine(NamedTuple):
-    gpu: int
+    gpu: int  # its index on its host
     pid: int
     name: str | None
     used: int | None  # bytes
     ours: bool  # this run's training process
+    host: str | None = None  # a run across hosts': the host's name
 
 
 class DevicePanel(NamedTuple):
     gpus: list[GpuLine]
-    host: list[PanelMetric]
+    host: list[HostLine]  # each host's
     processes: list[ProcessLine]
     hosts: list[HostStatus]  # every reading in the window, for a chart
     gpu_readings: list[GpuStatus]
     caption: str
+    host_names: tuple[str, ...] = ()  # a run across hosts': its hosts, by their place
 
 
 def _gib(value: int | None) -> str:
@@ -346,7 +354,7 @@ def device_panel(store: Store, report: RunReport, window_s: float | None) -> Dev
     for gpu in sorted({r.gpu for r in readings}):
         rows = [r for r in readings if r.gpu == gpu]
         sample = latest.get(gpu)
-        lines.append(GpuLine(gpu, [
+        lines.append(GpuLine(gpu, text.panel_gpu(report.hosts, gpu), [
             _metric("GPU utilisation", rows, "util", lambda r: f"{r.util} %"),
             # The limit and the total go in the label: a card 170 px wide holds a short value.
             _metric("Power" + ("" if rows[-1].power_limit_w is None else
@@ -355,16 +363,23 @@ def device_panel(store: Store, report: RunReport, window_s: float | None) -> Dev
             _metric("Temperature", rows, "temperature_c", lambda r: f"{r.temperature_c} °C"),
             PanelMetric("Memory" if sample is None else f"Memory (of {_gib(sample.total)})",
                         _gib(None if sample is None else sample.used), None)]))
-    host = [_metric("CPU (all cores)", hosts, "cpu_percent", lambda r: f"{r.cpu_percent:.0f} %"),
-            PanelMetric(f"RAM (of {_gib(hosts[-1].ram_total)})",
-                        _gib(hosts[-1].ram_used), [h.ram_used / GIB for h in hosts])]
+    host = []
+    for place in sorted({h.host for h in hosts}):
+        rows = [h for h in hosts if h.host == place]
+        host.append(HostLine(text.panel_host(report.hosts, place), [
+            _metric("CPU (all cores)", rows, "cpu_percent", lambda r: f"{r.cpu_percent:.0f} %"),
+            PanelMetric(f"RAM (of {_gib(rows[-1].ram_total)})", _gib(rows[-1].ram_used),
+                        [h.ram_used / GIB for h in rows])]))
     at = None
     if window_s is None and report.training is not None and report.training.done:
         at = report.training.end_s
     worker = store.run(report.id).worker_pid
-    processes = [ProcessLine(p.gpu, p.pid, p.name, p.used, p.pid == worker)
+    across = len(report.hosts) > 1
+    processes = [ProcessLine(p.gpu % HOST_STRIDE, p.pid, p.name, p.used, p.pid == worker,
+                             text.panel_host(report.hosts, p.gpu // HOST_STRIDE) if across
+                             else None)
                  for p in store.gpu_processes(report.id, at)]
-    return DevicePanel(lines, host, processes, hosts, readings, STATUS_CAPTION)
+    return DevicePanel(lines, host, processes, hosts, readings, STATUS_CAPTION, report.hosts)
 
 
 def batch_size_forecast(checked: Checked, machine: Machine) -> Forecast:

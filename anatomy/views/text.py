@@ -19,7 +19,7 @@ from anatomy.analysis.report import (
     RunReport,
     known_options,
 )
-from anatomy.store import RunRow, Step, TrainingData, checks
+from anatomy.store import HOST_STRIDE, RunRow, Step, TrainingData, checks
 from anatomy.units import in_mib, mib_text
 from anatomy.vocabulary import Backend, MemoryApi, RecordedBy, Status, phase_name
 
@@ -225,3 +225,18 @@ def data_line(data: TrainingData) -> str:
     return (f"data: {data.dataset} ({data.split}, column {data.text_column}), tokenizer "
             f"{data.tokenizer}, padding {data.padding}{cut}: "
             f"{Lengths(data.lengths or ()).words()}")
+
+
+def panel_host(hosts: Sequence[str], host: int) -> str:
+    """A host of the device panel: "Host" on a run of one host, else its name on the run's
+    (`hosts`: the run's hosts, by their place)."""
+    if len(hosts) <= 1:
+        return "Host"
+    return hosts[host] if host < len(hosts) else f"host {host}"
+
+
+def panel_gpu(hosts: Sequence[str], key: int) -> str:
+    """A GPU of the device panel by the key it is stored under (store.device_key): "GPU i", its
+    host's name before it on a run across hosts."""
+    name = f"GPU {key % HOST_STRIDE}"
+    return name if len(hosts) <= 1 else f"{panel_host(hosts, key // HOST_STRIDE)}: {name}"

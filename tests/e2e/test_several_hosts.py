@@ -1,14 +1,16 @@
-"""Ranks on several hosts, one run, with two "hosts" on this machine: two `anatomy watch`
-processes, each running one node of `torchrun --nnodes 2 --rdzv-id KEY` (CPU ranks over gloo, each
-marking its phases and steps with the phase API), both writing into one PostgreSQL database of
-the private cluster (tests/postgres.py). The first to arrive makes the run, the other joins it by
-the launch's key; the run holds both hosts' ranks; a host that dies mid-run fails the run with its
-name, and nothing is left running."""
+"""Ranks on several hosts, one run, with two "hosts" on this machine: two nodes of one
+`torchrun --nnodes 2 --rdzv-id KEY` (CPU ranks over gloo), each either under `anatomy watch` or
+recording itself (the phase API, a Trainer's callback: each host's first rank records its host's
+part), all writing into one PostgreSQL database of the private cluster (tests/postgres.py). The
+first to arrive makes the run, the other joins it by the launch's key; the run holds both hosts'
+ranks, samples and device panel; a host that dies mid-run fails the run with its name, and
+nothing is left running."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,6 +24,7 @@ from anatomy.analysis import transfer
 from anatomy.analysis.report import report
 from anatomy.engine import launch
 from anatomy.store import HOST_STRIDE, RunFacts, RunSource, Store, launches
+from anatomy.vocabulary import Status
 from tests.conftest import PROJECT
 from tests.e2e.conftest import left
 from tests.helpers import free_port, wait_until
@@ -46,21 +49,40 @@ dist.destroy_process_group()
 """
 
 
-def _hosts(url: str, tmp_path, steps: int, key: str = "job-7") -> list[subprocess.Popen]:
-    """Two watches, each a node of one torchrun launch, each in a session of its own, as on a
-    machine of its own; the store's URL in $ANATOMY_STORE (its password in $PGPASSWORD)."""
-    script = tmp_path / "train.py"
-    script.write_text(SCRIPT)
+TRAINER_SCRIPT = """
+import sys
+import torch
+from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
+import anatomy
+
+config = BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                    intermediate_size=64, vocab_size=100, max_position_embeddings=32)
+examples = [{"input_ids": torch.randint(5, 99, (16,)), "labels": i % 2} for i in range(24)]
+arguments = TrainingArguments(output_dir="out", per_device_train_batch_size=4,
+                              max_steps=int(sys.argv[1]), logging_steps=1, report_to="none",
+                              save_strategy="no", disable_tqdm=True, use_cpu=True)
+trainer = Trainer(model=BertForSequenceClassification(config), args=arguments,
+                  train_dataset=examples, callbacks=[anatomy.AnatomyCallback(predict=False)])
+trainer.train()
+"""
+
+
+def _hosts(url: str, tmp_path, steps: int, key: str = "job-7", script: str = SCRIPT,
+           watched: bool = True) -> list[subprocess.Popen]:
+    """Two nodes of one torchrun launch, each under a watch (or, `watched` False, recording
+    itself), each in a session of its own, as on a machine of its own; the store's URL in
+    $ANATOMY_STORE (its password in $PGPASSWORD)."""
+    (tmp_path / "train.py").write_text(script)
     master = str(free_port())
     env = {**os.environ, "ANATOMY_STORE": url,
            "PYTHONPATH": os.pathsep.join(filter(None, (str(PROJECT),
                                                        os.environ.get("PYTHONPATH"))))}
+    watch = [sys.executable, "-m", "anatomy", "watch", "--"] if watched else []
     return [subprocess.Popen(
-        [sys.executable, "-m", "anatomy", "watch", "--", sys.executable, "-m",
-         "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node",
-         "1", "--rdzv-id", key, "--master-addr", "127.0.0.1", "--master-port", master,
-         str(script), str(steps)],
-        env=env, cwd=PROJECT, start_new_session=True, stdout=subprocess.PIPE,
+        [*watch, sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank",
+         str(node), "--nproc-per-node", "1", "--rdzv-id", key, "--master-addr", "127.0.0.1",
+         "--master-port", master, str(tmp_path / "train.py"), str(steps)],
+        env=env, cwd=tmp_path, start_new_session=True, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True) for node in (0, 1)]
 
 
@@ -84,11 +106,12 @@ def test_two_hosts_end_in_one_run_with_every_ranks_phases_and_steps(pg_url, tmp_
     assert [h.status for h in hosts] == ["completed", "completed"]
     assert len(rep.hosts) == 2 and sorted(rep.environment.rank_hosts) == [0, 1]
     assert any("joined it" in o for o in outputs) and any("made it" in o for o in outputs)
-    for rank in (0, 1):
-        assert [s.step for s in store.steps(run.id, rank)] == [1, 2, 3, 4]
-        assert [p.name for p in store.phases(run.id, rank)] == ["baseline", "weights",
-                                                                "training"]
-        assert all(p.end_s is not None for p in store.phases(run.id, rank))
+    _each_rank_and_host(store, run.id, ["baseline", "weights", "training"], steps=4)
+    # Each host's terminal says its own rank's phases (node N runs rank N), the run's end once.
+    for node, output in enumerate(outputs):
+        said = {int(r) for r in re.findall(r"\([^,()]+, [^()]*rank (\d+)\)", output)}
+        assert said == {node}, output
+    assert sum("status: completed" in o for o in outputs) == 1, outputs
     # Each host's own samples, its device apart — on a CPU its tree under 0, its rank's own
     # processes under 1 (store.rank_series) —; every sample each sampler sent is stored.
     assert {s.gpu for s in store.samples(run.id)} == {0, 1, HOST_STRIDE, HOST_STRIDE + 1}
@@ -103,6 +126,62 @@ def test_two_hosts_end_in_one_run_with_every_ranks_phases_and_steps(pg_url, tmp_
     (imported,) = transfer.import_runs(target, json.dumps(transfer.export_runs(store, [run.id])))
     assert report(target, imported).ranks == rep.ranks
     assert target.samples(imported) == store.samples(run.id)
+
+
+def _each_rank_and_host(store: Store, run_id: int, phases: list[str], steps: int) -> None:
+    """Every rank's phases, ended, and steps; both hosts' samples and device panel."""
+    for rank in (0, 1):
+        assert [s.step for s in store.steps(run_id, rank)] == list(range(1, steps + 1))
+        assert [p.name for p in store.phases(run_id, rank)] == phases
+        assert all(p.end_s is not None for p in store.phases(run_id, rank))
+    assert {s.gpu // HOST_STRIDE for s in store.samples(run_id)} == {0, 1}
+    assert {h.host for h in store.host_status(run_id)} == {0, 1}
+
+
+@pytest.mark.parametrize("script, phases", [
+    (SCRIPT, ["baseline", "weights", "training"]),
+    (TRAINER_SCRIPT, ["weights", "training"]),
+], ids=["phase-api", "trainer-callback"])
+def test_two_hosts_recording_themselves_end_in_one_run_without_a_watch(script, phases, pg_url,
+                                                                        tmp_path):
+    """No `anatomy watch`: each host's first rank records its host's part of the launch's run
+    (before, each host's rank 0 of its own made a run of its own, or nothing: rank 1 of the
+    launch recorded nothing)."""
+    hosts = _hosts(pg_url, tmp_path, steps=3, script=script, watched=False)
+    outputs = [h.communicate(timeout=400)[0] for h in hosts]
+    assert [h.returncode for h in hosts] == [0, 0], outputs
+    store = Store(pg_url)
+    [run] = store.runs()
+    rep = report(store, run.id)
+    assert rep.status == "completed" and rep.world_size == 2, rep.error
+    assert [h.status for h in launches.hosts(store, run.id)] == ["completed", "completed"]
+    assert sorted(rep.environment.rank_hosts) == [0, 1]
+    _each_rank_and_host(store, run.id, phases, steps=3)
+    assert any("joined it" in o for o in outputs) and any("made it" in o for o in outputs)
+    assert sum(f"the run {Status.COMPLETED}" in o for o in outputs) == 1, outputs
+
+
+def test_a_host_recording_itself_that_dies_fails_the_run_with_its_name(pg_url, tmp_path):
+    hosts = _hosts(pg_url, tmp_path, steps=10_000, watched=False)
+    store = Store(pg_url)
+    wait_until(lambda: (runs := store.runs()) and all(store.last_step(runs[0].id, r)
+                                                      for r in (0, 1)),
+               300, "both ranks to train", every=0.5)
+    everything = [p for h in hosts for p in _tree(h)]
+    dying, living = hosts[1], hosts[0]
+    [run] = store.runs()
+    dying_tree = _tree(dying)
+    name = next(h.name for h in launches.hosts(store, run.id)
+                if h.recorder.pid in {p.pid for p in dying_tree})
+    for process in dying_tree:  # the host dies: its torchrun and all it ran (its ranks lead
+        process.kill()          # sessions of their own)
+    output = living.communicate(timeout=120)[0]
+    dying.wait(timeout=30)
+    assert living.returncode != 0, output
+    rep = report(store, run.id)
+    assert rep.status == "failed" and rep.error.startswith(f"host {name} was lost"), rep.error
+    assert f"host {name} was lost" in output
+    assert left(everything, 30) == []
 
 
 def test_a_host_that_dies_fails_the_run_with_its_name_and_nothing_is_left(pg_url, tmp_path):

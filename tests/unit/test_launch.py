@@ -118,3 +118,110 @@ def test_a_store_at_the_revision_before_runs_across_hosts_gains_them_and_keeps_i
                           memory_api="rss", gpu=0, environment=RunFacts.of(),
                           source=RunSource.of(), preset="train.py", run_name=None)
     assert place.created and place.run_id != kept
+
+
+# --- a script that records itself, on several hosts (the phase API, the Trainer callback) ---
+
+RANK = {"RANK": "1", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "GROUP_WORLD_SIZE": "2"}
+
+
+@pytest.mark.parametrize("environ, found", [
+    ({**RANK, "TORCHELASTIC_RUN_ID": "job-7"}, ("job-7", 2)),
+    ({**RANK, "GROUP_WORLD_SIZE": "1", "TORCHELASTIC_RUN_ID": "job-7"}, None),  # one host
+    ({**RANK, "TORCHELASTIC_RUN_ID": "job-7", launch.RUN_KEY_ENV: "mine"}, ("mine", 2)),
+    ({}, None),
+])
+def test_a_ranks_launch_is_what_torchrun_tells_its_ranks(environ, found):
+    across = launch.rank_launch(environ)
+    assert (across if across is None else (across.key, across.hosts)) == found
+
+
+@pytest.mark.parametrize("environ, store, words", [
+    # torchrun's default id, "none", is no key: which key to set is said.
+    ({**RANK, "TORCHELASTIC_RUN_ID": "none"}, "runs.sqlite",
+     "torchrun --nnodes 2: give every host the same --rdzv-id (or ANATOMY_RUN_KEY)"),
+    ({**RANK, "TORCHELASTIC_RUN_ID": "job-7"}, "runs.sqlite",
+     "needs a store every host reaches: ANATOMY_STORE=postgresql://user@host/db"),
+])
+def test_a_host_of_a_launch_recording_itself_that_cannot_join_one_run_is_said_in_one_line(
+        environ, store, words, tmp_path, monkeypatch, capsys):
+    """The first rank of each host records its host's part: where the hosts could not make one
+    run (no key, a file no other host reaches), one line says so, nothing is started, no store
+    is made, and the training goes on unrecorded."""
+    from anatomy.engine import attach
+
+    monkeypatch.setattr(attach, "_install_exit_hooks", lambda run: None)  # not this pytest's
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    run = attach.start(store=tmp_path / store, kernel=False, baseline=False)
+    try:
+        assert run.id is None
+    finally:
+        run.end()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not recording:" in err and words in err, err
+    assert not (tmp_path / store).exists()
+
+
+def test_a_hosts_device_panel_is_stored_under_its_place():
+    """Each host's panel: its host row under its place, its GPUs and their processes under
+    device_key(host, i), as its samples (before, a host other than the first stored none)."""
+    from anatomy.engine import protocol
+    from anatomy.engine.recording import on_host
+    from anatomy.store import GpuProcess, GpuStatus, HostStatus, device_key
+
+    status = protocol.DeviceStatus(HostStatus(1.0, 5.0, 2, 8), [GpuStatus(1.0, 1, 90, 300.0, 700.0, 40)],
+                                   [GpuProcess(1.0, 1, 42, "python", 2**30)])
+    moved = on_host(1, status)
+    assert moved.host.host == 1 and moved.host.ram_used == 2
+    assert [g.gpu for g in moved.gpus] == [device_key(1, 1)]
+    assert [p.gpu for p in moved.processes] == [device_key(1, 1)]
+
+
+def test_the_device_panel_shows_every_hosts_own(store, seed):
+    from anatomy.analysis.report import report
+    from anatomy.store import GpuProcess, GpuStatus, HostStatus, device_key
+    from anatomy.views import live
+    from anatomy.views.figures.live import device_figure
+
+    run_id = seed()
+    store.merge_environment(run_id, RunFacts.of(hosts=("node-a", "node-b")))
+    for host, cpu in ((0, 10.0), (1, 70.0)):
+        for t in (0.5, 1.0):
+            store.write(run_id, hosts=[HostStatus(t, cpu, (host + 1) * 2**30, 8 * 2**30, host)],
+                        gpus=[GpuStatus(t, device_key(host, 0), 50, 100.0, 700.0, 40)],
+                        processes=[GpuProcess(t + host, device_key(host, 0), 100 + host, "python",
+                                              2**30)])
+    rep = report(store, run_id)
+    panel = live.device_panel(store, rep, None)
+    assert [(h.name, h.metrics[0].value) for h in panel.host] == [("node-a", "10 %"),
+                                                                   ("node-b", "70 %")]
+    assert [g.name for g in panel.gpus] == ["node-a: GPU 0", "node-b: GPU 0"]
+    # Each host's processes at its own last reading.
+    assert [(p.host, p.gpu, p.pid) for p in panel.processes] == [("node-a", 0, 100),
+                                                                  ("node-b", 0, 101)]
+    figure = device_figure(panel.hosts, panel.gpu_readings, panel.host_names)
+    cpu = [t.name for t in figure.data if t.yaxis == figure.data[-1].yaxis]
+    assert cpu == ["node-a", "node-b"]
+
+
+def test_a_store_at_the_revision_before_each_hosts_device_panel_gains_it_and_keeps_its_rows(
+        tmp_path):
+    """A store as revision 0002 wrote it (host_status without its host) opens upgraded in place:
+    its panel's rows kept, as the first host's."""
+    from anatomy.store import HostStatus
+
+    path = tmp_path / "0002.sqlite"
+    store = Store(path)
+    kept = store.create_run({}, "cpu-rss", "rss", 0, {}, preset="train.py")
+    store.write(kept, hosts=[HostStatus(0.5, 10.0, 2**30, 8 * 2**30)])
+    with sqlite3.connect(path) as db:
+        db.execute("ALTER TABLE host_status DROP COLUMN host")
+        db.execute("UPDATE alembic_version SET version_num = '0002'")
+    database._ENGINES.clear()
+    store = Store(path)
+    assert store.host_status(kept) == [HostStatus(0.5, 10.0, 2**30, 8 * 2**30, 0)]
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [(schema.HEAD,)]
+    store.write(kept, hosts=[HostStatus(1.0, 20.0, 2**30, 8 * 2**30, 1)])
+    assert [h.host for h in store.host_status(kept)] == [0, 1]

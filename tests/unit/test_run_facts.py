@@ -155,24 +155,23 @@ def test_an_image_models_heading_names_its_images_not_a_sequence_length(store, t
 
 def test_under_watch_the_callback_records_the_processes_launched_where_the_trainer_counts_fewer(monkeypatch):
     """torchrun on CPU ranks leaves each rank's Trainer undistributed (its world size 1): under
-    `anatomy watch` both ranks are recorded, and the run is one of 2 processes (before: the
-    callback's world size 1 overwrote the watch's 2, and show hid rank 1); without the watch
-    rank 0 records its own processes alone, a run of the Trainer's one."""
+    `anatomy watch` (or as a host's part of a run across hosts) the launch's ranks are recorded,
+    and the run is one of 2 processes (before: the callback's world size 1 overwrote the
+    watch's 2, and show hid rank 1); otherwise rank 0 records its own processes alone, a run of
+    the Trainer's one."""
     from types import SimpleNamespace
 
     from anatomy.engine.callbacks import _training_facts
-    from anatomy.engine.link import WATCH_ENV
 
     args = SimpleNamespace(per_device_train_batch_size=2, gradient_accumulation_steps=1,
                            bf16=False, fp16=False, gradient_checkpointing=False,
                            optim="adamw_torch", seed=42, max_steps=4, num_train_epochs=1.0,
                            world_size=1)
     monkeypatch.setenv("WORLD_SIZE", "2")
-    assert _training_facts(args, None).world_size == 1  # without the watch, rank 0 alone records
-    monkeypatch.setenv(WATCH_ENV, "@anatomy-watch-123")
-    assert _training_facts(args, None).world_size == 2
+    assert _training_facts(args, None).world_size == 1  # rank 0 alone records
+    assert _training_facts(args, None, of_a_launch=True).world_size == 2
     monkeypatch.setenv("WORLD_SIZE", "two")  # unreadable: the Trainer's own figure
-    assert _training_facts(args, None).world_size == 1
+    assert _training_facts(args, None, of_a_launch=True).world_size == 1
     monkeypatch.delenv("WORLD_SIZE")
     args.world_size = 4  # a distributed Trainer's own count stands
     assert _training_facts(args, None).world_size == 4

@@ -290,21 +290,26 @@ def steps_figure(report: RunReport, steps: Sequence[Step]) -> go.Figure:
     return figure
 
 
-def device_figure(hosts: Sequence[HostStatus], gpus: Sequence[GpuStatus]) -> go.Figure:
+def device_figure(hosts: Sequence[HostStatus], gpus: Sequence[GpuStatus],
+                  host_names: Sequence[str] = ()) -> go.Figure:
     """The device panel over a run, one panel a figure on one time axis: each GPU's utilisation,
-    power and temperature (where the driver gave them), then the host's CPU and RAM."""
+    power and temperature (where the driver gave them), then the host's CPU and RAM (on a run
+    across hosts, `host_names`: a line each)."""
     panels: list[tuple[str, list[tuple[str, Sequence, str]]]] = []
     by_gpu: dict[int, list[GpuStatus]] = {}
     for reading in gpus:
         by_gpu.setdefault(reading.gpu, []).append(reading)
     for key, title in (("util", "GPU utilisation (%)"), ("power_w", "power (W)"),
                        ("temperature_c", "temperature (°C)")):
-        lines = [(f"GPU {gpu}", [r for r in rows if getattr(r, key) is not None], key)
-                 for gpu, rows in sorted(by_gpu.items())]
+        lines = [(words.panel_gpu(host_names, gpu), [r for r in rows if getattr(r, key) is not None],
+                  key) for gpu, rows in sorted(by_gpu.items())]
         if any(points for _, points, _ in lines):
             panels.append((title, lines))
-    panels.append(("host CPU, all cores (%)", [("CPU", list(hosts), "cpu_percent")]))
-    panels.append(("host RAM used (GiB)", [("RAM", list(hosts), "ram_used")]))
+    places = sorted({h.host for h in hosts})
+    for title, key, word in (("host CPU, all cores (%)", "cpu_percent", "CPU"),
+                             ("host RAM used (GiB)", "ram_used", "RAM")):
+        panels.append((title, [(word if len(places) <= 1 else words.panel_host(host_names, place),
+                                [h for h in hosts if h.host == place], key) for place in places]))
     figure = make_subplots(rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.07,
                            subplot_titles=[title for title, _ in panels])
     colours = cycle(RUN_COLOURS)
