@@ -24,7 +24,7 @@ SIGNATURES = {
 MIGRATIONS = Path(__file__).with_name("migrations")
 # The newest revision in store/migrations/versions/: a store at it needs no migration (and no
 # alembic loaded). tests/unit/test_store_engines.py holds it to the scripts' head.
-HEAD = "0002"
+HEAD = "0003"
 VERSION_TABLE = "alembic_version"
 # PostgreSQL's lock for a schema being made or migrated: two processes opening a new store at
 # once (a Pool's trials) must not both create its tables.
