@@ -79,6 +79,8 @@ def test_a_store_at_0002_opens_upgraded_with_its_runs_coarse_buckets_and_nothing
     before = _counts(path)
     store = Store(path)
     assert _counts(path) == before
+    with sqlite3.connect(path) as db:  # each rank's steps read in time order
+        assert db.execute("SELECT sql FROM sqlite_master WHERE name = 'steps_rank'").fetchone()
     stored, expected = coarse_buckets_and_their_samples(store, 1)
     assert stored == expected and len(stored) > 100
     assert store.peaks(1, [0, 1]) == {gpu: max(s.used for s in store.samples(1, gpu)) for gpu in (0, 1)}

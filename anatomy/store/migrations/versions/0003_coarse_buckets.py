@@ -1,5 +1,6 @@
 """Coarser min/max buckets beside the 0.1 s ones (tables.coarse_buckets), filled for the runs the
-store holds from their 0.1 s buckets: a long run's chart and peaks read them from now on.
+store holds from their 0.1 s buckets: a long run's chart and peaks read them from now on; the
+steps indexed by rank and time.
 
 Revision ID: 0003
 Revises: 0002
@@ -8,6 +9,7 @@ Revises: 0002
 from __future__ import annotations
 
 from alembic import op
+from sqlalchemy import inspect
 
 from anatomy.store import tables
 from anatomy.store.database import Db, _merge_coarse
@@ -24,6 +26,9 @@ def upgrade() -> None:
     bind = op.get_bind()
     # 0001 makes the tables a store lacks from today's declaration: it may be there already.
     tables.coarse_buckets.create(bind, checkfirst=True)
+    index = next(i for i in tables.steps.indexes if i.name == "steps_rank")
+    if index.name not in {i["name"] for i in inspect(bind).get_indexes("steps")}:
+        index.create(bind)
     db = Db(bind)
     runs = [r[0] for r in db.execute("SELECT DISTINCT run_id FROM sample_buckets")]
     for run_id in runs:
