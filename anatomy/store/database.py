@@ -64,6 +64,16 @@ class Reference(Enum):
 REFERENCE = Reference.RANK
 
 BUCKET_SECONDS = 0.1
+# The coarser buckets (tables.coarse_buckets): level L is BUCKET_RATIO**L 0.1 s buckets wide, 0.4 s
+# to 410 s. A chart of B buckets reads the coarsest level at most its bucket's width, so at most
+# BUCKET_RATIO * B rows a GPU whatever the run's length (up to B * 410 s: 34 hours at B = 300).
+BUCKET_RATIO = 4
+LEVELS = range(1, 7)
+
+
+def level_seconds(level: int) -> float:
+    """How wide a bucket of `level` is (0: the 0.1 s ones of tables.sample_buckets)."""
+    return BUCKET_SECONDS * BUCKET_RATIO**level
 RESERVE_BYTES = 256 * 1024  # a run's end takes a few WAL frames of 4 KiB: room for dozens
 CONNECT_SECONDS = 10  # a database server that does not answer is said so, not waited on
 SERVER_POOL = 4  # connections a process keeps open to a server (a write or a page's reads)
@@ -127,13 +137,14 @@ def _insert(table, columns: Sequence[str] | None = None) -> str:
 
 
 def _insert_samples(db: Db, run_id: int, samples: Sequence[Sample]) -> None:
-    """The samples, and their 0.1 s buckets' min and max."""
+    """The samples, and their buckets' min and max at every level."""
     db.append(tables.samples, [(run_id, *s) for s in samples])
     _merge_buckets(db, run_id, samples)
 
 
 def _merge_buckets(db: Db, run_id: int, samples: Sequence[Sample]) -> None:
-    """Fold samples into their buckets' min and max (merged with what a bucket already holds)."""
+    """Fold samples into their buckets' min and max (merged with what a bucket already holds),
+    the 0.1 s ones and the coarser levels'."""
     buckets: dict[tuple[int, int], list] = {}
     for t, gpu, used, reserved, total, _ in samples:
         key = (gpu, math.floor(t / BUCKET_SECONDS))
@@ -147,21 +158,47 @@ def _merge_buckets(db: Db, run_id: int, samples: Sequence[Sample]) -> None:
                 bucket[2:4] = t, used
     db.executemany(BUCKET_MERGE,
                    [(run_id, gpu, index, *values) for (gpu, index), values in buckets.items()])
+    _merge_coarse(db, run_id, buckets)
+
+
+def _merge_coarse(db: Db, run_id: int, buckets: Mapping[tuple[int, int], Sequence]) -> None:
+    """Fold 0.1 s buckets ((gpu, index): [t_min, used_min, t_max, used_max, reserved, total])
+    into every coarser level's: a few rows a batch, not a pass over the samples again."""
+    coarse: dict[tuple[int, int, int], list] = {}
+    for (gpu, index), (t_min, used_min, t_max, used_max, reserved, total) in buckets.items():
+        for level in LEVELS:
+            key = (level, gpu, index // BUCKET_RATIO**level)
+            bucket = coarse.get(key)
+            if bucket is None:
+                coarse[key] = [t_min, used_min, t_max, used_max, reserved, total]
+                continue
+            if used_min < bucket[1]:
+                bucket[0:2] = t_min, used_min
+            if used_max > bucket[3]:
+                bucket[2:4] = t_max, used_max
+    db.executemany(COARSE_MERGE, [(run_id, *key, *values) for key, values in coarse.items()])
+
+
+def _bucket_merge(table, keys: str) -> str:
+    """An upsert of a bucket's row that keeps the lower min and the higher max, each at its
+    own time."""
+    name = table.name
+    return (_insert(table) + f" ON CONFLICT ({keys}) DO UPDATE SET"
+            f" t_min = CASE WHEN excluded.used_min < {name}.used_min THEN excluded.t_min"
+            f" ELSE {name}.t_min END,"
+            f" used_min = CASE WHEN excluded.used_min < {name}.used_min THEN excluded.used_min"
+            f" ELSE {name}.used_min END,"
+            f" t_max = CASE WHEN excluded.used_max > {name}.used_max THEN excluded.t_max"
+            f" ELSE {name}.t_max END,"
+            f" used_max = CASE WHEN excluded.used_max > {name}.used_max THEN excluded.used_max"
+            f" ELSE {name}.used_max END")
 
 
 STEP_INSERT = _insert(tables.steps)
 MESSAGE_INSERT = _insert(tables.messages)
 PHASE_INSERT = _insert(tables.phases)
-BUCKET_MERGE = (
-    _insert(tables.sample_buckets) + " ON CONFLICT (run_id, gpu, bucket) DO UPDATE SET"
-    " t_min = CASE WHEN excluded.used_min < sample_buckets.used_min THEN excluded.t_min"
-    " ELSE sample_buckets.t_min END,"
-    " used_min = CASE WHEN excluded.used_min < sample_buckets.used_min THEN excluded.used_min"
-    " ELSE sample_buckets.used_min END,"
-    " t_max = CASE WHEN excluded.used_max > sample_buckets.used_max THEN excluded.t_max"
-    " ELSE sample_buckets.t_max END,"
-    " used_max = CASE WHEN excluded.used_max > sample_buckets.used_max THEN excluded.used_max"
-    " ELSE sample_buckets.used_max END")
+BUCKET_MERGE = _bucket_merge(tables.sample_buckets, "run_id, gpu, bucket")
+COARSE_MERGE = _bucket_merge(tables.coarse_buckets, "run_id, level, gpu, bucket")
 SAMPLE_COLUMNS = ", ".join(Sample._fields)
 
 
@@ -727,27 +764,49 @@ class Store:
                 "SELECT MAX(t), gpu, used, reserved, total, util FROM samples WHERE run_id = ?"
                 " GROUP BY gpu ORDER BY gpu", (run_id,))]
 
+    def _top_level(self, db: Db, run_id: int) -> int | None:
+        """The coarsest bucket level the run holds; None where it has no coarse buckets: a store
+        at an older schema opened read-only (not migrated), a run stored before the buckets."""
+        known = self.__dict__.setdefault("_coarse_table", {})
+        if "coarse_buckets" not in known:
+            known["coarse_buckets"] = inspect(db.connection).has_table("coarse_buckets")
+        if not known["coarse_buckets"]:
+            return None
+        held = db.execute("SELECT 1 FROM coarse_buckets WHERE run_id = ? AND level = ? LIMIT 1",
+                          (run_id, LEVELS[-1])).fetchone()
+        return None if held is None else LEVELS[-1]
+
+    @staticmethod
+    def _devices(run_id: int, top: int | None) -> tuple[str, tuple]:
+        """A query of the run's devices (and its arguments), from its coarsest buckets: a few
+        rows a device, where a DISTINCT over its 0.1 s buckets read 192,000 at 19 million
+        samples."""
+        if top is None:
+            return "SELECT DISTINCT gpu FROM sample_buckets WHERE run_id = ?", (run_id,)
+        return "SELECT DISTINCT gpu FROM coarse_buckets WHERE run_id = ? AND level = ?", (run_id, top)
+
     def last_time(self, run_id: int) -> float:
         """The run's latest sample's time: each device's from the index (its devices read from
         the buckets), not a scan of every sample, which took seconds of a server's time at 19
         million (docs/BENCHMARKS.md); a run stored before the buckets is scanned."""
         with self.connect() as db:
+            devices, args = self._devices(run_id, self._top_level(db, run_id))
             return db.execute(
                 "SELECT COALESCE((SELECT MAX((SELECT MAX(t) FROM samples WHERE run_id = ? AND"
-                " gpu = devices.gpu)) FROM (SELECT DISTINCT gpu FROM sample_buckets WHERE"
-                " run_id = ?) AS devices), (SELECT MAX(t) FROM samples WHERE run_id = ?), 0)",
-                (run_id, run_id, run_id)).fetchone()[0]
+                f" gpu = devices.gpu)) FROM ({devices}) AS devices), (SELECT MAX(t) FROM samples"
+                " WHERE run_id = ?), 0)", (run_id, *args, run_id)).fetchone()[0]
 
     def decimated(self, run_id: int, buckets: int = 2000, gpu: int | None = None
                   ) -> list[Sample]:
         """Per GPU (`gpu` alone, if given), at most ~2 points per time bucket: the bucket's min
         and its max, at their own times. Every peak survives, and a run of a million samples
-        draws like a short one: it is read from the 0.1 s min/max buckets the store keeps, not
+        draws like a short one: it is read from the coarsest min/max buckets the store keeps
+        that are no wider than the chart's (at most BUCKET_RATIO rows a chart's bucket), not
         from the samples."""
         only, args = ("", ()) if gpu is None else (" AND gpu = ?", (gpu,))
         with self.connect() as db:
-            span = db.execute("SELECT MIN(t_min), MAX(t_max), COUNT(*) FROM sample_buckets"
-                              " WHERE run_id = ?", (run_id,)).fetchone()
+            top = self._top_level(db, run_id)
+            span = self._span(db, run_id, top)
             if span[2] == 0:
                 # A run stored before the buckets existed, read as it is: where nothing may be
                 # written (a snapshot only reads)
@@ -757,11 +816,10 @@ class Store:
                         f"{only} ORDER BY gpu, t", (run_id, *args))]
                 if not self._backfill_buckets(db, run_id):
                     return []
-                span = db.execute("SELECT MIN(t_min), MAX(t_max), COUNT(*) FROM sample_buckets"
-                                  " WHERE run_id = ?", (run_id,)).fetchone()
+                top = self._top_level(db, run_id)
+                span = self._span(db, run_id, top)
             start, width = span[0], max((span[1] - span[0]) / buckets, 1e-9)
-            gpus = db.execute(f"SELECT COUNT(DISTINCT gpu) FROM sample_buckets WHERE run_id = ?"
-                              f"{only}", (run_id, *args)).fetchone()[0]
+            gpus = 1 if gpu is not None else span[2]
             # Whether the samples are few, counted no further than that: a count of them all
             # took seconds of a server's time at 19 million (docs/BENCHMARKS.md)
             few = 2 * buckets * max(1, gpus)
@@ -772,6 +830,11 @@ class Store:
                                   f" WHERE run_id = ?{only} ORDER BY gpu, t",
                                   (run_id, *args)).fetchall()
                 return [Sample(*r) for r in rows]
+            level = max((lv for lv in LEVELS if top is not None and level_seconds(lv) <= width),
+                        default=0)
+            table = "sample_buckets" if level == 0 else "coarse_buckets"
+            if level:
+                only, args = " AND level = ?" + only, (level, *args)
             points = {}
             if db.postgres:
                 # Each part's lowest and highest reading at its time, in one pass: the lowest
@@ -780,7 +843,7 @@ class Store:
                 # part's highest
                 for row in db.execute(
                         "SELECT gpu, MIN(ARRAY[used_min, t_min]), MAX(ARRAY[used_max, t_max]),"
-                        " MAX(reserved), MAX(total) FROM sample_buckets WHERE run_id = ?"
+                        f" MAX(reserved), MAX(total) FROM {table} WHERE run_id = ?"
                         f"{only} GROUP BY gpu, FLOOR((t_min - ?) / ?)",
                         (run_id, *args, start, width)):
                     gpu, reserved, total = row[0], row[3], row[4]
@@ -790,12 +853,21 @@ class Store:
             for t, used, agg in (("t_min", "used_min", "MIN"), ("t_max", "used_max", "MAX")):
                 # SQLite fills the bare columns from the row that holds the MIN / MAX.
                 for r in db.execute(f"SELECT {t} AS t, gpu, {agg}({used}) AS used, reserved, total,"
-                                    f" NULL FROM sample_buckets WHERE run_id = ?{only}"
+                                    f" NULL FROM {table} WHERE run_id = ?{only}"
                                     f" GROUP BY gpu, CAST(({t} - ?) / ? AS INTEGER)",
                                     (run_id, *args, start, width)):
                     sample = Sample(*r)
                     points[(sample.gpu, sample.t)] = sample
         return [points[k] for k in sorted(points)]
+
+    def _span(self, db: Db, run_id: int, top: int | None) -> tuple[float, float, int]:
+        """(the first sample's time, the last's, the devices) of a run's bucketed samples: each
+        device's ends from the samples' index; (None, None, 0) without buckets."""
+        devices, args = self._devices(run_id, top)
+        return db.execute(
+            "SELECT MIN((SELECT MIN(t) FROM samples WHERE run_id = ? AND gpu = devices.gpu)),"
+            " MAX((SELECT MAX(t) FROM samples WHERE run_id = ? AND gpu = devices.gpu)), COUNT(*)"
+            f" FROM ({devices}) AS devices", (run_id, run_id, *args)).fetchone()
 
     @staticmethod
     def _backfill_buckets(db: Db, run_id: int) -> bool:
@@ -917,13 +989,41 @@ class Store:
 
     def peaks(self, run_id: int, gpus: Sequence[int], before: float | None = None
               ) -> dict[int, int | None]:
-        """`peak` of each device, in one connection."""
-        edge = math.inf if before is None else math.floor(before / BUCKET_SECONDS)
-        out = {}
+        """`peak` of each device, in one connection: the whole run's from its coarsest buckets;
+        before a time, from the coarsest buckets wholly before it, then finer ones up to it."""
+        edge = None if before is None else math.floor(before / BUCKET_SECONDS)
+        found: dict[int, int] = {}
+        if not gpus:
+            return {}
+        marks = ", ".join("?" * len(gpus))
+
+        def highest(table: str, where: str, args: tuple) -> None:
+            for gpu, peak in db.execute(f"SELECT gpu, MAX(used_max) FROM {table} WHERE run_id = ?"
+                                        f" AND gpu IN ({marks}){where} GROUP BY gpu",
+                                        (run_id, *gpus, *args)):
+                if peak is not None:
+                    found[gpu] = max(found.get(gpu, peak), peak)
+
         with self.connect() as db:
+            top = self._top_level(db, run_id)
+            if edge is None:
+                if top is None:
+                    highest("sample_buckets", "", ())
+                else:
+                    highest("coarse_buckets", " AND level = ?", (top,))
+            else:
+                covered = 0  # the 0.1 s buckets read so far: those before it
+                for level in reversed(LEVELS) if top is not None else ():
+                    ratio = BUCKET_RATIO**level
+                    whole = edge // ratio  # this level's buckets wholly before the edge
+                    if whole * ratio > covered:
+                        highest("coarse_buckets", " AND level = ? AND bucket >= ? AND bucket < ?",
+                                (level, covered // ratio, whole))
+                        covered = whole * ratio
+                highest("sample_buckets", " AND bucket >= ? AND bucket < ?", (covered, edge))
+            out = {}
             for gpu in gpus:
-                peak = db.execute("SELECT MAX(used_max) FROM sample_buckets WHERE run_id = ? AND"
-                                  " gpu = ? AND bucket < ?", (run_id, gpu, edge)).fetchone()[0]
+                peak = found.get(gpu)
                 if before is not None:
                     cut = db.execute("SELECT MAX(used) FROM samples WHERE run_id = ? AND gpu = ?"
                                      " AND t >= ? AND t < ?", (run_id, gpu, edge * BUCKET_SECONDS,

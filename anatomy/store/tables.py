@@ -100,6 +100,24 @@ sample_buckets = Table(
     Column("total", BigInteger),
 )
 
+# The same min and max over coarser spans, kept beside them: level L's bucket is
+# BUCKET_SECONDS * BUCKET_RATIO**L wide (store/database.py), the union of whole finer ones, so a
+# long run's chart and its peaks read a few thousand rows, not one row per 0.1 s (192,000 for
+# 32 GPUs' 10 minutes). Level before gpu: the chart reads one level of every GPU.
+coarse_buckets = Table(
+    "coarse_buckets", metadata,
+    Column("run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("level", Integer, primary_key=True),
+    Column("gpu", Integer, primary_key=True),
+    Column("bucket", BigInteger, primary_key=True),  # floor(t / its level's width)
+    Column("t_min", Double, nullable=False),
+    Column("used_min", BigInteger, nullable=False),
+    Column("t_max", Double, nullable=False),
+    Column("used_max", BigInteger, nullable=False),
+    Column("reserved", BigInteger),
+    Column("total", BigInteger),
+)
+
 phases = Table(
     "phases", metadata,
     _run_id(),
@@ -123,6 +141,10 @@ steps = Table(
     Column("seq_len", Integer),  # the sequence length each step of a user's Trainer trained at
 )
 Index("steps_run", steps.c.run_id, steps.c.step)
+# One rank's steps in time order: the Live page reads the reference rank's steps, its first and
+# last and its count every refresh, which scanned every rank's (38,400 rows for 32 ranks' 10
+# minutes).
+Index("steps_rank", steps.c.run_id, steps.c.rank, steps.c.t)
 
 messages = Table(
     "messages", metadata,

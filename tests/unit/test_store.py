@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 
@@ -9,7 +10,17 @@ import pytest
 
 from anatomy.analysis.options import RunOptions
 from anatomy.analysis.report import report
-from anatomy.store import GpuProcess, GpuStatus, HostStatus, PhaseMark, Sample, Step, Store, checks
+from anatomy.store import (
+    GpuProcess,
+    GpuStatus,
+    HostStatus,
+    PhaseMark,
+    Sample,
+    Step,
+    Store,
+    checks,
+    database,
+)
 from anatomy.store.liveness import ENDED_WITHOUT_A_WORD, Recorder
 from anatomy.units import MIB
 
@@ -125,6 +136,66 @@ def test_decimation_keeps_every_peak(store):
     assert [p.t for p in points] == sorted(p.t for p in points)
 
 
+def coarse_buckets_and_their_samples(store: Store, run_id: int) -> tuple[dict, dict]:
+    """(each coarse bucket's (used_min, used_max) as stored, the same from the run's samples),
+    keyed (level, gpu, bucket): a bucket of level L spans BUCKET_RATIO**L whole 0.1 s ones."""
+    expected: dict[tuple[int, int, int], tuple[int, int]] = {}
+    for sample in store.samples(run_id):
+        index = math.floor(sample.t / database.BUCKET_SECONDS)
+        for level in database.LEVELS:
+            key = (level, sample.gpu, index // database.BUCKET_RATIO**level)
+            low, high = expected.get(key, (sample.used, sample.used))
+            expected[key] = (min(low, sample.used), max(high, sample.used))
+    with store.connect() as db:
+        stored = {(level, gpu, bucket): (low, high) for level, gpu, bucket, low, high in db.execute(
+            "SELECT level, gpu, bucket, used_min, used_max FROM coarse_buckets WHERE run_id = ?",
+            (run_id,))}
+    return stored, expected
+
+
+def test_each_coarse_bucket_holds_the_lowest_and_highest_sample_of_its_span(store):
+    run_id = _new_run(store)
+    for b in range(1500):  # 150 s of two devices at 200 Hz, in the recorder's 0.1 s batches
+        store.write(run_id, samples=[
+            Sample((b * 20 + i) / 200, gpu, 10**9 + ((b * 20 + i) * 7919 + gpu) % 10**6, None,
+                   None, None) for i in range(20) for gpu in (0, 3)])
+    store.write(run_id, samples=[Sample(77.777, 3, 5 * 10**9, None, None, None),
+                                 Sample(140.01, 0, 10, None, None, None)])  # late, out of order
+    stored, expected = coarse_buckets_and_their_samples(store, run_id)
+    assert stored == expected
+    assert {level for level, _, _ in stored} == set(database.LEVELS)
+
+
+def test_the_peak_before_any_time_is_the_highest_sample_before_it(store):
+    """Read from the coarsest buckets wholly before the time, then finer ones, then the
+    samples of the 0.1 s it cuts through: each time below crosses the levels' edges
+    differently."""
+    run_id = _new_run(store)
+    rows = [Sample(i / 100, 0, 10**9 + (i * 7919) % 10**6, None, None, None) for i in range(90_000)]
+    for at in (3.33, 51.2, 409.6, 410.0, 655.36, 819.0):  # spikes at levels' edges
+        rows.append(Sample(at, 0, 10**9 + int(at * 10**7), None, None, None))
+    store.write(run_id, samples=rows)
+    for before in (0.005, 3.33, 3.34, 51.2, 51.25, 409.6, 409.61, 500.0, 655.36, 655.37, 818.9,
+                   None):
+        wanted = max(s.used for s in rows if before is None or s.t < before)
+        assert store.peak(run_id, 0, before) == wanted, before
+
+
+def test_a_long_runs_chart_keeps_every_extreme_whatever_the_level_it_reads(store):
+    run_id = _new_run(store)
+    n = 400_000  # 4,000 s at 100 Hz: 300 buckets read the 6.4 s level, 20,000 the 0.1 s
+    rows = [Sample(i / 100, 0, 10**9 + (i * 7919) % 10**6, None, None, None) for i in range(n)]
+    rows[123_457] = rows[123_457]._replace(used=4 * 10**9)
+    rows[333_333] = rows[333_333]._replace(used=7)
+    store.write(run_id, samples=rows)
+    for buckets in (300, 1000, 2000, 20_000):
+        points = store.decimated(run_id, buckets)
+        assert len(points) <= 2 * buckets + 2
+        assert max(points, key=lambda p: p.used).t == rows[123_457].t
+        assert min(points, key=lambda p: p.used).t == rows[333_333].t
+        assert points[0].t <= 10.0 and points[-1].t >= 3990.0
+
+
 def test_delete_removes_every_row(store):
     run_id = _new_run(store)
     store.write(run_id, samples=[Sample(0.0, 0, 1, None, None, None)],
@@ -167,6 +238,7 @@ def test_runs_stored_before_the_buckets_existed_still_decimate(store):
     store.write(run_id, samples=rows)
     with store.connect() as db:
         db.execute("DELETE FROM sample_buckets")  # as a store written by an older anatomy
+        db.execute("DELETE FROM coarse_buckets")
     assert store.peak(run_id, 0) == 15 * 10**8  # read from the samples then
     points = store.decimated(run_id, buckets=100)
     assert max(p.used for p in points) == 15 * 10**8

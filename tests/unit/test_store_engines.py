@@ -27,8 +27,12 @@ from anatomy.store import (
     tables,
 )
 from anatomy.store.migrations import __file__ as migrations_init
+from tests.unit.test_store import coarse_buckets_and_their_samples
 
 MADE_BY_MAIN = Path(__file__).parents[1] / "data" / "main-d47e177.sqlite"  # `anatomy run` at d47e177
+# Schema 0002, before the coarse buckets: two GPUs at 100 Hz for 40 s, written by the Store of
+# main at 8e84c4b in 0.1 s batches (a spike on GPU 0 at 27.77 s, a dip on GPU 1 at 13.21 s).
+MADE_AT_0002 = Path(__file__).parents[1] / "data" / "main-8e84c4b.sqlite"
 
 
 def _counts(path: Path) -> dict[str, int]:
@@ -65,6 +69,31 @@ def test_a_store_made_by_the_previous_release_is_upgraded_in_place_and_keeps_eve
     assert len(store.steps(1)) == 2 and len(store.phases(1)) == 4
     assert main(["show", "1", "--store", str(path)]) == 0
     assert "status: completed" in capsys.readouterr().out
+
+
+def test_a_store_at_0002_opens_upgraded_with_its_runs_coarse_buckets_and_nothing_lost(tmp_path):
+    path = tmp_path / "0002.sqlite"
+    shutil.copy(MADE_AT_0002, path)
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [("0002",)]
+    before = _counts(path)
+    store = Store(path)
+    assert _counts(path) == before
+    with sqlite3.connect(path) as db:  # each rank's steps read in time order
+        assert db.execute("SELECT sql FROM sqlite_master WHERE name = 'steps_rank'").fetchone()
+    stored, expected = coarse_buckets_and_their_samples(store, 1)
+    assert stored == expected and len(stored) > 100
+    assert store.peaks(1, [0, 1]) == {gpu: max(s.used for s in store.samples(1, gpu)) for gpu in (0, 1)}
+    assert store.peak(1, 0) == 3 * 10**9
+    assert store.peak(1, 0, before=27.77) < 3 * 10**9 <= store.peak(1, 0, before=27.78)
+    points = store.decimated(1, buckets=20)
+    assert (27.77, 3 * 10**9) in {(p.t, p.used) for p in points if p.gpu == 0}
+    assert (13.21, 10**6) in {(p.t, p.used) for p in points if p.gpu == 1}
+    # A run written after the upgrade gains them as it is written.
+    run_id = store.create_run({"preset": "tiny"}, "nvml", "v2", 0, {})
+    store.write(run_id, samples=[Sample(i / 10, 0, i, None, None, None) for i in range(100)])
+    assert coarse_buckets_and_their_samples(store, run_id)[0] == \
+        coarse_buckets_and_their_samples(store, run_id)[1]
 
 
 def test_a_store_of_a_newer_release_is_refused_in_one_line_and_left_as_it_was(tmp_path, capsys):

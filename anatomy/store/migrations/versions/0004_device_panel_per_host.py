@@ -2,7 +2,7 @@
 rows under its place among the run's hosts (its GPUs' under device_key(host, i), as its samples).
 
 Revision ID: 0004
-Revises: 0002
+Revises: 0003
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from sqlalchemy import Column, inspect
 from anatomy.store import tables
 
 revision = "0004"
-down_revision = "0002"
+down_revision = "0003"
 branch_labels = None
 depends_on = None
 
