@@ -4,6 +4,7 @@ beside the training, and what most of the test suite's end-to-end tests start.
 
     PYTHONPATH=. python bench/run_processes_cpu.py [--repeats 3] [-- RUN FLAGS]
     PYTHONPATH=. python bench/run_processes_cpu.py --sampler 20   # the sampler's loop alone
+    PYTHONPATH=. python bench/run_processes_cpu.py --look STORE   # one look of `run`'s front
 
 Each repeat runs the tiny run the suite starts (tests/conftest.py's TINY) into a fresh store
 and follows its process tree (psutil, every 0.1 s), keeping each process's last user + system
@@ -14,6 +15,9 @@ sampler's grow with the run's wall time (they follow it), the worker's is mostly
 `--sampler SECONDS` measures the sampler's loop alone, free of the machine's load on the run's
 length: the sampler process as a run starts it (spawned, its lifeline, 50 Hz, CPU RSS) following
 a sleeping process, its CPU seconds a second from its first sample on (its imports apart).
+`--look STORE` measures what `anatomy run` does five times a second while it follows a run (cli/run.py's
+`_news`) on the first run of STORE, against the same reads each on a connection of its own and
+its samples counted (what the front did before): CPU ms a look.
 Results in docs/BENCHMARKS.md ("A run's own processes").
 """
 
@@ -111,13 +115,46 @@ def sampler_loop(seconds: float) -> tuple[float, float]:
     return first, (last - first) / seconds
 
 
+def follow_look(path: str, looks: int = 100) -> tuple[float, float]:
+    """CPU ms of one look of the front at run 1 of `path`: each read on its own connection and
+    the samples counted, and as `anatomy run` looks now."""
+    from anatomy.analysis.report import report
+    from anatomy.cli.render import PhaseEnds
+    from anatomy.cli.run import _news
+    from anatomy.store import Store
+
+    store = Store(path, read_only=True)
+
+    def apart() -> None:
+        rep = report(store, 1)
+        store.last_step(1)
+        PhaseEnds(store).new(rep)
+
+    def now() -> None:
+        _news(store, 1, PhaseEnds(store))
+
+    figures = []
+    for look in (apart, now):
+        look()
+        started = time.process_time()
+        for _ in range(looks):
+            look()
+        figures.append((time.process_time() - started) / looks * 1000)
+    return figures[0], figures[1]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sampler", type=float, metavar="SECONDS",
                         help="the sampler's loop alone, for this long")
+    parser.add_argument("--look", metavar="STORE", help="one look of `run`'s front at STORE's run 1")
     parser.add_argument("flags", nargs="*", help="the run's flags (default: the suite's TINY)")
     args = parser.parse_args()
+    if args.look:
+        apart, now = follow_look(args.look)
+        print(f"a look: {apart:.1f} CPU ms each read apart and counted, {now:.1f} as `run` looks")
+        return
     if args.sampler:
         for _ in range(args.repeats):
             started, a_second = sampler_loop(args.sampler)
