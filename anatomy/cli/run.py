@@ -45,10 +45,14 @@ def _progress(step: int, total: int, started: float, width: int = 30) -> str:
 
 
 def _news(store: Store, run_id: int, ends: PhaseEnds) -> tuple[RunReport, Step | None, list[str]]:
-    """The run's report, its last step and the lines of the phases ended since the last call."""
-    rep = report(store, run_id)
-    step = store.last_step(run_id)
-    return rep, step, ends.new(rep)
+    """The run's report, its last step and the lines of the phases ended since the last call,
+    read as one moment on one connection (a connection a read cost more than the reads, five
+    times a second) and without counting the samples, which nothing printed here shows (a count
+    reads every sample: longer at each look as the run grows)."""
+    with store.snapshot():
+        rep = report(store, run_id, counted=False)
+        step = store.last_step(run_id)
+        return rep, step, ends.new(rep)
 
 
 def _once_reachable(read: Callable[[], T], signals: StopSignals) -> T:

@@ -259,13 +259,16 @@ class Collector:
             if not keep:
                 raise
             return False
+        if self.figures is not None:
+            self.figures.stored_samples(kept)
         if self.unreachable_since is not None:
             self._tell(f"the store {self.store.path} is back after"
                        f" {time.monotonic() - self.unreachable_since:.0f} s: the {kept:,} samples"
                        " and every other write kept meanwhile are written")
             self.unreachable_since = None
-        if self.figures is not None:
-            self.figures.stored_samples(kept)
+            # Written now: where this was the run's last flush (its ending's), no next write
+            # would take the line into the run's messages.
+            return self.flush(keep)
         return True
 
     def _apply(self, change: RunChange) -> None:

@@ -8,7 +8,9 @@ psutil, which would reap it first.
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import time
 from collections.abc import Callable
 
@@ -24,9 +26,48 @@ FREEZE_ROUNDS = 10  # the tree is walked again until no new process appears (a f
 def descendants(pid: int) -> list[psutil.Process]:
     """Every live process under `pid`, nearest first; [] when it is gone."""
     try:
-        return psutil.Process(pid).children(recursive=True)
+        root = psutil.Process(pid)
+        if not sys.platform.startswith("linux"):
+            return root.children(recursive=True)
+        born = root.create_time()
     except psutil.Error:
         return []
+    children = _children_by_parent()
+    found, level = [], children.get(pid, [])
+    while level:
+        nearer = []
+        for child in level:
+            try:
+                process = psutil.Process(child)
+                if process.create_time() >= born:  # not a pid reused by an older process
+                    found.append(process)
+                    nearer += children.get(child, [])
+            except psutil.Error:
+                pass  # gone meanwhile: nor are its children under it any more
+        level = nearer
+    return found
+
+
+def _children_by_parent() -> dict[int, list[int]]:
+    """Each process's children, from one pass over /proc: psutil's own pass (`children`) costs
+    three times the CPU (a file object a process), and a sampler lists a run's tree ten times a
+    second."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            stat = os.open(f"/proc/{name}/stat", os.O_RDONLY)
+        except OSError:
+            continue  # gone since listed
+        try:
+            fields = os.read(stat, 512).rsplit(b")", 1)[1].split(None, 2)  # after "pid (comm)"
+        except (OSError, IndexError):
+            continue
+        finally:
+            os.close(stat)
+        children.setdefault(int(fields[1]), []).append(int(name))
+    return children
 
 
 def alive(process: psutil.Process) -> bool:

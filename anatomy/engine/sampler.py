@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 from anatomy.engine import nvml
 from anatomy.engine.lifeline import RANK_NAME, Lifeline, signal_group
-from anatomy.engine.processes import LIST_SECONDS, Tree
+from anatomy.engine.processes import LIST_SECONDS, Tree, descendants
 from anatomy.engine.protocol import (
     DeviceStatus,
     GpuProcess,
@@ -122,13 +122,11 @@ class _ProcessTree:
         """The tree's RSS and each rank's (by local rank; {} for a single process)."""
         psutil = self.psutil
         if t - self.listed_at >= TREE_SECONDS:
-            try:
-                # Not the sampler itself: a user's process that records its own run is the
-                # sampler's parent, and its tree would otherwise hold the sampler too.
-                self.members = [self.root, *(p for p in self.root.children(recursive=True)
-                                             if p.pid != self.own_pid)]
-            except psutil.Error:
-                return None
+            # Not the sampler itself: a user's process that records its own run is the
+            # sampler's parent, and its tree would otherwise hold the sampler too. A root gone
+            # lists nothing under it, and its own RSS, unread, says it is gone (below).
+            self.members = [self.root, *(p for p in descendants(self.root.pid)
+                                         if p.pid != self.own_pid)]
             self.listed_at = t
         total, by_rank = 0, {}
         for process in self.members:

@@ -7,15 +7,6 @@ declared once), `schema` (a store known as anatomy's and brought to this release
 alembic `migrations`), `location` (a path or a URL, its password never shown), `errors` (why a
 store cannot be used), `database` (the Store)."""
 
-from anatomy.store.database import BUCKET_SECONDS, STORE_ENV, Store, default_store, resolve_path
-from anatomy.store.errors import (
-    DatabaseError,
-    StoreError,
-    StoreMissing,
-    store_error,
-    unreachable,
-    why,
-)
 from anatomy.store.facts import (
     Components,
     Origin,
@@ -25,7 +16,6 @@ from anatomy.store.facts import (
     TrainingData,
     TrainingSummary,
 )
-from anatomy.store.location import BadLocation, ServerUrl
 from anatomy.store.rows import (
     HOST_STRIDE,
     SPANS,
@@ -49,6 +39,16 @@ from anatomy.vocabulary import PHASES, Phase
 
 PROFILING, PROCESS = Phase.PROFILING, Phase.PROCESS
 
+# The database and its errors, loaded on first use: SQLAlchemy is half a CPU second to import,
+# and a process that only sends rows (the sampler, a rank) never opens a store.
+_DATABASE = {
+    "BUCKET_SECONDS": "database", "STORE_ENV": "database", "Store": "database",
+    "default_store": "database", "resolve_path": "database",
+    "DatabaseError": "errors", "StoreError": "errors", "StoreMissing": "errors",
+    "store_error": "errors", "unreachable": "errors", "why": "errors",
+    "BadLocation": "location", "ServerUrl": "location",
+}
+
 __all__ = ["BUCKET_SECONDS", "HOST_STRIDE", "device_key", "rank_series", "series_rank", "Components",
            "Origin", "RunFacts", "RunSource", "TrainingArguments", "TrainingData",
            "TrainingSummary", "PHASES", "PROCESS", "PROFILING", "SPANS", "STATUSES", "STORE_ENV",
@@ -56,3 +56,11 @@ __all__ = ["BUCKET_SECONDS", "HOST_STRIDE", "device_key", "rank_series", "series
            "RunRecord", "RunRow", "Sample", "Step", "Store", "StoreError", "StoreMissing",
            "SweepRow", "default_store", "resolve_path", "store_error", "why", "BadLocation",
            "DatabaseError", "ServerUrl", "unreachable"]
+
+
+def __getattr__(name: str):
+    if name in _DATABASE:
+        import importlib
+
+        return getattr(importlib.import_module(f"anatomy.store.{_DATABASE[name]}"), name)
+    raise AttributeError(f"module 'anatomy.store' has no attribute {name!r}")

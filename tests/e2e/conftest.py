@@ -217,6 +217,23 @@ print(lengths)
 """
 
 
+TRAINER_EXAMPLE = PROJECT / "examples" / "trainer_script.py"
+ATTACHED = "anatomy.AnatomyCallback.attach(trainer)"
+
+
+def trainer_example(folder: Path, predict: bool) -> Path:
+    """examples/trainer_script.py as it is, or (`predict=False`) a copy in `folder` whose callback
+    works out no predicted peak: the peak's child interpreter (torch, transformers and a traced
+    step: ~10 CPU s) is no part of what a test that never reads the peak checks."""
+    if predict:
+        return TRAINER_EXAMPLE
+    text = TRAINER_EXAMPLE.read_text()
+    assert ATTACHED in text, "the example attaches its callback otherwise: say predict=False there"
+    copy = folder / "trainer_script.py"
+    copy.write_text(text.replace(ATTACHED, ATTACHED[:-1] + ", predict=False)"))
+    return copy
+
+
 # --- the package as pip builds it ---
 
 @pytest.fixture(scope="session")

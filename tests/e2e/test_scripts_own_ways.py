@@ -146,7 +146,7 @@ arguments = TrainingArguments(output_dir="out", per_device_train_batch_size=4, m
                               logging_steps=1, report_to="none", save_strategy="no",
                               disable_tqdm=True, use_cpu=True)
 trainer = Trainer(model=BertForSequenceClassification(config), args=arguments,
-                  train_dataset=examples, callbacks=[anatomy.AnatomyCallback()])
+                  train_dataset=examples, callbacks=[anatomy.AnatomyCallback(predict=False)])
 trainer.train()
 trainer.train()  # again, as hyperparameter_search or a resume does
 """
@@ -465,7 +465,7 @@ arguments = TrainingArguments(output_dir="out", per_device_train_batch_size=4, m
 
 def trainer():
     return Trainer(model=BertForSequenceClassification(config), args=arguments,
-                   train_dataset=examples, callbacks=[anatomy.AnatomyCallback()])
+                   train_dataset=examples, callbacks=[anatomy.AnatomyCallback(predict=False)])
 
 first, second = trainer(), trainer()
 first.train()

@@ -106,6 +106,8 @@ def test_a_database_restart_mid_recording_keeps_the_samples_and_writes_them_when
     assert said[1].startswith(f"the store {store.path} is back after") and "200 samples" in said[1]
     assert store.sample_count(run_id) == 300
     assert [s.t for s in store.samples(run_id)] == [i / 100 for i in range(300)]
+    # Both lines are the run's messages once that flush is done: it may be the run's last.
+    assert [m.text for m in store.messages(run_id)] == said
 
 
 def test_every_write_of_a_recording_waits_out_a_database_restart_and_goes_in_in_order(

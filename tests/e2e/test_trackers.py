@@ -19,6 +19,7 @@ from anatomy.analysis.report import report
 from anatomy.store import Store
 from anatomy.units import MIB
 from tests.conftest import PROJECT
+from tests.e2e.conftest import trainer_example
 from tests.helpers import free_port, wait_until
 
 SCRIPT = PROJECT / "examples" / "trainer_script.py"
@@ -40,8 +41,11 @@ WATCH = [sys.executable, "-m", "anatomy", "watch", "--"]
 
 
 def _train(store: Store, tmp_path, report_to: str, watched: bool = False, **env: str) -> None:
+    """The example trained with `report_to`; its predicted peak (a test of its own, below) left
+    out: what a tracker gets of the recording is checked here."""
+    script = trainer_example(tmp_path, predict=False)
     result = subprocess.run(
-        [*(WATCH if watched else []), sys.executable, str(SCRIPT), *SMALL, "--report-to",
+        [*(WATCH if watched else []), sys.executable, str(script), *SMALL, "--report-to",
          report_to, "--output-dir", str(tmp_path / "out")], capture_output=True, text=True,
         timeout=300, cwd=tmp_path, env=_env(store, **env))
     assert result.returncode == 0, result.stderr[-3000:]
