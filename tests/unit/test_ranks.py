@@ -47,7 +47,8 @@ def test_world_size_and_gpus_of_the_options():
 def test_a_store_written_before_ranks_gains_them(tmp_path):
     path = tmp_path / "old.sqlite"
     Store(path)
-    with sqlite3.connect(path) as db:  # as a store of before issue 12 looked
+    with sqlite3.connect(path) as db:  # as a store of before ranks looked
+        db.execute("DROP INDEX steps_rank")  # by rank and time: no rank, no such index
         for table in ("phases", "steps"):
             db.execute(f"ALTER TABLE {table} DROP COLUMN rank")
         db.execute("DROP TABLE alembic_version")  # nor kept schema revisions
