@@ -1025,9 +1025,12 @@ class Store:
             for gpu in gpus:
                 peak = found.get(gpu)
                 if before is not None:
+                    # From a bucket early: a sample of bucket `edge` (floor(t / 0.1)) may lie
+                    # below edge * 0.1 by a rounding (1.7 s is bucket 17; 17 * 0.1 > 1.7), and a
+                    # maximum over more of the samples before the time is the same maximum.
                     cut = db.execute("SELECT MAX(used) FROM samples WHERE run_id = ? AND gpu = ?"
-                                     " AND t >= ? AND t < ?", (run_id, gpu, edge * BUCKET_SECONDS,
-                                                               before)).fetchone()[0]
+                                     " AND t >= ? AND t < ?",
+                                     (run_id, gpu, (edge - 1) * BUCKET_SECONDS, before)).fetchone()[0]
                     peak = max((p for p in (peak, cut) if p is not None), default=None)
                 if peak is None:
                     peak = db.execute("SELECT MAX(used) FROM samples WHERE run_id = ? AND gpu = ?"

@@ -181,6 +181,17 @@ def test_the_peak_before_any_time_is_the_highest_sample_before_it(store):
         assert store.peak(run_id, 0, before) == wanted, before
 
 
+def test_a_sample_on_a_buckets_edge_counts_in_the_peak_before_a_time_after_it(store):
+    """1.7 s falls in the 0.1 s bucket 17 (floor(1.7 / 0.1)), yet 17 * 0.1 is 1.7000000000000002:
+    the samples of the bucket a time cuts through are read from that bucket's first sample, not
+    from its edge's product, which lies above it."""
+    run_id = _new_run(store)
+    store.write(run_id, samples=[Sample(i / 10, 0, 100 + i, None, None, None) for i in range(17)]
+                + [Sample(1.7, 0, 10**6, None, None, None)])
+    assert store.peak(run_id, 0, 1.75) == 10**6
+    assert store.peaks(run_id, [0], 1.75) == {0: 10**6}
+
+
 def test_a_long_runs_chart_keeps_every_extreme_whatever_the_level_it_reads(store):
     run_id = _new_run(store)
     n = 400_000  # 4,000 s at 100 Hz: 300 buckets read the 6.4 s level, 20,000 the 0.1 s
