@@ -95,8 +95,12 @@ def main() -> None:
         import torch
         import transformers
 
+        # The run's other processes (companions_bytes) are measured apart: kept as they are.
+        kept = json.loads(OUTPUT.read_text())
         OUTPUT.write_text(json.dumps({
             "fixed_bytes": fixed, "tensor_fraction": fraction,
+            "companions_bytes": kept["companions_bytes"],
+            "companions_measured": kept["companions_measured"],
             "measured": f"bench/cpu_process_share.py on {platform.machine()} Linux "
                         f"{platform.release()}, Python {platform.python_version()}, torch "
                         f"{torch.__version__}, transformers {transformers.__version__}",

@@ -57,23 +57,30 @@ class CpuProcess:
     (bench/cpu_process_share.py: prediction/breakdown.py's `process_share` of CPU runs, the RSS
     peak less the tensors' predicted peak): a fixed part — the interpreter, torch,
     transformers, the data — and a fraction of the tensors' peak, what the C allocator keeps of
-    the tensors it freed. A CPU run's tensors share the machine (or the container) with it."""
+    the tensors it freed. A CPU run's tensors share the machine (or the container) with it and
+    with the run's other processes (`companions_bytes`: the front and the sampler, interpreters
+    without torch, their memory of their own): in a container of just enough memory the largest
+    batch predicted to fit was killed for memory by theirs."""
     fixed_bytes: int
     tensor_fraction: float
+    companions_bytes: int
     measured: str
 
     def share(self, tensors: int) -> int:
-        """The process's share beside a tensors' peak of `tensors` bytes."""
-        return self.fixed_bytes + round(self.tensor_fraction * tensors)
+        """What the run holds beside a tensors' peak of `tensors` bytes: its process's share and
+        its other processes."""
+        return self.fixed_bytes + self.companions_bytes + round(self.tensor_fraction * tensors)
 
     def capacity(self, total: int) -> int:
-        """The largest tensors' peak whose process fits in `total` bytes of RAM."""
-        return max(0, math.floor((total - self.fixed_bytes) / (1 + self.tensor_fraction)))
+        """The largest tensors' peak whose run fits in `total` bytes of RAM."""
+        return max(0, math.floor((total - self.fixed_bytes - self.companions_bytes)
+                                 / (1 + self.tensor_fraction)))
 
     @classmethod
     def load(cls, path: Path = CPU_PROCESS_FILE) -> CpuProcess:
         data = json.loads(path.read_text())
-        return cls(data["fixed_bytes"], data["tensor_fraction"], data["measured"])
+        return cls(data["fixed_bytes"], data["tensor_fraction"], data["companions_bytes"],
+                   data["measured"])
 
 
 CPU_PROCESS = CpuProcess.load()

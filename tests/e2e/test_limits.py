@@ -91,8 +91,9 @@ def test_a_run_that_fits_only_without_the_margin_may_not(edges):
 def test_a_cpu_run_is_judged_by_its_tensors_against_the_ram():
     fits = judge(OPTIONS, device="cpu", total=2**40)
     assert (fits.fits, fits.limit) == (True, None)
-    # the RAM its process's measured share (memory.CPU_PROCESS) leaves falls short of its peak
-    share = CPU_PROCESS.fixed_bytes + int(fits.peak * CPU_PROCESS.tensor_fraction)
+    # the RAM its process's measured share and its run's other processes (memory.CPU_PROCESS)
+    # leave falls short of its peak
+    share = CPU_PROCESS.share(fits.peak)
     tight = judge(OPTIONS, device="cpu", total=fits.peak + share - MIB)
     assert (tight.fits, tight.limit) == (False, Limit.TENSORS)
     assert "does not fit" in tight.line("the RAM") and tight.largest.batch_size < 8
