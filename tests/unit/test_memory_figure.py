@@ -61,6 +61,19 @@ def test_markers_show_the_reports_memory_at_each_phase_end(store, seed):
     assert boxes == [f"<b>{mb:,} MiB</b>" for mb in (1024, 2048, 3072, 4096)]
 
 
+def test_a_gpu_of_another_host_is_named_by_its_host_not_by_the_key_it_is_stored_under(store, seed):
+    """A run across hosts (no ranks told): the second host's GPU 0, stored as device_key(1, 0),
+    was drawn as "GPU 1000"."""
+    from anatomy.store import RunFacts, device_key
+
+    run_id = seed()
+    store.merge_environment(run_id, RunFacts.of(hosts=("node-a", "node-b")))
+    store.write(run_id, samples=[Sample(t, device_key(1, 0), 2**30, None, None, None)
+                                 for t in (0.5, 1.0)])
+    names = [t.name for t in _figure(store, run_id).data]
+    assert "node-b: GPU 0" in names and "node-a: GPU 0 (training)" in names, names
+
+
 def test_one_svg_line_per_gpu_the_allocator_and_the_ceiling(store, seed):
     run_id = seed(gpus=2)
     figure = _figure(store, run_id)

@@ -119,7 +119,8 @@ def memory_figure(report: RunReport, samples: Sequence[Sample], steps: Sequence[
         elif gpu in rank_of:
             name = rank_of[gpu].label()
         else:
-            name = f"GPU {gpu}" + (" (training)" if trains and len(by_gpu) > 1 else "")
+            name = words.panel_gpu(report.hosts, gpu) + (" (training)" if trains and len(by_gpu) > 1
+                                                          else "")
         # SVG, not WebGL: a decimated curve is a few thousand points, and every WebGL chart holds
         # one of the browser's few GL contexts (a live page redraws every second).
         figure.add_trace(go.Scatter(
