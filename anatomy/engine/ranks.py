@@ -45,6 +45,7 @@ from anatomy.engine.training import EXIT_FAILED, EXIT_OOM, EXIT_PEER_LOST, guard
 from anatomy.vocabulary import Level, Status
 
 FORWARD_SECONDS = 0.02
+WRITTEN_SECONDS = 2.0  # each rank's end written down by its thread, once all have ended
 OOM_LOOK_SECONDS = 0.1  # each rank's cgroup's count of out-of-memory kills, read this often
 QUIET_LOGGERS = ("torch.distributed.elastic", "torch.multiprocessing")
 
@@ -148,12 +149,15 @@ class _Deaths:
     that poll and be the one named. A thread per rank waits for its end without reaping it
     (waitid with WNOWAIT: the launcher still reaps it), so the first to end is known; the
     out-of-memory killer's count of each rank's cgroup is read while it lives, so that its
-    SIGKILL is told from anyone else's."""
+    SIGKILL is told from anyone else's. A thread's clock is read when it next holds the GIL: on
+    a loaded machine the launcher's SIGTERM to the other ranks can be seen first, so a rank
+    ended otherwise is the cause before any ended by that SIGTERM."""
 
     def __init__(self, world: int):
         self.names = {RANK_NAME.format(local)[:15]: local for local in range(world)}
         self.ended: dict[int, RankEnd] = {}  # by local rank
         self.kills: dict[int, OomKills] = {}  # local ranks whose end a thread waits for
+        self.waiting: list[threading.Thread] = []
         self.done = threading.Event()
         threading.Thread(target=self._find, name="anatomy-rank-deaths", daemon=True).start()
 
@@ -178,8 +182,9 @@ class _Deaths:
                     local = self.names.get(child.name())
                     if local is not None and local not in self.kills:
                         self.kills[local] = OomKills(child.pid)
-                        threading.Thread(target=self._wait, args=(local, child.pid),
-                                         daemon=True).start()
+                        self.waiting.append(threading.Thread(
+                            target=self._wait, args=(local, child.pid), daemon=True))
+                        self.waiting[-1].start()
 
     def _wait(self, local: int, pid: int) -> None:
         try:
@@ -193,10 +198,15 @@ class _Deaths:
 
     def first_cause(self) -> tuple[int, RankEnd] | None:
         """(local rank, its end) of the first rank to end on its own account: not in success,
-        not as a peer that lost it; None if none was seen."""
-        causes = [(end.t, local) for local, end in self.ended.items()
-                  if end.code not in (0, EXIT_PEER_LOST)]
-        return (min(causes)[1], self.ended[min(causes)[1]]) if causes else None
+        not as a peer that lost it, not by a SIGTERM where another was ended otherwise; None if
+        none was seen. Called once the launcher has ended every rank: each thread has seen its
+        rank's end, and is let finish writing it down."""
+        deadline = time.monotonic() + WRITTEN_SECONDS
+        for thread in self.waiting:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        causes = [(end.code == -signal.SIGTERM, end.t, local) for local, end
+                  in list(self.ended.items()) if end.code not in (0, EXIT_PEER_LOST)]
+        return (min(causes)[2], self.ended[min(causes)[2]]) if causes else None
 
 
 def launch_ranks(reporter: Reporter, run: RunOptions, spec: ModelSpec, dataset,

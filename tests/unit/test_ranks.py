@@ -312,3 +312,22 @@ def test_a_users_launch_that_said_no_strategy_is_given_none(store, seed, capsys)
     out = capsys.readouterr().out
     assert "2 processes; each rank's memory" in out and "None" not in out
     assert "2 processes" in live.summary_lines(rep)  # the Live page's summary said "…, None"
+
+
+def test_a_rank_killed_otherwise_is_the_cause_before_one_the_launcher_ended_with_sigterm():
+    """Each rank's end is timed by a thread when it next holds the GIL: on a loaded machine the
+    launcher's SIGTERM to the other rank can be timed first (seen: "rank 0 was killed by SIGTERM"
+    for a `kill -9` of rank 1). Two SIGTERMs (one the user's) are told apart by their times."""
+    import signal
+
+    from anatomy.engine.ranks import RankEnd, _Deaths
+
+    deaths = _Deaths(2)
+    try:
+        deaths.ended.update({0: RankEnd(1.0, -signal.SIGTERM, False),
+                             1: RankEnd(1.2, -signal.SIGKILL, False)})
+        assert deaths.first_cause()[0] == 1
+        deaths.ended[1] = RankEnd(1.2, -signal.SIGTERM, False)
+        assert deaths.first_cause()[0] == 0
+    finally:
+        deaths.done.set()
