@@ -28,7 +28,7 @@ from packaging.utils import canonicalize_name
 from anatomy.store import Store
 from tests.conftest import PROJECT
 from tests.e2e.conftest import ARTIFACTS, PADDED_TRAINER_SCRIPT, serve, stop
-from tools.browser import CHROMIUM, wait_for_chart
+from tools.browser import CHROMIUM, WAIT_MS
 
 NARROW = {"width": 1000, "height": 900}
 
@@ -184,11 +184,13 @@ def _installed_dashboard_shows_a_users_trainer_run(tmp_path: Path, env_dir: Path
 
         page.goto(f"{url}/anatomy?run=1")
         page.get_by_text("Measured next to predicted").wait_for(timeout=300_000)
-        wait_for_chart(page)
         # The waterfall, a picture in a new tab (views/figures/svg.py): its bars joined by
-        # connectors, a side each in its legend.
-        sides = page.evaluate("""() => [...document.querySelectorAll('svg.anatomy-chart')]
-            .filter(p => p.querySelector('rect.bar') && p.querySelector('line.connector'))
+        # connectors, a side each in its legend. Waited for itself: on a loaded machine another
+        # chart of the page is drawn first.
+        waterfalls = """() => [...document.querySelectorAll('svg.anatomy-chart')]
+            .filter(p => p.querySelector('rect.bar') && p.querySelector('line.connector'))"""
+        page.wait_for_function(f"() => ({waterfalls})().length > 0", timeout=WAIT_MS)
+        sides = page.evaluate(f"""() => ({waterfalls})()
             .flatMap(p => [...p.querySelectorAll('g.legend-item text')].map(t => t.textContent))""")
         assert sorted(set(sides)) == ["measured", "predicted"]
         page.screenshot(path=str(ARTIFACTS / "installed-anatomy-page.png"), full_page=True)
