@@ -213,9 +213,21 @@ class _InterruptedAsItCloses(_Heard):
 def test_ctrl_c_while_the_ending_is_written_is_held_until_it_is_written(capsys):
     """A Ctrl-C while run.end() waited for its ending raised inside anatomy: the run was left
     running. It is held, said once, and raised once the ending is written; where the run ends
-    by that very Ctrl-C (`with anatomy.start()`, its KeyboardInterrupt) it is dropped."""
+    by that very Ctrl-C (`with anatomy.start()`, its KeyboardInterrupt) it is dropped. With
+    Python's own Ctrl-C handler, as a script started from a terminal has it (a test session
+    started with `&` inherits SIGINT ignored)."""
+    import signal
+
     from anatomy.engine import attach
 
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _interrupted_as_it_closes(attach, capsys)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _interrupted_as_it_closes(attach, capsys) -> None:
     for error in (None, KeyboardInterrupt()):
         link = _InterruptedAsItCloses()
         run = attach.Run(link, time.monotonic(), dwell=0.0)
