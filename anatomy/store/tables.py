@@ -86,18 +86,21 @@ samples = Table(
 )
 Index("samples_run", samples.c.run_id, samples.c.gpu, samples.c.t)
 
+def _extremes() -> list[Column]:
+    """A bucket's lowest and highest sample, each with its time, and the reserved and total
+    bytes beside the highest: what every width of bucket keeps."""
+    return [Column("t_min", Double, nullable=False), Column("used_min", BigInteger, nullable=False),
+            Column("t_max", Double, nullable=False), Column("used_max", BigInteger, nullable=False),
+            Column("reserved", BigInteger), Column("total", BigInteger)]
+
+
 # Each 0.1 s of samples as its min and max (kept as samples arrive): long runs draw from here.
 sample_buckets = Table(
     "sample_buckets", metadata,
     Column("run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
     Column("gpu", Integer, primary_key=True),
     Column("bucket", BigInteger, primary_key=True),  # floor(t / BUCKET_SECONDS)
-    Column("t_min", Double, nullable=False),
-    Column("used_min", BigInteger, nullable=False),
-    Column("t_max", Double, nullable=False),
-    Column("used_max", BigInteger, nullable=False),
-    Column("reserved", BigInteger),
-    Column("total", BigInteger),
+    *_extremes(),
 )
 
 # The same min and max over coarser spans, kept beside them: level L's bucket is
@@ -110,12 +113,7 @@ coarse_buckets = Table(
     Column("level", Integer, primary_key=True),
     Column("gpu", Integer, primary_key=True),
     Column("bucket", BigInteger, primary_key=True),  # floor(t / its level's width)
-    Column("t_min", Double, nullable=False),
-    Column("used_min", BigInteger, nullable=False),
-    Column("t_max", Double, nullable=False),
-    Column("used_max", BigInteger, nullable=False),
-    Column("reserved", BigInteger),
-    Column("total", BigInteger),
+    *_extremes(),
 )
 
 phases = Table(
