@@ -86,6 +86,19 @@ def _hosts(url: str, tmp_path, steps: int, key: str = "job-7", script: str = SCR
         stderr=subprocess.STDOUT, text=True) for node in (0, 1)]
 
 
+def _both_completed(url: str, hosts: list[subprocess.Popen]):
+    """(store, run, its report, each host's output) once both hosts have ended well: one run,
+    both hosts' parts in it, each completed."""
+    outputs = [h.communicate(timeout=400)[0] for h in hosts]
+    assert [h.returncode for h in hosts] == [0, 0], outputs
+    store = Store(url)
+    [run] = store.runs()
+    rep = report(store, run.id)
+    assert rep.status == "completed" and rep.world_size == 2, rep.error
+    assert [h.status for h in launches.hosts(store, run.id)] == ["completed", "completed"]
+    return store, run, rep, outputs
+
+
 def _tree(process: subprocess.Popen) -> list[psutil.Process]:
     try:
         root = psutil.Process(process.pid)
@@ -95,15 +108,7 @@ def _tree(process: subprocess.Popen) -> list[psutil.Process]:
 
 
 def test_two_hosts_end_in_one_run_with_every_ranks_phases_and_steps(pg_url, tmp_path):
-    watches = _hosts(pg_url, tmp_path, steps=4)
-    outputs = [w.communicate(timeout=400)[0] for w in watches]
-    assert [w.returncode for w in watches] == [0, 0], outputs
-    store = Store(pg_url)
-    [run] = store.runs()  # one run, both hosts' parts in it
-    rep = report(store, run.id)
-    assert rep.status == "completed" and rep.world_size == 2, rep.error
-    hosts = launches.hosts(store, run.id)
-    assert [h.status for h in hosts] == ["completed", "completed"]
+    store, run, rep, outputs = _both_completed(pg_url, _hosts(pg_url, tmp_path, steps=4))
     assert len(rep.hosts) == 2 and sorted(rep.environment.rank_hosts) == [0, 1]
     assert any("joined it" in o for o in outputs) and any("made it" in o for o in outputs)
     _each_rank_and_host(store, run.id, ["baseline", "weights", "training"], steps=4)
@@ -147,34 +152,29 @@ def test_two_hosts_recording_themselves_end_in_one_run_without_a_watch(script, p
     """No `anatomy watch`: each host's first rank records its host's part of the launch's run
     (before, each host's rank 0 of its own made a run of its own, or nothing: rank 1 of the
     launch recorded nothing)."""
-    hosts = _hosts(pg_url, tmp_path, steps=3, script=script, watched=False)
-    outputs = [h.communicate(timeout=400)[0] for h in hosts]
-    assert [h.returncode for h in hosts] == [0, 0], outputs
-    store = Store(pg_url)
-    [run] = store.runs()
-    rep = report(store, run.id)
-    assert rep.status == "completed" and rep.world_size == 2, rep.error
-    assert [h.status for h in launches.hosts(store, run.id)] == ["completed", "completed"]
+    store, run, rep, outputs = _both_completed(
+        pg_url, _hosts(pg_url, tmp_path, steps=3, script=script, watched=False))
     assert sorted(rep.environment.rank_hosts) == [0, 1]
     _each_rank_and_host(store, run.id, phases, steps=3)
     assert any("joined it" in o for o in outputs) and any("made it" in o for o in outputs)
     assert sum(f"the run {Status.COMPLETED}" in o for o in outputs) == 1, outputs
 
 
-def test_a_host_recording_itself_that_dies_fails_the_run_with_its_name(pg_url, tmp_path):
-    hosts = _hosts(pg_url, tmp_path, steps=10_000, watched=False)
-    store = Store(pg_url)
+def _second_host_dies(url: str, tmp_path, watched: bool, kill) -> None:
+    """Both hosts train; `kill(host's Popen, its tree)` kills the second; the first host fails
+    the run naming it, and nothing of either is left."""
+    hosts = _hosts(url, tmp_path, steps=10_000, watched=watched)
+    store = Store(url)
     wait_until(lambda: (runs := store.runs()) and all(store.last_step(runs[0].id, r)
                                                       for r in (0, 1)),
                300, "both ranks to train", every=0.5)
     everything = [p for h in hosts for p in _tree(h)]
-    dying, living = hosts[1], hosts[0]
+    living, dying = hosts
     [run] = store.runs()
     dying_tree = _tree(dying)
     name = next(h.name for h in launches.hosts(store, run.id)
                 if h.recorder.pid in {p.pid for p in dying_tree})
-    for process in dying_tree:  # the host dies: its torchrun and all it ran (its ranks lead
-        process.kill()          # sessions of their own)
+    kill(dying, dying_tree)
     output = living.communicate(timeout=120)[0]
     dying.wait(timeout=30)
     assert living.returncode != 0, output
@@ -182,26 +182,20 @@ def test_a_host_recording_itself_that_dies_fails_the_run_with_its_name(pg_url, t
     assert rep.status == "failed" and rep.error.startswith(f"host {name} was lost"), rep.error
     assert f"host {name} was lost" in output
     assert left(everything, 30) == []
+
+
+def test_a_host_recording_itself_that_dies_fails_the_run_with_its_name(pg_url, tmp_path):
+    def kill(_, tree: list[psutil.Process]) -> None:
+        for process in tree:  # the host dies: its torchrun and all it ran (its ranks lead
+            process.kill()    # sessions of their own)
+
+    _second_host_dies(pg_url, tmp_path, watched=False, kill=kill)
 
 
 def test_a_host_that_dies_fails_the_run_with_its_name_and_nothing_is_left(pg_url, tmp_path):
-    watches = _hosts(pg_url, tmp_path, steps=10_000)
-    store = Store(pg_url)
-    wait_until(lambda: (runs := store.runs()) and all(store.last_step(runs[0].id, r)
-                                                      for r in (0, 1)),
-               300, "both ranks to train", every=0.5)
-    everything = [p for w in watches for p in _tree(w)]
-    dying, living = watches[1], watches[0]
-    [run] = store.runs()
-    name = next(h.name for h in launches.hosts(store, run.id) if h.recorder.pid == dying.pid)
-    os.killpg(dying.pid, signal.SIGKILL)  # the host dies: its watch and all it ran
-    output = living.communicate(timeout=120)[0]
-    dying.wait(timeout=30)
-    assert living.returncode != 0, output
-    rep = report(store, run.id)
-    assert rep.status == "failed" and rep.error.startswith(f"host {name} was lost"), rep.error
-    assert f"host {name} was lost" in output
-    assert left(everything, 30) == []
+    # the host dies: its watch and all it ran
+    _second_host_dies(pg_url, tmp_path, watched=True,
+                      kill=lambda watch, _: os.killpg(watch.pid, signal.SIGKILL))
 
 
 def test_hosts_arriving_at_once_make_one_run_and_each_its_own_place(pg_url):
