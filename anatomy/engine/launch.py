@@ -171,8 +171,8 @@ def run_ending(hosts: Sequence[HostRow]) -> tuple[Status, str | None]:
     by_time = sorted(hosts, key=lambda h: h.ended_at or 0.0)
     lost = [h for h in by_time if h.status == LOST]
     if lost:
-        return Status.FAILED, (f"host {lost[0].name} was lost: {lost[0].error}; the commands of"
-                               " the other hosts were ended")
+        return Status.FAILED, (f"host {lost[0].name} was lost: {lost[0].error}; the training on"
+                               " the other hosts was ended")
     first = next((h for h in by_time if h.status != Status.COMPLETED), None)
     if first is not None:
         status = Status._value2member_map_.get(first.status, Status.FAILED)

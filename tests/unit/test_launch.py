@@ -74,8 +74,8 @@ def test_the_runs_ending_names_the_host_that_caused_it():
     # Its peers failed first, of it: the host lost is the cause.
     assert launch.run_ending([_host(0, "failed", 1, "rank 0: connection reset"),
                               _host(1, launch.LOST, 9, "silent for 11 s")]) == (
-        Status.FAILED, "host node-1 was lost: silent for 11 s; the commands of the other hosts"
-                       " were ended")
+        Status.FAILED, "host node-1 was lost: silent for 11 s; the training on the other hosts"
+                       " was ended")
     # The first host whose part did not complete: the others' ranks lost their peer after it.
     assert launch.run_ending([_host(0, "failed", 3, "ended as host node-1 oom"),
                               _host(1, "oom", 2, "rank 1: CUDA out of memory")]) == (
