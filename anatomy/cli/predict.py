@@ -68,7 +68,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     try:
         options = RunOptions.read(values_from_args(args, info.gpu_count > 0))
         aimed = target(info, args.gpu or 0, device=args.device, gpu_model=args.gpu_model)
-        device, gpu_name, total = aimed
+        device, gpu_name, total = aimed.device, aimed.gpu_name, aimed.total
         # A prediction for another machine's GPU is judged as that GPU would judge it.
         # Several GPUs (--gpus 0,1) are judged as a machine with that many would judge them.
         gpus = max(info.gpu_count, (options.world_size if options.gpus else 1)
@@ -247,7 +247,8 @@ def _measuring_refusal(args: argparse.Namespace, info, device: str, gpu_name: st
 def _print_batch_fit(said: Answer, as_json: bool, measure_on=None) -> int:
     """`measure_on`: this machine's GPU (analysis.machine.Device, checked by _measuring_refusal)
     to measure the convolutions on, holding its device lock while it measures."""
-    device, gpu_name, total = said.request.target
+    aimed = said.request.target
+    device, gpu_name, total = aimed.device, aimed.gpu_name, aimed.total
     measure = None if measure_on is None else \
         SaidMeasurer(measure_on.index, gpu_key(measure_on.nvml_index))
     try:

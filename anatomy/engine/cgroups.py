@@ -56,6 +56,17 @@ def field(path: Path, name: str) -> int | None:
     return None
 
 
+def anonymous_bytes(pid: int | str = "self") -> int | None:
+    """A process's memory of its own (/proc/PID/status's RssAnon: its heap, not the libraries'
+    pages it shares), in bytes; None where Linux does not tell."""
+    text = _read(PROC / str(pid) / "status")
+    for line in (text or "").splitlines():
+        key, _, value = line.partition(":")
+        if key == "RssAnon" and value.split()[1:] == ["kB"]:
+            return int(value.split()[0]) * 1024
+    return None
+
+
 def memory_limit() -> int | None:
     """The least memory limit on this process's cgroup and those above it (bytes); None where
     none is set or nothing tells."""

@@ -117,16 +117,18 @@ class Verdict:
 
 def judge(options: RunOptions, *, device: str = "cuda", total: int, gpu_name: str | None = None,
           calibration: DeviceCalibration | None = None,
-          measured: replay.Recording | None = None, text: TextBatch | None = None) -> Verdict:
+          measured: replay.Recording | None = None, text: TextBatch | None = None,
+          front: int | None = None) -> Verdict:
     """Whether the run fits a device of `total` bytes and which limit decides (the module's
     rules), with the largest batch size that fits where it does not surely. `measured`: the
     run's recording with its convolutions' workspaces measured on this GPU
     (memory.measured_recording): then no convolution margin is kept. `text`: a dataset's batch
     (its longest): judged at it, with no largest batch size (each batch size forms its own
-    longest batch)."""
+    longest batch). `front`: the anonymous memory of the process that will start the run, where
+    it is the caller (a CPU's capacity leaves it out)."""
     if device == "cuda" and calibration is None:
         calibration = calibration_for(device, gpu_name)
-    capacity = capacity_for(device, total, calibration)
+    capacity = capacity_for(device, total, calibration, front)
     if text is not None:
         options = replace(options, batch_size=text.size, seq_len=text.padded_to)
     steps = steps_measured(options)
@@ -148,7 +150,8 @@ def judge(options: RunOptions, *, device: str = "cuda", total: int, gpu_name: st
     if verdict.sure or text is not None:
         return verdict
     return replace(verdict, largest=max_batch_size(
-        options, device=device, total=total, gpu_name=gpu_name, calibration=calibration))
+        options, device=device, total=total, gpu_name=gpu_name, calibration=calibration,
+        front=front))
 
 
 def _on_gpu(replayed, free: replay.Measurement, capacity: int, total: int,

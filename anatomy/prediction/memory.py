@@ -60,10 +60,12 @@ class CpuProcess:
     the tensors it freed. A CPU run's tensors share the machine (or the container) with it and
     with the run's other processes (`companions_bytes`: the front and the sampler, interpreters
     without torch, their memory of their own): in a container of just enough memory the largest
-    batch predicted to fit was killed for memory by theirs."""
+    batch predicted to fit was killed for memory by theirs. `front_bytes`: the CLI front's part
+    of them; a front that predicts the run it will start (the dashboard) tells its own."""
     fixed_bytes: int
     tensor_fraction: float
     companions_bytes: int
+    front_bytes: int
     measured: str
 
     def share(self, tensors: int) -> int:
@@ -71,16 +73,19 @@ class CpuProcess:
         its other processes."""
         return self.fixed_bytes + self.companions_bytes + round(self.tensor_fraction * tensors)
 
-    def capacity(self, total: int) -> int:
-        """The largest tensors' peak whose run fits in `total` bytes of RAM."""
-        return max(0, math.floor((total - self.fixed_bytes - self.companions_bytes)
+    def capacity(self, total: int, front: int | None = None) -> int:
+        """The largest tensors' peak whose run fits in `total` bytes of RAM; `front`: the
+        anonymous memory of the process that starts the run, where it is known (None: the CLI's,
+        measured)."""
+        companions = self.companions_bytes - self.front_bytes + max(front or 0, self.front_bytes)
+        return max(0, math.floor((total - self.fixed_bytes - companions)
                                  / (1 + self.tensor_fraction)))
 
     @classmethod
     def load(cls, path: Path = CPU_PROCESS_FILE) -> CpuProcess:
         data = json.loads(path.read_text())
         return cls(data["fixed_bytes"], data["tensor_fraction"], data["companions_bytes"],
-                   data["measured"])
+                   data["front_bytes"], data["measured"])
 
 
 CPU_PROCESS = CpuProcess.load()
@@ -472,16 +477,17 @@ class BatchFit:
         return f"; at {beyond} the margin kept free near the capacity decides"
 
 
-def capacity_for(device: str, total: int, calibration: DeviceCalibration | None) -> int:
+def capacity_for(device: str, total: int, calibration: DeviceCalibration | None,
+                 front: int | None = None) -> int:
     """What a run's tensors may take: on a GPU, what CUDA lets a process allocate (NVML's total
     less the driver's own share) less the CUDA context and what lives outside PyTorch (the
-    allocator may reserve the rest); on a CPU, the RAM less the process's measured share
-    (`CPU_PROCESS`)."""
+    allocator may reserve the rest); on a CPU, the RAM less the process's measured share and
+    its companions' (`CPU_PROCESS`; `front`: the starting process's own, where known)."""
     if device == "cuda":
         known = calibration or device_constants.DEFAULT
         return known.usable(total) - (calibration.context_bytes + calibration.outside_bytes
                                       if calibration else 0)
-    return CPU_PROCESS.capacity(total)
+    return CPU_PROCESS.capacity(total, front)
 
 
 def _linear_recording(one: replay.Recording, two: replay.Recording, batch: int
@@ -588,17 +594,19 @@ class BatchSizes:
 
 def max_batch_size(options: RunOptions, *, device: str = "cuda", total: int,
                    gpu_name: str | None = None,
-                   calibration: DeviceCalibration | None = None, measure=None) -> BatchFit:
+                   calibration: DeviceCalibration | None = None, measure=None,
+                   front: int | None = None) -> BatchFit:
     """The largest batch size (1 to the option's largest) whose run is predicted to fit `total`
     bytes of device memory, other options unchanged, and the largest that may fit: each size
     replayed through the simulated caching allocator at the capacity, and at the capacity less
     the device's edge margin (`BatchSizes.out_of_memory`; on a CPU, exact bytes against the
     RAM). `measure` (prediction/workspaces.measure, or None): where the run has convolutions,
     their cuDNN workspaces measured on this machine's GPU take the convolution margin's place
-    (WorkspaceError where they cannot be)."""
+    (WorkspaceError where they cannot be). `front`: the anonymous memory of the process that
+    will start the run, where it is the caller (a CPU's capacity leaves it out)."""
     if device == "cuda" and calibration is None:
         calibration = calibration_for(device, gpu_name)
-    capacity = capacity_for(device, total, calibration)
+    capacity = capacity_for(device, total, calibration, front)
     constants = calibration or device_constants.DEFAULT
     least = 0
     sizes = BatchSizes(options, device, calibration)

@@ -49,7 +49,8 @@ class Answer:
     @cached_property
     def _longest(self) -> tuple[TextBatch, Prediction] | None:
         """A dataset's longest batch and its prediction (None: the dummy data)."""
-        request, (device, gpu_name, _) = self.request, self.request.target
+        request = self.request
+        device, gpu_name = request.target.device, request.target.gpu_name
         if request.data is None:
             return None
         return longest(request.options, request.data, device=device, gpu_name=gpu_name,
@@ -58,7 +59,8 @@ class Answer:
     @cached_property
     def data(self) -> DataPrediction | None:
         """A dataset's run at its longest batch and a typical one."""
-        request, (device, gpu_name, _) = self.request, self.request.target
+        request = self.request
+        device, gpu_name = request.target.device, request.target.gpu_name
         if request.data is None:
             return None
         return predict_data(request.options, request.data, device=device, gpu_name=gpu_name,
@@ -82,7 +84,7 @@ class Answer:
         request = self.request
         if request.text is None and self._longest is not None:
             return self._longest[1]
-        device, gpu_name, _ = request.target
+        device, gpu_name = request.target.device, request.target.gpu_name
         return predict(request.options, device=device, gpu_name=gpu_name,
                        total=request.target.bound, measured=request.measured, text=request.text)
 
@@ -91,7 +93,7 @@ class Answer:
         """Each rank's, for a run of several processes."""
         if not self.request.options.distributed:
             return None
-        device, gpu_name, _ = self.request.target
+        device, gpu_name = self.request.target.device, self.request.target.gpu_name
         return predict_ranks(self.request.options, device=device, gpu_name=gpu_name,
                              text=self.batch)
 
@@ -101,16 +103,17 @@ class Answer:
         own peak is in the ranks' prediction)."""
         if self.request.options.distributed:
             return None
-        device, gpu_name, total = self.request.target
-        return judge(self.request.options, device=device, total=total, gpu_name=gpu_name,
-                     measured=self.request.measured, text=self.batch)
+        aimed = self.request.target
+        return judge(self.request.options, device=aimed.device, total=aimed.total,
+                     gpu_name=aimed.gpu_name, measured=self.request.measured, text=self.batch,
+                     front=aimed.front)
 
     def largest_batch(self, measure=None) -> BatchFit:
         """The largest batch size predicted to fit the device, other options unchanged;
         `measure` (workspaces.Measurer): cuDNN's convolution workspaces measured on this GPU."""
-        device, gpu_name, total = self.request.target
-        return max_batch_size(self.request.options, device=device, total=total,
-                              gpu_name=gpu_name, measure=measure)
+        aimed = self.request.target
+        return max_batch_size(self.request.options, device=aimed.device, total=aimed.total,
+                              gpu_name=aimed.gpu_name, measure=measure, front=aimed.front)
 
 
 def answer(request: Request) -> Answer:

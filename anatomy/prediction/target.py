@@ -19,6 +19,9 @@ class Target(NamedTuple):
     device: str  # "cuda" or "cpu": the kernels and the allocator the prediction assumes
     gpu_name: str | None  # the GPU model whose calibrated constants it takes
     total: int | None  # the device's memory (NVML's total, or the RAM); None: not asked (a stored run)
+    # A CPU's: the anonymous memory of the process that will start the run, where the caller is
+    # it (the dashboard, larger than the CLI's measured front); it shares the RAM with the run.
+    front: int | None = None
 
     @property
     def bound(self) -> int | None:
@@ -27,12 +30,13 @@ class Target(NamedTuple):
 
 
 def target(machine: Machine, gpu: int = 0, *, device: str | None = None,
-           gpu_model: str | None = None) -> Target:
+           gpu_model: str | None = None, front: int | None = None) -> Target:
     """The device a run with these options would use: `gpu` of this machine, or its RAM;
-    `device` ("cuda", "cpu") and `gpu_model` (a calibrated name) choose another."""
+    `device` ("cuda", "cpu") and `gpu_model` (a calibrated name) choose another. `front`: the
+    caller's anonymous memory, where the caller will start the run (a CPU run shares the RAM)."""
     device = device or ("cuda" if machine.has_gpu or gpu_model else "cpu")
     if device == "cpu":
-        return Target(device, None, machine.ram_total)
+        return Target(device, None, machine.ram_total, front)
     here = machine.devices[gpu] if machine.has_gpu and gpu < machine.gpu_count else None
     name = gpu_model or (here.name if here else None)
     constants = device_constants.load(name)

@@ -205,23 +205,24 @@ class Forecast(NamedTuple):
     data: DataBatches | None = None  # a dataset's lengths and the batches it was predicted at
 
 
-def _target(options: RunOptions, machine: Machine) -> tuple[Target, str]:
-    """The device the run would use, and its words."""
-    aimed = target(machine, options.gpu)
+def _target(options: RunOptions, machine: Machine, front: int | None) -> tuple[Target, str]:
+    """The device the run would use, and its words; `front`: the page's process's own memory,
+    that of the process that will start the run (prediction/target.py)."""
+    aimed = target(machine, options.gpu, front=front)
     where = (f"GPU {options.gpu}'s {gib_text(aimed.total)}" if aimed.device == "cuda" else
              f"this machine's {gib_text(aimed.total)} of RAM")
     return aimed, where
 
 
-def memory_forecast(checked: Checked, machine: Machine, store: Store | None = None
-                    ) -> Forecast:
+def memory_forecast(checked: Checked, machine: Machine, store: Store | None = None,
+                    front: int | None = None) -> Forecast:
     """What the run form says before a run starts: the predicted need, and a warning when it is
     more than the device holds (options judged already: wrong ones get no forecast, the form
     shows their errors). On a CPU, one process: the RSS in all, the process itself as the latest
     CPU run in `store` held it before training (the Anatomy page's figure,
     `breakdown.stored_cpu_peak`)."""
     options = checked.options
-    aimed, where = _target(options, machine)
+    aimed, where = _target(options, machine, front)
     device, total = aimed.device, aimed.total
     try:
         options, texts = data.prepared(options, progress=False)
@@ -269,10 +270,11 @@ def _fit_warning(said: Answer, where: str) -> str | None:
     return line[0].upper() + line[1:]
 
 
-def run_forecast(checked: Checked, machine: Machine, store: Store) -> Forecast:
+def run_forecast(checked: Checked, machine: Machine, store: Store, front: int | None = None
+                 ) -> Forecast:
     """What the run form says before a run starts: the memory it should need and how long it
-    should take (from the runs stored here, `analysis.duration`)."""
-    memory = memory_forecast(checked, machine, store)
+    should take (from the runs stored here, `analysis.duration`); `front`: as `_target`'s."""
+    memory = memory_forecast(checked, machine, store, front)
     if memory.line is None:
         return memory
     options = checked.options
@@ -382,7 +384,8 @@ def device_panel(store: Store, report: RunReport, window_s: float | None) -> Dev
     return DevicePanel(lines, host, processes, hosts, readings, STATUS_CAPTION, report.hosts)
 
 
-def batch_size_forecast(checked: Checked, machine: Machine) -> Forecast:
+def batch_size_forecast(checked: Checked, machine: Machine, front: int | None = None
+                        ) -> Forecast:
     """The form's "What fits?": the largest batch size predicted to fit the chosen device."""
     options = checked.options
     if options.on_dataset:
@@ -398,7 +401,7 @@ def batch_size_forecast(checked: Checked, machine: Machine) -> Forecast:
                               f"({options.strategy}): with one process it gives its answer, and "
                               f"Predict memory and time tells what each of the {n} needs at "
                               "this batch size")
-    aimed, where = _target(options, machine)
+    aimed, where = _target(options, machine, front)
     try:
         fit = answer(Request(options, aimed)).largest_batch()
     except PredictionError as error:

@@ -74,3 +74,15 @@ def test_the_count_is_read_in_the_cgroup_of_the_process_asked_about(tree):
         (root / "memory" / name / "memory.oom_control").write_text("oom_kill 0\n")
     assert cgroups.oom_kill_counter() == root / "memory" / "anatomy" / "memory.oom_control"
     assert cgroups.oom_kill_counter(4321) == root / "memory" / "small" / "memory.oom_control"
+
+
+def test_a_processs_own_memory_is_its_anonymous_pages_as_proc_tells_them(tree):
+    """RssAnon: its heap, not the libraries' pages it shares with the run's worker."""
+    _, own = tree
+    status = own.parent / "status"
+    status.write_text("Name:\tstreamlit\nVmRSS:\t  612340 kB\nRssAnon:\t  377856 kB\n"
+                      "RssFile:\t  234484 kB\n")
+    assert cgroups.anonymous_bytes() == 377856 * 1024
+    status.write_text("Name:\tkthreadd\n")  # a kernel thread tells none
+    assert cgroups.anonymous_bytes() is None
+    assert cgroups.anonymous_bytes(4321) is None  # gone

@@ -216,13 +216,13 @@ def test_a_gpu_model_named_is_a_gpus_prediction_on_a_machine_without_one():
     """`predict --gpu-model "NVIDIA H200"` on a CPU machine predicts for that GPU (it predicted
     for this machine's RAM, the GPU named and ignored); with --device cpu it is refused."""
     from anatomy.analysis.machine import Machine
-    from anatomy.prediction import device_constants, target
+    from anatomy.prediction import Target, device_constants, target
     from anatomy.vocabulary import Backend
 
     cpu_only = Machine(Backend.CPU_RSS, "none", (), None, None, 24 * 2**30, "no GPU")
-    assert target(cpu_only, gpu_model="NVIDIA H200") == (
+    assert target(cpu_only, gpu_model="NVIDIA H200") == Target(
         "cuda", "NVIDIA H200", device_constants.load("NVIDIA H200").total_bytes)
-    assert target(cpu_only) == ("cpu", None, 24 * 2**30)
+    assert target(cpu_only) == Target("cpu", None, 24 * 2**30)
 
 
 def test_a_gpu_model_with_device_cpu_is_one_line_and_predicts_nothing(capsys):

@@ -66,6 +66,31 @@ def test_the_entry_answers_as_its_parts_do():
         memory.max_batch_size(options, device="cpu", total=24 * GIB).batch_size
 
 
+def test_a_cpu_run_started_by_a_larger_front_is_given_the_ram_that_front_leaves():
+    """A CPU run shares the RAM (a container's limit) with the process that starts it: the CLI's
+    front is measured into the companions; the dashboard's own memory (its Streamlit server
+    peaked at 369 MiB during a run from its form, the CLI's at 53) is told, and the capacity,
+    the verdict and the largest batch size leave it out. Seen: in a 1.2 GiB container the form's
+    What fits? gave the CLI's answer."""
+    small = dataclasses.replace(_machine(), ram_total=int(1.2 * GIB))
+    options = RunOptions(model="tiny", seq_len=256, batch_size=32)
+    cli, dashboard = target(small), target(small, front=369 * 2**20)
+    assert (cli.front, dashboard.front) == (None, 369 * 2**20)
+    assert target(_machine(("NVIDIA H200", 140 * GIB)), front=369 * 2**20).front is None
+    process = memory.CPU_PROCESS
+    left_out = 369 * 2**20 - process.front_bytes  # beyond the CLI's front, measured
+    fits = {aimed.front: answer(Request(options, aimed)).largest_batch() for aimed in (cli, dashboard)}
+    assert fits[None].capacity - fits[dashboard.front].capacity == pytest.approx(
+        left_out / (1 + process.tensor_fraction), abs=1)
+    assert fits[dashboard.front].batch_size < fits[None].batch_size
+    assert fits[dashboard.front].peak_at_may_fit <= fits[dashboard.front].capacity
+    verdicts = [answer(Request(options, aimed)).verdict for aimed in (cli, dashboard)]
+    assert verdicts[0].capacity - verdicts[1].capacity == fits[None].capacity - \
+        fits[dashboard.front].capacity
+    # a front smaller than the CLI's measured one keeps the measured one
+    assert process.capacity(GIB, front=1) == process.capacity(GIB)
+
+
 def test_several_processes_are_answered_rank_by_rank_without_a_verdict_of_one():
     options = RunOptions(model="tiny-llama", seq_len=16, batch_size=2, processes=2)
     said = answer(Request(options, target(_machine())))

@@ -16,6 +16,7 @@ from anatomy.analysis.options import (
 )
 from anatomy.analysis.report import RunReport, report
 from anatomy.dashboard import links, server, widgets
+from anatomy.engine import cgroups
 from anatomy.engine.manager import STOP_GRACE_SECONDS, DeviceBusy, live_run
 from anatomy.store import StoreError
 from anatomy.units import MIB_NAME
@@ -82,11 +83,17 @@ def _forecast() -> None:
     forecast = view.Forecast(None, None)
     if checked is not None:
         with st.spinner("tracing the training step on fake tensors…"):
-            forecast = view.run_forecast(checked, server.device(), server.store())
+            forecast = view.run_forecast(checked, server.device(), server.store(), _front())
     st.session_state["forecast"] = forecast
     st.session_state["forecast_for"] = _state()
     st.session_state.pop("start_refused", None)
     st.session_state["errors_from"] = "predict"
+
+
+def _front() -> int | None:
+    """This server's own memory: a run the form starts has it for its front, beside it in the
+    RAM (a container's limit) that a CPU run's forecast shares out."""
+    return cgroups.anonymous_bytes()
 
 
 def _what_fits() -> None:
@@ -96,7 +103,7 @@ def _what_fits() -> None:
     forecast = view.Forecast(None, None)
     if checked is not None:
         with st.spinner("tracing the training step at two batch sizes…"):
-            forecast = view.batch_size_forecast(checked, server.device())
+            forecast = view.batch_size_forecast(checked, server.device(), _front())
     st.session_state["forecast"] = forecast
     st.session_state["forecast_for"] = _state()
     st.session_state.pop("start_refused", None)
@@ -113,7 +120,7 @@ def _start() -> None:
     if checked is None:
         st.session_state["forecast_for"] = _state()
         return
-    st.session_state["forecast"] = view.run_forecast(checked, server.device(), server.store())
+    st.session_state["forecast"] = view.run_forecast(checked, server.device(), server.store(), _front())
     try:
         run_id = server.manager().start(checked)
     except InvalidOptions as error:
