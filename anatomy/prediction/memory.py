@@ -61,12 +61,20 @@ class CpuProcess:
     with the run's other processes (`companions_bytes`: the front and the sampler, interpreters
     without torch, their memory of their own): in a container of just enough memory the largest
     batch predicted to fit was killed for memory by theirs. `front_bytes`: the CLI front's part
-    of them; a front that predicts the run it will start (the dashboard) tells its own."""
+    of them; a front that predicts the run it will start (the dashboard) tells its own
+    (`dashboard_front`)."""
     fixed_bytes: int
     tensor_fraction: float
     companions_bytes: int
     front_bytes: int
+    dashboard_bytes: int  # the dashboard's own memory once it has traced a forecast, measured
     measured: str
+
+    def dashboard_front(self, now: int | None) -> int:
+        """The dashboard's own memory for a run it starts: what it holds `now`, at least what it
+        was measured to hold once its forecasts have loaded torch and traced (it holds less
+        before its first, and a forecast made then undercounted the run's front)."""
+        return max(now or 0, self.dashboard_bytes)
 
     def share(self, tensors: int) -> int:
         """What the run holds beside a tensors' peak of `tensors` bytes: its process's share and
@@ -85,7 +93,7 @@ class CpuProcess:
     def load(cls, path: Path = CPU_PROCESS_FILE) -> CpuProcess:
         data = json.loads(path.read_text())
         return cls(data["fixed_bytes"], data["tensor_fraction"], data["companions_bytes"],
-                   data["front_bytes"], data["measured"])
+                   data["front_bytes"], data["dashboard_bytes"], data["measured"])
 
 
 CPU_PROCESS = CpuProcess.load()

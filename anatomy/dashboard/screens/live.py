@@ -18,6 +18,7 @@ from anatomy.analysis.report import RunReport, report
 from anatomy.dashboard import links, server, widgets
 from anatomy.engine import cgroups
 from anatomy.engine.manager import STOP_GRACE_SECONDS, DeviceBusy, live_run
+from anatomy.prediction.memory import CPU_PROCESS
 from anatomy.store import StoreError
 from anatomy.units import MIB_NAME
 from anatomy.views import live as view
@@ -90,10 +91,10 @@ def _forecast() -> None:
     st.session_state["errors_from"] = "predict"
 
 
-def _front() -> int | None:
+def _front() -> int:
     """This server's own memory: a run the form starts has it for its front, beside it in the
     RAM (a container's limit) that a CPU run's forecast shares out."""
-    return cgroups.anonymous_bytes()
+    return CPU_PROCESS.dashboard_front(cgroups.anonymous_bytes())
 
 
 def _what_fits() -> None:
