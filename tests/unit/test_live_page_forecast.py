@@ -248,6 +248,30 @@ def test_what_fits_on_the_form_starts_nothing(store):
     assert store.runs() == []
 
 
+def test_what_fits_on_a_cpu_leaves_the_dashboards_own_memory_out(store, monkeypatch):
+    """A run the form starts has the dashboard for its front, beside it in the RAM: in a 1.2 GiB
+    container What fits? gave the CLI's answer (47 for tiny at 256 tokens), and the run at 47
+    from the form was killed for memory; the page tells its own memory (here 500 MiB)."""
+    from anatomy.dashboard import server
+    from anatomy.engine import cgroups
+
+    monkeypatch.setattr(cgroups, "usable_ram", lambda: int(1.2 * 2**30))  # the container's
+    monkeypatch.setattr(cgroups, "anonymous_bytes", lambda pid="self": 500 * 2**20)
+    server.device.clear()  # asked once a process: asked again in the container
+    small = server.device()
+    assert small.ram_total == int(1.2 * 2**30) and not small.has_gpu
+    app = AppTest.from_file(APP, default_timeout=120).run()
+    app.number_input(key="option_seq_len").set_value(256)
+    app.button(key="what_fits").click().run()
+    assert not app.exception
+    checked = validated({"model": "tiny", "seq_len": 256}, 0)
+    said, cli = (batch_size_forecast(checked, small, front).line for front in (500 * 2**20, None))
+    assert said != cli
+    assert [i.value.rstrip(".") for i in app.info if i.value.startswith("Largest batch")] == [
+        said[0].upper() + said[1:]]
+    assert store.runs() == []
+
+
 def test_the_largest_batch_size_for_the_machines_gpu():
     forecast = batch_size_forecast(validated({"model": "tiny-gpt2", "seq_len": 16}, 1), H200)
     assert forecast.line.startswith("largest batch size predicted to fit GPU 0's 140.0 GiB: ")
