@@ -270,9 +270,13 @@ class Watch:
         # The first process that spoke as each rank: the training. Another of the same rank is
         # a process it started that records itself too (a subprocess's evaluation script).
         self.first_pid: dict[int, int] = {}
-        # A rank whose link closed mid-phase without a word (killed, crashed): the first one's.
+        # A rank whose link closed mid-phase without a word (killed, crashed): the first one's,
+        # and whether any rank had said its failure by then (the vanished one then followed it:
+        # a launcher's SIGTERM can end a rank before it says its stop, on a loaded machine).
         self.vanished: int | None = None
+        self.vanished_after_a_word = False
         self.said_failure: set[int] = set()  # the pids of the processes that said they failed
+        self.said_words = False  # a rank's link has carried its failure (its receiving thread's)
         self.followed: _Command | None = None  # the command's process, once started
         self._shown_step: int | None = None
         # Ranks on several hosts (engine/launch.py): the launch, and this host's part of its run.
@@ -316,6 +320,7 @@ class Watch:
                 except (EOFError, OSError):
                     if rank is not None and in_phase and not said and self.vanished is None:
                         self.vanished = rank
+                        self.vanished_after_a_word = bool(self.said_words)
                     return
                 if isinstance(message, protocol.FiguresAsked):
                     try:
@@ -328,6 +333,7 @@ class Watch:
                 if isinstance(message, (protocol.Phase, protocol.StepReport, protocol.Failure)):
                     rank = message.source.rank or 0
                     said = said or isinstance(message, protocol.Failure)
+                    self.said_words = self.said_words or said
                     if isinstance(message, protocol.Phase):
                         in_phase = message.mark.edge == Edge.START
 
@@ -396,9 +402,10 @@ class Watch:
             return Ending(Status.OOM, f"{killed_for_memory(killed)}; the command {death(code)}"
                           + printed)
         # A rank gone without a word (kill -9) is the cause; the others were then stopped by the
-        # launcher (torchrun's SIGTERM), which their own words would otherwise name.
-        if self.vanished is not None and len(self.ranks) > 1 and code != 0 \
-                and (failure is None or failure.status == Status.STOPPED):
+        # launcher (torchrun's SIGTERM), which their own words would otherwise name. Not one
+        # gone after another rank had said its failure: that rank is.
+        if self.vanished is not None and not self.vanished_after_a_word and len(self.ranks) > 1 \
+                and code != 0 and (failure is None or failure.status == Status.STOPPED):
             return Ending(Status.FAILED, f"rank {self.vanished} ended without a word (killed or"
                           f" crashed); the command {death(code)}" + printed)
         if failure is not None and code == 0 \

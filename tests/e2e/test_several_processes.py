@@ -323,6 +323,36 @@ def test_under_watch_a_rank_stopped_by_a_signal_of_its_own_fails_the_run_as_run_
                          " of the run); the command ended with exit code 1"), rep.error
 
 
+def test_under_watch_a_peer_gone_without_a_word_after_the_ranks_stop_is_not_the_cause(store,
+                                                                                      tmp_path):
+    """Rank 1 stopped by SIGINT says so; the launcher's SIGTERM then ends rank 0 before it says
+    its own stop (seen on a loaded machine; here its handler exits at once). The run named rank 0
+    "ended without a word (killed or crashed)" and printed rank 1's KeyboardInterrupt under it."""
+    silent_peer = KILLED_RANK_SCRIPT.replace(
+        'run.phase("training")',
+        'run.phase("training")\nif os.environ["RANK"] == "0":\n'
+        '    signal.signal(signal.SIGTERM, lambda *_: os._exit(1))')
+    go = tmp_path / "go"
+    env = {**os.environ, "ANATOMY_STORE": str(store.path), "GO": str(go),
+           "PYTHONPATH": os.pathsep.join(filter(None, (str(PROJECT),
+                                                       os.environ.get("PYTHONPATH"))))}
+    script = silent_peer.replace("int(sys.argv[1])", str(int(signal.SIGINT)))
+    watch = subprocess.Popen([sys.executable, "-m", "anatomy", "watch", "--", sys.executable,
+                              "-c", TORCHRUN_LIKE, script], cwd=PROJECT, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: store.runs() and store.step_count(1, 1) >= 2, 120, "rank 1's step 2",
+                   every=0.1, process=watch)
+        go.touch()
+        _, err = watch.communicate(timeout=60)
+    finally:
+        watch.kill()
+    assert watch.returncode == 1, err
+    rep = report(store, 1)
+    assert rep.error == ("rank 1 was killed by SIGINT, a signal to that rank alone (no stop of"
+                         " the run); the command ended with exit code 1"), rep.error
+
+
 def test_without_watch_rank_0_records_and_the_others_stay_silent(store):
     result = _launch(store)
     assert result.returncode == 0, result.stderr
