@@ -278,14 +278,15 @@ run.end()
 """
 
 
-def _watch_a_rank_signalled(store, tmp_path, sig: signal.Signals):
-    """`watch` over two ranks that record themselves, launched as torchrun does; rank 1 gets
-    `sig` from someone once both train. The run's report."""
+def _watch_a_rank_signalled(store, tmp_path, sig: signal.Signals,
+                            script: str = KILLED_RANK_SCRIPT):
+    """`watch` over two ranks that record themselves (`script`), launched as torchrun does;
+    rank 1 gets `sig` from someone once both train. The run's report."""
     go = tmp_path / "go"
     env = {**os.environ, "ANATOMY_STORE": str(store.path), "GO": str(go),
            "PYTHONPATH": os.pathsep.join(filter(None, (str(PROJECT),
                                                        os.environ.get("PYTHONPATH"))))}
-    script = KILLED_RANK_SCRIPT.replace("int(sys.argv[1])", str(int(sig)))
+    script = script.replace("int(sys.argv[1])", str(int(sig)))
     watch = subprocess.Popen([sys.executable, "-m", "anatomy", "watch", "--", sys.executable,
                               "-c", TORCHRUN_LIKE, script], cwd=PROJECT, env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -332,23 +333,7 @@ def test_under_watch_a_peer_gone_without_a_word_after_the_ranks_stop_is_not_the_
         'run.phase("training")',
         'run.phase("training")\nif os.environ["RANK"] == "0":\n'
         '    signal.signal(signal.SIGTERM, lambda *_: os._exit(1))')
-    go = tmp_path / "go"
-    env = {**os.environ, "ANATOMY_STORE": str(store.path), "GO": str(go),
-           "PYTHONPATH": os.pathsep.join(filter(None, (str(PROJECT),
-                                                       os.environ.get("PYTHONPATH"))))}
-    script = silent_peer.replace("int(sys.argv[1])", str(int(signal.SIGINT)))
-    watch = subprocess.Popen([sys.executable, "-m", "anatomy", "watch", "--", sys.executable,
-                              "-c", TORCHRUN_LIKE, script], cwd=PROJECT, env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_until(lambda: store.runs() and store.step_count(1, 1) >= 2, 120, "rank 1's step 2",
-                   every=0.1, process=watch)
-        go.touch()
-        _, err = watch.communicate(timeout=60)
-    finally:
-        watch.kill()
-    assert watch.returncode == 1, err
-    rep = report(store, 1)
+    rep = _watch_a_rank_signalled(store, tmp_path, signal.SIGINT, silent_peer)
     assert rep.error == ("rank 1 was killed by SIGINT, a signal to that rank alone (no stop of"
                          " the run); the command ended with exit code 1"), rep.error
 
