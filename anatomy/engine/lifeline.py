@@ -173,7 +173,6 @@ def _semaphores(objects, depth: int) -> list:
 
 
 _MAIN_SWAP = threading.Lock()
-_MAIN_SWAP = threading.Lock()
 
 
 def _start_clean(process) -> None:

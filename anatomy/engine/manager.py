@@ -163,7 +163,10 @@ class RunManager:
     def _spawn(self, active: ActiveRun, options: RunOptions, info: Machine,
                dwell: float | None, texts: Tokenized | None = None) -> None:
         recording = active.recording
-        recording.start_sampler()
+        # Made before the sampler starts, which removes it if this process dies (a killed
+        # process never removes its own); `_release` removes it as the run ends.
+        active.output_dir = tempfile.mkdtemp(prefix=OUTPUT_PREFIX)
+        recording.start_sampler(active.output_dir)
         if dwell is None:
             dwell = max(0.1, 5.0 / options.sample_rate)
         cuda_device = None
@@ -173,7 +176,6 @@ class RunManager:
             cuda_device = ",".join(info.devices[g].uuid or str(info.devices[g].nvml_index)
                                    for g in options.gpu_list())
         fds = recording.lock_fds
-        active.output_dir = tempfile.mkdtemp(prefix=OUTPUT_PREFIX)
         # The worker holds the device locks with us and dies with us (engine/lifeline.py).
         process = recording.context.Process(
             target=worker.main, name=f"anatomy-worker-{recording.run_id}",

@@ -73,7 +73,7 @@ def heard_signals(context):
 
 def spawn_sampler(context, samples, stop, backend: str, rate: float, t0: float,
                   gpus: Sequence[int], training_pid, lock_fds: tuple[int, ...] = (),
-                  heard=None) -> tuple[mp.Process, list]:
+                  heard=None, output_dir: str | None = None) -> tuple[mp.Process, list]:
     """The sampler process, started, and what it said first. It holds the device locks with
     its parent and dies with it (engine/lifeline.py), and counts the stop signals it gets in
     `heard` (`heard_signals`). The training starts once the sampler reads
@@ -84,7 +84,7 @@ def spawn_sampler(context, samples, stop, backend: str, rate: float, t0: float,
     process = context.Process(
         target=sampler.run, name="anatomy-sampler", daemon=True,
         args=(samples, stop, backend, rate, t0, list(gpus), training_pid,
-              Lifeline("anatomy-sampler", lock, death_signal=signal.SIGTERM), heard))
+              Lifeline("anatomy-sampler", lock, death_signal=signal.SIGTERM), heard, output_dir))
     launch(process)
     try:
         first = samples.get(timeout=FIRST_SAMPLE_TIMEOUT)
@@ -199,11 +199,13 @@ class Recording:
         return time.monotonic() - self.t0
 
     # --- starting ---
-    def start_sampler(self) -> None:
-        """The sampler process (`spawn_sampler`), before the training starts."""
+    def start_sampler(self, output_dir: str | None = None) -> None:
+        """The sampler process (`spawn_sampler`), before the training starts; `output_dir`: the
+        training's folder, which the sampler removes if this process dies."""
         self.sampler, first = spawn_sampler(self.context, self.samples, self.stop_sampler,
                                             self.backend, self.sample_rate, self.t0, self.gpus,
-                                            self.training_pid, self.lock_fds, self.heard)
+                                            self.training_pid, self.lock_fds, self.heard,
+                                            output_dir)
         self._early += first
 
     def create_run(self, options: dict, info: Machine, gpu: int, environment: RunFacts, *,

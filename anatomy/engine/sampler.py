@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import sys
 import threading
@@ -247,11 +248,12 @@ class _Training:
     """The training the sampler's parent started (anatomy's worker, a watched command), listed as
     it runs: when the parent dies, nobody reads the sampler, and it ends all of it — the
     processes the training left too, no longer under it once it has died (a command killed by
-    its own broken pipe when the watch died). A user's own process, the parent itself, is never
-    the sampler's to end."""
+    its own broken pipe when the watch died), and the folder it trained in (`output_dir`: the
+    parent, who removes it as a run ends, is gone). A user's own process, the parent itself, is
+    never the sampler's to end."""
 
-    def __init__(self, worker_pid, lifeline: Lifeline):
-        self.worker_pid, self.lifeline = worker_pid, lifeline
+    def __init__(self, worker_pid, lifeline: Lifeline, output_dir: str | None = None):
+        self.worker_pid, self.lifeline, self.output_dir = worker_pid, lifeline, output_dir
         self.tree: Tree | None = None
         self.listed_at = float("-inf")
 
@@ -272,6 +274,8 @@ class _Training:
         if pid:
             (self.tree if self.tree is not None and self.tree.pid == pid else Tree(pid)).kill()
             signal_group(pid, signal.SIGKILL)
+        if self.output_dir is not None:
+            shutil.rmtree(self.output_dir, ignore_errors=True)
 
 
 def _parent_dying(lifeline: Lifeline, wait: float = PARENT_WAIT_SECONDS) -> bool:
@@ -313,11 +317,13 @@ def _as_process(lifeline: Lifeline, training: _Training, heard=None) -> threadin
 
 
 def run(queue, stop, backend: str, rate: float, t0: float, gpus: Sequence[int] = (0,),
-        worker_pid=None, lifeline: Lifeline | None = None, heard=None) -> None:
+        worker_pid=None, lifeline: Lifeline | None = None, heard=None,
+        output_dir: str | None = None) -> None:
     """Process target: sample the devices `gpus` (NVML indices) at `rate` Hz until `stop` is set.
     `lifeline` is given when it runs as a process of its own (tests run it in a thread); `heard`
-    counts the stop signals it gets (`_as_process`)."""
-    training = _Training(worker_pid, lifeline) if lifeline is not None else None
+    counts the stop signals it gets (`_as_process`); `output_dir`: the training's folder, removed
+    with the training when the parent dies (`_Training`)."""
+    training = _Training(worker_pid, lifeline, output_dir) if lifeline is not None else None
     signalled = _as_process(lifeline, training, heard) if lifeline is not None else None
     period = 1.0 / rate
     batch: list[Sample] = []

@@ -88,6 +88,12 @@ def left(processes: list[psutil.Process], timeout: float = GONE_SECONDS) -> list
     return [p for p in processes if alive(p)]
 
 
+def trainer_folders(folder: Path) -> list[Path]:
+    """The Trainer's output folders (engine/training.py) in `folder`, a process's temporary
+    directory: the device locks' folder is another's."""
+    return [p for p in folder.glob("anatomy-*") if p.name != "anatomy-locks"]
+
+
 def name_of(process: psutil.Process) -> str | None:
     try:
         return process.name()

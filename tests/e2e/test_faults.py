@@ -35,7 +35,15 @@ from anatomy.engine.manager import DeviceLock, RunManager, device_key
 from anatomy.store import RunRow, Store, StoreMissing
 from anatomy.store.liveness import ENDED_WITHOUT_A_WORD
 from tests.conftest import PROJECT, TINY, flags, seed_run
-from tests.e2e.conftest import HANG_SECONDS, checkpoint, fill, kill_all, left, name_of
+from tests.e2e.conftest import (
+    HANG_SECONDS,
+    checkpoint,
+    fill,
+    kill_all,
+    left,
+    name_of,
+    trainer_folders,
+)
 from tests.helpers import one_line, wait_until, within
 
 # A run long enough to be interrupted: it never ends on its own within a test.
@@ -79,10 +87,12 @@ class CliRun:
 
     def __init__(self, store_path: Path, *options: str):
         self.store_path = store_path
+        self.temporary = store_path.with_suffix(".tmp")  # its own: what it leaves there is seen
+        self.temporary.mkdir()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "anatomy", "run", *(options or ENDLESS), "--store",
              str(store_path)], cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, start_new_session=True)
+            text=True, start_new_session=True, env={**os.environ, "TMPDIR": str(self.temporary)})
         self.out = self.err = ""
         self.seen: list[psutil.Process] = []  # every process of it seen, for the cleanup
 
@@ -147,15 +157,18 @@ def _stored(store_path: Path, run_id: int = 1):
 # --- the CLI's processes ---
 
 def test_kill_9_of_the_cli_ends_its_processes_frees_the_device_and_the_next_start_closes_it(cli_run):
-    """The issue's `kill -9 $!`: no orphan trains or samples on, the device is free at once, and
-    the next manager to start closes the run as failed with what it recorded."""
+    """`kill -9 $!`: no orphan trains or samples on, nothing is left in the temporary directory
+    (the Trainer's output folder: its sampler removes it), the device is free at once, and the
+    next manager to start closes the run as failed with what it recorded."""
     run = cli_run()
     tree = run.training()
     assert {"anatomy-worker", "anatomy-sampler"} <= {name_of(p) for p in tree}
+    assert len(trainer_folders(run.temporary)) == 1
     run.process.send_signal(signal.SIGKILL)
     run.finish()
     assert "leaked semaphore" not in run.err  # the names its processes opened are unlinked
     assert left(tree) == []
+    assert trainer_folders(run.temporary) == []
     lock = DeviceLock(device_key(RunOptions(preset="tiny"), machine()))  # the run's device
     assert lock.acquire("test"), lock.holder()
     lock.release()

@@ -18,7 +18,7 @@ from anatomy.engine.callbacks import INJECT_ENV
 from anatomy.engine.manager import DeviceBusy, DeviceLock, device_key, machine
 from anatomy.store import PHASES
 from tests.conftest import PROJECT, TINY
-from tests.e2e.conftest import HANG_SECONDS
+from tests.e2e.conftest import HANG_SECONDS, trainer_folders
 from tests.helpers import alive, wait_until
 
 
@@ -126,12 +126,6 @@ def test_a_second_run_on_a_busy_device_is_refused_and_stop_ends_the_whole_tree(m
 
 
 
-def _trainer_folders(folder) -> list:
-    """The Trainer's output folders (engine/training.py) in `folder`: the device locks' folder
-    is another's."""
-    return [p for p in folder.glob("anatomy-*") if p.name != "anatomy-locks"]
-
-
 @pytest.mark.parametrize("ending", ["killed", "stopped"])
 def test_the_trainers_output_folder_goes_however_the_worker_ends(manager, store, tiny, tmp_path,
                                                                   monkeypatch, ending):
@@ -144,14 +138,14 @@ def test_the_trainers_output_folder_goes_however_the_worker_ends(manager, store,
     monkeypatch.setattr(tempfile, "tempdir", None)
     run_id = manager.start(replace(tiny, max_steps=100_000))
     _wait_for_phase(store, run_id, "training")
-    assert len(_trainer_folders(temporary)) == 1
+    assert len(trainer_folders(temporary)) == 1
     if ending == "killed":
         os.kill(store.run(run_id).worker_pid, signal.SIGKILL)
         assert manager.wait(run_id, timeout=60) == "failed"
     else:
         manager.stop(run_id)
         assert report(store, run_id).status == "stopped"
-    assert _trainer_folders(temporary) == []
+    assert trainer_folders(temporary) == []
 
 
 def test_a_script_without_a_main_guard_can_start_runs(tmp_path):
