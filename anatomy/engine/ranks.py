@@ -28,8 +28,10 @@ import queue as queue_module
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from typing import NamedTuple
 
 import psutil
@@ -41,7 +43,14 @@ from anatomy.engine import protocol
 from anatomy.engine.endings import STOP_WORDS, OomKills, death, killed_for_memory, rank_signalled
 from anatomy.engine.lifeline import RANK_NAME, die_with_parent, name_rank
 from anatomy.engine.reporter import Reporter
-from anatomy.engine.training import EXIT_FAILED, EXIT_OOM, EXIT_PEER_LOST, guarded, train_phases
+from anatomy.engine.training import (
+    EXIT_FAILED,
+    EXIT_OOM,
+    EXIT_PEER_LOST,
+    guarded,
+    output_folder,
+    train_phases,
+)
 from anatomy.vocabulary import Level, Status
 
 FORWARD_SECONDS = 0.02
@@ -209,6 +218,20 @@ class _Deaths:
         return (min(causes)[2], self.ended[min(causes)[2]]) if causes else None
 
 
+@contextlib.contextmanager
+def _launcher_files_in(folder: str) -> Iterator[None]:
+    """torch's elastic agent keeps its ranks' logs and error files in a temporary folder of its
+    own that nothing removes (a /tmp/torchelastic_* a run), and accelerate's launcher takes no
+    `logs_specs` to say where: it makes that folder by `tempfile`, here pointed into the run's
+    output folder, which goes as the run ends (the ranks, forked meanwhile, keep it too)."""
+    saved = tempfile.tempdir
+    tempfile.tempdir = folder
+    try:
+        yield
+    finally:
+        tempfile.tempdir = saved
+
+
 def launch_ranks(reporter: Reporter, run: RunOptions, spec: ModelSpec, dataset,
                  use_cuda: bool, output_dir: str | None = None) -> int:
     """Train on `run.world_size` processes through accelerate; the worker's exit status (0, or
@@ -230,9 +253,10 @@ def launch_ranks(reporter: Reporter, run: RunOptions, spec: ModelSpec, dataset,
     _quiet_launcher()
     try:
         # accelerate prints "Launching training on N CUDAs." even for CPU ranks: not ours to say.
-        with contextlib.redirect_stdout(io.StringIO()):
+        with output_folder(output_dir) as folder, _launcher_files_in(folder), \
+                contextlib.redirect_stdout(io.StringIO()):
             notebook_launcher(_dispatch, args=(queues, (reporter.t0, reporter.dwell), run,
-                                               spec, dataset, use_cuda, output_dir),
+                                               spec, dataset, use_cuda, folder),
                               num_processes=world, master_addr="127.0.0.1",
                               use_port=str(_free_port()))
     except SignalException as error:

@@ -11,6 +11,7 @@ import sys
 import textwrap
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import psutil
 import pytest
@@ -91,13 +92,20 @@ def test_a_fault_on_one_rank_ends_the_run_and_every_rank(manager, store, monkeyp
     assert [p for p in tree if alive(p)] == []
 
 
+def _temporary(store: Store) -> Path:
+    """The temporary directory of the `anatomy run` beside `store` (TMPDIR)."""
+    return store.path.with_suffix(".tmp")
+
+
 def _two_ranks_training(store, steps: int) -> subprocess.Popen:
     """`anatomy run` of two CPU ranks that would train for long, once rank 1 has made `steps`
-    steps (killed if it never does)."""
+    steps (killed if it never does); a temporary directory of its own (`_temporary`)."""
+    _temporary(store).mkdir()
     cli = subprocess.Popen([sys.executable, "-m", "anatomy", "run",
                             *flags(replace(TWO, max_steps=100_000)), "--store", str(store.path)],
                            cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True, start_new_session=True)
+                           text=True, start_new_session=True,
+                           env={**os.environ, "TMPDIR": str(_temporary(store))})
     try:
         wait_until(lambda: store.runs() and store.step_count(1, 1) >= steps, 240,
                    f"rank 1's step {steps}", every=0.2, process=cli)
@@ -107,9 +115,10 @@ def _two_ranks_training(store, steps: int) -> subprocess.Popen:
     return cli
 
 
-def _failed_in_one_line(cli: subprocess.Popen, act) -> None:
+def _failed_in_one_line(store: Store, cli: subprocess.Popen, act) -> None:
     """`act()` on the two ranks' training, then `anatomy run` ends with 1 and no traceback (the
-    command killed whatever happens)."""
+    command killed whatever happens), and leaves nothing in its temporary directory (the
+    launcher's logs and error files and the Trainer's folder go with the run)."""
     try:
         act()
         _, err = cli.communicate(timeout=120)
@@ -117,6 +126,7 @@ def _failed_in_one_line(cli: subprocess.Popen, act) -> None:
         cli.kill()
     assert cli.returncode == 1
     assert "Traceback" not in err, err
+    assert list(_temporary(store).iterdir()) == []
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill_9", "sigterm"])
@@ -135,7 +145,7 @@ def test_a_rank_killed_fails_the_run_in_one_line_read_at_its_last_step(store, si
         (rank_1,) = [p for p in named if p.ppid() not in {q.pid for q in named}]
         rank_1.send_signal(sig)
 
-    _failed_in_one_line(cli, kill_rank_1)
+    _failed_in_one_line(store, cli, kill_rank_1)
     rep = report(store, 1)
     assert rep.status == "failed" and f"rank 1 was killed by {sig.name}" in rep.error, rep.error
     if sig == signal.SIGTERM:  # as watch says it of a rank its launcher runs
@@ -156,7 +166,7 @@ def test_a_sigterm_to_the_worker_of_several_ranks_fails_the_run_in_one_line(stor
         tree.extend([worker, *worker.children(recursive=True)])
         worker.terminate()
 
-    _failed_in_one_line(cli, terminate_the_worker)
+    _failed_in_one_line(store, cli, terminate_the_worker)
     rep = report(store, 1)
     assert rep.status == "failed" and rep.error.startswith(
         "the training worker was killed by SIGTERM"), rep.error
