@@ -642,3 +642,53 @@ def test_a_head_that_needs_a_library_this_machine_lacks_is_refused_before_its_ru
     with pytest.raises(PredictionError) as predicted:
         predict(RunOptions(model=str(path)), device="cpu")
     assert str(predicted.value) == refusal
+
+
+def _saved_adapter(folder, config) -> dict:
+    """A small Llama's adapters as peft's save_pretrained writes them, in `folder`, of a base model
+    saved in the working directory's "my-llama" and loaded from there by that relative name, as a
+    user's script does; the adapter_config.json written."""
+    from peft import get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    LlamaForCausalLM(LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                 num_attention_heads=2, vocab_size=128)).save_pretrained("my-llama")
+    base = LlamaForCausalLM.from_pretrained("my-llama")
+    get_peft_model(base, config).save_pretrained(folder)
+    assert not (folder / "config.json").exists()
+    return json.loads((folder / "adapter_config.json").read_text())
+
+
+def test_a_folder_of_lora_adapters_names_its_base_model_and_the_options_that_train_it(
+        tmp_path, monkeypatch):
+    """A LoRA adapter's folder (peft writes no config.json there) was "has no config.json": the
+    line says what it is and the options for its base model with such adapters."""
+    from peft import LoraConfig
+
+    monkeypatch.chdir(tmp_path)
+    written = _saved_adapter(tmp_path / "adapter", LoraConfig(r=8, target_modules=["v_proj",
+                                                                                   "q_proj"]))
+    assert written["base_model_name_or_path"] == "my-llama" and written["r"] == 8
+    with pytest.raises(ModelError) as refused:
+        models.resolve(str(tmp_path / "adapter"))
+    assert str(refused.value) == (
+        f"model: {tmp_path / 'adapter'} is a PEFT adapter, not a model: name its base model with"
+        " its adapters (--model my-llama --lora-rank 8 --lora-targets q_proj v_proj)")
+    # What it names is a run's options here (the base model by the name the script loaded it).
+    assert validate(RunOptions(model="my-llama", lora_rank=8, lora_targets=("q_proj", "v_proj")),
+                    gpu_count=0) == {}
+
+
+def test_a_folder_of_adapters_anatomy_does_not_train_says_what_it_trains(tmp_path, monkeypatch):
+    from peft import IA3Config
+
+    monkeypatch.chdir(tmp_path)
+    _saved_adapter(tmp_path / "ia3", IA3Config(target_modules=["k_proj", "v_proj"],
+                                               feedforward_modules=[]))
+    with pytest.raises(ModelError, match=r"^model: .*/ia3 is a PEFT adapter, not a model \(IA3, of"
+                                         r" my-llama\): anatomy trains a model's LoRA adapters "
+                                         r"\(--lora-rank\) or every weight$"):
+        models.resolve(str(tmp_path / "ia3"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelError, match=r"^model: the folder .*/empty has no config.json$"):
+        models.resolve(str(tmp_path / "empty"))

@@ -83,6 +83,35 @@ def _hub_config(model_id: str) -> Path | None:
     return Path(found) if isinstance(found, str) else None
 
 
+ADAPTER_CONFIG = "adapter_config.json"  # what peft's save_pretrained writes of an adapter
+
+
+def _adapter_words(folder: Path, model: str) -> str | None:
+    """What a folder of PEFT adapters (no model of its own) is, and the options that train its
+    base model with such adapters; None for any other folder."""
+    try:
+        adapter = json.loads((folder / ADAPTER_CONFIG).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    if not isinstance(adapter, dict):
+        return None
+    base = adapter.get("base_model_name_or_path")
+    kind, rank = adapter.get("peft_type"), adapter.get("r")
+    targets = adapter.get("target_modules")
+    if isinstance(targets, str):
+        targets = [targets]
+    said = f"model: {short(model)} is a PEFT adapter, not a model"
+    if kind != "LORA" or not isinstance(rank, int) or not isinstance(targets, list) \
+            or not all(isinstance(t, str) for t in targets):
+        return (f"{said} ({kind or 'of an unnamed type'}"
+                + (f", of {short(str(base))}" if base else "")
+                + "): anatomy trains a model's LoRA adapters (--lora-rank) or every weight")
+    options = f"--lora-rank {rank} --lora-targets {' '.join(sorted(targets))}"
+    if not base:
+        return f"{said}: name its base model (its config names none) with {options}"
+    return f"{said}: name its base model with its adapters (--model {short(str(base))} {options})"
+
+
 @lru_cache(maxsize=256)
 def _resolve(model: str, version: tuple[int, int] | None) -> ModelSpec:
     if model in PRESETS:
@@ -92,7 +121,8 @@ def _resolve(model: str, version: tuple[int, int] | None) -> ModelSpec:
     if path.is_dir():
         config_path = _config_of_folder(path)
         if not config_path.is_file():
-            raise ModelError(f"model: the folder {short(model)} has no config.json")
+            raise ModelError(_adapter_words(path, model)
+                             or f"model: the folder {short(model)} has no config.json")
         return ModelSpec(model, ModelSource.MODEL_FOLDER, _read_config(config_path, f"{model}/config.json"),
                          config_path)
     if path.is_file():
