@@ -11,7 +11,14 @@ from anatomy import __version__
 from anatomy.analysis.transformers_index import index_once
 from anatomy.cli import dashboard, edit, export, import_, predict, run, runs, show, sweep, watch
 from anatomy.cli.arguments import Parser
-from anatomy.store import BadLocation, DatabaseError, StoreError, resolve_path, store_error
+from anatomy.store import (
+    STORE_ENV,
+    BadLocation,
+    DatabaseError,
+    StoreError,
+    resolve_path,
+    store_error,
+)
 
 # In the order --help lists them.
 COMMANDS = (run, predict, runs, show, export, import_, sweep, watch, edit, dashboard)
@@ -51,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: the store {error}", file=sys.stderr)
         return 1 if error.full else 2
     except BadLocation as error:
-        print(f"error: --store {error}", file=sys.stderr)
+        named = "--store" if getattr(args, "store", None) else f"${STORE_ENV}"  # resolve_path's
+        print(f"error: {named} {error}", file=sys.stderr)
         return 2
     except DatabaseError as error:
         print(f"error: the store {store_error(resolve_path(getattr(args, 'store', None)), error)}",

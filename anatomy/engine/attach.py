@@ -56,6 +56,8 @@ from anatomy.engine.locks import DeviceBusy, DeviceLock, gpu_key
 from anatomy.engine.recording import FIRST_SAMPLE_TIMEOUT, Recording, environment_facts
 from anatomy.engine.reporter import Reporter
 from anatomy.store import (
+    STORE_ENV,
+    BadLocation,
     RunFacts,
     RunSource,
     ServerUrl,
@@ -814,6 +816,11 @@ def start(name: str | None = None, *, sample_rate: int = DEFAULT_SAMPLE_RATE,
             raise ValueError(f"sample_rate: {sample_rate} is out of range: 1 to 2000")
         if store is not None and not isinstance(store, (str, os.PathLike)):
             raise ValueError(f"store: must be a path, got {checks.shown(store)}")
+        if store is not None:
+            try:
+                resolve_path(store)
+            except BadLocation as error:
+                raise ValueError(f"store: {error}") from None
         if name is not None and not isinstance(name, str):
             raise ValueError(f"name: must be text, got {checks.shown(name)}")
         if name:
@@ -865,6 +872,8 @@ def _record_here(store: str | os.PathLike | None, name: str | None, sample_rate:
         return _LocalRecording(Store(store), name, sample_rate, gpus, across)
     except StoreError as error:  # the user's training is never ended by anatomy
         _warn(f"not recording: the store {error}; the training goes on unrecorded")
+    except BadLocation as error:  # `store` was read at the start: $ANATOMY_STORE's
+        _warn(f"not recording: ${STORE_ENV} {error}; the training goes on unrecorded")
     except launch.LaunchRefused as error:
         _warn(f"not recording: {error}; the training goes on unrecorded")
     return _Unrecorded()

@@ -144,3 +144,35 @@ def test_a_url_of_another_kind_is_refused_in_one_line(capsys):
     assert capsys.readouterr().err == (
         "error: --store mysql://root:***@db/anatomy: not a store anatomy can use; give a file path,"
         " sqlite:///PATH or postgresql://USER@HOST:PORT/DATABASE\n")
+
+
+def test_a_url_of_another_kind_in_the_environment_is_named_as_the_users_setting(capsys,
+                                                                                monkeypatch):
+    """From $ANATOMY_STORE, the line said "--store", which the user never gave."""
+    monkeypatch.setenv("ANATOMY_STORE", "mysql://root:hunter2@db/anatomy")
+    assert main(["runs"]) == 2
+    assert capsys.readouterr().err == (
+        "error: $ANATOMY_STORE mysql://root:***@db/anatomy: not a store anatomy can use; give a"
+        " file path, sqlite:///PATH or postgresql://USER@HOST:PORT/DATABASE\n")
+
+
+def test_the_phase_api_refuses_a_url_of_another_kind_as_its_argument_or_goes_on_without_one(
+        capsys, monkeypatch):
+    """anatomy.start() with $ANATOMY_STORE of another kind raised BadLocation's traceback into
+    the user's training: now a line and the training goes on unrecorded, as for a store it cannot
+    reach; `store=` of another kind is the argument's ValueError, as its other arguments'."""
+    from anatomy.engine import attach
+
+    monkeypatch.setattr(attach, "_install_exit_hooks", lambda run: None)  # not this pytest's
+    with pytest.raises(ValueError, match=r"^store: mysql://root:\*\*\*@db/a: not a store "):
+        attach.start(store="mysql://root:hunter2@db/a", kernel=False, baseline=False)
+    assert attach.current() is None
+    monkeypatch.setenv("ANATOMY_STORE", "mysql://root:hunter2@db/a")
+    run = attach.start(kernel=False, baseline=False)
+    assert attach.current() is run
+    run.phase("training")
+    run.end()
+    assert capsys.readouterr().err == (
+        "anatomy: not recording: $ANATOMY_STORE mysql://root:***@db/a: not a store anatomy can"
+        " use; give a file path, sqlite:///PATH or postgresql://USER@HOST:PORT/DATABASE; the"
+        " training goes on unrecorded\n")
