@@ -24,7 +24,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                              "html: the memory charts, a standalone page; tensorboard: event "
                              "files, a folder per run under --output DIR (`tensorboard --logdir "
                              "DIR`; needs pip install \"anatomy[tensorboard]\")")
-    export.add_argument("--output", type=file_path,
+    export.add_argument("-o", "--output", type=file_path,
                         help="file to write (default, or -: standard output, as import reads -); "
                              "for tensorboard, the folder to write into")
     add_store_option(export)

@@ -136,6 +136,16 @@ def test_an_export_to_dash_is_standard_output_as_import_reads_dash(capsys, store
     assert not (tmp_path / "-").exists()
 
 
+def test_export_writes_where_o_says_as_output_does(capsys, store, monkeypatch, tmp_path):
+    """`-o FILE`, the short form users type for an output file, was "unrecognized arguments"."""
+    monkeypatch.chdir(tmp_path)
+    seed = seed_run(store)
+    assert cli.main(["export", str(seed), "--format", "json", "-o", "run.json",
+                     "--store", str(store.path)]) == 0
+    assert capsys.readouterr().out == "wrote run.json\n"
+    assert json.loads((tmp_path / "run.json").read_text())["runs"][0]["run"]["id"] == seed
+
+
 @pytest.mark.parametrize("word", ["9223372036854775808", "0", "٣", "1_0"])
 @pytest.mark.parametrize("command", ["show", "tag", "rename", "delete", "export"])
 def test_a_run_id_beyond_sqlites_range_is_refused_in_a_line(capsys, command, word):
