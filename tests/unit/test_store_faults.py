@@ -114,7 +114,7 @@ def test_an_empty_store_path_is_refused(capsys):
 
 @pytest.mark.parametrize("command, argument", [(["import", ""], "FILE"),
                                                (["export", "1", "--format", "json", "--output",
-                                                 ""], "--output")])
+                                                 ""], "-o/--output")])
 def test_an_empty_file_path_is_refused(capsys, command, argument):
     """`--output "$OUT"` with OUT unset wrote the whole export to the terminal; `import ""` said
     "cannot read : Is a directory"."""
