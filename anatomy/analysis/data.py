@@ -241,11 +241,14 @@ def _column(rows, text: str, split: str, column: str) -> str:
                         f"({split}: its columns are {', '.join(rows.column_names) or 'none'})")
     feature = rows.features[column]
     dtype = getattr(feature, "dtype", None)
+    missing = rows.data.column(column).null_count
+    if rows.num_rows and missing == rows.num_rows:  # typed by its reader: a CSV's blanks are floats
+        raise DataError("text_column", f"{_shown(column)} of {_shown(text)} holds no text: each of"
+                        f" its {rows.num_rows:,} rows is empty")
     if type(feature).__name__ != "Value" or dtype not in TEXT_TYPES:
         kind = dtype if type(feature).__name__ == "Value" else type(feature).__name__.lower()
         raise DataError("text_column", f"{_shown(column)} of {_shown(text)} holds {kind}, not "
                         "text")
-    missing = rows.data.column(column).null_count
     if missing:
         raise DataError("text_column", f"{missing:,} of the {rows.num_rows:,} rows of "
                         f"{_shown(column)} hold no text (null)")

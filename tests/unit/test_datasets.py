@@ -111,6 +111,7 @@ def test_every_bad_input_is_one_line_naming_its_option(text_data, tmp_path):
     (tmp_path / "empty.jsonl").write_text("")
     (tmp_path / "header.csv").write_text("text,label\n")
     (tmp_path / "not.jsonl").write_text("a cat\n")
+    (tmp_path / "blank.csv").write_text('text,label\n"",0\n"",1\n')  # read as floats (NaN)
     cases = {
         "a missing column": (on(text_data, text_column="body"),
                              "text_column", "its columns are text, label"),
@@ -129,6 +130,8 @@ def test_every_bad_input_is_one_line_naming_its_option(text_data, tmp_path):
                                     "holds int64, not text"),
         "texts missing": (on(text_data, dataset=str(holes)), "text_column",
                           "1 of the 4 rows of 'text' hold no text"),
+        "texts all blank": (on(text_data, dataset=str(tmp_path / "blank.csv")), "text_column",
+                            "blank.csv' holds no text: each of its 2 rows is empty"),
         "a path that is not a dataset": (on(text_data, dataset=str(tmp_path / "notes.txt")),
                                          "dataset", "is not a dataset"),
         "a folder that is not a dataset": (on(text_data, dataset=str(tmp_path)), "dataset",
