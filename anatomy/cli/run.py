@@ -127,6 +127,7 @@ def _run(args: argparse.Namespace, checked: Checked, store: Store, manager: RunM
         if args.metrics_port is not None:
             _predict_for_metrics(manager, store, run_id)
         signals.on_stop = lambda: manager.request_stop(run_id, signals.reason())
+        signals.on_pause = manager.pause
         if signals.received is not None:  # it came while the run started
             signals.on_stop()
         reason = "stopped as the command that followed it failed"

@@ -1,4 +1,5 @@
-"""Ctrl-C, SIGTERM and SIGHUP while a run or a sweep trains: a Stop, not a dead CLI."""
+"""Ctrl-C, SIGTERM and SIGHUP while a run or a sweep trains: a Stop, not a dead CLI; Ctrl-Z: the
+training pauses with the CLI."""
 
 from __future__ import annotations
 
@@ -12,11 +13,17 @@ POLL_SECONDS = 0.2  # how often a command that follows a run or a sweep looks ag
 class StopSignals:
     """While a run or sweep trains: Ctrl-C, SIGTERM and SIGHUP each ask for a Stop — as the
     dashboard's button does — instead of killing the CLI and leaving its processes. `on_stop` is
-    called in the handler (it must only mark the stop); the loop does the stopping."""
+    called in the handler (it must only mark the stop); the loop does the stopping.
+
+    Ctrl-Z (SIGTSTP) stops the CLI as a terminal's job, and its training with it: `on_pause(True)`
+    before the CLI stops, `on_pause(False)` once it is continued (fg, bg). The worker leads a
+    process group of its own, which the terminal's signal does not reach: it trained on, unseen,
+    while the job was stopped."""
 
     def __init__(self) -> None:
         self.received: int | None = None
         self.on_stop: Callable[[], None] | None = None
+        self.on_pause: Callable[[bool], None] | None = None
         self._saved: dict = {}
 
     def _handle(self, signum, frame) -> None:
@@ -25,9 +32,23 @@ class StopSignals:
         if self.on_stop is not None:
             self.on_stop()
 
+    def _suspend(self, signum, frame) -> None:
+        if self.on_pause is not None:
+            self.on_pause(True)
+        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+        try:
+            # To this thread: the job stops before it returns (where its process group is
+            # orphaned, with no shell to continue it, the kernel ignores it: it returns at once).
+            signal.raise_signal(signal.SIGTSTP)
+        finally:
+            signal.signal(signal.SIGTSTP, self._suspend)
+            if self.on_pause is not None:
+                self.on_pause(False)
+
     def __enter__(self) -> StopSignals:
         for sig in STOP_SIGNALS:
             self._saved[sig] = signal.signal(sig, self._handle)
+        self._saved[signal.SIGTSTP] = signal.signal(signal.SIGTSTP, self._suspend)
         return self
 
     def __exit__(self, *exc) -> None:

@@ -186,6 +186,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     closed: list[OSError] = []
     sweep.on_event = _sweep_printer(sweep, sys.stderr if args.json else sys.stdout, closed)
     with StopSignals() as signals:
+        signals.on_pause = sweep.manager.pause
         try:
             sweep_id = sweep.start()
         except DeviceBusy as error:

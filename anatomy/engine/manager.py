@@ -252,6 +252,12 @@ class RunManager:
         active.recording.wait(STOP_GRACE_SECONDS + 5)
         return True
 
+    def pause(self, paused: bool) -> None:
+        """Every active run's training stopped or continued with the process that follows it
+        (its terminal's Ctrl-Z, fg, bg); safe in a signal handler (`Recording.pause_training`)."""
+        for active in list(self.active.values()):
+            active.recording.pause_training(paused)
+
     def stop_all(self, reason: str = "stopped by the user") -> None:
         for run_id in list(self.active):
             self.stop(run_id, reason)

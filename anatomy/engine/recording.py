@@ -33,7 +33,13 @@ from anatomy.engine import protocol, sampler
 from anatomy.engine.collector import FLUSH_SECONDS, Collector, Outcome
 from anatomy.engine.endings import Ending, OomKills, death, killed_for_memory
 from anatomy.engine.figures import Figures
-from anatomy.engine.lifeline import Lifeline, forget_names, launch, signals_to_the_main_thread
+from anatomy.engine.lifeline import (
+    Lifeline,
+    forget_names,
+    launch,
+    signal_group,
+    signals_to_the_main_thread,
+)
 from anatomy.engine.processes import end_tree
 from anatomy.store import DatabaseError, RunFacts, RunSource, Store, device_key, store_error, unreachable
 from anatomy.store.liveness import ENDED_WITHOUT_A_WORD, is_alive
@@ -260,6 +266,14 @@ class Recording:
         if self.stop_reason is None:
             self.stop_at = self.now()
             self.stop_reason = reason
+
+    def pause_training(self, paused: bool) -> None:
+        """Stop (SIGSTOP) or continue (SIGCONT) anatomy's own training and everything under it
+        (safe in a signal handler): a terminal's Ctrl-Z, then `fg` or `bg`, reach the front's
+        process group only, and the worker leads a group of its own (engine/lifeline.py). A
+        training that is not the run's own (a watched command, a script) is the user's."""
+        if self.owns_training and self.training is not None:
+            signal_group(self.training.pid, signal.SIGSTOP if paused else signal.SIGCONT)
 
     def end_training(self, grace: float = STOP_GRACE_SECONDS) -> None:
         """End the training's whole tree: SIGTERM, then SIGKILL after `grace` seconds."""
