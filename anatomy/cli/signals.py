@@ -6,6 +6,8 @@ from __future__ import annotations
 import signal
 from collections.abc import Callable
 
+from anatomy.engine.lifeline import stop_as_a_job
+
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 POLL_SECONDS = 0.2  # how often a command that follows a run or a sweep looks again
 
@@ -33,17 +35,7 @@ class StopSignals:
             self.on_stop()
 
     def _suspend(self, signum, frame) -> None:
-        if self.on_pause is not None:
-            self.on_pause(True)
-        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
-        try:
-            # To this thread: the job stops before it returns (where its process group is
-            # orphaned, with no shell to continue it, the kernel ignores it: it returns at once).
-            signal.raise_signal(signal.SIGTSTP)
-        finally:
-            signal.signal(signal.SIGTSTP, self._suspend)
-            if self.on_pause is not None:
-                self.on_pause(False)
+        stop_as_a_job(lambda paused: self.on_pause is not None and self.on_pause(paused))
 
     def __enter__(self) -> StopSignals:
         for sig in STOP_SIGNALS:

@@ -22,6 +22,7 @@ from anatomy.analysis.machine import Machine
 from anatomy.dashboard import READ_ONLY_ENV
 from anatomy.engine import prometheus
 from anatomy.engine.endings import STOP_WORDS, signal_name
+from anatomy.engine.lifeline import stop_as_a_job
 from anatomy.engine.manager import RunManager, machine
 from anatomy.engine.sweep import Sweep
 from anatomy.store import ServerUrl, Store, resolve_path
@@ -66,6 +67,14 @@ class ServerEnd:
         resource_tracker.ensure_running()
         for signum in SERVER_SIGNALS:
             signal.signal(signum, partial(self._on_signal, stop_server))
+        signal.signal(signal.SIGTSTP, lambda signum, frame: stop_as_a_job(self.pause))
+
+    def pause(self, paused: bool) -> None:
+        """Every run this server trains stopped or continued with it (its terminal's Ctrl-Z,
+        then fg or bg): the workers lead process groups of their own, which the terminal's
+        signal does not reach."""
+        for manager in self.managers:
+            manager.pause(paused)
 
     def _on_signal(self, stop_server, signum: int, frame) -> None:
         """Mark every run as stopping (safe in a handler), then stop the server."""

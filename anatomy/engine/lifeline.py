@@ -27,6 +27,7 @@ import threading
 import time
 import types
 import weakref
+from collections.abc import Callable
 from multiprocessing import reduction
 
 PR_SET_PDEATHSIG = 1
@@ -203,6 +204,22 @@ def _start_clean(process) -> None:
 # Signals whose Python handlers must run: in the main thread, which only runs them when the
 # kernel gives it the signal (or it next runs Python code).
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def stop_as_a_job(pause: Callable[[bool], None]) -> None:
+    """A SIGTSTP handler's work, in a process whose training leads a process group of its own (a
+    terminal's Ctrl-Z reaches the foreground group alone): `pause(True)` stops the training,
+    this process then stops as the job does, and `pause(False)` continues the training once this
+    process is continued (fg, bg). Where its process group is orphaned (no shell can continue
+    it) the kernel ignores the stop, and it returns at once."""
+    handler = signal.getsignal(signal.SIGTSTP)
+    pause(True)
+    signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+    try:
+        signal.raise_signal(signal.SIGTSTP)  # to this thread: stopped before it returns
+    finally:
+        signal.signal(signal.SIGTSTP, handler)
+        pause(False)
 
 
 def signals_to_the_main_thread(block: bool = True) -> None:

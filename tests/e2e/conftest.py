@@ -4,12 +4,15 @@ own Trainer script, and how a test sees that no process of a run is left."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import psutil
@@ -142,6 +145,47 @@ def stop(process: subprocess.Popen, log) -> str:
     text = log.read()
     log.close()
     return text
+
+
+class Terminal:
+    """An interactive bash in a pseudo-terminal of its own: job control as a user has it (Ctrl-Z
+    stops the foreground job, `fg` continues it). What it prints is read as it comes, so that
+    nothing it runs blocks on a full terminal."""
+
+    def __init__(self, cwd: Path, env: dict | None = None):
+        import pty
+
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:  # the child: the shell
+            os.chdir(cwd)
+            os.execvpe("bash", ["bash", "--norc", "--noprofile", "-i"], env or dict(os.environ))
+        self.output = b""
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self.fd, 65536)
+            except OSError:  # the shell has ended
+                return
+            if not chunk:
+                return
+            self.output += chunk
+
+    def type(self, keys: str) -> None:
+        os.write(self.fd, keys.encode())
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.kill(self.pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)
+        os.close(self.fd)
+
+
+def stopped(process: psutil.Process) -> bool:
+    """Stopped as a job is (SIGSTOP, SIGTSTP), not ended."""
+    return process.status() == psutil.STATUS_STOPPED
 
 
 # --- a full disk ---

@@ -11,6 +11,7 @@ import os
 import re
 import signal
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -21,9 +22,19 @@ from anatomy.store import Store
 from anatomy.views import export
 from anatomy.views.live import summary_lines
 from tests.conftest import PROJECT, USERS_SHAPES, seed_users_run
-from tests.e2e.conftest import ARTIFACTS, HANG_SECONDS, left, serve, stop
+from tests.e2e.conftest import (
+    ARTIFACTS,
+    HANG_SECONDS,
+    Terminal,
+    kill_all,
+    left,
+    serve,
+    stop,
+    stopped,
+)
+from tests.helpers import free_port, wait_until
 from tools import demo_store
-from tools.browser import WAIT_MS, wait_for_charts
+from tools.browser import WAIT_MS, healthy, wait_for_charts
 
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(
     not Path("/usr/bin/chromium").exists(),
@@ -284,6 +295,53 @@ def test_stopping_the_dashboard_stops_its_run_recorded_as_stopped_and_leaves_no_
     assert store.sample_count(run.id) > 0 and report(store, run.id).training is not None
     assert left(processes) == []
     assert "Traceback" not in text, text
+
+
+def test_ctrl_z_at_the_dashboards_terminal_pauses_its_run_and_fg_continues_it(tmp_path, chromium):
+    """`anatomy dashboard` at a terminal, a run started from its form: Ctrl-Z stops the server as
+    the job, and its run's training with it (the worker leads a process group of its own, which
+    the terminal's signal does not reach: it trained on unseen); `fg` continues both, and Ctrl-C
+    then stops the run with the server."""
+    store_path, port = tmp_path / "anatomy.sqlite", free_port()
+    terminal = Terminal(PROJECT)
+    processes: list[psutil.Process] = []
+    try:
+        terminal.type(f"{sys.executable} -m anatomy dashboard --port {port} --store {store_path}\n")
+        url = f"http://localhost:{port}"
+        wait_until(lambda: healthy(url), 90, "the dashboard to answer its health check",
+                   every=0.3, seen=lambda: terminal.output.decode(errors="replace"))
+        page = chromium.new_page(viewport=NARROW)
+        page.goto(url)
+        page.get_by_role("spinbutton", name="Max steps", exact=True).fill("100000")
+        page.get_by_role("spinbutton", name="Sequence length", exact=True).fill("32")
+        page.get_by_role("button", name="Start", exact=True).click()
+        page.get_by_text("training (now)").wait_for(timeout=RUN_SECONDS * 1000)
+        page.close()
+        store = Store(store_path, read_only=True)
+        (run,) = store.runs()
+        worker = psutil.Process(run.worker_pid)
+        server = worker.parent()
+        processes = [server, *server.children(recursive=True)]
+        terminal.type("\x1a")  # Ctrl-Z
+        wait_until(lambda: stopped(worker) and stopped(server), 30,
+                   "the server and its run's worker to stop as the job")
+        spent = worker.cpu_times()
+        time.sleep(1.0)
+        assert stopped(worker) and worker.cpu_times() == spent
+        terminal.type("fg\n")
+        wait_until(lambda: not stopped(worker), 30, "the worker to go on with the job")
+        steps = store.step_count(run.id)
+        wait_until(lambda: store.step_count(run.id) > steps + 1, 60, "the run to train again")
+        terminal.type("\x03")  # Ctrl-C
+        wait_until(lambda: not server.is_running() or server.status() == psutil.STATUS_ZOMBIE,
+                   HANG_SECONDS, "the server to end")
+        assert left(processes) == []
+    finally:
+        terminal.close()
+        kill_all(processes)
+    run = store.run(run.id)
+    assert (run.status, run.error) == ("stopped", "stopped with the dashboard, by Ctrl-C (SIGINT)")
+    assert "Traceback" not in terminal.output.decode(errors="replace")
 
 
 def test_a_fresh_servers_first_page_has_the_apps_navigation_and_fetches_nothing_elsewhere(

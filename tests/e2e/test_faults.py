@@ -10,7 +10,6 @@ docs/RELIABILITY.md lists them, one row each.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import signal
@@ -38,11 +37,13 @@ from anatomy.store.liveness import ENDED_WITHOUT_A_WORD
 from tests.conftest import PROJECT, TINY, flags, seed_run
 from tests.e2e.conftest import (
     HANG_SECONDS,
+    Terminal,
     checkpoint,
     fill,
     kill_all,
     left,
     name_of,
+    stopped,
     trainer_folders,
 )
 from tests.helpers import one_line, wait_until, within
@@ -250,46 +251,6 @@ def test_a_signal_to_the_whole_process_group_is_a_clean_stop(cli_run, sig):
     assert f"stopping ({sig.name})" in run.err
 
 
-class Terminal:
-    """An interactive bash in a pseudo-terminal of its own: job control as a user has it (Ctrl-Z
-    stops the foreground job, `fg` continues it). What it prints is read as it comes, so that
-    nothing it runs blocks on a full terminal."""
-
-    def __init__(self, cwd: Path):
-        import pty
-
-        self.pid, self.fd = pty.fork()
-        if self.pid == 0:  # the child: the shell
-            os.chdir(cwd)
-            os.execvp("bash", ["bash", "--norc", "--noprofile", "-i"])
-        self.output = b""
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        while True:
-            try:
-                chunk = os.read(self.fd, 65536)
-            except OSError:  # the shell has ended
-                return
-            if not chunk:
-                return
-            self.output += chunk
-
-    def type(self, keys: str) -> None:
-        os.write(self.fd, keys.encode())
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            os.kill(self.pid, signal.SIGKILL)
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(self.pid, 0)
-        os.close(self.fd)
-
-
-def _stopped(process: psutil.Process) -> bool:
-    return process.status() == psutil.STATUS_STOPPED
-
-
 def test_ctrl_z_at_a_terminal_pauses_the_training_with_the_cli_and_fg_continues_it(tmp_path):
     """The worker leads a process group of its own (Ctrl-C reaches the CLI alone, which makes it a
     Stop), so a terminal's Ctrl-Z stopped the CLI and its sampler and left the training going on,
@@ -307,13 +268,13 @@ def test_ctrl_z_at_a_terminal_pauses_the_training_with_the_cli_and_fg_continues_
         front = worker.parent()  # `anatomy run`, which spawned it
         tree = [front, *front.children(recursive=True)]
         terminal.type("\x1a")  # Ctrl-Z
-        wait_until(lambda: _stopped(worker), 30, "the worker to stop with the job")
+        wait_until(lambda: stopped(worker), 30, "the worker to stop with the job")
         spent = worker.cpu_times()
         time.sleep(1.0)
-        assert _stopped(worker) and worker.cpu_times() == spent  # not one instruction more
+        assert stopped(worker) and worker.cpu_times() == spent  # not one instruction more
         assert b"Stopped" in terminal.output
         terminal.type("fg\n")
-        wait_until(lambda: not _stopped(worker), 30, "the worker to go on with the job")
+        wait_until(lambda: not stopped(worker), 30, "the worker to go on with the job")
         steps = Store(store_path, read_only=True).step_count(1)
         _training(store_path, steps=steps + 2)  # it trains again, and it is recorded
         terminal.type("\x03")  # Ctrl-C
