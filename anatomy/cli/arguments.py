@@ -132,6 +132,14 @@ def store_path(text: str) -> str:
     return text
 
 
+def one_line_name(text: str) -> str:
+    """A run's or sweep's name: one line of printable text (`checks.one_line`)."""
+    try:
+        return checks.one_line(text, "name").strip()
+    except checks.InvalidValue as error:
+        raise argparse.ArgumentTypeError(error.what) from None
+
+
 def file_path(text: str) -> str:
     """A file a command reads or writes: an empty path (`--output "$OUT"` with OUT unset) names
     none, where it was read as the current directory or as standard output."""

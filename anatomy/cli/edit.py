@@ -35,7 +35,11 @@ def cmd_rename(args: argparse.Namespace) -> int:
     store = editing(args.store, args.run_id)
     if store is None or run_or_error(store, args.run_id) is None:
         return 1
-    store.rename_run(args.run_id, args.name.strip() or None)
+    try:
+        store.rename_run(args.run_id, args.name.strip() or None)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     print(f"run {args.run_id}: {store.run(args.run_id).name or '(no name)'}")
     return 0
 

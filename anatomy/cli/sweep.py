@@ -12,7 +12,12 @@ from anatomy import prediction
 from anatomy.analysis.options import FIELDS, InvalidOptions, validated
 from anatomy.analysis.report import report
 from anatomy.analysis.sweeps import SweepGrid, grid, parse_vary
-from anatomy.cli.arguments import add_run_options, add_store_option, values_from_args
+from anatomy.cli.arguments import (
+    add_run_options,
+    add_store_option,
+    one_line_name,
+    values_from_args,
+)
 from anatomy.cli.render import SaidMeasurer, peak, refused, say, table
 from anatomy.cli.signals import POLL_SECONDS, StopSignals
 from anatomy.engine.locks import gpu_key
@@ -38,7 +43,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                        help="run the batch size predicted to fit and the next one (with "
                             "--until-oom: keep doubling if that one fits too); on a GPU, a "
                             "run's convolutions get their cuDNN workspaces measured first")
-    sweep.add_argument("--name", help="the sweep's name (default: what it varies)")
+    sweep.add_argument("--name", type=one_line_name, help="the sweep's name (default: what it varies)")
     sweep.add_argument("--json", action="store_true",
                        help="print the grid as one JSON object (progress goes to stderr)")
     add_store_option(sweep)

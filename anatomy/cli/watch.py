@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Collection
 
 from anatomy.analysis.report import report
-from anatomy.cli.arguments import add_store_option
+from anatomy.cli.arguments import add_store_option, one_line_name
 from anatomy.cli.metrics import add_metrics_options, served
 from anatomy.cli.render import PhaseEnds
 from anatomy.engine import launch, watch
@@ -29,7 +29,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                     "hosts, the same watch on each (torchrun --nnodes N --rdzv-id JOB, or "
                     "ANATOMY_RUN_KEY and ANATOMY_RUN_HOSTS) with --store postgresql://user@host/db"
                     " records one run of every host's GPUs and ranks.")
-    watched.add_argument("--name", help="the run's name (default: the name the command's "
+    watched.add_argument("--name", type=one_line_name, help="the run's name (default: the name the command's "
                                         "anatomy.start(name=…) gives, else none: lists name it "
                                         "by its command)")
     watched.add_argument("--sample-rate", type=int, default=200, dest="sample_rate",

@@ -472,13 +472,15 @@ def _short(value: object) -> str:
     return text if len(text) <= 60 else f"{text[:57]}..."
 
 
-def _named(what: str, value: object) -> None:
-    """A phase's name, a note's text: text, refused at the call (ValueError) — taken, it would
-    reach the store, whose refusal ends the recording of the whole run."""
+def _named(what: str, value: object, one_line: bool = True) -> None:
+    """A run's or phase's name (one line of printable text: `checks.one_line`), a note's text
+    (`one_line` False): text, refused at the call (ValueError) — taken, it would reach the
+    store, whose refusal ends the recording of the whole run."""
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"{what}: must be text, got {value!r}")
     try:
-        checks.encodable(value, what)  # a file name's bytes ("caf\udce9"): no text SQLite keeps
+        # A file name's bytes ("caf\udce9"): no text SQLite keeps.
+        (checks.one_line if one_line else checks.encodable)(value, what)
     except checks.InvalidValue as error:
         raise ValueError(str(error)) from None
 
@@ -645,7 +647,7 @@ class Run:
         return self._reader.take()
 
     def note(self, text: str, level: str = Level.INFO) -> None:
-        _named("note", text)
+        _named("note", text, one_line=False)
         _named("level", level)
         if self._late("run.note()"):
             return

@@ -10,6 +10,7 @@ never reaches a reader; the store reads what it wrote itself leniently (facts.py
 from __future__ import annotations
 
 import math
+import unicodedata
 from collections.abc import Callable
 from enum import Enum
 from typing import Any
@@ -130,6 +131,18 @@ def encodable(text: str, where: str) -> str:
         raise InvalidValue(where, f"holds {char!r}, half of a UTF-16 pair, which is "
                            "not text that can be stored") from None
     return text
+
+
+def one_line(value: str, where: str) -> str:
+    """A name or a tag: one line of printable text. A control character (a newline, a tab, a
+    terminal's escape) would break the line that lists it, or colour and move what a terminal
+    shows after it."""
+    bad = next((c for c in value if unicodedata.category(c) == "Cc" or c in "\u2028\u2029"),
+               None)
+    if bad is not None:
+        raise InvalidValue(where, f"holds the control character {bad!r}: give one line of "
+                           "printable text")
+    return encodable(value, where)
 
 
 def text(value: Any, where: str, optional: bool = True) -> str | None:

@@ -531,7 +531,10 @@ class Store:
             db.execute("DELETE FROM runs WHERE id = ?", (run_id,))
 
     def rename_run(self, run_id: int, name: str | None) -> bool:
-        """False when there is no such run."""
+        """False when there is no such run; ValueError for a name that is not one line of
+        printable text (`checks.one_line`)."""
+        if name is not None:
+            checks.one_line(name, "name")
         with self.connect() as db:
             return db.execute("UPDATE runs SET name = ? WHERE id = ?", (name, run_id)).rowcount > 0
 
@@ -542,6 +545,8 @@ class Store:
         bad = [t for t in clean if not checks.is_tag(t)]
         if bad:
             raise ValueError(f"a tag cannot contain a comma: {bad[0]!r}")
+        for tag in clean:
+            checks.one_line(tag, "tag")
         with self.connect() as db:
             return db.execute("UPDATE runs SET tags = ? WHERE id = ?",
                               (",".join(clean), run_id)).rowcount > 0

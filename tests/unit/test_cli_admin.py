@@ -10,6 +10,7 @@ import pytest
 from anatomy.analysis.options import RunOptions
 from anatomy.analysis.report import run_rows
 from anatomy.cli import main
+from tests.helpers import one_line
 
 
 @pytest.fixture
@@ -61,6 +62,24 @@ def test_a_tag_with_a_comma_is_refused(store, runs, capsys):
     assert store.run(runs[0]).tags == ()
 
 
+@pytest.mark.parametrize("text", ["red\x1b[31m", "two\nlines", "bell\x07", "a\tb"])
+def test_a_name_or_tag_that_is_not_one_line_of_printable_text_is_refused(store, runs, capsys,
+                                                                           text):
+    """A newline broke the lines that list the run; a terminal's escape, echoed as the rename
+    answers, coloured (or cleared) the user's terminal. The dashboard's labels are saved
+    through the same store."""
+    assert cli(store, "rename", str(runs[0]), text) == 2
+    assert one_line(capsys.readouterr().err).startswith("error: name: holds the control character ")
+    assert cli(store, "tag", str(runs[0]), text) == 2
+    assert one_line(capsys.readouterr().err).startswith("error: tag: holds the control character ")
+    assert store.run(runs[0]).name is None and store.run(runs[0]).tags == ()
+    with pytest.raises(SystemExit) as refused:
+        cli(store, "watch", "--name", text, "--", "true")
+    assert refused.value.code == 2 and "argument --name: holds the control character " in \
+        capsys.readouterr().err
+    assert len(store.runs()) == len(runs)  # nothing started
+
+
 def test_runs_filter_by_preset_and_status_and_together(store, runs, capsys):
     large, oom, tiny = runs
     store.set_tags(oom, ["h200"])
@@ -96,9 +115,10 @@ def test_a_status_that_is_none_is_refused_with_the_statuses_by_name(store, capsy
 
 def test_a_long_or_multiline_name_keeps_the_table_one_screen_wide(store, runs, capsys):
     """anatomy.start(name="x" * 100000) padded every row of `runs` to 100,000 characters; a
-    name with a line break split its row in two."""
+    name with a line break (no name is given one now: a run imported, or stored before) split
+    its row in two."""
     store.rename_run(runs[0], "x" * 100_000)
-    store.rename_run(runs[1], "first line\nsecond line")
+    store.update_run(runs[1], name="first line\nsecond line")
     capsys.readouterr()
     assert cli(store, "runs") == 0
     lines = capsys.readouterr().out.splitlines()
@@ -110,8 +130,9 @@ def test_a_long_or_multiline_name_keeps_the_table_one_screen_wide(store, runs, c
 def test_a_name_with_control_characters_prints_no_control_character(store, runs, capsys):
     """A name with a carriage return, a tab or a terminal escape (an imported run's, a
     describe()'d one) went to the terminal as it was: the escape coloured the rest of the
-    table, the return wrote the row over its own start, the tab broke the columns."""
-    store.rename_run(runs[0], "over\rwritten\tname \x1b[31mred\x1b[0m\x07")
+    table, the return wrote the row over its own start, the tab broke the columns. (No name is
+    given one now: a run imported, or stored before, may hold one.)"""
+    store.update_run(runs[0], name="over\rwritten\tname \x1b[31mred\x1b[0m\x07")
     capsys.readouterr()
     assert cli(store, "runs") == 0
     out = capsys.readouterr().out

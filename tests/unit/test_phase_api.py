@@ -33,6 +33,20 @@ def test_a_mark_without_a_name_is_refused_at_the_call(call):
     run.note("a word", level="debug")
 
 
+def test_a_phase_is_named_in_one_line_and_a_note_may_take_several():
+    """A phase named with a newline or a terminal's escape broke the tables that list it, and
+    coloured what a terminal showed after it."""
+    import time
+
+    from anatomy.engine import attach
+
+    run = attach.Run(attach._Unrecorded(), time.monotonic(), dwell=0.0)  # records nowhere
+    for name in ("eval\nloop", "eval\x1b[2J", "a\tb"):
+        with pytest.raises(ValueError, match=r"^phase: holds the control character "):
+            run.phase(name)
+    run.note("a first line\nand a second")
+
+
 @pytest.mark.parametrize("kwargs, words", [
     ({"step": -5}, "step: must be a whole number from 0, got -5"),
     ({"total": -1}, "total: must be a whole number from 0, got -1"),
@@ -85,7 +99,9 @@ def test_a_launchers_rank_and_world_size_are_read_as_ascii_digits(rank, local, w
     ({"sample_rate": None}, "sample_rate: must be a number of samples a second, got None"),
     ({"store": 5}, "store: must be a path, got 5"),
     ({"name": 5}, "name: must be text, got 5"),
-    ({"name": "caf\udce9"}, "name: holds the byte 0xe9, which is not UTF-8 text")])
+    ({"name": "caf\udce9"}, "name: holds the byte 0xe9, which is not UTF-8 text"),
+    ({"name": "red\x1b[31m"}, "name: holds the control character '\\x1b': give one line of "
+                               "printable text")])
 def test_an_argument_of_the_wrong_kind_is_refused_in_the_apis_words(kwargs, words):
     """(before: TypeError: '<=' not supported between instances of 'int' and 'str', and
     pathlib's "expected str, bytes or os.PathLike object, not int", from inside anatomy; a name

@@ -66,6 +66,17 @@ def test_saving_the_labels_of_a_run_deleted_meanwhile_says_nothing_was_saved(sto
     assert store.run(other).name is None
 
 
+def test_a_label_that_is_not_one_line_of_printable_text_is_said_and_not_saved(store, seed):
+    run_id = seed()
+    app = _page(run=str(run_id))
+    app.text_input(key=f"run_name_{run_id}").set_value("red\x1b[31m")
+    app.button(key=f"FormSubmitter:run_labels_{run_id}-Save").click().run()
+    assert not app.exception
+    assert [t.value for t in app.toast] == [
+        "Not saved: name: holds the control character '\\x1b': give one line of printable text"]
+    assert store.run(run_id).name is None
+
+
 def test_a_runs_chart_and_its_export_are_a_click_away(store, seed):
     run_id = seed()
     app = _page(run=str(run_id))

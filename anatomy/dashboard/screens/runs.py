@@ -63,11 +63,15 @@ def _filters(db) -> dict:
 def _save_labels(run_id: int) -> None:
     db = server.store()
     name = st.session_state[f"run_name_{run_id}"].strip()
-    if not db.rename_run(run_id, name or None):  # deleted meanwhile (another tab, the CLI)
-        st.toast(f"Run {run_id} is not stored any more: nothing was saved",
-                 icon=":material/search_off:")
+    try:
+        if not db.rename_run(run_id, name or None):  # deleted meanwhile (another tab, the CLI)
+            st.toast(f"Run {run_id} is not stored any more: nothing was saved",
+                     icon=":material/search_off:")
+            return
+        db.set_tags(run_id, st.session_state[f"run_tags_{run_id}"].split(","))
+    except ValueError as error:  # a name or tag that is not one line of printable text
+        st.toast(f"Not saved: {error}", icon=":material/error:")
         return
-    db.set_tags(run_id, st.session_state[f"run_tags_{run_id}"].split(","))
     st.toast(f"Run {run_id} saved")
 
 
