@@ -43,7 +43,8 @@ def register(commands: argparse._SubParsersAction) -> None:
                        help="run the batch size predicted to fit and the next one (with "
                             "--until-oom: keep doubling if that one fits too); on a GPU, a "
                             "run's convolutions get their cuDNN workspaces measured first")
-    sweep.add_argument("--name", type=one_line_name, help="the sweep's name (default: what it varies)")
+    sweep.add_argument("--name", type=one_line_name,
+                       help="the sweep's name (default: what it varies)")
     sweep.add_argument("--json", action="store_true",
                        help="print the grid as one JSON object (progress goes to stderr)")
     add_store_option(sweep)

@@ -29,9 +29,10 @@ def register(commands: argparse._SubParsersAction) -> None:
                     "hosts, the same watch on each (torchrun --nnodes N --rdzv-id JOB, or "
                     "ANATOMY_RUN_KEY and ANATOMY_RUN_HOSTS) with --store postgresql://user@host/db"
                     " records one run of every host's GPUs and ranks.")
-    watched.add_argument("--name", type=one_line_name, help="the run's name (default: the name the command's "
-                                        "anatomy.start(name=…) gives, else none: lists name it "
-                                        "by its command)")
+    watched.add_argument("--name", type=one_line_name,
+                         help="the run's name (default: the name the command's "
+                              "anatomy.start(name=…) gives, else none: lists name it by its "
+                              "command)")
     watched.add_argument("--sample-rate", type=int, default=200, dest="sample_rate",
                          help="samples per second per GPU (1 to 2000, default 200)")
     watched.add_argument("--gpus", help="the visible GPUs to sample, e.g. 0,1 (default: all); "
