@@ -179,28 +179,48 @@ def _load_path(text: str, path: Path, stamp: tuple):
         try:
             return datasets.load_from_disk(str(path))
         except FileNotFoundError:
-            raise DataError("dataset", f"the folder {_shown(text)} is no dataset saved with "
-                            "save_to_disk (it has no dataset_info.json or dataset_dict.json)"
-                            ) from None
+            if not _holds_data_files(path):
+                raise DataError("dataset", f"the folder {_shown(text)} is no dataset: neither "
+                                "saved with save_to_disk (it has no dataset_info.json or "
+                                "dataset_dict.json) nor a folder of data files (ending in "
+                                f"{', '.join(DATA_FILES)})") from None
         except IndexError:  # datasets' own loader finds no table in a split of no rows
             raise DataError("split", f"{_shown(text)} holds a split of no rows: no text to "
                             "train on") from None
+        # A folder of data files, as a dataset's repository holds them (train.jsonl and
+        # test.jsonl; data/train-00000-of-00002.parquet …): datasets names its splits by them.
+        return _load_files(text, "its files", str(path))
     builder = DATA_FILES.get(path.suffix.lower())
     if builder is None:
         raise DataError("dataset", f"{_shown(text)} is not a dataset: a folder saved with "
-                        f"save_to_disk, or a file ending in {', '.join(DATA_FILES)}")
+                        f"save_to_disk or of data files, or a file ending in "
+                        f"{', '.join(DATA_FILES)}")
     if path.stat().st_size == 0:
         raise DataError("split", f"{_shown(text)} is empty: no text to train on")
+    return _load_files(text, builder, builder, data_files=str(path))
+
+
+def _holds_data_files(folder: Path) -> bool:
+    """Whether data files lie in `folder` or a folder of it (a repository's data/, train/)."""
+    return any(entry.suffix.lower() in DATA_FILES and entry.is_file()
+               for entry in [*folder.glob("*"), *folder.glob("*/*")])
+
+
+def _load_files(text: str, kind: str, *args, **kwargs):
+    """datasets' `load_dataset(*args, **kwargs)` of the user's files (read as `kind`), into
+    anatomy's cache folder; whatever they hold that cannot be read, one line."""
+    import datasets
+
     folder = cache_dir()
     try:
-        return datasets.load_dataset(builder, data_files=str(path),
+        return datasets.load_dataset(*args, **kwargs,
                                      cache_dir=str(folder / "datasets") if folder else None)
-    except Exception as error:  # noqa: BLE001 - whatever the file holds: one line
+    except Exception as error:  # noqa: BLE001 - whatever the files hold: one line
         cause = error.__cause__ or error.__context__ or error
         if "corresponds to no data" in str(error):  # a CSV file of its header alone
             raise DataError("split", f"{_shown(text)} holds no rows: no text to train on"
                             ) from None
-        raise DataError("dataset", f"{_shown(text)} cannot be read as {builder}: "
+        raise DataError("dataset", f"{_shown(text)} cannot be read as {kind}: "
                         f"{models.first_line(cause)}") from None
 
 

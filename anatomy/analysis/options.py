@@ -118,8 +118,10 @@ class RunOptions:
         metavar="MODULE", example=("q_proj", "v_proj"))
     dataset: Text = option("", "Dataset", "train on a dataset's texts instead of the dummy data: "
                            "a folder saved with save_to_disk (a Dataset or a DatasetDict), a "
-                           "JSON-lines, CSV or Parquet file, or a Hub id in the local cache "
-                           "(empty: the dummy data)", metavar="PATH|HUB_ID")
+                           "JSON-lines, CSV or Parquet file, a folder of them (a dataset's "
+                           "repository: splits by their names, train.jsonl, data/test-….parquet), "
+                           "or a Hub id in the local cache (empty: the dummy data)",
+                           metavar="PATH|HUB_ID")
     split: Text = option("", "Split", "the dataset's split (empty: train, or its only one)",
                          metavar="S")
     text_column: Text = option("", "Text column", "the dataset's column of texts (empty: text)",

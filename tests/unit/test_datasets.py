@@ -111,6 +111,8 @@ def test_every_bad_input_is_one_line_naming_its_option(text_data, tmp_path):
     (tmp_path / "empty.jsonl").write_text("")
     (tmp_path / "header.csv").write_text("text,label\n")
     (tmp_path / "not.jsonl").write_text("a cat\n")
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "notes.txt").write_text("a cat\n")
     (tmp_path / "blank.csv").write_text('text,label\n"",0\n"",1\n')  # read as floats (NaN)
     cases = {
         "a missing column": (on(text_data, text_column="body"),
@@ -134,8 +136,10 @@ def test_every_bad_input_is_one_line_naming_its_option(text_data, tmp_path):
                             "blank.csv' holds no text: each of its 2 rows is empty"),
         "a path that is not a dataset": (on(text_data, dataset=str(tmp_path / "notes.txt")),
                                          "dataset", "is not a dataset"),
-        "a folder that is not a dataset": (on(text_data, dataset=str(tmp_path)), "dataset",
-                                           "no dataset saved with save_to_disk"),
+        "a folder that is not a dataset": (on(text_data, dataset=str(tmp_path / "notes")),
+                                           "dataset", "neither saved with save_to_disk (it has "
+                                           "no dataset_info.json or dataset_dict.json) nor a "
+                                           "folder of data files"),
         "no such file": (on(text_data, dataset=str(tmp_path / "gone.jsonl")), "dataset",
                          "no such file or folder"),
         "a split not there": (on(text_data, dataset=str(text_data.splits), split="validation"),
@@ -246,6 +250,8 @@ def test_predict_says_a_datasets_sizes_in_mib_and_its_cut_in_tokens(text_data, c
 # --- the tokens ---
 
 def test_each_texts_tokens_are_its_words_whatever_file_holds_it(text_data, monkeypatch):
+    import datasets
+
     spec = models.resolve("tiny-llama")
     found = data.tokenized(on(text_data), spec, progress=False)
     assert found.lengths == Lengths.of(text_data.lengths)
@@ -255,6 +261,21 @@ def test_each_texts_tokens_are_its_words_whatever_file_holds_it(text_data, monke
         ("train", "text", ("attention_mask",))
     lines = data.tokenized(on(text_data, dataset=str(text_data.lines)), spec, progress=False)
     assert lines.lengths == found.lengths
+    # A folder of data files, as a dataset's repository holds them: its splits by their names.
+    repository = text_data.lines.parent / "repository"
+    repository.mkdir()
+    (repository / "train.jsonl").write_bytes(text_data.lines.read_bytes())
+    (repository / "test.jsonl").write_text(json.dumps({"text": "the cat"}) + "\n")
+    assert data.tokenized(on(text_data, dataset=str(repository)), spec, progress=False
+                          ).lengths == found.lengths
+    assert data.tokenized(on(text_data, dataset=str(repository), split="test", batch_size=1),
+                          spec, progress=False).lengths == Lengths.of([2])
+    hub = text_data.lines.parent / "hub-layout"  # a Hub dataset's repository: data/ of shards
+    (hub / "data").mkdir(parents=True)
+    datasets.Dataset.from_json(str(text_data.lines)).to_parquet(
+        str(hub / "data" / "train-00000-of-00001.parquet"))
+    assert data.tokenized(on(text_data, dataset=str(hub)), spec, progress=False).lengths == \
+        found.lengths
     # tokenized once: the second time from the cache
     monkeypatch.setattr(data, "_tokenize", lambda *a: pytest.fail("tokenized again"))
     assert data.tokenized(on(text_data), spec, progress=False).folder == found.folder
