@@ -74,7 +74,9 @@ def _hosts(url: str, tmp_path, steps: int, key: str = "job-7", script: str = SCR
     $ANATOMY_STORE (its password in $PGPASSWORD)."""
     (tmp_path / "train.py").write_text(script)
     master = str(free_port())
-    env = {**os.environ, "ANATOMY_STORE": url,
+    # TMPDIR: torchrun's own log folders (a torchelastic_* a launch, which torch never removes)
+    # stay in the test's folder.
+    env = {**os.environ, "ANATOMY_STORE": url, "TMPDIR": str(tmp_path),
            "PYTHONPATH": os.pathsep.join(filter(None, (str(PROJECT),
                                                        os.environ.get("PYTHONPATH"))))}
     watch = [sys.executable, "-m", "anatomy", "watch", "--"] if watched else []
