@@ -109,9 +109,10 @@ def _print_grid(result: SweepGrid) -> None:
 
 def _fitted(result: SweepGrid, size: int | None, value=None) -> str:
     """The ladder's answer; where nothing ran out of memory, only a floor (as the Compare page
-    says it)."""
+    says it); where nothing completed and nothing ran out (a sweep stopped in its first run),
+    nothing is known."""
     if size is None:
-        return "none"
+        return "none" if result.ran_out(value) else "not known (no run completed)"
     return str(size) if result.ran_out(value) else f"≥ {size} (no run ran out of memory)"
 
 

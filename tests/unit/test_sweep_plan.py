@@ -306,3 +306,15 @@ def test_from_prediction_says_what_its_two_runs_make_of_the_prediction(capsys):
     above = _confirmed((2362, Status.OOM))  # the next skipped: a smaller one ran out
     assert _verdict(above, 2362) == "the prediction was above: 2362 ran out of memory"
     assert _verdict(_confirmed((5, Status.FAILED), (6, Status.COMPLETED)), 5) is None
+
+
+def test_a_sweep_stopped_in_its_first_run_knows_no_largest_batch_size(capsys):
+    """Stopped (Ctrl-C) during its first run, the sweep said "largest batch size that fit: none",
+    as though every size had run out of memory."""
+    from anatomy.cli.sweep import _print_grid
+
+    _print_grid(_confirmed((2, Status.STOPPED)))
+    assert capsys.readouterr().out.endswith(
+        "largest batch size that fit: not known (no run completed)\n")
+    _print_grid(_confirmed((2, Status.OOM)))
+    assert capsys.readouterr().out.endswith("largest batch size that fit: none\n")
