@@ -692,3 +692,12 @@ def test_a_folder_of_adapters_anatomy_does_not_train_says_what_it_trains(tmp_pat
     (tmp_path / "empty").mkdir()
     with pytest.raises(ModelError, match=r"^model: the folder .*/empty has no config.json$"):
         models.resolve(str(tmp_path / "empty"))
+
+
+def test_a_model_path_with_a_control_character_is_quoted_with_its_escape(tmp_path):
+    """A path's terminal escape went to the terminal as it was in "no such file or folder: …",
+    colouring what followed."""
+    with pytest.raises(ModelError) as refused:
+        models.resolve(f"{tmp_path}/a\x1b[31mb")
+    assert "\x1b" not in str(refused.value)
+    assert str(refused.value).endswith("/a\\x1b[31mb")

@@ -5,6 +5,7 @@ cache; checked (`checks.check_config`) before it is given back.
 from __future__ import annotations
 
 import json
+import unicodedata
 from functools import lru_cache
 from pathlib import Path
 
@@ -68,7 +69,9 @@ def _read_config(path: Path, shown: str) -> dict:
 
 
 def short(text: str) -> str:
-    """A name as a message quotes it: its first and last characters when it is long."""
+    """A name as a message quotes it: its first and last characters when it is long, and a
+    control character as its escape (a path's ESC would colour the user's terminal)."""
+    text = "".join(repr(c)[1:-1] if unicodedata.category(c) == "Cc" else c for c in text)
     return text if len(text) <= 80 else f"{text[:40]}…{text[-30:]}"
 
 
