@@ -225,10 +225,12 @@ def _run_words(options: RunOptions, predicted) -> str:
         dummy_data.sample(spec, options.seq_len).words
     lora = (f", LoRA rank {options.lora_rank} ({predicted.trainable_parameters:,} trainable)"
             if options.lora else "")
+    quantized = models.quantization_left_out(spec.config)
     return (f"{spec.display_name} ({predicted.parameters:,} parameters, {spec.task}), batch size "
             f"{options.batch_size}, {shape}, {options.precision}, {options.optim}"
             f"{', gradient checkpointing' if options.gradient_checkpointing else ''}"
-            f"{f', accumulation {options.grad_accum}' if options.grad_accum > 1 else ''}{lora}")
+            f"{f', accumulation {options.grad_accum}' if options.grad_accum > 1 else ''}{lora}"
+            f"{f'; {quantized}' if quantized else ''}")
 
 
 def _measuring_refusal(args: argparse.Namespace, info, device: str, gpu_name: str | None

@@ -137,6 +137,9 @@ def _run(args: argparse.Namespace, checked: Checked, store: Store, manager: RunM
             print(f"run {run_id}: {models.display_name(options.model)}, batch size "
                   f"{options.batch_size}, "
                   f"{options.precision}, {rep.device_name}")
+            quantized = models.quantization_left_out(models.resolve(options.model).config)
+            if quantized:
+                print(f"model: {quantized}")
             if rep.environment.data is not None:
                 print(text.data_line(rep.environment.data))
             print(f"measuring: {text.source(rep.backend, rep.memory_api)}")

@@ -9,12 +9,13 @@ prediction); this module names and arranges them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 import numpy as np
 
 from anatomy import strategies
+from anatomy.analysis import models
 from anatomy.analysis.components import TENSOR_PARTS, Components
 from anatomy.analysis.operations import (
     CONTRACTION,
@@ -105,7 +106,13 @@ def user_run_basis(report: RunReport, steps: Sequence[Step] = ()) -> str:
     lora = f", LoRA rank {options.lora_rank}" if options.lora else ""
     return (f"Predicted from what the run recorded: the model's config, batch size "
             f"{options.batch_size}, {options.precision}, {options.optim}{lora}{length}; on "
-            "random data of that shape, as anatomy's own runs train.")
+            f"random data of that shape, as anatomy's own runs train.{_unquantized(config)}")
+
+
+def _unquantized(config: Mapping) -> str:
+    """A prediction's words on a config's quantization, which it leaves out ("" for none)."""
+    quantized = models.quantization_left_out(config)
+    return f" The config's {quantized.removeprefix('its ')}." if quantized else ""
 
 
 def kept_model_basis(report: RunReport) -> str | None:
@@ -115,7 +122,8 @@ def kept_model_basis(report: RunReport) -> str | None:
     if origin is None:
         return None
     return (f"Predicted from the config the run kept of its model, {report.model} ({origin}), "
-            "whatever became of the file since.")
+            "whatever became of the file since."
+            f"{_unquantized(report.environment.model_config or {})}")
 
 
 def measured_batch_line(report: RunReport) -> str | None:

@@ -373,6 +373,21 @@ def test_a_users_run_without_a_model_says_in_one_line_why_there_is_no_prediction
 
 # --- the model a run carries ---
 
+def test_a_users_run_of_a_quantized_model_says_its_prediction_is_unquantized(store, seed_users):
+    """A QLoRA script's model (loaded with a BitsAndBytesConfig: its config keeps the
+    quantization_config) is predicted unquantized beside what was measured: the page says so."""
+    run_id = seed_users("trainer")
+    kept = store.run(run_id).environment.model_config
+    store.merge_environment(run_id, {"model_config": {**kept, "quantization_config": {
+        "quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}}})
+    app = _page(run=str(run_id))
+    assert not app.exception
+    basis = next(c.value for c in app.caption
+                 if c.value.startswith("Predicted from what the run recorded"))
+    assert basis.endswith(" The config's quantization_config (bitsandbytes, 4-bit) is left "
+                          "out: the weights are unquantized."), basis
+
+
 def test_a_run_of_a_relative_model_folder_since_deleted_is_predicted_from_the_config_it_kept(
         tmp_path, model_gone):
     """`anatomy run --model my-bert` in one folder, the dashboard started in another: "No

@@ -701,3 +701,33 @@ def test_a_model_path_with_a_control_character_is_quoted_with_its_escape(tmp_pat
         models.resolve(f"{tmp_path}/a\x1b[31mb")
     assert "\x1b" not in str(refused.value)
     assert str(refused.value).endswith("/a\\x1b[31mb")
+
+
+def test_a_quantized_models_config_is_predicted_and_run_unquantized_and_says_so(tmp_path, capsys):
+    """A config as transformers saves a model loaded with quantization (a BitsAndBytesConfig, a
+    GPTQConfig) was predicted as the same model unquantized without a word: its
+    quantization_config is left out, said where the model is described. (Not refused:
+    published configs carry one where the unquantized model is what is run, gpt-oss's mxfp4.)"""
+    from transformers import BitsAndBytesConfig, GPTQConfig, LlamaConfig
+
+    from anatomy.cli import main
+
+    for name, quantization, words in [
+            ("nf4", BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4"),
+             "bitsandbytes, 4-bit"),
+            ("int8", BitsAndBytesConfig(load_in_8bit=True), "bitsandbytes, 8-bit"),
+            ("gptq", GPTQConfig(bits=4), "gptq, 4-bit"),
+            ("plain", None, None)]:
+        config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                             num_attention_heads=2, vocab_size=128)
+        if quantization is not None:
+            config.quantization_config = quantization
+        config.save_pretrained(tmp_path / name)
+        spec = models.resolve(str(tmp_path / name))
+        said = models.quantization_left_out(spec.config)
+        assert said == (f"its quantization_config ({words}) is left out: the weights are "
+                        "unquantized" if words else None)
+        assert main(["predict", "--model", str(tmp_path / name), "--device", "cpu",
+                     "--batch-size", "1", "--seq-len", "8"]) == 0
+        first = capsys.readouterr().out.splitlines()[0]
+        assert first.endswith(f"; {said}") if said else "quantization" not in first

@@ -31,6 +31,7 @@ from anatomy.analysis.models.checks import (
     config_class_refusal,
     estimated_parameters,
     number_text,
+    quantization_left_out,
 )
 from anatomy.analysis.models.classes import (
     MAIN_INPUTS,
@@ -163,6 +164,7 @@ __all__ = [
     "main_input",
     "materialise",
     "number_text",
+    "quantization_left_out",
     "path_exists",
     "resolve",
     "short",

@@ -126,6 +126,23 @@ def _check_sizes(config: Mapping[str, Any], where: str, inside: str = "") -> Non
             raise ModelError(f"{where}: {name} must be a positive number, got {value}")
 
 
+def quantization_left_out(config: Mapping[str, Any]) -> str | None:
+    """What a config's quantization_config is, said as left out ("its quantization_config
+    (bitsandbytes, 4-bit) is left out: the weights are unquantized"), or None. `from_pretrained`
+    quantizes the weights as it loads them; anatomy builds them from the config (random weights,
+    as much memory as pretrained ones) unquantized, trains and predicts them so. Not refused:
+    published configs carry one (gpt-oss's mxfp4) where the unquantized model is what is run."""
+    quantization = config.get("quantization_config")
+    if not quantization:
+        return None
+    method = (str(quantization.get("quant_method") or "an unnamed method")
+              if isinstance(quantization, Mapping) else "an unnamed method")
+    bits = (("4" if quantization.get("load_in_4bit") else "8" if quantization.get("load_in_8bit")
+             else quantization.get("bits")) if isinstance(quantization, Mapping) else None)
+    how = f"{method}, {bits}-bit" if str(bits).isdigit() else method
+    return f"its quantization_config ({how}) is left out: the weights are unquantized"
+
+
 def check_config(spec: ModelSpec) -> None:
     """What can be told wrong from the config file alone, in one line each: before anything is
     built, so a wrong or impossible config costs nothing."""
