@@ -243,7 +243,8 @@ def memory_forecast(checked: Checked, machine: Machine, store: Store | None = No
         if need > total:
             warning = (f"predicted peak {gib_text(need)} is more than {where}: "
                        "this run will most likely end out of memory")
-        return Forecast(line, warning, data=found.batches if found else None)
+        return Forecast(_unquantized(line, options), warning,
+                        data=found.batches if found else None)
     stored = (breakdown.stored_cpu_peak(store, forecast)
               if device == "cpu" and store is not None and found is None else None)
     if stored is not None:
@@ -256,7 +257,13 @@ def memory_forecast(checked: Checked, machine: Machine, store: Store | None = No
         warning = _fit_warning(said, where)
     except PredictionError as error:
         return Forecast(None, f"cannot predict this run: {error}")
-    return Forecast(line, warning, data=found.batches if found else None)
+    return Forecast(_unquantized(line, options), warning, data=found.batches if found else None)
+
+
+def _unquantized(line: str, options: RunOptions) -> str:
+    """The forecast's line, and what it leaves out of the model's config: its quantization."""
+    quantized = models.quantization_left_out(models.resolve(options.model).config)
+    return f"{line} ({quantized})" if quantized else line
 
 
 def _fit_warning(said: Answer, where: str) -> str | None:

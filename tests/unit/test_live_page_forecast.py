@@ -384,3 +384,20 @@ def test_a_cpu_forecast_gives_the_rss_in_all_the_process_as_the_anatomy_page_mea
         f"{size_text(expected.process)} for the process itself (the interpreter, torch's "
         f"libraries, the data: as run {run_id} held them before training)")
     assert expected.process == 500 * 2**20 - report(store, run_id).components.weights
+
+
+def test_the_forms_forecast_of_a_quantized_models_config_says_it_is_unquantized(store, tmp_path):
+    """A config as transformers saves a model loaded in 4 bits: the forecast is of the weights
+    unquantized (as the run trains them), and says so."""
+    from transformers import BitsAndBytesConfig, LlamaConfig
+
+    config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, vocab_size=128)
+    config.quantization_config = BitsAndBytesConfig(load_in_4bit=True)
+    config.save_pretrained(tmp_path / "qlora-base")
+    options = replace(defaults_for(False), model=str(tmp_path / "qlora-base"), seq_len=16)
+    forecast = live.memory_forecast(validated(options, 0), CPU, store)
+    assert forecast.line.endswith(" (its quantization_config (bitsandbytes, 4-bit) is left out:"
+                                  " the weights are unquantized)"), forecast.line
+    plain = live.memory_forecast(validated(replace(options, model="tiny"), 0), CPU, store)
+    assert "quantization" not in plain.line
