@@ -116,6 +116,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, checked: Checked, store: Store, manager: RunManager) -> int:
     options = checked.options
+    # The model was resolved as the options were judged: read before the run starts.
+    quantized = models.quantization_left_out(models.resolve(options.model).config)
     with StopSignals() as signals:
         try:
             run_id = manager.start(checked)
@@ -137,7 +139,6 @@ def _run(args: argparse.Namespace, checked: Checked, store: Store, manager: RunM
             print(f"run {run_id}: {models.display_name(options.model)}, batch size "
                   f"{options.batch_size}, "
                   f"{options.precision}, {rep.device_name}")
-            quantized = models.quantization_left_out(models.resolve(options.model).config)
             if quantized:
                 print(f"model: {quantized}")
             if rep.environment.data is not None:

@@ -262,7 +262,10 @@ def memory_forecast(checked: Checked, machine: Machine, store: Store | None = No
 
 def _unquantized(line: str, options: RunOptions) -> str:
     """The forecast's line, and what it leaves out of the model's config: its quantization."""
-    quantized = models.quantization_left_out(models.resolve(options.model).config)
+    try:
+        quantized = models.quantization_left_out(models.resolve(options.model).config)
+    except models.ModelError:  # its file gone since it was predicted: the line stands alone
+        return line
     return f"{line} ({quantized})" if quantized else line
 
 
