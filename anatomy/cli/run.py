@@ -116,8 +116,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, checked: Checked, store: Store, manager: RunManager) -> int:
     options = checked.options
-    # The model was resolved as the options were judged: read before the run starts.
-    quantized = models.quantization_left_out(models.resolve(options.model).config)
+    try:  # resolved as the options were judged (its file gone since: the run refuses it)
+        quantized = models.quantization_left_out(models.resolve(options.model).config)
+    except models.ModelError:
+        quantized = None
     with StopSignals() as signals:
         try:
             run_id = manager.start(checked)
