@@ -54,11 +54,16 @@ STYLE = """<style>
 .st-key-delete_yes button { background-color: #B3261E; border-color: #B3261E; color: white; }
 .st-key-delete_yes button:hover { background-color: #8C1D18; border-color: #8C1D18;
                                   color: white; }
+/* The element that carries this style takes no room (nor the gap under it). */
+[data-testid="stElementContainer"]:has(style) { display: none; }
 </style>"""
 
 
 def style() -> None:
-    st.html(STYLE)
+    # In the page's flow, ahead of every element the page draws: st.html sends a style alone to
+    # Streamlit's event container, which a browser may show after the charts, so a chart was first
+    # laid out between the 80 px margins (540 px at 1,000 px) and then moved.
+    st.markdown(STYLE, unsafe_allow_html=True)
 
 
 MISSING = "—"  # what a table shows where a run has no value (Streamlit's own word is "None")
