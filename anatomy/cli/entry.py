@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import io
 import os
 import sys
 
@@ -42,6 +43,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: the argument {refused!r} is not UTF-8 text: anatomy keeps names, tags, "
               "paths and commands as UTF-8", file=sys.stderr)
         return 2
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        # A terminal or pipe whose encoding lacks a character of a name or tag (LANG=C on an old
+        # Python, PYTHONIOENCODING=ascii, Latin-1): its escape, as stderr writes it, not a
+        # UnicodeEncodeError traceback.
+        sys.stdout.reconfigure(errors="backslashreplace")
     output = _Output(sys.stdout)
     sys.stdout = output
     args = None

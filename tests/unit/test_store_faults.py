@@ -5,6 +5,7 @@ of a run's processes, and read-only media, are in tests/e2e/test_faults.py.)"""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import socket
@@ -442,3 +443,17 @@ def test_a_store_named_with_a_tilde_is_in_the_home_folder_and_a_blank_one_is_uns
     store = Store(given)
     assert store.path == Path(expected.replace("HOME", str(tmp_path / "home")))
     assert store.path.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["home"]
+
+
+def test_names_an_output_cannot_encode_are_written_as_escapes(store, capsys, monkeypatch):
+    """`PYTHONIOENCODING=ascii anatomy runs` (or a Latin-1 terminal) over a run named "café×"
+    was a UnicodeEncodeError traceback."""
+    seed_run(store)
+    assert cli.main(["rename", "1", "café×", "--store", str(store.path)]) == 0
+    for command in (["runs"], ["show", "1"]):
+        written = io.BytesIO()
+        terminal = io.TextIOWrapper(written, encoding="ascii")
+        monkeypatch.setattr("sys.stdout", terminal)
+        assert cli.main([*command, "--store", str(store.path)]) == 0
+        terminal.flush()
+        assert "caf\\xe9\\xd7" in written.getvalue().decode("ascii"), command
