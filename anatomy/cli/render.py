@@ -110,13 +110,19 @@ class PhaseEnds:
 CELL_WIDTH = 48  # a long name or a model's path shortened in its middle; --json has it whole
 
 
+def printable(value: object) -> str:
+    """A value on one line: its line breaks and tabs as spaces, any other control character as
+    "?" (a name's terminal escape would colour the rest of the line, a carriage return write
+    its line over). Names stored before they had to be one line of printable text, or
+    imported, may hold them."""
+    return "".join(" " if c.isspace() else "?" if unicodedata.category(c) == "Cc" else c
+                   for c in str(value))
+
+
 def _cell(value: object) -> str:
-    """A value on one line of a table: its line breaks and tabs as spaces, any other control
-    character as "?" (a name's terminal escape would colour the rest of the table, a carriage
-    return write its row over), and at most CELL_WIDTH wide (one run named with 100,000
-    characters padded every row of `runs` to as many)."""
-    text = "-" if value is None else "".join(
-        " " if c.isspace() else "?" if unicodedata.category(c) == "Cc" else c for c in str(value))
+    """A value on one line of a table (`printable`), at most CELL_WIDTH wide (one run named
+    with 100,000 characters padded every row of `runs` to as many)."""
+    text = "-" if value is None else printable(value)
     return text if len(text) <= CELL_WIDTH else f"{text[:30]}…{text[-(CELL_WIDTH - 31):]}"
 
 

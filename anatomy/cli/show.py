@@ -11,7 +11,7 @@ from anatomy.analysis.compare import option
 from anatomy.analysis.operations import comparison
 from anatomy.analysis.report import IMPORTED, when
 from anatomy.cli.arguments import add_store_option, run_id
-from anatomy.cli.render import peak, table
+from anatomy.cli.render import peak, printable, table
 from anatomy.cli.stores import reading, report_or_error
 from anatomy.store import resolve_path
 from anatomy.units import MIB, in_mib
@@ -42,6 +42,10 @@ def cmd_show(args: argparse.Namespace) -> int:
         return 0
     env = rep.environment
     print(f"run {rep.id}  status: {rep.status}  created: {when(rep.created_at)}")
+    # What the user gave it (rename, tag, a sweep), as the Runs table lists it.
+    labels = {"name": rep.name, "tags": ", ".join(rep.tags), "sweep": rep.sweep}
+    if any(labels.values()):
+        print("  ".join(f"{what}: {printable(value)}" for what, value in labels.items() if value))
     print(f"device: {rep.device_name}  driver: {env.driver or '-'}  "
           f"torch: {env.torch or '-'}  transformers: {env.transformers or '-'}")
     print(f"measuring: {text.source(rep.backend, rep.memory_api)}")

@@ -361,3 +361,19 @@ def test_every_option_of_every_command_says_what_it_does():
     silent = [(name, action.option_strings[0]) for name, command in commands.choices.items()
               for action in command._actions if action.option_strings and not action.help]
     assert silent == []
+
+
+def test_show_says_the_name_tags_and_sweep_a_run_was_given(store, runs, capsys):
+    """`show` left out what `rename` and `tag` gave a run (the Runs table and page show it), and
+    a name stored with control characters prints none."""
+    store.rename_run(runs[0], "walkthrough café")
+    store.set_tags(runs[0], ["h200", "baseline"])
+    store.update_run(runs[1], name="over\rwritten\x1b[31m")
+    capsys.readouterr()
+    assert cli(store, "show", str(runs[0])) == 0
+    assert capsys.readouterr().out.splitlines()[1] == (
+        "name: walkthrough café  tags: h200, baseline")
+    assert cli(store, "show", str(runs[1])) == 0
+    assert capsys.readouterr().out.splitlines()[1] == "name: over written?[31m"
+    assert cli(store, "show", str(runs[2])) == 0
+    assert not capsys.readouterr().out.splitlines()[1].startswith(("name:", "tags:"))
