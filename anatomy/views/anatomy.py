@@ -15,7 +15,6 @@ from typing import NamedTuple
 import numpy as np
 
 from anatomy import strategies
-from anatomy.analysis import models
 from anatomy.analysis.components import TENSOR_PARTS, Components
 from anatomy.analysis.operations import (
     CONTRACTION,
@@ -110,9 +109,9 @@ def user_run_basis(report: RunReport, steps: Sequence[Step] = ()) -> str:
 
 
 def _unquantized(config: Mapping) -> str:
-    """A prediction's words on a config's quantization, which it leaves out ("" for none)."""
-    quantized = models.quantization_left_out(config)
-    return f" The config's {quantized.removeprefix('its ')}." if quantized else ""
+    """The basis's last sentence: what the prediction leaves out of the config ("" for none)."""
+    words = text.unquantized(config)
+    return f" {words}." if words else ""
 
 
 def kept_model_basis(report: RunReport) -> str | None:

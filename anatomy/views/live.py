@@ -261,12 +261,13 @@ def memory_forecast(checked: Checked, machine: Machine, store: Store | None = No
 
 
 def _unquantized(line: str, options: RunOptions) -> str:
-    """The forecast's line, and what it leaves out of the model's config: its quantization."""
+    """The forecast's line, and a sentence on what it leaves out of the model's config: its
+    quantization (the page ends the line's last sentence)."""
     try:
-        quantized = models.quantization_left_out(models.resolve(options.model).config)
+        words = text.unquantized(models.resolve(options.model).config)
     except models.ModelError:  # its file gone since it was predicted: the line stands alone
         return line
-    return f"{line} ({quantized})" if quantized else line
+    return f"{line}. {words}" if words else line
 
 
 def _fit_warning(said: Answer, where: str) -> str | None:

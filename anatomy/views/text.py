@@ -5,9 +5,10 @@ says it the same way."""
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
+from anatomy.analysis import models
 from anatomy.analysis.components import measured_batch, partial_micro_batch
 from anatomy.analysis.lengths import Lengths, TextBatch, longest_batches
 from anatomy.analysis.models import display_name
@@ -159,6 +160,13 @@ def _logged(steps: Sequence[Step]) -> str:
     if len(gaps) == 1 and (every := gaps.pop()) > 0:
         return f"every {every} steps, as it logged it ({len(logged)} of {len(steps)} steps)"
     return f"at the {len(logged)} of {len(steps)} steps it logged"
+
+
+def unquantized(config: Mapping) -> str | None:
+    """What a prediction leaves out of a model's config, its quantization, as a sentence without
+    its full stop (None for none): the weights are predicted, and trained, unquantized."""
+    quantized = models.quantization_left_out(config)
+    return f"The config's {quantized.removeprefix('its ')}" if quantized else None
 
 
 def model_origin(report: RunReport) -> str | None:

@@ -397,7 +397,8 @@ def test_the_forms_forecast_of_a_quantized_models_config_says_it_is_unquantized(
     config.save_pretrained(tmp_path / "qlora-base")
     options = replace(defaults_for(False), model=str(tmp_path / "qlora-base"), seq_len=16)
     forecast = live.memory_forecast(validated(options, 0), CPU, store)
-    assert forecast.line.endswith(" (its quantization_config (bitsandbytes, 4-bit) is left out:"
-                                  " the weights are unquantized)"), forecast.line
+    assert forecast.line.endswith("itself. The config's quantization_config "
+                                  "(bitsandbytes, 4-bit) is left out: the weights are "
+                                  "unquantized"), forecast.line
     plain = live.memory_forecast(validated(replace(options, model="tiny"), 0), CPU, store)
     assert "quantization" not in plain.line
