@@ -35,8 +35,15 @@ from anatomy.analysis.lengths import MAX_LENGTH, Lengths
 from anatomy.analysis.models import CAUSAL_LM, SEQUENCE_CLASSIFICATION, ModelSpec
 from anatomy.store import TrainingData
 
-# The files load_dataset reads by their builder, by suffix.
-DATA_FILES = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+# The files of text load_dataset reads, by suffix: the builder that reads them and its arguments.
+# JSON (lines, or an array of objects), CSV and TSV, Parquet, Arrow (a stream, as datasets writes
+# it), plain text (a row a line, in the column "text").
+DATA_FILES = {".jsonl": ("json", {}), ".ndjson": ("json", {}), ".json": ("json", {}),
+              ".csv": ("csv", {}), ".tsv": ("csv", {"sep": "\t"}), ".parquet": ("parquet", {}),
+              ".arrow": ("arrow", {}), ".txt": ("text", {})}
+# Each of them compressed, as datasets reads it (fsspec's compressions): d.jsonl.gz is JSON lines.
+COMPRESSED = (".gz", ".bz2", ".xz")
+DATA_FILE_NAMES = f"{', '.join(DATA_FILES)} (or any of them {', '.join(COMPRESSED)})"
 DEFAULT_SPLIT = "train"
 DEFAULT_COLUMN = "text"
 TOKENIZE_BATCH = 1000  # texts per call of the fast tokenizer
@@ -161,7 +168,7 @@ def _load(text: str):
     path = _path_of(text)
     if path is not None:
         return str(path.resolve()), _load_path(text, path.resolve(), _stamp(path.resolve()))
-    if Path(text).suffix.lower() in DATA_FILES or text.startswith((".", "/", "~")) or \
+    if data_format(Path(text)) is not None or text.startswith((".", "/", "~")) or \
             not _is_hub_id(text):
         raise DataError("dataset", f"no such file or folder: {_shown(text)}")
     try:
@@ -183,26 +190,35 @@ def _load_path(text: str, path: Path, stamp: tuple):
                 raise DataError("dataset", f"the folder {_shown(text)} is no dataset: neither "
                                 "saved with save_to_disk (it has no dataset_info.json or "
                                 "dataset_dict.json) nor a folder of data files (ending in "
-                                f"{', '.join(DATA_FILES)})") from None
+                                f"{DATA_FILE_NAMES})") from None
         except IndexError:  # datasets' own loader finds no table in a split of no rows
             raise DataError("split", f"{_shown(text)} holds a split of no rows: no text to "
                             "train on") from None
         # A folder of data files, as a dataset's repository holds them (train.jsonl and
         # test.jsonl; data/train-00000-of-00002.parquet …): datasets names its splits by them.
         return _load_files(text, "its files", str(path))
-    builder = DATA_FILES.get(path.suffix.lower())
-    if builder is None:
+    read = data_format(path)
+    if read is None:
         raise DataError("dataset", f"{_shown(text)} is not a dataset: a folder saved with "
-                        f"save_to_disk or of data files, or a file ending in "
-                        f"{', '.join(DATA_FILES)}")
+                        f"save_to_disk or of data files, or a file ending in {DATA_FILE_NAMES}")
     if path.stat().st_size == 0:
         raise DataError("split", f"{_shown(text)} is empty: no text to train on")
-    return _load_files(text, builder, builder, data_files=str(path))
+    builder, arguments = read
+    return _load_files(text, builder, builder, data_files=str(path), **arguments)
+
+
+def data_format(path: Path) -> tuple[str, dict] | None:
+    """The builder that reads a data file, and its arguments, by the file's suffix (the one
+    under a compression's); None: no data file of text."""
+    suffixes = [suffix.lower() for suffix in path.suffixes]
+    if suffixes and suffixes[-1] in COMPRESSED:
+        suffixes.pop()
+    return DATA_FILES.get(suffixes[-1]) if suffixes else None
 
 
 def _holds_data_files(folder: Path) -> bool:
     """Whether data files lie in `folder` or a folder of it (a repository's data/, train/)."""
-    return any(entry.suffix.lower() in DATA_FILES and entry.is_file()
+    return any(data_format(entry) is not None and entry.is_file()
                for entry in [*folder.glob("*"), *folder.glob("*/*")])
 
 
@@ -395,10 +411,12 @@ def problems(options: RunOptions, spec: ModelSpec) -> dict[str, str]:
                          "text to train on"}
     need = options.batch_size * max(1, options.world_size)
     if rows < need:
+        processes = max(1, options.world_size)
         return {"dataset": f"dataset: {_shown(options.dataset)} ({texts.split}) holds {rows:,} "
-                           f"texts, fewer than one batch of {options.batch_size} for each of "
-                           f"{max(1, options.world_size)} training process(es): a smaller "
-                           "batch size trains on it"}
+                           f"text{'s' if rows != 1 else ''}, fewer than one batch of "
+                           f"{options.batch_size} for each of {processes} training "
+                           f"process{'es' if processes != 1 else ''}: a smaller batch size "
+                           "trains on it"}
     vocabulary = spec.vocab_size
     if vocabulary and len(texts.tokenizer) > vocabulary:
         return {"tokenizer": f"tokenizer: its vocabulary ({len(texts.tokenizer):,} tokens) is "

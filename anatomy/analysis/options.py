@@ -118,7 +118,8 @@ class RunOptions:
         metavar="MODULE", example=("q_proj", "v_proj"))
     dataset: Text = option("", "Dataset", "train on a dataset's texts instead of the dummy data: "
                            "a folder saved with save_to_disk (a Dataset or a DatasetDict), a "
-                           "JSON-lines, CSV or Parquet file, a folder of them (a dataset's "
+                           "JSON (lines), CSV, TSV, Parquet, Arrow or text file (one text a "
+                           "line), each also .gz, .bz2 or .xz, a folder of them (a dataset's "
                            "repository: splits by their names, train.jsonl, data/test-….parquet), "
                            "or a Hub id in the local cache (empty: the dummy data)",
                            metavar="PATH|HUB_ID")

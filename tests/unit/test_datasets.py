@@ -107,12 +107,12 @@ def test_every_bad_input_is_one_line_naming_its_option(text_data, tmp_path):
     holes = tmp_path / "holes"
     datasets.Dataset.from_dict({"text": ["a cat", None, "a dog", "the mat"]}).save_to_disk(
         str(holes))
-    (tmp_path / "notes.txt").write_text("a cat\n")
+    (tmp_path / "notes.docx").write_text("a cat\n")
     (tmp_path / "empty.jsonl").write_text("")
     (tmp_path / "header.csv").write_text("text,label\n")
     (tmp_path / "not.jsonl").write_text("a cat\n")
     (tmp_path / "notes").mkdir()
-    (tmp_path / "notes" / "notes.txt").write_text("a cat\n")
+    (tmp_path / "notes" / "notes.docx").write_text("a cat\n")
     (tmp_path / "blank.csv").write_text('text,label\n"",0\n"",1\n')  # read as floats (NaN)
     cases = {
         "a missing column": (on(text_data, text_column="body"),
@@ -134,7 +134,7 @@ def test_every_bad_input_is_one_line_naming_its_option(text_data, tmp_path):
                           "1 of the 4 rows of 'text' hold no text"),
         "texts all blank": (on(text_data, dataset=str(tmp_path / "blank.csv")), "text_column",
                             "blank.csv' holds no text: each of its 2 rows is empty"),
-        "a path that is not a dataset": (on(text_data, dataset=str(tmp_path / "notes.txt")),
+        "a path that is not a dataset": (on(text_data, dataset=str(tmp_path / "notes.docx")),
                                          "dataset", "is not a dataset"),
         "a folder that is not a dataset": (on(text_data, dataset=str(tmp_path / "notes")),
                                            "dataset", "neither saved with save_to_disk (it has "
@@ -279,6 +279,39 @@ def test_each_texts_tokens_are_its_words_whatever_file_holds_it(text_data, monke
     # tokenized once: the second time from the cache
     monkeypatch.setattr(data, "_tokenize", lambda *a: pytest.fail("tokenized again"))
     assert data.tokenized(on(text_data), spec, progress=False).folder == found.folder
+
+
+@pytest.mark.parametrize("name", ["texts.tsv", "texts.txt", "texts.ndjson", "texts.jsonl.gz",
+                                  "texts.csv.bz2", "texts.txt.xz", "texts.arrow"])
+def test_each_text_format_datasets_reads_is_a_dataset(text_data, tmp_path, name):
+    """A TSV, a text file (a text a line), an Arrow stream, a compressed JSON-lines file … were
+    "not a dataset": datasets reads each of them, and its texts are the same texts."""
+    import bz2
+    import gzip
+    import lzma
+
+    import pyarrow as pa
+
+    spec = models.resolve("tiny-llama")
+    texts = [json.loads(line)["text"] for line in text_data.lines.read_text().splitlines()]
+    path = tmp_path / name
+    opened = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}.get(path.suffix, open)
+    if name.endswith(".arrow"):
+        table = pa.table({"label": [0] * len(texts), "text": texts})
+        with pa.ipc.new_stream(str(path), table.schema) as stream:
+            stream.write_table(table)
+    else:
+        with opened(path, "wt") as file:
+            if ".tsv" in name:
+                file.write("label\ttext\n" + "".join(f"0\t{text}\n" for text in texts))
+            elif ".csv" in name:
+                file.write("text,label\n" + "".join(f"{text},0\n" for text in texts))
+            elif ".txt" in name:
+                file.write("".join(f"{text}\n" for text in texts))
+            else:
+                file.write("".join(json.dumps({"text": text}) + "\n" for text in texts))
+    found = data.tokenized(on(text_data, dataset=str(path)), spec, progress=False)
+    assert found.lengths == Lengths.of(text_data.lengths)
 
 
 def test_texts_are_cut_at_max_length_or_the_models_positions(text_data):
