@@ -24,11 +24,15 @@ def cache_dir() -> Path | None:
 def write_atomically(path: Path, data: bytes) -> bool:
     """`data` into `path` whole or not at all (a reader never sees half a file); False where it
     could not be written — a cache that cannot be written is a slower start, not a failure."""
+    part = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".part") as file:
+            part = file.name
             file.write(data)
-        os.replace(file.name, path)
+        os.replace(part, path)
     except OSError:
+        if part is not None:  # half written (a full disk): not left behind
+            Path(part).unlink(missing_ok=True)
         return False
     return True

@@ -15,6 +15,7 @@ anything starts. Imports datasets and transformers inside its functions only.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import inspect
 import json
@@ -30,7 +31,7 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 
 from anatomy.analysis import dummy_data, models
-from anatomy.analysis.cache import cache_dir
+from anatomy.analysis.cache import CACHE_ENV, cache_dir
 from anatomy.analysis.lengths import MAX_LENGTH, Lengths
 from anatomy.analysis.models import CAUSAL_LM, SEQUENCE_CLASSIFICATION, ModelSpec
 from anatomy.store import TrainingData
@@ -227,17 +228,53 @@ def _load_files(text: str, kind: str, *args, **kwargs):
     anatomy's cache folder; whatever they hold that cannot be read, one line."""
     import datasets
 
-    folder = cache_dir()
+    cache = _datasets_cache()
     try:
-        return datasets.load_dataset(*args, **kwargs,
-                                     cache_dir=str(folder / "datasets") if folder else None)
+        return datasets.load_dataset(*args, **kwargs, cache_dir=cache)
     except Exception as error:  # noqa: BLE001 - whatever the files hold: one line
         cause = error.__cause__ or error.__context__ or error
         if "corresponds to no data" in str(error):  # a CSV file of its header alone
             raise DataError("split", f"{_shown(text)} holds no rows: no text to train on"
                             ) from None
+        # The cache's disk, not the files: full as it writes, or too full to start (datasets'
+        # own check, an OSError of no errno).
+        full = any(isinstance(e, OSError) and (e.errno in (errno.ENOSPC, errno.EDQUOT) or
+                                               str(e).startswith("Not enough disk space"))
+                   for e in (error, cause))
+        if full:
+            raise DataError("dataset", f"{_shown(text)} cannot be read into the cache "
+                            f"{cache or 'of datasets'}: no space left on its device "
+                            f"({CACHE_ENV} names another folder)") from None
         raise DataError("dataset", f"{_shown(text)} cannot be read as {kind}: "
                         f"{models.first_line(cause)}") from None
+
+
+def _datasets_cache() -> str | None:
+    """Where datasets keeps its tables of the user's files: anatomy's cache (None where the user
+    turned it off: datasets' own)."""
+    return str(_writable(cache_dir(), "datasets")) if cache_dir() is not None else None
+
+
+def _writable(folder: Path, name: str) -> Path:
+    """`folder`'s sub-folder `name`, made; where it cannot be (a read-only home, a file in its
+    place), one in a temporary folder this process removes as it ends: a cache that cannot be
+    written is a slower start, not the user's files' fault."""
+    try:
+        (folder / name).mkdir(parents=True, exist_ok=True)
+        return folder / name
+    except OSError:
+        (_scratch() / name).mkdir(exist_ok=True)
+        return _scratch() / name
+
+
+@lru_cache(maxsize=1)
+def _scratch() -> Path:
+    folder = tempfile.TemporaryDirectory(prefix="anatomy-cache-")  # removed as the process ends
+    _SCRATCH.append(folder)
+    return Path(folder.name)
+
+
+_SCRATCH: list[tempfile.TemporaryDirectory] = []  # kept alive until the process ends
 
 
 @lru_cache(maxsize=8)
@@ -447,7 +484,8 @@ def _key(texts: Texts, cut: int | None, inputs: tuple[str, ...]) -> str:
 
 def _tokens_dir() -> Path:
     folder = cache_dir()
-    return (folder if folder is not None else Path(tempfile.gettempdir()) / "anatomy") / "tokens"
+    return _writable(folder if folder is not None else Path(tempfile.gettempdir()) / "anatomy",
+                     "tokens")
 
 
 def tokenized(options: RunOptions, spec: ModelSpec, progress: bool | None = None) -> Tokenized:
@@ -507,9 +545,10 @@ def _tokenize(texts: Texts, cut: int | None, inputs: tuple[str, ...], folder: Pa
             ends.append(total + np.cumsum(sizes))
             total += int(sizes.sum())
             bar.update(len(sizes))
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    making = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".making-"))
+    making = None
     try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        making = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".making-"))
         for name, parts in arrays.items():
             np.save(making / f"{name}.npy", np.concatenate(parts))
         np.save(making / "offsets.npy", np.concatenate(ends))  # last: the folder is whole
@@ -517,8 +556,13 @@ def _tokenize(texts: Texts, cut: int | None, inputs: tuple[str, ...], folder: Pa
             os.replace(making, folder)
         except OSError:  # made meanwhile by another process: theirs is the same
             pass
+    except OSError as error:  # a full disk (numpy's short write has no errno)
+        raise DataError("dataset", f"its tokens cannot be written into {folder.parent}: "
+                        f"{error.strerror or 'written in part only: its disk is full'} "
+                        f"({CACHE_ENV} names another folder)") from None
     finally:
-        shutil.rmtree(making, ignore_errors=True)
+        if making is not None:
+            shutil.rmtree(making, ignore_errors=True)
 
 
 def prepared(options: RunOptions, progress: bool | None = None

@@ -314,6 +314,48 @@ def test_each_text_format_datasets_reads_is_a_dataset(text_data, tmp_path, name)
     assert found.lengths == Lengths.of(text_data.lengths)
 
 
+def test_a_cache_that_cannot_be_written_is_a_temporary_one(text_data, tmp_path, monkeypatch):
+    """A file where the cache folder should be (or a read-only home): "cannot be read as
+    json: Not a directory" blamed the user's file, then a NotADirectoryError traceback from
+    the tokens' cache. The tables and tokens go to a temporary folder of this process."""
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("")
+    monkeypatch.setenv("ANATOMY_CACHE", str(blocked))
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    spec = models.resolve("tiny-llama")
+    found = data.tokenized(on(text_data, dataset=str(text_data.lines)), spec, progress=False)
+    assert found.lengths == Lengths.of(text_data.lengths)
+    assert found.folder.startswith(str(tmp_path / "tmp" / "anatomy-cache-")), found.folder
+
+
+def test_a_full_cache_disk_is_said_as_such_in_one_line(text_data, monkeypatch):
+    """A full disk under the cache: numpy's short write ("15782 requested and 992 written")
+    and datasets' ENOSPC read as faults of the user's file."""
+    import errno
+
+    import datasets
+
+    spec = models.resolve("tiny-llama")
+
+    def short_write(path, array):
+        raise OSError(f"{array.nbytes} requested and 992 written")
+
+    monkeypatch.setattr(data.np, "save", short_write)
+    with pytest.raises(data.DataError, match="its tokens cannot be written into .*: written in "
+                       "part only: its disk is full \\(ANATOMY_CACHE names another folder"):
+        data.tokenized(on(text_data, dataset=str(text_data.lines)), spec, progress=False)
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(datasets, "load_dataset", full)
+    data._load_path.cache_clear()
+    with pytest.raises(data.DataError, match="cannot be read into the cache .*: no space left "
+                       "on its device \\(ANATOMY_CACHE names another folder\\)"):
+        data.tokenized(on(text_data, dataset=str(text_data.lines)), spec, progress=False)
+
+
 def test_texts_are_cut_at_max_length_or_the_models_positions(text_data):
     spec = models.resolve("tiny-llama")
     cut = data.tokenized(on(text_data, max_length=10), spec, progress=False)
@@ -510,3 +552,15 @@ def test_show_and_compare_leave_out_what_a_run_ignores(store, seed, capsys):
     assert "seq_len=512" in options and "padding" not in options and "max_length" not in options
     assert compare.differing_options([report(store, ours), report(store, other)]) == []
     assert compare.differing_options([report(store, dummy), report(store, ours)]) == ["dataset"]
+
+
+def test_a_cache_file_that_cannot_be_written_whole_leaves_nothing(tmp_path, monkeypatch):
+    """A full disk midway left its half-written "tmp….part" in the cache folder."""
+    from anatomy.analysis import cache
+
+    def fails(source, target):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cache.os, "replace", fails)
+    assert cache.write_atomically(tmp_path / "index.json", b"{}") is False
+    assert list(tmp_path.iterdir()) == []
