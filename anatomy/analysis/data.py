@@ -47,6 +47,7 @@ COMPRESSED = (".gz", ".bz2", ".xz")
 DATA_FILE_NAMES = f"{', '.join(DATA_FILES)} (or any of them {', '.join(COMPRESSED)})"
 DEFAULT_SPLIT = "train"
 DEFAULT_COLUMN = "text"
+CHAT_COLUMN = "messages"  # a chat dataset's column, taken where there is no DEFAULT_COLUMN
 TOKENIZE_BATCH = 1000  # texts per call of the fast tokenizer
 LAYOUT = 1  # the token arrays' layout: another one is tokenized again
 TEXT_TYPES = ("string", "large_string")
@@ -92,6 +93,9 @@ class Texts(NamedTuple):
     rows: Any  # datasets.Dataset
     tokenizer: Any  # transformers' fast tokenizer
     tokenizer_source: str  # an absolute path, or its Hub id
+    # The column holds conversations (a list of messages, each a role and its content), which
+    # the tokenizer's chat template makes text of, as TRL's SFTTrainer trains on them.
+    chat: bool = False
 
 
 class Tokenized(NamedTuple):
@@ -307,8 +311,11 @@ def _split(loaded, text: str, split: str):
     return split, loaded[split]
 
 
-def _column(rows, text: str, split: str, column: str) -> str:
-    column = column or DEFAULT_COLUMN
+def _column(rows, text: str, split: str, column: str) -> tuple[str, bool]:
+    """The column of texts and whether it holds conversations (`_conversations`)."""
+    if not column:
+        column = CHAT_COLUMN if DEFAULT_COLUMN not in rows.column_names and \
+            CHAT_COLUMN in rows.column_names else DEFAULT_COLUMN
     if column not in rows.column_names:
         raise DataError("text_column", f"{_shown(column)} is not a column of {_shown(text)} "
                         f"({split}: its columns are {', '.join(rows.column_names) or 'none'})")
@@ -318,14 +325,45 @@ def _column(rows, text: str, split: str, column: str) -> str:
     if rows.num_rows and missing == rows.num_rows:  # typed by its reader: a CSV's blanks are floats
         raise DataError("text_column", f"{_shown(column)} of {_shown(text)} holds no text: each of"
                         f" its {rows.num_rows:,} rows is empty")
-    if type(feature).__name__ != "Value" or dtype not in TEXT_TYPES:
+    chat = _conversations(feature)
+    if not chat and (type(feature).__name__ != "Value" or dtype not in TEXT_TYPES):
         kind = dtype if type(feature).__name__ == "Value" else type(feature).__name__.lower()
         raise DataError("text_column", f"{_shown(column)} of {_shown(text)} holds {kind}, not "
-                        "text")
+                        "text, nor conversations (a list of messages, each a role and its "
+                        "content)")
     if missing:
         raise DataError("text_column", f"{missing:,} of the {rows.num_rows:,} rows of "
-                        f"{_shown(column)} hold no text (null)")
-    return column
+                        f"{_shown(column)} hold no {'conversation' if chat else 'text'} (null)")
+    return column, chat
+
+
+def _conversations(feature) -> bool:
+    """Whether a column's type is a chat dataset's (a "messages" column): a list of messages,
+    each a role and its content as text. datasets 4 types it List({...}); 2 and 3 a list of one
+    dict, or Sequence({...})."""
+    inner = feature[0] if isinstance(feature, list) and len(feature) == 1 else \
+        getattr(feature, "feature", None) if type(feature).__name__ in (
+            "List", "LargeList", "Sequence") else None
+    return isinstance(inner, dict) and all(
+        type(inner.get(key)).__name__ == "Value" and inner[key].dtype in TEXT_TYPES
+        for key in ("role", "content"))
+
+
+def _chat_texts(texts: Texts, conversations: list) -> list[str]:
+    """Each conversation as its chat template writes it (a Sequence's dict of lists made a list
+    of messages again)."""
+    made = []
+    for conversation in conversations:
+        if isinstance(conversation, dict):
+            conversation = [dict(zip(conversation, message))
+                            for message in zip(*conversation.values())]
+        try:
+            made.append(texts.tokenizer.apply_chat_template(conversation, tokenize=False))
+        except Exception as error:  # noqa: BLE001 - the template's own words (jinja), one line
+            raise DataError("text_column", f"{_shown(texts.column)} holds a conversation the "
+                            f"tokenizer's chat template refuses: {models.first_line(error)}"
+                            ) from None
+    return made
 
 
 # --- the tokenizer ---
@@ -395,9 +433,13 @@ def open_texts(options: RunOptions, progress: bool | None = None) -> Texts:
     _quiet(_on_terminal() if progress is None else progress)
     source, loaded = _load(options.dataset.strip())
     split, rows = _split(loaded, options.dataset, options.split.strip())
-    column = _column(rows, options.dataset, split, options.text_column.strip())
+    column, chat = _column(rows, options.dataset, split, options.text_column.strip())
     tokenizer, tokenizer_source = _tokenizer(options.tokenizer.strip())
-    return Texts(source, split, column, rows, tokenizer, tokenizer_source)
+    if chat and not tokenizer.chat_template:
+        raise DataError("tokenizer", f"{_shown(options.tokenizer.strip())} has no chat template:"
+                        f" {_shown(column)} holds conversations, which a chat template makes "
+                        "text of (a tokenizer saved with one: chat_template.jinja)")
+    return Texts(source, split, column, rows, tokenizer, tokenizer_source, chat)
 
 
 def text_model_error(spec: ModelSpec) -> str | None:
@@ -478,7 +520,8 @@ def _key(texts: Texts, cut: int | None, inputs: tuple[str, ...]) -> str:
                "tokenizer": hashlib.sha256(tokenizer.backend_tokenizer.to_str().encode()
                                            ).hexdigest(),
                "special": {k: str(v) for k, v in tokenizer.special_tokens_map.items()},
-               "truncation_side": tokenizer.truncation_side}
+               "truncation_side": tokenizer.truncation_side,
+               "chat_template": tokenizer.chat_template if texts.chat else None}
     return hashlib.sha256(json.dumps(made_of, sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -532,9 +575,13 @@ def _tokenize(texts: Texts, cut: int | None, inputs: tuple[str, ...], folder: Pa
     with tqdm(total=rows.num_rows, unit=" texts", desc="tokenizing", disable=not progress,
               file=sys.stderr) as bar:
         for batch in rows.iter(batch_size=TOKENIZE_BATCH):
+            # A conversation's template writes its special tokens itself (its BOS, each
+            # turn's markers): the tokenizer adds none, as TRL's SFTTrainer tokenizes it.
+            chat = texts.chat
+            given = _chat_texts(texts, batch[texts.column]) if chat else batch[texts.column]
             try:
-                encoded = texts.tokenizer(batch[texts.column], truncation=cut is not None,
-                                          max_length=cut)
+                encoded = texts.tokenizer(given, truncation=cut is not None, max_length=cut,
+                                          add_special_tokens=not chat)
             except (TypeError, ValueError) as error:
                 raise DataError("text_column", f"{_shown(texts.column)} holds a value the "
                                 f"tokenizer cannot read: {models.first_line(error)}") from None

@@ -125,8 +125,10 @@ class RunOptions:
                            metavar="PATH|HUB_ID")
     split: Text = option("", "Split", "the dataset's split (empty: train, or its only one)",
                          metavar="S")
-    text_column: Text = option("", "Text column", "the dataset's column of texts (empty: text)",
-                               metavar="C")
+    text_column: Text = option("", "Text column", "the dataset's column of texts, or of "
+                               "conversations (a list of messages, each a role and its content: "
+                               "the tokenizer's chat template makes text of them); empty: text, "
+                               "else messages", metavar="C")
     tokenizer: Text = option("", "Tokenizer", "the fast tokenizer for the dataset's texts: a "
                              "folder saved with save_pretrained, or a Hub id in the local cache",
                              metavar="NAME|PATH")

@@ -314,6 +314,48 @@ def test_each_text_format_datasets_reads_is_a_dataset(text_data, tmp_path, name)
     assert found.lengths == Lengths.of(text_data.lengths)
 
 
+def test_a_chat_datasets_conversations_are_tokenized_as_their_chat_template_writes_them(
+        text_data, tmp_path):
+    """A "messages" column (a list of role and content, as chat datasets hold them) was refused:
+    "holds list, not text". Its conversations are the texts the tokenizer's chat template writes
+    of them, tokenized without further special tokens (TRL's SFTTrainer's way)."""
+    import datasets
+    from transformers import AutoTokenizer
+
+    template = "{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }}\n{% endfor %}"
+    tokenizer = AutoTokenizer.from_pretrained(str(text_data.tokenizer))
+    tokenizer.chat_template = template
+    tokenizer.save_pretrained(str(tmp_path / "chat-tokenizer"))
+    conversations = [[{"role": "user", "content": words(n)},
+                      {"role": "assistant", "content": words(2 * n, seed=1)}]
+                     for n in (3, 8, 5, 1, 13, 2)]
+    chat = tmp_path / "chat"
+    datasets.Dataset.from_dict({"messages": conversations, "id": list(range(6))}).save_to_disk(
+        str(chat))
+    lines = tmp_path / "chat.jsonl"
+    lines.write_text("".join(json.dumps({"messages": c}) + "\n" for c in conversations))
+    expected = Lengths.of([len(tokenizer(tokenizer.apply_chat_template(c, tokenize=False),
+                                         add_special_tokens=False)["input_ids"])
+                           for c in conversations])
+    spec = models.resolve("tiny-llama")
+    for dataset in (chat, lines):  # the column taken where there is no "text"
+        found = data.tokenized(on(text_data, dataset=str(dataset), batch_size=2,
+                                  tokenizer=str(tmp_path / "chat-tokenizer")), spec,
+                               progress=False)
+        assert found.lengths == expected and found.facts.text_column == "messages"
+    with pytest.raises(data.DataError, match="has no chat template: 'messages' holds "
+                       "conversations") as refused:
+        data.prepared(on(text_data, dataset=str(chat), batch_size=2))
+    assert refused.value.field == "tokenizer"
+    tokenizer.chat_template = "{{ raise_exception('Conversation roles must alternate') }}"
+    tokenizer.save_pretrained(str(tmp_path / "strict-tokenizer"))
+    with pytest.raises(data.DataError, match="a conversation the tokenizer's chat template "
+                       "refuses: Conversation roles must alternate") as refused:
+        data.prepared(on(text_data, dataset=str(chat), batch_size=2,
+                         tokenizer=str(tmp_path / "strict-tokenizer")))
+    assert refused.value.field == "text_column" and "\n" not in str(refused.value)
+
+
 def test_a_cache_that_cannot_be_written_is_a_temporary_one(text_data, tmp_path, monkeypatch):
     """A file where the cache folder should be (or a read-only home): "cannot be read as
     json: Not a directory" blamed the user's file, then a NotADirectoryError traceback from
