@@ -105,6 +105,7 @@ def estimate(store: Store, options: RunOptions, backend: str, device_name: str |
     """The estimate for a run with `options` on this device (`backend`, and the GPU's name),
     from the completed runs of its model stored here; `data`: the dataset it trains on, read
     (its texts' lengths and count)."""
+    options = options.located()  # as a run stores them
     runs = store.find_runs(preset=options.preset, status=Status.COMPLETED)
     return estimate_from(runs, options, backend, device_name, store, data)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
+from pathlib import Path
 from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import (
@@ -263,6 +264,23 @@ class RunOptions:
         asked, and what a run reads would be that batch's memory, not the one it was asked (and
         predicted) for: `sweep --from-prediction` at 1,828 trained batches of 512 on the H200."""
         return max(self.dataset_size, self.batch_size * self.world_size)
+
+    def located(self) -> RunOptions:
+        """The options with each file they name as its absolute path (the model's folder or
+        config, the dataset, the tokenizer): a run stores where its files were, not where its
+        front stood, so that a run started from another folder, or the form's absolute path, is
+        the same run. Presets, Hub ids and paths that are not there stay as given."""
+        def absolute(text: str, preset: bool = False) -> str:
+            if not text or (preset and text in PRESETS):
+                return text
+            try:
+                path = Path(text).expanduser()
+                return str(path.resolve()) if path.exists() else text
+            except (OSError, ValueError):  # a name too long for the file system, a NUL byte
+                return text
+
+        return replace(self, model=absolute(self.model, preset=True),
+                       dataset=absolute(self.dataset), tokenizer=absolute(self.tokenizer))
 
     def with_texts(self, texts: int) -> RunOptions:
         """The options as a run on a dataset of `texts` texts stores them: its dataset size is

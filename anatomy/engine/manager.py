@@ -113,7 +113,7 @@ class RunManager:
         (InvalidOptions), the device is taken (DeviceBusy) or the store cannot take the run
         (StoreError)."""
         info = machine()
-        options = _checked(options, info)
+        options = _checked(options, info).located()
         options, texts = _tokenized(options)
         holder = f"run by pid {os.getpid()}"
         key = device_key(options, info)

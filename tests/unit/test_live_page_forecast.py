@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from anatomy.analysis import duration
+from anatomy.analysis import duration, models
 from anatomy.analysis.machine import Device, Machine
 from anatomy.analysis.options import RunOptions, defaults_for, validate, validated
 from anatomy.analysis.report import report
@@ -163,6 +163,33 @@ def test_a_stored_run_of_the_same_model_times_the_next_one(store, seed):
     unknown = duration.estimate(store, replace(options, model="bert-base-uncased"), "cpu-rss",
                                 None)
     assert unknown.total_s is None and "the first steps will tell" in unknown.line()
+
+
+def test_a_run_of_a_model_folder_times_the_next_from_any_folder(store, tmp_path, monkeypatch):
+    """A run started as `--model ./my-model` (stored as typed) was no basis for the form's
+    "/home/me/my-model", nor for the same `./my-model` typed in another folder: "no run of it
+    is stored here yet". A run stores its files' absolute paths (RunOptions.located)."""
+    model = tmp_path / "my-model"
+    model.mkdir()
+    (model / "config.json").write_text(models.resolve("tiny").config_path.read_text())
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path)
+    typed = replace(defaults_for(False), model="./my-model", max_steps=8)
+    stored = typed.located()
+    assert stored.model == str(model) and stored.located() == stored
+    run_id = store.create_run(stored.to_dict(), "cpu-rss", "rss", 0, {"gpu_name": None})
+    store.update_run(run_id, summary={"time_s": 4.0, "steps": 8})
+    store.finish(run_id, "completed")
+    for folder, name in ((tmp_path, "./my-model"), (tmp_path, str(model)),
+                         (tmp_path / "elsewhere", "../my-model")):
+        monkeypatch.chdir(folder)
+        estimate = duration.estimate(store, replace(typed, model=name), "cpu-rss", None)
+        assert estimate.step_s == pytest.approx(0.5), (folder, name, estimate.line())
+        assert f"run {run_id}, the same options" in estimate.line()
+    # Presets, Hub ids and paths that are not there stay as given.
+    for name in ("tiny", "org/model", "./gone"):
+        assert replace(typed, model=name).located().model == name
+    assert replace(typed, dataset="gone.jsonl", tokenizer="tok").located().dataset == "gone.jsonl"
 
 
 def test_the_estimate_is_made_from_a_run_of_as_many_processes_and_names_how_it_differs(store,
