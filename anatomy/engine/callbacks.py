@@ -483,16 +483,35 @@ def _training_facts(args, model, of_a_launch: bool = False) -> RunFacts:
 
 
 def _lora_options(model) -> TrainingArguments | None:
-    """A peft LoRA model's rank and target modules (none named where its targets are a pattern
-    rather than module names); None for a model without LoRA."""
+    """A peft LoRA model's rank and target modules (where its targets are a pattern, the modules
+    peft wrapped: `_wrapped`); None for a model without LoRA."""
     adapters = getattr(model, "peft_config", None)
     adapter = next(iter(adapters.values()), None) if isinstance(adapters, dict) else None
     rank = getattr(adapter, "r", None)
     if not isinstance(rank, int) or rank <= 0:
         return None
     targets = getattr(adapter, "target_modules", None)
-    names = sorted(targets) if isinstance(targets, (set, list, tuple)) else []
+    names = sorted(targets) if isinstance(targets, (set, list, tuple)) else _wrapped(model)
     return TrainingArguments.of(lora_rank=rank, lora_targets=",".join(names))
+
+
+def _wrapped(model) -> list[str]:
+    """The modules a pattern of target modules (a regular expression) made LoRA layers, as peft
+    matches target names: a module's own name where every module of that name is wrapped (each
+    layer's gate_proj), else its whole name (the first layer's alone). Empty where peft does not
+    say (before peft kept `targeted_module_names`): the architecture's targets are assumed."""
+    wrapped = set(getattr(getattr(model, "base_model", None), "targeted_module_names", None)
+                  or ())
+    if not wrapped or not hasattr(model, "get_base_model"):
+        return []
+    every: dict[str, set[str]] = {}
+    for name, _ in model.get_base_model().named_modules():
+        every.setdefault(name.rsplit(".", 1)[-1], set()).add(name)
+    names = set()
+    for name in wrapped:
+        last = name.rsplit(".", 1)[-1]
+        names.add(last if every.get(last, set()) <= wrapped else name)
+    return sorted(names)
 
 
 def _sequence_length(dataloader) -> int | None:

@@ -525,6 +525,36 @@ def test_all_linear_wraps_what_peft_own_all_linear_wraps(tmp_path, model, task):
     assert wrapped(ours) == wrapped(peft) and wrapped(ours)[0]
 
 
+@pytest.mark.parametrize("pattern, recorded", [
+    (r".*\.(gate_proj|up_proj)", "gate_proj,up_proj"),
+    (r"model\.layers\.0\.(self_attn\.q_proj|mlp\.up_proj)",
+     "model.layers.0.mlp.up_proj,model.layers.0.self_attn.q_proj")])
+def test_a_users_lora_pattern_is_recorded_as_the_modules_peft_wrapped(pattern, recorded):
+    """A user's LoraConfig(target_modules=<a regular expression>) was recorded with no targets,
+    and the Anatomy page predicted the architecture's own (q_proj, v_proj): gradients -42 %. The
+    callback records the modules peft wrapped, which wrap the same layers in anatomy's model."""
+    from peft import LoraConfig, TaskType, get_peft_model
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    from anatomy.engine import callbacks
+
+    spec = models.resolve("tiny-llama")
+    plain, _ = models.build_model(spec, "meta", pretrained=False)
+    peft = get_peft_model(plain, LoraConfig(r=4, target_modules=pattern,
+                                            task_type=TaskType.CAUSAL_LM))
+    said = callbacks._lora_options(peft)
+    assert (said.lora_rank, said.lora_targets) == (4, recorded)
+    assert validate(RunOptions(model="tiny-llama", lora_rank=4, lora_targets=recorded), 0) == {}
+    ours, _ = models.build_model(spec, "meta", lora_rank=4,
+                                 lora_targets=tuple(recorded.split(",")), pretrained=False)
+
+    def wrapped(model) -> tuple[set[str], int]:
+        return ({n for n, m in model.named_modules() if isinstance(m, BaseTunerLayer)},
+                sum(p.numel() for p in model.parameters() if p.requires_grad))
+
+    assert wrapped(ours) == wrapped(peft)
+
+
 def test_all_linear_stands_alone_as_peft_takes_it():
     errors = validate({"model": "tiny-llama", "lora_rank": 8,
                        "lora_targets": "all-linear,lm_head"}, gpu_count=0)
