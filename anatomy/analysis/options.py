@@ -270,17 +270,8 @@ class RunOptions:
         config, the dataset, the tokenizer): a run stores where its files were, not where its
         front stood, so that a run started from another folder, or the form's absolute path, is
         the same run. Presets, Hub ids and paths that are not there stay as given."""
-        def absolute(text: str, preset: bool = False) -> str:
-            if not text or (preset and text in PRESETS):
-                return text
-            try:
-                path = Path(text).expanduser()
-                return str(path.resolve()) if path.exists() else text
-            except (OSError, ValueError):  # a name too long for the file system, a NUL byte
-                return text
-
-        return replace(self, model=absolute(self.model, preset=True),
-                       dataset=absolute(self.dataset), tokenizer=absolute(self.tokenizer))
+        return replace(self, model=located(self.model, model=True),
+                       dataset=located(self.dataset), tokenizer=located(self.tokenizer))
 
     def with_texts(self, texts: int) -> RunOptions:
         """The options as a run on a dataset of `texts` texts stores them: its dataset size is
@@ -529,6 +520,18 @@ def _rule_errors(options: RunOptions, errors: dict[str, str]) -> dict[str, str]:
             not {"gpus", "processes", "profile_steps"} & set(errors):
         found["profile_steps"] = "profile_steps: profiling is for a single process (use 0)"
     return found
+
+
+def located(text: str, model: bool = False) -> str:
+    """A file option's value as a run stores it (RunOptions.located): an absolute path where it
+    names a file or folder here, else as given (a `model`'s preset names itself first)."""
+    if not text or (model and text in PRESETS):
+        return text
+    try:
+        path = Path(text).expanduser()
+        return str(path.resolve()) if path.exists() else text
+    except (OSError, ValueError):  # a name too long for the file system, a NUL byte
+        return text
 
 
 @dataclass(frozen=True)

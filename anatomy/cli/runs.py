@@ -6,6 +6,7 @@ import argparse
 import json
 from dataclasses import asdict
 
+from anatomy.analysis.options import located
 from anatomy.analysis.report import IMPORTED, run_rows
 from anatomy.cli.arguments import add_store_option
 from anatomy.cli.render import table
@@ -19,7 +20,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     runs.add_argument("--json", action="store_true", help="the runs as a JSON list, a line's fields by name")
     runs.add_argument("--tag", type=_tag, help="only runs with this tag")
     runs.add_argument("--model", "--preset", dest="preset", metavar="MODEL",
-                      help="only runs of this model (as the run named it)")
+                      help="only runs of this model (a preset, a Hub id, or a path, from here)")
     # the names (a refusal lists choices by repr: "<Status.RUNNING: 'running'>" for a member)
     runs.add_argument("--status", choices=[status.value for status in STATUSES],
                       help="only runs that ended so (or still run)")
@@ -37,12 +38,17 @@ def _tag(value: str) -> str:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    filters = {"tag": args.tag, "preset": args.preset, "status": args.status}
+    filters = {"tag": args.tag, "model": args.preset, "status": args.status}
+    # A model as typed, and as a run stores a path (absolute): runs stored before kept it typed.
+    models = ({args.preset, located(args.preset, model=True)} if args.preset is not None
+              else {None})
     store = reading(args.store)
     rows = []
     if store is not None:
         with store.snapshot():  # one moment's rows: a run deleted meanwhile is listed whole
-            rows = run_rows(store, **filters)
+            rows = sorted((row for model in models for row in
+                           run_rows(store, tag=args.tag, preset=model, status=args.status)),
+                          key=lambda row: row.id, reverse=True)
     if args.json:
         print(json.dumps([asdict(r) for r in rows], indent=2))
         return 0

@@ -94,6 +94,22 @@ def test_runs_filter_by_preset_and_status_and_together(store, runs, capsys):
     assert "no stored run has status stopped" in capsys.readouterr().out
 
 
+def test_runs_of_a_model_folder_are_found_by_its_path_as_typed_or_whole(store, capsys,
+                                                                       tmp_path, monkeypatch):
+    """A run stores its model folder's absolute path (RunOptions.located); one stored before
+    kept it as typed: `runs --model ./my-model` lists both, from the folder it names."""
+    (tmp_path / "my-model").mkdir()
+    monkeypatch.chdir(tmp_path)
+    before = store.create_run(RunOptions(model="./my-model").to_dict(), "cpu-rss", "rss", 0, {})
+    now = store.create_run(RunOptions(model="./my-model").located().to_dict(), "cpu-rss", "rss",
+                           0, {})
+    assert store.run(now).options["model"] == str(tmp_path / "my-model")
+    assert listed(store, capsys, "--model", "./my-model") == [now, before]
+    assert listed(store, capsys, "--model", str(tmp_path / "my-model")) == [now]
+    assert cli(store, "runs", "--model", "./gone") == 0
+    assert "no stored run has model ./gone" in capsys.readouterr().out
+
+
 def test_an_empty_tag_filter_is_refused_not_read_as_untagged(store, runs, capsys):
     """`anatomy runs --tag "$TAG"` with TAG unset listed every untagged run."""
     store.set_tags(runs[0], ["baseline"])
