@@ -592,6 +592,7 @@ def test_pool_trials_that_leave_their_runs_open_each_complete_a_run_of_their_own
 
 THREADS_MASKS = """
 import os, time
+import psutil
 import anatomy
 
 run = anatomy.start(name="threads", kernel=False)
@@ -602,11 +603,11 @@ for task in sorted(os.listdir(f"/proc/{os.getpid()}/task")):
     status = dict(line.split(":\\t", 1) for line in
                   open(f"/proc/{os.getpid()}/task/{task}/status").read().splitlines() if ":\\t" in line)
     print("thread", task == str(os.getpid()), int(status["SigBlk"], 16), flush=True)
-for child in os.listdir("/proc"):
-    if child.isdigit() and open(f"/proc/{child}/stat").read().split()[3] == str(os.getpid()):
-        status = open(f"/proc/{child}/status").read()
-        blocked = next(line for line in status.splitlines() if line.startswith("SigBlk"))
-        print("child", open(f"/proc/{child}/comm").read().strip(), int(blocked.split()[1], 16))
+# This script's own children (psutil: a scan of /proc met other tests' processes as they ended).
+for child in psutil.Process().children():
+    status = open(f"/proc/{child.pid}/status").read()
+    blocked = next(line for line in status.splitlines() if line.startswith("SigBlk"))
+    print("child", open(f"/proc/{child.pid}/comm").read().strip(), int(blocked.split()[1], 16))
 run.end()
 """
 
