@@ -9,7 +9,8 @@ from collections.abc import Callable
 from typing import TextIO
 
 from anatomy import prediction
-from anatomy.analysis.options import FIELDS, InvalidOptions, validated
+from anatomy.analysis import models
+from anatomy.analysis.options import FIELDS, Checked, InvalidOptions, validated
 from anatomy.analysis.report import report
 from anatomy.analysis.sweeps import SweepGrid, grid, parse_vary
 from anatomy.cli.arguments import (
@@ -171,6 +172,21 @@ def _predicted_ladder(values: dict, info) -> tuple[dict[str, list], str]:
         f"predicted to fit: batch size {size}{how}; confirming with {size} and {size + 1}"
 
 
+def unquantized(planned: list[Checked]) -> list[str]:
+    """What the sweep's runs leave out of their models' configs, as `run`'s header says it: a
+    line for each model whose quantization_config is left out (the weights unquantized, in the
+    runs and the prediction that picks their batch sizes)."""
+    lines = []
+    for model in dict.fromkeys(checked.options.model for checked in planned):
+        try:
+            quantized = models.quantization_left_out(models.resolve(model).config)
+        except models.ModelError:  # its file gone since the plan: the run says so
+            continue
+        if quantized:
+            lines.append(f"model {models.display_name(model)}: {quantized}")
+    return lines
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     info = machine()
     base = values_from_args(args, info.has_gpu)
@@ -189,6 +205,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         sweep = Sweep(RunManager(store), base, vary, args.until_oom, args.name, info.gpu_count)
     except InvalidOptions as error:
         return refused(error)
+    for line in unquantized(sweep.planned):
+        print(line, file=sys.stderr if args.json else sys.stdout, flush=True)
     # with --json, stdout holds the JSON alone
     closed: list[OSError] = []
     sweep.on_event = _sweep_printer(sweep, sys.stderr if args.json else sys.stdout, closed)

@@ -318,3 +318,22 @@ def test_a_sweep_stopped_in_its_first_run_knows_no_largest_batch_size(capsys):
         "largest batch size that fit: not known (no run completed)\n")
     _print_grid(_confirmed((2, Status.OOM)))
     assert capsys.readouterr().out.endswith("largest batch size that fit: none\n")
+
+
+def test_a_sweep_of_a_quantized_config_says_its_weights_are_unquantized(tmp_path):
+    """`sweep --model <a config saved with a BitsAndBytesConfig>` ran (and, --from-prediction,
+    predicted) the weights unquantized without the word `run` and `predict` say."""
+    from transformers import BitsAndBytesConfig, LlamaConfig
+
+    from anatomy.cli.sweep import unquantized
+
+    config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, vocab_size=128)
+    config.quantization_config = BitsAndBytesConfig(load_in_4bit=True)
+    config.save_pretrained(tmp_path / "qlora-base")
+    quantized = str(tmp_path / "qlora-base")
+    planned = plan(TINY, {"model": [quantized, "tiny"], "batch_size": [1, 2]}, False, 0)
+    assert unquantized(planned) == [
+        "model qlora-base: its quantization_config (bitsandbytes, 4-bit) is left out: the "
+        "weights are unquantized"]
+    assert unquantized(plan(TINY, {"batch_size": [1, 2]}, False, 0)) == []
