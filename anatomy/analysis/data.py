@@ -256,7 +256,8 @@ def _load_files(text: str, kind: str, *args, **kwargs):
 def _datasets_cache() -> str | None:
     """Where datasets keeps its tables of the user's files: anatomy's cache (None where the user
     turned it off: datasets' own)."""
-    return str(_writable(cache_dir(), "datasets")) if cache_dir() is not None else None
+    folder = cache_dir()
+    return str(_writable(folder, "datasets")) if folder is not None else None
 
 
 def _writable(folder: Path, name: str) -> Path:
@@ -267,18 +268,15 @@ def _writable(folder: Path, name: str) -> Path:
         (folder / name).mkdir(parents=True, exist_ok=True)
         return folder / name
     except OSError:
-        (_scratch() / name).mkdir(exist_ok=True)
-        return _scratch() / name
+        scratch = Path(_scratch().name) / name
+        scratch.mkdir(exist_ok=True)
+        return scratch
 
 
 @lru_cache(maxsize=1)
-def _scratch() -> Path:
-    folder = tempfile.TemporaryDirectory(prefix="anatomy-cache-")  # removed as the process ends
-    _SCRATCH.append(folder)
-    return Path(folder.name)
-
-
-_SCRATCH: list[tempfile.TemporaryDirectory] = []  # kept alive until the process ends
+def _scratch() -> tempfile.TemporaryDirectory:
+    """One a process, kept by this cache until the process ends, which removes it."""
+    return tempfile.TemporaryDirectory(prefix="anatomy-cache-")
 
 
 @lru_cache(maxsize=8)
@@ -572,12 +570,12 @@ def _tokenize(texts: Texts, cut: int | None, inputs: tuple[str, ...], folder: Pa
                                            if name != "attention_mask"}
     ends = [np.zeros(1, dtype=np.int64)]
     total = 0
+    # A conversation's template writes its special tokens itself (its BOS, each turn's
+    # markers): the tokenizer adds none, as TRL's SFTTrainer tokenizes it.
+    chat = texts.chat
     with tqdm(total=rows.num_rows, unit=" texts", desc="tokenizing", disable=not progress,
               file=sys.stderr) as bar:
         for batch in rows.iter(batch_size=TOKENIZE_BATCH):
-            # A conversation's template writes its special tokens itself (its BOS, each
-            # turn's markers): the tokenizer adds none, as TRL's SFTTrainer tokenizes it.
-            chat = texts.chat
             given = _chat_texts(texts, batch[texts.column]) if chat else batch[texts.column]
             try:
                 encoded = texts.tokenizer(given, truncation=cut is not None, max_length=cut,

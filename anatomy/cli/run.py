@@ -116,10 +116,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, checked: Checked, store: Store, manager: RunManager) -> int:
     options = checked.options
-    try:  # resolved as the options were judged (its file gone since: the run says so)
-        quantized = models.quantization_left_out(models.resolve(options.model).config)
-    except models.ModelError:
-        quantized = None
+    quantized = models.named_quantization(options.model)  # read before the run starts
     with StopSignals() as signals:
         try:
             run_id = manager.start(checked)

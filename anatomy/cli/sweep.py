@@ -176,15 +176,9 @@ def unquantized(planned: list[Checked]) -> list[str]:
     """What the sweep's runs leave out of their models' configs, as `run`'s header says it: a
     line for each model whose quantization_config is left out (the weights unquantized, in the
     runs and the prediction that picks their batch sizes)."""
-    lines = []
-    for model in dict.fromkeys(checked.options.model for checked in planned):
-        try:
-            quantized = models.quantization_left_out(models.resolve(model).config)
-        except models.ModelError:  # its file gone since the plan: the run says so
-            continue
-        if quantized:
-            lines.append(f"model {models.display_name(model)}: {quantized}")
-    return lines
+    named = dict.fromkeys(checked.options.model for checked in planned)
+    return [f"model {models.display_name(model)}: {quantized}" for model in named
+            if (quantized := models.named_quantization(model))]
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:

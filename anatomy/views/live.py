@@ -263,10 +263,7 @@ def memory_forecast(checked: Checked, machine: Machine, store: Store | None = No
 def _unquantized(line: str, options: RunOptions) -> str:
     """The forecast's line, and a sentence on what it leaves out of the model's config: its
     quantization (the page ends the line's last sentence)."""
-    try:
-        words = text.unquantized(models.resolve(options.model).config)
-    except models.ModelError:  # its file gone since it was predicted: the line stands alone
-        return line
+    words = text.unquantized(model=options.model)  # its file gone since: the line alone
     return f"{line}. {words}" if words else line
 
 

@@ -162,10 +162,12 @@ def _logged(steps: Sequence[Step]) -> str:
     return f"at the {len(logged)} of {len(steps)} steps it logged"
 
 
-def unquantized(config: Mapping) -> str | None:
-    """What a prediction leaves out of a model's config, its quantization, as a sentence without
-    its full stop (None for none): the weights are predicted, and trained, unquantized."""
-    quantized = models.quantization_left_out(config)
+def unquantized(config: Mapping | None = None, model: str | None = None) -> str | None:
+    """What a prediction leaves out of a model's config (`config`, else the one `model` names),
+    its quantization, as a sentence without its full stop (None for none): the weights are
+    predicted, and trained, unquantized."""
+    quantized = (models.quantization_left_out(config) if config is not None else
+                 models.named_quantization(model))
     return f"The config's {quantized.removeprefix('its ')}" if quantized else None
 
 

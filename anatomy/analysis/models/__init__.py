@@ -72,6 +72,7 @@ from anatomy.analysis.models.lora import (
 from anatomy.analysis.models.names import (
     CONFIG_MAX_BYTES,
     MAX_NAME,
+    named_quantization,
     resolve,
     short,
 )
@@ -163,6 +164,7 @@ __all__ = [
     "lora_target_modules",
     "main_input",
     "materialise",
+    "named_quantization",
     "number_text",
     "quantization_left_out",
     "path_exists",

@@ -9,7 +9,7 @@ import unicodedata
 from functools import lru_cache
 from pathlib import Path
 
-from anatomy.analysis.models.checks import check_config
+from anatomy.analysis.models.checks import check_config, quantization_left_out
 from anatomy.analysis.models.errors import ModelError
 from anatomy.analysis.models.spec import (
     HUB_FOLDER,
@@ -168,3 +168,13 @@ def resolve(model: str) -> ModelSpec:
         raise ModelError(f"model: {error.strerror or error} ({len(model):,} characters)") from None
     check_config(spec)
     return spec
+
+
+def named_quantization(model: str) -> str | None:
+    """`quantization_left_out` of the model a run names; None where it has none, or where it
+    cannot be resolved any more (its file gone since its options were judged: the run or the
+    prediction says so itself)."""
+    try:
+        return quantization_left_out(resolve(model).config)
+    except ModelError:
+        return None
