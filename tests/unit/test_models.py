@@ -254,6 +254,23 @@ def test_the_head_and_task_come_from_transformers_tables(tmp_path):
                            "audio_config": {}}) == CAUSAL_LM
 
 
+def test_a_two_tower_classifier_takes_its_images_at_its_vision_towers_size(tmp_path):
+    """CLIP and SigLIP name their image size in `vision_config` alone (clip-vit-large-patch14-336:
+    336): the images were the 224 default, and the prediction refused "Input image size
+    (224*224) doesn't match model (336*336)"."""
+    import transformers
+
+    from anatomy.analysis import dummy_data
+
+    tower = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                 intermediate_size=64)
+    transformers.CLIPConfig(text_config=tower, vision_config=dict(
+        tower, image_size=336, patch_size=14, num_channels=1)).save_pretrained(tmp_path)
+    clip = models.resolve(str(tmp_path))
+    assert (clip.task, clip.image_size, clip.num_channels) == (IMAGE_CLASSIFICATION, 336, 1)
+    assert dummy_data.sample(clip, 16).words == "images 336×336"
+
+
 def test_the_dummy_tokens_are_within_every_vocabulary_the_model_has(tmp_path):
     """FSMT names no vocab_size, only a source's and a target's: its tokens (the walkthrough's
     up to 30,000) went past both, and the run failed where the prediction held."""

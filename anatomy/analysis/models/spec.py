@@ -123,13 +123,23 @@ class ModelSpec:
 
     @property
     def image_size(self) -> int | None:
-        """The images' side: the config's, or 224 where it names none (ResNet, RegNet)."""
+        """The images' side: the config's, else its vision tower's (CLIP's and SigLIP's classifiers:
+        clip-vit-large-patch14-336 names 336 there alone), or 224 where none is named (ResNet,
+        RegNet)."""
         if self.task != IMAGE_CLASSIFICATION:
             return None
-        size = self.config.get("image_size")
+        size = self._vision_setting("image_size")
         if isinstance(size, list) and size and isinstance(size[0], int):
             size = size[0]
         return size if isinstance(size, int) and not isinstance(size, bool) else IMAGE_SIZE
+
+    def _vision_setting(self, key: str):
+        """The config's `key`, else its vision tower's (`vision_config`); None where neither names
+        it."""
+        vision = self.config.get("vision_config")
+        if key not in self.config and isinstance(vision, Mapping):
+            return vision.get(key)
+        return self.config.get(key)
 
     def audio_features(self, seq_len: int) -> tuple[int, int] | None:
         """A speech encoder's log-mel input, one sample's shape: Whisper's (mel bins, frames: two
@@ -161,7 +171,8 @@ class ModelSpec:
 
     @property
     def num_channels(self) -> int:
-        return self.config.get("num_channels", 3)
+        channels = self._vision_setting("num_channels")
+        return channels if isinstance(channels, int) and not isinstance(channels, bool) else 3
 
     @property
     def num_labels(self) -> int:
