@@ -131,7 +131,8 @@ class RunOptions:
                                "the tokenizer's chat template makes text of them); empty: text, "
                                "else messages", metavar="C")
     tokenizer: Text = option("", "Tokenizer", "the fast tokenizer for the dataset's texts: a "
-                             "folder saved with save_pretrained, or a Hub id in the local cache",
+                             "folder saved with save_pretrained, or a Hub id in the local cache "
+                             "(empty: the model's own, where its folder holds one)",
                              metavar="NAME|PATH")
     padding: Literal[PADDINGS] = option(  # type: ignore[valid-type]
         LONGEST, "Padding", "how a batch of texts is padded: longest (to its longest text, as "
@@ -495,8 +496,19 @@ def _read(values: Mapping[str, Any]) -> tuple[RunOptions, dict[str, str]]:
             name = str(found["loc"][0])
             errors.setdefault(name, _message(FIELDS[name], found))
         options = RunOptions(**{k: v for k, v in known.items() if k not in errors})
+    options = _model_tokenizer(options)
     errors.update(_rule_errors(options, errors))
     return options, errors
+
+
+def _model_tokenizer(options: RunOptions) -> RunOptions:
+    """Options on a dataset that name no tokenizer take the model's own where its folder holds
+    one (`models.own_tokenizer`), as `AutoTokenizer.from_pretrained(model)` would: a model
+    folder saved with its tokenizer needs no second name for it."""
+    if not options.on_dataset or options.tokenizer.strip():
+        return options
+    own = models.own_tokenizer(options.model)
+    return replace(options, tokenizer=own) if own else options
 
 
 def _rule_errors(options: RunOptions, errors: dict[str, str]) -> dict[str, str]:
@@ -515,7 +527,8 @@ def _rule_errors(options: RunOptions, errors: dict[str, str]) -> dict[str, str]:
                                    "give --dataset too")
         elif not options.tokenizer.strip():
             found["tokenizer"] = ("tokenizer: a dataset's texts need one: a folder saved with "
-                                  "save_pretrained, or a Hub id in the local cache")
+                                  "save_pretrained, or a Hub id in the local cache (the "
+                                  "model's own where its folder holds a tokenizer.json)")
     if options.distributed and options.profile_steps > 0 and \
             not {"gpus", "processes", "profile_steps"} & set(errors):
         found["profile_steps"] = "profile_steps: profiling is for a single process (use 0)"
@@ -550,7 +563,8 @@ def validated(values: Mapping[str, Any] | RunOptions, gpu_count: int, *,
     declaration, the rules between options and the machine's (`check`, whose keywords these
     are). InvalidOptions naming every wrong field; nothing has started."""
     if isinstance(values, RunOptions):
-        options, errors = values, _rule_errors(values, {})
+        options = _model_tokenizer(values)
+        errors = _rule_errors(options, {})
     else:
         options, errors = _read(values)
     errors.update(check(options, gpu_count, errors, resolve_model=resolve_model, here=here,

@@ -181,6 +181,27 @@ def test_a_folder_without_a_tokenizer_is_refused_in_a_whole_sentence(text_data, 
         assert message.endswith((")", ".")) and not message.endswith("..."), message
 
 
+def test_a_model_folder_saved_with_its_tokenizer_tokenizes_the_dataset_itself(text_data,
+                                                                              tmp_path):
+    """A model and its tokenizer saved in one folder (as `save_pretrained` of both writes it, as
+    every Hub snapshot holds them) was refused "a dataset's texts need one" without
+    --tokenizer naming the same folder again. Its own tokenizer is taken, and stored as named."""
+    from transformers import AutoTokenizer, LlamaConfig
+
+    folder = tmp_path / "my-llama"
+    LlamaConfig(**models.PRESETS["tiny-llama"].config_dict()).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(str(text_data.tokenizer)).save_pretrained(folder)
+    options = on(text_data, model=str(folder), tokenizer="")
+    assert validate(options, 0) == {}
+    assert RunOptions.read({"model": str(folder), "dataset": options.dataset}).tokenizer == \
+        str(folder)
+    # a folder without one is still refused, naming where the tokenizer may come from
+    (folder / "tokenizer.json").unlink()
+    assert _refused(options) == ("tokenizer", "tokenizer: a dataset's texts need one: a folder "
+                                 "saved with save_pretrained, or a Hub id in the local cache (the "
+                                 "model's own where its folder holds a tokenizer.json)")
+
+
 def test_a_dataset_run_is_not_refused_for_the_sequence_length_it_ignores(text_data):
     """The form sends its (greyed) sequence length with a dataset: 512 against a model of 256
     positions refused the run for a length its texts, cut at the positions, never take."""

@@ -73,6 +73,7 @@ from anatomy.analysis.models.names import (
     CONFIG_MAX_BYTES,
     MAX_NAME,
     named_quantization,
+    own_tokenizer,
     resolve,
     short,
 )
@@ -165,6 +166,7 @@ __all__ = [
     "main_input",
     "materialise",
     "named_quantization",
+    "own_tokenizer",
     "number_text",
     "quantization_left_out",
     "path_exists",

@@ -178,3 +178,18 @@ def named_quantization(model: str) -> str | None:
         return quantization_left_out(resolve(model).config)
     except ModelError:
         return None
+
+
+def own_tokenizer(model: str) -> str | None:
+    """The folder of the tokenizer saved beside a model's config (a model folder as
+    `save_pretrained` of a model and its tokenizer writes it, a Hub snapshot in the local cache),
+    as transformers' `AutoTokenizer.from_pretrained(model)` would read it; None for a preset, a
+    folder without a tokenizer.json, or a name that resolves to nothing."""
+    try:
+        spec = resolve(model)
+    except ModelError:
+        return None
+    if spec.source == ModelSource.PRESET or spec.config_path is None:
+        return None
+    folder = spec.config_path.parent
+    return str(folder) if (folder / "tokenizer.json").is_file() else None
