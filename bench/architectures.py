@@ -1006,7 +1006,8 @@ def report(rows: list[dict], command: str, enumerated: list[tuple[str, str]],
     missing = [model_type for model_type, _ in enumerated if model_type not in measured]
     which = (
         "The architectures are the model types of transformers' own auto mappings for causal-LM, "
-        "sequence-classification, image-classification and sequence-to-sequence heads; each "
+        "image-text-to-text (trained as causal LMs on text alone), sequence-classification, "
+        "image-classification and sequence-to-sequence heads; each "
         "trains the head `models.task_of` picks for its type (token-classification heads train "
         "where a config's `architectures` names one and are no type's default: "
         "docs/COVERAGE-TOKENS.md tries each type's). ")

@@ -128,6 +128,7 @@ def _sample(spec: ModelSpec, config_key: str, seq_len: int) -> Sample:
             side, channels = _vision_size(config)
             made["pixel_values"] = Tensor((channels, side, side), NOISE)
             words = f"images {side}×{side} and {words}"
+        words += _text_alone(spec, made)
         if spec.task == TOKEN_CLASSIFICATION:  # transformers' loss: cross entropy per token
             made["labels"] = Tensor(made["input_ids"].shape, CLASS)
             words += f", one of {spec.num_labels} labels per token"
@@ -238,6 +239,22 @@ def _prefixed_image(spec: ModelSpec) -> bool:
     alone."""
     return isinstance(spec.config.get("vision_config"), dict) and \
         not any("image_token" in key for key in spec.config)
+
+
+_TOWER_INPUTS = (("vision_config", "image", "vision", "pixel_values"),
+                 ("audio_config", "audio", "audio", "input_features"))
+
+
+def _text_alone(spec: ModelSpec, made: dict) -> str:
+    """Words for a decoder with a vision or audio tower that trains on text alone (LLaVA, Qwen2.5
+    VL, Mistral 3, Qwen2-Audio: their image or audio is optional): the tower is in the weights, but
+    no gradient reaches it, so it has no optimizer state either."""
+    left = [(what, tower) for key, what, tower, tensor in _TOWER_INPUTS
+            if isinstance(spec.config.get(key), dict) and tensor not in made]
+    if not left:
+        return ""
+    inputs, towers = (" or ".join(part) for part in zip(*left))
+    return f", text alone (no {inputs}: no gradient reaches its {towers} tower)"
 
 
 def _audio_in_step(spec: ModelSpec, parameters) -> tuple[int, int] | None:

@@ -117,6 +117,11 @@ LLAMA = json.loads(PRESETS["tiny-llama"].config_path.read_text())
     ("[1, 2]", "not a config object"),
     ({k: v for k, v in LLAMA.items() if k != "model_type"}, "has no model_type"),
     ({**LLAMA, "model_type": "llamma"}, "transformers does not know model_type 'llamma'"),
+    # a model of its own code (InternLM2's): what the refusal's cause is
+    ({**LLAMA, "model_type": "internlm2", "auto_map": {
+        "AutoModelForCausalLM": "modeling_internlm2.InternLM2ForCausalLM"}},
+     "'internlm2': its config's auto_map names the model's own code, which anatomy does not run "
+     "(trust_remote_code)"),
     ({**LLAMA, "hidden_size": 66}, "hidden size 66 is not divisible by the 4 attention heads"),
     ({**LLAMA, "num_hidden_layers": 0}, "num_hidden_layers must be a positive number"),
     ({**LLAMA, "hidden_size": 128.5}, "hidden_size must be a whole number, got 128.5"),
@@ -128,11 +133,16 @@ LLAMA = json.loads(PRESETS["tiny-llama"].config_path.read_text())
       "vision_config": {}}, "CLIPModel is a model of 2 towers"),
     # a head of another task: the type's causal-LM head was trained in its place, silently
     ({**LLAMA, "architectures": ["LlamaForQuestionAnswering"]},
-     'a question answering head: anatomy trains causal-LM, sequence-classification, '
-     'token-classification, image-classification and sequence-to-sequence heads (architectures: '
-     '["LlamaForSequenceClassification"] predicts the same body with one)'),
+     "a question answering head: anatomy trains causal-LM (a vision-language model's on text), "
+     'sequence-classification, token-classification, image-classification and '
+     'sequence-to-sequence heads (architectures: ["LlamaForSequenceClassification"] predicts the '
+     'same body with one)'),
     ({**PRESETS["tiny"].config_dict(), "architectures": ["BertForMultipleChoice"]},
      "BertForMultipleChoice is a multiple choice head"),
+    # its name ends as a text classifier's, but it classifies audio: "no sequence
+    # classification head for Wav2Vec2Config"
+    ({"model_type": "wav2vec2", "architectures": ["Wav2Vec2ForSequenceClassification"]},
+     "Wav2Vec2ForSequenceClassification is an audio classification head"),
     # a classifier of no classes: transformers builds none, or one of no outputs
     ({**small_ner_config(), "num_labels": 0},
      "num_labels must be 1 to 1,000,000 for token classification (the classes its head scores), "
@@ -269,6 +279,30 @@ def test_a_two_tower_classifier_takes_its_images_at_its_vision_towers_size(tmp_p
     clip = models.resolve(str(tmp_path))
     assert (clip.task, clip.image_size, clip.num_channels) == (IMAGE_CLASSIFICATION, 336, 1)
     assert dummy_data.sample(clip, 16).words == "images 336×336"
+
+
+def test_a_vision_language_model_trains_its_text_alone(tmp_path):
+    """LLaVA's, Qwen2.5-VL's, Mistral 3's heads are in transformers' image-text-to-text table
+    alone: "transformers has no sequence classification head for LlavaConfig". They train as
+    causal LMs on text (their image is optional), the dummy tokens below the image token, and the
+    words say that no gradient reaches the vision tower."""
+    import transformers
+
+    from anatomy.analysis import dummy_data
+
+    text = dict(model_type="llama", hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                intermediate_size=64, vocab_size=1000)
+    vision = dict(model_type="clip_vision_model", hidden_size=32, num_hidden_layers=1,
+                  num_attention_heads=2, intermediate_size=64, image_size=32, patch_size=8)
+    config = transformers.LlavaConfig(text_config=text, vision_config=vision,
+                                      image_token_index=900)
+    config.architectures = ["LlavaForConditionalGeneration"]
+    config.save_pretrained(tmp_path)
+    llava = models.resolve(str(tmp_path))
+    assert (llava.task, llava.head) == (CAUSAL_LM, "LlavaForConditionalGeneration")
+    assert models.token_range(llava) == (100, 900)  # the image token is 900, the vocabulary 1,000
+    assert dummy_data.sample(llava, 16).words == (
+        "sequence length 16, text alone (no image: no gradient reaches its vision tower)")
 
 
 def test_the_dummy_tokens_are_within_every_vocabulary_the_model_has(tmp_path):

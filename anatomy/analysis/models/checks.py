@@ -152,7 +152,10 @@ def check_config(spec: ModelSpec) -> None:
         raise ModelError(f"{where}: the config has no model_type (e.g. \"llama\", \"bert\")")
     known = known_model_types()
     if known is not None and model_type not in known:
-        raise ModelError(f"{where}: transformers does not know model_type {model_type!r}")
+        remote = (": its config's auto_map names the model's own code, which anatomy does not "
+                  "run (trust_remote_code); transformers' own architectures build"
+                  if isinstance(config.get("auto_map"), Mapping) else "")
+        raise ModelError(f"{where}: transformers does not know model_type {model_type!r}{remote}")
     _check_sizes(config, where)
     layers = _layers(config)
     if layers > MAX_LAYERS:

@@ -23,17 +23,21 @@ from anatomy.analysis.models.tasks import (
 # transformers' own tables of the heads (models/auto/modeling_auto.py), per task. A model type
 # without `architectures` trains the first of these its type has (an encoder with a masked-LM
 # head classifies sequences, as the walkthrough's BERT does); token classification only where the
-# config's `architectures` names its head (a type's token head is never its default).
+# config's `architectures` names its head (a type's token head is never its default). A
+# vision-language model's head (image-text-to-text: LLaVA, Qwen2.5-VL, Mistral 3) trains as a
+# causal LM on text alone: its image is optional, and its dummy data is text.
 TASK_MAPPINGS: dict[str, tuple[str, ...]] = {
     IMAGE_CLASSIFICATION: ("MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES",),
     SEQ2SEQ: ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
               "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES"),
-    CAUSAL_LM: ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",),
+    CAUSAL_LM: ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
+                "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES"),
     SEQUENCE_CLASSIFICATION: ("MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",),
     TOKEN_CLASSIFICATION: ("MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES",),
 }
-_HEADS_TRAINED = ("causal-LM, sequence-classification, token-classification, "
-                  "image-classification and sequence-to-sequence heads")  # for a refusal
+# What a refusal names as trained.
+_HEADS_TRAINED = ("causal-LM (a vision-language model's on text), sequence-classification, "
+                  "token-classification, image-classification and sequence-to-sequence heads")
 _ENCODER_MAPPING = "MODEL_FOR_MASKED_LM_MAPPING_NAMES"
 # Heads that are no task of their own: the type's task trains instead.
 _BODY_MAPPINGS = ("MODEL_MAPPING_NAMES", "MODEL_FOR_PRETRAINING_MAPPING_NAMES", _ENCODER_MAPPING)
@@ -50,6 +54,9 @@ _HEADS_BY_SUFFIX = (
     ("ForPreTraining", SEQUENCE_CLASSIFICATION),
     ("Model", SEQUENCE_CLASSIFICATION),
 )
+# Tables of heads whose names end as a trained task's do (Wav2Vec2ForSequenceClassification) but
+# whose input is another: refused by their table, not trained by their name.
+_OTHER_INPUTS = ("MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES",)
 # Sub-configs that make a model of several towers (CLIP's text and vision encoders).
 _TOWERS = ("text_config", "vision_config", "audio_config", "speech_config")
 
@@ -131,6 +138,8 @@ def task_and_head(config: Mapping[str, Any]) -> tuple[str, str | None]:
         task = _task_of_class(architecture)
         if task is None and not any(architecture in auto_mappings().get(m, {}).values()
                                     for m in _BODY_MAPPINGS):
+            if any(architecture in auto_mappings().get(m, {}).values() for m in _OTHER_INPUTS):
+                _refuse_other_head(architecture, model_type)
             # a class these tables do not list (another version's): its name's ending
             task = next((t for suffix, t in _HEADS_BY_SUFFIX if architecture.endswith(suffix)),
                         None)
@@ -166,10 +175,11 @@ def _refuse_other_head(architecture: str, model_type: object) -> None:
     if table is None:
         return  # a class of another version's: the type's task trains
     what = table.removeprefix("MODEL_FOR_").removesuffix("_MAPPING_NAMES").lower()
+    what = what.replace("_", " ")
     instead = tables.get("MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES", {}).get(model_type)
     raise ModelError(
-        f"model: {architecture} is a {what.replace('_', ' ')} head: anatomy trains "
-        f"{_HEADS_TRAINED}"
+        f"model: {architecture} is {'an' if what[0] in 'aeiou' else 'a'} {what} head: anatomy "
+        f"trains {_HEADS_TRAINED}"
         + (f" (architectures: [\"{instead}\"] predicts the same body with one)" if instead
            else ""))
 

@@ -230,6 +230,14 @@ def path_exists(path: Path) -> bool:
 
 def token_range(spec: ModelSpec, vocab: int | None = None) -> tuple[int, int]:
     """The dummy data's token ids: the walkthrough's [100, 30000), within the vocabulary (`vocab`
-    where a part of the model has its own; a tiny one's start at 0)."""
+    where a part of the model has its own; a tiny one's start at 0), below the first token that
+    stands for an image, a video or audio (a vision-language model's image token in the text makes
+    it look for an image the text does not bring)."""
     high = min(30000, vocab or spec.vocab_size or 30000)
-    return (100 if high > 200 else 0), high
+    low = 100 if high > 200 else 0
+    media = [v for k, v in spec.config.items() if "token" in k and isinstance(v, int)
+             and not isinstance(v, bool) and any(m in k for m in _MEDIA) and low < v < high]
+    return low, min(media, default=high)
+
+
+_MEDIA = ("image", "video", "audio", "vision", "boi", "eoi", "boa", "eoa")  # tokens' key words
