@@ -257,6 +257,54 @@ def test_measured_next_to_predicted_on_the_gpu(manager, store, model):
     assert predicted.peak == pytest.approx(parts.peak_allocated, rel=0.03)
 
 
+def _vision_language_config(folder, kind: str) -> str:
+    """A vision-language model's config as transformers saves it: LLaVA-1.5's CLIP ViT-L/14-336
+    tower before a small Llama, or Qwen2.5-VL's own tower and text (its rotary sections)."""
+    import transformers
+
+    text = dict(hidden_size=1024, num_hidden_layers=4, num_attention_heads=8,
+                num_key_value_heads=4, intermediate_size=2816, max_position_embeddings=4096)
+    if kind == "llava":
+        config = transformers.LlavaConfig(
+            text_config=dict(model_type="llama", vocab_size=32064, **text),
+            vision_config=dict(model_type="clip_vision_model", hidden_size=1024,
+                               num_hidden_layers=24, num_attention_heads=16,
+                               intermediate_size=4096, image_size=336, patch_size=14),
+            image_token_index=32000)
+        config.architectures = ["LlavaForConditionalGeneration"]
+    else:
+        config = transformers.Qwen2_5_VLConfig(
+            text_config=dict(text, vocab_size=151936, rope_scaling={
+                "type": "mrope", "mrope_section": [16, 24, 24]}),
+            vision_config=dict(depth=8, hidden_size=640, num_heads=10, intermediate_size=1280,
+                               out_hidden_size=1024),
+            image_token_id=151655, video_token_id=151656, vision_start_token_id=151652)
+        config.architectures = ["Qwen2_5_VLForConditionalGeneration"]
+    config.save_pretrained(folder / kind)
+    return str(folder / kind)
+
+
+@pytest.mark.parametrize("kind", ["llava", "qwen2_5_vl"])
+def test_a_vision_language_model_on_its_text_measured_next_to_predicted(manager, store, tmp_path,
+                                                                        kind):
+    """A vision-language model trains on its text alone: its vision tower's weights on the GPU,
+    no gradient or optimizer state for them; measured as predicted (components exact, the
+    allocator's peak within 3 %)."""
+    from anatomy.prediction import predict
+
+    options = RunOptions(model=_vision_language_config(tmp_path, kind), batch_size=8,
+                         seq_len=256, precision="bf16", max_steps=3)
+    run_id = manager.start(options)
+    assert manager.wait(run_id, timeout=600) == "completed", report(store, run_id).error
+    rep = report(store, run_id)
+    predicted = predict(options, device="cuda", gpu_name=rep.environment.gpu_name)
+    parts = rep.components
+    assert (parts.weights, parts.gradients, parts.optimizer_states) == \
+        (predicted.weights, predicted.gradients, predicted.optimizer_states)
+    assert parts.gradients < parts.weights  # the vision tower takes none
+    assert predicted.peak == pytest.approx(parts.peak_allocated, rel=0.03)
+
+
 def test_a_users_trainer_script_under_watch_on_the_gpu(tmp_path):
     """The path a user walks: their Trainer script with the callback, under `anatomy watch`, on
     the GPU: the four phases, its steps, the components measured, and the prediction made from
