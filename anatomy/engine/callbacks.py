@@ -72,20 +72,34 @@ class StepReports(TrainerCallback):
         self.flush()
 
 
+# A forward's inputs that are no text (an image's pixels, a video's, audio features): a batch
+# holding one is not the text the prediction of a vision-language model makes.
+MEDIA_INPUTS = ("pixel_values", "pixel_values_videos", "image_embeds", "input_features",
+                "input_values", "audio_values")
+
+
 class BatchLengths:
     """The sequence length each step of a user's Trainer trained at: a forward pre-hook on the
     model reads its token ids' shape (metadata: nothing is synchronised, nothing copied), and a
     step keeps the longest of its batches. A data collator that pads each batch to its own
-    longest makes them differ step by step."""
+    longest makes them differ step by step. The inputs that are no text (MEDIA_INPUTS) are told
+    to `media` as they first come."""
 
-    def __init__(self, model):
+    def __init__(self, model, media=None):
         self.step: int | None = None  # the longest since the last step
         self.longest: int | None = None  # the longest of the run
+        self.media: tuple[str, ...] = ()  # the inputs that are no text, seen so far
+        self._told = media
         self.handle = model.register_forward_pre_hook(self._seen, with_kwargs=True)
 
     def _seen(self, module, args, kwargs) -> None:
         if not module.training:  # an evaluation's batch (eval_strategy="steps"): no training's
             return
+        media = tuple(n for n in MEDIA_INPUTS if kwargs.get(n) is not None or n in self.media)
+        if media != self.media:
+            self.media = media
+            if self._told is not None:
+                self._told(media)
         tokens = kwargs.get("input_ids")
         if tokens is None:
             tokens = kwargs.get("inputs_embeds")  # (batch, sequence, hidden)
@@ -307,12 +321,17 @@ class AnatomyCallback(TrainerCallback):
         use_cuda = torch.cuda.is_available() and args.device.type == "cuda"
         # a model of transformers' (its config is what the prediction builds it from)
         self._predictable = getattr(model, "config", None) is not None
-        self._lengths = BatchLengths(model) if model is not None else None
+        self._lengths = BatchLengths(model, self._media) if model is not None else None
         steps = StepReports(self.run.reporter, use_cuda, self._lengths)
         self._callbacks = [steps, PhaseMarks(self.run.reporter)]
         if self.probe and model is not None:
             self._callbacks.append(ComponentProbing(self.run.reporter, ComponentProbe(
                 model, use_cuda, args.per_device_train_batch_size)))
+
+    def _media(self, names: tuple[str, ...]) -> None:
+        """The inputs other than text the training's batches hold, for the run's facts: the
+        prediction, which makes a vision-language model's text alone, says it has none."""
+        self.run.reporter.environment(RunFacts(media_inputs=names))
 
     def _each(self, event: str, *args, **kwargs) -> None:
         for callback in self._callbacks:

@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import NamedTuple
 
 from anatomy import strategies
-from anatomy.analysis import carried_model, models
+from anatomy.analysis import carried_model, dummy_data, models
 from anatomy.analysis.components import Components, measured_batch
 from anatomy.analysis.lengths import TextBatch
 from anatomy.analysis.options import RunOptions
@@ -51,6 +51,9 @@ def predicted(report: RunReport) -> Prediction | NoPrediction:
     with _own_options(report) as options:
         if isinstance(options, NoPrediction):
             return options
+        left_out = _media_left_out(report, options)
+        if left_out is not None:
+            return left_out
         data = report.environment.data if options.on_dataset else None
         if options.on_dataset and data is None:
             return NoPrediction("the run stored no lengths of its dataset's texts")
@@ -70,6 +73,26 @@ def predicted(report: RunReport) -> Prediction | NoPrediction:
             return said.alone
         except PredictionError as error:  # its model is not here, or the trace refuses it
             return NoPrediction(f"{error}")
+
+
+def _media_left_out(report: RunReport, options: RunOptions) -> NoPrediction | None:
+    """Why there is none for a user's training whose batches held inputs the prediction's batch
+    does not (a vision-language model trained with its images, predicted on its text alone:
+    its vision tower's activations, gradients and states would be missing); None otherwise."""
+    media = report.environment.media_inputs
+    if not media:
+        return None
+    try:
+        made = {name for name, _ in dummy_data.sample(models.resolve(options.model),
+                                                      options.seq_len).tensors}
+    except models.ModelError:
+        return None  # the prediction says why it cannot build the model
+    left = [name for name in media if name not in made]
+    if not left:
+        return None
+    return NoPrediction(f"its batches held {', '.join(left)}, and anatomy predicts this model on "
+                        "its text alone (its vision or audio tower's activations, gradients and "
+                        "optimizer states would be left out)")
 
 
 class DataReach(NamedTuple):

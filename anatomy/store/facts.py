@@ -234,6 +234,10 @@ class RunFacts(Record):
     # Trainer's as transformers writes it): what every prediction of the run rebuilds it from.
     model_config: Mapping[str, Any] | None = fact(checks.plain_object)
     model_path: str | None = fact(checks.text)  # the file or folder it came from, absolute
+    # The inputs other than text a user's training fed its model (pixel_values, input_features:
+    # a vision-language model trained with its images), by their forward's names; None where it
+    # fed none, or anatomy's own run made the batches (its dummy data, its dataset's texts).
+    media_inputs: tuple[str, ...] | None = fact(_names)
 
     @property
     def device(self) -> str:

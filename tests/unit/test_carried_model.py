@@ -66,3 +66,65 @@ def test_an_exported_run_imported_elsewhere_is_predicted_from_the_config_it_kept
     assert there == here
     # BertForSequenceClassification of the folder's config (hidden 64, 2 layers, 1000 tokens)
     assert there.parameters == 139_586
+
+
+def _trained_run(store, config, class_name: str, media: tuple[str, ...] | None) -> int:
+    """A CPU run of a user's Trainer (the callback's facts of its model), its batches holding
+    `media` besides their text where given, as the callback's forward hook saw them."""
+    from anatomy.analysis.options import RunOptions
+    from anatomy.store import RunFacts
+    from tests.conftest import seed_run
+
+    run_id = seed_run(store, backend="cpu-rss")
+    store.update_run(run_id, options=RunOptions(model=class_name, batch_size=2,
+                                                seq_len=32).to_dict())
+    store.merge_environment(run_id, carried_model.trained(config, class_name))
+    if media:
+        store.merge_environment(run_id, RunFacts(media_inputs=media))
+    return run_id
+
+
+def test_a_vision_language_model_trained_with_its_images_has_no_text_alone_prediction(store):
+    """anatomy predicts a vision-language model on its text: a user's Trainer that fed it images
+    (the callback saw pixel_values) would have been shown a prediction without its vision
+    tower's activations, gradients and states. Trained on text alone, it is predicted; an image
+    classifier fed pixel_values is predicted with them."""
+    from transformers import LlavaConfig, ViTConfig
+
+    tower = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
+    llava = LlavaConfig(text_config=dict(model_type="llama", vocab_size=1000, **tower),
+                        vision_config=dict(model_type="clip_vision_model", image_size=32,
+                                           patch_size=8, **tower), image_token_index=900)
+    with_images = breakdown.predicted(report(store, _trained_run(
+        store, llava, "LlavaForConditionalGeneration", ("pixel_values",))))
+    assert with_images == breakdown.NoPrediction(
+        "its batches held pixel_values, and anatomy predicts this model on its text alone (its "
+        "vision or audio tower's activations, gradients and optimizer states would be left out)")
+    text_alone = breakdown.predicted(report(store, _trained_run(
+        store, llava, "LlavaForConditionalGeneration", None)))
+    assert isinstance(text_alone, Prediction), text_alone
+    vit = ViTConfig(image_size=32, patch_size=8, **tower)
+    images = breakdown.predicted(report(store, _trained_run(
+        store, vit, "ViTForImageClassification", ("pixel_values",))))
+    assert isinstance(images, Prediction), images
+
+
+def test_the_callback_tells_the_inputs_that_are_no_text_as_they_first_come():
+    import torch
+
+    from anatomy.engine.callbacks import BatchLengths
+
+    class Model(torch.nn.Module):
+        def forward(self, input_ids=None, pixel_values=None, input_features=None):
+            return input_ids
+
+    told: list[tuple[str, ...]] = []
+    model = Model()
+    lengths = BatchLengths(model, told.append)
+    model(input_ids=torch.zeros(2, 7))
+    model(input_ids=torch.zeros(2, 5), pixel_values=torch.zeros(2, 3, 4, 4))
+    model(input_ids=torch.zeros(2, 9), pixel_values=torch.zeros(2, 3, 4, 4))
+    model.eval()
+    model(input_ids=torch.zeros(2, 9), input_features=torch.zeros(2, 3))  # an evaluation's
+    assert told == [("pixel_values",)] and lengths.media == ("pixel_values",)
+    assert lengths.take() == 9
