@@ -76,8 +76,9 @@ class RunOptions:
     model: Text = Field(
         "tiny", validation_alias=AliasChoices("model", "preset"),  # "preset" before other models
         description="a shipped preset, a path to a config.json or a model folder, or a Hub id in "
-        "the local cache; its head follows the config's architectures: a causal LM, a sequence, "
-        "token or image classifier, or sequence to sequence",
+        "the local cache; its head follows the config's architectures: a causal LM (a "
+        "vision-language model's, on its text), a sequence, token or image classifier, or "
+        "sequence to sequence",
         json_schema_extra={"label": "Model", "suggestions": list(PRESETS),
                            "metavar": "NAME|PATH|HUB_ID"})
     batch_size: Whole = option(4, "Batch size", "per_device_train_batch_size", 1, 4096)
