@@ -24,6 +24,7 @@ import re
 import shutil
 import sys
 import tempfile
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
@@ -48,6 +49,11 @@ DATA_FILE_NAMES = f"{', '.join(DATA_FILES)} (or any of them {', '.join(COMPRESSE
 DEFAULT_SPLIT = "train"
 DEFAULT_COLUMN = "text"
 CHAT_COLUMN = "messages"  # a chat dataset's column, taken where there is no DEFAULT_COLUMN
+# A prompt-completion dataset's columns (TRL's format), taken where there is neither: each text
+# is its prompt followed by its completion, as TRL's SFTTrainer tokenizes them. Named as one
+# column, joined by PAIR_JOIN ("prompt+completion"), as --text-column may name them too.
+PAIR_COLUMNS = ("prompt", "completion")
+PAIR_JOIN = "+"
 TOKENIZE_BATCH = 1000  # texts per call of the fast tokenizer
 LAYOUT = 1  # the token arrays' layout: another one is tokenized again
 TEXT_TYPES = ("string", "large_string")
@@ -89,13 +95,28 @@ class Texts(NamedTuple):
 
     source: str  # the dataset: an absolute path, or its Hub id
     split: str
-    column: str
+    column: str  # as a run stores it: "text", or a prompt-completion pair's "prompt+completion"
     rows: Any  # datasets.Dataset
     tokenizer: Any  # transformers' fast tokenizer
     tokenizer_source: str  # an absolute path, or its Hub id
     # The column holds conversations (a list of messages, each a role and its content), which
     # the tokenizer's chat template makes text of, as TRL's SFTTrainer trains on them.
     chat: bool = False
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The dataset's columns a text is made of, in order: one, or a prompt and completion."""
+        return tuple(self.column.split(PAIR_JOIN)) if PAIR_JOIN in self.column and \
+            self.column not in self.rows.column_names else (self.column,)
+
+    def of(self, batch: Mapping[str, list]) -> list[str]:
+        """A batch of rows' texts: the column's, a prompt's followed by its completion (strings
+        joined, conversations one after the other), a conversation as its chat template writes
+        it."""
+        parts = [batch[name] for name in self.columns]
+        joined = [sum(map(_messages, row), start=[]) if self.chat else "".join(row)
+                  for row in zip(*parts)] if len(parts) > 1 else parts[0]
+        return _chat_texts(self, joined) if self.chat else joined
 
 
 class Tokenized(NamedTuple):
@@ -310,13 +331,28 @@ def _split(loaded, text: str, split: str):
 
 
 def _column(rows, text: str, split: str, column: str) -> tuple[str, bool]:
-    """The column of texts and whether it holds conversations (`_conversations`)."""
+    """The column of texts (a prompt-completion pair's two, joined by PAIR_JOIN) and whether it
+    holds conversations (`_conversations`)."""
+    names = rows.column_names
     if not column:
-        column = CHAT_COLUMN if DEFAULT_COLUMN not in rows.column_names and \
-            CHAT_COLUMN in rows.column_names else DEFAULT_COLUMN
-    if column not in rows.column_names:
-        raise DataError("text_column", f"{_shown(column)} is not a column of {_shown(text)} "
-                        f"({split}: its columns are {', '.join(rows.column_names) or 'none'})")
+        column = next((c for c in (DEFAULT_COLUMN, CHAT_COLUMN) if c in names), None) or (
+            PAIR_JOIN.join(PAIR_COLUMNS) if set(PAIR_COLUMNS) <= set(names) else DEFAULT_COLUMN)
+    parts = column.split(PAIR_JOIN) if PAIR_JOIN in column and column not in names else [column]
+    for part in parts:
+        if part not in names:
+            raise DataError("text_column", f"{_shown(part)} is not a column of {_shown(text)} "
+                            f"({split}: its columns are {', '.join(names) or 'none'})")
+    kinds = {_one_column(rows, text, part) for part in parts}
+    if len(kinds) > 1:
+        raise DataError("text_column", f"{_shown(column)} of {_shown(text)} joins text and "
+                        "conversations: a prompt and its completion are both text, or both "
+                        "conversations")
+    return column, kinds.pop()
+
+
+def _one_column(rows, text: str, column: str) -> bool:
+    """Whether a column of texts holds conversations; DataError where it holds neither text nor
+    conversations, or a row of none."""
     feature = rows.features[column]
     dtype = getattr(feature, "dtype", None)
     missing = rows.data.column(column).null_count
@@ -332,7 +368,7 @@ def _column(rows, text: str, split: str, column: str) -> tuple[str, bool]:
     if missing:
         raise DataError("text_column", f"{missing:,} of the {rows.num_rows:,} rows of "
                         f"{_shown(column)} hold no {'conversation' if chat else 'text'} (null)")
-    return column, chat
+    return chat
 
 
 def _conversations(feature) -> bool:
@@ -352,16 +388,21 @@ def _chat_texts(texts: Texts, conversations: list) -> list[str]:
     of messages again)."""
     made = []
     for conversation in conversations:
-        if isinstance(conversation, dict):
-            conversation = [dict(zip(conversation, message))
-                            for message in zip(*conversation.values())]
         try:
-            made.append(texts.tokenizer.apply_chat_template(conversation, tokenize=False))
+            made.append(texts.tokenizer.apply_chat_template(_messages(conversation),
+                                                            tokenize=False))
         except Exception as error:  # noqa: BLE001 - the template's own words (jinja), one line
             raise DataError("text_column", f"{_shown(texts.column)} holds a conversation the "
                             f"tokenizer's chat template refuses: {models.first_line(error)}"
                             ) from None
     return made
+
+
+def _messages(conversation) -> list:
+    """A conversation as a list of messages (datasets' Sequence gives a dict of lists)."""
+    if isinstance(conversation, dict):
+        return [dict(zip(conversation, message)) for message in zip(*conversation.values())]
+    return list(conversation)
 
 
 # --- the tokenizer ---
@@ -565,7 +606,7 @@ def _tokenize(texts: Texts, cut: int | None, inputs: tuple[str, ...], folder: Pa
     (`offsets.npy`), and each other input the model takes (token_type_ids) alike."""
     from tqdm import tqdm
 
-    rows = texts.rows.select_columns([texts.column])
+    rows = texts.rows.select_columns(list(texts.columns))
     arrays: dict[str, list[np.ndarray]] = {name: [] for name in ("input_ids", *inputs)
                                            if name != "attention_mask"}
     ends = [np.zeros(1, dtype=np.int64)]
@@ -576,7 +617,7 @@ def _tokenize(texts: Texts, cut: int | None, inputs: tuple[str, ...], folder: Pa
     with tqdm(total=rows.num_rows, unit=" texts", desc="tokenizing", disable=not progress,
               file=sys.stderr) as bar:
         for batch in rows.iter(batch_size=TOKENIZE_BATCH):
-            given = _chat_texts(texts, batch[texts.column]) if chat else batch[texts.column]
+            given = texts.of(batch)
             try:
                 encoded = texts.tokenizer(given, truncation=cut is not None, max_length=cut,
                                           add_special_tokens=not chat)

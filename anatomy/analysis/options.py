@@ -129,8 +129,10 @@ class RunOptions:
                          metavar="S")
     text_column: Text = option("", "Text column", "the dataset's column of texts, or of "
                                "conversations (a list of messages, each a role and its content: "
-                               "the tokenizer's chat template makes text of them); empty: text, "
-                               "else messages", metavar="C")
+                               "the tokenizer's chat template makes text of them), or two joined "
+                               "by + (prompt+completion: each prompt followed by its "
+                               "completion); empty: text, else messages, else prompt+completion",
+                               metavar="C")
     tokenizer: Text = option("", "Tokenizer", "the fast tokenizer for the dataset's texts: a "
                              "folder saved with save_pretrained, or a Hub id in the local cache "
                              "(empty: the model's own, where its folder holds one)",

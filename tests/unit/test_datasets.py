@@ -377,6 +377,55 @@ def test_a_chat_datasets_conversations_are_tokenized_as_their_chat_template_writ
     assert refused.value.field == "text_column" and "\n" not in str(refused.value)
 
 
+def test_a_prompt_completion_dataset_trains_on_each_prompt_followed_by_its_completion(
+        text_data, tmp_path):
+    """TRL's prompt-completion format ("prompt" and "completion" columns, text or conversations)
+    was refused "'text' is not a column", and `--text-column prompt` would have predicted the
+    prompts alone. Each text is its prompt followed by its completion, as TRL's SFTTrainer
+    tokenizes them: strings joined, conversations through the chat template one after the
+    other; the pair is named "prompt+completion", and --text-column may name it too."""
+    import datasets
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(text_data.tokenizer))
+    tokenizer.chat_template = ("{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }}\n"
+                               "{% endfor %}")
+    tokenizer.save_pretrained(str(tmp_path / "chat-tokenizer"))
+    sizes = (3, 8, 5, 1, 13, 2)
+    prompts, completions = [words(n) for n in sizes], [" " + words(2 * n, seed=1) for n in sizes]
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text("".join(json.dumps({"prompt": p, "completion": c, "id": 1}) + "\n"
+                             for p, c in zip(prompts, completions)))
+    turns = [([{"role": "user", "content": p}], [{"role": "assistant", "content": c}])
+             for p, c in zip(prompts, completions)]
+    chat = tmp_path / "chat"
+    datasets.Dataset.from_dict({"prompt": [p for p, _ in turns],
+                                "completion": [c for _, c in turns]}).save_to_disk(str(chat))
+    spec = models.resolve("tiny-llama")
+    expected = {
+        plain: Lengths.of([len(tokenizer(p + c)["input_ids"])
+                           for p, c in zip(prompts, completions)]),
+        chat: Lengths.of([len(tokenizer(tokenizer.apply_chat_template(p + c, tokenize=False),
+                                        add_special_tokens=False)["input_ids"])
+                          for p, c in turns])}
+    for dataset, column in ((plain, ""), (chat, ""), (plain, "prompt+completion")):
+        found = data.tokenized(on(text_data, dataset=str(dataset), batch_size=2,
+                                  text_column=column,
+                                  tokenizer=str(tmp_path / "chat-tokenizer")), spec,
+                               progress=False)
+        assert found.lengths == expected[dataset]
+        assert found.facts.text_column == "prompt+completion"
+    # a half that is not there; a text prompt before a conversation
+    field, message = _refused(on(text_data, dataset=str(plain), text_column="prompt+answer"))
+    assert message.startswith("text_column: 'answer' is not a column of '") and \
+        message.endswith("plain.jsonl' (train: its columns are prompt, completion, id)")
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text("".join(json.dumps({"prompt": p, "completion": c}) + "\n"
+                             for p, (_, c) in zip(prompts, turns)))
+    field, message = _refused(on(text_data, dataset=str(mixed)))
+    assert field == "text_column" and "joins text and conversations" in message
+
+
 def test_a_cache_that_cannot_be_written_is_a_temporary_one(text_data, tmp_path, monkeypatch):
     """A file where the cache folder should be (or a read-only home): "cannot be read as
     json: Not a directory" blamed the user's file, then a NotADirectoryError traceback from
