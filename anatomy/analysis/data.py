@@ -50,8 +50,9 @@ DEFAULT_SPLIT = "train"
 DEFAULT_COLUMN = "text"
 CHAT_COLUMN = "messages"  # a chat dataset's column, taken where there is no DEFAULT_COLUMN
 # A prompt-completion dataset's columns (TRL's format), taken where there is neither: each text
-# is its prompt followed by its completion, as TRL's SFTTrainer tokenizes them. Named as one
-# column, joined by PAIR_JOIN ("prompt+completion"), as --text-column may name them too.
+# is its prompt followed by its completion, as TRL's SFTTrainer joins them (tokenized as every
+# plain text here is: without the end token recent TRL versions append to a completion). Named
+# as one column, joined by PAIR_JOIN ("prompt+completion"), as --text-column may name them too.
 PAIR_COLUMNS = ("prompt", "completion")
 PAIR_JOIN = "+"
 TOKENIZE_BATCH = 1000  # texts per call of the fast tokenizer
