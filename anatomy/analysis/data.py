@@ -107,8 +107,7 @@ class Texts(NamedTuple):
     @property
     def columns(self) -> tuple[str, ...]:
         """The dataset's columns a text is made of, in order: one, or a prompt and completion."""
-        return tuple(self.column.split(PAIR_JOIN)) if PAIR_JOIN in self.column and \
-            self.column not in self.rows.column_names else (self.column,)
+        return _parts(self.column, self.rows.column_names)
 
     def of(self, batch: Mapping[str, list]) -> list[str]:
         """A batch of rows' texts: the column's, a prompt's followed by its completion (strings
@@ -338,7 +337,7 @@ def _column(rows, text: str, split: str, column: str) -> tuple[str, bool]:
     if not column:
         column = next((c for c in (DEFAULT_COLUMN, CHAT_COLUMN) if c in names), None) or (
             PAIR_JOIN.join(PAIR_COLUMNS) if set(PAIR_COLUMNS) <= set(names) else DEFAULT_COLUMN)
-    parts = column.split(PAIR_JOIN) if PAIR_JOIN in column and column not in names else [column]
+    parts = _parts(column, names)
     for part in parts:
         if part not in names:
             raise DataError("text_column", f"{_shown(part)} is not a column of {_shown(text)} "
@@ -349,6 +348,13 @@ def _column(rows, text: str, split: str, column: str) -> tuple[str, bool]:
                         "conversations: a prompt and its completion are both text, or both "
                         "conversations")
     return column, kinds.pop()
+
+
+def _parts(column: str, names: list[str]) -> tuple[str, ...]:
+    """The columns a text column's name stands for: itself, or the two it joins by PAIR_JOIN
+    (where no column has that whole name)."""
+    return tuple(column.split(PAIR_JOIN)) if PAIR_JOIN in column and column not in names \
+        else (column,)
 
 
 def _one_column(rows, text: str, column: str) -> bool:
