@@ -241,6 +241,11 @@ def _prefixed_image(spec: ModelSpec) -> bool:
         not any("image_token" in key for key in spec.config)
 
 
+# A forward's inputs that are no text (an image's pixels, a video's, audio features): a user's
+# batch holding one the sample here does not make is not what the prediction traced.
+MEDIA_INPUTS = ("pixel_values", "pixel_values_videos", "image_embeds", "input_features",
+                "input_values", "audio_values")
+# A tower's sub-config, what it takes in words, the tower in words, and its input.
 _TOWER_INPUTS = (("vision_config", "image", "vision", "pixel_values"),
                  ("audio_config", "audio", "audio", "input_features"))
 

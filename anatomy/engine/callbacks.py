@@ -18,6 +18,7 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import CallbackHandler
 
 from anatomy.analysis import carried_model
+from anatomy.analysis.dummy_data import MEDIA_INPUTS
 from anatomy.engine.figures import LinkedReader, Reader
 from anatomy.engine.predicting import Answer, Predicting
 from anatomy.engine.probe import MEASURED_STEPS, ComponentProbe
@@ -70,12 +71,6 @@ class StepReports(TrainerCallback):
 
     def on_train_end(self, args, state, control, **kwargs):
         self.flush()
-
-
-# A forward's inputs that are no text (an image's pixels, a video's, audio features): a batch
-# holding one is not the text the prediction of a vision-language model makes.
-MEDIA_INPUTS = ("pixel_values", "pixel_values_videos", "image_embeds", "input_features",
-                "input_values", "audio_values")
 
 
 class BatchLengths:
