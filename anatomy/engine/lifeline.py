@@ -9,6 +9,13 @@
 - **The worker leads a process group of its own**: Ctrl-C at a terminal (SIGINT to the
   foreground group) does not reach it — the CLI turns it into a Stop — and a stop ends it with
   every descendant at once (`signal_group`).
+- **The kernel ends the training first**: out of memory, Linux's out-of-memory killer ends the
+  process of the largest score. The worker (and its ranks) and, where anatomy owns the training,
+  the sampler raise theirs (`EXPENDABLE_SCORE`), so that the process that records them is not the
+  one ended: after killing the worker, the kernel may kill again before that worker's memory is
+  given back (seen in a 1.2 GB cgroup: the CLI ended 3 ms after its worker), and the next largest
+  must then be the sampler, whose loss costs the run its last count, not the recorder, whose loss
+  costs it its ending. Raising a score needs no privilege; the recorder's own is left as it is.
 - **The device lock travels**: the lock file's descriptor is inherited by the children, so the
   `flock` is shared and the device stays taken while any process of the run lives, even when the
   manager died first; it is released when the last of them ends.
@@ -33,6 +40,11 @@ from multiprocessing import reduction
 PR_SET_PDEATHSIG = 1
 PR_SET_NAME = 15
 WATCH_SECONDS = 0.5  # the watchdog's period, where prctl is not available
+# Added to the kernel's badness as thousandths of the memory it can hand out (the cgroup's limit,
+# or RAM and swap): half of it puts an expendable process before the recorder and before the
+# user's other programs of like size, not before one that holds half the memory more.
+EXPENDABLE_SCORE = 500
+OOM_SCORE_ADJ = "/proc/self/oom_score_adj"
 
 
 def _prctl(option: int, value) -> bool:
@@ -53,8 +65,10 @@ class Lifeline:
     it arrives as the same open file, holding the same flock."""
 
     def __init__(self, name: str, lock_fd: int | tuple[int, ...] | None = None,
-                 own_group: bool = False, death_signal: int = signal.SIGKILL):
+                 own_group: bool = False, death_signal: int = signal.SIGKILL,
+                 expendable: bool = False):
         self.name = name
+        self.expendable = expendable
         self.parent = os.getpid()
         self.lock_fd = lock_fd
         self.own_group = own_group
@@ -67,15 +81,19 @@ class Lifeline:
             fd = tuple(reduction.DupFd(f) for f in self.lock_fd)
         else:
             fd = reduction.DupFd(self.lock_fd)
-        return _rebuild, (self.name, self.parent, fd, self.own_group, self.death_signal)
+        return _rebuild, (self.name, self.parent, fd, self.own_group, self.death_signal,
+                          self.expendable)
 
     def parent_gone(self) -> bool:
         return os.getppid() != self.parent
 
     def attach(self) -> None:
-        """In the child: lead a group if asked, take the name, and die with the parent."""
+        """In the child: lead a group if asked, take the name, be ended first out of memory if
+        expendable, and die with the parent."""
         if self.own_group:
             os.setpgid(0, 0)
+        if self.expendable:
+            raise_oom_score()
         _prctl(PR_SET_NAME, self.name.encode()[:15])  # what ps and top show
         if not _prctl(PR_SET_PDEATHSIG, int(self.death_signal)):
             threading.Thread(target=self._watch, name="anatomy-lifeline", daemon=True).start()
@@ -94,10 +112,23 @@ class Lifeline:
             os.kill(os.getpid(), self.death_signal)
 
 
-def _rebuild(name, parent, fd, own_group, death_signal) -> Lifeline:
+def raise_oom_score(score: int = EXPENDABLE_SCORE) -> None:
+    """This process (and the children it starts after) before its parent, out of memory: its
+    out-of-memory score raised to `score`, never lowered (that needs a privilege). Nothing where
+    Linux's /proc is not."""
+    try:
+        with open(OOM_SCORE_ADJ, "r+") as adj:
+            if int(adj.read()) < score:
+                adj.seek(0)
+                adj.write(str(score))
+    except (OSError, ValueError):
+        pass
+
+
+def _rebuild(name, parent, fd, own_group, death_signal, expendable) -> Lifeline:
     lifeline = Lifeline.__new__(Lifeline)
     lifeline.name, lifeline.parent, lifeline.own_group = name, parent, own_group
-    lifeline.death_signal = death_signal
+    lifeline.death_signal, lifeline.expendable = death_signal, expendable
     # Kept open for the process's life.
     if fd is None:
         lifeline.lock_fd = None

@@ -180,7 +180,8 @@ class RunManager:
         process = recording.context.Process(
             target=worker.main, name=f"anatomy-worker-{recording.run_id}",
             args=(recording.events, options, recording.t0, cuda_device, dwell,
-                  Lifeline("anatomy-worker", fds if len(fds) > 1 else fds[0], own_group=True),
+                  Lifeline("anatomy-worker", fds if len(fds) > 1 else fds[0], own_group=True,
+                           expendable=True),
                   texts, active.output_dir))
         try:
             launch(process)

@@ -79,9 +79,11 @@ def heard_signals(context):
 
 def spawn_sampler(context, samples, stop, backend: str, rate: float, t0: float,
                   gpus: Sequence[int], training_pid, lock_fds: tuple[int, ...] = (),
-                  heard=None, output_dir: str | None = None) -> tuple[mp.Process, list]:
+                  heard=None, output_dir: str | None = None,
+                  expendable: bool = False) -> tuple[mp.Process, list]:
     """The sampler process, started, and what it said first. It holds the device locks with
-    its parent and dies with it (engine/lifeline.py), and counts the stop signals it gets in
+    its parent and dies with it (engine/lifeline.py; `expendable`: ended before its parent out
+    of memory, where the training is as well), and counts the stop signals it gets in
     `heard` (`heard_signals`). The training starts once the sampler reads
     (its first word: the device panel's), so that its start is measured, however long a loaded
     machine takes to start a process: [] when it said nothing in FIRST_SAMPLE_TIMEOUT (whoever
@@ -90,7 +92,8 @@ def spawn_sampler(context, samples, stop, backend: str, rate: float, t0: float,
     process = context.Process(
         target=sampler.run, name="anatomy-sampler", daemon=True,
         args=(samples, stop, backend, rate, t0, list(gpus), training_pid,
-              Lifeline("anatomy-sampler", lock, death_signal=signal.SIGTERM), heard, output_dir))
+              Lifeline("anatomy-sampler", lock, death_signal=signal.SIGTERM, expendable=expendable),
+              heard, output_dir))
     launch(process)
     try:
         first = samples.get(timeout=FIRST_SAMPLE_TIMEOUT)
@@ -211,7 +214,7 @@ class Recording:
         self.sampler, first = spawn_sampler(self.context, self.samples, self.stop_sampler,
                                             self.backend, self.sample_rate, self.t0, self.gpus,
                                             self.training_pid, self.lock_fds, self.heard,
-                                            output_dir)
+                                            output_dir, expendable=self.owns_training)
         self._early += first
 
     def create_run(self, options: dict, info: Machine, gpu: int, environment: RunFacts, *,

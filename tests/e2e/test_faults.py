@@ -30,7 +30,7 @@ from anatomy import cli
 from anatomy.analysis.options import RunOptions
 from anatomy.analysis.report import report
 from anatomy.engine.devices import machine
-from anatomy.engine.lifeline import Lifeline, launch
+from anatomy.engine.lifeline import EXPENDABLE_SCORE, Lifeline, launch
 from anatomy.engine.manager import DeviceLock, RunManager, device_key
 from anatomy.store import RunRow, Store, StoreMissing
 from anatomy.store.liveness import ENDED_WITHOUT_A_WORD
@@ -152,6 +152,10 @@ def cli_run(tmp_path):
         run.kill()
 
 
+def _oom_score(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/oom_score_adj").read_text())
+
+
 def _stored(store_path: Path, run_id: int = 1):
     return report(Store(store_path, read_only=True), run_id)
 
@@ -166,6 +170,11 @@ def test_kill_9_of_the_cli_ends_its_processes_frees_the_device_and_the_next_star
     tree = run.training()
     assert {"anatomy-worker", "anatomy-sampler"} <= {name_of(p) for p in tree}
     assert len(trainer_folders(run.temporary)) == 1
+    # Out of memory, the kernel ends the worker, then the sampler, before the CLI that records
+    # them: theirs raised, the CLI's what it was given.
+    scores = {name_of(p): _oom_score(p.pid) for p in tree}
+    assert scores["anatomy-worker"] == scores["anatomy-sampler"] == EXPENDABLE_SCORE
+    assert _oom_score(run.pid) == _oom_score(os.getpid()) < EXPENDABLE_SCORE
     run.process.send_signal(signal.SIGKILL)
     run.finish()
     assert "leaked semaphore" not in run.err  # the names its processes opened are unlinked
@@ -365,7 +374,12 @@ def test_a_run_out_of_ram_is_out_of_memory_not_a_crash(memory_cgroup, tmp_path):
     assert rep.status == "oom", rep.error
     assert rep.error.startswith("the kernel's out-of-memory killer ended it") and \
         "killed by SIGKILL" in rep.error
-    assert rep.samples == rep.samples_sent > 0
+    # The kernel may kill again before the worker's memory is given back (3 ms later, seen on
+    # a loaded machine): then it ends the sampler, whose count is lost, never the CLI.
+    if _oom_kills(memory_cgroup) == 1:
+        assert rep.samples == rep.samples_sent > 0
+    else:
+        assert rep.samples > 0 and rep.samples_sent is None
     assert left(members(memory_cgroup)) == []  # nothing left in it
 
 

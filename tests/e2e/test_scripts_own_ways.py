@@ -607,7 +607,9 @@ for task in sorted(os.listdir(f"/proc/{os.getpid()}/task")):
 for child in psutil.Process().children():
     status = open(f"/proc/{child.pid}/status").read()
     blocked = next(line for line in status.splitlines() if line.startswith("SigBlk"))
-    print("child", open(f"/proc/{child.pid}/comm").read().strip(), int(blocked.split()[1], 16))
+    print("child", open(f"/proc/{child.pid}/comm").read().strip(), int(blocked.split()[1], 16),
+          open(f"/proc/{child.pid}/oom_score_adj").read().strip())
+print("score", open("/proc/self/oom_score_adj").read().strip())
 run.end()
 """
 
@@ -625,6 +627,11 @@ def test_a_scripts_own_threads_leave_stop_signals_to_its_main_thread(tmp_path):
     assert [int(mask) & stops for _, main, mask in threads if main == "True"] == [0]
     others = [int(mask) & stops for _, main, mask in threads if main == "False"]
     assert others and all(mask == stops for mask in others), result.stdout
-    children = dict(line.split()[1:] for line in result.stdout.splitlines()
-                    if line.startswith("child"))
-    assert int(children["anatomy-sampler"]) & stops == 0, result.stdout
+    children = {name: rest for _, name, *rest in (line.split() for line in
+                                                  result.stdout.splitlines()
+                                                  if line.startswith("child"))}
+    assert int(children["anatomy-sampler"][0]) & stops == 0, result.stdout
+    # The script trains: out of memory, its sampler is not to be ended before it.
+    script_score = next(line.split()[1] for line in result.stdout.splitlines()
+                        if line.startswith("score"))
+    assert children["anatomy-sampler"][1] == script_score, result.stdout
