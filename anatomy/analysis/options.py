@@ -50,6 +50,7 @@ class InvalidOptions(ValueError):
 Whole = Annotated[int, Strict()]
 Text = Annotated[str, Strict()]
 Flag = Annotated[bool, Strict()]
+Share = Annotated[float, Strict(), Field(allow_inf_nan=False)]  # a whole number is one too
 # A visible GPU's index, as `gpu` and each of `gpus` name one.
 GpuIndex = Annotated[int, Strict(), Field(ge=0, le=63)]
 
@@ -118,6 +119,9 @@ class RunOptions:
         (), "LoRA targets", f"the module names the adapters wrap, or {models.ALL_LINEAR} (every "
         "linear layer but the task's output; default: the architecture's; with a LoRA rank)",
         metavar="MODULE", example=("q_proj", "v_proj"))
+    lora_dropout: Share = option(0.0, "LoRA dropout", "the dropout on the adapters' inputs "
+                                 "(peft's lora_dropout: each adapted layer keeps its input "
+                                 "dropped out, and the mask; with a LoRA rank)", 0, 1)
     dataset: Text = option("", "Dataset", "train on a dataset's texts instead of the dummy data: "
                            "a folder saved with save_to_disk (a Dataset or a DatasetDict), a "
                            "JSON (lines), CSV, TSV, Parquet, Arrow or text file (one text a "
@@ -210,7 +214,10 @@ class RunOptions:
     def applies(self, name: str) -> bool:
         """Whether option `name` shapes this run: one on a dataset ignores the sequence length
         and the dataset size (its texts decide both), one on the dummy data the dataset's
-        settings (but `dataset` itself, whose empty value says so)."""
+        settings (but `dataset` itself, whose empty value says so), one without LoRA the LoRA
+        dropout (its rank says there is none)."""
+        if name == "lora_dropout" and not self.lora:
+            return False
         if self.on_dataset:
             return name not in DATA_DECIDES
         return name not in DATA_FIELDS[1:]
@@ -325,6 +332,7 @@ class ReportedOptions:
     seed: Count | None = None
     lora_rank: Count | None = None
     lora_targets: Text | None = None  # comma-separated, as runs store them
+    lora_dropout: Amount | None = None
 
     @field_validator("model", "optim", "lora_targets")
     @classmethod
@@ -376,10 +384,19 @@ def _reported_words(name: str, error: Any) -> str:
     return f"must be text, got {value}"
 
 
+def lora_words(options: RunOptions | ReportedOptions) -> str:
+    """A run's LoRA in a few words, "LoRA rank 8, dropout 0.05" ("" without LoRA): one way for
+    every page and line that names it."""
+    if not options.lora_rank:
+        return ""
+    dropout = f", dropout {options.lora_dropout:g}" if options.lora_dropout else ""
+    return f"LoRA rank {options.lora_rank}{dropout}"
+
+
 class Kind(Name):
     """What kind of value an option takes: how a front asks for it."""
 
-    NUMBER = "number"  # a whole number within its limits
+    NUMBER = "number"  # a number within its limits: whole, or a share (`OptionField.whole`)
     FLAG = "flag"
     CHOICE = "choice"  # one of `choices`
     TEXT = "text"  # free text (`choices`, where given, are suggestions: the model's presets)
@@ -403,6 +420,7 @@ class OptionField(NamedTuple):
     metavar: str | None = None
     old_names: tuple[str, ...] = ()  # names stored runs and the CLI still take (preset)
     example: tuple[str, ...] = ()  # several values, as each front writes them (LoRA targets)
+    whole: bool = True  # a number's kind: a whole number, or any between its limits (a share)
 
     @property
     def free_text(self) -> bool:
@@ -441,7 +459,8 @@ def _described(name: str) -> OptionField:
     return OptionField(name, extra["label"], info.description, kind, default, low, high, choices,
                        optional="None" in annotation, unset=extra.get("unset"),
                        metavar=extra.get("metavar"), example=tuple(extra.get("example", ())),
-                       old_names=tuple(a for a in aliases if a != name))
+                       old_names=tuple(a for a in aliases if a != name),
+                       whole=not isinstance(default, float))
 
 
 def strategy_field() -> OptionField:
@@ -466,6 +485,8 @@ def _message(field: OptionField, error: Any) -> str:
     kind, value, name = error["type"], error["input"], field.name
     if kind.startswith("int_") and field.low is not None:
         return f"{name}: must be a whole number from {field.limits()}, got {checks.shown(value)}"
+    if kind.startswith("float_") or kind == "finite_number":
+        return f"{name}: must be a number from {field.limits()}, got {checks.shown(value)}"
     if kind in ("greater_than_equal", "less_than_equal"):
         limits = FIELDS["gpu"] if name == "gpus" else field  # each of the GPUs: a GPU index
         return f"{name}: {checks.shown(value)} is out of range: {limits.limits()}"
@@ -521,6 +542,8 @@ def _rule_errors(options: RunOptions, errors: dict[str, str]) -> dict[str, str]:
     found: dict[str, str] = {}
     if options.lora_targets and not options.lora and not {"lora_targets", "lora_rank"} & set(errors):
         found["lora_targets"] = "lora_targets: set a LoRA rank too (--lora-rank R)"
+    if options.lora_dropout and not options.lora and not {"lora_dropout", "lora_rank"} & set(errors):
+        found["lora_dropout"] = "lora_dropout: set a LoRA rank too (--lora-rank R)"
     if not any(name in errors for name in DATA_FIELDS):
         if not options.on_dataset:
             for name in DATA_FIELDS[1:]:

@@ -17,7 +17,7 @@ from typing import Any
 from anatomy.analysis.components import MEASURED_STEPS, Components, with_nvml
 from anatomy.analysis.models import display_name
 from anatomy.analysis.operations import OperationProfile
-from anatomy.analysis.options import ReportedOptions, RunOptions
+from anatomy.analysis.options import ReportedOptions, RunOptions, lora_words
 from anatomy.store import (
     Message,
     Origin,
@@ -352,7 +352,7 @@ class RunReport:
         if (known.grad_accum or 1) > 1:
             extras.append(f"accumulation {known.grad_accum}")
         if known.lora_rank:
-            extras.append(f"LoRA rank {known.lora_rank}")
+            extras.append(lora_words(known))
         where = "" if self.started_by_anatomy else f" ({self.source.short_words()})"
         what = ", ".join(str(p) for p in parts + extras)
         named = f"{self.run_words()}: {self.name}" if self.name else self.run_words()

@@ -32,7 +32,8 @@ VARIABLE = tuple(name for name in FIELDS if name != "gpus")
 
 def parse_value(name: str, text: str) -> Any:
     """One value of an option as typed (`--vary`): flags take on/off/true/false, numbers whole
-    numbers, choices their names (checked against their range by `plan`)."""
+    numbers (a share any number: a dropout), choices their names (checked against their range
+    by `plan`)."""
     field = FIELDS[name]
     text = text.strip()
     dashed = name.replace("_", "-")
@@ -43,9 +44,10 @@ def parse_value(name: str, text: str) -> Any:
             raise ValueError(f"{dashed}: {text!r} is not on, off, true or false")
         return FLAG_WORDS[text.lower()]
     try:
-        return int(text)
+        return int(text) if field.whole else float(text)
     except ValueError:
-        raise ValueError(f"{dashed}: {text!r} is not a whole number") from None
+        raise ValueError(f"{dashed}: {text!r} is not a "
+                         f"{'whole number' if field.whole else 'number'}") from None
 
 
 def parse_vary(specs: list[str]) -> dict[str, list]:

@@ -84,7 +84,7 @@ def add_run_options(parser: argparse.ArgumentParser, predicting: bool = False) -
         group = model if field.name == "model" else steps if field.name in STEPS else parser
         flag = "--" + field.name.replace("_", "-")
         kinds: dict[str, Any] = {
-            Kind.NUMBER: {"type": int},
+            Kind.NUMBER: {"type": int if field.whole else float},
             Kind.FLAG: {"action": "store_true", "default": None},
             # Values the help lists (the optimizers, many) are judged as the form's are.
             Kind.CHOICE: ({"choices": field.choices} if _names_its_choices(field) else

@@ -12,7 +12,7 @@ from anatomy import prediction
 from anatomy.analysis import data, dummy_data, models
 from anatomy.analysis.data import Tokenized
 from anatomy.analysis.lengths import MAX_LENGTH, Lengths, TextBatch
-from anatomy.analysis.options import InvalidOptions, RunOptions, check
+from anatomy.analysis.options import InvalidOptions, RunOptions, check, lora_words
 from anatomy.cli.arguments import add_run_options, values_from_args
 from anatomy.cli.render import SaidMeasurer, refused, table
 from anatomy.engine.locks import gpu_key
@@ -223,7 +223,7 @@ def _run_words(options: RunOptions, predicted) -> str:
     spec = models.resolve(options.model)
     shape = "the dataset's texts" if options.on_dataset else \
         dummy_data.sample(spec, options.seq_len).words
-    lora = (f", LoRA rank {options.lora_rank} ({predicted.trainable_parameters:,} trainable)"
+    lora = (f", {lora_words(options)} ({predicted.trainable_parameters:,} trainable)"
             if options.lora else "")
     quantized = models.quantization_left_out(spec.config)
     return (f"{spec.display_name} ({predicted.parameters:,} parameters, {spec.task}), batch size "

@@ -399,6 +399,6 @@ def option_widget(name: str, default, key: str, label: str | None = None,
         st.number_input(label, value=default, step=1, key=key, placeholder=field.unset,
                         help=f"{field.help} ({field.limits()}; empty: {field.unset})",
                         disabled=disabled)
-    else:
-        st.number_input(label, value=default, step=1, key=key,
+    else:  # a share steps by hundredths (a dropout of 0.05), a whole number by one
+        st.number_input(label, value=default, step=1 if field.whole else 0.01, key=key,
                         help=f"{field.help} ({field.limits()})", disabled=disabled)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import sys
 
 import torch
@@ -493,6 +494,7 @@ def _training_facts(args, model, of_a_launch: bool = False) -> RunFacts:
         training_arguments=arguments, world_size=world_size,
         parameters=sum(p.numel() for p in model.parameters()),
         trainable_parameters=sum(p.numel() for p in model.parameters() if p.requires_grad),
+        adapter_left_out=_adapter_left_out(model) or None,
     ).merged(carried_model.trained(getattr(model, "config", None), type(base).__name__))
 
 
@@ -506,7 +508,63 @@ def _lora_options(model) -> TrainingArguments | None:
         return None
     targets = getattr(adapter, "target_modules", None)
     names = sorted(targets) if isinstance(targets, (set, list, tuple)) else _wrapped(model)
-    return TrainingArguments.of(lora_rank=rank, lora_targets=",".join(names))
+    dropout = getattr(adapter, "lora_dropout", 0.0)
+    return TrainingArguments.of(lora_rank=rank, lora_targets=",".join(names),
+                                lora_dropout=float(dropout) if isinstance(dropout, (int, float))
+                                and not isinstance(dropout, bool) else None)
+
+
+# peft's LoRA settings that change what training holds beyond the rank, the targets and the
+# dropout, which the prediction builds (analysis/models/lora.py): each with the words that name
+# it, and whether the user's value is other than the prediction's (peft's default).
+_ADAPTER_SETTINGS = (
+    ("use_dora", "DoRA (use_dora)", lambda v: bool(v)),
+    ("bias", "trained biases (bias={!r})", lambda v: v not in (None, "none")),
+    ("lora_bias", "a bias on lora_B (lora_bias)", lambda v: bool(v)),
+    ("rank_pattern", "ranks by layer (rank_pattern)", lambda v: bool(v)),
+    ("layers_to_transform", "some layers alone (layers_to_transform)", lambda v: v is not None),
+    ("target_parameters", "parameters as targets (target_parameters)", lambda v: bool(v)),
+    ("trainable_token_indices", "trained token rows (trainable_token_indices)", lambda v: bool(v)),
+    ("layer_replication", "replicated layers (layer_replication)", lambda v: bool(v)),
+)
+
+
+def _adapter_left_out(model) -> list[str]:
+    """What a peft model's adapters hold or do that the prediction's LoRA does not, in words:
+    another kind of adapter (LoHa, IA3…), several adapters, or a LoRA setting beyond the rank,
+    the targets and the dropout (DoRA's magnitudes and its weight norms, trained biases, full
+    copies of modules to save). Empty for a plain LoRA, or a model without adapters."""
+    adapters = getattr(model, "peft_config", None)
+    if not isinstance(adapters, dict) or not adapters:
+        return []
+    left = [f"{len(adapters)} adapters"] if len(adapters) > 1 else []
+    adapter = next(iter(adapters.values()))
+    kind = str(getattr(getattr(adapter, "peft_type", None), "value", "") or "")
+    if kind != "LORA":
+        return [*left, f"peft's {kind or type(adapter).__name__} (not LoRA)"]
+    for name, words, differs in _ADAPTER_SETTINGS:
+        value = getattr(adapter, name, None)
+        if differs(value):
+            left.append(words.format(value))
+    saved = list(getattr(adapter, "modules_to_save", None) or ())
+    if saved and not _classifier_head(model, saved):
+        left.append(f"full copies of {', '.join(saved)} (modules_to_save)")
+    return left
+
+
+def _classifier_head(model, names: list[str]) -> bool:
+    """Whether the modules a peft model saves whole are its classification head alone, which
+    the prediction's LoRA trains whole too: a classifier's (its class a …ForXClassification)
+    own layers beside its backbone, each a child of the model but its largest (the backbone:
+    a BERT's pooler, inside it, is no head)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if not re.search(r"For\w*Classification$", type(base).__name__):
+        return False
+    children = dict(base.named_children())
+    if not children:
+        return False
+    backbone = max(children, key=lambda n: sum(p.numel() for p in children[n].parameters()))
+    return all(name in children and name != backbone for name in names)
 
 
 def _wrapped(model) -> list[str]:

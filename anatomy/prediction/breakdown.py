@@ -51,7 +51,7 @@ def predicted(report: RunReport) -> Prediction | NoPrediction:
     with _own_options(report) as options:
         if isinstance(options, NoPrediction):
             return options
-        left_out = _media_left_out(report, options)
+        left_out = _media_left_out(report, options) or _adapter_left_out(report)
         if left_out is not None:
             return left_out
         data = report.environment.data if options.on_dataset else None
@@ -95,6 +95,16 @@ def _media_left_out(report: RunReport, options: RunOptions) -> NoPrediction | No
                         "optimizer states would be left out)")
 
 
+def _adapter_left_out(report: RunReport) -> NoPrediction | None:
+    """Why there is none for a user's training whose peft adapters are more than the LoRA the
+    prediction builds (one rank on whole layers, a dropout); None otherwise."""
+    left = report.environment.adapter_left_out
+    if not left:
+        return None
+    return NoPrediction(f"its adapters use {', '.join(left)}, and anatomy predicts LoRA of one "
+                        "rank on whole layers (peft's r, target_modules and lora_dropout) alone")
+
+
 class DataReach(NamedTuple):
     """What a run's dataset can reach, apart from the batch its components were measured on:
     the longest batch the data can form and the prediction there, which the run's sampled peak
@@ -114,7 +124,8 @@ def data_reach(report: RunReport) -> DataReach | None:
     if measured is None or not report.options.on_dataset:
         return None
     with _own_options(report) as options:
-        if isinstance(options, NoPrediction):
+        if isinstance(options, NoPrediction) or _media_left_out(report, options) or \
+                _adapter_left_out(report):
             return None
         said = answer(Request(options, ran_on(report), data))
         try:

@@ -49,11 +49,13 @@ def _code_version() -> str:
 
 
 def _key(spec: models.ModelSpec, step: StepOptions, device: str, calibration: DeviceCalibration | None,
-         steps: int, lora_rank: int, lora_targets: tuple[str, ...], rank: TracedRank | None
-         ) -> str:
+         steps: int, lora_rank: int, lora_targets: tuple[str, ...], rank: TracedRank | None,
+         lora_dropout: float = 0.0) -> str:
     made_of = {"config": spec.config, "task": spec.task, "step": repr(step), "device": device,
                "calibration": calibration.to_dict() if calibration else None, "steps": steps,
-               "lora": [lora_rank, list(lora_targets)], "rank": list(rank) if rank else None,
+               # a dropout only where there is one: the keys of recordings without it stand
+               "lora": [lora_rank, list(lora_targets)] + ([lora_dropout] if lora_dropout else []),
+               "rank": list(rank) if rank else None,
                "code": _code_version()}
     return hashlib.sha256(json.dumps(made_of, sort_keys=True, default=str).encode()
                           ).hexdigest()[:32]
@@ -82,7 +84,7 @@ def _write(folder: Path, path: Path, recording: Recording) -> None:
 def recording(spec: models.ModelSpec, step: StepOptions, *, device: str,
               calibration: DeviceCalibration | None, steps: int, lora_rank: int = 0,
               lora_targets: tuple[str, ...] = (), rank: TracedRank | None = None,
-              workspaces=None) -> Recording:
+              workspaces=None, lora_dropout: float = 0.0) -> Recording:
     """The run's recording (tracing/record.py's), from the cache when it has it; `rank`: one rank's
     step under a strategy that traces it (the strategy's recording key), else one process's.
     With `workspaces` (prediction/workspaces.py's seams: this machine's measurements) traced
@@ -90,14 +92,15 @@ def recording(spec: models.ModelSpec, step: StepOptions, *, device: str,
     folder = cache_dir() if workspaces is None else None
     path = None
     if folder is not None:
-        key = _key(spec, step, device, calibration, steps, lora_rank, lora_targets, rank)
+        key = _key(spec, step, device, calibration, steps, lora_rank, lora_targets, rank,
+                   lora_dropout)
         path = folder / f"{key}.recording"
         found = _read(path)
         if found is not None:
             return found
     made = trace(spec, step, device=device, calibration=calibration, steps=steps,
                  lora_rank=lora_rank, lora_targets=lora_targets, rank=rank,
-                 workspaces=workspaces)
+                 workspaces=workspaces, lora_dropout=lora_dropout)
     if path is not None:
         _write(folder, path, made)
     return made
@@ -106,14 +109,14 @@ def recording(spec: models.ModelSpec, step: StepOptions, *, device: str,
 def trace(spec: models.ModelSpec, step: StepOptions, *, device: str,
           calibration: DeviceCalibration | None, steps: int, lora_rank: int = 0,
           lora_targets: tuple[str, ...] = (), rank: TracedRank | None = None,
-          workspaces=None) -> Recording:
+          workspaces=None, lora_dropout: float = 0.0) -> Recording:
     """Traced: at four blocks of its layers and extrapolated where the model's layers repeat
     (`stand_in`; layers.extrapolate's own checks), else in full (a traced rank's step: in
     full)."""
     from anatomy.prediction.tracing.record import record
 
     kwargs = dict(kernels=device, calibration=calibration, steps=steps, lora_rank=lora_rank,
-                  lora_targets=lora_targets, workspaces=workspaces)
+                  lora_targets=lora_targets, workspaces=workspaces, lora_dropout=lora_dropout)
     found = stand_in(spec, lora_rank, lora_targets) if rank is None else None
     if found is not None:
         shallow, repeats = found

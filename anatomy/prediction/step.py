@@ -33,13 +33,15 @@ class TracedRun:
     step: StepOptions
     lora_rank: int = 0
     lora_targets: tuple[str, ...] = ()
+    lora_dropout: float = 0.0
 
     @classmethod
     def of(cls, options: RunOptions, text: TextBatch | None = None) -> TracedRun:
         """The run with these options (`text`: a dataset's batch, `options` sized to it)."""
         return cls(options.model, StepOptions(
             options.precision, options.gradient_checkpointing, options.grad_accum, options.optim,
-            options.batch_size, options.seq_len, text), options.lora_rank, options.lora_targets)
+            options.batch_size, options.seq_len, text), options.lora_rank, options.lora_targets,
+            options.lora_dropout if options.lora else 0.0)
 
     def at_batch(self, batch_size: int) -> TracedRun:
         return replace(self, step=replace(self.step, batch_size=batch_size))

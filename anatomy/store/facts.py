@@ -138,6 +138,7 @@ class TrainingArguments(Record):
     epochs: float | None = fact(checks.number)
     lora_rank: int | None = fact(checks.count)
     lora_targets: str | None = fact(checks.text)
+    lora_dropout: float | None = fact(checks.number)
 
 
 def _names(value: Any, where: str) -> tuple[str, ...] | None:
@@ -238,6 +239,9 @@ class RunFacts(Record):
     # a vision-language model trained with its images), by their forward's names; None where it
     # fed none, or anatomy's own run made the batches (its dummy data, its dataset's texts).
     media_inputs: tuple[str, ...] | None = fact(_names)
+    # What a user's peft adapters hold or do beyond a LoRA of one rank on whole layers with a
+    # dropout (DoRA, trained biases, another kind of adapter…), in words; None where nothing.
+    adapter_left_out: tuple[str, ...] | None = fact(_names)
 
     @property
     def device(self) -> str:

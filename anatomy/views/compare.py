@@ -50,7 +50,7 @@ LABEL_WORDS = {
     "max_steps": "{} steps", "precision": "{}", "gradient_checkpointing": "ckpt {}",
     "grad_accum": "accum {}", "optim": "{}", "seed": "seed {}", "sample_rate": "{} Hz",
     "gpu": "GPU {}", "profile_steps": "profile {}", "gpus": "GPUs {}", "strategy": "{}",
-    "lora_rank": "LoRA r{}", "lora_targets": "LoRA {}",
+    "lora_rank": "LoRA r{}", "lora_targets": "LoRA {}", "lora_dropout": "LoRA dropout {}",
 }
 
 

@@ -6,6 +6,7 @@ test_anatomy_page.py's."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from anatomy import cli
 from anatomy.analysis import carried_model, models, transfer
@@ -128,3 +129,88 @@ def test_the_callback_tells_the_inputs_that_are_no_text_as_they_first_come():
     model(input_ids=torch.zeros(2, 9), input_features=torch.zeros(2, 3))  # an evaluation's
     assert told == [("pixel_values",)] and lengths.media == ("pixel_values",)
     assert lengths.take() == 9
+
+
+def _users_lora_run(store, tmp_path, **lora) -> int:
+    """A CPU run of a user's Trainer over a peft LoRA model of tiny-llama's config, stored as the
+    callback's facts of it are (its options: the Trainer's arguments and the adapters')."""
+    from peft import LoraConfig, TaskType, get_peft_model
+    from transformers import TrainingArguments
+
+    from anatomy.engine import callbacks
+    from tests.conftest import seed_run
+
+    spec = models.resolve("tiny-llama")
+    plain, _ = models.build_model(spec, "meta", pretrained=False)
+    model = get_peft_model(plain, LoraConfig(task_type=TaskType.CAUSAL_LM, **lora))
+    arguments = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[],
+                                  per_device_train_batch_size=2)
+    facts = callbacks._training_facts(arguments, model, False)
+    run_id = seed_run(store, backend="cpu-rss")
+    options = {**facts.training_arguments.to_dict(), "seq_len": 32}
+    store.update_run(run_id, options=options, preset=facts.model_name or "LlamaForCausalLM")
+    store.merge_environment(run_id, facts)
+    return run_id
+
+
+def test_a_users_lora_dropout_is_predicted_and_what_lora_is_not_is_said(store, tmp_path):
+    """peft's lora_dropout (0.05 in most users' LoraConfig) was not recorded: the prediction
+    was LoRA's without it, short of each adapted layer's dropped-out input and mask. It is
+    recorded and predicted, as `predict --lora-dropout` does; adapters that are more than a
+    LoRA of one rank (DoRA, trained biases, a full copy of the output layer, another kind of
+    adapter) have no prediction, and the words say what is left out."""
+    from peft import LoHaConfig, TaskType, get_peft_model
+
+    from anatomy.analysis.options import RunOptions
+    from anatomy.engine import callbacks
+    from anatomy.prediction import Request, answer, ran_on
+
+    targets = dict(r=4, target_modules=["q_proj", "v_proj"])
+    dropped = report(store, _users_lora_run(store, tmp_path, lora_dropout=0.05, **targets))
+    assert dropped.options.lora_dropout == 0.05
+    with_dropout = breakdown.predicted(dropped)
+    assert isinstance(with_dropout, Prediction), with_dropout
+    asked = RunOptions(model=dropped.options.model, batch_size=2, seq_len=32, lora_rank=4,
+                       lora_targets=("q_proj", "v_proj"), lora_dropout=0.05)
+    with breakdown._own_options(dropped) as own:  # the model the run kept, as the page builds it
+        direct = answer(Request(replace(asked, model=own.model), ran_on(dropped))).alone
+    assert with_dropout.activations == direct.activations
+    plain = breakdown.predicted(report(store, _users_lora_run(store, tmp_path, **targets)))
+    assert with_dropout.activations > plain.activations
+
+    for lora, words in [
+        (dict(use_dora=True), "DoRA (use_dora)"),
+        (dict(bias="all"), "trained biases (bias='all')"),
+        (dict(modules_to_save=["lm_head"]), "full copies of lm_head (modules_to_save)")]:
+        said = breakdown.predicted(report(store, _users_lora_run(store, tmp_path, **targets,
+                                                                 **lora)))
+        assert said == breakdown.NoPrediction(
+            f"its adapters use {words}, and anatomy predicts LoRA of one rank on whole layers "
+            "(peft's r, target_modules and lora_dropout) alone"), said
+    base, _ = models.build_model(models.resolve("tiny-llama"), "meta", pretrained=False)
+    loha = get_peft_model(base, LoHaConfig(r=4, target_modules=["q_proj"],
+                                           task_type=TaskType.CAUSAL_LM))
+    assert callbacks._adapter_left_out(loha) == ["peft's LOHA (not LoRA)"]
+
+
+def test_a_classifiers_head_saved_whole_is_what_the_prediction_trains_too():
+    """peft's image classification guide saves the head whole (modules_to_save=["classifier"]),
+    as the prediction's LoRA does for a classifier: nothing is left out. A layer of the backbone
+    saved whole (a BERT's pooler) or a causal LM's output layer is a copy the prediction does
+    not make."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import BertConfig, BertForSequenceClassification, ViTConfig, \
+        ViTForImageClassification
+
+    from anatomy.engine import callbacks
+
+    tower = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
+    vit = get_peft_model(ViTForImageClassification(ViTConfig(image_size=32, patch_size=8, **tower)),
+                         LoraConfig(r=4, target_modules=["q_proj", "v_proj"],
+                                    modules_to_save=["classifier"]))
+    assert callbacks._adapter_left_out(vit) == []
+    bert = get_peft_model(BertForSequenceClassification(BertConfig(vocab_size=100, **tower)),
+                          LoraConfig(r=4, target_modules=["query", "value"],
+                                     modules_to_save=["classifier", "pooler"]))
+    assert callbacks._adapter_left_out(bert) == [
+        "full copies of classifier, pooler (modules_to_save)"]

@@ -59,6 +59,23 @@ def test_wrong_options_get_no_forecast(store):
     assert store.runs() == []
 
 
+def test_the_forms_lora_dropout_is_a_share_asked_with_a_rank(store):
+    """The form draws the LoRA dropout from the options' declaration, a number by hundredths;
+    without a rank it is refused as `predict` refuses it, with one it is predicted."""
+    app = AppTest.from_file(APP, default_timeout=30).run()
+    dropout = app.number_input(key="option_lora_dropout")
+    assert (dropout.value, dropout.step, dropout.label) == (0.0, 0.01, "LoRA dropout")
+    dropout.set_value(0.05)
+    app.button(key="predict").click().run()
+    assert [e.value for e in app.error] == ["lora_dropout: set a LoRA rank too (--lora-rank R)",
+                                            "Fix the fields marked above."]
+    app.number_input(key="option_lora_rank").set_value(4)
+    app.button(key="predict").click().run()
+    assert not app.error and not app.exception
+    assert any(info.value.startswith("This run should need about") for info in app.info)
+    assert store.runs() == []
+
+
 def test_predict_memory_on_the_form_starts_nothing(store):
     app = AppTest.from_file(APP, default_timeout=30).run()
     app.button(key="predict").click().run()

@@ -127,16 +127,18 @@ def test_vary_is_parsed_by_each_options_type():
     assert parse_vary(["batch-size=1,2, 4", "gradient-checkpointing=off,ON,true,false"]) == {
         "batch_size": [1, 2, 4], "gradient_checkpointing": [False, True, True, False]}
     assert parse_vary(["optim=sgd,adafactor"]) == {"optim": ["sgd", "adafactor"]}
+    assert parse_vary(["lora-dropout=0,0.05, 0.1"]) == {"lora_dropout": [0, 0.05, 0.1]}
     with pytest.raises(InvalidOptions) as refused:
-        parse_vary(["batch-size=1,two", "gradient-checkpointing=maybe", "colour=red", "seq-len",
+        parse_vary(["batch-size=1,two", "lora-dropout=0.1,much", "gradient-checkpointing=maybe", "colour=red", "seq-len",
                     "grad-accum=1", "grad_accum=2"])
     assert list(refused.value.errors.values()) == [
         "batch-size: 'two' is not a whole number",
+        "lora-dropout: 'much' is not a number",
         "gradient-checkpointing: 'maybe' is not on, off, true or false",
         "--vary colour=red: 'colour' is not an option (one of model, batch-size, seq-len, "
         "dataset-size, epochs, max-steps, precision, gradient-checkpointing, grad-accum, optim, "
         "seed, sample-rate, gpu, processes, strategy, profile-steps, lora-rank, lora-targets, "
-        "dataset, split, text-column, tokenizer, padding, max-length)",
+        "lora-dropout, dataset, split, text-column, tokenizer, padding, max-length)",
         "--vary seq-len: write OPTION=V1,V2,… (e.g. batch-size=1,2,4)",
         "--vary grad_accum=2: grad_accum is varied twice"]
 

@@ -26,8 +26,8 @@ def _cached_weights(spec: ModelSpec) -> bool:
 
 
 def build_model(spec: ModelSpec | str, device: str | None = None, *, lora_rank: int = 0,
-                lora_targets: tuple[str, ...] = (), pretrained: bool = True,
-                initialise: bool = True):
+                lora_targets: tuple[str, ...] = (), lora_dropout: float = 0.0,
+                pretrained: bool = True, initialise: bool = True):
     """The model with its task's head, on `device`, and where its weights came from.
 
     Random weights are made on the device itself: no copy on the host first, so a 1 B-parameter
@@ -37,7 +37,8 @@ def build_model(spec: ModelSpec | str, device: str | None = None, *, lora_rank: 
     gives them their random values later (CUDA loads the initialisers' kernels then, not while
     the weights are read). Weights are fp32 whatever the config's torch_dtype: the Trainer keeps
     fp32 weights and autocasts (fp16/bf16). With `lora_rank`, peft wraps the target modules with
-    adapters and freezes everything else (a classifier's new head trains too). Imports
+    adapters (`lora_dropout` on their inputs) and freezes everything else (a classifier's new head
+    trains too). Imports
     transformers (and torch) lazily: callers in the worker decide when that cost (and memory)
     lands.
     """
@@ -63,7 +64,7 @@ def build_model(spec: ModelSpec | str, device: str | None = None, *, lora_rank: 
         with torch.device(where) if where is not None else nullcontext():
             model = head._from_config(config, dtype=torch.float32)
     if lora_rank:
-        model = apply_lora(model, spec, lora_rank, lora_targets)
+        model = apply_lora(model, spec, lora_rank, lora_targets, lora_dropout)
     if deferred:
         materialise(model, device)
     return model, source

@@ -206,9 +206,12 @@ def lora_target_modules(spec: ModelSpec, chosen: tuple[str, ...] = ()) -> str | 
     return chosen or default_lora_targets(spec)
 
 
-def apply_lora(model, spec: ModelSpec, rank: int, targets: tuple[str, ...] = ()):
-    """peft's LoRA on the model: adapters of rank `rank` on the target modules, everything else
-    frozen; for classification the head, which the task adds, trains as well."""
+def apply_lora(model, spec: ModelSpec, rank: int, targets: tuple[str, ...] = (),
+               dropout: float = 0.0):
+    """peft's LoRA on the model: adapters of rank `rank` on the target modules, `dropout` on
+    their inputs (peft's lora_dropout: in training each adapted module keeps its input dropped
+    out and the mask, beside the input its layer keeps), everything else frozen; for
+    classification the head, which the task adds, trains as well."""
     from peft import LoraConfig, TaskType, get_peft_model
 
     task_type = {SEQUENCE_CLASSIFICATION: TaskType.SEQ_CLS, CAUSAL_LM: TaskType.CAUSAL_LM,
@@ -224,6 +227,7 @@ def apply_lora(model, spec: ModelSpec, rank: int, targets: tuple[str, ...] = ())
         if modules == ALL_LINEAR and spec.task == TOKEN_CLASSIFICATION else None
     config = LoraConfig(r=rank, target_modules=modules if isinstance(modules, str) else list(modules),
                         task_type=task_type, exclude_modules=kept_out or None,
+                        lora_dropout=dropout,
                         modules_to_save=classifier_modules(spec, model)
                         if spec.task == IMAGE_CLASSIFICATION else None)
     try:
