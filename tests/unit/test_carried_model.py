@@ -199,8 +199,12 @@ def test_a_classifiers_head_saved_whole_is_what_the_prediction_trains_too():
     saved whole (a BERT's pooler) or a causal LM's output layer is a copy the prediction does
     not make."""
     from peft import LoraConfig, get_peft_model
-    from transformers import BertConfig, BertForSequenceClassification, ViTConfig, \
-        ViTForImageClassification
+    from transformers import (
+        BertConfig,
+        BertForSequenceClassification,
+        ViTConfig,
+        ViTForImageClassification,
+    )
 
     from anatomy.engine import callbacks
 

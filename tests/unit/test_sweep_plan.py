@@ -129,7 +129,8 @@ def test_vary_is_parsed_by_each_options_type():
     assert parse_vary(["optim=sgd,adafactor"]) == {"optim": ["sgd", "adafactor"]}
     assert parse_vary(["lora-dropout=0,0.05, 0.1"]) == {"lora_dropout": [0, 0.05, 0.1]}
     with pytest.raises(InvalidOptions) as refused:
-        parse_vary(["batch-size=1,two", "lora-dropout=0.1,much", "gradient-checkpointing=maybe", "colour=red", "seq-len",
+        parse_vary(["batch-size=1,two", "lora-dropout=0.1,much", "gradient-checkpointing=maybe",
+                    "colour=red", "seq-len",
                     "grad-accum=1", "grad_accum=2"])
     assert list(refused.value.errors.values()) == [
         "batch-size: 'two' is not a whole number",
