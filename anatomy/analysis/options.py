@@ -356,6 +356,17 @@ class ReportedOptions:
             name = str(first["loc"][0])
             raise checks.InvalidValue(f"{where}.{name}", _reported_words(name, first)) from None
 
+    def beyond(self) -> dict[str, str]:
+        """What it reported that anatomy's own runs do not take, by field, in the words of a
+        refusal ("optim: 'paged_adamw_8bit' is not one of …"): an optimizer of bitsandbytes, a
+        batch size beyond the form's limit. A prediction of the run would put the default in its
+        place. Only what shapes the memory of a step: the model (its config is read instead),
+        the epochs and steps, the seed are not judged."""
+        reported = {name: value for name, value in _SERIALIZER_REPORTED.to_python(
+            self, mode="json").items() if value is not None and name not in UNJUDGED}
+        _, errors = _read(reported)
+        return {name: errors[name] for name in reported if name in errors}
+
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> ReportedOptions:
         """The options of a stored run: a value that fails its type is not read (None), as a
@@ -365,6 +376,11 @@ class ReportedOptions:
         except ValidationError as error:
             wrong = {str(e["loc"][0]) for e in error.errors()}
             return cls(**{k: v for k, v in values.items() if k not in wrong})
+
+
+_SERIALIZER_REPORTED = ReportedOptions.__pydantic_serializer__
+# What a user's training reports that a prediction does not read, or reads from elsewhere.
+UNJUDGED = ("model", "epochs", "max_steps", "seed")
 
 
 def _reported_words(name: str, error: Any) -> str:

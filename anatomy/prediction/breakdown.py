@@ -21,7 +21,7 @@ from anatomy import strategies
 from anatomy.analysis import carried_model, dummy_data, models
 from anatomy.analysis.components import Components, measured_batch
 from anatomy.analysis.lengths import TextBatch
-from anatomy.analysis.options import RunOptions
+from anatomy.analysis.options import ReportedOptions, RunOptions
 from anatomy.analysis.report import RunReport
 from anatomy.analysis.report import report as run_report
 from anatomy.prediction import (
@@ -51,7 +51,7 @@ def predicted(report: RunReport) -> Prediction | NoPrediction:
     with _own_options(report) as options:
         if isinstance(options, NoPrediction):
             return options
-        left_out = _media_left_out(report, options) or _adapter_left_out(report)
+        left_out = _left_out(report, options)
         if left_out is not None:
             return left_out
         data = report.environment.data if options.on_dataset else None
@@ -73,6 +73,12 @@ def predicted(report: RunReport) -> Prediction | NoPrediction:
             return said.alone
         except PredictionError as error:  # its model is not here, or the trace refuses it
             return NoPrediction(f"{error}")
+
+
+def _left_out(report: RunReport, options: RunOptions) -> NoPrediction | None:
+    """Why a user's training trained more than its prediction would hold (its images, its
+    adapters' extras, an optimizer anatomy does not run); None where nothing is left out."""
+    return _media_left_out(report, options) or _adapter_left_out(report) or _not_taken(report)
 
 
 def _media_left_out(report: RunReport, options: RunOptions) -> NoPrediction | None:
@@ -105,6 +111,18 @@ def _adapter_left_out(report: RunReport) -> NoPrediction | None:
                         "rank on whole layers (peft's r, target_modules and lora_dropout) alone")
 
 
+def _not_taken(report: RunReport) -> NoPrediction | None:
+    """Why there is none for a user's training that reported what anatomy's own runs do not
+    take (an optimizer of bitsandbytes: its 8-bit states would have been AdamW's 32-bit ones, a
+    default in place of what it ran with); None otherwise."""
+    if not isinstance(report.ran_with, ReportedOptions):
+        return None
+    beyond = report.ran_with.beyond()
+    if not beyond:
+        return None
+    return NoPrediction(f"it trained with what anatomy does not predict ({'; '.join(beyond.values())})")
+
+
 class DataReach(NamedTuple):
     """What a run's dataset can reach, apart from the batch its components were measured on:
     the longest batch the data can form and the prediction there, which the run's sampled peak
@@ -124,8 +142,7 @@ def data_reach(report: RunReport) -> DataReach | None:
     if measured is None or not report.options.on_dataset:
         return None
     with _own_options(report) as options:
-        if isinstance(options, NoPrediction) or _media_left_out(report, options) or \
-                _adapter_left_out(report):
+        if isinstance(options, NoPrediction) or _left_out(report, options):
             return None
         said = answer(Request(options, ran_on(report), data))
         try:
@@ -294,7 +311,7 @@ def rank_prediction_for(report: RunReport) -> RankPrediction | None:
     if report.world_size < 2:
         return None
     with _own_options(report) as own:
-        if isinstance(own, NoPrediction):  # a user's launch that recorded no model
+        if isinstance(own, NoPrediction) or _left_out(report, own):  # no model, or more than it
             return None
         # A user's launch that did not say: the Trainer's own way.
         options = replace(own, strategy=report.strategy or strategies.DEFAULT)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import pytest
+
 from anatomy import cli
 from anatomy.analysis import carried_model, models, transfer
 from anatomy.analysis.report import report
@@ -218,3 +220,31 @@ def test_a_classifiers_head_saved_whole_is_what_the_prediction_trains_too():
                                      modules_to_save=["classifier", "pooler"]))
     assert callbacks._adapter_left_out(bert) == [
         "full copies of classifier, pooler (modules_to_save)"]
+
+
+@pytest.mark.parametrize("reported, words", [
+    ({"optim": "paged_adamw_8bit"}, "optim: 'paged_adamw_8bit' is not one of adamw_torch, "
+     "adamw_torch_fused, adafactor, sgd, adagrad, rmsprop"),
+    ({"optim": "adamw_torch", "batch_size": 5000}, "batch_size: 5000 is out of range: 1 to 4096"),
+    ({"optim": "sgd"}, None),
+    ({"optim": "adafactor", "epochs": 3.0, "seed": 7}, None)])
+def test_a_users_training_with_what_anatomy_does_not_run_is_not_predicted_as_a_default(
+        store, reported, words):
+    """A user's Trainer with optim="paged_adamw_8bit" (QLoRA's recipes) was predicted as
+    adamw_torch — 32-bit states for 8-bit ones, without a word — for a value anatomy's own runs
+    do not take is read as its default. The prediction says what it does not predict instead;
+    what it runs is predicted, whatever else the Trainer said (its epochs, its seed)."""
+    from transformers import LlamaConfig
+
+    run_id = store.create_run({"batch_size": 2, "seq_len": 32, "precision": "fp32", **reported},
+                              "cpu-rss", "rss", 0, {"gpu_name": None}, preset="train.py",
+                              source={"kind": "script", "script": "/home/user/train.py"})
+    config = LlamaConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=64, vocab_size=100)
+    store.merge_environment(run_id, carried_model.trained(config, "LlamaForCausalLM"))
+    said = breakdown.predicted(report(store, run_id))
+    if words is None:
+        assert isinstance(said, Prediction), said
+    else:
+        assert said == breakdown.NoPrediction(
+            f"it trained with what anatomy does not predict ({words})")
