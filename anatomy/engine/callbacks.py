@@ -494,7 +494,7 @@ def _training_facts(args, model, of_a_launch: bool = False) -> RunFacts:
         training_arguments=arguments, world_size=world_size,
         parameters=sum(p.numel() for p in model.parameters()),
         trainable_parameters=sum(p.numel() for p in model.parameters() if p.requires_grad),
-        adapter_left_out=_adapter_left_out(model) or None,
+        left_out=(_adapter_left_out(model) + _trainer_left_out(args, model)) or None,
     ).merged(carried_model.trained(getattr(model, "config", None), type(base).__name__))
 
 
@@ -515,25 +515,21 @@ def _lora_options(model) -> TrainingArguments | None:
 
 
 # peft's LoRA settings that change what training holds beyond the rank, the targets and the
-# dropout, which the prediction builds (analysis/models/lora.py): each with the words that name
-# it, and whether the user's value is other than the prediction's (peft's default).
+# dropout, which the prediction builds (analysis/models/lora.py), each with whether the user's
+# value is other than the prediction's (peft's default): DoRA's magnitudes and weight norms,
+# trained biases, ranks by layer, some layers alone, parameters or token rows as targets.
 _ADAPTER_SETTINGS = (
-    ("use_dora", "DoRA (use_dora)", lambda v: bool(v)),
-    ("bias", "trained biases (bias={!r})", lambda v: v not in (None, "none")),
-    ("lora_bias", "a bias on lora_B (lora_bias)", lambda v: bool(v)),
-    ("rank_pattern", "ranks by layer (rank_pattern)", lambda v: bool(v)),
-    ("layers_to_transform", "some layers alone (layers_to_transform)", lambda v: v is not None),
-    ("target_parameters", "parameters as targets (target_parameters)", lambda v: bool(v)),
-    ("trainable_token_indices", "trained token rows (trainable_token_indices)", lambda v: bool(v)),
-    ("layer_replication", "replicated layers (layer_replication)", lambda v: bool(v)),
+    ("use_dora", bool), ("bias", lambda v: v not in (None, "none")), ("lora_bias", bool),
+    ("rank_pattern", bool), ("layers_to_transform", lambda v: v is not None),
+    ("target_parameters", bool), ("trainable_token_indices", bool), ("layer_replication", bool),
 )
 
 
 def _adapter_left_out(model) -> list[str]:
-    """What a peft model's adapters hold or do that the prediction's LoRA does not, in words:
-    another kind of adapter (LoHa, IA3…), several adapters, or a LoRA setting beyond the rank,
-    the targets and the dropout (DoRA's magnitudes and its weight norms, trained biases, full
-    copies of modules to save). Empty for a plain LoRA, or a model without adapters."""
+    """What a peft model's adapters hold or do that the prediction's LoRA does not, each as the
+    setting that does it ("use_dora=True"): another kind of adapter (LoHa, IA3…), several
+    adapters, a LoRA setting beyond the rank, the targets and the dropout, modules saved whole
+    beside a classifier's head. Empty for a plain LoRA, or a model without adapters."""
     adapters = getattr(model, "peft_config", None)
     if not isinstance(adapters, dict) or not adapters:
         return []
@@ -541,14 +537,46 @@ def _adapter_left_out(model) -> list[str]:
     adapter = next(iter(adapters.values()))
     kind = str(getattr(getattr(adapter, "peft_type", None), "value", "") or "")
     if kind != "LORA":
-        return [*left, f"peft's {kind or type(adapter).__name__} (not LoRA)"]
-    for name, words, differs in _ADAPTER_SETTINGS:
+        return [*left, f"peft_type={kind or type(adapter).__name__}"]
+    for name, differs in _ADAPTER_SETTINGS:
         value = getattr(adapter, name, None)
         if differs(value):
-            left.append(words.format(value))
-    saved = list(getattr(adapter, "modules_to_save", None) or ())
+            left.append(f"{name}={value!r}")
+    saved = sorted(getattr(adapter, "modules_to_save", None) or ())
     if saved and not _classifier_head(model, saved):
-        left.append(f"full copies of {', '.join(saved)} (modules_to_save)")
+        left.append(f"modules_to_save={saved!r}")
+    return left
+
+
+# The Trainer's arguments that change what a step holds, which the prediction's step does not
+# do (its loss on the logits, a compiled graph, fused kernels, noise on the embeddings), each
+# with whether the user's value does it.
+_TRAINER_SETTINGS = (
+    ("label_smoothing_factor", bool), ("torch_compile", bool), ("use_liger_kernel", bool),
+    ("neftune_noise_alpha", lambda v: v is not None),
+)
+
+
+def _trainer_left_out(args, model) -> list[str]:
+    """What a user's Trainer does that the prediction's step does not, each as the argument
+    that does it ("label_smoothing_factor=0.1"), and weights held in another type than fp32 (a
+    model loaded in bf16: the prediction's are fp32 under the Trainer's autocast, twice the
+    weights, gradients and states) unless quantized (predicted unquantized, and said so)."""
+    left = []
+    # A quantized model's weights are said apart: predicted unquantized, as the pages tell.
+    quantized = getattr(getattr(model, "config", None), "quantization_config", None) is not None
+    if model is not None and not quantized:
+        kinds: dict[str, int] = {}
+        for parameter in model.parameters():
+            kind = str(parameter.dtype).removeprefix("torch.")
+            kinds[kind] = kinds.get(kind, 0) + parameter.numel()
+        held = max(kinds, key=kinds.get) if kinds else "float32"
+        if held != "float32":
+            left.append(f"weights in {held}, not float32")
+    for name, does in _TRAINER_SETTINGS:
+        value = getattr(args, name, None)
+        if does(value):
+            left.append(f"{name}={value!r}")
     return left
 
 

@@ -78,7 +78,7 @@ def predicted(report: RunReport) -> Prediction | NoPrediction:
 def _left_out(report: RunReport, options: RunOptions) -> NoPrediction | None:
     """Why a user's training trained more than its prediction would hold (its images, its
     adapters' extras, an optimizer anatomy does not run); None where nothing is left out."""
-    return _media_left_out(report, options) or _adapter_left_out(report) or _not_taken(report)
+    return _media_left_out(report, options) or _not_predicted(report)
 
 
 def _media_left_out(report: RunReport, options: RunOptions) -> NoPrediction | None:
@@ -101,26 +101,18 @@ def _media_left_out(report: RunReport, options: RunOptions) -> NoPrediction | No
                         "optimizer states would be left out)")
 
 
-def _adapter_left_out(report: RunReport) -> NoPrediction | None:
-    """Why there is none for a user's training whose peft adapters are more than the LoRA the
-    prediction builds (one rank on whole layers, a dropout); None otherwise."""
-    left = report.environment.adapter_left_out
-    if not left:
+def _not_predicted(report: RunReport) -> NoPrediction | None:
+    """Why there is none for a user's training that did what the prediction does not build:
+    what the callback saw (adapters beyond LoRA, weights in bf16, label smoothing: `left_out`)
+    and what it reported that anatomy's own runs do not take (an optimizer of bitsandbytes,
+    whose 8-bit states would have been AdamW's 32-bit ones, a default in its place); None
+    where there is none of it."""
+    said = list(report.environment.left_out or ())
+    if isinstance(report.ran_with, ReportedOptions):
+        said += report.ran_with.beyond().values()
+    if not said:
         return None
-    return NoPrediction(f"its adapters use {', '.join(left)}, and anatomy predicts LoRA of one "
-                        "rank on whole layers (peft's r, target_modules and lora_dropout) alone")
-
-
-def _not_taken(report: RunReport) -> NoPrediction | None:
-    """Why there is none for a user's training that reported what anatomy's own runs do not
-    take (an optimizer of bitsandbytes: its 8-bit states would have been AdamW's 32-bit ones, a
-    default in place of what it ran with); None otherwise."""
-    if not isinstance(report.ran_with, ReportedOptions):
-        return None
-    beyond = report.ran_with.beyond()
-    if not beyond:
-        return None
-    return NoPrediction(f"it trained with what anatomy does not predict ({'; '.join(beyond.values())})")
+    return NoPrediction(f"it trained with what anatomy does not predict ({'; '.join(said)})")
 
 
 class DataReach(NamedTuple):

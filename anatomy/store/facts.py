@@ -239,9 +239,10 @@ class RunFacts(Record):
     # a vision-language model trained with its images), by their forward's names; None where it
     # fed none, or anatomy's own run made the batches (its dummy data, its dataset's texts).
     media_inputs: tuple[str, ...] | None = fact(_names)
-    # What a user's peft adapters hold or do beyond a LoRA of one rank on whole layers with a
-    # dropout (DoRA, trained biases, another kind of adapter…), in words; None where nothing.
-    adapter_left_out: tuple[str, ...] | None = fact(_names)
+    # What a user's training held or did that the prediction does not build, in words: its
+    # adapters beyond a LoRA of one rank with a dropout (DoRA, trained biases, LoHa…), weights
+    # not in fp32, the Trainer's label smoothing or compilation; None where nothing.
+    left_out: tuple[str, ...] | None = fact(_names)
 
     @property
     def device(self) -> str:
