@@ -146,6 +146,19 @@ class Precision(Name):
     BF16 = "bf16"
 
 
+class Weights(Name):
+    """The type the weights are held in, as a model is loaded (`from_pretrained`'s dtype):
+    fp32, which the Trainer's mixed precision autocasts over, or bf16 throughout."""
+
+    FP32 = "fp32"
+    BF16 = "bf16"
+
+    @property
+    def torch_name(self) -> str:
+        """torch's name of the type ("float32", "bfloat16")."""
+        return {"fp32": "float32", "bf16": "bfloat16"}[self.value]
+
+
 class Optimizer(Name):
     """The Trainer's `optim` names anatomy runs: those that need no package beyond its own."""
 

@@ -34,7 +34,7 @@ from anatomy.analysis import models
 from anatomy.analysis.lengths import LONGEST, PADDINGS
 from anatomy.analysis.models import IMAGE_CLASSIFICATION, PRESETS, ModelError, default_preset
 from anatomy.store import checks
-from anatomy.vocabulary import Name, Optimizer, Precision
+from anatomy.vocabulary import Name, Optimizer, Precision, Weights
 
 
 class InvalidOptions(ValueError):
@@ -95,6 +95,10 @@ class RunOptions:
                                      1, 10_000_000, unset="the epochs decide")
     precision: Precision = option(Precision.FP32, "Precision",
                                   "fp32, or mixed precision fp16 / bf16")
+    weights: Weights = option(Weights.FP32, "Weights", "the weights' type as the model is "
+                              "loaded: fp32 (mixed precision autocasts over them), or bf16 "
+                              "throughout (from_pretrained's dtype=torch.bfloat16: half the "
+                              "weights, gradients and optimizer states)")
     gradient_checkpointing: Flag = option(False, "Gradient checkpointing",
                                           "recompute activations in the backward pass")
     grad_accum: Whole = option(1, "Gradient accumulation steps", "gradient_accumulation_steps",
@@ -326,6 +330,7 @@ class ReportedOptions:
     epochs: Amount | None = None
     max_steps: Count | None = None
     precision: Precision | None = None
+    weights: Weights | None = None
     gradient_checkpointing: Flag | None = None
     grad_accum: Count | None = None
     optim: Text | None = None  # the Trainer's name, whichever it took
@@ -407,6 +412,13 @@ def lora_words(options: RunOptions | ReportedOptions) -> str:
         return ""
     dropout = f", dropout {options.lora_dropout:g}" if options.lora_dropout else ""
     return f"LoRA rank {options.lora_rank}{dropout}"
+
+
+def weights_words(options: RunOptions | ReportedOptions) -> str:
+    """", bf16 weights" where the weights are not fp32 (which mixed precision autocasts over,
+    and no line names): after the precision, in every line that names a run's."""
+    weights = options.weights
+    return f", {weights} weights" if weights not in (None, Weights.FP32) else ""
 
 
 class Kind(Name):
@@ -552,12 +564,17 @@ def _model_tokenizer(options: RunOptions) -> RunOptions:
 
 
 def _rule_errors(options: RunOptions, errors: dict[str, str]) -> dict[str, str]:
-    """What options cannot be together, whatever the machine: LoRA targets without a rank, a
-    dataset's settings without a dataset or a dataset without its tokenizer, and what one process
-    alone does (profiling) kept to one. A strategy's own rules are the machine's (`check`)."""
+    """What options cannot be together, whatever the machine: LoRA targets or a dropout without
+    a rank, bf16 weights under fp16 mixed precision, a dataset's settings without a dataset or a
+    dataset without its tokenizer, and what one process alone does (profiling) kept to one. A
+    strategy's own rules are the machine's (`check`)."""
     found: dict[str, str] = {}
     if options.lora_targets and not options.lora and not {"lora_targets", "lora_rank"} & set(errors):
         found["lora_targets"] = "lora_targets: set a LoRA rank too (--lora-rank R)"
+    if options.weights == Weights.BF16 and options.precision == Precision.FP16 and \
+            not {"weights", "precision"} & set(errors):
+        found["weights"] = ("weights: bf16 weights train with precision bf16 or fp32 (fp16 mixed "
+                            "precision keeps fp32 weights)")
     if options.lora_dropout and not options.lora and not {"lora_dropout", "lora_rank"} & set(errors):
         found["lora_dropout"] = "lora_dropout: set a LoRA rank too (--lora-rank R)"
     if not any(name in errors for name in DATA_FIELDS):

@@ -12,7 +12,13 @@ from anatomy import prediction
 from anatomy.analysis import data, dummy_data, models
 from anatomy.analysis.data import Tokenized
 from anatomy.analysis.lengths import MAX_LENGTH, Lengths, TextBatch
-from anatomy.analysis.options import InvalidOptions, RunOptions, check, lora_words
+from anatomy.analysis.options import (
+    InvalidOptions,
+    RunOptions,
+    check,
+    lora_words,
+    weights_words,
+)
 from anatomy.cli.arguments import add_run_options, values_from_args
 from anatomy.cli.render import SaidMeasurer, refused, table
 from anatomy.engine.locks import gpu_key
@@ -227,7 +233,8 @@ def _run_words(options: RunOptions, predicted) -> str:
             if options.lora else "")
     quantized = models.quantization_left_out(spec.config)
     return (f"{spec.display_name} ({predicted.parameters:,} parameters, {spec.task}), batch size "
-            f"{options.batch_size}, {shape}, {options.precision}, {options.optim}"
+            f"{options.batch_size}, {shape}, {options.precision}{weights_words(options)}, "
+            f"{options.optim}"
             f"{', gradient checkpointing' if options.gradient_checkpointing else ''}"
             f"{f', accumulation {options.grad_accum}' if options.grad_accum > 1 else ''}{lora}"
             f"{f'; {quantized}' if quantized else ''}")

@@ -25,7 +25,7 @@ from anatomy.engine.predicting import Answer, Predicting
 from anatomy.engine.probe import MEASURED_STEPS, ComponentProbe
 from anatomy.engine.reporter import Reporter
 from anatomy.store import RunFacts, Step, TrainingArguments, TrainingSummary
-from anatomy.vocabulary import Level, Phase, Precision, Status
+from anatomy.vocabulary import Level, Phase, Precision, Status, Weights
 
 INJECT_ENV = "ANATOMY_INJECT"  # tests only: "oom@STEP" or "crash@STEP"
 LAST_FIGURES_WAIT = 2.0  # seconds the training phase's memory is waited for as training ends
@@ -488,6 +488,10 @@ def _training_facts(args, model, of_a_launch: bool = False) -> RunFacts:
     lora = _lora_options(model)
     if lora is not None:
         arguments = arguments.merged(lora)
+    held = _held_type(model)
+    weights = next((w for w in Weights if w.torch_name == held), None)
+    if weights is not None:  # fp32, or a model loaded in bf16; another type is left out
+        arguments = arguments.merged(TrainingArguments.of(weights=weights))
     # peft wraps the user's model: the architecture is the base model's, the rank the adapters'
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     return RunFacts.of(
@@ -559,25 +563,31 @@ _TRAINER_SETTINGS = (
 
 def _trainer_left_out(args, model) -> list[str]:
     """What a user's Trainer does that the prediction's step does not, each as the argument
-    that does it ("label_smoothing_factor=0.1"), and weights held in another type than fp32 (a
-    model loaded in bf16: the prediction's are fp32 under the Trainer's autocast, twice the
-    weights, gradients and states) unless quantized (predicted unquantized, and said so)."""
+    that does it ("label_smoothing_factor=0.1"), and weights held in a type the prediction does
+    not build (fp16 throughout)."""
     left = []
-    # A quantized model's weights are said apart: predicted unquantized, as the pages tell.
-    quantized = getattr(getattr(model, "config", None), "quantization_config", None) is not None
-    if model is not None and not quantized:
-        kinds: dict[str, int] = {}
-        for parameter in model.parameters():
-            kind = str(parameter.dtype).removeprefix("torch.")
-            kinds[kind] = kinds.get(kind, 0) + parameter.numel()
-        held = max(kinds, key=kinds.get) if kinds else "float32"
-        if held != "float32":
-            left.append(f"weights in {held}, not float32")
+    held = _held_type(model)
+    if held is not None and held not in {w.torch_name for w in Weights}:
+        left.append(f"weights in {held}, not float32 or bfloat16")
     for name, does in _TRAINER_SETTINGS:
         value = getattr(args, name, None)
         if does(value):
             left.append(f"{name}={value!r}")
     return left
+
+
+def _held_type(model) -> str | None:
+    """The type most of a model's weights are held in, by torch's name ("bfloat16" for a model
+    loaded with dtype=torch.bfloat16); None without a model, or for a quantized one (predicted
+    unquantized, as the pages say)."""
+    if model is None or getattr(getattr(model, "config", None), "quantization_config",
+                                None) is not None:
+        return None
+    kinds: dict[str, int] = {}
+    for parameter in model.parameters():
+        kind = str(parameter.dtype).removeprefix("torch.")
+        kinds[kind] = kinds.get(kind, 0) + parameter.numel()
+    return max(kinds, key=kinds.get) if kinds else None
 
 
 def _classifier_head(model, names: list[str]) -> bool:

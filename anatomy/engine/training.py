@@ -182,6 +182,7 @@ def train_phases(reporter: Reporter, options: RunOptions, spec: ModelSpec, datas
         model, weights_source = models.build_model(spec, device, lora_rank=options.lora_rank,
                                                    lora_targets=options.lora_targets,
                                                    lora_dropout=options.lora_dropout,
+                                                   weights=options.weights,
                                                    initialise=False)
     except Exception as error:
         where = models.where_it_stopped(error)

@@ -270,7 +270,7 @@ def _traced_recording(traced: TracedRun, device: str, calibration: DeviceCalibra
                                     device=device, calibration=calibration, steps=steps,
                                     lora_rank=traced.lora_rank, lora_targets=traced.lora_targets,
                                     rank=rank, workspaces=workspaces,
-                                    lora_dropout=traced.lora_dropout)
+                                    lora_dropout=traced.lora_dropout, weights=traced.weights)
     except models.ModelError as error:
         raise PredictionError(str(error)) from None
     except ImportError as error:  # a library the head needs and this machine lacks: run's words

@@ -50,12 +50,13 @@ def _code_version() -> str:
 
 def _key(spec: models.ModelSpec, step: StepOptions, device: str, calibration: DeviceCalibration | None,
          steps: int, lora_rank: int, lora_targets: tuple[str, ...], rank: TracedRank | None,
-         lora_dropout: float = 0.0) -> str:
+         lora_dropout: float = 0.0, weights: str = "fp32") -> str:
     made_of = {"config": spec.config, "task": spec.task, "step": repr(step), "device": device,
                "calibration": calibration.to_dict() if calibration else None, "steps": steps,
                # a dropout only where there is one: the keys of recordings without it stand
                "lora": [lora_rank, list(lora_targets)] + ([lora_dropout] if lora_dropout else []),
                "rank": list(rank) if rank else None,
+               **({"weights": weights} if weights != "fp32" else {}),  # fp32's keys stand
                "code": _code_version()}
     return hashlib.sha256(json.dumps(made_of, sort_keys=True, default=str).encode()
                           ).hexdigest()[:32]
@@ -84,7 +85,7 @@ def _write(folder: Path, path: Path, recording: Recording) -> None:
 def recording(spec: models.ModelSpec, step: StepOptions, *, device: str,
               calibration: DeviceCalibration | None, steps: int, lora_rank: int = 0,
               lora_targets: tuple[str, ...] = (), rank: TracedRank | None = None,
-              workspaces=None, lora_dropout: float = 0.0) -> Recording:
+              workspaces=None, lora_dropout: float = 0.0, weights: str = "fp32") -> Recording:
     """The run's recording (tracing/record.py's), from the cache when it has it; `rank`: one rank's
     step under a strategy that traces it (the strategy's recording key), else one process's.
     With `workspaces` (prediction/workspaces.py's seams: this machine's measurements) traced
@@ -93,14 +94,14 @@ def recording(spec: models.ModelSpec, step: StepOptions, *, device: str,
     path = None
     if folder is not None:
         key = _key(spec, step, device, calibration, steps, lora_rank, lora_targets, rank,
-                   lora_dropout)
+                   lora_dropout, weights)
         path = folder / f"{key}.recording"
         found = _read(path)
         if found is not None:
             return found
     made = trace(spec, step, device=device, calibration=calibration, steps=steps,
                  lora_rank=lora_rank, lora_targets=lora_targets, rank=rank,
-                 workspaces=workspaces, lora_dropout=lora_dropout)
+                 workspaces=workspaces, lora_dropout=lora_dropout, weights=weights)
     if path is not None:
         _write(folder, path, made)
     return made
@@ -109,14 +110,15 @@ def recording(spec: models.ModelSpec, step: StepOptions, *, device: str,
 def trace(spec: models.ModelSpec, step: StepOptions, *, device: str,
           calibration: DeviceCalibration | None, steps: int, lora_rank: int = 0,
           lora_targets: tuple[str, ...] = (), rank: TracedRank | None = None,
-          workspaces=None, lora_dropout: float = 0.0) -> Recording:
+          workspaces=None, lora_dropout: float = 0.0, weights: str = "fp32") -> Recording:
     """Traced: at four blocks of its layers and extrapolated where the model's layers repeat
     (`stand_in`; layers.extrapolate's own checks), else in full (a traced rank's step: in
     full)."""
     from anatomy.prediction.tracing.record import record
 
     kwargs = dict(kernels=device, calibration=calibration, steps=steps, lora_rank=lora_rank,
-                  lora_targets=lora_targets, workspaces=workspaces, lora_dropout=lora_dropout)
+                  lora_targets=lora_targets, workspaces=workspaces, lora_dropout=lora_dropout,
+                  weights=weights)
     found = stand_in(spec, lora_rank, lora_targets) if rank is None else None
     if found is not None:
         shallow, repeats = found

@@ -34,6 +34,7 @@ class TracedRun:
     lora_rank: int = 0
     lora_targets: tuple[str, ...] = ()
     lora_dropout: float = 0.0
+    weights: str = "fp32"  # the weights' type (vocabulary.Weights)
 
     @classmethod
     def of(cls, options: RunOptions, text: TextBatch | None = None) -> TracedRun:
@@ -41,7 +42,7 @@ class TracedRun:
         return cls(options.model, StepOptions(
             options.precision, options.gradient_checkpointing, options.grad_accum, options.optim,
             options.batch_size, options.seq_len, text), options.lora_rank, options.lora_targets,
-            options.lora_dropout if options.lora else 0.0)
+            options.lora_dropout if options.lora else 0.0, str(options.weights))
 
     def at_batch(self, batch_size: int) -> TracedRun:
         return replace(self, step=replace(self.step, batch_size=batch_size))

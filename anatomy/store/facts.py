@@ -21,7 +21,7 @@ from typing import Any, ClassVar, TypeVar
 from anatomy import strategies
 from anatomy.store import checks
 from anatomy.store.checks import MAX_EPOCH, MAX_GPUS, MAX_RANK, Check, InvalidValue
-from anatomy.vocabulary import TENSOR_PARTS, Precision, SourceKind
+from anatomy.vocabulary import TENSOR_PARTS, Precision, SourceKind, Weights
 
 R = TypeVar("R", bound="Record")
 
@@ -131,6 +131,7 @@ class TrainingArguments(Record):
     batch_size: int | None = fact(checks.count)
     grad_accum: int | None = fact(checks.count)
     precision: Precision | None = fact(checks.member(Precision))
+    weights: Weights | None = fact(checks.member(Weights))
     gradient_checkpointing: bool | None = fact(checks.flag)
     optim: str | None = fact(checks.text)
     seed: int | None = fact(checks.count)

@@ -57,8 +57,8 @@ TOKEN_CLASSIFIERS = {
 TOLERANCE = 1024
 
 
-def real_step(spec, options: StepOptions, lora_rank: int = 0, lora_dropout: float = 0.0
-              ) -> replay.Measurement:
+def real_step(spec, options: StepOptions, lora_rank: int = 0, lora_dropout: float = 0.0,
+              weights: str = "fp32") -> replay.Measurement:
     """The true live-tensor figures of a real CPU run: the model built for real, the same steps
     on real tensors, every storage followed by the tracker the prediction uses."""
     timeline = Timeline()
@@ -66,7 +66,8 @@ def real_step(spec, options: StepOptions, lora_rank: int = 0, lora_dropout: floa
     torch.manual_seed(0)
     with tracker:
         model, _ = models.build_model(spec, "cpu", lora_rank=lora_rank,
-                                      lora_dropout=lora_dropout, pretrained=False)
+                                      lora_dropout=lora_dropout, pretrained=False,
+                                      weights=weights)
     timeline.mark("weights")
     timeline.mark(replay.TRAINING_BEGINS)
     step = [0]
@@ -83,9 +84,10 @@ def real_step(spec, options: StepOptions, lora_rank: int = 0, lora_dropout: floa
     return replay.measure(timeline.events, cuda=False)
 
 
-def predicted_step(spec, options: StepOptions, lora_rank: int = 0, lora_dropout: float = 0.0):
+def predicted_step(spec, options: StepOptions, lora_rank: int = 0, lora_dropout: float = 0.0,
+                   weights: str = "fp32"):
     recording = record(spec, options, kernels="cpu", steps=STEPS, lora_rank=lora_rank,
-                       lora_dropout=lora_dropout)
+                       lora_dropout=lora_dropout, weights=weights)
     return recording, replay.measure(replay.stream(recording, STEPS, options.grad_accum),
                                      cuda=False)
 
@@ -136,6 +138,27 @@ def test_a_lora_dropout_is_predicted_as_it_is_held(name):
     assert predicted.peak_allocated - predicted.weights_allocated == pytest.approx(
         real.peak_allocated - real.weights_allocated, abs=TOLERANCE)
     assert predicted.activations(STEPS) > without.activations(STEPS) + TOLERANCE
+
+
+@pytest.mark.parametrize(("name", "precision", "rank"), [
+    ("tiny-llama", "bf16", 0), ("tiny-gpt2", "fp32", 0), ("tiny-qwen2", "bf16", 4),
+    ("tiny-vit", "bf16", 0)])
+def test_weights_held_in_bf16_are_predicted_as_they_are_held(name, precision, rank):
+    """A model loaded in bf16 (from_pretrained's dtype=torch.bfloat16, most LLM fine-tunes)
+    holds half the weights, gradients and states of the fp32 weights the Trainer's mixed
+    precision autocasts over: built so, under the Trainer's bf16 or none, with LoRA (its
+    adapters fp32, as peft makes them), the prediction is the real live-tensor peak."""
+    spec = models.resolve(name)
+    options = StepOptions(precision, False, 1, "adamw_torch", 2,
+                          0 if spec.task == models.IMAGE_CLASSIFICATION else 16)
+    real = real_step(spec, options, rank, weights="bf16")
+    _, predicted = predicted_step(spec, options, rank, weights="bf16")
+    _, fp32 = predicted_step(spec, options, rank)
+    assert predicted.weights_allocated == pytest.approx(real.weights_allocated, abs=TOLERANCE)
+    assert predicted.peak_allocated - predicted.weights_allocated == pytest.approx(
+        real.peak_allocated - real.weights_allocated, abs=TOLERANCE)
+    assert predicted.activations(STEPS) == pytest.approx(real.activations(STEPS), abs=TOLERANCE)
+    assert predicted.weights_allocated < 0.6 * fp32.weights_allocated
 
 
 def test_the_largest_batch_size_fits_and_the_next_does_not():

@@ -248,18 +248,19 @@ def test_a_users_training_with_what_anatomy_does_not_run_is_not_predicted_as_a_d
             f"it trained with what anatomy does not predict ({words})")
 
 
-@pytest.mark.parametrize("arguments, bf16_weights, words", [
-    ({}, True, "weights in bfloat16, not float32"),
-    ({"label_smoothing_factor": 0.1}, False, "label_smoothing_factor=0.1"),
-    ({"neftune_noise_alpha": 5.0}, False, "neftune_noise_alpha=5.0"),
-    ({"bf16": True}, False, None)])
+@pytest.mark.parametrize("arguments, weights, words", [
+    ({}, "float16", "weights in float16, not float32 or bfloat16"),
+    ({"bf16": True}, "bfloat16", None),
+    ({"label_smoothing_factor": 0.1}, "float32", "label_smoothing_factor=0.1"),
+    ({"neftune_noise_alpha": 5.0}, "float32", "neftune_noise_alpha=5.0"),
+    ({"bf16": True}, "float32", None)])
 def test_a_users_trainer_that_does_what_the_prediction_does_not_is_said(
-        store, tmp_path, arguments, bf16_weights, words):
-    """A model loaded in bf16 (twice the prediction's fp32 weights, gradients and states, seen
-    on a user's Trainer: predicted 3.2 MB of weights for 1.6 MB measured) and the Trainer's
-    label smoothing (its own loss on the logits: activations predicted 10.4 MB for 7.3 MB) were
-    predicted as if not there. The callback records them, and the prediction says so; the
-    Trainer's mixed precision, which the prediction builds, is predicted."""
+        store, tmp_path, arguments, weights, words):
+    """A model loaded in bf16 was predicted with fp32 weights (seen on a user's Trainer: 3.2 MB
+    of weights predicted for 1.6 MB measured, twice the gradients and states): the callback
+    records the weights' type, and bf16 ones are predicted as held; fp16 ones, which the
+    prediction does not build, and the Trainer's label smoothing (its own loss on the logits:
+    activations predicted 10.4 MB for 7.3 MB) are said instead of predicted as if not there."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM, TrainingArguments
 
@@ -267,9 +268,7 @@ def test_a_users_trainer_that_does_what_the_prediction_does_not_is_said(
 
     config = LlamaConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                          intermediate_size=64, vocab_size=100)
-    model = LlamaForCausalLM(config)
-    if bf16_weights:
-        model = model.to(torch.bfloat16)
+    model = LlamaForCausalLM(config).to(getattr(torch, weights))
     training = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[],
                                  per_device_train_batch_size=2, **arguments)
     facts = callbacks._training_facts(training, model, False)
@@ -277,9 +276,13 @@ def test_a_users_trainer_that_does_what_the_prediction_does_not_is_said(
                               "rss", 0, {"gpu_name": None}, preset="train.py",
                               source={"kind": "script", "script": "/home/user/train.py"})
     store.merge_environment(run_id, facts)
-    said = breakdown.predicted(report(store, run_id))
+    rep = report(store, run_id)
+    said = breakdown.predicted(rep)
     if words is None:
         assert isinstance(said, Prediction), said
+        assert rep.options.weights == {"float32": "fp32", "bfloat16": "bf16"}[weights]
+        bytes_per_weight = {"float32": 4, "bfloat16": 2}[weights]
+        assert said.weights == bytes_per_weight * sum(p.numel() for p in model.parameters())
     else:
         assert said == breakdown.NoPrediction(
             f"it trained with what anatomy does not predict ({words})")

@@ -59,9 +59,10 @@ def test_wrong_options_get_no_forecast(store):
     assert store.runs() == []
 
 
-def test_the_forms_lora_dropout_is_a_share_asked_with_a_rank(store):
+def test_the_forms_lora_dropout_and_weights_are_asked_as_declared(store):
     """The form draws the LoRA dropout from the options' declaration, a number by hundredths;
-    without a rank it is refused as `predict` refuses it, with one it is predicted."""
+    without a rank it is refused as `predict` refuses it, with one it is predicted; the weights'
+    type is a choice, and bf16 weights are another forecast."""
     app = AppTest.from_file(APP, default_timeout=30).run()
     dropout = app.number_input(key="option_lora_dropout")
     assert (dropout.value, dropout.step, dropout.label) == (0.0, 0.01, "LoRA dropout")
@@ -72,7 +73,14 @@ def test_the_forms_lora_dropout_is_a_share_asked_with_a_rank(store):
     app.number_input(key="option_lora_rank").set_value(4)
     app.button(key="predict").click().run()
     assert not app.error and not app.exception
-    assert any(info.value.startswith("This run should need about") for info in app.info)
+    fp32 = next(i.value for i in app.info if i.value.startswith("This run should need about"))
+    weights = app.selectbox(key="option_weights")
+    assert (weights.options, weights.value) == (["fp32", "bf16"], "fp32")
+    weights.select("bf16")
+    app.button(key="predict").click().run()
+    assert not app.error and not app.exception
+    bf16 = next(i.value for i in app.info if i.value.startswith("This run should need about"))
+    assert bf16 != fp32  # half the weights: another forecast
     assert store.runs() == []
 
 

@@ -252,3 +252,10 @@ def test_a_users_reported_options_are_declared_beside_run_options_every_one_opti
     assert ReportedOptions.from_dict({"epochs": 3.0, "seed": "42"}) == ReportedOptions(epochs=3.0)
     with pytest.raises(checks.InvalidValue, match=r"^options\.seed: must be a whole number"):
         ReportedOptions.read({"seed": "42"}, "options")
+
+
+def test_bf16_weights_are_refused_under_fp16_mixed_precision():
+    assert _read(weights="bf16", precision="fp16") == {
+        "weights": "weights: bf16 weights train with precision bf16 or fp32 (fp16 mixed precision "
+                   "keeps fp32 weights)"}
+    assert _read(weights="bf16", precision="bf16") == {} == _read(weights="bf16")

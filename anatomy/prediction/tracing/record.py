@@ -101,8 +101,8 @@ class RankTrace(NamedTuple):
 def record(spec: ModelSpec, options: StepOptions, *, kernels: str = "cuda",
            calibration: DeviceCalibration | None = None, steps: int = 2, lora_rank: int = 0,
            lora_targets: tuple[str, ...] = (), rank: TracedRank | None = None,
-           blocks: tuple[int, ...] = (), workspaces=None, lora_dropout: float = 0.0
-           ) -> Recording:
+           blocks: tuple[int, ...] = (), workspaces=None, lora_dropout: float = 0.0,
+           weights: str = "fp32") -> Recording:
     """Trace the run's build and one of each segment of its steps; `kernels` "cuda" (the CUDA
     emulation, with `calibration`'s constants) or "cpu". `rank`: the step of rank 0 of
     `rank.world` under a strategy, followed by its tracer (`rank.tracer`, a module of this
@@ -140,12 +140,13 @@ def record(spec: ModelSpec, options: StepOptions, *, kernels: str = "cuda",
             if rank is None:
                 return _record(spec, options, kernels, calibration, steps, lora_rank,
                                lora_targets, timeline, tracker, segment, segments,
-                               blocks=blocks, workspaces=workspaces, lora_dropout=lora_dropout)
+                               blocks=blocks, workspaces=workspaces, lora_dropout=lora_dropout,
+                               weights=weights)
             tracer = import_module(f"{__package__}.{rank.tracer}")
             with tracer.rank(rank.world, tracker, options.precision) as traced:
                 recording = _record(spec, options, kernels, calibration, steps, lora_rank,
                                     lora_targets, timeline, tracker, segment, segments,
-                                    traced.prepare, lora_dropout=lora_dropout)
+                                    traced.prepare, lora_dropout=lora_dropout, weights=weights)
                 return replace(recording, rank_buffers=traced.buffers())
     finally:
         fake_log.setLevel(fake_level)
@@ -156,12 +157,12 @@ def record(spec: ModelSpec, options: StepOptions, *, kernels: str = "cuda",
 
 def _record(spec, options, kernels, calibration, steps, lora_rank, lora_targets, timeline,
             tracker, segment, segments, prepare=None, blocks=(), workspaces=None,
-            lora_dropout=0.0) -> Recording:
+            lora_dropout=0.0, weights="fp32") -> Recording:
     with real_paths():
         start = 0
         model, _ = models.build_model(spec, "meta", lora_rank=lora_rank,
                                       lora_targets=lora_targets, lora_dropout=lora_dropout,
-                                      pretrained=False)
+                                      pretrained=False, weights=weights)
         with tracker:  # the weights as the worker allocates them (models.materialise)
             models.materialise(model, "meta", fresh=True)
         mode = FakeTensorMode(allow_non_fake_inputs=False)
