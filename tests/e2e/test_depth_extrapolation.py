@@ -122,6 +122,8 @@ def test_a_deep_recording_is_the_shallow_one_extrapolated_event_for_event(name, 
             again): the same model, step and kernels at four layers, tagged, and at six."""
             tagged = given.pop("blocks", ()) == repeats.traced
             assert given.pop("workspaces", None) is None  # no measured workspaces asked for
+            # nor a LoRA dropout or weights other than fp32: the step's own, as given
+            assert (given.pop("lora_dropout", 0.0), given.pop("weights", "fp32")) == (0.0, "fp32")
             assert (step_, given, lora_targets, rank) == (step, kwargs, (), None)
             depth = layers.depth_of(dict(spec.config))
             assert (depth, tagged) in ((layers.DEPTH, True), (DEEP, False)), (depth, tagged)
