@@ -781,9 +781,8 @@ class Child:
 
 
 def run_all(tasks: list[tuple[str, ...]], out: Path, jobs: int, timeout: float) -> None:
-    import selectors
+    import shutil
     import tempfile
-    import time
 
     out.parent.mkdir(parents=True, exist_ok=True)
     done = {json.loads(line)["model_type"] for line in out.read_text().splitlines()
@@ -791,6 +790,18 @@ def run_all(tasks: list[tuple[str, ...]], out: Path, jobs: int, timeout: float) 
     pending = [t for t in tasks if t[0] not in done]
     print(f"{len(tasks)} architectures, {len(done)} done before, {len(pending)} to go", flush=True)
     directory = Path(tempfile.mkdtemp(prefix="anatomy-coverage-"))
+    try:
+        _run_children(pending, out, jobs, timeout, directory)
+    finally:  # the children's config files: none left behind, however the bench ends
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _run_children(pending: list[tuple[str, ...]], out: Path, jobs: int, timeout: float,
+                  directory: Path) -> None:
+    """The pending tasks over `jobs` children in `directory`, each row written as it comes."""
+    import selectors
+    import time
+
     log = open(out.with_suffix(".log"), "a")  # noqa: SIM115 - the children's stderr, all run
     environment = child_environment(jobs)
     children = [Child(directory, log, environment) for _ in range(min(jobs, len(pending)))]
@@ -811,37 +822,39 @@ def run_all(tasks: list[tuple[str, ...]], out: Path, jobs: int, timeout: float) 
         children[children.index(child)] = fresh
         return fresh
 
-    for child in children:
-        if pending:
-            child.give(pending.pop(0))
-    while any(c.task for c in children):
-        for key, _ in selector.select(timeout=5):
-            child = key.data
-            line = child.process.stdout.readline()
-            if not line:  # the child died (a crash in native code, memory)
-                if child.task:
-                    record({"model_type": child.task[0], "head": child.task[1],
-                            "saved": len(child.task) > 2,
-                            "crashed": f"exit {child.process.poll()}"})
-                child = replace(child)
-            elif line.startswith(ROW):
-                record(json.loads(line[len(ROW):]))
-                child.task = None
-            else:
-                continue
+    try:
+        for child in children:
             if pending:
                 child.give(pending.pop(0))
-        for child in list(children):
-            if child.task and time.monotonic() - child.since > timeout:
-                record({"model_type": child.task[0], "head": child.task[1],
-                        "saved": len(child.task) > 2,
-                        "crashed": f"no answer in {timeout:.0f} s"})
-                fresh = replace(child)
+        while any(c.task for c in children):
+            for key, _ in selector.select(timeout=5):
+                child = key.data
+                line = child.process.stdout.readline()
+                if not line:  # the child died (a crash in native code, memory)
+                    if child.task:
+                        record({"model_type": child.task[0], "head": child.task[1],
+                                "saved": len(child.task) > 2,
+                                "crashed": f"exit {child.process.poll()}"})
+                    child = replace(child)
+                elif line.startswith(ROW):
+                    record(json.loads(line[len(ROW):]))
+                    child.task = None
+                else:
+                    continue
                 if pending:
-                    fresh.give(pending.pop(0))
-    for child in children:
-        child.stop()
-    log.close()
+                    child.give(pending.pop(0))
+            for child in list(children):
+                if child.task and time.monotonic() - child.since > timeout:
+                    record({"model_type": child.task[0], "head": child.task[1],
+                            "saved": len(child.task) > 2,
+                            "crashed": f"no answer in {timeout:.0f} s"})
+                    fresh = replace(child)
+                    if pending:
+                        fresh.give(pending.pop(0))
+    finally:  # however it ends (Ctrl-C too), no child outlives the bench
+        for child in children:
+            child.stop()
+        log.close()
 
 
 def _summary(row: dict) -> str:
