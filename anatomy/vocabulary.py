@@ -158,6 +158,11 @@ class Weights(Name):
         """torch's name of the type ("float32", "bfloat16")."""
         return {"fp32": "float32", "bf16": "bfloat16"}[self.value]
 
+    @classmethod
+    def of_torch(cls, name: str | None) -> Weights | None:
+        """The member whose torch name is `name` ("bfloat16": BF16); None for another type."""
+        return next((member for member in cls if member.torch_name == name), None)
+
 
 class Optimizer(Name):
     """The Trainer's `optim` names anatomy runs: those that need no package beyond its own."""

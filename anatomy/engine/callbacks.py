@@ -489,7 +489,7 @@ def _training_facts(args, model, of_a_launch: bool = False) -> RunFacts:
     if lora is not None:
         arguments = arguments.merged(lora)
     held = _held_type(model)
-    weights = next((w for w in Weights if w.torch_name == held), None)
+    weights = Weights.of_torch(held)
     if weights is not None:  # fp32, or a model loaded in bf16; another type is left out
         arguments = arguments.merged(TrainingArguments.of(weights=weights))
     # peft wraps the user's model: the architecture is the base model's, the rank the adapters'
@@ -498,7 +498,7 @@ def _training_facts(args, model, of_a_launch: bool = False) -> RunFacts:
         training_arguments=arguments, world_size=world_size,
         parameters=sum(p.numel() for p in model.parameters()),
         trainable_parameters=sum(p.numel() for p in model.parameters() if p.requires_grad),
-        left_out=(_adapter_left_out(model) + _trainer_left_out(args, model)) or None,
+        left_out=(_adapter_left_out(model) + _trainer_left_out(args, held)) or None,
     ).merged(carried_model.trained(getattr(model, "config", None), type(base).__name__))
 
 
@@ -561,13 +561,12 @@ _TRAINER_SETTINGS = (
 )
 
 
-def _trainer_left_out(args, model) -> list[str]:
+def _trainer_left_out(args, held: str | None) -> list[str]:
     """What a user's Trainer does that the prediction's step does not, each as the argument
-    that does it ("label_smoothing_factor=0.1"), and weights held in a type the prediction does
-    not build (fp16 throughout)."""
+    that does it ("label_smoothing_factor=0.1"), and weights held (`held`: `_held_type`'s) in a
+    type the prediction does not build (fp16 throughout)."""
     left = []
-    held = _held_type(model)
-    if held is not None and held not in {w.torch_name for w in Weights}:
+    if held is not None and Weights.of_torch(held) is None:
         left.append(f"weights in {held}, not float32 or bfloat16")
     for name, does in _TRAINER_SETTINGS:
         value = getattr(args, name, None)
