@@ -190,6 +190,10 @@ class RunReport:
     # Several training processes: each one's phases, GPU and memory; () for one.
     ranks: tuple[RankReading, ...] = ()
     imported: Origin | None = None  # where an imported copy was recorded; None: recorded here
+    # A user's Trainer that evaluated while it trained, after a step: the run's clock at its
+    # first evaluation, before which the components' sampled peak is read (a training step's,
+    # what the prediction describes); the summary's peak is the whole run's. None: not cut.
+    evaluated_from: float | None = None
 
     @property
     def world_size(self) -> int:
@@ -436,6 +440,9 @@ def report(store: Store, run_id: int, run: RunRow | None = None, counted: bool =
     profiling = next((p for p in spans if p.name == Phase.PROFILING), None)
     # The profiler's own buffers are no memory the training needed (638 vs 540 MB on a CPU).
     peak = store.peak(run_id, run.gpu, before=profiling.start_s if profiling else None)
+    evaluated_from = _evaluated_from(store, run)
+    training_peak = peak if evaluated_from is None else store.peak(run_id, run.gpu,
+                                                                   before=evaluated_from)
     trained = run.summary
     ran_with = known_options(run)
     first = first_occurrences(phases)
@@ -457,11 +464,21 @@ def report(store: Store, run_id: int, run: RunRow | None = None, counted: bool =
         samples_sent=run.samples_sent, steps=store.step_count(run_id),
         messages=tuple(store.messages(run_id)), summary=summary,
         components=(None if trained.components is None else
-                    with_nvml(trained.components, memory, peak, run.backend)),
+                    with_nvml(trained.components, memory, training_peak, run.backend)),
         operations=(None if trained.operations is None else
                     OperationProfile.from_dict(trained.operations)),
         source=run.source,
-        ranks=_ranks(store, run, profiling), imported=run.origin)
+        ranks=_ranks(store, run, profiling), imported=run.origin, evaluated_from=evaluated_from)
+
+
+def _evaluated_from(store: Store, run: RunRow) -> float | None:
+    """When the run's training first evaluated, where a step had ended before (an evaluation
+    before any step, eval_on_start, leaves no training step's peak to read apart)."""
+    evaluated = run.environment.evaluated_at
+    if evaluated is None:
+        return None
+    first = store.step_span(run.id, 0)
+    return evaluated if first is not None and first[0].t < evaluated else None
 
 
 def reports(store: Store, run_ids: Iterable[int]) -> list[RunReport]:

@@ -80,6 +80,10 @@ def cmd_show(args: argparse.Namespace) -> int:
         for line in (text.measured_batch_words(rep), text.partial_micro_batch_words(rep)):
             if line:
                 print(line)
+        if rep.evaluated_from is not None:
+            print(f"evaluated while training from {rep.evaluated_from:,.1f} s: the components' "
+                  "peak is the training's before the first evaluation; the peak above is the "
+                  "whole run's")
     if rep.ranks:
         together = not all(r.measured_alone for r in rep.ranks)  # a store of before
         print(f"{rep.processes}; each rank's memory at its phases' ends"

@@ -110,12 +110,18 @@ class StepPeaks(NamedTuple):
     reserved: int
     before_optimizer: int | None = None
     after_optimizer: int | None = None
+    # an evaluation came since the last step, or before: its batches' peaks, and the cache it
+    # left reserved, are in this step's figures
+    after_evaluation: bool = False
 
 
 def alike_steps(steps: list[StepPeaks], kept: BatchShape | None) -> list[StepPeaks]:
     """The steps whose every micro-batch has the shape of the one the activations were measured
     on: their peaks describe the batch the prediction is made for. Every step where all had one
-    shape (the dummy data, padding to max length alike), or where none is (a shape not read)."""
+    shape (the dummy data, padding to max length alike), or where none is (a shape not read).
+    Steps before the training's first evaluation where it had any: an evaluation's peak is no
+    training step's, and its cache stays reserved after it."""
+    steps = [step for step in steps if not step.after_evaluation] or steps
     alike = [step for step in steps if all(shape == kept for shape in step.shapes)]
     return alike or steps
 
@@ -145,7 +151,8 @@ class ComponentProbe:
         self._before_optimizer: int | None = None
         # A GPU's steps, each its own peaks: its micro-batches, the allocator's peaks, before and
         # after its optimizer step (StepPeaks, once their shapes are read).
-        self._steps: list[tuple[list[SeenBatch], int, int, int | None, int | None]] = []
+        self._steps: list[tuple[list[SeenBatch], int, int, int | None, int | None, bool]] = []
+        self._evaluated = False  # the model has read a batch out of training mode
         self._before = 0
         self._saved: dict[int, tuple[int, weakref.ref]] = {}  # address: bytes, the storage
         self._saving = None
@@ -159,6 +166,7 @@ class ComponentProbe:
 
     def _forward_begins(self, module, args, kwargs):
         if not module.training:
+            self._evaluated = True
             return
         self._seen = SeenBatch(args, kwargs)
         self._step_batches.append(self._seen)
@@ -230,7 +238,7 @@ class ComponentProbe:
     def _step_peaks(self, before: int | None = None, after: int | None = None) -> tuple:
         cuda = self.torch.cuda
         return (self._step_batches, cuda.max_memory_allocated(), cuda.max_memory_reserved(),
-                before, after)
+                before, after, self._evaluated)
 
     def close(self) -> None:
         for handle in self._handles:

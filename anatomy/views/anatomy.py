@@ -142,6 +142,25 @@ def measured_batch_line(report: RunReport) -> str | None:
             f"batch.{allocator}")
 
 
+def evaluation_line(report: RunReport) -> str | None:
+    """A user's Trainer that evaluated while it trained: the table's measured peak is the
+    training's before its first evaluation (what the prediction describes), and the run's peak
+    with its evaluations is said beside it; None for a run that did not."""
+    at, parts = report.evaluated_from, report.components
+    whole = measured_peak(report)
+    if at is None or parts is None or parts.peak is None or whole is None:
+        return None
+    batch = report.environment.eval_batch_size
+    figure = ("NVML, over the baseline" if report.on_gpu else
+              rss_peak_label(report).removeprefix("peak (").removesuffix(")"))
+    return (f"The Trainer evaluated while it trained, from {at:,.1f} s"
+            + (f" (batch {batch:,} a device)" if batch else "") + ": the table's measured "
+            f"peak is the training's before that first evaluation, {mib_text(parts.peak)}, "
+            "a training step's, which the prediction describes. With its evaluations the run's "
+            f"sampled peak ({figure}) was {mib_text(whole)}"
+            + (f", {mib_text(whole - parts.peak)} more." if whole > parts.peak else "."))
+
+
 def reach_line(report: RunReport, reach: DataReach) -> str:
     """What a run's data can reach: the prediction at its longest batch, beside the run's
     sampled peak over every step (RSS or NVML, as the run measured it)."""

@@ -15,6 +15,7 @@ import pytest
 from anatomy.analysis.report import report
 from anatomy.prediction import breakdown
 from anatomy.store import PHASES, Store
+from anatomy.units import mib_text
 from anatomy.views.anatomy import user_run_basis
 from anatomy.vocabulary import phase_name
 from tests.conftest import PROJECT
@@ -127,6 +128,67 @@ def test_a_trainer_padding_each_batch_is_predicted_at_the_longest_batch_it_train
         user_run_basis(rep, store.steps(rep.id))
     # A script that adds the callback and nothing else says which run and which store.
     assert f"anatomy: recording run {rep.id} into {store.path}" in result.stderr
+
+
+EVALUATES_WHILE_TRAINING = """
+import sys
+import anatomy
+anatomy.start(name="evaluates")
+import numpy as np
+from datasets import Dataset
+from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
+config = LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=128, vocab_size=4000)
+ids = np.random.default_rng(0).integers(10, 3900, (64, 64))
+data = Dataset.from_dict({"input_ids": ids, "labels": ids})
+data.set_format("pt")
+training = TrainingArguments(output_dir="out", use_cpu=True, report_to=[], save_strategy="no",
+                             per_device_train_batch_size=2, max_steps=6, disable_tqdm=True,
+                             eval_strategy="steps", eval_steps=3, eval_on_start=sys.argv[1] == "1",
+                             per_device_eval_batch_size=64)
+trainer = Trainer(model=LlamaForCausalLM(config), args=training, train_dataset=data,
+                  eval_dataset=data)
+anatomy.AnatomyCallback.attach(trainer)
+trainer.train()
+"""
+
+
+@pytest.mark.parametrize("on_start", [False, True])
+def test_a_trainer_that_evaluates_while_it_trains_is_read_before_its_first_evaluation(
+        store, tmp_path, on_start):
+    """A user's Trainer evaluates while it trains (eval_strategy), here at 32 times its training
+    batch: the evaluation's batch and logits made the run's peak (91 MiB of RSS above the
+    training's on a CPU), and the table held that against a training step's prediction. The
+    first evaluation is recorded; the components' peak is the training's before it, the
+    whole run's is said beside it. An evaluation before any step (eval_on_start) leaves no
+    training to read apart: the peak is the whole run's."""
+    from anatomy.views.anatomy import evaluation_line
+
+    script = tmp_path / "train.py"
+    script.write_text(EVALUATES_WHILE_TRAINING)
+    result = subprocess.run([sys.executable, str(script), str(int(on_start))],
+                            capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                            env=_env(store))
+    assert result.returncode == 0, result.stderr[-3000:]
+    rep = _only_run(store)
+    assert rep.status == "completed", rep.error
+    assert rep.environment.eval_batch_size == 64
+    steps = store.steps(rep.id)
+    evaluated = rep.environment.evaluated_at
+    baseline = rep.phase_memory()["baseline"]
+    whole = rep.summary.peak_bytes - baseline
+    if on_start:
+        assert evaluated < steps[0].t and rep.evaluated_from is None
+        assert rep.components.peak == whole and evaluation_line(rep) is None
+        return
+    assert steps[2].t < evaluated < steps[3].t  # after step 3, eval_steps=3
+    assert rep.evaluated_from == evaluated
+    assert rep.components.peak == store.peak(rep.id, rep.gpu, before=evaluated) - baseline
+    assert rep.components.peak < whole  # the evaluation's 64 samples held more
+    line = evaluation_line(rep)
+    assert "(batch 64 a device)" in line and mib_text(whole) in line
+    shown = _python(store, "-m", "anatomy", "show", str(rep.id)).stdout
+    assert "evaluated while training from" in shown
 
 
 def test_watch_joins_the_phases_the_command_marks(store):

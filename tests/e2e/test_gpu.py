@@ -257,6 +257,85 @@ def test_measured_next_to_predicted_on_the_gpu(manager, store, model):
     assert predicted.peak == pytest.approx(parts.peak_allocated, rel=0.03)
 
 
+@pytest.mark.parametrize("model, lora", [
+    ("tinyllama-1.1b", dict(lora_rank=16, lora_dropout=0.05)),
+    ("qwen2-0.5b", {})])
+def test_bf16_weights_and_lora_dropout_measured_next_to_predicted(manager, store, model, lora):
+    """A model built in bf16 (most LLM fine-tunes load it so), alone or as the base of a LoRA with
+    peft's dropout: two bytes a weight, and the dropout's masks in the activations; measured as
+    predicted (components exact, the allocator's peak within 3 %)."""
+    from anatomy.prediction import predict
+
+    options = RunOptions(model=model, batch_size=8, seq_len=256, precision="bf16",
+                         weights="bf16", max_steps=3, **lora)
+    run_id = manager.start(options)
+    assert manager.wait(run_id, timeout=600) == "completed", report(store, run_id).error
+    rep = report(store, run_id)
+    predicted = predict(options, device="cuda", gpu_name=rep.environment.gpu_name)
+    parts = rep.components
+    # two bytes a base weight; peft keeps its adapters in fp32 over a bf16 base
+    assert parts.weights == 2 * rep.environment.parameters or lora
+    assert (parts.weights, parts.gradients, parts.optimizer_states) == \
+        (predicted.weights, predicted.gradients, predicted.optimizer_states)
+    assert predicted.peak == pytest.approx(parts.peak_allocated, rel=0.03)
+
+
+USERS_BF16_LORA_SCRIPT = """
+import anatomy
+anatomy.start(name="Trainer: bf16 Llama, LoRA")
+import numpy as np, torch
+from datasets import Dataset
+from peft import LoraConfig, get_peft_model
+from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
+config = LlamaConfig(hidden_size=1024, num_hidden_layers=4, num_attention_heads=8,
+                     num_key_value_heads=4, intermediate_size=2816, vocab_size=32000)
+model = LlamaForCausalLM(config).to(torch.bfloat16)
+model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, lora_dropout=0.05,
+                                         target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+                                         task_type="CAUSAL_LM"))
+ids = np.random.default_rng(0).integers(100, 31000, (48, 256))
+dataset = Dataset.from_dict({"input_ids": ids, "labels": ids})
+dataset.set_format("pt")
+training = TrainingArguments(output_dir="out", per_device_train_batch_size=8, max_steps=6,
+                             bf16=True, logging_steps=1, report_to=[], save_strategy="no",
+                             disable_tqdm=True, eval_strategy="steps", eval_steps=2,
+                             per_device_eval_batch_size=32)
+trainer = Trainer(model=model, args=training, train_dataset=dataset, eval_dataset=dataset)
+anatomy.AnatomyCallback.attach(trainer)
+trainer.train()
+"""
+
+
+def test_a_users_bf16_lora_trainer_with_dropout_under_watch_on_the_gpu(tmp_path):
+    """A user's Trainer over a model loaded in bf16 with peft's LoRA and dropout, as most LLM
+    fine-tunes are written, evaluating every two steps at four times its batch: the callback
+    records the weights' type and the dropout, and the prediction made from them lands on what
+    the GPU measured in the training steps before the first evaluation (the evaluation's logits
+    are no training step's)."""
+    from anatomy.prediction.breakdown import NoPrediction, predicted
+
+    (tmp_path / "train.py").write_text(USERS_BF16_LORA_SCRIPT)
+    path = tmp_path / "user.sqlite"
+    env = {**os.environ, "ANATOMY_STORE": str(path), "PYTHONPATH": os.pathsep.join(
+        filter(None, (str(PROJECT), os.environ.get("PYTHONPATH"))))}
+    result = subprocess.run([sys.executable, "-m", "anatomy", "watch", "--", sys.executable,
+                             "train.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr
+    store = Store(path)
+    rep = report(store, store.runs()[0].id)
+    assert rep.status == "completed" and rep.on_gpu
+    assert (rep.options.weights, rep.options.lora_rank, rep.options.lora_dropout) == \
+        ("bf16", 16, 0.05)
+    assert rep.evaluated_from is not None and rep.environment.eval_batch_size == 32
+    parts = rep.components
+    prediction = predicted(rep)
+    assert not isinstance(prediction, NoPrediction), prediction
+    assert (prediction.weights, prediction.gradients, prediction.optimizer_states) == \
+        (parts.weights, parts.gradients, parts.optimizer_states)
+    assert prediction.peak == pytest.approx(parts.peak_allocated, rel=0.03)
+
+
 def _vision_language_config(folder, kind: str) -> str:
     """A vision-language model's config as transformers saves it: LLaVA-1.5's CLIP ViT-L/14-336
     tower before a small Llama, or Qwen2.5-VL's own tower and text (its rotary sections)."""

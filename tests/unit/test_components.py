@@ -109,6 +109,11 @@ def test_a_gpu_runs_peaks_are_its_steps_of_the_measured_batchs_shape():
     assert alike_steps(steps, short) == [steps[1]]
     assert alike_steps(steps[:1], short) == steps[:1]  # none alike: every step, as before
     assert alike_steps([StepPeaks((short,), 500, 1024)] * 3, short) == [steps[1]] * 3
+    # An evaluation between steps (a user's eval_strategy): its batches' peak, and the cache it
+    # left reserved, are no training step's; every step if none came before it.
+    evaluated = [StepPeaks((short,), 500, 1024), StepPeaks((short,), 2900, 4096, None, None, True)]
+    assert alike_steps(evaluated, short) == evaluated[:1]
+    assert alike_steps(evaluated[1:], short) == evaluated[1:]
 
 
 def test_a_measured_batch_is_the_prediction_s_text_batch():

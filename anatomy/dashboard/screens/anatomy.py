@@ -21,6 +21,8 @@ def measured_and_predicted(rep: RunReport, prediction) -> None:
     st.subheader("Measured next to predicted")
     if batch := view.measured_batch_line(rep):
         st.caption(batch)
+    if evaluated := view.evaluation_line(rep):
+        st.caption(evaluated)
     widgets.chart(figures.anatomy_waterfall_figure(view.waterfall(rep, prediction)),
                   "anatomy_waterfall")
     if rep.on_gpu:
