@@ -133,6 +133,9 @@ class Summary:
     # Samples a second once the first steps are done (`steady_rate`); not in to_dict (show --json
     # keeps its schema): derived from the steps, which every export carries.
     steady_samples_per_second: float | None = None
+    # The training's own peak: before its first evaluation where it evaluated while it trained
+    # (RunReport.evaluated_from), else `peak_bytes`; not in to_dict, for the same reason.
+    training_peak_bytes: int | None = None
 
     @property
     def peak_mb(self) -> int | None:
@@ -191,8 +194,9 @@ class RunReport:
     ranks: tuple[RankReading, ...] = ()
     imported: Origin | None = None  # where an imported copy was recorded; None: recorded here
     # A user's Trainer that evaluated while it trained, after a step: the run's clock at its
-    # first evaluation, before which the components' sampled peak is read (a training step's,
-    # what the prediction describes); the summary's peak is the whole run's. None: not cut.
+    # first evaluation, before which the training's peak is read (Summary.training_peak_bytes,
+    # the components' sampled peak: a training step's, what the prediction describes); the
+    # summary's peak is the whole run's. None: not cut.
     evaluated_from: float | None = None
 
     @property
@@ -450,6 +454,7 @@ def report(store: Store, run_id: int, run: RunRow | None = None, counted: bool =
     memory = {name: p.memory_bytes for name, p in first.items()}
     summary = Summary(time_s=trained.time_s, samples_per_second=trained.samples_per_second,
                       peak_bytes=peak, memory_bytes=training.memory_bytes if training else None,
+                      training_peak_bytes=training_peak,
                       trained=trained, steady_samples_per_second=steady_rate(
                           store.step_span(run_id, MEASURED_STEPS), ran_with.batch_size,
                           ran_with.grad_accum, run.environment.world_size or 1))

@@ -209,7 +209,8 @@ def measured_components(report: RunReport) -> Components:
         return report.components
     values = Components()
     memory = report.phase_memory()
-    baseline, kernel, peak = memory[Phase.BASELINE], memory[Phase.KERNEL], report.summary.peak_bytes
+    baseline, kernel = memory[Phase.BASELINE], memory[Phase.KERNEL]
+    peak = report.summary.training_peak_bytes  # a training step's, as the prediction
     if report.on_gpu and baseline is not None:
         if kernel is not None:
             values = replace(values, context=kernel - baseline)
@@ -261,7 +262,7 @@ def process_share(report: RunReport, prediction: Prediction) -> int | None:
     allocator keeps of the tensors it freed. What bench/cpu_process_share.py measures of CPU
     runs for a CPU's capacity (prediction/memory.py's `CPU_PROCESS`). None on a GPU or
     without a sample."""
-    peak = report.summary.peak_bytes
+    peak = report.summary.training_peak_bytes
     if report.on_gpu or peak is None:
         return None
     return peak - prediction.peak
@@ -286,6 +287,14 @@ def stored_cpu_peak(store: Store, prediction: Prediction) -> tuple[int, CpuPeak]
 def measured_peak(report: RunReport) -> int | None:
     """The sampled peak as the table shows it: over the baseline where the run measured one."""
     peak = report.summary.peak_bytes
+    baseline = report.phase_memory()[Phase.BASELINE]
+    return None if peak is None else peak - (baseline or 0)
+
+
+def training_peak(report: RunReport) -> int | None:
+    """The sampled peak a training step's prediction is held against, as `measured_peak` reads
+    it: before the first evaluation of a Trainer that evaluated while it trained."""
+    peak = report.summary.training_peak_bytes
     baseline = report.phase_memory()[Phase.BASELINE]
     return None if peak is None else peak - (baseline or 0)
 

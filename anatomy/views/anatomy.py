@@ -38,6 +38,7 @@ from anatomy.prediction.breakdown import (
     measured_components,
     measured_peak,
     parameters,
+    training_peak,
 )
 from anatomy.store import Sample, Step
 from anatomy.units import mib_text
@@ -146,19 +147,19 @@ def evaluation_line(report: RunReport) -> str | None:
     """A user's Trainer that evaluated while it trained: the table's measured peak is the
     training's before its first evaluation (what the prediction describes), and the run's peak
     with its evaluations is said beside it; None for a run that did not."""
-    at, parts = report.evaluated_from, report.components
-    whole = measured_peak(report)
-    if at is None or parts is None or parts.peak is None or whole is None:
+    at, whole, peak = report.evaluated_from, measured_peak(report), training_peak(report)
+    if at is None or whole is None or peak is None:
         return None
     batch = report.environment.eval_batch_size
     figure = ("NVML, over the baseline" if report.on_gpu else
               rss_peak_label(report).removeprefix("peak (").removesuffix(")"))
     return (f"The Trainer evaluated while it trained, from {at:,.1f} s"
             + (f" (batch {batch:,} a device)" if batch else "") + ": the table's measured "
-            f"peak is the training's before that first evaluation, {mib_text(parts.peak)}, "
+            f"peak is the training's before that first evaluation, {mib_text(peak)}, "
             "a training step's, which the prediction describes. With its evaluations the run's "
             f"sampled peak ({figure}) was {mib_text(whole)}"
-            + (f", {mib_text(whole - parts.peak)} more." if whole > parts.peak else "."))
+            + (f", {mib_text(whole - peak)} more." if whole > peak else
+               ": the evaluations reached no higher."))
 
 
 def reach_line(report: RunReport, reach: DataReach) -> str:
@@ -357,7 +358,7 @@ def component_rows(report: RunReport, prediction: Prediction) -> list[ComponentR
             + _workspace_band(prediction))
     else:
         expected = None if every_step else cpu_peak(report, prediction)
-        row(rss_peak_label(report), measured_peak(report),
+        row(rss_peak_label(report), training_peak(report),
             None if expected is None else expected.peak,
             apart if every_step else "tensors' peak + the process (not predicted)")
     return rows
@@ -405,7 +406,7 @@ def waterfall(report: RunReport, prediction: Prediction) -> dict[str, list[Water
                                     measured.allocator_cache or 0),
                       WaterfallStep(LABELS[Part.NON_TORCH], "relative", measured.non_torch or 0),
                       WaterfallStep("peak (NVML)", "total", 0)]
-        peak = measured_peak(report)
+        peak = training_peak(report)
         if not on_gpu and peak is not None:  # on to the RSS peak, as the table says it
             steps += [WaterfallStep(BEYOND_TENSORS, "relative",
                                     peak - sum(s.bytes for s in steps if s.measure == "relative")),

@@ -162,7 +162,7 @@ def test_a_trainer_that_evaluates_while_it_trains_is_read_before_its_first_evalu
     first evaluation is recorded; the components' peak is the training's before it, the
     whole run's is said beside it. An evaluation before any step (eval_on_start) leaves no
     training to read apart: the peak is the whole run's."""
-    from anatomy.views.anatomy import evaluation_line
+    from anatomy.views.anatomy import component_rows, evaluation_line, waterfall
 
     script = tmp_path / "train.py"
     script.write_text(EVALUATES_WHILE_TRAINING)
@@ -187,6 +187,12 @@ def test_a_trainer_that_evaluates_while_it_trains_is_read_before_its_first_evalu
     assert rep.components.peak < whole  # the evaluation's 64 samples held more
     line = evaluation_line(rep)
     assert "(batch 64 a device)" in line and mib_text(whole) in line
+    # the table and the waterfall hold the training's peak against the prediction
+    prediction = breakdown.predicted(rep)
+    rss = component_rows(rep, prediction)[-1]
+    assert (rss.component, rss.measured) == ("peak (RSS, over the baseline)", rep.components.peak)
+    climb = waterfall(rep, prediction)["measured"]
+    assert sum(step.bytes for step in climb if step.measure == "relative") == rep.components.peak
     shown = _python(store, "-m", "anatomy", "show", str(rep.id)).stdout
     assert "evaluated while training from" in shown
 
