@@ -380,11 +380,46 @@ class AnatomyCallback(TrainerCallback):
             self._follow(args, kwargs.get("model"))
         if self.run.reporter.open_phase:  # e.g. a phase the user's script opened
             self.run.reporter.end(self.run.reporter.open_phase)
+        self._follow_batch_size(args, state)
         length = _sequence_length(kwargs.get("train_dataloader"))
         if length is not None and self._described is not None:
             arguments, model_name = self._described
             self.run.reporter.described({**arguments.to_dict(), "seq_len": length}, model_name)
         self._each("on_train_begin", args, state, control, **kwargs)
+
+    def _follow_batch_size(self, args, state) -> None:
+        """The batch the Trainer trains at, where it is not the arguments': with
+        auto_find_batch_size, a training that runs out of memory is begun again at a smaller
+        batch (accelerate's find_executable_batch_size, 10 % less each time), and a resume takes
+        the batch its checkpoint found. The run is described, measured and predicted at that
+        batch (it kept the first one's, its components partly the failed attempt's), and the
+        lowering is said."""
+        trained = _trained_batch_size(args, state)
+        if trained is None or self._described is None:
+            return
+        arguments, model_name = self._described
+        was = arguments.batch_size
+        if was is None or trained == was:
+            return
+        arguments = arguments.merged(TrainingArguments.of(batch_size=trained))
+        self._described = (arguments, model_name)
+        self.run.reporter.environment(RunFacts(training_arguments=arguments))
+        longest = self._lengths.longest if self._lengths is not None else None
+        self.run.reporter.described({**arguments.to_dict(), **(
+            {"seq_len": longest} if longest is not None else {})}, model_name)
+        said = (f"the Trainer trains at batch {trained:,} a device: auto_find_batch_size lowered "
+                f"it from {was:,} after an out-of-memory error; the run is measured and "
+                f"predicted at {trained:,}")
+        self.run.reporter.tell(Level.WARNING, said)
+        _say(f"run {self.run.id}: {said}")
+        if self._predicting is not None:  # predicted again, at the new batch
+            self._predicting.end()
+            self._predicting = None
+        for index, callback in enumerate(self._callbacks):
+            if isinstance(callback, ComponentProbing):  # measured again, at the new batch
+                callback.probe.close()
+                self._callbacks[index] = ComponentProbing(self.run.reporter, ComponentProbe(
+                    callback.probe.model, callback.probe.use_cuda, trained))
 
     def _tell_order(self, args) -> None:
         """A callback given in `callbacks=[…]` comes after report_to's integrations, which have
@@ -536,6 +571,16 @@ def _training_facts(args, model, of_a_launch: bool = False) -> RunFacts:
         trainable_parameters=sum(p.numel() for p in model.parameters() if p.requires_grad),
         left_out=(_adapter_left_out(model) + _trainer_left_out(args, held)) or None,
     ).merged(carried_model.trained(getattr(model, "config", None), type(base).__name__))
+
+
+def _trained_batch_size(args, state) -> int | None:
+    """The per-device batch the Trainer's training loop runs at (its state's, which
+    auto_find_batch_size lowers; over DataParallel's GPUs of one process, each one's share);
+    None where the state does not say."""
+    total = getattr(state, "train_batch_size", None)
+    if not isinstance(total, int) or total < 1:
+        return None
+    return max(1, total // max(1, getattr(args, "n_gpu", 1) or 1))
 
 
 def _lora_options(model) -> TrainingArguments | None:

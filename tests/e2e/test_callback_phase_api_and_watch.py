@@ -197,6 +197,66 @@ def test_a_trainer_that_evaluates_while_it_trains_is_read_before_its_first_evalu
     assert "evaluated while training from" in shown
 
 
+FINDS_ITS_BATCH_SIZE = """
+import anatomy
+anatomy.start(name="auto batch")
+import numpy as np, torch
+from datasets import Dataset
+from transformers import (LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback,
+                          TrainingArguments)
+config = LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=128, vocab_size=2000)
+ids = np.random.default_rng(0).integers(10, 1900, (64, 48))
+data = Dataset.from_dict({"input_ids": ids, "labels": ids})
+data.set_format("pt")
+
+
+class OutOfMemoryOnce(TrainerCallback):
+    # the GPU's error at the first attempt's second step, as a batch too large for it raises
+    fired = False
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if not OutOfMemoryOnce.fired and state.global_step == 2:
+            OutOfMemoryOnce.fired = True
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+
+training = TrainingArguments(output_dir="out", use_cpu=True, report_to=[], save_strategy="no",
+                             per_device_train_batch_size=8, max_steps=4, disable_tqdm=True,
+                             auto_find_batch_size=True)
+trainer = Trainer(model=LlamaForCausalLM(config), args=training, train_dataset=data,
+                  callbacks=[OutOfMemoryOnce()])
+anatomy.AnatomyCallback.attach(trainer)
+trainer.train()
+print(trainer._train_batch_size)
+"""
+
+
+def test_a_trainer_that_finds_its_batch_size_is_measured_and_predicted_at_the_one_it_trains_at(
+        store, tmp_path):
+    """auto_find_batch_size: the Trainer ran out of memory at batch 8 and trained on at 7, but
+    the run said 8, and its activations were the failed attempt's (19.8 MiB measured where the
+    training held 17.3). The batch it trains at is followed: the run is described, measured and
+    predicted at it, and the lowering is said."""
+    script = tmp_path / "train.py"
+    script.write_text(FINDS_ITS_BATCH_SIZE)
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                            timeout=600, cwd=tmp_path, env=_env(store))
+    assert result.returncode == 0, result.stderr[-3000:]
+    trained = int(result.stdout.strip().splitlines()[-1])
+    assert trained == 7  # accelerate's find_executable_batch_size: 10 % less
+    rep = _only_run(store)
+    assert rep.status == "completed", rep.error
+    assert rep.options.batch_size == rep.environment.training_arguments.batch_size == trained
+    assert rep.components.micro_batch == trained
+    said = "auto_find_batch_size lowered it from 8 after an out-of-memory error"
+    assert said in result.stderr
+    assert any(said in message.text for message in rep.messages)
+    prediction = breakdown.predicted(rep)
+    assert not isinstance(prediction, breakdown.NoPrediction), prediction
+    assert prediction.activations == rep.components.activations
+
+
 def test_watch_joins_the_phases_the_command_marks(store):
     result = _python(store, "-m", "anatomy", "watch", "--", sys.executable,
                       str(EXAMPLES / "plain_loop.py"), *SMALL)
