@@ -193,7 +193,7 @@ class RunReport:
     # Several training processes: each one's phases, GPU and memory; () for one.
     ranks: tuple[RankReading, ...] = ()
     imported: Origin | None = None  # where an imported copy was recorded; None: recorded here
-    # A user's Trainer that evaluated while it trained, after a step: the run's clock at its
+    # A user's Trainer that evaluated after a step (while or after it trained): the run's clock at its
     # first evaluation, before which the training's peak is read (Summary.training_peak_bytes,
     # the components' sampled peak: a training step's, what the prediction describes); the
     # summary's peak is the whole run's. None: not cut.
@@ -477,7 +477,7 @@ def report(store: Store, run_id: int, run: RunRow | None = None, counted: bool =
 
 
 def _evaluated_from(store: Store, run: RunRow) -> float | None:
-    """When the run's training first evaluated, where a step had ended before (an evaluation
+    """When the run's Trainer first evaluated, where a step had ended before (an evaluation
     before any step, eval_on_start, leaves no training step's peak to read apart)."""
     evaluated = run.environment.evaluated_at
     if evaluated is None:

@@ -81,7 +81,7 @@ def cmd_show(args: argparse.Namespace) -> int:
             if line:
                 print(line)
         if rep.evaluated_from is not None:
-            print(f"evaluated while training from {rep.evaluated_from:,.1f} s: the components' "
+            print(f"evaluated from {rep.evaluated_from:,.1f} s: the components' "
                   "peak is the training's before the first evaluation; the peak above is the "
                   "whole run's")
     if rep.ranks:

@@ -3,7 +3,7 @@ are what a user's own Trainer gets. Each reports through a `Reporter`.
 
 - `PhaseMarks`: the training phase begins at on_train_begin and ends at on_train_end;
 - `StepReports`: every optimizer step with its loss and the allocator's figures;
-- `Evaluations`: when the Trainer first evaluates while it trains;
+- `Evaluations`: when the Trainer first evaluates once training has begun;
 - `ComponentProbing`: the component probe over the first steps (engine/probe.py);
 - `FaultInjection`: a test's out-of-memory error or crash at a given step.
 """
@@ -113,33 +113,33 @@ class BatchLengths:
 
 
 class Evaluations(TrainerCallback):
-    """Tells the run when the Trainer first evaluates while it trains (eval_strategy), and at
-    which batch size: a forward pre-hook on the model sees the first batch the model reads out
-    of training mode. From then on the memory holds what no training step does (the
+    """Tells the run when the Trainer first evaluates once it has begun training (eval_strategy
+    while it trains, or `trainer.evaluate()` after it, as transformers' example scripts do), and
+    at which batch size: a forward pre-hook on the model sees the first batch the model reads
+    out of training mode. From then on the memory holds what no training step does (the
     evaluation's batches, the logits it keeps, the cache it leaves reserved), so the run's
-    training is read next to its prediction before it. Rank 0 tells it for the run."""
+    training is read next to its prediction before it. Rank 0 tells it for the run; nothing is
+    told into a run that has ended."""
 
-    def __init__(self, reporter: Reporter, model):
-        self.reporter = reporter
-        self.training = self.told = False
+    def __init__(self, run, model):
+        self.run = run
+        self.began = self.told = False
         self.batch_size: int | None = None
         self.handle = model.register_forward_pre_hook(self._seen)
 
     def _seen(self, module, args) -> None:
-        if module.training or not self.training or self.told:
+        if module.training or not self.began or self.told:
             return
         self.told = True
-        if not self.reporter.source.rank:
-            self.reporter.environment(RunFacts(evaluated_at=self.reporter.now(),
-                                               eval_batch_size=self.batch_size))
+        self.handle.remove()
+        reporter = self.run.reporter
+        if not self.run.ended and not reporter.source.rank:
+            reporter.environment(RunFacts(evaluated_at=reporter.now(),
+                                          eval_batch_size=self.batch_size))
 
     def on_train_begin(self, args, state, control, **kwargs):
-        self.training = True
+        self.began = True
         self.batch_size = args.per_device_eval_batch_size
-
-    def on_train_end(self, args, state, control, **kwargs):
-        self.training = False
-        self.handle.remove()
 
 
 class ComponentProbing(TrainerCallback):
@@ -355,7 +355,7 @@ class AnatomyCallback(TrainerCallback):
                 earlier.handle.remove()
         self._callbacks = [steps, PhaseMarks(self.run.reporter)]
         if model is not None:
-            self._callbacks.append(Evaluations(self.run.reporter, model))
+            self._callbacks.append(Evaluations(self.run, model))
         if self.probe and model is not None:
             self._callbacks.append(ComponentProbing(self.run.reporter, ComponentProbe(
                 model, use_cuda, args.per_device_train_batch_size)))

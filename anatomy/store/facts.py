@@ -244,10 +244,10 @@ class RunFacts(Record):
     # adapters beyond a LoRA of one rank with a dropout (DoRA, trained biases, LoHa…), weights
     # not in fp32, the Trainer's label smoothing or compilation; None where nothing.
     left_out: tuple[str, ...] | None = fact(_names)
-    # A user's Trainer that evaluated while it trained (eval_strategy): the run's clock at its
-    # first evaluation's first batch, and the batch size it evaluated at. What the run held
-    # from then on is no training step's: an evaluation's batch, the logits it keeps, the cache
-    # it leaves reserved; None where it did not evaluate.
+    # A user's Trainer that evaluated once it began training (eval_strategy, or evaluate()
+    # after train()): the run's clock at its first evaluation's first batch, and the batch size
+    # it evaluated at. What the run held from then on is no training step's: an evaluation's
+    # batch, the logits it keeps, the cache it leaves reserved; None where it did not evaluate.
     evaluated_at: float | None = fact(checks.number)
     eval_batch_size: int | None = fact(checks.count)
 

@@ -144,17 +144,19 @@ def measured_batch_line(report: RunReport) -> str | None:
 
 
 def evaluation_line(report: RunReport) -> str | None:
-    """A user's Trainer that evaluated while it trained: the table's measured peak is the
-    training's before its first evaluation (what the prediction describes), and the run's peak
-    with its evaluations is said beside it; None for a run that did not."""
+    """A user's Trainer that evaluated once it had trained a step (while it trained, or after):
+    the table's measured peak is the training's before its first evaluation (what the
+    prediction describes), and the run's peak with its evaluations is said beside it; None for
+    a run that did not."""
     at, whole, peak = report.evaluated_from, measured_peak(report), training_peak(report)
     if at is None or whole is None or peak is None:
         return None
     batch = report.environment.eval_batch_size
     figure = ("NVML, over the baseline" if report.on_gpu else
               rss_peak_label(report).removeprefix("peak (").removesuffix(")"))
-    return (f"The Trainer evaluated while it trained, from {at:,.1f} s"
-            + (f" (batch {batch:,} a device)" if batch else "") + ": the table's measured "
+    return (f"The Trainer evaluated from {at:,.1f} s"
+            + (f" (batch {batch:,} a device)" if batch else "") + ", after its first steps: "
+            "the table's measured "
             f"peak is the training's before that first evaluation, {mib_text(peak)}, "
             "a training step's, which the prediction describes. With its evaluations the run's "
             f"sampled peak ({figure}) was {mib_text(whole)}"

@@ -144,29 +144,32 @@ data = Dataset.from_dict({"input_ids": ids, "labels": ids})
 data.set_format("pt")
 training = TrainingArguments(output_dir="out", use_cpu=True, report_to=[], save_strategy="no",
                              per_device_train_batch_size=2, max_steps=6, disable_tqdm=True,
-                             eval_strategy="steps", eval_steps=3, eval_on_start=sys.argv[1] == "1",
+                             eval_strategy="no" if sys.argv[1] == "after" else "steps",
+                             eval_steps=3, eval_on_start=sys.argv[1] == "start",
                              per_device_eval_batch_size=64)
 trainer = Trainer(model=LlamaForCausalLM(config), args=training, train_dataset=data,
                   eval_dataset=data)
 anatomy.AnatomyCallback.attach(trainer)
 trainer.train()
+if sys.argv[1] == "after":  # as transformers' example scripts do
+    trainer.evaluate()
 """
 
 
-@pytest.mark.parametrize("on_start", [False, True])
-def test_a_trainer_that_evaluates_while_it_trains_is_read_before_its_first_evaluation(
-        store, tmp_path, on_start):
+@pytest.mark.parametrize("when", ["steps", "start", "after"])
+def test_a_trainer_that_evaluates_is_read_before_its_first_evaluation(store, tmp_path, when):
     """A user's Trainer evaluates while it trains (eval_strategy), here at 32 times its training
     batch: the evaluation's batch and logits made the run's peak (91 MiB of RSS above the
     training's on a CPU), and the table held that against a training step's prediction. The
     first evaluation is recorded; the components' peak is the training's before it, the
-    whole run's is said beside it. An evaluation before any step (eval_on_start) leaves no
-    training to read apart: the peak is the whole run's."""
+    whole run's is said beside it; so for `trainer.evaluate()` after training, as transformers'
+    example scripts do. An evaluation before any step (eval_on_start) leaves no training to
+    read apart: the peak is the whole run's."""
     from anatomy.views.anatomy import component_rows, evaluation_line, waterfall
 
     script = tmp_path / "train.py"
     script.write_text(EVALUATES_WHILE_TRAINING)
-    result = subprocess.run([sys.executable, str(script), str(int(on_start))],
+    result = subprocess.run([sys.executable, str(script), when],
                             capture_output=True, text=True, timeout=600, cwd=tmp_path,
                             env=_env(store))
     assert result.returncode == 0, result.stderr[-3000:]
@@ -177,11 +180,14 @@ def test_a_trainer_that_evaluates_while_it_trains_is_read_before_its_first_evalu
     evaluated = rep.environment.evaluated_at
     baseline = rep.phase_memory()["baseline"]
     whole = rep.summary.peak_bytes - baseline
-    if on_start:
+    if when == "start":
         assert evaluated < steps[0].t and rep.evaluated_from is None
         assert rep.components.peak == whole and evaluation_line(rep) is None
         return
-    assert steps[2].t < evaluated < steps[3].t  # after step 3, eval_steps=3
+    if when == "steps":
+        assert steps[2].t < evaluated < steps[3].t  # after step 3, eval_steps=3
+    else:
+        assert steps[-1].t < evaluated
     assert rep.evaluated_from == evaluated
     assert rep.components.peak == store.peak(rep.id, rep.gpu, before=evaluated) - baseline
     assert rep.components.peak < whole  # the evaluation's 64 samples held more
@@ -194,7 +200,7 @@ def test_a_trainer_that_evaluates_while_it_trains_is_read_before_its_first_evalu
     climb = waterfall(rep, prediction)["measured"]
     assert sum(step.bytes for step in climb if step.measure == "relative") == rep.components.peak
     shown = _python(store, "-m", "anatomy", "show", str(rep.id)).stdout
-    assert "evaluated while training from" in shown
+    assert "evaluated from" in shown
 
 
 FINDS_ITS_BATCH_SIZE = """
