@@ -104,6 +104,9 @@ class RunOptions:
     grad_accum: Whole = option(1, "Gradient accumulation steps", "gradient_accumulation_steps",
                                1, 1024)
     optim: Optimizer = option(Optimizer.ADAMW_TORCH, "Optimizer", "the Trainer's optim name")
+    label_smoothing: Share = option(0.0, "Label smoothing", "the Trainer's label_smoothing_factor "
+                                    "(its own loss on the logits, their log-probabilities kept "
+                                    "for the backward pass; 0: the model's loss)", 0, 1)
     seed: Whole = option(42, "Seed", "seed for the dummy data and the weights", 0, 2**32 - 1)
     sample_rate: Whole = option(200, "Sample rate (Hz)", "memory samples per second per GPU",
                                 1, 2000)
@@ -334,6 +337,7 @@ class ReportedOptions:
     gradient_checkpointing: Flag | None = None
     grad_accum: Count | None = None
     optim: Text | None = None  # the Trainer's name, whichever it took
+    label_smoothing: Amount | None = None
     seed: Count | None = None
     lora_rank: Count | None = None
     lora_targets: Text | None = None  # comma-separated, as runs store them
@@ -412,6 +416,14 @@ def lora_words(options: RunOptions | ReportedOptions) -> str:
         return ""
     dropout = f", dropout {options.lora_dropout:g}" if options.lora_dropout else ""
     return f"LoRA rank {options.lora_rank}{dropout}"
+
+
+def smoothing_words(options: RunOptions | ReportedOptions) -> str:
+    """", label smoothing 0.1" where the Trainer smoothed its labels (its own loss on the
+    logits); "" where it did not: after the precision and the weights, in every line that names
+    them."""
+    factor = options.label_smoothing
+    return f", label smoothing {factor:g}" if factor else ""
 
 
 def weights_words(options: RunOptions | ReportedOptions) -> str:

@@ -17,7 +17,13 @@ from typing import Any
 from anatomy.analysis.components import MEASURED_STEPS, Components, with_nvml
 from anatomy.analysis.models import display_name
 from anatomy.analysis.operations import OperationProfile
-from anatomy.analysis.options import ReportedOptions, RunOptions, lora_words, weights_words
+from anatomy.analysis.options import (
+    ReportedOptions,
+    RunOptions,
+    lora_words,
+    smoothing_words,
+    weights_words,
+)
 from anatomy.store import (
     Message,
     Origin,
@@ -354,7 +360,8 @@ class RunReport:
             parts.append(f"{side}×{side} images")
         elif known.seq_len is not None:
             parts.append(f"seq len {known.seq_len}")
-        extras = [f"{known.precision}{weights_words(known)}"] if known.precision else []
+        extras = [f"{known.precision}{weights_words(known)}{smoothing_words(known)}"
+                  ] if known.precision else []
         if known.gradient_checkpointing:
             extras.append("gradient checkpointing")
         if (known.grad_accum or 1) > 1:

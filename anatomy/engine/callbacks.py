@@ -565,6 +565,11 @@ def _training_facts(args, model, of_a_launch: bool = False) -> RunFacts:
         arguments = arguments.merged(TrainingArguments.of(weights=weights))
     # peft wraps the user's model: the architecture is the base model's, the rank the adapters'
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    smoothing = getattr(args, "label_smoothing_factor", 0) or 0
+    # Trainer.__init__ drops the smoother for a multi-label classifier (its labels are no class)
+    if smoothing and getattr(getattr(base, "config", None), "problem_type",
+                             None) != "multi_label_classification":
+        arguments = arguments.merged(TrainingArguments.of(label_smoothing=float(smoothing)))
     return RunFacts.of(
         training_arguments=arguments, world_size=world_size,
         parameters=sum(p.numel() for p in model.parameters()),
@@ -634,17 +639,17 @@ def _adapter_left_out(model) -> list[str]:
 
 
 # The Trainer's arguments that change what a step holds, which the prediction's step does not
-# do (its loss on the logits, a compiled graph, fused kernels, noise on the embeddings), each
-# with whether the user's value does it.
+# do (a compiled graph, fused kernels, noise on the embeddings), each with whether the user's
+# value does it.
 _TRAINER_SETTINGS = (
-    ("label_smoothing_factor", bool), ("torch_compile", bool), ("use_liger_kernel", bool),
+    ("torch_compile", bool), ("use_liger_kernel", bool),
     ("neftune_noise_alpha", lambda v: v is not None),
 )
 
 
 def _trainer_left_out(args, held: str | None) -> list[str]:
     """What a user's Trainer does that the prediction's step does not, each as the argument
-    that does it ("label_smoothing_factor=0.1"), and weights held (`held`: `_held_type`'s) in a
+    that does it ("torch_compile=True"), and weights held (`held`: `_held_type`'s) in a
     type the prediction does not build (fp16 throughout)."""
     left = []
     if held is not None and Weights.of_torch(held) is None:

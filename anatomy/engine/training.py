@@ -83,6 +83,7 @@ def training_arguments(options: RunOptions, output_dir: str, use_cuda: bool, mod
         **{checkpointing: options.gradient_checkpointing},
         fp16=options.precision == Precision.FP16, bf16=options.precision == Precision.BF16,
         optim=options.optim.value, seed=options.seed,
+        label_smoothing_factor=options.label_smoothing,
         max_steps=options.max_steps if options.max_steps is not None else -1,
         # Ours: no checkpoints (the walkthrough's 128 steps never reach save_steps=500 either),
         # our own progress bar, and a loss every step for the chart.

@@ -134,6 +134,7 @@ class TrainingArguments(Record):
     weights: Weights | None = fact(checks.member(Weights))
     gradient_checkpointing: bool | None = fact(checks.flag)
     optim: str | None = fact(checks.text)
+    label_smoothing: float | None = fact(checks.number)  # only where the Trainer smoothed
     seed: int | None = fact(checks.count)
     max_steps: int | None = fact(checks.count)
     epochs: float | None = fact(checks.number)

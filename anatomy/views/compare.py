@@ -51,7 +51,7 @@ LABEL_WORDS = {
     "grad_accum": "accum {}", "optim": "{}", "seed": "seed {}", "sample_rate": "{} Hz",
     "gpu": "GPU {}", "profile_steps": "profile {}", "gpus": "GPUs {}", "strategy": "{}",
     "lora_rank": "LoRA r{}", "lora_targets": "LoRA {}", "lora_dropout": "LoRA dropout {}",
-    "weights": "{} weights",
+    "weights": "{} weights", "label_smoothing": "label smoothing {}",
 }
 
 

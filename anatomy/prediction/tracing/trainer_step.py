@@ -13,6 +13,9 @@ What it mirrors (transformers 5.23, accelerate 1.15):
 - `Trainer.training_step`: the forward pass under accelerate's wrapper (autocast, then the
   outputs converted to fp32), the model's outputs dropped before the backward pass, the loss
   divided for accumulation, `accelerator.backward` (the fp16 loss scaler's scaling);
+- `Trainer.compute_loss` with `label_smoothing_factor`: the labels popped from the batch, the
+  model's forward pass without them, `LabelSmoother` on its fp32 logits (shifted for a causal
+  LM, as the Trainer tells one by its class);
 - the optimizer step: the scaler's unscaling (fp16), `clip_grad_norm_(max_norm=1.0)`,
   `optimizer.step()`, `model.zero_grad()` (gradients set to None).
 
@@ -35,12 +38,13 @@ import torch
 from accelerate.utils.operations import convert_to_fp32
 from transformers import TrainingArguments
 from transformers.loss.loss_utils import LOSS_MAPPING, ForCausalLMLoss
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 from transformers.trainer_optimizer import (
     _OPTIMIZER_HANDLERS,
     OptimizerContext,
     _parse_optim_args,
 )
-from transformers.trainer_pt_utils import get_parameter_names
+from transformers.trainer_pt_utils import LabelSmoother, get_parameter_names
 from transformers.trainer_utils import unwrap_peft_model
 
 from anatomy.analysis import dummy_data
@@ -192,6 +196,18 @@ def loss_shifts_labels(model) -> bool:
         not getattr(inner.config, "is_encoder_decoder", False)
 
 
+def label_smoother(model, factor: float) -> tuple[LabelSmoother, bool] | None:
+    """`Trainer.__init__`'s LabelSmoother for `factor` (None without one, or for a multi-label
+    classifier, for which the Trainer drops it), and whether it shifts the labels:
+    `Trainer.compute_loss` shifts them for a model whose class is a causal LM's."""
+    inner = unwrap_peft_model(model)
+    config = getattr(inner, "config", None)
+    if not factor or getattr(config, "problem_type", None) == "multi_label_classification":
+        return None
+    causal = type(inner).__name__ in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values()
+    return LabelSmoother(epsilon=factor), causal
+
+
 def items_in_batch(batches: list[dict], shifts: bool):
     """`Trainer._get_num_items_in_batch`: labels that count (shifted by one where the loss
     shifts them), divided by the devices sharing the batch (tensor, context and sequence
@@ -255,6 +271,7 @@ class TrainerStep:
         self.foreach = foreach
         self.loss_kwargs = accepts_loss_kwargs(model)
         self.shifts_labels = loss_shifts_labels(model)
+        self.smoother = label_smoother(model, options.label_smoothing)
         self.scaler = LossScaler(device) if options.precision == Precision.FP16 else None
 
     def batches(self) -> tuple[list[dict], object]:
@@ -267,12 +284,17 @@ class TrainerStep:
 
     def _loss(self, inputs: dict, items) -> torch.Tensor:
         kwargs = {"num_items_in_batch": items} if self.loss_kwargs and items is not None else {}
+        # The Trainer's smoother takes the labels out of the batch (it holds them no more)
+        labels = inputs.pop("labels", None) if self.smoother is not None else None
         self.on_mark("forward begins")
         with self.autocast():
             outputs = self.model(**inputs, **kwargs)
         if self.options.precision != Precision.FP32:
             outputs = convert_to_fp32(outputs)  # accelerate's wrapper around the forward pass
-        self.on_mark("forward ends")
+        self.on_mark("forward ends")  # the model's forward pass: the smoother's loss is after it
+        if labels is not None:
+            smoother, shifts = self.smoother
+            return smoother(outputs, labels, shift_labels=shifts, num_items_in_batch=items)
         if outputs.get("loss") is None:  # the Trainer refuses it too, after the forward pass
             raise ModelError(f"model: {self.spec.display_name}: "
                              f"{type(unwrap_peft_model(self.model)).__name__} returns no loss "
