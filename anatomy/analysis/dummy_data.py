@@ -81,14 +81,16 @@ class Sample:
     words: str  # what a sample is, in words ("images 224×224", "audio 20,480 samples, …")
 
 
-def sample(spec: ModelSpec, seq_len: int) -> Sample:
-    """The sample of `spec`'s dummy data at `seq_len`; ModelError (one line) for a model whose
-    input anatomy cannot make. Loads transformers (the head class): once per config."""
-    return _sample(spec, json.dumps(spec.config, sort_keys=True, default=str), seq_len)
+def sample(spec: ModelSpec, seq_len: int, target_len: int = 0) -> Sample:
+    """The sample of `spec`'s dummy data at `seq_len` (a sequence-to-sequence model's target at
+    `target_len`, 0: as long); ModelError (one line) for a model whose input anatomy cannot
+    make. Loads transformers (the head class): once per config."""
+    return _sample(spec, json.dumps(spec.config, sort_keys=True, default=str), seq_len,
+                   target_len if spec.task == SEQ2SEQ and target_len else seq_len)
 
 
 @lru_cache(maxsize=32)
-def _sample(spec: ModelSpec, config_key: str, seq_len: int) -> Sample:
+def _sample(spec: ModelSpec, config_key: str, seq_len: int, target_len: int) -> Sample:
     head = models.head_class(spec)
     config = models.head_config(head, models.transformers_config(spec))
     parameters = inspect.signature(head.forward).parameters
@@ -104,14 +106,14 @@ def _sample(spec: ModelSpec, config_key: str, seq_len: int) -> Sample:
         words = _source(spec, seq_len, main, made, source)
         codebooks = _codebooks(head, config, "decoder_input_ids")
         if codebooks:  # Dia's decoder: every codebook's ids per position, labels per codebook
-            made["labels"] = Tensor((codebooks, seq_len), TOKENS, tokens=target)
-            made["decoder_input_ids"] = Tensor((seq_len, codebooks), COPY, "labels",
+            made["labels"] = Tensor((codebooks, target_len), TOKENS, tokens=target)
+            made["decoder_input_ids"] = Tensor((target_len, codebooks), COPY, "labels",
                                                transpose=True)
-            words += f", target {codebooks} codebooks × length {seq_len}"
+            words += f", target {codebooks} codebooks × length {target_len}"
         else:
-            made["labels"] = Tensor((seq_len,), TOKENS, tokens=target)
-            made["decoder_input_ids"] = Tensor((seq_len,), SHIFTED, "labels")
-            words += f", target length {seq_len}"
+            made["labels"] = Tensor((target_len,), TOKENS, tokens=target)
+            made["decoder_input_ids"] = Tensor((target_len,), SHIFTED, "labels")
+            words += f", target length {target_len}"
     else:
         codebooks = _codebooks(head, config)
         if codebooks:

@@ -87,6 +87,9 @@ class RunOptions:
                             "most the model's positions (a sequence-to-sequence model's source "
                             "and target each; image models take their config's image size "
                             "instead, a dataset's run its texts' lengths)", 1, 1_048_576)
+    target_len: Whole = option(0, "Target length", "a sequence-to-sequence model's target "
+                               "tokens (a summary's, a translation's; 0: as many as the "
+                               "sequence length)", 0, 1_048_576)
     dataset_size: Whole = option(512, "Dataset size", "random sequences in the dummy dataset (at "
                                  "least one batch for every process: grown to it where smaller); "
                                  "a dataset's run sets it to its texts", 1, 10_000_000)
@@ -330,6 +333,7 @@ class ReportedOptions:
     model: Text | None = None
     batch_size: Count | None = None
     seq_len: Count | None = None  # its training set's first example's, where it was read
+    target_len: Count | None = None  # a sequence-to-sequence model's, where it differs
     epochs: Amount | None = None
     max_steps: Count | None = None
     precision: Precision | None = None
@@ -517,7 +521,7 @@ FIELDS["strategy"] = strategy_field()
 # The fields that describe the dataset a run trains on; empty or default without one.
 DATA_FIELDS = ("dataset", "split", "text_column", "tokenizer", "padding", "max_length")
 # What a run on a dataset takes from its texts instead of these options: their lengths, their count.
-DATA_DECIDES = ("seq_len", "dataset_size")
+DATA_DECIDES = ("seq_len", "target_len", "dataset_size")
 
 
 def _message(field: OptionField, error: Any) -> str:
@@ -701,6 +705,13 @@ def _model_errors(options: RunOptions, errors: dict[str, str], config_class: boo
             and options.seq_len > positions and options.applies("seq_len"):
         found["seq_len"] = (f"seq_len: {options.seq_len} is out of range for "
                             f"{spec.display_name}: 1 to {positions}")
+    if "target_len" not in errors and options.target_len and options.applies("target_len"):
+        if spec.task != models.SEQ2SEQ:
+            found["target_len"] = (f"target_len: {spec.display_name} is no sequence-to-sequence "
+                                   f"model ({spec.task}): it has no target (leave it 0)")
+        elif positions and options.target_len > positions:
+            found["target_len"] = (f"target_len: {options.target_len} is out of range for "
+                                   f"{spec.display_name}: 1 to {positions}")
     try:
         if options.gradient_checkpointing and not models.supports_checkpointing(spec):
             found["gradient_checkpointing"] = (

@@ -229,7 +229,7 @@ def _device_words(device: str, gpu_name: str | None, total: int) -> str:
 def _run_words(options: RunOptions, predicted) -> str:
     spec = models.resolve(options.model)
     shape = "the dataset's texts" if options.on_dataset else \
-        dummy_data.sample(spec, options.seq_len).words
+        dummy_data.sample(spec, options.seq_len, options.target_len).words
     lora = (f", {lora_words(options)} ({predicted.trainable_parameters:,} trainable)"
             if options.lora else "")
     quantized = models.quantization_left_out(spec.config)

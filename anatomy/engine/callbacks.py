@@ -85,6 +85,11 @@ class BatchLengths:
     def __init__(self, model, media=None):
         self.step: int | None = None  # the longest since the last step
         self.longest: int | None = None  # the longest of the run
+        # An encoder-decoder's targets (its decoder's inputs, else its labels): the longest of
+        # the run; a summary's or a translation's are seldom as long as their sources.
+        self.target: int | None = None
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        self.seq2seq = bool(getattr(getattr(base, "config", None), "is_encoder_decoder", False))
         self.media: tuple[str, ...] = ()  # the inputs that are no text, seen so far
         self._told = media
         self.handle = model.register_forward_pre_hook(self._seen, with_kwargs=True)
@@ -103,6 +108,13 @@ class BatchLengths:
         shape = getattr(tokens, "shape", None)
         if shape is not None and len(shape) >= 2:  # images and the like: no sequence to read
             self.step = max(self.step or 0, int(shape[1]))
+        if self.seq2seq:
+            target = kwargs.get("decoder_input_ids")
+            if target is None:
+                target = kwargs.get("labels")
+            shape = getattr(target, "shape", None)
+            if shape is not None and len(shape) == 2:  # (batch, tokens): not codebooks
+                self.target = max(self.target or 0, int(shape[1]))
 
     def take(self) -> int | None:
         """The step's longest sequence, from here on the next step's."""
@@ -264,7 +276,7 @@ class AnatomyCallback(TrainerCallback):
         # the options on_init_end read, and the model's name
         self._described: tuple[TrainingArguments, str | None] | None = None
         self._lengths: BatchLengths | None = None
-        self._longest_said: int | None = None
+        self._longest_said: dict[str, int] | None = None  # the lengths described last
         self._reader: Reader | LinkedReader | None = None  # the run's figures, for the logs
         self._handler: CallbackHandler | None = None  # the Trainer's, once attached to it
         self._initialised = False  # the Trainer's on_init_end has come
@@ -404,9 +416,8 @@ class AnatomyCallback(TrainerCallback):
         arguments = arguments.merged(TrainingArguments.of(batch_size=trained))
         self._described = (arguments, model_name)
         self.run.reporter.environment(RunFacts(training_arguments=arguments))
-        longest = self._lengths.longest if self._lengths is not None else None
         self.run.reporter.described({**arguments.to_dict(), **(
-            {"seq_len": longest} if longest is not None else {})}, model_name)
+            _lengths_said(self._lengths) if self._lengths is not None else {})}, model_name)
         said = (f"the Trainer trains at batch {trained:,} a device: auto_find_batch_size lowered "
                 f"it from {was:,} after an out-of-memory error; the run is measured and "
                 f"predicted at {trained:,}")
@@ -474,12 +485,14 @@ class AnatomyCallback(TrainerCallback):
         example's until a step has one): the peak's activations are made at it. Rank 0 says it
         for a run of several processes."""
         lengths, described = self._lengths, self._described
-        if lengths is None or lengths.longest is None or described is None or \
-                self.run.reporter.source.rank or lengths.longest == self._longest_said:
+        if lengths is None or described is None or self.run.reporter.source.rank:
             return
-        self._longest_said = lengths.longest
+        said = _lengths_said(lengths)  # an encoder-decoder's target length with it
+        if not said or said == self._longest_said:
+            return
+        self._longest_said = said
         arguments, model_name = described
-        self.run.reporter.described({**arguments.to_dict(), "seq_len": lengths.longest}, model_name)
+        self.run.reporter.described({**arguments.to_dict(), **_lengths_said(lengths)}, model_name)
 
     def on_log(self, args, state, control, **kwargs):
         if not self._records(state):
@@ -576,6 +589,12 @@ def _training_facts(args, model, of_a_launch: bool = False) -> RunFacts:
         trainable_parameters=sum(p.numel() for p in model.parameters() if p.requires_grad),
         left_out=(_adapter_left_out(model) + _trainer_left_out(args, held)) or None,
     ).merged(carried_model.trained(getattr(model, "config", None), type(base).__name__))
+
+
+def _lengths_said(lengths: BatchLengths) -> dict[str, int]:
+    """The run's sequence length, and an encoder-decoder's target length, as far as read."""
+    said = {"seq_len": lengths.longest} if lengths.longest is not None else {}
+    return {**said, "target_len": lengths.target} if lengths.target is not None else said
 
 
 def _trained_batch_size(args, state) -> int | None:

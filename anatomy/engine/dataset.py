@@ -22,8 +22,9 @@ class DummyDataset:
     """Map-style, as the Trainer's DataLoader takes it: `len()` and items by index, each a dict
     the default collator stacks into a batch."""
 
-    def __init__(self, spec: ModelSpec, size: int, seq_len: int, seed: int):
+    def __init__(self, spec: ModelSpec, size: int, seq_len: int, seed: int, target_len: int = 0):
         self.spec, self.size, self.seq_len, self.seed = spec, size, seq_len, seed
+        self.target_len = target_len  # a sequence-to-sequence model's (0: seq_len)
 
     def __len__(self) -> int:
         return self.size
@@ -41,7 +42,7 @@ class DummyDataset:
     def sample(self) -> dummy_data.Sample:
         """The layout every item fills: read once, not per item (its cache key is the config
         serialised, and the DataLoader asks for an item per sample of every step)."""
-        return dummy_data.sample(self.spec, self.seq_len)
+        return dummy_data.sample(self.spec, self.seq_len, self.target_len)
 
     def batch(self, size: int) -> dict:
         """The first `size` items as one batch of torch tensors (the profiler's)."""

@@ -47,7 +47,7 @@ def dummy_dataset(options: RunOptions, spec: ModelSpec):
     """The walkthrough's random data, shaped for the model's head (engine/dataset.py)."""
     from anatomy.engine.dataset import DummyDataset
 
-    return DummyDataset(spec, options.samples, options.seq_len, options.seed)
+    return DummyDataset(spec, options.samples, options.seq_len, options.seed, options.target_len)
 
 
 def text_dataset(options: RunOptions, spec: ModelSpec, tokenized: Tokenized):

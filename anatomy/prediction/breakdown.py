@@ -90,7 +90,8 @@ def _media_left_out(report: RunReport, options: RunOptions) -> NoPrediction | No
         return None
     try:
         made = {name for name, _ in dummy_data.sample(models.resolve(options.model),
-                                                      options.seq_len).tensors}
+                                                      options.seq_len,
+                                                      options.target_len).tensors}
     except models.ModelError:
         return None  # the prediction says why it cannot build the model
     left = [name for name in media if name not in made]

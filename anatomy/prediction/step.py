@@ -25,6 +25,7 @@ class StepOptions:
     seq_len: int  # 0 for a model of images: their size is in its config
     text: TextBatch | None = None  # a dataset's batch as the collator pads it; None: dummy data
     label_smoothing: float = 0.0  # the Trainer's label_smoothing_factor (0: the model's loss)
+    target_len: int = 0  # a sequence-to-sequence model's target tokens (0: seq_len)
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,8 @@ class TracedRun:
         """The run with these options (`text`: a dataset's batch, `options` sized to it)."""
         return cls(options.model, StepOptions(
             options.precision, options.gradient_checkpointing, options.grad_accum, options.optim,
-            options.batch_size, options.seq_len, text, options.label_smoothing), options.lora_rank,
+            options.batch_size, options.seq_len, text, options.label_smoothing,
+            options.target_len), options.lora_rank,
             options.lora_targets,
             options.lora_dropout if options.lora else 0.0, str(options.weights))
 

@@ -76,6 +76,17 @@ def offers_checkpointing(model: str | None) -> bool:
         return True
 
 
+def offers_target_length(model: str | None) -> bool:
+    """Whether the form offers a target length: for a sequence-to-sequence model alone (no
+    shipped preset is one; a model that cannot be resolved is judged when the form is sent)."""
+    if not model or model in models.PRESETS:
+        return False
+    try:
+        return models.resolve(model).task == models.SEQ2SEQ
+    except models.ModelError:
+        return False
+
+
 def phase_metrics(report: RunReport) -> list[PhaseMetric]:
     """One entry per walkthrough phase: its memory, the increase over the previous phase, and
     whether it is done, open or still to come. A watched command that marks none of them: its

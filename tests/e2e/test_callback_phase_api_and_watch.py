@@ -263,6 +263,50 @@ def test_a_trainer_that_finds_its_batch_size_is_measured_and_predicted_at_the_on
     assert prediction.activations == rep.components.activations
 
 
+SUMMARISES = """
+import anatomy
+anatomy.start(name="summaries")
+import numpy as np
+from datasets import Dataset
+from transformers import (Seq2SeqTrainer, Seq2SeqTrainingArguments, T5Config,
+                          T5ForConditionalGeneration)
+config = T5Config(d_model=64, d_ff=128, num_layers=2, num_heads=2, d_kv=32, vocab_size=2000,
+                  decoder_start_token_id=0)
+rng = np.random.default_rng(0)
+data = Dataset.from_dict({"input_ids": rng.integers(10, 1900, (32, 40)),
+                          "labels": rng.integers(10, 1900, (32, 24))})
+data.set_format("pt")
+training = Seq2SeqTrainingArguments(output_dir="out", use_cpu=True, report_to=[],
+                                    save_strategy="no", per_device_train_batch_size=4,
+                                    max_steps=3, disable_tqdm=True)
+trainer = Seq2SeqTrainer(model=T5ForConditionalGeneration(config), args=training,
+                         train_dataset=data)
+anatomy.AnatomyCallback.attach(trainer)
+trainer.train()
+"""
+
+
+def test_a_seq2seq_trainers_targets_are_recorded_and_predicted_at_their_length(store,
+                                                                                tmp_path):
+    """A summary is shorter than its source (here 24 tokens for 40): the run recorded the
+    source's length alone, and the prediction made the targets as long (activations 32 % over
+    what the run held). The targets' length is recorded, and predicted to the byte."""
+    script = tmp_path / "train.py"
+    script.write_text(SUMMARISES)
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                            timeout=600, cwd=tmp_path, env=_env(store))
+    assert result.returncode == 0, result.stderr[-3000:]
+    rep = _only_run(store)
+    assert rep.status == "completed", rep.error
+    assert (rep.options.seq_len, rep.options.target_len) == (40, 24)
+    prediction = breakdown.predicted(rep)
+    assert not isinstance(prediction, breakdown.NoPrediction), prediction
+    parts = rep.components
+    assert (prediction.weights, prediction.gradients, prediction.optimizer_states,
+            prediction.activations) == (parts.weights, parts.gradients,
+                                        parts.optimizer_states, parts.activations)
+
+
 def test_watch_joins_the_phases_the_command_marks(store):
     result = _python(store, "-m", "anatomy", "watch", "--", sys.executable,
                       str(EXAMPLES / "plain_loop.py"), *SMALL)

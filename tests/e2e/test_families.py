@@ -166,6 +166,24 @@ def test_label_smoothing_predicts_what_the_cpu_run_measures(trained, tmp_path, m
     assert plain.activations != predicted.activations
 
 
+@pytest.mark.parametrize("model_type", ["t5", "bart", "whisper"])
+def test_a_target_shorter_than_its_source_predicts_what_the_cpu_run_measures(trained, tmp_path,
+                                                                              model_type):
+    """A summary's or a translation's target is seldom as long as its source: the dummy data's
+    target was the sequence length, so a user's Seq2SeqTrainer over 40-token sources and
+    24-token targets was predicted with 32 % more activations than it held. `target_len`
+    shapes the decoder's side, in the run and in the prediction alike."""
+    options = RunOptions(model=small_config(tmp_path, model_type), batch_size=2, seq_len=32,
+                         target_len=12, dataset_size=4, max_steps=2)
+    assert validate(options, gpu_count=0) == {}
+    predicted = predict(options, device="cpu")
+    measured = trained(options)
+    assert {k: getattr(predicted, k) for k in COMPARED} == \
+        {k: getattr(measured, k) for k in COMPARED}
+    assert predicted.activations < predict(replace(options, target_len=0),
+                                           device="cpu").activations
+
+
 # Published configs' own settings, shrunk (two layers, small widths), that the architectures'
 # defaults leave off: each failed or was predicted with another head before.
 _SMALL = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,

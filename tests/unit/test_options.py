@@ -221,7 +221,9 @@ def test_the_form_says_each_limit_the_declaration_has(fake_machine):
             else:
                 continue
             drawn.add(field.name)
-    assert drawn == {n for n, f in FIELDS.items() if f.kind in (Kind.NUMBER, Kind.CHOICE)}
+    # the target length is offered for a sequence-to-sequence model alone (no preset is one)
+    assert drawn == {n for n, f in FIELDS.items() if f.kind in (Kind.NUMBER, Kind.CHOICE)} - \
+        {"target_len"}
 
 
 @pytest.mark.parametrize("name", RANGED)
@@ -259,3 +261,27 @@ def test_bf16_weights_are_refused_under_fp16_mixed_precision():
         "weights": "weights: bf16 weights train with precision bf16 or fp32 (fp16 mixed precision "
                    "keeps fp32 weights)"}
     assert _read(weights="bf16", precision="bf16") == {} == _read(weights="bf16")
+
+
+def test_a_target_length_is_for_a_sequence_to_sequence_model_and_within_its_positions(tmp_path):
+    """A summary's or a translation's targets: only an encoder-decoder has them, as long as its
+    positions allow; elsewhere the option says so in one line rather than being ignored."""
+    from transformers import BartConfig
+
+    from anatomy.views.live import offers_target_length
+
+    refused = validate(RunOptions(model="tiny-llama", target_len=8), gpu_count=0)
+    assert refused == {"target_len": "target_len: tiny-llama is no sequence-to-sequence model "
+                                     "(causal language modelling): it has no target (leave it 0)"}
+    config = BartConfig(d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+                        decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                        vocab_size=100, max_position_embeddings=64)
+    config.architectures = ["BartForConditionalGeneration"]
+    config.save_pretrained(tmp_path)
+    assert validate(RunOptions(model=str(tmp_path), seq_len=64, target_len=16), gpu_count=0) == {}
+    # the form offers it where it applies
+    assert offers_target_length(str(tmp_path)) and not offers_target_length("tiny-llama")
+    too_long = validate(RunOptions(model=str(tmp_path), seq_len=64, target_len=65), gpu_count=0)
+    assert too_long == {"target_len": "target_len: 65 is out of range for "
+                                      f"{tmp_path.name}: 1 to 64"}
+

@@ -137,8 +137,8 @@ def test_vary_is_parsed_by_each_options_type():
         "lora-dropout: 'much' is not a number",
         "gradient-checkpointing: 'maybe' is not on, off, true or false",
         "--vary colour=red: 'colour' is not an option (one of model, batch-size, seq-len, "
-        "dataset-size, epochs, max-steps, precision, weights, gradient-checkpointing, grad-accum, "
-        "optim, label-smoothing, "
+        "target-len, dataset-size, epochs, max-steps, precision, weights, "
+        "gradient-checkpointing, grad-accum, optim, label-smoothing, "
         "seed, sample-rate, gpu, processes, strategy, profile-steps, lora-rank, lora-targets, "
         "lora-dropout, dataset, split, text-column, tokenizer, padding, max-length)",
         "--vary seq-len: write OPTION=V1,V2,… (e.g. batch-size=1,2,4)",

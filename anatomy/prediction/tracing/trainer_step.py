@@ -124,13 +124,14 @@ def accepts_loss_kwargs(model) -> bool:
                for p in inspect.signature(model.forward).parameters.values())
 
 
-def make_batch(spec: ModelSpec, batch_size: int, seq_len: int, device: str = "cpu") -> dict:
+def make_batch(spec: ModelSpec, batch_size: int, seq_len: int, device: str = "cpu",
+               target_len: int = 0) -> dict:
     """One micro-batch as the collator hands it to the model: separate tensors, laid out as
     analysis/dummy_data.py lays a sample out (a causal LM's labels are a copy of its input ids,
     as collated from the dataset's two columns; a sequence-to-sequence model's decoder inputs are
     its labels shifted right behind the start token, as DataCollatorForSeq2Seq makes them).
     engine/dataset.py makes the same items."""
-    sample = dummy_data.sample(spec, seq_len)
+    sample = dummy_data.sample(spec, seq_len, target_len)
     batch: dict = {}
     for name, tensor in sample.tensors:
         batch[name] = _filled(tensor, sample, batch, batch_size, device)
@@ -277,7 +278,8 @@ class TrainerStep:
     def batches(self) -> tuple[list[dict], object]:
         """The step's micro-batches and their item count, fetched before the first one runs."""
         o = self.options
-        batches = [make_batch(self.spec, o.batch_size, o.seq_len, self.device) if o.text is None
+        batches = [make_batch(self.spec, o.batch_size, o.seq_len, self.device, o.target_len)
+                   if o.text is None
                    else padded_batch(self.spec, o.text, self.device) for _ in range(o.grad_accum)]
         items = items_in_batch(batches, self.shifts_labels) if self.loss_kwargs else None
         return batches, items
