@@ -421,8 +421,9 @@ class AnatomyCallback(TrainerCallback):
         said = (f"the Trainer trains at batch {trained:,} a device: auto_find_batch_size lowered "
                 f"it from {was:,} after an out-of-memory error; the run is measured and "
                 f"predicted at {trained:,}")
-        self.run.reporter.tell(Level.WARNING, said)
-        _say(f"run {self.run.id}: {said}")
+        if not self.run.reporter.source.rank:  # said once for the run: rank 0's
+            self.run.reporter.tell(Level.WARNING, said)
+            _say(f"run {self.run.id}: {said}")
         if self._predicting is not None:  # predicted again, at the new batch
             self._predicting.end()
             self._predicting = None
