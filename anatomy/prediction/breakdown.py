@@ -287,15 +287,16 @@ def stored_cpu_peak(store: Store, prediction: Prediction) -> tuple[int, CpuPeak]
 
 def measured_peak(report: RunReport) -> int | None:
     """The sampled peak as the table shows it: over the baseline where the run measured one."""
-    peak = report.summary.peak_bytes
-    baseline = report.phase_memory()[Phase.BASELINE]
-    return None if peak is None else peak - (baseline or 0)
+    return _over_baseline(report, report.summary.peak_bytes)
 
 
 def training_peak(report: RunReport) -> int | None:
     """The sampled peak a training step's prediction is held against, as `measured_peak` reads
     it: before the first evaluation of a Trainer that evaluated while it trained."""
-    peak = report.summary.training_peak_bytes
+    return _over_baseline(report, report.summary.training_peak_bytes)
+
+
+def _over_baseline(report: RunReport, peak: int | None) -> int | None:
     baseline = report.phase_memory()[Phase.BASELINE]
     return None if peak is None else peak - (baseline or 0)
 

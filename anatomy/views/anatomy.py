@@ -153,8 +153,7 @@ def evaluation_line(report: RunReport) -> str | None:
     if at is None or whole is None or peak is None:
         return None
     batch = report.environment.eval_batch_size
-    figure = ("NVML, over the baseline" if report.on_gpu else
-              rss_peak_label(report).removeprefix("peak (").removesuffix(")"))
+    figure = _sampled_figure(report)
     return (f"The Trainer evaluated from {at:,.1f} s"
             + (f" (batch {batch:,} a device)" if batch else "") + ", after its first steps: "
             "the table's measured "
@@ -163,6 +162,13 @@ def evaluation_line(report: RunReport) -> str | None:
             f"sampled peak ({figure}) was {mib_text(whole)}"
             + (f", {mib_text(whole - peak)} more." if whole > peak else
                ": the evaluations reached no higher."))
+
+
+def _sampled_figure(report: RunReport) -> str:
+    """What a run's sampled peak is, in words: NVML's or the RSS, over the baseline if any."""
+    if report.on_gpu:
+        return "NVML, over the baseline"
+    return rss_peak_label(report).removeprefix("peak (").removesuffix(")")
 
 
 def reach_line(report: RunReport, reach: DataReach) -> str:
@@ -176,14 +182,13 @@ def reach_line(report: RunReport, reach: DataReach) -> str:
                      f"({mib_text(prediction.peak)} for tensors)" if prediction.nvml_peak is not None
                      else f"{mib_text(prediction.peak)} for tensors (this GPU has no calibrated "
                           "constants for NVML's figure)")
-        figure = "NVML, over the baseline"
     else:
         expected = cpu_peak(report, prediction)
         predicted = (f"{mib_text(prediction.peak)} for tensors" if expected is None else
                      f"{mib_text(expected.peak)} of RSS ({mib_text(prediction.peak)} for tensors "
                      "+ what the process held before training)")
-        figure = rss_peak_label(report).removeprefix("peak (").removesuffix(")")
-    measured = ("no sample" if sampled is None else f"{mib_text(sampled)} ({figure})")
+    measured = ("no sample" if sampled is None else
+                f"{mib_text(sampled)} ({_sampled_figure(report)})")
     return (f"What the data can reach: its longest batch, {text.batch_words(reach.longest)}, is predicted "
             f"to peak at {predicted}. The run's sampled peak{over}: {measured}.")
 

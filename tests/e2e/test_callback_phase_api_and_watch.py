@@ -36,6 +36,17 @@ def _python(store: Store, *args: str, timeout: float = 300) -> subprocess.Comple
                           timeout=timeout, cwd=PROJECT, env=_env(store))
 
 
+def _users_script(store: Store, folder, text: str, *args: str) -> subprocess.CompletedProcess:
+    """A user's script, written into its own folder and run there, recording into `store`;
+    its exit status asserted 0."""
+    script = folder / "train.py"
+    script.write_text(text)
+    result = subprocess.run([sys.executable, str(script), *args], capture_output=True,
+                            text=True, timeout=600, cwd=folder, env=_env(store))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
 def _only_run(store: Store):
     runs = store.runs()
     assert len(runs) == 1, [(r.id, r.source) for r in runs]
@@ -111,11 +122,7 @@ def test_a_trainer_padding_each_batch_is_predicted_at_the_longest_batch_it_train
     """A run with dynamic padding was recorded at its first example's length (16): its
     activations predicted at 9.8 MB beside 233 MB measured. Each step's length is recorded, and
     the prediction is made at the longest batch (the peak is made there)."""
-    script = tmp_path / "train.py"
-    script.write_text(PADDED_TRAINER_SCRIPT)
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                            timeout=600, cwd=tmp_path, env=_env(store))
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = _users_script(store, tmp_path, PADDED_TRAINER_SCRIPT)
     rep = _only_run(store)
     assert rep.status == "completed", rep.error
     lengths = [s.seq_len for s in store.steps(rep.id)]
@@ -167,12 +174,7 @@ def test_a_trainer_that_evaluates_is_read_before_its_first_evaluation(store, tmp
     read apart: the peak is the whole run's."""
     from anatomy.views.anatomy import component_rows, evaluation_line, waterfall
 
-    script = tmp_path / "train.py"
-    script.write_text(EVALUATES_WHILE_TRAINING)
-    result = subprocess.run([sys.executable, str(script), when],
-                            capture_output=True, text=True, timeout=600, cwd=tmp_path,
-                            env=_env(store))
-    assert result.returncode == 0, result.stderr[-3000:]
+    _users_script(store, tmp_path, EVALUATES_WHILE_TRAINING, when)
     rep = _only_run(store)
     assert rep.status == "completed", rep.error
     assert rep.environment.eval_batch_size == 64
@@ -244,11 +246,7 @@ def test_a_trainer_that_finds_its_batch_size_is_measured_and_predicted_at_the_on
     the run said 8, and its activations were the failed attempt's (19.8 MiB measured where the
     training held 17.3). The batch it trains at is followed: the run is described, measured and
     predicted at it, and the lowering is said."""
-    script = tmp_path / "train.py"
-    script.write_text(FINDS_ITS_BATCH_SIZE)
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                            timeout=600, cwd=tmp_path, env=_env(store))
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = _users_script(store, tmp_path, FINDS_ITS_BATCH_SIZE)
     trained = int(result.stdout.strip().splitlines()[-1])
     assert trained == 7  # accelerate's find_executable_batch_size: 10 % less
     rep = _only_run(store)
@@ -291,11 +289,7 @@ def test_a_seq2seq_trainers_targets_are_recorded_and_predicted_at_their_length(s
     """A summary is shorter than its source (here 24 tokens for 40): the run recorded the
     source's length alone, and the prediction made the targets as long (activations 32 % over
     what the run held). The targets' length is recorded, and predicted to the byte."""
-    script = tmp_path / "train.py"
-    script.write_text(SUMMARISES)
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                            timeout=600, cwd=tmp_path, env=_env(store))
-    assert result.returncode == 0, result.stderr[-3000:]
+    _users_script(store, tmp_path, SUMMARISES)
     rep = _only_run(store)
     assert rep.status == "completed", rep.error
     assert (rep.options.seq_len, rep.options.target_len) == (40, 24)
