@@ -318,14 +318,15 @@ class AnatomyCallback(TrainerCallback):
             trainer.add_callback(other)
         callback._handler = handler
         if not callback._initialised:  # made here: the Trainer's on_init_end has come and gone
-            callback.on_init_end(trainer.args, trainer.state, trainer.control, model=handler.model)
+            callback.on_init_end(trainer.args, trainer.state, trainer.control, model=handler.model,
+                                 trainer=trainer)
         return callback
 
-    def on_init_end(self, args, state, control, model=None, **kwargs):
+    def on_init_end(self, args, state, control, model=None, trainer=None, **kwargs):
         self._initialised = True
         if not self._records(state):
             return
-        self._follow(args, model)
+        self._follow(args, model, trainer or _calling_trainer())
 
     def _records(self, state, training_begins: bool = False) -> bool:
         """Whether this callback records the Trainer `state` is of: the first AnatomyCallback of
@@ -347,9 +348,10 @@ class AnatomyCallback(TrainerCallback):
             self.run._late("a Trainer's training (AnatomyCallback)")
         return False
 
-    def _follow(self, args, model) -> None:
-        """Tell the run what trains, and follow it with the callbacks of one job each."""
-        facts = _training_facts(args, model, self.run.of_a_launch)
+    def _follow(self, args, model, trainer=None) -> None:
+        """Tell the run what trains (`trainer`: the Trainer, where known, for a step of its
+        own), and follow it with the callbacks of one job each."""
+        facts = _training_facts(args, model, self.run.of_a_launch, trainer)
         self.run.reporter.environment(facts)
         self._described = (facts.training_arguments, facts.model_name)
         self.run.reporter.described(facts.training_arguments.to_dict(), facts.model_name)
@@ -389,7 +391,7 @@ class AnatomyCallback(TrainerCallback):
             # train() again (hyperparameter_search, a resume): the run it ended was the last
             # training's, and this one went unrecorded; it has a run of its own.
             self._take_run()
-            self._follow(args, kwargs.get("model"))
+            self._follow(args, kwargs.get("model"), _calling_trainer())
         if self.run.reporter.open_phase:  # e.g. a phase the user's script opened
             self.run.reporter.end(self.run.reporter.open_phase)
         self._follow_batch_size(args, state)
@@ -547,10 +549,10 @@ def _say(text: str) -> None:
         pass  # no terminal left
 
 
-def _training_facts(args, model, of_a_launch: bool = False) -> RunFacts:
+def _training_facts(args, model, of_a_launch: bool = False, trainer=None) -> RunFacts:
     """What the run's environment keeps of the user's training: the options anatomy knows by
-    name (from TrainingArguments), and the model. `of_a_launch`: the run records a launch's
-    ranks (Run.of_a_launch)."""
+    name (from TrainingArguments), the model, and a step of the user's own (`trainer`'s).
+    `of_a_launch`: the run records a launch's ranks (Run.of_a_launch)."""
     precision = Precision.BF16 if args.bf16 else Precision.FP16 if args.fp16 else Precision.FP32
     checkpointing = getattr(args, "gradient_checkpointing", None)
     if checkpointing is None:
@@ -588,7 +590,8 @@ def _training_facts(args, model, of_a_launch: bool = False) -> RunFacts:
         training_arguments=arguments, world_size=world_size,
         parameters=sum(p.numel() for p in model.parameters()),
         trainable_parameters=sum(p.numel() for p in model.parameters() if p.requires_grad),
-        left_out=(_adapter_left_out(model) + _trainer_left_out(args, held)) or None,
+        left_out=(_adapter_left_out(model) + _trainer_left_out(args, held)
+                  + _step_left_out(trainer)) or None,
     ).merged(carried_model.trained(getattr(model, "config", None), type(base).__name__))
 
 
@@ -679,6 +682,64 @@ def _trainer_left_out(args, held: str | None) -> list[str]:
         if does(value):
             left.append(f"{name}={value!r}")
     return left
+
+
+# The Trainer's methods that make a step's loss and gradients: the prediction traces
+# transformers' own (the model's loss, or its label smoother).
+_STEP_METHODS = ("compute_loss", "training_step")
+
+
+def _step_left_out(trainer) -> list[str]:
+    """A step of the user's own, which the prediction's step does not compute, each as what
+    does it: a Trainer subclass's own method ("MyTrainer.compute_loss", a library's trainer's
+    likewise: TRL's "SFTTrainer.compute_loss"), a `compute_loss_func`. Empty for transformers'
+    own step, or where the Trainer is not known."""
+    if trainer is None:
+        return []
+    left = []
+    for name in _STEP_METHODS:
+        method = getattr(getattr(trainer, name, None), "__func__", None)
+        if method is not None and not _of_transformers(method):
+            left.append(f"its own {name}, {_named(method)}")
+    loss = getattr(trainer, "compute_loss_func", None)
+    if loss is not None:
+        left.append(f"compute_loss_func={_named(loss)}")
+    return left
+
+
+def _named(function) -> str:
+    """A function's name as its script reads it: "MyTrainer.compute_loss", without the
+    function it was defined in."""
+    return getattr(function, "__qualname__", type(function).__name__).split("<locals>.")[-1]
+
+
+def _of_transformers(function) -> bool:
+    """Whether `function` is transformers' own (Trainer's, Seq2SeqTrainer's…)."""
+    return (getattr(function, "__module__", "") or "").split(".")[0] == "transformers"
+
+
+def _calling_trainer():
+    """The Trainer whose event this is, from the frames that call it: the Trainer hands its
+    callbacks its model, optimizer and data loaders, never itself, and a callback given in
+    `callbacks=[…]` has no other way to it. None where no Trainer's method is among them."""
+    trainers = sys.modules.get("transformers.trainer")
+    if trainers is None:
+        return None
+    frame = sys._getframe(1)
+    for _ in range(_CALLING_FRAMES):
+        if frame is None:
+            return None
+        owner = frame.f_locals.get("self")
+        if isinstance(owner, trainers.Trainer):
+            return owner
+        frame = frame.f_back
+    return None
+
+
+# Frames from a callback's event up to the Trainer's method that fires it: the event, the
+# handler's call_event and its event, Trainer.__init__ or its training loop, with room for
+# wrappers (accelerate's find_executable_batch_size, a subclass's __init__).
+_CALLING_FRAMES = 12
 
 
 def _held_type(model) -> str | None:
