@@ -395,6 +395,7 @@ class AnatomyCallback(TrainerCallback):
         if self.run.reporter.open_phase:  # e.g. a phase the user's script opened
             self.run.reporter.end(self.run.reporter.open_phase)
         self._follow_batch_size(args, state)
+        self._follow_checkpointing(kwargs.get("model"))
         length = _sequence_length(kwargs.get("train_dataloader"))
         if length is not None and self._described is not None:
             arguments, model_name = self._described
@@ -434,6 +435,21 @@ class AnatomyCallback(TrainerCallback):
                 callback.probe.close()
                 self._callbacks[index] = ComponentProbing(self.run.reporter, ComponentProbe(
                     callback.probe.model, callback.probe.use_cuda, trained))
+
+    def _follow_checkpointing(self, model) -> None:
+        """Checkpointing the script turned on itself (`model.gradient_checkpointing_enable()`)
+        once the Trainer was built, before it trains: the run is described and predicted with
+        it (its activations a fraction of a step's without)."""
+        if self._described is None or not _checkpointed(model):
+            return
+        arguments, model_name = self._described
+        if arguments.gradient_checkpointing:
+            return
+        arguments = arguments.merged(TrainingArguments.of(gradient_checkpointing=True))
+        self._described = (arguments, model_name)
+        self.run.reporter.environment(RunFacts(training_arguments=arguments))
+        self.run.reporter.described({**arguments.to_dict(), **(
+            _lengths_said(self._lengths) if self._lengths is not None else {})}, model_name)
 
     def _tell_order(self, args) -> None:
         """A callback given in `callbacks=[…]` comes after report_to's integrations, which have
@@ -557,6 +573,7 @@ def _training_facts(args, model, of_a_launch: bool = False, trainer=None) -> Run
     checkpointing = getattr(args, "gradient_checkpointing", None)
     if checkpointing is None:
         checkpointing = getattr(args, "activation_checkpointing", False)
+    checkpointing = checkpointing or _checkpointed(model)
     arguments = TrainingArguments.of(
         batch_size=args.per_device_train_batch_size, grad_accum=args.gradient_accumulation_steps,
         precision=precision, gradient_checkpointing=bool(checkpointing),
@@ -599,6 +616,18 @@ def _lengths_said(lengths: BatchLengths) -> dict[str, int]:
     """The run's sequence length, and an encoder-decoder's target length, as far as read."""
     said = {"seq_len": lengths.longest} if lengths.longest is not None else {}
     return {**said, "target_len": lengths.target} if lengths.target is not None else said
+
+
+def _checkpointed(model) -> bool:
+    """Whether a model recomputes its layers' activations in the backward pass: turned on by
+    the Trainer's argument or by the script itself (`model.gradient_checkpointing_enable()`,
+    as QLoRA's recipes do before peft wraps it). transformers 5 names it activation
+    checkpointing (its older name warns)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
+        if hasattr(type(base), name):
+            return bool(getattr(base, name))
+    return False
 
 
 def _trained_batch_size(args, state) -> int | None:
