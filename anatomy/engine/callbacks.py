@@ -280,6 +280,7 @@ class AnatomyCallback(TrainerCallback):
         self._reader: Reader | LinkedReader | None = None  # the run's figures, for the logs
         self._handler: CallbackHandler | None = None  # the Trainer's, once attached to it
         self._initialised = False  # the Trainer's on_init_end has come
+        self._given_optimizer = None  # the script's own, given to the Trainer built
         self._predictable = False
         self._told_order = False
         self._logging = False  # the training's last figures are being logged
@@ -319,11 +320,15 @@ class AnatomyCallback(TrainerCallback):
         callback._handler = handler
         if not callback._initialised:  # made here: the Trainer's on_init_end has come and gone
             callback.on_init_end(trainer.args, trainer.state, trainer.control, model=handler.model,
-                                 trainer=trainer)
+                                 trainer=trainer, optimizer=handler.optimizer)
         return callback
 
-    def on_init_end(self, args, state, control, model=None, trainer=None, **kwargs):
+    def on_init_end(self, args, state, control, model=None, trainer=None, optimizer=None,
+                    **kwargs):
         self._initialised = True
+        # Built yet only where the script gave it (optimizers=(…)): the Trainer builds its own
+        # as it trains.
+        self._given_optimizer = optimizer
         if not self._records(state):
             return
         self._follow(args, model, trainer or _calling_trainer())
@@ -351,7 +356,8 @@ class AnatomyCallback(TrainerCallback):
     def _follow(self, args, model, trainer=None) -> None:
         """Tell the run what trains (`trainer`: the Trainer, where known, for a step of its
         own), and follow it with the callbacks of one job each."""
-        facts = _training_facts(args, model, self.run.of_a_launch, trainer)
+        facts = _training_facts(args, model, self.run.of_a_launch, trainer,
+                                self._given_optimizer)
         self.run.reporter.environment(facts)
         self._described = (facts.training_arguments, facts.model_name)
         self.run.reporter.described(facts.training_arguments.to_dict(), facts.model_name)
@@ -565,19 +571,22 @@ def _say(text: str) -> None:
         pass  # no terminal left
 
 
-def _training_facts(args, model, of_a_launch: bool = False, trainer=None) -> RunFacts:
+def _training_facts(args, model, of_a_launch: bool = False, trainer=None,
+                    optimizer=None) -> RunFacts:
     """What the run's environment keeps of the user's training: the options anatomy knows by
-    name (from TrainingArguments), the model, and a step of the user's own (`trainer`'s).
-    `of_a_launch`: the run records a launch's ranks (Run.of_a_launch)."""
+    name (from TrainingArguments), the model, a step of the user's own (`trainer`'s) and the
+    optimizer the script gave it (`optimizer`). `of_a_launch`: the run records a launch's
+    ranks (Run.of_a_launch)."""
     precision = Precision.BF16 if args.bf16 else Precision.FP16 if args.fp16 else Precision.FP32
     checkpointing = getattr(args, "gradient_checkpointing", None)
     if checkpointing is None:
         checkpointing = getattr(args, "activation_checkpointing", False)
     checkpointing = checkpointing or _checkpointed(model)
+    given_optim, optimizer_left = _given_optimizer(optimizer, trainer, model)
     arguments = TrainingArguments.of(
         batch_size=args.per_device_train_batch_size, grad_accum=args.gradient_accumulation_steps,
         precision=precision, gradient_checkpointing=bool(checkpointing),
-        optim=str(getattr(args.optim, "value", args.optim)), seed=args.seed,
+        optim=given_optim or str(getattr(args.optim, "value", args.optim)), seed=args.seed,
         max_steps=args.max_steps if args.max_steps > 0 else None, epochs=args.num_train_epochs)
     # Under `anatomy watch` (or on several hosts, each host's part), the processes launched,
     # where the Trainer counts fewer: torchrun on CPU ranks leaves each rank's Trainer
@@ -608,7 +617,7 @@ def _training_facts(args, model, of_a_launch: bool = False, trainer=None) -> Run
         parameters=sum(p.numel() for p in model.parameters()),
         trainable_parameters=sum(p.numel() for p in model.parameters() if p.requires_grad),
         left_out=(_adapter_left_out(model) + _trainer_left_out(args, held)
-                  + _step_left_out(trainer)) or None,
+                  + _step_left_out(trainer) + optimizer_left) or None,
     ).merged(carried_model.trained(getattr(model, "config", None), type(base).__name__))
 
 
@@ -715,7 +724,7 @@ def _trainer_left_out(args, held: str | None) -> list[str]:
 
 # The Trainer's methods that make a step's loss and gradients: the prediction traces
 # transformers' own (the model's loss, or its label smoother).
-_STEP_METHODS = ("compute_loss", "training_step")
+_STEP_METHODS = ("compute_loss", "training_step", "create_optimizer")
 
 
 def _step_left_out(trainer) -> list[str]:
@@ -734,6 +743,54 @@ def _step_left_out(trainer) -> list[str]:
     if loss is not None:
         left.append(f"compute_loss_func={_named(loss)}")
     return left
+
+
+def _given_optimizer(optimizer, trainer, model) -> tuple[str | None, list[str]]:
+    """The optim name of an optimizer the script gave the Trainer (`optimizers=(…)`, or
+    `optimizer_cls_and_kwargs`) where the Trainer builds one that holds the same (torch's
+    AdamW is adamw_torch), over every trainable parameter; else what is left out of the
+    prediction ("its own optimizer, SGD"). (None, []) where the Trainer builds its own."""
+    if optimizer is None:
+        kind, settings = getattr(trainer, "optimizer_cls_and_kwargs", None) or (None, None)
+        if kind is None:
+            return None, []
+        settings = dict(settings or {})
+    else:
+        kind, settings = type(optimizer), dict(optimizer.defaults)
+    optim = _optim_of(kind, settings)
+    if optim is None:
+        said = ", ".join(f"{name}={settings[name]!r}" for name in _STATEFUL if settings.get(name))
+        return None, [f"its own optimizer, {kind.__name__}{f'({said})' if said else ''}"]
+    if optimizer is not None and model is not None:
+        given = sum(p.numel() for group in optimizer.param_groups for p in group["params"])
+        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        if given != trainable:
+            return None, [f"its own optimizer over {given:,} of {trainable:,} trainable "
+                          "parameters"]
+    return optim, []
+
+
+# An optimizer's settings that keep a state the Trainer's optimizer of that class does not.
+_STATEFUL = ("momentum", "amsgrad", "centered")
+
+
+def _optim_of(kind: type, settings: dict) -> str | None:
+    """The Trainer's optim name that builds an optimizer holding what one of class `kind` with
+    `settings` holds (its states): torch's AdamW, fused or not; SGD without momentum (the
+    Trainer's holds no state); Adagrad; RMSprop without momentum, not centred; transformers'
+    Adafactor. None for another (a momentum's buffer, amsgrad's maxima, a library's)."""
+    optim = torch.optim
+    if kind is optim.AdamW and not settings.get("amsgrad"):
+        return "adamw_torch_fused" if settings.get("fused") else "adamw_torch"
+    if kind is optim.SGD and not settings.get("momentum"):
+        return "sgd"
+    if kind is optim.Adagrad:
+        return "adagrad"
+    if kind is optim.RMSprop and not settings.get("momentum") and not settings.get("centered"):
+        return "rmsprop"
+    if kind.__name__ == "Adafactor" and _of_transformers(kind):
+        return "adafactor"
+    return None
 
 
 def _named(function) -> str:

@@ -67,12 +67,31 @@ def predicted(report: RunReport) -> Prediction | NoPrediction:
             text = None
         said = answer(Request(options, ran_on(report), data, text=text))
         try:
+            alone = said.alone
+            frozen = _frozen(report, alone)
+            if frozen is not None:
+                return frozen
             if report.world_size > 1 and options.distributed:
                 # A rank of several: its own shares and buffers (rank 0's GPU is the one shown).
                 return said.ranks.as_prediction()
-            return said.alone
+            return alone
         except PredictionError as error:  # its model is not here, or the trace refuses it
             return NoPrediction(f"{error}")
+
+
+def _frozen(report: RunReport, prediction: Prediction | None) -> NoPrediction | None:
+    """Why there is none for a user's training that trained another share of its model's
+    parameters than the prediction's model (the script froze some itself: requires_grad=False
+    on its embeddings, its vision tower; their gradients and states would be predicted); None
+    where the two train the same, or the run does not say."""
+    facts = report.environment
+    trained, parameters = facts.trainable_parameters, facts.parameters
+    if trained is None or prediction is None or parameters != prediction.parameters or \
+            trained == prediction.trainable_parameters:
+        return None
+    return NoPrediction(f"it trained {trained:,} of its {parameters:,} parameters, and anatomy "
+                        f"predicts {prediction.trainable_parameters:,} trained (parameters the "
+                        "script froze itself, requires_grad=False, are not predicted frozen)")
 
 
 def _left_out(report: RunReport, options: RunOptions) -> NoPrediction | None:

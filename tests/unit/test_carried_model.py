@@ -289,3 +289,66 @@ def test_a_users_trainer_that_does_what_the_prediction_does_not_is_said(
     else:
         assert said == breakdown.NoPrediction(
             f"it trained with what anatomy does not predict ({words})")
+
+
+def _optimizers(model):
+    """The optimizers a script gives its Trainer (optimizers=(…)), by what it builds."""
+    import torch
+    from transformers.optimization import Adafactor
+
+    every = list(model.parameters())
+    return {
+        "AdamW": torch.optim.AdamW(every, lr=1e-3),
+        "SGD": torch.optim.SGD(every, lr=0.1),
+        "SGD with momentum": torch.optim.SGD(every, lr=0.1, momentum=0.9),
+        "Adafactor": Adafactor(every, lr=1e-3, relative_step=False, scale_parameter=False),
+        "AdamW over the first layer": torch.optim.AdamW(every[:1], lr=1e-3),
+        "frozen embeddings": None,
+    }
+
+
+@pytest.mark.parametrize("given, optim, words", [
+    ("AdamW", "adamw_torch", None),
+    ("SGD", "sgd", None),
+    ("Adafactor", "adafactor", None),
+    ("SGD with momentum", None,
+     "it trained with what anatomy does not predict (its own optimizer, SGD(momentum=0.9))"),
+    ("AdamW over the first layer", None,
+     "it trained with what anatomy does not predict (its own optimizer over 3,200 of 16,736 "
+     "trainable parameters)"),
+    ("frozen embeddings", None,
+     "it trained 13,536 of its 16,736 parameters, and anatomy predicts 16,736 trained "
+     "(parameters the script froze itself, requires_grad=False, are not predicted frozen)")])
+def test_a_scripts_own_optimizer_and_frozen_parameters_are_predicted_or_said(
+        store, tmp_path, given, optim, words):
+    """A script's own optimizer (`Trainer(optimizers=(SGD(…, momentum=0.9), None))`) was
+    predicted as the Trainer's optim argument said, AdamW's two states where SGD's momentum
+    holds one (6.5 MB predicted for 3.2 MB on a 2-layer Llama), and parameters the script froze
+    itself (its embeddings) were predicted trained (gradients 3.2 MB for 2.2 MB), without a
+    word. An optimizer the Trainer builds alike is predicted as its optim name; another, or one
+    over part of the trainable parameters, and a model partly frozen are said instead (`optim`
+    None: the arguments' stands)."""
+    from transformers import LlamaConfig, LlamaForCausalLM, TrainingArguments
+
+    from anatomy.engine import callbacks
+
+    config = LlamaConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=64, vocab_size=100)
+    model = LlamaForCausalLM(config)
+    optimizer = _optimizers(model)[given]
+    if given == "frozen embeddings":
+        model.model.embed_tokens.weight.requires_grad_(False)
+    training = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[],
+                                 per_device_train_batch_size=2)
+    facts = callbacks._training_facts(training, model, False, optimizer=optimizer)
+    # the Trainer's optim argument where the script's optimizer is not one it builds
+    assert facts.training_arguments.optim == (optim or training.optim.value)
+    run_id = store.create_run({**facts.training_arguments.to_dict(), "seq_len": 32}, "cpu-rss",
+                              "rss", 0, {"gpu_name": None}, preset="train.py",
+                              source={"kind": "script", "script": "/home/user/train.py"})
+    store.merge_environment(run_id, facts)
+    said = breakdown.predicted(report(store, run_id))
+    if words is None:
+        assert isinstance(said, Prediction), said
+    else:
+        assert said == breakdown.NoPrediction(words)

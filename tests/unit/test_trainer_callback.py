@@ -307,14 +307,18 @@ def _loss(outputs, labels, num_items_in_batch=None):
     ("subclass attached", ["its own compute_loss, _Weighted.compute_loss"]),
     ("compute_loss_func", ["compute_loss_func=_loss"]),
     ("seq2seq", None),
-    ("plain attached", None)])
+    ("plain attached", None),
+    ("optimizers", ["its own optimizer, SGD(momentum=0.9)"]),
+    ("optimizers attached", ["its own optimizer, SGD(momentum=0.9)"])])
 def test_a_trainers_own_loss_is_said_not_predicted_as_transformers_own(heard, tmp_path, given,
                                                                       words):
     """A user's Trainer subclass with a compute_loss of its own (the loss on fp32 logits plus
     a penalty) held 7.3 MB of activations where the prediction, transformers' own loss,
     said 10.4 MB, without a word. The callback finds the Trainer it is called from (given in
     `callbacks=[…]`, or attached) and records a step of the user's own as what the prediction
-    does not predict; transformers' own trainers (Seq2SeqTrainer) record nothing of it."""
+    does not predict; transformers' own trainers (Seq2SeqTrainer) record nothing of it. So is
+    an optimizer of the script's own that the Trainer's optim does not build (`optimizers=`)."""
+    import torch
     from transformers import LlamaConfig, LlamaForCausalLM, Seq2SeqTrainer, Seq2SeqTrainingArguments, Trainer
 
     import anatomy
@@ -328,10 +332,13 @@ def test_a_trainers_own_loss_is_said_not_predicted_as_transformers_own(heard, tm
     arguments = Seq2SeqTrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[])
     kind = {"subclass": _Weighted, "subclass attached": _Weighted, "seq2seq": Seq2SeqTrainer}
     attached = given.endswith("attached")
+    model = LlamaForCausalLM(config)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     trainer = kind.get(given, Trainer)(
-        model=LlamaForCausalLM(config), args=arguments,
+        model=model, args=arguments,
         callbacks=[] if attached else [anatomy.AnatomyCallback()],
-        compute_loss_func=_loss if given == "compute_loss_func" else None)
+        compute_loss_func=_loss if given == "compute_loss_func" else None,
+        optimizers=(optimizer if given.startswith("optimizers") else None, None))
     if attached:
         anatomy.AnatomyCallback.attach(trainer)
     said = [m.facts for m in heard.of(protocol.Environment) if m.facts.parameters is not None]
