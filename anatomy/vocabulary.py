@@ -164,6 +164,15 @@ class Weights(Name):
         return next((member for member in cls if member.torch_name == name), None)
 
 
+class Attention(Name):
+    """The attention a model is built with (transformers' attn_implementation): sdpa, its own
+    choice (eager for a model that has no other), or eager, which keeps the attention weights
+    (batch × heads × the sequence length squared) for the backward pass."""
+
+    SDPA = "sdpa"
+    EAGER = "eager"
+
+
 class Optimizer(Name):
     """The Trainer's `optim` names anatomy runs: those that need no package beyond its own."""
 

@@ -34,7 +34,7 @@ from anatomy.analysis import models
 from anatomy.analysis.lengths import LONGEST, PADDINGS
 from anatomy.analysis.models import IMAGE_CLASSIFICATION, PRESETS, ModelError, default_preset
 from anatomy.store import checks
-from anatomy.vocabulary import Name, Optimizer, Precision, Weights
+from anatomy.vocabulary import Attention, Name, Optimizer, Precision, Weights
 
 
 class InvalidOptions(ValueError):
@@ -102,6 +102,10 @@ class RunOptions:
                               "loaded: fp32 (mixed precision autocasts over them), or bf16 "
                               "throughout (from_pretrained's dtype=torch.bfloat16: half the "
                               "weights, gradients and optimizer states)")
+    attention: Attention = option(Attention.SDPA, "Attention", "the attention the model is "
+                                  "built with: sdpa (transformers' own choice; eager for a "
+                                  "model with no other) or eager (its attention weights kept "
+                                  "for the backward pass: the sequence length squared)")
     gradient_checkpointing: Flag = option(False, "Gradient checkpointing",
                                           "recompute activations in the backward pass")
     grad_accum: Whole = option(1, "Gradient accumulation steps", "gradient_accumulation_steps",
@@ -338,6 +342,7 @@ class ReportedOptions:
     max_steps: Count | None = None
     precision: Precision | None = None
     weights: Weights | None = None
+    attention: Attention | None = None
     gradient_checkpointing: Flag | None = None
     grad_accum: Count | None = None
     optim: Text | None = None  # the Trainer's name, whichever it took
@@ -428,6 +433,21 @@ def smoothing_words(options: RunOptions | ReportedOptions) -> str:
     them."""
     factor = options.label_smoothing
     return f", label smoothing {factor:g}" if factor else ""
+
+
+def precision_words(options: RunOptions | ReportedOptions) -> str:
+    """"bf16, bf16 weights, label smoothing 0.1, eager attention": the precision and what
+    follows it in every line that names a run's options (a run that said no precision: "")."""
+    if not options.precision:
+        return ""
+    return (f"{options.precision}{weights_words(options)}{smoothing_words(options)}"
+            f"{attention_words(options)}")
+
+
+def attention_words(options: RunOptions | ReportedOptions) -> str:
+    """", eager attention" where the model was built with it (its attention weights kept);
+    "" for transformers' own choice: after the precision, in every line that names them."""
+    return ", eager attention" if options.attention == Attention.EAGER else ""
 
 
 def weights_words(options: RunOptions | ReportedOptions) -> str:

@@ -21,8 +21,7 @@ from anatomy.analysis.options import (
     ReportedOptions,
     RunOptions,
     lora_words,
-    smoothing_words,
-    weights_words,
+    precision_words,
 )
 from anatomy.store import (
     Message,
@@ -360,8 +359,7 @@ class RunReport:
             parts.append(f"{side}×{side} images")
         elif known.seq_len is not None:
             parts.append(f"seq len {known.seq_len}")
-        extras = [f"{known.precision}{weights_words(known)}{smoothing_words(known)}"
-                  ] if known.precision else []
+        extras = [precision_words(known)] if known.precision else []
         if known.gradient_checkpointing:
             extras.append("gradient checkpointing")
         if (known.grad_accum or 1) > 1:

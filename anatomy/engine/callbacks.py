@@ -26,7 +26,7 @@ from anatomy.engine.predicting import Answer, Predicting
 from anatomy.engine.probe import MEASURED_STEPS, ComponentProbe
 from anatomy.engine.reporter import Reporter
 from anatomy.store import RunFacts, Step, TrainingArguments, TrainingSummary
-from anatomy.vocabulary import Level, Phase, Precision, Status, Weights
+from anatomy.vocabulary import Attention, Level, Phase, Precision, Status, Weights
 
 INJECT_ENV = "ANATOMY_INJECT"  # tests only: "oom@STEP" or "crash@STEP"
 LAST_FIGURES_WAIT = 2.0  # seconds the training phase's memory is waited for as training ends
@@ -607,6 +607,10 @@ def _training_facts(args, model, of_a_launch: bool = False, trainer=None,
         arguments = arguments.merged(TrainingArguments.of(weights=weights))
     # peft wraps the user's model: the architecture is the base model's, the rank the adapters'
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    # Eager attention alone is recorded: another (flash attention, flex) is predicted as
+    # sdpa, whose kernels keep what flash attention keeps.
+    if getattr(getattr(base, "config", None), "_attn_implementation", None) == "eager":
+        arguments = arguments.merged(TrainingArguments.of(attention=Attention.EAGER))
     smoothing = getattr(args, "label_smoothing_factor", 0) or 0
     # Trainer.__init__ drops the smoother for a multi-label classifier (its labels are no class)
     if smoothing and getattr(getattr(base, "config", None), "problem_type",

@@ -184,6 +184,7 @@ def train_phases(reporter: Reporter, options: RunOptions, spec: ModelSpec, datas
                                                    lora_targets=options.lora_targets,
                                                    lora_dropout=options.lora_dropout,
                                                    weights=options.weights,
+                                                   attention=options.attention,
                                                    initialise=False)
     except Exception as error:
         where = models.where_it_stopped(error)

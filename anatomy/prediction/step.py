@@ -26,6 +26,8 @@ class StepOptions:
     text: TextBatch | None = None  # a dataset's batch as the collator pads it; None: dummy data
     label_smoothing: float = 0.0  # the Trainer's label_smoothing_factor (0: the model's loss)
     target_len: int = 0  # a sequence-to-sequence model's target tokens (0: seq_len)
+    # the attention the model is built with (vocabulary.Attention): how the step computes it
+    attention: str = "sdpa"
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,7 @@ class TracedRun:
         return cls(options.model, StepOptions(
             options.precision, options.gradient_checkpointing, options.grad_accum, options.optim,
             options.batch_size, options.seq_len, text, options.label_smoothing,
-            options.target_len), options.lora_rank,
+            options.target_len, str(options.attention)), options.lora_rank,
             options.lora_targets,
             options.lora_dropout if options.lora else 0.0, str(options.weights))
 

@@ -21,7 +21,7 @@ from typing import Any, ClassVar, TypeVar
 from anatomy import strategies
 from anatomy.store import checks
 from anatomy.store.checks import MAX_EPOCH, MAX_GPUS, MAX_RANK, Check, InvalidValue
-from anatomy.vocabulary import TENSOR_PARTS, Precision, SourceKind, Weights
+from anatomy.vocabulary import TENSOR_PARTS, Attention, Precision, SourceKind, Weights
 
 R = TypeVar("R", bound="Record")
 
@@ -132,6 +132,7 @@ class TrainingArguments(Record):
     grad_accum: int | None = fact(checks.count)
     precision: Precision | None = fact(checks.member(Precision))
     weights: Weights | None = fact(checks.member(Weights))
+    attention: Attention | None = fact(checks.member(Attention))  # only where it was eager
     gradient_checkpointing: bool | None = fact(checks.flag)
     optim: str | None = fact(checks.text)
     label_smoothing: float | None = fact(checks.number)  # only where the Trainer smoothed

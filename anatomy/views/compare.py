@@ -52,6 +52,7 @@ LABEL_WORDS = {
     "gpu": "GPU {}", "profile_steps": "profile {}", "gpus": "GPUs {}", "strategy": "{}",
     "lora_rank": "LoRA r{}", "lora_targets": "LoRA {}", "lora_dropout": "LoRA dropout {}",
     "weights": "{} weights", "label_smoothing": "label smoothing {}",
+    "attention": "{} attention",
     "target_len": "target {}",
 }
 

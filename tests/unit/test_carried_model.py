@@ -352,3 +352,34 @@ def test_a_scripts_own_optimizer_and_frozen_parameters_are_predicted_or_said(
         assert isinstance(said, Prediction), said
     else:
         assert said == breakdown.NoPrediction(words)
+
+
+def test_a_users_eager_attention_is_recorded_and_predicted(store, tmp_path):
+    """A user's model built with eager attention (`attn_implementation="eager"`) was predicted
+    with sdpa's activations (10.4 MB for a 2-layer Llama that held 12.0 MB): the callback
+    records eager attention, and the prediction builds it (more activations: its attention
+    weights); sdpa, transformers' own choice, is recorded as nothing (stored as before)."""
+    from transformers import LlamaConfig, LlamaForCausalLM, TrainingArguments
+
+    from anatomy.engine import callbacks
+    from anatomy.vocabulary import Attention
+
+    config = LlamaConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=64, vocab_size=100)
+    training = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[],
+                                 per_device_train_batch_size=2)
+    activations = {}
+    for attention in ("sdpa", "eager"):
+        model = LlamaForCausalLM._from_config(config, attn_implementation=attention)
+        facts = callbacks._training_facts(training, model, False)
+        assert ("attention" in facts.training_arguments.to_dict()) is (attention == "eager")
+        run_id = store.create_run({**facts.training_arguments.to_dict(), "seq_len": 32},
+                                  "cpu-rss", "rss", 0, {"gpu_name": None}, preset="train.py",
+                                  source={"kind": "script", "script": "/home/user/train.py"})
+        store.merge_environment(run_id, facts)
+        rep = report(store, run_id)
+        assert rep.options.attention == Attention(attention)
+        said = breakdown.predicted(rep)
+        assert isinstance(said, Prediction), said
+        activations[attention] = said.activations
+    assert activations["eager"] > activations["sdpa"]

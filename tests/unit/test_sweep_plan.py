@@ -137,7 +137,7 @@ def test_vary_is_parsed_by_each_options_type():
         "lora-dropout: 'much' is not a number",
         "gradient-checkpointing: 'maybe' is not on, off, true or false",
         "--vary colour=red: 'colour' is not an option (one of model, batch-size, seq-len, "
-        "target-len, dataset-size, epochs, max-steps, precision, weights, "
+        "target-len, dataset-size, epochs, max-steps, precision, weights, attention, "
         "gradient-checkpointing, grad-accum, optim, label-smoothing, "
         "seed, sample-rate, gpu, processes, strategy, profile-steps, lora-rank, lora-targets, "
         "lora-dropout, dataset, split, text-column, tokenizer, padding, max-length)",

@@ -11,7 +11,7 @@ from anatomy.analysis.models.classes import head_class, head_config, transformer
 from anatomy.analysis.models.lora import apply_lora
 from anatomy.analysis.models.names import resolve
 from anatomy.analysis.models.spec import ModelSpec
-from anatomy.vocabulary import Weights
+from anatomy.vocabulary import Attention, Weights
 
 RANDOM_WEIGHTS = "random (from config)"  # build_model's source when no weights were cached
 
@@ -28,7 +28,8 @@ def _cached_weights(spec: ModelSpec) -> bool:
 
 def build_model(spec: ModelSpec | str, device: str | None = None, *, lora_rank: int = 0,
                 lora_targets: tuple[str, ...] = (), lora_dropout: float = 0.0,
-                pretrained: bool = True, initialise: bool = True, weights: str = "fp32"):
+                pretrained: bool = True, initialise: bool = True, weights: str = "fp32",
+                attention: str = "sdpa"):
     """The model with its task's head, on `device`, and where its weights came from.
 
     Random weights are made on the device itself: no copy on the host first, so a 1 B-parameter
@@ -37,7 +38,8 @@ def build_model(spec: ModelSpec | str, device: str | None = None, *, lora_rank: 
     model built on the meta device, then `materialise`), with no kernel run: `initialise(model)`
     gives them their random values later (CUDA loads the initialisers' kernels then, not while
     the weights are read). Weights are `weights` (fp32, or bf16 throughout) whatever the
-    config's torch_dtype: over fp32 weights the Trainer autocasts (fp16/bf16). With
+    config's torch_dtype: over fp32 weights the Trainer autocasts (fp16/bf16). `attention`
+    "eager" builds the eager attention; "sdpa" leaves transformers its own choice. With
     `lora_rank`, peft wraps the target modules with adapters (`lora_dropout` on their inputs;
     fp32 whatever the weights, as peft makes them) and freezes everything else (a classifier's
     new head trains too). Imports
@@ -53,10 +55,12 @@ def build_model(spec: ModelSpec | str, device: str | None = None, *, lora_rank: 
     source = RANDOM_WEIGHTS
     model = None
     dtype = getattr(torch, Weights(weights).torch_name)
+    # transformers' own choice unless eager is asked: sdpa asked of a model without it fails
+    chosen = {"attn_implementation": "eager"} if Attention(attention) == Attention.EAGER else {}
     if pretrained and _cached_weights(spec):
         try:
             model = head.from_pretrained(spec.hub_id, config=config, local_files_only=True,
-                                         dtype=dtype, ignore_mismatched_sizes=True)
+                                         dtype=dtype, ignore_mismatched_sizes=True, **chosen)
             model = model.to(device) if device is not None else model
             source = "pretrained (local cache)"
         except (OSError, ValueError):
@@ -65,7 +69,7 @@ def build_model(spec: ModelSpec | str, device: str | None = None, *, lora_rank: 
     if model is None:
         where = "meta" if deferred else device
         with torch.device(where) if where is not None else nullcontext():
-            model = head._from_config(config, dtype=dtype)
+            model = head._from_config(config, dtype=dtype, **chosen)
     if lora_rank:
         model = apply_lora(model, spec, lora_rank, lora_targets, lora_dropout)
     if deferred:

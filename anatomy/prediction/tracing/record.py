@@ -162,7 +162,8 @@ def _record(spec, options, kernels, calibration, steps, lora_rank, lora_targets,
         start = 0
         model, _ = models.build_model(spec, "meta", lora_rank=lora_rank,
                                       lora_targets=lora_targets, lora_dropout=lora_dropout,
-                                      pretrained=False, weights=weights)
+                                      pretrained=False, weights=weights,
+                                      attention=options.attention)
         with tracker:  # the weights as the worker allocates them (models.materialise)
             models.materialise(model, "meta", fresh=True)
         mode = FakeTensorMode(allow_non_fake_inputs=False)
