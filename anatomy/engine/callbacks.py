@@ -621,7 +621,7 @@ def _training_facts(args, model, of_a_launch: bool = False, trainer=None,
         parameters=sum(p.numel() for p in model.parameters()),
         trainable_parameters=sum(p.numel() for p in model.parameters() if p.requires_grad),
         left_out=(_adapter_left_out(model) + _trainer_left_out(args, held)
-                  + _step_left_out(trainer) + optimizer_left) or None,
+                  + _step_left_out(trainer) + optimizer_left + _compiled(model)) or None,
     ).merged(carried_model.trained(getattr(model, "config", None), type(base).__name__))
 
 
@@ -830,6 +830,18 @@ def _calling_trainer():
 # handler's call_event and its event, Trainer.__init__ or its training loop, with room for
 # wrappers (accelerate's find_executable_batch_size, a subclass's __init__).
 _CALLING_FRAMES = 12
+
+
+def _compiled(model) -> list[str]:
+    """A model the script compiled itself (`torch.compile(model)`, `model.compile()`), whose
+    graph keeps other activations than the eager step the prediction traces, as the argument
+    that does it; empty for an eager model (the Trainer's own `torch_compile` is its
+    argument's)."""
+    for module in (model, getattr(model, "get_base_model", lambda: None)()):
+        if module is not None and (hasattr(module, "_orig_mod") or
+                                   getattr(module, "_compiled_call_impl", None) is not None):
+            return ["torch.compile(model)"]
+    return []
 
 
 def _held_type(model) -> str | None:
