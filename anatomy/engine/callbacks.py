@@ -766,7 +766,10 @@ def _given_optimizer(optimizer, trainer, model) -> tuple[str | None, list[str]]:
         said = ", ".join(f"{name}={settings[name]!r}" for name in _STATEFUL if settings.get(name))
         return None, [f"its own optimizer, {kind.__name__}{f'({said})' if said else ''}"]
     if optimizer is not None and model is not None:
-        given = sum(p.numel() for group in optimizer.param_groups for p in group["params"])
+        # A frozen parameter given to it has no gradient, so no state: over every parameter
+        # of a LoRA model (AdamW(model.parameters())) it holds the adapters' alone.
+        given = sum(p.numel() for group in optimizer.param_groups for p in group["params"]
+                    if p.requires_grad)
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
         if given != trainable:
             return None, [f"its own optimizer over {given:,} of {trainable:,} trainable "

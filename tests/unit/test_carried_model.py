@@ -304,12 +304,14 @@ def _optimizers(model):
         "Adafactor": Adafactor(every, lr=1e-3, relative_step=False, scale_parameter=False),
         "AdamW over the first layer": torch.optim.AdamW(every[:1], lr=1e-3),
         "frozen embeddings": None,
+        "AdamW over a LoRA model's every parameter": torch.optim.AdamW(every, lr=1e-3),
     }
 
 
 @pytest.mark.parametrize("given, optim, words", [
     ("AdamW", "adamw_torch", None),
     ("SGD", "sgd", None),
+    ("AdamW over a LoRA model's every parameter", "adamw_torch", None),
     ("Adafactor", "adafactor", None),
     ("SGD with momentum", None,
      "it trained with what anatomy does not predict (its own optimizer, SGD(momentum=0.9))"),
@@ -328,6 +330,7 @@ def test_a_scripts_own_optimizer_and_frozen_parameters_are_predicted_or_said(
     word. An optimizer the Trainer builds alike is predicted as its optim name; another, or one
     over part of the trainable parameters, and a model partly frozen are said instead (`optim`
     None: the arguments' stands)."""
+    import torch
     from transformers import LlamaConfig, LlamaForCausalLM, TrainingArguments
 
     from anatomy.engine import callbacks
@@ -338,6 +341,11 @@ def test_a_scripts_own_optimizer_and_frozen_parameters_are_predicted_or_said(
     optimizer = _optimizers(model)[given]
     if given == "frozen embeddings":
         model.model.embed_tokens.weight.requires_grad_(False)
+    if "LoRA" in given:  # its adapters made after: given to it as the script gives them
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     training = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[],
                                  per_device_train_batch_size=2)
     facts = callbacks._training_facts(training, model, False, optimizer=optimizer)
