@@ -9,6 +9,7 @@ caching allocator's view of those events is prediction/allocator.py's.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import weakref
 from dataclasses import dataclass, field
@@ -118,10 +119,15 @@ class LiveTensors(TorchDispatchMode):
         self._lock = threading.Lock()
         self.on_op = None
         self.output_order = None
-        # The autograd node running (the backward pass's operator), counted as they change, and
-        # the node of each storage made in the backward pass: what tells the engine's sum.
-        self._node_id: int | None = None
-        self._node_serial = 0
+        # The autograd node running (the backward pass's operator), numbered as each first
+        # runs, and the node of each storage made in the backward pass: what tells the engine's
+        # sum. The number is kept in the node's own metadata: torch hands out a Python object
+        # for a node that lives only while referenced, so its id can pass to the next node's
+        # object (torch 2.11: one trace in ten told a layer's events apart from its twin's),
+        # and holding the object would keep what the node holds past its run.
+        self._numbers = itertools.count(1)
+        self._number_key = object()  # this tracker's entry in a node's metadata
+        self._node_serial = 0  # the running node's number; 0 outside the backward pass
         self._made_in: dict[int, int] = {}
         self._summed: tuple[int, int, weakref.ref] | None = None  # (first's tid, sum's tid, sum)
 
@@ -196,9 +202,7 @@ class LiveTensors(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         node = torch._C._current_autograd_node()
-        if (None if node is None else id(node)) != self._node_id:
-            self._node_id = None if node is None else id(node)
-            self._node_serial += 1
+        self._node_serial = 0 if node is None else self._number(node)
         self._summed = None
         out = func(*args, **(kwargs or {}))
         layers = self.timeline.layers
@@ -215,6 +219,14 @@ class LiveTensors(TorchDispatchMode):
         if func is _ADD and node is not None:
             self._summed = self._engine_sum(args, kwargs, out)
         return out
+
+    def _number(self, node) -> int:
+        """The node's number, given as it first runs."""
+        numbers = node.metadata
+        number = numbers.get(self._number_key)
+        if number is None:
+            number = numbers[self._number_key] = next(self._numbers)
+        return number
 
     def _engine_sum(self, args, kwargs, out) -> tuple[int, int, weakref.ref] | None:
         """The sum, when `add(*args)` may be autograd's engine summing two gradients (see the
