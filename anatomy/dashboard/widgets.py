@@ -355,6 +355,8 @@ def offered(name: str, model: str | None) -> bool:
         return live_view.offers_checkpointing(model)
     if name == "target_len":
         return live_view.offers_target_length(model)
+    if name == "attention":
+        return live_view.offers_attention(model)
     return {"gpu": info.has_gpu, "gpus": info.gpu_count > 1, "processes": not info.has_gpu,
             "strategy": info.gpu_count > 1 or not info.has_gpu}.get(name, True)
 

@@ -76,6 +76,18 @@ def offers_checkpointing(model: str | None) -> bool:
         return True
 
 
+def offers_attention(model: str | None) -> bool:
+    """Whether the form offers the attention: where the model's can be sdpa or eager (the
+    shipped presets' can, and are not asked; not a ResNet's, which has none; a model that
+    cannot be resolved is judged when the form is sent)."""
+    if not model or model in models.PRESETS:
+        return True
+    try:
+        return models.supports_sdpa(models.resolve(model))
+    except models.ModelError:
+        return True
+
+
 def offers_target_length(model: str | None) -> bool:
     """Whether the form offers a target length: for a sequence-to-sequence model alone (no
     shipped preset is one; a model that cannot be resolved is judged when the form is sent)."""

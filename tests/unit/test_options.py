@@ -285,3 +285,21 @@ def test_a_target_length_is_for_a_sequence_to_sequence_model_and_within_its_posi
     assert too_long == {"target_len": "target_len: 65 is out of range for "
                                       f"{tmp_path.name}: 1 to 64"}
 
+
+
+def test_the_form_offers_the_attention_where_the_model_has_a_choice(tmp_path):
+    """sdpa or eager is a choice for a model whose attention can be either (the presets, a
+    saved Llama); a ResNet has no attention, and the form does not offer one."""
+    from transformers import LlamaConfig, ResNetConfig
+
+    from anatomy.views.live import offers_attention
+
+    llama = LlamaConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=64, vocab_size=100)
+    llama.architectures = ["LlamaForCausalLM"]
+    llama.save_pretrained(tmp_path / "llama")
+    resnet = ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], num_labels=3)
+    resnet.architectures = ["ResNetForImageClassification"]
+    resnet.save_pretrained(tmp_path / "resnet")
+    assert offers_attention("tiny-llama") and offers_attention(str(tmp_path / "llama"))
+    assert not offers_attention(str(tmp_path / "resnet"))

@@ -40,6 +40,7 @@ from anatomy.analysis.models.classes import (
     head_config,
     main_input,
     supports_checkpointing,
+    supports_sdpa,
     transformers_config,
 )
 from anatomy.analysis.models.errors import (
@@ -173,6 +174,7 @@ __all__ = [
     "resolve",
     "short",
     "supports_checkpointing",
+    "supports_sdpa",
     "task_and_head",
     "task_of",
     "token_range",

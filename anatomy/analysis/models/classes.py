@@ -48,11 +48,18 @@ def config_key(spec: ModelSpec) -> str:
 def supports_checkpointing(spec: ModelSpec) -> bool:
     """Whether the model can recompute its activations (transformers'
     `supports_gradient_checkpointing`; ResNet, ALBERT, MPNet cannot). Loads transformers."""
-    return _supports_checkpointing(spec, config_key(spec))
+    return _head_says(spec, config_key(spec), "supports_gradient_checkpointing")
+
+
+def supports_sdpa(spec: ModelSpec) -> bool:
+    """Whether the model's attention can be sdpa, so that eager attention is another choice
+    (transformers' `_supports_sdpa`; a ResNet has no attention, Mamba none to choose). Loads
+    transformers."""
+    return _head_says(spec, config_key(spec), "_supports_sdpa")
 
 
 @lru_cache(maxsize=64)
-def _supports_checkpointing(spec: ModelSpec, config_key: str) -> bool:
+def _head_says(spec: ModelSpec, config_key: str, attribute: str) -> bool:
     try:
         head = head_class(spec)
     except ModelError:
@@ -60,7 +67,7 @@ def _supports_checkpointing(spec: ModelSpec, config_key: str) -> bool:
     except Exception as error:  # noqa: BLE001 - a class that cannot be loaded here
         raise ModelError(f"model: transformers cannot load {spec.head or spec.model_type}: "
                          f"{first_line(error)}") from None
-    return bool(getattr(head, "supports_gradient_checkpointing", False))
+    return bool(getattr(head, attribute, False))
 
 
 # What a config.json says of the machine or the training that saved it, not of the model: its
