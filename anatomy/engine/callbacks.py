@@ -726,16 +726,18 @@ def _trainer_left_out(args, held: str | None) -> list[str]:
     return left
 
 
-# The Trainer's methods that make a step's loss and gradients: the prediction traces
-# transformers' own (the model's loss, or its label smoother).
+# The Trainer's methods that make a step (its loss and gradients) and the optimizer it steps:
+# the prediction traces transformers' own (the model's loss or its label smoother; the
+# optimizer the `optim` argument names).
 _STEP_METHODS = ("compute_loss", "training_step", "create_optimizer")
 
 
 def _step_left_out(trainer) -> list[str]:
     """A step of the user's own, which the prediction's step does not compute, each as what
-    does it: a Trainer subclass's own method ("MyTrainer.compute_loss", a library's trainer's
-    likewise: TRL's "SFTTrainer.compute_loss"), a `compute_loss_func`. Empty for transformers'
-    own step, or where the Trainer is not known."""
+    does it: a Trainer subclass's own method ("its own compute_loss, MyTrainer.compute_loss";
+    a library's trainer's likewise, TRL's SFTTrainer.compute_loss; its own create_optimizer),
+    a `compute_loss_func`. Empty for transformers' own step, or where the Trainer is not
+    known."""
     if trainer is None:
         return []
     left = []
