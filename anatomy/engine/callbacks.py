@@ -757,12 +757,14 @@ def _given_optimizer(optimizer, trainer, model) -> tuple[str | None, list[str]]:
     AdamW is adamw_torch), over every trainable parameter; else what is left out of the
     prediction ("its own optimizer, SGD"). (None, []) where the Trainer builds its own."""
     if optimizer is None:
-        kind, settings = getattr(trainer, "optimizer_cls_and_kwargs", None) or (None, None)
-        if kind is None:
+        declared = getattr(trainer, "optimizer_cls_and_kwargs", None)
+        kind, settings = declared if isinstance(declared, tuple) and len(declared) == 2 \
+            else (None, None)
+        if not isinstance(kind, type):
             return None, []
-        settings = dict(settings or {})
-    else:
-        kind, settings = type(optimizer), dict(optimizer.defaults)
+    else:  # any object with a step (a library's wrapper has no torch defaults)
+        kind, settings = type(optimizer), getattr(optimizer, "defaults", None)
+    settings = dict(settings) if isinstance(settings, dict) else {}
     optim = _optim_of(kind, settings)
     if optim is None:
         said = ", ".join(f"{name}={settings[name]!r}" for name in _STATEFUL if settings.get(name))
@@ -770,8 +772,8 @@ def _given_optimizer(optimizer, trainer, model) -> tuple[str | None, list[str]]:
     if optimizer is not None and model is not None:
         # A frozen parameter given to it has no gradient, so no state: over every parameter
         # of a LoRA model (AdamW(model.parameters())) it holds the adapters' alone.
-        given = sum(p.numel() for group in optimizer.param_groups for p in group["params"]
-                    if p.requires_grad)
+        given = sum(p.numel() for group in getattr(optimizer, "param_groups", None) or ()
+                    for p in group.get("params", ()) if p.requires_grad)
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
         if given != trainable:
             return None, [f"its own optimizer over {given:,} of {trainable:,} trainable "

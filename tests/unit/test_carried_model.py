@@ -305,7 +305,18 @@ def _optimizers(model):
         "AdamW over the first layer": torch.optim.AdamW(every[:1], lr=1e-3),
         "frozen embeddings": None,
         "AdamW over a LoRA model's every parameter": torch.optim.AdamW(every, lr=1e-3),
+        "a library's own": _Stepper(),
     }
+
+
+class _Stepper:
+    """An optimizer of a library's own: a step, no torch defaults nor parameter groups."""
+
+    def step(self) -> None:
+        pass
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        pass
 
 
 @pytest.mark.parametrize("given, optim, words", [
@@ -313,6 +324,8 @@ def _optimizers(model):
     ("SGD", "sgd", None),
     ("AdamW over a LoRA model's every parameter", "adamw_torch", None),
     ("Adafactor", "adafactor", None),
+    ("a library's own", None,
+     "it trained with what anatomy does not predict (its own optimizer, _Stepper)"),
     ("SGD with momentum", None,
      "it trained with what anatomy does not predict (its own optimizer, SGD(momentum=0.9))"),
     ("AdamW over the first layer", None,
