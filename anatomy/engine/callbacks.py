@@ -422,11 +422,7 @@ class AnatomyCallback(TrainerCallback):
         was = arguments.batch_size
         if was is None or trained == was:
             return
-        arguments = arguments.merged(TrainingArguments.of(batch_size=trained))
-        self._described = (arguments, model_name)
-        self.run.reporter.environment(RunFacts(training_arguments=arguments))
-        self.run.reporter.described({**arguments.to_dict(), **(
-            _lengths_said(self._lengths) if self._lengths is not None else {})}, model_name)
+        self._redescribe(TrainingArguments.of(batch_size=trained))
         said = (f"the Trainer trains at batch {trained:,} a device: auto_find_batch_size lowered "
                 f"it from {was:,} after an out-of-memory error; the run is measured and "
                 f"predicted at {trained:,}")
@@ -448,10 +444,14 @@ class AnatomyCallback(TrainerCallback):
         it (its activations a fraction of a step's without)."""
         if self._described is None or not _checkpointed(model):
             return
+        if not self._described[0].gradient_checkpointing:
+            self._redescribe(TrainingArguments.of(gradient_checkpointing=True))
+
+    def _redescribe(self, changed: TrainingArguments) -> None:
+        """The run described again with `changed` over what the Trainer's arguments said (and
+        the lengths read so far): its environment, and the options it is predicted with."""
         arguments, model_name = self._described
-        if arguments.gradient_checkpointing:
-            return
-        arguments = arguments.merged(TrainingArguments.of(gradient_checkpointing=True))
+        arguments = arguments.merged(changed)
         self._described = (arguments, model_name)
         self.run.reporter.environment(RunFacts(training_arguments=arguments))
         self.run.reporter.described({**arguments.to_dict(), **(

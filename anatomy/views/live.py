@@ -63,40 +63,35 @@ class PhaseMetric(NamedTuple):
     delta_mb: int | None  # over the previous phase
 
 
+def _asked(model: str | None, question: Callable[[models.ModelSpec], bool],
+           presets: bool) -> bool:
+    """`question` of the model a form names; `presets` for none or a shipped preset, which are
+    not asked (asking loads transformers: seconds, on the form's first draw), and for a model
+    that cannot be resolved (judged when the form is sent)."""
+    if not model or model in models.PRESETS:
+        return presets
+    try:
+        return question(models.resolve(model))
+    except models.ModelError:
+        return presets
+
+
 def offers_checkpointing(model: str | None) -> bool:
     """Whether the form offers gradient checkpointing for this model: not where the model cannot
-    recompute its activations (ResNet, ALBERT). The shipped presets all can, and are not asked
-    (asking loads transformers: seconds, on the form's first draw); a model that cannot be
-    resolved is judged when the form is sent."""
-    if not model or model in models.PRESETS:
-        return True
-    try:
-        return models.supports_checkpointing(models.resolve(model))
-    except models.ModelError:
-        return True
+    recompute its activations (ResNet, ALBERT); the shipped presets all can."""
+    return _asked(model, models.supports_checkpointing, True)
 
 
 def offers_attention(model: str | None) -> bool:
     """Whether the form offers the attention: where the model's can be sdpa or eager (the
-    shipped presets' can, and are not asked; not a ResNet's, which has none; a model that
-    cannot be resolved is judged when the form is sent)."""
-    if not model or model in models.PRESETS:
-        return True
-    try:
-        return models.supports_sdpa(models.resolve(model))
-    except models.ModelError:
-        return True
+    shipped presets' can; not a ResNet's, which has none)."""
+    return _asked(model, models.supports_sdpa, True)
 
 
 def offers_target_length(model: str | None) -> bool:
     """Whether the form offers a target length: for a sequence-to-sequence model alone (no
-    shipped preset is one; a model that cannot be resolved is judged when the form is sent)."""
-    if not model or model in models.PRESETS:
-        return False
-    try:
-        return models.resolve(model).task == models.SEQ2SEQ
-    except models.ModelError:
-        return False
+    shipped preset is one)."""
+    return _asked(model, lambda spec: spec.task == models.SEQ2SEQ, False)
 
 
 def phase_metrics(report: RunReport) -> list[PhaseMetric]:
