@@ -24,6 +24,7 @@ from pydantic import (
     Field,
     Strict,
     ValidationError,
+    ValidationInfo,
     field_serializer,
     field_validator,
 )
@@ -136,6 +137,13 @@ class RunOptions:
     lora_dropout: Share = option(0.0, "LoRA dropout", "the dropout on the adapters' inputs "
                                  "(peft's lora_dropout: each adapted layer keeps its input "
                                  "dropped out, and the mask; with a LoRA rank)", 0, 1)
+    frozen: tuple[str, ...] = option(
+        (), "Frozen modules", "modules or parameters the training leaves as they are "
+        "(requires_grad=False: no gradients, no optimizer states; their activations kept only "
+        "where a trained layer needs them), by their dotted names as named_modules writes them, "
+        "each covering everything under it: embeddings, a vision tower, the lower layers "
+        "(empty: every weight trains; not with LoRA, which freezes all but its adapters)",
+        metavar="MODULE", example=("model.embed_tokens", "model.layers.0"))
     dataset: Text = option("", "Dataset", "train on a dataset's texts instead of the dummy data: "
                            "a folder saved with save_to_disk (a Dataset or a DatasetDict), a "
                            "JSON (lines), CSV, TSV, Parquet, Arrow or text file (one text a "
@@ -192,9 +200,9 @@ class RunOptions:
         except strategies.UnknownStrategy as error:
             raise ValueError(str(error)) from None
 
-    @field_validator("lora_targets", mode="before")
+    @field_validator("lora_targets", "frozen", mode="before")
     @classmethod
-    def _target_list(cls, value: Any) -> Any:
+    def _module_list(cls, value: Any, info: ValidationInfo) -> Any:
         """The module names as a stored run writes them ("q_proj,v_proj") or the CLI takes them
         (`--lora-targets q_proj v_proj`, or q_proj,v_proj)."""
         if isinstance(value, str):
@@ -202,16 +210,18 @@ class RunOptions:
         if not isinstance(value, (list, tuple)) or not all(isinstance(t, str) for t in value):
             return value  # the declared type refuses it, in its words
         names = tuple(t.strip() for item in value for t in item.split(",") if t.strip())
-        wrong = next((t for t in names if not _TARGET.match(t) and t != models.ALL_LINEAR), None)
+        peft_word = models.ALL_LINEAR if info.field_name == "lora_targets" else None
+        wrong = next((t for t in names if not _TARGET.match(t) and t != peft_word), None)
         if wrong is not None:
+            example = "q_proj,v_proj" if peft_word else "model.embed_tokens,model.layers.0"
             raise ValueError(f"{wrong!r} is not a module name (comma-separated names such as "
-                             "q_proj,v_proj)")
-        if models.ALL_LINEAR in names and len(names) > 1:
+                             f"{example})")
+        if peft_word in names and len(names) > 1:
             raise ValueError(f"{models.ALL_LINEAR} names every linear layer already: give it "
                              "alone, as peft takes it")
         return names
 
-    @field_serializer("gpus", "lora_targets")
+    @field_serializer("gpus", "lora_targets", "frozen")
     def _comma_separated(self, value: tuple) -> str:
         return ",".join(str(v) for v in value)
 
@@ -351,8 +361,9 @@ class ReportedOptions:
     lora_rank: Count | None = None
     lora_targets: Text | None = None  # comma-separated, as runs store them
     lora_dropout: Amount | None = None
+    frozen: Text | None = None  # comma-separated, as runs store them: what the script froze
 
-    @field_validator("model", "optim", "lora_targets")
+    @field_validator("model", "optim", "lora_targets", "frozen")
     @classmethod
     def _storable(cls, value: str | None) -> str | None:
         """Text a store can hold (UTF-8, which a lone surrogate is not)."""
@@ -436,12 +447,26 @@ def smoothing_words(options: RunOptions | ReportedOptions) -> str:
 
 
 def precision_words(options: RunOptions | ReportedOptions) -> str:
-    """"bf16, bf16 weights, label smoothing 0.1, eager attention": the precision and what
-    follows it in every line that names a run's options (a run that said no precision: "")."""
+    """"bf16, bf16 weights, label smoothing 0.1, eager attention, model.embed_tokens frozen":
+    the precision and what follows it in every line that names a run's options (a run that
+    said no precision: "")."""
     if not options.precision:
         return ""
     return (f"{options.precision}{weights_words(options)}{smoothing_words(options)}"
-            f"{attention_words(options)}")
+            f"{attention_words(options)}{frozen_words(options)}")
+
+
+FROZEN_NAMED = 3  # frozen modules a line names; beyond, how many more
+
+
+def frozen_words(options: RunOptions | ReportedOptions) -> str:
+    """", model.embed_tokens frozen" where the training left modules as they are ("" where
+    every weight trains): after the precision, in every line that names a run's options."""
+    names = options.frozen.split(",") if isinstance(options.frozen, str) else options.frozen
+    if not names:
+        return ""
+    more = f" and {len(names) - FROZEN_NAMED} more" if len(names) > FROZEN_NAMED else ""
+    return f", {', '.join(names[:FROZEN_NAMED])}{more} frozen"
 
 
 def attention_words(options: RunOptions | ReportedOptions) -> str:
@@ -601,9 +626,9 @@ def _model_tokenizer(options: RunOptions) -> RunOptions:
 
 def _rule_errors(options: RunOptions, errors: dict[str, str]) -> dict[str, str]:
     """What options cannot be together, whatever the machine: LoRA targets or a dropout without
-    a rank, bf16 weights under fp16 mixed precision, a dataset's settings without a dataset or a
-    dataset without its tokenizer, and what one process alone does (profiling) kept to one. A
-    strategy's own rules are the machine's (`check`)."""
+    a rank, frozen modules with LoRA, bf16 weights under fp16 mixed precision, a dataset's
+    settings without a dataset or a dataset without its tokenizer, and what one process alone
+    does (profiling) kept to one. A strategy's own rules are the machine's (`check`)."""
     found: dict[str, str] = {}
     if options.lora_targets and not options.lora and not {"lora_targets", "lora_rank"} & set(errors):
         found["lora_targets"] = "lora_targets: set a LoRA rank too (--lora-rank R)"
@@ -613,6 +638,9 @@ def _rule_errors(options: RunOptions, errors: dict[str, str]) -> dict[str, str]:
                             "precision keeps fp32 weights)")
     if options.lora_dropout and not options.lora and not {"lora_dropout", "lora_rank"} & set(errors):
         found["lora_dropout"] = "lora_dropout: set a LoRA rank too (--lora-rank R)"
+    if options.frozen and options.lora and not {"frozen", "lora_rank"} & set(errors):
+        found["frozen"] = ("frozen: LoRA freezes every weight but its adapters already (leave "
+                           "frozen empty, or the LoRA rank 0)")
     if not any(name in errors for name in DATA_FIELDS):
         if not options.on_dataset:
             for name in DATA_FIELDS[1:]:
@@ -710,8 +738,9 @@ def check(options: RunOptions, gpu_count: int, errors: Mapping[str, str] = {}, *
 def _model_errors(options: RunOptions, errors: dict[str, str], config_class: bool
                   ) -> dict[str, str]:
     """What the model cannot do: a name that resolves to nothing, sequences longer than its
-    positions, checkpointing where it has none, LoRA targets that are none of its layers (these
-    two load transformers, and only when asked for), a dataset it cannot read."""
+    positions, checkpointing where it has none, LoRA targets that are none of its layers, frozen
+    names that are none of its modules or freeze them all (these three load transformers, and
+    only when asked for), a dataset it cannot read."""
     found: dict[str, str] = {}
     try:
         spec = models.resolve(options.model)
@@ -748,6 +777,10 @@ def _model_errors(options: RunOptions, errors: dict[str, str], config_class: boo
                                          f" {layers})")
             elif not targets:
                 models.default_lora_targets(spec)
+        if options.frozen and not {"frozen", "lora_rank"} & set(errors):
+            problem = models.frozen_problem(spec, options.frozen)
+            if problem:
+                found["frozen"] = problem
     except ModelError as error:
         found["model"] = str(error)
     if options.on_dataset and "model" not in found and \

@@ -346,6 +346,8 @@ class RunReport:
             words.append(f"accum {known.grad_accum}")
         if known.lora_rank:
             words.append(f"LoRA r{known.lora_rank}")
+        if known.frozen:
+            words.append("part frozen")
         return " · ".join(words)
 
     def title(self) -> str:

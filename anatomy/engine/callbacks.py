@@ -19,7 +19,7 @@ import torch
 from transformers import TrainerCallback
 from transformers.trainer_callback import CallbackHandler
 
-from anatomy.analysis import carried_model
+from anatomy.analysis import carried_model, models
 from anatomy.analysis.dummy_data import MEDIA_INPUTS
 from anatomy.engine.figures import LinkedReader, Reader
 from anatomy.engine.predicting import Answer, Predicting
@@ -601,6 +601,9 @@ def _training_facts(args, model, of_a_launch: bool = False, trainer=None,
     lora = _lora_options(model)
     if lora is not None:
         arguments = arguments.merged(lora)
+    frozen = _frozen(model) if lora is None else ()
+    if frozen:
+        arguments = arguments.merged(TrainingArguments.of(frozen=",".join(frozen)))
     held = _held_type(model)
     weights = Weights.of_torch(held)
     if weights is not None:  # fp32, or a model loaded in bf16; another type is left out
@@ -629,6 +632,14 @@ def _lengths_said(lengths: BatchLengths) -> dict[str, int]:
     """The run's sequence length, and an encoder-decoder's target length, as far as read."""
     said = {"seq_len": lengths.longest} if lengths.longest is not None else {}
     return {**said, "target_len": lengths.target} if lengths.target is not None else said
+
+
+def _frozen(model) -> tuple[str, ...]:
+    """What the script froze itself (requires_grad=False: its embeddings, a vision tower, the
+    lower layers), by the largest modules wholly frozen; none where it froze more pieces than
+    a run records (the prediction then says it trained fewer parameters than it predicts)."""
+    names = models.frozen_names(model)
+    return names if len(names) <= models.MAX_FROZEN_NAMES else ()
 
 
 def _checkpointed(model) -> bool:

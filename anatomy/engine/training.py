@@ -185,6 +185,7 @@ def train_phases(reporter: Reporter, options: RunOptions, spec: ModelSpec, datas
                                                    lora_dropout=options.lora_dropout,
                                                    weights=options.weights,
                                                    attention=options.attention,
+                                                   frozen=options.frozen,
                                                    initialise=False)
     except Exception as error:
         where = models.where_it_stopped(error)

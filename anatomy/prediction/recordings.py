@@ -19,6 +19,7 @@ from dataclasses import replace
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
+from typing import NamedTuple
 
 from anatomy import strategies
 from anatomy.analysis import models
@@ -119,33 +120,43 @@ def trace(spec: models.ModelSpec, step: StepOptions, *, device: str,
     kwargs = dict(kernels=device, calibration=calibration, steps=steps, lora_rank=lora_rank,
                   lora_targets=lora_targets, workspaces=workspaces, lora_dropout=lora_dropout,
                   weights=weights)
-    found = stand_in(spec, lora_rank, lora_targets) if rank is None else None
+    found = stand_in(spec, lora_rank, lora_targets, step.frozen) if rank is None else None
     if found is not None:
-        shallow, repeats = found
+        shallow, repeats, frozen = found
         try:
-            return layers.extrapolate(record(shallow, step, blocks=repeats.traced, **kwargs),
-                                      repeats.count)
+            return layers.extrapolate(record(shallow, replace(step, frozen=frozen),
+                                             blocks=repeats.traced, **kwargs), repeats.count)
         except layers.DepthError:
             pass  # the layers do not repeat after all: traced in full
     return record(spec, step, rank=rank, **kwargs)
 
 
-def stand_in(spec: models.ModelSpec, lora_rank: int = 0, lora_targets: tuple[str, ...] = ()
-             ) -> tuple[models.ModelSpec, blocks.Blocks] | None:
+class StandIn(NamedTuple):
+    """The model at the depth traced, how its layers repeat, and its parameters frozen, by
+    their names in it (the layers kept renumbered)."""
+
+    spec: models.ModelSpec
+    repeats: blocks.Blocks
+    frozen: tuple[str, ...] = ()
+
+
+def stand_in(spec: models.ModelSpec, lora_rank: int = 0, lora_targets: tuple[str, ...] = (),
+             frozen: tuple[str, ...] = ()) -> StandIn | None:
     """The model at the depth traced, and how its layers repeat (blocks.py); None where they
     do not repeat often enough to trace fewer. Both held to the model built on the meta device
     at its depth: how its layers repeat is what its stacks' layers and its config's per-layer
-    fields say together, and the stand-in's layers must be the model's layers kept, the model
-    outside them the same (else None: a config the stand-in cannot make is traced in full,
-    never refused; a model that cannot be built at its own depth is the config's own
-    refusal, ModelError, as a run's)."""
+    fields say together (a frozen layer is another kind than a trained one), and the
+    stand-in's layers must be the model's layers kept, the model outside them the same (else
+    None: a config the stand-in cannot make is traced in full, never refused; a model that
+    cannot be built at its own depth, or with `frozen`, is the config's own refusal,
+    ModelError, as a run's)."""
     from anatomy.prediction.tracing import depth
 
     full = layers.depth_of(dict(spec.config))
     if full is None or full <= layers.DEPTH:
         return None
     model, _ = models.build_model(spec, "meta", lora_rank=lora_rank, lora_targets=lora_targets,
-                                  pretrained=False)
+                                  pretrained=False, frozen=frozen)
     stacks = depth.stacks(model, full)
     if not stacks:
         return None
@@ -167,10 +178,26 @@ def stand_in(spec: models.ModelSpec, lora_rank: int = 0, lora_targets: tuple[str
     kept = depth.stacks(built, len(repeats.kept))
     if len(kept) != len(stacks) or _outside(built, kept) != _outside(model, stacks):
         return None
+    if frozen:
+        _freeze_as(built, kept, model, stacks, repeats.kept)
     for mine, theirs in zip(kept, signatures):
         if depth.signatures(mine) != [theirs[i] for i in repeats.kept]:
             return None
-    return shallow, repeats
+    return StandIn(shallow, repeats, models.frozen_names(built) if frozen else ())
+
+
+def _freeze_as(built, kept, model, stacks, layers_kept: list[int]) -> None:
+    """The stand-in's parameters frozen as the model's are: outside the stacks by name, in
+    each stack's layers kept as the model's layer each stands for."""
+    theirs = dict(model.named_parameters())
+    inside = {id(p) for stack in kept for p in stack.parameters()}
+    for name, mine in built.named_parameters():
+        if id(mine) not in inside:
+            mine.requires_grad_(theirs[name].requires_grad)
+    for mine, their in zip(kept, stacks):
+        for at, index in enumerate(layers_kept):
+            for p, q in zip(mine[at].parameters(), their[index].parameters()):
+                p.requires_grad_(q.requires_grad)
 
 
 def _outside(model, stacks) -> list[tuple]:

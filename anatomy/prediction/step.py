@@ -28,6 +28,8 @@ class StepOptions:
     target_len: int = 0  # a sequence-to-sequence model's target tokens (0: seq_len)
     # the attention the model is built with (vocabulary.Attention): how the step computes it
     attention: str = "sdpa"
+    # the modules and parameters the step leaves untrained (models.freeze's names)
+    frozen: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,7 @@ class TracedRun:
         return cls(options.model, StepOptions(
             options.precision, options.gradient_checkpointing, options.grad_accum, options.optim,
             options.batch_size, options.seq_len, text, options.label_smoothing,
-            options.target_len, str(options.attention)), options.lora_rank,
+            options.target_len, str(options.attention), options.frozen), options.lora_rank,
             options.lora_targets,
             options.lora_dropout if options.lora else 0.0, str(options.weights))
 

@@ -142,6 +142,7 @@ class TrainingArguments(Record):
     lora_rank: int | None = fact(checks.count)
     lora_targets: str | None = fact(checks.text)
     lora_dropout: float | None = fact(checks.number)
+    frozen: str | None = fact(checks.text)  # comma-separated: what the script froze itself
 
 
 def _names(value: Any, where: str) -> tuple[str, ...] | None:

@@ -53,6 +53,7 @@ LABEL_WORDS = {
     "lora_rank": "LoRA r{}", "lora_targets": "LoRA {}", "lora_dropout": "LoRA dropout {}",
     "weights": "{} weights", "label_smoothing": "label smoothing {}",
     "attention": "{} attention",
+    "frozen": "{} frozen",
     "target_len": "target {}",
 }
 

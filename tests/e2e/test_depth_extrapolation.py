@@ -8,6 +8,8 @@ tests/e2e/test_depth.py)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from anatomy.analysis import models
@@ -110,7 +112,7 @@ def test_a_deep_recording_is_the_shallow_one_extrapolated_event_for_event(name, 
         spec = models.resolve(str(saved(tmp_path / name, model_type, **settings)))
     else:
         spec = at_depth(name, DEEP)
-    stand_in, repeats = recordings.stand_in(spec, rank)
+    stand_in, repeats, _ = recordings.stand_in(spec, rank)
     shallow = record(stand_in, step, blocks=repeats.traced, **kwargs)
     full = record(spec, step, **kwargs)
     if (name, checkpointing) in TRACED_IN_FULL:
@@ -140,3 +142,33 @@ def test_a_deep_recording_is_the_shallow_one_extrapolated_event_for_event(name, 
     a, b = (replay.measure(s, cuda=kernels == "cuda") for s in steps)
     assert (a.peak_allocated, a.peak_reserved, a.peaks_by_stretch) == \
         (b.peak_allocated, b.peak_reserved, b.peaks_by_stretch)
+
+
+# Parameters a script froze, and whether the prediction extrapolates: the embeddings alone (the
+# layers alike: four traced), the first two layers too (two first layers of their own, then the
+# trained ones), GPT-2's embeddings tied to its output layer and a part of one layer (a layer of
+# its own kind before the last: too rare a repeat, traced in full), BART's encoder (its shared
+# embeddings with it: the decoder's and the output layer's, tied to them).
+FROZEN = [
+    ("tiny-llama", ("model.embed_tokens",), True),
+    ("tiny-llama", ("model.embed_tokens", "model.layers.0", "model.layers.1"), True),
+    ("tiny-gpt2", ("transformer.wte", "transformer.h.3.mlp.c_fc.bias"), False),
+    ("bart", ("model.encoder",), True),
+]
+
+
+@pytest.mark.parametrize(("name", "frozen", "extrapolated"), FROZEN,
+                         ids=lambda v: v if isinstance(v, str) else "+".join(v)
+                         if isinstance(v, tuple) else str(v))
+def test_a_model_frozen_in_part_is_extrapolated_as_traced_in_full(name, frozen, extrapolated):
+    """A model with parameters frozen: the prediction's recording (the stand-in frozen as the
+    model's layers it keeps are, extrapolated; else in full) is the full trace's, event for
+    event, and trains fewer parameters than the model unfrozen."""
+    spec = at_depth(name, DEEP)
+    step = StepOptions("fp32", False, 1, "adamw_torch", 2, 16, frozen=frozen)
+    full = record(spec, step, kernels="cpu", calibration=DEFAULT, steps=2)
+    assert (recordings.stand_in(spec, frozen=frozen) is not None) == extrapolated
+    traced = recordings.trace(spec, step, device="cpu", calibration=DEFAULT, steps=2)
+    assert canonical(traced) == canonical(full)
+    trained = record(spec, replace(step, frozen=()), kernels="cpu", calibration=DEFAULT, steps=2)
+    assert full.trainable_parameters < trained.trainable_parameters == trained.parameters

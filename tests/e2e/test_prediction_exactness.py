@@ -67,7 +67,7 @@ def real_step(spec, options: StepOptions, lora_rank: int = 0, lora_dropout: floa
     with tracker:
         model, _ = models.build_model(spec, "cpu", lora_rank=lora_rank,
                                       lora_dropout=lora_dropout, pretrained=False,
-                                      weights=weights)
+                                      weights=weights, frozen=options.frozen)
     timeline.mark("weights")
     timeline.mark(replay.TRAINING_BEGINS)
     step = [0]
@@ -138,6 +138,26 @@ def test_a_lora_dropout_is_predicted_as_it_is_held(name):
     assert predicted.peak_allocated - predicted.weights_allocated == pytest.approx(
         real.peak_allocated - real.weights_allocated, abs=TOLERANCE)
     assert predicted.activations(STEPS) > without.activations(STEPS) + TOLERANCE
+
+
+@pytest.mark.parametrize(("name", "frozen"), [
+    ("tiny-llama", ("model.embed_tokens", "model.layers.0")), ("tiny", ("bert.embeddings",)),
+    ("tiny-vit", ("vit",)), ("tiny-gpt2", ("transformer.wte", "transformer.h.0.attn"))])
+def test_parameters_frozen_are_predicted_as_they_are_held(name, frozen):
+    """Parameters a training leaves as they are (requires_grad=False: embeddings, the lower
+    layers, a vision model's backbone under its trained classifier): no gradient, no state, and
+    no activation kept below the first trained layer; the prediction is the real live-tensor
+    peak, less than the model's trained whole."""
+    spec = models.resolve(name)
+    options = StepOptions("fp32", False, 1, "adamw_torch", 2,
+                          0 if spec.task == models.IMAGE_CLASSIFICATION else 16, frozen=frozen)
+    real = real_step(spec, options)
+    _, predicted = predicted_step(spec, options)
+    _, whole = predicted_step(spec, dataclasses.replace(options, frozen=()))
+    assert predicted.peak_allocated - predicted.weights_allocated == pytest.approx(
+        real.peak_allocated - real.weights_allocated, abs=TOLERANCE)
+    assert predicted.activations(STEPS) == pytest.approx(real.activations(STEPS), abs=TOLERANCE)
+    assert predicted.peak_allocated < whole.peak_allocated
 
 
 @pytest.mark.parametrize(("name", "precision", "rank"), [

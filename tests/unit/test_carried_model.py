@@ -331,18 +331,20 @@ class _Stepper:
     ("AdamW over the first layer", None,
      "it trained with what anatomy does not predict (its own optimizer over 3,200 of 16,736 "
      "trainable parameters)"),
-    ("frozen embeddings", None,
-     "it trained 13,536 of its 16,736 parameters, and anatomy predicts 16,736 trained "
-     "(parameters the script froze itself, requires_grad=False, are not predicted frozen)")])
+    ("frozen embeddings", None, None),
+    ("frozen in more pieces than a run records", None,
+     "it trained 13,504 of its 16,736 parameters, and anatomy predicts 16,736 trained "
+     "(the parameters the script froze, requires_grad=False, were not all recorded)")])
 def test_a_scripts_own_optimizer_and_frozen_parameters_are_predicted_or_said(
-        store, tmp_path, given, optim, words):
+        store, tmp_path, monkeypatch, given, optim, words):
     """A script's own optimizer (`Trainer(optimizers=(SGD(…, momentum=0.9), None))`) was
     predicted as the Trainer's optim argument said, AdamW's two states where SGD's momentum
     holds one (6.5 MB predicted for 3.2 MB on a 2-layer Llama), and parameters the script froze
     itself (its embeddings) were predicted trained (gradients 3.2 MB for 2.2 MB), without a
-    word. An optimizer the Trainer builds alike is predicted as its optim name; another, or one
-    over part of the trainable parameters, and a model partly frozen are said instead (`optim`
-    None: the arguments' stands)."""
+    word. An optimizer the Trainer builds alike is predicted as its optim name, parameters
+    frozen as they were; another optimizer, or one over part of the trainable parameters, and a
+    model frozen in more pieces than a run records are said instead (`optim` None: the
+    arguments' stands)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM, TrainingArguments
 
@@ -351,9 +353,12 @@ def test_a_scripts_own_optimizer_and_frozen_parameters_are_predicted_or_said(
     config = LlamaConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                          intermediate_size=64, vocab_size=100)
     model = LlamaForCausalLM(config)
-    optimizer = _optimizers(model)[given]
-    if given == "frozen embeddings":
+    optimizer = _optimizers(model).get(given)
+    if given.startswith("frozen"):
         model.model.embed_tokens.weight.requires_grad_(False)
+    if given == "frozen in more pieces than a run records":
+        model.model.norm.weight.requires_grad_(False)
+        monkeypatch.setattr(models, "MAX_FROZEN_NAMES", 1)
     if "LoRA" in given:  # its adapters made after: given to it as the script gives them
         from peft import LoraConfig, get_peft_model
 
@@ -371,6 +376,7 @@ def test_a_scripts_own_optimizer_and_frozen_parameters_are_predicted_or_said(
     said = breakdown.predicted(report(store, run_id))
     if words is None:
         assert isinstance(said, Prediction), said
+        assert said.trainable_parameters == facts.trainable_parameters  # frozen as it was
     else:
         assert said == breakdown.NoPrediction(words)
 

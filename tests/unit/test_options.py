@@ -303,3 +303,39 @@ def test_the_form_offers_the_attention_where_the_model_has_a_choice(tmp_path):
     resnet.save_pretrained(tmp_path / "resnet")
     assert offers_attention("tiny-llama") and offers_attention(str(tmp_path / "llama"))
     assert not offers_attention(str(tmp_path / "resnet"))
+
+
+def test_frozen_modules_are_names_of_the_model_that_leave_something_to_train(tmp_path):
+    """`frozen` names modules or parameters as named_modules writes them; each that is none of
+    the model's, everything frozen, a name that is no name, and frozen with LoRA (which
+    freezes all but its adapters) are refused in one line, the likely name offered; a config
+    as save_pretrained writes it is read as a preset is; stored comma-separated."""
+    from transformers import ViTConfig
+
+    assert validate(RunOptions(model="tiny-llama", frozen=("model.embed_tokens",
+                                                           "model.layers.0.mlp.up_proj.weight")),
+                    gpu_count=0) == {}
+    assert validate(RunOptions(model="tiny-llama", frozen=("embed_tokens",)), gpu_count=0) == {
+        "frozen": "frozen: embed_tokens names no module or parameter of the model (did you mean "
+                  "model.embed_tokens?)"}
+    assert validate(RunOptions(model="tiny-llama", frozen=("encoder",)), gpu_count=0) == {
+        "frozen": "frozen: encoder names no module or parameter of the model (its modules: "
+                  "lm_head, model)"}
+    assert validate(RunOptions(model="tiny-llama", frozen=("model", "lm_head")), gpu_count=0) == {
+        "frozen": "frozen: model, lm_head freeze every parameter of the model: nothing would "
+                  "train"}
+    assert _read(frozen="model.embed_tokens", lora_rank=4) == {
+        "frozen": "frozen: LoRA freezes every weight but its adapters already (leave frozen "
+                  "empty, or the LoRA rank 0)"}
+    assert _read(frozen="model/embed") == {
+        "frozen": "frozen: 'model/embed' is not a module name (comma-separated names such as "
+                  "model.embed_tokens,model.layers.0)"}
+    vit = ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                    intermediate_size=64, image_size=32, patch_size=8, num_labels=3)
+    vit.architectures = ["ViTForImageClassification"]
+    vit.save_pretrained(tmp_path)
+    assert validate(RunOptions(model=str(tmp_path), frozen=("vit",)), gpu_count=0) == {}
+    stored = RunOptions(frozen=("vit.embeddings", "vit.encoder.layer.0")).to_dict()["frozen"]
+    assert stored == "vit.embeddings,vit.encoder.layer.0"
+    assert RunOptions.from_dict({"frozen": stored}).frozen == ("vit.embeddings",
+                                                               "vit.encoder.layer.0")

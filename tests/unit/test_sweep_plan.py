@@ -140,7 +140,7 @@ def test_vary_is_parsed_by_each_options_type():
         "target-len, dataset-size, epochs, max-steps, precision, weights, attention, "
         "gradient-checkpointing, grad-accum, optim, label-smoothing, "
         "seed, sample-rate, gpu, processes, strategy, profile-steps, lora-rank, lora-targets, "
-        "lora-dropout, dataset, split, text-column, tokenizer, padding, max-length)",
+        "lora-dropout, frozen, dataset, split, text-column, tokenizer, padding, max-length)",
         "--vary seq-len: write OPTION=V1,V2,… (e.g. batch-size=1,2,4)",
         "--vary grad_accum=2: grad_accum is varied twice"]
 

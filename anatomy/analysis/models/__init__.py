@@ -7,9 +7,9 @@ run needs to know before it starts (the task, the limits of the options) is read
 file alone, without transformers (which loads torch: seconds); `build_model` imports them.
 
 A module per job: `names` resolves a name (to a `spec`: the config and where it came from),
-`heads` finds the head, `checks` checks the config, `lora` chooses LoRA's targets, `build`
-builds; `classes` (transformers' classes for a model), `tasks` and `errors` are what they share.
-What readers use is named here.
+`heads` finds the head, `checks` checks the config, `lora` chooses LoRA's targets, `freezing`
+names the parameters left untrained, `build` builds; `classes` (transformers' classes for a
+model), `tasks` and `errors` are what they share. What readers use is named here.
 """
 
 from anatomy.analysis.models.build import (
@@ -48,6 +48,12 @@ from anatomy.analysis.models.errors import (
     cannot_build,
     first_line,
     where_it_stopped,
+)
+from anatomy.analysis.models.freezing import (
+    MAX_FROZEN_NAMES,
+    freeze,
+    frozen_names,
+    frozen_problem,
 )
 from anatomy.analysis.models.heads import (
     TASK_MAPPINGS,
@@ -122,6 +128,7 @@ __all__ = [
     "LAYER_KEYS",
     "Layer",
     "MAIN_INPUTS",
+    "MAX_FROZEN_NAMES",
     "MAX_LABELS",
     "MAX_LAYERS",
     "MAX_NAME",
@@ -154,6 +161,9 @@ __all__ = [
     "display_name",
     "estimated_parameters",
     "first_line",
+    "freeze",
+    "frozen_names",
+    "frozen_problem",
     "head_class",
     "head_config",
     "head_of_type",

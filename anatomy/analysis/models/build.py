@@ -8,6 +8,7 @@ from __future__ import annotations
 from contextlib import nullcontext
 
 from anatomy.analysis.models.classes import head_class, head_config, transformers_config
+from anatomy.analysis.models.freezing import freeze
 from anatomy.analysis.models.lora import apply_lora
 from anatomy.analysis.models.names import resolve
 from anatomy.analysis.models.spec import ModelSpec
@@ -29,7 +30,7 @@ def _cached_weights(spec: ModelSpec) -> bool:
 def build_model(spec: ModelSpec | str, device: str | None = None, *, lora_rank: int = 0,
                 lora_targets: tuple[str, ...] = (), lora_dropout: float = 0.0,
                 pretrained: bool = True, initialise: bool = True, weights: str = "fp32",
-                attention: str = "sdpa"):
+                attention: str = "sdpa", frozen: tuple[str, ...] = ()):
     """The model with its task's head, on `device`, and where its weights came from.
 
     Random weights are made on the device itself: no copy on the host first, so a 1 B-parameter
@@ -39,7 +40,8 @@ def build_model(spec: ModelSpec | str, device: str | None = None, *, lora_rank: 
     gives them their random values later (CUDA loads the initialisers' kernels then, not while
     the weights are read). Weights are `weights` (fp32, or bf16 throughout) whatever the
     config's torch_dtype: over fp32 weights the Trainer autocasts (fp16/bf16). `attention`
-    "eager" builds the eager attention; "sdpa" leaves transformers its own choice. With
+    "eager" builds the eager attention; "sdpa" leaves transformers its own choice. `frozen`
+    names the modules and parameters the training leaves as they are (freezing.py). With
     `lora_rank`, peft wraps the target modules with adapters (`lora_dropout` on their inputs;
     fp32 whatever the weights, as peft makes them) and freezes everything else (a classifier's
     new head trains too). Imports
@@ -70,6 +72,7 @@ def build_model(spec: ModelSpec | str, device: str | None = None, *, lora_rank: 
         where = "meta" if deferred else device
         with torch.device(where) if where is not None else nullcontext():
             model = head._from_config(config, dtype=dtype, **chosen)
+    freeze(model, frozen)
     if lora_rank:
         model = apply_lora(model, spec, lora_rank, lora_targets, lora_dropout)
     if deferred:

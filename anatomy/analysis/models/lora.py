@@ -64,13 +64,7 @@ class _Modules(NamedTuple):
 @lru_cache(maxsize=32)
 def _modules(spec: ModelSpec, config_key: str) -> _Modules:
     """The model's modules (`_Modules`), from the model built on the meta device."""
-    try:
-        model = _meta_model(spec)
-    except ModelError:
-        raise
-    except Exception as error:  # noqa: BLE001 - on the meta device nothing runs out of memory
-        raise ModelError(f"model: transformers cannot build {spec.display_name}: "
-                         f"{where_it_stopped(error)}{first_line(error)}") from None
+    model = meta_model(spec)
     output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     heads = {name for name, module in model.named_modules()
              if module is output or _is_classifier(module, spec)}
@@ -101,14 +95,21 @@ def _modules(spec: ModelSpec, config_key: str) -> _Modules:
     return _Modules(tuple(found), frozenset(others), tuple(sorted(heads)), tuple(kinds))
 
 
-def _meta_model(spec: ModelSpec):
+def meta_model(spec: ModelSpec):
     """The model with its head built on the meta device from its config, random weights and no
-    adapters: its modules, without memory."""
+    adapters: its modules, without memory. ModelError where transformers cannot build it."""
     import torch
 
-    head = head_class(spec)
-    with torch.device("meta"):
-        return head._from_config(head_config(head, transformers_config(spec)), dtype=torch.float32)
+    try:
+        head = head_class(spec)
+        with torch.device("meta"):
+            return head._from_config(head_config(head, transformers_config(spec)),
+                                     dtype=torch.float32)
+    except ModelError:
+        raise
+    except Exception as error:  # noqa: BLE001 - on the meta device nothing runs out of memory
+        raise ModelError(f"model: transformers cannot build {spec.display_name}: "
+                         f"{where_it_stopped(error)}{first_line(error)}") from None
 
 
 def _is_classifier(module, spec: ModelSpec) -> bool:

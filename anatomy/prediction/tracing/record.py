@@ -163,7 +163,7 @@ def _record(spec, options, kernels, calibration, steps, lora_rank, lora_targets,
         model, _ = models.build_model(spec, "meta", lora_rank=lora_rank,
                                       lora_targets=lora_targets, lora_dropout=lora_dropout,
                                       pretrained=False, weights=weights,
-                                      attention=options.attention)
+                                      attention=options.attention, frozen=options.frozen)
         with tracker:  # the weights as the worker allocates them (models.materialise)
             models.materialise(model, "meta", fresh=True)
         mode = FakeTensorMode(allow_non_fake_inputs=False)
