@@ -624,7 +624,8 @@ def _training_facts(args, model, of_a_launch: bool = False, trainer=None,
         parameters=sum(p.numel() for p in model.parameters()),
         trainable_parameters=sum(p.numel() for p in model.parameters() if p.requires_grad),
         left_out=(_adapter_left_out(model) + _trainer_left_out(args, held)
-                  + _step_left_out(trainer) + optimizer_left + _compiled(model)) or None,
+                  + _step_left_out(trainer) + optimizer_left + _compiled(model)
+                  + (_frozen_left_out(model) if lora is None else [])) or None,
     ).merged(carried_model.trained(getattr(model, "config", None), type(base).__name__))
 
 
@@ -860,6 +861,15 @@ def _compiled(model) -> list[str]:
                                    getattr(module, "_compiled_call_impl", None) is not None):
             return ["torch.compile(model)"]
     return []
+
+
+def _frozen_left_out(model) -> list[str]:
+    """A speech model's feature encoder the script froze by requires_grad alone (not with
+    `freeze_feature_encoder()`, as the prediction freezes it): its input still asks a gradient,
+    and its activations are kept. Under LoRA the prediction's encoder asks it too (peft freezes
+    by requires_grad), and nothing is said."""
+    return [f"{name} frozen by requires_grad alone, not freeze_feature_encoder() (its input "
+            "still asks a gradient)" for name in models.frozen_asking_gradients(model)]
 
 
 def _held_type(model) -> str | None:

@@ -52,6 +52,7 @@ from anatomy.analysis.models.errors import (
 from anatomy.analysis.models.freezing import (
     MAX_FROZEN_NAMES,
     freeze,
+    frozen_asking_gradients,
     frozen_names,
     frozen_problem,
 )
@@ -162,6 +163,7 @@ __all__ = [
     "estimated_parameters",
     "first_line",
     "freeze",
+    "frozen_asking_gradients",
     "frozen_names",
     "frozen_problem",
     "head_class",

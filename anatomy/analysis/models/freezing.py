@@ -33,8 +33,29 @@ def freeze(model, names: tuple[str, ...]) -> None:
     for name in names:
         for parameter in found[name]:
             parameter.requires_grad_(False)
+    for module in model.modules():
+        if _input_asks_gradients(module):
+            module._requires_grad = False  # as transformers' freeze_feature_encoder() leaves it
     if not any(p.requires_grad for p in model.parameters()):
         raise ModelError(_everything(names))
+
+
+def frozen_asking_gradients(model) -> list[str]:
+    """Speech models' feature encoders frozen by requires_grad alone, not by transformers' own
+    `freeze_feature_encoder()`: the encoder still asks a gradient of its input while it trains
+    (`_requires_grad`), and autograd keeps its convolutions' activations for it, which `freeze`
+    (as the method) does not."""
+    return [name for name, module in model.named_modules() if _input_asks_gradients(module)]
+
+
+def _input_asks_gradients(module) -> bool:
+    """A module of transformers' speech models (wav2vec2's feature encoder, HuBERT's, WavLM's…)
+    wholly frozen that sets its input's requires_grad while it trains (`_requires_grad`)."""
+    if getattr(module, "_requires_grad", None) is not True or \
+            not hasattr(module, "_freeze_parameters"):
+        return False
+    held = list(module.parameters())
+    return bool(held) and not any(p.requires_grad for p in held)
 
 
 def frozen_names(model) -> tuple[str, ...]:
