@@ -402,6 +402,7 @@ class AnatomyCallback(TrainerCallback):
             self.run.reporter.end(self.run.reporter.open_phase)
         self._follow_batch_size(args, state)
         self._follow_checkpointing(kwargs.get("model"))
+        self._follow_frozen(kwargs.get("model"))
         length = _sequence_length(kwargs.get("train_dataloader"))
         if length is not None and self._described is not None:
             arguments, model_name = self._described
@@ -446,6 +447,19 @@ class AnatomyCallback(TrainerCallback):
             return
         if not self._described[0].gradient_checkpointing:
             self._redescribe(TrainingArguments.of(gradient_checkpointing=True))
+
+    def _follow_frozen(self, model) -> None:
+        """Parameters the script froze once the Trainer was built, before it trains (the
+        Trainer builds its optimizer over those that train as it begins): the run is described
+        and predicted with them, its trained parameters counted again."""
+        if self._described is None or model is None or _lora_options(model) is not None:
+            return
+        frozen = ",".join(_frozen(model))
+        if not frozen or frozen == self._described[0].frozen:
+            return
+        self.run.reporter.environment(RunFacts.of(trainable_parameters=sum(
+            p.numel() for p in model.parameters() if p.requires_grad)))
+        self._redescribe(TrainingArguments.of(frozen=frozen))
 
     def _redescribe(self, changed: TrainingArguments) -> None:
         """The run described again with `changed` over what the Trainer's arguments said (and

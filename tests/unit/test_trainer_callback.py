@@ -373,3 +373,30 @@ def test_checkpointing_the_script_turned_on_itself_is_the_runs(heard, tmp_path, 
     trainer.callback_handler.on_train_begin(arguments, trainer.state, trainer.control)
     described = heard.of(protocol.Described)[-1].options
     assert described["gradient_checkpointing"] is (when != "never")
+
+
+@pytest.mark.parametrize("when", ["before the Trainer", "after the Trainer", "never"])
+def test_parameters_the_script_froze_itself_are_the_runs(heard, tmp_path, when):
+    """Parameters the script froze (`requires_grad_(False)` on its embeddings) were predicted
+    trained: 3.2 MB of gradients for 2.2 MB held on a 2-layer Llama. The run is described with
+    them frozen, by name, and its trained parameters counted, frozen before the Trainer was
+    built or after, before it trains."""
+    from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
+
+    import anatomy
+
+    config = LlamaConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=64, vocab_size=100)
+    model = LlamaForCausalLM(config)
+    if when == "before the Trainer":
+        model.model.embed_tokens.requires_grad_(False)
+    arguments = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[])
+    trainer = Trainer(model=model, args=arguments, callbacks=[anatomy.AnatomyCallback()])
+    if when == "after the Trainer":
+        model.model.embed_tokens.requires_grad_(False)
+    trainer.callback_handler.on_train_begin(arguments, trainer.state, trainer.control)
+    described = heard.of(protocol.Described)[-1].options
+    assert described.get("frozen") == (None if when == "never" else "model.embed_tokens")
+    trained = [m.facts.trainable_parameters for m in heard.of(protocol.Environment)
+               if m.facts.trainable_parameters is not None][-1]
+    assert trained == sum(p.numel() for p in model.parameters() if p.requires_grad)
