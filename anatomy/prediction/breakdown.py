@@ -99,7 +99,23 @@ def _frozen(report: RunReport, prediction: Prediction | None) -> NoPrediction | 
 def _left_out(report: RunReport, options: RunOptions) -> NoPrediction | None:
     """Why a user's training trained more than its prediction would hold (its images, its
     adapters' extras, an optimizer anatomy does not run); None where nothing is left out."""
-    return _media_left_out(report, options) or _not_predicted(report)
+    return _media_left_out(report, options) or _body_trained(report, options) or \
+        _not_predicted(report)
+
+
+def _body_trained(report: RunReport, options: RunOptions) -> NoPrediction | None:
+    """Why there is none for a user's training of a masked-LM or pre-training head (a BERT
+    trained on its masked tokens), a body that anatomy trains as its model type's task (a
+    sequence classifier): another output, another loss; None otherwise."""
+    trained = report.environment.model_class
+    if report.started_by_anatomy or not trained or not models.is_body(trained):
+        return None
+    try:
+        task = models.resolve(options.model).task
+    except models.ModelError:
+        return None  # the prediction says why it cannot build the model
+    return NoPrediction(f"it trained {trained}, a head anatomy does not train (it would "
+                        f"predict the model as {task})")
 
 
 def _media_left_out(report: RunReport, options: RunOptions) -> NoPrediction | None:

@@ -471,3 +471,34 @@ def test_a_speech_encoder_frozen_as_transformers_freezes_it_is_predicted_and_by_
     assert loop_facts.left_out == (
         "encoder.feature_extractor frozen by requires_grad alone, not freeze_feature_encoder() "
         "(its input still asks a gradient)",)
+
+
+@pytest.mark.parametrize("head", ["BertForMaskedLM", "BertForPreTraining",
+                                  "BertForSequenceClassification"])
+def test_a_users_masked_lm_is_said_not_predicted_as_a_classifier(store, tmp_path, head):
+    """A user's Trainer of a masked-LM head (BertForMaskedLM on its masked tokens) was predicted
+    as the sequence classifier anatomy trains of a config that names one (the walkthrough's
+    BERT): 4.8 MB of activations for 9.7 MB held, without a word. A body trained — a masked-LM
+    or pre-training head — is said; a task's head is predicted."""
+    import transformers
+    from transformers import BertConfig, TrainingArguments
+
+    from anatomy.engine import callbacks
+
+    config = BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=64, vocab_size=100)
+    model = getattr(transformers, head)(config)
+    training = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[],
+                                 per_device_train_batch_size=2)
+    facts = callbacks._training_facts(training, model, False)
+    run_id = store.create_run({**facts.training_arguments.to_dict(), "seq_len": 32}, "cpu-rss",
+                              "rss", 0, {"gpu_name": None}, preset="train.py",
+                              source={"kind": "script", "script": "/home/user/train.py"})
+    store.merge_environment(run_id, facts)
+    said = breakdown.predicted(report(store, run_id))
+    if head == "BertForSequenceClassification":
+        assert isinstance(said, Prediction), said
+    else:
+        assert said == breakdown.NoPrediction(
+            f"it trained {head}, a head anatomy does not train (it would predict the model as "
+            "sequence classification)")

@@ -113,6 +113,15 @@ def head_of_type(model_type: str) -> str | None:
     return None
 
 
+def is_body(class_name: str) -> bool:
+    """Whether a model class is a body rather than a task's head (the bare model, a masked-LM
+    or pre-training head): a config that names one trains its model type's task instead (the
+    walkthrough's BERT classifies sequences)."""
+    tables = auto_mappings()
+    return _task_of_class(class_name) is None and \
+        any(class_name in tables.get(m, {}).values() for m in _BODY_MAPPINGS)
+
+
 def head_task(head: str) -> str | None:
     """The task a head class trains (by transformers' tables), before the config decides
     whether a sequence-to-sequence head is an encoder-decoder."""
