@@ -41,11 +41,15 @@ def kept(spec: ModelSpec) -> RunFacts:
     return RunFacts.of(**facts)
 
 
-def trained(config: Any, class_name: str) -> RunFacts:
+def trained(config: Any, class_name: str, architecture: str | None = None) -> RunFacts:
     """What a run keeps of the model a user's Trainer trains (the callback): its class, its name
     (transformers' `name_or_path`) and, where that is a folder here, the folder; its config as
-    transformers writes it, with the class as its architecture where it names none (the head a
-    prediction builds)."""
+    transformers writes it, with the class trained as its architecture, as save_pretrained
+    writes it (the head a prediction builds): `architecture`, transformers' class that the
+    user's is or derives from, else the class itself where the config names none. The config
+    a model was loaded with names the checkpoint's head, not the one trained: a classifier
+    loaded from a causal LM's checkpoint (`AutoModelForSequenceClassification` of a Llama) says
+    LlamaForCausalLM."""
     name = getattr(config, "name_or_path", None) or None
     facts: dict[str, Any] = {"model_class": class_name, "model_name": name or class_name}
     path = local_path(name)
@@ -53,8 +57,8 @@ def trained(config: Any, class_name: str) -> RunFacts:
         facts["model_path"] = path
     if config is not None:
         model_config = json.loads(config.to_json_string())
-        if not model_config.get("architectures"):
-            model_config["architectures"] = [class_name]
+        if architecture is not None or not model_config.get("architectures"):
+            model_config["architectures"] = [architecture or class_name]
         facts["model_config"] = model_config
     return RunFacts.of(**facts)
 

@@ -640,7 +640,15 @@ def _training_facts(args, model, of_a_launch: bool = False, trainer=None,
         left_out=(_adapter_left_out(model) + _trainer_left_out(args, held)
                   + _step_left_out(trainer) + optimizer_left + _compiled(model)
                   + (_frozen_left_out(model) if lora is None else [])) or None,
-    ).merged(carried_model.trained(getattr(model, "config", None), type(base).__name__))
+    ).merged(carried_model.trained(getattr(model, "config", None), type(base).__name__,
+                                   _transformers_class(base)))
+
+
+def _transformers_class(model) -> str | None:
+    """transformers' class that the model is or derives from (a script's own subclass of
+    LlamaForCausalLM: LlamaForCausalLM); None for a model of no transformers class."""
+    return next((cls.__name__ for cls in type(model).__mro__
+                 if cls.__module__.startswith("transformers.models.")), None)
 
 
 def _lengths_said(lengths: BatchLengths) -> dict[str, int]:

@@ -107,7 +107,9 @@ def _body_trained(report: RunReport, options: RunOptions) -> NoPrediction | None
     """Why there is none for a user's training of a masked-LM or pre-training head (a BERT
     trained on its masked tokens), a body that anatomy trains as its model type's task (a
     sequence classifier): another output, another loss; None otherwise."""
-    trained = report.environment.model_class
+    config = report.environment.model_config or {}
+    named = config.get("architectures") or [report.environment.model_class]
+    trained = named[0] if isinstance(named, list) and isinstance(named[0], str) else None
     if report.started_by_anatomy or not trained or not models.is_body(trained):
         return None
     try:

@@ -502,3 +502,42 @@ def test_a_users_masked_lm_is_said_not_predicted_as_a_classifier(store, tmp_path
         assert said == breakdown.NoPrediction(
             f"it trained {head}, a head anatomy does not train (it would predict the model as "
             "sequence classification)")
+
+
+@pytest.mark.parametrize("trained", ["a classifier of a causal LM's checkpoint",
+                                     "a subclass of the script's own"])
+def test_the_head_a_user_trained_is_the_one_predicted_whatever_its_config_names(
+        store, tmp_path, trained):
+    """A classifier loaded from a causal LM's checkpoint
+    (`AutoModelForSequenceClassification.from_pretrained` of a Llama: its config still names
+    LlamaForCausalLM) was predicted as the causal LM, a vocabulary-wide output it does not
+    have: 1.9 MB of weights for 1.1 MB held. The callback records the class trained as the
+    config's architecture, as save_pretrained writes it; a script's own subclass by
+    transformers' class it derives from."""
+    from transformers import (
+        LlamaConfig,
+        LlamaForCausalLM,
+        LlamaForSequenceClassification,
+        TrainingArguments,
+    )
+
+    from anatomy.engine import callbacks
+
+    class MyLlama(LlamaForCausalLM):
+        pass
+
+    config = LlamaConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=64, vocab_size=500, pad_token_id=0, num_labels=3)
+    config.architectures = ["LlamaForCausalLM"]  # as the checkpoint's config says
+    model = (LlamaForSequenceClassification if trained.startswith("a classifier")
+             else MyLlama)(config)
+    training = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[],
+                                 per_device_train_batch_size=2)
+    facts = callbacks._training_facts(training, model, False)
+    run_id = store.create_run({**facts.training_arguments.to_dict(), "seq_len": 32}, "cpu-rss",
+                              "rss", 0, {"gpu_name": None}, preset="train.py",
+                              source={"kind": "script", "script": "/home/user/train.py"})
+    store.merge_environment(run_id, facts)
+    said = breakdown.predicted(report(store, run_id))
+    assert isinstance(said, Prediction), said
+    assert said.weights == 4 * sum(p.numel() for p in model.parameters())
