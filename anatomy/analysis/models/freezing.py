@@ -120,9 +120,10 @@ def _known(spec: ModelSpec, config_key: str) -> dict[str, frozenset[int]]:
 
 
 def _named(model) -> dict[str, list]:
-    """Each module's and parameter's dotted name, and the parameters under it."""
+    """Each module's and parameter's dotted name, and the parameters under it (a module or
+    parameter shared under two names, as tied embeddings are, by each)."""
     found: dict[str, list] = {}
-    for name, module in model.named_modules():
+    for name, module in model.named_modules(remove_duplicate=False):
         if name:
             found[name] = list(module.parameters())
     for name, parameter in model.named_parameters(remove_duplicate=False):
