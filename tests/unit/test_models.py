@@ -812,3 +812,32 @@ def test_a_quantized_models_config_is_predicted_and_run_unquantized_and_says_so(
                      "--batch-size", "1", "--seq-len", "8"]) == 0
         first = capsys.readouterr().out.splitlines()[0]
         assert first.endswith(f"; {said}") if said else "quantization" not in first
+
+
+def test_frozen_names_read_back_what_freezing_them_freezes():
+    """A model's frozen parameters named again (the largest modules wholly frozen, a parameter
+    alone in a module that trains in part) freeze the same parameters in a fresh copy; a module
+    shared under two names (tied embeddings) is frozen by either; a name of nothing, and
+    everything frozen, are refused in one line."""
+    import torch
+
+    class Shared(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(10, 4)
+            self.tied = self.embed  # the same module under a second name
+            self.blocks = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(3))
+            self.head = torch.nn.Linear(4, 2)
+
+    model = Shared()
+    models.freeze(model, ("tied", "blocks.0", "blocks.2.bias"))
+    names = models.frozen_names(model)
+    assert names == ("embed", "blocks.0", "blocks.2.bias")
+    again = Shared()
+    models.freeze(again, names)
+    assert [p.requires_grad for p in again.parameters()] == \
+        [p.requires_grad for p in model.parameters()]
+    with pytest.raises(models.ModelError, match="frozen: block names no module or parameter"):
+        models.freeze(Shared(), ("block",))
+    with pytest.raises(models.ModelError, match="freeze every parameter of the model"):
+        models.freeze(Shared(), ("embed", "blocks", "head"))
