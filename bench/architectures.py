@@ -719,7 +719,7 @@ def _depth(folder: Path) -> dict:
         spec = models.resolve(str(folder))
         row["layers"] = layers.depth_of(dict(spec.config))
         found = recordings.stand_in(spec)
-        row["traced"] = len(found[1].kept) if found else None
+        row["traced"] = len(found.repeats.kept) if found else None
     except Exception as error:  # noqa: BLE001 - the predictions below say it in their line
         row["traced"] = None
         row["stand_in"] = _one_line(error)

@@ -58,7 +58,7 @@ def test_layers_that_repeat_too_seldom_are_traced_in_full(monkeypatch):
 def test_first_layers_of_their_own_are_traced_as_they_are():
     """Qwen2 with a sliding window from its third layer on: its first two layers (full
     attention) are the first block, then the sliding layers repeat."""
-    shallow, repeats = recordings.stand_in(_sliding_from(2, 8))
+    shallow, repeats, _ = recordings.stand_in(_sliding_from(2, 8))
     assert (repeats.first, repeats.period, repeats.kept) == (2, 1, [0, 1, 2, 3, 7])
     assert repeats.traced == (0, 0, 1, 2, 3) and repeats.count == 7
     assert shallow.config["num_hidden_layers"] == 5
@@ -67,7 +67,7 @@ def test_first_layers_of_their_own_are_traced_as_they_are():
 @pytest.mark.parametrize("name", SEQ2SEQ)
 def test_an_encoder_decoders_layers_repeat_both_stacks(name):
     """Each stack's layers after its first the same: T5's and BART's are extrapolated."""
-    _, repeats = recordings.stand_in(at_depth(name, DEEP))
+    _, repeats, _ = recordings.stand_in(at_depth(name, DEEP))
     assert repeats.kept == [0, 1, 2, DEEP - 1]
 
 
@@ -80,7 +80,7 @@ def test_a_config_saved_at_24_layers_predicts_from_four(model_type, tmp_path, ca
     exited 2 where `run` trained)."""
     folder = saved(tmp_path / model_type, model_type, num_hidden_layers=24)
     assert len(json.loads((folder / "config.json").read_text())["layer_types"]) == 24
-    shallow, repeats = recordings.stand_in(models.resolve(str(folder)))
+    shallow, repeats, _ = recordings.stand_in(models.resolve(str(folder)))
     assert repeats.kept == [0, 1, 2, 23] and repeats.count == 24
     assert shallow.config["layer_types"] == ["full_attention"] * 4
     assert main(["predict", "--model", str(folder), "--device", "cpu", "--seq-len", "16",
@@ -137,7 +137,7 @@ def test_a_periodic_layer_pattern_keeps_its_period(pattern):
 def test_a_saved_alternating_pattern_is_traced_a_period_at_a_time(tmp_path):
     """Gemma 2 saved at 12 layers, sliding and full attention in turn: two layers a block."""
     folder = saved(tmp_path / "gemma2", "gemma2", num_hidden_layers=12)
-    shallow, repeats = recordings.stand_in(models.resolve(str(folder)))
+    shallow, repeats, _ = recordings.stand_in(models.resolve(str(folder)))
     assert (repeats.first, repeats.period, repeats.tail, repeats.count) == (1, 2, 1, 6)
     assert shallow.config["layer_types"] == ["sliding_attention", "full_attention"] * 4
 
@@ -148,7 +148,7 @@ def test_a_backbones_stage_names_follow_the_layers_kept(tmp_path, capsys):
     folder = saved(tmp_path / "dinov2", "dinov2", num_hidden_layers=12, image_size=32,
                    patch_size=8, out_indices=[3, 6, 9, 12])
     assert len(json.loads((folder / "config.json").read_text())["stage_names"]) == 13
-    shallow, repeats = recordings.stand_in(models.resolve(str(folder)))
+    shallow, repeats, _ = recordings.stand_in(models.resolve(str(folder)))
     assert repeats.kept == [0, 1, 2, 11]
     assert "stage_names" not in shallow.config and shallow.config["out_indices"] == [3, 4]
     assert main(["predict", "--model", str(folder), "--device", "cpu", "--batch-size", "2"]) == 0
