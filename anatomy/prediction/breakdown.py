@@ -83,17 +83,18 @@ def _frozen(report: RunReport, prediction: Prediction | None) -> NoPrediction | 
     """Why there is none for a user's training that trained another share of its model's
     parameters than the prediction's model: the script froze some itself (requires_grad=False)
     where the callback could not record which (frozen in more pieces than a run records, a
-    model under peft's adapters, parameters frozen after the Trainer was built), and their
-    gradients and states would be predicted; None where the two train the same, or the run
-    does not say."""
+    model under peft's adapters whose embeddings the script trains too), and their gradients
+    and states would be mispredicted; None where the two train the same, or the run does not
+    say."""
     facts = report.environment
     trained, parameters = facts.trainable_parameters, facts.parameters
     if trained is None or prediction is None or parameters != prediction.parameters or \
             trained == prediction.trainable_parameters:
         return None
     return NoPrediction(f"it trained {trained:,} of its {parameters:,} parameters, and anatomy "
-                        f"predicts {prediction.trainable_parameters:,} trained (the parameters "
-                        "the script froze, requires_grad=False, were not all recorded)")
+                        f"predicts {prediction.trainable_parameters:,} trained (which parameters "
+                        "the script froze or trained itself, by requires_grad, was not "
+                        "recorded)")
 
 
 def _left_out(report: RunReport, options: RunOptions) -> NoPrediction | None:

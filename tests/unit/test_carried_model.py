@@ -334,7 +334,8 @@ class _Stepper:
     ("frozen embeddings", None, None),
     ("frozen in more pieces than a run records", None,
      "it trained 13,504 of its 16,736 parameters, and anatomy predicts 16,736 trained "
-     "(the parameters the script froze, requires_grad=False, were not all recorded)")])
+     "(which parameters the script froze or trained itself, by requires_grad, was not "
+     "recorded)")])
 def test_a_scripts_own_optimizer_and_frozen_parameters_are_predicted_or_said(
         store, tmp_path, monkeypatch, given, optim, words):
     """A script's own optimizer (`Trainer(optimizers=(SGD(…, momentum=0.9), None))`) was
