@@ -35,6 +35,7 @@ from anatomy.analysis import models
 from anatomy.analysis.models import (
     CAUSAL_LM,
     IMAGE_CLASSIFICATION,
+    MASKED_LM,
     SEQ2SEQ,
     SEQUENCE_CLASSIFICATION,
     TOKEN_CLASSIFICATION,
@@ -137,7 +138,7 @@ def _sample(spec: ModelSpec, config_key: str, seq_len: int, target_len: int) -> 
         else:
             made["labels"] = (Tensor((seq_len, codebooks), COPY, "input_ids", transpose=True)
                               if codebooks else Tensor((seq_len,), COPY, "input_ids")
-                              if spec.task == CAUSAL_LM else _class_labels(spec))
+                              if spec.task in (CAUSAL_LM, MASKED_LM) else _class_labels(spec))
     return Sample(tuple(made.items()), low, high, spec.num_labels, spec.decoder_start_token_id,
                   words)
 

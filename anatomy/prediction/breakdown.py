@@ -104,14 +104,21 @@ def _left_out(report: RunReport, options: RunOptions) -> NoPrediction | None:
         _not_predicted(report)
 
 
-def _body_trained(report: RunReport, options: RunOptions) -> NoPrediction | None:
-    """Why there is none for a user's training of a masked-LM or pre-training head (a BERT
-    trained on its masked tokens), a body that anatomy trains as its model type's task (a
-    sequence classifier): another output, another loss; None otherwise."""
+def _trained_class(report: RunReport) -> str | None:
+    """The head class a user's training trained, as its carried config names it (the class
+    the callback read), else the class it recorded."""
     config = report.environment.model_config or {}
     named = config.get("architectures") or [report.environment.model_class]
-    trained = named[0] if isinstance(named, list) and isinstance(named[0], str) else None
-    if report.started_by_anatomy or not trained or not models.is_body(trained):
+    return named[0] if isinstance(named, list) and isinstance(named[0], str) else None
+
+
+def _body_trained(report: RunReport, options: RunOptions) -> NoPrediction | None:
+    """Why there is none for a user's training of a pre-training head or a bare model, a body
+    that anatomy trains as its model type's task (a sequence classifier): another output,
+    another loss; None otherwise (a masked-LM head is predicted as one)."""
+    trained = _trained_class(report)
+    if report.started_by_anatomy or not trained or not models.is_body(trained) or \
+            models.is_masked_lm(trained):
         return None
     try:
         task = models.resolve(options.model).task
@@ -199,6 +206,11 @@ def _own_options(report: RunReport) -> Iterator[RunOptions | NoPrediction]:
         # it by: "model: LlamaForCausalLM: …"), not by the folder it is read from.
         name = (report.model if report.started_by_anatomy else None) or \
             report.environment.model_class or "model"
+        trained = _trained_class(report)
+        if not report.started_by_anatomy and trained and models.is_masked_lm(trained):
+            # a user's masked-LM head trains as one; a config of anatomy's own run that
+            # names one trains its model type's task
+            config = {**config, models.TRAINED_HEAD: trained}
         with carried_model.model_folder(config, name) as folder:
             yield replace(report.options, model=folder)
         return

@@ -110,6 +110,19 @@ def test_a_token_classifier_s_cpu_prediction_is_the_real_live_tensor_peak(tmp_pa
     assert_exact(spec, case)
 
 
+def test_a_users_masked_lm_s_cpu_prediction_is_the_real_live_tensor_peak(tmp_path):
+    """A masked-LM head as a user's Trainer trains it (the carried config naming it the head
+    trained): its vocabulary-wide output on every position, with and without LoRA."""
+    path = tmp_path / "mlm.json"
+    path.write_text(json.dumps({**models.PRESETS["tiny"].config_dict(),
+                                "architectures": ["BertForMaskedLM"],
+                                models.TRAINED_HEAD: "BertForMaskedLM"}))
+    spec = models.resolve(str(path))
+    assert (spec.task, spec.head) == (models.MASKED_LM, "BertForMaskedLM")
+    assert_exact(spec, FIRST[0])
+    assert_exact(spec, FIRST[2])
+
+
 def assert_exact(spec, case) -> None:
     precision, checkpointing, accumulation, optim, rank = case
     options = StepOptions(precision, checkpointing, accumulation, optim, 2,

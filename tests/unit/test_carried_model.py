@@ -476,11 +476,13 @@ def test_a_speech_encoder_frozen_as_transformers_freezes_it_is_predicted_and_by_
 
 @pytest.mark.parametrize("head", ["BertForMaskedLM", "BertForPreTraining",
                                   "BertForSequenceClassification"])
-def test_a_users_masked_lm_is_said_not_predicted_as_a_classifier(store, tmp_path, head):
+def test_a_users_masked_lm_is_predicted_as_one_and_a_pretraining_head_said(store, tmp_path,
+                                                                           head):
     """A user's Trainer of a masked-LM head (BertForMaskedLM on its masked tokens) was predicted
     as the sequence classifier anatomy trains of a config that names one (the walkthrough's
-    BERT): 4.8 MB of activations for 9.7 MB held, without a word. A body trained — a masked-LM
-    or pre-training head — is said; a task's head is predicted."""
+    BERT): 4.8 MB of activations for 9.7 MB held, without a word. A masked-LM head is predicted
+    as one (its vocabulary-wide output); a pre-training head is said; a task's head is
+    predicted."""
     import transformers
     from transformers import BertConfig, TrainingArguments
 
@@ -497,8 +499,9 @@ def test_a_users_masked_lm_is_said_not_predicted_as_a_classifier(store, tmp_path
                               source={"kind": "script", "script": "/home/user/train.py"})
     store.merge_environment(run_id, facts)
     said = breakdown.predicted(report(store, run_id))
-    if head == "BertForSequenceClassification":
+    if head != "BertForPreTraining":
         assert isinstance(said, Prediction), said
+        assert said.weights == 4 * sum(p.numel() for p in model.parameters())
     else:
         assert said == breakdown.NoPrediction(
             f"it trained {head}, a head anatomy does not train (it would predict the model as "

@@ -13,9 +13,11 @@ from anatomy.analysis.models.spec import ModelSpec
 from anatomy.analysis.models.tasks import (
     CAUSAL_LM,
     IMAGE_CLASSIFICATION,
+    MASKED_LM,
     SEQ2SEQ,
     SEQUENCE_CLASSIFICATION,
     TOKEN_CLASSIFICATION,
+    TRAINED_HEAD,
 )
 
 # The main inputs the dummy data makes for each task (analysis/dummy_data.py): token ids; pixel
@@ -77,7 +79,7 @@ def _head_says(spec: ModelSpec, config_key: str, attribute: str) -> bool:
 # (transformers turns an old config's "gradient_checkpointing": true on at build time).
 _MACHINE_KEYS = ("model_type", "transformers_version", "torch_dtype", "dtype",
                  "attn_implementation", "_attn_implementation", "_attn_implementation_autoset",
-                 "gradient_checkpointing")
+                 "gradient_checkpointing", TRAINED_HEAD)
 
 
 def transformers_config(spec: ModelSpec):
@@ -113,7 +115,8 @@ _AUTO_CLASSES = {SEQUENCE_CLASSIFICATION: ("AutoModelForSequenceClassification",
                  CAUSAL_LM: ("AutoModelForCausalLM",),
                  IMAGE_CLASSIFICATION: ("AutoModelForImageClassification",),
                  SEQ2SEQ: ("AutoModelForSeq2SeqLM", "AutoModelForSpeechSeq2Seq"),
-                 TOKEN_CLASSIFICATION: ("AutoModelForTokenClassification",)}
+                 TOKEN_CLASSIFICATION: ("AutoModelForTokenClassification",),
+                 MASKED_LM: ("AutoModelForMaskedLM",)}
 
 
 def head_class(spec: ModelSpec):

@@ -15,9 +15,11 @@ from anatomy.analysis.models.errors import ModelError
 from anatomy.analysis.models.tasks import (
     CAUSAL_LM,
     IMAGE_CLASSIFICATION,
+    MASKED_LM,
     SEQ2SEQ,
     SEQUENCE_CLASSIFICATION,
     TOKEN_CLASSIFICATION,
+    TRAINED_HEAD,
 )
 
 # transformers' own tables of the heads (models/auto/modeling_auto.py), per task. A model type
@@ -113,6 +115,13 @@ def head_of_type(model_type: str) -> str | None:
     return None
 
 
+def is_masked_lm(class_name: str) -> bool:
+    """Whether a model class is a masked-LM head (BertForMaskedLM), which a user's Trainer
+    trains on its masked tokens (`TRAINED_HEAD`)."""
+    return _task_of_class(class_name) is None and \
+        class_name in auto_mappings().get(_ENCODER_MAPPING, {}).values()
+
+
 def is_body(class_name: str) -> bool:
     """Whether a model class is a body rather than a task's head (the bare model, a masked-LM
     or pre-training head): a config that names one trains its model type's task instead (the
@@ -141,6 +150,9 @@ def task_and_head(config: Mapping[str, Any]) -> tuple[str, str | None]:
     a body (the bare model, a masked-LM or pre-training head) trains its model type's task;
     ModelError for a bare model of two towers (CLIP), which has no task head."""
     model_type = config.get("model_type")
+    trained = config.get(TRAINED_HEAD)
+    if isinstance(trained, str) and is_masked_lm(trained):  # what a user's Trainer trained
+        return MASKED_LM, trained
     architecture = next((a for a in config.get("architectures") or () if isinstance(a, str)),
                         None)
     if architecture is not None:
