@@ -273,11 +273,7 @@ def test_a_users_trainer_that_does_what_the_prediction_does_not_is_said(
     training = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[],
                                  per_device_train_batch_size=2, **arguments)
     facts = callbacks._training_facts(training, model, False)
-    run_id = store.create_run({**facts.training_arguments.to_dict(), "seq_len": 32}, "cpu-rss",
-                              "rss", 0, {"gpu_name": None}, preset="train.py",
-                              source={"kind": "script", "script": "/home/user/train.py"})
-    store.merge_environment(run_id, facts)
-    rep = report(store, run_id)
+    rep = _stored_user_run(store, facts)
     said = breakdown.predicted(rep)
     if words is None:
         assert isinstance(said, Prediction), said
@@ -370,11 +366,7 @@ def test_a_scripts_own_optimizer_and_frozen_parameters_are_predicted_or_said(
     facts = callbacks._training_facts(training, model, False, optimizer=optimizer)
     # the Trainer's optim argument where the script's optimizer is not one it builds
     assert facts.training_arguments.optim == (optim or training.optim.value)
-    run_id = store.create_run({**facts.training_arguments.to_dict(), "seq_len": 32}, "cpu-rss",
-                              "rss", 0, {"gpu_name": None}, preset="train.py",
-                              source={"kind": "script", "script": "/home/user/train.py"})
-    store.merge_environment(run_id, facts)
-    said = breakdown.predicted(report(store, run_id))
+    said = breakdown.predicted(_stored_user_run(store, facts))
     if words is None:
         assert isinstance(said, Prediction), said
         assert said.trainable_parameters == facts.trainable_parameters  # frozen as it was
@@ -401,11 +393,7 @@ def test_a_users_eager_attention_is_recorded_and_predicted(store, tmp_path):
         model = LlamaForCausalLM._from_config(config, attn_implementation=attention)
         facts = callbacks._training_facts(training, model, False)
         assert ("attention" in facts.training_arguments.to_dict()) is (attention == "eager")
-        run_id = store.create_run({**facts.training_arguments.to_dict(), "seq_len": 32},
-                                  "cpu-rss", "rss", 0, {"gpu_name": None}, preset="train.py",
-                                  source={"kind": "script", "script": "/home/user/train.py"})
-        store.merge_environment(run_id, facts)
-        rep = report(store, run_id)
+        rep = _stored_user_run(store, facts)
         assert rep.options.attention == Attention(attention)
         said = breakdown.predicted(rep)
         assert isinstance(said, Prediction), said
@@ -494,11 +482,7 @@ def test_a_users_masked_lm_is_predicted_as_one_and_a_pretraining_head_said(store
     training = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[],
                                  per_device_train_batch_size=2)
     facts = callbacks._training_facts(training, model, False)
-    run_id = store.create_run({**facts.training_arguments.to_dict(), "seq_len": 32}, "cpu-rss",
-                              "rss", 0, {"gpu_name": None}, preset="train.py",
-                              source={"kind": "script", "script": "/home/user/train.py"})
-    store.merge_environment(run_id, facts)
-    said = breakdown.predicted(report(store, run_id))
+    said = breakdown.predicted(_stored_user_run(store, facts))
     if head != "BertForPreTraining":
         assert isinstance(said, Prediction), said
         assert said.weights == 4 * sum(p.numel() for p in model.parameters())
@@ -538,10 +522,16 @@ def test_the_head_a_user_trained_is_the_one_predicted_whatever_its_config_names(
     training = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[],
                                  per_device_train_batch_size=2)
     facts = callbacks._training_facts(training, model, False)
+    said = breakdown.predicted(_stored_user_run(store, facts))
+    assert isinstance(said, Prediction), said
+    assert said.weights == 4 * sum(p.numel() for p in model.parameters())
+
+
+def _stored_user_run(store, facts):
+    """A user's training stored as the callback stores it (its reported options at sequence
+    length 32, then its facts), read back as a report."""
     run_id = store.create_run({**facts.training_arguments.to_dict(), "seq_len": 32}, "cpu-rss",
                               "rss", 0, {"gpu_name": None}, preset="train.py",
                               source={"kind": "script", "script": "/home/user/train.py"})
     store.merge_environment(run_id, facts)
-    said = breakdown.predicted(report(store, run_id))
-    assert isinstance(said, Prediction), said
-    assert said.weights == 4 * sum(p.numel() for p in model.parameters())
+    return report(store, run_id)
