@@ -105,8 +105,12 @@ def _left_out(report: RunReport, options: RunOptions) -> NoPrediction | None:
 
 
 def _trained_class(report: RunReport) -> str | None:
-    """The head class a user's training trained, as its carried config names it (the class
-    the callback read), else the class it recorded."""
+    """The head class a user's training trained: the class it recorded where that is one of
+    transformers' tables (a run stored before the callback wrote it as the architecture),
+    else its carried config's (a script's own subclass: transformers' class it derives from)."""
+    recorded = report.environment.model_class
+    if recorded and (models.head_task(recorded) or models.is_body(recorded)):
+        return recorded
     config = report.environment.model_config or {}
     named = config.get("architectures") or [report.environment.model_class]
     return named[0] if isinstance(named, list) and isinstance(named[0], str) else None
@@ -207,10 +211,12 @@ def _own_options(report: RunReport) -> Iterator[RunOptions | NoPrediction]:
         name = (report.model if report.started_by_anatomy else None) or \
             report.environment.model_class or "model"
         trained = _trained_class(report)
-        if not report.started_by_anatomy and trained and models.is_masked_lm(trained):
-            # a user's masked-LM head trains as one; a config of anatomy's own run that
-            # names one trains its model type's task
-            config = {**config, models.TRAINED_HEAD: trained}
+        if not report.started_by_anatomy and trained:
+            # the head a user's training trained (a run stored before the callback recorded it
+            # as the architecture kept the checkpoint's); a masked-LM head trains as one, where
+            # a config of anatomy's own run that names one trains its model type's task
+            config = {**config, "architectures": [trained],
+                      **({models.TRAINED_HEAD: trained} if models.is_masked_lm(trained) else {})}
         with carried_model.model_folder(config, name) as folder:
             yield replace(report.options, model=folder)
         return

@@ -527,6 +527,35 @@ def test_the_head_a_user_trained_is_the_one_predicted_whatever_its_config_names(
     assert said.weights == 4 * sum(p.numel() for p in model.parameters())
 
 
+@pytest.mark.parametrize(("trained", "config_names"), [
+    ("LlamaForSequenceClassification", "LlamaForCausalLM"),
+    ("BertForMaskedLM", "BertForMaskedLM"),
+    ("BertForSequenceClassification", "BertForMaskedLM")])
+def test_a_run_stored_with_its_checkpoints_architecture_is_predicted_as_it_trained(
+        store, trained, config_names):
+    """A user's run stored before the callback wrote the class trained as the architecture
+    keeps its checkpoint's (a classifier of a causal LM's: LlamaForCausalLM) beside the class it
+    recorded: predicted as the class trained (its weights, not the checkpoint head's)."""
+    import transformers
+    from transformers import AutoConfig
+
+    from anatomy.store import RunFacts
+    from anatomy.store import TrainingArguments as Reported
+
+    config = AutoConfig.for_model(
+        "llama" if trained.startswith("Llama") else "bert", hidden_size=32, num_hidden_layers=1,
+        num_attention_heads=2, intermediate_size=64, vocab_size=500, pad_token_id=0)
+    config.architectures = [config_names]
+    model = getattr(transformers, trained)(config)
+    facts = RunFacts.of(training_arguments=Reported.of(batch_size=2), parameters=sum(
+        p.numel() for p in model.parameters())).merged(
+        carried_model.trained(config, trained))  # as the callback stored it before
+    assert facts.model_config["architectures"] == [config_names]
+    said = breakdown.predicted(_stored_user_run(store, facts))
+    assert isinstance(said, Prediction), said
+    assert said.weights == 4 * facts.parameters
+
+
 def _stored_user_run(store, facts):
     """A user's training stored as the callback stores it (its reported options at sequence
     length 32, then its facts), read back as a report."""
