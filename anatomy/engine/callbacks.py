@@ -454,11 +454,11 @@ class AnatomyCallback(TrainerCallback):
         and predicted with them, its trained parameters counted again."""
         if self._described is None or model is None or _lora_options(model) is not None:
             return
-        frozen = ",".join(_frozen(model))
+        frozen = _frozen(model)
         if not frozen or frozen == self._described[0].frozen:
             return
-        self.run.reporter.environment(RunFacts.of(trainable_parameters=sum(
-            p.numel() for p in model.parameters() if p.requires_grad)))
+        self.run.reporter.environment(RunFacts.of(
+            trainable_parameters=models.trained_count(model)))
         self._redescribe(TrainingArguments.of(frozen=frozen))
 
     def _redescribe(self, changed: TrainingArguments) -> None:
@@ -615,9 +615,9 @@ def _training_facts(args, model, of_a_launch: bool = False, trainer=None,
     lora = _lora_options(model)
     if lora is not None:
         arguments = arguments.merged(lora)
-    frozen = _frozen(model) if lora is None else ()
+    frozen = _frozen(model) if lora is None else None
     if frozen:
-        arguments = arguments.merged(TrainingArguments.of(frozen=",".join(frozen)))
+        arguments = arguments.merged(TrainingArguments.of(frozen=frozen))
     held = _held_type(model)
     weights = Weights.of_torch(held)
     if weights is not None:  # fp32, or a model loaded in bf16; another type is left out
@@ -636,7 +636,7 @@ def _training_facts(args, model, of_a_launch: bool = False, trainer=None,
     return RunFacts.of(
         training_arguments=arguments, world_size=world_size,
         parameters=sum(p.numel() for p in model.parameters()),
-        trainable_parameters=sum(p.numel() for p in model.parameters() if p.requires_grad),
+        trainable_parameters=models.trained_count(model),
         left_out=(_adapter_left_out(model) + _trainer_left_out(args, held)
                   + _step_left_out(trainer) + optimizer_left + _compiled(model)
                   + (_frozen_left_out(model) if lora is None else [])) or None,
@@ -657,12 +657,13 @@ def _lengths_said(lengths: BatchLengths) -> dict[str, int]:
     return {**said, "target_len": lengths.target} if lengths.target is not None else said
 
 
-def _frozen(model) -> tuple[str, ...]:
+def _frozen(model) -> str | None:
     """What the script froze itself (requires_grad=False: its embeddings, a vision tower, the
-    lower layers), by the largest modules wholly frozen; none where it froze more pieces than
-    a run records (the prediction then says it trained fewer parameters than it predicts)."""
+    lower layers), by the largest modules wholly frozen, comma-separated as a run stores it;
+    None where it froze nothing, or more pieces than a run records (the prediction then says
+    it trained fewer parameters than it predicts)."""
     names = models.frozen_names(model)
-    return names if len(names) <= models.MAX_FROZEN_NAMES else ()
+    return ",".join(names) if 0 < len(names) <= models.MAX_FROZEN_NAMES else None
 
 
 def _checkpointed(model) -> bool:
@@ -808,7 +809,7 @@ def _given_optimizer(optimizer, trainer, model) -> tuple[str | None, list[str]]:
         # of a LoRA model (AdamW(model.parameters())) it holds the adapters' alone.
         given = sum(p.numel() for group in getattr(optimizer, "param_groups", None) or ()
                     for p in group.get("params", ()) if p.requires_grad)
-        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        trainable = models.trained_count(model)
         if given != trainable:
             return None, [f"its own optimizer over {given:,} of {trainable:,} trainable "
                           "parameters"]

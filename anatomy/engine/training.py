@@ -209,7 +209,7 @@ def train_phases(reporter: Reporter, options: RunOptions, spec: ModelSpec, datas
             weights=weights_source,
             attention=getattr(model.config, "_attn_implementation", None),
             parameters=sum(p.numel() for p in model.parameters()),
-            trainable_parameters=sum(p.numel() for p in model.parameters() if p.requires_grad),
+            trainable_parameters=models.trained_count(model),
             model=spec.display_name,
             model_source=spec.source,
             task=spec.task,

@@ -55,6 +55,7 @@ from anatomy.analysis.models.freezing import (
     frozen_asking_gradients,
     frozen_names,
     frozen_problem,
+    trained_count,
 )
 from anatomy.analysis.models.heads import (
     TASK_MAPPINGS,
@@ -198,6 +199,7 @@ __all__ = [
     "task_and_head",
     "task_of",
     "token_range",
+    "trained_count",
     "transformers_config",
     "unknown_lora_targets",
     "unknown_target_words",

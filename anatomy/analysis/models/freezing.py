@@ -40,6 +40,11 @@ def freeze(model, names: tuple[str, ...]) -> None:
         raise ModelError(_everything(names))
 
 
+def trained_count(model) -> int:
+    """The model's parameters that train (requires_grad), counted once each."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
 def frozen_asking_gradients(model) -> list[str]:
     """Speech models' feature encoders frozen by requires_grad alone, not by transformers' own
     `freeze_feature_encoder()`: the encoder still asks a gradient of its input while it trains
