@@ -9,6 +9,7 @@ import os
 import sys
 
 from anatomy import __version__
+from anatomy.analysis import libraries
 from anatomy.analysis.transformers_index import index_once
 from anatomy.cli import dashboard, edit, export, import_, predict, run, runs, show, sweep, watch
 from anatomy.cli.arguments import Parser
@@ -23,6 +24,10 @@ from anatomy.store import (
 
 # In the order --help lists them.
 COMMANDS = (run, predict, runs, show, export, import_, sweep, watch, edit, dashboard)
+# The commands that build, train or trace a model: refused where a library they need is older
+# than the package declares. The others read the store alone (watch samples a command's memory;
+# the callback in that command says for itself whether it can predict).
+TRAINING_COMMANDS = (run, predict, sweep, dashboard)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -55,6 +60,11 @@ def main(argv: list[str] | None = None) -> int:
         try:
             index_once()  # a command that loads transformers (predict, sweep) reads its models once
             args = parser().parse_args(argv)  # --help and --version print here, and exit
+            trains = args.func.__module__ in {command.__name__ for command in TRAINING_COMMANDS}
+            refused = libraries.refusal() if trains else None
+            if refused is not None:
+                print(f"error: {refused}", file=sys.stderr)
+                return 2
             return args.func(args)
         finally:
             # What the buffer holds, written while a reader that left can still be told apart:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from anatomy.analysis import libraries
 from anatomy.dashboard import links, server, widgets
 from anatomy.store import BadLocation, DatabaseError, StoreError, resolve_path, store_error
 
@@ -26,6 +27,10 @@ if server.read_only():
     st.sidebar.caption(f":material/visibility: Read-only: {server.read_only()}. Runs are shown;"
                        " none is started, stopped, labelled, deleted or imported here.")
 widgets.chart_switch()
+refused = libraries.refusal()
+if refused is not None:  # as `anatomy dashboard` refuses to start: runs and predictions need them
+    st.error(f"The dashboard needs newer libraries: {refused}")
+    st.stop()
 try:
     server.manager()  # opens the store, and closes runs a dead server left running
     page.run()

@@ -19,7 +19,7 @@ import torch
 from transformers import TrainerCallback
 from transformers.trainer_callback import CallbackHandler
 
-from anatomy.analysis import carried_model, models
+from anatomy.analysis import carried_model, libraries, models
 from anatomy.analysis.dummy_data import MEDIA_INPUTS
 from anatomy.engine.figures import LinkedReader, Reader
 from anatomy.engine.predicting import Answer, Predicting
@@ -508,6 +508,11 @@ class AnatomyCallback(TrainerCallback):
         run = self.run
         locator = run.store_locator()
         if run.reporter.source.rank or run.id is None or locator is None:
+            return
+        refused = libraries.refusal()  # the prediction mirrors the declared Trainer's modules
+        if refused is not None:
+            self._predictable = False  # said once; the run is recorded all the same
+            _say(f"run {run.id}: no predicted peak for the Trainer's logs: {refused}")
             return
 
         def answered(answer: Answer) -> None:

@@ -298,3 +298,29 @@ def test_a_prediction_that_cannot_be_made_says_why_in_one_line(store):
     (answer,) = answers
     assert answer.peak is None
     assert answer.why == f"run 999 is not in the store {store.path}"
+
+
+def test_a_library_older_than_declared_is_said_and_the_run_recorded_without_a_prediction(
+        store, tmp_path):
+    """An environment whose torch is below the installed package's floor (its metadata, as pip
+    writes it, first on the path): the callback says so in one line instead of starting the
+    prediction's process, and records the run."""
+    import importlib.metadata
+
+    info = tmp_path / "site" / "anatomy-0.1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: anatomy\nVersion: 0.1.0\n"
+                                   "Requires-Dist: torch>=99\n")
+    env = _env(store)
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "site"), env["PYTHONPATH"]])
+    result = subprocess.run([sys.executable, str(SCRIPT), *SMALL, "--output-dir",
+                             str(tmp_path / "out")], capture_output=True, text=True,
+                            timeout=300, cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run,) = store.runs()
+    torch = importlib.metadata.version("torch")
+    assert (f"anatomy: run {run.id}: no predicted peak for the Trainer's logs: this environment "
+            f"holds torch {torch} (anatomy needs >=99): pip install --upgrade 'torch>=99'\n"
+            ) in result.stderr
+    assert "Traceback" not in result.stderr
+    assert run.status == "completed" and store.samples(run.id)

@@ -15,7 +15,14 @@ import weakref
 from dataclasses import dataclass, field
 
 import torch
-from torch._prims_common import is_non_overlapping_and_dense_or_false
+
+try:
+    from torch._prims_common import is_non_overlapping_and_dense_or_false
+except ImportError:  # torch before 2.11: private, and of the sizes and strides
+    from torch._prims_common import _is_non_overlapping_and_dense_or_false
+
+    def is_non_overlapping_and_dense_or_false(tensor: torch.Tensor) -> bool:
+        return _is_non_overlapping_and_dense_or_false(tensor.shape, tensor.stride())
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_leaves
 from torch.utils.weak import WeakIdKeyDictionary

@@ -1,0 +1,70 @@
+"""An environment holding a library older than the package declares (installed with --no-deps,
+downgraded since): the commands that build, train or trace a model refuse in one line naming it
+and how to mend it, the ones that read the store go on. The environment is a real one: an
+installed package's metadata, as pip writes it, first on the path."""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from anatomy.analysis import libraries
+from anatomy.cli.entry import main
+from anatomy.dashboard import ENTRY
+
+
+@pytest.fixture
+def outdated(tmp_path, monkeypatch):
+    """anatomy installed with a floor this machine's torch is below, beside an extra's floor
+    (the dashboard's, not asked for by a plain install) and a library not installed at all."""
+    info = tmp_path / "site" / "anatomy-0.1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("\n".join([
+        "Metadata-Version: 2.1", "Name: anatomy", "Version: 0.1.0",
+        "Requires-Dist: torch>=99", "Requires-Dist: transformers>=1",
+        "Requires-Dist: no-such-library>=1",
+        'Requires-Dist: streamlit>=99; extra == "dashboard"', "Provides-Extra: dashboard", ""]))
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    libraries.too_old.cache_clear()
+    yield importlib.metadata.version("torch")
+    libraries.too_old.cache_clear()
+
+
+def test_the_installed_packages_own_floors_hold_here():
+    """This environment is the one requirements.txt pins: nothing refused."""
+    libraries.too_old.cache_clear()
+    assert libraries.refusal() is None
+
+
+@pytest.mark.parametrize("command", [
+    ["predict", "--model", "tiny"],
+    ["run", "--model", "tiny", "--max-steps", "1"],
+    ["sweep", "--model", "tiny", "--vary", "batch_size=1,2"],
+    ["dashboard"],
+])
+def test_a_command_that_trains_or_predicts_names_the_library_and_the_mend(
+        outdated, command, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ANATOMY_STORE", str(tmp_path / "runs.sqlite"))
+    assert main(command) == 2
+    out, err = capsys.readouterr()
+    assert err == (f"error: this environment holds torch {outdated} (anatomy needs >=99): "
+                   "pip install --upgrade 'torch>=99'\n")
+    assert out == ""
+    assert not (tmp_path / "runs.sqlite").exists()  # nothing started, nothing stored
+
+
+def test_a_command_that_reads_the_store_goes_on(outdated, tmp_path, capsys):
+    assert main(["runs", "--store", str(tmp_path / "runs.sqlite")]) == 0
+    assert "error" not in capsys.readouterr().err
+
+
+def test_the_dashboard_says_it_instead_of_its_pages(outdated):
+    app = AppTest.from_file(str(ENTRY), default_timeout=30)
+    app.run()
+    assert not app.exception, app.exception
+    (error,) = app.error
+    assert error.value == (f"The dashboard needs newer libraries: this environment holds "
+                           f"torch {outdated} (anatomy needs >=99): pip install --upgrade "
+                           "'torch>=99'")
