@@ -20,6 +20,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
 DISTRIBUTION = "anatomy"
+DASHBOARD = "dashboard"  # the extra the dashboard's pages need
 
 
 class Outdated(NamedTuple):
@@ -34,22 +35,24 @@ class Outdated(NamedTuple):
 
 
 @functools.cache
-def too_old() -> tuple[Outdated, ...]:
-    """Each library of the package's unconditional requirements installed in a version the
-    requirement does not allow; one not installed at all is pip's to tell, and left out. Read
-    once a process (a dashboard asks on every rerun)."""
+def too_old(extras: tuple[str, ...] = ()) -> tuple[Outdated, ...]:
+    """Each library of the package's requirements, and of the `extras` asked for (the
+    dashboard's), installed in a version the requirement does not allow; one not installed at
+    all is pip's to tell, and left out. Read once a process (a dashboard asks on every rerun)."""
     try:
         declared = metadata.requires(DISTRIBUTION) or []
     except metadata.PackageNotFoundError:
-        return []
+        return ()
     found = []
     for line in declared:
         try:
             requirement = Requirement(line)
         except InvalidRequirement:
             continue
-        if requirement.marker is not None or not requirement.specifier:
-            continue  # an extra's (the dashboard's), or no version asked
+        marker = requirement.marker
+        if not requirement.specifier or (marker is not None and not any(
+                marker.evaluate({"extra": extra}) for extra in extras)):
+            continue  # no version asked, or an extra's not asked for
         try:
             installed = metadata.version(requirement.name)
             allowed = requirement.specifier.contains(Version(installed), prereleases=True)
@@ -60,10 +63,10 @@ def too_old() -> tuple[Outdated, ...]:
     return tuple(found)
 
 
-def refusal() -> str | None:
-    """One line naming every library too old and the command that mends it; None where all
-    are as declared."""
-    old = too_old()
+def refusal(extras: tuple[str, ...] = ()) -> str | None:
+    """One line naming every library too old (of the `extras` too) and the command that mends
+    it; None where all are as declared."""
+    old = too_old(extras)
     if not old:
         return None
     wanted = " ".join(f"'{library.name}{library.needed}'" for library in old)

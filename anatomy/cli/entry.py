@@ -24,10 +24,11 @@ from anatomy.store import (
 
 # In the order --help lists them.
 COMMANDS = (run, predict, runs, show, export, import_, sweep, watch, edit, dashboard)
-# The commands that build, train or trace a model: refused where a library they need is older
-# than the package declares. The others read the store alone (watch samples a command's memory;
-# the callback in that command says for itself whether it can predict).
-TRAINING_COMMANDS = (run, predict, sweep, dashboard)
+# The commands that build, train or trace a model, each with the extras it needs beside the
+# package: refused where a library they need is older than the package declares. The others
+# read the store alone (watch samples a command's memory; the callback in that command says for
+# itself whether it can predict).
+TRAINING_COMMANDS = {run: (), predict: (), sweep: (), dashboard: (libraries.DASHBOARD,)}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -60,8 +61,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             index_once()  # a command that loads transformers (predict, sweep) reads its models once
             args = parser().parse_args(argv)  # --help and --version print here, and exit
-            trains = args.func.__module__ in {command.__name__ for command in TRAINING_COMMANDS}
-            refused = libraries.refusal() if trains else None
+            extras = next((extras for command, extras in TRAINING_COMMANDS.items()
+                           if command.__name__ == args.func.__module__), None)
+            refused = None if extras is None else libraries.refusal(extras)
             if refused is not None:
                 print(f"error: {refused}", file=sys.stderr)
                 return 2

@@ -27,7 +27,7 @@ if server.read_only():
     st.sidebar.caption(f":material/visibility: Read-only: {server.read_only()}. Runs are shown;"
                        " none is started, stopped, labelled, deleted or imported here.")
 widgets.chart_switch()
-refused = libraries.refusal()
+refused = libraries.refusal((libraries.DASHBOARD,))
 if refused is not None:  # as `anatomy dashboard` refuses to start: runs and predictions need them
     st.error(f"The dashboard needs newer libraries: {refused}")
     st.stop()

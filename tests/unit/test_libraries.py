@@ -38,6 +38,16 @@ def test_the_installed_packages_own_floors_hold_here():
     assert libraries.refusal() is None
 
 
+def _refused(torch: str, dashboard: bool) -> str:
+    """The line, with the dashboard's extra where it is asked for."""
+    if not dashboard:
+        return (f"this environment holds torch {torch} (anatomy needs >=99): pip install "
+                "--upgrade 'torch>=99'")
+    streamlit = importlib.metadata.version("streamlit")
+    return (f"this environment holds torch {torch} (anatomy needs >=99), streamlit {streamlit} "
+            "(anatomy needs >=99): pip install --upgrade 'torch>=99' 'streamlit>=99'")
+
+
 @pytest.mark.parametrize("command", [
     ["predict", "--model", "tiny"],
     ["run", "--model", "tiny", "--max-steps", "1"],
@@ -46,11 +56,11 @@ def test_the_installed_packages_own_floors_hold_here():
 ])
 def test_a_command_that_trains_or_predicts_names_the_library_and_the_mend(
         outdated, command, tmp_path, monkeypatch, capsys):
+    """The dashboard's pages need its extra too; the other commands the package alone."""
     monkeypatch.setenv("ANATOMY_STORE", str(tmp_path / "runs.sqlite"))
     assert main(command) == 2
     out, err = capsys.readouterr()
-    assert err == (f"error: this environment holds torch {outdated} (anatomy needs >=99): "
-                   "pip install --upgrade 'torch>=99'\n")
+    assert err == f"error: {_refused(outdated, command == ['dashboard'])}\n"
     assert out == ""
     assert not (tmp_path / "runs.sqlite").exists()  # nothing started, nothing stored
 
@@ -65,6 +75,4 @@ def test_the_dashboard_says_it_instead_of_its_pages(outdated):
     app.run()
     assert not app.exception, app.exception
     (error,) = app.error
-    assert error.value == (f"The dashboard needs newer libraries: this environment holds "
-                           f"torch {outdated} (anatomy needs >=99): pip install --upgrade "
-                           "'torch>=99'")
+    assert error.value == f"The dashboard needs newer libraries: {_refused(outdated, True)}"
