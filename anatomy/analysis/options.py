@@ -446,7 +446,7 @@ def smoothing_words(options: RunOptions | ReportedOptions) -> str:
     return f", label smoothing {factor:g}" if factor else ""
 
 
-def precision_words(options: RunOptions | ReportedOptions) -> str:
+def option_words(options: RunOptions | ReportedOptions) -> str:
     """"bf16, bf16 weights, label smoothing 0.1, eager attention, model.embed_tokens frozen":
     the precision and what follows it in every line that names a run's options (a run that
     said no precision: "")."""

@@ -21,7 +21,7 @@ from anatomy.analysis.options import (
     ReportedOptions,
     RunOptions,
     lora_words,
-    precision_words,
+    option_words,
 )
 from anatomy.store import (
     Message,
@@ -361,7 +361,7 @@ class RunReport:
             parts.append(f"{side}×{side} images")
         elif known.seq_len is not None:
             parts.append(f"seq len {known.seq_len}")
-        extras = [precision_words(known)] if known.precision else []
+        extras = [option_words(known)] if known.precision else []
         if known.gradient_checkpointing:
             extras.append("gradient checkpointing")
         if (known.grad_accum or 1) > 1:

@@ -17,7 +17,7 @@ from anatomy.analysis.options import (
     RunOptions,
     check,
     lora_words,
-    precision_words,
+    option_words,
 )
 from anatomy.cli.arguments import add_run_options, values_from_args
 from anatomy.cli.render import SaidMeasurer, refused, table
@@ -233,7 +233,7 @@ def _run_words(options: RunOptions, predicted) -> str:
             if options.lora else "")
     quantized = models.quantization_left_out(spec.config)
     return (f"{spec.display_name} ({predicted.parameters:,} parameters, {spec.task}), batch size "
-            f"{options.batch_size}, {shape}, {precision_words(options)}, "
+            f"{options.batch_size}, {shape}, {option_words(options)}, "
             f"{options.optim}"
             f"{', gradient checkpointing' if options.gradient_checkpointing else ''}"
             f"{f', accumulation {options.grad_accum}' if options.grad_accum > 1 else ''}{lora}"

@@ -24,7 +24,7 @@ from anatomy.analysis.operations import (
     PAPER_SHARES,
     OperationProfile,
 )
-from anatomy.analysis.options import lora_words, precision_words
+from anatomy.analysis.options import lora_words, option_words
 from anatomy.analysis.report import RunReport
 from anatomy.prediction import (
     Prediction,
@@ -106,7 +106,7 @@ def user_run_basis(report: RunReport, steps: Sequence[Step] = ()) -> str:
         length = f", sequence length {options.seq_len} assumed (the training set could not be read)"
     lora = f", {lora_words(options)}" if options.lora else ""
     return (f"Predicted from what the run recorded: the model's config, batch size "
-            f"{options.batch_size}, {precision_words(options)}, "
+            f"{options.batch_size}, {option_words(options)}, "
             f"{options.optim}{lora}{length}; on "
             f"random data of that shape, as anatomy's own runs train.{_unquantized(config)}")
 
