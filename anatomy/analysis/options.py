@@ -738,9 +738,9 @@ def check(options: RunOptions, gpu_count: int, errors: Mapping[str, str] = {}, *
 def _model_errors(options: RunOptions, errors: dict[str, str], config_class: bool
                   ) -> dict[str, str]:
     """What the model cannot do: a name that resolves to nothing, sequences longer than its
-    positions, checkpointing where it has none, LoRA targets that are none of its layers, frozen
-    names that are none of its modules or freeze them all (these three load transformers, and
-    only when asked for), a dataset it cannot read."""
+    positions, checkpointing where it has none, eager attention where it has no other, LoRA
+    targets that are none of its layers, frozen names that are none of its modules or freeze
+    them all (these load transformers, and only when asked for), a dataset it cannot read."""
     found: dict[str, str] = {}
     try:
         spec = models.resolve(options.model)
@@ -767,6 +767,11 @@ def _model_errors(options: RunOptions, errors: dict[str, str], config_class: boo
                 f"gradient_checkpointing: {spec.display_name} ({spec.head or spec.model_type}) "
                 "cannot recompute its activations (transformers does not support gradient "
                 "checkpointing for it)")
+        if options.attention == Attention.EAGER and "attention" not in errors and \
+                not models.supports_sdpa(spec):
+            found["attention"] = (
+                f"attention: {spec.display_name} ({spec.head or spec.model_type}) has no sdpa "
+                "attention that eager would replace: it would change nothing (leave it sdpa)")
         if not {"lora_targets", "lora_rank"} & set(errors) and options.lora:
             targets = options.lora_targets
             unknown = models.unknown_lora_targets(spec, targets) if targets else []

@@ -321,6 +321,17 @@ def test_checkpointing_is_refused_where_the_model_has_none(tmp_path):
     assert validate(RunOptions(model=model), gpu_count=0) == {}
 
 
+def test_eager_attention_is_refused_where_the_model_has_no_other(tmp_path):
+    """A ResNet has no attention: eager was accepted and changed nothing, the run and its
+    prediction said "eager attention" of a model without any."""
+    model = _config_file(tmp_path, "resnet")
+    errors = validate(RunOptions(model=model, attention="eager"), gpu_count=0)
+    assert errors == {"attention": "attention: resnet (ResNetForImageClassification) has no "
+                                    "sdpa attention that eager would replace: it would change "
+                                    "nothing (leave it sdpa)"}
+    assert validate(RunOptions(model="tiny-llama", attention="eager"), gpu_count=0) == {}
+
+
 def test_a_long_model_name_is_one_line():
     errors = validate(RunOptions(model="x" * 5000), gpu_count=0)
     assert list(errors) == ["model"] and "5,000 characters" in errors["model"]
