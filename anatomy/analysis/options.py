@@ -133,7 +133,7 @@ class RunOptions:
     lora_targets: tuple[str, ...] = option(
         (), "LoRA targets", f"the module names the adapters wrap, or {models.ALL_LINEAR} (every "
         "linear layer but the task's output; default: the architecture's; with a LoRA rank)",
-        metavar="MODULE", example=("q_proj", "v_proj"))
+        metavar="MODULE", example=("q_proj", "v_proj"), unset="the architecture's")
     lora_dropout: Share = option(0.0, "LoRA dropout", "the dropout on the adapters' inputs "
                                  "(peft's lora_dropout: each adapted layer keeps its input "
                                  "dropped out, and the mask; with a LoRA rank)", 0, 1)
@@ -143,7 +143,7 @@ class RunOptions:
         "where a trained layer needs them), by their dotted names as named_modules writes them, "
         "each covering everything under it: embeddings, a vision tower, the lower layers "
         "(empty: every weight trains; not with LoRA, which freezes all but its adapters)",
-        metavar="MODULE", example=("model.embed_tokens", "model.layers.0"))
+        metavar="MODULE", example=("model.embed_tokens", "model.layers.0"), unset="none")
     dataset: Text = option("", "Dataset", "train on a dataset's texts instead of the dummy data: "
                            "a folder saved with save_to_disk (a Dataset or a DatasetDict), a "
                            "JSON (lines), CSV, TSV, Parquet, Arrow or text file (one text a "
@@ -505,7 +505,7 @@ class OptionField(NamedTuple):
     high: int | None = None
     choices: tuple[str, ...] | None = None
     optional: bool = False  # None is a value: `unset` says what it means
-    unset: str | None = None
+    unset: str | None = None  # what None (or a list's emptiness) means
     metavar: str | None = None
     old_names: tuple[str, ...] = ()  # names stored runs and the CLI still take (preset)
     example: tuple[str, ...] = ()  # several values, as each front writes them (LoRA targets)

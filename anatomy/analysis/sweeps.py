@@ -50,8 +50,28 @@ def parse_value(name: str, text: str) -> Any:
                          f"{'whole number' if field.whole else 'number'}") from None
 
 
+def parse_values(name: str, text: str) -> list:
+    """An option's values as typed, comma-separated (`--vary`, the Compare page's sweep form):
+    a list's empty item is a value of its own (nothing frozen, LoRA's default targets:
+    `,model.embed_tokens`), another option's a stray comma. ValueError naming a wrong one."""
+    keep_empty = FIELDS[name].kind == Kind.LIST
+    return [parse_value(name, v) for v in text.split(",") if v.strip() or keep_empty]
+
+
+def shown_value(name: str, value: Any) -> Any:
+    """A varied option's value as a sweep's lines and tables show it: a list's names
+    comma-separated, an empty one as what it means ("none" frozen, "the architecture's" LoRA
+    targets); another option's as it is."""
+    field = FIELDS[name]
+    if field.kind != Kind.LIST:
+        return value
+    names = value.split(",") if isinstance(value, str) else list(value or ())
+    return ",".join(n for n in names if n) or field.unset or "none"
+
+
 def parse_vary(specs: list[str]) -> dict[str, list]:
-    """`["batch-size=1,2,4", "precision=fp32,bf16"]` -> {"batch_size": [1, 2, 4], ...}.
+    """`["batch-size=1,2,4", "precision=fp32,bf16"]` -> {"batch_size": [1, 2, 4], ...}; a
+    list's values are one name each, its empty one none (`frozen=,lm_head`).
 
     InvalidOptions with a message per wrong spec."""
     vary: dict[str, list] = {}
@@ -68,7 +88,7 @@ def parse_vary(specs: list[str]) -> dict[str, list]:
             errors[spec] = f"--vary {spec}: {option.strip()} is varied twice"
         else:
             try:
-                vary[name] = [parse_value(name, v) for v in values.split(",") if v.strip()]
+                vary[name] = parse_values(name, values)
             except ValueError as error:
                 errors[spec] = str(error)
     if errors:

@@ -12,7 +12,7 @@ from anatomy import prediction
 from anatomy.analysis import models
 from anatomy.analysis.options import FIELDS, Checked, InvalidOptions, validated
 from anatomy.analysis.report import report
-from anatomy.analysis.sweeps import SweepGrid, grid, parse_vary
+from anatomy.analysis.sweeps import SweepGrid, grid, parse_vary, shown_value
 from anatomy.cli.arguments import (
     add_run_options,
     add_store_option,
@@ -36,7 +36,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_run_options(sweep)
     sweep.add_argument("--vary", action="append", metavar="OPTION=V1,V2,…",
                        help="an option and its values, e.g. batch-size=1,2,4 or precision=fp32,bf16"
-                            " or gradient-checkpointing=off,on (once or twice)")
+                            " or gradient-checkpointing=off,on (once or twice); a list's values"
+                            " are one name each, an empty one none: frozen=,model.embed_tokens")
     sweep.add_argument("--until-oom", action="store_true",
                        help="with --vary batch-size: keep doubling past the list until a run is out"
                             " of memory")
@@ -53,7 +54,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def _values_text(values: dict) -> str:
-    return ", ".join(f"{k}={v}" for k, v in values.items())
+    return ", ".join(f"{k}={shown_value(k, v)}" for k, v in values.items())
 
 
 def _sweep_printer(sweep: Sweep, out: TextIO, closed: list[OSError]
@@ -94,7 +95,7 @@ def _sweep_printer(sweep: Sweep, out: TextIO, closed: list[OSError]
 
 def _print_grid(result: SweepGrid) -> None:
     names = list(result.vary)
-    rows = [[r.run, *(r.values[n] for n in names), r.status,
+    rows = [[r.run, *(shown_value(n, r.values[n]) for n in names), r.status,
              r.peak_mb if r.peak_mb is not None else "",
              f"{r.samples_per_second:.2f}" if r.samples_per_second is not None else "",
              f"{r.time_s:.2f}" if r.time_s is not None else ""] for r in result.runs]

@@ -8,7 +8,15 @@ import threading
 import pytest
 
 from anatomy.analysis.options import Checked, InvalidOptions, RunOptions
-from anatomy.analysis.sweeps import SweepGrid, SweepRun, grid, largest_fitting, parse_vary, plan
+from anatomy.analysis.sweeps import (
+    SweepGrid,
+    SweepRun,
+    grid,
+    largest_fitting,
+    parse_vary,
+    plan,
+    shown_value,
+)
 from anatomy.engine.manager import DeviceBusy, RunManager
 from anatomy.engine.sweep import Sweep
 from anatomy.store import Sample, Store
@@ -143,6 +151,20 @@ def test_vary_is_parsed_by_each_options_type():
         "lora-dropout, frozen, dataset, split, text-column, tokenizer, padding, max-length)",
         "--vary seq-len: write OPTION=V1,V2,… (e.g. batch-size=1,2,4)",
         "--vary grad_accum=2: grad_accum is varied twice"]
+
+
+def test_a_lists_empty_value_is_a_run_of_its_own_and_said_as_what_it_means(store):
+    """`--vary frozen=,model.embed_tokens`: the run with nothing frozen beside the frozen one
+    (the empty value was dropped: one run planned, no baseline); a stray comma elsewhere is
+    still dropped."""
+    assert parse_vary(["frozen=,model.embed_tokens", "batch-size=2,,4"]) == {
+        "frozen": ["", "model.embed_tokens"], "batch_size": [2, 4]}
+    planned = plan(TINY, parse_vary(["frozen=,bert.embeddings"]), False, gpu_count=0)
+    assert [p.options.frozen for p in planned] == [(), ("bert.embeddings",)]
+    assert [shown_value("frozen", v) for v in ((), ("a", "b"), "a,b", "")] == [
+        "none", "a,b", "a,b", "none"]
+    assert shown_value("lora_targets", ()) == "the architecture's"
+    assert shown_value("batch_size", 4) == 4
 
 
 def test_until_oom_doubles_past_the_list_until_a_run_is_out_of_memory(store):

@@ -12,7 +12,14 @@ from anatomy.analysis import transfer
 from anatomy.analysis.compare import differing_options
 from anatomy.analysis.options import FIELDS, InvalidOptions, Kind
 from anatomy.analysis.report import PHASES, RunReport, report
-from anatomy.analysis.sweeps import LADDER, SweepGrid, grid, parse_value
+from anatomy.analysis.sweeps import (
+    LADDER,
+    SweepGrid,
+    grid,
+    parse_value,
+    parse_values,
+    shown_value,
+)
 from anatomy.dashboard import server, widgets
 from anatomy.engine.manager import DeviceBusy
 from anatomy.units import in_mib
@@ -181,7 +188,7 @@ def _vary_values(name: str, has_gpu: bool) -> list:
         return [parse_value(name, c) for c in chosen]
     text = st.text_input(f"{field.label}: values", SUGGESTED.get(name, ""), key=key,
                          help="comma-separated, e.g. 1,2,4,8")
-    return [parse_value(name, word) for word in text.split(",") if word.strip()]
+    return parse_values(name, text) if text.strip() else []
 
 
 def _sweep_form() -> None:
@@ -263,7 +270,7 @@ def sweep_progress(sweep_id: int) -> None:
 
 def _sweep_table(result: SweepGrid) -> None:
     names = list(result.vary)
-    widgets.table([{"Run": r.run, **{FIELDS[n].label: r.values[n] for n in names},
+    widgets.table([{"Run": r.run, **{FIELDS[n].label: shown_value(n, r.values[n]) for n in names},
                    "Status": r.status, in_mib("Peak"): r.peak_mb,
                    "Samples/second": r.samples_per_second, "Time (s)": r.time_s}
                   for r in result.runs], hide_index=True, key=f"sweep_runs_{result.sweep}",
