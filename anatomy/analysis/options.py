@@ -661,7 +661,7 @@ def _rule_errors(options: RunOptions, errors: dict[str, str]) -> dict[str, str]:
 def located(text: str, model: bool = False) -> str:
     """A file option's value as a run stores it (RunOptions.located): an absolute path where it
     names a file or folder here, else as given (a `model`'s preset names itself first)."""
-    if not text or (model and text in PRESETS):
+    if not text or (model and models.is_preset(text)):
         return text
     try:
         path = Path(text).expanduser()

@@ -68,7 +68,7 @@ def _asked(model: str | None, question: Callable[[models.ModelSpec], bool],
     """`question` of the model a form names; `presets` for none or a shipped preset, which are
     not asked (asking loads transformers: seconds, on the form's first draw), and for a model
     that cannot be resolved (judged when the form is sent)."""
-    if not model or model in models.PRESETS:
+    if not model or models.is_preset(model):
         return presets
     try:
         return question(models.resolve(model))

@@ -71,6 +71,26 @@ def test_a_config_file_and_a_model_folder(tmp_path):
     assert validate(RunOptions(model=str(folder), seq_len=16), gpu_count=0) == {}
 
 
+def test_a_folder_named_as_a_preset_is_the_folder_as_transformers_reads_it(tmp_path,
+                                                                            monkeypatch):
+    """`save_pretrained("gpt2")` of a user's small GPT-2, then `--model gpt2` beside it: it was
+    the shipped 124 M parameter preset (2.1 GiB predicted for a 5 MiB model), where
+    `from_pretrained("gpt2")` reads the folder. A folder of that name without a config is no
+    model: the preset still."""
+    from transformers import GPT2Config
+
+    monkeypatch.chdir(tmp_path)
+    GPT2Config(n_embd=64, n_layer=2, n_head=2, vocab_size=1000, n_positions=256,
+               architectures=["GPT2LMHeadModel"]).save_pretrained("gpt2")
+    mine = models.resolve("gpt2")
+    assert (mine.source, mine.config["n_embd"]) == ("model folder", 64)
+    # the run stores it by its path, as any folder's (run again from elsewhere: the same model)
+    assert RunOptions(model="gpt2").located().model == str(tmp_path / "gpt2")
+    (tmp_path / "tiny").mkdir()
+    assert models.resolve("tiny").source == "preset"
+    assert RunOptions(model="tiny").located().model == "tiny"
+
+
 @pytest.mark.parametrize("name, shown", [
     ("Meta-Llama-3.1-8B-Instruct", "Meta-Llama-3.1-8B-Instruct"), ("Qwen2.5-0.5B", "Qwen2.5-0.5B"),
     ("Qwen2.5-0.5B/config.json", "Qwen2.5-0.5B"), ("phi-3.5.json", "phi-3.5")])

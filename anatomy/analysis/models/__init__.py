@@ -83,6 +83,7 @@ from anatomy.analysis.models.lora import (
 from anatomy.analysis.models.names import (
     CONFIG_MAX_BYTES,
     MAX_NAME,
+    is_preset,
     named_quantization,
     own_tokenizer,
     resolve,
@@ -187,6 +188,7 @@ __all__ = [
     "lora_target_modules",
     "main_input",
     "materialise",
+    "is_preset",
     "named_quantization",
     "own_tokenizer",
     "number_text",

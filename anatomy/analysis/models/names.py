@@ -115,9 +115,22 @@ def _adapter_words(folder: Path, model: str) -> str | None:
     return f"{said}: name its base model with its adapters (--model {short(str(base))} {options})"
 
 
+def is_preset(model: str) -> bool:
+    """Whether `model` names a shipped preset: its name, and no config file or model folder of
+    that name here (one is that file, as transformers' `from_pretrained("gpt2")` reads a folder
+    ./gpt2 before the Hub's)."""
+    if model not in PRESETS:
+        return False
+    path = Path(model)
+    try:
+        return not (path.is_file() or (path.is_dir() and _config_of_folder(path).is_file()))
+    except OSError:
+        return True
+
+
 @lru_cache(maxsize=256)
 def _resolve(model: str, version: tuple[int, int] | None) -> ModelSpec:
-    if model in PRESETS:
+    if is_preset(model):
         preset = PRESETS[model]
         return ModelSpec(model, ModelSource.PRESET, preset.config_dict(), preset.config_path, preset.hub_id)
     path = Path(model).expanduser()
@@ -157,8 +170,9 @@ def resolve(model: str) -> ModelSpec:
                          f"id (at most {MAX_NAME:,})")
     path = Path(model).expanduser()
     try:
-        # A file's version: rewritten within a second, it is another file (st_mtime would not tell)
-        stat = path.stat() if model not in PRESETS and path_exists(path) else None
+        # A file's version: rewritten within a second, it is another file (st_mtime would not
+        # tell).
+        stat = path.stat() if not is_preset(model) and path_exists(path) else None
         version = (stat.st_mtime_ns, stat.st_size) if stat is not None else None
         if path.is_dir() and _config_of_folder(path).is_file():
             inner = _config_of_folder(path).stat()
