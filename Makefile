@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run cli check test lint gpu-test clean
+.PHONY: run cli check test floors lint gpu-test clean
 
 # The pinned requirements, then the package itself, editable: `.venv/bin/anatomy` and
 # `.venv/bin/python examples/plain_loop.py` run this clone's code from anywhere.
@@ -48,10 +48,23 @@ test: $(STAMP)
 	$(BYTECODE)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) $(XDIST)
 
+# The unit tier again on the oldest versions pyproject.toml allows of the libraries whose own
+# modules the prediction mirrors (tools/floors.py reads them there): pip keeps what a user's
+# environment holds where it satisfies a floor, so a floor must be a version that works. torch
+# stays the CPU build on disk (its floor, 2.10, was run by hand: docs/RELIABILITY.md).
+FLOORED := transformers peft accelerate datasets
+FLOORS_VENV := .venv-floors
+floors: $(STAMP)
+	test -x $(FLOORS_VENV)/bin/python || $(PYTHON) -m venv $(FLOORS_VENV)
+	$(FLOORS_VENV)/bin/python -m pip install -q -r requirements-dev.txt
+	$(FLOORS_VENV)/bin/python -m pip install -q $$($(BIN)/python tools/floors.py $(FLOORED))
+	$(FLOORS_VENV)/bin/python -m pip install -q --no-deps -e .
+	$(FLOORS_VENV)/bin/python -m pytest -q -n auto $(XDIST) -p no:cacheprovider tests/unit
+
 # ruff, and the layers and import rules of pyproject.toml's [tool.importlinter] (docs/ARCHITECTURE.md).
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports --no-cache
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) $(FLOORS_VENV) .pytest_cache

@@ -101,3 +101,24 @@ def resnet_config(folder: Path, width: int = 8, image_size: int = 32) -> Path:
     path = folder / "config.json"
     path.write_text(json.dumps(config))
     return path
+
+
+def transformers_below(version: str) -> bool:
+    """Whether the installed transformers is older than `version`: a test of a model that
+    transformers broke or lacked before it is skipped at the package's floor (make floors)."""
+    import transformers
+    from packaging.version import Version
+
+    return Version(transformers.__version__) < Version(version)
+
+
+def skip_unknown_model_types(*model_types: str) -> None:
+    """Skips the test where the installed transformers lacks one of `model_types` (a model added
+    after the package's floor, make floors)."""
+    import pytest
+    import transformers
+    from transformers import CONFIG_MAPPING
+
+    missing = [t for t in model_types if t not in CONFIG_MAPPING]
+    if missing:
+        pytest.skip(f"transformers {transformers.__version__} has no {', '.join(missing)}")

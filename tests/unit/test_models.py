@@ -22,6 +22,7 @@ from anatomy.analysis.models import (
 )
 from anatomy.analysis.options import RunOptions, validate
 from tests.conftest import small_ner_config
+from tests.helpers import skip_unknown_model_types, transformers_below
 
 TINY = ("tiny", "tiny-gpt2", "tiny-llama", "tiny-qwen2", "tiny-vit")
 # The published models' parameter counts (with the head the task adds: 2 labels for BERT's
@@ -416,6 +417,9 @@ def test_small_configs_keep_the_configs_own_constraints():
     more than its experts, a number where the defaults leave None and the model reads one."""
     from bench.architectures import architectures, small_config
 
+    skip_unknown_model_types("bailing_hybrid", "dots1", "dots3_note_text", "esm", "hrm_text",
+                             "hunyuan_v1_dense", "kimi_linear", "nllb-moe", "perceiver",
+                             "speecht5", "zamba2")
     heads = dict(architectures())
     dots1 = small_config("dots1", heads["dots1"])  # 32 heads of a width scaled to 144
     assert dots1["hidden_size"] % dots1["num_attention_heads"] == 0
@@ -447,7 +451,9 @@ def test_small_configs_keep_the_configs_own_constraints():
 
 @pytest.mark.parametrize("model_type", [
     "nemotron",  # key-value heads None by default, read by the model
-    "cohere_compass_text",  # no rope settings by default, read per layer type
+    pytest.param("cohere_compass_text", marks=pytest.mark.skipif(
+        transformers_below("5.21"), reason="transformers 5.20's own fails at a small size")),
+    # no rope settings by default, read per layer type
     "reformer",  # trains only on sequences as long as its axial positions' product
     "dbrx",  # its attention reads settings its config class no longer names
     "speech-encoder-decoder",  # its encoder's own input, found by the encoder config's class

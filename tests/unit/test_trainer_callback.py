@@ -362,14 +362,17 @@ def test_checkpointing_the_script_turned_on_itself_is_the_runs(heard, tmp_path, 
     config = LlamaConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                          intermediate_size=64, vocab_size=100)
     model = LlamaForCausalLM(config)
+    # the model's own method: activation_checkpointing_enable since transformers 5.23, whose
+    # gradient_checkpointing_enable is its deprecated alias
+    turn_on = getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)
     if when in ("before the Trainer", "under LoRA"):
-        model.activation_checkpointing_enable()
+        turn_on()
     if when == "under LoRA":
         model = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
     arguments = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[])
     trainer = Trainer(model=model, args=arguments, callbacks=[anatomy.AnatomyCallback()])
     if when == "after the Trainer":
-        model.activation_checkpointing_enable()
+        turn_on()
     trainer.callback_handler.on_train_begin(arguments, trainer.state, trainer.control)
     described = heard.of(protocol.Described)[-1].options
     assert described["gradient_checkpointing"] is (when != "never")
