@@ -38,9 +38,11 @@ def test_a_router_made_from_the_weights_is_read_as_evenly_routed():
     (`tolist`), then the tokens grouped by expert: a trace answers it, as for the real run's
     total of tokens over the experts."""
     experts, top_k, tokens = 4, 2, 12
+    # the weights and the hidden states come from outside the trace, their values unknown (made
+    # inside, torch.empty is a fake tensor of values, which from_tensor keeps since torch 2.14)
+    weight, hidden = torch.empty(experts, 8), torch.empty(tokens, 8)
     with FakeTensorMode() as mode, DataValues():
-        weight = mode.from_tensor(torch.empty(experts, 8))
-        hidden = mode.from_tensor(torch.empty(tokens, 8))
+        weight, hidden = mode.from_tensor(weight), mode.from_tensor(hidden)
         logits = hidden @ weight.T
         _, chosen = logits.topk(top_k, dim=1)
         gates = torch.zeros(tokens, experts).scatter(1, chosen, 1)
