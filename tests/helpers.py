@@ -122,3 +122,15 @@ def skip_unknown_model_types(*model_types: str) -> None:
     missing = [t for t in model_types if t not in CONFIG_MAPPING]
     if missing:
         pytest.skip(f"transformers {transformers.__version__} has no {', '.join(missing)}")
+
+
+def installed_anatomy(folder: Path, *requires: str) -> Path:
+    """A folder holding anatomy's metadata as pip writes it for an install, with `requires` as
+    its requirements: first on the path, it is the environment's anatomy (analysis/libraries.py
+    reads its floors there)."""
+    info = folder / "anatomy-0.1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("\n".join([
+        "Metadata-Version: 2.1", "Name: anatomy", "Version: 0.1.0",
+        *(f"Requires-Dist: {line}" for line in requires), "Provides-Extra: dashboard", ""]))
+    return folder

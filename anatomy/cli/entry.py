@@ -28,7 +28,8 @@ COMMANDS = (run, predict, runs, show, export, import_, sweep, watch, edit, dashb
 # package: refused where a library they need is older than the package declares. The others
 # read the store alone (watch samples a command's memory; the callback in that command says for
 # itself whether it can predict).
-TRAINING_COMMANDS = {run: (), predict: (), sweep: (), dashboard: (libraries.DASHBOARD,)}
+TRAINING_COMMANDS = {command.__name__: extras for command, extras in (
+    (run, ()), (predict, ()), (sweep, ()), (dashboard, (libraries.DASHBOARD,)))}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -61,8 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             index_once()  # a command that loads transformers (predict, sweep) reads its models once
             args = parser().parse_args(argv)  # --help and --version print here, and exit
-            extras = next((extras for command, extras in TRAINING_COMMANDS.items()
-                           if command.__name__ == args.func.__module__), None)
+            extras = TRAINING_COMMANDS.get(args.func.__module__)  # the command's module
             refused = None if extras is None else libraries.refusal(extras)
             if refused is not None:
                 print(f"error: {refused}", file=sys.stderr)

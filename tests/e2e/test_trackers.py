@@ -20,7 +20,7 @@ from anatomy.store import Store
 from anatomy.units import MIB
 from tests.conftest import PROJECT
 from tests.e2e.conftest import trainer_example
-from tests.helpers import free_port, wait_until
+from tests.helpers import free_port, installed_anatomy, wait_until
 
 SCRIPT = PROJECT / "examples" / "trainer_script.py"
 SMALL = ["--steps", "3", "--seq-len", "16", "--batch-size", "4"]
@@ -307,12 +307,9 @@ def test_a_library_older_than_declared_is_said_and_the_run_recorded_without_a_pr
     prediction's process, and records the run."""
     import importlib.metadata
 
-    info = tmp_path / "site" / "anatomy-0.1.0.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: anatomy\nVersion: 0.1.0\n"
-                                   "Requires-Dist: torch>=99\n")
+    site = installed_anatomy(tmp_path / "site", "torch>=99")
     env = _env(store)
-    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "site"), env["PYTHONPATH"]])
+    env["PYTHONPATH"] = os.pathsep.join([str(site), env["PYTHONPATH"]])
     result = subprocess.run([sys.executable, str(SCRIPT), *SMALL, "--output-dir",
                              str(tmp_path / "out")], capture_output=True, text=True,
                             timeout=300, cwd=tmp_path, env=env)

@@ -13,20 +13,16 @@ from streamlit.testing.v1 import AppTest
 from anatomy.analysis import libraries
 from anatomy.cli.entry import main
 from anatomy.dashboard import ENTRY
+from tests.helpers import installed_anatomy
 
 
 @pytest.fixture
 def outdated(tmp_path, monkeypatch):
     """anatomy installed with a floor this machine's torch is below, beside an extra's floor
     (the dashboard's, not asked for by a plain install) and a library not installed at all."""
-    info = tmp_path / "site" / "anatomy-0.1.0.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text("\n".join([
-        "Metadata-Version: 2.1", "Name: anatomy", "Version: 0.1.0",
-        "Requires-Dist: torch>=99", "Requires-Dist: transformers>=1",
-        "Requires-Dist: no-such-library>=1",
-        'Requires-Dist: streamlit>=99; extra == "dashboard"', "Provides-Extra: dashboard", ""]))
-    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    site = installed_anatomy(tmp_path / "site", "torch>=99", "transformers>=1",
+                             "no-such-library>=1", 'streamlit>=99; extra == "dashboard"')
+    monkeypatch.syspath_prepend(str(site))
     libraries.too_old.cache_clear()
     yield importlib.metadata.version("torch")
     libraries.too_old.cache_clear()
