@@ -334,14 +334,19 @@ def _column(rows, text: str, split: str, column: str) -> tuple[str, bool]:
     """The column of texts (a prompt-completion pair's two, joined by PAIR_JOIN) and whether it
     holds conversations (`_conversations`)."""
     names = rows.column_names
+    columns = f"({split}: its columns are {', '.join(names) or 'none'})"
     if not column:
         column = next((c for c in (DEFAULT_COLUMN, CHAT_COLUMN) if c in names), None) or (
-            PAIR_JOIN.join(PAIR_COLUMNS) if set(PAIR_COLUMNS) <= set(names) else DEFAULT_COLUMN)
+            PAIR_JOIN.join(PAIR_COLUMNS) if set(PAIR_COLUMNS) <= set(names) else "")
+    if not column:  # the user named none, and none of the usual names is there
+        usual = ", ".join((DEFAULT_COLUMN, CHAT_COLUMN, PAIR_JOIN.join(PAIR_COLUMNS)))
+        raise DataError("text_column", f"{_shown(text)} has no column of a usual name ({usual}) "
+                        f"{columns}: name the column of texts")
     parts = _parts(column, names)
     for part in parts:
         if part not in names:
             raise DataError("text_column", f"{_shown(part)} is not a column of {_shown(text)} "
-                            f"({split}: its columns are {', '.join(names) or 'none'})")
+                            f"{columns}")
     kinds = {_one_column(rows, text, part) for part in parts}
     if len(kinds) > 1:
         raise DataError("text_column", f"{_shown(column)} of {_shown(text)} joins text and "
