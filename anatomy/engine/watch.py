@@ -218,6 +218,10 @@ def why_not_runnable(program: str) -> str | None:
     interpreter (its `#!` line) is missing. None when it looks runnable."""
     path = shutil.which(program)
     if path is None:
+        if os.path.isfile(program):  # a file the shell would not run either: name its interpreter
+            if program.endswith(".py"):
+                return f"a Python script, not a command: run it as python {program}"
+            return "a file that is not executable: make it so (chmod +x), or run its interpreter"
         return "no such command or not executable"
     try:
         with open(path, "rb") as script:
