@@ -62,6 +62,20 @@ def test_the_live_page_offers_every_run_option_with_the_machines_defaults(gpus, 
     assert "No run in progress" in app.info[0].value
 
 
+@pytest.mark.parametrize("gpus", [0, 1, 2])
+def test_the_forms_columns_are_of_like_lengths_so_the_buttons_come_soon(gpus, fake_machine):
+    """The buttons come below the form's longest column: with every field not placed by name
+    in the last one, it held 14 fields beside 4, and Start sat a laptop's screen below the
+    model. Every field is drawn once, and no column holds twice another's fields."""
+    fake_machine(gpus)
+    app = _app().run()
+    columns = [[w.key for w in column.children.values()] for column in app.columns[:4]]
+    drawn = [key for column in columns for key in column]
+    assert len(drawn) == len(set(drawn)) and "option_model" in columns[0]
+    lengths = [len(column) for column in columns]
+    assert max(lengths) <= 2 * min(lengths), columns
+
+
 def test_a_wrong_value_is_named_under_its_field_and_nothing_starts(store):
     app = _app().run()
     app.number_input(key="option_batch_size").set_value(0)

@@ -27,11 +27,14 @@ from anatomy.views.figures import live as figures
 from anatomy.vocabulary import Backend, Phase, Status
 
 REFRESH_SECONDS = widgets.LIVE_REFRESH_SECONDS
-# The form's columns: the model and the data, the training, then every other field in FIELDS
-# order, so that a field added to the engine shows up in the form by itself.
+# The form's columns: the model and its inputs' shape, the training, the dataset, then every
+# other field (the sampling, the devices, what trains) in FIELDS order, so that a field added to
+# the engine shows up in the form by itself. Their lengths kept near one another: the buttons
+# come below the longest.
 FIRST_COLUMNS = (
-    ("model", "batch_size", "seq_len", "dataset_size"),
-    ("epochs", "max_steps", "precision", "optim", "grad_accum"),
+    ("model", "batch_size", "seq_len", "target_len", "dataset_size", "weights", "attention",
+     "gradient_checkpointing"),
+    ("epochs", "max_steps", "precision", "optim", "grad_accum", "label_smoothing", "seed"),
     DATA_FIELDS,
 )
 
