@@ -236,6 +236,23 @@ def test_bars_side_by_side_and_a_waterfalls_running_totals():
     assert names == ["weights", "gradients", "never held at once", "peak"]
 
 
+def test_category_names_too_wide_for_their_slots_are_written_under_every_other_one():
+    """A dataset's lengths in 16 bins ("93–100", "101–108", …): each name wider than its slot
+    ran into the next ("93–100101–108109–116"). Every bar is drawn; the names written under
+    them are every second one (every one where they fit), none overlapping the next."""
+    import plotly.graph_objects as go
+
+    for count, every in ((16, 2), (6, 1)):
+        names = [f"{8 * i + 5:,}–{8 * i + 12:,}" for i in range(count)]
+        root = _of(go.Figure(go.Bar(x=names, y=list(range(1, count + 1)))))
+        assert [b.get("data-category") for b in _all(root, "rect", "bar")] == names
+        ticks = _all(root, "text", "x-tick")
+        assert [t.text for t in ticks] == names[::every]
+        middles = [float(t.get("x")) for t in ticks]
+        widest = max(len(n) for n in names) * svg.TICK_FONT_PX * 0.55
+        assert min(b - a for a, b in zip(middles, middles[1:])) > widest
+
+
 @pytest.mark.parametrize("change", ["symbol", "stacked", "template", "inside", "heatmap",
                                     "ticks"])
 def test_what_the_picture_cannot_draw_as_the_chart_does_is_refused(change):

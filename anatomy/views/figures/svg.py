@@ -315,7 +315,7 @@ def picture(figure: go.Figure, width: int = WIDTH_PX) -> str:
         x = float(x_axis.px(value))
         out += _tick("x-tick", (x, x, top, top + plot_height), (x, top + plot_height + 16),
                      "middle", value if bars else tick_text(value, x_ticks),
-                     grid=not bars, room=x_axis.step if bars else None)
+                     grid=not bars, room=x_axis.step * x_axis.every if bars else None)
     out.append(f'<rect x="{left}" y="{top}" width="{plot_width}" height="{plot_height}" '
                f'fill="none" stroke="{AXIS_COLOUR}"/>')
     # The lines and rules, then the markers over them; nothing drawn outside the plot but the
@@ -381,8 +381,17 @@ class Categories(NamedTuple):
     def data_range(self) -> tuple[float, float]:
         return (-0.5, len(self.names) - 0.5)
 
+    @property
+    def every(self) -> int:
+        """Every how many categories a name is written under its slot: each where the longest
+        word of a name fits a slot (a label breaks between words, not inside one), else every
+        second, third… so that no two run into one another (Plotly tilts them instead, which
+        the picture's room below the plot leaves no space for)."""
+        word = max((len(w) for name in self.names for w in name.split(" ")), default=0)
+        return max(1, math.ceil((word * TICK_FONT_PX * 0.55 + 4) / self.step))
+
     def ticks(self, count: int) -> list[str]:
-        return self.names
+        return self.names[::self.every]
 
 
 class BarColumn(NamedTuple):
