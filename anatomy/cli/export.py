@@ -40,7 +40,8 @@ def _unwritable(path: Path) -> str | None:
         return "it is a directory"
     folder = path.absolute().parent
     if not folder.is_dir():
-        return f"its directory {folder} does not exist"
+        return f"{folder} is not a directory" if folder.exists() else \
+            f"its directory {folder} does not exist"
     if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
         return "it cannot be written here (permissions, or read-only media)"
     if path.is_file() and _is_sqlite(path):  # `--output runs.sqlite`: every run of it lost

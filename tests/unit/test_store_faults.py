@@ -169,6 +169,14 @@ def test_an_export_to_a_folder_that_does_not_exist_is_refused_before_any_work(st
     assert one_line(err) == (f"error: cannot write {missing / 'x.html'}: its directory "
                              f"{missing} does not exist\n")
     assert not missing.exists()
+    # Under a file: that file is no directory (it exists: "does not exist" was wrong).
+    page = tmp_path / "page.html"
+    page.write_text("kept")
+    code, _, err = _main(capsys, "export", str(run_id), "--format", "json", "--output",
+                         str(page / "x.json"), "--store", str(store.path))
+    assert code == 2
+    assert one_line(err) == f"error: cannot write {page / 'x.json'}: {page} is not a directory\n"
+    assert page.read_text() == "kept"
 
 
 @pytest.mark.parametrize("format", ["json", "csv", "html"])
