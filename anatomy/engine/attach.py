@@ -818,6 +818,9 @@ def start(name: str | None = None, *, sample_rate: int = DEFAULT_SAMPLE_RATE,
             raise ValueError(f"sample_rate: {sample_rate} is out of range: 1 to 2000")
         if store is not None and not isinstance(store, (str, os.PathLike)):
             raise ValueError(f"store: must be a path, got {checks.shown(store)}")
+        if store is not None and not os.fspath(store).strip():  # as --store '' is refused
+            raise ValueError("store: an empty path names no store: give a file, or leave store "
+                             "out for the default")
         if store is not None:
             try:
                 resolve_path(store)

@@ -98,6 +98,9 @@ def test_a_launchers_rank_and_world_size_are_read_as_ascii_digits(rank, local, w
     ({"sample_rate": "fast"}, "sample_rate: must be a number of samples a second, got 'fast'"),
     ({"sample_rate": None}, "sample_rate: must be a number of samples a second, got None"),
     ({"store": 5}, "store: must be a path, got 5"),
+    # recorded into the default store without a word, where `--store ''` is refused
+    ({"store": " "}, "store: an empty path names no store: give a file, or leave store out for "
+                     "the default"),
     ({"name": 5}, "name: must be text, got 5"),
     ({"name": "caf\udce9"}, "name: holds the byte 0xe9, which is not UTF-8 text"),
     ({"name": "red\x1b[31m"}, "name: holds the control character '\\x1b': give one line of "
