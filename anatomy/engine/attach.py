@@ -502,6 +502,9 @@ class Run:
         self._training_began: float | None = None
         self._last_step: float | None = None
         self.by_callback = False  # started by a Trainer's AnatomyCallback, ended with its training
+        # A Trainer's training begun in it and not ended (engine/callbacks.py's Underway): one
+        # still there when the next begins raised an error the script caught.
+        self.training_underway: Any = None
         self.task = tasks.current()  # the pool task that started it, if one did
         self.pid = os.getpid()  # the process that records it
         self._ending = False  # its ending is being written

@@ -14,6 +14,9 @@ import functools
 import os
 import re
 import sys
+import threading
+import weakref
+from typing import Any, NamedTuple
 
 import torch
 from transformers import TrainerCallback
@@ -21,6 +24,7 @@ from transformers.trainer_callback import CallbackHandler
 
 from anatomy.analysis import carried_model, libraries, models
 from anatomy.analysis.dummy_data import MEDIA_INPUTS
+from anatomy.engine.endings import Ending
 from anatomy.engine.figures import LinkedReader, Reader
 from anatomy.engine.predicting import Answer, Predicting
 from anatomy.engine.probe import MEASURED_STEPS, ComponentProbe
@@ -30,6 +34,33 @@ from anatomy.vocabulary import Attention, Level, Phase, Precision, Status, Weigh
 
 INJECT_ENV = "ANATOMY_INJECT"  # tests only: "oom@STEP" or "crash@STEP"
 LAST_FIGURES_WAIT = 2.0  # seconds the training phase's memory is waited for as training ends
+
+
+class Underway(NamedTuple):
+    """A Trainer's training begun in a run and not ended yet (Run.training_underway): the
+    thread it trains in, its Trainer (weakly: a failed Trainer's model is the script's to
+    free), its state (the step reached), and CUDA's count of out-of-memory errors as it
+    began."""
+    thread: int
+    trainer: Any  # weakref.ref to the Trainer, or None where it was not found
+    state: Any
+    ooms: int | None
+
+    def raised(self, trainer) -> bool:
+        """Whether it raised, as `trainer` (another Trainer, in the same thread) begins: the
+        script caught the error and trained again. The same Trainer begun again is its own
+        retry (auto_find_batch_size), which the run follows (`_follow_batch_size`)."""
+        return (self.thread == threading.get_ident() and trainer is not None
+                and self.trainer is not None and self.trainer() is not trainer)
+
+
+def _cuda_ooms() -> int | None:
+    """How many out-of-memory errors CUDA's caching allocator has raised in this process; None
+    where CUDA is not in use (nothing is initialised to ask)."""
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return None
+    return sum(int(torch.cuda.memory_stats(device).get("num_ooms", 0))
+               for device in range(torch.cuda.device_count()))
 
 
 class PhaseMarks(TrainerCallback):
@@ -331,7 +362,11 @@ class AnatomyCallback(TrainerCallback):
         self._given_optimizer = optimizer
         if not self._records(state):
             return
-        self._follow(args, model, trainer or _calling_trainer())
+        trainer = trainer or _calling_trainer()
+        underway = self.run.training_underway
+        if self.renews_run and underway is not None and underway.raised(trainer):
+            return  # the run is the failed training's: this one is followed in its own
+        self._follow(args, model, trainer)
 
     def _records(self, state, training_begins: bool = False) -> bool:
         """Whether this callback records the Trainer `state` is of: the first AnatomyCallback of
@@ -393,6 +428,10 @@ class AnatomyCallback(TrainerCallback):
         if not self._records(state, training_begins=True):
             return
         self._tell_order(args)
+        trainer = _calling_trainer()
+        underway = self.run.training_underway
+        if underway is not None and underway.raised(trainer):
+            self._end_raised(underway)
         if self.renews_run and self.run.ended:
             # train() again (hyperparameter_search, a resume): the run it ended was the last
             # training's, and this one went unrecorded; it has a run of its own.
@@ -408,6 +447,32 @@ class AnatomyCallback(TrainerCallback):
             arguments, model_name = self._described
             self.run.reporter.described({**arguments.to_dict(), "seq_len": length}, model_name)
         self._each("on_train_begin", args, state, control, **kwargs)
+        self.run.training_underway = Underway(
+            threading.get_ident(), weakref.ref(trainer) if trainer is not None else None, state,
+            _cuda_ooms())
+
+    def _end_raised(self, underway: Underway) -> None:
+        """A training that raised (out of memory, most often), the script having caught the
+        error and built another Trainer: the run of the callback's own ends as failed (oom
+        where CUDA's count of out-of-memory errors rose), and the new training gets a run of
+        its own; the script's own run (anatomy.start()) goes on, the failure said in it.
+        Before, the run went on as one: "completed", two trainings' steps in one count."""
+        self.run.training_underway = None
+        state = underway.state
+        ooms = _cuda_ooms()
+        oom = underway.ooms is not None and ooms is not None and ooms > underway.ooms
+        words = (("CUDA ran out of memory: " if oom else "")
+                 + f"the training stopped at step {state.global_step:,}"
+                 + (f" of {state.max_steps:,}" if state.max_steps else "")
+                 + " without ending (the Trainer raised an error that the script caught, then "
+                   "trained another Trainer)")
+        if not self.renews_run:
+            self.run.reporter.tell(Level.WARNING, words)
+            _say(f"run {self.run.id}: {words}")
+            return
+        held = self.run._end(Ending(Status.OOM if oom else Status.FAILED, words))
+        if held is not None:
+            held.deliver()
 
     def _follow_batch_size(self, args, state) -> None:
         """The batch the Trainer trains at, where it is not the arguments': with
@@ -567,6 +632,7 @@ class AnatomyCallback(TrainerCallback):
         if not self._records(state):
             return
         training = self.run.reporter.open_phase == Phase.TRAINING
+        self.run.training_underway = None
         self._each("on_train_end", args, state, control, **kwargs)
         self._log_last(args, state, control, training)
         if self._predicting is not None:

@@ -265,6 +265,73 @@ def test_a_trainer_that_finds_its_batch_size_is_measured_and_predicted_at_the_on
     assert prediction.activations == rep.components.activations
 
 
+RETRIES_AT_A_SMALLER_BATCH = """
+import sys
+import anatomy
+if sys.argv[1] == "started":
+    anatomy.start(name="retried")
+import numpy as np, torch
+from datasets import Dataset
+from transformers import (LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback,
+                          TrainingArguments)
+config = LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=128, vocab_size=2000)
+ids = np.random.default_rng(0).integers(10, 1900, (64, 48))
+data = Dataset.from_dict({"input_ids": ids, "labels": ids})
+data.set_format("pt")
+
+
+class OutOfMemoryAtEight(TrainerCallback):
+    # the GPU's error at batch 8's second step, as a batch too large for it raises
+    def on_step_end(self, args, state, control, **kwargs):
+        if args.per_device_train_batch_size == 8 and state.global_step == 2:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+
+for batch in (8, 4):  # the script's own retry: another Trainer at a smaller batch
+    training = TrainingArguments(output_dir="out", use_cpu=True, report_to=[],
+                                 save_strategy="no", per_device_train_batch_size=batch,
+                                 max_steps=4, disable_tqdm=True)
+    trainer = Trainer(model=LlamaForCausalLM(config), args=training, train_dataset=data,
+                      callbacks=[OutOfMemoryAtEight()])
+    anatomy.AnatomyCallback.attach(trainer, predict=False)
+    try:
+        trainer.train()
+        break
+    except torch.OutOfMemoryError:
+        print("out of memory at", batch)
+"""
+
+
+def test_a_training_that_raised_and_was_caught_is_not_the_retrys_run(store, tmp_path):
+    """A script that caught the Trainer's out-of-memory error and trained another Trainer at a
+    smaller batch: one run, "completed", its two trainings' steps counted as one training's (5
+    steps), and nothing said of the failure. The callback's own run ends as failed, saying
+    where and why, and the retry has a run of its own; a run of the script's own
+    (anatomy.start()) goes on, the failure said in it."""
+    stopped = ("the training stopped at step 2 of 4 without ending (the Trainer raised an error "
+               "that the script caught, then trained another Trainer)")
+    result = _users_script(store, tmp_path, RETRIES_AT_A_SMALLER_BATCH, "own")
+    assert "out of memory at 8" in result.stdout
+    failed, retried = (report(store, r.id) for r in sorted(store.runs(), key=lambda r: r.id))
+    assert (failed.status, failed.error) == ("failed", stopped)  # no CUDA: no count of its OOMs
+    assert failed.options.batch_size == 8 and failed.steps == 1
+    assert [p.name for p in failed.phases] == ["weights", "training"]
+    assert retried.status == "completed", retried.error
+    assert retried.options.batch_size == 4 and retried.steps == 4
+    assert [p.name for p in retried.phases] == ["weights", "training"]
+
+    started = Store(tmp_path / "started.sqlite")
+    env = {**_env(started), "ANATOMY_STORE": str(started.path)}
+    result = subprocess.run([sys.executable, str(tmp_path / "train.py"), "started"],
+                            capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rep = _only_run(started)
+    assert rep.status == "completed" and rep.options.batch_size == 4
+    assert f"anatomy: run {rep.id}: {stopped}" in result.stderr
+    assert [(m.level, m.text) for m in rep.messages] == [("warning", stopped)]
+
+
 SUMMARISES = """
 import anatomy
 anatomy.start(name="summaries")
@@ -400,6 +467,21 @@ def test_watch_refuses_what_it_cannot_run_and_records_nothing(store):
     result = _python(store, "-m", "anatomy", "watch")
     assert result.returncode == 2 and "no command" in result.stderr
     assert store.runs() == []
+
+
+def test_a_process_the_command_leaves_before_any_listing_is_ended_with_it(store):
+    """A command that starts a helper in the background and exits at once (`sleep 600 &`, a
+    script's server): the helper ran on, re-parented to init before the watch had listed the
+    command's tree, and the watch waited 10 s on the output pipes it kept open. The watch is
+    the subreaper of the command's processes while it runs: the helper comes to it, and is
+    ended with the run."""
+    result = _python(store, "-m", "anatomy", "watch", "--", sys.executable, "-c",
+                     "import subprocess; print(subprocess.Popen(['sleep', '600']).pid)")
+    assert result.returncode == 0, result.stderr
+    helper = int(result.stdout.split()[0])
+    assert not psutil.pid_exists(helper) or \
+        psutil.Process(helper).status() == psutil.STATUS_ZOMBIE
+    assert _only_run(store).status == "completed"
 
 
 def test_ctrl_c_stops_the_watched_command_keeps_the_record_and_leaves_no_process(store):
