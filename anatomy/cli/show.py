@@ -99,6 +99,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"operation classes ({profile.time_source}, {profile.steps} profiled steps):")
         print(table([[r.kind, f"{100 * r.flop_share:.2f}%", f"{100 * r.time_share:.1f}%"]
                       for r in comparison(profile)], ["class", "flop", "time"]))
+    for message in rep.messages:  # what the run said, as the pages show it under the summary
+        print(f"{message.level}: {printable(message.text)}")
     if rep.error:  # a stop says who stopped it ("stopped by SIGTERM"): no error
         print(rep.error if rep.error.startswith(Status.STOPPED) else f"error: {rep.error}")
     return 0

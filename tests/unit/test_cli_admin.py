@@ -393,3 +393,16 @@ def test_show_says_the_name_tags_and_sweep_a_run_was_given(store, runs, capsys):
     assert capsys.readouterr().out.splitlines()[1] == "name: over written?[31m"
     assert cli(store, "show", str(runs[2])) == 0
     assert not capsys.readouterr().out.splitlines()[1].startswith(("name:", "tags:"))
+
+
+def test_show_prints_what_the_run_said(store, runs, capsys):
+    """The run's messages (a lowered batch size, a training that raised and was caught, a
+    user's note) were shown on the pages alone: `show` printed none of them."""
+    from anatomy.store import Message
+
+    store.write(runs[0], messages=[Message(1.5, "warning", "the training stopped at step 2"),
+                                   Message(2.0, "info", "two\nlines")])
+    capsys.readouterr()
+    assert cli(store, "show", str(runs[0])) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-2:] == ["warning: the training stopped at step 2", "info: two lines"]
