@@ -8,11 +8,13 @@ psutil, which would reap it first.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterator
 
 import psutil
 
@@ -136,6 +138,49 @@ def end_tree(pid: int, exited: Callable[[], bool], wait: Callable[[float], None]
         wait(KILL_WAIT_SECONDS)
     else:
         kill_tree(pid, root=False, known=known)
+
+
+PR_SET_CHILD_SUBREAPER = 36  # Linux's prctl option (linux/prctl.h)
+
+
+@contextlib.contextmanager
+def adopting_orphans() -> Iterator[bool]:
+    """While inside, this process is the subreaper of the processes under it (Linux): one whose
+    parent ends is re-parented here rather than to init, so that what a command leaves running
+    (a `sleep 60 &` of a script that exits at once, before any listing of its tree saw it) is
+    still found (`adopted`) and ended. Yields whether the kernel took it."""
+    libc = None
+    with contextlib.suppress(OSError, AttributeError):
+        if sys.platform.startswith("linux"):
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+                libc = None
+    try:
+        yield libc is not None
+    finally:
+        if libc is not None:  # later orphans go to init again: a test process goes on
+            libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+
+
+def adopted(since: float, own: Collection[int],
+            ours: Callable[[psutil.Process], bool]) -> list[psutil.Process]:
+    """This process's live children made at `since` (a create_time) or later, not among `own`
+    (the command itself), that `ours` says are of the command (not this process's own helpers):
+    with `adopting_orphans`, the processes a command's tree left behind as their parents
+    ended, and those under them."""
+    try:
+        children = psutil.Process().children()
+    except psutil.Error:
+        return []
+    found = []
+    for child in children:
+        try:
+            if child.pid not in own and child.create_time() >= since and alive(child) \
+                    and ours(child):
+                found += [child, *descendants(child.pid)]
+        except psutil.Error:
+            continue
+    return found
 
 
 class Tree:

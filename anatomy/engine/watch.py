@@ -55,7 +55,15 @@ from anatomy.engine.endings import (
 )
 from anatomy.engine.figures import Answers
 from anatomy.engine.locks import DeviceBusy, gpu_key, take_all
-from anatomy.engine.processes import LIST_SECONDS, Tree, alive, end_tree
+from anatomy.engine.processes import (
+    LIST_SECONDS,
+    Tree,
+    adopted,
+    adopting_orphans,
+    alive,
+    end_left,
+    end_tree,
+)
 from anatomy.engine.recording import (
     FIRST_SAMPLE_TIMEOUT,
     OOM_LOOK_SECONDS,
@@ -150,9 +158,14 @@ class _Command:
     it) are found and ended too, and so that one the kernel's out-of-memory killer ends is
     known (a launcher's rank: the launcher, the command, then fails of it)."""
 
-    def __init__(self, child: subprocess.Popen):
+    def __init__(self, child: subprocess.Popen, key: str = ""):
         self.child, self.pid = child, child.pid
         self.tree = Tree(child.pid)
+        self.key = key  # the watch's key in its environment: what marks a process of the command
+        try:
+            self.born = psutil.Process(child.pid).create_time()
+        except psutil.Error:  # gone already: what it left was made after the watch's own
+            self.born = psutil.Process().create_time()
         # Each process under it while it lives: its name, and its cgroup's out-of-memory kills.
         self.kills: dict[int, tuple[psutil.Process, str, OomKills]] = {}
         self.gone: list[Gone] = []
@@ -186,8 +199,18 @@ class _Command:
                         self.kills[process.pid] = (process, process.name(), OomKills(process.pid))
 
     def end_left(self) -> None:
-        """What the command left running when it ended."""
-        self.tree.end_left(KILL_GRACE_SECONDS)
+        """What the command left running when it ended: the orphans listed while it ran, and
+        those re-parented to the watch (`adopting_orphans`) that carry its key, made before
+        any listing saw them."""
+        end_left(self.tree.known + adopted(self.born, {self.pid}, self._ours), KILL_GRACE_SECONDS)
+
+    def _ours(self, process: psutil.Process) -> bool:
+        """Whether a process is of the command (its environment holds the watch's key), not
+        one of the watch's own."""
+        try:
+            return bool(self.key) and process.environ().get(link.WATCH_KEY_ENV) == self.key
+        except psutil.Error:
+            return False
 
     def end(self, grace: float) -> None:
         end_tree(self.pid, lambda: self.child.poll() is not None, self._wait, grace)
@@ -503,46 +526,48 @@ class Watch:
                link.T0_ENV: repr(recording.t0), "ANATOMY_STORE": self.store.locator(),
                "PYTHONUNBUFFERED": "1"}
         self.started = recording.now()
-        try:
-            # The device locks travel with the command too: they stay taken while it lives.
-            child = subprocess.Popen(self.command, env=env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, pass_fds=fds)
-        except OSError as error:
-            why = f"cannot run {self.command[0]!r}: {error.strerror or error}"
-            self._give_up(recording, listener, locks)
-            if self.part is not None:  # its part fails at once; the others' end the run
-                self.part.leave.set()
-                with contextlib.suppress(DatabaseError):
-                    self.part.end(Ending(Status.FAILED, why), None)
-            raise WatchRefused(why) from None
-        command = self.followed = _Command(child)
-        if place is not None:
-            run_id = recording.adopt(place.run_id)
-        else:
+        # Orphans of the command come here (not to init) until its end has ended them.
+        with adopting_orphans():
             try:
-                run_id = recording.create_run(
-                    {}, info, devices[0].nvml_index if devices else 0, environment,
-                    name=self.name, preset=_label(self.command), source=source)
-            except StoreError:
-                command.end(KILL_GRACE_SECONDS)
+                # The device locks travel with the command too: they stay taken while it lives.
+                child = subprocess.Popen(self.command, env=env, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, pass_fds=fds)
+            except OSError as error:
+                why = f"cannot run {self.command[0]!r}: {error.strerror or error}"
                 self._give_up(recording, listener, locks)
-                raise
-        for lock in locks:
-            lock.describe(f"run {run_id} (a watch, pid {os.getpid()})")
-        recording.follow(command)
-        if self.part is not None:
-            self.part.start()
-            made = "made it" if place.created else "joined it"
-            _say(f"run {run_id}: host {place.host} ({place.name}) of the launch"
-                 f" {self.across.said}: {made} in {self.store.path}", out)
-        _say(f"run {run_id}: watching {' '.join(self.command)} (pid {child.pid}) on "
-             f"{', '.join(d.name for d in devices) or 'the CPU (RSS)'}", out)
-        tees = [threading.Thread(target=self.output.tee, args=(stream, target), daemon=True)
-                for stream, target in ((child.stdout, sys.stdout), (child.stderr, sys.stderr))]
-        for tee in tees:
-            tee.start()
-        self._follow(command, out)
-        command.end_left()
+                if self.part is not None:  # its part fails at once; the others' end the run
+                    self.part.leave.set()
+                    with contextlib.suppress(DatabaseError):
+                        self.part.end(Ending(Status.FAILED, why), None)
+                raise WatchRefused(why) from None
+            command = self.followed = _Command(child, key)
+            if place is not None:
+                run_id = recording.adopt(place.run_id)
+            else:
+                try:
+                    run_id = recording.create_run(
+                        {}, info, devices[0].nvml_index if devices else 0, environment,
+                        name=self.name, preset=_label(self.command), source=source)
+                except StoreError:
+                    command.end(KILL_GRACE_SECONDS)
+                    self._give_up(recording, listener, locks)
+                    raise
+            for lock in locks:
+                lock.describe(f"run {run_id} (a watch, pid {os.getpid()})")
+            recording.follow(command)
+            if self.part is not None:
+                self.part.start()
+                made = "made it" if place.created else "joined it"
+                _say(f"run {run_id}: host {place.host} ({place.name}) of the launch"
+                     f" {self.across.said}: {made} in {self.store.path}", out)
+            _say(f"run {run_id}: watching {' '.join(self.command)} (pid {child.pid}) on "
+                 f"{', '.join(d.name for d in devices) or 'the CPU (RSS)'}", out)
+            tees = [threading.Thread(target=self.output.tee, args=(stream, target), daemon=True)
+                    for stream, target in ((child.stdout, sys.stdout), (child.stderr, sys.stderr))]
+            for tee in tees:
+                tee.start()
+            self._follow(command, out)
+            command.end_left()
         for tee in tees:
             tee.join(timeout=5)
         listener.close()
