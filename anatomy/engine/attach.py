@@ -52,7 +52,7 @@ from anatomy.engine.exits import (
     on_stop_signals,
 )
 from anatomy.engine.figures import Figures, LinkedFigures, LinkedReader, Reader
-from anatomy.engine.locks import DeviceBusy, DeviceLock, gpu_key
+from anatomy.engine.locks import DeviceBusy, DeviceLock, gpu_key, held_by
 from anatomy.engine.recording import FIRST_SAMPLE_TIMEOUT, Recording, environment_facts
 from anatomy.engine.reporter import Reporter
 from anatomy.store import (
@@ -212,7 +212,7 @@ class _LocalRecording:
             self._release()
             raise
         for lock in locks:
-            lock.describe(f"run {self.run_id} (a script, pid {os.getpid()})")
+            lock.describe(held_by(f"run {self.run_id}", store.path, "a script"))
         self.recording.finished.append(self._release)
         for words in busy:
             self.put(protocol.Note(protocol.Message(0.0, Level.WARNING, words), protocol.Source()))

@@ -23,6 +23,13 @@ class DeviceBusy(RuntimeError):
     """The device is taken: another run trains on it, or a sweep holds it."""
 
 
+def held_by(what: str, store: object, kind: str = "") -> str:
+    """A lock's holder in words, for the run it keeps waiting: what holds it, in which store (a
+    run's number alone named another store's run 1), by which process of this one's: "run 3 of
+    /data/runs.sqlite (a watch, pid 812)"."""
+    return f"{what} of {store} ({kind + ', ' if kind else ''}pid {os.getpid()})"
+
+
 def device_key(options: RunOptions, info: Machine) -> str:
     """The lock a run with these options takes: its (first) GPU's (by NVML index, which every
     process agrees on whatever its CUDA_VISIBLE_DEVICES), or the machine's without a GPU."""

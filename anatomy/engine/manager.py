@@ -36,6 +36,7 @@ from anatomy.engine.locks import (
     device_key,
     device_keys,
     device_words,
+    held_by,
     take_all,
 )
 from anatomy.engine.recording import (
@@ -143,7 +144,7 @@ class RunManager:
             self._release(active)
             raise
         for taken in ((lock, *more) if owns_lock else more):
-            taken.describe(f"run {run_id} (pid {os.getpid()})")
+            taken.describe(held_by(f"run {run_id}", self.store.path))
         try:
             self._spawn(active, options, info, dwell, texts)
         except BaseException as error:

@@ -19,6 +19,7 @@ from typing import Any
 from anatomy.analysis.options import FIELDS, Checked, RunOptions
 from anatomy.analysis.sweeps import LADDER, ladders, ordered, plan
 from anatomy.engine.devices import machine
+from anatomy.engine.locks import held_by
 from anatomy.engine.manager import DeviceLock, RunManager
 from anatomy.store import Store
 from anatomy.vocabulary import Status
@@ -118,7 +119,7 @@ class Sweep:
             self._release()
             raise
         for lock in self._reservations:
-            lock.describe(f"sweep {self.id} (pid {os.getpid()})")
+            lock.describe(held_by(f"sweep {self.id}", self.store.path))
 
     def _release(self) -> None:
         for lock in self._reservations:

@@ -54,7 +54,7 @@ from anatomy.engine.endings import (
     stopped_by,
 )
 from anatomy.engine.figures import Answers
-from anatomy.engine.locks import DeviceBusy, gpu_key, take_all
+from anatomy.engine.locks import DeviceBusy, gpu_key, held_by, take_all
 from anatomy.engine.processes import (
     LIST_SECONDS,
     Tree,
@@ -553,7 +553,7 @@ class Watch:
                     self._give_up(recording, listener, locks)
                     raise
             for lock in locks:
-                lock.describe(f"run {run_id} (a watch, pid {os.getpid()})")
+                lock.describe(held_by(f"run {run_id}", self.store.path, "a watch"))
             recording.follow(command)
             if self.part is not None:
                 self.part.start()

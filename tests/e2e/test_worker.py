@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import tempfile
 import time
@@ -109,7 +110,8 @@ def test_a_second_run_on_a_busy_device_is_refused_and_stop_ends_the_whole_tree(m
                                                                               tiny):
     run_id = manager.start(replace(tiny, max_steps=100_000))
     # One run holds the device: a second start there is refused and records nothing.
-    with pytest.raises(DeviceBusy, match=rf"is busy: run {run_id} \(pid {os.getpid()}\)"):
+    held = rf"is busy: run {run_id} of {re.escape(str(store.path))} \(pid {os.getpid()}\)"
+    with pytest.raises(DeviceBusy, match=held):
         manager.start(tiny)
     assert len(store.runs()) == 1
     _wait_for_phase(store, run_id, "training")

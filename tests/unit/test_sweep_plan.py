@@ -3,6 +3,7 @@ real lock held between runs. (Real tiny sweeps: tests/e2e/test_sweep.py.)"""
 
 from __future__ import annotations
 
+import re
 import threading
 
 import pytest
@@ -185,7 +186,7 @@ def test_until_oom_doubles_past_the_list_until_a_run_is_out_of_memory(store):
     assert [(e.kind, e.index) for e in events[:3]] == [("start", 1), ("end", 1), ("start", 2)]
     # The device was held for the whole sweep, in its name, and given back at its end.
     (reservation,) = manager.reservations
-    assert reservation.holder.startswith(f"sweep {sweep.id} (pid ")
+    assert reservation.holder.startswith(f"sweep {sweep.id} of {store.path} (pid ")
     assert not reservation.held
 
 
@@ -286,7 +287,8 @@ def test_a_sweep_holds_its_device_between_its_runs(store):
     sweep_id = sweep.start()
     try:
         wait_until(lambda: manager.started, 10, "the sweep's first run to start", every=0.01)
-        with pytest.raises(DeviceBusy, match=rf"is busy: sweep {sweep_id} \(pid \d+\)"):
+        held = rf"is busy: sweep {sweep_id} of {re.escape(str(store.path))} \(pid \d+\)"
+        with pytest.raises(DeviceBusy, match=held):
             real.start(TINY)
         second = Sweep(Locking(store, lambda o: "completed"), TINY, {"batch_size": [4]},
                        gpu_count=0)
