@@ -35,10 +35,12 @@ def register(commands: argparse._SubParsersAction) -> None:
     run.set_defaults(func=cmd_run)
 
 
-def _progress(step: int, total: int, started: float, width: int = 30) -> str:
+def _progress(step: int, total: int, elapsed: float, width: int = 30) -> str:
+    """The bar, from the step reached and the seconds the training took to reach it (the run's
+    own clock: counted from when the CLI first saw the training, 3 steps done read "0 s
+    left")."""
     done = min(1.0, step / total) if total else 0.0
-    elapsed = time.monotonic() - started
-    left = elapsed / step * (total - step) if step else None
+    left = max(0.0, elapsed) / step * (total - step) if step else None
     bar = "#" * int(done * width) + "-" * (width - int(done * width))
     eta = f"{left:5.0f} s left" if left is not None else "   ?  s left"
     return f"\rtraining [{bar}] {step}/{total} steps, {eta}"
@@ -72,7 +74,6 @@ def _follow(manager: RunManager, store: Store, run_id: int, signals: StopSignals
     or a signal asks for a stop."""
     ends = PhaseEnds(store, held=(Phase.TRAINING,))  # the walkthrough prints it with the summary
     tty = sys.stderr is not None and sys.stderr.isatty()  # None: started with it closed
-    train_started = None
     trained = False
     last_progress = 0.0
     while signals.received is None:
@@ -86,10 +87,9 @@ def _follow(manager: RunManager, store: Store, run_id: int, signals: StopSignals
                 if tty:
                     print(file=sys.stderr)  # the progress bar's line is over
             if phase.name == Phase.TRAINING and not phase.done:
-                train_started = train_started or time.monotonic()
                 now = time.monotonic()
                 if step and (tty or now - last_progress > 5):
-                    line = _progress(step.step, step.total, train_started)
+                    line = _progress(step.step, step.total, step.t - phase.start_s)
                     print(line if tty else line.strip(), end="" if tty else "\n",
                           file=sys.stderr, flush=True)
                     last_progress = now

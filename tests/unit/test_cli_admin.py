@@ -406,3 +406,13 @@ def test_show_prints_what_the_run_said(store, runs, capsys):
     assert cli(store, "show", str(runs[0])) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[-2:] == ["warning: the training stopped at step 2", "info: two lines"]
+
+
+def test_the_progress_bars_time_left_is_the_trainings_own_pace():
+    """`anatomy run` said "3/3000 steps, 0 s left" at first: its clock began when it first saw
+    the training phase, steps into it. The pace is the run's own: the seconds its steps took
+    since the training began (the steps' and the phase's times, on the run's clock)."""
+    from anatomy.cli.run import _progress
+
+    assert _progress(3, 3000, 1.5).endswith("] 3/3000 steps,  1498 s left")
+    assert _progress(0, 10, 0.0).endswith("] 0/10 steps,    ?  s left")
