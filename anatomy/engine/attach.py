@@ -314,6 +314,10 @@ class _LocalRecording:
                 _warn(f"run {self.run_id}: left before its ending was written (Ctrl-C held"
                       f" {STOP_WAIT_SECONDS:.0f} s); the next anatomy to start writes it")
                 return
+        self.say_ending()
+
+    def say_ending(self) -> None:
+        """The run's ending as written, in a line to the script's terminal."""
         final = self.recording.ending
         if final is not None and not final.recorded:
             _warn(f"run {self.run_id} {final.status}: {final.error} (not recorded: the store"
@@ -604,17 +608,23 @@ class Run:
             self.reporter.described({"batch_size": batch_size}, None)
 
     def _summarise(self) -> None:
+        summary = self._summary()
+        if summary is not None:
+            self.reporter.summary(summary)
+
+    def _summary(self) -> TrainingSummary | None:
         """The figures a Trainer reports at its end, for steps that said their batch size: the
         steps, the time from the training phase's start (unmarked: the run's) to the last step,
-        and the samples a second over it (unknown where a step did not say its batch size)."""
+        and the samples a second over it (unknown where a step did not say its batch size).
+        Arithmetic alone: a stop's signal handler asks for it too."""
         if not self._examples or self._last_step is None:
-            return
+            return None
         time_s = self._last_step - (self._training_began or 0.0)
         if time_s <= 0:
-            return
-        self.reporter.summary(TrainingSummary.of(
+            return None
+        return TrainingSummary.of(
             steps=self.steps, time_s=round(time_s, 3),
-            samples_per_second=None if self._unsized else round(self._examples / time_s, 3)))
+            samples_per_second=None if self._unsized else round(self._examples / time_s, 3))
 
     def figures(self) -> Figures | LinkedFigures | None:
         """The run's live figures: this process's recording's, or under `anatomy watch` the
@@ -723,17 +733,22 @@ class Run:
             self._deferred = signum
             return False
         reason = stopped_by(signum)
-        if not self.ended:
+        ends_here = not self.ended
+        if ends_here:
             self.link.stop(reason)
             self.ended = True
             if isinstance(self.link, _LocalRecording):
                 self.link.ending = Ending(Status.STOPPED, reason)
                 self.link.this.closed = True
+                # its Time and Samples/s, as a Ctrl-C's stop has them (no queue in a handler)
+                self.link.recording.stop_summary = self._summary()
         # else its ending is being written already, as it was decided (a script that completed,
         # then was stopped as it exited): the process waits for it, then ends by the signal
         if isinstance(self.link, _LocalRecording):
             with _HeldCtrlC(self.id):  # the process ends by the signal once this is written
-                self.link.recording.wait(STOP_WAIT_SECONDS)
+                written = self.link.recording.wait(STOP_WAIT_SECONDS)
+            if written and ends_here:  # as a Ctrl-C's stop says it (the other way ends in close)
+                self.link.say_ending()
         return True
 
     def _disown(self) -> None:

@@ -41,7 +41,16 @@ from anatomy.engine.lifeline import (
     signals_to_the_main_thread,
 )
 from anatomy.engine.processes import end_tree
-from anatomy.store import DatabaseError, RunFacts, RunSource, Store, device_key, store_error, unreachable
+from anatomy.store import (
+    DatabaseError,
+    RunFacts,
+    RunSource,
+    Store,
+    TrainingSummary,
+    device_key,
+    store_error,
+    unreachable,
+)
 from anatomy.store.liveness import ENDED_WITHOUT_A_WORD, is_alive
 from anatomy.vocabulary import Status
 
@@ -190,6 +199,9 @@ class Recording:
         self.outcome = Outcome()
         self.exit_code: int | None = None
         self.stop_reason: str | None = None
+        # A script's figures as a stop's signal handler left them (Run._stop): the summary,
+        # where none came by the queue
+        self.stop_summary: TrainingSummary | None = None
         self.stop_at: float | None = None  # the run's clock when the stop was asked for
         self.lost_at: float | None = None  # the recording was lost here, the training going on
         self.ending: Ending | None = None
@@ -512,6 +524,8 @@ class Recording:
                     store.close_phases(self.run_id, last.t, rank)
         store.close_phases(self.run_id, end)
         values: dict[str, Any] = {"samples_sent": self.outcome.samples_sent}
+        if self.outcome.summary is None and self.stop_summary is not None:
+            self.outcome.summary = self.stop_summary
         summary = self.outcome.training_summary()
         if summary.to_dict():
             values["summary"] = summary

@@ -81,7 +81,7 @@ run.phase("training")
 step = 0
 while True:
     step += 1
-    run.step(loss=1.0 / step)
+    run.step(loss=1.0 / step, batch_size=4)
     time.sleep(0.05)
     if step == 3:
         if how == "exit1":
@@ -312,6 +312,10 @@ def test_sigterm_or_sighup_to_the_front_stops_the_run_with_the_signals_name(fron
     assert rep.samples == rep.samples_sent > 0
     assert all(p.done for p in rep.phases)
     _no_traceback(run.err)
+    if kind != "watch":  # said, and summed up, as a Ctrl-C's stop is (the handler said neither)
+        assert f"anatomy: run {rep.id} stopped, stored in " in run.err
+    if kind == "script":
+        assert rep.summary.time_s > 0 and rep.summary.samples_per_second > 0
 
 
 @pytest.mark.parametrize("kind", ["watch", "script", "trainer"])
