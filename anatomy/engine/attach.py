@@ -50,6 +50,7 @@ from anatomy.engine.exits import (
     deliver,
     ending_of,
     on_stop_signals,
+    stops_while_starting,
 )
 from anatomy.engine.figures import Figures, LinkedFigures, LinkedReader, Reader
 from anatomy.engine.locks import DeviceBusy, DeviceLock, gpu_key, held_by
@@ -211,13 +212,14 @@ class _LocalRecording:
         except BaseException:
             self._release()
             raise
-        for lock in locks:
-            lock.describe(held_by(f"run {self.run_id}", store.path, "a script"))
-        self.recording.finished.append(self._release)
-        for words in busy:
-            self.put(protocol.Note(protocol.Message(0.0, Level.WARNING, words), protocol.Source()))
-            _warn(f"run {self.run_id}: {words}")
-        try:
+        try:  # the run is made: a stop or Ctrl-C from here on ends it as such
+            for lock in locks:
+                lock.describe(held_by(f"run {self.run_id}", store.path, "a script"))
+            self.recording.finished.append(self._release)
+            for words in busy:
+                self.put(protocol.Note(protocol.Message(0.0, Level.WARNING, words),
+                                       protocol.Source()))
+                _warn(f"run {self.run_id}: {words}")
             self._begin(store)
         except BaseException as error:
             self._interrupted(ending_of(error))
@@ -849,6 +851,7 @@ def start(name: str | None = None, *, sample_rate: int = DEFAULT_SAMPLE_RATE,
         if name:
             _named("name", name)
         dwell = max(0.1, 5.0 / sample_rate)
+        held: list[int] = []  # stop signals that came while the run started
         if _importing_main():  # the script's top, again, in a spawned worker: the parent records
             return Run(_Unrecorded(), time.monotonic(), dwell)
         address = os.environ.get(watch_link.WATCH_ENV)
@@ -858,11 +861,14 @@ def start(name: str | None = None, *, sample_rate: int = DEFAULT_SAMPLE_RATE,
             if name:  # the watch's run takes the script's name, unless `--name` gave one
                 link.put(protocol.Named(name, protocol.Source(_rank())))
         else:
-            link = _record_here(store, name, sample_rate, gpus)
+            with stops_while_starting() as held:
+                link = _record_here(store, name, sample_rate, gpus)
             t0 = link.recording.t0 if isinstance(link, _LocalRecording) else time.monotonic()
         run = Run(link, t0, dwell)
         _current = run
     _install_exit_hooks(run)
+    if held and run._stop(held[0]):  # a stop that came as the run started: it stops it now
+        deliver(held[0])
     if run.task is not None:
         tasks.on_return(_task_returned)
     if baseline:

@@ -17,12 +17,13 @@ would have done.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import dis
 import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import FrameType
 
 from anatomy.engine.endings import Ending, is_oom, stopped_by
@@ -31,6 +32,40 @@ from anatomy.vocabulary import Status
 RETURNS = {dis.opmap[name] for name in ("RETURN_VALUE", "RETURN_CONST") if name in dis.opmap}
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 _UNKNOWN = object()
+
+
+@contextlib.contextmanager
+def stops_while_starting() -> Iterator[list[int]]:
+    """While inside, SIGTERM and SIGHUP (where the script leaves them to their default) are
+    held: each is noted in the list yielded, for the start to stop its run by once it has one
+    (before the run's own handlers were set, such a stop killed the process mid-start and left
+    its run to be found "ended without a word"). Noted, not raised: an exception raised in a
+    handler lands inside whatever library code runs then (a database connection's close)."""
+    held: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield held
+        return
+
+    def handle(signum, frame) -> None:
+        held.append(signum)
+
+    taken = [signum for signum in STOP_SIGNALS if signal.getsignal(signum) is signal.SIG_DFL]
+    for signum in taken:
+        signal.signal(signum, handle)
+
+    def give_back() -> None:
+        for signum in taken:
+            if signal.getsignal(signum) is handle:
+                signal.signal(signum, signal.SIG_DFL)
+
+    try:
+        yield held
+    except BaseException:  # the start failed: a stop held meanwhile ends the process now
+        give_back()
+        if held:
+            deliver(held[0])
+        raise
+    give_back()
 
 
 def ending_of(error: BaseException | str | None) -> Ending:

@@ -568,6 +568,40 @@ def test_an_error_inside_the_phase_api_fails_the_run_with_the_error(store):
 
 
 
+STOPPED_AS_IT_STARTS = """
+import os, signal, sqlite3, threading, time
+import anatomy
+
+def stop_once_the_run_is_made():
+    while True:
+        try:
+            with sqlite3.connect(os.environ["ANATOMY_STORE"]) as db:
+                if db.execute("SELECT count(*) FROM runs").fetchone()[0]:
+                    break
+        except sqlite3.Error:  # not made yet
+            pass
+        time.sleep(0.001)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+threading.Thread(target=stop_once_the_run_is_made, daemon=True).start()
+run = anatomy.start(kernel=False)
+time.sleep(30)
+"""
+
+
+def test_a_stop_while_the_run_starts_ends_it_stopped(store):
+    """SIGTERM while anatomy.start() made the run (its store made, the sampler starting): the
+    process died by it before the run's handlers were set, and the run was left to be found
+    "ended without a word". The stop ends the run it made as stopped, and the process by the
+    signal, as without anatomy."""
+    result = _python(store, "-c", STOPPED_AS_IT_STARTS, timeout=120)
+    assert result.returncode == -signal.SIGTERM, result.stderr
+    assert "Traceback" not in result.stderr
+    runs = store.runs()
+    assert [(r.status, r.error) for r in runs] == [("stopped", "stopped by SIGTERM")]
+    assert f"run {runs[0].id} stopped, stored in" in result.stderr
+
+
 def test_under_watch_a_one_process_scripts_error_names_no_rank(store):
     """A script of one process that fails under `watch` was "failed: rank 0: ValueError: …"."""
     script = ("import anatomy\n"
