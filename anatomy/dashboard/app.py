@@ -21,6 +21,7 @@ page = st.navigation([
     st.Page(links.COMPARE_PAGE, title="Compare", icon=":material/compare_arrows:"),
     st.Page(links.ANATOMY_PAGE, title="Anatomy", icon=":material/stacked_bar_chart:"),
 ])
+widgets.keep_form()
 widgets.style()
 widgets.sidebar_device()
 if server.read_only():

@@ -364,6 +364,21 @@ def offered(name: str, model: str | None) -> bool:
 # The Live form's options as last sent, kept for the other forms of the tab (the Sweep's base):
 # a widget's own state goes once its page is left.
 LIVE_OPTIONS = "live_options"
+OPTION_KEY = "option_"  # the Live form's widgets' keys: this, then the option's name
+
+
+def option_key(name: str) -> str:
+    return f"{OPTION_KEY}{name}"
+
+
+def keep_form() -> None:
+    """The Live form's values kept while another page shows. Streamlit drops a widget's state
+    once a run of the script leaves the widget out: back on the Live page the form held its
+    defaults again, under a forecast of the values gone (Start would have trained `tiny`). Set
+    again at each run, the values are no widget's until the form draws its widgets with them."""
+    for key in [option_key(name) for name in FIELDS]:
+        if key in st.session_state:
+            st.session_state[key] = st.session_state[key]
 
 
 def live_options(has_gpu: bool) -> RunOptions:

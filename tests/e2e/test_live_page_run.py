@@ -40,7 +40,8 @@ def test_start_a_second_start_refused_while_busy_and_stop(store):
 
         app.button(key="start").click().run()
         device = "this machine" if NO_GPU else "GPU 0"
-        assert _errors(app) == [f"Not started: {device} is busy: run {run.id} of {store.path} (pid {os.getpid()})."]
+        holder = f"run {run.id} of {store.path} (pid {os.getpid()})"
+        assert _errors(app) == [f"Not started: {device} is busy: {holder}."]
         assert len(store.runs()) == 1
 
         # Stop answers at once; the stop itself (SIGTERM, grace, the last rows) runs on a thread.

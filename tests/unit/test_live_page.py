@@ -62,6 +62,23 @@ def test_the_live_page_offers_every_run_option_with_the_machines_defaults(gpus, 
     assert "No run in progress" in app.info[0].value
 
 
+def test_the_forms_values_are_kept_while_another_page_shows(fake_machine):
+    """Typed into the form, predicted, then the Runs page and back: the form held its defaults
+    again, under the forecast of the values gone (Start would have trained `tiny`)."""
+    fake_machine(0)
+    app = _app().run()
+    app.number_input(key="option_batch_size").set_value(3)
+    app.text_input(key="option_split").set_value("validation")
+    app.selectbox(key="option_precision").set_value("bf16")
+    app.button(key="predict").click().run()
+    app.switch_page("screens/runs.py").run()
+    app.switch_page("screens/live.py").run()
+    assert not app.exception
+    assert app.number_input(key="option_batch_size").value == 3
+    assert app.text_input(key="option_split").value == "validation"
+    assert app.selectbox(key="option_precision").value == "bf16"
+
+
 @pytest.mark.parametrize("gpus", [0, 1, 2])
 def test_the_forms_columns_are_of_like_lengths_so_the_buttons_come_soon(gpus, fake_machine):
     """The buttons come below the form's longest column: with every field not placed by name

@@ -45,7 +45,7 @@ def _layout() -> list[tuple[str, ...]]:
 
 
 def _key(name: str) -> str:
-    return f"option_{name}"
+    return widgets.option_key(name)
 
 
 def _form_values() -> dict:
