@@ -385,6 +385,28 @@ def test_a_fresh_servers_first_request_for_a_shared_anatomy_link_finds_its_page(
     assert page.url.startswith(f"{url}/anatomy")
 
 
+def test_a_run_renamed_on_the_runs_page_stays_shown_at_the_next_click(gpu_runs, chromium):
+    """Renamed, then the next click anywhere: the chooser's browser side still held the label
+    of the old name, which matched no run, and the page jumped to the newest run."""
+    url, store, log = gpu_runs
+    first, newest = store.runs()[-1].id, store.runs()[0].id
+    assert first != newest
+    page = chromium.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(f"{url}/runs?run={first}")
+    wait_for_charts(page, 1)
+    page.get_by_role("textbox", name="Name", exact=True).fill("gamma")
+    page.keyboard.press("Enter")
+    page.get_by_text(f"Run {first} saved").wait_for(timeout=60_000)
+    page.get_by_text("Loss and step time").first.click()
+    page.wait_for_function(f"() => /Run {first}: gamma/.test(document.body.innerText)"
+                           " && !document.querySelector('[data-stale=\"true\"]')",
+                           timeout=60_000)
+    page.wait_for_timeout(1500)  # the rerun the click made has drawn
+    assert page.url.endswith(f"run={first}")
+    assert page.get_by_text(f"Run {first}: gamma").count() == 1
+    assert store.run(first).name == "gamma"
+
+
 def test_at_1000_px_no_label_overlaps_another_or_leaves_its_chart(every_kind_of_run, chromium):
     url, _ = every_kind_of_run
     page = chromium.new_page(viewport=NARROW)

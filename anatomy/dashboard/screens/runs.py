@@ -17,6 +17,7 @@ from anatomy.views.figures import runs as figures
 from anatomy.vocabulary import Status
 
 ANY = "any"
+RUN_CHOICE = "runs_select"  # the chooser of the run shown
 
 
 def runs_table(rows: list[RunListing]) -> list[int]:
@@ -73,6 +74,9 @@ def _save_labels(run_id: int) -> None:
         st.toast(f"Not saved: {error}", icon=":material/error:")
         return
     st.toast(f"Run {run_id} saved")
+    # The run chosen again, by its id: the chooser's browser side still held the label of the
+    # name before, which matched no run on the next click, and the newest run was shown instead.
+    st.session_state[RUN_CHOICE] = run_id
 
 
 def _label_controls(rep: RunReport) -> None:
@@ -158,9 +162,9 @@ def main() -> None:
 
     ids = [row.id for row in rows]
     labels = {run.id: text.run_choice(run) for run in db.find_runs(**filters)}
-    links.choose_run_from_url(ids, "runs_select")
-    run_id = st.selectbox("Run", ids, format_func=labels.get, key="runs_select",
-                          on_change=links.run_to_url, args=("runs_select",))
+    links.choose_run_from_url(ids, RUN_CHOICE)
+    run_id = st.selectbox("Run", ids, format_func=labels.get, key=RUN_CHOICE,
+                          on_change=links.run_to_url, args=(RUN_CHOICE,))
 
     rep = report(db, run_id)
     st.subheader(text.literal(rep.title()))
