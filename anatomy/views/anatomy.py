@@ -461,16 +461,38 @@ def predicted_sum_of_parts(report: RunReport, prediction: Prediction) -> int:
     return prediction.as_components().sum_of(summed_parts(measured_components(report)))
 
 
+def peak_is_below_the_parts(report: RunReport, prediction: Prediction) -> bool:
+    """Whether the predicted peak is below the sum of the parts (no moment holds the activations
+    and the gradients at once); the step's temporaries, where the parts leave them out (a CPU
+    run's), can lift it above."""
+    return prediction.peak < predicted_sum_of_parts(report, prediction)
+
+
+def peak_title(report: RunReport, prediction: Prediction) -> str:
+    """The section's title, as this run's numbers have it."""
+    return ("Why the peak is less than the sum of the parts"
+            if peak_is_below_the_parts(report, prediction)
+            else "Why the peak is more than the sum of the parts")
+
+
 def peak_explanation(report: RunReport, prediction: Prediction) -> str:
-    """Why the peak is less than the sum of the parts, in this run's numbers."""
+    """Why the peak is less (or, a step's temporaries on top, more) than the sum of the parts,
+    in this run's numbers."""
     measured = measured_components(report)
     parts = summed_parts(measured)
     all_parts = predicted_sum_of_parts(report, prediction)
-    text = (f"Added up, the parts come to {mib_text(all_parts)} (predicted), but no "
-            f"moment of a step holds them all. The activations ({mib_text(prediction.activations)}) "
-            "are held from the forward pass into the backward pass and freed layer by layer as "
-            f"the gradients ({mib_text(prediction.gradients)}) appear, so the peak holds only the "
-            f"larger of the two: {mib_text(prediction.peak)}, in the {prediction.peak_at}.")
+    if peak_is_below_the_parts(report, prediction):
+        text = (f"Added up, the parts come to {mib_text(all_parts)} (predicted), but no moment "
+                f"of a step holds them all. The activations ({mib_text(prediction.activations)})"
+                " are held from the forward pass into the backward pass and freed layer by layer"
+                f" as the gradients ({mib_text(prediction.gradients)}) appear, so the peak holds"
+                f" only the larger of the two: {mib_text(prediction.peak)}, in the "
+                f"{prediction.peak_at}.")
+    else:  # said so, not as the story of a peak below them, whose numbers it contradicted
+        text = (f"Added up, the parts come to {mib_text(all_parts)} (predicted); the peak, "
+                f"{mib_text(prediction.peak)} in the {prediction.peak_at}, is more: the step's "
+                "temporaries held at that moment (a kernel's workspace, the optimizer's "
+                "intermediates), which the parts leave out, come on top of what they hold.")
     if measured.peak_allocated is not None and measured.sum_of(parts) is not None:
         text += (f" Measured: the parts add up to {mib_text(measured.sum_of(parts))}; the allocator's "
                  f"peak was {mib_text(measured.peak_allocated)}.")

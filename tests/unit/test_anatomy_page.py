@@ -140,6 +140,31 @@ def test_the_explanation_adds_up_the_parts_the_table_sums(store, seed):
     assert view.predicted_sum_of_parts(rep, prediction) == summed  # the moments' line
 
 
+def test_a_peak_above_the_sum_of_the_parts_is_said_so(store, seed):
+    """A peak above the parts (a CPU run's, whose parts leave the step's temporaries out: 6.9 MiB
+    of parts, a peak of 7.1) was told as "the peak holds only the larger of the two" under "Why
+    the peak is less than the sum of the parts", contradicting the table beside it."""
+    import dataclasses
+
+    run_id = seed(backend="rss")
+    prediction = breakdown.prediction_for(report(store, run_id))
+    summary = store.run(run_id).summary  # measured without temporaries, as a CPU's probe does
+    store.update_run(run_id, summary={**summary.to_dict(), "components": {
+        "weights": prediction.weights, "gradients": prediction.gradients,
+        "optimizer_states": prediction.optimizer_states, "activations": prediction.activations,
+        "steps_measured": 2}})
+    rep = report(store, run_id)
+    summed = view.predicted_sum_of_parts(rep, prediction)
+    below = dataclasses.replace(prediction, peak=summed - 2**20)
+    assert view.peak_title(rep, below) == "Why the peak is less than the sum of the parts"
+    assert "only the larger of the two" in view.peak_explanation(rep, below)
+    above = dataclasses.replace(prediction, peak=summed + 2**20)
+    assert view.peak_title(rep, above) == "Why the peak is more than the sum of the parts"
+    words = view.peak_explanation(rep, above)
+    assert f"the peak, {mib_text(summed + 2**20)} in the {above.peak_at}, is more" in words
+    assert "only the larger of the two" not in words
+
+
 def test_bytes_per_parameter_next_to_the_walkthroughs(store, measured_run):
     table = _table(_page(run=str(measured_run)), "bytes_per_parameter").set_index("Component")
     assert table["This run (measured)"].tolist() == [4.0, 4.0, 8.0, 16.0]

@@ -66,7 +66,7 @@ def data_reach(rep: RunReport) -> None:
 
 
 def peak_section(rep: RunReport, prediction) -> None:
-    st.subheader("Why the peak is less than the sum of the parts")
+    st.subheader(view.peak_title(rep, prediction))
     st.markdown(view.peak_explanation(rep, prediction))
     rows = view.moment_rows(rep, prediction)
     widgets.chart(figures.moments_figure(rows, view.predicted_sum_of_parts(rep, prediction)),
