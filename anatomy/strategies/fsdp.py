@@ -26,11 +26,13 @@ class Fsdp(Strategy):
     tracer = "fsdp"
 
     def problems(self, world: int, gpu_count: int, here: bool) -> str | None:
-        if world < 2:
-            return "strategy: fsdp shards across several processes: give --gpus 0,1"
+        # No GPU here first: "give --gpus 0,1" sent a user of a machine without one (or of
+        # the form, which offers no GPUs there) after GPUs it does not have.
         if gpu_count == 0 and here:
             return ("strategy: fsdp needs GPUs: accelerate's FSDP runs on GPU ranks only (CPU "
                     "ranks train with ddp)")
+        if world < 2:
+            return "strategy: fsdp shards across several processes: give --gpus 0,1"
         return None
 
     def training_arguments(self, model: Any = None) -> dict[str, Any]:

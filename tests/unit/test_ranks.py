@@ -27,6 +27,7 @@ RANK_PHASES = ["kernel", "weights", "training"]
     ({"gpus": "0,1", "processes": 3}, 2, "processes", "does not match"),
     ({"strategy": "fsdp"}, 1, "strategy", "several processes"),
     ({"strategy": "fsdp", "processes": 2}, 0, "strategy", "needs GPUs"),
+    ({"strategy": "fsdp"}, 0, "strategy", "needs GPUs"),  # not "give --gpus 0,1" without one
     ({"processes": 2, "profile_steps": 2}, 0, "profile_steps", "single process"),
     ({"strategy": "zero"}, 2, "strategy", "not one of ddp, fsdp"),
 ])
