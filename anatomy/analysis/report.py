@@ -15,6 +15,7 @@ from functools import cached_property
 from typing import Any
 
 from anatomy.analysis.components import MEASURED_STEPS, Components, with_nvml
+from anatomy.analysis.lengths import Lengths
 from anatomy.analysis.models import display_name
 from anatomy.analysis.operations import OperationProfile
 from anatomy.analysis.options import (
@@ -356,9 +357,14 @@ class RunReport:
         parts = [self.model] if self.model else []
         if known.batch_size is not None:
             parts.append(f"batch size {known.batch_size}")
+        data = self.environment.data
         if self.environment.image_size:  # an image model: its images' side, not a seq len
             side = self.environment.image_size
             parts.append(f"{side}×{side} images")
+        elif data is not None and data.lengths:  # its texts decided, not the options' seq len
+            parts.append(f"seq len {data.max_length:,}" if data.padding == "max_length"
+                         and data.max_length else
+                         f"texts of up to {Lengths(data.lengths).longest:,} tokens")
         elif known.seq_len is not None:
             parts.append(f"seq len {known.seq_len}")
         extras = [option_words(known)] if known.precision else []

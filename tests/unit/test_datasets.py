@@ -673,6 +673,12 @@ def test_show_and_compare_leave_out_what_a_run_ignores(store, seed, capsys):
     assert "seq_len=512" in options and "padding" not in options and "max_length" not in options
     assert compare.differing_options([report(store, ours), report(store, other)]) == []
     assert compare.differing_options([report(store, dummy), report(store, ours)]) == ["dataset"]
+    # The heading: its texts' longest (or the length every batch was padded to), not the seq
+    # len the run ignored ("seq len 64" of a run whose texts were 20 tokens at most)
+    assert ", texts of up to 20 tokens, " in report(store, ours).title()
+    store.merge_environment(other, {"data": {**facts, "padding": "max_length"}})
+    assert ", seq len 512, " in report(store, other).title()
+    assert ", seq len 512, " in report(store, dummy).title()
 
 
 def test_a_cache_file_that_cannot_be_written_whole_leaves_nothing(tmp_path, monkeypatch):
