@@ -209,9 +209,8 @@ def test_a_trainer_that_evaluates_is_read_before_its_first_evaluation(store, tmp
     assert "evaluated from" in shown
 
 
-FINDS_ITS_BATCH_SIZE = """
-import anatomy
-anatomy.start(name="auto batch")
+# A small Llama and its data, for the Trainer scripts that run out of memory below.
+SMALL_LLAMA = """
 import numpy as np, torch
 from datasets import Dataset
 from transformers import (LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback,
@@ -221,7 +220,12 @@ config = LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
 ids = np.random.default_rng(0).integers(10, 1900, (64, 48))
 data = Dataset.from_dict({"input_ids": ids, "labels": ids})
 data.set_format("pt")
+"""
 
+FINDS_ITS_BATCH_SIZE = """
+import anatomy
+anatomy.start(name="auto batch")
+""" + SMALL_LLAMA + """
 
 class OutOfMemoryOnce(TrainerCallback):
     # the GPU's error at the first attempt's second step, as a batch too large for it raises
@@ -270,16 +274,7 @@ import sys
 import anatomy
 if sys.argv[1] == "started":
     anatomy.start(name="retried")
-import numpy as np, torch
-from datasets import Dataset
-from transformers import (LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback,
-                          TrainingArguments)
-config = LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                     intermediate_size=128, vocab_size=2000)
-ids = np.random.default_rng(0).integers(10, 1900, (64, 48))
-data = Dataset.from_dict({"input_ids": ids, "labels": ids})
-data.set_format("pt")
-
+""" + SMALL_LLAMA + """
 
 class OutOfMemoryAtEight(TrainerCallback):
     # the GPU's error at batch 8's second step, as a batch too large for it raises
