@@ -47,7 +47,7 @@ EXPENDABLE_SCORE = 500
 OOM_SCORE_ADJ = "/proc/self/oom_score_adj"
 
 
-def _prctl(option: int, value) -> bool:
+def prctl(option: int, value) -> bool:
     if not sys.platform.startswith("linux"):
         return False
     try:
@@ -94,8 +94,8 @@ class Lifeline:
             os.setpgid(0, 0)
         if self.expendable:
             raise_oom_score()
-        _prctl(PR_SET_NAME, self.name.encode()[:15])  # what ps and top show
-        if not _prctl(PR_SET_PDEATHSIG, int(self.death_signal)):
+        prctl(PR_SET_NAME, self.name.encode()[:15])  # what ps and top show
+        if not prctl(PR_SET_PDEATHSIG, int(self.death_signal)):
             threading.Thread(target=self._watch, name="anatomy-lifeline", daemon=True).start()
         if self.parent_gone():  # the parent ended before the signal was asked for
             self._die()
@@ -146,14 +146,14 @@ def name_rank(local_rank: int) -> None:
     """In a rank of several forked by a launcher: the process's name says its rank (what ps and
     top show, and what the sampler reads to measure each rank's processes apart; a fork keeps no
     environment variable a launcher set after it)."""
-    _prctl(PR_SET_NAME, RANK_NAME.format(local_rank).encode()[:15])
+    prctl(PR_SET_NAME, RANK_NAME.format(local_rank).encode()[:15])
 
 
 def die_with_parent(sig: int = signal.SIGKILL) -> None:
     """In a process forked by a launcher (a rank of several): `sig` when its parent ends. A fork
     does not inherit the parent-death signal; without prctl, a watchdog thread."""
     parent = os.getppid()
-    if not _prctl(PR_SET_PDEATHSIG, int(sig)):
+    if not prctl(PR_SET_PDEATHSIG, int(sig)):
         def watch() -> None:
             while os.getppid() == parent:
                 time.sleep(WATCH_SECONDS)

@@ -9,7 +9,6 @@ psutil, which would reap it first.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import sys
@@ -18,7 +17,7 @@ from collections.abc import Callable, Collection, Iterator
 
 import psutil
 
-from anatomy.engine.lifeline import signal_group
+from anatomy.engine.lifeline import prctl, signal_group
 
 KILL_WAIT_SECONDS = 2.0
 LIST_SECONDS = 0.5  # how often a followed tree is listed
@@ -149,17 +148,12 @@ def adopting_orphans() -> Iterator[bool]:
     parent ends is re-parented here rather than to init, so that what a command leaves running
     (a `sleep 60 &` of a script that exits at once, before any listing of its tree saw it) is
     still found (`adopted`) and ended. Yields whether the kernel took it."""
-    libc = None
-    with contextlib.suppress(OSError, AttributeError):
-        if sys.platform.startswith("linux"):
-            libc = ctypes.CDLL(None, use_errno=True)
-            if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-                libc = None
+    taken = prctl(PR_SET_CHILD_SUBREAPER, 1)
     try:
-        yield libc is not None
+        yield taken
     finally:
-        if libc is not None:  # later orphans go to init again: a test process goes on
-            libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+        if taken:  # later orphans go to init again: a test process goes on
+            prctl(PR_SET_CHILD_SUBREAPER, 0)
 
 
 def adopted(since: float, own: Collection[int],
