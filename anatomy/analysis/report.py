@@ -8,6 +8,7 @@ steps.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -455,8 +456,8 @@ def report(store: Store, run_id: int, run: RunRow | None = None, counted: bool =
              for span, end in _ends(store, run, store.phases(run_id))]
     phases = tuple(p for p in spans if p.name != Phase.PROFILING)  # the walkthrough's, or PROCESS
     profiling = next((p for p in spans if p.name == Phase.PROFILING), None)
-    # The profiler's own buffers are no memory the training needed (638 vs 540 MB on a CPU).
-    peak = store.peak(run_id, run.gpu, before=profiling.start_s if profiling else None)
+    until = _peak_until(store, run, profiling)
+    peak = store.peak(run_id, run.gpu, before=until)
     evaluated_from = _evaluated_from(store, run)
     training_peak = peak if evaluated_from is None else store.peak(run_id, run.gpu,
                                                                    before=evaluated_from)
@@ -487,6 +488,24 @@ def report(store: Store, run_id: int, run: RunRow | None = None, counted: bool =
                     OperationProfile.from_dict(trained.operations)),
         source=run.source,
         ranks=_ranks(store, run, profiling), imported=run.origin, evaluated_from=evaluated_from)
+
+
+def _peak_until(store: Store, run: RunRow, profiling: PhaseReading | None) -> float | None:
+    """Where the run's peak is read up to (None: its every sample). The profiler's own buffers
+    are no memory the training needed (638 vs 540 MB on a CPU). After the last phase of
+    anatomy's own worker ends comes nothing but the worker's exit, and on a CPU the
+    interpreter's and torch's teardown rises above the training (a tiny run: 934 MiB in
+    training, 986 MiB as the worker exited, the same without anatomy); a GPU's memory only falls
+    there. A user's script or command may do more after its last mark (evaluate, save): its
+    samples all count."""
+    if profiling is not None:
+        return profiling.start_s
+    if run.source.by_user or run.status == Status.RUNNING:
+        return None
+    ends = [end for _, end in _ends(store, run, store.phases(run.id, None))]
+    # Just after the end (`peaks` reads before it): a phase's memory is its last sample at or
+    # before its end, and the peak never below it.
+    return math.nextafter(max(ends), math.inf) if ends and None not in ends else None
 
 
 def _evaluated_from(store: Store, run: RunRow) -> float | None:
@@ -569,7 +588,7 @@ def _ranks(store: Store, run: RunRow, profiling: PhaseReading | None) -> tuple[R
     ends = {rank: [next(readings) for _ in spans.get(rank, [])] for rank in where}
     baselines = {rank: next(readings) for rank in where}
     peaks = store.peaks(run.id, sorted({device for _, _, device in where.values()}),
-                        before=profiling.start_s if profiling else None)
+                        before=_peak_until(store, run, profiling))
     out = []
     for rank, (gpu, host, device) in where.items():
         phases = tuple(PhaseReading(span.name, span.start_s, span.end_s, memory)

@@ -207,6 +207,22 @@ def test_the_profiling_stretch_is_drawn_and_left_out_of_the_peak(store, seed):
     assert "not in the peak" in label.text
 
 
+def test_the_workers_exit_after_its_last_phase_is_left_out_of_the_peak(store, seed):
+    """On a CPU the interpreter's and torch's teardown as the worker exits rose above the training
+    (986 vs 934 MiB for a tiny run): anatomy's worker does nothing after its last phase but exit.
+    A user's script may (evaluate, save): its every sample counts."""
+    exit_samples = [Sample(9.2 + i / 100, 0, 5 * GIB, None, None, None) for i in range(20)]
+    worker = seed(backend="rss")
+    store.write(worker, samples=exit_samples)
+    assert report(store, worker).summary.peak_mb == 4096  # not 5120
+    script = store.create_run({"batch_size": 4}, "rss", "rss", 0, {},
+                              source={"kind": "script", "script": "train.py"}, preset="train.py")
+    store.write(script, samples=[Sample(8.0, 0, 4 * GIB, None, None, None), *exit_samples],
+                phases=[PhaseMark("start", "training", 6.0), PhaseMark("end", "training", 9.0)])
+    store.finish(script, "completed")
+    assert report(store, script).summary.peak_mb == 5120
+
+
 def test_a_peak_before_a_moment_reads_the_bucket_it_cuts_exactly(store):
     run_id = store.create_run(RunOptions().to_dict(), "nvml", "v2", 0, {})
     store.write(run_id, samples=[Sample(1.01, 0, 7, None, None, None),

@@ -38,7 +38,9 @@ def _store_as_shown(store: Store, shown: dict) -> int:
         marks.append(PhaseMark("end", phase["name"], phase["end_s"]))
         samples.append(Sample(phase["end_s"], gpu, phase["memory_bytes"], None, None, None))
     last = phases[-1]["end_s"]
-    samples.append(Sample(last + 0.5, gpu, shown["summary"]["peak_bytes"], None, None, None))
+    # The peak within the last phase (a worker run's peak is read up to its last phase's end).
+    samples.append(Sample((phases[-1]["start_s"] + last) / 2, gpu, shown["summary"]["peak_bytes"],
+                          None, None, None))
     samples += [Sample(last + 1 + i / 1e4, gpu, 0, None, None, None)
                 for i in range(shown["samples"] - len(samples))]
     steps = [Step(last, k, shown["steps"], None, None, None) for k in range(shown["steps"])]
