@@ -218,7 +218,7 @@ def _load_path(text: str, path: Path, stamp: tuple):
                                 "dataset_dict.json) nor a folder of data files (ending in "
                                 f"{DATA_FILE_NAMES})") from None
         except IndexError:  # datasets' own loader finds no table in a split of no rows
-            raise DataError("split", f"{_shown(text)} holds a split of no rows: no text to "
+            raise DataError("dataset", f"{_shown(text)} holds a split of no rows: no text to "
                             "train on") from None
         # A folder of data files, as a dataset's repository holds them (train.jsonl and
         # test.jsonl; data/train-00000-of-00002.parquet …): datasets names its splits by them.
@@ -228,7 +228,7 @@ def _load_path(text: str, path: Path, stamp: tuple):
         raise DataError("dataset", f"{_shown(text)} is not a dataset: a folder saved with "
                         f"save_to_disk or of data files, or a file ending in {DATA_FILE_NAMES}")
     if path.stat().st_size == 0:
-        raise DataError("split", f"{_shown(text)} is empty: no text to train on")
+        raise DataError("dataset", f"{_shown(text)} is empty: no text to train on")
     builder, arguments = read
     return _load_files(text, builder, builder, data_files=str(path), **arguments)
 
@@ -259,7 +259,7 @@ def _load_files(text: str, kind: str, *args, **kwargs):
     except Exception as error:  # noqa: BLE001 - whatever the files hold: one line
         cause = error.__cause__ or error.__context__ or error
         if "corresponds to no data" in str(error):  # a CSV file of its header alone
-            raise DataError("split", f"{_shown(text)} holds no rows: no text to train on"
+            raise DataError("dataset", f"{_shown(text)} holds no rows: no text to train on"
                             ) from None
         # The cache's disk, not the files: full as it writes, or too full to start (datasets'
         # own check, an OSError of no errno).
@@ -536,9 +536,10 @@ def problems(options: RunOptions, spec: ModelSpec) -> dict[str, str]:
     except DataError as error:
         return {error.field: str(error)}
     rows = texts.rows.num_rows
-    if rows == 0:
-        return {"split": f"split: {_shown(texts.split)} of {_shown(options.dataset)} is empty: no "
-                         "text to train on"}
+    if rows == 0:  # the split the user named, else the dataset (its only split) is at fault
+        field = "split" if options.split.strip() else "dataset"
+        return {field: f"{field}: {_shown(texts.split)} of {_shown(options.dataset)} is empty: no "
+                       "text to train on"}
     need = options.batch_size * max(1, options.world_size)
     if rows < need:
         processes = max(1, options.world_size)

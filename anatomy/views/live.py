@@ -35,7 +35,8 @@ def refusal(errors: dict[str, str], drawn: Callable[[str], bool], started: bool)
     its activations), which no mark under a field shows; then, where fields are marked, to fix
     them. `started`: the answer to Start (nothing started), else to Predict or What fits?."""
     prefix = "Not started: " if started else ""
-    lines = [prefix + message for name, message in errors.items() if not drawn(name)]
+    lines = [prefix + text.form_error(name, message, under_field=False)
+             for name, message in errors.items() if not drawn(name)]
     if len(lines) < len(errors):
         lines.append("Not started: fix the fields marked above." if started else
                      "Fix the fields marked above.")

@@ -12,6 +12,7 @@ from anatomy.analysis import models
 from anatomy.analysis.components import measured_batch, partial_micro_batch
 from anatomy.analysis.lengths import Lengths, TextBatch, longest_batches
 from anatomy.analysis.models import display_name
+from anatomy.analysis.options import FIELDS
 from anatomy.analysis.report import (
     IMPORTED,
     PHASES,
@@ -250,3 +251,30 @@ def panel_gpu(hosts: Sequence[str], key: int) -> str:
     host's name before it on a run across hosts."""
     name = f"GPU {key % HOST_STRIDE}"
     return name if len(hosts) <= 1 else f"{panel_host(hosts, key // HOST_STRIDE)}: {name}"
+
+
+# A CLI flag in an option's error ("give --dataset too", "--gpus 0,1", "--lora-rank R"), with
+# the value or placeholder after it, and the "give" before it.
+_FLAG = re.compile(r"(?P<give>\bgive )?--(?P<flag>[a-z][a-z0-9-]*)(?: (?P<value>[A-Z]+\b|\d[\d,]*))?")
+
+
+def form_error(name: str, message: str, under_field: bool) -> str:
+    """An option's error as a form says it: the messages are the CLI's and the API's ("grad_accum:
+    0 is out of range: 1 to 64", "give --dataset too"), and the form has labels, not flags or
+    field names. Under the field the error marks, its name goes; elsewhere its label leads; a
+    flag of an option becomes that option's label (a flag no option has stays as it is)."""
+    field = FIELDS.get(name)
+    if field is not None and message.startswith(f"{name}: "):
+        rest = message[len(name) + 2:]
+        message = rest if under_field else f"{field.label}: {rest}"
+
+    def label(match: re.Match) -> str:
+        option = FIELDS.get(match["flag"].replace("-", "_"))
+        if option is None:
+            return match[0]
+        shown, value = f"“{option.label}”", match["value"]
+        if value is None or value.isalpha():  # none, or a placeholder (R, N, DIR)
+            return f"fill in {shown}" if match["give"] else shown
+        return f"set {shown} to {value}" if match["give"] else f"{shown}: {value}"
+
+    return _FLAG.sub(label, message)

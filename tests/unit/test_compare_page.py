@@ -229,6 +229,16 @@ def test_a_sweep_with_a_wrong_value_is_refused_before_it_starts(store):
     assert store.sweeps() == []
 
 
+def test_a_sweeps_wrong_option_is_named_by_its_label_not_its_code_name_or_flag(store):
+    app = _page()
+    app.text_input(key="sweep_option_split").set_value("validation").run()
+    app.button(key="sweep_start").click().run()
+    errors = [e.value for e in app.error]
+    assert any(e.startswith("Split: 'validation' is a setting of a dataset's texts") and
+               e.endswith("fill in “Dataset” too") for e in errors), errors
+    assert store.sweeps() == []
+
+
 @pytest.mark.parametrize("gpus", [0, 1])
 def test_the_sweep_starts_from_the_live_forms_options_and_offers_what_the_machine_has(
         store, fresh_nvml, gpus):

@@ -130,11 +130,12 @@ def test_every_bad_input_is_one_line_naming_its_option(text_data, tmp_path):
                                             "tokenizer", "holds no tokenizer"),
         # datasets 5's loader finds no table in it ("holds a split of no rows"), 2.19 loads it
         # empty ("is empty"): no text either way
-        "an empty split": (on(text_data, dataset=str(empty)), "split", "no text to train on"),
-        "an empty file": (on(text_data, dataset=str(tmp_path / "empty.jsonl")), "split",
+        # The dataset is at fault where no split was named (the form marked Split, left empty)
+        "an empty split": (on(text_data, dataset=str(empty)), "dataset", "no text to train on"),
+        "an empty file": (on(text_data, dataset=str(tmp_path / "empty.jsonl")), "dataset",
                           "is empty: no text"),
         "a file of a header alone": (on(text_data, dataset=str(tmp_path / "header.csv")),
-                                     "split", "holds no rows"),
+                                     "dataset", "holds no rows"),
         "a file that is not what it says": (on(text_data, dataset=str(tmp_path / "not.jsonl")),
                                             "dataset", "cannot be read as json"),
         "texts that are not text": (on(text_data, dataset=str(numbers)), "text_column",
@@ -591,7 +592,7 @@ def test_bad_input_on_the_form_is_one_line_under_its_field_and_starts_nothing(te
     app.button(key="start").click().run()
     assert not app.exception
     errors = [e.value for e in app.error]
-    assert any(e.startswith("text_column: 'body' is not a column") for e in errors), errors
+    assert any(e.startswith("'body' is not a column") for e in errors), errors  # under Text column
     assert store.runs() == []
 
 

@@ -53,7 +53,7 @@ def test_wrong_options_get_no_forecast(store):
     app = AppTest.from_file(APP, default_timeout=30).run()
     app.number_input(key="option_batch_size").set_value(0)
     app.button(key="predict").click().run()
-    assert [e.value for e in app.error] == ["batch_size: 0 is out of range: 1 to 4096",
+    assert [e.value for e in app.error] == ["0 is out of range: 1 to 4096",
                                             "Fix the fields marked above."]
     assert not any(i.value.startswith("This run should need") for i in app.info)
     assert store.runs() == []
@@ -68,7 +68,7 @@ def test_the_forms_lora_dropout_and_weights_are_asked_as_declared(store):
     assert (dropout.value, dropout.step, dropout.label) == (0.0, 0.01, "LoRA dropout")
     dropout.set_value(0.05)
     app.button(key="predict").click().run()
-    assert [e.value for e in app.error] == ["lora_dropout: set a LoRA rank too (--lora-rank R)",
+    assert [e.value for e in app.error] == ["set a LoRA rank too (“LoRA rank”)",
                                             "Fix the fields marked above."]
     app.number_input(key="option_lora_rank").set_value(4)
     app.button(key="predict").click().run()
@@ -247,7 +247,7 @@ def test_predict_shows_the_time_and_the_errors_of_the_fields_as_they_are_now(sto
     app.number_input(key="option_batch_size").set_value(0)
     app.button(key="predict").click().run()
     errors = [e.value for e in app.error]
-    assert "batch_size: 0 is out of range: 1 to 4096" in errors
+    assert "0 is out of range: 1 to 4096" in errors
     assert "Fix the fields marked above." in errors  # Predict starts nothing: no "Not started"
     app.number_input(key="option_batch_size").set_value(4)
     app.button(key="predict").click().run()
@@ -336,7 +336,7 @@ def test_what_fits_with_a_wrong_field_marks_it_as_predict_does(store):
     app.number_input(key="option_batch_size").set_value(0)
     app.button(key="what_fits").click().run()
     assert not app.exception
-    assert [e.value for e in app.error] == ["batch_size: 0 is out of range: 1 to 4096",
+    assert [e.value for e in app.error] == ["0 is out of range: 1 to 4096",
                                             "Fix the fields marked above."]
     assert store.runs() == []
 
@@ -373,7 +373,9 @@ def test_the_error_of_a_field_the_form_no_longer_draws_is_said_in_full(store, tm
     app.button(key="predict").click().run()
     assert not app.exception
     assert "option_gradient_checkpointing" not in [c.key for c in app.checkbox]
-    assert [e.value for e in app.error] == [refused["gradient_checkpointing"]]
+    # In full, led by the field's label (the form has no gradient_checkpointing)
+    said = "Gradient checkpointing: " + refused["gradient_checkpointing"].split(": ", 1)[1]
+    assert [e.value for e in app.error] == [said]
     # Start, with a field that is drawn wrong too: the one said in full, the other marked.
     app = AppTest.from_file(APP, default_timeout=60).run()
     _type_model(app, str(folder))
@@ -381,8 +383,8 @@ def test_the_error_of_a_field_the_form_no_longer_draws_is_said_in_full(store, tm
     app.number_input(key="option_batch_size").set_value(0)
     app.button(key="start").click().run()
     assert [e.value for e in app.error] == [
-        "batch_size: 0 is out of range: 1 to 4096",
-        "Not started: " + refused["gradient_checkpointing"],
+        "0 is out of range: 1 to 4096",
+        "Not started: " + said,
         "Not started: fix the fields marked above."]
     assert store.runs() == []
 

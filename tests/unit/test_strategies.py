@@ -101,8 +101,8 @@ def test_the_form_offers_it_and_predicts_each_rank_with_it(shared_states):
     app.number_input(key="option_seq_len").set_value(32)
     app.button(key="predict").click().run()
     assert not app.exception
-    assert [e.value for e in app.error] == [
-        "strategy: shared-states shares the states in pairs: give an even number of processes",
+    assert [e.value for e in app.error] == [  # under Strategy: its name goes
+        "shared-states shares the states in pairs: give an even number of processes",
         "Fix the fields marked above."]
     app.number_input(key="option_processes").set_value(2)
     app.button(key="predict").click().run()

@@ -233,7 +233,8 @@ def _sweep_form() -> None:
                 st.session_state["sweep_shown"] = slot.start(base, vary,
                                                              until_oom and LADDER in vary)
             except InvalidOptions as error:
-                errors.extend(error.errors.values())
+                errors.extend(text.form_error(name, message, under_field=False)
+                              for name, message in error.errors.items())
             except DeviceBusy as error:
                 errors.append(str(error))
         st.session_state["sweep_errors"] = errors

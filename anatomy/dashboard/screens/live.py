@@ -152,7 +152,7 @@ def _field(name: str, default) -> None:
         st.caption(view.DATASET_DECIDES[name])
     error = st.session_state.get("option_errors", {}).get(name)
     if error:
-        st.error(error)
+        st.error(text.form_error(name, error, under_field=True))
 
 
 def options_form(has_gpu: bool, expanded: bool) -> None:
