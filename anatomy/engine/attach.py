@@ -11,7 +11,8 @@ A run started here is recorded by this process, through the same recording as an
 runs (engine/recording.py: the sampler process, a collector thread, the store by --store's rules:
 $ANATOMY_STORE, else the default). Under `anatomy watch -- COMMAND` nothing is started here: the
 run is the watch's, found through the environment it set (engine/link.py), and this process's
-marks travel to it over a local socket.
+marks travel to it over a local socket; a store, rate or GPUs the script asked for otherwise are
+the watch's to decide, and said so in a line.
 
 How the script ends is how the run ends: completed, an error (failed, or oom for torch's
 out-of-memory error), Ctrl-C or a SIGTERM (stopped), `sys.exit(1)` (failed): engine/exits.py.
@@ -858,6 +859,8 @@ def start(name: str | None = None, *, sample_rate: int = DEFAULT_SAMPLE_RATE,
         if address:
             t0 = _watch_clock()
             link: _LocalRecording | _WatchLink | _Unrecorded = _watch_link(address)
+            if isinstance(link, _WatchLink) and not _local_rank():  # said once a host
+                _watchs_own(link.run_id, store, sample_rate, gpus)
             if name:  # the watch's run takes the script's name, unless `--name` gave one
                 link.put(protocol.Named(name, protocol.Source(_rank())))
         else:
@@ -923,6 +926,39 @@ def _watch_link(address: str) -> _WatchLink | _Unrecorded:
               f"that cannot be reached ({why}); unset {watch_link.WATCH_ENV} to record this "
               "script on its own. The training goes on unrecorded")
         return _Unrecorded()
+
+
+def _watchs_own(run_id: int | None, store: str | os.PathLike | None, sample_rate: int,
+                gpus: Sequence[int] | None) -> None:
+    """What start() was given that the `anatomy watch` the script runs under decides (its
+    --store, --sample-rate, --gpus): said in a line where the script asked otherwise. The watch
+    records the run, as the environment it set says ($ANATOMY_STORE is its store): it samples
+    every process of the command, which a store of the script's own would split."""
+    try:
+        watchs: Path | ServerUrl | str = resolve_path()  # $ANATOMY_STORE, as the watch set it
+    except BadLocation:  # changed by the script since
+        watchs = "the watch's store"
+    given, flags = [], []
+    if store is not None and not _same_store(resolve_path(store), watchs):
+        given.append(f"store={os.fspath(store)}")
+        flags.append("--store")
+    if sample_rate != DEFAULT_SAMPLE_RATE:
+        given.append(f"sample_rate={sample_rate}")
+        flags.append("--sample-rate")
+    if gpus is not None:
+        given.append(f"gpus={gpus!r}")
+        flags.append("--gpus")
+    if given:
+        run = "the run" if run_id is None else f"run {run_id}"
+        _warn(f"{run} is recorded by the `anatomy watch` this script runs under, into {watchs}:"
+              f" its {', '.join(flags)} {'decides' if len(flags) == 1 else 'decide'}, not the"
+              f" script's {', '.join(given)}")
+
+
+def _same_store(one: Path | ServerUrl, other: Path | ServerUrl | str) -> bool:
+    if isinstance(one, Path) and isinstance(other, Path):
+        return one.resolve() == other.resolve()
+    return one == other
 
 
 def _watch_clock() -> float:

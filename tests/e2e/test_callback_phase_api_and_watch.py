@@ -610,6 +610,36 @@ def test_under_watch_a_one_process_scripts_error_names_no_rank(store):
     assert "failed: ValueError: no such column" in result.stderr
 
 
+def test_under_watch_a_scripts_own_store_is_said_not_used_and_the_watchs_store_records(
+        store, tmp_path):
+    """`anatomy.start(store=…)` in a script run under `anatomy watch --store …`: the run went
+    into the watch's store, and the script's store was ignored without a word (the user looked
+    for the run there). The watch records, as its environment tells the script; the script's
+    store is said not used, in one line naming both; so is what else the watch decides
+    (sample_rate=, gpus=), and nothing of a store that is the watch's own."""
+    own = tmp_path / "own.sqlite"
+    script = ("import anatomy\n"
+              f"run = anatomy.start(store={str(own)!r}, kernel=False)\n"
+              "run.step(loss=1.0)\n")
+    result = _python(store, "-m", "anatomy", "watch", "--store", str(store.path), "--",
+                     sys.executable, "-c", script)
+    assert result.returncode == 0, result.stderr
+    rep = _only_run(store)
+    said = [line for line in result.stderr.splitlines()
+            if line.startswith("anatomy:") and str(own) in line]
+    assert said == [f"anatomy: run {rep.id} is recorded by the `anatomy watch` this script runs "
+                    f"under, into {store.path}: its --store decides, not the script's "
+                    f"store={own}"], result.stderr
+    assert not own.exists()
+    same = ("import anatomy\n"
+            f"anatomy.start(store={str(store.path)!r}, sample_rate=500, kernel=False)\n")
+    result = _python(store, "-m", "anatomy", "watch", "--", sys.executable, "-c", same)
+    assert result.returncode == 0, result.stderr
+    assert [line for line in result.stderr.splitlines() if "decides" in line] == [
+        f"anatomy: run {rep.id + 1} is recorded by the `anatomy watch` this script runs under,"
+        f" into {store.path}: its --sample-rate decides, not the script's sample_rate=500"]
+
+
 RUNS_AN_EVALUATION = """
 import subprocess, sys
 import anatomy
