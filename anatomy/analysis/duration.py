@@ -103,10 +103,12 @@ def _step_time(run: RunRow) -> float | None:
 def estimate(store: Store, options: RunOptions, backend: str, device_name: str | None,
              data: TrainingData | None = None) -> DurationEstimate:
     """The estimate for a run with `options` on this device (`backend`, and the GPU's name),
-    from the completed runs of its model stored here; `data`: the dataset it trains on, read
-    (its texts' lengths and count)."""
+    from the runs of its model stored here that trained until they ended or were stopped (a
+    stopped run's time is its steps'); `data`: the dataset it trains on, read (its texts'
+    lengths and count)."""
     options = options.located()  # as a run stores them
-    runs = store.find_runs(preset=options.preset, status=Status.COMPLETED)
+    runs = [run for run in store.find_runs(preset=options.preset)
+            if run.status in (Status.COMPLETED, Status.STOPPED)]
     return estimate_from(runs, options, backend, device_name, store, data)
 
 

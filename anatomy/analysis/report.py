@@ -444,6 +444,26 @@ def steady_rate(span: tuple[Step, Step] | None, batch: Any, grad_accum: int | No
     return samples * processes / (last.t - first.t)
 
 
+def trained_until_stopped(store: Store, run_id: int) -> TrainingSummary | None:
+    """The figures a Trainer reports at its end, for a run stopped before it did (its Trainer
+    never returned): the steps made, the time from the training phase's start to the last step,
+    and the samples a second over it (every process's; unknown where the batch size is). None
+    without a training step."""
+    run = store.run(run_id)
+    training = next((p for p in store.phases(run_id) if p.name == Phase.TRAINING), None)
+    last = store.last_step(run_id)
+    if run is None or training is None or last is None or last.t <= training.start_s:
+        return None
+    time_s = last.t - training.start_s
+    ran_with = known_options(run)
+    batch = ran_with.batch_size
+    samples = (None if not isinstance(batch, int) else
+               last.step * batch * (ran_with.grad_accum or 1) * (run.environment.world_size or 1))
+    return TrainingSummary.of(steps=last.step, time_s=round(time_s, 3),
+                              samples_per_second=None if samples is None else
+                              round(samples / time_s, 3))
+
+
 def report(store: Store, run_id: int, run: RunRow | None = None, counted: bool = True
            ) -> RunReport | None:
     """The run's report, from the store; None when there is no such run. `counted=False` leaves

@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from anatomy.analysis.machine import Device, Machine
+from anatomy.analysis.report import trained_until_stopped
 from anatomy.engine import protocol, sampler
 from anatomy.engine.collector import FLUSH_SECONDS, Collector, Outcome
 from anatomy.engine.endings import Ending, OomKills, death, killed_for_memory
@@ -524,8 +525,12 @@ class Recording:
                     store.close_phases(self.run_id, last.t, rank)
         store.close_phases(self.run_id, end)
         values: dict[str, Any] = {"samples_sent": self.outcome.samples_sent}
-        if self.outcome.summary is None and self.stop_summary is not None:
-            self.outcome.summary = self.stop_summary
+        if self.outcome.summary is None:
+            # A script's own figures, else a stopped Trainer's from its steps (it never returned
+            # to report them, and a stopped run's time and speed were blank)
+            self.outcome.summary = self.stop_summary or (
+                trained_until_stopped(store, self.run_id) if ending.status == Status.STOPPED
+                else None)
         summary = self.outcome.training_summary()
         if summary.to_dict():
             values["summary"] = summary

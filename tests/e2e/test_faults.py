@@ -238,6 +238,13 @@ def test_sigterm_or_sighup_to_the_cli_is_a_stop(cli_run, sig):
     assert rep.status == "stopped" and sig.name in rep.error
     assert rep.samples == rep.samples_sent > 0
     assert rep.training.memory_bytes > rep.phase("weights").memory_bytes
+    # Its Trainer never returned to report its figures: they are its steps' (the Runs table's
+    # Time and Samples/s were blank for a stopped run)
+    trained, last = rep.summary, Store(run.store_path, read_only=True).last_step(1)
+    assert trained.trained.steps == last.step >= 2
+    assert trained.time_s == pytest.approx(last.t - rep.training.start_s, abs=1e-3)
+    assert trained.samples_per_second == pytest.approx(last.step * 4 / trained.time_s, rel=1e-3)
+    assert f"Time: {trained.time_s:.2f} s ({last.step} steps, until stopped)" in run.out
     assert "Traceback" not in run.err
     assert "leaked semaphore" not in run.err  # the worker's progress bars hold no named lock
 

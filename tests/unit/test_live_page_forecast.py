@@ -13,7 +13,7 @@ from streamlit.testing.v1 import AppTest
 from anatomy.analysis import duration, models
 from anatomy.analysis.machine import Device, Machine
 from anatomy.analysis.options import RunOptions, defaults_for, validate, validated
-from anatomy.analysis.report import report
+from anatomy.analysis.report import report, trained_until_stopped
 from anatomy.store import PhaseMark
 from anatomy.views import live
 from anatomy.views.live import batch_size_forecast, memory_forecast
@@ -188,6 +188,21 @@ def test_a_stored_run_of_the_same_model_times_the_next_one(store, seed):
     unknown = duration.estimate(store, replace(options, model="bert-base-uncased"), "cpu-rss",
                                 None)
     assert unknown.total_s is None and "the first steps will tell" in unknown.line()
+
+
+def test_a_stopped_run_of_the_same_options_times_the_next_one(store, seed):
+    """A stopped run kept no time (its Trainer never returned): the estimate took a 2-step run of
+    other options over it. Its steps' time is what the recording keeps for it now."""
+    other = seed(backend="cpu-rss")
+    store.update_run(other, options={**store.run(other).options, "batch_size": 2})
+    stopped = seed(backend="cpu-rss", status="stopped")
+    store.update_run(stopped, summary=trained_until_stopped(store, stopped))
+    kept = store.run(stopped).summary
+    # Steps end at 6.0 + 0.4 k, training began at 6.0: 8 steps of 4 samples in 3.2 s
+    assert (kept.steps, kept.time_s, kept.samples_per_second) == (8, 3.2, 10.0)
+    estimate = duration.estimate(store, report(store, stopped).options, "cpu-rss", None)
+    assert estimate.step_s == pytest.approx(0.4)
+    assert f"run {stopped}, the same options" in estimate.line()
 
 
 def test_a_run_of_a_model_folder_times_the_next_from_any_folder(store, tmp_path, monkeypatch):
