@@ -105,7 +105,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     except InvalidOptions as error:
         return refused(error)
     store = Store(args.store)
-    manager = RunManager(store, tell=lambda line: say(line, file=sys.stderr, flush=True))
+    manager = RunManager(store, tell=lambda line: say(line, file=sys.stderr, flush=True),
+                         front="anatomy run")
     try:
         with served(args, lambda: [r.figures for r in list(manager.recordings.values())]):
             return _run(args, checked, store, manager)

@@ -197,7 +197,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             raise InvalidOptions({"vary": "give --vary OPTION=V1,V2,… (or --from-prediction)"})
         else:
             vary = parse_vary(args.vary)
-        sweep = Sweep(RunManager(store), base, vary, args.until_oom, args.name, info.gpu_count)
+        sweep = Sweep(RunManager(store, front="anatomy sweep"), base, vary, args.until_oom,
+                      args.name, info.gpu_count)
     except InvalidOptions as error:
         return refused(error)
     for line in unquantized(sweep.planned):

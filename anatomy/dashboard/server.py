@@ -106,7 +106,8 @@ def server_end() -> ServerEnd:
 @st.cache_resource(show_spinner=False)
 def _manager(store_path: str) -> RunManager:
     # A read-only dashboard's manager starts nothing, and its store refuses any write.
-    manager = RunManager(Store(store_path, read_only=read_only() is not None))
+    manager = RunManager(Store(store_path, read_only=read_only() is not None),
+                         front="the dashboard")
     server_end().managers.append(manager)
     _serve_metrics(manager)
     return manager

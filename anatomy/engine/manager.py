@@ -66,11 +66,15 @@ class ActiveRun:
 
 
 class RunManager:
-    def __init__(self, store: Store | None = None, tell: Callable[[str], None] | None = None):
+    def __init__(self, store: Store | None = None, tell: Callable[[str], None] | None = None,
+                 front: str = ""):
         """`tell(text)`: what its runs' recordings say at once (a database server gone and
-        back), besides the run's messages: the CLI prints it."""
+        back), besides the run's messages: the CLI prints it. `front`: the program this
+        manager runs in, as a busy device's holder names it ("the dashboard, pid 812": the pid
+        is this process's, and ending it ends that program, not only its run)."""
         self.store = store or Store()
         self.tell = tell
+        self.front = front
         self.active: dict[int, ActiveRun] = {}
         self.recordings: dict[int, Recording] = {}  # this manager's runs, running or ended
         self._guard = threading.Lock()
@@ -144,7 +148,7 @@ class RunManager:
             self._release(active)
             raise
         for taken in ((lock, *more) if owns_lock else more):
-            taken.describe(held_by(f"run {run_id}", self.store.path))
+            taken.describe(held_by(f"run {run_id}", self.store.path, self.front))
         try:
             self._spawn(active, options, info, dwell, texts)
         except BaseException as error:

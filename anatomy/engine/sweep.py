@@ -119,7 +119,7 @@ class Sweep:
             self._release()
             raise
         for lock in self._reservations:
-            lock.describe(held_by(f"sweep {self.id}", self.store.path))
+            lock.describe(held_by(f"sweep {self.id}", self.store.path, self.manager.front))
 
     def _release(self) -> None:
         for lock in self._reservations:

@@ -40,7 +40,9 @@ def test_start_a_second_start_refused_while_busy_and_stop(store):
 
         app.button(key="start").click().run()
         device = "this machine" if NO_GPU else "GPU 0"
-        holder = f"run {run.id} of {store.path} (pid {os.getpid()})"
+        # The pid is the dashboard's own (the worker is its child): said so, for ending it ends
+        # the dashboard, not only the run
+        holder = f"run {run.id} of {store.path} (the dashboard, pid {os.getpid()})"
         assert _errors(app) == [f"Not started: {device} is busy: {holder}."]
         assert len(store.runs()) == 1
 
