@@ -79,6 +79,7 @@ class Figures:
         self._phase_memory: list[tuple[str, float, int]] = []  # name, end, bytes: as they ended
         self._open: dict[int, str] = {}  # rank -> its open phase
         self._starts: dict[tuple[int, str], PhaseStart] = {}
+        self._unmarked: PhaseStart | None = None  # the run's phase until its training marks one
         self._positions: dict[int, int] = {}  # a device's position -> the rank training on it
         self._steps: dict[int, int] = {}
         self._components: Components | None = None
@@ -125,6 +126,7 @@ class Figures:
         self._match_ends()
 
     def _marked(self, mark, source: protocol.Source) -> None:
+        self._unmarked = None  # the training marks its own phases
         rank = source.rank or 0
         self._positions.setdefault(source.device or 0, rank)
         if mark.edge == "start":
@@ -152,6 +154,14 @@ class Figures:
             if at_end is not None:
                 self._phase_memory.append((name, end, at_end))
         self._pending = waiting
+
+    def until_marked(self, name: str, t: float) -> None:
+        """The phase the run is in from `t` (the run's clock) until its training marks one: a
+        watched command's one phase, whose mark is written only once the command has ended
+        without marking any (engine/watch.py), and which /metrics serves while it runs."""
+        with self._lock:
+            if not self._starts:
+                self._unmarked = PhaseStart(0, name, self.wall_offset + t)
 
     def stored_samples(self, count: int) -> None:
         with self._lock:
@@ -190,9 +200,11 @@ class Figures:
                 rank = self._positions.get(position)
                 if rank is None and len(self.devices) == 1 and self._open:
                     rank = min(self._open)
+                phase = None if rank is None else self._open.get(rank)
+                if phase is None and self._unmarked is not None:
+                    phase = self._unmarked.name
                 found.append(DeviceNow(self.label(device), self._latest[device],
-                                       self._peak[device], rank,
-                                       None if rank is None else self._open.get(rank)))
+                                       self._peak[device], rank, phase))
             return found
 
     def phase_memory(self) -> list[tuple[str, int]]:
@@ -202,7 +214,8 @@ class Figures:
 
     def phase_starts(self) -> list[PhaseStart]:
         with self._lock:
-            return list(self._starts.values())
+            unmarked = [] if self._unmarked is None else [self._unmarked]
+            return [*self._starts.values(), *unmarked]
 
     def steps(self) -> dict[int, int]:
         """Each rank's last step."""

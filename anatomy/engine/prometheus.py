@@ -4,8 +4,9 @@ as they are (a custom collector, as exporters do): nothing is copied between scr
 prometheus-client is imported only when an endpoint is asked for.
 
 Every series carries `run` and `host`; memory also `rank`, `device` and `phase` (the phase the
-rank training on that device is in; empty between phases), so that a cluster's Grafana can say
-which phase filled a GPU. docs/grafana-dashboard.json draws them.
+rank training on that device is in; empty between phases; "process" for a watched command that
+marks none, its run's one phase), so that a cluster's Grafana can say which phase filled a GPU.
+docs/grafana-dashboard.json draws them.
 """
 
 from __future__ import annotations

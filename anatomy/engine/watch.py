@@ -526,6 +526,9 @@ class Watch:
                link.T0_ENV: repr(recording.t0), "ANATOMY_STORE": self.store.locator(),
                "PYTHONUNBUFFERED": "1"}
         self.started = recording.now()
+        # A command that marks nothing is in its one phase from here (its mark is written once
+        # it has ended without marking any): /metrics says so while it runs.
+        recording.figures.until_marked(Phase.PROCESS, self.started)
         # Orphans of the command come here (not to init) until its end has ended them.
         with adopting_orphans():
             try:

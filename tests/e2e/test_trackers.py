@@ -131,6 +131,45 @@ def test_wandb_offline_run_holds_anatomys_figures(store, tmp_path):
         _training_memory_mib(store), abs=0.01)
 
 
+def _served(address: str) -> dict[str, list]:
+    """What a /metrics endpoint serves now, read with prometheus-client's own parser; {} where it
+    does not answer (yet)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        with urllib.request.urlopen(address, timeout=5) as answer:
+            text = answer.read().decode()
+    except OSError:
+        return {}
+    return {family.name: family.samples for family in text_string_to_metric_families(text)}
+
+
+def test_a_watched_command_that_marks_no_phase_is_served_in_its_process_phase(store, tmp_path):
+    """`anatomy watch --metrics-port P -- COMMAND` of a command that marks no phase of its own:
+    its memory was served with phase="" while it ran, though the run has one phase, "process",
+    from the command's start (`show` names it so). Served in that phase while the command runs,
+    with its start among the phases' starts."""
+    port, done = free_port(), tmp_path / "done"
+    command = f"import os, time\nwhile not os.path.exists({str(done)!r}): time.sleep(0.02)\n"
+    watch = subprocess.Popen(
+        [*WATCH[:-1], "--metrics-port", str(port), "--metrics-host", "127.0.0.1", "--",
+         sys.executable, "-c", command], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, cwd=tmp_path, env=_env(store))
+    address = f"http://127.0.0.1:{port}/metrics"
+    try:
+        served = wait_until(lambda: (now := _served(address)).get("anatomy_memory_used_bytes")
+                            and now, 60, "the command's memory served", process=watch)
+        assert {s.labels["phase"] for s in served["anatomy_memory_used_bytes"]} == {"process"}
+        (start,) = served["anatomy_phase_start_timestamp_seconds"]
+        assert start.labels["phase"] == "process" and start.value > 0
+    finally:
+        done.touch()
+        _, err = watch.communicate(timeout=60)
+    assert watch.returncode == 0, err
+    (run,) = store.runs()
+    assert [p.name for p in store.phases(run.id)] == ["process"]  # the name the run keeps
+
+
 PROMETHEUS = shutil.which("prometheus")
 
 

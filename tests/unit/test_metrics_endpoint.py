@@ -73,6 +73,29 @@ def test_the_endpoint_serves_each_devices_memory_with_its_run_host_rank_and_phas
         "weights", "training"}
 
 
+def test_a_watched_commands_process_phase_gives_way_to_the_phases_it_marks():
+    """The phase a watched command is served in before it marks any (`process`, its run's one
+    phase if it never does: tests/e2e/test_trackers.py) is no phase of its once its script marks
+    its own (`anatomy.start()` under the watch): its memory is in the phase marked, and
+    `process` is no phase's start."""
+    figures = Figures([0], Backend.NVML, t0=0.0)
+    figures.run_id = 3
+    figures.until_marked("process", 0.2)
+    figures.see(protocol.Samples([Sample(0.5, 0, 1000, None, None, None)]))
+    served = _scrape(figures)
+    assert [(s.labels["rank"], s.labels["phase"]) for s in served["anatomy_memory_used_bytes"]] \
+        == [("", "process")]
+    assert [s.labels["phase"] for s in served["anatomy_phase_start_timestamp_seconds"]] == [
+        "process"]
+    figures.see(protocol.Phase(PhaseMark("start", "baseline", 1.0), protocol.Source()))
+    figures.see(protocol.Samples([Sample(1.1, 0, 2000, None, None, None)]))
+    served = _scrape(figures)
+    assert [(s.labels["rank"], s.labels["phase"]) for s in served["anatomy_memory_used_bytes"]] \
+        == [("0", "baseline")]
+    assert [s.labels["phase"] for s in served["anatomy_phase_start_timestamp_seconds"]] == [
+        "baseline"]
+
+
 def test_the_readme_lists_every_metric_the_endpoint_serves():
     readme = (PROJECT / "README.md").read_text()
     served = _scrape(_training_run())
