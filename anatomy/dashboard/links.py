@@ -36,9 +36,13 @@ def choose_run_from_url(ids: list[int], key: str) -> None:
             instead = shown if shown in ids else ids[0]
             st.warning(text.missing_run(wanted, instead, filtered=stored),
                        icon=":material/search_off:")
-    elif shown is not None and shown not in ids and server.store().run(shown) is not None:
-        st.warning(text.missing_run(str(shown), ids[0], filtered=True),
-                   icon=":material/filter_alt:")  # the filters left the run shown out
+    elif shown is not None and shown not in ids:
+        if server.store().run(shown) is not None:  # the filters left the run shown out
+            st.warning(text.missing_run(str(shown), ids[0], filtered=True),
+                       icon=":material/filter_alt:")
+        else:  # deleted since it was shown: the page must not turn to another run unsaid
+            st.warning(text.missing_run(str(shown), ids[0], gone=True),
+                       icon=":material/delete:")
     if st.session_state.get(key) not in ids:
         st.session_state[key] = ids[0]
     st.query_params["run"] = str(st.session_state[key])

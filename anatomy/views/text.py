@@ -107,11 +107,16 @@ def run_id(word: str) -> int | None:
     return checks.digits(word.strip())
 
 
-def missing_run(wanted: str, shown: int | None, filtered: bool = False) -> str:
+def missing_run(wanted: str, shown: int | None, filtered: bool = False, gone: bool = False
+                ) -> str:
     """What a page says when the URL asks for a run it cannot show (`shown` is the one it shows
-    instead, if any); `filtered`: the run exists but the page's filters leave it out."""
+    instead, if any); `filtered`: the run exists but the page's filters leave it out; `gone`:
+    the run the page showed has been deleted since (another tab, the CLI)."""
     if filtered:
         return f"Run {wanted} is not among the runs these filters keep: showing run {shown}."
+    if gone:
+        return (f"Run {wanted} is no longer stored (deleted in another tab or by the CLI)" +
+                ("." if shown is None else f": showing run {shown}."))
     what = (f"Run {wanted} not found" if run_id(wanted) is not None else
             f"{literal(repr(wanted))} is not a run id")
     return what + ("." if shown is None else f": showing run {shown}.")

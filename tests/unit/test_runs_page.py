@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
 from anatomy.analysis.report import report
@@ -64,6 +65,20 @@ def test_saving_the_labels_of_a_run_deleted_meanwhile_says_nothing_was_saved(sto
     assert [t.value for t in app.toast] == [f"Run {run_id} is not stored any more: nothing was"
                                             " saved"]
     assert store.run(other).name is None
+
+
+@pytest.mark.parametrize("page", ["runs", "anatomy", "live"])
+def test_a_run_deleted_elsewhere_while_shown_is_said_not_swapped_silently(store, seed, page):
+    """Another tab (or `anatomy delete`) deleted the run this tab showed: its next rerun showed
+    another run in its place (the Live page: none), unsaid."""
+    other, run_id = seed(), seed()
+    app = open_page(f"screens/{page}.py", run=str(run_id))
+    store.delete_run(run_id)
+    app.run()
+    assert not app.exception
+    gone = f"Run {run_id} is no longer stored (deleted in another tab or by the CLI)"
+    said = gone + "." if page == "live" else f"{gone}: showing run {other}."
+    assert said in [w.value for w in app.warning]
 
 
 def test_a_label_that_is_not_one_line_of_printable_text_is_said_and_not_saved(store, seed):

@@ -313,8 +313,9 @@ def _shown_run() -> int | None:
         if running is not None:
             st.session_state["live_run"] = running.id
     run_id = st.session_state.get("live_run")
-    if run_id is not None and db.run(run_id) is None:
-        run_id = st.session_state["live_run"] = None  # deleted meanwhile
+    if run_id is not None and db.run(run_id) is None:  # deleted meanwhile: said, not dropped
+        st.warning(text.missing_run(str(run_id), None, gone=True), icon=":material/delete:")
+        run_id = st.session_state["live_run"] = None
     if missing is not None:
         st.warning(text.missing_run(missing, run_id), icon=":material/search_off:")
     if run_id is None:
