@@ -503,10 +503,10 @@ class Run:
                                                                   device=_local_rank()))
         self.ended = False
         # What run.step(batch_size=…) said: the examples trained on, for the run's samples/s
-        self._examples = 0
-        self._unsized = False  # a step that did not say its batch size
+        self._examples = 0  # those of the steps measured (after the training's start)
+        self._unsized = False  # a step measured that did not say its batch size
         self._largest: int | None = None
-        self._training_began: float | None = None
+        self._training_began: float | None = None  # where its time is measured from
         self._last_step: float | None = None
         self.by_callback = False  # started by a Trainer's AnatomyCallback, ended with its training
         # A Trainer's training begun in it and not ended (engine/callbacks.py's Underway): one
@@ -602,11 +602,16 @@ class Run:
         allocated, reserved = _allocator()
         self._last_step = self.reporter.now()
         self.reporter.step(Step(self._last_step, self.steps, total, loss, allocated, reserved))
-        if batch_size is None:
+        if self._training_began is None:
+            # No training phase marked: where the training began is not known (the run's start
+            # counted loading torch and building the model as training). This step's end is the
+            # first moment known to be in it; its speed is measured over the steps after it.
+            self._training_began = self._last_step
+        elif batch_size is None:
             self._unsized = True
-            return
-        self._examples += batch_size
-        if self._largest is None or batch_size > self._largest:
+        else:
+            self._examples += batch_size
+        if batch_size is not None and (self._largest is None or batch_size > self._largest):
             self._largest = batch_size  # the peak's activations are made at the largest
             self.reporter.described({"batch_size": batch_size}, None)
 
@@ -617,17 +622,14 @@ class Run:
 
     def _summary(self) -> TrainingSummary | None:
         """The figures a Trainer reports at its end, for steps that said their batch size: the
-        steps, the time from the training phase's start (unmarked: the run's) to the last step,
-        and the samples a second over it (unknown where a step did not say its batch size).
-        Arithmetic alone: a stop's signal handler asks for it too."""
-        if not self._examples or self._last_step is None:
+        steps, the time from the training phase's start (unmarked: the first step's end) to the
+        last step, and the samples a second over it (unknown where a step did not say its batch
+        size); no time and no speed where that time is too short to measure one
+        (TrainingSummary.measured). Arithmetic alone: a stop's signal handler asks for it too."""
+        if self._largest is None or self._last_step is None or self._training_began is None:
             return None
-        time_s = self._last_step - (self._training_began or 0.0)
-        if time_s <= 0:
-            return None
-        return TrainingSummary.of(
-            steps=self.steps, time_s=round(time_s, 3),
-            samples_per_second=None if self._unsized else round(self._examples / time_s, 3))
+        return TrainingSummary.measured(self.steps, self._last_step - self._training_began,
+                                        None if self._unsized else self._examples)
 
     def figures(self) -> Figures | LinkedFigures | None:
         """The run's live figures: this process's recording's, or under `anatomy watch` the

@@ -396,6 +396,19 @@ class TrainingSummary(Record):
     exit_code: int | None = fact(lambda v, w: checks.whole(v, w, -(2**31), 2**31 - 1,
                                                             optional=True))
 
+    # A time under a hundredth of a second, the precision a time is shown at ("0.00 s"), has
+    # measured no training (a step reported as the training began): no time, no speed from it.
+    SHORTEST_S: ClassVar[float] = 0.01
+
+    @classmethod
+    def measured(cls, steps: int, time_s: float, samples: int | None) -> TrainingSummary:
+        """`steps` steps, which trained `samples` examples (None: unknown) in `time_s` seconds;
+        a time too short to measure (under SHORTEST_S) gives neither a time nor a speed."""
+        if time_s < cls.SHORTEST_S:
+            return cls.of(steps=steps)
+        return cls.of(steps=steps, time_s=round(time_s, 3),
+                      samples_per_second=None if samples is None else round(samples / time_s, 3))
+
     def trainer_figures(self) -> dict[str, Any]:
         """The Trainer's own figures as stored (what `show` prints as the summary)."""
         return {k: v for k, v in self.to_dict().items()

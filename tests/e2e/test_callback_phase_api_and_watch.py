@@ -81,6 +81,24 @@ def test_the_plain_loop_records_its_phases_and_steps_with_the_phase_api(store):
     _assert_libraries(rep)
 
 
+def test_a_scripts_one_step_gives_its_run_no_time_and_no_speed(store):
+    """`run = anatomy.start(); run.step(batch_size=8)` once: `show` said "Time: 0.00 s" and
+    "Samples/second: 18860.00" (a step reported as the training phase began), or a speed over
+    loading torch (no training phase marked). No time to measure a speed in: the run keeps its
+    step, and says neither."""
+    for marks in ("", "run.phase('training')\n"):
+        script = ("import anatomy\nrun = anatomy.start(kernel=False)\n" + marks
+                  + "run.step(loss=1.0, batch_size=8)\nrun.end()\n")
+        result = _python(store, "-c", script)
+        assert result.returncode == 0, result.stderr
+        run = max(store.runs(), key=lambda r: r.id)  # this script's
+        rep = report(store, run.id)
+        assert rep.steps == 1 and (rep.summary.time_s, rep.summary.samples_per_second) == (
+            None, None)
+        shown = _python(store, "-m", "anatomy", "show", str(run.id)).stdout
+        assert "steps: 1" in shown and "Time:" not in shown and "Samples/second" not in shown
+
+
 def _assert_libraries(rep) -> None:
     """What the script trained with, as it loaded them (`show` said "torch: -")."""
     import torch

@@ -286,3 +286,48 @@ def test_steps_that_say_their_batch_size_give_the_run_its_batch_size_and_samples
     unsized.end()
     [summary] = [m.summary for m in unsized.link.messages if isinstance(m, protocol.Summarised)]
     assert summary.samples_per_second is None and summary.steps == 2
+
+
+def _summary(run) -> object:
+    from anatomy.engine import protocol
+
+    [summary] = [m.summary for m in run.link.messages if isinstance(m, protocol.Summarised)]
+    return summary
+
+
+def test_a_step_with_no_time_before_it_gives_no_time_and_no_speed():
+    """One step reported as the training phase began (or with no training phase marked: the
+    run's start was read as the training's): the run stored "Time: 0.00 s" and 18,860 samples a
+    second, a speed measured over no time, or over loading torch. A time under a hundredth of a
+    second measures nothing: the steps are kept, without a time or a speed."""
+    from anatomy.engine import attach
+
+    marked = attach.Run(_Heard(), time.monotonic(), dwell=0.0)
+    marked.phase("training")
+    marked.step(loss=1.0, batch_size=8)
+    marked.end()
+    unmarked = attach.Run(_Heard(), time.monotonic() - 5.0, dwell=0.0)  # 5 s of setup
+    unmarked.step(loss=1.0, batch_size=8)
+    unmarked.end()
+    for run in (marked, unmarked):
+        summary = _summary(run)
+        assert (summary.steps, summary.time_s, summary.samples_per_second) == (1, None, None)
+
+
+def test_without_a_training_phase_the_speed_is_measured_from_the_first_step():
+    """Steps with no training phase marked: their time was read from the run's start, the
+    loading of torch and the model's building counted as training (5 s of setup and 0.1 s of
+    steps: 4.7 samples a second where the steps made 160). Where the training began is not
+    known; its first step's end is the first moment known to be in it: the speed is measured over
+    the steps after it."""
+    from anatomy.engine import attach
+
+    run = attach.Run(_Heard(), time.monotonic() - 5.0, dwell=0.0)
+    for _ in range(3):
+        run.step(loss=1.0, batch_size=8)
+        time.sleep(0.05)
+    run.step(loss=1.0, batch_size=8)
+    run.end()
+    summary = _summary(run)
+    assert summary.steps == 4 and 0.15 <= summary.time_s < 1.0
+    assert summary.samples_per_second == pytest.approx(24 / summary.time_s, rel=1e-2)
