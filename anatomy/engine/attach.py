@@ -34,7 +34,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client
@@ -522,6 +522,9 @@ class Run:
         self._libraries = RunFacts()  # the versions told so far
         self._told_late = self._told_profiling = False
         self._reader: Reader | LinkedReader | None = None  # what `metrics()` has read of the run's figures
+        # What a front tells the run as it ends, before its ending is written (the Trainer
+        # callback: a Trainer that never trained); each is given how the run ends.
+        self.on_end: list[Callable[[Ending], None]] = []
 
     def _late(self, call: str) -> bool:
         """Whether the run has ended, so that `call` goes nowhere; said once where the run was
@@ -705,6 +708,9 @@ class Run:
             self.ended = self._ending = True
         try:
             with _HeldCtrlC(self.id) as held:
+                for told in self.on_end:
+                    with contextlib.suppress(Exception):  # a word never keeps the run from ending
+                        told(ending)
                 self._summarise()
                 if self.reporter.open_phase:
                     self.reporter.end(self.reporter.open_phase, at)

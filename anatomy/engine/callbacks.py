@@ -34,6 +34,9 @@ from anatomy.vocabulary import Attention, Level, Phase, Precision, Status, Weigh
 
 INJECT_ENV = "ANATOMY_INJECT"  # tests only: "oom@STEP" or "crash@STEP"
 LAST_FIGURES_WAIT = 2.0  # seconds the training phase's memory is waited for as training ends
+# What a Trainer that never trains may do instead, said as its run ends: the call, what it made
+UNTRAINED = {"evaluate": ("evaluated (trainer.evaluate())", "evaluation"),
+             "predict": ("predicted (trainer.predict())", "prediction")}
 
 
 class Underway(NamedTuple):
@@ -282,7 +285,8 @@ class AnatomyCallback(TrainerCallback):
     phase when the Trainer is built (the model is on its device), the training phase from
     on_train_begin to on_train_end, reports every step with its loss, runs the component probe
     over the first steps, and ends the run it started when training ends (an error that escapes
-    `train()` ends it as failed or oom). It adds no synchronisation: the allocator's figures are
+    `train()` ends it as failed or oom); a run whose Trainer never trained (`evaluate()` alone)
+    says so as it ends. It adds no synchronisation: the allocator's figures are
     host-side counters.
 
     Its figures join the Trainer's logs (engine/figures.py names them), so that every
@@ -315,6 +319,7 @@ class AnatomyCallback(TrainerCallback):
         self._predictable = False
         self._told_order = False
         self._logging = False  # the training's last figures are being logged
+        self._did: list[tuple[str, str]] = []  # what the Trainer did but train: UNTRAINED's
 
     def _take_run(self):
         """The run this process records (joined), else one of its own; the run joined, if any."""
@@ -408,6 +413,9 @@ class AnatomyCallback(TrainerCallback):
         for earlier in self._callbacks:  # a Trainer followed again (train() once more)
             if isinstance(earlier, Evaluations):
                 earlier.handle.remove()
+        self._did = []  # of this run
+        if self._untrained not in self.run.on_end:
+            self.run.on_end.append(self._untrained)
         self._callbacks = [steps, PhaseMarks(self.run.reporter)]
         if model is not None:
             self._callbacks.append(Evaluations(self.run, model))
@@ -627,6 +635,37 @@ class AnatomyCallback(TrainerCallback):
                 self._handler.on_log(args, state, control, last)
             finally:
                 self._logging = False
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        self._did_also(UNTRAINED["evaluate"], state)
+
+    def on_predict(self, args, state, control, **kwargs):
+        self._did_also(UNTRAINED["predict"], state)
+
+    def _did_also(self, did: tuple[str, str], state) -> None:
+        """What the Trainer did, for `_untrained`: this callback's Trainer, into a run going on
+        (an evaluation after the training's run ended is no part of it)."""
+        if getattr(state, "_anatomy_callback", None) in (None, id(self)) and not self.run.ended \
+                and did not in self._did:
+            self._did.append(did)
+
+    def _untrained(self, ending: Ending) -> None:
+        """As the run ends (Run.on_end): a run that completed with no training phase says why,
+        where its Trainer never trained (it only evaluated, or only was built): it was
+        "completed" with a weights phase alone, and said nothing. Rank 0 says it for the run."""
+        reporter = self.run.reporter
+        if ending.status != Status.COMPLETED or Phase.TRAINING in reporter.begun \
+                or reporter.source.rank:
+            return
+        if self._did:
+            words = (f"no training phase: the Trainer {' and '.join(d for d, _ in self._did)} and"
+                     " never trained (no trainer.train()); the memory after its weights phase is"
+                     f" the {' and '.join(what for _, what in self._did)}'s")
+        else:
+            words = ("no training phase: the Trainer was built and never trained (no "
+                     "trainer.train())")
+        reporter.tell(Level.WARNING, words)
+        _say(f"run {self.run.id}: {words}")
 
     def on_train_end(self, args, state, control, **kwargs):
         if not self._records(state):

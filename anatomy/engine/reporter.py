@@ -24,6 +24,7 @@ class Reporter:
         self.source = source or protocol.Source()
         self.open_phase: Phase | str | None = None  # a user's script may name its own
         self.last_mark: float | None = None  # when the last phase mark or step was sent
+        self.begun: set[Phase | str] = set()  # the phases begun: what the run never reached
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -32,6 +33,7 @@ class Reporter:
         self.last_mark = self.now()
         self.queue.put(protocol.Phase(PhaseMark(Edge.START, name, self.last_mark), self.source))
         self.open_phase = name
+        self.begun.add(name)
 
     def end(self, name: Phase | str, at: float | None = None) -> None:
         """The phase ends now, or at `at` (the run's clock) where it ended earlier than it is

@@ -240,6 +240,33 @@ data = Dataset.from_dict({"input_ids": ids, "labels": ids})
 data.set_format("pt")
 """
 
+ONLY_EVALUATES = """
+import anatomy
+from transformers import Trainer, TrainingArguments
+""" + SMALL_LLAMA + """
+arguments = TrainingArguments(output_dir="out", use_cpu=True, report_to=[], save_strategy="no",
+                              per_device_eval_batch_size=8, disable_tqdm=True)
+trainer = Trainer(model=LlamaForCausalLM(config), args=arguments, eval_dataset=data,
+                  callbacks=[anatomy.AnatomyCallback()])
+trainer.evaluate()
+"""
+
+
+def test_a_trainer_that_only_evaluates_says_why_its_run_has_no_training_phase(store, tmp_path):
+    """A user's Trainer with the callback that evaluates and never trains (`trainer.evaluate()`
+    alone): its run was `completed` with a weights phase alone, and nothing said why. The run
+    says it, in its messages (`show` prints them) and on the script's terminal."""
+    result = _users_script(store, tmp_path, ONLY_EVALUATES)
+    rep = _only_run(store)
+    assert rep.status == "completed" and [p.name for p in rep.phases] == ["weights"]
+    words = ("no training phase: the Trainer evaluated (trainer.evaluate()) and never trained "
+             "(no trainer.train()); the memory after its weights phase is the evaluation's")
+    assert [(m.level, m.text) for m in rep.messages] == [("warning", words)]
+    assert f"anatomy: run {rep.id}: {words}" in result.stderr
+    shown = _python(store, "-m", "anatomy", "show", str(rep.id)).stdout
+    assert f"warning: {words}" in shown
+
+
 FINDS_ITS_BATCH_SIZE = """
 import anatomy
 anatomy.start(name="auto batch")

@@ -403,3 +403,38 @@ def test_parameters_the_script_froze_itself_are_the_runs(heard, tmp_path, when):
     trained = [m.facts.trainable_parameters for m in heard.of(protocol.Environment)
                if m.facts.trainable_parameters is not None][-1]
     assert trained == sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+@pytest.mark.parametrize("calls, words", [
+    ([], "the Trainer was built and never trained (no trainer.train())"),
+    (["evaluate"], "the Trainer evaluated (trainer.evaluate()) and never trained (no "
+     "trainer.train()); the memory after its weights phase is the evaluation's"),
+    (["predict", "evaluate", "predict"], "the Trainer predicted (trainer.predict()) and evaluated "
+     "(trainer.evaluate()) and never trained (no trainer.train()); the memory after its weights "
+     "phase is the prediction and evaluation's"),
+    (["train", "evaluate"], None),  # its training phase is there: nothing to say
+])
+def test_a_run_whose_trainer_never_trained_says_why_it_has_no_training_phase(heard, tmp_path,
+                                                                              calls, words):
+    """A Trainer that only evaluates (or predicts, or is built and left) left a `completed` run
+    with a weights phase alone, without a word. Its run says why as it ends, once, on the run
+    (`show` prints its messages) and on the terminal."""
+    import torch
+    from transformers.trainer_callback import TrainerState
+
+    from anatomy.engine import attach
+    from anatomy.engine.callbacks import AnatomyCallback
+    from anatomy.vocabulary import Level
+
+    handler, arguments, control = _trainer(tmp_path, [AnatomyCallback()])
+    state = TrainerState()  # evaluate()'s: the Trainer's own since it was built
+    for call in calls:
+        if call == "train":
+            _train(handler, arguments, control, first_step=0, steps=1)
+            continue
+        handler.model.eval()
+        handler.model(torch.randn(4, 8))
+        getattr(handler, f"on_{call}")(arguments, state, control, metrics={})
+    attach.current().end()
+    said = [(m.message.level, m.message.text) for m in heard.of(protocol.Note)]
+    assert said == ([] if words is None else [(Level.WARNING, f"no training phase: {words}")])
