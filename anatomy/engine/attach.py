@@ -857,6 +857,9 @@ def start(name: str | None = None, *, sample_rate: int = DEFAULT_SAMPLE_RATE,
                 raise ValueError(f"store: {error}") from None
         if name is not None and not isinstance(name, str):
             raise ValueError(f"name: must be text, got {checks.shown(name)}")
+        if gpus is not None and (isinstance(gpus, (str, bytes)) or not isinstance(gpus, Sequence)):
+            raise ValueError("gpus: must be a list of visible GPUs' indices (gpus=[0, 1]), got "
+                             f"{checks.shown(gpus)}")
         if name:
             _named("name", name)
         dwell = max(0.1, 5.0 / sample_rate)

@@ -102,6 +102,9 @@ def test_a_launchers_rank_and_world_size_are_read_as_ascii_digits(rank, local, w
     ({"store": " "}, "store: an empty path names no store: give a file, or leave store out for "
                      "the default"),
     ({"name": 5}, "name: must be text, got 5"),
+    # TypeError: 'int' object is not iterable, from inside anatomy
+    ({"gpus": 0}, "gpus: must be a list of visible GPUs' indices (gpus=[0, 1]), got 0"),
+    ({"gpus": "0,1"}, "gpus: must be a list of visible GPUs' indices (gpus=[0, 1]), got '0,1'"),
     ({"name": "caf\udce9"}, "name: holds the byte 0xe9, which is not UTF-8 text"),
     ({"name": "red\x1b[31m"}, "name: holds the control character '\\x1b': give one line of "
                                "printable text")])
