@@ -61,13 +61,14 @@ def phase_names(on_gpu: bool) -> str:
 # What Streamlit's Markdown would take for markup in a line of plain text: emphasis, code, links
 # and its colour directives (":red[…]"), math, strikethrough. (An emoji's shortcode, ":rocket:",
 # is still drawn as the emoji: Streamlit replaces it after the escapes are read.)
-_MARKUP = re.compile(r"([\\`*_\[\]$~])")
+_MARKUP = re.compile(r"([\\`*_\[\]$~:])")
 
 
 def literal(words: str) -> str:
     """`words` as a page's Markdown shows them, character for character: a run's name, a model's
     path or a word from the URL is the user's text, not markup (a run named "**v2**" was a bold
-    "v2" in its heading, and /runs?run=[x](http://…) a link in the page's warning)."""
+    "v2" in its heading, /runs?run=[x](http://…) a link in the page's warning, and Streamlit
+    read ":red[x]" as its colour directive even with its brackets escaped: the colon is too)."""
     return _MARKUP.sub(r"\\\1", words)
 
 

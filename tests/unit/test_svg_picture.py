@@ -318,3 +318,36 @@ def test_the_runs_labels_cover_no_other_label_and_no_marker():
     hits = [(a[4], b[4]) for i, a in enumerate(boxes) for b in [*boxes[i + 1:], *markers]
             if a[0] < b[1] and b[0] < a[1] and a[2] < b[3] and b[2] < a[3]]
     assert hits == []
+
+
+def test_a_name_with_markdown_in_it_is_drawn_as_written_and_is_no_markup(store, seed):
+    """The page writes the picture with st.markdown: a run named "**v2** $x^2$ :red[r]" split the
+    Compare page's legend out of the picture, in bold, red and as a formula. Markdown's
+    characters are character references in the SVG: the same characters drawn, none read."""
+    import plotly.graph_objects as go
+
+    name = "**v2** <b>x</b> :red[r] $x^2$ _it_ `c` ~d~ a\\b"
+    figure = go.Figure(go.Scatter(x=[0, 1], y=[1, 2], mode="lines", name=name))
+    drawn = svg.picture(figure)
+    legend = [g.find("s:text", NS).text for g in ET.fromstring(drawn).iter(f"{{{NS['s']}}}g")
+              if g.get("class") == "legend-item"]
+    assert legend == [name]
+    assert not set("*$[]_`~\\") & set(re.sub(r"<[^>]*>", "", drawn))  # text outside the tags
+
+
+def test_a_legend_name_is_drawn_as_plotly_draws_it_and_cut_where_wider_than_the_picture():
+    """The Compare page's labels are escaped for Plotly ("&lt;b&gt;", drawn "<b>"): the picture
+    drew "&lt;b&gt;". A name wider than the picture ran off its right edge."""
+    import html
+
+    import plotly.graph_objects as go
+
+    figure = go.Figure([go.Scatter(x=[0, 1], y=[1, 2], mode="lines",
+                                   name=html.escape("Run 1 · <b>x</b> & co", quote=False)),
+                        go.Scatter(x=[0, 1], y=[2, 1], mode="lines", name="Run 2 · " + "n" * 400)])
+    root = ET.fromstring(svg.picture(figure, width=600))
+    legend = [g.find("s:text", NS).text for g in root.iter(f"{{{NS['s']}}}g")
+              if g.get("class") == "legend-item"]
+    assert legend[0] == "Run 1 · <b>x</b> & co"
+    assert legend[1].startswith("Run 2 · nnn") and legend[1].endswith("…")
+    assert len(legend[1]) < 600 / 5

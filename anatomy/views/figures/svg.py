@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import math
 import re
-from html import escape
+from html import escape as html_escape
+from html import unescape as html_unescape
 from typing import NamedTuple
 
 import numpy as np
@@ -217,11 +218,15 @@ def _legend(figure: go.Figure, width: float) -> list[list[tuple[str, dict]]]:
     for trace in figure.data:
         if not _drawn(trace) or trace.showlegend is False or not trace.name:
             continue
-        entry = LEGEND_SWATCH_PX + 6 + len(trace.name) * CHAR_PX * 0.95 + 18
+        name = html_unescape(trace.name)  # as Plotly draws it: its length is the drawn one
+        room = int((width - LEGEND_SWATCH_PX - 24) / (CHAR_PX * 0.95))
+        if len(name) > room:  # wider than the picture alone (a long run name): cut, not lost
+            name = name[:room - 1].rstrip() + "…"
+        entry = LEGEND_SWATCH_PX + 6 + len(name) * CHAR_PX * 0.95 + 18
         if rows[-1] and used + entry > width:
             rows.append([])
             used = 0.0
-        rows[-1].append((trace.name, _style(trace)))
+        rows[-1].append((name, _style(trace)))
         used += entry
     return [row for row in rows if row]
 
@@ -277,6 +282,26 @@ def _check(figure: go.Figure) -> None:
     if bars and (figure.layout.barmode not in (None, "group") or
                  figure.layout.waterfallmode not in (None, "group")):
         raise Unsupported("bars side by side only, not stacked or overlaid")
+
+
+# What Streamlit's Markdown reads as markup even inside the picture's HTML, which a page writes
+# with st.markdown: $…$ (math), **…**, _…_, `…`, ~…~, [..](..) and :red[…] (its colon alone
+# starts Streamlit's directive, brackets escaped or not). A run named
+# "**v2** $x^2$" split the legend out of the picture, set in bold and as a formula. Written as
+# character references, each draws the same character and is no markup.
+_MARKUP = str.maketrans({c: f"&#{ord(c)};" for c in "\\`*_[]$~:"})
+
+
+def escape(text: str) -> str:
+    """A Plotly text as the picture's SVG holds it: Plotly reads its entities (a run's name is
+    escaped for it, "&lt;b&gt;", and drawn "<b>"), so they are read first; then HTML's escapes,
+    and Markdown's characters as references."""
+    return plain(html_unescape(text))
+
+
+def plain(text: str) -> str:
+    """Text as drawn (no entity in it) as the picture's SVG holds it."""
+    return html_escape(text).translate(_MARKUP)
 
 
 def picture(figure: go.Figure, width: int = WIDTH_PX) -> str:
@@ -751,7 +776,7 @@ def _legend_items(rows: list[list[tuple[str, dict]]], left: float, top: float) -
                           f'y2="{y:.1f}" stroke="{style["colour"]}" '
                           f'stroke-width="{style["width"]}"{dash}/>')
             out.append(f'<g class="legend-item">{swatch}<text x="{x + LEGEND_SWATCH_PX + 6:.1f}" '
-                       f'y="{y + 4:.1f}" fill="{CURVE_COLOUR}">{escape(name)}</text></g>')
+                       f'y="{y + 4:.1f}" fill="{CURVE_COLOUR}">{plain(name)}</text></g>')
             x += LEGEND_SWATCH_PX + 6 + len(name) * CHAR_PX * 0.95 + 18
     return out
 
