@@ -61,7 +61,7 @@ def phase_names(on_gpu: bool) -> str:
 # What Streamlit's Markdown would take for markup in a line of plain text: emphasis, code, links
 # and its colour directives (":red[…]"), math, strikethrough. (An emoji's shortcode, ":rocket:",
 # is still drawn as the emoji: Streamlit replaces it after the escapes are read.)
-_MARKUP = re.compile(r"([\\`*_\[\]$~:])")
+_MARKUP = re.compile(r"([\\`*_\[\]$~]|:(?=[A-Za-z]))")  # a colon before a word: a directive
 
 
 def literal(words: str) -> str:

@@ -255,7 +255,7 @@ def test_a_long_error_is_wrapped_not_cut(store, seed):
         assert error.proto.wrap_lines
 
 
-NAME = "**v2** [notes](http://example.com) $x^2$ ~~old~~ a_b `c` C:\\runs"
+NAME = "**v2** [notes](http://example.com) $x^2$ ~~old~~ a_b `c` C:\\runs :red[r]"
 
 
 def test_a_runs_name_and_a_word_of_the_url_are_shown_as_typed_not_as_markup(store, seed):
@@ -266,6 +266,7 @@ def test_a_runs_name_and_a_word_of_the_url_are_shown_as_typed_not_as_markup(stor
     commonmark = MarkdownIt("commonmark").enable("strikethrough")
     assert commonmark.renderInline(text.literal(NAME)) == html.escape(NAME, quote=False)
     assert "\\$x^2\\$" in text.literal(NAME)  # Streamlit's math, which CommonMark has not
+    assert "\\:red\\[r\\]" in text.literal(NAME)  # Streamlit's colour directive, likewise
     run_id = seed()
     store.rename_run(run_id, NAME)
     for page in ("screens/runs.py", "screens/live.py", "screens/anatomy.py"):

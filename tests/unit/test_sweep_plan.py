@@ -42,13 +42,14 @@ class Reservation:
 
 
 class ScriptedManager:
-    """RunManager's interface as a sweep uses it (device_key, reserve, start, wait, stop), without
+    """RunManager's interface as a sweep uses it (device_key, reserve, start, wait, stop, front), without
     training: each run is written to a real store and ends at once with the status
     `outcome(options)` gives, or, for "hold", keeps running until it is stopped. Every run must be
     started with the sweep's reservation of its device."""
 
     def __init__(self, store: Store, outcome):
         self.store, self.outcome = store, outcome
+        self.front = "a test"  # the program it runs in, as a busy device's holder names it
         self.started: list[RunOptions] = []
         self.stopped: list[int] = []
         self.reservations: list[Reservation] = []
@@ -186,7 +187,7 @@ def test_until_oom_doubles_past_the_list_until_a_run_is_out_of_memory(store):
     assert [(e.kind, e.index) for e in events[:3]] == [("start", 1), ("end", 1), ("start", 2)]
     # The device was held for the whole sweep, in its name, and given back at its end.
     (reservation,) = manager.reservations
-    assert reservation.holder.startswith(f"sweep {sweep.id} of {store.path} (pid ")
+    assert reservation.holder.startswith(f"sweep {sweep.id} of {store.path} (a test, pid ")
     assert not reservation.held
 
 
@@ -287,7 +288,7 @@ def test_a_sweep_holds_its_device_between_its_runs(store):
     sweep_id = sweep.start()
     try:
         wait_until(lambda: manager.started, 10, "the sweep's first run to start", every=0.01)
-        held = rf"is busy: sweep {sweep_id} of {re.escape(str(store.path))} \(pid \d+\)"
+        held = rf"is busy: sweep {sweep_id} of {re.escape(str(store.path))} \(a test, pid \d+\)"
         with pytest.raises(DeviceBusy, match=held):
             real.start(TINY)
         second = Sweep(Locking(store, lambda o: "completed"), TINY, {"batch_size": [4]},
