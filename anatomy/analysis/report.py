@@ -452,16 +452,13 @@ def trained_until_stopped(store: Store, run_id: int) -> TrainingSummary | None:
     run = store.run(run_id)
     training = next((p for p in store.phases(run_id) if p.name == Phase.TRAINING), None)
     last = store.last_step(run_id)
-    if run is None or training is None or last is None or last.t <= training.start_s:
+    if run is None or training is None or last is None:
         return None
-    time_s = last.t - training.start_s
     ran_with = known_options(run)
     batch = ran_with.batch_size
     samples = (None if not isinstance(batch, int) else
                last.step * batch * (ran_with.grad_accum or 1) * (run.environment.world_size or 1))
-    return TrainingSummary.of(steps=last.step, time_s=round(time_s, 3),
-                              samples_per_second=None if samples is None else
-                              round(samples / time_s, 3))
+    return TrainingSummary.measured(last.step, last.t - training.start_s, samples)
 
 
 def report(store: Store, run_id: int, run: RunRow | None = None, counted: bool = True
