@@ -281,6 +281,22 @@ def test_a_run_without_components_or_profile_says_how_to_get_them(store, seed):
     assert table.loc["weights", "Predicted (MiB)"] == pytest.approx(1278.5, abs=0.1)
 
 
+def test_the_line_below_the_curve_leaves_room_for_its_words_above_the_time_axis(store, seed):
+    """A CPU run's first steps: the process's line before training lay at the foot of the y
+    range, and its words ("before training, beyond the weights: …") over the time axis's
+    numbers."""
+    run_id = seed(backend="cpu-rss")
+    rep = report(store, run_id)
+    expected = breakdown.CpuPeak(before_training=512 * MIB, tensors=3584 * MIB, over=0)
+    chart = figures.first_steps_figure(rep, store.samples(run_id, rep.gpu), store.steps(run_id),
+                                       expected=expected).to_plotly_json()
+    low, high = chart["layout"]["yaxis"]["range"]
+    assert high >= 4096  # the predicted peak, 512 + 3,584 MiB, and the curve's top
+    # The words sit under the line at 512 MiB: a label's height (a row of 12 px text on a chart
+    # 400 px high) between them and the range's foot
+    assert (512 - low) / (high - low) > 0.1
+
+
 def test_a_cpu_run_says_what_its_figures_are(store, seed):
     run_id = seed(backend="cpu-rss")
     prediction = breakdown.prediction_for(report(store, run_id))

@@ -174,10 +174,18 @@ def first_steps_figure(report: RunReport, samples: Sequence[Sample], steps: Sequ
                 xanchor="right" if leftwards else "left", bgcolor="rgba(255,255,255,0.9)",
                 bordercolor=PHASE_COLOURS[Phase.TRAINING], borderwidth=1,
                 font={"size": 12, "color": CURVE_COLOUR})
+    yaxis: dict = {"title": {"text": words.axis_title(report.backend)}}
+    if expected is not None and len(times):
+        # Room below the lowest line for the label written under it: with the process's line
+        # at the range's foot, its words lay over the time axis's numbers.
+        lines = [float(used.min()), float(used.max()), expected.process / MIB, expected.rss / MIB]
+        low, high = min(lines), max(lines)
+        span = (high - low) or 1.0
+        yaxis["range"] = [low - 0.15 * span, high + 0.08 * span]
     figure.update_layout(
         height=400, margin={"l": 10, "r": 10, "t": 30, "b": 10}, plot_bgcolor="white",
         xaxis={"title": {"text": "seconds since the run started"}, "range": [x0, x1]},
-        yaxis={"title": {"text": words.axis_title(report.backend)}},
+        yaxis=yaxis,
         legend={"orientation": "h", "yanchor": "top", "y": -0.18, "x": 0}, hovermode="closest")
     return figure
 
