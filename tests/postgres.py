@@ -1,7 +1,10 @@
 """A private PostgreSQL cluster for the tests: Debian's server (`apt-get install postgresql`, as
 .ci/run installs it), initialised and started by an unprivileged user (initdb refuses root) in a
 temporary folder, on a free port of 127.0.0.1, with a password: nothing of the machine's own
-PostgreSQL is used or changed. Stopped (`immediate`) when the session ends."""
+PostgreSQL is used or changed. Stopped (`immediate`) when the session ends, and by a watchdog
+when the process that made it ends without ending the session (a worker killed, a CI job cut at
+its time limit): `pg_ctl start` leaves the server to run on its own, and a cluster was once
+found running after a CI run."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import pwd
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -54,6 +58,15 @@ class Cluster:
         self._as_owner("initdb", "-D", str(self.data), "-U", USER, "--pwfile", str(secret),
                        "--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8",
                        "--no-sync")
+        # The watchdog reads a pipe whose only writer is this process (os.pipe's ends are not
+        # inherited): at its end of file, however this process ended, it stops the server and
+        # removes the folder. A session of its own: a signal to this process's group spares it.
+        reader, self._lifeline = os.pipe()
+        subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(self.bin), str(self.data),
+                          str(self.folder), self.owner or ""], stdin=reader,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True)
+        os.close(reader)
         self.start()
 
     def _as_owner(self, program: str, *args: str) -> None:
@@ -93,6 +106,19 @@ class Cluster:
             self.stop("immediate")
         finally:
             shutil.rmtree(self.folder, ignore_errors=True)
+            os.close(self._lifeline)  # the watchdog finds nothing left to do, and ends
+
+
+_WATCHDOG = """
+import os, shutil, subprocess, sys
+bin_dir, data, folder, owner = sys.argv[1:]
+sys.stdin.buffer.read()  # until its maker has ended (or removed the cluster)
+if os.path.isdir(data):
+    command = [os.path.join(bin_dir, "pg_ctl"), "-D", data, "-w", "-m", "immediate", "stop"]
+    subprocess.run((["runuser", "-u", owner, "--"] if owner else []) + command,
+                   capture_output=True, timeout=120)
+shutil.rmtree(folder, ignore_errors=True)
+"""
 
 
 def _user(name: str) -> bool:

@@ -362,3 +362,29 @@ def test_the_dashboard_on_postgresql_lists_the_run_and_draws_its_chart_in_a_brow
     else:
         assert all(writing) and "Read-only" not in sidebar
     assert "Traceback" not in logged and PASSWORD not in logged
+
+
+def test_a_cluster_whose_maker_is_killed_is_stopped_and_removed(postgres):
+    """`pg_ctl start` leaves the server to run on its own: a test process killed (a CI job cut at
+    its limit) left its cluster running after the run. Its watchdog stops and removes it."""
+    import signal
+    import subprocess
+    import sys
+
+    import psutil
+
+    from tests.helpers import wait_until
+
+    maker = subprocess.Popen(
+        [sys.executable, "-c", "from tests.postgres import Cluster, binaries; import sys, time; "
+         "c = Cluster(binaries()); print(c.folder, flush=True); time.sleep(600)"],
+        stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2])
+    try:
+        folder = Path(maker.stdout.readline().strip())
+        server = int((folder / "data" / "postmaster.pid").read_text().split()[0])
+        assert psutil.pid_exists(server)
+    finally:
+        maker.send_signal(signal.SIGKILL)
+        maker.wait()
+    wait_until(lambda: not psutil.pid_exists(server) and not folder.exists(), 60,
+               "the killed maker's cluster to be stopped and removed")
