@@ -269,6 +269,23 @@ def test_lora_defaults_name_no_module_peft_cannot_wrap(tmp_path):
     assert any("lora_" in n for n, p in lora.named_parameters() if p.requires_grad)
 
 
+def test_lora_defaults_leave_out_the_layers_peft_refuses(tmp_path):
+    """A Mamba model (no attention: every linear layer) with no targets named: peft refuses
+    LoRA on a Mamba mixer's out_proj, and `--lora-rank 8` alone was refused with peft's "Please
+    remove it from `target_modules`", of targets the user never named. The default now leaves
+    out what peft refuses, and the model trains its adapters on the rest."""
+    from transformers import AutoConfig
+
+    AutoConfig.for_model("mamba", hidden_size=64, num_hidden_layers=2, vocab_size=1000,
+                         state_size=8).save_pretrained(tmp_path / "mamba")
+    spec = models.resolve(str(tmp_path / "mamba"))
+    targets = models.default_lora_targets(spec)
+    assert "out_proj" not in targets and "in_proj" in targets
+    assert validate(RunOptions(model=spec.name, lora_rank=8, seq_len=16), gpu_count=0) == {}
+    lora, _ = models.build_model(spec, "meta", lora_rank=8, pretrained=False)
+    assert any("lora_" in n for n, p in lora.named_parameters() if p.requires_grad)
+
+
 def test_the_head_and_task_come_from_transformers_tables(tmp_path):
     t5 = models.resolve(_config_file(tmp_path, "t5"))
     assert (t5.task, t5.head) == (SEQ2SEQ, "T5ForConditionalGeneration")

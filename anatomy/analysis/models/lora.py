@@ -8,6 +8,7 @@ import re
 import warnings
 from dataclasses import dataclass
 from functools import lru_cache
+from types import SimpleNamespace
 from typing import NamedTuple
 
 from anatomy.analysis.models.classes import config_key, head_class, head_config, transformers_config
@@ -129,21 +130,45 @@ def default_lora_targets(spec: ModelSpec) -> tuple[str, ...]:
     otherwise from the model's own layers: the attention's query and value
     projections, else its fused query-key-value projection, else its attention's linear layers,
     else (a model without attention, such as a convolution network) every linear and convolution
-    layer but the head's and the grouped (depthwise) convolutions, whose adapters peft limits.
+    layer but the head's and the grouped (depthwise) convolutions, whose adapters peft limits;
+    never a layer peft refuses for the model type (a Mamba mixer's out_proj).
     ModelError when there is nothing to wrap."""
     from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as peft
 
     if isinstance(peft.get(spec.model_type), (list, tuple, set)):  # a str is a regex: ours then
         return tuple(peft[spec.model_type])
     layers = adaptable_layers(spec)
-    attention = [layer for layer in layers if layer.in_attention and layer.kind == "linear"]
+    refused = _refused_by_peft(spec.model_type, frozenset(layer.short for layer in layers))
+    attention = [layer for layer in layers if layer.in_attention and layer.kind == "linear"
+                 and layer.short not in refused]
     for chosen in ([layer for layer in attention if _QUERY_VALUE.match(layer.short)],
                    [layer for layer in attention if _FUSED_QKV.search(layer.short)],
-                   attention, [layer for layer in layers if not layer.grouped]):
+                   attention,
+                   [layer for layer in layers if not layer.grouped and layer.short not in refused]):
         if chosen:
             return _targets(spec, chosen, layers)
     raise ModelError(f"lora: {spec.display_name} has no linear or convolution layer for LoRA's "
                      "adapters")
+
+
+def _refused_by_peft(model_type: str, names: frozenset[str]) -> frozenset[str]:
+    """The layers' short names peft refuses to adapt in this model type (a Mamba mixer's
+    out_proj and conv1d), by peft's own check where this peft has one: a default must be
+    something peft wraps."""
+    try:
+        from peft import LoraConfig
+        from peft.tuners.tuners_utils import _check_lora_target_modules_mamba as check
+    except ImportError:
+        return frozenset()
+    config = LoraConfig()
+    model = SimpleNamespace(config=SimpleNamespace(model_type=model_type))
+    refused = set()
+    for name in names:
+        try:
+            check(config, model, name)
+        except ValueError:
+            refused.add(name)
+    return frozenset(refused)
 
 
 def _targets(spec: ModelSpec, chosen: list[Layer], layers: tuple[Layer, ...]) -> tuple[str, ...]:
