@@ -319,6 +319,32 @@ def test_a_two_tower_classifier_takes_its_images_at_its_vision_towers_size(tmp_p
     assert dummy_data.sample(clip, 16).words == "images 336×336"
 
 
+@pytest.mark.parametrize("model_type, sizes, architecture", [
+    ("wav2vec2", dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      intermediate_size=128, vocab_size=32), "Wav2Vec2Model"),
+    ("clip_text_model", dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                             intermediate_size=128, vocab_size=1000), "CLIPTextModel")])
+def test_a_model_type_without_a_trained_head_is_refused_in_words(tmp_path, model_type, sizes,
+                                                                  architecture):
+    """A bare audio encoder or text tower, saved as save_pretrained writes it, with or without
+    its architecture: "transformers has no sequence classification head for Wav2Vec2Config" —
+    a task the user never asked for, and false of wav2vec2 (whose sequence classifier is an audio
+    one). Now the line says that transformers has no head of the tasks anatomy trains for the
+    type, and names those tasks."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.for_model(model_type, **sizes)
+    config.save_pretrained(tmp_path / "bare")
+    config.architectures = [architecture]
+    config.save_pretrained(tmp_path / "named")
+    for folder in ("bare", "named"):
+        error = validate(RunOptions(model=str(tmp_path / folder), seq_len=16), 0)["model"]
+        assert error.startswith(f"model: transformers has no head of the tasks anatomy trains "
+                                f"for {model_type} ({type(config).__name__}): anatomy trains "
+                                "causal-LM"), error
+        assert "\n" not in error
+
+
 def test_a_vision_language_model_trains_its_text_alone(tmp_path):
     """LLaVA's, Qwen2.5-VL's, Mistral 3's heads are in transformers' image-text-to-text table
     alone: "transformers has no sequence classification head for LlavaConfig". They train as

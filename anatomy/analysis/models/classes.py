@@ -9,6 +9,7 @@ import json
 from functools import lru_cache
 
 from anatomy.analysis.models.errors import ModelError, first_line
+from anatomy.analysis.models.heads import HEADS_TRAINED, has_trained_head
 from anatomy.analysis.models.spec import ModelSpec
 from anatomy.analysis.models.tasks import (
     CAUSAL_LM,
@@ -131,6 +132,10 @@ def head_class(spec: ModelSpec):
         mapping = getattr(transformers, name)._model_mapping
         if type(config) in mapping:
             return mapping[type(config)]
+    if not has_trained_head(spec.model_type):  # the task was a guess: say what anatomy trains
+        raise ModelError(f"model: transformers has no head of the tasks anatomy trains for "
+                         f"{spec.model_type} ({type(config).__name__}): anatomy trains "
+                         f"{HEADS_TRAINED}")
     raise ModelError(f"model: transformers has no {spec.task} head for "
                      f"{type(config).__name__} ({spec.display_name})")
 

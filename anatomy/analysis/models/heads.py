@@ -38,7 +38,7 @@ TASK_MAPPINGS: dict[str, tuple[str, ...]] = {
     TOKEN_CLASSIFICATION: ("MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES",),
 }
 # What a refusal names as trained.
-_HEADS_TRAINED = ("causal-LM (a vision-language model's on text), sequence-classification, "
+HEADS_TRAINED = ("causal-LM (a vision-language model's on text), sequence-classification, "
                   "token-classification, image-classification and sequence-to-sequence heads")
 _ENCODER_MAPPING = "MODEL_FOR_MASKED_LM_MAPPING_NAMES"
 # Heads that are no task of their own: the type's task trains instead.
@@ -131,6 +131,14 @@ def is_body(class_name: str) -> bool:
         any(class_name in tables.get(m, {}).values() for m in _BODY_MAPPINGS)
 
 
+def has_trained_head(model_type: str) -> bool:
+    """Whether transformers' tables list a head of a task anatomy trains for the model type
+    (True where this version keeps its tables elsewhere: the build then judges)."""
+    tables = auto_mappings()
+    return not tables or any(model_type in tables.get(mapping, {})
+                             for mappings in TASK_MAPPINGS.values() for mapping in mappings)
+
+
 def head_task(head: str) -> str | None:
     """The task a head class trains (by transformers' tables), before the config decides
     whether a sequence-to-sequence head is an encoder-decoder."""
@@ -175,7 +183,7 @@ def task_and_head(config: Mapping[str, Any]) -> tuple[str, str | None]:
                                                                     {}).values():
             raise ModelError(
                 f"model: {architecture} is a model of {len(towers)} towers ({', '.join(towers)}) "
-                f"trained by contrasting them, with no task head: anatomy trains {_HEADS_TRAINED}")
+                f"trained by contrasting them, with no task head: anatomy trains {HEADS_TRAINED}")
     head = head_of_type(model_type) if isinstance(model_type, str) else None
     if head is not None:
         return _decoder_only(_task_of_class(head), config), head
@@ -200,7 +208,7 @@ def _refuse_other_head(architecture: str, model_type: object) -> None:
     instead = tables.get("MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES", {}).get(model_type)
     raise ModelError(
         f"model: {architecture} is {'an' if what[0] in 'aeiou' else 'a'} {what} head: anatomy "
-        f"trains {_HEADS_TRAINED}"
+        f"trains {HEADS_TRAINED}"
         + (f" (architectures: [\"{instead}\"] predicts the same body with one)" if instead
            else ""))
 
