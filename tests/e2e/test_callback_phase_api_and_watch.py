@@ -465,6 +465,49 @@ def test_watch_of_a_command_that_marks_nothing_has_one_process_phase(store):
     assert rep.samples == rep.samples_sent > 0
 
 
+# 300 MiB written page by page (resident), then three forked copies that only sleep: they share
+# every page with their parent until either writes one. {after} runs in the parent once they
+# are made.
+FORKS_SHARING_300_MB = """
+import os, time
+held = bytearray(300 * 2**20)
+for i in range(0, len(held), 4096):
+    held[i] = 1
+children = []
+for _ in range(3):
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(3)
+        os._exit(0)
+    children.append(pid)
+time.sleep(0.5)
+{after}
+for pid in children:
+    os.waitpid(pid, 0)
+"""
+# The parent writes every page again (an optimizer step rewrites every weight): it holds new
+# pages, and its copies the old ones, shared among them: 600 MiB in all.
+REWRITTEN = """
+for i in range(0, len(held), 4096):
+    held[i] = 2
+"""
+
+
+@pytest.mark.parametrize("after, low, high", [("", 300, 400), (REWRITTEN, 600, 700)],
+                         ids=["only shared", "rewritten by the parent"])
+def test_forked_copies_count_the_pages_they_share_once(store, after, low, high):
+    """A DataLoader's workers (forked) share their parent's pages, and each one's RSS counts
+    them: the tree's RSS was 1,642 MiB for 400 MiB held (a DataLoader of four workers: 3,754
+    MiB where the tree's PSS peaked at 1,450). Counting a copy's RSS less its shared pages
+    missed the old pages the copies keep, among themselves, once the parent rewrote its own."""
+    result = _python(store, "-m", "anatomy", "watch", "--", sys.executable, "-c",
+                     FORKS_SHARING_300_MB.format(after=after))
+    assert result.returncode == 0, result.stderr
+    peak = _only_run(store).summary.peak_bytes
+    series = [(round(s.t, 2), s.used // 2**20) for s in store.samples(_only_run(store).id, 0)]
+    assert low * 2**20 < peak < high * 2**20, series[::10]
+
+
 def test_watch_of_a_command_too_short_to_sample_says_so(store):
     """`anatomy watch -- true`: it said "CPU (RSS): peak ? MB"."""
     result = _python(store, "-m", "anatomy", "watch", "--sample-rate", "1", "--", "true")
