@@ -197,6 +197,11 @@ def train_phases(reporter: Reporter, options: RunOptions, spec: ModelSpec, datas
     reporter.hold(Phase.WEIGHTS)
     if weights_source == models.RANDOM_WEIGHTS:
         models.initialise(model)
+        held = models.unread_weights(spec)
+        if held and reporter.source.rank in (0, None):  # a user's own checkpoint: said, once
+            reporter.tell(Level.INFO, f"{spec.display_name} holds weights ({held}): anatomy "
+                                      "trains random weights of its config, which take the same "
+                                      "memory; its loss is not your checkpoint's")
 
     if reporter.source.rank in (0, None):  # one environment per run: rank 0's
         reporter.environment(RunFacts.of(

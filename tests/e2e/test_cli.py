@@ -84,7 +84,7 @@ def test_a_run_carries_its_relatively_named_model_past_the_folders_deletion(tmp_
     import dataclasses
     import shutil
 
-    from transformers import BertConfig
+    from transformers import BertConfig, BertForSequenceClassification
 
     from anatomy.analysis.report import report
     from anatomy.prediction import Prediction, breakdown
@@ -92,13 +92,18 @@ def test_a_run_carries_its_relatively_named_model_past_the_folders_deletion(tmp_
 
     project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
     elsewhere.mkdir()
-    BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
-               vocab_size=1000, max_position_embeddings=64).save_pretrained(project / "my-bert")
+    # The user's checkpoint, weights and all, as save_pretrained writes it
+    BertForSequenceClassification(BertConfig(
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
+        vocab_size=1000, max_position_embeddings=64)).save_pretrained(project / "my-bert")
     store, other = tmp_path / "runs.sqlite", tmp_path / "other.sqlite"
     run = subprocess.run([sys.executable, "-m", "anatomy", "run", "--store", str(store),
                           *flags(dataclasses.replace(TINY, model="my-bert"))],
                          cwd=project, capture_output=True, text=True, timeout=180)
     assert run.returncode == 0, run.stderr
+    # Its weights are not what the run trains: said (a run said nothing of them)
+    assert "info: my-bert holds weights (model.safetensors): anatomy trains random weights of " \
+           "its config" in run.stderr
     shutil.rmtree(project / "my-bert")
     monkeypatch.chdir(elsewhere)
     predicted = breakdown.predicted(report(Store(store), 1))

@@ -72,6 +72,22 @@ def test_a_config_file_and_a_model_folder(tmp_path):
     assert validate(RunOptions(model=str(folder), seq_len=16), gpu_count=0) == {}
 
 
+@pytest.mark.parametrize("weights", ["model.safetensors", "model-00001-of-00002.safetensors",
+                                     "pytorch_model.bin"])
+def test_a_folder_that_holds_weights_is_known_to_hold_them(tmp_path, weights):
+    """A user's checkpoint folder: a run trains random weights of its config (the same memory),
+    and said nothing of the weights beside it."""
+    folder = tmp_path / "my-llama"
+    folder.mkdir()
+    (folder / "config.json").write_text(models.PRESETS["tiny-llama"].config_path.read_text())
+    assert models.unread_weights(models.resolve(str(folder))) is None
+    (folder / weights).write_bytes(b"")
+    assert models.unread_weights(models.resolve(str(folder))) == weights
+    # A config file named alone is no folder of weights; nor is a preset
+    assert models.unread_weights(models.resolve(str(folder / "config.json"))) is None
+    assert models.unread_weights(models.resolve("tiny-llama")) is None
+
+
 def test_a_folder_named_as_a_preset_is_the_folder_as_transformers_reads_it(tmp_path,
                                                                             monkeypatch):
     """`save_pretrained("gpt2")` of a user's small GPT-2, then `--model gpt2` beside it: it was

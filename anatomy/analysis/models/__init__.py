@@ -17,6 +17,7 @@ from anatomy.analysis.models.build import (
     build_model,
     initialise,
     materialise,
+    unread_weights,
 )
 from anatomy.analysis.models.checks import (
     CHECKS_FILE,
@@ -202,6 +203,7 @@ __all__ = [
     "task_of",
     "token_range",
     "trained_count",
+    "unread_weights",
     "transformers_config",
     "unknown_lora_targets",
     "unknown_target_words",

@@ -12,7 +12,7 @@ from anatomy.analysis.models.freezing import freeze
 from anatomy.analysis.models.lora import apply_lora
 from anatomy.analysis.models.names import resolve
 from anatomy.analysis.models.spec import ModelSpec
-from anatomy.vocabulary import Attention, Weights
+from anatomy.vocabulary import Attention, ModelSource, Weights
 
 RANDOM_WEIGHTS = "random (from config)"  # build_model's source when no weights were cached
 
@@ -25,6 +25,21 @@ def _cached_weights(spec: ModelSpec) -> bool:
     return any(isinstance(try_to_load_from_cache(spec.hub_id, name), str)
                for name in ("model.safetensors", "model.safetensors.index.json",
                             "pytorch_model.bin"))
+
+
+# What save_pretrained writes a model's weights as (one file, or shards and their index).
+WEIGHT_FILES = ("model.safetensors", "model-*-of-*.safetensors", "model.safetensors.index.json",
+                "pytorch_model.bin", "pytorch_model-*-of-*.bin", "pytorch_model.bin.index.json")
+
+
+def unread_weights(spec: ModelSpec) -> str | None:
+    """A weights file in the model's own folder, which a run does not read (`build_model` makes
+    random weights of its config: the same memory); None where the folder holds none."""
+    folder = spec.config_path.parent if spec.config_path is not None else None
+    if spec.source != ModelSource.MODEL_FOLDER or folder is None:
+        return None
+    return next((found.name for pattern in WEIGHT_FILES for found in sorted(folder.glob(pattern))),
+                None)
 
 
 def build_model(spec: ModelSpec | str, device: str | None = None, *, lora_rank: int = 0,
