@@ -61,11 +61,13 @@ class Cluster:
         # The watchdog reads a pipe whose only writer is this process (os.pipe's ends are not
         # inherited): at its end of file, however this process ended, it stops the server and
         # removes the folder. A session of its own: a signal to this process's group spares it.
+        # Started through a process that exits at once, it is no child of this one: a test that
+        # finds no process of its own left after a run must not find it.
         reader, self._lifeline = os.pipe()
-        subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(self.bin), str(self.data),
-                          str(self.folder), self.owner or ""], stdin=reader,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         start_new_session=True)
+        subprocess.run([sys.executable, "-c", _DETACHED, _WATCHDOG, str(self.bin), str(self.data),
+                        str(self.folder), self.owner or ""], stdin=reader,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True,
+                       timeout=60)
         os.close(reader)
         self.start()
 
@@ -108,6 +110,14 @@ class Cluster:
             shutil.rmtree(self.folder, ignore_errors=True)
             os.close(self._lifeline)  # the watchdog finds nothing left to do, and ends
 
+
+# Starts the watchdog (argv[1], its arguments after it) on this process's standard input, in a
+# session of its own, and exits: the watchdog's parent is then init (or a subreaper).
+_DETACHED = """
+import subprocess, sys
+subprocess.Popen([sys.executable, "-c", *sys.argv[1:]], stdin=0, stdout=subprocess.DEVNULL,
+                 stderr=subprocess.DEVNULL, start_new_session=True)
+"""
 
 _WATCHDOG = """
 import os, shutil, subprocess, sys
