@@ -210,8 +210,8 @@ class _ProcessTree:
         pids = frozenset(copies)
         # Read again when a copy is new (it has no reading), else once due — but not while a
         # copy exits: as its pages go, its siblings' shares rise between one reading and the
-        # next, and a family read then added them up twice (a transient 762 MiB of 615 as a
-        # DataLoader's workers ended). A copy gone keeps its share of what its siblings still
+        # next, and a family read then added them up twice (a transient 762 MiB of 615 as three
+        # copies ended together). A copy gone keeps its share of what its siblings still
         # hold until the next reading: only its own pages are counted a while too long.
         if known is not None and pids <= known.copies and (
                 t - known.read_at < SHARED_SECONDS or any(map(_exiting, pids))):
