@@ -504,7 +504,7 @@ def report(store: Store, run_id: int, run: RunRow | None = None, counted: bool =
         operations=(None if trained.operations is None else
                     OperationProfile.from_dict(trained.operations)),
         source=run.source,
-        ranks=_ranks(store, run, profiling), imported=run.origin, evaluated_from=evaluated_from)
+        ranks=_ranks(store, run, until), imported=run.origin, evaluated_from=evaluated_from)
 
 
 def _peak_until(store: Store, run: RunRow, profiling: PhaseReading | None) -> float | None:
@@ -567,7 +567,7 @@ def _ends(store: Store, run: RunRow, spans: list) -> list[tuple]:
             for span in spans]
 
 
-def _ranks(store: Store, run: RunRow, profiling: PhaseReading | None) -> tuple[RankReading, ...]:
+def _ranks(store: Store, run: RunRow, until: float | None) -> tuple[RankReading, ...]:
     """Each rank's reading, for a run of several training processes; () for one."""
     if (run.environment.world_size or 1) <= 1:
         return ()
@@ -605,7 +605,7 @@ def _ranks(store: Store, run: RunRow, profiling: PhaseReading | None) -> tuple[R
     ends = {rank: [next(readings) for _ in spans.get(rank, [])] for rank in where}
     baselines = {rank: next(readings) for rank in where}
     peaks = store.peaks(run.id, sorted({device for _, _, device in where.values()}),
-                        before=_peak_until(store, run, profiling))
+                        before=until)  # the run's own peak's (`_peak_until`)
     out = []
     for rank, (gpu, host, device) in where.items():
         phases = tuple(PhaseReading(span.name, span.start_s, span.end_s, memory)
