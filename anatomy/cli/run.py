@@ -194,13 +194,9 @@ def _outcome(manager: RunManager, store: Store, run_id: int) -> int:
     for message in rep.messages:
         print(f"{message.level}: {message.text}", file=sys.stderr)
     summary = rep.summary
-    if status == Status.COMPLETED:
-        print(f"Time: {summary.time_s:.2f} s")
-        print(f"Samples/second: {summary.samples_per_second:.2f}")
-    elif status == Status.STOPPED and summary.time_s is not None:  # its steps', until the stop
-        print(f"Time: {summary.time_s:.2f} s ({summary.trained.steps} steps, until stopped)")
-        if summary.samples_per_second is not None:
-            print(f"Samples/second: {summary.samples_per_second:.2f}")
+    if status in (Status.COMPLETED, Status.STOPPED):
+        for line in text.timing_lines(rep, status):
+            print(line)
     if rep.training:
         print(text.phase_line(rep, rep.training))
     print(f"peak: {peak(summary.peak_bytes)}; status: {status}; "

@@ -67,10 +67,8 @@ def cmd_show(args: argparse.Namespace) -> int:
                  for p in rep.phases],
                  ["phase", "start s", in_mib("memory at end")]))
     s = rep.summary
-    if s.time_s is not None:
-        print(f"Time: {s.time_s:.2f} s")
-    if s.samples_per_second is not None:
-        print(f"Samples/second: {s.samples_per_second:.2f}")
+    for line in text.timing_lines(rep):
+        print(line)
     print(f"peak: {peak(s.peak_bytes)}   samples: {rep.samples}   steps: {rep.steps}")
     if rep.components:
         parts = rep.components

@@ -177,13 +177,7 @@ def progress(report: RunReport, last_step: Step | None) -> Progress:
 
 def summary_lines(report: RunReport) -> list[str]:
     """The walkthrough's `print_summary`: Time, Samples/second, then memory occupied."""
-    summary = report.summary
-    lines = []
-    if summary.time_s is not None:
-        lines.append(f"Time: {summary.time_s:.2f} s")  # the walkthrough prints no unit
-    if summary.samples_per_second is not None:
-        every = " (all ranks together)" if report.world_size > 1 else ""
-        lines.append(f"Samples/second: {summary.samples_per_second:.2f}{every}")
+    lines = text.timing_lines(report)
     training = report.training
     if training is not None and training.done:
         lines.append(text.occupied_line(training.memory_bytes, report.backend))

@@ -45,6 +45,23 @@ def occupied_line(memory_bytes: int | None, backend: Backend) -> str:
     return f"{what} occupied: {mib_text(memory_bytes)}."
 
 
+def timing_lines(report: RunReport, status: Status | None = None) -> list[str]:
+    """The walkthrough's `Time:` and `Samples/second:` of a run, as every front prints them (it
+    prints no unit for the time); a stopped run's are its steps' until the stop, said so: its
+    Trainer never reported its own. `status`: the run's as its front knows it, where the store
+    could not take it yet."""
+    summary = report.summary
+    lines = []
+    if summary.time_s is not None:
+        stopped = (status or report.status) == Status.STOPPED and summary.steps is not None
+        until = f" ({summary.steps} steps, until stopped)" if stopped else ""
+        lines.append(f"Time: {summary.time_s:.2f} s{until}")
+    if summary.samples_per_second is not None:
+        every = " (all ranks together)" if report.world_size > 1 else ""
+        lines.append(f"Samples/second: {summary.samples_per_second:.2f}{every}")
+    return lines
+
+
 def phase_line(report: RunReport, phase: PhaseReading, rank: RankReading | None = None) -> str:
     """A phase that has ended, as `anatomy run` and `watch` print it: the walkthrough's line and
     the phase's name (and the rank's, of several): "GPU memory occupied: 735 MiB.  (weights)"."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 import signal
 
@@ -69,6 +71,61 @@ def test_a_rank_that_only_lost_its_peer_gives_way_to_the_rank_that_ended(store):
     first.handle(protocol.Failure("failed", "rank 1: ValueError", protocol.Source(1)))
     first.handle(protocol.Failure("failed", "rank 0: reset by peer", protocol.Source(0), True))
     assert first.outcome.failure.text == "rank 1: ValueError"
+
+
+def test_of_several_ranks_the_cause_is_the_first_to_fail_on_the_runs_clock_not_to_arrive(store):
+    """SIGTERM to rank 1 alone: its script says its stop, then the launcher stops rank 0, whose
+    word came first on a loaded machine (each rank's is on a connection of its own): the run
+    named rank 0. In whichever order they arrive, the earliest on the run's clock is the cause;
+    a rank that only lost its peer still gives way, however early, and a failure whose time
+    was not said (an older anatomy's) comes after any time said."""
+    run_id = store.create_run(RunOptions().to_dict(), "cpu-rss", "rss", 0, {})
+    signalled = protocol.Failure(Status.STOPPED, "stopped by SIGTERM", protocol.Source(1), t=5.0)
+    failures = [
+        protocol.Failure(Status.STOPPED, "stopped by SIGTERM", protocol.Source(0), t=5.2),
+        signalled,
+        protocol.Failure(Status.FAILED, "rank 2: reset by peer", protocol.Source(2), True, t=4.9),
+        protocol.Failure(Status.FAILED, "rank 3: ValueError", protocol.Source(3)),
+    ]
+    for order in itertools.permutations(failures):
+        collector = Collector(store, run_id)
+        for failure in order:
+            collector.handle(failure)
+        assert collector.outcome.failure == signalled, order
+
+
+def test_a_watched_process_dates_its_failure_on_the_runs_clock(monkeypatch):
+    """A process under `anatomy watch` says its stop and its error with the time they came on
+    the watch's clock ($ANATOMY_T0), which every rank of the machine shares."""
+    import threading
+    import time
+    from multiprocessing.connection import Listener
+
+    from anatomy.engine import attach, link
+    from anatomy.engine.endings import Ending
+
+    key, heard = os.urandom(16), []
+    address = link.new_address()
+    monkeypatch.setenv("RANK", "1")
+    with Listener(link.socket_address(address), family="AF_UNIX", authkey=key) as listener:
+        def watch() -> None:
+            with listener.accept() as connection:
+                connection.send(link.Ready(7))
+                with contextlib.suppress(EOFError):
+                    while True:
+                        heard.append(connection.recv())
+
+        watching = threading.Thread(target=watch, daemon=True)
+        watching.start()
+        t0 = time.monotonic() - 1000.0  # the watch started its run before this process
+        watched = attach._WatchLink(address, key, t0)
+        before = time.monotonic() - t0
+        watched.stop("stopped by SIGTERM")
+        watched.close(Ending(Status.FAILED, "ValueError: bad batch"))
+        after = time.monotonic() - t0
+        watching.join()
+    assert [(f.status, f.source.rank) for f in heard] == [(Status.STOPPED, 1), (Status.FAILED, 1)]
+    assert all(before <= f.t <= after for f in heard), heard
 
 
 @pytest.mark.parametrize("script, status, words", [
@@ -156,6 +213,26 @@ def test_a_count_read_once_a_kill_is_on_its_way_is_not_kept(tmp_path, monkeypatc
     (proc / "7" / "status").write_text("SigPnd:\t0000000000000000\nShdPnd:\t0000000000004000\n")
     kills.look()  # alive, only a SIGTERM pending: the count is its cgroup's before its end
     assert kills.count == 4
+
+
+def test_every_front_says_a_stopped_runs_time_is_its_steps_until_the_stop(seed, store, capsys):
+    """A stopped run's Time is its steps' until the stop (its Trainer never reported one):
+    `anatomy run` said "(8 steps, until stopped)", while `show` and the Live page's summary said
+    a bare "Time: 3.20 s" of it, as of a run that completed."""
+    from anatomy.analysis.report import report, trained_until_stopped
+    from anatomy.cli import main
+    from anatomy.views.live import summary_lines
+
+    stopped = seed(backend="cpu-rss", status="stopped", error="stopped by the user")
+    store.update_run(stopped, summary=trained_until_stopped(store, stopped))
+    completed = seed(backend="cpu-rss")
+    store.update_run(completed, summary={"time_s": 3.2, "samples_per_second": 10.0, "steps": 8})
+    for run_id, time_line in ((stopped, "Time: 3.20 s (8 steps, until stopped)"),
+                              (completed, "Time: 3.20 s")):
+        assert main(["show", str(run_id), "--store", str(store.path)]) == 0
+        shown = capsys.readouterr().out.splitlines()
+        assert time_line in shown and "Samples/second: 10.00" in shown, shown
+        assert summary_lines(report(store, run_id))[:2] == [time_line, "Samples/second: 10.00"]
 
 
 def test_show_says_a_stop_in_its_own_words(seed, store, capsys):
