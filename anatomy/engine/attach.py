@@ -349,11 +349,13 @@ def _store_flag(path: Path | ServerUrl) -> str:
 
 
 class _WatchLink:
-    """This process's side of `anatomy watch`: its messages go to the watch's collector."""
+    """This process's side of `anatomy watch`: its messages go to the watch's collector. `t0`:
+    the run's clock (the watch's), which dates this process's failure among its ranks'."""
 
-    def __init__(self, address: str, key: bytes):
+    def __init__(self, address: str, key: bytes, t0: float):
         self.connection = Client(watch_link.socket_address(address), family="AF_UNIX",
                                  authkey=key)
+        self.t0 = t0
         self.run_id = None
         # The watch answers once its sampler measures this process: the first phase has a
         # reading then.
@@ -401,14 +403,18 @@ class _WatchLink:
         finally:
             self.lock.release()
 
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
     def stop(self, reason: str) -> None:
         """Tell the watch this process was stopped (a signal to it, not to the watch)."""
-        self.put(protocol.Failure(Status.STOPPED, reason, protocol.Source(_rank())), wait=1.0)
+        self.put(protocol.Failure(Status.STOPPED, reason, protocol.Source(_rank()), t=self.now()),
+                 wait=1.0)
 
     def close(self, ending: Ending, held: _HeldCtrlC | None = None) -> None:
         if ending.status != Status.COMPLETED:
             self.put(protocol.Failure(ending.status, ending.error or ending.status,
-                                      protocol.Source(_rank())))
+                                      protocol.Source(_rank()), t=self.now()))
         with self.lock:
             self.connection.close()
 
@@ -869,7 +875,7 @@ def start(name: str | None = None, *, sample_rate: int = DEFAULT_SAMPLE_RATE,
         address = os.environ.get(watch_link.WATCH_ENV)
         if address:
             t0 = _watch_clock()
-            link: _LocalRecording | _WatchLink | _Unrecorded = _watch_link(address)
+            link: _LocalRecording | _WatchLink | _Unrecorded = _watch_link(address, t0)
             if isinstance(link, _WatchLink) and not _local_rank():  # said once a host
                 _watchs_own(link.run_id, store, sample_rate, gpus)
             if name:  # the watch's run takes the script's name, unless `--name` gave one
@@ -922,15 +928,16 @@ def _record_here(store: str | os.PathLike | None, name: str | None, sample_rate:
     return _Unrecorded()
 
 
-def _watch_link(address: str) -> _WatchLink | _Unrecorded:
-    """The socket of the watch this process runs under. One that cannot be reached (the watch
-    is gone, or its environment was copied into another shell) or a key that is no key is said
-    in a line, and the training goes on unrecorded: anatomy never ends the user's training."""
+def _watch_link(address: str, t0: float) -> _WatchLink | _Unrecorded:
+    """The socket of the watch this process runs under (`t0`: its run's clock). One that cannot
+    be reached (the watch is gone, or its environment was copied into another shell) or a key
+    that is no key is said in a line, and the training goes on unrecorded: anatomy never ends
+    the user's training."""
     try:
         key = bytes.fromhex(os.environ.get(watch_link.WATCH_KEY_ENV, ""))
         if not key:
             raise ValueError(f"${watch_link.WATCH_KEY_ENV} is not set")
-        return _WatchLink(address, key)
+        return _WatchLink(address, key, t0)
     except (OSError, EOFError, ValueError, AuthenticationError) as error:
         why = getattr(error, "strerror", None) or str(error) or type(error).__name__
         _warn(f"not recording: ${watch_link.WATCH_ENV} names the socket of an `anatomy watch` "

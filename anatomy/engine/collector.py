@@ -128,6 +128,24 @@ def thinned(samples: list[Sample]) -> list[Sample]:
     return [samples[i] for i in sorted({i for ends in kept.values() for i in ends})]
 
 
+def cause_before(failure: protocol.Failure, cause: protocol.Failure | None) -> bool:
+    """Whether `failure` is the run's cause rather than `cause`, the one known so far. Of
+    several ranks, the first to fail is the cause: the others fail after it (a collective whose
+    peer is gone) or are ended by the launcher. First by the run's clock, not by arrival: each
+    rank's words come on a connection (or queue) of its own, and on a loaded machine a peer's,
+    ended by the launcher after it, can arrive first. A rank that only lost its peer gives way
+    to any rank that says more; a rank's later word on itself replaces its earlier one."""
+    if cause is None or cause.source.rank == failure.source.rank:
+        return True
+    if cause.after_peer != failure.after_peer:
+        return cause.after_peer
+    return _failed_at(failure) < _failed_at(cause)
+
+
+def _failed_at(failure: protocol.Failure) -> float:
+    return math.inf if failure.t is None else failure.t
+
+
 @dataclass
 class StepCount:
     """One rank's steps as the run numbers them. A count that starts again within the run — a
@@ -208,13 +226,8 @@ class Collector:
                     self.outcome.components = components
             case protocol.OperationsProfiled(values=values):
                 self.outcome.operations = values
-            case protocol.Failure(source=source):
-                # Of several ranks, the first to fail is the cause: the others fail after it
-                # (a collective whose peer is gone) or are ended by the launcher. A rank that
-                # only lost its peer gives way to any rank that says more.
-                first = self.outcome.failure
-                if first is None or first.source.rank == source.rank \
-                        or (first.after_peer and not message.after_peer):
+            case protocol.Failure():
+                if cause_before(message, self.outcome.failure):
                     self.outcome.failure = message
             case protocol.WorkerLeft(t=t):
                 self.outcome.worker_left = t

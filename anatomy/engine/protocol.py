@@ -160,14 +160,18 @@ class Summarised:
 
 @dataclass(frozen=True)
 class Failure:
-    """The training failed (Status.OOM or Status.FAILED), and the error. `after_peer`: a rank of
-    several whose collective failed because another rank is gone — the other's end is the cause,
-    this one is said only if nothing else is."""
+    """The training failed (Status.OOM or Status.FAILED; Status.STOPPED for a signal to the
+    process), and the error. `after_peer`: a rank of several whose collective failed because
+    another rank is gone — the other's end is the cause, this one is said only if nothing else
+    is. `t`: when it failed, on the run's clock, which every rank of the machine shares: of
+    several ranks the earliest is the cause, whichever word arrives first; None where the
+    sender did not say (an anatomy of before it said), which counts after any time said."""
 
     status: Status
     text: str
     source: Source
     after_peer: bool = False
+    t: float | None = None
 
 
 @dataclass(frozen=True)

@@ -276,10 +276,13 @@ def launch_ranks(reporter: Reporter, run: RunOptions, spec: ModelSpec, dataset,
         failures = getattr(error, "failures", {})
         codes = [f.exitcode for f in failures.values()]
         first = deaths.first_cause()
+        # The worker's word on a rank ended without one is dated at that rank's end, not at
+        # the launcher's return: of the ranks' failures, the earliest is the run's cause.
+        ended_at = None if first is None else first[1].t - reporter.t0
         if failures and first is not None and first[1].for_memory:
             # Killed for memory, without a word; whatever its peers said came after it.
             reporter.failure(Status.OOM, f"{killed_for_memory(rank_words(first[0], use_cuda, run))}"
-                             "; the launcher ended the other ranks")
+                             "; the launcher ended the other ranks", at=ended_at)
             return EXIT_OOM
         if not failures:  # the launch itself failed (a rendezvous, a port)
             reporter.failure(Status.FAILED, f"accelerate's launcher failed: {error}")
@@ -294,7 +297,8 @@ def launch_ranks(reporter: Reporter, run: RunOptions, spec: ModelSpec, dataset,
             who = rank_words(rank, use_cuda, run)
             how = rank_signalled(who, -code) if -code in STOP_WORDS else \
                 f"{who} {death(code)} (killed or crashed)"
-            reporter.failure(Status.FAILED, f"{how}; the launcher ended the other ranks")
+            reporter.failure(Status.FAILED, f"{how}; the launcher ended the other ranks",
+                             at=ended_at)
         return EXIT_OOM if EXIT_OOM in codes else EXIT_FAILED
     deaths.done.set()
     forwarder.stop()

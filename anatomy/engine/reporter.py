@@ -75,5 +75,9 @@ class Reporter:
     def summary(self, summary: TrainingSummary) -> None:
         self.queue.put(protocol.Summarised(summary, self.source))
 
-    def failure(self, status: Status, text: str, after_peer: bool = False) -> None:
-        self.queue.put(protocol.Failure(status, text, self.source, after_peer))
+    def failure(self, status: Status, text: str, after_peer: bool = False,
+                at: float | None = None) -> None:
+        """The training failed now, or at `at` (the run's clock) where that was earlier than it
+        is said: of several ranks, the earliest failure is the cause."""
+        self.queue.put(protocol.Failure(status, text, self.source, after_peer,
+                                        self.now() if at is None else at))
