@@ -302,6 +302,65 @@ def test_lora_defaults_leave_out_the_layers_peft_refuses(tmp_path):
     assert any("lora_" in n for n, p in lora.named_parameters() if p.requires_grad)
 
 
+def _saved(tmp_path, model_type: str, **sizes) -> str:
+    """A model folder as a user has it: the type's config, small, written by save_pretrained."""
+    from transformers import AutoConfig
+
+    AutoConfig.for_model(model_type, **sizes).save_pretrained(tmp_path / model_type)
+    return str(tmp_path / model_type)
+
+
+def _adapted(model) -> set[str]:
+    """The modules peft put adapters on."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    return {n for n, m in model.named_modules() if isinstance(m, BaseTunerLayer)}
+
+
+def test_a_model_without_a_layer_for_adapters_is_refused_in_anatomy_s_words(tmp_path):
+    """IBERT's layers are its own QuantLinear, none of the torch layers peft wraps, and its only
+    linear layers lie in its classifier, which peft's sequence classification trains whole
+    (modules_to_save): anatomy's default target, classifier.dense, was left out by peft, and
+    `--lora-rank 8` was refused with peft's "No modules were targeted for adaptation … You may
+    also have only targeted modules that are marked to be saved", of a target anatomy chose."""
+    name = _saved(tmp_path, "ibert", num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                  intermediate_size=128, vocab_size=1000)
+    said = ("lora: ibert has no linear or convolution layer for LoRA's adapters: its QuantLinear "
+            "layers are none of the torch layers peft wraps, and classifier.dense lies in "
+            "classifier, a module peft trains whole beside the adapters for sequence "
+            "classification (train it without a LoRA rank)")
+    for targets in ("", "all-linear", "dense"):
+        assert validate(RunOptions(model=name, lora_rank=8, lora_targets=targets, seq_len=16),
+                        0) == {"model": said}
+    with pytest.raises(ModelError, match=r"^lora: ibert has no linear or convolution layer"):
+        models.build_model(models.resolve(name), "meta", lora_rank=8, pretrained=False)
+    assert validate(RunOptions(model=name, seq_len=16), 0) == {}
+
+
+def test_all_linear_leaves_out_what_peft_s_classification_trains_whole(tmp_path):
+    """peft's sequence classification trains whole every module whose name ends in classifier
+    (DistilBERT's pre_classifier as well as its classifier), and its all-linear put an adapter
+    on pre_classifier too: `--lora-targets all-linear` was refused with "cannot predict
+    distilbert: modules_to_save cannot be applied to modules of type <class
+    'peft.tuners.lora.layer.Linear'>". It trains whole, as peft has it; naming it says so."""
+    name = _saved(tmp_path, "distilbert", n_layers=2, dim=64, n_heads=4, hidden_dim=128,
+                  vocab_size=1000)
+    assert validate(RunOptions(model=name, lora_rank=8, lora_targets="all-linear", seq_len=16),
+                    0) == {}
+    spec = models.resolve(name)
+    lora, _ = models.build_model(spec, "meta", lora_rank=8, lora_targets=(models.ALL_LINEAR,),
+                                 pretrained=False)
+    adapted = _adapted(lora)
+    assert any(n.endswith("attention.q_lin") for n in adapted)
+    assert not any("classifier" in n for n in adapted)
+    assert any("pre_classifier" in n for n, p in lora.named_parameters() if p.requires_grad)
+    errors = validate(RunOptions(model=name, lora_rank=8, lora_targets="pre_classifier"), 0)
+    assert errors["lora_targets"].startswith(
+        "lora_targets: pre_classifier names pre_classifier of distilbert: it is a module peft "
+        "trains whole beside the adapters for sequence classification (the layers LoRA can "
+        "adapt: q_lin, k_lin, v_lin, out_lin, lin1, lin2)")
+
+
 def test_the_head_and_task_come_from_transformers_tables(tmp_path):
     t5 = models.resolve(_config_file(tmp_path, "t5"))
     assert (t5.task, t5.head) == (SEQ2SEQ, "T5ForConditionalGeneration")

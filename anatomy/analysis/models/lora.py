@@ -55,6 +55,9 @@ def adaptable_layers(spec: ModelSpec) -> tuple[Layer, ...]:
 class _Modules(NamedTuple):
     """A model's modules as LoRA sees them."""
     layers: tuple[Layer, ...]  # the adaptable layers
+    # The linear and convolution layers peft will not adapt here, each with why, a verb's words
+    # ("lies in classifier, a module …"): one in a module peft trains whole.
+    withheld: tuple[tuple[str, str], ...]
     # The last parts of the names of every other module (a stage called "1", a head): a LoRA
     # target that names one of those too is not a layer peft wraps.
     others: frozenset[str]
@@ -69,7 +72,8 @@ def _modules(spec: ModelSpec, config_key: str) -> _Modules:
     output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     heads = {name for name, module in model.named_modules()
              if module is output or _is_classifier(module, spec)}
-    found, others, kinds = [], set(), []
+    saved = _trained_whole(spec, model)
+    found, others, kinds, withheld = [], set(), [], []
     import torch
     from transformers.pytorch_utils import Conv1D
 
@@ -80,20 +84,53 @@ def _modules(spec: ModelSpec, config_key: str) -> _Modules:
             return "convolution"
         return None
 
-    def walk(module, prefix: str, in_attention: bool) -> None:
+    def walk(module, prefix: str, in_attention: bool, whole: str | None) -> None:
         for name, child in module.named_children():
             full = f"{prefix}{name}"
             kind = kind_of(child)
-            if kind is not None and full not in heads:
+            whole_here = whole or next((full for s in saved if full.endswith(s)), None)
+            if kind is not None and full not in heads and whole_here is None:
                 found.append(Layer(full, kind, in_attention, getattr(child, "groups", 1) > 1))
             else:
                 others.add(name)
                 kinds.append((full, type(child).__name__))
+                if kind is not None and full not in heads:
+                    where = "is" if whole_here == full else f"lies in {whole_here},"
+                    withheld.append((full, f"{where} a module peft trains whole beside the "
+                                           f"adapters for {spec.task}"))
             walk(child, f"{full}.", in_attention or "attention" in type(child).__name__.lower()
-                 or "attn" in name.lower())
+                 or "attn" in name.lower(), whole_here)
 
-    walk(model, "", False)
-    return _Modules(tuple(found), frozenset(others), tuple(sorted(heads)), tuple(kinds))
+    walk(model, "", False, None)
+    return _Modules(tuple(found), tuple(withheld), frozenset(others), tuple(sorted(heads)),
+                    tuple(kinds))
+
+
+def _peft_task(spec: ModelSpec, model):
+    """The peft task type LoRA is put on the model with: the task's wrapper (None: the plain
+    LoRA model, as for a model that takes no token ids)."""
+    from peft import TaskType
+
+    if getattr(model, "main_input_name", "input_ids") != "input_ids":
+        return None  # peft's seq2seq wrapper passes token ids, not audio: no task
+    return {SEQUENCE_CLASSIFICATION: TaskType.SEQ_CLS, CAUSAL_LM: TaskType.CAUSAL_LM,
+            SEQ2SEQ: TaskType.SEQ_2_SEQ_LM,
+            TOKEN_CLASSIFICATION: TaskType.TOKEN_CLS}.get(spec.task)
+
+
+def _trained_whole(spec: ModelSpec, model) -> tuple[str, ...]:
+    """peft's modules_to_save for the run: modules trained whole, never adapted. peft's sequence
+    and token classification wrappers add "classifier" and "score", and train whole every
+    module whose name ends so (DistilBERT's pre_classifier too, by a plain suffix); an adapter
+    on such a module is refused ("modules_to_save cannot be applied to modules of type
+    Linear"), and one below it is left out (IBERT's classifier.dense)."""
+    from peft import TaskType
+
+    if _peft_task(spec, model) in (TaskType.SEQ_CLS, TaskType.TOKEN_CLS):
+        return ("classifier", "score")
+    if spec.task == IMAGE_CLASSIFICATION:
+        return tuple(classifier_modules(spec, model))
+    return ()
 
 
 def meta_model(spec: ModelSpec):
@@ -131,8 +168,8 @@ def default_lora_targets(spec: ModelSpec) -> tuple[str, ...]:
     projections, else its fused query-key-value projection, else its attention's linear layers,
     else (a model without attention, such as a convolution network) every linear and convolution
     layer but the head's and the grouped (depthwise) convolutions, whose adapters peft limits;
-    never a layer peft refuses for the model type (a Mamba mixer's out_proj).
-    ModelError when there is nothing to wrap."""
+    never a layer peft refuses for the model type (a Mamba mixer's out_proj) or trains whole
+    (a classification head's). ModelError when there is nothing to wrap."""
     from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as peft
 
     if isinstance(peft.get(spec.model_type), (list, tuple, set)):  # a str is a regex: ours then
@@ -147,8 +184,22 @@ def default_lora_targets(spec: ModelSpec) -> tuple[str, ...]:
                    [layer for layer in layers if not layer.grouped and layer.short not in refused]):
         if chosen:
             return _targets(spec, chosen, layers)
-    raise ModelError(f"lora: {spec.display_name} has no linear or convolution layer for LoRA's "
-                     "adapters")
+    raise _nothing_to_adapt(spec)
+
+
+def _nothing_to_adapt(spec: ModelSpec) -> ModelError:
+    """A model with no layer peft's LoRA wraps, in words: what its layers are instead."""
+    modules = _modules(spec, config_key(spec))
+    why = []
+    # A layer of the model's own class (IBERT's QuantLinear): no torch layer, which peft wraps
+    own = sorted({kind for _, kind in modules.kinds
+                  if re.search(r"Linear|Conv", kind) and not kind.startswith(("Linear", "Conv"))})
+    if own:
+        why.append(f"its {', '.join(own)} layers are none of the torch layers peft wraps")
+    why += [f"{name} {reason}" for name, reason in modules.withheld[:1]]
+    reasons = f": {', and '.join(why)}" if why else ""
+    return ModelError(f"lora: {spec.display_name} has no linear or convolution layer for LoRA's "
+                      f"adapters{reasons} (train it without a LoRA rank)")
 
 
 def _refused_by_peft(model_type: str, names: frozenset[str]) -> frozenset[str]:
@@ -191,8 +242,11 @@ def _names(chosen: list[Layer], layers: tuple[Layer, ...], others: frozenset[str
 
 def unknown_lora_targets(spec: ModelSpec, targets: tuple[str, ...]) -> list[str]:
     """Targets that match none of the model's linear or convolution layers, as peft matches them
-    (the module's dotted name, or its end after a dot)."""
+    (the module's dotted name, or its end after a dot); ModelError where the model has no layer
+    for adapters at all."""
     names = [layer.name for layer in adaptable_layers(spec)]
+    if not names:  # whatever is named, nothing of this model takes an adapter
+        raise _nothing_to_adapt(spec)
     return [t for t in targets if t != ALL_LINEAR
             and not any(name == t or name.endswith(f".{t}") for name in names)]
 
@@ -209,6 +263,9 @@ def unknown_target_words(spec: ModelSpec, target: str) -> str:
     if head is not None:
         return (f"{target} is the output layer of {spec.display_name}'s head ({head}), which "
                 "trains whole beside the adapters, never adapted")
+    withheld = next((item for item in modules.withheld if named(item[0])), None)
+    if withheld is not None:
+        return f"{target} names {withheld[0]} of {spec.display_name}: it {withheld[1]}"
     other = next(((name, kind) for name, kind in modules.kinds if named(name)), None)
     if other is not None:
         return (f"{target} names {other[0]} of {spec.display_name}, a {other[1]}: no linear or "
@@ -228,6 +285,8 @@ def lora_target_modules(spec: ModelSpec, chosen: tuple[str, ...] = ()) -> str | 
     mixture of experts, which transformers 5 made no nn.Linear (GLM-4 MoE, DeepSeek-V3), and
     keeps: a classifier that is none of peft's head names (Flaubert's sequence_summary)."""
     if chosen == (ALL_LINEAR,):
+        if not adaptable_layers(spec):
+            raise _nothing_to_adapt(spec)
         return ALL_LINEAR
     return chosen or default_lora_targets(spec)
 
@@ -238,19 +297,17 @@ def apply_lora(model, spec: ModelSpec, rank: int, targets: tuple[str, ...] = (),
     their inputs (peft's lora_dropout: in training each adapted module keeps its input dropped
     out and the mask, beside the input its layer keeps), everything else frozen; for
     classification the head, which the task adds, trains as well."""
-    from peft import LoraConfig, TaskType, get_peft_model
+    from peft import LoraConfig, get_peft_model
 
-    task_type = {SEQUENCE_CLASSIFICATION: TaskType.SEQ_CLS, CAUSAL_LM: TaskType.CAUSAL_LM,
-                 SEQ2SEQ: TaskType.SEQ_2_SEQ_LM,
-                 TOKEN_CLASSIFICATION: TaskType.TOKEN_CLS}.get(spec.task)
-    if getattr(model, "main_input_name", "input_ids") != "input_ids":
-        task_type = None  # peft's seq2seq wrapper passes token ids, not audio: no task
+    task_type = _peft_task(spec, model)
     modules = lora_target_modules(spec, targets)
     # peft's all-linear leaves out the output embeddings and a sequence classifier's head, not a
-    # token classifier's, which TOKEN_CLS saves whole: it would be wrapped too, and peft refuses
-    # ("modules_to_save cannot be applied to modules of type Linear").
-    kept_out = classifier_modules(spec, model) \
-        if modules == ALL_LINEAR and spec.task == TOKEN_CLASSIFICATION else None
+    # token classifier's, which TOKEN_CLS saves whole, nor a layer its task trains whole by the
+    # end of its name (DistilBERT's pre_classifier): wrapped too, peft refuses ("modules_to_save
+    # cannot be applied to modules of type Linear"). Each is left out of peft's own all-linear.
+    kept_out = [*(classifier_modules(spec, model) if spec.task == TOKEN_CLASSIFICATION else ()),
+                *(name for name, _ in _modules(spec, config_key(spec)).withheld)] \
+        if modules == ALL_LINEAR else None
     config = LoraConfig(r=rank, target_modules=modules if isinstance(modules, str) else list(modules),
                         task_type=task_type, exclude_modules=kept_out or None,
                         lora_dropout=dropout,
