@@ -361,6 +361,31 @@ def test_all_linear_leaves_out_what_peft_s_classification_trains_whole(tmp_path)
         "adapt: q_lin, k_lin, v_lin, out_lin, lin1, lin2)")
 
 
+@pytest.mark.parametrize("model_type, sizes", [
+    ("mamba", {}), ("falcon_mamba", {}),
+    ("mamba2", {"num_heads": 4, "head_dim": 32, "n_groups": 1})])
+def test_all_linear_leaves_out_the_layers_peft_refuses(tmp_path, model_type, sizes):
+    """`--lora-targets all-linear` on a Mamba model was refused with peft's "Module 'out_proj'
+    is incompatible with Mamba-based models … Please remove it from `target_modules`", a name
+    the user never wrote: peft's all-linear holds every linear layer but the output, and then
+    refuses a Mamba mixer's out_proj. It now means what peft can adapt of them; naming out_proj
+    (or conv1d) says in anatomy's words that peft refuses it, and what LoRA can adapt."""
+    name = _saved(tmp_path, model_type, num_hidden_layers=2, hidden_size=64, vocab_size=1000,
+                  **sizes)
+    assert validate(RunOptions(model=name, lora_rank=8, lora_targets="all-linear", seq_len=16),
+                    0) == {}
+    lora, _ = models.build_model(models.resolve(name), "meta", lora_rank=8,
+                                 lora_targets=(models.ALL_LINEAR,), pretrained=False)
+    adapted = {n.rsplit(".", 1)[-1] for n in _adapted(lora)}
+    assert "in_proj" in adapted and not adapted & {"out_proj", "conv1d", "lm_head"}
+    for target in ("out_proj", "mixer.conv1d"):
+        words = validate(RunOptions(model=name, lora_rank=8, lora_targets=target), 0)
+        layer = f"backbone.layers.0.mixer.{target.split('.')[-1]}"
+        assert words["lora_targets"].startswith(
+            f"lora_targets: {target} names {layer} of {model_type}: it is a layer peft's LoRA "
+            f"refuses in {model_type} models (the layers LoRA can adapt: in_proj")
+
+
 def test_the_head_and_task_come_from_transformers_tables(tmp_path):
     t5 = models.resolve(_config_file(tmp_path, "t5"))
     assert (t5.task, t5.head) == (SEQ2SEQ, "T5ForConditionalGeneration")

@@ -56,7 +56,8 @@ class _Modules(NamedTuple):
     """A model's modules as LoRA sees them."""
     layers: tuple[Layer, ...]  # the adaptable layers
     # The linear and convolution layers peft will not adapt here, each with why, a verb's words
-    # ("lies in classifier, a module …"): one in a module peft trains whole.
+    # ("lies in classifier, a module …"): one peft refuses for the model type, one in a module peft
+    # trains whole.
     withheld: tuple[tuple[str, str], ...]
     # The last parts of the names of every other module (a stage called "1", a head): a LoRA
     # target that names one of those too is not a layer peft wraps.
@@ -102,8 +103,15 @@ def _modules(spec: ModelSpec, config_key: str) -> _Modules:
                  or "attn" in name.lower(), whole_here)
 
     walk(model, "", False, None)
-    return _Modules(tuple(found), tuple(withheld), frozenset(others), tuple(sorted(heads)),
-                    tuple(kinds))
+    refused = _refused_by_peft(spec.model_type, frozenset(layer.short for layer in found))
+    for layer in found:
+        if layer.short in refused:
+            others.add(layer.short)
+            kinds.append((layer.name, type(model.get_submodule(layer.name)).__name__))
+            withheld.append((layer.name, f"is a layer peft's LoRA refuses in "
+                                         f"{spec.model_type} models"))
+    return _Modules(tuple(layer for layer in found if layer.short not in refused),
+                    tuple(withheld), frozenset(others), tuple(sorted(heads)), tuple(kinds))
 
 
 def _peft_task(spec: ModelSpec, model):
@@ -175,13 +183,11 @@ def default_lora_targets(spec: ModelSpec) -> tuple[str, ...]:
     if isinstance(peft.get(spec.model_type), (list, tuple, set)):  # a str is a regex: ours then
         return tuple(peft[spec.model_type])
     layers = adaptable_layers(spec)
-    refused = _refused_by_peft(spec.model_type, frozenset(layer.short for layer in layers))
-    attention = [layer for layer in layers if layer.in_attention and layer.kind == "linear"
-                 and layer.short not in refused]
+    attention = [layer for layer in layers if layer.in_attention and layer.kind == "linear"]
     for chosen in ([layer for layer in attention if _QUERY_VALUE.match(layer.short)],
                    [layer for layer in attention if _FUSED_QKV.search(layer.short)],
                    attention,
-                   [layer for layer in layers if not layer.grouped and layer.short not in refused]):
+                   [layer for layer in layers if not layer.grouped]):
         if chosen:
             return _targets(spec, chosen, layers)
     raise _nothing_to_adapt(spec)
@@ -204,7 +210,7 @@ def _nothing_to_adapt(spec: ModelSpec) -> ModelError:
 
 def _refused_by_peft(model_type: str, names: frozenset[str]) -> frozenset[str]:
     """The layers' short names peft refuses to adapt in this model type (a Mamba mixer's
-    out_proj and conv1d), by peft's own check where this peft has one: a default must be
+    out_proj and conv1d), by peft's own check where this peft has one: a target must be
     something peft wraps."""
     try:
         from peft import LoraConfig
@@ -304,7 +310,8 @@ def apply_lora(model, spec: ModelSpec, rank: int, targets: tuple[str, ...] = (),
     # peft's all-linear leaves out the output embeddings and a sequence classifier's head, not a
     # token classifier's, which TOKEN_CLS saves whole, nor a layer its task trains whole by the
     # end of its name (DistilBERT's pre_classifier): wrapped too, peft refuses ("modules_to_save
-    # cannot be applied to modules of type Linear"). Each is left out of peft's own all-linear.
+    # cannot be applied to modules of type Linear"); nor a layer it refuses for the model type
+    # (a Mamba mixer's out_proj). Each is left out of peft's own all-linear.
     kept_out = [*(classifier_modules(spec, model) if spec.task == TOKEN_CLASSIFICATION else ()),
                 *(name for name, _ in _modules(spec, config_key(spec)).withheld)] \
         if modules == ALL_LINEAR else None
