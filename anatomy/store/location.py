@@ -78,7 +78,7 @@ def _url(value: str) -> Path | ServerUrl:
         raise BadLocation(f"{_masked(value)}: not a store anatomy can use; give {SHOWN_FORMS}")
     try:
         url = make_url(value)
-    except ArgumentError:
+    except (ArgumentError, ValueError):  # ValueError: int() of a port that is no number
         raise BadLocation(f"{_masked(value)}: not a URL anatomy can read; give {SHOWN_FORMS}"
                           ) from None
     return ServerUrl(url)

@@ -146,6 +146,17 @@ def test_a_url_of_another_kind_is_refused_in_one_line(capsys):
         " sqlite:///PATH or postgresql://USER@HOST:PORT/DATABASE\n")
 
 
+@pytest.mark.parametrize("url", ["postgresql://anatomy:hunter2@db:notaport/anatomy",
+                                 "postgresql://anatomy:hunter2@[::1/anatomy"])
+def test_a_postgresql_url_whose_port_is_no_number_is_refused_in_one_line(capsys, url):
+    """SQLAlchemy's make_url raised int()'s ValueError, a traceback from every command."""
+    assert main(["runs", "--store", url]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --store postgresql://anatomy:***@") and "hunter2" not in err
+    assert err.endswith(": not a URL anatomy can read; give a file path, sqlite:///PATH or"
+                        " postgresql://USER@HOST:PORT/DATABASE\n")
+
+
 def test_a_url_of_another_kind_in_the_environment_is_named_as_the_users_setting(capsys,
                                                                                 monkeypatch):
     """From $ANATOMY_STORE, the line said "--store", which the user never gave."""
