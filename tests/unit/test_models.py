@@ -538,6 +538,11 @@ def test_lora_options_are_checked():
     assert errors["lora_targets"].startswith("lora_targets: attention names "
                                              "bert.encoder.layer.0.attention of tiny, a "
                                              "BertAttention: no linear or convolution layer")
+    # "a Embedding", "a LayerNorm": the article follows the class's name
+    errors = validate(RunOptions(model="tiny", lora_rank=4, lora_targets="word_embeddings"), 0)
+    assert errors["lora_targets"].startswith("lora_targets: word_embeddings names "
+                                             "bert.embeddings.word_embeddings of tiny, an "
+                                             "Embedding: no linear or convolution layer")
     assert validate(RunOptions(model="tiny", lora_rank=4, lora_targets="attention.self.query"),
                     0) == {}
     assert validate(RunOptions(model="tiny-llama", lora_rank=4, lora_targets="q_proj,o_proj"),

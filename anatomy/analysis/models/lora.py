@@ -274,8 +274,9 @@ def unknown_target_words(spec: ModelSpec, target: str) -> str:
         return f"{target} names {withheld[0]} of {spec.display_name}: it {withheld[1]}"
     other = next(((name, kind) for name, kind in modules.kinds if named(name)), None)
     if other is not None:
-        return (f"{target} names {other[0]} of {spec.display_name}, a {other[1]}: no linear or "
-                "convolution layer")
+        article = "an" if other[1][:1] in "AEIOU" else "a"
+        return (f"{target} names {other[0]} of {spec.display_name}, {article} {other[1]}: no "
+                "linear or convolution layer")
     return f"{target} names no module of {spec.display_name}"
 
 
