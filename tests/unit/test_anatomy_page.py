@@ -537,3 +537,27 @@ def test_a_dataset_run_stored_before_the_probe_said_its_batch_is_predicted_at_it
     assert view.measured_batch_line(rep) is None and breakdown.data_reach(rep) is None
     longest = breakdown.predicted(rep)
     assert longest.activations > parts["activations"]  # today's reading, kept
+
+
+def test_the_first_steps_notes_keep_clear_of_the_curve_the_lines_and_each_other(store, seed):
+    """A CPU run whose curve lies far above the prediction's lines: the notes' heights were
+    shares of the curve's own span, flat here, and both notes lay on the curve, one over the
+    other (seen in Chromium: "after step 1 …" hidden under "from step 2 on …")."""
+    run_id = seed(backend="cpu-rss")  # the training's plateau: 4,096 MiB
+    rep = report(store, run_id)
+    samples, steps = store.samples(run_id, rep.gpu), store.steps(run_id)
+    expected = breakdown.CpuPeak(before_training=512 * MIB, tensors=512 * MIB, over=0)
+    repeated = view.repetition(rep, samples, steps)
+    chart = figures.first_steps_figure(rep, samples, steps, expected=expected,
+                                       repeated=repeated).to_plotly_json()
+    low, high = chart["layout"]["yaxis"]["range"]
+    box = figures.NOTE_SHARE * (high - low)  # a note's height on the axis
+    notes = [a["ay"] for a in chart["layout"]["annotations"] if a.get("showarrow")]
+    assert len(notes) == 2 and abs(notes[0] - notes[1]) >= box
+    curve = [s.used / MIB for s in samples if chart["layout"]["xaxis"]["range"][0] <= s.t]
+    for at in notes:
+        assert low + box / 2 <= at <= high - box / 2  # inside the plot
+        assert at + box / 2 < min(curve) or at - box / 2 > max(curve)  # not on the curve
+        # nor on the lines' words: under the line at 512 MiB, over the one at 1,024 MiB
+        assert not (512 - box <= at + box / 2 and at - box / 2 <= 512)
+        assert not (1024 <= at + box / 2 and at - box / 2 <= 1024 + box)

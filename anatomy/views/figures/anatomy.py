@@ -147,6 +147,7 @@ def first_steps_figure(report: RunReport, samples: Sequence[Sample], steps: Sequ
                               else "rgba(255,255,255,0.85)")
     for step in marked:
         figure.add_vline(x=step.t, line={"color": "#555555", "width": 1, "dash": "dot"})
+    lines: list[tuple[float, int]] = []  # the lines drawn across: height, and where their words go
     if expected is not None:  # on the curve's own axis: what the prediction covers, and not
         before = expected.process / MIB
         figure.add_hline(y=before, line={"color": NEUTRAL_COLOUR, "dash": "dot", "width": 1.5},
@@ -158,30 +159,32 @@ def first_steps_figure(report: RunReport, samples: Sequence[Sample], steps: Sequ
                          annotation_text=f"predicted peak: {peak:,.0f} MiB (the line below + the "
                                          f"tensors' {expected.tensors / MIB:,.0f} MiB, predicted)",
                          annotation_position="top right")
+        lines = [(before, -1), (peak, 1)]
+    yaxis: dict = {"title": {"text": words.axis_title(report.backend)}}
+    low, high = (float(used.min()), float(used.max())) if len(times) else (0.0, 0.0)
+    if lines and len(times):
+        # Room below the lowest line for the label written under it: with the process's line at
+        # the range's foot, its words lay over the time axis's numbers.
+        heights = [low, high, *(y for y, _ in lines)]
+        bottom, top = min(heights), max(heights)
+        span = (top - bottom) or 1.0
+        yaxis["range"] = [bottom - 0.15 * span, top + 0.08 * span]
     if marked and len(times):
-        low, high = float(used.min()), float(used.max())
         notes = [(marked[0].t, "after step 1: gradients and optimizer states exist")]
         if len(marked) > 1 and repeated is not None:
             notes.append((marked[-1].t, repeated.note()))
-        for (x, label), level in zip(notes, NOTE_LEVELS):
+        levels = _note_heights(yaxis.get("range", (low, high)), (low, high), lines, len(notes))
+        for (x, label), level in zip(notes, levels):
             # The text sits towards the middle of the chart, each note at a height of its own
             # (on the y axis, whatever the chart's size in pixels): two notes never meet.
             leftwards = x > (x0 + x1) / 2
             figure.add_annotation(
                 x=x, y=float(np.interp(x, times, used)), text=label, showarrow=True, arrowhead=2,
                 arrowcolor=CURVE_COLOUR, ax=_lean(x, x0, x1, label, leftwards),
-                ay=low + level * (high - low), ayref="y",
+                ay=level, ayref="y",
                 xanchor="right" if leftwards else "left", bgcolor="rgba(255,255,255,0.9)",
                 bordercolor=PHASE_COLOURS[Phase.TRAINING], borderwidth=1,
                 font={"size": 12, "color": CURVE_COLOUR})
-    yaxis: dict = {"title": {"text": words.axis_title(report.backend)}}
-    if expected is not None and len(times):
-        # Room below the lowest line for the label written under it: with the process's line
-        # at the range's foot, its words lay over the time axis's numbers.
-        lines = [float(used.min()), float(used.max()), expected.process / MIB, expected.rss / MIB]
-        low, high = min(lines), max(lines)
-        span = (high - low) or 1.0
-        yaxis["range"] = [low - 0.15 * span, high + 0.08 * span]
     figure.update_layout(
         height=400, margin={"l": 10, "r": 10, "t": 30, "b": 10}, plot_bgcolor="white",
         xaxis={"title": {"text": "seconds since the run started"}, "range": [x0, x1]},
@@ -193,6 +196,36 @@ def first_steps_figure(report: RunReport, samples: Sequence[Sample], steps: Sequ
 NOTE_LEAN_PX = 50  # how far a note's text sits across from the point its arrow shows
 # The notes' heights, as a share of the curve's span in the window: the earlier one lower.
 NOTE_LEVELS = (0.22, 0.45)
+# A note's box (a row of 12 px text, its border), and a line's words beside it, as a share of
+# the y range of a chart 400 px high.
+NOTE_SHARE = 0.08
+NOTE_GAP = 1.25  # between two notes' middles, in notes' heights: a little air between them
+
+
+def _note_heights(shown: tuple[float, float], curve: tuple[float, float],
+                  lines: list[tuple[float, int]], count: int) -> list[float]:
+    """Where `count` notes sit on the y axis. Where the range is the
+    curve's own, at NOTE_LEVELS of its span (below the training's plateau the notes point at).
+    Where it also holds lines (`lines`: height, and +1 where their words go above, -1 below),
+    the curve may lie far from the range's middle, and shares of its span put every note on
+    it: the notes go where neither the curve, nor a line's words, nor the other note is,
+    nearest the curve, the earlier one nearer (its arrow, at the left, then crosses no note)."""
+    low, high = curve
+    if not lines:
+        return [low + level * (high - low) for level in NOTE_LEVELS[:count]]
+    bottom, top = shown
+    box = NOTE_SHARE * (top - bottom)
+    taken = [(low, high), *((y, y + side * box) for y, side in lines)]
+    taken = [(min(a, b), max(a, b)) for a, b in taken]
+    free = [bottom + box / 2 + k * (top - bottom - box) / 100 for k in range(101)]
+    chosen: list[float] = []
+    for y in sorted(free, key=lambda y: min(abs(y - low), abs(y - high))):
+        clear = all(y + box / 2 < a or y - box / 2 > b for a, b in taken)
+        if clear and all(abs(y - other) >= NOTE_GAP * box for other in chosen):
+            chosen.append(y)
+            if len(chosen) == count:
+                return chosen
+    return [low + level * (high - low) for level in NOTE_LEVELS[:count]]
 
 
 def _lean(x: float, x0: float, x1: float, label: str, leftwards: bool) -> float:
