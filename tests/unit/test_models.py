@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import warnings
 
 import pytest
@@ -384,6 +385,23 @@ def test_all_linear_leaves_out_the_layers_peft_refuses(tmp_path, model_type, siz
         assert words["lora_targets"].startswith(
             f"lora_targets: {target} names {layer} of {model_type}: it is a layer peft's LoRA "
             f"refuses in {model_type} models (the layers LoRA can adapt: in_proj")
+
+
+def test_all_linear_on_a_model_of_convolutions_says_what_to_name(tmp_path):
+    """peft's all-linear wraps linear layers alone, and a ResNet's only one is its head's output
+    layer, which trains whole: `--lora-targets all-linear` was refused with peft's "No modules
+    were targeted for adaptation … only targeted modules that are marked to be saved"."""
+    name = _saved(tmp_path, "resnet", depths=[1, 1, 1, 1], hidden_sizes=[16, 32, 64, 128],
+                  embedding_size=16)
+    words = ("lora_targets: all-linear adapts linear layers, and resnet has none but "
+             "classifier.1, which LoRA never adapts: name its convolution layers instead")
+    assert validate(RunOptions(model=name, lora_rank=8, lora_targets="all-linear"), 0) == \
+        {"lora_targets": f"{words} (the layers LoRA can adapt: convolution)"}
+    spec = models.resolve(name)
+    with pytest.raises(ModelError, match=re.escape(words)):
+        models.build_model(spec, "meta", lora_rank=8, lora_targets=(models.ALL_LINEAR,),
+                           pretrained=False)
+    assert validate(RunOptions(model=name, lora_rank=8, lora_targets="convolution"), 0) == {}
 
 
 def test_the_head_and_task_come_from_transformers_tables(tmp_path):

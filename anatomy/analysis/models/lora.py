@@ -250,11 +250,18 @@ def unknown_lora_targets(spec: ModelSpec, targets: tuple[str, ...]) -> list[str]
     """Targets that match none of the model's linear or convolution layers, as peft matches them
     (the module's dotted name, or its end after a dot); ModelError where the model has no layer
     for adapters at all."""
-    names = [layer.name for layer in adaptable_layers(spec)]
-    if not names:  # whatever is named, nothing of this model takes an adapter
+    layers = adaptable_layers(spec)
+    if not layers:  # whatever is named, nothing of this model takes an adapter
         raise _nothing_to_adapt(spec)
-    return [t for t in targets if t != ALL_LINEAR
-            and not any(name == t or name.endswith(f".{t}") for name in names)]
+    def unknown(target: str) -> bool:
+        if target == ALL_LINEAR:
+            # peft's all-linear wraps linear layers alone: a model whose other layers are
+            # convolutions (ResNet) has none for it ("No modules were targeted for adaptation")
+            return not any(layer.kind == "linear" for layer in layers)
+        return not any(layer.name == target or layer.name.endswith(f".{target}")
+                       for layer in layers)
+
+    return [target for target in targets if unknown(target)]
 
 
 def unknown_target_words(spec: ModelSpec, target: str) -> str:
@@ -264,6 +271,12 @@ def unknown_target_words(spec: ModelSpec, target: str) -> str:
 
     def named(name: str) -> bool:  # as peft matches a target
         return name == target or name.endswith(f".{target}")
+
+    if target == ALL_LINEAR:
+        kept = [*modules.heads, *(name for name, _ in modules.withheld)]
+        but = f" but {', '.join(kept[:3])}, which LoRA never adapts" if kept else ""
+        return (f"{ALL_LINEAR} adapts linear layers, and {spec.display_name} has none{but}: name "
+                "its convolution layers instead")
 
     head = next((name for name in modules.heads if named(name)), None)
     if head is not None:
@@ -292,8 +305,8 @@ def lora_target_modules(spec: ModelSpec, chosen: tuple[str, ...] = ()) -> str | 
     mixture of experts, which transformers 5 made no nn.Linear (GLM-4 MoE, DeepSeek-V3), and
     keeps: a classifier that is none of peft's head names (Flaubert's sequence_summary)."""
     if chosen == (ALL_LINEAR,):
-        if not adaptable_layers(spec):
-            raise _nothing_to_adapt(spec)
+        if unknown_lora_targets(spec, chosen):
+            raise ModelError(f"lora_targets: {unknown_target_words(spec, ALL_LINEAR)}")
         return ALL_LINEAR
     return chosen or default_lora_targets(spec)
 
