@@ -208,18 +208,25 @@ def _load(text: str):
 def _load_path(text: str, path: Path, stamp: tuple):
     import datasets
 
+    unreadable = _unreadable(path)
+    if unreadable is not None:
+        where = "" if unreadable == path else f": {_shown(str(unreadable.relative_to(path)))}"
+        raise DataError("dataset", f"{_shown(text)} cannot be read: permission denied{where}")
     if path.is_dir():
-        try:
-            return datasets.load_from_disk(str(path))
-        except FileNotFoundError:
-            if not _holds_data_files(path):
-                raise DataError("dataset", f"the folder {_shown(text)} is no dataset: neither "
-                                "saved with save_to_disk (it has no dataset_info.json or "
-                                "dataset_dict.json) nor a folder of data files (ending in "
-                                f"{DATA_FILE_NAMES})") from None
-        except IndexError:  # datasets' own loader finds no table in a split of no rows
-            raise DataError("dataset", f"{_shown(text)} holds a split of no rows: no text to "
-                            "train on") from None
+        if _saved(path):
+            try:
+                return datasets.load_from_disk(str(path))
+            except IndexError:  # datasets' own loader finds no table in a split of no rows
+                raise DataError("dataset", f"{_shown(text)} holds a split of no rows: no text "
+                                "to train on") from None
+            except Exception as error:  # noqa: BLE001 - a split's files gone, or not arrow
+                raise DataError("dataset", f"{_shown(text)}, saved with save_to_disk, cannot "
+                                f"be read: {models.first_line(error)}") from None
+        if not _holds_data_files(path):
+            raise DataError("dataset", f"the folder {_shown(text)} is no dataset: neither "
+                            "saved with save_to_disk (it has no dataset_info.json or "
+                            "dataset_dict.json) nor a folder of data files (ending in "
+                            f"{DATA_FILE_NAMES})")
         # A folder of data files, as a dataset's repository holds them (train.jsonl and
         # test.jsonl; data/train-00000-of-00002.parquet …): datasets names its splits by them.
         return _load_files(text, "its files", str(path))
@@ -231,6 +238,32 @@ def _load_path(text: str, path: Path, stamp: tuple):
         raise DataError("dataset", f"{_shown(text)} is empty: no text to train on")
     builder, arguments = read
     return _load_files(text, builder, builder, data_files=str(path), **arguments)
+
+
+def _saved(folder: Path) -> bool:
+    """Whether a folder was written by save_to_disk, as datasets tells (`load_from_disk`): a
+    DatasetDict's dataset_dict.json, or a Dataset's state.json. Its arrow files are its splits'
+    tables, never a folder of data files to read instead where a split cannot be read."""
+    return (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file()
+
+
+def _unreadable(path: Path, most: int = 100_000) -> Path | None:
+    """The first file or folder under `path` (itself included) this process may not read:
+    datasets' loaders skip a folder they cannot list (a DatasetDict's split, a shard's folder)
+    and read the rest as the whole. Stops looking after `most` entries."""
+    pending, seen = [path], 0
+    while pending and seen < most:
+        entry = pending.pop()
+        seen += 1
+        folder = entry.is_dir()
+        if not os.access(entry, os.R_OK | (os.X_OK if folder else 0)):
+            return entry
+        if folder:
+            try:
+                pending.extend(sorted(entry.iterdir(), reverse=True))
+            except OSError:
+                return entry
+    return None
 
 
 def data_format(path: Path) -> tuple[str, dict] | None:

@@ -7,6 +7,8 @@ started, nothing stored."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 
@@ -121,4 +123,56 @@ def test_bad_input_to_run_is_one_line_and_starts_nothing(text_data, tmp_path):
                     store=store)
     assert image.returncode == 2 and image.stderr.count("\n") == 1
     assert "a model for image classification" in image.stderr
+    assert not store.exists() or Store(store).runs() == []
+
+
+# Root reads whatever its permissions say: a check of them runs in a process without root's
+# capability to override them (setpriv), as a user's own process runs.
+NO_OVERRIDE = ["setpriv", "--inh-caps=-dac_override,-dac_read_search",
+               "--bounding-set=-dac_override,-dac_read_search", "--"]
+
+
+def as_a_user(*args: str, store) -> subprocess.CompletedProcess:
+    """`anatomy …` in a process of a user's permissions."""
+    prefix = []
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("root reads every file, and setpriv is not here to make it a user")
+        prefix = NO_OVERRIDE
+    return subprocess.run([*prefix, sys.executable, "-m", "anatomy", *args, "--store",
+                           str(store)], capture_output=True, text=True, timeout=300)
+
+
+def test_a_dataset_that_cannot_be_read_is_refused_as_such_whatever_part_of_it(text_data,
+                                                                              tmp_path):
+    """A saved DatasetDict whose train split's folder the user may not read trained on its test
+    split (read as a folder of arrow files), and said so only in "(test, …)"; a saved Dataset
+    whose table may not be read was a traceback (pyarrow's PermissionError); a folder that may
+    not be listed was "no dataset: neither saved with save_to_disk … nor a folder of data
+    files". Each is one line: permission denied, and where; nothing starts."""
+    splits = tmp_path / "splits"
+    shutil.copytree(text_data.splits, splits)
+    saved = tmp_path / "saved"
+    shutil.copytree(text_data.dataset, saved)
+    shut = tmp_path / "shut"
+    shut.mkdir()
+    shutil.copy(text_data.lines, shut / "train.jsonl")
+    lines = tmp_path / "lines.jsonl"
+    shutil.copy(text_data.lines, lines)
+    table = next(saved.glob("*.arrow"))
+    locked = [splits / "train", table, shut, lines]
+    store = tmp_path / "runs.sqlite"
+    try:
+        for path in locked:
+            path.chmod(0)
+        for path, where in [(splits, "'train'"), (saved, repr(table.name)), (shut, None),
+                            (lines, None)]:
+            refused = as_a_user("run", "--model", "tiny-llama", "--max-steps", "1",
+                                *_data_flags(path, text_data), store=store)
+            said = f"error: dataset: {str(path)!r} cannot be read: permission denied"
+            assert (refused.returncode, refused.stderr) == (
+                2, said + (f": {where}" if where else "") + "\n"), path
+    finally:
+        for path in locked:
+            path.chmod(0o755)
     assert not store.exists() or Store(store).runs() == []
