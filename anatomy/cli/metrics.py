@@ -10,14 +10,12 @@ from collections.abc import Callable, Iterable, Iterator
 
 from anatomy.engine.figures import Figures
 from anatomy.engine.prometheus import DEFAULT_HOST, Endpoint, EndpointRefused, serve
+from anatomy.store.checks import digits
 
 
 def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        port = -1
-    if not 1 <= port <= 65535:
+    port = digits(text, 65535)  # ASCII digits alone: int() read "٩٤٠٠" as 9400
+    if port is None or port < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a port (1 to 65535)")
     return port
 

@@ -16,6 +16,7 @@ import socket
 from collections.abc import Callable, Iterable
 
 from anatomy.engine.figures import Figures
+from anatomy.store.checks import digits
 
 DEFAULT_HOST = "localhost"  # nobody else's to read unless --metrics-host says so
 # `anatomy dashboard --metrics-port` to its server (which Streamlit runs): "HOST:PORT"
@@ -25,7 +26,8 @@ METRICS_ENV = "ANATOMY_METRICS"
 def from_environment() -> tuple[str, int] | None:
     """The (host, port) $ANATOMY_METRICS names, None where it names none."""
     host, _, port = os.environ.get(METRICS_ENV, "").rpartition(":")
-    return (host, int(port)) if host and port.isdigit() else None
+    number = digits(port, 65535)  # "²" passes str.isdigit() and int() refuses it
+    return (host, number) if host and number else None
 
 
 class EndpointRefused(Exception):

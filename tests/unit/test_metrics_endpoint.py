@@ -119,6 +119,9 @@ def test_a_port_taken_is_refused_in_one_line_before_the_watch_starts(capsys, sto
 @pytest.mark.parametrize("flags, words", [
     (["--metrics-port", "0"], "'0' is not a port"),
     (["--metrics-port", "http"], "'http' is not a port"),
+    # Arabic-Indic digits, which int() read as port 9400
+    (["--metrics-port", "\u0669\u0664\u0660\u0660"], "'\u0669\u0664\u0660\u0660' is not a port"),
+    (["--metrics-port", "\u00b2"], "'\u00b2' is not a port"),
     (["--metrics-host", "0.0.0.0"], "--metrics-host: give --metrics-port too"),
 ])
 def test_bad_metrics_flags_are_one_line(capsys, store, flags, words):
