@@ -3,7 +3,8 @@ are what a user's own Trainer gets. Each reports through a `Reporter`.
 
 - `PhaseMarks`: the training phase begins at on_train_begin and ends at on_train_end;
 - `StepReports`: every optimizer step with its loss and the allocator's figures;
-- `Evaluations`: when the Trainer first evaluates once training has begun;
+- `Evaluations`: when the Trainer first evaluates: before it trains (the run's options are
+  then the evaluation's), or once training has begun;
 - `ComponentProbing`: the component probe over the first steps (engine/probe.py);
 - `FaultInjection`: a test's out-of-memory error or crash at a given step.
 """
@@ -16,6 +17,7 @@ import re
 import sys
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
@@ -165,16 +167,23 @@ class Evaluations(TrainerCallback):
     out of training mode. From then on the memory holds what no training step does (the
     evaluation's batches, the logits it keeps, the cache it leaves reserved), so the run's
     training is read next to its prediction before it. Rank 0 tells it for the run; nothing is
-    told into a run that has ended."""
+    told into a run that has ended. The first such batch before training has begun is told to
+    `untrained` (`evaluate()` or `predict()` before `train()`, or without it)."""
 
-    def __init__(self, run, model):
+    def __init__(self, run, model, untrained: Callable[[], None] | None = None):
         self.run = run
         self.began = self.told = False
         self.batch_size: int | None = None
+        self.untrained = untrained
         self.handle = model.register_forward_pre_hook(self._seen)
 
     def _seen(self, module, args) -> None:
-        if module.training or not self.began or self.told:
+        if module.training or self.told:
+            return
+        if not self.began:
+            told, self.untrained = self.untrained, None
+            if told is not None:
+                told()
             return
         self.told = True
         self.handle.remove()
@@ -320,6 +329,8 @@ class AnatomyCallback(TrainerCallback):
         self._told_order = False
         self._logging = False  # the training's last figures are being logged
         self._did: list[tuple[str, str]] = []  # what the Trainer did but train: UNTRAINED's
+        # The run's options told: the training's as it began, or an evaluation's before it
+        self._told_options = False
 
     def _take_run(self):
         """The run this process records (joined), else one of its own; the run joined, if any."""
@@ -398,9 +409,13 @@ class AnatomyCallback(TrainerCallback):
         own), and follow it with the callbacks of one job each."""
         facts = _training_facts(args, model, self.run.of_a_launch, trainer,
                                 self._given_optimizer)
-        self.run.reporter.environment(facts)
+        # The Trainer's arguments are the run's options once it trains (on_train_begin), or
+        # an evaluation's where it evaluates first: until then, what the model is alone.
         self._described = (facts.training_arguments, facts.model_name)
-        self.run.reporter.described(facts.training_arguments.to_dict(), facts.model_name)
+        self._told_options = False
+        self.run.reporter.environment(facts.merged(RunFacts(
+            training_arguments=_evaluating(facts.training_arguments))))
+        self.run.reporter.described({}, facts.model_name)
         figures = self.run.figures()
         self._reader = figures.reader() if figures is not None else None
         if model is not None and self.run.reporter.open_phase != Phase.TRAINING:
@@ -414,11 +429,13 @@ class AnatomyCallback(TrainerCallback):
             if isinstance(earlier, Evaluations):
                 earlier.handle.remove()
         self._did = []  # of this run
-        if self._untrained not in self.run.on_end:
-            self.run.on_end.append(self._untrained)
+        for told in (self._describe_unused, self._untrained):
+            if told not in self.run.on_end:
+                self.run.on_end.append(told)
         self._callbacks = [steps, PhaseMarks(self.run.reporter)]
         if model is not None:
-            self._callbacks.append(Evaluations(self.run, model))
+            self._callbacks.append(Evaluations(
+                self.run, model, functools.partial(self._describe_evaluation, args)))
         if self.probe and model is not None:
             self._callbacks.append(ComponentProbing(self.run.reporter, ComponentProbe(
                 model, use_cuda, args.per_device_train_batch_size)))
@@ -447,6 +464,9 @@ class AnatomyCallback(TrainerCallback):
             self._follow(args, kwargs.get("model"), _calling_trainer())
         if self.run.reporter.open_phase:  # e.g. a phase the user's script opened
             self.run.reporter.end(self.run.reporter.open_phase)
+        if self._described is not None:
+            self._told_options = True
+            self._tell_options(self._described[0])
         self._follow_batch_size(args, state)
         self._follow_checkpointing(kwargs.get("model"))
         self._follow_frozen(kwargs.get("model"))
@@ -540,9 +560,35 @@ class AnatomyCallback(TrainerCallback):
         arguments, model_name = self._described
         arguments = arguments.merged(changed)
         self._described = (arguments, model_name)
+        self._tell_options(arguments)
+
+    def _tell_options(self, arguments: TrainingArguments) -> None:
+        """The run's environment and options are `arguments` (and the lengths read so far)."""
         self.run.reporter.environment(RunFacts(training_arguments=arguments))
         self.run.reporter.described({**arguments.to_dict(), **(
-            _lengths_said(self._lengths) if self._lengths is not None else {})}, model_name)
+            _lengths_said(self._lengths) if self._lengths is not None else {})},
+            self._described[1])
+
+    def _describe_evaluation(self, args) -> None:
+        """The Trainer evaluates (or predicts) before it has trained: the run's options are the
+        evaluation's, its batch per_device_eval_batch_size, with none of the training's alone
+        (its batch, accumulation, optimizer, steps), which it never ran. A training the run
+        holds already (another Trainer's) keeps the run's options."""
+        if self._told_options or self._described is None or self.run.ended \
+                or Phase.TRAINING in self.run.reporter.begun:
+            return
+        self._told_options = True
+        self._tell_options(_evaluating(self._described[0], args.per_device_eval_batch_size))
+
+    def _describe_unused(self, ending: Ending) -> None:
+        """As the run ends (Run.on_end) with its Trainer's options untold, the Trainer having
+        neither trained nor evaluated (it failed before training, or was built and left): the
+        run keeps the arguments it was given, as its training's."""
+        if self._told_options or self._described is None \
+                or Phase.TRAINING in self.run.reporter.begun:
+            return
+        self._told_options = True
+        self._tell_options(self._described[0])
 
     def _tell_order(self, args) -> None:
         """A callback given in `callbacks=[…]` comes after report_to's integrations, which have
@@ -637,17 +683,20 @@ class AnatomyCallback(TrainerCallback):
                 self._logging = False
 
     def on_evaluate(self, args, state, control, **kwargs):
-        self._did_also(UNTRAINED["evaluate"], state)
+        self._did_also(UNTRAINED["evaluate"], args, state)
 
     def on_predict(self, args, state, control, **kwargs):
-        self._did_also(UNTRAINED["predict"], state)
+        self._did_also(UNTRAINED["predict"], args, state)
 
-    def _did_also(self, did: tuple[str, str], state) -> None:
+    def _did_also(self, did: tuple[str, str], args, state) -> None:
         """What the Trainer did, for `_untrained`: this callback's Trainer, into a run going on
-        (an evaluation after the training's run ended is no part of it)."""
-        if getattr(state, "_anatomy_callback", None) in (None, id(self)) and not self.run.ended \
-                and did not in self._did:
+        (an evaluation after the training's run ended is no part of it). Its options are the
+        evaluation's where no forward of its model told them (a Trainer given `model_init`)."""
+        if getattr(state, "_anatomy_callback", None) not in (None, id(self)) or self.run.ended:
+            return
+        if did not in self._did:
             self._did.append(did)
+        self._describe_evaluation(args)
 
     def _untrained(self, ending: Ending) -> None:
         """As the run ends (Run.on_end): a run that completed with no training phase says why,
@@ -759,6 +808,19 @@ def _transformers_class(model) -> str | None:
     LlamaForCausalLM: LlamaForCausalLM); None for a model of no transformers class."""
     return next((cls.__name__ for cls in type(model).__mro__
                  if cls.__module__.startswith("transformers.models.")), None)
+
+
+# What an evaluation or a prediction runs with of the Trainer's arguments: how the model is held
+# and computes. The rest (the training's batch, accumulation, checkpointing, optimizer, seed,
+# steps, what trains) is the training's alone.
+_EVALUATED = ("precision", "weights", "attention", "lora_rank", "lora_targets", "lora_dropout")
+
+
+def _evaluating(arguments: TrainingArguments, batch_size: int | None = None) -> TrainingArguments:
+    """`arguments` as an evaluation runs them, at `batch_size` (where known): _EVALUATED's."""
+    given = arguments.to_dict()
+    return TrainingArguments.of(**({"batch_size": batch_size} if batch_size else {}),
+                                **{name: given[name] for name in _EVALUATED if name in given})
 
 
 def _lengths_said(lengths: BatchLengths) -> dict[str, int]:

@@ -245,7 +245,8 @@ import anatomy
 from transformers import Trainer, TrainingArguments
 """ + SMALL_LLAMA + """
 arguments = TrainingArguments(output_dir="out", use_cpu=True, report_to=[], save_strategy="no",
-                              per_device_eval_batch_size=8, disable_tqdm=True)
+                              per_device_eval_batch_size=8, disable_tqdm=True,
+                              per_device_train_batch_size=2, gradient_accumulation_steps=4)
 trainer = Trainer(model=LlamaForCausalLM(config), args=arguments, eval_dataset=data,
                   callbacks=[anatomy.AnatomyCallback()])
 trainer.evaluate()
@@ -265,6 +266,11 @@ def test_a_trainer_that_only_evaluates_says_why_its_run_has_no_training_phase(st
     assert f"anatomy: run {rep.id}: {words}" in result.stderr
     shown = _python(store, "-m", "anatomy", "show", str(rep.id)).stdout
     assert f"warning: {words}" in shown
+    # Its options are the evaluation's (batch 8), none of the training's it never ran (batch 2,
+    # 4 micro-batches a step, its optimizer, its epochs)
+    assert "options: batch_size=8, precision=fp32, weights=fp32\n" in shown
+    header, row = _python(store, "-m", "anatomy", "runs").stdout.splitlines()[:2]
+    assert row[header.index("batch"):].split()[0] == "8", (header, row)  # the Batch column
 
 
 FINDS_ITS_BATCH_SIZE = """

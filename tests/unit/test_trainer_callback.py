@@ -438,3 +438,51 @@ def test_a_run_whose_trainer_never_trained_says_why_it_has_no_training_phase(hea
     attach.current().end()
     said = [(m.message.level, m.message.text) for m in heard.of(protocol.Note)]
     assert said == ([] if words is None else [(Level.WARNING, f"no training phase: {words}")])
+
+
+def _stored_options(heard) -> dict:
+    """The run's options as the collector stores them: each description over the ones before."""
+    stored: dict = {}
+    for message in heard.of(protocol.Described):
+        stored = {**stored, **message.options}
+    return stored
+
+
+# What a Trainer's arguments say of its training alone, which an evaluation never runs
+TRAINING_ONLY = {"grad_accum", "gradient_checkpointing", "optim", "seed", "max_steps", "epochs"}
+
+
+@pytest.mark.parametrize("calls, batch_size, trained", [
+    (["evaluate"], 8, False),
+    (["predict", "evaluate"], 8, False),
+    (["evaluate", "train"], 4, True),
+    (["train", "evaluate"], 4, True),
+    ([], 4, True),  # built and left: the arguments it was given, as before
+])
+def test_a_trainer_that_only_evaluates_stores_its_evaluations_options(heard, tmp_path, calls,
+                                                                       batch_size, trained):
+    """A Trainer that only evaluates (per_device_eval_batch_size 8) stored its training's
+    options (batch 4, its accumulation, optimizer and steps): `runs` and `show` said batch 4 of
+    memory measured at 8. Its run's options are the evaluation's, with none of the training's
+    alone; a Trainer that trains, before or after it evaluates, keeps its training's."""
+    import torch
+    from transformers.trainer_callback import TrainerState
+
+    from anatomy.engine import attach
+    from anatomy.engine.callbacks import AnatomyCallback
+
+    handler, arguments, control = _trainer(tmp_path, [AnatomyCallback()])
+    for call in calls:
+        if call == "train":
+            _train(handler, arguments, control, first_step=0, steps=1)
+            continue
+        handler.model.eval()
+        handler.model(torch.randn(8, 8))
+        getattr(handler, f"on_{call}")(arguments, TrainerState(), control, metrics={})
+    attach.current().end()
+    stored = _stored_options(heard)
+    assert stored["batch_size"] == batch_size and stored["precision"] == "fp32"
+    assert (TRAINING_ONLY & set(stored)) == (TRAINING_ONLY if trained else set())
+    [*_, environment] = [m.facts.training_arguments for m in heard.of(protocol.Environment)
+                         if m.facts.training_arguments is not None]
+    assert environment.to_dict() == {k: v for k, v in stored.items() if k != "seq_len"}
