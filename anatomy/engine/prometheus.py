@@ -111,4 +111,5 @@ def serve(port: int, host: str, runs: Callable[[], Iterable[Figures]]) -> Endpoi
     except OSError as error:
         raise EndpointRefused(f"--metrics-port {port}: cannot listen on {host}:{port} "
                               f"({error.strerror or error})") from None
-    return Endpoint(server, thread, f"http://{host}:{server.server_address[1]}/metrics")
+    shown = f"[{host}]" if ":" in host else host  # an IPv6 address is bracketed in a URL
+    return Endpoint(server, thread, f"http://{shown}:{server.server_address[1]}/metrics")

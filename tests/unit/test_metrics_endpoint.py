@@ -116,6 +116,18 @@ def test_a_port_taken_is_refused_in_one_line_before_the_watch_starts(capsys, sto
     assert store.runs() == []
 
 
+def test_the_endpoints_address_on_an_ipv6_host_is_a_url_that_reaches_it():
+    """`--metrics-host ::1` said "metrics: http://::1:9400/metrics", which no client reads."""
+    endpoint = serve(0, "::1", lambda: [_training_run()])
+    try:
+        port = endpoint.server.server_address[1]
+        assert endpoint.address == f"http://[::1]:{port}/metrics"
+        with urllib.request.urlopen(endpoint.address) as answer:
+            assert b"anatomy_memory_used_bytes" in answer.read()
+    finally:
+        endpoint.close()
+
+
 @pytest.mark.parametrize("flags, words", [
     (["--metrics-port", "0"], "'0' is not a port"),
     (["--metrics-port", "http"], "'http' is not a port"),
