@@ -229,6 +229,7 @@ def _load_path(text: str, path: Path, stamp: tuple):
                             f"{DATA_FILE_NAMES})")
         # A folder of data files, as a dataset's repository holds them (train.jsonl and
         # test.jsonl; data/train-00000-of-00002.parquet …): datasets names its splits by them.
+        _read_whole(text, path)
         return _load_files(text, "its files", str(path))
     read = data_format(path)
     if read is None:
@@ -273,6 +274,36 @@ def data_format(path: Path) -> tuple[str, dict] | None:
     if suffixes and suffixes[-1] in COMPRESSED:
         suffixes.pop()
     return DATA_FILES.get(suffixes[-1]) if suffixes else None
+
+
+def _read_whole(text: str, folder: Path) -> None:
+    """DataError where datasets would read a folder's data files in part: it reads the files of
+    one format alone (the most of them), and a folder of JSON lines beside CSV files trained on
+    the JSON lines without a word. Hidden files (".x", "__x") datasets leaves out, as a user
+    expects."""
+    import datasets
+
+    try:
+        builder = datasets.load_dataset_builder(str(folder), cache_dir=_datasets_cache())
+    except Exception:  # noqa: BLE001 - load_dataset says why, in one line, next
+        return
+    read = {Path(name) for names in (builder.config.data_files or {}).values()
+            for name in names}
+    left = sorted(str(entry.relative_to(folder)) for entry in folder.rglob("*")
+                  if entry.is_file() and data_format(entry) is not None and entry not in read
+                  and not any(part.startswith((".", "__"))
+                              for part in entry.relative_to(folder).parts))
+    if left:
+        shown = ", ".join(left[:3]) + (f" and {len(left) - 3:,} more" if len(left) > 3 else "")
+        raise DataError("dataset", f"the folder {_shown(text)} holds data files of several "
+                        f"formats, and datasets reads those of one ({len(read):,} "
+                        f"{_module(builder)} file{'s' if len(read) != 1 else ''}), leaving out "
+                        f"{shown}: give a folder of one format, or one file")
+
+
+def _module(builder) -> str:
+    """The builder's format, as datasets names its packaged modules (json, csv, parquet …)."""
+    return type(builder).__module__.rsplit(".", 1)[-1]
 
 
 def _holds_data_files(folder: Path) -> bool:

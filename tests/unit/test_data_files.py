@@ -34,3 +34,23 @@ def test_a_saved_dataset_with_a_split_gone_is_refused_not_read_as_its_other_file
     assert field == "dataset"
     assert message.startswith(f"dataset: {str(splits)!r}, saved with save_to_disk, cannot be "
                               "read: ")
+
+
+def test_a_folder_of_several_formats_is_refused_not_read_in_part(text_data, tmp_path):
+    """datasets reads a folder's files of one format alone (the most of them): a folder of two
+    JSON-lines files and a CSV file trained on the JSON lines, the CSV's texts left out without
+    a word. A hidden file is no data of the folder's, as datasets reads it."""
+    import datasets
+
+    rows = datasets.Dataset.from_json(str(text_data.lines))
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    rows.to_json(str(folder / "a.jsonl"))
+    rows.to_json(str(folder / "b.jsonl"))
+    rows.to_csv(str(folder / "c.csv"))
+    assert _refused(on(text_data, dataset=str(folder))) == (
+        "dataset", f"dataset: the folder {str(folder)!r} holds data files of several formats, "
+        "and datasets reads those of one (2 json files), leaving out c.csv: give a folder of "
+        "one format, or one file")
+    (folder / "c.csv").rename(folder / ".c.csv")
+    assert validate(on(text_data, dataset=str(folder)), gpu_count=0) == {}
