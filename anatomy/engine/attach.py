@@ -831,14 +831,16 @@ def _end_finished_task() -> None:
         run._end_with_task()
 
 
-def start(name: str | None = None, *, sample_rate: int = DEFAULT_SAMPLE_RATE,
+def start(name: str | None = None, *, sample_rate: int | None = None,
           store: str | os.PathLike | None = None, gpus: Sequence[int] | None = None,
           kernel: bool = True, baseline: bool = True) -> Run:
     """Start recording this process's training (or join the run `anatomy watch` runs it in).
 
     Call it at the top of the script, before the model exists, to see the baseline and (with
-    `kernel`) torch and the CUDA context loaded, as the walkthrough does. `gpus`: the visible
-    GPUs to sample (default: all). A second call returns the run already started (in a pool's
+    `kernel`) torch and the CUDA context loaded, as the walkthrough does. `sample_rate`: samples
+    a second, 1 to 2000 (default 200). `gpus`: the visible GPUs to sample (default: all). Under
+    `anatomy watch` the watch's --store, --sample-rate and --gpus decide: one given here
+    otherwise is said not used. A second call returns the run already started (in a pool's
     worker, the run of the task that calls it: a task's run ends as the task returns)."""
     global _current
     _end_finished_task()
@@ -846,10 +848,10 @@ def start(name: str | None = None, *, sample_rate: int = DEFAULT_SAMPLE_RATE,
         if _current is not None:
             return _current
         # Refused in the API's words, not a comparison's TypeError from inside anatomy.
-        if not checks.is_number(sample_rate):
+        if sample_rate is not None and not checks.is_number(sample_rate):
             raise ValueError(f"sample_rate: must be a number of samples a second, got "
                              f"{checks.shown(sample_rate)}")
-        if not 1 <= sample_rate <= 2000:
+        if sample_rate is not None and not 1 <= sample_rate <= 2000:
             raise ValueError(f"sample_rate: {sample_rate} is out of range: 1 to 2000")
         if store is not None and not isinstance(store, (str, os.PathLike)):
             raise ValueError(f"store: must be a path, got {checks.shown(store)}")
@@ -868,7 +870,9 @@ def start(name: str | None = None, *, sample_rate: int = DEFAULT_SAMPLE_RATE,
                              f"{checks.shown(gpus)}")
         if name:
             _named("name", name)
-        dwell = max(0.1, 5.0 / sample_rate)
+        # None: not given (under `anatomy watch`, only a rate the script gave is said unused)
+        rate = DEFAULT_SAMPLE_RATE if sample_rate is None else sample_rate
+        dwell = max(0.1, 5.0 / rate)
         held: list[int] = []  # stop signals that came while the run started
         if _importing_main():  # the script's top, again, in a spawned worker: the parent records
             return Run(_Unrecorded(), time.monotonic(), dwell)
@@ -882,7 +886,7 @@ def start(name: str | None = None, *, sample_rate: int = DEFAULT_SAMPLE_RATE,
                 link.put(protocol.Named(name, protocol.Source(_rank())))
         else:
             with stops_while_starting() as held:
-                link = _record_here(store, name, sample_rate, gpus)
+                link = _record_here(store, name, rate, gpus)
             t0 = link.recording.t0 if isinstance(link, _LocalRecording) else time.monotonic()
         run = Run(link, t0, dwell)
         _current = run
@@ -946,10 +950,11 @@ def _watch_link(address: str, t0: float) -> _WatchLink | _Unrecorded:
         return _Unrecorded()
 
 
-def _watchs_own(run_id: int | None, store: str | os.PathLike | None, sample_rate: int,
+def _watchs_own(run_id: int | None, store: str | os.PathLike | None, sample_rate: int | None,
                 gpus: Sequence[int] | None) -> None:
     """What start() was given that the `anatomy watch` the script runs under decides (its
-    --store, --sample-rate, --gpus): said in a line where the script asked otherwise. The watch
+    --store, --sample-rate, --gpus): said in a line where the script gave it (a store other
+    than the watch's; any rate, the default's too: the watch's own is not known here). The watch
     records the run, as the environment it set says ($ANATOMY_STORE is its store): it samples
     every process of the command, which a store of the script's own would split."""
     try:
@@ -960,7 +965,7 @@ def _watchs_own(run_id: int | None, store: str | os.PathLike | None, sample_rate
     if store is not None and not _same_store(resolve_path(store), watchs):
         given.append(f"store={os.fspath(store)}")
         flags.append("--store")
-    if sample_rate != DEFAULT_SAMPLE_RATE:
+    if sample_rate is not None:
         given.append(f"sample_rate={sample_rate}")
         flags.append("--sample-rate")
     if gpus is not None:

@@ -301,9 +301,10 @@ class AnatomyCallback(TrainerCallback):
     Its figures join the Trainer's logs (engine/figures.py names them), so that every
     integration of `report_to` logs them as it logs the loss (attached: `attach`); anatomy
     imports none of them. The predicted peak joins them once worked out beside the training
-    (engine/predicting.py; `predict=False` does without)."""
+    (engine/predicting.py; `predict=False` does without). `name`, `sample_rate` (default 200)
+    and `store` are those of the run it starts, as `anatomy.start()` takes them."""
 
-    def __init__(self, name: str | None = None, *, sample_rate: int = 200, store=None,
+    def __init__(self, name: str | None = None, *, sample_rate: int | None = None, store=None,
                  probe: bool = True, predict: bool = True):
         from anatomy.engine import attach
 
@@ -344,8 +345,8 @@ class AnatomyCallback(TrainerCallback):
         return joined
 
     @classmethod
-    def attach(cls, trainer, name: str | None = None, *, sample_rate: int = 200, store=None,
-               probe: bool = True, predict: bool = True) -> AnatomyCallback:
+    def attach(cls, trainer, name: str | None = None, *, sample_rate: int | None = None,
+               store=None, probe: bool = True, predict: bool = True) -> AnatomyCallback:
         """Record `trainer`'s training, anatomy's figures in the logs of every integration of
         its `report_to`: `anatomy.AnatomyCallback.attach(trainer)`, the Trainer built, before
         `trainer.train()`. The Trainer calls its callbacks in turn, report_to's integrations

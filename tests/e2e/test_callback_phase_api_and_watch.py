@@ -725,13 +725,15 @@ def test_under_watch_a_scripts_own_store_is_said_not_used_and_the_watchs_store_r
                     f"under, into {store.path}: its --store decides, not the script's "
                     f"store={own}"], result.stderr
     assert not own.exists()
-    same = ("import anatomy\n"
-            f"anatomy.start(store={str(store.path)!r}, sample_rate=500, kernel=False)\n")
-    result = _python(store, "-m", "anatomy", "watch", "--", sys.executable, "-c", same)
-    assert result.returncode == 0, result.stderr
-    assert [line for line in result.stderr.splitlines() if "decides" in line] == [
-        f"anatomy: run {rep.id + 1} is recorded by the `anatomy watch` this script runs under,"
-        f" into {store.path}: its --sample-rate decides, not the script's sample_rate=500"]
+    # A rate the script gave is said whatever it is: the default's own (200) was not
+    for run_id, rate in enumerate((500, 200), start=rep.id + 1):
+        same = ("import anatomy\n"
+                f"anatomy.start(store={str(store.path)!r}, sample_rate={rate}, kernel=False)\n")
+        result = _python(store, "-m", "anatomy", "watch", "--", sys.executable, "-c", same)
+        assert result.returncode == 0, result.stderr
+        assert [line for line in result.stderr.splitlines() if "decides" in line] == [
+            f"anatomy: run {run_id} is recorded by the `anatomy watch` this script runs under,"
+            f" into {store.path}: its --sample-rate decides, not the script's sample_rate={rate}"]
 
 
 RUNS_AN_EVALUATION = """
