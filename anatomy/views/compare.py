@@ -73,6 +73,8 @@ def _label_word(report: RunReport, name: str, value) -> str:
         return "1 GPU"
     if value is None or value == "":
         return ""
+    if name == "lora_rank" and value == 0:  # a rank of 0 is no LoRA: every weight trains
+        return "no LoRA"
     if name == "epochs":
         return f"{value} epoch{'s' if value != 1 else ''}"
     if name == "processes":

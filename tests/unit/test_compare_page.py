@@ -573,6 +573,14 @@ def test_a_users_run_differs_only_in_what_it_reported(store, seed, seed_users):
                                  "adamw_torch_fused")
 
 
+def test_a_run_without_lora_beside_one_with_it_is_labelled_no_lora(store, seed):
+    """A LoRA run compared with one that trains every weight: the other's label said "LoRA r0",
+    a rank that no LoRA has."""
+    full, lora = seed(), _with_options(store, seed(), lora_rank=8)
+    labels = view.run_labels([report(store, full), report(store, lora)])
+    assert labels[full].endswith(" · no LoRA") and labels[lora].endswith(" · LoRA r8"), labels
+
+
 def test_a_model_known_by_its_config_file_or_by_its_class_is_compared_by_its_shape(
         store, seed, seed_users, tmp_path):
     """anatomy's run of my-bert.json and a user's model built from the same config (known by its
