@@ -404,6 +404,28 @@ def test_all_linear_on_a_model_of_convolutions_says_what_to_name(tmp_path):
     assert validate(RunOptions(model=name, lora_rank=8, lora_targets="convolution"), 0) == {}
 
 
+def test_grouped_convolutions_named_at_a_rank_their_groups_do_not_divide_say_so(tmp_path):
+    """peft adapts a grouped (depthwise) convolution only at a rank its groups divide:
+    `--lora-targets dwconv` on a ConvNeXt at rank 8 was refused with peft's "Targeting a Conv2d
+    with groups=16 and rank 8. Currently, support is limited to …", after the run had started."""
+    name = _saved(tmp_path, "convnext", depths=[1, 1, 1, 1], hidden_sizes=[16, 32, 64, 128],
+                  image_size=32)
+    spec = models.resolve(name)
+    words = ("lora_targets: dwconv of convnext are grouped convolutions (groups 16 to 128): peft "
+             "adapts them only at a rank their groups divide, a multiple of 128, and 8 is not "
+             "(or leave dwconv out; the other layers LoRA can adapt: patch_embeddings, pwconv1, "
+             "pwconv2, 1)")
+    with pytest.raises(ModelError, match=re.escape(words)):
+        models.build_model(spec, "meta", lora_rank=8, lora_targets=("dwconv", "pwconv1"),
+                           pretrained=False)
+    assert models.rank_problem(spec, 8, ("dwconv", "pwconv1")) == words
+    assert models.rank_problem(spec, 8, ("pwconv1",)) is None
+    assert models.rank_problem(spec, 128, ("dwconv",)) is None
+    lora, _ = models.build_model(spec, "meta", lora_rank=128, lora_targets=("dwconv",),
+                                 pretrained=False)
+    assert any(n.endswith("dwconv") for n in _adapted(lora))
+
+
 def test_the_head_and_task_come_from_transformers_tables(tmp_path):
     t5 = models.resolve(_config_file(tmp_path, "t5"))
     assert (t5.task, t5.head) == (SEQ2SEQ, "T5ForConditionalGeneration")

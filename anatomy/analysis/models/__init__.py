@@ -78,6 +78,7 @@ from anatomy.analysis.models.lora import (
     default_lora_targets,
     linear_module_names,
     lora_target_modules,
+    rank_problem,
     unknown_lora_targets,
     unknown_target_words,
 )
@@ -195,6 +196,7 @@ __all__ = [
     "number_text",
     "quantization_left_out",
     "path_exists",
+    "rank_problem",
     "resolve",
     "short",
     "supports_checkpointing",

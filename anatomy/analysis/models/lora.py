@@ -4,6 +4,7 @@ the default choice, the targets a user names that are none, and peft's LoRA put 
 
 from __future__ import annotations
 
+import math
 import re
 import warnings
 from dataclasses import dataclass
@@ -39,11 +40,15 @@ class Layer:
     name: str
     kind: str  # "linear" or "convolution"
     in_attention: bool
-    grouped: bool = False  # a grouped (depthwise) convolution: peft's adapters need rank % groups
+    groups: int = 1  # a grouped (depthwise) convolution's: peft's adapters need rank % groups
 
     @property
     def short(self) -> str:
         return self.name.split(".")[-1]
+
+    @property
+    def grouped(self) -> bool:
+        return self.groups > 1
 
 
 def adaptable_layers(spec: ModelSpec) -> tuple[Layer, ...]:
@@ -91,7 +96,7 @@ def _modules(spec: ModelSpec, config_key: str) -> _Modules:
             kind = kind_of(child)
             whole_here = whole or next((full for s in saved if full.endswith(s)), None)
             if kind is not None and full not in heads and whole_here is None:
-                found.append(Layer(full, kind, in_attention, getattr(child, "groups", 1) > 1))
+                found.append(Layer(full, kind, in_attention, getattr(child, "groups", 1)))
             else:
                 others.add(name)
                 kinds.append((full, type(child).__name__))
@@ -293,6 +298,25 @@ def unknown_target_words(spec: ModelSpec, target: str) -> str:
     return f"{target} names no module of {spec.display_name}"
 
 
+def rank_problem(spec: ModelSpec, rank: int, targets: tuple[str, ...]) -> str | None:
+    """Why peft cannot adapt the named targets at this rank, in words, or None: a grouped
+    (depthwise) convolution takes an adapter only at a rank its groups divide (peft's "Targeting
+    a Conv2d with groups=16 and rank 8 …", and a run that started and failed)."""
+    layers = adaptable_layers(spec)
+    grouped = [layer for layer in layers if layer.grouped
+               and any(layer.name == t or layer.name.endswith(f".{t}") for t in targets)]
+    if all(rank % layer.groups == 0 for layer in grouped):
+        return None
+    groups = sorted({layer.groups for layer in grouped})
+    shorts = ", ".join(dict.fromkeys(layer.short for layer in grouped))
+    others = ", ".join(dict.fromkeys(layer.short for layer in layers if not layer.grouped))
+    span = f"{groups[0]} to {groups[-1]}" if len(groups) > 1 else str(groups[0])
+    return (f"lora_targets: {shorts} of {spec.display_name} are grouped convolutions (groups "
+            f"{span}): peft adapts them only at a rank their groups divide, a multiple of "
+            f"{math.lcm(*groups)}, and {rank} is not (or leave {shorts} out; the other layers "
+            f"LoRA can adapt: {others})")
+
+
 def linear_module_names(spec: ModelSpec) -> tuple[str, ...]:
     """The short names of the model's layers LoRA can wrap, for a message."""
     return tuple(dict.fromkeys(layer.short for layer in adaptable_layers(spec)))
@@ -321,6 +345,9 @@ def apply_lora(model, spec: ModelSpec, rank: int, targets: tuple[str, ...] = (),
 
     task_type = _peft_task(spec, model)
     modules = lora_target_modules(spec, targets)
+    problem = rank_problem(spec, rank, targets) if targets and modules != ALL_LINEAR else None
+    if problem:
+        raise ModelError(problem)
     # peft's all-linear leaves out the output embeddings and a sequence classifier's head, not a
     # token classifier's, which TOKEN_CLS saves whole, nor a layer its task trains whole by the
     # end of its name (DistilBERT's pre_classifier): wrapped too, peft refuses ("modules_to_save
