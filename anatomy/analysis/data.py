@@ -56,7 +56,9 @@ CHAT_COLUMN = "messages"  # a chat dataset's column, taken where there is no DEF
 PAIR_COLUMNS = ("prompt", "completion")
 PAIR_JOIN = "+"
 TOKENIZE_BATCH = 1000  # texts per call of the fast tokenizer
-LAYOUT = 1  # the token arrays' layout: another one is tokenized again
+LAYOUT = 2  # the token arrays' layout (2: the tokenizer kept beside them): another one is
+# tokenized again
+TOKENIZER_DIR = "tokenizer"  # the run's tokenizer, kept in its tokens' folder
 TEXT_TYPES = ("string", "large_string")
 OFFLINE = ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE")
 
@@ -128,6 +130,15 @@ class Tokenized(NamedTuple):
     @property
     def lengths(self) -> Lengths:
         return Lengths(self.facts.lengths or ())
+
+    def tokenizer(self):
+        """The tokenizer that made the tokens, as they were made (its padding token set), from
+        their folder: the worker's collator pads with it, though the user's folder changed or
+        went once the run started."""
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(Path(self.folder) / TOKENIZER_DIR),
+                                             local_files_only=True)
 
 
 def _shown(text: str) -> str:
@@ -536,7 +547,7 @@ def _load_tokenizer(source: str, stamp: tuple):
 
 
 def load_tokenizer(source: str):
-    """The tokenizer a run's facts name (the worker's collator pads with it)."""
+    """The tokenizer a user's folder or the local cache holds, checked as a run's is."""
     return _tokenizer(source)[0]
 
 
@@ -714,6 +725,7 @@ def _tokenize(texts: Texts, cut: int | None, inputs: tuple[str, ...], folder: Pa
         making = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".making-"))
         for name, parts in arrays.items():
             np.save(making / f"{name}.npy", np.concatenate(parts))
+        texts.tokenizer.save_pretrained(str(making / TOKENIZER_DIR))
         np.save(making / "offsets.npy", np.concatenate(ends))  # last: the folder is whole
         try:
             os.replace(making, folder)

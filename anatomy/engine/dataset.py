@@ -103,9 +103,7 @@ class TextDataset:
     def collator(self):
         from transformers import DataCollatorForLanguageModeling, DataCollatorWithPadding
 
-        from anatomy.analysis.data import load_tokenizer
-
-        tokenizer = load_tokenizer(self.facts.tokenizer)
+        tokenizer = self.tokenized.tokenizer()
         to_max = self.facts.padding == MAX_LENGTH
         if self.spec.task == CAUSAL_LM:
             # Every text is at most max_length long: padded to a multiple of it, each batch is it.

@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 from dataclasses import replace
 
+from anatomy.analysis import data, models
 from anatomy.analysis.options import RunOptions, validate
 
 
@@ -54,3 +55,20 @@ def test_a_folder_of_several_formats_is_refused_not_read_in_part(text_data, tmp_
         "one format, or one file")
     (folder / "c.csv").rename(folder / ".c.csv")
     assert validate(on(text_data, dataset=str(folder)), gpu_count=0) == {}
+
+
+def test_a_run_pads_with_its_tokenizer_as_it_started_though_the_users_folder_went(
+        text_data, tmp_path):
+    """The worker's collator loaded the tokenizer from the user's folder again as training
+    began: a folder removed (or changed) once the run had started failed the run with a
+    traceback ("DataError: tokenizer: no such folder"). The tokens' folder keeps the tokenizer
+    that made them."""
+    from anatomy.engine.dataset import TextDataset
+
+    tokenizer = tmp_path / "tokenizer"
+    shutil.copytree(text_data.tokenizer, tokenizer)
+    options, texts = data.prepared(on(text_data, tokenizer=str(tokenizer)), progress=False)
+    shutil.rmtree(tokenizer)
+    batch = TextDataset(models.resolve("tiny-llama"), texts, seed=0).batch(4)
+    assert batch["input_ids"].shape == (4, max(text_data.lengths))
+    assert texts.facts.tokenizer == str(tokenizer)  # the run still names the user's
