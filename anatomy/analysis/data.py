@@ -105,17 +105,23 @@ class Texts(NamedTuple):
     # The column holds conversations (a list of messages, each a role and its content), which
     # the tokenizer's chat template makes text of, as TRL's SFTTrainer trains on them.
     chat: bool = False
+    # Two columns of text a sequence classifier reads as a pair (sentence1+sentence2), as
+    # transformers' text-classification example tokenizes them: tokenizer(first, second), its
+    # special tokens around and between them, not one text of the two run together.
+    pair: bool = False
 
     @property
     def columns(self) -> tuple[str, ...]:
         """The dataset's columns a text is made of, in order: one, or a prompt and completion."""
         return _parts(self.column, self.rows.column_names)
 
-    def of(self, batch: Mapping[str, list]) -> list[str]:
+    def of(self, batch: Mapping[str, list]) -> list:
         """A batch of rows' texts: the column's, a prompt's followed by its completion (strings
         joined, conversations one after the other), a conversation as its chat template writes
-        it."""
+        it; a pair's as two lists, the first texts and the second."""
         parts = [batch[name] for name in self.columns]
+        if self.pair:
+            return parts
         joined = [sum(map(_messages, row), start=[]) if self.chat else "".join(row)
                   for row in zip(*parts)] if len(parts) > 1 else parts[0]
         return _chat_texts(self, joined) if self.chat else joined
@@ -648,7 +654,8 @@ def _key(texts: Texts, cut: int | None, inputs: tuple[str, ...]) -> str:
                                            ).hexdigest(),
                "special": {k: str(v) for k, v in tokenizer.special_tokens_map.items()},
                "truncation_side": tokenizer.truncation_side,
-               "chat_template": tokenizer.chat_template if texts.chat else None}
+               "chat_template": tokenizer.chat_template if texts.chat else None,
+               "pair": texts.pair}
     return hashlib.sha256(json.dumps(made_of, sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -664,6 +671,8 @@ def tokenized(options: RunOptions, spec: ModelSpec, progress: bool | None = None
     terminal). DataError if the data or the tokenizer cannot be used."""
     progress = _on_terminal() if progress is None else progress
     texts = open_texts(options, progress)
+    if spec.task == SEQUENCE_CLASSIFICATION and len(texts.columns) == 2 and not texts.chat:
+        texts = texts._replace(pair=True)
     cut = cut_at(options, spec)
     inputs = _inputs(texts.tokenizer, spec)
     folder = _tokens_dir() / _key(texts, cut, inputs)
@@ -705,9 +714,9 @@ def _tokenize(texts: Texts, cut: int | None, inputs: tuple[str, ...], folder: Pa
     with tqdm(total=rows.num_rows, unit=" texts", desc="tokenizing", disable=not progress,
               file=sys.stderr) as bar:
         for batch in rows.iter(batch_size=TOKENIZE_BATCH):
-            given = texts.of(batch)
+            given = texts.of(batch) if texts.pair else [texts.of(batch)]
             try:
-                encoded = texts.tokenizer(given, truncation=cut is not None, max_length=cut,
+                encoded = texts.tokenizer(*given, truncation=cut is not None, max_length=cut,
                                           add_special_tokens=not chat)
             except (TypeError, ValueError) as error:
                 raise DataError("text_column", f"{_shown(texts.column)} holds a value the "

@@ -72,3 +72,36 @@ def test_a_run_pads_with_its_tokenizer_as_it_started_though_the_users_folder_wen
     batch = TextDataset(models.resolve("tiny-llama"), texts, seed=0).batch(4)
     assert batch["input_ids"].shape == (4, max(text_data.lengths))
     assert texts.facts.tokenizer == str(tokenizer)  # the run still names the user's
+
+
+def test_two_text_columns_are_a_pair_to_a_sequence_classifier(text_data, tmp_path):
+    """sentence1+sentence2 on a classifier was one text of the two run together ("… the
+    cat" + "dog sat …" read "catdog", an unknown word): a classifier reads them as a pair, as
+    transformers' text-classification example tokenizes them (tokenizer(first, second)), with
+    the tokenizer's special tokens around and between them."""
+    import datasets
+    from tokenizers import Tokenizer, pre_tokenizers, processors
+    from tokenizers import models as tokenizer_models
+    from transformers import PreTrainedTokenizerFast
+
+    from tests.conftest import WORDS, words
+
+    vocab = {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3,
+             **{w: i + 4 for i, w in enumerate(WORDS)}}
+    model = Tokenizer(tokenizer_models.WordLevel(vocab, unk_token="[UNK]"))
+    model.pre_tokenizer = pre_tokenizers.Whitespace()
+    model.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    tokenizer = tmp_path / "tokenizer"
+    PreTrainedTokenizerFast(tokenizer_object=model, pad_token="[PAD]", unk_token="[UNK]",
+                            cls_token="[CLS]", sep_token="[SEP]").save_pretrained(tokenizer)
+    pairs = tmp_path / "pairs.jsonl"
+    datasets.Dataset.from_dict({"sentence1": [words(n, n) for n in (3, 5, 2, 4)],
+                                "sentence2": [words(n, n + 1) for n in (6, 1, 2, 3)],
+                                "label": [0, 1, 0, 1]}).to_json(str(pairs))
+    options = on(text_data, model="tiny", dataset=str(pairs), tokenizer=str(tokenizer),
+                 text_column="sentence1+sentence2")
+    found = data.tokenized(options, models.resolve("tiny"), progress=False)
+    assert sorted(n for n, c in found.lengths.counts for _ in range(c)) == \
+        sorted(a + b + 3 for a, b in [(3, 6), (5, 1), (2, 2), (4, 3)])
