@@ -161,6 +161,13 @@ LLAMA = json.loads(PRESETS["tiny-llama"].config_path.read_text())
      "'internlm2': its config's auto_map names the model's own code, which anatomy does not run "
      "(trust_remote_code)"),
     ({**LLAMA, "hidden_size": 66}, "hidden size 66 is not divisible by the 4 attention heads"),
+    # a config class's default key-value heads left beside fewer query heads (Qwen2's 32 under
+    # 4): the forward pass stopped, "The size of tensor a (4) must match the size of tensor b"
+    ({**LLAMA, "num_key_value_heads": 32}, "num_attention_heads 4 is not divisible by "
+     "num_key_value_heads 32 (each key-value head serves a whole number of query heads: set "
+     "num_key_value_heads to a divisor of 4)"),
+    ({**LLAMA, "text_config": {"num_attention_heads": 4, "num_key_value_heads": 3}},
+     "text_config.num_attention_heads 4 is not divisible by text_config.num_key_value_heads 3"),
     ({**LLAMA, "num_hidden_layers": 0}, "num_hidden_layers must be a positive number"),
     ({**LLAMA, "hidden_size": 128.5}, "hidden_size must be a whole number, got 128.5"),
     ({**LLAMA, "num_hidden_layers": "2"}, "num_hidden_layers must be a whole number, got '2'"),

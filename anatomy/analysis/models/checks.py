@@ -171,6 +171,17 @@ def check_config(spec: ModelSpec) -> None:
             and not any(k.endswith(("head_dim", "kv_channels")) for k in config):
         raise ModelError(f"{where}: hidden size {hidden} is not divisible by the "
                          f"{heads} attention heads")
+    for inside, part in [("", config), *((f"{k}.", v) for k, v in config.items()
+                                         if isinstance(v, Mapping))]:
+        # grouped-query attention shares each key-value head among a whole number of query
+        # heads: a config class's default left in (Qwen2's 32 under 4 heads) stopped the
+        # forward pass ("The size of tensor a (4) must match the size of tensor b (32)")
+        queries, keys = part.get("num_attention_heads"), part.get("num_key_value_heads")
+        if isinstance(queries, int) and isinstance(keys, int) and keys > 0 and queries % keys:
+            raise ModelError(f"{where}: {inside}num_attention_heads {queries} is not divisible "
+                             f"by {inside}num_key_value_heads {keys} (each key-value head "
+                             "serves a whole number of query heads: set num_key_value_heads to a "
+                             f"divisor of {queries})")
     task = task_of(config)  # a head of no task anatomy trains, two towers: refused here, in a line
     labels = config.get("num_labels")
     if task in CLASSIFICATIONS and isinstance(labels, int) and not isinstance(labels, bool) \
