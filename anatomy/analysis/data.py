@@ -416,13 +416,20 @@ def _column(rows, text: str, split: str, column: str) -> tuple[str, bool]:
     holds conversations (`_conversations`)."""
     names = rows.column_names
     columns = f"({split}: its columns are {', '.join(names) or 'none'})"
+    # None named, none of the usual names there: the one column of text, as transformers'
+    # language-modelling example takes the column it finds ("sentence", "content", "review").
+    texts = [name for name in names if getattr(rows.features[name], "dtype", None) in TEXT_TYPES
+             and type(rows.features[name]).__name__ == "Value"]
     if not column:
         column = next((c for c in (DEFAULT_COLUMN, CHAT_COLUMN) if c in names), None) or (
-            PAIR_JOIN.join(PAIR_COLUMNS) if set(PAIR_COLUMNS) <= set(names) else "")
-    if not column:  # the user named none, and none of the usual names is there
+            PAIR_JOIN.join(PAIR_COLUMNS) if set(PAIR_COLUMNS) <= set(names) else "") or (
+            texts[0] if len(texts) == 1 else "")
+    if not column:  # several columns of text, or none
         usual = ", ".join((DEFAULT_COLUMN, CHAT_COLUMN, PAIR_JOIN.join(PAIR_COLUMNS)))
+        which = (f": name the column of texts, or two joined by {PAIR_JOIN} "
+                 f"({PAIR_JOIN.join(texts[:2])})") if texts else ", and none of text"
         raise DataError("text_column", f"{_shown(text)} has no column of a usual name ({usual}) "
-                        f"{columns}: name the column of texts")
+                        f"nor one column of text alone {columns}{which}")
     parts = _parts(column, names)
     for part in parts:
         if part not in names:

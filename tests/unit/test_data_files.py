@@ -105,3 +105,22 @@ def test_two_text_columns_are_a_pair_to_a_sequence_classifier(text_data, tmp_pat
     found = data.tokenized(options, models.resolve("tiny"), progress=False)
     assert sorted(n for n, c in found.lengths.counts for _ in range(c)) == \
         sorted(a + b + 3 for a, b in [(3, 6), (5, 1), (2, 2), (4, 3)])
+
+
+def test_the_one_column_of_text_is_the_texts_whatever_its_name(text_data, tmp_path):
+    """A dataset of texts under another name than "text" ("sentence", as SST-2's; "content")
+    and a label was refused ("has no column of a usual name"): its one column of text is the
+    texts, as transformers' language-modelling example takes the column it finds."""
+    import datasets
+
+    from tests.conftest import words
+
+    lengths = (4, 7, 2, 5)
+    rows = tmp_path / "sentences.jsonl"
+    datasets.Dataset.from_dict({"idx": [0, 1, 2, 3],
+                                "sentence": [words(n, n) for n in lengths],
+                                "label": [0, 1, 0, 1]}).to_json(str(rows))
+    found = data.tokenized(on(text_data, dataset=str(rows)), models.resolve("tiny-llama"),
+                           progress=False)
+    assert found.facts.text_column == "sentence"
+    assert sorted(n for n, c in found.lengths.counts for _ in range(c)) == sorted(lengths)

@@ -114,16 +114,17 @@ def test_every_bad_input_is_one_line_naming_its_option(text_data, tmp_path):
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "notes.docx").write_text("a cat\n")
     (tmp_path / "blank.csv").write_text('text,label\n"",0\n"",1\n')  # read as floats (NaN)
-    (tmp_path / "content.jsonl").write_text('{"content": "a cat", "label": 1}\n')
+    (tmp_path / "content.jsonl").write_text('{"content": "a cat", "title": "a", "label": 1}\n')
     cases = {
         "a missing column": (on(text_data, text_column="body"),
                              "text_column", "its columns are text, label"),
-        # none named, none of the usual names there: not "'text' is not a column", which the
-        # user never wrote
+        # none named, none of the usual names there, nor one column of text alone: not
+        # "'text' is not a column", which the user never wrote
         "no column of a usual name": (
             on(text_data, dataset=str(tmp_path / "content.jsonl")), "text_column",
-            "has no column of a usual name (text, messages, prompt+completion) (train: its "
-            "columns are content, label): name the column of texts"),
+            "has no column of a usual name (text, messages, prompt+completion) nor one column of "
+            "text alone (train: its columns are content, title, label): name the column of "
+            "texts, or two joined by + (content+title)"),
         "a tokenizer not in the cache": (on(text_data, tokenizer="someone/tokenizer"),
                                          "tokenizer", "nor a tokenizer in the local"),
         "a tokenizer folder that is none": (on(text_data, tokenizer=str(tmp_path)),
