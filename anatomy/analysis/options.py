@@ -782,6 +782,8 @@ def _model_errors(options: RunOptions, errors: dict[str, str], config_class: boo
                                          f" {layers})")
             elif not targets:
                 models.default_lora_targets(spec)
+            elif problem := models.rank_problem(spec, options.lora_rank, targets):
+                found["lora_targets"] = problem
         if options.frozen and not {"frozen", "lora_rank"} & set(errors):
             problem = models.frozen_problem(spec, options.frozen)
             if problem:

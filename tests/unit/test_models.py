@@ -426,6 +426,9 @@ def test_grouped_convolutions_named_at_a_rank_their_groups_do_not_divide_say_so(
         models.build_model(spec, "meta", lora_rank=8, lora_targets=("dwconv", "pwconv1"),
                            pretrained=False)
     assert models.rank_problem(spec, 8, ("dwconv", "pwconv1")) == words
+    # refused before anything starts, as every option is
+    assert validate(RunOptions(model=name, lora_rank=8, lora_targets="dwconv,pwconv1"), 0) == \
+        {"lora_targets": words}
     assert models.rank_problem(spec, 8, ("pwconv1",)) is None
     assert models.rank_problem(spec, 128, ("dwconv",)) is None
     lora, _ = models.build_model(spec, "meta", lora_rank=128, lora_targets=("dwconv",),
