@@ -34,12 +34,13 @@ import socket
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from anatomy.engine import launch, protocol, tasks
 from anatomy.engine import link as watch_link
@@ -498,6 +499,24 @@ def _named(what: str, value: object, one_line: bool = True) -> None:
         raise ValueError(str(error)) from None
 
 
+class Underway(NamedTuple):
+    """A Trainer's training begun in a run and not ended yet (Run.training_underway, which the
+    Trainer callback keeps): the thread it trains in, its Trainer (weakly: a failed Trainer's
+    model is the script's to free), its state (the step reached), and CUDA's count of
+    out-of-memory errors as it began."""
+    thread: int
+    trainer: weakref.ref | None  # None where the Trainer was not found
+    state: Any  # transformers' TrainerState
+    ooms: int | None
+
+    def raised(self, trainer) -> bool:
+        """Whether it raised, as `trainer` (another Trainer, in the same thread) begins: the
+        script caught the error and trained again. The same Trainer begun again is its own
+        retry (auto_find_batch_size), which the callback follows."""
+        return (self.thread == threading.get_ident() and trainer is not None
+                and self.trainer is not None and self.trainer() is not trainer)
+
+
 class Run:
     """A run recorded from the training process itself: phases, steps, notes, its end."""
 
@@ -515,9 +534,9 @@ class Run:
         self._training_began: float | None = None  # where its time is measured from
         self._last_step: float | None = None
         self.by_callback = False  # started by a Trainer's AnatomyCallback, ended with its training
-        # A Trainer's training begun in it and not ended (engine/callbacks.py's Underway): one
-        # still there when the next begins raised an error the script caught.
-        self.training_underway: Any = None
+        # A Trainer's training begun in it and not ended: one still there when the next
+        # begins raised an error the script caught.
+        self.training_underway: Underway | None = None
         self.task = tasks.current()  # the pool task that started it, if one did
         self.pid = os.getpid()  # the process that records it
         self._ending = False  # its ending is being written
@@ -532,9 +551,10 @@ class Run:
         # callback: a Trainer that never trained); each is given how the run ends.
         self.on_end: list[Callable[[Ending], None]] = []
 
-    def _late(self, call: str) -> bool:
-        """Whether the run has ended, so that `call` goes nowhere; said once where the run was
-        recorded (before, a phase or step after run.end() was lost without a word)."""
+    def ended_before(self, call: str) -> bool:
+        """Whether the run has ended, so that `call` (the script's, or a front's: a Trainer's
+        training) goes nowhere; said once where the run was recorded (before, a phase or step
+        after run.end() was lost without a word)."""
         if not self.ended:
             return False
         if not self._told_late and not isinstance(self.link, _Unrecorded):
@@ -559,7 +579,7 @@ class Run:
         few sample periods and measured, like the walkthrough's prints; Phase.TRAINING lasts
         until `end()` (or the next phase)."""
         _named("phase", name)  # here, in the caller's line: in the store it would end the recording
-        if self._late(f"run.phase({_short(name)})"):
+        if self.ended_before(f"run.phase({_short(name)})"):
             return
         if name == Phase.PROFILING:
             name = self._own_profiling()
@@ -605,7 +625,7 @@ class Run:
         except (TypeError, ValueError, OverflowError):
             raise ValueError(f"loss: must be one number (loss.item()), got {_short(loss)}"
                              ) from None
-        if self._late("run.step()"):
+        if self.ended_before("run.step()"):
             return
         self.steps = step if step is not None else self.steps + 1
         allocated, reserved = _allocator()
@@ -676,7 +696,7 @@ class Run:
     def note(self, text: str, level: str = Level.INFO) -> None:
         _named("note", text, one_line=False)
         _named("level", level)
-        if self._late("run.note()"):
+        if self.ended_before("run.note()"):
             return
         self.reporter.tell(level, text)
 
@@ -685,7 +705,7 @@ class Run:
         fields are checked (InvalidValue, in one line, for a value of the wrong type), any
         other plain JSON is kept as given."""
         described = RunFacts.from_dict(facts, "describe()")
-        if self._late("run.describe()"):
+        if self.ended_before("run.describe()"):
             return
         self._tell_libraries()
         self.reporter.environment(described)
@@ -703,6 +723,14 @@ class Run:
         held = self._end(ending)
         if held is not None and not isinstance(error, KeyboardInterrupt):
             held.deliver()  # a Ctrl-C pressed meanwhile, once the ending is written
+
+    def end_as(self, ending: Ending) -> None:
+        """Close the run as `ending` says, its status and its words (a front's own: the Trainer
+        callback's for a training that raised an error its script caught), then deliver a
+        Ctrl-C pressed meanwhile; nothing where the run has ended."""
+        held = self._end(ending)
+        if held is not None:
+            held.deliver()
 
     def _end(self, ending: Ending, at: float | None = None) -> _HeldCtrlC | None:
         """End the run as `ending` says (its open phase now, or at `at`), Ctrl-C held

@@ -18,7 +18,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING
 
 import torch
 from transformers import TrainerCallback
@@ -34,29 +34,14 @@ from anatomy.engine.reporter import Reporter
 from anatomy.store import RunFacts, Step, TrainingArguments, TrainingSummary
 from anatomy.vocabulary import Attention, Level, Phase, Precision, Status, Weights
 
+if TYPE_CHECKING:  # attach is imported where it is used: the worker's callbacks need no run
+    from anatomy.engine.attach import Underway
+
 INJECT_ENV = "ANATOMY_INJECT"  # tests only: "oom@STEP" or "crash@STEP"
 LAST_FIGURES_WAIT = 2.0  # seconds the training phase's memory is waited for as training ends
 # What a Trainer that never trains may do instead, said as its run ends: the call, what it made
 UNTRAINED = {"evaluate": ("evaluated (trainer.evaluate())", "evaluation"),
              "predict": ("predicted (trainer.predict())", "prediction")}
-
-
-class Underway(NamedTuple):
-    """A Trainer's training begun in a run and not ended yet (Run.training_underway): the
-    thread it trains in, its Trainer (weakly: a failed Trainer's model is the script's to
-    free), its state (the step reached), and CUDA's count of out-of-memory errors as it
-    began."""
-    thread: int
-    trainer: Any  # weakref.ref to the Trainer, or None where it was not found
-    state: Any
-    ooms: int | None
-
-    def raised(self, trainer) -> bool:
-        """Whether it raised, as `trainer` (another Trainer, in the same thread) begins: the
-        script caught the error and trained again. The same Trainer begun again is its own
-        retry (auto_find_batch_size), which the run follows (`_follow_batch_size`)."""
-        return (self.thread == threading.get_ident() and trainer is not None
-                and self.trainer is not None and self.trainer() is not trainer)
 
 
 def _cuda_ooms() -> int | None:
@@ -399,11 +384,9 @@ class AnatomyCallback(TrainerCallback):
             state._anatomy_callback = owner = id(self)
         if owner != id(self):
             return False
-        if not self.run.ended or (self.renews_run and training_begins):
-            return True
-        if not self.renews_run:
-            self.run._late("a Trainer's training (AnatomyCallback)")
-        return False
+        if self.run.ended and self.renews_run:
+            return training_begins
+        return not self.run.ended_before("a Trainer's training (AnatomyCallback)")
 
     def _follow(self, args, model, trainer=None) -> None:
         """Tell the run what trains (`trainer`: the Trainer, where known, for a step of its
@@ -476,6 +459,8 @@ class AnatomyCallback(TrainerCallback):
             arguments, model_name = self._described
             self.run.reporter.described({**arguments.to_dict(), "seq_len": length}, model_name)
         self._each("on_train_begin", args, state, control, **kwargs)
+        from anatomy.engine.attach import Underway
+
         self.run.training_underway = Underway(
             threading.get_ident(), weakref.ref(trainer) if trainer is not None else None, state,
             _cuda_ooms())
@@ -499,9 +484,7 @@ class AnatomyCallback(TrainerCallback):
             self.run.reporter.tell(Level.WARNING, words)
             _say(f"run {self.run.id}: {words}")
             return
-        held = self.run._end(Ending(Status.OOM if oom else Status.FAILED, words))
-        if held is not None:
-            held.deliver()
+        self.run.end_as(Ending(Status.OOM if oom else Status.FAILED, words))
 
     def _follow_batch_size(self, args, state) -> None:
         """The batch the Trainer trains at, where it is not the arguments': with
