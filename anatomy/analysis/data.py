@@ -351,6 +351,12 @@ def _load_files(text: str, kind: str, *args, **kwargs):
             raise DataError("dataset", f"{_shown(text)} cannot be read into the cache "
                             f"{cache or 'of datasets'}: no space left on its device "
                             f"({CACHE_ENV} names another folder)") from None
+        encoding = next((e for e in (error, cause) if isinstance(e, UnicodeDecodeError)), None)
+        if encoding is not None:  # datasets reads its text files as UTF-8
+            byte = encoding.object[encoding.start:encoding.start + 1].hex()
+            raise DataError("dataset", f"{_shown(text)} is not UTF-8 text (a byte 0x{byte}: "
+                            "another encoding, latin-1 or cp1252 perhaps): datasets reads "
+                            "UTF-8; save it as UTF-8") from None
         raise DataError("dataset", f"{_shown(text)} cannot be read as {kind}: "
                         f"{models.first_line(cause)}") from None
 
@@ -462,12 +468,16 @@ def _one_column(rows, text: str, column: str) -> bool:
     chat = _conversations(feature)
     if not chat and (type(feature).__name__ != "Value" or dtype not in TEXT_TYPES):
         kind = dtype if type(feature).__name__ == "Value" else type(feature).__name__.lower()
+        # datasets 5 types a JSON column of values of several kinds as Json
+        kind = "values of several kinds (text beside numbers, lists or objects)" \
+            if kind == "json" else kind
         raise DataError("text_column", f"{_shown(column)} of {_shown(text)} holds {kind}, not "
                         "text, nor conversations (a list of messages, each a role and its "
                         "content)")
     if missing:
         raise DataError("text_column", f"{missing:,} of the {rows.num_rows:,} rows of "
-                        f"{_shown(column)} hold no {'conversation' if chat else 'text'} (null)")
+                        f"{_shown(column)} hold no {'conversation' if chat else 'text'} (null):"
+                        " filter them out first (Dataset.filter)")
     return chat
 
 

@@ -19,6 +19,7 @@ def on(text_data, **changes) -> RunOptions:
 
 
 def _refused(options: RunOptions) -> tuple[str, str]:
+    """The one option refused and its line (a path in it shortened where long)."""
     (field, message), = validate(options, gpu_count=0).items()
     assert "\n" not in message and message.startswith(field + ": ")
     return field, message
@@ -33,8 +34,8 @@ def test_a_saved_dataset_with_a_split_gone_is_refused_not_read_as_its_other_file
     shutil.rmtree(splits / "train")
     field, message = _refused(on(text_data, dataset=str(splits)))
     assert field == "dataset"
-    assert message.startswith(f"dataset: {str(splits)!r}, saved with save_to_disk, cannot be "
-                              "read: ")
+    assert message.startswith("dataset: '") and \
+        "', saved with save_to_disk, cannot be read: " in message
 
 
 def test_a_folder_of_several_formats_is_refused_not_read_in_part(text_data, tmp_path):
@@ -49,10 +50,11 @@ def test_a_folder_of_several_formats_is_refused_not_read_in_part(text_data, tmp_
     rows.to_json(str(folder / "a.jsonl"))
     rows.to_json(str(folder / "b.jsonl"))
     rows.to_csv(str(folder / "c.csv"))
-    assert _refused(on(text_data, dataset=str(folder))) == (
-        "dataset", f"dataset: the folder {str(folder)!r} holds data files of several formats, "
-        "and datasets reads those of one (2 json files), leaving out c.csv: give a folder of "
-        "one format, or one file")
+    field, message = _refused(on(text_data, dataset=str(folder)))
+    assert field == "dataset" and message.startswith("dataset: the folder '")
+    assert message.endswith("' holds data files of several formats, and datasets reads those "
+                            "of one (2 json files), leaving out c.csv: give a folder of one "
+                            "format, or one file")
     (folder / "c.csv").rename(folder / ".c.csv")
     assert validate(on(text_data, dataset=str(folder)), gpu_count=0) == {}
 
@@ -124,3 +126,20 @@ def test_the_one_column_of_text_is_the_texts_whatever_its_name(text_data, tmp_pa
                            progress=False)
     assert found.facts.text_column == "sentence"
     assert sorted(n for n, c in found.lengths.counts for _ in range(c)) == sorted(lengths)
+
+
+def test_a_file_of_another_encoding_or_of_mixed_values_is_refused_in_words(text_data, tmp_path):
+    """A latin-1 CSV file said Python's "'utf-8' codec can't decode byte 0xe9 in position 3:
+    invalid continuation byte"; a JSON-lines column of text and numbers "holds json", a type
+    the user never wrote."""
+    latin = tmp_path / "latin.csv"
+    latin.write_bytes("text,label\ncafé au lait,1\nthe cat,0\n".encode("latin-1"))
+    field, message = _refused(on(text_data, dataset=str(latin)))
+    assert field == "dataset" and message.startswith("dataset: '")
+    assert message.endswith("' is not UTF-8 text (a byte 0xe9: another encoding, latin-1 or "
+                            "cp1252 perhaps): datasets reads UTF-8; save it as UTF-8")
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text('{"text": "the cat"}\n{"text": 5}\n{"text": "a dog"}\n{"text": "far"}\n')
+    field, message = _refused(on(text_data, dataset=str(mixed)))
+    assert field == "text_column" and "holds values of several kinds (text beside numbers, " \
+        "lists or objects), not text" in message
