@@ -8,9 +8,10 @@ import uuid
 from pathlib import Path
 
 from sqlalchemy import Connection, inspect, select, text
+from sqlalchemy.exc import DBAPIError
 
 from anatomy.store import tables
-from anatomy.store.errors import StoreError
+from anatomy.store.errors import StoreError, why
 from anatomy.store.location import ServerUrl
 
 # Columns that make a table anatomy's: a file whose tables of these names lack them is another
@@ -29,6 +30,7 @@ VERSION_TABLE = "alembic_version"
 # PostgreSQL's lock for a schema being made or migrated: two processes opening a new store at
 # once (a Pool's trials) must not both create its tables.
 SCHEMA_LOCK = 0x616E61746F6D79  # "anatomy"
+INSUFFICIENT_PRIVILEGE = "42501"  # PostgreSQL's SQLSTATE for a right the role lacks
 
 
 def check(db: Connection, where: Path | ServerUrl) -> list[str]:
@@ -95,14 +97,36 @@ def migrate(db: Connection, where: Path | ServerUrl) -> None:
     names = check(db, where)
     current = revision(db, names)
     if current != HEAD:
-        if not names:  # a new store
-            tables.metadata.create_all(db)
-            _stamp(db, names)
-        else:
-            _upgrade(db, where, current)
+        role = (db.execute(text("SELECT current_user")).scalar()
+                if db.dialect.name == "postgresql" else None)
+        try:
+            if not names:  # a new store
+                tables.metadata.create_all(db)
+                _stamp(db, names)
+            else:
+                _upgrade(db, where, current)
+        except DBAPIError as error:
+            if role is None or getattr(error.orig, "sqlstate", None) != INSUFFICIENT_PRIVILEGE:
+                raise
+            raise StoreError(where, _not_allowed(role, names, current, why(error))) from None
     if db.execute(select(tables.store_info.c.value).where(tables.store_info.c.key == "id")
                   ).first() is None:
         db.execute(tables.store_info.insert().values(key="id", value=uuid.uuid4().hex))
+
+
+def _not_allowed(role: str, names: list[str], current: str | None, reason: str) -> str:
+    """Why a role that may not make or alter tables cannot write a store its first writer makes,
+    or an older anatomy's, which is upgraded before it is written: PostgreSQL's own words name
+    neither."""
+    if not names:
+        return (f"the role {role} may not make anatomy's tables in this database ({reason}):"
+                f" run anatomy once as a role that may (its owner), or grant {role} CREATE on"
+                " the schema")
+    made = (f"schema revision {current}" if current is not None
+            else "before schema revisions were kept")
+    return (f"an older anatomy made it ({made}), which this one upgrades to {HEAD} before it"
+            f" writes, and the role {role} may not ({reason}): run anatomy once as its tables'"
+            " owner to upgrade it")
 
 
 def _at_head(db: Connection) -> bool:

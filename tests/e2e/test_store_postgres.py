@@ -8,10 +8,11 @@ from __future__ import annotations
 import inspect
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from anatomy.cli import main
-from anatomy.store import STORE_ENV, Message, Store, database
+from anatomy.store import STORE_ENV, Message, Store, StoreError, database, schema
 from tests.conftest import seed_run
 from tests.postgres import PASSWORD
 from tests.unit import test_cli_admin, test_store, test_transfer
@@ -312,6 +313,45 @@ def test_the_dashboard_over_a_store_its_role_cannot_write_falls_back_to_read_onl
             engine.dispose()
         postgres.sql("REVOKE ALL ON ALL TABLES IN SCHEMA public FROM reader", name)
         postgres.sql("DROP ROLE reader")
+
+
+def test_a_role_that_may_not_make_or_upgrade_the_stores_tables_is_told_what_it_lacks(
+        postgres, pg_url, capsys):
+    """A role without CREATE on a new database's schema was told PostgreSQL's bare "permission
+    denied for schema public"; one that may write the runs of a store an older anatomy made
+    (revision 0003) "must be owner of table host_status", nothing of the upgrade that needed it."""
+    name = pg_url.rsplit("/", 1)[1]
+    postgres.sql("CREATE ROLE scribe LOGIN PASSWORD 'scr1be'")
+    scribe = postgres.url(name, password="scr1be", user="scribe")
+    try:
+        assert main(["tag", "1", "x", "--store", scribe]) == 1  # no store there yet
+        capsys.readouterr()
+        with pytest.raises(StoreError) as refused:
+            Store(scribe)
+        assert str(refused.value).endswith(
+            ": the role scribe may not make anatomy's tables in this database (permission denied"
+            " for schema public): run anatomy once as a role that may (its owner), or grant"
+            " scribe CREATE on the schema")
+        run_id = seed_run(Store(pg_url))
+        with psycopg.connect(postgres.url(name)) as db:  # as anatomy at 0003 left it
+            db.execute("ALTER TABLE host_status DROP COLUMN host")
+            db.execute("UPDATE alembic_version SET version_num = '0003'")
+        for grant in ("SELECT, INSERT, UPDATE, DELETE ON ALL TABLES", "USAGE ON ALL SEQUENCES"):
+            postgres.sql(f"GRANT {grant} IN SCHEMA public TO scribe", name)
+        assert main(["tag", str(run_id), "x", "--store", scribe]) == 2
+        assert capsys.readouterr().err == (
+            f"error: the store {scribe.replace(':scr1be@', ':***@')}: an older anatomy made it"
+            f" (schema revision 0003), which this one upgrades to {schema.HEAD} before it writes,"
+            " and the role scribe may not (must be owner of table host_status): run anatomy once"
+            " as its tables' owner to upgrade it\n")
+        assert main(["tag", str(run_id), "x", "--store", pg_url]) == 0  # the owner upgrades it
+        assert main(["tag", str(run_id), "y", "--store", scribe]) == 0
+    finally:
+        for engine in list(database._ENGINES.values()):
+            engine.dispose()
+        postgres.sql("REVOKE ALL ON ALL TABLES IN SCHEMA public FROM scribe", name)
+        postgres.sql("REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM scribe", name)
+        postgres.sql("DROP ROLE scribe")
 
 
 # --- the dashboard on PostgreSQL, in a real browser ---
