@@ -255,7 +255,15 @@ def _load_path(text: str, path: Path, stamp: tuple):
     if path.stat().st_size == 0:
         raise DataError("dataset", f"{_shown(text)} is empty: no text to train on")
     builder, arguments = read
-    return _load_files(text, builder, builder, data_files=str(path), **arguments)
+    loaded = _load_files(text, builder, builder, data_files=str(path), **arguments)
+    # A JSON file named .csv (or .tsv) reads as a table whose header is its first object: the
+    # suffix says the format (as datasets reads it), so the suffix is what is wrong.
+    header = next(iter(loaded.values())).column_names if builder == "csv" else []
+    if header and header[0].lstrip().startswith(("{", "[")):
+        raise DataError("dataset", f"{_shown(text)} holds JSON, not {builder.upper()} (its first "
+                        "line begins with a JSON object): datasets reads a file by its suffix; "
+                        "name it .jsonl")
+    return loaded
 
 
 def _saved(folder: Path) -> bool:

@@ -143,3 +143,14 @@ def test_a_file_of_another_encoding_or_of_mixed_values_is_refused_in_words(text_
     field, message = _refused(on(text_data, dataset=str(mixed)))
     assert field == "text_column" and "holds values of several kinds (text beside numbers, " \
         "lists or objects), not text" in message
+
+
+def test_json_lines_named_csv_is_refused_by_its_suffix(text_data, tmp_path):
+    """JSON lines in a file named .csv were read as CSV: "has no column of a usual name … (its
+    columns are {"text":"the cat", label:0})", the user left to make sense of it."""
+    named = tmp_path / "texts.csv"
+    named.write_text(text_data.lines.read_text())
+    field, message = _refused(on(text_data, dataset=str(named)))
+    assert field == "dataset" and message.endswith(
+        "' holds JSON, not CSV (its first line begins with a JSON object): datasets reads a "
+        "file by its suffix; name it .jsonl")
