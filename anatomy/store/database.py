@@ -12,6 +12,7 @@ have PostgreSQL's beside them.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import sqlite3
@@ -77,6 +78,14 @@ def level_seconds(level: int) -> float:
 RESERVE_BYTES = 256 * 1024  # a run's end takes a few WAL frames of 4 KiB: room for dozens
 CONNECT_SECONDS = 10  # a database server that does not answer is said so, not waited on
 SERVER_POOL = 4  # connections a process keeps open to a server (a write or a page's reads)
+
+
+# psycopg logs (its "psycopg" logger) what it ignores while ending a COPY the server cut off,
+# beside the error it raises, which anatomy words; with no handler of the program's, Python's
+# last resort printed it on the user's terminal ("error ignored terminating <psycopg.Copy [BAD]
+# at 0x…>: the connection is lost"). A library's NullHandler, as logging's HOWTO has libraries
+# do: a program that configures logging still gets the record.
+logging.getLogger("psycopg").addHandler(logging.NullHandler())
 
 
 class Db:

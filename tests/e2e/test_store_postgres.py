@@ -315,6 +315,55 @@ def test_the_dashboard_over_a_store_its_role_cannot_write_falls_back_to_read_onl
         postgres.sql("DROP ROLE reader")
 
 
+CUT_OFF_COPY = """
+import sys, time
+import psycopg
+from anatomy.store import DatabaseError, Store, tables
+from tests.conftest import seed_run
+
+url = sys.argv[1]
+store = Store(url)
+run_id = seed_run(store)
+
+
+class Rows:
+    \"\"\"Samples whose COPY loses its server after the first: its backend is ended.\"\"\"
+    def __len__(self):
+        return 200_000
+
+    def __iter__(self):
+        yield (run_id, 0.0, 0, 1, None, None, None)
+        with psycopg.connect(url, autocommit=True) as other:
+            other.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                          " WHERE application_name = 'anatomy'")
+        time.sleep(0.5)
+        for i in range(1, len(self)):
+            yield (run_id, i / 1000, 0, i, None, None, None)
+
+
+try:
+    with store.connect() as db:
+        db.append(tables.samples, Rows())
+except DatabaseError:
+    print("refused", flush=True)
+"""
+
+
+def test_a_copy_whose_server_goes_away_is_one_error_and_nothing_on_the_terminal(pg_url, tmp_path):
+    """psycopg logs what it ignores ending a COPY the server cut off; with no handler of the
+    program's, Python's last resort printed it to the user's terminal beside anatomy's line
+    (an `anatomy import` or a recording whose server stopped mid-write): "error ignored
+    terminating <psycopg.Copy [BAD] at 0x7f8e46116e90>: the connection is lost"."""
+    import subprocess
+    import sys
+
+    from tests.conftest import PROJECT
+
+    done = subprocess.run([sys.executable, "-c", CUT_OFF_COPY, pg_url], capture_output=True,
+                          text=True, cwd=PROJECT, timeout=120)
+    assert (done.stdout, done.stderr) == ("refused\n", "")
+
+
 def test_a_role_that_may_not_make_or_upgrade_the_stores_tables_is_told_what_it_lacks(
         postgres, pg_url, capsys):
     """A role without CREATE on a new database's schema was told PostgreSQL's bare "permission
