@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from anatomy.engine.figures import Figures
 from anatomy.store.checks import digits
 
+PRIVILEGED_BELOW = 1024  # Linux's ports that only root (or CAP_NET_BIND_SERVICE) may listen on
 DEFAULT_HOST = "localhost"  # nobody else's to read unless --metrics-host says so
 # `anatomy dashboard --metrics-port` to its server (which Streamlit runs): "HOST:PORT"
 METRICS_ENV = "ANATOMY_METRICS"
@@ -109,7 +110,11 @@ def serve(port: int, host: str, runs: Callable[[], Iterable[Figures]]) -> Endpoi
     try:
         server, thread = start_http_server(port, addr=host, registry=registry)
     except OSError as error:
+        why = error.strerror or str(error)
+        if isinstance(error, PermissionError) and port < PRIVILEGED_BELOW:
+            why += (f": a port below {PRIVILEGED_BELOW} is root's, or needs the capability"
+                    f" CAP_NET_BIND_SERVICE; give one from {PRIVILEGED_BELOW}")
         raise EndpointRefused(f"--metrics-port {port}: cannot listen on {host}:{port} "
-                              f"({error.strerror or error})") from None
+                              f"({why})") from None
     shown = f"[{host}]" if ":" in host else host  # an IPv6 address is bracketed in a URL
     return Endpoint(server, thread, f"http://{shown}:{server.server_address[1]}/metrics")

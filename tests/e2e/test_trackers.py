@@ -20,7 +20,7 @@ from anatomy.store import Store
 from anatomy.units import MIB
 from tests.conftest import PROJECT
 from tests.e2e.conftest import trainer_example
-from tests.helpers import free_port, installed_anatomy, wait_until
+from tests.helpers import free_port, installed_anatomy, one_line, wait_until
 
 SCRIPT = PROJECT / "examples" / "trainer_script.py"
 SMALL = ["--steps", "3", "--seq-len", "16", "--batch-size", "4"]
@@ -360,3 +360,28 @@ def test_a_library_older_than_declared_is_said_and_the_run_recorded_without_a_pr
             ) in result.stderr
     assert "Traceback" not in result.stderr
     assert run.status == "completed" and store.samples(run.id)
+
+
+UNPRIVILEGED = ["setpriv", "--bounding-set=-net_bind_service", "--inh-caps=-net_bind_service",
+                "--"]  # root without the right to bind a port below 1024, as any other user
+
+
+def test_a_port_below_1024_without_the_right_to_it_says_what_it_needs(tmp_path):
+    """"cannot listen on localhost:80 (Permission denied)" left the user to guess why."""
+    prefix = UNPRIVILEGED if os.geteuid() == 0 else []
+    if prefix and shutil.which("setpriv") is None:
+        pytest.skip("needs util-linux's setpriv to drop root's right to low ports")
+    port = 1023
+    probe = subprocess.run([*prefix, sys.executable, "-c", "import socket; socket.socket().bind("
+                            f"('127.0.0.1', {port}))"], capture_output=True, text=True)
+    if "PermissionError" not in probe.stderr:
+        pytest.skip("this machine lets any user listen below 1024 (ip_unprivileged_port_start)")
+    done = subprocess.run([*prefix, sys.executable, "-m", "anatomy", "watch", "--store",
+                           str(tmp_path / "runs.sqlite"), "--metrics-port", str(port), "--",
+                           sys.executable, "-c", "pass"], capture_output=True, text=True,
+                          cwd=PROJECT, timeout=120)
+    assert done.returncode == 2
+    assert one_line(done.stderr) == (
+        f"error: --metrics-port {port}: cannot listen on localhost:{port} (Permission denied:"
+        " a port below 1024 is root's, or needs the capability CAP_NET_BIND_SERVICE; give one"
+        " from 1024)\n")
