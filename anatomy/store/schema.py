@@ -117,16 +117,16 @@ def migrate(db: Connection, where: Path | ServerUrl) -> None:
 def _not_allowed(role: str, names: list[str], current: str | None, reason: str) -> str:
     """Why a role that may not make or alter tables cannot write a store its first writer makes,
     or an older anatomy's, which is upgraded before it is written: PostgreSQL's own words name
-    neither."""
+    neither. "cannot be written", as a read-only file's: the dashboard shows it read-only."""
     if not names:
-        return (f"the role {role} may not make anatomy's tables in this database ({reason}):"
-                f" run anatomy once as a role that may (its owner), or grant {role} CREATE on"
-                " the schema")
+        return (f"it cannot be written by the role {role}, which may not make anatomy's tables"
+                f" in this database ({reason}): run anatomy once as a role that may (its owner),"
+                f" or grant {role} CREATE on the schema")
     made = (f"schema revision {current}" if current is not None
             else "before schema revisions were kept")
-    return (f"an older anatomy made it ({made}), which this one upgrades to {HEAD} before it"
-            f" writes, and the role {role} may not ({reason}): run anatomy once as its tables'"
-            " owner to upgrade it")
+    return (f"it cannot be written by the role {role}: an older anatomy made it ({made}), which"
+            f" this one upgrades to {HEAD} before it writes, and {role} may not ({reason}): run"
+            " anatomy once as its tables' owner to upgrade it")
 
 
 def _at_head(db: Connection) -> bool:

@@ -365,10 +365,14 @@ def test_a_copy_whose_server_goes_away_is_one_error_and_nothing_on_the_terminal(
 
 
 def test_a_role_that_may_not_make_or_upgrade_the_stores_tables_is_told_what_it_lacks(
-        postgres, pg_url, capsys):
+        postgres, pg_url, capsys, monkeypatch):
     """A role without CREATE on a new database's schema was told PostgreSQL's bare "permission
     denied for schema public"; one that may write the runs of a store an older anatomy made
-    (revision 0003) "must be owner of table host_status", nothing of the upgrade that needed it."""
+    (revision 0003) "must be owner of table host_status", nothing of the upgrade that needed it,
+    and the dashboard refused it, where a store it cannot write is shown read-only."""
+    from anatomy.cli import dashboard
+    from anatomy.dashboard import READ_ONLY_ENV
+
     name = pg_url.rsplit("/", 1)[1]
     postgres.sql("CREATE ROLE scribe LOGIN PASSWORD 'scr1be'")
     scribe = postgres.url(name, password="scr1be", user="scribe")
@@ -378,9 +382,9 @@ def test_a_role_that_may_not_make_or_upgrade_the_stores_tables_is_told_what_it_l
         with pytest.raises(StoreError) as refused:
             Store(scribe)
         assert str(refused.value).endswith(
-            ": the role scribe may not make anatomy's tables in this database (permission denied"
-            " for schema public): run anatomy once as a role that may (its owner), or grant"
-            " scribe CREATE on the schema")
+            ": it cannot be written by the role scribe, which may not make anatomy's tables in"
+            " this database (permission denied for schema public): run anatomy once as a role"
+            " that may (its owner), or grant scribe CREATE on the schema")
         run_id = seed_run(Store(pg_url))
         with psycopg.connect(postgres.url(name)) as db:  # as anatomy at 0003 left it
             db.execute("ALTER TABLE host_status DROP COLUMN host")
@@ -389,10 +393,20 @@ def test_a_role_that_may_not_make_or_upgrade_the_stores_tables_is_told_what_it_l
             postgres.sql(f"GRANT {grant} IN SCHEMA public TO scribe", name)
         assert main(["tag", str(run_id), "x", "--store", scribe]) == 2
         assert capsys.readouterr().err == (
-            f"error: the store {scribe.replace(':scr1be@', ':***@')}: an older anatomy made it"
-            f" (schema revision 0003), which this one upgrades to {schema.HEAD} before it writes,"
-            " and the role scribe may not (must be owner of table host_status): run anatomy once"
-            " as its tables' owner to upgrade it\n")
+            f"error: the store {scribe.replace(':scr1be@', ':***@')}: it cannot be written by the"
+            " role scribe: an older anatomy made it (schema revision 0003), which this one"
+            f" upgrades to {schema.HEAD} before it writes, and scribe may not (must be owner of"
+            " table host_status): run anatomy once as its tables' owner to upgrade it\n")
+        started = {}
+
+        def execve(program, command, env):
+            started.update(env)
+            raise SystemExit(0)
+
+        monkeypatch.setattr(dashboard.os, "execve", execve)
+        with pytest.raises(SystemExit):  # the dashboard shows it, read-only (before: refused)
+            main(["dashboard", "--store", scribe, "--port", "8599"])
+        assert "upgrades to" in started[READ_ONLY_ENV] and started[STORE_ENV] == scribe
         assert main(["tag", str(run_id), "x", "--store", pg_url]) == 0  # the owner upgrades it
         assert main(["tag", str(run_id), "y", "--store", scribe]) == 0
     finally:
