@@ -393,13 +393,13 @@ class AnatomyCallback(TrainerCallback):
         own), and follow it with the callbacks of one job each."""
         facts = _training_facts(args, model, self.run.of_a_launch, trainer,
                                 self._given_optimizer)
-        # The Trainer's arguments are the run's options once it trains (on_train_begin), or
-        # an evaluation's where it evaluates first: until then, what the model is alone.
+        # The Trainer's arguments are the run's options from its init (a run killed before it
+        # trains keeps them), an evaluation's where it evaluates before it trains
+        # (`_describe_evaluation`), and the training's again as it trains.
         self._described = (facts.training_arguments, facts.model_name)
         self._told_options = False
-        self.run.reporter.environment(facts.merged(RunFacts(
-            training_arguments=_evaluating(facts.training_arguments))))
-        self.run.reporter.described({}, facts.model_name)
+        self.run.reporter.environment(facts)
+        self.run.reporter.described(facts.training_arguments.to_dict(), facts.model_name)
         figures = self.run.figures()
         self._reader = figures.reader() if figures is not None else None
         if model is not None and self.run.reporter.open_phase != Phase.TRAINING:
@@ -413,9 +413,8 @@ class AnatomyCallback(TrainerCallback):
             if isinstance(earlier, Evaluations):
                 earlier.handle.remove()
         self._did = []  # of this run
-        for told in (self._describe_unused, self._untrained):
-            if told not in self.run.on_end:
-                self.run.on_end.append(told)
+        if self._untrained not in self.run.on_end:
+            self.run.on_end.append(self._untrained)
         self._callbacks = [steps, PhaseMarks(self.run.reporter)]
         if model is not None:
             self._callbacks.append(Evaluations(
@@ -556,23 +555,19 @@ class AnatomyCallback(TrainerCallback):
     def _describe_evaluation(self, args) -> None:
         """The Trainer evaluates (or predicts) before it has trained: the run's options are the
         evaluation's, its batch per_device_eval_batch_size, with none of the training's alone
-        (its batch, accumulation, optimizer, steps), which it never ran. A training the run
-        holds already (another Trainer's) keeps the run's options."""
+        (its batch, accumulation, optimizer, steps), which it never ran: those told at the
+        Trainer's init are dropped. A training the run holds already (another
+        Trainer's) keeps the run's options."""
         if self._told_options or self._described is None or self.run.ended \
                 or Phase.TRAINING in self.run.reporter.begun:
             return
         self._told_options = True
-        self._tell_options(_evaluating(self._described[0], args.per_device_eval_batch_size))
-
-    def _describe_unused(self, ending: Ending) -> None:
-        """As the run ends (Run.on_end) with its Trainer's options untold, the Trainer having
-        neither trained nor evaluated (it failed before training, or was built and left): the
-        run keeps the arguments it was given, as its training's."""
-        if self._told_options or self._described is None \
-                or Phase.TRAINING in self.run.reporter.begun:
-            return
-        self._told_options = True
-        self._tell_options(self._described[0])
+        arguments, model_name = self._described
+        evaluating = _evaluating(arguments, args.per_device_eval_batch_size)
+        kept = evaluating.to_dict()
+        self.run.reporter.environment(RunFacts(training_arguments=evaluating))
+        self.run.reporter.described(kept, model_name, dropped=tuple(
+            name for name in arguments.to_dict() if name not in kept))
 
     def _tell_order(self, args) -> None:
         """A callback given in `callbacks=[…]` comes after report_to's integrations, which have

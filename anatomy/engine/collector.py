@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import queue as queue_module
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -126,6 +126,14 @@ def thinned(samples: list[Sample]) -> list[Sample]:
         if sample.used > samples[ends[1]].used:
             ends[1] = index
     return [samples[i] for i in sorted({i for ends in kept.values() for i in ends})]
+
+
+def options_over(known: Mapping[str, Any], said: protocol.Described) -> dict[str, Any]:
+    """A run's options with what a description said over them (a script's batch size beside a
+    Trainer's arguments), less those it drops (the training's, where its Trainer only
+    evaluated). A None said stays: a max_steps of None is a training by its epochs."""
+    return {name: value for name, value in {**known, **said.options}.items()
+            if name not in said.dropped or name in said.options}
 
 
 def cause_before(failure: protocol.Failure, cause: protocol.Failure | None) -> bool:
@@ -291,10 +299,11 @@ class Collector:
             case protocol.Named(name=name):
                 if self.store.run(self.run_id).name is None:  # `watch --name` comes first
                     self.store.rename_run(self.run_id, name)
-            case protocol.Described(options=options, model=model):
-                # Over what was said before: a script's batch size beside a Trainer's arguments
+            case protocol.Described(model=model):
+                # Over what was said before: a script's batch size beside a Trainer's arguments;
+                # the options it drops go (a training's, where its Trainer only evaluated).
                 known = self.store.run(self.run_id, as_recorded=True).options
-                self.store.update_run(self.run_id, options={**known, **options},
+                self.store.update_run(self.run_id, options=options_over(known, change),
                                       **({"preset": model} if model else {}))
             case RunValues(values=values):
                 self.store.update_run(self.run_id, **values)

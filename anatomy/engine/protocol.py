@@ -110,11 +110,13 @@ class Environment:
 @dataclass(frozen=True)
 class Described:
     """What a user's training is, as far as it is known: run options by anatomy's names (those
-    it could read), and the model's name for lists."""
+    it could read), and the model's name for lists; `dropped`: options said before that no
+    longer hold (a training's, where its Trainer only evaluated)."""
 
     options: dict[str, Any]
     model: str | None
     source: Source
+    dropped: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

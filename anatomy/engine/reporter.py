@@ -63,8 +63,9 @@ class Reporter:
     def environment(self, facts: RunFacts) -> None:
         self.queue.put(protocol.Environment(facts, self.source))
 
-    def described(self, options: dict[str, Any], model: str | None) -> None:
-        self.queue.put(protocol.Described(options, model, self.source))
+    def described(self, options: dict[str, Any], model: str | None,
+                  dropped: tuple[str, ...] = ()) -> None:
+        self.queue.put(protocol.Described(options, model, self.source, dropped))
 
     def components(self, components: Components) -> None:
         self.queue.put(protocol.ComponentsMeasured(components, self.source))

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from anatomy.engine import protocol
+from anatomy.engine.collector import options_over
 
 
 class _Heard:
@@ -444,12 +445,23 @@ def _stored_options(heard) -> dict:
     """The run's options as the collector stores them: each description over the ones before."""
     stored: dict = {}
     for message in heard.of(protocol.Described):
-        stored = {**stored, **message.options}
+        stored = options_over(stored, message)
     return stored
 
 
 # What a Trainer's arguments say of its training alone, which an evaluation never runs
 TRAINING_ONLY = {"grad_accum", "gradient_checkpointing", "optim", "seed", "max_steps", "epochs"}
+
+
+def test_a_trainer_killed_before_it_trains_or_evaluates_keeps_the_arguments_it_was_given(
+        heard, tmp_path):
+    """The run's options are told as the Trainer is built: a script killed (SIGKILL, the
+    kernel's out-of-memory killer) between its Trainer's init and its training keeps them."""
+    from anatomy.engine.callbacks import AnatomyCallback
+
+    _trainer(tmp_path, [AnatomyCallback()])
+    stored = _stored_options(heard)  # nothing more is said: the process is gone
+    assert stored["batch_size"] == 4 and TRAINING_ONLY <= set(stored)
 
 
 @pytest.mark.parametrize("calls, batch_size, trained", [
