@@ -157,7 +157,9 @@ class RunOptions:
                                "conversations (a list of messages, each a role and its content: "
                                "the tokenizer's chat template makes text of them), or two joined "
                                "by + (prompt+completion: each prompt followed by its "
-                               "completion); empty: text, else messages, else prompt+completion",
+                               "completion; a classifier reads sentence1+sentence2 as a pair); "
+                               "empty: text, else messages, else prompt+completion, else the "
+                               "dataset's one column of text",
                                metavar="C")
     tokenizer: Text = option("", "Tokenizer", "the fast tokenizer for the dataset's texts: a "
                              "folder saved with save_pretrained, or a Hub id in the local cache "
