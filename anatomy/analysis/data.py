@@ -246,8 +246,9 @@ def _load_path(text: str, path: Path, stamp: tuple):
                             f"{DATA_FILE_NAMES})")
         # A folder of data files, as a dataset's repository holds them (train.jsonl and
         # test.jsonl; data/train-00000-of-00002.parquet …): datasets names its splits by them.
-        _read_whole(text, path)
-        return _load_files(text, "its files", str(path))
+        builder = _read_whole(text, path)
+        loaded = _load_files(text, "its files", str(path))
+        return _without_blank_lines(loaded) if builder == "text" else loaded
     read = data_format(path)
     if read is None:
         raise DataError("dataset", f"{_shown(text)} is not a dataset: a folder saved with "
@@ -263,7 +264,15 @@ def _load_path(text: str, path: Path, stamp: tuple):
         raise DataError("dataset", f"{_shown(text)} holds JSON, not {builder.upper()} (its first "
                         "line begins with a JSON object): datasets reads a file by its suffix; "
                         "name it .jsonl")
-    return loaded
+    return _without_blank_lines(loaded) if builder == "text" else loaded
+
+
+def _without_blank_lines(loaded):
+    """A plain text file's rows less its blank lines (empty, or spaces alone): they part its
+    paragraphs and are no text of their own, as transformers' run_mlm.py reads a file line by
+    line. A text of a JSON or CSV file is the user's row, empty or not."""
+    return loaded.filter(lambda row: bool(row[DEFAULT_COLUMN].strip()),
+                         desc="leaving out blank lines")
 
 
 def _saved(folder: Path) -> bool:
@@ -301,17 +310,18 @@ def data_format(path: Path) -> tuple[str, dict] | None:
     return DATA_FILES.get(suffixes[-1]) if suffixes else None
 
 
-def _read_whole(text: str, folder: Path) -> None:
-    """DataError where datasets would read a folder's data files in part: it reads the files of
-    one format alone (the most of them), and a folder of JSON lines beside CSV files trained on
-    the JSON lines without a word. Hidden files (".x", "__x") datasets leaves out, as a user
+def _read_whole(text: str, folder: Path) -> str | None:
+    """The format datasets reads a folder's data files as ("json", "text" …; None where it
+    cannot tell); DataError where it would read them in part: it reads the files of one format
+    alone (the most of them), and a folder of JSON lines beside CSV files trained on the JSON
+    lines without a word. Hidden files (".x", "__x") datasets leaves out, as a user
     expects."""
     import datasets
 
     try:
         builder = datasets.load_dataset_builder(str(folder), cache_dir=_datasets_cache())
     except Exception:  # noqa: BLE001 - load_dataset says why, in one line, next
-        return
+        return None
     read = {Path(name) for names in (builder.config.data_files or {}).values()
             for name in names}
     left = sorted(str(entry.relative_to(folder)) for entry in folder.rglob("*")
@@ -324,6 +334,7 @@ def _read_whole(text: str, folder: Path) -> None:
                         f"formats, and datasets reads those of one ({len(read):,} "
                         f"{_module(builder)} file{'s' if len(read) != 1 else ''}), leaving out "
                         f"{shown}: give a folder of one format, or one file")
+    return _module(builder)
 
 
 def _module(builder) -> str:

@@ -264,6 +264,28 @@ def test_texts_of_no_token_enough_for_a_batch_are_refused_before_anything_starts
     assert code == 2 and err.count("\n") == 1 and err.startswith("error: text_column: "), err
 
 
+def test_a_text_files_blank_lines_part_its_paragraphs_and_are_no_texts(text_data, tmp_path,
+                                                                      monkeypatch):
+    """A plain text file with a blank line between its paragraphs: each blank line was a text
+    of no token, and once they were a batch's worth the run was refused ("filter them out
+    first (Dataset.filter)", which a text file's user cannot). Its blank lines are left out, as
+    transformers' run_mlm.py reads a file line by line; a JSON file's empty text stays a row."""
+    import json
+
+    monkeypatch.setattr(data, "_tokens_dir", lambda: tmp_path / "tokens")
+    lines = [words(3), "", words(5), "   ", words(4), "", "", words(6)]
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    for where in (tmp_path / "corpus.txt", folder / "train.txt"):
+        where.write_text("\n".join(lines) + "\n")
+        options, found = data.prepared(on(text_data, dataset=str(where), batch_size=2))
+        assert found.lengths.texts == 4 and found.lengths.at_most(0) == 0, (where, found)
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"text": line}) + "\n" for line in lines))
+    with pytest.raises(data.DataError, match="4 of the 8 texts of 'text' are no token"):
+        data.prepared(on(text_data, dataset=str(rows), batch_size=2))
+
+
 def test_predict_says_a_datasets_sizes_in_mib_and_its_cut_in_tokens(text_data, capsys):
     """predict's typical batch said "… MB for tensors" under its table in MiB, and "cut at 512"
     without a unit."""
