@@ -264,7 +264,29 @@ def _load_path(text: str, path: Path, stamp: tuple):
         raise DataError("dataset", f"{_shown(text)} holds JSON, not {builder.upper()} (its first "
                         "line begins with a JSON object): datasets reads a file by its suffix; "
                         "name it .jsonl")
+    if builder == "json":
+        field = _rows_field(text, loaded)
+        if field is not None:
+            loaded = _load_files(text, builder, builder, data_files=str(path), field=field)
     return _without_blank_lines(loaded) if builder == "text" else loaded
+
+
+def _rows_field(text: str, loaded) -> str | None:
+    """The key under which a JSON file of one object holds its rows ({"version": …, "data":
+    [{…}, …]}, as SQuAD's files do), as datasets reads it with `field=`: without it the object
+    is one row. None where the file holds rows itself; DataError where several keys hold lists
+    of rows."""
+    rows = next(iter(loaded.values()))
+    if rows.num_rows != 1:
+        return None
+    only = rows[0]
+    fields = [name for name, value in only.items() if isinstance(value, list) and value
+              and all(isinstance(row, dict) for row in value)]
+    if len(fields) > 1:
+        raise DataError("dataset", f"{_shown(text)} holds one JSON object with lists of rows "
+                        f"under {', '.join(map(_shown, fields))}: give a file of one list of "
+                        "rows, or JSON lines")
+    return fields[0] if fields else None
 
 
 def _without_blank_lines(loaded):

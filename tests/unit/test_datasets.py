@@ -286,6 +286,26 @@ def test_a_text_files_blank_lines_part_its_paragraphs_and_are_no_texts(text_data
         data.prepared(on(text_data, dataset=str(rows), batch_size=2))
 
 
+def test_a_json_object_holding_its_rows_under_a_key_is_read_by_its_rows(text_data, tmp_path,
+                                                                        monkeypatch):
+    """{"version": …, "data": [{"text": …}, …]}, as SQuAD's files are: datasets read the object
+    as one row, and the run was refused as "holds 1 text, fewer than one batch". Its rows are
+    read, as datasets reads them with field="data"; an object with two such lists is refused
+    naming both."""
+    import json
+
+    monkeypatch.setattr(data, "_tokens_dir", lambda: tmp_path / "tokens")
+    rows = [{"text": words(3 + i), "label": i % 2} for i in range(6)]
+    one = tmp_path / "one.json"
+    one.write_text(json.dumps({"version": "1.1", "data": rows}))
+    options, found = data.prepared(on(text_data, dataset=str(one), batch_size=2))
+    assert found.lengths.texts == 6 and found.facts.text_column == "text"
+    two = tmp_path / "two.json"
+    two.write_text(json.dumps({"train": rows, "test": rows}))
+    with pytest.raises(data.DataError, match="lists of rows under 'train', 'test'"):
+        data.prepared(on(text_data, dataset=str(two), batch_size=2))
+
+
 def test_predict_says_a_datasets_sizes_in_mib_and_its_cut_in_tokens(text_data, capsys):
     """predict's typical batch said "… MB for tensors" under its table in MiB, and "cut at 512"
     without a unit."""
