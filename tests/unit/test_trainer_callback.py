@@ -59,6 +59,28 @@ def _trainer(tmp_path, callbacks):
     return handler, arguments, control
 
 
+def _does(tmp_path, calls: list[str], rows: int) -> None:
+    """A Trainer with the callback that then does each of `calls` ("train": a step of its own;
+    "evaluate", "predict": a forward of `rows` rows out of training mode, then the Trainer's
+    hook), its run ended after."""
+    import torch
+    from transformers.trainer_callback import TrainerState
+
+    from anatomy.engine import attach
+    from anatomy.engine.callbacks import AnatomyCallback
+
+    handler, arguments, control = _trainer(tmp_path, [AnatomyCallback()])
+    state = TrainerState()  # evaluate()'s: the Trainer's own since it was built
+    for call in calls:
+        if call == "train":
+            _train(handler, arguments, control, first_step=0, steps=1)
+            continue
+        handler.model.eval()
+        handler.model(torch.randn(rows, 8))
+        getattr(handler, f"on_{call}")(arguments, state, control, metrics={})
+    attach.current().end()
+
+
 def _train(handler, arguments, control, first_step: int, steps: int) -> None:
     """train(): a fresh TrainerState (a resume's starts at its checkpoint's step), each step's
     forward, backward and optimizer step between the hooks the Trainer calls."""
@@ -420,23 +442,9 @@ def test_a_run_whose_trainer_never_trained_says_why_it_has_no_training_phase(hea
     """A Trainer that only evaluates (or predicts, or is built and left) left a `completed` run
     with a weights phase alone, without a word. Its run says why as it ends, once, on the run
     (`show` prints its messages) and on the terminal."""
-    import torch
-    from transformers.trainer_callback import TrainerState
-
-    from anatomy.engine import attach
-    from anatomy.engine.callbacks import AnatomyCallback
     from anatomy.vocabulary import Level
 
-    handler, arguments, control = _trainer(tmp_path, [AnatomyCallback()])
-    state = TrainerState()  # evaluate()'s: the Trainer's own since it was built
-    for call in calls:
-        if call == "train":
-            _train(handler, arguments, control, first_step=0, steps=1)
-            continue
-        handler.model.eval()
-        handler.model(torch.randn(4, 8))
-        getattr(handler, f"on_{call}")(arguments, state, control, metrics={})
-    attach.current().end()
+    _does(tmp_path, calls, rows=4)
     said = [(m.message.level, m.message.text) for m in heard.of(protocol.Note)]
     assert said == ([] if words is None else [(Level.WARNING, f"no training phase: {words}")])
 
@@ -477,21 +485,7 @@ def test_a_trainer_that_only_evaluates_stores_its_evaluations_options(heard, tmp
     options (batch 4, its accumulation, optimizer and steps): `runs` and `show` said batch 4 of
     memory measured at 8. Its run's options are the evaluation's, with none of the training's
     alone; a Trainer that trains, before or after it evaluates, keeps its training's."""
-    import torch
-    from transformers.trainer_callback import TrainerState
-
-    from anatomy.engine import attach
-    from anatomy.engine.callbacks import AnatomyCallback
-
-    handler, arguments, control = _trainer(tmp_path, [AnatomyCallback()])
-    for call in calls:
-        if call == "train":
-            _train(handler, arguments, control, first_step=0, steps=1)
-            continue
-        handler.model.eval()
-        handler.model(torch.randn(8, 8))
-        getattr(handler, f"on_{call}")(arguments, TrainerState(), control, metrics={})
-    attach.current().end()
+    _does(tmp_path, calls, rows=8)
     stored = _stored_options(heard)
     assert stored["batch_size"] == batch_size and stored["precision"] == "fp32"
     assert (TRAINING_ONLY & set(stored)) == (TRAINING_ONLY if trained else set())
