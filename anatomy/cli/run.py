@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -18,8 +17,8 @@ from anatomy.cli.metrics import add_metrics_options, served
 from anatomy.cli.render import PhaseEnds, peak, refused, say
 from anatomy.cli.signals import POLL_SECONDS, StopSignals
 from anatomy.engine.manager import DeviceBusy, RunManager, machine
+from anatomy.engine.predicting import Answer, Predicting
 from anatomy.engine.prometheus import EndpointRefused
-from anatomy.prediction import breakdown
 from anatomy.store import DatabaseError, Step, Store, unreachable
 from anatomy.views import text
 from anatomy.vocabulary import Phase, Status
@@ -104,11 +103,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         checked = validated(values_from_args(args, info.has_gpu), info.gpu_count)
     except InvalidOptions as error:
         return refused(error)
-    store = Store(args.store)
-    manager = RunManager(store, tell=lambda line: say(line, file=sys.stderr, flush=True),
-                         front="anatomy run")
+    manager: RunManager | None = None
     try:
-        with served(args, lambda: [r.figures for r in list(manager.recordings.values())]):
+        # The endpoint before the store: one refused (its port taken) leaves no store behind
+        with served(args, lambda: [] if manager is None else
+                    [r.figures for r in list(manager.recordings.values())]):
+            store = Store(args.store)
+            manager = RunManager(store, tell=lambda line: say(line, file=sys.stderr, flush=True),
+                                 front="anatomy run")
             return _run(args, checked, store, manager)
     except EndpointRefused as error:
         print(f"error: {error}", file=sys.stderr)
@@ -118,7 +120,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, checked: Checked, store: Store, manager: RunManager) -> int:
     options = checked.options
     quantized = models.named_quantization(options.model)  # read before the run starts
-    with StopSignals() as signals:
+    with StopSignals() as signals, contextlib.ExitStack() as ending:
         try:
             run_id = manager.start(checked)
         except InvalidOptions as error:
@@ -126,8 +128,8 @@ def _run(args: argparse.Namespace, checked: Checked, store: Store, manager: RunM
         except DeviceBusy as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
-        if args.metrics_port is not None:
-            _predict_for_metrics(manager, store, run_id)
+        if args.metrics_port is not None:  # ended with the run: no process outlives it
+            ending.callback(_predict_for_metrics(manager, store, run_id).end)
         signals.on_stop = lambda: manager.request_stop(run_id, signals.reason())
         signals.on_pause = manager.pause
         if signals.received is not None:  # it came while the run started
@@ -164,24 +166,19 @@ def _run(args: argparse.Namespace, checked: Checked, store: Store, manager: RunM
     return _outcome(manager, store, run_id)
 
 
-def _predict_for_metrics(manager: RunManager, store: Store, run_id: int) -> None:
+def _predict_for_metrics(manager: RunManager, store: Store, run_id: int) -> Predicting:
     """The predicted peak beside the measured memory on /metrics, once the run can be predicted
-    (a CPU run's RSS prediction stands on its weights phase): in a thread, so that the phases
-    are printed as they end while the prediction traces."""
+    (a CPU run's RSS prediction stands on its weights phase). In a child of its own, as a
+    user's Trainer's is (engine/predicting.py): traced in a thread of this process, torch's
+    threads still ran as the interpreter exited after the run, which aborted it ("terminate
+    called without an active exception", exit status 134)."""
     figures = manager.recordings[run_id].figures
 
-    def predict() -> None:
-        while manager.is_active(run_id):
-            rep = report(store, run_id)
-            if rep.on_gpu or rep.phase_memory()[Phase.WEIGHTS] is not None:
-                try:
-                    figures.predicted_peak = breakdown.predicted_peak(rep)
-                except Exception:  # noqa: BLE001 - no prediction: /metrics goes on without it
-                    pass
-                return
-            time.sleep(POLL_SECONDS)
+    def answered(answer: Answer) -> None:
+        if answer.peak is not None:  # none: /metrics goes on without it
+            figures.predicted_peak = answer.peak
 
-    threading.Thread(target=predict, name=f"anatomy-prediction-{run_id}", daemon=True).start()
+    return Predicting(store.locator(), run_id, None, answered)
 
 
 def _outcome(manager: RunManager, store: Store, run_id: int) -> int:

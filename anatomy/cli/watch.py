@@ -58,10 +58,12 @@ def cmd_watch(args: argparse.Namespace) -> int:
         devices = watch.choose_devices(info, args.gpus)
         if across is not None:  # before the store is made: a file would be left behind
             launch.refuse_file(resolve_path(args.store), across)
-        store = Store(args.store)
-        watched = watch.Watch(command, store, info, devices, args.name, args.sample_rate, across,
-                              phase_lines=_phase_lines(store))
-        with served(args, lambda: _figures(watched)):
+        watched: watch.Watch | None = None
+        # The endpoint before the store: one refused (its port taken) leaves no store behind
+        with served(args, lambda: [] if watched is None else _figures(watched)):
+            store = Store(args.store)
+            watched = watch.Watch(command, store, info, devices, args.name, args.sample_rate,
+                                  across, phase_lines=_phase_lines(store))
             return watched.run()
     except (watch.WatchRefused, launch.LaunchRefused, EndpointRefused) as error:
         print(f"error: {error}", file=sys.stderr)

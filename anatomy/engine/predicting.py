@@ -1,8 +1,9 @@
-"""The predicted peak of a user's own training, worked out beside it: a child interpreter reads
-the run's facts from its store (the model's config, the options, the sequence length the
-Trainer callback described at the first step), predicts as the Anatomy page does
-(prediction/breakdown.py), and says the peak in one line; the callback hands it to the run's
-figures, so that its logs and /metrics carry `anatomy/predicted_peak_mib` once it is known.
+"""The predicted peak of a training, worked out beside it: a child interpreter reads the run's
+facts from its store (the model's config, the options, the sequence length the Trainer callback
+described at the first step), predicts as the Anatomy page does (prediction/breakdown.py), and
+says the peak in one line; the front (a user's Trainer callback, `anatomy run --metrics-port`)
+hands it to the run's figures, so that its logs and /metrics carry `anatomy/predicted_peak_mib`
+once it is known.
 
 Why a child: the prediction traces a training step on fake tensors (seconds of CPU, torch's
 dispatch modes); in the user's process it would hold the GIL against the training and share
@@ -153,8 +154,10 @@ def predict(locator: str, run_id: int, seq_len: int) -> Answer:
         if store.run(run_id) is None:  # deleted meanwhile, or a store that is not the run's
             return Answer(None, f"run {run_id} is not in the store {store.path}")
         rep = report(store, run_id)
-        known = rep.environment.model_config is not None and \
-            (not seq_len or (rep.options.seq_len or 0) >= seq_len) and \
+        # A run of anatomy's own names its model in its options (a preset, a file it keeps);
+        # a user's training, by the config its callback stored.
+        model = rep.started_by_anatomy or rep.environment.model_config is not None
+        known = model and (not seq_len or (rep.options.seq_len or 0) >= seq_len) and \
             (rep.on_gpu or rep.phase_memory()[Phase.WEIGHTS] is not None)
         if known:
             break

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import urllib.parse
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -168,6 +169,44 @@ def test_a_watched_command_that_marks_no_phase_is_served_in_its_process_phase(st
     assert watch.returncode == 0, err
     (run,) = store.runs()
     assert [p.name for p in store.phases(run.id)] == ["process"]  # the name the run keeps
+
+
+def test_anatomy_runs_predicted_peak_is_served_from_a_child_that_ends_with_the_run(store,
+                                                                                  tmp_path):
+    """`anatomy run --metrics-port P` serves the prediction's peak beside the memory. It was
+    traced in a thread of the CLI's own, still in torch as the interpreter exited after a short
+    run: "terminate called without an active exception", exit status 134, in about one run of
+    six on a loaded machine. It is worked out in a child of its own (as a user's Trainer's is),
+    which ends with the run."""
+    import psutil
+
+    from anatomy.prediction import breakdown
+
+    port = free_port()
+    run = subprocess.Popen(
+        [sys.executable, "-m", "anatomy", "run", "--model", "tiny", "--max-steps", "100000",
+         "--batch-size", "2", "--seq-len", "16", "--sample-rate", "50", "--metrics-port",
+         str(port), "--metrics-host", "127.0.0.1", "--store", str(store.path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+        env=_env(store))
+    address = f"http://127.0.0.1:{port}/metrics"
+    try:
+        served = wait_until(lambda: _served(address).get("anatomy_predicted_peak_bytes"), 240,
+                            "the predicted peak served", process=run)
+        # Traced in a child: torch is never loaded into the CLI's own process
+        torch_in_front = "libtorch" in (Path("/proc") / str(run.pid) / "maps").read_text()
+        children = [p for p in psutil.process_iter(["cmdline"])
+                    if {"anatomy.engine.predicting", str(store.path)}
+                    <= set(p.info["cmdline"] or ())]
+    finally:
+        run.send_signal(2)  # Ctrl-C: the run stops, its child with it
+        _, err = run.communicate(timeout=120)
+    assert run.returncode == 130, err[-3000:]
+    assert "terminate called" not in err and not torch_in_front
+    (recorded,) = store.runs()
+    assert [s.value for s in served] == [breakdown.predicted_peak(report(store, recorded.id))]
+    wait_until(lambda: not [p for p in children if p.is_running()
+                            and p.status() != psutil.STATUS_ZOMBIE], 10, "the child's end")
 
 
 PROMETHEUS = shutil.which("prometheus")

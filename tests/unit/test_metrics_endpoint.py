@@ -116,6 +116,22 @@ def test_a_port_taken_is_refused_in_one_line_before_the_watch_starts(capsys, sto
     assert store.runs() == []
 
 
+def test_a_port_taken_leaves_no_store_behind(tmp_path, capsys):
+    """`run` and `watch` made their --store before the endpoint was refused: a refused command
+    left a new store file behind, though nothing was stored."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for command, rest in (("run", ["--model", "tiny", "--max-steps", "1"]),
+                              ("watch", ["--", sys.executable, "-c", "pass"])):
+            path = tmp_path / f"{command}.sqlite"
+            assert main([command, "--store", str(path), "--metrics-port", str(port),
+                         "--metrics-host", "127.0.0.1", *rest]) == 2
+            assert f"cannot listen on 127.0.0.1:{port}" in one_line(capsys.readouterr().err)
+            assert not path.exists(), command
+
+
 def test_the_endpoints_address_on_an_ipv6_host_is_a_url_that_reaches_it():
     """`--metrics-host ::1` said "metrics: http://::1:9400/metrics", which no client reads."""
     endpoint = serve(0, "::1", lambda: [_training_run()])
