@@ -104,20 +104,33 @@ def cmd_run(args: argparse.Namespace) -> int:
     except InvalidOptions as error:
         return refused(error)
     manager: RunManager | None = None
+    said = Said()
     try:
         # The endpoint before the store: one refused (its port taken) leaves no store behind
         with served(args, lambda: [] if manager is None else
                     [r.figures for r in list(manager.recordings.values())]):
             store = Store(args.store)
-            manager = RunManager(store, tell=lambda line: say(line, file=sys.stderr, flush=True),
-                                 front="anatomy run")
-            return _run(args, checked, store, manager)
+            manager = RunManager(store, tell=said, front="anatomy run")
+            return _run(args, checked, store, manager, said)
     except EndpointRefused as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
 
 
-def _run(args: argparse.Namespace, checked: Checked, store: Store, manager: RunManager) -> int:
+class Said:
+    """What the run's recording said at once (a database server gone, and back), printed as it
+    happens and kept, so that the run's end does not print it again from its messages."""
+
+    def __init__(self) -> None:
+        self.lines: set[str] = set()
+
+    def __call__(self, line: str) -> None:
+        self.lines.add(line)
+        say(line, file=sys.stderr, flush=True)
+
+
+def _run(args: argparse.Namespace, checked: Checked, store: Store, manager: RunManager,
+         said: Said) -> int:
     options = checked.options
     quantized = models.named_quantization(options.model)  # read before the run starts
     with StopSignals() as signals, contextlib.ExitStack() as ending:
@@ -159,11 +172,11 @@ def _run(args: argparse.Namespace, checked: Checked, store: Store, manager: RunM
                 manager.stop(run_id, reason)
     if signals.received is not None:  # a hang-up's terminal may be gone: its status says it
         with contextlib.suppress(OSError):
-            _outcome(manager, store, run_id)
+            _outcome(manager, store, run_id, said)
         return signals.exit_code()
     if closed is not None:  # the run is recorded; the output's end is said as every command's
         raise closed
-    return _outcome(manager, store, run_id)
+    return _outcome(manager, store, run_id, said)
 
 
 def _predict_for_metrics(manager: RunManager, store: Store, run_id: int) -> Predicting:
@@ -181,15 +194,17 @@ def _predict_for_metrics(manager: RunManager, store: Store, run_id: int) -> Pred
     return Predicting(store.locator(), run_id, None, answered)
 
 
-def _outcome(manager: RunManager, store: Store, run_id: int) -> int:
-    """Print how the run ended, the walkthrough's way; its exit status."""
+def _outcome(manager: RunManager, store: Store, run_id: int, said: Said) -> int:
+    """Print how the run ended, the walkthrough's way (the run's messages not said yet); its
+    exit status."""
     rep = report(store, run_id)
     status, error = rep.status, rep.error
     ending = manager.ending(run_id)
     if ending is not None and not ending.recorded:  # the store could not take it (full disk)
         status, error = ending.status, ending.error + " (not recorded yet: the store is full)"
     for message in rep.messages:
-        print(f"{message.level}: {message.text}", file=sys.stderr)
+        if f"run {run_id}: {message.text}" not in said.lines:
+            print(f"{message.level}: {message.text}", file=sys.stderr)
     summary = rep.summary
     if status in (Status.COMPLETED, Status.STOPPED):
         for line in text.timing_lines(rep, status):

@@ -237,6 +237,8 @@ def test_a_cli_run_through_a_database_restart_is_whole_and_says_so_each_way(post
     said = [line for line in err.splitlines() if line.startswith(f"run {recorded.id}: ")
             and ("cannot be reached" in line or "is back after" in line)]  # as it happened
     assert len(said) == 2 and "cannot be reached" in said[0], err
+    # said once: the run's end printed them again from its messages, as "warning: …"
+    assert not [line for line in err.splitlines() if line.startswith("warning: the store")], err
     texts = [m.text for m in store.messages(recorded.id)]
     assert [t for t in texts if "cannot be reached" in t or "is back after" in t] == \
         [line.split(": ", 1)[1] for line in said]
