@@ -141,8 +141,12 @@ def test_a_file_of_another_encoding_or_of_mixed_values_is_refused_in_words(text_
     mixed = tmp_path / "mixed.jsonl"
     mixed.write_text('{"text": "the cat"}\n{"text": 5}\n{"text": "a dog"}\n{"text": "far"}\n')
     field, message = _refused(on(text_data, dataset=str(mixed)))
-    assert field == "text_column" and "holds values of several kinds (text beside numbers, " \
-        "lists or objects), not text" in message
+    if field == "dataset":  # an older datasets (the floor, 2.19) refuses the file as it reads it
+        assert "cannot be read as json: JSON parse error: Column(/text) changed from string to " \
+            "number in row 1" in message, message
+    else:
+        assert field == "text_column" and "holds values of several kinds (text beside " \
+            "numbers, lists or objects), not text" in message, message
 
 
 def test_json_lines_named_csv_is_refused_by_its_suffix(text_data, tmp_path):
