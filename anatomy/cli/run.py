@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from anatomy.analysis import models
-from anatomy.analysis.options import Checked, InvalidOptions, validated
+from anatomy.analysis.options import Checked, InvalidOptions, lora_words, validated
 from anatomy.analysis.report import RunReport, report
 from anatomy.cli.arguments import add_run_options, add_store_option, values_from_args
 from anatomy.cli.metrics import add_metrics_options, served
@@ -151,9 +151,9 @@ def _run(args: argparse.Namespace, checked: Checked, store: Store, manager: RunM
         closed: OSError | None = None
         try:
             rep = _once_reachable(lambda: report(store, run_id), signals)
+            lora = f", {lora_words(options)}" if options.lora else ""
             print(f"run {run_id}: {models.display_name(options.model)}, batch size "
-                  f"{options.batch_size}, "
-                  f"{options.precision}, {rep.device_name}")
+                  f"{options.batch_size}, {options.precision}{lora}, {rep.device_name}")
             if quantized:
                 print(f"model: {quantized}")
             if rep.environment.data is not None:

@@ -51,6 +51,19 @@ def test_run_prints_each_phase_and_the_summary(recorded):
     assert any(line.startswith("Time: ") and line.endswith(" s") for line in lines)  # its unit
 
 
+def test_a_lora_runs_first_line_says_its_lora(tmp_path):
+    """`anatomy run --lora-rank 4` said "run 1: tiny, batch size 4, fp32, CPU", as a run that
+    trains every weight: the Live page and `show` name its LoRA."""
+    from dataclasses import replace
+
+    result = anatomy("run", *flags(replace(TINY, lora_rank=4, max_steps=1)),
+                     store=tmp_path / "runs.sqlite")
+    assert result.returncode == 0, result.stderr
+    first = result.stdout.splitlines()[0]
+    assert first.startswith("run 1: tiny, batch size") and ", LoRA rank 4, " in first, \
+        result.stdout
+
+
 def test_runs_and_show_as_json(recorded):
     store, _ = recorded
     runs = json.loads(anatomy("runs", "--json", store=store).stdout)
