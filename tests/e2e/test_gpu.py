@@ -23,7 +23,7 @@ from anatomy.engine.devices import machine
 from anatomy.engine.manager import DeviceLock, RunManager, device_key
 from anatomy.store import PHASES, Store
 from anatomy.units import MIB
-from tests.conftest import PROJECT
+from tests.conftest import PROJECT, make_text_data
 from tests.e2e.conftest import HANG_SECONDS
 from tests.helpers import alive, resnet_config, wait_until, within
 
@@ -415,6 +415,44 @@ def test_a_users_trainer_script_under_watch_on_the_gpu(tmp_path):
     # a small model: the allocator's peak within 3 % or 8 MiB (its rounding is that coarse)
     assert abs(prediction.peak - parts.peak_allocated) <= max(0.03 * parts.peak_allocated,
                                                                8 * MIB)
+
+
+def test_a_users_saved_qwen3_on_their_json_lines_measured_next_to_predicted(tmp_path):
+    """The files a user brings, by relative paths from their own folder: a Qwen3 config as
+    transformers saves it, JSON lines of texts of many lengths and a tokenizer saved with
+    save_pretrained; bf16 weights under a LoRA. On the GPU the run's own prediction (at the
+    micro-batch it measured) holds its components exactly and its allocator peak within 3 %,
+    and `predict` at the data's longest batch is no lower than what the run measured."""
+    from anatomy.prediction.breakdown import NoPrediction, predicted
+
+    (tmp_path / "my-qwen3").mkdir()
+    (tmp_path / "my-qwen3" / "config.json").write_text(
+        (PROJECT / "bench" / "models" / "qwen3-0.6b-saved.json").read_text())
+    make_text_data(tmp_path / "data", tuple(range(20, 420, 10)))  # 40 texts, 20 to 410 tokens
+    flags = ["--model", "my-qwen3", "--dataset", "data/texts.jsonl", "--tokenizer",
+             "data/tokenizer", "--batch-size", "8", "--precision", "bf16", "--weights", "bf16",
+             "--lora-rank", "16", "--max-steps", "5"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, (str(PROJECT), os.environ.get("PYTHONPATH"))))}
+    run = subprocess.run([sys.executable, "-m", "anatomy", "run", *flags, "--store", "u.sqlite"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    assert "40 texts" in run.stdout and "LoRA rank 16" in run.stdout
+    store = Store(tmp_path / "u.sqlite")
+    rep = report(store, 1)
+    assert rep.status == "completed" and rep.on_gpu and rep.steps == 5
+    prediction = predicted(rep)
+    assert not isinstance(prediction, NoPrediction), prediction
+    parts = rep.components
+    assert (prediction.weights, prediction.gradients, prediction.optimizer_states) == \
+        (parts.weights, parts.gradients, parts.optimizer_states)
+    assert prediction.peak == pytest.approx(parts.peak_allocated, rel=0.03)
+    said = subprocess.run([sys.executable, "-m", "anatomy", "predict", *flags, "--json"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert said.returncode == 0, said.stderr
+    longest = json.loads(said.stdout)
+    assert longest["dataset"]["longest_padded_to"] == 410
+    assert longest["components"]["peak"] >= parts.peak_allocated
 
 
 def test_watch_is_refused_while_a_run_holds_the_gpu(manager, store, tmp_path):
