@@ -152,6 +152,29 @@ class Gone(NamedTuple):
     for_memory: bool  # its cgroup's count of out-of-memory kills rose while it lived (OomKills)
 
 
+class Vanished(NamedTuple):
+    """A rank whose link closed mid-phase without a word (killed, crashed): which, and when its
+    close was seen on the run's clock (no earlier than its end: its receiving thread may see it
+    late, never early), and whether any rank's failure had arrived by then."""
+    rank: int
+    seen_at: float
+    after_a_word: bool
+
+    def is_cause(self, failure: protocol.Failure | None) -> bool:
+        """Whether this silent end is the run's cause rather than `failure` (the earliest said):
+        the others were then stopped by the launcher (torchrun's SIGTERM) or lost their peer.
+        Not an end after another rank had said its stop — the launcher's SIGTERM can end a rank
+        before it says its own — by the clock where the failure carries its time, not by which
+        receiving thread ran first; by arrival where it carries none."""
+        if failure is None or failure.after_peer:
+            return True
+        if failure.status != Status.STOPPED:
+            return False
+        if failure.t is None:
+            return not self.after_a_word
+        return self.seen_at < failure.t
+
+
 class _Command:
     """The command, a child process, as the recording follows it. The processes under it are
     listed while it runs, so that those it leaves behind when it ends (orphans, no longer under
@@ -297,11 +320,7 @@ class Watch:
         # The first process that spoke as each rank: the training. Another of the same rank is
         # a process it started that records itself too (a subprocess's evaluation script).
         self.first_pid: dict[int, int] = {}
-        # A rank whose link closed mid-phase without a word (killed, crashed): the first one's,
-        # and whether any rank had said its failure by then (the vanished one then followed it:
-        # a launcher's SIGTERM can end a rank before it says its stop, on a loaded machine).
-        self.vanished: int | None = None
-        self.vanished_after_a_word = False
+        self.vanished: Vanished | None = None  # the first rank gone without a word
         self.said_failure: set[int] = set()  # the pids of the processes that said they failed
         self.said_words = False  # a rank's link has carried its failure (its receiving thread's)
         self.followed: _Command | None = None  # the command's process, once started
@@ -346,8 +365,7 @@ class Watch:
                     message = connection.recv()
                 except (EOFError, OSError):
                     if rank is not None and in_phase and not said and self.vanished is None:
-                        self.vanished = rank
-                        self.vanished_after_a_word = bool(self.said_words)
+                        self.vanished = Vanished(rank, self.recording.now(), self.said_words)
                     return
                 if isinstance(message, protocol.FiguresAsked):
                     try:
@@ -428,13 +446,12 @@ class Watch:
         if killed is not None and code != 0:
             return Ending(Status.OOM, f"{killed_for_memory(killed)}; the command {death(code)}"
                           + printed)
-        # A rank gone without a word (kill -9) is the cause; the others were then stopped by the
-        # launcher (torchrun's SIGTERM), which their own words would otherwise name. Not one
-        # gone after another rank had said its failure: that rank is.
-        if self.vanished is not None and not self.vanished_after_a_word and len(self.ranks) > 1 \
-                and code != 0 and (failure is None or failure.status == Status.STOPPED):
-            return Ending(Status.FAILED, f"rank {self.vanished} ended without a word (killed or"
-                          f" crashed); the command {death(code)}" + printed)
+        # A rank gone without a word (kill -9) is the cause, not the words of the ranks the
+        # launcher then stopped.
+        if self.vanished is not None and len(self.ranks) > 1 and code != 0 \
+                and self.vanished.is_cause(failure):
+            return Ending(Status.FAILED, f"rank {self.vanished.rank} ended without a word (killed"
+                          f" or crashed); the command {death(code)}" + printed)
         if failure is not None and code == 0 \
                 and failure.source.pid != self.first_pid.get(failure.source.rank or 0):
             # A process the training started, recording itself too, ended its part so (an

@@ -94,6 +94,28 @@ def test_of_several_ranks_the_cause_is_the_first_to_fail_on_the_runs_clock_not_t
         assert collector.outcome.failure == signalled, order
 
 
+def test_under_watch_a_rank_gone_silent_is_the_cause_by_the_runs_clock_not_by_arrival():
+    """Rank 1 says its stop (at 5.0 on the run's clock), then the launcher's SIGTERM ends rank 0
+    before it says its own: rank 0's link closes silent. Its receiving thread may see the close
+    before rank 1's thread has passed on the stop (a loaded machine): the run named rank 0
+    "ended without a word". Seen later than the stop was said, the rank that said it is the
+    cause; a rank killed first, the peers' later stops or lost collectives are not."""
+    from anatomy.engine.watch import Vanished
+
+    stop = protocol.Failure(Status.STOPPED, "stopped by SIGINT", protocol.Source(1), t=5.0)
+    for arrived_first in (False, True):
+        assert not Vanished(0, 5.3, after_a_word=arrived_first).is_cause(stop)
+        assert Vanished(0, 4.8, after_a_word=arrived_first).is_cause(stop)
+    lost = protocol.Failure(Status.FAILED, "reset by peer", protocol.Source(1), True, t=4.9)
+    assert Vanished(0, 5.3, after_a_word=True).is_cause(lost)
+    error = protocol.Failure(Status.FAILED, "ValueError", protocol.Source(1), t=6.0)
+    assert not Vanished(0, 5.3, after_a_word=False).is_cause(error)
+    assert Vanished(0, 5.3, after_a_word=False).is_cause(None)
+    undated = protocol.Failure(Status.STOPPED, "stopped by SIGINT", protocol.Source(1))
+    assert Vanished(0, 5.3, after_a_word=False).is_cause(undated)  # by arrival: no time said
+    assert not Vanished(0, 5.3, after_a_word=True).is_cause(undated)
+
+
 def test_a_watched_process_dates_its_failure_on_the_runs_clock(monkeypatch):
     """A process under `anatomy watch` says its stop and its error with the time they came on
     the watch's clock ($ANATOMY_T0), which every rank of the machine shares."""
