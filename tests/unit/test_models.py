@@ -436,6 +436,32 @@ def test_grouped_convolutions_named_at_a_rank_their_groups_do_not_divide_say_so(
     assert any(n.endswith("dwconv") for n in _adapted(lora))
 
 
+def test_a_layer_whose_model_reads_what_peft_s_wrapper_hides_is_no_lora_target(tmp_path):
+    """peft's LoRA wrapper of a convolution passes on its weight and bias, not its stride:
+    Whisper's encoder reads its conv1's and conv2's stride in its forward, and `--lora-targets
+    conv1` was refused only by the trace ("cannot predict whisper: … WhisperEncoder.forward:
+    'Conv1d' object has no attribute 'stride'"), listed among the layers LoRA can adapt, and a
+    run would start and fail. It is refused before anything starts, and never offered."""
+    name = _saved(tmp_path, "whisper", d_model=64, encoder_layers=1, decoder_layers=1,
+                  encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64,
+                  decoder_ffn_dim=64)
+    spec = models.resolve(name)
+    said = ("lora_targets: conv1 names model.encoder.conv1 of whisper: it is a Conv1d whose "
+            "stride WhisperEncoder reads, which peft's LoRA wrapper of it does not pass on (the "
+            "layers LoRA can adapt: k_proj, v_proj, q_proj, out_proj, fc1, fc2)")
+    assert validate(RunOptions(model=name, lora_rank=8, lora_targets="conv1",
+                             seq_len=16), 0) == \
+        {"lora_targets": said}
+    errors = validate(RunOptions(model=name, lora_rank=8, lora_targets="q_proj,conv2",
+                                 seq_len=16), 0)
+    assert errors["lora_targets"].startswith("lora_targets: conv2 names model.encoder.conv2 of "
+                                             "whisper: it is a Conv1d whose stride")
+    assert not {"conv1", "conv2"} & set(models.linear_module_names(spec))
+    with pytest.raises(ModelError, match=re.escape(said.split(" (the layers")[0])):
+        models.build_model(spec, "meta", lora_rank=8, lora_targets=("conv1",), pretrained=False)
+    assert validate(RunOptions(model=name, lora_rank=8, lora_targets="q_proj,fc1",
+                             seq_len=16), 0) == {}
+
 def test_the_head_and_task_come_from_transformers_tables(tmp_path):
     t5 = models.resolve(_config_file(tmp_path, "t5"))
     assert (t5.task, t5.head) == (SEQ2SEQ, "T5ForConditionalGeneration")

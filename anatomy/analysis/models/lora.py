@@ -108,6 +108,11 @@ def _modules(spec: ModelSpec, config_key: str) -> _Modules:
                  or "attn" in name.lower(), whole_here)
 
     walk(model, "", False, None)
+    for layer, why in _hidden_from_the_model(model, found).items():
+        found.remove(layer)
+        others.add(layer.short)
+        kinds.append((layer.name, type(model.get_submodule(layer.name)).__name__))
+        withheld.append((layer.name, why))
     refused = _refused_by_peft(spec.model_type, frozenset(layer.short for layer in found))
     for layer in found:
         if layer.short in refused:
@@ -117,6 +122,75 @@ def _modules(spec: ModelSpec, config_key: str) -> _Modules:
                                          f"{spec.model_type} models"))
     return _Modules(tuple(layer for layer in found if layer.short not in refused),
                     tuple(withheld), frozenset(others), tuple(sorted(heads)), tuple(kinds))
+
+
+# Methods that run before peft wraps anything: what they read of a layer needs no wrapper.
+_BEFORE_PEFT = frozenset({"__init__", "_init_weights", "init_weights", "post_init"})
+
+
+def _hidden_from_the_model(model, layers: list[Layer]) -> dict[Layer, str]:
+    """The layers whose model reads, in its code, an attribute of theirs that peft's LoRA
+    wrapper of them does not pass on (it passes on the weight and the bias, not a convolution's
+    stride, which Whisper's encoder reads of its conv1 and conv2), each with why, a verb's
+    words: adapted, the model stops at that read ("'Conv1d' object has no attribute 'stride'").
+    Read from the source of the modules that hold the layer, as `self.conv1.stride`."""
+    hidden = {}
+    for layer in layers:
+        module = model.get_submodule(layer.name)
+        path = layer.name.split(".")
+        # the nearest holder first: its forward is what calls the layer
+        holders = (model.get_submodule(".".join(path[:depth]))
+                   for depth in range(len(path) - 1, -1, -1))
+        reads = [(attribute, reader) for holder in holders
+                 for (child, attribute), reader in _reads(type(holder))
+                 if child == layer.short and hasattr(module, attribute)]
+        wrapped = _wrapper_of(module) if reads else None
+        missed = next(((attribute, reader) for attribute, reader in reads
+                       if wrapped is not None and not hasattr(wrapped, attribute)), None)
+        if missed is not None:
+            hidden[layer] = (f"is a {type(module).__name__} whose {missed[0]} {missed[1]} "
+                             "reads, which peft's LoRA wrapper of it does not pass on")
+    return hidden
+
+
+@lru_cache(maxsize=256)
+def _reads(cls) -> tuple[tuple[tuple[str, str], str], ...]:
+    """((child, attribute), class) for every `.child.attribute` read in the methods of the class
+    and of its bases outside torch that run once the model is built."""
+    import inspect
+
+    found = []
+    for base in cls.__mro__:
+        if base.__module__.startswith(("torch.", "builtins")):
+            continue
+        for name, function in vars(base).items():
+            if name in _BEFORE_PEFT or not inspect.isfunction(function):
+                continue
+            try:
+                source = inspect.getsource(function)
+            except (OSError, TypeError):
+                continue
+            found += [((child, attribute), base.__name__)
+                      for child, attribute in re.findall(r"\.([A-Za-z_]\w*)\.([A-Za-z_]\w*)",
+                                                         source)]
+    return tuple(dict.fromkeys(found))
+
+
+def _wrapper_of(module):
+    """peft's LoRA wrapper of the layer, built on the meta device (None where peft builds
+    none: what it refuses is said elsewhere)."""
+    import torch
+    from peft import LoraConfig
+    from peft.tuners.lora.model import LoraModel
+
+    rank = getattr(module, "groups", 1)
+    try:
+        with torch.device("meta"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return LoraModel._create_new_module(LoraConfig(r=rank), "default", module, r=rank,
+                                                lora_alpha=rank)
+    except Exception:  # noqa: BLE001 - a layer peft cannot wrap: its own check says why
+        return None
 
 
 def _peft_task(spec: ModelSpec, model):
@@ -298,6 +372,13 @@ def unknown_target_words(spec: ModelSpec, target: str) -> str:
     return f"{target} names no module of {spec.display_name}"
 
 
+def _names_withheld_alone(spec: ModelSpec, target: str) -> bool:
+    """Whether the target names a layer peft will not adapt here, and none it adapts."""
+    modules = _modules(spec, config_key(spec))
+    return bool(unknown_lora_targets(spec, (target,))) and any(
+        name == target or name.endswith(f".{target}") for name, _ in modules.withheld)
+
+
 def rank_problem(spec: ModelSpec, rank: int, targets: tuple[str, ...]) -> str | None:
     """Why peft cannot adapt the named targets at this rank, in words, or None: a grouped
     (depthwise) convolution takes an adapter only at a rank its groups divide (peft's "Targeting
@@ -346,6 +427,12 @@ def apply_lora(model, spec: ModelSpec, rank: int, targets: tuple[str, ...] = (),
     task_type = _peft_task(spec, model)
     modules = lora_target_modules(spec, targets)
     problem = rank_problem(spec, rank, targets) if targets and modules != ALL_LINEAR else None
+    # a layer peft would not adapt, or the model would stop at once wrapped
+    # (`_hidden_from_the_model`), named alone: in anatomy's words, as the options' check has it
+    withheld = next((target for target in targets if modules != ALL_LINEAR
+                     and _names_withheld_alone(spec, target)), None)
+    if withheld is not None:
+        problem = f"lora_targets: {unknown_target_words(spec, withheld)}"
     if problem:
         raise ModelError(problem)
     # peft's all-linear leaves out the output embeddings and a sequence classifier's head, not a
