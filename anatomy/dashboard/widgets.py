@@ -79,18 +79,22 @@ TABLE_PX = 580
 
 
 def table(data, column_config: dict | None = None, fit: Sequence[str] | None = None,
-          widest: dict[str, int] | None = None, **kwargs):
+          widest: dict[str, int] | None = None, always: Sequence[str] = (), **kwargs):
     """st.dataframe, a missing value shown as MISSING, each text column wide enough for its
     texts (a column configured with a width keeps it), and no wider than `widest` says for it.
     `fit`: the headings in the order they earn a place; those that fit TABLE_PX side by side are
-    shown, the others hidden, a click away in the table's toolbar (Show/hide columns)."""
+    shown, the others hidden, a click away in the table's toolbar (Show/hide columns). `always`:
+    headings shown whatever room they take (what a row is read for), counted first."""
     config = dict(column_config or {})
     for name, width in _text_widths(data, widest).items():
         if config.get(name) is None:
             config[name] = st.column_config.Column(width=width)
     if fit is not None:
-        widths, used = _widths(data, widest), 0
+        widths = _widths(data, widest)
+        used = sum(widths[name] for name in always)
         for name in fit:
+            if name in always:
+                continue
             used += widths[name]
             if used > TABLE_PX:
                 config[name] = {**(config.get(name) or {}), "hidden": True}

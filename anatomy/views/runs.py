@@ -42,11 +42,12 @@ NOTHING_PLOTTED = ("No run of this list has both a peak and a speed to place her
                    "second: what a completed run of anatomy's own or of a Trainer reports).")
 
 
-# Which run (its id, its name, its model: what a user tells runs apart by), and the figure the
-# list is for: shown at any width, the name and the model in at most WIDEST pixels each, which
-# hold a model class's name ("BertForSequenceClassification") and a name of 20 characters (a
-# longer one is cut in the table; the heading below it says it whole).
-ALWAYS = ("Run", "Name", "Model", PEAK)
+# Which run (its id, its name, its model: what a user tells runs apart by), how it ended (which
+# runs failed: a list of sweep points is read for that first) and the figure the list is for:
+# shown at any width, the name and the model in at most WIDEST pixels each, which hold a model
+# class's name ("BertForSequenceClassification") and a name of 20 characters (a longer one is cut
+# in the table; the heading below it says it whole).
+ALWAYS = ("Run", "Name", "Model", "Status", PEAK)
 WIDEST = {"Name": 180, "Model": 250}
 
 

@@ -195,7 +195,7 @@ def test_the_columns_that_tell_the_runs_apart_come_first_and_the_rest_wait_in_th
     table = runs_view.table(run_rows(store))
     order = runs_view.by_use(table)
     assert sorted(order) == sorted(table[0])  # every column, in the order it earns a place
-    assert order[:4] == ["Run", "Name", "Model", "Peak (MiB)"]
+    assert order[:5] == ["Run", "Name", "Model", "Status", "Peak (MiB)"]
     assert order.index("Batch") < order.index("Device")  # they differ in batch, not in device
     assert order.index("Tags") > order.index("Optimizer")  # no run has a tag: last
 
@@ -229,6 +229,25 @@ def test_every_runs_name_and_model_are_shown_whatever_else_the_table_holds(store
     table = app.dataframe[0].value
     assert table["Model"].tolist() == ["bert-large-uncased", "my-mistral"]
     assert table["Name"].tolist()[1].startswith("my Mistral")
+
+
+def test_which_runs_failed_is_shown_whatever_else_the_table_holds(store, seed):
+    """A sweep's runs, named at length, of a model class's long name: the Status column (and the
+    peak after it) hid behind the table's column menu, and a user could not see which run failed
+    without opening each."""
+    import json
+
+    ok, failed = seed(), seed(status="oom")
+    for run_id, name in ((ok, "bert-large sweep point 0 with a longer name"),
+                         (failed, "bert-large sweep point 1 with a longer name")):
+        store.rename_run(run_id, name)
+        store.update_run(run_id, options={**store.run(run_id).options,
+                                          "model": "BertForSequenceClassification"})
+    app = _page()
+    config = json.loads(app.dataframe[0].proto.columns)
+    for heading in ("Run", "Name", "Model", "Status", "Peak (MiB)"):
+        assert not config.get(heading, {}).get("hidden"), heading
+    assert app.dataframe[0].value["Status"].tolist() == ["oom", "completed"]
 
 
 def test_a_run_without_a_sample_says_so_instead_of_an_empty_chart(store):

@@ -24,7 +24,7 @@ def runs_table(rows: list[RunListing]) -> list[int]:
     """The table (click a heading to sort); the ids of the rows selected in it."""
     table = view.table(rows)
     event = widgets.table(
-        table, fit=view.by_use(table), widest=view.WIDEST,
+        table, fit=view.by_use(table), always=view.ALWAYS, widest=view.WIDEST,
         hide_index=True, key="runs_table", on_select="rerun", selection_mode="multi-row",
         column_config={"Time (s)": st.column_config.NumberColumn(format="%.2f"),
                        "Samples/s": st.column_config.NumberColumn(format="%.2f"),
