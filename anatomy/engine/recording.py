@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from anatomy.analysis.machine import Device, Machine
 from anatomy.analysis.report import trained_until_stopped
-from anatomy.engine import protocol, sampler
+from anatomy.engine import kept, protocol, sampler
 from anatomy.engine.collector import FLUSH_SECONDS, Collector, Outcome
 from anatomy.engine.endings import Ending, OomKills, death, killed_for_memory
 from anatomy.engine.figures import Figures
@@ -44,6 +44,7 @@ from anatomy.engine.lifeline import (
 from anatomy.engine.processes import end_tree
 from anatomy.store import (
     DatabaseError,
+    Message,
     RunFacts,
     RunSource,
     Store,
@@ -53,7 +54,7 @@ from anatomy.store import (
     unreachable,
 )
 from anatomy.store.liveness import ENDED_WITHOUT_A_WORD, is_alive
-from anatomy.vocabulary import Status
+from anatomy.vocabulary import Level, Status
 
 TAIL_SECONDS = 0.3    # the sampler outlives the training this long, so the end is measured
 SAMPLER_TIMEOUT_SECONDS = 10.0
@@ -216,6 +217,8 @@ class Recording:
         self.part: Part | None = None  # one host's part of a run across hosts
         self.host = 0  # its place among the run's hosts: its devices are stored apart
         self.run_ending: Ending | None = None  # a run across hosts': written by this host
+        self.identity: str | None = None  # a database server's store's id: where it is kept
+        self._kept: tuple | None = None  # what the file of its kept writes holds (`_keep`)
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -248,6 +251,9 @@ class Recording:
         across hosts)."""
         self.run_id = run_id
         self.store.reserve(self.run_id)
+        if self.store.engine_name == "postgresql":  # its server may go away: keep its writes
+            with contextlib.suppress(DatabaseError):
+                self.identity = self.store.identity()
         self.figures.run_id = self.run_id
         self.collector = Collector(self.store, self.run_id, self.outcome, self.figures,
                                    say=self._say, clock=self.now)
@@ -489,9 +495,12 @@ class Recording:
             try:
                 self._write_ending(ending)
                 self.ending = ending
+                if self._kept is not None:
+                    kept.forget(self.identity, self.run_id)
                 return
             except DatabaseError as error:
                 if unreachable(error):
+                    self._keep(ending)
                     time.sleep(RETRY_SECONDS)
                     continue
                 attempt += 1
@@ -499,6 +508,46 @@ class Recording:
         self.ending = Ending(ending.status, ending.error, recorded=False)
         threading.Thread(target=self._record_later, args=(ending,),
                          name=f"anatomy-record-{self.run_id}", daemon=True).start()
+
+    def _keep(self, ending: Ending) -> None:
+        """The training has ended and the server is away: the ending and every write that waits
+        for it go to a file as well (engine/kept.py), said once, and again whenever part of them
+        has been written meanwhile (a server back for a moment), so that the file never holds a
+        row the store has. A host's part of a run across hosts is not kept (its ending is the
+        launch's, engine/launch.py)."""
+        collector = self.collector
+        if self.identity is None or self.part is not None:
+            return
+        holds = (len(collector.rows.samples), len(collector.rows.steps), len(collector.changes))
+        if self._kept == holds:
+            return
+        first = self._kept is None
+        where = kept.path_of(self.identity, self.run_id)
+        if first:
+            words = ending.status + (f": {ending.error}" if ending.error else "")
+            at = self.outcome.worker_ended if self.outcome.worker_ended is not None else self.now()
+            what = kept.Kept(self.run_id, collector.rows, collector.changes, self.outcome,
+                             ending).words()
+            text = (f"the training has ended ({words}) at {at:.1f} s, and the store"
+                    f" {self.store.path} cannot be reached: its ending and what was recorded"
+                    f" meanwhile ({what}) wait for it, kept in {where} too; should this process"
+                    " end first, the next `anatomy run`, `anatomy sweep` or `anatomy dashboard`"
+                    " on this store writes them in")
+            collector.rows.messages.append(Message(self.now(), Level.WARNING, text))
+        try:
+            kept.keep(kept.Kept(self.run_id, collector.rows, collector.changes, self.outcome,
+                                ending, self.stop_summary), self.identity)
+        except OSError as error:
+            if first:
+                self._say(f"the training has ended ({ending.status}), and the store"
+                          f" {self.store.path} cannot be reached: what waits for it is held in"
+                          f" this process only, as {where} cannot be written ({error.strerror});"
+                          " ending this process loses it")
+            self._kept = holds
+            return
+        self._kept = holds
+        if first:
+            self._say(text)
 
     def _record_later(self, ending: Ending) -> None:
         signals_to_the_main_thread()
@@ -513,29 +562,10 @@ class Recording:
 
     def _write_ending(self, ending: Ending) -> None:
         self.collector.flush(keep=False)  # what a database server's outage kept, first
-        store, end = self.store, self.outcome.phases_end
         if self.part is not None:
             self._write_part(ending)
             return
-        ranks = store.ranks(self.run_id)
-        if len(ranks) > 1:  # a rank that died early (killed) holds its memory until its last step
-            for rank in ranks:
-                last = store.last_step(self.run_id, rank)
-                if last is not None and last.t < end:
-                    store.close_phases(self.run_id, last.t, rank)
-        store.close_phases(self.run_id, end)
-        values: dict[str, Any] = {"samples_sent": self.outcome.samples_sent}
-        if self.outcome.summary is None:
-            # A script's own figures, else a stopped Trainer's from its steps (it never returned
-            # to report them, and a stopped run's time and speed were blank)
-            self.outcome.summary = self.stop_summary or (
-                trained_until_stopped(store, self.run_id) if ending.status == Status.STOPPED
-                else None)
-        summary = self.outcome.training_summary()
-        if summary.to_dict():
-            values["summary"] = summary
-        self.store.update_run(self.run_id, **values)
-        self.store.finish(self.run_id, ending.status, ending.error)
+        write_ending(self.store, self.run_id, self.outcome, ending, self.stop_summary)
 
     def _write_part(self, ending: Ending) -> None:
         """A host's part of a run across hosts: only its own ranks' phases end here (the others'
@@ -554,6 +584,31 @@ class Recording:
         self.run_ending = self.part.end(ending, self.outcome.samples_sent)
 
 
+def write_ending(store: Store, run_id: int, outcome: Outcome, ending: Ending,
+                 stop_summary: TrainingSummary | None) -> None:
+    """A run's ending once its rows are written: its open phases closed, its figures, its
+    status; by its recording, or by a later manager from what the recording kept."""
+    end = outcome.phases_end
+    ranks = store.ranks(run_id)
+    if len(ranks) > 1:  # a rank that died early (killed) holds its memory until its last step
+        for rank in ranks:
+            last = store.last_step(run_id, rank)
+            if last is not None and last.t < end:
+                store.close_phases(run_id, last.t, rank)
+    store.close_phases(run_id, end)
+    values: dict[str, Any] = {"samples_sent": outcome.samples_sent}
+    if outcome.summary is None:
+        # A script's own figures, else a stopped Trainer's from its steps (it never returned
+        # to report them, and a stopped run's time and speed were blank)
+        outcome.summary = stop_summary or (
+            trained_until_stopped(store, run_id) if ending.status == Status.STOPPED else None)
+    summary = outcome.training_summary()
+    if summary.to_dict():
+        values["summary"] = summary
+    store.update_run(run_id, **values)
+    store.finish(run_id, ending.status, ending.error)
+
+
 def _completed_unless_failed(outcome: Outcome, code: int | None) -> Ending:
     if outcome.failure is not None:
         return Ending(outcome.failure.status, outcome.failure.text)
@@ -563,22 +618,51 @@ def _completed_unless_failed(outcome: Outcome, code: int | None) -> Ending:
 def end_orphans(store: Store, ours: Sequence[int] = ()) -> list[int]:
     """Write the ending readers already show (store/liveness.py) for the runs still marked
     running whose recorder is gone (killed, or stopped before it could write it): failed,
-    keeping what they recorded, their open phases ended at their last sample. `ours`: runs
-    this process records. The runs' ids; a store that cannot be written now (a full disk) is
-    left as it is, for the next try."""
+    keeping what they recorded, their open phases ended at their last sample — unless their
+    recording kept on this host what it could not write (engine/kept.py): then that, and the
+    run's own ending (a run another host's manager ended so meanwhile too). `ours`: runs this
+    process records. The runs' ids; a store that cannot be written now (a full disk) is left as
+    it is, for the next try."""
     closed = []
     try:
         runs = store.runs(as_recorded=True)
+        identity = (store.identity() if store.engine_name == "postgresql"
+                    and kept.folder().is_dir() else None)
     except DatabaseError:
         return closed
+    waiting = kept.run_ids(identity) if identity else set()
     for run in runs:
-        if run.status != Status.RUNNING or run.id in ours or is_alive(run):
+        if run.id in ours or is_alive(run):
+            continue
+        unended = run.status == Status.RUNNING or run.error == ENDED_WITHOUT_A_WORD
+        if run.id in waiting and not unended:  # its recording wrote it, then ended at once
+            kept.forget(identity, run.id)
+        if run.status != Status.RUNNING and not (run.id in waiting and unended):
             continue
         store.free_reserve(run.id)
         try:
-            store.close_phases(run.id, store.last_time(run.id))
-            store.finish(run.id, Status.FAILED, ENDED_WITHOUT_A_WORD)
+            if not (run.id in waiting and _write_kept(store, identity, run.id)):
+                store.close_phases(run.id, store.last_time(run.id))
+                store.finish(run.id, Status.FAILED, ENDED_WITHOUT_A_WORD)
         except DatabaseError:
             continue
         closed.append(run.id)
     return closed
+
+
+def _write_kept(store: Store, identity: str, run_id: int) -> bool:
+    """What the run's recording kept on this host (engine/kept.py), written now, then its
+    ending; False where nothing readable is kept."""
+    found = kept.found(identity, run_id)
+    if found is None:
+        return False
+    collector = Collector(store, run_id, found.outcome)
+    collector.rows, collector.changes = found.rows, found.changes
+    at = max((m.t for m in found.rows.messages), default=found.outcome.phases_end)  # the last
+    collector.rows.messages.append(Message(
+        at, Level.WARNING, f"written from {kept.path_of(identity, run_id)} by a later anatomy:"
+                           " the process that recorded the run ended before its store was back"))
+    collector.flush(keep=False)
+    write_ending(store, run_id, found.outcome, found.ending, found.stop_summary)
+    kept.forget(identity, run_id)
+    return True

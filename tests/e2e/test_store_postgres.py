@@ -245,6 +245,60 @@ def test_a_cli_run_through_a_database_restart_is_whole_and_says_so_each_way(post
     assert PASSWORD not in out + err
 
 
+def test_a_run_whose_server_is_gone_for_good_at_its_end_keeps_what_it_recorded_past_a_ctrl_c(
+        postgres, pg_url, tmp_path, monkeypatch):
+    """`anatomy run` whose server stops for good while it trains: once the training has ended it
+    says so, and where what waits for the store is kept; Ctrl-C then ends the CLI, and the next
+    manager on that store (the next `anatomy run`, the dashboard) writes it in, with the run's
+    true ending (before: the rows died with the CLI, the run read "failed: ended without a
+    word" and lost its training phase's end and its steps)."""
+    import signal
+    import subprocess
+    import sys
+    from dataclasses import replace
+
+    from anatomy.engine.recording import end_orphans
+    from tests.conftest import PROJECT, TINY, flags
+    from tests.helpers import wait_until
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))  # where the rows are kept
+    store = Store(pg_url)
+    err = tmp_path / "stderr"
+    with err.open("w") as stderr:
+        run = subprocess.Popen([sys.executable, "-m", "anatomy", "run", "--store", pg_url,
+                                *flags(replace(TINY, max_steps=12))], cwd=PROJECT, text=True,
+                               stdout=subprocess.PIPE, stderr=stderr)
+    try:
+        wait_until(lambda: store.runs() and store.sample_count(store.runs()[0].id), 120,
+                   "the run's first samples", process=run)
+        run_id = store.runs()[0].id
+        postgres.stop()
+        try:
+            said = wait_until(lambda: [line for line in err.read_text().splitlines()
+                                       if line.startswith(f"run {run_id}: the training has ended")],
+                              120, "a line saying the training has ended", process=run,
+                              seen=err.read_text)
+            run.send_signal(signal.SIGINT)
+            out, _ = run.communicate(timeout=60)
+        finally:
+            postgres.start()
+    finally:
+        run.kill()
+    kept = list((tmp_path / "data" / "anatomy" / "kept").iterdir())
+    assert len(kept) == 1 and str(kept[0]) in said[0] and "completed" in said[0], said
+    assert PASSWORD not in out + err.read_text()
+    assert end_orphans(store) == [run_id]
+    recorded = store.run(run_id)
+    assert (recorded.status, recorded.error) == ("completed", None)
+    assert store.sample_count(run_id) == recorded.samples_sent > 0
+    assert [p.end_s is not None for p in store.phases(run_id)] == [True] * 4
+    assert store.step_count(run_id) == 12
+    texts = [m.text for m in store.messages(run_id)]
+    assert [t for t in texts if "cannot be reached" in t] and \
+        [t for t in texts if str(kept[0]) in t and "written" in t], texts
+    assert not kept[0].exists()  # written once
+
+
 def test_wrong_credentials_or_no_server_at_start_are_one_line_and_nothing_starts(
         postgres, capsys):
     wrong = postgres.url("postgres", password="not-it")
