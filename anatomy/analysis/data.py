@@ -22,6 +22,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import sys
 import tempfile
 from collections.abc import Mapping
@@ -35,7 +36,7 @@ from anatomy.analysis import dummy_data, models
 from anatomy.analysis.cache import CACHE_ENV, cache_dir
 from anatomy.analysis.lengths import MAX_LENGTH, Lengths
 from anatomy.analysis.models import CAUSAL_LM, SEQUENCE_CLASSIFICATION, ModelSpec
-from anatomy.store import TrainingData
+from anatomy.store import RunFacts, TrainingData
 
 # The files of text load_dataset reads, by suffix: the builder that reads them and its arguments.
 # JSON (lines, or an array of objects), CSV and TSV, Parquet, Arrow (a stream, as datasets writes
@@ -109,6 +110,7 @@ class Texts(NamedTuple):
     # transformers' text-classification example tokenizes them: tokenizer(first, second), its
     # special tokens around and between them, not one text of the two run together.
     pair: bool = False
+    stamp: DataStamp | None = None  # the files it was read from (None: a Hub dataset)
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -178,8 +180,8 @@ def _on_terminal() -> bool:
 
 
 def _stamp(path: Path) -> tuple:
-    """What changes when a dataset's or a tokenizer's files do: each file's name, size and time
-    (a folder's files two levels down: a DatasetDict's splits)."""
+    """What changes when a tokenizer's files do: each file's name, size and time (a folder's
+    files two levels down)."""
     if path.is_file():
         stat = path.stat()
         return ((str(path), stat.st_size, stat.st_mtime_ns),)
@@ -189,6 +191,83 @@ def _stamp(path: Path) -> tuple:
             stat = entry.stat()
             found.append((str(entry), stat.st_size, stat.st_mtime_ns))
     return tuple(found)
+
+
+class DataStamp(NamedTuple):
+    """A dataset's files as they are at a moment: what tells later that its path holds other
+    data. Their names, sizes and modification times, not their bytes: a run reads a saved
+    dataset's tables by mapping them, and hashing every byte of gigabytes at each start would
+    cost more than the run's own reading; datasets itself tells a local file's change by its
+    time (its cache of a file's table is keyed so)."""
+
+    fingerprint: str  # each file's name (under the dataset's path), size and time, hashed
+    size: int  # bytes, its files together
+    modified: float  # the latest of its files' modification times, seconds since the epoch
+
+
+def data_stamp(path: Path) -> DataStamp | None:
+    """The files a dataset is read from, as they are now: a file itself; a folder saved with
+    save_to_disk, its files but datasets' own cache files (cache-….arrow, which a map or a
+    filter writes beside its tables); a folder of data files, its data files. Hidden files
+    (".x", "__x"), which datasets leaves out, are no part of it. None where there is no data
+    (nothing at the path, nothing readable in it)."""
+    found: list[tuple[str, int, int]] = []
+
+    def add(name: str, entry: Path) -> None:
+        try:
+            stat = entry.stat()
+        except OSError:  # gone meanwhile, or a broken link: not data
+            return
+        found.append((name, stat.st_size, stat.st_mtime_ns))
+
+    try:
+        if path.is_file():
+            add(".", path)
+        elif path.is_dir():
+            saved = _saved(path)
+            for root, folders, names in os.walk(path):  # what it may not list, it leaves out
+                folders[:] = sorted(name for name in folders if not _hidden(name))
+                for name in sorted(names):
+                    entry = Path(root, name)
+                    if _hidden(name) or (saved and re.fullmatch(r"cache-.*\.arrow", name)) or \
+                            (not saved and data_format(entry) is None):
+                        continue
+                    add(entry.relative_to(path).as_posix(), entry)
+    except OSError:  # a folder it may not enter: reading it says so, in one line
+        return None
+    if not found:
+        return None
+    fingerprint = hashlib.sha256(json.dumps(found).encode()).hexdigest()[:16]
+    return DataStamp(fingerprint, sum(size for _, size, _ in found),
+                     max(0, max(time for *_, time in found)) / 1e9)
+
+
+class DataChange(NamedTuple):
+    """The data at the path a run trained on, no longer what it read."""
+
+    path: str
+    then: DataStamp
+    now: DataStamp | None  # None: no data there now
+
+
+def data_change(facts: RunFacts) -> DataChange | None:
+    """How the data at the path a run's facts name differs from what the run read; None where
+    it is the same, where the run kept no fingerprint (a Hub dataset, a run stored before runs
+    kept one, the dummy data), or where it ran on another host (its path is that host's)."""
+    data = facts.data
+    if data is None or data.fingerprint is None or not data.dataset or \
+            facts.host not in (None, socket.gethostname()):
+        return None
+    now = data_stamp(Path(data.dataset))
+    if now is not None and now.fingerprint == data.fingerprint:
+        return None
+    return DataChange(data.dataset, DataStamp(data.fingerprint, data.file_bytes or 0,
+                                              data.modified or 0.0), now)
+
+
+def _hidden(name: str) -> bool:
+    """A file or folder datasets leaves out of a folder's data (".x", "__x")."""
+    return name.startswith((".", "__"))
 
 
 def _is_hub_id(text: str) -> bool:
@@ -207,22 +286,25 @@ def _path_of(text: str) -> Path | None:
 # --- the dataset ---
 
 def _load(text: str):
-    """The dataset an option names, as datasets loads it: (its source, a Dataset or DatasetDict)."""
+    """The dataset an option names, as datasets loads it: (its source, a Dataset or
+    DatasetDict, its files' stamp as they were read: None for a Hub dataset)."""
     path = _path_of(text)
     if path is not None:
-        return str(path.resolve()), _load_path(text, path.resolve(), _stamp(path.resolve()))
+        # Taken before it is read: files changed meanwhile are told changed since, not missed.
+        stamp = data_stamp(path.resolve())
+        return str(path.resolve()), _load_path(text, path.resolve(), stamp), stamp
     if data_format(Path(text)) is not None or text.startswith((".", "/", "~")) or \
             not _is_hub_id(text):
         raise DataError("dataset", f"no such file or folder: {_shown(text)}")
     try:
-        return text, _load_hub(text)
+        return text, _load_hub(text), None
     except Exception:  # noqa: BLE001 - not in the cache, however datasets says it
         raise DataError("dataset", f"{_shown(text)} is no file or folder here, nor a Hub dataset "
                         "in the local cache (the Hub is not reached: no network)") from None
 
 
 @lru_cache(maxsize=8)
-def _load_path(text: str, path: Path, stamp: tuple):
+def _load_path(text: str, path: Path, stamp: DataStamp | None):
     import datasets
 
     unreadable = _unreadable(path)
@@ -348,8 +430,7 @@ def _read_whole(text: str, folder: Path) -> str | None:
             for name in names}
     left = sorted(str(entry.relative_to(folder)) for entry in folder.rglob("*")
                   if entry.is_file() and data_format(entry) is not None and entry not in read
-                  and not any(part.startswith((".", "__"))
-                              for part in entry.relative_to(folder).parts))
+                  and not any(map(_hidden, entry.relative_to(folder).parts)))
     if left:
         shown = ", ".join(left[:3]) + (f" and {len(left) - 3:,} more" if len(left) > 3 else "")
         raise DataError("dataset", f"the folder {_shown(text)} holds data files of several "
@@ -621,7 +702,7 @@ def open_texts(options: RunOptions, progress: bool | None = None) -> Texts:
     """The options' dataset split, column and tokenizer, loaded and checked; DataError if one
     cannot be used. `progress`: datasets' bars while it reads a file (None: on a terminal)."""
     _quiet(_on_terminal() if progress is None else progress)
-    source, loaded = _load(options.dataset.strip())
+    source, loaded, stamp = _load(options.dataset.strip())
     split, rows = _split(loaded, options.dataset, options.split.strip())
     column, chat = _column(rows, options.dataset, split, options.text_column.strip())
     tokenizer, tokenizer_source = _tokenizer(options.tokenizer.strip())
@@ -629,7 +710,7 @@ def open_texts(options: RunOptions, progress: bool | None = None) -> Texts:
         raise DataError("tokenizer", f"{_shown(options.tokenizer.strip())} has no chat template:"
                         f" {_shown(column)} holds conversations, which a chat template makes "
                         "text of (a tokenizer saved with one: chat_template.jinja)")
-    return Texts(source, split, column, rows, tokenizer, tokenizer_source, chat)
+    return Texts(source, split, column, rows, tokenizer, tokenizer_source, chat, stamp=stamp)
 
 
 def text_model_error(spec: ModelSpec) -> str | None:
@@ -750,7 +831,10 @@ def tokenized(options: RunOptions, spec: ModelSpec, progress: bool | None = None
         dataset=texts.source, split=texts.split, text_column=texts.column,
         tokenizer=texts.tokenizer_source, padding=options.padding, max_length=cut,
         inputs=inputs, padding_side=texts.tokenizer.padding_side,
-        lengths=tuple((int(n), int(c)) for n, c in zip(lengths, counts)))
+        lengths=tuple((int(n), int(c)) for n, c in zip(lengths, counts)),
+        **({} if texts.stamp is None else {"fingerprint": texts.stamp.fingerprint,
+                                           "file_bytes": texts.stamp.size,
+                                           "modified": texts.stamp.modified}))
     return Tokenized(str(folder), facts)
 
 

@@ -649,11 +649,20 @@ class RunListing:
     lora_rank: int | None = None  # None: a user's training did not say
     source: str = ""  # who started it: "" for anatomy's own worker, else its few words
     imported: str = ""  # where an imported copy was recorded (`Origin.words`); "": here
+    dataset: str = ""  # the data it trained on: an absolute path, or a Hub id; "": the dummy data
 
 
 def when(timestamp: float | None) -> str:
     """A wall-clock time as every list shows it."""
     return datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M:%S") if timestamp else ""
+
+
+def _dataset(rep: RunReport) -> str:
+    """The data a run trained on: as it read it (a path made absolute), else as its options name
+    it (a run that failed before it read it); "" on the dummy data."""
+    data = rep.environment.data
+    return (data.dataset if data is not None and data.dataset else None) or \
+        (rep.options.dataset or "")
 
 
 def run_rows(store: Store, tag: str | None = None, preset: str | None = None,
@@ -673,5 +682,6 @@ def run_rows(store: Store, tag: str | None = None, preset: str | None = None,
             samples_per_second=summary.samples_per_second, model=rep.model,
             processes=rep.world_size, lora_rank=known.lora_rank,
             source="" if rep.started_by_anatomy else rep.source.short_words(),
-            imported="" if run.origin is None else run.origin.words()))
+            imported="" if run.origin is None else run.origin.words(),
+            dataset=_dataset(rep)))
     return rows

@@ -8,6 +8,7 @@ import sys
 
 from anatomy.analysis import components
 from anatomy.analysis.compare import option
+from anatomy.analysis.data import data_change
 from anatomy.analysis.operations import comparison
 from anatomy.analysis.report import IMPORTED, when
 from anatomy.cli.arguments import add_store_option, run_id
@@ -63,6 +64,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"model: {rep.model} from {origin} (its config kept in the run)")
     if env.data is not None:
         print(text.data_line(env.data))
+        change = data_change(env)
+        if change is not None:
+            print(text.data_change_line(change))
     print(table([[phase_name(p.name, rep.on_gpu), f"{p.start_s:.2f}", p.memory_mb]
                  for p in rep.phases],
                  ["phase", "start s", in_mib("memory at end")]))

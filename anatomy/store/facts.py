@@ -179,7 +179,9 @@ class TrainingData(Record):
     """The dataset a run trained on, as it was read (analysis/data.py): where it came from (a
     path made absolute, or a Hub id), its split and column, the tokenizer, how its batches were
     padded and cut, the tensors the tokenizer gave, and how many texts have each length: what a
-    reader predicts the run again from, without the data."""
+    reader predicts the run again from, without the data. And what its files were as the run
+    read them, to tell later that the path holds other data (analysis/data.py's `DataStamp`;
+    None for a Hub dataset, or a run stored before runs kept it)."""
 
     dataset: str | None = fact(checks.text)
     split: str | None = fact(checks.text)
@@ -192,6 +194,11 @@ class TrainingData(Record):
     padding_side: str | None = fact(lambda v, w: checks.choice(v, w, ("right", "left"),
                                                                optional=True))
     lengths: tuple[tuple[int, int], ...] | None = fact(_length_counts)
+    # Each file's name, size and modification time, hashed (not datasets' `_fingerprint`: that
+    # is known only once the data is loaded, and a saved dataset's is what its state.json says).
+    fingerprint: str | None = fact(checks.text)
+    file_bytes: int | None = fact(checks.count)  # its files' sizes together
+    modified: float | None = fact(checks.number)  # the latest of its files' times (epoch seconds)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from datetime import datetime
 
 from anatomy.analysis import models
 from anatomy.analysis.components import measured_batch, partial_micro_batch
+from anatomy.analysis.data import DataChange
 from anatomy.analysis.lengths import Lengths, TextBatch, longest_batches
 from anatomy.analysis.models import display_name
 from anatomy.analysis.options import FIELDS
@@ -20,6 +21,7 @@ from anatomy.analysis.report import (
     RankReading,
     RunReport,
     known_options,
+    when,
 )
 from anatomy.store import HOST_STRIDE, RunRow, Step, TrainingData, checks
 from anatomy.units import in_mib, mib_text
@@ -259,6 +261,19 @@ def data_line(data: TrainingData) -> str:
     return (f"data: {data.dataset} ({data.split}, column {data.text_column}), tokenizer "
             f"{data.tokenizer}, padding {data.padding}{cut}: "
             f"{Lengths(data.lengths or ()).words()}")
+
+
+def data_change_line(change: DataChange) -> str:
+    """`show`'s line under a run's data where the path now holds other data, or none: the run's
+    lengths are still its own."""
+    kept = "the lengths above are the run's own, kept in the store"
+    if change.now is None:
+        return f"data gone: no data is at {change.path} now: {kept}"
+    then, now = (f"{stamp.size:,} bytes, modified {when(stamp.modified)}"
+                 for stamp in (change.then, change.now))
+    if then == now:  # the same size and time: files renamed, or one's time moved back
+        now = "its files' names or times differ"
+    return f"data changed: {change.path} is not what this run trained on (then {then}; now {now}): {kept}"
 
 
 def panel_host(hosts: Sequence[str], host: int) -> str:

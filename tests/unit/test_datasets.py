@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import shutil
 from dataclasses import replace
 
 import pytest
@@ -735,3 +736,85 @@ def test_a_cache_file_that_cannot_be_written_whole_leaves_nothing(tmp_path, monk
     monkeypatch.setattr(cache.os, "replace", fails)
     assert cache.write_atomically(tmp_path / "index.json", b"{}") is False
     assert list(tmp_path.iterdir()) == []
+
+
+def _stored(store, seed, options: RunOptions, progress: bool = False) -> int:
+    """A run stored as `anatomy run` stores one on a dataset: its options and what it read."""
+    options, texts = data.prepared(options, progress=progress)
+    run_id = seed()
+    store.update_run(run_id, options=options.to_dict())
+    store.merge_environment(run_id, {"data": texts.facts.to_dict()})
+    return run_id
+
+
+def _shown(store, run_id: int, capsys) -> list[str]:
+    assert main(["show", str(run_id), "--store", str(store.path)]) == 0
+    return capsys.readouterr().out.splitlines()
+
+
+def test_show_says_when_the_data_at_a_runs_path_is_no_longer_what_it_trained_on(
+        text_data, tmp_path, store, seed, capsys):
+    """A run kept its data's path alone: the file overwritten after the run, `show` named the
+    same path as though it held what the run trained on. The run keeps its files' fingerprint
+    (names, sizes, modification times); a run stored before it did, or whose data is where it
+    was, says nothing more."""
+    import os
+
+    import datasets
+
+    lines = tmp_path / "reviews.jsonl"
+    lines.write_text(text_data.lines.read_text())
+    saved = tmp_path / "saved"
+    shutil.copytree(text_data.dataset, saved)
+    on_lines = _stored(store, seed, on(text_data, dataset=str(lines)))
+    on_saved = _stored(store, seed, on(text_data, dataset=str(saved)))
+    for run_id in (on_lines, on_saved):
+        assert not [line for line in _shown(store, run_id, capsys) if line.startswith("data ")]
+    kept = store.run(on_lines).environment.data
+    assert len(kept.fingerprint) == 16 and kept.file_bytes == lines.stat().st_size
+
+    before = lines.stat().st_size
+    with open(lines, "a") as file:
+        file.write(json.dumps({"text": words(12)}) + "\n")
+    os.utime(lines, (lines.stat().st_atime, lines.stat().st_mtime + 60))
+    (changed,) = [line for line in _shown(store, on_lines, capsys) if line.startswith("data ")]
+    assert changed.startswith(f"data changed: {lines} is not what this run trained on (then "
+                              f"{before:,} bytes, modified ")
+    assert f"; now {lines.stat().st_size:,} bytes, modified " in changed
+    assert changed.endswith("): the lengths above are the run's own, kept in the store")
+
+    shutil.rmtree(saved)
+    datasets.Dataset.from_dict({"text": [words(3)] * 6}).save_to_disk(str(saved))
+    (changed,) = [line for line in _shown(store, on_saved, capsys) if line.startswith("data ")]
+    assert changed.startswith(f"data changed: {saved} is not what this run trained on (")
+    lines.unlink()
+    (gone,) = [line for line in _shown(store, on_lines, capsys) if line.startswith("data ")]
+    assert gone == (f"data gone: no data is at {lines} now: the lengths above are the run's "
+                    "own, kept in the store")
+    # a run stored before runs kept a fingerprint: its path gone too, nothing said
+    old = seed()
+    store.merge_environment(old, {"data": {k: v for k, v in kept.to_dict().items()
+                                           if k not in ("fingerprint", "file_bytes", "modified")}})
+    assert not [line for line in _shown(store, old, capsys) if line.startswith("data ")]
+
+
+def test_runs_lists_the_file_or_folder_each_run_trained_on(text_data, tmp_path, store, seed,
+                                                          capsys):
+    """`anatomy runs` had no column for a run's data: two runs of one model on two datasets
+    read alike. The data's file or folder name, cut in its middle where long, so that the
+    table keeps its width; nothing for a run on the dummy data."""
+    long_name = tmp_path / ("customer-reviews-of-the-winter-season-" + "x" * 30 + ".jsonl")
+    long_name.write_text(text_data.lines.read_text())
+    dummy = seed()
+    on_saved = _stored(store, seed, on(text_data))
+    on_long = _stored(store, seed, on(text_data, dataset=str(long_name)))
+    assert main(["runs", "--store", str(store.path)]) == 0
+    header, *rows = capsys.readouterr().out.splitlines()
+    start = header.index("data ")
+    cells = {int(row.split()[0]): row[start:].split("  ")[0].strip() for row in rows}
+    assert cells[on_saved] == "dataset" and cells[dummy] == ""
+    assert cells[on_long].endswith("xxx.jsonl") and cells[on_long].startswith("customer-")
+    assert "…" in cells[on_long] and len(cells[on_long]) <= 24
+    assert main(["runs", "--json", "--store", str(store.path)]) == 0
+    listed = {row["id"]: row["dataset"] for row in json.loads(capsys.readouterr().out)}
+    assert listed == {dummy: "", on_saved: str(text_data.dataset), on_long: str(long_name)}
