@@ -328,9 +328,11 @@ def _load_path(text: str, path: Path, stamp: DataStamp | None):
                             f"{DATA_FILE_NAMES})")
         # A folder of data files, as a dataset's repository holds them (train.jsonl and
         # test.jsonl; data/train-00000-of-00002.parquet …): datasets names its splits by them.
-        builder = _read_whole(text, path)
-        loaded = _load_files(text, "its files", str(path))
-        return _without_blank_lines(loaded) if builder == "text" else loaded
+        # One builder lists its files (to read them whole) and reads them: load_dataset would
+        # build another, listing them again (0.3 s more on a folder of 400 shards).
+        builder = _folder_builder(text, path)
+        loaded = _built(text, builder)
+        return _without_blank_lines(loaded) if _module(builder) == "text" else loaded
     read = data_format(path)
     if read is None:
         raise DataError("dataset", f"{_shown(text)} is not a dataset: a folder saved with "
@@ -414,30 +416,65 @@ def data_format(path: Path) -> tuple[str, dict] | None:
     return DATA_FILES.get(suffixes[-1]) if suffixes else None
 
 
-def _read_whole(text: str, folder: Path) -> str | None:
-    """The format datasets reads a folder's data files as ("json", "text" …; None where it
-    cannot tell); DataError where it would read them in part: it reads the files of one format
-    alone (the most of them), and a folder of JSON lines beside CSV files trained on the JSON
-    lines without a word. Hidden files (".x", "__x") datasets leaves out, as a user
-    expects."""
+def _folder_builder(text: str, folder: Path):
+    """datasets' builder of a folder's data files, as load_dataset makes it; DataError where it
+    cannot make one, or would read them in part: it reads the files of one format alone (the
+    most of them), and a folder of JSON lines beside CSV files trained on the JSON lines
+    without a word. Hidden files (".x", "__x") datasets leaves out, as a user expects."""
     import datasets
 
+    cache = _datasets_cache()
     try:
-        builder = datasets.load_dataset_builder(str(folder), cache_dir=_datasets_cache())
-    except Exception:  # noqa: BLE001 - load_dataset says why, in one line, next
-        return None
+        builder = datasets.load_dataset_builder(str(folder), cache_dir=cache)
+    except Exception as error:  # noqa: BLE001 - whatever the folder holds: one line
+        formats = _data_files(folder)
+        if len(formats) > 1:  # each split of its own format: datasets takes none of them
+            shown = "; ".join(f"{name}: {_few(files)}" for name, files in formats.items())
+            raise DataError("dataset", f"the folder {_shown(text)} holds its splits in "
+                            f"different formats ({shown}), and datasets reads a folder's "
+                            "splits in one format: save them in one, or give one split's "
+                            "file") from None
+        raise _unread(text, "its files", error, cache) from None
     read = {Path(name) for names in (builder.config.data_files or {}).values()
             for name in names}
-    left = sorted(str(entry.relative_to(folder)) for entry in folder.rglob("*")
-                  if entry.is_file() and data_format(entry) is not None and entry not in read
-                  and not any(map(_hidden, entry.relative_to(folder).parts)))
+    left = [name for files in _data_files(folder).values() for name in files
+            if folder / name not in read]
     if left:
-        shown = ", ".join(left[:3]) + (f" and {len(left) - 3:,} more" if len(left) > 3 else "")
         raise DataError("dataset", f"the folder {_shown(text)} holds data files of several "
                         f"formats, and datasets reads those of one ({len(read):,} "
                         f"{_module(builder)} file{'s' if len(read) != 1 else ''}), leaving out "
-                        f"{shown}: give a folder of one format, or one file")
-    return _module(builder)
+                        f"{_few(sorted(left), 3)}: give a folder of one format, or one file")
+    return builder
+
+
+def _data_files(folder: Path) -> dict[str, list[str]]:
+    """A folder's data files (under it, hidden ones left out, as datasets reads it), by the
+    format that reads them (json, csv …), in their names' order."""
+    found: dict[str, list[str]] = {}
+    for entry in sorted(folder.rglob("*")):
+        read = data_format(entry)
+        name = entry.relative_to(folder)
+        if read is not None and entry.is_file() and not any(map(_hidden, name.parts)):
+            found.setdefault(read[0], []).append(str(name))
+    return dict(sorted(found.items()))
+
+
+def _few(names: list[str], most: int = 2) -> str:
+    """The first names of a list, and how many more."""
+    more = len(names) - most
+    return ", ".join(names[:most]) + (f" and {more:,} more" if more > 0 else "")
+
+
+def _built(text: str, builder):
+    """The dataset a builder reads, as load_dataset reads it (its tables written into the
+    cache, then mapped; in memory where datasets' IN_MEMORY_MAX_SIZE says so)."""
+    from datasets.utils.info_utils import is_small_dataset
+
+    try:
+        builder.download_and_prepare()
+        return builder.as_dataset(in_memory=is_small_dataset(builder.info.dataset_size))
+    except Exception as error:  # noqa: BLE001 - whatever the files hold: one line
+        raise _unread(text, "its files", error, _datasets_cache()) from None
 
 
 def _module(builder) -> str:
@@ -460,27 +497,31 @@ def _load_files(text: str, kind: str, *args, **kwargs):
     try:
         return datasets.load_dataset(*args, **kwargs, cache_dir=cache)
     except Exception as error:  # noqa: BLE001 - whatever the files hold: one line
-        cause = error.__cause__ or error.__context__ or error
-        if "corresponds to no data" in str(error):  # a CSV file of its header alone
-            raise DataError("dataset", f"{_shown(text)} holds no rows: no text to train on"
-                            ) from None
-        # The cache's disk, not the files: full as it writes, or too full to start (datasets'
-        # own check, an OSError of no errno).
-        full = any(isinstance(e, OSError) and (e.errno in (errno.ENOSPC, errno.EDQUOT) or
-                                               str(e).startswith("Not enough disk space"))
-                   for e in (error, cause))
-        if full:
-            raise DataError("dataset", f"{_shown(text)} cannot be read into the cache "
-                            f"{cache or 'of datasets'}: no space left on its device "
-                            f"({CACHE_ENV} names another folder)") from None
-        encoding = next((e for e in (error, cause) if isinstance(e, UnicodeDecodeError)), None)
-        if encoding is not None:  # datasets reads its text files as UTF-8
-            byte = encoding.object[encoding.start:encoding.start + 1].hex()
-            raise DataError("dataset", f"{_shown(text)} is not UTF-8 text (a byte 0x{byte}: "
-                            "another encoding, latin-1 or cp1252 perhaps): datasets reads "
-                            "UTF-8; save it as UTF-8") from None
-        raise DataError("dataset", f"{_shown(text)} cannot be read as {kind}: "
-                        f"{models.first_line(cause)}") from None
+        raise _unread(text, kind, error, cache) from None
+
+
+def _unread(text: str, kind: str, error: Exception, cache: str | None) -> DataError:
+    """Why datasets could not read the user's files (read as `kind`), in one line."""
+    cause = error.__cause__ or error.__context__ or error
+    if "corresponds to no data" in str(error):  # a CSV file of its header alone
+        return DataError("dataset", f"{_shown(text)} holds no rows: no text to train on")
+    # The cache's disk, not the files: full as it writes, or too full to start (datasets'
+    # own check, an OSError of no errno).
+    full = any(isinstance(e, OSError) and (e.errno in (errno.ENOSPC, errno.EDQUOT) or
+                                           str(e).startswith("Not enough disk space"))
+               for e in (error, cause))
+    if full:
+        return DataError("dataset", f"{_shown(text)} cannot be read into the cache "
+                         f"{cache or 'of datasets'}: no space left on its device "
+                         f"({CACHE_ENV} names another folder)")
+    encoding = next((e for e in (error, cause) if isinstance(e, UnicodeDecodeError)), None)
+    if encoding is not None:  # datasets reads its text files as UTF-8
+        byte = encoding.object[encoding.start:encoding.start + 1].hex()
+        return DataError("dataset", f"{_shown(text)} is not UTF-8 text (a byte 0x{byte}: "
+                         "another encoding, latin-1 or cp1252 perhaps): datasets reads "
+                         "UTF-8; save it as UTF-8")
+    return DataError("dataset", f"{_shown(text)} cannot be read as {kind}: "
+                     f"{models.first_line(cause)}")
 
 
 def _datasets_cache() -> str | None:
