@@ -84,13 +84,19 @@ _current_lock = threading.Lock()
 _exits: ExitWatch | None = None
 
 
+# A host of a run across hosts recording itself whose launcher gave it no rank: its host's place
+# (engine/link.py's HOST_RANK_ENV says why; a watch's command reads that).
+_host_place: int | None = None
+
+
 def _rank() -> int:
-    """This process's rank under torchrun / accelerate launch (0 alone)."""
-    for name in ("RANK", "LOCAL_RANK"):
+    """This process's rank under torchrun / accelerate launch; else, one host's process of a
+    run across hosts, its host's place; else 0 (alone)."""
+    for name in ("RANK", "LOCAL_RANK", watch_link.HOST_RANK_ENV):
         rank = checks.digits(os.environ.get(name, ""))
         if rank is not None:
             return rank
-    return 0
+    return _host_place or 0
 
 
 def launched_world_size() -> int:
@@ -211,6 +217,8 @@ class _LocalRecording:
                                             lambda text: _warn(f"run {place.run_id}: {text}"))
                 self.recording.part, self.recording.host = self.part, place.host
                 self.run_id = self.recording.adopt(place.run_id)
+                global _host_place
+                _host_place = place.host  # the rank of a host's process given none (`_rank`)
         except BaseException:
             self._release()
             raise

@@ -17,6 +17,11 @@ from dataclasses import dataclass
 WATCH_ENV = "ANATOMY_WATCH"
 WATCH_KEY_ENV = "ANATOMY_WATCH_KEY"
 T0_ENV = "ANATOMY_T0"
+# Set by a watch that is one host of a run across hosts: the rank of a process of its command
+# that its launcher gave none (no RANK: `python train.py` on each host, ANATOMY_RUN_KEY joining
+# them): its host's place, each such host running one process. Without it every host's process
+# was rank 0, and the run held each phase and step once a host under one rank.
+HOST_RANK_ENV = "ANATOMY_HOST_RANK"
 
 ABSTRACT = "@"  # how an abstract socket's name is written where a NUL byte cannot go
 

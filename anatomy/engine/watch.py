@@ -541,7 +541,8 @@ class Watch:
         listener, address, key = self._listen()
         env = {**os.environ, link.WATCH_ENV: address, link.WATCH_KEY_ENV: key,
                link.T0_ENV: repr(recording.t0), "ANATOMY_STORE": self.store.locator(),
-               "PYTHONUNBUFFERED": "1"}
+               "PYTHONUNBUFFERED": "1",
+               **({link.HOST_RANK_ENV: str(place.host)} if place is not None else {})}
         self.started = recording.now()
         # A command that marks nothing is in its one phase from here (its mark is written once
         # it has ended without marking any): /metrics says so while it runs.

@@ -162,6 +162,44 @@ def test_two_hosts_recording_themselves_end_in_one_run_without_a_watch(script, p
     assert sum(f"the run {Status.COMPLETED}" in o for o in outputs) == 1, outputs
 
 
+PLAIN_SCRIPT = """
+import sys, time
+import anatomy
+steps = int(sys.argv[1])
+run = anatomy.start(kernel=False)
+run.phase("training")
+for step in range(1, steps + 1):
+    time.sleep(0.1)
+    run.step(0.5, total=steps)
+run.end()
+"""
+
+
+@pytest.mark.parametrize("watched", [True, False], ids=["watch", "recording-itself"])
+def test_hosts_whose_commands_set_no_rank_each_record_their_own(watched, pg_url, tmp_path):
+    """A launch of one process a host that no launcher gives a RANK (ANATOMY_RUN_KEY and
+    ANATOMY_RUN_HOSTS, `python train.py` on each): each host's process is the rank of its host's
+    place, so the run holds one training phase and its steps per rank (before: both were rank
+    0, `show` listed each phase twice and 2 × 3 steps under one rank)."""
+    (tmp_path / "train.py").write_text(PLAIN_SCRIPT)
+    env = {**os.environ, "ANATOMY_STORE": pg_url, "ANATOMY_RUN_KEY": "job-12",
+           "ANATOMY_RUN_HOSTS": "2", "PYTHONPATH": os.pathsep.join(
+               filter(None, (str(PROJECT), os.environ.get("PYTHONPATH"))))}
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        env.pop(name, None)
+    watch = [sys.executable, "-m", "anatomy", "watch", "--"] if watched else []
+    hosts = [subprocess.Popen([*watch, sys.executable, str(tmp_path / "train.py"), "3"], env=env,
+                              cwd=tmp_path, start_new_session=True, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for _ in (0, 1)]
+    store, run, rep, outputs = _both_completed(pg_url, hosts)
+    assert store.ranks(run.id) == [0, 1], outputs
+    for rank in (0, 1):
+        assert [p.name for p in store.phases(run.id, rank) if p.name == "training"] == \
+            ["training"]
+        assert [s.step for s in store.steps(run.id, rank)] == [1, 2, 3]
+    assert sorted(rep.environment.rank_hosts) == [0, 1]
+
+
 def _second_host_dies(url: str, tmp_path, watched: bool, kill) -> None:
     """Both hosts train; `kill(host's Popen, its tree)` kills the second; the first host fails
     the run naming it, and nothing of either is left."""
