@@ -23,7 +23,9 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
+
+T = TypeVar("T")
 
 FACTS_WAIT_SECONDS = 120.0  # the run's facts reaching its store, at most
 POLL_SECONDS = 0.5
@@ -148,12 +150,14 @@ def predict(locator: str, run_id: int, seq_len: int) -> Answer:
     from anatomy.store import Store
     from anatomy.vocabulary import Phase
 
-    store = Store(locator, read_only=True)  # never made again where it went away meanwhile
-    deadline = time.monotonic() + FACTS_WAIT_SECONDS
+    # never made again where it went away meanwhile
+    store, away = _reachable(lambda: Store(locator, read_only=True))
+    deadline = time.monotonic() + FACTS_WAIT_SECONDS + away
     while True:
-        if store.run(run_id) is None:  # deleted meanwhile, or a store that is not the run's
+        rep, away = _reachable(lambda: store.run(run_id) and report(store, run_id))
+        deadline += away  # the facts' wait counts while the store answers
+        if rep is None:  # deleted meanwhile, or a store that is not the run's
             return Answer(None, f"run {run_id} is not in the store {store.path}")
-        rep = report(store, run_id)
         # A run of anatomy's own names its model in its options (a preset, a file it keeps);
         # a user's training, by the config its callback stored.
         model = rep.started_by_anatomy or rep.environment.model_config is not None
@@ -170,6 +174,26 @@ def predict(locator: str, run_id: int, seq_len: int) -> Answer:
         return Answer(None, found.reason)
     peak = breakdown.peak_on_axis(rep, found)
     return Answer(peak) if peak is not None else Answer(None, "the run has no peak to stand on")
+
+
+def _reachable(read: Callable[[], T]) -> tuple[T, float]:
+    """`read()`, and the seconds its store's database server was waited for: one that cannot be
+    reached now is waited for, as the recording waits for it (this process ends with the
+    training's); any other error is raised."""
+    from anatomy.store import DatabaseError, StoreError, unreachable
+
+    away = 0.0
+    while True:
+        try:
+            return read(), away
+        except StoreError as error:
+            if not error.unreachable:
+                raise
+        except DatabaseError as error:
+            if not unreachable(error):
+                raise
+        time.sleep(POLL_SECONDS)
+        away += POLL_SECONDS
 
 
 def main(argv: list[str]) -> int:

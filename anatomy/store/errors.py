@@ -18,13 +18,16 @@ DatabaseError = DBAPIError
 
 class StoreError(RuntimeError):
     """The store cannot be used: one line that names its path and the reason. `full` when the
-    disk (or the store's size limit) is full."""
+    disk (or the store's size limit) is full; `unreachable` when its database server cannot be
+    reached now (`unreachable()`): one may wait for it."""
 
-    def __init__(self, path: Path | ServerUrl, reason: str, full: bool = False):
+    def __init__(self, path: Path | ServerUrl, reason: str, full: bool = False,
+                 unreachable: bool = False):
         if isinstance(path, ServerUrl) and path.url.password:  # a driver that quoted it back
             reason = reason.replace(str(path.url.password), "***")
         super().__init__(f"{path}: {reason}")
         self.path, self.reason, self.full = path, reason, full
+        self.unreachable = unreachable
 
 
 class StoreMissing(StoreError):
@@ -76,9 +79,10 @@ def store_error(path: Path | ServerUrl, error: BaseException) -> StoreError:
     """The error as one line about the store at `path`: what SQLite's own words hide is told
     from the file system — a store deleted while in use, a disk I/O error that is a full disk
     (a reader that cannot make its WAL index)."""
+    away = unreachable(error)
     error = _driver_error(error)
     if isinstance(path, ServerUrl) or not isinstance(error, sqlite3.Error):
-        return StoreError(path, why(error))
+        return StoreError(path, why(error), unreachable=away)
     name = getattr(error, "sqlite_errorname", "") or ""
     if name.startswith("SQLITE_CANTOPEN") and not path.exists() and path.parent.is_dir():
         return StoreError(path, "it is gone: the file was deleted or moved while in use")

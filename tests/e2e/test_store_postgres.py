@@ -299,6 +299,57 @@ def test_a_run_whose_server_is_gone_for_good_at_its_end_keeps_what_it_recorded_p
     assert not kept[0].exists()  # written once
 
 
+def test_a_predicted_peak_waits_for_a_database_server_that_is_away(postgres, store):
+    """The predicted peak's process (a Trainer callback's, `anatomy run --metrics-port`'s: engine/
+    predicting.py) started while the store's server is away tries it again until it is back, as
+    the recording waits for it, then answers with the peak (before: at once, "no predicted peak
+    for the Trainer's logs: the store …: Connection refused")."""
+    import socket
+    import threading
+
+    from anatomy.engine.predicting import Predicting
+    from tests.conftest import seed_run
+    from tests.helpers import wait_until
+
+    run_id = seed_run(store)
+    options = store.run(run_id, as_recorded=True).options
+    store.update_run(run_id, options={**options, "model": "tiny"})  # quick to predict
+    answers, answered, tries, over = [], threading.Event(), [], threading.Event()
+
+    def stand_in(listener: socket.socket) -> None:  # the server's port, closing on every try
+        while not over.is_set():
+            try:
+                connection, _ = listener.accept()
+            except TimeoutError:
+                continue
+            tries.append(1)
+            connection.close()
+
+    postgres.stop()
+    try:
+        with socket.socket() as listener:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind(("127.0.0.1", postgres.port))
+            listener.listen()
+            listener.settimeout(0.2)
+            seen = threading.Thread(target=stand_in, args=(listener,))
+            seen.start()
+            try:
+                Predicting(store.locator(), run_id, None,
+                           lambda answer: (answers.append(answer), answered.set()))
+                wait_until(lambda: answered.is_set() or len(tries) >= 6, 120,
+                           "the prediction's tries of the store", seen=lambda: answers)
+            finally:
+                over.set()
+                seen.join()
+        assert not answered.is_set(), answers
+    finally:
+        postgres.start()
+    assert answered.wait(300)
+    (answer,) = answers
+    assert answer.why is None and answer.peak > 0, answer
+
+
 def test_wrong_credentials_or_no_server_at_start_are_one_line_and_nothing_starts(
         postgres, capsys):
     wrong = postgres.url("postgres", password="not-it")
