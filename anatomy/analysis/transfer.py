@@ -186,8 +186,10 @@ CSV_HEADER = ",".join(("run_id", *SAMPLE_COLUMNS))
 
 
 def _other_export(text: str) -> str | None:
-    """Which of export's other formats the text is, if it is one: their bracket-less text read
-    as a cut JSON file ("truncated", for the HTML page)."""
+    """Which of export's other formats the text is, if it is one (their bracket-less text read
+    as a cut JSON file: "truncated", for the HTML page), or a store given for its export."""
+    if text.startswith(SQLITE_HEADER):
+        return "an SQLite database (a store of runs? export them with --store FILE)"
     start = text.lstrip()[:100].lower()
     if start.startswith(("<!doctype html", "<html")):
         return "an HTML page (the export for viewing, --format html)"
@@ -196,6 +198,7 @@ def _other_export(text: str) -> str | None:
     return None
 
 
+SQLITE_HEADER = "SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
 HEAD_BYTES = 64 * 1024  # what is read of a file before the rest: enough to know it is no export
 
 
@@ -219,6 +222,8 @@ def read_file(stream: BinaryIO) -> bytes:
 def _parse(data: dict | bytes | str) -> Any:
     if isinstance(data, dict):
         return data
+    if isinstance(data, bytes) and data.startswith(SQLITE_HEADER.encode()):
+        data = SQLITE_HEADER  # binary past its header: said as what it is, not as bad UTF-8
     if isinstance(data, bytes):
         try:
             data = data.decode("utf-8-sig")

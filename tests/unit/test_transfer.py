@@ -82,6 +82,10 @@ BAD_FILES = {
                         " the JSON export (anatomy export RUN_ID --format json)"),
     "the CSV export": (lambda text: "run_id,t,gpu,used,reserved,total,util\n1,0.1,0,7581696,,1,\n",
                        "it is the samples as CSV (--format csv); import reads the JSON export"),
+    # a store given for its export: "the file is not UTF-8 text (byte 31)"
+    "a store": (lambda text: "SQLite format 3\x00\x10\x00\x02\x02" + text,
+                "it is an SQLite database (a store of runs? export them with --store FILE); import"
+                " reads the JSON export (anatomy export RUN_ID --format json)"),
     "not json": (lambda text: "schema: anatomy.runs\n", "the file is not valid JSON: Expecting value"
                  " at line 1, column 1"),
     "foreign object": (lambda text: '{"name": "left-pad", "version": "1.3.0"}',
@@ -193,6 +197,14 @@ def test_a_bad_file_is_refused_with_what_and_where_and_changes_nothing(case, sou
         transfer.import_runs(target, make(exported(store, ids)).encode())
     assert message in str(refused.value)
     assert contents(target) == before
+
+
+def test_a_store_given_for_an_export_is_refused_saying_how_to_export_its_runs(source):
+    store, _ = source
+    with open(store.path, "rb") as file, pytest.raises(transfer.ImportRefused) as refused:
+        transfer.read_file(file)
+    assert str(refused.value).startswith("it is an SQLite database (a store of runs? export them"
+                                         " with --store FILE)")
 
 
 @pytest.mark.parametrize("world_size", ["two", [2], {"a": 1}], ids=["text", "list", "object"])
