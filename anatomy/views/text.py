@@ -269,10 +269,15 @@ def data_change_line(change: DataChange) -> str:
     kept = "the lengths above are the run's own, kept in the store"
     if change.now is None:
         return f"data gone: no data is at {change.path} now: {kept}"
+    if change.now.size == change.then.size:
+        # Files touched, or copied without their times, say nothing of their bytes: not "is
+        # not what it trained on" where the content may be the very same.
+        moved = "its files' names differ" if change.now.modified == change.then.modified else \
+            f"modified {when(change.then.modified)} then, {when(change.now.modified)} now"
+        return (f"data modified: {change.path} may not be what this run trained on (the same "
+                f"{change.now.size:,} bytes; {moved}): {kept}")
     then, now = (f"{stamp.size:,} bytes, modified {when(stamp.modified)}"
                  for stamp in (change.then, change.now))
-    if then == now:  # the same size and time: files renamed, or one's time moved back
-        now = "its files' names or times differ"
     return f"data changed: {change.path} is not what this run trained on (then {then}; now {now}): {kept}"
 
 

@@ -774,6 +774,10 @@ def test_show_says_when_the_data_at_a_runs_path_is_no_longer_what_it_trained_on(
     assert len(kept.fingerprint) == 16 and kept.file_bytes == lines.stat().st_size
 
     before = lines.stat().st_size
+    os.utime(lines, (lines.stat().st_atime, lines.stat().st_mtime + 30))  # touched: same bytes
+    (touched,) = [line for line in _shown(store, on_lines, capsys) if line.startswith("data ")]
+    assert touched.startswith(f"data modified: {lines} may not be what this run trained on (the "
+                              f"same {before:,} bytes; modified ")
     with open(lines, "a") as file:
         file.write(json.dumps({"text": words(12)}) + "\n")
     os.utime(lines, (lines.stat().st_atime, lines.stat().st_mtime + 60))
