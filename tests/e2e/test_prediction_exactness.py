@@ -58,7 +58,7 @@ TOLERANCE = 1024
 
 
 def real_step(spec, options: StepOptions, lora_rank: int = 0, lora_dropout: float = 0.0,
-              weights: str = "fp32") -> replay.Measurement:
+              weights: str = "fp32", lora_targets: tuple[str, ...] = ()) -> replay.Measurement:
     """The true live-tensor figures of a real CPU run: the model built for real, the same steps
     on real tensors, every storage followed by the tracker the prediction uses."""
     timeline = Timeline()
@@ -66,6 +66,7 @@ def real_step(spec, options: StepOptions, lora_rank: int = 0, lora_dropout: floa
     torch.manual_seed(0)
     with tracker:
         model, _ = models.build_model(spec, "cpu", lora_rank=lora_rank,
+                                      lora_targets=lora_targets,
                                       lora_dropout=lora_dropout, pretrained=False,
                                       weights=weights, frozen=options.frozen)
     timeline.mark("weights")
@@ -85,9 +86,9 @@ def real_step(spec, options: StepOptions, lora_rank: int = 0, lora_dropout: floa
 
 
 def predicted_step(spec, options: StepOptions, lora_rank: int = 0, lora_dropout: float = 0.0,
-                   weights: str = "fp32"):
+                   weights: str = "fp32", lora_targets: tuple[str, ...] = ()):
     recording = record(spec, options, kernels="cpu", steps=STEPS, lora_rank=lora_rank,
-                       lora_dropout=lora_dropout, weights=weights)
+                       lora_targets=lora_targets, lora_dropout=lora_dropout, weights=weights)
     return recording, replay.measure(replay.stream(recording, STEPS, options.grad_accum),
                                      cuda=False)
 
@@ -151,6 +152,41 @@ def test_a_lora_dropout_is_predicted_as_it_is_held(name):
     assert predicted.peak_allocated - predicted.weights_allocated == pytest.approx(
         real.peak_allocated - real.weights_allocated, abs=TOLERANCE)
     assert predicted.activations(STEPS) > without.activations(STEPS) + TOLERANCE
+
+
+# Users' folders, as transformers writes them: Gemma 2's embedding scales its lookup (its own
+# forward), T5's encoder and decoder each look up through an embed_tokens sharing one weight.
+SAVED = {"gemma2": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                        vocab_size=1000),
+         "t5": dict(d_model=64, d_kv=16, d_ff=128, num_layers=1, num_heads=4, vocab_size=1000)}
+
+
+@pytest.mark.parametrize(("name", "targets"), [
+    ("tiny-llama", ("embed_tokens",)), ("tiny-llama", ("embed_tokens", "q_proj", "v_proj")),
+    ("tiny-gpt2", ("wte", "wpe")), ("tiny", ("word_embeddings",)),
+    ("gemma2", ("embed_tokens",)), ("t5", ("embed_tokens", "relative_attention_bias"))])
+def test_lora_on_embeddings_is_predicted_as_it_is_held(tmp_path, name, targets):
+    """peft's LoRA embedding (its adapters a rank × vocabulary A and a width × rank B):
+    `--lora-targets embed_tokens` was refused ("an Embedding: no linear or convolution layer").
+    Its gradients and states are the adapters' alone, and the prediction is the real live-tensor
+    peak."""
+    if name in SAVED:
+        from transformers import AutoConfig
+
+        AutoConfig.for_model(name, **SAVED[name]).save_pretrained(tmp_path / name)
+        name = str(tmp_path / name)
+    spec = models.resolve(name)
+    options = StepOptions("fp32", False, 1, "adamw_torch", 2, 16)
+    real = real_step(spec, options, 4, lora_targets=targets)
+    _, predicted = predicted_step(spec, options, 4, lora_targets=targets)
+    assert predicted.peak_allocated - predicted.weights_allocated == pytest.approx(
+        real.peak_allocated - real.weights_allocated, abs=TOLERANCE)
+    assert predicted.activations(STEPS) == pytest.approx(real.activations(STEPS), abs=TOLERANCE)
+    model, _ = models.build_model(spec, "meta", lora_rank=4, lora_targets=targets,
+                                  pretrained=False)
+    trained = {n.split(".")[-2] for n, p in model.named_parameters() if p.requires_grad}
+    assert {"lora_embedding_A", "lora_embedding_B"} <= trained
 
 
 @pytest.mark.parametrize(("name", "frozen"), [

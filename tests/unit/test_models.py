@@ -366,7 +366,8 @@ def test_all_linear_leaves_out_what_peft_s_classification_trains_whole(tmp_path)
     assert errors["lora_targets"].startswith(
         "lora_targets: pre_classifier names pre_classifier of distilbert: it is a module peft "
         "trains whole beside the adapters for sequence classification (the layers LoRA can "
-        "adapt: q_lin, k_lin, v_lin, out_lin, lin1, lin2)")
+        "adapt: q_lin, k_lin, v_lin, out_lin, lin1, lin2, word_embeddings, "
+        "position_embeddings)")
 
 
 @pytest.mark.parametrize("model_type, sizes", [
@@ -448,7 +449,7 @@ def test_a_layer_whose_model_reads_what_peft_s_wrapper_hides_is_no_lora_target(t
     spec = models.resolve(name)
     said = ("lora_targets: conv1 names model.encoder.conv1 of whisper: it is a Conv1d whose "
             "stride WhisperEncoder reads, which peft's LoRA wrapper of it does not pass on (the "
-            "layers LoRA can adapt: k_proj, v_proj, q_proj, out_proj, fc1, fc2)")
+            "layers LoRA can adapt: k_proj, v_proj, q_proj, out_proj, fc1, fc2, embed_tokens)")
     assert validate(RunOptions(model=name, lora_rank=8, lora_targets="conv1",
                              seq_len=16), 0) == \
         {"lora_targets": said}
@@ -461,6 +462,74 @@ def test_a_layer_whose_model_reads_what_peft_s_wrapper_hides_is_no_lora_target(t
         models.build_model(spec, "meta", lora_rank=8, lora_targets=("conv1",), pretrained=False)
     assert validate(RunOptions(model=name, lora_rank=8, lora_targets="q_proj,fc1",
                              seq_len=16), 0) == {}
+
+def test_an_embedding_named_is_a_lora_target(tmp_path):
+    """peft's LoRA adapts an nn.Embedding (its adapters lora_embedding_A and _B): `--lora-targets
+    embed_tokens` was refused ("an Embedding: no linear or convolution layer"). It trains the
+    embedding's adapters alone; the defaults stay peft's (no embedding), and an embedding whose
+    forward is its own (Whisper's positions, a lookup of offsets, not of the input, which peft's
+    embedding adds to) is refused in words."""
+    import math
+
+    import torch
+
+    spec = models.resolve("tiny-llama")
+    assert validate(RunOptions(model="tiny-llama", lora_rank=4, lora_targets="embed_tokens"),
+                    0) == {}
+    assert models.linear_module_names(spec)[-1] == "embed_tokens"  # offered, last
+    assert "embed_tokens" not in models.default_lora_targets(spec)
+    # built where the run builds it (allocated, given values later): its adapters get peft's
+    # values (A zeros, B normal), not whatever the allocation held
+    model, _ = models.build_model(spec, "cpu", lora_rank=4, lora_targets=("embed_tokens",),
+                                  pretrained=False, initialise=False)
+    embedding = model.get_submodule("base_model.model.model.embed_tokens")
+    for parameter in (*embedding.lora_embedding_A.values(), *embedding.lora_embedding_B.values()):
+        parameter.data.fill_(math.nan)
+    models.initialise(model)
+    a, b = embedding.lora_embedding_A["default"], embedding.lora_embedding_B["default"]
+    assert a.requires_grad and b.requires_grad and not embedding.base_layer.weight.requires_grad
+    assert torch.count_nonzero(a) == 0 and torch.isfinite(b).all() and b.std() > 0.5
+    assert {n for n, p in model.named_parameters() if p.requires_grad} == {
+        "base_model.model.model.embed_tokens.lora_embedding_A.default",
+        "base_model.model.model.embed_tokens.lora_embedding_B.default"}
+
+    name = _saved(tmp_path, "whisper", d_model=64, encoder_layers=1, decoder_layers=1,
+                  encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64,
+                  decoder_ffn_dim=64)
+    errors = validate(RunOptions(model=name, lora_rank=8, lora_targets="decoder.embed_positions",
+                                 seq_len=16), 0)
+    assert errors["lora_targets"].startswith(
+        "lora_targets: decoder.embed_positions names model.decoder.embed_positions of whisper: it "
+        "is a WhisperPositionalEmbedding, an embedding with a forward of its own, which peft's "
+        "LoRA embedding does not follow")
+    # the encoder's is a plain one, but the encoder reads its size, which peft's wrapper hides
+    errors = validate(RunOptions(model=name, lora_rank=8, lora_targets="encoder.embed_positions",
+                                 seq_len=16), 0)
+    assert errors["lora_targets"].startswith(
+        "lora_targets: encoder.embed_positions names model.encoder.embed_positions of whisper: it "
+        "is an Embedding whose num_embeddings WhisperEncoder reads, which peft's LoRA wrapper of "
+        "it does not pass on")
+    assert validate(RunOptions(model=name, lora_rank=8, lora_targets="embed_tokens",
+                               seq_len=16), 0) == {}
+    # Gemma's scales its lookup of the input in a forward of its own: adapted, as peft has it
+    gemma = _saved(tmp_path, "gemma2", hidden_size=64, intermediate_size=128,
+                   num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                   head_dim=16, vocab_size=1000)
+    assert validate(RunOptions(model=gemma, lora_rank=8, lora_targets="embed_tokens",
+                               seq_len=16), 0) == {}
+    # T5's shared holds the weight its encoder and decoder look up through their embed_tokens:
+    # called by no forward, its adapters never were ("cannot predict t5: element 0 of tensors
+    # does not require grad")
+    t5 = _saved(tmp_path, "t5", d_model=64, d_kv=16, d_ff=128, num_layers=1, num_heads=4,
+                vocab_size=1000)
+    assert validate(RunOptions(model=t5, lora_rank=8, lora_targets="shared", seq_len=16),
+                    0)["lora_targets"].startswith(
+        "lora_targets: shared names shared of t5: it shares its weight with encoder.embed_tokens,"
+        " decoder.embed_tokens, which the model looks its tokens up through instead: adapters "
+        "on it would never be used (the layers LoRA can adapt: q, k, v, o, wi, wo, embed_tokens")
+    assert validate(RunOptions(model=t5, lora_rank=8, lora_targets="embed_tokens", seq_len=16),
+                    0) == {}
+
 
 def test_the_head_and_task_come_from_transformers_tables(tmp_path):
     t5 = models.resolve(_config_file(tmp_path, "t5"))
@@ -611,14 +680,15 @@ def test_lora_options_are_checked():
         "lora_targets: classifier is the output layer of tiny's head (classifier), which trains"
         " whole beside the adapters, never adapted (the layers LoRA can adapt: query, key")
     errors = validate(RunOptions(model="tiny", lora_rank=4, lora_targets="attention"), 0)
-    assert errors["lora_targets"].startswith("lora_targets: attention names "
-                                             "bert.encoder.layer.0.attention of tiny, a "
-                                             "BertAttention: no linear or convolution layer")
-    # "a Embedding", "a LayerNorm": the article follows the class's name
-    errors = validate(RunOptions(model="tiny", lora_rank=4, lora_targets="word_embeddings"), 0)
-    assert errors["lora_targets"].startswith("lora_targets: word_embeddings names "
-                                             "bert.embeddings.word_embeddings of tiny, an "
-                                             "Embedding: no linear or convolution layer")
+    assert errors["lora_targets"].startswith(
+        "lora_targets: attention names bert.encoder.layer.0.attention of tiny, a BertAttention: "
+        "no linear, convolution or embedding layer")
+    # "a LayerNorm", "an Embedding": the article follows the class's name
+    errors = validate(RunOptions(model="tiny", lora_rank=4, lora_targets="embeddings.LayerNorm"),
+                      0)
+    assert errors["lora_targets"].startswith(
+        "lora_targets: embeddings.LayerNorm names bert.embeddings.LayerNorm of tiny, a LayerNorm: "
+        "no linear, convolution or embedding layer")
     assert validate(RunOptions(model="tiny", lora_rank=4, lora_targets="attention.self.query"),
                     0) == {}
     assert validate(RunOptions(model="tiny-llama", lora_rank=4, lora_targets="q_proj,o_proj"),

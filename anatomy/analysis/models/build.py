@@ -141,6 +141,7 @@ def initialise(model) -> None:
         base.init_weights()
         for module in model.modules():
             if hasattr(module, "reset_lora_parameters") and hasattr(module, "lora_A"):
-                for adapter in module.lora_A:
+                # an embedding's adapters are lora_embedding_A and _B, its lora_A empty
+                for adapter in (*module.lora_A, *getattr(module, "lora_embedding_A", ())):
                     module.reset_lora_parameters(
                         adapter, model.peft_config[adapter].init_lora_weights)

@@ -38,7 +38,7 @@ ALL_LINEAR = "all-linear"
 class Layer:
     """A module LoRA could wrap: its dotted name, and whether it sits in an attention block."""
     name: str
-    kind: str  # "linear" or "convolution"
+    kind: str  # "linear", "convolution" or "embedding"
     in_attention: bool
     groups: int = 1  # a grouped (depthwise) convolution's: peft's adapters need rank % groups
 
@@ -52,17 +52,18 @@ class Layer:
 
 
 def adaptable_layers(spec: ModelSpec) -> tuple[Layer, ...]:
-    """The model's own linear and convolution layers, the task's output layer left out: what
-    LoRA can wrap. Builds the model on the meta device (no memory; torch loads, once)."""
+    """The model's own linear, convolution and embedding layers, the task's output layer left
+    out: what LoRA can wrap. Builds the model on the meta device (no memory; torch loads, once)."""
     return _modules(spec, config_key(spec)).layers
 
 
 class _Modules(NamedTuple):
     """A model's modules as LoRA sees them."""
     layers: tuple[Layer, ...]  # the adaptable layers
-    # The linear and convolution layers peft will not adapt here, each with why, a verb's words
-    # ("lies in classifier, a module …"): one peft refuses for the model type, one in a module peft
-    # trains whole.
+    # The linear, convolution and embedding layers peft will not adapt here, each with why, a
+    # verb's words ("lies in classifier, a module …"): one peft refuses for the model type, one in
+    # a module peft trains whole, one the model reads what peft's wrapper hides of, an embedding
+    # of a forward of its own, one whose weight the model looks up through another.
     withheld: tuple[tuple[str, str], ...]
     # The last parts of the names of every other module (a stage called "1", a head): a LoRA
     # target that names one of those too is not a layer peft wraps.
@@ -88,27 +89,44 @@ def _modules(spec: ModelSpec, config_key: str) -> _Modules:
             return "linear"
         if isinstance(module, (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)):
             return "convolution"
+        if isinstance(module, torch.nn.Embedding):
+            return "embedding"
         return None
+
+    def own_forward(module) -> bool:
+        # peft's LoRA embedding adds its adapters' lookup of the input to what the layer's own
+        # forward gives: an embedding of positions (BART's, Whisper's, given token ids, offset
+        # and sliced) is no lookup of the input, and its adapters would add the wrong rows; a
+        # scaled one (Gemma's, BART's tokens: the lookup of its one input, times a number) is
+        return isinstance(module, torch.nn.Embedding) and \
+            type(module).forward is not torch.nn.Embedding.forward and \
+            not _scaled_lookup(type(module))
 
     def walk(module, prefix: str, in_attention: bool, whole: str | None) -> None:
         for name, child in module.named_children():
             full = f"{prefix}{name}"
             kind = kind_of(child)
             whole_here = whole or next((full for s in saved if full.endswith(s)), None)
-            if kind is not None and full not in heads and whole_here is None:
+            if kind is not None and full not in heads and whole_here is None and \
+                    not own_forward(child):
                 found.append(Layer(full, kind, in_attention, getattr(child, "groups", 1)))
             else:
                 others.add(name)
                 kinds.append((full, type(child).__name__))
-                if kind is not None and full not in heads:
+                if kind is not None and full not in heads and whole_here is not None:
                     where = "is" if whole_here == full else f"lies in {whole_here},"
                     withheld.append((full, f"{where} a module peft trains whole beside the "
                                            f"adapters for {spec.task}"))
+                elif kind is not None and full not in heads:
+                    withheld.append((full, f"is {_a(type(child).__name__)}, an embedding with "
+                                           "a forward of its own, which peft's LoRA embedding "
+                                           "does not follow (it adds a lookup of the input)"))
             walk(child, f"{full}.", in_attention or "attention" in type(child).__name__.lower()
                  or "attn" in name.lower(), whole_here)
 
     walk(model, "", False, None)
-    for layer, why in _hidden_from_the_model(model, found).items():
+    for layer, why in {**_hidden_from_the_model(model, found),
+                       **_looked_up_elsewhere(model, found)}.items():
         found.remove(layer)
         others.add(layer.short)
         kinds.append((layer.name, type(model.get_submodule(layer.name)).__name__))
@@ -148,15 +166,64 @@ def _hidden_from_the_model(model, layers: list[Layer]) -> dict[Layer, str]:
         missed = next(((attribute, reader) for attribute, reader in reads
                        if wrapped is not None and not hasattr(wrapped, attribute)), None)
         if missed is not None:
-            hidden[layer] = (f"is a {type(module).__name__} whose {missed[0]} {missed[1]} "
+            hidden[layer] = (f"is {_a(type(module).__name__)} whose {missed[0]} {missed[1]} "
                              "reads, which peft's LoRA wrapper of it does not pass on")
     return hidden
 
 
+def _a(kind: str) -> str:
+    """A class's name with its article: "an Embedding", "a LayerNorm"."""
+    return f"{'an' if kind[:1] in 'AEIOU' else 'a'} {kind}"
+
+
+def _scaled_lookup(cls) -> bool:
+    """Whether an embedding's own forward is the plain lookup of its one input (times a
+    number): `super().forward(input_ids)` of its one argument."""
+    import inspect
+
+    try:
+        parameters = list(inspect.signature(cls.forward).parameters)[1:]
+        source = inspect.getsource(cls.forward)
+    except (OSError, TypeError, ValueError):
+        return False
+    return len(parameters) == 1 and f"super().forward({parameters[0]})" in source
+
+
+def _looked_up_elsewhere(model, layers: list[Layer]) -> dict[Layer, str]:
+    """Embeddings that share their weight with others the model looks its tokens up through
+    instead, each with why, a verb's words: T5's and BART's `shared`, whose weight their
+    encoder's and decoder's embed_tokens hold, is called by no forward, and its adapters never
+    are ("element 0 of tensors does not require grad"). Called: named as `.embed_tokens(` in
+    the source of a module that holds it."""
+    embeddings = [layer for layer in layers if layer.kind == "embedding"]
+    groups: dict[int, list[Layer]] = {}
+    for layer in embeddings:
+        groups.setdefault(id(model.get_submodule(layer.name).weight), []).append(layer)
+    found = {}
+    for group in (group for group in groups.values() if len(group) > 1):
+        called = [layer for layer in group if any(
+            f".{layer.short}(" in source for source in _holders_sources(model, layer.name))]
+        if not called:
+            continue  # none seen called: the trace follows what the model does
+        names = ", ".join(layer.name for layer in called)
+        for layer in group:
+            if layer not in called:
+                found[layer] = (f"shares its weight with {names}, which the model looks its "
+                                "tokens up through instead: adapters on it would never be used")
+    return found
+
+
+def _holders_sources(model, name: str) -> list[str]:
+    """The source of the methods of the modules that hold a module, the nearest first."""
+    path = name.split(".")
+    return [source for depth in range(len(path) - 1, -1, -1)
+            for _, source in _methods(type(model.get_submodule(".".join(path[:depth]))))]
+
+
 @lru_cache(maxsize=256)
-def _reads(cls) -> tuple[tuple[tuple[str, str], str], ...]:
-    """((child, attribute), class) for every `.child.attribute` read in the methods of the class
-    and of its bases outside torch that run once the model is built."""
+def _methods(cls) -> tuple[tuple[str, str], ...]:
+    """(class, source) of each method of the class and of its bases outside torch that runs
+    once the model is built."""
     import inspect
 
     found = []
@@ -167,13 +234,18 @@ def _reads(cls) -> tuple[tuple[tuple[str, str], str], ...]:
             if name in _BEFORE_PEFT or not inspect.isfunction(function):
                 continue
             try:
-                source = inspect.getsource(function)
+                found.append((base.__name__, inspect.getsource(function)))
             except (OSError, TypeError):
                 continue
-            found += [((child, attribute), base.__name__)
-                      for child, attribute in re.findall(r"\.([A-Za-z_]\w*)\.([A-Za-z_]\w*)",
-                                                         source)]
-    return tuple(dict.fromkeys(found))
+    return tuple(found)
+
+
+@lru_cache(maxsize=256)
+def _reads(cls) -> tuple[tuple[tuple[str, str], str], ...]:
+    """((child, attribute), class) for every `.child.attribute` read in `_methods`."""
+    return tuple(dict.fromkeys(
+        ((child, attribute), reader) for reader, source in _methods(cls)
+        for child, attribute in re.findall(r"\.([A-Za-z_]\w*)\.([A-Za-z_]\w*)", source)))
 
 
 def _wrapper_of(module):
@@ -254,9 +326,10 @@ def default_lora_targets(spec: ModelSpec) -> tuple[str, ...]:
     otherwise from the model's own layers: the attention's query and value
     projections, else its fused query-key-value projection, else its attention's linear layers,
     else (a model without attention, such as a convolution network) every linear and convolution
-    layer but the head's and the grouped (depthwise) convolutions, whose adapters peft limits;
-    never a layer peft refuses for the model type (a Mamba mixer's out_proj) or trains whole
-    (a classification head's). ModelError when there is nothing to wrap."""
+    layer but the head's and the grouped (depthwise) convolutions, whose adapters peft limits
+    (an embedding only where named, as peft's own defaults have it); never a layer peft refuses
+    for the model type (a Mamba mixer's out_proj) or trains whole (a classification head's).
+    ModelError when there is nothing to wrap."""
     from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as peft
 
     if isinstance(peft.get(spec.model_type), (list, tuple, set)):  # a str is a regex: ours then
@@ -266,7 +339,8 @@ def default_lora_targets(spec: ModelSpec) -> tuple[str, ...]:
     for chosen in ([layer for layer in attention if _QUERY_VALUE.match(layer.short)],
                    [layer for layer in attention if _FUSED_QKV.search(layer.short)],
                    attention,
-                   [layer for layer in layers if not layer.grouped]):
+                   [layer for layer in layers
+                    if not layer.grouped and layer.kind != "embedding"]):
         if chosen:
             return _targets(spec, chosen, layers)
     raise _nothing_to_adapt(spec)
@@ -326,7 +400,7 @@ def _names(chosen: list[Layer], layers: tuple[Layer, ...], others: frozenset[str
 
 
 def unknown_lora_targets(spec: ModelSpec, targets: tuple[str, ...]) -> list[str]:
-    """Targets that match none of the model's linear or convolution layers, as peft matches them
+    """Targets that match none of the layers LoRA adapts in the model, as peft matches them
     (the module's dotted name, or its end after a dot); ModelError where the model has no layer
     for adapters at all."""
     layers = adaptable_layers(spec)
@@ -366,9 +440,8 @@ def unknown_target_words(spec: ModelSpec, target: str) -> str:
         return f"{target} names {withheld[0]} of {spec.display_name}: it {withheld[1]}"
     other = next(((name, kind) for name, kind in modules.kinds if named(name)), None)
     if other is not None:
-        article = "an" if other[1][:1] in "AEIOU" else "a"
-        return (f"{target} names {other[0]} of {spec.display_name}, {article} {other[1]}: no "
-                "linear or convolution layer")
+        return (f"{target} names {other[0]} of {spec.display_name}, {_a(other[1])}: no "
+                "linear, convolution or embedding layer")
     return f"{target} names no module of {spec.display_name}"
 
 
@@ -399,8 +472,10 @@ def rank_problem(spec: ModelSpec, rank: int, targets: tuple[str, ...]) -> str | 
 
 
 def linear_module_names(spec: ModelSpec) -> tuple[str, ...]:
-    """The short names of the model's layers LoRA can wrap, for a message."""
-    return tuple(dict.fromkeys(layer.short for layer in adaptable_layers(spec)))
+    """The short names of the model's layers LoRA can wrap, for a message: the embeddings last,
+    as the targets less often chosen."""
+    layers = sorted(adaptable_layers(spec), key=lambda layer: layer.kind == "embedding")
+    return tuple(dict.fromkeys(layer.short for layer in layers))
 
 
 def lora_target_modules(spec: ModelSpec, chosen: tuple[str, ...] = ()) -> str | tuple[str, ...]:
