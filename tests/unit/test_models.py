@@ -22,7 +22,7 @@ from anatomy.analysis.models import (
     ModelError,
 )
 from anatomy.analysis.options import RunOptions, validate
-from tests.conftest import small_ner_config
+from tests.conftest import PROJECT, small_ner_config
 from tests.helpers import skip_unknown_model_types, transformers_below
 
 TINY = ("tiny", "tiny-gpt2", "tiny-llama", "tiny-qwen2", "tiny-vit")
@@ -343,6 +343,22 @@ def test_a_model_without_a_layer_for_adapters_is_refused_in_anatomy_s_words(tmp_
     with pytest.raises(ModelError, match=r"^lora: ibert has no linear or convolution layer"):
         models.build_model(models.resolve(name), "meta", lora_rank=8, pretrained=False)
     assert validate(RunOptions(model=name, seq_len=16), 0) == {}
+
+
+def test_the_token_coverage_table_says_of_ibert_s_lora_what_anatomy_says(tmp_path):
+    """docs/COVERAGE-TOKENS.md's H200 LoRA cell for IBERT's token classifier held an older,
+    shorter refusal ("… for LoRA's adapters", without why): the cell is the bench's, of the
+    bench's own config, as the options' check answers it now."""
+    from bench.architectures import MODES, _cell, _options, _predict, working_config
+
+    path, _, _ = working_config("ibert", "IBertForTokenClassification", tmp_path)
+    changes = next(changes for name, _, changes in MODES if name == "h200 lora")
+    said = _cell(_predict(_options(path, **changes), "cuda"))
+    assert said.startswith("refused: lora: ibert has no linear or convolution layer for LoRA's "
+                           "adapters: its QuantLinear layers are none of the torch layers peft")
+    rows = (PROJECT / "docs" / "COVERAGE-TOKENS.md").read_text().splitlines()
+    row = next(line for line in rows if line.startswith("| ibert | IBertForTokenClassification |"))
+    assert row.split(" | ")[6] == said
 
 
 def test_all_linear_leaves_out_what_peft_s_classification_trains_whole(tmp_path):
