@@ -5,7 +5,7 @@ from the user's folder. For each case: the run's allocator peak (torch.cuda.max_
 the probe's), the run's own prediction at the micro-batch it measured, and `predict` at the
 data's longest batch.
 
-    PYTHONPATH=. python3 bench/users_files_gpu.py [$OUT/users-files.json]
+    PYTHONPATH=. python3 bench/users_files_gpu.py [--dummy] [$OUT/users-files.json]
 """
 
 from __future__ import annotations
@@ -25,13 +25,15 @@ from tests.conftest import PROJECT, make_text_data
 CASES = {
     "bf16 weights, LoRA r16": ["--precision", "bf16", "--weights", "bf16", "--lora-rank", "16"],
     "bf16 mixed precision, full": ["--precision", "bf16"],
+    "bf16 mixed precision, LoRA r16": ["--precision", "bf16", "--lora-rank", "16"],
     "bf16 weights, LoRA r16, checkpointing": ["--precision", "bf16", "--weights", "bf16",
                                                "--lora-rank", "16", "--gradient-checkpointing"],
 }
 
 
 def main() -> int:
-    out = Path(sys.argv[1]) if len(sys.argv) > 1 else None
+    named = [a for a in sys.argv[1:] if not a.startswith("--")]
+    out = Path(named[0]) if named else None
     folder = Path(tempfile.mkdtemp(prefix="users-files-"))
     (folder / "my-qwen3").mkdir()
     (folder / "my-qwen3" / "config.json").write_text(
@@ -40,9 +42,12 @@ def main() -> int:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         filter(None, (str(PROJECT), os.environ.get("PYTHONPATH"))))}
     rows = []
+    # `--dummy`: the same cases on the dummy data at the longest text's length (no padding, no
+    # attention mask): what of a miss is the dataset's, what the model's
+    data = ["--seq-len", "410"] if "--dummy" in sys.argv else \
+        ["--dataset", "data/texts.jsonl", "--tokenizer", "data/tokenizer"]
     for number, (case, more) in enumerate(CASES.items(), start=1):
-        flags = ["--model", "my-qwen3", "--dataset", "data/texts.jsonl", "--tokenizer",
-                 "data/tokenizer", "--batch-size", "8", "--max-steps", "5", *more]
+        flags = ["--model", "my-qwen3", *data, "--batch-size", "8", "--max-steps", "5", *more]
         run = subprocess.run([sys.executable, "-m", "anatomy", "run", *flags, "--store",
                               "u.sqlite"], cwd=folder, env=env, capture_output=True, text=True)
         if run.returncode != 0:
@@ -53,7 +58,8 @@ def main() -> int:
         said = subprocess.run([sys.executable, "-m", "anatomy", "predict", *flags, "--json"],
                               cwd=folder, env=env, capture_output=True, text=True)
         longest = json.loads(said.stdout)["components"]["peak"] if said.returncode == 0 else None
-        row = {"case": case, "gpu": rep.environment.gpu_name,
+        row = {"case": case, "data": "dummy" if "--dummy" in sys.argv else "texts.jsonl",
+               "gpu": rep.environment.gpu_name,
                "measured_peak_allocated": rep.components.peak_allocated,
                "predicted_at_measured_batch": None if isinstance(own, NoPrediction) else own.peak,
                "predicted_at_longest_batch": longest}
