@@ -515,39 +515,38 @@ class Recording:
         has been written meanwhile (a server back for a moment), so that the file never holds a
         row the store has. A host's part of a run across hosts is not kept (its ending is the
         launch's, engine/launch.py)."""
-        collector = self.collector
+        collector, rows = self.collector, self.collector.rows
         if self.identity is None or self.part is not None:
             return
-        holds = (len(collector.rows.samples), len(collector.rows.steps), len(collector.changes))
-        if self._kept == holds:
-            return
-        first = self._kept is None
-        where = kept.path_of(self.identity, self.run_id)
+        first, where = self._kept is None, kept.path_of(self.identity, self.run_id)
+        said = None
         if first:
             words = ending.status + (f": {ending.error}" if ending.error else "")
             at = self.outcome.worker_ended if self.outcome.worker_ended is not None else self.now()
-            what = kept.Kept(self.run_id, collector.rows, collector.changes, self.outcome,
-                             ending).words()
-            text = (f"the training has ended ({words}) at {at:.1f} s, and the store"
+            what = kept.Kept(self.run_id, rows, collector.changes, self.outcome, ending).words()
+            said = (f"the training has ended ({words}) at {at:.1f} s, and the store"
                     f" {self.store.path} cannot be reached: its ending and what was recorded"
                     f" meanwhile ({what}) wait for it, kept in {where} too; should this process"
                     " end first, the next `anatomy run`, `anatomy sweep` or `anatomy dashboard`"
                     " on this store writes them in")
-            collector.rows.messages.append(Message(self.now(), Level.WARNING, text))
+            rows.messages.append(Message(self.now(), Level.WARNING, said))
+        holds = tuple(map(len, (rows.samples, rows.phases, rows.steps, rows.messages, rows.hosts,
+                                rows.gpus, rows.processes, collector.changes)))
+        if self._kept == holds:
+            return
+        self._kept = holds
         try:
-            kept.keep(kept.Kept(self.run_id, collector.rows, collector.changes, self.outcome,
-                                ending, self.stop_summary), self.identity)
+            kept.keep(kept.Kept(self.run_id, rows, collector.changes, self.outcome, ending,
+                                self.stop_summary), self.identity)
         except OSError as error:
             if first:
                 self._say(f"the training has ended ({ending.status}), and the store"
                           f" {self.store.path} cannot be reached: what waits for it is held in"
                           f" this process only, as {where} cannot be written ({error.strerror});"
                           " ending this process loses it")
-            self._kept = holds
             return
-        self._kept = holds
-        if first:
-            self._say(text)
+        if said is not None:
+            self._say(said)
 
     def _record_later(self, ending: Ending) -> None:
         signals_to_the_main_thread()
