@@ -524,8 +524,8 @@ class Recording:
             words = ending.status + (f": {ending.error}" if ending.error else "")
             at = self.outcome.worker_ended if self.outcome.worker_ended is not None else self.now()
             what = kept.Kept(self.run_id, rows, collector.changes, self.outcome, ending).words()
-            said = (f"the training has ended ({words}) at {at:.1f} s, and the store"
-                    f" {self.store.path} cannot be reached: its ending and what was recorded"
+            said = (f"the training has ended ({words}) at {at:.1f} s while the store"
+                    f" {self.store.path} is out of reach: its ending and what was recorded"
                     f" meanwhile ({what}) wait for it, kept in {where} too; should this process"
                     " end first, the next `anatomy run`, `anatomy sweep` or `anatomy dashboard`"
                     " on this store writes them in")
@@ -540,8 +540,8 @@ class Recording:
                                 self.stop_summary), self.identity)
         except OSError as error:
             if first:
-                self._say(f"the training has ended ({ending.status}), and the store"
-                          f" {self.store.path} cannot be reached: what waits for it is held in"
+                self._say(f"the training has ended ({ending.status}) while the store"
+                          f" {self.store.path} is out of reach: what waits for it is held in"
                           f" this process only, as {where} cannot be written ({error.strerror});"
                           " ending this process loses it")
             return
