@@ -196,6 +196,7 @@ class HostPart:
         self._over = threading.Event()
         self._failed_seen: float | None = None
         self._unplaced = False  # ranks the run's facts do not place yet
+        self._shared: set[int] = set()  # its ranks another host records too, said
         self._beating_since: float | None = None  # since the server last answered every beat
         self._thread: threading.Thread | None = None
 
@@ -222,10 +223,18 @@ class HostPart:
     def _place(self) -> None:
         self._unplaced = True
         try:
-            launches.place_ranks(self.store, self.run_id, self.place.host, dict(self.ranks))
+            shared = launches.place_ranks(self.store, self.run_id, self.place.host,
+                                          dict(self.ranks))
         except DatabaseError:
             return
         self._unplaced = False
+        for rank, other in sorted(shared.items()):
+            if rank not in self._shared:
+                self._shared.add(rank)
+                self.tell(f"rank {rank} of this host is rank {rank} of host {other} too: their"
+                          " phases and steps are stored as one rank's; give every host's"
+                          " processes the launch's own RANK (torchrun --nnodes N --node-rank K,"
+                          " accelerate launch --num_machines N --machine_rank K set it)")
 
     def _beat(self) -> None:
         while not self._over.wait(BEAT_SECONDS):

@@ -173,9 +173,11 @@ def places(ranks: Mapping[int, tuple[int, int | None]], names: Sequence[str]) ->
     return facts
 
 
-def place_ranks(store: Store, run_id: int, host: int, ranks: Mapping[int, int | None]) -> None:
+def place_ranks(store: Store, run_id: int, host: int,
+                ranks: Mapping[int, int | None]) -> dict[int, str]:
     """This host's ranks (each one's GPU there), and the run's facts from every host's: its world
-    size, each rank's host and GPU."""
+    size, each rank's host and GPU. Those of its ranks another host has placed too, by the name
+    of that host: their phases and steps are stored as one rank's."""
     with store.connect() as db:
         _lock_run(db, run_id)
         db.execute("UPDATE run_hosts SET ranks = ? WHERE run_id = ? AND host = ?",
@@ -184,6 +186,8 @@ def place_ranks(store: Store, run_id: int, host: int, ranks: Mapping[int, int | 
         every = {r: (h.host, g) for h in known for r, g in h.ranks.items()}
         if every:
             _merge_facts(db, run_id, places(every, [h.name for h in known]))
+    return {r: h.name for h in sorted(known, key=lambda h: h.host, reverse=True)
+            if h.host != host for r in h.ranks if r in ranks}
 
 
 def beat(store: Store, run_id: int, host: int) -> list[HostRow]:

@@ -263,6 +263,26 @@ def _arrive(store: Store, key: str, hosts: int | None, silent: float = 10.0) -> 
                          source=RunSource.of(), preset="train.py", run_name=None)
 
 
+def test_a_rank_two_hosts_both_record_is_said_once_naming_what_to_set(pg_url):
+    """Two hosts whose processes have the same RANK (each its own one-node torchrun, joined by
+    ANATOMY_RUN_KEY): the host that places it second says so once, naming the launcher's
+    options that give every host's processes ranks of their own (before: nothing was said, and
+    one rank held both hosts' phases and steps)."""
+    store = Store(pg_url)
+    first, second = _arrive(store, "job-11", 2), _arrive(store, "job-11", 2)
+    told: list[str] = []
+    key = launch.Launch("job-11", 2, "ANATOMY_RUN_KEY='job-11'")
+    parts = [launch.HostPart(store, key, place, lambda why: None, told.append)
+             for place in (first, second)]
+    parts[0].place_rank(0, None)
+    parts[0].place_rank(1, None)
+    assert told == []
+    parts[1].place_rank(0, None)
+    parts[1].place_rank(0, None)  # heard again: said once
+    assert len(told) == 1 and told[0].startswith("rank 0 of this host is rank 0 of host node"), told
+    assert "--node-rank" in told[0] and "RANK" in told[0]
+
+
 def test_a_launch_that_has_its_hosts_refuses_another_given_its_key(pg_url):
     store = Store(pg_url)
     first = _arrive(store, "job-9", 2)
