@@ -217,8 +217,8 @@ class _LocalRecording:
                                             lambda text: _warn(f"run {place.run_id}: {text}"))
                 self.recording.part, self.recording.host = self.part, place.host
                 self.run_id = self.recording.adopt(place.run_id)
-                global _host_place
-                _host_place = place.host  # the rank of a host's process given none (`_rank`)
+            global _host_place
+            _host_place = None if place is None else place.host  # this run's (`_rank`)
         except BaseException:
             self._release()
             raise
