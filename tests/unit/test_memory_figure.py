@@ -239,3 +239,38 @@ def test_steps_of_one_length_are_one_time_not_float_noise(store, seed):
     run_id = seed()  # its steps end at 6.0 + 0.4 k s
     rep = report(store, run_id)
     assert set(layout.step_times(rep, store.steps(run_id))[1:]) == {0.4}
+
+
+def test_the_labels_of_phases_that_end_close_together_keep_clear_of_one_another(store):
+    """A user's short CPU run of a small model (seen in Chromium): torch loaded at 234 MiB and the
+    weights at 351 MiB, 2 s apart in a 45 s run; both labels were pushed right of the axis, one
+    above its marker and one below, and "351 MiB" lay over "234 MiB"."""
+    run_id = store.create_run(RunOptions().to_dict(), "cpu-rss", "rss", 0, {})
+    ends = {"baseline": (0.9, 52), "kernel": (2.7, 234), "weights": (4.8, 351),
+            "training": (44.8, 473)}
+    marks, start = [], 0.1
+    for name, (end, _) in ends.items():
+        marks += [PhaseMark("start", name, start), PhaseMark("end", name, end)]
+        start = end
+    levels = [(end, mib) for end, mib in ends.values()]
+    samples = [Sample(i / 10, 0, next(mib for end, mib in levels if i / 10 <= end) * MIB,
+                      None, None, None) for i in range(449)]
+    store.write(run_id, samples=samples, phases=marks)
+    figure = _figure(store, run_id)
+    notes = [a for a in figure.layout.annotations if a.name.startswith("end of ")]
+    assert len(notes) == 4
+    top = max(s.used for s in samples) / MIB
+    rows = len({a.yshift or 0 for a in figure.layout.annotations if a.name in PHASES})
+    height = layout.assumed_plot_height(rows)
+    shown = (0.0, samples[-1].t)
+    boxes = []
+    for note in notes:
+        at, y_px = live.plot_px(note.x, note.y, shown, top, height)
+        box = live.note_box(at, y_px, note.ax, note.ay, note.text.removeprefix("<b>")
+                            .removesuffix("</b>"))
+        assert 0 <= box[2] and box[3] <= height  # inside the plot
+        boxes.append(box)
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            apart = a[1] <= b[0] or b[1] <= a[0] or a[3] <= b[2] or b[3] <= a[2]
+            assert apart, (a, b)

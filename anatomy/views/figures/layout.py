@@ -18,7 +18,15 @@ LABEL_ROW_PX = 18  # a label that would overlap the one before it goes one row l
 # at (a 1,000 px window with the sidebar open), so they never overlap where it is wider.
 ASSUMED_PLOT_PX = 560
 CHAR_PX = 7.2  # a bold 12 px Source Sans character, on average
+Y_PAD = 0.05  # a y axis's room above its highest point, as a share of its span (autorange)
 TITLE_CHAR_PX = 6.6  # a 12 px Source Sans character, on average
+
+
+def assumed_plot_height(label_rows: int, figure_px: int = 440) -> float:
+    """A chart's plot height, in the pixels its labels are moved by, at the narrowest it is
+    drawn, `label_rows` rows of labels above it: the picture of a figure `figure_px` tall
+    (views/figures/svg.py: 680 px wide for 900), less the room above and below the plot."""
+    return figure_px * 680 / 900 - 12 - LABEL_ROW_PX * label_rows - 74
 
 
 def fit_words(label: str, room: int, lines: int = 2, note: str | None = None) -> str:

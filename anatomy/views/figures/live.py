@@ -20,7 +20,9 @@ from anatomy.views.figures.layout import (
     ASSUMED_PLOT_PX,
     CHAR_PX,
     LABEL_ROW_PX,
+    Y_PAD,
     Band,
+    assumed_plot_height,
     column,
     label_rows,
     phase_bands,
@@ -177,23 +179,23 @@ def memory_figure(report: RunReport, samples: Sequence[Sample], steps: Sequence[
         shown = (0.0, float(x_of([now or 0.0])[0]) if by_step is None else float(steps[-1].step))
     # Shapes and annotations are set once, as lists: added one by one, plotly validates the
     # whole list again each time (a fifth of a live refresh).
+    shapes: list[dict] = []
+    band_notes: list[dict] = []
+    rows = 0
+    if by_step is None:
+        rows = _bands(shapes, band_notes, report, now, window if axis == Phase.TRAINING else None)
+    places = [(float(x_of([p.end_s])[0]), p.memory_mb, mib_text(p.memory_bytes)) for p in ended]
     annotations = [
         # A boxed label with an arrow: readable over a noisy curve and a coloured band alike;
         # below the curve near the top, where the band labels are; to the right of a point at
-        # the plot's left edge, where it covered the axis's ticks.
-        {"name": f"end of {phase.name}", "x": float(x_of([phase.end_s])[0]),
-         "y": phase.memory_mb, "text": f"<b>{mib_text(phase.memory_bytes)}</b>", "showarrow": True,
-         "arrowhead": 0, "ax": _marker_lean(float(x_of([phase.end_s])[0]), shown,
-                                            mib_text(phase.memory_bytes)),
-         "ay": 26 if phase.memory_mb > 0.7 * top else -26,
+        # the plot's left edge, where it covered the axis's ticks; clear of the labels before it.
+        {"name": f"end of {phase.name}", "x": x, "y": phase.memory_mb, "text": f"<b>{label}</b>",
+         "showarrow": True, "arrowhead": 0, "ax": ax, "ay": ay,
          "bgcolor": "rgba(255,255,255,0.85)", "bordercolor": phase_colour(phase.name),
          "borderwidth": 1.5, "font": {"color": CURVE_COLOUR, "size": 12}}
-        for phase in ended]
-    shapes: list[dict] = []
-    rows = 0
-    if by_step is None:
-        rows = _bands(shapes, annotations, report, now, window if axis == Phase.TRAINING else None)
-    figure.update_layout(shapes=shapes, annotations=annotations)
+        for phase, (x, _, label), (ax, ay) in zip(
+            ended, places, _note_offsets(places, shown, top, assumed_plot_height(rows)))]
+    figure.update_layout(shapes=shapes, annotations=annotations + band_notes)
 
     x_title = {"run": "seconds since the run started",
                Phase.TRAINING: "seconds since the run started (zoomed on training: double-click "
@@ -223,6 +225,57 @@ def _marker_lean(x: float, shown: tuple[float, float], text: str) -> float:
     at = (x - low) / (high - low) * ASSUMED_PLOT_PX if high > low else 0.0
     half = (len(text) * CHAR_PX + 8) / 2
     return max(at - MARKER_LEAN_PX, half + 2) - at
+
+
+MARKER_NOTE_PX = 26  # how far an end-of-phase label sits from its marker, up or down
+NOTE_HEIGHT_PX = 20  # a boxed label's height, its border in
+
+
+def note_box(at_px: float, y_px: float, ax: float, ay: float, text: str
+             ) -> tuple[float, float, float, float]:
+    """Where an end-of-phase label lies, in pixels (left, right, top, bottom), its marker at
+    (`at_px`, `y_px`) of the plot and the label moved by (`ax`, `ay`) from it."""
+    half = (len(text) * CHAR_PX + 8) / 2
+    return (at_px + ax - half, at_px + ax + half, y_px + ay - NOTE_HEIGHT_PX / 2,
+            y_px + ay + NOTE_HEIGHT_PX / 2)
+
+
+def plot_px(x: float, y: float, shown: tuple[float, float], top: float, height: float
+            ) -> tuple[float, float]:
+    """A point's place in the plot at the narrowest it is drawn (ASSUMED_PLOT_PX wide, `height`
+    tall), y down from the plot's top as a browser has it; the y axis from 0 to a little over
+    `top`, the curve's highest."""
+    low, high = shown
+    at = (x - low) / (high - low) * ASSUMED_PLOT_PX if high > low else 0.0
+    return at, height * (1 - y / (top * (1 + Y_PAD))) if top > 0 else height
+
+
+def _note_offsets(places: list[tuple[float, float, str]], shown: tuple[float, float],
+                  top: float, height: float) -> list[tuple[float, float]]:
+    """Each end-of-phase label's offset from its marker (x, y, its text): to the left
+    (`_marker_lean`), below the marker near the top of the plot and above it elsewhere, unless
+    that box meets a label placed before it: then the other side, or twice or thrice as far,
+    whichever is clear and inside the plot. Short phases at a long run's start put their markers
+    a few pixels apart; their labels, all pushed right of the axis, lay over one another."""
+    placed: list[tuple[float, float, float, float]] = []
+    offsets = []
+    for x, y, text in places:
+        at, y_px = plot_px(x, y, shown, top, height)
+        ax = _marker_lean(x, shown, text)
+        near = MARKER_NOTE_PX if y > 0.7 * top else -MARKER_NOTE_PX
+        tried = [near * k for far in (1, 2, 3) for k in (far, -far)]
+        inside = [ay for ay in tried
+                  if 0 <= note_box(at, y_px, ax, ay, text)[2]
+                  and note_box(at, y_px, ax, ay, text)[3] <= height]
+        ay = next((ay for ay in inside if not any(
+            _meet(note_box(at, y_px, ax, ay, text), box) for box in placed)), near)
+        placed.append(note_box(at, y_px, ax, ay, text))
+        offsets.append((ax, ay))
+    return offsets
+
+
+def _meet(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> bool:
+    return a[0] < b[1] and b[0] < a[1] and a[2] < b[3] and b[2] < a[3]
 
 
 def _other_ranks_ends(figure: go.Figure, report: RunReport, x_of, by_step: bool) -> None:
