@@ -41,7 +41,7 @@ from anatomy.prediction.breakdown import (
     training_peak,
 )
 from anatomy.store import Sample, Step
-from anatomy.units import mib_text
+from anatomy.units import MIB_NAME, mib_float, mib_text
 from anatomy.views import text
 from anatomy.views.style import COMPONENT_LABELS as LABELS
 from anatomy.views.style import MOMENT_LABELS
@@ -475,27 +475,37 @@ def peak_title(report: RunReport, prediction: Prediction) -> str:
             else "Why the peak is more than the sum of the parts")
 
 
+def _apart(first: float, second: float) -> tuple[str, str]:
+    """Two sizes said side by side, each in whole MiB unless that reads them alike while they
+    differ: then both to a tenth, as the table has them (a small model's parts, 5.5 MiB, and its
+    peak, 5.96 MiB, were "5 MiB" and "5 MiB", the peak "more" than the parts)."""
+    whole = mib_text(first), mib_text(second)
+    if whole[0] != whole[1] or first == second:
+        return whole
+    return f"{mib_float(first):,.1f} {MIB_NAME}", f"{mib_float(second):,.1f} {MIB_NAME}"
+
+
 def peak_explanation(report: RunReport, prediction: Prediction) -> str:
     """Why the peak is less (or, a step's temporaries on top, more) than the sum of the parts,
     in this run's numbers."""
     measured = measured_components(report)
     parts = summed_parts(measured)
-    all_parts = predicted_sum_of_parts(report, prediction)
+    all_parts, peak = _apart(predicted_sum_of_parts(report, prediction), prediction.peak)
     if peak_is_below_the_parts(report, prediction):
-        text = (f"Added up, the parts come to {mib_text(all_parts)} (predicted), but no moment "
+        text = (f"Added up, the parts come to {all_parts} (predicted), but no moment "
                 f"of a step holds them all. The activations ({mib_text(prediction.activations)})"
                 " are held from the forward pass into the backward pass and freed layer by layer"
                 f" as the gradients ({mib_text(prediction.gradients)}) appear, so the peak holds"
-                f" only the larger of the two: {mib_text(prediction.peak)}, in the "
-                f"{prediction.peak_at}.")
+                f" only the larger of the two: {peak}, in the {prediction.peak_at}.")
     else:  # said so, not as the story of a peak below them, whose numbers it contradicted
-        text = (f"Added up, the parts come to {mib_text(all_parts)} (predicted); the peak, "
-                f"{mib_text(prediction.peak)} in the {prediction.peak_at}, is more: the step's "
+        text = (f"Added up, the parts come to {all_parts} (predicted); the peak, "
+                f"{peak} in the {prediction.peak_at}, is more: the step's "
                 "temporaries held at that moment (a kernel's workspace, the optimizer's "
                 "intermediates), which the parts leave out, come on top of what they hold.")
     if measured.peak_allocated is not None and measured.sum_of(parts) is not None:
-        text += (f" Measured: the parts add up to {mib_text(measured.sum_of(parts))}; the allocator's "
-                 f"peak was {mib_text(measured.peak_allocated)}.")
+        summed, allocated = _apart(measured.sum_of(parts), measured.peak_allocated)
+        text += (f" Measured: the parts add up to {summed}; the allocator's peak was "
+                 f"{allocated}.")
     return text
 
 

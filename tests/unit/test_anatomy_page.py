@@ -165,6 +165,31 @@ def test_a_peak_above_the_sum_of_the_parts_is_said_so(store, seed):
     assert "only the larger of the two" not in words
 
 
+def test_a_peak_a_fraction_of_a_mib_above_the_parts_is_not_said_equal_to_them(store, seed):
+    """A user's small Qwen3 on the CPU (seen in Chromium): "Added up, the parts come to 5 MiB
+    (predicted); the peak, 5 MiB in the backward pass, is more" (5.5 and 5.96 MiB, each rounded
+    down), beside a table and a chart that say 5.5 and 6.0."""
+    import dataclasses
+
+    run_id = seed(backend="rss")
+    prediction = breakdown.prediction_for(report(store, run_id))
+    summary = store.run(run_id).summary
+    store.update_run(run_id, summary={**summary.to_dict(), "components": {
+        "weights": prediction.weights, "gradients": prediction.gradients,
+        "optimizer_states": prediction.optimizer_states, "activations": prediction.activations,
+        "steps_measured": 2}})
+    rep = report(store, run_id)
+    summed = view.predicted_sum_of_parts(rep, prediction)
+    whole = summed // 2**20 * 2**20  # the parts a tenth of a MiB over a whole MiB, the peak more
+    parts = dataclasses.replace(prediction, peak=whole + 2**20 * 9 // 10)
+    parts = dataclasses.replace(parts, weights=parts.weights - (summed - whole - 2**20 // 10))
+    summed = view.predicted_sum_of_parts(rep, parts)
+    assert mib_text(summed) == mib_text(parts.peak) and summed < parts.peak
+    words = view.peak_explanation(rep, parts)
+    assert (f"the parts come to {summed / 2**20:,.1f} MiB (predicted); the peak, "
+            f"{parts.peak / 2**20:,.1f} MiB in the {parts.peak_at}, is more") in words
+
+
 def test_bytes_per_parameter_next_to_the_walkthroughs(store, measured_run):
     table = _table(_page(run=str(measured_run)), "bytes_per_parameter").set_index("Component")
     assert table["This run (measured)"].tolist() == [4.0, 4.0, 8.0, 16.0]
