@@ -547,6 +547,16 @@ def test_an_embedding_named_is_a_lora_target(tmp_path):
                     0) == {}
 
 
+def test_what_a_model_writes_of_a_layer_is_no_read_peft_s_wrapper_hides(tmp_path):
+    """T5Gemma's set_output_embeddings sets its decoder's embed_tokens.num_embeddings, which no
+    training runs and no forward reads: embed_tokens was refused as an Embedding "whose
+    num_embeddings T5GemmaForConditionalGeneration reads"."""
+    name = _config_file(tmp_path, "t5gemma")
+    assert validate(RunOptions(model=name, lora_rank=8, lora_targets="embed_tokens",
+                               seq_len=16), 0) == {}
+    assert "embed_tokens" in models.linear_module_names(models.resolve(name))
+
+
 def test_the_head_and_task_come_from_transformers_tables(tmp_path):
     t5 = models.resolve(_config_file(tmp_path, "t5"))
     assert (t5.task, t5.head) == (SEQ2SEQ, "T5ForConditionalGeneration")

@@ -142,6 +142,8 @@ def _modules(spec: ModelSpec, config_key: str) -> _Modules:
                     tuple(withheld), frozenset(others), tuple(sorted(heads)), tuple(kinds))
 
 
+# `.child.attribute`, read, at every dot (`self.encoder.conv1.stride` holds `conv1.stride`)
+_CHILD_ATTRIBUTE = re.compile(r"(?=\.([A-Za-z_]\w*)\.([A-Za-z_]\w*)\b(?!\s*=[^=]))")
 # Methods that run before peft wraps anything: what they read of a layer needs no wrapper.
 _BEFORE_PEFT = frozenset({"__init__", "_init_weights", "init_weights", "post_init"})
 
@@ -242,10 +244,11 @@ def _methods(cls) -> tuple[tuple[str, str], ...]:
 
 @lru_cache(maxsize=256)
 def _reads(cls) -> tuple[tuple[tuple[str, str], str], ...]:
-    """((child, attribute), class) for every `.child.attribute` read in `_methods`."""
+    """((child, attribute), class) for every `.child.attribute` read in `_methods`: not one
+    set (T5Gemma's set_output_embeddings sets its embed_tokens' num_embeddings)."""
     return tuple(dict.fromkeys(
         ((child, attribute), reader) for reader, source in _methods(cls)
-        for child, attribute in re.findall(r"\.([A-Za-z_]\w*)\.([A-Za-z_]\w*)", source)))
+        for child, attribute in _CHILD_ATTRIBUTE.findall(source)))
 
 
 def _wrapper_of(module):
