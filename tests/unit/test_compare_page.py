@@ -225,8 +225,22 @@ def test_a_sweep_with_a_wrong_value_is_refused_before_it_starts(store):
     app.text_input(key="sweep_values_batch_size").set_value("1,two").run()
     app.button(key="sweep_start").click().run()
     assert not app.exception
-    assert "batch-size: 'two' is not a whole number" in [e.value for e in app.error]
+    # Named by its label, as every other error of the form is (it said "batch-size:", the flag).
+    assert [e.value for e in app.error] == ["Batch size: 'two' is not a whole number"]
     assert store.sweeps() == []
+
+
+def test_a_sweep_of_one_run_says_one_run(store):
+    """A sweep stopped during its first run said "stopped, 1 runs"."""
+    sweep_id = store.create_sweep("batch_size on bert-large-uncased",
+                                  RunOptions(preset="bert-large-uncased").to_dict(),
+                                  {"batch_size": [1, 2]}, False, 2)
+    run_id = _with_options(store, seed_run(store, status="stopped"), batch_size=1)
+    store.update_run(run_id, sweep=store.sweep(sweep_id).key)
+    store.update_sweep(sweep_id, status="stopped")
+    app = _page()
+    assert f"Sweep {sweep_id} (batch_size on bert-large-uncased): stopped, 1 run" in [
+        w.value for w in app.warning]
 
 
 def test_a_sweeps_wrong_option_is_named_by_its_label_not_its_code_name_or_flag(store):

@@ -210,8 +210,9 @@ def _sweep_form() -> None:
     for name in varied:
         try:
             vary[name] = _vary_values(name, has_gpu)
-        except ValueError as error:
-            errors.append(str(error))
+        except ValueError as error:  # said with the option's flag ("batch-size: …"): its label
+            errors.append(f"{FIELDS[name].label}: "
+                          + str(error).removeprefix(f"{name.replace('_', '-')}: "))
     until_oom = st.checkbox("Keep doubling the batch size until a run is out of memory",
                             key="sweep_until_oom", disabled=LADDER not in varied,
                             help="batch sizes run smallest first; at a batch size's first "
@@ -282,7 +283,8 @@ def _sweep_table(result: SweepGrid) -> None:
 def sweep_results(sweep_id: int) -> None:
     result = grid(server.store(), sweep_id)
     status = result.status
-    line = (f"Sweep {sweep_id} ({result.name}): {status}, {len(result.runs)} runs"
+    runs = len(result.runs)
+    line = (f"Sweep {sweep_id} ({result.name}): {status}, {runs} run{'' if runs == 1 else 's'}"
             + (f", {result.skipped} skipped after an out-of-memory run" if result.skipped
                else ""))
     {Status.COMPLETED: st.success, Status.STOPPED: st.warning}.get(status, st.error)(line)
