@@ -19,7 +19,7 @@ from anatomy.cli.signals import POLL_SECONDS, StopSignals
 from anatomy.engine.manager import DeviceBusy, RunManager, machine
 from anatomy.engine.predicting import Answer, Predicting
 from anatomy.engine.prometheus import EndpointRefused
-from anatomy.store import DatabaseError, Step, Store, unreachable
+from anatomy.store import DatabaseError, Step, Store, StoreError, unreachable
 from anatomy.views import text
 from anatomy.vocabulary import Phase, Status
 
@@ -56,6 +56,10 @@ def _news(store: Store, run_id: int, ends: PhaseEnds) -> tuple[RunReport, Step |
         return rep, step, ends.new(rep)
 
 
+class _StoppedWhileAway(Exception):
+    """A signal asked for a stop while the store's server was away: nothing more can be read."""
+
+
 def _once_reachable(read: Callable[[], T], signals: StopSignals) -> T:
     """`read()`, once the store answers: a database server that is away is waited for (the
     recording keeps what it records meanwhile, and says so), until a signal asks for a stop."""
@@ -63,8 +67,10 @@ def _once_reachable(read: Callable[[], T], signals: StopSignals) -> T:
         try:
             return read()
         except DatabaseError as error:
-            if not unreachable(error) or signals.received is not None:
+            if not unreachable(error):
                 raise
+            if signals.received is not None:
+                raise _StoppedWhileAway from error
             time.sleep(POLL_SECONDS)
 
 
@@ -161,6 +167,8 @@ def _run(args: argparse.Namespace, checked: Checked, store: Store, manager: RunM
             print(f"measuring: {text.source(rep.backend, rep.memory_api)}")
             print(f"store: {store.path}", flush=True)
             _follow(manager, store, run_id, signals)
+        except _StoppedWhileAway:
+            pass  # stopped below; the recording says where what waits for the store is kept
         except OSError as error:  # the terminal or the pipe it printed to is gone
             reason = "stopped as its output was closed (the terminal or the pipe it printed to)"
             closed = error
@@ -170,8 +178,10 @@ def _run(args: argparse.Namespace, checked: Checked, store: Store, manager: RunM
                     reason = signals.reason()
                     say(f"\nstopping ({signals.name})…", file=sys.stderr)
                 manager.stop(run_id, reason)
-    if signals.received is not None:  # a hang-up's terminal may be gone: its status says it
-        with contextlib.suppress(OSError):
+    if signals.received is not None:
+        # A hang-up's terminal may be gone, and a server gone for good has had its line on
+        # where the run's rows are kept: the status says the rest.
+        with contextlib.suppress(OSError, StoreError, DatabaseError):
             _outcome(manager, store, run_id, said)
         return signals.exit_code()
     if closed is not None:  # the run is recorded; the output's end is said as every command's

@@ -286,6 +286,9 @@ def test_a_run_whose_server_is_gone_for_good_at_its_end_keeps_what_it_recorded_p
         run.kill()
     kept = list((tmp_path / "data" / "anatomy" / "kept").iterdir())
     assert len(kept) == 1 and str(kept[0]) in said[0] and "completed" in said[0], said
+    # stopped by Ctrl-C: its status, not the store's error after the line saying where it went
+    assert run.returncode == 130, \
+        (run.returncode, err.read_text().splitlines()[-3:])
     assert PASSWORD not in out + err.read_text()
     assert end_orphans(store) == [run_id]
     recorded = store.run(run_id)
