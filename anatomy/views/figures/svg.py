@@ -416,7 +416,13 @@ class Categories(NamedTuple):
         return max(1, math.ceil((word * TICK_FONT_PX * 0.55 + 4) / self.step))
 
     def ticks(self, count: int) -> list[str]:
-        return self.names[::self.every]
+        """The names written: every `every`-th from the first, and the last one in place of the
+        one before it where it falls between two of them (a waterfall's last bar is its total,
+        the figure it is read for; a histogram's, the longest texts)."""
+        picked = list(range(0, len(self.names), self.every))
+        if len(picked) > 1 and picked[-1] != len(self.names) - 1:
+            picked[-1] = len(self.names) - 1
+        return [self.names[i] for i in picked]
 
 
 class BarColumn(NamedTuple):
