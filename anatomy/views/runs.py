@@ -5,6 +5,7 @@ from __future__ import annotations
 from anatomy.analysis.models import display_name
 from anatomy.analysis.report import IMPORTED, RunListing
 from anatomy.units import in_mib
+from anatomy.vocabulary import Status
 
 PEAK = in_mib("Peak")  # the figure the list is for
 
@@ -33,9 +34,12 @@ def table(rows: list[RunListing]) -> list[dict]:
 
 
 def plotted(rows: list[RunListing]) -> list[RunListing]:
-    """The runs of the list that peak memory against speed can place: those with both figures
-    (a completed run of anatomy's or a Trainer's; a watched command reports no speed)."""
-    return [r for r in rows if r.peak_mb is not None and r.samples_per_second is not None]
+    """The runs of the list that peak memory against speed can place: completed ones with both
+    figures (anatomy's or a Trainer's; a watched command reports no speed). A stopped run has
+    both too, of the steps it took: the first, the setup's, can make it look slow, and its
+    peak may be short of a whole run's; the caption says "a point per completed run"."""
+    return [r for r in rows if r.status == Status.COMPLETED and r.peak_mb is not None
+            and r.samples_per_second is not None]
 
 
 NOTHING_PLOTTED = ("No run of this list has both a peak and a speed to place here (samples a "

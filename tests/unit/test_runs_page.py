@@ -153,6 +153,8 @@ def test_peak_memory_against_speed_over_the_runs(store, seed):
     store.update_run(bf16, options={**store.run(bf16).options, "precision": "bf16",
                                     "batch_size": 8})
     seed(status="oom")  # no speed: not a point
+    stopped = seed(status="stopped")  # a speed of its first steps: not a point either
+    store.update_run(stopped, summary={"time_s": 1.5, "samples_per_second": 2.5, "steps": 2})
     chart = chart_spec(_page(), "runs_efficiency")
     points = {t["name"]: t for t in chart["data"]}
     assert set(points) == {"fp32 · NVIDIA H200", "bf16 · NVIDIA H200"}
