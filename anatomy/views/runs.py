@@ -55,12 +55,18 @@ ALWAYS = ("Run", "Name", "Model", "Status", PEAK)
 WIDEST = {"Name": 180, "Model": 250}
 
 
+# What a run measured or when it ran: these differ between any two runs, and tell nothing of
+# why (a LoRA run beside a full one showed its speed and time, its LoRA rank hidden).
+OUTCOMES = ("Samples/s", "Time (s)", "Started")
+
+
 def by_use(table: list[dict]) -> list[str]:
     """The table's headings in the order they earn a place where not all fit: the run and its
-    peak, then the columns that tell the runs listed apart, then those every run shares, then
-    those no run has a value in (each group in COLUMNS' order)."""
+    peak, then the options that tell the runs listed apart, then the outcomes that differ, then
+    those every run shares, then those no run has a value in (each group in COLUMNS' order)."""
     headings = [h for h in COLUMNS.values() if h not in ALWAYS]
     empty = [h for h in headings if all(row[h] is None for row in table)]
     differ = [h for h in headings if h not in empty and len({repr(row[h]) for row in table}) > 1]
     same = [h for h in headings if h not in empty and h not in differ]
-    return [*ALWAYS, *differ, *same, *empty]
+    options = [h for h in differ if h not in OUTCOMES]
+    return [*ALWAYS, *options, *[h for h in differ if h in OUTCOMES], *same, *empty]

@@ -252,6 +252,20 @@ def test_which_runs_failed_is_shown_whatever_else_the_table_holds(store, seed):
     assert app.dataframe[0].value["Status"].tolist() == ["oom", "completed"]
 
 
+def test_the_option_two_runs_differ_in_is_shown_before_what_they_measured(store, seed):
+    """A LoRA run beside the same model trained whole (seen in Chromium at 1,000 px): the table
+    showed their speed and time, which differ between any two runs, and hid the LoRA rank, the
+    one option that told them apart."""
+    import json
+
+    whole, lora = seed(), seed()
+    store.update_run(lora, options={**store.run(lora).options, "lora_rank": 8})
+    store.update_run(lora, summary={"time_s": 1.5, "samples_per_second": 20.5, "steps": 8})
+    config = json.loads(_page().dataframe[0].proto.columns)
+    assert not config.get("LoRA rank", {}).get("hidden")
+    assert whole != lora
+
+
 def test_a_run_without_a_sample_says_so_instead_of_an_empty_chart(store):
     """A run that failed before its sampler's first reading (/runs?run=N, /?run=N): the memory
     chart was an empty pair of axes from 0 to 1, with the caption of a curve it did not have."""
