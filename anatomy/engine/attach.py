@@ -139,10 +139,40 @@ def _script() -> str | None:
 
 def _warn(text: str) -> None:
     """A word to the user's terminal, as their script prints."""
+    say(f"anatomy: {text}")
+
+
+def say(line: str) -> None:
+    """`line` on the user's terminal (stderr), on a line of its own where a progress bar of the
+    script's is drawn there (tqdm's: a Trainer's, a loop's): the bar is cleared, the line
+    printed and the bar drawn again below it, as tqdm.write does; else the line would be glued
+    to the bar's end ("6/6 [00:01<00:00]anatomy: run 2 completed"). tqdm is never imported here:
+    only a script's bars are drawn."""
+    tqdm = getattr(sys.modules.get("tqdm"), "tqdm", None)
     try:
-        print(f"anatomy: {text}", file=sys.stderr, flush=True)
+        with _bars_aside(tqdm) if getattr(tqdm, "_instances", None) else contextlib.nullcontext():
+            print(line, file=sys.stderr, flush=True)
     except (OSError, ValueError):
         pass  # no terminal left
+
+
+@contextlib.contextmanager
+def _bars_aside(tqdm):
+    """tqdm's open bars on stderr cleared for a line, and drawn again after it; where tqdm
+    cannot (a version without external_write_mode, its lock refused), the line goes as it is."""
+    entered = None
+    try:
+        aside = tqdm.external_write_mode(file=sys.stderr)
+        aside.__enter__()
+        entered = aside
+    except Exception:  # noqa: BLE001, S110 - the script's tqdm, whatever its state: the line goes
+        pass
+    try:
+        yield
+    finally:
+        if entered is not None:
+            with contextlib.suppress(Exception):
+                entered.__exit__(None, None, None)
 
 
 class _ThisProcess:

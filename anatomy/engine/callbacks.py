@@ -716,11 +716,11 @@ class AnatomyCallback(TrainerCallback):
 
 
 def _say(text: str) -> None:
-    """A line to the user's terminal, as their script prints."""
-    try:
-        print(f"anatomy: {text}", file=sys.stderr, flush=True)
-    except (OSError, ValueError):
-        pass  # no terminal left
+    """A line to the user's terminal, as their script prints (beside the Trainer's progress
+    bar, not glued to it)."""
+    from anatomy.engine.attach import say
+
+    say(f"anatomy: {text}")
 
 
 def _training_facts(args, model, of_a_launch: bool = False, trainer=None,

@@ -24,6 +24,7 @@ import codecs
 import contextlib
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -109,12 +110,29 @@ class _Output:
         self.tail = b""
         self.oom = False
         self._lock = threading.Lock()
+        self._screens: dict[object, _Screen] = {}
+
+    def _screen(self, stream: TextIO) -> _Screen:
+        with self._lock:
+            return self._screens.setdefault(_screen_of(stream), _Screen())
+
+    def say(self, text: str, out: TextIO) -> None:
+        """`text` on a line of its own: where the command's output left a line unended on the
+        same terminal (a progress bar, drawn with `\r`), a newline first; else the line was
+        glued to the bar ("2/40 [00:00<00:03]CPU memory (RSS) occupied: …")."""
+        screen = self._screen(out)
+        with screen.lock:
+            if screen.open and not text.startswith("\n"):
+                text = "\n" + text
+            screen.open = False
+            _say(text, out)
 
     def tee(self, stream, target: TextIO) -> None:
         raw = getattr(target, "buffer", None)
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         passing = True
         fd = stream.fileno()
+        screen = self._screen(target)
         while True:
             try:
                 chunk = os.read(fd, 65536)
@@ -124,12 +142,14 @@ class _Output:
                 return
             if passing:  # once our terminal is gone the output is still drained, or it blocks
                 try:
-                    if raw is not None:
-                        raw.write(chunk)
-                        raw.flush()
-                    else:
-                        target.write(decoder.decode(chunk))
-                        target.flush()
+                    with screen.lock:
+                        if raw is not None:
+                            raw.write(chunk)
+                            raw.flush()
+                        else:
+                            target.write(decoder.decode(chunk))
+                            target.flush()
+                        screen.open = not chunk.endswith(b"\n")
                 except (OSError, ValueError):
                     passing = False
             with self._lock:
@@ -142,6 +162,25 @@ class _Output:
             text = self.tail.decode(errors="replace")
         lines = [line.rstrip() for line in text.replace("\r", "\n").split("\n")]
         return "\n".join([line for line in lines if line.strip()][-count:])
+
+
+class _Screen:
+    """Where lines are shown (a terminal, a log file): whether the last output passed to it left
+    a line unended, and the lock that keeps a line of the watch's from landing mid-write."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()  # a signal's handler may say a line mid-line
+        self.open = False
+
+
+def _screen_of(stream: TextIO) -> object:
+    """One key for the streams that show on the same screen: stdout and stderr on one terminal,
+    or redirected to one file (`2>&1`), are one."""
+    try:
+        found = os.fstat(stream.fileno())
+    except (OSError, ValueError, AttributeError):  # no file behind it (a test's StringIO)
+        return id(stream)
+    return found.st_dev, found.st_ino
 
 
 class Gone(NamedTuple):
@@ -330,6 +369,9 @@ class Watch:
         self.part: launch.HostPart | None = None
 
     # --- the socket the command's processes report through ---
+    def _say(self, text: str, out: TextIO) -> None:
+        self.output.say(text, out)
+
     def _listen(self) -> tuple[Listener, str, str]:
         key = secrets.token_bytes(16)
         address = link.new_address()
@@ -418,7 +460,7 @@ class Watch:
     def _host_lost(self, why: str) -> None:
         """Another host of the run is lost (or failed, and the ranks here outlived it): the
         command here is ended — its ranks' peer is gone, they could only hang."""
-        _say(f"anatomy: run {self.recording.run_id}: {why}: ending this host's command",
+        self._say(f"anatomy: run {self.recording.run_id}: {why}: ending this host's command",
              sys.stderr)
         threading.Thread(target=self.recording.end_training, args=(KILL_GRACE_SECONDS,),
                          name="anatomy-host-lost", daemon=True).start()
@@ -529,12 +571,12 @@ class Watch:
         recording = self.recording = Recording(
             self.store, info.backend, [d.nvml_index for d in devices], self.sample_rate,
             owns_training=False, lock_fds=fds, decide=self._decide, observe=self._observe,
-            tell=lambda text: _say(f"anatomy: {text}", out),
+            tell=lambda text: self._say(f"anatomy: {text}", out),
             t0=None if place is None else launch.run_clock(place))
         recording.finished.append(lambda: _release(locks))
         if place is not None:
             self.part = launch.HostPart(self.store, self.across, place, self._host_lost,
-                                        lambda text: _say(f"anatomy: run {place.run_id}: {text}",
+                                        lambda text: self._say(f"anatomy: run {place.run_id}: {text}",
                                                           out))
             recording.part, recording.host = self.part, place.host
         recording.start_sampler()
@@ -579,9 +621,9 @@ class Watch:
             if self.part is not None:
                 self.part.start()
                 made = "made it" if place.created else "joined it"
-                _say(f"run {run_id}: host {place.host} ({place.name}) of the launch"
+                self._say(f"run {run_id}: host {place.host} ({place.name}) of the launch"
                      f" {self.across.said}: {made} in {self.store.path}", out)
-            _say(f"run {run_id}: watching {' '.join(self.command)} (pid {child.pid}) on "
+            self._say(f"run {run_id}: watching {shlex.join(self.command)} (pid {child.pid}) on "
                  f"{', '.join(d.name for d in devices) or 'the CPU (RSS)'}", out)
             tees = [threading.Thread(target=self.output.tee, args=(stream, target), daemon=True)
                     for stream, target in ((child.stdout, sys.stdout), (child.stderr, sys.stderr))]
@@ -615,7 +657,7 @@ class Watch:
                 end_at = self._stop(command, self.asked[0], out)
             if end_at is not None and time.monotonic() > end_at and command.exit_code() is None:
                 end_at = float("inf")
-                _say(f"anatomy: the command did not exit {STOP_GRACE_SECONDS:.0f} s after the"
+                self._say(f"anatomy: the command did not exit {STOP_GRACE_SECONDS:.0f} s after the"
                      " stop: ending its processes", out)
                 recording.end_training(KILL_GRACE_SECONDS)
             if time.monotonic() - shown_at >= PROGRESS_SECONDS:
@@ -648,7 +690,7 @@ class Watch:
         """Pass the stop on to the command, unless it got the signal already (`reached`); the
         time after which its whole tree is ended instead."""
         self.recording.request_stop(stopped_by(signum))
-        _say(f"\nanatomy: stopping the command ({signal.Signals(signum).name})…", out)
+        self._say(f"\nanatomy: stopping the command ({signal.Signals(signum).name})…", out)
         if command.exit_code() is None and not self.reached(command, signum):
             with contextlib.suppress(ProcessLookupError):
                 command.child.send_signal(signum)
@@ -687,13 +729,13 @@ class Watch:
         except Exception:  # noqa: BLE001 - a store that cannot be read now: said when it can be
             lines = []
         for line in lines:
-            _say(line, out)
+            self._say(line, out)
         step = recording.outcome.last_step
         if step is not None and step.step != self._shown_step:
             self._shown_step = step.step
             total = f"/{step.total}" if step.total else ""
             loss = f", loss {step.loss:.4f}" if step.loss is not None else ""
-            _say(f"  step {step.step}{total}{loss}", out)
+            self._say(f"  step {step.step}{total}{loss}", out)
 
     def _print_end(self, out: TextIO) -> None:
         recording = self.recording
@@ -703,31 +745,31 @@ class Watch:
                 peak = self.store.peak(run_id, device_key(recording.host,
                                                           device.nvml_index if device else 0))
                 where = f"GPU {device.index} ({device.name})" if device else "CPU (RSS)"
-                _say(f"{where}: peak {mib_text(peak)}" if peak is not None else
+                self._say(f"{where}: peak {mib_text(peak)}" if peak is not None else
                      f"{where}: no sample: the command ended before the first reading (every"
                      f" {1000 / self.sample_rate:.0f} ms)", out)
             samples = f"{self.store.sample_count(run_id)} samples"
         except Exception:  # noqa: BLE001 - the store is gone or full: say what is known
             samples = "its samples"
         if ending is None:
-            _say(f"run {run_id}: not recorded", out)
+            self._say(f"run {run_id}: not recorded", out)
             return
         kept = "" if ending.recorded else " (not recorded: the store cannot be written)"
         if self.part is not None:  # this host's part, then the run's ending where it wrote it
-            _say(f"this host's part: {ending.status}{kept}", out)
+            self._say(f"this host's part: {ending.status}{kept}", out)
             if ending.status != Status.COMPLETED and ending.error:
-                _say(f"{ending.status}: {ending.error.splitlines()[0].removesuffix(':')}", out)
+                self._say(f"{ending.status}: {ending.error.splitlines()[0].removesuffix(':')}", out)
             ending = recording.run_ending
             if ending is None:
-                _say(f"run {run_id}: its ending is written by the last of its hosts to end"
+                self._say(f"run {run_id}: its ending is written by the last of its hosts to end"
                      f" ({self.store.path})", out)
                 return
-        _say(f"status: {ending.status}{kept}; {samples} stored in {self.store.path} as run"
+        self._say(f"status: {ending.status}{kept}; {samples} stored in {self.store.path} as run"
              f" {run_id}", out)
         if ending.status != Status.COMPLETED and ending.error:
             # Its first line: the command's last lines, which follow it in the record, have just
             # been printed by the command itself.
-            _say(f"{ending.status}: {ending.error.splitlines()[0].removesuffix(':')}", out)
+            self._say(f"{ending.status}: {ending.error.splitlines()[0].removesuffix(':')}", out)
 
 
 def _release(locks: list) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -521,6 +522,41 @@ def test_watch_of_a_command_too_short_to_sample_says_so(store):
     assert "no sample: the command ended before the first reading (every 1000 ms)" in result.stderr
     assert "?" not in result.stderr
     assert _only_run(store).status == "completed"
+
+
+def _screen(text: str) -> list[str]:
+    """What a terminal shows of `text`: each line, every carriage return drawing over it from
+    its start."""
+    shown = []
+    for line in text.split("\n"):
+        cells: list[str] = []
+        for part in line.split("\r"):
+            cells[:len(part)] = part
+        shown.append("".join(cells).rstrip())
+    return shown
+
+
+def test_watch_says_its_lines_beside_the_commands_progress_bar_and_its_command_as_it_ran(
+        store, tmp_path):
+    """A command that draws a progress bar (tqdm: `\r` and no newline) while the watch says a
+    phase's memory: the watch's line was glued to the bar ("20/40CPU memory (RSS) occupied:
+    …"); now it starts a line of its own. And the command is shown as a shell would run it:
+    an argument holding a space is quoted (it read `bar.py 1 a b ü`, four arguments)."""
+    script = tmp_path / "bar.py"
+    script.write_text("import sys, time\n"
+                      "sys.stderr.write('\\r 50%|#####     | 20/40')\n"
+                      "sys.stderr.flush()\n"
+                      "time.sleep(0.5)\n")
+    command = [sys.executable, str(script), "a b ü"]
+    result = subprocess.run([sys.executable, "-m", "anatomy", "watch", "--", *command],
+                            capture_output=True, timeout=300, cwd=PROJECT, env=_env(store))
+    err = result.stderr.decode()
+    assert result.returncode == 0, err
+    shown = _screen(err)
+    assert f"watching {shlex.join(command)} (pid" in shown[0], shown
+    assert " 50%|#####     | 20/40" in shown, shown
+    assert shown[shown.index(" 50%|#####     | 20/40") + 1].startswith(
+        "CPU memory (RSS) occupied: "), shown
 
 
 def test_watch_of_a_command_that_fails_keeps_its_exit_code_and_output(store):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 
 import pytest
@@ -193,6 +194,43 @@ def test_a_mark_after_the_runs_end_is_said_once_not_lost_without_a_word(capsys):
                    "(nor any mark after it); anatomy.start() records a new run\n")
     with pytest.raises(ValueError):  # a wrong call is still refused as such
         run.step(step=-1)
+
+
+def _screen(text: str) -> list[str]:
+    """What a terminal shows of `text`: each line, every carriage return drawing over it from
+    its start."""
+    shown = []
+    for line in text.split("\n"):
+        cells: list[str] = []
+        for part in line.split("\r"):
+            cells[:len(part)] = part
+        shown.append("".join(cells).rstrip())
+    return shown
+
+
+def test_a_line_said_while_a_progress_bar_is_drawn_is_a_line_of_its_own(capsys):
+    """A Trainer's tqdm bar (or a loop's) is open on stderr as the run says something: its
+    closing line, a warning. The line was printed after the bar's last character, so the
+    terminal showed "3/10 [00:00<?, ?it/s]anatomy: run 7 has ended: …"; now the bar is cleared,
+    the line printed, and the bar drawn again below it, as tqdm.write does."""
+    import time
+
+    from tqdm import tqdm
+
+    from anatomy.engine import attach
+
+    run = attach.Run(_Heard(), time.monotonic(), dwell=0.0)
+    run.end()
+    bar = tqdm(total=10, file=sys.stderr)
+    bar.update(3)
+    bar.refresh()
+    run.phase("eval")  # said once: after its end
+    bar.close()
+    shown = _screen(capsys.readouterr().err)
+    said = ("anatomy: run 7 has ended: run.phase('eval') after its end is not recorded (nor any "
+            "mark after it); anatomy.start() records a new run")
+    assert said in shown, shown
+    assert "3/10" in shown[shown.index(said) + 1]  # the bar, drawn again below the line
 
 
 def test_a_loss_tensor_that_requires_grad_is_read_without_a_warning_from_anatomy(recwarn):
