@@ -897,6 +897,19 @@ def _end_finished_task() -> None:
         run._end_with_task()
 
 
+def _said_unused(run: Run, **given) -> None:
+    """A second `anatomy.start(name=…)` while a run records (a loop over trials, a notebook's
+    cell run again, without `run.end()`): its arguments were dropped without a word, and every
+    trial went into one run under the first one's name. Said, with how to record a new run."""
+    given = {key: value for key, value in given.items() if value is not None}
+    if given:
+        shown = ", ".join(f"{key}={(os.fspath(value) if key == 'store' else value)!r}"
+                          for key, value in given.items())
+        _warn(f"anatomy.start({shown}): run {run.id} records this process already and is "
+              "returned as it is, these not used; run.end() ends it, and start() then records a "
+              "new run")
+
+
 def start(name: str | None = None, *, sample_rate: int | None = None,
           store: str | os.PathLike | None = None, gpus: Sequence[int] | None = None,
           kernel: bool = True, baseline: bool = True) -> Run:
@@ -907,11 +920,13 @@ def start(name: str | None = None, *, sample_rate: int | None = None,
     a second, 1 to 2000 (default 200). `gpus`: the visible GPUs to sample (default: all). Under
     `anatomy watch` the watch's --store, --sample-rate and --gpus decide: one given here
     otherwise is said not used. A second call returns the run already started (in a pool's
-    worker, the run of the task that calls it: a task's run ends as the task returns)."""
+    worker, the run of the task that calls it: a task's run ends as the task returns); a name,
+    store, rate or GPUs it gives are said not used."""
     global _current
     _end_finished_task()
     with _current_lock:
         if _current is not None:
+            _said_unused(_current, name=name, store=store, sample_rate=sample_rate, gpus=gpus)
             return _current
         # Refused in the API's words, not a comparison's TypeError from inside anatomy.
         if sample_rate is not None and not checks.is_number(sample_rate):

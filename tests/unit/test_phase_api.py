@@ -157,6 +157,24 @@ def test_a_run_pickled_into_another_process_marks_nowhere_there(tmp_path):
     assert heard.messages[-1].mark.name == "training"
 
 
+def test_a_second_start_that_names_another_run_says_it_is_not_one(capsys, monkeypatch):
+    """A loop over trials (or a notebook's cell run again) calling `anatomy.start(name=…)`
+    without `run.end()`: the run already recording was returned and the name dropped without a
+    word, every trial one run under the first trial's name. Still the same run (a second call
+    returns it), now said; a plain `start()` again says nothing."""
+    from anatomy.engine import attach
+
+    run = attach.Run(_Heard(), time.monotonic(), dwell=0.0)
+    monkeypatch.setattr(attach, "_current", run)
+    assert attach.start() is run
+    assert capsys.readouterr().err == ""
+    assert attach.start("lr=1e-4", sample_rate=500, store="trials.sqlite") is run
+    assert capsys.readouterr().err == (
+        "anatomy: anatomy.start(name='lr=1e-4', store='trials.sqlite', sample_rate=500): run 7 "
+        "records this process already and is returned as it is, these not used; run.end() ends "
+        "it, and start() then records a new run\n")
+
+
 class _Heard:
     """A run's link that keeps what it is sent."""
 
