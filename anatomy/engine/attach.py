@@ -134,7 +134,15 @@ def _libraries() -> RunFacts:
 def _script() -> str | None:
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
-    return os.path.abspath(path) if path else None
+    return as_text(os.path.abspath(path)) if path else None
+
+
+def as_text(value: str) -> str:
+    """A path or argument of the system's (a script's, its folder, its argv) as the store keeps
+    text, UTF-8: a byte that is not (a Latin-1 file name, `caf\xe9.py`) is shown as `\xe9`.
+    Such a name ended the user's script in anatomy's traceback ("RunSource.script: holds the
+    byte 0xe9, which is not UTF-8 text"); it only says where the run came from."""
+    return value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def _warn(text: str) -> None:
@@ -227,8 +235,9 @@ class _LocalRecording:
         self.across, self.part = across, None
         script = _script()
         preset = os.path.basename(script) if script else "python"
-        source = RunSource.of(kind=SourceKind.SCRIPT, script=script, argv=tuple(sys.argv),
-                              cwd=os.getcwd(), host=socket.gethostname())
+        source = RunSource.of(kind=SourceKind.SCRIPT, script=script,
+                              argv=tuple(as_text(arg) for arg in sys.argv),
+                              cwd=as_text(os.getcwd()), host=socket.gethostname())
         gpu, environment = devices[0].nvml_index if devices else 0, environment_facts(info, devices)
         try:
             # Before the sampler starts: its clock is the run's.

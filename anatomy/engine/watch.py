@@ -41,6 +41,7 @@ import psutil
 
 from anatomy.analysis.machine import Device, Machine
 from anatomy.engine import launch, link, protocol
+from anatomy.engine.attach import as_text
 from anatomy.engine.collector import Outcome
 from anatomy.engine.endings import (
     Ending,
@@ -558,7 +559,7 @@ class Watch:
         environment = environment_facts(info, devices).merged(
             RunFacts.of(gpus_sampled=tuple(d.index for d in devices)))
         source = RunSource.of(kind=SourceKind.WATCH, command=tuple(self.command),
-                              cwd=os.getcwd(), host=socket.gethostname())
+                              cwd=as_text(os.getcwd()), host=socket.gethostname())
         place = None
         if self.across is not None:  # before the sampler starts: its clock is the run's
             try:

@@ -227,6 +227,37 @@ def test_the_command_a_script_suggests_shows_its_run_whatever_the_store(tmp_path
     assert "run 2  status: completed" in shown.stdout and "steps: 1" in shown.stdout
 
 
+def test_a_script_in_a_folder_whose_name_is_not_utf8_is_recorded_and_so_is_its_watch(tmp_path):
+    """A script named with a Latin-1 byte (`caf\\xe9.py`, files from an old archive) in such a
+    folder, given such an argument: `anatomy.start()` ended the script in anatomy's traceback
+    ("RunSource.script: holds the byte 0xe9, which is not UTF-8 text"), and `anatomy watch`
+    run in that folder likewise (its command's own arguments are refused in a line where they are
+    not UTF-8). Each now records, the name shown with the byte escaped."""
+    folder = tmp_path / os.fsdecode(b"d\xe9")
+    folder.mkdir()
+    script = folder / os.fsdecode(b"caf\xe9.py")
+    script.write_text("import anatomy\n"
+                      "run = anatomy.start(kernel=False)\n"
+                      "run.phase('training')\n"
+                      "run.step(loss=1.0)\n")
+    (folder / "train.py").write_text(script.read_text())  # the watch's command is UTF-8
+    store = Store(tmp_path / "s.sqlite")
+    env = {**os.environ, "ANATOMY_STORE": str(store.path),
+           "PYTHONPATH": os.pathsep.join(filter(None, (str(PROJECT), os.environ.get("PYTHONPATH"))))}
+    for command in ([sys.executable, script.name, os.fsdecode(b"--data=x\xe9")],
+                    [sys.executable, "-m", "anatomy", "watch", "--", sys.executable, "train.py"]):
+        result = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True,
+                                timeout=120)
+        assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    runs = sorted(store.runs(), key=lambda run: run.id)
+    assert [run.status for run in runs] == ["completed", "completed"]
+    by_script, by_watch = (report(store, run.id) for run in runs)
+    assert by_script.source.script.endswith("d\\xe9/caf\\xe9.py")
+    assert by_script.source.argv[1:] == ("--data=x\\xe9",)
+    assert by_watch.source.cwd.endswith("d\\xe9")
+    assert [step.step for step in store.steps(by_watch.id)] == [1]
+
+
 TRAINS_IN_A_THREAD = """
 import threading
 import anatomy
