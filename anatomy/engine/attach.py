@@ -906,17 +906,19 @@ def _end_finished_task() -> None:
         run._end_with_task()
 
 
-def _said_unused(run: Run, **given) -> None:
+def said_unused(run: Run, call: str = "anatomy.start", **given) -> None:
     """A second `anatomy.start(name=…)` while a run records (a loop over trials, a notebook's
-    cell run again, without `run.end()`): its arguments were dropped without a word, and every
-    trial went into one run under the first one's name. Said, with how to record a new run."""
+    cell run again, without `run.end()`), or `AnatomyCallback(name=…)` joining the script's
+    run: its arguments were dropped without a word, and every trial went into one run under the
+    first one's name. Said, with how to record a new run."""
     given = {key: value for key, value in given.items() if value is not None}
     if given:
         shown = ", ".join(f"{key}={(os.fspath(value) if key == 'store' else value)!r}"
                           for key, value in given.items())
-        _warn(f"anatomy.start({shown}): run {run.id} records this process already and is "
-              "returned as it is, these not used; run.end() ends it, and start() then records a "
-              "new run")
+        what = ("returned as it is, these not used; run.end() ends it, and start() then records "
+                "a new run") if call == "anatomy.start" else \
+            "joined as it is, these not used: give them to anatomy.start()"
+        _warn(f"{call}({shown}): run {run.id} records this process already and is {what}")
 
 
 def start(name: str | None = None, *, sample_rate: int | None = None,
@@ -935,7 +937,7 @@ def start(name: str | None = None, *, sample_rate: int | None = None,
     _end_finished_task()
     with _current_lock:
         if _current is not None:
-            _said_unused(_current, name=name, store=store, sample_rate=sample_rate, gpus=gpus)
+            said_unused(_current, name=name, store=store, sample_rate=sample_rate, gpus=gpus)
             return _current
         # Refused in the API's words, not a comparison's TypeError from inside anatomy.
         if sample_rate is not None and not checks.is_number(sample_rate):

@@ -296,6 +296,9 @@ class AnatomyCallback(TrainerCallback):
         self._start = functools.partial(attach.start, name, sample_rate=sample_rate, store=store,
                                         kernel=False, baseline=False)
         joined = self._take_run()
+        if joined is not None and not joined.by_callback:  # the script's own run (or the watch's)
+            attach.said_unused(joined, "AnatomyCallback", name=name, store=store,
+                               sample_rate=sample_rate)
         # A run another Trainer's callback started (two Trainers built, then trained in turn)
         # ends with that Trainer's training: this one's training then gets a run of its own, as
         # a second `train()` does, rather than going unrecorded.

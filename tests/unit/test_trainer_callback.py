@@ -43,6 +43,25 @@ def heard(monkeypatch):
     return link
 
 
+def test_a_callback_that_names_a_run_says_so_where_it_joins_the_scripts_own(monkeypatch,
+                                                                            capsys):
+    """`anatomy.start()` at the script's top, then `AnatomyCallback(name="fine-tune")`: the
+    callback joins the script's run, and its name was dropped without a word. Said; a callback
+    given nothing says nothing."""
+    from anatomy.engine import attach
+    from anatomy.engine.callbacks import AnatomyCallback
+
+    link = _Heard()
+    link.run_id = 7
+    monkeypatch.setattr(attach, "_current", attach.Run(link, time.monotonic(), dwell=0.0))
+    AnatomyCallback()
+    assert capsys.readouterr().err == ""
+    AnatomyCallback(name="fine-tune", sample_rate=500)
+    assert capsys.readouterr().err == (
+        "anatomy: AnatomyCallback(name='fine-tune', sample_rate=500): run 7 records this process "
+        "already and is joined as it is, these not used: give them to anatomy.start()\n")
+
+
 def _trainer(tmp_path, callbacks):
     """A Trainer's callback handler over a tiny model and its optimizer, its init ended."""
     import torch
