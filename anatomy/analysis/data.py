@@ -283,6 +283,16 @@ def _path_of(text: str) -> Path | None:
         return None
 
 
+def missing(text: str) -> DataError | None:
+    """The dataset option's error where it names a file or folder that is not there (a Hub id
+    is looked for later, in the local cache): said beside any other error, before the data is
+    read."""
+    if _path_of(text) is None and (data_format(Path(text)) is not None or
+                                   text.startswith((".", "/", "~")) or not _is_hub_id(text)):
+        return DataError("dataset", f"no such file or folder: {_shown(text)}")
+    return None
+
+
 # --- the dataset ---
 
 def _load(text: str):
@@ -293,9 +303,8 @@ def _load(text: str):
         # Taken before it is read: files changed meanwhile are told changed since, not missed.
         stamp = data_stamp(path.resolve())
         return str(path.resolve()), _load_path(text, path.resolve(), stamp), stamp
-    if data_format(Path(text)) is not None or text.startswith((".", "/", "~")) or \
-            not _is_hub_id(text):
-        raise DataError("dataset", f"no such file or folder: {_shown(text)}")
+    if (error := missing(text)) is not None:
+        raise error
     try:
         return text, _load_hub(text), None
     except Exception:  # noqa: BLE001 - not in the cache, however datasets says it

@@ -654,6 +654,11 @@ def _rule_errors(options: RunOptions, errors: dict[str, str]) -> dict[str, str]:
             found["tokenizer"] = ("tokenizer: a dataset's texts need one: a folder saved with "
                                   "save_pretrained, or a Hub id in the local cache (the "
                                   "model's own where its folder holds a tokenizer.json)")
+            # said now, not once a tokenizer is given: the data's own checks wait for it
+            from anatomy.analysis import data
+
+            if (gone := data.missing(options.dataset)) is not None:
+                found["dataset"] = str(gone)
     if options.distributed and options.profile_steps > 0 and \
             not {"gpus", "processes", "profile_steps"} & set(errors):
         found["profile_steps"] = "profile_steps: profiling is for a single process (use 0)"

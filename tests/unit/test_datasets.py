@@ -193,6 +193,18 @@ def test_a_folder_without_a_tokenizer_is_refused_in_a_whole_sentence(text_data, 
         assert message.endswith((")", ".")) and not message.endswith("..."), message
 
 
+def test_a_dataset_that_is_not_there_is_said_beside_the_missing_tokenizer(tmp_path):
+    """No tokenizer and a dataset path that names nothing: only the tokenizer was refused, and
+    the missing file said at the next Start, once a tokenizer was given."""
+    for dataset in (str(tmp_path / "nope.jsonl"), "./reviews", "~/nope"):
+        errors = validate(RunOptions(model="tiny-llama", dataset=dataset), 0)
+        assert set(errors) == {"dataset", "tokenizer"}, errors
+        assert errors["dataset"].startswith("dataset: no such file or folder: '")
+        assert errors["dataset"].endswith(f"{dataset[-6:]}'"), errors  # a long path is cut
+    # a Hub id is looked for in the local cache later, with a tokenizer
+    assert set(validate(RunOptions(model="tiny-llama", dataset="imdb"), 0)) == {"tokenizer"}
+
+
 def test_a_model_folder_saved_with_its_tokenizer_tokenizes_the_dataset_itself(text_data,
                                                                               tmp_path):
     """A model and its tokenizer saved in one folder (as `save_pretrained` of both writes it, as
