@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import asdict
-from pathlib import PurePath
 
 from anatomy.analysis.options import located
 from anatomy.analysis.report import IMPORTED, run_rows
@@ -14,6 +13,7 @@ from anatomy.cli.render import table
 from anatomy.cli.stores import reading
 from anatomy.store import STATUSES, checks
 from anatomy.units import in_mib
+from anatomy.views import text
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -38,19 +38,6 @@ def _tag(value: str) -> str:
     return value.strip()
 
 
-DATA_WIDTH = 24  # the data column's widest name: a path's folders would widen every line
-
-
-def _data_name(dataset: str) -> str:
-    """A run's data in the table: its file or folder name (a Hub id's last part), cut in its
-    middle where long, so that its suffix still says what it is."""
-    name = PurePath(dataset).name
-    if len(name) <= DATA_WIDTH:
-        return name
-    tail = (DATA_WIDTH - 1) // 2 + 1
-    return f"{name[:DATA_WIDTH - 1 - tail]}…{name[-tail:]}"
-
-
 def cmd_runs(args: argparse.Namespace) -> int:
     filters = {"tag": args.tag, "model": args.preset, "status": args.status}
     # A model as typed, and as a run stores a path (absolute): runs stored before kept it typed.
@@ -73,7 +60,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         return 0
     header = ["id", "created", "status", "model", "data", "batch", "prec", in_mib("peak"),
               "Time (s)", "Samples/s", "tags", "name"]
-    body = [[r.id, r.created, r.status, r.model or r.preset, _data_name(r.dataset),
+    body = [[r.id, r.created, r.status, r.model or r.preset, text.data_name(r.dataset),
              r.batch_size or "", r.precision or "",
              r.peak_mb if r.peak_mb is not None else "",
              f"{r.time_s:.2f}" if r.time_s else "",

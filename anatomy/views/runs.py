@@ -5,12 +5,13 @@ from __future__ import annotations
 from anatomy.analysis.models import display_name
 from anatomy.analysis.report import IMPORTED, RunListing
 from anatomy.units import in_mib
+from anatomy.views.text import data_name
 from anatomy.vocabulary import Status
 
 PEAK = in_mib("Peak")  # the figure the list is for
 
 COLUMNS = {  # RunListing field: the table's heading. What tells runs apart comes first.
-    "id": "Run", "name": "Name", "model": "Model", "device": "Device", "status": "Status",
+    "id": "Run", "name": "Name", "model": "Model", "dataset": "Data", "device": "Device", "status": "Status",
     "peak_mb": PEAK, "samples_per_second": "Samples/s", "time_s": "Time (s)",
     "processes": "Processes", "batch_size": "Batch", "seq_len": "Seq len",
     "precision": "Precision", "lora_rank": "LoRA rank", "gradient_checkpointing": "Checkpointing",
@@ -25,6 +26,8 @@ def _cell(row: RunListing, key: str):
         return (value or "anatomy") + (f" ({IMPORTED})" if row.imported else "")
     if key == "model" and value:
         return display_name(value)  # a config file's path by its name, as the pickers say it
+    if key == "dataset":  # as `anatomy runs` names it; none (not ""): the dummy data
+        return data_name(value) or None
     return value.removeprefix("NVIDIA ") if key == "device" else value  # a narrow column
 
 

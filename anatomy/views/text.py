@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from pathlib import PurePath
 
 from anatomy.analysis import models
 from anatomy.analysis.components import measured_batch, partial_micro_batch
@@ -252,6 +253,19 @@ def measured_batch_words(report: RunReport) -> str | None:
                               data.padding or report.options.padding, data.max_length or 0)[0]
     return (f"measured on a micro-batch of {batch_words(batch)}; the data's longest batch: "
             f"{longest.words()} (`anatomy predict` with the run's options predicts its peak)")
+
+
+DATA_WIDTH = 24  # a run's data named in a table: a path's folders would widen every line
+
+
+def data_name(dataset: str) -> str:
+    """A run's data in a table (`anatomy runs`, the Runs page): its file or folder name (a Hub
+    id's last part), cut in its middle where long, so that its suffix still says what it is."""
+    name = PurePath(dataset).name
+    if len(name) <= DATA_WIDTH:
+        return name
+    tail = (DATA_WIDTH - 1) // 2 + 1
+    return f"{name[:DATA_WIDTH - 1 - tail]}…{name[-tail:]}"
 
 
 def data_line(data: TrainingData) -> str:

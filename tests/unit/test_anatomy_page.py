@@ -586,3 +586,24 @@ def test_the_first_steps_notes_keep_clear_of_the_curve_the_lines_and_each_other(
         # nor on the lines' words: under the line at 512 MiB, over the one at 1,024 MiB
         assert not (512 - box <= at + box / 2 and at - box / 2 <= 512)
         assert not (1024 <= at + box / 2 and at - box / 2 <= 1024 + box)
+
+
+def test_a_dataset_runs_page_says_what_it_trained_on_and_that_its_path_holds_other_data_now(
+        store, dataset_run):
+    """The page named neither the data a run trained on nor that its path no longer holds it
+    (`anatomy show` said both): both under the run's title, the change as a warning."""
+    store.merge_environment(dataset_run, {"data": {
+        **DATA, "fingerprint": "0123456789abcdef", "file_bytes": 531, "modified": 1.7e9}})
+    rep = report(store, dataset_run)
+    app = _page(run=str(dataset_run))
+    assert not app.exception
+    captions = [c.value for c in app.caption]
+    assert text.literal(text.data_line(rep.environment.data)) in captions
+    assert text.literal("data gone: no data is at /elsewhere/reviews now: the lengths above are "
+                        "the run's own, kept in the store") in [w.value for w in app.warning]
+
+
+def test_a_run_on_the_dummy_data_says_nothing_of_data(store, measured_run):
+    app = _page(run=str(measured_run))
+    assert not [c.value for c in app.caption if c.value.startswith("data")]
+    assert not [w.value for w in app.warning if w.value.startswith("data")]

@@ -340,3 +340,18 @@ def test_a_run_another_process_is_recording_cannot_be_deleted(store, seed):
     store.finish(recording, "completed")  # ended: deleting is the user's to choose again
     app = open_page("screens/runs.py", interactive=False, run=str(recording))
     assert not app.button(key="delete").disabled
+
+
+def test_the_table_names_each_runs_data_as_anatomy_runs_does(store, seed):
+    """`anatomy runs` named each run's data; the page's table had no column for it: the file or
+    folder name, cut in its middle past 24 characters (one function for both), none for a run
+    on the dummy data."""
+    dummy, short, long = seed(), seed(), seed()
+    for run_id, path in ((short, "/home/me/data/reviews.jsonl"),
+                         (long, "/home/me/data/customer-reviews-2024-q3-cleaned.jsonl")):
+        store.update_run(run_id, options={**store.run(run_id).options, "dataset": path})
+    table = _page().dataframe[0].value
+    assert table["Data"].fillna("").tolist() == ["customer-re…leaned.jsonl", "reviews.jsonl", ""]
+    assert text.data_name("/home/me/data/customer-reviews-2024-q3-cleaned.jsonl") == \
+        "customer-re…leaned.jsonl"
+    assert dummy < short < long

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from anatomy.analysis.data import data_change
 from anatomy.analysis.operations import PAPER_CITATION, comparison
 from anatomy.analysis.report import RunReport, report
 from anatomy.dashboard import links, server, widgets
@@ -171,6 +172,11 @@ def main() -> None:
                           on_change=links.run_to_url, args=("anatomy_run",))
     rep = report(db, run_id)
     st.subheader(text.literal(rep.title()))
+    data = rep.environment.data
+    if data is not None:  # what it trained on, and whether that path still holds it (as `show`)
+        st.caption(text.literal(text.data_line(data)))
+        if (change := data_change(rep.environment)) is not None:
+            st.warning(text.literal(text.data_change_line(change)), icon=":material/warning:")
     if not rep.on_gpu:
         st.info("A CPU run: there is no CUDA context and no caching allocator. Activations are "
                 "measured from the tensors autograd saved for the backward pass, and the peak is "
