@@ -18,13 +18,14 @@ from anatomy.analysis.report import RunReport
 from anatomy.units import mib_text
 from anatomy.vocabulary import Part, Phase, Unsplit, phase_name
 
-# Bottom to top in a run's bar, by what each part is: what a recording that began later than the
-# kernel phase found held (BEFORE_RECORDING), the CUDA context (on a CPU the kernel phase:
+# Bottom to top in a run's bar, by what each part is: what was held before the run (BASELINE,
+# so that the bar's top and its peak marker read on one scale), what a recording that began
+# later than the kernel phase found held (BEFORE_RECORDING), the CUDA context (on a CPU the kernel phase:
 # torch loaded), the weights and training phases, the training's measured components and the
 # rest beyond them (NON_TORCH). Activations and gradients share a slot (a bar has one of them).
 # The pages' words for them are views/compare.py's BAR_LABELS.
-PART_ORDER = (Unsplit.BEFORE_RECORDING, Part.CONTEXT, Phase.KERNEL, Phase.WEIGHTS, Phase.TRAINING,
-              Part.OPTIMIZER_STATES, Part.ACTIVATIONS, Part.GRADIENTS, Part.TEMPORARY,
+PART_ORDER = (Phase.BASELINE, Unsplit.BEFORE_RECORDING, Part.CONTEXT, Phase.KERNEL, Phase.WEIGHTS,
+              Phase.TRAINING, Part.OPTIMIZER_STATES, Part.ACTIVATIONS, Part.GRADIENTS, Part.TEMPORARY,
               Part.ALLOCATOR_CACHE, Part.NON_TORCH)
 
 
@@ -145,15 +146,24 @@ def _shape(report: RunReport) -> dict[str, Any] | None:
 def memory_parts(report: RunReport) -> list[BarPart]:
     """The bar of one run: what each step of the walkthrough added, bottom to top.
 
-    CUDA context (kernel − baseline), weights (weights − kernel), or for a recording that began at
-    the weights phase what it held then (Unsplit.BEFORE_RECORDING), then the training phase's
-    increase (training end − weights). With measured components the increase is split into what
-    the peak holds (`_training_split`) and the rest (memory outside PyTorch's allocator, or on a
-    CPU the process's own). Each part: `part` (what it is), `bytes` (never negative) and `note`
-    (how it was computed, for the hover)."""
+    The baseline (what was held before the run: on a CPU the interpreter, on a GPU other
+    processes' memory), the CUDA context (kernel − baseline), weights (weights − kernel), or for
+    a recording that began at the weights phase what it held then (Unsplit.BEFORE_RECORDING),
+    then the training phase's increase (training end − weights). With measured components the
+    increase is split into what the peak holds (`_training_split`) and the rest (memory outside
+    PyTorch's allocator, or on a CPU the process's own). Each part: `part` (what it is), `bytes`
+    (never negative) and `note` (how it was computed, for the hover)."""
     memory = report.phase_memory()
     on_gpu = report.on_gpu
     parts = []
+    if memory[Phase.BASELINE]:
+        # The bar stands on what was held before the run, as the peak marker does (a sample of
+        # the same device): without it the marker floated that far above the bar's top (on a
+        # CPU the interpreter before torch, ~50 MiB), a part no bar showed.
+        parts.append(BarPart(Phase.BASELINE, memory[Phase.BASELINE],
+                             "held at the baseline's end, before the run loaded anything: "
+                             + ("other processes' memory on this GPU" if on_gpu else
+                                "the Python interpreter, before torch")))
     if memory[Phase.KERNEL] is None and memory[Phase.WEIGHTS] is not None:
         # A recording that began at the weights phase (a Trainer's callback, the model built):
         # what the process held then, in one part, so that the bar reaches the training's end.

@@ -38,7 +38,7 @@ DIFFERS = "≠"  # the mark of a row whose values differ between the runs
 # or on a CPU the process's own) and its temporary buffers are "temporary".
 BAR_LABELS = {**COMPONENT_LABELS, Phase.KERNEL: CPU_PHASE_NAMES[Phase.KERNEL],
               Part.TEMPORARY: "temporary", Part.NON_TORCH: "the rest",
-              Unsplit.BEFORE_RECORDING: "before the recording"}
+              Unsplit.BEFORE_RECORDING: "before the recording", Phase.BASELINE: "before the run"}
 
 
 def bar_label(part: Part | Phase | Unsplit) -> str:

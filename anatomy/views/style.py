@@ -43,6 +43,7 @@ PART_COLOURS = {
     Part.ALLOCATOR_CACHE: "#7F8C9A",
     Part.NON_TORCH: "#C0C7D0",
     Unsplit.BEFORE_RECORDING: "#E1E4E8",
+    Phase.BASELINE: PHASE_COLOURS[Phase.BASELINE],
 }
 PRECISION_COLOURS = {Precision.FP32: "#0072B2", Precision.BF16: "#009E73", Precision.FP16: "#D55E00"}
 # A table row whose values differ between the runs compared.

@@ -119,8 +119,8 @@ def test_small_multiples_share_one_y_axis_and_bars_stack_each_run(store, seed):
 
     bars = chart_spec(app, "compare_bars")
     stacked = {t["name"]: _numbers(t["y"]) for t in bars["data"] if t["type"] == "bar"}
-    assert stacked == {"CUDA context": [1024, 1024], "weights": [1024, 1024],
-                       "training": [1024, 1024]}
+    assert stacked == {"before the run": [1024, 1024], "CUDA context": [1024, 1024],
+                       "weights": [1024, 1024], "training": [1024, 1024]}
     peak = next(t for t in bars["data"] if t["name"] == "peak")
     assert _numbers(peak["y"]) == [4096, 4096]
     assert bars["layout"]["barmode"] == "stack"
@@ -323,9 +323,9 @@ def test_measured_components_split_the_training_increase(store, seed):
     parts = {p.part: p.bytes // MIB for p in compare.memory_parts(report(store, run_id))}
     # The training increase (1,024 MB) is what the allocator's peak holds plus the rest:
     # states, the larger of activations and gradients, temporary (650 − 100 − 200 − 300).
-    assert parts == {Part.CONTEXT: 1024, Phase.WEIGHTS: 1024, Part.OPTIMIZER_STATES: 200,
-                     Part.ACTIVATIONS: 300, Part.TEMPORARY: 50, Part.ALLOCATOR_CACHE: 50,
-                     Part.NON_TORCH: 1024 - 600}
+    assert parts == {Phase.BASELINE: 1024, Part.CONTEXT: 1024, Phase.WEIGHTS: 1024,
+                     Part.OPTIMIZER_STATES: 200, Part.ACTIVATIONS: 300, Part.TEMPORARY: 50,
+                     Part.ALLOCATOR_CACHE: 50, Part.NON_TORCH: 1024 - 600}
 
 
 def test_the_rest_of_the_increase_is_named_as_the_device_measures_it(store, seed):
@@ -342,6 +342,22 @@ def test_the_rest_of_the_increase_is_named_as_the_device_measures_it(store, seed
                               if p.part == Part.NON_TORCH)
     assert "outside PyTorch's allocator" in notes["nvml"]
     assert "PyTorch's allocator" not in notes["rss"] and "the process's own memory" in notes["rss"]
+
+
+@pytest.mark.parametrize("backend", ["nvml", "cpu-rss"])
+def test_a_bar_reaches_its_training_end_on_the_scale_of_its_peak_marker(store, seed, backend):
+    """A CPU run's bar left out the baseline (the interpreter, ~50 MiB) while its peak diamond,
+    a sample of the whole process, held it: the diamond floated that far above a bar whose
+    training ended at its peak. The bar stands on what was held before the run."""
+    run_id = seed(backend=backend)
+    rep = report(store, run_id)
+    parts = compare.memory_parts(rep)
+    assert parts[0].part == Phase.BASELINE and parts[0].bytes == 1 * GIB
+    assert sum(p.bytes for p in parts) == rep.phase_memory()[Phase.TRAINING] == 4 * GIB
+    bars = figures.memory_bars_figure([rep]).data
+    top = sum(t.y[0] for t in bars if t.type == "bar")
+    (peak,) = [t for t in bars if t.name == "peak"]
+    assert top == peak.y[0] == rep.summary.peak_mb
 
 
 def test_an_out_of_memory_run_adds_no_negative_part(store, seed):
@@ -365,7 +381,8 @@ def test_the_bars_keep_one_order_and_show_the_total_once_near(store, seed):
     store.merge_environment(plain, {"gpu_total": 141 * GIB})
     figure = figures.memory_bars_figure([report(store, plain), report(store, split)])
     assert [t.name for t in figure.data] == [
-        "CUDA context", "weights", "training", "optimizer states", "gradients", "the rest", "peak",
+        "before the run", "CUDA context", "weights", "training", "optimizer states", "gradients",
+        "the rest", "peak",
         "device total (click to show)"]
     assert figure.data[-1].visible == "legendonly"  # 4 GiB under 141 GiB
 

@@ -153,12 +153,14 @@ def comparison(run_ids: list[int]) -> None:
     kernel = (f"CUDA context = {phase_name(Phase.KERNEL, True)} phase − baseline"
               if any(r.on_gpu for r in reports) else
               f"{phase_name(Phase.KERNEL, False)} = the phase that loaded it − baseline")
-    st.caption(f"{kernel}, weights = weights phase − the one before, "
+    st.caption("Before the run = the baseline phase's end (what the device held before the run "
+               f"loaded anything), {kernel}, weights = weights phase − the one before, "
                "training = training end − weights phase. Runs with measured components split the "
                "training increase into what the allocator's peak holds: the optimizer states, the "
                "larger of activations and gradients (the two are never all there at once), "
                "temporary buffers and the allocator's cache; the rest is outside PyTorch's "
-               "allocator. Hover a part for how it was computed. The diamond is the run's peak."
+               "allocator. Hover a part for how it was computed. The diamond is the run's peak, "
+               "on the bars' scale: a bar's top is its training's end."
                + "".join(f" {note}" for note in view.bars_notes(reports)))
 
     st.subheader("Side by side")
