@@ -390,7 +390,8 @@ def waterfall(report: RunReport, prediction: Prediction) -> dict[str, list[Water
     """The steps from the CUDA context to the peak, per side ("measured", "predicted"), in the
     order of `WATERFALL_ORDER`. Each side adds its parts,
     then takes away what is never held at once to reach the tensor peak; a GPU run's measured
-    side goes on to NVML's peak."""
+    side goes on to NVML's peak, a CPU run's to the RSS peak, and so does the predicted side
+    but for a run on a dataset (the table gives that row no prediction)."""
     measured = measured_components(report)
     on_gpu = report.on_gpu
     sides: dict[str, list[WaterfallStep]] = {}
@@ -422,6 +423,12 @@ def waterfall(report: RunReport, prediction: Prediction) -> dict[str, list[Water
     # The predicted side climbs from the predicted context to the predicted NVML figure.
     context = prediction.context if on_gpu else None
     predicted = climb(prediction.as_components(), prediction.peak, context)
+    if text.measured_text_batch(report) is not None:
+        # A dataset's run: as the table, no prediction beside the peak sampled over every step's
+        # batch (one batch's would be held against another's; `reach_line` says the longest's):
+        # the predicted side ends at the tensor peak, where the table's predictions end.
+        sides["predicted"] = predicted
+        return sides
     if on_gpu and prediction.nvml_peak is not None:
         predicted += [WaterfallStep(LABELS[Part.ALLOCATOR_CACHE], "relative",
                                     prediction.allocator_cache),

@@ -607,3 +607,22 @@ def test_a_run_on_the_dummy_data_says_nothing_of_data(store, measured_run):
     app = _page(run=str(measured_run))
     assert not [c.value for c in app.caption if c.value.startswith("data")]
     assert not [w.value for w in app.warning if w.value.startswith("data")]
+
+
+def test_a_dataset_runs_waterfall_ends_its_predicted_side_where_the_table_does(store, dataset_run):
+    """The table gives the peak sampled over every step no prediction ("—": other batches than
+    the one predicted), yet the waterfall's predicted side went on to a predicted RSS peak
+    (303 MiB), and the caption said both end on the table's last row."""
+    rep = report(store, dataset_run)
+    prediction = breakdown.predicted(rep)
+    rows = view.component_rows(rep, prediction)
+    assert rows[-1].predicted is None
+    last_predicted = [r for r in rows if r.predicted is not None][-1]
+    sides = view.waterfall(rep, prediction)
+    climbed = sum(s.bytes for s in sides["predicted"] if s.measure == "relative")
+    assert climbed == last_predicted.predicted == prediction.peak
+    assert sides["measured"][-1].label == rows[-1].component  # the measured side: to the RSS peak
+    app = _page(run=str(dataset_run))
+    caption = next(c.value for c in app.caption if c.value.startswith("Each part adds"))
+    assert "Both end on the figures of the table's last row" not in caption
+    assert "On a dataset the predicted side ends at the tensor peak" in caption

@@ -26,6 +26,12 @@ def measured_and_predicted(rep: RunReport, prediction) -> None:
         st.caption(evaluated)
     widgets.chart(figures.anatomy_waterfall_figure(view.waterfall(rep, prediction)),
                   "anatomy_waterfall")
+    # A dataset's run: its peaks were sampled over every step's batch, not the one predicted;
+    # the predicted side ends at the tensor peak, as the table's predictions do.
+    apart = ("" if text.measured_text_batch(rep) is None else
+             " On a dataset the predicted side ends at the tensor peak, where the table's "
+             "predictions end: the peak sampled over every step held other batches than the one "
+             "predicted here (what the data can reach, below, holds it against the longest).")
     if rep.on_gpu:
         st.caption("Each part adds to the one before; *all parts* is their sum, which no moment "
                    "of a step reaches; *never held at once* takes away what is freed before the "
@@ -33,7 +39,12 @@ def measured_and_predicted(rep: RunReport, prediction) -> None:
                    "peak**. The predicted peak is that tensor "
                    "peak (compare it with the allocator's measured peak); NVML's peak adds the "
                    "CUDA context, the allocator's cache and memory outside PyTorch, predicted "
-                   "from the caching allocator's simulation and the GPU's calibrated constants.")
+                   "from the caching allocator's simulation and the GPU's calibrated constants."
+                   + apart)
+    elif apart:
+        st.caption("Each part adds to the one before; *all at once* is their sum. On a CPU there "
+                   "is no allocator to read a tensor peak from: the measured side goes on to the "
+                   "peak RSS, the last row of the table." + apart)
     else:
         st.caption("Each part adds to the one before; *all at once* is their sum. On a CPU there "
                    "is no allocator to read a tensor peak from: the measured side goes on to the "
