@@ -28,7 +28,7 @@ from anatomy.analysis.sweeps import LADDER, SweepGrid
 from anatomy.units import MIB_NAME, in_mib, mib
 from anatomy.views import gpus
 from anatomy.views.style import COMPONENT_LABELS
-from anatomy.views.text import literal, run_id
+from anatomy.views.text import data_name, literal, run_id
 from anatomy.vocabulary import CPU_PHASE_NAMES, Part, Phase, RecordedBy, Status, Unsplit, phases_name
 
 DIFFERS = "≠"  # the mark of a row whose values differ between the runs
@@ -157,7 +157,7 @@ def bars_notes(reports: Sequence[RunReport]) -> list[str]:
 
 
 def _text(value) -> str:
-    if value is None:
+    if value is None or value == "":  # an empty option (no LoRA targets, the default split)
         return "—"
     if isinstance(value, bool):
         return "on" if value else "off"
@@ -200,7 +200,10 @@ def side_by_side(reports: Sequence[RunReport]) -> list[dict]:
     row("device", devices, len(set(devices)) > 1)
     row("status", [r.status for r in reports])
     for name, field in FIELDS.items():
-        row(field.label, [shown(r, name) for r in reports], name in differing)
+        values = [shown(r, name) for r in reports]
+        if name == "dataset":  # by its name, as the Runs table: whole below (`datasets_line`)
+            values = [data_name(v) if v else v for v in values]
+        row(field.label, values, name in differing)
     for index, (heading, _, _) in enumerate(_results(reports[0], reports)):
         row(heading, [_results(r, reports)[index][2] for r in reports])
     if any(r.world_size > 1 for r in reports):  # 1 vs N processes (the count, each GPU's peak)
@@ -216,6 +219,18 @@ def side_by_side(reports: Sequence[RunReport]) -> list[dict]:
         row("scaling efficiency", [None if efficiency.get(r.id) is None
                                    else f"{efficiency[r.id]:.0%}" for r in reports])
     return rows
+
+
+def datasets_line(reports: Sequence[RunReport]) -> str | None:
+    """The runs' datasets in full, which the table names by their file or folder name (a path
+    cut at the column's width said only its folders); None where no run trained on a dataset."""
+    paths = {r.id: shown(r, "dataset") for r in reports}
+    if not any(paths.values()):
+        return None
+    if len(set(paths.values())) == 1:
+        return f"Dataset: {next(iter(paths.values()))} (every run)."
+    return "Datasets: " + "; ".join(f"run {run}: {path or 'the dummy data'}"
+                                    for run, path in paths.items()) + "."
 
 
 def per_gpu_peaks_text(report: RunReport) -> str:

@@ -16,6 +16,7 @@ from anatomy.analysis.sweeps import SweepGrid, SweepRun, grid
 from anatomy.store import PhaseMark, Sample, Store
 from anatomy.units import MIB
 from anatomy.views import compare as view
+from anatomy.views import text
 from anatomy.views.figures import compare as figures
 from anatomy.vocabulary import Part, Phase
 from tests.apptest import chart_spec, open_page
@@ -60,6 +61,24 @@ def _table(app: AppTest, name: str):
 
 
 # --- the page ---
+
+def test_side_by_side_writes_an_empty_option_as_a_dash_and_a_dataset_by_its_name(store, seed):
+    """A LoRA run's default targets and a dataset's default split were blank cells, unlike every
+    other missing value ("—"); a dataset's path was cut at 1,000 px, its folders alone shown:
+    the table names it by its file name, the caption below it whole."""
+    folder = "/home/me/projects/customer-support/data/2024/cleaned"
+    first = _with_options(store, seed(), lora_rank=8, lora_targets="",
+                          dataset=f"{folder}/reviews.jsonl", split="", text_column="")
+    second = _with_options(store, seed(), lora_rank=8, lora_targets="",
+                           dataset=f"{folder}/tickets.jsonl", split="", text_column="")
+    app = _page(runs=f"{first},{second}")
+    table = _table(app, "compare_table")
+    for what in ("LoRA targets", "Split", "Text column"):
+        assert table.loc[what].tolist()[1:] == ["—", "—"], what
+    assert table.loc["Dataset"].tolist() == ["≠", "reviews.jsonl", "tickets.jsonl"]
+    assert text.literal(f"Datasets: run {first}: {folder}/reviews.jsonl; run {second}: "
+                        f"{folder}/tickets.jsonl.") in [c.value for c in app.caption]
+
 
 def test_two_runs_differing_in_batch_size_side_by_side(store, seed):
     small = seed()

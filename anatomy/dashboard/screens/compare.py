@@ -172,6 +172,8 @@ def comparison(run_ids: list[int]) -> None:
         st.markdown("The runs have the same options.")
     widgets.table(_styled(view.side_by_side(reports)), key="compare_table", height="content",
                  column_config={"": st.column_config.Column(width=30)})
+    if paths := view.datasets_line(reports):
+        st.caption(text.literal(paths))
     st.markdown(f"**Difference to run {reference}**")
     widgets.table(pd.DataFrame(view.differences(reports, reference)).set_index("what"),
                  key="compare_differences", height="content")
