@@ -285,8 +285,8 @@ def test_what_the_picture_cannot_draw_as_the_chart_does_is_refused(change):
 def _run(id_: int, speed: float, peak: int, batch: int):
     from types import SimpleNamespace
 
-    return SimpleNamespace(id=id_, samples_per_second=speed, peak_mb=peak, batch_size=batch,
-                           precision="fp32", device="NVIDIA H200", preset="bert-large-uncased",
+    return SimpleNamespace(id=id_, status="completed", samples_per_second=speed, peak_mb=peak,
+                           batch_size=batch, precision="fp32", device="NVIDIA H200", preset="bert-large-uncased",
                            seq_len=512, gradient_checkpointing=False)
 
 
