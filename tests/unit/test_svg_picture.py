@@ -286,8 +286,8 @@ def _run(id_: int, speed: float, peak: int, batch: int):
     from types import SimpleNamespace
 
     return SimpleNamespace(id=id_, status="completed", samples_per_second=speed, peak_mb=peak,
-                           batch_size=batch, precision="fp32", device="NVIDIA H200", preset="bert-large-uncased",
-                           seq_len=512, gradient_checkpointing=False)
+                           batch_size=batch, precision="fp32", device="NVIDIA H200",
+                           preset="bert-large-uncased", seq_len=512, gradient_checkpointing=False)
 
 
 def test_two_runs_of_one_batch_size_at_one_point_are_labelled_once():
