@@ -184,6 +184,11 @@ def _screen_of(stream: TextIO) -> object:
     return found.st_dev, found.st_ino
 
 
+def _one_screen() -> bool:
+    """Whether our stdout and stderr show on one screen."""
+    return _screen_of(sys.stdout) == _screen_of(sys.stderr)
+
+
 class Gone(NamedTuple):
     """A process under the command, seen gone while the command ran."""
     t: float  # monotonic, when it was seen gone
@@ -462,7 +467,7 @@ class Watch:
         """Another host of the run is lost (or failed, and the ranks here outlived it): the
         command here is ended — its ranks' peer is gone, they could only hang."""
         self._say(f"anatomy: run {self.recording.run_id}: {why}: ending this host's command",
-             sys.stderr)
+                  sys.stderr)
         threading.Thread(target=self.recording.end_training, args=(KILL_GRACE_SECONDS,),
                          name="anatomy-host-lost", daemon=True).start()
 
@@ -594,8 +599,13 @@ class Watch:
         with adopting_orphans():
             try:
                 # The device locks travel with the command too: they stay taken while it lives.
+                # Where our stdout and stderr show on one screen (a terminal, `2>&1`), the
+                # command's share one pipe: their lines keep the order it wrote them in (two
+                # pipes, read by two threads, put a Trainer's logs, printed on stdout, inside
+                # its progress bar's line on stderr).
                 child = subprocess.Popen(self.command, env=env, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, pass_fds=fds)
+                                         stderr=subprocess.STDOUT if _one_screen() else
+                                         subprocess.PIPE, pass_fds=fds)
             except OSError as error:
                 why = f"cannot run {self.command[0]!r}: {error.strerror or error}"
                 self._give_up(recording, listener, locks)
@@ -623,11 +633,12 @@ class Watch:
                 self.part.start()
                 made = "made it" if place.created else "joined it"
                 self._say(f"run {run_id}: host {place.host} ({place.name}) of the launch"
-                     f" {self.across.said}: {made} in {self.store.path}", out)
+                          f" {self.across.said}: {made} in {self.store.path}", out)
             self._say(f"run {run_id}: watching {shlex.join(self.command)} (pid {child.pid}) on "
-                 f"{', '.join(d.name for d in devices) or 'the CPU (RSS)'}", out)
+                      f"{', '.join(d.name for d in devices) or 'the CPU (RSS)'}", out)
             tees = [threading.Thread(target=self.output.tee, args=(stream, target), daemon=True)
-                    for stream, target in ((child.stdout, sys.stdout), (child.stderr, sys.stderr))]
+                    for stream, target in ((child.stdout, sys.stdout), (child.stderr, sys.stderr))
+                    if stream is not None]
             for tee in tees:
                 tee.start()
             self._follow(command, out)
@@ -659,7 +670,7 @@ class Watch:
             if end_at is not None and time.monotonic() > end_at and command.exit_code() is None:
                 end_at = float("inf")
                 self._say(f"anatomy: the command did not exit {STOP_GRACE_SECONDS:.0f} s after the"
-                     " stop: ending its processes", out)
+                          " stop: ending its processes", out)
                 recording.end_training(KILL_GRACE_SECONDS)
             if time.monotonic() - shown_at >= PROGRESS_SECONDS:
                 self._print_progress(out)
@@ -747,8 +758,8 @@ class Watch:
                                                           device.nvml_index if device else 0))
                 where = f"GPU {device.index} ({device.name})" if device else "CPU (RSS)"
                 self._say(f"{where}: peak {mib_text(peak)}" if peak is not None else
-                     f"{where}: no sample: the command ended before the first reading (every"
-                     f" {1000 / self.sample_rate:.0f} ms)", out)
+                          f"{where}: no sample: the command ended before the first reading (every"
+                          f" {1000 / self.sample_rate:.0f} ms)", out)
             samples = f"{self.store.sample_count(run_id)} samples"
         except Exception:  # noqa: BLE001 - the store is gone or full: say what is known
             samples = "its samples"
@@ -763,10 +774,10 @@ class Watch:
             ending = recording.run_ending
             if ending is None:
                 self._say(f"run {run_id}: its ending is written by the last of its hosts to end"
-                     f" ({self.store.path})", out)
+                          f" ({self.store.path})", out)
                 return
         self._say(f"status: {ending.status}{kept}; {samples} stored in {self.store.path} as run"
-             f" {run_id}", out)
+                  f" {run_id}", out)
         if ending.status != Status.COMPLETED and ending.error:
             # Its first line: the command's last lines, which follow it in the record, have just
             # been printed by the command itself.

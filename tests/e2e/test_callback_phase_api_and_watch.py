@@ -559,6 +559,23 @@ def test_watch_says_its_lines_beside_the_commands_progress_bar_and_its_command_a
         "CPU memory (RSS) occupied: "), shown
 
 
+def test_watch_keeps_the_order_of_what_the_command_prints_on_stdout_and_stderr(store):
+    """A Trainer prints its logs on stdout and draws its progress bar on stderr: on a terminal
+    (or `2>&1`) the watch read the two through two pipes, each by a thread of its own, and put
+    them out in the order those threads ran ("4/6 [00:01<00:00]{'loss': 5.54, …"). Where both
+    show on one screen, the command now writes them into one pipe, in its own order."""
+    script = ("import sys\n"
+              "for i in range(300):\n"
+              "    print(f'out {i}', flush=True)\n"
+              "    print(f'err {i}', file=sys.stderr, flush=True)\n")
+    result = subprocess.run([sys.executable, "-m", "anatomy", "watch", "--", sys.executable,
+                             "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, timeout=300, cwd=PROJECT, env=_env(store))
+    assert result.returncode == 0, result.stdout
+    printed = [line for line in result.stdout.splitlines() if line.startswith(("out", "err"))]
+    assert printed == [f"{stream} {i}" for i in range(300) for stream in ("out", "err")]
+
+
 def test_watch_of_a_command_that_fails_keeps_its_exit_code_and_output(store):
     result = _python(store, "-m", "anatomy", "watch", "--", sys.executable, "-c",
                       "import sys; print('something broke', file=sys.stderr); sys.exit(3)")
