@@ -397,31 +397,46 @@ def option_widget(name: str, default, key: str, label: str | None = None,
     """One run option as the form draws it, from RunOptions' declaration (its kind, label, help
     and limits): a choice, a flag, text, or a number. No min/max on numbers: Streamlit would
     silently put a wrong value back; the options' judgement names it instead. `disabled`: greyed,
-    an option the others make the run ignore (a dataset's sequence length)."""
+    an option the others make the run ignore (a dataset's sequence length).
+
+    Its value lives in Session State alone: `default` goes there where the key holds none yet,
+    and the widget is drawn from it, never given a value as well (a widget given both logged
+    Streamlit's "created with a default value but also had its value set via the Session State
+    API", with its stack, once a server: `keep_form` sets the state at every run)."""
     field = FIELDS[name]
     label = label or field.label
+    if name == "gpus":
+        start = list(default)
+    elif field.kind == Kind.LIST:
+        start = ",".join(default)
+    elif field.choices and default in field.choices:
+        # The choice itself, a str: a default's StrEnum member (Precision.FP32) in the state of a
+        # selectbox of strs is taken for an Enum of another class, and refused.
+        start = field.choices[list(field.choices).index(default)]
+    else:
+        start = default
+    st.session_state.setdefault(key, start)
     if name == "gpus":  # several GPUs: pick them among this machine's; none or one: one GPU
-        st.multiselect(label, list(range(server.device().gpu_count)), default=list(default),
-                       key=key, help=field.help, format_func=lambda g: f"GPU {g}",
-                       disabled=disabled)
+        st.multiselect(label, list(range(server.device().gpu_count)), key=key, help=field.help,
+                       format_func=lambda g: f"GPU {g}", disabled=disabled)
     elif field.kind == Kind.LIST:  # names comma-separated
-        st.text_input(label, value=",".join(default), key=key,
-                      help=f"{field.help}; e.g. {','.join(field.example)}", disabled=disabled)
+        st.text_input(label, key=key, help=f"{field.help}; e.g. {','.join(field.example)}",
+                      disabled=disabled)
     elif field.kind == Kind.TEXT and field.choices:  # a list to pick from, or type a path
-        choices = list(field.choices) + ([default] if default not in field.choices else [])
-        st.selectbox(label, choices, index=choices.index(default), key=key, help=field.help,
-                     accept_new_options=True, disabled=disabled)
+        held = st.session_state[key]
+        choices = list(dict.fromkeys([*field.choices, default, held]))
+        st.selectbox(label, choices, key=key, help=field.help, accept_new_options=True,
+                     disabled=disabled)
     elif field.kind == Kind.TEXT:
-        st.text_input(label, value=default, key=key, help=field.help, disabled=disabled)
+        st.text_input(label, key=key, help=field.help, disabled=disabled)
     elif field.kind == Kind.CHOICE:
-        st.selectbox(label, field.choices, index=field.choices.index(default), key=key,
-                     help=field.help, disabled=disabled)
+        st.selectbox(label, field.choices, key=key, help=field.help, disabled=disabled)
     elif field.kind == Kind.FLAG:
-        st.checkbox(label, value=default, key=key, help=field.help, disabled=disabled)
+        st.checkbox(label, key=key, help=field.help, disabled=disabled)
     elif field.optional:  # empty: None, what it is without a value (max steps: the epochs)
-        st.number_input(label, value=default, step=1, key=key, placeholder=field.unset,
+        st.number_input(label, value=None, step=1, key=key, placeholder=field.unset,
                         help=f"{field.help} ({field.limits()}; empty: {field.unset})",
                         disabled=disabled)
     else:  # a share steps by hundredths (a dropout of 0.05), a whole number by one
-        st.number_input(label, value=default, step=1 if field.whole else 0.01, key=key,
+        st.number_input(label, step=1 if field.whole else 0.01, key=key,
                         help=f"{field.help} ({field.limits()})", disabled=disabled)

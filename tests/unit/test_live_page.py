@@ -79,6 +79,30 @@ def test_the_forms_values_are_kept_while_another_page_shows(fake_machine):
     assert app.selectbox(key="option_precision").value == "bf16"
 
 
+@pytest.mark.parametrize("gpus", [0, 2])
+def test_the_forms_widgets_log_no_warning_of_a_value_given_twice(gpus, fake_machine, caplog,
+                                                                  monkeypatch):
+    """`streamlit run app.py` printed, with its stack, "The widget with key "option_model" was
+    created with a default value but also had its value set via the Session State API" (once a
+    server: Streamlit warns once a process, hence its flag put back here): the form kept its
+    values in Session State and gave each widget a value too. Each form, the Live run's and the
+    Sweep's, on a first run, a second, and back from another page."""
+    from streamlit.elements.lib import policies
+
+    monkeypatch.setattr(policies, "_shown_default_value_warning", False)
+    fake_machine(gpus)
+    app = _app().run()
+    app.number_input(key="option_batch_size").set_value(3)
+    app.button(key="predict").click().run()
+    app.switch_page("screens/compare.py").run()
+    app.switch_page("screens/live.py").run()
+    assert not app.exception
+    assert app.number_input(key="option_batch_size").value == 3
+    given_twice = [r.getMessage() for r in caplog.records
+                   if "default value but also had its value set" in r.getMessage()]
+    assert given_twice == []
+
+
 @pytest.mark.parametrize("gpus", [0, 1, 2])
 def test_the_forms_columns_are_of_like_lengths_so_the_buttons_come_soon(gpus, fake_machine):
     """The buttons come below the form's longest column: with every field not placed by name
@@ -233,8 +257,8 @@ def test_the_runs_page_lists_every_stored_run(store, seed):
     app = _runs_page()
     table = app.dataframe[0].value
     # What tells runs apart comes first: at 1,400 px the table is cut after a dozen columns.
-    assert list(table.columns[:8]) == ["Run", "Name", "Model", "Device", "Status", "Peak (MiB)",
-                                       "Samples/s", "Time (s)"]
+    assert list(table.columns[:9]) == ["Run", "Name", "Model", "Data", "Device", "Status",
+                                       "Peak (MiB)", "Samples/s", "Time (s)"]
     assert list(table["Run"]) == [second, first]
     assert list(table["Device"]) == ["H200"] * 2
     assert list(table["Status"]) == ["oom", "completed"]
