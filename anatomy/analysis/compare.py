@@ -71,13 +71,17 @@ def option(report: RunReport, name: str):
     form's defaults it stores name none), no sequence length for an image model (its images
     never read the one stored), no epochs where max steps decide (the Trainer ignores them),
     nothing a run on a dataset takes from its texts (sequence length, dataset size), its max
-    length as the length its texts were cut at, and no dataset settings for one on the dummy
+    length as the length its texts were cut at, its split and text column, where left to it,
+    as the ones it read, and no dataset settings for one on the dummy
     data (`RunOptions.applies`)."""
     if not report.options.applies(name):
         return None
     data = report.environment.data
     if name == "max_length" and not getattr(report.ran_with, name, None) and data is not None:
         return data.max_length  # 0 stands for the limit it found: the length texts were cut at
+    if name in ("split", "text_column") and not getattr(report.ran_with, name, None) and \
+            data is not None and getattr(data, name):
+        return getattr(data, name)  # "": the one it found (the data's only split, its text column)
     if name == "strategy" and report.world_size <= 1:
         return None
     if name == "seq_len" and report.environment.image_size:

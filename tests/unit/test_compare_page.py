@@ -80,6 +80,23 @@ def test_side_by_side_writes_an_empty_option_as_a_dash_and_a_dataset_by_its_name
                         f"{folder}/tickets.jsonl.") in [c.value for c in app.caption]
 
 
+def test_a_split_and_text_column_left_to_the_data_are_the_ones_it_read(store, seed):
+    """A JSON-lines file's run left its split and text column to the data: Compare said "—" (or
+    a blank) beside the "train" and "text" the run read and kept."""
+    data = {"dataset": "/home/me/reviews.jsonl", "split": "train", "text_column": "text",
+            "tokenizer": "/home/me/tok", "padding": "longest", "lengths": [[4, 2]]}
+    runs = []
+    for batch_size in (2, 4):
+        run_id = _with_options(store, seed(), batch_size=batch_size, split="", text_column="",
+                               dataset=data["dataset"], tokenizer=data["tokenizer"])
+        store.merge_environment(run_id, {"data": data})
+        runs.append(report(store, run_id))
+    rows = {row["what"]: row for row in view.side_by_side(runs)}
+    for what, read in (("Split", "train"), ("Text column", "text")):
+        assert [rows[what][f"Run {r.id}"] for r in runs] == [read, read], what
+        assert rows[what][""] == ""  # the same in both: no difference
+
+
 def test_two_runs_differing_in_batch_size_side_by_side(store, seed):
     small = seed()
     large = _with_options(store, seed(), batch_size=8)
