@@ -564,6 +564,29 @@ class Underway(NamedTuple):
                 and self.trainer is not None and self.trainer() is not trainer)
 
 
+class PhaseBlock:
+    """What `run.phase(name)` returns: the phase as a block, `with run.phase("training"): …`,
+    whose end ends the phase where it is still the run's open one (a phase held a moment, as
+    "weights" is, has ended already). Before, `run.phase()` returned None, and such a block
+    ended the script in "TypeError: 'NoneType' object does not support the context manager
+    protocol", the run failed with it."""
+
+    def __init__(self, run: Run, name: Phase | str | None):
+        self.run, self.name = run, name
+
+    def __enter__(self) -> Run:
+        return self.run
+
+    def __exit__(self, *exc) -> bool:
+        reporter = self.run.reporter
+        if self.name is not None and not self.run.ended and reporter.open_phase == self.name:
+            reporter.end(self.name)
+        return False  # an error in the block goes on to end the run as it would have
+
+    def __repr__(self) -> str:
+        return f"<run {self.run.id}'s phase {self.name!r}>"
+
+
 class Run:
     """A run recorded from the training process itself: phases, steps, notes, its end."""
 
@@ -621,13 +644,14 @@ class Run:
         return self.watched or (isinstance(self.link, _LocalRecording)
                                 and self.link.part is not None)
 
-    def phase(self, name: Phase | str) -> None:
+    def phase(self, name: Phase | str) -> PhaseBlock:
         """The state `name` is reached (Phase.WEIGHTS: the model is on its device). It is held a
         few sample periods and measured, like the walkthrough's prints; Phase.TRAINING lasts
-        until `end()` (or the next phase)."""
+        until `end()` (or the next phase), or the end of its block: `with
+        run.phase("training"): …`."""
         _named("phase", name)  # here, in the caller's line: in the store it would end the recording
         if self.ended_before(f"run.phase({_short(name)})"):
-            return
+            return PhaseBlock(self, None)
         if name == Phase.PROFILING:
             name = self._own_profiling()
         if self.reporter.open_phase:
@@ -639,6 +663,7 @@ class Run:
             self.reporter.begin(name)
         else:
             self.reporter.hold(name)
+        return PhaseBlock(self, name)
 
     def _own_profiling(self) -> str:
         """The script's phase named "profiling", under a name of its own: that name is anatomy's

@@ -175,6 +175,27 @@ def test_a_second_start_that_names_another_run_says_it_is_not_one(capsys, monkey
         "it, and start() then records a new run\n")
 
 
+def test_a_phase_as_a_block_ends_with_the_block():
+    """`with run.phase("training"): …` ended the script in "TypeError: 'NoneType' object does not
+    support the context manager protocol" (the run failed with it). The block's end now ends the
+    training phase; a phase held a moment ("eval") has ended already and is not ended twice; an
+    error in the block goes on as it would have."""
+    from anatomy.engine import attach, protocol
+
+    heard = _Heard()
+    run = attach.Run(heard, time.monotonic(), dwell=0.0)
+    with run.phase("training") as entered:
+        assert entered is run
+        run.step(loss=1.0)
+    with pytest.raises(ValueError, match="bad batch"), run.phase("eval"):
+        raise ValueError("bad batch")
+    marks = [(m.mark.edge, m.mark.name) if isinstance(m, protocol.Phase) else "step"
+             for m in heard.messages if isinstance(m, (protocol.Phase, protocol.StepReport))]
+    assert marks == [("start", "training"), "step", ("end", "training"), ("start", "eval"),
+                     ("end", "eval")]
+    assert run.reporter.open_phase is None and not run.ended
+
+
 class _Heard:
     """A run's link that keeps what it is sent."""
 
