@@ -13,6 +13,7 @@ a stored run prints as it always did (as transformers' TrainerState round-trips 
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from enum import Enum
@@ -443,8 +444,8 @@ class RunSource(Record):
 
     def words(self) -> str:
         """Who started the run, in words."""
-        if self.kind == SourceKind.WATCH:
-            return "anatomy watch -- " + " ".join(self.command or ())
+        if self.kind == SourceKind.WATCH:  # quoted as a shell reads it, to be run again
+            return "anatomy watch -- " + shlex.join(self.command or ())
         if self.kind == SourceKind.SCRIPT:
             return f"script {self.script or '(interactive)'}"
         return "the CLI"  # anatomy's own worker, started by another process than this one
@@ -452,8 +453,8 @@ class RunSource(Record):
     def short_words(self) -> str:
         """`words` with the script and the program by their file names: a heading's words."""
         if self.kind == SourceKind.WATCH and self.command:
-            return "anatomy watch -- " + " ".join((os.path.basename(self.command[0]),
-                                                   *self.command[1:]))
+            return "anatomy watch -- " + shlex.join((os.path.basename(self.command[0]),
+                                                     *self.command[1:]))
         if self.kind == SourceKind.SCRIPT and self.script:
             return f"script {os.path.basename(self.script)}"
         return self.words()

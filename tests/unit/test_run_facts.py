@@ -175,3 +175,15 @@ def test_under_watch_the_callback_records_the_processes_launched_where_the_train
     monkeypatch.delenv("WORLD_SIZE")
     args.world_size = 4  # a distributed Trainer's own count stands
     assert _training_facts(args, None).world_size == 4
+
+
+def test_a_watched_command_is_shown_quoted_as_a_shell_reads_it():
+    """`show`'s "started by" ran a command's arguments together: `anatomy watch -- python
+    'my run.py' 'a b'` read as four words, which the user could not paste to run it again."""
+    from anatomy.store.facts import RunSource
+    from anatomy.vocabulary import SourceKind
+
+    source = RunSource.of(kind=SourceKind.WATCH, command=("/usr/bin/python3", "my run.py",
+                                                          "--name", "a b", "ü"))
+    assert source.words() == "anatomy watch -- /usr/bin/python3 'my run.py' --name 'a b' 'ü'"
+    assert source.short_words() == "anatomy watch -- python3 'my run.py' --name 'a b' 'ü'"
