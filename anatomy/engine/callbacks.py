@@ -18,7 +18,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import TrainerCallback
@@ -451,8 +451,12 @@ class AnatomyCallback(TrainerCallback):
         if self.run.reporter.open_phase:  # e.g. a phase the user's script opened
             self.run.reporter.end(self.run.reporter.open_phase)
         if self._described is not None:
+            # Read again: a script may set its Trainer's arguments between building it and
+            # train() (`trainer.args.max_steps = …`, a resume's new step count).
+            arguments = self._described[0].merged(TrainingArguments.of(**_set_in(args)))
+            self._described = (arguments, self._described[1])
             self._told_options = True
-            self._tell_options(self._described[0])
+            self._tell_options(arguments)
         self._follow_batch_size(args, state)
         self._follow_checkpointing(kwargs.get("model"))
         self._follow_frozen(kwargs.get("model"))
@@ -726,23 +730,34 @@ def _say(text: str) -> None:
     say(f"anatomy: {text}")
 
 
+def _set_in(args) -> dict[str, Any]:
+    """The run's options the Trainer's arguments alone decide (not the model, not an optimizer
+    the script gave it): read as it is built, and again as it trains."""
+    return {"batch_size": args.per_device_train_batch_size,
+            "grad_accum": args.gradient_accumulation_steps,
+            "precision": Precision.BF16 if args.bf16 else Precision.FP16 if args.fp16
+            else Precision.FP32,
+            "seed": args.seed, "max_steps": args.max_steps if args.max_steps > 0 else None,
+            "epochs": args.num_train_epochs}
+
+
 def _training_facts(args, model, of_a_launch: bool = False, trainer=None,
                     optimizer=None) -> RunFacts:
     """What the run's environment keeps of the user's training: the options anatomy knows by
     name (from TrainingArguments), the model, a step of the user's own (`trainer`'s) and the
     optimizer the script gave it (`optimizer`). `of_a_launch`: the run records a launch's
     ranks (Run.of_a_launch)."""
-    precision = Precision.BF16 if args.bf16 else Precision.FP16 if args.fp16 else Precision.FP32
     checkpointing = getattr(args, "gradient_checkpointing", None)
     if checkpointing is None:
         checkpointing = getattr(args, "activation_checkpointing", False)
     checkpointing = checkpointing or _checkpointed(model)
     given_optim, optimizer_left = _given_optimizer(optimizer, trainer, model)
+    said = _set_in(args)
     arguments = TrainingArguments.of(
-        batch_size=args.per_device_train_batch_size, grad_accum=args.gradient_accumulation_steps,
-        precision=precision, gradient_checkpointing=bool(checkpointing),
-        optim=given_optim or str(getattr(args.optim, "value", args.optim)), seed=args.seed,
-        max_steps=args.max_steps if args.max_steps > 0 else None, epochs=args.num_train_epochs)
+        batch_size=said["batch_size"], grad_accum=said["grad_accum"],
+        precision=said["precision"], gradient_checkpointing=bool(checkpointing),
+        optim=given_optim or str(getattr(args.optim, "value", args.optim)), seed=said["seed"],
+        max_steps=said["max_steps"], epochs=said["epochs"])
     # Under `anatomy watch` (or on several hosts, each host's part), the processes launched,
     # where the Trainer counts fewer: torchrun on CPU ranks leaves each rank's Trainer
     # undistributed (world size 1), yet the run records every rank (every host's), and a world

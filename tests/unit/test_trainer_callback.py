@@ -491,6 +491,20 @@ def test_a_trainer_killed_before_it_trains_or_evaluates_keeps_the_arguments_it_w
     assert stored["batch_size"] == 4 and TRAINING_ONLY <= set(stored)
 
 
+def test_arguments_set_between_the_trainers_init_and_its_training_are_the_runs(heard, tmp_path):
+    """`trainer.args.max_steps = 12` after the Trainer was built (a resume's new count, a batch
+    size changed in a notebook): `show` said the arguments of the init, max_steps 6."""
+    from anatomy.engine import attach
+    from anatomy.engine.callbacks import AnatomyCallback
+
+    handler, arguments, control = _trainer(tmp_path, [AnatomyCallback()])
+    arguments.max_steps, arguments.per_device_train_batch_size = 12, 2
+    _train(handler, arguments, control, first_step=0, steps=1)
+    attach.current().end()
+    stored = _stored_options(heard)
+    assert (stored["max_steps"], stored["batch_size"]) == (12, 2), stored
+
+
 @pytest.mark.parametrize("calls, batch_size, trained", [
     (["evaluate"], 8, False),
     (["predict", "evaluate"], 8, False),
