@@ -199,8 +199,11 @@ def test_a_bad_file_is_refused_with_what_and_where_and_changes_nothing(case, sou
     assert contents(target) == before
 
 
-def test_a_store_given_for_an_export_is_refused_saying_how_to_export_its_runs(source):
-    store, _ = source
+def test_a_store_given_for_an_export_is_refused_saying_how_to_export_its_runs(tmp_path):
+    from anatomy.store import Store
+
+    store = Store(tmp_path / "runs.sqlite")  # an SQLite file, whichever store the suite runs on
+    store.create_run({"model": "tiny"}, "cpu-rss", "rss", 0, {})
     with open(store.path, "rb") as file, pytest.raises(transfer.ImportRefused) as refused:
         transfer.read_file(file)
     assert str(refused.value).startswith("it is an SQLite database (a store of runs? export them"
