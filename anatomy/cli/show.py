@@ -96,6 +96,8 @@ def cmd_show(args: argparse.Namespace) -> int:
                                      for n in names], r.peak_mb] for r in rep.ranks],
                      ["rank", *[in_mib(phase_name(n, rep.on_gpu)) for n in names],
                       in_mib("peak")]))
+        if (silent := text.unrecorded_ranks(rep)) is not None:
+            print(silent)
     if rep.operations:
         profile = rep.operations
         print(f"operation classes ({profile.time_source}, {profile.steps} profiled steps):")

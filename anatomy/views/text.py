@@ -26,7 +26,7 @@ from anatomy.analysis.report import (
 )
 from anatomy.store import HOST_STRIDE, RunRow, Step, TrainingData, checks
 from anatomy.units import in_mib, mib_text
-from anatomy.vocabulary import Backend, MemoryApi, RecordedBy, Status, phase_name
+from anatomy.vocabulary import Backend, MemoryApi, RecordedBy, SourceKind, Status, phase_name
 
 
 def source(backend: Backend, memory_api: MemoryApi | None) -> str:
@@ -293,6 +293,23 @@ def data_change_line(change: DataChange) -> str:
     then, now = (f"{stamp.size:,} bytes, modified {when(stamp.modified)}"
                  for stamp in (change.then, change.now))
     return f"data changed: {change.path} is not what this run trained on (then {then}; now {now}): {kept}"
+
+
+def unrecorded_ranks(rep: RunReport) -> str | None:
+    """Where a run of several processes holds readings of fewer ranks than it had, which of
+    them recorded nothing and why that may be; None where every rank recorded. A launch's
+    script records with its rank 0 alone unless `anatomy watch` follows the launch: `show`
+    said "2 processes; each rank's memory …" over one rank's row."""
+    if not rep.ranks:
+        return None
+    missing = sorted(set(range(rep.world_size)) - {r.rank for r in rep.ranks})
+    if not missing:
+        return None
+    which = f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}"
+    if rep.source.kind == SourceKind.SCRIPT:
+        return (f"{which} recorded nothing: a launch's ranks record with rank 0 alone unless "
+                "`anatomy watch -- torchrun …` follows the launch")
+    return f"{which} recorded nothing (ended, or silent, before its first phase)"
 
 
 def panel_host(hosts: Sequence[str], host: int) -> str:

@@ -315,6 +315,27 @@ def test_a_users_launch_that_said_no_strategy_is_given_none(store, seed, capsys)
     assert "2 processes" in live.summary_lines(rep)  # the Live page's summary said "…, None"
 
 
+def test_ranks_that_recorded_nothing_are_named_with_why(store, seed, capsys):
+    """`torchrun --nproc-per-node 2 train.py` with the callback, without `anatomy watch`: rank 0
+    alone records, and `show` said "2 processes; each rank's memory at its phases' ends" over
+    rank 0's row alone, as though the table were whole."""
+    from anatomy import cli
+    from anatomy.views import text
+
+    run_id = seed(backend="cpu-rss")
+    store.merge_environment(run_id, {"world_size": 2})
+    store.update_run(run_id, source={"kind": "script", "script": "/home/me/train.py"})
+    rep = report(store, run_id)
+    assert [r.rank for r in rep.ranks] == [0]
+    said = ("rank 1 recorded nothing: a launch's ranks record with rank 0 alone unless "
+            "`anatomy watch -- torchrun …` follows the launch")
+    assert text.unrecorded_ranks(rep) == said
+    assert cli.main(["show", str(run_id), "--store", str(store.path)]) == 0
+    assert said in capsys.readouterr().out
+    store.write(run_id, phases=[PhaseMark("start", "training", 6.0, rank=1)])
+    assert text.unrecorded_ranks(report(store, run_id)) is None  # every rank recorded
+
+
 def test_a_rank_killed_otherwise_is_the_cause_before_one_the_launcher_ended_with_sigterm():
     """Each rank's end is timed by a thread when it next holds the GIL: on a loaded machine the
     launcher's SIGTERM to the other rank can be timed first (seen: "rank 0 was killed by SIGTERM"

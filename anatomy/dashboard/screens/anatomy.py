@@ -149,6 +149,8 @@ def operations(rep: RunReport) -> None:
 def per_gpu(rep: RunReport) -> None:
     """Several processes: each GPU measured next to its rank's prediction."""
     st.subheader(f"Per {'GPU' if rep.on_gpu else 'process'}: {rep.processes}")
+    if (silent := text.unrecorded_ranks(rep)) is not None:
+        st.caption(text.literal(silent))
     underway = st.empty()  # not st.spinner: see main()
     underway.info("Predicting each rank…", icon=":material/hourglass_top:")
     predicted = breakdown.rank_prediction_for(rep)
