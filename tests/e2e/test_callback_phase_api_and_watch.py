@@ -172,10 +172,13 @@ training = TrainingArguments(output_dir="out", use_cpu=True, report_to=[], save_
                              per_device_train_batch_size=2, max_steps=6, disable_tqdm=True,
                              eval_strategy="no" if sys.argv[1] == "after" else "steps",
                              eval_steps=3, eval_on_start=sys.argv[1] == "start",
-                             per_device_eval_batch_size=64)
+                             per_device_eval_batch_size=256)
 # Eight evaluation batches, not one: the sampler (200 Hz, on a loaded machine) sees the
-# evaluation's memory however short a batch's forward pass is.
-evaluation = Dataset.from_dict({"input_ids": np.tile(ids, (8, 1)), "labels": np.tile(ids, (8, 1))})
+# evaluation's memory however short a batch's forward pass is. Each batch's logits (256 MB) pass
+# the pages the training freed: at 64 samples (65 MB) the allocator could hold them in those, and
+# the RSS did not rise once in CI.
+evaluation = Dataset.from_dict({"input_ids": np.tile(ids, (32, 1)),
+                                "labels": np.tile(ids, (32, 1))})
 evaluation.set_format("pt")
 trainer = Trainer(model=LlamaForCausalLM(config), args=training, train_dataset=data,
                   eval_dataset=evaluation)
@@ -188,7 +191,7 @@ if sys.argv[1] == "after":  # as transformers' example scripts do
 
 @pytest.mark.parametrize("when", ["steps", "start", "after"])
 def test_a_trainer_that_evaluates_is_read_before_its_first_evaluation(store, tmp_path, when):
-    """A user's Trainer evaluates while it trains (eval_strategy), here at 32 times its training
+    """A user's Trainer evaluates while it trains (eval_strategy), here at 128 times its training
     batch: the evaluation's batch and logits made the run's peak (91 MiB of RSS above the
     training's on a CPU), and the table held that against a training step's prediction. The
     first evaluation is recorded; the components' peak is the training's before it, the
@@ -200,7 +203,7 @@ def test_a_trainer_that_evaluates_is_read_before_its_first_evaluation(store, tmp
     _users_script(store, tmp_path, EVALUATES_WHILE_TRAINING, when)
     rep = _only_run(store)
     assert rep.status == "completed", rep.error
-    assert rep.environment.eval_batch_size == 64
+    assert rep.environment.eval_batch_size == 256
     steps = store.steps(rep.id)
     evaluated = rep.environment.evaluated_at
     baseline = rep.phase_memory()["baseline"]
@@ -215,9 +218,9 @@ def test_a_trainer_that_evaluates_is_read_before_its_first_evaluation(store, tmp
         assert steps[-1].t < evaluated
     assert rep.evaluated_from == evaluated
     assert rep.components.peak == store.peak(rep.id, rep.gpu, before=evaluated) - baseline
-    assert rep.components.peak < whole  # the evaluation's 64 samples held more
+    assert rep.components.peak < whole  # the evaluation's 256 samples held more
     line = evaluation_line(rep)
-    assert "(batch 64 a device)" in line and mib_text(whole) in line
+    assert "(batch 256 a device)" in line and mib_text(whole) in line
     # the table and the waterfall hold the training's peak against the prediction
     prediction = breakdown.predicted(rep)
     rss = component_rows(rep, prediction)[-1]
