@@ -134,3 +134,15 @@ def installed_anatomy(folder: Path, *requires: str) -> Path:
         "Metadata-Version: 2.1", "Name: anatomy", "Version: 0.1.0",
         *(f"Requires-Dist: {line}" for line in requires), "Provides-Extra: dashboard", ""]))
     return folder
+
+
+def on_screen(text: str) -> list[str]:
+    """What a terminal shows of `text`: each line, every carriage return drawing over it from
+    its start."""
+    shown = []
+    for line in text.split("\n"):
+        cells: list[str] = []
+        for part in line.split("\r"):
+            cells[:len(part)] = part
+        shown.append("".join(cells).rstrip())
+    return shown

@@ -21,7 +21,7 @@ from anatomy.views.anatomy import user_run_basis
 from anatomy.vocabulary import phase_name
 from tests.conftest import PROJECT
 from tests.e2e.conftest import PADDED_TRAINER_SCRIPT, left
-from tests.helpers import wait_until
+from tests.helpers import on_screen, wait_until
 
 EXAMPLES = PROJECT / "examples"
 SMALL = ["--steps", "3", "--seq-len", "16", "--batch-size", "4"]
@@ -527,18 +527,6 @@ def test_watch_of_a_command_too_short_to_sample_says_so(store):
     assert _only_run(store).status == "completed"
 
 
-def _screen(text: str) -> list[str]:
-    """What a terminal shows of `text`: each line, every carriage return drawing over it from
-    its start."""
-    shown = []
-    for line in text.split("\n"):
-        cells: list[str] = []
-        for part in line.split("\r"):
-            cells[:len(part)] = part
-        shown.append("".join(cells).rstrip())
-    return shown
-
-
 def test_watch_says_its_lines_beside_the_commands_progress_bar_and_its_command_as_it_ran(
         store, tmp_path):
     """A command that draws a progress bar (tqdm: `\r` and no newline) while the watch says a
@@ -555,7 +543,7 @@ def test_watch_says_its_lines_beside_the_commands_progress_bar_and_its_command_a
                             capture_output=True, timeout=300, cwd=PROJECT, env=_env(store))
     err = result.stderr.decode()
     assert result.returncode == 0, err
-    shown = _screen(err)
+    shown = on_screen(err)
     assert f"watching {shlex.join(command)} (pid" in shown[0], shown
     assert " 50%|#####     | 20/40" in shown, shown
     assert shown[shown.index(" 50%|#####     | 20/40") + 1].startswith(

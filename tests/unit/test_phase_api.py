@@ -7,6 +7,8 @@ import time
 
 import pytest
 
+from tests.helpers import on_screen
+
 
 @pytest.mark.parametrize("rate", [0, 5000])
 def test_the_phase_api_refuses_a_sample_rate_out_of_range(rate):
@@ -235,18 +237,6 @@ def test_a_mark_after_the_runs_end_is_said_once_not_lost_without_a_word(capsys):
         run.step(step=-1)
 
 
-def _screen(text: str) -> list[str]:
-    """What a terminal shows of `text`: each line, every carriage return drawing over it from
-    its start."""
-    shown = []
-    for line in text.split("\n"):
-        cells: list[str] = []
-        for part in line.split("\r"):
-            cells[:len(part)] = part
-        shown.append("".join(cells).rstrip())
-    return shown
-
-
 def test_a_line_said_while_a_progress_bar_is_drawn_is_a_line_of_its_own(capsys):
     """A Trainer's tqdm bar (or a loop's) is open on stderr as the run says something: its
     closing line, a warning. The line was printed after the bar's last character, so the
@@ -265,7 +255,7 @@ def test_a_line_said_while_a_progress_bar_is_drawn_is_a_line_of_its_own(capsys):
     bar.refresh()
     run.phase("eval")  # said once: after its end
     bar.close()
-    shown = _screen(capsys.readouterr().err)
+    shown = on_screen(capsys.readouterr().err)
     said = ("anatomy: run 7 has ended: run.phase('eval') after its end is not recorded (nor any "
             "mark after it); anatomy.start() records a new run")
     assert said in shown, shown
