@@ -118,11 +118,8 @@ def test_the_page_says_why_the_peak_is_below_the_sum_of_the_parts(store, measure
     assert line["y0"] > max(bars["predicted"]["y"])  # no moment reaches the sum of the parts
 
 
-def test_the_explanation_adds_up_the_parts_the_table_sums(store, seed):
-    """Without measured temporaries (a CPU run) the table's sum of the parts leaves them out on
-    both sides, and the words under "Why the peak is less than the sum of the parts" added them
-    in: two sums of the parts on one page (a CPU run of a 24-layer Qwen2: 250 MiB in the table,
-    252 in the words)."""
+def _measured_as_predicted(store, seed) -> int:
+    """A CPU run whose measured components are its prediction's (no temporaries measured)."""
     run_id = seed(backend="rss")
     prediction = breakdown.prediction_for(report(store, run_id))
     summary = store.run(run_id).summary
@@ -130,6 +127,15 @@ def test_the_explanation_adds_up_the_parts_the_table_sums(store, seed):
         "weights": prediction.weights, "gradients": prediction.gradients,
         "optimizer_states": prediction.optimizer_states, "activations": prediction.activations,
         "steps_measured": 2}})
+    return run_id
+
+
+def test_the_explanation_adds_up_the_parts_the_table_sums(store, seed):
+    """Without measured temporaries (a CPU run) the table's sum of the parts leaves them out on
+    both sides, and the words under "Why the peak is less than the sum of the parts" added them
+    in: two sums of the parts on one page (a CPU run of a 24-layer Qwen2: 250 MiB in the table,
+    252 in the words)."""
+    run_id = _measured_as_predicted(store, seed)
     rep = report(store, run_id)
     prediction = breakdown.prediction_for(rep)
     rows = {row.component: row for row in view.component_rows(rep, prediction)}
@@ -171,14 +177,9 @@ def test_a_peak_a_fraction_of_a_mib_above_the_parts_is_not_said_equal_to_them(st
     down), beside a table and a chart that say 5.5 and 6.0."""
     import dataclasses
 
-    run_id = seed(backend="rss")
-    prediction = breakdown.prediction_for(report(store, run_id))
-    summary = store.run(run_id).summary
-    store.update_run(run_id, summary={**summary.to_dict(), "components": {
-        "weights": prediction.weights, "gradients": prediction.gradients,
-        "optimizer_states": prediction.optimizer_states, "activations": prediction.activations,
-        "steps_measured": 2}})
+    run_id = _measured_as_predicted(store, seed)
     rep = report(store, run_id)
+    prediction = breakdown.prediction_for(rep)
     summed = view.predicted_sum_of_parts(rep, prediction)
     whole = summed // 2**20 * 2**20  # the parts a tenth of a MiB over a whole MiB, the peak more
     parts = dataclasses.replace(prediction, peak=whole + 2**20 * 9 // 10)
